@@ -1,0 +1,143 @@
+"""The tile IR: typed SSA values, a fixed vocabulary of ops, structured `for` regions.
+
+Values are tiles (shape, dtype, place) or scalars (shape ()). An Op has operands, results,
+attributes, an optional body (for `for`), and the spec location it came from, so that every
+error and every block of generated source can point back at the user's YAML.
+
+Op vocabulary (attrs in brackets):
+  const [value]                    a compile-time scalar (int, float or bool)
+  size [name]                      a runtime size of the spec (int32 kernel argument)
+  scalar_arg [name]                a runtime scalar argument of the spec (fp32)
+  program_id [axis]                the program's index along a grid axis
+  arange [n]                       the 1D tile 0..n-1 (int32)
+  full [shape, value]              a tile filled with one value
+  unary [fn]                       exp, exp2, log, log2, sqrt, rsqrt, abs, neg, not
+  binary [fn]                      add sub mul div floordiv mod max min lt le gt ge eq ne and or pow
+  where                            where(cond, a, b)
+  cast [dtype]                     dtype conversion
+  expand [axis]                    insert a length-1 axis (x[:, None] is expand 1, x[None, :] is expand 0)
+  broadcast [shape]                broadcast length-1 axes to a shape
+  trans                            transpose a 2D tile
+  reduce [fn, axis]                sum / max / min along an axis, removing it
+  dot                              a @ b (+ c): 2D tiles, fp32 accumulation
+  load [tensor, index]             read a tile of a global tensor; out-of-bounds reads give `other`
+  store [tensor, index]            write a tile; out-of-bounds elements are skipped
+  atomic_add [tensor, index]       fp32 add into a global tensor
+  cdiv                             ceil-division of two ints (scalars)
+  for                              body has block args (iv, carried...) and ends in `yield`
+  yield                            the carried values of the next iteration
+  stage [role]                     (inserted by a pass) a register tile copied to shared memory
+  convert                          (inserted by a pass) a register tile moved to another layout
+
+`index` of a load/store is a tuple with one entry per tensor dim: ("at", operand#), a scalar
+index; ("block", operand#, size), the block [i*size, (i+1)*size); or ("all", size), the whole
+(static) dim. Operand numbers refer to the op's operand list (after the stored value for store).
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import SourceLoc
+from .layout import Layout
+
+DTYPES = ("bf16", "fp16", "fp32", "int32", "bool")
+FLOAT_DTYPES = ("bf16", "fp16", "fp32")
+
+_ids = itertools.count()
+
+
+@dataclass(eq=False)
+class Value:
+    shape: tuple[int, ...]
+    dtype: str
+    name: str = ""
+    place: str = "reg"  # reg | shared
+    layout: Layout | None = None
+    id: int = field(default_factory=lambda: next(_ids))
+
+    @property
+    def is_scalar(self) -> bool:
+        return self.shape == ()
+
+    def __repr__(self) -> str:
+        return f"%{self.name or 'v'}{self.id}"
+
+    def type_str(self) -> str:
+        shape = "x".join(map(str, self.shape)) if self.shape else "scalar"
+        lay = f" @{self.layout.key}" if self.layout is not None else ""
+        place = "" if self.place == "reg" else f" {self.place}"
+        return f"{shape} {self.dtype}{place}{lay}"
+
+
+@dataclass(eq=False)
+class Block:
+    args: list[Value] = field(default_factory=list)
+    ops: list["Op"] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class Op:
+    kind: str
+    operands: list[Value]
+    results: list[Value]
+    attrs: dict[str, Any] = field(default_factory=dict)
+    body: Block | None = None
+    loc: SourceLoc | None = None
+
+    @property
+    def result(self) -> Value:
+        assert len(self.results) == 1, self.kind
+        return self.results[0]
+
+
+@dataclass(eq=False)
+class Kernel:
+    """One kernel of a spec, specialised for one variant and target."""
+
+    name: str
+    body: Block
+    tensors: dict[str, Any]  # name -> TensorParam (kgen.spec.model), the kernel's tensor args
+    sizes: list[str]  # runtime size arguments, in order
+    scalars: list[str]  # runtime scalar arguments, in order
+    num_warps: int
+    constants: dict[str, Any]  # variant values and tunables bound into this kernel
+    shared_bytes: int = 0
+    notes: dict[str, Any] = field(default_factory=dict)  # decisions recorded for the manifest
+
+
+def walk(block: Block):
+    """Every op in a block, depth first, bodies after their op."""
+    for op in block.ops:
+        yield op
+        if op.body is not None:
+            yield from walk(op.body)
+
+
+def print_kernel(k: Kernel) -> str:
+    lines = [f"kernel {k.name}(tensors={list(k.tensors)}, sizes={k.sizes}, scalars={k.scalars}) warps={k.num_warps}"]
+
+    def emit(block: Block, depth: int):
+        pad = "  " * depth
+        for op in block.ops:
+            res = ", ".join(f"{r!r}: {r.type_str()}" for r in op.results)
+            args = ", ".join(map(repr, op.operands))
+            attrs = ", ".join(f"{a}={_short(v)}" for a, v in op.attrs.items())
+            head = f"{res} = " if res else ""
+            lines.append(f"{pad}{head}{op.kind}({args}){' {' + attrs + '}' if attrs else ''}")
+            if op.body is not None:
+                bargs = ", ".join(f"{a!r}: {a.type_str()}" for a in op.body.args)
+                lines.append(f"{pad}  body({bargs}):")
+                emit(op.body, depth + 2)
+
+    emit(k.body, 1)
+    if k.shared_bytes:
+        lines.append(f"  shared memory: {k.shared_bytes} bytes")
+    return "\n".join(lines)
+
+
+def _short(v: Any) -> str:
+    if isinstance(v, Layout):
+        return v.key
+    return repr(v)

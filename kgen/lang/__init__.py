@@ -1,0 +1,32 @@
+"""The tile language front end: a spec's kernel, specialised for one variant, -> typed IR."""
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import SpecError
+from ..ir.core import Kernel
+from ..spec.load import LoadedSpec
+from .parse import Origin, TensorRef, parse_program
+
+
+def resolve_dtype(spec_dtype: str, variant: dict[str, Any]) -> str:
+    return str(variant[spec_dtype[1:]]) if spec_dtype.startswith("$") else spec_dtype
+
+
+def kernel_ir(ls: LoadedSpec, kernel_index: int, variant: dict[str, Any], tunables: dict[str, int]) -> Kernel:
+    """Parse one kernel's tile program with the variant's values and the tunables bound."""
+    spec = ls.spec
+    ks = spec.kernels[kernel_index]
+    constants = {**variant, **tunables}
+    tensors = {}
+    for name, t in spec.tensors.items():
+        dims = tuple(d if isinstance(d, int) else constants.get(d) for d in t.shape)
+        tensors[name] = TensorRef(name, dims, resolve_dtype(t.dtype, variant))
+    line, col = ls.yaml.block_origin(("kernels", kernel_index, "program"))
+    body = parse_program(ks.program, Origin(str(ls.path), line, col), constants=constants,
+                         sizes=list(spec.sizes), scalars=list(spec.scalars), tensors=tensors)
+    warps = ks.warps if isinstance(ks.warps, int) else constants.get(ks.warps)
+    if not isinstance(warps, int) or warps <= 0 or warps & (warps - 1):
+        raise SpecError(f"warps must be a power of two or a tunable's name, got {ks.warps!r}", ls.where("kernels", kernel_index, "warps"))
+    return Kernel(name=f"{spec.name}_{ks.name}", body=body, tensors=dict(spec.tensors), sizes=list(spec.sizes),
+                  scalars=list(spec.scalars), num_warps=warps, constants=constants)

@@ -1,0 +1,278 @@
+"""The tile language: a tile program (Python syntax, parsed with `ast`, never executed) -> IR.
+
+A program sees: its kernel's compile-time constants (variant values, tunables, dtype names,
+`inf`), the spec's runtime sizes (int32) and scalars (fp32), and its tensors, which are only
+indexed inside load/store/atomic_add. docs/SPEC_LANGUAGE.md describes the language.
+"""
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import SourceLoc, SpecError
+from ..ir.core import DTYPES, Block, Op, Value
+from .builder import Builder, Operand
+
+BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div", ast.FloorDiv: "floordiv",
+          ast.Mod: "mod", ast.Pow: "pow"}
+CMPOPS = {ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge", ast.Eq: "eq", ast.NotEq: "ne"}
+UNARY_FNS = ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs")
+
+
+@dataclass(frozen=True)
+class TensorRef:
+    name: str
+    dims: tuple[int | None, ...]  # static size of each dim, None when it is a runtime size
+    dtype: str
+
+
+@dataclass(frozen=True)
+class BlockIndex:
+    index: Operand
+    size: int
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where the program text starts in the spec file, to turn ast positions into file:line:col."""
+
+    file: str
+    line: int
+    col: int
+
+
+def parse_program(source: str, origin: Origin, *, constants: dict[str, Any], sizes: list[str],
+                  scalars: list[str], tensors: dict[str, TensorRef]) -> Block:
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as e:
+        raise SpecError(f"tile program: {e.msg}", SourceLoc(origin.file, origin.line + (e.lineno or 1) - 1, origin.col + (e.offset or 1))) from None
+    p = _Parser(origin, constants, sizes, scalars, tensors)
+    p.statements(tree.body)
+    return p.b.blocks[0]
+
+
+class _Parser:
+    def __init__(self, origin: Origin, constants, sizes, scalars, tensors):
+        self.b = Builder()
+        self.origin = origin
+        self.env: dict[str, Any] = {"inf": float("inf"), "True": True, "False": False}
+        self.env.update({d: _DType(d) for d in DTYPES})
+        self.env.update({k: (_DType(v) if isinstance(v, str) and v in DTYPES else v) for k, v in constants.items()})
+        self.sizes, self.scalars, self.tensors = sizes, scalars, tensors
+        self.runtime: dict[str, Value] = {}
+
+    # --- positions -------------------------------------------------------------------------------
+    def at(self, node: ast.AST) -> None:
+        if hasattr(node, "lineno"):
+            self.b.loc = SourceLoc(self.origin.file, self.origin.line + node.lineno - 1, self.origin.col + node.col_offset + 1)
+
+    def fail(self, node: ast.AST, message: str) -> SpecError:
+        self.at(node)
+        return self.b.fail(message)
+
+    # --- statements ------------------------------------------------------------------------------
+    def statements(self, body: list[ast.stmt]) -> None:
+        for s in body:
+            self.at(s)
+            if isinstance(s, ast.Assign):
+                if len(s.targets) != 1 or not isinstance(s.targets[0], ast.Name):
+                    raise self.fail(s, "assign to one plain name at a time (no tuples, attributes or subscripts)")
+                self.env[s.targets[0].id] = self.expr(s.value)
+            elif isinstance(s, ast.AugAssign) and isinstance(s.target, ast.Name):
+                op = BINOPS.get(type(s.op))
+                if op is None:
+                    raise self.fail(s, "this augmented assignment is not supported; use + - * / // %")
+                self.env[s.target.id] = self.b.binary(op, self.name(s.target), self.expr(s.value))
+            elif isinstance(s, ast.Expr) and isinstance(s.value, ast.Call):
+                self.expr(s.value)
+            elif isinstance(s, ast.For):
+                self.for_loop(s)
+            elif isinstance(s, ast.If):
+                cond = self.expr(s.test)
+                if isinstance(cond, Value):
+                    raise self.fail(s, "'if' needs a condition known at compile time (a variant or tunable); use where() for data")
+                self.statements(s.body if cond else s.orelse)
+            elif isinstance(s, ast.Pass):
+                pass
+            else:
+                raise self.fail(s, f"'{type(s).__name__}' statements are not part of the tile language; use assignments, for-range loops, compile-time if, and store/atomic_add calls")
+
+    def for_loop(self, s: ast.For) -> None:
+        if not isinstance(s.target, ast.Name) or not (isinstance(s.iter, ast.Call) and isinstance(s.iter.func, ast.Name) and s.iter.func.id == "range"):
+            raise self.fail(s, "loops are written 'for name in range(stop)' or 'range(start, stop[, step])'")
+        if s.orelse:
+            raise self.fail(s, "for-else is not supported")
+        args = [self.expr(a) for a in s.iter.args]
+        if not 1 <= len(args) <= 3:
+            raise self.fail(s.iter, "range() takes 1 to 3 arguments")
+        start, stop, step = (0, args[0], 1) if len(args) == 1 else (args[0], args[1], args[2] if len(args) == 3 else 1)
+        bounds = [self.b.as_value(x, "int32") for x in (start, stop, step)]
+        for x in bounds:
+            if x.dtype != "int32" or not x.is_scalar:
+                raise self.fail(s.iter, f"range() bounds must be integer scalars, got {x.type_str()}")
+        assigned = _assigned_names(s.body)
+        carried = [n for n in assigned if n in self.env and n != s.target.id]
+        inits = []
+        for n in carried:
+            v = self.env[n]
+            if isinstance(v, (_DType, TensorRef)):
+                raise self.fail(s, f"'{n}' cannot be reassigned inside a loop")
+            inits.append(self.b.as_value(v))
+        iv = Value((), "int32", name=s.target.id)
+        args_ = [Value(v.shape, v.dtype, name=n) for n, v in zip(carried, inits)]
+        body = Block(args=[iv] + args_)
+        saved = dict(self.env)
+        self.env[s.target.id] = iv
+        self.env.update(zip(carried, args_))
+        self.b.blocks.append(body)
+        self.statements(s.body)
+        yields = []
+        for n, init in zip(carried, inits):
+            y = self.b.as_value(self.env[n], init.dtype)
+            if y.shape != init.shape or y.dtype != init.dtype:
+                raise self.fail(s, f"'{n}' changes type inside the loop, from {init.type_str()} to {y.type_str()}; give it its final type before the loop")
+            yields.append(y)
+        self.b.emit("yield", yields, [])
+        self.b.blocks.pop()
+        self.at(s)
+        results = [Value(v.shape, v.dtype, name=n) for n, v in zip(carried, inits)]
+        self.b.block.ops.append(Op("for", bounds + inits, results, {}, body=body, loc=self.b.loc))
+        # names first bound inside the loop are not visible after it
+        self.env = saved
+        self.env.update(zip(carried, results))
+
+    # --- expressions -----------------------------------------------------------------------------
+    def name(self, node: ast.Name) -> Any:
+        n = node.id
+        if n in self.env:
+            return self.env[n]
+        if n in self.sizes:
+            if n not in self.runtime:
+                self.runtime[n] = self._top_level("size", Value((), "int32", name=n), name=n)
+            return self.runtime[n]
+        if n in self.scalars:
+            if n not in self.runtime:
+                self.runtime[n] = self._top_level("scalar_arg", Value((), "fp32", name=n), name=n)
+            return self.runtime[n]
+        if n in self.tensors:
+            return self.tensors[n]
+        raise self.fail(node, f"unknown name '{n}'")
+
+    def _top_level(self, kind: str, v: Value, **attrs) -> Value:
+        """Runtime arguments are defined once, at the top of the kernel, so loops can use them."""
+        self.b.blocks[0].ops.insert(0, Op(kind, [], [v], attrs, loc=self.b.loc))
+        return v
+
+    def expr(self, node: ast.expr) -> Any:
+        self.at(node)
+        if isinstance(node, ast.Constant):
+            if isinstance(node.value, (int, float, bool)):
+                return node.value
+            raise self.fail(node, f"constant {node.value!r} is not a number")
+        if isinstance(node, ast.Name):
+            return self.name(node)
+        if isinstance(node, ast.BinOp):
+            op = BINOPS.get(type(node.op))
+            if op is None:
+                raise self.fail(node, "this operator is not supported; use + - * / // % **")
+            a, b = self.expr(node.left), self.expr(node.right)
+            self.at(node)
+            return self.b.binary(op, self.operand(node.left, a), self.operand(node.right, b))
+        if isinstance(node, ast.UnaryOp):
+            x = self.operand(node.operand, self.expr(node.operand))
+            self.at(node)
+            if isinstance(node.op, ast.USub):
+                return -x if not isinstance(x, Value) else self.b.binary("sub", 0, x) if x.dtype == "int32" else self.b.binary("mul", x, -1.0)
+            if isinstance(node.op, ast.Not):
+                return self.b.unary("not", x)
+            if isinstance(node.op, ast.UAdd):
+                return x
+            raise self.fail(node, "this unary operator is not supported")
+        if isinstance(node, ast.Compare):
+            if len(node.ops) != 1:
+                raise self.fail(node, "chained comparisons are not supported; combine two with 'and'")
+            a, b = self.expr(node.left), self.expr(node.comparators[0])
+            self.at(node)
+            return self.b.binary(CMPOPS[type(node.ops[0])], self.operand(node.left, a), self.operand(node.comparators[0], b))
+        if isinstance(node, ast.BoolOp):
+            vals = [self.expr(v) for v in node.values]
+            self.at(node)
+            out = vals[0]
+            for v in vals[1:]:
+                out = self.b.binary("and" if isinstance(node.op, ast.And) else "or", out, v)
+            return out
+        if isinstance(node, ast.IfExp):
+            cond = self.expr(node.test)
+            if isinstance(cond, Value):
+                raise self.fail(node, "'x if c else y' needs c known at compile time; use where(c, x, y) for data")
+            return self.expr(node.body if cond else node.orelse)
+        if isinstance(node, ast.Attribute):
+            return self.attribute(node)
+        if isinstance(node, ast.Subscript):
+            return self.subscript(node)
+        if isinstance(node, ast.Call):
+            from .calls import call
+
+            return call(self, node)
+        if isinstance(node, ast.Tuple):
+            return tuple(self.expr(e) for e in node.elts)
+        raise self.fail(node, f"'{type(node).__name__}' expressions are not part of the tile language")
+
+    def operand(self, node: ast.expr, x: Any) -> Operand:
+        if isinstance(x, (_DType, TensorRef, tuple)):
+            raise self.fail(node, f"'{ast.unparse(node)}' is not a number or a tile here")
+        return x
+
+    def attribute(self, node: ast.Attribute) -> Any:
+        base = self.expr(node.value)
+        self.at(node)
+        if node.attr == "T" and isinstance(base, Value):
+            return self.b.trans(base)
+        if node.attr == "shape" and isinstance(base, Value):
+            return base.shape
+        raise self.fail(node, f"unknown attribute '.{node.attr}'; tiles have .T, .shape and .to(dtype)")
+
+    def subscript(self, node: ast.Subscript) -> Any:
+        base = self.expr(node.value)
+        self.at(node)
+        if isinstance(base, TensorRef):
+            raise self.fail(node, f"tensor '{base.name}' can only be indexed inside load(), store() or atomic_add()")
+        if isinstance(base, tuple):
+            idx = self.expr(node.slice)
+            return base[idx]
+        if not isinstance(base, Value):
+            raise self.fail(node, "only tiles can be indexed")
+        items = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        out = base
+        axis = 0
+        for it in items:
+            if isinstance(it, ast.Constant) and it.value is None:
+                out = self.b.expand(out, axis)
+                axis += 1
+            elif isinstance(it, ast.Slice) and it.lower is None and it.upper is None and it.step is None:
+                axis += 1
+            else:
+                raise self.fail(node, "tiles are indexed only with ':' and None, as in x[:, None]")
+        if axis != len(out.shape):
+            raise self.fail(node, f"index has {axis} entries for a {len(out.shape)}D result")
+        return out
+
+
+class _DType(str):
+    """A dtype name used as a value (fp32, or a variant axis whose value is a dtype)."""
+
+
+def _assigned_names(body: list[ast.stmt]) -> list[str]:
+    out: list[str] = []
+    for node in body:
+        for sub in ast.walk(node):
+            target = None
+            if isinstance(sub, ast.Assign) and len(sub.targets) == 1:
+                target = sub.targets[0]
+            elif isinstance(sub, ast.AugAssign):
+                target = sub.target
+            if isinstance(target, ast.Name) and target.id not in out:
+                out.append(target.id)
+    return out

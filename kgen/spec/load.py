@@ -1,0 +1,108 @@
+"""Load a spec file: YAML -> validated Spec, with every error at the user's file:line:col."""
+from __future__ import annotations
+
+import itertools
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from ..errors import SourceLoc, SpecError
+from .model import Scalar, Spec
+from .yamlpos import PositionedYaml, read_yaml
+
+
+@dataclass(frozen=True)
+class LoadedSpec:
+    spec: Spec
+    path: Path
+    yaml: PositionedYaml
+
+    def where(self, *path: Any) -> SourceLoc | None:
+        return self.yaml.where(path)
+
+    def variants(self) -> list[dict[str, Scalar]]:
+        """The product of the variant axes, less the excluded combinations, in declaration order."""
+        axes = list(self.spec.variants)
+        out = []
+        for combo in itertools.product(*(self.spec.variants[a] for a in axes)):
+            v = dict(zip(axes, combo))
+            if not any(all(v[a] == x for a, x in ex.items()) for ex in self.spec.exclude):
+                out.append(v)
+        return out
+
+    def select_variant(self, wanted: dict[str, str]) -> list[dict[str, Scalar]]:
+        """The variants matching `wanted` (axis -> value as text, from the command line)."""
+        for axis, text in wanted.items():
+            if axis not in self.spec.variants:
+                raise SpecError(f"unknown variant axis '{axis}'; axes of {self.spec.name}: {', '.join(self.spec.variants) or 'none'}")
+            if text not in [str(x).lower() for x in self.spec.variants[axis]]:
+                accepted = ", ".join(str(x).lower() for x in self.spec.variants[axis])
+                raise SpecError(f"unknown value '{text}' for variant axis '{axis}'; accepted: {accepted}")
+        return [v for v in self.variants() if all(str(v[a]).lower() == t for a, t in wanted.items())]
+
+
+def load_spec(path: str | Path) -> LoadedSpec:
+    path = Path(path)
+    doc = read_yaml(path)
+    if not isinstance(doc.data, dict):
+        raise SpecError("a spec must be a YAML mapping with the fields kgen, name, summary, tensors, kernels, reference", doc.where(()))
+    try:
+        spec = Spec.model_validate(doc.data)
+    except ValidationError as e:
+        raise _spec_error(e, doc) from None
+    return LoadedSpec(spec=spec, path=path, yaml=doc)
+
+
+def variant_id(variant: dict[str, Scalar]) -> str:
+    """A file-name-safe name for a variant: 'dtype=bf16,causal=true' -> 'dtype-bf16_causal-true'."""
+    return "_".join(f"{k}-{str(v).lower()}" for k, v in variant.items()) or "default"
+
+
+def _spec_error(e: ValidationError, doc: PositionedYaml) -> SpecError:
+    err = e.errors()[0]
+    loc = tuple(err["loc"])
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        parent, field = loc[:-1], loc[-1]
+        allowed = _fields_at(Spec, parent)
+        hint = f"; accepted: {', '.join(allowed)}" if allowed else ""
+        return SpecError(f"unknown field '{field}'{hint}", doc.where(loc + ("<key>",)) or doc.where(loc))
+    if kind == "missing":
+        parent, field = loc[:-1], loc[-1]
+        return SpecError(f"missing field '{field}'", doc.where(parent))
+    msg = err["msg"]
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, "):]
+    # pydantic appends union-member names to loc ('list[int]'); drop what the YAML does not have
+    while loc and loc not in doc.positions and len(loc) > 1 and isinstance(loc[-1], str) and "[" in loc[-1]:
+        loc = loc[:-1]
+    field = ".".join(str(p) for p in loc if not (isinstance(p, str) and "[" in p)) or "spec"
+    return SpecError(f"{field}: {msg[0].lower() + msg[1:]}" if msg else field, doc.where(loc))
+
+
+def _fields_at(model: type[BaseModel], path: tuple) -> list[str]:
+    """The field names accepted at `path` inside `model` (for 'accepted: ...' hints)."""
+    cur: Any = model
+    for p in path:
+        if isinstance(cur, type) and issubclass(cur, BaseModel):
+            if p not in cur.model_fields:
+                return []
+            cur = cur.model_fields[p].annotation
+        else:
+            args = [a for a in typing.get_args(cur) if a is not type(None)]
+            origin = typing.get_origin(cur)
+            if origin in (list, dict) and args:
+                cur = args[-1]
+            elif args:
+                cur = next((a for a in args if isinstance(a, type) and issubclass(a, BaseModel)), args[0])
+            else:
+                return []
+        args = [a for a in typing.get_args(cur) if a is not type(None)]
+        if typing.get_origin(cur) is typing.Union and args:
+            cur = next((a for a in args if isinstance(a, type) and issubclass(a, BaseModel)), cur)
+    if isinstance(cur, type) and issubclass(cur, BaseModel):
+        return list(cur.model_fields)
+    return []

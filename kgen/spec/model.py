@@ -1,0 +1,111 @@
+"""The spec schema (pydantic v2): what a YAML op spec may say, and nothing more.
+
+Every model forbids unknown fields and is frozen. Cross-field checks (a dtype naming a variant
+axis that does not exist, a shape naming an undeclared size) live in validators here, so that
+`kgen.spec.load` can report them at the YAML position of the offending field.
+"""
+from __future__ import annotations
+
+import re
+from typing import Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+IDENT = r"^[A-Za-z_][A-Za-z0-9_]*$"
+DTYPE_NAMES = ("bf16", "fp16", "fp32", "int32")
+Scalar = Union[bool, int, float, str]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TensorParam(Strict):
+    shape: list[Union[str, int]] = Field(description="sizes, variant axes or integers, outermost first")
+    dtype: str = Field(description="bf16, fp16, fp32, int32, or $axis for a variant axis")
+    role: Literal["input", "output", "scratch"] = "input"
+    grad: bool = Field(True, description="outputs: whether autograd flows through it; inputs: whether a gradient is returned")
+    init: Literal["empty", "zeros"] = Field("empty", description="outputs and scratch: initial contents")
+
+    @field_validator("dtype")
+    @classmethod
+    def _dtype(cls, v: str) -> str:
+        if v.startswith("$"):
+            if not re.match(IDENT, v[1:]):
+                raise ValueError(f"'{v}' is not a variant reference; write $name")
+        elif v not in DTYPE_NAMES:
+            raise ValueError(f"unknown dtype '{v}'; accepted: {', '.join(DTYPE_NAMES)} or $axis")
+        return v
+
+
+class ScalarParam(Strict):
+    dtype: Literal["fp32"] = "fp32"
+    default: float | None = None
+
+
+class KernelSpec(Strict):
+    name: str = Field(pattern=IDENT)
+    grid: list[str | int] = Field(min_length=1, max_length=3, description="programs per grid axis, as expressions")
+    warps: int | str = Field(4, description="warps (NVIDIA) or waves (AMD) per program, or a tunable's name")
+    program: str = Field(min_length=1, description="the tile program")
+
+
+class Autograd(Strict):
+    backward: str = Field(description="the backward spec's file, relative to this spec")
+    saves: list[str] = Field(default_factory=list, description="tensors of the forward that the backward reads")
+
+
+class Spec(Strict):
+    kgen: Literal[1]
+    name: str = Field(pattern=IDENT)
+    summary: str
+    variants: dict[str, list[Scalar]] = Field(default_factory=dict)
+    exclude: list[dict[str, Scalar]] = Field(default_factory=list, description="variant combinations to leave out")
+    sizes: list[str] = Field(default_factory=list)
+    scalars: dict[str, ScalarParam] = Field(default_factory=dict)
+    tensors: dict[str, TensorParam]
+    constraints: list[str] = Field(default_factory=list, description="conditions on sizes, checked at call time")
+    tunables: dict[str, Union[int, list[int]]] = Field(default_factory=dict, description="a value, or candidates in order of preference")
+    kernels: list[KernelSpec] = Field(min_length=1)
+    reference: str = Field(description="PyTorch code computing the outputs from the inputs, for tests")
+    autograd: Autograd | None = None
+
+    @field_validator("variants")
+    @classmethod
+    def _variants(cls, v: dict[str, list[Scalar]]) -> dict[str, list[Scalar]]:
+        for axis, values in v.items():
+            if not re.match(IDENT, axis):
+                raise ValueError(f"variant axis '{axis}' is not an identifier")
+            if not values:
+                raise ValueError(f"variant axis '{axis}' has no values")
+        return v
+
+    @model_validator(mode="after")
+    def _cross_refs(self) -> "Spec":
+        names = set(self.sizes) | set(self.variants) | set(self.tunables)
+        for tname, t in self.tensors.items():
+            if t.dtype.startswith("$") and t.dtype[1:] not in self.variants:
+                raise ValueError(f"tensor '{tname}': dtype {t.dtype} names no variant axis; axes: {sorted(self.variants) or 'none'}")
+            for d in t.shape:
+                if isinstance(d, str) and d not in names:
+                    raise ValueError(f"tensor '{tname}': shape entry '{d}' is not a declared size, variant axis or tunable")
+        for ex in self.exclude:
+            for axis, value in ex.items():
+                if axis not in self.variants or value not in self.variants[axis]:
+                    raise ValueError(f"exclude entry {ex} names {axis}={value!r}, which is not a variant value")
+        if not any(t.role == "output" for t in self.tensors.values()):
+            raise ValueError("a spec needs at least one tensor with role: output")
+        if self.autograd:
+            for s in self.autograd.saves:
+                if s not in self.tensors:
+                    raise ValueError(f"autograd.saves names '{s}', which is not a tensor of this spec")
+        clash = set(self.sizes) & (set(self.scalars) | set(self.tensors) | set(self.variants) | set(self.tunables))
+        if clash:
+            raise ValueError(f"names used twice: {sorted(clash)}")
+        return self
+
+    def inputs(self) -> list[str]:
+        return [n for n, t in self.tensors.items() if t.role == "input"]
+
+    def outputs(self) -> list[str]:
+        return [n for n, t in self.tensors.items() if t.role == "output"]

@@ -1,0 +1,76 @@
+"""YAML with positions: the parsed data plus the file:line:col of every mapping key and value.
+
+PyYAML's composer keeps a mark on each node; we walk the node tree once and record, for every
+path (tuple of keys and list indices), where its value starts. Errors from pydantic carry such
+a path, so a user's mistake is reported at the place in the YAML that holds it.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..errors import SourceLoc, SpecError
+
+Path_ = tuple[Any, ...]
+
+
+class PositionedYaml:
+    def __init__(self, file: str, text: str):
+        self.file = file
+        self.text = text
+        self.lines = text.splitlines()
+        self.positions: dict[Path_, SourceLoc] = {}
+        self.block_scalars: dict[Path_, int] = {}  # path -> first content line (1-based) of `|` blocks
+        try:
+            node = yaml.compose(text, Loader=yaml.SafeLoader)
+            self.data = yaml.safe_load(text)
+        except yaml.MarkedYAMLError as e:
+            mark = e.problem_mark or e.context_mark
+            where = SourceLoc(file, mark.line + 1, mark.column + 1) if mark else None
+            raise SpecError(f"this is not valid YAML: {e.problem or e.context}", where) from None
+        if node is not None:
+            self._walk(node, ())
+
+    def _walk(self, node: yaml.Node, path: Path_) -> None:
+        self.positions[path] = SourceLoc(self.file, node.start_mark.line + 1, node.start_mark.column + 1)
+        if isinstance(node, yaml.ScalarNode) and node.style in ("|", ">"):
+            self.block_scalars[path] = node.start_mark.line + 2
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                k = key.value
+                self._walk(value, path + (k,))
+                self.positions[path + (k, "<key>")] = SourceLoc(self.file, key.start_mark.line + 1, key.start_mark.column + 1)
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                self._walk(item, path + (i,))
+
+    def where(self, path: Path_) -> SourceLoc | None:
+        """The position of `path`, or of its closest recorded ancestor."""
+        path = tuple(path)
+        while path:
+            if path in self.positions:
+                return self.positions[path]
+            path = path[:-1]
+        return self.positions.get(())
+
+    def block_origin(self, path: Path_) -> tuple[int, int]:
+        """(line, col) in the file of line 1, col 0 of a block scalar's content (`program: |`)."""
+        if path in self.block_scalars:
+            first = self.block_scalars[path]
+            while first <= len(self.lines) and not self.lines[first - 1].strip():
+                first += 1
+            text = self.lines[first - 1] if first <= len(self.lines) else ""
+            indent = len(text) - len(text.lstrip(" "))
+            return first, indent
+        loc = self.where(path)
+        return (loc.line, loc.col) if loc else (1, 0)
+
+
+def read_yaml(path: Path) -> PositionedYaml:
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise SpecError(f"cannot read spec file {path}: {e.strerror}") from None
+    return PositionedYaml(str(path), text)
