@@ -32,6 +32,9 @@ class Knobs:
     """KGEN_TARGET: the target to build for at run time instead of the one detected from the GPU."""
     debug_keep_temps: bool
     """KGEN_KEEP_TEMPS=1: keep the temporary build folders of failed builds, for debugging."""
+    poison: bool
+    """KGEN_POISON=1: fill every freshly allocated output with NaN before the kernels run, so
+    that an element a kernel forgets to write shows up (tests set it)."""
     ci: bool
     """CI=true: set by the CI runner; tests then refuse to skip compiler checks for missing tools."""
 
@@ -44,5 +47,6 @@ def knobs() -> Knobs:
         hip_clang=_path("KGEN_HIP_CLANG"),
         target=os.environ.get("KGEN_TARGET") or None,
         debug_keep_temps=_flag("KGEN_KEEP_TEMPS"),
+        poison=_flag("KGEN_POISON"),
         ci=_flag("CI"),
     )

@@ -87,7 +87,7 @@ class MatrixInstr(_Frozen):
             if frag.warp:
                 raise ValueError(f"{where}: a warp-level instruction has no warp bits")
             if len(frag.reg) + len(frag.lane) != log2(want[0] * want[1]):
-                raise ValueError(f"{where}: reg + lane bits must address {want[0] * want[1]} elements")
+                raise ValueError(f"{where}: reg + lane bits must address the {want} tile")
             for v in frag.reg + frag.lane:
                 if not all(0 <= x < s for x, s in zip(v, want)):
                     raise ValueError(f"{where}: basis vector {list(v)} lies outside the tile")
@@ -135,7 +135,8 @@ class Target(_Frozen):
     @model_validator(mode="after")
     def _check(self) -> "Target":
         instr_keys = [f"matrix_instrs.{mi.name}" for mi in self.matrix_instrs]
-        missing = [k for k in self.numeric_fields() + instr_keys if not self.sources.get(k, "").strip()]
+        needed = self.numeric_fields() + instr_keys
+        missing = [k for k in needed if not self.sources.get(k, "").strip()]
         if missing:
             raise ValueError(f"no source given for: {', '.join(missing)}")
         unknown = sorted(set(self.sources) - set(type(self).model_fields) - set(instr_keys))
@@ -144,7 +145,8 @@ class Target(_Frozen):
         if not is_pow2(self.wave_size):
             raise ValueError(f"wave_size {self.wave_size} is not a power of two")
         if self.num_cus != self.xcds * self.cus_per_xcd:
-            raise ValueError(f"num_cus {self.num_cus} != xcds {self.xcds} x cus_per_xcd {self.cus_per_xcd}")
+            raise ValueError(f"num_cus {self.num_cus} is not xcds x cus_per_xcd "
+                             f"({self.xcds} x {self.cus_per_xcd})")
         if self.lds_bytes_per_block > self.lds_bytes_per_cu:
             raise ValueError("lds_bytes_per_block exceeds lds_bytes_per_cu")
         if self.max_arch_vgprs > self.max_regs_per_thread:

@@ -167,3 +167,51 @@ def blocked(shape: tuple[int, int], *, vec: int, lanes: int, warps: int) -> Layo
         reg.append((used_r, 0))
         used_r *= 2
     return Layout(shape=(rows, cols), reg=tuple(reg), lane=tuple(lane), warp=tuple(warp))
+
+
+def blocked1d(n: int, *, lanes: int, warps: int) -> Layout:
+    """A 1D tile spread over lanes then warps; threads past the tile hold copies."""
+    lane, warp, used = [], [], 1
+    for _ in range(log2(lanes)):
+        lane.append((used,) if used < n else (0,))
+        used = used * 2 if used < n else used
+    for _ in range(log2(warps)):
+        warp.append((used,) if used < n else (0,))
+        used = used * 2 if used < n else used
+    reg = []
+    while used < n:
+        reg.append((used,))
+        used *= 2
+    return Layout(shape=(n,), reg=tuple(reg), lane=tuple(lane), warp=tuple(warp))
+
+
+def expand(layout: Layout, axis: int) -> Layout:
+    """The layout of the tile with a length-1 axis inserted (x[:, None] / x[None, :])."""
+    ins = lambda v: v[:axis] + (0,) + v[axis:]  # noqa: E731
+    shape = layout.shape[:axis] + (1,) + layout.shape[axis:]
+    return Layout(shape, tuple(map(ins, layout.reg)), tuple(map(ins, layout.lane)), tuple(map(ins, layout.warp)))
+
+
+def transpose(layout: Layout) -> Layout:
+    sw = lambda v: (v[1], v[0])  # noqa: E731
+    return Layout(layout.shape[::-1], tuple(map(sw, layout.reg)), tuple(map(sw, layout.lane)), tuple(map(sw, layout.warp)))
+
+
+def squeeze_broadcast(result: Layout, src_shape: tuple[int, ...]) -> Layout:
+    """The layout an operand of shape `src_shape` (length-1 dims) needs so that broadcasting it
+    to `result`'s shape needs no data movement: each thread already holds what it reads."""
+    out = result
+    for d, s in enumerate(src_shape):
+        if s == 1 and result.shape[d] != 1:
+            out = expand(out.slice(d), d)
+    return out
+
+
+def broadcast_reg_map(result: Layout, src_shape: tuple[int, ...]) -> list[int]:
+    """For each register of `result`, the register of the broadcast operand it reads."""
+    dims = [d for d, s in enumerate(src_shape) if s == 1 and result.shape[d] != 1]
+    kept = [b for b, v in enumerate(result.reg) if all(v[d] == 0 for d in dims)]
+    out = []
+    for r in range(result.nregs):
+        out.append(sum(1 << i for i, b in enumerate(kept) if r >> b & 1))
+    return out

@@ -27,7 +27,7 @@ from types import ModuleType
 from typing import Any, Sequence
 
 from ..errors import KgenError, LaunchError, TargetError, ToolchainError
-from .cache import Cache
+from .cache import Cache, cache_key
 
 MODULE_NAME = "_kgen_launcher"
 SOURCE = Path(__file__).with_name("_launcher.cpp")
@@ -122,7 +122,7 @@ def _build(tmpdir: Path) -> None:
     manifest = {
         "what": "kgen-launcher",
         "module": out.name,
-        "command": cmd,
+        "command": [*cmd[:-2], out.name, *LIBS],  # -o <the module>, relative to the entry
         "compiler_version": version.splitlines()[0] if version else "",
         "pybind11": pybind11.__version__,
         "python": sys.version,
@@ -134,8 +134,6 @@ def _build(tmpdir: Path) -> None:
 def launcher_path(cache: Cache | None = None) -> Path:
     """The launcher's .so in the cache, built first if it is not there (or not intact)."""
     cache = cache or Cache()
-    from .cache import cache_key
-
     entry = cache.get_or_build(cache_key(launcher_key_parts()), _build)
     return entry / f"{MODULE_NAME}{_ext_suffix()}"
 
@@ -163,8 +161,9 @@ def get_launcher() -> ModuleType:
     return _launcher
 
 
-def _as_kgen_error(e: BaseException, what: str) -> KgenError:
-    wrong_gpu = _launcher is not None and isinstance(e, _launcher.WrongGpuError)
+def _as_kgen_error(e: BaseException, what: str, lib: ModuleType | None) -> KgenError:
+    """A code object built for another GPU is a TargetError; any other driver error a LaunchError."""
+    wrong_gpu = lib is not None and isinstance(e, lib.WrongGpuError)
     return (TargetError if wrong_gpu else LaunchError)(f"{what}: {e}")
 
 
@@ -225,4 +224,4 @@ class LoadedKernel:
                 self._allow_shared(slot, shared_bytes)
             lib.launch(self.backend, slot[0], grid, block, shared_bytes, stream, signature, args)
         except RuntimeError as e:
-            raise _as_kgen_error(e, f"kernel {self.name!r} ({self.backend})") from e
+            raise _as_kgen_error(e, f"kernel {self.name!r} ({self.backend})", self._lib) from e

@@ -163,43 +163,6 @@ def parse_resource_remarks(text: str) -> dict[str, dict[str, str]]:
     return out
 
 
-def amd_kernel_resources(metadata: list[dict[str, str]], remarks: dict[str, dict[str, str]],
-                         ) -> dict[str, KernelResources]:
-    """Merge the code object's metadata (authoritative) with the remarks (arch VGPRs, occupancy).
-
-    On gfx90a/gfx942 `.vgpr_count` is the unified total (arch VGPRs rounded up, plus AGPRs), so
-    the architectural count comes from the remark when there is one.
-    """
-    def num(d: dict[str, str], key: str, default: int = 0) -> int:
-        try:
-            return int(d.get(key, default))
-        except ValueError:
-            return default
-
-    out = {}
-    names = [k["name"] for k in metadata if "name" in k] or list(remarks)
-    by_name = {k.get("name"): k for k in metadata}
-    for name in names:
-        meta, rem = by_name.get(name, {}), remarks.get(name, {})
-        agprs = num(meta, "agpr_count", num(rem, "AGPRs"))
-        if "VGPRs" in rem:
-            vgprs = num(rem, "VGPRs")
-        else:
-            vgprs = max(num(meta, "vgpr_count") - agprs, 0)
-        occ = rem.get("Occupancy [waves/SIMD]")
-        out[name] = KernelResources(
-            name=name, registers=vgprs, agprs=agprs,
-            sgprs=num(meta, "sgpr_count", num(rem, "SGPRs")),
-            shared_bytes=num(meta, "group_segment_fixed_size", num(rem, "LDS Size [bytes/block]")),
-            spill_bytes=num(meta, "private_segment_fixed_size",
-                            num(rem, "ScratchSize [bytes/lane]")),
-            occupancy=int(occ) if occ and occ.isdigit() else None,
-            wavefront_size=num(meta, "wavefront_size") or None,
-            max_workgroup_size=num(meta, "max_flat_workgroup_size") or None,
-        )
-    return out
-
-
 # ---------------------------------------------------------------------------------------------
 # Matrix instructions in disassembly, per function.
 
@@ -223,7 +186,8 @@ def parse_amdgpu_disasm(text: str) -> dict[str, tuple[str, ...]]:
 # cuobjdump -sass names functions with "Function : NAME"; nvdisasm with ".text.NAME:" sections.
 # Instructions: "/*01a0*/   @P0 HMMA.16816.F32.BF16 R12, R12, R16, RZ ;".
 _SASS_FUNC = re.compile(r"^\s*(?:Function\s*:\s*(\S+)|\.section\s+\.text\.([^,\s]+))")
-_SASS_INSTR = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_.]*)")
+_SASS_INSTR = re.compile(
+    r"^\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*(?:\.\w+)*)")
 # Tensor-core opcodes: HMMA (mma.sync f16/bf16/tf32), HGMMA (wgmma), and their integer, fp8,
 # fp64 and 1-bit relatives, which a generated kernel may use too.
 _SASS_MATRIX = {"HMMA", "HGMMA", "IMMA", "IGMMA", "QGMMA", "DMMA", "BMMA", "BGMMA"}
@@ -256,7 +220,7 @@ _ANY_ERR = re.compile(r"\berror\b|\bfatal\b", re.IGNORECASE)
 
 
 def spec_location_for(source_text: str, line: int) -> str | None:
-    """The nearest `// spec: file:line:col` comment at or above 1-based `line`, as "file:line:col"."""
+    """The nearest `// spec: FILE:LINE:COL` comment at or above 1-based `line`, as a string."""
     lines = source_text.splitlines()
     for i in range(min(line, len(lines)) - 1, -1, -1):
         if m := _SPEC_COMMENT.match(lines[i]):
@@ -266,12 +230,10 @@ def spec_location_for(source_text: str, line: int) -> str | None:
 
 @dataclass(frozen=True)
 class FirstError:
-    text: str
-    """The compiler's first error line, as printed."""
+    text: str  # the compiler's first error line, as printed
     file: str | None = None
     line: int | None = None
-    ptx: bool = False
-    """The location is a line of the PTX that nvcc generated, not of the source."""
+    ptx: bool = False  # file:line is in the PTX that nvcc generated, not in the source
 
 
 def first_error(log: str) -> FirstError:
@@ -301,9 +263,8 @@ def compile_error(log: str, source: Path, cwd: Path,
 
     Its message: the compiler's first error line, then the generated source line it names, then
     the spec location from the nearest `// spec:` comment above it (and that spec line's text
-    when the spec file can be read). `where` is set to the spec location so that the CLI prints
-    it first, like any spec error. `source_line` overrides the location for errors that name a
-    PTX line (the caller maps it back to the source through .loc).
+    when the spec file can be read). `source_line` overrides the location for errors that name
+    a PTX line (the caller maps it back to the source through .loc).
     """
     err = first_error(log)
     parts = [err.text]
@@ -313,7 +274,7 @@ def compile_error(log: str, source: Path, cwd: Path,
         file = Path(loc[0]) if Path(loc[0]).is_absolute() else cwd / loc[0]
         text = _read_line(file, loc[1])
         if text is not None:
-            parts.append(f"  generated source {loc[0]}:{loc[1]}: {text.strip()}")
+            parts.append(f"  generated source {source_arg(file, cwd)}:{loc[1]}: {text.strip()}")
         if file.resolve() == source.resolve():
             spec = spec_location_for(source.read_text(errors="replace"), loc[1])
             if spec:
@@ -350,7 +311,7 @@ def run_tool(argv: list[str], cwd: Path, timeout: float = 900) -> tuple[int, str
 @functools.lru_cache(maxsize=32)
 def _version_line(path: str, _mtime_ns: int) -> str:
     try:
-        rc, out = run_tool([path, "--version"], Path.cwd(), timeout=60)
+        _, out = run_tool([path, "--version"], Path.cwd(), timeout=60)
     except ToolchainError:
         return "unknown version"
     lines = [line.strip() for line in out.splitlines() if line.strip()]
@@ -390,17 +351,14 @@ def build_dir(prefix: str) -> Iterator[Path]:
     With KGEN_KEEP_TEMPS=1 the folder of a failed compile is kept and its path added to the error.
     """
     path = Path(tempfile.mkdtemp(prefix=prefix))
+    keep = False
     try:
         yield path
     except ToolchainError as e:
-        if knobs().debug_keep_temps:
+        if keep := knobs().debug_keep_temps:
             e.message += f"\n  build folder kept at {path}"
             e.args = (e.message,)
-        else:
+        raise
+    finally:
+        if not keep:
             shutil.rmtree(path, ignore_errors=True)
-        raise
-    except BaseException:
-        shutil.rmtree(path, ignore_errors=True)
-        raise
-    else:
-        shutil.rmtree(path, ignore_errors=True)

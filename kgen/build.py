@@ -1,0 +1,185 @@
+"""`kgen build`: a spec, a target and its variants -> sources, code objects and a manifest.
+
+    build_spec(spec, target)                       one BuiltVariant per variant
+      choose_tunables   the first candidate combination whose IR fits the target (descriptor limits)
+      compile_kernel    the pass pipeline (kgen.ir.pipeline)
+      render_kernel     templates -> HIP or CUDA source
+      compile_source    the toolchain -> .hsaco / .cubin and its resource report
+
+Sources go to `out/<spec>/<target>/` with the headers they include copied beside them, so each
+compiles standalone with the command its manifest records. Every file is written to a temporary
+name and renamed, so a failed build leaves no half-written file.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from . import __version__
+from .codegen.render import HEADERS, SUFFIX, kernel_params, render_kernel, template_hash
+from .errors import KgenError, SpecError
+from .hw.descriptor import Target
+from .ir.core import Kernel
+from .ir.pipeline import compile_kernel
+from .paths import templates_dir
+from .spec.load import LoadedSpec, variant_id
+
+
+@dataclass
+class BuiltKernel:
+    name: str
+    source: str  # the generated text
+    file: str  # file name of the source
+    grid: list[str | int]
+    threads: int
+    shared_bytes: int
+    signature: str
+    notes: dict[str, Any]
+    binary: bytes | None = None
+    resources: dict[str, Any] | None = None
+    command: list[str] | None = None
+    compiler: str | None = None
+
+
+@dataclass
+class BuiltVariant:
+    variant: dict[str, Any]
+    tunables: dict[str, int]
+    kernels: list[BuiltKernel] = field(default_factory=list)
+
+    @property
+    def id(self) -> str:
+        return variant_id(self.variant)
+
+
+def tunable_candidates(ls: LoadedSpec) -> list[dict[str, int]]:
+    names = list(ls.spec.tunables)
+    lists = [v if isinstance(v, list) else [v] for v in ls.spec.tunables.values()]
+    return [dict(zip(names, combo)) for combo in itertools.product(*lists)]
+
+
+def lower_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target) -> tuple[dict[str, int], list[Kernel]]:
+    """The IR of every kernel with the first tunables that fit the target; the reasons the
+    others did not fit are kept for the error message."""
+    failures = []
+    for tunables in tunable_candidates(ls):
+        try:
+            kernels = [compile_kernel(ls, i, variant, tunables, target) for i in range(len(ls.spec.kernels))]
+        except SpecError as e:
+            if "shared memory" not in e.message and "fits no matrix instruction" not in e.message:
+                raise
+            failures.append(f"{tunables}: {e.message}")
+            continue
+        return tunables, kernels
+    raise SpecError(f"no tunable choice fits {target.name}: " + "; ".join(failures), ls.where("tunables"))
+
+
+def build_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target, compile: bool) -> BuiltVariant:
+    tunables, kernels = lower_variant(ls, variant, target)
+    out = BuiltVariant(variant, tunables)
+    vid = variant_id(variant)
+    for i, k in enumerate(kernels):
+        line, _ = ls.yaml.block_origin(("kernels", i, "program"))
+        source = render_kernel(k, target, spec_file=_display(ls.path), program_line=line, variant=variant)
+        _, sig = kernel_params(k, variant)
+        out.kernels.append(BuiltKernel(
+            name=k.name, source=source, file=f"{k.name}__{vid}{SUFFIX[target.backend]}", grid=list(ls.spec.kernels[i].grid),
+            threads=k.num_warps * target.wave_size, shared_bytes=k.shared_bytes, signature=sig, notes=dict(k.notes)))
+    if compile:
+        for bk in out.kernels:
+            compile_built(bk, target)
+    return out
+
+
+def compile_built(bk: BuiltKernel, target: Target) -> None:
+    """Compile one generated source in a private folder with the headers beside it."""
+    from .toolchain import compile_cuda, compile_hip
+
+    with tempfile.TemporaryDirectory(prefix="kgen-src-") as tmp:
+        src = Path(tmp) / bk.file
+        src.write_text(bk.source)
+        for h in HEADERS[target.backend]:
+            shutil.copy(templates_dir() / h, Path(tmp) / Path(h).name)
+        fn = compile_cuda if target.backend == "cuda" else compile_hip
+        cwd = os.getcwd()
+        os.chdir(tmp)  # so the recorded command names the source as it sits beside its headers
+        try:
+            res = fn(Path(bk.file), target.compiler_arch, include_dirs=[])
+        finally:
+            os.chdir(cwd)
+    bk.binary = res.binary
+    bk.command = [Path(res.command[0]).name] + [c for c in res.command[1:]]
+    bk.compiler = res.compiler_version
+    r = res.resources.get(bk.name)
+    bk.resources = r.as_dict() if r else None
+
+
+def build_spec(ls: LoadedSpec, target: Target, variants: list[dict[str, Any]], *, compile: bool = True,
+               on_variant: Callable[[BuiltVariant], None] | None = None) -> list[BuiltVariant]:
+    built = []
+    for v in variants:
+        bv = build_variant(ls, v, target, compile)
+        built.append(bv)
+        if on_variant:
+            on_variant(bv)
+    return built
+
+
+def manifest(ls: LoadedSpec, target: Target, built: list[BuiltVariant]) -> dict[str, Any]:
+    return {
+        "kgen": __version__, "spec": _display(ls.path), "op": ls.spec.name, "target": target.name,
+        "backend": target.backend, "compiler_arch": target.compiler_arch, "templates": template_hash(target.backend),
+        "variants": [{
+            "variant": bv.variant, "id": bv.id, "tunables": bv.tunables,
+            "kernels": [{"name": k.name, "source": k.file, "grid": k.grid, "threads": k.threads,
+                         "shared_bytes": k.shared_bytes, "signature": k.signature, "decisions": k.notes,
+                         "command": k.command, "compiler": k.compiler, "resources": k.resources}
+                        for k in bv.kernels]} for bv in built],
+    }
+
+
+def write_build(out_dir: Path, ls: LoadedSpec, target: Target, built: list[BuiltVariant], keep_binaries: bool = False) -> Path:
+    """Write sources, headers and manifest.json under out_dir/<op>/<target>/, atomically: the
+    folder is assembled beside its final place and swapped in."""
+    final = out_dir / ls.spec.name / target.name
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=final.parent))
+    try:
+        for h in HEADERS[target.backend]:
+            shutil.copy(templates_dir() / h, tmp / Path(h).name)
+        for bv in built:
+            for k in bv.kernels:
+                (tmp / k.file).write_text(k.source)
+                if keep_binaries and k.binary:
+                    (tmp / (k.file.rsplit(".", 1)[0] + (".cubin" if target.backend == "cuda" else ".hsaco"))).write_bytes(k.binary)
+        (tmp / "manifest.json").write_text(json.dumps(manifest(ls, target, built), indent=1, sort_keys=False) + "\n")
+        if final.exists():
+            old = final.with_name(f".{target.name}-old")
+            shutil.rmtree(old, ignore_errors=True)
+            final.rename(old)
+            tmp.rename(final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            tmp.rename(final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def _display(path: Path) -> str:
+    """The spec's path as written in generated files: relative to the working directory when
+    under it, so generated/ does not depend on where the repository is checked out."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+__all__ = ["BuiltKernel", "BuiltVariant", "KgenError", "build_spec", "lower_variant", "manifest", "write_build"]

@@ -1,0 +1,72 @@
+"""C++ expressions for layouts: which tile coordinate a thread's register holds.
+
+A layout's coordinate is the sum of the basis vectors of the set bits of (reg, lane, warp)
+(kgen.ir.layout; our layouts use disjoint single-bit bases, so XOR is a sum). The lane/warp
+part is computed once per thread; the register part is a constant once loops over `e` are
+unrolled, so the compiler folds it into address offsets.
+"""
+from __future__ import annotations
+
+from ..ir.layout import Layout
+
+
+def _is_disjoint(layout: Layout) -> bool:
+    seen = [0] * len(layout.shape)
+    for bases in (layout.reg, layout.lane, layout.warp):
+        for v in bases:
+            for d, x in enumerate(v):
+                if x and (x & (x - 1) or seen[d] & x):
+                    return False
+                seen[d] |= x
+    return True
+
+
+def _bits_expr(var: str, bases, dim: int) -> str:
+    terms = [f"(({var} >> {b}) & 1) * {v[dim]}" if b else f"({var} & 1) * {v[dim]}" for b, v in enumerate(bases) if v[dim]]
+    return " + ".join(terms) if terms else "0"
+
+
+def thread_coord(layout: Layout, dim: int) -> str:
+    """The lane/warp part of the coordinate along `dim` (variables `lane`, `warp`)."""
+    assert _is_disjoint(layout), layout
+    parts = [p for p in (_bits_expr("lane", layout.lane, dim), _bits_expr("warp", layout.warp, dim)) if p != "0"]
+    return " + ".join(parts) if parts else "0"
+
+
+def reg_coord(layout: Layout, dim: int, var: str = "e") -> str:
+    """The register part of the coordinate along `dim`, an expression in `var`."""
+    return _bits_expr(var, layout.reg, dim)
+
+
+def reg_map_expr(mapping: list[int], var: str = "e") -> str:
+    """An expression in `var` computing mapping[var] when the mapping keeps a subset of bits."""
+    n = len(mapping)
+    bits = n.bit_length() - 1
+    terms = []
+    for b in range(bits):
+        tgt = mapping[1 << b]
+        if tgt:
+            terms.append(f"(({var} >> {b}) & 1) * {tgt}")
+    expr = " + ".join(terms) if terms else "0"
+    for r in range(n):  # the mapping must be linear in the bits of r, as slices are
+        assert mapping[r] == sum(mapping[1 << b] for b in range(bits) if r >> b & 1), mapping
+    return expr
+
+
+def dup_masks(layout: Layout) -> tuple[int, int]:
+    """(lane mask, warp mask) of the bits that only make copies: a store is done by the threads
+    whose masked bits are zero, so each element is written once."""
+    lane = sum(1 << b for b, v in enumerate(layout.lane) if not any(v))
+    warp = sum(1 << b for b, v in enumerate(layout.warp) if not any(v))
+    return lane, warp
+
+
+def vector_width(layout: Layout, dim: int, max_elems: int) -> int:
+    """How many consecutive registers hold consecutive elements along `dim` (a vector access)."""
+    v = 1
+    for b, basis in enumerate(layout.reg):
+        if v < max_elems and basis[dim] == v and all(x == 0 for d, x in enumerate(basis) if d != dim) and b == v.bit_length() - 1:
+            v *= 2
+        else:
+            break
+    return v

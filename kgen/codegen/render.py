@@ -1,0 +1,74 @@
+"""Render a compiled kernel's IR to HIP or CUDA source through the backend's templates."""
+from __future__ import annotations
+
+import hashlib
+from functools import lru_cache
+from typing import Any
+
+import jinja2
+
+from .. import __version__
+from ..hw.descriptor import Target
+from ..ir.core import Kernel
+from ..lang import resolve_dtype
+from ..paths import templates_dir
+from .emit import CTYPE, Emitter
+
+SKELETON = {"cuda": "cuda/kernel.cu.j2", "hip": "hip/kernel.hip.j2"}
+SUFFIX = {"cuda": ".cu", "hip": ".hip"}
+HEADERS = {"cuda": ["cuda/kgen_cuda.h", "common/kgen_tile.h"], "hip": ["hip/kgen_hip.h", "common/kgen_tile.h"]}
+
+
+@lru_cache(maxsize=1)
+def environment() -> jinja2.Environment:
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())), undefined=jinja2.StrictUndefined,
+                              keep_trailing_newline=True, trim_blocks=False, lstrip_blocks=False, autoescape=False)
+
+
+def template_hash(backend: str) -> str:
+    """Hash of every template file the backend uses (part of the cache key)."""
+    h = hashlib.sha256()
+    root = templates_dir()
+    for rel in sorted([SKELETON[backend], "common/ops.j2"] + HEADERS[backend]):
+        h.update(rel.encode())
+        h.update((root / rel).read_bytes())
+    return h.hexdigest()[:16]
+
+
+def kernel_params(k: Kernel, variant: dict[str, Any]) -> tuple[list[str], str]:
+    """The C parameter list and the launcher's signature string ('p' pointer, 'l' int64,
+    'i' int32, 'f' float), in the order kgen.runtime passes arguments."""
+    params, sig = [], ""
+    for name, t in k.tensors.items():
+        ctype = CTYPE[resolve_dtype(t.dtype, variant)]
+        const = "const " if t.role == "input" else ""
+        params.append(f"{const}{ctype}* __restrict__ {name}")
+        sig += "p"
+        for d in range(len(t.shape) - 1):
+            params.append(f"int64_t stride_{name}_{d}")
+            sig += "l"
+    for s in k.sizes:
+        params.append(f"int size_{s}")
+        sig += "i"
+    for s in k.scalars:
+        params.append(f"float scalar_{s}")
+        sig += "f"
+    return params, sig
+
+
+def tensor_dims(k: Kernel) -> dict[str, list[str]]:
+    """Each tensor dim's extent as a C expression: a size argument or a constant."""
+    out = {}
+    for name, t in k.tensors.items():
+        out[name] = [str(d) if isinstance(d, int) else (f"size_{d}" if d in k.sizes else str(k.constants[d])) for d in t.shape]
+    return out
+
+
+def render_kernel(k: Kernel, target: Target, *, spec_file: str, program_line: int, variant: dict[str, Any]) -> str:
+    params, _ = kernel_params(k, variant)
+    body = Emitter(k, target, tensor_dims(k)).ops(k.body)
+    vid = ",".join(f"{a}={v}" for a, v in variant.items()) or "default"
+    return environment().get_template(SKELETON[target.backend]).render(
+        version=__version__, spec_file=spec_file, kernel=k.name, variant=vid, target=target.name,
+        program_line=program_line, threads=k.num_warps * target.wave_size, params=params, body=body,
+        shared_bytes=k.shared_bytes)

@@ -1,0 +1,56 @@
+"""Choose, for each dot, the matrix instruction and how the warps split the output tile.
+
+Facts come from the descriptor: the instruction shapes the target has for the operand dtype,
+and the wave size. Among the instructions that tile the dot exactly, the largest (fewest
+instructions, fewest fragment loads) is taken; then warps are spread along M first, since rows
+of a tile share the A fragment loads (each warp then reads a different strip of A).
+"""
+from __future__ import annotations
+
+from ...errors import SpecError
+from ...hw.descriptor import Target
+from ..core import Kernel, walk
+from ..layout import Layout, log2
+
+
+def choose_dot_tiling(k: Kernel, target: Target) -> Kernel:
+    for op in walk(k.body):
+        if op.kind != "dot" or "instr" in op.attrs:
+            continue
+        a, b, _ = op.operands
+        (m_, k_), n_ = a.shape, b.shape[1]
+        fits = [i for i in target.matrix_instrs if i.ab_dtype == a.dtype and m_ % i.m == 0 and n_ % i.n == 0 and k_ % i.k == 0]
+        if not fits:
+            shapes = ", ".join(f"{i.m}x{i.n}x{i.k}" for i in target.matrix_instrs if i.ab_dtype == a.dtype)
+            raise SpecError(f"dot of {m_}x{k_} by {k_}x{n_} {a.dtype} tiles fits no matrix instruction of {target.name} ({shapes}); use tile sizes that are multiples of one", op.loc)
+        instr = max(fits, key=lambda i: (i.m * i.n * i.k, i.m))
+        warps_m = 1
+        while warps_m < k.num_warps and m_ % (instr.m * warps_m * 2) == 0:
+            warps_m *= 2
+        warps_n = k.num_warps // warps_m
+        if n_ % (instr.n * warps_n):
+            raise SpecError(f"dot of {m_}x{n_} cannot be split over {k.num_warps} warps with {instr.name}; use fewer warps or a larger tile", op.loc)
+        op.attrs.update(instr=instr.name, warps_m=warps_m, warps_n=warps_n,
+                        reps_m=m_ // (instr.m * warps_m), reps_n=n_ // (instr.n * warps_n))
+        k.notes.setdefault("dots", []).append(
+            f"{m_}x{n_}x{k_} {a.dtype}: {instr.name}, warps {warps_m}x{warps_n}, "
+            f"{op.attrs['reps_m']}x{op.attrs['reps_n']} instructions per warp per k-step")
+    return k
+
+
+def instr_of(target: Target, name: str):
+    return next(i for i in target.matrix_instrs if i.name == name)
+
+
+def acc_layout(target: Target, attrs: dict) -> Layout:
+    """The output tile's layout: the instruction's C fragment, repeated over the warp's
+    sub-tile (registers), and tiled over the warps (M-major warp order)."""
+    instr = instr_of(target, attrs["instr"])
+    c = instr.layout("c")
+    reg = list(c.reg)
+    reg += [(0, instr.n << i) for i in range(log2(attrs["reps_n"]))]
+    reg += [(instr.m << i, 0) for i in range(log2(attrs["reps_m"]))]
+    warp = [(0, instr.n * attrs["reps_n"] << i) for i in range(log2(attrs["warps_n"]))]
+    warp += [(instr.m * attrs["reps_m"] << i, 0) for i in range(log2(attrs["warps_m"]))]
+    shape = (instr.m * attrs["reps_m"] * attrs["warps_m"], instr.n * attrs["reps_n"] * attrs["warps_n"])
+    return Layout(shape=shape, reg=tuple(reg), lane=c.lane, warp=tuple(warp))

@@ -1,0 +1,46 @@
+"""The compiler in one function: a spec's kernel, one variant, one target -> IR ready for codegen.
+
+    parse (kgen.lang: variant and tunables bound, shapes and dtypes inferred)
+      -> choose_dot_tiling    matrix instruction and warp split per dot, from the descriptor
+      -> assign_layouts       which lane holds which element (linear layouts), converts inserted
+      -> stage_dot_operands   dot operands copied to shared memory, K contiguous
+      -> plan_shared_memory   offsets from the interference graph; the descriptor's limit checked
+
+The verifier runs after each pass. `kgen inspect` prints the IR after each of them.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ..hw.descriptor import Target
+from ..lang import kernel_ir
+from ..spec.load import LoadedSpec
+from .core import Kernel, print_kernel
+from .passes.dot_tiling import choose_dot_tiling
+from .passes.layouts import assign_layouts
+from .passes.memory import plan_shared_memory, stage_dot_operands
+from .verify import verify
+
+Pass = Callable[[Kernel, Target], Kernel]
+PASSES: list[tuple[str, Pass]] = [
+    ("choose_dot_tiling", choose_dot_tiling),
+    ("assign_layouts", assign_layouts),
+    ("stage_dot_operands", stage_dot_operands),
+    ("plan_shared_memory", plan_shared_memory),
+]
+
+
+def compile_kernel(ls: LoadedSpec, kernel_index: int, variant: dict[str, Any], tunables: dict[str, int],
+                   target: Target, trace: Callable[[str, str], None] | None = None) -> Kernel:
+    k = kernel_ir(ls, kernel_index, variant, tunables)
+    verify(k, "parse")
+    if trace:
+        trace("parse", print_kernel(k))
+    layouts = False
+    for name, run in PASSES:
+        k = run(k, target)
+        layouts = layouts or name == "assign_layouts"
+        verify(k, name, layouts=layouts)
+        if trace:
+            trace(name, print_kernel(k))
+    return k

@@ -1,0 +1,88 @@
+"""Call-time checks and binding: tensors -> sizes, variant, outputs; one clear error per mistake."""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..errors import LaunchError
+from ..lang import resolve_dtype
+from ..spec.expr import eval_expr
+from ..spec.load import LoadedSpec
+
+TORCH = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "int32": torch.int32}
+NAMES = {v: k for k, v in TORCH.items()}
+
+
+def dtype_axes(ls: LoadedSpec) -> dict[str, str]:
+    """Variant axes decided by an input's dtype: axis -> the first input tensor that decides it."""
+    out: dict[str, str] = {}
+    for name, t in ls.spec.tensors.items():
+        if t.role == "input" and t.dtype.startswith("$"):
+            out.setdefault(t.dtype[1:], name)
+    return out
+
+
+def choose_variant(ls: LoadedSpec, tensors: dict[str, torch.Tensor], options: dict[str, Any]) -> dict[str, Any]:
+    spec = ls.spec
+    variant = {}
+    for axis, values in spec.variants.items():
+        decider = dtype_axes(ls).get(axis)
+        if decider is not None:
+            dt = NAMES.get(tensors[decider].dtype)
+            if dt not in values:
+                raise LaunchError(f"{spec.name}: '{decider}' has dtype {tensors[decider].dtype}; accepted: "
+                                  f"{', '.join('torch.' + str(TORCH[v]).split('.')[-1] for v in values)}")
+            variant[axis] = dt
+        else:
+            value = options.get(axis, values[0])
+            if value not in values:
+                raise LaunchError(f"{spec.name}: {axis}={value!r} is not supported; accepted: {', '.join(map(repr, values))}")
+            variant[axis] = value
+    for ex in spec.exclude:
+        if all(variant[a] == v for a, v in ex.items()):
+            raise LaunchError(f"{spec.name}: the combination {ex} is not built")
+    return variant
+
+
+def bind(ls: LoadedSpec, tensors: dict[str, torch.Tensor], variant: dict[str, Any], device: torch.device) -> dict[str, int]:
+    """Check every input (dtype, device, rank, sizes, contiguous last dim) and bind the sizes."""
+    spec = ls.spec
+    sizes: dict[str, int] = {}
+    static = dict(variant)
+    for name in spec.inputs():
+        t, p = tensors[name], spec.tensors[name]
+        if not isinstance(t, torch.Tensor):
+            raise LaunchError(f"{spec.name}: '{name}' must be a tensor, got {type(t).__name__}")
+        want = TORCH[resolve_dtype(p.dtype, variant)]
+        if t.dtype != want:
+            raise LaunchError(f"{spec.name}: '{name}' has dtype {t.dtype}; this call needs {want} (the dtype of the other inputs)")
+        if t.device != device:
+            raise LaunchError(f"{spec.name}: '{name}' is on {t.device}, the other inputs on {device}; put all inputs on one device")
+        if t.dim() != len(p.shape):
+            raise LaunchError(f"{spec.name}: '{name}' has {t.dim()} dims {tuple(t.shape)}; expected {len(p.shape)} dims {p.shape}")
+        for d, (want_dim, got) in enumerate(zip(p.shape, t.shape)):
+            if isinstance(want_dim, int) or want_dim in static:
+                exp = want_dim if isinstance(want_dim, int) else static[want_dim]
+                if got != exp:
+                    raise LaunchError(f"{spec.name}: '{name}' dim {d} is {got}; expected {want_dim} = {exp}")
+            elif want_dim in sizes and sizes[want_dim] != got:
+                raise LaunchError(f"{spec.name}: '{name}' dim {d} is {got}, but {want_dim} = {sizes[want_dim]} from another input")
+            else:
+                sizes[want_dim] = got
+        if t.numel() and t.dim() and t.stride(-1) != 1 and t.shape[-1] != 1:
+            raise LaunchError(f"{spec.name}: '{name}' must have a contiguous last dim (stride 1), got strides {t.stride()}")
+    for s in spec.sizes:
+        if s not in sizes:
+            raise LaunchError(f"{spec.name}: size {s} is not given by any input tensor")
+        if sizes[s] == 0:
+            raise LaunchError(f"{spec.name}: size {s} is 0; kgen ops need non-empty inputs")
+    env = {**static, **sizes}
+    for c in spec.constraints:
+        if not eval_expr(c, env):
+            raise LaunchError(f"{spec.name}: the inputs break the constraint '{c}' (with {', '.join(f'{k}={v}' for k, v in sizes.items())})")
+    return sizes
+
+
+def output_shape(ls: LoadedSpec, name: str, env: dict[str, Any]) -> list[Any]:
+    return [d if isinstance(d, int) else env[d] for d in ls.spec.tensors[name].shape]

@@ -1,0 +1,75 @@
+"""Compiled variants, through the cache: the code objects of one (spec, variant, target), loaded.
+
+The cache key covers everything that changes the code object: the spec's text, the variant,
+the target, kgen's version, the templates' hash, the compiler's identity and flags. A warm load
+is a manifest read plus the code objects' bytes; nothing is compiled or rendered.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from ..codegen.render import template_hash
+from ..hw.descriptor import Target
+from ..spec.load import LoadedSpec
+from .cache import Cache, cache_key
+from .launcher import LoadedKernel
+
+
+@dataclass(frozen=True)
+class ReadyKernel:
+    kernel: LoadedKernel
+    grid: tuple[Any, ...]
+    threads: int
+    shared_bytes: int
+    signature: str
+
+
+def key_parts(ls: LoadedSpec, variant: dict[str, Any], target: Target) -> dict[str, Any]:
+    from ..toolchain import compiler_identity
+
+    return {"spec": hashlib.sha256(ls.yaml.text.encode()).hexdigest(), "variant": variant, "target": target.name,
+            "kgen": __version__, "templates": template_hash(target.backend), "compiler": compiler_identity(target.backend),
+            "arch": target.compiler_arch}
+
+
+def _build_into(ls: LoadedSpec, variant: dict[str, Any], target: Target):
+    def build(tmp: Path) -> None:
+        from ..build import build_variant
+
+        bv = build_variant(ls, variant, target, compile=True)
+        kernels = []
+        for k in bv.kernels:
+            obj = k.file.rsplit(".", 1)[0] + (".cubin" if target.backend == "cuda" else ".hsaco")
+            (tmp / obj).write_bytes(k.binary)
+            kernels.append({"name": k.name, "object": obj, "grid": k.grid, "threads": k.threads,
+                            "shared_bytes": k.shared_bytes, "signature": k.signature, "resources": k.resources})
+        (tmp / "manifest.json").write_text(json.dumps({"tunables": bv.tunables, "kernels": kernels}))
+    return build
+
+
+@lru_cache(maxsize=None)
+def _load_entry(entry: str, backend: str) -> tuple[tuple[ReadyKernel, ...], dict[str, int]]:
+    meta = json.loads((Path(entry) / "manifest.json").read_text())
+    ready = tuple(ReadyKernel(LoadedKernel(backend, (Path(entry) / k["object"]).read_bytes(), k["name"], k["shared_bytes"]),
+                              tuple(k["grid"]), k["threads"], k["shared_bytes"], k["signature"]) for k in meta["kernels"])
+    return ready, meta["tunables"]
+
+
+_memo: dict[tuple, tuple[tuple[ReadyKernel, ...], dict[str, int]]] = {}
+
+
+def compiled_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target) -> tuple[tuple[ReadyKernel, ...], dict[str, int]]:
+    """The loaded kernels of a variant and the tunables they were built with (memoised per process)."""
+    memo_key = (str(ls.path), ls.yaml.text, tuple(variant.items()), target.name)
+    hit = _memo.get(memo_key)
+    if hit is None:
+        cache = Cache()
+        entry = cache.get_or_build(cache_key(key_parts(ls, variant, target)), _build_into(ls, variant, target))
+        hit = _memo[memo_key] = _load_entry(str(entry), target.backend)
+    return hit

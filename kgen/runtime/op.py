@@ -1,0 +1,198 @@
+"""A spec as a PyTorch op: torch.library registration, fake implementation, autograd.
+
+`kgen.load(path)` returns a KgenOp. Calling it checks the inputs, picks the variant from their
+dtypes (and keyword options for the other axes), allocates the outputs and runs the spec's
+kernels in order: on a GPU from the compiled code objects (kgen.runtime.compiled), on the CPU
+through the IR interpreter (slow; for tests and debugging). The op is registered as
+`kgen::<name>` so that torch.compile sees one opaque node and `torch.library.opcheck` applies.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..errors import LaunchError, TargetError
+from ..hw.descriptor import Target, load_target
+from ..knobs import knobs
+from ..lang import kernel_ir, resolve_dtype
+from ..spec.expr import eval_expr
+from ..spec.load import LoadedSpec, load_spec
+from .binding import TORCH, bind, choose_variant, dtype_axes, output_shape
+
+_ops: dict[str, "KgenOp"] = {}
+_lib = torch.library.Library("kgen", "FRAGMENT")
+
+
+def device_target(device: torch.device) -> Target:
+    """The target of a GPU: KGEN_TARGET, else the device's architecture."""
+    if knobs().target:
+        return load_target(knobs().target)
+    if torch.version.hip:
+        arch = torch.cuda.get_device_properties(device).gcnArchName.split(":")[0]
+        return load_target(arch)
+    major, minor = torch.cuda.get_device_capability(device)
+    try:
+        return load_target(f"sm_{major}{minor}")
+    except TargetError:
+        raise TargetError(f"this GPU is sm_{major}{minor}; kgen builds for gfx90a, gfx942, sm_80 and sm_90") from None
+
+
+class KgenOp:
+    def __init__(self, ls: LoadedSpec):
+        self.ls, self.spec = ls, ls.spec
+        self.inputs = ls.spec.inputs()
+        self.outputs = ls.spec.outputs()
+        self.options = [a for a in ls.spec.variants if a not in dtype_axes(ls)]
+        self.backward_op: KgenOp | None = None
+        self.qualname = f"kgen::{self.spec.name}"
+        self._register()
+
+    # --- calling --------------------------------------------------------------------------------
+    def __call__(self, *args: Any, **kwargs: Any):
+        out = getattr(torch.ops.kgen, self.spec.name)(*self._positional(args, kwargs))
+        return out
+
+    def _positional(self, args, kwargs) -> list[Any]:
+        names = self.inputs + list(self.spec.scalars) + self.options
+        if len(args) > len(names):
+            raise LaunchError(f"{self.spec.name}() takes {len(names)} arguments ({', '.join(names)}), got {len(args)}")
+        bound = dict(zip(names, args))
+        for k, v in kwargs.items():
+            if k not in names:
+                raise LaunchError(f"{self.spec.name}() got an unknown argument '{k}'; accepted: {', '.join(names)}")
+            bound[k] = v
+        out = []
+        for n in names:
+            if n in bound:
+                out.append(bound[n])
+            elif n in self.spec.scalars and self.spec.scalars[n].default is not None:
+                out.append(self.spec.scalars[n].default)
+            elif n in self.options:
+                out.append(self.spec.variants[n][0])
+            else:
+                raise LaunchError(f"{self.spec.name}() is missing the argument '{n}'")
+        return out
+
+    def run(self, *args: Any) -> tuple[torch.Tensor, ...]:
+        tensors = dict(zip(self.inputs, args))
+        scalars = dict(zip(self.spec.scalars, args[len(self.inputs):]))
+        options = dict(zip(self.options, args[len(self.inputs) + len(self.spec.scalars):]))
+        device = next(iter(tensors.values())).device
+        variant = choose_variant(self.ls, tensors, options)
+        sizes = bind(self.ls, tensors, variant, device)
+        env = {**variant, **sizes}
+        if device.type == "cpu":
+            from ..build import tunable_candidates
+
+            tunables, runner = tunable_candidates(self.ls)[0], self._run_cpu
+        else:
+            from .compiled import compiled_variant
+
+            kernels, tunables = compiled_variant(self.ls, variant, device_target(device))
+            runner = lambda all_t: self._run_gpu(kernels, all_t, sizes, scalars, {**env, **tunables})  # noqa: E731
+        env.update(tunables)
+        all_t = dict(tensors)
+        poison = knobs().poison
+        for name, t in self.spec.tensors.items():
+            if t.role == "input":
+                continue
+            shape = [eval_expr(d, env) if isinstance(d, str) else d for d in output_shape(self.ls, name, env)]
+            dt = TORCH[resolve_dtype(t.dtype, variant)]
+            if t.init == "zeros":
+                all_t[name] = torch.zeros(shape, dtype=dt, device=device)
+            elif poison and dt.is_floating_point:
+                all_t[name] = torch.full(shape, float("nan"), dtype=dt, device=device)
+            else:
+                all_t[name] = torch.empty(shape, dtype=dt, device=device)
+        if device.type == "cpu":
+            self._run_cpu(all_t, sizes, scalars, variant, tunables, env)
+        else:
+            runner(all_t)
+        return tuple(all_t[n] for n in self.outputs)
+
+    def _run_gpu(self, kernels, tensors, sizes, scalars, env) -> None:
+        stream = torch.cuda.current_stream().cuda_stream
+        args: list[Any] = []
+        for name, t in self.spec.tensors.items():
+            x = tensors[name]
+            args.append(x.data_ptr())
+            args.extend(x.stride()[:-1])
+        args.extend(sizes[s] for s in self.spec.sizes)
+        args.extend(float(scalars[s]) for s in self.spec.scalars)
+        for rk in kernels:
+            grid = [eval_expr(g, env) for g in rk.grid] + [1] * (3 - len(rk.grid))
+            rk.kernel(grid, (rk.threads, 1, 1), rk.shared_bytes, stream, rk.signature, args)
+
+    def _run_cpu(self, tensors, sizes, scalars, variant, tunables, env) -> None:
+        from ..ir.interp import run_kernel
+
+        for i, ks in enumerate(self.spec.kernels):
+            k = kernel_ir(self.ls, i, variant, tunables)
+            run_kernel(k, tuple(eval_expr(g, env) for g in ks.grid), tensors, sizes, scalars)
+
+    # --- torch.library ---------------------------------------------------------------------------
+    def _schema(self) -> str:
+        params = [f"Tensor {n}" for n in self.inputs] + [f"float {n}" for n in self.spec.scalars]
+        for a in self.options:
+            v = self.spec.variants[a][0]
+            kind = "bool" if isinstance(v, bool) else "int" if isinstance(v, int) else "float" if isinstance(v, float) else "str"
+            params.append(f"{kind} {a}")
+        outs = ", ".join("Tensor" for _ in self.outputs)
+        return f"({', '.join(params)}) -> " + (outs if len(self.outputs) == 1 else f"({outs})")
+
+    def _register(self) -> None:
+        name = self.spec.name
+        if not hasattr(torch.ops.kgen, name) or name not in _ops:
+            if not _op_defined(name):
+                _lib.define(name + self._schema())
+            single = len(self.outputs) == 1
+
+            def impl(*args):
+                outs = _ops[name].run(*args)
+                return outs[0] if single else outs
+
+            def fake(*args):
+                op = _ops[name]
+                tensors = dict(zip(op.inputs, args))
+                options = dict(zip(op.options, args[len(op.inputs) + len(op.spec.scalars):]))
+                variant = choose_variant(op.ls, tensors, options)
+                env = {**variant}
+                for n in op.inputs:
+                    for d, s in zip(op.spec.tensors[n].shape, tensors[n].shape):
+                        if isinstance(d, str):
+                            env.setdefault(d, s)
+                dev = next(iter(tensors.values())).device
+                outs = tuple(torch.empty(output_shape(op.ls, n, env), dtype=TORCH[resolve_dtype(op.spec.tensors[n].dtype, variant)], device=dev)
+                             for n in op.outputs)
+                return outs[0] if single else outs
+
+            _lib.impl(name, impl, "CPU")
+            _lib.impl(name, impl, "CUDA")
+            torch.library.register_fake(self.qualname, fake, lib=_lib)
+        _ops[name] = self
+
+    def attach_backward(self, bwd: "KgenOp") -> None:
+        from .autograd import register
+
+        self.backward_op = bwd
+        register(self, bwd)
+
+
+def _op_defined(name: str) -> bool:
+    try:
+        torch._C._dispatch_find_schema_or_throw(f"kgen::{name}", "")
+        return True
+    except RuntimeError:
+        return False
+
+
+def load(path: str | Path) -> KgenOp:
+    """The op of a spec file (and of its backward spec, for autograd), ready to call."""
+    ls = load_spec(path)
+    op = KgenOp(ls)
+    if ls.spec.autograd is not None:
+        bwd_ls = load_spec(ls.path.parent / ls.spec.autograd.backward)
+        op.attach_backward(KgenOp(bwd_ls))
+    return op
