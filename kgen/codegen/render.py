@@ -60,8 +60,23 @@ def tensor_dims(k: Kernel) -> dict[str, list[str]]:
     """Each tensor dim's extent as a C expression: a size argument or a constant."""
     out = {}
     for name, t in k.tensors.items():
-        out[name] = [str(d) if isinstance(d, int) else (f"size_{d}" if d in k.sizes else str(k.constants[d])) for d in t.shape]
+        out[name] = [c_expr(d, k) for d in t.shape]
     return out
+
+
+def c_expr(text: str | int, k: Kernel) -> str:
+    """A spec size expression as C: sizes become their arguments, constants their values."""
+    import ast
+
+    if isinstance(text, int):
+        return str(text)
+    tree = ast.parse(str(text), mode="eval")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            node.id = f"size_{node.id}" if node.id in k.sizes else ("kg::cdiv" if node.id == "cdiv" else str(k.constants.get(node.id, node.id)))
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.FloorDiv):
+            node.op = ast.Div()  # sizes are non-negative: C's division is floor division
+    return "(" + ast.unparse(tree) + ")"
 
 
 def render_kernel(k: Kernel, target: Target, *, spec_file: str, program_line: int, variant: dict[str, Any]) -> str:

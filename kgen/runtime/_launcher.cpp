@@ -187,8 +187,8 @@ CudaApi& cuda_with_context() {
 }
 
 // CUDA: 'sm_XY' from the current device's compute capability. HIP: always '': the name (gfx942..)
-// is only in hipDeviceProp_t, whose layout changes between ROCm versions, and the attribute
-// hipDeviceAttributeGcnArch (a number) is gone since ROCm 6. PyTorch has it: gcnArchName.
+// is only in hipDeviceProp_t, whose layout changes between ROCm versions; an int attribute cannot
+// carry it (hipDeviceAttributeGcnArch is a deprecated number). PyTorch has it: gcnArchName.
 std::string device_arch_impl(Backend b) {
   if (b == Backend::Hip) return "";
   CudaApi& api = cuda_with_context();

@@ -85,4 +85,4 @@ def bind(ls: LoadedSpec, tensors: dict[str, torch.Tensor], variant: dict[str, An
 
 
 def output_shape(ls: LoadedSpec, name: str, env: dict[str, Any]) -> list[Any]:
-    return [d if isinstance(d, int) else env[d] for d in ls.spec.tensors[name].shape]
+    return [eval_expr(d, env) for d in ls.spec.tensors[name].shape]

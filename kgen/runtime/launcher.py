@@ -6,6 +6,19 @@ hash of the ~300 KB .so and a dlopen, a few ms). The extension needs no CUDA or 
 dlopen()s the driver library when a kernel is first loaded, so it builds and imports on any machine
 with g++ and pybind11.
 
+The extension's functions (backend is "cuda" or "hip"; handles are ints; driver errors raise
+RuntimeError "cuda error N (NAME): text in function", and its subclass WrongGpuError when the code
+object was built for another GPU):
+  load_module(backend, image) -> module   copies the cubin / hsaco and keeps it for the process
+  get_function(backend, module, name) -> func
+  set_max_dynamic_shared(backend, func, nbytes)   needed above 48 KiB on CUDA; a no-op on AMD
+  launch(backend, func, grid, block, shared_bytes, stream, signature, args)
+      signature: one char per argument: p = pointer (int address or None), i = int32,
+      l = int64, f = float32; stream 0 is the legacy default stream
+  current_device(backend) -> int   (CUDA: makes device 0's primary context current if none is)
+  device_arch(backend) -> "sm_90"... on CUDA; always "" on HIP (use torch's gcnArchName)
+  pack_args_for_test(signature, args) -> bytes   the packed argument storage, for tests
+
 `LoadedKernel` wraps one kernel of one code object: it loads the code object lazily on its first
 call on each device and launches with `launch(grid, block, shared_bytes, stream, signature, args)`.
 """

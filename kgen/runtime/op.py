@@ -22,6 +22,7 @@ from ..spec.load import LoadedSpec, load_spec
 from .binding import TORCH, bind, choose_variant, dtype_axes, output_shape
 
 _ops: dict[str, "KgenOp"] = {}
+_autograd_done: set[str] = set()
 _lib = torch.library.Library("kgen", "FRAGMENT")
 
 
@@ -176,8 +177,11 @@ class KgenOp:
     def attach_backward(self, bwd: "KgenOp") -> None:
         from .autograd import register
 
+        if self.backward_op is None and self.qualname not in _autograd_done:
+            register(self, bwd)
+            _autograd_done.add(self.qualname)
         self.backward_op = bwd
-        register(self, bwd)
+        _ops[bwd.spec.name] = bwd
 
 
 def _op_defined(name: str) -> bool:

@@ -45,9 +45,24 @@ class ScalarParam(Strict):
 
 class KernelSpec(Strict):
     name: str = Field(pattern=IDENT)
-    grid: list[str | int] = Field(min_length=1, max_length=3, description="programs per grid axis, as expressions")
+    grid: list[str | int] = Field(min_length=1, max_length=3, description="programs per grid axis: 'cdiv(M, BLOCK_M), B * H' or a list")
     warps: int | str = Field(4, description="warps (NVIDIA) or waves (AMD) per program, or a tunable's name")
     program: str = Field(min_length=1, description="the tile program")
+
+
+    @field_validator("grid", mode="before")
+    @classmethod
+    def _grid(cls, v):
+        # `grid: cdiv(M, BM), H` is one YAML string; a flow list [cdiv(M, BM)] would split at the comma
+        if isinstance(v, str):
+            import ast
+
+            try:
+                node = ast.parse(f"({v},)", mode="eval").body
+            except SyntaxError:
+                raise ValueError(f"'{v}' is not a comma-separated list of expressions") from None
+            return [ast.unparse(e) for e in node.elts]
+        return v
 
 
 class Autograd(Strict):
@@ -88,7 +103,12 @@ class Spec(Strict):
                 raise ValueError(f"tensor '{tname}': dtype {t.dtype} names no variant axis; axes: {sorted(self.variants) or 'none'}")
             for d in t.shape:
                 if isinstance(d, str) and d not in names:
-                    raise ValueError(f"tensor '{tname}': shape entry '{d}' is not a declared size, variant axis or tunable")
+                    from .expr import names_in
+
+                    unknown = names_in(d) - names
+                    if t.role == "input" or unknown:
+                        raise ValueError(f"tensor '{tname}': shape entry '{d}' is not a declared size, variant axis or tunable"
+                                         + ("" if t.role == "input" else " (outputs and scratch may use expressions of them)"))
         for ex in self.exclude:
             for axis, value in ex.items():
                 if axis not in self.variants or value not in self.variants[axis]:

@@ -17,6 +17,7 @@ template <class T> KG_DEVICE T min_(T a, T b) { return a < b ? a : b; }
 // NaN-propagating max/min for floats, as torch.maximum does
 KG_DEVICE float max_(float a, float b) { return (a != a || b != b) ? a + b : (a > b ? a : b); }
 KG_DEVICE float min_(float a, float b) { return (a != a || b != b) ? a + b : (a < b ? a : b); }
+KG_DEVICE int cdiv(int a, int b) { return (a + b - 1) / b; }
 KG_DEVICE int floordiv(int a, int b) { int q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }
 KG_DEVICE int mod(int a, int b) { int r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
 KG_DEVICE float abs_(float x) { return __builtin_fabsf(x); }

@@ -23,19 +23,26 @@ def choose_dot_tiling(k: Kernel, target: Target) -> Kernel:
         if not fits:
             shapes = ", ".join(f"{i.m}x{i.n}x{i.k}" for i in target.matrix_instrs if i.ab_dtype == a.dtype)
             raise SpecError(f"dot of {m_}x{k_} by {k_}x{n_} {a.dtype} tiles fits no matrix instruction of {target.name} ({shapes}); use tile sizes that are multiples of one", op.loc)
-        instr = max(fits, key=lambda i: (i.m * i.n * i.k, i.m))
-        warps_m = 1
-        while warps_m < k.num_warps and m_ % (instr.m * warps_m * 2) == 0:
-            warps_m *= 2
-        warps_n = k.num_warps // warps_m
-        if n_ % (instr.n * warps_n):
-            raise SpecError(f"dot of {m_}x{n_} cannot be split over {k.num_warps} warps with {instr.name}; use fewer warps or a larger tile", op.loc)
+        splits = [(i, _split(i, m_, n_, k.num_warps)) for i in sorted(fits, key=lambda i: -(i.m * i.n * i.k))]
+        splits = [(i, s) for i, s in splits if s is not None]
+        if not splits:
+            raise SpecError(f"dot of {m_}x{n_} cannot be split over {k.num_warps} warps with any matrix instruction of {target.name}; use fewer warps or a larger tile", op.loc)
+        instr, (warps_m, warps_n) = splits[0]
         op.attrs.update(instr=instr.name, warps_m=warps_m, warps_n=warps_n,
                         reps_m=m_ // (instr.m * warps_m), reps_n=n_ // (instr.n * warps_n))
         k.notes.setdefault("dots", []).append(
             f"{m_}x{n_}x{k_} {a.dtype}: {instr.name}, warps {warps_m}x{warps_n}, "
             f"{op.attrs['reps_m']}x{op.attrs['reps_n']} instructions per warp per k-step")
     return k
+
+
+def _split(instr, m: int, n: int, warps: int) -> tuple[int, int] | None:
+    """Warps along M as far as M allows, the rest along N; None if N cannot take the rest."""
+    warps_m = 1
+    while warps_m < warps and m % (instr.m * warps_m * 2) == 0:
+        warps_m *= 2
+    warps_n = warps // warps_m
+    return (warps_m, warps_n) if n % (instr.n * warps_n) == 0 else None
 
 
 def instr_of(target: Target, name: str):
