@@ -5,9 +5,16 @@ from importlib import resources
 from pathlib import Path
 
 
+def _packaged(name: str, folder: str) -> Path:
+    try:
+        return Path(str(resources.files(name)))
+    except ModuleNotFoundError:  # run from a checkout that was never installed
+        return Path(__file__).resolve().parent.parent / folder
+
+
 def templates_dir() -> Path:
-    return Path(str(resources.files("kgen._templates")))
+    return _packaged("kgen._templates", "templates")
 
 
 def shipped_specs_dir() -> Path:
-    return Path(str(resources.files("kgen._specs")))
+    return _packaged("kgen._specs", "specs")
