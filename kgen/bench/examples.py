@@ -62,7 +62,8 @@ def main() -> None:
         dout = torch.randn_like(out)
         g_kg = torch.autograd.grad(out, grad_inputs, dout, retain_graph=True)
         ref_in = [x.double().detach().requires_grad_(True) for x in grad_inputs]
-        ref2 = ref_fn(*[ref_in[grad_inputs.index(x)] if any(x is g for g in grad_inputs) else x.double() for x in inputs])
+        pos = {id(g): i for i, g in enumerate(grad_inputs)}
+        ref2 = ref_fn(*[ref_in[pos[id(x)]] if id(x) in pos else x.double() for x in inputs])
         g_ref = torch.autograd.grad(ref2, ref_in, dout.double())
         g_low = torch.autograd.grad(low, grad_inputs, dout, retain_graph=True)
         errs = {"out": (rel_err(out, ref), rel_err(low, ref))}
