@@ -114,7 +114,10 @@ def compile_built(bk: BuiltKernel, target: Target) -> None:
         finally:
             os.chdir(cwd)
     bk.binary = res.binary
-    bk.command = [Path(res.command[0]).name] + [c for c in res.command[1:]]
+    # record the command as it runs standalone beside the source: no temporary output path
+    obj = bk.file.rsplit(".", 1)[0] + res.binary_suffix
+    cmd = [Path(res.command[0]).name] + list(res.command[1:])
+    bk.command = [obj if i > 0 and cmd[i - 1] == "-o" else c for i, c in enumerate(cmd)]
     bk.compiler = res.compiler_version
     r = res.resources.get(bk.name)
     bk.resources = r.as_dict() if r else None
