@@ -2,6 +2,7 @@
 
     build_spec(spec, target)                       one BuiltVariant per variant
       choose_tunables   the first candidate combination whose IR fits the target (descriptor limits)
+                        and, when compiled, does not spill
       compile_kernel    the pass pipeline (kgen.ir.pipeline)
       render_kernel     templates -> HIP or CUDA source
       compile_source    the toolchain -> .hsaco / .cubin and its resource report
@@ -64,11 +65,12 @@ def tunable_candidates(ls: LoadedSpec) -> list[dict[str, int]]:
     return [dict(zip(names, combo)) for combo in itertools.product(*lists)]
 
 
-def lower_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target) -> tuple[dict[str, int], list[Kernel]]:
+def lower_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target,
+                  candidates: list[dict[str, int]] | None = None) -> tuple[dict[str, int], list[Kernel]]:
     """The IR of every kernel with the first tunables that fit the target; the reasons the
     others did not fit are kept for the error message."""
     failures = []
-    for tunables in tunable_candidates(ls):
+    for tunables in tunable_candidates(ls) if candidates is None else candidates:
         try:
             kernels = [compile_kernel(ls, i, variant, tunables, target) for i in range(len(ls.spec.kernels))]
         except SpecError as e:
@@ -81,7 +83,38 @@ def lower_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target) -> tu
 
 
 def build_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target, compile: bool) -> BuiltVariant:
-    tunables, kernels = lower_variant(ls, variant, target)
+    """Lower, render and (optionally) compile one variant. Candidates are tried in the spec's
+    order: the first whose IR fits the target's limits is rendered; when compiling, one whose
+    kernels spill registers (or need scratch) gives way to the next candidate that does not,
+    and only if every candidate spills is the first kept."""
+    candidates = tunable_candidates(ls)
+    first: BuiltVariant | None = None
+    while candidates:
+        tunables, kernels = lower_variant(ls, variant, target, candidates)
+        candidates = candidates[candidates.index(tunables) + 1:]
+        out = _render_variant(ls, variant, target, tunables, kernels)
+        if not compile:
+            return out
+        for bk in out.kernels:
+            compile_built(bk, target)
+        if not any(_spills(bk) for bk in out.kernels):
+            return out
+        first = first or out
+        try:  # is there a later candidate that fits at all?
+            lower_variant(ls, variant, target, candidates) if candidates else None
+        except SpecError:
+            break
+    assert first is not None
+    return first
+
+
+def _spills(bk: BuiltKernel) -> bool:
+    r = bk.resources or {}
+    return bool(r.get("spill_bytes") or r.get("stack_bytes"))
+
+
+def _render_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target, tunables: dict[str, int],
+                    kernels: list[Kernel]) -> BuiltVariant:
     out = BuiltVariant(variant, tunables)
     vid = variant_id(variant)
     for i, k in enumerate(kernels):
@@ -91,9 +124,6 @@ def build_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target, compi
         out.kernels.append(BuiltKernel(
             name=k.name, source=source, file=f"{k.name}__{vid}{SUFFIX[target.backend]}", grid=list(ls.spec.kernels[i].grid),
             threads=k.num_warps * target.wave_size, shared_bytes=k.shared_bytes, signature=sig, notes=dict(k.notes)))
-    if compile:
-        for bk in out.kernels:
-            compile_built(bk, target)
     return out
 
 

@@ -1,4 +1,4 @@
-"""The `kgen` command: build, list, targets, inspect. User errors print one line, no traceback."""
+"""The `kgen` command: build, warm, list, targets, inspect. User errors print one line, no traceback."""
 from __future__ import annotations
 
 import sys
@@ -93,6 +93,41 @@ def list_specs(directory: Path = typer.Argument(None, help="a folder of specs (d
         t.add_row(p.name, s.summary, str(len(ls.variants())), ", ".join(k.name for k in s.kernels),
                   s.autograd.backward if s.autograd else "-")
     console.print(t)
+
+
+@app.command()
+def warm(specs: List[Path], target: Optional[str] = typer.Option(None, "--target", "-t", help="default: this machine's GPU"),
+         variant: Optional[List[str]] = typer.Option(None, "--variant", "-v", help="axis=value; repeat to select"),
+         jobs: int = typer.Option(0, "--jobs", "-j", help="parallel builds (default: one per CPU core)")):
+    """Compile every (selected) variant of SPECS into the kernel cache, in parallel, so that the
+    ops load warm on first use."""
+    import os
+
+    from .hw.descriptor import load_target
+    from .runtime.compiled import warm_cache
+    from .spec.load import load_spec
+
+    if target is None:
+        import torch
+
+        from .runtime.op import device_target
+
+        if not torch.cuda.is_available():
+            raise KgenError("kgen warm needs --target on a machine without a GPU; accepted: gfx942, gfx90a, sm_90, sm_80")
+        tg = device_target(torch.device("cuda"))
+    else:
+        tg = load_target(target)
+    work = []
+    for spec in specs:
+        ls = load_spec(spec)
+        # an axis given with --variant selects in the specs that have it (fa2_bwd's
+        # deterministic) and is ignored by the others
+        pairs = [p for p in variant or [] if p.split("=", 1)[0].strip() in ls.spec.variants]
+        work += [(ls, v) for v in _variants(ls, pairs)]
+    with Progress(console=console) as progress:
+        task = progress.add_task(f"warming {len(work)} variants for {tg.name}", total=len(work))
+        warm_cache(work, tg, jobs or os.cpu_count() or 1, on_done=lambda ls, v: progress.advance(task))
+    console.print(f"{len(work)} variants cached for {tg.name}")
 
 
 @app.command()

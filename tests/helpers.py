@@ -21,7 +21,7 @@ import torch
 from kgen.ir.interp import TORCH_DTYPES, run_kernel
 from kgen.lang import kernel_ir, resolve_dtype
 from kgen.spec.expr import eval_expr
-from kgen.spec.load import LoadedSpec
+from kgen.spec.load import LoadedSpec, load_spec
 from kgen.spec.model import Spec
 
 # Tolerance floors, added to 2x the error of PyTorch doing the same computation in the input
@@ -149,6 +149,32 @@ def scalar_values(spec: Spec | LoadedSpec, scalars: dict[str, float]) -> dict[st
     return out
 
 
+def forward_of(ls: LoadedSpec) -> LoadedSpec | None:
+    """The spec in the same folder whose autograd pairs it with `ls` as its backward, if any."""
+    for path in sorted(ls.path.parent.glob("*.yaml")):
+        if path == ls.path:
+            continue
+        other = load_spec(path)
+        if other.spec.autograd is not None and (path.parent / other.spec.autograd.backward).resolve() == ls.path.resolve():
+            return other
+    return None
+
+
+def consistent_with_forward(ls: LoadedSpec, inputs: dict[str, torch.Tensor], scalars: dict[str, float],
+                            variant: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """A backward spec's inputs with the forward's outputs among them (attention's o and lse,
+    rmsnorm's rstd) replaced by what the forward's reference computes from the other inputs:
+    a backward is only defined on consistent saved tensors. Unchanged when `ls` is no backward,
+    or when the forward needs an input the backward does not receive."""
+    fwd = forward_of(ls)
+    if fwd is None or not all(n in inputs for n in fwd.spec.inputs()):
+        return inputs
+    fwd_variant = {a: variant[a] for a in fwd.spec.variants if a in variant}
+    fwd_scalars = {k: v for k, v in scalars.items() if k in fwd.spec.scalars}
+    outs = reference(fwd, {**{n: inputs[n] for n in fwd.spec.inputs()}, **fwd_scalars}, variant=fwd_variant)
+    return {n: (outs[n].to(t.dtype) if n in outs else t) for n, t in inputs.items()}
+
+
 def run_spec_cpu(loaded_spec: LoadedSpec, variant: dict[str, Any], tensors: dict[str, torch.Tensor],
                  sizes: dict[str, int], scalars: dict[str, float],
                  tunables: dict[str, int] | None = None) -> dict[str, torch.Tensor]:
@@ -173,18 +199,20 @@ def run_spec_cpu(loaded_spec: LoadedSpec, variant: dict[str, Any], tensors: dict
     return all_t
 
 
-def reference(loaded_spec: LoadedSpec | Spec, inputs: dict[str, Any], *, exact: bool = True) -> dict[str, torch.Tensor]:
+def reference(loaded_spec: LoadedSpec | Spec, inputs: dict[str, Any], *, exact: bool = True,
+              variant: dict[str, Any] | None = None) -> dict[str, torch.Tensor]:
     """The spec's `reference` code run with torch; returns its outputs as float64.
 
     `inputs`: the input tensors by name, and optionally scalar values (defaults are used for
     the others). exact=True converts floating inputs to float64 first (the ground truth);
     exact=False runs the code on the inputs in their own dtype: what PyTorch itself gets for the
     same computation in that precision, the yardstick of `check_close`. The namespace also has
-    `torch`, `math` and the sizes bound from the input shapes.
+    `torch`, `math`, the variant's values (as in `if causal:`) and the sizes bound from the input
+    shapes.
     """
     s = _spec(loaded_spec)
     tensors = {k: v for k, v in inputs.items() if isinstance(v, torch.Tensor)}
-    ns: dict[str, Any] = {"torch": torch, "math": math, **bind_sizes(s, tensors)}
+    ns: dict[str, Any] = {"torch": torch, "math": math, **(variant or {}), **bind_sizes(s, tensors)}
     ns.update(scalar_values(s, {k: v for k, v in inputs.items() if k in s.scalars}))
     for k, v in tensors.items():
         ns[k] = v.double() if exact and v.dtype.is_floating_point else v
@@ -199,7 +227,11 @@ def reference(loaded_spec: LoadedSpec | Spec, inputs: dict[str, Any], *, exact: 
 
 
 def max_err(got: torch.Tensor, ref: torch.Tensor) -> float:
-    return float((got.double() - ref.double()).abs().max()) if got.numel() else 0.0
+    """Max |got - ref|, with equal infinities (a logsumexp of a fully masked row) counting as 0."""
+    got, ref = got.double(), ref.double()
+    d = (got - ref).abs()
+    d[got == ref] = 0.0
+    return float(d.max()) if got.numel() else 0.0
 
 
 def check_close(name: str, got: torch.Tensor, ref: torch.Tensor, ref_lowp: torch.Tensor) -> None:
@@ -222,7 +254,9 @@ def check_close(name: str, got: torch.Tensor, ref: torch.Tensor, ref_lowp: torch
     floor = FLOOR.get(got.dtype, 0.0)
     bound = 2 * err_torch + floor
     if not err <= bound:
-        where = tuple(int(i) for i in torch.unravel_index((got64 - ref).abs().flatten().argmax(), got.shape))
+        d = (got64 - ref).abs()
+        d[got64 == ref] = 0.0
+        where = tuple(int(i) for i in torch.unravel_index(d.nan_to_num(float('inf')).flatten().argmax(), got.shape))
         raise AssertionError(f"{name} ({got.dtype}): max error {err:.3g} at {where} "
                              f"(got {float(got64[where]):.6g}, reference {float(ref[where]):.6g}) exceeds "
                              f"2 * {err_torch:.3g} (PyTorch in the input dtype) + {floor:g}")

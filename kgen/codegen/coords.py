@@ -70,3 +70,9 @@ def vector_width(layout: Layout, dim: int, max_elems: int) -> int:
         else:
             break
     return v
+
+
+def tensor_param(name: str) -> str:
+    """The C name of a tensor's pointer: prefixed, so that a spec's tensor may be called `do` (a
+    C keyword) or `lane` (a name the templates use)."""
+    return f"t_{name}"

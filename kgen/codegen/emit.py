@@ -14,7 +14,7 @@ from ..ir.core import Kernel, Op, Value
 from ..ir.layout import broadcast_reg_map
 from ..ir.passes.dot_tiling import instr_of
 from ..ir.passes.memory import scratch_bytes
-from .coords import dup_masks, reg_coord, reg_map_expr, thread_coord, vector_width
+from .coords import dup_masks, reg_coord, reg_map_expr, tensor_param, thread_coord, vector_width
 
 CTYPE = {"bf16": "kg::bf16", "fp16": "kg::fp16", "fp32": "float", "int32": "int", "bool": "bool"}
 ELEM_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "int32": 4, "bool": 1}
@@ -164,7 +164,8 @@ class Emitter:
         r, c = (f"({thread_coord(lay, d)}) + ({reg_coord(lay, d)})" for d in (0, 1))
         slot = f"({r}) * {op.attrs['ld']} + ({c})" if role == "a" else f"({c}) * {op.attrs['ld']} + ({r})"
         return {"out": {"name": name(op.result)}, "src": name(src), "n": lay.nregs, "offset": op.attrs["smem_offset"],
-                "ctype": CTYPE[src.dtype], "slot": slot}
+                "ctype": CTYPE[src.dtype], "slot": slot,
+                "sync_before": op.attrs.get("sync_before", True), "sync_after": op.attrs.get("sync_after", True)}
 
     def op_dot(self, op):
         a, b, acc = op.operands
@@ -215,7 +216,7 @@ class Emitter:
             vec = vector_width(lay, len(coords) - 1, max(1, 16 // elem_bytes))
         lane_dup, warp_dup = dup_masks(lay)
         align_checks = [f"stride_{t}_{d} % {vec} == 0" for d in range(len(dims) - 1)]
-        return {"tensor": t, "ctype": CTYPE[tile.dtype], "n": lay.nregs, "base": " + ".join(base) or "0",
+        return {"tensor": t, "ptr": tensor_param(t), "ctype": CTYPE[tile.dtype], "n": lay.nregs, "base": " + ".join(base) or "0",
                 "dims": coords, "vec": vec, "lane_dup": lane_dup, "warp_dup": warp_dup,
                 "aligned": " && ".join([f"kg::aligned(p_, {vec * elem_bytes})"] + align_checks) if vec > 1 else "false"}
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 from functools import lru_cache
 from typing import Any
 
@@ -12,6 +13,7 @@ from ..hw.descriptor import Target
 from ..ir.core import Kernel
 from ..lang import resolve_dtype
 from ..paths import templates_dir
+from .coords import tensor_param
 from .emit import CTYPE, Emitter
 
 SKELETON = {"cuda": "cuda/kernel.cu.j2", "hip": "hip/kernel.hip.j2"}
@@ -42,7 +44,7 @@ def kernel_params(k: Kernel, variant: dict[str, Any]) -> tuple[list[str], str]:
     for name, t in k.tensors.items():
         ctype = CTYPE[resolve_dtype(t.dtype, variant)]
         const = "const " if t.role == "input" else ""
-        params.append(f"{const}{ctype}* __restrict__ {name}")
+        params.append(f"{const}{ctype}* __restrict__ {tensor_param(name)}")
         sig += "p"
         for d in range(len(t.shape) - 1):
             params.append(f"int64_t stride_{name}_{d}")
@@ -79,7 +81,27 @@ def c_expr(text: str | int, k: Kernel) -> str:
     return "(" + ast.unparse(tree) + ")"
 
 
+def number_values(k: Kernel) -> None:
+    """Renumber the kernel's values 0, 1, ... in program order. C names come from these numbers
+    (v12), and the numbers the IR was built with depend on everything the process built before:
+    renumbering makes the source a function of the kernel alone, so generated/ and the cache
+    see the same text whichever process renders it."""
+    counter = itertools.count()
+
+    def visit(block) -> None:
+        for v in block.args:
+            v.id = next(counter)
+        for op in block.ops:
+            for v in op.results:
+                v.id = next(counter)
+            if op.body is not None:
+                visit(op.body)
+
+    visit(k.body)
+
+
 def render_kernel(k: Kernel, target: Target, *, spec_file: str, program_line: int, variant: dict[str, Any]) -> str:
+    number_values(k)
     params, _ = kernel_params(k, variant)
     body = Emitter(k, target, tensor_dims(k)).ops(k.body)
     vid = ",".join(f"{a}={v}" for a, v in variant.items()) or "default"

@@ -4,6 +4,8 @@
       -> choose_dot_tiling    matrix instruction and warp split per dot, from the descriptor
       -> assign_layouts       which lane holds which element (linear layouts), converts inserted
       -> stage_dot_operands   dot operands copied to shared memory, K contiguous
+      -> hoist_invariant_stages  copies of loop-invariant operands moved out of their loops
+      -> merge_stage_barriers    one barrier pair per run of consecutive stages
       -> plan_shared_memory   offsets from the interference graph; the descriptor's limit checked
 
 The verifier runs after each pass. `kgen inspect` prints the IR after each of them.
@@ -16,7 +18,9 @@ from ..hw.descriptor import Target
 from ..lang import kernel_ir
 from ..spec.load import LoadedSpec
 from .core import Kernel, print_kernel
+from .passes.barriers import merge_stage_barriers
 from .passes.dot_tiling import choose_dot_tiling
+from .passes.hoist import hoist_invariant_stages
 from .passes.layouts import assign_layouts
 from .passes.memory import plan_shared_memory, stage_dot_operands
 from .verify import verify
@@ -26,6 +30,8 @@ PASSES: list[tuple[str, Pass]] = [
     ("choose_dot_tiling", choose_dot_tiling),
     ("assign_layouts", assign_layouts),
     ("stage_dot_operands", stage_dot_operands),
+    ("hoist_invariant_stages", hoist_invariant_stages),
+    ("merge_stage_barriers", merge_stage_barriers),
     ("plan_shared_memory", plan_shared_memory),
 ]
 

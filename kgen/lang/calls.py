@@ -40,8 +40,10 @@ def _args(p: _Parser, node: ast.Call, lo: int, hi: int, kw: tuple[str, ...] = ()
     if bad:
         raise p.fail(node, f"{ast.unparse(node.func)}() has no keyword '{bad[0]}'" + (f"; accepted: {', '.join(kw)}" if kw else ""))
     if not lo <= len(node.args) <= hi:
-        want = f"{lo}" if lo == hi else f"{lo} to {hi}"
-        raise p.fail(node, f"{ast.unparse(node.func)}() takes {want} positional arguments, got {len(node.args)}")
+        want = f"{lo} positional argument{'' if hi == 1 else 's'}" if lo == hi else f"{lo} to {hi} positional arguments"
+        # x.to(...) is named by its method alone, not by the whole expression before it
+        fn = f".{node.func.attr}" if isinstance(node.func, ast.Attribute) else ast.unparse(node.func)
+        raise p.fail(node, f"{fn}() takes {want}, got {len(node.args)}")
     return [p.expr(a) for a in node.args] if evaluate else []
 
 
@@ -60,7 +62,9 @@ def _dtype(p: _Parser, node: ast.AST, dt: Any) -> str:
 
 def _static_int(p: _Parser, node: ast.AST, x: Any, what: str) -> int:
     if isinstance(x, bool) or not isinstance(x, int):
-        raise p.fail(node, f"{what} must be an integer known at compile time")
+        got = (f"a runtime {x.type_str()} value" if isinstance(x, Value) else "a block(i, size)" if isinstance(x, BlockIndex)
+               else f"the dtype {x}" if isinstance(x, _DType) else repr(x))
+        raise p.fail(node, f"{what} must be an integer known at compile time (a literal, tunable or variant value), got {got}")
     return x
 
 
@@ -149,7 +153,7 @@ def _cdiv(p, node):
 
 def _block(p, node):
     i, size = _args(p, node, 2, 2)
-    return BlockIndex(i, _static_int(p, node, size, "block()'s size"))
+    return BlockIndex(i, _static_int(p, node.args[1], size, "the size of block(i, size)"))
 
 
 def _memory(p: _Parser, node: ast.Call, fn: str) -> Any:

@@ -1,0 +1,38 @@
+"""kgen's shipped ops, built from specs/ for the local GPU on first use and cached.
+
+    from kgen.ops import flash_attn_func, softmax, rmsnorm, matmul
+
+Every shipped spec with a forward role is an attribute (its KgenOp, with autograd when the spec
+pairs a backward); `flash_attn_func` is the flash-attn style entry point over fa2_fwd/fa2_bwd.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from ..paths import shipped_specs_dir
+from .attention import _register as _register_attention
+from .attention import flash_attn_func
+
+
+@lru_cache(maxsize=None)
+def _op(name: str):
+    from ..runtime.op import load
+
+    return load(shipped_specs_dir() / f"{name}.yaml")
+
+
+def __getattr__(name: str) -> Any:
+    if name.startswith("_") or not (shipped_specs_dir() / f"{name}.yaml").is_file():
+        raise AttributeError(f"kgen.ops has no op '{name}'; shipped: {', '.join(available())}")
+    return _op(name)
+
+
+def available() -> list[str]:
+    return sorted(p.stem for p in shipped_specs_dir().glob("*.yaml"))
+
+
+_register_attention()
+
+
+__all__ = ["available", "flash_attn_func"]

@@ -2,12 +2,16 @@
 
 The forward saves the tensors its `autograd.saves` names; the backward op receives them by name,
 plus `d<out>` for each differentiable output, and returns `d<in>` for the inputs it names.
+An op without a backward spec (a backward op itself) gets an autograd kernel that refuses to be
+differentiated, so that double backward fails loudly instead of silently returning no gradient.
 """
 from __future__ import annotations
 
 from typing import Any
 
 import torch
+
+from ..errors import LaunchError
 
 
 def register(fwd, bwd) -> None:
@@ -33,7 +37,7 @@ def register(fwd, bwd) -> None:
             elif n.startswith("d") and n[1:] in grad_of:
                 g = grad_of[n[1:]]
                 args[n] = g.contiguous() if g is not None else torch.zeros_like(saved.get(n[1:]))
-        extra = dict(zip(list(fwd.spec.scalars) + fwd.options, ctx.extra))
+        extra = dict(zip(list(fwd.spec.scalars) + fwd.options + list(fwd.passed), ctx.extra))
         for n in list(bwd.spec.scalars) + bwd.options:
             if n in extra:
                 args[n] = extra[n]
@@ -44,3 +48,17 @@ def register(fwd, bwd) -> None:
 
     torch.library.register_autograd(fwd.qualname, backward, setup_context=setup_context)
     del diff_outputs
+
+
+def register_no_backward(op) -> None:
+    """Register an autograd kernel for `op` whose backward raises.
+
+    Without one, PyTorch's fallback gives the outputs a node that only warns when reached and
+    passes no gradient on, so a double backward (create_graph=True through a kgen op) would be
+    silently wrong; opcheck also rejects an op that has no kernel at the Autograd key.
+    """
+    def backward(ctx, *grads):
+        raise LaunchError(f"{op.qualname} cannot be differentiated: its spec has no autograd.backward "
+                          f"(kgen ops have a first derivative only, so double backward is not supported)")
+
+    torch.library.register_autograd(op.qualname, backward, setup_context=lambda ctx, inputs, output: None)

@@ -68,6 +68,8 @@ def bind(ls: LoadedSpec, tensors: dict[str, torch.Tensor], variant: dict[str, An
                     raise LaunchError(f"{spec.name}: '{name}' dim {d} is {got}; expected {want_dim} = {exp}")
             elif want_dim in sizes and sizes[want_dim] != got:
                 raise LaunchError(f"{spec.name}: '{name}' dim {d} is {got}, but {want_dim} = {sizes[want_dim]} from another input")
+            elif got == 0:
+                raise LaunchError(f"{spec.name}: '{name}' dim {d} ({want_dim}) is 0; kgen ops need non-empty inputs")
             else:
                 sizes[want_dim] = got
         if t.numel() and t.dim() and t.stride(-1) != 1 and t.shape[-1] != 1:
@@ -75,8 +77,6 @@ def bind(ls: LoadedSpec, tensors: dict[str, torch.Tensor], variant: dict[str, An
     for s in spec.sizes:
         if s not in sizes:
             raise LaunchError(f"{spec.name}: size {s} is not given by any input tensor")
-        if sizes[s] == 0:
-            raise LaunchError(f"{spec.name}: size {s} is 0; kgen ops need non-empty inputs")
     env = {**static, **sizes}
     for c in spec.constraints:
         if not eval_expr(c, env):

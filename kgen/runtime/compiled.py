@@ -73,3 +73,29 @@ def compiled_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target) ->
         entry = cache.get_or_build(cache_key(key_parts(ls, variant, target)), _build_into(ls, variant, target))
         hit = _memo[memo_key] = _load_entry(str(entry), target.backend)
     return hit
+
+
+def _warm_one(path: str, variant: dict[str, Any], target_name: str) -> str:
+    from ..hw.descriptor import load_target
+    from ..spec.load import load_spec
+
+    ls, target = load_spec(path), load_target(target_name)
+    entry = Cache().get_or_build(cache_key(key_parts(ls, variant, target)), _build_into(ls, variant, target))
+    return str(entry)
+
+
+def warm_cache(jobs: list[tuple[LoadedSpec, dict[str, Any]]], target: Target, workers: int,
+               on_done: Any = None) -> None:
+    """Build variants into the cache in parallel processes (each compile is one process of nvcc
+    or clang, and a variant's kernels compile one after another), so that the first calls of
+    an op find them warm. Entries already cached are not rebuilt."""
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")  # torch may be loaded: no fork
+    with ProcessPoolExecutor(max_workers=max(1, workers), mp_context=ctx) as pool:
+        futures = {pool.submit(_warm_one, str(ls.path), v, target.name): (ls, v) for ls, v in jobs}
+        for f in as_completed(futures):
+            f.result()
+            if on_done:
+                on_done(*futures[f])

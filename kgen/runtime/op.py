@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from ..errors import LaunchError, TargetError
+from ..errors import LaunchError, SpecError, TargetError
 from ..hw.descriptor import Target, load_target
 from ..knobs import knobs
 from ..lang import kernel_ir, resolve_dtype
@@ -41,11 +41,14 @@ def device_target(device: torch.device) -> Target:
 
 
 class KgenOp:
-    def __init__(self, ls: LoadedSpec):
+    def __init__(self, ls: LoadedSpec, passed: dict[str, list[Any]] | None = None):
         self.ls, self.spec = ls, ls.spec
         self.inputs = ls.spec.inputs()
         self.outputs = ls.spec.outputs()
         self.options = [a for a in ls.spec.variants if a not in dtype_axes(ls)]
+        # backward variant axes this forward takes as arguments only to hand them to its
+        # backward (autograd.options), with the values the backward accepts
+        self.passed = dict(passed or {})
         self.backward_op: KgenOp | None = None
         self.qualname = f"kgen::{self.spec.name}"
         self._register()
@@ -56,7 +59,7 @@ class KgenOp:
         return out
 
     def _positional(self, args, kwargs) -> list[Any]:
-        names = self.inputs + list(self.spec.scalars) + self.options
+        names = self.inputs + list(self.spec.scalars) + self.options + list(self.passed)
         if len(args) > len(names):
             raise LaunchError(f"{self.spec.name}() takes {len(names)} arguments ({', '.join(names)}), got {len(args)}")
         bound = dict(zip(names, args))
@@ -72,6 +75,8 @@ class KgenOp:
                 out.append(self.spec.scalars[n].default)
             elif n in self.options:
                 out.append(self.spec.variants[n][0])
+            elif n in self.passed:
+                out.append(self.passed[n][0])
             else:
                 raise LaunchError(f"{self.spec.name}() is missing the argument '{n}'")
         return out
@@ -79,7 +84,11 @@ class KgenOp:
     def run(self, *args: Any) -> tuple[torch.Tensor, ...]:
         tensors = dict(zip(self.inputs, args))
         scalars = dict(zip(self.spec.scalars, args[len(self.inputs):]))
-        options = dict(zip(self.options, args[len(self.inputs) + len(self.spec.scalars):]))
+        n_fixed = len(self.inputs) + len(self.spec.scalars)
+        options = dict(zip(self.options, args[n_fixed:n_fixed + len(self.options)]))
+        for axis, value in zip(self.passed, args[n_fixed + len(self.options):]):
+            if value not in self.passed[axis]:
+                raise LaunchError(f"{self.spec.name}: {axis}={value!r} is not supported; accepted: {', '.join(map(repr, self.passed[axis]))}")
         device = next(iter(tensors.values())).device
         variant = choose_variant(self.ls, tensors, options)
         sizes = bind(self.ls, tensors, variant, device)
@@ -136,8 +145,8 @@ class KgenOp:
     # --- torch.library ---------------------------------------------------------------------------
     def _schema(self) -> str:
         params = [f"Tensor {n}" for n in self.inputs] + [f"float {n}" for n in self.spec.scalars]
-        for a in self.options:
-            v = self.spec.variants[a][0]
+        for a in self.options + list(self.passed):
+            v = (self.spec.variants[a] if a in self.options else self.passed[a])[0]
             kind = "bool" if isinstance(v, bool) else "int" if isinstance(v, int) else "float" if isinstance(v, float) else "str"
             params.append(f"{kind} {a}")
         outs = ", ".join("Tensor" for _ in self.outputs)
@@ -151,13 +160,17 @@ class KgenOp:
             single = len(self.outputs) == 1
 
             def impl(*args):
-                outs = _ops[name].run(*args)
+                # the CPU interpreter computes with torch ops: without no_grad they would record a
+                # graph onto the outputs (differentiating the interpreter, not the op)
+                with torch.no_grad():
+                    outs = _ops[name].run(*args)
                 return outs[0] if single else outs
 
             def fake(*args):
                 op = _ops[name]
                 tensors = dict(zip(op.inputs, args))
-                options = dict(zip(op.options, args[len(op.inputs) + len(op.spec.scalars):]))
+                n_fixed = len(op.inputs) + len(op.spec.scalars)
+                options = dict(zip(op.options, args[n_fixed:n_fixed + len(op.options)]))
                 variant = choose_variant(op.ls, tensors, options)
                 env = {**variant}
                 for n in op.inputs:
@@ -192,11 +205,29 @@ def _op_defined(name: str) -> bool:
         return False
 
 
+def _forbid_backward(op: KgenOp) -> None:
+    from .autograd import register_no_backward
+
+    if op.qualname not in _autograd_done:
+        register_no_backward(op)
+        _autograd_done.add(op.qualname)
+
+
 def load(path: str | Path) -> KgenOp:
     """The op of a spec file (and of its backward spec, for autograd), ready to call."""
     ls = load_spec(path)
-    op = KgenOp(ls)
-    if ls.spec.autograd is not None:
+    if ls.spec.autograd is None:
+        op = KgenOp(ls)
+        _forbid_backward(op)
+    else:
         bwd_ls = load_spec(ls.path.parent / ls.spec.autograd.backward)
+        passed = {}
+        for i, axis in enumerate(ls.spec.autograd.options):
+            if axis not in bwd_ls.spec.variants or axis in ls.spec.variants:
+                raise SpecError(f"autograd.options: '{axis}' must be a variant axis of {bwd_ls.path.name} and not of this spec; "
+                                f"the backward's axes: {', '.join(bwd_ls.spec.variants) or 'none'}", ls.where("autograd", "options", i))
+            passed[axis] = bwd_ls.spec.variants[axis]
+        op = KgenOp(ls, passed)
         op.attach_backward(KgenOp(bwd_ls))
+        _forbid_backward(op.backward_op)
     return op

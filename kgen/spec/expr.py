@@ -20,7 +20,7 @@ def compile_expr(text: str) -> ast.expr:
     try:
         return ast.parse(text, mode="eval").body
     except SyntaxError as e:
-        raise SpecError(f"'{text}' is not an expression: {e.msg}") from None
+        raise SpecError(f"'{text}' is not an expression ({e.msg}); write one like cdiv(M, BLOCK_M)") from None
 
 
 def eval_expr(text: str | int, env: dict[str, Any]) -> Any:
@@ -30,10 +30,46 @@ def eval_expr(text: str | int, env: dict[str, Any]) -> Any:
     return _eval(compile_expr(text), env, text)
 
 
-def names_in(text: str | int) -> set[str]:
-    if isinstance(text, int):
-        return set()
-    return {n.id for n in ast.walk(compile_expr(text)) if isinstance(n, ast.Name)} - set(_FN)
+def check_expr(text: str | int, known: list[str]) -> None:
+    """Raise SpecError unless `text` is an expression that eval_expr can evaluate over the names
+    `known`: checked when a spec is loaded, so a typo in a grid is not found at the first call."""
+    if not isinstance(text, int):
+        _check(compile_expr(text), known, text)
+
+
+# the arity of each function, as (fewest, most) arguments
+_FN_ARITY = {"cdiv": (2, 2), "min": (2, None), "max": (2, None)}
+
+
+def _check(node: ast.expr, known: list[str], text: str) -> None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, bool)):
+        return
+    if isinstance(node, ast.Name):
+        if node.id not in known:
+            raise SpecError(f"'{text}' uses '{node.id}', which is not a size, tunable or integer variant axis; "
+                            f"accepted: {', '.join(known) or 'none'}")
+        return
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords:
+        fn = node.func.id
+        if fn not in _FN:
+            raise SpecError(f"'{text}' calls '{fn}', which is not a function of size expressions; accepted: {', '.join(_FN)}")
+        lo, hi = _FN_ARITY[fn]
+        if len(node.args) < lo or (hi is not None and len(node.args) > hi):
+            want = f"{lo}" if lo == hi else f"at least {lo}"
+            raise SpecError(f"'{text}': {fn}() takes {want} arguments, got {len(node.args)}")
+        children = node.args
+    elif isinstance(node, ast.BinOp) and type(node.op) in _BIN:
+        children = [node.left, node.right]
+    elif isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.Not)):
+        children = [node.operand]
+    elif isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _CMP:
+        children = [node.left, node.comparators[0]]
+    elif isinstance(node, ast.BoolOp):
+        children = node.values
+    else:
+        raise SpecError(_ONLY.format(text=text))
+    for child in children:
+        _check(child, known, text)
 
 
 def _eval(node: ast.expr, env: dict[str, Any], text: str) -> Any:
@@ -56,4 +92,8 @@ def _eval(node: ast.expr, env: dict[str, Any], text: str) -> Any:
         return all(vals) if isinstance(node.op, ast.And) else any(vals)
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FN and not node.keywords:
         return _FN[node.func.id](*(_eval(a, env, text) for a in node.args))
-    raise SpecError(f"'{text}': only integers, names, + - * // % **, comparisons, and/or/not, cdiv, min and max are allowed")
+    raise SpecError(_ONLY.format(text=text))
+
+
+_ONLY = ("'{text}' is not a size expression; accepted: integers, names, + - * // % **, comparisons, "
+         "and/or/not, cdiv, min and max")

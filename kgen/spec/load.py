@@ -11,6 +11,7 @@ from pydantic import BaseModel, ValidationError
 
 from ..errors import SourceLoc, SpecError
 from .model import Scalar, Spec
+from .refs import FieldError
 from .yamlpos import PositionedYaml, read_yaml
 
 
@@ -73,6 +74,11 @@ def _spec_error(e: ValidationError, doc: PositionedYaml) -> SpecError:
     if kind == "missing":
         parent, field = loc[:-1], loc[-1]
         return SpecError(f"missing field '{field}'", doc.where(parent))
+    cause = err.get("ctx", {}).get("error")
+    if isinstance(cause, FieldError):
+        # a cross-field check (kgen.spec.refs): pydantic puts it at the model, the error knows the field
+        field = ".".join(str(p) for p in cause.path if p != "<key>")
+        return SpecError(f"{field}: {cause.message}", doc.where(cause.path))
     msg = err["msg"]
     if msg.startswith("Value error, "):
         msg = msg[len("Value error, "):]

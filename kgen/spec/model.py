@@ -1,8 +1,9 @@
 """The spec schema (pydantic v2): what a YAML op spec may say, and nothing more.
 
 Every model forbids unknown fields and is frozen. Cross-field checks (a dtype naming a variant
-axis that does not exist, a shape naming an undeclared size) live in validators here, so that
-`kgen.spec.load` can report them at the YAML position of the offending field.
+axis that does not exist, a shape naming an undeclared size) run in Spec's model validator
+(kgen.spec.refs); they raise errors carrying the path of the offending value, so that
+`kgen.spec.load` can report them at its YAML position.
 """
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import re
 from typing import Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from .refs import FieldError, check_references
 
 IDENT = r"^[A-Za-z_][A-Za-z0-9_]*$"
 DTYPE_NAMES = ("bf16", "fp16", "fp32", "int32")
@@ -68,6 +71,8 @@ class KernelSpec(Strict):
 class Autograd(Strict):
     backward: str = Field(description="the backward spec's file, relative to this spec")
     saves: list[str] = Field(default_factory=list, description="tensors of the forward that the backward reads")
+    options: list[str] = Field(default_factory=list, description="variant axes of the backward that the forward op "
+                               "accepts as arguments and hands to it (e.g. deterministic)")
 
 
 class Spec(Strict):
@@ -97,31 +102,9 @@ class Spec(Strict):
 
     @model_validator(mode="after")
     def _cross_refs(self) -> "Spec":
-        names = set(self.sizes) | set(self.variants) | set(self.tunables)
-        for tname, t in self.tensors.items():
-            if t.dtype.startswith("$") and t.dtype[1:] not in self.variants:
-                raise ValueError(f"tensor '{tname}': dtype {t.dtype} names no variant axis; axes: {sorted(self.variants) or 'none'}")
-            for d in t.shape:
-                if isinstance(d, str) and d not in names:
-                    from .expr import names_in
-
-                    unknown = names_in(d) - names
-                    if t.role == "input" or unknown:
-                        raise ValueError(f"tensor '{tname}': shape entry '{d}' is not a declared size, variant axis or tunable"
-                                         + ("" if t.role == "input" else " (outputs and scratch may use expressions of them)"))
-        for ex in self.exclude:
-            for axis, value in ex.items():
-                if axis not in self.variants or value not in self.variants[axis]:
-                    raise ValueError(f"exclude entry {ex} names {axis}={value!r}, which is not a variant value")
         if not any(t.role == "output" for t in self.tensors.values()):
-            raise ValueError("a spec needs at least one tensor with role: output")
-        if self.autograd:
-            for s in self.autograd.saves:
-                if s not in self.tensors:
-                    raise ValueError(f"autograd.saves names '{s}', which is not a tensor of this spec")
-        clash = set(self.sizes) & (set(self.scalars) | set(self.tensors) | set(self.variants) | set(self.tunables))
-        if clash:
-            raise ValueError(f"names used twice: {sorted(clash)}")
+            raise FieldError(("tensors",), "a spec needs at least one tensor with role: output")
+        check_references(self, DTYPE_NAMES)
         return self
 
     def inputs(self) -> list[str]:

@@ -1,5 +1,6 @@
 """nvcc: generated CUDA source -> cubin, with ptxas's resource report and the SASS tensor-core
 opcodes (when cuobjdump or nvdisasm is installed; the pip/conda nvcc often comes without them).
+compile_cuda_ptx gives the PTX text instead, to check instruction selection without them.
 """
 from __future__ import annotations
 
@@ -148,3 +149,27 @@ def compile_cuda(source: Path, arch: str, include_dirs: list[Path] = (),
     return CompileResult(binary=binary, binary_suffix=".cubin", resources=resources,
                          command=argv, compiler=str(nvcc), compiler_version=version_line(nvcc),
                          log=log + note, seconds=time.monotonic() - started)
+
+
+def compile_cuda_ptx(source: Path, arch: str, include_dirs: list[Path] = (),
+                     extra_flags: list[str] = ()) -> str:
+    """The PTX nvcc makes of one generated .cu for `arch`, with compile_cuda's flags (less the
+    ptxas report).
+
+    Where no SASS disassembler is installed, the PTX is what still shows which instructions
+    (mma.sync, ...) the front end chose.
+    """
+    source = Path(source)
+    gencode = gencode_flag(arch)
+    nvcc = find_nvcc()
+    if not source.is_file():
+        raise ToolchainError(f"generated source {source} does not exist")
+    cwd = Path.cwd()
+    with build_dir("kgen-ptx-") as tmp:
+        out = tmp / "kernel.ptx"
+        argv = _nvcc_argv(nvcc, gencode, include_dirs, extra_flags, source_arg(source, cwd), out,
+                          output_kind="-ptx")
+        rc, log = run_tool(argv, cwd)
+        if rc != 0 or not out.is_file():
+            raise compile_error(log, source, cwd)
+        return out.read_text(errors="replace")

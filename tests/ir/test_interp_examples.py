@@ -21,8 +21,14 @@ from kgen.spec.load import load_spec, variant_id  # noqa: E402
 
 SPECS = Path(__file__).resolve().parents[2] / "specs"
 # no size is a multiple of 8 or more (every block tunable is 8 or more, except BLOCK_M = 4 of
-# the row-wise specs, which tiles M = 37), so every last block along every dim is partial
-SIZES = {"M": 37, "N": 100, "K": 76}
+# the row-wise specs, which tiles M = 37), so every last block along every dim is partial.
+# Attention runs with more queries than keys (causal rows that see no key) with the spec's
+# blocks, and with more keys than queries and grouped heads (H = 2 * HKV) with small ones.
+SIZES = {
+    "spec": {"M": 37, "N": 100, "K": 76, "B": 2, "SQ": 45, "SK": 37, "H": 2, "HKV": 2},
+    "small": {"M": 37, "N": 100, "K": 76, "B": 1, "SQ": 37, "SK": 45, "H": 4, "HKV": 2},
+}
+SCALARS = {"softmax_scale": 0.17}  # scalars without a default in their spec
 SMALL_BLOCK = 8
 
 
@@ -51,21 +57,22 @@ def test_spec_matches_reference(path, variant, blocks):
     ls = load_spec(path)
     spec = ls.spec
     tunables = _tunables(ls, blocks)
-    unknown = [s for s in spec.sizes if s not in SIZES]
-    sizes = helpers.derive_sizes(spec, {s: v for s, v in SIZES.items() if s in spec.sizes}, {**variant, **tunables})
+    unknown = [s for s in spec.sizes if s not in SIZES[blocks]]
+    sizes = helpers.derive_sizes(spec, {s: v for s, v in SIZES[blocks].items() if s in spec.sizes}, {**variant, **tunables})
     assert set(sizes) == set(spec.sizes), f"no test value for sizes {unknown}"
     env = {**variant, **tunables, **sizes}
 
     gen = torch.Generator().manual_seed(zlib.crc32(f"{path.stem}-{variant_id(variant)}".encode()))
     inputs = helpers.random_inputs(spec, variant, env, gen)
+    scalars = helpers.scalar_values(spec, {k: v for k, v in SCALARS.items() if k in spec.scalars})
+    inputs = helpers.consistent_with_forward(ls, inputs, scalars, variant)
     assert helpers.bind_sizes(spec, inputs).items() <= sizes.items()
     out = helpers.allocate(spec, variant, env)  # NaN-filled (zeros where init: zeros)
-    scalars = helpers.scalar_values(spec, {})
 
     got = helpers.run_spec_cpu(ls, variant, {**inputs, **out}, sizes, scalars, tunables)
     assert all(torch.equal(got[n], inputs[n]) for n in inputs), "a kernel wrote into an input"
-    ref = helpers.reference(ls, {**inputs, **scalars})
-    ref_lowp = helpers.reference(ls, {**inputs, **scalars}, exact=False)
+    ref = helpers.reference(ls, {**inputs, **scalars}, variant=variant)
+    ref_lowp = helpers.reference(ls, {**inputs, **scalars}, exact=False, variant=variant)
     for name in spec.outputs():
         helpers.check_close(name, got[name], ref[name], ref_lowp[name])
 

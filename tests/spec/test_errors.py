@@ -108,19 +108,23 @@ def test_unknown_dtype(tmp_path):
 
 
 def test_dtype_naming_no_variant_axis(tmp_path):
-    p, e = error_of(tmp_path, BASE.replace("dtype: $dtype}", "dtype: $type}", 1))
-    # NOTE: points at the start of the file, not at tensors.x.dtype (see the xfail test below)
-    assert str(e) == f"{p}:1:1: spec: tensor 'x': dtype $type names no variant axis; axes: ['dtype']"
+    p, e = error_of(tmp_path, BASE.replace("dtype: $dtype}", "dtype: $nosuchaxis}", 1))
+    assert str(e) == f"{p}:8:29: tensors.x.dtype: $nosuchaxis names no variant axis; accepted: bf16, fp16, fp32, int32, $dtype"
+
+
+def test_dtype_naming_an_axis_of_non_dtypes(tmp_path):
+    p, e = error_of(tmp_path, BASE.replace("  dtype: [bf16, fp16]\n", "  dtype: [bf16, fp16]\n  split: [1, 2]\n")
+                    .replace("dtype: $dtype}", "dtype: $split}", 1))
+    assert str(e) == (f"{p}:9:29: tensors.x.dtype: variant axis 'split' has values that are not dtypes (1, 2); "
+                      "accepted: bf16, fp16, fp32, int32")
 
 
 def test_shape_naming_an_undeclared_size(tmp_path):
     p, e = error_of(tmp_path, BASE.replace("x: {shape: [M, N]", "x: {shape: [M, K]"))
-    # NOTE: points at the start of the file, not at tensors.x.shape (see the xfail test below)
-    assert str(e) == f"{p}:1:1: spec: tensor 'x': shape entry 'K' is not a declared size, variant axis or tunable"
+    assert str(e) == (f"{p}:8:18: tensors.x.shape.1: 'K' is not a size, tunable or integer variant axis; "
+                      "accepted: M, N, BLOCK_M, BLOCK_N or an integer")
 
 
-@pytest.mark.xfail(strict=True, reason="cross-field checks (Spec._cross_refs, a model validator) have no "
-                   "location, so kgen.spec.load reports them at 1:1")
 @pytest.mark.parametrize("old, new, line_col", [
     ("x: {shape: [M, N], dtype: $dtype}", "x: {shape: [M, N], dtype: $type}", (8, 29)),
     ("x: {shape: [M, N], dtype: $dtype}", "x: {shape: [M, K], dtype: $dtype}", (8, 18)),
@@ -137,7 +141,83 @@ def test_variant_axis_without_values(tmp_path):
 
 def test_warps_not_a_power_of_two(tmp_path):
     p, e = error_of(tmp_path, BASE.replace("    program: |\n", "    warps: 3\n    program: |\n"))
-    assert str(e) == f"{p}:14:12: warps must be a power of two or a tunable's name, got 3"
+    assert str(e) == f"{p}:14:12: kernels.0.warps: 3 is not a power of two; accepted: a power of two or one of BLOCK_M, BLOCK_N"
+
+
+# --- names that one field uses and another declares (checked when the spec is loaded) -----------
+
+@pytest.mark.parametrize("grid, line_col, message", [
+    ('["cdiv(M, BLOCK_Q)"]', "13:12", "'cdiv(M, BLOCK_Q)' uses 'BLOCK_Q', which is not a size, tunable or integer "
+     "variant axis; accepted: M, N, BLOCK_M, BLOCK_N"),
+    ('["cdiv(M, "]', "13:12", "'cdiv(M, ' is not an expression ('(' was never closed); write one like cdiv(M, BLOCK_M)"),
+    ('["ceil(M / BLOCK_M)"]', "13:12", "'ceil(M / BLOCK_M)' calls 'ceil', which is not a function of size "
+     "expressions; accepted: cdiv, min, max"),
+    ('["M / BLOCK_M"]', "13:12", "'M / BLOCK_M' is not a size expression; accepted: integers, names, + - * // % **, "
+     "comparisons, and/or/not, cdiv, min and max"),
+    ('["cdiv(M)"]', "13:12", "'cdiv(M)': cdiv() takes 2 arguments, got 1"),
+    # a grid written as one string has no position per entry: the error points at the string
+    ("cdiv(M, BLOCK_M), max(N)", "13:11", "'max(N)': max() takes at least 2 arguments, got 1"),
+], ids=["unknown-name", "syntax", "unknown-function", "true-division", "arity", "string-grid"])
+def test_grid_entry_is_checked_at_load(tmp_path, grid, line_col, message):
+    p, e = error_of(tmp_path, BASE.replace('grid: ["cdiv(M, BLOCK_M)"]', f"grid: {grid}"))
+    entry = 1 if grid.startswith("cdiv(M, BLOCK_M),") else 0
+    assert str(e) == f"{p}:{line_col}: kernels.0.grid.{entry}: {message}"
+
+
+def test_output_shape_expression_is_checked_at_load(tmp_path):
+    p, e = error_of(tmp_path, BASE.replace("y: {shape: [M, N]", 'y: {shape: ["cdiv(M, BLOCK)", N]'))
+    assert str(e) == (f"{p}:9:15: tensors.y.shape.0: 'cdiv(M, BLOCK)' uses 'BLOCK', which is not a size, tunable "
+                      "or integer variant axis; accepted: M, N, BLOCK_M, BLOCK_N")
+
+
+def test_input_shape_takes_no_expression(tmp_path):
+    p, e = error_of(tmp_path, BASE.replace("x: {shape: [M, N]", 'x: {shape: [M, "N * 2"]'))
+    assert str(e) == (f"{p}:8:18: tensors.x.shape.1: 'N * 2' is an expression, which only output and scratch shapes "
+                      "may use; accepted in an input's shape: M, N, BLOCK_M, BLOCK_N or an integer")
+
+
+def test_warps_naming_no_tunable(tmp_path):
+    p, e = error_of(tmp_path, BASE.replace("    program: |\n", "    warps: WARPS\n    program: |\n"))
+    assert str(e) == (f"{p}:14:12: kernels.0.warps: 'WARPS' is not a tunable or integer variant axis; "
+                      "accepted: a power of two or one of BLOCK_M, BLOCK_N")
+
+
+def test_warps_tunable_with_a_candidate_not_a_power_of_two(tmp_path):
+    p, e = error_of(tmp_path, BASE.replace("BLOCK_N: 64}", "BLOCK_N: 64, WARPS: [4, 6]}")
+                    .replace("    program: |\n", "    warps: WARPS\n    program: |\n"))
+    assert str(e) == (f"{p}:14:12: kernels.0.warps: 'WARPS' can be 6, which is not a power of two; "
+                      "accepted: a power of two or one of BLOCK_M, BLOCK_N, WARPS")
+
+
+def test_autograd_saves_an_unknown_tensor(tmp_path):
+    p, e = error_of(tmp_path, BASE + "autograd:\n  backward: demo_bwd.yaml\n  saves: [x, z]\n")
+    assert str(e) == f"{p}:22:14: autograd.saves.1: 'z' is not a tensor of this spec; accepted: x, y"
+
+
+def test_constraint_naming_an_unknown_size(tmp_path):
+    p, e = error_of(tmp_path, BASE.replace("tunables:", 'constraints: ["N % BLOCK == 0"]\ntunables:'))
+    assert str(e) == (f"{p}:10:15: constraints.0: 'N % BLOCK == 0' uses 'BLOCK', which is not a size, tunable or "
+                      "integer variant axis; accepted: M, N, BLOCK_M, BLOCK_N")
+
+
+@pytest.mark.parametrize("exclude, message", [
+    ("[{dtyp: bf16}]", "exclude.0.dtyp: 'dtyp' is not a variant axis; accepted: dtype"),
+    ("[{dtype: bf17}]", "exclude.0.dtype: 'bf17' is not a value of variant axis 'dtype'; accepted: bf16, fp16"),
+], ids=["axis", "value"])
+def test_exclude_naming_no_variant(tmp_path, exclude, message):
+    p, e = error_of(tmp_path, BASE.replace("sizes:", f"exclude: {exclude}\nsizes:"))
+    col = 12 if "dtyp:" in exclude else 19
+    assert str(e) == f"{p}:6:{col}: {message}"
+
+
+def test_size_declared_twice(tmp_path):
+    p, e = error_of(tmp_path, BASE.replace("sizes: [M, N]", "sizes: [M, N, BLOCK_M]"))
+    assert str(e) == f"{p}:6:15: sizes.2: 'BLOCK_M' is also a tunable; a name may be declared only once"
+
+
+def test_spec_without_an_output(tmp_path):
+    p, e = error_of(tmp_path, BASE.replace(", role: output}", "}"))
+    assert str(e) == f"{p}:8:3: tensors: a spec needs at least one tensor with role: output"
 
 
 # --- the tile program ----------------------------------------------------------------------------

@@ -181,3 +181,18 @@ def test_gencode_flag(arch, flag):
 def test_bad_cuda_arch(arch):
     with pytest.raises(TargetError):
         cuda.gencode_flag(arch)
+
+
+def test_compile_ptx_shows_the_mma(tmp_path, monkeypatch, private_tmp):
+    """The PTX route for checking tensor-core use where no SASS disassembler is installed."""
+    require_nvcc()
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "kernel.cu").write_text(MMA_KERNEL)
+    ptx = cuda.compile_cuda_ptx(Path("kernel.cu"), "sm_90a")
+    assert ".target sm_90a" in ptx
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in ptx
+    assert list(private_tmp.iterdir()) == []
+    (tmp_path / "broken.cu").write_text('extern "C" __global__ void broken(float* o) {\n  o[0] = 1.0f +;\n}\n')
+    with pytest.raises(ToolchainError) as info:
+        cuda.compile_cuda_ptx(Path("broken.cu"), "sm_90a")
+    assert info.value.message.startswith("broken.cu(2): error")

@@ -3,25 +3,25 @@
 #include "kgen_hip.h"
 #include "kgen_tile.h"
 
-KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void matmul_fwd(const kg::bf16* __restrict__ a, int64_t stride_a_0, const kg::bf16* __restrict__ b, int64_t stride_b_0, kg::bf16* __restrict__ c, int64_t stride_c_0, int size_M, int size_N, int size_K) {
+KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void matmul_fwd(const kg::bf16* __restrict__ t_a, int64_t stride_a_0, const kg::bf16* __restrict__ t_b, int64_t stride_b_0, kg::bf16* __restrict__ t_c, int64_t stride_c_0, int size_M, int size_N, int size_K) {
   KG_SHARED __attribute__((aligned(16))) char smem[10240];
   const int lane = kg::thread_id() % kg::WAVE;
   const int warp = __builtin_amdgcn_readfirstlane(kg::thread_id() / kg::WAVE);
   
   // spec: specs/matmul.yaml:20:27
-  const int v3 = size_K;
+  const int v0 = size_K;
   // spec: specs/matmul.yaml:17:20
-  const int v0 = kg::block_id_x();
+  const int v1 = kg::block_id_x();
   // spec: specs/matmul.yaml:18:20
-  const int v1 = kg::block_id_y();
+  const int v2 = kg::block_id_y();
   // spec: specs/matmul.yaml:19:13
-  float v2[16];
+  float v3[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v2[e] = 0.0f;
+  for (int e = 0; e < 16; ++e) v3[e] = 0.0f;
   // spec: specs/matmul.yaml:20:22
   const int v4 = 31;
   // spec: specs/matmul.yaml:20:22
-  const int v5 = (v3 + v4);
+  const int v5 = (v0 + v4);
   // spec: specs/matmul.yaml:20:22
   const int v6 = 32;
   // spec: specs/matmul.yaml:20:22
@@ -32,19 +32,19 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void matmul_fwd
   const int v9 = 1;
   // spec: specs/matmul.yaml:20:7
 
-  float v15[16];
+  float v10[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v15[e] = v2[e];
-  for (int v10 = v8; v10 < v7; v10 += v9) {
-    float (&v11)[16] = v15;
+  for (int e = 0; e < 16; ++e) v10[e] = v3[e];
+  for (int v11 = v8; v11 < v7; v11 += v9) {
+    float (&v12)[16] = v10;
     
     // spec: specs/matmul.yaml:21:21
-    kg::bf16 v12[8];
+    kg::bf16 v13[8];
     {
-      const kg::bf16* p_ = a + (0);
+      const kg::bf16* p_ = t_a + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_a_0 % 8 == 0;
-      const int t0_ = v0 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
-      const int t1_ = v10 * 32 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16;
+      const int t0_ = v1 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+      const int t1_ = v11 * 32 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16;
     #pragma unroll
       for (int e = 0; e < 8; e += 8) {
         const int i0_ = t0_ + 0;
@@ -52,21 +52,21 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void matmul_fwd
         const int64_t off_ = (int64_t)i0_ * stride_a_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_M) && i1_ + 8 <= (size_K);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v12[e], p_ + off_);
+          kg::copy_vec<8>(&v13[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v12[e + v] = (i0_ < (size_M) && i1_ + v < (size_K)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v13[e + v] = (i0_ < (size_M) && i1_ + v < (size_K)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     // spec: specs/matmul.yaml:21:55
-    kg::bf16 v13[8];
+    kg::bf16 v14[8];
     {
-      const kg::bf16* p_ = b + (0);
+      const kg::bf16* p_ = t_b + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_b_0 % 8 == 0;
-      const int t0_ = v10 * 32 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
-      const int t1_ = v1 * 64 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
+      const int t0_ = v11 * 32 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
+      const int t1_ = v2 * 64 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
     #pragma unroll
       for (int e = 0; e < 8; e += 8) {
         const int i0_ = t0_ + 0;
@@ -74,28 +74,27 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void matmul_fwd
         const int64_t off_ = (int64_t)i0_ * stride_b_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_K) && i1_ + 8 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v13[e], p_ + off_);
+          kg::copy_vec<8>(&v14[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v13[e + v] = (i0_ < (size_K) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v14[e + v] = (i0_ < (size_K) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     // spec: specs/matmul.yaml:21:17
-    kg::bf16* v17 = reinterpret_cast<kg::bf16*>(smem + 0);
+    kg::bf16* v15 = reinterpret_cast<kg::bf16*>(smem + 0);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v17[((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (0)) * 40 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))] = v12[e];
-    kg::sync();
+    for (int e = 0; e < 8; ++e) v15[((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (0)) * 40 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))] = v13[e];
+
     // spec: specs/matmul.yaml:21:17
-    kg::bf16* v18 = reinterpret_cast<kg::bf16*>(smem + 5120);
-    kg::sync();
+    kg::bf16* v16 = reinterpret_cast<kg::bf16*>(smem + 5120);
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v18[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 40 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (0))] = v13[e];
+    for (int e = 0; e < 8; ++e) v16[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 40 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (0))] = v14[e];
     kg::sync();
     // spec: specs/matmul.yaml:21:17
-    float (&v14)[16] = v11;
+    float (&v17)[16] = v12;
     #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
       alignas(16) kg::bf16 fa_[1][4];
@@ -104,47 +103,47 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void matmul_fwd
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int i = 0; i < 4; i += 4)
-          kg::copy_vec<4>(&fa_[rm][i], &v17[((warp / 2) * 32 + rm * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+          kg::copy_vec<4>(&fa_[rm][i], &v15[((warp / 2) * 32 + rm * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rn = 0; rn < 1; ++rn)
     #pragma unroll
         for (int i = 0; i < 4; i += 4)
-          kg::copy_vec<4>(&fb_[rn][i], &v18[((warp % 2) * 32 + rn * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+          kg::copy_vec<4>(&fb_[rn][i], &v16[((warp % 2) * 32 + rn * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 1; ++rn)
-          kg::mfma_32x32x8_bf16(&v14[(rm * 1 + rn) * 16], fa_[rm], fb_[rn]);
+          kg::mfma_32x32x8_bf16(&v17[(rm * 1 + rn) * 16], fa_[rm], fb_[rn]);
     }
     // spec: specs/matmul.yaml:21:17
 
     float y0_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y0_[e] = v14[e];
+    for (int e = 0; e < 16; ++e) y0_[e] = v17[e];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v15[e] = y0_[e];
+    for (int e = 0; e < 16; ++e) v10[e] = y0_[e];
   }
   // spec: specs/matmul.yaml:22:28
-  kg::bf16 v16[16];
+  kg::bf16 v18[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v16[e] = kg::cvt<kg::bf16>(v15[e]);
+  for (int e = 0; e < 16; ++e) v18[e] = kg::cvt<kg::bf16>(v10[e]);
   // spec: specs/matmul.yaml:22:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
-    kg::bf16* p_ = c + (0);
+    kg::bf16* p_ = t_c + (0);
     const bool aligned_ = false;
-    const int t0_ = v0 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
-    const int t1_ = v1 * 64 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32;
+    const int t0_ = v1 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
+    const int t1_ = v2 * 64 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32;
   #pragma unroll
     for (int e = 0; e < 16; e += 1) {
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
       const int i1_ = t1_ + 0;
       const int64_t off_ = (int64_t)i0_ * stride_c_0 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_M) && i1_ + 1 <= (size_N)) {
-        kg::copy_vec<1>(p_ + off_, &v16[e]);
+        kg::copy_vec<1>(p_ + off_, &v18[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          if (i0_ < (size_M) && i1_ + v < (size_N)) p_[off_ + v] = v16[e + v];
+          if (i0_ < (size_M) && i1_ + v < (size_N)) p_[off_ + v] = v18[e + v];
       }
     }
   }

@@ -3,48 +3,48 @@
 #include "kgen_hip.h"
 #include "kgen_tile.h"
 
-KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void matmul_fwd(const kg::fp16* __restrict__ a, int64_t stride_a_0, const kg::fp16* __restrict__ b, int64_t stride_b_0, kg::fp16* __restrict__ c, int64_t stride_c_0, int size_M, int size_N, int size_K) {
+KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void matmul_fwd(const kg::fp16* __restrict__ t_a, int64_t stride_a_0, const kg::fp16* __restrict__ t_b, int64_t stride_b_0, kg::fp16* __restrict__ t_c, int64_t stride_c_0, int size_M, int size_N, int size_K) {
   KG_SHARED __attribute__((aligned(16))) char smem[10240];
   const int lane = kg::thread_id() % kg::WAVE;
   const int warp = __builtin_amdgcn_readfirstlane(kg::thread_id() / kg::WAVE);
   
   // spec: specs/matmul.yaml:20:27
-  const int v22 = size_K;
+  const int v0 = size_K;
   // spec: specs/matmul.yaml:17:20
-  const int v19 = kg::block_id_x();
+  const int v1 = kg::block_id_x();
   // spec: specs/matmul.yaml:18:20
-  const int v20 = kg::block_id_y();
+  const int v2 = kg::block_id_y();
   // spec: specs/matmul.yaml:19:13
-  float v21[16];
+  float v3[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v21[e] = 0.0f;
+  for (int e = 0; e < 16; ++e) v3[e] = 0.0f;
   // spec: specs/matmul.yaml:20:22
-  const int v23 = 31;
+  const int v4 = 31;
   // spec: specs/matmul.yaml:20:22
-  const int v24 = (v22 + v23);
+  const int v5 = (v0 + v4);
   // spec: specs/matmul.yaml:20:22
-  const int v25 = 32;
+  const int v6 = 32;
   // spec: specs/matmul.yaml:20:22
-  const int v26 = (kg::floordiv(v24, v25));
+  const int v7 = (kg::floordiv(v5, v6));
   // spec: specs/matmul.yaml:20:22
-  const int v27 = 0;
+  const int v8 = 0;
   // spec: specs/matmul.yaml:20:22
-  const int v28 = 1;
+  const int v9 = 1;
   // spec: specs/matmul.yaml:20:7
 
-  float v34[16];
+  float v10[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v34[e] = v21[e];
-  for (int v29 = v27; v29 < v26; v29 += v28) {
-    float (&v30)[16] = v34;
+  for (int e = 0; e < 16; ++e) v10[e] = v3[e];
+  for (int v11 = v8; v11 < v7; v11 += v9) {
+    float (&v12)[16] = v10;
     
     // spec: specs/matmul.yaml:21:21
-    kg::fp16 v31[8];
+    kg::fp16 v13[8];
     {
-      const kg::fp16* p_ = a + (0);
+      const kg::fp16* p_ = t_a + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_a_0 % 8 == 0;
-      const int t0_ = v19 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
-      const int t1_ = v29 * 32 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16;
+      const int t0_ = v1 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+      const int t1_ = v11 * 32 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16;
     #pragma unroll
       for (int e = 0; e < 8; e += 8) {
         const int i0_ = t0_ + 0;
@@ -52,21 +52,21 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void matmul_fwd
         const int64_t off_ = (int64_t)i0_ * stride_a_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_M) && i1_ + 8 <= (size_K);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v31[e], p_ + off_);
+          kg::copy_vec<8>(&v13[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v31[e + v] = (i0_ < (size_M) && i1_ + v < (size_K)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v13[e + v] = (i0_ < (size_M) && i1_ + v < (size_K)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     // spec: specs/matmul.yaml:21:55
-    kg::fp16 v32[8];
+    kg::fp16 v14[8];
     {
-      const kg::fp16* p_ = b + (0);
+      const kg::fp16* p_ = t_b + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_b_0 % 8 == 0;
-      const int t0_ = v29 * 32 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
-      const int t1_ = v20 * 64 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
+      const int t0_ = v11 * 32 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
+      const int t1_ = v2 * 64 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
     #pragma unroll
       for (int e = 0; e < 8; e += 8) {
         const int i0_ = t0_ + 0;
@@ -74,28 +74,27 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void matmul_fwd
         const int64_t off_ = (int64_t)i0_ * stride_b_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_K) && i1_ + 8 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v32[e], p_ + off_);
+          kg::copy_vec<8>(&v14[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v32[e + v] = (i0_ < (size_K) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v14[e + v] = (i0_ < (size_K) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     // spec: specs/matmul.yaml:21:17
-    kg::fp16* v36 = reinterpret_cast<kg::fp16*>(smem + 0);
+    kg::fp16* v15 = reinterpret_cast<kg::fp16*>(smem + 0);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v36[((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (0)) * 40 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))] = v31[e];
-    kg::sync();
+    for (int e = 0; e < 8; ++e) v15[((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (0)) * 40 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))] = v13[e];
+
     // spec: specs/matmul.yaml:21:17
-    kg::fp16* v37 = reinterpret_cast<kg::fp16*>(smem + 5120);
-    kg::sync();
+    kg::fp16* v16 = reinterpret_cast<kg::fp16*>(smem + 5120);
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v37[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 40 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (0))] = v32[e];
+    for (int e = 0; e < 8; ++e) v16[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 40 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (0))] = v14[e];
     kg::sync();
     // spec: specs/matmul.yaml:21:17
-    float (&v33)[16] = v30;
+    float (&v17)[16] = v12;
     #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
       alignas(16) kg::fp16 fa_[1][4];
@@ -104,47 +103,47 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void matmul_fwd
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int i = 0; i < 4; i += 4)
-          kg::copy_vec<4>(&fa_[rm][i], &v36[((warp / 2) * 32 + rm * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+          kg::copy_vec<4>(&fa_[rm][i], &v15[((warp / 2) * 32 + rm * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rn = 0; rn < 1; ++rn)
     #pragma unroll
         for (int i = 0; i < 4; i += 4)
-          kg::copy_vec<4>(&fb_[rn][i], &v37[((warp % 2) * 32 + rn * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+          kg::copy_vec<4>(&fb_[rn][i], &v16[((warp % 2) * 32 + rn * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 1; ++rn)
-          kg::mfma_32x32x8_fp16(&v33[(rm * 1 + rn) * 16], fa_[rm], fb_[rn]);
+          kg::mfma_32x32x8_fp16(&v17[(rm * 1 + rn) * 16], fa_[rm], fb_[rn]);
     }
     // spec: specs/matmul.yaml:21:17
 
     float y0_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y0_[e] = v33[e];
+    for (int e = 0; e < 16; ++e) y0_[e] = v17[e];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v34[e] = y0_[e];
+    for (int e = 0; e < 16; ++e) v10[e] = y0_[e];
   }
   // spec: specs/matmul.yaml:22:28
-  kg::fp16 v35[16];
+  kg::fp16 v18[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v35[e] = kg::cvt<kg::fp16>(v34[e]);
+  for (int e = 0; e < 16; ++e) v18[e] = kg::cvt<kg::fp16>(v10[e]);
   // spec: specs/matmul.yaml:22:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
-    kg::fp16* p_ = c + (0);
+    kg::fp16* p_ = t_c + (0);
     const bool aligned_ = false;
-    const int t0_ = v19 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
-    const int t1_ = v20 * 64 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32;
+    const int t0_ = v1 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
+    const int t1_ = v2 * 64 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32;
   #pragma unroll
     for (int e = 0; e < 16; e += 1) {
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
       const int i1_ = t1_ + 0;
       const int64_t off_ = (int64_t)i0_ * stride_c_0 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_M) && i1_ + 1 <= (size_N)) {
-        kg::copy_vec<1>(p_ + off_, &v35[e]);
+        kg::copy_vec<1>(p_ + off_, &v18[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          if (i0_ < (size_M) && i1_ + v < (size_N)) p_[off_ + v] = v35[e + v];
+          if (i0_ < (size_M) && i1_ + v < (size_N)) p_[off_ + v] = v18[e + v];
       }
     }
   }

@@ -3,25 +3,25 @@
 #include "kgen_cuda.h"
 #include "kgen_tile.h"
 
-KG_KERNEL void __launch_bounds__(128) matmul_fwd(const kg::bf16* __restrict__ a, int64_t stride_a_0, const kg::bf16* __restrict__ b, int64_t stride_b_0, kg::bf16* __restrict__ c, int64_t stride_c_0, int size_M, int size_N, int size_K) {
+KG_KERNEL void __launch_bounds__(128) matmul_fwd(const kg::bf16* __restrict__ t_a, int64_t stride_a_0, const kg::bf16* __restrict__ t_b, int64_t stride_b_0, kg::bf16* __restrict__ t_c, int64_t stride_c_0, int size_M, int size_N, int size_K) {
   extern __shared__ __align__(16) char smem[];
   const int lane = kg::thread_id() % kg::WAVE;
   const int warp = kg::thread_id() / kg::WAVE;
   
   // spec: specs/matmul.yaml:20:27
-  const int v3 = size_K;
+  const int v0 = size_K;
   // spec: specs/matmul.yaml:17:20
-  const int v0 = kg::block_id_x();
+  const int v1 = kg::block_id_x();
   // spec: specs/matmul.yaml:18:20
-  const int v1 = kg::block_id_y();
+  const int v2 = kg::block_id_y();
   // spec: specs/matmul.yaml:19:13
-  float v2[32];
+  float v3[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v2[e] = 0.0f;
+  for (int e = 0; e < 32; ++e) v3[e] = 0.0f;
   // spec: specs/matmul.yaml:20:22
   const int v4 = 31;
   // spec: specs/matmul.yaml:20:22
-  const int v5 = (v3 + v4);
+  const int v5 = (v0 + v4);
   // spec: specs/matmul.yaml:20:22
   const int v6 = 32;
   // spec: specs/matmul.yaml:20:22
@@ -32,19 +32,19 @@ KG_KERNEL void __launch_bounds__(128) matmul_fwd(const kg::bf16* __restrict__ a,
   const int v9 = 1;
   // spec: specs/matmul.yaml:20:7
 
-  float v15[32];
+  float v10[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v15[e] = v2[e];
-  for (int v10 = v8; v10 < v7; v10 += v9) {
-    float (&v11)[32] = v15;
+  for (int e = 0; e < 32; ++e) v10[e] = v3[e];
+  for (int v11 = v8; v11 < v7; v11 += v9) {
+    float (&v12)[32] = v10;
     
     // spec: specs/matmul.yaml:21:21
-    kg::bf16 v12[16];
+    kg::bf16 v13[16];
     {
-      const kg::bf16* p_ = a + (0);
+      const kg::bf16* p_ = t_a + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_a_0 % 8 == 0;
-      const int t0_ = v0 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
-      const int t1_ = v10 * 32 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16;
+      const int t0_ = v1 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
+      const int t1_ = v11 * 32 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16;
     #pragma unroll
       for (int e = 0; e < 16; e += 8) {
         const int i0_ = t0_ + ((e >> 3) & 1) * 32;
@@ -52,21 +52,21 @@ KG_KERNEL void __launch_bounds__(128) matmul_fwd(const kg::bf16* __restrict__ a,
         const int64_t off_ = (int64_t)i0_ * stride_a_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_M) && i1_ + 8 <= (size_K);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v12[e], p_ + off_);
+          kg::copy_vec<8>(&v13[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v12[e + v] = (i0_ < (size_M) && i1_ + v < (size_K)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v13[e + v] = (i0_ < (size_M) && i1_ + v < (size_K)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     // spec: specs/matmul.yaml:21:55
-    kg::bf16 v13[16];
+    kg::bf16 v14[16];
     {
-      const kg::bf16* p_ = b + (0);
+      const kg::bf16* p_ = t_b + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_b_0 % 8 == 0;
-      const int t0_ = v10 * 32 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
-      const int t1_ = v1 * 64 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
+      const int t0_ = v11 * 32 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
+      const int t1_ = v2 * 64 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
     #pragma unroll
       for (int e = 0; e < 16; e += 8) {
         const int i0_ = t0_ + ((e >> 3) & 1) * 16;
@@ -74,28 +74,27 @@ KG_KERNEL void __launch_bounds__(128) matmul_fwd(const kg::bf16* __restrict__ a,
         const int64_t off_ = (int64_t)i0_ * stride_b_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_K) && i1_ + 8 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v13[e], p_ + off_);
+          kg::copy_vec<8>(&v14[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v13[e + v] = (i0_ < (size_K) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v14[e + v] = (i0_ < (size_K) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     // spec: specs/matmul.yaml:21:17
-    kg::bf16* v17 = reinterpret_cast<kg::bf16*>(smem + 0);
+    kg::bf16* v15 = reinterpret_cast<kg::bf16*>(smem + 0);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v17[((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 40 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))] = v12[e];
-    kg::sync();
+    for (int e = 0; e < 16; ++e) v15[((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 40 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))] = v13[e];
+
     // spec: specs/matmul.yaml:21:17
-    kg::bf16* v18 = reinterpret_cast<kg::bf16*>(smem + 5120);
-    kg::sync();
+    kg::bf16* v16 = reinterpret_cast<kg::bf16*>(smem + 5120);
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v18[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 40 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16))] = v13[e];
+    for (int e = 0; e < 16; ++e) v16[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 40 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16))] = v14[e];
     kg::sync();
     // spec: specs/matmul.yaml:21:17
-    float (&v14)[32] = v11;
+    float (&v17)[32] = v12;
     #pragma unroll
     for (int ks = 0; ks < 2; ++ks) {
       alignas(16) kg::bf16 fa_[1][8];
@@ -104,47 +103,47 @@ KG_KERNEL void __launch_bounds__(128) matmul_fwd(const kg::bf16* __restrict__ a,
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int i = 0; i < 8; i += 2)
-          kg::copy_vec<2>(&fa_[rm][i], &v17[((warp / 1) * 16 + rm * 16 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (((i >> 1) & 1) * 8)) * 40 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 2) & 1) * 8)]);
+          kg::copy_vec<2>(&fa_[rm][i], &v15[((warp / 1) * 16 + rm * 16 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (((i >> 1) & 1) * 8)) * 40 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 2) & 1) * 8)]);
     #pragma unroll
       for (int rn = 0; rn < 8; ++rn)
     #pragma unroll
         for (int i = 0; i < 4; i += 2)
-          kg::copy_vec<2>(&fb_[rn][i], &v18[((warp % 1) * 64 + rn * 8 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (0)) * 40 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 8)]);
+          kg::copy_vec<2>(&fb_[rn][i], &v16[((warp % 1) * 64 + rn * 8 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (0)) * 40 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 8)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 8; ++rn)
-          kg::mma_m16n8k16_bf16(&v14[(rm * 8 + rn) * 4], fa_[rm], fb_[rn]);
+          kg::mma_m16n8k16_bf16(&v17[(rm * 8 + rn) * 4], fa_[rm], fb_[rn]);
     }
     // spec: specs/matmul.yaml:21:17
 
     float y0_[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y0_[e] = v14[e];
+    for (int e = 0; e < 32; ++e) y0_[e] = v17[e];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v15[e] = y0_[e];
+    for (int e = 0; e < 32; ++e) v10[e] = y0_[e];
   }
   // spec: specs/matmul.yaml:22:28
-  kg::bf16 v16[32];
+  kg::bf16 v18[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v16[e] = kg::cvt<kg::bf16>(v15[e]);
+  for (int e = 0; e < 32; ++e) v18[e] = kg::cvt<kg::bf16>(v10[e]);
   // spec: specs/matmul.yaml:22:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
-    kg::bf16* p_ = c + (0);
+    kg::bf16* p_ = t_c + (0);
     const bool aligned_ = kg::aligned(p_, 4) && stride_c_0 % 2 == 0;
-    const int t0_ = v0 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
-    const int t1_ = v1 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
+    const int t0_ = v1 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+    const int t1_ = v2 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
   #pragma unroll
     for (int e = 0; e < 32; e += 2) {
       const int i0_ = t0_ + ((e >> 1) & 1) * 8;
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
       const int64_t off_ = (int64_t)i0_ * stride_c_0 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_M) && i1_ + 2 <= (size_N)) {
-        kg::copy_vec<2>(p_ + off_, &v16[e]);
+        kg::copy_vec<2>(p_ + off_, &v18[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_M) && i1_ + v < (size_N)) p_[off_ + v] = v16[e + v];
+          if (i0_ < (size_M) && i1_ + v < (size_N)) p_[off_ + v] = v18[e + v];
       }
     }
   }

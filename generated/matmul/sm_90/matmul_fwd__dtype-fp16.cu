@@ -3,48 +3,48 @@
 #include "kgen_cuda.h"
 #include "kgen_tile.h"
 
-KG_KERNEL void __launch_bounds__(128) matmul_fwd(const kg::fp16* __restrict__ a, int64_t stride_a_0, const kg::fp16* __restrict__ b, int64_t stride_b_0, kg::fp16* __restrict__ c, int64_t stride_c_0, int size_M, int size_N, int size_K) {
+KG_KERNEL void __launch_bounds__(128) matmul_fwd(const kg::fp16* __restrict__ t_a, int64_t stride_a_0, const kg::fp16* __restrict__ t_b, int64_t stride_b_0, kg::fp16* __restrict__ t_c, int64_t stride_c_0, int size_M, int size_N, int size_K) {
   extern __shared__ __align__(16) char smem[];
   const int lane = kg::thread_id() % kg::WAVE;
   const int warp = kg::thread_id() / kg::WAVE;
   
   // spec: specs/matmul.yaml:20:27
-  const int v22 = size_K;
+  const int v0 = size_K;
   // spec: specs/matmul.yaml:17:20
-  const int v19 = kg::block_id_x();
+  const int v1 = kg::block_id_x();
   // spec: specs/matmul.yaml:18:20
-  const int v20 = kg::block_id_y();
+  const int v2 = kg::block_id_y();
   // spec: specs/matmul.yaml:19:13
-  float v21[32];
+  float v3[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v21[e] = 0.0f;
+  for (int e = 0; e < 32; ++e) v3[e] = 0.0f;
   // spec: specs/matmul.yaml:20:22
-  const int v23 = 31;
+  const int v4 = 31;
   // spec: specs/matmul.yaml:20:22
-  const int v24 = (v22 + v23);
+  const int v5 = (v0 + v4);
   // spec: specs/matmul.yaml:20:22
-  const int v25 = 32;
+  const int v6 = 32;
   // spec: specs/matmul.yaml:20:22
-  const int v26 = (kg::floordiv(v24, v25));
+  const int v7 = (kg::floordiv(v5, v6));
   // spec: specs/matmul.yaml:20:22
-  const int v27 = 0;
+  const int v8 = 0;
   // spec: specs/matmul.yaml:20:22
-  const int v28 = 1;
+  const int v9 = 1;
   // spec: specs/matmul.yaml:20:7
 
-  float v34[32];
+  float v10[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v34[e] = v21[e];
-  for (int v29 = v27; v29 < v26; v29 += v28) {
-    float (&v30)[32] = v34;
+  for (int e = 0; e < 32; ++e) v10[e] = v3[e];
+  for (int v11 = v8; v11 < v7; v11 += v9) {
+    float (&v12)[32] = v10;
     
     // spec: specs/matmul.yaml:21:21
-    kg::fp16 v31[16];
+    kg::fp16 v13[16];
     {
-      const kg::fp16* p_ = a + (0);
+      const kg::fp16* p_ = t_a + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_a_0 % 8 == 0;
-      const int t0_ = v19 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
-      const int t1_ = v29 * 32 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16;
+      const int t0_ = v1 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
+      const int t1_ = v11 * 32 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16;
     #pragma unroll
       for (int e = 0; e < 16; e += 8) {
         const int i0_ = t0_ + ((e >> 3) & 1) * 32;
@@ -52,21 +52,21 @@ KG_KERNEL void __launch_bounds__(128) matmul_fwd(const kg::fp16* __restrict__ a,
         const int64_t off_ = (int64_t)i0_ * stride_a_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_M) && i1_ + 8 <= (size_K);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v31[e], p_ + off_);
+          kg::copy_vec<8>(&v13[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v31[e + v] = (i0_ < (size_M) && i1_ + v < (size_K)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v13[e + v] = (i0_ < (size_M) && i1_ + v < (size_K)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     // spec: specs/matmul.yaml:21:55
-    kg::fp16 v32[16];
+    kg::fp16 v14[16];
     {
-      const kg::fp16* p_ = b + (0);
+      const kg::fp16* p_ = t_b + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_b_0 % 8 == 0;
-      const int t0_ = v29 * 32 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
-      const int t1_ = v20 * 64 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
+      const int t0_ = v11 * 32 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
+      const int t1_ = v2 * 64 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
     #pragma unroll
       for (int e = 0; e < 16; e += 8) {
         const int i0_ = t0_ + ((e >> 3) & 1) * 16;
@@ -74,28 +74,27 @@ KG_KERNEL void __launch_bounds__(128) matmul_fwd(const kg::fp16* __restrict__ a,
         const int64_t off_ = (int64_t)i0_ * stride_b_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_K) && i1_ + 8 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v32[e], p_ + off_);
+          kg::copy_vec<8>(&v14[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v32[e + v] = (i0_ < (size_K) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v14[e + v] = (i0_ < (size_K) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     // spec: specs/matmul.yaml:21:17
-    kg::fp16* v36 = reinterpret_cast<kg::fp16*>(smem + 0);
+    kg::fp16* v15 = reinterpret_cast<kg::fp16*>(smem + 0);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v36[((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 40 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))] = v31[e];
-    kg::sync();
+    for (int e = 0; e < 16; ++e) v15[((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 40 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))] = v13[e];
+
     // spec: specs/matmul.yaml:21:17
-    kg::fp16* v37 = reinterpret_cast<kg::fp16*>(smem + 5120);
-    kg::sync();
+    kg::fp16* v16 = reinterpret_cast<kg::fp16*>(smem + 5120);
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v37[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 40 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16))] = v32[e];
+    for (int e = 0; e < 16; ++e) v16[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 40 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16))] = v14[e];
     kg::sync();
     // spec: specs/matmul.yaml:21:17
-    float (&v33)[32] = v30;
+    float (&v17)[32] = v12;
     #pragma unroll
     for (int ks = 0; ks < 2; ++ks) {
       alignas(16) kg::fp16 fa_[1][8];
@@ -104,47 +103,47 @@ KG_KERNEL void __launch_bounds__(128) matmul_fwd(const kg::fp16* __restrict__ a,
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int i = 0; i < 8; i += 2)
-          kg::copy_vec<2>(&fa_[rm][i], &v36[((warp / 1) * 16 + rm * 16 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (((i >> 1) & 1) * 8)) * 40 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 2) & 1) * 8)]);
+          kg::copy_vec<2>(&fa_[rm][i], &v15[((warp / 1) * 16 + rm * 16 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (((i >> 1) & 1) * 8)) * 40 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 2) & 1) * 8)]);
     #pragma unroll
       for (int rn = 0; rn < 8; ++rn)
     #pragma unroll
         for (int i = 0; i < 4; i += 2)
-          kg::copy_vec<2>(&fb_[rn][i], &v37[((warp % 1) * 64 + rn * 8 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (0)) * 40 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 8)]);
+          kg::copy_vec<2>(&fb_[rn][i], &v16[((warp % 1) * 64 + rn * 8 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (0)) * 40 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 8)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 8; ++rn)
-          kg::mma_m16n8k16_fp16(&v33[(rm * 8 + rn) * 4], fa_[rm], fb_[rn]);
+          kg::mma_m16n8k16_fp16(&v17[(rm * 8 + rn) * 4], fa_[rm], fb_[rn]);
     }
     // spec: specs/matmul.yaml:21:17
 
     float y0_[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y0_[e] = v33[e];
+    for (int e = 0; e < 32; ++e) y0_[e] = v17[e];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v34[e] = y0_[e];
+    for (int e = 0; e < 32; ++e) v10[e] = y0_[e];
   }
   // spec: specs/matmul.yaml:22:28
-  kg::fp16 v35[32];
+  kg::fp16 v18[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v35[e] = kg::cvt<kg::fp16>(v34[e]);
+  for (int e = 0; e < 32; ++e) v18[e] = kg::cvt<kg::fp16>(v10[e]);
   // spec: specs/matmul.yaml:22:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
-    kg::fp16* p_ = c + (0);
+    kg::fp16* p_ = t_c + (0);
     const bool aligned_ = kg::aligned(p_, 4) && stride_c_0 % 2 == 0;
-    const int t0_ = v19 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
-    const int t1_ = v20 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
+    const int t0_ = v1 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+    const int t1_ = v2 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
   #pragma unroll
     for (int e = 0; e < 32; e += 2) {
       const int i0_ = t0_ + ((e >> 1) & 1) * 8;
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
       const int64_t off_ = (int64_t)i0_ * stride_c_0 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_M) && i1_ + 2 <= (size_N)) {
-        kg::copy_vec<2>(p_ + off_, &v35[e]);
+        kg::copy_vec<2>(p_ + off_, &v18[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_M) && i1_ + v < (size_N)) p_[off_ + v] = v35[e + v];
+          if (i0_ < (size_M) && i1_ + v < (size_N)) p_[off_ + v] = v18[e + v];
       }
     }
   }

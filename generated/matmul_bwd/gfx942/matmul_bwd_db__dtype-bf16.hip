@@ -3,48 +3,48 @@
 #include "kgen_hip.h"
 #include "kgen_tile.h"
 
-KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void matmul_bwd_db(const kg::bf16* __restrict__ a, int64_t stride_a_0, const kg::bf16* __restrict__ b, int64_t stride_b_0, const kg::bf16* __restrict__ dc, int64_t stride_dc_0, kg::bf16* __restrict__ da, int64_t stride_da_0, kg::bf16* __restrict__ db, int64_t stride_db_0, int size_M, int size_N, int size_K) {
+KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void matmul_bwd_db(const kg::bf16* __restrict__ t_a, int64_t stride_a_0, const kg::bf16* __restrict__ t_b, int64_t stride_b_0, const kg::bf16* __restrict__ t_dc, int64_t stride_dc_0, kg::bf16* __restrict__ t_da, int64_t stride_da_0, kg::bf16* __restrict__ t_db, int64_t stride_db_0, int size_M, int size_N, int size_K) {
   KG_SHARED __attribute__((aligned(16))) char smem[13824];
   const int lane = kg::thread_id() % kg::WAVE;
   const int warp = __builtin_amdgcn_readfirstlane(kg::thread_id() / kg::WAVE);
   
   // spec: specs/matmul_bwd.yaml:35:27
-  const int v23 = size_M;
+  const int v0 = size_M;
   // spec: specs/matmul_bwd.yaml:32:18
-  const int v20 = kg::block_id_x();
+  const int v1 = kg::block_id_x();
   // spec: specs/matmul_bwd.yaml:33:20
-  const int v21 = kg::block_id_y();
+  const int v2 = kg::block_id_y();
   // spec: specs/matmul_bwd.yaml:34:13
-  float v22[8];
+  float v3[8];
   #pragma unroll
-  for (int e = 0; e < 8; ++e) v22[e] = 0.0f;
+  for (int e = 0; e < 8; ++e) v3[e] = 0.0f;
   // spec: specs/matmul_bwd.yaml:35:22
-  const int v24 = 63;
+  const int v4 = 63;
   // spec: specs/matmul_bwd.yaml:35:22
-  const int v25 = (v23 + v24);
+  const int v5 = (v0 + v4);
   // spec: specs/matmul_bwd.yaml:35:22
-  const int v26 = 64;
+  const int v6 = 64;
   // spec: specs/matmul_bwd.yaml:35:22
-  const int v27 = (kg::floordiv(v25, v26));
+  const int v7 = (kg::floordiv(v5, v6));
   // spec: specs/matmul_bwd.yaml:35:22
-  const int v28 = 0;
+  const int v8 = 0;
   // spec: specs/matmul_bwd.yaml:35:22
-  const int v29 = 1;
+  const int v9 = 1;
   // spec: specs/matmul_bwd.yaml:35:7
 
-  float v36[8];
+  float v10[8];
   #pragma unroll
-  for (int e = 0; e < 8; ++e) v36[e] = v22[e];
-  for (int v30 = v28; v30 < v27; v30 += v29) {
-    float (&v31)[8] = v36;
+  for (int e = 0; e < 8; ++e) v10[e] = v3[e];
+  for (int v11 = v8; v11 < v7; v11 += v9) {
+    float (&v12)[8] = v10;
     
     // spec: specs/matmul_bwd.yaml:37:21
-    kg::bf16 v32[8];
+    kg::bf16 v13[8];
     {
-      const kg::bf16* p_ = a + (0);
+      const kg::bf16* p_ = t_a + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_a_0 % 8 == 0;
-      const int t0_ = v30 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
-      const int t1_ = v20 * 32 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16;
+      const int t0_ = v11 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+      const int t1_ = v1 * 32 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16;
     #pragma unroll
       for (int e = 0; e < 8; e += 8) {
         const int i0_ = t0_ + 0;
@@ -52,23 +52,23 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void matmul_bwd
         const int64_t off_ = (int64_t)i0_ * stride_a_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_M) && i1_ + 8 <= (size_K);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v32[e], p_ + off_);
+          kg::copy_vec<8>(&v13[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v32[e + v] = (i0_ < (size_M) && i1_ + v < (size_K)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v13[e + v] = (i0_ < (size_M) && i1_ + v < (size_K)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     // spec: specs/matmul_bwd.yaml:37:21
-    kg::bf16 (&v33)[8] = v32;
+    kg::bf16 (&v14)[8] = v13;
     // spec: specs/matmul_bwd.yaml:37:55
-    kg::bf16 v34[16];
+    kg::bf16 v15[16];
     {
-      const kg::bf16* p_ = dc + (0);
+      const kg::bf16* p_ = t_dc + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dc_0 % 8 == 0;
-      const int t0_ = v30 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
-      const int t1_ = v21 * 64 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
+      const int t0_ = v11 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
+      const int t1_ = v2 * 64 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
     #pragma unroll
       for (int e = 0; e < 16; e += 8) {
         const int i0_ = t0_ + ((e >> 3) & 1) * 32;
@@ -76,28 +76,27 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void matmul_bwd
         const int64_t off_ = (int64_t)i0_ * stride_dc_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_M) && i1_ + 8 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v34[e], p_ + off_);
+          kg::copy_vec<8>(&v15[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v34[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v15[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     // spec: specs/matmul_bwd.yaml:37:17
-    kg::bf16* v38 = reinterpret_cast<kg::bf16*>(smem + 9216);
+    kg::bf16* v16 = reinterpret_cast<kg::bf16*>(smem + 9216);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v38[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (0))] = v33[e];
-    kg::sync();
+    for (int e = 0; e < 8; ++e) v16[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (0))] = v14[e];
+
     // spec: specs/matmul_bwd.yaml:37:17
-    kg::bf16* v39 = reinterpret_cast<kg::bf16*>(smem + 0);
-    kg::sync();
+    kg::bf16* v17 = reinterpret_cast<kg::bf16*>(smem + 0);
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v39[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32))] = v34[e];
+    for (int e = 0; e < 16; ++e) v17[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32))] = v15[e];
     kg::sync();
     // spec: specs/matmul_bwd.yaml:37:17
-    float (&v35)[8] = v31;
+    float (&v18)[8] = v12;
     #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
       alignas(16) kg::bf16 fa_[1][4];
@@ -106,47 +105,47 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void matmul_bwd
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int i = 0; i < 4; i += 4)
-          kg::copy_vec<4>(&fa_[rm][i], &v38[((warp / 2) * 16 + rm * 16 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (0)) * 72 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+          kg::copy_vec<4>(&fa_[rm][i], &v16[((warp / 2) * 16 + rm * 16 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (0)) * 72 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rn = 0; rn < 2; ++rn)
     #pragma unroll
         for (int i = 0; i < 4; i += 4)
-          kg::copy_vec<4>(&fb_[rn][i], &v39[((warp % 2) * 32 + rn * 16 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (0)) * 72 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+          kg::copy_vec<4>(&fb_[rn][i], &v17[((warp % 2) * 32 + rn * 16 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (0)) * 72 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 2; ++rn)
-          kg::mfma_16x16x16_bf16(&v35[(rm * 2 + rn) * 4], fa_[rm], fb_[rn]);
+          kg::mfma_16x16x16_bf16(&v18[(rm * 2 + rn) * 4], fa_[rm], fb_[rn]);
     }
     // spec: specs/matmul_bwd.yaml:37:17
 
     float y0_[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) y0_[e] = v35[e];
+    for (int e = 0; e < 8; ++e) y0_[e] = v18[e];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v36[e] = y0_[e];
+    for (int e = 0; e < 8; ++e) v10[e] = y0_[e];
   }
   // spec: specs/matmul_bwd.yaml:38:27
-  kg::bf16 v37[8];
+  kg::bf16 v19[8];
   #pragma unroll
-  for (int e = 0; e < 8; ++e) v37[e] = kg::cvt<kg::bf16>(v36[e]);
+  for (int e = 0; e < 8; ++e) v19[e] = kg::cvt<kg::bf16>(v10[e]);
   // spec: specs/matmul_bwd.yaml:38:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
-    kg::bf16* p_ = db + (0);
+    kg::bf16* p_ = t_db + (0);
     const bool aligned_ = false;
-    const int t0_ = v20 * 32 + ((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + ((warp >> 1) & 1) * 16;
-    const int t1_ = v21 * 64 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + (warp & 1) * 32;
+    const int t0_ = v1 * 32 + ((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + ((warp >> 1) & 1) * 16;
+    const int t1_ = v2 * 64 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + (warp & 1) * 32;
   #pragma unroll
     for (int e = 0; e < 8; e += 1) {
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
       const int i1_ = t1_ + ((e >> 2) & 1) * 16;
       const int64_t off_ = (int64_t)i0_ * stride_db_0 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_K) && i1_ + 1 <= (size_N)) {
-        kg::copy_vec<1>(p_ + off_, &v37[e]);
+        kg::copy_vec<1>(p_ + off_, &v19[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          if (i0_ < (size_K) && i1_ + v < (size_N)) p_[off_ + v] = v37[e + v];
+          if (i0_ < (size_K) && i1_ + v < (size_N)) p_[off_ + v] = v19[e + v];
       }
     }
   }

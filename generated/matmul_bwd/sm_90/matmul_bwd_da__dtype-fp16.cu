@@ -3,48 +3,48 @@
 #include "kgen_cuda.h"
 #include "kgen_tile.h"
 
-KG_KERNEL void __launch_bounds__(128) matmul_bwd_da(const kg::fp16* __restrict__ a, int64_t stride_a_0, const kg::fp16* __restrict__ b, int64_t stride_b_0, const kg::fp16* __restrict__ dc, int64_t stride_dc_0, kg::fp16* __restrict__ da, int64_t stride_da_0, kg::fp16* __restrict__ db, int64_t stride_db_0, int size_M, int size_N, int size_K) {
+KG_KERNEL void __launch_bounds__(128) matmul_bwd_da(const kg::fp16* __restrict__ t_a, int64_t stride_a_0, const kg::fp16* __restrict__ t_b, int64_t stride_b_0, const kg::fp16* __restrict__ t_dc, int64_t stride_dc_0, kg::fp16* __restrict__ t_da, int64_t stride_da_0, kg::fp16* __restrict__ t_db, int64_t stride_db_0, int size_M, int size_N, int size_K) {
   extern __shared__ __align__(16) char smem[];
   const int lane = kg::thread_id() % kg::WAVE;
   const int warp = kg::thread_id() / kg::WAVE;
   
   // spec: specs/matmul_bwd.yaml:24:27
-  const int v43 = size_N;
+  const int v0 = size_N;
   // spec: specs/matmul_bwd.yaml:21:20
-  const int v40 = kg::block_id_x();
+  const int v1 = kg::block_id_x();
   // spec: specs/matmul_bwd.yaml:22:18
-  const int v41 = kg::block_id_y();
+  const int v2 = kg::block_id_y();
   // spec: specs/matmul_bwd.yaml:23:13
-  float v42[16];
+  float v3[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v42[e] = 0.0f;
+  for (int e = 0; e < 16; ++e) v3[e] = 0.0f;
   // spec: specs/matmul_bwd.yaml:24:22
-  const int v44 = 63;
+  const int v4 = 63;
   // spec: specs/matmul_bwd.yaml:24:22
-  const int v45 = (v43 + v44);
+  const int v5 = (v0 + v4);
   // spec: specs/matmul_bwd.yaml:24:22
-  const int v46 = 64;
+  const int v6 = 64;
   // spec: specs/matmul_bwd.yaml:24:22
-  const int v47 = (kg::floordiv(v45, v46));
+  const int v7 = (kg::floordiv(v5, v6));
   // spec: specs/matmul_bwd.yaml:24:22
-  const int v48 = 0;
+  const int v8 = 0;
   // spec: specs/matmul_bwd.yaml:24:22
-  const int v49 = 1;
+  const int v9 = 1;
   // spec: specs/matmul_bwd.yaml:24:7
 
-  float v56[16];
+  float v10[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v56[e] = v42[e];
-  for (int v50 = v48; v50 < v47; v50 += v49) {
-    float (&v51)[16] = v56;
+  for (int e = 0; e < 16; ++e) v10[e] = v3[e];
+  for (int v11 = v8; v11 < v7; v11 += v9) {
+    float (&v12)[16] = v10;
     
     // spec: specs/matmul_bwd.yaml:26:21
-    kg::fp16 v52[32];
+    kg::fp16 v13[32];
     {
-      const kg::fp16* p_ = dc + (0);
+      const kg::fp16* p_ = t_dc + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dc_0 % 8 == 0;
-      const int t0_ = v40 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
-      const int t1_ = v50 * 64 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
+      const int t0_ = v1 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
+      const int t1_ = v11 * 64 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
     #pragma unroll
       for (int e = 0; e < 32; e += 8) {
         const int i0_ = t0_ + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
@@ -52,21 +52,21 @@ KG_KERNEL void __launch_bounds__(128) matmul_bwd_da(const kg::fp16* __restrict__
         const int64_t off_ = (int64_t)i0_ * stride_dc_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_M) && i1_ + 8 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v52[e], p_ + off_);
+          kg::copy_vec<8>(&v13[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v52[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v13[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     // spec: specs/matmul_bwd.yaml:26:56
-    kg::fp16 v53[16];
+    kg::fp16 v14[16];
     {
-      const kg::fp16* p_ = b + (0);
+      const kg::fp16* p_ = t_b + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_b_0 % 8 == 0;
-      const int t0_ = v41 * 32 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
-      const int t1_ = v50 * 64 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
+      const int t0_ = v2 * 32 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
+      const int t1_ = v11 * 64 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
     #pragma unroll
       for (int e = 0; e < 16; e += 8) {
         const int i0_ = t0_ + ((e >> 3) & 1) * 16;
@@ -74,30 +74,29 @@ KG_KERNEL void __launch_bounds__(128) matmul_bwd_da(const kg::fp16* __restrict__
         const int64_t off_ = (int64_t)i0_ * stride_b_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_K) && i1_ + 8 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v53[e], p_ + off_);
+          kg::copy_vec<8>(&v14[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v53[e + v] = (i0_ < (size_K) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v14[e + v] = (i0_ < (size_K) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     // spec: specs/matmul_bwd.yaml:26:56
-    kg::fp16 (&v54)[16] = v53;
+    kg::fp16 (&v15)[16] = v14;
     // spec: specs/matmul_bwd.yaml:26:17
-    kg::fp16* v58 = reinterpret_cast<kg::fp16*>(smem + 0);
+    kg::fp16* v16 = reinterpret_cast<kg::fp16*>(smem + 0);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v58[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))] = v52[e];
-    kg::sync();
+    for (int e = 0; e < 32; ++e) v16[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))] = v13[e];
+
     // spec: specs/matmul_bwd.yaml:26:17
-    kg::fp16* v59 = reinterpret_cast<kg::fp16*>(smem + 9216);
-    kg::sync();
+    kg::fp16* v17 = reinterpret_cast<kg::fp16*>(smem + 9216);
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v59[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))] = v54[e];
+    for (int e = 0; e < 16; ++e) v17[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))] = v15[e];
     kg::sync();
     // spec: specs/matmul_bwd.yaml:26:17
-    float (&v55)[16] = v51;
+    float (&v18)[16] = v12;
     #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
       alignas(16) kg::fp16 fa_[1][8];
@@ -106,47 +105,47 @@ KG_KERNEL void __launch_bounds__(128) matmul_bwd_da(const kg::fp16* __restrict__
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int i = 0; i < 8; i += 2)
-          kg::copy_vec<2>(&fa_[rm][i], &v58[((warp / 1) * 16 + rm * 16 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (((i >> 1) & 1) * 8)) * 72 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 2) & 1) * 8)]);
+          kg::copy_vec<2>(&fa_[rm][i], &v16[((warp / 1) * 16 + rm * 16 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (((i >> 1) & 1) * 8)) * 72 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 2) & 1) * 8)]);
     #pragma unroll
       for (int rn = 0; rn < 4; ++rn)
     #pragma unroll
         for (int i = 0; i < 4; i += 2)
-          kg::copy_vec<2>(&fb_[rn][i], &v59[((warp % 1) * 32 + rn * 8 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (0)) * 72 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 8)]);
+          kg::copy_vec<2>(&fb_[rn][i], &v17[((warp % 1) * 32 + rn * 8 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (0)) * 72 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 8)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 4; ++rn)
-          kg::mma_m16n8k16_fp16(&v55[(rm * 4 + rn) * 4], fa_[rm], fb_[rn]);
+          kg::mma_m16n8k16_fp16(&v18[(rm * 4 + rn) * 4], fa_[rm], fb_[rn]);
     }
     // spec: specs/matmul_bwd.yaml:26:17
 
     float y0_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y0_[e] = v55[e];
+    for (int e = 0; e < 16; ++e) y0_[e] = v18[e];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v56[e] = y0_[e];
+    for (int e = 0; e < 16; ++e) v10[e] = y0_[e];
   }
   // spec: specs/matmul_bwd.yaml:27:27
-  kg::fp16 v57[16];
+  kg::fp16 v19[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v57[e] = kg::cvt<kg::fp16>(v56[e]);
+  for (int e = 0; e < 16; ++e) v19[e] = kg::cvt<kg::fp16>(v10[e]);
   // spec: specs/matmul_bwd.yaml:27:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
-    kg::fp16* p_ = da + (0);
+    kg::fp16* p_ = t_da + (0);
     const bool aligned_ = kg::aligned(p_, 4) && stride_da_0 % 2 == 0;
-    const int t0_ = v40 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
-    const int t1_ = v41 * 32 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
+    const int t0_ = v1 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+    const int t1_ = v2 * 32 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
   #pragma unroll
     for (int e = 0; e < 16; e += 2) {
       const int i0_ = t0_ + ((e >> 1) & 1) * 8;
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
       const int64_t off_ = (int64_t)i0_ * stride_da_0 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_M) && i1_ + 2 <= (size_K)) {
-        kg::copy_vec<2>(p_ + off_, &v57[e]);
+        kg::copy_vec<2>(p_ + off_, &v19[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_M) && i1_ + v < (size_K)) p_[off_ + v] = v57[e + v];
+          if (i0_ < (size_M) && i1_ + v < (size_K)) p_[off_ + v] = v19[e + v];
       }
     }
   }

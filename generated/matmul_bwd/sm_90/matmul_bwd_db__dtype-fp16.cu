@@ -3,48 +3,48 @@
 #include "kgen_cuda.h"
 #include "kgen_tile.h"
 
-KG_KERNEL void __launch_bounds__(128) matmul_bwd_db(const kg::fp16* __restrict__ a, int64_t stride_a_0, const kg::fp16* __restrict__ b, int64_t stride_b_0, const kg::fp16* __restrict__ dc, int64_t stride_dc_0, kg::fp16* __restrict__ da, int64_t stride_da_0, kg::fp16* __restrict__ db, int64_t stride_db_0, int size_M, int size_N, int size_K) {
+KG_KERNEL void __launch_bounds__(128) matmul_bwd_db(const kg::fp16* __restrict__ t_a, int64_t stride_a_0, const kg::fp16* __restrict__ t_b, int64_t stride_b_0, const kg::fp16* __restrict__ t_dc, int64_t stride_dc_0, kg::fp16* __restrict__ t_da, int64_t stride_da_0, kg::fp16* __restrict__ t_db, int64_t stride_db_0, int size_M, int size_N, int size_K) {
   extern __shared__ __align__(16) char smem[];
   const int lane = kg::thread_id() % kg::WAVE;
   const int warp = kg::thread_id() / kg::WAVE;
   
   // spec: specs/matmul_bwd.yaml:35:27
-  const int v63 = size_M;
+  const int v0 = size_M;
   // spec: specs/matmul_bwd.yaml:32:18
-  const int v60 = kg::block_id_x();
+  const int v1 = kg::block_id_x();
   // spec: specs/matmul_bwd.yaml:33:20
-  const int v61 = kg::block_id_y();
+  const int v2 = kg::block_id_y();
   // spec: specs/matmul_bwd.yaml:34:13
-  float v62[16];
+  float v3[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v62[e] = 0.0f;
+  for (int e = 0; e < 16; ++e) v3[e] = 0.0f;
   // spec: specs/matmul_bwd.yaml:35:22
-  const int v64 = 63;
+  const int v4 = 63;
   // spec: specs/matmul_bwd.yaml:35:22
-  const int v65 = (v63 + v64);
+  const int v5 = (v0 + v4);
   // spec: specs/matmul_bwd.yaml:35:22
-  const int v66 = 64;
+  const int v6 = 64;
   // spec: specs/matmul_bwd.yaml:35:22
-  const int v67 = (kg::floordiv(v65, v66));
+  const int v7 = (kg::floordiv(v5, v6));
   // spec: specs/matmul_bwd.yaml:35:22
-  const int v68 = 0;
+  const int v8 = 0;
   // spec: specs/matmul_bwd.yaml:35:22
-  const int v69 = 1;
+  const int v9 = 1;
   // spec: specs/matmul_bwd.yaml:35:7
 
-  float v76[16];
+  float v10[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v76[e] = v62[e];
-  for (int v70 = v68; v70 < v67; v70 += v69) {
-    float (&v71)[16] = v76;
+  for (int e = 0; e < 16; ++e) v10[e] = v3[e];
+  for (int v11 = v8; v11 < v7; v11 += v9) {
+    float (&v12)[16] = v10;
     
     // spec: specs/matmul_bwd.yaml:37:21
-    kg::fp16 v72[16];
+    kg::fp16 v13[16];
     {
-      const kg::fp16* p_ = a + (0);
+      const kg::fp16* p_ = t_a + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_a_0 % 8 == 0;
-      const int t0_ = v70 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
-      const int t1_ = v60 * 32 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16;
+      const int t0_ = v11 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
+      const int t1_ = v1 * 32 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16;
     #pragma unroll
       for (int e = 0; e < 16; e += 8) {
         const int i0_ = t0_ + ((e >> 3) & 1) * 32;
@@ -52,23 +52,23 @@ KG_KERNEL void __launch_bounds__(128) matmul_bwd_db(const kg::fp16* __restrict__
         const int64_t off_ = (int64_t)i0_ * stride_a_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_M) && i1_ + 8 <= (size_K);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v72[e], p_ + off_);
+          kg::copy_vec<8>(&v13[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v72[e + v] = (i0_ < (size_M) && i1_ + v < (size_K)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v13[e + v] = (i0_ < (size_M) && i1_ + v < (size_K)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     // spec: specs/matmul_bwd.yaml:37:21
-    kg::fp16 (&v73)[16] = v72;
+    kg::fp16 (&v14)[16] = v13;
     // spec: specs/matmul_bwd.yaml:37:55
-    kg::fp16 v74[32];
+    kg::fp16 v15[32];
     {
-      const kg::fp16* p_ = dc + (0);
+      const kg::fp16* p_ = t_dc + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dc_0 % 8 == 0;
-      const int t0_ = v70 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
-      const int t1_ = v61 * 64 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
+      const int t0_ = v11 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
+      const int t1_ = v2 * 64 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
     #pragma unroll
       for (int e = 0; e < 32; e += 8) {
         const int i0_ = t0_ + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
@@ -76,28 +76,27 @@ KG_KERNEL void __launch_bounds__(128) matmul_bwd_db(const kg::fp16* __restrict__
         const int64_t off_ = (int64_t)i0_ * stride_dc_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_M) && i1_ + 8 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v74[e], p_ + off_);
+          kg::copy_vec<8>(&v15[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v74[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v15[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     // spec: specs/matmul_bwd.yaml:37:17
-    kg::fp16* v78 = reinterpret_cast<kg::fp16*>(smem + 9216);
+    kg::fp16* v16 = reinterpret_cast<kg::fp16*>(smem + 9216);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v78[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32))] = v73[e];
-    kg::sync();
+    for (int e = 0; e < 16; ++e) v16[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32))] = v14[e];
+
     // spec: specs/matmul_bwd.yaml:37:17
-    kg::fp16* v79 = reinterpret_cast<kg::fp16*>(smem + 0);
-    kg::sync();
+    kg::fp16* v17 = reinterpret_cast<kg::fp16*>(smem + 0);
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v79[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v74[e];
+    for (int e = 0; e < 32; ++e) v17[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v15[e];
     kg::sync();
     // spec: specs/matmul_bwd.yaml:37:17
-    float (&v75)[16] = v71;
+    float (&v18)[16] = v12;
     #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
       alignas(16) kg::fp16 fa_[1][8];
@@ -106,47 +105,47 @@ KG_KERNEL void __launch_bounds__(128) matmul_bwd_db(const kg::fp16* __restrict__
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int i = 0; i < 8; i += 2)
-          kg::copy_vec<2>(&fa_[rm][i], &v78[((warp / 2) * 16 + rm * 16 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (((i >> 1) & 1) * 8)) * 72 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 2) & 1) * 8)]);
+          kg::copy_vec<2>(&fa_[rm][i], &v16[((warp / 2) * 16 + rm * 16 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (((i >> 1) & 1) * 8)) * 72 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 2) & 1) * 8)]);
     #pragma unroll
       for (int rn = 0; rn < 4; ++rn)
     #pragma unroll
         for (int i = 0; i < 4; i += 2)
-          kg::copy_vec<2>(&fb_[rn][i], &v79[((warp % 2) * 32 + rn * 8 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (0)) * 72 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 8)]);
+          kg::copy_vec<2>(&fb_[rn][i], &v17[((warp % 2) * 32 + rn * 8 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (0)) * 72 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 8)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 4; ++rn)
-          kg::mma_m16n8k16_fp16(&v75[(rm * 4 + rn) * 4], fa_[rm], fb_[rn]);
+          kg::mma_m16n8k16_fp16(&v18[(rm * 4 + rn) * 4], fa_[rm], fb_[rn]);
     }
     // spec: specs/matmul_bwd.yaml:37:17
 
     float y0_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y0_[e] = v75[e];
+    for (int e = 0; e < 16; ++e) y0_[e] = v18[e];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v76[e] = y0_[e];
+    for (int e = 0; e < 16; ++e) v10[e] = y0_[e];
   }
   // spec: specs/matmul_bwd.yaml:38:27
-  kg::fp16 v77[16];
+  kg::fp16 v19[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v77[e] = kg::cvt<kg::fp16>(v76[e]);
+  for (int e = 0; e < 16; ++e) v19[e] = kg::cvt<kg::fp16>(v10[e]);
   // spec: specs/matmul_bwd.yaml:38:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
-    kg::fp16* p_ = db + (0);
+    kg::fp16* p_ = t_db + (0);
     const bool aligned_ = kg::aligned(p_, 4) && stride_db_0 % 2 == 0;
-    const int t0_ = v60 * 32 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + ((warp >> 1) & 1) * 16;
-    const int t1_ = v61 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4 + (warp & 1) * 32;
+    const int t0_ = v1 * 32 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + ((warp >> 1) & 1) * 16;
+    const int t1_ = v2 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4 + (warp & 1) * 32;
   #pragma unroll
     for (int e = 0; e < 16; e += 2) {
       const int i0_ = t0_ + ((e >> 1) & 1) * 8;
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
       const int64_t off_ = (int64_t)i0_ * stride_db_0 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_K) && i1_ + 2 <= (size_N)) {
-        kg::copy_vec<2>(p_ + off_, &v77[e]);
+        kg::copy_vec<2>(p_ + off_, &v19[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_K) && i1_ + v < (size_N)) p_[off_ + v] = v77[e + v];
+          if (i0_ < (size_K) && i1_ + v < (size_N)) p_[off_ + v] = v19[e + v];
       }
     }
   }

@@ -3,48 +3,48 @@
 #include "kgen_hip.h"
 #include "kgen_tile.h"
 
-KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void rmsnorm_fwd(const kg::bf16* __restrict__ x, int64_t stride_x_0, const kg::bf16* __restrict__ w, kg::bf16* __restrict__ y, int64_t stride_y_0, float* __restrict__ rstd, int size_M, int size_N, float scalar_eps) {
+KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void rmsnorm_fwd(const kg::bf16* __restrict__ t_x, int64_t stride_x_0, const kg::bf16* __restrict__ t_w, kg::bf16* __restrict__ t_y, int64_t stride_y_0, float* __restrict__ t_rstd, int size_M, int size_N, float scalar_eps) {
   KG_SHARED __attribute__((aligned(16))) char smem[16];
   const int lane = kg::thread_id() % kg::WAVE;
   const int warp = __builtin_amdgcn_readfirstlane(kg::thread_id() / kg::WAVE);
   
   // spec: specs/rmsnorm.yaml:29:26
-  const float v19 = scalar_eps;
+  const float v0 = scalar_eps;
   // spec: specs/rmsnorm.yaml:26:27
-  const int v2 = size_N;
+  const int v1 = size_N;
   // spec: specs/rmsnorm.yaml:23:20
-  const int v0 = kg::block_id_x();
+  const int v2 = kg::block_id_x();
   // spec: specs/rmsnorm.yaml:25:12
-  float v1[1];
+  float v3[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v1[e] = 0.0f;
+  for (int e = 0; e < 1; ++e) v3[e] = 0.0f;
   // spec: specs/rmsnorm.yaml:26:22
-  const int v3 = 1023;
+  const int v4 = 1023;
   // spec: specs/rmsnorm.yaml:26:22
-  const int v4 = (v2 + v3);
+  const int v5 = (v1 + v4);
   // spec: specs/rmsnorm.yaml:26:22
-  const int v5 = 1024;
+  const int v6 = 1024;
   // spec: specs/rmsnorm.yaml:26:22
-  const int v6 = (kg::floordiv(v4, v5));
+  const int v7 = (kg::floordiv(v5, v6));
   // spec: specs/rmsnorm.yaml:26:22
-  const int v7 = 0;
+  const int v8 = 0;
   // spec: specs/rmsnorm.yaml:26:22
-  const int v8 = 1;
+  const int v9 = 1;
   // spec: specs/rmsnorm.yaml:26:7
 
-  float v16[1];
+  float v10[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v16[e] = v1[e];
-  for (int v9 = v7; v9 < v6; v9 += v8) {
-    float (&v10)[1] = v16;
+  for (int e = 0; e < 1; ++e) v10[e] = v3[e];
+  for (int v11 = v8; v11 < v7; v11 += v9) {
+    float (&v12)[1] = v10;
     
     // spec: specs/rmsnorm.yaml:27:15
-    kg::bf16 v11[16];
+    kg::bf16 v13[16];
     {
-      const kg::bf16* p_ = x + (0);
+      const kg::bf16* p_ = t_x + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 8 == 0;
-      const int t0_ = v0 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
-      const int t1_ = v9 * 1024 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128 + ((lane >> 5) & 1) * 256;
+      const int t0_ = v2 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+      const int t1_ = v11 * 1024 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128 + ((lane >> 5) & 1) * 256;
     #pragma unroll
       for (int e = 0; e < 16; e += 8) {
         const int i0_ = t0_ + 0;
@@ -52,79 +52,79 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void rmsnorm_fw
         const int64_t off_ = (int64_t)i0_ * stride_x_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_M) && i1_ + 8 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v11[e], p_ + off_);
+          kg::copy_vec<8>(&v13[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v11[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v13[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     // spec: specs/rmsnorm.yaml:27:15
-    float v12[16];
+    float v14[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v12[e] = kg::cvt<float>(kg::f32(v11[e]));
+    for (int e = 0; e < 16; ++e) v14[e] = kg::cvt<float>(kg::f32(v13[e]));
     // spec: specs/rmsnorm.yaml:28:25
-    float v13[16];
+    float v15[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v13[e] = (v12[e] * v12[e]);
+    for (int e = 0; e < 16; ++e) v15[e] = (v14[e] * v14[e]);
     // spec: specs/rmsnorm.yaml:28:21
-    float v14[1];
+    float v16[1];
     {
-      float r14[1];
+      float r16[1];
     #pragma unroll
-      for (int e = 0; e < 1; ++e) r14[e] = 0.0f;
+      for (int e = 0; e < 1; ++e) r16[e] = 0.0f;
     #pragma unroll
       for (int e = 0; e < 16; ++e) {
-        const float a_ = r14[0], b_ = (float)(v13[e]);
-        r14[0] = a_ + b_;
+        const float a_ = r16[0], b_ = (float)(v15[e]);
+        r16[0] = a_ + b_;
       }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r14[e], b_ = kg::shfl_xor(a_, 1); r14[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r16[e], b_ = kg::shfl_xor(a_, 1); r16[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r14[e], b_ = kg::shfl_xor(a_, 2); r14[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r16[e], b_ = kg::shfl_xor(a_, 2); r16[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r14[e], b_ = kg::shfl_xor(a_, 4); r14[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r16[e], b_ = kg::shfl_xor(a_, 4); r16[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r14[e], b_ = kg::shfl_xor(a_, 8); r14[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r16[e], b_ = kg::shfl_xor(a_, 8); r16[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r14[e], b_ = kg::shfl_xor(a_, 16); r14[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r16[e], b_ = kg::shfl_xor(a_, 16); r16[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r14[e], b_ = kg::shfl_xor(a_, 32); r14[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r16[e], b_ = kg::shfl_xor(a_, 32); r16[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) v14[e] = kg::cvt<float>(r14[e]);
+      for (int e = 0; e < 1; ++e) v16[e] = kg::cvt<float>(r16[e]);
     }
     // spec: specs/rmsnorm.yaml:28:16
-    float v15[1];
+    float v17[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v15[e] = (v10[e] + v14[e]);
+    for (int e = 0; e < 1; ++e) v17[e] = (v12[e] + v16[e]);
     // spec: specs/rmsnorm.yaml:28:16
 
     float y0_[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) y0_[e] = v15[e];
+    for (int e = 0; e < 1; ++e) y0_[e] = v17[e];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v16[e] = y0_[e];
+    for (int e = 0; e < 1; ++e) v10[e] = y0_[e];
   }
   // spec: specs/rmsnorm.yaml:29:17
-  const float v17 = kg::cvt<float>(v2);
+  const float v18 = kg::cvt<float>(v1);
   // spec: specs/rmsnorm.yaml:29:17
-  float v18[1];
+  float v19[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v18[e] = (v16[e] / v17);
+  for (int e = 0; e < 1; ++e) v19[e] = (v10[e] / v18);
   // spec: specs/rmsnorm.yaml:29:17
   float v20[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v20[e] = (v18[e] + v19);
+  for (int e = 0; e < 1; ++e) v20[e] = (v19[e] + v0);
   // spec: specs/rmsnorm.yaml:29:11
   float v21[1];
   #pragma unroll
   for (int e = 0; e < 1; ++e) v21[e] = kg::rsqrt_(v20[e]);
   // spec: specs/rmsnorm.yaml:30:7
   if ((lane & 63) == 0 && (warp & 0) == 0) {
-    float* p_ = rstd + (0);
+    float* p_ = t_rstd + (0);
     const bool aligned_ = false;
-    const int t0_ = v0 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+    const int t0_ = v2 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
   #pragma unroll
     for (int e = 0; e < 1; e += 1) {
       const int i0_ = t0_ + 0;
@@ -141,7 +141,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void rmsnorm_fw
   // spec: specs/rmsnorm.yaml:32:22
   const int v22 = 1023;
   // spec: specs/rmsnorm.yaml:32:22
-  const int v23 = (v2 + v22);
+  const int v23 = (v1 + v22);
   // spec: specs/rmsnorm.yaml:32:22
   const int v24 = 1024;
   // spec: specs/rmsnorm.yaml:32:22
@@ -150,17 +150,23 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void rmsnorm_fw
   const int v26 = 0;
   // spec: specs/rmsnorm.yaml:32:22
   const int v27 = 1;
+  // spec: specs/rmsnorm.yaml:35:50
+  float (&v28)[1] = v21;
+  // spec: specs/rmsnorm.yaml:35:46
+  float v29[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v29[e] = v28[0];
   // spec: specs/rmsnorm.yaml:32:7
 
-  for (int v28 = v26; v28 < v25; v28 += v27) {
+  for (int v30 = v26; v30 < v25; v30 += v27) {
     
     // spec: specs/rmsnorm.yaml:33:15
-    kg::bf16 v29[16];
+    kg::bf16 v31[16];
     {
-      const kg::bf16* p_ = x + (0);
+      const kg::bf16* p_ = t_x + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 8 == 0;
-      const int t0_ = v0 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
-      const int t1_ = v28 * 1024 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128 + ((lane >> 5) & 1) * 256;
+      const int t0_ = v2 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+      const int t1_ = v30 * 1024 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128 + ((lane >> 5) & 1) * 256;
     #pragma unroll
       for (int e = 0; e < 16; e += 8) {
         const int i0_ = t0_ + 0;
@@ -168,54 +174,48 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void rmsnorm_fw
         const int64_t off_ = (int64_t)i0_ * stride_x_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_M) && i1_ + 8 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v29[e], p_ + off_);
+          kg::copy_vec<8>(&v31[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v29[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v31[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     // spec: specs/rmsnorm.yaml:33:15
-    float v30[16];
+    float v32[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v30[e] = kg::cvt<float>(kg::f32(v29[e]));
+    for (int e = 0; e < 16; ++e) v32[e] = kg::cvt<float>(kg::f32(v31[e]));
     // spec: specs/rmsnorm.yaml:34:16
-    kg::bf16 v31[16];
+    kg::bf16 v33[16];
     {
-      const kg::bf16* p_ = w + (0);
+      const kg::bf16* p_ = t_w + (0);
       const bool aligned_ = kg::aligned(p_, 16);
-      const int t0_ = v28 * 1024 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128 + ((lane >> 5) & 1) * 256;
+      const int t0_ = v30 * 1024 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128 + ((lane >> 5) & 1) * 256;
     #pragma unroll
       for (int e = 0; e < 16; e += 8) {
         const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 512;
         const int64_t off_ = (int64_t)i0_ * 1;
         const bool in_ = i0_ + 8 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v31[e], p_ + off_);
+          kg::copy_vec<8>(&v33[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v31[e + v] = (i0_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v33[e + v] = (i0_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     // spec: specs/rmsnorm.yaml:34:16
-    float v32[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v32[e] = kg::cvt<float>(kg::f32(v31[e]));
-    // spec: specs/rmsnorm.yaml:35:50
-    float (&v33)[1] = v21;
-    // spec: specs/rmsnorm.yaml:35:46
     float v34[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v34[e] = v33[0];
+    for (int e = 0; e < 16; ++e) v34[e] = kg::cvt<float>(kg::f32(v33[e]));
     // spec: specs/rmsnorm.yaml:35:46
     float v35[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v35[e] = (v30[e] * v34[e]);
+    for (int e = 0; e < 16; ++e) v35[e] = (v32[e] * v29[e]);
     // spec: specs/rmsnorm.yaml:35:63
-    float (&v36)[16] = v32;
+    float (&v36)[16] = v34;
     // spec: specs/rmsnorm.yaml:35:46
     float v37[16];
     #pragma unroll
@@ -230,10 +230,10 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void rmsnorm_fw
     for (int e = 0; e < 16; ++e) v39[e] = kg::cvt<kg::bf16>(v38[e]);
     // spec: specs/rmsnorm.yaml:35:11
     if ((lane & 0) == 0 && (warp & 0) == 0) {
-      kg::bf16* p_ = y + (0);
+      kg::bf16* p_ = t_y + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_y_0 % 8 == 0;
-      const int t0_ = v0 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
-      const int t1_ = v28 * 1024 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128 + ((lane >> 5) & 1) * 256;
+      const int t0_ = v2 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+      const int t1_ = v30 * 1024 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128 + ((lane >> 5) & 1) * 256;
     #pragma unroll
       for (int e = 0; e < 16; e += 8) {
         const int i0_ = t0_ + 0;

@@ -3,48 +3,48 @@
 #include "kgen_cuda.h"
 #include "kgen_tile.h"
 
-KG_KERNEL void __launch_bounds__(128) rmsnorm_fwd(const kg::fp16* __restrict__ x, int64_t stride_x_0, const kg::fp16* __restrict__ w, kg::fp16* __restrict__ y, int64_t stride_y_0, float* __restrict__ rstd, int size_M, int size_N, float scalar_eps) {
+KG_KERNEL void __launch_bounds__(128) rmsnorm_fwd(const kg::fp16* __restrict__ t_x, int64_t stride_x_0, const kg::fp16* __restrict__ t_w, kg::fp16* __restrict__ t_y, int64_t stride_y_0, float* __restrict__ t_rstd, int size_M, int size_N, float scalar_eps) {
   extern __shared__ __align__(16) char smem[];
   const int lane = kg::thread_id() % kg::WAVE;
   const int warp = kg::thread_id() / kg::WAVE;
   
   // spec: specs/rmsnorm.yaml:29:26
-  const float v59 = scalar_eps;
+  const float v0 = scalar_eps;
   // spec: specs/rmsnorm.yaml:26:27
-  const int v42 = size_N;
+  const int v1 = size_N;
   // spec: specs/rmsnorm.yaml:23:20
-  const int v40 = kg::block_id_x();
+  const int v2 = kg::block_id_x();
   // spec: specs/rmsnorm.yaml:25:12
-  float v41[1];
+  float v3[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v41[e] = 0.0f;
+  for (int e = 0; e < 1; ++e) v3[e] = 0.0f;
   // spec: specs/rmsnorm.yaml:26:22
-  const int v43 = 1023;
+  const int v4 = 1023;
   // spec: specs/rmsnorm.yaml:26:22
-  const int v44 = (v42 + v43);
+  const int v5 = (v1 + v4);
   // spec: specs/rmsnorm.yaml:26:22
-  const int v45 = 1024;
+  const int v6 = 1024;
   // spec: specs/rmsnorm.yaml:26:22
-  const int v46 = (kg::floordiv(v44, v45));
+  const int v7 = (kg::floordiv(v5, v6));
   // spec: specs/rmsnorm.yaml:26:22
-  const int v47 = 0;
+  const int v8 = 0;
   // spec: specs/rmsnorm.yaml:26:22
-  const int v48 = 1;
+  const int v9 = 1;
   // spec: specs/rmsnorm.yaml:26:7
 
-  float v56[1];
+  float v10[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v56[e] = v41[e];
-  for (int v49 = v47; v49 < v46; v49 += v48) {
-    float (&v50)[1] = v56;
+  for (int e = 0; e < 1; ++e) v10[e] = v3[e];
+  for (int v11 = v8; v11 < v7; v11 += v9) {
+    float (&v12)[1] = v10;
     
     // spec: specs/rmsnorm.yaml:27:15
-    kg::fp16 v51[32];
+    kg::fp16 v13[32];
     {
-      const kg::fp16* p_ = x + (0);
+      const kg::fp16* p_ = t_x + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 8 == 0;
-      const int t0_ = v40 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
-      const int t1_ = v49 * 1024 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128;
+      const int t0_ = v2 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+      const int t1_ = v11 * 1024 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128;
     #pragma unroll
       for (int e = 0; e < 32; e += 8) {
         const int i0_ = t0_ + 0;
@@ -52,113 +52,119 @@ KG_KERNEL void __launch_bounds__(128) rmsnorm_fwd(const kg::fp16* __restrict__ x
         const int64_t off_ = (int64_t)i0_ * stride_x_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_M) && i1_ + 8 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v51[e], p_ + off_);
+          kg::copy_vec<8>(&v13[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v51[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v13[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     // spec: specs/rmsnorm.yaml:27:15
-    float v52[32];
+    float v14[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v52[e] = kg::cvt<float>(kg::f32(v51[e]));
+    for (int e = 0; e < 32; ++e) v14[e] = kg::cvt<float>(kg::f32(v13[e]));
     // spec: specs/rmsnorm.yaml:28:25
-    float v53[32];
+    float v15[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v53[e] = (v52[e] * v52[e]);
+    for (int e = 0; e < 32; ++e) v15[e] = (v14[e] * v14[e]);
     // spec: specs/rmsnorm.yaml:28:21
-    float v54[1];
+    float v16[1];
     {
-      float r54[1];
+      float r16[1];
     #pragma unroll
-      for (int e = 0; e < 1; ++e) r54[e] = 0.0f;
+      for (int e = 0; e < 1; ++e) r16[e] = 0.0f;
     #pragma unroll
       for (int e = 0; e < 32; ++e) {
-        const float a_ = r54[0], b_ = (float)(v53[e]);
-        r54[0] = a_ + b_;
+        const float a_ = r16[0], b_ = (float)(v15[e]);
+        r16[0] = a_ + b_;
       }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r54[e], b_ = kg::shfl_xor(a_, 1); r54[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r16[e], b_ = kg::shfl_xor(a_, 1); r16[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r54[e], b_ = kg::shfl_xor(a_, 2); r54[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r16[e], b_ = kg::shfl_xor(a_, 2); r16[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r54[e], b_ = kg::shfl_xor(a_, 4); r54[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r16[e], b_ = kg::shfl_xor(a_, 4); r16[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r54[e], b_ = kg::shfl_xor(a_, 8); r54[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r16[e], b_ = kg::shfl_xor(a_, 8); r16[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r54[e], b_ = kg::shfl_xor(a_, 16); r54[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r16[e], b_ = kg::shfl_xor(a_, 16); r16[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) v54[e] = kg::cvt<float>(r54[e]);
+      for (int e = 0; e < 1; ++e) v16[e] = kg::cvt<float>(r16[e]);
     }
     // spec: specs/rmsnorm.yaml:28:16
-    float v55[1];
+    float v17[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v55[e] = (v50[e] + v54[e]);
+    for (int e = 0; e < 1; ++e) v17[e] = (v12[e] + v16[e]);
     // spec: specs/rmsnorm.yaml:28:16
 
     float y0_[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) y0_[e] = v55[e];
+    for (int e = 0; e < 1; ++e) y0_[e] = v17[e];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v56[e] = y0_[e];
+    for (int e = 0; e < 1; ++e) v10[e] = y0_[e];
   }
   // spec: specs/rmsnorm.yaml:29:17
-  const float v57 = kg::cvt<float>(v42);
+  const float v18 = kg::cvt<float>(v1);
   // spec: specs/rmsnorm.yaml:29:17
-  float v58[1];
+  float v19[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v58[e] = (v56[e] / v57);
+  for (int e = 0; e < 1; ++e) v19[e] = (v10[e] / v18);
   // spec: specs/rmsnorm.yaml:29:17
-  float v60[1];
+  float v20[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v60[e] = (v58[e] + v59);
+  for (int e = 0; e < 1; ++e) v20[e] = (v19[e] + v0);
   // spec: specs/rmsnorm.yaml:29:11
-  float v61[1];
+  float v21[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v61[e] = kg::rsqrt_(v60[e]);
+  for (int e = 0; e < 1; ++e) v21[e] = kg::rsqrt_(v20[e]);
   // spec: specs/rmsnorm.yaml:30:7
   if ((lane & 31) == 0 && (warp & 0) == 0) {
-    float* p_ = rstd + (0);
+    float* p_ = t_rstd + (0);
     const bool aligned_ = false;
-    const int t0_ = v40 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+    const int t0_ = v2 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
   #pragma unroll
     for (int e = 0; e < 1; e += 1) {
       const int i0_ = t0_ + 0;
       const int64_t off_ = (int64_t)i0_ * 1;
       if (aligned_ && i0_ + 1 <= (size_M)) {
-        kg::copy_vec<1>(p_ + off_, &v61[e]);
+        kg::copy_vec<1>(p_ + off_, &v21[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          if (i0_ + v < (size_M)) p_[off_ + v] = v61[e + v];
+          if (i0_ + v < (size_M)) p_[off_ + v] = v21[e + v];
       }
     }
   }
   // spec: specs/rmsnorm.yaml:32:22
-  const int v62 = 1023;
+  const int v22 = 1023;
   // spec: specs/rmsnorm.yaml:32:22
-  const int v63 = (v42 + v62);
+  const int v23 = (v1 + v22);
   // spec: specs/rmsnorm.yaml:32:22
-  const int v64 = 1024;
+  const int v24 = 1024;
   // spec: specs/rmsnorm.yaml:32:22
-  const int v65 = (kg::floordiv(v63, v64));
+  const int v25 = (kg::floordiv(v23, v24));
   // spec: specs/rmsnorm.yaml:32:22
-  const int v66 = 0;
+  const int v26 = 0;
   // spec: specs/rmsnorm.yaml:32:22
-  const int v67 = 1;
+  const int v27 = 1;
+  // spec: specs/rmsnorm.yaml:35:50
+  float (&v28)[1] = v21;
+  // spec: specs/rmsnorm.yaml:35:46
+  float v29[32];
+  #pragma unroll
+  for (int e = 0; e < 32; ++e) v29[e] = v28[0];
   // spec: specs/rmsnorm.yaml:32:7
 
-  for (int v68 = v66; v68 < v65; v68 += v67) {
+  for (int v30 = v26; v30 < v25; v30 += v27) {
     
     // spec: specs/rmsnorm.yaml:33:15
-    kg::fp16 v69[32];
+    kg::fp16 v31[32];
     {
-      const kg::fp16* p_ = x + (0);
+      const kg::fp16* p_ = t_x + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 8 == 0;
-      const int t0_ = v40 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
-      const int t1_ = v68 * 1024 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128;
+      const int t0_ = v2 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+      const int t1_ = v30 * 1024 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128;
     #pragma unroll
       for (int e = 0; e < 32; e += 8) {
         const int i0_ = t0_ + 0;
@@ -166,83 +172,77 @@ KG_KERNEL void __launch_bounds__(128) rmsnorm_fwd(const kg::fp16* __restrict__ x
         const int64_t off_ = (int64_t)i0_ * stride_x_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_M) && i1_ + 8 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v69[e], p_ + off_);
+          kg::copy_vec<8>(&v31[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v69[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v31[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     // spec: specs/rmsnorm.yaml:33:15
-    float v70[32];
+    float v32[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v70[e] = kg::cvt<float>(kg::f32(v69[e]));
+    for (int e = 0; e < 32; ++e) v32[e] = kg::cvt<float>(kg::f32(v31[e]));
     // spec: specs/rmsnorm.yaml:34:16
-    kg::fp16 v71[32];
+    kg::fp16 v33[32];
     {
-      const kg::fp16* p_ = w + (0);
+      const kg::fp16* p_ = t_w + (0);
       const bool aligned_ = kg::aligned(p_, 16);
-      const int t0_ = v68 * 1024 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128;
+      const int t0_ = v30 * 1024 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128;
     #pragma unroll
       for (int e = 0; e < 32; e += 8) {
         const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 256 + ((e >> 4) & 1) * 512;
         const int64_t off_ = (int64_t)i0_ * 1;
         const bool in_ = i0_ + 8 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v71[e], p_ + off_);
+          kg::copy_vec<8>(&v33[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v71[e + v] = (i0_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v33[e + v] = (i0_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     // spec: specs/rmsnorm.yaml:34:16
-    float v72[32];
+    float v34[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v72[e] = kg::cvt<float>(kg::f32(v71[e]));
-    // spec: specs/rmsnorm.yaml:35:50
-    float (&v73)[1] = v61;
+    for (int e = 0; e < 32; ++e) v34[e] = kg::cvt<float>(kg::f32(v33[e]));
     // spec: specs/rmsnorm.yaml:35:46
-    float v74[32];
+    float v35[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v74[e] = v73[0];
-    // spec: specs/rmsnorm.yaml:35:46
-    float v75[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v75[e] = (v70[e] * v74[e]);
+    for (int e = 0; e < 32; ++e) v35[e] = (v32[e] * v29[e]);
     // spec: specs/rmsnorm.yaml:35:63
-    float (&v76)[32] = v72;
+    float (&v36)[32] = v34;
     // spec: specs/rmsnorm.yaml:35:46
-    float v77[32];
+    float v37[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v77[e] = v76[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8 + ((e >> 4) & 1) * 16];
+    for (int e = 0; e < 32; ++e) v37[e] = v36[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8 + ((e >> 4) & 1) * 16];
     // spec: specs/rmsnorm.yaml:35:46
-    float v78[32];
+    float v38[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v78[e] = (v75[e] * v77[e]);
+    for (int e = 0; e < 32; ++e) v38[e] = (v35[e] * v37[e]);
     // spec: specs/rmsnorm.yaml:35:45
-    kg::fp16 v79[32];
+    kg::fp16 v39[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v79[e] = kg::cvt<kg::fp16>(v78[e]);
+    for (int e = 0; e < 32; ++e) v39[e] = kg::cvt<kg::fp16>(v38[e]);
     // spec: specs/rmsnorm.yaml:35:11
     if ((lane & 0) == 0 && (warp & 0) == 0) {
-      kg::fp16* p_ = y + (0);
+      kg::fp16* p_ = t_y + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_y_0 % 8 == 0;
-      const int t0_ = v40 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
-      const int t1_ = v68 * 1024 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128;
+      const int t0_ = v2 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+      const int t1_ = v30 * 1024 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128;
     #pragma unroll
       for (int e = 0; e < 32; e += 8) {
         const int i0_ = t0_ + 0;
         const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 256 + ((e >> 4) & 1) * 512;
         const int64_t off_ = (int64_t)i0_ * stride_y_0 + (int64_t)i1_ * 1;
         if (aligned_ && i0_ < (size_M) && i1_ + 8 <= (size_N)) {
-          kg::copy_vec<8>(p_ + off_, &v79[e]);
+          kg::copy_vec<8>(p_ + off_, &v39[e]);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            if (i0_ < (size_M) && i1_ + v < (size_N)) p_[off_ + v] = v79[e + v];
+            if (i0_ < (size_M) && i1_ + v < (size_N)) p_[off_ + v] = v39[e + v];
         }
       }
     }

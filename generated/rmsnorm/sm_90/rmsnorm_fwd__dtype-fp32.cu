@@ -3,48 +3,48 @@
 #include "kgen_cuda.h"
 #include "kgen_tile.h"
 
-KG_KERNEL void __launch_bounds__(128) rmsnorm_fwd(const float* __restrict__ x, int64_t stride_x_0, const float* __restrict__ w, float* __restrict__ y, int64_t stride_y_0, float* __restrict__ rstd, int size_M, int size_N, float scalar_eps) {
+KG_KERNEL void __launch_bounds__(128) rmsnorm_fwd(const float* __restrict__ t_x, int64_t stride_x_0, const float* __restrict__ t_w, float* __restrict__ t_y, int64_t stride_y_0, float* __restrict__ t_rstd, int size_M, int size_N, float scalar_eps) {
   extern __shared__ __align__(16) char smem[];
   const int lane = kg::thread_id() % kg::WAVE;
   const int warp = kg::thread_id() / kg::WAVE;
   
   // spec: specs/rmsnorm.yaml:29:26
-  const float v98 = scalar_eps;
+  const float v0 = scalar_eps;
   // spec: specs/rmsnorm.yaml:26:27
-  const int v82 = size_N;
+  const int v1 = size_N;
   // spec: specs/rmsnorm.yaml:23:20
-  const int v80 = kg::block_id_x();
+  const int v2 = kg::block_id_x();
   // spec: specs/rmsnorm.yaml:25:12
-  float v81[1];
+  float v3[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v81[e] = 0.0f;
+  for (int e = 0; e < 1; ++e) v3[e] = 0.0f;
   // spec: specs/rmsnorm.yaml:26:22
-  const int v83 = 1023;
+  const int v4 = 1023;
   // spec: specs/rmsnorm.yaml:26:22
-  const int v84 = (v82 + v83);
+  const int v5 = (v1 + v4);
   // spec: specs/rmsnorm.yaml:26:22
-  const int v85 = 1024;
+  const int v6 = 1024;
   // spec: specs/rmsnorm.yaml:26:22
-  const int v86 = (kg::floordiv(v84, v85));
+  const int v7 = (kg::floordiv(v5, v6));
   // spec: specs/rmsnorm.yaml:26:22
-  const int v87 = 0;
+  const int v8 = 0;
   // spec: specs/rmsnorm.yaml:26:22
-  const int v88 = 1;
+  const int v9 = 1;
   // spec: specs/rmsnorm.yaml:26:7
 
-  float v95[1];
+  float v10[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v95[e] = v81[e];
-  for (int v89 = v87; v89 < v86; v89 += v88) {
-    float (&v90)[1] = v95;
+  for (int e = 0; e < 1; ++e) v10[e] = v3[e];
+  for (int v11 = v8; v11 < v7; v11 += v9) {
+    float (&v12)[1] = v10;
     
     // spec: specs/rmsnorm.yaml:27:15
-    float v91[32];
+    float v13[32];
     {
-      const float* p_ = x + (0);
+      const float* p_ = t_x + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 4 == 0;
-      const int t0_ = v80 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
-      const int t1_ = v89 * 1024 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64;
+      const int t0_ = v2 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+      const int t1_ = v11 * 1024 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64;
     #pragma unroll
       for (int e = 0; e < 32; e += 4) {
         const int i0_ = t0_ + 0;
@@ -52,109 +52,115 @@ KG_KERNEL void __launch_bounds__(128) rmsnorm_fwd(const float* __restrict__ x, i
         const int64_t off_ = (int64_t)i0_ * stride_x_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_M) && i1_ + 4 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<4>(&v91[e], p_ + off_);
+          kg::copy_vec<4>(&v13[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 4; ++v)
-            v91[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : 0.0f;
+            v13[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
     // spec: specs/rmsnorm.yaml:28:25
-    float v92[32];
+    float v14[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v92[e] = (v91[e] * v91[e]);
+    for (int e = 0; e < 32; ++e) v14[e] = (v13[e] * v13[e]);
     // spec: specs/rmsnorm.yaml:28:21
-    float v93[1];
+    float v15[1];
     {
-      float r93[1];
+      float r15[1];
     #pragma unroll
-      for (int e = 0; e < 1; ++e) r93[e] = 0.0f;
+      for (int e = 0; e < 1; ++e) r15[e] = 0.0f;
     #pragma unroll
       for (int e = 0; e < 32; ++e) {
-        const float a_ = r93[0], b_ = (float)(v92[e]);
-        r93[0] = a_ + b_;
+        const float a_ = r15[0], b_ = (float)(v14[e]);
+        r15[0] = a_ + b_;
       }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r93[e], b_ = kg::shfl_xor(a_, 1); r93[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r15[e], b_ = kg::shfl_xor(a_, 1); r15[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r93[e], b_ = kg::shfl_xor(a_, 2); r93[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r15[e], b_ = kg::shfl_xor(a_, 2); r15[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r93[e], b_ = kg::shfl_xor(a_, 4); r93[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r15[e], b_ = kg::shfl_xor(a_, 4); r15[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r93[e], b_ = kg::shfl_xor(a_, 8); r93[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r15[e], b_ = kg::shfl_xor(a_, 8); r15[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r93[e], b_ = kg::shfl_xor(a_, 16); r93[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r15[e], b_ = kg::shfl_xor(a_, 16); r15[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) v93[e] = kg::cvt<float>(r93[e]);
+      for (int e = 0; e < 1; ++e) v15[e] = kg::cvt<float>(r15[e]);
     }
     // spec: specs/rmsnorm.yaml:28:16
-    float v94[1];
+    float v16[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v94[e] = (v90[e] + v93[e]);
+    for (int e = 0; e < 1; ++e) v16[e] = (v12[e] + v15[e]);
     // spec: specs/rmsnorm.yaml:28:16
 
     float y0_[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) y0_[e] = v94[e];
+    for (int e = 0; e < 1; ++e) y0_[e] = v16[e];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v95[e] = y0_[e];
+    for (int e = 0; e < 1; ++e) v10[e] = y0_[e];
   }
   // spec: specs/rmsnorm.yaml:29:17
-  const float v96 = kg::cvt<float>(v82);
+  const float v17 = kg::cvt<float>(v1);
   // spec: specs/rmsnorm.yaml:29:17
-  float v97[1];
+  float v18[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v97[e] = (v95[e] / v96);
+  for (int e = 0; e < 1; ++e) v18[e] = (v10[e] / v17);
   // spec: specs/rmsnorm.yaml:29:17
-  float v99[1];
+  float v19[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v99[e] = (v97[e] + v98);
+  for (int e = 0; e < 1; ++e) v19[e] = (v18[e] + v0);
   // spec: specs/rmsnorm.yaml:29:11
-  float v100[1];
+  float v20[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v100[e] = kg::rsqrt_(v99[e]);
+  for (int e = 0; e < 1; ++e) v20[e] = kg::rsqrt_(v19[e]);
   // spec: specs/rmsnorm.yaml:30:7
   if ((lane & 31) == 0 && (warp & 0) == 0) {
-    float* p_ = rstd + (0);
+    float* p_ = t_rstd + (0);
     const bool aligned_ = false;
-    const int t0_ = v80 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+    const int t0_ = v2 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
   #pragma unroll
     for (int e = 0; e < 1; e += 1) {
       const int i0_ = t0_ + 0;
       const int64_t off_ = (int64_t)i0_ * 1;
       if (aligned_ && i0_ + 1 <= (size_M)) {
-        kg::copy_vec<1>(p_ + off_, &v100[e]);
+        kg::copy_vec<1>(p_ + off_, &v20[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          if (i0_ + v < (size_M)) p_[off_ + v] = v100[e + v];
+          if (i0_ + v < (size_M)) p_[off_ + v] = v20[e + v];
       }
     }
   }
   // spec: specs/rmsnorm.yaml:32:22
-  const int v101 = 1023;
+  const int v21 = 1023;
   // spec: specs/rmsnorm.yaml:32:22
-  const int v102 = (v82 + v101);
+  const int v22 = (v1 + v21);
   // spec: specs/rmsnorm.yaml:32:22
-  const int v103 = 1024;
+  const int v23 = 1024;
   // spec: specs/rmsnorm.yaml:32:22
-  const int v104 = (kg::floordiv(v102, v103));
+  const int v24 = (kg::floordiv(v22, v23));
   // spec: specs/rmsnorm.yaml:32:22
-  const int v105 = 0;
+  const int v25 = 0;
   // spec: specs/rmsnorm.yaml:32:22
-  const int v106 = 1;
+  const int v26 = 1;
+  // spec: specs/rmsnorm.yaml:35:50
+  float (&v27)[1] = v20;
+  // spec: specs/rmsnorm.yaml:35:46
+  float v28[32];
+  #pragma unroll
+  for (int e = 0; e < 32; ++e) v28[e] = v27[0];
   // spec: specs/rmsnorm.yaml:32:7
 
-  for (int v107 = v105; v107 < v104; v107 += v106) {
+  for (int v29 = v25; v29 < v24; v29 += v26) {
     
     // spec: specs/rmsnorm.yaml:33:15
-    float v108[32];
+    float v30[32];
     {
-      const float* p_ = x + (0);
+      const float* p_ = t_x + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 4 == 0;
-      const int t0_ = v80 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
-      const int t1_ = v107 * 1024 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64;
+      const int t0_ = v2 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+      const int t1_ = v29 * 1024 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64;
     #pragma unroll
       for (int e = 0; e < 32; e += 4) {
         const int i0_ = t0_ + 0;
@@ -162,71 +168,65 @@ KG_KERNEL void __launch_bounds__(128) rmsnorm_fwd(const float* __restrict__ x, i
         const int64_t off_ = (int64_t)i0_ * stride_x_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_M) && i1_ + 4 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<4>(&v108[e], p_ + off_);
+          kg::copy_vec<4>(&v30[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 4; ++v)
-            v108[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : 0.0f;
+            v30[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
     // spec: specs/rmsnorm.yaml:34:16
-    float v109[32];
+    float v31[32];
     {
-      const float* p_ = w + (0);
+      const float* p_ = t_w + (0);
       const bool aligned_ = kg::aligned(p_, 16);
-      const int t0_ = v107 * 1024 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64;
+      const int t0_ = v29 * 1024 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64;
     #pragma unroll
       for (int e = 0; e < 32; e += 4) {
         const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 128 + ((e >> 3) & 1) * 256 + ((e >> 4) & 1) * 512;
         const int64_t off_ = (int64_t)i0_ * 1;
         const bool in_ = i0_ + 4 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<4>(&v109[e], p_ + off_);
+          kg::copy_vec<4>(&v31[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 4; ++v)
-            v109[e + v] = (i0_ + v < (size_N)) ? p_[off_ + v] : 0.0f;
+            v31[e + v] = (i0_ + v < (size_N)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
-    // spec: specs/rmsnorm.yaml:35:50
-    float (&v110)[1] = v100;
     // spec: specs/rmsnorm.yaml:35:46
-    float v111[32];
+    float v32[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v111[e] = v110[0];
-    // spec: specs/rmsnorm.yaml:35:46
-    float v112[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v112[e] = (v108[e] * v111[e]);
+    for (int e = 0; e < 32; ++e) v32[e] = (v30[e] * v28[e]);
     // spec: specs/rmsnorm.yaml:35:63
-    float (&v113)[32] = v109;
+    float (&v33)[32] = v31;
     // spec: specs/rmsnorm.yaml:35:46
-    float v114[32];
+    float v34[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v114[e] = v113[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8 + ((e >> 4) & 1) * 16];
+    for (int e = 0; e < 32; ++e) v34[e] = v33[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8 + ((e >> 4) & 1) * 16];
     // spec: specs/rmsnorm.yaml:35:46
-    float v115[32];
+    float v35[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v115[e] = (v112[e] * v114[e]);
+    for (int e = 0; e < 32; ++e) v35[e] = (v32[e] * v34[e]);
     // spec: specs/rmsnorm.yaml:35:11
     if ((lane & 0) == 0 && (warp & 0) == 0) {
-      float* p_ = y + (0);
+      float* p_ = t_y + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_y_0 % 4 == 0;
-      const int t0_ = v80 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
-      const int t1_ = v107 * 1024 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64;
+      const int t0_ = v2 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+      const int t1_ = v29 * 1024 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64;
     #pragma unroll
       for (int e = 0; e < 32; e += 4) {
         const int i0_ = t0_ + 0;
         const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 128 + ((e >> 3) & 1) * 256 + ((e >> 4) & 1) * 512;
         const int64_t off_ = (int64_t)i0_ * stride_y_0 + (int64_t)i1_ * 1;
         if (aligned_ && i0_ < (size_M) && i1_ + 4 <= (size_N)) {
-          kg::copy_vec<4>(p_ + off_, &v115[e]);
+          kg::copy_vec<4>(p_ + off_, &v35[e]);
         } else {
     #pragma unroll
           for (int v = 0; v < 4; ++v)
-            if (i0_ < (size_M) && i1_ + v < (size_N)) p_[off_ + v] = v115[e + v];
+            if (i0_ < (size_M) && i1_ + v < (size_N)) p_[off_ + v] = v35[e + v];
         }
       }
     }

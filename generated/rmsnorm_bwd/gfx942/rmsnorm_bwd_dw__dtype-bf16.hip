@@ -3,54 +3,54 @@
 #include "kgen_hip.h"
 #include "kgen_tile.h"
 
-KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void rmsnorm_bwd_dw(const kg::bf16* __restrict__ x, int64_t stride_x_0, const kg::bf16* __restrict__ w, const float* __restrict__ rstd, const kg::bf16* __restrict__ dy, int64_t stride_dy_0, kg::bf16* __restrict__ dx, int64_t stride_dx_0, kg::bf16* __restrict__ dw, float* __restrict__ dw_part, int64_t stride_dw_part_0, int size_M, int size_N) {
+KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void rmsnorm_bwd_dw(const kg::bf16* __restrict__ t_x, int64_t stride_x_0, const kg::bf16* __restrict__ t_w, const float* __restrict__ t_rstd, const kg::bf16* __restrict__ t_dy, int64_t stride_dy_0, kg::bf16* __restrict__ t_dx, int64_t stride_dx_0, kg::bf16* __restrict__ t_dw, float* __restrict__ t_dw_part, int64_t stride_dw_part_0, int size_M, int size_N) {
   KG_SHARED __attribute__((aligned(16))) char smem[2048];
   const int lane = kg::thread_id() % kg::WAVE;
   const int warp = __builtin_amdgcn_readfirstlane(kg::thread_id() / kg::WAVE);
   
   // spec: specs/rmsnorm_bwd.yaml:45:32
-  const int v61 = size_M;
+  const int v0 = size_M;
   // spec: specs/rmsnorm_bwd.yaml:43:20
-  const int v59 = kg::block_id_x();
+  const int v1 = kg::block_id_x();
   // spec: specs/rmsnorm_bwd.yaml:44:13
-  float v60[4];
+  float v2[4];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v60[e] = 0.0f;
+  for (int e = 0; e < 4; ++e) v2[e] = 0.0f;
   // spec: specs/rmsnorm_bwd.yaml:45:27
-  const int v62 = 3;
+  const int v3 = 3;
   // spec: specs/rmsnorm_bwd.yaml:45:27
-  const int v63 = (v61 + v62);
+  const int v4 = (v0 + v3);
   // spec: specs/rmsnorm_bwd.yaml:45:27
-  const int v64 = 4;
+  const int v5 = 4;
   // spec: specs/rmsnorm_bwd.yaml:45:27
-  const int v65 = (kg::floordiv(v63, v64));
+  const int v6 = (kg::floordiv(v4, v5));
   // spec: specs/rmsnorm_bwd.yaml:45:22
-  const int v66 = 15;
+  const int v7 = 15;
   // spec: specs/rmsnorm_bwd.yaml:45:22
-  const int v67 = (v65 + v66);
+  const int v8 = (v6 + v7);
   // spec: specs/rmsnorm_bwd.yaml:45:22
-  const int v68 = 16;
+  const int v9 = 16;
   // spec: specs/rmsnorm_bwd.yaml:45:22
-  const int v69 = (kg::floordiv(v67, v68));
+  const int v10 = (kg::floordiv(v8, v9));
   // spec: specs/rmsnorm_bwd.yaml:45:22
-  const int v70 = 0;
+  const int v11 = 0;
   // spec: specs/rmsnorm_bwd.yaml:45:22
-  const int v71 = 1;
+  const int v12 = 1;
   // spec: specs/rmsnorm_bwd.yaml:45:7
 
-  float v77[4];
+  float v13[4];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v77[e] = v60[e];
-  for (int v72 = v70; v72 < v69; v72 += v71) {
-    float (&v73)[4] = v77;
+  for (int e = 0; e < 4; ++e) v13[e] = v2[e];
+  for (int v14 = v11; v14 < v10; v14 += v12) {
+    float (&v15)[4] = v13;
     
     // spec: specs/rmsnorm_bwd.yaml:46:27
-    float v74[8];
+    float v16[8];
     {
-      const float* p_ = dw_part + (0);
+      const float* p_ = t_dw_part + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dw_part_0 % 4 == 0;
-      const int t0_ = v72 * 16 + ((lane >> 5) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4;
-      const int t1_ = v59 * 128 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64;
+      const int t0_ = v14 * 16 + ((lane >> 5) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4;
+      const int t1_ = v1 * 128 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64;
     #pragma unroll
       for (int e = 0; e < 8; e += 4) {
         const int i0_ = t0_ + ((e >> 2) & 1) * 8;
@@ -58,31 +58,31 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void rmsnorm_bw
         const int64_t off_ = (int64_t)i0_ * stride_dw_part_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (kg::cdiv(size_M, 4)) && i1_ + 4 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<4>(&v74[e], p_ + off_);
+          kg::copy_vec<4>(&v16[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 4; ++v)
-            v74[e + v] = (i0_ < (kg::cdiv(size_M, 4)) && i1_ + v < (size_N)) ? p_[off_ + v] : 0.0f;
+            v16[e + v] = (i0_ < (kg::cdiv(size_M, 4)) && i1_ + v < (size_N)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
     // spec: specs/rmsnorm_bwd.yaml:46:23
-    float v75[4];
+    float v17[4];
     {
-      float r75[4];
+      float r17[4];
     #pragma unroll
-      for (int e = 0; e < 4; ++e) r75[e] = 0.0f;
+      for (int e = 0; e < 4; ++e) r17[e] = 0.0f;
     #pragma unroll
       for (int e = 0; e < 8; ++e) {
-        const float a_ = r75[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2], b_ = (float)(v74[e]);
-        r75[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2] = a_ + b_;
+        const float a_ = r17[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2], b_ = (float)(v16[e]);
+        r17[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2] = a_ + b_;
       }
     #pragma unroll
-      for (int e = 0; e < 4; ++e) { const float a_ = r75[e], b_ = kg::shfl_xor(a_, 32); r75[e] = a_ + b_; }
+      for (int e = 0; e < 4; ++e) { const float a_ = r17[e], b_ = kg::shfl_xor(a_, 32); r17[e] = a_ + b_; }
       float* scratch_ = reinterpret_cast<float*>(smem + 0);
       kg::sync();
     #pragma unroll
-      for (int e = 0; e < 4; ++e) scratch_[warp * 128 + (((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1] = r75[e];
+      for (int e = 0; e < 4; ++e) scratch_[warp * 128 + (((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1] = r17[e];
       kg::sync();
     #pragma unroll
       for (int e = 0; e < 4; ++e) {
@@ -90,42 +90,42 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void rmsnorm_bw
         { const float b_ = scratch_[(warp ^ 1) * 128 + (((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1]; a_ = a_ + b_; }
         { const float b_ = scratch_[(warp ^ 2) * 128 + (((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1]; a_ = a_ + b_; }
         { const float b_ = scratch_[(warp ^ 3) * 128 + (((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1]; a_ = a_ + b_; }
-        r75[e] = a_;
+        r17[e] = a_;
       }
     #pragma unroll
-      for (int e = 0; e < 4; ++e) v75[e] = kg::cvt<float>(r75[e]);
+      for (int e = 0; e < 4; ++e) v17[e] = kg::cvt<float>(r17[e]);
     }
     // spec: specs/rmsnorm_bwd.yaml:46:17
-    float v76[4];
+    float v18[4];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v76[e] = (v73[e] + v75[e]);
+    for (int e = 0; e < 4; ++e) v18[e] = (v15[e] + v17[e]);
     // spec: specs/rmsnorm_bwd.yaml:46:17
 
     float y0_[4];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) y0_[e] = v76[e];
+    for (int e = 0; e < 4; ++e) y0_[e] = v18[e];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v77[e] = y0_[e];
+    for (int e = 0; e < 4; ++e) v13[e] = y0_[e];
   }
   // spec: specs/rmsnorm_bwd.yaml:47:23
-  kg::bf16 v78[4];
+  kg::bf16 v19[4];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v78[e] = kg::cvt<kg::bf16>(v77[e]);
+  for (int e = 0; e < 4; ++e) v19[e] = kg::cvt<kg::bf16>(v13[e]);
   // spec: specs/rmsnorm_bwd.yaml:47:7
   if ((lane & 32) == 0 && (warp & 3) == 0) {
-    kg::bf16* p_ = dw + (0);
+    kg::bf16* p_ = t_dw + (0);
     const bool aligned_ = kg::aligned(p_, 8);
-    const int t0_ = v59 * 128 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64;
+    const int t0_ = v1 * 128 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64;
   #pragma unroll
     for (int e = 0; e < 4; e += 4) {
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
       const int64_t off_ = (int64_t)i0_ * 1;
       if (aligned_ && i0_ + 4 <= (size_N)) {
-        kg::copy_vec<4>(p_ + off_, &v78[e]);
+        kg::copy_vec<4>(p_ + off_, &v19[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 4; ++v)
-          if (i0_ + v < (size_N)) p_[off_ + v] = v78[e + v];
+          if (i0_ + v < (size_N)) p_[off_ + v] = v19[e + v];
       }
     }
   }

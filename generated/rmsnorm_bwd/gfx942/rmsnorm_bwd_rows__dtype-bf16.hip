@@ -3,43 +3,43 @@
 #include "kgen_hip.h"
 #include "kgen_tile.h"
 
-KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void rmsnorm_bwd_rows(const kg::bf16* __restrict__ x, int64_t stride_x_0, const kg::bf16* __restrict__ w, const float* __restrict__ rstd, const kg::bf16* __restrict__ dy, int64_t stride_dy_0, kg::bf16* __restrict__ dx, int64_t stride_dx_0, kg::bf16* __restrict__ dw, float* __restrict__ dw_part, int64_t stride_dw_part_0, int size_M, int size_N) {
+KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void rmsnorm_bwd_rows(const kg::bf16* __restrict__ t_x, int64_t stride_x_0, const kg::bf16* __restrict__ t_w, const float* __restrict__ t_rstd, const kg::bf16* __restrict__ t_dy, int64_t stride_dy_0, kg::bf16* __restrict__ t_dx, int64_t stride_dx_0, kg::bf16* __restrict__ t_dw, float* __restrict__ t_dw_part, int64_t stride_dw_part_0, int size_M, int size_N) {
   KG_SHARED __attribute__((aligned(16))) char smem[8192];
   const int lane = kg::thread_id() % kg::WAVE;
   const int warp = __builtin_amdgcn_readfirstlane(kg::thread_id() / kg::WAVE);
   
   // spec: specs/rmsnorm_bwd.yaml:28:27
-  const int v3 = size_N;
+  const int v0 = size_N;
   // spec: specs/rmsnorm_bwd.yaml:25:20
-  const int v0 = kg::block_id_x();
+  const int v1 = kg::block_id_x();
   // spec: specs/rmsnorm_bwd.yaml:26:11
-  float v1[1];
+  float v2[1];
   {
-    const float* p_ = rstd + (0);
+    const float* p_ = t_rstd + (0);
     const bool aligned_ = false;
-    const int t0_ = v0 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+    const int t0_ = v1 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
   #pragma unroll
     for (int e = 0; e < 1; e += 1) {
       const int i0_ = t0_ + 0;
       const int64_t off_ = (int64_t)i0_ * 1;
       const bool in_ = i0_ + 1 <= (size_M);
       if (aligned_ && in_) {
-        kg::copy_vec<1>(&v1[e], p_ + off_);
+        kg::copy_vec<1>(&v2[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          v1[e + v] = (i0_ + v < (size_M)) ? p_[off_ + v] : 0.0f;
+          v2[e + v] = (i0_ + v < (size_M)) ? p_[off_ + v] : 0.0f;
       }
     }
   }
   // spec: specs/rmsnorm_bwd.yaml:27:11
-  float v2[1];
+  float v3[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v2[e] = 0.0f;
+  for (int e = 0; e < 1; ++e) v3[e] = 0.0f;
   // spec: specs/rmsnorm_bwd.yaml:28:22
   const int v4 = 511;
   // spec: specs/rmsnorm_bwd.yaml:28:22
-  const int v5 = (v3 + v4);
+  const int v5 = (v0 + v4);
   // spec: specs/rmsnorm_bwd.yaml:28:22
   const int v6 = 512;
   // spec: specs/rmsnorm_bwd.yaml:28:22
@@ -50,19 +50,19 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void rmsnorm_bw
   const int v9 = 1;
   // spec: specs/rmsnorm_bwd.yaml:28:7
 
-  float v24[1];
+  float v10[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v24[e] = v2[e];
-  for (int v10 = v8; v10 < v7; v10 += v9) {
-    float (&v11)[1] = v24;
+  for (int e = 0; e < 1; ++e) v10[e] = v3[e];
+  for (int v11 = v8; v11 < v7; v11 += v9) {
+    float (&v12)[1] = v10;
     
     // spec: specs/rmsnorm_bwd.yaml:29:16
-    kg::bf16 v12[8];
+    kg::bf16 v13[8];
     {
-      const kg::bf16* p_ = x + (0);
+      const kg::bf16* p_ = t_x + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 8 == 0;
-      const int t0_ = v0 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
-      const int t1_ = v10 * 512 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128 + ((lane >> 5) & 1) * 256;
+      const int t0_ = v1 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+      const int t1_ = v11 * 512 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128 + ((lane >> 5) & 1) * 256;
     #pragma unroll
       for (int e = 0; e < 8; e += 8) {
         const int i0_ = t0_ + 0;
@@ -70,25 +70,25 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void rmsnorm_bw
         const int64_t off_ = (int64_t)i0_ * stride_x_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_M) && i1_ + 8 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v12[e], p_ + off_);
+          kg::copy_vec<8>(&v13[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v12[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v13[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     // spec: specs/rmsnorm_bwd.yaml:29:16
-    float v13[8];
+    float v14[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v13[e] = kg::cvt<float>(kg::f32(v12[e]));
+    for (int e = 0; e < 8; ++e) v14[e] = kg::cvt<float>(kg::f32(v13[e]));
     // spec: specs/rmsnorm_bwd.yaml:30:15
-    kg::bf16 v14[8];
+    kg::bf16 v15[8];
     {
-      const kg::bf16* p_ = dy + (0);
+      const kg::bf16* p_ = t_dy + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dy_0 % 8 == 0;
-      const int t0_ = v0 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
-      const int t1_ = v10 * 512 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128 + ((lane >> 5) & 1) * 256;
+      const int t0_ = v1 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+      const int t1_ = v11 * 512 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128 + ((lane >> 5) & 1) * 256;
     #pragma unroll
       for (int e = 0; e < 8; e += 8) {
         const int i0_ = t0_ + 0;
@@ -96,104 +96,104 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void rmsnorm_bw
         const int64_t off_ = (int64_t)i0_ * stride_dy_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_M) && i1_ + 8 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v14[e], p_ + off_);
+          kg::copy_vec<8>(&v15[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v14[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v15[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     // spec: specs/rmsnorm_bwd.yaml:30:15
-    float v15[8];
+    float v16[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v15[e] = kg::cvt<float>(kg::f32(v14[e]));
+    for (int e = 0; e < 8; ++e) v16[e] = kg::cvt<float>(kg::f32(v15[e]));
     // spec: specs/rmsnorm_bwd.yaml:30:60
-    kg::bf16 v16[8];
+    kg::bf16 v17[8];
     {
-      const kg::bf16* p_ = w + (0);
+      const kg::bf16* p_ = t_w + (0);
       const bool aligned_ = kg::aligned(p_, 16);
-      const int t0_ = v10 * 512 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128 + ((lane >> 5) & 1) * 256;
+      const int t0_ = v11 * 512 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128 + ((lane >> 5) & 1) * 256;
     #pragma unroll
       for (int e = 0; e < 8; e += 8) {
         const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
         const int64_t off_ = (int64_t)i0_ * 1;
         const bool in_ = i0_ + 8 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v16[e], p_ + off_);
+          kg::copy_vec<8>(&v17[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v16[e + v] = (i0_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v17[e + v] = (i0_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     // spec: specs/rmsnorm_bwd.yaml:30:60
-    float v17[8];
+    float v18[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v17[e] = kg::cvt<float>(kg::f32(v16[e]));
+    for (int e = 0; e < 8; ++e) v18[e] = kg::cvt<float>(kg::f32(v17[e]));
     // spec: specs/rmsnorm_bwd.yaml:30:60
-    float (&v18)[8] = v17;
-    // spec: specs/rmsnorm_bwd.yaml:30:15
-    float v19[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v19[e] = v18[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4];
+    float (&v19)[8] = v18;
     // spec: specs/rmsnorm_bwd.yaml:30:15
     float v20[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v20[e] = (v15[e] * v19[e]);
-    // spec: specs/rmsnorm_bwd.yaml:31:23
+    for (int e = 0; e < 8; ++e) v20[e] = v19[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4];
+    // spec: specs/rmsnorm_bwd.yaml:30:15
     float v21[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v21[e] = (v20[e] * v13[e]);
-    // spec: specs/rmsnorm_bwd.yaml:31:19
-    float v22[1];
-    {
-      float r22[1];
+    for (int e = 0; e < 8; ++e) v21[e] = (v16[e] * v20[e]);
+    // spec: specs/rmsnorm_bwd.yaml:31:23
+    float v22[8];
     #pragma unroll
-      for (int e = 0; e < 1; ++e) r22[e] = 0.0f;
+    for (int e = 0; e < 8; ++e) v22[e] = (v21[e] * v14[e]);
+    // spec: specs/rmsnorm_bwd.yaml:31:19
+    float v23[1];
+    {
+      float r23[1];
+    #pragma unroll
+      for (int e = 0; e < 1; ++e) r23[e] = 0.0f;
     #pragma unroll
       for (int e = 0; e < 8; ++e) {
-        const float a_ = r22[0], b_ = (float)(v21[e]);
-        r22[0] = a_ + b_;
+        const float a_ = r23[0], b_ = (float)(v22[e]);
+        r23[0] = a_ + b_;
       }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r22[e], b_ = kg::shfl_xor(a_, 1); r22[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r23[e], b_ = kg::shfl_xor(a_, 1); r23[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r22[e], b_ = kg::shfl_xor(a_, 2); r22[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r23[e], b_ = kg::shfl_xor(a_, 2); r23[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r22[e], b_ = kg::shfl_xor(a_, 4); r22[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r23[e], b_ = kg::shfl_xor(a_, 4); r23[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r22[e], b_ = kg::shfl_xor(a_, 8); r22[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r23[e], b_ = kg::shfl_xor(a_, 8); r23[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r22[e], b_ = kg::shfl_xor(a_, 16); r22[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r23[e], b_ = kg::shfl_xor(a_, 16); r23[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r22[e], b_ = kg::shfl_xor(a_, 32); r22[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r23[e], b_ = kg::shfl_xor(a_, 32); r23[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) v22[e] = kg::cvt<float>(r22[e]);
+      for (int e = 0; e < 1; ++e) v23[e] = kg::cvt<float>(r23[e]);
     }
     // spec: specs/rmsnorm_bwd.yaml:31:15
-    float v23[1];
+    float v24[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v23[e] = (v11[e] + v22[e]);
+    for (int e = 0; e < 1; ++e) v24[e] = (v12[e] + v23[e]);
     // spec: specs/rmsnorm_bwd.yaml:31:15
 
     float y0_[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) y0_[e] = v23[e];
+    for (int e = 0; e < 1; ++e) y0_[e] = v24[e];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v24[e] = y0_[e];
+    for (int e = 0; e < 1; ++e) v10[e] = y0_[e];
   }
   // spec: specs/rmsnorm_bwd.yaml:32:11
   float v25[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v25[e] = (v1[e] * v1[e]);
+  for (int e = 0; e < 1; ++e) v25[e] = (v2[e] * v2[e]);
   // spec: specs/rmsnorm_bwd.yaml:32:11
   float v26[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v26[e] = (v25[e] * v24[e]);
+  for (int e = 0; e < 1; ++e) v26[e] = (v25[e] * v10[e]);
   // spec: specs/rmsnorm_bwd.yaml:32:11
-  const float v27 = kg::cvt<float>(v3);
+  const float v27 = kg::cvt<float>(v0);
   // spec: specs/rmsnorm_bwd.yaml:32:11
   float v28[1];
   #pragma unroll
@@ -201,7 +201,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void rmsnorm_bw
   // spec: specs/rmsnorm_bwd.yaml:33:22
   const int v29 = 511;
   // spec: specs/rmsnorm_bwd.yaml:33:22
-  const int v30 = (v3 + v29);
+  const int v30 = (v0 + v29);
   // spec: specs/rmsnorm_bwd.yaml:33:22
   const int v31 = 512;
   // spec: specs/rmsnorm_bwd.yaml:33:22
@@ -210,17 +210,35 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void rmsnorm_bw
   const int v33 = 0;
   // spec: specs/rmsnorm_bwd.yaml:33:22
   const int v34 = 1;
+  // spec: specs/rmsnorm_bwd.yaml:37:47
+  float (&v35)[1] = v2;
+  // spec: specs/rmsnorm_bwd.yaml:37:70
+  float (&v36)[1] = v28;
+  // spec: specs/rmsnorm_bwd.yaml:37:65
+  float v37[8];
+  #pragma unroll
+  for (int e = 0; e < 8; ++e) v37[e] = v36[0];
+  // spec: specs/rmsnorm_bwd.yaml:37:47
+  float v38[8];
+  #pragma unroll
+  for (int e = 0; e < 8; ++e) v38[e] = v35[0];
+  // spec: specs/rmsnorm_bwd.yaml:38:74
+  float (&v39)[1] = v2;
+  // spec: specs/rmsnorm_bwd.yaml:38:64
+  float v40[8];
+  #pragma unroll
+  for (int e = 0; e < 8; ++e) v40[e] = v39[0];
   // spec: specs/rmsnorm_bwd.yaml:33:7
 
-  for (int v35 = v33; v35 < v32; v35 += v34) {
+  for (int v41 = v33; v41 < v32; v41 += v34) {
     
     // spec: specs/rmsnorm_bwd.yaml:34:16
-    kg::bf16 v36[8];
+    kg::bf16 v42[8];
     {
-      const kg::bf16* p_ = x + (0);
+      const kg::bf16* p_ = t_x + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 8 == 0;
-      const int t0_ = v0 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
-      const int t1_ = v35 * 512 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128 + ((lane >> 5) & 1) * 256;
+      const int t0_ = v1 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+      const int t1_ = v41 * 512 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128 + ((lane >> 5) & 1) * 256;
     #pragma unroll
       for (int e = 0; e < 8; e += 8) {
         const int i0_ = t0_ + 0;
@@ -228,25 +246,25 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void rmsnorm_bw
         const int64_t off_ = (int64_t)i0_ * stride_x_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_M) && i1_ + 8 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v36[e], p_ + off_);
+          kg::copy_vec<8>(&v42[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v36[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v42[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     // spec: specs/rmsnorm_bwd.yaml:34:16
-    float v37[8];
+    float v43[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v37[e] = kg::cvt<float>(kg::f32(v36[e]));
+    for (int e = 0; e < 8; ++e) v43[e] = kg::cvt<float>(kg::f32(v42[e]));
     // spec: specs/rmsnorm_bwd.yaml:35:16
-    kg::bf16 v38[8];
+    kg::bf16 v44[8];
     {
-      const kg::bf16* p_ = dy + (0);
+      const kg::bf16* p_ = t_dy + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dy_0 % 8 == 0;
-      const int t0_ = v0 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
-      const int t1_ = v35 * 512 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128 + ((lane >> 5) & 1) * 256;
+      const int t0_ = v1 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+      const int t1_ = v41 * 512 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128 + ((lane >> 5) & 1) * 256;
     #pragma unroll
       for (int e = 0; e < 8; e += 8) {
         const int i0_ = t0_ + 0;
@@ -254,114 +272,96 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void rmsnorm_bw
         const int64_t off_ = (int64_t)i0_ * stride_dy_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_M) && i1_ + 8 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v38[e], p_ + off_);
+          kg::copy_vec<8>(&v44[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v38[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v44[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     // spec: specs/rmsnorm_bwd.yaml:35:16
-    float v39[8];
+    float v45[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v39[e] = kg::cvt<float>(kg::f32(v38[e]));
+    for (int e = 0; e < 8; ++e) v45[e] = kg::cvt<float>(kg::f32(v44[e]));
     // spec: specs/rmsnorm_bwd.yaml:36:20
-    kg::bf16 v40[8];
+    kg::bf16 v46[8];
     {
-      const kg::bf16* p_ = w + (0);
+      const kg::bf16* p_ = t_w + (0);
       const bool aligned_ = kg::aligned(p_, 16);
-      const int t0_ = v35 * 512 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128 + ((lane >> 5) & 1) * 256;
+      const int t0_ = v41 * 512 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128 + ((lane >> 5) & 1) * 256;
     #pragma unroll
       for (int e = 0; e < 8; e += 8) {
         const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
         const int64_t off_ = (int64_t)i0_ * 1;
         const bool in_ = i0_ + 8 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v40[e], p_ + off_);
+          kg::copy_vec<8>(&v46[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v40[e + v] = (i0_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v46[e + v] = (i0_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     // spec: specs/rmsnorm_bwd.yaml:36:20
-    float v41[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v41[e] = kg::cvt<float>(kg::f32(v40[e]));
-    // spec: specs/rmsnorm_bwd.yaml:36:20
-    float (&v42)[8] = v41;
-    // spec: specs/rmsnorm_bwd.yaml:36:15
-    float v43[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v43[e] = v42[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4];
-    // spec: specs/rmsnorm_bwd.yaml:36:15
-    float v44[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v44[e] = (v39[e] * v43[e]);
-    // spec: specs/rmsnorm_bwd.yaml:37:47
-    float (&v45)[1] = v1;
-    // spec: specs/rmsnorm_bwd.yaml:37:70
-    float (&v46)[1] = v28;
-    // spec: specs/rmsnorm_bwd.yaml:37:65
     float v47[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v47[e] = v46[0];
-    // spec: specs/rmsnorm_bwd.yaml:37:65
-    float v48[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v48[e] = (v37[e] * v47[e]);
-    // spec: specs/rmsnorm_bwd.yaml:37:61
+    for (int e = 0; e < 8; ++e) v47[e] = kg::cvt<float>(kg::f32(v46[e]));
+    // spec: specs/rmsnorm_bwd.yaml:36:20
+    float (&v48)[8] = v47;
+    // spec: specs/rmsnorm_bwd.yaml:36:15
     float v49[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v49[e] = (v44[e] - v48[e]);
-    // spec: specs/rmsnorm_bwd.yaml:37:47
+    for (int e = 0; e < 8; ++e) v49[e] = v48[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4];
+    // spec: specs/rmsnorm_bwd.yaml:36:15
     float v50[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v50[e] = v45[0];
-    // spec: specs/rmsnorm_bwd.yaml:37:47
+    for (int e = 0; e < 8; ++e) v50[e] = (v45[e] * v49[e]);
+    // spec: specs/rmsnorm_bwd.yaml:37:65
     float v51[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v51[e] = (v50[e] * v49[e]);
-    // spec: specs/rmsnorm_bwd.yaml:37:46
-    kg::bf16 v52[8];
+    for (int e = 0; e < 8; ++e) v51[e] = (v43[e] * v37[e]);
+    // spec: specs/rmsnorm_bwd.yaml:37:61
+    float v52[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v52[e] = kg::cvt<kg::bf16>(v51[e]);
+    for (int e = 0; e < 8; ++e) v52[e] = (v50[e] - v51[e]);
+    // spec: specs/rmsnorm_bwd.yaml:37:47
+    float v53[8];
+    #pragma unroll
+    for (int e = 0; e < 8; ++e) v53[e] = (v38[e] * v52[e]);
+    // spec: specs/rmsnorm_bwd.yaml:37:46
+    kg::bf16 v54[8];
+    #pragma unroll
+    for (int e = 0; e < 8; ++e) v54[e] = kg::cvt<kg::bf16>(v53[e]);
     // spec: specs/rmsnorm_bwd.yaml:37:11
     if ((lane & 0) == 0 && (warp & 0) == 0) {
-      kg::bf16* p_ = dx + (0);
+      kg::bf16* p_ = t_dx + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dx_0 % 8 == 0;
-      const int t0_ = v0 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
-      const int t1_ = v35 * 512 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128 + ((lane >> 5) & 1) * 256;
+      const int t0_ = v1 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+      const int t1_ = v41 * 512 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128 + ((lane >> 5) & 1) * 256;
     #pragma unroll
       for (int e = 0; e < 8; e += 8) {
         const int i0_ = t0_ + 0;
         const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
         const int64_t off_ = (int64_t)i0_ * stride_dx_0 + (int64_t)i1_ * 1;
         if (aligned_ && i0_ < (size_M) && i1_ + 8 <= (size_N)) {
-          kg::copy_vec<8>(p_ + off_, &v52[e]);
+          kg::copy_vec<8>(p_ + off_, &v54[e]);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            if (i0_ < (size_M) && i1_ + v < (size_N)) p_[off_ + v] = v52[e + v];
+            if (i0_ < (size_M) && i1_ + v < (size_N)) p_[off_ + v] = v54[e + v];
         }
       }
     }
     // spec: specs/rmsnorm_bwd.yaml:38:64
-    float v53[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v53[e] = (v39[e] * v37[e]);
-    // spec: specs/rmsnorm_bwd.yaml:38:74
-    float (&v54)[1] = v1;
-    // spec: specs/rmsnorm_bwd.yaml:38:64
     float v55[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v55[e] = v54[0];
+    for (int e = 0; e < 8; ++e) v55[e] = (v45[e] * v43[e]);
     // spec: specs/rmsnorm_bwd.yaml:38:64
     float v56[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v56[e] = (v53[e] * v55[e]);
+    for (int e = 0; e < 8; ++e) v56[e] = (v55[e] * v40[e]);
     // spec: specs/rmsnorm_bwd.yaml:38:60
     float v57[8];
     {
@@ -393,9 +393,9 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void rmsnorm_bw
     const int v58 = kg::block_id_x();
     // spec: specs/rmsnorm_bwd.yaml:38:11
     if ((lane & 0) == 0 && (warp & 3) == 0) {
-      float* p_ = dw_part + ((int64_t)(v58) * stride_dw_part_0);
+      float* p_ = t_dw_part + ((int64_t)(v58) * stride_dw_part_0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dw_part_0 % 4 == 0;
-      const int t0_ = v35 * 512 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128 + ((lane >> 5) & 1) * 256;
+      const int t0_ = v41 * 512 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128 + ((lane >> 5) & 1) * 256;
     #pragma unroll
       for (int e = 0; e < 8; e += 4) {
         const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;

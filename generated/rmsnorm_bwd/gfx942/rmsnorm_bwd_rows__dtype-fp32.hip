@@ -3,66 +3,66 @@
 #include "kgen_hip.h"
 #include "kgen_tile.h"
 
-KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void rmsnorm_bwd_rows(const float* __restrict__ x, int64_t stride_x_0, const float* __restrict__ w, const float* __restrict__ rstd, const float* __restrict__ dy, int64_t stride_dy_0, float* __restrict__ dx, int64_t stride_dx_0, float* __restrict__ dw, float* __restrict__ dw_part, int64_t stride_dw_part_0, int size_M, int size_N) {
+KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void rmsnorm_bwd_rows(const float* __restrict__ t_x, int64_t stride_x_0, const float* __restrict__ t_w, const float* __restrict__ t_rstd, const float* __restrict__ t_dy, int64_t stride_dy_0, float* __restrict__ t_dx, int64_t stride_dx_0, float* __restrict__ t_dw, float* __restrict__ t_dw_part, int64_t stride_dw_part_0, int size_M, int size_N) {
   KG_SHARED __attribute__((aligned(16))) char smem[8192];
   const int lane = kg::thread_id() % kg::WAVE;
   const int warp = __builtin_amdgcn_readfirstlane(kg::thread_id() / kg::WAVE);
   
   // spec: specs/rmsnorm_bwd.yaml:28:27
-  const int v161 = size_N;
+  const int v0 = size_N;
   // spec: specs/rmsnorm_bwd.yaml:25:20
-  const int v158 = kg::block_id_x();
+  const int v1 = kg::block_id_x();
   // spec: specs/rmsnorm_bwd.yaml:26:11
-  float v159[1];
+  float v2[1];
   {
-    const float* p_ = rstd + (0);
+    const float* p_ = t_rstd + (0);
     const bool aligned_ = false;
-    const int t0_ = v158 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+    const int t0_ = v1 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
   #pragma unroll
     for (int e = 0; e < 1; e += 1) {
       const int i0_ = t0_ + 0;
       const int64_t off_ = (int64_t)i0_ * 1;
       const bool in_ = i0_ + 1 <= (size_M);
       if (aligned_ && in_) {
-        kg::copy_vec<1>(&v159[e], p_ + off_);
+        kg::copy_vec<1>(&v2[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          v159[e + v] = (i0_ + v < (size_M)) ? p_[off_ + v] : 0.0f;
+          v2[e + v] = (i0_ + v < (size_M)) ? p_[off_ + v] : 0.0f;
       }
     }
   }
   // spec: specs/rmsnorm_bwd.yaml:27:11
-  float v160[1];
+  float v3[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v160[e] = 0.0f;
+  for (int e = 0; e < 1; ++e) v3[e] = 0.0f;
   // spec: specs/rmsnorm_bwd.yaml:28:22
-  const int v162 = 511;
+  const int v4 = 511;
   // spec: specs/rmsnorm_bwd.yaml:28:22
-  const int v163 = (v161 + v162);
+  const int v5 = (v0 + v4);
   // spec: specs/rmsnorm_bwd.yaml:28:22
-  const int v164 = 512;
+  const int v6 = 512;
   // spec: specs/rmsnorm_bwd.yaml:28:22
-  const int v165 = (kg::floordiv(v163, v164));
+  const int v7 = (kg::floordiv(v5, v6));
   // spec: specs/rmsnorm_bwd.yaml:28:22
-  const int v166 = 0;
+  const int v8 = 0;
   // spec: specs/rmsnorm_bwd.yaml:28:22
-  const int v167 = 1;
+  const int v9 = 1;
   // spec: specs/rmsnorm_bwd.yaml:28:7
 
-  float v179[1];
+  float v10[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v179[e] = v160[e];
-  for (int v168 = v166; v168 < v165; v168 += v167) {
-    float (&v169)[1] = v179;
+  for (int e = 0; e < 1; ++e) v10[e] = v3[e];
+  for (int v11 = v8; v11 < v7; v11 += v9) {
+    float (&v12)[1] = v10;
     
     // spec: specs/rmsnorm_bwd.yaml:29:16
-    float v170[8];
+    float v13[8];
     {
-      const float* p_ = x + (0);
+      const float* p_ = t_x + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 4 == 0;
-      const int t0_ = v158 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
-      const int t1_ = v168 * 512 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64 + ((lane >> 5) & 1) * 128;
+      const int t0_ = v1 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+      const int t1_ = v11 * 512 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64 + ((lane >> 5) & 1) * 128;
     #pragma unroll
       for (int e = 0; e < 8; e += 4) {
         const int i0_ = t0_ + 0;
@@ -70,21 +70,21 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void rmsnorm_bw
         const int64_t off_ = (int64_t)i0_ * stride_x_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_M) && i1_ + 4 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<4>(&v170[e], p_ + off_);
+          kg::copy_vec<4>(&v13[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 4; ++v)
-            v170[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : 0.0f;
+            v13[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
     // spec: specs/rmsnorm_bwd.yaml:30:15
-    float v171[8];
+    float v14[8];
     {
-      const float* p_ = dy + (0);
+      const float* p_ = t_dy + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dy_0 % 4 == 0;
-      const int t0_ = v158 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
-      const int t1_ = v168 * 512 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64 + ((lane >> 5) & 1) * 128;
+      const int t0_ = v1 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+      const int t1_ = v11 * 512 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64 + ((lane >> 5) & 1) * 128;
     #pragma unroll
       for (int e = 0; e < 8; e += 4) {
         const int i0_ = t0_ + 0;
@@ -92,123 +92,141 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void rmsnorm_bw
         const int64_t off_ = (int64_t)i0_ * stride_dy_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_M) && i1_ + 4 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<4>(&v171[e], p_ + off_);
+          kg::copy_vec<4>(&v14[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 4; ++v)
-            v171[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : 0.0f;
+            v14[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
     // spec: specs/rmsnorm_bwd.yaml:30:60
-    float v172[8];
+    float v15[8];
     {
-      const float* p_ = w + (0);
+      const float* p_ = t_w + (0);
       const bool aligned_ = kg::aligned(p_, 16);
-      const int t0_ = v168 * 512 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64 + ((lane >> 5) & 1) * 128;
+      const int t0_ = v11 * 512 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64 + ((lane >> 5) & 1) * 128;
     #pragma unroll
       for (int e = 0; e < 8; e += 4) {
         const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 256;
         const int64_t off_ = (int64_t)i0_ * 1;
         const bool in_ = i0_ + 4 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<4>(&v172[e], p_ + off_);
+          kg::copy_vec<4>(&v15[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 4; ++v)
-            v172[e + v] = (i0_ + v < (size_N)) ? p_[off_ + v] : 0.0f;
+            v15[e + v] = (i0_ + v < (size_N)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
     // spec: specs/rmsnorm_bwd.yaml:30:60
-    float (&v173)[8] = v172;
+    float (&v16)[8] = v15;
     // spec: specs/rmsnorm_bwd.yaml:30:15
-    float v174[8];
+    float v17[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v174[e] = v173[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4];
+    for (int e = 0; e < 8; ++e) v17[e] = v16[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4];
     // spec: specs/rmsnorm_bwd.yaml:30:15
-    float v175[8];
+    float v18[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v175[e] = (v171[e] * v174[e]);
+    for (int e = 0; e < 8; ++e) v18[e] = (v14[e] * v17[e]);
     // spec: specs/rmsnorm_bwd.yaml:31:23
-    float v176[8];
+    float v19[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v176[e] = (v175[e] * v170[e]);
+    for (int e = 0; e < 8; ++e) v19[e] = (v18[e] * v13[e]);
     // spec: specs/rmsnorm_bwd.yaml:31:19
-    float v177[1];
+    float v20[1];
     {
-      float r177[1];
+      float r20[1];
     #pragma unroll
-      for (int e = 0; e < 1; ++e) r177[e] = 0.0f;
+      for (int e = 0; e < 1; ++e) r20[e] = 0.0f;
     #pragma unroll
       for (int e = 0; e < 8; ++e) {
-        const float a_ = r177[0], b_ = (float)(v176[e]);
-        r177[0] = a_ + b_;
+        const float a_ = r20[0], b_ = (float)(v19[e]);
+        r20[0] = a_ + b_;
       }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r177[e], b_ = kg::shfl_xor(a_, 1); r177[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r20[e], b_ = kg::shfl_xor(a_, 1); r20[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r177[e], b_ = kg::shfl_xor(a_, 2); r177[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r20[e], b_ = kg::shfl_xor(a_, 2); r20[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r177[e], b_ = kg::shfl_xor(a_, 4); r177[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r20[e], b_ = kg::shfl_xor(a_, 4); r20[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r177[e], b_ = kg::shfl_xor(a_, 8); r177[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r20[e], b_ = kg::shfl_xor(a_, 8); r20[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r177[e], b_ = kg::shfl_xor(a_, 16); r177[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r20[e], b_ = kg::shfl_xor(a_, 16); r20[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r177[e], b_ = kg::shfl_xor(a_, 32); r177[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r20[e], b_ = kg::shfl_xor(a_, 32); r20[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) v177[e] = kg::cvt<float>(r177[e]);
+      for (int e = 0; e < 1; ++e) v20[e] = kg::cvt<float>(r20[e]);
     }
     // spec: specs/rmsnorm_bwd.yaml:31:15
-    float v178[1];
+    float v21[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v178[e] = (v169[e] + v177[e]);
+    for (int e = 0; e < 1; ++e) v21[e] = (v12[e] + v20[e]);
     // spec: specs/rmsnorm_bwd.yaml:31:15
 
     float y0_[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) y0_[e] = v178[e];
+    for (int e = 0; e < 1; ++e) y0_[e] = v21[e];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v179[e] = y0_[e];
+    for (int e = 0; e < 1; ++e) v10[e] = y0_[e];
   }
   // spec: specs/rmsnorm_bwd.yaml:32:11
-  float v180[1];
+  float v22[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v180[e] = (v159[e] * v159[e]);
+  for (int e = 0; e < 1; ++e) v22[e] = (v2[e] * v2[e]);
   // spec: specs/rmsnorm_bwd.yaml:32:11
-  float v181[1];
+  float v23[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v181[e] = (v180[e] * v179[e]);
+  for (int e = 0; e < 1; ++e) v23[e] = (v22[e] * v10[e]);
   // spec: specs/rmsnorm_bwd.yaml:32:11
-  const float v182 = kg::cvt<float>(v161);
+  const float v24 = kg::cvt<float>(v0);
   // spec: specs/rmsnorm_bwd.yaml:32:11
-  float v183[1];
+  float v25[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v183[e] = (v181[e] / v182);
+  for (int e = 0; e < 1; ++e) v25[e] = (v23[e] / v24);
   // spec: specs/rmsnorm_bwd.yaml:33:22
-  const int v184 = 511;
+  const int v26 = 511;
   // spec: specs/rmsnorm_bwd.yaml:33:22
-  const int v185 = (v161 + v184);
+  const int v27 = (v0 + v26);
   // spec: specs/rmsnorm_bwd.yaml:33:22
-  const int v186 = 512;
+  const int v28 = 512;
   // spec: specs/rmsnorm_bwd.yaml:33:22
-  const int v187 = (kg::floordiv(v185, v186));
+  const int v29 = (kg::floordiv(v27, v28));
   // spec: specs/rmsnorm_bwd.yaml:33:22
-  const int v188 = 0;
+  const int v30 = 0;
   // spec: specs/rmsnorm_bwd.yaml:33:22
-  const int v189 = 1;
+  const int v31 = 1;
+  // spec: specs/rmsnorm_bwd.yaml:37:47
+  float (&v32)[1] = v2;
+  // spec: specs/rmsnorm_bwd.yaml:37:70
+  float (&v33)[1] = v25;
+  // spec: specs/rmsnorm_bwd.yaml:37:65
+  float v34[8];
+  #pragma unroll
+  for (int e = 0; e < 8; ++e) v34[e] = v33[0];
+  // spec: specs/rmsnorm_bwd.yaml:37:47
+  float v35[8];
+  #pragma unroll
+  for (int e = 0; e < 8; ++e) v35[e] = v32[0];
+  // spec: specs/rmsnorm_bwd.yaml:38:74
+  float (&v36)[1] = v2;
+  // spec: specs/rmsnorm_bwd.yaml:38:64
+  float v37[8];
+  #pragma unroll
+  for (int e = 0; e < 8; ++e) v37[e] = v36[0];
   // spec: specs/rmsnorm_bwd.yaml:33:7
 
-  for (int v190 = v188; v190 < v187; v190 += v189) {
+  for (int v38 = v30; v38 < v29; v38 += v31) {
     
     // spec: specs/rmsnorm_bwd.yaml:34:16
-    float v191[8];
+    float v39[8];
     {
-      const float* p_ = x + (0);
+      const float* p_ = t_x + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 4 == 0;
-      const int t0_ = v158 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
-      const int t1_ = v190 * 512 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64 + ((lane >> 5) & 1) * 128;
+      const int t0_ = v1 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+      const int t1_ = v38 * 512 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64 + ((lane >> 5) & 1) * 128;
     #pragma unroll
       for (int e = 0; e < 8; e += 4) {
         const int i0_ = t0_ + 0;
@@ -216,21 +234,21 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void rmsnorm_bw
         const int64_t off_ = (int64_t)i0_ * stride_x_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_M) && i1_ + 4 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<4>(&v191[e], p_ + off_);
+          kg::copy_vec<4>(&v39[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 4; ++v)
-            v191[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : 0.0f;
+            v39[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
     // spec: specs/rmsnorm_bwd.yaml:35:16
-    float v192[8];
+    float v40[8];
     {
-      const float* p_ = dy + (0);
+      const float* p_ = t_dy + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dy_0 % 4 == 0;
-      const int t0_ = v158 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
-      const int t1_ = v190 * 512 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64 + ((lane >> 5) & 1) * 128;
+      const int t0_ = v1 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+      const int t1_ = v38 * 512 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64 + ((lane >> 5) & 1) * 128;
     #pragma unroll
       for (int e = 0; e < 8; e += 4) {
         const int i0_ = t0_ + 0;
@@ -238,117 +256,99 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void rmsnorm_bw
         const int64_t off_ = (int64_t)i0_ * stride_dy_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_M) && i1_ + 4 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<4>(&v192[e], p_ + off_);
+          kg::copy_vec<4>(&v40[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 4; ++v)
-            v192[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : 0.0f;
+            v40[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
     // spec: specs/rmsnorm_bwd.yaml:36:20
-    float v193[8];
+    float v41[8];
     {
-      const float* p_ = w + (0);
+      const float* p_ = t_w + (0);
       const bool aligned_ = kg::aligned(p_, 16);
-      const int t0_ = v190 * 512 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64 + ((lane >> 5) & 1) * 128;
+      const int t0_ = v38 * 512 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64 + ((lane >> 5) & 1) * 128;
     #pragma unroll
       for (int e = 0; e < 8; e += 4) {
         const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 256;
         const int64_t off_ = (int64_t)i0_ * 1;
         const bool in_ = i0_ + 4 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<4>(&v193[e], p_ + off_);
+          kg::copy_vec<4>(&v41[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 4; ++v)
-            v193[e + v] = (i0_ + v < (size_N)) ? p_[off_ + v] : 0.0f;
+            v41[e + v] = (i0_ + v < (size_N)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
     // spec: specs/rmsnorm_bwd.yaml:36:20
-    float (&v194)[8] = v193;
+    float (&v42)[8] = v41;
     // spec: specs/rmsnorm_bwd.yaml:36:15
-    float v195[8];
+    float v43[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v195[e] = v194[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4];
+    for (int e = 0; e < 8; ++e) v43[e] = v42[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4];
     // spec: specs/rmsnorm_bwd.yaml:36:15
-    float v196[8];
+    float v44[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v196[e] = (v192[e] * v195[e]);
-    // spec: specs/rmsnorm_bwd.yaml:37:47
-    float (&v197)[1] = v159;
-    // spec: specs/rmsnorm_bwd.yaml:37:70
-    float (&v198)[1] = v183;
+    for (int e = 0; e < 8; ++e) v44[e] = (v40[e] * v43[e]);
     // spec: specs/rmsnorm_bwd.yaml:37:65
-    float v199[8];
+    float v45[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v199[e] = v198[0];
-    // spec: specs/rmsnorm_bwd.yaml:37:65
-    float v200[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v200[e] = (v191[e] * v199[e]);
+    for (int e = 0; e < 8; ++e) v45[e] = (v39[e] * v34[e]);
     // spec: specs/rmsnorm_bwd.yaml:37:61
-    float v201[8];
+    float v46[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v201[e] = (v196[e] - v200[e]);
+    for (int e = 0; e < 8; ++e) v46[e] = (v44[e] - v45[e]);
     // spec: specs/rmsnorm_bwd.yaml:37:47
-    float v202[8];
+    float v47[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v202[e] = v197[0];
-    // spec: specs/rmsnorm_bwd.yaml:37:47
-    float v203[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v203[e] = (v202[e] * v201[e]);
+    for (int e = 0; e < 8; ++e) v47[e] = (v35[e] * v46[e]);
     // spec: specs/rmsnorm_bwd.yaml:37:11
     if ((lane & 0) == 0 && (warp & 0) == 0) {
-      float* p_ = dx + (0);
+      float* p_ = t_dx + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dx_0 % 4 == 0;
-      const int t0_ = v158 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
-      const int t1_ = v190 * 512 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64 + ((lane >> 5) & 1) * 128;
+      const int t0_ = v1 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+      const int t1_ = v38 * 512 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64 + ((lane >> 5) & 1) * 128;
     #pragma unroll
       for (int e = 0; e < 8; e += 4) {
         const int i0_ = t0_ + 0;
         const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 256;
         const int64_t off_ = (int64_t)i0_ * stride_dx_0 + (int64_t)i1_ * 1;
         if (aligned_ && i0_ < (size_M) && i1_ + 4 <= (size_N)) {
-          kg::copy_vec<4>(p_ + off_, &v203[e]);
+          kg::copy_vec<4>(p_ + off_, &v47[e]);
         } else {
     #pragma unroll
           for (int v = 0; v < 4; ++v)
-            if (i0_ < (size_M) && i1_ + v < (size_N)) p_[off_ + v] = v203[e + v];
+            if (i0_ < (size_M) && i1_ + v < (size_N)) p_[off_ + v] = v47[e + v];
         }
       }
     }
     // spec: specs/rmsnorm_bwd.yaml:38:64
-    float v204[8];
+    float v48[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v204[e] = (v192[e] * v191[e]);
-    // spec: specs/rmsnorm_bwd.yaml:38:74
-    float (&v205)[1] = v159;
+    for (int e = 0; e < 8; ++e) v48[e] = (v40[e] * v39[e]);
     // spec: specs/rmsnorm_bwd.yaml:38:64
-    float v206[8];
+    float v49[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v206[e] = v205[0];
-    // spec: specs/rmsnorm_bwd.yaml:38:64
-    float v207[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v207[e] = (v204[e] * v206[e]);
+    for (int e = 0; e < 8; ++e) v49[e] = (v48[e] * v37[e]);
     // spec: specs/rmsnorm_bwd.yaml:38:60
-    float v208[8];
+    float v50[8];
     {
-      float r208[8];
+      float r50[8];
     #pragma unroll
-      for (int e = 0; e < 8; ++e) r208[e] = 0.0f;
+      for (int e = 0; e < 8; ++e) r50[e] = 0.0f;
     #pragma unroll
       for (int e = 0; e < 8; ++e) {
-        const float a_ = r208[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4], b_ = (float)(v207[e]);
-        r208[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4] = a_ + b_;
+        const float a_ = r50[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4], b_ = (float)(v49[e]);
+        r50[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4] = a_ + b_;
       }
       float* scratch_ = reinterpret_cast<float*>(smem + 0);
       kg::sync();
     #pragma unroll
-      for (int e = 0; e < 8; ++e) scratch_[warp * 512 + (((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64 + ((lane >> 5) & 1) * 128) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 256)) * 1] = r208[e];
+      for (int e = 0; e < 8; ++e) scratch_[warp * 512 + (((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64 + ((lane >> 5) & 1) * 128) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 256)) * 1] = r50[e];
       kg::sync();
     #pragma unroll
       for (int e = 0; e < 8; ++e) {
@@ -356,28 +356,28 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void rmsnorm_bw
         { const float b_ = scratch_[(warp ^ 1) * 512 + (((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64 + ((lane >> 5) & 1) * 128) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 256)) * 1]; a_ = a_ + b_; }
         { const float b_ = scratch_[(warp ^ 2) * 512 + (((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64 + ((lane >> 5) & 1) * 128) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 256)) * 1]; a_ = a_ + b_; }
         { const float b_ = scratch_[(warp ^ 3) * 512 + (((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64 + ((lane >> 5) & 1) * 128) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 256)) * 1]; a_ = a_ + b_; }
-        r208[e] = a_;
+        r50[e] = a_;
       }
     #pragma unroll
-      for (int e = 0; e < 8; ++e) v208[e] = kg::cvt<float>(r208[e]);
+      for (int e = 0; e < 8; ++e) v50[e] = kg::cvt<float>(r50[e]);
     }
     // spec: specs/rmsnorm_bwd.yaml:38:25
-    const int v209 = kg::block_id_x();
+    const int v51 = kg::block_id_x();
     // spec: specs/rmsnorm_bwd.yaml:38:11
     if ((lane & 0) == 0 && (warp & 3) == 0) {
-      float* p_ = dw_part + ((int64_t)(v209) * stride_dw_part_0);
+      float* p_ = t_dw_part + ((int64_t)(v51) * stride_dw_part_0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dw_part_0 % 4 == 0;
-      const int t0_ = v190 * 512 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64 + ((lane >> 5) & 1) * 128;
+      const int t0_ = v38 * 512 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64 + ((lane >> 5) & 1) * 128;
     #pragma unroll
       for (int e = 0; e < 8; e += 4) {
         const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 256;
         const int64_t off_ = (int64_t)i0_ * 1;
         if (aligned_ && i0_ + 4 <= (size_N)) {
-          kg::copy_vec<4>(p_ + off_, &v208[e]);
+          kg::copy_vec<4>(p_ + off_, &v50[e]);
         } else {
     #pragma unroll
           for (int v = 0; v < 4; ++v)
-            if (i0_ + v < (size_N)) p_[off_ + v] = v208[e + v];
+            if (i0_ + v < (size_N)) p_[off_ + v] = v50[e + v];
         }
       }
     }

@@ -3,54 +3,54 @@
 #include "kgen_cuda.h"
 #include "kgen_tile.h"
 
-KG_KERNEL void __launch_bounds__(128) rmsnorm_bwd_dw(const kg::fp16* __restrict__ x, int64_t stride_x_0, const kg::fp16* __restrict__ w, const float* __restrict__ rstd, const kg::fp16* __restrict__ dy, int64_t stride_dy_0, kg::fp16* __restrict__ dx, int64_t stride_dx_0, kg::fp16* __restrict__ dw, float* __restrict__ dw_part, int64_t stride_dw_part_0, int size_M, int size_N) {
+KG_KERNEL void __launch_bounds__(128) rmsnorm_bwd_dw(const kg::fp16* __restrict__ t_x, int64_t stride_x_0, const kg::fp16* __restrict__ t_w, const float* __restrict__ t_rstd, const kg::fp16* __restrict__ t_dy, int64_t stride_dy_0, kg::fp16* __restrict__ t_dx, int64_t stride_dx_0, kg::fp16* __restrict__ t_dw, float* __restrict__ t_dw_part, int64_t stride_dw_part_0, int size_M, int size_N) {
   extern __shared__ __align__(16) char smem[];
   const int lane = kg::thread_id() % kg::WAVE;
   const int warp = kg::thread_id() / kg::WAVE;
   
   // spec: specs/rmsnorm_bwd.yaml:45:32
-  const int v140 = size_M;
+  const int v0 = size_M;
   // spec: specs/rmsnorm_bwd.yaml:43:20
-  const int v138 = kg::block_id_x();
+  const int v1 = kg::block_id_x();
   // spec: specs/rmsnorm_bwd.yaml:44:13
-  float v139[4];
+  float v2[4];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v139[e] = 0.0f;
+  for (int e = 0; e < 4; ++e) v2[e] = 0.0f;
   // spec: specs/rmsnorm_bwd.yaml:45:27
-  const int v141 = 3;
+  const int v3 = 3;
   // spec: specs/rmsnorm_bwd.yaml:45:27
-  const int v142 = (v140 + v141);
+  const int v4 = (v0 + v3);
   // spec: specs/rmsnorm_bwd.yaml:45:27
-  const int v143 = 4;
+  const int v5 = 4;
   // spec: specs/rmsnorm_bwd.yaml:45:27
-  const int v144 = (kg::floordiv(v142, v143));
+  const int v6 = (kg::floordiv(v4, v5));
   // spec: specs/rmsnorm_bwd.yaml:45:22
-  const int v145 = 15;
+  const int v7 = 15;
   // spec: specs/rmsnorm_bwd.yaml:45:22
-  const int v146 = (v144 + v145);
+  const int v8 = (v6 + v7);
   // spec: specs/rmsnorm_bwd.yaml:45:22
-  const int v147 = 16;
+  const int v9 = 16;
   // spec: specs/rmsnorm_bwd.yaml:45:22
-  const int v148 = (kg::floordiv(v146, v147));
+  const int v10 = (kg::floordiv(v8, v9));
   // spec: specs/rmsnorm_bwd.yaml:45:22
-  const int v149 = 0;
+  const int v11 = 0;
   // spec: specs/rmsnorm_bwd.yaml:45:22
-  const int v150 = 1;
+  const int v12 = 1;
   // spec: specs/rmsnorm_bwd.yaml:45:7
 
-  float v156[4];
+  float v13[4];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v156[e] = v139[e];
-  for (int v151 = v149; v151 < v148; v151 += v150) {
-    float (&v152)[4] = v156;
+  for (int e = 0; e < 4; ++e) v13[e] = v2[e];
+  for (int v14 = v11; v14 < v10; v14 += v12) {
+    float (&v15)[4] = v13;
     
     // spec: specs/rmsnorm_bwd.yaml:46:27
-    float v153[16];
+    float v16[16];
     {
-      const float* p_ = dw_part + (0);
+      const float* p_ = t_dw_part + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dw_part_0 % 4 == 0;
-      const int t0_ = v151 * 16 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
-      const int t1_ = v138 * 128 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64;
+      const int t0_ = v14 * 16 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+      const int t1_ = v1 * 128 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64;
     #pragma unroll
       for (int e = 0; e < 16; e += 4) {
         const int i0_ = t0_ + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8;
@@ -58,29 +58,29 @@ KG_KERNEL void __launch_bounds__(128) rmsnorm_bwd_dw(const kg::fp16* __restrict_
         const int64_t off_ = (int64_t)i0_ * stride_dw_part_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (kg::cdiv(size_M, 4)) && i1_ + 4 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<4>(&v153[e], p_ + off_);
+          kg::copy_vec<4>(&v16[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 4; ++v)
-            v153[e + v] = (i0_ < (kg::cdiv(size_M, 4)) && i1_ + v < (size_N)) ? p_[off_ + v] : 0.0f;
+            v16[e + v] = (i0_ < (kg::cdiv(size_M, 4)) && i1_ + v < (size_N)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
     // spec: specs/rmsnorm_bwd.yaml:46:23
-    float v154[4];
+    float v17[4];
     {
-      float r154[4];
+      float r17[4];
     #pragma unroll
-      for (int e = 0; e < 4; ++e) r154[e] = 0.0f;
+      for (int e = 0; e < 4; ++e) r17[e] = 0.0f;
     #pragma unroll
       for (int e = 0; e < 16; ++e) {
-        const float a_ = r154[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2], b_ = (float)(v153[e]);
-        r154[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2] = a_ + b_;
+        const float a_ = r17[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2], b_ = (float)(v16[e]);
+        r17[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2] = a_ + b_;
       }
       float* scratch_ = reinterpret_cast<float*>(smem + 0);
       kg::sync();
     #pragma unroll
-      for (int e = 0; e < 4; ++e) scratch_[warp * 128 + (((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1] = r154[e];
+      for (int e = 0; e < 4; ++e) scratch_[warp * 128 + (((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1] = r17[e];
       kg::sync();
     #pragma unroll
       for (int e = 0; e < 4; ++e) {
@@ -88,42 +88,42 @@ KG_KERNEL void __launch_bounds__(128) rmsnorm_bwd_dw(const kg::fp16* __restrict_
         { const float b_ = scratch_[(warp ^ 1) * 128 + (((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1]; a_ = a_ + b_; }
         { const float b_ = scratch_[(warp ^ 2) * 128 + (((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1]; a_ = a_ + b_; }
         { const float b_ = scratch_[(warp ^ 3) * 128 + (((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1]; a_ = a_ + b_; }
-        r154[e] = a_;
+        r17[e] = a_;
       }
     #pragma unroll
-      for (int e = 0; e < 4; ++e) v154[e] = kg::cvt<float>(r154[e]);
+      for (int e = 0; e < 4; ++e) v17[e] = kg::cvt<float>(r17[e]);
     }
     // spec: specs/rmsnorm_bwd.yaml:46:17
-    float v155[4];
+    float v18[4];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v155[e] = (v152[e] + v154[e]);
+    for (int e = 0; e < 4; ++e) v18[e] = (v15[e] + v17[e]);
     // spec: specs/rmsnorm_bwd.yaml:46:17
 
     float y0_[4];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) y0_[e] = v155[e];
+    for (int e = 0; e < 4; ++e) y0_[e] = v18[e];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v156[e] = y0_[e];
+    for (int e = 0; e < 4; ++e) v13[e] = y0_[e];
   }
   // spec: specs/rmsnorm_bwd.yaml:47:23
-  kg::fp16 v157[4];
+  kg::fp16 v19[4];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v157[e] = kg::cvt<kg::fp16>(v156[e]);
+  for (int e = 0; e < 4; ++e) v19[e] = kg::cvt<kg::fp16>(v13[e]);
   // spec: specs/rmsnorm_bwd.yaml:47:7
   if ((lane & 0) == 0 && (warp & 3) == 0) {
-    kg::fp16* p_ = dw + (0);
+    kg::fp16* p_ = t_dw + (0);
     const bool aligned_ = kg::aligned(p_, 8);
-    const int t0_ = v138 * 128 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64;
+    const int t0_ = v1 * 128 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64;
   #pragma unroll
     for (int e = 0; e < 4; e += 4) {
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
       const int64_t off_ = (int64_t)i0_ * 1;
       if (aligned_ && i0_ + 4 <= (size_N)) {
-        kg::copy_vec<4>(p_ + off_, &v157[e]);
+        kg::copy_vec<4>(p_ + off_, &v19[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 4; ++v)
-          if (i0_ + v < (size_N)) p_[off_ + v] = v157[e + v];
+          if (i0_ + v < (size_N)) p_[off_ + v] = v19[e + v];
       }
     }
   }

@@ -3,54 +3,54 @@
 #include "kgen_cuda.h"
 #include "kgen_tile.h"
 
-KG_KERNEL void __launch_bounds__(128) rmsnorm_bwd_dw(const float* __restrict__ x, int64_t stride_x_0, const float* __restrict__ w, const float* __restrict__ rstd, const float* __restrict__ dy, int64_t stride_dy_0, float* __restrict__ dx, int64_t stride_dx_0, float* __restrict__ dw, float* __restrict__ dw_part, int64_t stride_dw_part_0, int size_M, int size_N) {
+KG_KERNEL void __launch_bounds__(128) rmsnorm_bwd_dw(const float* __restrict__ t_x, int64_t stride_x_0, const float* __restrict__ t_w, const float* __restrict__ t_rstd, const float* __restrict__ t_dy, int64_t stride_dy_0, float* __restrict__ t_dx, int64_t stride_dx_0, float* __restrict__ t_dw, float* __restrict__ t_dw_part, int64_t stride_dw_part_0, int size_M, int size_N) {
   extern __shared__ __align__(16) char smem[];
   const int lane = kg::thread_id() % kg::WAVE;
   const int warp = kg::thread_id() / kg::WAVE;
   
   // spec: specs/rmsnorm_bwd.yaml:45:32
-  const int v212 = size_M;
+  const int v0 = size_M;
   // spec: specs/rmsnorm_bwd.yaml:43:20
-  const int v210 = kg::block_id_x();
+  const int v1 = kg::block_id_x();
   // spec: specs/rmsnorm_bwd.yaml:44:13
-  float v211[4];
+  float v2[4];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v211[e] = 0.0f;
+  for (int e = 0; e < 4; ++e) v2[e] = 0.0f;
   // spec: specs/rmsnorm_bwd.yaml:45:27
-  const int v213 = 3;
+  const int v3 = 3;
   // spec: specs/rmsnorm_bwd.yaml:45:27
-  const int v214 = (v212 + v213);
+  const int v4 = (v0 + v3);
   // spec: specs/rmsnorm_bwd.yaml:45:27
-  const int v215 = 4;
+  const int v5 = 4;
   // spec: specs/rmsnorm_bwd.yaml:45:27
-  const int v216 = (kg::floordiv(v214, v215));
+  const int v6 = (kg::floordiv(v4, v5));
   // spec: specs/rmsnorm_bwd.yaml:45:22
-  const int v217 = 15;
+  const int v7 = 15;
   // spec: specs/rmsnorm_bwd.yaml:45:22
-  const int v218 = (v216 + v217);
+  const int v8 = (v6 + v7);
   // spec: specs/rmsnorm_bwd.yaml:45:22
-  const int v219 = 16;
+  const int v9 = 16;
   // spec: specs/rmsnorm_bwd.yaml:45:22
-  const int v220 = (kg::floordiv(v218, v219));
+  const int v10 = (kg::floordiv(v8, v9));
   // spec: specs/rmsnorm_bwd.yaml:45:22
-  const int v221 = 0;
+  const int v11 = 0;
   // spec: specs/rmsnorm_bwd.yaml:45:22
-  const int v222 = 1;
+  const int v12 = 1;
   // spec: specs/rmsnorm_bwd.yaml:45:7
 
-  float v228[4];
+  float v13[4];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v228[e] = v211[e];
-  for (int v223 = v221; v223 < v220; v223 += v222) {
-    float (&v224)[4] = v228;
+  for (int e = 0; e < 4; ++e) v13[e] = v2[e];
+  for (int v14 = v11; v14 < v10; v14 += v12) {
+    float (&v15)[4] = v13;
     
     // spec: specs/rmsnorm_bwd.yaml:46:27
-    float v225[16];
+    float v16[16];
     {
-      const float* p_ = dw_part + (0);
+      const float* p_ = t_dw_part + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dw_part_0 % 4 == 0;
-      const int t0_ = v223 * 16 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
-      const int t1_ = v210 * 128 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64;
+      const int t0_ = v14 * 16 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+      const int t1_ = v1 * 128 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64;
     #pragma unroll
       for (int e = 0; e < 16; e += 4) {
         const int i0_ = t0_ + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8;
@@ -58,29 +58,29 @@ KG_KERNEL void __launch_bounds__(128) rmsnorm_bwd_dw(const float* __restrict__ x
         const int64_t off_ = (int64_t)i0_ * stride_dw_part_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (kg::cdiv(size_M, 4)) && i1_ + 4 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<4>(&v225[e], p_ + off_);
+          kg::copy_vec<4>(&v16[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 4; ++v)
-            v225[e + v] = (i0_ < (kg::cdiv(size_M, 4)) && i1_ + v < (size_N)) ? p_[off_ + v] : 0.0f;
+            v16[e + v] = (i0_ < (kg::cdiv(size_M, 4)) && i1_ + v < (size_N)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
     // spec: specs/rmsnorm_bwd.yaml:46:23
-    float v226[4];
+    float v17[4];
     {
-      float r226[4];
+      float r17[4];
     #pragma unroll
-      for (int e = 0; e < 4; ++e) r226[e] = 0.0f;
+      for (int e = 0; e < 4; ++e) r17[e] = 0.0f;
     #pragma unroll
       for (int e = 0; e < 16; ++e) {
-        const float a_ = r226[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2], b_ = (float)(v225[e]);
-        r226[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2] = a_ + b_;
+        const float a_ = r17[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2], b_ = (float)(v16[e]);
+        r17[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2] = a_ + b_;
       }
       float* scratch_ = reinterpret_cast<float*>(smem + 0);
       kg::sync();
     #pragma unroll
-      for (int e = 0; e < 4; ++e) scratch_[warp * 128 + (((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1] = r226[e];
+      for (int e = 0; e < 4; ++e) scratch_[warp * 128 + (((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1] = r17[e];
       kg::sync();
     #pragma unroll
       for (int e = 0; e < 4; ++e) {
@@ -88,38 +88,38 @@ KG_KERNEL void __launch_bounds__(128) rmsnorm_bwd_dw(const float* __restrict__ x
         { const float b_ = scratch_[(warp ^ 1) * 128 + (((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1]; a_ = a_ + b_; }
         { const float b_ = scratch_[(warp ^ 2) * 128 + (((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1]; a_ = a_ + b_; }
         { const float b_ = scratch_[(warp ^ 3) * 128 + (((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1]; a_ = a_ + b_; }
-        r226[e] = a_;
+        r17[e] = a_;
       }
     #pragma unroll
-      for (int e = 0; e < 4; ++e) v226[e] = kg::cvt<float>(r226[e]);
+      for (int e = 0; e < 4; ++e) v17[e] = kg::cvt<float>(r17[e]);
     }
     // spec: specs/rmsnorm_bwd.yaml:46:17
-    float v227[4];
+    float v18[4];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v227[e] = (v224[e] + v226[e]);
+    for (int e = 0; e < 4; ++e) v18[e] = (v15[e] + v17[e]);
     // spec: specs/rmsnorm_bwd.yaml:46:17
 
     float y0_[4];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) y0_[e] = v227[e];
+    for (int e = 0; e < 4; ++e) y0_[e] = v18[e];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v228[e] = y0_[e];
+    for (int e = 0; e < 4; ++e) v13[e] = y0_[e];
   }
   // spec: specs/rmsnorm_bwd.yaml:47:7
   if ((lane & 0) == 0 && (warp & 3) == 0) {
-    float* p_ = dw + (0);
+    float* p_ = t_dw + (0);
     const bool aligned_ = kg::aligned(p_, 16);
-    const int t0_ = v210 * 128 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64;
+    const int t0_ = v1 * 128 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64;
   #pragma unroll
     for (int e = 0; e < 4; e += 4) {
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
       const int64_t off_ = (int64_t)i0_ * 1;
       if (aligned_ && i0_ + 4 <= (size_N)) {
-        kg::copy_vec<4>(p_ + off_, &v228[e]);
+        kg::copy_vec<4>(p_ + off_, &v13[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 4; ++v)
-          if (i0_ + v < (size_N)) p_[off_ + v] = v228[e + v];
+          if (i0_ + v < (size_N)) p_[off_ + v] = v13[e + v];
       }
     }
   }

@@ -3,66 +3,66 @@
 #include "kgen_cuda.h"
 #include "kgen_tile.h"
 
-KG_KERNEL void __launch_bounds__(128) rmsnorm_bwd_rows(const kg::fp16* __restrict__ x, int64_t stride_x_0, const kg::fp16* __restrict__ w, const float* __restrict__ rstd, const kg::fp16* __restrict__ dy, int64_t stride_dy_0, kg::fp16* __restrict__ dx, int64_t stride_dx_0, kg::fp16* __restrict__ dw, float* __restrict__ dw_part, int64_t stride_dw_part_0, int size_M, int size_N) {
+KG_KERNEL void __launch_bounds__(128) rmsnorm_bwd_rows(const kg::fp16* __restrict__ t_x, int64_t stride_x_0, const kg::fp16* __restrict__ t_w, const float* __restrict__ t_rstd, const kg::fp16* __restrict__ t_dy, int64_t stride_dy_0, kg::fp16* __restrict__ t_dx, int64_t stride_dx_0, kg::fp16* __restrict__ t_dw, float* __restrict__ t_dw_part, int64_t stride_dw_part_0, int size_M, int size_N) {
   extern __shared__ __align__(16) char smem[];
   const int lane = kg::thread_id() % kg::WAVE;
   const int warp = kg::thread_id() / kg::WAVE;
   
   // spec: specs/rmsnorm_bwd.yaml:28:27
-  const int v82 = size_N;
+  const int v0 = size_N;
   // spec: specs/rmsnorm_bwd.yaml:25:20
-  const int v79 = kg::block_id_x();
+  const int v1 = kg::block_id_x();
   // spec: specs/rmsnorm_bwd.yaml:26:11
-  float v80[1];
+  float v2[1];
   {
-    const float* p_ = rstd + (0);
+    const float* p_ = t_rstd + (0);
     const bool aligned_ = false;
-    const int t0_ = v79 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+    const int t0_ = v1 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
   #pragma unroll
     for (int e = 0; e < 1; e += 1) {
       const int i0_ = t0_ + 0;
       const int64_t off_ = (int64_t)i0_ * 1;
       const bool in_ = i0_ + 1 <= (size_M);
       if (aligned_ && in_) {
-        kg::copy_vec<1>(&v80[e], p_ + off_);
+        kg::copy_vec<1>(&v2[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          v80[e + v] = (i0_ + v < (size_M)) ? p_[off_ + v] : 0.0f;
+          v2[e + v] = (i0_ + v < (size_M)) ? p_[off_ + v] : 0.0f;
       }
     }
   }
   // spec: specs/rmsnorm_bwd.yaml:27:11
-  float v81[1];
+  float v3[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v81[e] = 0.0f;
+  for (int e = 0; e < 1; ++e) v3[e] = 0.0f;
   // spec: specs/rmsnorm_bwd.yaml:28:22
-  const int v83 = 511;
+  const int v4 = 511;
   // spec: specs/rmsnorm_bwd.yaml:28:22
-  const int v84 = (v82 + v83);
+  const int v5 = (v0 + v4);
   // spec: specs/rmsnorm_bwd.yaml:28:22
-  const int v85 = 512;
+  const int v6 = 512;
   // spec: specs/rmsnorm_bwd.yaml:28:22
-  const int v86 = (kg::floordiv(v84, v85));
+  const int v7 = (kg::floordiv(v5, v6));
   // spec: specs/rmsnorm_bwd.yaml:28:22
-  const int v87 = 0;
+  const int v8 = 0;
   // spec: specs/rmsnorm_bwd.yaml:28:22
-  const int v88 = 1;
+  const int v9 = 1;
   // spec: specs/rmsnorm_bwd.yaml:28:7
 
-  float v103[1];
+  float v10[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v103[e] = v81[e];
-  for (int v89 = v87; v89 < v86; v89 += v88) {
-    float (&v90)[1] = v103;
+  for (int e = 0; e < 1; ++e) v10[e] = v3[e];
+  for (int v11 = v8; v11 < v7; v11 += v9) {
+    float (&v12)[1] = v10;
     
     // spec: specs/rmsnorm_bwd.yaml:29:16
-    kg::fp16 v91[16];
+    kg::fp16 v13[16];
     {
-      const kg::fp16* p_ = x + (0);
+      const kg::fp16* p_ = t_x + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 8 == 0;
-      const int t0_ = v79 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
-      const int t1_ = v89 * 512 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128;
+      const int t0_ = v1 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+      const int t1_ = v11 * 512 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128;
     #pragma unroll
       for (int e = 0; e < 16; e += 8) {
         const int i0_ = t0_ + 0;
@@ -70,25 +70,25 @@ KG_KERNEL void __launch_bounds__(128) rmsnorm_bwd_rows(const kg::fp16* __restric
         const int64_t off_ = (int64_t)i0_ * stride_x_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_M) && i1_ + 8 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v91[e], p_ + off_);
+          kg::copy_vec<8>(&v13[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v91[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v13[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     // spec: specs/rmsnorm_bwd.yaml:29:16
-    float v92[16];
+    float v14[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v92[e] = kg::cvt<float>(kg::f32(v91[e]));
+    for (int e = 0; e < 16; ++e) v14[e] = kg::cvt<float>(kg::f32(v13[e]));
     // spec: specs/rmsnorm_bwd.yaml:30:15
-    kg::fp16 v93[16];
+    kg::fp16 v15[16];
     {
-      const kg::fp16* p_ = dy + (0);
+      const kg::fp16* p_ = t_dy + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dy_0 % 8 == 0;
-      const int t0_ = v79 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
-      const int t1_ = v89 * 512 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128;
+      const int t0_ = v1 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+      const int t1_ = v11 * 512 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128;
     #pragma unroll
       for (int e = 0; e < 16; e += 8) {
         const int i0_ = t0_ + 0;
@@ -96,129 +96,147 @@ KG_KERNEL void __launch_bounds__(128) rmsnorm_bwd_rows(const kg::fp16* __restric
         const int64_t off_ = (int64_t)i0_ * stride_dy_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_M) && i1_ + 8 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v93[e], p_ + off_);
+          kg::copy_vec<8>(&v15[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v93[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v15[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     // spec: specs/rmsnorm_bwd.yaml:30:15
-    float v94[16];
+    float v16[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v94[e] = kg::cvt<float>(kg::f32(v93[e]));
+    for (int e = 0; e < 16; ++e) v16[e] = kg::cvt<float>(kg::f32(v15[e]));
     // spec: specs/rmsnorm_bwd.yaml:30:60
-    kg::fp16 v95[16];
+    kg::fp16 v17[16];
     {
-      const kg::fp16* p_ = w + (0);
+      const kg::fp16* p_ = t_w + (0);
       const bool aligned_ = kg::aligned(p_, 16);
-      const int t0_ = v89 * 512 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128;
+      const int t0_ = v11 * 512 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128;
     #pragma unroll
       for (int e = 0; e < 16; e += 8) {
         const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 256;
         const int64_t off_ = (int64_t)i0_ * 1;
         const bool in_ = i0_ + 8 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v95[e], p_ + off_);
+          kg::copy_vec<8>(&v17[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v95[e + v] = (i0_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v17[e + v] = (i0_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     // spec: specs/rmsnorm_bwd.yaml:30:60
-    float v96[16];
+    float v18[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v96[e] = kg::cvt<float>(kg::f32(v95[e]));
+    for (int e = 0; e < 16; ++e) v18[e] = kg::cvt<float>(kg::f32(v17[e]));
     // spec: specs/rmsnorm_bwd.yaml:30:60
-    float (&v97)[16] = v96;
+    float (&v19)[16] = v18;
     // spec: specs/rmsnorm_bwd.yaml:30:15
-    float v98[16];
+    float v20[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v98[e] = v97[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+    for (int e = 0; e < 16; ++e) v20[e] = v19[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
     // spec: specs/rmsnorm_bwd.yaml:30:15
-    float v99[16];
+    float v21[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v99[e] = (v94[e] * v98[e]);
+    for (int e = 0; e < 16; ++e) v21[e] = (v16[e] * v20[e]);
     // spec: specs/rmsnorm_bwd.yaml:31:23
-    float v100[16];
+    float v22[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v100[e] = (v99[e] * v92[e]);
+    for (int e = 0; e < 16; ++e) v22[e] = (v21[e] * v14[e]);
     // spec: specs/rmsnorm_bwd.yaml:31:19
-    float v101[1];
+    float v23[1];
     {
-      float r101[1];
+      float r23[1];
     #pragma unroll
-      for (int e = 0; e < 1; ++e) r101[e] = 0.0f;
+      for (int e = 0; e < 1; ++e) r23[e] = 0.0f;
     #pragma unroll
       for (int e = 0; e < 16; ++e) {
-        const float a_ = r101[0], b_ = (float)(v100[e]);
-        r101[0] = a_ + b_;
+        const float a_ = r23[0], b_ = (float)(v22[e]);
+        r23[0] = a_ + b_;
       }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r101[e], b_ = kg::shfl_xor(a_, 1); r101[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r23[e], b_ = kg::shfl_xor(a_, 1); r23[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r101[e], b_ = kg::shfl_xor(a_, 2); r101[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r23[e], b_ = kg::shfl_xor(a_, 2); r23[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r101[e], b_ = kg::shfl_xor(a_, 4); r101[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r23[e], b_ = kg::shfl_xor(a_, 4); r23[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r101[e], b_ = kg::shfl_xor(a_, 8); r101[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r23[e], b_ = kg::shfl_xor(a_, 8); r23[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r101[e], b_ = kg::shfl_xor(a_, 16); r101[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r23[e], b_ = kg::shfl_xor(a_, 16); r23[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) v101[e] = kg::cvt<float>(r101[e]);
+      for (int e = 0; e < 1; ++e) v23[e] = kg::cvt<float>(r23[e]);
     }
     // spec: specs/rmsnorm_bwd.yaml:31:15
-    float v102[1];
+    float v24[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v102[e] = (v90[e] + v101[e]);
+    for (int e = 0; e < 1; ++e) v24[e] = (v12[e] + v23[e]);
     // spec: specs/rmsnorm_bwd.yaml:31:15
 
     float y0_[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) y0_[e] = v102[e];
+    for (int e = 0; e < 1; ++e) y0_[e] = v24[e];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v103[e] = y0_[e];
+    for (int e = 0; e < 1; ++e) v10[e] = y0_[e];
   }
   // spec: specs/rmsnorm_bwd.yaml:32:11
-  float v104[1];
+  float v25[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v104[e] = (v80[e] * v80[e]);
+  for (int e = 0; e < 1; ++e) v25[e] = (v2[e] * v2[e]);
   // spec: specs/rmsnorm_bwd.yaml:32:11
-  float v105[1];
+  float v26[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v105[e] = (v104[e] * v103[e]);
+  for (int e = 0; e < 1; ++e) v26[e] = (v25[e] * v10[e]);
   // spec: specs/rmsnorm_bwd.yaml:32:11
-  const float v106 = kg::cvt<float>(v82);
+  const float v27 = kg::cvt<float>(v0);
   // spec: specs/rmsnorm_bwd.yaml:32:11
-  float v107[1];
+  float v28[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v107[e] = (v105[e] / v106);
+  for (int e = 0; e < 1; ++e) v28[e] = (v26[e] / v27);
   // spec: specs/rmsnorm_bwd.yaml:33:22
-  const int v108 = 511;
+  const int v29 = 511;
   // spec: specs/rmsnorm_bwd.yaml:33:22
-  const int v109 = (v82 + v108);
+  const int v30 = (v0 + v29);
   // spec: specs/rmsnorm_bwd.yaml:33:22
-  const int v110 = 512;
+  const int v31 = 512;
   // spec: specs/rmsnorm_bwd.yaml:33:22
-  const int v111 = (kg::floordiv(v109, v110));
+  const int v32 = (kg::floordiv(v30, v31));
   // spec: specs/rmsnorm_bwd.yaml:33:22
-  const int v112 = 0;
+  const int v33 = 0;
   // spec: specs/rmsnorm_bwd.yaml:33:22
-  const int v113 = 1;
+  const int v34 = 1;
+  // spec: specs/rmsnorm_bwd.yaml:37:47
+  float (&v35)[1] = v2;
+  // spec: specs/rmsnorm_bwd.yaml:37:70
+  float (&v36)[1] = v28;
+  // spec: specs/rmsnorm_bwd.yaml:37:65
+  float v37[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v37[e] = v36[0];
+  // spec: specs/rmsnorm_bwd.yaml:37:47
+  float v38[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v38[e] = v35[0];
+  // spec: specs/rmsnorm_bwd.yaml:38:74
+  float (&v39)[1] = v2;
+  // spec: specs/rmsnorm_bwd.yaml:38:64
+  float v40[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v40[e] = v39[0];
   // spec: specs/rmsnorm_bwd.yaml:33:7
 
-  for (int v114 = v112; v114 < v111; v114 += v113) {
+  for (int v41 = v33; v41 < v32; v41 += v34) {
     
     // spec: specs/rmsnorm_bwd.yaml:34:16
-    kg::fp16 v115[16];
+    kg::fp16 v42[16];
     {
-      const kg::fp16* p_ = x + (0);
+      const kg::fp16* p_ = t_x + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 8 == 0;
-      const int t0_ = v79 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
-      const int t1_ = v114 * 512 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128;
+      const int t0_ = v1 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+      const int t1_ = v41 * 512 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128;
     #pragma unroll
       for (int e = 0; e < 16; e += 8) {
         const int i0_ = t0_ + 0;
@@ -226,25 +244,25 @@ KG_KERNEL void __launch_bounds__(128) rmsnorm_bwd_rows(const kg::fp16* __restric
         const int64_t off_ = (int64_t)i0_ * stride_x_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_M) && i1_ + 8 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v115[e], p_ + off_);
+          kg::copy_vec<8>(&v42[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v115[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v42[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     // spec: specs/rmsnorm_bwd.yaml:34:16
-    float v116[16];
+    float v43[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v116[e] = kg::cvt<float>(kg::f32(v115[e]));
+    for (int e = 0; e < 16; ++e) v43[e] = kg::cvt<float>(kg::f32(v42[e]));
     // spec: specs/rmsnorm_bwd.yaml:35:16
-    kg::fp16 v117[16];
+    kg::fp16 v44[16];
     {
-      const kg::fp16* p_ = dy + (0);
+      const kg::fp16* p_ = t_dy + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dy_0 % 8 == 0;
-      const int t0_ = v79 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
-      const int t1_ = v114 * 512 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128;
+      const int t0_ = v1 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+      const int t1_ = v41 * 512 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128;
     #pragma unroll
       for (int e = 0; e < 16; e += 8) {
         const int i0_ = t0_ + 0;
@@ -252,129 +270,111 @@ KG_KERNEL void __launch_bounds__(128) rmsnorm_bwd_rows(const kg::fp16* __restric
         const int64_t off_ = (int64_t)i0_ * stride_dy_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_M) && i1_ + 8 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v117[e], p_ + off_);
+          kg::copy_vec<8>(&v44[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v117[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v44[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     // spec: specs/rmsnorm_bwd.yaml:35:16
-    float v118[16];
+    float v45[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v118[e] = kg::cvt<float>(kg::f32(v117[e]));
+    for (int e = 0; e < 16; ++e) v45[e] = kg::cvt<float>(kg::f32(v44[e]));
     // spec: specs/rmsnorm_bwd.yaml:36:20
-    kg::fp16 v119[16];
+    kg::fp16 v46[16];
     {
-      const kg::fp16* p_ = w + (0);
+      const kg::fp16* p_ = t_w + (0);
       const bool aligned_ = kg::aligned(p_, 16);
-      const int t0_ = v114 * 512 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128;
+      const int t0_ = v41 * 512 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128;
     #pragma unroll
       for (int e = 0; e < 16; e += 8) {
         const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 256;
         const int64_t off_ = (int64_t)i0_ * 1;
         const bool in_ = i0_ + 8 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v119[e], p_ + off_);
+          kg::copy_vec<8>(&v46[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v119[e + v] = (i0_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v46[e + v] = (i0_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     // spec: specs/rmsnorm_bwd.yaml:36:20
-    float v120[16];
+    float v47[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v120[e] = kg::cvt<float>(kg::f32(v119[e]));
+    for (int e = 0; e < 16; ++e) v47[e] = kg::cvt<float>(kg::f32(v46[e]));
     // spec: specs/rmsnorm_bwd.yaml:36:20
-    float (&v121)[16] = v120;
+    float (&v48)[16] = v47;
     // spec: specs/rmsnorm_bwd.yaml:36:15
-    float v122[16];
+    float v49[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v122[e] = v121[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+    for (int e = 0; e < 16; ++e) v49[e] = v48[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
     // spec: specs/rmsnorm_bwd.yaml:36:15
-    float v123[16];
+    float v50[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v123[e] = (v118[e] * v122[e]);
-    // spec: specs/rmsnorm_bwd.yaml:37:47
-    float (&v124)[1] = v80;
-    // spec: specs/rmsnorm_bwd.yaml:37:70
-    float (&v125)[1] = v107;
+    for (int e = 0; e < 16; ++e) v50[e] = (v45[e] * v49[e]);
     // spec: specs/rmsnorm_bwd.yaml:37:65
-    float v126[16];
+    float v51[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v126[e] = v125[0];
-    // spec: specs/rmsnorm_bwd.yaml:37:65
-    float v127[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v127[e] = (v116[e] * v126[e]);
+    for (int e = 0; e < 16; ++e) v51[e] = (v43[e] * v37[e]);
     // spec: specs/rmsnorm_bwd.yaml:37:61
-    float v128[16];
+    float v52[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v128[e] = (v123[e] - v127[e]);
+    for (int e = 0; e < 16; ++e) v52[e] = (v50[e] - v51[e]);
     // spec: specs/rmsnorm_bwd.yaml:37:47
-    float v129[16];
+    float v53[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v129[e] = v124[0];
-    // spec: specs/rmsnorm_bwd.yaml:37:47
-    float v130[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v130[e] = (v129[e] * v128[e]);
+    for (int e = 0; e < 16; ++e) v53[e] = (v38[e] * v52[e]);
     // spec: specs/rmsnorm_bwd.yaml:37:46
-    kg::fp16 v131[16];
+    kg::fp16 v54[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v131[e] = kg::cvt<kg::fp16>(v130[e]);
+    for (int e = 0; e < 16; ++e) v54[e] = kg::cvt<kg::fp16>(v53[e]);
     // spec: specs/rmsnorm_bwd.yaml:37:11
     if ((lane & 0) == 0 && (warp & 0) == 0) {
-      kg::fp16* p_ = dx + (0);
+      kg::fp16* p_ = t_dx + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dx_0 % 8 == 0;
-      const int t0_ = v79 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
-      const int t1_ = v114 * 512 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128;
+      const int t0_ = v1 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+      const int t1_ = v41 * 512 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128;
     #pragma unroll
       for (int e = 0; e < 16; e += 8) {
         const int i0_ = t0_ + 0;
         const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 256;
         const int64_t off_ = (int64_t)i0_ * stride_dx_0 + (int64_t)i1_ * 1;
         if (aligned_ && i0_ < (size_M) && i1_ + 8 <= (size_N)) {
-          kg::copy_vec<8>(p_ + off_, &v131[e]);
+          kg::copy_vec<8>(p_ + off_, &v54[e]);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            if (i0_ < (size_M) && i1_ + v < (size_N)) p_[off_ + v] = v131[e + v];
+            if (i0_ < (size_M) && i1_ + v < (size_N)) p_[off_ + v] = v54[e + v];
         }
       }
     }
     // spec: specs/rmsnorm_bwd.yaml:38:64
-    float v132[16];
+    float v55[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v132[e] = (v118[e] * v116[e]);
-    // spec: specs/rmsnorm_bwd.yaml:38:74
-    float (&v133)[1] = v80;
+    for (int e = 0; e < 16; ++e) v55[e] = (v45[e] * v43[e]);
     // spec: specs/rmsnorm_bwd.yaml:38:64
-    float v134[16];
+    float v56[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v134[e] = v133[0];
-    // spec: specs/rmsnorm_bwd.yaml:38:64
-    float v135[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v135[e] = (v132[e] * v134[e]);
+    for (int e = 0; e < 16; ++e) v56[e] = (v55[e] * v40[e]);
     // spec: specs/rmsnorm_bwd.yaml:38:60
-    float v136[16];
+    float v57[16];
     {
-      float r136[16];
+      float r57[16];
     #pragma unroll
-      for (int e = 0; e < 16; ++e) r136[e] = 0.0f;
+      for (int e = 0; e < 16; ++e) r57[e] = 0.0f;
     #pragma unroll
       for (int e = 0; e < 16; ++e) {
-        const float a_ = r136[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8], b_ = (float)(v135[e]);
-        r136[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8] = a_ + b_;
+        const float a_ = r57[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8], b_ = (float)(v56[e]);
+        r57[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8] = a_ + b_;
       }
       float* scratch_ = reinterpret_cast<float*>(smem + 0);
       kg::sync();
     #pragma unroll
-      for (int e = 0; e < 16; ++e) scratch_[warp * 512 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 256)) * 1] = r136[e];
+      for (int e = 0; e < 16; ++e) scratch_[warp * 512 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 256)) * 1] = r57[e];
       kg::sync();
     #pragma unroll
       for (int e = 0; e < 16; ++e) {
@@ -382,28 +382,28 @@ KG_KERNEL void __launch_bounds__(128) rmsnorm_bwd_rows(const kg::fp16* __restric
         { const float b_ = scratch_[(warp ^ 1) * 512 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 256)) * 1]; a_ = a_ + b_; }
         { const float b_ = scratch_[(warp ^ 2) * 512 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 256)) * 1]; a_ = a_ + b_; }
         { const float b_ = scratch_[(warp ^ 3) * 512 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 256)) * 1]; a_ = a_ + b_; }
-        r136[e] = a_;
+        r57[e] = a_;
       }
     #pragma unroll
-      for (int e = 0; e < 16; ++e) v136[e] = kg::cvt<float>(r136[e]);
+      for (int e = 0; e < 16; ++e) v57[e] = kg::cvt<float>(r57[e]);
     }
     // spec: specs/rmsnorm_bwd.yaml:38:25
-    const int v137 = kg::block_id_x();
+    const int v58 = kg::block_id_x();
     // spec: specs/rmsnorm_bwd.yaml:38:11
     if ((lane & 0) == 0 && (warp & 3) == 0) {
-      float* p_ = dw_part + ((int64_t)(v137) * stride_dw_part_0);
+      float* p_ = t_dw_part + ((int64_t)(v58) * stride_dw_part_0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dw_part_0 % 4 == 0;
-      const int t0_ = v114 * 512 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128;
+      const int t0_ = v41 * 512 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128;
     #pragma unroll
       for (int e = 0; e < 16; e += 4) {
         const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 256;
         const int64_t off_ = (int64_t)i0_ * 1;
         if (aligned_ && i0_ + 4 <= (size_N)) {
-          kg::copy_vec<4>(p_ + off_, &v136[e]);
+          kg::copy_vec<4>(p_ + off_, &v57[e]);
         } else {
     #pragma unroll
           for (int v = 0; v < 4; ++v)
-            if (i0_ + v < (size_N)) p_[off_ + v] = v136[e + v];
+            if (i0_ + v < (size_N)) p_[off_ + v] = v57[e + v];
         }
       }
     }

@@ -3,54 +3,54 @@
 #include "kgen_hip.h"
 #include "kgen_tile.h"
 
-KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void softmax_fwd(const float* __restrict__ x, int64_t stride_x_0, float* __restrict__ y, int64_t stride_y_0, int size_M, int size_N) {
+KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void softmax_fwd(const float* __restrict__ t_x, int64_t stride_x_0, float* __restrict__ t_y, int64_t stride_y_0, int size_M, int size_N) {
   KG_SHARED __attribute__((aligned(16))) char smem[16];
   const int lane = kg::thread_id() % kg::WAVE;
   const int warp = __builtin_amdgcn_readfirstlane(kg::thread_id() / kg::WAVE);
   
   // spec: specs/softmax.yaml:20:27
-  const int v93 = size_N;
+  const int v0 = size_N;
   // spec: specs/softmax.yaml:16:20
-  const int v90 = kg::block_id_x();
+  const int v1 = kg::block_id_x();
   // spec: specs/softmax.yaml:18:11
-  float v91[1];
+  float v2[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v91[e] = -kg::inf();
+  for (int e = 0; e < 1; ++e) v2[e] = -kg::inf();
   // spec: specs/softmax.yaml:19:11
-  float v92[1];
+  float v3[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v92[e] = 0.0f;
+  for (int e = 0; e < 1; ++e) v3[e] = 0.0f;
   // spec: specs/softmax.yaml:20:22
-  const int v94 = 1023;
+  const int v4 = 1023;
   // spec: specs/softmax.yaml:20:22
-  const int v95 = (v93 + v94);
+  const int v5 = (v0 + v4);
   // spec: specs/softmax.yaml:20:22
-  const int v96 = 1024;
+  const int v6 = 1024;
   // spec: specs/softmax.yaml:20:22
-  const int v97 = (kg::floordiv(v95, v96));
+  const int v7 = (kg::floordiv(v5, v6));
   // spec: specs/softmax.yaml:20:22
-  const int v98 = 0;
+  const int v8 = 0;
   // spec: specs/softmax.yaml:20:22
-  const int v99 = 1;
+  const int v9 = 1;
   // spec: specs/softmax.yaml:20:7
 
-  float v115[1];
+  float v10[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v115[e] = v92[e];
-  float v116[1];
+  for (int e = 0; e < 1; ++e) v10[e] = v3[e];
+  float v11[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v116[e] = v91[e];
-  for (int v100 = v98; v100 < v97; v100 += v99) {
-    float (&v101)[1] = v115;
-    float (&v102)[1] = v116;
+  for (int e = 0; e < 1; ++e) v11[e] = v2[e];
+  for (int v12 = v8; v12 < v7; v12 += v9) {
+    float (&v13)[1] = v10;
+    float (&v14)[1] = v11;
     
     // spec: specs/softmax.yaml:21:15
-    float v103[16];
+    float v15[16];
     {
-      const float* p_ = x + (0);
+      const float* p_ = t_x + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 4 == 0;
-      const int t0_ = v90 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
-      const int t1_ = v100 * 1024 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64 + ((lane >> 5) & 1) * 128;
+      const int t0_ = v1 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+      const int t1_ = v12 * 1024 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64 + ((lane >> 5) & 1) * 128;
     #pragma unroll
       for (int e = 0; e < 16; e += 4) {
         const int i0_ = t0_ + 0;
@@ -58,136 +58,148 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void softmax_fw
         const int64_t off_ = (int64_t)i0_ * stride_x_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_M) && i1_ + 4 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<4>(&v103[e], p_ + off_);
+          kg::copy_vec<4>(&v15[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 4; ++v)
-            v103[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : -kg::inf();
+            v15[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : -kg::inf();
         }
       }
     }
     // spec: specs/softmax.yaml:22:30
-    float v104[1];
+    float v16[1];
     {
-      float r104[1];
+      float r16[1];
     #pragma unroll
-      for (int e = 0; e < 1; ++e) r104[e] = -kg::inf();
+      for (int e = 0; e < 1; ++e) r16[e] = -kg::inf();
     #pragma unroll
       for (int e = 0; e < 16; ++e) {
-        const float a_ = r104[0], b_ = (float)(v103[e]);
-        r104[0] = kg::max_(a_, b_);
+        const float a_ = r16[0], b_ = (float)(v15[e]);
+        r16[0] = kg::max_(a_, b_);
       }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r104[e], b_ = kg::shfl_xor(a_, 1); r104[e] = kg::max_(a_, b_); }
+      for (int e = 0; e < 1; ++e) { const float a_ = r16[e], b_ = kg::shfl_xor(a_, 1); r16[e] = kg::max_(a_, b_); }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r104[e], b_ = kg::shfl_xor(a_, 2); r104[e] = kg::max_(a_, b_); }
+      for (int e = 0; e < 1; ++e) { const float a_ = r16[e], b_ = kg::shfl_xor(a_, 2); r16[e] = kg::max_(a_, b_); }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r104[e], b_ = kg::shfl_xor(a_, 4); r104[e] = kg::max_(a_, b_); }
+      for (int e = 0; e < 1; ++e) { const float a_ = r16[e], b_ = kg::shfl_xor(a_, 4); r16[e] = kg::max_(a_, b_); }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r104[e], b_ = kg::shfl_xor(a_, 8); r104[e] = kg::max_(a_, b_); }
+      for (int e = 0; e < 1; ++e) { const float a_ = r16[e], b_ = kg::shfl_xor(a_, 8); r16[e] = kg::max_(a_, b_); }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r104[e], b_ = kg::shfl_xor(a_, 16); r104[e] = kg::max_(a_, b_); }
+      for (int e = 0; e < 1; ++e) { const float a_ = r16[e], b_ = kg::shfl_xor(a_, 16); r16[e] = kg::max_(a_, b_); }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r104[e], b_ = kg::shfl_xor(a_, 32); r104[e] = kg::max_(a_, b_); }
+      for (int e = 0; e < 1; ++e) { const float a_ = r16[e], b_ = kg::shfl_xor(a_, 32); r16[e] = kg::max_(a_, b_); }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) v104[e] = kg::cvt<float>(r104[e]);
+      for (int e = 0; e < 1; ++e) v16[e] = kg::cvt<float>(r16[e]);
     }
     // spec: specs/softmax.yaml:22:19
-    float v105[1];
+    float v17[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v105[e] = (kg::max_(v102[e], v104[e]));
+    for (int e = 0; e < 1; ++e) v17[e] = (kg::max_(v14[e], v16[e]));
     // spec: specs/softmax.yaml:23:23
-    float v106[1];
+    float v18[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v106[e] = (v102[e] - v105[e]);
+    for (int e = 0; e < 1; ++e) v18[e] = (v14[e] - v17[e]);
     // spec: specs/softmax.yaml:23:19
-    float v107[1];
+    float v19[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v107[e] = kg::exp_(v106[e]);
+    for (int e = 0; e < 1; ++e) v19[e] = kg::exp_(v18[e]);
     // spec: specs/softmax.yaml:23:15
-    float v108[1];
+    float v20[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v108[e] = (v101[e] * v107[e]);
+    for (int e = 0; e < 1; ++e) v20[e] = (v13[e] * v19[e]);
     // spec: specs/softmax.yaml:23:48
-    float (&v109)[1] = v105;
+    float (&v21)[1] = v17;
     // spec: specs/softmax.yaml:23:44
-    float v110[16];
+    float v22[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v110[e] = v109[0];
+    for (int e = 0; e < 16; ++e) v22[e] = v21[0];
     // spec: specs/softmax.yaml:23:44
-    float v111[16];
+    float v23[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v111[e] = (v103[e] - v110[e]);
+    for (int e = 0; e < 16; ++e) v23[e] = (v15[e] - v22[e]);
     // spec: specs/softmax.yaml:23:40
-    float v112[16];
+    float v24[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v112[e] = kg::exp_(v111[e]);
+    for (int e = 0; e < 16; ++e) v24[e] = kg::exp_(v23[e]);
     // spec: specs/softmax.yaml:23:36
-    float v113[1];
+    float v25[1];
     {
-      float r113[1];
+      float r25[1];
     #pragma unroll
-      for (int e = 0; e < 1; ++e) r113[e] = 0.0f;
+      for (int e = 0; e < 1; ++e) r25[e] = 0.0f;
     #pragma unroll
       for (int e = 0; e < 16; ++e) {
-        const float a_ = r113[0], b_ = (float)(v112[e]);
-        r113[0] = a_ + b_;
+        const float a_ = r25[0], b_ = (float)(v24[e]);
+        r25[0] = a_ + b_;
       }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r113[e], b_ = kg::shfl_xor(a_, 1); r113[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r25[e], b_ = kg::shfl_xor(a_, 1); r25[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r113[e], b_ = kg::shfl_xor(a_, 2); r113[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r25[e], b_ = kg::shfl_xor(a_, 2); r25[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r113[e], b_ = kg::shfl_xor(a_, 4); r113[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r25[e], b_ = kg::shfl_xor(a_, 4); r25[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r113[e], b_ = kg::shfl_xor(a_, 8); r113[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r25[e], b_ = kg::shfl_xor(a_, 8); r25[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r113[e], b_ = kg::shfl_xor(a_, 16); r113[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r25[e], b_ = kg::shfl_xor(a_, 16); r25[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r113[e], b_ = kg::shfl_xor(a_, 32); r113[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r25[e], b_ = kg::shfl_xor(a_, 32); r25[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) v113[e] = kg::cvt<float>(r113[e]);
+      for (int e = 0; e < 1; ++e) v25[e] = kg::cvt<float>(r25[e]);
     }
     // spec: specs/softmax.yaml:23:15
-    float v114[1];
+    float v26[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v114[e] = (v108[e] + v113[e]);
+    for (int e = 0; e < 1; ++e) v26[e] = (v20[e] + v25[e]);
     // spec: specs/softmax.yaml:24:15
 
     float y0_[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) y0_[e] = v114[e];
+    for (int e = 0; e < 1; ++e) y0_[e] = v26[e];
     float y1_[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) y1_[e] = v105[e];
+    for (int e = 0; e < 1; ++e) y1_[e] = v17[e];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v115[e] = y0_[e];
+    for (int e = 0; e < 1; ++e) v10[e] = y0_[e];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v116[e] = y1_[e];
+    for (int e = 0; e < 1; ++e) v11[e] = y1_[e];
   }
   // spec: specs/softmax.yaml:26:22
-  const int v117 = 1023;
+  const int v27 = 1023;
   // spec: specs/softmax.yaml:26:22
-  const int v118 = (v93 + v117);
+  const int v28 = (v0 + v27);
   // spec: specs/softmax.yaml:26:22
-  const int v119 = 1024;
+  const int v29 = 1024;
   // spec: specs/softmax.yaml:26:22
-  const int v120 = (kg::floordiv(v118, v119));
+  const int v30 = (kg::floordiv(v28, v29));
   // spec: specs/softmax.yaml:26:22
-  const int v121 = 0;
+  const int v31 = 0;
   // spec: specs/softmax.yaml:26:22
-  const int v122 = 1;
+  const int v32 = 1;
+  // spec: specs/softmax.yaml:28:54
+  float (&v33)[1] = v11;
+  // spec: specs/softmax.yaml:28:50
+  float v34[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v34[e] = v33[0];
+  // spec: specs/softmax.yaml:28:68
+  float (&v35)[1] = v10;
+  // spec: specs/softmax.yaml:28:46
+  float v36[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v36[e] = v35[0];
   // spec: specs/softmax.yaml:26:7
 
-  for (int v123 = v121; v123 < v120; v123 += v122) {
+  for (int v37 = v31; v37 < v30; v37 += v32) {
     
     // spec: specs/softmax.yaml:27:15
-    float v124[16];
+    float v38[16];
     {
-      const float* p_ = x + (0);
+      const float* p_ = t_x + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 4 == 0;
-      const int t0_ = v90 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
-      const int t1_ = v123 * 1024 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64 + ((lane >> 5) & 1) * 128;
+      const int t0_ = v1 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+      const int t1_ = v37 * 1024 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64 + ((lane >> 5) & 1) * 128;
     #pragma unroll
       for (int e = 0; e < 16; e += 4) {
         const int i0_ = t0_ + 0;
@@ -195,55 +207,43 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void softmax_fw
         const int64_t off_ = (int64_t)i0_ * stride_x_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_M) && i1_ + 4 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<4>(&v124[e], p_ + off_);
+          kg::copy_vec<4>(&v38[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 4; ++v)
-            v124[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : -kg::inf();
+            v38[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : -kg::inf();
         }
       }
     }
-    // spec: specs/softmax.yaml:28:54
-    float (&v125)[1] = v116;
     // spec: specs/softmax.yaml:28:50
-    float v126[16];
+    float v39[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v126[e] = v125[0];
-    // spec: specs/softmax.yaml:28:50
-    float v127[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v127[e] = (v124[e] - v126[e]);
+    for (int e = 0; e < 16; ++e) v39[e] = (v38[e] - v34[e]);
     // spec: specs/softmax.yaml:28:46
-    float v128[16];
+    float v40[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v128[e] = kg::exp_(v127[e]);
-    // spec: specs/softmax.yaml:28:68
-    float (&v129)[1] = v115;
+    for (int e = 0; e < 16; ++e) v40[e] = kg::exp_(v39[e]);
     // spec: specs/softmax.yaml:28:46
-    float v130[16];
+    float v41[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v130[e] = v129[0];
-    // spec: specs/softmax.yaml:28:46
-    float v131[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v131[e] = (v128[e] / v130[e]);
+    for (int e = 0; e < 16; ++e) v41[e] = (v40[e] / v36[e]);
     // spec: specs/softmax.yaml:28:11
     if ((lane & 0) == 0 && (warp & 0) == 0) {
-      float* p_ = y + (0);
+      float* p_ = t_y + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_y_0 % 4 == 0;
-      const int t0_ = v90 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
-      const int t1_ = v123 * 1024 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64 + ((lane >> 5) & 1) * 128;
+      const int t0_ = v1 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+      const int t1_ = v37 * 1024 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64 + ((lane >> 5) & 1) * 128;
     #pragma unroll
       for (int e = 0; e < 16; e += 4) {
         const int i0_ = t0_ + 0;
         const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 256 + ((e >> 3) & 1) * 512;
         const int64_t off_ = (int64_t)i0_ * stride_y_0 + (int64_t)i1_ * 1;
         if (aligned_ && i0_ < (size_M) && i1_ + 4 <= (size_N)) {
-          kg::copy_vec<4>(p_ + off_, &v131[e]);
+          kg::copy_vec<4>(p_ + off_, &v41[e]);
         } else {
     #pragma unroll
           for (int v = 0; v < 4; ++v)
-            if (i0_ < (size_M) && i1_ + v < (size_N)) p_[off_ + v] = v131[e + v];
+            if (i0_ < (size_M) && i1_ + v < (size_N)) p_[off_ + v] = v41[e + v];
         }
       }
     }

@@ -3,27 +3,27 @@
 #include "kgen_cuda.h"
 #include "kgen_tile.h"
 
-KG_KERNEL void __launch_bounds__(128) softmax_fwd(const kg::bf16* __restrict__ x, int64_t stride_x_0, kg::bf16* __restrict__ y, int64_t stride_y_0, int size_M, int size_N) {
+KG_KERNEL void __launch_bounds__(128) softmax_fwd(const kg::bf16* __restrict__ t_x, int64_t stride_x_0, kg::bf16* __restrict__ t_y, int64_t stride_y_0, int size_M, int size_N) {
   extern __shared__ __align__(16) char smem[];
   const int lane = kg::thread_id() % kg::WAVE;
   const int warp = kg::thread_id() / kg::WAVE;
   
   // spec: specs/softmax.yaml:20:27
-  const int v3 = size_N;
+  const int v0 = size_N;
   // spec: specs/softmax.yaml:16:20
-  const int v0 = kg::block_id_x();
+  const int v1 = kg::block_id_x();
   // spec: specs/softmax.yaml:18:11
-  float v1[1];
-  #pragma unroll
-  for (int e = 0; e < 1; ++e) v1[e] = -kg::inf();
-  // spec: specs/softmax.yaml:19:11
   float v2[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v2[e] = 0.0f;
+  for (int e = 0; e < 1; ++e) v2[e] = -kg::inf();
+  // spec: specs/softmax.yaml:19:11
+  float v3[1];
+  #pragma unroll
+  for (int e = 0; e < 1; ++e) v3[e] = 0.0f;
   // spec: specs/softmax.yaml:20:22
   const int v4 = 1023;
   // spec: specs/softmax.yaml:20:22
-  const int v5 = (v3 + v4);
+  const int v5 = (v0 + v4);
   // spec: specs/softmax.yaml:20:22
   const int v6 = 1024;
   // spec: specs/softmax.yaml:20:22
@@ -34,23 +34,23 @@ KG_KERNEL void __launch_bounds__(128) softmax_fwd(const kg::bf16* __restrict__ x
   const int v9 = 1;
   // spec: specs/softmax.yaml:20:7
 
-  float v26[1];
+  float v10[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v26[e] = v2[e];
-  float v27[1];
+  for (int e = 0; e < 1; ++e) v10[e] = v3[e];
+  float v11[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v27[e] = v1[e];
-  for (int v10 = v8; v10 < v7; v10 += v9) {
-    float (&v11)[1] = v26;
-    float (&v12)[1] = v27;
+  for (int e = 0; e < 1; ++e) v11[e] = v2[e];
+  for (int v12 = v8; v12 < v7; v12 += v9) {
+    float (&v13)[1] = v10;
+    float (&v14)[1] = v11;
     
     // spec: specs/softmax.yaml:21:15
-    kg::bf16 v13[32];
+    kg::bf16 v15[32];
     {
-      const kg::bf16* p_ = x + (0);
+      const kg::bf16* p_ = t_x + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 8 == 0;
-      const int t0_ = v0 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
-      const int t1_ = v10 * 1024 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128;
+      const int t0_ = v1 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+      const int t1_ = v12 * 1024 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128;
     #pragma unroll
       for (int e = 0; e < 32; e += 8) {
         const int i0_ = t0_ + 0;
@@ -58,117 +58,117 @@ KG_KERNEL void __launch_bounds__(128) softmax_fwd(const kg::bf16* __restrict__ x
         const int64_t off_ = (int64_t)i0_ * stride_x_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_M) && i1_ + 8 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v13[e], p_ + off_);
+          kg::copy_vec<8>(&v15[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v13[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::bf16>(-kg::inf());
+            v15[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::bf16>(-kg::inf());
         }
       }
     }
     // spec: specs/softmax.yaml:21:15
-    float v14[32];
+    float v16[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v14[e] = kg::cvt<float>(kg::f32(v13[e]));
+    for (int e = 0; e < 32; ++e) v16[e] = kg::cvt<float>(kg::f32(v15[e]));
     // spec: specs/softmax.yaml:22:30
-    float v15[1];
+    float v17[1];
     {
-      float r15[1];
+      float r17[1];
     #pragma unroll
-      for (int e = 0; e < 1; ++e) r15[e] = -kg::inf();
+      for (int e = 0; e < 1; ++e) r17[e] = -kg::inf();
     #pragma unroll
       for (int e = 0; e < 32; ++e) {
-        const float a_ = r15[0], b_ = (float)(v14[e]);
-        r15[0] = kg::max_(a_, b_);
+        const float a_ = r17[0], b_ = (float)(v16[e]);
+        r17[0] = kg::max_(a_, b_);
       }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r15[e], b_ = kg::shfl_xor(a_, 1); r15[e] = kg::max_(a_, b_); }
+      for (int e = 0; e < 1; ++e) { const float a_ = r17[e], b_ = kg::shfl_xor(a_, 1); r17[e] = kg::max_(a_, b_); }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r15[e], b_ = kg::shfl_xor(a_, 2); r15[e] = kg::max_(a_, b_); }
+      for (int e = 0; e < 1; ++e) { const float a_ = r17[e], b_ = kg::shfl_xor(a_, 2); r17[e] = kg::max_(a_, b_); }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r15[e], b_ = kg::shfl_xor(a_, 4); r15[e] = kg::max_(a_, b_); }
+      for (int e = 0; e < 1; ++e) { const float a_ = r17[e], b_ = kg::shfl_xor(a_, 4); r17[e] = kg::max_(a_, b_); }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r15[e], b_ = kg::shfl_xor(a_, 8); r15[e] = kg::max_(a_, b_); }
+      for (int e = 0; e < 1; ++e) { const float a_ = r17[e], b_ = kg::shfl_xor(a_, 8); r17[e] = kg::max_(a_, b_); }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r15[e], b_ = kg::shfl_xor(a_, 16); r15[e] = kg::max_(a_, b_); }
+      for (int e = 0; e < 1; ++e) { const float a_ = r17[e], b_ = kg::shfl_xor(a_, 16); r17[e] = kg::max_(a_, b_); }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) v15[e] = kg::cvt<float>(r15[e]);
+      for (int e = 0; e < 1; ++e) v17[e] = kg::cvt<float>(r17[e]);
     }
     // spec: specs/softmax.yaml:22:19
-    float v16[1];
-    #pragma unroll
-    for (int e = 0; e < 1; ++e) v16[e] = (kg::max_(v12[e], v15[e]));
-    // spec: specs/softmax.yaml:23:23
-    float v17[1];
-    #pragma unroll
-    for (int e = 0; e < 1; ++e) v17[e] = (v12[e] - v16[e]);
-    // spec: specs/softmax.yaml:23:19
     float v18[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v18[e] = kg::exp_(v17[e]);
-    // spec: specs/softmax.yaml:23:15
+    for (int e = 0; e < 1; ++e) v18[e] = (kg::max_(v14[e], v17[e]));
+    // spec: specs/softmax.yaml:23:23
     float v19[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v19[e] = (v11[e] * v18[e]);
+    for (int e = 0; e < 1; ++e) v19[e] = (v14[e] - v18[e]);
+    // spec: specs/softmax.yaml:23:19
+    float v20[1];
+    #pragma unroll
+    for (int e = 0; e < 1; ++e) v20[e] = kg::exp_(v19[e]);
+    // spec: specs/softmax.yaml:23:15
+    float v21[1];
+    #pragma unroll
+    for (int e = 0; e < 1; ++e) v21[e] = (v13[e] * v20[e]);
     // spec: specs/softmax.yaml:23:48
-    float (&v20)[1] = v16;
+    float (&v22)[1] = v18;
     // spec: specs/softmax.yaml:23:44
-    float v21[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v21[e] = v20[0];
-    // spec: specs/softmax.yaml:23:44
-    float v22[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v22[e] = (v14[e] - v21[e]);
-    // spec: specs/softmax.yaml:23:40
     float v23[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v23[e] = kg::exp_(v22[e]);
-    // spec: specs/softmax.yaml:23:36
-    float v24[1];
-    {
-      float r24[1];
+    for (int e = 0; e < 32; ++e) v23[e] = v22[0];
+    // spec: specs/softmax.yaml:23:44
+    float v24[32];
     #pragma unroll
-      for (int e = 0; e < 1; ++e) r24[e] = 0.0f;
+    for (int e = 0; e < 32; ++e) v24[e] = (v16[e] - v23[e]);
+    // spec: specs/softmax.yaml:23:40
+    float v25[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v25[e] = kg::exp_(v24[e]);
+    // spec: specs/softmax.yaml:23:36
+    float v26[1];
+    {
+      float r26[1];
+    #pragma unroll
+      for (int e = 0; e < 1; ++e) r26[e] = 0.0f;
     #pragma unroll
       for (int e = 0; e < 32; ++e) {
-        const float a_ = r24[0], b_ = (float)(v23[e]);
-        r24[0] = a_ + b_;
+        const float a_ = r26[0], b_ = (float)(v25[e]);
+        r26[0] = a_ + b_;
       }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r24[e], b_ = kg::shfl_xor(a_, 1); r24[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r26[e], b_ = kg::shfl_xor(a_, 1); r26[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r24[e], b_ = kg::shfl_xor(a_, 2); r24[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r26[e], b_ = kg::shfl_xor(a_, 2); r26[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r24[e], b_ = kg::shfl_xor(a_, 4); r24[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r26[e], b_ = kg::shfl_xor(a_, 4); r26[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r24[e], b_ = kg::shfl_xor(a_, 8); r24[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r26[e], b_ = kg::shfl_xor(a_, 8); r26[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r24[e], b_ = kg::shfl_xor(a_, 16); r24[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r26[e], b_ = kg::shfl_xor(a_, 16); r26[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) v24[e] = kg::cvt<float>(r24[e]);
+      for (int e = 0; e < 1; ++e) v26[e] = kg::cvt<float>(r26[e]);
     }
     // spec: specs/softmax.yaml:23:15
-    float v25[1];
+    float v27[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v25[e] = (v19[e] + v24[e]);
+    for (int e = 0; e < 1; ++e) v27[e] = (v21[e] + v26[e]);
     // spec: specs/softmax.yaml:24:15
 
     float y0_[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) y0_[e] = v25[e];
+    for (int e = 0; e < 1; ++e) y0_[e] = v27[e];
     float y1_[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) y1_[e] = v16[e];
+    for (int e = 0; e < 1; ++e) y1_[e] = v18[e];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v26[e] = y0_[e];
+    for (int e = 0; e < 1; ++e) v10[e] = y0_[e];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v27[e] = y1_[e];
+    for (int e = 0; e < 1; ++e) v11[e] = y1_[e];
   }
   // spec: specs/softmax.yaml:26:22
   const int v28 = 1023;
   // spec: specs/softmax.yaml:26:22
-  const int v29 = (v3 + v28);
+  const int v29 = (v0 + v28);
   // spec: specs/softmax.yaml:26:22
   const int v30 = 1024;
   // spec: specs/softmax.yaml:26:22
@@ -177,17 +177,29 @@ KG_KERNEL void __launch_bounds__(128) softmax_fwd(const kg::bf16* __restrict__ x
   const int v32 = 0;
   // spec: specs/softmax.yaml:26:22
   const int v33 = 1;
+  // spec: specs/softmax.yaml:28:54
+  float (&v34)[1] = v11;
+  // spec: specs/softmax.yaml:28:50
+  float v35[32];
+  #pragma unroll
+  for (int e = 0; e < 32; ++e) v35[e] = v34[0];
+  // spec: specs/softmax.yaml:28:68
+  float (&v36)[1] = v10;
+  // spec: specs/softmax.yaml:28:46
+  float v37[32];
+  #pragma unroll
+  for (int e = 0; e < 32; ++e) v37[e] = v36[0];
   // spec: specs/softmax.yaml:26:7
 
-  for (int v34 = v32; v34 < v31; v34 += v33) {
+  for (int v38 = v32; v38 < v31; v38 += v33) {
     
     // spec: specs/softmax.yaml:27:15
-    kg::bf16 v35[32];
+    kg::bf16 v39[32];
     {
-      const kg::bf16* p_ = x + (0);
+      const kg::bf16* p_ = t_x + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 8 == 0;
-      const int t0_ = v0 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
-      const int t1_ = v34 * 1024 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128;
+      const int t0_ = v1 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+      const int t1_ = v38 * 1024 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128;
     #pragma unroll
       for (int e = 0; e < 32; e += 8) {
         const int i0_ = t0_ + 0;
@@ -195,52 +207,40 @@ KG_KERNEL void __launch_bounds__(128) softmax_fwd(const kg::bf16* __restrict__ x
         const int64_t off_ = (int64_t)i0_ * stride_x_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_M) && i1_ + 8 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v35[e], p_ + off_);
+          kg::copy_vec<8>(&v39[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v35[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::bf16>(-kg::inf());
+            v39[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::bf16>(-kg::inf());
         }
       }
     }
     // spec: specs/softmax.yaml:27:15
-    float v36[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v36[e] = kg::cvt<float>(kg::f32(v35[e]));
-    // spec: specs/softmax.yaml:28:54
-    float (&v37)[1] = v27;
-    // spec: specs/softmax.yaml:28:50
-    float v38[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v38[e] = v37[0];
-    // spec: specs/softmax.yaml:28:50
-    float v39[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v39[e] = (v36[e] - v38[e]);
-    // spec: specs/softmax.yaml:28:46
     float v40[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v40[e] = kg::exp_(v39[e]);
-    // spec: specs/softmax.yaml:28:68
-    float (&v41)[1] = v26;
+    for (int e = 0; e < 32; ++e) v40[e] = kg::cvt<float>(kg::f32(v39[e]));
+    // spec: specs/softmax.yaml:28:50
+    float v41[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v41[e] = (v40[e] - v35[e]);
     // spec: specs/softmax.yaml:28:46
     float v42[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v42[e] = v41[0];
+    for (int e = 0; e < 32; ++e) v42[e] = kg::exp_(v41[e]);
     // spec: specs/softmax.yaml:28:46
     float v43[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v43[e] = (v40[e] / v42[e]);
+    for (int e = 0; e < 32; ++e) v43[e] = (v42[e] / v37[e]);
     // spec: specs/softmax.yaml:28:45
     kg::bf16 v44[32];
     #pragma unroll
     for (int e = 0; e < 32; ++e) v44[e] = kg::cvt<kg::bf16>(v43[e]);
     // spec: specs/softmax.yaml:28:11
     if ((lane & 0) == 0 && (warp & 0) == 0) {
-      kg::bf16* p_ = y + (0);
+      kg::bf16* p_ = t_y + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_y_0 % 8 == 0;
-      const int t0_ = v0 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
-      const int t1_ = v34 * 1024 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128;
+      const int t0_ = v1 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+      const int t1_ = v38 * 1024 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128;
     #pragma unroll
       for (int e = 0; e < 32; e += 8) {
         const int i0_ = t0_ + 0;

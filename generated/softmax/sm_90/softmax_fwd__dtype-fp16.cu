@@ -3,54 +3,54 @@
 #include "kgen_cuda.h"
 #include "kgen_tile.h"
 
-KG_KERNEL void __launch_bounds__(128) softmax_fwd(const kg::fp16* __restrict__ x, int64_t stride_x_0, kg::fp16* __restrict__ y, int64_t stride_y_0, int size_M, int size_N) {
+KG_KERNEL void __launch_bounds__(128) softmax_fwd(const kg::fp16* __restrict__ t_x, int64_t stride_x_0, kg::fp16* __restrict__ t_y, int64_t stride_y_0, int size_M, int size_N) {
   extern __shared__ __align__(16) char smem[];
   const int lane = kg::thread_id() % kg::WAVE;
   const int warp = kg::thread_id() / kg::WAVE;
   
   // spec: specs/softmax.yaml:20:27
-  const int v48 = size_N;
+  const int v0 = size_N;
   // spec: specs/softmax.yaml:16:20
-  const int v45 = kg::block_id_x();
+  const int v1 = kg::block_id_x();
   // spec: specs/softmax.yaml:18:11
-  float v46[1];
+  float v2[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v46[e] = -kg::inf();
+  for (int e = 0; e < 1; ++e) v2[e] = -kg::inf();
   // spec: specs/softmax.yaml:19:11
-  float v47[1];
+  float v3[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v47[e] = 0.0f;
+  for (int e = 0; e < 1; ++e) v3[e] = 0.0f;
   // spec: specs/softmax.yaml:20:22
-  const int v49 = 1023;
+  const int v4 = 1023;
   // spec: specs/softmax.yaml:20:22
-  const int v50 = (v48 + v49);
+  const int v5 = (v0 + v4);
   // spec: specs/softmax.yaml:20:22
-  const int v51 = 1024;
+  const int v6 = 1024;
   // spec: specs/softmax.yaml:20:22
-  const int v52 = (kg::floordiv(v50, v51));
+  const int v7 = (kg::floordiv(v5, v6));
   // spec: specs/softmax.yaml:20:22
-  const int v53 = 0;
+  const int v8 = 0;
   // spec: specs/softmax.yaml:20:22
-  const int v54 = 1;
+  const int v9 = 1;
   // spec: specs/softmax.yaml:20:7
 
-  float v71[1];
+  float v10[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v71[e] = v47[e];
-  float v72[1];
+  for (int e = 0; e < 1; ++e) v10[e] = v3[e];
+  float v11[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v72[e] = v46[e];
-  for (int v55 = v53; v55 < v52; v55 += v54) {
-    float (&v56)[1] = v71;
-    float (&v57)[1] = v72;
+  for (int e = 0; e < 1; ++e) v11[e] = v2[e];
+  for (int v12 = v8; v12 < v7; v12 += v9) {
+    float (&v13)[1] = v10;
+    float (&v14)[1] = v11;
     
     // spec: specs/softmax.yaml:21:15
-    kg::fp16 v58[32];
+    kg::fp16 v15[32];
     {
-      const kg::fp16* p_ = x + (0);
+      const kg::fp16* p_ = t_x + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 8 == 0;
-      const int t0_ = v45 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
-      const int t1_ = v55 * 1024 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128;
+      const int t0_ = v1 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+      const int t1_ = v12 * 1024 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128;
     #pragma unroll
       for (int e = 0; e < 32; e += 8) {
         const int i0_ = t0_ + 0;
@@ -58,136 +58,148 @@ KG_KERNEL void __launch_bounds__(128) softmax_fwd(const kg::fp16* __restrict__ x
         const int64_t off_ = (int64_t)i0_ * stride_x_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_M) && i1_ + 8 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v58[e], p_ + off_);
+          kg::copy_vec<8>(&v15[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v58[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(-kg::inf());
+            v15[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(-kg::inf());
         }
       }
     }
     // spec: specs/softmax.yaml:21:15
-    float v59[32];
+    float v16[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v59[e] = kg::cvt<float>(kg::f32(v58[e]));
+    for (int e = 0; e < 32; ++e) v16[e] = kg::cvt<float>(kg::f32(v15[e]));
     // spec: specs/softmax.yaml:22:30
-    float v60[1];
+    float v17[1];
     {
-      float r60[1];
+      float r17[1];
     #pragma unroll
-      for (int e = 0; e < 1; ++e) r60[e] = -kg::inf();
+      for (int e = 0; e < 1; ++e) r17[e] = -kg::inf();
     #pragma unroll
       for (int e = 0; e < 32; ++e) {
-        const float a_ = r60[0], b_ = (float)(v59[e]);
-        r60[0] = kg::max_(a_, b_);
+        const float a_ = r17[0], b_ = (float)(v16[e]);
+        r17[0] = kg::max_(a_, b_);
       }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r60[e], b_ = kg::shfl_xor(a_, 1); r60[e] = kg::max_(a_, b_); }
+      for (int e = 0; e < 1; ++e) { const float a_ = r17[e], b_ = kg::shfl_xor(a_, 1); r17[e] = kg::max_(a_, b_); }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r60[e], b_ = kg::shfl_xor(a_, 2); r60[e] = kg::max_(a_, b_); }
+      for (int e = 0; e < 1; ++e) { const float a_ = r17[e], b_ = kg::shfl_xor(a_, 2); r17[e] = kg::max_(a_, b_); }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r60[e], b_ = kg::shfl_xor(a_, 4); r60[e] = kg::max_(a_, b_); }
+      for (int e = 0; e < 1; ++e) { const float a_ = r17[e], b_ = kg::shfl_xor(a_, 4); r17[e] = kg::max_(a_, b_); }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r60[e], b_ = kg::shfl_xor(a_, 8); r60[e] = kg::max_(a_, b_); }
+      for (int e = 0; e < 1; ++e) { const float a_ = r17[e], b_ = kg::shfl_xor(a_, 8); r17[e] = kg::max_(a_, b_); }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r60[e], b_ = kg::shfl_xor(a_, 16); r60[e] = kg::max_(a_, b_); }
+      for (int e = 0; e < 1; ++e) { const float a_ = r17[e], b_ = kg::shfl_xor(a_, 16); r17[e] = kg::max_(a_, b_); }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) v60[e] = kg::cvt<float>(r60[e]);
+      for (int e = 0; e < 1; ++e) v17[e] = kg::cvt<float>(r17[e]);
     }
     // spec: specs/softmax.yaml:22:19
-    float v61[1];
+    float v18[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v61[e] = (kg::max_(v57[e], v60[e]));
+    for (int e = 0; e < 1; ++e) v18[e] = (kg::max_(v14[e], v17[e]));
     // spec: specs/softmax.yaml:23:23
-    float v62[1];
+    float v19[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v62[e] = (v57[e] - v61[e]);
+    for (int e = 0; e < 1; ++e) v19[e] = (v14[e] - v18[e]);
     // spec: specs/softmax.yaml:23:19
-    float v63[1];
+    float v20[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v63[e] = kg::exp_(v62[e]);
+    for (int e = 0; e < 1; ++e) v20[e] = kg::exp_(v19[e]);
     // spec: specs/softmax.yaml:23:15
-    float v64[1];
+    float v21[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v64[e] = (v56[e] * v63[e]);
+    for (int e = 0; e < 1; ++e) v21[e] = (v13[e] * v20[e]);
     // spec: specs/softmax.yaml:23:48
-    float (&v65)[1] = v61;
+    float (&v22)[1] = v18;
     // spec: specs/softmax.yaml:23:44
-    float v66[32];
+    float v23[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v66[e] = v65[0];
+    for (int e = 0; e < 32; ++e) v23[e] = v22[0];
     // spec: specs/softmax.yaml:23:44
-    float v67[32];
+    float v24[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v67[e] = (v59[e] - v66[e]);
+    for (int e = 0; e < 32; ++e) v24[e] = (v16[e] - v23[e]);
     // spec: specs/softmax.yaml:23:40
-    float v68[32];
+    float v25[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v68[e] = kg::exp_(v67[e]);
+    for (int e = 0; e < 32; ++e) v25[e] = kg::exp_(v24[e]);
     // spec: specs/softmax.yaml:23:36
-    float v69[1];
+    float v26[1];
     {
-      float r69[1];
+      float r26[1];
     #pragma unroll
-      for (int e = 0; e < 1; ++e) r69[e] = 0.0f;
+      for (int e = 0; e < 1; ++e) r26[e] = 0.0f;
     #pragma unroll
       for (int e = 0; e < 32; ++e) {
-        const float a_ = r69[0], b_ = (float)(v68[e]);
-        r69[0] = a_ + b_;
+        const float a_ = r26[0], b_ = (float)(v25[e]);
+        r26[0] = a_ + b_;
       }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r69[e], b_ = kg::shfl_xor(a_, 1); r69[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r26[e], b_ = kg::shfl_xor(a_, 1); r26[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r69[e], b_ = kg::shfl_xor(a_, 2); r69[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r26[e], b_ = kg::shfl_xor(a_, 2); r26[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r69[e], b_ = kg::shfl_xor(a_, 4); r69[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r26[e], b_ = kg::shfl_xor(a_, 4); r26[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r69[e], b_ = kg::shfl_xor(a_, 8); r69[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r26[e], b_ = kg::shfl_xor(a_, 8); r26[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r69[e], b_ = kg::shfl_xor(a_, 16); r69[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r26[e], b_ = kg::shfl_xor(a_, 16); r26[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) v69[e] = kg::cvt<float>(r69[e]);
+      for (int e = 0; e < 1; ++e) v26[e] = kg::cvt<float>(r26[e]);
     }
     // spec: specs/softmax.yaml:23:15
-    float v70[1];
+    float v27[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v70[e] = (v64[e] + v69[e]);
+    for (int e = 0; e < 1; ++e) v27[e] = (v21[e] + v26[e]);
     // spec: specs/softmax.yaml:24:15
 
     float y0_[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) y0_[e] = v70[e];
+    for (int e = 0; e < 1; ++e) y0_[e] = v27[e];
     float y1_[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) y1_[e] = v61[e];
+    for (int e = 0; e < 1; ++e) y1_[e] = v18[e];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v71[e] = y0_[e];
+    for (int e = 0; e < 1; ++e) v10[e] = y0_[e];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v72[e] = y1_[e];
+    for (int e = 0; e < 1; ++e) v11[e] = y1_[e];
   }
   // spec: specs/softmax.yaml:26:22
-  const int v73 = 1023;
+  const int v28 = 1023;
   // spec: specs/softmax.yaml:26:22
-  const int v74 = (v48 + v73);
+  const int v29 = (v0 + v28);
   // spec: specs/softmax.yaml:26:22
-  const int v75 = 1024;
+  const int v30 = 1024;
   // spec: specs/softmax.yaml:26:22
-  const int v76 = (kg::floordiv(v74, v75));
+  const int v31 = (kg::floordiv(v29, v30));
   // spec: specs/softmax.yaml:26:22
-  const int v77 = 0;
+  const int v32 = 0;
   // spec: specs/softmax.yaml:26:22
-  const int v78 = 1;
+  const int v33 = 1;
+  // spec: specs/softmax.yaml:28:54
+  float (&v34)[1] = v11;
+  // spec: specs/softmax.yaml:28:50
+  float v35[32];
+  #pragma unroll
+  for (int e = 0; e < 32; ++e) v35[e] = v34[0];
+  // spec: specs/softmax.yaml:28:68
+  float (&v36)[1] = v10;
+  // spec: specs/softmax.yaml:28:46
+  float v37[32];
+  #pragma unroll
+  for (int e = 0; e < 32; ++e) v37[e] = v36[0];
   // spec: specs/softmax.yaml:26:7
 
-  for (int v79 = v77; v79 < v76; v79 += v78) {
+  for (int v38 = v32; v38 < v31; v38 += v33) {
     
     // spec: specs/softmax.yaml:27:15
-    kg::fp16 v80[32];
+    kg::fp16 v39[32];
     {
-      const kg::fp16* p_ = x + (0);
+      const kg::fp16* p_ = t_x + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 8 == 0;
-      const int t0_ = v45 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
-      const int t1_ = v79 * 1024 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128;
+      const int t0_ = v1 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+      const int t1_ = v38 * 1024 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128;
     #pragma unroll
       for (int e = 0; e < 32; e += 8) {
         const int i0_ = t0_ + 0;
@@ -195,63 +207,51 @@ KG_KERNEL void __launch_bounds__(128) softmax_fwd(const kg::fp16* __restrict__ x
         const int64_t off_ = (int64_t)i0_ * stride_x_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_M) && i1_ + 8 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v80[e], p_ + off_);
+          kg::copy_vec<8>(&v39[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v80[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(-kg::inf());
+            v39[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(-kg::inf());
         }
       }
     }
     // spec: specs/softmax.yaml:27:15
-    float v81[32];
+    float v40[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v81[e] = kg::cvt<float>(kg::f32(v80[e]));
-    // spec: specs/softmax.yaml:28:54
-    float (&v82)[1] = v72;
+    for (int e = 0; e < 32; ++e) v40[e] = kg::cvt<float>(kg::f32(v39[e]));
     // spec: specs/softmax.yaml:28:50
-    float v83[32];
+    float v41[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v83[e] = v82[0];
-    // spec: specs/softmax.yaml:28:50
-    float v84[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v84[e] = (v81[e] - v83[e]);
+    for (int e = 0; e < 32; ++e) v41[e] = (v40[e] - v35[e]);
     // spec: specs/softmax.yaml:28:46
-    float v85[32];
+    float v42[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v85[e] = kg::exp_(v84[e]);
-    // spec: specs/softmax.yaml:28:68
-    float (&v86)[1] = v71;
+    for (int e = 0; e < 32; ++e) v42[e] = kg::exp_(v41[e]);
     // spec: specs/softmax.yaml:28:46
-    float v87[32];
+    float v43[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v87[e] = v86[0];
-    // spec: specs/softmax.yaml:28:46
-    float v88[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v88[e] = (v85[e] / v87[e]);
+    for (int e = 0; e < 32; ++e) v43[e] = (v42[e] / v37[e]);
     // spec: specs/softmax.yaml:28:45
-    kg::fp16 v89[32];
+    kg::fp16 v44[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v89[e] = kg::cvt<kg::fp16>(v88[e]);
+    for (int e = 0; e < 32; ++e) v44[e] = kg::cvt<kg::fp16>(v43[e]);
     // spec: specs/softmax.yaml:28:11
     if ((lane & 0) == 0 && (warp & 0) == 0) {
-      kg::fp16* p_ = y + (0);
+      kg::fp16* p_ = t_y + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_y_0 % 8 == 0;
-      const int t0_ = v45 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
-      const int t1_ = v79 * 1024 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128;
+      const int t0_ = v1 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+      const int t1_ = v38 * 1024 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128;
     #pragma unroll
       for (int e = 0; e < 32; e += 8) {
         const int i0_ = t0_ + 0;
         const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 256 + ((e >> 4) & 1) * 512;
         const int64_t off_ = (int64_t)i0_ * stride_y_0 + (int64_t)i1_ * 1;
         if (aligned_ && i0_ < (size_M) && i1_ + 8 <= (size_N)) {
-          kg::copy_vec<8>(p_ + off_, &v89[e]);
+          kg::copy_vec<8>(p_ + off_, &v44[e]);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            if (i0_ < (size_M) && i1_ + v < (size_N)) p_[off_ + v] = v89[e + v];
+            if (i0_ < (size_M) && i1_ + v < (size_N)) p_[off_ + v] = v44[e + v];
         }
       }
     }

@@ -3,46 +3,46 @@
 #include "kgen_hip.h"
 #include "kgen_tile.h"
 
-KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void softmax_bwd_bwd(const kg::fp16* __restrict__ y, int64_t stride_y_0, const kg::fp16* __restrict__ dy, int64_t stride_dy_0, kg::fp16* __restrict__ dx, int64_t stride_dx_0, int size_M, int size_N) {
+KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void softmax_bwd_bwd(const kg::fp16* __restrict__ t_y, int64_t stride_y_0, const kg::fp16* __restrict__ t_dy, int64_t stride_dy_0, kg::fp16* __restrict__ t_dx, int64_t stride_dx_0, int size_M, int size_N) {
   KG_SHARED __attribute__((aligned(16))) char smem[16];
   const int lane = kg::thread_id() % kg::WAVE;
   const int warp = __builtin_amdgcn_readfirstlane(kg::thread_id() / kg::WAVE);
   
   // spec: specs/softmax_bwd.yaml:22:27
-  const int v37 = size_N;
+  const int v0 = size_N;
   // spec: specs/softmax_bwd.yaml:19:20
-  const int v35 = kg::block_id_x();
+  const int v1 = kg::block_id_x();
   // spec: specs/softmax_bwd.yaml:21:11
-  float v36[1];
+  float v2[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v36[e] = 0.0f;
+  for (int e = 0; e < 1; ++e) v2[e] = 0.0f;
   // spec: specs/softmax_bwd.yaml:22:22
-  const int v38 = 1023;
+  const int v3 = 1023;
   // spec: specs/softmax_bwd.yaml:22:22
-  const int v39 = (v37 + v38);
+  const int v4 = (v0 + v3);
   // spec: specs/softmax_bwd.yaml:22:22
-  const int v40 = 1024;
+  const int v5 = 1024;
   // spec: specs/softmax_bwd.yaml:22:22
-  const int v41 = (kg::floordiv(v39, v40));
+  const int v6 = (kg::floordiv(v4, v5));
   // spec: specs/softmax_bwd.yaml:22:22
-  const int v42 = 0;
+  const int v7 = 0;
   // spec: specs/softmax_bwd.yaml:22:22
-  const int v43 = 1;
+  const int v8 = 1;
   // spec: specs/softmax_bwd.yaml:22:7
 
-  float v53[1];
+  float v9[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v53[e] = v36[e];
-  for (int v44 = v42; v44 < v41; v44 += v43) {
-    float (&v45)[1] = v53;
+  for (int e = 0; e < 1; ++e) v9[e] = v2[e];
+  for (int v10 = v7; v10 < v6; v10 += v8) {
+    float (&v11)[1] = v9;
     
     // spec: specs/softmax_bwd.yaml:23:16
-    kg::fp16 v46[16];
+    kg::fp16 v12[16];
     {
-      const kg::fp16* p_ = y + (0);
+      const kg::fp16* p_ = t_y + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_y_0 % 8 == 0;
-      const int t0_ = v35 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
-      const int t1_ = v44 * 1024 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128 + ((lane >> 5) & 1) * 256;
+      const int t0_ = v1 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+      const int t1_ = v10 * 1024 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128 + ((lane >> 5) & 1) * 256;
     #pragma unroll
       for (int e = 0; e < 16; e += 8) {
         const int i0_ = t0_ + 0;
@@ -50,25 +50,25 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void softmax_bw
         const int64_t off_ = (int64_t)i0_ * stride_y_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_M) && i1_ + 8 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v46[e], p_ + off_);
+          kg::copy_vec<8>(&v12[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v46[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v12[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     // spec: specs/softmax_bwd.yaml:23:16
-    float v47[16];
+    float v13[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v47[e] = kg::cvt<float>(kg::f32(v46[e]));
+    for (int e = 0; e < 16; ++e) v13[e] = kg::cvt<float>(kg::f32(v12[e]));
     // spec: specs/softmax_bwd.yaml:24:15
-    kg::fp16 v48[16];
+    kg::fp16 v14[16];
     {
-      const kg::fp16* p_ = dy + (0);
+      const kg::fp16* p_ = t_dy + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dy_0 % 8 == 0;
-      const int t0_ = v35 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
-      const int t1_ = v44 * 1024 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128 + ((lane >> 5) & 1) * 256;
+      const int t0_ = v1 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+      const int t1_ = v10 * 1024 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128 + ((lane >> 5) & 1) * 256;
     #pragma unroll
       for (int e = 0; e < 16; e += 8) {
         const int i0_ = t0_ + 0;
@@ -76,83 +76,89 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void softmax_bw
         const int64_t off_ = (int64_t)i0_ * stride_dy_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_M) && i1_ + 8 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v48[e], p_ + off_);
+          kg::copy_vec<8>(&v14[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v48[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v14[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     // spec: specs/softmax_bwd.yaml:24:15
-    float v49[16];
+    float v15[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v49[e] = kg::cvt<float>(kg::f32(v48[e]));
+    for (int e = 0; e < 16; ++e) v15[e] = kg::cvt<float>(kg::f32(v14[e]));
     // spec: specs/softmax_bwd.yaml:25:23
-    float v50[16];
+    float v16[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v50[e] = (v49[e] * v47[e]);
+    for (int e = 0; e < 16; ++e) v16[e] = (v15[e] * v13[e]);
     // spec: specs/softmax_bwd.yaml:25:19
-    float v51[1];
+    float v17[1];
     {
-      float r51[1];
+      float r17[1];
     #pragma unroll
-      for (int e = 0; e < 1; ++e) r51[e] = 0.0f;
+      for (int e = 0; e < 1; ++e) r17[e] = 0.0f;
     #pragma unroll
       for (int e = 0; e < 16; ++e) {
-        const float a_ = r51[0], b_ = (float)(v50[e]);
-        r51[0] = a_ + b_;
+        const float a_ = r17[0], b_ = (float)(v16[e]);
+        r17[0] = a_ + b_;
       }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r51[e], b_ = kg::shfl_xor(a_, 1); r51[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r17[e], b_ = kg::shfl_xor(a_, 1); r17[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r51[e], b_ = kg::shfl_xor(a_, 2); r51[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r17[e], b_ = kg::shfl_xor(a_, 2); r17[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r51[e], b_ = kg::shfl_xor(a_, 4); r51[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r17[e], b_ = kg::shfl_xor(a_, 4); r17[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r51[e], b_ = kg::shfl_xor(a_, 8); r51[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r17[e], b_ = kg::shfl_xor(a_, 8); r17[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r51[e], b_ = kg::shfl_xor(a_, 16); r51[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r17[e], b_ = kg::shfl_xor(a_, 16); r17[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r51[e], b_ = kg::shfl_xor(a_, 32); r51[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r17[e], b_ = kg::shfl_xor(a_, 32); r17[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) v51[e] = kg::cvt<float>(r51[e]);
+      for (int e = 0; e < 1; ++e) v17[e] = kg::cvt<float>(r17[e]);
     }
     // spec: specs/softmax_bwd.yaml:25:15
-    float v52[1];
+    float v18[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v52[e] = (v45[e] + v51[e]);
+    for (int e = 0; e < 1; ++e) v18[e] = (v11[e] + v17[e]);
     // spec: specs/softmax_bwd.yaml:25:15
 
     float y0_[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) y0_[e] = v52[e];
+    for (int e = 0; e < 1; ++e) y0_[e] = v18[e];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v53[e] = y0_[e];
+    for (int e = 0; e < 1; ++e) v9[e] = y0_[e];
   }
   // spec: specs/softmax_bwd.yaml:27:22
-  const int v54 = 1023;
+  const int v19 = 1023;
   // spec: specs/softmax_bwd.yaml:27:22
-  const int v55 = (v37 + v54);
+  const int v20 = (v0 + v19);
   // spec: specs/softmax_bwd.yaml:27:22
-  const int v56 = 1024;
+  const int v21 = 1024;
   // spec: specs/softmax_bwd.yaml:27:22
-  const int v57 = (kg::floordiv(v55, v56));
+  const int v22 = (kg::floordiv(v20, v21));
   // spec: specs/softmax_bwd.yaml:27:22
-  const int v58 = 0;
+  const int v23 = 0;
   // spec: specs/softmax_bwd.yaml:27:22
-  const int v59 = 1;
+  const int v24 = 1;
+  // spec: specs/softmax_bwd.yaml:30:57
+  float (&v25)[1] = v9;
+  // spec: specs/softmax_bwd.yaml:30:53
+  float v26[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v26[e] = v25[0];
   // spec: specs/softmax_bwd.yaml:27:7
 
-  for (int v60 = v58; v60 < v57; v60 += v59) {
+  for (int v27 = v23; v27 < v22; v27 += v24) {
     
     // spec: specs/softmax_bwd.yaml:28:16
-    kg::fp16 v61[16];
+    kg::fp16 v28[16];
     {
-      const kg::fp16* p_ = y + (0);
+      const kg::fp16* p_ = t_y + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_y_0 % 8 == 0;
-      const int t0_ = v35 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
-      const int t1_ = v60 * 1024 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128 + ((lane >> 5) & 1) * 256;
+      const int t0_ = v1 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+      const int t1_ = v27 * 1024 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128 + ((lane >> 5) & 1) * 256;
     #pragma unroll
       for (int e = 0; e < 16; e += 8) {
         const int i0_ = t0_ + 0;
@@ -160,25 +166,25 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void softmax_bw
         const int64_t off_ = (int64_t)i0_ * stride_y_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_M) && i1_ + 8 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v61[e], p_ + off_);
+          kg::copy_vec<8>(&v28[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v61[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v28[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     // spec: specs/softmax_bwd.yaml:28:16
-    float v62[16];
+    float v29[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v62[e] = kg::cvt<float>(kg::f32(v61[e]));
+    for (int e = 0; e < 16; ++e) v29[e] = kg::cvt<float>(kg::f32(v28[e]));
     // spec: specs/softmax_bwd.yaml:29:15
-    kg::fp16 v63[16];
+    kg::fp16 v30[16];
     {
-      const kg::fp16* p_ = dy + (0);
+      const kg::fp16* p_ = t_dy + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dy_0 % 8 == 0;
-      const int t0_ = v35 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
-      const int t1_ = v60 * 1024 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128 + ((lane >> 5) & 1) * 256;
+      const int t0_ = v1 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+      const int t1_ = v27 * 1024 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128 + ((lane >> 5) & 1) * 256;
     #pragma unroll
       for (int e = 0; e < 16; e += 8) {
         const int i0_ = t0_ + 0;
@@ -186,53 +192,47 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void softmax_bw
         const int64_t off_ = (int64_t)i0_ * stride_dy_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_M) && i1_ + 8 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v63[e], p_ + off_);
+          kg::copy_vec<8>(&v30[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v63[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v30[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     // spec: specs/softmax_bwd.yaml:29:15
-    float v64[16];
+    float v31[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v64[e] = kg::cvt<float>(kg::f32(v63[e]));
-    // spec: specs/softmax_bwd.yaml:30:57
-    float (&v65)[1] = v53;
+    for (int e = 0; e < 16; ++e) v31[e] = kg::cvt<float>(kg::f32(v30[e]));
     // spec: specs/softmax_bwd.yaml:30:53
-    float v66[16];
+    float v32[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v66[e] = v65[0];
-    // spec: specs/softmax_bwd.yaml:30:53
-    float v67[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v67[e] = (v64[e] - v66[e]);
+    for (int e = 0; e < 16; ++e) v32[e] = (v31[e] - v26[e]);
     // spec: specs/softmax_bwd.yaml:30:47
-    float v68[16];
+    float v33[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v68[e] = (v62[e] * v67[e]);
+    for (int e = 0; e < 16; ++e) v33[e] = (v29[e] * v32[e]);
     // spec: specs/softmax_bwd.yaml:30:46
-    kg::fp16 v69[16];
+    kg::fp16 v34[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v69[e] = kg::cvt<kg::fp16>(v68[e]);
+    for (int e = 0; e < 16; ++e) v34[e] = kg::cvt<kg::fp16>(v33[e]);
     // spec: specs/softmax_bwd.yaml:30:11
     if ((lane & 0) == 0 && (warp & 0) == 0) {
-      kg::fp16* p_ = dx + (0);
+      kg::fp16* p_ = t_dx + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dx_0 % 8 == 0;
-      const int t0_ = v35 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
-      const int t1_ = v60 * 1024 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128 + ((lane >> 5) & 1) * 256;
+      const int t0_ = v1 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+      const int t1_ = v27 * 1024 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128 + ((lane >> 5) & 1) * 256;
     #pragma unroll
       for (int e = 0; e < 16; e += 8) {
         const int i0_ = t0_ + 0;
         const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 512;
         const int64_t off_ = (int64_t)i0_ * stride_dx_0 + (int64_t)i1_ * 1;
         if (aligned_ && i0_ < (size_M) && i1_ + 8 <= (size_N)) {
-          kg::copy_vec<8>(p_ + off_, &v69[e]);
+          kg::copy_vec<8>(p_ + off_, &v34[e]);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            if (i0_ < (size_M) && i1_ + v < (size_N)) p_[off_ + v] = v69[e + v];
+            if (i0_ < (size_M) && i1_ + v < (size_N)) p_[off_ + v] = v34[e + v];
         }
       }
     }

@@ -3,23 +3,23 @@
 #include "kgen_cuda.h"
 #include "kgen_tile.h"
 
-KG_KERNEL void __launch_bounds__(128) softmax_bwd_bwd(const kg::bf16* __restrict__ y, int64_t stride_y_0, const kg::bf16* __restrict__ dy, int64_t stride_dy_0, kg::bf16* __restrict__ dx, int64_t stride_dx_0, int size_M, int size_N) {
+KG_KERNEL void __launch_bounds__(128) softmax_bwd_bwd(const kg::bf16* __restrict__ t_y, int64_t stride_y_0, const kg::bf16* __restrict__ t_dy, int64_t stride_dy_0, kg::bf16* __restrict__ t_dx, int64_t stride_dx_0, int size_M, int size_N) {
   extern __shared__ __align__(16) char smem[];
   const int lane = kg::thread_id() % kg::WAVE;
   const int warp = kg::thread_id() / kg::WAVE;
   
   // spec: specs/softmax_bwd.yaml:22:27
-  const int v2 = size_N;
+  const int v0 = size_N;
   // spec: specs/softmax_bwd.yaml:19:20
-  const int v0 = kg::block_id_x();
+  const int v1 = kg::block_id_x();
   // spec: specs/softmax_bwd.yaml:21:11
-  float v1[1];
+  float v2[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v1[e] = 0.0f;
+  for (int e = 0; e < 1; ++e) v2[e] = 0.0f;
   // spec: specs/softmax_bwd.yaml:22:22
   const int v3 = 1023;
   // spec: specs/softmax_bwd.yaml:22:22
-  const int v4 = (v2 + v3);
+  const int v4 = (v0 + v3);
   // spec: specs/softmax_bwd.yaml:22:22
   const int v5 = 1024;
   // spec: specs/softmax_bwd.yaml:22:22
@@ -30,19 +30,19 @@ KG_KERNEL void __launch_bounds__(128) softmax_bwd_bwd(const kg::bf16* __restrict
   const int v8 = 1;
   // spec: specs/softmax_bwd.yaml:22:7
 
-  float v18[1];
+  float v9[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v18[e] = v1[e];
-  for (int v9 = v7; v9 < v6; v9 += v8) {
-    float (&v10)[1] = v18;
+  for (int e = 0; e < 1; ++e) v9[e] = v2[e];
+  for (int v10 = v7; v10 < v6; v10 += v8) {
+    float (&v11)[1] = v9;
     
     // spec: specs/softmax_bwd.yaml:23:16
-    kg::bf16 v11[32];
+    kg::bf16 v12[32];
     {
-      const kg::bf16* p_ = y + (0);
+      const kg::bf16* p_ = t_y + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_y_0 % 8 == 0;
-      const int t0_ = v0 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
-      const int t1_ = v9 * 1024 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128;
+      const int t0_ = v1 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+      const int t1_ = v10 * 1024 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128;
     #pragma unroll
       for (int e = 0; e < 32; e += 8) {
         const int i0_ = t0_ + 0;
@@ -50,25 +50,25 @@ KG_KERNEL void __launch_bounds__(128) softmax_bwd_bwd(const kg::bf16* __restrict
         const int64_t off_ = (int64_t)i0_ * stride_y_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_M) && i1_ + 8 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v11[e], p_ + off_);
+          kg::copy_vec<8>(&v12[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v11[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v12[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     // spec: specs/softmax_bwd.yaml:23:16
-    float v12[32];
+    float v13[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v12[e] = kg::cvt<float>(kg::f32(v11[e]));
+    for (int e = 0; e < 32; ++e) v13[e] = kg::cvt<float>(kg::f32(v12[e]));
     // spec: specs/softmax_bwd.yaml:24:15
-    kg::bf16 v13[32];
+    kg::bf16 v14[32];
     {
-      const kg::bf16* p_ = dy + (0);
+      const kg::bf16* p_ = t_dy + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dy_0 % 8 == 0;
-      const int t0_ = v0 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
-      const int t1_ = v9 * 1024 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128;
+      const int t0_ = v1 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+      const int t1_ = v10 * 1024 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128;
     #pragma unroll
       for (int e = 0; e < 32; e += 8) {
         const int i0_ = t0_ + 0;
@@ -76,62 +76,62 @@ KG_KERNEL void __launch_bounds__(128) softmax_bwd_bwd(const kg::bf16* __restrict
         const int64_t off_ = (int64_t)i0_ * stride_dy_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_M) && i1_ + 8 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v13[e], p_ + off_);
+          kg::copy_vec<8>(&v14[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v13[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v14[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     // spec: specs/softmax_bwd.yaml:24:15
-    float v14[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v14[e] = kg::cvt<float>(kg::f32(v13[e]));
-    // spec: specs/softmax_bwd.yaml:25:23
     float v15[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v15[e] = (v14[e] * v12[e]);
-    // spec: specs/softmax_bwd.yaml:25:19
-    float v16[1];
-    {
-      float r16[1];
+    for (int e = 0; e < 32; ++e) v15[e] = kg::cvt<float>(kg::f32(v14[e]));
+    // spec: specs/softmax_bwd.yaml:25:23
+    float v16[32];
     #pragma unroll
-      for (int e = 0; e < 1; ++e) r16[e] = 0.0f;
+    for (int e = 0; e < 32; ++e) v16[e] = (v15[e] * v13[e]);
+    // spec: specs/softmax_bwd.yaml:25:19
+    float v17[1];
+    {
+      float r17[1];
+    #pragma unroll
+      for (int e = 0; e < 1; ++e) r17[e] = 0.0f;
     #pragma unroll
       for (int e = 0; e < 32; ++e) {
-        const float a_ = r16[0], b_ = (float)(v15[e]);
-        r16[0] = a_ + b_;
+        const float a_ = r17[0], b_ = (float)(v16[e]);
+        r17[0] = a_ + b_;
       }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r16[e], b_ = kg::shfl_xor(a_, 1); r16[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r17[e], b_ = kg::shfl_xor(a_, 1); r17[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r16[e], b_ = kg::shfl_xor(a_, 2); r16[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r17[e], b_ = kg::shfl_xor(a_, 2); r17[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r16[e], b_ = kg::shfl_xor(a_, 4); r16[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r17[e], b_ = kg::shfl_xor(a_, 4); r17[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r16[e], b_ = kg::shfl_xor(a_, 8); r16[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r17[e], b_ = kg::shfl_xor(a_, 8); r17[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r16[e], b_ = kg::shfl_xor(a_, 16); r16[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r17[e], b_ = kg::shfl_xor(a_, 16); r17[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) v16[e] = kg::cvt<float>(r16[e]);
+      for (int e = 0; e < 1; ++e) v17[e] = kg::cvt<float>(r17[e]);
     }
     // spec: specs/softmax_bwd.yaml:25:15
-    float v17[1];
+    float v18[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v17[e] = (v10[e] + v16[e]);
+    for (int e = 0; e < 1; ++e) v18[e] = (v11[e] + v17[e]);
     // spec: specs/softmax_bwd.yaml:25:15
 
     float y0_[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) y0_[e] = v17[e];
+    for (int e = 0; e < 1; ++e) y0_[e] = v18[e];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v18[e] = y0_[e];
+    for (int e = 0; e < 1; ++e) v9[e] = y0_[e];
   }
   // spec: specs/softmax_bwd.yaml:27:22
   const int v19 = 1023;
   // spec: specs/softmax_bwd.yaml:27:22
-  const int v20 = (v2 + v19);
+  const int v20 = (v0 + v19);
   // spec: specs/softmax_bwd.yaml:27:22
   const int v21 = 1024;
   // spec: specs/softmax_bwd.yaml:27:22
@@ -140,48 +140,28 @@ KG_KERNEL void __launch_bounds__(128) softmax_bwd_bwd(const kg::bf16* __restrict
   const int v23 = 0;
   // spec: specs/softmax_bwd.yaml:27:22
   const int v24 = 1;
+  // spec: specs/softmax_bwd.yaml:30:57
+  float (&v25)[1] = v9;
+  // spec: specs/softmax_bwd.yaml:30:53
+  float v26[32];
+  #pragma unroll
+  for (int e = 0; e < 32; ++e) v26[e] = v25[0];
   // spec: specs/softmax_bwd.yaml:27:7
 
-  for (int v25 = v23; v25 < v22; v25 += v24) {
+  for (int v27 = v23; v27 < v22; v27 += v24) {
     
     // spec: specs/softmax_bwd.yaml:28:16
-    kg::bf16 v26[32];
+    kg::bf16 v28[32];
     {
-      const kg::bf16* p_ = y + (0);
+      const kg::bf16* p_ = t_y + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_y_0 % 8 == 0;
-      const int t0_ = v0 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
-      const int t1_ = v25 * 1024 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128;
+      const int t0_ = v1 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+      const int t1_ = v27 * 1024 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128;
     #pragma unroll
       for (int e = 0; e < 32; e += 8) {
         const int i0_ = t0_ + 0;
         const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 256 + ((e >> 4) & 1) * 512;
         const int64_t off_ = (int64_t)i0_ * stride_y_0 + (int64_t)i1_ * 1;
-        const bool in_ = i0_ < (size_M) && i1_ + 8 <= (size_N);
-        if (aligned_ && in_) {
-          kg::copy_vec<8>(&v26[e], p_ + off_);
-        } else {
-    #pragma unroll
-          for (int v = 0; v < 8; ++v)
-            v26[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-        }
-      }
-    }
-    // spec: specs/softmax_bwd.yaml:28:16
-    float v27[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v27[e] = kg::cvt<float>(kg::f32(v26[e]));
-    // spec: specs/softmax_bwd.yaml:29:15
-    kg::bf16 v28[32];
-    {
-      const kg::bf16* p_ = dy + (0);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_dy_0 % 8 == 0;
-      const int t0_ = v0 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
-      const int t1_ = v25 * 1024 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128;
-    #pragma unroll
-      for (int e = 0; e < 32; e += 8) {
-        const int i0_ = t0_ + 0;
-        const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 256 + ((e >> 4) & 1) * 512;
-        const int64_t off_ = (int64_t)i0_ * stride_dy_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_M) && i1_ + 8 <= (size_N);
         if (aligned_ && in_) {
           kg::copy_vec<8>(&v28[e], p_ + off_);
@@ -192,34 +172,54 @@ KG_KERNEL void __launch_bounds__(128) softmax_bwd_bwd(const kg::bf16* __restrict
         }
       }
     }
-    // spec: specs/softmax_bwd.yaml:29:15
+    // spec: specs/softmax_bwd.yaml:28:16
     float v29[32];
     #pragma unroll
     for (int e = 0; e < 32; ++e) v29[e] = kg::cvt<float>(kg::f32(v28[e]));
-    // spec: specs/softmax_bwd.yaml:30:57
-    float (&v30)[1] = v18;
-    // spec: specs/softmax_bwd.yaml:30:53
+    // spec: specs/softmax_bwd.yaml:29:15
+    kg::bf16 v30[32];
+    {
+      const kg::bf16* p_ = t_dy + (0);
+      const bool aligned_ = kg::aligned(p_, 16) && stride_dy_0 % 8 == 0;
+      const int t0_ = v1 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+      const int t1_ = v27 * 1024 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128;
+    #pragma unroll
+      for (int e = 0; e < 32; e += 8) {
+        const int i0_ = t0_ + 0;
+        const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 256 + ((e >> 4) & 1) * 512;
+        const int64_t off_ = (int64_t)i0_ * stride_dy_0 + (int64_t)i1_ * 1;
+        const bool in_ = i0_ < (size_M) && i1_ + 8 <= (size_N);
+        if (aligned_ && in_) {
+          kg::copy_vec<8>(&v30[e], p_ + off_);
+        } else {
+    #pragma unroll
+          for (int v = 0; v < 8; ++v)
+            v30[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+        }
+      }
+    }
+    // spec: specs/softmax_bwd.yaml:29:15
     float v31[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v31[e] = v30[0];
+    for (int e = 0; e < 32; ++e) v31[e] = kg::cvt<float>(kg::f32(v30[e]));
     // spec: specs/softmax_bwd.yaml:30:53
     float v32[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v32[e] = (v29[e] - v31[e]);
+    for (int e = 0; e < 32; ++e) v32[e] = (v31[e] - v26[e]);
     // spec: specs/softmax_bwd.yaml:30:47
     float v33[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v33[e] = (v27[e] * v32[e]);
+    for (int e = 0; e < 32; ++e) v33[e] = (v29[e] * v32[e]);
     // spec: specs/softmax_bwd.yaml:30:46
     kg::bf16 v34[32];
     #pragma unroll
     for (int e = 0; e < 32; ++e) v34[e] = kg::cvt<kg::bf16>(v33[e]);
     // spec: specs/softmax_bwd.yaml:30:11
     if ((lane & 0) == 0 && (warp & 0) == 0) {
-      kg::bf16* p_ = dx + (0);
+      kg::bf16* p_ = t_dx + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dx_0 % 8 == 0;
-      const int t0_ = v0 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
-      const int t1_ = v25 * 1024 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128;
+      const int t0_ = v1 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+      const int t1_ = v27 * 1024 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128;
     #pragma unroll
       for (int e = 0; e < 32; e += 8) {
         const int i0_ = t0_ + 0;

@@ -3,46 +3,46 @@
 #include "kgen_cuda.h"
 #include "kgen_tile.h"
 
-KG_KERNEL void __launch_bounds__(128) softmax_bwd_bwd(const float* __restrict__ y, int64_t stride_y_0, const float* __restrict__ dy, int64_t stride_dy_0, float* __restrict__ dx, int64_t stride_dx_0, int size_M, int size_N) {
+KG_KERNEL void __launch_bounds__(128) softmax_bwd_bwd(const float* __restrict__ t_y, int64_t stride_y_0, const float* __restrict__ t_dy, int64_t stride_dy_0, float* __restrict__ t_dx, int64_t stride_dx_0, int size_M, int size_N) {
   extern __shared__ __align__(16) char smem[];
   const int lane = kg::thread_id() % kg::WAVE;
   const int warp = kg::thread_id() / kg::WAVE;
   
   // spec: specs/softmax_bwd.yaml:22:27
-  const int v72 = size_N;
+  const int v0 = size_N;
   // spec: specs/softmax_bwd.yaml:19:20
-  const int v70 = kg::block_id_x();
+  const int v1 = kg::block_id_x();
   // spec: specs/softmax_bwd.yaml:21:11
-  float v71[1];
+  float v2[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v71[e] = 0.0f;
+  for (int e = 0; e < 1; ++e) v2[e] = 0.0f;
   // spec: specs/softmax_bwd.yaml:22:22
-  const int v73 = 1023;
+  const int v3 = 1023;
   // spec: specs/softmax_bwd.yaml:22:22
-  const int v74 = (v72 + v73);
+  const int v4 = (v0 + v3);
   // spec: specs/softmax_bwd.yaml:22:22
-  const int v75 = 1024;
+  const int v5 = 1024;
   // spec: specs/softmax_bwd.yaml:22:22
-  const int v76 = (kg::floordiv(v74, v75));
+  const int v6 = (kg::floordiv(v4, v5));
   // spec: specs/softmax_bwd.yaml:22:22
-  const int v77 = 0;
+  const int v7 = 0;
   // spec: specs/softmax_bwd.yaml:22:22
-  const int v78 = 1;
+  const int v8 = 1;
   // spec: specs/softmax_bwd.yaml:22:7
 
-  float v86[1];
+  float v9[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v86[e] = v71[e];
-  for (int v79 = v77; v79 < v76; v79 += v78) {
-    float (&v80)[1] = v86;
+  for (int e = 0; e < 1; ++e) v9[e] = v2[e];
+  for (int v10 = v7; v10 < v6; v10 += v8) {
+    float (&v11)[1] = v9;
     
     // spec: specs/softmax_bwd.yaml:23:16
-    float v81[32];
+    float v12[32];
     {
-      const float* p_ = y + (0);
+      const float* p_ = t_y + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_y_0 % 4 == 0;
-      const int t0_ = v70 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
-      const int t1_ = v79 * 1024 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64;
+      const int t0_ = v1 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+      const int t1_ = v10 * 1024 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64;
     #pragma unroll
       for (int e = 0; e < 32; e += 4) {
         const int i0_ = t0_ + 0;
@@ -50,21 +50,21 @@ KG_KERNEL void __launch_bounds__(128) softmax_bwd_bwd(const float* __restrict__ 
         const int64_t off_ = (int64_t)i0_ * stride_y_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_M) && i1_ + 4 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<4>(&v81[e], p_ + off_);
+          kg::copy_vec<4>(&v12[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 4; ++v)
-            v81[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : 0.0f;
+            v12[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
     // spec: specs/softmax_bwd.yaml:24:15
-    float v82[32];
+    float v13[32];
     {
-      const float* p_ = dy + (0);
+      const float* p_ = t_dy + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dy_0 % 4 == 0;
-      const int t0_ = v70 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
-      const int t1_ = v79 * 1024 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64;
+      const int t0_ = v1 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+      const int t1_ = v10 * 1024 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64;
     #pragma unroll
       for (int e = 0; e < 32; e += 4) {
         const int i0_ = t0_ + 0;
@@ -72,77 +72,83 @@ KG_KERNEL void __launch_bounds__(128) softmax_bwd_bwd(const float* __restrict__ 
         const int64_t off_ = (int64_t)i0_ * stride_dy_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_M) && i1_ + 4 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<4>(&v82[e], p_ + off_);
+          kg::copy_vec<4>(&v13[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 4; ++v)
-            v82[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : 0.0f;
+            v13[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
     // spec: specs/softmax_bwd.yaml:25:23
-    float v83[32];
+    float v14[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v83[e] = (v82[e] * v81[e]);
+    for (int e = 0; e < 32; ++e) v14[e] = (v13[e] * v12[e]);
     // spec: specs/softmax_bwd.yaml:25:19
-    float v84[1];
+    float v15[1];
     {
-      float r84[1];
+      float r15[1];
     #pragma unroll
-      for (int e = 0; e < 1; ++e) r84[e] = 0.0f;
+      for (int e = 0; e < 1; ++e) r15[e] = 0.0f;
     #pragma unroll
       for (int e = 0; e < 32; ++e) {
-        const float a_ = r84[0], b_ = (float)(v83[e]);
-        r84[0] = a_ + b_;
+        const float a_ = r15[0], b_ = (float)(v14[e]);
+        r15[0] = a_ + b_;
       }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r84[e], b_ = kg::shfl_xor(a_, 1); r84[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r15[e], b_ = kg::shfl_xor(a_, 1); r15[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r84[e], b_ = kg::shfl_xor(a_, 2); r84[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r15[e], b_ = kg::shfl_xor(a_, 2); r15[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r84[e], b_ = kg::shfl_xor(a_, 4); r84[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r15[e], b_ = kg::shfl_xor(a_, 4); r15[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r84[e], b_ = kg::shfl_xor(a_, 8); r84[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r15[e], b_ = kg::shfl_xor(a_, 8); r15[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r84[e], b_ = kg::shfl_xor(a_, 16); r84[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r15[e], b_ = kg::shfl_xor(a_, 16); r15[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) v84[e] = kg::cvt<float>(r84[e]);
+      for (int e = 0; e < 1; ++e) v15[e] = kg::cvt<float>(r15[e]);
     }
     // spec: specs/softmax_bwd.yaml:25:15
-    float v85[1];
+    float v16[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v85[e] = (v80[e] + v84[e]);
+    for (int e = 0; e < 1; ++e) v16[e] = (v11[e] + v15[e]);
     // spec: specs/softmax_bwd.yaml:25:15
 
     float y0_[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) y0_[e] = v85[e];
+    for (int e = 0; e < 1; ++e) y0_[e] = v16[e];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v86[e] = y0_[e];
+    for (int e = 0; e < 1; ++e) v9[e] = y0_[e];
   }
   // spec: specs/softmax_bwd.yaml:27:22
-  const int v87 = 1023;
+  const int v17 = 1023;
   // spec: specs/softmax_bwd.yaml:27:22
-  const int v88 = (v72 + v87);
+  const int v18 = (v0 + v17);
   // spec: specs/softmax_bwd.yaml:27:22
-  const int v89 = 1024;
+  const int v19 = 1024;
   // spec: specs/softmax_bwd.yaml:27:22
-  const int v90 = (kg::floordiv(v88, v89));
+  const int v20 = (kg::floordiv(v18, v19));
   // spec: specs/softmax_bwd.yaml:27:22
-  const int v91 = 0;
+  const int v21 = 0;
   // spec: specs/softmax_bwd.yaml:27:22
-  const int v92 = 1;
+  const int v22 = 1;
+  // spec: specs/softmax_bwd.yaml:30:57
+  float (&v23)[1] = v9;
+  // spec: specs/softmax_bwd.yaml:30:53
+  float v24[32];
+  #pragma unroll
+  for (int e = 0; e < 32; ++e) v24[e] = v23[0];
   // spec: specs/softmax_bwd.yaml:27:7
 
-  for (int v93 = v91; v93 < v90; v93 += v92) {
+  for (int v25 = v21; v25 < v20; v25 += v22) {
     
     // spec: specs/softmax_bwd.yaml:28:16
-    float v94[32];
+    float v26[32];
     {
-      const float* p_ = y + (0);
+      const float* p_ = t_y + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_y_0 % 4 == 0;
-      const int t0_ = v70 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
-      const int t1_ = v93 * 1024 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64;
+      const int t0_ = v1 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+      const int t1_ = v25 * 1024 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64;
     #pragma unroll
       for (int e = 0; e < 32; e += 4) {
         const int i0_ = t0_ + 0;
@@ -150,21 +156,21 @@ KG_KERNEL void __launch_bounds__(128) softmax_bwd_bwd(const float* __restrict__ 
         const int64_t off_ = (int64_t)i0_ * stride_y_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_M) && i1_ + 4 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<4>(&v94[e], p_ + off_);
+          kg::copy_vec<4>(&v26[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 4; ++v)
-            v94[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : 0.0f;
+            v26[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
     // spec: specs/softmax_bwd.yaml:29:15
-    float v95[32];
+    float v27[32];
     {
-      const float* p_ = dy + (0);
+      const float* p_ = t_dy + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dy_0 % 4 == 0;
-      const int t0_ = v70 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
-      const int t1_ = v93 * 1024 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64;
+      const int t0_ = v1 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+      const int t1_ = v25 * 1024 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64;
     #pragma unroll
       for (int e = 0; e < 32; e += 4) {
         const int i0_ = t0_ + 0;
@@ -172,45 +178,39 @@ KG_KERNEL void __launch_bounds__(128) softmax_bwd_bwd(const float* __restrict__ 
         const int64_t off_ = (int64_t)i0_ * stride_dy_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_M) && i1_ + 4 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<4>(&v95[e], p_ + off_);
+          kg::copy_vec<4>(&v27[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 4; ++v)
-            v95[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : 0.0f;
+            v27[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
-    // spec: specs/softmax_bwd.yaml:30:57
-    float (&v96)[1] = v86;
     // spec: specs/softmax_bwd.yaml:30:53
-    float v97[32];
+    float v28[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v97[e] = v96[0];
-    // spec: specs/softmax_bwd.yaml:30:53
-    float v98[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v98[e] = (v95[e] - v97[e]);
+    for (int e = 0; e < 32; ++e) v28[e] = (v27[e] - v24[e]);
     // spec: specs/softmax_bwd.yaml:30:47
-    float v99[32];
+    float v29[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v99[e] = (v94[e] * v98[e]);
+    for (int e = 0; e < 32; ++e) v29[e] = (v26[e] * v28[e]);
     // spec: specs/softmax_bwd.yaml:30:11
     if ((lane & 0) == 0 && (warp & 0) == 0) {
-      float* p_ = dx + (0);
+      float* p_ = t_dx + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dx_0 % 4 == 0;
-      const int t0_ = v70 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
-      const int t1_ = v93 * 1024 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64;
+      const int t0_ = v1 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+      const int t1_ = v25 * 1024 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64;
     #pragma unroll
       for (int e = 0; e < 32; e += 4) {
         const int i0_ = t0_ + 0;
         const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 128 + ((e >> 3) & 1) * 256 + ((e >> 4) & 1) * 512;
         const int64_t off_ = (int64_t)i0_ * stride_dx_0 + (int64_t)i1_ * 1;
         if (aligned_ && i0_ < (size_M) && i1_ + 4 <= (size_N)) {
-          kg::copy_vec<4>(p_ + off_, &v99[e]);
+          kg::copy_vec<4>(p_ + off_, &v29[e]);
         } else {
     #pragma unroll
           for (int v = 0; v < 4; ++v)
-            if (i0_ < (size_M) && i1_ + v < (size_N)) p_[off_ + v] = v99[e + v];
+            if (i0_ < (size_M) && i1_ + v < (size_N)) p_[off_ + v] = v29[e + v];
         }
       }
     }

@@ -1,0 +1,50 @@
+"""Loop-invariant staging: move a dot operand's copy to shared memory out of the loops that do
+not change it.
+
+A dot inside a loop whose operand is defined outside the loop (the query tile of attention's
+forward, the key and value tiles of its backward) would otherwise copy the same registers to
+shared memory, with two barriers, on every iteration, and keep the register copy alive across
+the loop. Hoisted, the copy happens once and the staged buffer stays live for the whole loop
+(plan_shared_memory extends a buffer used inside a loop that does not define it to the loop's
+end). Layout-only ops (trans, expand, broadcast) whose operands are invariant move too, so
+that `dot(q, k.T)` written inside the loop still finds `k.T` invariant.
+"""
+from __future__ import annotations
+
+from ...hw.descriptor import Target
+from ..core import Block, Kernel, Op, walk
+
+# ops that only relabel which lane holds what: free to compute anywhere, no memory access
+MOVABLE = ("trans", "expand", "broadcast", "stage")
+
+
+def hoist_invariant_stages(k: Kernel, target: Target) -> Kernel:
+    _hoist_block(k.body)
+    return k
+
+
+def _hoist_block(block: Block) -> None:
+    new_ops: list[Op] = []
+    for op in block.ops:
+        if op.kind == "for" and op.body is not None:
+            _hoist_block(op.body)  # innermost first, so a stage can climb several loops
+            new_ops.extend(_take_invariant(op.body))
+        new_ops.append(op)
+    block.ops[:] = new_ops
+
+
+def _take_invariant(body: Block) -> list[Op]:
+    """Remove and return the movable ops of `body` (top level) whose operands are all defined
+    outside the loop, in their original order."""
+    defined: set[int] = {id(v) for v in body.args}
+    for op in walk(body):
+        defined.update(id(v) for v in op.results)
+    moved, kept = [], []
+    for op in body.ops:
+        if op.kind in MOVABLE and op.body is None and not any(id(v) in defined for v in op.operands):
+            moved.append(op)
+            defined.difference_update(id(v) for v in op.results)  # now defined outside
+        else:
+            kept.append(op)
+    body.ops[:] = kept
+    return moved

@@ -1,0 +1,118 @@
+"""Cross-field checks of a spec: every name that one field uses is declared by another.
+
+They run when a spec is loaded (from Spec's model validator), so a misspelt size in a grid is
+reported at its place in the YAML rather than at the first build or call. Each failure is a
+FieldError carrying the path of the offending value, e.g. ("tensors", "x", "shape", 1), which
+kgen.spec.load turns into file:line:col through the YAML's position table.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..errors import SpecError
+from .expr import check_expr
+
+if TYPE_CHECKING:
+    from .model import Spec
+
+Path_ = tuple[Any, ...]
+
+
+class FieldError(ValueError):
+    """A ValueError (so that pydantic wraps it) that knows which value of the spec is wrong."""
+
+    def __init__(self, path: Path_, message: str):
+        super().__init__(message)
+        self.path = path
+        self.message = message
+
+
+def check_references(spec: "Spec", dtype_names: tuple[str, ...]) -> None:
+    known = integer_names(spec)
+    _check_tensors(spec, known, dtype_names)
+    for i, ks in enumerate(spec.kernels):
+        for j, g in enumerate(ks.grid):
+            _expr_at(("kernels", i, "grid", j), g, known)
+        _check_warps(spec, i, ks.warps)
+    for i, c in enumerate(spec.constraints):
+        _expr_at(("constraints", i), c, known)
+    _check_exclude(spec)
+    if spec.autograd:
+        for i, s in enumerate(spec.autograd.saves):
+            if s not in spec.tensors:
+                raise FieldError(("autograd", "saves", i),
+                                 f"'{s}' is not a tensor of this spec; accepted: {', '.join(spec.tensors)}")
+    taken = {**{n: "a scalar" for n in spec.scalars}, **{n: "a tensor" for n in spec.tensors},
+             **{n: "a variant axis" for n in spec.variants}, **{n: "a tunable" for n in spec.tunables}}
+    for i, size in enumerate(spec.sizes):
+        if size in taken:
+            raise FieldError(("sizes", i), f"'{size}' is also {taken[size]}; a name may be declared only once")
+
+
+def integer_names(spec: "Spec") -> list[str]:
+    """The names a size expression may use, in declaration order: sizes, the variant axes whose
+    values are all integers or booleans, and tunables (dtype axes are not numbers)."""
+    int_axes = [a for a, vals in spec.variants.items() if all(isinstance(v, int) for v in vals)]
+    return list(dict.fromkeys([*spec.sizes, *int_axes, *spec.tunables]))
+
+
+def _check_tensors(spec: "Spec", known: list[str], dtype_names: tuple[str, ...]) -> None:
+    for tname, t in spec.tensors.items():
+        if t.dtype.startswith("$"):
+            axis = t.dtype[1:]
+            if axis not in spec.variants:
+                accepted = ", ".join([*dtype_names, *(f"${a}" for a in spec.variants)])
+                raise FieldError(("tensors", tname, "dtype"), f"{t.dtype} names no variant axis; accepted: {accepted}")
+            bad = [str(v) for v in spec.variants[axis] if v not in dtype_names]
+            if bad:
+                raise FieldError(("tensors", tname, "dtype"), f"variant axis '{axis}' has values that are not dtypes "
+                                 f"({', '.join(bad)}); accepted: {', '.join(dtype_names)}")
+        for k, d in enumerate(t.shape):
+            path = ("tensors", tname, "shape", k)
+            if t.role != "input":
+                _expr_at(path, d, known)
+            elif isinstance(d, str) and d not in known:
+                # the sizes are read off the inputs' shapes at call time, so an input's entries are plain names
+                accepted = f"{', '.join(known)} or an integer" if known else "an integer"
+                if d.isidentifier():
+                    raise FieldError(path, f"'{d}' is not a size, tunable or integer variant axis; accepted: {accepted}")
+                raise FieldError(path, f"'{d}' is an expression, which only output and scratch shapes may use; "
+                                 f"accepted in an input's shape: {accepted}")
+
+
+def _check_warps(spec: "Spec", i: int, warps: int | str) -> None:
+    names = [n for n in integer_names(spec) if n not in spec.sizes]  # known at compile time
+    accepted = f"a power of two or one of {', '.join(names)}" if names else "a power of two"
+    path = ("kernels", i, "warps")
+    if isinstance(warps, int):
+        if not _power_of_two(warps):
+            raise FieldError(path, f"{warps} is not a power of two; accepted: {accepted}")
+        return
+    if warps not in names:
+        raise FieldError(path, f"'{warps}' is not a tunable or integer variant axis; accepted: {accepted}")
+    values = spec.tunables[warps] if warps in spec.tunables else spec.variants[warps]
+    for v in values if isinstance(values, list) else [values]:
+        if not _power_of_two(v):
+            raise FieldError(path, f"'{warps}' can be {v}, which is not a power of two; accepted: {accepted}")
+
+
+def _power_of_two(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0 and not v & (v - 1)
+
+
+def _check_exclude(spec: "Spec") -> None:
+    for i, ex in enumerate(spec.exclude):
+        for axis, value in ex.items():
+            if axis not in spec.variants:
+                raise FieldError(("exclude", i, axis, "<key>"),
+                                 f"'{axis}' is not a variant axis; accepted: {', '.join(spec.variants) or 'none'}")
+            if value not in spec.variants[axis]:
+                accepted = ", ".join(str(v) for v in spec.variants[axis])
+                raise FieldError(("exclude", i, axis), f"{value!r} is not a value of variant axis '{axis}'; accepted: {accepted}")
+
+
+def _expr_at(path: Path_, text: str | int, known: list[str]) -> None:
+    try:
+        check_expr(text, known)
+    except SpecError as e:
+        raise FieldError(path, e.message) from None

@@ -1,0 +1,296 @@
+"""Run a kernel's emitted index expressions on the CPU, every lane of every warp at once.
+
+The input is what kgen/codegen/emit.py hands the templates: one context dict per op, whose
+index expressions are strings of C. `ProgramSim` evaluates those strings with numpy (`lane`
+and `warp` are broadcast index arrays, so one evaluation covers the whole block), composing
+them exactly as templates/common/ops.j2 does, and records each composed line in `snippets` so
+that a test can check that the text it evaluated is the text the generated source contains.
+
+Only what the matmul kernels need is simulated: scalars, fills and casts, aliases, global
+loads and stores, staging to shared memory, dot (the fragment reads from shared memory, the
+matrix instruction, the accumulator registers) and loops. The matrix instruction is applied
+through the hardware descriptor's fragment layouts (tests/hw/test_fragments.py checks those
+against the ISA): the lane registers of A and B are placed into m x k and k x n matrices,
+multiplied, and D is added into the lane registers the C layout names. Values are float64
+throughout: with integer inputs every result is exact, so a test can demand equality.
+
+Anything the simulation cannot vouch for (an address outside its buffer, a misaligned vector
+access, an op it does not model) raises `SimError`; an element nobody wrote stays NaN.
+"""
+from __future__ import annotations
+
+import ast
+import re
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from kgen.hw.descriptor import Target, load_target
+from kgen.ir.core import Kernel, walk
+
+ELEM_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "int32": 4, "bool": 1}
+
+
+class SimError(Exception):
+    """The emitted code would do something the simulation refuses (or cannot model)."""
+
+
+# --- C expressions as Python -------------------------------------------------------------------
+# The emitted expressions are integer arithmetic on non-negative values (so C's `/` is floor
+# division), plus a few value forms: float literals `0.0f`, `kg::cvt<T>(x)` conversions (values
+# stay float64 here), `(int64_t)` casts, `kg::` helpers and element reads `vN[e]` (a whole
+# register array at once).
+_CAST = re.compile(r"\(int64_t\)")
+_CVT = re.compile(r"kg::cvt<[^<>]*>")
+_FLOAT = re.compile(r"\b(\d+\.\d*(?:e[-+]?\d+)?)f\b")
+_ELEM = re.compile(r"\b(v\d+)\[e\]")
+_OPS = (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod, ast.RShift, ast.LShift, ast.BitAnd, ast.BitOr,
+        ast.BitXor, ast.USub, ast.UAdd)
+_NODES = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Constant, ast.Name, ast.Load, ast.Call) + _OPS
+
+
+@lru_cache(maxsize=None)
+def compile_c(text: str):
+    py = _ELEM.sub(r"\1", _FLOAT.sub(r"\1", _CVT.sub("", _CAST.sub("", text)))).replace("kg::", "kg_")
+    try:
+        tree = ast.parse(py, mode="eval")
+    except SyntaxError as e:
+        raise SimError(f"cannot read the emitted C expression {text!r}: {e}") from None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            node.op = ast.FloorDiv()
+    for node in ast.walk(tree):
+        if not isinstance(node, _NODES) or (isinstance(node, ast.Call) and not (
+                isinstance(node.func, ast.Name) and node.func.id.startswith("kg_"))):
+            raise SimError(f"the emitted C expression {text!r} uses {type(node).__name__}, which is not simulated")
+    return compile(tree, f"<emitted: {text}>", "eval")
+
+
+KG_FUNCS = {"kg_floordiv": lambda a, b: a // b, "kg_mod": lambda a, b: a % b, "kg_cdiv": lambda a, b: -(-a // b),
+            "kg_f32": lambda x: x}
+
+
+# --- the instruction, from the descriptor --------------------------------------------------------
+@lru_cache(maxsize=None)
+def _fragment_coords(target_name: str, instr_name: str, operand: str) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, cols), each (lanes, regs): the tile coordinate of each lane register."""
+    lay = load_target(target_name).matrix_instr(instr_name).layout(operand)
+    coords = np.array([[lay.coord(r, lane, 0) for r in range(lay.nregs)] for lane in range(lay.nlanes)])
+    return coords[..., 0], coords[..., 1]
+
+
+def apply_instr(target: Target, instr_name: str, d: np.ndarray, fa: np.ndarray, fb: np.ndarray) -> None:
+    """d (warps, lanes, nc) += the instruction on fragments fa (warps, lanes, na), fb (.., nb)."""
+    mi = target.matrix_instr(instr_name)
+    mats = {}
+    for op, frag, shape in (("a", fa, (mi.m, mi.k)), ("b", fb, (mi.k, mi.n))):
+        rows, cols = _fragment_coords(target.name, instr_name, op)
+        mat = np.full((frag.shape[0],) + shape, np.nan)
+        mat[:, rows, cols] = frag
+        mats[op] = mat
+    prod = mats["a"] @ mats["b"]  # (warps, m, n): D[i, j] = sum_k A[i, k] B[k, j]
+    rows, cols = _fragment_coords(target.name, instr_name, "c")
+    d += prod[:, rows, cols]
+
+
+# --- one program (block) ---------------------------------------------------------------------------
+class ProgramSim:
+    """Executes emitted op contexts for one block at a time, all its threads together.
+
+    `tensors`: name -> float64 array (outputs start as NaN); `sizes`: the spec's size values.
+    Register tiles are (warps, lanes, registers) arrays; staged operands are flat arrays.
+    """
+
+    def __init__(self, k: Kernel, target: Target, tensors: dict[str, np.ndarray], sizes: dict[str, int]):
+        self.k, self.target, self.tensors = k, target, tensors
+        self.W, self.L = k.num_warps, target.wave_size
+        self.lane = np.arange(self.L).reshape(1, self.L, 1)
+        self.warp = np.arange(self.W).reshape(self.W, 1, 1)
+        self.fixed: dict[str, Any] = {f"size_{s}": v for s, v in sizes.items()}
+        for name, arr in tensors.items():
+            for d in range(arr.ndim - 1):
+                self.fixed[f"stride_{name}_{d}"] = int(np.prod(arr.shape[d + 1:]))
+        self.staged = {f"v{op.result.id}": op for op in walk(k.body) if op.kind == "stage"}
+        self.snippets: set[str] = set()  # every composed line evaluated, as the template writes it
+        self.dots_run = 0
+
+    # evaluation ------------------------------------------------------------------------------
+    def ev(self, text: str, **idx) -> Any:
+        env = {**KG_FUNCS, **self.fixed, **self.scalars, **self.regs, "lane": self.lane, "warp": self.warp,
+               "kg_block_id_x": lambda: self.block[0], "kg_block_id_y": lambda: self.block[1],
+               "kg_block_id_z": lambda: self.block[2], **idx}
+        return eval(compile_c(text), {"__builtins__": {}}, env)
+
+    def grid_shape(self, value, n: int) -> np.ndarray:
+        """An index expression's value for every (warp, lane, one of n registers)."""
+        return np.broadcast_to(np.asarray(value), (self.W, self.L, n))
+
+    def note(self, line: str) -> None:
+        self.snippets.add(line)
+
+    def run_block(self, block: tuple[int, int, int], ctxs: list[dict]) -> None:
+        self.note("const int lane = kg::thread_id() % kg::WAVE;")
+        self.note("kg::thread_id() / kg::WAVE")  # warp (HIP wraps it in readfirstlane)
+        self.block = block
+        self.scalars: dict[str, Any] = {}
+        self.regs: dict[str, np.ndarray] = {}
+        self.smem: dict[str, np.ndarray] = {}
+        self.run(ctxs)
+
+    def run(self, ctxs: list[dict]) -> None:
+        for c in ctxs:
+            step = getattr(self, "op_" + c["macro"], None)
+            if step is None:
+                raise SimError(f"the {c['macro']} macro is not simulated")
+            step(c)
+
+    # scalars and register tiles ----------------------------------------------------------------
+    def op_scalar(self, c):
+        self.note(f"const {c['out']['ctype']} {c['out']['name']} = {c['expr']};")
+        self.scalars[c["out"]["name"]] = self.ev(c["expr"])
+
+    def op_elementwise(self, c):
+        n = c["out"]["n"]
+        self.note(f"for (int e = 0; e < {n}; ++e) {c['out']['name']}[e] = {c['expr']};")
+        value = self.ev(c["expr"], e=np.arange(n).reshape(1, 1, n))
+        self.regs[c["out"]["name"]] = np.array(self.grid_shape(value, n), dtype=np.float64)
+
+    def op_alias(self, c):  # a C reference to the same register array (expand, trans)
+        self.note(f"{c['out']['ctype']} (&{c['out']['name']})[{c['out']['n']}] = {c['src']};")
+        self.regs[c["out"]["name"]] = self.regs[c["src"]]
+
+    def op_for_loop(self, c):
+        for x in c["carried"]:
+            res, init = x["res"]["name"], x["init"]
+            if x["scalar"]:
+                self.scalars[res] = self.scalars[init]
+            else:
+                self.regs[res] = self.regs[init].copy()
+        self.note(f"for (int {c['iv']} = {c['start']}; {c['iv']} < {c['stop']}; {c['iv']} += {c['step']})")
+        for it in range(int(self.scalars[c["start"]]), int(self.scalars[c["stop"]]), int(self.scalars[c["step"]])):
+            self.scalars[c["iv"]] = it
+            for x in c["carried"]:
+                store = self.scalars if x["scalar"] else self.regs
+                store[x["arg"]] = store[x["res"]["name"]]
+            self.run(c["body"])
+
+    def op_yield_values(self, c):
+        values = [self.scalars[y["src"]] if y["scalar"] else self.regs[y["src"]].copy() for y in c["values"]]
+        for y, value, target in zip(c["values"], values, c["targets"]):
+            if y["scalar"]:
+                self.scalars[target] = value
+            else:
+                np.copyto(self.regs[target], value)
+
+    # global memory ------------------------------------------------------------------------------
+    def _addresses(self, c, n: int):
+        """The element offsets (from the tensor's start) a load or store touches at registers
+        e = 0, vec, 2 vec, ... (arrays over (warp, lane, e)), and for each v < vec whether
+        element e + v is in bounds, as the template's `off_` and masks compute them."""
+        self.note(f"{c['ctype']}* p_ = {c['ptr']} + ({c['base']});")
+        self.note(f"for (int e = 0; e < {n}; e += {c['vec']})")
+        e = np.arange(0, n, c["vec"]).reshape(1, 1, -1)
+        idx, inside = {}, np.ones((self.W, self.L, e.shape[-1]), dtype=bool)
+        for d, dim in enumerate(c["dims"]):
+            t_line = f"{dim['start']} + {dim['thread']}"
+            self.note(f"const int t{d}_ = {t_line};")
+            t = self.ev(t_line)
+            self.note(f"const int i{d}_ = t{d}_ + {dim['reg']};")
+            idx[f"i{d}_"] = self.grid_shape(self.ev(f"t{d}_ + {dim['reg']}", e=e, **{f"t{d}_": t}), e.shape[-1])
+            if not dim["last"]:
+                inside &= idx[f"i{d}_"] < self.ev(dim["bound"])
+        off_line = " + ".join(f"(int64_t)i{d}_ * {dim['stride']}" for d, dim in enumerate(c["dims"]))
+        self.note(f"const int64_t off_ = {off_line};")
+        off = self.ev(c["base"]) + self.grid_shape(self.ev(off_line, **idx), e.shape[-1])
+        last = len(c["dims"]) - 1
+        masks = [inside & (idx[f"i{last}_"] + v < self.ev(c["dims"][-1]["bound"])) for v in range(c["vec"])]
+        return e.reshape(-1), off, masks
+
+    def _check_range(self, what: str, addr: np.ndarray, size: int) -> None:
+        if addr.size and (addr.min() < 0 or addr.max() >= size):
+            raise SimError(f"{what} touches element {int(addr.min())}..{int(addr.max())} of {size}")
+
+    def op_load(self, c):
+        n, name, flat = c["out"]["n"], c["out"]["name"], self.tensors[c["tensor"]].reshape(-1)
+        self.note(f"kg::copy_vec<{c['vec']}>(&{name}[e], p_ + off_);")
+        e, off, masks = self._addresses(c, n)
+        other = float(self.ev(c["other"]))
+        out = np.full((self.W, self.L, n), np.nan)
+        for v, mask in enumerate(masks):
+            self._check_range(f"load of {c['tensor']}", (off + v)[mask], flat.size)
+            out[:, :, e + v] = np.where(mask, flat[np.where(mask, off + v, 0)], other)
+        self.regs[name] = out
+
+    def op_store(self, c):
+        if c["atomic"]:
+            raise SimError("atomic stores are not simulated")
+        n, src, flat = c["n"], self.regs[c["src"]], self.tensors[c["tensor"]].reshape(-1)
+        self.note(f"if ((lane & {c['lane_dup']}) == 0 && (warp & {c['warp_dup']}) == 0)")
+        self.note(f"kg::copy_vec<{c['vec']}>(p_ + off_, &{c['src']}[e]);")
+        e, off, masks = self._addresses(c, n)
+        writer = ((self.lane & c["lane_dup"]) == 0) & ((self.warp & c["warp_dup"]) == 0)
+        for v, mask in enumerate(masks):
+            mask = mask & writer
+            addr = (off + v)[mask]
+            self._check_range(f"store to {c['tensor']}", addr, flat.size)
+            flat[addr] = src[:, :, e + v][mask]
+
+    # shared memory and the matrix instruction ----------------------------------------------------
+    def op_stage(self, c):
+        name, n, src = c["out"]["name"], c["n"], self.regs[c["src"]]
+        op = self.staged[name]
+        size = op.attrs["bytes"] // ELEM_BYTES[op.result.dtype]
+        self.note(f"{c['ctype']}* {name} = reinterpret_cast<{c['ctype']}*>(smem + {c['offset']});")
+        self.note(f"for (int e = 0; e < {n}; ++e) {name}[{c['slot']}] = {c['src']}[e];")
+        slot = self.grid_shape(self.ev(c["slot"], e=np.arange(n).reshape(1, 1, n)), n)
+        self._check_range(f"stage {name}", slot, size)
+        buf = np.full(size, np.nan)  # NaN: a slot this round does not write cannot pass for data
+        buf[slot] = src
+        self.smem[name] = buf
+
+    def _fragment(self, c, which: str, rep: str, nrep: int, ks: int) -> np.ndarray:
+        """The fragment registers fa_[rm][..] or fb_[rn][..] of every lane, read from shared
+        memory with copy_vec<pack> at i = 0, pack, 2 pack, ... as the template does."""
+        src, pack, nreg = c[which], c[f"pack_{which}"], c[f"n{which}"]
+        if which == "a":
+            addr_text = f"({c['warp_row']} + rm * {c['m']} + {c['a_row']}) * {c['lda']} + ks * {c['k']} + {c['a_col']}"
+        else:
+            addr_text = f"({c['warp_col']} + rn * {c['n']} + {c['b_col']}) * {c['ldb']} + ks * {c['k']} + {c['b_k']}"
+        self.note(f"for (int i = 0; i < {nreg}; i += {pack})")
+        self.note(f"kg::copy_vec<{pack}>(&f{which}_[{rep}][i], &{src}[{addr_text}]);")
+        buf, elem = self.smem[src], ELEM_BYTES[self.staged[src].result.dtype]
+        offset = self.staged[src].attrs["smem_offset"]
+        i = np.arange(0, nreg, pack)
+        out = np.full((nrep, self.W, self.L, nreg), np.nan)
+        for r in range(nrep):
+            addr = self.grid_shape(self.ev(addr_text, ks=ks, i=i.reshape(1, 1, -1), **{rep: r}), i.size)
+            if ((offset + addr * elem) % (pack * elem)).any():
+                raise SimError(f"fragment read of {src} at element {int(addr.flat[0])}: copy_vec<{pack}> is misaligned")
+            self._check_range(f"fragment read of {src}", addr + pack - 1, buf.size)
+            self._check_range(f"fragment read of {src}", addr, buf.size)
+            for v in range(pack):
+                out[r][:, :, i + v] = buf[addr + v]
+        return out
+
+    def op_dot(self, c):
+        out, acc = c["out"]["name"], self.regs[c["acc"]]
+        self.note(f"float (&{out})[{c['out']['n']}] = {c['acc']};")
+        self.regs[out] = acc  # the accumulator is updated in place, as through the C reference
+        acc_text = f"(rm * {c['reps_n']} + rn) * {c['nc']}"
+        self.note(f"for (int ks = 0; ks < {c['ksteps']}; ++ks)")
+        self.note(f"alignas(16) {c['ctype']} fa_[{c['reps_m']}][{c['na']}];")
+        self.note(f"alignas(16) {c['ctype']} fb_[{c['reps_n']}][{c['nb']}];")
+        self.note(f"kg::{c['instr']}(&{out}[{acc_text}], fa_[rm], fb_[rn]);")
+        self.note(f"for (int rm = 0; rm < {c['reps_m']}; ++rm)")
+        self.note(f"for (int rn = 0; rn < {c['reps_n']}; ++rn)")
+        for ks in range(c["ksteps"]):
+            fa = self._fragment(c, "a", "rm", c["reps_m"], ks)
+            fb = self._fragment(c, "b", "rn", c["reps_n"], ks)
+            for rm in range(c["reps_m"]):
+                for rn in range(c["reps_n"]):
+                    first = int(self.ev(acc_text, rm=rm, rn=rn))
+                    if first < 0 or first + c["nc"] > acc.shape[-1]:
+                        raise SimError(f"instruction ({rm}, {rn}) writes accumulator registers {first}.. of {acc.shape[-1]}")
+                    apply_instr(self.target, c["instr"], acc[:, :, first:first + c["nc"]], fa[rm], fb[rn])
+        self.dots_run += 1

@@ -1,0 +1,206 @@
+"""Lane-level CPU simulation of the index arithmetic kgen emits for `dot`, against A @ B.
+
+tests/hw/test_fragments.py checks the descriptors' fragment layouts against the ISA; this file
+checks the code built on them. The real specs (matmul.yaml, matmul_bwd.yaml) are compiled with
+the real pass pipeline for every target, variant and a few block shapes and warp counts chosen
+so that the tiling pass picks every matrix instruction the target has, with warps and repeats
+along both M and N. The op contexts kgen/codegen/emit.py produces for the templates are then
+run by tests/codegen/lane_sim.py, every lane of every warp of every block: global loads into
+registers, staging into shared memory, the fragment reads of each k-step (warp_row/a_row/a_col,
+warp_col/b_col/b_k, copy_vec packing), the matrix instruction (per the descriptor), the
+accumulator registers each instruction updates, and the store of the accumulators. Inputs are
+small integers, so the simulated output must equal the float64 reference exactly.
+
+Every line of C the simulation evaluates must also occur verbatim in the source render_kernel
+produces, so what is checked is the generated code, not a re-derivation of it. A second test
+perturbs single formulas by one lane, register or warp and requires the simulation to notice.
+"""
+from __future__ import annotations
+
+import re
+import sys
+import zlib
+from functools import lru_cache
+from itertools import product
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # tests/, for helpers
+sys.path.insert(0, str(HERE))  # for lane_sim
+import helpers  # noqa: E402
+import lane_sim  # noqa: E402
+
+from kgen.codegen.emit import Emitter  # noqa: E402
+from kgen.codegen.render import number_values, render_kernel, tensor_dims  # noqa: E402
+from kgen.hw.descriptor import load_target, target_names  # noqa: E402
+from kgen.ir.core import walk  # noqa: E402
+from kgen.ir.pipeline import compile_kernel  # noqa: E402
+from kgen.spec.expr import eval_expr  # noqa: E402
+from kgen.spec.load import load_spec  # noqa: E402
+
+SPECS = HERE.parents[1] / "specs"
+TUNABLES = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "WARPS")
+# matmul.yaml tunables (BLOCK_M, BLOCK_N, BLOCK_K, WARPS) and variant, and what the tiling pass
+# makes of them. Small tiles keep the time down: compile_kernel's verifier dominates it.
+MATMUL_TILES = [
+    ((64, 64, 32, 4), "bf16"),  # the spec's own: AMD 32x32x8 on 2x2 warps; NVIDIA 4x1 warps, 8 mma each
+    ((16, 32, 16, 2), "bf16"),  # M too short for 32x32: AMD 16x16x16 on 1x2 warps
+    ((32, 64, 16, 2), "fp16"),  # AMD 32x32x8 on 1x2 warps; NVIDIA 2x1 warps, 8 mma each
+    ((64, 32, 16, 8), "fp16"),  # 8 warps cannot split a 32x32 tiling: AMD 16x16x16 on 4x2 warps
+    ((64, 64, 16, 1), "bf16"),  # one warp, several instructions along M and N (AMD 2x2, NVIDIA 4x8)
+]
+# matmul_bwd's own tunables; its dots read transposed tiles (.T). Its layouts are those of
+# matmul's dots, so the two shipped targets suffice.
+BWD_CASES = [(kernel, target, dtype) for target in ("gfx942", "sm_90") for kernel, dtype in ((0, "bf16"), (1, "fp16"))]
+
+
+def _cases():
+    for target, (tile, dtype) in product(target_names(), MATMUL_TILES):
+        yield ("matmul", 0, target, dtype, tile)
+    for kernel, target, dtype in BWD_CASES:
+        yield ("matmul_bwd", kernel, target, dtype, (64, 64, 32, 4))
+
+
+CASES = list(_cases())
+
+
+def case_id(case) -> str:
+    spec, kernel, target, dtype, tile = case
+    return f"{spec}-k{kernel}-{target}-{dtype}-{'x'.join(map(str, tile[:3]))}w{tile[3]}"
+
+
+@lru_cache(maxsize=None)
+def lowered(case):
+    """(LoadedSpec, IR after all passes, target, variant) of one case."""
+    spec, kernel, target, dtype, tile = case
+    ls = load_spec(SPECS / f"{spec}.yaml")
+    tg = load_target(target)
+    variant = {"dtype": dtype}
+    return ls, compile_kernel(ls, kernel, variant, dict(zip(TUNABLES, tile)), tg), tg, variant
+
+
+def _flat(ctxs):
+    for c in ctxs:
+        yield c
+        if c["macro"] == "for_loop":
+            yield from _flat(c["body"])
+
+
+def simulate(case, perturb=None):
+    """Run one kernel of the case on a 2x2 grid (two iterations of its loop over blocks) with the
+    emitted op contexts, optionally changed by `perturb(ctxs)` first. Returns the simulated
+    and the reference value of each tensor the kernel stores, and the simulator."""
+    ls, k, tg, variant = lowered(case)
+    spec, kernel_index, tile = ls.spec, case[1], dict(zip(TUNABLES, case[4]))
+    sizes = {"M": 2 * tile["BLOCK_M"], "N": 2 * tile["BLOCK_N"], "K": 2 * tile["BLOCK_K"]}
+    assert set(sizes) == set(spec.sizes)
+    env = {**variant, **tile, **sizes}
+    number_values(k)  # as render_kernel does, so the names match the rendered source
+    ctxs = Emitter(k, tg, tensor_dims(k)).ops(k.body)
+    if perturb:
+        perturb(ctxs)
+
+    rng = np.random.default_rng(zlib.crc32(case_id(case).encode()))
+    inputs = {n: rng.integers(-4, 5, helpers.tensor_shape(spec, n, env)).astype(np.float64) for n in spec.inputs()}
+    outputs = {n: np.full(helpers.tensor_shape(spec, n, env), np.nan) for n in spec.outputs()}
+    tensors = {**inputs, **outputs}
+    sim = lane_sim.ProgramSim(k, tg, {n: tensors[n] for n in k.tensors}, sizes)
+    grid = [int(eval_expr(g, env)) for g in spec.kernels[kernel_index].grid]
+    for block in product(*(range(g) for g in grid + [1] * (3 - len(grid)))):
+        sim.run_block(block, ctxs)
+
+    ref = helpers.reference(ls, {n: torch.from_numpy(x) for n, x in inputs.items()})
+    stored = [c["tensor"] for c in _flat(ctxs) if c["macro"] == "store"]
+    assert stored, "the kernel stores nothing"
+    return {n: tensors[n] for n in stored}, {n: ref[n].numpy() for n in stored}, sim
+
+
+def mismatch(got: dict, want: dict) -> str | None:
+    """None when every stored tensor equals its reference exactly, else what differs."""
+    for name in want:
+        bad = ~(got[name] == want[name])
+        if bad.any():
+            first = tuple(int(i) for i in np.argwhere(bad)[0])
+            return (f"{name}: {int(bad.sum())} of {bad.size} elements differ ({int(np.isnan(got[name]).sum())} never "
+                    f"written); first at {first}: got {got[name][first]}, want {want[name][first]}")
+    return None
+
+
+@lru_cache(maxsize=None)
+def unperturbed_outcome(case) -> str | None:
+    return outcome(case)
+
+
+def outcome(case, perturb=None) -> str | None:
+    """None when the simulated kernel computes the reference, else why it does not."""
+    try:
+        got, want, _ = simulate(case, perturb)
+    except lane_sim.SimError as e:
+        return f"simulation refused: {e}"
+    return mismatch(got, want)
+
+
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_emitted_dot_indexing_computes_the_matmul(case):
+    got, want, sim = simulate(case)
+    assert sim.dots_run > 0, "no dot was simulated"
+    ls, k, tg, variant = lowered(case)
+    source = render_kernel(k, tg, spec_file=f"specs/{case[0]}.yaml", program_line=1, variant=variant)
+    missing = sorted(s for s in sim.snippets if s not in source)
+    assert not missing, "the simulation evaluated lines the generated source does not contain:\n" + "\n".join(missing)
+    problem = mismatch(got, want)
+    assert problem is None, problem
+
+
+@pytest.mark.parametrize("target", target_names())
+def test_cases_cover_every_matrix_instruction_and_split(target):
+    """The cases above reach every instruction of every target, and warps and per-warp repeats
+    along both M and N (otherwise a wrong warp_row or rm term would go unexercised)."""
+    dots = [op for case in CASES if case[2] == target for op in walk(lowered(case)[1].body) if op.kind == "dot"]
+    assert {op.attrs["instr"] for op in dots} == {mi.name for mi in load_target(target).matrix_instrs}
+    for attr in ("warps_m", "warps_n", "reps_m", "reps_n"):
+        assert any(op.attrs[attr] > 1 for op in dots), f"no case has {attr} > 1 on {target}"
+
+
+# (macro, which occurrence of it, path to the formula in its context, variable, replacement):
+# each moves one formula to the neighbouring lane, register or warp.
+PERTURBATIONS = [
+    ("dot", 0, ("a_row",), "lane", "(lane + 1)"),
+    ("dot", 0, ("a_col",), "i", "(i + 1)"),
+    ("dot", 0, ("b_k",), "lane", "(lane + 1)"),
+    ("dot", 0, ("b_k",), "i", "(i + 1)"),
+    ("dot", 0, ("b_col",), "lane", "(lane + 1)"),
+    ("dot", 0, ("warp_row",), "warp", "(warp + 1)"),
+    ("dot", 0, ("warp_col",), "warp", "(warp + 1)"),
+    ("stage", 0, ("slot",), "e", "(e + 1)"),
+    ("stage", 1, ("slot",), "lane", "(lane + 1)"),
+    ("store", 0, ("dims", 0, "thread"), "lane", "(lane + 1)"),
+    ("store", 0, ("dims", 0, "reg"), "e", "(e + 2)"),  # +2: NVIDIA stores pairs, e + 1 is the same pair
+]
+# 32x32x8 on 2x2 warps, 16x16x16 on 4x2 warps, mma.sync on 4x2 warps
+PERTURBED_CASES = [("matmul", 0, "gfx942", "bf16", (64, 64, 32, 4)), ("matmul", 0, "gfx942", "fp16", (64, 32, 16, 8)),
+                   ("matmul", 0, "sm_90", "fp16", (64, 32, 16, 8))]
+
+
+def _perturbation(macro, nth, path, var, repl):
+    def perturb(ctxs):
+        node = [c for c in _flat(ctxs) if c["macro"] == macro][nth]
+        for key in path[:-1]:
+            node = node[key]
+        before = node[path[-1]]
+        node[path[-1]] = re.sub(rf"\b{var}\b", repl, before)
+        assert node[path[-1]] != before, f"{macro}.{path} has no '{var}' to perturb: {before!r}"
+    return perturb
+
+
+@pytest.mark.parametrize("case", PERTURBED_CASES, ids=case_id)
+@pytest.mark.parametrize("macro, nth, path, var, repl", PERTURBATIONS,
+                         ids=[f"{m}{n}.{'.'.join(map(str, p))}-{v}" for m, n, p, v, _ in PERTURBATIONS])
+def test_simulation_catches_a_formula_off_by_one(case, macro, nth, path, var, repl):
+    assert unperturbed_outcome(case) is None  # the unperturbed kernel passes, so what follows is the perturbation's doing
+    problem = outcome(case, _perturbation(macro, nth, path, var, repl))
+    assert problem is not None, f"{macro}.{path} with {var} -> {repl} went unnoticed"

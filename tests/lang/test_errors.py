@@ -1,0 +1,73 @@
+"""Errors in the arguments of the tile language's calls (kgen.lang.calls): message and file:line:col.
+
+In the spec below the program's first line is line 13 of the file, indented by 6 spaces, so a
+program's (line, col) is the file's (12 + line, 6 + col). tests/spec/test_errors.py covers the
+other errors of tile programs.
+"""
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from kgen.errors import SpecError
+from kgen.lang import kernel_ir
+from kgen.spec.load import load_spec
+
+HEAD = """\
+kgen: 1
+name: demo
+summary: a test spec
+sizes: [M, N]
+tensors:
+  x: {shape: [M, N], dtype: fp32}
+  y: {shape: [M, N], dtype: fp32, role: output}
+tunables: {BLOCK_M: 4, BLOCK_N: 64}
+kernels:
+  - name: main
+    grid: cdiv(M, BLOCK_M)
+    program: |
+"""
+TAIL = """\
+reference: |
+  y = x
+"""
+
+
+def error_of(tmp_path: Path, program: str) -> tuple[Path, SpecError]:
+    """The SpecError of building the kernel of a spec whose program is `program`."""
+    path = tmp_path / "demo.yaml"
+    path.write_text(HEAD + textwrap.indent(textwrap.dedent(program), "      ") + TAIL)
+    ls = load_spec(path)
+    with pytest.raises(SpecError) as info:
+        kernel_ir(ls, 0, {}, dict(ls.spec.tunables))
+    return path, info.value
+
+
+@pytest.mark.parametrize("size, got", [
+    ("N", "a runtime scalar int32 value"),
+    ("64.0", "64.0"),
+    ("fp32", "the dtype fp32"),
+], ids=["runtime-size", "float", "dtype"])
+def test_block_size_not_a_compile_time_integer(tmp_path, size, got):
+    p, e = error_of(tmp_path, f"""\
+        rows = block(program_id(0), BLOCK_M)
+        t = load(x[rows, block(0, {size})])
+    """)
+    # points at the size argument itself
+    assert str(e) == (f"{p}:14:33: the size of block(i, size) must be an integer known at compile time "
+                      f"(a literal, tunable or variant value), got {got}")
+
+
+@pytest.mark.parametrize("line, expected", [
+    ("rows = block(program_id(0))", "13:14: block() takes 2 positional arguments, got 1"),
+    ("rows = block(program_id(0), BLOCK_M, 1)", "13:14: block() takes 2 positional arguments, got 3"),
+    ("t = exp(1.0, 2.0)", "13:11: exp() takes 1 positional argument, got 2"),
+    ("t = zeros((BLOCK_M,), fp32).to()", "13:11: .to() takes 1 positional argument, got 0"),
+    ("t = sum(zeros((BLOCK_M,), fp32), 0, 1)", "13:11: sum() takes 1 to 2 positional arguments, got 3"),
+    ("store(y[block(0, BLOCK_M), block(0, BLOCK_N)])", "13:7: store() takes 2 positional arguments, got 1"),
+], ids=["block-too-few", "block-too-many", "exp", "to", "sum", "store"])
+def test_call_with_the_wrong_number_of_arguments(tmp_path, line, expected):
+    p, e = error_of(tmp_path, line + "\n")
+    assert str(e) == f"{p}:{expected}"

@@ -1,0 +1,86 @@
+"""kgen.ops.flash_attn_func without a GPU: argument checks (one sentence each, before any launch),
+and the op on the CPU (the IR interpreter) against float64 torch, with autograd, opcheck and
+torch.compile(fullgraph=True)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/ops
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/
+import attention_ref  # noqa: E402
+import helpers  # noqa: E402
+
+from kgen.errors import LaunchError  # noqa: E402
+from kgen.ops import _op, flash_attn_func  # noqa: E402
+
+
+def _qkv(b=1, sq=5, sk=7, h=2, hkv=1, d=64, dtype=torch.bfloat16, grad=False):
+    torch.manual_seed(0)
+    q = torch.randn(b, sq, h, d).to(dtype)
+    k = torch.randn(b, sk, hkv, d).to(dtype)
+    v = torch.randn(b, sk, hkv, d).to(dtype)
+    return [t.requires_grad_(grad) for t in (q, k, v)]
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda q, k, v: (q.float(), k, v), "flash_attn_func: 'q' has dtype torch.float32; accepted: torch.bfloat16, torch.float16"),
+    (lambda q, k, v: (q, k.half(), v), "flash_attn_func: q, k and v must share one dtype, got torch.bfloat16, torch.float16, torch.bfloat16"),
+    (lambda q, k, v: (q[0], k, v), "flash_attn_func: 'q' has shape (5, 2, 64); expected 4 dims (batch, seqlen, heads, head_dim)"),
+    (lambda q, k, v: (q[..., :32], k[..., :32], v[..., :32]), "flash_attn_func: head_dim 32 is not supported; accepted: 64, 128"),
+    (lambda q, k, v: (q, k, v[:, :3]), "flash_attn_func: k has shape (1, 7, 1, 64) and v (1, 3, 1, 64); they must match"),
+    (lambda q, k, v: (torch.cat([q, q[:, :, :1]], 2), torch.cat([k, k], 2), torch.cat([v, v], 2)),
+     "flash_attn_func: q has 3 heads and k 2; the query heads must be a multiple of the key/value heads"),
+    (lambda q, k, v: (q[:0], k[:0], v[:0]), "flash_attn_func: 'q' is empty (shape (0, 5, 2, 64)); every dim must be at least 1"),
+    (lambda q, k, v: (q.transpose(1, 3).contiguous().transpose(1, 3), k, v),
+     "flash_attn_func: 'q' must have a contiguous last dim (stride 1), got strides (640, 1, 5, 10)"),
+    (lambda q, k, v: (q, k[:1].expand(2, -1, -1, -1), v), "flash_attn_func: k has shape (2, 7, 1, 64) and v (1, 7, 1, 64); they must match"),
+])
+def test_bad_arguments_are_named(change, message):
+    with pytest.raises(LaunchError) as e:
+        flash_attn_func(*change(*_qkv()))
+    assert str(e.value) == message
+
+
+def test_batch_mismatch_is_named():
+    q, k, v = _qkv()
+    with pytest.raises(LaunchError, match=r"^flash_attn_func: q is \(2, 5, 2, 64\) and k is \(1, 7, 1, 64\); batch and head_dim must match$"):
+        flash_attn_func(torch.cat([q, q]), k, v)
+
+
+@pytest.mark.parametrize("causal, deterministic", [(False, False), (True, True)])
+def test_cpu_forward_and_backward_match_float64(causal, deterministic):
+    q, k, v = _qkv(sq=9, sk=6, h=4, hkv=2, grad=True)  # SQ > SK: causal rows that see no key
+    dout = torch.randn(q.shape).to(q.dtype)
+    out = flash_attn_func(q, k, v, causal=causal, deterministic=deterministic)
+    got = (out, *torch.autograd.grad(out, (q, k, v), dout))
+    ref = attention_ref.with_grads(q, k, v, dout, causal, torch.float64)
+    low = attention_ref.with_grads(q, k, v, dout, causal, None)
+    for name, g, r, lo in zip(("out", "dq", "dk", "dv"), got, ref, low):
+        helpers.check_close(name, g, r, lo)
+
+
+def test_opcheck_forward():
+    q, k, v = _qkv(grad=True)
+    op = _op("fa2_fwd")
+    args = op._positional((q, k, v), {"softmax_scale": 0.125, "head_dim": 64, "causal": True})
+    torch.library.opcheck(torch.ops.kgen.fa2_fwd.default, tuple(args))
+
+
+def test_torch_compile_has_no_graph_break():
+    q, k, v = _qkv(grad=True)
+
+    def loss(q, k, v):
+        return flash_attn_func(q, k, v, causal=True).float().square().sum()
+
+    compiled = torch.compile(loss, fullgraph=True, backend="aot_eager")
+    got = compiled(q, k, v)
+    grads = torch.autograd.grad(got, (q, k, v))
+    want = loss(q, k, v)
+    want_grads = torch.autograd.grad(want, (q, k, v))
+    assert torch.equal(got, want)
+    for a, b in zip(grads, want_grads):
+        assert torch.equal(a, b)

@@ -1,0 +1,337 @@
+"""kgen.build against the checked-in generated/: it must be what `kgen build` makes today, and
+every shipped kernel must compile to code that fits the target without spills.
+
+Each (spec, target) is built once per session, as `kgen build` builds it (compiling when the
+backend's compiler is installed: the compile takes part in choosing tunables), in a forked worker
+so that two builds share the two cores; the staleness tests and the resource tests read that one
+build.
+"""
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import shutil
+import traceback
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+import kgen.build
+import kgen.ir.core
+import kgen.toolchain
+from kgen.build import BuiltVariant, build_spec, manifest
+from kgen.codegen.render import HEADERS
+from kgen.hw.descriptor import Target, load_target
+from kgen.ir.core import walk
+from kgen.knobs import knobs
+from kgen.paths import templates_dir
+from kgen.spec.load import load_spec
+from kgen.toolchain import available
+from kgen.toolchain.cuda import compile_cuda_ptx
+from kgen.toolchain.resources import parse_resource_remarks
+
+REPO = Path(__file__).resolve().parent.parent
+GENERATED = REPO / "generated"
+TARGETS = ("sm_90", "gfx942")
+# generated/ is made from the checkout's specs/ (the folder shipped_specs_dir() names in a
+# checkout), by path relative to the repository root: that path is written into every file.
+SPEC_FILES = sorted(p.name for p in (REPO / "specs").glob("*.yaml"))
+# Depend on the compiler installation, not on kgen: compared loosely.
+COMPILER_FIELDS = ("compiler", "resources")
+AMD_LDS_BYTES = 65536  # what one gfx942 workgroup can address, whatever the descriptor says
+
+
+def regenerate_command(spec_file: str, target: str) -> str:
+    return (f"kgen build specs/{spec_file} --target {target}   (run from the repository root, "
+            "with nvcc and clang-19 installed so commands and resources are recorded)")
+
+
+@dataclass
+class Build:
+    """One `kgen build` in memory, made in a worker process (so everything here pickles)."""
+
+    op: str
+    target: Target
+    variants: list[BuiltVariant]
+    manifest: dict
+    compiled: bool
+    logs: dict[str, str] = field(default_factory=dict)  # source text -> compiler output
+    has_dot: dict[str, bool] = field(default_factory=dict)  # source file -> its IR has a dot
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _build(spec_file: str, target_name: str) -> Build:
+    """What `kgen build specs/<spec_file> --target <target_name>` computes, kept in memory, with
+    the IR of each tunable choice (to know which kernels have a dot) and the compiler output of
+    each compile (the AMD spill counts are only there)."""
+    irs: dict[str, list] = {}
+    logs: dict[str, str] = {}
+    real_lower = kgen.build.lower_variant
+
+    def lower(ls, variant, *args, **kwargs):
+        tunables, kernels = real_lower(ls, variant, *args, **kwargs)
+        irs[json.dumps([variant, tunables], sort_keys=True)] = kernels
+        return tunables, kernels
+
+    def logged(compile_fn):
+        def run(source, *args, **kwargs):
+            result = compile_fn(source, *args, **kwargs)
+            # keyed by text: a tunable choice that spilled compiled under the same file name
+            logs[Path(source).read_text()] = result.log
+            return result
+        return run
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(REPO)  # generated files name the spec relative to the working directory
+        mp.setattr(kgen.build, "lower_variant", lower)
+        mp.setattr(kgen.toolchain, "compile_cuda", logged(kgen.toolchain.compile_cuda))
+        mp.setattr(kgen.toolchain, "compile_hip", logged(kgen.toolchain.compile_hip))
+        ls = load_spec(Path("specs") / spec_file)
+        target = load_target(target_name)
+        compiled = available(target.backend)
+        variants = build_spec(ls, target, ls.select_variant({}), compile=compiled)
+        doc = manifest(ls, target, variants)
+    build = Build(ls.spec.name, target, variants, doc, compiled, logs)
+    for bv in variants:
+        kernels = {k.name: k for k in irs[json.dumps([bv.variant, bv.tunables], sort_keys=True)]}
+        for bk in bv.kernels:
+            build.has_dot[bk.file] = any(op.kind == "dot" for op in walk(kernels[bk.name].body))
+    return build
+
+
+def _build_or_error(spec_file: str, target_name: str) -> Build | str:
+    try:
+        return _build(spec_file, target_name)
+    except Exception:  # kgen's errors need not pickle: hand back their text
+        return traceback.format_exc(limit=-3)
+
+
+def _builds_wanted(session: pytest.Session) -> list[tuple[str, str]]:
+    """The (spec_file, target) builds the selected tests of this module read, in run order."""
+    wanted = []
+    for item in session.items:
+        params = getattr(item, "callspec", None) and item.callspec.params
+        if item.path == Path(__file__) and params and "built" in getattr(item, "fixturenames", ()):
+            key = (params["spec_file"], params["target"])
+            if key not in wanted:
+                wanted.append(key)
+    return wanted
+
+
+@pytest.fixture(scope="module")
+def built(request):
+    """get(spec_file, target) -> Build, each built once. Builds run in forked workers, one per
+    core: compiles are single-threaded and most of this module's time. Asking for one build
+    starts the next ones the selected tests need too, so the other cores work ahead."""
+    wanted = _builds_wanted(request.session)
+    futures: dict[tuple[str, str], Future] = {}
+    pool = ProcessPoolExecutor(_cores(), mp_context=multiprocessing.get_context("fork"))
+
+    def get(spec_file: str, target: str) -> Build:
+        key = (spec_file, target)
+        ahead = wanted[wanted.index(key):][:_cores()] if key in wanted else [key]
+        for k in ahead:
+            if k not in futures:
+                futures[k] = pool.submit(_build_or_error, *k)
+        result = futures[key].result()
+        if isinstance(result, str):
+            pytest.fail(f"kgen build specs/{spec_file} --target {target} fails:\n{result}")
+        return result
+    yield get
+    pool.shutdown(cancel_futures=True)
+
+
+def require_compiler(backend: str) -> None:
+    """Skip without the backend's compiler, except in CI (CI=true), where that must fail."""
+    if available(backend):
+        return
+    hint = {"cuda": "set KGEN_NVCC or install the CUDA toolkit",
+            "hip": "install ROCm or clang-19 + lld-19, or set KGEN_HIP_CLANG"}[backend]
+    if knobs().ci:
+        pytest.fail(f"CI=true but no {backend} compiler was found ({hint})")
+    pytest.skip(f"no {backend} compiler found ({hint})")
+
+
+def _masked(doc: dict, fields: tuple[str, ...]) -> dict:
+    doc = json.loads(json.dumps(doc))
+    for v in doc.get("variants", []):
+        for k in v.get("kernels", []):
+            for f in fields:
+                k.pop(f, None)
+    return doc
+
+
+def _first_difference(old, new, path: str = "") -> str:
+    """Where two JSON values first differ, as a path like variants[0].kernels[1].command."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in list(old) + [k for k in new if k not in old]:
+            if key not in old or key not in new:
+                missing = "missing in checked-in" if key not in old else "not produced"
+                return f"{path}.{key} ({missing})".lstrip(".")
+            if old[key] != new[key]:
+                return _first_difference(old[key], new[key], f"{path}.{key}")
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        for i, (a, b) in enumerate(zip(old, new)):
+            if a != b:
+                return _first_difference(a, b, f"{path}[{i}]")
+    return f"{path.lstrip('.')}: checked-in {json.dumps(old)[:200]}, built {json.dumps(new)[:200]}"
+
+
+def _first_line_difference(old: str, new: str) -> str:
+    for i, (a, b) in enumerate(zip(old.splitlines(), new.splitlines()), 1):
+        if a != b:  # show the lines from a little before the first differing character
+            col = next((c for c, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+            start = max(0, col - 40)
+            dots = "..." if start else ""
+            return (f"line {i} col {col + 1}: checked-in {dots}{a[start:col + 60]!r}, "
+                    f"built {dots}{b[start:col + 60]!r}")
+    return f"lengths differ: {len(old.splitlines())} vs {len(new.splitlines())} lines"
+
+
+def _manifest_problem(checked_in: dict, build: Build) -> str | None:
+    # Without a compiler here the build records no commands: compare what it does record.
+    masked = COMPILER_FIELDS + (() if build.compiled else ("command",))
+    old, new = _masked(checked_in, masked), _masked(build.manifest, masked)
+    if old != new:
+        return f"differs at {_first_difference(old, new)}"
+    if build.compiled:
+        for v in checked_in["variants"]:
+            for k in v["kernels"]:
+                if not k.get("compiler") or not k.get("resources"):
+                    return f"kernel {k['name']} of {v['id']} records no compiler or resources"
+    return None
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("spec_file", SPEC_FILES)
+def test_generated_matches_build(built, spec_file, target):
+    b = built(spec_file, target)
+    folder = GENERATED / b.op / target
+    where = folder.relative_to(GENERATED.parent)
+    fix = f"regenerate with: {regenerate_command(spec_file, target)}"
+    if not folder.is_dir():
+        pytest.fail(f"{where} does not exist; {fix}")
+    expected = {Path(h).name: (templates_dir() / h).read_bytes() for h in HEADERS[b.target.backend]}
+    expected.update({k.file: k.source.encode() for bv in b.variants for k in bv.kernels})
+    problems = []
+    for name, content in expected.items():
+        path = folder / name
+        if not path.is_file():
+            problems.append(f"{where / name} is missing")
+        elif path.read_bytes() != content:
+            diff = _first_line_difference(path.read_text(errors="replace"), content.decode())
+            problems.append(f"{where / name} differs from the build ({diff})")
+    manifest_path = folder / "manifest.json"
+    if not manifest_path.is_file():
+        problems.append(f"{where / 'manifest.json'} is missing")
+    elif (problem := _manifest_problem(json.loads(manifest_path.read_text()), b)) is not None:
+        problems.append(f"{where / 'manifest.json'} {problem}")
+    produced = set(expected) | {"manifest.json"}
+    on_disk = (str(p.relative_to(folder)) for p in folder.rglob("*"))  # hidden ones too
+    extra = sorted(rel for rel in on_disk if rel not in produced)
+    if extra:
+        problems.append(f"{where} holds files the build does not produce: {', '.join(extra)}")
+    assert not problems, "generated/ is stale:\n  " + "\n  ".join(problems) + f"\n{fix}"
+
+
+def test_generated_holds_only_shipped_builds():
+    """A folder of generated/ no spec or target produces (a removed spec, a leftover .old) fails."""
+    ops = {load_spec(REPO / "specs" / f).spec.name for f in SPEC_FILES}
+    extra = [str(p.relative_to(GENERATED.parent)) for p in sorted(GENERATED.iterdir())
+             if p.name not in ops]
+    for op in sorted(ops & {p.name for p in GENERATED.iterdir()}):
+        extra += [str(p.relative_to(GENERATED.parent)) for p in sorted((GENERATED / op).iterdir())
+                  if p.name not in TARGETS]
+    assert not extra, ("generated/ holds what no shipped spec and target builds: "
+                       f"{', '.join(extra)}; delete it (git rm -r), or rebuild with "
+                       "`kgen build specs/<spec>.yaml --target <sm_90|gfx942>` from the repository "
+                       "root")
+
+
+def _kernels(b: Build):
+    for bv in b.variants:
+        for k in bv.kernels:
+            yield f"{k.file} ({k.name}, {bv.id})", k
+
+
+@pytest.mark.parametrize("target", ["gfx942"])
+@pytest.mark.parametrize("spec_file", SPEC_FILES)
+def test_gfx942_kernels_fit(built, spec_file, target):
+    require_compiler("hip")
+    b = built(spec_file, target)
+    limit = b.target.lds_bytes_per_block
+    problems = []
+    for label, k in _kernels(b):
+        r = k.resources
+        remarks = parse_resource_remarks(b.logs.get(k.source, "")).get(k.name, {})
+        if r is None or not remarks:
+            problems.append(f"{label}: the compiler reported no resources for the kernel")
+            continue
+        if r["shared_bytes"] > min(AMD_LDS_BYTES, limit):
+            problems.append(f"{label}: LDS {r['shared_bytes']} bytes > {min(AMD_LDS_BYTES, limit)}")
+        if r["spill_bytes"] != 0:
+            problems.append(f"{label}: private segment (scratch) {r['spill_bytes']} bytes, expected 0")
+        # SGPR spills are not checked: the compiler parks scalar registers in lanes of a VGPR
+        # (v_writelane/v_readlane), which costs instructions but no memory; kernels with many
+        # tensors (attention's backward has eleven, each a 64-bit pointer and strides) do that.
+        # A VGPR spill or any scratch goes to memory, and is what must be zero.
+        for key in ("VGPRs Spill", "ScratchSize [bytes/lane]"):
+            if remarks.get(key) != "0":
+                problems.append(f"{label}: {key} is {remarks.get(key)}, expected 0")
+        if b.has_dot[k.file] and not any(i.startswith("v_mfma") for i in r["matrix_instrs"]):
+            problems.append(f"{label}: has a dot but no v_mfma_* in the ISA "
+                            f"(found {r['matrix_instrs']}, disassembler {r['disasm_tool']})")
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("target", ["sm_90"])
+@pytest.mark.parametrize("spec_file", SPEC_FILES)
+def test_sm90_kernels_fit(built, spec_file, target, tmp_path):
+    require_compiler("cuda")
+    b = built(spec_file, target)
+    limit = b.target.lds_bytes_per_block
+    for h in HEADERS["cuda"]:
+        shutil.copy(templates_dir() / h, tmp_path / Path(h).name)
+    problems, need_ptx = [], []
+    for label, k in _kernels(b):
+        r = k.resources
+        if r is None:
+            problems.append(f"{label}: ptxas reported no resources for the kernel")
+            continue
+        # smem is dynamic (extern __shared__, k.shared_bytes at launch) plus ptxas's static count
+        if r["shared_bytes"] + k.shared_bytes > limit:
+            problems.append(f"{label}: shared memory {r['shared_bytes']} static + {k.shared_bytes} "
+                            f"dynamic bytes > {limit}")
+        if r["spill_bytes"] != 0 or r["stack_bytes"] != 0:
+            problems.append(f"{label}: {r['spill_bytes']} bytes spilled, {r['stack_bytes']} bytes "
+                            "stack, expected 0")
+        if not b.has_dot[k.file]:
+            continue
+        if r["disasm_tool"] is not None:
+            if not any(i.split(".")[0] in ("HMMA", "HGMMA") for i in r["matrix_instrs"]):
+                problems.append(f"{label}: has a dot but no HMMA/HGMMA in the SASS "
+                                f"({r['matrix_instrs']})")
+        else:  # no cuobjdump / nvdisasm here: the PTX still shows the instruction chosen
+            (tmp_path / k.file).write_text(k.source)
+            need_ptx.append((label, tmp_path / k.file))
+    # compile_cuda_ptx leaves the working directory alone, so threads can run nvcc side by side
+    with ThreadPoolExecutor(_cores()) as pool:
+        ptxs = list(pool.map(lambda src: compile_cuda_ptx(src, b.target.compiler_arch),
+                             [src for _, src in need_ptx]))
+    problems += [f"{label}: has a dot but no mma.sync.aligned.m16n8k16 in its PTX"
+                 for (label, _), ptx in zip(need_ptx, ptxs) if "mma.sync.aligned.m16n8k16" not in ptx]
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("spec_file", ["matmul.yaml", "matmul_bwd.yaml"])
+def test_matmul_kernels_have_dots(built, spec_file, target):
+    """The tensor-core checks above only bite on kernels with a dot: make sure these have one."""
+    b = built(spec_file, target)
+    assert b.has_dot and all(b.has_dot.values()), b.has_dot
