@@ -44,6 +44,11 @@ def _flex(q, k, v, causal):
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     if "fn" not in _flex_cache:
+        # one compiled graph per shape: raise dynamo's recompile limit (8 by default), past which
+        # it silently falls back to the unfused eager flex_attention and times that instead
+        torch._dynamo.config.cache_size_limit = 256
+        if hasattr(torch._dynamo.config, "recompile_limit"):
+            torch._dynamo.config.recompile_limit = 256
         _flex_cache["fn"] = torch.compile(flex_attention, dynamic=False)
     mask = None
     if causal:
@@ -121,6 +126,9 @@ def main() -> None:
                     rec["ratio_fwd"] = fa["fwd_ms"] / kg["fwd_ms"]
                     rec["ratio_bwd"] = fa["bwd_ms"] / kg["bwd_ms"]
                 rows.append(rec)
+                if args.json:  # after every row, so a run cut short still leaves its rows
+                    args.json.write_text(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                                                     "partial": True, "rows": rows}, indent=1))
                 cells = " ".join(f"{n}={r.get('fwd_tflops', float('nan')):.0f}/{r.get('bwd_tflops', float('nan')):.0f}"
                                  for n, r in ((n, rec[n]) for n in provs))
                 print(f"D={d} S={s} causal={causal}: TFLOP/s fwd/bwd {cells} "

@@ -163,8 +163,12 @@ class Emitter:
         lay = src.layout
         r, c = (f"({thread_coord(lay, d)}) + ({reg_coord(lay, d)})" for d in (0, 1))
         slot = f"({r}) * {op.attrs['ld']} + ({c})" if role == "a" else f"({c}) * {op.attrs['ld']} + ({r})"
+        # K is the contiguous dim in shared memory (dim 1 of an A operand, dim 0 of a B operand):
+        # registers that run along it are stored as one vector of up to 16 bytes (rows are
+        # padded to 16 bytes, buffers 16-byte aligned, so such a vector never straddles)
+        vec = vector_width(lay, 1 if role == "a" else 0, 16 // ELEM_BYTES[src.dtype])
         return {"out": {"name": name(op.result)}, "src": name(src), "n": lay.nregs, "offset": op.attrs["smem_offset"],
-                "ctype": CTYPE[src.dtype], "slot": slot,
+                "ctype": CTYPE[src.dtype], "slot": slot, "vec": vec,
                 "sync_before": op.attrs.get("sync_before", True), "sync_after": op.attrs.get("sync_after", True)}
 
     def op_dot(self, op):

@@ -159,8 +159,9 @@ class Builder:
         shape = (a.shape[0], b.shape[1])
         if acc is None:
             acc = self.full(shape, 0.0, "fp32")
-        elif acc.shape != shape or acc.dtype != "fp32":
-            raise self.fail(f"dot(a, b, acc): acc must be an fp32 tile of shape {list(shape)}, got {acc.type_str()}")
+        elif not isinstance(acc, Value) or acc.shape != shape or acc.dtype != "fp32":
+            got = acc.type_str() if isinstance(acc, Value) else repr(acc)
+            raise self.fail(f"dot(a, b, acc): acc must be an fp32 tile of shape {list(shape)}, got {got}")
         return self.emit("dot", [a, b, acc], [Value(shape, "fp32")]).result
 
 

@@ -108,6 +108,9 @@ class _Parser:
         if not 1 <= len(args) <= 3:
             raise self.fail(s.iter, "range() takes 1 to 3 arguments")
         start, stop, step = (0, args[0], 1) if len(args) == 1 else (args[0], args[1], args[2] if len(args) == 3 else 1)
+        # generated loops test `i < stop`: a step must be a positive number known at compile time
+        if isinstance(step, Value) or isinstance(step, bool) or not isinstance(step, int) or step <= 0:
+            raise self.fail(s.iter, f"range()'s step must be a positive integer known at compile time, got {step!r}")
         bounds = [self.b.as_value(x, "int32") for x in (start, stop, step)]
         for x in bounds:
             if x.dtype != "int32" or not x.is_scalar:

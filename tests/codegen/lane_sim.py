@@ -242,11 +242,24 @@ class ProgramSim:
         op = self.staged[name]
         size = op.attrs["bytes"] // ELEM_BYTES[op.result.dtype]
         self.note(f"{c['ctype']}* {name} = reinterpret_cast<{c['ctype']}*>(smem + {c['offset']});")
-        self.note(f"for (int e = 0; e < {n}; ++e) {name}[{c['slot']}] = {c['src']}[e];")
-        slot = self.grid_shape(self.ev(c["slot"], e=np.arange(n).reshape(1, 1, n)), n)
-        self._check_range(f"stage {name}", slot, size)
+        vec = c["vec"]
         buf = np.full(size, np.nan)  # NaN: a slot this round does not write cannot pass for data
-        buf[slot] = src
+        if vec == 1:
+            self.note(f"for (int e = 0; e < {n}; ++e) {name}[{c['slot']}] = {c['src']}[e];")
+            slot = self.grid_shape(self.ev(c["slot"], e=np.arange(n).reshape(1, 1, n)), n)
+            self._check_range(f"stage {name}", slot, size)
+            buf[slot] = src
+        else:
+            # copy_vec<vec>: registers e .. e+vec-1 go to vec consecutive slots from slot(e),
+            # which must be aligned to the vector
+            self.note(f"for (int e = 0; e < {n}; e += {vec}) kg::copy_vec<{vec}>(&{name}[{c['slot']}], &{c['src']}[e]);")
+            starts = np.arange(0, n, vec)
+            slot = self.grid_shape(self.ev(c["slot"], e=starts.reshape(1, 1, -1)), len(starts))
+            if (slot % vec).any():
+                raise SimError(f"stage {name}: a {vec}-element vector store starts at a slot that is not a multiple of {vec}")
+            for v in range(vec):
+                self._check_range(f"stage {name}", slot + v, size)
+                buf[slot + v] = src[:, :, starts + v]
         self.smem[name] = buf
 
     def _fragment(self, c, which: str, rep: str, nrep: int, ks: int) -> np.ndarray:

@@ -71,3 +71,21 @@ def test_block_size_not_a_compile_time_integer(tmp_path, size, got):
 def test_call_with_the_wrong_number_of_arguments(tmp_path, line, expected):
     p, e = error_of(tmp_path, line + "\n")
     assert str(e) == f"{p}:{expected}"
+
+
+
+def test_dot_accumulator_must_be_a_tile(tmp_path):
+    p, e = error_of(tmp_path, """\
+        a = zeros((16, 16), bf16)
+        c = dot(a, a, 0.0)
+    """)
+    assert str(e) == f"{p}:14:11: dot(a, b, acc): acc must be an fp32 tile of shape [16, 16], got 0.0"
+
+
+def test_range_step_must_be_a_positive_constant(tmp_path):
+    # the interpreter would run a negative step as Python does; generated loops test i < stop
+    p, e = error_of(tmp_path, """\
+        for i in range(4, 0, -1):
+            pass
+    """)
+    assert str(e) == f"{p}:13:16: range()'s step must be a positive integer known at compile time, got -1"

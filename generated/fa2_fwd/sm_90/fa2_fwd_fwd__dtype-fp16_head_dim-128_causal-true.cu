@@ -124,7 +124,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_fwd_fwd(const kg::fp16* __restrict__ t
   kg::fp16* v41 = reinterpret_cast<kg::fp16*>(smem + 18432);
   kg::sync();
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v41[((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4) + (((e >> 3) & 1) * 8 + ((e >> 4) & 1) * 16 + ((e >> 5) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))] = v17[e];
+  for (int e = 0; e < 64; e += 8) kg::copy_vec<8>(&v41[((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4) + (((e >> 3) & 1) * 8 + ((e >> 4) & 1) * 16 + ((e >> 5) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v17[e]);
   kg::sync();
   // spec: specs/fa2_fwd.yaml:45:50
   int (&v42)[2] = v15;
@@ -176,7 +176,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_fwd_fwd(const kg::fp16* __restrict__ t
     kg::fp16* v53 = reinterpret_cast<kg::fp16*>(smem + 0);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 64; ++e) v53[((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4) + (((e >> 3) & 1) * 8 + ((e >> 4) & 1) * 16 + ((e >> 5) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))] = v51[e];
+    for (int e = 0; e < 64; e += 8) kg::copy_vec<8>(&v53[((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4) + (((e >> 3) & 1) * 8 + ((e >> 4) & 1) * 16 + ((e >> 5) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v51[e]);
     kg::sync();
     // spec: specs/fa2_fwd.yaml:41:15
     float (&v54)[32] = v52;
@@ -382,7 +382,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_fwd_fwd(const kg::fp16* __restrict__ t
     kg::fp16* v93 = reinterpret_cast<kg::fp16*>(smem + 35840);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v93[((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) * 72 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v90[e];
+    for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v93[((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) * 72 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))], &v90[e]);
 
     // spec: specs/fa2_fwd.yaml:52:40
     kg::fp16* v94 = reinterpret_cast<kg::fp16*>(smem + 0);

@@ -98,7 +98,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_fwd_fwd(const kg::fp16* __restrict__ t
   kg::fp16* v28 = reinterpret_cast<kg::fp16*>(smem + 0);
   kg::sync();
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v28[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))] = v16[e];
+  for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v28[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v16[e]);
   kg::sync();
   // spec: specs/fa2_fwd.yaml:40:7
 
@@ -148,7 +148,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_fwd_fwd(const kg::fp16* __restrict__ t
     kg::fp16* v39 = reinterpret_cast<kg::fp16*>(smem + 9216);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v39[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))] = v37[e];
+    for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v39[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v37[e]);
     kg::sync();
     // spec: specs/fa2_fwd.yaml:41:15
     float (&v40)[32] = v38;
@@ -330,7 +330,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_fwd_fwd(const kg::fp16* __restrict__ t
     kg::fp16* v72 = reinterpret_cast<kg::fp16*>(smem + 9216);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v72[((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) * 72 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v69[e];
+    for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v72[((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) * 72 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))], &v69[e]);
 
     // spec: specs/fa2_fwd.yaml:52:40
     kg::fp16* v73 = reinterpret_cast<kg::fp16*>(smem + 18432);

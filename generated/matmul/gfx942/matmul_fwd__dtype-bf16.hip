@@ -86,7 +86,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void matmul_fwd
     kg::bf16* v15 = reinterpret_cast<kg::bf16*>(smem + 0);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v15[((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (0)) * 40 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))] = v13[e];
+    for (int e = 0; e < 8; e += 8) kg::copy_vec<8>(&v15[((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (0)) * 40 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v13[e]);
 
     // spec: specs/matmul.yaml:21:17
     kg::bf16* v16 = reinterpret_cast<kg::bf16*>(smem + 5120);
