@@ -3,8 +3,8 @@
 #include "kgen_hip.h"
 #include "kgen_tile.h"
 
-KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_fwd_fwd(const kg::bf16* __restrict__ t_q, int64_t stride_q_0, int64_t stride_q_1, int64_t stride_q_2, const kg::bf16* __restrict__ t_k, int64_t stride_k_0, int64_t stride_k_1, int64_t stride_k_2, const kg::bf16* __restrict__ t_v, int64_t stride_v_0, int64_t stride_v_1, int64_t stride_v_2, kg::bf16* __restrict__ t_o, int64_t stride_o_0, int64_t stride_o_1, int64_t stride_o_2, float* __restrict__ t_lse, int64_t stride_lse_0, int64_t stride_lse_1, int size_B, int size_SQ, int size_SK, int size_H, int size_HKV, float scalar_softmax_scale) {
-  KG_SHARED __attribute__((aligned(16))) char smem[27648];
+KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fwd(const kg::bf16* __restrict__ t_q, int64_t stride_q_0, int64_t stride_q_1, int64_t stride_q_2, const kg::bf16* __restrict__ t_k, int64_t stride_k_0, int64_t stride_k_1, int64_t stride_k_2, const kg::bf16* __restrict__ t_v, int64_t stride_v_0, int64_t stride_v_1, int64_t stride_v_2, kg::bf16* __restrict__ t_o, int64_t stride_o_0, int64_t stride_o_1, int64_t stride_o_2, float* __restrict__ t_lse, int64_t stride_lse_0, int64_t stride_lse_1, int size_B, int size_SQ, int size_SK, int size_H, int size_HKV, float scalar_softmax_scale) {
+  KG_SHARED __attribute__((aligned(16))) char smem[46080];
   const int lane = kg::thread_id() % kg::WAVE;
   const int warp = __builtin_amdgcn_readfirstlane(kg::thread_id() / kg::WAVE);
   
@@ -33,13 +33,13 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_fwd_fw
   // spec: specs/fa2_fwd.yaml:31:14
   const int v11 = kg::block_id_x();
   // spec: specs/fa2_fwd.yaml:31:14
-  const int v12 = 64;
+  const int v12 = 128;
   // spec: specs/fa2_fwd.yaml:31:14
   const int v13 = (v11 * v12);
   // spec: specs/fa2_fwd.yaml:31:40
   int v14[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v14[e] = (((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16);
+  for (int e = 0; e < 16; ++e) v14[e] = (((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16);
   // spec: specs/fa2_fwd.yaml:31:14
   int v15[16];
   #pragma unroll
@@ -51,11 +51,11 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_fwd_fw
   {
     const kg::bf16* p_ = t_q + ((int64_t)(v6) * stride_q_0 + (int64_t)(v8) * stride_q_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-    const int t0_ = v16 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
+    const int t0_ = v16 * 128 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32;
     const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
   #pragma unroll
     for (int e = 0; e < 16; e += 8) {
-      const int i0_ = t0_ + ((e >> 3) & 1) * 32;
+      const int i0_ = t0_ + ((e >> 3) & 1) * 64;
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
       const int64_t off_ = (int64_t)i0_ * stride_q_1 + (int64_t)i1_ * 1;
       const bool in_ = i0_ < (size_SQ) && i1_ + 8 <= (64);
@@ -87,7 +87,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_fwd_fw
   // spec: specs/fa2_fwd.yaml:36:38
   const int v26 = (v24 + v25);
   // spec: specs/fa2_fwd.yaml:36:37
-  const int v27 = 64;
+  const int v27 = 128;
   // spec: specs/fa2_fwd.yaml:36:37
   const int v28 = (v26 * v27);
   // spec: specs/fa2_fwd.yaml:36:37
@@ -124,7 +124,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_fwd_fw
   kg::bf16* v41 = reinterpret_cast<kg::bf16*>(smem + 0);
   kg::sync();
   #pragma unroll
-  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v41[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v17[e]);
+  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v41[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (((e >> 3) & 1) * 64)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v17[e]);
   kg::sync();
   // spec: specs/fa2_fwd.yaml:45:50
   int (&v42)[16] = v15;
@@ -145,15 +145,15 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_fwd_fw
     float (&v49)[16] = v45;
     
     // spec: specs/fa2_fwd.yaml:41:23
-    kg::bf16 v50[16];
+    kg::bf16 v50[8];
     {
       const kg::bf16* p_ = t_k + ((int64_t)(v6) * stride_k_0 + (int64_t)(v10) * stride_k_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
-      const int t0_ = v46 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
+      const int t0_ = v46 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32;
       const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
     #pragma unroll
-      for (int e = 0; e < 16; e += 8) {
-        const int i0_ = t0_ + ((e >> 3) & 1) * 32;
+      for (int e = 0; e < 8; e += 8) {
+        const int i0_ = t0_ + 0;
         const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
         const int64_t off_ = (int64_t)i0_ * stride_k_1 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_SK) && i1_ + 8 <= (64);
@@ -167,16 +167,16 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_fwd_fw
       }
     }
     // spec: specs/fa2_fwd.yaml:41:23
-    kg::bf16 (&v51)[16] = v50;
+    kg::bf16 (&v51)[8] = v50;
     // spec: specs/fa2_fwd.yaml:41:15
     float v52[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v52[e] = 0.0f;
     // spec: specs/fa2_fwd.yaml:41:15
-    kg::bf16* v53 = reinterpret_cast<kg::bf16*>(smem + 9216);
+    kg::bf16* v53 = reinterpret_cast<kg::bf16*>(smem + 18432);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v53[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v51[e]);
+    for (int e = 0; e < 8; e += 8) kg::copy_vec<8>(&v53[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (0)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v51[e]);
     kg::sync();
     // spec: specs/fa2_fwd.yaml:41:15
     float (&v54)[16] = v52;
@@ -277,15 +277,15 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_fwd_fw
       for (int e = 0; e < 16; ++e) { const float a_ = r72[e], b_ = kg::shfl_xor(a_, 8); r72[e] = kg::max_(a_, b_); }
     #pragma unroll
       for (int e = 0; e < 16; ++e) { const float a_ = r72[e], b_ = kg::shfl_xor(a_, 16); r72[e] = kg::max_(a_, b_); }
-      float* scratch_ = reinterpret_cast<float*>(smem + 9216);
+      float* scratch_ = reinterpret_cast<float*>(smem + 18432);
       kg::sync();
     #pragma unroll
-      for (int e = 0; e < 16; ++e) scratch_[warp * 64 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = r72[e];
+      for (int e = 0; e < 16; ++e) scratch_[warp * 128 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = r72[e];
       kg::sync();
     #pragma unroll
       for (int e = 0; e < 16; ++e) {
-        float a_ = scratch_[(warp ^ 0) * 64 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1];
-        { const float b_ = scratch_[(warp ^ 1) * 64 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1]; a_ = kg::max_(a_, b_); }
+        float a_ = scratch_[(warp ^ 0) * 128 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1];
+        { const float b_ = scratch_[(warp ^ 1) * 128 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1]; a_ = kg::max_(a_, b_); }
         r72[e] = a_;
       }
     #pragma unroll
@@ -354,15 +354,15 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_fwd_fw
       for (int e = 0; e < 16; ++e) { const float a_ = r85[e], b_ = kg::shfl_xor(a_, 8); r85[e] = a_ + b_; }
     #pragma unroll
       for (int e = 0; e < 16; ++e) { const float a_ = r85[e], b_ = kg::shfl_xor(a_, 16); r85[e] = a_ + b_; }
-      float* scratch_ = reinterpret_cast<float*>(smem + 9216);
+      float* scratch_ = reinterpret_cast<float*>(smem + 18432);
       kg::sync();
     #pragma unroll
-      for (int e = 0; e < 16; ++e) scratch_[warp * 64 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = r85[e];
+      for (int e = 0; e < 16; ++e) scratch_[warp * 128 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = r85[e];
       kg::sync();
     #pragma unroll
       for (int e = 0; e < 16; ++e) {
-        float a_ = scratch_[(warp ^ 0) * 64 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1];
-        { const float b_ = scratch_[(warp ^ 1) * 64 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1]; a_ = a_ + b_; }
+        float a_ = scratch_[(warp ^ 0) * 128 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1];
+        { const float b_ = scratch_[(warp ^ 1) * 128 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1]; a_ = a_ + b_; }
         r85[e] = a_;
       }
     #pragma unroll
@@ -387,15 +387,15 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_fwd_fw
     #pragma unroll
     for (int e = 0; e < 16; ++e) v90[e] = kg::cvt<kg::bf16>(v81[e]);
     // spec: specs/fa2_fwd.yaml:52:57
-    kg::bf16 v91[16];
+    kg::bf16 v91[8];
     {
       const kg::bf16* p_ = t_v + ((int64_t)(v6) * stride_v_0 + (int64_t)(v10) * stride_v_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-      const int t0_ = v46 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
+      const int t0_ = v46 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32;
       const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
     #pragma unroll
-      for (int e = 0; e < 16; e += 8) {
-        const int i0_ = t0_ + ((e >> 3) & 1) * 32;
+      for (int e = 0; e < 8; e += 8) {
+        const int i0_ = t0_ + 0;
         const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
         const int64_t off_ = (int64_t)i0_ * stride_v_1 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_SK) && i1_ + 8 <= (64);
@@ -413,15 +413,15 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_fwd_fw
     #pragma unroll
     for (int e = 0; e < 16; ++e) v92[e] = 0.0f;
     // spec: specs/fa2_fwd.yaml:52:40
-    kg::bf16* v93 = reinterpret_cast<kg::bf16*>(smem + 9216);
+    kg::bf16* v93 = reinterpret_cast<kg::bf16*>(smem + 18432);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v93[((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 72 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0))] = v90[e];
+    for (int e = 0; e < 16; ++e) v93[((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 72 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0))] = v90[e];
 
     // spec: specs/fa2_fwd.yaml:52:40
-    kg::bf16* v94 = reinterpret_cast<kg::bf16*>(smem + 18432);
+    kg::bf16* v94 = reinterpret_cast<kg::bf16*>(smem + 36864);
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v94[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32))] = v91[e];
+    for (int e = 0; e < 8; ++e) v94[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (0))] = v91[e];
     kg::sync();
     // spec: specs/fa2_fwd.yaml:52:40
     float (&v95)[16] = v92;
@@ -499,7 +499,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_fwd_fw
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_o + ((int64_t)(v6) * stride_o_0 + (int64_t)(v8) * stride_o_2);
     const bool aligned_ = false;
-    const int t0_ = v105 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
+    const int t0_ = v105 * 128 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
     const int t1_ = 0 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32;
   #pragma unroll
     for (int e = 0; e < 16; e += 1) {
@@ -547,7 +547,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_fwd_fw
   if ((lane & 31) == 0 && (warp & 1) == 0) {
     float* p_ = t_lse + ((int64_t)(v6) * stride_lse_0 + (int64_t)(v8) * stride_lse_1);
     const bool aligned_ = kg::aligned(p_, 16) && stride_lse_0 % 4 == 0 && stride_lse_1 % 4 == 0;
-    const int t0_ = v114 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
+    const int t0_ = v114 * 128 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
   #pragma unroll
     for (int e = 0; e < 16; e += 4) {
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;

@@ -3,7 +3,7 @@
 #include "kgen_hip.h"
 #include "kgen_tile.h"
 
-KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_fwd_fwd(const kg::fp16* __restrict__ t_q, int64_t stride_q_0, int64_t stride_q_1, int64_t stride_q_2, const kg::fp16* __restrict__ t_k, int64_t stride_k_0, int64_t stride_k_1, int64_t stride_k_2, const kg::fp16* __restrict__ t_v, int64_t stride_v_0, int64_t stride_v_1, int64_t stride_v_2, kg::fp16* __restrict__ t_o, int64_t stride_o_0, int64_t stride_o_1, int64_t stride_o_2, float* __restrict__ t_lse, int64_t stride_lse_0, int64_t stride_lse_1, int size_B, int size_SQ, int size_SK, int size_H, int size_HKV, float scalar_softmax_scale) {
+KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fwd(const kg::fp16* __restrict__ t_q, int64_t stride_q_0, int64_t stride_q_1, int64_t stride_q_2, const kg::fp16* __restrict__ t_k, int64_t stride_k_0, int64_t stride_k_1, int64_t stride_k_2, const kg::fp16* __restrict__ t_v, int64_t stride_v_0, int64_t stride_v_1, int64_t stride_v_2, kg::fp16* __restrict__ t_o, int64_t stride_o_0, int64_t stride_o_1, int64_t stride_o_2, float* __restrict__ t_lse, int64_t stride_lse_0, int64_t stride_lse_1, int size_B, int size_SQ, int size_SK, int size_H, int size_HKV, float scalar_softmax_scale) {
   KG_SHARED __attribute__((aligned(16))) char smem[45056];
   const int lane = kg::thread_id() % kg::WAVE;
   const int warp = __builtin_amdgcn_readfirstlane(kg::thread_id() / kg::WAVE);
@@ -45,15 +45,15 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_fwd_fw
   // spec: specs/fa2_fwd.yaml:32:28
   const int v15 = kg::block_id_x();
   // spec: specs/fa2_fwd.yaml:32:12
-  kg::fp16 v16[32];
+  kg::fp16 v16[16];
   {
     const kg::fp16* p_ = t_q + ((int64_t)(v5) * stride_q_0 + (int64_t)(v7) * stride_q_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-    const int t0_ = v15 * 64 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
+    const int t0_ = v15 * 64 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16;
     const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
   #pragma unroll
-    for (int e = 0; e < 32; e += 8) {
-      const int i0_ = t0_ + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
+    for (int e = 0; e < 16; e += 8) {
+      const int i0_ = t0_ + ((e >> 3) & 1) * 32;
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
       const int64_t off_ = (int64_t)i0_ * stride_q_1 + (int64_t)i1_ * 1;
       const bool in_ = i0_ < (size_SQ) && i1_ + 8 <= (128);
@@ -79,17 +79,17 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_fwd_fw
   // spec: specs/fa2_fwd.yaml:34:14
   const int v22 = (kg::floordiv(v20, v21));
   // spec: specs/fa2_fwd.yaml:37:11
-  float v23[16];
+  float v23[4];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v23[e] = -kg::inf();
+  for (int e = 0; e < 4; ++e) v23[e] = -kg::inf();
   // spec: specs/fa2_fwd.yaml:38:11
-  float v24[16];
+  float v24[4];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v24[e] = 0.0f;
+  for (int e = 0; e < 4; ++e) v24[e] = 0.0f;
   // spec: specs/fa2_fwd.yaml:39:13
-  float v25[32];
+  float v25[16];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v25[e] = 0.0f;
+  for (int e = 0; e < 16; ++e) v25[e] = 0.0f;
   // spec: specs/fa2_fwd.yaml:40:22
   const int v26 = 0;
   // spec: specs/fa2_fwd.yaml:40:22
@@ -98,34 +98,34 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_fwd_fw
   kg::fp16* v28 = reinterpret_cast<kg::fp16*>(smem + 18432);
   kg::sync();
   #pragma unroll
-  for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v28[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v16[e]);
+  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v28[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16) + (((e >> 3) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v16[e]);
   kg::sync();
   // spec: specs/fa2_fwd.yaml:40:7
 
-  float v29[16];
+  float v29[4];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v29[e] = v24[e];
-  float v30[32];
+  for (int e = 0; e < 4; ++e) v29[e] = v24[e];
+  float v30[16];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v30[e] = v25[e];
-  float v31[16];
+  for (int e = 0; e < 16; ++e) v30[e] = v25[e];
+  float v31[4];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v31[e] = v23[e];
+  for (int e = 0; e < 4; ++e) v31[e] = v23[e];
   for (int v32 = v26; v32 < v22; v32 += v27) {
-    float (&v33)[16] = v29;
-    float (&v34)[32] = v30;
-    float (&v35)[16] = v31;
+    float (&v33)[4] = v29;
+    float (&v34)[16] = v30;
+    float (&v35)[4] = v31;
     
     // spec: specs/fa2_fwd.yaml:41:23
-    kg::fp16 v36[32];
+    kg::fp16 v36[16];
     {
       const kg::fp16* p_ = t_k + ((int64_t)(v5) * stride_k_0 + (int64_t)(v9) * stride_k_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
-      const int t0_ = v32 * 64 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
+      const int t0_ = v32 * 64 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16;
       const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
     #pragma unroll
-      for (int e = 0; e < 32; e += 8) {
-        const int i0_ = t0_ + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
+      for (int e = 0; e < 16; e += 8) {
+        const int i0_ = t0_ + ((e >> 3) & 1) * 32;
         const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
         const int64_t off_ = (int64_t)i0_ * stride_k_1 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_SK) && i1_ + 8 <= (128);
@@ -139,240 +139,19 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_fwd_fw
       }
     }
     // spec: specs/fa2_fwd.yaml:41:23
-    kg::fp16 (&v37)[32] = v36;
+    kg::fp16 (&v37)[16] = v36;
     // spec: specs/fa2_fwd.yaml:41:15
-    float v38[16];
+    float v38[8];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v38[e] = 0.0f;
+    for (int e = 0; e < 8; ++e) v38[e] = 0.0f;
     // spec: specs/fa2_fwd.yaml:41:15
     kg::fp16* v39 = reinterpret_cast<kg::fp16*>(smem + 0);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v39[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v37[e]);
+    for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v39[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16) + (((e >> 3) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v37[e]);
     kg::sync();
     // spec: specs/fa2_fwd.yaml:41:15
-    float (&v40)[16] = v38;
-    #pragma unroll
-    for (int ks = 0; ks < 16; ++ks) {
-      alignas(16) kg::fp16 fa_[1][4];
-      alignas(16) kg::fp16 fb_[1][4];
-    #pragma unroll
-      for (int rm = 0; rm < 1; ++rm)
-    #pragma unroll
-        for (int i = 0; i < 4; i += 4)
-          kg::copy_vec<4>(&fa_[rm][i], &v28[((warp / 2) * 32 + rm * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 136 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-    #pragma unroll
-      for (int rn = 0; rn < 1; ++rn)
-    #pragma unroll
-        for (int i = 0; i < 4; i += 4)
-          kg::copy_vec<4>(&fb_[rn][i], &v39[((warp % 2) * 32 + rn * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 136 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-    #pragma unroll
-      for (int rm = 0; rm < 1; ++rm)
-    #pragma unroll
-        for (int rn = 0; rn < 1; ++rn)
-          kg::mfma_32x32x8_fp16(&v40[(rm * 1 + rn) * 16], fa_[rm], fb_[rn]);
-    }
-    // spec: specs/fa2_fwd.yaml:41:15
-    float v41[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v41[e] = (v40[e] * v18);
-    // spec: specs/fa2_fwd.yaml:42:18
-    const int v42 = 64;
-    // spec: specs/fa2_fwd.yaml:42:18
-    const int v43 = (v32 * v42);
-    // spec: specs/fa2_fwd.yaml:42:32
-    int v44[1];
-    #pragma unroll
-    for (int e = 0; e < 1; ++e) v44[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0);
-    // spec: specs/fa2_fwd.yaml:42:18
-    int v45[1];
-    #pragma unroll
-    for (int e = 0; e < 1; ++e) v45[e] = (v43 + v44[e]);
-    // spec: specs/fa2_fwd.yaml:43:19
-    int (&v46)[1] = v45;
-    // spec: specs/fa2_fwd.yaml:43:19
-    bool v47[1];
-    #pragma unroll
-    for (int e = 0; e < 1; ++e) v47[e] = (v46[e] < v0);
-    // spec: specs/fa2_fwd.yaml:46:15
-    const float v48 = -kg::inf();
-    // spec: specs/fa2_fwd.yaml:46:15
-    bool v49[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v49[e] = v47[0];
-    // spec: specs/fa2_fwd.yaml:46:15
-    float v50[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v50[e] = (v49[e] ? v41[e] : v48);
-    // spec: specs/fa2_fwd.yaml:47:30
-    float v51[16];
-    {
-      float r51[16];
-    #pragma unroll
-      for (int e = 0; e < 16; ++e) r51[e] = -kg::inf();
-    #pragma unroll
-      for (int e = 0; e < 16; ++e) {
-        const float a_ = r51[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8], b_ = (float)(v50[e]);
-        r51[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8] = kg::max_(a_, b_);
-      }
-    #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r51[e], b_ = kg::shfl_xor(a_, 1); r51[e] = kg::max_(a_, b_); }
-    #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r51[e], b_ = kg::shfl_xor(a_, 2); r51[e] = kg::max_(a_, b_); }
-    #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r51[e], b_ = kg::shfl_xor(a_, 4); r51[e] = kg::max_(a_, b_); }
-    #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r51[e], b_ = kg::shfl_xor(a_, 8); r51[e] = kg::max_(a_, b_); }
-    #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r51[e], b_ = kg::shfl_xor(a_, 16); r51[e] = kg::max_(a_, b_); }
-      float* scratch_ = reinterpret_cast<float*>(smem + 0);
-      kg::sync();
-    #pragma unroll
-      for (int e = 0; e < 16; ++e) scratch_[warp * 64 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = r51[e];
-      kg::sync();
-    #pragma unroll
-      for (int e = 0; e < 16; ++e) {
-        float a_ = scratch_[(warp ^ 0) * 64 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1];
-        { const float b_ = scratch_[(warp ^ 1) * 64 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1]; a_ = kg::max_(a_, b_); }
-        r51[e] = a_;
-      }
-    #pragma unroll
-      for (int e = 0; e < 16; ++e) v51[e] = kg::cvt<float>(r51[e]);
-    }
-    // spec: specs/fa2_fwd.yaml:47:19
-    float v52[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v52[e] = (kg::max_(v35[e], v51[e]));
-    // spec: specs/fa2_fwd.yaml:48:25
-    const float v53 = -kg::inf();
-    // spec: specs/fa2_fwd.yaml:48:25
-    bool v54[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v54[e] = (v52[e] == v53);
-    // spec: specs/fa2_fwd.yaml:48:19
-    const float v55 = 0.0f;
-    // spec: specs/fa2_fwd.yaml:48:19
-    float v56[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v56[e] = (v54[e] ? v55 : v52[e]);
-    // spec: specs/fa2_fwd.yaml:49:24
-    float (&v57)[16] = v56;
-    // spec: specs/fa2_fwd.yaml:49:20
-    float v58[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v58[e] = v57[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-    // spec: specs/fa2_fwd.yaml:49:20
-    float v59[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v59[e] = (v50[e] - v58[e]);
-    // spec: specs/fa2_fwd.yaml:49:15
-    float v60[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v60[e] = kg::exp2_(v59[e]);
-    // spec: specs/fa2_fwd.yaml:50:24
-    float v61[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v61[e] = (v35[e] - v56[e]);
-    // spec: specs/fa2_fwd.yaml:50:19
-    float v62[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v62[e] = kg::exp2_(v61[e]);
-    // spec: specs/fa2_fwd.yaml:51:15
-    float v63[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v63[e] = (v33[e] * v62[e]);
-    // spec: specs/fa2_fwd.yaml:51:27
-    float v64[16];
-    {
-      float r64[16];
-    #pragma unroll
-      for (int e = 0; e < 16; ++e) r64[e] = 0.0f;
-    #pragma unroll
-      for (int e = 0; e < 16; ++e) {
-        const float a_ = r64[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8], b_ = (float)(v60[e]);
-        r64[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8] = a_ + b_;
-      }
-    #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r64[e], b_ = kg::shfl_xor(a_, 1); r64[e] = a_ + b_; }
-    #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r64[e], b_ = kg::shfl_xor(a_, 2); r64[e] = a_ + b_; }
-    #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r64[e], b_ = kg::shfl_xor(a_, 4); r64[e] = a_ + b_; }
-    #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r64[e], b_ = kg::shfl_xor(a_, 8); r64[e] = a_ + b_; }
-    #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r64[e], b_ = kg::shfl_xor(a_, 16); r64[e] = a_ + b_; }
-      float* scratch_ = reinterpret_cast<float*>(smem + 0);
-      kg::sync();
-    #pragma unroll
-      for (int e = 0; e < 16; ++e) scratch_[warp * 64 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = r64[e];
-      kg::sync();
-    #pragma unroll
-      for (int e = 0; e < 16; ++e) {
-        float a_ = scratch_[(warp ^ 0) * 64 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1];
-        { const float b_ = scratch_[(warp ^ 1) * 64 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1]; a_ = a_ + b_; }
-        r64[e] = a_;
-      }
-    #pragma unroll
-      for (int e = 0; e < 16; ++e) v64[e] = kg::cvt<float>(r64[e]);
-    }
-    // spec: specs/fa2_fwd.yaml:51:15
-    float v65[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v65[e] = (v63[e] + v64[e]);
-    // spec: specs/fa2_fwd.yaml:52:23
-    float (&v66)[16] = v62;
-    // spec: specs/fa2_fwd.yaml:52:17
-    float v67[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v67[e] = v66[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-    // spec: specs/fa2_fwd.yaml:52:17
-    float v68[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v68[e] = (v34[e] * v67[e]);
-    // spec: specs/fa2_fwd.yaml:52:44
-    kg::fp16 v69[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v69[e] = kg::cvt<kg::fp16>(v60[e]);
-    // spec: specs/fa2_fwd.yaml:52:57
-    kg::fp16 v70[32];
-    {
-      const kg::fp16* p_ = t_v + ((int64_t)(v5) * stride_v_0 + (int64_t)(v9) * stride_v_2);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-      const int t0_ = v32 * 64 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
-      const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
-    #pragma unroll
-      for (int e = 0; e < 32; e += 8) {
-        const int i0_ = t0_ + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
-        const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
-        const int64_t off_ = (int64_t)i0_ * stride_v_1 + (int64_t)i1_ * 1;
-        const bool in_ = i0_ < (size_SK) && i1_ + 8 <= (128);
-        if (aligned_ && in_) {
-          kg::copy_vec<8>(&v70[e], p_ + off_);
-        } else {
-    #pragma unroll
-          for (int v = 0; v < 8; ++v)
-            v70[e + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
-        }
-      }
-    }
-    // spec: specs/fa2_fwd.yaml:52:40
-    float v71[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v71[e] = 0.0f;
-    // spec: specs/fa2_fwd.yaml:52:40
-    kg::fp16* v72 = reinterpret_cast<kg::fp16*>(smem + 35840);
-    kg::sync();
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v72[((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 72 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0))] = v69[e];
-
-    // spec: specs/fa2_fwd.yaml:52:40
-    kg::fp16* v73 = reinterpret_cast<kg::fp16*>(smem + 0);
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v73[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v70[e];
-    kg::sync();
-    // spec: specs/fa2_fwd.yaml:52:40
-    float (&v74)[32] = v71;
+    float (&v40)[8] = v38;
     #pragma unroll
     for (int ks = 0; ks < 8; ++ks) {
       alignas(16) kg::fp16 fa_[1][4];
@@ -381,131 +160,370 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_fwd_fw
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int i = 0; i < 4; i += 4)
-          kg::copy_vec<4>(&fa_[rm][i], &v72[((warp / 2) * 32 + rm * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+          kg::copy_vec<4>(&fa_[rm][i], &v28[((warp / 2) * 16 + rm * 16 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (0)) * 136 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rn = 0; rn < 2; ++rn)
     #pragma unroll
         for (int i = 0; i < 4; i += 4)
-          kg::copy_vec<4>(&fb_[rn][i], &v73[((warp % 2) * 64 + rn * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+          kg::copy_vec<4>(&fb_[rn][i], &v39[((warp % 2) * 32 + rn * 16 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (0)) * 136 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 2; ++rn)
-          kg::mfma_32x32x8_fp16(&v74[(rm * 2 + rn) * 16], fa_[rm], fb_[rn]);
+          kg::mfma_16x16x16_fp16(&v40[(rm * 2 + rn) * 4], fa_[rm], fb_[rn]);
+    }
+    // spec: specs/fa2_fwd.yaml:41:15
+    float v41[8];
+    #pragma unroll
+    for (int e = 0; e < 8; ++e) v41[e] = (v40[e] * v18);
+    // spec: specs/fa2_fwd.yaml:42:18
+    const int v42 = 64;
+    // spec: specs/fa2_fwd.yaml:42:18
+    const int v43 = (v32 * v42);
+    // spec: specs/fa2_fwd.yaml:42:32
+    int v44[2];
+    #pragma unroll
+    for (int e = 0; e < 2; ++e) v44[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + (warp & 1) * 32) + ((e & 1) * 16);
+    // spec: specs/fa2_fwd.yaml:42:18
+    int v45[2];
+    #pragma unroll
+    for (int e = 0; e < 2; ++e) v45[e] = (v43 + v44[e]);
+    // spec: specs/fa2_fwd.yaml:43:19
+    int (&v46)[2] = v45;
+    // spec: specs/fa2_fwd.yaml:43:19
+    bool v47[2];
+    #pragma unroll
+    for (int e = 0; e < 2; ++e) v47[e] = (v46[e] < v0);
+    // spec: specs/fa2_fwd.yaml:46:15
+    const float v48 = -kg::inf();
+    // spec: specs/fa2_fwd.yaml:46:15
+    bool v49[8];
+    #pragma unroll
+    for (int e = 0; e < 8; ++e) v49[e] = v47[((e >> 2) & 1) * 1];
+    // spec: specs/fa2_fwd.yaml:46:15
+    float v50[8];
+    #pragma unroll
+    for (int e = 0; e < 8; ++e) v50[e] = (v49[e] ? v41[e] : v48);
+    // spec: specs/fa2_fwd.yaml:47:30
+    float v51[4];
+    {
+      float r51[4];
+    #pragma unroll
+      for (int e = 0; e < 4; ++e) r51[e] = -kg::inf();
+    #pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const float a_ = r51[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2], b_ = (float)(v50[e]);
+        r51[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2] = kg::max_(a_, b_);
+      }
+    #pragma unroll
+      for (int e = 0; e < 4; ++e) { const float a_ = r51[e], b_ = kg::shfl_xor(a_, 1); r51[e] = kg::max_(a_, b_); }
+    #pragma unroll
+      for (int e = 0; e < 4; ++e) { const float a_ = r51[e], b_ = kg::shfl_xor(a_, 2); r51[e] = kg::max_(a_, b_); }
+    #pragma unroll
+      for (int e = 0; e < 4; ++e) { const float a_ = r51[e], b_ = kg::shfl_xor(a_, 4); r51[e] = kg::max_(a_, b_); }
+    #pragma unroll
+      for (int e = 0; e < 4; ++e) { const float a_ = r51[e], b_ = kg::shfl_xor(a_, 8); r51[e] = kg::max_(a_, b_); }
+      float* scratch_ = reinterpret_cast<float*>(smem + 0);
+      kg::sync();
+    #pragma unroll
+      for (int e = 0; e < 4; ++e) scratch_[warp * 64 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1] = r51[e];
+      kg::sync();
+    #pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float a_ = scratch_[(warp ^ 0) * 64 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1];
+        { const float b_ = scratch_[(warp ^ 1) * 64 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1]; a_ = kg::max_(a_, b_); }
+        r51[e] = a_;
+      }
+    #pragma unroll
+      for (int e = 0; e < 4; ++e) v51[e] = kg::cvt<float>(r51[e]);
+    }
+    // spec: specs/fa2_fwd.yaml:47:19
+    float v52[4];
+    #pragma unroll
+    for (int e = 0; e < 4; ++e) v52[e] = (kg::max_(v35[e], v51[e]));
+    // spec: specs/fa2_fwd.yaml:48:25
+    const float v53 = -kg::inf();
+    // spec: specs/fa2_fwd.yaml:48:25
+    bool v54[4];
+    #pragma unroll
+    for (int e = 0; e < 4; ++e) v54[e] = (v52[e] == v53);
+    // spec: specs/fa2_fwd.yaml:48:19
+    const float v55 = 0.0f;
+    // spec: specs/fa2_fwd.yaml:48:19
+    float v56[4];
+    #pragma unroll
+    for (int e = 0; e < 4; ++e) v56[e] = (v54[e] ? v55 : v52[e]);
+    // spec: specs/fa2_fwd.yaml:49:24
+    float (&v57)[4] = v56;
+    // spec: specs/fa2_fwd.yaml:49:20
+    float v58[8];
+    #pragma unroll
+    for (int e = 0; e < 8; ++e) v58[e] = v57[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
+    // spec: specs/fa2_fwd.yaml:49:20
+    float v59[8];
+    #pragma unroll
+    for (int e = 0; e < 8; ++e) v59[e] = (v50[e] - v58[e]);
+    // spec: specs/fa2_fwd.yaml:49:15
+    float v60[8];
+    #pragma unroll
+    for (int e = 0; e < 8; ++e) v60[e] = kg::exp2_(v59[e]);
+    // spec: specs/fa2_fwd.yaml:50:24
+    float v61[4];
+    #pragma unroll
+    for (int e = 0; e < 4; ++e) v61[e] = (v35[e] - v56[e]);
+    // spec: specs/fa2_fwd.yaml:50:19
+    float v62[4];
+    #pragma unroll
+    for (int e = 0; e < 4; ++e) v62[e] = kg::exp2_(v61[e]);
+    // spec: specs/fa2_fwd.yaml:51:15
+    float v63[4];
+    #pragma unroll
+    for (int e = 0; e < 4; ++e) v63[e] = (v33[e] * v62[e]);
+    // spec: specs/fa2_fwd.yaml:51:27
+    float v64[4];
+    {
+      float r64[4];
+    #pragma unroll
+      for (int e = 0; e < 4; ++e) r64[e] = 0.0f;
+    #pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const float a_ = r64[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2], b_ = (float)(v60[e]);
+        r64[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2] = a_ + b_;
+      }
+    #pragma unroll
+      for (int e = 0; e < 4; ++e) { const float a_ = r64[e], b_ = kg::shfl_xor(a_, 1); r64[e] = a_ + b_; }
+    #pragma unroll
+      for (int e = 0; e < 4; ++e) { const float a_ = r64[e], b_ = kg::shfl_xor(a_, 2); r64[e] = a_ + b_; }
+    #pragma unroll
+      for (int e = 0; e < 4; ++e) { const float a_ = r64[e], b_ = kg::shfl_xor(a_, 4); r64[e] = a_ + b_; }
+    #pragma unroll
+      for (int e = 0; e < 4; ++e) { const float a_ = r64[e], b_ = kg::shfl_xor(a_, 8); r64[e] = a_ + b_; }
+      float* scratch_ = reinterpret_cast<float*>(smem + 0);
+      kg::sync();
+    #pragma unroll
+      for (int e = 0; e < 4; ++e) scratch_[warp * 64 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1] = r64[e];
+      kg::sync();
+    #pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float a_ = scratch_[(warp ^ 0) * 64 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1];
+        { const float b_ = scratch_[(warp ^ 1) * 64 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1]; a_ = a_ + b_; }
+        r64[e] = a_;
+      }
+    #pragma unroll
+      for (int e = 0; e < 4; ++e) v64[e] = kg::cvt<float>(r64[e]);
+    }
+    // spec: specs/fa2_fwd.yaml:51:15
+    float v65[4];
+    #pragma unroll
+    for (int e = 0; e < 4; ++e) v65[e] = (v63[e] + v64[e]);
+    // spec: specs/fa2_fwd.yaml:52:23
+    float (&v66)[4] = v62;
+    // spec: specs/fa2_fwd.yaml:52:17
+    float v67[16];
+    {
+      float* scratch_ = reinterpret_cast<float*>(smem + 0);
+      kg::sync();
+    #pragma unroll
+      for (int e = 0; e < 4; ++e) scratch_[((0) + (0)) * 1 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1] = v66[e];
+      kg::sync();
+    #pragma unroll
+      for (int e = 0; e < 16; ++e) v67[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 5) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1];
     }
     // spec: specs/fa2_fwd.yaml:52:17
-    float v75[32];
+    float v68[16];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v75[e] = (v68[e] + v74[e]);
+    for (int e = 0; e < 16; ++e) v68[e] = v67[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+    // spec: specs/fa2_fwd.yaml:52:17
+    float v69[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v69[e] = (v34[e] * v68[e]);
+    // spec: specs/fa2_fwd.yaml:52:44
+    kg::fp16 v70[8];
+    #pragma unroll
+    for (int e = 0; e < 8; ++e) v70[e] = kg::cvt<kg::fp16>(v60[e]);
+    // spec: specs/fa2_fwd.yaml:52:57
+    kg::fp16 v71[16];
+    {
+      const kg::fp16* p_ = t_v + ((int64_t)(v5) * stride_v_0 + (int64_t)(v9) * stride_v_2);
+      const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
+      const int t0_ = v32 * 64 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16;
+      const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
+    #pragma unroll
+      for (int e = 0; e < 16; e += 8) {
+        const int i0_ = t0_ + ((e >> 3) & 1) * 32;
+        const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
+        const int64_t off_ = (int64_t)i0_ * stride_v_1 + (int64_t)i1_ * 1;
+        const bool in_ = i0_ < (size_SK) && i1_ + 8 <= (128);
+        if (aligned_ && in_) {
+          kg::copy_vec<8>(&v71[e], p_ + off_);
+        } else {
+    #pragma unroll
+          for (int v = 0; v < 8; ++v)
+            v71[e + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+        }
+      }
+    }
+    // spec: specs/fa2_fwd.yaml:52:40
+    float v72[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v72[e] = 0.0f;
+    // spec: specs/fa2_fwd.yaml:52:40
+    kg::fp16* v73 = reinterpret_cast<kg::fp16*>(smem + 35840);
+    kg::sync();
+    #pragma unroll
+    for (int e = 0; e < 8; ++e) v73[((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 72 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + (warp & 1) * 32) + (((e >> 2) & 1) * 16))] = v70[e];
+
+    // spec: specs/fa2_fwd.yaml:52:40
+    kg::fp16* v74 = reinterpret_cast<kg::fp16*>(smem + 0);
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v74[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16) + (((e >> 3) & 1) * 32))] = v71[e];
+    kg::sync();
+    // spec: specs/fa2_fwd.yaml:52:40
+    float (&v75)[16] = v72;
+    #pragma unroll
+    for (int ks = 0; ks < 8; ++ks) {
+      alignas(16) kg::fp16 fa_[1][4];
+      alignas(16) kg::fp16 fb_[1][4];
+    #pragma unroll
+      for (int rm = 0; rm < 1; ++rm)
+    #pragma unroll
+        for (int i = 0; i < 4; i += 4)
+          kg::copy_vec<4>(&fa_[rm][i], &v73[((warp / 4) * 32 + rm * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+    #pragma unroll
+      for (int rn = 0; rn < 1; ++rn)
+    #pragma unroll
+        for (int i = 0; i < 4; i += 4)
+          kg::copy_vec<4>(&fb_[rn][i], &v74[((warp % 4) * 32 + rn * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+    #pragma unroll
+      for (int rm = 0; rm < 1; ++rm)
+    #pragma unroll
+        for (int rn = 0; rn < 1; ++rn)
+          kg::mfma_32x32x8_fp16(&v75[(rm * 1 + rn) * 16], fa_[rm], fb_[rn]);
+    }
+    // spec: specs/fa2_fwd.yaml:52:17
+    float v76[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v76[e] = (v69[e] + v75[e]);
     // spec: specs/fa2_fwd.yaml:53:15
 
-    float y0_[16];
+    float y0_[4];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y0_[e] = v65[e];
-    float y1_[32];
+    for (int e = 0; e < 4; ++e) y0_[e] = v65[e];
+    float y1_[16];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y1_[e] = v75[e];
-    float y2_[16];
+    for (int e = 0; e < 16; ++e) y1_[e] = v76[e];
+    float y2_[4];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y2_[e] = v52[e];
+    for (int e = 0; e < 4; ++e) y2_[e] = v52[e];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v29[e] = y0_[e];
+    for (int e = 0; e < 4; ++e) v29[e] = y0_[e];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v30[e] = y1_[e];
+    for (int e = 0; e < 16; ++e) v30[e] = y1_[e];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v31[e] = y2_[e];
+    for (int e = 0; e < 4; ++e) v31[e] = y2_[e];
   }
   // spec: specs/fa2_fwd.yaml:55:21
-  const float v76 = 0.0f;
+  const float v77 = 0.0f;
   // spec: specs/fa2_fwd.yaml:55:21
-  bool v77[16];
+  bool v78[4];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v77[e] = (v29[e] == v76);
+  for (int e = 0; e < 4; ++e) v78[e] = (v29[e] == v77);
   // spec: specs/fa2_fwd.yaml:55:15
-  const float v78 = 1.0f;
+  const float v79 = 1.0f;
   // spec: specs/fa2_fwd.yaml:55:15
-  float v79[16];
+  float v80[4];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v79[e] = (v77[e] ? v78 : v29[e]);
+  for (int e = 0; e < 4; ++e) v80[e] = (v78[e] ? v79 : v29[e]);
   // spec: specs/fa2_fwd.yaml:56:63
-  float (&v80)[16] = v79;
+  float (&v81)[4] = v80;
   // spec: specs/fa2_fwd.yaml:56:57
-  float v81[32];
+  float v82[16];
+  {
+    float* scratch_ = reinterpret_cast<float*>(smem + 0);
+    kg::sync();
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v81[e] = v80[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+    for (int e = 0; e < 4; ++e) scratch_[((0) + (0)) * 1 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1] = v81[e];
+    kg::sync();
+  #pragma unroll
+    for (int e = 0; e < 16; ++e) v82[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 5) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1];
+  }
   // spec: specs/fa2_fwd.yaml:56:57
-  float v82[32];
+  float v83[16];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v82[e] = (v30[e] / v81[e]);
+  for (int e = 0; e < 16; ++e) v83[e] = v82[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+  // spec: specs/fa2_fwd.yaml:56:57
+  float v84[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v84[e] = (v30[e] / v83[e]);
   // spec: specs/fa2_fwd.yaml:56:56
-  kg::fp16 v83[32];
+  kg::fp16 v85[16];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v83[e] = kg::cvt<kg::fp16>(v82[e]);
+  for (int e = 0; e < 16; ++e) v85[e] = kg::cvt<kg::fp16>(v84[e]);
   // spec: specs/fa2_fwd.yaml:56:24
-  const int v84 = kg::block_id_x();
+  const int v86 = kg::block_id_x();
   // spec: specs/fa2_fwd.yaml:56:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_o + ((int64_t)(v5) * stride_o_0 + (int64_t)(v7) * stride_o_2);
     const bool aligned_ = false;
-    const int t0_ = v84 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
-    const int t1_ = 0 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 64;
+    const int t0_ = v86 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 2) & 1) * 32;
+    const int t1_ = 0 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32 + ((warp >> 1) & 1) * 64;
   #pragma unroll
-    for (int e = 0; e < 32; e += 1) {
+    for (int e = 0; e < 16; e += 1) {
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
-      const int i1_ = t1_ + ((e >> 4) & 1) * 32;
+      const int i1_ = t1_ + 0;
       const int64_t off_ = (int64_t)i0_ * stride_o_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SQ) && i1_ + 1 <= (128)) {
-        kg::copy_vec<1>(p_ + off_, &v83[e]);
+        kg::copy_vec<1>(p_ + off_, &v85[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          if (i0_ < (size_SQ) && i1_ + v < (128)) p_[off_ + v] = v83[e + v];
+          if (i0_ < (size_SQ) && i1_ + v < (128)) p_[off_ + v] = v85[e + v];
       }
     }
   }
   // spec: specs/fa2_fwd.yaml:57:61
-  const float v85 = 0.0f;
+  const float v87 = 0.0f;
   // spec: specs/fa2_fwd.yaml:57:61
-  bool v86[16];
+  bool v88[4];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v86[e] = (v29[e] == v85);
+  for (int e = 0; e < 4; ++e) v88[e] = (v29[e] == v87);
   // spec: specs/fa2_fwd.yaml:57:82
-  float v87[16];
+  float v89[4];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v87[e] = kg::log2_(v79[e]);
+  for (int e = 0; e < 4; ++e) v89[e] = kg::log2_(v80[e]);
   // spec: specs/fa2_fwd.yaml:57:78
-  float v88[16];
+  float v90[4];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v88[e] = (v31[e] + v87[e]);
+  for (int e = 0; e < 4; ++e) v90[e] = (v31[e] + v89[e]);
   // spec: specs/fa2_fwd.yaml:57:77
-  const float v89 = 0.6931471805599453f;
+  const float v91 = 0.6931471805599453f;
   // spec: specs/fa2_fwd.yaml:57:77
-  float v90[16];
+  float v92[4];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v90[e] = (v88[e] * v89);
+  for (int e = 0; e < 4; ++e) v92[e] = (v90[e] * v91);
   // spec: specs/fa2_fwd.yaml:57:55
-  const float v91 = -kg::inf();
+  const float v93 = -kg::inf();
   // spec: specs/fa2_fwd.yaml:57:55
-  float v92[16];
+  float v94[4];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v92[e] = (v86[e] ? v91 : v90[e]);
+  for (int e = 0; e < 4; ++e) v94[e] = (v88[e] ? v93 : v92[e]);
   // spec: specs/fa2_fwd.yaml:57:29
-  const int v93 = kg::block_id_x();
+  const int v95 = kg::block_id_x();
   // spec: specs/fa2_fwd.yaml:57:7
-  if ((lane & 31) == 0 && (warp & 1) == 0) {
+  if ((lane & 15) == 0 && (warp & 1) == 0) {
     float* p_ = t_lse + ((int64_t)(v5) * stride_lse_0 + (int64_t)(v7) * stride_lse_1);
     const bool aligned_ = kg::aligned(p_, 16) && stride_lse_0 % 4 == 0 && stride_lse_1 % 4 == 0;
-    const int t0_ = v93 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
+    const int t0_ = v95 * 64 + ((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32;
   #pragma unroll
-    for (int e = 0; e < 16; e += 4) {
-      const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
+    for (int e = 0; e < 4; e += 4) {
+      const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
       const int64_t off_ = (int64_t)i0_ * 1;
       if (aligned_ && i0_ + 4 <= (size_SQ)) {
-        kg::copy_vec<4>(p_ + off_, &v92[e]);
+        kg::copy_vec<4>(p_ + off_, &v94[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 4; ++v)
-          if (i0_ + v < (size_SQ)) p_[off_ + v] = v92[e + v];
+          if (i0_ + v < (size_SQ)) p_[off_ + v] = v94[e + v];
       }
     }
   }

@@ -3,7 +3,7 @@
 #include "kgen_hip.h"
 #include "kgen_tile.h"
 
-KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_fwd_fwd(const kg::fp16* __restrict__ t_q, int64_t stride_q_0, int64_t stride_q_1, int64_t stride_q_2, const kg::fp16* __restrict__ t_k, int64_t stride_k_0, int64_t stride_k_1, int64_t stride_k_2, const kg::fp16* __restrict__ t_v, int64_t stride_v_0, int64_t stride_v_1, int64_t stride_v_2, kg::fp16* __restrict__ t_o, int64_t stride_o_0, int64_t stride_o_1, int64_t stride_o_2, float* __restrict__ t_lse, int64_t stride_lse_0, int64_t stride_lse_1, int size_B, int size_SQ, int size_SK, int size_H, int size_HKV, float scalar_softmax_scale) {
+KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fwd(const kg::fp16* __restrict__ t_q, int64_t stride_q_0, int64_t stride_q_1, int64_t stride_q_2, const kg::fp16* __restrict__ t_k, int64_t stride_k_0, int64_t stride_k_1, int64_t stride_k_2, const kg::fp16* __restrict__ t_v, int64_t stride_v_0, int64_t stride_v_1, int64_t stride_v_2, kg::fp16* __restrict__ t_o, int64_t stride_o_0, int64_t stride_o_1, int64_t stride_o_2, float* __restrict__ t_lse, int64_t stride_lse_0, int64_t stride_lse_1, int size_B, int size_SQ, int size_SK, int size_H, int size_HKV, float scalar_softmax_scale) {
   KG_SHARED __attribute__((aligned(16))) char smem[45056];
   const int lane = kg::thread_id() % kg::WAVE;
   const int warp = __builtin_amdgcn_readfirstlane(kg::thread_id() / kg::WAVE);
@@ -37,25 +37,25 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_fwd_fw
   // spec: specs/fa2_fwd.yaml:31:14
   const int v13 = (v11 * v12);
   // spec: specs/fa2_fwd.yaml:31:40
-  int v14[16];
+  int v14[4];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v14[e] = (((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16);
+  for (int e = 0; e < 4; ++e) v14[e] = (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2);
   // spec: specs/fa2_fwd.yaml:31:14
-  int v15[16];
+  int v15[4];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v15[e] = (v13 + v14[e]);
+  for (int e = 0; e < 4; ++e) v15[e] = (v13 + v14[e]);
   // spec: specs/fa2_fwd.yaml:32:28
   const int v16 = kg::block_id_x();
   // spec: specs/fa2_fwd.yaml:32:12
-  kg::fp16 v17[32];
+  kg::fp16 v17[16];
   {
     const kg::fp16* p_ = t_q + ((int64_t)(v6) * stride_q_0 + (int64_t)(v8) * stride_q_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-    const int t0_ = v16 * 64 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
+    const int t0_ = v16 * 64 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16;
     const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
   #pragma unroll
-    for (int e = 0; e < 32; e += 8) {
-      const int i0_ = t0_ + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
+    for (int e = 0; e < 16; e += 8) {
+      const int i0_ = t0_ + ((e >> 3) & 1) * 32;
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
       const int64_t off_ = (int64_t)i0_ * stride_q_1 + (int64_t)i1_ * 1;
       const bool in_ = i0_ < (size_SQ) && i1_ + 8 <= (128);
@@ -105,17 +105,17 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_fwd_fw
   // spec: specs/fa2_fwd.yaml:36:18
   const int v35 = (kg::min_(v23, v34));
   // spec: specs/fa2_fwd.yaml:37:11
-  float v36[16];
+  float v36[4];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v36[e] = -kg::inf();
+  for (int e = 0; e < 4; ++e) v36[e] = -kg::inf();
   // spec: specs/fa2_fwd.yaml:38:11
-  float v37[16];
+  float v37[4];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v37[e] = 0.0f;
+  for (int e = 0; e < 4; ++e) v37[e] = 0.0f;
   // spec: specs/fa2_fwd.yaml:39:13
-  float v38[32];
+  float v38[16];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v38[e] = 0.0f;
+  for (int e = 0; e < 16; ++e) v38[e] = 0.0f;
   // spec: specs/fa2_fwd.yaml:40:22
   const int v39 = 0;
   // spec: specs/fa2_fwd.yaml:40:22
@@ -124,36 +124,36 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_fwd_fw
   kg::fp16* v41 = reinterpret_cast<kg::fp16*>(smem + 18432);
   kg::sync();
   #pragma unroll
-  for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v41[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v17[e]);
+  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v41[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16) + (((e >> 3) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v17[e]);
   kg::sync();
   // spec: specs/fa2_fwd.yaml:45:50
-  int (&v42)[16] = v15;
+  int (&v42)[4] = v15;
   // spec: specs/fa2_fwd.yaml:40:7
 
-  float v43[16];
+  float v43[4];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v43[e] = v37[e];
-  float v44[32];
+  for (int e = 0; e < 4; ++e) v43[e] = v37[e];
+  float v44[16];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v44[e] = v38[e];
-  float v45[16];
+  for (int e = 0; e < 16; ++e) v44[e] = v38[e];
+  float v45[4];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v45[e] = v36[e];
+  for (int e = 0; e < 4; ++e) v45[e] = v36[e];
   for (int v46 = v39; v46 < v35; v46 += v40) {
-    float (&v47)[16] = v43;
-    float (&v48)[32] = v44;
-    float (&v49)[16] = v45;
+    float (&v47)[4] = v43;
+    float (&v48)[16] = v44;
+    float (&v49)[4] = v45;
     
     // spec: specs/fa2_fwd.yaml:41:23
-    kg::fp16 v50[32];
+    kg::fp16 v50[16];
     {
       const kg::fp16* p_ = t_k + ((int64_t)(v6) * stride_k_0 + (int64_t)(v10) * stride_k_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
-      const int t0_ = v46 * 64 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
+      const int t0_ = v46 * 64 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16;
       const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
     #pragma unroll
-      for (int e = 0; e < 32; e += 8) {
-        const int i0_ = t0_ + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
+      for (int e = 0; e < 16; e += 8) {
+        const int i0_ = t0_ + ((e >> 3) & 1) * 32;
         const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
         const int64_t off_ = (int64_t)i0_ * stride_k_1 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_SK) && i1_ + 8 <= (128);
@@ -167,264 +167,19 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_fwd_fw
       }
     }
     // spec: specs/fa2_fwd.yaml:41:23
-    kg::fp16 (&v51)[32] = v50;
+    kg::fp16 (&v51)[16] = v50;
     // spec: specs/fa2_fwd.yaml:41:15
-    float v52[16];
+    float v52[8];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v52[e] = 0.0f;
+    for (int e = 0; e < 8; ++e) v52[e] = 0.0f;
     // spec: specs/fa2_fwd.yaml:41:15
     kg::fp16* v53 = reinterpret_cast<kg::fp16*>(smem + 0);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v53[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v51[e]);
+    for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v53[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16) + (((e >> 3) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v51[e]);
     kg::sync();
     // spec: specs/fa2_fwd.yaml:41:15
-    float (&v54)[16] = v52;
-    #pragma unroll
-    for (int ks = 0; ks < 16; ++ks) {
-      alignas(16) kg::fp16 fa_[1][4];
-      alignas(16) kg::fp16 fb_[1][4];
-    #pragma unroll
-      for (int rm = 0; rm < 1; ++rm)
-    #pragma unroll
-        for (int i = 0; i < 4; i += 4)
-          kg::copy_vec<4>(&fa_[rm][i], &v41[((warp / 2) * 32 + rm * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 136 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-    #pragma unroll
-      for (int rn = 0; rn < 1; ++rn)
-    #pragma unroll
-        for (int i = 0; i < 4; i += 4)
-          kg::copy_vec<4>(&fb_[rn][i], &v53[((warp % 2) * 32 + rn * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 136 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-    #pragma unroll
-      for (int rm = 0; rm < 1; ++rm)
-    #pragma unroll
-        for (int rn = 0; rn < 1; ++rn)
-          kg::mfma_32x32x8_fp16(&v54[(rm * 1 + rn) * 16], fa_[rm], fb_[rn]);
-    }
-    // spec: specs/fa2_fwd.yaml:41:15
-    float v55[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v55[e] = (v54[e] * v19);
-    // spec: specs/fa2_fwd.yaml:42:18
-    const int v56 = 64;
-    // spec: specs/fa2_fwd.yaml:42:18
-    const int v57 = (v46 * v56);
-    // spec: specs/fa2_fwd.yaml:42:32
-    int v58[1];
-    #pragma unroll
-    for (int e = 0; e < 1; ++e) v58[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0);
-    // spec: specs/fa2_fwd.yaml:42:18
-    int v59[1];
-    #pragma unroll
-    for (int e = 0; e < 1; ++e) v59[e] = (v57 + v58[e]);
-    // spec: specs/fa2_fwd.yaml:43:19
-    int (&v60)[1] = v59;
-    // spec: specs/fa2_fwd.yaml:43:19
-    bool v61[1];
-    #pragma unroll
-    for (int e = 0; e < 1; ++e) v61[e] = (v60[e] < v1);
-    // spec: specs/fa2_fwd.yaml:45:33
-    int (&v62)[1] = v59;
-    // spec: specs/fa2_fwd.yaml:45:67
-    const int v63 = (v1 - v0);
-    // spec: specs/fa2_fwd.yaml:45:50
-    int v64[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v64[e] = (v42[e] + v63);
-    // spec: specs/fa2_fwd.yaml:45:33
-    int v65[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v65[e] = v62[0];
-    // spec: specs/fa2_fwd.yaml:45:33
-    int v66[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v66[e] = v64[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-    // spec: specs/fa2_fwd.yaml:45:33
-    bool v67[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v67[e] = (v65[e] <= v66[e]);
-    // spec: specs/fa2_fwd.yaml:45:23
-    bool v68[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v68[e] = v61[0];
-    // spec: specs/fa2_fwd.yaml:45:23
-    bool v69[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v69[e] = (v68[e] && v67[e]);
-    // spec: specs/fa2_fwd.yaml:46:15
-    const float v70 = -kg::inf();
-    // spec: specs/fa2_fwd.yaml:46:15
-    float v71[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v71[e] = (v69[e] ? v55[e] : v70);
-    // spec: specs/fa2_fwd.yaml:47:30
-    float v72[16];
-    {
-      float r72[16];
-    #pragma unroll
-      for (int e = 0; e < 16; ++e) r72[e] = -kg::inf();
-    #pragma unroll
-      for (int e = 0; e < 16; ++e) {
-        const float a_ = r72[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8], b_ = (float)(v71[e]);
-        r72[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8] = kg::max_(a_, b_);
-      }
-    #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r72[e], b_ = kg::shfl_xor(a_, 1); r72[e] = kg::max_(a_, b_); }
-    #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r72[e], b_ = kg::shfl_xor(a_, 2); r72[e] = kg::max_(a_, b_); }
-    #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r72[e], b_ = kg::shfl_xor(a_, 4); r72[e] = kg::max_(a_, b_); }
-    #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r72[e], b_ = kg::shfl_xor(a_, 8); r72[e] = kg::max_(a_, b_); }
-    #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r72[e], b_ = kg::shfl_xor(a_, 16); r72[e] = kg::max_(a_, b_); }
-      float* scratch_ = reinterpret_cast<float*>(smem + 0);
-      kg::sync();
-    #pragma unroll
-      for (int e = 0; e < 16; ++e) scratch_[warp * 64 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = r72[e];
-      kg::sync();
-    #pragma unroll
-      for (int e = 0; e < 16; ++e) {
-        float a_ = scratch_[(warp ^ 0) * 64 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1];
-        { const float b_ = scratch_[(warp ^ 1) * 64 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1]; a_ = kg::max_(a_, b_); }
-        r72[e] = a_;
-      }
-    #pragma unroll
-      for (int e = 0; e < 16; ++e) v72[e] = kg::cvt<float>(r72[e]);
-    }
-    // spec: specs/fa2_fwd.yaml:47:19
-    float v73[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v73[e] = (kg::max_(v49[e], v72[e]));
-    // spec: specs/fa2_fwd.yaml:48:25
-    const float v74 = -kg::inf();
-    // spec: specs/fa2_fwd.yaml:48:25
-    bool v75[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v75[e] = (v73[e] == v74);
-    // spec: specs/fa2_fwd.yaml:48:19
-    const float v76 = 0.0f;
-    // spec: specs/fa2_fwd.yaml:48:19
-    float v77[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v77[e] = (v75[e] ? v76 : v73[e]);
-    // spec: specs/fa2_fwd.yaml:49:24
-    float (&v78)[16] = v77;
-    // spec: specs/fa2_fwd.yaml:49:20
-    float v79[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v79[e] = v78[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-    // spec: specs/fa2_fwd.yaml:49:20
-    float v80[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v80[e] = (v71[e] - v79[e]);
-    // spec: specs/fa2_fwd.yaml:49:15
-    float v81[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v81[e] = kg::exp2_(v80[e]);
-    // spec: specs/fa2_fwd.yaml:50:24
-    float v82[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v82[e] = (v49[e] - v77[e]);
-    // spec: specs/fa2_fwd.yaml:50:19
-    float v83[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v83[e] = kg::exp2_(v82[e]);
-    // spec: specs/fa2_fwd.yaml:51:15
-    float v84[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v84[e] = (v47[e] * v83[e]);
-    // spec: specs/fa2_fwd.yaml:51:27
-    float v85[16];
-    {
-      float r85[16];
-    #pragma unroll
-      for (int e = 0; e < 16; ++e) r85[e] = 0.0f;
-    #pragma unroll
-      for (int e = 0; e < 16; ++e) {
-        const float a_ = r85[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8], b_ = (float)(v81[e]);
-        r85[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8] = a_ + b_;
-      }
-    #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r85[e], b_ = kg::shfl_xor(a_, 1); r85[e] = a_ + b_; }
-    #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r85[e], b_ = kg::shfl_xor(a_, 2); r85[e] = a_ + b_; }
-    #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r85[e], b_ = kg::shfl_xor(a_, 4); r85[e] = a_ + b_; }
-    #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r85[e], b_ = kg::shfl_xor(a_, 8); r85[e] = a_ + b_; }
-    #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r85[e], b_ = kg::shfl_xor(a_, 16); r85[e] = a_ + b_; }
-      float* scratch_ = reinterpret_cast<float*>(smem + 0);
-      kg::sync();
-    #pragma unroll
-      for (int e = 0; e < 16; ++e) scratch_[warp * 64 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = r85[e];
-      kg::sync();
-    #pragma unroll
-      for (int e = 0; e < 16; ++e) {
-        float a_ = scratch_[(warp ^ 0) * 64 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1];
-        { const float b_ = scratch_[(warp ^ 1) * 64 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1]; a_ = a_ + b_; }
-        r85[e] = a_;
-      }
-    #pragma unroll
-      for (int e = 0; e < 16; ++e) v85[e] = kg::cvt<float>(r85[e]);
-    }
-    // spec: specs/fa2_fwd.yaml:51:15
-    float v86[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v86[e] = (v84[e] + v85[e]);
-    // spec: specs/fa2_fwd.yaml:52:23
-    float (&v87)[16] = v83;
-    // spec: specs/fa2_fwd.yaml:52:17
-    float v88[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v88[e] = v87[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-    // spec: specs/fa2_fwd.yaml:52:17
-    float v89[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v89[e] = (v48[e] * v88[e]);
-    // spec: specs/fa2_fwd.yaml:52:44
-    kg::fp16 v90[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v90[e] = kg::cvt<kg::fp16>(v81[e]);
-    // spec: specs/fa2_fwd.yaml:52:57
-    kg::fp16 v91[32];
-    {
-      const kg::fp16* p_ = t_v + ((int64_t)(v6) * stride_v_0 + (int64_t)(v10) * stride_v_2);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-      const int t0_ = v46 * 64 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
-      const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
-    #pragma unroll
-      for (int e = 0; e < 32; e += 8) {
-        const int i0_ = t0_ + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
-        const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
-        const int64_t off_ = (int64_t)i0_ * stride_v_1 + (int64_t)i1_ * 1;
-        const bool in_ = i0_ < (size_SK) && i1_ + 8 <= (128);
-        if (aligned_ && in_) {
-          kg::copy_vec<8>(&v91[e], p_ + off_);
-        } else {
-    #pragma unroll
-          for (int v = 0; v < 8; ++v)
-            v91[e + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
-        }
-      }
-    }
-    // spec: specs/fa2_fwd.yaml:52:40
-    float v92[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v92[e] = 0.0f;
-    // spec: specs/fa2_fwd.yaml:52:40
-    kg::fp16* v93 = reinterpret_cast<kg::fp16*>(smem + 35840);
-    kg::sync();
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v93[((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 72 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0))] = v90[e];
-
-    // spec: specs/fa2_fwd.yaml:52:40
-    kg::fp16* v94 = reinterpret_cast<kg::fp16*>(smem + 0);
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v94[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v91[e];
-    kg::sync();
-    // spec: specs/fa2_fwd.yaml:52:40
-    float (&v95)[32] = v92;
+    float (&v54)[8] = v52;
     #pragma unroll
     for (int ks = 0; ks < 8; ++ks) {
       alignas(16) kg::fp16 fa_[1][4];
@@ -433,131 +188,394 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_fwd_fw
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int i = 0; i < 4; i += 4)
-          kg::copy_vec<4>(&fa_[rm][i], &v93[((warp / 2) * 32 + rm * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+          kg::copy_vec<4>(&fa_[rm][i], &v41[((warp / 2) * 16 + rm * 16 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (0)) * 136 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rn = 0; rn < 2; ++rn)
     #pragma unroll
         for (int i = 0; i < 4; i += 4)
-          kg::copy_vec<4>(&fb_[rn][i], &v94[((warp % 2) * 64 + rn * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+          kg::copy_vec<4>(&fb_[rn][i], &v53[((warp % 2) * 32 + rn * 16 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (0)) * 136 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 2; ++rn)
-          kg::mfma_32x32x8_fp16(&v95[(rm * 2 + rn) * 16], fa_[rm], fb_[rn]);
+          kg::mfma_16x16x16_fp16(&v54[(rm * 2 + rn) * 4], fa_[rm], fb_[rn]);
+    }
+    // spec: specs/fa2_fwd.yaml:41:15
+    float v55[8];
+    #pragma unroll
+    for (int e = 0; e < 8; ++e) v55[e] = (v54[e] * v19);
+    // spec: specs/fa2_fwd.yaml:42:18
+    const int v56 = 64;
+    // spec: specs/fa2_fwd.yaml:42:18
+    const int v57 = (v46 * v56);
+    // spec: specs/fa2_fwd.yaml:42:32
+    int v58[2];
+    #pragma unroll
+    for (int e = 0; e < 2; ++e) v58[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + (warp & 1) * 32) + ((e & 1) * 16);
+    // spec: specs/fa2_fwd.yaml:42:18
+    int v59[2];
+    #pragma unroll
+    for (int e = 0; e < 2; ++e) v59[e] = (v57 + v58[e]);
+    // spec: specs/fa2_fwd.yaml:43:19
+    int (&v60)[2] = v59;
+    // spec: specs/fa2_fwd.yaml:43:19
+    bool v61[2];
+    #pragma unroll
+    for (int e = 0; e < 2; ++e) v61[e] = (v60[e] < v1);
+    // spec: specs/fa2_fwd.yaml:45:33
+    int (&v62)[2] = v59;
+    // spec: specs/fa2_fwd.yaml:45:67
+    const int v63 = (v1 - v0);
+    // spec: specs/fa2_fwd.yaml:45:50
+    int v64[4];
+    #pragma unroll
+    for (int e = 0; e < 4; ++e) v64[e] = (v42[e] + v63);
+    // spec: specs/fa2_fwd.yaml:45:33
+    int v65[8];
+    #pragma unroll
+    for (int e = 0; e < 8; ++e) v65[e] = v62[((e >> 2) & 1) * 1];
+    // spec: specs/fa2_fwd.yaml:45:33
+    int v66[8];
+    #pragma unroll
+    for (int e = 0; e < 8; ++e) v66[e] = v64[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
+    // spec: specs/fa2_fwd.yaml:45:33
+    bool v67[8];
+    #pragma unroll
+    for (int e = 0; e < 8; ++e) v67[e] = (v65[e] <= v66[e]);
+    // spec: specs/fa2_fwd.yaml:45:23
+    bool v68[8];
+    #pragma unroll
+    for (int e = 0; e < 8; ++e) v68[e] = v61[((e >> 2) & 1) * 1];
+    // spec: specs/fa2_fwd.yaml:45:23
+    bool v69[8];
+    #pragma unroll
+    for (int e = 0; e < 8; ++e) v69[e] = (v68[e] && v67[e]);
+    // spec: specs/fa2_fwd.yaml:46:15
+    const float v70 = -kg::inf();
+    // spec: specs/fa2_fwd.yaml:46:15
+    float v71[8];
+    #pragma unroll
+    for (int e = 0; e < 8; ++e) v71[e] = (v69[e] ? v55[e] : v70);
+    // spec: specs/fa2_fwd.yaml:47:30
+    float v72[4];
+    {
+      float r72[4];
+    #pragma unroll
+      for (int e = 0; e < 4; ++e) r72[e] = -kg::inf();
+    #pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const float a_ = r72[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2], b_ = (float)(v71[e]);
+        r72[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2] = kg::max_(a_, b_);
+      }
+    #pragma unroll
+      for (int e = 0; e < 4; ++e) { const float a_ = r72[e], b_ = kg::shfl_xor(a_, 1); r72[e] = kg::max_(a_, b_); }
+    #pragma unroll
+      for (int e = 0; e < 4; ++e) { const float a_ = r72[e], b_ = kg::shfl_xor(a_, 2); r72[e] = kg::max_(a_, b_); }
+    #pragma unroll
+      for (int e = 0; e < 4; ++e) { const float a_ = r72[e], b_ = kg::shfl_xor(a_, 4); r72[e] = kg::max_(a_, b_); }
+    #pragma unroll
+      for (int e = 0; e < 4; ++e) { const float a_ = r72[e], b_ = kg::shfl_xor(a_, 8); r72[e] = kg::max_(a_, b_); }
+      float* scratch_ = reinterpret_cast<float*>(smem + 0);
+      kg::sync();
+    #pragma unroll
+      for (int e = 0; e < 4; ++e) scratch_[warp * 64 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1] = r72[e];
+      kg::sync();
+    #pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float a_ = scratch_[(warp ^ 0) * 64 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1];
+        { const float b_ = scratch_[(warp ^ 1) * 64 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1]; a_ = kg::max_(a_, b_); }
+        r72[e] = a_;
+      }
+    #pragma unroll
+      for (int e = 0; e < 4; ++e) v72[e] = kg::cvt<float>(r72[e]);
+    }
+    // spec: specs/fa2_fwd.yaml:47:19
+    float v73[4];
+    #pragma unroll
+    for (int e = 0; e < 4; ++e) v73[e] = (kg::max_(v49[e], v72[e]));
+    // spec: specs/fa2_fwd.yaml:48:25
+    const float v74 = -kg::inf();
+    // spec: specs/fa2_fwd.yaml:48:25
+    bool v75[4];
+    #pragma unroll
+    for (int e = 0; e < 4; ++e) v75[e] = (v73[e] == v74);
+    // spec: specs/fa2_fwd.yaml:48:19
+    const float v76 = 0.0f;
+    // spec: specs/fa2_fwd.yaml:48:19
+    float v77[4];
+    #pragma unroll
+    for (int e = 0; e < 4; ++e) v77[e] = (v75[e] ? v76 : v73[e]);
+    // spec: specs/fa2_fwd.yaml:49:24
+    float (&v78)[4] = v77;
+    // spec: specs/fa2_fwd.yaml:49:20
+    float v79[8];
+    #pragma unroll
+    for (int e = 0; e < 8; ++e) v79[e] = v78[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
+    // spec: specs/fa2_fwd.yaml:49:20
+    float v80[8];
+    #pragma unroll
+    for (int e = 0; e < 8; ++e) v80[e] = (v71[e] - v79[e]);
+    // spec: specs/fa2_fwd.yaml:49:15
+    float v81[8];
+    #pragma unroll
+    for (int e = 0; e < 8; ++e) v81[e] = kg::exp2_(v80[e]);
+    // spec: specs/fa2_fwd.yaml:50:24
+    float v82[4];
+    #pragma unroll
+    for (int e = 0; e < 4; ++e) v82[e] = (v49[e] - v77[e]);
+    // spec: specs/fa2_fwd.yaml:50:19
+    float v83[4];
+    #pragma unroll
+    for (int e = 0; e < 4; ++e) v83[e] = kg::exp2_(v82[e]);
+    // spec: specs/fa2_fwd.yaml:51:15
+    float v84[4];
+    #pragma unroll
+    for (int e = 0; e < 4; ++e) v84[e] = (v47[e] * v83[e]);
+    // spec: specs/fa2_fwd.yaml:51:27
+    float v85[4];
+    {
+      float r85[4];
+    #pragma unroll
+      for (int e = 0; e < 4; ++e) r85[e] = 0.0f;
+    #pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const float a_ = r85[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2], b_ = (float)(v81[e]);
+        r85[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2] = a_ + b_;
+      }
+    #pragma unroll
+      for (int e = 0; e < 4; ++e) { const float a_ = r85[e], b_ = kg::shfl_xor(a_, 1); r85[e] = a_ + b_; }
+    #pragma unroll
+      for (int e = 0; e < 4; ++e) { const float a_ = r85[e], b_ = kg::shfl_xor(a_, 2); r85[e] = a_ + b_; }
+    #pragma unroll
+      for (int e = 0; e < 4; ++e) { const float a_ = r85[e], b_ = kg::shfl_xor(a_, 4); r85[e] = a_ + b_; }
+    #pragma unroll
+      for (int e = 0; e < 4; ++e) { const float a_ = r85[e], b_ = kg::shfl_xor(a_, 8); r85[e] = a_ + b_; }
+      float* scratch_ = reinterpret_cast<float*>(smem + 0);
+      kg::sync();
+    #pragma unroll
+      for (int e = 0; e < 4; ++e) scratch_[warp * 64 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1] = r85[e];
+      kg::sync();
+    #pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float a_ = scratch_[(warp ^ 0) * 64 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1];
+        { const float b_ = scratch_[(warp ^ 1) * 64 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1]; a_ = a_ + b_; }
+        r85[e] = a_;
+      }
+    #pragma unroll
+      for (int e = 0; e < 4; ++e) v85[e] = kg::cvt<float>(r85[e]);
+    }
+    // spec: specs/fa2_fwd.yaml:51:15
+    float v86[4];
+    #pragma unroll
+    for (int e = 0; e < 4; ++e) v86[e] = (v84[e] + v85[e]);
+    // spec: specs/fa2_fwd.yaml:52:23
+    float (&v87)[4] = v83;
+    // spec: specs/fa2_fwd.yaml:52:17
+    float v88[16];
+    {
+      float* scratch_ = reinterpret_cast<float*>(smem + 0);
+      kg::sync();
+    #pragma unroll
+      for (int e = 0; e < 4; ++e) scratch_[((0) + (0)) * 1 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1] = v87[e];
+      kg::sync();
+    #pragma unroll
+      for (int e = 0; e < 16; ++e) v88[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 5) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1];
     }
     // spec: specs/fa2_fwd.yaml:52:17
-    float v96[32];
+    float v89[16];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v96[e] = (v89[e] + v95[e]);
+    for (int e = 0; e < 16; ++e) v89[e] = v88[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+    // spec: specs/fa2_fwd.yaml:52:17
+    float v90[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v90[e] = (v48[e] * v89[e]);
+    // spec: specs/fa2_fwd.yaml:52:44
+    kg::fp16 v91[8];
+    #pragma unroll
+    for (int e = 0; e < 8; ++e) v91[e] = kg::cvt<kg::fp16>(v81[e]);
+    // spec: specs/fa2_fwd.yaml:52:57
+    kg::fp16 v92[16];
+    {
+      const kg::fp16* p_ = t_v + ((int64_t)(v6) * stride_v_0 + (int64_t)(v10) * stride_v_2);
+      const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
+      const int t0_ = v46 * 64 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16;
+      const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
+    #pragma unroll
+      for (int e = 0; e < 16; e += 8) {
+        const int i0_ = t0_ + ((e >> 3) & 1) * 32;
+        const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
+        const int64_t off_ = (int64_t)i0_ * stride_v_1 + (int64_t)i1_ * 1;
+        const bool in_ = i0_ < (size_SK) && i1_ + 8 <= (128);
+        if (aligned_ && in_) {
+          kg::copy_vec<8>(&v92[e], p_ + off_);
+        } else {
+    #pragma unroll
+          for (int v = 0; v < 8; ++v)
+            v92[e + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+        }
+      }
+    }
+    // spec: specs/fa2_fwd.yaml:52:40
+    float v93[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v93[e] = 0.0f;
+    // spec: specs/fa2_fwd.yaml:52:40
+    kg::fp16* v94 = reinterpret_cast<kg::fp16*>(smem + 35840);
+    kg::sync();
+    #pragma unroll
+    for (int e = 0; e < 8; ++e) v94[((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 72 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + (warp & 1) * 32) + (((e >> 2) & 1) * 16))] = v91[e];
+
+    // spec: specs/fa2_fwd.yaml:52:40
+    kg::fp16* v95 = reinterpret_cast<kg::fp16*>(smem + 0);
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v95[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16) + (((e >> 3) & 1) * 32))] = v92[e];
+    kg::sync();
+    // spec: specs/fa2_fwd.yaml:52:40
+    float (&v96)[16] = v93;
+    #pragma unroll
+    for (int ks = 0; ks < 8; ++ks) {
+      alignas(16) kg::fp16 fa_[1][4];
+      alignas(16) kg::fp16 fb_[1][4];
+    #pragma unroll
+      for (int rm = 0; rm < 1; ++rm)
+    #pragma unroll
+        for (int i = 0; i < 4; i += 4)
+          kg::copy_vec<4>(&fa_[rm][i], &v94[((warp / 4) * 32 + rm * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+    #pragma unroll
+      for (int rn = 0; rn < 1; ++rn)
+    #pragma unroll
+        for (int i = 0; i < 4; i += 4)
+          kg::copy_vec<4>(&fb_[rn][i], &v95[((warp % 4) * 32 + rn * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+    #pragma unroll
+      for (int rm = 0; rm < 1; ++rm)
+    #pragma unroll
+        for (int rn = 0; rn < 1; ++rn)
+          kg::mfma_32x32x8_fp16(&v96[(rm * 1 + rn) * 16], fa_[rm], fb_[rn]);
+    }
+    // spec: specs/fa2_fwd.yaml:52:17
+    float v97[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v97[e] = (v90[e] + v96[e]);
     // spec: specs/fa2_fwd.yaml:53:15
 
-    float y0_[16];
+    float y0_[4];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y0_[e] = v86[e];
-    float y1_[32];
+    for (int e = 0; e < 4; ++e) y0_[e] = v86[e];
+    float y1_[16];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y1_[e] = v96[e];
-    float y2_[16];
+    for (int e = 0; e < 16; ++e) y1_[e] = v97[e];
+    float y2_[4];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y2_[e] = v73[e];
+    for (int e = 0; e < 4; ++e) y2_[e] = v73[e];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v43[e] = y0_[e];
+    for (int e = 0; e < 4; ++e) v43[e] = y0_[e];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v44[e] = y1_[e];
+    for (int e = 0; e < 16; ++e) v44[e] = y1_[e];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v45[e] = y2_[e];
+    for (int e = 0; e < 4; ++e) v45[e] = y2_[e];
   }
   // spec: specs/fa2_fwd.yaml:55:21
-  const float v97 = 0.0f;
+  const float v98 = 0.0f;
   // spec: specs/fa2_fwd.yaml:55:21
-  bool v98[16];
+  bool v99[4];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v98[e] = (v43[e] == v97);
+  for (int e = 0; e < 4; ++e) v99[e] = (v43[e] == v98);
   // spec: specs/fa2_fwd.yaml:55:15
-  const float v99 = 1.0f;
+  const float v100 = 1.0f;
   // spec: specs/fa2_fwd.yaml:55:15
-  float v100[16];
+  float v101[4];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v100[e] = (v98[e] ? v99 : v43[e]);
+  for (int e = 0; e < 4; ++e) v101[e] = (v99[e] ? v100 : v43[e]);
   // spec: specs/fa2_fwd.yaml:56:63
-  float (&v101)[16] = v100;
+  float (&v102)[4] = v101;
   // spec: specs/fa2_fwd.yaml:56:57
-  float v102[32];
+  float v103[16];
+  {
+    float* scratch_ = reinterpret_cast<float*>(smem + 0);
+    kg::sync();
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v102[e] = v101[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+    for (int e = 0; e < 4; ++e) scratch_[((0) + (0)) * 1 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1] = v102[e];
+    kg::sync();
+  #pragma unroll
+    for (int e = 0; e < 16; ++e) v103[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 5) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1];
+  }
   // spec: specs/fa2_fwd.yaml:56:57
-  float v103[32];
+  float v104[16];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v103[e] = (v44[e] / v102[e]);
+  for (int e = 0; e < 16; ++e) v104[e] = v103[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+  // spec: specs/fa2_fwd.yaml:56:57
+  float v105[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v105[e] = (v44[e] / v104[e]);
   // spec: specs/fa2_fwd.yaml:56:56
-  kg::fp16 v104[32];
+  kg::fp16 v106[16];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v104[e] = kg::cvt<kg::fp16>(v103[e]);
+  for (int e = 0; e < 16; ++e) v106[e] = kg::cvt<kg::fp16>(v105[e]);
   // spec: specs/fa2_fwd.yaml:56:24
-  const int v105 = kg::block_id_x();
+  const int v107 = kg::block_id_x();
   // spec: specs/fa2_fwd.yaml:56:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_o + ((int64_t)(v6) * stride_o_0 + (int64_t)(v8) * stride_o_2);
     const bool aligned_ = false;
-    const int t0_ = v105 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
-    const int t1_ = 0 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 64;
+    const int t0_ = v107 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 2) & 1) * 32;
+    const int t1_ = 0 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32 + ((warp >> 1) & 1) * 64;
   #pragma unroll
-    for (int e = 0; e < 32; e += 1) {
+    for (int e = 0; e < 16; e += 1) {
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
-      const int i1_ = t1_ + ((e >> 4) & 1) * 32;
+      const int i1_ = t1_ + 0;
       const int64_t off_ = (int64_t)i0_ * stride_o_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SQ) && i1_ + 1 <= (128)) {
-        kg::copy_vec<1>(p_ + off_, &v104[e]);
+        kg::copy_vec<1>(p_ + off_, &v106[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          if (i0_ < (size_SQ) && i1_ + v < (128)) p_[off_ + v] = v104[e + v];
+          if (i0_ < (size_SQ) && i1_ + v < (128)) p_[off_ + v] = v106[e + v];
       }
     }
   }
   // spec: specs/fa2_fwd.yaml:57:61
-  const float v106 = 0.0f;
+  const float v108 = 0.0f;
   // spec: specs/fa2_fwd.yaml:57:61
-  bool v107[16];
+  bool v109[4];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v107[e] = (v43[e] == v106);
+  for (int e = 0; e < 4; ++e) v109[e] = (v43[e] == v108);
   // spec: specs/fa2_fwd.yaml:57:82
-  float v108[16];
+  float v110[4];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v108[e] = kg::log2_(v100[e]);
+  for (int e = 0; e < 4; ++e) v110[e] = kg::log2_(v101[e]);
   // spec: specs/fa2_fwd.yaml:57:78
-  float v109[16];
+  float v111[4];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v109[e] = (v45[e] + v108[e]);
+  for (int e = 0; e < 4; ++e) v111[e] = (v45[e] + v110[e]);
   // spec: specs/fa2_fwd.yaml:57:77
-  const float v110 = 0.6931471805599453f;
+  const float v112 = 0.6931471805599453f;
   // spec: specs/fa2_fwd.yaml:57:77
-  float v111[16];
+  float v113[4];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v111[e] = (v109[e] * v110);
+  for (int e = 0; e < 4; ++e) v113[e] = (v111[e] * v112);
   // spec: specs/fa2_fwd.yaml:57:55
-  const float v112 = -kg::inf();
+  const float v114 = -kg::inf();
   // spec: specs/fa2_fwd.yaml:57:55
-  float v113[16];
+  float v115[4];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v113[e] = (v107[e] ? v112 : v111[e]);
+  for (int e = 0; e < 4; ++e) v115[e] = (v109[e] ? v114 : v113[e]);
   // spec: specs/fa2_fwd.yaml:57:29
-  const int v114 = kg::block_id_x();
+  const int v116 = kg::block_id_x();
   // spec: specs/fa2_fwd.yaml:57:7
-  if ((lane & 31) == 0 && (warp & 1) == 0) {
+  if ((lane & 15) == 0 && (warp & 1) == 0) {
     float* p_ = t_lse + ((int64_t)(v6) * stride_lse_0 + (int64_t)(v8) * stride_lse_1);
     const bool aligned_ = kg::aligned(p_, 16) && stride_lse_0 % 4 == 0 && stride_lse_1 % 4 == 0;
-    const int t0_ = v114 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
+    const int t0_ = v116 * 64 + ((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32;
   #pragma unroll
-    for (int e = 0; e < 16; e += 4) {
-      const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
+    for (int e = 0; e < 4; e += 4) {
+      const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
       const int64_t off_ = (int64_t)i0_ * 1;
       if (aligned_ && i0_ + 4 <= (size_SQ)) {
-        kg::copy_vec<4>(p_ + off_, &v113[e]);
+        kg::copy_vec<4>(p_ + off_, &v115[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 4; ++v)
-          if (i0_ + v < (size_SQ)) p_[off_ + v] = v113[e + v];
+          if (i0_ + v < (size_SQ)) p_[off_ + v] = v115[e + v];
       }
     }
   }

@@ -3,7 +3,7 @@
 #include "kgen_cuda.h"
 #include "kgen_tile.h"
 
-KG_KERNEL void __launch_bounds__(128) fa2_fwd_fwd(const kg::bf16* __restrict__ t_q, int64_t stride_q_0, int64_t stride_q_1, int64_t stride_q_2, const kg::bf16* __restrict__ t_k, int64_t stride_k_0, int64_t stride_k_1, int64_t stride_k_2, const kg::bf16* __restrict__ t_v, int64_t stride_v_0, int64_t stride_v_1, int64_t stride_v_2, kg::bf16* __restrict__ t_o, int64_t stride_o_0, int64_t stride_o_1, int64_t stride_o_2, float* __restrict__ t_lse, int64_t stride_lse_0, int64_t stride_lse_1, int size_B, int size_SQ, int size_SK, int size_H, int size_HKV, float scalar_softmax_scale) {
+KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::bf16* __restrict__ t_q, int64_t stride_q_0, int64_t stride_q_1, int64_t stride_q_2, const kg::bf16* __restrict__ t_k, int64_t stride_k_0, int64_t stride_k_1, int64_t stride_k_2, const kg::bf16* __restrict__ t_v, int64_t stride_v_0, int64_t stride_v_1, int64_t stride_v_2, kg::bf16* __restrict__ t_o, int64_t stride_o_0, int64_t stride_o_1, int64_t stride_o_2, float* __restrict__ t_lse, int64_t stride_lse_0, int64_t stride_lse_1, int size_B, int size_SQ, int size_SK, int size_H, int size_HKV, float scalar_softmax_scale) {
   extern __shared__ __align__(16) char smem[];
   const int lane = kg::thread_id() % kg::WAVE;
   const int warp = kg::thread_id() / kg::WAVE;
@@ -31,13 +31,13 @@ KG_KERNEL void __launch_bounds__(128) fa2_fwd_fwd(const kg::bf16* __restrict__ t
   // spec: specs/fa2_fwd.yaml:31:14
   const int v10 = kg::block_id_x();
   // spec: specs/fa2_fwd.yaml:31:14
-  const int v11 = 64;
+  const int v11 = 128;
   // spec: specs/fa2_fwd.yaml:31:14
   const int v12 = (v10 * v11);
   // spec: specs/fa2_fwd.yaml:31:40
   int v13[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v13[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0);
+  for (int e = 0; e < 1; ++e) v13[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32 + ((warp >> 1) & 1) * 64) + (0);
   // spec: specs/fa2_fwd.yaml:31:14
   int v14[1];
   #pragma unroll
@@ -49,11 +49,11 @@ KG_KERNEL void __launch_bounds__(128) fa2_fwd_fwd(const kg::bf16* __restrict__ t
   {
     const kg::bf16* p_ = t_q + ((int64_t)(v5) * stride_q_0 + (int64_t)(v7) * stride_q_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-    const int t0_ = v15 * 64 + ((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4;
+    const int t0_ = v15 * 128 + ((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4 + ((warp >> 2) & 1) * 8;
     const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
   #pragma unroll
     for (int e = 0; e < 64; e += 8) {
-      const int i0_ = t0_ + ((e >> 3) & 1) * 8 + ((e >> 4) & 1) * 16 + ((e >> 5) & 1) * 32;
+      const int i0_ = t0_ + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32 + ((e >> 5) & 1) * 64;
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
       const int64_t off_ = (int64_t)i0_ * stride_q_1 + (int64_t)i1_ * 1;
       const bool in_ = i0_ < (size_SQ) && i1_ + 8 <= (128);
@@ -95,10 +95,10 @@ KG_KERNEL void __launch_bounds__(128) fa2_fwd_fwd(const kg::bf16* __restrict__ t
   // spec: specs/fa2_fwd.yaml:40:22
   const int v27 = 1;
   // spec: specs/fa2_fwd.yaml:41:15
-  kg::bf16* v28 = reinterpret_cast<kg::bf16*>(smem + 18432);
+  kg::bf16* v28 = reinterpret_cast<kg::bf16*>(smem + 0);
   kg::sync();
   #pragma unroll
-  for (int e = 0; e < 64; e += 8) kg::copy_vec<8>(&v28[((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4) + (((e >> 3) & 1) * 8 + ((e >> 4) & 1) * 16 + ((e >> 5) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v16[e]);
+  for (int e = 0; e < 64; e += 8) kg::copy_vec<8>(&v28[((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4 + ((warp >> 2) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32 + ((e >> 5) & 1) * 64)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v16[e]);
   kg::sync();
   // spec: specs/fa2_fwd.yaml:40:7
 
@@ -117,15 +117,15 @@ KG_KERNEL void __launch_bounds__(128) fa2_fwd_fwd(const kg::bf16* __restrict__ t
     float (&v35)[2] = v31;
     
     // spec: specs/fa2_fwd.yaml:41:23
-    kg::bf16 v36[64];
+    kg::bf16 v36[32];
     {
       const kg::bf16* p_ = t_k + ((int64_t)(v5) * stride_k_0 + (int64_t)(v9) * stride_k_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
-      const int t0_ = v32 * 64 + ((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4;
+      const int t0_ = v32 * 64 + ((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4 + ((warp >> 2) & 1) * 8;
       const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
     #pragma unroll
-      for (int e = 0; e < 64; e += 8) {
-        const int i0_ = t0_ + ((e >> 3) & 1) * 8 + ((e >> 4) & 1) * 16 + ((e >> 5) & 1) * 32;
+      for (int e = 0; e < 32; e += 8) {
+        const int i0_ = t0_ + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
         const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
         const int64_t off_ = (int64_t)i0_ * stride_k_1 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_SK) && i1_ + 8 <= (128);
@@ -139,16 +139,16 @@ KG_KERNEL void __launch_bounds__(128) fa2_fwd_fwd(const kg::bf16* __restrict__ t
       }
     }
     // spec: specs/fa2_fwd.yaml:41:23
-    kg::bf16 (&v37)[64] = v36;
+    kg::bf16 (&v37)[32] = v36;
     // spec: specs/fa2_fwd.yaml:41:15
     float v38[32];
     #pragma unroll
     for (int e = 0; e < 32; ++e) v38[e] = 0.0f;
     // spec: specs/fa2_fwd.yaml:41:15
-    kg::bf16* v39 = reinterpret_cast<kg::bf16*>(smem + 0);
+    kg::bf16* v39 = reinterpret_cast<kg::bf16*>(smem + 34816);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 64; e += 8) kg::copy_vec<8>(&v39[((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4) + (((e >> 3) & 1) * 8 + ((e >> 4) & 1) * 16 + ((e >> 5) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v37[e]);
+    for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v39[((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4 + ((warp >> 2) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v37[e]);
     kg::sync();
     // spec: specs/fa2_fwd.yaml:41:15
     float (&v40)[32] = v38;
@@ -301,15 +301,15 @@ KG_KERNEL void __launch_bounds__(128) fa2_fwd_fwd(const kg::bf16* __restrict__ t
     #pragma unroll
     for (int e = 0; e < 32; ++e) v69[e] = kg::cvt<kg::bf16>(v60[e]);
     // spec: specs/fa2_fwd.yaml:52:57
-    kg::bf16 v70[64];
+    kg::bf16 v70[32];
     {
       const kg::bf16* p_ = t_v + ((int64_t)(v5) * stride_v_0 + (int64_t)(v9) * stride_v_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-      const int t0_ = v32 * 64 + ((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4;
+      const int t0_ = v32 * 64 + ((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4 + ((warp >> 2) & 1) * 8;
       const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
     #pragma unroll
-      for (int e = 0; e < 64; e += 8) {
-        const int i0_ = t0_ + ((e >> 3) & 1) * 8 + ((e >> 4) & 1) * 16 + ((e >> 5) & 1) * 32;
+      for (int e = 0; e < 32; e += 8) {
+        const int i0_ = t0_ + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
         const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
         const int64_t off_ = (int64_t)i0_ * stride_v_1 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_SK) && i1_ + 8 <= (128);
@@ -327,15 +327,15 @@ KG_KERNEL void __launch_bounds__(128) fa2_fwd_fwd(const kg::bf16* __restrict__ t
     #pragma unroll
     for (int e = 0; e < 64; ++e) v71[e] = 0.0f;
     // spec: specs/fa2_fwd.yaml:52:40
-    kg::bf16* v72 = reinterpret_cast<kg::bf16*>(smem + 35840);
+    kg::bf16* v72 = reinterpret_cast<kg::bf16*>(smem + 34816);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v72[((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) * 72 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))], &v69[e]);
+    for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v72[((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + (((e >> 1) & 1) * 8)) * 72 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))], &v69[e]);
 
     // spec: specs/fa2_fwd.yaml:52:40
-    kg::bf16* v73 = reinterpret_cast<kg::bf16*>(smem + 0);
+    kg::bf16* v73 = reinterpret_cast<kg::bf16*>(smem + 53248);
     #pragma unroll
-    for (int e = 0; e < 64; ++e) v73[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4) + (((e >> 3) & 1) * 8 + ((e >> 4) & 1) * 16 + ((e >> 5) & 1) * 32))] = v70[e];
+    for (int e = 0; e < 32; ++e) v73[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4 + ((warp >> 2) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v70[e];
     kg::sync();
     // spec: specs/fa2_fwd.yaml:52:40
     float (&v74)[64] = v71;
@@ -413,7 +413,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_fwd_fwd(const kg::bf16* __restrict__ t
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_o + ((int64_t)(v5) * stride_o_0 + (int64_t)(v7) * stride_o_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_o_0 % 2 == 0 && stride_o_1 % 2 == 0 && stride_o_2 % 2 == 0;
-    const int t0_ = v84 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+    const int t0_ = v84 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
     const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
   #pragma unroll
     for (int e = 0; e < 64; e += 2) {
@@ -461,7 +461,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_fwd_fwd(const kg::bf16* __restrict__ t
   if ((lane & 3) == 0 && (warp & 0) == 0) {
     float* p_ = t_lse + ((int64_t)(v5) * stride_lse_0 + (int64_t)(v7) * stride_lse_1);
     const bool aligned_ = false;
-    const int t0_ = v93 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+    const int t0_ = v93 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
   #pragma unroll
     for (int e = 0; e < 2; e += 1) {
       const int i0_ = t0_ + (e & 1) * 8;

@@ -3,7 +3,7 @@
 #include "kgen_cuda.h"
 #include "kgen_tile.h"
 
-KG_KERNEL void __launch_bounds__(128) fa2_fwd_fwd(const kg::fp16* __restrict__ t_q, int64_t stride_q_0, int64_t stride_q_1, int64_t stride_q_2, const kg::fp16* __restrict__ t_k, int64_t stride_k_0, int64_t stride_k_1, int64_t stride_k_2, const kg::fp16* __restrict__ t_v, int64_t stride_v_0, int64_t stride_v_1, int64_t stride_v_2, kg::fp16* __restrict__ t_o, int64_t stride_o_0, int64_t stride_o_1, int64_t stride_o_2, float* __restrict__ t_lse, int64_t stride_lse_0, int64_t stride_lse_1, int size_B, int size_SQ, int size_SK, int size_H, int size_HKV, float scalar_softmax_scale) {
+KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t_q, int64_t stride_q_0, int64_t stride_q_1, int64_t stride_q_2, const kg::fp16* __restrict__ t_k, int64_t stride_k_0, int64_t stride_k_1, int64_t stride_k_2, const kg::fp16* __restrict__ t_v, int64_t stride_v_0, int64_t stride_v_1, int64_t stride_v_2, kg::fp16* __restrict__ t_o, int64_t stride_o_0, int64_t stride_o_1, int64_t stride_o_2, float* __restrict__ t_lse, int64_t stride_lse_0, int64_t stride_lse_1, int size_B, int size_SQ, int size_SK, int size_H, int size_HKV, float scalar_softmax_scale) {
   extern __shared__ __align__(16) char smem[];
   const int lane = kg::thread_id() % kg::WAVE;
   const int warp = kg::thread_id() / kg::WAVE;
@@ -33,13 +33,13 @@ KG_KERNEL void __launch_bounds__(128) fa2_fwd_fwd(const kg::fp16* __restrict__ t
   // spec: specs/fa2_fwd.yaml:31:14
   const int v11 = kg::block_id_x();
   // spec: specs/fa2_fwd.yaml:31:14
-  const int v12 = 64;
+  const int v12 = 128;
   // spec: specs/fa2_fwd.yaml:31:14
   const int v13 = (v11 * v12);
   // spec: specs/fa2_fwd.yaml:31:40
   int v14[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v14[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8);
+  for (int e = 0; e < 2; ++e) v14[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 8);
   // spec: specs/fa2_fwd.yaml:31:14
   int v15[2];
   #pragma unroll
@@ -51,11 +51,11 @@ KG_KERNEL void __launch_bounds__(128) fa2_fwd_fwd(const kg::fp16* __restrict__ t
   {
     const kg::fp16* p_ = t_q + ((int64_t)(v6) * stride_q_0 + (int64_t)(v8) * stride_q_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-    const int t0_ = v16 * 64 + ((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4;
+    const int t0_ = v16 * 128 + ((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4 + ((warp >> 2) & 1) * 8;
     const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
   #pragma unroll
     for (int e = 0; e < 64; e += 8) {
-      const int i0_ = t0_ + ((e >> 3) & 1) * 8 + ((e >> 4) & 1) * 16 + ((e >> 5) & 1) * 32;
+      const int i0_ = t0_ + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32 + ((e >> 5) & 1) * 64;
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
       const int64_t off_ = (int64_t)i0_ * stride_q_1 + (int64_t)i1_ * 1;
       const bool in_ = i0_ < (size_SQ) && i1_ + 8 <= (128);
@@ -87,7 +87,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_fwd_fwd(const kg::fp16* __restrict__ t
   // spec: specs/fa2_fwd.yaml:36:38
   const int v26 = (v24 + v25);
   // spec: specs/fa2_fwd.yaml:36:37
-  const int v27 = 64;
+  const int v27 = 128;
   // spec: specs/fa2_fwd.yaml:36:37
   const int v28 = (v26 * v27);
   // spec: specs/fa2_fwd.yaml:36:37
@@ -121,10 +121,10 @@ KG_KERNEL void __launch_bounds__(128) fa2_fwd_fwd(const kg::fp16* __restrict__ t
   // spec: specs/fa2_fwd.yaml:40:22
   const int v40 = 1;
   // spec: specs/fa2_fwd.yaml:41:15
-  kg::fp16* v41 = reinterpret_cast<kg::fp16*>(smem + 18432);
+  kg::fp16* v41 = reinterpret_cast<kg::fp16*>(smem + 0);
   kg::sync();
   #pragma unroll
-  for (int e = 0; e < 64; e += 8) kg::copy_vec<8>(&v41[((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4) + (((e >> 3) & 1) * 8 + ((e >> 4) & 1) * 16 + ((e >> 5) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v17[e]);
+  for (int e = 0; e < 64; e += 8) kg::copy_vec<8>(&v41[((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4 + ((warp >> 2) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32 + ((e >> 5) & 1) * 64)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v17[e]);
   kg::sync();
   // spec: specs/fa2_fwd.yaml:45:50
   int (&v42)[2] = v15;
@@ -145,15 +145,15 @@ KG_KERNEL void __launch_bounds__(128) fa2_fwd_fwd(const kg::fp16* __restrict__ t
     float (&v49)[2] = v45;
     
     // spec: specs/fa2_fwd.yaml:41:23
-    kg::fp16 v50[64];
+    kg::fp16 v50[32];
     {
       const kg::fp16* p_ = t_k + ((int64_t)(v6) * stride_k_0 + (int64_t)(v10) * stride_k_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
-      const int t0_ = v46 * 64 + ((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4;
+      const int t0_ = v46 * 64 + ((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4 + ((warp >> 2) & 1) * 8;
       const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
     #pragma unroll
-      for (int e = 0; e < 64; e += 8) {
-        const int i0_ = t0_ + ((e >> 3) & 1) * 8 + ((e >> 4) & 1) * 16 + ((e >> 5) & 1) * 32;
+      for (int e = 0; e < 32; e += 8) {
+        const int i0_ = t0_ + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
         const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
         const int64_t off_ = (int64_t)i0_ * stride_k_1 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_SK) && i1_ + 8 <= (128);
@@ -167,16 +167,16 @@ KG_KERNEL void __launch_bounds__(128) fa2_fwd_fwd(const kg::fp16* __restrict__ t
       }
     }
     // spec: specs/fa2_fwd.yaml:41:23
-    kg::fp16 (&v51)[64] = v50;
+    kg::fp16 (&v51)[32] = v50;
     // spec: specs/fa2_fwd.yaml:41:15
     float v52[32];
     #pragma unroll
     for (int e = 0; e < 32; ++e) v52[e] = 0.0f;
     // spec: specs/fa2_fwd.yaml:41:15
-    kg::fp16* v53 = reinterpret_cast<kg::fp16*>(smem + 0);
+    kg::fp16* v53 = reinterpret_cast<kg::fp16*>(smem + 34816);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 64; e += 8) kg::copy_vec<8>(&v53[((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4) + (((e >> 3) & 1) * 8 + ((e >> 4) & 1) * 16 + ((e >> 5) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v51[e]);
+    for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v53[((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4 + ((warp >> 2) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v51[e]);
     kg::sync();
     // spec: specs/fa2_fwd.yaml:41:15
     float (&v54)[32] = v52;
@@ -353,15 +353,15 @@ KG_KERNEL void __launch_bounds__(128) fa2_fwd_fwd(const kg::fp16* __restrict__ t
     #pragma unroll
     for (int e = 0; e < 32; ++e) v90[e] = kg::cvt<kg::fp16>(v81[e]);
     // spec: specs/fa2_fwd.yaml:52:57
-    kg::fp16 v91[64];
+    kg::fp16 v91[32];
     {
       const kg::fp16* p_ = t_v + ((int64_t)(v6) * stride_v_0 + (int64_t)(v10) * stride_v_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-      const int t0_ = v46 * 64 + ((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4;
+      const int t0_ = v46 * 64 + ((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4 + ((warp >> 2) & 1) * 8;
       const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
     #pragma unroll
-      for (int e = 0; e < 64; e += 8) {
-        const int i0_ = t0_ + ((e >> 3) & 1) * 8 + ((e >> 4) & 1) * 16 + ((e >> 5) & 1) * 32;
+      for (int e = 0; e < 32; e += 8) {
+        const int i0_ = t0_ + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
         const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
         const int64_t off_ = (int64_t)i0_ * stride_v_1 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_SK) && i1_ + 8 <= (128);
@@ -379,15 +379,15 @@ KG_KERNEL void __launch_bounds__(128) fa2_fwd_fwd(const kg::fp16* __restrict__ t
     #pragma unroll
     for (int e = 0; e < 64; ++e) v92[e] = 0.0f;
     // spec: specs/fa2_fwd.yaml:52:40
-    kg::fp16* v93 = reinterpret_cast<kg::fp16*>(smem + 35840);
+    kg::fp16* v93 = reinterpret_cast<kg::fp16*>(smem + 34816);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v93[((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) * 72 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))], &v90[e]);
+    for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v93[((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + (((e >> 1) & 1) * 8)) * 72 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))], &v90[e]);
 
     // spec: specs/fa2_fwd.yaml:52:40
-    kg::fp16* v94 = reinterpret_cast<kg::fp16*>(smem + 0);
+    kg::fp16* v94 = reinterpret_cast<kg::fp16*>(smem + 53248);
     #pragma unroll
-    for (int e = 0; e < 64; ++e) v94[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4) + (((e >> 3) & 1) * 8 + ((e >> 4) & 1) * 16 + ((e >> 5) & 1) * 32))] = v91[e];
+    for (int e = 0; e < 32; ++e) v94[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4 + ((warp >> 2) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v91[e];
     kg::sync();
     // spec: specs/fa2_fwd.yaml:52:40
     float (&v95)[64] = v92;
@@ -465,7 +465,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_fwd_fwd(const kg::fp16* __restrict__ t
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_o + ((int64_t)(v6) * stride_o_0 + (int64_t)(v8) * stride_o_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_o_0 % 2 == 0 && stride_o_1 % 2 == 0 && stride_o_2 % 2 == 0;
-    const int t0_ = v105 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+    const int t0_ = v105 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
     const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
   #pragma unroll
     for (int e = 0; e < 64; e += 2) {
@@ -513,7 +513,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_fwd_fwd(const kg::fp16* __restrict__ t
   if ((lane & 3) == 0 && (warp & 0) == 0) {
     float* p_ = t_lse + ((int64_t)(v6) * stride_lse_0 + (int64_t)(v8) * stride_lse_1);
     const bool aligned_ = false;
-    const int t0_ = v114 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+    const int t0_ = v114 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
   #pragma unroll
     for (int e = 0; e < 2; e += 1) {
       const int i0_ = t0_ + (e & 1) * 8;
