@@ -74,7 +74,7 @@ def lower_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target,
         try:
             kernels = [compile_kernel(ls, i, variant, tunables, target) for i in range(len(ls.spec.kernels))]
         except SpecError as e:
-            if "shared memory" not in e.message and "fits no matrix instruction" not in e.message:
+            if not any(m in e.message for m in ("shared memory", "fits no matrix instruction", "cannot be split over")):
                 raise
             failures.append(f"{tunables}: {e.message}")
             continue

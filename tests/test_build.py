@@ -335,3 +335,33 @@ def test_matmul_kernels_have_dots(built, spec_file, target):
     """The tensor-core checks above only bite on kernels with a dot: make sure these have one."""
     b = built(spec_file, target)
     assert b.has_dot and all(b.has_dot.values()), b.has_dot
+
+
+def test_tunables_move_past_a_warp_count_the_dot_cannot_use(tmp_path):
+    # 16 warps cannot split a 32x32 dot with any matrix instruction; the next candidate (4) can
+    spec = tmp_path / "mm.yaml"
+    spec.write_text("""\
+kgen: 1
+name: mm
+summary: a small matmul
+sizes: [M, N, K]
+tensors:
+  a: {shape: [M, K], dtype: bf16}
+  b: {shape: [K, N], dtype: bf16}
+  c: {shape: [M, N], dtype: fp32, role: output}
+tunables: {WARPS: [16, 4]}
+kernels:
+  - name: main
+    grid: cdiv(M, 32), cdiv(N, 32)
+    warps: WARPS
+    program: |
+      acc = zeros((32, 32), fp32)
+      for k in range(cdiv(K, 32)):
+          acc = dot(load(a[block(program_id(0), 32), block(k, 32)]), load(b[block(k, 32), block(program_id(1), 32)]), acc)
+      store(c[block(program_id(0), 32), block(program_id(1), 32)], acc)
+reference: |
+  c = a @ b
+""")
+    ls = load_spec(spec)
+    tunables, kernels = kgen.build.lower_variant(ls, {}, load_target("sm_90"))
+    assert tunables == {"WARPS": 4} and kernels[0].num_warps == 4

@@ -35,14 +35,27 @@ def choose_variant(ls: LoadedSpec, tensors: dict[str, torch.Tensor], options: di
                                   f"{', '.join('torch.' + str(TORCH[v]).split('.')[-1] for v in values)}")
             variant[axis] = dt
         else:
-            value = options.get(axis, values[0])
-            if value not in values:
+            value = options.get(axis)
+            if value is None:
+                # an axis that sizes an input (fa2's head_dim) is read off that input's shape
+                value = _axis_from_shape(spec, tensors, axis, values[0])
+            if isinstance(values[0], bool) != isinstance(value, bool) or value not in values:
                 raise LaunchError(f"{spec.name}: {axis}={value!r} is not supported; accepted: {', '.join(map(repr, values))}")
             variant[axis] = value
     for ex in spec.exclude:
         if all(variant[a] == v for a, v in ex.items()):
             raise LaunchError(f"{spec.name}: the combination {ex} is not built")
     return variant
+
+
+def _axis_from_shape(spec, tensors: dict[str, torch.Tensor], axis: str, default: Any) -> Any:
+    for name in spec.inputs():
+        t = tensors.get(name)
+        if isinstance(t, torch.Tensor):
+            for d, entry in enumerate(spec.tensors[name].shape):
+                if entry == axis and d < t.dim():
+                    return t.shape[d]
+    return default
 
 
 def bind(ls: LoadedSpec, tensors: dict[str, torch.Tensor], variant: dict[str, Any], device: torch.device) -> dict[str, int]:

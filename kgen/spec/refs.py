@@ -38,10 +38,11 @@ def check_references(spec: "Spec", dtype_names: tuple[str, ...]) -> None:
         _expr_at(("constraints", i), c, known)
     _check_exclude(spec)
     if spec.autograd:
+        savable = [n for n, t in spec.tensors.items() if t.role != "scratch"]  # scratch is not kept
         for i, s in enumerate(spec.autograd.saves):
-            if s not in spec.tensors:
+            if s not in savable:
                 raise FieldError(("autograd", "saves", i),
-                                 f"'{s}' is not a tensor of this spec; accepted: {', '.join(spec.tensors)}")
+                                 f"'{s}' is not an input or output of this spec; accepted: {', '.join(savable)}")
     taken = {**{n: "a scalar" for n in spec.scalars}, **{n: "a tensor" for n in spec.tensors},
              **{n: "a variant axis" for n in spec.variants}, **{n: "a tunable" for n in spec.tunables}}
     for i, size in enumerate(spec.sizes):

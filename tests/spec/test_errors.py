@@ -191,7 +191,15 @@ def test_warps_tunable_with_a_candidate_not_a_power_of_two(tmp_path):
 
 def test_autograd_saves_an_unknown_tensor(tmp_path):
     p, e = error_of(tmp_path, BASE + "autograd:\n  backward: demo_bwd.yaml\n  saves: [x, z]\n")
-    assert str(e) == f"{p}:22:14: autograd.saves.1: 'z' is not a tensor of this spec; accepted: x, y"
+    assert str(e) == f"{p}:22:14: autograd.saves.1: 'z' is not an input or output of this spec; accepted: x, y"
+
+
+def test_autograd_saves_a_scratch_tensor(tmp_path):
+    # scratch is allocated per call and not kept for the backward
+    spec = BASE.replace("  y: ", "  tmp: {shape: [M], dtype: fp32, role: scratch}\n  y: ", 1)
+    assert "role: scratch" in spec and "tmp" not in BASE
+    p, e = error_of(tmp_path, spec + "autograd:\n  backward: demo_bwd.yaml\n  saves: [tmp]\n")
+    assert str(e).endswith("autograd.saves.0: 'tmp' is not an input or output of this spec; accepted: x, y")
 
 
 def test_constraint_naming_an_unknown_size(tmp_path):
