@@ -21,7 +21,7 @@ def kernel_ir(ls: LoadedSpec, kernel_index: int, variant: dict[str, Any], tunabl
     tensors = {}
     for name, t in spec.tensors.items():
         dims = tuple(d if isinstance(d, int) else constants.get(d) for d in t.shape)
-        tensors[name] = TensorRef(name, dims, resolve_dtype(t.dtype, variant))
+        tensors[name] = TensorRef(name, dims, resolve_dtype(t.dtype, variant), writable=t.role != "input")
     line, col = ls.yaml.block_origin(("kernels", kernel_index, "program"))
     body = parse_program(ks.program, Origin(str(ls.path), line, col), constants=constants,
                          sizes=list(spec.sizes), scalars=list(spec.scalars), tensors=tensors)

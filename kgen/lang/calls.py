@@ -153,6 +153,10 @@ def _cdiv(p, node):
 
 def _block(p, node):
     i, size = _args(p, node, 2, 2)
+    scalar_int = isinstance(i, Value) and i.is_scalar and i.dtype == "int32"
+    if not (scalar_int or (isinstance(i, int) and not isinstance(i, bool))):
+        got = i.type_str() if isinstance(i, Value) else repr(i)
+        raise p.fail(node.args[0], f"the index of block(i, size) must be an integer scalar (which block along the dim), got {got}")
     return BlockIndex(i, _static_int(p, node.args[1], size, "the size of block(i, size)"))
 
 
@@ -212,6 +216,8 @@ def _memory(p: _Parser, node: ast.Call, fn: str) -> Any:
         dtype = t.dtype
         return p.b.emit("load", operands, [Value(tuple(shape), dtype)], other=other, **attrs).result
     dtype = t.dtype
+    if not t.writable:
+        raise p.fail(node, f"{fn}() writes into '{t.name}', an input of the op; write outputs and scratch tensors only")
     if fn == "atomic_add" and dtype != "fp32":
         raise p.fail(node, f"atomic_add() needs an fp32 tensor; '{t.name}' is {dtype}")
     if tuple(value.shape) not in (tuple(shape), ()):

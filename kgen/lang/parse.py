@@ -25,6 +25,7 @@ class TensorRef:
     name: str
     dims: tuple[int | None, ...]  # static size of each dim, None when it is a runtime size
     dtype: str
+    writable: bool = True  # outputs and scratch; a kernel must not write its op's inputs
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,8 @@ def register(fwd, bwd) -> None:
         outs = bwd(**args)
         outs = outs if isinstance(outs, tuple) else (outs,)
         by_name = dict(zip(bwd.outputs, outs))
-        return tuple(by_name.get("d" + n) for n in fwd.inputs) + tuple(None for _ in ctx.extra)
+        # an input marked grad: false gets no gradient even if the backward computes one
+        return tuple(by_name.get("d" + n) if fwd.spec.tensors[n].grad else None for n in fwd.inputs) + tuple(None for _ in ctx.extra)
 
     torch.library.register_autograd(fwd.qualname, backward, setup_context=setup_context)
     del diff_outputs

@@ -89,3 +89,21 @@ def test_range_step_must_be_a_positive_constant(tmp_path):
             pass
     """)
     assert str(e) == f"{p}:13:16: range()'s step must be a positive integer known at compile time, got -1"
+
+
+@pytest.mark.parametrize("index, got", [
+    ("0.5", "0.5"),
+    ("arange(4)", "4 int32"),
+], ids=["float", "tile"])
+def test_block_index_must_be_an_integer_scalar(tmp_path, index, got):
+    p, e = error_of(tmp_path, f"""\
+        t = load(x[block({index}, BLOCK_M), block(0, BLOCK_N)])
+    """)
+    assert str(e) == f"{p}:13:24: the index of block(i, size) must be an integer scalar (which block along the dim), got {got}"
+
+
+def test_store_into_an_input_is_refused(tmp_path):
+    p, e = error_of(tmp_path, """\
+        store(x[block(0, BLOCK_M), block(0, BLOCK_N)], zeros((BLOCK_M, BLOCK_N), fp32))
+    """)
+    assert str(e) == f"{p}:13:7: store() writes into 'x', an input of the op; write outputs and scratch tensors only"
