@@ -260,3 +260,17 @@ def check_close(name: str, got: torch.Tensor, ref: torch.Tensor, ref_lowp: torch
         raise AssertionError(f"{name} ({got.dtype}): max error {err:.3g} at {where} "
                              f"(got {float(got64[where]):.6g}, reference {float(ref[where]):.6g}) exceeds "
                              f"2 * {err_torch:.3g} (PyTorch in the input dtype) + {floor:g}")
+
+
+def no_gpu_reason() -> str | None:
+    """Why GPU tests cannot run here (no CUDA/HIP device, or one kgen does not build for), or None."""
+    from kgen.errors import TargetError
+    from kgen.runtime.op import device_target
+
+    if not torch.cuda.is_available():
+        return "needs a GPU (torch.cuda.is_available() is False)"
+    try:
+        device_target(torch.device("cuda"))
+    except TargetError as e:
+        return str(e)
+    return None

@@ -13,7 +13,6 @@ from ..hw.descriptor import Target
 from ..ir.core import Kernel, Op, Value
 from ..ir.layout import broadcast_reg_map
 from ..ir.passes.dot_tiling import instr_of
-from ..ir.passes.memory import scratch_bytes
 from .coords import dup_masks, reg_coord, reg_map_expr, tensor_param, thread_coord, vector_width
 
 CTYPE = {"bf16": "kg::bf16", "fp16": "kg::fp16", "fp32": "float", "int32": "int", "bool": "bool"}
@@ -176,7 +175,7 @@ class Emitter:
         instr = instr_of(self.target, op.attrs["instr"])
         la, lb = instr.layout("a"), instr.layout("b")
         st_a, st_b = self._stage_of(a), self._stage_of(b)
-        wm, wn = op.attrs["warps_m"], op.attrs["warps_n"]
+        wn = op.attrs["warps_n"]
         rm, rn = op.attrs["reps_m"], op.attrs["reps_n"]
         pack_a = vector_width(la, 1, 8)
         pack_b = vector_width(lb, 0, 8)
@@ -200,7 +199,6 @@ class Emitter:
     def _access(self, op, value_first: bool) -> dict:
         t = op.attrs["tensor"]
         dims = self.dims[t]
-        first = 1 if value_first else 0
         tile = op.operands[0] if value_first else op.result
         lay = tile.layout
         base, tile_dims = [], []

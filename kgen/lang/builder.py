@@ -68,7 +68,7 @@ class Builder:
             if fn in ("floordiv", "mod") and dtype != "int32":
                 raise self.fail(f"'{'//' if fn == 'floordiv' else '%'}' is for integers; got {dtype}")
             if "bool" in (a.dtype, b.dtype) and fn not in COMPARE:
-                raise self.fail(f"arithmetic on a boolean tile; cast it with .to(...) first")
+                raise self.fail("arithmetic on a boolean tile; cast it with .to(...) first")
         shape = broadcast_shapes(a.shape, b.shape)
         if shape is None:
             raise self.fail(f"shapes {list(a.shape)} and {list(b.shape)} do not broadcast")

@@ -122,19 +122,25 @@ def _with_matrix_instrs(resources: dict[str, KernelResources], nvcc: Path, cubin
             for k, r in resources.items()}, ""
 
 
-def compile_cuda(source: Path, arch: str, include_dirs: list[Path] = (),
-                 extra_flags: list[str] = ()) -> CompileResult:
-    """Compile one generated .cu to a cubin for `arch` (sm_80, sm_90a, ...)."""
+def _prepare(source: Path, arch: str, include_dirs, extra_flags):
+    """The source as a Path (checked to exist), nvcc, the leading arguments of _nvcc_argv, and
+    the working directory the command runs in."""
     source = Path(source)
     gencode = gencode_flag(arch)
     nvcc = find_nvcc()
     if not source.is_file():
         raise ToolchainError(f"generated source {source} does not exist")
     cwd = Path.cwd()
+    return source, nvcc, (nvcc, gencode, include_dirs, extra_flags, source_arg(source, cwd)), cwd
+
+
+def compile_cuda(source: Path, arch: str, include_dirs: list[Path] = (),
+                 extra_flags: list[str] = ()) -> CompileResult:
+    """Compile one generated .cu to a cubin for `arch` (sm_80, sm_90a, ...)."""
+    source, nvcc, flags, cwd = _prepare(source, arch, include_dirs, extra_flags)
     started = time.monotonic()
     with build_dir("kgen-cuda-") as tmp:
         out = tmp / "kernel.cubin"
-        flags = (nvcc, gencode, include_dirs, extra_flags, source_arg(source, cwd))
         argv = _nvcc_argv(*flags, out)
         rc, log = run_tool(argv, cwd)
         if rc != 0 or not out.is_file():
@@ -159,16 +165,10 @@ def compile_cuda_ptx(source: Path, arch: str, include_dirs: list[Path] = (),
     Where no SASS disassembler is installed, the PTX is what still shows which instructions
     (mma.sync, ...) the front end chose.
     """
-    source = Path(source)
-    gencode = gencode_flag(arch)
-    nvcc = find_nvcc()
-    if not source.is_file():
-        raise ToolchainError(f"generated source {source} does not exist")
-    cwd = Path.cwd()
+    source, _, flags, cwd = _prepare(source, arch, include_dirs, extra_flags)
     with build_dir("kgen-ptx-") as tmp:
         out = tmp / "kernel.ptx"
-        argv = _nvcc_argv(nvcc, gencode, include_dirs, extra_flags, source_arg(source, cwd), out,
-                          output_kind="-ptx")
+        argv = _nvcc_argv(*flags, out, output_kind="-ptx")
         rc, log = run_tool(argv, cwd)
         if rc != 0 or not out.is_file():
             raise compile_error(log, source, cwd)

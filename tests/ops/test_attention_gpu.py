@@ -20,21 +20,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/
 import attention_ref  # noqa: E402
 import helpers  # noqa: E402
 
-from kgen.errors import TargetError  # noqa: E402
-from kgen.runtime.op import device_target  # noqa: E402
 
 
-def _no_gpu_reason() -> str | None:
-    if not torch.cuda.is_available():
-        return "needs a GPU (torch.cuda.is_available() is False)"
-    try:
-        device_target(torch.device("cuda"))
-    except TargetError as e:
-        return str(e)
-    return None
-
-
-_NO_GPU = _no_gpu_reason()
+_NO_GPU = helpers.no_gpu_reason()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_NO_GPU is not None, reason=str(_NO_GPU))]
 
 SEQLENS = [1, 17, 97, 128, 255, 1024, 1025, 2048]

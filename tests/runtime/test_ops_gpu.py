@@ -26,7 +26,7 @@ from example_ops import SPECS, helpers  # noqa: E402
 
 import kgen  # noqa: E402
 from kgen import toolchain  # noqa: E402
-from kgen.errors import LaunchError, TargetError  # noqa: E402
+from kgen.errors import LaunchError  # noqa: E402
 from kgen.knobs import knobs  # noqa: E402
 from kgen.runtime import compiled  # noqa: E402
 from kgen.runtime.binding import NAMES, TORCH  # noqa: E402
@@ -34,17 +34,7 @@ from kgen.runtime.op import device_target  # noqa: E402
 from kgen.spec.load import load_spec  # noqa: E402
 
 
-def _no_gpu_reason() -> str | None:
-    if not torch.cuda.is_available():
-        return "needs a GPU (torch.cuda.is_available() is False)"
-    try:
-        device_target(torch.device("cuda"))
-    except TargetError as e:
-        return str(e)
-    return None
-
-
-_NO_GPU = _no_gpu_reason()
+_NO_GPU = helpers.no_gpu_reason()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_NO_GPU is not None, reason=str(_NO_GPU))]
 
 ROW_SIZES = [(1, 1), (37, 100), (256, 4096), (1000, 3000), (129, 10007)]  # (M, N)
