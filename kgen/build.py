@@ -90,7 +90,12 @@ def build_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target, compi
     candidates = tunable_candidates(ls)
     first: BuiltVariant | None = None
     while candidates:
-        tunables, kernels = lower_variant(ls, variant, target, candidates)
+        try:
+            tunables, kernels = lower_variant(ls, variant, target, candidates)
+        except SpecError:
+            if first is None:
+                raise
+            break  # no later candidate fits at all: keep the first, spills and all
         candidates = candidates[candidates.index(tunables) + 1:]
         out = _render_variant(ls, variant, target, tunables, kernels)
         if not compile:
@@ -100,10 +105,6 @@ def build_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target, compi
         if not any(_spills(bk) for bk in out.kernels):
             return out
         first = first or out
-        try:  # is there a later candidate that fits at all?
-            lower_variant(ls, variant, target, candidates) if candidates else None
-        except SpecError:
-            break
     assert first is not None
     return first
 

@@ -38,9 +38,8 @@ def choose_variant(ls: LoadedSpec, tensors: dict[str, torch.Tensor], options: di
             value = options.get(axis)
             if value is None:
                 # an axis that sizes an input (fa2's head_dim) is read off that input's shape
-                value = _axis_from_shape(spec, tensors, axis, values[0])
-            if isinstance(values[0], bool) != isinstance(value, bool) or value not in values:
-                raise LaunchError(f"{spec.name}: {axis}={value!r} is not supported; accepted: {', '.join(map(repr, values))}")
+                value = axis_from_shape(spec, tensors, axis, values[0])
+            check_option(spec.name, axis, value, values)
             variant[axis] = value
     for ex in spec.exclude:
         if all(variant[a] == v for a, v in ex.items()):
@@ -48,7 +47,14 @@ def choose_variant(ls: LoadedSpec, tensors: dict[str, torch.Tensor], options: di
     return variant
 
 
-def _axis_from_shape(spec, tensors: dict[str, torch.Tensor], axis: str, default: Any) -> Any:
+def check_option(op: str, axis: str, value: Any, values: list[Any]) -> None:
+    """An option must be one of its axis' values, and of the same type (1 is not True)."""
+    if isinstance(values[0], bool) != isinstance(value, bool) or value not in values:
+        raise LaunchError(f"{op}: {axis}={value!r} is not supported; accepted: {', '.join(map(repr, values))}")
+
+
+def axis_from_shape(spec, tensors: dict[str, torch.Tensor], axis: str, default: Any) -> Any:
+    """The size of the first input dim whose shape entry is `axis`, else `default`."""
     for name in spec.inputs():
         t = tensors.get(name)
         if isinstance(t, torch.Tensor):

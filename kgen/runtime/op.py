@@ -19,7 +19,7 @@ from ..knobs import knobs
 from ..lang import kernel_ir, resolve_dtype
 from ..spec.expr import eval_expr
 from ..spec.load import LoadedSpec, load_spec
-from .binding import TORCH, _axis_from_shape, bind, choose_variant, dtype_axes, output_shape
+from .binding import TORCH, axis_from_shape, bind, check_option, choose_variant, dtype_axes, output_shape
 
 _ops: dict[str, "KgenOp"] = {}
 _autograd_done: set[str] = set()
@@ -70,15 +70,14 @@ class KgenOp:
         out = []
         for n in names:
             values = self.spec.variants.get(n) or self.passed.get(n)
-            if n in bound and values is not None and (isinstance(values[0], bool) != isinstance(bound[n], bool) or bound[n] not in values):
-                # checked here: the schema would turn 1 into True before the op sees it
-                raise LaunchError(f"{self.spec.name}: {n}={bound[n]!r} is not supported; accepted: {', '.join(map(repr, values))}")
+            if n in bound and values is not None:
+                check_option(self.spec.name, n, bound[n], values)  # here: the schema would turn 1 into True
             if n in bound:
                 out.append(bound[n])
             elif n in self.spec.scalars and self.spec.scalars[n].default is not None:
                 out.append(self.spec.scalars[n].default)
             elif n in self.options:  # an axis that sizes an input is read off its shape
-                out.append(_axis_from_shape(self.spec, bound, n, self.spec.variants[n][0]))
+                out.append(axis_from_shape(self.spec, bound, n, self.spec.variants[n][0]))
             elif n in self.passed:
                 out.append(self.passed[n][0])
             else:
@@ -91,8 +90,7 @@ class KgenOp:
         n_fixed = len(self.inputs) + len(self.spec.scalars)
         options = dict(zip(self.options, args[n_fixed:n_fixed + len(self.options)]))
         for axis, value in zip(self.passed, args[n_fixed + len(self.options):]):
-            if value not in self.passed[axis]:
-                raise LaunchError(f"{self.spec.name}: {axis}={value!r} is not supported; accepted: {', '.join(map(repr, self.passed[axis]))}")
+            check_option(self.spec.name, axis, value, self.passed[axis])
         device = next(iter(tensors.values())).device
         variant = choose_variant(self.ls, tensors, options)
         sizes = bind(self.ls, tensors, variant, device)
