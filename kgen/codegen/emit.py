@@ -13,6 +13,7 @@ from ..hw.descriptor import Target
 from ..ir.core import Kernel, Op, Value
 from ..ir.layout import broadcast_reg_map
 from ..ir.passes.dot_tiling import instr_of
+from ..ir.passes.operands import fragment_view
 from .coords import dup_masks, reg_coord, reg_map_expr, tensor_param, thread_coord, vector_width
 
 CTYPE = {"bf16": "kg::bf16", "fp16": "kg::fp16", "fp32": "float", "int32": "int", "bool": "bool"}
@@ -158,14 +159,13 @@ class Emitter:
                 "n_in": src.layout.nregs, "slot_in": self._flat(src, "e"), "slot_out": self._flat(out, "e")}
 
     def op_stage(self, op):
-        src, role = op.operands[0], op.attrs["role"]
+        src, inner = op.operands[0], op.attrs["inner"]
         lay = src.layout
-        r, c = (f"({thread_coord(lay, d)}) + ({reg_coord(lay, d)})" for d in (0, 1))
-        slot = f"({r}) * {op.attrs['ld']} + ({c})" if role == "a" else f"({c}) * {op.attrs['ld']} + ({r})"
-        # K is the contiguous dim in shared memory (dim 1 of an A operand, dim 0 of a B operand):
-        # registers that run along it are stored as one vector of up to 16 bytes (rows are
-        # padded to 16 bytes, buffers 16-byte aligned, so such a vector never straddles)
-        vec = vector_width(lay, 1 if role == "a" else 0, 16 // ELEM_BYTES[src.dtype])
+        coord = [f"({thread_coord(lay, d)}) + ({reg_coord(lay, d)})" for d in (0, 1)]
+        slot = f"({coord[1 - inner]}) * {op.attrs['ld']} + ({coord[inner]})"
+        # registers that run along the contiguous dim are stored as one vector of up to 16 bytes
+        # (rows are padded to 16 bytes, buffers 16-byte aligned, so such a vector never straddles)
+        vec = vector_width(lay, inner, 16 // ELEM_BYTES[src.dtype])
         return {"out": {"name": name(op.result)}, "src": name(src), "n": lay.nregs, "offset": op.attrs["smem_offset"],
                 "ctype": CTYPE[src.dtype], "slot": slot, "vec": vec,
                 "sync_before": op.attrs.get("sync_before", True), "sync_after": op.attrs.get("sync_after", True)}
@@ -173,27 +173,111 @@ class Emitter:
     def op_dot(self, op):
         a, b, acc = op.operands
         instr = instr_of(self.target, op.attrs["instr"])
-        la, lb = instr.layout("a"), instr.layout("b")
-        st_a, st_b = self._stage_of(a), self._stage_of(b)
-        wn = op.attrs["warps_n"]
-        rm, rn = op.attrs["reps_m"], op.attrs["reps_n"]
-        pack_a = vector_width(la, 1, 8)
-        pack_b = vector_width(lb, 0, 8)
+        ksteps = a.shape[1] // instr.k
         return {
             "out": self.decl(op.result), "acc": name(acc), "n_acc": acc.layout.nregs, "instr": instr.name,
-            "ctype": CTYPE[a.dtype], "a": name(a), "b": name(b), "lda": st_a.attrs["ld"], "ldb": st_b.attrs["ld"],
-            "ksteps": a.shape[1] // instr.k, "k": instr.k, "reps_m": rm, "reps_n": rn, "na": la.nregs, "nb": lb.nregs,
-            "nc": instr.layout("c").nregs, "pack_a": pack_a, "pack_b": pack_b,
-            "warp_row": f"(warp / {wn}) * {rm * instr.m}", "warp_col": f"(warp % {wn}) * {rn * instr.n}",
-            "a_row": f"({thread_coord(la, 0)}) + ({reg_coord(la, 0, 'i')})", "a_col": f"({thread_coord(la, 1)}) + ({reg_coord(la, 1, 'i')})",
-            "b_k": f"({thread_coord(lb, 0)}) + ({reg_coord(lb, 0, 'i')})", "b_col": f"({thread_coord(lb, 1)}) + ({reg_coord(lb, 1, 'i')})",
-            "m": instr.m, "n": instr.n,
+            # the instruction accumulates in place: into acc's registers when nothing else reads
+            # acc, else into a copy
+            "copy_acc": self._uses(acc) > 1,
+            "ctype": CTYPE[a.dtype], "ksteps": ksteps, "reps_m": op.attrs["reps_m"], "reps_n": op.attrs["reps_n"],
+            "nc": instr.layout("c").nregs, "a": self._operand(op, "a", instr, ksteps), "b": self._operand(op, "b", instr, ksteps),
         }
+
+    def _operand(self, op, role: str, instr, ksteps: int) -> dict:
+        """How the dot gets operand `role`'s fragments for k-step `ks` and repeat `rep`
+        (rm or rn): `ptr`, the fragment the instruction reads, and what fills it."""
+        v = op.operands[0 if role == "a" else 1]
+        rep, n = ("rm", instr.layout("a").nregs) if role == "a" else ("rn", instr.layout("b").nregs)
+        reps = op.attrs["reps_m" if role == "a" else "reps_n"]
+        kind = op.attrs[f"{role}_load"]
+        if kind == "reg":  # element (rep * ksteps + ks) * n + i, kgen.ir.passes.operands.operand_layout
+            return {"kind": kind, "ptr": f"&{name(v)}[({rep} * {ksteps} + ks) * {n}]", "n": n, "reps": reps}
+        st = self._stage_of(v)
+        view = fragment_view(self.target, op.attrs, role)
+        wn = op.attrs["warps_n"]
+        base = f"(warp / {wn}) * {view.shape[0]}" if role == "a" else f"(warp % {wn}) * {view.shape[0]}"
+        frag = f"f{role}_"
+        ctx = {"kind": kind, "src": name(v), "frag": frag, "n": n, "reps": reps, "total": n * reps,
+               "ptr": f"&{frag}[{rep} * {n}]"}
+        if kind == "vec":  # element i of the fragment: (row, k) from the view's lane and register bits
+            pack = vector_width(view, 1, 8)
+            row = f"{base} + ({thread_coord(view, 0)}) + ({reg_coord(view, 0, 'i')})"
+            col = f"ks * {instr.k} + ({thread_coord(view, 1)}) + ({reg_coord(view, 1, 'i')})"
+            ctx.update(pack=pack, addr=f"({row}) * {st.attrs['ld']} + {col}")
+            return ctx
+        # matrix loads: lane l gives the address of row l % rows of matrix l / rows of group g;
+        # matrix j of group g holds the view's elements from 2 * (count * g + j) on
+        ml = self.target.shared_matrix_load
+        per_reg = 4 // ml.elem_bytes
+        count = min(ml.max_matrices, n * reps // per_reg)
+        first = f"({per_reg * count} * g + {per_reg} * ((lane / {ml.rows}) % {count}))"
+        row = f"{base} + ({reg_coord(view, 0, first)})"
+        col = f"ks * {instr.k} + ({reg_coord(view, 1, first)})"
+        if kind == "matrix":  # rows of the view are rows in memory
+            addr = f"({row} + lane % {ml.rows}) * {st.attrs['ld']} + {col}"
+        else:  # transposed: K runs down the rows in memory
+            addr = f"({col} + lane % {ml.rows}) * {st.attrs['ld']} + {row}"
+        ctx.update(count=count, groups=n * reps // (per_reg * count), per_group=per_reg * count, addr=addr,
+                   fn=f"ldmatrix_x{count}" + ("_trans" if kind == "matrix_trans" else ""))
+        return ctx
+
+    def op_view_shared(self, op):
+        return {"out": {"name": name(op.result)}, "ctype": CTYPE[op.result.dtype], "src": name(op.operands[0])}
+
+    def op_alloc_shared(self, op):
+        return {"out": {"name": name(op.result)}, "ctype": CTYPE[op.result.dtype], "offset": op.attrs["smem_offset"]}
+
+    def op_copy_async(self, op):
+        """Thread t copies 16-byte chunks t, t + threads, ...; chunk c is row c / per_row, columns
+        from (c % per_row) * vec of the tile, at row * ld + column in the buffer."""
+        t = op.attrs["tensor"]
+        dims, (rows, cols) = self.dims[t], op.attrs["shape"]
+        buf = op.operands[0]
+        elem = ELEM_BYTES[buf.dtype]
+        vec = 16 // elem
+        per_row, threads = cols // vec, self.k.num_warps * self.target.wave_size
+        chunks = rows * per_row
+        base, starts, strides, bounds = [], [], [], []
+        for d, entry in enumerate(op.attrs["index"]):
+            stride = "1" if d == len(dims) - 1 else f"stride_{t}_{d}"
+            if entry[0] == "at":
+                base.append(f"(int64_t)({name(op.operands[entry[1]])}) * {stride}")
+            else:
+                starts.append(f"{name(op.operands[entry[1]])} * {entry[2]}" if entry[0] == "block" else "0")
+                strides.append(stride)
+                bounds.append(dims[d])
+        align = " && ".join([f"kg::aligned(p_, {vec * elem})"] + [f"stride_{t}_{d} % {vec} == 0" for d in range(len(dims) - 1)])
+        return {"tensor": t, "src": name(buf), "ctype": CTYPE[buf.dtype], "ptr": tensor_param(t), "base": " + ".join(base) or "0",
+                "aligned": align, "pred": name(op.operands[-1]) if op.attrs["pred"] else "true",
+                "iters": -(-chunks // threads), "guard": chunks % threads != 0, "chunks": chunks, "threads": threads,
+                "chunk": f"lane + warp * {self.target.wave_size} + i * {threads}",
+                "row": f"c_ / {per_row}", "col": f"(c_ % {per_row}) * {vec}", "vec": vec, "bytes": vec * elem,
+                "i0": f"{starts[0]} + r_", "i1": f"{starts[1]} + k_", "off": f"(int64_t)i0_ * {strides[0]} + i1_",
+                "slot": f"r_ * {op.attrs['ld']} + k_", "bound0": bounds[0], "bound1": bounds[1],
+                "zero": literal(0.0, buf.dtype), "sync_before": op.attrs.get("sync_before", True)}
+
+    def op_wait_async(self, op):
+        return {"pending": op.attrs["pending"]}
+
+    def _uses(self, v: Value) -> int:
+        from ..ir.core import walk
+
+        if not hasattr(self, "_use_counts"):
+            self._use_counts: dict[int, int] = {}
+            for o in walk(self.k.body):
+                for x in o.operands:
+                    self._use_counts[id(x)] = self._use_counts.get(id(x), 0) + 1
+        return self._use_counts.get(id(v), 0)
 
     def _stage_of(self, v: Value) -> Op:
         from ..ir.core import walk
 
-        return next(o for o in walk(self.k.body) if o.kind == "stage" and o.result is v)
+        for o in walk(self.k.body):
+            if o.kind == "view_shared" and o.result is v:
+                return self._stage_of(o.operands[0])
+            if o.kind in ("stage", "alloc_shared") and o.result is v:
+                return o
+        raise KeyError(v)
 
     # --- memory ------------------------------------------------------------------------------------
     def _access(self, op, value_first: bool) -> dict:

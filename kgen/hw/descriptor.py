@@ -96,6 +96,25 @@ class MatrixInstr(_Frozen):
         return self
 
 
+class SharedMatrixLoad(_Frozen):
+    """A warp-wide load of 16-bit 8x8 matrices from shared memory into fragment registers
+    (ldmatrix on NVIDIA). Each group of `rows` lanes gives the row addresses of one matrix (lane
+    l the row l % rows of matrix l // rows); every lane then receives, per matrix, the elements
+    `frag` names: a basis vector (row, col) per bit of the element index and of the lane index.
+    `transposed`: a variant reads each matrix transposed (stored rows become columns)."""
+
+    name: str
+    spelling: str
+    rows: int
+    elem_bytes: int
+    max_matrices: int
+    transposed: bool
+    frag: OperandLayout
+
+    def layout(self) -> Layout:
+        return self.frag.to_layout()
+
+
 class Target(_Frozen):
     name: str
     products: tuple[str, ...]
@@ -119,6 +138,7 @@ class Target(_Frozen):
     global_fp32_atomic_add: bool
     workgroup_dispatch: Literal["round_robin_xcd", "single"]
     matrix_instrs: tuple[MatrixInstr, ...]
+    shared_matrix_load: SharedMatrixLoad | None = None
     sources: dict[str, str]
 
     @classmethod
@@ -135,7 +155,7 @@ class Target(_Frozen):
     @model_validator(mode="after")
     def _check(self) -> "Target":
         instr_keys = [f"matrix_instrs.{mi.name}" for mi in self.matrix_instrs]
-        needed = self.numeric_fields() + instr_keys
+        needed = self.numeric_fields() + instr_keys + (["shared_matrix_load"] if self.shared_matrix_load else [])
         missing = [k for k in needed if not self.sources.get(k, "").strip()]
         if missing:
             raise ValueError(f"no source given for: {', '.join(missing)}")

@@ -28,6 +28,12 @@ Op vocabulary (attrs in brackets):
   yield                            the carried values of the next iteration
   stage [role]                     (inserted by a pass) a register tile copied to shared memory
   convert                          (inserted by a pass) a register tile moved to another layout
+  view_shared                      (inserted by a pass) a staged buffer read as its transpose
+  alloc_shared                     (inserted by a pass) a shared buffer that copy_async fills
+  copy_async [tensor, index, pred] (inserted by a pass) global -> shared copy of a tile into
+                                   operand 0 (the buffer), one commit group; `pred`: the last
+                                   operand is a bool that enables the copy
+  wait_async [pending]             (inserted by a pass) wait for all but `pending` later groups
 
 `index` of a load/store is a tuple with one entry per tensor dim: ("at", operand#), a scalar
 index; ("block", operand#, size), the block [i*size, (i+1)*size); or ("all", size), the whole

@@ -3,9 +3,11 @@
     parse (kgen.lang: variant and tunables bound, shapes and dtypes inferred)
       -> choose_dot_tiling    matrix instruction and warp split per dot, from the descriptor
       -> assign_layouts       which lane holds which element (linear layouts), converts inserted
-      -> stage_dot_operands   dot operands copied to shared memory, K contiguous
+      -> accumulate_into_dots x + dot(a, b) becomes dot(a, b, x) for small accumulators
+      -> place_dot_operands   each dot operand read from registers, or staged in shared memory
       -> hoist_invariant_stages  copies of loop-invariant operands moved out of their loops
-      -> merge_stage_barriers    one barrier pair per run of consecutive stages
+      -> use_async_copies     global tiles copied straight to shared memory, prefetched in loops
+      -> merge_stage_barriers    barriers only where a shared write could overtake a read
       -> plan_shared_memory   offsets from the interference graph; the descriptor's limit checked
 
 The verifier runs after each pass. `kgen inspect` prints the IR after each of them.
@@ -18,19 +20,24 @@ from ..hw.descriptor import Target
 from ..lang import kernel_ir
 from ..spec.load import LoadedSpec
 from .core import Kernel, print_kernel
+from .passes.accumulate import accumulate_into_dots
+from .passes.async_copy import use_async_copies
 from .passes.barriers import merge_stage_barriers
 from .passes.dot_tiling import choose_dot_tiling
 from .passes.hoist import hoist_invariant_stages
 from .passes.layouts import assign_layouts
-from .passes.memory import plan_shared_memory, stage_dot_operands
+from .passes.memory import plan_shared_memory
+from .passes.operands import place_dot_operands
 from .verify import verify
 
 Pass = Callable[[Kernel, Target], Kernel]
 PASSES: list[tuple[str, Pass]] = [
     ("choose_dot_tiling", choose_dot_tiling),
     ("assign_layouts", assign_layouts),
-    ("stage_dot_operands", stage_dot_operands),
+    ("accumulate_into_dots", accumulate_into_dots),
+    ("place_dot_operands", place_dot_operands),
     ("hoist_invariant_stages", hoist_invariant_stages),
+    ("use_async_copies", use_async_copies),
     ("merge_stage_barriers", merge_stage_barriers),
     ("plan_shared_memory", plan_shared_memory),
 ]

@@ -47,7 +47,8 @@ _FLOAT = re.compile(r"\b(\d+\.\d*(?:e[-+]?\d+)?)f\b")
 _ELEM = re.compile(r"\b(v\d+)\[e\]")
 _OPS = (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod, ast.RShift, ast.LShift, ast.BitAnd, ast.BitOr,
         ast.BitXor, ast.USub, ast.UAdd)
-_NODES = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Constant, ast.Name, ast.Load, ast.Call) + _OPS
+_NODES = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Constant, ast.Name, ast.Load, ast.Call, ast.Compare,
+          ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.Eq, ast.NotEq) + _OPS
 
 
 @lru_cache(maxsize=None)
@@ -67,7 +68,7 @@ def compile_c(text: str):
     return compile(tree, f"<emitted: {text}>", "eval")
 
 
-KG_FUNCS = {"kg_floordiv": lambda a, b: a // b, "kg_mod": lambda a, b: a % b, "kg_cdiv": lambda a, b: -(-a // b),
+KG_FUNCS = {"true": True, "false": False, "kg_floordiv": lambda a, b: a // b, "kg_mod": lambda a, b: a % b, "kg_cdiv": lambda a, b: -(-a // b),
             "kg_f32": lambda x: x}
 
 
@@ -102,8 +103,13 @@ class ProgramSim:
     Register tiles are (warps, lanes, registers) arrays; staged operands are flat arrays.
     """
 
-    def __init__(self, k: Kernel, target: Target, tensors: dict[str, np.ndarray], sizes: dict[str, int]):
+    def __init__(self, k: Kernel, target: Target, tensors: dict[str, np.ndarray], sizes: dict[str, int],
+                 land: str = "at_wait"):
         self.k, self.target, self.tensors = k, target, tensors
+        # when an async copy's data reaches shared memory: "at_wait" (as late as the wait allows:
+        # catches a wait that lets a read run too early) or "at_issue" (at once: catches a
+        # prefetch that overwrites a buffer before its last reader ran)
+        self.land = land
         self.W, self.L = k.num_warps, target.wave_size
         self.lane = np.arange(self.L).reshape(1, self.L, 1)
         self.warp = np.arange(self.W).reshape(self.W, 1, 1)
@@ -111,7 +117,7 @@ class ProgramSim:
         for name, arr in tensors.items():
             for d in range(arr.ndim - 1):
                 self.fixed[f"stride_{name}_{d}"] = int(np.prod(arr.shape[d + 1:]))
-        self.staged = {f"v{op.result.id}": op for op in walk(k.body) if op.kind == "stage"}
+        self.staged = {f"v{op.result.id}": op for op in walk(k.body) if op.kind in ("stage", "alloc_shared")}
         self.snippets: set[str] = set()  # every composed line evaluated, as the template writes it
         self.dots_run = 0
 
@@ -136,6 +142,7 @@ class ProgramSim:
         self.scalars: dict[str, Any] = {}
         self.regs: dict[str, np.ndarray] = {}
         self.smem: dict[str, np.ndarray] = {}
+        self.groups: list[list[tuple[str, np.ndarray, np.ndarray]]] = []  # committed, not yet landed
         self.run(ctxs)
 
     def run(self, ctxs: list[dict]) -> None:
@@ -262,44 +269,123 @@ class ProgramSim:
                 buf[slot + v] = src[:, :, starts + v]
         self.smem[name] = buf
 
-    def _fragment(self, c, which: str, rep: str, nrep: int, ks: int) -> np.ndarray:
-        """The fragment registers fa_[rm][..] or fb_[rn][..] of every lane, read from shared
-        memory with copy_vec<pack> at i = 0, pack, 2 pack, ... as the template does."""
-        src, pack, nreg = c[which], c[f"pack_{which}"], c[f"n{which}"]
-        if which == "a":
-            addr_text = f"({c['warp_row']} + rm * {c['m']} + {c['a_row']}) * {c['lda']} + ks * {c['k']} + {c['a_col']}"
-        else:
-            addr_text = f"({c['warp_col']} + rn * {c['n']} + {c['b_col']}) * {c['ldb']} + ks * {c['k']} + {c['b_k']}"
-        self.note(f"for (int i = 0; i < {nreg}; i += {pack})")
-        self.note(f"kg::copy_vec<{pack}>(&f{which}_[{rep}][i], &{src}[{addr_text}]);")
-        buf, elem = self.smem[src], ELEM_BYTES[self.staged[src].result.dtype]
-        offset = self.staged[src].attrs["smem_offset"]
-        i = np.arange(0, nreg, pack)
-        out = np.full((nrep, self.W, self.L, nreg), np.nan)
-        for r in range(nrep):
-            addr = self.grid_shape(self.ev(addr_text, ks=ks, i=i.reshape(1, 1, -1), **{rep: r}), i.size)
+    def op_view_shared(self, c):  # another name for the same buffer
+        self.note(f"{c['ctype']}* {c['out']['name']} = {c['src']};")
+        self.smem[c["out"]["name"]] = self.smem[c["src"]]
+        self.staged[c["out"]["name"]] = self.staged[c["src"]]
+
+    def op_alloc_shared(self, c):
+        name = c["out"]["name"]
+        op = self.staged[name]
+        self.note(f"{c['ctype']}* {name} = reinterpret_cast<{c['ctype']}*>(smem + {c['offset']});")
+        self.smem[name] = np.full(op.attrs["bytes"] // ELEM_BYTES[op.result.dtype], np.nan)
+
+    def op_copy_async(self, c):
+        """Every thread's chunks, as the template computes them; the writes form one group."""
+        for line in (f"if ({c['pred']}) {{", f"const {c['ctype']}* p_ = {c['ptr']} + ({c['base']});",
+                     f"for (int i = 0; i < {c['iters']}; ++i) {{", f"const int c_ = {c['chunk']};",
+                     f"const int r_ = {c['row']}, k_ = {c['col']};", f"const int i0_ = {c['i0']}, i1_ = {c['i1']};",
+                     f"const int64_t off_ = {c['off']};", f"const int slot_ = {c['slot']};",
+                     f"kg::cp_async<{c['bytes']}>(&{c['src']}[slot_], n_ > 0 ? p_ + off_ : p_, n_ * {c['bytes'] // c['vec']});",
+                     "kg::cp_async_commit();"):
+            self.note(line)
+        writes = []
+        if bool(self.ev(c["pred"])):
+            flat, buf = self.tensors[c["tensor"]].reshape(-1), self.smem[c["src"]]
+            for i in range(c["iters"]):
+                ch = self.grid_shape(self.ev(c["chunk"], i=i), 1)[..., 0]
+                ok = ch < c["chunks"]
+                r, k = self.ev(c["row"], c_=ch), self.ev(c["col"], c_=ch)
+                i0, i1 = self.ev(c["i0"], r_=r, k_=k), self.ev(c["i1"], r_=r, k_=k)
+                off = self.ev(c["base"]) + self.ev(c["off"], i0_=i0, i1_=i1)
+                slot = self.ev(c["slot"], r_=r, k_=k)
+                b0, b1 = self.ev(c["bound0"]), self.ev(c["bound1"])
+                for v in range(c["vec"]):
+                    inside = ok & (i0 < b0) & (i1 + v < b1)
+                    self._check_range(f"async copy of {c['tensor']}", (off + v)[inside], flat.size)
+                    self._check_range(f"async copy into {c['src']}", (slot + v)[ok], buf.size)
+                    writes.append((c["src"], (slot + v)[ok], np.where(inside, flat[np.where(inside, off + v, 0)], 0.0)[ok]))
+        self.groups.append(writes)
+        if self.land == "at_issue":
+            self._land(len(self.groups))
+
+    def _land(self, n: int) -> None:
+        for group in self.groups[:n]:
+            for buf, slot, value in group:
+                self.smem[buf][slot] = value
+        self.groups = self.groups[n:]
+
+    def op_wait_async(self, c):
+        self.note(f"kg::cp_async_wait<{c['pending']}>();")
+        self._land(max(0, len(self.groups) - c["pending"]))
+
+    def _fragment(self, c, role: str, ks: int) -> np.ndarray:
+        """Operand `role`'s fragment registers of every lane at k-step ks: (reps, warps, lanes, n).
+        From registers, the elements the template's `ptr` names; from shared memory, filled as
+        the template fills f{role}_ (vector reads, or the matrix load as the PTX ISA defines
+        it: lanes 8j..8j+7 give the row addresses of matrix j, lane t receives row t / 4,
+        elements 2 (t % 4) and + 1, or with .trans the same of the transposed matrix)."""
+        f = c[role]
+        rep = "rm" if role == "a" else "rn"
+        n, reps = f["n"], f["reps"]
+        out = np.full((reps, self.W, self.L, n), np.nan)
+        if f["kind"] == "reg":
+            src = self.regs[f["ptr"][1:f["ptr"].index("[")]]
+            for r in range(reps):
+                first = self.grid_shape(self.ev(f["ptr"][f["ptr"].index("[") + 1:-1], ks=ks, **{rep: r}), 1)[..., 0]
+                if first.min() != first.max() or first.flat[0] < 0 or first.flat[0] + n > src.shape[-1]:
+                    raise SimError(f"register operand {f['ptr']} reads outside {src.shape[-1]} registers")
+                out[r] = src[:, :, int(first.flat[0]):int(first.flat[0]) + n]
+            return out
+        buf, elem = self.smem[f["src"]], ELEM_BYTES[self.staged[f["src"]].result.dtype]
+        offset = self.staged[f["src"]].attrs["smem_offset"]
+        flat = np.full((self.W, self.L, f["total"]), np.nan)
+        if f["kind"] == "vec":
+            pack = f["pack"]
+            self.note(f"for (int i = 0; i < {f['total']}; i += {pack}) kg::copy_vec<{pack}>(&{f['frag']}[i], &{f['src']}[{f['addr']}]);")
+            i = np.arange(0, f["total"], pack)
+            addr = self.grid_shape(self.ev(f["addr"], ks=ks, i=i.reshape(1, 1, -1)), i.size)
             if ((offset + addr * elem) % (pack * elem)).any():
-                raise SimError(f"fragment read of {src} at element {int(addr.flat[0])}: copy_vec<{pack}> is misaligned")
-            self._check_range(f"fragment read of {src}", addr + pack - 1, buf.size)
-            self._check_range(f"fragment read of {src}", addr, buf.size)
+                raise SimError(f"fragment read of {f['src']}: copy_vec<{pack}> is misaligned")
             for v in range(pack):
-                out[r][:, :, i + v] = buf[addr + v]
+                self._check_range(f"fragment read of {f['src']}", addr + v, buf.size)
+                flat[:, :, i + v] = buf[addr + v]
+        else:
+            self.note(f"for (int g = 0; g < {f['groups']}; ++g) kg::{f['fn']}(&{f['frag']}[g * {f['per_group']}], &{f['src']}[{f['addr']}]);")
+            trans = f["fn"].endswith("_trans")
+            t = np.arange(self.L)
+            for g in range(f["groups"]):
+                rows = self.grid_shape(self.ev(f["addr"], ks=ks, g=g), 1)[..., 0]  # (warps, lanes)
+                if ((offset + rows * elem) % 16).any():
+                    raise SimError(f"matrix load of {f['src']}: a row address is not 16-byte aligned")
+                for j in range(f["count"]):
+                    for half in range(2):
+                        if trans:  # element (t / 4, 2 (t % 4) + half) of the transposed matrix
+                            addr = rows[:, 8 * j + 2 * (t % 4) + half] + t // 4
+                        else:
+                            addr = rows[:, 8 * j + t // 4] + 2 * (t % 4) + half
+                        self._check_range(f"matrix load of {f['src']}", addr, buf.size)
+                        flat[:, :, f["per_group"] * g + 2 * j + half] = buf[addr]
+        for r in range(reps):
+            out[r] = flat[:, :, r * n:(r + 1) * n]
         return out
 
     def op_dot(self, c):
         out, acc = c["out"]["name"], self.regs[c["acc"]]
-        self.note(f"float (&{out})[{c['out']['n']}] = {c['acc']};")
-        self.regs[out] = acc  # the accumulator is updated in place, as through the C reference
+        if c["copy_acc"]:  # acc is read elsewhere: the instruction accumulates into a copy
+            self.note(f"for (int e = 0; e < {c['out']['n']}; ++e) {out}[e] = {c['acc']}[e];")
+            acc = acc.copy()
+        else:
+            self.note(f"float (&{out})[{c['out']['n']}] = {c['acc']};")
+        self.regs[out] = acc  # updated in place, as through the C reference
         acc_text = f"(rm * {c['reps_n']} + rn) * {c['nc']}"
-        self.note(f"for (int ks = 0; ks < {c['ksteps']}; ++ks)")
-        self.note(f"alignas(16) {c['ctype']} fa_[{c['reps_m']}][{c['na']}];")
-        self.note(f"alignas(16) {c['ctype']} fb_[{c['reps_n']}][{c['nb']}];")
-        self.note(f"kg::{c['instr']}(&{out}[{acc_text}], fa_[rm], fb_[rn]);")
+        self.note(f"for (int ks = 0; ks < {c['ksteps']}; ++ks) {{")
+        self.note(f"kg::{c['instr']}(&{out}[{acc_text}], {c['a']['ptr']}, {c['b']['ptr']});")
         self.note(f"for (int rm = 0; rm < {c['reps_m']}; ++rm)")
         self.note(f"for (int rn = 0; rn < {c['reps_n']}; ++rn)")
         for ks in range(c["ksteps"]):
-            fa = self._fragment(c, "a", "rm", c["reps_m"], ks)
-            fb = self._fragment(c, "b", "rn", c["reps_n"], ks)
+            fa = self._fragment(c, "a", ks)
+            fb = self._fragment(c, "b", ks)
             for rm in range(c["reps_m"]):
                 for rn in range(c["reps_n"]):
                     first = int(self.ev(acc_text, rm=rm, rn=rn))

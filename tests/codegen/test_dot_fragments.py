@@ -58,11 +58,19 @@ MATMUL_TILES = [
 BWD_CASES = [(kernel, target, dtype) for target in ("gfx942", "sm_90") for kernel, dtype in ((0, "bf16"), (1, "fp16"))]
 
 
+# chain.yaml (tests/codegen/specs): a dot's accumulator, cast, is the next dot's A operand. On
+# mma.sync that is read from registers; 2 warps give two repeats along M.
+CHAIN_TILES = [((64, 32, 32, 4), "bf16"), ((64, 32, 16, 2), "fp16")]
+SPEC_FILES = {"matmul": SPECS / "matmul.yaml", "matmul_bwd": SPECS / "matmul_bwd.yaml", "chain": HERE / "specs" / "chain.yaml"}
+
+
 def _cases():
     for target, (tile, dtype) in product(target_names(), MATMUL_TILES):
         yield ("matmul", 0, target, dtype, tile)
     for kernel, target, dtype in BWD_CASES:
         yield ("matmul_bwd", kernel, target, dtype, (64, 64, 32, 4))
+    for target, (tile, dtype) in product(("gfx942", "sm_90"), CHAIN_TILES):
+        yield ("chain", 0, target, dtype, tile)
 
 
 CASES = list(_cases())
@@ -77,7 +85,7 @@ def case_id(case) -> str:
 def lowered(case):
     """(LoadedSpec, IR after all passes, target, variant) of one case."""
     spec, kernel, target, dtype, tile = case
-    ls = load_spec(SPECS / f"{spec}.yaml")
+    ls = load_spec(SPEC_FILES[spec])
     tg = load_target(target)
     variant = {"dtype": dtype}
     return ls, compile_kernel(ls, kernel, variant, dict(zip(TUNABLES, tile)), tg), tg, variant
@@ -90,14 +98,14 @@ def _flat(ctxs):
             yield from _flat(c["body"])
 
 
-def simulate(case, perturb=None):
+def simulate(case, perturb=None, land="at_wait"):
     """Run one kernel of the case on a 2x2 grid (two iterations of its loop over blocks) with the
     emitted op contexts, optionally changed by `perturb(ctxs)` first. Returns the simulated
     and the reference value of each tensor the kernel stores, and the simulator."""
     ls, k, tg, variant = lowered(case)
     spec, kernel_index, tile = ls.spec, case[1], dict(zip(TUNABLES, case[4]))
-    sizes = {"M": 2 * tile["BLOCK_M"], "N": 2 * tile["BLOCK_N"], "K": 2 * tile["BLOCK_K"]}
-    assert set(sizes) == set(spec.sizes)
+    sizes = {"M": 2 * tile["BLOCK_M"], "N": 2 * tile["BLOCK_N"], "K": 2 * tile["BLOCK_K"], "P": 2 * tile["BLOCK_N"]}
+    sizes = {n: sizes[n] for n in spec.sizes}
     env = {**variant, **tile, **sizes}
     number_values(k)  # as render_kernel does, so the names match the rendered source
     ctxs = Emitter(k, tg, tensor_dims(k)).ops(k.body)
@@ -108,7 +116,7 @@ def simulate(case, perturb=None):
     inputs = {n: rng.integers(-4, 5, helpers.tensor_shape(spec, n, env)).astype(np.float64) for n in spec.inputs()}
     outputs = {n: np.full(helpers.tensor_shape(spec, n, env), np.nan) for n in spec.outputs()}
     tensors = {**inputs, **outputs}
-    sim = lane_sim.ProgramSim(k, tg, {n: tensors[n] for n in k.tensors}, sizes)
+    sim = lane_sim.ProgramSim(k, tg, {n: tensors[n] for n in k.tensors}, sizes, land=land)
     grid = [int(eval_expr(g, env)) for g in spec.kernels[kernel_index].grid]
     for block in product(*(range(g) for g in grid + [1] * (3 - len(grid)))):
         sim.run_block(block, ctxs)
@@ -166,24 +174,76 @@ def test_cases_cover_every_matrix_instruction_and_split(target):
         assert any(op.attrs[attr] > 1 for op in dots), f"no case has {attr} > 1 on {target}"
 
 
+ASYNC_CASES = [c for c in CASES if any(op.kind == "copy_async" for op in walk(lowered(c)[1].body))]
+
+
+@pytest.mark.parametrize("case", ASYNC_CASES, ids=case_id)
+def test_async_copies_land_in_time_however_early(case):
+    """The same kernels with every async copy landing the moment it is issued: a prefetch placed
+    before the last read of the buffer it overwrites would now corrupt that read. (The test
+    above lands them as late as each wait allows, so a wait that lets a read run early fails.)"""
+    got, want, _ = simulate(case, land="at_issue")
+    problem = mismatch(got, want)
+    assert problem is None, problem
+
+
+def test_async_copy_cases_include_prefetching_loops():
+    assert any(op.kind == "copy_async" and op.attrs["pred"] for c in ASYNC_CASES for op in walk(lowered(c)[1].body))
+    assert any(op.kind == "wait_async" and op.attrs["pending"] > 0 for c in ASYNC_CASES for op in walk(lowered(c)[1].body))
+
+
+@pytest.mark.parametrize("target, kinds", [("sm_90", {"reg", "matrix", "matrix_trans"}), ("gfx942", {"vec"})])
+def test_cases_cover_every_way_of_reading_operands(target, kinds):
+    """Registers, ldmatrix and ldmatrix.trans on NVIDIA; vector reads on AMD (whose MFMA C
+    layout is not its A layout, so chain.yaml stages its A operand there)."""
+    dots = [op for case in CASES if case[2] == target for op in walk(lowered(case)[1].body) if op.kind == "dot"]
+    assert {op.attrs[f"{r}_load"] for op in dots for r in "ab"} == kinds
+
+
 # (macro, which occurrence of it, path to the formula in its context, variable, replacement):
-# each moves one formula to the neighbouring lane, register or warp.
-PERTURBATIONS = [
-    ("dot", 0, ("a_row",), "lane", "(lane + 1)"),
-    ("dot", 0, ("a_col",), "i", "(i + 1)"),
-    ("dot", 0, ("b_k",), "lane", "(lane + 1)"),
-    ("dot", 0, ("b_k",), "i", "(i + 1)"),
-    ("dot", 0, ("b_col",), "lane", "(lane + 1)"),
-    ("dot", 0, ("warp_row",), "warp", "(warp + 1)"),
-    ("dot", 0, ("warp_col",), "warp", "(warp + 1)"),
+# each moves one formula to the neighbouring lane, register, group or warp.
+COMMON = [
     ("stage", 0, ("slot",), "e", "(e + 1)"),
     ("stage", 1, ("slot",), "lane", "(lane + 1)"),
     ("store", 0, ("dims", 0, "thread"), "lane", "(lane + 1)"),
     ("store", 0, ("dims", 0, "reg"), "e", "(e + 2)"),  # +2: NVIDIA stores pairs, e + 1 is the same pair
 ]
-# 32x32x8 on 2x2 warps, 16x16x16 on 4x2 warps, mma.sync on 4x2 warps
-PERTURBED_CASES = [("matmul", 0, "gfx942", "bf16", (64, 64, 32, 4)), ("matmul", 0, "gfx942", "fp16", (64, 32, 16, 8)),
-                   ("matmul", 0, "sm_90", "fp16", (64, 32, 16, 8))]
+VEC = [  # fragments read with vector loads (AMD)
+    ("dot", 0, ("a", "addr"), "lane", "(lane + 1)"),
+    ("dot", 0, ("a", "addr"), "i", "(i + 1)"),
+    ("dot", 0, ("b", "addr"), "lane", "(lane + 1)"),
+    ("dot", 0, ("b", "addr"), "i", "(i + 1)"),
+    ("dot", 0, ("a", "addr"), "warp", "(warp + 1)"),
+    ("dot", 0, ("b", "addr"), "warp", "(warp + 1)"),
+]
+MATRIX = [  # fragments read with ldmatrix (NVIDIA), plain and transposed
+    ("dot", 0, ("a", "addr"), "lane", "(lane + 1)"),
+    ("dot", 0, ("b", "addr"), "lane", "(lane + 1)"),
+    ("dot", 0, ("a", "addr"), "warp", "(warp + 1)"),
+]
+GROUPS_B = [("dot", 0, ("b", "addr"), "g", "(g + 1)")]  # where B takes several ldmatrix.x4
+GROUPS_A = [("dot", 0, ("a", "addr"), "g", "(g + 1)")]  # where A does (2 repeats along M)
+ASYNC = [  # global -> shared copies (NVIDIA), prefetched a loop iteration ahead
+    ("copy_async", 0, ("chunk",), "lane", "(lane + 1)"),
+    ("copy_async", 0, ("i1",), "k_", "(k_ + 8)"),
+    ("copy_async", 1, ("row",), "c_", "(c_ + 64)"),
+    ("copy_async", 1, ("slot",), "r_", "(r_ + 1)"),
+    ("copy_async", 2, ("i0",), "r_", "(r_ + 1)"),
+    ("wait_async", 1, ("pending",), None, 1),  # one more group left in flight: a read too early
+]
+REG = [  # A from the registers of the previous dot's accumulator
+    ("dot", 1, ("a", "ptr"), "ks", "(ks + 1)"),
+    ("dot", 1, ("a", "ptr"), "rm", "(rm + 1)"),
+]
+# 32x32x8 on 2x2 warps, 16x16x16 on 4x2 warps, mma.sync on 4x2 warps (ldmatrix, .trans for B),
+# matmul_bwd's dA on mma.sync (ldmatrix.trans for A), chain on 2x1 warps with 2 repeats along M
+PERTURBED = [(("matmul", 0, "gfx942", "bf16", (64, 64, 32, 4)), COMMON + VEC),
+             (("matmul", 0, "gfx942", "fp16", (64, 32, 16, 8)), COMMON + VEC),
+             (("matmul", 0, "sm_90", "fp16", (64, 32, 16, 8)), COMMON[2:] + MATRIX + ASYNC),
+             (("matmul_bwd", 1, "sm_90", "fp16", (64, 64, 32, 4)), MATRIX),
+             (("matmul", 0, "sm_90", "bf16", (64, 64, 32, 4)), GROUPS_B),
+             (("chain", 0, "sm_90", "fp16", (64, 32, 16, 2)), REG + GROUPS_A)]
+PERTURBED_CASES = [(case, p) for case, ps in PERTURBED for p in ps]
 
 
 def _perturbation(macro, nth, path, var, repl):
@@ -192,15 +252,18 @@ def _perturbation(macro, nth, path, var, repl):
         for key in path[:-1]:
             node = node[key]
         before = node[path[-1]]
+        if var is None:  # a number: add repl
+            node[path[-1]] = before + repl
+            return
         node[path[-1]] = re.sub(rf"\b{var}\b", repl, before)
         assert node[path[-1]] != before, f"{macro}.{path} has no '{var}' to perturb: {before!r}"
     return perturb
 
 
-@pytest.mark.parametrize("case", PERTURBED_CASES, ids=case_id)
-@pytest.mark.parametrize("macro, nth, path, var, repl", PERTURBATIONS,
-                         ids=[f"{m}{n}.{'.'.join(map(str, p))}-{v}" for m, n, p, v, _ in PERTURBATIONS])
-def test_simulation_catches_a_formula_off_by_one(case, macro, nth, path, var, repl):
+@pytest.mark.parametrize("case, perturbation", PERTURBED_CASES,
+                         ids=[f"{case_id(c)}-{m}{n}.{'.'.join(map(str, p))}-{v}" for c, (m, n, p, v, _) in PERTURBED_CASES])
+def test_simulation_catches_a_formula_off_by_one(case, perturbation):
     assert unperturbed_outcome(case) is None  # the unperturbed kernel passes, so what follows is the perturbation's doing
+    macro, nth, path, var, repl = perturbation
     problem = outcome(case, _perturbation(macro, nth, path, var, repl))
     assert problem is not None, f"{macro}.{path} with {var} -> {repl} went unnoticed"

@@ -106,21 +106,21 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
   const int v23 = 1;
   // spec: specs/fa2_bwd.yaml:66:49
   int (&v24)[1] = v15;
-  // spec: specs/fa2_bwd.yaml:69:45
-  kg::bf16 (&v25)[16] = v16;
   // spec: specs/fa2_bwd.yaml:69:37
-  kg::bf16* v26 = reinterpret_cast<kg::bf16*>(smem + 0);
+  kg::bf16* v25 = reinterpret_cast<kg::bf16*>(smem + 0);
   kg::sync();
   #pragma unroll
-  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v26[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v25[e]);
+  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v25[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v16[e]);
 
-  // spec: specs/fa2_bwd.yaml:71:30
-  kg::bf16 (&v27)[16] = v17;
+  // spec: specs/fa2_bwd.yaml:69:37
+  kg::bf16* v26 = v25;
   // spec: specs/fa2_bwd.yaml:71:20
-  kg::bf16* v28 = reinterpret_cast<kg::bf16*>(smem + 9216);
+  kg::bf16* v27 = reinterpret_cast<kg::bf16*>(smem + 9216);
   #pragma unroll
-  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v28[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v27[e]);
+  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v27[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v17[e]);
 
+  // spec: specs/fa2_bwd.yaml:71:20
+  kg::bf16* v28 = v27;
   // spec: specs/fa2_bwd.yaml:75:66
   kg::bf16* v29 = reinterpret_cast<kg::bf16*>(smem + 18432);
   #pragma unroll
@@ -300,23 +300,17 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       float (&v70)[16] = v68;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
-        alignas(16) kg::bf16 fa_[1][4];
-        alignas(16) kg::bf16 fb_[1][4];
+        alignas(16) kg::bf16 fa_[4];
       #pragma unroll
-        for (int rm = 0; rm < 1; ++rm)
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v69[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        alignas(16) kg::bf16 fb_[4];
       #pragma unroll
-          for (int i = 0; i < 4; i += 4)
-            kg::copy_vec<4>(&fa_[rm][i], &v69[((warp / 2) * 32 + rm * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-      #pragma unroll
-        for (int rn = 0; rn < 1; ++rn)
-      #pragma unroll
-          for (int i = 0; i < 4; i += 4)
-            kg::copy_vec<4>(&fb_[rn][i], &v26[((warp % 2) * 32 + rn * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v26[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       #pragma unroll
         for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::mfma_32x32x8_bf16(&v70[(rm * 1 + rn) * 16], fa_[rm], fb_[rn]);
+            kg::mfma_32x32x8_bf16(&v70[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
       // spec: specs/fa2_bwd.yaml:69:37
       float v71[16];
@@ -346,83 +340,63 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       kg::bf16 v78[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v78[e] = kg::cvt<kg::bf16>(v77[e]);
-      // spec: specs/fa2_bwd.yaml:70:37
-      kg::bf16 (&v79)[16] = v78;
       // spec: specs/fa2_bwd.yaml:70:33
-      float v80[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v80[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:70:33
-      kg::bf16* v81 = reinterpret_cast<kg::bf16*>(smem + 27648);
+      kg::bf16* v79 = reinterpret_cast<kg::bf16*>(smem + 27648);
       kg::sync();
       #pragma unroll
-      for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v81[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 72 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v79[e]);
+      for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v79[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 72 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v78[e]);
 
       // spec: specs/fa2_bwd.yaml:70:33
-      kg::bf16* v82 = reinterpret_cast<kg::bf16*>(smem + 36864);
+      kg::bf16* v80 = v79;
+      // spec: specs/fa2_bwd.yaml:70:33
+      kg::bf16* v81 = reinterpret_cast<kg::bf16*>(smem + 36864);
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v82[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32))] = v49[e];
+      for (int e = 0; e < 16; ++e) v81[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32))] = v49[e];
       kg::sync();
       // spec: specs/fa2_bwd.yaml:70:33
-      float (&v83)[16] = v80;
+      float (&v82)[16] = v46;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
-        alignas(16) kg::bf16 fa_[1][4];
-        alignas(16) kg::bf16 fb_[1][4];
+        alignas(16) kg::bf16 fa_[4];
       #pragma unroll
-        for (int rm = 0; rm < 1; ++rm)
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v80[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        alignas(16) kg::bf16 fb_[4];
       #pragma unroll
-          for (int i = 0; i < 4; i += 4)
-            kg::copy_vec<4>(&fa_[rm][i], &v81[((warp / 2) * 32 + rm * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-      #pragma unroll
-        for (int rn = 0; rn < 1; ++rn)
-      #pragma unroll
-          for (int i = 0; i < 4; i += 4)
-            kg::copy_vec<4>(&fb_[rn][i], &v82[((warp % 2) * 32 + rn * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v81[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       #pragma unroll
         for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::mfma_32x32x8_bf16(&v83[(rm * 1 + rn) * 16], fa_[rm], fb_[rn]);
+            kg::mfma_32x32x8_bf16(&v82[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:70:24
-      float v84[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v84[e] = (v46[e] + v83[e]);
       // spec: specs/fa2_bwd.yaml:71:20
-      float v85[16];
+      float v83[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v85[e] = 0.0f;
+      for (int e = 0; e < 16; ++e) v83[e] = 0.0f;
       // spec: specs/fa2_bwd.yaml:71:20
-      kg::bf16* v86 = reinterpret_cast<kg::bf16*>(smem + 27648);
+      kg::bf16* v84 = reinterpret_cast<kg::bf16*>(smem + 27648);
       kg::sync();
       #pragma unroll
-      for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v86[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v49[e]);
+      for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v84[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v49[e]);
       kg::sync();
       // spec: specs/fa2_bwd.yaml:71:20
-      float (&v87)[16] = v85;
+      float (&v85)[16] = v83;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
-        alignas(16) kg::bf16 fa_[1][4];
-        alignas(16) kg::bf16 fb_[1][4];
+        alignas(16) kg::bf16 fa_[4];
       #pragma unroll
-        for (int rm = 0; rm < 1; ++rm)
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v84[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        alignas(16) kg::bf16 fb_[4];
       #pragma unroll
-          for (int i = 0; i < 4; i += 4)
-            kg::copy_vec<4>(&fa_[rm][i], &v86[((warp / 2) * 32 + rm * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-      #pragma unroll
-        for (int rn = 0; rn < 1; ++rn)
-      #pragma unroll
-          for (int i = 0; i < 4; i += 4)
-            kg::copy_vec<4>(&fb_[rn][i], &v28[((warp % 2) * 32 + rn * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v28[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       #pragma unroll
         for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::mfma_32x32x8_bf16(&v87[(rm * 1 + rn) * 16], fa_[rm], fb_[rn]);
+            kg::mfma_32x32x8_bf16(&v85[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
       // spec: specs/fa2_bwd.yaml:72:30
-      float v88[16];
+      float v86[16];
       {
         const float* p_ = t_delta + ((int64_t)(v6) * stride_delta_0 + (int64_t)(v36) * stride_delta_1);
         const bool aligned_ = kg::aligned(p_, 16) && stride_delta_0 % 4 == 0 && stride_delta_1 % 4 == 0;
@@ -433,115 +407,95 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 4 <= (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<4>(&v88[e], p_ + off_);
+            kg::copy_vec<4>(&v86[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 4; ++v)
-              v88[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+              v86[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
       // spec: specs/fa2_bwd.yaml:72:30
-      float (&v89)[16] = v88;
+      float (&v87)[16] = v86;
       // spec: specs/fa2_bwd.yaml:72:25
+      float v88[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v88[e] = v87[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:72:25
+      float v89[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v89[e] = (v85[e] - v88[e]);
+      // spec: specs/fa2_bwd.yaml:72:20
       float v90[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v90[e] = v89[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:72:25
-      float v91[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v91[e] = (v87[e] - v90[e]);
-      // spec: specs/fa2_bwd.yaml:72:20
-      float v92[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v92[e] = (v77[e] * v91[e]);
+      for (int e = 0; e < 16; ++e) v90[e] = (v77[e] * v89[e]);
       // spec: specs/fa2_bwd.yaml:73:37
-      kg::bf16 v93[16];
+      kg::bf16 v91[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v93[e] = kg::cvt<kg::bf16>(v92[e]);
-      // spec: specs/fa2_bwd.yaml:73:37
-      kg::bf16 (&v94)[16] = v93;
+      for (int e = 0; e < 16; ++e) v91[e] = kg::cvt<kg::bf16>(v90[e]);
       // spec: specs/fa2_bwd.yaml:73:33
-      float v95[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v95[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:73:33
-      kg::bf16* v96 = reinterpret_cast<kg::bf16*>(smem + 27648);
+      kg::bf16* v92 = reinterpret_cast<kg::bf16*>(smem + 27648);
       kg::sync();
       #pragma unroll
-      for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v96[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 72 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v94[e]);
+      for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v92[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 72 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v91[e]);
 
       // spec: specs/fa2_bwd.yaml:73:33
-      kg::bf16* v97 = reinterpret_cast<kg::bf16*>(smem + 36864);
+      kg::bf16* v93 = v92;
+      // spec: specs/fa2_bwd.yaml:73:33
+      kg::bf16* v94 = reinterpret_cast<kg::bf16*>(smem + 36864);
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v97[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32))] = v48[e];
+      for (int e = 0; e < 16; ++e) v94[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32))] = v48[e];
       kg::sync();
       // spec: specs/fa2_bwd.yaml:73:33
-      float (&v98)[16] = v95;
+      float (&v95)[16] = v47;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
-        alignas(16) kg::bf16 fa_[1][4];
-        alignas(16) kg::bf16 fb_[1][4];
+        alignas(16) kg::bf16 fa_[4];
       #pragma unroll
-        for (int rm = 0; rm < 1; ++rm)
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v93[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        alignas(16) kg::bf16 fb_[4];
       #pragma unroll
-          for (int i = 0; i < 4; i += 4)
-            kg::copy_vec<4>(&fa_[rm][i], &v96[((warp / 2) * 32 + rm * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-      #pragma unroll
-        for (int rn = 0; rn < 1; ++rn)
-      #pragma unroll
-          for (int i = 0; i < 4; i += 4)
-            kg::copy_vec<4>(&fb_[rn][i], &v97[((warp % 2) * 32 + rn * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v94[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       #pragma unroll
         for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::mfma_32x32x8_bf16(&v98[(rm * 1 + rn) * 16], fa_[rm], fb_[rn]);
+            kg::mfma_32x32x8_bf16(&v95[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:73:24
-      float v99[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v99[e] = (v47[e] + v98[e]);
       // spec: specs/fa2_bwd.yaml:75:70
-      kg::bf16 v100[16];
+      kg::bf16 v96[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v100[e] = kg::cvt<kg::bf16>(v92[e]);
+      for (int e = 0; e < 16; ++e) v96[e] = kg::cvt<kg::bf16>(v90[e]);
       // spec: specs/fa2_bwd.yaml:75:66
-      float v101[16];
+      float v97[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v101[e] = 0.0f;
+      for (int e = 0; e < 16; ++e) v97[e] = 0.0f;
       // spec: specs/fa2_bwd.yaml:75:66
-      kg::bf16* v102 = reinterpret_cast<kg::bf16*>(smem + 27648);
+      kg::bf16* v98 = reinterpret_cast<kg::bf16*>(smem + 27648);
       kg::sync();
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v102[((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 72 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0))] = v100[e];
+      for (int e = 0; e < 16; ++e) v98[((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 72 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0))] = v96[e];
       kg::sync();
       // spec: specs/fa2_bwd.yaml:75:66
-      float (&v103)[16] = v101;
+      float (&v99)[16] = v97;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
-        alignas(16) kg::bf16 fa_[1][4];
-        alignas(16) kg::bf16 fb_[1][4];
+        alignas(16) kg::bf16 fa_[4];
       #pragma unroll
-        for (int rm = 0; rm < 1; ++rm)
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v98[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        alignas(16) kg::bf16 fb_[4];
       #pragma unroll
-          for (int i = 0; i < 4; i += 4)
-            kg::copy_vec<4>(&fa_[rm][i], &v102[((warp / 2) * 32 + rm * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-      #pragma unroll
-        for (int rn = 0; rn < 1; ++rn)
-      #pragma unroll
-          for (int i = 0; i < 4; i += 4)
-            kg::copy_vec<4>(&fb_[rn][i], &v29[((warp % 2) * 32 + rn * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v29[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       #pragma unroll
         for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::mfma_32x32x8_bf16(&v103[(rm * 1 + rn) * 16], fa_[rm], fb_[rn]);
+            kg::mfma_32x32x8_bf16(&v99[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
       // spec: specs/fa2_bwd.yaml:75:66
-      float v104[16];
+      float v100[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v104[e] = (v103[e] * v2);
+      for (int e = 0; e < 16; ++e) v100[e] = (v99[e] * v2);
       // spec: specs/fa2_bwd.yaml:75:19
       if ((lane & 0) == 0 && (warp & 0) == 0) {
         float* p_ = t_dq_acc + ((int64_t)(v6) * stride_dq_acc_0 + (int64_t)(v36) * stride_dq_acc_2);
@@ -553,17 +507,17 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
           const int i1_ = t1_ + 0;
           const int64_t off_ = (int64_t)i0_ * stride_dq_acc_1 + (int64_t)i1_ * 1;
-          if (i0_ < (size_SQ) && i1_ < (64)) kg::atomic_add(p_ + off_, v104[e]);
+          if (i0_ < (size_SQ) && i1_ < (64)) kg::atomic_add(p_ + off_, v100[e]);
         }
       }
       // spec: specs/fa2_bwd.yaml:75:19
 
       float y0_[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) y0_[e] = v84[e];
+      for (int e = 0; e < 16; ++e) y0_[e] = v82[e];
       float y1_[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) y1_[e] = v99[e];
+      for (int e = 0; e < 16; ++e) y1_[e] = v95[e];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v43[e] = y0_[e];
       #pragma unroll
@@ -583,13 +537,13 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
     for (int e = 0; e < 16; ++e) v31[e] = y1_[e];
   }
   // spec: specs/fa2_bwd.yaml:76:34
-  float v105[16];
+  float v101[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v105[e] = (v31[e] * v2);
+  for (int e = 0; e < 16; ++e) v101[e] = (v31[e] * v2);
   // spec: specs/fa2_bwd.yaml:76:33
-  kg::bf16 v106[16];
+  kg::bf16 v102[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v106[e] = kg::cvt<kg::bf16>(v105[e]);
+  for (int e = 0; e < 16; ++e) v102[e] = kg::cvt<kg::bf16>(v101[e]);
   // spec: specs/fa2_bwd.yaml:76:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_dk + ((int64_t)(v6) * stride_dk_0 + (int64_t)(v8) * stride_dk_2);
@@ -602,18 +556,18 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       const int i1_ = t1_ + 0;
       const int64_t off_ = (int64_t)i0_ * stride_dk_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SK) && i1_ + 1 <= (64)) {
-        kg::copy_vec<1>(p_ + off_, &v106[e]);
+        kg::copy_vec<1>(p_ + off_, &v102[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          if (i0_ < (size_SK) && i1_ + v < (64)) p_[off_ + v] = v106[e + v];
+          if (i0_ < (size_SK) && i1_ + v < (64)) p_[off_ + v] = v102[e + v];
       }
     }
   }
   // spec: specs/fa2_bwd.yaml:77:33
-  kg::bf16 v107[16];
+  kg::bf16 v103[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v107[e] = kg::cvt<kg::bf16>(v30[e]);
+  for (int e = 0; e < 16; ++e) v103[e] = kg::cvt<kg::bf16>(v30[e]);
   // spec: specs/fa2_bwd.yaml:77:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_dv + ((int64_t)(v6) * stride_dv_0 + (int64_t)(v8) * stride_dv_2);
@@ -626,11 +580,11 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       const int i1_ = t1_ + 0;
       const int64_t off_ = (int64_t)i0_ * stride_dv_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SK) && i1_ + 1 <= (64)) {
-        kg::copy_vec<1>(p_ + off_, &v107[e]);
+        kg::copy_vec<1>(p_ + off_, &v103[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          if (i0_ < (size_SK) && i1_ + v < (64)) p_[off_ + v] = v107[e + v];
+          if (i0_ < (size_SK) && i1_ + v < (64)) p_[off_ + v] = v103[e + v];
       }
     }
   }

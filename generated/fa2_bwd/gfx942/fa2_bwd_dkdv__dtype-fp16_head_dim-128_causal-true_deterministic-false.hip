@@ -130,21 +130,21 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
   int v35[8];
   #pragma unroll
   for (int e = 0; e < 8; ++e) v35[e] = v34[((e >> 2) & 1) * 1];
-  // spec: specs/fa2_bwd.yaml:69:45
-  kg::fp16 (&v36)[16] = v16;
   // spec: specs/fa2_bwd.yaml:69:37
-  kg::fp16* v37 = reinterpret_cast<kg::fp16*>(smem + 28672);
+  kg::fp16* v36 = reinterpret_cast<kg::fp16*>(smem + 28672);
   kg::sync();
   #pragma unroll
-  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v37[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v36[e]);
+  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v36[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v16[e]);
 
-  // spec: specs/fa2_bwd.yaml:71:30
-  kg::fp16 (&v38)[16] = v17;
+  // spec: specs/fa2_bwd.yaml:69:37
+  kg::fp16* v37 = v36;
   // spec: specs/fa2_bwd.yaml:71:20
-  kg::fp16* v39 = reinterpret_cast<kg::fp16*>(smem + 37376);
+  kg::fp16* v38 = reinterpret_cast<kg::fp16*>(smem + 37376);
   #pragma unroll
-  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v39[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v38[e]);
+  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v38[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v17[e]);
 
+  // spec: specs/fa2_bwd.yaml:71:20
+  kg::fp16* v39 = v38;
   // spec: specs/fa2_bwd.yaml:75:66
   kg::fp16* v40 = reinterpret_cast<kg::fp16*>(smem + 18432);
   #pragma unroll
@@ -342,23 +342,17 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       float (&v86)[8] = v84;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
-        alignas(16) kg::fp16 fa_[1][4];
-        alignas(16) kg::fp16 fb_[2][4];
+        alignas(16) kg::fp16 fa_[4];
       #pragma unroll
-        for (int rm = 0; rm < 1; ++rm)
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v85[((warp / 1) * 16 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (0)) * 136 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        alignas(16) kg::fp16 fb_[8];
       #pragma unroll
-          for (int i = 0; i < 4; i += 4)
-            kg::copy_vec<4>(&fa_[rm][i], &v85[((warp / 1) * 16 + rm * 16 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (0)) * 136 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-      #pragma unroll
-        for (int rn = 0; rn < 2; ++rn)
-      #pragma unroll
-          for (int i = 0; i < 4; i += 4)
-            kg::copy_vec<4>(&fb_[rn][i], &v37[((warp % 1) * 32 + rn * 16 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (0)) * 136 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        for (int i = 0; i < 8; i += 4) kg::copy_vec<4>(&fb_[i], &v37[((warp % 1) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((i >> 2) & 1) * 16)) * 136 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       #pragma unroll
         for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
           for (int rn = 0; rn < 2; ++rn)
-            kg::mfma_16x16x16_fp16(&v86[(rm * 2 + rn) * 4], fa_[rm], fb_[rn]);
+            kg::mfma_16x16x16_fp16(&v86[(rm * 2 + rn) * 4], &fa_[rm * 4], &fb_[rn * 4]);
       }
       // spec: specs/fa2_bwd.yaml:69:37
       float v87[8];
@@ -388,83 +382,63 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       kg::fp16 v94[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v94[e] = kg::cvt<kg::fp16>(v93[e]);
-      // spec: specs/fa2_bwd.yaml:70:37
-      kg::fp16 (&v95)[8] = v94;
       // spec: specs/fa2_bwd.yaml:70:33
-      float v96[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v96[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:70:33
-      kg::fp16* v97 = reinterpret_cast<kg::fp16*>(smem + 46080);
+      kg::fp16* v95 = reinterpret_cast<kg::fp16*>(smem + 46080);
       kg::sync();
       #pragma unroll
-      for (int e = 0; e < 8; e += 4) kg::copy_vec<4>(&v97[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((e >> 2) & 1) * 16)) * 72 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2))], &v95[e]);
+      for (int e = 0; e < 8; e += 4) kg::copy_vec<4>(&v95[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((e >> 2) & 1) * 16)) * 72 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2))], &v94[e]);
 
       // spec: specs/fa2_bwd.yaml:70:33
-      kg::fp16* v98 = reinterpret_cast<kg::fp16*>(smem + 0);
+      kg::fp16* v96 = v95;
+      // spec: specs/fa2_bwd.yaml:70:33
+      kg::fp16* v97 = reinterpret_cast<kg::fp16*>(smem + 0);
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v98[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v59[e];
+      for (int e = 0; e < 32; ++e) v97[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v59[e];
       kg::sync();
       // spec: specs/fa2_bwd.yaml:70:33
-      float (&v99)[16] = v96;
+      float (&v98)[16] = v56;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
-        alignas(16) kg::fp16 fa_[1][4];
-        alignas(16) kg::fp16 fb_[1][4];
+        alignas(16) kg::fp16 fa_[4];
       #pragma unroll
-        for (int rm = 0; rm < 1; ++rm)
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v96[((warp / 4) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        alignas(16) kg::fp16 fb_[4];
       #pragma unroll
-          for (int i = 0; i < 4; i += 4)
-            kg::copy_vec<4>(&fa_[rm][i], &v97[((warp / 4) * 32 + rm * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-      #pragma unroll
-        for (int rn = 0; rn < 1; ++rn)
-      #pragma unroll
-          for (int i = 0; i < 4; i += 4)
-            kg::copy_vec<4>(&fb_[rn][i], &v98[((warp % 4) * 32 + rn * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v97[((warp % 4) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       #pragma unroll
         for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::mfma_32x32x8_fp16(&v99[(rm * 1 + rn) * 16], fa_[rm], fb_[rn]);
+            kg::mfma_32x32x8_fp16(&v98[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:70:24
-      float v100[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v100[e] = (v56[e] + v99[e]);
       // spec: specs/fa2_bwd.yaml:71:20
-      float v101[8];
+      float v99[8];
       #pragma unroll
-      for (int e = 0; e < 8; ++e) v101[e] = 0.0f;
+      for (int e = 0; e < 8; ++e) v99[e] = 0.0f;
       // spec: specs/fa2_bwd.yaml:71:20
-      kg::fp16* v102 = reinterpret_cast<kg::fp16*>(smem + 0);
+      kg::fp16* v100 = reinterpret_cast<kg::fp16*>(smem + 0);
       kg::sync();
       #pragma unroll
-      for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v102[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v59[e]);
+      for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v100[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v59[e]);
       kg::sync();
       // spec: specs/fa2_bwd.yaml:71:20
-      float (&v103)[8] = v101;
+      float (&v101)[8] = v99;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
-        alignas(16) kg::fp16 fa_[1][4];
-        alignas(16) kg::fp16 fb_[2][4];
+        alignas(16) kg::fp16 fa_[4];
       #pragma unroll
-        for (int rm = 0; rm < 1; ++rm)
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v100[((warp / 1) * 16 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (0)) * 136 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        alignas(16) kg::fp16 fb_[8];
       #pragma unroll
-          for (int i = 0; i < 4; i += 4)
-            kg::copy_vec<4>(&fa_[rm][i], &v102[((warp / 1) * 16 + rm * 16 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (0)) * 136 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-      #pragma unroll
-        for (int rn = 0; rn < 2; ++rn)
-      #pragma unroll
-          for (int i = 0; i < 4; i += 4)
-            kg::copy_vec<4>(&fb_[rn][i], &v39[((warp % 1) * 32 + rn * 16 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (0)) * 136 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        for (int i = 0; i < 8; i += 4) kg::copy_vec<4>(&fb_[i], &v39[((warp % 1) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((i >> 2) & 1) * 16)) * 136 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       #pragma unroll
         for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
           for (int rn = 0; rn < 2; ++rn)
-            kg::mfma_16x16x16_fp16(&v103[(rm * 2 + rn) * 4], fa_[rm], fb_[rn]);
+            kg::mfma_16x16x16_fp16(&v101[(rm * 2 + rn) * 4], &fa_[rm * 4], &fb_[rn * 4]);
       }
       // spec: specs/fa2_bwd.yaml:72:30
-      float v104[4];
+      float v102[4];
       {
         const float* p_ = t_delta + ((int64_t)(v6) * stride_delta_0 + (int64_t)(v47) * stride_delta_1);
         const bool aligned_ = kg::aligned(p_, 16) && stride_delta_0 % 4 == 0 && stride_delta_1 % 4 == 0;
@@ -475,115 +449,95 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 4 <= (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<4>(&v104[e], p_ + off_);
+            kg::copy_vec<4>(&v102[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 4; ++v)
-              v104[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+              v102[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
       // spec: specs/fa2_bwd.yaml:72:30
-      float (&v105)[4] = v104;
+      float (&v103)[4] = v102;
       // spec: specs/fa2_bwd.yaml:72:25
+      float v104[8];
+      #pragma unroll
+      for (int e = 0; e < 8; ++e) v104[e] = v103[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
+      // spec: specs/fa2_bwd.yaml:72:25
+      float v105[8];
+      #pragma unroll
+      for (int e = 0; e < 8; ++e) v105[e] = (v101[e] - v104[e]);
+      // spec: specs/fa2_bwd.yaml:72:20
       float v106[8];
       #pragma unroll
-      for (int e = 0; e < 8; ++e) v106[e] = v105[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-      // spec: specs/fa2_bwd.yaml:72:25
-      float v107[8];
-      #pragma unroll
-      for (int e = 0; e < 8; ++e) v107[e] = (v103[e] - v106[e]);
-      // spec: specs/fa2_bwd.yaml:72:20
-      float v108[8];
-      #pragma unroll
-      for (int e = 0; e < 8; ++e) v108[e] = (v93[e] * v107[e]);
+      for (int e = 0; e < 8; ++e) v106[e] = (v93[e] * v105[e]);
       // spec: specs/fa2_bwd.yaml:73:37
-      kg::fp16 v109[8];
+      kg::fp16 v107[8];
       #pragma unroll
-      for (int e = 0; e < 8; ++e) v109[e] = kg::cvt<kg::fp16>(v108[e]);
-      // spec: specs/fa2_bwd.yaml:73:37
-      kg::fp16 (&v110)[8] = v109;
+      for (int e = 0; e < 8; ++e) v107[e] = kg::cvt<kg::fp16>(v106[e]);
       // spec: specs/fa2_bwd.yaml:73:33
-      float v111[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v111[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:73:33
-      kg::fp16* v112 = reinterpret_cast<kg::fp16*>(smem + 46080);
+      kg::fp16* v108 = reinterpret_cast<kg::fp16*>(smem + 46080);
       kg::sync();
       #pragma unroll
-      for (int e = 0; e < 8; e += 4) kg::copy_vec<4>(&v112[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((e >> 2) & 1) * 16)) * 72 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2))], &v110[e]);
+      for (int e = 0; e < 8; e += 4) kg::copy_vec<4>(&v108[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((e >> 2) & 1) * 16)) * 72 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2))], &v107[e]);
 
       // spec: specs/fa2_bwd.yaml:73:33
-      kg::fp16* v113 = reinterpret_cast<kg::fp16*>(smem + 0);
+      kg::fp16* v109 = v108;
+      // spec: specs/fa2_bwd.yaml:73:33
+      kg::fp16* v110 = reinterpret_cast<kg::fp16*>(smem + 0);
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v113[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v58[e];
+      for (int e = 0; e < 32; ++e) v110[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v58[e];
       kg::sync();
       // spec: specs/fa2_bwd.yaml:73:33
-      float (&v114)[16] = v111;
+      float (&v111)[16] = v57;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
-        alignas(16) kg::fp16 fa_[1][4];
-        alignas(16) kg::fp16 fb_[1][4];
+        alignas(16) kg::fp16 fa_[4];
       #pragma unroll
-        for (int rm = 0; rm < 1; ++rm)
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v109[((warp / 4) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        alignas(16) kg::fp16 fb_[4];
       #pragma unroll
-          for (int i = 0; i < 4; i += 4)
-            kg::copy_vec<4>(&fa_[rm][i], &v112[((warp / 4) * 32 + rm * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-      #pragma unroll
-        for (int rn = 0; rn < 1; ++rn)
-      #pragma unroll
-          for (int i = 0; i < 4; i += 4)
-            kg::copy_vec<4>(&fb_[rn][i], &v113[((warp % 4) * 32 + rn * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v110[((warp % 4) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       #pragma unroll
         for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::mfma_32x32x8_fp16(&v114[(rm * 1 + rn) * 16], fa_[rm], fb_[rn]);
+            kg::mfma_32x32x8_fp16(&v111[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:73:24
-      float v115[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v115[e] = (v57[e] + v114[e]);
       // spec: specs/fa2_bwd.yaml:75:70
-      kg::fp16 v116[8];
+      kg::fp16 v112[8];
       #pragma unroll
-      for (int e = 0; e < 8; ++e) v116[e] = kg::cvt<kg::fp16>(v108[e]);
+      for (int e = 0; e < 8; ++e) v112[e] = kg::cvt<kg::fp16>(v106[e]);
       // spec: specs/fa2_bwd.yaml:75:66
-      float v117[32];
+      float v113[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v117[e] = 0.0f;
+      for (int e = 0; e < 32; ++e) v113[e] = 0.0f;
       // spec: specs/fa2_bwd.yaml:75:66
-      kg::fp16* v118 = reinterpret_cast<kg::fp16*>(smem + 0);
+      kg::fp16* v114 = reinterpret_cast<kg::fp16*>(smem + 0);
       kg::sync();
       #pragma unroll
-      for (int e = 0; e < 8; ++e) v118[((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 40 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((e >> 2) & 1) * 16))] = v116[e];
+      for (int e = 0; e < 8; ++e) v114[((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 40 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((e >> 2) & 1) * 16))] = v112[e];
       kg::sync();
       // spec: specs/fa2_bwd.yaml:75:66
-      float (&v119)[32] = v117;
+      float (&v115)[32] = v113;
       #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
-        alignas(16) kg::fp16 fa_[1][4];
-        alignas(16) kg::fp16 fb_[2][4];
+        alignas(16) kg::fp16 fa_[4];
       #pragma unroll
-        for (int rm = 0; rm < 1; ++rm)
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v114[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        alignas(16) kg::fp16 fb_[8];
       #pragma unroll
-          for (int i = 0; i < 4; i += 4)
-            kg::copy_vec<4>(&fa_[rm][i], &v118[((warp / 2) * 32 + rm * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-      #pragma unroll
-        for (int rn = 0; rn < 2; ++rn)
-      #pragma unroll
-          for (int i = 0; i < 4; i += 4)
-            kg::copy_vec<4>(&fb_[rn][i], &v40[((warp % 2) * 64 + rn * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        for (int i = 0; i < 8; i += 4) kg::copy_vec<4>(&fb_[i], &v40[((warp % 2) * 64 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (((i >> 2) & 1) * 32)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       #pragma unroll
         for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
           for (int rn = 0; rn < 2; ++rn)
-            kg::mfma_32x32x8_fp16(&v119[(rm * 2 + rn) * 16], fa_[rm], fb_[rn]);
+            kg::mfma_32x32x8_fp16(&v115[(rm * 2 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
       // spec: specs/fa2_bwd.yaml:75:66
-      float v120[32];
+      float v116[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v120[e] = (v119[e] * v2);
+      for (int e = 0; e < 32; ++e) v116[e] = (v115[e] * v2);
       // spec: specs/fa2_bwd.yaml:75:19
       if ((lane & 0) == 0 && (warp & 0) == 0) {
         float* p_ = t_dq_acc + ((int64_t)(v6) * stride_dq_acc_0 + (int64_t)(v47) * stride_dq_acc_2);
@@ -595,17 +549,17 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
           const int i1_ = t1_ + ((e >> 4) & 1) * 32;
           const int64_t off_ = (int64_t)i0_ * stride_dq_acc_1 + (int64_t)i1_ * 1;
-          if (i0_ < (size_SQ) && i1_ < (128)) kg::atomic_add(p_ + off_, v120[e]);
+          if (i0_ < (size_SQ) && i1_ < (128)) kg::atomic_add(p_ + off_, v116[e]);
         }
       }
       // spec: specs/fa2_bwd.yaml:75:19
 
       float y0_[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) y0_[e] = v100[e];
+      for (int e = 0; e < 16; ++e) y0_[e] = v98[e];
       float y1_[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) y1_[e] = v115[e];
+      for (int e = 0; e < 16; ++e) y1_[e] = v111[e];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v53[e] = y0_[e];
       #pragma unroll
@@ -625,13 +579,13 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
     for (int e = 0; e < 16; ++e) v42[e] = y1_[e];
   }
   // spec: specs/fa2_bwd.yaml:76:34
-  float v121[16];
+  float v117[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v121[e] = (v42[e] * v2);
+  for (int e = 0; e < 16; ++e) v117[e] = (v42[e] * v2);
   // spec: specs/fa2_bwd.yaml:76:33
-  kg::fp16 v122[16];
+  kg::fp16 v118[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v122[e] = kg::cvt<kg::fp16>(v121[e]);
+  for (int e = 0; e < 16; ++e) v118[e] = kg::cvt<kg::fp16>(v117[e]);
   // spec: specs/fa2_bwd.yaml:76:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_dk + ((int64_t)(v6) * stride_dk_0 + (int64_t)(v8) * stride_dk_2);
@@ -644,18 +598,18 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       const int i1_ = t1_ + 0;
       const int64_t off_ = (int64_t)i0_ * stride_dk_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SK) && i1_ + 1 <= (128)) {
-        kg::copy_vec<1>(p_ + off_, &v122[e]);
+        kg::copy_vec<1>(p_ + off_, &v118[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          if (i0_ < (size_SK) && i1_ + v < (128)) p_[off_ + v] = v122[e + v];
+          if (i0_ < (size_SK) && i1_ + v < (128)) p_[off_ + v] = v118[e + v];
       }
     }
   }
   // spec: specs/fa2_bwd.yaml:77:33
-  kg::fp16 v123[16];
+  kg::fp16 v119[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v123[e] = kg::cvt<kg::fp16>(v41[e]);
+  for (int e = 0; e < 16; ++e) v119[e] = kg::cvt<kg::fp16>(v41[e]);
   // spec: specs/fa2_bwd.yaml:77:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_dv + ((int64_t)(v6) * stride_dv_0 + (int64_t)(v8) * stride_dv_2);
@@ -668,11 +622,11 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       const int i1_ = t1_ + 0;
       const int64_t off_ = (int64_t)i0_ * stride_dv_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SK) && i1_ + 1 <= (128)) {
-        kg::copy_vec<1>(p_ + off_, &v123[e]);
+        kg::copy_vec<1>(p_ + off_, &v119[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          if (i0_ < (size_SK) && i1_ + v < (128)) p_[off_ + v] = v123[e + v];
+          if (i0_ < (size_SK) && i1_ + v < (128)) p_[off_ + v] = v119[e + v];
       }
     }
   }

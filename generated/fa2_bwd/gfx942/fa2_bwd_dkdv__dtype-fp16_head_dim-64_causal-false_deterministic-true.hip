@@ -106,21 +106,21 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
   const int v23 = 1;
   // spec: specs/fa2_bwd.yaml:66:49
   int (&v24)[1] = v15;
-  // spec: specs/fa2_bwd.yaml:69:45
-  kg::fp16 (&v25)[16] = v16;
   // spec: specs/fa2_bwd.yaml:69:37
-  kg::fp16* v26 = reinterpret_cast<kg::fp16*>(smem + 0);
+  kg::fp16* v25 = reinterpret_cast<kg::fp16*>(smem + 0);
   kg::sync();
   #pragma unroll
-  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v26[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v25[e]);
+  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v25[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v16[e]);
 
-  // spec: specs/fa2_bwd.yaml:71:30
-  kg::fp16 (&v27)[16] = v17;
+  // spec: specs/fa2_bwd.yaml:69:37
+  kg::fp16* v26 = v25;
   // spec: specs/fa2_bwd.yaml:71:20
-  kg::fp16* v28 = reinterpret_cast<kg::fp16*>(smem + 9216);
+  kg::fp16* v27 = reinterpret_cast<kg::fp16*>(smem + 9216);
   #pragma unroll
-  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v28[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v27[e]);
+  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v27[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v17[e]);
   kg::sync();
+  // spec: specs/fa2_bwd.yaml:71:20
+  kg::fp16* v28 = v27;
   // spec: specs/fa2_bwd.yaml:59:7
 
   float v29[16];
@@ -295,23 +295,17 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       float (&v69)[16] = v67;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
-        alignas(16) kg::fp16 fa_[1][4];
-        alignas(16) kg::fp16 fb_[1][4];
+        alignas(16) kg::fp16 fa_[4];
       #pragma unroll
-        for (int rm = 0; rm < 1; ++rm)
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v68[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        alignas(16) kg::fp16 fb_[4];
       #pragma unroll
-          for (int i = 0; i < 4; i += 4)
-            kg::copy_vec<4>(&fa_[rm][i], &v68[((warp / 2) * 32 + rm * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-      #pragma unroll
-        for (int rn = 0; rn < 1; ++rn)
-      #pragma unroll
-          for (int i = 0; i < 4; i += 4)
-            kg::copy_vec<4>(&fb_[rn][i], &v26[((warp % 2) * 32 + rn * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v26[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       #pragma unroll
         for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::mfma_32x32x8_fp16(&v69[(rm * 1 + rn) * 16], fa_[rm], fb_[rn]);
+            kg::mfma_32x32x8_fp16(&v69[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
       // spec: specs/fa2_bwd.yaml:69:37
       float v70[16];
@@ -341,83 +335,63 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       kg::fp16 v77[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v77[e] = kg::cvt<kg::fp16>(v76[e]);
-      // spec: specs/fa2_bwd.yaml:70:37
-      kg::fp16 (&v78)[16] = v77;
       // spec: specs/fa2_bwd.yaml:70:33
-      float v79[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v79[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:70:33
-      kg::fp16* v80 = reinterpret_cast<kg::fp16*>(smem + 18432);
+      kg::fp16* v78 = reinterpret_cast<kg::fp16*>(smem + 18432);
       kg::sync();
       #pragma unroll
-      for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v80[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 72 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v78[e]);
+      for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v78[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 72 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v77[e]);
 
       // spec: specs/fa2_bwd.yaml:70:33
-      kg::fp16* v81 = reinterpret_cast<kg::fp16*>(smem + 27648);
+      kg::fp16* v79 = v78;
+      // spec: specs/fa2_bwd.yaml:70:33
+      kg::fp16* v80 = reinterpret_cast<kg::fp16*>(smem + 27648);
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v81[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32))] = v48[e];
+      for (int e = 0; e < 16; ++e) v80[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32))] = v48[e];
       kg::sync();
       // spec: specs/fa2_bwd.yaml:70:33
-      float (&v82)[16] = v79;
+      float (&v81)[16] = v45;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
-        alignas(16) kg::fp16 fa_[1][4];
-        alignas(16) kg::fp16 fb_[1][4];
+        alignas(16) kg::fp16 fa_[4];
       #pragma unroll
-        for (int rm = 0; rm < 1; ++rm)
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v79[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        alignas(16) kg::fp16 fb_[4];
       #pragma unroll
-          for (int i = 0; i < 4; i += 4)
-            kg::copy_vec<4>(&fa_[rm][i], &v80[((warp / 2) * 32 + rm * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-      #pragma unroll
-        for (int rn = 0; rn < 1; ++rn)
-      #pragma unroll
-          for (int i = 0; i < 4; i += 4)
-            kg::copy_vec<4>(&fb_[rn][i], &v81[((warp % 2) * 32 + rn * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v80[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       #pragma unroll
         for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::mfma_32x32x8_fp16(&v82[(rm * 1 + rn) * 16], fa_[rm], fb_[rn]);
+            kg::mfma_32x32x8_fp16(&v81[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:70:24
-      float v83[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v83[e] = (v45[e] + v82[e]);
       // spec: specs/fa2_bwd.yaml:71:20
-      float v84[16];
+      float v82[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v84[e] = 0.0f;
+      for (int e = 0; e < 16; ++e) v82[e] = 0.0f;
       // spec: specs/fa2_bwd.yaml:71:20
-      kg::fp16* v85 = reinterpret_cast<kg::fp16*>(smem + 18432);
+      kg::fp16* v83 = reinterpret_cast<kg::fp16*>(smem + 18432);
       kg::sync();
       #pragma unroll
-      for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v85[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v48[e]);
+      for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v83[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v48[e]);
       kg::sync();
       // spec: specs/fa2_bwd.yaml:71:20
-      float (&v86)[16] = v84;
+      float (&v84)[16] = v82;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
-        alignas(16) kg::fp16 fa_[1][4];
-        alignas(16) kg::fp16 fb_[1][4];
+        alignas(16) kg::fp16 fa_[4];
       #pragma unroll
-        for (int rm = 0; rm < 1; ++rm)
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v83[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        alignas(16) kg::fp16 fb_[4];
       #pragma unroll
-          for (int i = 0; i < 4; i += 4)
-            kg::copy_vec<4>(&fa_[rm][i], &v85[((warp / 2) * 32 + rm * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-      #pragma unroll
-        for (int rn = 0; rn < 1; ++rn)
-      #pragma unroll
-          for (int i = 0; i < 4; i += 4)
-            kg::copy_vec<4>(&fb_[rn][i], &v28[((warp % 2) * 32 + rn * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v28[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       #pragma unroll
         for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::mfma_32x32x8_fp16(&v86[(rm * 1 + rn) * 16], fa_[rm], fb_[rn]);
+            kg::mfma_32x32x8_fp16(&v84[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
       // spec: specs/fa2_bwd.yaml:72:30
-      float v87[16];
+      float v85[16];
       {
         const float* p_ = t_delta + ((int64_t)(v6) * stride_delta_0 + (int64_t)(v35) * stride_delta_1);
         const bool aligned_ = kg::aligned(p_, 16) && stride_delta_0 % 4 == 0 && stride_delta_1 % 4 == 0;
@@ -428,83 +402,69 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 4 <= (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<4>(&v87[e], p_ + off_);
+            kg::copy_vec<4>(&v85[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 4; ++v)
-              v87[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+              v85[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
       // spec: specs/fa2_bwd.yaml:72:30
-      float (&v88)[16] = v87;
+      float (&v86)[16] = v85;
       // spec: specs/fa2_bwd.yaml:72:25
+      float v87[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v87[e] = v86[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:72:25
+      float v88[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v88[e] = (v84[e] - v87[e]);
+      // spec: specs/fa2_bwd.yaml:72:20
       float v89[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v89[e] = v88[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:72:25
-      float v90[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v90[e] = (v86[e] - v89[e]);
-      // spec: specs/fa2_bwd.yaml:72:20
-      float v91[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v91[e] = (v76[e] * v90[e]);
+      for (int e = 0; e < 16; ++e) v89[e] = (v76[e] * v88[e]);
       // spec: specs/fa2_bwd.yaml:73:37
-      kg::fp16 v92[16];
+      kg::fp16 v90[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v92[e] = kg::cvt<kg::fp16>(v91[e]);
-      // spec: specs/fa2_bwd.yaml:73:37
-      kg::fp16 (&v93)[16] = v92;
+      for (int e = 0; e < 16; ++e) v90[e] = kg::cvt<kg::fp16>(v89[e]);
       // spec: specs/fa2_bwd.yaml:73:33
-      float v94[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v94[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:73:33
-      kg::fp16* v95 = reinterpret_cast<kg::fp16*>(smem + 18432);
+      kg::fp16* v91 = reinterpret_cast<kg::fp16*>(smem + 18432);
       kg::sync();
       #pragma unroll
-      for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v95[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 72 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v93[e]);
+      for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v91[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 72 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v90[e]);
 
       // spec: specs/fa2_bwd.yaml:73:33
-      kg::fp16* v96 = reinterpret_cast<kg::fp16*>(smem + 27648);
+      kg::fp16* v92 = v91;
+      // spec: specs/fa2_bwd.yaml:73:33
+      kg::fp16* v93 = reinterpret_cast<kg::fp16*>(smem + 27648);
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v96[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32))] = v47[e];
+      for (int e = 0; e < 16; ++e) v93[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32))] = v47[e];
       kg::sync();
       // spec: specs/fa2_bwd.yaml:73:33
-      float (&v97)[16] = v94;
+      float (&v94)[16] = v46;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
-        alignas(16) kg::fp16 fa_[1][4];
-        alignas(16) kg::fp16 fb_[1][4];
+        alignas(16) kg::fp16 fa_[4];
       #pragma unroll
-        for (int rm = 0; rm < 1; ++rm)
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v92[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        alignas(16) kg::fp16 fb_[4];
       #pragma unroll
-          for (int i = 0; i < 4; i += 4)
-            kg::copy_vec<4>(&fa_[rm][i], &v95[((warp / 2) * 32 + rm * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-      #pragma unroll
-        for (int rn = 0; rn < 1; ++rn)
-      #pragma unroll
-          for (int i = 0; i < 4; i += 4)
-            kg::copy_vec<4>(&fb_[rn][i], &v96[((warp % 2) * 32 + rn * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v93[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       #pragma unroll
         for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::mfma_32x32x8_fp16(&v97[(rm * 1 + rn) * 16], fa_[rm], fb_[rn]);
+            kg::mfma_32x32x8_fp16(&v94[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:73:24
-      float v98[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v98[e] = (v46[e] + v97[e]);
       // spec: specs/fa2_bwd.yaml:74:18
 
       float y0_[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) y0_[e] = v83[e];
+      for (int e = 0; e < 16; ++e) y0_[e] = v81[e];
       float y1_[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) y1_[e] = v98[e];
+      for (int e = 0; e < 16; ++e) y1_[e] = v94[e];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v42[e] = y0_[e];
       #pragma unroll
@@ -524,13 +484,13 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
     for (int e = 0; e < 16; ++e) v30[e] = y1_[e];
   }
   // spec: specs/fa2_bwd.yaml:76:34
-  float v99[16];
+  float v95[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v99[e] = (v30[e] * v2);
+  for (int e = 0; e < 16; ++e) v95[e] = (v30[e] * v2);
   // spec: specs/fa2_bwd.yaml:76:33
-  kg::fp16 v100[16];
+  kg::fp16 v96[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v100[e] = kg::cvt<kg::fp16>(v99[e]);
+  for (int e = 0; e < 16; ++e) v96[e] = kg::cvt<kg::fp16>(v95[e]);
   // spec: specs/fa2_bwd.yaml:76:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_dk + ((int64_t)(v6) * stride_dk_0 + (int64_t)(v8) * stride_dk_2);
@@ -543,18 +503,18 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       const int i1_ = t1_ + 0;
       const int64_t off_ = (int64_t)i0_ * stride_dk_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SK) && i1_ + 1 <= (64)) {
-        kg::copy_vec<1>(p_ + off_, &v100[e]);
+        kg::copy_vec<1>(p_ + off_, &v96[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          if (i0_ < (size_SK) && i1_ + v < (64)) p_[off_ + v] = v100[e + v];
+          if (i0_ < (size_SK) && i1_ + v < (64)) p_[off_ + v] = v96[e + v];
       }
     }
   }
   // spec: specs/fa2_bwd.yaml:77:33
-  kg::fp16 v101[16];
+  kg::fp16 v97[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v101[e] = kg::cvt<kg::fp16>(v29[e]);
+  for (int e = 0; e < 16; ++e) v97[e] = kg::cvt<kg::fp16>(v29[e]);
   // spec: specs/fa2_bwd.yaml:77:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_dv + ((int64_t)(v6) * stride_dv_0 + (int64_t)(v8) * stride_dv_2);
@@ -567,11 +527,11 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       const int i1_ = t1_ + 0;
       const int64_t off_ = (int64_t)i0_ * stride_dv_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SK) && i1_ + 1 <= (64)) {
-        kg::copy_vec<1>(p_ + off_, &v101[e]);
+        kg::copy_vec<1>(p_ + off_, &v97[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          if (i0_ < (size_SK) && i1_ + v < (64)) p_[off_ + v] = v101[e + v];
+          if (i0_ < (size_SK) && i1_ + v < (64)) p_[off_ + v] = v97[e + v];
       }
     }
   }

@@ -130,21 +130,21 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
   int v35[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v35[e] = v34[0];
-  // spec: specs/fa2_bwd.yaml:69:45
-  kg::fp16 (&v36)[16] = v16;
   // spec: specs/fa2_bwd.yaml:69:37
-  kg::fp16* v37 = reinterpret_cast<kg::fp16*>(smem + 0);
+  kg::fp16* v36 = reinterpret_cast<kg::fp16*>(smem + 0);
   kg::sync();
   #pragma unroll
-  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v37[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v36[e]);
+  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v36[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v16[e]);
 
-  // spec: specs/fa2_bwd.yaml:71:30
-  kg::fp16 (&v38)[16] = v17;
+  // spec: specs/fa2_bwd.yaml:69:37
+  kg::fp16* v37 = v36;
   // spec: specs/fa2_bwd.yaml:71:20
-  kg::fp16* v39 = reinterpret_cast<kg::fp16*>(smem + 9216);
+  kg::fp16* v38 = reinterpret_cast<kg::fp16*>(smem + 9216);
   #pragma unroll
-  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v39[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v38[e]);
+  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v38[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v17[e]);
   kg::sync();
+  // spec: specs/fa2_bwd.yaml:71:20
+  kg::fp16* v39 = v38;
   // spec: specs/fa2_bwd.yaml:59:7
 
   float v40[16];
@@ -337,23 +337,17 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       float (&v85)[16] = v83;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
-        alignas(16) kg::fp16 fa_[1][4];
-        alignas(16) kg::fp16 fb_[1][4];
+        alignas(16) kg::fp16 fa_[4];
       #pragma unroll
-        for (int rm = 0; rm < 1; ++rm)
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v84[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        alignas(16) kg::fp16 fb_[4];
       #pragma unroll
-          for (int i = 0; i < 4; i += 4)
-            kg::copy_vec<4>(&fa_[rm][i], &v84[((warp / 2) * 32 + rm * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-      #pragma unroll
-        for (int rn = 0; rn < 1; ++rn)
-      #pragma unroll
-          for (int i = 0; i < 4; i += 4)
-            kg::copy_vec<4>(&fb_[rn][i], &v37[((warp % 2) * 32 + rn * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v37[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       #pragma unroll
         for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::mfma_32x32x8_fp16(&v85[(rm * 1 + rn) * 16], fa_[rm], fb_[rn]);
+            kg::mfma_32x32x8_fp16(&v85[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
       // spec: specs/fa2_bwd.yaml:69:37
       float v86[16];
@@ -383,83 +377,63 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       kg::fp16 v93[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v93[e] = kg::cvt<kg::fp16>(v92[e]);
-      // spec: specs/fa2_bwd.yaml:70:37
-      kg::fp16 (&v94)[16] = v93;
       // spec: specs/fa2_bwd.yaml:70:33
-      float v95[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v95[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:70:33
-      kg::fp16* v96 = reinterpret_cast<kg::fp16*>(smem + 18432);
+      kg::fp16* v94 = reinterpret_cast<kg::fp16*>(smem + 18432);
       kg::sync();
       #pragma unroll
-      for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v96[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 72 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v94[e]);
+      for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v94[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 72 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v93[e]);
 
       // spec: specs/fa2_bwd.yaml:70:33
-      kg::fp16* v97 = reinterpret_cast<kg::fp16*>(smem + 27648);
+      kg::fp16* v95 = v94;
+      // spec: specs/fa2_bwd.yaml:70:33
+      kg::fp16* v96 = reinterpret_cast<kg::fp16*>(smem + 27648);
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v97[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32))] = v58[e];
+      for (int e = 0; e < 16; ++e) v96[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32))] = v58[e];
       kg::sync();
       // spec: specs/fa2_bwd.yaml:70:33
-      float (&v98)[16] = v95;
+      float (&v97)[16] = v55;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
-        alignas(16) kg::fp16 fa_[1][4];
-        alignas(16) kg::fp16 fb_[1][4];
+        alignas(16) kg::fp16 fa_[4];
       #pragma unroll
-        for (int rm = 0; rm < 1; ++rm)
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v95[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        alignas(16) kg::fp16 fb_[4];
       #pragma unroll
-          for (int i = 0; i < 4; i += 4)
-            kg::copy_vec<4>(&fa_[rm][i], &v96[((warp / 2) * 32 + rm * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-      #pragma unroll
-        for (int rn = 0; rn < 1; ++rn)
-      #pragma unroll
-          for (int i = 0; i < 4; i += 4)
-            kg::copy_vec<4>(&fb_[rn][i], &v97[((warp % 2) * 32 + rn * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v96[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       #pragma unroll
         for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::mfma_32x32x8_fp16(&v98[(rm * 1 + rn) * 16], fa_[rm], fb_[rn]);
+            kg::mfma_32x32x8_fp16(&v97[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:70:24
-      float v99[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v99[e] = (v55[e] + v98[e]);
       // spec: specs/fa2_bwd.yaml:71:20
-      float v100[16];
+      float v98[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v100[e] = 0.0f;
+      for (int e = 0; e < 16; ++e) v98[e] = 0.0f;
       // spec: specs/fa2_bwd.yaml:71:20
-      kg::fp16* v101 = reinterpret_cast<kg::fp16*>(smem + 18432);
+      kg::fp16* v99 = reinterpret_cast<kg::fp16*>(smem + 18432);
       kg::sync();
       #pragma unroll
-      for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v101[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v58[e]);
+      for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v99[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v58[e]);
       kg::sync();
       // spec: specs/fa2_bwd.yaml:71:20
-      float (&v102)[16] = v100;
+      float (&v100)[16] = v98;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
-        alignas(16) kg::fp16 fa_[1][4];
-        alignas(16) kg::fp16 fb_[1][4];
+        alignas(16) kg::fp16 fa_[4];
       #pragma unroll
-        for (int rm = 0; rm < 1; ++rm)
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v99[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        alignas(16) kg::fp16 fb_[4];
       #pragma unroll
-          for (int i = 0; i < 4; i += 4)
-            kg::copy_vec<4>(&fa_[rm][i], &v101[((warp / 2) * 32 + rm * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-      #pragma unroll
-        for (int rn = 0; rn < 1; ++rn)
-      #pragma unroll
-          for (int i = 0; i < 4; i += 4)
-            kg::copy_vec<4>(&fb_[rn][i], &v39[((warp % 2) * 32 + rn * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v39[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       #pragma unroll
         for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::mfma_32x32x8_fp16(&v102[(rm * 1 + rn) * 16], fa_[rm], fb_[rn]);
+            kg::mfma_32x32x8_fp16(&v100[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
       // spec: specs/fa2_bwd.yaml:72:30
-      float v103[16];
+      float v101[16];
       {
         const float* p_ = t_delta + ((int64_t)(v6) * stride_delta_0 + (int64_t)(v46) * stride_delta_1);
         const bool aligned_ = kg::aligned(p_, 16) && stride_delta_0 % 4 == 0 && stride_delta_1 % 4 == 0;
@@ -470,83 +444,69 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 4 <= (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<4>(&v103[e], p_ + off_);
+            kg::copy_vec<4>(&v101[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 4; ++v)
-              v103[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+              v101[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
       // spec: specs/fa2_bwd.yaml:72:30
-      float (&v104)[16] = v103;
+      float (&v102)[16] = v101;
       // spec: specs/fa2_bwd.yaml:72:25
+      float v103[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v103[e] = v102[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:72:25
+      float v104[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v104[e] = (v100[e] - v103[e]);
+      // spec: specs/fa2_bwd.yaml:72:20
       float v105[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v105[e] = v104[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:72:25
-      float v106[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v106[e] = (v102[e] - v105[e]);
-      // spec: specs/fa2_bwd.yaml:72:20
-      float v107[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v107[e] = (v92[e] * v106[e]);
+      for (int e = 0; e < 16; ++e) v105[e] = (v92[e] * v104[e]);
       // spec: specs/fa2_bwd.yaml:73:37
-      kg::fp16 v108[16];
+      kg::fp16 v106[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v108[e] = kg::cvt<kg::fp16>(v107[e]);
-      // spec: specs/fa2_bwd.yaml:73:37
-      kg::fp16 (&v109)[16] = v108;
+      for (int e = 0; e < 16; ++e) v106[e] = kg::cvt<kg::fp16>(v105[e]);
       // spec: specs/fa2_bwd.yaml:73:33
-      float v110[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v110[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:73:33
-      kg::fp16* v111 = reinterpret_cast<kg::fp16*>(smem + 18432);
+      kg::fp16* v107 = reinterpret_cast<kg::fp16*>(smem + 18432);
       kg::sync();
       #pragma unroll
-      for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v111[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 72 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v109[e]);
+      for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v107[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 72 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v106[e]);
 
       // spec: specs/fa2_bwd.yaml:73:33
-      kg::fp16* v112 = reinterpret_cast<kg::fp16*>(smem + 27648);
+      kg::fp16* v108 = v107;
+      // spec: specs/fa2_bwd.yaml:73:33
+      kg::fp16* v109 = reinterpret_cast<kg::fp16*>(smem + 27648);
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v112[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32))] = v57[e];
+      for (int e = 0; e < 16; ++e) v109[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32))] = v57[e];
       kg::sync();
       // spec: specs/fa2_bwd.yaml:73:33
-      float (&v113)[16] = v110;
+      float (&v110)[16] = v56;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
-        alignas(16) kg::fp16 fa_[1][4];
-        alignas(16) kg::fp16 fb_[1][4];
+        alignas(16) kg::fp16 fa_[4];
       #pragma unroll
-        for (int rm = 0; rm < 1; ++rm)
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v108[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        alignas(16) kg::fp16 fb_[4];
       #pragma unroll
-          for (int i = 0; i < 4; i += 4)
-            kg::copy_vec<4>(&fa_[rm][i], &v111[((warp / 2) * 32 + rm * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-      #pragma unroll
-        for (int rn = 0; rn < 1; ++rn)
-      #pragma unroll
-          for (int i = 0; i < 4; i += 4)
-            kg::copy_vec<4>(&fb_[rn][i], &v112[((warp % 2) * 32 + rn * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v109[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       #pragma unroll
         for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::mfma_32x32x8_fp16(&v113[(rm * 1 + rn) * 16], fa_[rm], fb_[rn]);
+            kg::mfma_32x32x8_fp16(&v110[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:73:24
-      float v114[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v114[e] = (v56[e] + v113[e]);
       // spec: specs/fa2_bwd.yaml:74:18
 
       float y0_[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) y0_[e] = v99[e];
+      for (int e = 0; e < 16; ++e) y0_[e] = v97[e];
       float y1_[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) y1_[e] = v114[e];
+      for (int e = 0; e < 16; ++e) y1_[e] = v110[e];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v52[e] = y0_[e];
       #pragma unroll
@@ -566,13 +526,13 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
     for (int e = 0; e < 16; ++e) v41[e] = y1_[e];
   }
   // spec: specs/fa2_bwd.yaml:76:34
-  float v115[16];
+  float v111[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v115[e] = (v41[e] * v2);
+  for (int e = 0; e < 16; ++e) v111[e] = (v41[e] * v2);
   // spec: specs/fa2_bwd.yaml:76:33
-  kg::fp16 v116[16];
+  kg::fp16 v112[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v116[e] = kg::cvt<kg::fp16>(v115[e]);
+  for (int e = 0; e < 16; ++e) v112[e] = kg::cvt<kg::fp16>(v111[e]);
   // spec: specs/fa2_bwd.yaml:76:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_dk + ((int64_t)(v6) * stride_dk_0 + (int64_t)(v8) * stride_dk_2);
@@ -585,18 +545,18 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       const int i1_ = t1_ + 0;
       const int64_t off_ = (int64_t)i0_ * stride_dk_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SK) && i1_ + 1 <= (64)) {
-        kg::copy_vec<1>(p_ + off_, &v116[e]);
+        kg::copy_vec<1>(p_ + off_, &v112[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          if (i0_ < (size_SK) && i1_ + v < (64)) p_[off_ + v] = v116[e + v];
+          if (i0_ < (size_SK) && i1_ + v < (64)) p_[off_ + v] = v112[e + v];
       }
     }
   }
   // spec: specs/fa2_bwd.yaml:77:33
-  kg::fp16 v117[16];
+  kg::fp16 v113[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v117[e] = kg::cvt<kg::fp16>(v40[e]);
+  for (int e = 0; e < 16; ++e) v113[e] = kg::cvt<kg::fp16>(v40[e]);
   // spec: specs/fa2_bwd.yaml:77:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_dv + ((int64_t)(v6) * stride_dv_0 + (int64_t)(v8) * stride_dv_2);
@@ -609,11 +569,11 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       const int i1_ = t1_ + 0;
       const int64_t off_ = (int64_t)i0_ * stride_dv_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SK) && i1_ + 1 <= (64)) {
-        kg::copy_vec<1>(p_ + off_, &v117[e]);
+        kg::copy_vec<1>(p_ + off_, &v113[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          if (i0_ < (size_SK) && i1_ + v < (64)) p_[off_ + v] = v117[e + v];
+          if (i0_ < (size_SK) && i1_ + v < (64)) p_[off_ + v] = v113[e + v];
       }
     }
   }

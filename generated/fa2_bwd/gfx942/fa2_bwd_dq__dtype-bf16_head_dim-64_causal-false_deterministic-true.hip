@@ -245,39 +245,33 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dq
     bool v52[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v52[e] = (v50[e] && v51[e]);
-    // spec: specs/fa2_bwd.yaml:103:45
-    kg::bf16 (&v53)[16] = v41;
     // spec: specs/fa2_bwd.yaml:103:37
-    float v54[16];
+    float v53[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v54[e] = 0.0f;
+    for (int e = 0; e < 16; ++e) v53[e] = 0.0f;
     // spec: specs/fa2_bwd.yaml:103:37
-    kg::bf16* v55 = reinterpret_cast<kg::bf16*>(smem + 18432);
+    kg::bf16* v54 = reinterpret_cast<kg::bf16*>(smem + 18432);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v55[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v53[e]);
+    for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v54[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v41[e]);
     kg::sync();
     // spec: specs/fa2_bwd.yaml:103:37
-    float (&v56)[16] = v54;
+    kg::bf16* v55 = v54;
+    // spec: specs/fa2_bwd.yaml:103:37
+    float (&v56)[16] = v53;
     #pragma unroll
     for (int ks = 0; ks < 8; ++ks) {
-      alignas(16) kg::bf16 fa_[1][4];
-      alignas(16) kg::bf16 fb_[1][4];
+      alignas(16) kg::bf16 fa_[4];
     #pragma unroll
-      for (int rm = 0; rm < 1; ++rm)
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v32[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      alignas(16) kg::bf16 fb_[4];
     #pragma unroll
-        for (int i = 0; i < 4; i += 4)
-          kg::copy_vec<4>(&fa_[rm][i], &v32[((warp / 2) * 32 + rm * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-    #pragma unroll
-      for (int rn = 0; rn < 1; ++rn)
-    #pragma unroll
-        for (int i = 0; i < 4; i += 4)
-          kg::copy_vec<4>(&fb_[rn][i], &v55[((warp % 2) * 32 + rn * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v55[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 1; ++rn)
-          kg::mfma_32x32x8_bf16(&v56[(rm * 1 + rn) * 16], fa_[rm], fb_[rn]);
+          kg::mfma_32x32x8_bf16(&v56[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
     }
     // spec: specs/fa2_bwd.yaml:103:37
     float v57[16];
@@ -319,39 +313,33 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dq
         }
       }
     }
-    // spec: specs/fa2_bwd.yaml:104:30
-    kg::bf16 (&v63)[16] = v62;
     // spec: specs/fa2_bwd.yaml:104:20
-    float v64[16];
+    float v63[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v64[e] = 0.0f;
+    for (int e = 0; e < 16; ++e) v63[e] = 0.0f;
     // spec: specs/fa2_bwd.yaml:104:20
-    kg::bf16* v65 = reinterpret_cast<kg::bf16*>(smem + 18432);
+    kg::bf16* v64 = reinterpret_cast<kg::bf16*>(smem + 18432);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v65[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v63[e]);
+    for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v64[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v62[e]);
     kg::sync();
     // spec: specs/fa2_bwd.yaml:104:20
-    float (&v66)[16] = v64;
+    kg::bf16* v65 = v64;
+    // spec: specs/fa2_bwd.yaml:104:20
+    float (&v66)[16] = v63;
     #pragma unroll
     for (int ks = 0; ks < 8; ++ks) {
-      alignas(16) kg::bf16 fa_[1][4];
-      alignas(16) kg::bf16 fb_[1][4];
+      alignas(16) kg::bf16 fa_[4];
     #pragma unroll
-      for (int rm = 0; rm < 1; ++rm)
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v35[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      alignas(16) kg::bf16 fb_[4];
     #pragma unroll
-        for (int i = 0; i < 4; i += 4)
-          kg::copy_vec<4>(&fa_[rm][i], &v35[((warp / 2) * 32 + rm * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-    #pragma unroll
-      for (int rn = 0; rn < 1; ++rn)
-    #pragma unroll
-        for (int i = 0; i < 4; i += 4)
-          kg::copy_vec<4>(&fb_[rn][i], &v65[((warp % 2) * 32 + rn * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v65[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 1; ++rn)
-          kg::mfma_32x32x8_bf16(&v66[(rm * 1 + rn) * 16], fa_[rm], fb_[rn]);
+          kg::mfma_32x32x8_bf16(&v66[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
     }
     // spec: specs/fa2_bwd.yaml:105:37
     float v67[16];
@@ -366,62 +354,48 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dq
     #pragma unroll
     for (int e = 0; e < 16; ++e) v69[e] = kg::cvt<kg::bf16>(v68[e]);
     // spec: specs/fa2_bwd.yaml:105:27
-    float v70[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v70[e] = 0.0f;
-    // spec: specs/fa2_bwd.yaml:105:27
-    kg::bf16* v71 = reinterpret_cast<kg::bf16*>(smem + 18432);
+    kg::bf16* v70 = reinterpret_cast<kg::bf16*>(smem + 18432);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v71[((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 72 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0))] = v69[e];
+    for (int e = 0; e < 16; ++e) v70[((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 72 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0))] = v69[e];
 
     // spec: specs/fa2_bwd.yaml:105:27
-    kg::bf16* v72 = reinterpret_cast<kg::bf16*>(smem + 27648);
+    kg::bf16* v71 = reinterpret_cast<kg::bf16*>(smem + 27648);
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v72[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32))] = v41[e];
+    for (int e = 0; e < 16; ++e) v71[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32))] = v41[e];
     kg::sync();
     // spec: specs/fa2_bwd.yaml:105:27
-    float (&v73)[16] = v70;
+    float (&v72)[16] = v40;
     #pragma unroll
     for (int ks = 0; ks < 8; ++ks) {
-      alignas(16) kg::bf16 fa_[1][4];
-      alignas(16) kg::bf16 fb_[1][4];
+      alignas(16) kg::bf16 fa_[4];
     #pragma unroll
-      for (int rm = 0; rm < 1; ++rm)
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v70[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      alignas(16) kg::bf16 fb_[4];
     #pragma unroll
-        for (int i = 0; i < 4; i += 4)
-          kg::copy_vec<4>(&fa_[rm][i], &v71[((warp / 2) * 32 + rm * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-    #pragma unroll
-      for (int rn = 0; rn < 1; ++rn)
-    #pragma unroll
-        for (int i = 0; i < 4; i += 4)
-          kg::copy_vec<4>(&fb_[rn][i], &v72[((warp % 2) * 32 + rn * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v71[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 1; ++rn)
-          kg::mfma_32x32x8_bf16(&v73[(rm * 1 + rn) * 16], fa_[rm], fb_[rn]);
+          kg::mfma_32x32x8_bf16(&v72[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
     }
-    // spec: specs/fa2_bwd.yaml:105:21
-    float v74[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v74[e] = (v40[e] + v73[e]);
     // spec: specs/fa2_bwd.yaml:105:21
 
     float y0_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y0_[e] = v74[e];
+    for (int e = 0; e < 16; ++e) y0_[e] = v72[e];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v38[e] = y0_[e];
   }
   // spec: specs/fa2_bwd.yaml:106:40
-  float v75[16];
+  float v73[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v75[e] = (v38[e] * v1);
+  for (int e = 0; e < 16; ++e) v73[e] = (v38[e] * v1);
   // spec: specs/fa2_bwd.yaml:106:39
-  kg::bf16 v76[16];
+  kg::bf16 v74[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v76[e] = kg::cvt<kg::bf16>(v75[e]);
+  for (int e = 0; e < 16; ++e) v74[e] = kg::cvt<kg::bf16>(v73[e]);
   // spec: specs/fa2_bwd.yaml:106:11
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_dq + ((int64_t)(v5) * stride_dq_0 + (int64_t)(v7) * stride_dq_2);
@@ -434,11 +408,11 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dq
       const int i1_ = t1_ + 0;
       const int64_t off_ = (int64_t)i0_ * stride_dq_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SQ) && i1_ + 1 <= (64)) {
-        kg::copy_vec<1>(p_ + off_, &v76[e]);
+        kg::copy_vec<1>(p_ + off_, &v74[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          if (i0_ < (size_SQ) && i1_ + v < (64)) p_[off_ + v] = v76[e + v];
+          if (i0_ < (size_SQ) && i1_ + v < (64)) p_[off_ + v] = v74[e + v];
       }
     }
   }

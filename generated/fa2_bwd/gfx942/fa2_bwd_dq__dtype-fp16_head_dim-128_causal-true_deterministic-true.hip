@@ -297,39 +297,33 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dq
     bool v73[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v73[e] = (v66[e] && v72[e]);
-    // spec: specs/fa2_bwd.yaml:103:45
-    kg::fp16 (&v74)[32] = v55;
     // spec: specs/fa2_bwd.yaml:103:37
-    float v75[16];
+    float v74[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v75[e] = 0.0f;
+    for (int e = 0; e < 16; ++e) v74[e] = 0.0f;
     // spec: specs/fa2_bwd.yaml:103:37
-    kg::fp16* v76 = reinterpret_cast<kg::fp16*>(smem + 0);
+    kg::fp16* v75 = reinterpret_cast<kg::fp16*>(smem + 0);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v76[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v74[e]);
+    for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v75[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v55[e]);
     kg::sync();
     // spec: specs/fa2_bwd.yaml:103:37
-    float (&v77)[16] = v75;
+    kg::fp16* v76 = v75;
+    // spec: specs/fa2_bwd.yaml:103:37
+    float (&v77)[16] = v74;
     #pragma unroll
     for (int ks = 0; ks < 16; ++ks) {
-      alignas(16) kg::fp16 fa_[1][4];
-      alignas(16) kg::fp16 fb_[1][4];
+      alignas(16) kg::fp16 fa_[4];
     #pragma unroll
-      for (int rm = 0; rm < 1; ++rm)
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v46[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 136 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      alignas(16) kg::fp16 fb_[4];
     #pragma unroll
-        for (int i = 0; i < 4; i += 4)
-          kg::copy_vec<4>(&fa_[rm][i], &v46[((warp / 2) * 32 + rm * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 136 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-    #pragma unroll
-      for (int rn = 0; rn < 1; ++rn)
-    #pragma unroll
-        for (int i = 0; i < 4; i += 4)
-          kg::copy_vec<4>(&fb_[rn][i], &v76[((warp % 2) * 32 + rn * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 136 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v76[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 136 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 1; ++rn)
-          kg::mfma_32x32x8_fp16(&v77[(rm * 1 + rn) * 16], fa_[rm], fb_[rn]);
+          kg::mfma_32x32x8_fp16(&v77[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
     }
     // spec: specs/fa2_bwd.yaml:103:37
     float v78[16];
@@ -371,39 +365,33 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dq
         }
       }
     }
-    // spec: specs/fa2_bwd.yaml:104:30
-    kg::fp16 (&v84)[32] = v83;
     // spec: specs/fa2_bwd.yaml:104:20
-    float v85[16];
+    float v84[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v85[e] = 0.0f;
+    for (int e = 0; e < 16; ++e) v84[e] = 0.0f;
     // spec: specs/fa2_bwd.yaml:104:20
-    kg::fp16* v86 = reinterpret_cast<kg::fp16*>(smem + 0);
+    kg::fp16* v85 = reinterpret_cast<kg::fp16*>(smem + 0);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v86[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v84[e]);
+    for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v85[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v83[e]);
     kg::sync();
     // spec: specs/fa2_bwd.yaml:104:20
-    float (&v87)[16] = v85;
+    kg::fp16* v86 = v85;
+    // spec: specs/fa2_bwd.yaml:104:20
+    float (&v87)[16] = v84;
     #pragma unroll
     for (int ks = 0; ks < 16; ++ks) {
-      alignas(16) kg::fp16 fa_[1][4];
-      alignas(16) kg::fp16 fb_[1][4];
+      alignas(16) kg::fp16 fa_[4];
     #pragma unroll
-      for (int rm = 0; rm < 1; ++rm)
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v49[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 136 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      alignas(16) kg::fp16 fb_[4];
     #pragma unroll
-        for (int i = 0; i < 4; i += 4)
-          kg::copy_vec<4>(&fa_[rm][i], &v49[((warp / 2) * 32 + rm * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 136 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-    #pragma unroll
-      for (int rn = 0; rn < 1; ++rn)
-    #pragma unroll
-        for (int i = 0; i < 4; i += 4)
-          kg::copy_vec<4>(&fb_[rn][i], &v86[((warp % 2) * 32 + rn * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 136 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v86[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 136 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 1; ++rn)
-          kg::mfma_32x32x8_fp16(&v87[(rm * 1 + rn) * 16], fa_[rm], fb_[rn]);
+          kg::mfma_32x32x8_fp16(&v87[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
     }
     // spec: specs/fa2_bwd.yaml:105:37
     float v88[16];
@@ -418,62 +406,48 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dq
     #pragma unroll
     for (int e = 0; e < 16; ++e) v90[e] = kg::cvt<kg::fp16>(v89[e]);
     // spec: specs/fa2_bwd.yaml:105:27
-    float v91[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v91[e] = 0.0f;
-    // spec: specs/fa2_bwd.yaml:105:27
-    kg::fp16* v92 = reinterpret_cast<kg::fp16*>(smem + 53248);
+    kg::fp16* v91 = reinterpret_cast<kg::fp16*>(smem + 53248);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v92[((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 72 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0))] = v90[e];
+    for (int e = 0; e < 16; ++e) v91[((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 72 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0))] = v90[e];
 
     // spec: specs/fa2_bwd.yaml:105:27
-    kg::fp16* v93 = reinterpret_cast<kg::fp16*>(smem + 0);
+    kg::fp16* v92 = reinterpret_cast<kg::fp16*>(smem + 0);
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v93[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v55[e];
+    for (int e = 0; e < 32; ++e) v92[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v55[e];
     kg::sync();
     // spec: specs/fa2_bwd.yaml:105:27
-    float (&v94)[32] = v91;
+    float (&v93)[32] = v54;
     #pragma unroll
     for (int ks = 0; ks < 8; ++ks) {
-      alignas(16) kg::fp16 fa_[1][4];
-      alignas(16) kg::fp16 fb_[2][4];
+      alignas(16) kg::fp16 fa_[4];
     #pragma unroll
-      for (int rm = 0; rm < 1; ++rm)
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v91[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      alignas(16) kg::fp16 fb_[8];
     #pragma unroll
-        for (int i = 0; i < 4; i += 4)
-          kg::copy_vec<4>(&fa_[rm][i], &v92[((warp / 2) * 32 + rm * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-    #pragma unroll
-      for (int rn = 0; rn < 2; ++rn)
-    #pragma unroll
-        for (int i = 0; i < 4; i += 4)
-          kg::copy_vec<4>(&fb_[rn][i], &v93[((warp % 2) * 64 + rn * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 8; i += 4) kg::copy_vec<4>(&fb_[i], &v92[((warp % 2) * 64 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (((i >> 2) & 1) * 32)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 2; ++rn)
-          kg::mfma_32x32x8_fp16(&v94[(rm * 2 + rn) * 16], fa_[rm], fb_[rn]);
+          kg::mfma_32x32x8_fp16(&v93[(rm * 2 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
     }
-    // spec: specs/fa2_bwd.yaml:105:21
-    float v95[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v95[e] = (v54[e] + v94[e]);
     // spec: specs/fa2_bwd.yaml:105:21
 
     float y0_[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y0_[e] = v95[e];
+    for (int e = 0; e < 32; ++e) y0_[e] = v93[e];
     #pragma unroll
     for (int e = 0; e < 32; ++e) v52[e] = y0_[e];
   }
   // spec: specs/fa2_bwd.yaml:106:40
-  float v96[32];
+  float v94[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v96[e] = (v52[e] * v2);
+  for (int e = 0; e < 32; ++e) v94[e] = (v52[e] * v2);
   // spec: specs/fa2_bwd.yaml:106:39
-  kg::fp16 v97[32];
+  kg::fp16 v95[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v97[e] = kg::cvt<kg::fp16>(v96[e]);
+  for (int e = 0; e < 32; ++e) v95[e] = kg::cvt<kg::fp16>(v94[e]);
   // spec: specs/fa2_bwd.yaml:106:11
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_dq + ((int64_t)(v6) * stride_dq_0 + (int64_t)(v8) * stride_dq_2);
@@ -486,11 +460,11 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dq
       const int i1_ = t1_ + ((e >> 4) & 1) * 32;
       const int64_t off_ = (int64_t)i0_ * stride_dq_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SQ) && i1_ + 1 <= (128)) {
-        kg::copy_vec<1>(p_ + off_, &v97[e]);
+        kg::copy_vec<1>(p_ + off_, &v95[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          if (i0_ < (size_SQ) && i1_ + v < (128)) p_[off_ + v] = v97[e + v];
+          if (i0_ < (size_SQ) && i1_ + v < (128)) p_[off_ + v] = v95[e + v];
       }
     }
   }

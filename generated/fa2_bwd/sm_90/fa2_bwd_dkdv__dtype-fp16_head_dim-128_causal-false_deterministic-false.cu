@@ -44,176 +44,178 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
   int v15[8];
   #pragma unroll
   for (int e = 0; e < 8; ++e) v15[e] = (v13 + v14[e]);
+  // spec: specs/fa2_bwd.yaml:52:16
+  const float v16 = 1.4426950408889634f;
+  // spec: specs/fa2_bwd.yaml:52:16
+  const float v17 = (v2 * v16);
+  // spec: specs/fa2_bwd.yaml:57:16
+  float v18[32];
+  #pragma unroll
+  for (int e = 0; e < 32; ++e) v18[e] = 0.0f;
+  // spec: specs/fa2_bwd.yaml:58:16
+  float v19[32];
+  #pragma unroll
+  for (int e = 0; e < 32; ++e) v19[e] = 0.0f;
+  // spec: specs/fa2_bwd.yaml:59:22
+  const int v20 = 0;
+  // spec: specs/fa2_bwd.yaml:59:22
+  const int v21 = 1;
+  // spec: specs/fa2_bwd.yaml:66:49
+  int (&v22)[8] = v15;
+  // spec: specs/fa2_bwd.yaml:69:37
+  kg::fp16* v23 = reinterpret_cast<kg::fp16*>(smem + 0);
   // spec: specs/fa2_bwd.yaml:50:12
-  kg::fp16 v16[32];
-  {
+  kg::sync();
+  if (true) {
     const kg::fp16* p_ = t_k + ((int64_t)(v6) * stride_k_0 + (int64_t)(v8) * stride_k_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
-    const int t0_ = v10 * 64 + ((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4 + ((warp >> 2) & 1) * 8;
-    const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
   #pragma unroll
-    for (int e = 0; e < 32; e += 8) {
-      const int i0_ = t0_ + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
-      const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
-      const int64_t off_ = (int64_t)i0_ * stride_k_1 + (int64_t)i1_ * 1;
-      const bool in_ = i0_ < (size_SK) && i1_ + 8 <= (128);
-      if (aligned_ && in_) {
-        kg::copy_vec<8>(&v16[e], p_ + off_);
+    for (int i = 0; i < 4; ++i) {
+      const int c_ = lane + warp * 32 + i * 256;
+      const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
+      const int i0_ = v10 * 64 + r_, i1_ = 0 + k_;
+      const int64_t off_ = (int64_t)i0_ * stride_k_1 + i1_;
+      const int slot_ = r_ * 136 + k_;
+      if (aligned_) {
+        const int n_ = i0_ < (size_SK) ? kg::min_(kg::max_((128) - i1_, 0), 8) : 0;
+        kg::cp_async<16>(&v23[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v16[e + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          v23[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
       }
     }
   }
+  kg::cp_async_commit();
+  // spec: specs/fa2_bwd.yaml:69:37
+  kg::cp_async_wait<0>();
+  kg::sync();
+  // spec: specs/fa2_bwd.yaml:69:37
+  kg::fp16* v24 = v23;
+  // spec: specs/fa2_bwd.yaml:71:20
+  kg::fp16* v25 = reinterpret_cast<kg::fp16*>(smem + 17408);
   // spec: specs/fa2_bwd.yaml:51:12
-  kg::fp16 v17[32];
-  {
+  if (true) {
     const kg::fp16* p_ = t_v + ((int64_t)(v6) * stride_v_0 + (int64_t)(v8) * stride_v_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-    const int t0_ = v10 * 64 + ((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4 + ((warp >> 2) & 1) * 8;
-    const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
   #pragma unroll
-    for (int e = 0; e < 32; e += 8) {
-      const int i0_ = t0_ + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
-      const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
-      const int64_t off_ = (int64_t)i0_ * stride_v_1 + (int64_t)i1_ * 1;
-      const bool in_ = i0_ < (size_SK) && i1_ + 8 <= (128);
-      if (aligned_ && in_) {
-        kg::copy_vec<8>(&v17[e], p_ + off_);
+    for (int i = 0; i < 4; ++i) {
+      const int c_ = lane + warp * 32 + i * 256;
+      const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
+      const int i0_ = v10 * 64 + r_, i1_ = 0 + k_;
+      const int64_t off_ = (int64_t)i0_ * stride_v_1 + i1_;
+      const int slot_ = r_ * 136 + k_;
+      if (aligned_) {
+        const int n_ = i0_ < (size_SK) ? kg::min_(kg::max_((128) - i1_, 0), 8) : 0;
+        kg::cp_async<16>(&v25[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v17[e + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          v25[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
       }
     }
   }
-  // spec: specs/fa2_bwd.yaml:52:16
-  const float v18 = 1.4426950408889634f;
-  // spec: specs/fa2_bwd.yaml:52:16
-  const float v19 = (v2 * v18);
-  // spec: specs/fa2_bwd.yaml:57:16
-  float v20[32];
-  #pragma unroll
-  for (int e = 0; e < 32; ++e) v20[e] = 0.0f;
-  // spec: specs/fa2_bwd.yaml:58:16
-  float v21[32];
-  #pragma unroll
-  for (int e = 0; e < 32; ++e) v21[e] = 0.0f;
-  // spec: specs/fa2_bwd.yaml:59:22
-  const int v22 = 0;
-  // spec: specs/fa2_bwd.yaml:59:22
-  const int v23 = 1;
-  // spec: specs/fa2_bwd.yaml:66:49
-  int (&v24)[8] = v15;
-  // spec: specs/fa2_bwd.yaml:69:45
-  kg::fp16 (&v25)[32] = v16;
-  // spec: specs/fa2_bwd.yaml:69:37
-  kg::fp16* v26 = reinterpret_cast<kg::fp16*>(smem + 36864);
-  kg::sync();
-  #pragma unroll
-  for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v26[((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4 + ((warp >> 2) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v25[e]);
-
-  // spec: specs/fa2_bwd.yaml:71:30
-  kg::fp16 (&v27)[32] = v17;
+  kg::cp_async_commit();
   // spec: specs/fa2_bwd.yaml:71:20
-  kg::fp16* v28 = reinterpret_cast<kg::fp16*>(smem + 54272);
-  #pragma unroll
-  for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v28[((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4 + ((warp >> 2) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v27[e]);
-
-  // spec: specs/fa2_bwd.yaml:75:66
-  kg::fp16* v29 = reinterpret_cast<kg::fp16*>(smem + 0);
-  #pragma unroll
-  for (int e = 0; e < 32; ++e) v29[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4 + ((warp >> 2) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v16[e];
+  kg::cp_async_wait<0>();
   kg::sync();
+  // spec: specs/fa2_bwd.yaml:71:20
+  kg::fp16* v26 = v25;
   // spec: specs/fa2_bwd.yaml:59:7
 
-  float v30[32];
+  float v27[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v30[e] = v21[e];
-  float v31[32];
+  for (int e = 0; e < 32; ++e) v27[e] = v19[e];
+  float v28[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v31[e] = v20[e];
-  for (int v32 = v22; v32 < v9; v32 += v23) {
-    float (&v33)[32] = v30;
-    float (&v34)[32] = v31;
+  for (int e = 0; e < 32; ++e) v28[e] = v18[e];
+  for (int v29 = v20; v29 < v9; v29 += v21) {
+    float (&v30)[32] = v27;
+    float (&v31)[32] = v28;
     
     // spec: specs/fa2_bwd.yaml:60:15
-    const int v35 = (v8 * v9);
+    const int v32 = (v8 * v9);
     // spec: specs/fa2_bwd.yaml:60:15
-    const int v36 = (v35 + v32);
+    const int v33 = (v32 + v29);
     // spec: specs/fa2_bwd.yaml:61:33
-    const int v37 = 63;
+    const int v34 = 63;
     // spec: specs/fa2_bwd.yaml:61:33
-    const int v38 = (v1 + v37);
+    const int v35 = (v1 + v34);
     // spec: specs/fa2_bwd.yaml:61:33
-    const int v39 = 64;
+    const int v36 = 64;
     // spec: specs/fa2_bwd.yaml:61:33
-    const int v40 = (kg::floordiv(v38, v39));
+    const int v37 = (kg::floordiv(v35, v36));
     // spec: specs/fa2_bwd.yaml:61:33
-    const int v41 = 0;
+    const int v38 = 0;
     // spec: specs/fa2_bwd.yaml:61:33
-    const int v42 = 1;
+    const int v39 = 1;
+    // spec: specs/fa2_bwd.yaml:69:37
+    kg::fp16* v40 = reinterpret_cast<kg::fp16*>(smem + 34816);
+    // spec: specs/fa2_bwd.yaml:70:33
+    kg::fp16* v41 = reinterpret_cast<kg::fp16*>(smem + 52224);
+    // spec: specs/fa2_bwd.yaml:61:11
+    const bool v42 = (v38 < v37);
+    // spec: specs/fa2_bwd.yaml:63:22
+    kg::sync();
+    if (v42) {
+      const kg::fp16* p_ = t_do + ((int64_t)(v6) * stride_do_0 + (int64_t)(v33) * stride_do_2);
+      const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
+    #pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int c_ = lane + warp * 32 + i * 256;
+        const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
+        const int i0_ = v38 * 64 + r_, i1_ = 0 + k_;
+        const int64_t off_ = (int64_t)i0_ * stride_do_1 + i1_;
+        const int slot_ = r_ * 136 + k_;
+        if (aligned_) {
+          const int n_ = i0_ < (size_SQ) ? kg::min_(kg::max_((128) - i1_, 0), 8) : 0;
+          kg::cp_async<16>(&v41[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        } else {
+    #pragma unroll
+          for (int v = 0; v < 8; ++v)
+            v41[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+        }
+      }
+    }
+    kg::cp_async_commit();
+    // spec: specs/fa2_bwd.yaml:62:20
+    if (v42) {
+      const kg::fp16* p_ = t_q + ((int64_t)(v6) * stride_q_0 + (int64_t)(v33) * stride_q_2);
+      const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
+    #pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int c_ = lane + warp * 32 + i * 256;
+        const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
+        const int i0_ = v38 * 64 + r_, i1_ = 0 + k_;
+        const int64_t off_ = (int64_t)i0_ * stride_q_1 + i1_;
+        const int slot_ = r_ * 136 + k_;
+        if (aligned_) {
+          const int n_ = i0_ < (size_SQ) ? kg::min_(kg::max_((128) - i1_, 0), 8) : 0;
+          kg::cp_async<16>(&v40[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        } else {
+    #pragma unroll
+          for (int v = 0; v < 8; ++v)
+            v40[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+        }
+      }
+    }
+    kg::cp_async_commit();
     // spec: specs/fa2_bwd.yaml:61:11
 
     float v43[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v43[e] = v33[e];
+    for (int e = 0; e < 32; ++e) v43[e] = v30[e];
     float v44[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v44[e] = v34[e];
-    for (int v45 = v41; v45 < v40; v45 += v42) {
+    for (int e = 0; e < 32; ++e) v44[e] = v31[e];
+    for (int v45 = v38; v45 < v37; v45 += v39) {
       float (&v46)[32] = v43;
       float (&v47)[32] = v44;
       
-      // spec: specs/fa2_bwd.yaml:62:20
-      kg::fp16 v48[32];
-      {
-        const kg::fp16* p_ = t_q + ((int64_t)(v6) * stride_q_0 + (int64_t)(v36) * stride_q_2);
-        const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-        const int t0_ = v45 * 64 + ((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4 + ((warp >> 2) & 1) * 8;
-        const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
-      #pragma unroll
-        for (int e = 0; e < 32; e += 8) {
-          const int i0_ = t0_ + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
-          const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
-          const int64_t off_ = (int64_t)i0_ * stride_q_1 + (int64_t)i1_ * 1;
-          const bool in_ = i0_ < (size_SQ) && i1_ + 8 <= (128);
-          if (aligned_ && in_) {
-            kg::copy_vec<8>(&v48[e], p_ + off_);
-          } else {
-      #pragma unroll
-            for (int v = 0; v < 8; ++v)
-              v48[e + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
-          }
-        }
-      }
-      // spec: specs/fa2_bwd.yaml:63:22
-      kg::fp16 v49[32];
-      {
-        const kg::fp16* p_ = t_do + ((int64_t)(v6) * stride_do_0 + (int64_t)(v36) * stride_do_2);
-        const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
-        const int t0_ = v45 * 64 + ((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4 + ((warp >> 2) & 1) * 8;
-        const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
-      #pragma unroll
-        for (int e = 0; e < 32; e += 8) {
-          const int i0_ = t0_ + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
-          const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
-          const int64_t off_ = (int64_t)i0_ * stride_do_1 + (int64_t)i1_ * 1;
-          const bool in_ = i0_ < (size_SQ) && i1_ + 8 <= (128);
-          if (aligned_ && in_) {
-            kg::copy_vec<8>(&v49[e], p_ + off_);
-          } else {
-      #pragma unroll
-            for (int v = 0; v < 8; ++v)
-              v49[e + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
-          }
-        }
-      }
       // spec: specs/fa2_bwd.yaml:64:22
-      float v50[2];
+      float v48[2];
       {
-        const float* p_ = t_lse + ((int64_t)(v6) * stride_lse_0 + (int64_t)(v36) * stride_lse_1);
+        const float* p_ = t_lse + ((int64_t)(v6) * stride_lse_0 + (int64_t)(v33) * stride_lse_1);
         const bool aligned_ = false;
         const int t0_ = v45 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32;
       #pragma unroll
@@ -222,209 +224,199 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 1 <= (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<1>(&v50[e], p_ + off_);
+            kg::copy_vec<1>(&v48[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 1; ++v)
-              v50[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+              v48[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
       // spec: specs/fa2_bwd.yaml:64:22
-      const float v51 = 1.4426950408889634f;
+      const float v49 = 1.4426950408889634f;
       // spec: specs/fa2_bwd.yaml:64:22
-      float v52[2];
+      float v50[2];
       #pragma unroll
-      for (int e = 0; e < 2; ++e) v52[e] = (v50[e] * v51);
+      for (int e = 0; e < 2; ++e) v50[e] = (v48[e] * v49);
       // spec: specs/fa2_bwd.yaml:65:22
-      const int v53 = 64;
+      const int v51 = 64;
       // spec: specs/fa2_bwd.yaml:65:22
-      const int v54 = (v45 * v53);
+      const int v52 = (v45 * v51);
       // spec: specs/fa2_bwd.yaml:65:36
-      int v55[2];
+      int v53[2];
       #pragma unroll
-      for (int e = 0; e < 2; ++e) v55[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + ((e & 1) * 8);
+      for (int e = 0; e < 2; ++e) v53[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + ((e & 1) * 8);
       // spec: specs/fa2_bwd.yaml:65:22
-      int v56[2];
+      int v54[2];
       #pragma unroll
-      for (int e = 0; e < 2; ++e) v56[e] = (v54 + v55[e]);
+      for (int e = 0; e < 2; ++e) v54[e] = (v52 + v53[e]);
       // spec: specs/fa2_bwd.yaml:66:24
-      int (&v57)[2] = v56;
+      int (&v55)[2] = v54;
       // spec: specs/fa2_bwd.yaml:66:24
-      bool v58[2];
+      bool v56[2];
       #pragma unroll
-      for (int e = 0; e < 2; ++e) v58[e] = (v57[e] < v1);
+      for (int e = 0; e < 2; ++e) v56[e] = (v55[e] < v1);
       // spec: specs/fa2_bwd.yaml:66:49
-      bool v59[8];
+      bool v57[8];
       #pragma unroll
-      for (int e = 0; e < 8; ++e) v59[e] = (v24[e] < v0);
+      for (int e = 0; e < 8; ++e) v57[e] = (v22[e] < v0);
       // spec: specs/fa2_bwd.yaml:66:74
-      float (&v60)[2] = v52;
+      float (&v58)[2] = v50;
       // spec: specs/fa2_bwd.yaml:66:74
-      const float v61 = -kg::inf();
+      const float v59 = -kg::inf();
       // spec: specs/fa2_bwd.yaml:66:74
-      bool v62[2];
+      bool v60[2];
       #pragma unroll
-      for (int e = 0; e < 2; ++e) v62[e] = (v60[e] > v61);
+      for (int e = 0; e < 2; ++e) v60[e] = (v58[e] > v59);
+      // spec: specs/fa2_bwd.yaml:66:23
+      bool v61[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v61[e] = v56[((e >> 1) & 1) * 1];
+      // spec: specs/fa2_bwd.yaml:66:23
+      bool v62[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v62[e] = v57[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4];
       // spec: specs/fa2_bwd.yaml:66:23
       bool v63[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v63[e] = v58[((e >> 1) & 1) * 1];
+      for (int e = 0; e < 16; ++e) v63[e] = (v61[e] && v62[e]);
       // spec: specs/fa2_bwd.yaml:66:23
       bool v64[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v64[e] = v59[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4];
+      for (int e = 0; e < 16; ++e) v64[e] = v60[((e >> 1) & 1) * 1];
       // spec: specs/fa2_bwd.yaml:66:23
       bool v65[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v65[e] = (v63[e] && v64[e]);
-      // spec: specs/fa2_bwd.yaml:66:23
-      bool v66[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v66[e] = v62[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:66:23
-      bool v67[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v67[e] = (v65[e] && v66[e]);
       // spec: specs/fa2_bwd.yaml:69:37
-      float v68[16];
+      float v66[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v68[e] = 0.0f;
+      for (int e = 0; e < 16; ++e) v66[e] = 0.0f;
       // spec: specs/fa2_bwd.yaml:69:37
-      kg::fp16* v69 = reinterpret_cast<kg::fp16*>(smem + 18432);
-      kg::sync();
-      #pragma unroll
-      for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v69[((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4 + ((warp >> 2) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v48[e]);
+      kg::cp_async_wait<0>();
       kg::sync();
       // spec: specs/fa2_bwd.yaml:69:37
-      float (&v70)[16] = v68;
+      float (&v67)[16] = v66;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
-        alignas(16) kg::fp16 fa_[1][8];
-        alignas(16) kg::fp16 fb_[4][4];
+        alignas(16) kg::fp16 fa_[8];
       #pragma unroll
-        for (int rm = 0; rm < 1; ++rm)
+        for (int g = 0; g < 1; ++g) kg::ldmatrix_x4(&fa_[g * 8], &v40[((warp / 2) * 16 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8) + lane % 8) * 136 + ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8)]);
+        alignas(16) kg::fp16 fb_[16];
       #pragma unroll
-          for (int i = 0; i < 8; i += 2)
-            kg::copy_vec<2>(&fa_[rm][i], &v69[((warp / 2) * 16 + rm * 16 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (((i >> 1) & 1) * 8)) * 136 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 2) & 1) * 8)]);
-      #pragma unroll
-        for (int rn = 0; rn < 4; ++rn)
-      #pragma unroll
-          for (int i = 0; i < 4; i += 2)
-            kg::copy_vec<2>(&fb_[rn][i], &v26[((warp % 2) * 32 + rn * 8 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (0)) * 136 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 8)]);
+        for (int g = 0; g < 2; ++g) kg::ldmatrix_x4(&fb_[g * 8], &v24[((warp % 2) * 32 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8 + (((8 * g + 2 * ((lane / 8) % 4)) >> 3) & 1) * 16) + lane % 8) * 136 + ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8)]);
       #pragma unroll
         for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
           for (int rn = 0; rn < 4; ++rn)
-            kg::mma_m16n8k16_fp16(&v70[(rm * 4 + rn) * 4], fa_[rm], fb_[rn]);
+            kg::mma_m16n8k16_fp16(&v67[(rm * 4 + rn) * 4], &fa_[rm * 8], &fb_[rn * 4]);
       }
+      // spec: specs/fa2_bwd.yaml:69:37
+      float v68[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v68[e] = (v67[e] * v17);
+      // spec: specs/fa2_bwd.yaml:69:62
+      float (&v69)[2] = v50;
+      // spec: specs/fa2_bwd.yaml:69:37
+      float v70[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v70[e] = v69[((e >> 1) & 1) * 1];
       // spec: specs/fa2_bwd.yaml:69:37
       float v71[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v71[e] = (v70[e] * v19);
-      // spec: specs/fa2_bwd.yaml:69:62
-      float (&v72)[2] = v52;
-      // spec: specs/fa2_bwd.yaml:69:37
-      float v73[16];
+      for (int e = 0; e < 16; ++e) v71[e] = (v68[e] - v70[e]);
+      // spec: specs/fa2_bwd.yaml:69:32
+      float v72[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v73[e] = v72[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:69:37
+      for (int e = 0; e < 16; ++e) v72[e] = kg::exp2_(v71[e]);
+      // spec: specs/fa2_bwd.yaml:69:19
+      const float v73 = 0.0f;
+      // spec: specs/fa2_bwd.yaml:69:19
       float v74[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v74[e] = (v71[e] - v73[e]);
-      // spec: specs/fa2_bwd.yaml:69:32
-      float v75[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v75[e] = kg::exp2_(v74[e]);
-      // spec: specs/fa2_bwd.yaml:69:19
-      const float v76 = 0.0f;
-      // spec: specs/fa2_bwd.yaml:69:19
-      float v77[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v77[e] = (v67[e] ? v75[e] : v76);
+      for (int e = 0; e < 16; ++e) v74[e] = (v65[e] ? v72[e] : v73);
       // spec: specs/fa2_bwd.yaml:70:37
-      kg::fp16 v78[16];
+      kg::fp16 v75[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v78[e] = kg::cvt<kg::fp16>(v77[e]);
-      // spec: specs/fa2_bwd.yaml:70:37
-      kg::fp16 (&v79)[16] = v78;
+      for (int e = 0; e < 16; ++e) v75[e] = kg::cvt<kg::fp16>(v74[e]);
       // spec: specs/fa2_bwd.yaml:70:33
-      float v80[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v80[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:70:33
-      kg::fp16* v81 = reinterpret_cast<kg::fp16*>(smem + 71680);
+      kg::fp16* v76 = reinterpret_cast<kg::fp16*>(smem + 69632);
       kg::sync();
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v81[(((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + (warp & 1) * 32) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 72 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (((e >> 1) & 1) * 8))] = v79[e];
+      for (int e = 0; e < 16; e += 2) kg::copy_vec<2>(&v76[((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (((e >> 1) & 1) * 8)) * 72 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + (warp & 1) * 32) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v75[e]);
 
       // spec: specs/fa2_bwd.yaml:70:33
-      kg::fp16* v82 = reinterpret_cast<kg::fp16*>(smem + 18432);
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v82[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4 + ((warp >> 2) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v49[e];
+      kg::fp16* v77 = v76;
+      // spec: specs/fa2_bwd.yaml:70:33
+      kg::cp_async_wait<1>();
       kg::sync();
       // spec: specs/fa2_bwd.yaml:70:33
-      float (&v83)[32] = v80;
+      float (&v78)[32] = v46;
       #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
-        alignas(16) kg::fp16 fa_[1][8];
-        alignas(16) kg::fp16 fb_[8][4];
+        alignas(16) kg::fp16 fa_[8];
       #pragma unroll
-        for (int rm = 0; rm < 1; ++rm)
+        for (int g = 0; g < 1; ++g) kg::ldmatrix_x4_trans(&fa_[g * 8], &v77[(ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8) + lane % 8) * 72 + (warp / 2) * 16 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8)]);
+        alignas(16) kg::fp16 fb_[32];
       #pragma unroll
-          for (int i = 0; i < 8; i += 2)
-            kg::copy_vec<2>(&fa_[rm][i], &v81[((warp / 2) * 16 + rm * 16 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (((i >> 1) & 1) * 8)) * 72 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 2) & 1) * 8)]);
-      #pragma unroll
-        for (int rn = 0; rn < 8; ++rn)
-      #pragma unroll
-          for (int i = 0; i < 4; i += 2)
-            kg::copy_vec<2>(&fb_[rn][i], &v82[((warp % 2) * 64 + rn * 8 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (0)) * 72 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 8)]);
+        for (int g = 0; g < 4; ++g) kg::ldmatrix_x4_trans(&fb_[g * 8], &v41[(ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8) + lane % 8) * 136 + (warp % 2) * 64 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8 + (((8 * g + 2 * ((lane / 8) % 4)) >> 3) & 1) * 16 + (((8 * g + 2 * ((lane / 8) % 4)) >> 4) & 1) * 32)]);
       #pragma unroll
         for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
           for (int rn = 0; rn < 8; ++rn)
-            kg::mma_m16n8k16_fp16(&v83[(rm * 8 + rn) * 4], fa_[rm], fb_[rn]);
+            kg::mma_m16n8k16_fp16(&v78[(rm * 8 + rn) * 4], &fa_[rm * 8], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:70:24
-      float v84[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v84[e] = (v46[e] + v83[e]);
       // spec: specs/fa2_bwd.yaml:71:20
-      float v85[16];
+      float v79[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v85[e] = 0.0f;
+      for (int e = 0; e < 16; ++e) v79[e] = 0.0f;
       // spec: specs/fa2_bwd.yaml:71:20
-      kg::fp16* v86 = reinterpret_cast<kg::fp16*>(smem + 18432);
-      kg::sync();
-      #pragma unroll
-      for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v86[((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4 + ((warp >> 2) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v49[e]);
-      kg::sync();
-      // spec: specs/fa2_bwd.yaml:71:20
-      float (&v87)[16] = v85;
+      float (&v80)[16] = v79;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
-        alignas(16) kg::fp16 fa_[1][8];
-        alignas(16) kg::fp16 fb_[4][4];
+        alignas(16) kg::fp16 fa_[8];
       #pragma unroll
-        for (int rm = 0; rm < 1; ++rm)
+        for (int g = 0; g < 1; ++g) kg::ldmatrix_x4(&fa_[g * 8], &v41[((warp / 2) * 16 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8) + lane % 8) * 136 + ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8)]);
+        alignas(16) kg::fp16 fb_[16];
       #pragma unroll
-          for (int i = 0; i < 8; i += 2)
-            kg::copy_vec<2>(&fa_[rm][i], &v86[((warp / 2) * 16 + rm * 16 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (((i >> 1) & 1) * 8)) * 136 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 2) & 1) * 8)]);
-      #pragma unroll
-        for (int rn = 0; rn < 4; ++rn)
-      #pragma unroll
-          for (int i = 0; i < 4; i += 2)
-            kg::copy_vec<2>(&fb_[rn][i], &v28[((warp % 2) * 32 + rn * 8 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (0)) * 136 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 8)]);
+        for (int g = 0; g < 2; ++g) kg::ldmatrix_x4(&fb_[g * 8], &v26[((warp % 2) * 32 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8 + (((8 * g + 2 * ((lane / 8) % 4)) >> 3) & 1) * 16) + lane % 8) * 136 + ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8)]);
       #pragma unroll
         for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
           for (int rn = 0; rn < 4; ++rn)
-            kg::mma_m16n8k16_fp16(&v87[(rm * 4 + rn) * 4], fa_[rm], fb_[rn]);
+            kg::mma_m16n8k16_fp16(&v80[(rm * 4 + rn) * 4], &fa_[rm * 8], &fb_[rn * 4]);
       }
+      // spec: specs/fa2_bwd.yaml:63:22
+      const int v81 = (v45 + v39);
+      // spec: specs/fa2_bwd.yaml:63:22
+      const bool v82 = (v81 < v37);
+      // spec: specs/fa2_bwd.yaml:63:22
+      kg::sync();
+      if (v82) {
+        const kg::fp16* p_ = t_do + ((int64_t)(v6) * stride_do_0 + (int64_t)(v33) * stride_do_2);
+        const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
+      #pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int c_ = lane + warp * 32 + i * 256;
+          const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
+          const int i0_ = v81 * 64 + r_, i1_ = 0 + k_;
+          const int64_t off_ = (int64_t)i0_ * stride_do_1 + i1_;
+          const int slot_ = r_ * 136 + k_;
+          if (aligned_) {
+            const int n_ = i0_ < (size_SQ) ? kg::min_(kg::max_((128) - i1_, 0), 8) : 0;
+            kg::cp_async<16>(&v41[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          } else {
+      #pragma unroll
+            for (int v = 0; v < 8; ++v)
+              v41[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          }
+        }
+      }
+      kg::cp_async_commit();
       // spec: specs/fa2_bwd.yaml:72:30
-      float v88[2];
+      float v83[2];
       {
-        const float* p_ = t_delta + ((int64_t)(v6) * stride_delta_0 + (int64_t)(v36) * stride_delta_1);
+        const float* p_ = t_delta + ((int64_t)(v6) * stride_delta_0 + (int64_t)(v33) * stride_delta_1);
         const bool aligned_ = false;
         const int t0_ = v45 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32;
       #pragma unroll
@@ -433,118 +425,118 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 1 <= (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<1>(&v88[e], p_ + off_);
+            kg::copy_vec<1>(&v83[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 1; ++v)
-              v88[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+              v83[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
       // spec: specs/fa2_bwd.yaml:72:30
-      float (&v89)[2] = v88;
+      float (&v84)[2] = v83;
       // spec: specs/fa2_bwd.yaml:72:25
-      float v90[16];
+      float v85[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v90[e] = v89[((e >> 1) & 1) * 1];
+      for (int e = 0; e < 16; ++e) v85[e] = v84[((e >> 1) & 1) * 1];
       // spec: specs/fa2_bwd.yaml:72:25
-      float v91[16];
+      float v86[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v91[e] = (v87[e] - v90[e]);
+      for (int e = 0; e < 16; ++e) v86[e] = (v80[e] - v85[e]);
       // spec: specs/fa2_bwd.yaml:72:20
-      float v92[16];
+      float v87[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v92[e] = (v77[e] * v91[e]);
+      for (int e = 0; e < 16; ++e) v87[e] = (v74[e] * v86[e]);
       // spec: specs/fa2_bwd.yaml:73:37
-      kg::fp16 v93[16];
+      kg::fp16 v88[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v93[e] = kg::cvt<kg::fp16>(v92[e]);
-      // spec: specs/fa2_bwd.yaml:73:37
-      kg::fp16 (&v94)[16] = v93;
+      for (int e = 0; e < 16; ++e) v88[e] = kg::cvt<kg::fp16>(v87[e]);
       // spec: specs/fa2_bwd.yaml:73:33
+      kg::fp16* v89 = reinterpret_cast<kg::fp16*>(smem + 69632);
+      #pragma unroll
+      for (int e = 0; e < 16; e += 2) kg::copy_vec<2>(&v89[((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (((e >> 1) & 1) * 8)) * 72 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + (warp & 1) * 32) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v88[e]);
+      kg::sync();
+      // spec: specs/fa2_bwd.yaml:73:33
+      kg::fp16* v90 = v89;
+      // spec: specs/fa2_bwd.yaml:73:33
+      float (&v91)[32] = v47;
+      #pragma unroll
+      for (int ks = 0; ks < 4; ++ks) {
+        alignas(16) kg::fp16 fa_[8];
+      #pragma unroll
+        for (int g = 0; g < 1; ++g) kg::ldmatrix_x4_trans(&fa_[g * 8], &v90[(ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8) + lane % 8) * 72 + (warp / 2) * 16 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8)]);
+        alignas(16) kg::fp16 fb_[32];
+      #pragma unroll
+        for (int g = 0; g < 4; ++g) kg::ldmatrix_x4_trans(&fb_[g * 8], &v40[(ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8) + lane % 8) * 136 + (warp % 2) * 64 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8 + (((8 * g + 2 * ((lane / 8) % 4)) >> 3) & 1) * 16 + (((8 * g + 2 * ((lane / 8) % 4)) >> 4) & 1) * 32)]);
+      #pragma unroll
+        for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+          for (int rn = 0; rn < 8; ++rn)
+            kg::mma_m16n8k16_fp16(&v91[(rm * 8 + rn) * 4], &fa_[rm * 8], &fb_[rn * 4]);
+      }
+      // spec: specs/fa2_bwd.yaml:62:20
+      const int v92 = (v45 + v39);
+      // spec: specs/fa2_bwd.yaml:62:20
+      const bool v93 = (v92 < v37);
+      // spec: specs/fa2_bwd.yaml:62:20
+      kg::sync();
+      if (v93) {
+        const kg::fp16* p_ = t_q + ((int64_t)(v6) * stride_q_0 + (int64_t)(v33) * stride_q_2);
+        const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
+      #pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int c_ = lane + warp * 32 + i * 256;
+          const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
+          const int i0_ = v92 * 64 + r_, i1_ = 0 + k_;
+          const int64_t off_ = (int64_t)i0_ * stride_q_1 + i1_;
+          const int slot_ = r_ * 136 + k_;
+          if (aligned_) {
+            const int n_ = i0_ < (size_SQ) ? kg::min_(kg::max_((128) - i1_, 0), 8) : 0;
+            kg::cp_async<16>(&v40[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          } else {
+      #pragma unroll
+            for (int v = 0; v < 8; ++v)
+              v40[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          }
+        }
+      }
+      kg::cp_async_commit();
+      // spec: specs/fa2_bwd.yaml:75:70
+      kg::fp16 v94[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v94[e] = kg::cvt<kg::fp16>(v87[e]);
+      // spec: specs/fa2_bwd.yaml:75:66
       float v95[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v95[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:73:33
-      kg::fp16* v96 = reinterpret_cast<kg::fp16*>(smem + 71680);
-      kg::sync();
+      // spec: specs/fa2_bwd.yaml:75:66
+      kg::fp16* v96 = reinterpret_cast<kg::fp16*>(smem + 69632);
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v96[(((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + (warp & 1) * 32) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 72 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (((e >> 1) & 1) * 8))] = v94[e];
-
-      // spec: specs/fa2_bwd.yaml:73:33
-      kg::fp16* v97 = reinterpret_cast<kg::fp16*>(smem + 18432);
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v97[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4 + ((warp >> 2) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v48[e];
+      for (int e = 0; e < 16; e += 2) kg::copy_vec<2>(&v96[((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (((e >> 1) & 1) * 8)) * 72 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + (warp & 1) * 32) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v94[e]);
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:73:33
-      float (&v98)[32] = v95;
+      // spec: specs/fa2_bwd.yaml:75:66
+      float (&v97)[32] = v95;
       #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
-        alignas(16) kg::fp16 fa_[1][8];
-        alignas(16) kg::fp16 fb_[8][4];
+        alignas(16) kg::fp16 fa_[8];
       #pragma unroll
-        for (int rm = 0; rm < 1; ++rm)
+        for (int g = 0; g < 1; ++g) kg::ldmatrix_x4(&fa_[g * 8], &v96[((warp / 2) * 16 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8) + lane % 8) * 72 + ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8)]);
+        alignas(16) kg::fp16 fb_[32];
       #pragma unroll
-          for (int i = 0; i < 8; i += 2)
-            kg::copy_vec<2>(&fa_[rm][i], &v96[((warp / 2) * 16 + rm * 16 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (((i >> 1) & 1) * 8)) * 72 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 2) & 1) * 8)]);
-      #pragma unroll
-        for (int rn = 0; rn < 8; ++rn)
-      #pragma unroll
-          for (int i = 0; i < 4; i += 2)
-            kg::copy_vec<2>(&fb_[rn][i], &v97[((warp % 2) * 64 + rn * 8 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (0)) * 72 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 8)]);
+        for (int g = 0; g < 4; ++g) kg::ldmatrix_x4_trans(&fb_[g * 8], &v23[(ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8) + lane % 8) * 136 + (warp % 2) * 64 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8 + (((8 * g + 2 * ((lane / 8) % 4)) >> 3) & 1) * 16 + (((8 * g + 2 * ((lane / 8) % 4)) >> 4) & 1) * 32)]);
       #pragma unroll
         for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
           for (int rn = 0; rn < 8; ++rn)
-            kg::mma_m16n8k16_fp16(&v98[(rm * 8 + rn) * 4], fa_[rm], fb_[rn]);
-      }
-      // spec: specs/fa2_bwd.yaml:73:24
-      float v99[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v99[e] = (v47[e] + v98[e]);
-      // spec: specs/fa2_bwd.yaml:75:70
-      kg::fp16 v100[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v100[e] = kg::cvt<kg::fp16>(v92[e]);
-      // spec: specs/fa2_bwd.yaml:75:66
-      float v101[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v101[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:75:66
-      kg::fp16* v102 = reinterpret_cast<kg::fp16*>(smem + 18432);
-      kg::sync();
-      #pragma unroll
-      for (int e = 0; e < 16; e += 2) kg::copy_vec<2>(&v102[((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (((e >> 1) & 1) * 8)) * 72 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + (warp & 1) * 32) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v100[e]);
-      kg::sync();
-      // spec: specs/fa2_bwd.yaml:75:66
-      float (&v103)[32] = v101;
-      #pragma unroll
-      for (int ks = 0; ks < 4; ++ks) {
-        alignas(16) kg::fp16 fa_[1][8];
-        alignas(16) kg::fp16 fb_[8][4];
-      #pragma unroll
-        for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-          for (int i = 0; i < 8; i += 2)
-            kg::copy_vec<2>(&fa_[rm][i], &v102[((warp / 2) * 16 + rm * 16 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (((i >> 1) & 1) * 8)) * 72 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 2) & 1) * 8)]);
-      #pragma unroll
-        for (int rn = 0; rn < 8; ++rn)
-      #pragma unroll
-          for (int i = 0; i < 4; i += 2)
-            kg::copy_vec<2>(&fb_[rn][i], &v29[((warp % 2) * 64 + rn * 8 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (0)) * 72 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 8)]);
-      #pragma unroll
-        for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-          for (int rn = 0; rn < 8; ++rn)
-            kg::mma_m16n8k16_fp16(&v103[(rm * 8 + rn) * 4], fa_[rm], fb_[rn]);
+            kg::mma_m16n8k16_fp16(&v97[(rm * 8 + rn) * 4], &fa_[rm * 8], &fb_[rn * 4]);
       }
       // spec: specs/fa2_bwd.yaml:75:66
-      float v104[32];
+      float v98[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v104[e] = (v103[e] * v2);
+      for (int e = 0; e < 32; ++e) v98[e] = (v97[e] * v2);
       // spec: specs/fa2_bwd.yaml:75:19
       if ((lane & 0) == 0 && (warp & 0) == 0) {
-        float* p_ = t_dq_acc + ((int64_t)(v6) * stride_dq_acc_0 + (int64_t)(v36) * stride_dq_acc_2);
+        float* p_ = t_dq_acc + ((int64_t)(v6) * stride_dq_acc_0 + (int64_t)(v33) * stride_dq_acc_2);
         const bool aligned_ = kg::aligned(p_, 8) && stride_dq_acc_0 % 2 == 0 && stride_dq_acc_1 % 2 == 0 && stride_dq_acc_2 % 2 == 0;
         const int t0_ = v45 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32;
         const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4 + (warp & 1) * 64;
@@ -553,17 +545,17 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           const int i0_ = t0_ + ((e >> 1) & 1) * 8;
           const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
           const int64_t off_ = (int64_t)i0_ * stride_dq_acc_1 + (int64_t)i1_ * 1;
-          if (i0_ < (size_SQ) && i1_ < (128)) kg::atomic_add(p_ + off_, v104[e]);
+          if (i0_ < (size_SQ) && i1_ < (128)) kg::atomic_add(p_ + off_, v98[e]);
         }
       }
       // spec: specs/fa2_bwd.yaml:75:19
 
       float y0_[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) y0_[e] = v84[e];
+      for (int e = 0; e < 32; ++e) y0_[e] = v78[e];
       float y1_[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) y1_[e] = v99[e];
+      for (int e = 0; e < 32; ++e) y1_[e] = v91[e];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v43[e] = y0_[e];
       #pragma unroll
@@ -578,18 +570,18 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
     #pragma unroll
     for (int e = 0; e < 32; ++e) y1_[e] = v44[e];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v30[e] = y0_[e];
+    for (int e = 0; e < 32; ++e) v27[e] = y0_[e];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v31[e] = y1_[e];
+    for (int e = 0; e < 32; ++e) v28[e] = y1_[e];
   }
   // spec: specs/fa2_bwd.yaml:76:34
-  float v105[32];
+  float v99[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v105[e] = (v31[e] * v2);
+  for (int e = 0; e < 32; ++e) v99[e] = (v28[e] * v2);
   // spec: specs/fa2_bwd.yaml:76:33
-  kg::fp16 v106[32];
+  kg::fp16 v100[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v106[e] = kg::cvt<kg::fp16>(v105[e]);
+  for (int e = 0; e < 32; ++e) v100[e] = kg::cvt<kg::fp16>(v99[e]);
   // spec: specs/fa2_bwd.yaml:76:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_dk + ((int64_t)(v6) * stride_dk_0 + (int64_t)(v8) * stride_dk_2);
@@ -602,18 +594,18 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
       const int64_t off_ = (int64_t)i0_ * stride_dk_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SK) && i1_ + 2 <= (128)) {
-        kg::copy_vec<2>(p_ + off_, &v106[e]);
+        kg::copy_vec<2>(p_ + off_, &v100[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SK) && i1_ + v < (128)) p_[off_ + v] = v106[e + v];
+          if (i0_ < (size_SK) && i1_ + v < (128)) p_[off_ + v] = v100[e + v];
       }
     }
   }
   // spec: specs/fa2_bwd.yaml:77:33
-  kg::fp16 v107[32];
+  kg::fp16 v101[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v107[e] = kg::cvt<kg::fp16>(v30[e]);
+  for (int e = 0; e < 32; ++e) v101[e] = kg::cvt<kg::fp16>(v27[e]);
   // spec: specs/fa2_bwd.yaml:77:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_dv + ((int64_t)(v6) * stride_dv_0 + (int64_t)(v8) * stride_dv_2);
@@ -626,11 +618,11 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
       const int64_t off_ = (int64_t)i0_ * stride_dv_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SK) && i1_ + 2 <= (128)) {
-        kg::copy_vec<2>(p_ + off_, &v107[e]);
+        kg::copy_vec<2>(p_ + off_, &v101[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SK) && i1_ + v < (128)) p_[off_ + v] = v107[e + v];
+          if (i0_ < (size_SK) && i1_ + v < (128)) p_[off_ + v] = v101[e + v];
       }
     }
   }

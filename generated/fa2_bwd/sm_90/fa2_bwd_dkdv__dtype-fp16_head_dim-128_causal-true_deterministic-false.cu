@@ -44,198 +44,200 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
   int v15[8];
   #pragma unroll
   for (int e = 0; e < 8; ++e) v15[e] = (v13 + v14[e]);
+  // spec: specs/fa2_bwd.yaml:52:16
+  const float v16 = 1.4426950408889634f;
+  // spec: specs/fa2_bwd.yaml:52:16
+  const float v17 = (v2 * v16);
+  // spec: specs/fa2_bwd.yaml:56:27
+  const int v18 = kg::block_id_x();
+  // spec: specs/fa2_bwd.yaml:56:27
+  const int v19 = 64;
+  // spec: specs/fa2_bwd.yaml:56:27
+  const int v20 = (v18 * v19);
+  // spec: specs/fa2_bwd.yaml:56:54
+  const int v21 = (v1 - v0);
+  // spec: specs/fa2_bwd.yaml:56:27
+  const int v22 = (v20 - v21);
+  // spec: specs/fa2_bwd.yaml:56:19
+  const int v23 = 0;
+  // spec: specs/fa2_bwd.yaml:56:19
+  const int v24 = (kg::max_(v22, v23));
+  // spec: specs/fa2_bwd.yaml:56:19
+  const int v25 = 64;
+  // spec: specs/fa2_bwd.yaml:56:19
+  const int v26 = (kg::floordiv(v24, v25));
+  // spec: specs/fa2_bwd.yaml:57:16
+  float v27[32];
+  #pragma unroll
+  for (int e = 0; e < 32; ++e) v27[e] = 0.0f;
+  // spec: specs/fa2_bwd.yaml:58:16
+  float v28[32];
+  #pragma unroll
+  for (int e = 0; e < 32; ++e) v28[e] = 0.0f;
+  // spec: specs/fa2_bwd.yaml:59:22
+  const int v29 = 0;
+  // spec: specs/fa2_bwd.yaml:59:22
+  const int v30 = 1;
+  // spec: specs/fa2_bwd.yaml:66:49
+  int (&v31)[8] = v15;
+  // spec: specs/fa2_bwd.yaml:68:37
+  int (&v32)[8] = v15;
+  // spec: specs/fa2_bwd.yaml:68:37
+  int v33[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v33[e] = v32[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4];
+  // spec: specs/fa2_bwd.yaml:69:37
+  kg::fp16* v34 = reinterpret_cast<kg::fp16*>(smem + 0);
   // spec: specs/fa2_bwd.yaml:50:12
-  kg::fp16 v16[32];
-  {
+  kg::sync();
+  if (true) {
     const kg::fp16* p_ = t_k + ((int64_t)(v6) * stride_k_0 + (int64_t)(v8) * stride_k_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
-    const int t0_ = v10 * 64 + ((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4 + ((warp >> 2) & 1) * 8;
-    const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
   #pragma unroll
-    for (int e = 0; e < 32; e += 8) {
-      const int i0_ = t0_ + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
-      const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
-      const int64_t off_ = (int64_t)i0_ * stride_k_1 + (int64_t)i1_ * 1;
-      const bool in_ = i0_ < (size_SK) && i1_ + 8 <= (128);
-      if (aligned_ && in_) {
-        kg::copy_vec<8>(&v16[e], p_ + off_);
+    for (int i = 0; i < 4; ++i) {
+      const int c_ = lane + warp * 32 + i * 256;
+      const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
+      const int i0_ = v10 * 64 + r_, i1_ = 0 + k_;
+      const int64_t off_ = (int64_t)i0_ * stride_k_1 + i1_;
+      const int slot_ = r_ * 136 + k_;
+      if (aligned_) {
+        const int n_ = i0_ < (size_SK) ? kg::min_(kg::max_((128) - i1_, 0), 8) : 0;
+        kg::cp_async<16>(&v34[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v16[e + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          v34[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
       }
     }
   }
+  kg::cp_async_commit();
+  // spec: specs/fa2_bwd.yaml:69:37
+  kg::cp_async_wait<0>();
+  kg::sync();
+  // spec: specs/fa2_bwd.yaml:69:37
+  kg::fp16* v35 = v34;
+  // spec: specs/fa2_bwd.yaml:71:20
+  kg::fp16* v36 = reinterpret_cast<kg::fp16*>(smem + 17408);
   // spec: specs/fa2_bwd.yaml:51:12
-  kg::fp16 v17[32];
-  {
+  if (true) {
     const kg::fp16* p_ = t_v + ((int64_t)(v6) * stride_v_0 + (int64_t)(v8) * stride_v_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-    const int t0_ = v10 * 64 + ((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4 + ((warp >> 2) & 1) * 8;
-    const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
   #pragma unroll
-    for (int e = 0; e < 32; e += 8) {
-      const int i0_ = t0_ + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
-      const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
-      const int64_t off_ = (int64_t)i0_ * stride_v_1 + (int64_t)i1_ * 1;
-      const bool in_ = i0_ < (size_SK) && i1_ + 8 <= (128);
-      if (aligned_ && in_) {
-        kg::copy_vec<8>(&v17[e], p_ + off_);
+    for (int i = 0; i < 4; ++i) {
+      const int c_ = lane + warp * 32 + i * 256;
+      const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
+      const int i0_ = v10 * 64 + r_, i1_ = 0 + k_;
+      const int64_t off_ = (int64_t)i0_ * stride_v_1 + i1_;
+      const int slot_ = r_ * 136 + k_;
+      if (aligned_) {
+        const int n_ = i0_ < (size_SK) ? kg::min_(kg::max_((128) - i1_, 0), 8) : 0;
+        kg::cp_async<16>(&v36[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v17[e + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          v36[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
       }
     }
   }
-  // spec: specs/fa2_bwd.yaml:52:16
-  const float v18 = 1.4426950408889634f;
-  // spec: specs/fa2_bwd.yaml:52:16
-  const float v19 = (v2 * v18);
-  // spec: specs/fa2_bwd.yaml:56:27
-  const int v20 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:56:27
-  const int v21 = 64;
-  // spec: specs/fa2_bwd.yaml:56:27
-  const int v22 = (v20 * v21);
-  // spec: specs/fa2_bwd.yaml:56:54
-  const int v23 = (v1 - v0);
-  // spec: specs/fa2_bwd.yaml:56:27
-  const int v24 = (v22 - v23);
-  // spec: specs/fa2_bwd.yaml:56:19
-  const int v25 = 0;
-  // spec: specs/fa2_bwd.yaml:56:19
-  const int v26 = (kg::max_(v24, v25));
-  // spec: specs/fa2_bwd.yaml:56:19
-  const int v27 = 64;
-  // spec: specs/fa2_bwd.yaml:56:19
-  const int v28 = (kg::floordiv(v26, v27));
-  // spec: specs/fa2_bwd.yaml:57:16
-  float v29[32];
-  #pragma unroll
-  for (int e = 0; e < 32; ++e) v29[e] = 0.0f;
-  // spec: specs/fa2_bwd.yaml:58:16
-  float v30[32];
-  #pragma unroll
-  for (int e = 0; e < 32; ++e) v30[e] = 0.0f;
-  // spec: specs/fa2_bwd.yaml:59:22
-  const int v31 = 0;
-  // spec: specs/fa2_bwd.yaml:59:22
-  const int v32 = 1;
-  // spec: specs/fa2_bwd.yaml:66:49
-  int (&v33)[8] = v15;
-  // spec: specs/fa2_bwd.yaml:68:37
-  int (&v34)[8] = v15;
-  // spec: specs/fa2_bwd.yaml:68:37
-  int v35[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v35[e] = v34[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4];
-  // spec: specs/fa2_bwd.yaml:69:45
-  kg::fp16 (&v36)[32] = v16;
-  // spec: specs/fa2_bwd.yaml:69:37
-  kg::fp16* v37 = reinterpret_cast<kg::fp16*>(smem + 36864);
-  kg::sync();
-  #pragma unroll
-  for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v37[((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4 + ((warp >> 2) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v36[e]);
-
-  // spec: specs/fa2_bwd.yaml:71:30
-  kg::fp16 (&v38)[32] = v17;
+  kg::cp_async_commit();
   // spec: specs/fa2_bwd.yaml:71:20
-  kg::fp16* v39 = reinterpret_cast<kg::fp16*>(smem + 54272);
-  #pragma unroll
-  for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v39[((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4 + ((warp >> 2) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v38[e]);
-
-  // spec: specs/fa2_bwd.yaml:75:66
-  kg::fp16* v40 = reinterpret_cast<kg::fp16*>(smem + 0);
-  #pragma unroll
-  for (int e = 0; e < 32; ++e) v40[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4 + ((warp >> 2) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v16[e];
+  kg::cp_async_wait<0>();
   kg::sync();
+  // spec: specs/fa2_bwd.yaml:71:20
+  kg::fp16* v37 = v36;
   // spec: specs/fa2_bwd.yaml:59:7
 
-  float v41[32];
+  float v38[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v41[e] = v30[e];
-  float v42[32];
+  for (int e = 0; e < 32; ++e) v38[e] = v28[e];
+  float v39[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v42[e] = v29[e];
-  for (int v43 = v31; v43 < v9; v43 += v32) {
-    float (&v44)[32] = v41;
-    float (&v45)[32] = v42;
+  for (int e = 0; e < 32; ++e) v39[e] = v27[e];
+  for (int v40 = v29; v40 < v9; v40 += v30) {
+    float (&v41)[32] = v38;
+    float (&v42)[32] = v39;
     
     // spec: specs/fa2_bwd.yaml:60:15
-    const int v46 = (v8 * v9);
+    const int v43 = (v8 * v9);
     // spec: specs/fa2_bwd.yaml:60:15
-    const int v47 = (v46 + v43);
+    const int v44 = (v43 + v40);
     // spec: specs/fa2_bwd.yaml:61:33
-    const int v48 = 63;
+    const int v45 = 63;
     // spec: specs/fa2_bwd.yaml:61:33
-    const int v49 = (v0 + v48);
+    const int v46 = (v0 + v45);
     // spec: specs/fa2_bwd.yaml:61:33
-    const int v50 = 64;
+    const int v47 = 64;
     // spec: specs/fa2_bwd.yaml:61:33
-    const int v51 = (kg::floordiv(v49, v50));
+    const int v48 = (kg::floordiv(v46, v47));
     // spec: specs/fa2_bwd.yaml:61:33
-    const int v52 = 1;
+    const int v49 = 1;
+    // spec: specs/fa2_bwd.yaml:69:37
+    kg::fp16* v50 = reinterpret_cast<kg::fp16*>(smem + 34816);
+    // spec: specs/fa2_bwd.yaml:70:33
+    kg::fp16* v51 = reinterpret_cast<kg::fp16*>(smem + 52224);
+    // spec: specs/fa2_bwd.yaml:61:11
+    const bool v52 = (v26 < v48);
+    // spec: specs/fa2_bwd.yaml:63:22
+    kg::sync();
+    if (v52) {
+      const kg::fp16* p_ = t_do + ((int64_t)(v6) * stride_do_0 + (int64_t)(v44) * stride_do_2);
+      const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
+    #pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int c_ = lane + warp * 32 + i * 256;
+        const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
+        const int i0_ = v26 * 64 + r_, i1_ = 0 + k_;
+        const int64_t off_ = (int64_t)i0_ * stride_do_1 + i1_;
+        const int slot_ = r_ * 136 + k_;
+        if (aligned_) {
+          const int n_ = i0_ < (size_SQ) ? kg::min_(kg::max_((128) - i1_, 0), 8) : 0;
+          kg::cp_async<16>(&v51[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        } else {
+    #pragma unroll
+          for (int v = 0; v < 8; ++v)
+            v51[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+        }
+      }
+    }
+    kg::cp_async_commit();
+    // spec: specs/fa2_bwd.yaml:62:20
+    if (v52) {
+      const kg::fp16* p_ = t_q + ((int64_t)(v6) * stride_q_0 + (int64_t)(v44) * stride_q_2);
+      const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
+    #pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int c_ = lane + warp * 32 + i * 256;
+        const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
+        const int i0_ = v26 * 64 + r_, i1_ = 0 + k_;
+        const int64_t off_ = (int64_t)i0_ * stride_q_1 + i1_;
+        const int slot_ = r_ * 136 + k_;
+        if (aligned_) {
+          const int n_ = i0_ < (size_SQ) ? kg::min_(kg::max_((128) - i1_, 0), 8) : 0;
+          kg::cp_async<16>(&v50[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        } else {
+    #pragma unroll
+          for (int v = 0; v < 8; ++v)
+            v50[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+        }
+      }
+    }
+    kg::cp_async_commit();
     // spec: specs/fa2_bwd.yaml:61:11
 
     float v53[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v53[e] = v44[e];
+    for (int e = 0; e < 32; ++e) v53[e] = v41[e];
     float v54[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v54[e] = v45[e];
-    for (int v55 = v28; v55 < v51; v55 += v52) {
+    for (int e = 0; e < 32; ++e) v54[e] = v42[e];
+    for (int v55 = v26; v55 < v48; v55 += v49) {
       float (&v56)[32] = v53;
       float (&v57)[32] = v54;
       
-      // spec: specs/fa2_bwd.yaml:62:20
-      kg::fp16 v58[32];
-      {
-        const kg::fp16* p_ = t_q + ((int64_t)(v6) * stride_q_0 + (int64_t)(v47) * stride_q_2);
-        const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-        const int t0_ = v55 * 64 + ((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4 + ((warp >> 2) & 1) * 8;
-        const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
-      #pragma unroll
-        for (int e = 0; e < 32; e += 8) {
-          const int i0_ = t0_ + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
-          const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
-          const int64_t off_ = (int64_t)i0_ * stride_q_1 + (int64_t)i1_ * 1;
-          const bool in_ = i0_ < (size_SQ) && i1_ + 8 <= (128);
-          if (aligned_ && in_) {
-            kg::copy_vec<8>(&v58[e], p_ + off_);
-          } else {
-      #pragma unroll
-            for (int v = 0; v < 8; ++v)
-              v58[e + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
-          }
-        }
-      }
-      // spec: specs/fa2_bwd.yaml:63:22
-      kg::fp16 v59[32];
-      {
-        const kg::fp16* p_ = t_do + ((int64_t)(v6) * stride_do_0 + (int64_t)(v47) * stride_do_2);
-        const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
-        const int t0_ = v55 * 64 + ((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4 + ((warp >> 2) & 1) * 8;
-        const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
-      #pragma unroll
-        for (int e = 0; e < 32; e += 8) {
-          const int i0_ = t0_ + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
-          const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
-          const int64_t off_ = (int64_t)i0_ * stride_do_1 + (int64_t)i1_ * 1;
-          const bool in_ = i0_ < (size_SQ) && i1_ + 8 <= (128);
-          if (aligned_ && in_) {
-            kg::copy_vec<8>(&v59[e], p_ + off_);
-          } else {
-      #pragma unroll
-            for (int v = 0; v < 8; ++v)
-              v59[e + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
-          }
-        }
-      }
       // spec: specs/fa2_bwd.yaml:64:22
-      float v60[2];
+      float v58[2];
       {
-        const float* p_ = t_lse + ((int64_t)(v6) * stride_lse_0 + (int64_t)(v47) * stride_lse_1);
+        const float* p_ = t_lse + ((int64_t)(v6) * stride_lse_0 + (int64_t)(v44) * stride_lse_1);
         const bool aligned_ = false;
         const int t0_ = v55 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32;
       #pragma unroll
@@ -244,229 +246,219 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 1 <= (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<1>(&v60[e], p_ + off_);
+            kg::copy_vec<1>(&v58[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 1; ++v)
-              v60[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+              v58[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
       // spec: specs/fa2_bwd.yaml:64:22
-      const float v61 = 1.4426950408889634f;
+      const float v59 = 1.4426950408889634f;
       // spec: specs/fa2_bwd.yaml:64:22
-      float v62[2];
+      float v60[2];
       #pragma unroll
-      for (int e = 0; e < 2; ++e) v62[e] = (v60[e] * v61);
+      for (int e = 0; e < 2; ++e) v60[e] = (v58[e] * v59);
       // spec: specs/fa2_bwd.yaml:65:22
-      const int v63 = 64;
+      const int v61 = 64;
       // spec: specs/fa2_bwd.yaml:65:22
-      const int v64 = (v55 * v63);
+      const int v62 = (v55 * v61);
       // spec: specs/fa2_bwd.yaml:65:36
-      int v65[2];
+      int v63[2];
       #pragma unroll
-      for (int e = 0; e < 2; ++e) v65[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + ((e & 1) * 8);
+      for (int e = 0; e < 2; ++e) v63[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + ((e & 1) * 8);
       // spec: specs/fa2_bwd.yaml:65:22
-      int v66[2];
+      int v64[2];
       #pragma unroll
-      for (int e = 0; e < 2; ++e) v66[e] = (v64 + v65[e]);
+      for (int e = 0; e < 2; ++e) v64[e] = (v62 + v63[e]);
       // spec: specs/fa2_bwd.yaml:66:24
-      int (&v67)[2] = v66;
+      int (&v65)[2] = v64;
       // spec: specs/fa2_bwd.yaml:66:24
-      bool v68[2];
+      bool v66[2];
       #pragma unroll
-      for (int e = 0; e < 2; ++e) v68[e] = (v67[e] < v0);
+      for (int e = 0; e < 2; ++e) v66[e] = (v65[e] < v0);
       // spec: specs/fa2_bwd.yaml:66:49
-      bool v69[8];
+      bool v67[8];
       #pragma unroll
-      for (int e = 0; e < 8; ++e) v69[e] = (v33[e] < v1);
+      for (int e = 0; e < 8; ++e) v67[e] = (v31[e] < v1);
       // spec: specs/fa2_bwd.yaml:66:74
-      float (&v70)[2] = v62;
+      float (&v68)[2] = v60;
       // spec: specs/fa2_bwd.yaml:66:74
-      const float v71 = -kg::inf();
+      const float v69 = -kg::inf();
       // spec: specs/fa2_bwd.yaml:66:74
-      bool v72[2];
+      bool v70[2];
       #pragma unroll
-      for (int e = 0; e < 2; ++e) v72[e] = (v70[e] > v71);
+      for (int e = 0; e < 2; ++e) v70[e] = (v68[e] > v69);
+      // spec: specs/fa2_bwd.yaml:66:23
+      bool v71[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v71[e] = v66[((e >> 1) & 1) * 1];
+      // spec: specs/fa2_bwd.yaml:66:23
+      bool v72[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v72[e] = v67[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4];
       // spec: specs/fa2_bwd.yaml:66:23
       bool v73[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v73[e] = v68[((e >> 1) & 1) * 1];
+      for (int e = 0; e < 16; ++e) v73[e] = (v71[e] && v72[e]);
       // spec: specs/fa2_bwd.yaml:66:23
       bool v74[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v74[e] = v69[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4];
+      for (int e = 0; e < 16; ++e) v74[e] = v70[((e >> 1) & 1) * 1];
       // spec: specs/fa2_bwd.yaml:66:23
       bool v75[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v75[e] = (v73[e] && v74[e]);
-      // spec: specs/fa2_bwd.yaml:66:23
-      bool v76[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v76[e] = v72[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:66:23
-      bool v77[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v77[e] = (v75[e] && v76[e]);
       // spec: specs/fa2_bwd.yaml:68:54
-      int (&v78)[2] = v66;
+      int (&v76)[2] = v64;
       // spec: specs/fa2_bwd.yaml:68:71
-      const int v79 = (v1 - v0);
+      const int v77 = (v1 - v0);
       // spec: specs/fa2_bwd.yaml:68:54
-      int v80[2];
+      int v78[2];
       #pragma unroll
-      for (int e = 0; e < 2; ++e) v80[e] = (v78[e] + v79);
+      for (int e = 0; e < 2; ++e) v78[e] = (v76[e] + v77);
       // spec: specs/fa2_bwd.yaml:68:37
-      int v81[16];
+      int v79[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v81[e] = v80[((e >> 1) & 1) * 1];
+      for (int e = 0; e < 16; ++e) v79[e] = v78[((e >> 1) & 1) * 1];
       // spec: specs/fa2_bwd.yaml:68:37
-      bool v82[16];
+      bool v80[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v82[e] = (v35[e] <= v81[e]);
+      for (int e = 0; e < 16; ++e) v80[e] = (v33[e] <= v79[e]);
       // spec: specs/fa2_bwd.yaml:68:27
-      bool v83[16];
+      bool v81[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v83[e] = (v77[e] && v82[e]);
+      for (int e = 0; e < 16; ++e) v81[e] = (v75[e] && v80[e]);
       // spec: specs/fa2_bwd.yaml:69:37
-      float v84[16];
+      float v82[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v84[e] = 0.0f;
+      for (int e = 0; e < 16; ++e) v82[e] = 0.0f;
       // spec: specs/fa2_bwd.yaml:69:37
-      kg::fp16* v85 = reinterpret_cast<kg::fp16*>(smem + 18432);
-      kg::sync();
-      #pragma unroll
-      for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v85[((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4 + ((warp >> 2) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v58[e]);
+      kg::cp_async_wait<0>();
       kg::sync();
       // spec: specs/fa2_bwd.yaml:69:37
-      float (&v86)[16] = v84;
+      float (&v83)[16] = v82;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
-        alignas(16) kg::fp16 fa_[1][8];
-        alignas(16) kg::fp16 fb_[4][4];
+        alignas(16) kg::fp16 fa_[8];
       #pragma unroll
-        for (int rm = 0; rm < 1; ++rm)
+        for (int g = 0; g < 1; ++g) kg::ldmatrix_x4(&fa_[g * 8], &v50[((warp / 2) * 16 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8) + lane % 8) * 136 + ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8)]);
+        alignas(16) kg::fp16 fb_[16];
       #pragma unroll
-          for (int i = 0; i < 8; i += 2)
-            kg::copy_vec<2>(&fa_[rm][i], &v85[((warp / 2) * 16 + rm * 16 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (((i >> 1) & 1) * 8)) * 136 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 2) & 1) * 8)]);
-      #pragma unroll
-        for (int rn = 0; rn < 4; ++rn)
-      #pragma unroll
-          for (int i = 0; i < 4; i += 2)
-            kg::copy_vec<2>(&fb_[rn][i], &v37[((warp % 2) * 32 + rn * 8 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (0)) * 136 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 8)]);
+        for (int g = 0; g < 2; ++g) kg::ldmatrix_x4(&fb_[g * 8], &v35[((warp % 2) * 32 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8 + (((8 * g + 2 * ((lane / 8) % 4)) >> 3) & 1) * 16) + lane % 8) * 136 + ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8)]);
       #pragma unroll
         for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
           for (int rn = 0; rn < 4; ++rn)
-            kg::mma_m16n8k16_fp16(&v86[(rm * 4 + rn) * 4], fa_[rm], fb_[rn]);
+            kg::mma_m16n8k16_fp16(&v83[(rm * 4 + rn) * 4], &fa_[rm * 8], &fb_[rn * 4]);
       }
+      // spec: specs/fa2_bwd.yaml:69:37
+      float v84[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v84[e] = (v83[e] * v17);
+      // spec: specs/fa2_bwd.yaml:69:62
+      float (&v85)[2] = v60;
+      // spec: specs/fa2_bwd.yaml:69:37
+      float v86[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v86[e] = v85[((e >> 1) & 1) * 1];
       // spec: specs/fa2_bwd.yaml:69:37
       float v87[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v87[e] = (v86[e] * v19);
-      // spec: specs/fa2_bwd.yaml:69:62
-      float (&v88)[2] = v62;
-      // spec: specs/fa2_bwd.yaml:69:37
-      float v89[16];
+      for (int e = 0; e < 16; ++e) v87[e] = (v84[e] - v86[e]);
+      // spec: specs/fa2_bwd.yaml:69:32
+      float v88[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v89[e] = v88[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:69:37
+      for (int e = 0; e < 16; ++e) v88[e] = kg::exp2_(v87[e]);
+      // spec: specs/fa2_bwd.yaml:69:19
+      const float v89 = 0.0f;
+      // spec: specs/fa2_bwd.yaml:69:19
       float v90[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v90[e] = (v87[e] - v89[e]);
-      // spec: specs/fa2_bwd.yaml:69:32
-      float v91[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v91[e] = kg::exp2_(v90[e]);
-      // spec: specs/fa2_bwd.yaml:69:19
-      const float v92 = 0.0f;
-      // spec: specs/fa2_bwd.yaml:69:19
-      float v93[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v93[e] = (v83[e] ? v91[e] : v92);
+      for (int e = 0; e < 16; ++e) v90[e] = (v81[e] ? v88[e] : v89);
       // spec: specs/fa2_bwd.yaml:70:37
-      kg::fp16 v94[16];
+      kg::fp16 v91[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v94[e] = kg::cvt<kg::fp16>(v93[e]);
-      // spec: specs/fa2_bwd.yaml:70:37
-      kg::fp16 (&v95)[16] = v94;
+      for (int e = 0; e < 16; ++e) v91[e] = kg::cvt<kg::fp16>(v90[e]);
       // spec: specs/fa2_bwd.yaml:70:33
-      float v96[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v96[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:70:33
-      kg::fp16* v97 = reinterpret_cast<kg::fp16*>(smem + 71680);
+      kg::fp16* v92 = reinterpret_cast<kg::fp16*>(smem + 69632);
       kg::sync();
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v97[(((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + (warp & 1) * 32) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 72 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (((e >> 1) & 1) * 8))] = v95[e];
+      for (int e = 0; e < 16; e += 2) kg::copy_vec<2>(&v92[((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (((e >> 1) & 1) * 8)) * 72 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + (warp & 1) * 32) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v91[e]);
 
       // spec: specs/fa2_bwd.yaml:70:33
-      kg::fp16* v98 = reinterpret_cast<kg::fp16*>(smem + 18432);
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v98[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4 + ((warp >> 2) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v59[e];
+      kg::fp16* v93 = v92;
+      // spec: specs/fa2_bwd.yaml:70:33
+      kg::cp_async_wait<1>();
       kg::sync();
       // spec: specs/fa2_bwd.yaml:70:33
-      float (&v99)[32] = v96;
+      float (&v94)[32] = v56;
       #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
-        alignas(16) kg::fp16 fa_[1][8];
-        alignas(16) kg::fp16 fb_[8][4];
+        alignas(16) kg::fp16 fa_[8];
       #pragma unroll
-        for (int rm = 0; rm < 1; ++rm)
+        for (int g = 0; g < 1; ++g) kg::ldmatrix_x4_trans(&fa_[g * 8], &v93[(ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8) + lane % 8) * 72 + (warp / 2) * 16 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8)]);
+        alignas(16) kg::fp16 fb_[32];
       #pragma unroll
-          for (int i = 0; i < 8; i += 2)
-            kg::copy_vec<2>(&fa_[rm][i], &v97[((warp / 2) * 16 + rm * 16 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (((i >> 1) & 1) * 8)) * 72 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 2) & 1) * 8)]);
-      #pragma unroll
-        for (int rn = 0; rn < 8; ++rn)
-      #pragma unroll
-          for (int i = 0; i < 4; i += 2)
-            kg::copy_vec<2>(&fb_[rn][i], &v98[((warp % 2) * 64 + rn * 8 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (0)) * 72 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 8)]);
+        for (int g = 0; g < 4; ++g) kg::ldmatrix_x4_trans(&fb_[g * 8], &v51[(ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8) + lane % 8) * 136 + (warp % 2) * 64 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8 + (((8 * g + 2 * ((lane / 8) % 4)) >> 3) & 1) * 16 + (((8 * g + 2 * ((lane / 8) % 4)) >> 4) & 1) * 32)]);
       #pragma unroll
         for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
           for (int rn = 0; rn < 8; ++rn)
-            kg::mma_m16n8k16_fp16(&v99[(rm * 8 + rn) * 4], fa_[rm], fb_[rn]);
+            kg::mma_m16n8k16_fp16(&v94[(rm * 8 + rn) * 4], &fa_[rm * 8], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:70:24
-      float v100[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v100[e] = (v56[e] + v99[e]);
       // spec: specs/fa2_bwd.yaml:71:20
-      float v101[16];
+      float v95[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v101[e] = 0.0f;
+      for (int e = 0; e < 16; ++e) v95[e] = 0.0f;
       // spec: specs/fa2_bwd.yaml:71:20
-      kg::fp16* v102 = reinterpret_cast<kg::fp16*>(smem + 18432);
-      kg::sync();
-      #pragma unroll
-      for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v102[((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4 + ((warp >> 2) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v59[e]);
-      kg::sync();
-      // spec: specs/fa2_bwd.yaml:71:20
-      float (&v103)[16] = v101;
+      float (&v96)[16] = v95;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
-        alignas(16) kg::fp16 fa_[1][8];
-        alignas(16) kg::fp16 fb_[4][4];
+        alignas(16) kg::fp16 fa_[8];
       #pragma unroll
-        for (int rm = 0; rm < 1; ++rm)
+        for (int g = 0; g < 1; ++g) kg::ldmatrix_x4(&fa_[g * 8], &v51[((warp / 2) * 16 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8) + lane % 8) * 136 + ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8)]);
+        alignas(16) kg::fp16 fb_[16];
       #pragma unroll
-          for (int i = 0; i < 8; i += 2)
-            kg::copy_vec<2>(&fa_[rm][i], &v102[((warp / 2) * 16 + rm * 16 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (((i >> 1) & 1) * 8)) * 136 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 2) & 1) * 8)]);
-      #pragma unroll
-        for (int rn = 0; rn < 4; ++rn)
-      #pragma unroll
-          for (int i = 0; i < 4; i += 2)
-            kg::copy_vec<2>(&fb_[rn][i], &v39[((warp % 2) * 32 + rn * 8 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (0)) * 136 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 8)]);
+        for (int g = 0; g < 2; ++g) kg::ldmatrix_x4(&fb_[g * 8], &v37[((warp % 2) * 32 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8 + (((8 * g + 2 * ((lane / 8) % 4)) >> 3) & 1) * 16) + lane % 8) * 136 + ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8)]);
       #pragma unroll
         for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
           for (int rn = 0; rn < 4; ++rn)
-            kg::mma_m16n8k16_fp16(&v103[(rm * 4 + rn) * 4], fa_[rm], fb_[rn]);
+            kg::mma_m16n8k16_fp16(&v96[(rm * 4 + rn) * 4], &fa_[rm * 8], &fb_[rn * 4]);
       }
+      // spec: specs/fa2_bwd.yaml:63:22
+      const int v97 = (v55 + v49);
+      // spec: specs/fa2_bwd.yaml:63:22
+      const bool v98 = (v97 < v48);
+      // spec: specs/fa2_bwd.yaml:63:22
+      kg::sync();
+      if (v98) {
+        const kg::fp16* p_ = t_do + ((int64_t)(v6) * stride_do_0 + (int64_t)(v44) * stride_do_2);
+        const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
+      #pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int c_ = lane + warp * 32 + i * 256;
+          const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
+          const int i0_ = v97 * 64 + r_, i1_ = 0 + k_;
+          const int64_t off_ = (int64_t)i0_ * stride_do_1 + i1_;
+          const int slot_ = r_ * 136 + k_;
+          if (aligned_) {
+            const int n_ = i0_ < (size_SQ) ? kg::min_(kg::max_((128) - i1_, 0), 8) : 0;
+            kg::cp_async<16>(&v51[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          } else {
+      #pragma unroll
+            for (int v = 0; v < 8; ++v)
+              v51[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          }
+        }
+      }
+      kg::cp_async_commit();
       // spec: specs/fa2_bwd.yaml:72:30
-      float v104[2];
+      float v99[2];
       {
-        const float* p_ = t_delta + ((int64_t)(v6) * stride_delta_0 + (int64_t)(v47) * stride_delta_1);
+        const float* p_ = t_delta + ((int64_t)(v6) * stride_delta_0 + (int64_t)(v44) * stride_delta_1);
         const bool aligned_ = false;
         const int t0_ = v55 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32;
       #pragma unroll
@@ -475,118 +467,118 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 1 <= (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<1>(&v104[e], p_ + off_);
+            kg::copy_vec<1>(&v99[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 1; ++v)
-              v104[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+              v99[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
       // spec: specs/fa2_bwd.yaml:72:30
-      float (&v105)[2] = v104;
+      float (&v100)[2] = v99;
       // spec: specs/fa2_bwd.yaml:72:25
-      float v106[16];
+      float v101[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v106[e] = v105[((e >> 1) & 1) * 1];
+      for (int e = 0; e < 16; ++e) v101[e] = v100[((e >> 1) & 1) * 1];
       // spec: specs/fa2_bwd.yaml:72:25
-      float v107[16];
+      float v102[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v107[e] = (v103[e] - v106[e]);
+      for (int e = 0; e < 16; ++e) v102[e] = (v96[e] - v101[e]);
       // spec: specs/fa2_bwd.yaml:72:20
-      float v108[16];
+      float v103[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v108[e] = (v93[e] * v107[e]);
+      for (int e = 0; e < 16; ++e) v103[e] = (v90[e] * v102[e]);
       // spec: specs/fa2_bwd.yaml:73:37
-      kg::fp16 v109[16];
+      kg::fp16 v104[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v109[e] = kg::cvt<kg::fp16>(v108[e]);
-      // spec: specs/fa2_bwd.yaml:73:37
-      kg::fp16 (&v110)[16] = v109;
+      for (int e = 0; e < 16; ++e) v104[e] = kg::cvt<kg::fp16>(v103[e]);
       // spec: specs/fa2_bwd.yaml:73:33
+      kg::fp16* v105 = reinterpret_cast<kg::fp16*>(smem + 69632);
+      #pragma unroll
+      for (int e = 0; e < 16; e += 2) kg::copy_vec<2>(&v105[((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (((e >> 1) & 1) * 8)) * 72 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + (warp & 1) * 32) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v104[e]);
+      kg::sync();
+      // spec: specs/fa2_bwd.yaml:73:33
+      kg::fp16* v106 = v105;
+      // spec: specs/fa2_bwd.yaml:73:33
+      float (&v107)[32] = v57;
+      #pragma unroll
+      for (int ks = 0; ks < 4; ++ks) {
+        alignas(16) kg::fp16 fa_[8];
+      #pragma unroll
+        for (int g = 0; g < 1; ++g) kg::ldmatrix_x4_trans(&fa_[g * 8], &v106[(ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8) + lane % 8) * 72 + (warp / 2) * 16 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8)]);
+        alignas(16) kg::fp16 fb_[32];
+      #pragma unroll
+        for (int g = 0; g < 4; ++g) kg::ldmatrix_x4_trans(&fb_[g * 8], &v50[(ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8) + lane % 8) * 136 + (warp % 2) * 64 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8 + (((8 * g + 2 * ((lane / 8) % 4)) >> 3) & 1) * 16 + (((8 * g + 2 * ((lane / 8) % 4)) >> 4) & 1) * 32)]);
+      #pragma unroll
+        for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+          for (int rn = 0; rn < 8; ++rn)
+            kg::mma_m16n8k16_fp16(&v107[(rm * 8 + rn) * 4], &fa_[rm * 8], &fb_[rn * 4]);
+      }
+      // spec: specs/fa2_bwd.yaml:62:20
+      const int v108 = (v55 + v49);
+      // spec: specs/fa2_bwd.yaml:62:20
+      const bool v109 = (v108 < v48);
+      // spec: specs/fa2_bwd.yaml:62:20
+      kg::sync();
+      if (v109) {
+        const kg::fp16* p_ = t_q + ((int64_t)(v6) * stride_q_0 + (int64_t)(v44) * stride_q_2);
+        const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
+      #pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int c_ = lane + warp * 32 + i * 256;
+          const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
+          const int i0_ = v108 * 64 + r_, i1_ = 0 + k_;
+          const int64_t off_ = (int64_t)i0_ * stride_q_1 + i1_;
+          const int slot_ = r_ * 136 + k_;
+          if (aligned_) {
+            const int n_ = i0_ < (size_SQ) ? kg::min_(kg::max_((128) - i1_, 0), 8) : 0;
+            kg::cp_async<16>(&v50[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          } else {
+      #pragma unroll
+            for (int v = 0; v < 8; ++v)
+              v50[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          }
+        }
+      }
+      kg::cp_async_commit();
+      // spec: specs/fa2_bwd.yaml:75:70
+      kg::fp16 v110[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v110[e] = kg::cvt<kg::fp16>(v103[e]);
+      // spec: specs/fa2_bwd.yaml:75:66
       float v111[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v111[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:73:33
-      kg::fp16* v112 = reinterpret_cast<kg::fp16*>(smem + 71680);
-      kg::sync();
+      // spec: specs/fa2_bwd.yaml:75:66
+      kg::fp16* v112 = reinterpret_cast<kg::fp16*>(smem + 69632);
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v112[(((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + (warp & 1) * 32) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 72 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (((e >> 1) & 1) * 8))] = v110[e];
-
-      // spec: specs/fa2_bwd.yaml:73:33
-      kg::fp16* v113 = reinterpret_cast<kg::fp16*>(smem + 18432);
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v113[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4 + ((warp >> 2) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v58[e];
+      for (int e = 0; e < 16; e += 2) kg::copy_vec<2>(&v112[((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (((e >> 1) & 1) * 8)) * 72 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + (warp & 1) * 32) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v110[e]);
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:73:33
-      float (&v114)[32] = v111;
+      // spec: specs/fa2_bwd.yaml:75:66
+      float (&v113)[32] = v111;
       #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
-        alignas(16) kg::fp16 fa_[1][8];
-        alignas(16) kg::fp16 fb_[8][4];
+        alignas(16) kg::fp16 fa_[8];
       #pragma unroll
-        for (int rm = 0; rm < 1; ++rm)
+        for (int g = 0; g < 1; ++g) kg::ldmatrix_x4(&fa_[g * 8], &v112[((warp / 2) * 16 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8) + lane % 8) * 72 + ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8)]);
+        alignas(16) kg::fp16 fb_[32];
       #pragma unroll
-          for (int i = 0; i < 8; i += 2)
-            kg::copy_vec<2>(&fa_[rm][i], &v112[((warp / 2) * 16 + rm * 16 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (((i >> 1) & 1) * 8)) * 72 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 2) & 1) * 8)]);
-      #pragma unroll
-        for (int rn = 0; rn < 8; ++rn)
-      #pragma unroll
-          for (int i = 0; i < 4; i += 2)
-            kg::copy_vec<2>(&fb_[rn][i], &v113[((warp % 2) * 64 + rn * 8 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (0)) * 72 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 8)]);
+        for (int g = 0; g < 4; ++g) kg::ldmatrix_x4_trans(&fb_[g * 8], &v34[(ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8) + lane % 8) * 136 + (warp % 2) * 64 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8 + (((8 * g + 2 * ((lane / 8) % 4)) >> 3) & 1) * 16 + (((8 * g + 2 * ((lane / 8) % 4)) >> 4) & 1) * 32)]);
       #pragma unroll
         for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
           for (int rn = 0; rn < 8; ++rn)
-            kg::mma_m16n8k16_fp16(&v114[(rm * 8 + rn) * 4], fa_[rm], fb_[rn]);
-      }
-      // spec: specs/fa2_bwd.yaml:73:24
-      float v115[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v115[e] = (v57[e] + v114[e]);
-      // spec: specs/fa2_bwd.yaml:75:70
-      kg::fp16 v116[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v116[e] = kg::cvt<kg::fp16>(v108[e]);
-      // spec: specs/fa2_bwd.yaml:75:66
-      float v117[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v117[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:75:66
-      kg::fp16* v118 = reinterpret_cast<kg::fp16*>(smem + 18432);
-      kg::sync();
-      #pragma unroll
-      for (int e = 0; e < 16; e += 2) kg::copy_vec<2>(&v118[((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (((e >> 1) & 1) * 8)) * 72 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + (warp & 1) * 32) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v116[e]);
-      kg::sync();
-      // spec: specs/fa2_bwd.yaml:75:66
-      float (&v119)[32] = v117;
-      #pragma unroll
-      for (int ks = 0; ks < 4; ++ks) {
-        alignas(16) kg::fp16 fa_[1][8];
-        alignas(16) kg::fp16 fb_[8][4];
-      #pragma unroll
-        for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-          for (int i = 0; i < 8; i += 2)
-            kg::copy_vec<2>(&fa_[rm][i], &v118[((warp / 2) * 16 + rm * 16 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (((i >> 1) & 1) * 8)) * 72 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 2) & 1) * 8)]);
-      #pragma unroll
-        for (int rn = 0; rn < 8; ++rn)
-      #pragma unroll
-          for (int i = 0; i < 4; i += 2)
-            kg::copy_vec<2>(&fb_[rn][i], &v40[((warp % 2) * 64 + rn * 8 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (0)) * 72 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 8)]);
-      #pragma unroll
-        for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-          for (int rn = 0; rn < 8; ++rn)
-            kg::mma_m16n8k16_fp16(&v119[(rm * 8 + rn) * 4], fa_[rm], fb_[rn]);
+            kg::mma_m16n8k16_fp16(&v113[(rm * 8 + rn) * 4], &fa_[rm * 8], &fb_[rn * 4]);
       }
       // spec: specs/fa2_bwd.yaml:75:66
-      float v120[32];
+      float v114[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v120[e] = (v119[e] * v2);
+      for (int e = 0; e < 32; ++e) v114[e] = (v113[e] * v2);
       // spec: specs/fa2_bwd.yaml:75:19
       if ((lane & 0) == 0 && (warp & 0) == 0) {
-        float* p_ = t_dq_acc + ((int64_t)(v6) * stride_dq_acc_0 + (int64_t)(v47) * stride_dq_acc_2);
+        float* p_ = t_dq_acc + ((int64_t)(v6) * stride_dq_acc_0 + (int64_t)(v44) * stride_dq_acc_2);
         const bool aligned_ = kg::aligned(p_, 8) && stride_dq_acc_0 % 2 == 0 && stride_dq_acc_1 % 2 == 0 && stride_dq_acc_2 % 2 == 0;
         const int t0_ = v55 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32;
         const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4 + (warp & 1) * 64;
@@ -595,17 +587,17 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           const int i0_ = t0_ + ((e >> 1) & 1) * 8;
           const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
           const int64_t off_ = (int64_t)i0_ * stride_dq_acc_1 + (int64_t)i1_ * 1;
-          if (i0_ < (size_SQ) && i1_ < (128)) kg::atomic_add(p_ + off_, v120[e]);
+          if (i0_ < (size_SQ) && i1_ < (128)) kg::atomic_add(p_ + off_, v114[e]);
         }
       }
       // spec: specs/fa2_bwd.yaml:75:19
 
       float y0_[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) y0_[e] = v100[e];
+      for (int e = 0; e < 32; ++e) y0_[e] = v94[e];
       float y1_[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) y1_[e] = v115[e];
+      for (int e = 0; e < 32; ++e) y1_[e] = v107[e];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v53[e] = y0_[e];
       #pragma unroll
@@ -620,18 +612,18 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
     #pragma unroll
     for (int e = 0; e < 32; ++e) y1_[e] = v54[e];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v41[e] = y0_[e];
+    for (int e = 0; e < 32; ++e) v38[e] = y0_[e];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v42[e] = y1_[e];
+    for (int e = 0; e < 32; ++e) v39[e] = y1_[e];
   }
   // spec: specs/fa2_bwd.yaml:76:34
-  float v121[32];
+  float v115[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v121[e] = (v42[e] * v2);
+  for (int e = 0; e < 32; ++e) v115[e] = (v39[e] * v2);
   // spec: specs/fa2_bwd.yaml:76:33
-  kg::fp16 v122[32];
+  kg::fp16 v116[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v122[e] = kg::cvt<kg::fp16>(v121[e]);
+  for (int e = 0; e < 32; ++e) v116[e] = kg::cvt<kg::fp16>(v115[e]);
   // spec: specs/fa2_bwd.yaml:76:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_dk + ((int64_t)(v6) * stride_dk_0 + (int64_t)(v8) * stride_dk_2);
@@ -644,18 +636,18 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
       const int64_t off_ = (int64_t)i0_ * stride_dk_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SK) && i1_ + 2 <= (128)) {
-        kg::copy_vec<2>(p_ + off_, &v122[e]);
+        kg::copy_vec<2>(p_ + off_, &v116[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SK) && i1_ + v < (128)) p_[off_ + v] = v122[e + v];
+          if (i0_ < (size_SK) && i1_ + v < (128)) p_[off_ + v] = v116[e + v];
       }
     }
   }
   // spec: specs/fa2_bwd.yaml:77:33
-  kg::fp16 v123[32];
+  kg::fp16 v117[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v123[e] = kg::cvt<kg::fp16>(v41[e]);
+  for (int e = 0; e < 32; ++e) v117[e] = kg::cvt<kg::fp16>(v38[e]);
   // spec: specs/fa2_bwd.yaml:77:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_dv + ((int64_t)(v6) * stride_dv_0 + (int64_t)(v8) * stride_dv_2);
@@ -668,11 +660,11 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
       const int64_t off_ = (int64_t)i0_ * stride_dv_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SK) && i1_ + 2 <= (128)) {
-        kg::copy_vec<2>(p_ + off_, &v123[e]);
+        kg::copy_vec<2>(p_ + off_, &v117[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SK) && i1_ + v < (128)) p_[off_ + v] = v123[e + v];
+          if (i0_ < (size_SK) && i1_ + v < (128)) p_[off_ + v] = v117[e + v];
       }
     }
   }

@@ -44,535 +44,539 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
   int v15[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v15[e] = (v13 + v14[e]);
+  // spec: specs/fa2_bwd.yaml:52:16
+  const float v16 = 1.4426950408889634f;
+  // spec: specs/fa2_bwd.yaml:52:16
+  const float v17 = (v2 * v16);
+  // spec: specs/fa2_bwd.yaml:56:27
+  const int v18 = kg::block_id_x();
+  // spec: specs/fa2_bwd.yaml:56:27
+  const int v19 = 64;
+  // spec: specs/fa2_bwd.yaml:56:27
+  const int v20 = (v18 * v19);
+  // spec: specs/fa2_bwd.yaml:56:54
+  const int v21 = (v1 - v0);
+  // spec: specs/fa2_bwd.yaml:56:27
+  const int v22 = (v20 - v21);
+  // spec: specs/fa2_bwd.yaml:56:19
+  const int v23 = 0;
+  // spec: specs/fa2_bwd.yaml:56:19
+  const int v24 = (kg::max_(v22, v23));
+  // spec: specs/fa2_bwd.yaml:56:19
+  const int v25 = 64;
+  // spec: specs/fa2_bwd.yaml:56:19
+  const int v26 = (kg::floordiv(v24, v25));
+  // spec: specs/fa2_bwd.yaml:57:16
+  float v27[32];
+  #pragma unroll
+  for (int e = 0; e < 32; ++e) v27[e] = 0.0f;
+  // spec: specs/fa2_bwd.yaml:58:16
+  float v28[32];
+  #pragma unroll
+  for (int e = 0; e < 32; ++e) v28[e] = 0.0f;
+  // spec: specs/fa2_bwd.yaml:59:22
+  const int v29 = 0;
+  // spec: specs/fa2_bwd.yaml:59:22
+  const int v30 = 1;
+  // spec: specs/fa2_bwd.yaml:66:49
+  int (&v31)[16] = v15;
+  // spec: specs/fa2_bwd.yaml:68:37
+  int (&v32)[16] = v15;
+  // spec: specs/fa2_bwd.yaml:68:37
+  int v33[32];
+  #pragma unroll
+  for (int e = 0; e < 32; ++e) v33[e] = v32[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+  // spec: specs/fa2_bwd.yaml:69:37
+  kg::fp16* v34 = reinterpret_cast<kg::fp16*>(smem + 0);
   // spec: specs/fa2_bwd.yaml:50:12
-  kg::fp16 v16[32];
-  {
+  kg::sync();
+  if (true) {
     const kg::fp16* p_ = t_k + ((int64_t)(v6) * stride_k_0 + (int64_t)(v8) * stride_k_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
-    const int t0_ = v10 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
-    const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
   #pragma unroll
-    for (int e = 0; e < 32; e += 8) {
-      const int i0_ = t0_ + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
-      const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
-      const int64_t off_ = (int64_t)i0_ * stride_k_1 + (int64_t)i1_ * 1;
-      const bool in_ = i0_ < (size_SK) && i1_ + 8 <= (64);
-      if (aligned_ && in_) {
-        kg::copy_vec<8>(&v16[e], p_ + off_);
+    for (int i = 0; i < 4; ++i) {
+      const int c_ = lane + warp * 32 + i * 128;
+      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+      const int i0_ = v10 * 64 + r_, i1_ = 0 + k_;
+      const int64_t off_ = (int64_t)i0_ * stride_k_1 + i1_;
+      const int slot_ = r_ * 72 + k_;
+      if (aligned_) {
+        const int n_ = i0_ < (size_SK) ? kg::min_(kg::max_((64) - i1_, 0), 8) : 0;
+        kg::cp_async<16>(&v34[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v16[e + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          v34[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
       }
     }
   }
+  kg::cp_async_commit();
+  // spec: specs/fa2_bwd.yaml:69:37
+  kg::cp_async_wait<0>();
+  kg::sync();
+  // spec: specs/fa2_bwd.yaml:69:37
+  kg::fp16* v35 = v34;
+  // spec: specs/fa2_bwd.yaml:71:20
+  kg::fp16* v36 = reinterpret_cast<kg::fp16*>(smem + 9216);
   // spec: specs/fa2_bwd.yaml:51:12
-  kg::fp16 v17[32];
-  {
+  if (true) {
     const kg::fp16* p_ = t_v + ((int64_t)(v6) * stride_v_0 + (int64_t)(v8) * stride_v_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-    const int t0_ = v10 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
-    const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
   #pragma unroll
-    for (int e = 0; e < 32; e += 8) {
-      const int i0_ = t0_ + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
-      const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
-      const int64_t off_ = (int64_t)i0_ * stride_v_1 + (int64_t)i1_ * 1;
-      const bool in_ = i0_ < (size_SK) && i1_ + 8 <= (64);
-      if (aligned_ && in_) {
-        kg::copy_vec<8>(&v17[e], p_ + off_);
+    for (int i = 0; i < 4; ++i) {
+      const int c_ = lane + warp * 32 + i * 128;
+      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+      const int i0_ = v10 * 64 + r_, i1_ = 0 + k_;
+      const int64_t off_ = (int64_t)i0_ * stride_v_1 + i1_;
+      const int slot_ = r_ * 72 + k_;
+      if (aligned_) {
+        const int n_ = i0_ < (size_SK) ? kg::min_(kg::max_((64) - i1_, 0), 8) : 0;
+        kg::cp_async<16>(&v36[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v17[e + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          v36[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
       }
     }
   }
-  // spec: specs/fa2_bwd.yaml:52:16
-  const float v18 = 1.4426950408889634f;
-  // spec: specs/fa2_bwd.yaml:52:16
-  const float v19 = (v2 * v18);
-  // spec: specs/fa2_bwd.yaml:56:27
-  const int v20 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:56:27
-  const int v21 = 64;
-  // spec: specs/fa2_bwd.yaml:56:27
-  const int v22 = (v20 * v21);
-  // spec: specs/fa2_bwd.yaml:56:54
-  const int v23 = (v1 - v0);
-  // spec: specs/fa2_bwd.yaml:56:27
-  const int v24 = (v22 - v23);
-  // spec: specs/fa2_bwd.yaml:56:19
-  const int v25 = 0;
-  // spec: specs/fa2_bwd.yaml:56:19
-  const int v26 = (kg::max_(v24, v25));
-  // spec: specs/fa2_bwd.yaml:56:19
-  const int v27 = 64;
-  // spec: specs/fa2_bwd.yaml:56:19
-  const int v28 = (kg::floordiv(v26, v27));
-  // spec: specs/fa2_bwd.yaml:57:16
-  float v29[32];
-  #pragma unroll
-  for (int e = 0; e < 32; ++e) v29[e] = 0.0f;
-  // spec: specs/fa2_bwd.yaml:58:16
-  float v30[32];
-  #pragma unroll
-  for (int e = 0; e < 32; ++e) v30[e] = 0.0f;
-  // spec: specs/fa2_bwd.yaml:59:22
-  const int v31 = 0;
-  // spec: specs/fa2_bwd.yaml:59:22
-  const int v32 = 1;
-  // spec: specs/fa2_bwd.yaml:66:49
-  int (&v33)[16] = v15;
-  // spec: specs/fa2_bwd.yaml:68:37
-  int (&v34)[16] = v15;
-  // spec: specs/fa2_bwd.yaml:68:37
-  int v35[32];
-  #pragma unroll
-  for (int e = 0; e < 32; ++e) v35[e] = v34[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-  // spec: specs/fa2_bwd.yaml:69:45
-  kg::fp16 (&v36)[32] = v16;
-  // spec: specs/fa2_bwd.yaml:69:37
-  kg::fp16* v37 = reinterpret_cast<kg::fp16*>(smem + 0);
-  kg::sync();
-  #pragma unroll
-  for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v37[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v36[e]);
-
-  // spec: specs/fa2_bwd.yaml:71:30
-  kg::fp16 (&v38)[32] = v17;
+  kg::cp_async_commit();
   // spec: specs/fa2_bwd.yaml:71:20
-  kg::fp16* v39 = reinterpret_cast<kg::fp16*>(smem + 9216);
-  #pragma unroll
-  for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v39[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v38[e]);
+  kg::cp_async_wait<0>();
   kg::sync();
+  // spec: specs/fa2_bwd.yaml:71:20
+  kg::fp16* v37 = v36;
   // spec: specs/fa2_bwd.yaml:59:7
 
-  float v40[32];
+  float v38[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v40[e] = v30[e];
-  float v41[32];
+  for (int e = 0; e < 32; ++e) v38[e] = v28[e];
+  float v39[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v41[e] = v29[e];
-  for (int v42 = v31; v42 < v9; v42 += v32) {
-    float (&v43)[32] = v40;
-    float (&v44)[32] = v41;
+  for (int e = 0; e < 32; ++e) v39[e] = v27[e];
+  for (int v40 = v29; v40 < v9; v40 += v30) {
+    float (&v41)[32] = v38;
+    float (&v42)[32] = v39;
     
     // spec: specs/fa2_bwd.yaml:60:15
-    const int v45 = (v8 * v9);
+    const int v43 = (v8 * v9);
     // spec: specs/fa2_bwd.yaml:60:15
-    const int v46 = (v45 + v42);
+    const int v44 = (v43 + v40);
     // spec: specs/fa2_bwd.yaml:61:33
-    const int v47 = 63;
+    const int v45 = 63;
     // spec: specs/fa2_bwd.yaml:61:33
-    const int v48 = (v0 + v47);
+    const int v46 = (v0 + v45);
     // spec: specs/fa2_bwd.yaml:61:33
-    const int v49 = 64;
+    const int v47 = 64;
     // spec: specs/fa2_bwd.yaml:61:33
-    const int v50 = (kg::floordiv(v48, v49));
+    const int v48 = (kg::floordiv(v46, v47));
     // spec: specs/fa2_bwd.yaml:61:33
-    const int v51 = 1;
+    const int v49 = 1;
+    // spec: specs/fa2_bwd.yaml:69:37
+    kg::fp16* v50 = reinterpret_cast<kg::fp16*>(smem + 18432);
+    // spec: specs/fa2_bwd.yaml:70:33
+    kg::fp16* v51 = reinterpret_cast<kg::fp16*>(smem + 27648);
+    // spec: specs/fa2_bwd.yaml:61:11
+    const bool v52 = (v26 < v48);
+    // spec: specs/fa2_bwd.yaml:63:22
+    kg::sync();
+    if (v52) {
+      const kg::fp16* p_ = t_do + ((int64_t)(v6) * stride_do_0 + (int64_t)(v44) * stride_do_2);
+      const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
+    #pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int c_ = lane + warp * 32 + i * 128;
+        const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+        const int i0_ = v26 * 64 + r_, i1_ = 0 + k_;
+        const int64_t off_ = (int64_t)i0_ * stride_do_1 + i1_;
+        const int slot_ = r_ * 72 + k_;
+        if (aligned_) {
+          const int n_ = i0_ < (size_SQ) ? kg::min_(kg::max_((64) - i1_, 0), 8) : 0;
+          kg::cp_async<16>(&v51[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        } else {
+    #pragma unroll
+          for (int v = 0; v < 8; ++v)
+            v51[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+        }
+      }
+    }
+    kg::cp_async_commit();
+    // spec: specs/fa2_bwd.yaml:62:20
+    if (v52) {
+      const kg::fp16* p_ = t_q + ((int64_t)(v6) * stride_q_0 + (int64_t)(v44) * stride_q_2);
+      const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
+    #pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int c_ = lane + warp * 32 + i * 128;
+        const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+        const int i0_ = v26 * 64 + r_, i1_ = 0 + k_;
+        const int64_t off_ = (int64_t)i0_ * stride_q_1 + i1_;
+        const int slot_ = r_ * 72 + k_;
+        if (aligned_) {
+          const int n_ = i0_ < (size_SQ) ? kg::min_(kg::max_((64) - i1_, 0), 8) : 0;
+          kg::cp_async<16>(&v50[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        } else {
+    #pragma unroll
+          for (int v = 0; v < 8; ++v)
+            v50[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+        }
+      }
+    }
+    kg::cp_async_commit();
     // spec: specs/fa2_bwd.yaml:61:11
 
-    float v52[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v52[e] = v43[e];
     float v53[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v53[e] = v44[e];
-    for (int v54 = v28; v54 < v50; v54 += v51) {
-      float (&v55)[32] = v52;
+    for (int e = 0; e < 32; ++e) v53[e] = v41[e];
+    float v54[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v54[e] = v42[e];
+    for (int v55 = v26; v55 < v48; v55 += v49) {
       float (&v56)[32] = v53;
+      float (&v57)[32] = v54;
       
-      // spec: specs/fa2_bwd.yaml:62:20
-      kg::fp16 v57[32];
-      {
-        const kg::fp16* p_ = t_q + ((int64_t)(v6) * stride_q_0 + (int64_t)(v46) * stride_q_2);
-        const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-        const int t0_ = v54 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
-        const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
-      #pragma unroll
-        for (int e = 0; e < 32; e += 8) {
-          const int i0_ = t0_ + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
-          const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
-          const int64_t off_ = (int64_t)i0_ * stride_q_1 + (int64_t)i1_ * 1;
-          const bool in_ = i0_ < (size_SQ) && i1_ + 8 <= (64);
-          if (aligned_ && in_) {
-            kg::copy_vec<8>(&v57[e], p_ + off_);
-          } else {
-      #pragma unroll
-            for (int v = 0; v < 8; ++v)
-              v57[e + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
-          }
-        }
-      }
-      // spec: specs/fa2_bwd.yaml:63:22
-      kg::fp16 v58[32];
-      {
-        const kg::fp16* p_ = t_do + ((int64_t)(v6) * stride_do_0 + (int64_t)(v46) * stride_do_2);
-        const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
-        const int t0_ = v54 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
-        const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
-      #pragma unroll
-        for (int e = 0; e < 32; e += 8) {
-          const int i0_ = t0_ + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
-          const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
-          const int64_t off_ = (int64_t)i0_ * stride_do_1 + (int64_t)i1_ * 1;
-          const bool in_ = i0_ < (size_SQ) && i1_ + 8 <= (64);
-          if (aligned_ && in_) {
-            kg::copy_vec<8>(&v58[e], p_ + off_);
-          } else {
-      #pragma unroll
-            for (int v = 0; v < 8; ++v)
-              v58[e + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
-          }
-        }
-      }
       // spec: specs/fa2_bwd.yaml:64:22
-      float v59[2];
+      float v58[2];
       {
-        const float* p_ = t_lse + ((int64_t)(v6) * stride_lse_0 + (int64_t)(v46) * stride_lse_1);
+        const float* p_ = t_lse + ((int64_t)(v6) * stride_lse_0 + (int64_t)(v44) * stride_lse_1);
         const bool aligned_ = false;
-        const int t0_ = v54 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+        const int t0_ = v55 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
       #pragma unroll
         for (int e = 0; e < 2; e += 1) {
           const int i0_ = t0_ + (e & 1) * 8;
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 1 <= (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<1>(&v59[e], p_ + off_);
+            kg::copy_vec<1>(&v58[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 1; ++v)
-              v59[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+              v58[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
       // spec: specs/fa2_bwd.yaml:64:22
-      const float v60 = 1.4426950408889634f;
+      const float v59 = 1.4426950408889634f;
       // spec: specs/fa2_bwd.yaml:64:22
-      float v61[2];
+      float v60[2];
       #pragma unroll
-      for (int e = 0; e < 2; ++e) v61[e] = (v59[e] * v60);
+      for (int e = 0; e < 2; ++e) v60[e] = (v58[e] * v59);
       // spec: specs/fa2_bwd.yaml:65:22
-      const int v62 = 64;
+      const int v61 = 64;
       // spec: specs/fa2_bwd.yaml:65:22
-      const int v63 = (v54 * v62);
+      const int v62 = (v55 * v61);
       // spec: specs/fa2_bwd.yaml:65:36
+      int v63[2];
+      #pragma unroll
+      for (int e = 0; e < 2; ++e) v63[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8);
+      // spec: specs/fa2_bwd.yaml:65:22
       int v64[2];
       #pragma unroll
-      for (int e = 0; e < 2; ++e) v64[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8);
-      // spec: specs/fa2_bwd.yaml:65:22
-      int v65[2];
-      #pragma unroll
-      for (int e = 0; e < 2; ++e) v65[e] = (v63 + v64[e]);
+      for (int e = 0; e < 2; ++e) v64[e] = (v62 + v63[e]);
       // spec: specs/fa2_bwd.yaml:66:24
-      int (&v66)[2] = v65;
+      int (&v65)[2] = v64;
       // spec: specs/fa2_bwd.yaml:66:24
-      bool v67[2];
+      bool v66[2];
       #pragma unroll
-      for (int e = 0; e < 2; ++e) v67[e] = (v66[e] < v0);
+      for (int e = 0; e < 2; ++e) v66[e] = (v65[e] < v0);
       // spec: specs/fa2_bwd.yaml:66:49
-      bool v68[16];
+      bool v67[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v68[e] = (v33[e] < v1);
+      for (int e = 0; e < 16; ++e) v67[e] = (v31[e] < v1);
       // spec: specs/fa2_bwd.yaml:66:74
-      float (&v69)[2] = v61;
+      float (&v68)[2] = v60;
       // spec: specs/fa2_bwd.yaml:66:74
-      const float v70 = -kg::inf();
+      const float v69 = -kg::inf();
       // spec: specs/fa2_bwd.yaml:66:74
-      bool v71[2];
+      bool v70[2];
       #pragma unroll
-      for (int e = 0; e < 2; ++e) v71[e] = (v69[e] > v70);
+      for (int e = 0; e < 2; ++e) v70[e] = (v68[e] > v69);
+      // spec: specs/fa2_bwd.yaml:66:23
+      bool v71[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v71[e] = v66[((e >> 1) & 1) * 1];
       // spec: specs/fa2_bwd.yaml:66:23
       bool v72[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v72[e] = v67[((e >> 1) & 1) * 1];
+      for (int e = 0; e < 32; ++e) v72[e] = v67[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
       // spec: specs/fa2_bwd.yaml:66:23
       bool v73[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v73[e] = v68[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+      for (int e = 0; e < 32; ++e) v73[e] = (v71[e] && v72[e]);
       // spec: specs/fa2_bwd.yaml:66:23
       bool v74[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v74[e] = (v72[e] && v73[e]);
+      for (int e = 0; e < 32; ++e) v74[e] = v70[((e >> 1) & 1) * 1];
       // spec: specs/fa2_bwd.yaml:66:23
       bool v75[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v75[e] = v71[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:66:23
-      bool v76[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v76[e] = (v74[e] && v75[e]);
+      for (int e = 0; e < 32; ++e) v75[e] = (v73[e] && v74[e]);
       // spec: specs/fa2_bwd.yaml:68:54
-      int (&v77)[2] = v65;
+      int (&v76)[2] = v64;
       // spec: specs/fa2_bwd.yaml:68:71
-      const int v78 = (v1 - v0);
+      const int v77 = (v1 - v0);
       // spec: specs/fa2_bwd.yaml:68:54
-      int v79[2];
+      int v78[2];
       #pragma unroll
-      for (int e = 0; e < 2; ++e) v79[e] = (v77[e] + v78);
+      for (int e = 0; e < 2; ++e) v78[e] = (v76[e] + v77);
       // spec: specs/fa2_bwd.yaml:68:37
-      int v80[32];
+      int v79[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v80[e] = v79[((e >> 1) & 1) * 1];
+      for (int e = 0; e < 32; ++e) v79[e] = v78[((e >> 1) & 1) * 1];
       // spec: specs/fa2_bwd.yaml:68:37
+      bool v80[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v80[e] = (v33[e] <= v79[e]);
+      // spec: specs/fa2_bwd.yaml:68:27
       bool v81[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v81[e] = (v35[e] <= v80[e]);
-      // spec: specs/fa2_bwd.yaml:68:27
-      bool v82[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v82[e] = (v76[e] && v81[e]);
+      for (int e = 0; e < 32; ++e) v81[e] = (v75[e] && v80[e]);
       // spec: specs/fa2_bwd.yaml:69:37
-      float v83[32];
+      float v82[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v83[e] = 0.0f;
+      for (int e = 0; e < 32; ++e) v82[e] = 0.0f;
       // spec: specs/fa2_bwd.yaml:69:37
-      kg::fp16* v84 = reinterpret_cast<kg::fp16*>(smem + 18432);
-      kg::sync();
-      #pragma unroll
-      for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v84[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v57[e]);
+      kg::cp_async_wait<0>();
       kg::sync();
       // spec: specs/fa2_bwd.yaml:69:37
-      float (&v85)[32] = v83;
+      float (&v83)[32] = v82;
       #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
-        alignas(16) kg::fp16 fa_[1][8];
-        alignas(16) kg::fp16 fb_[8][4];
+        alignas(16) kg::fp16 fa_[8];
       #pragma unroll
-        for (int rm = 0; rm < 1; ++rm)
+        for (int g = 0; g < 1; ++g) kg::ldmatrix_x4(&fa_[g * 8], &v50[((warp / 1) * 16 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8) + lane % 8) * 72 + ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8)]);
+        alignas(16) kg::fp16 fb_[32];
       #pragma unroll
-          for (int i = 0; i < 8; i += 2)
-            kg::copy_vec<2>(&fa_[rm][i], &v84[((warp / 1) * 16 + rm * 16 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (((i >> 1) & 1) * 8)) * 72 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 2) & 1) * 8)]);
-      #pragma unroll
-        for (int rn = 0; rn < 8; ++rn)
-      #pragma unroll
-          for (int i = 0; i < 4; i += 2)
-            kg::copy_vec<2>(&fb_[rn][i], &v37[((warp % 1) * 64 + rn * 8 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (0)) * 72 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 8)]);
+        for (int g = 0; g < 4; ++g) kg::ldmatrix_x4(&fb_[g * 8], &v35[((warp % 1) * 64 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8 + (((8 * g + 2 * ((lane / 8) % 4)) >> 3) & 1) * 16 + (((8 * g + 2 * ((lane / 8) % 4)) >> 4) & 1) * 32) + lane % 8) * 72 + ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8)]);
       #pragma unroll
         for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
           for (int rn = 0; rn < 8; ++rn)
-            kg::mma_m16n8k16_fp16(&v85[(rm * 8 + rn) * 4], fa_[rm], fb_[rn]);
+            kg::mma_m16n8k16_fp16(&v83[(rm * 8 + rn) * 4], &fa_[rm * 8], &fb_[rn * 4]);
       }
+      // spec: specs/fa2_bwd.yaml:69:37
+      float v84[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v84[e] = (v83[e] * v17);
+      // spec: specs/fa2_bwd.yaml:69:62
+      float (&v85)[2] = v60;
       // spec: specs/fa2_bwd.yaml:69:37
       float v86[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v86[e] = (v85[e] * v19);
-      // spec: specs/fa2_bwd.yaml:69:62
-      float (&v87)[2] = v61;
+      for (int e = 0; e < 32; ++e) v86[e] = v85[((e >> 1) & 1) * 1];
       // spec: specs/fa2_bwd.yaml:69:37
+      float v87[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v87[e] = (v84[e] - v86[e]);
+      // spec: specs/fa2_bwd.yaml:69:32
       float v88[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v88[e] = v87[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:69:37
-      float v89[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v89[e] = (v86[e] - v88[e]);
-      // spec: specs/fa2_bwd.yaml:69:32
+      for (int e = 0; e < 32; ++e) v88[e] = kg::exp2_(v87[e]);
+      // spec: specs/fa2_bwd.yaml:69:19
+      const float v89 = 0.0f;
+      // spec: specs/fa2_bwd.yaml:69:19
       float v90[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v90[e] = kg::exp2_(v89[e]);
-      // spec: specs/fa2_bwd.yaml:69:19
-      const float v91 = 0.0f;
-      // spec: specs/fa2_bwd.yaml:69:19
-      float v92[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v92[e] = (v82[e] ? v90[e] : v91);
+      for (int e = 0; e < 32; ++e) v90[e] = (v81[e] ? v88[e] : v89);
       // spec: specs/fa2_bwd.yaml:70:37
-      kg::fp16 v93[32];
+      kg::fp16 v91[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v93[e] = kg::cvt<kg::fp16>(v92[e]);
-      // spec: specs/fa2_bwd.yaml:70:37
-      kg::fp16 (&v94)[32] = v93;
+      for (int e = 0; e < 32; ++e) v91[e] = kg::cvt<kg::fp16>(v90[e]);
       // spec: specs/fa2_bwd.yaml:70:33
+      kg::fp16* v92 = reinterpret_cast<kg::fp16*>(smem + 36864);
+      kg::sync();
+      #pragma unroll
+      for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v92[((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) * 72 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))], &v91[e]);
+
+      // spec: specs/fa2_bwd.yaml:70:33
+      kg::fp16* v93 = v92;
+      // spec: specs/fa2_bwd.yaml:70:33
+      kg::cp_async_wait<1>();
+      kg::sync();
+      // spec: specs/fa2_bwd.yaml:70:33
+      float (&v94)[32] = v56;
+      #pragma unroll
+      for (int ks = 0; ks < 4; ++ks) {
+        alignas(16) kg::fp16 fa_[8];
+      #pragma unroll
+        for (int g = 0; g < 1; ++g) kg::ldmatrix_x4_trans(&fa_[g * 8], &v93[(ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8) + lane % 8) * 72 + (warp / 1) * 16 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8)]);
+        alignas(16) kg::fp16 fb_[32];
+      #pragma unroll
+        for (int g = 0; g < 4; ++g) kg::ldmatrix_x4_trans(&fb_[g * 8], &v51[(ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8) + lane % 8) * 72 + (warp % 1) * 64 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8 + (((8 * g + 2 * ((lane / 8) % 4)) >> 3) & 1) * 16 + (((8 * g + 2 * ((lane / 8) % 4)) >> 4) & 1) * 32)]);
+      #pragma unroll
+        for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+          for (int rn = 0; rn < 8; ++rn)
+            kg::mma_m16n8k16_fp16(&v94[(rm * 8 + rn) * 4], &fa_[rm * 8], &fb_[rn * 4]);
+      }
+      // spec: specs/fa2_bwd.yaml:71:20
       float v95[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v95[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:70:33
-      kg::fp16* v96 = reinterpret_cast<kg::fp16*>(smem + 18432);
-      kg::sync();
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v96[(((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 72 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8))] = v94[e];
-
-      // spec: specs/fa2_bwd.yaml:70:33
-      kg::fp16* v97 = reinterpret_cast<kg::fp16*>(smem + 27648);
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v97[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v58[e];
-      kg::sync();
-      // spec: specs/fa2_bwd.yaml:70:33
-      float (&v98)[32] = v95;
+      // spec: specs/fa2_bwd.yaml:71:20
+      float (&v96)[32] = v95;
       #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
-        alignas(16) kg::fp16 fa_[1][8];
-        alignas(16) kg::fp16 fb_[8][4];
+        alignas(16) kg::fp16 fa_[8];
       #pragma unroll
-        for (int rm = 0; rm < 1; ++rm)
+        for (int g = 0; g < 1; ++g) kg::ldmatrix_x4(&fa_[g * 8], &v51[((warp / 1) * 16 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8) + lane % 8) * 72 + ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8)]);
+        alignas(16) kg::fp16 fb_[32];
       #pragma unroll
-          for (int i = 0; i < 8; i += 2)
-            kg::copy_vec<2>(&fa_[rm][i], &v96[((warp / 1) * 16 + rm * 16 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (((i >> 1) & 1) * 8)) * 72 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 2) & 1) * 8)]);
-      #pragma unroll
-        for (int rn = 0; rn < 8; ++rn)
-      #pragma unroll
-          for (int i = 0; i < 4; i += 2)
-            kg::copy_vec<2>(&fb_[rn][i], &v97[((warp % 1) * 64 + rn * 8 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (0)) * 72 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 8)]);
+        for (int g = 0; g < 4; ++g) kg::ldmatrix_x4(&fb_[g * 8], &v37[((warp % 1) * 64 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8 + (((8 * g + 2 * ((lane / 8) % 4)) >> 3) & 1) * 16 + (((8 * g + 2 * ((lane / 8) % 4)) >> 4) & 1) * 32) + lane % 8) * 72 + ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8)]);
       #pragma unroll
         for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
           for (int rn = 0; rn < 8; ++rn)
-            kg::mma_m16n8k16_fp16(&v98[(rm * 8 + rn) * 4], fa_[rm], fb_[rn]);
+            kg::mma_m16n8k16_fp16(&v96[(rm * 8 + rn) * 4], &fa_[rm * 8], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:70:24
-      float v99[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v99[e] = (v55[e] + v98[e]);
-      // spec: specs/fa2_bwd.yaml:71:20
-      float v100[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v100[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:71:20
-      kg::fp16* v101 = reinterpret_cast<kg::fp16*>(smem + 18432);
+      // spec: specs/fa2_bwd.yaml:63:22
+      const int v97 = (v55 + v49);
+      // spec: specs/fa2_bwd.yaml:63:22
+      const bool v98 = (v97 < v48);
+      // spec: specs/fa2_bwd.yaml:63:22
       kg::sync();
+      if (v98) {
+        const kg::fp16* p_ = t_do + ((int64_t)(v6) * stride_do_0 + (int64_t)(v44) * stride_do_2);
+        const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
       #pragma unroll
-      for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v101[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v58[e]);
-      kg::sync();
-      // spec: specs/fa2_bwd.yaml:71:20
-      float (&v102)[32] = v100;
+        for (int i = 0; i < 4; ++i) {
+          const int c_ = lane + warp * 32 + i * 128;
+          const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+          const int i0_ = v97 * 64 + r_, i1_ = 0 + k_;
+          const int64_t off_ = (int64_t)i0_ * stride_do_1 + i1_;
+          const int slot_ = r_ * 72 + k_;
+          if (aligned_) {
+            const int n_ = i0_ < (size_SQ) ? kg::min_(kg::max_((64) - i1_, 0), 8) : 0;
+            kg::cp_async<16>(&v51[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          } else {
       #pragma unroll
-      for (int ks = 0; ks < 4; ++ks) {
-        alignas(16) kg::fp16 fa_[1][8];
-        alignas(16) kg::fp16 fb_[8][4];
-      #pragma unroll
-        for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-          for (int i = 0; i < 8; i += 2)
-            kg::copy_vec<2>(&fa_[rm][i], &v101[((warp / 1) * 16 + rm * 16 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (((i >> 1) & 1) * 8)) * 72 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 2) & 1) * 8)]);
-      #pragma unroll
-        for (int rn = 0; rn < 8; ++rn)
-      #pragma unroll
-          for (int i = 0; i < 4; i += 2)
-            kg::copy_vec<2>(&fb_[rn][i], &v39[((warp % 1) * 64 + rn * 8 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (0)) * 72 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 8)]);
-      #pragma unroll
-        for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-          for (int rn = 0; rn < 8; ++rn)
-            kg::mma_m16n8k16_fp16(&v102[(rm * 8 + rn) * 4], fa_[rm], fb_[rn]);
+            for (int v = 0; v < 8; ++v)
+              v51[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          }
+        }
       }
+      kg::cp_async_commit();
       // spec: specs/fa2_bwd.yaml:72:30
-      float v103[2];
+      float v99[2];
       {
-        const float* p_ = t_delta + ((int64_t)(v6) * stride_delta_0 + (int64_t)(v46) * stride_delta_1);
+        const float* p_ = t_delta + ((int64_t)(v6) * stride_delta_0 + (int64_t)(v44) * stride_delta_1);
         const bool aligned_ = false;
-        const int t0_ = v54 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+        const int t0_ = v55 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
       #pragma unroll
         for (int e = 0; e < 2; e += 1) {
           const int i0_ = t0_ + (e & 1) * 8;
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 1 <= (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<1>(&v103[e], p_ + off_);
+            kg::copy_vec<1>(&v99[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 1; ++v)
-              v103[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+              v99[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
       // spec: specs/fa2_bwd.yaml:72:30
-      float (&v104)[2] = v103;
+      float (&v100)[2] = v99;
       // spec: specs/fa2_bwd.yaml:72:25
-      float v105[32];
+      float v101[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v105[e] = v104[((e >> 1) & 1) * 1];
+      for (int e = 0; e < 32; ++e) v101[e] = v100[((e >> 1) & 1) * 1];
       // spec: specs/fa2_bwd.yaml:72:25
-      float v106[32];
+      float v102[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v106[e] = (v102[e] - v105[e]);
+      for (int e = 0; e < 32; ++e) v102[e] = (v96[e] - v101[e]);
       // spec: specs/fa2_bwd.yaml:72:20
-      float v107[32];
+      float v103[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v107[e] = (v92[e] * v106[e]);
+      for (int e = 0; e < 32; ++e) v103[e] = (v90[e] * v102[e]);
       // spec: specs/fa2_bwd.yaml:73:37
-      kg::fp16 v108[32];
+      kg::fp16 v104[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v108[e] = kg::cvt<kg::fp16>(v107[e]);
-      // spec: specs/fa2_bwd.yaml:73:37
-      kg::fp16 (&v109)[32] = v108;
+      for (int e = 0; e < 32; ++e) v104[e] = kg::cvt<kg::fp16>(v103[e]);
       // spec: specs/fa2_bwd.yaml:73:33
-      float v110[32];
+      kg::fp16* v105 = reinterpret_cast<kg::fp16*>(smem + 36864);
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v110[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:73:33
-      kg::fp16* v111 = reinterpret_cast<kg::fp16*>(smem + 18432);
-      kg::sync();
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v111[(((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 72 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8))] = v109[e];
-
-      // spec: specs/fa2_bwd.yaml:73:33
-      kg::fp16* v112 = reinterpret_cast<kg::fp16*>(smem + 27648);
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v112[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v57[e];
+      for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v105[((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) * 72 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))], &v104[e]);
       kg::sync();
       // spec: specs/fa2_bwd.yaml:73:33
-      float (&v113)[32] = v110;
+      kg::fp16* v106 = v105;
+      // spec: specs/fa2_bwd.yaml:73:33
+      float (&v107)[32] = v57;
       #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
-        alignas(16) kg::fp16 fa_[1][8];
-        alignas(16) kg::fp16 fb_[8][4];
+        alignas(16) kg::fp16 fa_[8];
       #pragma unroll
-        for (int rm = 0; rm < 1; ++rm)
+        for (int g = 0; g < 1; ++g) kg::ldmatrix_x4_trans(&fa_[g * 8], &v106[(ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8) + lane % 8) * 72 + (warp / 1) * 16 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8)]);
+        alignas(16) kg::fp16 fb_[32];
       #pragma unroll
-          for (int i = 0; i < 8; i += 2)
-            kg::copy_vec<2>(&fa_[rm][i], &v111[((warp / 1) * 16 + rm * 16 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (((i >> 1) & 1) * 8)) * 72 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 2) & 1) * 8)]);
-      #pragma unroll
-        for (int rn = 0; rn < 8; ++rn)
-      #pragma unroll
-          for (int i = 0; i < 4; i += 2)
-            kg::copy_vec<2>(&fb_[rn][i], &v112[((warp % 1) * 64 + rn * 8 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (0)) * 72 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 8)]);
+        for (int g = 0; g < 4; ++g) kg::ldmatrix_x4_trans(&fb_[g * 8], &v50[(ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8) + lane % 8) * 72 + (warp % 1) * 64 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8 + (((8 * g + 2 * ((lane / 8) % 4)) >> 3) & 1) * 16 + (((8 * g + 2 * ((lane / 8) % 4)) >> 4) & 1) * 32)]);
       #pragma unroll
         for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
           for (int rn = 0; rn < 8; ++rn)
-            kg::mma_m16n8k16_fp16(&v113[(rm * 8 + rn) * 4], fa_[rm], fb_[rn]);
+            kg::mma_m16n8k16_fp16(&v107[(rm * 8 + rn) * 4], &fa_[rm * 8], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:73:24
-      float v114[32];
+      // spec: specs/fa2_bwd.yaml:62:20
+      const int v108 = (v55 + v49);
+      // spec: specs/fa2_bwd.yaml:62:20
+      const bool v109 = (v108 < v48);
+      // spec: specs/fa2_bwd.yaml:62:20
+      kg::sync();
+      if (v109) {
+        const kg::fp16* p_ = t_q + ((int64_t)(v6) * stride_q_0 + (int64_t)(v44) * stride_q_2);
+        const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v114[e] = (v56[e] + v113[e]);
+        for (int i = 0; i < 4; ++i) {
+          const int c_ = lane + warp * 32 + i * 128;
+          const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+          const int i0_ = v108 * 64 + r_, i1_ = 0 + k_;
+          const int64_t off_ = (int64_t)i0_ * stride_q_1 + i1_;
+          const int slot_ = r_ * 72 + k_;
+          if (aligned_) {
+            const int n_ = i0_ < (size_SQ) ? kg::min_(kg::max_((64) - i1_, 0), 8) : 0;
+            kg::cp_async<16>(&v50[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          } else {
+      #pragma unroll
+            for (int v = 0; v < 8; ++v)
+              v50[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          }
+        }
+      }
+      kg::cp_async_commit();
       // spec: specs/fa2_bwd.yaml:74:18
 
       float y0_[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) y0_[e] = v99[e];
+      for (int e = 0; e < 32; ++e) y0_[e] = v94[e];
       float y1_[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) y1_[e] = v114[e];
+      for (int e = 0; e < 32; ++e) y1_[e] = v107[e];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v52[e] = y0_[e];
+      for (int e = 0; e < 32; ++e) v53[e] = y0_[e];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v53[e] = y1_[e];
+      for (int e = 0; e < 32; ++e) v54[e] = y1_[e];
     }
     // spec: specs/fa2_bwd.yaml:61:11
 
     float y0_[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y0_[e] = v52[e];
+    for (int e = 0; e < 32; ++e) y0_[e] = v53[e];
     float y1_[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y1_[e] = v53[e];
+    for (int e = 0; e < 32; ++e) y1_[e] = v54[e];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v40[e] = y0_[e];
+    for (int e = 0; e < 32; ++e) v38[e] = y0_[e];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v41[e] = y1_[e];
+    for (int e = 0; e < 32; ++e) v39[e] = y1_[e];
   }
   // spec: specs/fa2_bwd.yaml:76:34
-  float v115[32];
+  float v110[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v115[e] = (v41[e] * v2);
+  for (int e = 0; e < 32; ++e) v110[e] = (v39[e] * v2);
   // spec: specs/fa2_bwd.yaml:76:33
-  kg::fp16 v116[32];
+  kg::fp16 v111[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v116[e] = kg::cvt<kg::fp16>(v115[e]);
+  for (int e = 0; e < 32; ++e) v111[e] = kg::cvt<kg::fp16>(v110[e]);
   // spec: specs/fa2_bwd.yaml:76:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_dk + ((int64_t)(v6) * stride_dk_0 + (int64_t)(v8) * stride_dk_2);
@@ -585,18 +589,18 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
       const int64_t off_ = (int64_t)i0_ * stride_dk_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SK) && i1_ + 2 <= (64)) {
-        kg::copy_vec<2>(p_ + off_, &v116[e]);
+        kg::copy_vec<2>(p_ + off_, &v111[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SK) && i1_ + v < (64)) p_[off_ + v] = v116[e + v];
+          if (i0_ < (size_SK) && i1_ + v < (64)) p_[off_ + v] = v111[e + v];
       }
     }
   }
   // spec: specs/fa2_bwd.yaml:77:33
-  kg::fp16 v117[32];
+  kg::fp16 v112[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v117[e] = kg::cvt<kg::fp16>(v40[e]);
+  for (int e = 0; e < 32; ++e) v112[e] = kg::cvt<kg::fp16>(v38[e]);
   // spec: specs/fa2_bwd.yaml:77:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_dv + ((int64_t)(v6) * stride_dv_0 + (int64_t)(v8) * stride_dv_2);
@@ -609,11 +613,11 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
       const int64_t off_ = (int64_t)i0_ * stride_dv_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SK) && i1_ + 2 <= (64)) {
-        kg::copy_vec<2>(p_ + off_, &v117[e]);
+        kg::copy_vec<2>(p_ + off_, &v112[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SK) && i1_ + v < (64)) p_[off_ + v] = v117[e + v];
+          if (i0_ < (size_SK) && i1_ + v < (64)) p_[off_ + v] = v112[e + v];
       }
     }
   }

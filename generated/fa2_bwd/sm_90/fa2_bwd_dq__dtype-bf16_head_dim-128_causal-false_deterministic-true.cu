@@ -44,52 +44,8 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::bf16* __restrict__ t_
   int v15[1];
   #pragma unroll
   for (int e = 0; e < 1; ++e) v15[e] = (v13 + v14[e]);
-  // spec: specs/fa2_bwd.yaml:88:16
-  kg::bf16 v16[32];
-  {
-    const kg::bf16* p_ = t_q + ((int64_t)(v5) * stride_q_0 + (int64_t)(v7) * stride_q_2);
-    const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-    const int t0_ = v8 * 64 + ((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4 + ((warp >> 2) & 1) * 8;
-    const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
-  #pragma unroll
-    for (int e = 0; e < 32; e += 8) {
-      const int i0_ = t0_ + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
-      const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
-      const int64_t off_ = (int64_t)i0_ * stride_q_1 + (int64_t)i1_ * 1;
-      const bool in_ = i0_ < (size_SQ) && i1_ + 8 <= (128);
-      if (aligned_ && in_) {
-        kg::copy_vec<8>(&v16[e], p_ + off_);
-      } else {
-  #pragma unroll
-        for (int v = 0; v < 8; ++v)
-          v16[e + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-      }
-    }
-  }
-  // spec: specs/fa2_bwd.yaml:89:18
-  kg::bf16 v17[32];
-  {
-    const kg::bf16* p_ = t_do + ((int64_t)(v5) * stride_do_0 + (int64_t)(v7) * stride_do_2);
-    const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
-    const int t0_ = v8 * 64 + ((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4 + ((warp >> 2) & 1) * 8;
-    const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
-  #pragma unroll
-    for (int e = 0; e < 32; e += 8) {
-      const int i0_ = t0_ + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
-      const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
-      const int64_t off_ = (int64_t)i0_ * stride_do_1 + (int64_t)i1_ * 1;
-      const bool in_ = i0_ < (size_SQ) && i1_ + 8 <= (128);
-      if (aligned_ && in_) {
-        kg::copy_vec<8>(&v17[e], p_ + off_);
-      } else {
-  #pragma unroll
-        for (int v = 0; v < 8; ++v)
-          v17[e + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-      }
-    }
-  }
   // spec: specs/fa2_bwd.yaml:90:18
-  float v18[2];
+  float v16[2];
   {
     const float* p_ = t_lse + ((int64_t)(v5) * stride_lse_0 + (int64_t)(v7) * stride_lse_1);
     const bool aligned_ = false;
@@ -100,22 +56,22 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::bf16* __restrict__ t_
       const int64_t off_ = (int64_t)i0_ * 1;
       const bool in_ = i0_ + 1 <= (size_SQ);
       if (aligned_ && in_) {
-        kg::copy_vec<1>(&v18[e], p_ + off_);
+        kg::copy_vec<1>(&v16[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          v18[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+          v16[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
       }
     }
   }
   // spec: specs/fa2_bwd.yaml:90:18
-  const float v19 = 1.4426950408889634f;
+  const float v17 = 1.4426950408889634f;
   // spec: specs/fa2_bwd.yaml:90:18
-  float v20[2];
+  float v18[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v20[e] = (v18[e] * v19);
+  for (int e = 0; e < 2; ++e) v18[e] = (v16[e] * v17);
   // spec: specs/fa2_bwd.yaml:91:17
-  float v21[2];
+  float v19[2];
   {
     const float* p_ = t_delta + ((int64_t)(v5) * stride_delta_0 + (int64_t)(v7) * stride_delta_1);
     const bool aligned_ = false;
@@ -126,93 +82,165 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::bf16* __restrict__ t_
       const int64_t off_ = (int64_t)i0_ * 1;
       const bool in_ = i0_ + 1 <= (size_SQ);
       if (aligned_ && in_) {
-        kg::copy_vec<1>(&v21[e], p_ + off_);
+        kg::copy_vec<1>(&v19[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          v21[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+          v19[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
       }
     }
   }
   // spec: specs/fa2_bwd.yaml:92:20
-  const float v22 = 1.4426950408889634f;
+  const float v20 = 1.4426950408889634f;
   // spec: specs/fa2_bwd.yaml:92:20
-  const float v23 = (v1 * v22);
+  const float v21 = (v1 * v20);
   // spec: specs/fa2_bwd.yaml:93:18
-  const int v24 = 63;
+  const int v22 = 63;
   // spec: specs/fa2_bwd.yaml:93:18
-  const int v25 = (v0 + v24);
+  const int v23 = (v0 + v22);
   // spec: specs/fa2_bwd.yaml:93:18
-  const int v26 = 64;
+  const int v24 = 64;
   // spec: specs/fa2_bwd.yaml:93:18
-  const int v27 = (kg::floordiv(v25, v26));
+  const int v25 = (kg::floordiv(v23, v24));
   // spec: specs/fa2_bwd.yaml:96:17
-  float v28[32];
+  float v26[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v28[e] = 0.0f;
+  for (int e = 0; e < 32; ++e) v26[e] = 0.0f;
   // spec: specs/fa2_bwd.yaml:97:26
-  const int v29 = 0;
+  const int v27 = 0;
   // spec: specs/fa2_bwd.yaml:97:26
-  const int v30 = 1;
+  const int v28 = 1;
   // spec: specs/fa2_bwd.yaml:100:49
-  float (&v31)[2] = v20;
+  float (&v29)[2] = v18;
   // spec: specs/fa2_bwd.yaml:103:37
-  kg::bf16* v32 = reinterpret_cast<kg::bf16*>(smem + 18432);
+  kg::bf16* v30 = reinterpret_cast<kg::bf16*>(smem + 0);
+  // spec: specs/fa2_bwd.yaml:88:16
   kg::sync();
+  if (true) {
+    const kg::bf16* p_ = t_q + ((int64_t)(v5) * stride_q_0 + (int64_t)(v7) * stride_q_2);
+    const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
   #pragma unroll
-  for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v32[((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4 + ((warp >> 2) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v16[e]);
-
-  // spec: specs/fa2_bwd.yaml:103:62
-  float (&v33)[2] = v20;
-  // spec: specs/fa2_bwd.yaml:103:37
-  float v34[16];
+    for (int i = 0; i < 4; ++i) {
+      const int c_ = lane + warp * 32 + i * 256;
+      const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
+      const int i0_ = v8 * 64 + r_, i1_ = 0 + k_;
+      const int64_t off_ = (int64_t)i0_ * stride_q_1 + i1_;
+      const int slot_ = r_ * 136 + k_;
+      if (aligned_) {
+        const int n_ = i0_ < (size_SQ) ? kg::min_(kg::max_((128) - i1_, 0), 8) : 0;
+        kg::cp_async<16>(&v30[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+      } else {
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v34[e] = v33[((e >> 1) & 1) * 1];
-  // spec: specs/fa2_bwd.yaml:104:20
-  kg::bf16* v35 = reinterpret_cast<kg::bf16*>(smem + 35840);
-  #pragma unroll
-  for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v35[((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4 + ((warp >> 2) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v17[e]);
-  kg::sync();
-  // spec: specs/fa2_bwd.yaml:105:42
-  float (&v36)[2] = v21;
-  // spec: specs/fa2_bwd.yaml:105:37
-  float v37[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v37[e] = v36[((e >> 1) & 1) * 1];
-  // spec: specs/fa2_bwd.yaml:97:11
-
-  float v38[32];
-  #pragma unroll
-  for (int e = 0; e < 32; ++e) v38[e] = v28[e];
-  for (int v39 = v29; v39 < v27; v39 += v30) {
-    float (&v40)[32] = v38;
-    
-    // spec: specs/fa2_bwd.yaml:98:20
-    kg::bf16 v41[32];
-    {
-      const kg::bf16* p_ = t_k + ((int64_t)(v5) * stride_k_0 + (int64_t)(v10) * stride_k_2);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
-      const int t0_ = v39 * 64 + ((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4 + ((warp >> 2) & 1) * 8;
-      const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
-    #pragma unroll
-      for (int e = 0; e < 32; e += 8) {
-        const int i0_ = t0_ + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
-        const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
-        const int64_t off_ = (int64_t)i0_ * stride_k_1 + (int64_t)i1_ * 1;
-        const bool in_ = i0_ < (size_SK) && i1_ + 8 <= (128);
-        if (aligned_ && in_) {
-          kg::copy_vec<8>(&v41[e], p_ + off_);
-        } else {
-    #pragma unroll
-          for (int v = 0; v < 8; ++v)
-            v41[e + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-        }
+        for (int v = 0; v < 8; ++v)
+          v30[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
+  }
+  kg::cp_async_commit();
+  // spec: specs/fa2_bwd.yaml:103:37
+  kg::cp_async_wait<0>();
+  kg::sync();
+  // spec: specs/fa2_bwd.yaml:103:62
+  float (&v31)[2] = v18;
+  // spec: specs/fa2_bwd.yaml:103:37
+  float v32[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v32[e] = v31[((e >> 1) & 1) * 1];
+  // spec: specs/fa2_bwd.yaml:104:20
+  kg::bf16* v33 = reinterpret_cast<kg::bf16*>(smem + 17408);
+  // spec: specs/fa2_bwd.yaml:89:18
+  if (true) {
+    const kg::bf16* p_ = t_do + ((int64_t)(v5) * stride_do_0 + (int64_t)(v7) * stride_do_2);
+    const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
+  #pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int c_ = lane + warp * 32 + i * 256;
+      const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
+      const int i0_ = v8 * 64 + r_, i1_ = 0 + k_;
+      const int64_t off_ = (int64_t)i0_ * stride_do_1 + i1_;
+      const int slot_ = r_ * 136 + k_;
+      if (aligned_) {
+        const int n_ = i0_ < (size_SQ) ? kg::min_(kg::max_((128) - i1_, 0), 8) : 0;
+        kg::cp_async<16>(&v33[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+      } else {
+  #pragma unroll
+        for (int v = 0; v < 8; ++v)
+          v33[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+      }
+    }
+  }
+  kg::cp_async_commit();
+  // spec: specs/fa2_bwd.yaml:104:20
+  kg::cp_async_wait<0>();
+  kg::sync();
+  // spec: specs/fa2_bwd.yaml:105:42
+  float (&v34)[2] = v19;
+  // spec: specs/fa2_bwd.yaml:105:37
+  float v35[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v35[e] = v34[((e >> 1) & 1) * 1];
+  // spec: specs/fa2_bwd.yaml:103:37
+  kg::bf16* v36 = reinterpret_cast<kg::bf16*>(smem + 34816);
+  // spec: specs/fa2_bwd.yaml:104:20
+  kg::bf16* v37 = reinterpret_cast<kg::bf16*>(smem + 52224);
+  // spec: specs/fa2_bwd.yaml:97:11
+  const bool v38 = (v27 < v25);
+  // spec: specs/fa2_bwd.yaml:104:30
+  if (v38) {
+    const kg::bf16* p_ = t_v + ((int64_t)(v5) * stride_v_0 + (int64_t)(v10) * stride_v_2);
+    const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
+  #pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int c_ = lane + warp * 32 + i * 256;
+      const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
+      const int i0_ = v27 * 64 + r_, i1_ = 0 + k_;
+      const int64_t off_ = (int64_t)i0_ * stride_v_1 + i1_;
+      const int slot_ = r_ * 136 + k_;
+      if (aligned_) {
+        const int n_ = i0_ < (size_SK) ? kg::min_(kg::max_((128) - i1_, 0), 8) : 0;
+        kg::cp_async<16>(&v37[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+      } else {
+  #pragma unroll
+        for (int v = 0; v < 8; ++v)
+          v37[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+      }
+    }
+  }
+  kg::cp_async_commit();
+  // spec: specs/fa2_bwd.yaml:98:20
+  if (v38) {
+    const kg::bf16* p_ = t_k + ((int64_t)(v5) * stride_k_0 + (int64_t)(v10) * stride_k_2);
+    const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
+  #pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int c_ = lane + warp * 32 + i * 256;
+      const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
+      const int i0_ = v27 * 64 + r_, i1_ = 0 + k_;
+      const int64_t off_ = (int64_t)i0_ * stride_k_1 + i1_;
+      const int slot_ = r_ * 136 + k_;
+      if (aligned_) {
+        const int n_ = i0_ < (size_SK) ? kg::min_(kg::max_((128) - i1_, 0), 8) : 0;
+        kg::cp_async<16>(&v36[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+      } else {
+  #pragma unroll
+        for (int v = 0; v < 8; ++v)
+          v36[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+      }
+    }
+  }
+  kg::cp_async_commit();
+  // spec: specs/fa2_bwd.yaml:97:11
+
+  float v39[32];
+  #pragma unroll
+  for (int e = 0; e < 32; ++e) v39[e] = v26[e];
+  for (int v40 = v27; v40 < v25; v40 += v28) {
+    float (&v41)[32] = v39;
+    
     // spec: specs/fa2_bwd.yaml:99:22
     const int v42 = 64;
     // spec: specs/fa2_bwd.yaml:99:22
-    const int v43 = (v39 * v42);
+    const int v43 = (v40 * v42);
     // spec: specs/fa2_bwd.yaml:99:36
     int v44[8];
     #pragma unroll
@@ -232,7 +260,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::bf16* __restrict__ t_
     // spec: specs/fa2_bwd.yaml:100:49
     bool v49[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v49[e] = (v31[e] > v48);
+    for (int e = 0; e < 2; ++e) v49[e] = (v29[e] > v48);
     // spec: specs/fa2_bwd.yaml:100:23
     bool v50[16];
     #pragma unroll
@@ -245,183 +273,177 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::bf16* __restrict__ t_
     bool v52[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v52[e] = (v50[e] && v51[e]);
-    // spec: specs/fa2_bwd.yaml:103:45
-    kg::bf16 (&v53)[32] = v41;
     // spec: specs/fa2_bwd.yaml:103:37
-    float v54[16];
+    float v53[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v54[e] = 0.0f;
+    for (int e = 0; e < 16; ++e) v53[e] = 0.0f;
     // spec: specs/fa2_bwd.yaml:103:37
-    kg::bf16* v55 = reinterpret_cast<kg::bf16*>(smem + 0);
-    kg::sync();
-    #pragma unroll
-    for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v55[((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4 + ((warp >> 2) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v53[e]);
+    kg::cp_async_wait<0>();
     kg::sync();
     // spec: specs/fa2_bwd.yaml:103:37
-    float (&v56)[16] = v54;
+    kg::bf16* v54 = v36;
+    // spec: specs/fa2_bwd.yaml:103:37
+    float (&v55)[16] = v53;
     #pragma unroll
     for (int ks = 0; ks < 8; ++ks) {
-      alignas(16) kg::bf16 fa_[1][8];
-      alignas(16) kg::bf16 fb_[4][4];
+      alignas(16) kg::bf16 fa_[8];
     #pragma unroll
-      for (int rm = 0; rm < 1; ++rm)
+      for (int g = 0; g < 1; ++g) kg::ldmatrix_x4(&fa_[g * 8], &v30[((warp / 2) * 16 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8) + lane % 8) * 136 + ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8)]);
+      alignas(16) kg::bf16 fb_[16];
     #pragma unroll
-        for (int i = 0; i < 8; i += 2)
-          kg::copy_vec<2>(&fa_[rm][i], &v32[((warp / 2) * 16 + rm * 16 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (((i >> 1) & 1) * 8)) * 136 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 2) & 1) * 8)]);
-    #pragma unroll
-      for (int rn = 0; rn < 4; ++rn)
-    #pragma unroll
-        for (int i = 0; i < 4; i += 2)
-          kg::copy_vec<2>(&fb_[rn][i], &v55[((warp % 2) * 32 + rn * 8 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (0)) * 136 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 8)]);
+      for (int g = 0; g < 2; ++g) kg::ldmatrix_x4(&fb_[g * 8], &v54[((warp % 2) * 32 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8 + (((8 * g + 2 * ((lane / 8) % 4)) >> 3) & 1) * 16) + lane % 8) * 136 + ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 4; ++rn)
-          kg::mma_m16n8k16_bf16(&v56[(rm * 4 + rn) * 4], fa_[rm], fb_[rn]);
+          kg::mma_m16n8k16_bf16(&v55[(rm * 4 + rn) * 4], &fa_[rm * 8], &fb_[rn * 4]);
     }
+    // spec: specs/fa2_bwd.yaml:103:37
+    float v56[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v56[e] = (v55[e] * v21);
     // spec: specs/fa2_bwd.yaml:103:37
     float v57[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v57[e] = (v56[e] * v23);
-    // spec: specs/fa2_bwd.yaml:103:37
+    for (int e = 0; e < 16; ++e) v57[e] = (v56[e] - v32[e]);
+    // spec: specs/fa2_bwd.yaml:103:32
     float v58[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v58[e] = (v57[e] - v34[e]);
-    // spec: specs/fa2_bwd.yaml:103:32
-    float v59[16];
+    for (int e = 0; e < 16; ++e) v58[e] = kg::exp2_(v57[e]);
+    // spec: specs/fa2_bwd.yaml:103:19
+    const float v59 = 0.0f;
+    // spec: specs/fa2_bwd.yaml:103:19
+    float v60[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v59[e] = kg::exp2_(v58[e]);
-    // spec: specs/fa2_bwd.yaml:103:19
-    const float v60 = 0.0f;
-    // spec: specs/fa2_bwd.yaml:103:19
+    for (int e = 0; e < 16; ++e) v60[e] = (v52[e] ? v58[e] : v59);
+    // spec: specs/fa2_bwd.yaml:104:20
     float v61[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v61[e] = (v52[e] ? v59[e] : v60);
-    // spec: specs/fa2_bwd.yaml:104:30
-    kg::bf16 v62[32];
-    {
-      const kg::bf16* p_ = t_v + ((int64_t)(v5) * stride_v_0 + (int64_t)(v10) * stride_v_2);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-      const int t0_ = v39 * 64 + ((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4 + ((warp >> 2) & 1) * 8;
-      const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
-    #pragma unroll
-      for (int e = 0; e < 32; e += 8) {
-        const int i0_ = t0_ + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
-        const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
-        const int64_t off_ = (int64_t)i0_ * stride_v_1 + (int64_t)i1_ * 1;
-        const bool in_ = i0_ < (size_SK) && i1_ + 8 <= (128);
-        if (aligned_ && in_) {
-          kg::copy_vec<8>(&v62[e], p_ + off_);
-        } else {
-    #pragma unroll
-          for (int v = 0; v < 8; ++v)
-            v62[e + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-        }
-      }
-    }
-    // spec: specs/fa2_bwd.yaml:104:30
-    kg::bf16 (&v63)[32] = v62;
+    for (int e = 0; e < 16; ++e) v61[e] = 0.0f;
     // spec: specs/fa2_bwd.yaml:104:20
-    float v64[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v64[e] = 0.0f;
-    // spec: specs/fa2_bwd.yaml:104:20
-    kg::bf16* v65 = reinterpret_cast<kg::bf16*>(smem + 0);
-    kg::sync();
-    #pragma unroll
-    for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v65[((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4 + ((warp >> 2) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v63[e]);
+    kg::cp_async_wait<1>();
     kg::sync();
     // spec: specs/fa2_bwd.yaml:104:20
-    float (&v66)[16] = v64;
+    kg::bf16* v62 = v37;
+    // spec: specs/fa2_bwd.yaml:104:20
+    float (&v63)[16] = v61;
     #pragma unroll
     for (int ks = 0; ks < 8; ++ks) {
-      alignas(16) kg::bf16 fa_[1][8];
-      alignas(16) kg::bf16 fb_[4][4];
+      alignas(16) kg::bf16 fa_[8];
     #pragma unroll
-      for (int rm = 0; rm < 1; ++rm)
+      for (int g = 0; g < 1; ++g) kg::ldmatrix_x4(&fa_[g * 8], &v33[((warp / 2) * 16 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8) + lane % 8) * 136 + ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8)]);
+      alignas(16) kg::bf16 fb_[16];
     #pragma unroll
-        for (int i = 0; i < 8; i += 2)
-          kg::copy_vec<2>(&fa_[rm][i], &v35[((warp / 2) * 16 + rm * 16 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (((i >> 1) & 1) * 8)) * 136 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 2) & 1) * 8)]);
-    #pragma unroll
-      for (int rn = 0; rn < 4; ++rn)
-    #pragma unroll
-        for (int i = 0; i < 4; i += 2)
-          kg::copy_vec<2>(&fb_[rn][i], &v65[((warp % 2) * 32 + rn * 8 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (0)) * 136 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 8)]);
+      for (int g = 0; g < 2; ++g) kg::ldmatrix_x4(&fb_[g * 8], &v62[((warp % 2) * 32 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8 + (((8 * g + 2 * ((lane / 8) % 4)) >> 3) & 1) * 16) + lane % 8) * 136 + ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 4; ++rn)
-          kg::mma_m16n8k16_bf16(&v66[(rm * 4 + rn) * 4], fa_[rm], fb_[rn]);
+          kg::mma_m16n8k16_bf16(&v63[(rm * 4 + rn) * 4], &fa_[rm * 8], &fb_[rn * 4]);
     }
+    // spec: specs/fa2_bwd.yaml:104:30
+    const int v64 = (v40 + v28);
+    // spec: specs/fa2_bwd.yaml:104:30
+    const bool v65 = (v64 < v25);
+    // spec: specs/fa2_bwd.yaml:104:30
+    kg::sync();
+    if (v65) {
+      const kg::bf16* p_ = t_v + ((int64_t)(v5) * stride_v_0 + (int64_t)(v10) * stride_v_2);
+      const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
+    #pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int c_ = lane + warp * 32 + i * 256;
+        const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
+        const int i0_ = v64 * 64 + r_, i1_ = 0 + k_;
+        const int64_t off_ = (int64_t)i0_ * stride_v_1 + i1_;
+        const int slot_ = r_ * 136 + k_;
+        if (aligned_) {
+          const int n_ = i0_ < (size_SK) ? kg::min_(kg::max_((128) - i1_, 0), 8) : 0;
+          kg::cp_async<16>(&v37[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        } else {
+    #pragma unroll
+          for (int v = 0; v < 8; ++v)
+            v37[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+        }
+      }
+    }
+    kg::cp_async_commit();
     // spec: specs/fa2_bwd.yaml:105:37
+    float v66[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v66[e] = (v63[e] - v35[e]);
+    // spec: specs/fa2_bwd.yaml:105:32
     float v67[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v67[e] = (v66[e] - v37[e]);
-    // spec: specs/fa2_bwd.yaml:105:32
-    float v68[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v68[e] = (v61[e] * v67[e]);
+    for (int e = 0; e < 16; ++e) v67[e] = (v60[e] * v66[e]);
     // spec: specs/fa2_bwd.yaml:105:31
-    kg::bf16 v69[16];
+    kg::bf16 v68[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v69[e] = kg::cvt<kg::bf16>(v68[e]);
+    for (int e = 0; e < 16; ++e) v68[e] = kg::cvt<kg::bf16>(v67[e]);
     // spec: specs/fa2_bwd.yaml:105:27
-    float v70[32];
+    kg::bf16* v69 = reinterpret_cast<kg::bf16*>(smem + 69632);
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v70[e] = 0.0f;
-    // spec: specs/fa2_bwd.yaml:105:27
-    kg::bf16* v71 = reinterpret_cast<kg::bf16*>(smem + 53248);
-    kg::sync();
-    #pragma unroll
-    for (int e = 0; e < 16; e += 2) kg::copy_vec<2>(&v71[((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (((e >> 1) & 1) * 8)) * 72 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + (warp & 1) * 32) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v69[e]);
-
-    // spec: specs/fa2_bwd.yaml:105:27
-    kg::bf16* v72 = reinterpret_cast<kg::bf16*>(smem + 0);
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v72[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4 + ((warp >> 2) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v41[e];
+    for (int e = 0; e < 16; e += 2) kg::copy_vec<2>(&v69[((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (((e >> 1) & 1) * 8)) * 72 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + (warp & 1) * 32) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v68[e]);
     kg::sync();
     // spec: specs/fa2_bwd.yaml:105:27
-    float (&v73)[32] = v70;
+    float (&v70)[32] = v41;
     #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
-      alignas(16) kg::bf16 fa_[1][8];
-      alignas(16) kg::bf16 fb_[8][4];
+      alignas(16) kg::bf16 fa_[8];
     #pragma unroll
-      for (int rm = 0; rm < 1; ++rm)
+      for (int g = 0; g < 1; ++g) kg::ldmatrix_x4(&fa_[g * 8], &v69[((warp / 2) * 16 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8) + lane % 8) * 72 + ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8)]);
+      alignas(16) kg::bf16 fb_[32];
     #pragma unroll
-        for (int i = 0; i < 8; i += 2)
-          kg::copy_vec<2>(&fa_[rm][i], &v71[((warp / 2) * 16 + rm * 16 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (((i >> 1) & 1) * 8)) * 72 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 2) & 1) * 8)]);
-    #pragma unroll
-      for (int rn = 0; rn < 8; ++rn)
-    #pragma unroll
-        for (int i = 0; i < 4; i += 2)
-          kg::copy_vec<2>(&fb_[rn][i], &v72[((warp % 2) * 64 + rn * 8 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (0)) * 72 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 8)]);
+      for (int g = 0; g < 4; ++g) kg::ldmatrix_x4_trans(&fb_[g * 8], &v36[(ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8) + lane % 8) * 136 + (warp % 2) * 64 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8 + (((8 * g + 2 * ((lane / 8) % 4)) >> 3) & 1) * 16 + (((8 * g + 2 * ((lane / 8) % 4)) >> 4) & 1) * 32)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 8; ++rn)
-          kg::mma_m16n8k16_bf16(&v73[(rm * 8 + rn) * 4], fa_[rm], fb_[rn]);
+          kg::mma_m16n8k16_bf16(&v70[(rm * 8 + rn) * 4], &fa_[rm * 8], &fb_[rn * 4]);
     }
-    // spec: specs/fa2_bwd.yaml:105:21
-    float v74[32];
+    // spec: specs/fa2_bwd.yaml:98:20
+    const int v71 = (v40 + v28);
+    // spec: specs/fa2_bwd.yaml:98:20
+    const bool v72 = (v71 < v25);
+    // spec: specs/fa2_bwd.yaml:98:20
+    kg::sync();
+    if (v72) {
+      const kg::bf16* p_ = t_k + ((int64_t)(v5) * stride_k_0 + (int64_t)(v10) * stride_k_2);
+      const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v74[e] = (v40[e] + v73[e]);
+      for (int i = 0; i < 4; ++i) {
+        const int c_ = lane + warp * 32 + i * 256;
+        const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
+        const int i0_ = v71 * 64 + r_, i1_ = 0 + k_;
+        const int64_t off_ = (int64_t)i0_ * stride_k_1 + i1_;
+        const int slot_ = r_ * 136 + k_;
+        if (aligned_) {
+          const int n_ = i0_ < (size_SK) ? kg::min_(kg::max_((128) - i1_, 0), 8) : 0;
+          kg::cp_async<16>(&v36[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        } else {
+    #pragma unroll
+          for (int v = 0; v < 8; ++v)
+            v36[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+        }
+      }
+    }
+    kg::cp_async_commit();
     // spec: specs/fa2_bwd.yaml:105:21
 
     float y0_[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y0_[e] = v74[e];
+    for (int e = 0; e < 32; ++e) y0_[e] = v70[e];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v38[e] = y0_[e];
+    for (int e = 0; e < 32; ++e) v39[e] = y0_[e];
   }
   // spec: specs/fa2_bwd.yaml:106:40
-  float v75[32];
+  float v73[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v75[e] = (v38[e] * v1);
+  for (int e = 0; e < 32; ++e) v73[e] = (v39[e] * v1);
   // spec: specs/fa2_bwd.yaml:106:39
-  kg::bf16 v76[32];
+  kg::bf16 v74[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v76[e] = kg::cvt<kg::bf16>(v75[e]);
+  for (int e = 0; e < 32; ++e) v74[e] = kg::cvt<kg::bf16>(v73[e]);
   // spec: specs/fa2_bwd.yaml:106:11
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_dq + ((int64_t)(v5) * stride_dq_0 + (int64_t)(v7) * stride_dq_2);
@@ -434,11 +456,11 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::bf16* __restrict__ t_
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
       const int64_t off_ = (int64_t)i0_ * stride_dq_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SQ) && i1_ + 2 <= (128)) {
-        kg::copy_vec<2>(p_ + off_, &v76[e]);
+        kg::copy_vec<2>(p_ + off_, &v74[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SQ) && i1_ + v < (128)) p_[off_ + v] = v76[e + v];
+          if (i0_ < (size_SQ) && i1_ + v < (128)) p_[off_ + v] = v74[e + v];
       }
     }
   }

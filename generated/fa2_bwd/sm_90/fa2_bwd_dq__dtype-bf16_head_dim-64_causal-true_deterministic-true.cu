@@ -46,52 +46,8 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::bf16* __restrict__ t_
   int v16[2];
   #pragma unroll
   for (int e = 0; e < 2; ++e) v16[e] = (v14 + v15[e]);
-  // spec: specs/fa2_bwd.yaml:88:16
-  kg::bf16 v17[32];
-  {
-    const kg::bf16* p_ = t_q + ((int64_t)(v6) * stride_q_0 + (int64_t)(v8) * stride_q_2);
-    const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-    const int t0_ = v9 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
-    const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
-  #pragma unroll
-    for (int e = 0; e < 32; e += 8) {
-      const int i0_ = t0_ + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
-      const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
-      const int64_t off_ = (int64_t)i0_ * stride_q_1 + (int64_t)i1_ * 1;
-      const bool in_ = i0_ < (size_SQ) && i1_ + 8 <= (64);
-      if (aligned_ && in_) {
-        kg::copy_vec<8>(&v17[e], p_ + off_);
-      } else {
-  #pragma unroll
-        for (int v = 0; v < 8; ++v)
-          v17[e + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-      }
-    }
-  }
-  // spec: specs/fa2_bwd.yaml:89:18
-  kg::bf16 v18[32];
-  {
-    const kg::bf16* p_ = t_do + ((int64_t)(v6) * stride_do_0 + (int64_t)(v8) * stride_do_2);
-    const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
-    const int t0_ = v9 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
-    const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
-  #pragma unroll
-    for (int e = 0; e < 32; e += 8) {
-      const int i0_ = t0_ + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
-      const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
-      const int64_t off_ = (int64_t)i0_ * stride_do_1 + (int64_t)i1_ * 1;
-      const bool in_ = i0_ < (size_SQ) && i1_ + 8 <= (64);
-      if (aligned_ && in_) {
-        kg::copy_vec<8>(&v18[e], p_ + off_);
-      } else {
-  #pragma unroll
-        for (int v = 0; v < 8; ++v)
-          v18[e + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-      }
-    }
-  }
   // spec: specs/fa2_bwd.yaml:90:18
-  float v19[2];
+  float v17[2];
   {
     const float* p_ = t_lse + ((int64_t)(v6) * stride_lse_0 + (int64_t)(v8) * stride_lse_1);
     const bool aligned_ = false;
@@ -102,22 +58,22 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::bf16* __restrict__ t_
       const int64_t off_ = (int64_t)i0_ * 1;
       const bool in_ = i0_ + 1 <= (size_SQ);
       if (aligned_ && in_) {
-        kg::copy_vec<1>(&v19[e], p_ + off_);
+        kg::copy_vec<1>(&v17[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          v19[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+          v17[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
       }
     }
   }
   // spec: specs/fa2_bwd.yaml:90:18
-  const float v20 = 1.4426950408889634f;
+  const float v18 = 1.4426950408889634f;
   // spec: specs/fa2_bwd.yaml:90:18
-  float v21[2];
+  float v19[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v21[e] = (v19[e] * v20);
+  for (int e = 0; e < 2; ++e) v19[e] = (v17[e] * v18);
   // spec: specs/fa2_bwd.yaml:91:17
-  float v22[2];
+  float v20[2];
   {
     const float* p_ = t_delta + ((int64_t)(v6) * stride_delta_0 + (int64_t)(v8) * stride_delta_1);
     const bool aligned_ = false;
@@ -128,119 +84,191 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::bf16* __restrict__ t_
       const int64_t off_ = (int64_t)i0_ * 1;
       const bool in_ = i0_ + 1 <= (size_SQ);
       if (aligned_ && in_) {
-        kg::copy_vec<1>(&v22[e], p_ + off_);
+        kg::copy_vec<1>(&v20[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          v22[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+          v20[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
       }
     }
   }
   // spec: specs/fa2_bwd.yaml:92:20
-  const float v23 = 1.4426950408889634f;
+  const float v21 = 1.4426950408889634f;
   // spec: specs/fa2_bwd.yaml:92:20
-  const float v24 = (v2 * v23);
+  const float v22 = (v2 * v21);
   // spec: specs/fa2_bwd.yaml:93:18
-  const int v25 = 63;
+  const int v23 = 63;
   // spec: specs/fa2_bwd.yaml:93:18
-  const int v26 = (v1 + v25);
+  const int v24 = (v1 + v23);
   // spec: specs/fa2_bwd.yaml:93:18
-  const int v27 = 64;
+  const int v25 = 64;
   // spec: specs/fa2_bwd.yaml:93:18
-  const int v28 = (kg::floordiv(v26, v27));
+  const int v26 = (kg::floordiv(v24, v25));
   // spec: specs/fa2_bwd.yaml:95:42
-  const int v29 = kg::block_id_x();
+  const int v27 = kg::block_id_x();
   // spec: specs/fa2_bwd.yaml:95:42
-  const int v30 = 1;
+  const int v28 = 1;
   // spec: specs/fa2_bwd.yaml:95:42
-  const int v31 = (v29 + v30);
+  const int v29 = (v27 + v28);
   // spec: specs/fa2_bwd.yaml:95:41
-  const int v32 = 64;
+  const int v30 = 64;
   // spec: specs/fa2_bwd.yaml:95:41
-  const int v33 = (v31 * v32);
+  const int v31 = (v29 * v30);
   // spec: specs/fa2_bwd.yaml:95:41
-  const int v34 = (v33 + v1);
+  const int v32 = (v31 + v1);
   // spec: specs/fa2_bwd.yaml:95:41
-  const int v35 = (v34 - v0);
+  const int v33 = (v32 - v0);
   // spec: specs/fa2_bwd.yaml:95:36
-  const int v36 = 63;
+  const int v34 = 63;
   // spec: specs/fa2_bwd.yaml:95:36
-  const int v37 = (v35 + v36);
+  const int v35 = (v33 + v34);
   // spec: specs/fa2_bwd.yaml:95:36
-  const int v38 = 64;
+  const int v36 = 64;
   // spec: specs/fa2_bwd.yaml:95:36
-  const int v39 = (kg::floordiv(v37, v38));
+  const int v37 = (kg::floordiv(v35, v36));
   // spec: specs/fa2_bwd.yaml:95:22
-  const int v40 = (kg::min_(v28, v39));
+  const int v38 = (kg::min_(v26, v37));
   // spec: specs/fa2_bwd.yaml:96:17
-  float v41[32];
+  float v39[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v41[e] = 0.0f;
+  for (int e = 0; e < 32; ++e) v39[e] = 0.0f;
   // spec: specs/fa2_bwd.yaml:97:26
-  const int v42 = 0;
+  const int v40 = 0;
   // spec: specs/fa2_bwd.yaml:97:26
-  const int v43 = 1;
+  const int v41 = 1;
   // spec: specs/fa2_bwd.yaml:100:49
-  float (&v44)[2] = v21;
+  float (&v42)[2] = v19;
   // spec: specs/fa2_bwd.yaml:102:54
-  int (&v45)[2] = v16;
+  int (&v43)[2] = v16;
   // spec: specs/fa2_bwd.yaml:103:37
-  kg::bf16* v46 = reinterpret_cast<kg::bf16*>(smem + 0);
+  kg::bf16* v44 = reinterpret_cast<kg::bf16*>(smem + 0);
+  // spec: specs/fa2_bwd.yaml:88:16
   kg::sync();
+  if (true) {
+    const kg::bf16* p_ = t_q + ((int64_t)(v6) * stride_q_0 + (int64_t)(v8) * stride_q_2);
+    const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
   #pragma unroll
-  for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v46[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v17[e]);
-
-  // spec: specs/fa2_bwd.yaml:103:62
-  float (&v47)[2] = v21;
-  // spec: specs/fa2_bwd.yaml:103:37
-  float v48[32];
+    for (int i = 0; i < 4; ++i) {
+      const int c_ = lane + warp * 32 + i * 128;
+      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+      const int i0_ = v9 * 64 + r_, i1_ = 0 + k_;
+      const int64_t off_ = (int64_t)i0_ * stride_q_1 + i1_;
+      const int slot_ = r_ * 72 + k_;
+      if (aligned_) {
+        const int n_ = i0_ < (size_SQ) ? kg::min_(kg::max_((64) - i1_, 0), 8) : 0;
+        kg::cp_async<16>(&v44[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+      } else {
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v48[e] = v47[((e >> 1) & 1) * 1];
-  // spec: specs/fa2_bwd.yaml:104:20
-  kg::bf16* v49 = reinterpret_cast<kg::bf16*>(smem + 9216);
-  #pragma unroll
-  for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v49[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v18[e]);
-  kg::sync();
-  // spec: specs/fa2_bwd.yaml:105:42
-  float (&v50)[2] = v22;
-  // spec: specs/fa2_bwd.yaml:105:37
-  float v51[32];
-  #pragma unroll
-  for (int e = 0; e < 32; ++e) v51[e] = v50[((e >> 1) & 1) * 1];
-  // spec: specs/fa2_bwd.yaml:97:11
-
-  float v52[32];
-  #pragma unroll
-  for (int e = 0; e < 32; ++e) v52[e] = v41[e];
-  for (int v53 = v42; v53 < v40; v53 += v43) {
-    float (&v54)[32] = v52;
-    
-    // spec: specs/fa2_bwd.yaml:98:20
-    kg::bf16 v55[32];
-    {
-      const kg::bf16* p_ = t_k + ((int64_t)(v6) * stride_k_0 + (int64_t)(v11) * stride_k_2);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
-      const int t0_ = v53 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
-      const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
-    #pragma unroll
-      for (int e = 0; e < 32; e += 8) {
-        const int i0_ = t0_ + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
-        const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
-        const int64_t off_ = (int64_t)i0_ * stride_k_1 + (int64_t)i1_ * 1;
-        const bool in_ = i0_ < (size_SK) && i1_ + 8 <= (64);
-        if (aligned_ && in_) {
-          kg::copy_vec<8>(&v55[e], p_ + off_);
-        } else {
-    #pragma unroll
-          for (int v = 0; v < 8; ++v)
-            v55[e + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-        }
+        for (int v = 0; v < 8; ++v)
+          v44[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
+  }
+  kg::cp_async_commit();
+  // spec: specs/fa2_bwd.yaml:103:37
+  kg::cp_async_wait<0>();
+  kg::sync();
+  // spec: specs/fa2_bwd.yaml:103:62
+  float (&v45)[2] = v19;
+  // spec: specs/fa2_bwd.yaml:103:37
+  float v46[32];
+  #pragma unroll
+  for (int e = 0; e < 32; ++e) v46[e] = v45[((e >> 1) & 1) * 1];
+  // spec: specs/fa2_bwd.yaml:104:20
+  kg::bf16* v47 = reinterpret_cast<kg::bf16*>(smem + 9216);
+  // spec: specs/fa2_bwd.yaml:89:18
+  if (true) {
+    const kg::bf16* p_ = t_do + ((int64_t)(v6) * stride_do_0 + (int64_t)(v8) * stride_do_2);
+    const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
+  #pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int c_ = lane + warp * 32 + i * 128;
+      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+      const int i0_ = v9 * 64 + r_, i1_ = 0 + k_;
+      const int64_t off_ = (int64_t)i0_ * stride_do_1 + i1_;
+      const int slot_ = r_ * 72 + k_;
+      if (aligned_) {
+        const int n_ = i0_ < (size_SQ) ? kg::min_(kg::max_((64) - i1_, 0), 8) : 0;
+        kg::cp_async<16>(&v47[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+      } else {
+  #pragma unroll
+        for (int v = 0; v < 8; ++v)
+          v47[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+      }
+    }
+  }
+  kg::cp_async_commit();
+  // spec: specs/fa2_bwd.yaml:104:20
+  kg::cp_async_wait<0>();
+  kg::sync();
+  // spec: specs/fa2_bwd.yaml:105:42
+  float (&v48)[2] = v20;
+  // spec: specs/fa2_bwd.yaml:105:37
+  float v49[32];
+  #pragma unroll
+  for (int e = 0; e < 32; ++e) v49[e] = v48[((e >> 1) & 1) * 1];
+  // spec: specs/fa2_bwd.yaml:103:37
+  kg::bf16* v50 = reinterpret_cast<kg::bf16*>(smem + 18432);
+  // spec: specs/fa2_bwd.yaml:104:20
+  kg::bf16* v51 = reinterpret_cast<kg::bf16*>(smem + 27648);
+  // spec: specs/fa2_bwd.yaml:97:11
+  const bool v52 = (v40 < v38);
+  // spec: specs/fa2_bwd.yaml:104:30
+  if (v52) {
+    const kg::bf16* p_ = t_v + ((int64_t)(v6) * stride_v_0 + (int64_t)(v11) * stride_v_2);
+    const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
+  #pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int c_ = lane + warp * 32 + i * 128;
+      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+      const int i0_ = v40 * 64 + r_, i1_ = 0 + k_;
+      const int64_t off_ = (int64_t)i0_ * stride_v_1 + i1_;
+      const int slot_ = r_ * 72 + k_;
+      if (aligned_) {
+        const int n_ = i0_ < (size_SK) ? kg::min_(kg::max_((64) - i1_, 0), 8) : 0;
+        kg::cp_async<16>(&v51[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+      } else {
+  #pragma unroll
+        for (int v = 0; v < 8; ++v)
+          v51[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+      }
+    }
+  }
+  kg::cp_async_commit();
+  // spec: specs/fa2_bwd.yaml:98:20
+  if (v52) {
+    const kg::bf16* p_ = t_k + ((int64_t)(v6) * stride_k_0 + (int64_t)(v11) * stride_k_2);
+    const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
+  #pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int c_ = lane + warp * 32 + i * 128;
+      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+      const int i0_ = v40 * 64 + r_, i1_ = 0 + k_;
+      const int64_t off_ = (int64_t)i0_ * stride_k_1 + i1_;
+      const int slot_ = r_ * 72 + k_;
+      if (aligned_) {
+        const int n_ = i0_ < (size_SK) ? kg::min_(kg::max_((64) - i1_, 0), 8) : 0;
+        kg::cp_async<16>(&v50[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+      } else {
+  #pragma unroll
+        for (int v = 0; v < 8; ++v)
+          v50[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+      }
+    }
+  }
+  kg::cp_async_commit();
+  // spec: specs/fa2_bwd.yaml:97:11
+
+  float v53[32];
+  #pragma unroll
+  for (int e = 0; e < 32; ++e) v53[e] = v39[e];
+  for (int v54 = v40; v54 < v38; v54 += v41) {
+    float (&v55)[32] = v53;
+    
     // spec: specs/fa2_bwd.yaml:99:22
     const int v56 = 64;
     // spec: specs/fa2_bwd.yaml:99:22
-    const int v57 = (v53 * v56);
+    const int v57 = (v54 * v56);
     // spec: specs/fa2_bwd.yaml:99:36
     int v58[16];
     #pragma unroll
@@ -260,7 +288,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::bf16* __restrict__ t_
     // spec: specs/fa2_bwd.yaml:100:49
     bool v63[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v63[e] = (v44[e] > v62);
+    for (int e = 0; e < 2; ++e) v63[e] = (v42[e] > v62);
     // spec: specs/fa2_bwd.yaml:100:23
     bool v64[32];
     #pragma unroll
@@ -280,7 +308,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::bf16* __restrict__ t_
     // spec: specs/fa2_bwd.yaml:102:54
     int v69[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v69[e] = (v45[e] + v68);
+    for (int e = 0; e < 2; ++e) v69[e] = (v43[e] + v68);
     // spec: specs/fa2_bwd.yaml:102:37
     int v70[32];
     #pragma unroll
@@ -297,183 +325,169 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::bf16* __restrict__ t_
     bool v73[32];
     #pragma unroll
     for (int e = 0; e < 32; ++e) v73[e] = (v66[e] && v72[e]);
-    // spec: specs/fa2_bwd.yaml:103:45
-    kg::bf16 (&v74)[32] = v55;
     // spec: specs/fa2_bwd.yaml:103:37
-    float v75[32];
+    float v74[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v75[e] = 0.0f;
+    for (int e = 0; e < 32; ++e) v74[e] = 0.0f;
     // spec: specs/fa2_bwd.yaml:103:37
-    kg::bf16* v76 = reinterpret_cast<kg::bf16*>(smem + 18432);
-    kg::sync();
-    #pragma unroll
-    for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v76[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v74[e]);
+    kg::cp_async_wait<0>();
     kg::sync();
     // spec: specs/fa2_bwd.yaml:103:37
-    float (&v77)[32] = v75;
+    kg::bf16* v75 = v50;
+    // spec: specs/fa2_bwd.yaml:103:37
+    float (&v76)[32] = v74;
     #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
-      alignas(16) kg::bf16 fa_[1][8];
-      alignas(16) kg::bf16 fb_[8][4];
+      alignas(16) kg::bf16 fa_[8];
     #pragma unroll
-      for (int rm = 0; rm < 1; ++rm)
+      for (int g = 0; g < 1; ++g) kg::ldmatrix_x4(&fa_[g * 8], &v44[((warp / 1) * 16 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8) + lane % 8) * 72 + ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8)]);
+      alignas(16) kg::bf16 fb_[32];
     #pragma unroll
-        for (int i = 0; i < 8; i += 2)
-          kg::copy_vec<2>(&fa_[rm][i], &v46[((warp / 1) * 16 + rm * 16 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (((i >> 1) & 1) * 8)) * 72 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 2) & 1) * 8)]);
-    #pragma unroll
-      for (int rn = 0; rn < 8; ++rn)
-    #pragma unroll
-        for (int i = 0; i < 4; i += 2)
-          kg::copy_vec<2>(&fb_[rn][i], &v76[((warp % 1) * 64 + rn * 8 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (0)) * 72 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 8)]);
+      for (int g = 0; g < 4; ++g) kg::ldmatrix_x4(&fb_[g * 8], &v75[((warp % 1) * 64 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8 + (((8 * g + 2 * ((lane / 8) % 4)) >> 3) & 1) * 16 + (((8 * g + 2 * ((lane / 8) % 4)) >> 4) & 1) * 32) + lane % 8) * 72 + ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 8; ++rn)
-          kg::mma_m16n8k16_bf16(&v77[(rm * 8 + rn) * 4], fa_[rm], fb_[rn]);
+          kg::mma_m16n8k16_bf16(&v76[(rm * 8 + rn) * 4], &fa_[rm * 8], &fb_[rn * 4]);
     }
+    // spec: specs/fa2_bwd.yaml:103:37
+    float v77[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v77[e] = (v76[e] * v22);
     // spec: specs/fa2_bwd.yaml:103:37
     float v78[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v78[e] = (v77[e] * v24);
-    // spec: specs/fa2_bwd.yaml:103:37
+    for (int e = 0; e < 32; ++e) v78[e] = (v77[e] - v46[e]);
+    // spec: specs/fa2_bwd.yaml:103:32
     float v79[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v79[e] = (v78[e] - v48[e]);
-    // spec: specs/fa2_bwd.yaml:103:32
-    float v80[32];
+    for (int e = 0; e < 32; ++e) v79[e] = kg::exp2_(v78[e]);
+    // spec: specs/fa2_bwd.yaml:103:19
+    const float v80 = 0.0f;
+    // spec: specs/fa2_bwd.yaml:103:19
+    float v81[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v80[e] = kg::exp2_(v79[e]);
-    // spec: specs/fa2_bwd.yaml:103:19
-    const float v81 = 0.0f;
-    // spec: specs/fa2_bwd.yaml:103:19
+    for (int e = 0; e < 32; ++e) v81[e] = (v73[e] ? v79[e] : v80);
+    // spec: specs/fa2_bwd.yaml:104:20
     float v82[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v82[e] = (v73[e] ? v80[e] : v81);
+    for (int e = 0; e < 32; ++e) v82[e] = 0.0f;
+    // spec: specs/fa2_bwd.yaml:104:20
+    kg::cp_async_wait<1>();
+    kg::sync();
+    // spec: specs/fa2_bwd.yaml:104:20
+    kg::bf16* v83 = v51;
+    // spec: specs/fa2_bwd.yaml:104:20
+    float (&v84)[32] = v82;
+    #pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+      alignas(16) kg::bf16 fa_[8];
+    #pragma unroll
+      for (int g = 0; g < 1; ++g) kg::ldmatrix_x4(&fa_[g * 8], &v47[((warp / 1) * 16 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8) + lane % 8) * 72 + ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8)]);
+      alignas(16) kg::bf16 fb_[32];
+    #pragma unroll
+      for (int g = 0; g < 4; ++g) kg::ldmatrix_x4(&fb_[g * 8], &v83[((warp % 1) * 64 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8 + (((8 * g + 2 * ((lane / 8) % 4)) >> 3) & 1) * 16 + (((8 * g + 2 * ((lane / 8) % 4)) >> 4) & 1) * 32) + lane % 8) * 72 + ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8)]);
+    #pragma unroll
+      for (int rm = 0; rm < 1; ++rm)
+    #pragma unroll
+        for (int rn = 0; rn < 8; ++rn)
+          kg::mma_m16n8k16_bf16(&v84[(rm * 8 + rn) * 4], &fa_[rm * 8], &fb_[rn * 4]);
+    }
     // spec: specs/fa2_bwd.yaml:104:30
-    kg::bf16 v83[32];
-    {
+    const int v85 = (v54 + v41);
+    // spec: specs/fa2_bwd.yaml:104:30
+    const bool v86 = (v85 < v38);
+    // spec: specs/fa2_bwd.yaml:104:30
+    kg::sync();
+    if (v86) {
       const kg::bf16* p_ = t_v + ((int64_t)(v6) * stride_v_0 + (int64_t)(v11) * stride_v_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-      const int t0_ = v53 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
-      const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
     #pragma unroll
-      for (int e = 0; e < 32; e += 8) {
-        const int i0_ = t0_ + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
-        const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
-        const int64_t off_ = (int64_t)i0_ * stride_v_1 + (int64_t)i1_ * 1;
-        const bool in_ = i0_ < (size_SK) && i1_ + 8 <= (64);
-        if (aligned_ && in_) {
-          kg::copy_vec<8>(&v83[e], p_ + off_);
+      for (int i = 0; i < 4; ++i) {
+        const int c_ = lane + warp * 32 + i * 128;
+        const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+        const int i0_ = v85 * 64 + r_, i1_ = 0 + k_;
+        const int64_t off_ = (int64_t)i0_ * stride_v_1 + i1_;
+        const int slot_ = r_ * 72 + k_;
+        if (aligned_) {
+          const int n_ = i0_ < (size_SK) ? kg::min_(kg::max_((64) - i1_, 0), 8) : 0;
+          kg::cp_async<16>(&v51[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v83[e + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v51[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
-    // spec: specs/fa2_bwd.yaml:104:30
-    kg::bf16 (&v84)[32] = v83;
-    // spec: specs/fa2_bwd.yaml:104:20
-    float v85[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v85[e] = 0.0f;
-    // spec: specs/fa2_bwd.yaml:104:20
-    kg::bf16* v86 = reinterpret_cast<kg::bf16*>(smem + 18432);
-    kg::sync();
-    #pragma unroll
-    for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v86[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v84[e]);
-    kg::sync();
-    // spec: specs/fa2_bwd.yaml:104:20
-    float (&v87)[32] = v85;
-    #pragma unroll
-    for (int ks = 0; ks < 4; ++ks) {
-      alignas(16) kg::bf16 fa_[1][8];
-      alignas(16) kg::bf16 fb_[8][4];
-    #pragma unroll
-      for (int rm = 0; rm < 1; ++rm)
-    #pragma unroll
-        for (int i = 0; i < 8; i += 2)
-          kg::copy_vec<2>(&fa_[rm][i], &v49[((warp / 1) * 16 + rm * 16 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (((i >> 1) & 1) * 8)) * 72 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 2) & 1) * 8)]);
-    #pragma unroll
-      for (int rn = 0; rn < 8; ++rn)
-    #pragma unroll
-        for (int i = 0; i < 4; i += 2)
-          kg::copy_vec<2>(&fb_[rn][i], &v86[((warp % 1) * 64 + rn * 8 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (0)) * 72 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 8)]);
-    #pragma unroll
-      for (int rm = 0; rm < 1; ++rm)
-    #pragma unroll
-        for (int rn = 0; rn < 8; ++rn)
-          kg::mma_m16n8k16_bf16(&v87[(rm * 8 + rn) * 4], fa_[rm], fb_[rn]);
-    }
+    kg::cp_async_commit();
     // spec: specs/fa2_bwd.yaml:105:37
+    float v87[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v87[e] = (v84[e] - v49[e]);
+    // spec: specs/fa2_bwd.yaml:105:32
     float v88[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v88[e] = (v87[e] - v51[e]);
-    // spec: specs/fa2_bwd.yaml:105:32
-    float v89[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v89[e] = (v82[e] * v88[e]);
+    for (int e = 0; e < 32; ++e) v88[e] = (v81[e] * v87[e]);
     // spec: specs/fa2_bwd.yaml:105:31
-    kg::bf16 v90[32];
+    kg::bf16 v89[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v90[e] = kg::cvt<kg::bf16>(v89[e]);
+    for (int e = 0; e < 32; ++e) v89[e] = kg::cvt<kg::bf16>(v88[e]);
     // spec: specs/fa2_bwd.yaml:105:27
-    float v91[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v91[e] = 0.0f;
-    // spec: specs/fa2_bwd.yaml:105:27
-    kg::bf16* v92 = reinterpret_cast<kg::bf16*>(smem + 18432);
-    kg::sync();
-    #pragma unroll
-    for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v92[((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) * 72 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))], &v90[e]);
-
-    // spec: specs/fa2_bwd.yaml:105:27
-    kg::bf16* v93 = reinterpret_cast<kg::bf16*>(smem + 27648);
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v93[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v55[e];
-    kg::sync();
-    // spec: specs/fa2_bwd.yaml:105:27
-    float (&v94)[32] = v91;
+    float (&v90)[32] = v55;
     #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
-      alignas(16) kg::bf16 fa_[1][8];
-      alignas(16) kg::bf16 fb_[8][4];
+      alignas(16) kg::bf16 fb_[32];
     #pragma unroll
-      for (int rm = 0; rm < 1; ++rm)
-    #pragma unroll
-        for (int i = 0; i < 8; i += 2)
-          kg::copy_vec<2>(&fa_[rm][i], &v92[((warp / 1) * 16 + rm * 16 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (((i >> 1) & 1) * 8)) * 72 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 2) & 1) * 8)]);
-    #pragma unroll
-      for (int rn = 0; rn < 8; ++rn)
-    #pragma unroll
-        for (int i = 0; i < 4; i += 2)
-          kg::copy_vec<2>(&fb_[rn][i], &v93[((warp % 1) * 64 + rn * 8 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (0)) * 72 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 8)]);
+      for (int g = 0; g < 4; ++g) kg::ldmatrix_x4_trans(&fb_[g * 8], &v50[(ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8) + lane % 8) * 72 + (warp % 1) * 64 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8 + (((8 * g + 2 * ((lane / 8) % 4)) >> 3) & 1) * 16 + (((8 * g + 2 * ((lane / 8) % 4)) >> 4) & 1) * 32)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 8; ++rn)
-          kg::mma_m16n8k16_bf16(&v94[(rm * 8 + rn) * 4], fa_[rm], fb_[rn]);
+          kg::mma_m16n8k16_bf16(&v90[(rm * 8 + rn) * 4], &v89[(rm * 4 + ks) * 8], &fb_[rn * 4]);
     }
-    // spec: specs/fa2_bwd.yaml:105:21
-    float v95[32];
+    // spec: specs/fa2_bwd.yaml:98:20
+    const int v91 = (v54 + v41);
+    // spec: specs/fa2_bwd.yaml:98:20
+    const bool v92 = (v91 < v38);
+    // spec: specs/fa2_bwd.yaml:98:20
+    kg::sync();
+    if (v92) {
+      const kg::bf16* p_ = t_k + ((int64_t)(v6) * stride_k_0 + (int64_t)(v11) * stride_k_2);
+      const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v95[e] = (v54[e] + v94[e]);
+      for (int i = 0; i < 4; ++i) {
+        const int c_ = lane + warp * 32 + i * 128;
+        const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+        const int i0_ = v91 * 64 + r_, i1_ = 0 + k_;
+        const int64_t off_ = (int64_t)i0_ * stride_k_1 + i1_;
+        const int slot_ = r_ * 72 + k_;
+        if (aligned_) {
+          const int n_ = i0_ < (size_SK) ? kg::min_(kg::max_((64) - i1_, 0), 8) : 0;
+          kg::cp_async<16>(&v50[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        } else {
+    #pragma unroll
+          for (int v = 0; v < 8; ++v)
+            v50[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+        }
+      }
+    }
+    kg::cp_async_commit();
     // spec: specs/fa2_bwd.yaml:105:21
 
     float y0_[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y0_[e] = v95[e];
+    for (int e = 0; e < 32; ++e) y0_[e] = v90[e];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v52[e] = y0_[e];
+    for (int e = 0; e < 32; ++e) v53[e] = y0_[e];
   }
   // spec: specs/fa2_bwd.yaml:106:40
-  float v96[32];
+  float v93[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v96[e] = (v52[e] * v2);
+  for (int e = 0; e < 32; ++e) v93[e] = (v53[e] * v2);
   // spec: specs/fa2_bwd.yaml:106:39
-  kg::bf16 v97[32];
+  kg::bf16 v94[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v97[e] = kg::cvt<kg::bf16>(v96[e]);
+  for (int e = 0; e < 32; ++e) v94[e] = kg::cvt<kg::bf16>(v93[e]);
   // spec: specs/fa2_bwd.yaml:106:11
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_dq + ((int64_t)(v6) * stride_dq_0 + (int64_t)(v8) * stride_dq_2);
@@ -486,11 +500,11 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::bf16* __restrict__ t_
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
       const int64_t off_ = (int64_t)i0_ * stride_dq_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SQ) && i1_ + 2 <= (64)) {
-        kg::copy_vec<2>(p_ + off_, &v97[e]);
+        kg::copy_vec<2>(p_ + off_, &v94[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SQ) && i1_ + v < (64)) p_[off_ + v] = v97[e + v];
+          if (i0_ < (size_SQ) && i1_ + v < (64)) p_[off_ + v] = v94[e + v];
       }
     }
   }

@@ -166,39 +166,33 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
         }
       }
     }
-    // spec: specs/fa2_fwd.yaml:41:23
-    kg::bf16 (&v51)[8] = v50;
     // spec: specs/fa2_fwd.yaml:41:15
-    float v52[16];
+    float v51[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v52[e] = 0.0f;
+    for (int e = 0; e < 16; ++e) v51[e] = 0.0f;
     // spec: specs/fa2_fwd.yaml:41:15
-    kg::bf16* v53 = reinterpret_cast<kg::bf16*>(smem + 18432);
+    kg::bf16* v52 = reinterpret_cast<kg::bf16*>(smem + 18432);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 8; e += 8) kg::copy_vec<8>(&v53[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (0)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v51[e]);
+    for (int e = 0; e < 8; e += 8) kg::copy_vec<8>(&v52[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (0)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v50[e]);
     kg::sync();
     // spec: specs/fa2_fwd.yaml:41:15
-    float (&v54)[16] = v52;
+    kg::bf16* v53 = v52;
+    // spec: specs/fa2_fwd.yaml:41:15
+    float (&v54)[16] = v51;
     #pragma unroll
     for (int ks = 0; ks < 8; ++ks) {
-      alignas(16) kg::bf16 fa_[1][4];
-      alignas(16) kg::bf16 fb_[1][4];
+      alignas(16) kg::bf16 fa_[4];
     #pragma unroll
-      for (int rm = 0; rm < 1; ++rm)
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v41[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      alignas(16) kg::bf16 fb_[4];
     #pragma unroll
-        for (int i = 0; i < 4; i += 4)
-          kg::copy_vec<4>(&fa_[rm][i], &v41[((warp / 2) * 32 + rm * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-    #pragma unroll
-      for (int rn = 0; rn < 1; ++rn)
-    #pragma unroll
-        for (int i = 0; i < 4; i += 4)
-          kg::copy_vec<4>(&fb_[rn][i], &v53[((warp % 2) * 32 + rn * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v53[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 1; ++rn)
-          kg::mfma_32x32x8_bf16(&v54[(rm * 1 + rn) * 16], fa_[rm], fb_[rn]);
+          kg::mfma_32x32x8_bf16(&v54[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
     }
     // spec: specs/fa2_fwd.yaml:41:15
     float v55[16];
@@ -409,46 +403,32 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
       }
     }
     // spec: specs/fa2_fwd.yaml:52:40
-    float v92[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v92[e] = 0.0f;
-    // spec: specs/fa2_fwd.yaml:52:40
-    kg::bf16* v93 = reinterpret_cast<kg::bf16*>(smem + 18432);
+    kg::bf16* v92 = reinterpret_cast<kg::bf16*>(smem + 18432);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v93[((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 72 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0))] = v90[e];
+    for (int e = 0; e < 16; ++e) v92[((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 72 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0))] = v90[e];
 
     // spec: specs/fa2_fwd.yaml:52:40
-    kg::bf16* v94 = reinterpret_cast<kg::bf16*>(smem + 36864);
+    kg::bf16* v93 = reinterpret_cast<kg::bf16*>(smem + 36864);
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v94[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (0))] = v91[e];
+    for (int e = 0; e < 8; ++e) v93[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (0))] = v91[e];
     kg::sync();
     // spec: specs/fa2_fwd.yaml:52:40
-    float (&v95)[16] = v92;
+    float (&v94)[16] = v89;
     #pragma unroll
     for (int ks = 0; ks < 8; ++ks) {
-      alignas(16) kg::bf16 fa_[1][4];
-      alignas(16) kg::bf16 fb_[1][4];
+      alignas(16) kg::bf16 fa_[4];
     #pragma unroll
-      for (int rm = 0; rm < 1; ++rm)
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v92[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      alignas(16) kg::bf16 fb_[4];
     #pragma unroll
-        for (int i = 0; i < 4; i += 4)
-          kg::copy_vec<4>(&fa_[rm][i], &v93[((warp / 2) * 32 + rm * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-    #pragma unroll
-      for (int rn = 0; rn < 1; ++rn)
-    #pragma unroll
-        for (int i = 0; i < 4; i += 4)
-          kg::copy_vec<4>(&fb_[rn][i], &v94[((warp % 2) * 32 + rn * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v93[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 1; ++rn)
-          kg::mfma_32x32x8_bf16(&v95[(rm * 1 + rn) * 16], fa_[rm], fb_[rn]);
+          kg::mfma_32x32x8_bf16(&v94[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
     }
-    // spec: specs/fa2_fwd.yaml:52:17
-    float v96[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v96[e] = (v89[e] + v95[e]);
     // spec: specs/fa2_fwd.yaml:53:15
 
     float y0_[16];
@@ -456,7 +436,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
     for (int e = 0; e < 16; ++e) y0_[e] = v86[e];
     float y1_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y1_[e] = v96[e];
+    for (int e = 0; e < 16; ++e) y1_[e] = v94[e];
     float y2_[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) y2_[e] = v73[e];
@@ -468,38 +448,38 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
     for (int e = 0; e < 16; ++e) v45[e] = y2_[e];
   }
   // spec: specs/fa2_fwd.yaml:55:21
-  const float v97 = 0.0f;
+  const float v95 = 0.0f;
   // spec: specs/fa2_fwd.yaml:55:21
-  bool v98[16];
+  bool v96[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v98[e] = (v43[e] == v97);
+  for (int e = 0; e < 16; ++e) v96[e] = (v43[e] == v95);
   // spec: specs/fa2_fwd.yaml:55:15
-  const float v99 = 1.0f;
+  const float v97 = 1.0f;
   // spec: specs/fa2_fwd.yaml:55:15
+  float v98[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v98[e] = (v96[e] ? v97 : v43[e]);
+  // spec: specs/fa2_fwd.yaml:56:63
+  float (&v99)[16] = v98;
+  // spec: specs/fa2_fwd.yaml:56:57
   float v100[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v100[e] = (v98[e] ? v99 : v43[e]);
-  // spec: specs/fa2_fwd.yaml:56:63
-  float (&v101)[16] = v100;
+  for (int e = 0; e < 16; ++e) v100[e] = v99[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
   // spec: specs/fa2_fwd.yaml:56:57
-  float v102[16];
+  float v101[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v102[e] = v101[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-  // spec: specs/fa2_fwd.yaml:56:57
-  float v103[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v103[e] = (v44[e] / v102[e]);
+  for (int e = 0; e < 16; ++e) v101[e] = (v44[e] / v100[e]);
   // spec: specs/fa2_fwd.yaml:56:56
-  kg::bf16 v104[16];
+  kg::bf16 v102[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v104[e] = kg::cvt<kg::bf16>(v103[e]);
+  for (int e = 0; e < 16; ++e) v102[e] = kg::cvt<kg::bf16>(v101[e]);
   // spec: specs/fa2_fwd.yaml:56:24
-  const int v105 = kg::block_id_x();
+  const int v103 = kg::block_id_x();
   // spec: specs/fa2_fwd.yaml:56:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_o + ((int64_t)(v6) * stride_o_0 + (int64_t)(v8) * stride_o_2);
     const bool aligned_ = false;
-    const int t0_ = v105 * 128 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
+    const int t0_ = v103 * 128 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
     const int t1_ = 0 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32;
   #pragma unroll
     for (int e = 0; e < 16; e += 1) {
@@ -507,57 +487,57 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
       const int i1_ = t1_ + 0;
       const int64_t off_ = (int64_t)i0_ * stride_o_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SQ) && i1_ + 1 <= (64)) {
-        kg::copy_vec<1>(p_ + off_, &v104[e]);
+        kg::copy_vec<1>(p_ + off_, &v102[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          if (i0_ < (size_SQ) && i1_ + v < (64)) p_[off_ + v] = v104[e + v];
+          if (i0_ < (size_SQ) && i1_ + v < (64)) p_[off_ + v] = v102[e + v];
       }
     }
   }
   // spec: specs/fa2_fwd.yaml:57:61
-  const float v106 = 0.0f;
+  const float v104 = 0.0f;
   // spec: specs/fa2_fwd.yaml:57:61
-  bool v107[16];
+  bool v105[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v107[e] = (v43[e] == v106);
+  for (int e = 0; e < 16; ++e) v105[e] = (v43[e] == v104);
   // spec: specs/fa2_fwd.yaml:57:82
-  float v108[16];
+  float v106[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v108[e] = kg::log2_(v100[e]);
+  for (int e = 0; e < 16; ++e) v106[e] = kg::log2_(v98[e]);
   // spec: specs/fa2_fwd.yaml:57:78
+  float v107[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v107[e] = (v45[e] + v106[e]);
+  // spec: specs/fa2_fwd.yaml:57:77
+  const float v108 = 0.6931471805599453f;
+  // spec: specs/fa2_fwd.yaml:57:77
   float v109[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v109[e] = (v45[e] + v108[e]);
-  // spec: specs/fa2_fwd.yaml:57:77
-  const float v110 = 0.6931471805599453f;
-  // spec: specs/fa2_fwd.yaml:57:77
+  for (int e = 0; e < 16; ++e) v109[e] = (v107[e] * v108);
+  // spec: specs/fa2_fwd.yaml:57:55
+  const float v110 = -kg::inf();
+  // spec: specs/fa2_fwd.yaml:57:55
   float v111[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v111[e] = (v109[e] * v110);
-  // spec: specs/fa2_fwd.yaml:57:55
-  const float v112 = -kg::inf();
-  // spec: specs/fa2_fwd.yaml:57:55
-  float v113[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v113[e] = (v107[e] ? v112 : v111[e]);
+  for (int e = 0; e < 16; ++e) v111[e] = (v105[e] ? v110 : v109[e]);
   // spec: specs/fa2_fwd.yaml:57:29
-  const int v114 = kg::block_id_x();
+  const int v112 = kg::block_id_x();
   // spec: specs/fa2_fwd.yaml:57:7
   if ((lane & 31) == 0 && (warp & 1) == 0) {
     float* p_ = t_lse + ((int64_t)(v6) * stride_lse_0 + (int64_t)(v8) * stride_lse_1);
     const bool aligned_ = kg::aligned(p_, 16) && stride_lse_0 % 4 == 0 && stride_lse_1 % 4 == 0;
-    const int t0_ = v114 * 128 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
+    const int t0_ = v112 * 128 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
   #pragma unroll
     for (int e = 0; e < 16; e += 4) {
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
       const int64_t off_ = (int64_t)i0_ * 1;
       if (aligned_ && i0_ + 4 <= (size_SQ)) {
-        kg::copy_vec<4>(p_ + off_, &v113[e]);
+        kg::copy_vec<4>(p_ + off_, &v111[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 4; ++v)
-          if (i0_ + v < (size_SQ)) p_[off_ + v] = v113[e + v];
+          if (i0_ + v < (size_SQ)) p_[off_ + v] = v111[e + v];
       }
     }
   }

@@ -138,39 +138,33 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
         }
       }
     }
-    // spec: specs/fa2_fwd.yaml:41:23
-    kg::fp16 (&v37)[16] = v36;
     // spec: specs/fa2_fwd.yaml:41:15
-    float v38[8];
+    float v37[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v38[e] = 0.0f;
+    for (int e = 0; e < 8; ++e) v37[e] = 0.0f;
     // spec: specs/fa2_fwd.yaml:41:15
-    kg::fp16* v39 = reinterpret_cast<kg::fp16*>(smem + 0);
+    kg::fp16* v38 = reinterpret_cast<kg::fp16*>(smem + 0);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v39[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16) + (((e >> 3) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v37[e]);
+    for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v38[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16) + (((e >> 3) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v36[e]);
     kg::sync();
     // spec: specs/fa2_fwd.yaml:41:15
-    float (&v40)[8] = v38;
+    kg::fp16* v39 = v38;
+    // spec: specs/fa2_fwd.yaml:41:15
+    float (&v40)[8] = v37;
     #pragma unroll
     for (int ks = 0; ks < 8; ++ks) {
-      alignas(16) kg::fp16 fa_[1][4];
-      alignas(16) kg::fp16 fb_[2][4];
+      alignas(16) kg::fp16 fa_[4];
     #pragma unroll
-      for (int rm = 0; rm < 1; ++rm)
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v28[((warp / 2) * 16 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (0)) * 136 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      alignas(16) kg::fp16 fb_[8];
     #pragma unroll
-        for (int i = 0; i < 4; i += 4)
-          kg::copy_vec<4>(&fa_[rm][i], &v28[((warp / 2) * 16 + rm * 16 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (0)) * 136 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-    #pragma unroll
-      for (int rn = 0; rn < 2; ++rn)
-    #pragma unroll
-        for (int i = 0; i < 4; i += 4)
-          kg::copy_vec<4>(&fb_[rn][i], &v39[((warp % 2) * 32 + rn * 16 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (0)) * 136 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 8; i += 4) kg::copy_vec<4>(&fb_[i], &v39[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((i >> 2) & 1) * 16)) * 136 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 2; ++rn)
-          kg::mfma_16x16x16_fp16(&v40[(rm * 2 + rn) * 4], fa_[rm], fb_[rn]);
+          kg::mfma_16x16x16_fp16(&v40[(rm * 2 + rn) * 4], &fa_[rm * 4], &fb_[rn * 4]);
     }
     // spec: specs/fa2_fwd.yaml:41:15
     float v41[8];
@@ -364,46 +358,32 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
       }
     }
     // spec: specs/fa2_fwd.yaml:52:40
-    float v72[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v72[e] = 0.0f;
-    // spec: specs/fa2_fwd.yaml:52:40
-    kg::fp16* v73 = reinterpret_cast<kg::fp16*>(smem + 35840);
+    kg::fp16* v72 = reinterpret_cast<kg::fp16*>(smem + 35840);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v73[((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 72 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + (warp & 1) * 32) + (((e >> 2) & 1) * 16))] = v70[e];
+    for (int e = 0; e < 8; ++e) v72[((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 72 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + (warp & 1) * 32) + (((e >> 2) & 1) * 16))] = v70[e];
 
     // spec: specs/fa2_fwd.yaml:52:40
-    kg::fp16* v74 = reinterpret_cast<kg::fp16*>(smem + 0);
+    kg::fp16* v73 = reinterpret_cast<kg::fp16*>(smem + 0);
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v74[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16) + (((e >> 3) & 1) * 32))] = v71[e];
+    for (int e = 0; e < 16; ++e) v73[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16) + (((e >> 3) & 1) * 32))] = v71[e];
     kg::sync();
     // spec: specs/fa2_fwd.yaml:52:40
-    float (&v75)[16] = v72;
+    float (&v74)[16] = v69;
     #pragma unroll
     for (int ks = 0; ks < 8; ++ks) {
-      alignas(16) kg::fp16 fa_[1][4];
-      alignas(16) kg::fp16 fb_[1][4];
+      alignas(16) kg::fp16 fa_[4];
     #pragma unroll
-      for (int rm = 0; rm < 1; ++rm)
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v72[((warp / 4) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      alignas(16) kg::fp16 fb_[4];
     #pragma unroll
-        for (int i = 0; i < 4; i += 4)
-          kg::copy_vec<4>(&fa_[rm][i], &v73[((warp / 4) * 32 + rm * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-    #pragma unroll
-      for (int rn = 0; rn < 1; ++rn)
-    #pragma unroll
-        for (int i = 0; i < 4; i += 4)
-          kg::copy_vec<4>(&fb_[rn][i], &v74[((warp % 4) * 32 + rn * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v73[((warp % 4) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 1; ++rn)
-          kg::mfma_32x32x8_fp16(&v75[(rm * 1 + rn) * 16], fa_[rm], fb_[rn]);
+          kg::mfma_32x32x8_fp16(&v74[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
     }
-    // spec: specs/fa2_fwd.yaml:52:17
-    float v76[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v76[e] = (v69[e] + v75[e]);
     // spec: specs/fa2_fwd.yaml:53:15
 
     float y0_[4];
@@ -411,7 +391,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
     for (int e = 0; e < 4; ++e) y0_[e] = v65[e];
     float y1_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y1_[e] = v76[e];
+    for (int e = 0; e < 16; ++e) y1_[e] = v74[e];
     float y2_[4];
     #pragma unroll
     for (int e = 0; e < 4; ++e) y2_[e] = v52[e];
@@ -423,49 +403,49 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
     for (int e = 0; e < 4; ++e) v31[e] = y2_[e];
   }
   // spec: specs/fa2_fwd.yaml:55:21
-  const float v77 = 0.0f;
+  const float v75 = 0.0f;
   // spec: specs/fa2_fwd.yaml:55:21
-  bool v78[4];
+  bool v76[4];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v78[e] = (v29[e] == v77);
+  for (int e = 0; e < 4; ++e) v76[e] = (v29[e] == v75);
   // spec: specs/fa2_fwd.yaml:55:15
-  const float v79 = 1.0f;
+  const float v77 = 1.0f;
   // spec: specs/fa2_fwd.yaml:55:15
-  float v80[4];
+  float v78[4];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v80[e] = (v78[e] ? v79 : v29[e]);
+  for (int e = 0; e < 4; ++e) v78[e] = (v76[e] ? v77 : v29[e]);
   // spec: specs/fa2_fwd.yaml:56:63
-  float (&v81)[4] = v80;
+  float (&v79)[4] = v78;
   // spec: specs/fa2_fwd.yaml:56:57
-  float v82[16];
+  float v80[16];
   {
     float* scratch_ = reinterpret_cast<float*>(smem + 0);
     kg::sync();
   #pragma unroll
-    for (int e = 0; e < 4; ++e) scratch_[((0) + (0)) * 1 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1] = v81[e];
+    for (int e = 0; e < 4; ++e) scratch_[((0) + (0)) * 1 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1] = v79[e];
     kg::sync();
   #pragma unroll
-    for (int e = 0; e < 16; ++e) v82[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 5) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1];
+    for (int e = 0; e < 16; ++e) v80[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 5) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1];
   }
   // spec: specs/fa2_fwd.yaml:56:57
-  float v83[16];
+  float v81[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v83[e] = v82[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+  for (int e = 0; e < 16; ++e) v81[e] = v80[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
   // spec: specs/fa2_fwd.yaml:56:57
-  float v84[16];
+  float v82[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v84[e] = (v30[e] / v83[e]);
+  for (int e = 0; e < 16; ++e) v82[e] = (v30[e] / v81[e]);
   // spec: specs/fa2_fwd.yaml:56:56
-  kg::fp16 v85[16];
+  kg::fp16 v83[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v85[e] = kg::cvt<kg::fp16>(v84[e]);
+  for (int e = 0; e < 16; ++e) v83[e] = kg::cvt<kg::fp16>(v82[e]);
   // spec: specs/fa2_fwd.yaml:56:24
-  const int v86 = kg::block_id_x();
+  const int v84 = kg::block_id_x();
   // spec: specs/fa2_fwd.yaml:56:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_o + ((int64_t)(v5) * stride_o_0 + (int64_t)(v7) * stride_o_2);
     const bool aligned_ = false;
-    const int t0_ = v86 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 2) & 1) * 32;
+    const int t0_ = v84 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 2) & 1) * 32;
     const int t1_ = 0 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32 + ((warp >> 1) & 1) * 64;
   #pragma unroll
     for (int e = 0; e < 16; e += 1) {
@@ -473,57 +453,57 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
       const int i1_ = t1_ + 0;
       const int64_t off_ = (int64_t)i0_ * stride_o_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SQ) && i1_ + 1 <= (128)) {
-        kg::copy_vec<1>(p_ + off_, &v85[e]);
+        kg::copy_vec<1>(p_ + off_, &v83[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          if (i0_ < (size_SQ) && i1_ + v < (128)) p_[off_ + v] = v85[e + v];
+          if (i0_ < (size_SQ) && i1_ + v < (128)) p_[off_ + v] = v83[e + v];
       }
     }
   }
   // spec: specs/fa2_fwd.yaml:57:61
-  const float v87 = 0.0f;
+  const float v85 = 0.0f;
   // spec: specs/fa2_fwd.yaml:57:61
-  bool v88[4];
+  bool v86[4];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v88[e] = (v29[e] == v87);
+  for (int e = 0; e < 4; ++e) v86[e] = (v29[e] == v85);
   // spec: specs/fa2_fwd.yaml:57:82
-  float v89[4];
+  float v87[4];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v89[e] = kg::log2_(v80[e]);
+  for (int e = 0; e < 4; ++e) v87[e] = kg::log2_(v78[e]);
   // spec: specs/fa2_fwd.yaml:57:78
+  float v88[4];
+  #pragma unroll
+  for (int e = 0; e < 4; ++e) v88[e] = (v31[e] + v87[e]);
+  // spec: specs/fa2_fwd.yaml:57:77
+  const float v89 = 0.6931471805599453f;
+  // spec: specs/fa2_fwd.yaml:57:77
   float v90[4];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v90[e] = (v31[e] + v89[e]);
-  // spec: specs/fa2_fwd.yaml:57:77
-  const float v91 = 0.6931471805599453f;
-  // spec: specs/fa2_fwd.yaml:57:77
+  for (int e = 0; e < 4; ++e) v90[e] = (v88[e] * v89);
+  // spec: specs/fa2_fwd.yaml:57:55
+  const float v91 = -kg::inf();
+  // spec: specs/fa2_fwd.yaml:57:55
   float v92[4];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v92[e] = (v90[e] * v91);
-  // spec: specs/fa2_fwd.yaml:57:55
-  const float v93 = -kg::inf();
-  // spec: specs/fa2_fwd.yaml:57:55
-  float v94[4];
-  #pragma unroll
-  for (int e = 0; e < 4; ++e) v94[e] = (v88[e] ? v93 : v92[e]);
+  for (int e = 0; e < 4; ++e) v92[e] = (v86[e] ? v91 : v90[e]);
   // spec: specs/fa2_fwd.yaml:57:29
-  const int v95 = kg::block_id_x();
+  const int v93 = kg::block_id_x();
   // spec: specs/fa2_fwd.yaml:57:7
   if ((lane & 15) == 0 && (warp & 1) == 0) {
     float* p_ = t_lse + ((int64_t)(v5) * stride_lse_0 + (int64_t)(v7) * stride_lse_1);
     const bool aligned_ = kg::aligned(p_, 16) && stride_lse_0 % 4 == 0 && stride_lse_1 % 4 == 0;
-    const int t0_ = v95 * 64 + ((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32;
+    const int t0_ = v93 * 64 + ((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32;
   #pragma unroll
     for (int e = 0; e < 4; e += 4) {
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
       const int64_t off_ = (int64_t)i0_ * 1;
       if (aligned_ && i0_ + 4 <= (size_SQ)) {
-        kg::copy_vec<4>(p_ + off_, &v94[e]);
+        kg::copy_vec<4>(p_ + off_, &v92[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 4; ++v)
-          if (i0_ + v < (size_SQ)) p_[off_ + v] = v94[e + v];
+          if (i0_ + v < (size_SQ)) p_[off_ + v] = v92[e + v];
       }
     }
   }

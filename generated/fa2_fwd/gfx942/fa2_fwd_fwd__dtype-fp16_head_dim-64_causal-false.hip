@@ -138,39 +138,33 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
         }
       }
     }
-    // spec: specs/fa2_fwd.yaml:41:23
-    kg::fp16 (&v37)[8] = v36;
     // spec: specs/fa2_fwd.yaml:41:15
-    float v38[16];
+    float v37[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v38[e] = 0.0f;
+    for (int e = 0; e < 16; ++e) v37[e] = 0.0f;
     // spec: specs/fa2_fwd.yaml:41:15
-    kg::fp16* v39 = reinterpret_cast<kg::fp16*>(smem + 18432);
+    kg::fp16* v38 = reinterpret_cast<kg::fp16*>(smem + 18432);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 8; e += 8) kg::copy_vec<8>(&v39[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (0)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v37[e]);
+    for (int e = 0; e < 8; e += 8) kg::copy_vec<8>(&v38[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (0)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v36[e]);
     kg::sync();
     // spec: specs/fa2_fwd.yaml:41:15
-    float (&v40)[16] = v38;
+    kg::fp16* v39 = v38;
+    // spec: specs/fa2_fwd.yaml:41:15
+    float (&v40)[16] = v37;
     #pragma unroll
     for (int ks = 0; ks < 8; ++ks) {
-      alignas(16) kg::fp16 fa_[1][4];
-      alignas(16) kg::fp16 fb_[1][4];
+      alignas(16) kg::fp16 fa_[4];
     #pragma unroll
-      for (int rm = 0; rm < 1; ++rm)
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v28[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      alignas(16) kg::fp16 fb_[4];
     #pragma unroll
-        for (int i = 0; i < 4; i += 4)
-          kg::copy_vec<4>(&fa_[rm][i], &v28[((warp / 2) * 32 + rm * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-    #pragma unroll
-      for (int rn = 0; rn < 1; ++rn)
-    #pragma unroll
-        for (int i = 0; i < 4; i += 4)
-          kg::copy_vec<4>(&fb_[rn][i], &v39[((warp % 2) * 32 + rn * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v39[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 1; ++rn)
-          kg::mfma_32x32x8_fp16(&v40[(rm * 1 + rn) * 16], fa_[rm], fb_[rn]);
+          kg::mfma_32x32x8_fp16(&v40[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
     }
     // spec: specs/fa2_fwd.yaml:41:15
     float v41[16];
@@ -357,46 +351,32 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
       }
     }
     // spec: specs/fa2_fwd.yaml:52:40
-    float v71[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v71[e] = 0.0f;
-    // spec: specs/fa2_fwd.yaml:52:40
-    kg::fp16* v72 = reinterpret_cast<kg::fp16*>(smem + 18432);
+    kg::fp16* v71 = reinterpret_cast<kg::fp16*>(smem + 18432);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v72[((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 72 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0))] = v69[e];
+    for (int e = 0; e < 16; ++e) v71[((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 72 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0))] = v69[e];
 
     // spec: specs/fa2_fwd.yaml:52:40
-    kg::fp16* v73 = reinterpret_cast<kg::fp16*>(smem + 36864);
+    kg::fp16* v72 = reinterpret_cast<kg::fp16*>(smem + 36864);
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v73[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (0))] = v70[e];
+    for (int e = 0; e < 8; ++e) v72[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (0))] = v70[e];
     kg::sync();
     // spec: specs/fa2_fwd.yaml:52:40
-    float (&v74)[16] = v71;
+    float (&v73)[16] = v68;
     #pragma unroll
     for (int ks = 0; ks < 8; ++ks) {
-      alignas(16) kg::fp16 fa_[1][4];
-      alignas(16) kg::fp16 fb_[1][4];
+      alignas(16) kg::fp16 fa_[4];
     #pragma unroll
-      for (int rm = 0; rm < 1; ++rm)
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v71[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      alignas(16) kg::fp16 fb_[4];
     #pragma unroll
-        for (int i = 0; i < 4; i += 4)
-          kg::copy_vec<4>(&fa_[rm][i], &v72[((warp / 2) * 32 + rm * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-    #pragma unroll
-      for (int rn = 0; rn < 1; ++rn)
-    #pragma unroll
-        for (int i = 0; i < 4; i += 4)
-          kg::copy_vec<4>(&fb_[rn][i], &v73[((warp % 2) * 32 + rn * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v72[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 1; ++rn)
-          kg::mfma_32x32x8_fp16(&v74[(rm * 1 + rn) * 16], fa_[rm], fb_[rn]);
+          kg::mfma_32x32x8_fp16(&v73[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
     }
-    // spec: specs/fa2_fwd.yaml:52:17
-    float v75[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v75[e] = (v68[e] + v74[e]);
     // spec: specs/fa2_fwd.yaml:53:15
 
     float y0_[16];
@@ -404,7 +384,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
     for (int e = 0; e < 16; ++e) y0_[e] = v65[e];
     float y1_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y1_[e] = v75[e];
+    for (int e = 0; e < 16; ++e) y1_[e] = v73[e];
     float y2_[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) y2_[e] = v52[e];
@@ -416,38 +396,38 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
     for (int e = 0; e < 16; ++e) v31[e] = y2_[e];
   }
   // spec: specs/fa2_fwd.yaml:55:21
-  const float v76 = 0.0f;
+  const float v74 = 0.0f;
   // spec: specs/fa2_fwd.yaml:55:21
-  bool v77[16];
+  bool v75[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v77[e] = (v29[e] == v76);
+  for (int e = 0; e < 16; ++e) v75[e] = (v29[e] == v74);
   // spec: specs/fa2_fwd.yaml:55:15
-  const float v78 = 1.0f;
+  const float v76 = 1.0f;
   // spec: specs/fa2_fwd.yaml:55:15
+  float v77[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v77[e] = (v75[e] ? v76 : v29[e]);
+  // spec: specs/fa2_fwd.yaml:56:63
+  float (&v78)[16] = v77;
+  // spec: specs/fa2_fwd.yaml:56:57
   float v79[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v79[e] = (v77[e] ? v78 : v29[e]);
-  // spec: specs/fa2_fwd.yaml:56:63
-  float (&v80)[16] = v79;
+  for (int e = 0; e < 16; ++e) v79[e] = v78[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
   // spec: specs/fa2_fwd.yaml:56:57
-  float v81[16];
+  float v80[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v81[e] = v80[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-  // spec: specs/fa2_fwd.yaml:56:57
-  float v82[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v82[e] = (v30[e] / v81[e]);
+  for (int e = 0; e < 16; ++e) v80[e] = (v30[e] / v79[e]);
   // spec: specs/fa2_fwd.yaml:56:56
-  kg::fp16 v83[16];
+  kg::fp16 v81[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v83[e] = kg::cvt<kg::fp16>(v82[e]);
+  for (int e = 0; e < 16; ++e) v81[e] = kg::cvt<kg::fp16>(v80[e]);
   // spec: specs/fa2_fwd.yaml:56:24
-  const int v84 = kg::block_id_x();
+  const int v82 = kg::block_id_x();
   // spec: specs/fa2_fwd.yaml:56:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_o + ((int64_t)(v5) * stride_o_0 + (int64_t)(v7) * stride_o_2);
     const bool aligned_ = false;
-    const int t0_ = v84 * 128 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
+    const int t0_ = v82 * 128 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
     const int t1_ = 0 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32;
   #pragma unroll
     for (int e = 0; e < 16; e += 1) {
@@ -455,57 +435,57 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
       const int i1_ = t1_ + 0;
       const int64_t off_ = (int64_t)i0_ * stride_o_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SQ) && i1_ + 1 <= (64)) {
-        kg::copy_vec<1>(p_ + off_, &v83[e]);
+        kg::copy_vec<1>(p_ + off_, &v81[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          if (i0_ < (size_SQ) && i1_ + v < (64)) p_[off_ + v] = v83[e + v];
+          if (i0_ < (size_SQ) && i1_ + v < (64)) p_[off_ + v] = v81[e + v];
       }
     }
   }
   // spec: specs/fa2_fwd.yaml:57:61
-  const float v85 = 0.0f;
+  const float v83 = 0.0f;
   // spec: specs/fa2_fwd.yaml:57:61
-  bool v86[16];
+  bool v84[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v86[e] = (v29[e] == v85);
+  for (int e = 0; e < 16; ++e) v84[e] = (v29[e] == v83);
   // spec: specs/fa2_fwd.yaml:57:82
-  float v87[16];
+  float v85[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v87[e] = kg::log2_(v79[e]);
+  for (int e = 0; e < 16; ++e) v85[e] = kg::log2_(v77[e]);
   // spec: specs/fa2_fwd.yaml:57:78
+  float v86[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v86[e] = (v31[e] + v85[e]);
+  // spec: specs/fa2_fwd.yaml:57:77
+  const float v87 = 0.6931471805599453f;
+  // spec: specs/fa2_fwd.yaml:57:77
   float v88[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v88[e] = (v31[e] + v87[e]);
-  // spec: specs/fa2_fwd.yaml:57:77
-  const float v89 = 0.6931471805599453f;
-  // spec: specs/fa2_fwd.yaml:57:77
+  for (int e = 0; e < 16; ++e) v88[e] = (v86[e] * v87);
+  // spec: specs/fa2_fwd.yaml:57:55
+  const float v89 = -kg::inf();
+  // spec: specs/fa2_fwd.yaml:57:55
   float v90[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v90[e] = (v88[e] * v89);
-  // spec: specs/fa2_fwd.yaml:57:55
-  const float v91 = -kg::inf();
-  // spec: specs/fa2_fwd.yaml:57:55
-  float v92[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v92[e] = (v86[e] ? v91 : v90[e]);
+  for (int e = 0; e < 16; ++e) v90[e] = (v84[e] ? v89 : v88[e]);
   // spec: specs/fa2_fwd.yaml:57:29
-  const int v93 = kg::block_id_x();
+  const int v91 = kg::block_id_x();
   // spec: specs/fa2_fwd.yaml:57:7
   if ((lane & 31) == 0 && (warp & 1) == 0) {
     float* p_ = t_lse + ((int64_t)(v5) * stride_lse_0 + (int64_t)(v7) * stride_lse_1);
     const bool aligned_ = kg::aligned(p_, 16) && stride_lse_0 % 4 == 0 && stride_lse_1 % 4 == 0;
-    const int t0_ = v93 * 128 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
+    const int t0_ = v91 * 128 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
   #pragma unroll
     for (int e = 0; e < 16; e += 4) {
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
       const int64_t off_ = (int64_t)i0_ * 1;
       if (aligned_ && i0_ + 4 <= (size_SQ)) {
-        kg::copy_vec<4>(p_ + off_, &v92[e]);
+        kg::copy_vec<4>(p_ + off_, &v90[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 4; ++v)
-          if (i0_ + v < (size_SQ)) p_[off_ + v] = v92[e + v];
+          if (i0_ + v < (size_SQ)) p_[off_ + v] = v90[e + v];
       }
     }
   }

@@ -46,426 +46,452 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::bf16* __restrict__ t
   for (int e = 0; e < 2; ++e) v15[e] = (v13 + v14[e]);
   // spec: specs/fa2_fwd.yaml:32:28
   const int v16 = kg::block_id_x();
+  // spec: specs/fa2_fwd.yaml:33:16
+  const float v17 = 1.4426950408889634f;
+  // spec: specs/fa2_fwd.yaml:33:16
+  const float v18 = (v2 * v17);
+  // spec: specs/fa2_fwd.yaml:34:14
+  const int v19 = 63;
+  // spec: specs/fa2_fwd.yaml:34:14
+  const int v20 = (v1 + v19);
+  // spec: specs/fa2_fwd.yaml:34:14
+  const int v21 = 64;
+  // spec: specs/fa2_fwd.yaml:34:14
+  const int v22 = (kg::floordiv(v20, v21));
+  // spec: specs/fa2_fwd.yaml:36:38
+  const int v23 = kg::block_id_x();
+  // spec: specs/fa2_fwd.yaml:36:38
+  const int v24 = 1;
+  // spec: specs/fa2_fwd.yaml:36:38
+  const int v25 = (v23 + v24);
+  // spec: specs/fa2_fwd.yaml:36:37
+  const int v26 = 128;
+  // spec: specs/fa2_fwd.yaml:36:37
+  const int v27 = (v25 * v26);
+  // spec: specs/fa2_fwd.yaml:36:37
+  const int v28 = (v27 + v1);
+  // spec: specs/fa2_fwd.yaml:36:37
+  const int v29 = (v28 - v0);
+  // spec: specs/fa2_fwd.yaml:36:32
+  const int v30 = 63;
+  // spec: specs/fa2_fwd.yaml:36:32
+  const int v31 = (v29 + v30);
+  // spec: specs/fa2_fwd.yaml:36:32
+  const int v32 = 64;
+  // spec: specs/fa2_fwd.yaml:36:32
+  const int v33 = (kg::floordiv(v31, v32));
+  // spec: specs/fa2_fwd.yaml:36:18
+  const int v34 = (kg::min_(v22, v33));
+  // spec: specs/fa2_fwd.yaml:37:11
+  float v35[2];
+  #pragma unroll
+  for (int e = 0; e < 2; ++e) v35[e] = -kg::inf();
+  // spec: specs/fa2_fwd.yaml:38:11
+  float v36[2];
+  #pragma unroll
+  for (int e = 0; e < 2; ++e) v36[e] = 0.0f;
+  // spec: specs/fa2_fwd.yaml:39:13
+  float v37[32];
+  #pragma unroll
+  for (int e = 0; e < 32; ++e) v37[e] = 0.0f;
+  // spec: specs/fa2_fwd.yaml:40:22
+  const int v38 = 0;
+  // spec: specs/fa2_fwd.yaml:40:22
+  const int v39 = 1;
+  // spec: specs/fa2_fwd.yaml:41:15
+  kg::bf16* v40 = reinterpret_cast<kg::bf16*>(smem + 0);
   // spec: specs/fa2_fwd.yaml:32:12
-  kg::bf16 v17[32];
-  {
+  kg::sync();
+  if (true) {
     const kg::bf16* p_ = t_q + ((int64_t)(v6) * stride_q_0 + (int64_t)(v8) * stride_q_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-    const int t0_ = v16 * 128 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16;
-    const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
   #pragma unroll
-    for (int e = 0; e < 32; e += 8) {
-      const int i0_ = t0_ + ((e >> 3) & 1) * 32 + ((e >> 4) & 1) * 64;
-      const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
-      const int64_t off_ = (int64_t)i0_ * stride_q_1 + (int64_t)i1_ * 1;
-      const bool in_ = i0_ < (size_SQ) && i1_ + 8 <= (64);
-      if (aligned_ && in_) {
-        kg::copy_vec<8>(&v17[e], p_ + off_);
+    for (int i = 0; i < 4; ++i) {
+      const int c_ = lane + warp * 32 + i * 256;
+      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+      const int i0_ = v16 * 128 + r_, i1_ = 0 + k_;
+      const int64_t off_ = (int64_t)i0_ * stride_q_1 + i1_;
+      const int slot_ = r_ * 72 + k_;
+      if (aligned_) {
+        const int n_ = i0_ < (size_SQ) ? kg::min_(kg::max_((64) - i1_, 0), 8) : 0;
+        kg::cp_async<16>(&v40[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v17[e + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v40[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
-  // spec: specs/fa2_fwd.yaml:33:16
-  const float v18 = 1.4426950408889634f;
-  // spec: specs/fa2_fwd.yaml:33:16
-  const float v19 = (v2 * v18);
-  // spec: specs/fa2_fwd.yaml:34:14
-  const int v20 = 63;
-  // spec: specs/fa2_fwd.yaml:34:14
-  const int v21 = (v1 + v20);
-  // spec: specs/fa2_fwd.yaml:34:14
-  const int v22 = 64;
-  // spec: specs/fa2_fwd.yaml:34:14
-  const int v23 = (kg::floordiv(v21, v22));
-  // spec: specs/fa2_fwd.yaml:36:38
-  const int v24 = kg::block_id_x();
-  // spec: specs/fa2_fwd.yaml:36:38
-  const int v25 = 1;
-  // spec: specs/fa2_fwd.yaml:36:38
-  const int v26 = (v24 + v25);
-  // spec: specs/fa2_fwd.yaml:36:37
-  const int v27 = 128;
-  // spec: specs/fa2_fwd.yaml:36:37
-  const int v28 = (v26 * v27);
-  // spec: specs/fa2_fwd.yaml:36:37
-  const int v29 = (v28 + v1);
-  // spec: specs/fa2_fwd.yaml:36:37
-  const int v30 = (v29 - v0);
-  // spec: specs/fa2_fwd.yaml:36:32
-  const int v31 = 63;
-  // spec: specs/fa2_fwd.yaml:36:32
-  const int v32 = (v30 + v31);
-  // spec: specs/fa2_fwd.yaml:36:32
-  const int v33 = 64;
-  // spec: specs/fa2_fwd.yaml:36:32
-  const int v34 = (kg::floordiv(v32, v33));
-  // spec: specs/fa2_fwd.yaml:36:18
-  const int v35 = (kg::min_(v23, v34));
-  // spec: specs/fa2_fwd.yaml:37:11
-  float v36[2];
-  #pragma unroll
-  for (int e = 0; e < 2; ++e) v36[e] = -kg::inf();
-  // spec: specs/fa2_fwd.yaml:38:11
-  float v37[2];
-  #pragma unroll
-  for (int e = 0; e < 2; ++e) v37[e] = 0.0f;
-  // spec: specs/fa2_fwd.yaml:39:13
-  float v38[32];
-  #pragma unroll
-  for (int e = 0; e < 32; ++e) v38[e] = 0.0f;
-  // spec: specs/fa2_fwd.yaml:40:22
-  const int v39 = 0;
-  // spec: specs/fa2_fwd.yaml:40:22
-  const int v40 = 1;
+  kg::cp_async_commit();
   // spec: specs/fa2_fwd.yaml:41:15
-  kg::bf16* v41 = reinterpret_cast<kg::bf16*>(smem + 0);
-  kg::sync();
-  #pragma unroll
-  for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v41[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16) + (((e >> 3) & 1) * 32 + ((e >> 4) & 1) * 64)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v17[e]);
+  kg::cp_async_wait<0>();
   kg::sync();
   // spec: specs/fa2_fwd.yaml:45:50
-  int (&v42)[2] = v15;
+  int (&v41)[2] = v15;
+  // spec: specs/fa2_fwd.yaml:52:40
+  kg::bf16* v42 = reinterpret_cast<kg::bf16*>(smem + 18432);
+  // spec: specs/fa2_fwd.yaml:41:15
+  kg::bf16* v43 = reinterpret_cast<kg::bf16*>(smem + 27648);
+  // spec: specs/fa2_fwd.yaml:40:7
+  const bool v44 = (v38 < v34);
+  // spec: specs/fa2_fwd.yaml:41:23
+  if (v44) {
+    const kg::bf16* p_ = t_k + ((int64_t)(v6) * stride_k_0 + (int64_t)(v10) * stride_k_2);
+    const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
+  #pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int c_ = lane + warp * 32 + i * 256;
+      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+      const int i0_ = v38 * 64 + r_, i1_ = 0 + k_;
+      const int64_t off_ = (int64_t)i0_ * stride_k_1 + i1_;
+      const int slot_ = r_ * 72 + k_;
+      if (aligned_) {
+        const int n_ = i0_ < (size_SK) ? kg::min_(kg::max_((64) - i1_, 0), 8) : 0;
+        kg::cp_async<16>(&v43[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+      } else {
+  #pragma unroll
+        for (int v = 0; v < 8; ++v)
+          v43[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+      }
+    }
+  }
+  kg::cp_async_commit();
+  // spec: specs/fa2_fwd.yaml:52:57
+  if (v44) {
+    const kg::bf16* p_ = t_v + ((int64_t)(v6) * stride_v_0 + (int64_t)(v10) * stride_v_2);
+    const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
+  #pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int c_ = lane + warp * 32 + i * 256;
+      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+      const int i0_ = v38 * 64 + r_, i1_ = 0 + k_;
+      const int64_t off_ = (int64_t)i0_ * stride_v_1 + i1_;
+      const int slot_ = r_ * 72 + k_;
+      if (aligned_) {
+        const int n_ = i0_ < (size_SK) ? kg::min_(kg::max_((64) - i1_, 0), 8) : 0;
+        kg::cp_async<16>(&v42[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+      } else {
+  #pragma unroll
+        for (int v = 0; v < 8; ++v)
+          v42[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+      }
+    }
+  }
+  kg::cp_async_commit();
   // spec: specs/fa2_fwd.yaml:40:7
 
-  float v43[2];
-  #pragma unroll
-  for (int e = 0; e < 2; ++e) v43[e] = v37[e];
-  float v44[32];
-  #pragma unroll
-  for (int e = 0; e < 32; ++e) v44[e] = v38[e];
   float v45[2];
   #pragma unroll
   for (int e = 0; e < 2; ++e) v45[e] = v36[e];
-  for (int v46 = v39; v46 < v35; v46 += v40) {
-    float (&v47)[2] = v43;
-    float (&v48)[32] = v44;
+  float v46[32];
+  #pragma unroll
+  for (int e = 0; e < 32; ++e) v46[e] = v37[e];
+  float v47[2];
+  #pragma unroll
+  for (int e = 0; e < 2; ++e) v47[e] = v35[e];
+  for (int v48 = v38; v48 < v34; v48 += v39) {
     float (&v49)[2] = v45;
+    float (&v50)[32] = v46;
+    float (&v51)[2] = v47;
     
-    // spec: specs/fa2_fwd.yaml:41:23
-    kg::bf16 v50[16];
-    {
-      const kg::bf16* p_ = t_k + ((int64_t)(v6) * stride_k_0 + (int64_t)(v10) * stride_k_2);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
-      const int t0_ = v46 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16;
-      const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
-    #pragma unroll
-      for (int e = 0; e < 16; e += 8) {
-        const int i0_ = t0_ + ((e >> 3) & 1) * 32;
-        const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
-        const int64_t off_ = (int64_t)i0_ * stride_k_1 + (int64_t)i1_ * 1;
-        const bool in_ = i0_ < (size_SK) && i1_ + 8 <= (64);
-        if (aligned_ && in_) {
-          kg::copy_vec<8>(&v50[e], p_ + off_);
-        } else {
-    #pragma unroll
-          for (int v = 0; v < 8; ++v)
-            v50[e + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-        }
-      }
-    }
-    // spec: specs/fa2_fwd.yaml:41:23
-    kg::bf16 (&v51)[16] = v50;
     // spec: specs/fa2_fwd.yaml:41:15
     float v52[32];
     #pragma unroll
     for (int e = 0; e < 32; ++e) v52[e] = 0.0f;
     // spec: specs/fa2_fwd.yaml:41:15
-    kg::bf16* v53 = reinterpret_cast<kg::bf16*>(smem + 18432);
+    kg::cp_async_wait<1>();
     kg::sync();
-    #pragma unroll
-    for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v53[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v51[e]);
-    kg::sync();
+    // spec: specs/fa2_fwd.yaml:41:15
+    kg::bf16* v53 = v43;
     // spec: specs/fa2_fwd.yaml:41:15
     float (&v54)[32] = v52;
     #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
-      alignas(16) kg::bf16 fa_[1][8];
-      alignas(16) kg::bf16 fb_[8][4];
+      alignas(16) kg::bf16 fa_[8];
     #pragma unroll
-      for (int rm = 0; rm < 1; ++rm)
+      for (int g = 0; g < 1; ++g) kg::ldmatrix_x4(&fa_[g * 8], &v40[((warp / 1) * 16 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8) + lane % 8) * 72 + ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8)]);
+      alignas(16) kg::bf16 fb_[32];
     #pragma unroll
-        for (int i = 0; i < 8; i += 2)
-          kg::copy_vec<2>(&fa_[rm][i], &v41[((warp / 1) * 16 + rm * 16 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (((i >> 1) & 1) * 8)) * 72 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 2) & 1) * 8)]);
-    #pragma unroll
-      for (int rn = 0; rn < 8; ++rn)
-    #pragma unroll
-        for (int i = 0; i < 4; i += 2)
-          kg::copy_vec<2>(&fb_[rn][i], &v53[((warp % 1) * 64 + rn * 8 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (0)) * 72 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 8)]);
+      for (int g = 0; g < 4; ++g) kg::ldmatrix_x4(&fb_[g * 8], &v53[((warp % 1) * 64 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8 + (((8 * g + 2 * ((lane / 8) % 4)) >> 3) & 1) * 16 + (((8 * g + 2 * ((lane / 8) % 4)) >> 4) & 1) * 32) + lane % 8) * 72 + ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 8; ++rn)
-          kg::mma_m16n8k16_bf16(&v54[(rm * 8 + rn) * 4], fa_[rm], fb_[rn]);
+          kg::mma_m16n8k16_bf16(&v54[(rm * 8 + rn) * 4], &fa_[rm * 8], &fb_[rn * 4]);
     }
-    // spec: specs/fa2_fwd.yaml:41:15
-    float v55[32];
+    // spec: specs/fa2_fwd.yaml:41:23
+    const int v55 = (v48 + v39);
+    // spec: specs/fa2_fwd.yaml:41:23
+    const bool v56 = (v55 < v34);
+    // spec: specs/fa2_fwd.yaml:41:23
+    kg::sync();
+    if (v56) {
+      const kg::bf16* p_ = t_k + ((int64_t)(v6) * stride_k_0 + (int64_t)(v10) * stride_k_2);
+      const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v55[e] = (v54[e] * v19);
-    // spec: specs/fa2_fwd.yaml:42:18
-    const int v56 = 64;
-    // spec: specs/fa2_fwd.yaml:42:18
-    const int v57 = (v46 * v56);
-    // spec: specs/fa2_fwd.yaml:42:32
-    int v58[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v58[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32);
-    // spec: specs/fa2_fwd.yaml:42:18
-    int v59[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v59[e] = (v57 + v58[e]);
-    // spec: specs/fa2_fwd.yaml:43:19
-    int (&v60)[16] = v59;
-    // spec: specs/fa2_fwd.yaml:43:19
-    bool v61[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v61[e] = (v60[e] < v1);
-    // spec: specs/fa2_fwd.yaml:45:33
-    int (&v62)[16] = v59;
-    // spec: specs/fa2_fwd.yaml:45:67
-    const int v63 = (v1 - v0);
-    // spec: specs/fa2_fwd.yaml:45:50
-    int v64[2];
-    #pragma unroll
-    for (int e = 0; e < 2; ++e) v64[e] = (v42[e] + v63);
-    // spec: specs/fa2_fwd.yaml:45:33
-    int v65[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v65[e] = v62[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-    // spec: specs/fa2_fwd.yaml:45:33
-    int v66[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v66[e] = v64[((e >> 1) & 1) * 1];
-    // spec: specs/fa2_fwd.yaml:45:33
-    bool v67[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v67[e] = (v65[e] <= v66[e]);
-    // spec: specs/fa2_fwd.yaml:45:23
-    bool v68[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v68[e] = v61[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-    // spec: specs/fa2_fwd.yaml:45:23
-    bool v69[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v69[e] = (v68[e] && v67[e]);
-    // spec: specs/fa2_fwd.yaml:46:15
-    const float v70 = -kg::inf();
-    // spec: specs/fa2_fwd.yaml:46:15
-    float v71[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v71[e] = (v69[e] ? v55[e] : v70);
-    // spec: specs/fa2_fwd.yaml:47:30
-    float v72[2];
-    {
-      float r72[2];
-    #pragma unroll
-      for (int e = 0; e < 2; ++e) r72[e] = -kg::inf();
-    #pragma unroll
-      for (int e = 0; e < 32; ++e) {
-        const float a_ = r72[((e >> 1) & 1) * 1], b_ = (float)(v71[e]);
-        r72[((e >> 1) & 1) * 1] = kg::max_(a_, b_);
-      }
-    #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r72[e], b_ = kg::shfl_xor(a_, 1); r72[e] = kg::max_(a_, b_); }
-    #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r72[e], b_ = kg::shfl_xor(a_, 2); r72[e] = kg::max_(a_, b_); }
-    #pragma unroll
-      for (int e = 0; e < 2; ++e) v72[e] = kg::cvt<float>(r72[e]);
-    }
-    // spec: specs/fa2_fwd.yaml:47:19
-    float v73[2];
-    #pragma unroll
-    for (int e = 0; e < 2; ++e) v73[e] = (kg::max_(v49[e], v72[e]));
-    // spec: specs/fa2_fwd.yaml:48:25
-    const float v74 = -kg::inf();
-    // spec: specs/fa2_fwd.yaml:48:25
-    bool v75[2];
-    #pragma unroll
-    for (int e = 0; e < 2; ++e) v75[e] = (v73[e] == v74);
-    // spec: specs/fa2_fwd.yaml:48:19
-    const float v76 = 0.0f;
-    // spec: specs/fa2_fwd.yaml:48:19
-    float v77[2];
-    #pragma unroll
-    for (int e = 0; e < 2; ++e) v77[e] = (v75[e] ? v76 : v73[e]);
-    // spec: specs/fa2_fwd.yaml:49:24
-    float (&v78)[2] = v77;
-    // spec: specs/fa2_fwd.yaml:49:20
-    float v79[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v79[e] = v78[((e >> 1) & 1) * 1];
-    // spec: specs/fa2_fwd.yaml:49:20
-    float v80[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v80[e] = (v71[e] - v79[e]);
-    // spec: specs/fa2_fwd.yaml:49:15
-    float v81[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v81[e] = kg::exp2_(v80[e]);
-    // spec: specs/fa2_fwd.yaml:50:24
-    float v82[2];
-    #pragma unroll
-    for (int e = 0; e < 2; ++e) v82[e] = (v49[e] - v77[e]);
-    // spec: specs/fa2_fwd.yaml:50:19
-    float v83[2];
-    #pragma unroll
-    for (int e = 0; e < 2; ++e) v83[e] = kg::exp2_(v82[e]);
-    // spec: specs/fa2_fwd.yaml:51:15
-    float v84[2];
-    #pragma unroll
-    for (int e = 0; e < 2; ++e) v84[e] = (v47[e] * v83[e]);
-    // spec: specs/fa2_fwd.yaml:51:27
-    float v85[2];
-    {
-      float r85[2];
-    #pragma unroll
-      for (int e = 0; e < 2; ++e) r85[e] = 0.0f;
-    #pragma unroll
-      for (int e = 0; e < 32; ++e) {
-        const float a_ = r85[((e >> 1) & 1) * 1], b_ = (float)(v81[e]);
-        r85[((e >> 1) & 1) * 1] = a_ + b_;
-      }
-    #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r85[e], b_ = kg::shfl_xor(a_, 1); r85[e] = a_ + b_; }
-    #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r85[e], b_ = kg::shfl_xor(a_, 2); r85[e] = a_ + b_; }
-    #pragma unroll
-      for (int e = 0; e < 2; ++e) v85[e] = kg::cvt<float>(r85[e]);
-    }
-    // spec: specs/fa2_fwd.yaml:51:15
-    float v86[2];
-    #pragma unroll
-    for (int e = 0; e < 2; ++e) v86[e] = (v84[e] + v85[e]);
-    // spec: specs/fa2_fwd.yaml:52:23
-    float (&v87)[2] = v83;
-    // spec: specs/fa2_fwd.yaml:52:17
-    float v88[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v88[e] = v87[((e >> 1) & 1) * 1];
-    // spec: specs/fa2_fwd.yaml:52:17
-    float v89[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v89[e] = (v48[e] * v88[e]);
-    // spec: specs/fa2_fwd.yaml:52:44
-    kg::bf16 v90[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v90[e] = kg::cvt<kg::bf16>(v81[e]);
-    // spec: specs/fa2_fwd.yaml:52:57
-    kg::bf16 v91[16];
-    {
-      const kg::bf16* p_ = t_v + ((int64_t)(v6) * stride_v_0 + (int64_t)(v10) * stride_v_2);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-      const int t0_ = v46 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16;
-      const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
-    #pragma unroll
-      for (int e = 0; e < 16; e += 8) {
-        const int i0_ = t0_ + ((e >> 3) & 1) * 32;
-        const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
-        const int64_t off_ = (int64_t)i0_ * stride_v_1 + (int64_t)i1_ * 1;
-        const bool in_ = i0_ < (size_SK) && i1_ + 8 <= (64);
-        if (aligned_ && in_) {
-          kg::copy_vec<8>(&v91[e], p_ + off_);
+      for (int i = 0; i < 2; ++i) {
+        const int c_ = lane + warp * 32 + i * 256;
+        const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+        const int i0_ = v55 * 64 + r_, i1_ = 0 + k_;
+        const int64_t off_ = (int64_t)i0_ * stride_k_1 + i1_;
+        const int slot_ = r_ * 72 + k_;
+        if (aligned_) {
+          const int n_ = i0_ < (size_SK) ? kg::min_(kg::max_((64) - i1_, 0), 8) : 0;
+          kg::cp_async<16>(&v43[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v91[e + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v43[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
-    // spec: specs/fa2_fwd.yaml:52:40
-    float v92[32];
+    kg::cp_async_commit();
+    // spec: specs/fa2_fwd.yaml:41:15
+    float v57[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v92[e] = 0.0f;
+    for (int e = 0; e < 32; ++e) v57[e] = (v54[e] * v18);
+    // spec: specs/fa2_fwd.yaml:42:18
+    const int v58 = 64;
+    // spec: specs/fa2_fwd.yaml:42:18
+    const int v59 = (v48 * v58);
+    // spec: specs/fa2_fwd.yaml:42:32
+    int v60[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v60[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32);
+    // spec: specs/fa2_fwd.yaml:42:18
+    int v61[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v61[e] = (v59 + v60[e]);
+    // spec: specs/fa2_fwd.yaml:43:19
+    int (&v62)[16] = v61;
+    // spec: specs/fa2_fwd.yaml:43:19
+    bool v63[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v63[e] = (v62[e] < v1);
+    // spec: specs/fa2_fwd.yaml:45:33
+    int (&v64)[16] = v61;
+    // spec: specs/fa2_fwd.yaml:45:67
+    const int v65 = (v1 - v0);
+    // spec: specs/fa2_fwd.yaml:45:50
+    int v66[2];
+    #pragma unroll
+    for (int e = 0; e < 2; ++e) v66[e] = (v41[e] + v65);
+    // spec: specs/fa2_fwd.yaml:45:33
+    int v67[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v67[e] = v64[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+    // spec: specs/fa2_fwd.yaml:45:33
+    int v68[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v68[e] = v66[((e >> 1) & 1) * 1];
+    // spec: specs/fa2_fwd.yaml:45:33
+    bool v69[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v69[e] = (v67[e] <= v68[e]);
+    // spec: specs/fa2_fwd.yaml:45:23
+    bool v70[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v70[e] = v63[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+    // spec: specs/fa2_fwd.yaml:45:23
+    bool v71[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v71[e] = (v70[e] && v69[e]);
+    // spec: specs/fa2_fwd.yaml:46:15
+    const float v72 = -kg::inf();
+    // spec: specs/fa2_fwd.yaml:46:15
+    float v73[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v73[e] = (v71[e] ? v57[e] : v72);
+    // spec: specs/fa2_fwd.yaml:47:30
+    float v74[2];
+    {
+      float r74[2];
+    #pragma unroll
+      for (int e = 0; e < 2; ++e) r74[e] = -kg::inf();
+    #pragma unroll
+      for (int e = 0; e < 32; ++e) {
+        const float a_ = r74[((e >> 1) & 1) * 1], b_ = (float)(v73[e]);
+        r74[((e >> 1) & 1) * 1] = kg::max_(a_, b_);
+      }
+    #pragma unroll
+      for (int e = 0; e < 2; ++e) { const float a_ = r74[e], b_ = kg::shfl_xor(a_, 1); r74[e] = kg::max_(a_, b_); }
+    #pragma unroll
+      for (int e = 0; e < 2; ++e) { const float a_ = r74[e], b_ = kg::shfl_xor(a_, 2); r74[e] = kg::max_(a_, b_); }
+    #pragma unroll
+      for (int e = 0; e < 2; ++e) v74[e] = kg::cvt<float>(r74[e]);
+    }
+    // spec: specs/fa2_fwd.yaml:47:19
+    float v75[2];
+    #pragma unroll
+    for (int e = 0; e < 2; ++e) v75[e] = (kg::max_(v51[e], v74[e]));
+    // spec: specs/fa2_fwd.yaml:48:25
+    const float v76 = -kg::inf();
+    // spec: specs/fa2_fwd.yaml:48:25
+    bool v77[2];
+    #pragma unroll
+    for (int e = 0; e < 2; ++e) v77[e] = (v75[e] == v76);
+    // spec: specs/fa2_fwd.yaml:48:19
+    const float v78 = 0.0f;
+    // spec: specs/fa2_fwd.yaml:48:19
+    float v79[2];
+    #pragma unroll
+    for (int e = 0; e < 2; ++e) v79[e] = (v77[e] ? v78 : v75[e]);
+    // spec: specs/fa2_fwd.yaml:49:24
+    float (&v80)[2] = v79;
+    // spec: specs/fa2_fwd.yaml:49:20
+    float v81[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v81[e] = v80[((e >> 1) & 1) * 1];
+    // spec: specs/fa2_fwd.yaml:49:20
+    float v82[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v82[e] = (v73[e] - v81[e]);
+    // spec: specs/fa2_fwd.yaml:49:15
+    float v83[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v83[e] = kg::exp2_(v82[e]);
+    // spec: specs/fa2_fwd.yaml:50:24
+    float v84[2];
+    #pragma unroll
+    for (int e = 0; e < 2; ++e) v84[e] = (v51[e] - v79[e]);
+    // spec: specs/fa2_fwd.yaml:50:19
+    float v85[2];
+    #pragma unroll
+    for (int e = 0; e < 2; ++e) v85[e] = kg::exp2_(v84[e]);
+    // spec: specs/fa2_fwd.yaml:51:15
+    float v86[2];
+    #pragma unroll
+    for (int e = 0; e < 2; ++e) v86[e] = (v49[e] * v85[e]);
+    // spec: specs/fa2_fwd.yaml:51:27
+    float v87[2];
+    {
+      float r87[2];
+    #pragma unroll
+      for (int e = 0; e < 2; ++e) r87[e] = 0.0f;
+    #pragma unroll
+      for (int e = 0; e < 32; ++e) {
+        const float a_ = r87[((e >> 1) & 1) * 1], b_ = (float)(v83[e]);
+        r87[((e >> 1) & 1) * 1] = a_ + b_;
+      }
+    #pragma unroll
+      for (int e = 0; e < 2; ++e) { const float a_ = r87[e], b_ = kg::shfl_xor(a_, 1); r87[e] = a_ + b_; }
+    #pragma unroll
+      for (int e = 0; e < 2; ++e) { const float a_ = r87[e], b_ = kg::shfl_xor(a_, 2); r87[e] = a_ + b_; }
+    #pragma unroll
+      for (int e = 0; e < 2; ++e) v87[e] = kg::cvt<float>(r87[e]);
+    }
+    // spec: specs/fa2_fwd.yaml:51:15
+    float v88[2];
+    #pragma unroll
+    for (int e = 0; e < 2; ++e) v88[e] = (v86[e] + v87[e]);
+    // spec: specs/fa2_fwd.yaml:52:23
+    float (&v89)[2] = v85;
+    // spec: specs/fa2_fwd.yaml:52:17
+    float v90[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v90[e] = v89[((e >> 1) & 1) * 1];
+    // spec: specs/fa2_fwd.yaml:52:17
+    float v91[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v91[e] = (v50[e] * v90[e]);
+    // spec: specs/fa2_fwd.yaml:52:44
+    kg::bf16 v92[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v92[e] = kg::cvt<kg::bf16>(v83[e]);
     // spec: specs/fa2_fwd.yaml:52:40
-    kg::bf16* v93 = reinterpret_cast<kg::bf16*>(smem + 18432);
+    kg::cp_async_wait<1>();
     kg::sync();
-    #pragma unroll
-    for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v93[((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + (((e >> 1) & 1) * 8)) * 72 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))], &v90[e]);
-
     // spec: specs/fa2_fwd.yaml:52:40
-    kg::bf16* v94 = reinterpret_cast<kg::bf16*>(smem + 36864);
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v94[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16) + (((e >> 3) & 1) * 32))] = v91[e];
-    kg::sync();
-    // spec: specs/fa2_fwd.yaml:52:40
-    float (&v95)[32] = v92;
+    float (&v93)[32] = v91;
     #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
-      alignas(16) kg::bf16 fa_[1][8];
-      alignas(16) kg::bf16 fb_[8][4];
+      alignas(16) kg::bf16 fb_[32];
     #pragma unroll
-      for (int rm = 0; rm < 1; ++rm)
-    #pragma unroll
-        for (int i = 0; i < 8; i += 2)
-          kg::copy_vec<2>(&fa_[rm][i], &v93[((warp / 1) * 16 + rm * 16 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (((i >> 1) & 1) * 8)) * 72 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 2) & 1) * 8)]);
-    #pragma unroll
-      for (int rn = 0; rn < 8; ++rn)
-    #pragma unroll
-        for (int i = 0; i < 4; i += 2)
-          kg::copy_vec<2>(&fb_[rn][i], &v94[((warp % 1) * 64 + rn * 8 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (0)) * 72 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 8)]);
+      for (int g = 0; g < 4; ++g) kg::ldmatrix_x4_trans(&fb_[g * 8], &v42[(ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8) + lane % 8) * 72 + (warp % 1) * 64 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8 + (((8 * g + 2 * ((lane / 8) % 4)) >> 3) & 1) * 16 + (((8 * g + 2 * ((lane / 8) % 4)) >> 4) & 1) * 32)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 8; ++rn)
-          kg::mma_m16n8k16_bf16(&v95[(rm * 8 + rn) * 4], fa_[rm], fb_[rn]);
+          kg::mma_m16n8k16_bf16(&v93[(rm * 8 + rn) * 4], &v92[(rm * 4 + ks) * 8], &fb_[rn * 4]);
     }
-    // spec: specs/fa2_fwd.yaml:52:17
-    float v96[32];
+    // spec: specs/fa2_fwd.yaml:52:57
+    const int v94 = (v48 + v39);
+    // spec: specs/fa2_fwd.yaml:52:57
+    const bool v95 = (v94 < v34);
+    // spec: specs/fa2_fwd.yaml:52:57
+    kg::sync();
+    if (v95) {
+      const kg::bf16* p_ = t_v + ((int64_t)(v6) * stride_v_0 + (int64_t)(v10) * stride_v_2);
+      const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v96[e] = (v89[e] + v95[e]);
+      for (int i = 0; i < 2; ++i) {
+        const int c_ = lane + warp * 32 + i * 256;
+        const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+        const int i0_ = v94 * 64 + r_, i1_ = 0 + k_;
+        const int64_t off_ = (int64_t)i0_ * stride_v_1 + i1_;
+        const int slot_ = r_ * 72 + k_;
+        if (aligned_) {
+          const int n_ = i0_ < (size_SK) ? kg::min_(kg::max_((64) - i1_, 0), 8) : 0;
+          kg::cp_async<16>(&v42[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        } else {
+    #pragma unroll
+          for (int v = 0; v < 8; ++v)
+            v42[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+        }
+      }
+    }
+    kg::cp_async_commit();
     // spec: specs/fa2_fwd.yaml:53:15
 
     float y0_[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) y0_[e] = v86[e];
+    for (int e = 0; e < 2; ++e) y0_[e] = v88[e];
     float y1_[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y1_[e] = v96[e];
+    for (int e = 0; e < 32; ++e) y1_[e] = v93[e];
     float y2_[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) y2_[e] = v73[e];
+    for (int e = 0; e < 2; ++e) y2_[e] = v75[e];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v43[e] = y0_[e];
+    for (int e = 0; e < 2; ++e) v45[e] = y0_[e];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v44[e] = y1_[e];
+    for (int e = 0; e < 32; ++e) v46[e] = y1_[e];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v45[e] = y2_[e];
+    for (int e = 0; e < 2; ++e) v47[e] = y2_[e];
   }
   // spec: specs/fa2_fwd.yaml:55:21
-  const float v97 = 0.0f;
+  const float v96 = 0.0f;
   // spec: specs/fa2_fwd.yaml:55:21
-  bool v98[2];
+  bool v97[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v98[e] = (v43[e] == v97);
+  for (int e = 0; e < 2; ++e) v97[e] = (v45[e] == v96);
   // spec: specs/fa2_fwd.yaml:55:15
-  const float v99 = 1.0f;
+  const float v98 = 1.0f;
   // spec: specs/fa2_fwd.yaml:55:15
-  float v100[2];
+  float v99[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v100[e] = (v98[e] ? v99 : v43[e]);
+  for (int e = 0; e < 2; ++e) v99[e] = (v97[e] ? v98 : v45[e]);
   // spec: specs/fa2_fwd.yaml:56:63
-  float (&v101)[2] = v100;
+  float (&v100)[2] = v99;
+  // spec: specs/fa2_fwd.yaml:56:57
+  float v101[32];
+  #pragma unroll
+  for (int e = 0; e < 32; ++e) v101[e] = v100[((e >> 1) & 1) * 1];
   // spec: specs/fa2_fwd.yaml:56:57
   float v102[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v102[e] = v101[((e >> 1) & 1) * 1];
-  // spec: specs/fa2_fwd.yaml:56:57
-  float v103[32];
-  #pragma unroll
-  for (int e = 0; e < 32; ++e) v103[e] = (v44[e] / v102[e]);
+  for (int e = 0; e < 32; ++e) v102[e] = (v46[e] / v101[e]);
   // spec: specs/fa2_fwd.yaml:56:56
-  kg::bf16 v104[32];
+  kg::bf16 v103[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v104[e] = kg::cvt<kg::bf16>(v103[e]);
+  for (int e = 0; e < 32; ++e) v103[e] = kg::cvt<kg::bf16>(v102[e]);
   // spec: specs/fa2_fwd.yaml:56:24
-  const int v105 = kg::block_id_x();
+  const int v104 = kg::block_id_x();
   // spec: specs/fa2_fwd.yaml:56:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_o + ((int64_t)(v6) * stride_o_0 + (int64_t)(v8) * stride_o_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_o_0 % 2 == 0 && stride_o_1 % 2 == 0 && stride_o_2 % 2 == 0;
-    const int t0_ = v105 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
+    const int t0_ = v104 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
     const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
   #pragma unroll
     for (int e = 0; e < 32; e += 2) {
@@ -473,57 +499,57 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::bf16* __restrict__ t
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
       const int64_t off_ = (int64_t)i0_ * stride_o_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SQ) && i1_ + 2 <= (64)) {
-        kg::copy_vec<2>(p_ + off_, &v104[e]);
+        kg::copy_vec<2>(p_ + off_, &v103[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SQ) && i1_ + v < (64)) p_[off_ + v] = v104[e + v];
+          if (i0_ < (size_SQ) && i1_ + v < (64)) p_[off_ + v] = v103[e + v];
       }
     }
   }
   // spec: specs/fa2_fwd.yaml:57:61
-  const float v106 = 0.0f;
+  const float v105 = 0.0f;
   // spec: specs/fa2_fwd.yaml:57:61
-  bool v107[2];
+  bool v106[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v107[e] = (v43[e] == v106);
+  for (int e = 0; e < 2; ++e) v106[e] = (v45[e] == v105);
   // spec: specs/fa2_fwd.yaml:57:82
+  float v107[2];
+  #pragma unroll
+  for (int e = 0; e < 2; ++e) v107[e] = kg::log2_(v99[e]);
+  // spec: specs/fa2_fwd.yaml:57:78
   float v108[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v108[e] = kg::log2_(v100[e]);
-  // spec: specs/fa2_fwd.yaml:57:78
-  float v109[2];
-  #pragma unroll
-  for (int e = 0; e < 2; ++e) v109[e] = (v45[e] + v108[e]);
+  for (int e = 0; e < 2; ++e) v108[e] = (v47[e] + v107[e]);
   // spec: specs/fa2_fwd.yaml:57:77
-  const float v110 = 0.6931471805599453f;
+  const float v109 = 0.6931471805599453f;
   // spec: specs/fa2_fwd.yaml:57:77
-  float v111[2];
+  float v110[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v111[e] = (v109[e] * v110);
+  for (int e = 0; e < 2; ++e) v110[e] = (v108[e] * v109);
   // spec: specs/fa2_fwd.yaml:57:55
-  const float v112 = -kg::inf();
+  const float v111 = -kg::inf();
   // spec: specs/fa2_fwd.yaml:57:55
-  float v113[2];
+  float v112[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v113[e] = (v107[e] ? v112 : v111[e]);
+  for (int e = 0; e < 2; ++e) v112[e] = (v106[e] ? v111 : v110[e]);
   // spec: specs/fa2_fwd.yaml:57:29
-  const int v114 = kg::block_id_x();
+  const int v113 = kg::block_id_x();
   // spec: specs/fa2_fwd.yaml:57:7
   if ((lane & 3) == 0 && (warp & 0) == 0) {
     float* p_ = t_lse + ((int64_t)(v6) * stride_lse_0 + (int64_t)(v8) * stride_lse_1);
     const bool aligned_ = false;
-    const int t0_ = v114 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
+    const int t0_ = v113 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
   #pragma unroll
     for (int e = 0; e < 2; e += 1) {
       const int i0_ = t0_ + (e & 1) * 8;
       const int64_t off_ = (int64_t)i0_ * 1;
       if (aligned_ && i0_ + 1 <= (size_SQ)) {
-        kg::copy_vec<1>(p_ + off_, &v113[e]);
+        kg::copy_vec<1>(p_ + off_, &v112[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          if (i0_ + v < (size_SQ)) p_[off_ + v] = v113[e + v];
+          if (i0_ + v < (size_SQ)) p_[off_ + v] = v112[e + v];
       }
     }
   }

@@ -44,376 +44,410 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
   for (int e = 0; e < 1; ++e) v14[e] = (v12 + v13[e]);
   // spec: specs/fa2_fwd.yaml:32:28
   const int v15 = kg::block_id_x();
+  // spec: specs/fa2_fwd.yaml:33:16
+  const float v16 = 1.4426950408889634f;
+  // spec: specs/fa2_fwd.yaml:33:16
+  const float v17 = (v1 * v16);
+  // spec: specs/fa2_fwd.yaml:34:14
+  const int v18 = 63;
+  // spec: specs/fa2_fwd.yaml:34:14
+  const int v19 = (v0 + v18);
+  // spec: specs/fa2_fwd.yaml:34:14
+  const int v20 = 64;
+  // spec: specs/fa2_fwd.yaml:34:14
+  const int v21 = (kg::floordiv(v19, v20));
+  // spec: specs/fa2_fwd.yaml:37:11
+  float v22[2];
+  #pragma unroll
+  for (int e = 0; e < 2; ++e) v22[e] = -kg::inf();
+  // spec: specs/fa2_fwd.yaml:38:11
+  float v23[2];
+  #pragma unroll
+  for (int e = 0; e < 2; ++e) v23[e] = 0.0f;
+  // spec: specs/fa2_fwd.yaml:39:13
+  float v24[64];
+  #pragma unroll
+  for (int e = 0; e < 64; ++e) v24[e] = 0.0f;
+  // spec: specs/fa2_fwd.yaml:40:22
+  const int v25 = 0;
+  // spec: specs/fa2_fwd.yaml:40:22
+  const int v26 = 1;
+  // spec: specs/fa2_fwd.yaml:41:15
+  kg::fp16* v27 = reinterpret_cast<kg::fp16*>(smem + 0);
   // spec: specs/fa2_fwd.yaml:32:12
-  kg::fp16 v16[64];
-  {
+  kg::sync();
+  if (true) {
     const kg::fp16* p_ = t_q + ((int64_t)(v5) * stride_q_0 + (int64_t)(v7) * stride_q_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-    const int t0_ = v15 * 128 + ((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4 + ((warp >> 2) & 1) * 8;
-    const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
   #pragma unroll
-    for (int e = 0; e < 64; e += 8) {
-      const int i0_ = t0_ + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32 + ((e >> 5) & 1) * 64;
-      const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
-      const int64_t off_ = (int64_t)i0_ * stride_q_1 + (int64_t)i1_ * 1;
-      const bool in_ = i0_ < (size_SQ) && i1_ + 8 <= (128);
-      if (aligned_ && in_) {
-        kg::copy_vec<8>(&v16[e], p_ + off_);
+    for (int i = 0; i < 8; ++i) {
+      const int c_ = lane + warp * 32 + i * 256;
+      const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
+      const int i0_ = v15 * 128 + r_, i1_ = 0 + k_;
+      const int64_t off_ = (int64_t)i0_ * stride_q_1 + i1_;
+      const int slot_ = r_ * 136 + k_;
+      if (aligned_) {
+        const int n_ = i0_ < (size_SQ) ? kg::min_(kg::max_((128) - i1_, 0), 8) : 0;
+        kg::cp_async<16>(&v27[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v16[e + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          v27[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
       }
     }
   }
-  // spec: specs/fa2_fwd.yaml:33:16
-  const float v17 = 1.4426950408889634f;
-  // spec: specs/fa2_fwd.yaml:33:16
-  const float v18 = (v1 * v17);
-  // spec: specs/fa2_fwd.yaml:34:14
-  const int v19 = 63;
-  // spec: specs/fa2_fwd.yaml:34:14
-  const int v20 = (v0 + v19);
-  // spec: specs/fa2_fwd.yaml:34:14
-  const int v21 = 64;
-  // spec: specs/fa2_fwd.yaml:34:14
-  const int v22 = (kg::floordiv(v20, v21));
-  // spec: specs/fa2_fwd.yaml:37:11
-  float v23[2];
-  #pragma unroll
-  for (int e = 0; e < 2; ++e) v23[e] = -kg::inf();
-  // spec: specs/fa2_fwd.yaml:38:11
-  float v24[2];
-  #pragma unroll
-  for (int e = 0; e < 2; ++e) v24[e] = 0.0f;
-  // spec: specs/fa2_fwd.yaml:39:13
-  float v25[64];
-  #pragma unroll
-  for (int e = 0; e < 64; ++e) v25[e] = 0.0f;
-  // spec: specs/fa2_fwd.yaml:40:22
-  const int v26 = 0;
-  // spec: specs/fa2_fwd.yaml:40:22
-  const int v27 = 1;
+  kg::cp_async_commit();
   // spec: specs/fa2_fwd.yaml:41:15
-  kg::fp16* v28 = reinterpret_cast<kg::fp16*>(smem + 0);
+  kg::cp_async_wait<0>();
   kg::sync();
+  // spec: specs/fa2_fwd.yaml:52:40
+  kg::fp16* v28 = reinterpret_cast<kg::fp16*>(smem + 34816);
+  // spec: specs/fa2_fwd.yaml:41:15
+  kg::fp16* v29 = reinterpret_cast<kg::fp16*>(smem + 52224);
+  // spec: specs/fa2_fwd.yaml:40:7
+  const bool v30 = (v25 < v21);
+  // spec: specs/fa2_fwd.yaml:41:23
+  if (v30) {
+    const kg::fp16* p_ = t_k + ((int64_t)(v5) * stride_k_0 + (int64_t)(v9) * stride_k_2);
+    const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
   #pragma unroll
-  for (int e = 0; e < 64; e += 8) kg::copy_vec<8>(&v28[((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4 + ((warp >> 2) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32 + ((e >> 5) & 1) * 64)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v16[e]);
-  kg::sync();
+    for (int i = 0; i < 4; ++i) {
+      const int c_ = lane + warp * 32 + i * 256;
+      const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
+      const int i0_ = v25 * 64 + r_, i1_ = 0 + k_;
+      const int64_t off_ = (int64_t)i0_ * stride_k_1 + i1_;
+      const int slot_ = r_ * 136 + k_;
+      if (aligned_) {
+        const int n_ = i0_ < (size_SK) ? kg::min_(kg::max_((128) - i1_, 0), 8) : 0;
+        kg::cp_async<16>(&v29[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+      } else {
+  #pragma unroll
+        for (int v = 0; v < 8; ++v)
+          v29[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+      }
+    }
+  }
+  kg::cp_async_commit();
+  // spec: specs/fa2_fwd.yaml:52:57
+  if (v30) {
+    const kg::fp16* p_ = t_v + ((int64_t)(v5) * stride_v_0 + (int64_t)(v9) * stride_v_2);
+    const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
+  #pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int c_ = lane + warp * 32 + i * 256;
+      const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
+      const int i0_ = v25 * 64 + r_, i1_ = 0 + k_;
+      const int64_t off_ = (int64_t)i0_ * stride_v_1 + i1_;
+      const int slot_ = r_ * 136 + k_;
+      if (aligned_) {
+        const int n_ = i0_ < (size_SK) ? kg::min_(kg::max_((128) - i1_, 0), 8) : 0;
+        kg::cp_async<16>(&v28[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+      } else {
+  #pragma unroll
+        for (int v = 0; v < 8; ++v)
+          v28[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+      }
+    }
+  }
+  kg::cp_async_commit();
   // spec: specs/fa2_fwd.yaml:40:7
 
-  float v29[2];
-  #pragma unroll
-  for (int e = 0; e < 2; ++e) v29[e] = v24[e];
-  float v30[64];
-  #pragma unroll
-  for (int e = 0; e < 64; ++e) v30[e] = v25[e];
   float v31[2];
   #pragma unroll
   for (int e = 0; e < 2; ++e) v31[e] = v23[e];
-  for (int v32 = v26; v32 < v22; v32 += v27) {
-    float (&v33)[2] = v29;
-    float (&v34)[64] = v30;
+  float v32[64];
+  #pragma unroll
+  for (int e = 0; e < 64; ++e) v32[e] = v24[e];
+  float v33[2];
+  #pragma unroll
+  for (int e = 0; e < 2; ++e) v33[e] = v22[e];
+  for (int v34 = v25; v34 < v21; v34 += v26) {
     float (&v35)[2] = v31;
+    float (&v36)[64] = v32;
+    float (&v37)[2] = v33;
     
-    // spec: specs/fa2_fwd.yaml:41:23
-    kg::fp16 v36[32];
-    {
-      const kg::fp16* p_ = t_k + ((int64_t)(v5) * stride_k_0 + (int64_t)(v9) * stride_k_2);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
-      const int t0_ = v32 * 64 + ((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4 + ((warp >> 2) & 1) * 8;
-      const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
-    #pragma unroll
-      for (int e = 0; e < 32; e += 8) {
-        const int i0_ = t0_ + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
-        const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
-        const int64_t off_ = (int64_t)i0_ * stride_k_1 + (int64_t)i1_ * 1;
-        const bool in_ = i0_ < (size_SK) && i1_ + 8 <= (128);
-        if (aligned_ && in_) {
-          kg::copy_vec<8>(&v36[e], p_ + off_);
-        } else {
-    #pragma unroll
-          for (int v = 0; v < 8; ++v)
-            v36[e + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
-        }
-      }
-    }
-    // spec: specs/fa2_fwd.yaml:41:23
-    kg::fp16 (&v37)[32] = v36;
     // spec: specs/fa2_fwd.yaml:41:15
     float v38[32];
     #pragma unroll
     for (int e = 0; e < 32; ++e) v38[e] = 0.0f;
     // spec: specs/fa2_fwd.yaml:41:15
-    kg::fp16* v39 = reinterpret_cast<kg::fp16*>(smem + 34816);
+    kg::cp_async_wait<1>();
     kg::sync();
-    #pragma unroll
-    for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v39[((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4 + ((warp >> 2) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v37[e]);
-    kg::sync();
+    // spec: specs/fa2_fwd.yaml:41:15
+    kg::fp16* v39 = v29;
     // spec: specs/fa2_fwd.yaml:41:15
     float (&v40)[32] = v38;
     #pragma unroll
     for (int ks = 0; ks < 8; ++ks) {
-      alignas(16) kg::fp16 fa_[1][8];
-      alignas(16) kg::fp16 fb_[8][4];
+      alignas(16) kg::fp16 fa_[8];
     #pragma unroll
-      for (int rm = 0; rm < 1; ++rm)
+      for (int g = 0; g < 1; ++g) kg::ldmatrix_x4(&fa_[g * 8], &v27[((warp / 1) * 16 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8) + lane % 8) * 136 + ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8)]);
+      alignas(16) kg::fp16 fb_[32];
     #pragma unroll
-        for (int i = 0; i < 8; i += 2)
-          kg::copy_vec<2>(&fa_[rm][i], &v28[((warp / 1) * 16 + rm * 16 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (((i >> 1) & 1) * 8)) * 136 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 2) & 1) * 8)]);
-    #pragma unroll
-      for (int rn = 0; rn < 8; ++rn)
-    #pragma unroll
-        for (int i = 0; i < 4; i += 2)
-          kg::copy_vec<2>(&fb_[rn][i], &v39[((warp % 1) * 64 + rn * 8 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (0)) * 136 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 8)]);
+      for (int g = 0; g < 4; ++g) kg::ldmatrix_x4(&fb_[g * 8], &v39[((warp % 1) * 64 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8 + (((8 * g + 2 * ((lane / 8) % 4)) >> 3) & 1) * 16 + (((8 * g + 2 * ((lane / 8) % 4)) >> 4) & 1) * 32) + lane % 8) * 136 + ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 8; ++rn)
-          kg::mma_m16n8k16_fp16(&v40[(rm * 8 + rn) * 4], fa_[rm], fb_[rn]);
+          kg::mma_m16n8k16_fp16(&v40[(rm * 8 + rn) * 4], &fa_[rm * 8], &fb_[rn * 4]);
     }
-    // spec: specs/fa2_fwd.yaml:41:15
-    float v41[32];
+    // spec: specs/fa2_fwd.yaml:41:23
+    const int v41 = (v34 + v26);
+    // spec: specs/fa2_fwd.yaml:41:23
+    const bool v42 = (v41 < v21);
+    // spec: specs/fa2_fwd.yaml:41:23
+    kg::sync();
+    if (v42) {
+      const kg::fp16* p_ = t_k + ((int64_t)(v5) * stride_k_0 + (int64_t)(v9) * stride_k_2);
+      const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v41[e] = (v40[e] * v18);
-    // spec: specs/fa2_fwd.yaml:42:18
-    const int v42 = 64;
-    // spec: specs/fa2_fwd.yaml:42:18
-    const int v43 = (v32 * v42);
-    // spec: specs/fa2_fwd.yaml:42:32
-    int v44[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v44[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32);
-    // spec: specs/fa2_fwd.yaml:42:18
-    int v45[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v45[e] = (v43 + v44[e]);
-    // spec: specs/fa2_fwd.yaml:43:19
-    int (&v46)[16] = v45;
-    // spec: specs/fa2_fwd.yaml:43:19
-    bool v47[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v47[e] = (v46[e] < v0);
-    // spec: specs/fa2_fwd.yaml:46:15
-    const float v48 = -kg::inf();
-    // spec: specs/fa2_fwd.yaml:46:15
-    bool v49[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v49[e] = v47[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-    // spec: specs/fa2_fwd.yaml:46:15
-    float v50[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v50[e] = (v49[e] ? v41[e] : v48);
-    // spec: specs/fa2_fwd.yaml:47:30
-    float v51[2];
-    {
-      float r51[2];
-    #pragma unroll
-      for (int e = 0; e < 2; ++e) r51[e] = -kg::inf();
-    #pragma unroll
-      for (int e = 0; e < 32; ++e) {
-        const float a_ = r51[((e >> 1) & 1) * 1], b_ = (float)(v50[e]);
-        r51[((e >> 1) & 1) * 1] = kg::max_(a_, b_);
-      }
-    #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r51[e], b_ = kg::shfl_xor(a_, 1); r51[e] = kg::max_(a_, b_); }
-    #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r51[e], b_ = kg::shfl_xor(a_, 2); r51[e] = kg::max_(a_, b_); }
-    #pragma unroll
-      for (int e = 0; e < 2; ++e) v51[e] = kg::cvt<float>(r51[e]);
-    }
-    // spec: specs/fa2_fwd.yaml:47:19
-    float v52[2];
-    #pragma unroll
-    for (int e = 0; e < 2; ++e) v52[e] = (kg::max_(v35[e], v51[e]));
-    // spec: specs/fa2_fwd.yaml:48:25
-    const float v53 = -kg::inf();
-    // spec: specs/fa2_fwd.yaml:48:25
-    bool v54[2];
-    #pragma unroll
-    for (int e = 0; e < 2; ++e) v54[e] = (v52[e] == v53);
-    // spec: specs/fa2_fwd.yaml:48:19
-    const float v55 = 0.0f;
-    // spec: specs/fa2_fwd.yaml:48:19
-    float v56[2];
-    #pragma unroll
-    for (int e = 0; e < 2; ++e) v56[e] = (v54[e] ? v55 : v52[e]);
-    // spec: specs/fa2_fwd.yaml:49:24
-    float (&v57)[2] = v56;
-    // spec: specs/fa2_fwd.yaml:49:20
-    float v58[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v58[e] = v57[((e >> 1) & 1) * 1];
-    // spec: specs/fa2_fwd.yaml:49:20
-    float v59[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v59[e] = (v50[e] - v58[e]);
-    // spec: specs/fa2_fwd.yaml:49:15
-    float v60[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v60[e] = kg::exp2_(v59[e]);
-    // spec: specs/fa2_fwd.yaml:50:24
-    float v61[2];
-    #pragma unroll
-    for (int e = 0; e < 2; ++e) v61[e] = (v35[e] - v56[e]);
-    // spec: specs/fa2_fwd.yaml:50:19
-    float v62[2];
-    #pragma unroll
-    for (int e = 0; e < 2; ++e) v62[e] = kg::exp2_(v61[e]);
-    // spec: specs/fa2_fwd.yaml:51:15
-    float v63[2];
-    #pragma unroll
-    for (int e = 0; e < 2; ++e) v63[e] = (v33[e] * v62[e]);
-    // spec: specs/fa2_fwd.yaml:51:27
-    float v64[2];
-    {
-      float r64[2];
-    #pragma unroll
-      for (int e = 0; e < 2; ++e) r64[e] = 0.0f;
-    #pragma unroll
-      for (int e = 0; e < 32; ++e) {
-        const float a_ = r64[((e >> 1) & 1) * 1], b_ = (float)(v60[e]);
-        r64[((e >> 1) & 1) * 1] = a_ + b_;
-      }
-    #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r64[e], b_ = kg::shfl_xor(a_, 1); r64[e] = a_ + b_; }
-    #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r64[e], b_ = kg::shfl_xor(a_, 2); r64[e] = a_ + b_; }
-    #pragma unroll
-      for (int e = 0; e < 2; ++e) v64[e] = kg::cvt<float>(r64[e]);
-    }
-    // spec: specs/fa2_fwd.yaml:51:15
-    float v65[2];
-    #pragma unroll
-    for (int e = 0; e < 2; ++e) v65[e] = (v63[e] + v64[e]);
-    // spec: specs/fa2_fwd.yaml:52:23
-    float (&v66)[2] = v62;
-    // spec: specs/fa2_fwd.yaml:52:17
-    float v67[64];
-    #pragma unroll
-    for (int e = 0; e < 64; ++e) v67[e] = v66[((e >> 1) & 1) * 1];
-    // spec: specs/fa2_fwd.yaml:52:17
-    float v68[64];
-    #pragma unroll
-    for (int e = 0; e < 64; ++e) v68[e] = (v34[e] * v67[e]);
-    // spec: specs/fa2_fwd.yaml:52:44
-    kg::fp16 v69[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v69[e] = kg::cvt<kg::fp16>(v60[e]);
-    // spec: specs/fa2_fwd.yaml:52:57
-    kg::fp16 v70[32];
-    {
-      const kg::fp16* p_ = t_v + ((int64_t)(v5) * stride_v_0 + (int64_t)(v9) * stride_v_2);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-      const int t0_ = v32 * 64 + ((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4 + ((warp >> 2) & 1) * 8;
-      const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
-    #pragma unroll
-      for (int e = 0; e < 32; e += 8) {
-        const int i0_ = t0_ + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
-        const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
-        const int64_t off_ = (int64_t)i0_ * stride_v_1 + (int64_t)i1_ * 1;
-        const bool in_ = i0_ < (size_SK) && i1_ + 8 <= (128);
-        if (aligned_ && in_) {
-          kg::copy_vec<8>(&v70[e], p_ + off_);
+      for (int i = 0; i < 4; ++i) {
+        const int c_ = lane + warp * 32 + i * 256;
+        const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
+        const int i0_ = v41 * 64 + r_, i1_ = 0 + k_;
+        const int64_t off_ = (int64_t)i0_ * stride_k_1 + i1_;
+        const int slot_ = r_ * 136 + k_;
+        if (aligned_) {
+          const int n_ = i0_ < (size_SK) ? kg::min_(kg::max_((128) - i1_, 0), 8) : 0;
+          kg::cp_async<16>(&v29[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v70[e + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v29[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
-    // spec: specs/fa2_fwd.yaml:52:40
-    float v71[64];
+    kg::cp_async_commit();
+    // spec: specs/fa2_fwd.yaml:41:15
+    float v43[32];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) v71[e] = 0.0f;
+    for (int e = 0; e < 32; ++e) v43[e] = (v40[e] * v17);
+    // spec: specs/fa2_fwd.yaml:42:18
+    const int v44 = 64;
+    // spec: specs/fa2_fwd.yaml:42:18
+    const int v45 = (v34 * v44);
+    // spec: specs/fa2_fwd.yaml:42:32
+    int v46[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v46[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32);
+    // spec: specs/fa2_fwd.yaml:42:18
+    int v47[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v47[e] = (v45 + v46[e]);
+    // spec: specs/fa2_fwd.yaml:43:19
+    int (&v48)[16] = v47;
+    // spec: specs/fa2_fwd.yaml:43:19
+    bool v49[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v49[e] = (v48[e] < v0);
+    // spec: specs/fa2_fwd.yaml:46:15
+    const float v50 = -kg::inf();
+    // spec: specs/fa2_fwd.yaml:46:15
+    bool v51[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v51[e] = v49[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+    // spec: specs/fa2_fwd.yaml:46:15
+    float v52[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v52[e] = (v51[e] ? v43[e] : v50);
+    // spec: specs/fa2_fwd.yaml:47:30
+    float v53[2];
+    {
+      float r53[2];
+    #pragma unroll
+      for (int e = 0; e < 2; ++e) r53[e] = -kg::inf();
+    #pragma unroll
+      for (int e = 0; e < 32; ++e) {
+        const float a_ = r53[((e >> 1) & 1) * 1], b_ = (float)(v52[e]);
+        r53[((e >> 1) & 1) * 1] = kg::max_(a_, b_);
+      }
+    #pragma unroll
+      for (int e = 0; e < 2; ++e) { const float a_ = r53[e], b_ = kg::shfl_xor(a_, 1); r53[e] = kg::max_(a_, b_); }
+    #pragma unroll
+      for (int e = 0; e < 2; ++e) { const float a_ = r53[e], b_ = kg::shfl_xor(a_, 2); r53[e] = kg::max_(a_, b_); }
+    #pragma unroll
+      for (int e = 0; e < 2; ++e) v53[e] = kg::cvt<float>(r53[e]);
+    }
+    // spec: specs/fa2_fwd.yaml:47:19
+    float v54[2];
+    #pragma unroll
+    for (int e = 0; e < 2; ++e) v54[e] = (kg::max_(v37[e], v53[e]));
+    // spec: specs/fa2_fwd.yaml:48:25
+    const float v55 = -kg::inf();
+    // spec: specs/fa2_fwd.yaml:48:25
+    bool v56[2];
+    #pragma unroll
+    for (int e = 0; e < 2; ++e) v56[e] = (v54[e] == v55);
+    // spec: specs/fa2_fwd.yaml:48:19
+    const float v57 = 0.0f;
+    // spec: specs/fa2_fwd.yaml:48:19
+    float v58[2];
+    #pragma unroll
+    for (int e = 0; e < 2; ++e) v58[e] = (v56[e] ? v57 : v54[e]);
+    // spec: specs/fa2_fwd.yaml:49:24
+    float (&v59)[2] = v58;
+    // spec: specs/fa2_fwd.yaml:49:20
+    float v60[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v60[e] = v59[((e >> 1) & 1) * 1];
+    // spec: specs/fa2_fwd.yaml:49:20
+    float v61[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v61[e] = (v52[e] - v60[e]);
+    // spec: specs/fa2_fwd.yaml:49:15
+    float v62[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v62[e] = kg::exp2_(v61[e]);
+    // spec: specs/fa2_fwd.yaml:50:24
+    float v63[2];
+    #pragma unroll
+    for (int e = 0; e < 2; ++e) v63[e] = (v37[e] - v58[e]);
+    // spec: specs/fa2_fwd.yaml:50:19
+    float v64[2];
+    #pragma unroll
+    for (int e = 0; e < 2; ++e) v64[e] = kg::exp2_(v63[e]);
+    // spec: specs/fa2_fwd.yaml:51:15
+    float v65[2];
+    #pragma unroll
+    for (int e = 0; e < 2; ++e) v65[e] = (v35[e] * v64[e]);
+    // spec: specs/fa2_fwd.yaml:51:27
+    float v66[2];
+    {
+      float r66[2];
+    #pragma unroll
+      for (int e = 0; e < 2; ++e) r66[e] = 0.0f;
+    #pragma unroll
+      for (int e = 0; e < 32; ++e) {
+        const float a_ = r66[((e >> 1) & 1) * 1], b_ = (float)(v62[e]);
+        r66[((e >> 1) & 1) * 1] = a_ + b_;
+      }
+    #pragma unroll
+      for (int e = 0; e < 2; ++e) { const float a_ = r66[e], b_ = kg::shfl_xor(a_, 1); r66[e] = a_ + b_; }
+    #pragma unroll
+      for (int e = 0; e < 2; ++e) { const float a_ = r66[e], b_ = kg::shfl_xor(a_, 2); r66[e] = a_ + b_; }
+    #pragma unroll
+      for (int e = 0; e < 2; ++e) v66[e] = kg::cvt<float>(r66[e]);
+    }
+    // spec: specs/fa2_fwd.yaml:51:15
+    float v67[2];
+    #pragma unroll
+    for (int e = 0; e < 2; ++e) v67[e] = (v65[e] + v66[e]);
+    // spec: specs/fa2_fwd.yaml:52:23
+    float (&v68)[2] = v64;
+    // spec: specs/fa2_fwd.yaml:52:17
+    float v69[64];
+    #pragma unroll
+    for (int e = 0; e < 64; ++e) v69[e] = v68[((e >> 1) & 1) * 1];
+    // spec: specs/fa2_fwd.yaml:52:17
+    float v70[64];
+    #pragma unroll
+    for (int e = 0; e < 64; ++e) v70[e] = (v36[e] * v69[e]);
+    // spec: specs/fa2_fwd.yaml:52:44
+    kg::fp16 v71[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v71[e] = kg::cvt<kg::fp16>(v62[e]);
     // spec: specs/fa2_fwd.yaml:52:40
-    kg::fp16* v72 = reinterpret_cast<kg::fp16*>(smem + 34816);
+    float v72[64];
+    #pragma unroll
+    for (int e = 0; e < 64; ++e) v72[e] = 0.0f;
+    // spec: specs/fa2_fwd.yaml:52:40
+    kg::cp_async_wait<1>();
     kg::sync();
-    #pragma unroll
-    for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v72[((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + (((e >> 1) & 1) * 8)) * 72 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))], &v69[e]);
-
     // spec: specs/fa2_fwd.yaml:52:40
-    kg::fp16* v73 = reinterpret_cast<kg::fp16*>(smem + 53248);
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v73[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4 + ((warp >> 2) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v70[e];
-    kg::sync();
-    // spec: specs/fa2_fwd.yaml:52:40
-    float (&v74)[64] = v71;
+    float (&v73)[64] = v72;
     #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
-      alignas(16) kg::fp16 fa_[1][8];
-      alignas(16) kg::fp16 fb_[16][4];
+      alignas(16) kg::fp16 fb_[64];
     #pragma unroll
-      for (int rm = 0; rm < 1; ++rm)
-    #pragma unroll
-        for (int i = 0; i < 8; i += 2)
-          kg::copy_vec<2>(&fa_[rm][i], &v72[((warp / 1) * 16 + rm * 16 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (((i >> 1) & 1) * 8)) * 72 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 2) & 1) * 8)]);
-    #pragma unroll
-      for (int rn = 0; rn < 16; ++rn)
-    #pragma unroll
-        for (int i = 0; i < 4; i += 2)
-          kg::copy_vec<2>(&fb_[rn][i], &v73[((warp % 1) * 128 + rn * 8 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (0)) * 72 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 8)]);
+      for (int g = 0; g < 8; ++g) kg::ldmatrix_x4_trans(&fb_[g * 8], &v28[(ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8) + lane % 8) * 136 + (warp % 1) * 128 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8 + (((8 * g + 2 * ((lane / 8) % 4)) >> 3) & 1) * 16 + (((8 * g + 2 * ((lane / 8) % 4)) >> 4) & 1) * 32 + (((8 * g + 2 * ((lane / 8) % 4)) >> 5) & 1) * 64)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 16; ++rn)
-          kg::mma_m16n8k16_fp16(&v74[(rm * 16 + rn) * 4], fa_[rm], fb_[rn]);
+          kg::mma_m16n8k16_fp16(&v73[(rm * 16 + rn) * 4], &v71[(rm * 4 + ks) * 8], &fb_[rn * 4]);
     }
-    // spec: specs/fa2_fwd.yaml:52:17
-    float v75[64];
+    // spec: specs/fa2_fwd.yaml:52:57
+    const int v74 = (v34 + v26);
+    // spec: specs/fa2_fwd.yaml:52:57
+    const bool v75 = (v74 < v21);
+    // spec: specs/fa2_fwd.yaml:52:57
+    kg::sync();
+    if (v75) {
+      const kg::fp16* p_ = t_v + ((int64_t)(v5) * stride_v_0 + (int64_t)(v9) * stride_v_2);
+      const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
     #pragma unroll
-    for (int e = 0; e < 64; ++e) v75[e] = (v68[e] + v74[e]);
+      for (int i = 0; i < 4; ++i) {
+        const int c_ = lane + warp * 32 + i * 256;
+        const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
+        const int i0_ = v74 * 64 + r_, i1_ = 0 + k_;
+        const int64_t off_ = (int64_t)i0_ * stride_v_1 + i1_;
+        const int slot_ = r_ * 136 + k_;
+        if (aligned_) {
+          const int n_ = i0_ < (size_SK) ? kg::min_(kg::max_((128) - i1_, 0), 8) : 0;
+          kg::cp_async<16>(&v28[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        } else {
+    #pragma unroll
+          for (int v = 0; v < 8; ++v)
+            v28[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+        }
+      }
+    }
+    kg::cp_async_commit();
+    // spec: specs/fa2_fwd.yaml:52:17
+    float v76[64];
+    #pragma unroll
+    for (int e = 0; e < 64; ++e) v76[e] = (v70[e] + v73[e]);
     // spec: specs/fa2_fwd.yaml:53:15
 
     float y0_[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) y0_[e] = v65[e];
+    for (int e = 0; e < 2; ++e) y0_[e] = v67[e];
     float y1_[64];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) y1_[e] = v75[e];
+    for (int e = 0; e < 64; ++e) y1_[e] = v76[e];
     float y2_[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) y2_[e] = v52[e];
+    for (int e = 0; e < 2; ++e) y2_[e] = v54[e];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v29[e] = y0_[e];
+    for (int e = 0; e < 2; ++e) v31[e] = y0_[e];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) v30[e] = y1_[e];
+    for (int e = 0; e < 64; ++e) v32[e] = y1_[e];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v31[e] = y2_[e];
+    for (int e = 0; e < 2; ++e) v33[e] = y2_[e];
   }
   // spec: specs/fa2_fwd.yaml:55:21
-  const float v76 = 0.0f;
+  const float v77 = 0.0f;
   // spec: specs/fa2_fwd.yaml:55:21
-  bool v77[2];
+  bool v78[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v77[e] = (v29[e] == v76);
+  for (int e = 0; e < 2; ++e) v78[e] = (v31[e] == v77);
   // spec: specs/fa2_fwd.yaml:55:15
-  const float v78 = 1.0f;
+  const float v79 = 1.0f;
   // spec: specs/fa2_fwd.yaml:55:15
-  float v79[2];
+  float v80[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v79[e] = (v77[e] ? v78 : v29[e]);
+  for (int e = 0; e < 2; ++e) v80[e] = (v78[e] ? v79 : v31[e]);
   // spec: specs/fa2_fwd.yaml:56:63
-  float (&v80)[2] = v79;
-  // spec: specs/fa2_fwd.yaml:56:57
-  float v81[64];
-  #pragma unroll
-  for (int e = 0; e < 64; ++e) v81[e] = v80[((e >> 1) & 1) * 1];
+  float (&v81)[2] = v80;
   // spec: specs/fa2_fwd.yaml:56:57
   float v82[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v82[e] = (v30[e] / v81[e]);
-  // spec: specs/fa2_fwd.yaml:56:56
-  kg::fp16 v83[64];
+  for (int e = 0; e < 64; ++e) v82[e] = v81[((e >> 1) & 1) * 1];
+  // spec: specs/fa2_fwd.yaml:56:57
+  float v83[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v83[e] = kg::cvt<kg::fp16>(v82[e]);
+  for (int e = 0; e < 64; ++e) v83[e] = (v32[e] / v82[e]);
+  // spec: specs/fa2_fwd.yaml:56:56
+  kg::fp16 v84[64];
+  #pragma unroll
+  for (int e = 0; e < 64; ++e) v84[e] = kg::cvt<kg::fp16>(v83[e]);
   // spec: specs/fa2_fwd.yaml:56:24
-  const int v84 = kg::block_id_x();
+  const int v85 = kg::block_id_x();
   // spec: specs/fa2_fwd.yaml:56:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_o + ((int64_t)(v5) * stride_o_0 + (int64_t)(v7) * stride_o_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_o_0 % 2 == 0 && stride_o_1 % 2 == 0 && stride_o_2 % 2 == 0;
-    const int t0_ = v84 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
+    const int t0_ = v85 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
     const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
   #pragma unroll
     for (int e = 0; e < 64; e += 2) {
@@ -421,57 +455,57 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32 + ((e >> 5) & 1) * 64;
       const int64_t off_ = (int64_t)i0_ * stride_o_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SQ) && i1_ + 2 <= (128)) {
-        kg::copy_vec<2>(p_ + off_, &v83[e]);
+        kg::copy_vec<2>(p_ + off_, &v84[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SQ) && i1_ + v < (128)) p_[off_ + v] = v83[e + v];
+          if (i0_ < (size_SQ) && i1_ + v < (128)) p_[off_ + v] = v84[e + v];
       }
     }
   }
   // spec: specs/fa2_fwd.yaml:57:61
-  const float v85 = 0.0f;
+  const float v86 = 0.0f;
   // spec: specs/fa2_fwd.yaml:57:61
-  bool v86[2];
+  bool v87[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v86[e] = (v29[e] == v85);
+  for (int e = 0; e < 2; ++e) v87[e] = (v31[e] == v86);
   // spec: specs/fa2_fwd.yaml:57:82
-  float v87[2];
-  #pragma unroll
-  for (int e = 0; e < 2; ++e) v87[e] = kg::log2_(v79[e]);
-  // spec: specs/fa2_fwd.yaml:57:78
   float v88[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v88[e] = (v31[e] + v87[e]);
-  // spec: specs/fa2_fwd.yaml:57:77
-  const float v89 = 0.6931471805599453f;
-  // spec: specs/fa2_fwd.yaml:57:77
-  float v90[2];
+  for (int e = 0; e < 2; ++e) v88[e] = kg::log2_(v80[e]);
+  // spec: specs/fa2_fwd.yaml:57:78
+  float v89[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v90[e] = (v88[e] * v89);
-  // spec: specs/fa2_fwd.yaml:57:55
-  const float v91 = -kg::inf();
-  // spec: specs/fa2_fwd.yaml:57:55
-  float v92[2];
+  for (int e = 0; e < 2; ++e) v89[e] = (v33[e] + v88[e]);
+  // spec: specs/fa2_fwd.yaml:57:77
+  const float v90 = 0.6931471805599453f;
+  // spec: specs/fa2_fwd.yaml:57:77
+  float v91[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v92[e] = (v86[e] ? v91 : v90[e]);
+  for (int e = 0; e < 2; ++e) v91[e] = (v89[e] * v90);
+  // spec: specs/fa2_fwd.yaml:57:55
+  const float v92 = -kg::inf();
+  // spec: specs/fa2_fwd.yaml:57:55
+  float v93[2];
+  #pragma unroll
+  for (int e = 0; e < 2; ++e) v93[e] = (v87[e] ? v92 : v91[e]);
   // spec: specs/fa2_fwd.yaml:57:29
-  const int v93 = kg::block_id_x();
+  const int v94 = kg::block_id_x();
   // spec: specs/fa2_fwd.yaml:57:7
   if ((lane & 3) == 0 && (warp & 0) == 0) {
     float* p_ = t_lse + ((int64_t)(v5) * stride_lse_0 + (int64_t)(v7) * stride_lse_1);
     const bool aligned_ = false;
-    const int t0_ = v93 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
+    const int t0_ = v94 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
   #pragma unroll
     for (int e = 0; e < 2; e += 1) {
       const int i0_ = t0_ + (e & 1) * 8;
       const int64_t off_ = (int64_t)i0_ * 1;
       if (aligned_ && i0_ + 1 <= (size_SQ)) {
-        kg::copy_vec<1>(p_ + off_, &v92[e]);
+        kg::copy_vec<1>(p_ + off_, &v93[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          if (i0_ + v < (size_SQ)) p_[off_ + v] = v92[e + v];
+          if (i0_ + v < (size_SQ)) p_[off_ + v] = v93[e + v];
       }
     }
   }

@@ -97,23 +97,17 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void matmul_fwd
     float (&v17)[16] = v12;
     #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
-      alignas(16) kg::fp16 fa_[1][4];
-      alignas(16) kg::fp16 fb_[1][4];
+      alignas(16) kg::fp16 fa_[4];
     #pragma unroll
-      for (int rm = 0; rm < 1; ++rm)
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v15[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      alignas(16) kg::fp16 fb_[4];
     #pragma unroll
-        for (int i = 0; i < 4; i += 4)
-          kg::copy_vec<4>(&fa_[rm][i], &v15[((warp / 2) * 32 + rm * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-    #pragma unroll
-      for (int rn = 0; rn < 1; ++rn)
-    #pragma unroll
-        for (int i = 0; i < 4; i += 4)
-          kg::copy_vec<4>(&fb_[rn][i], &v16[((warp % 2) * 32 + rn * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v16[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 1; ++rn)
-          kg::mfma_32x32x8_fp16(&v17[(rm * 1 + rn) * 16], fa_[rm], fb_[rn]);
+          kg::mfma_32x32x8_fp16(&v17[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
     }
     // spec: specs/matmul.yaml:21:17
 

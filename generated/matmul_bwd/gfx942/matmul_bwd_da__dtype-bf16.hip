@@ -82,40 +82,34 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void matmul_bwd
         }
       }
     }
-    // spec: specs/matmul_bwd.yaml:26:56
-    kg::bf16 (&v15)[8] = v14;
     // spec: specs/matmul_bwd.yaml:26:17
-    kg::bf16* v16 = reinterpret_cast<kg::bf16*>(smem + 0);
+    kg::bf16* v15 = reinterpret_cast<kg::bf16*>(smem + 0);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v16[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v13[e]);
+    for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v15[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v13[e]);
 
     // spec: specs/matmul_bwd.yaml:26:17
-    kg::bf16* v17 = reinterpret_cast<kg::bf16*>(smem + 9216);
+    kg::bf16* v16 = reinterpret_cast<kg::bf16*>(smem + 9216);
     #pragma unroll
-    for (int e = 0; e < 8; e += 8) kg::copy_vec<8>(&v17[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (0)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v15[e]);
+    for (int e = 0; e < 8; e += 8) kg::copy_vec<8>(&v16[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (0)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v14[e]);
     kg::sync();
+    // spec: specs/matmul_bwd.yaml:26:17
+    kg::bf16* v17 = v16;
     // spec: specs/matmul_bwd.yaml:26:17
     float (&v18)[8] = v12;
     #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
-      alignas(16) kg::bf16 fa_[1][4];
-      alignas(16) kg::bf16 fb_[2][4];
+      alignas(16) kg::bf16 fa_[4];
     #pragma unroll
-      for (int rm = 0; rm < 1; ++rm)
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v15[((warp / 1) * 16 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (0)) * 72 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      alignas(16) kg::bf16 fb_[8];
     #pragma unroll
-        for (int i = 0; i < 4; i += 4)
-          kg::copy_vec<4>(&fa_[rm][i], &v16[((warp / 1) * 16 + rm * 16 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (0)) * 72 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-    #pragma unroll
-      for (int rn = 0; rn < 2; ++rn)
-    #pragma unroll
-        for (int i = 0; i < 4; i += 4)
-          kg::copy_vec<4>(&fb_[rn][i], &v17[((warp % 1) * 32 + rn * 16 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (0)) * 72 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 8; i += 4) kg::copy_vec<4>(&fb_[i], &v17[((warp % 1) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((i >> 2) & 1) * 16)) * 72 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 2; ++rn)
-          kg::mfma_16x16x16_bf16(&v18[(rm * 2 + rn) * 4], fa_[rm], fb_[rn]);
+          kg::mfma_16x16x16_bf16(&v18[(rm * 2 + rn) * 4], &fa_[rm * 4], &fb_[rn * 4]);
     }
     // spec: specs/matmul_bwd.yaml:26:17
 

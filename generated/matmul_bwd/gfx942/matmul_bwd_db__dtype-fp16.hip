@@ -60,10 +60,8 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void matmul_bwd
         }
       }
     }
-    // spec: specs/matmul_bwd.yaml:37:21
-    kg::fp16 (&v14)[8] = v13;
     // spec: specs/matmul_bwd.yaml:37:55
-    kg::fp16 v15[16];
+    kg::fp16 v14[16];
     {
       const kg::fp16* p_ = t_dc + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dc_0 % 8 == 0;
@@ -76,46 +74,42 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void matmul_bwd
         const int64_t off_ = (int64_t)i0_ * stride_dc_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_M) && i1_ + 8 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v15[e], p_ + off_);
+          kg::copy_vec<8>(&v14[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v15[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v14[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     // spec: specs/matmul_bwd.yaml:37:17
-    kg::fp16* v16 = reinterpret_cast<kg::fp16*>(smem + 9216);
+    kg::fp16* v15 = reinterpret_cast<kg::fp16*>(smem + 9216);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v16[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (0))] = v14[e];
+    for (int e = 0; e < 8; ++e) v15[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (0))] = v13[e];
 
+    // spec: specs/matmul_bwd.yaml:37:17
+    kg::fp16* v16 = v15;
     // spec: specs/matmul_bwd.yaml:37:17
     kg::fp16* v17 = reinterpret_cast<kg::fp16*>(smem + 0);
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v17[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32))] = v15[e];
+    for (int e = 0; e < 16; ++e) v17[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32))] = v14[e];
     kg::sync();
     // spec: specs/matmul_bwd.yaml:37:17
     float (&v18)[8] = v12;
     #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
-      alignas(16) kg::fp16 fa_[1][4];
-      alignas(16) kg::fp16 fb_[2][4];
+      alignas(16) kg::fp16 fa_[4];
     #pragma unroll
-      for (int rm = 0; rm < 1; ++rm)
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v16[((warp / 2) * 16 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (0)) * 72 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      alignas(16) kg::fp16 fb_[8];
     #pragma unroll
-        for (int i = 0; i < 4; i += 4)
-          kg::copy_vec<4>(&fa_[rm][i], &v16[((warp / 2) * 16 + rm * 16 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (0)) * 72 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-    #pragma unroll
-      for (int rn = 0; rn < 2; ++rn)
-    #pragma unroll
-        for (int i = 0; i < 4; i += 4)
-          kg::copy_vec<4>(&fb_[rn][i], &v17[((warp % 2) * 32 + rn * 16 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (0)) * 72 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 8; i += 4) kg::copy_vec<4>(&fb_[i], &v17[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((i >> 2) & 1) * 16)) * 72 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 2; ++rn)
-          kg::mfma_16x16x16_fp16(&v18[(rm * 2 + rn) * 4], fa_[rm], fb_[rn]);
+          kg::mfma_16x16x16_fp16(&v18[(rm * 2 + rn) * 4], &fa_[rm * 4], &fb_[rn * 4]);
     }
     // spec: specs/matmul_bwd.yaml:37:17
 

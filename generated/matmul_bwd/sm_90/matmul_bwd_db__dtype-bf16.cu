@@ -30,105 +30,154 @@ KG_KERNEL void __launch_bounds__(128) matmul_bwd_db(const kg::bf16* __restrict__
   const int v8 = 0;
   // spec: specs/matmul_bwd.yaml:35:22
   const int v9 = 1;
+  // spec: specs/matmul_bwd.yaml:37:17
+  kg::bf16* v10 = reinterpret_cast<kg::bf16*>(smem + 0);
+  // spec: specs/matmul_bwd.yaml:37:17
+  kg::bf16* v11 = reinterpret_cast<kg::bf16*>(smem + 9216);
+  // spec: specs/matmul_bwd.yaml:35:7
+  const bool v12 = (v8 < v7);
+  // spec: specs/matmul_bwd.yaml:37:21
+  kg::sync();
+  if (v12) {
+    const kg::bf16* p_ = t_a + (0);
+    const bool aligned_ = kg::aligned(p_, 16) && stride_a_0 % 8 == 0;
+  #pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int c_ = lane + warp * 32 + i * 128;
+      const int r_ = c_ / 4, k_ = (c_ % 4) * 8;
+      const int i0_ = v8 * 64 + r_, i1_ = v1 * 32 + k_;
+      const int64_t off_ = (int64_t)i0_ * stride_a_0 + i1_;
+      const int slot_ = r_ * 40 + k_;
+      if (aligned_) {
+        const int n_ = i0_ < (size_M) ? kg::min_(kg::max_((size_K) - i1_, 0), 8) : 0;
+        kg::cp_async<16>(&v11[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+      } else {
+  #pragma unroll
+        for (int v = 0; v < 8; ++v)
+          v11[slot_ + v] = (i0_ < (size_M) && i1_ + v < (size_K)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+      }
+    }
+  }
+  kg::cp_async_commit();
+  // spec: specs/matmul_bwd.yaml:37:55
+  if (v12) {
+    const kg::bf16* p_ = t_dc + (0);
+    const bool aligned_ = kg::aligned(p_, 16) && stride_dc_0 % 8 == 0;
+  #pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int c_ = lane + warp * 32 + i * 128;
+      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+      const int i0_ = v8 * 64 + r_, i1_ = v2 * 64 + k_;
+      const int64_t off_ = (int64_t)i0_ * stride_dc_0 + i1_;
+      const int slot_ = r_ * 72 + k_;
+      if (aligned_) {
+        const int n_ = i0_ < (size_M) ? kg::min_(kg::max_((size_N) - i1_, 0), 8) : 0;
+        kg::cp_async<16>(&v10[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+      } else {
+  #pragma unroll
+        for (int v = 0; v < 8; ++v)
+          v10[slot_ + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+      }
+    }
+  }
+  kg::cp_async_commit();
   // spec: specs/matmul_bwd.yaml:35:7
 
-  float v10[16];
+  float v13[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v10[e] = v3[e];
-  for (int v11 = v8; v11 < v7; v11 += v9) {
-    float (&v12)[16] = v10;
+  for (int e = 0; e < 16; ++e) v13[e] = v3[e];
+  for (int v14 = v8; v14 < v7; v14 += v9) {
+    float (&v15)[16] = v13;
     
-    // spec: specs/matmul_bwd.yaml:37:21
-    kg::bf16 v13[16];
-    {
-      const kg::bf16* p_ = t_a + (0);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_a_0 % 8 == 0;
-      const int t0_ = v11 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
-      const int t1_ = v1 * 32 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16;
-    #pragma unroll
-      for (int e = 0; e < 16; e += 8) {
-        const int i0_ = t0_ + ((e >> 3) & 1) * 32;
-        const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
-        const int64_t off_ = (int64_t)i0_ * stride_a_0 + (int64_t)i1_ * 1;
-        const bool in_ = i0_ < (size_M) && i1_ + 8 <= (size_K);
-        if (aligned_ && in_) {
-          kg::copy_vec<8>(&v13[e], p_ + off_);
-        } else {
-    #pragma unroll
-          for (int v = 0; v < 8; ++v)
-            v13[e + v] = (i0_ < (size_M) && i1_ + v < (size_K)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-        }
-      }
-    }
-    // spec: specs/matmul_bwd.yaml:37:21
-    kg::bf16 (&v14)[16] = v13;
-    // spec: specs/matmul_bwd.yaml:37:55
-    kg::bf16 v15[32];
-    {
-      const kg::bf16* p_ = t_dc + (0);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_dc_0 % 8 == 0;
-      const int t0_ = v11 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
-      const int t1_ = v2 * 64 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
-    #pragma unroll
-      for (int e = 0; e < 32; e += 8) {
-        const int i0_ = t0_ + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
-        const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
-        const int64_t off_ = (int64_t)i0_ * stride_dc_0 + (int64_t)i1_ * 1;
-        const bool in_ = i0_ < (size_M) && i1_ + 8 <= (size_N);
-        if (aligned_ && in_) {
-          kg::copy_vec<8>(&v15[e], p_ + off_);
-        } else {
-    #pragma unroll
-          for (int v = 0; v < 8; ++v)
-            v15[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-        }
-      }
-    }
     // spec: specs/matmul_bwd.yaml:37:17
-    kg::bf16* v16 = reinterpret_cast<kg::bf16*>(smem + 9216);
-    kg::sync();
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v16[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32))] = v14[e];
-
-    // spec: specs/matmul_bwd.yaml:37:17
-    kg::bf16* v17 = reinterpret_cast<kg::bf16*>(smem + 0);
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v17[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v15[e];
+    kg::cp_async_wait<1>();
     kg::sync();
     // spec: specs/matmul_bwd.yaml:37:17
-    float (&v18)[16] = v12;
+    kg::bf16* v16 = v11;
+    // spec: specs/matmul_bwd.yaml:37:17
+    kg::cp_async_wait<0>();
+    kg::sync();
+    // spec: specs/matmul_bwd.yaml:37:17
+    float (&v17)[16] = v15;
     #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
-      alignas(16) kg::bf16 fa_[1][8];
-      alignas(16) kg::bf16 fb_[4][4];
+      alignas(16) kg::bf16 fa_[8];
     #pragma unroll
-      for (int rm = 0; rm < 1; ++rm)
+      for (int g = 0; g < 1; ++g) kg::ldmatrix_x4_trans(&fa_[g * 8], &v16[(ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8) + lane % 8) * 40 + (warp / 2) * 16 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8)]);
+      alignas(16) kg::bf16 fb_[16];
     #pragma unroll
-        for (int i = 0; i < 8; i += 2)
-          kg::copy_vec<2>(&fa_[rm][i], &v16[((warp / 2) * 16 + rm * 16 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (((i >> 1) & 1) * 8)) * 72 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 2) & 1) * 8)]);
-    #pragma unroll
-      for (int rn = 0; rn < 4; ++rn)
-    #pragma unroll
-        for (int i = 0; i < 4; i += 2)
-          kg::copy_vec<2>(&fb_[rn][i], &v17[((warp % 2) * 32 + rn * 8 + (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4) + (0)) * 72 + ks * 16 + ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 8)]);
+      for (int g = 0; g < 2; ++g) kg::ldmatrix_x4_trans(&fb_[g * 8], &v10[(ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8) + lane % 8) * 72 + (warp % 2) * 32 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8 + (((8 * g + 2 * ((lane / 8) % 4)) >> 3) & 1) * 16)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 4; ++rn)
-          kg::mma_m16n8k16_bf16(&v18[(rm * 4 + rn) * 4], fa_[rm], fb_[rn]);
+          kg::mma_m16n8k16_bf16(&v17[(rm * 4 + rn) * 4], &fa_[rm * 8], &fb_[rn * 4]);
     }
+    // spec: specs/matmul_bwd.yaml:37:21
+    const int v18 = (v14 + v9);
+    // spec: specs/matmul_bwd.yaml:37:21
+    const bool v19 = (v18 < v7);
+    // spec: specs/matmul_bwd.yaml:37:21
+    kg::sync();
+    if (v19) {
+      const kg::bf16* p_ = t_a + (0);
+      const bool aligned_ = kg::aligned(p_, 16) && stride_a_0 % 8 == 0;
+    #pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int c_ = lane + warp * 32 + i * 128;
+        const int r_ = c_ / 4, k_ = (c_ % 4) * 8;
+        const int i0_ = v18 * 64 + r_, i1_ = v1 * 32 + k_;
+        const int64_t off_ = (int64_t)i0_ * stride_a_0 + i1_;
+        const int slot_ = r_ * 40 + k_;
+        if (aligned_) {
+          const int n_ = i0_ < (size_M) ? kg::min_(kg::max_((size_K) - i1_, 0), 8) : 0;
+          kg::cp_async<16>(&v11[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        } else {
+    #pragma unroll
+          for (int v = 0; v < 8; ++v)
+            v11[slot_ + v] = (i0_ < (size_M) && i1_ + v < (size_K)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+        }
+      }
+    }
+    kg::cp_async_commit();
+    // spec: specs/matmul_bwd.yaml:37:55
+    const int v20 = (v14 + v9);
+    // spec: specs/matmul_bwd.yaml:37:55
+    const bool v21 = (v20 < v7);
+    // spec: specs/matmul_bwd.yaml:37:55
+    if (v21) {
+      const kg::bf16* p_ = t_dc + (0);
+      const bool aligned_ = kg::aligned(p_, 16) && stride_dc_0 % 8 == 0;
+    #pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int c_ = lane + warp * 32 + i * 128;
+        const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+        const int i0_ = v20 * 64 + r_, i1_ = v2 * 64 + k_;
+        const int64_t off_ = (int64_t)i0_ * stride_dc_0 + i1_;
+        const int slot_ = r_ * 72 + k_;
+        if (aligned_) {
+          const int n_ = i0_ < (size_M) ? kg::min_(kg::max_((size_N) - i1_, 0), 8) : 0;
+          kg::cp_async<16>(&v10[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        } else {
+    #pragma unroll
+          for (int v = 0; v < 8; ++v)
+            v10[slot_ + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+        }
+      }
+    }
+    kg::cp_async_commit();
     // spec: specs/matmul_bwd.yaml:37:17
 
     float y0_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y0_[e] = v18[e];
+    for (int e = 0; e < 16; ++e) y0_[e] = v17[e];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v10[e] = y0_[e];
+    for (int e = 0; e < 16; ++e) v13[e] = y0_[e];
   }
   // spec: specs/matmul_bwd.yaml:38:27
-  kg::bf16 v19[16];
+  kg::bf16 v22[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v19[e] = kg::cvt<kg::bf16>(v10[e]);
+  for (int e = 0; e < 16; ++e) v22[e] = kg::cvt<kg::bf16>(v13[e]);
   // spec: specs/matmul_bwd.yaml:38:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_db + (0);
@@ -141,11 +190,11 @@ KG_KERNEL void __launch_bounds__(128) matmul_bwd_db(const kg::bf16* __restrict__
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
       const int64_t off_ = (int64_t)i0_ * stride_db_0 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_K) && i1_ + 2 <= (size_N)) {
-        kg::copy_vec<2>(p_ + off_, &v19[e]);
+        kg::copy_vec<2>(p_ + off_, &v22[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_K) && i1_ + v < (size_N)) p_[off_ + v] = v19[e + v];
+          if (i0_ < (size_K) && i1_ + v < (size_N)) p_[off_ + v] = v22[e + v];
       }
     }
   }

@@ -49,4 +49,38 @@ KG_DEVICE void atomic_add(float* p, float v) { atomicAdd(p, v); }
   }
 KG_MMA_16816(mma_m16n8k16_bf16, bf16, "bf16")
 KG_MMA_16816(mma_m16n8k16_fp16, fp16, "f16")
+
+// ldmatrix (PTX ISA, "Warp-level matrix load instruction: ldmatrix"): COUNT 8x8 matrices of
+// 16-bit elements; lanes 8j..8j+7 give the shared addresses of matrix j's rows, and each lane
+// receives one 32-bit register per matrix (row lane / 4, elements 2 * (lane % 4) and + 1; with
+// .trans, of the transposed matrix).
+KG_DEVICE uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+#define KG_LDMATRIX(NAME, SHAPE, OUTS, ...)                                                           \
+  KG_DEVICE void NAME(void* dst, const void* src) {                                                 \
+    uint32_t* r = reinterpret_cast<uint32_t*>(dst);                                                  \
+    asm volatile("ldmatrix.sync.aligned.m8n8." SHAPE ".shared.b16 " OUTS ", [%" #__VA_ARGS__ "];"   \
+                 : KG_LDMATRIX_OUT_##NAME : "r"(smem_addr(src)));                                   \
+  }
+#define KG_LDMATRIX_OUT_ldmatrix_x1 "=r"(r[0])
+#define KG_LDMATRIX_OUT_ldmatrix_x2 "=r"(r[0]), "=r"(r[1])
+#define KG_LDMATRIX_OUT_ldmatrix_x4 "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+#define KG_LDMATRIX_OUT_ldmatrix_x1_trans KG_LDMATRIX_OUT_ldmatrix_x1
+#define KG_LDMATRIX_OUT_ldmatrix_x2_trans KG_LDMATRIX_OUT_ldmatrix_x2
+#define KG_LDMATRIX_OUT_ldmatrix_x4_trans KG_LDMATRIX_OUT_ldmatrix_x4
+KG_LDMATRIX(ldmatrix_x1, "x1", "{%0}", 1)
+KG_LDMATRIX(ldmatrix_x2, "x2", "{%0,%1}", 2)
+KG_LDMATRIX(ldmatrix_x4, "x4", "{%0,%1,%2,%3}", 4)
+KG_LDMATRIX(ldmatrix_x1_trans, "x1.trans", "{%0}", 1)
+KG_LDMATRIX(ldmatrix_x2_trans, "x2.trans", "{%0,%1}", 2)
+KG_LDMATRIX(ldmatrix_x4_trans, "x4.trans", "{%0,%1,%2,%3}", 4)
+
+// cp.async (PTX ISA, "cp.async"): BYTES from global to shared without registers; only SRC_BYTES
+// are read and the rest of the destination is zero-filled. Groups complete in commit order;
+// wait_group N returns when at most N of this thread's most recent groups are pending.
+template <int BYTES> KG_DEVICE void cp_async(void* dst, const void* src, int src_bytes) {
+  static_assert(BYTES == 16, "cp.async.cg copies 16 bytes");
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes) : "memory");
+}
+KG_DEVICE void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N> KG_DEVICE void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 }  // namespace kg

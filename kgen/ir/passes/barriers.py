@@ -1,12 +1,18 @@
-"""Barriers around staged operands: one pair per run of stages instead of one pair per stage.
+"""Barriers around shared memory: only where a write could overtake a read, or a read a write.
 
-A stage writes a buffer that other warps read (in a dot), so it needs a barrier before it (no
-warp may still be reading the buffer's previous contents) and one after (every write visible
-before the first read). When several stages follow each other with nothing in between that
-touches shared memory, the first one's barrier already orders every earlier read before all of
-their writes, and the last one's barrier orders all of their writes before any later read: the
-barriers in between are redundant. Dropping them matters in loops, where attention's backward
-stages four operands per iteration.
+Writes into shared buffers are `stage` (registers -> shared) and `copy_async` (global -> shared,
+asynchronously); reads are dots and the ops with scratch (cross-warp reductions, converts),
+which place their own barriers; a nested loop counts as both. Walking a block in order:
+
+  - a write needs a barrier before it only if some warp may still be reading since the last
+    barrier (the buffer may be the one just read: plan_shared_memory reuses dead buffers);
+  - a run of stages needs one barrier after its last write, before the first read;
+  - `wait_async` always ends in a barrier (the copies of every thread become visible), which
+    also clears the reads before it.
+
+In a loop body the previous iteration's reads are in flight at the top, so the first write
+there has its barrier. Attention's forward thus has four barriers per key block: after each
+wait, and before each prefetch that overwrites a buffer the iteration has just read.
 """
 from __future__ import annotations
 
@@ -16,24 +22,33 @@ from .memory import scratch_bytes
 
 
 def merge_stage_barriers(k: Kernel, target: Target) -> Kernel:
-    _merge(k.body)
+    _place(k.body)
     return k
 
 
-def _touches_shared(op: Op) -> bool:
-    return op.kind in ("stage", "dot", "for") or scratch_bytes(op) > 0
+def _reads_shared(op: Op) -> bool:
+    return op.kind in ("dot", "for") or scratch_bytes(op) > 0
 
 
-def _merge(block: Block) -> None:
-    run: list[Op] = []
-    for op in block.ops + [None]:
-        if op is not None and op.kind == "stage":
-            run.append(op)
-            continue
-        if op is not None and op.body is not None:
-            _merge(op.body)
-        if op is None or _touches_shared(op):
-            for i, s in enumerate(run):
-                s.attrs["sync_before"] = i == 0
-                s.attrs["sync_after"] = i == len(run) - 1
-            run = []
+def _place(block: Block) -> None:
+    reads_since_sync = True  # conservatively: whatever ran before this block may still read
+    unsynced_stage: Op | None = None  # the last stage whose writes no barrier has published yet
+    for op in block.ops:
+        if op.body is not None:
+            _place(op.body)
+        if op.kind in ("stage", "copy_async"):
+            op.attrs["sync_before"] = reads_since_sync
+            if reads_since_sync:
+                reads_since_sync, unsynced_stage = False, None
+            if op.kind == "stage":
+                op.attrs["sync_after"] = False
+                unsynced_stage = op
+        elif op.kind == "wait_async":
+            reads_since_sync, unsynced_stage = False, None
+        elif _reads_shared(op):
+            if unsynced_stage is not None:
+                unsynced_stage.attrs["sync_after"] = True
+                unsynced_stage = None
+            reads_since_sync = True
+    if unsynced_stage is not None:
+        unsynced_stage.attrs["sync_after"] = True

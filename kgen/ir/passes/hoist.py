@@ -15,7 +15,7 @@ from ...hw.descriptor import Target
 from ..core import Block, Kernel, Op, walk
 
 # ops that only relabel which lane holds what: free to compute anywhere, no memory access
-MOVABLE = ("trans", "expand", "broadcast", "stage")
+MOVABLE = ("trans", "expand", "broadcast", "stage", "view_shared")
 
 
 def hoist_invariant_stages(k: Kernel, target: Target) -> Kernel:

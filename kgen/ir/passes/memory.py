@@ -1,10 +1,4 @@
-"""Shared memory: stage dot operands, then plan every buffer's offset.
-
-`stage_dot_operands` copies each dot operand from registers into shared memory, stored with
-the reduction dim K contiguous ([M][K] for A, [N][K] for B) so that each lane's fragment is a
-vector read (a pair of 16-bit values for mma.sync, four for MFMA: the descriptor's layouts
-put consecutive registers along K). Rows are padded by 16 bytes so that the rows read by
-consecutive lanes fall in different banks.
+"""Shared memory: plan every buffer's offset.
 
 `plan_shared_memory` gives every buffer (staged operands, scratch for cross-warp reductions
 and layout conversions) an offset. Buffers whose live ranges overlap interfere; networkx
@@ -18,27 +12,6 @@ import networkx as nx
 from ...errors import SpecError
 from ...hw.descriptor import Target
 from ..core import Block, Kernel, Op, Value, walk
-
-PAD_BYTES = 16
-ELEM_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "int32": 4, "bool": 1}
-
-
-def stage_dot_operands(k: Kernel, target: Target) -> Kernel:
-    for block in _blocks(k.body):
-        new_ops = []
-        for op in block.ops:
-            if op.kind == "dot":
-                for i, role in ((0, "a"), (1, "b")):
-                    v = op.operands[i]
-                    rows, cols = (v.shape if role == "a" else v.shape[::-1])
-                    pad = PAD_BYTES // ELEM_BYTES[v.dtype]
-                    staged = Value(v.shape, v.dtype, place="shared")
-                    new_ops.append(Op("stage", [v], [staged], {"role": role, "rows": rows, "ld": cols + pad,
-                                                               "bytes": rows * (cols + pad) * ELEM_BYTES[v.dtype]}, loc=op.loc))
-                    op.operands[i] = staged
-            new_ops.append(op)
-        block.ops[:] = new_ops
-    return k
 
 
 def scratch_bytes(op: Op) -> int:
@@ -63,8 +36,8 @@ def plan_shared_memory(k: Kernel, target: Target) -> Kernel:
     spans = _loop_spans(k.body, order)
     buffers: dict[int, tuple[Op, int, int, int]] = {}  # id -> (op, bytes, start, end)
     for op in walk(k.body):
-        if op.kind == "stage":
-            last = _last_use(k.body, op.result, order, spans)
+        if op.kind in ("stage", "alloc_shared"):
+            last = max(_last_use(k.body, v, order, spans) for v in views_of(k.body, op.result))
             buffers[id(op)] = (op, op.attrs["bytes"], order[id(op)], last)
         elif scratch_bytes(op):
             buffers[id(op)] = (op, scratch_bytes(op), order[id(op)], order[id(op)])
@@ -92,6 +65,15 @@ def plan_shared_memory(k: Kernel, target: Target) -> Kernel:
         raise SpecError(f"kernel {k.name} needs {k.shared_bytes} bytes of shared memory, more than {target.name}'s "
                         f"{target.lds_bytes_per_block} per block; use smaller tiles")
     return k
+
+
+def views_of(block: Block, buf: Value) -> list[Value]:
+    """The buffer and every view_shared of it (reads through a view keep the buffer alive)."""
+    out = [buf]
+    for op in walk(block):
+        if op.kind == "view_shared" and op.operands[0] in out:
+            out.append(op.result)
+    return out
 
 
 def _align(n: int) -> int:

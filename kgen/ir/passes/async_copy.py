@@ -1,0 +1,165 @@
+"""Global tiles copied straight into shared memory, and prefetched one loop iteration ahead.
+
+A dot operand loaded from global memory only to be staged (`stage(load(...))`, possibly through
+a `trans`) goes through registers twice and exposes the load's latency. On a target whose
+descriptor lists `cp.async` (sm_80, sm_90) it becomes three ops on one buffer:
+
+  alloc_shared          the buffer (what the stage produced; the dot reads it)
+  copy_async            every thread copies 16-byte chunks global -> shared and commits one
+                        group (PTX cp.async.cg with a source size: rows and columns past the
+                        tensor's end read as zeros, as the load's `other` did)
+  wait_async [pending]  wait until at most `pending` later groups are in flight, then a barrier
+
+Inside a loop, when the copy's index operands are the induction variable or values defined
+outside the loop, the copy is software-pipelined as FlashAttention-2 does with K and V: the
+buffer is allocated before the loop, the first iteration's copy is issued before it, and each
+iteration issues the next iteration's copy right after its last read of the buffer (predicated
+on there being a next iteration, the group committed either way so that counts stay static).
+The wait at the original place then only waits for that buffer: `pending` counts the groups
+committed after it in the loop's cyclic order.
+"""
+from __future__ import annotations
+
+from ...hw.descriptor import Target
+from ..core import Block, Kernel, Op, Value, walk
+from .memory import views_of
+from .operands import ELEM_BYTES
+
+CHUNK_BYTES = 16  # cp.async.cg moves 16 bytes per instruction (PTX ISA, "cp.async")
+
+
+def use_async_copies(k: Kernel, target: Target) -> Kernel:
+    if "cp.async" not in target.async_copy:
+        return k
+    defs = {id(r): (op, block) for block in _blocks(k.body) for op in block.ops for r in op.results}
+    uses: dict[int, int] = {}
+    for op in walk(k.body):
+        for v in op.operands:
+            uses[id(v)] = uses.get(id(v), 0) + 1
+    for block in list(_blocks(k.body)):
+        for st in [op for op in block.ops if op.kind == "stage"]:
+            _convert(st, block, defs, uses)
+    for loop, parent in [(op, b) for b in list(_blocks(k.body)) for op in b.ops if op.kind == "for"]:
+        _pipeline(loop, parent)
+    _count_pending(k.body)
+    return k
+
+
+def _convert(st: Op, block: Block, defs, uses) -> None:
+    """stage(load) or stage(trans(load)) -> alloc_shared, copy_async, wait_async."""
+    src = st.operands[0]
+    chain = []
+    d = defs.get(id(src))
+    if d and d[0].kind == "trans" and uses.get(id(src)) == 1:
+        chain.append(d)
+        src = d[0].operands[0]
+        d = defs.get(id(src))
+    if not d or d[0].kind != "load" or uses.get(id(src)) != 1:
+        return
+    load, load_block = d
+    index = load.attrs["index"]
+    tile = [e for e in index if e[0] != "at"]
+    load_inner = st.attrs["inner"] if not chain else 1 - st.attrs["inner"]
+    elem = ELEM_BYTES[load.result.dtype]
+    if (len(tile) != 2 or index[-1][0] == "at" or load_inner != 1 or load.attrs.get("other", 0) != 0
+            or (load.result.shape[1] * elem) % CHUNK_BYTES or (st.attrs["ld"] * elem) % CHUNK_BYTES):
+        return
+    buf = st.result
+    alloc = Op("alloc_shared", [], [buf], dict(st.attrs), loc=st.loc)
+    copy = Op("copy_async", [buf] + list(load.operands), [],
+              {"tensor": load.attrs["tensor"], "index": _shift(index, 1), "shape": load.result.shape,
+               "ld": st.attrs["ld"], "pred": False}, loc=load.loc)
+    wait = Op("wait_async", [buf], [], {"pending": 0}, loc=st.loc)
+    i = block.ops.index(st)
+    block.ops[i:i + 1] = [alloc, copy, wait]
+    for op, b in [d] + chain:
+        b.ops.remove(op)
+
+
+def _shift(index, by: int):
+    return tuple((e[0], e[1] + by) + tuple(e[2:]) if e[0] in ("at", "block") else e for e in index)
+
+
+def _pipeline(loop: Op, parent: Block) -> None:
+    body = loop.body
+    iv = body.args[0]
+    start, stop, step = loop.operands[:3]
+    inside = {id(v) for v in body.args} | {id(r) for op in walk(body) for r in op.results}
+    plans = []
+    for copy in [op for op in body.ops if op.kind == "copy_async"]:
+        buf = copy.operands[0]
+        if any(id(v) in inside and v is not iv for v in copy.operands[1:]):
+            continue
+        bufs = views_of(body, buf)
+        last = max(i for i, op in enumerate(body.ops) if op is not copy and _reads(op, bufs))
+        plans.append((last, copy))
+    if not plans:
+        return
+    anchors = {id(copy): body.ops[last] for last, copy in plans}
+    at = parent.ops.index(loop)
+    prologue: list[Op] = []
+    go = Value((), "bool")
+    prologue.append(Op("binary", [start, stop], [go], {"fn": "lt"}, loc=loop.loc))
+    for last, copy in sorted(plans, key=lambda p: p[0]):
+        buf = copy.operands[0]
+        alloc = next(op for op in body.ops if op.kind == "alloc_shared" and op.result is buf)
+        body.ops.remove(alloc)
+        prologue.insert(0, alloc)
+        prologue.append(_copy_at(copy, iv, start, go))
+    parent.ops[at:at] = prologue
+    # each iteration's copy for the next one goes right after its last read of the buffer, in the
+    # prologue's order (copies after one anchor keep their order), so that group counts agree
+    # between the first iteration and the others
+    after: dict[int, list[Op]] = {}
+    for last, copy in sorted(plans, key=lambda p: p[0]):
+        body.ops.remove(copy)
+        nxt, more = Value((), "int32"), Value((), "bool")
+        after.setdefault(id(anchors[id(copy)]), []).extend([
+            Op("binary", [iv, step], [nxt], {"fn": "add"}, loc=copy.loc),
+            Op("binary", [nxt, stop], [more], {"fn": "lt"}, loc=copy.loc), _copy_at(copy, iv, nxt, more)])
+    new_ops: list[Op] = []
+    for op in body.ops:
+        new_ops.append(op)
+        new_ops.extend(after.get(id(op), []))
+    body.ops[:] = new_ops
+
+
+def _copy_at(copy: Op, iv: Value, at: Value, pred: Value) -> Op:
+    operands = [at if v is iv else v for v in copy.operands] + [pred]
+    return Op("copy_async", operands, [], {**copy.attrs, "pred": True}, loc=copy.loc)
+
+
+def _reads(op: Op, bufs: list[Value]) -> bool:
+    return any(b in o.operands for o in [op] + (list(walk(op.body)) if op.body else []) for b in bufs)
+
+
+def _count_pending(block: Block) -> None:
+    """For each wait in a loop body, the groups committed after its buffer's copy: copies later
+    in the body (previous iteration) plus copies before the wait (this iteration). A wait
+    outside loops, or in a body whose nested loops also copy, waits for everything (0)."""
+    for op in block.ops:
+        if op.body is not None:
+            _count_pending(op.body)
+            _count_loop(op.body)
+
+
+def _count_loop(body: Block) -> None:
+    if any(o.kind == "copy_async" for op in body.ops if op.body for o in walk(op.body)):
+        return
+    copies = [i for i, op in enumerate(body.ops) if op.kind == "copy_async"]
+    for w, op in enumerate(body.ops):
+        if op.kind != "wait_async":
+            continue
+        mine = [i for i in copies if body.ops[i].operands[0] is op.operands[0]]
+        if len(mine) != 1 or mine[0] < w:  # copied in this iteration before the wait: not pipelined
+            continue
+        after_mine = sum(1 for i in copies if i > mine[0])
+        before_wait = sum(1 for i in copies if i < w)
+        op.attrs["pending"] = after_mine + before_wait
+
+
+def _blocks(block: Block):
+    yield block
+    for op in block.ops:
+        if op.body is not None:
+            yield from _blocks(op.body)

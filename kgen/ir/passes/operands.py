@@ -1,0 +1,157 @@
+"""Where each dot reads its operands from: registers, or shared memory in an orientation.
+
+An operand whose register layout already is the instruction's operand fragment, repeated over
+the k-steps and the warp's repeats (`operand_layout`), is read straight from registers: no copy,
+no barrier. Attention's forward is the case that matters: p, the softmax of a dot's
+accumulator, is the A operand of the next dot, and on mma.sync the accumulator layout of
+m16n8 tiles is the A layout of m16n8k16 (PTX ISA, "Matrix Fragments for mma.m16n8k16"), so
+p never leaves registers. Where the layouts differ (MFMA's C is the transpose of its A), the
+operand is staged.
+
+A staged operand is stored row-major with one dim contiguous (`inner`), rows padded by 16 bytes
+so that the rows consecutive lanes read fall in different banks. A transposed operand (`k.T`)
+stages the tile it transposes and reads it through a `view_shared` (no code), so dots of one block
+that read a tile both ways share its buffer. The fragment reads that
+follow (`<role>_load` on the dot) are:
+  matrix        the descriptor's shared matrix load (ldmatrix), K contiguous in memory;
+  matrix_trans  its transposing form, M or N contiguous: chosen when the register tile runs
+                along M or N (V in attention), so that the stage is a vector store instead of
+                a scalar transpose;
+  vec           vector reads of the lane's consecutive K elements, K contiguous (any target).
+"""
+from __future__ import annotations
+
+from ...hw.descriptor import Target
+from ..core import Block, Kernel, Op, Value, walk
+from ..layout import Layout, log2
+from .dot_tiling import instr_of
+
+PAD_BYTES = 16
+ELEM_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "int32": 4, "bool": 1}
+
+
+def _along(dim: int, amount: int) -> tuple[int, int]:
+    return (amount, 0) if dim == 0 else (0, amount)
+
+
+def operand_layout(target: Target, attrs: dict, role: str, shape: tuple[int, int]) -> Layout:
+    """The register layout of a whole dot operand as the instruction reads it: the fragment,
+    then a register bit per k-step, then one per repeat along M (A) or N (B); warps tiled as in
+    the accumulator (N-bits first, kgen.ir.passes.dot_tiling.acc_layout), holding copies along
+    the dim the operand lacks. Register (rep, ks, i) is element (rep * ksteps + ks) * n + i."""
+    instr = instr_of(target, attrs["instr"])
+    frag = instr.layout(role)
+    kdim, odim = (1, 0) if role == "a" else (0, 1)
+    step, reps = (instr.m, attrs["reps_m"]) if role == "a" else (instr.n, attrs["reps_n"])
+    ksteps = shape[kdim] // instr.k
+    reg = list(frag.reg) + [_along(kdim, instr.k << i) for i in range(log2(ksteps))]
+    reg += [_along(odim, step << i) for i in range(log2(reps))]
+    wn, wm = log2(attrs["warps_n"]), log2(attrs["warps_m"])
+    if role == "a":
+        warp = [(0, 0)] * wn + [(instr.m * attrs["reps_m"] << i, 0) for i in range(wm)]
+    else:
+        warp = [(0, instr.n * attrs["reps_n"] << i) for i in range(wn)] + [(0, 0)] * wm
+    return Layout(shape=tuple(shape), reg=tuple(reg), lane=frag.lane, warp=tuple(warp))
+
+
+def fragment_view(target: Target, attrs: dict, role: str) -> Layout:
+    """One k-step of one warp's fragments of an operand, seen as (rows, K) with rows = M for A
+    and N for B: the fragment's bits, then a register bit per repeat. Element rep * n + i."""
+    instr = instr_of(target, attrs["instr"])
+    frag = instr.layout(role)
+    swap = (lambda v: v) if role == "a" else (lambda v: (v[1], v[0]))  # noqa: E731
+    step, reps = (instr.m, attrs["reps_m"]) if role == "a" else (instr.n, attrs["reps_n"])
+    reg = [swap(v) for v in frag.reg] + [(step << i, 0) for i in range(log2(reps))]
+    shape = (step * reps, instr.k)
+    return Layout(shape=shape, reg=tuple(reg), lane=tuple(swap(v) for v in frag.lane), warp=())
+
+
+def matrix_load_fits(target: Target, view: Layout, dtype: str) -> bool:
+    """Whether the descriptor's shared matrix load delivers this fragment view: the load's own
+    element and lane bits, then whole matrices, at least one full 32-bit register's worth."""
+    ml = target.shared_matrix_load
+    if ml is None or ELEM_BYTES[dtype] != ml.elem_bytes:
+        return False
+    own = ml.layout()
+    n = len(own.reg)
+    if tuple(view.reg[:n]) != own.reg or view.lane != own.lane:
+        return False
+    return all(r % ml.rows == 0 and c % ml.rows == 0 for r, c in view.reg[n:])
+
+
+def place_dot_operands(k: Kernel, target: Target) -> Kernel:
+    defs = {id(r): op for op in walk(k.body) for r in op.results}
+    for block in _blocks(k.body):
+        staged: dict[tuple[int, int], Value] = {}  # (id of the tile, its contiguous dim) -> buffer
+        new_ops: list[Op] = []
+        for op in block.ops:
+            if op.kind == "dot":
+                for i, role in ((0, "a"), (1, "b")):
+                    new_ops += _place(op, i, role, target, defs, staged)
+            new_ops.append(op)
+        block.ops[:] = new_ops
+    _drop_unused_transposes(k.body)
+    return k
+
+
+def _drop_unused_transposes(body: Block) -> None:
+    """A `trans` whose only reader was a dot that now reads a view of the untransposed tile."""
+    used = {id(v) for op in walk(body) for v in op.operands}
+    for block in _blocks(body):
+        block.ops[:] = [op for op in block.ops if not (op.kind == "trans" and id(op.result) not in used)]
+
+
+def _place(op: Op, i: int, role: str, target: Target, defs: dict, staged: dict) -> list[Op]:
+    """Decide operand i of a dot; return the ops to insert before it (a stage, a view).
+
+    The tile staged is the operand, or the tile it transposes (`k.T` stages `k`), so that two
+    dots reading the same tile, one of them transposed (attention's backward reads k as k.T and
+    as k), share one buffer: the second gets a `view_shared` of the first's."""
+    v = op.operands[i]
+    if v.layout == operand_layout(target, op.attrs, role, v.shape):
+        op.attrs[f"{role}_load"] = "reg"
+        return []
+    src = defs.get(id(v))
+    flipped = src is not None and src.kind == "trans"
+    base = src.operands[0] if flipped else v
+    kdim = 1 if role == "a" else 0
+    bk = 1 - kdim if flipped else kdim  # the dim of `base` that is this dot's K
+    fits = matrix_load_fits(target, fragment_view(target, op.attrs, role), v.dtype)
+    can_trans = fits and target.shared_matrix_load.transposed
+    usable = [bk, 1 - bk] if can_trans else [bk]  # contiguous dims of base this dot can read
+    prefer = 1 - bk if can_trans and _run(base.layout, 1 - bk) > _run(base.layout, bk) else bk
+    ops: list[Op] = []
+    inner = next((d for d in [prefer] + usable if (id(base), d) in staged), None)
+    if inner is None:
+        inner = prefer
+        ld = base.shape[inner] + PAD_BYTES // ELEM_BYTES[base.dtype]
+        buf = Value(base.shape, base.dtype, place="shared")
+        ops.append(Op("stage", [base], [buf], {"role": role, "inner": inner, "rows": base.shape[1 - inner], "ld": ld,
+                                               "bytes": base.shape[1 - inner] * ld * ELEM_BYTES[base.dtype]}, loc=op.loc))
+        staged[(id(base), inner)] = buf
+    buf = staged[(id(base), inner)]
+    if flipped:
+        view = Value(v.shape, v.dtype, place="shared")
+        ops.append(Op("view_shared", [buf], [view], {}, loc=op.loc))
+        buf = view
+    op.operands[i] = buf
+    op.attrs[f"{role}_load"] = ("matrix" if fits else "vec") if inner == bk else "matrix_trans"
+    return ops
+
+
+def _run(layout: Layout, dim: int) -> int:
+    """How many consecutive registers hold consecutive elements along `dim`."""
+    n = 1
+    for basis in layout.reg:
+        if basis[dim] == n and basis[1 - dim] == 0:
+            n *= 2
+        else:
+            break
+    return n
+
+
+def _blocks(block: Block):
+    yield block
+    for op in block.ops:
+        if op.body is not None:
+            yield from _blocks(op.body)
