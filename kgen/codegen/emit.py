@@ -26,6 +26,8 @@ BIN_C = {"add": "{a} + {b}", "sub": "{a} - {b}", "mul": "{a} * {b}", "div": "{a}
 UN_C = {"exp": "kg::exp_({a})", "exp2": "kg::exp2_({a})", "log": "kg::log_({a})", "log2": "kg::log2_({a})",
         "sqrt": "kg::sqrt_({a})", "rsqrt": "kg::rsqrt_({a})", "abs": "kg::abs_({a})", "not": "!{a}"}
 REDUCE_C = {"sum": ("0.0f", "{a} + {b}"), "max": ("-kg::inf()", "kg::max_({a}, {b})"), "min": ("kg::inf()", "kg::min_({a}, {b})")}
+# int32 tiles reduce in int (exact): the identities of sum, max and min
+REDUCE_INIT_INT = {"sum": "0", "max": "(-2147483647 - 1)", "min": "2147483647"}
 
 
 def name(v: Value) -> str:
@@ -133,15 +135,20 @@ class Emitter:
         src, out, axis = op.operands[0], op.result, op.attrs["axis"]
         plan = src.layout.reduce_plan(axis)
         init, combine = REDUCE_C[op.attrs["fn"]]
-        ctx = {"out": self.decl(out), "acc": f"r{out.id}", "n_in": src.layout.nregs, "n_out": out.layout.nregs,
+        integer = src.dtype == "int32"
+        if integer:
+            init = REDUCE_INIT_INT[op.attrs["fn"]]
+        ctx = {"out": self.decl(out), "acc": f"r{out.id}", "n_in": src.layout.nregs, "n_out": 1 if out.is_scalar else out.layout.nregs,
+               "acc_ctype": "int" if integer else "float", "scalar_out": out.is_scalar,
+               "finish": "" if integer else f"kg::cvt<{CTYPE[out.dtype]}>",
                "map": reg_map_expr(src.layout.slice_reg_map(axis)), "init": init,
-               "combine": combine.format(a="{a}", b="{b}"), "src": name(src), "src_f32": as_compute(src),
-               "masks": list(plan.lane_xor_masks), "cross_warp": plan.cross_warp, "out_is_float": out.dtype}
+               "combine": combine.format(a="{a}", b="{b}"), "src": name(src), "src_f32": elem(src) if integer else as_compute(src),
+               "masks": list(plan.lane_xor_masks), "cross_warp": plan.cross_warp}
         if plan.cross_warp:
             warp_bits = src.layout.bits_along(axis)["warp"]
             others = [sum(1 << b for i, b in enumerate(warp_bits) if s >> i & 1) for s in range(1 << len(warp_bits))]
             ctx.update(offset=op.attrs["smem_offset"], nslice=_numel(out.shape), warp_xors=others,
-                       slot=self._flat(out, "e"))
+                       slot="0" if out.is_scalar else self._flat(out, "e"))
         return ctx
 
     def _flat(self, v: Value, idx: str) -> str:
@@ -306,17 +313,32 @@ class Emitter:
                 "dims": coords, "vec": vec, "lane_dup": lane_dup, "warp_dup": warp_dup,
                 "aligned": " && ".join([f"kg::aligned(p_, {vec * elem_bytes})"] + align_checks) if vec > 1 else "false"}
 
+    def _element(self, op, value_first: bool) -> str:
+        """The address of the one element an access indexed only by scalars touches (every index
+        is in range, as the interpreter checks; scalars are the same in every thread)."""
+        t = op.attrs["tensor"]
+        dims = self.dims[t]
+        terms = [f"(int64_t)({name(op.operands[e[1]])}) * {'1' if d == len(dims) - 1 else f'stride_{t}_{d}'}"
+                 for d, e in enumerate(op.attrs["index"])]
+        return f"{tensor_param(t)} + " + " + ".join(terms)
+
     def op_load(self, op):
+        if op.result.is_scalar:  # every thread reads the element
+            return {"macro": "scalar", "out": self.decl(op.result), "expr": f"*({self._element(op, False)})"}
         ctx = self._access(op, False)
         ctx.update(out=self.decl(op.result), other=literal(op.attrs["other"], op.result.dtype))
         return ctx
 
     def op_store(self, op):
+        if op.operands[0].is_scalar and all(e[0] == "at" for e in op.attrs["index"]):  # one thread writes it
+            return {"macro": "scalar_store", "addr": self._element(op, True), "src": name(op.operands[0]), "atomic": False}
         ctx = self._access(op, True)
         ctx.update(src=name(op.operands[0]), atomic=False)
         return ctx
 
     def op_atomic_add(self, op):
+        if op.operands[0].is_scalar and all(e[0] == "at" for e in op.attrs["index"]):  # added once, by one thread
+            return {"macro": "scalar_store", "addr": self._element(op, True), "src": name(op.operands[0]), "atomic": True}
         ctx = self._access(op, True)
         ctx.update(src=name(op.operands[0]), atomic=True, vec=1, macro="store")
         return ctx

@@ -28,10 +28,11 @@ KG_DEVICE void sync() {
   __builtin_amdgcn_s_barrier();
   __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");
 }
-KG_DEVICE float shfl_xor(float v, int mask) {
+KG_DEVICE int shfl_xor(int v, int mask) {
   const int lane = __builtin_amdgcn_mbcnt_hi(~0u, __builtin_amdgcn_mbcnt_lo(~0u, 0u));
-  return __builtin_bit_cast(float, __builtin_amdgcn_ds_bpermute((lane ^ mask) << 2, __builtin_bit_cast(int, v)));
+  return __builtin_amdgcn_ds_bpermute((lane ^ mask) << 2, v);
 }
+KG_DEVICE float shfl_xor(float v, int mask) { return __builtin_bit_cast(float, shfl_xor(__builtin_bit_cast(int, v), mask)); }
 
 KG_DEVICE float f32(bf16 x) { return __builtin_bit_cast(float, (uint32_t)x.bits << 16); }
 KG_DEVICE float f32(fp16 x) { return (float)x; }
@@ -51,7 +52,15 @@ KG_DEVICE float log_(float x) { return __builtin_logf(x); }
 KG_DEVICE float log2_(float x) { return __builtin_log2f(x); }
 KG_DEVICE float sqrt_(float x) { return __builtin_sqrtf(x); }
 KG_DEVICE float rsqrt_(float x) { return 1.0f / __builtin_sqrtf(x); }
-KG_DEVICE float pow_(float a, float b) { return __builtin_exp2f(b * __builtin_log2f(a)); }
+// a ** b as exp2(b * log2 |a|), with C's powf rules for the rest: a negative base takes an
+// integer exponent (odd ones keep the sign; any other exponent gives NaN), and 0 ** 0 is 1
+KG_DEVICE float pow_(float a, float b) {
+  if (b == 0.0f) return 1.0f;
+  const float r = __builtin_exp2f(b * __builtin_log2f(__builtin_fabsf(a)));
+  if (a >= 0.0f || a != a) return r;
+  if (__builtin_truncf(b) != b) return __builtin_nanf("");
+  return __builtin_fmodf(b, 2.0f) != 0.0f ? -r : r;
+}
 KG_DEVICE void atomic_add(float* p, float v) {
   __hip_atomic_fetch_add(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
 }

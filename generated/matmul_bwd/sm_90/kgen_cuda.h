@@ -19,6 +19,7 @@ KG_DEVICE int block_id_y() { return blockIdx.y; }
 KG_DEVICE int block_id_z() { return blockIdx.z; }
 KG_DEVICE void sync() { __syncthreads(); }
 KG_DEVICE float shfl_xor(float v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
+KG_DEVICE int shfl_xor(int v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
 
 KG_DEVICE float f32(bf16 x) { return __bfloat162float(x); }
 KG_DEVICE float f32(fp16 x) { return __half2float(x); }
