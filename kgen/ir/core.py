@@ -121,6 +121,14 @@ def walk(block: Block):
             yield from walk(op.body)
 
 
+def blocks(block: Block):
+    """The block and every loop body nested in it, outermost first."""
+    yield block
+    for op in block.ops:
+        if op.body is not None:
+            yield from blocks(op.body)
+
+
 def print_kernel(k: Kernel) -> str:
     lines = [f"kernel {k.name}(tensors={list(k.tensors)}, sizes={k.sizes}, scalars={k.scalars}) warps={k.num_warps}"]
 

@@ -16,7 +16,7 @@ Measured on the H200 (FA2 forward, S = 4k, TFLOP/s unfolded -> folded): 32 regis
 from __future__ import annotations
 
 from ...hw.descriptor import Target
-from ..core import Block, Kernel, walk
+from ..core import Block, Kernel, blocks, walk
 
 MAX_REGS = 32
 
@@ -26,7 +26,7 @@ def accumulate_into_dots(k: Kernel, target: Target) -> Kernel:
     for op in walk(k.body):
         for v in op.operands:
             uses[id(v)] = uses.get(id(v), 0) + 1
-    for block in _blocks(k.body):
+    for block in blocks(k.body):
         _fold(block, uses)
     return k
 
@@ -51,10 +51,3 @@ def _fold(block: Block, uses: dict[int, int]) -> None:
             dot.results = add.results
             block.ops[block.ops.index(add)] = dot
             break
-
-
-def _blocks(block: Block):
-    yield block
-    for op in block.ops:
-        if op.body is not None:
-            yield from _blocks(op.body)

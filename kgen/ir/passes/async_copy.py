@@ -21,7 +21,7 @@ committed after it in the loop's cyclic order.
 from __future__ import annotations
 
 from ...hw.descriptor import Target
-from ..core import Block, Kernel, Op, Value, walk
+from ..core import Block, Kernel, Op, Value, blocks, walk
 from .memory import views_of
 from .operands import ELEM_BYTES
 
@@ -31,15 +31,15 @@ CHUNK_BYTES = 16  # cp.async.cg moves 16 bytes per instruction (PTX ISA, "cp.asy
 def use_async_copies(k: Kernel, target: Target) -> Kernel:
     if "cp.async" not in target.async_copy:
         return k
-    defs = {id(r): (op, block) for block in _blocks(k.body) for op in block.ops for r in op.results}
+    defs = {id(r): (op, block) for block in blocks(k.body) for op in block.ops for r in op.results}
     uses: dict[int, int] = {}
     for op in walk(k.body):
         for v in op.operands:
             uses[id(v)] = uses.get(id(v), 0) + 1
-    for block in list(_blocks(k.body)):
+    for block in list(blocks(k.body)):
         for st in [op for op in block.ops if op.kind == "stage"]:
             _convert(st, block, defs, uses)
-    for loop, parent in [(op, b) for b in list(_blocks(k.body)) for op in b.ops if op.kind == "for"]:
+    for loop, parent in [(op, b) for b in list(blocks(k.body)) for op in b.ops if op.kind == "for"]:
         _pipeline(loop, parent)
     _count_pending(k.body)
     return k
@@ -156,10 +156,3 @@ def _count_loop(body: Block) -> None:
         after_mine = sum(1 for i in copies if i > mine[0])
         before_wait = sum(1 for i in copies if i < w)
         op.attrs["pending"] = after_mine + before_wait
-
-
-def _blocks(block: Block):
-    yield block
-    for op in block.ops:
-        if op.body is not None:
-            yield from _blocks(op.body)

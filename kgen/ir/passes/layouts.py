@@ -11,7 +11,7 @@ slice of the C layout. Any constraint still broken after that is mended with a `
 from __future__ import annotations
 
 from ...hw.descriptor import Target
-from ..core import Block, Kernel, Op, Value, walk
+from ..core import Block, Kernel, Op, Value, blocks, walk
 from ..layout import Layout, blocked, blocked1d, expand, squeeze_broadcast, transpose
 from .dot_tiling import acc_layout
 
@@ -34,7 +34,7 @@ def assign_layouts(k: Kernel, target: Target) -> Kernel:
                 if v.layout is None and not v.is_scalar and v.place == "reg":
                     v.layout = default_layout(v, k.num_warps, target.wave_size)
                     _flow(ops)
-    for block in _blocks(k.body):
+    for block in blocks(k.body):
         _legalise(block, k.num_warps, target.wave_size)
     return k
 
@@ -45,12 +45,6 @@ def default_layout(v: Value, warps: int, wave: int) -> Layout:
     elem_bytes = 2 if v.dtype in ("bf16", "fp16") else 1 if v.dtype == "bool" else 4
     return blocked(v.shape, vec=max(1, 16 // elem_bytes), lanes=wave, warps=warps)
 
-
-def _blocks(block: Block):
-    yield block
-    for op in block.ops:
-        if op.body is not None:
-            yield from _blocks(op.body)
 
 
 def _set(v: Value, lay: Layout | None) -> bool:

@@ -80,12 +80,6 @@ def _align(n: int) -> int:
     return (n + 15) // 16 * 16
 
 
-def _blocks(block: Block):
-    yield block
-    for op in block.ops:
-        if op.body is not None:
-            yield from _blocks(op.body)
-
 
 def _loop_spans(block: Block, order: dict[int, int]) -> list[tuple[int, int, set[int]]]:
     """(first, last) op number of each loop, and the ids of the ops directly or deeply inside."""

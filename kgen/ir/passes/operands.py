@@ -22,7 +22,7 @@ follow (`<role>_load` on the dot) are:
 from __future__ import annotations
 
 from ...hw.descriptor import Target
-from ..core import Block, Kernel, Op, Value, walk
+from ..core import Block, Kernel, Op, Value, blocks, walk
 from ..layout import Layout, log2
 from .dot_tiling import instr_of
 
@@ -81,7 +81,7 @@ def matrix_load_fits(target: Target, view: Layout, dtype: str) -> bool:
 
 def place_dot_operands(k: Kernel, target: Target) -> Kernel:
     defs = {id(r): op for op in walk(k.body) for r in op.results}
-    for block in _blocks(k.body):
+    for block in blocks(k.body):
         staged: dict[tuple[int, int], Value] = {}  # (id of the tile, its contiguous dim) -> buffer
         new_ops: list[Op] = []
         for op in block.ops:
@@ -97,7 +97,7 @@ def place_dot_operands(k: Kernel, target: Target) -> Kernel:
 def _drop_unused_transposes(body: Block) -> None:
     """A `trans` whose only reader was a dot that now reads a view of the untransposed tile."""
     used = {id(v) for op in walk(body) for v in op.operands}
-    for block in _blocks(body):
+    for block in blocks(body):
         block.ops[:] = [op for op in block.ops if not (op.kind == "trans" and id(op.result) not in used)]
 
 
@@ -148,10 +148,3 @@ def _run(layout: Layout, dim: int) -> int:
         else:
             break
     return n
-
-
-def _blocks(block: Block):
-    yield block
-    for op in block.ops:
-        if op.body is not None:
-            yield from _blocks(op.body)
