@@ -61,17 +61,6 @@ def dup_masks(layout: Layout) -> tuple[int, int]:
     return lane, warp
 
 
-def vector_width(layout: Layout, dim: int, max_elems: int) -> int:
-    """How many consecutive registers hold consecutive elements along `dim` (a vector access)."""
-    v = 1
-    for b, basis in enumerate(layout.reg):
-        if v < max_elems and basis[dim] == v and all(x == 0 for d, x in enumerate(basis) if d != dim) and b == v.bit_length() - 1:
-            v *= 2
-        else:
-            break
-    return v
-
-
 def tensor_param(name: str) -> str:
     """The C name of a tensor's pointer: prefixed, so that a spec's tensor may be called `do` (a
     C keyword) or `lane` (a name the templates use)."""

@@ -10,14 +10,13 @@ import math
 from typing import Any
 
 from ..hw.descriptor import Target
-from ..ir.core import Kernel, Op, Value
-from ..ir.layout import broadcast_reg_map
+from ..ir.core import ELEM_BYTES, Kernel, Op, Value, walk
+from ..ir.layout import broadcast_reg_map, vector_width
 from ..ir.passes.dot_tiling import instr_of
 from ..ir.passes.operands import fragment_view
-from .coords import dup_masks, reg_coord, reg_map_expr, tensor_param, thread_coord, vector_width
+from .coords import dup_masks, reg_coord, reg_map_expr, tensor_param, thread_coord
 
 CTYPE = {"bf16": "kg::bf16", "fp16": "kg::fp16", "fp32": "float", "int32": "int", "bool": "bool"}
-ELEM_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "int32": 4, "bool": 1}
 FLOAT = ("bf16", "fp16", "fp32")
 BIN_C = {"add": "{a} + {b}", "sub": "{a} - {b}", "mul": "{a} * {b}", "div": "{a} / {b}", "floordiv": "kg::floordiv({a}, {b})",
          "mod": "kg::mod({a}, {b})", "max": "kg::max_({a}, {b})", "min": "kg::min_({a}, {b})", "pow": "kg::pow_({a}, {b})",
@@ -61,6 +60,10 @@ def literal(value: Any, dtype: str) -> str:
 class Emitter:
     def __init__(self, k: Kernel, target: Target, tensor_dims: dict[str, list[str]]):
         self.k, self.target, self.dims = k, target, tensor_dims
+        self.use_counts: dict[int, int] = {}
+        for o in walk(k.body):
+            for x in o.operands:
+                self.use_counts[id(x)] = self.use_counts.get(id(x), 0) + 1
 
     def ops(self, block) -> list[dict]:
         out = []
@@ -267,18 +270,9 @@ class Emitter:
         return {"pending": op.attrs["pending"]}
 
     def _uses(self, v: Value) -> int:
-        from ..ir.core import walk
-
-        if not hasattr(self, "_use_counts"):
-            self._use_counts: dict[int, int] = {}
-            for o in walk(self.k.body):
-                for x in o.operands:
-                    self._use_counts[id(x)] = self._use_counts.get(id(x), 0) + 1
-        return self._use_counts.get(id(v), 0)
+        return self.use_counts.get(id(v), 0)
 
     def _stage_of(self, v: Value) -> Op:
-        from ..ir.core import walk
-
         for o in walk(self.k.body):
             if o.kind == "view_shared" and o.result is v:
                 return self._stage_of(o.operands[0])
@@ -313,7 +307,7 @@ class Emitter:
                 "dims": coords, "vec": vec, "lane_dup": lane_dup, "warp_dup": warp_dup,
                 "aligned": " && ".join([f"kg::aligned(p_, {vec * elem_bytes})"] + align_checks) if vec > 1 else "false"}
 
-    def _element(self, op, value_first: bool) -> str:
+    def _element(self, op) -> str:
         """The address of the one element an access indexed only by scalars touches (every index
         is in range, as the interpreter checks; scalars are the same in every thread)."""
         t = op.attrs["tensor"]
@@ -324,21 +318,21 @@ class Emitter:
 
     def op_load(self, op):
         if op.result.is_scalar:  # every thread reads the element
-            return {"macro": "scalar", "out": self.decl(op.result), "expr": f"*({self._element(op, False)})"}
+            return {"macro": "scalar", "out": self.decl(op.result), "expr": f"*({self._element(op)})"}
         ctx = self._access(op, False)
         ctx.update(out=self.decl(op.result), other=literal(op.attrs["other"], op.result.dtype))
         return ctx
 
     def op_store(self, op):
         if op.operands[0].is_scalar and all(e[0] == "at" for e in op.attrs["index"]):  # one thread writes it
-            return {"macro": "scalar_store", "addr": self._element(op, True), "src": name(op.operands[0]), "atomic": False}
+            return {"macro": "scalar_store", "addr": self._element(op), "src": name(op.operands[0]), "atomic": False}
         ctx = self._access(op, True)
         ctx.update(src=name(op.operands[0]), atomic=False)
         return ctx
 
     def op_atomic_add(self, op):
         if op.operands[0].is_scalar and all(e[0] == "at" for e in op.attrs["index"]):  # added once, by one thread
-            return {"macro": "scalar_store", "addr": self._element(op, True), "src": name(op.operands[0]), "atomic": True}
+            return {"macro": "scalar_store", "addr": self._element(op), "src": name(op.operands[0]), "atomic": True}
         ctx = self._access(op, True)
         ctx.update(src=name(op.operands[0]), atomic=True, vec=1, macro="store")
         return ctx

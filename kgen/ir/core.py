@@ -50,6 +50,7 @@ from .layout import Layout
 
 DTYPES = ("bf16", "fp16", "fp32", "int32", "bool")
 FLOAT_DTYPES = ("bf16", "fp16", "fp32")
+ELEM_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "int32": 4, "bool": 1}
 
 _ids = itertools.count()
 

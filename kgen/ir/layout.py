@@ -131,6 +131,17 @@ class ReducePlan:
     cross_warp: bool
 
 
+def vector_width(layout: Layout, dim: int, max_elems: int = 1 << 30) -> int:
+    """How many consecutive registers hold consecutive elements along `dim` (a vector access)."""
+    v = 1
+    for b, basis in enumerate(layout.reg):
+        if v < max_elems and basis[dim] == v and all(x == 0 for d, x in enumerate(basis) if d != dim) and b == v.bit_length() - 1:
+            v *= 2
+        else:
+            break
+    return v
+
+
 def blocked(shape: tuple[int, int], *, vec: int, lanes: int, warps: int) -> Layout:
     """A row-major blocked layout for global loads and elementwise work: each thread holds `vec`
     consecutive columns (one vector access), consecutive lanes take consecutive vectors along a

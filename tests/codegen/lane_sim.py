@@ -27,9 +27,8 @@ from typing import Any
 import numpy as np
 
 from kgen.hw.descriptor import Target, load_target
-from kgen.ir.core import Kernel, walk
+from kgen.ir.core import ELEM_BYTES, Kernel, walk
 
-ELEM_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "int32": 4, "bool": 1}
 
 
 class SimError(Exception):

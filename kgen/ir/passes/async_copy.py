@@ -1,8 +1,8 @@
 """Global tiles copied straight into shared memory, and prefetched one loop iteration ahead.
 
-A dot operand loaded from global memory only to be staged (`stage(load(...))`, possibly through
-a `trans`) goes through registers twice and exposes the load's latency. On a target whose
-descriptor lists `cp.async` (sm_80, sm_90) it becomes three ops on one buffer:
+A dot operand loaded from global memory only to be staged (`stage(load(...))`) goes through
+registers twice and exposes the load's latency. On a target whose descriptor lists `cp.async`
+(sm_80, sm_90) it becomes three ops on one buffer:
 
   alloc_shared          the buffer (what the stage produced; the dot reads it)
   copy_async            every thread copies 16-byte chunks global -> shared and commits one
@@ -21,9 +21,8 @@ committed after it in the loop's cyclic order.
 from __future__ import annotations
 
 from ...hw.descriptor import Target
-from ..core import Block, Kernel, Op, Value, blocks, walk
+from ..core import ELEM_BYTES, Block, Kernel, Op, Value, blocks, walk
 from .memory import views_of
-from .operands import ELEM_BYTES
 
 CHUNK_BYTES = 16  # cp.async.cg moves 16 bytes per instruction (PTX ISA, "cp.async")
 
@@ -46,22 +45,17 @@ def use_async_copies(k: Kernel, target: Target) -> Kernel:
 
 
 def _convert(st: Op, block: Block, defs, uses) -> None:
-    """stage(load) or stage(trans(load)) -> alloc_shared, copy_async, wait_async."""
+    """stage(load) -> alloc_shared, copy_async, wait_async. (place_dot_operands stages the tile a
+    transpose reads, never the transpose, so a staged load is its own operand.)"""
     src = st.operands[0]
-    chain = []
     d = defs.get(id(src))
-    if d and d[0].kind == "trans" and uses.get(id(src)) == 1:
-        chain.append(d)
-        src = d[0].operands[0]
-        d = defs.get(id(src))
     if not d or d[0].kind != "load" or uses.get(id(src)) != 1:
         return
     load, load_block = d
     index = load.attrs["index"]
     tile = [e for e in index if e[0] != "at"]
-    load_inner = st.attrs["inner"] if not chain else 1 - st.attrs["inner"]
     elem = ELEM_BYTES[load.result.dtype]
-    if (len(tile) != 2 or index[-1][0] == "at" or load_inner != 1 or load.attrs.get("other", 0) != 0
+    if (len(tile) != 2 or index[-1][0] == "at" or st.attrs["inner"] != 1 or load.attrs.get("other", 0) != 0
             or (load.result.shape[1] * elem) % CHUNK_BYTES or (st.attrs["ld"] * elem) % CHUNK_BYTES):
         return
     buf = st.result
@@ -72,8 +66,7 @@ def _convert(st: Op, block: Block, defs, uses) -> None:
     wait = Op("wait_async", [buf], [], {"pending": 0}, loc=st.loc)
     i = block.ops.index(st)
     block.ops[i:i + 1] = [alloc, copy, wait]
-    for op, b in [d] + chain:
-        b.ops.remove(op)
+    load_block.ops.remove(load)
 
 
 def _shift(index, by: int):

@@ -22,12 +22,11 @@ follow (`<role>_load` on the dot) are:
 from __future__ import annotations
 
 from ...hw.descriptor import Target
-from ..core import Block, Kernel, Op, Value, blocks, walk
-from ..layout import Layout, log2
+from ..core import ELEM_BYTES, Block, Kernel, Op, Value, blocks, walk
+from ..layout import Layout, log2, vector_width
 from .dot_tiling import instr_of
 
 PAD_BYTES = 16
-ELEM_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "int32": 4, "bool": 1}
 
 
 def _along(dim: int, amount: int) -> tuple[int, int]:
@@ -119,7 +118,7 @@ def _place(op: Op, i: int, role: str, target: Target, defs: dict, staged: dict) 
     fits = matrix_load_fits(target, fragment_view(target, op.attrs, role), v.dtype)
     can_trans = fits and target.shared_matrix_load.transposed
     usable = [bk, 1 - bk] if can_trans else [bk]  # contiguous dims of base this dot can read
-    prefer = 1 - bk if can_trans and _run(base.layout, 1 - bk) > _run(base.layout, bk) else bk
+    prefer = 1 - bk if can_trans and vector_width(base.layout, 1 - bk) > vector_width(base.layout, bk) else bk
     ops: list[Op] = []
     inner = next((d for d in [prefer] + usable if (id(base), d) in staged), None)
     if inner is None:
@@ -137,14 +136,3 @@ def _place(op: Op, i: int, role: str, target: Target, defs: dict, staged: dict) 
     op.operands[i] = buf
     op.attrs[f"{role}_load"] = ("matrix" if fits else "vec") if inner == bk else "matrix_trans"
     return ops
-
-
-def _run(layout: Layout, dim: int) -> int:
-    """How many consecutive registers hold consecutive elements along `dim`."""
-    n = 1
-    for basis in layout.reg:
-        if basis[dim] == n and basis[1 - dim] == 0:
-            n *= 2
-        else:
-            break
-    return n
