@@ -324,12 +324,15 @@ def test_sm90_kernels_fit(built, spec_file, target, tmp_path):
     with ThreadPoolExecutor(_cores()) as pool:
         ptxs = list(pool.map(lambda src: compile_cuda_ptx(src, b.target.compiler_arch),
                              [src for _, src in need_ptx]))
-    problems += [f"{label}: has a dot but no mma.sync.aligned.m16n8k16 in its PTX"
-                 for (label, _), ptx in zip(need_ptx, ptxs) if "mma.sync.aligned.m16n8k16" not in ptx]
-    # the fragment loads and async copies the source asks for survive into the PTX
+    problems += [f"{label}: has a dot but neither mma.sync.aligned.m16n8k16 nor wgmma.mma_async in its PTX"
+                 for (label, _), ptx in zip(need_ptx, ptxs)
+                 if "mma.sync.aligned.m16n8k16" not in ptx and "wgmma.mma_async.sync.aligned.m64n" not in ptx]
+    # the fragment loads, async copies and warpgroup instructions the source asks for survive
+    # into the PTX
     for (label, src), ptx in zip(need_ptx, ptxs):
         text = src.read_text()
-        for asked, instr in (("kg::ldmatrix_", "ldmatrix.sync.aligned.m8n8"), ("kg::cp_async<", "cp.async.cg.shared.global")):
+        for asked, instr in (("kg::ldmatrix_", "ldmatrix.sync.aligned.m8n8"), ("kg::cp_async<", "cp.async.cg.shared.global"),
+                             ("kg::wgmma_m64n", "wgmma.mma_async.sync.aligned.m64n"), ("kg::fence_proxy_async", "fence.proxy.async")):
             if asked in text and instr not in ptx:
                 problems.append(f"{label}: the source calls {asked}... but its PTX has no {instr}")
     assert not problems, "\n".join(problems)

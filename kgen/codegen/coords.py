@@ -65,3 +65,15 @@ def tensor_param(name: str) -> str:
     """The C name of a tensor's pointer: prefixed, so that a spec's tensor may be called `do` (a
     C keyword) or `lane` (a name the templates use)."""
     return f"t_{name}"
+
+
+def shared_slot(attrs: dict, outer: str, inner: str, elem_bytes: int) -> str:
+    """The element offset in a staged buffer of (outer, inner) coordinates, inner being the
+    contiguous dim. `rows` (the default): row-major with rows `ld` elements apart (padded).
+    `cores`: 8-row x 16-byte core matrices of 128 contiguous bytes, cores in row-major order
+    (kgen.ir.passes.operands), the layout wgmma's matrix descriptors read."""
+    if attrs.get("smem_layout", "rows") == "rows":
+        return f"({outer}) * {attrs['ld']} + ({inner})"
+    t = 16 // elem_bytes
+    per_row = attrs["ld"] // t
+    return f"(({outer}) / 8 * {per_row} + ({inner}) / {t}) * {8 * t} + ({outer}) % 8 * {t} + ({inner}) % {t}"

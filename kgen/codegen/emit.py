@@ -14,7 +14,8 @@ from ..ir.core import ELEM_BYTES, Kernel, Op, Value, walk
 from ..ir.layout import broadcast_reg_map, vector_width
 from ..ir.passes.dot_tiling import instr_of
 from ..ir.passes.operands import fragment_view
-from .coords import dup_masks, reg_coord, reg_map_expr, tensor_param, thread_coord
+from . import wgmma
+from .coords import dup_masks, reg_coord, reg_map_expr, shared_slot, tensor_param, thread_coord
 
 CTYPE = {"bf16": "kg::bf16", "fp16": "kg::fp16", "fp32": "float", "int32": "int", "bool": "bool"}
 FLOAT = ("bf16", "fp16", "fp32")
@@ -60,6 +61,7 @@ def literal(value: Any, dtype: str) -> str:
 class Emitter:
     def __init__(self, k: Kernel, target: Target, tensor_dims: dict[str, list[str]]):
         self.k, self.target, self.dims = k, target, tensor_dims
+        self.helpers: dict[str, str] = {}  # C++ functions the kernel needs (wgmma wrappers), by name
         self.use_counts: dict[int, int] = {}
         for o in walk(k.body):
             for x in o.operands:
@@ -172,26 +174,30 @@ class Emitter:
         src, inner = op.operands[0], op.attrs["inner"]
         lay = src.layout
         coord = [f"({thread_coord(lay, d)}) + ({reg_coord(lay, d)})" for d in (0, 1)]
-        slot = f"({coord[1 - inner]}) * {op.attrs['ld']} + ({coord[inner]})"
+        slot = shared_slot(op.attrs, coord[1 - inner], coord[inner], ELEM_BYTES[src.dtype])
         # registers that run along the contiguous dim are stored as one vector of up to 16 bytes
-        # (rows are padded to 16 bytes, buffers 16-byte aligned, so such a vector never straddles)
+        # (rows are padded to 16 bytes, or are 16-byte rows of core matrices; buffers are
+        # 16-byte aligned, so such a vector never straddles)
         vec = vector_width(lay, inner, 16 // ELEM_BYTES[src.dtype])
         return {"out": {"name": name(op.result)}, "src": name(src), "n": lay.nregs, "offset": op.attrs["smem_offset"],
-                "ctype": CTYPE[src.dtype], "slot": slot, "vec": vec,
+                "ctype": CTYPE[src.dtype], "slot": slot, "vec": vec, "proxy_fence": self._async_read(op),
                 "sync_before": op.attrs.get("sync_before", True), "sync_after": op.attrs.get("sync_after", True)}
 
     def op_dot(self, op):
         a, b, acc = op.operands
         instr = instr_of(self.target, op.attrs["instr"])
         ksteps = a.shape[1] // instr.k
-        return {
+        ctx = {
             "out": self.decl(op.result), "acc": name(acc), "n_acc": acc.layout.nregs, "instr": instr.name,
             # the instruction accumulates in place: into acc's registers when nothing else reads
             # acc, else into a copy
             "copy_acc": self._uses(acc) > 1,
             "ctype": CTYPE[a.dtype], "ksteps": ksteps, "reps_m": op.attrs["reps_m"], "reps_n": op.attrs["reps_n"],
-            "nc": instr.layout("c").nregs, "a": self._operand(op, "a", instr, ksteps), "b": self._operand(op, "b", instr, ksteps),
+            "nc": instr.layout("c").nregs,
         }
+        if instr.scope == "warpgroup":
+            return {**ctx, **wgmma.dot_ctx(self, op, instr, name)}
+        return {**ctx, "a": self._operand(op, "a", instr, ksteps), "b": self._operand(op, "b", instr, ksteps)}
 
     def _operand(self, op, role: str, instr, ksteps: int) -> dict:
         """How the dot gets operand `role`'s fragments for k-step `ks` and repeat `rep`
@@ -202,7 +208,7 @@ class Emitter:
         kind = op.attrs[f"{role}_load"]
         if kind == "reg":  # element (rep * ksteps + ks) * n + i, kgen.ir.passes.operands.operand_layout
             return {"kind": kind, "ptr": f"&{name(v)}[({rep} * {ksteps} + ks) * {n}]", "n": n, "reps": reps}
-        st = self._stage_of(v)
+        st = self.stage_of(v)
         view = fragment_view(self.target, op.attrs, role)
         wn = op.attrs["warps_n"]
         base = f"(warp / {wn}) * {view.shape[0]}" if role == "a" else f"(warp % {wn}) * {view.shape[0]}"
@@ -234,12 +240,18 @@ class Emitter:
     def op_view_shared(self, op):
         return {"out": {"name": name(op.result)}, "ctype": CTYPE[op.result.dtype], "src": name(op.operands[0])}
 
+    def op_slot(self, op):
+        buf, count = op.operands
+        elems = op.attrs["slot_bytes"] // ELEM_BYTES[buf.dtype]
+        return {"out": {"name": name(op.result)}, "ctype": CTYPE[buf.dtype], "src": name(buf),
+                "offset": f"({name(count)} % {op.attrs['slots']}) * {elems}"}
+
     def op_alloc_shared(self, op):
         return {"out": {"name": name(op.result)}, "ctype": CTYPE[op.result.dtype], "offset": op.attrs["smem_offset"]}
 
     def op_copy_async(self, op):
-        """Thread t copies 16-byte chunks t, t + threads, ...; chunk c is row c / per_row, columns
-        from (c % per_row) * vec of the tile, at row * ld + column in the buffer."""
+        """Thread t copies 16-byte chunks t, t + threads, ...; chunk c covers the row and columns
+        `_chunk_coords` says, stored where the buffer's layout puts them (shared_slot)."""
         t = op.attrs["tensor"]
         dims, (rows, cols) = self.dims[t], op.attrs["shape"]
         buf = op.operands[0]
@@ -260,22 +272,40 @@ class Emitter:
         return {"tensor": t, "src": name(buf), "ctype": CTYPE[buf.dtype], "ptr": tensor_param(t), "base": " + ".join(base) or "0",
                 "aligned": align, "pred": name(op.operands[-1]) if op.attrs["pred"] else "true",
                 "iters": -(-chunks // threads), "guard": chunks % threads != 0, "chunks": chunks, "threads": threads,
-                "chunk": f"lane + warp * {self.target.wave_size} + i * {threads}",
-                "row": f"c_ / {per_row}", "col": f"(c_ % {per_row}) * {vec}", "vec": vec, "bytes": vec * elem,
-                "i0": f"{starts[0]} + r_", "i1": f"{starts[1]} + k_", "off": f"(int64_t)i0_ * {strides[0]} + i1_",
-                "slot": f"r_ * {op.attrs['ld']} + k_", "bound0": bounds[0], "bound1": bounds[1],
+                "chunk": f"lane + warp * {self.target.wave_size} + i * {threads}", **self._chunk_coords(op.attrs, per_row, vec), "vec": vec, "bytes": vec * elem,
+                # the tile's corner once per copy; per chunk only its row and column within the tile
+                "corner": f"(int64_t)({starts[0]}) * {strides[0]} + {starts[1]}",
+                "i0": f"{starts[0]} + r_", "i1": f"{starts[1]} + k_", "off": f"q_ + ((int64_t)r_ * {strides[0]} + k_)",
+                # columns never run past the tensor when the tile starts at column 0 and spans it
+                "count": f"(i0_ < {bounds[0]}) * {vec}" if starts[1] == "0" and bounds[1] == f"({cols})"
+                else f"(i0_ < {bounds[0]}) * kg::min_(kg::max_({bounds[1]} - i1_, 0), {vec})",
+                "slot": shared_slot(op.attrs, "r_", "k_", elem), "bound0": bounds[0], "bound1": bounds[1],
                 "zero": literal(0.0, buf.dtype), "sync_before": op.attrs.get("sync_before", True)}
 
+    @staticmethod
+    def _chunk_coords(attrs: dict, per_row: int, vec: int) -> dict:
+        """Row and column of chunk c_. Row-major buffers: along the row, so that a warp reads
+        whole rows. Core-matrix buffers: down the 8 rows of a core first, so that consecutive
+        threads write consecutive 16-byte slots (no bank conflicts), a warp reading 8 rows x
+        4 chunks of global memory (whole 32-byte sectors)."""
+        if attrs.get("smem_layout", "rows") == "rows":
+            return {"row": f"c_ / {per_row}", "col": f"(c_ % {per_row}) * {vec}"}
+        return {"row": f"c_ / {8 * per_row} * 8 + c_ % 8", "col": f"c_ / 8 % {per_row} * {vec}"}
+
     def op_wait_async(self, op):
-        return {"pending": op.attrs["pending"]}
+        return {"pending": op.attrs["pending"], "proxy_fence": self._async_read(self.stage_of(op.operands[0]))}
+
+    def _async_read(self, buf_op) -> bool:
+        """Whether a matrix instruction reads this buffer through a descriptor (async proxy)."""
+        return buf_op.attrs.get("smem_layout") == "cores"
 
     def _uses(self, v: Value) -> int:
         return self.use_counts.get(id(v), 0)
 
-    def _stage_of(self, v: Value) -> Op:
+    def stage_of(self, v: Value) -> Op:
         for o in walk(self.k.body):
-            if o.kind == "view_shared" and o.result is v:
-                return self._stage_of(o.operands[0])
+            if o.kind in ("view_shared", "slot") and o.result is v:
+                return self.stage_of(o.operands[0])
             if o.kind in ("stage", "alloc_shared") and o.result is v:
                 return o
         raise KeyError(v)

@@ -103,9 +103,10 @@ def number_values(k: Kernel) -> None:
 def render_kernel(k: Kernel, target: Target, *, spec_file: str, program_line: int, variant: dict[str, Any]) -> str:
     number_values(k)
     params, _ = kernel_params(k, variant)
-    body = Emitter(k, target, tensor_dims(k)).ops(k.body)
+    emitter = Emitter(k, target, tensor_dims(k))
+    body = emitter.ops(k.body)
     vid = ",".join(f"{a}={v}" for a, v in variant.items()) or "default"
     return environment().get_template(SKELETON[target.backend]).render(
         version=__version__, spec_file=spec_file, kernel=k.name, variant=vid, target=target.name,
         program_line=program_line, threads=k.num_warps * target.wave_size, params=params, body=body,
-        shared_bytes=k.shared_bytes)
+        shared_bytes=k.shared_bytes, helpers=[emitter.helpers[n] for n in sorted(emitter.helpers)])

@@ -42,7 +42,7 @@ class _Frozen(BaseModel):
 
 class OperandLayout(_Frozen):
     """One operand's fragment: tile shape and a basis vector per register-element bit and per lane
-    bit. `warp` stays empty: these instructions are issued by one warp (or wave)."""
+    bit, and per warp bit for an instruction a group of warps issues together (warpgroup)."""
 
     shape: tuple[int, int]
     reg: tuple[Vec, ...]
@@ -53,8 +53,17 @@ class OperandLayout(_Frozen):
         return Layout(shape=self.shape, reg=self.reg, lane=self.lane, warp=self.warp)
 
 
+Source = Literal["reg", "shared"]
+
+
 class MatrixInstr(_Frozen):
-    """A warp-level matrix multiply-accumulate D = A (m x k) @ B (k x n) + C (m x n)."""
+    """A matrix multiply-accumulate D = A (m x k) @ B (k x n) + C (m x n), issued by one warp
+    (scope 'warp') or by `warps` consecutive warps together (scope 'warpgroup': Hopper's wgmma).
+
+    `a_from` / `b_from` say where the instruction reads an operand: 'reg', fragment registers in
+    the operand's layout; 'shared', a shared-memory matrix descriptor (wgmma), tiles stored as
+    8-row x 16-byte core matrices (kgen.ir.passes.operands). An operand read only from shared
+    memory has no fragment layout (b is None)."""
 
     name: str
     spelling: str  # what the generated source writes: clang builtin (AMD) or PTX (NVIDIA)
@@ -64,36 +73,75 @@ class MatrixInstr(_Frozen):
     k: int
     ab_dtype: Literal["bf16", "fp16"]
     acc_dtype: Literal["fp32"]
-    scope: Literal["warp"]
+    scope: Literal["warp", "warpgroup"]
     a: OperandLayout
-    b: OperandLayout
+    b: OperandLayout | None = None
     c: OperandLayout
+    a_from: tuple[Source, ...] = ("reg",)
+    b_from: tuple[Source, ...] = ("reg",)
+
+    @property
+    def warps(self) -> int:
+        """Warps that issue one instruction together (1, or 4 for a warpgroup)."""
+        return 1 << len(self.c.warp)
 
     def layout(self, operand: Operand) -> Layout:
         """The fragment of operand 'a', 'b' or 'c' ('d' shares the layout of 'c')."""
         if operand not in ("a", "b", "c", "d"):
             raise TargetError(f"unknown operand '{operand}'; accepted operands: a, b, c, d")
-        return {"a": self.a, "b": self.b, "c": self.c, "d": self.c}[operand].to_layout()
+        frag = {"a": self.a, "b": self.b, "c": self.c, "d": self.c}[operand]
+        if frag is None:
+            raise TargetError(f"{self.name} reads operand '{operand}' from shared memory only; it has no register fragment")
+        return frag.to_layout()
 
     @model_validator(mode="after")
     def _check_fragments(self) -> "MatrixInstr":
+        if ("reg" in self.b_from) != (self.b is not None):
+            raise ValueError(f"{self.name}.b: a fragment layout is given exactly when b_from has 'reg'")
+        if "reg" in self.a_from and self.a is None:
+            raise ValueError(f"{self.name}.a: a_from has 'reg' but no fragment layout")
+        nwarp = {"warp": 0, "warpgroup": 2}[self.scope]
         for op, want in (("a", (self.m, self.k)), ("b", (self.k, self.n)), ("c", (self.m, self.n))):
-            frag: OperandLayout = getattr(self, op)
+            frag: OperandLayout | None = getattr(self, op)
+            if frag is None:
+                continue
             where = f"{self.name}.{op}"
             if frag.shape != want:
                 raise ValueError(f"{where}: shape {list(frag.shape)}, expected {list(want)}")
             if not all(is_pow2(s) for s in want):
                 raise ValueError(f"{where}: tile sides must be powers of two")
-            if frag.warp:
-                raise ValueError(f"{where}: a warp-level instruction has no warp bits")
-            if len(frag.reg) + len(frag.lane) != log2(want[0] * want[1]):
-                raise ValueError(f"{where}: reg + lane bits must address the {want} tile")
+            if len(frag.warp) != nwarp:
+                raise ValueError(f"{where}: a {self.scope}-level instruction has {nwarp} warp bits")
+            if len(frag.reg) + len(frag.lane) + len(frag.warp) != log2(want[0] * want[1]):
+                raise ValueError(f"{where}: reg + lane + warp bits must address the {want} tile")
             for v in frag.reg + frag.lane:
                 if not all(0 <= x < s for x, s in zip(v, want)):
                     raise ValueError(f"{where}: basis vector {list(v)} lies outside the tile")
             if not frag.to_layout().covers_tile():
                 raise ValueError(f"{where}: the layout is not a bijection onto the tile")
         return self
+
+
+def expand_n(entry: dict) -> list[dict]:
+    """A descriptor entry whose `n` is a list stands for one instruction per n (wgmma's
+    m64nNk16): `{n}` in name and spelling is replaced, and the C fragment, given for the first
+    8 columns, gains a register bit per doubling of n, moving 8, 16, ... columns (PTX ISA,
+    "Register fragment for accumulator D" of wgmma .m64nNk16: d_i sits in column
+    8 * (i // 4) + 2 * (lane % 4) + (i % 2))."""
+    if not isinstance(entry.get("n"), list):
+        return [entry]
+    out = []
+    for n in entry["n"]:
+        e = {**entry, "n": n, "name": entry["name"].format(n=n), "spelling": entry["spelling"].format(n=n)}
+        c = dict(entry["c"])
+        base = c["shape"][1]
+        if not is_pow2(n) or n < base:
+            raise ValueError(f"{entry['name']}: n = {n} must be a power of two of at least {base}")
+        c["reg"] = [list(v) for v in c["reg"]] + [[0, base << i] for i in range(log2(n // base))]
+        c["shape"] = [c["shape"][0], n]
+        e["c"] = c
+        out.append(e)
+    return out
 
 
 class SharedMatrixLoad(_Frozen):
@@ -178,7 +226,7 @@ class Target(_Frozen):
         # with the tile-size check in MatrixInstr, reg bits = log2(rows * cols / wave_size).
         for mi in self.matrix_instrs:
             for op in ("a", "b", "c"):
-                if len(getattr(mi, op).lane) != log2(self.wave_size):
+                if getattr(mi, op) is not None and len(getattr(mi, op).lane) != log2(self.wave_size):
                     raise ValueError(f"{mi.name}.{op}: needs {log2(self.wave_size)} lane bits")
         return self
 
@@ -187,13 +235,35 @@ def target_from_yaml(path: Path) -> Target:
     """Read and validate one descriptor file; any problem is a TargetError naming the file."""
     try:
         data = yaml.safe_load(Path(path).read_text())
-        return Target.model_validate(data)
     except (OSError, yaml.YAMLError) as e:
         raise TargetError(f"cannot read hardware descriptor {path}: {e}") from e
+    try:
+        return Target.model_validate(_expand_families(data))
     except ValidationError as e:
         err = e.errors()[0]
         loc = ".".join(str(p) for p in err["loc"]) or "top level"
         raise TargetError(f"hardware descriptor {path} is invalid at {loc}: {err['msg']}") from e
+    except (ValueError, KeyError, TypeError) as e:
+        raise TargetError(f"hardware descriptor {path} is invalid: {e}") from e
+
+
+def _expand_families(data):
+    """Instruction entries with a list of n become one entry per n; the family's source is
+    each member's source."""
+    if not isinstance(data, dict) or not isinstance(data.get("matrix_instrs"), list):
+        return data
+    data = dict(data)
+    sources = dict(data.get("sources") or {})
+    instrs = []
+    for entry in data["matrix_instrs"]:
+        members = expand_n(entry) if isinstance(entry, dict) else [entry]
+        instrs += members
+        if len(members) > 1 or members[0] is not entry:
+            src = sources.pop(f"matrix_instrs.{entry['name']}", None)
+            if src is not None:
+                sources.update({f"matrix_instrs.{m['name']}": src for m in members})
+    data["matrix_instrs"], data["sources"] = instrs, sources
+    return data
 
 
 def target_names() -> list[str]:

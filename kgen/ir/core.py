@@ -29,7 +29,8 @@ Op vocabulary (attrs in brackets):
   stage [role]                     (inserted by a pass) a register tile copied to shared memory
   convert                          (inserted by a pass) a register tile moved to another layout
   view_shared                      (inserted by a pass) a staged buffer read as its transpose
-  alloc_shared                     (inserted by a pass) a shared buffer that copy_async fills
+  alloc_shared [slots]             (inserted by a pass) a shared buffer that copy_async fills
+  slot [slots, slot_bytes]         (inserted by a pass) slot operand1 % slots of buffer operand0
   copy_async [tensor, index, pred] (inserted by a pass) global -> shared copy of a tile into
                                    operand 0 (the buffer), one commit group; `pred`: the last
                                    operand is a bool that enables the copy

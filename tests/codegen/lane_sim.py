@@ -7,11 +7,14 @@ them exactly as templates/common/ops.j2 does, and records each composed line in 
 that a test can check that the text it evaluated is the text the generated source contains.
 
 Only what the matmul kernels need is simulated: scalars, fills and casts, aliases, global
-loads and stores, staging to shared memory, dot (the fragment reads from shared memory, the
-matrix instruction, the accumulator registers) and loops. The matrix instruction is applied
-through the hardware descriptor's fragment layouts (tests/hw/test_fragments.py checks those
-against the ISA): the lane registers of A and B are placed into m x k and k x n matrices,
-multiplied, and D is added into the lane registers the C layout names. Values are float64
+loads and stores, staging to shared memory, async copies into one- or two-slot buffers, dot
+(the fragment reads from shared memory, the matrix instruction, the accumulator registers) and
+loops. The matrix instruction is applied through the hardware descriptor's fragment layouts
+(tests/hw/test_fragments.py checks those against the ISA): the lane registers of A and B are
+placed into m x k and k x n matrices, multiplied, and D is added into the lane registers the C
+layout names. A warpgroup instruction (wgmma) gathers A from the registers of its 4 warps or,
+like B, reads it through the emitted matrix descriptor, each element located by the PTX ISA's
+canonical no-swizzle layout (`descriptor_element`), and scatters D over its 4 warps. Values are float64
 throughout: with integer inputs every result is exact, so a test can demand equality.
 
 Anything the simulation cannot vouch for (an address outside its buffer, a misaligned vector
@@ -68,7 +71,7 @@ def compile_c(text: str):
 
 
 KG_FUNCS = {"true": True, "false": False, "kg_floordiv": lambda a, b: a // b, "kg_mod": lambda a, b: a % b, "kg_cdiv": lambda a, b: -(-a // b),
-            "kg_f32": lambda x: x}
+            "kg_f32": lambda x: x, "kg_min_": np.minimum, "kg_max_": np.maximum}
 
 
 # --- the instruction, from the descriptor --------------------------------------------------------
@@ -94,8 +97,99 @@ def apply_instr(target: Target, instr_name: str, d: np.ndarray, fa: np.ndarray, 
     d += prod[:, rows, cols]
 
 
+# --- warpgroup instructions (wgmma) ------------------------------------------------------------------
+def descriptor_element(mn: np.ndarray, kk: np.ndarray, major: str, lead: int, stride: int, elem: int) -> np.ndarray:
+    """Byte offset, from the descriptor's start address, of element (mn, k) of an operand read
+    through a no-swizzle matrix descriptor: the PTX ISA's canonical layouts (core matrices of 8
+    rows x 16 bytes; the leading byte offset steps between cores along K, the stride byte offset
+    between cores along M or N). K-major: a core row runs along K. MN-major (transposed): along
+    M or N."""
+    t = 16 // elem
+    if major == "k":
+        return (mn // 8) * stride + (mn % 8) * 16 + (kk // t) * lead + (kk % t) * elem
+    return (mn // t) * stride + (mn % t) * elem + (kk // 8) * lead + (kk % 8) * 16
+
+
+def _warpgroup_coords(target: Target, instr_name: str, operand: str) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, cols), each (warps of the group, lanes, regs), of a warpgroup fragment."""
+    lay = target.matrix_instr(instr_name).layout(operand)
+    c = np.array([[[lay.coord(r, lane, w) for r in range(lay.nregs)] for lane in range(lay.nlanes)]
+                  for w in range(lay.nwarps)])
+    return c[..., 0], c[..., 1]
+
+
+class WarpgroupSim:
+    """wgmma for ProgramSim (mixed in): descriptors read as the PTX ISA lays out core matrices."""
+
+    def _wgmma_operand(self, c: dict, role: str, g: int, ks: int, rep: int, mi) -> np.ndarray:
+        """Operand `role` of one instruction of warpgroup g: (m, k) for A, (k, n) for B."""
+        f = c[role]
+        gw = slice(g * mi.warps, (g + 1) * mi.warps)
+        repvar = "rm" if role == "a" else "rn"
+        if f["kind"] == "reg":
+            src = self.regs[f["ptr"][1:f["ptr"].index("[")]]
+            first = self.grid_shape(self.ev(f["ptr"][f["ptr"].index("[") + 1:-1], ks=ks, **{repvar: rep}), 1)[..., 0]
+            rows, cols = _warpgroup_coords(self.target, c["instr"], "a")
+            if first.min() != first.max() or first.flat[0] < 0 or first.flat[0] + rows.shape[-1] > src.shape[-1]:
+                raise SimError(f"register operand {f['ptr']} reads outside {src.shape[-1]} registers")
+            first = int(first.flat[0])
+            mat = np.full((mi.m, mi.k), np.nan)
+            mat[rows, cols] = src[gw, :, first:first + rows.shape[-1]]
+            return mat
+        off = self.grid_shape(self.ev(f["offset"], ks=ks, **{repvar: rep}), 1)[gw, :, 0]
+        if off.min() != off.max():
+            raise SimError(f"descriptor offset {f['offset']} differs between the threads of warpgroup {g}")
+        st = self.staged[f["src"]]
+        elem = ELEM_BYTES[st.result.dtype]
+        buf = self.smem[f["src"]]
+        mn_len = mi.m if role == "a" else mi.n
+        mn, kk = np.meshgrid(np.arange(mn_len), np.arange(mi.k), indexing="ij")
+        major = "mn" if f["trans"] else "k"
+        byte = int(off.flat[0]) * 16 + descriptor_element(mn, kk, major, f["lead"], f["stride"], elem)
+        if (byte % elem).any():
+            raise SimError(f"descriptor read of {f['src']} is not element-aligned")
+        self._check_range(f"descriptor read of {f['src']}", byte // elem, buf.size)
+        vals = buf[byte // elem]  # (mn, k)
+        return vals if role == "a" else vals.T
+
+
+    def op_wgmma_dot(self, c: dict) -> None:
+        """One wgmma dot: per warpgroup, k-step and repeat, D += A @ B with A from registers or a
+        descriptor and B from a descriptor, D scattered through the C fragment (with warp bits)."""
+        out, acc = c["out"]["name"], self.regs[c["acc"]]
+        if c["copy_acc"]:
+            self.note(f"for (int e = 0; e < {c['out']['n']}; ++e) {out}[e] = {c['acc']}[e];")
+            acc = acc.copy()
+        else:
+            self.note(f"float (&{out})[{c['out']['n']}] = {c['acc']};")
+        self.regs[out] = acc
+        mi = self.target.matrix_instr(c["instr"])
+        acc_text = f"(rm * {c['reps_n']} + rn) * {c['nc']}"
+        a_text = c["a"]["ptr"] if c["a"]["kind"] == "reg" else f"{c['a']['desc']} + {c['a']['offset']}"
+        self.note(f"kg::{c['fn']}{c['targs']}(&{out}[{acc_text}], {a_text}, {c['b']['desc']} + {c['b']['offset']});")
+        for f in (c["a"], c["b"]):
+            if f["kind"] == "desc":
+                self.note(f"const uint64_t {f['desc']} = kg::wgmma_desc({f['src']}, {f['lead']}, {f['stride']});")
+        self.note("kg::wgmma_wait<0>();")
+        rows, cols = _warpgroup_coords(self.target, c["instr"], "c")
+        if self.W % mi.warps:
+            raise SimError(f"{self.W} warps do not form whole warpgroups")
+        for g in range(self.W // mi.warps):
+            gw = slice(g * mi.warps, (g + 1) * mi.warps)
+            for ks in range(c["ksteps"]):
+                for rm in range(c["reps_m"]):
+                    for rn in range(c["reps_n"]):
+                        a = self._wgmma_operand(c, "a", g, ks, rm, mi)
+                        b = self._wgmma_operand(c, "b", g, ks, rn, mi)
+                        first = int(self.ev(acc_text, rm=rm, rn=rn))
+                        if first < 0 or first + c["nc"] > acc.shape[-1]:
+                            raise SimError(f"instruction ({rm}, {rn}) writes accumulator registers {first}.. of {acc.shape[-1]}")
+                        acc[gw, :, first:first + c["nc"]] += (a @ b)[rows, cols]
+        self.dots_run += 1
+
+
 # --- one program (block) ---------------------------------------------------------------------------
-class ProgramSim:
+class ProgramSim(WarpgroupSim):
     """Executes emitted op contexts for one block at a time, all its threads together.
 
     `tensors`: name -> float64 array (outputs start as NaN); `sizes`: the spec's size values.
@@ -273,6 +367,16 @@ class ProgramSim:
         self.smem[c["out"]["name"]] = self.smem[c["src"]]
         self.staged[c["out"]["name"]] = self.staged[c["src"]]
 
+    def op_slot(self, c):  # a view of one slot of a buffer: writes through it land in the buffer
+        self.note(f"{c['ctype']}* {c['out']['name']} = {c['src']} + {c['offset']};")
+        start = int(self.ev(c["offset"]))
+        op = self.staged[c["src"]]
+        n = op.attrs["slot_bytes"] // ELEM_BYTES[op.result.dtype]
+        if start < 0 or start + n > self.smem[c["src"]].size:
+            raise SimError(f"slot {c['out']['name']} lies outside {c['src']}")
+        self.smem[c["out"]["name"]] = self.smem[c["src"]][start:start + n]
+        self.staged[c["out"]["name"]] = op
+
     def op_alloc_shared(self, c):
         name = c["out"]["name"]
         op = self.staged[name]
@@ -284,7 +388,7 @@ class ProgramSim:
         for line in (f"if ({c['pred']}) {{", f"const {c['ctype']}* p_ = {c['ptr']} + ({c['base']});",
                      f"for (int i = 0; i < {c['iters']}; ++i) {{", f"const int c_ = {c['chunk']};",
                      f"const int r_ = {c['row']}, k_ = {c['col']};", f"const int i0_ = {c['i0']}, i1_ = {c['i1']};",
-                     f"const int64_t off_ = {c['off']};", f"const int slot_ = {c['slot']};",
+                     f"const int64_t off_ = {c['off']};", f"const int slot_ = {c['slot']};", f"const int n_ = {c['count']};",
                      f"kg::cp_async<{c['bytes']}>(&{c['src']}[slot_], n_ > 0 ? p_ + off_ : p_, n_ * {c['bytes'] // c['vec']});",
                      "kg::cp_async_commit();"):
             self.note(line)
@@ -296,11 +400,14 @@ class ProgramSim:
                 ok = ch < c["chunks"]
                 r, k = self.ev(c["row"], c_=ch), self.ev(c["col"], c_=ch)
                 i0, i1 = self.ev(c["i0"], r_=r, k_=k), self.ev(c["i1"], r_=r, k_=k)
-                off = self.ev(c["base"]) + self.ev(c["off"], i0_=i0, i1_=i1)
+                off = self.ev(c["base"]) + self.ev(c["off"], r_=r, k_=k, q_=self.ev(c["corner"]))
                 slot = self.ev(c["slot"], r_=r, k_=k)
                 b0, b1 = self.ev(c["bound0"]), self.ev(c["bound1"])
+                count = self.ev(c["count"], i0_=i0, i1_=i1)  # the elements the copy reads (the rest zero-filled)
                 for v in range(c["vec"]):
                     inside = ok & (i0 < b0) & (i1 + v < b1)
+                    if ((v < count) != inside)[ok].any():
+                        raise SimError(f"async copy of {c['tensor']}: its count {c['count']} disagrees with the bounds")
                     self._check_range(f"async copy of {c['tensor']}", (off + v)[inside], flat.size)
                     self._check_range(f"async copy into {c['src']}", (slot + v)[ok], buf.size)
                     writes.append((c["src"], (slot + v)[ok], np.where(inside, flat[np.where(inside, off + v, 0)], 0.0)[ok]))
@@ -392,3 +499,4 @@ class ProgramSim:
                         raise SimError(f"instruction ({rm}, {rn}) writes accumulator registers {first}.. of {acc.shape[-1]}")
                     apply_instr(self.target, c["instr"], acc[:, :, first:first + c["nc"]], fa[rm], fb[rn])
         self.dots_run += 1
+

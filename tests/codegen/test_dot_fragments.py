@@ -53,13 +53,19 @@ MATMUL_TILES = [
     ((64, 32, 16, 8), "fp16"),  # 8 warps cannot split a 32x32 tiling: AMD 16x16x16 on 4x2 warps
     ((64, 64, 16, 1), "bf16"),  # one warp, several instructions along M and N (AMD 2x2, NVIDIA 4x8)
 ]
-# matmul_bwd's own tunables; its dots read transposed tiles (.T). Its layouts are those of
-# matmul's dots, so the two shipped targets suffice.
-BWD_CASES = [(kernel, target, dtype) for target in ("gfx942", "sm_90") for kernel, dtype in ((0, "bf16"), (1, "fp16"))]
+# wgmma (sm_90, whole warpgroups of 4 warps, 64-row instructions): two warpgroups along M, and
+# one warpgroup with two repeats along M and, at n = 256, two along N.
+WGMMA_TILES = [((128, 64, 32, 8), "bf16"), ((128, 512, 16, 4), "fp16")]
+# matmul_bwd's dots read transposed tiles (.T). Its layouts are those of matmul's dots, so the
+# shipped targets and sm_80 (mma.sync, ldmatrix) suffice; on sm_90 64-deep K blocks make both of
+# its dots wgmma, dB's A read M-major (the transpose bit).
+BWD_CASES = [(kernel, target, dtype, (64, 64, 32, 4)) for target in ("gfx942", "sm_80")
+             for kernel, dtype in ((0, "bf16"), (1, "fp16"))]
+BWD_CASES += [(kernel, "sm_90", dtype, (64, 64, 64, 4)) for kernel, dtype in ((0, "bf16"), (1, "fp16"))]
 
 
 # chain.yaml (tests/codegen/specs): a dot's accumulator, cast, is the next dot's A operand. On
-# mma.sync that is read from registers; 2 warps give two repeats along M.
+# mma.sync and wgmma that is read from registers; 2 warps give two repeats along M.
 CHAIN_TILES = [((64, 32, 32, 4), "bf16"), ((64, 32, 16, 2), "fp16")]
 SPEC_FILES = {"matmul": SPECS / "matmul.yaml", "matmul_bwd": SPECS / "matmul_bwd.yaml", "chain": HERE / "specs" / "chain.yaml"}
 
@@ -67,9 +73,11 @@ SPEC_FILES = {"matmul": SPECS / "matmul.yaml", "matmul_bwd": SPECS / "matmul_bwd
 def _cases():
     for target, (tile, dtype) in product(target_names(), MATMUL_TILES):
         yield ("matmul", 0, target, dtype, tile)
-    for kernel, target, dtype in BWD_CASES:
-        yield ("matmul_bwd", kernel, target, dtype, (64, 64, 32, 4))
-    for target, (tile, dtype) in product(("gfx942", "sm_90"), CHAIN_TILES):
+    for tile, dtype in WGMMA_TILES:
+        yield ("matmul", 0, "sm_90", dtype, tile)
+    for kernel, target, dtype, tile in BWD_CASES:
+        yield ("matmul_bwd", kernel, target, dtype, tile)
+    for target, (tile, dtype) in product(("gfx942", "sm_80", "sm_90"), CHAIN_TILES):
         yield ("chain", 0, target, dtype, tile)
 
 
@@ -164,14 +172,28 @@ def test_emitted_dot_indexing_computes_the_matmul(case):
     assert problem is None, problem
 
 
-@pytest.mark.parametrize("target", target_names())
-def test_cases_cover_every_matrix_instruction_and_split(target):
-    """The cases above reach every instruction of every target, and warps and per-warp repeats
-    along both M and N (otherwise a wrong warp_row or rm term would go unexercised)."""
-    dots = [op for case in CASES if case[2] == target for op in walk(lowered(case)[1].body) if op.kind == "dot"]
-    assert {op.attrs["instr"] for op in dots} == {mi.name for mi in load_target(target).matrix_instrs}
+def _scopes(target):
+    return sorted({mi.scope for mi in load_target(target).matrix_instrs})
+
+
+@pytest.mark.parametrize("target, scope", [(t, s) for t in target_names() for s in _scopes(t)])
+def test_cases_cover_every_matrix_instruction_and_split(target, scope):
+    """The cases above reach every warp-level instruction of every target (for warpgroup
+    instructions, whose shapes differ only in n: each input dtype and several n), and groups of
+    warps and repeats along both M and N (otherwise a wrong warp_row or rm term would go
+    unexercised)."""
+    tg = load_target(target)
+    dots = [op for case in CASES if case[2] == target for op in walk(lowered(case)[1].body)
+            if op.kind == "dot" and tg.matrix_instr(op.attrs["instr"]).scope == scope]
+    reached = {tg.matrix_instr(op.attrs["instr"]) for op in dots}
+    wanted = [mi for mi in tg.matrix_instrs if mi.scope == scope]
+    if scope == "warp":
+        assert reached == set(wanted)
+    else:
+        assert {mi.ab_dtype for mi in reached} == {mi.ab_dtype for mi in wanted}
+        assert len({mi.n for mi in reached}) >= 3
     for attr in ("warps_m", "warps_n", "reps_m", "reps_n"):
-        assert any(op.attrs[attr] > 1 for op in dots), f"no case has {attr} > 1 on {target}"
+        assert any(op.attrs[attr] > 1 for op in dots), f"no case has {attr} > 1 on {target} ({scope})"
 
 
 ASYNC_CASES = [c for c in CASES if any(op.kind == "copy_async" for op in walk(lowered(c)[1].body))]
@@ -192,12 +214,17 @@ def test_async_copy_cases_include_prefetching_loops():
     assert any(op.kind == "wait_async" and op.attrs["pending"] > 0 for c in ASYNC_CASES for op in walk(lowered(c)[1].body))
 
 
-@pytest.mark.parametrize("target, kinds", [("sm_90", {"reg", "matrix", "matrix_trans"}), ("gfx942", {"vec"})])
+@pytest.mark.parametrize("target, kinds", [("sm_80", {"reg", "matrix", "matrix_trans"}),
+                                           ("sm_90", {"reg", "matrix", "matrix_trans", "desc"}), ("gfx942", {"vec"})])
 def test_cases_cover_every_way_of_reading_operands(target, kinds):
-    """Registers, ldmatrix and ldmatrix.trans on NVIDIA; vector reads on AMD (whose MFMA C
-    layout is not its A layout, so chain.yaml stages its A operand there)."""
+    """Registers, ldmatrix and ldmatrix.trans on NVIDIA, and on sm_90 wgmma's descriptors, for
+    A and B each read K-major and M/N-major; vector reads on AMD (whose MFMA C layout is not its
+    A layout, so chain.yaml stages its A operand there)."""
     dots = [op for case in CASES if case[2] == target for op in walk(lowered(case)[1].body) if op.kind == "dot"]
     assert {op.attrs[f"{r}_load"] for op in dots for r in "ab"} == kinds
+    if "desc" in kinds:
+        majors = {(r, op.attrs[f"{r}_major"]) for op in dots for r in "ab" if op.attrs[f"{r}_load"] == "desc"}
+        assert majors == {(r, m) for r in "ab" for m in ("k", "mn")}
 
 
 # (macro, which occurrence of it, path to the formula in its context, variable, replacement):
@@ -225,7 +252,8 @@ GROUPS_B = [("dot", 0, ("b", "addr"), "g", "(g + 1)")]  # where B takes several 
 GROUPS_A = [("dot", 0, ("a", "addr"), "g", "(g + 1)")]  # where A does (2 repeats along M)
 ASYNC = [  # global -> shared copies (NVIDIA), prefetched a loop iteration ahead
     ("copy_async", 0, ("chunk",), "lane", "(lane + 1)"),
-    ("copy_async", 0, ("i1",), "k_", "(k_ + 8)"),
+    ("copy_async", 0, ("off",), "k_", "(k_ + 8)"),
+    ("copy_async", 0, ("count",), "i0_", "(i0_ + 1)"),
     ("copy_async", 1, ("row",), "c_", "(c_ + 64)"),
     ("copy_async", 1, ("slot",), "r_", "(r_ + 1)"),
     ("copy_async", 2, ("i0",), "r_", "(r_ + 1)"),
@@ -235,14 +263,30 @@ REG = [  # A from the registers of the previous dot's accumulator
     ("dot", 1, ("a", "ptr"), "ks", "(ks + 1)"),
     ("dot", 1, ("a", "ptr"), "rm", "(rm + 1)"),
 ]
+WGMMA = [  # descriptors: the k-step, the warpgroup's strip, the two core strides
+    ("wgmma_dot", 0, ("a", "offset"), "ks", "(ks + 1)"),
+    ("wgmma_dot", 0, ("b", "offset"), "ks", "(ks + 1)"),
+    ("wgmma_dot", 0, ("a", "offset"), "warp", "(warp + 4)"),
+    ("wgmma_dot", 0, ("a", "lead"), None, 16),
+    ("wgmma_dot", 0, ("b", "stride"), None, 16),
+    ("copy_async", 0, ("row",), "c_", "(c_ + 1)"),
+]
+WGMMA_REPS = [("wgmma_dot", 0, ("a", "offset"), "rm", "(rm + 1)"), ("wgmma_dot", 0, ("b", "offset"), "rn", "(rn + 1)")]
+WGMMA_REG = [("wgmma_dot", 1, ("a", "ptr"), "ks", "(ks + 1)"), ("wgmma_dot", 1, ("b", "lead"), None, 16)]
+WGMMA_TRANS_A = [("wgmma_dot", 0, ("a", "offset"), "ks", "(ks + 1)"), ("wgmma_dot", 0, ("a", "stride"), None, 16)]
 # 32x32x8 on 2x2 warps, 16x16x16 on 4x2 warps, mma.sync on 4x2 warps (ldmatrix, .trans for B),
-# matmul_bwd's dA on mma.sync (ldmatrix.trans for A), chain on 2x1 warps with 2 repeats along M
+# matmul_bwd's dA on mma.sync (ldmatrix.trans for A), chain on 2x1 warps with 2 repeats along M;
+# wgmma on 2 warpgroups, with repeats, A from registers, A M-major
 PERTURBED = [(("matmul", 0, "gfx942", "bf16", (64, 64, 32, 4)), COMMON + VEC),
              (("matmul", 0, "gfx942", "fp16", (64, 32, 16, 8)), COMMON + VEC),
-             (("matmul", 0, "sm_90", "fp16", (64, 32, 16, 8)), COMMON[2:] + MATRIX + ASYNC),
-             (("matmul_bwd", 1, "sm_90", "fp16", (64, 64, 32, 4)), MATRIX),
-             (("matmul", 0, "sm_90", "bf16", (64, 64, 32, 4)), GROUPS_B),
-             (("chain", 0, "sm_90", "fp16", (64, 32, 16, 2)), REG + GROUPS_A)]
+             (("matmul", 0, "sm_80", "fp16", (64, 32, 16, 8)), COMMON[2:] + MATRIX + ASYNC),
+             (("matmul_bwd", 1, "sm_80", "fp16", (64, 64, 32, 4)), MATRIX),
+             (("matmul", 0, "sm_80", "bf16", (64, 64, 32, 4)), GROUPS_B),
+             (("chain", 0, "sm_90", "fp16", (64, 32, 16, 2)), REG + GROUPS_A),
+             (("matmul", 0, "sm_90", "bf16", (128, 64, 32, 8)), COMMON[2:] + WGMMA),
+             (("matmul", 0, "sm_90", "fp16", (128, 512, 16, 4)), WGMMA_REPS),
+             (("chain", 0, "sm_90", "bf16", (64, 32, 32, 4)), WGMMA_REG),
+             (("matmul_bwd", 1, "sm_90", "fp16", (64, 64, 64, 4)), WGMMA_TRANS_A)]
 PERTURBED_CASES = [(case, p) for case, ps in PERTURBED for p in ps]
 
 
@@ -267,3 +311,18 @@ def test_simulation_catches_a_formula_off_by_one(case, perturbation):
     macro, nth, path, var, repl = perturbation
     problem = outcome(case, _perturbation(macro, nth, path, var, repl))
     assert problem is not None, f"{macro}.{path} with {var} -> {repl} went unnoticed"
+
+
+def test_prefetching_loops_use_two_slots_and_a_shared_slot_is_caught():
+    """Pipelined buffers get two slots (the next iteration's copy lands in the other one); with
+    every slot view pointed at slot 0, a copy landing at issue overwrites the tile being read."""
+    case = ("matmul", 0, "sm_90", "bf16", (128, 64, 32, 8))
+    assert any(op.kind == "alloc_shared" and op.attrs.get("slots") == 2 for op in walk(lowered(case)[1].body))
+
+    def one_slot(ctxs):
+        for c in _flat(ctxs):
+            if c["macro"] == "slot":
+                c["offset"] = re.sub(r"% 2\)", "% 1)", c["offset"])
+
+    got, want, _ = simulate(case, one_slot, land="at_issue")
+    assert mismatch(got, want) is not None

@@ -107,7 +107,35 @@ def _gather(layout: Layout, regs, shape):
     return out
 
 
-CASES = [(t.name, mi.name) for t in all_targets() for mi in t.matrix_instrs]
+CASES = [(t.name, mi.name) for t in all_targets() for mi in t.matrix_instrs if mi.scope == "warp"]
+WARPGROUP_CASES = [(t.name, mi.name) for t in all_targets() for mi in t.matrix_instrs if mi.scope == "warpgroup"]
+
+
+# NVIDIA PTX ISA, wgmma .m64nNk16 register fragments ("Register Fragments and Shared Memory
+# Matrix Layouts"): warp w of the warpgroup holds rows 16w..16w+15. A (16-bit, when read from
+# registers): a0..a7 as in mma.m16n8k16. D (fp32): d_i in row 16w + lane / 4 + 8 ((i / 2) % 2),
+# column 8 (i / 4) + 2 (lane % 4) + i % 2.
+def wgmma_a(warp, lane, i):
+    row, col = ptx_m16n8k16_a(lane, i)
+    return 16 * warp + row, col
+
+
+def wgmma_d(warp, lane, i):
+    return 16 * warp + lane // 4 + 8 * ((i // 2) % 2), 8 * (i // 4) + 2 * (lane % 4) + i % 2
+
+
+@pytest.mark.parametrize("target,instr", WARPGROUP_CASES)
+def test_warpgroup_layouts_agree_with_isa(target, instr):
+    mi = load_target(target).matrix_instr(instr)
+    assert (mi.m, mi.k, mi.warps) == (64, 16, 4) and mi.b_from == ("shared",)
+    for op, formula, per_lane in (("a", wgmma_a, 8), ("c", wgmma_d, mi.n // 2)):
+        lay = mi.layout(op)
+        assert lay.nregs == per_lane and lay.nlanes == 32 and lay.nwarps == 4
+        for w in range(4):
+            for lane in range(32):
+                for i in range(per_lane):
+                    assert lay.coord(i, lane, w) == formula(w, lane, i), (op, w, lane, i)
+        assert lay.covers_tile()
 
 
 def _inputs(mi, seed=0):

@@ -26,41 +26,62 @@ def ops(k, kind):
     return [op for op in walk(k.body) if op.kind == kind]
 
 
-@pytest.mark.parametrize("head_dim, folded", [(64, True), (128, False)])
-def test_small_accumulators_are_accumulated_in_place(head_dim, folded):
-    """acc * alpha + dot(p, v): with 8 warps over 128 rows, head_dim 64 is 32 fp32 registers per
-    thread (folded), 128 is 64 (left alone: measured slower folded, see accumulate.py)."""
-    k = lower("specs/fa2_fwd.yaml", 0, {"dtype": "bf16", "head_dim": head_dim, "causal": False}, FWD, "sm_90")
+@pytest.mark.parametrize("target, head_dim, folded", [("sm_80", 64, True), ("sm_80", 128, False), ("sm_90", 128, True)])
+def test_small_accumulators_are_accumulated_in_place(target, head_dim, folded):
+    """acc * alpha + dot(p, v): with 8 warps over 128 rows on mma.sync, head_dim 64 is 32 fp32
+    registers per thread (folded), 128 is 64 (left alone: measured slower folded, see
+    accumulate.py). wgmma (sm_90) always accumulates in place."""
+    k = lower("specs/fa2_fwd.yaml", 0, {"dtype": "bf16", "head_dim": head_dim, "causal": False}, FWD, target)
     pv = ops(k, "dot")[1:]  # the second dot of the loop: p @ v
     assert len(pv) == 1 and pv[0].result.shape == (128, head_dim)
     acc = pv[0].operands[2]
     from_zero = any(op.kind == "full" and op.result is acc for op in walk(k.body))
     assert from_zero != folded
-    assert (pv[0].result.layout.nregs <= MAX_REGS) == folded
+    if target == "sm_80":
+        assert (pv[0].result.layout.nregs <= MAX_REGS) == folded
 
 
-def test_the_forward_reads_p_from_registers_on_mma_and_stages_it_on_mfma():
+def test_the_forward_reads_p_from_registers_on_mma_and_wgmma_and_stages_it_on_mfma():
     variant = {"dtype": "bf16", "head_dim": 64, "causal": False}
-    nv = lower("specs/fa2_fwd.yaml", 0, variant, FWD, "sm_90")
+    hopper = lower("specs/fa2_fwd.yaml", 0, variant, FWD, "sm_90")
+    ampere = lower("specs/fa2_fwd.yaml", 0, variant, FWD, "sm_80")
     amd = lower("specs/fa2_fwd.yaml", 0, variant, {"BLOCK_M": 64, "BLOCK_N": 64, "WARPS": 4}, "gfx942")
-    assert [(d.attrs["a_load"], d.attrs["b_load"]) for d in ops(nv, "dot")] == [("matrix", "matrix"), ("reg", "matrix_trans")]
+    assert [d.attrs["instr"] for d in ops(hopper, "dot")] == ["wgmma_m64n64k16_bf16", "wgmma_m64n64k16_bf16"]
+    assert [(d.attrs["a_load"], d.attrs["b_load"]) for d in ops(hopper, "dot")] == [("desc", "desc"), ("reg", "desc")]
+    # q and k are read K-major; v, K x N with N contiguous, through the transpose bit
+    assert [(d.attrs.get("a_major"), d.attrs["b_major"]) for d in ops(hopper, "dot")] == [("k", "k"), (None, "mn")]
+    assert [(d.attrs["a_load"], d.attrs["b_load"]) for d in ops(ampere, "dot")] == [("matrix", "matrix"), ("reg", "matrix_trans")]
     assert [(d.attrs["a_load"], d.attrs["b_load"]) for d in ops(amd, "dot")] == [("vec", "vec"), ("vec", "vec")]
 
 
-def test_the_forward_prefetches_k_and_v_one_iteration_ahead():
-    k = lower("specs/fa2_fwd.yaml", 0, {"dtype": "bf16", "head_dim": 128, "causal": True}, FWD, "sm_90")
+@pytest.mark.parametrize("target", ["sm_80", "sm_90"])
+def test_the_forward_prefetches_k_and_v_a_whole_iteration_ahead_into_a_second_slot(target):
+    k = lower("specs/fa2_fwd.yaml", 0, {"dtype": "bf16", "head_dim": 128, "causal": True}, FWD, target)
     loop = ops(k, "for")[0]
+    body = [op.kind if op.kind != "copy_async" else op.attrs["tensor"] for op in loop.body.ops
+            if op.kind in ("copy_async", "wait_async", "dot")]
+    assert body == ["wait_async", "k", "dot", "wait_async", "v", "dot"]  # each copy right after its wait
     copies = [op for op in loop.body.ops if op.kind == "copy_async"]
-    waits = [op for op in loop.body.ops if op.kind == "wait_async"]
-    assert [c.attrs["tensor"] for c in copies] == ["k", "v"] and all(c.attrs["pred"] for c in copies)
-    assert [w.attrs["pending"] for w in waits] == [1, 1]
+    assert all(c.attrs["pred"] and not c.attrs["sync_before"] for c in copies)  # no barrier of their own
+    assert [w.attrs["pending"] for w in ops(k, "wait_async") if w in loop.body.ops] == [1, 1]
+    assert sorted(a.attrs.get("slots", 1) for a in ops(k, "alloc_shared")) == [1, 2, 2]  # q once; k, v twice
     # the first iteration's copies are issued before the loop, in the same order
     assert [op.attrs["tensor"] for op in ops(k, "copy_async") if op not in copies] == ["q", "k", "v"]
-    barriers = [op for op in loop.body.ops if op.attrs.get("sync_before") or op.kind == "wait_async"]
-    assert len(barriers) == 4  # after each wait, before each prefetch
     amd = lower("specs/fa2_fwd.yaml", 0, {"dtype": "bf16", "head_dim": 128, "causal": True},
                 {"BLOCK_M": 64, "BLOCK_N": 64, "WARPS": 4}, "gfx942")
     assert not ops(amd, "copy_async")  # the descriptor lists no cp.async
+
+
+def test_without_room_for_a_second_slot_the_prefetch_follows_the_last_read():
+    small = load_target("sm_90").model_copy(update={"lds_bytes_per_block": 80 * 1024})
+    k = compile_kernel(load_spec(ROOT / "specs/fa2_fwd.yaml"), 0, {"dtype": "bf16", "head_dim": 128, "causal": True}, FWD, small)
+    loop = ops(k, "for")[0]
+    assert not ops(k, "slot")
+    body = [op.kind if op.kind != "copy_async" else op.attrs["tensor"] for op in loop.body.ops
+            if op.kind in ("copy_async", "wait_async", "dot")]
+    assert body == ["wait_async", "dot", "k", "wait_async", "dot", "v"]
+    barriers = [op for op in loop.body.ops if op.attrs.get("sync_before") or op.kind == "wait_async"]
+    assert len(barriers) == 4  # after each wait, before each prefetch
 
 
 def test_a_tile_read_both_ways_is_staged_once():
@@ -71,17 +92,18 @@ def test_a_tile_read_both_ways_is_staged_once():
     assert sorted({op.attrs["tensor"] for op in ops(k, "copy_async")}) == ["do", "k", "q", "v"]
     assert len(ops(k, "alloc_shared")) == 4
     views = ops(k, "view_shared")
-    buffers = {a.result for a in ops(k, "alloc_shared")} | {s.result for s in ops(k, "stage")}
+    buffers = {a.result for a in ops(k, "alloc_shared")} | {s.result for s in ops(k, "stage")} | {s.result for s in ops(k, "slot")}
     assert len(views) == 4 and {v.operands[0] for v in views} <= buffers and len(ops(k, "stage")) == 3
     assert not ops(k, "trans")  # the register transposes the views replaced are gone
 
 
-def test_prefetches_keep_the_prologue_order_when_they_share_an_anchor():
-    """matmul's a and b tiles are both last read by its one dot: the loop issues their next copies
-    in the prologue's order, so the wait counts of the first iteration equal the others'."""
+def test_prefetches_keep_the_prologue_order():
+    """matmul's a and b tiles: the loop issues their next copies in the prologue's order, so the
+    wait counts of the first iteration equal the others' (each wait leaves the other tile's
+    copy, issued after it or before it, in flight)."""
     k = lower("specs/matmul.yaml", 0, {"dtype": "bf16"}, {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "WARPS": 4}, "sm_90")
     loop = ops(k, "for")[0]
     inside = [op.attrs["tensor"] for op in loop.body.ops if op.kind == "copy_async"]
     before = [op.attrs["tensor"] for op in ops(k, "copy_async") if op not in loop.body.ops]
     assert inside == before == ["a", "b"]
-    assert [op.attrs["pending"] for op in loop.body.ops if op.kind == "wait_async"] == [1, 0]
+    assert [op.attrs["pending"] for op in loop.body.ops if op.kind == "wait_async"] == [1, 1]

@@ -3,6 +3,15 @@
 #include "kgen_cuda.h"
 #include "kgen_tile.h"
 
+namespace kg {
+template <int TA, int TB> KG_DEVICE void wgmma_m64n64k16_bf16_ss(float* d, uint64_t da, uint64_t db) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %35, %36;\n}\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+               : "l"(da), "l"(db), "r"(1), "n"(TA), "n"(TB));
+}
+}  // namespace kg
+
 KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ t_q, int64_t stride_q_0, int64_t stride_q_1, int64_t stride_q_2, const kg::bf16* __restrict__ t_k, int64_t stride_k_0, int64_t stride_k_1, int64_t stride_k_2, const kg::bf16* __restrict__ t_v, int64_t stride_v_0, int64_t stride_v_1, int64_t stride_v_2, const kg::bf16* __restrict__ t_o, int64_t stride_o_0, int64_t stride_o_1, int64_t stride_o_2, const float* __restrict__ t_lse, int64_t stride_lse_0, int64_t stride_lse_1, const kg::bf16* __restrict__ t_do, int64_t stride_do_0, int64_t stride_do_1, int64_t stride_do_2, kg::bf16* __restrict__ t_dq, int64_t stride_dq_0, int64_t stride_dq_1, int64_t stride_dq_2, kg::bf16* __restrict__ t_dk, int64_t stride_dk_0, int64_t stride_dk_1, int64_t stride_dk_2, kg::bf16* __restrict__ t_dv, int64_t stride_dv_0, int64_t stride_dv_1, int64_t stride_dv_2, float* __restrict__ t_delta, int64_t stride_delta_0, int64_t stride_delta_1, float* __restrict__ t_dq_acc, int64_t stride_dq_acc_0, int64_t stride_dq_acc_1, int64_t stride_dq_acc_2, int size_B, int size_SQ, int size_SK, int size_H, int size_HKV, float scalar_softmax_scale) {
   extern __shared__ __align__(16) char smem[];
   const int lane = kg::thread_id() % kg::WAVE;
@@ -63,21 +72,22 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
   // spec: specs/fa2_bwd.yaml:66:49
   int (&v22)[16] = v15;
   // spec: specs/fa2_bwd.yaml:69:37
-  kg::bf16* v23 = reinterpret_cast<kg::bf16*>(smem + 0);
+  kg::bf16* v23 = reinterpret_cast<kg::bf16*>(smem + 32768);
   // spec: specs/fa2_bwd.yaml:50:12
   kg::sync();
   if (true) {
     const kg::bf16* p_ = t_k + ((int64_t)(v6) * stride_k_0 + (int64_t)(v8) * stride_k_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
+    const int64_t q_ = (int64_t)(v10 * 64) * stride_k_1 + 0;
   #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int c_ = lane + warp * 32 + i * 128;
-      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+      const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
       const int i0_ = v10 * 64 + r_, i1_ = 0 + k_;
-      const int64_t off_ = (int64_t)i0_ * stride_k_1 + i1_;
-      const int slot_ = r_ * 72 + k_;
+      const int64_t off_ = q_ + ((int64_t)r_ * stride_k_1 + k_);
+      const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
       if (aligned_) {
-        const int n_ = i0_ < (size_SK) ? kg::min_(kg::max_((64) - i1_, 0), 8) : 0;
+        const int n_ = (i0_ < (size_SK)) * 8;
         kg::cp_async<16>(&v23[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
@@ -89,24 +99,26 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
   kg::cp_async_commit();
   // spec: specs/fa2_bwd.yaml:69:37
   kg::cp_async_wait<0>();
+  kg::fence_proxy_async();
   kg::sync();
   // spec: specs/fa2_bwd.yaml:69:37
   kg::bf16* v24 = v23;
   // spec: specs/fa2_bwd.yaml:71:20
-  kg::bf16* v25 = reinterpret_cast<kg::bf16*>(smem + 9216);
+  kg::bf16* v25 = reinterpret_cast<kg::bf16*>(smem + 40960);
   // spec: specs/fa2_bwd.yaml:51:12
   if (true) {
     const kg::bf16* p_ = t_v + ((int64_t)(v6) * stride_v_0 + (int64_t)(v8) * stride_v_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
+    const int64_t q_ = (int64_t)(v10 * 64) * stride_v_1 + 0;
   #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int c_ = lane + warp * 32 + i * 128;
-      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+      const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
       const int i0_ = v10 * 64 + r_, i1_ = 0 + k_;
-      const int64_t off_ = (int64_t)i0_ * stride_v_1 + i1_;
-      const int slot_ = r_ * 72 + k_;
+      const int64_t off_ = q_ + ((int64_t)r_ * stride_v_1 + k_);
+      const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
       if (aligned_) {
-        const int n_ = i0_ < (size_SK) ? kg::min_(kg::max_((64) - i1_, 0), 8) : 0;
+        const int n_ = (i0_ < (size_SK)) * 8;
         kg::cp_async<16>(&v25[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
@@ -118,6 +130,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
   kg::cp_async_commit();
   // spec: specs/fa2_bwd.yaml:71:20
   kg::cp_async_wait<0>();
+  kg::fence_proxy_async();
   kg::sync();
   // spec: specs/fa2_bwd.yaml:71:20
   kg::bf16* v26 = v25;
@@ -149,392 +162,429 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
     const int v38 = 0;
     // spec: specs/fa2_bwd.yaml:61:33
     const int v39 = 1;
-    // spec: specs/fa2_bwd.yaml:69:37
-    kg::bf16* v40 = reinterpret_cast<kg::bf16*>(smem + 18432);
     // spec: specs/fa2_bwd.yaml:70:33
-    kg::bf16* v41 = reinterpret_cast<kg::bf16*>(smem + 27648);
+    kg::bf16* v40 = reinterpret_cast<kg::bf16*>(smem + 0);
+    // spec: specs/fa2_bwd.yaml:69:37
+    kg::bf16* v41 = reinterpret_cast<kg::bf16*>(smem + 16384);
     // spec: specs/fa2_bwd.yaml:61:11
     const bool v42 = (v38 < v37);
-    // spec: specs/fa2_bwd.yaml:63:22
-    kg::sync();
-    if (v42) {
-      const kg::bf16* p_ = t_do + ((int64_t)(v6) * stride_do_0 + (int64_t)(v33) * stride_do_2);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
-    #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int c_ = lane + warp * 32 + i * 128;
-        const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
-        const int i0_ = v38 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = (int64_t)i0_ * stride_do_1 + i1_;
-        const int slot_ = r_ * 72 + k_;
-        if (aligned_) {
-          const int n_ = i0_ < (size_SQ) ? kg::min_(kg::max_((64) - i1_, 0), 8) : 0;
-          kg::cp_async<16>(&v41[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-        } else {
-    #pragma unroll
-          for (int v = 0; v < 8; ++v)
-            v41[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-        }
-      }
-    }
-    kg::cp_async_commit();
+    // spec: specs/fa2_bwd.yaml:61:11
+    const int v43 = 0;
+    // spec: specs/fa2_bwd.yaml:61:11
+    kg::bf16* v44 = v41 + (v43 % 2) * 4096;
     // spec: specs/fa2_bwd.yaml:62:20
+    kg::sync();
     if (v42) {
       const kg::bf16* p_ = t_q + ((int64_t)(v6) * stride_q_0 + (int64_t)(v33) * stride_q_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
+      const int64_t q_ = (int64_t)(v38 * 64) * stride_q_1 + 0;
     #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int c_ = lane + warp * 32 + i * 128;
-        const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+        const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
         const int i0_ = v38 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = (int64_t)i0_ * stride_q_1 + i1_;
-        const int slot_ = r_ * 72 + k_;
+        const int64_t off_ = q_ + ((int64_t)r_ * stride_q_1 + k_);
+        const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
         if (aligned_) {
-          const int n_ = i0_ < (size_SQ) ? kg::min_(kg::max_((64) - i1_, 0), 8) : 0;
-          kg::cp_async<16>(&v40[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          const int n_ = (i0_ < (size_SQ)) * 8;
+          kg::cp_async<16>(&v44[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v40[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v44[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+        }
+      }
+    }
+    kg::cp_async_commit();
+    // spec: specs/fa2_bwd.yaml:61:11
+    kg::bf16* v45 = v40 + (v43 % 2) * 4096;
+    // spec: specs/fa2_bwd.yaml:63:22
+    if (v42) {
+      const kg::bf16* p_ = t_do + ((int64_t)(v6) * stride_do_0 + (int64_t)(v33) * stride_do_2);
+      const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
+      const int64_t q_ = (int64_t)(v38 * 64) * stride_do_1 + 0;
+    #pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int c_ = lane + warp * 32 + i * 128;
+        const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
+        const int i0_ = v38 * 64 + r_, i1_ = 0 + k_;
+        const int64_t off_ = q_ + ((int64_t)r_ * stride_do_1 + k_);
+        const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
+        if (aligned_) {
+          const int n_ = (i0_ < (size_SQ)) * 8;
+          kg::cp_async<16>(&v45[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        } else {
+    #pragma unroll
+          for (int v = 0; v < 8; ++v)
+            v45[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
     // spec: specs/fa2_bwd.yaml:61:11
 
-    float v43[32];
+    float v46[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v43[e] = v30[e];
-    float v44[32];
+    for (int e = 0; e < 32; ++e) v46[e] = v30[e];
+    float v47[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v44[e] = v31[e];
-    for (int v45 = v38; v45 < v37; v45 += v39) {
-      float (&v46)[32] = v43;
-      float (&v47)[32] = v44;
+    for (int e = 0; e < 32; ++e) v47[e] = v31[e];
+    for (int v48 = v38; v48 < v37; v48 += v39) {
+      float (&v49)[32] = v46;
+      float (&v50)[32] = v47;
       
+      // spec: specs/fa2_bwd.yaml:61:11
+      const int v51 = (v48 - v38);
+      // spec: specs/fa2_bwd.yaml:61:11
+      const int v52 = (kg::floordiv(v51, v39));
+      // spec: specs/fa2_bwd.yaml:61:11
+      const int v53 = 1;
+      // spec: specs/fa2_bwd.yaml:61:11
+      const int v54 = (v52 + v53);
+      // spec: specs/fa2_bwd.yaml:61:11
+      kg::bf16* v55 = v40 + (v52 % 2) * 4096;
+      // spec: specs/fa2_bwd.yaml:61:11
+      kg::bf16* v56 = v41 + (v52 % 2) * 4096;
       // spec: specs/fa2_bwd.yaml:64:22
-      float v48[2];
+      float v57[2];
       {
         const float* p_ = t_lse + ((int64_t)(v6) * stride_lse_0 + (int64_t)(v33) * stride_lse_1);
         const bool aligned_ = false;
-        const int t0_ = v45 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+        const int t0_ = v48 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
       #pragma unroll
         for (int e = 0; e < 2; e += 1) {
           const int i0_ = t0_ + (e & 1) * 8;
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 1 <= (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<1>(&v48[e], p_ + off_);
+            kg::copy_vec<1>(&v57[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 1; ++v)
-              v48[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+              v57[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
       // spec: specs/fa2_bwd.yaml:64:22
-      const float v49 = 1.4426950408889634f;
+      const float v58 = 1.4426950408889634f;
       // spec: specs/fa2_bwd.yaml:64:22
-      float v50[2];
+      float v59[2];
       #pragma unroll
-      for (int e = 0; e < 2; ++e) v50[e] = (v48[e] * v49);
+      for (int e = 0; e < 2; ++e) v59[e] = (v57[e] * v58);
       // spec: specs/fa2_bwd.yaml:65:22
-      const int v51 = 64;
+      const int v60 = 64;
       // spec: specs/fa2_bwd.yaml:65:22
-      const int v52 = (v45 * v51);
+      const int v61 = (v48 * v60);
       // spec: specs/fa2_bwd.yaml:65:36
-      int v53[2];
+      int v62[2];
       #pragma unroll
-      for (int e = 0; e < 2; ++e) v53[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8);
+      for (int e = 0; e < 2; ++e) v62[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8);
       // spec: specs/fa2_bwd.yaml:65:22
-      int v54[2];
+      int v63[2];
       #pragma unroll
-      for (int e = 0; e < 2; ++e) v54[e] = (v52 + v53[e]);
+      for (int e = 0; e < 2; ++e) v63[e] = (v61 + v62[e]);
       // spec: specs/fa2_bwd.yaml:66:24
-      int (&v55)[2] = v54;
+      int (&v64)[2] = v63;
       // spec: specs/fa2_bwd.yaml:66:24
-      bool v56[2];
+      bool v65[2];
       #pragma unroll
-      for (int e = 0; e < 2; ++e) v56[e] = (v55[e] < v1);
+      for (int e = 0; e < 2; ++e) v65[e] = (v64[e] < v1);
       // spec: specs/fa2_bwd.yaml:66:49
-      bool v57[16];
+      bool v66[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v57[e] = (v22[e] < v0);
+      for (int e = 0; e < 16; ++e) v66[e] = (v22[e] < v0);
       // spec: specs/fa2_bwd.yaml:66:74
-      float (&v58)[2] = v50;
+      float (&v67)[2] = v59;
       // spec: specs/fa2_bwd.yaml:66:74
-      const float v59 = -kg::inf();
+      const float v68 = -kg::inf();
       // spec: specs/fa2_bwd.yaml:66:74
-      bool v60[2];
+      bool v69[2];
       #pragma unroll
-      for (int e = 0; e < 2; ++e) v60[e] = (v58[e] > v59);
+      for (int e = 0; e < 2; ++e) v69[e] = (v67[e] > v68);
       // spec: specs/fa2_bwd.yaml:66:23
-      bool v61[32];
+      bool v70[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v61[e] = v56[((e >> 1) & 1) * 1];
+      for (int e = 0; e < 32; ++e) v70[e] = v65[((e >> 1) & 1) * 1];
       // spec: specs/fa2_bwd.yaml:66:23
-      bool v62[32];
+      bool v71[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v62[e] = v57[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+      for (int e = 0; e < 32; ++e) v71[e] = v66[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
       // spec: specs/fa2_bwd.yaml:66:23
-      bool v63[32];
+      bool v72[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v63[e] = (v61[e] && v62[e]);
+      for (int e = 0; e < 32; ++e) v72[e] = (v70[e] && v71[e]);
       // spec: specs/fa2_bwd.yaml:66:23
-      bool v64[32];
+      bool v73[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v64[e] = v60[((e >> 1) & 1) * 1];
+      for (int e = 0; e < 32; ++e) v73[e] = v69[((e >> 1) & 1) * 1];
       // spec: specs/fa2_bwd.yaml:66:23
-      bool v65[32];
+      bool v74[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v65[e] = (v63[e] && v64[e]);
+      for (int e = 0; e < 32; ++e) v74[e] = (v72[e] && v73[e]);
       // spec: specs/fa2_bwd.yaml:69:37
-      float v66[32];
+      float v75[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v66[e] = 0.0f;
+      for (int e = 0; e < 32; ++e) v75[e] = 0.0f;
       // spec: specs/fa2_bwd.yaml:69:37
-      kg::cp_async_wait<0>();
-      kg::sync();
-      // spec: specs/fa2_bwd.yaml:69:37
-      float (&v67)[32] = v66;
-      #pragma unroll
-      for (int ks = 0; ks < 4; ++ks) {
-        alignas(16) kg::bf16 fa_[8];
-      #pragma unroll
-        for (int g = 0; g < 1; ++g) kg::ldmatrix_x4(&fa_[g * 8], &v40[((warp / 1) * 16 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8) + lane % 8) * 72 + ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8)]);
-        alignas(16) kg::bf16 fb_[32];
-      #pragma unroll
-        for (int g = 0; g < 4; ++g) kg::ldmatrix_x4(&fb_[g * 8], &v24[((warp % 1) * 64 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8 + (((8 * g + 2 * ((lane / 8) % 4)) >> 3) & 1) * 16 + (((8 * g + 2 * ((lane / 8) % 4)) >> 4) & 1) * 32) + lane % 8) * 72 + ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8)]);
-      #pragma unroll
-        for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-          for (int rn = 0; rn < 8; ++rn)
-            kg::mma_m16n8k16_bf16(&v67[(rm * 8 + rn) * 4], &fa_[rm * 8], &fb_[rn * 4]);
-      }
-      // spec: specs/fa2_bwd.yaml:69:37
-      float v68[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v68[e] = (v67[e] * v17);
-      // spec: specs/fa2_bwd.yaml:69:62
-      float (&v69)[2] = v50;
-      // spec: specs/fa2_bwd.yaml:69:37
-      float v70[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v70[e] = v69[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:69:37
-      float v71[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v71[e] = (v68[e] - v70[e]);
-      // spec: specs/fa2_bwd.yaml:69:32
-      float v72[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v72[e] = kg::exp2_(v71[e]);
-      // spec: specs/fa2_bwd.yaml:69:19
-      const float v73 = 0.0f;
-      // spec: specs/fa2_bwd.yaml:69:19
-      float v74[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v74[e] = (v65[e] ? v72[e] : v73);
-      // spec: specs/fa2_bwd.yaml:70:37
-      kg::bf16 v75[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v75[e] = kg::cvt<kg::bf16>(v74[e]);
-      // spec: specs/fa2_bwd.yaml:70:33
-      kg::bf16* v76 = reinterpret_cast<kg::bf16*>(smem + 36864);
-      kg::sync();
-      #pragma unroll
-      for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v76[((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) * 72 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))], &v75[e]);
-
-      // spec: specs/fa2_bwd.yaml:70:33
-      kg::bf16* v77 = v76;
-      // spec: specs/fa2_bwd.yaml:70:33
       kg::cp_async_wait<1>();
+      kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:70:33
-      float (&v78)[32] = v46;
-      #pragma unroll
-      for (int ks = 0; ks < 4; ++ks) {
-        alignas(16) kg::bf16 fa_[8];
-      #pragma unroll
-        for (int g = 0; g < 1; ++g) kg::ldmatrix_x4_trans(&fa_[g * 8], &v77[(ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8) + lane % 8) * 72 + (warp / 1) * 16 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8)]);
-        alignas(16) kg::bf16 fb_[32];
-      #pragma unroll
-        for (int g = 0; g < 4; ++g) kg::ldmatrix_x4_trans(&fb_[g * 8], &v41[(ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8) + lane % 8) * 72 + (warp % 1) * 64 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8 + (((8 * g + 2 * ((lane / 8) % 4)) >> 3) & 1) * 16 + (((8 * g + 2 * ((lane / 8) % 4)) >> 4) & 1) * 32)]);
-      #pragma unroll
-        for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-          for (int rn = 0; rn < 8; ++rn)
-            kg::mma_m16n8k16_bf16(&v78[(rm * 8 + rn) * 4], &fa_[rm * 8], &fb_[rn * 4]);
-      }
-      // spec: specs/fa2_bwd.yaml:71:20
-      float v79[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v79[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:71:20
-      float (&v80)[32] = v79;
-      #pragma unroll
-      for (int ks = 0; ks < 4; ++ks) {
-        alignas(16) kg::bf16 fa_[8];
-      #pragma unroll
-        for (int g = 0; g < 1; ++g) kg::ldmatrix_x4(&fa_[g * 8], &v41[((warp / 1) * 16 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8) + lane % 8) * 72 + ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8)]);
-        alignas(16) kg::bf16 fb_[32];
-      #pragma unroll
-        for (int g = 0; g < 4; ++g) kg::ldmatrix_x4(&fb_[g * 8], &v26[((warp % 1) * 64 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8 + (((8 * g + 2 * ((lane / 8) % 4)) >> 3) & 1) * 16 + (((8 * g + 2 * ((lane / 8) % 4)) >> 4) & 1) * 32) + lane % 8) * 72 + ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8)]);
-      #pragma unroll
-        for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-          for (int rn = 0; rn < 8; ++rn)
-            kg::mma_m16n8k16_bf16(&v80[(rm * 8 + rn) * 4], &fa_[rm * 8], &fb_[rn * 4]);
-      }
-      // spec: specs/fa2_bwd.yaml:63:22
-      const int v81 = (v45 + v39);
-      // spec: specs/fa2_bwd.yaml:63:22
-      const bool v82 = (v81 < v37);
-      // spec: specs/fa2_bwd.yaml:63:22
-      kg::sync();
-      if (v82) {
-        const kg::bf16* p_ = t_do + ((int64_t)(v6) * stride_do_0 + (int64_t)(v33) * stride_do_2);
-        const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
+      // spec: specs/fa2_bwd.yaml:62:20
+      const int v76 = (v48 + v39);
+      // spec: specs/fa2_bwd.yaml:62:20
+      const bool v77 = (v76 < v37);
+      // spec: specs/fa2_bwd.yaml:61:11
+      kg::bf16* v78 = v41 + (v54 % 2) * 4096;
+      // spec: specs/fa2_bwd.yaml:62:20
+      if (v77) {
+        const kg::bf16* p_ = t_q + ((int64_t)(v6) * stride_q_0 + (int64_t)(v33) * stride_q_2);
+        const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
+        const int64_t q_ = (int64_t)(v76 * 64) * stride_q_1 + 0;
       #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int c_ = lane + warp * 32 + i * 128;
-          const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
-          const int i0_ = v81 * 64 + r_, i1_ = 0 + k_;
-          const int64_t off_ = (int64_t)i0_ * stride_do_1 + i1_;
-          const int slot_ = r_ * 72 + k_;
+          const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
+          const int i0_ = v76 * 64 + r_, i1_ = 0 + k_;
+          const int64_t off_ = q_ + ((int64_t)r_ * stride_q_1 + k_);
+          const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
           if (aligned_) {
-            const int n_ = i0_ < (size_SQ) ? kg::min_(kg::max_((64) - i1_, 0), 8) : 0;
-            kg::cp_async<16>(&v41[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+            const int n_ = (i0_ < (size_SQ)) * 8;
+            kg::cp_async<16>(&v78[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
           } else {
       #pragma unroll
             for (int v = 0; v < 8; ++v)
-              v41[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+              v78[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
           }
         }
       }
       kg::cp_async_commit();
+      // spec: specs/fa2_bwd.yaml:69:37
+      float (&v79)[32] = v75;
+      {
+        const uint64_t da_ = kg::wgmma_desc(v56, 128, 1024);
+        const uint64_t db_ = kg::wgmma_desc(v24, 128, 1024);
+        kg::wgmma_fence();
+      #pragma unroll
+        for (int ks = 0; ks < 4; ++ks)
+      #pragma unroll
+          for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+            for (int rn = 0; rn < 1; ++rn)
+              kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v79[(rm * 1 + rn) * 32], da_ + (((((((warp / 4) / 1) * 64 + rm * 64)) / 8 * 8 + ((ks * 16)) / 8) * 64 + ((((warp / 4) / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + (((((((warp / 4) % 1) * 64 + rn * 64)) / 8 * 8 + ((ks * 16)) / 8) * 64 + ((((warp / 4) % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16));
+        kg::wgmma_commit();
+        kg::wgmma_wait<0>();
+      #pragma unroll
+        for (int e = 0; e < 32; ++e) kg::fence_operand(v79[e]);
+      }
+      // spec: specs/fa2_bwd.yaml:69:37
+      float v80[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v80[e] = (v79[e] * v17);
+      // spec: specs/fa2_bwd.yaml:69:62
+      float (&v81)[2] = v59;
+      // spec: specs/fa2_bwd.yaml:69:37
+      float v82[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v82[e] = v81[((e >> 1) & 1) * 1];
+      // spec: specs/fa2_bwd.yaml:69:37
+      float v83[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v83[e] = (v80[e] - v82[e]);
+      // spec: specs/fa2_bwd.yaml:69:32
+      float v84[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v84[e] = kg::exp2_(v83[e]);
+      // spec: specs/fa2_bwd.yaml:69:19
+      const float v85 = 0.0f;
+      // spec: specs/fa2_bwd.yaml:69:19
+      float v86[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v86[e] = (v74[e] ? v84[e] : v85);
+      // spec: specs/fa2_bwd.yaml:70:37
+      kg::bf16 v87[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v87[e] = kg::cvt<kg::bf16>(v86[e]);
+      // spec: specs/fa2_bwd.yaml:70:33
+      kg::bf16* v88 = reinterpret_cast<kg::bf16*>(smem + 49152);
+      kg::sync();
+      #pragma unroll
+      for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v88[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v87[e]);
+      kg::fence_proxy_async();
+
+      // spec: specs/fa2_bwd.yaml:70:33
+      kg::bf16* v89 = v88;
+      // spec: specs/fa2_bwd.yaml:70:33
+      kg::cp_async_wait<1>();
+      kg::fence_proxy_async();
+      kg::sync();
+      // spec: specs/fa2_bwd.yaml:63:22
+      const int v90 = (v48 + v39);
+      // spec: specs/fa2_bwd.yaml:63:22
+      const bool v91 = (v90 < v37);
+      // spec: specs/fa2_bwd.yaml:61:11
+      kg::bf16* v92 = v40 + (v54 % 2) * 4096;
+      // spec: specs/fa2_bwd.yaml:63:22
+      if (v91) {
+        const kg::bf16* p_ = t_do + ((int64_t)(v6) * stride_do_0 + (int64_t)(v33) * stride_do_2);
+        const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
+        const int64_t q_ = (int64_t)(v90 * 64) * stride_do_1 + 0;
+      #pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int c_ = lane + warp * 32 + i * 128;
+          const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
+          const int i0_ = v90 * 64 + r_, i1_ = 0 + k_;
+          const int64_t off_ = q_ + ((int64_t)r_ * stride_do_1 + k_);
+          const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
+          if (aligned_) {
+            const int n_ = (i0_ < (size_SQ)) * 8;
+            kg::cp_async<16>(&v92[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          } else {
+      #pragma unroll
+            for (int v = 0; v < 8; ++v)
+              v92[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          }
+        }
+      }
+      kg::cp_async_commit();
+      // spec: specs/fa2_bwd.yaml:70:33
+      float (&v93)[32] = v49;
+      {
+        const uint64_t da_ = kg::wgmma_desc(v89, 1024, 128);
+        const uint64_t db_ = kg::wgmma_desc(v55, 1024, 128);
+        kg::wgmma_fence();
+      #pragma unroll
+        for (int ks = 0; ks < 4; ++ks)
+      #pragma unroll
+          for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+            for (int rn = 0; rn < 1; ++rn)
+              kg::wgmma_m64n64k16_bf16_ss<1, 1>(&v93[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + ((((warp / 4) / 1) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + ((((warp / 4) / 1) * 64 + rm * 64)) % 8) * 2 / 16), db_ + (((((ks * 16)) / 8 * 8 + ((((warp / 4) % 1) * 64 + rn * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + ((((warp / 4) % 1) * 64 + rn * 64)) % 8) * 2 / 16));
+        kg::wgmma_commit();
+        kg::wgmma_wait<0>();
+      #pragma unroll
+        for (int e = 0; e < 32; ++e) kg::fence_operand(v93[e]);
+      }
+      // spec: specs/fa2_bwd.yaml:71:20
+      float v94[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v94[e] = 0.0f;
+      // spec: specs/fa2_bwd.yaml:71:20
+      float (&v95)[32] = v94;
+      {
+        const uint64_t da_ = kg::wgmma_desc(v55, 128, 1024);
+        const uint64_t db_ = kg::wgmma_desc(v26, 128, 1024);
+        kg::wgmma_fence();
+      #pragma unroll
+        for (int ks = 0; ks < 4; ++ks)
+      #pragma unroll
+          for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+            for (int rn = 0; rn < 1; ++rn)
+              kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v95[(rm * 1 + rn) * 32], da_ + (((((((warp / 4) / 1) * 64 + rm * 64)) / 8 * 8 + ((ks * 16)) / 8) * 64 + ((((warp / 4) / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + (((((((warp / 4) % 1) * 64 + rn * 64)) / 8 * 8 + ((ks * 16)) / 8) * 64 + ((((warp / 4) % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16));
+        kg::wgmma_commit();
+        kg::wgmma_wait<0>();
+      #pragma unroll
+        for (int e = 0; e < 32; ++e) kg::fence_operand(v95[e]);
+      }
       // spec: specs/fa2_bwd.yaml:72:30
-      float v83[2];
+      float v96[2];
       {
         const float* p_ = t_delta + ((int64_t)(v6) * stride_delta_0 + (int64_t)(v33) * stride_delta_1);
         const bool aligned_ = false;
-        const int t0_ = v45 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+        const int t0_ = v48 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
       #pragma unroll
         for (int e = 0; e < 2; e += 1) {
           const int i0_ = t0_ + (e & 1) * 8;
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 1 <= (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<1>(&v83[e], p_ + off_);
+            kg::copy_vec<1>(&v96[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 1; ++v)
-              v83[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+              v96[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
       // spec: specs/fa2_bwd.yaml:72:30
-      float (&v84)[2] = v83;
+      float (&v97)[2] = v96;
       // spec: specs/fa2_bwd.yaml:72:25
-      float v85[32];
+      float v98[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v85[e] = v84[((e >> 1) & 1) * 1];
+      for (int e = 0; e < 32; ++e) v98[e] = v97[((e >> 1) & 1) * 1];
       // spec: specs/fa2_bwd.yaml:72:25
-      float v86[32];
+      float v99[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v86[e] = (v80[e] - v85[e]);
+      for (int e = 0; e < 32; ++e) v99[e] = (v95[e] - v98[e]);
       // spec: specs/fa2_bwd.yaml:72:20
-      float v87[32];
+      float v100[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v87[e] = (v74[e] * v86[e]);
+      for (int e = 0; e < 32; ++e) v100[e] = (v86[e] * v99[e]);
       // spec: specs/fa2_bwd.yaml:73:37
-      kg::bf16 v88[32];
+      kg::bf16 v101[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v88[e] = kg::cvt<kg::bf16>(v87[e]);
+      for (int e = 0; e < 32; ++e) v101[e] = kg::cvt<kg::bf16>(v100[e]);
       // spec: specs/fa2_bwd.yaml:73:33
-      kg::bf16* v89 = reinterpret_cast<kg::bf16*>(smem + 36864);
+      kg::bf16* v102 = reinterpret_cast<kg::bf16*>(smem + 49152);
+      kg::sync();
       #pragma unroll
-      for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v89[((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) * 72 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))], &v88[e]);
+      for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v102[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v101[e]);
+      kg::fence_proxy_async();
       kg::sync();
       // spec: specs/fa2_bwd.yaml:73:33
-      kg::bf16* v90 = v89;
+      kg::bf16* v103 = v102;
       // spec: specs/fa2_bwd.yaml:73:33
-      float (&v91)[32] = v47;
+      float (&v104)[32] = v50;
+      {
+        const uint64_t da_ = kg::wgmma_desc(v103, 1024, 128);
+        const uint64_t db_ = kg::wgmma_desc(v56, 1024, 128);
+        kg::wgmma_fence();
       #pragma unroll
-      for (int ks = 0; ks < 4; ++ks) {
-        alignas(16) kg::bf16 fa_[8];
+        for (int ks = 0; ks < 4; ++ks)
       #pragma unroll
-        for (int g = 0; g < 1; ++g) kg::ldmatrix_x4_trans(&fa_[g * 8], &v90[(ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8) + lane % 8) * 72 + (warp / 1) * 16 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8)]);
-        alignas(16) kg::bf16 fb_[32];
+          for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
-        for (int g = 0; g < 4; ++g) kg::ldmatrix_x4_trans(&fb_[g * 8], &v40[(ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8) + lane % 8) * 72 + (warp % 1) * 64 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8 + (((8 * g + 2 * ((lane / 8) % 4)) >> 3) & 1) * 16 + (((8 * g + 2 * ((lane / 8) % 4)) >> 4) & 1) * 32)]);
+            for (int rn = 0; rn < 1; ++rn)
+              kg::wgmma_m64n64k16_bf16_ss<1, 1>(&v104[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + ((((warp / 4) / 1) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + ((((warp / 4) / 1) * 64 + rm * 64)) % 8) * 2 / 16), db_ + (((((ks * 16)) / 8 * 8 + ((((warp / 4) % 1) * 64 + rn * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + ((((warp / 4) % 1) * 64 + rn * 64)) % 8) * 2 / 16));
+        kg::wgmma_commit();
+        kg::wgmma_wait<0>();
       #pragma unroll
-        for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-          for (int rn = 0; rn < 8; ++rn)
-            kg::mma_m16n8k16_bf16(&v91[(rm * 8 + rn) * 4], &fa_[rm * 8], &fb_[rn * 4]);
+        for (int e = 0; e < 32; ++e) kg::fence_operand(v104[e]);
       }
-      // spec: specs/fa2_bwd.yaml:62:20
-      const int v92 = (v45 + v39);
-      // spec: specs/fa2_bwd.yaml:62:20
-      const bool v93 = (v92 < v37);
-      // spec: specs/fa2_bwd.yaml:62:20
-      kg::sync();
-      if (v93) {
-        const kg::bf16* p_ = t_q + ((int64_t)(v6) * stride_q_0 + (int64_t)(v33) * stride_q_2);
-        const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-      #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int c_ = lane + warp * 32 + i * 128;
-          const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
-          const int i0_ = v92 * 64 + r_, i1_ = 0 + k_;
-          const int64_t off_ = (int64_t)i0_ * stride_q_1 + i1_;
-          const int slot_ = r_ * 72 + k_;
-          if (aligned_) {
-            const int n_ = i0_ < (size_SQ) ? kg::min_(kg::max_((64) - i1_, 0), 8) : 0;
-            kg::cp_async<16>(&v40[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-          } else {
-      #pragma unroll
-            for (int v = 0; v < 8; ++v)
-              v40[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-          }
-        }
-      }
-      kg::cp_async_commit();
       // spec: specs/fa2_bwd.yaml:74:18
 
       float y0_[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) y0_[e] = v78[e];
+      for (int e = 0; e < 32; ++e) y0_[e] = v93[e];
       float y1_[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) y1_[e] = v91[e];
+      for (int e = 0; e < 32; ++e) y1_[e] = v104[e];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v43[e] = y0_[e];
+      for (int e = 0; e < 32; ++e) v46[e] = y0_[e];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v44[e] = y1_[e];
+      for (int e = 0; e < 32; ++e) v47[e] = y1_[e];
     }
     // spec: specs/fa2_bwd.yaml:61:11
 
     float y0_[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y0_[e] = v43[e];
+    for (int e = 0; e < 32; ++e) y0_[e] = v46[e];
     float y1_[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y1_[e] = v44[e];
+    for (int e = 0; e < 32; ++e) y1_[e] = v47[e];
     #pragma unroll
     for (int e = 0; e < 32; ++e) v27[e] = y0_[e];
     #pragma unroll
     for (int e = 0; e < 32; ++e) v28[e] = y1_[e];
   }
   // spec: specs/fa2_bwd.yaml:76:34
-  float v94[32];
+  float v105[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v94[e] = (v28[e] * v2);
+  for (int e = 0; e < 32; ++e) v105[e] = (v28[e] * v2);
   // spec: specs/fa2_bwd.yaml:76:33
-  kg::bf16 v95[32];
+  kg::bf16 v106[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v95[e] = kg::cvt<kg::bf16>(v94[e]);
+  for (int e = 0; e < 32; ++e) v106[e] = kg::cvt<kg::bf16>(v105[e]);
   // spec: specs/fa2_bwd.yaml:76:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_dk + ((int64_t)(v6) * stride_dk_0 + (int64_t)(v8) * stride_dk_2);
@@ -547,18 +597,18 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
       const int64_t off_ = (int64_t)i0_ * stride_dk_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SK) && i1_ + 2 <= (64)) {
-        kg::copy_vec<2>(p_ + off_, &v95[e]);
+        kg::copy_vec<2>(p_ + off_, &v106[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SK) && i1_ + v < (64)) p_[off_ + v] = v95[e + v];
+          if (i0_ < (size_SK) && i1_ + v < (64)) p_[off_ + v] = v106[e + v];
       }
     }
   }
   // spec: specs/fa2_bwd.yaml:77:33
-  kg::bf16 v96[32];
+  kg::bf16 v107[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v96[e] = kg::cvt<kg::bf16>(v27[e]);
+  for (int e = 0; e < 32; ++e) v107[e] = kg::cvt<kg::bf16>(v27[e]);
   // spec: specs/fa2_bwd.yaml:77:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_dv + ((int64_t)(v6) * stride_dv_0 + (int64_t)(v8) * stride_dv_2);
@@ -571,11 +621,11 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
       const int64_t off_ = (int64_t)i0_ * stride_dv_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SK) && i1_ + 2 <= (64)) {
-        kg::copy_vec<2>(p_ + off_, &v96[e]);
+        kg::copy_vec<2>(p_ + off_, &v107[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SK) && i1_ + v < (64)) p_[off_ + v] = v96[e + v];
+          if (i0_ < (size_SK) && i1_ + v < (64)) p_[off_ + v] = v107[e + v];
       }
     }
   }

@@ -3,6 +3,22 @@
 #include "kgen_cuda.h"
 #include "kgen_tile.h"
 
+namespace kg {
+template <int TB> KG_DEVICE void wgmma_m64n64k16_fp16_rs(float* d, const void* a, uint64_t db) {
+  const uint32_t* A = reinterpret_cast<const uint32_t*>(a);
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+               : "r"(A[0]), "r"(A[1]), "r"(A[2]), "r"(A[3]), "l"(db), "r"(1), "n"(TB));
+}
+template <int TA, int TB> KG_DEVICE void wgmma_m64n64k16_fp16_ss(float* d, uint64_t da, uint64_t db) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %35, %36;\n}\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+               : "l"(da), "l"(db), "r"(1), "n"(TA), "n"(TB));
+}
+}  // namespace kg
+
 KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ t_q, int64_t stride_q_0, int64_t stride_q_1, int64_t stride_q_2, const kg::fp16* __restrict__ t_k, int64_t stride_k_0, int64_t stride_k_1, int64_t stride_k_2, const kg::fp16* __restrict__ t_v, int64_t stride_v_0, int64_t stride_v_1, int64_t stride_v_2, const kg::fp16* __restrict__ t_o, int64_t stride_o_0, int64_t stride_o_1, int64_t stride_o_2, const float* __restrict__ t_lse, int64_t stride_lse_0, int64_t stride_lse_1, const kg::fp16* __restrict__ t_do, int64_t stride_do_0, int64_t stride_do_1, int64_t stride_do_2, kg::fp16* __restrict__ t_dq, int64_t stride_dq_0, int64_t stride_dq_1, int64_t stride_dq_2, kg::fp16* __restrict__ t_dk, int64_t stride_dk_0, int64_t stride_dk_1, int64_t stride_dk_2, kg::fp16* __restrict__ t_dv, int64_t stride_dv_0, int64_t stride_dv_1, int64_t stride_dv_2, float* __restrict__ t_delta, int64_t stride_delta_0, int64_t stride_delta_1, float* __restrict__ t_dq_acc, int64_t stride_dq_acc_0, int64_t stride_dq_acc_1, int64_t stride_dq_acc_2, int size_B, int size_SQ, int size_SK, int size_H, int size_HKV, float scalar_softmax_scale) {
   extern __shared__ __align__(16) char smem[];
   const int lane = kg::thread_id() % kg::WAVE;
@@ -87,21 +103,22 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
   #pragma unroll
   for (int e = 0; e < 32; ++e) v33[e] = v32[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
   // spec: specs/fa2_bwd.yaml:69:37
-  kg::fp16* v34 = reinterpret_cast<kg::fp16*>(smem + 0);
+  kg::fp16* v34 = reinterpret_cast<kg::fp16*>(smem + 32768);
   // spec: specs/fa2_bwd.yaml:50:12
   kg::sync();
   if (true) {
     const kg::fp16* p_ = t_k + ((int64_t)(v6) * stride_k_0 + (int64_t)(v8) * stride_k_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
+    const int64_t q_ = (int64_t)(v10 * 64) * stride_k_1 + 0;
   #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int c_ = lane + warp * 32 + i * 128;
-      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+      const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
       const int i0_ = v10 * 64 + r_, i1_ = 0 + k_;
-      const int64_t off_ = (int64_t)i0_ * stride_k_1 + i1_;
-      const int slot_ = r_ * 72 + k_;
+      const int64_t off_ = q_ + ((int64_t)r_ * stride_k_1 + k_);
+      const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
       if (aligned_) {
-        const int n_ = i0_ < (size_SK) ? kg::min_(kg::max_((64) - i1_, 0), 8) : 0;
+        const int n_ = (i0_ < (size_SK)) * 8;
         kg::cp_async<16>(&v34[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
@@ -113,24 +130,26 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
   kg::cp_async_commit();
   // spec: specs/fa2_bwd.yaml:69:37
   kg::cp_async_wait<0>();
+  kg::fence_proxy_async();
   kg::sync();
   // spec: specs/fa2_bwd.yaml:69:37
   kg::fp16* v35 = v34;
   // spec: specs/fa2_bwd.yaml:71:20
-  kg::fp16* v36 = reinterpret_cast<kg::fp16*>(smem + 9216);
+  kg::fp16* v36 = reinterpret_cast<kg::fp16*>(smem + 40960);
   // spec: specs/fa2_bwd.yaml:51:12
   if (true) {
     const kg::fp16* p_ = t_v + ((int64_t)(v6) * stride_v_0 + (int64_t)(v8) * stride_v_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
+    const int64_t q_ = (int64_t)(v10 * 64) * stride_v_1 + 0;
   #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int c_ = lane + warp * 32 + i * 128;
-      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+      const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
       const int i0_ = v10 * 64 + r_, i1_ = 0 + k_;
-      const int64_t off_ = (int64_t)i0_ * stride_v_1 + i1_;
-      const int slot_ = r_ * 72 + k_;
+      const int64_t off_ = q_ + ((int64_t)r_ * stride_v_1 + k_);
+      const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
       if (aligned_) {
-        const int n_ = i0_ < (size_SK) ? kg::min_(kg::max_((64) - i1_, 0), 8) : 0;
+        const int n_ = (i0_ < (size_SK)) * 8;
         kg::cp_async<16>(&v36[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
@@ -142,6 +161,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
   kg::cp_async_commit();
   // spec: specs/fa2_bwd.yaml:71:20
   kg::cp_async_wait<0>();
+  kg::fence_proxy_async();
   kg::sync();
   // spec: specs/fa2_bwd.yaml:71:20
   kg::fp16* v37 = v36;
@@ -171,451 +191,492 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
     const int v48 = (kg::floordiv(v46, v47));
     // spec: specs/fa2_bwd.yaml:61:33
     const int v49 = 1;
-    // spec: specs/fa2_bwd.yaml:69:37
-    kg::fp16* v50 = reinterpret_cast<kg::fp16*>(smem + 18432);
     // spec: specs/fa2_bwd.yaml:70:33
-    kg::fp16* v51 = reinterpret_cast<kg::fp16*>(smem + 27648);
+    kg::fp16* v50 = reinterpret_cast<kg::fp16*>(smem + 0);
+    // spec: specs/fa2_bwd.yaml:69:37
+    kg::fp16* v51 = reinterpret_cast<kg::fp16*>(smem + 16384);
     // spec: specs/fa2_bwd.yaml:61:11
     const bool v52 = (v26 < v48);
-    // spec: specs/fa2_bwd.yaml:63:22
-    kg::sync();
-    if (v52) {
-      const kg::fp16* p_ = t_do + ((int64_t)(v6) * stride_do_0 + (int64_t)(v44) * stride_do_2);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
-    #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int c_ = lane + warp * 32 + i * 128;
-        const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
-        const int i0_ = v26 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = (int64_t)i0_ * stride_do_1 + i1_;
-        const int slot_ = r_ * 72 + k_;
-        if (aligned_) {
-          const int n_ = i0_ < (size_SQ) ? kg::min_(kg::max_((64) - i1_, 0), 8) : 0;
-          kg::cp_async<16>(&v51[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-        } else {
-    #pragma unroll
-          for (int v = 0; v < 8; ++v)
-            v51[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
-        }
-      }
-    }
-    kg::cp_async_commit();
+    // spec: specs/fa2_bwd.yaml:61:11
+    const int v53 = 0;
+    // spec: specs/fa2_bwd.yaml:61:11
+    kg::fp16* v54 = v51 + (v53 % 2) * 4096;
     // spec: specs/fa2_bwd.yaml:62:20
+    kg::sync();
     if (v52) {
       const kg::fp16* p_ = t_q + ((int64_t)(v6) * stride_q_0 + (int64_t)(v44) * stride_q_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
+      const int64_t q_ = (int64_t)(v26 * 64) * stride_q_1 + 0;
     #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int c_ = lane + warp * 32 + i * 128;
-        const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+        const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
         const int i0_ = v26 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = (int64_t)i0_ * stride_q_1 + i1_;
-        const int slot_ = r_ * 72 + k_;
+        const int64_t off_ = q_ + ((int64_t)r_ * stride_q_1 + k_);
+        const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
         if (aligned_) {
-          const int n_ = i0_ < (size_SQ) ? kg::min_(kg::max_((64) - i1_, 0), 8) : 0;
-          kg::cp_async<16>(&v50[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          const int n_ = (i0_ < (size_SQ)) * 8;
+          kg::cp_async<16>(&v54[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v50[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v54[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+        }
+      }
+    }
+    kg::cp_async_commit();
+    // spec: specs/fa2_bwd.yaml:61:11
+    kg::fp16* v55 = v50 + (v53 % 2) * 4096;
+    // spec: specs/fa2_bwd.yaml:63:22
+    if (v52) {
+      const kg::fp16* p_ = t_do + ((int64_t)(v6) * stride_do_0 + (int64_t)(v44) * stride_do_2);
+      const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
+      const int64_t q_ = (int64_t)(v26 * 64) * stride_do_1 + 0;
+    #pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int c_ = lane + warp * 32 + i * 128;
+        const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
+        const int i0_ = v26 * 64 + r_, i1_ = 0 + k_;
+        const int64_t off_ = q_ + ((int64_t)r_ * stride_do_1 + k_);
+        const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
+        if (aligned_) {
+          const int n_ = (i0_ < (size_SQ)) * 8;
+          kg::cp_async<16>(&v55[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        } else {
+    #pragma unroll
+          for (int v = 0; v < 8; ++v)
+            v55[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
     // spec: specs/fa2_bwd.yaml:61:11
 
-    float v53[32];
+    float v56[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v53[e] = v41[e];
-    float v54[32];
+    for (int e = 0; e < 32; ++e) v56[e] = v41[e];
+    float v57[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v54[e] = v42[e];
-    for (int v55 = v26; v55 < v48; v55 += v49) {
-      float (&v56)[32] = v53;
-      float (&v57)[32] = v54;
+    for (int e = 0; e < 32; ++e) v57[e] = v42[e];
+    for (int v58 = v26; v58 < v48; v58 += v49) {
+      float (&v59)[32] = v56;
+      float (&v60)[32] = v57;
       
+      // spec: specs/fa2_bwd.yaml:61:11
+      const int v61 = (v58 - v26);
+      // spec: specs/fa2_bwd.yaml:61:11
+      const int v62 = (kg::floordiv(v61, v49));
+      // spec: specs/fa2_bwd.yaml:61:11
+      const int v63 = 1;
+      // spec: specs/fa2_bwd.yaml:61:11
+      const int v64 = (v62 + v63);
+      // spec: specs/fa2_bwd.yaml:61:11
+      kg::fp16* v65 = v50 + (v62 % 2) * 4096;
+      // spec: specs/fa2_bwd.yaml:61:11
+      kg::fp16* v66 = v51 + (v62 % 2) * 4096;
       // spec: specs/fa2_bwd.yaml:64:22
-      float v58[2];
+      float v67[2];
       {
         const float* p_ = t_lse + ((int64_t)(v6) * stride_lse_0 + (int64_t)(v44) * stride_lse_1);
         const bool aligned_ = false;
-        const int t0_ = v55 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+        const int t0_ = v58 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
       #pragma unroll
         for (int e = 0; e < 2; e += 1) {
           const int i0_ = t0_ + (e & 1) * 8;
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 1 <= (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<1>(&v58[e], p_ + off_);
+            kg::copy_vec<1>(&v67[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 1; ++v)
-              v58[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+              v67[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
       // spec: specs/fa2_bwd.yaml:64:22
-      const float v59 = 1.4426950408889634f;
+      const float v68 = 1.4426950408889634f;
       // spec: specs/fa2_bwd.yaml:64:22
-      float v60[2];
+      float v69[2];
       #pragma unroll
-      for (int e = 0; e < 2; ++e) v60[e] = (v58[e] * v59);
+      for (int e = 0; e < 2; ++e) v69[e] = (v67[e] * v68);
       // spec: specs/fa2_bwd.yaml:65:22
-      const int v61 = 64;
+      const int v70 = 64;
       // spec: specs/fa2_bwd.yaml:65:22
-      const int v62 = (v55 * v61);
+      const int v71 = (v58 * v70);
       // spec: specs/fa2_bwd.yaml:65:36
-      int v63[2];
+      int v72[2];
       #pragma unroll
-      for (int e = 0; e < 2; ++e) v63[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8);
+      for (int e = 0; e < 2; ++e) v72[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8);
       // spec: specs/fa2_bwd.yaml:65:22
-      int v64[2];
+      int v73[2];
       #pragma unroll
-      for (int e = 0; e < 2; ++e) v64[e] = (v62 + v63[e]);
+      for (int e = 0; e < 2; ++e) v73[e] = (v71 + v72[e]);
       // spec: specs/fa2_bwd.yaml:66:24
-      int (&v65)[2] = v64;
+      int (&v74)[2] = v73;
       // spec: specs/fa2_bwd.yaml:66:24
-      bool v66[2];
+      bool v75[2];
       #pragma unroll
-      for (int e = 0; e < 2; ++e) v66[e] = (v65[e] < v0);
+      for (int e = 0; e < 2; ++e) v75[e] = (v74[e] < v0);
       // spec: specs/fa2_bwd.yaml:66:49
-      bool v67[16];
+      bool v76[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v67[e] = (v31[e] < v1);
+      for (int e = 0; e < 16; ++e) v76[e] = (v31[e] < v1);
       // spec: specs/fa2_bwd.yaml:66:74
-      float (&v68)[2] = v60;
+      float (&v77)[2] = v69;
       // spec: specs/fa2_bwd.yaml:66:74
-      const float v69 = -kg::inf();
+      const float v78 = -kg::inf();
       // spec: specs/fa2_bwd.yaml:66:74
-      bool v70[2];
+      bool v79[2];
       #pragma unroll
-      for (int e = 0; e < 2; ++e) v70[e] = (v68[e] > v69);
+      for (int e = 0; e < 2; ++e) v79[e] = (v77[e] > v78);
       // spec: specs/fa2_bwd.yaml:66:23
-      bool v71[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v71[e] = v66[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:66:23
-      bool v72[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v72[e] = v67[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:66:23
-      bool v73[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v73[e] = (v71[e] && v72[e]);
-      // spec: specs/fa2_bwd.yaml:66:23
-      bool v74[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v74[e] = v70[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:66:23
-      bool v75[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v75[e] = (v73[e] && v74[e]);
-      // spec: specs/fa2_bwd.yaml:68:54
-      int (&v76)[2] = v64;
-      // spec: specs/fa2_bwd.yaml:68:71
-      const int v77 = (v1 - v0);
-      // spec: specs/fa2_bwd.yaml:68:54
-      int v78[2];
-      #pragma unroll
-      for (int e = 0; e < 2; ++e) v78[e] = (v76[e] + v77);
-      // spec: specs/fa2_bwd.yaml:68:37
-      int v79[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v79[e] = v78[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:68:37
       bool v80[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v80[e] = (v33[e] <= v79[e]);
-      // spec: specs/fa2_bwd.yaml:68:27
+      for (int e = 0; e < 32; ++e) v80[e] = v75[((e >> 1) & 1) * 1];
+      // spec: specs/fa2_bwd.yaml:66:23
       bool v81[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v81[e] = (v75[e] && v80[e]);
+      for (int e = 0; e < 32; ++e) v81[e] = v76[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:66:23
+      bool v82[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v82[e] = (v80[e] && v81[e]);
+      // spec: specs/fa2_bwd.yaml:66:23
+      bool v83[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v83[e] = v79[((e >> 1) & 1) * 1];
+      // spec: specs/fa2_bwd.yaml:66:23
+      bool v84[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v84[e] = (v82[e] && v83[e]);
+      // spec: specs/fa2_bwd.yaml:68:54
+      int (&v85)[2] = v73;
+      // spec: specs/fa2_bwd.yaml:68:71
+      const int v86 = (v1 - v0);
+      // spec: specs/fa2_bwd.yaml:68:54
+      int v87[2];
+      #pragma unroll
+      for (int e = 0; e < 2; ++e) v87[e] = (v85[e] + v86);
+      // spec: specs/fa2_bwd.yaml:68:37
+      int v88[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v88[e] = v87[((e >> 1) & 1) * 1];
+      // spec: specs/fa2_bwd.yaml:68:37
+      bool v89[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v89[e] = (v33[e] <= v88[e]);
+      // spec: specs/fa2_bwd.yaml:68:27
+      bool v90[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v90[e] = (v84[e] && v89[e]);
       // spec: specs/fa2_bwd.yaml:69:37
-      float v82[32];
+      float v91[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v82[e] = 0.0f;
+      for (int e = 0; e < 32; ++e) v91[e] = 0.0f;
       // spec: specs/fa2_bwd.yaml:69:37
-      kg::cp_async_wait<0>();
-      kg::sync();
-      // spec: specs/fa2_bwd.yaml:69:37
-      float (&v83)[32] = v82;
-      #pragma unroll
-      for (int ks = 0; ks < 4; ++ks) {
-        alignas(16) kg::fp16 fa_[8];
-      #pragma unroll
-        for (int g = 0; g < 1; ++g) kg::ldmatrix_x4(&fa_[g * 8], &v50[((warp / 1) * 16 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8) + lane % 8) * 72 + ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8)]);
-        alignas(16) kg::fp16 fb_[32];
-      #pragma unroll
-        for (int g = 0; g < 4; ++g) kg::ldmatrix_x4(&fb_[g * 8], &v35[((warp % 1) * 64 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8 + (((8 * g + 2 * ((lane / 8) % 4)) >> 3) & 1) * 16 + (((8 * g + 2 * ((lane / 8) % 4)) >> 4) & 1) * 32) + lane % 8) * 72 + ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8)]);
-      #pragma unroll
-        for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-          for (int rn = 0; rn < 8; ++rn)
-            kg::mma_m16n8k16_fp16(&v83[(rm * 8 + rn) * 4], &fa_[rm * 8], &fb_[rn * 4]);
-      }
-      // spec: specs/fa2_bwd.yaml:69:37
-      float v84[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v84[e] = (v83[e] * v17);
-      // spec: specs/fa2_bwd.yaml:69:62
-      float (&v85)[2] = v60;
-      // spec: specs/fa2_bwd.yaml:69:37
-      float v86[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v86[e] = v85[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:69:37
-      float v87[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v87[e] = (v84[e] - v86[e]);
-      // spec: specs/fa2_bwd.yaml:69:32
-      float v88[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v88[e] = kg::exp2_(v87[e]);
-      // spec: specs/fa2_bwd.yaml:69:19
-      const float v89 = 0.0f;
-      // spec: specs/fa2_bwd.yaml:69:19
-      float v90[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v90[e] = (v81[e] ? v88[e] : v89);
-      // spec: specs/fa2_bwd.yaml:70:37
-      kg::fp16 v91[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v91[e] = kg::cvt<kg::fp16>(v90[e]);
-      // spec: specs/fa2_bwd.yaml:70:33
-      kg::fp16* v92 = reinterpret_cast<kg::fp16*>(smem + 36864);
-      kg::sync();
-      #pragma unroll
-      for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v92[((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) * 72 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))], &v91[e]);
-
-      // spec: specs/fa2_bwd.yaml:70:33
-      kg::fp16* v93 = v92;
-      // spec: specs/fa2_bwd.yaml:70:33
       kg::cp_async_wait<1>();
+      kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:70:33
-      float (&v94)[32] = v56;
-      #pragma unroll
-      for (int ks = 0; ks < 4; ++ks) {
-        alignas(16) kg::fp16 fa_[8];
-      #pragma unroll
-        for (int g = 0; g < 1; ++g) kg::ldmatrix_x4_trans(&fa_[g * 8], &v93[(ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8) + lane % 8) * 72 + (warp / 1) * 16 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8)]);
-        alignas(16) kg::fp16 fb_[32];
-      #pragma unroll
-        for (int g = 0; g < 4; ++g) kg::ldmatrix_x4_trans(&fb_[g * 8], &v51[(ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8) + lane % 8) * 72 + (warp % 1) * 64 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8 + (((8 * g + 2 * ((lane / 8) % 4)) >> 3) & 1) * 16 + (((8 * g + 2 * ((lane / 8) % 4)) >> 4) & 1) * 32)]);
-      #pragma unroll
-        for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-          for (int rn = 0; rn < 8; ++rn)
-            kg::mma_m16n8k16_fp16(&v94[(rm * 8 + rn) * 4], &fa_[rm * 8], &fb_[rn * 4]);
-      }
-      // spec: specs/fa2_bwd.yaml:71:20
-      float v95[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v95[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:71:20
-      float (&v96)[32] = v95;
-      #pragma unroll
-      for (int ks = 0; ks < 4; ++ks) {
-        alignas(16) kg::fp16 fa_[8];
-      #pragma unroll
-        for (int g = 0; g < 1; ++g) kg::ldmatrix_x4(&fa_[g * 8], &v51[((warp / 1) * 16 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8) + lane % 8) * 72 + ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8)]);
-        alignas(16) kg::fp16 fb_[32];
-      #pragma unroll
-        for (int g = 0; g < 4; ++g) kg::ldmatrix_x4(&fb_[g * 8], &v37[((warp % 1) * 64 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8 + (((8 * g + 2 * ((lane / 8) % 4)) >> 3) & 1) * 16 + (((8 * g + 2 * ((lane / 8) % 4)) >> 4) & 1) * 32) + lane % 8) * 72 + ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8)]);
-      #pragma unroll
-        for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-          for (int rn = 0; rn < 8; ++rn)
-            kg::mma_m16n8k16_fp16(&v96[(rm * 8 + rn) * 4], &fa_[rm * 8], &fb_[rn * 4]);
-      }
-      // spec: specs/fa2_bwd.yaml:63:22
-      const int v97 = (v55 + v49);
-      // spec: specs/fa2_bwd.yaml:63:22
-      const bool v98 = (v97 < v48);
-      // spec: specs/fa2_bwd.yaml:63:22
-      kg::sync();
-      if (v98) {
-        const kg::fp16* p_ = t_do + ((int64_t)(v6) * stride_do_0 + (int64_t)(v44) * stride_do_2);
-        const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
+      // spec: specs/fa2_bwd.yaml:62:20
+      const int v92 = (v58 + v49);
+      // spec: specs/fa2_bwd.yaml:62:20
+      const bool v93 = (v92 < v48);
+      // spec: specs/fa2_bwd.yaml:61:11
+      kg::fp16* v94 = v51 + (v64 % 2) * 4096;
+      // spec: specs/fa2_bwd.yaml:62:20
+      if (v93) {
+        const kg::fp16* p_ = t_q + ((int64_t)(v6) * stride_q_0 + (int64_t)(v44) * stride_q_2);
+        const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
+        const int64_t q_ = (int64_t)(v92 * 64) * stride_q_1 + 0;
       #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int c_ = lane + warp * 32 + i * 128;
-          const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
-          const int i0_ = v97 * 64 + r_, i1_ = 0 + k_;
-          const int64_t off_ = (int64_t)i0_ * stride_do_1 + i1_;
-          const int slot_ = r_ * 72 + k_;
+          const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
+          const int i0_ = v92 * 64 + r_, i1_ = 0 + k_;
+          const int64_t off_ = q_ + ((int64_t)r_ * stride_q_1 + k_);
+          const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
           if (aligned_) {
-            const int n_ = i0_ < (size_SQ) ? kg::min_(kg::max_((64) - i1_, 0), 8) : 0;
-            kg::cp_async<16>(&v51[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+            const int n_ = (i0_ < (size_SQ)) * 8;
+            kg::cp_async<16>(&v94[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
           } else {
       #pragma unroll
             for (int v = 0; v < 8; ++v)
-              v51[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+              v94[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
           }
         }
       }
       kg::cp_async_commit();
+      // spec: specs/fa2_bwd.yaml:69:37
+      float (&v95)[32] = v91;
+      {
+        const uint64_t da_ = kg::wgmma_desc(v66, 128, 1024);
+        const uint64_t db_ = kg::wgmma_desc(v35, 128, 1024);
+        kg::wgmma_fence();
+      #pragma unroll
+        for (int ks = 0; ks < 4; ++ks)
+      #pragma unroll
+          for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+            for (int rn = 0; rn < 1; ++rn)
+              kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v95[(rm * 1 + rn) * 32], da_ + (((((((warp / 4) / 1) * 64 + rm * 64)) / 8 * 8 + ((ks * 16)) / 8) * 64 + ((((warp / 4) / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + (((((((warp / 4) % 1) * 64 + rn * 64)) / 8 * 8 + ((ks * 16)) / 8) * 64 + ((((warp / 4) % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16));
+        kg::wgmma_commit();
+        kg::wgmma_wait<0>();
+      #pragma unroll
+        for (int e = 0; e < 32; ++e) kg::fence_operand(v95[e]);
+      }
+      // spec: specs/fa2_bwd.yaml:69:37
+      float v96[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v96[e] = (v95[e] * v17);
+      // spec: specs/fa2_bwd.yaml:69:62
+      float (&v97)[2] = v69;
+      // spec: specs/fa2_bwd.yaml:69:37
+      float v98[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v98[e] = v97[((e >> 1) & 1) * 1];
+      // spec: specs/fa2_bwd.yaml:69:37
+      float v99[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v99[e] = (v96[e] - v98[e]);
+      // spec: specs/fa2_bwd.yaml:69:32
+      float v100[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v100[e] = kg::exp2_(v99[e]);
+      // spec: specs/fa2_bwd.yaml:69:19
+      const float v101 = 0.0f;
+      // spec: specs/fa2_bwd.yaml:69:19
+      float v102[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v102[e] = (v90[e] ? v100[e] : v101);
+      // spec: specs/fa2_bwd.yaml:70:37
+      kg::fp16 v103[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v103[e] = kg::cvt<kg::fp16>(v102[e]);
+      // spec: specs/fa2_bwd.yaml:70:33
+      kg::fp16* v104 = reinterpret_cast<kg::fp16*>(smem + 49152);
+      kg::sync();
+      #pragma unroll
+      for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v104[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v103[e]);
+      kg::fence_proxy_async();
+
+      // spec: specs/fa2_bwd.yaml:70:33
+      kg::fp16* v105 = v104;
+      // spec: specs/fa2_bwd.yaml:70:33
+      kg::cp_async_wait<1>();
+      kg::fence_proxy_async();
+      kg::sync();
+      // spec: specs/fa2_bwd.yaml:63:22
+      const int v106 = (v58 + v49);
+      // spec: specs/fa2_bwd.yaml:63:22
+      const bool v107 = (v106 < v48);
+      // spec: specs/fa2_bwd.yaml:61:11
+      kg::fp16* v108 = v50 + (v64 % 2) * 4096;
+      // spec: specs/fa2_bwd.yaml:63:22
+      if (v107) {
+        const kg::fp16* p_ = t_do + ((int64_t)(v6) * stride_do_0 + (int64_t)(v44) * stride_do_2);
+        const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
+        const int64_t q_ = (int64_t)(v106 * 64) * stride_do_1 + 0;
+      #pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int c_ = lane + warp * 32 + i * 128;
+          const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
+          const int i0_ = v106 * 64 + r_, i1_ = 0 + k_;
+          const int64_t off_ = q_ + ((int64_t)r_ * stride_do_1 + k_);
+          const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
+          if (aligned_) {
+            const int n_ = (i0_ < (size_SQ)) * 8;
+            kg::cp_async<16>(&v108[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          } else {
+      #pragma unroll
+            for (int v = 0; v < 8; ++v)
+              v108[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          }
+        }
+      }
+      kg::cp_async_commit();
+      // spec: specs/fa2_bwd.yaml:70:33
+      float (&v109)[32] = v59;
+      {
+        const uint64_t da_ = kg::wgmma_desc(v105, 1024, 128);
+        const uint64_t db_ = kg::wgmma_desc(v65, 1024, 128);
+        kg::wgmma_fence();
+      #pragma unroll
+        for (int ks = 0; ks < 4; ++ks)
+      #pragma unroll
+          for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+            for (int rn = 0; rn < 1; ++rn)
+              kg::wgmma_m64n64k16_fp16_ss<1, 1>(&v109[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + ((((warp / 4) / 1) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + ((((warp / 4) / 1) * 64 + rm * 64)) % 8) * 2 / 16), db_ + (((((ks * 16)) / 8 * 8 + ((((warp / 4) % 1) * 64 + rn * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + ((((warp / 4) % 1) * 64 + rn * 64)) % 8) * 2 / 16));
+        kg::wgmma_commit();
+        kg::wgmma_wait<0>();
+      #pragma unroll
+        for (int e = 0; e < 32; ++e) kg::fence_operand(v109[e]);
+      }
+      // spec: specs/fa2_bwd.yaml:71:20
+      float v110[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v110[e] = 0.0f;
+      // spec: specs/fa2_bwd.yaml:71:20
+      float (&v111)[32] = v110;
+      {
+        const uint64_t da_ = kg::wgmma_desc(v65, 128, 1024);
+        const uint64_t db_ = kg::wgmma_desc(v37, 128, 1024);
+        kg::wgmma_fence();
+      #pragma unroll
+        for (int ks = 0; ks < 4; ++ks)
+      #pragma unroll
+          for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+            for (int rn = 0; rn < 1; ++rn)
+              kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v111[(rm * 1 + rn) * 32], da_ + (((((((warp / 4) / 1) * 64 + rm * 64)) / 8 * 8 + ((ks * 16)) / 8) * 64 + ((((warp / 4) / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + (((((((warp / 4) % 1) * 64 + rn * 64)) / 8 * 8 + ((ks * 16)) / 8) * 64 + ((((warp / 4) % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16));
+        kg::wgmma_commit();
+        kg::wgmma_wait<0>();
+      #pragma unroll
+        for (int e = 0; e < 32; ++e) kg::fence_operand(v111[e]);
+      }
       // spec: specs/fa2_bwd.yaml:72:30
-      float v99[2];
+      float v112[2];
       {
         const float* p_ = t_delta + ((int64_t)(v6) * stride_delta_0 + (int64_t)(v44) * stride_delta_1);
         const bool aligned_ = false;
-        const int t0_ = v55 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+        const int t0_ = v58 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
       #pragma unroll
         for (int e = 0; e < 2; e += 1) {
           const int i0_ = t0_ + (e & 1) * 8;
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 1 <= (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<1>(&v99[e], p_ + off_);
+            kg::copy_vec<1>(&v112[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 1; ++v)
-              v99[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+              v112[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
       // spec: specs/fa2_bwd.yaml:72:30
-      float (&v100)[2] = v99;
+      float (&v113)[2] = v112;
       // spec: specs/fa2_bwd.yaml:72:25
-      float v101[32];
+      float v114[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v101[e] = v100[((e >> 1) & 1) * 1];
+      for (int e = 0; e < 32; ++e) v114[e] = v113[((e >> 1) & 1) * 1];
       // spec: specs/fa2_bwd.yaml:72:25
-      float v102[32];
+      float v115[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v102[e] = (v96[e] - v101[e]);
+      for (int e = 0; e < 32; ++e) v115[e] = (v111[e] - v114[e]);
       // spec: specs/fa2_bwd.yaml:72:20
-      float v103[32];
+      float v116[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v103[e] = (v90[e] * v102[e]);
+      for (int e = 0; e < 32; ++e) v116[e] = (v102[e] * v115[e]);
       // spec: specs/fa2_bwd.yaml:73:37
-      kg::fp16 v104[32];
+      kg::fp16 v117[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v104[e] = kg::cvt<kg::fp16>(v103[e]);
+      for (int e = 0; e < 32; ++e) v117[e] = kg::cvt<kg::fp16>(v116[e]);
       // spec: specs/fa2_bwd.yaml:73:33
-      kg::fp16* v105 = reinterpret_cast<kg::fp16*>(smem + 36864);
+      kg::fp16* v118 = reinterpret_cast<kg::fp16*>(smem + 49152);
+      kg::sync();
       #pragma unroll
-      for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v105[((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) * 72 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))], &v104[e]);
+      for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v118[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v117[e]);
+      kg::fence_proxy_async();
       kg::sync();
       // spec: specs/fa2_bwd.yaml:73:33
-      kg::fp16* v106 = v105;
+      kg::fp16* v119 = v118;
       // spec: specs/fa2_bwd.yaml:73:33
-      float (&v107)[32] = v57;
+      float (&v120)[32] = v60;
+      {
+        const uint64_t da_ = kg::wgmma_desc(v119, 1024, 128);
+        const uint64_t db_ = kg::wgmma_desc(v66, 1024, 128);
+        kg::wgmma_fence();
       #pragma unroll
-      for (int ks = 0; ks < 4; ++ks) {
-        alignas(16) kg::fp16 fa_[8];
+        for (int ks = 0; ks < 4; ++ks)
       #pragma unroll
-        for (int g = 0; g < 1; ++g) kg::ldmatrix_x4_trans(&fa_[g * 8], &v106[(ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8) + lane % 8) * 72 + (warp / 1) * 16 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8)]);
-        alignas(16) kg::fp16 fb_[32];
+          for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
-        for (int g = 0; g < 4; ++g) kg::ldmatrix_x4_trans(&fb_[g * 8], &v50[(ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8) + lane % 8) * 72 + (warp % 1) * 64 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8 + (((8 * g + 2 * ((lane / 8) % 4)) >> 3) & 1) * 16 + (((8 * g + 2 * ((lane / 8) % 4)) >> 4) & 1) * 32)]);
+            for (int rn = 0; rn < 1; ++rn)
+              kg::wgmma_m64n64k16_fp16_ss<1, 1>(&v120[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + ((((warp / 4) / 1) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + ((((warp / 4) / 1) * 64 + rm * 64)) % 8) * 2 / 16), db_ + (((((ks * 16)) / 8 * 8 + ((((warp / 4) % 1) * 64 + rn * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + ((((warp / 4) % 1) * 64 + rn * 64)) % 8) * 2 / 16));
+        kg::wgmma_commit();
+        kg::wgmma_wait<0>();
       #pragma unroll
-        for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-          for (int rn = 0; rn < 8; ++rn)
-            kg::mma_m16n8k16_fp16(&v107[(rm * 8 + rn) * 4], &fa_[rm * 8], &fb_[rn * 4]);
+        for (int e = 0; e < 32; ++e) kg::fence_operand(v120[e]);
       }
-      // spec: specs/fa2_bwd.yaml:62:20
-      const int v108 = (v55 + v49);
-      // spec: specs/fa2_bwd.yaml:62:20
-      const bool v109 = (v108 < v48);
-      // spec: specs/fa2_bwd.yaml:62:20
-      kg::sync();
-      if (v109) {
-        const kg::fp16* p_ = t_q + ((int64_t)(v6) * stride_q_0 + (int64_t)(v44) * stride_q_2);
-        const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-      #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int c_ = lane + warp * 32 + i * 128;
-          const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
-          const int i0_ = v108 * 64 + r_, i1_ = 0 + k_;
-          const int64_t off_ = (int64_t)i0_ * stride_q_1 + i1_;
-          const int slot_ = r_ * 72 + k_;
-          if (aligned_) {
-            const int n_ = i0_ < (size_SQ) ? kg::min_(kg::max_((64) - i1_, 0), 8) : 0;
-            kg::cp_async<16>(&v50[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-          } else {
-      #pragma unroll
-            for (int v = 0; v < 8; ++v)
-              v50[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
-          }
-        }
-      }
-      kg::cp_async_commit();
       // spec: specs/fa2_bwd.yaml:75:70
-      kg::fp16 v110[32];
+      kg::fp16 v121[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v110[e] = kg::cvt<kg::fp16>(v103[e]);
+      for (int e = 0; e < 32; ++e) v121[e] = kg::cvt<kg::fp16>(v116[e]);
       // spec: specs/fa2_bwd.yaml:75:66
-      float v111[32];
+      float v122[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v111[e] = 0.0f;
+      for (int e = 0; e < 32; ++e) v122[e] = 0.0f;
       // spec: specs/fa2_bwd.yaml:75:66
-      float (&v112)[32] = v111;
+      float (&v123)[32] = v122;
+      {
+        const uint64_t db_ = kg::wgmma_desc(v34, 1024, 128);
+        kg::wgmma_fence();
       #pragma unroll
-      for (int ks = 0; ks < 4; ++ks) {
-        alignas(16) kg::fp16 fb_[32];
+        for (int ks = 0; ks < 4; ++ks)
       #pragma unroll
-        for (int g = 0; g < 4; ++g) kg::ldmatrix_x4_trans(&fb_[g * 8], &v34[(ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8) + lane % 8) * 72 + (warp % 1) * 64 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8 + (((8 * g + 2 * ((lane / 8) % 4)) >> 3) & 1) * 16 + (((8 * g + 2 * ((lane / 8) % 4)) >> 4) & 1) * 32)]);
+          for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
-        for (int rm = 0; rm < 1; ++rm)
+            for (int rn = 0; rn < 1; ++rn)
+              kg::wgmma_m64n64k16_fp16_rs<1>(&v123[(rm * 1 + rn) * 32], &v121[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 8 * 8 + ((((warp / 4) % 1) * 64 + rn * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + ((((warp / 4) % 1) * 64 + rn * 64)) % 8) * 2 / 16));
+        kg::wgmma_commit();
+        kg::wgmma_wait<0>();
       #pragma unroll
-          for (int rn = 0; rn < 8; ++rn)
-            kg::mma_m16n8k16_fp16(&v112[(rm * 8 + rn) * 4], &v110[(rm * 4 + ks) * 8], &fb_[rn * 4]);
+        for (int e = 0; e < 32; ++e) kg::fence_operand(v123[e]);
       }
       // spec: specs/fa2_bwd.yaml:75:66
-      float v113[32];
+      float v124[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v113[e] = (v112[e] * v2);
+      for (int e = 0; e < 32; ++e) v124[e] = (v123[e] * v2);
       // spec: specs/fa2_bwd.yaml:75:19
       if ((lane & 0) == 0 && (warp & 0) == 0) {
         float* p_ = t_dq_acc + ((int64_t)(v6) * stride_dq_acc_0 + (int64_t)(v44) * stride_dq_acc_2);
         const bool aligned_ = kg::aligned(p_, 8) && stride_dq_acc_0 % 2 == 0 && stride_dq_acc_1 % 2 == 0 && stride_dq_acc_2 % 2 == 0;
-        const int t0_ = v55 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+        const int t0_ = v58 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
         const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
       #pragma unroll
         for (int e = 0; e < 32; e += 1) {
           const int i0_ = t0_ + ((e >> 1) & 1) * 8;
           const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
           const int64_t off_ = (int64_t)i0_ * stride_dq_acc_1 + (int64_t)i1_ * 1;
-          if (i0_ < (size_SQ) && i1_ < (64)) kg::atomic_add(p_ + off_, v113[e]);
+          if (i0_ < (size_SQ) && i1_ < (64)) kg::atomic_add(p_ + off_, v124[e]);
         }
       }
       // spec: specs/fa2_bwd.yaml:75:19
 
       float y0_[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) y0_[e] = v94[e];
+      for (int e = 0; e < 32; ++e) y0_[e] = v109[e];
       float y1_[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) y1_[e] = v107[e];
+      for (int e = 0; e < 32; ++e) y1_[e] = v120[e];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v53[e] = y0_[e];
+      for (int e = 0; e < 32; ++e) v56[e] = y0_[e];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v54[e] = y1_[e];
+      for (int e = 0; e < 32; ++e) v57[e] = y1_[e];
     }
     // spec: specs/fa2_bwd.yaml:61:11
 
     float y0_[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y0_[e] = v53[e];
+    for (int e = 0; e < 32; ++e) y0_[e] = v56[e];
     float y1_[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y1_[e] = v54[e];
+    for (int e = 0; e < 32; ++e) y1_[e] = v57[e];
     #pragma unroll
     for (int e = 0; e < 32; ++e) v38[e] = y0_[e];
     #pragma unroll
     for (int e = 0; e < 32; ++e) v39[e] = y1_[e];
   }
   // spec: specs/fa2_bwd.yaml:76:34
-  float v114[32];
+  float v125[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v114[e] = (v39[e] * v2);
+  for (int e = 0; e < 32; ++e) v125[e] = (v39[e] * v2);
   // spec: specs/fa2_bwd.yaml:76:33
-  kg::fp16 v115[32];
+  kg::fp16 v126[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v115[e] = kg::cvt<kg::fp16>(v114[e]);
+  for (int e = 0; e < 32; ++e) v126[e] = kg::cvt<kg::fp16>(v125[e]);
   // spec: specs/fa2_bwd.yaml:76:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_dk + ((int64_t)(v6) * stride_dk_0 + (int64_t)(v8) * stride_dk_2);
@@ -628,18 +689,18 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
       const int64_t off_ = (int64_t)i0_ * stride_dk_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SK) && i1_ + 2 <= (64)) {
-        kg::copy_vec<2>(p_ + off_, &v115[e]);
+        kg::copy_vec<2>(p_ + off_, &v126[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SK) && i1_ + v < (64)) p_[off_ + v] = v115[e + v];
+          if (i0_ < (size_SK) && i1_ + v < (64)) p_[off_ + v] = v126[e + v];
       }
     }
   }
   // spec: specs/fa2_bwd.yaml:77:33
-  kg::fp16 v116[32];
+  kg::fp16 v127[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v116[e] = kg::cvt<kg::fp16>(v38[e]);
+  for (int e = 0; e < 32; ++e) v127[e] = kg::cvt<kg::fp16>(v38[e]);
   // spec: specs/fa2_bwd.yaml:77:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_dv + ((int64_t)(v6) * stride_dv_0 + (int64_t)(v8) * stride_dv_2);
@@ -652,11 +713,11 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
       const int64_t off_ = (int64_t)i0_ * stride_dv_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SK) && i1_ + 2 <= (64)) {
-        kg::copy_vec<2>(p_ + off_, &v116[e]);
+        kg::copy_vec<2>(p_ + off_, &v127[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SK) && i1_ + v < (64)) p_[off_ + v] = v116[e + v];
+          if (i0_ < (size_SK) && i1_ + v < (64)) p_[off_ + v] = v127[e + v];
       }
     }
   }

@@ -3,6 +3,21 @@
 #include "kgen_cuda.h"
 #include "kgen_tile.h"
 
+namespace kg {
+template <int TA, int TB> KG_DEVICE void wgmma_m64n32k16_bf16_ss(float* d, uint64_t da, uint64_t db) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, %19, %20;\n}\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+               : "l"(da), "l"(db), "r"(1), "n"(TA), "n"(TB));
+}
+template <int TA, int TB> KG_DEVICE void wgmma_m64n64k16_bf16_ss(float* d, uint64_t da, uint64_t db) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %35, %36;\n}\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+               : "l"(da), "l"(db), "r"(1), "n"(TA), "n"(TB));
+}
+}  // namespace kg
+
 KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::bf16* __restrict__ t_q, int64_t stride_q_0, int64_t stride_q_1, int64_t stride_q_2, const kg::bf16* __restrict__ t_k, int64_t stride_k_0, int64_t stride_k_1, int64_t stride_k_2, const kg::bf16* __restrict__ t_v, int64_t stride_v_0, int64_t stride_v_1, int64_t stride_v_2, const kg::bf16* __restrict__ t_o, int64_t stride_o_0, int64_t stride_o_1, int64_t stride_o_2, const float* __restrict__ t_lse, int64_t stride_lse_0, int64_t stride_lse_1, const kg::bf16* __restrict__ t_do, int64_t stride_do_0, int64_t stride_do_1, int64_t stride_do_2, kg::bf16* __restrict__ t_dq, int64_t stride_dq_0, int64_t stride_dq_1, int64_t stride_dq_2, kg::bf16* __restrict__ t_dk, int64_t stride_dk_0, int64_t stride_dk_1, int64_t stride_dk_2, kg::bf16* __restrict__ t_dv, int64_t stride_dv_0, int64_t stride_dv_1, int64_t stride_dv_2, float* __restrict__ t_delta, int64_t stride_delta_0, int64_t stride_delta_1, float* __restrict__ t_dq_acc, int64_t stride_dq_acc_0, int64_t stride_dq_acc_1, int64_t stride_dq_acc_2, int size_B, int size_SQ, int size_SK, int size_H, int size_HKV, float scalar_softmax_scale) {
   extern __shared__ __align__(16) char smem[];
   const int lane = kg::thread_id() % kg::WAVE;
@@ -41,7 +56,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::bf16* __restrict__ t_
   // spec: specs/fa2_bwd.yaml:87:44
   int v15[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v15[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + ((e & 1) * 8);
+  for (int e = 0; e < 2; ++e) v15[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8);
   // spec: specs/fa2_bwd.yaml:87:18
   int v16[2];
   #pragma unroll
@@ -51,7 +66,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::bf16* __restrict__ t_
   {
     const float* p_ = t_lse + ((int64_t)(v6) * stride_lse_0 + (int64_t)(v8) * stride_lse_1);
     const bool aligned_ = false;
-    const int t0_ = v9 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32;
+    const int t0_ = v9 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
   #pragma unroll
     for (int e = 0; e < 2; e += 1) {
       const int i0_ = t0_ + (e & 1) * 8;
@@ -77,7 +92,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::bf16* __restrict__ t_
   {
     const float* p_ = t_delta + ((int64_t)(v6) * stride_delta_0 + (int64_t)(v8) * stride_delta_1);
     const bool aligned_ = false;
-    const int t0_ = v9 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32;
+    const int t0_ = v9 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
   #pragma unroll
     for (int e = 0; e < 2; e += 1) {
       const int i0_ = t0_ + (e & 1) * 8;
@@ -141,21 +156,22 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::bf16* __restrict__ t_
   // spec: specs/fa2_bwd.yaml:102:54
   int (&v43)[2] = v16;
   // spec: specs/fa2_bwd.yaml:103:37
-  kg::bf16* v44 = reinterpret_cast<kg::bf16*>(smem + 0);
+  kg::bf16* v44 = reinterpret_cast<kg::bf16*>(smem + 65536);
   // spec: specs/fa2_bwd.yaml:88:16
   kg::sync();
   if (true) {
     const kg::bf16* p_ = t_q + ((int64_t)(v6) * stride_q_0 + (int64_t)(v8) * stride_q_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
+    const int64_t q_ = (int64_t)(v9 * 64) * stride_q_1 + 0;
   #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int c_ = lane + warp * 32 + i * 256;
-      const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
+      const int r_ = c_ / 128 * 8 + c_ % 8, k_ = c_ / 8 % 16 * 8;
       const int i0_ = v9 * 64 + r_, i1_ = 0 + k_;
-      const int64_t off_ = (int64_t)i0_ * stride_q_1 + i1_;
-      const int slot_ = r_ * 136 + k_;
+      const int64_t off_ = q_ + ((int64_t)r_ * stride_q_1 + k_);
+      const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
       if (aligned_) {
-        const int n_ = i0_ < (size_SQ) ? kg::min_(kg::max_((128) - i1_, 0), 8) : 0;
+        const int n_ = (i0_ < (size_SQ)) * 8;
         kg::cp_async<16>(&v44[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
@@ -167,6 +183,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::bf16* __restrict__ t_
   kg::cp_async_commit();
   // spec: specs/fa2_bwd.yaml:103:37
   kg::cp_async_wait<0>();
+  kg::fence_proxy_async();
   kg::sync();
   // spec: specs/fa2_bwd.yaml:103:62
   float (&v45)[2] = v19;
@@ -175,20 +192,21 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::bf16* __restrict__ t_
   #pragma unroll
   for (int e = 0; e < 16; ++e) v46[e] = v45[((e >> 1) & 1) * 1];
   // spec: specs/fa2_bwd.yaml:104:20
-  kg::bf16* v47 = reinterpret_cast<kg::bf16*>(smem + 17408);
+  kg::bf16* v47 = reinterpret_cast<kg::bf16*>(smem + 81920);
   // spec: specs/fa2_bwd.yaml:89:18
   if (true) {
     const kg::bf16* p_ = t_do + ((int64_t)(v6) * stride_do_0 + (int64_t)(v8) * stride_do_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
+    const int64_t q_ = (int64_t)(v9 * 64) * stride_do_1 + 0;
   #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int c_ = lane + warp * 32 + i * 256;
-      const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
+      const int r_ = c_ / 128 * 8 + c_ % 8, k_ = c_ / 8 % 16 * 8;
       const int i0_ = v9 * 64 + r_, i1_ = 0 + k_;
-      const int64_t off_ = (int64_t)i0_ * stride_do_1 + i1_;
-      const int slot_ = r_ * 136 + k_;
+      const int64_t off_ = q_ + ((int64_t)r_ * stride_do_1 + k_);
+      const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
       if (aligned_) {
-        const int n_ = i0_ < (size_SQ) ? kg::min_(kg::max_((128) - i1_, 0), 8) : 0;
+        const int n_ = (i0_ < (size_SQ)) * 8;
         kg::cp_async<16>(&v47[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
@@ -200,6 +218,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::bf16* __restrict__ t_
   kg::cp_async_commit();
   // spec: specs/fa2_bwd.yaml:104:20
   kg::cp_async_wait<0>();
+  kg::fence_proxy_async();
   kg::sync();
   // spec: specs/fa2_bwd.yaml:105:42
   float (&v48)[2] = v20;
@@ -207,312 +226,346 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::bf16* __restrict__ t_
   float v49[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v49[e] = v48[((e >> 1) & 1) * 1];
-  // spec: specs/fa2_bwd.yaml:103:37
-  kg::bf16* v50 = reinterpret_cast<kg::bf16*>(smem + 34816);
   // spec: specs/fa2_bwd.yaml:104:20
-  kg::bf16* v51 = reinterpret_cast<kg::bf16*>(smem + 52224);
+  kg::bf16* v50 = reinterpret_cast<kg::bf16*>(smem + 0);
+  // spec: specs/fa2_bwd.yaml:103:37
+  kg::bf16* v51 = reinterpret_cast<kg::bf16*>(smem + 32768);
   // spec: specs/fa2_bwd.yaml:97:11
   const bool v52 = (v40 < v38);
-  // spec: specs/fa2_bwd.yaml:104:30
-  if (v52) {
-    const kg::bf16* p_ = t_v + ((int64_t)(v6) * stride_v_0 + (int64_t)(v11) * stride_v_2);
-    const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-  #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int c_ = lane + warp * 32 + i * 256;
-      const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
-      const int i0_ = v40 * 64 + r_, i1_ = 0 + k_;
-      const int64_t off_ = (int64_t)i0_ * stride_v_1 + i1_;
-      const int slot_ = r_ * 136 + k_;
-      if (aligned_) {
-        const int n_ = i0_ < (size_SK) ? kg::min_(kg::max_((128) - i1_, 0), 8) : 0;
-        kg::cp_async<16>(&v51[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-      } else {
-  #pragma unroll
-        for (int v = 0; v < 8; ++v)
-          v51[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-      }
-    }
-  }
-  kg::cp_async_commit();
+  // spec: specs/fa2_bwd.yaml:97:11
+  const int v53 = 0;
+  // spec: specs/fa2_bwd.yaml:97:11
+  kg::bf16* v54 = v51 + (v53 % 2) * 8192;
   // spec: specs/fa2_bwd.yaml:98:20
   if (v52) {
     const kg::bf16* p_ = t_k + ((int64_t)(v6) * stride_k_0 + (int64_t)(v11) * stride_k_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
+    const int64_t q_ = (int64_t)(v40 * 64) * stride_k_1 + 0;
   #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int c_ = lane + warp * 32 + i * 256;
-      const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
+      const int r_ = c_ / 128 * 8 + c_ % 8, k_ = c_ / 8 % 16 * 8;
       const int i0_ = v40 * 64 + r_, i1_ = 0 + k_;
-      const int64_t off_ = (int64_t)i0_ * stride_k_1 + i1_;
-      const int slot_ = r_ * 136 + k_;
+      const int64_t off_ = q_ + ((int64_t)r_ * stride_k_1 + k_);
+      const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
       if (aligned_) {
-        const int n_ = i0_ < (size_SK) ? kg::min_(kg::max_((128) - i1_, 0), 8) : 0;
-        kg::cp_async<16>(&v50[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        const int n_ = (i0_ < (size_SK)) * 8;
+        kg::cp_async<16>(&v54[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v50[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v54[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+      }
+    }
+  }
+  kg::cp_async_commit();
+  // spec: specs/fa2_bwd.yaml:97:11
+  kg::bf16* v55 = v50 + (v53 % 2) * 8192;
+  // spec: specs/fa2_bwd.yaml:104:30
+  if (v52) {
+    const kg::bf16* p_ = t_v + ((int64_t)(v6) * stride_v_0 + (int64_t)(v11) * stride_v_2);
+    const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
+    const int64_t q_ = (int64_t)(v40 * 64) * stride_v_1 + 0;
+  #pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int c_ = lane + warp * 32 + i * 256;
+      const int r_ = c_ / 128 * 8 + c_ % 8, k_ = c_ / 8 % 16 * 8;
+      const int i0_ = v40 * 64 + r_, i1_ = 0 + k_;
+      const int64_t off_ = q_ + ((int64_t)r_ * stride_v_1 + k_);
+      const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
+      if (aligned_) {
+        const int n_ = (i0_ < (size_SK)) * 8;
+        kg::cp_async<16>(&v55[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+      } else {
+  #pragma unroll
+        for (int v = 0; v < 8; ++v)
+          v55[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
   kg::cp_async_commit();
   // spec: specs/fa2_bwd.yaml:97:11
 
-  float v53[32];
+  float v56[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v53[e] = v39[e];
-  for (int v54 = v40; v54 < v38; v54 += v41) {
-    float (&v55)[32] = v53;
+  for (int e = 0; e < 32; ++e) v56[e] = v39[e];
+  for (int v57 = v40; v57 < v38; v57 += v41) {
+    float (&v58)[32] = v56;
     
+    // spec: specs/fa2_bwd.yaml:97:11
+    const int v59 = (v57 - v40);
+    // spec: specs/fa2_bwd.yaml:97:11
+    const int v60 = (kg::floordiv(v59, v41));
+    // spec: specs/fa2_bwd.yaml:97:11
+    const int v61 = 1;
+    // spec: specs/fa2_bwd.yaml:97:11
+    const int v62 = (v60 + v61);
+    // spec: specs/fa2_bwd.yaml:97:11
+    kg::bf16* v63 = v50 + (v60 % 2) * 8192;
+    // spec: specs/fa2_bwd.yaml:97:11
+    kg::bf16* v64 = v51 + (v60 % 2) * 8192;
     // spec: specs/fa2_bwd.yaml:99:22
-    const int v56 = 64;
+    const int v65 = 64;
     // spec: specs/fa2_bwd.yaml:99:22
-    const int v57 = (v54 * v56);
+    const int v66 = (v57 * v65);
     // spec: specs/fa2_bwd.yaml:99:36
-    int v58[8];
+    int v67[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v58[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + (warp & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16);
+    for (int e = 0; e < 8; ++e) v67[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16);
     // spec: specs/fa2_bwd.yaml:99:22
-    int v59[8];
+    int v68[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v59[e] = (v57 + v58[e]);
+    for (int e = 0; e < 8; ++e) v68[e] = (v66 + v67[e]);
     // spec: specs/fa2_bwd.yaml:100:24
-    int (&v60)[8] = v59;
+    int (&v69)[8] = v68;
     // spec: specs/fa2_bwd.yaml:100:24
-    bool v61[8];
+    bool v70[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v61[e] = (v60[e] < v1);
+    for (int e = 0; e < 8; ++e) v70[e] = (v69[e] < v1);
     // spec: specs/fa2_bwd.yaml:100:49
-    const float v62 = -kg::inf();
+    const float v71 = -kg::inf();
     // spec: specs/fa2_bwd.yaml:100:49
-    bool v63[2];
+    bool v72[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v63[e] = (v42[e] > v62);
+    for (int e = 0; e < 2; ++e) v72[e] = (v42[e] > v71);
     // spec: specs/fa2_bwd.yaml:100:23
-    bool v64[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v64[e] = v61[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4];
-    // spec: specs/fa2_bwd.yaml:100:23
-    bool v65[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v65[e] = v63[((e >> 1) & 1) * 1];
-    // spec: specs/fa2_bwd.yaml:100:23
-    bool v66[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v66[e] = (v64[e] && v65[e]);
-    // spec: specs/fa2_bwd.yaml:102:37
-    int (&v67)[8] = v59;
-    // spec: specs/fa2_bwd.yaml:102:71
-    const int v68 = (v1 - v0);
-    // spec: specs/fa2_bwd.yaml:102:54
-    int v69[2];
-    #pragma unroll
-    for (int e = 0; e < 2; ++e) v69[e] = (v43[e] + v68);
-    // spec: specs/fa2_bwd.yaml:102:37
-    int v70[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v70[e] = v67[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4];
-    // spec: specs/fa2_bwd.yaml:102:37
-    int v71[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v71[e] = v69[((e >> 1) & 1) * 1];
-    // spec: specs/fa2_bwd.yaml:102:37
-    bool v72[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v72[e] = (v70[e] <= v71[e]);
-    // spec: specs/fa2_bwd.yaml:102:27
     bool v73[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v73[e] = (v66[e] && v72[e]);
+    for (int e = 0; e < 16; ++e) v73[e] = v70[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4];
+    // spec: specs/fa2_bwd.yaml:100:23
+    bool v74[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v74[e] = v72[((e >> 1) & 1) * 1];
+    // spec: specs/fa2_bwd.yaml:100:23
+    bool v75[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v75[e] = (v73[e] && v74[e]);
+    // spec: specs/fa2_bwd.yaml:102:37
+    int (&v76)[8] = v68;
+    // spec: specs/fa2_bwd.yaml:102:71
+    const int v77 = (v1 - v0);
+    // spec: specs/fa2_bwd.yaml:102:54
+    int v78[2];
+    #pragma unroll
+    for (int e = 0; e < 2; ++e) v78[e] = (v43[e] + v77);
+    // spec: specs/fa2_bwd.yaml:102:37
+    int v79[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v79[e] = v76[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4];
+    // spec: specs/fa2_bwd.yaml:102:37
+    int v80[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v80[e] = v78[((e >> 1) & 1) * 1];
+    // spec: specs/fa2_bwd.yaml:102:37
+    bool v81[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v81[e] = (v79[e] <= v80[e]);
+    // spec: specs/fa2_bwd.yaml:102:27
+    bool v82[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v82[e] = (v75[e] && v81[e]);
     // spec: specs/fa2_bwd.yaml:103:37
-    float v74[16];
+    float v83[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v74[e] = 0.0f;
+    for (int e = 0; e < 16; ++e) v83[e] = 0.0f;
     // spec: specs/fa2_bwd.yaml:103:37
-    kg::cp_async_wait<0>();
-    kg::sync();
-    // spec: specs/fa2_bwd.yaml:103:37
-    kg::bf16* v75 = v50;
-    // spec: specs/fa2_bwd.yaml:103:37
-    float (&v76)[16] = v74;
-    #pragma unroll
-    for (int ks = 0; ks < 8; ++ks) {
-      alignas(16) kg::bf16 fa_[8];
-    #pragma unroll
-      for (int g = 0; g < 1; ++g) kg::ldmatrix_x4(&fa_[g * 8], &v44[((warp / 2) * 16 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8) + lane % 8) * 136 + ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8)]);
-      alignas(16) kg::bf16 fb_[16];
-    #pragma unroll
-      for (int g = 0; g < 2; ++g) kg::ldmatrix_x4(&fb_[g * 8], &v75[((warp % 2) * 32 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8 + (((8 * g + 2 * ((lane / 8) % 4)) >> 3) & 1) * 16) + lane % 8) * 136 + ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8)]);
-    #pragma unroll
-      for (int rm = 0; rm < 1; ++rm)
-    #pragma unroll
-        for (int rn = 0; rn < 4; ++rn)
-          kg::mma_m16n8k16_bf16(&v76[(rm * 4 + rn) * 4], &fa_[rm * 8], &fb_[rn * 4]);
-    }
-    // spec: specs/fa2_bwd.yaml:103:37
-    float v77[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v77[e] = (v76[e] * v22);
-    // spec: specs/fa2_bwd.yaml:103:37
-    float v78[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v78[e] = (v77[e] - v46[e]);
-    // spec: specs/fa2_bwd.yaml:103:32
-    float v79[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v79[e] = kg::exp2_(v78[e]);
-    // spec: specs/fa2_bwd.yaml:103:19
-    const float v80 = 0.0f;
-    // spec: specs/fa2_bwd.yaml:103:19
-    float v81[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v81[e] = (v73[e] ? v79[e] : v80);
-    // spec: specs/fa2_bwd.yaml:104:20
-    float v82[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v82[e] = 0.0f;
-    // spec: specs/fa2_bwd.yaml:104:20
     kg::cp_async_wait<1>();
+    kg::fence_proxy_async();
     kg::sync();
-    // spec: specs/fa2_bwd.yaml:104:20
-    kg::bf16* v83 = v51;
-    // spec: specs/fa2_bwd.yaml:104:20
-    float (&v84)[16] = v82;
-    #pragma unroll
-    for (int ks = 0; ks < 8; ++ks) {
-      alignas(16) kg::bf16 fa_[8];
-    #pragma unroll
-      for (int g = 0; g < 1; ++g) kg::ldmatrix_x4(&fa_[g * 8], &v47[((warp / 2) * 16 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8) + lane % 8) * 136 + ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8)]);
-      alignas(16) kg::bf16 fb_[16];
-    #pragma unroll
-      for (int g = 0; g < 2; ++g) kg::ldmatrix_x4(&fb_[g * 8], &v83[((warp % 2) * 32 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8 + (((8 * g + 2 * ((lane / 8) % 4)) >> 3) & 1) * 16) + lane % 8) * 136 + ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8)]);
-    #pragma unroll
-      for (int rm = 0; rm < 1; ++rm)
-    #pragma unroll
-        for (int rn = 0; rn < 4; ++rn)
-          kg::mma_m16n8k16_bf16(&v84[(rm * 4 + rn) * 4], &fa_[rm * 8], &fb_[rn * 4]);
-    }
-    // spec: specs/fa2_bwd.yaml:104:30
-    const int v85 = (v54 + v41);
-    // spec: specs/fa2_bwd.yaml:104:30
-    const bool v86 = (v85 < v38);
-    // spec: specs/fa2_bwd.yaml:104:30
-    kg::sync();
-    if (v86) {
-      const kg::bf16* p_ = t_v + ((int64_t)(v6) * stride_v_0 + (int64_t)(v11) * stride_v_2);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-    #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int c_ = lane + warp * 32 + i * 256;
-        const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
-        const int i0_ = v85 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = (int64_t)i0_ * stride_v_1 + i1_;
-        const int slot_ = r_ * 136 + k_;
-        if (aligned_) {
-          const int n_ = i0_ < (size_SK) ? kg::min_(kg::max_((128) - i1_, 0), 8) : 0;
-          kg::cp_async<16>(&v51[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-        } else {
-    #pragma unroll
-          for (int v = 0; v < 8; ++v)
-            v51[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-        }
-      }
-    }
-    kg::cp_async_commit();
-    // spec: specs/fa2_bwd.yaml:105:37
-    float v87[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v87[e] = (v84[e] - v49[e]);
-    // spec: specs/fa2_bwd.yaml:105:32
-    float v88[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v88[e] = (v81[e] * v87[e]);
-    // spec: specs/fa2_bwd.yaml:105:31
-    kg::bf16 v89[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v89[e] = kg::cvt<kg::bf16>(v88[e]);
-    // spec: specs/fa2_bwd.yaml:105:27
-    kg::bf16* v90 = reinterpret_cast<kg::bf16*>(smem + 69632);
-    #pragma unroll
-    for (int e = 0; e < 16; e += 2) kg::copy_vec<2>(&v90[((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (((e >> 1) & 1) * 8)) * 72 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + (warp & 1) * 32) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v89[e]);
-    kg::sync();
-    // spec: specs/fa2_bwd.yaml:105:27
-    float (&v91)[32] = v55;
-    #pragma unroll
-    for (int ks = 0; ks < 4; ++ks) {
-      alignas(16) kg::bf16 fa_[8];
-    #pragma unroll
-      for (int g = 0; g < 1; ++g) kg::ldmatrix_x4(&fa_[g * 8], &v90[((warp / 2) * 16 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8) + lane % 8) * 72 + ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8)]);
-      alignas(16) kg::bf16 fb_[32];
-    #pragma unroll
-      for (int g = 0; g < 4; ++g) kg::ldmatrix_x4_trans(&fb_[g * 8], &v50[(ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8) + lane % 8) * 136 + (warp % 2) * 64 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8 + (((8 * g + 2 * ((lane / 8) % 4)) >> 3) & 1) * 16 + (((8 * g + 2 * ((lane / 8) % 4)) >> 4) & 1) * 32)]);
-    #pragma unroll
-      for (int rm = 0; rm < 1; ++rm)
-    #pragma unroll
-        for (int rn = 0; rn < 8; ++rn)
-          kg::mma_m16n8k16_bf16(&v91[(rm * 8 + rn) * 4], &fa_[rm * 8], &fb_[rn * 4]);
-    }
     // spec: specs/fa2_bwd.yaml:98:20
-    const int v92 = (v54 + v41);
+    const int v84 = (v57 + v41);
     // spec: specs/fa2_bwd.yaml:98:20
-    const bool v93 = (v92 < v38);
+    const bool v85 = (v84 < v38);
+    // spec: specs/fa2_bwd.yaml:97:11
+    kg::bf16* v86 = v51 + (v62 % 2) * 8192;
     // spec: specs/fa2_bwd.yaml:98:20
-    kg::sync();
-    if (v93) {
+    if (v85) {
       const kg::bf16* p_ = t_k + ((int64_t)(v6) * stride_k_0 + (int64_t)(v11) * stride_k_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
+      const int64_t q_ = (int64_t)(v84 * 64) * stride_k_1 + 0;
     #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int c_ = lane + warp * 32 + i * 256;
-        const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
-        const int i0_ = v92 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = (int64_t)i0_ * stride_k_1 + i1_;
-        const int slot_ = r_ * 136 + k_;
+        const int r_ = c_ / 128 * 8 + c_ % 8, k_ = c_ / 8 % 16 * 8;
+        const int i0_ = v84 * 64 + r_, i1_ = 0 + k_;
+        const int64_t off_ = q_ + ((int64_t)r_ * stride_k_1 + k_);
+        const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
         if (aligned_) {
-          const int n_ = i0_ < (size_SK) ? kg::min_(kg::max_((128) - i1_, 0), 8) : 0;
-          kg::cp_async<16>(&v50[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          const int n_ = (i0_ < (size_SK)) * 8;
+          kg::cp_async<16>(&v86[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v50[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v86[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
+    // spec: specs/fa2_bwd.yaml:103:37
+    kg::bf16* v87 = v64;
+    // spec: specs/fa2_bwd.yaml:103:37
+    float (&v88)[16] = v83;
+    {
+      const uint64_t da_ = kg::wgmma_desc(v44, 128, 2048);
+      const uint64_t db_ = kg::wgmma_desc(v87, 128, 2048);
+      kg::wgmma_fence();
+    #pragma unroll
+      for (int ks = 0; ks < 8; ++ks)
+    #pragma unroll
+        for (int rm = 0; rm < 1; ++rm)
+    #pragma unroll
+          for (int rn = 0; rn < 1; ++rn)
+            kg::wgmma_m64n32k16_bf16_ss<0, 0>(&v88[(rm * 1 + rn) * 16], da_ + (((((((warp / 4) / 2) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + ((((warp / 4) / 2) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + (((((((warp / 4) % 2) * 32 + rn * 32)) / 8 * 16 + ((ks * 16)) / 8) * 64 + ((((warp / 4) % 2) * 32 + rn * 32)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16));
+      kg::wgmma_commit();
+      kg::wgmma_wait<0>();
+    #pragma unroll
+      for (int e = 0; e < 16; ++e) kg::fence_operand(v88[e]);
+    }
+    // spec: specs/fa2_bwd.yaml:103:37
+    float v89[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v89[e] = (v88[e] * v22);
+    // spec: specs/fa2_bwd.yaml:103:37
+    float v90[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v90[e] = (v89[e] - v46[e]);
+    // spec: specs/fa2_bwd.yaml:103:32
+    float v91[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v91[e] = kg::exp2_(v90[e]);
+    // spec: specs/fa2_bwd.yaml:103:19
+    const float v92 = 0.0f;
+    // spec: specs/fa2_bwd.yaml:103:19
+    float v93[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v93[e] = (v82[e] ? v91[e] : v92);
+    // spec: specs/fa2_bwd.yaml:104:20
+    float v94[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v94[e] = 0.0f;
+    // spec: specs/fa2_bwd.yaml:104:20
+    kg::cp_async_wait<1>();
+    kg::fence_proxy_async();
+    kg::sync();
+    // spec: specs/fa2_bwd.yaml:104:30
+    const int v95 = (v57 + v41);
+    // spec: specs/fa2_bwd.yaml:104:30
+    const bool v96 = (v95 < v38);
+    // spec: specs/fa2_bwd.yaml:97:11
+    kg::bf16* v97 = v50 + (v62 % 2) * 8192;
+    // spec: specs/fa2_bwd.yaml:104:30
+    if (v96) {
+      const kg::bf16* p_ = t_v + ((int64_t)(v6) * stride_v_0 + (int64_t)(v11) * stride_v_2);
+      const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
+      const int64_t q_ = (int64_t)(v95 * 64) * stride_v_1 + 0;
+    #pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int c_ = lane + warp * 32 + i * 256;
+        const int r_ = c_ / 128 * 8 + c_ % 8, k_ = c_ / 8 % 16 * 8;
+        const int i0_ = v95 * 64 + r_, i1_ = 0 + k_;
+        const int64_t off_ = q_ + ((int64_t)r_ * stride_v_1 + k_);
+        const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
+        if (aligned_) {
+          const int n_ = (i0_ < (size_SK)) * 8;
+          kg::cp_async<16>(&v97[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        } else {
+    #pragma unroll
+          for (int v = 0; v < 8; ++v)
+            v97[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+        }
+      }
+    }
+    kg::cp_async_commit();
+    // spec: specs/fa2_bwd.yaml:104:20
+    kg::bf16* v98 = v63;
+    // spec: specs/fa2_bwd.yaml:104:20
+    float (&v99)[16] = v94;
+    {
+      const uint64_t da_ = kg::wgmma_desc(v47, 128, 2048);
+      const uint64_t db_ = kg::wgmma_desc(v98, 128, 2048);
+      kg::wgmma_fence();
+    #pragma unroll
+      for (int ks = 0; ks < 8; ++ks)
+    #pragma unroll
+        for (int rm = 0; rm < 1; ++rm)
+    #pragma unroll
+          for (int rn = 0; rn < 1; ++rn)
+            kg::wgmma_m64n32k16_bf16_ss<0, 0>(&v99[(rm * 1 + rn) * 16], da_ + (((((((warp / 4) / 2) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + ((((warp / 4) / 2) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + (((((((warp / 4) % 2) * 32 + rn * 32)) / 8 * 16 + ((ks * 16)) / 8) * 64 + ((((warp / 4) % 2) * 32 + rn * 32)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16));
+      kg::wgmma_commit();
+      kg::wgmma_wait<0>();
+    #pragma unroll
+      for (int e = 0; e < 16; ++e) kg::fence_operand(v99[e]);
+    }
+    // spec: specs/fa2_bwd.yaml:105:37
+    float v100[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v100[e] = (v99[e] - v49[e]);
+    // spec: specs/fa2_bwd.yaml:105:32
+    float v101[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v101[e] = (v93[e] * v100[e]);
+    // spec: specs/fa2_bwd.yaml:105:31
+    kg::bf16 v102[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v102[e] = kg::cvt<kg::bf16>(v101[e]);
+    // spec: specs/fa2_bwd.yaml:105:27
+    kg::bf16* v103 = reinterpret_cast<kg::bf16*>(smem + 98304);
+    kg::sync();
+    #pragma unroll
+    for (int e = 0; e < 16; e += 2) kg::copy_vec<2>(&v103[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) % 8], &v102[e]);
+    kg::fence_proxy_async();
+    kg::sync();
+    // spec: specs/fa2_bwd.yaml:105:27
+    float (&v104)[32] = v58;
+    {
+      const uint64_t da_ = kg::wgmma_desc(v103, 128, 1024);
+      const uint64_t db_ = kg::wgmma_desc(v64, 2048, 128);
+      kg::wgmma_fence();
+    #pragma unroll
+      for (int ks = 0; ks < 4; ++ks)
+    #pragma unroll
+        for (int rm = 0; rm < 1; ++rm)
+    #pragma unroll
+          for (int rn = 0; rn < 1; ++rn)
+            kg::wgmma_m64n64k16_bf16_ss<0, 1>(&v104[(rm * 1 + rn) * 32], da_ + (((((((warp / 4) / 2) * 64 + rm * 64)) / 8 * 8 + ((ks * 16)) / 8) * 64 + ((((warp / 4) / 2) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + (((((ks * 16)) / 8 * 16 + ((((warp / 4) % 2) * 64 + rn * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + ((((warp / 4) % 2) * 64 + rn * 64)) % 8) * 2 / 16));
+      kg::wgmma_commit();
+      kg::wgmma_wait<0>();
+    #pragma unroll
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v104[e]);
+    }
     // spec: specs/fa2_bwd.yaml:105:21
 
     float y0_[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y0_[e] = v91[e];
+    for (int e = 0; e < 32; ++e) y0_[e] = v104[e];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v53[e] = y0_[e];
+    for (int e = 0; e < 32; ++e) v56[e] = y0_[e];
   }
   // spec: specs/fa2_bwd.yaml:106:40
-  float v94[32];
+  float v105[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v94[e] = (v53[e] * v2);
+  for (int e = 0; e < 32; ++e) v105[e] = (v56[e] * v2);
   // spec: specs/fa2_bwd.yaml:106:39
-  kg::bf16 v95[32];
+  kg::bf16 v106[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v95[e] = kg::cvt<kg::bf16>(v94[e]);
+  for (int e = 0; e < 32; ++e) v106[e] = kg::cvt<kg::bf16>(v105[e]);
   // spec: specs/fa2_bwd.yaml:106:11
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_dq + ((int64_t)(v6) * stride_dq_0 + (int64_t)(v8) * stride_dq_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dq_0 % 2 == 0 && stride_dq_1 % 2 == 0 && stride_dq_2 % 2 == 0;
-    const int t0_ = v9 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32;
-    const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4 + (warp & 1) * 64;
+    const int t0_ = v9 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+    const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 64;
   #pragma unroll
     for (int e = 0; e < 32; e += 2) {
       const int i0_ = t0_ + ((e >> 1) & 1) * 8;
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
       const int64_t off_ = (int64_t)i0_ * stride_dq_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SQ) && i1_ + 2 <= (128)) {
-        kg::copy_vec<2>(p_ + off_, &v95[e]);
+        kg::copy_vec<2>(p_ + off_, &v106[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SQ) && i1_ + v < (128)) p_[off_ + v] = v95[e + v];
+          if (i0_ < (size_SQ) && i1_ + v < (128)) p_[off_ + v] = v106[e + v];
       }
     }
   }

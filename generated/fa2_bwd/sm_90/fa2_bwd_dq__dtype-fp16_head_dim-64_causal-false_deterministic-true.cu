@@ -3,6 +3,22 @@
 #include "kgen_cuda.h"
 #include "kgen_tile.h"
 
+namespace kg {
+template <int TB> KG_DEVICE void wgmma_m64n64k16_fp16_rs(float* d, const void* a, uint64_t db) {
+  const uint32_t* A = reinterpret_cast<const uint32_t*>(a);
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+               : "r"(A[0]), "r"(A[1]), "r"(A[2]), "r"(A[3]), "l"(db), "r"(1), "n"(TB));
+}
+template <int TA, int TB> KG_DEVICE void wgmma_m64n64k16_fp16_ss(float* d, uint64_t da, uint64_t db) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %35, %36;\n}\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+               : "l"(da), "l"(db), "r"(1), "n"(TA), "n"(TB));
+}
+}  // namespace kg
+
 KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::fp16* __restrict__ t_q, int64_t stride_q_0, int64_t stride_q_1, int64_t stride_q_2, const kg::fp16* __restrict__ t_k, int64_t stride_k_0, int64_t stride_k_1, int64_t stride_k_2, const kg::fp16* __restrict__ t_v, int64_t stride_v_0, int64_t stride_v_1, int64_t stride_v_2, const kg::fp16* __restrict__ t_o, int64_t stride_o_0, int64_t stride_o_1, int64_t stride_o_2, const float* __restrict__ t_lse, int64_t stride_lse_0, int64_t stride_lse_1, const kg::fp16* __restrict__ t_do, int64_t stride_do_0, int64_t stride_do_1, int64_t stride_do_2, kg::fp16* __restrict__ t_dq, int64_t stride_dq_0, int64_t stride_dq_1, int64_t stride_dq_2, kg::fp16* __restrict__ t_dk, int64_t stride_dk_0, int64_t stride_dk_1, int64_t stride_dk_2, kg::fp16* __restrict__ t_dv, int64_t stride_dv_0, int64_t stride_dv_1, int64_t stride_dv_2, float* __restrict__ t_delta, int64_t stride_delta_0, int64_t stride_delta_1, float* __restrict__ t_dq_acc, int64_t stride_dq_acc_0, int64_t stride_dq_acc_1, int64_t stride_dq_acc_2, int size_B, int size_SQ, int size_SK, int size_H, int size_HKV, float scalar_softmax_scale) {
   extern __shared__ __align__(16) char smem[];
   const int lane = kg::thread_id() % kg::WAVE;
@@ -113,21 +129,22 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::fp16* __restrict__ t_
   // spec: specs/fa2_bwd.yaml:100:49
   float (&v29)[2] = v18;
   // spec: specs/fa2_bwd.yaml:103:37
-  kg::fp16* v30 = reinterpret_cast<kg::fp16*>(smem + 0);
+  kg::fp16* v30 = reinterpret_cast<kg::fp16*>(smem + 32768);
   // spec: specs/fa2_bwd.yaml:88:16
   kg::sync();
   if (true) {
     const kg::fp16* p_ = t_q + ((int64_t)(v5) * stride_q_0 + (int64_t)(v7) * stride_q_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
+    const int64_t q_ = (int64_t)(v8 * 64) * stride_q_1 + 0;
   #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int c_ = lane + warp * 32 + i * 128;
-      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+      const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
       const int i0_ = v8 * 64 + r_, i1_ = 0 + k_;
-      const int64_t off_ = (int64_t)i0_ * stride_q_1 + i1_;
-      const int slot_ = r_ * 72 + k_;
+      const int64_t off_ = q_ + ((int64_t)r_ * stride_q_1 + k_);
+      const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
       if (aligned_) {
-        const int n_ = i0_ < (size_SQ) ? kg::min_(kg::max_((64) - i1_, 0), 8) : 0;
+        const int n_ = (i0_ < (size_SQ)) * 8;
         kg::cp_async<16>(&v30[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
@@ -139,6 +156,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::fp16* __restrict__ t_
   kg::cp_async_commit();
   // spec: specs/fa2_bwd.yaml:103:37
   kg::cp_async_wait<0>();
+  kg::fence_proxy_async();
   kg::sync();
   // spec: specs/fa2_bwd.yaml:103:62
   float (&v31)[2] = v18;
@@ -147,20 +165,21 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::fp16* __restrict__ t_
   #pragma unroll
   for (int e = 0; e < 32; ++e) v32[e] = v31[((e >> 1) & 1) * 1];
   // spec: specs/fa2_bwd.yaml:104:20
-  kg::fp16* v33 = reinterpret_cast<kg::fp16*>(smem + 9216);
+  kg::fp16* v33 = reinterpret_cast<kg::fp16*>(smem + 40960);
   // spec: specs/fa2_bwd.yaml:89:18
   if (true) {
     const kg::fp16* p_ = t_do + ((int64_t)(v5) * stride_do_0 + (int64_t)(v7) * stride_do_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
+    const int64_t q_ = (int64_t)(v8 * 64) * stride_do_1 + 0;
   #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int c_ = lane + warp * 32 + i * 128;
-      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+      const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
       const int i0_ = v8 * 64 + r_, i1_ = 0 + k_;
-      const int64_t off_ = (int64_t)i0_ * stride_do_1 + i1_;
-      const int slot_ = r_ * 72 + k_;
+      const int64_t off_ = q_ + ((int64_t)r_ * stride_do_1 + k_);
+      const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
       if (aligned_) {
-        const int n_ = i0_ < (size_SQ) ? kg::min_(kg::max_((64) - i1_, 0), 8) : 0;
+        const int n_ = (i0_ < (size_SQ)) * 8;
         kg::cp_async<16>(&v33[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
@@ -172,6 +191,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::fp16* __restrict__ t_
   kg::cp_async_commit();
   // spec: specs/fa2_bwd.yaml:104:20
   kg::cp_async_wait<0>();
+  kg::fence_proxy_async();
   kg::sync();
   // spec: specs/fa2_bwd.yaml:105:42
   float (&v34)[2] = v19;
@@ -179,263 +199,297 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::fp16* __restrict__ t_
   float v35[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v35[e] = v34[((e >> 1) & 1) * 1];
-  // spec: specs/fa2_bwd.yaml:103:37
-  kg::fp16* v36 = reinterpret_cast<kg::fp16*>(smem + 18432);
   // spec: specs/fa2_bwd.yaml:104:20
-  kg::fp16* v37 = reinterpret_cast<kg::fp16*>(smem + 27648);
+  kg::fp16* v36 = reinterpret_cast<kg::fp16*>(smem + 0);
+  // spec: specs/fa2_bwd.yaml:103:37
+  kg::fp16* v37 = reinterpret_cast<kg::fp16*>(smem + 16384);
   // spec: specs/fa2_bwd.yaml:97:11
   const bool v38 = (v27 < v25);
-  // spec: specs/fa2_bwd.yaml:104:30
-  if (v38) {
-    const kg::fp16* p_ = t_v + ((int64_t)(v5) * stride_v_0 + (int64_t)(v10) * stride_v_2);
-    const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-  #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int c_ = lane + warp * 32 + i * 128;
-      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
-      const int i0_ = v27 * 64 + r_, i1_ = 0 + k_;
-      const int64_t off_ = (int64_t)i0_ * stride_v_1 + i1_;
-      const int slot_ = r_ * 72 + k_;
-      if (aligned_) {
-        const int n_ = i0_ < (size_SK) ? kg::min_(kg::max_((64) - i1_, 0), 8) : 0;
-        kg::cp_async<16>(&v37[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-      } else {
-  #pragma unroll
-        for (int v = 0; v < 8; ++v)
-          v37[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
-      }
-    }
-  }
-  kg::cp_async_commit();
+  // spec: specs/fa2_bwd.yaml:97:11
+  const int v39 = 0;
+  // spec: specs/fa2_bwd.yaml:97:11
+  kg::fp16* v40 = v37 + (v39 % 2) * 4096;
   // spec: specs/fa2_bwd.yaml:98:20
   if (v38) {
     const kg::fp16* p_ = t_k + ((int64_t)(v5) * stride_k_0 + (int64_t)(v10) * stride_k_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
+    const int64_t q_ = (int64_t)(v27 * 64) * stride_k_1 + 0;
   #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int c_ = lane + warp * 32 + i * 128;
-      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+      const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
       const int i0_ = v27 * 64 + r_, i1_ = 0 + k_;
-      const int64_t off_ = (int64_t)i0_ * stride_k_1 + i1_;
-      const int slot_ = r_ * 72 + k_;
+      const int64_t off_ = q_ + ((int64_t)r_ * stride_k_1 + k_);
+      const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
       if (aligned_) {
-        const int n_ = i0_ < (size_SK) ? kg::min_(kg::max_((64) - i1_, 0), 8) : 0;
-        kg::cp_async<16>(&v36[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        const int n_ = (i0_ < (size_SK)) * 8;
+        kg::cp_async<16>(&v40[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v36[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          v40[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+      }
+    }
+  }
+  kg::cp_async_commit();
+  // spec: specs/fa2_bwd.yaml:97:11
+  kg::fp16* v41 = v36 + (v39 % 2) * 4096;
+  // spec: specs/fa2_bwd.yaml:104:30
+  if (v38) {
+    const kg::fp16* p_ = t_v + ((int64_t)(v5) * stride_v_0 + (int64_t)(v10) * stride_v_2);
+    const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
+    const int64_t q_ = (int64_t)(v27 * 64) * stride_v_1 + 0;
+  #pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int c_ = lane + warp * 32 + i * 128;
+      const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
+      const int i0_ = v27 * 64 + r_, i1_ = 0 + k_;
+      const int64_t off_ = q_ + ((int64_t)r_ * stride_v_1 + k_);
+      const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
+      if (aligned_) {
+        const int n_ = (i0_ < (size_SK)) * 8;
+        kg::cp_async<16>(&v41[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+      } else {
+  #pragma unroll
+        for (int v = 0; v < 8; ++v)
+          v41[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
       }
     }
   }
   kg::cp_async_commit();
   // spec: specs/fa2_bwd.yaml:97:11
 
-  float v39[32];
+  float v42[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v39[e] = v26[e];
-  for (int v40 = v27; v40 < v25; v40 += v28) {
-    float (&v41)[32] = v39;
+  for (int e = 0; e < 32; ++e) v42[e] = v26[e];
+  for (int v43 = v27; v43 < v25; v43 += v28) {
+    float (&v44)[32] = v42;
     
+    // spec: specs/fa2_bwd.yaml:97:11
+    const int v45 = (v43 - v27);
+    // spec: specs/fa2_bwd.yaml:97:11
+    const int v46 = (kg::floordiv(v45, v28));
+    // spec: specs/fa2_bwd.yaml:97:11
+    const int v47 = 1;
+    // spec: specs/fa2_bwd.yaml:97:11
+    const int v48 = (v46 + v47);
+    // spec: specs/fa2_bwd.yaml:97:11
+    kg::fp16* v49 = v36 + (v46 % 2) * 4096;
+    // spec: specs/fa2_bwd.yaml:97:11
+    kg::fp16* v50 = v37 + (v46 % 2) * 4096;
     // spec: specs/fa2_bwd.yaml:99:22
-    const int v42 = 64;
+    const int v51 = 64;
     // spec: specs/fa2_bwd.yaml:99:22
-    const int v43 = (v40 * v42);
+    const int v52 = (v43 * v51);
     // spec: specs/fa2_bwd.yaml:99:36
-    int v44[16];
+    int v53[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v44[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32);
+    for (int e = 0; e < 16; ++e) v53[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32);
     // spec: specs/fa2_bwd.yaml:99:22
-    int v45[16];
+    int v54[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v45[e] = (v43 + v44[e]);
+    for (int e = 0; e < 16; ++e) v54[e] = (v52 + v53[e]);
     // spec: specs/fa2_bwd.yaml:100:24
-    int (&v46)[16] = v45;
+    int (&v55)[16] = v54;
     // spec: specs/fa2_bwd.yaml:100:24
-    bool v47[16];
+    bool v56[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v47[e] = (v46[e] < v0);
+    for (int e = 0; e < 16; ++e) v56[e] = (v55[e] < v0);
     // spec: specs/fa2_bwd.yaml:100:49
-    const float v48 = -kg::inf();
+    const float v57 = -kg::inf();
     // spec: specs/fa2_bwd.yaml:100:49
-    bool v49[2];
+    bool v58[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v49[e] = (v29[e] > v48);
+    for (int e = 0; e < 2; ++e) v58[e] = (v29[e] > v57);
     // spec: specs/fa2_bwd.yaml:100:23
-    bool v50[32];
+    bool v59[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v50[e] = v47[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+    for (int e = 0; e < 32; ++e) v59[e] = v56[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
     // spec: specs/fa2_bwd.yaml:100:23
-    bool v51[32];
+    bool v60[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v51[e] = v49[((e >> 1) & 1) * 1];
+    for (int e = 0; e < 32; ++e) v60[e] = v58[((e >> 1) & 1) * 1];
     // spec: specs/fa2_bwd.yaml:100:23
-    bool v52[32];
+    bool v61[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v52[e] = (v50[e] && v51[e]);
+    for (int e = 0; e < 32; ++e) v61[e] = (v59[e] && v60[e]);
     // spec: specs/fa2_bwd.yaml:103:37
-    float v53[32];
+    float v62[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v53[e] = 0.0f;
+    for (int e = 0; e < 32; ++e) v62[e] = 0.0f;
     // spec: specs/fa2_bwd.yaml:103:37
-    kg::cp_async_wait<0>();
-    kg::sync();
-    // spec: specs/fa2_bwd.yaml:103:37
-    kg::fp16* v54 = v36;
-    // spec: specs/fa2_bwd.yaml:103:37
-    float (&v55)[32] = v53;
-    #pragma unroll
-    for (int ks = 0; ks < 4; ++ks) {
-      alignas(16) kg::fp16 fa_[8];
-    #pragma unroll
-      for (int g = 0; g < 1; ++g) kg::ldmatrix_x4(&fa_[g * 8], &v30[((warp / 1) * 16 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8) + lane % 8) * 72 + ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8)]);
-      alignas(16) kg::fp16 fb_[32];
-    #pragma unroll
-      for (int g = 0; g < 4; ++g) kg::ldmatrix_x4(&fb_[g * 8], &v54[((warp % 1) * 64 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8 + (((8 * g + 2 * ((lane / 8) % 4)) >> 3) & 1) * 16 + (((8 * g + 2 * ((lane / 8) % 4)) >> 4) & 1) * 32) + lane % 8) * 72 + ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8)]);
-    #pragma unroll
-      for (int rm = 0; rm < 1; ++rm)
-    #pragma unroll
-        for (int rn = 0; rn < 8; ++rn)
-          kg::mma_m16n8k16_fp16(&v55[(rm * 8 + rn) * 4], &fa_[rm * 8], &fb_[rn * 4]);
-    }
-    // spec: specs/fa2_bwd.yaml:103:37
-    float v56[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v56[e] = (v55[e] * v21);
-    // spec: specs/fa2_bwd.yaml:103:37
-    float v57[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v57[e] = (v56[e] - v32[e]);
-    // spec: specs/fa2_bwd.yaml:103:32
-    float v58[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v58[e] = kg::exp2_(v57[e]);
-    // spec: specs/fa2_bwd.yaml:103:19
-    const float v59 = 0.0f;
-    // spec: specs/fa2_bwd.yaml:103:19
-    float v60[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v60[e] = (v52[e] ? v58[e] : v59);
-    // spec: specs/fa2_bwd.yaml:104:20
-    float v61[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v61[e] = 0.0f;
-    // spec: specs/fa2_bwd.yaml:104:20
     kg::cp_async_wait<1>();
+    kg::fence_proxy_async();
     kg::sync();
-    // spec: specs/fa2_bwd.yaml:104:20
-    kg::fp16* v62 = v37;
-    // spec: specs/fa2_bwd.yaml:104:20
-    float (&v63)[32] = v61;
-    #pragma unroll
-    for (int ks = 0; ks < 4; ++ks) {
-      alignas(16) kg::fp16 fa_[8];
-    #pragma unroll
-      for (int g = 0; g < 1; ++g) kg::ldmatrix_x4(&fa_[g * 8], &v33[((warp / 1) * 16 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8) + lane % 8) * 72 + ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8)]);
-      alignas(16) kg::fp16 fb_[32];
-    #pragma unroll
-      for (int g = 0; g < 4; ++g) kg::ldmatrix_x4(&fb_[g * 8], &v62[((warp % 1) * 64 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8 + (((8 * g + 2 * ((lane / 8) % 4)) >> 3) & 1) * 16 + (((8 * g + 2 * ((lane / 8) % 4)) >> 4) & 1) * 32) + lane % 8) * 72 + ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8)]);
-    #pragma unroll
-      for (int rm = 0; rm < 1; ++rm)
-    #pragma unroll
-        for (int rn = 0; rn < 8; ++rn)
-          kg::mma_m16n8k16_fp16(&v63[(rm * 8 + rn) * 4], &fa_[rm * 8], &fb_[rn * 4]);
-    }
-    // spec: specs/fa2_bwd.yaml:104:30
-    const int v64 = (v40 + v28);
-    // spec: specs/fa2_bwd.yaml:104:30
-    const bool v65 = (v64 < v25);
-    // spec: specs/fa2_bwd.yaml:104:30
-    kg::sync();
-    if (v65) {
-      const kg::fp16* p_ = t_v + ((int64_t)(v5) * stride_v_0 + (int64_t)(v10) * stride_v_2);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-    #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int c_ = lane + warp * 32 + i * 128;
-        const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
-        const int i0_ = v64 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = (int64_t)i0_ * stride_v_1 + i1_;
-        const int slot_ = r_ * 72 + k_;
-        if (aligned_) {
-          const int n_ = i0_ < (size_SK) ? kg::min_(kg::max_((64) - i1_, 0), 8) : 0;
-          kg::cp_async<16>(&v37[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-        } else {
-    #pragma unroll
-          for (int v = 0; v < 8; ++v)
-            v37[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
-        }
-      }
-    }
-    kg::cp_async_commit();
-    // spec: specs/fa2_bwd.yaml:105:37
-    float v66[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v66[e] = (v63[e] - v35[e]);
-    // spec: specs/fa2_bwd.yaml:105:32
-    float v67[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v67[e] = (v60[e] * v66[e]);
-    // spec: specs/fa2_bwd.yaml:105:31
-    kg::fp16 v68[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v68[e] = kg::cvt<kg::fp16>(v67[e]);
-    // spec: specs/fa2_bwd.yaml:105:27
-    float (&v69)[32] = v41;
-    #pragma unroll
-    for (int ks = 0; ks < 4; ++ks) {
-      alignas(16) kg::fp16 fb_[32];
-    #pragma unroll
-      for (int g = 0; g < 4; ++g) kg::ldmatrix_x4_trans(&fb_[g * 8], &v36[(ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8) + lane % 8) * 72 + (warp % 1) * 64 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8 + (((8 * g + 2 * ((lane / 8) % 4)) >> 3) & 1) * 16 + (((8 * g + 2 * ((lane / 8) % 4)) >> 4) & 1) * 32)]);
-    #pragma unroll
-      for (int rm = 0; rm < 1; ++rm)
-    #pragma unroll
-        for (int rn = 0; rn < 8; ++rn)
-          kg::mma_m16n8k16_fp16(&v69[(rm * 8 + rn) * 4], &v68[(rm * 4 + ks) * 8], &fb_[rn * 4]);
-    }
     // spec: specs/fa2_bwd.yaml:98:20
-    const int v70 = (v40 + v28);
+    const int v63 = (v43 + v28);
     // spec: specs/fa2_bwd.yaml:98:20
-    const bool v71 = (v70 < v25);
+    const bool v64 = (v63 < v25);
+    // spec: specs/fa2_bwd.yaml:97:11
+    kg::fp16* v65 = v37 + (v48 % 2) * 4096;
     // spec: specs/fa2_bwd.yaml:98:20
-    kg::sync();
-    if (v71) {
+    if (v64) {
       const kg::fp16* p_ = t_k + ((int64_t)(v5) * stride_k_0 + (int64_t)(v10) * stride_k_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
+      const int64_t q_ = (int64_t)(v63 * 64) * stride_k_1 + 0;
     #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int c_ = lane + warp * 32 + i * 128;
-        const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
-        const int i0_ = v70 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = (int64_t)i0_ * stride_k_1 + i1_;
-        const int slot_ = r_ * 72 + k_;
+        const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
+        const int i0_ = v63 * 64 + r_, i1_ = 0 + k_;
+        const int64_t off_ = q_ + ((int64_t)r_ * stride_k_1 + k_);
+        const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
         if (aligned_) {
-          const int n_ = i0_ < (size_SK) ? kg::min_(kg::max_((64) - i1_, 0), 8) : 0;
-          kg::cp_async<16>(&v36[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          const int n_ = (i0_ < (size_SK)) * 8;
+          kg::cp_async<16>(&v65[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v36[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v65[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
+    // spec: specs/fa2_bwd.yaml:103:37
+    kg::fp16* v66 = v50;
+    // spec: specs/fa2_bwd.yaml:103:37
+    float (&v67)[32] = v62;
+    {
+      const uint64_t da_ = kg::wgmma_desc(v30, 128, 1024);
+      const uint64_t db_ = kg::wgmma_desc(v66, 128, 1024);
+      kg::wgmma_fence();
+    #pragma unroll
+      for (int ks = 0; ks < 4; ++ks)
+    #pragma unroll
+        for (int rm = 0; rm < 1; ++rm)
+    #pragma unroll
+          for (int rn = 0; rn < 1; ++rn)
+            kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v67[(rm * 1 + rn) * 32], da_ + (((((((warp / 4) / 1) * 64 + rm * 64)) / 8 * 8 + ((ks * 16)) / 8) * 64 + ((((warp / 4) / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + (((((((warp / 4) % 1) * 64 + rn * 64)) / 8 * 8 + ((ks * 16)) / 8) * 64 + ((((warp / 4) % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16));
+      kg::wgmma_commit();
+      kg::wgmma_wait<0>();
+    #pragma unroll
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v67[e]);
+    }
+    // spec: specs/fa2_bwd.yaml:103:37
+    float v68[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v68[e] = (v67[e] * v21);
+    // spec: specs/fa2_bwd.yaml:103:37
+    float v69[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v69[e] = (v68[e] - v32[e]);
+    // spec: specs/fa2_bwd.yaml:103:32
+    float v70[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v70[e] = kg::exp2_(v69[e]);
+    // spec: specs/fa2_bwd.yaml:103:19
+    const float v71 = 0.0f;
+    // spec: specs/fa2_bwd.yaml:103:19
+    float v72[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v72[e] = (v61[e] ? v70[e] : v71);
+    // spec: specs/fa2_bwd.yaml:104:20
+    float v73[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v73[e] = 0.0f;
+    // spec: specs/fa2_bwd.yaml:104:20
+    kg::cp_async_wait<1>();
+    kg::fence_proxy_async();
+    kg::sync();
+    // spec: specs/fa2_bwd.yaml:104:30
+    const int v74 = (v43 + v28);
+    // spec: specs/fa2_bwd.yaml:104:30
+    const bool v75 = (v74 < v25);
+    // spec: specs/fa2_bwd.yaml:97:11
+    kg::fp16* v76 = v36 + (v48 % 2) * 4096;
+    // spec: specs/fa2_bwd.yaml:104:30
+    if (v75) {
+      const kg::fp16* p_ = t_v + ((int64_t)(v5) * stride_v_0 + (int64_t)(v10) * stride_v_2);
+      const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
+      const int64_t q_ = (int64_t)(v74 * 64) * stride_v_1 + 0;
+    #pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int c_ = lane + warp * 32 + i * 128;
+        const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
+        const int i0_ = v74 * 64 + r_, i1_ = 0 + k_;
+        const int64_t off_ = q_ + ((int64_t)r_ * stride_v_1 + k_);
+        const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
+        if (aligned_) {
+          const int n_ = (i0_ < (size_SK)) * 8;
+          kg::cp_async<16>(&v76[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        } else {
+    #pragma unroll
+          for (int v = 0; v < 8; ++v)
+            v76[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+        }
+      }
+    }
+    kg::cp_async_commit();
+    // spec: specs/fa2_bwd.yaml:104:20
+    kg::fp16* v77 = v49;
+    // spec: specs/fa2_bwd.yaml:104:20
+    float (&v78)[32] = v73;
+    {
+      const uint64_t da_ = kg::wgmma_desc(v33, 128, 1024);
+      const uint64_t db_ = kg::wgmma_desc(v77, 128, 1024);
+      kg::wgmma_fence();
+    #pragma unroll
+      for (int ks = 0; ks < 4; ++ks)
+    #pragma unroll
+        for (int rm = 0; rm < 1; ++rm)
+    #pragma unroll
+          for (int rn = 0; rn < 1; ++rn)
+            kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v78[(rm * 1 + rn) * 32], da_ + (((((((warp / 4) / 1) * 64 + rm * 64)) / 8 * 8 + ((ks * 16)) / 8) * 64 + ((((warp / 4) / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + (((((((warp / 4) % 1) * 64 + rn * 64)) / 8 * 8 + ((ks * 16)) / 8) * 64 + ((((warp / 4) % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16));
+      kg::wgmma_commit();
+      kg::wgmma_wait<0>();
+    #pragma unroll
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v78[e]);
+    }
+    // spec: specs/fa2_bwd.yaml:105:37
+    float v79[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v79[e] = (v78[e] - v35[e]);
+    // spec: specs/fa2_bwd.yaml:105:32
+    float v80[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v80[e] = (v72[e] * v79[e]);
+    // spec: specs/fa2_bwd.yaml:105:31
+    kg::fp16 v81[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v81[e] = kg::cvt<kg::fp16>(v80[e]);
+    // spec: specs/fa2_bwd.yaml:105:27
+    float (&v82)[32] = v44;
+    {
+      const uint64_t db_ = kg::wgmma_desc(v50, 1024, 128);
+      kg::wgmma_fence();
+    #pragma unroll
+      for (int ks = 0; ks < 4; ++ks)
+    #pragma unroll
+        for (int rm = 0; rm < 1; ++rm)
+    #pragma unroll
+          for (int rn = 0; rn < 1; ++rn)
+            kg::wgmma_m64n64k16_fp16_rs<1>(&v82[(rm * 1 + rn) * 32], &v81[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 8 * 8 + ((((warp / 4) % 1) * 64 + rn * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + ((((warp / 4) % 1) * 64 + rn * 64)) % 8) * 2 / 16));
+      kg::wgmma_commit();
+      kg::wgmma_wait<0>();
+    #pragma unroll
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v82[e]);
+    }
     // spec: specs/fa2_bwd.yaml:105:21
 
     float y0_[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y0_[e] = v69[e];
+    for (int e = 0; e < 32; ++e) y0_[e] = v82[e];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v39[e] = y0_[e];
+    for (int e = 0; e < 32; ++e) v42[e] = y0_[e];
   }
   // spec: specs/fa2_bwd.yaml:106:40
-  float v72[32];
+  float v83[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v72[e] = (v39[e] * v1);
+  for (int e = 0; e < 32; ++e) v83[e] = (v42[e] * v1);
   // spec: specs/fa2_bwd.yaml:106:39
-  kg::fp16 v73[32];
+  kg::fp16 v84[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v73[e] = kg::cvt<kg::fp16>(v72[e]);
+  for (int e = 0; e < 32; ++e) v84[e] = kg::cvt<kg::fp16>(v83[e]);
   // spec: specs/fa2_bwd.yaml:106:11
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_dq + ((int64_t)(v5) * stride_dq_0 + (int64_t)(v7) * stride_dq_2);
@@ -448,11 +502,11 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::fp16* __restrict__ t_
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
       const int64_t off_ = (int64_t)i0_ * stride_dq_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SQ) && i1_ + 2 <= (64)) {
-        kg::copy_vec<2>(p_ + off_, &v73[e]);
+        kg::copy_vec<2>(p_ + off_, &v84[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SQ) && i1_ + v < (64)) p_[off_ + v] = v73[e + v];
+          if (i0_ < (size_SQ) && i1_ + v < (64)) p_[off_ + v] = v84[e + v];
       }
     }
   }

@@ -28,13 +28,20 @@ template <> KG_DEVICE bf16 cvt<bf16>(float x) { return __float2bfloat16_rn(x); }
 template <> KG_DEVICE fp16 cvt<fp16>(float x) { return __float2half_rn(x); }
 
 KG_DEVICE float exp_(float x) { return expf(x); }
-KG_DEVICE float exp2_(float x) { return exp2f(x); }
+// ex2.approx.ftz (PTX ISA, "ex2"): one MUFU.EX2. Without .ftz ptxas adds a range test and two
+// multiplies to produce subnormal results; kgen flushes them to zero, as FlashAttention's
+// --use_fast_math build does (results below 2^-126 only).
+KG_DEVICE float exp2_(float x) { float y; asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x)); return y; }
 KG_DEVICE float log_(float x) { return logf(x); }
 KG_DEVICE float log2_(float x) { return log2f(x); }
 KG_DEVICE float sqrt_(float x) { return sqrtf(x); }
 KG_DEVICE float rsqrt_(float x) { return rsqrtf(x); }
 KG_DEVICE float pow_(float a, float b) { return powf(a, b); }
 KG_DEVICE void atomic_add(float* p, float v) { atomicAdd(p, v); }
+// max.NaN / min.NaN (PTX ISA, sm_80+): NaN if either operand is NaN, in one FMNMX
+#define KG_HAS_NAN_MINMAX 1
+KG_DEVICE float fmax_nan(float a, float b) { float r; asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r; }
+KG_DEVICE float fmin_nan(float a, float b) { float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r; }
 
 // mma.sync.m16n8k16, fp32 accumulate (PTX ISA, "Matrix Fragments for mma.m16n8k16"): A is 8
 // 16-bit values per lane (4 registers), B is 4 (2 registers), C/D 4 floats; the element order
@@ -84,4 +91,18 @@ template <int BYTES> KG_DEVICE void cp_async(void* dst, const void* src, int src
 }
 KG_DEVICE void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N> KG_DEVICE void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+
+// wgmma support (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate"; sm_90a).
+// A shared-memory matrix descriptor with no swizzle: start address, leading and stride byte
+// offsets, each in 16-byte units (kgen/codegen/wgmma.py says which offset is which).
+KG_DEVICE uint64_t wgmma_desc(const void* p, int lead_bytes, int stride_bytes) {
+  return (uint64_t)((smem_addr(p) & 0x3FFFF) >> 4) | ((uint64_t)(lead_bytes >> 4) << 16) | ((uint64_t)(stride_bytes >> 4) << 32);
+}
+KG_DEVICE void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+KG_DEVICE void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N> KG_DEVICE void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory"); }
+// ties an accumulator register to this point: nothing reads it before the wait above
+KG_DEVICE void fence_operand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+// shared memory written by ordinary stores or cp.async, read next by wgmma (the async proxy)
+KG_DEVICE void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 }  // namespace kg

@@ -3,6 +3,22 @@
 #include "kgen_cuda.h"
 #include "kgen_tile.h"
 
+namespace kg {
+template <int TB> KG_DEVICE void wgmma_m64n64k16_bf16_rs(float* d, const void* a, uint64_t db) {
+  const uint32_t* A = reinterpret_cast<const uint32_t*>(a);
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+               : "r"(A[0]), "r"(A[1]), "r"(A[2]), "r"(A[3]), "l"(db), "r"(1), "n"(TB));
+}
+template <int TA, int TB> KG_DEVICE void wgmma_m64n64k16_bf16_ss(float* d, uint64_t da, uint64_t db) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %35, %36;\n}\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+               : "l"(da), "l"(db), "r"(1), "n"(TA), "n"(TB));
+}
+}  // namespace kg
+
 KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::bf16* __restrict__ t_q, int64_t stride_q_0, int64_t stride_q_1, int64_t stride_q_2, const kg::bf16* __restrict__ t_k, int64_t stride_k_0, int64_t stride_k_1, int64_t stride_k_2, const kg::bf16* __restrict__ t_v, int64_t stride_v_0, int64_t stride_v_1, int64_t stride_v_2, kg::bf16* __restrict__ t_o, int64_t stride_o_0, int64_t stride_o_1, int64_t stride_o_2, float* __restrict__ t_lse, int64_t stride_lse_0, int64_t stride_lse_1, int size_B, int size_SQ, int size_SK, int size_H, int size_HKV, float scalar_softmax_scale) {
   extern __shared__ __align__(16) char smem[];
   const int lane = kg::thread_id() % kg::WAVE;
@@ -79,15 +95,16 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::bf16* __restrict__ t
   if (true) {
     const kg::bf16* p_ = t_q + ((int64_t)(v5) * stride_q_0 + (int64_t)(v7) * stride_q_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
+    const int64_t q_ = (int64_t)(v15 * 128) * stride_q_1 + 0;
   #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int c_ = lane + warp * 32 + i * 256;
-      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+      const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
       const int i0_ = v15 * 128 + r_, i1_ = 0 + k_;
-      const int64_t off_ = (int64_t)i0_ * stride_q_1 + i1_;
-      const int slot_ = r_ * 72 + k_;
+      const int64_t off_ = q_ + ((int64_t)r_ * stride_q_1 + k_);
+      const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
       if (aligned_) {
-        const int n_ = i0_ < (size_SQ) ? kg::min_(kg::max_((64) - i1_, 0), 8) : 0;
+        const int n_ = (i0_ < (size_SQ)) * 8;
         kg::cp_async<16>(&v27[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
@@ -99,347 +116,380 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::bf16* __restrict__ t
   kg::cp_async_commit();
   // spec: specs/fa2_fwd.yaml:41:15
   kg::cp_async_wait<0>();
+  kg::fence_proxy_async();
   kg::sync();
   // spec: specs/fa2_fwd.yaml:52:40
-  kg::bf16* v28 = reinterpret_cast<kg::bf16*>(smem + 18432);
+  kg::bf16* v28 = reinterpret_cast<kg::bf16*>(smem + 16384);
   // spec: specs/fa2_fwd.yaml:41:15
-  kg::bf16* v29 = reinterpret_cast<kg::bf16*>(smem + 27648);
+  kg::bf16* v29 = reinterpret_cast<kg::bf16*>(smem + 32768);
   // spec: specs/fa2_fwd.yaml:40:7
   const bool v30 = (v25 < v21);
+  // spec: specs/fa2_fwd.yaml:40:7
+  const int v31 = 0;
+  // spec: specs/fa2_fwd.yaml:40:7
+  kg::bf16* v32 = v29 + (v31 % 2) * 4096;
   // spec: specs/fa2_fwd.yaml:41:23
   if (v30) {
     const kg::bf16* p_ = t_k + ((int64_t)(v5) * stride_k_0 + (int64_t)(v9) * stride_k_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
+    const int64_t q_ = (int64_t)(v25 * 64) * stride_k_1 + 0;
   #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int c_ = lane + warp * 32 + i * 256;
-      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+      const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
       const int i0_ = v25 * 64 + r_, i1_ = 0 + k_;
-      const int64_t off_ = (int64_t)i0_ * stride_k_1 + i1_;
-      const int slot_ = r_ * 72 + k_;
+      const int64_t off_ = q_ + ((int64_t)r_ * stride_k_1 + k_);
+      const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
       if (aligned_) {
-        const int n_ = i0_ < (size_SK) ? kg::min_(kg::max_((64) - i1_, 0), 8) : 0;
-        kg::cp_async<16>(&v29[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        const int n_ = (i0_ < (size_SK)) * 8;
+        kg::cp_async<16>(&v32[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v29[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v32[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
   kg::cp_async_commit();
+  // spec: specs/fa2_fwd.yaml:40:7
+  kg::bf16* v33 = v28 + (v31 % 2) * 4096;
   // spec: specs/fa2_fwd.yaml:52:57
   if (v30) {
     const kg::bf16* p_ = t_v + ((int64_t)(v5) * stride_v_0 + (int64_t)(v9) * stride_v_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
+    const int64_t q_ = (int64_t)(v25 * 64) * stride_v_1 + 0;
   #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int c_ = lane + warp * 32 + i * 256;
-      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+      const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
       const int i0_ = v25 * 64 + r_, i1_ = 0 + k_;
-      const int64_t off_ = (int64_t)i0_ * stride_v_1 + i1_;
-      const int slot_ = r_ * 72 + k_;
+      const int64_t off_ = q_ + ((int64_t)r_ * stride_v_1 + k_);
+      const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
       if (aligned_) {
-        const int n_ = i0_ < (size_SK) ? kg::min_(kg::max_((64) - i1_, 0), 8) : 0;
-        kg::cp_async<16>(&v28[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        const int n_ = (i0_ < (size_SK)) * 8;
+        kg::cp_async<16>(&v33[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v28[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v33[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
   kg::cp_async_commit();
   // spec: specs/fa2_fwd.yaml:40:7
 
-  float v31[2];
+  float v34[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v31[e] = v23[e];
-  float v32[32];
+  for (int e = 0; e < 2; ++e) v34[e] = v23[e];
+  float v35[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v32[e] = v24[e];
-  float v33[2];
+  for (int e = 0; e < 32; ++e) v35[e] = v24[e];
+  float v36[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v33[e] = v22[e];
-  for (int v34 = v25; v34 < v21; v34 += v26) {
-    float (&v35)[2] = v31;
-    float (&v36)[32] = v32;
-    float (&v37)[2] = v33;
+  for (int e = 0; e < 2; ++e) v36[e] = v22[e];
+  for (int v37 = v25; v37 < v21; v37 += v26) {
+    float (&v38)[2] = v34;
+    float (&v39)[32] = v35;
+    float (&v40)[2] = v36;
     
+    // spec: specs/fa2_fwd.yaml:40:7
+    const int v41 = (v37 - v25);
+    // spec: specs/fa2_fwd.yaml:40:7
+    const int v42 = (kg::floordiv(v41, v26));
+    // spec: specs/fa2_fwd.yaml:40:7
+    const int v43 = 1;
+    // spec: specs/fa2_fwd.yaml:40:7
+    const int v44 = (v42 + v43);
+    // spec: specs/fa2_fwd.yaml:40:7
+    kg::bf16* v45 = v28 + (v42 % 2) * 4096;
+    // spec: specs/fa2_fwd.yaml:40:7
+    kg::bf16* v46 = v29 + (v42 % 2) * 4096;
     // spec: specs/fa2_fwd.yaml:41:15
-    float v38[32];
+    float v47[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v38[e] = 0.0f;
+    for (int e = 0; e < 32; ++e) v47[e] = 0.0f;
     // spec: specs/fa2_fwd.yaml:41:15
     kg::cp_async_wait<1>();
+    kg::fence_proxy_async();
     kg::sync();
-    // spec: specs/fa2_fwd.yaml:41:15
-    kg::bf16* v39 = v29;
-    // spec: specs/fa2_fwd.yaml:41:15
-    float (&v40)[32] = v38;
-    #pragma unroll
-    for (int ks = 0; ks < 4; ++ks) {
-      alignas(16) kg::bf16 fa_[8];
-    #pragma unroll
-      for (int g = 0; g < 1; ++g) kg::ldmatrix_x4(&fa_[g * 8], &v27[((warp / 1) * 16 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8) + lane % 8) * 72 + ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8)]);
-      alignas(16) kg::bf16 fb_[32];
-    #pragma unroll
-      for (int g = 0; g < 4; ++g) kg::ldmatrix_x4(&fb_[g * 8], &v39[((warp % 1) * 64 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8 + (((8 * g + 2 * ((lane / 8) % 4)) >> 3) & 1) * 16 + (((8 * g + 2 * ((lane / 8) % 4)) >> 4) & 1) * 32) + lane % 8) * 72 + ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8)]);
-    #pragma unroll
-      for (int rm = 0; rm < 1; ++rm)
-    #pragma unroll
-        for (int rn = 0; rn < 8; ++rn)
-          kg::mma_m16n8k16_bf16(&v40[(rm * 8 + rn) * 4], &fa_[rm * 8], &fb_[rn * 4]);
-    }
     // spec: specs/fa2_fwd.yaml:41:23
-    const int v41 = (v34 + v26);
+    const int v48 = (v37 + v26);
     // spec: specs/fa2_fwd.yaml:41:23
-    const bool v42 = (v41 < v21);
+    const bool v49 = (v48 < v21);
+    // spec: specs/fa2_fwd.yaml:40:7
+    kg::bf16* v50 = v29 + (v44 % 2) * 4096;
     // spec: specs/fa2_fwd.yaml:41:23
-    kg::sync();
-    if (v42) {
+    if (v49) {
       const kg::bf16* p_ = t_k + ((int64_t)(v5) * stride_k_0 + (int64_t)(v9) * stride_k_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
+      const int64_t q_ = (int64_t)(v48 * 64) * stride_k_1 + 0;
     #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int c_ = lane + warp * 32 + i * 256;
-        const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
-        const int i0_ = v41 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = (int64_t)i0_ * stride_k_1 + i1_;
-        const int slot_ = r_ * 72 + k_;
+        const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
+        const int i0_ = v48 * 64 + r_, i1_ = 0 + k_;
+        const int64_t off_ = q_ + ((int64_t)r_ * stride_k_1 + k_);
+        const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
         if (aligned_) {
-          const int n_ = i0_ < (size_SK) ? kg::min_(kg::max_((64) - i1_, 0), 8) : 0;
-          kg::cp_async<16>(&v29[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          const int n_ = (i0_ < (size_SK)) * 8;
+          kg::cp_async<16>(&v50[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v29[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v50[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
     // spec: specs/fa2_fwd.yaml:41:15
-    float v43[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v43[e] = (v40[e] * v17);
-    // spec: specs/fa2_fwd.yaml:42:18
-    const int v44 = 64;
-    // spec: specs/fa2_fwd.yaml:42:18
-    const int v45 = (v34 * v44);
-    // spec: specs/fa2_fwd.yaml:42:32
-    int v46[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v46[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32);
-    // spec: specs/fa2_fwd.yaml:42:18
-    int v47[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v47[e] = (v45 + v46[e]);
-    // spec: specs/fa2_fwd.yaml:43:19
-    int (&v48)[16] = v47;
-    // spec: specs/fa2_fwd.yaml:43:19
-    bool v49[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v49[e] = (v48[e] < v0);
-    // spec: specs/fa2_fwd.yaml:46:15
-    const float v50 = -kg::inf();
-    // spec: specs/fa2_fwd.yaml:46:15
-    bool v51[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v51[e] = v49[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-    // spec: specs/fa2_fwd.yaml:46:15
-    float v52[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v52[e] = (v51[e] ? v43[e] : v50);
-    // spec: specs/fa2_fwd.yaml:47:30
-    float v53[2];
+    kg::bf16* v51 = v46;
+    // spec: specs/fa2_fwd.yaml:41:15
+    float (&v52)[32] = v47;
     {
-      float r53[2];
+      const uint64_t da_ = kg::wgmma_desc(v27, 128, 1024);
+      const uint64_t db_ = kg::wgmma_desc(v51, 128, 1024);
+      kg::wgmma_fence();
     #pragma unroll
-      for (int e = 0; e < 2; ++e) r53[e] = -kg::inf();
+      for (int ks = 0; ks < 4; ++ks)
     #pragma unroll
-      for (int e = 0; e < 32; ++e) {
-        const float a_ = r53[((e >> 1) & 1) * 1], b_ = (float)(v52[e]);
-        r53[((e >> 1) & 1) * 1] = kg::max_(a_, b_);
-      }
+        for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r53[e], b_ = kg::shfl_xor(a_, 1); r53[e] = kg::max_(a_, b_); }
+          for (int rn = 0; rn < 1; ++rn)
+            kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v52[(rm * 1 + rn) * 32], da_ + (((((((warp / 4) / 1) * 64 + rm * 64)) / 8 * 8 + ((ks * 16)) / 8) * 64 + ((((warp / 4) / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + (((((((warp / 4) % 1) * 64 + rn * 64)) / 8 * 8 + ((ks * 16)) / 8) * 64 + ((((warp / 4) % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16));
+      kg::wgmma_commit();
+      kg::wgmma_wait<0>();
     #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r53[e], b_ = kg::shfl_xor(a_, 2); r53[e] = kg::max_(a_, b_); }
-    #pragma unroll
-      for (int e = 0; e < 2; ++e) v53[e] = kg::cvt<float>(r53[e]);
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v52[e]);
     }
-    // spec: specs/fa2_fwd.yaml:47:19
-    float v54[2];
+    // spec: specs/fa2_fwd.yaml:41:15
+    float v53[32];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v54[e] = (kg::max_(v37[e], v53[e]));
-    // spec: specs/fa2_fwd.yaml:48:25
-    const float v55 = -kg::inf();
-    // spec: specs/fa2_fwd.yaml:48:25
-    bool v56[2];
+    for (int e = 0; e < 32; ++e) v53[e] = (v52[e] * v17);
+    // spec: specs/fa2_fwd.yaml:42:18
+    const int v54 = 64;
+    // spec: specs/fa2_fwd.yaml:42:18
+    const int v55 = (v37 * v54);
+    // spec: specs/fa2_fwd.yaml:42:32
+    int v56[16];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v56[e] = (v54[e] == v55);
-    // spec: specs/fa2_fwd.yaml:48:19
-    const float v57 = 0.0f;
-    // spec: specs/fa2_fwd.yaml:48:19
-    float v58[2];
+    for (int e = 0; e < 16; ++e) v56[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32);
+    // spec: specs/fa2_fwd.yaml:42:18
+    int v57[16];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v58[e] = (v56[e] ? v57 : v54[e]);
-    // spec: specs/fa2_fwd.yaml:49:24
-    float (&v59)[2] = v58;
-    // spec: specs/fa2_fwd.yaml:49:20
-    float v60[32];
+    for (int e = 0; e < 16; ++e) v57[e] = (v55 + v56[e]);
+    // spec: specs/fa2_fwd.yaml:43:19
+    int (&v58)[16] = v57;
+    // spec: specs/fa2_fwd.yaml:43:19
+    bool v59[16];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v60[e] = v59[((e >> 1) & 1) * 1];
-    // spec: specs/fa2_fwd.yaml:49:20
-    float v61[32];
+    for (int e = 0; e < 16; ++e) v59[e] = (v58[e] < v0);
+    // spec: specs/fa2_fwd.yaml:46:15
+    const float v60 = -kg::inf();
+    // spec: specs/fa2_fwd.yaml:46:15
+    bool v61[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v61[e] = (v52[e] - v60[e]);
-    // spec: specs/fa2_fwd.yaml:49:15
+    for (int e = 0; e < 32; ++e) v61[e] = v59[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+    // spec: specs/fa2_fwd.yaml:46:15
     float v62[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v62[e] = kg::exp2_(v61[e]);
-    // spec: specs/fa2_fwd.yaml:50:24
+    for (int e = 0; e < 32; ++e) v62[e] = (v61[e] ? v53[e] : v60);
+    // spec: specs/fa2_fwd.yaml:47:30
     float v63[2];
-    #pragma unroll
-    for (int e = 0; e < 2; ++e) v63[e] = (v37[e] - v58[e]);
-    // spec: specs/fa2_fwd.yaml:50:19
-    float v64[2];
-    #pragma unroll
-    for (int e = 0; e < 2; ++e) v64[e] = kg::exp2_(v63[e]);
-    // spec: specs/fa2_fwd.yaml:51:15
-    float v65[2];
-    #pragma unroll
-    for (int e = 0; e < 2; ++e) v65[e] = (v35[e] * v64[e]);
-    // spec: specs/fa2_fwd.yaml:51:27
-    float v66[2];
     {
-      float r66[2];
+      float r63[2];
     #pragma unroll
-      for (int e = 0; e < 2; ++e) r66[e] = 0.0f;
+      for (int e = 0; e < 2; ++e) r63[e] = -kg::inf();
     #pragma unroll
       for (int e = 0; e < 32; ++e) {
-        const float a_ = r66[((e >> 1) & 1) * 1], b_ = (float)(v62[e]);
-        r66[((e >> 1) & 1) * 1] = a_ + b_;
+        const float a_ = r63[((e >> 1) & 1) * 1], b_ = (float)(v62[e]);
+        r63[((e >> 1) & 1) * 1] = kg::max_(a_, b_);
       }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r66[e], b_ = kg::shfl_xor(a_, 1); r66[e] = a_ + b_; }
+      for (int e = 0; e < 2; ++e) { const float a_ = r63[e], b_ = kg::shfl_xor(a_, 1); r63[e] = kg::max_(a_, b_); }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r66[e], b_ = kg::shfl_xor(a_, 2); r66[e] = a_ + b_; }
+      for (int e = 0; e < 2; ++e) { const float a_ = r63[e], b_ = kg::shfl_xor(a_, 2); r63[e] = kg::max_(a_, b_); }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) v66[e] = kg::cvt<float>(r66[e]);
+      for (int e = 0; e < 2; ++e) v63[e] = kg::cvt<float>(r63[e]);
     }
-    // spec: specs/fa2_fwd.yaml:51:15
-    float v67[2];
+    // spec: specs/fa2_fwd.yaml:47:19
+    float v64[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v67[e] = (v65[e] + v66[e]);
-    // spec: specs/fa2_fwd.yaml:52:23
-    float (&v68)[2] = v64;
-    // spec: specs/fa2_fwd.yaml:52:17
-    float v69[32];
+    for (int e = 0; e < 2; ++e) v64[e] = (kg::max_(v40[e], v63[e]));
+    // spec: specs/fa2_fwd.yaml:48:25
+    const float v65 = -kg::inf();
+    // spec: specs/fa2_fwd.yaml:48:25
+    bool v66[2];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v69[e] = v68[((e >> 1) & 1) * 1];
-    // spec: specs/fa2_fwd.yaml:52:17
+    for (int e = 0; e < 2; ++e) v66[e] = (v64[e] == v65);
+    // spec: specs/fa2_fwd.yaml:48:19
+    const float v67 = 0.0f;
+    // spec: specs/fa2_fwd.yaml:48:19
+    float v68[2];
+    #pragma unroll
+    for (int e = 0; e < 2; ++e) v68[e] = (v66[e] ? v67 : v64[e]);
+    // spec: specs/fa2_fwd.yaml:49:24
+    float (&v69)[2] = v68;
+    // spec: specs/fa2_fwd.yaml:49:20
     float v70[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v70[e] = (v36[e] * v69[e]);
-    // spec: specs/fa2_fwd.yaml:52:44
-    kg::bf16 v71[32];
+    for (int e = 0; e < 32; ++e) v70[e] = v69[((e >> 1) & 1) * 1];
+    // spec: specs/fa2_fwd.yaml:49:20
+    float v71[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v71[e] = kg::cvt<kg::bf16>(v62[e]);
+    for (int e = 0; e < 32; ++e) v71[e] = (v62[e] - v70[e]);
+    // spec: specs/fa2_fwd.yaml:49:15
+    float v72[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v72[e] = kg::exp2_(v71[e]);
+    // spec: specs/fa2_fwd.yaml:50:24
+    float v73[2];
+    #pragma unroll
+    for (int e = 0; e < 2; ++e) v73[e] = (v40[e] - v68[e]);
+    // spec: specs/fa2_fwd.yaml:50:19
+    float v74[2];
+    #pragma unroll
+    for (int e = 0; e < 2; ++e) v74[e] = kg::exp2_(v73[e]);
+    // spec: specs/fa2_fwd.yaml:51:15
+    float v75[2];
+    #pragma unroll
+    for (int e = 0; e < 2; ++e) v75[e] = (v38[e] * v74[e]);
+    // spec: specs/fa2_fwd.yaml:51:27
+    float v76[2];
+    {
+      float r76[2];
+    #pragma unroll
+      for (int e = 0; e < 2; ++e) r76[e] = 0.0f;
+    #pragma unroll
+      for (int e = 0; e < 32; ++e) {
+        const float a_ = r76[((e >> 1) & 1) * 1], b_ = (float)(v72[e]);
+        r76[((e >> 1) & 1) * 1] = a_ + b_;
+      }
+    #pragma unroll
+      for (int e = 0; e < 2; ++e) { const float a_ = r76[e], b_ = kg::shfl_xor(a_, 1); r76[e] = a_ + b_; }
+    #pragma unroll
+      for (int e = 0; e < 2; ++e) { const float a_ = r76[e], b_ = kg::shfl_xor(a_, 2); r76[e] = a_ + b_; }
+    #pragma unroll
+      for (int e = 0; e < 2; ++e) v76[e] = kg::cvt<float>(r76[e]);
+    }
+    // spec: specs/fa2_fwd.yaml:51:15
+    float v77[2];
+    #pragma unroll
+    for (int e = 0; e < 2; ++e) v77[e] = (v75[e] + v76[e]);
+    // spec: specs/fa2_fwd.yaml:52:23
+    float (&v78)[2] = v74;
+    // spec: specs/fa2_fwd.yaml:52:17
+    float v79[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v79[e] = v78[((e >> 1) & 1) * 1];
+    // spec: specs/fa2_fwd.yaml:52:17
+    float v80[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v80[e] = (v39[e] * v79[e]);
+    // spec: specs/fa2_fwd.yaml:52:44
+    kg::bf16 v81[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v81[e] = kg::cvt<kg::bf16>(v72[e]);
     // spec: specs/fa2_fwd.yaml:52:40
     kg::cp_async_wait<1>();
+    kg::fence_proxy_async();
     kg::sync();
-    // spec: specs/fa2_fwd.yaml:52:40
-    float (&v72)[32] = v70;
-    #pragma unroll
-    for (int ks = 0; ks < 4; ++ks) {
-      alignas(16) kg::bf16 fb_[32];
-    #pragma unroll
-      for (int g = 0; g < 4; ++g) kg::ldmatrix_x4_trans(&fb_[g * 8], &v28[(ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8) + lane % 8) * 72 + (warp % 1) * 64 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8 + (((8 * g + 2 * ((lane / 8) % 4)) >> 3) & 1) * 16 + (((8 * g + 2 * ((lane / 8) % 4)) >> 4) & 1) * 32)]);
-    #pragma unroll
-      for (int rm = 0; rm < 1; ++rm)
-    #pragma unroll
-        for (int rn = 0; rn < 8; ++rn)
-          kg::mma_m16n8k16_bf16(&v72[(rm * 8 + rn) * 4], &v71[(rm * 4 + ks) * 8], &fb_[rn * 4]);
-    }
     // spec: specs/fa2_fwd.yaml:52:57
-    const int v73 = (v34 + v26);
+    const int v82 = (v37 + v26);
     // spec: specs/fa2_fwd.yaml:52:57
-    const bool v74 = (v73 < v21);
+    const bool v83 = (v82 < v21);
+    // spec: specs/fa2_fwd.yaml:40:7
+    kg::bf16* v84 = v28 + (v44 % 2) * 4096;
     // spec: specs/fa2_fwd.yaml:52:57
-    kg::sync();
-    if (v74) {
+    if (v83) {
       const kg::bf16* p_ = t_v + ((int64_t)(v5) * stride_v_0 + (int64_t)(v9) * stride_v_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
+      const int64_t q_ = (int64_t)(v82 * 64) * stride_v_1 + 0;
     #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int c_ = lane + warp * 32 + i * 256;
-        const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
-        const int i0_ = v73 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = (int64_t)i0_ * stride_v_1 + i1_;
-        const int slot_ = r_ * 72 + k_;
+        const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
+        const int i0_ = v82 * 64 + r_, i1_ = 0 + k_;
+        const int64_t off_ = q_ + ((int64_t)r_ * stride_v_1 + k_);
+        const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
         if (aligned_) {
-          const int n_ = i0_ < (size_SK) ? kg::min_(kg::max_((64) - i1_, 0), 8) : 0;
-          kg::cp_async<16>(&v28[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          const int n_ = (i0_ < (size_SK)) * 8;
+          kg::cp_async<16>(&v84[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v28[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v84[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
+    // spec: specs/fa2_fwd.yaml:52:40
+    float (&v85)[32] = v80;
+    {
+      const uint64_t db_ = kg::wgmma_desc(v45, 1024, 128);
+      kg::wgmma_fence();
+    #pragma unroll
+      for (int ks = 0; ks < 4; ++ks)
+    #pragma unroll
+        for (int rm = 0; rm < 1; ++rm)
+    #pragma unroll
+          for (int rn = 0; rn < 1; ++rn)
+            kg::wgmma_m64n64k16_bf16_rs<1>(&v85[(rm * 1 + rn) * 32], &v81[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 8 * 8 + ((((warp / 4) % 1) * 64 + rn * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + ((((warp / 4) % 1) * 64 + rn * 64)) % 8) * 2 / 16));
+      kg::wgmma_commit();
+      kg::wgmma_wait<0>();
+    #pragma unroll
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v85[e]);
+    }
     // spec: specs/fa2_fwd.yaml:53:15
 
     float y0_[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) y0_[e] = v67[e];
+    for (int e = 0; e < 2; ++e) y0_[e] = v77[e];
     float y1_[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y1_[e] = v72[e];
+    for (int e = 0; e < 32; ++e) y1_[e] = v85[e];
     float y2_[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) y2_[e] = v54[e];
+    for (int e = 0; e < 2; ++e) y2_[e] = v64[e];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v31[e] = y0_[e];
+    for (int e = 0; e < 2; ++e) v34[e] = y0_[e];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v32[e] = y1_[e];
+    for (int e = 0; e < 32; ++e) v35[e] = y1_[e];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v33[e] = y2_[e];
+    for (int e = 0; e < 2; ++e) v36[e] = y2_[e];
   }
   // spec: specs/fa2_fwd.yaml:55:21
-  const float v75 = 0.0f;
+  const float v86 = 0.0f;
   // spec: specs/fa2_fwd.yaml:55:21
-  bool v76[2];
+  bool v87[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v76[e] = (v31[e] == v75);
+  for (int e = 0; e < 2; ++e) v87[e] = (v34[e] == v86);
   // spec: specs/fa2_fwd.yaml:55:15
-  const float v77 = 1.0f;
+  const float v88 = 1.0f;
   // spec: specs/fa2_fwd.yaml:55:15
-  float v78[2];
+  float v89[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v78[e] = (v76[e] ? v77 : v31[e]);
+  for (int e = 0; e < 2; ++e) v89[e] = (v87[e] ? v88 : v34[e]);
   // spec: specs/fa2_fwd.yaml:56:63
-  float (&v79)[2] = v78;
+  float (&v90)[2] = v89;
   // spec: specs/fa2_fwd.yaml:56:57
-  float v80[32];
+  float v91[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v80[e] = v79[((e >> 1) & 1) * 1];
+  for (int e = 0; e < 32; ++e) v91[e] = v90[((e >> 1) & 1) * 1];
   // spec: specs/fa2_fwd.yaml:56:57
-  float v81[32];
+  float v92[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v81[e] = (v32[e] / v80[e]);
+  for (int e = 0; e < 32; ++e) v92[e] = (v35[e] / v91[e]);
   // spec: specs/fa2_fwd.yaml:56:56
-  kg::bf16 v82[32];
+  kg::bf16 v93[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v82[e] = kg::cvt<kg::bf16>(v81[e]);
+  for (int e = 0; e < 32; ++e) v93[e] = kg::cvt<kg::bf16>(v92[e]);
   // spec: specs/fa2_fwd.yaml:56:24
-  const int v83 = kg::block_id_x();
+  const int v94 = kg::block_id_x();
   // spec: specs/fa2_fwd.yaml:56:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_o + ((int64_t)(v5) * stride_o_0 + (int64_t)(v7) * stride_o_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_o_0 % 2 == 0 && stride_o_1 % 2 == 0 && stride_o_2 % 2 == 0;
-    const int t0_ = v83 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
+    const int t0_ = v94 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
     const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
   #pragma unroll
     for (int e = 0; e < 32; e += 2) {
@@ -447,57 +497,57 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::bf16* __restrict__ t
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
       const int64_t off_ = (int64_t)i0_ * stride_o_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SQ) && i1_ + 2 <= (64)) {
-        kg::copy_vec<2>(p_ + off_, &v82[e]);
+        kg::copy_vec<2>(p_ + off_, &v93[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SQ) && i1_ + v < (64)) p_[off_ + v] = v82[e + v];
+          if (i0_ < (size_SQ) && i1_ + v < (64)) p_[off_ + v] = v93[e + v];
       }
     }
   }
   // spec: specs/fa2_fwd.yaml:57:61
-  const float v84 = 0.0f;
+  const float v95 = 0.0f;
   // spec: specs/fa2_fwd.yaml:57:61
-  bool v85[2];
+  bool v96[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v85[e] = (v31[e] == v84);
+  for (int e = 0; e < 2; ++e) v96[e] = (v34[e] == v95);
   // spec: specs/fa2_fwd.yaml:57:82
-  float v86[2];
+  float v97[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v86[e] = kg::log2_(v78[e]);
+  for (int e = 0; e < 2; ++e) v97[e] = kg::log2_(v89[e]);
   // spec: specs/fa2_fwd.yaml:57:78
-  float v87[2];
+  float v98[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v87[e] = (v33[e] + v86[e]);
+  for (int e = 0; e < 2; ++e) v98[e] = (v36[e] + v97[e]);
   // spec: specs/fa2_fwd.yaml:57:77
-  const float v88 = 0.6931471805599453f;
+  const float v99 = 0.6931471805599453f;
   // spec: specs/fa2_fwd.yaml:57:77
-  float v89[2];
+  float v100[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v89[e] = (v87[e] * v88);
+  for (int e = 0; e < 2; ++e) v100[e] = (v98[e] * v99);
   // spec: specs/fa2_fwd.yaml:57:55
-  const float v90 = -kg::inf();
+  const float v101 = -kg::inf();
   // spec: specs/fa2_fwd.yaml:57:55
-  float v91[2];
+  float v102[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v91[e] = (v85[e] ? v90 : v89[e]);
+  for (int e = 0; e < 2; ++e) v102[e] = (v96[e] ? v101 : v100[e]);
   // spec: specs/fa2_fwd.yaml:57:29
-  const int v92 = kg::block_id_x();
+  const int v103 = kg::block_id_x();
   // spec: specs/fa2_fwd.yaml:57:7
   if ((lane & 3) == 0 && (warp & 0) == 0) {
     float* p_ = t_lse + ((int64_t)(v5) * stride_lse_0 + (int64_t)(v7) * stride_lse_1);
     const bool aligned_ = false;
-    const int t0_ = v92 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
+    const int t0_ = v103 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
   #pragma unroll
     for (int e = 0; e < 2; e += 1) {
       const int i0_ = t0_ + (e & 1) * 8;
       const int64_t off_ = (int64_t)i0_ * 1;
       if (aligned_ && i0_ + 1 <= (size_SQ)) {
-        kg::copy_vec<1>(p_ + off_, &v91[e]);
+        kg::copy_vec<1>(p_ + off_, &v102[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          if (i0_ + v < (size_SQ)) p_[off_ + v] = v91[e + v];
+          if (i0_ + v < (size_SQ)) p_[off_ + v] = v102[e + v];
       }
     }
   }

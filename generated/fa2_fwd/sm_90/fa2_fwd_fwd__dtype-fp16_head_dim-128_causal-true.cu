@@ -3,6 +3,22 @@
 #include "kgen_cuda.h"
 #include "kgen_tile.h"
 
+namespace kg {
+template <int TB> KG_DEVICE void wgmma_m64n128k16_fp16_rs(float* d, const void* a, uint64_t db) {
+  const uint32_t* A = reinterpret_cast<const uint32_t*>(a);
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+               : "r"(A[0]), "r"(A[1]), "r"(A[2]), "r"(A[3]), "l"(db), "r"(1), "n"(TB));
+}
+template <int TA, int TB> KG_DEVICE void wgmma_m64n64k16_fp16_ss(float* d, uint64_t da, uint64_t db) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %35, %36;\n}\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+               : "l"(da), "l"(db), "r"(1), "n"(TA), "n"(TB));
+}
+}  // namespace kg
+
 KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t_q, int64_t stride_q_0, int64_t stride_q_1, int64_t stride_q_2, const kg::fp16* __restrict__ t_k, int64_t stride_k_0, int64_t stride_k_1, int64_t stride_k_2, const kg::fp16* __restrict__ t_v, int64_t stride_v_0, int64_t stride_v_1, int64_t stride_v_2, kg::fp16* __restrict__ t_o, int64_t stride_o_0, int64_t stride_o_1, int64_t stride_o_2, float* __restrict__ t_lse, int64_t stride_lse_0, int64_t stride_lse_1, int size_B, int size_SQ, int size_SK, int size_H, int size_HKV, float scalar_softmax_scale) {
   extern __shared__ __align__(16) char smem[];
   const int lane = kg::thread_id() % kg::WAVE;
@@ -105,15 +121,16 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
   if (true) {
     const kg::fp16* p_ = t_q + ((int64_t)(v6) * stride_q_0 + (int64_t)(v8) * stride_q_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
+    const int64_t q_ = (int64_t)(v16 * 128) * stride_q_1 + 0;
   #pragma unroll
     for (int i = 0; i < 8; ++i) {
       const int c_ = lane + warp * 32 + i * 256;
-      const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
+      const int r_ = c_ / 128 * 8 + c_ % 8, k_ = c_ / 8 % 16 * 8;
       const int i0_ = v16 * 128 + r_, i1_ = 0 + k_;
-      const int64_t off_ = (int64_t)i0_ * stride_q_1 + i1_;
-      const int slot_ = r_ * 136 + k_;
+      const int64_t off_ = q_ + ((int64_t)r_ * stride_q_1 + k_);
+      const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
       if (aligned_) {
-        const int n_ = i0_ < (size_SQ) ? kg::min_(kg::max_((128) - i1_, 0), 8) : 0;
+        const int n_ = (i0_ < (size_SQ)) * 8;
         kg::cp_async<16>(&v40[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
@@ -125,381 +142,406 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
   kg::cp_async_commit();
   // spec: specs/fa2_fwd.yaml:41:15
   kg::cp_async_wait<0>();
+  kg::fence_proxy_async();
   kg::sync();
   // spec: specs/fa2_fwd.yaml:45:50
   int (&v41)[2] = v15;
   // spec: specs/fa2_fwd.yaml:52:40
-  kg::fp16* v42 = reinterpret_cast<kg::fp16*>(smem + 34816);
+  kg::fp16* v42 = reinterpret_cast<kg::fp16*>(smem + 32768);
   // spec: specs/fa2_fwd.yaml:41:15
-  kg::fp16* v43 = reinterpret_cast<kg::fp16*>(smem + 52224);
+  kg::fp16* v43 = reinterpret_cast<kg::fp16*>(smem + 65536);
   // spec: specs/fa2_fwd.yaml:40:7
   const bool v44 = (v38 < v34);
+  // spec: specs/fa2_fwd.yaml:40:7
+  const int v45 = 0;
+  // spec: specs/fa2_fwd.yaml:40:7
+  kg::fp16* v46 = v43 + (v45 % 2) * 8192;
   // spec: specs/fa2_fwd.yaml:41:23
   if (v44) {
     const kg::fp16* p_ = t_k + ((int64_t)(v6) * stride_k_0 + (int64_t)(v10) * stride_k_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
+    const int64_t q_ = (int64_t)(v38 * 64) * stride_k_1 + 0;
   #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int c_ = lane + warp * 32 + i * 256;
-      const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
+      const int r_ = c_ / 128 * 8 + c_ % 8, k_ = c_ / 8 % 16 * 8;
       const int i0_ = v38 * 64 + r_, i1_ = 0 + k_;
-      const int64_t off_ = (int64_t)i0_ * stride_k_1 + i1_;
-      const int slot_ = r_ * 136 + k_;
+      const int64_t off_ = q_ + ((int64_t)r_ * stride_k_1 + k_);
+      const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
       if (aligned_) {
-        const int n_ = i0_ < (size_SK) ? kg::min_(kg::max_((128) - i1_, 0), 8) : 0;
-        kg::cp_async<16>(&v43[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        const int n_ = (i0_ < (size_SK)) * 8;
+        kg::cp_async<16>(&v46[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v43[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          v46[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
       }
     }
   }
   kg::cp_async_commit();
+  // spec: specs/fa2_fwd.yaml:40:7
+  kg::fp16* v47 = v42 + (v45 % 2) * 8192;
   // spec: specs/fa2_fwd.yaml:52:57
   if (v44) {
     const kg::fp16* p_ = t_v + ((int64_t)(v6) * stride_v_0 + (int64_t)(v10) * stride_v_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
+    const int64_t q_ = (int64_t)(v38 * 64) * stride_v_1 + 0;
   #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int c_ = lane + warp * 32 + i * 256;
-      const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
+      const int r_ = c_ / 128 * 8 + c_ % 8, k_ = c_ / 8 % 16 * 8;
       const int i0_ = v38 * 64 + r_, i1_ = 0 + k_;
-      const int64_t off_ = (int64_t)i0_ * stride_v_1 + i1_;
-      const int slot_ = r_ * 136 + k_;
+      const int64_t off_ = q_ + ((int64_t)r_ * stride_v_1 + k_);
+      const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
       if (aligned_) {
-        const int n_ = i0_ < (size_SK) ? kg::min_(kg::max_((128) - i1_, 0), 8) : 0;
-        kg::cp_async<16>(&v42[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        const int n_ = (i0_ < (size_SK)) * 8;
+        kg::cp_async<16>(&v47[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v42[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          v47[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
       }
     }
   }
   kg::cp_async_commit();
   // spec: specs/fa2_fwd.yaml:40:7
 
-  float v45[2];
+  float v48[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v45[e] = v36[e];
-  float v46[64];
+  for (int e = 0; e < 2; ++e) v48[e] = v36[e];
+  float v49[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v46[e] = v37[e];
-  float v47[2];
+  for (int e = 0; e < 64; ++e) v49[e] = v37[e];
+  float v50[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v47[e] = v35[e];
-  for (int v48 = v38; v48 < v34; v48 += v39) {
-    float (&v49)[2] = v45;
-    float (&v50)[64] = v46;
-    float (&v51)[2] = v47;
+  for (int e = 0; e < 2; ++e) v50[e] = v35[e];
+  for (int v51 = v38; v51 < v34; v51 += v39) {
+    float (&v52)[2] = v48;
+    float (&v53)[64] = v49;
+    float (&v54)[2] = v50;
     
+    // spec: specs/fa2_fwd.yaml:40:7
+    const int v55 = (v51 - v38);
+    // spec: specs/fa2_fwd.yaml:40:7
+    const int v56 = (kg::floordiv(v55, v39));
+    // spec: specs/fa2_fwd.yaml:40:7
+    const int v57 = 1;
+    // spec: specs/fa2_fwd.yaml:40:7
+    const int v58 = (v56 + v57);
+    // spec: specs/fa2_fwd.yaml:40:7
+    kg::fp16* v59 = v42 + (v56 % 2) * 8192;
+    // spec: specs/fa2_fwd.yaml:40:7
+    kg::fp16* v60 = v43 + (v56 % 2) * 8192;
     // spec: specs/fa2_fwd.yaml:41:15
-    float v52[32];
+    float v61[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v52[e] = 0.0f;
+    for (int e = 0; e < 32; ++e) v61[e] = 0.0f;
     // spec: specs/fa2_fwd.yaml:41:15
     kg::cp_async_wait<1>();
+    kg::fence_proxy_async();
     kg::sync();
-    // spec: specs/fa2_fwd.yaml:41:15
-    kg::fp16* v53 = v43;
-    // spec: specs/fa2_fwd.yaml:41:15
-    float (&v54)[32] = v52;
-    #pragma unroll
-    for (int ks = 0; ks < 8; ++ks) {
-      alignas(16) kg::fp16 fa_[8];
-    #pragma unroll
-      for (int g = 0; g < 1; ++g) kg::ldmatrix_x4(&fa_[g * 8], &v40[((warp / 1) * 16 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8) + lane % 8) * 136 + ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8)]);
-      alignas(16) kg::fp16 fb_[32];
-    #pragma unroll
-      for (int g = 0; g < 4; ++g) kg::ldmatrix_x4(&fb_[g * 8], &v53[((warp % 1) * 64 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8 + (((8 * g + 2 * ((lane / 8) % 4)) >> 3) & 1) * 16 + (((8 * g + 2 * ((lane / 8) % 4)) >> 4) & 1) * 32) + lane % 8) * 136 + ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8)]);
-    #pragma unroll
-      for (int rm = 0; rm < 1; ++rm)
-    #pragma unroll
-        for (int rn = 0; rn < 8; ++rn)
-          kg::mma_m16n8k16_fp16(&v54[(rm * 8 + rn) * 4], &fa_[rm * 8], &fb_[rn * 4]);
-    }
     // spec: specs/fa2_fwd.yaml:41:23
-    const int v55 = (v48 + v39);
+    const int v62 = (v51 + v39);
     // spec: specs/fa2_fwd.yaml:41:23
-    const bool v56 = (v55 < v34);
+    const bool v63 = (v62 < v34);
+    // spec: specs/fa2_fwd.yaml:40:7
+    kg::fp16* v64 = v43 + (v58 % 2) * 8192;
     // spec: specs/fa2_fwd.yaml:41:23
-    kg::sync();
-    if (v56) {
+    if (v63) {
       const kg::fp16* p_ = t_k + ((int64_t)(v6) * stride_k_0 + (int64_t)(v10) * stride_k_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
+      const int64_t q_ = (int64_t)(v62 * 64) * stride_k_1 + 0;
     #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int c_ = lane + warp * 32 + i * 256;
-        const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
-        const int i0_ = v55 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = (int64_t)i0_ * stride_k_1 + i1_;
-        const int slot_ = r_ * 136 + k_;
+        const int r_ = c_ / 128 * 8 + c_ % 8, k_ = c_ / 8 % 16 * 8;
+        const int i0_ = v62 * 64 + r_, i1_ = 0 + k_;
+        const int64_t off_ = q_ + ((int64_t)r_ * stride_k_1 + k_);
+        const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
         if (aligned_) {
-          const int n_ = i0_ < (size_SK) ? kg::min_(kg::max_((128) - i1_, 0), 8) : 0;
-          kg::cp_async<16>(&v43[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          const int n_ = (i0_ < (size_SK)) * 8;
+          kg::cp_async<16>(&v64[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v43[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v64[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
     // spec: specs/fa2_fwd.yaml:41:15
-    float v57[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v57[e] = (v54[e] * v18);
-    // spec: specs/fa2_fwd.yaml:42:18
-    const int v58 = 64;
-    // spec: specs/fa2_fwd.yaml:42:18
-    const int v59 = (v48 * v58);
-    // spec: specs/fa2_fwd.yaml:42:32
-    int v60[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v60[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32);
-    // spec: specs/fa2_fwd.yaml:42:18
-    int v61[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v61[e] = (v59 + v60[e]);
-    // spec: specs/fa2_fwd.yaml:43:19
-    int (&v62)[16] = v61;
-    // spec: specs/fa2_fwd.yaml:43:19
-    bool v63[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v63[e] = (v62[e] < v1);
-    // spec: specs/fa2_fwd.yaml:45:33
-    int (&v64)[16] = v61;
-    // spec: specs/fa2_fwd.yaml:45:67
-    const int v65 = (v1 - v0);
-    // spec: specs/fa2_fwd.yaml:45:50
-    int v66[2];
-    #pragma unroll
-    for (int e = 0; e < 2; ++e) v66[e] = (v41[e] + v65);
-    // spec: specs/fa2_fwd.yaml:45:33
-    int v67[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v67[e] = v64[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-    // spec: specs/fa2_fwd.yaml:45:33
-    int v68[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v68[e] = v66[((e >> 1) & 1) * 1];
-    // spec: specs/fa2_fwd.yaml:45:33
-    bool v69[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v69[e] = (v67[e] <= v68[e]);
-    // spec: specs/fa2_fwd.yaml:45:23
-    bool v70[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v70[e] = v63[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-    // spec: specs/fa2_fwd.yaml:45:23
-    bool v71[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v71[e] = (v70[e] && v69[e]);
-    // spec: specs/fa2_fwd.yaml:46:15
-    const float v72 = -kg::inf();
-    // spec: specs/fa2_fwd.yaml:46:15
-    float v73[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v73[e] = (v71[e] ? v57[e] : v72);
-    // spec: specs/fa2_fwd.yaml:47:30
-    float v74[2];
+    kg::fp16* v65 = v60;
+    // spec: specs/fa2_fwd.yaml:41:15
+    float (&v66)[32] = v61;
     {
-      float r74[2];
+      const uint64_t da_ = kg::wgmma_desc(v40, 128, 2048);
+      const uint64_t db_ = kg::wgmma_desc(v65, 128, 2048);
+      kg::wgmma_fence();
     #pragma unroll
-      for (int e = 0; e < 2; ++e) r74[e] = -kg::inf();
+      for (int ks = 0; ks < 8; ++ks)
     #pragma unroll
-      for (int e = 0; e < 32; ++e) {
-        const float a_ = r74[((e >> 1) & 1) * 1], b_ = (float)(v73[e]);
-        r74[((e >> 1) & 1) * 1] = kg::max_(a_, b_);
-      }
+        for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r74[e], b_ = kg::shfl_xor(a_, 1); r74[e] = kg::max_(a_, b_); }
+          for (int rn = 0; rn < 1; ++rn)
+            kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v66[(rm * 1 + rn) * 32], da_ + (((((((warp / 4) / 1) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + ((((warp / 4) / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + (((((((warp / 4) % 1) * 64 + rn * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + ((((warp / 4) % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16));
+      kg::wgmma_commit();
+      kg::wgmma_wait<0>();
     #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r74[e], b_ = kg::shfl_xor(a_, 2); r74[e] = kg::max_(a_, b_); }
-    #pragma unroll
-      for (int e = 0; e < 2; ++e) v74[e] = kg::cvt<float>(r74[e]);
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v66[e]);
     }
-    // spec: specs/fa2_fwd.yaml:47:19
-    float v75[2];
+    // spec: specs/fa2_fwd.yaml:41:15
+    float v67[32];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v75[e] = (kg::max_(v51[e], v74[e]));
-    // spec: specs/fa2_fwd.yaml:48:25
-    const float v76 = -kg::inf();
-    // spec: specs/fa2_fwd.yaml:48:25
-    bool v77[2];
+    for (int e = 0; e < 32; ++e) v67[e] = (v66[e] * v18);
+    // spec: specs/fa2_fwd.yaml:42:18
+    const int v68 = 64;
+    // spec: specs/fa2_fwd.yaml:42:18
+    const int v69 = (v51 * v68);
+    // spec: specs/fa2_fwd.yaml:42:32
+    int v70[16];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v77[e] = (v75[e] == v76);
-    // spec: specs/fa2_fwd.yaml:48:19
-    const float v78 = 0.0f;
-    // spec: specs/fa2_fwd.yaml:48:19
-    float v79[2];
+    for (int e = 0; e < 16; ++e) v70[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32);
+    // spec: specs/fa2_fwd.yaml:42:18
+    int v71[16];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v79[e] = (v77[e] ? v78 : v75[e]);
-    // spec: specs/fa2_fwd.yaml:49:24
-    float (&v80)[2] = v79;
-    // spec: specs/fa2_fwd.yaml:49:20
-    float v81[32];
+    for (int e = 0; e < 16; ++e) v71[e] = (v69 + v70[e]);
+    // spec: specs/fa2_fwd.yaml:43:19
+    int (&v72)[16] = v71;
+    // spec: specs/fa2_fwd.yaml:43:19
+    bool v73[16];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v81[e] = v80[((e >> 1) & 1) * 1];
-    // spec: specs/fa2_fwd.yaml:49:20
-    float v82[32];
+    for (int e = 0; e < 16; ++e) v73[e] = (v72[e] < v1);
+    // spec: specs/fa2_fwd.yaml:45:33
+    int (&v74)[16] = v71;
+    // spec: specs/fa2_fwd.yaml:45:67
+    const int v75 = (v1 - v0);
+    // spec: specs/fa2_fwd.yaml:45:50
+    int v76[2];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v82[e] = (v73[e] - v81[e]);
-    // spec: specs/fa2_fwd.yaml:49:15
+    for (int e = 0; e < 2; ++e) v76[e] = (v41[e] + v75);
+    // spec: specs/fa2_fwd.yaml:45:33
+    int v77[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v77[e] = v74[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+    // spec: specs/fa2_fwd.yaml:45:33
+    int v78[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v78[e] = v76[((e >> 1) & 1) * 1];
+    // spec: specs/fa2_fwd.yaml:45:33
+    bool v79[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v79[e] = (v77[e] <= v78[e]);
+    // spec: specs/fa2_fwd.yaml:45:23
+    bool v80[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v80[e] = v73[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+    // spec: specs/fa2_fwd.yaml:45:23
+    bool v81[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v81[e] = (v80[e] && v79[e]);
+    // spec: specs/fa2_fwd.yaml:46:15
+    const float v82 = -kg::inf();
+    // spec: specs/fa2_fwd.yaml:46:15
     float v83[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v83[e] = kg::exp2_(v82[e]);
-    // spec: specs/fa2_fwd.yaml:50:24
+    for (int e = 0; e < 32; ++e) v83[e] = (v81[e] ? v67[e] : v82);
+    // spec: specs/fa2_fwd.yaml:47:30
     float v84[2];
-    #pragma unroll
-    for (int e = 0; e < 2; ++e) v84[e] = (v51[e] - v79[e]);
-    // spec: specs/fa2_fwd.yaml:50:19
-    float v85[2];
-    #pragma unroll
-    for (int e = 0; e < 2; ++e) v85[e] = kg::exp2_(v84[e]);
-    // spec: specs/fa2_fwd.yaml:51:15
-    float v86[2];
-    #pragma unroll
-    for (int e = 0; e < 2; ++e) v86[e] = (v49[e] * v85[e]);
-    // spec: specs/fa2_fwd.yaml:51:27
-    float v87[2];
     {
-      float r87[2];
+      float r84[2];
     #pragma unroll
-      for (int e = 0; e < 2; ++e) r87[e] = 0.0f;
+      for (int e = 0; e < 2; ++e) r84[e] = -kg::inf();
     #pragma unroll
       for (int e = 0; e < 32; ++e) {
-        const float a_ = r87[((e >> 1) & 1) * 1], b_ = (float)(v83[e]);
-        r87[((e >> 1) & 1) * 1] = a_ + b_;
+        const float a_ = r84[((e >> 1) & 1) * 1], b_ = (float)(v83[e]);
+        r84[((e >> 1) & 1) * 1] = kg::max_(a_, b_);
       }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r87[e], b_ = kg::shfl_xor(a_, 1); r87[e] = a_ + b_; }
+      for (int e = 0; e < 2; ++e) { const float a_ = r84[e], b_ = kg::shfl_xor(a_, 1); r84[e] = kg::max_(a_, b_); }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r87[e], b_ = kg::shfl_xor(a_, 2); r87[e] = a_ + b_; }
+      for (int e = 0; e < 2; ++e) { const float a_ = r84[e], b_ = kg::shfl_xor(a_, 2); r84[e] = kg::max_(a_, b_); }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) v87[e] = kg::cvt<float>(r87[e]);
+      for (int e = 0; e < 2; ++e) v84[e] = kg::cvt<float>(r84[e]);
+    }
+    // spec: specs/fa2_fwd.yaml:47:19
+    float v85[2];
+    #pragma unroll
+    for (int e = 0; e < 2; ++e) v85[e] = (kg::max_(v54[e], v84[e]));
+    // spec: specs/fa2_fwd.yaml:48:25
+    const float v86 = -kg::inf();
+    // spec: specs/fa2_fwd.yaml:48:25
+    bool v87[2];
+    #pragma unroll
+    for (int e = 0; e < 2; ++e) v87[e] = (v85[e] == v86);
+    // spec: specs/fa2_fwd.yaml:48:19
+    const float v88 = 0.0f;
+    // spec: specs/fa2_fwd.yaml:48:19
+    float v89[2];
+    #pragma unroll
+    for (int e = 0; e < 2; ++e) v89[e] = (v87[e] ? v88 : v85[e]);
+    // spec: specs/fa2_fwd.yaml:49:24
+    float (&v90)[2] = v89;
+    // spec: specs/fa2_fwd.yaml:49:20
+    float v91[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v91[e] = v90[((e >> 1) & 1) * 1];
+    // spec: specs/fa2_fwd.yaml:49:20
+    float v92[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v92[e] = (v83[e] - v91[e]);
+    // spec: specs/fa2_fwd.yaml:49:15
+    float v93[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v93[e] = kg::exp2_(v92[e]);
+    // spec: specs/fa2_fwd.yaml:50:24
+    float v94[2];
+    #pragma unroll
+    for (int e = 0; e < 2; ++e) v94[e] = (v54[e] - v89[e]);
+    // spec: specs/fa2_fwd.yaml:50:19
+    float v95[2];
+    #pragma unroll
+    for (int e = 0; e < 2; ++e) v95[e] = kg::exp2_(v94[e]);
+    // spec: specs/fa2_fwd.yaml:51:15
+    float v96[2];
+    #pragma unroll
+    for (int e = 0; e < 2; ++e) v96[e] = (v52[e] * v95[e]);
+    // spec: specs/fa2_fwd.yaml:51:27
+    float v97[2];
+    {
+      float r97[2];
+    #pragma unroll
+      for (int e = 0; e < 2; ++e) r97[e] = 0.0f;
+    #pragma unroll
+      for (int e = 0; e < 32; ++e) {
+        const float a_ = r97[((e >> 1) & 1) * 1], b_ = (float)(v93[e]);
+        r97[((e >> 1) & 1) * 1] = a_ + b_;
+      }
+    #pragma unroll
+      for (int e = 0; e < 2; ++e) { const float a_ = r97[e], b_ = kg::shfl_xor(a_, 1); r97[e] = a_ + b_; }
+    #pragma unroll
+      for (int e = 0; e < 2; ++e) { const float a_ = r97[e], b_ = kg::shfl_xor(a_, 2); r97[e] = a_ + b_; }
+    #pragma unroll
+      for (int e = 0; e < 2; ++e) v97[e] = kg::cvt<float>(r97[e]);
     }
     // spec: specs/fa2_fwd.yaml:51:15
-    float v88[2];
+    float v98[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v88[e] = (v86[e] + v87[e]);
+    for (int e = 0; e < 2; ++e) v98[e] = (v96[e] + v97[e]);
     // spec: specs/fa2_fwd.yaml:52:23
-    float (&v89)[2] = v85;
+    float (&v99)[2] = v95;
     // spec: specs/fa2_fwd.yaml:52:17
-    float v90[64];
+    float v100[64];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) v90[e] = v89[((e >> 1) & 1) * 1];
+    for (int e = 0; e < 64; ++e) v100[e] = v99[((e >> 1) & 1) * 1];
     // spec: specs/fa2_fwd.yaml:52:17
-    float v91[64];
+    float v101[64];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) v91[e] = (v50[e] * v90[e]);
+    for (int e = 0; e < 64; ++e) v101[e] = (v53[e] * v100[e]);
     // spec: specs/fa2_fwd.yaml:52:44
-    kg::fp16 v92[32];
+    kg::fp16 v102[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v92[e] = kg::cvt<kg::fp16>(v83[e]);
-    // spec: specs/fa2_fwd.yaml:52:40
-    float v93[64];
-    #pragma unroll
-    for (int e = 0; e < 64; ++e) v93[e] = 0.0f;
+    for (int e = 0; e < 32; ++e) v102[e] = kg::cvt<kg::fp16>(v93[e]);
     // spec: specs/fa2_fwd.yaml:52:40
     kg::cp_async_wait<1>();
+    kg::fence_proxy_async();
     kg::sync();
-    // spec: specs/fa2_fwd.yaml:52:40
-    float (&v94)[64] = v93;
-    #pragma unroll
-    for (int ks = 0; ks < 4; ++ks) {
-      alignas(16) kg::fp16 fb_[64];
-    #pragma unroll
-      for (int g = 0; g < 8; ++g) kg::ldmatrix_x4_trans(&fb_[g * 8], &v42[(ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8) + lane % 8) * 136 + (warp % 1) * 128 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8 + (((8 * g + 2 * ((lane / 8) % 4)) >> 3) & 1) * 16 + (((8 * g + 2 * ((lane / 8) % 4)) >> 4) & 1) * 32 + (((8 * g + 2 * ((lane / 8) % 4)) >> 5) & 1) * 64)]);
-    #pragma unroll
-      for (int rm = 0; rm < 1; ++rm)
-    #pragma unroll
-        for (int rn = 0; rn < 16; ++rn)
-          kg::mma_m16n8k16_fp16(&v94[(rm * 16 + rn) * 4], &v92[(rm * 4 + ks) * 8], &fb_[rn * 4]);
-    }
     // spec: specs/fa2_fwd.yaml:52:57
-    const int v95 = (v48 + v39);
+    const int v103 = (v51 + v39);
     // spec: specs/fa2_fwd.yaml:52:57
-    const bool v96 = (v95 < v34);
+    const bool v104 = (v103 < v34);
+    // spec: specs/fa2_fwd.yaml:40:7
+    kg::fp16* v105 = v42 + (v58 % 2) * 8192;
     // spec: specs/fa2_fwd.yaml:52:57
-    kg::sync();
-    if (v96) {
+    if (v104) {
       const kg::fp16* p_ = t_v + ((int64_t)(v6) * stride_v_0 + (int64_t)(v10) * stride_v_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
+      const int64_t q_ = (int64_t)(v103 * 64) * stride_v_1 + 0;
     #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int c_ = lane + warp * 32 + i * 256;
-        const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
-        const int i0_ = v95 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = (int64_t)i0_ * stride_v_1 + i1_;
-        const int slot_ = r_ * 136 + k_;
+        const int r_ = c_ / 128 * 8 + c_ % 8, k_ = c_ / 8 % 16 * 8;
+        const int i0_ = v103 * 64 + r_, i1_ = 0 + k_;
+        const int64_t off_ = q_ + ((int64_t)r_ * stride_v_1 + k_);
+        const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
         if (aligned_) {
-          const int n_ = i0_ < (size_SK) ? kg::min_(kg::max_((128) - i1_, 0), 8) : 0;
-          kg::cp_async<16>(&v42[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          const int n_ = (i0_ < (size_SK)) * 8;
+          kg::cp_async<16>(&v105[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v42[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v105[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
-    // spec: specs/fa2_fwd.yaml:52:17
-    float v97[64];
+    // spec: specs/fa2_fwd.yaml:52:40
+    float (&v106)[64] = v101;
+    {
+      const uint64_t db_ = kg::wgmma_desc(v59, 2048, 128);
+      kg::wgmma_fence();
     #pragma unroll
-    for (int e = 0; e < 64; ++e) v97[e] = (v91[e] + v94[e]);
+      for (int ks = 0; ks < 4; ++ks)
+    #pragma unroll
+        for (int rm = 0; rm < 1; ++rm)
+    #pragma unroll
+          for (int rn = 0; rn < 1; ++rn)
+            kg::wgmma_m64n128k16_fp16_rs<1>(&v106[(rm * 1 + rn) * 64], &v102[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 8 * 16 + ((((warp / 4) % 1) * 128 + rn * 128)) / 8) * 64 + ((ks * 16)) % 8 * 8 + ((((warp / 4) % 1) * 128 + rn * 128)) % 8) * 2 / 16));
+      kg::wgmma_commit();
+      kg::wgmma_wait<0>();
+    #pragma unroll
+      for (int e = 0; e < 64; ++e) kg::fence_operand(v106[e]);
+    }
     // spec: specs/fa2_fwd.yaml:53:15
 
     float y0_[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) y0_[e] = v88[e];
+    for (int e = 0; e < 2; ++e) y0_[e] = v98[e];
     float y1_[64];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) y1_[e] = v97[e];
+    for (int e = 0; e < 64; ++e) y1_[e] = v106[e];
     float y2_[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) y2_[e] = v75[e];
+    for (int e = 0; e < 2; ++e) y2_[e] = v85[e];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v45[e] = y0_[e];
+    for (int e = 0; e < 2; ++e) v48[e] = y0_[e];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) v46[e] = y1_[e];
+    for (int e = 0; e < 64; ++e) v49[e] = y1_[e];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v47[e] = y2_[e];
+    for (int e = 0; e < 2; ++e) v50[e] = y2_[e];
   }
   // spec: specs/fa2_fwd.yaml:55:21
-  const float v98 = 0.0f;
+  const float v107 = 0.0f;
   // spec: specs/fa2_fwd.yaml:55:21
-  bool v99[2];
+  bool v108[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v99[e] = (v45[e] == v98);
+  for (int e = 0; e < 2; ++e) v108[e] = (v48[e] == v107);
   // spec: specs/fa2_fwd.yaml:55:15
-  const float v100 = 1.0f;
+  const float v109 = 1.0f;
   // spec: specs/fa2_fwd.yaml:55:15
-  float v101[2];
+  float v110[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v101[e] = (v99[e] ? v100 : v45[e]);
+  for (int e = 0; e < 2; ++e) v110[e] = (v108[e] ? v109 : v48[e]);
   // spec: specs/fa2_fwd.yaml:56:63
-  float (&v102)[2] = v101;
+  float (&v111)[2] = v110;
   // spec: specs/fa2_fwd.yaml:56:57
-  float v103[64];
+  float v112[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v103[e] = v102[((e >> 1) & 1) * 1];
+  for (int e = 0; e < 64; ++e) v112[e] = v111[((e >> 1) & 1) * 1];
   // spec: specs/fa2_fwd.yaml:56:57
-  float v104[64];
+  float v113[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v104[e] = (v46[e] / v103[e]);
+  for (int e = 0; e < 64; ++e) v113[e] = (v49[e] / v112[e]);
   // spec: specs/fa2_fwd.yaml:56:56
-  kg::fp16 v105[64];
+  kg::fp16 v114[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v105[e] = kg::cvt<kg::fp16>(v104[e]);
+  for (int e = 0; e < 64; ++e) v114[e] = kg::cvt<kg::fp16>(v113[e]);
   // spec: specs/fa2_fwd.yaml:56:24
-  const int v106 = kg::block_id_x();
+  const int v115 = kg::block_id_x();
   // spec: specs/fa2_fwd.yaml:56:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_o + ((int64_t)(v6) * stride_o_0 + (int64_t)(v8) * stride_o_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_o_0 % 2 == 0 && stride_o_1 % 2 == 0 && stride_o_2 % 2 == 0;
-    const int t0_ = v106 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
+    const int t0_ = v115 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
     const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
   #pragma unroll
     for (int e = 0; e < 64; e += 2) {
@@ -507,57 +549,57 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32 + ((e >> 5) & 1) * 64;
       const int64_t off_ = (int64_t)i0_ * stride_o_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SQ) && i1_ + 2 <= (128)) {
-        kg::copy_vec<2>(p_ + off_, &v105[e]);
+        kg::copy_vec<2>(p_ + off_, &v114[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SQ) && i1_ + v < (128)) p_[off_ + v] = v105[e + v];
+          if (i0_ < (size_SQ) && i1_ + v < (128)) p_[off_ + v] = v114[e + v];
       }
     }
   }
   // spec: specs/fa2_fwd.yaml:57:61
-  const float v107 = 0.0f;
+  const float v116 = 0.0f;
   // spec: specs/fa2_fwd.yaml:57:61
-  bool v108[2];
+  bool v117[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v108[e] = (v45[e] == v107);
+  for (int e = 0; e < 2; ++e) v117[e] = (v48[e] == v116);
   // spec: specs/fa2_fwd.yaml:57:82
-  float v109[2];
+  float v118[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v109[e] = kg::log2_(v101[e]);
+  for (int e = 0; e < 2; ++e) v118[e] = kg::log2_(v110[e]);
   // spec: specs/fa2_fwd.yaml:57:78
-  float v110[2];
+  float v119[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v110[e] = (v47[e] + v109[e]);
+  for (int e = 0; e < 2; ++e) v119[e] = (v50[e] + v118[e]);
   // spec: specs/fa2_fwd.yaml:57:77
-  const float v111 = 0.6931471805599453f;
+  const float v120 = 0.6931471805599453f;
   // spec: specs/fa2_fwd.yaml:57:77
-  float v112[2];
+  float v121[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v112[e] = (v110[e] * v111);
+  for (int e = 0; e < 2; ++e) v121[e] = (v119[e] * v120);
   // spec: specs/fa2_fwd.yaml:57:55
-  const float v113 = -kg::inf();
+  const float v122 = -kg::inf();
   // spec: specs/fa2_fwd.yaml:57:55
-  float v114[2];
+  float v123[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v114[e] = (v108[e] ? v113 : v112[e]);
+  for (int e = 0; e < 2; ++e) v123[e] = (v117[e] ? v122 : v121[e]);
   // spec: specs/fa2_fwd.yaml:57:29
-  const int v115 = kg::block_id_x();
+  const int v124 = kg::block_id_x();
   // spec: specs/fa2_fwd.yaml:57:7
   if ((lane & 3) == 0 && (warp & 0) == 0) {
     float* p_ = t_lse + ((int64_t)(v6) * stride_lse_0 + (int64_t)(v8) * stride_lse_1);
     const bool aligned_ = false;
-    const int t0_ = v115 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
+    const int t0_ = v124 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
   #pragma unroll
     for (int e = 0; e < 2; e += 1) {
       const int i0_ = t0_ + (e & 1) * 8;
       const int64_t off_ = (int64_t)i0_ * 1;
       if (aligned_ && i0_ + 1 <= (size_SQ)) {
-        kg::copy_vec<1>(p_ + off_, &v114[e]);
+        kg::copy_vec<1>(p_ + off_, &v123[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          if (i0_ + v < (size_SQ)) p_[off_ + v] = v114[e + v];
+          if (i0_ + v < (size_SQ)) p_[off_ + v] = v123[e + v];
       }
     }
   }

@@ -3,6 +3,15 @@
 #include "kgen_cuda.h"
 #include "kgen_tile.h"
 
+namespace kg {
+template <int TA, int TB> KG_DEVICE void wgmma_m64n64k16_fp16_ss(float* d, uint64_t da, uint64_t db) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %35, %36;\n}\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+               : "l"(da), "l"(db), "r"(1), "n"(TA), "n"(TB));
+}
+}  // namespace kg
+
 KG_KERNEL void __launch_bounds__(128) matmul_fwd(const kg::fp16* __restrict__ t_a, int64_t stride_a_0, const kg::fp16* __restrict__ t_b, int64_t stride_b_0, kg::fp16* __restrict__ t_c, int64_t stride_c_0, int size_M, int size_N, int size_K) {
   extern __shared__ __align__(16) char smem[];
   const int lane = kg::thread_id() % kg::WAVE;
@@ -31,151 +40,180 @@ KG_KERNEL void __launch_bounds__(128) matmul_fwd(const kg::fp16* __restrict__ t_
   // spec: specs/matmul.yaml:20:22
   const int v9 = 1;
   // spec: specs/matmul.yaml:21:17
-  kg::fp16* v10 = reinterpret_cast<kg::fp16*>(smem + 5120);
+  kg::fp16* v10 = reinterpret_cast<kg::fp16*>(smem + 0);
   // spec: specs/matmul.yaml:21:17
-  kg::fp16* v11 = reinterpret_cast<kg::fp16*>(smem + 0);
+  kg::fp16* v11 = reinterpret_cast<kg::fp16*>(smem + 8192);
   // spec: specs/matmul.yaml:20:7
   const bool v12 = (v8 < v7);
+  // spec: specs/matmul.yaml:20:7
+  const int v13 = 0;
+  // spec: specs/matmul.yaml:20:7
+  kg::fp16* v14 = v11 + (v13 % 2) * 2048;
   // spec: specs/matmul.yaml:21:21
   kg::sync();
   if (v12) {
     const kg::fp16* p_ = t_a + (0);
     const bool aligned_ = kg::aligned(p_, 16) && stride_a_0 % 8 == 0;
+    const int64_t q_ = (int64_t)(v1 * 64) * stride_a_0 + v8 * 32;
   #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int c_ = lane + warp * 32 + i * 128;
-      const int r_ = c_ / 4, k_ = (c_ % 4) * 8;
+      const int r_ = c_ / 32 * 8 + c_ % 8, k_ = c_ / 8 % 4 * 8;
       const int i0_ = v1 * 64 + r_, i1_ = v8 * 32 + k_;
-      const int64_t off_ = (int64_t)i0_ * stride_a_0 + i1_;
-      const int slot_ = r_ * 40 + k_;
+      const int64_t off_ = q_ + ((int64_t)r_ * stride_a_0 + k_);
+      const int slot_ = ((r_) / 8 * 4 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
       if (aligned_) {
-        const int n_ = i0_ < (size_M) ? kg::min_(kg::max_((size_K) - i1_, 0), 8) : 0;
-        kg::cp_async<16>(&v11[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        const int n_ = (i0_ < (size_M)) * kg::min_(kg::max_((size_K) - i1_, 0), 8);
+        kg::cp_async<16>(&v14[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v11[slot_ + v] = (i0_ < (size_M) && i1_ + v < (size_K)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          v14[slot_ + v] = (i0_ < (size_M) && i1_ + v < (size_K)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
       }
     }
   }
   kg::cp_async_commit();
+  // spec: specs/matmul.yaml:20:7
+  kg::fp16* v15 = v10 + (v13 % 2) * 2048;
   // spec: specs/matmul.yaml:21:55
   if (v12) {
     const kg::fp16* p_ = t_b + (0);
     const bool aligned_ = kg::aligned(p_, 16) && stride_b_0 % 8 == 0;
+    const int64_t q_ = (int64_t)(v8 * 32) * stride_b_0 + v2 * 64;
   #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int c_ = lane + warp * 32 + i * 128;
-      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+      const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
       const int i0_ = v8 * 32 + r_, i1_ = v2 * 64 + k_;
-      const int64_t off_ = (int64_t)i0_ * stride_b_0 + i1_;
-      const int slot_ = r_ * 72 + k_;
+      const int64_t off_ = q_ + ((int64_t)r_ * stride_b_0 + k_);
+      const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
       if (aligned_) {
-        const int n_ = i0_ < (size_K) ? kg::min_(kg::max_((size_N) - i1_, 0), 8) : 0;
-        kg::cp_async<16>(&v10[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        const int n_ = (i0_ < (size_K)) * kg::min_(kg::max_((size_N) - i1_, 0), 8);
+        kg::cp_async<16>(&v15[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v10[slot_ + v] = (i0_ < (size_K) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          v15[slot_ + v] = (i0_ < (size_K) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
       }
     }
   }
   kg::cp_async_commit();
   // spec: specs/matmul.yaml:20:7
 
-  float v13[32];
+  float v16[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v13[e] = v3[e];
-  for (int v14 = v8; v14 < v7; v14 += v9) {
-    float (&v15)[32] = v13;
+  for (int e = 0; e < 32; ++e) v16[e] = v3[e];
+  for (int v17 = v8; v17 < v7; v17 += v9) {
+    float (&v18)[32] = v16;
     
+    // spec: specs/matmul.yaml:20:7
+    const int v19 = (v17 - v8);
+    // spec: specs/matmul.yaml:20:7
+    const int v20 = (kg::floordiv(v19, v9));
+    // spec: specs/matmul.yaml:20:7
+    const int v21 = 1;
+    // spec: specs/matmul.yaml:20:7
+    const int v22 = (v20 + v21);
+    // spec: specs/matmul.yaml:20:7
+    kg::fp16* v23 = v10 + (v20 % 2) * 2048;
+    // spec: specs/matmul.yaml:20:7
+    kg::fp16* v24 = v11 + (v20 % 2) * 2048;
     // spec: specs/matmul.yaml:21:17
     kg::cp_async_wait<1>();
+    kg::fence_proxy_async();
     kg::sync();
-    // spec: specs/matmul.yaml:21:17
-    kg::cp_async_wait<0>();
-    kg::sync();
-    // spec: specs/matmul.yaml:21:17
-    float (&v16)[32] = v15;
-    #pragma unroll
-    for (int ks = 0; ks < 2; ++ks) {
-      alignas(16) kg::fp16 fa_[8];
-    #pragma unroll
-      for (int g = 0; g < 1; ++g) kg::ldmatrix_x4(&fa_[g * 8], &v11[((warp / 1) * 16 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8) + lane % 8) * 40 + ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8)]);
-      alignas(16) kg::fp16 fb_[32];
-    #pragma unroll
-      for (int g = 0; g < 4; ++g) kg::ldmatrix_x4_trans(&fb_[g * 8], &v10[(ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8) + lane % 8) * 72 + (warp % 1) * 64 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8 + (((8 * g + 2 * ((lane / 8) % 4)) >> 3) & 1) * 16 + (((8 * g + 2 * ((lane / 8) % 4)) >> 4) & 1) * 32)]);
-    #pragma unroll
-      for (int rm = 0; rm < 1; ++rm)
-    #pragma unroll
-        for (int rn = 0; rn < 8; ++rn)
-          kg::mma_m16n8k16_fp16(&v16[(rm * 8 + rn) * 4], &fa_[rm * 8], &fb_[rn * 4]);
-    }
     // spec: specs/matmul.yaml:21:21
-    const int v17 = (v14 + v9);
+    const int v25 = (v17 + v9);
     // spec: specs/matmul.yaml:21:21
-    const bool v18 = (v17 < v7);
+    const bool v26 = (v25 < v7);
+    // spec: specs/matmul.yaml:20:7
+    kg::fp16* v27 = v11 + (v22 % 2) * 2048;
     // spec: specs/matmul.yaml:21:21
-    kg::sync();
-    if (v18) {
+    if (v26) {
       const kg::fp16* p_ = t_a + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_a_0 % 8 == 0;
+      const int64_t q_ = (int64_t)(v1 * 64) * stride_a_0 + v25 * 32;
     #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int c_ = lane + warp * 32 + i * 128;
-        const int r_ = c_ / 4, k_ = (c_ % 4) * 8;
-        const int i0_ = v1 * 64 + r_, i1_ = v17 * 32 + k_;
-        const int64_t off_ = (int64_t)i0_ * stride_a_0 + i1_;
-        const int slot_ = r_ * 40 + k_;
+        const int r_ = c_ / 32 * 8 + c_ % 8, k_ = c_ / 8 % 4 * 8;
+        const int i0_ = v1 * 64 + r_, i1_ = v25 * 32 + k_;
+        const int64_t off_ = q_ + ((int64_t)r_ * stride_a_0 + k_);
+        const int slot_ = ((r_) / 8 * 4 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
         if (aligned_) {
-          const int n_ = i0_ < (size_M) ? kg::min_(kg::max_((size_K) - i1_, 0), 8) : 0;
-          kg::cp_async<16>(&v11[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          const int n_ = (i0_ < (size_M)) * kg::min_(kg::max_((size_K) - i1_, 0), 8);
+          kg::cp_async<16>(&v27[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v11[slot_ + v] = (i0_ < (size_M) && i1_ + v < (size_K)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v27[slot_ + v] = (i0_ < (size_M) && i1_ + v < (size_K)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
+    // spec: specs/matmul.yaml:21:17
+    kg::cp_async_wait<1>();
+    kg::fence_proxy_async();
+    kg::sync();
     // spec: specs/matmul.yaml:21:55
-    const int v19 = (v14 + v9);
+    const int v28 = (v17 + v9);
     // spec: specs/matmul.yaml:21:55
-    const bool v20 = (v19 < v7);
+    const bool v29 = (v28 < v7);
+    // spec: specs/matmul.yaml:20:7
+    kg::fp16* v30 = v10 + (v22 % 2) * 2048;
     // spec: specs/matmul.yaml:21:55
-    if (v20) {
+    if (v29) {
       const kg::fp16* p_ = t_b + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_b_0 % 8 == 0;
+      const int64_t q_ = (int64_t)(v28 * 32) * stride_b_0 + v2 * 64;
     #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int c_ = lane + warp * 32 + i * 128;
-        const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
-        const int i0_ = v19 * 32 + r_, i1_ = v2 * 64 + k_;
-        const int64_t off_ = (int64_t)i0_ * stride_b_0 + i1_;
-        const int slot_ = r_ * 72 + k_;
+        const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
+        const int i0_ = v28 * 32 + r_, i1_ = v2 * 64 + k_;
+        const int64_t off_ = q_ + ((int64_t)r_ * stride_b_0 + k_);
+        const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
         if (aligned_) {
-          const int n_ = i0_ < (size_K) ? kg::min_(kg::max_((size_N) - i1_, 0), 8) : 0;
-          kg::cp_async<16>(&v10[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          const int n_ = (i0_ < (size_K)) * kg::min_(kg::max_((size_N) - i1_, 0), 8);
+          kg::cp_async<16>(&v30[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v10[slot_ + v] = (i0_ < (size_K) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v30[slot_ + v] = (i0_ < (size_K) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
+    // spec: specs/matmul.yaml:21:17
+    float (&v31)[32] = v18;
+    {
+      const uint64_t da_ = kg::wgmma_desc(v24, 128, 512);
+      const uint64_t db_ = kg::wgmma_desc(v23, 1024, 128);
+      kg::wgmma_fence();
+    #pragma unroll
+      for (int ks = 0; ks < 2; ++ks)
+    #pragma unroll
+        for (int rm = 0; rm < 1; ++rm)
+    #pragma unroll
+          for (int rn = 0; rn < 1; ++rn)
+            kg::wgmma_m64n64k16_fp16_ss<0, 1>(&v31[(rm * 1 + rn) * 32], da_ + (((((((warp / 4) / 1) * 64 + rm * 64)) / 8 * 4 + ((ks * 16)) / 8) * 64 + ((((warp / 4) / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + (((((ks * 16)) / 8 * 8 + ((((warp / 4) % 1) * 64 + rn * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + ((((warp / 4) % 1) * 64 + rn * 64)) % 8) * 2 / 16));
+      kg::wgmma_commit();
+      kg::wgmma_wait<0>();
+    #pragma unroll
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v31[e]);
+    }
     // spec: specs/matmul.yaml:21:17
 
     float y0_[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y0_[e] = v16[e];
+    for (int e = 0; e < 32; ++e) y0_[e] = v31[e];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v13[e] = y0_[e];
+    for (int e = 0; e < 32; ++e) v16[e] = y0_[e];
   }
   // spec: specs/matmul.yaml:22:28
-  kg::fp16 v21[32];
+  kg::fp16 v32[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v21[e] = kg::cvt<kg::fp16>(v13[e]);
+  for (int e = 0; e < 32; ++e) v32[e] = kg::cvt<kg::fp16>(v16[e]);
   // spec: specs/matmul.yaml:22:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_c + (0);
@@ -188,11 +226,11 @@ KG_KERNEL void __launch_bounds__(128) matmul_fwd(const kg::fp16* __restrict__ t_
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
       const int64_t off_ = (int64_t)i0_ * stride_c_0 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_M) && i1_ + 2 <= (size_N)) {
-        kg::copy_vec<2>(p_ + off_, &v21[e]);
+        kg::copy_vec<2>(p_ + off_, &v32[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_M) && i1_ + v < (size_N)) p_[off_ + v] = v21[e + v];
+          if (i0_ < (size_M) && i1_ + v < (size_N)) p_[off_ + v] = v32[e + v];
       }
     }
   }

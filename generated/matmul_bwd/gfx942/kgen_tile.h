@@ -14,9 +14,15 @@ KG_DEVICE bool f32(bool x) { return x; }
 
 template <class T> KG_DEVICE T max_(T a, T b) { return a > b ? a : b; }
 template <class T> KG_DEVICE T min_(T a, T b) { return a < b ? a : b; }
-// NaN-propagating max/min for floats, as torch.maximum does
+// NaN-propagating max/min for floats, as torch.maximum does: one instruction where the backend
+// header has it (KG_HAS_NAN_MINMAX, defining fmax_nan / fmin_nan), else a select
+#ifdef KG_HAS_NAN_MINMAX
+KG_DEVICE float max_(float a, float b) { return fmax_nan(a, b); }
+KG_DEVICE float min_(float a, float b) { return fmin_nan(a, b); }
+#else
 KG_DEVICE float max_(float a, float b) { return (a != a || b != b) ? a + b : (a > b ? a : b); }
 KG_DEVICE float min_(float a, float b) { return (a != a || b != b) ? a + b : (a < b ? a : b); }
+#endif
 KG_DEVICE int cdiv(int a, int b) { return (a + b - 1) / b; }
 KG_DEVICE int floordiv(int a, int b) { int q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }
 KG_DEVICE int mod(int a, int b) { int r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }

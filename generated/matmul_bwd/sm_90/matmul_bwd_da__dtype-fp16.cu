@@ -3,6 +3,15 @@
 #include "kgen_cuda.h"
 #include "kgen_tile.h"
 
+namespace kg {
+template <int TA, int TB> KG_DEVICE void wgmma_m64n32k16_fp16_ss(float* d, uint64_t da, uint64_t db) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, %19, %20;\n}\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+               : "l"(da), "l"(db), "r"(1), "n"(TA), "n"(TB));
+}
+}  // namespace kg
+
 KG_KERNEL void __launch_bounds__(128) matmul_bwd_da(const kg::fp16* __restrict__ t_a, int64_t stride_a_0, const kg::fp16* __restrict__ t_b, int64_t stride_b_0, const kg::fp16* __restrict__ t_dc, int64_t stride_dc_0, kg::fp16* __restrict__ t_da, int64_t stride_da_0, kg::fp16* __restrict__ t_db, int64_t stride_db_0, int size_M, int size_N, int size_K) {
   extern __shared__ __align__(16) char smem[];
   const int lane = kg::thread_id() % kg::WAVE;
@@ -31,153 +40,182 @@ KG_KERNEL void __launch_bounds__(128) matmul_bwd_da(const kg::fp16* __restrict__
   // spec: specs/matmul_bwd.yaml:24:22
   const int v9 = 1;
   // spec: specs/matmul_bwd.yaml:26:17
-  kg::fp16* v10 = reinterpret_cast<kg::fp16*>(smem + 9216);
+  kg::fp16* v10 = reinterpret_cast<kg::fp16*>(smem + 16384);
   // spec: specs/matmul_bwd.yaml:26:17
   kg::fp16* v11 = reinterpret_cast<kg::fp16*>(smem + 0);
   // spec: specs/matmul_bwd.yaml:24:7
   const bool v12 = (v8 < v7);
+  // spec: specs/matmul_bwd.yaml:24:7
+  const int v13 = 0;
+  // spec: specs/matmul_bwd.yaml:24:7
+  kg::fp16* v14 = v11 + (v13 % 2) * 4096;
   // spec: specs/matmul_bwd.yaml:26:21
   kg::sync();
   if (v12) {
     const kg::fp16* p_ = t_dc + (0);
     const bool aligned_ = kg::aligned(p_, 16) && stride_dc_0 % 8 == 0;
+    const int64_t q_ = (int64_t)(v1 * 64) * stride_dc_0 + v8 * 64;
   #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int c_ = lane + warp * 32 + i * 128;
-      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+      const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
       const int i0_ = v1 * 64 + r_, i1_ = v8 * 64 + k_;
-      const int64_t off_ = (int64_t)i0_ * stride_dc_0 + i1_;
-      const int slot_ = r_ * 72 + k_;
+      const int64_t off_ = q_ + ((int64_t)r_ * stride_dc_0 + k_);
+      const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
       if (aligned_) {
-        const int n_ = i0_ < (size_M) ? kg::min_(kg::max_((size_N) - i1_, 0), 8) : 0;
-        kg::cp_async<16>(&v11[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        const int n_ = (i0_ < (size_M)) * kg::min_(kg::max_((size_N) - i1_, 0), 8);
+        kg::cp_async<16>(&v14[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v11[slot_ + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          v14[slot_ + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
       }
     }
   }
   kg::cp_async_commit();
+  // spec: specs/matmul_bwd.yaml:24:7
+  kg::fp16* v15 = v10 + (v13 % 2) * 2048;
   // spec: specs/matmul_bwd.yaml:26:56
   if (v12) {
     const kg::fp16* p_ = t_b + (0);
     const bool aligned_ = kg::aligned(p_, 16) && stride_b_0 % 8 == 0;
+    const int64_t q_ = (int64_t)(v2 * 32) * stride_b_0 + v8 * 64;
   #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int c_ = lane + warp * 32 + i * 128;
-      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+      const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
       const int i0_ = v2 * 32 + r_, i1_ = v8 * 64 + k_;
-      const int64_t off_ = (int64_t)i0_ * stride_b_0 + i1_;
-      const int slot_ = r_ * 72 + k_;
+      const int64_t off_ = q_ + ((int64_t)r_ * stride_b_0 + k_);
+      const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
       if (aligned_) {
-        const int n_ = i0_ < (size_K) ? kg::min_(kg::max_((size_N) - i1_, 0), 8) : 0;
-        kg::cp_async<16>(&v10[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        const int n_ = (i0_ < (size_K)) * kg::min_(kg::max_((size_N) - i1_, 0), 8);
+        kg::cp_async<16>(&v15[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v10[slot_ + v] = (i0_ < (size_K) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          v15[slot_ + v] = (i0_ < (size_K) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
       }
     }
   }
   kg::cp_async_commit();
   // spec: specs/matmul_bwd.yaml:24:7
 
-  float v13[16];
+  float v16[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v13[e] = v3[e];
-  for (int v14 = v8; v14 < v7; v14 += v9) {
-    float (&v15)[16] = v13;
+  for (int e = 0; e < 16; ++e) v16[e] = v3[e];
+  for (int v17 = v8; v17 < v7; v17 += v9) {
+    float (&v18)[16] = v16;
     
+    // spec: specs/matmul_bwd.yaml:24:7
+    const int v19 = (v17 - v8);
+    // spec: specs/matmul_bwd.yaml:24:7
+    const int v20 = (kg::floordiv(v19, v9));
+    // spec: specs/matmul_bwd.yaml:24:7
+    const int v21 = 1;
+    // spec: specs/matmul_bwd.yaml:24:7
+    const int v22 = (v20 + v21);
+    // spec: specs/matmul_bwd.yaml:24:7
+    kg::fp16* v23 = v10 + (v20 % 2) * 2048;
+    // spec: specs/matmul_bwd.yaml:24:7
+    kg::fp16* v24 = v11 + (v20 % 2) * 4096;
     // spec: specs/matmul_bwd.yaml:26:17
     kg::cp_async_wait<1>();
+    kg::fence_proxy_async();
     kg::sync();
-    // spec: specs/matmul_bwd.yaml:26:17
-    kg::cp_async_wait<0>();
-    kg::sync();
-    // spec: specs/matmul_bwd.yaml:26:17
-    kg::fp16* v16 = v10;
-    // spec: specs/matmul_bwd.yaml:26:17
-    float (&v17)[16] = v15;
-    #pragma unroll
-    for (int ks = 0; ks < 4; ++ks) {
-      alignas(16) kg::fp16 fa_[8];
-    #pragma unroll
-      for (int g = 0; g < 1; ++g) kg::ldmatrix_x4(&fa_[g * 8], &v11[((warp / 1) * 16 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8) + lane % 8) * 72 + ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8)]);
-      alignas(16) kg::fp16 fb_[16];
-    #pragma unroll
-      for (int g = 0; g < 2; ++g) kg::ldmatrix_x4(&fb_[g * 8], &v16[((warp % 1) * 32 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8 + (((8 * g + 2 * ((lane / 8) % 4)) >> 3) & 1) * 16) + lane % 8) * 72 + ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8)]);
-    #pragma unroll
-      for (int rm = 0; rm < 1; ++rm)
-    #pragma unroll
-        for (int rn = 0; rn < 4; ++rn)
-          kg::mma_m16n8k16_fp16(&v17[(rm * 4 + rn) * 4], &fa_[rm * 8], &fb_[rn * 4]);
-    }
     // spec: specs/matmul_bwd.yaml:26:21
-    const int v18 = (v14 + v9);
+    const int v25 = (v17 + v9);
     // spec: specs/matmul_bwd.yaml:26:21
-    const bool v19 = (v18 < v7);
+    const bool v26 = (v25 < v7);
+    // spec: specs/matmul_bwd.yaml:24:7
+    kg::fp16* v27 = v11 + (v22 % 2) * 4096;
     // spec: specs/matmul_bwd.yaml:26:21
-    kg::sync();
-    if (v19) {
+    if (v26) {
       const kg::fp16* p_ = t_dc + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dc_0 % 8 == 0;
+      const int64_t q_ = (int64_t)(v1 * 64) * stride_dc_0 + v25 * 64;
     #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int c_ = lane + warp * 32 + i * 128;
-        const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
-        const int i0_ = v1 * 64 + r_, i1_ = v18 * 64 + k_;
-        const int64_t off_ = (int64_t)i0_ * stride_dc_0 + i1_;
-        const int slot_ = r_ * 72 + k_;
+        const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
+        const int i0_ = v1 * 64 + r_, i1_ = v25 * 64 + k_;
+        const int64_t off_ = q_ + ((int64_t)r_ * stride_dc_0 + k_);
+        const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
         if (aligned_) {
-          const int n_ = i0_ < (size_M) ? kg::min_(kg::max_((size_N) - i1_, 0), 8) : 0;
-          kg::cp_async<16>(&v11[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          const int n_ = (i0_ < (size_M)) * kg::min_(kg::max_((size_N) - i1_, 0), 8);
+          kg::cp_async<16>(&v27[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v11[slot_ + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v27[slot_ + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
+    // spec: specs/matmul_bwd.yaml:26:17
+    kg::cp_async_wait<1>();
+    kg::fence_proxy_async();
+    kg::sync();
     // spec: specs/matmul_bwd.yaml:26:56
-    const int v20 = (v14 + v9);
+    const int v28 = (v17 + v9);
     // spec: specs/matmul_bwd.yaml:26:56
-    const bool v21 = (v20 < v7);
+    const bool v29 = (v28 < v7);
+    // spec: specs/matmul_bwd.yaml:24:7
+    kg::fp16* v30 = v10 + (v22 % 2) * 2048;
     // spec: specs/matmul_bwd.yaml:26:56
-    if (v21) {
+    if (v29) {
       const kg::fp16* p_ = t_b + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_b_0 % 8 == 0;
+      const int64_t q_ = (int64_t)(v2 * 32) * stride_b_0 + v28 * 64;
     #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int c_ = lane + warp * 32 + i * 128;
-        const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
-        const int i0_ = v2 * 32 + r_, i1_ = v20 * 64 + k_;
-        const int64_t off_ = (int64_t)i0_ * stride_b_0 + i1_;
-        const int slot_ = r_ * 72 + k_;
+        const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
+        const int i0_ = v2 * 32 + r_, i1_ = v28 * 64 + k_;
+        const int64_t off_ = q_ + ((int64_t)r_ * stride_b_0 + k_);
+        const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
         if (aligned_) {
-          const int n_ = i0_ < (size_K) ? kg::min_(kg::max_((size_N) - i1_, 0), 8) : 0;
-          kg::cp_async<16>(&v10[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          const int n_ = (i0_ < (size_K)) * kg::min_(kg::max_((size_N) - i1_, 0), 8);
+          kg::cp_async<16>(&v30[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v10[slot_ + v] = (i0_ < (size_K) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v30[slot_ + v] = (i0_ < (size_K) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
+    // spec: specs/matmul_bwd.yaml:26:17
+    kg::fp16* v31 = v23;
+    // spec: specs/matmul_bwd.yaml:26:17
+    float (&v32)[16] = v18;
+    {
+      const uint64_t da_ = kg::wgmma_desc(v24, 128, 1024);
+      const uint64_t db_ = kg::wgmma_desc(v31, 128, 1024);
+      kg::wgmma_fence();
+    #pragma unroll
+      for (int ks = 0; ks < 4; ++ks)
+    #pragma unroll
+        for (int rm = 0; rm < 1; ++rm)
+    #pragma unroll
+          for (int rn = 0; rn < 1; ++rn)
+            kg::wgmma_m64n32k16_fp16_ss<0, 0>(&v32[(rm * 1 + rn) * 16], da_ + (((((((warp / 4) / 1) * 64 + rm * 64)) / 8 * 8 + ((ks * 16)) / 8) * 64 + ((((warp / 4) / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + (((((((warp / 4) % 1) * 32 + rn * 32)) / 8 * 8 + ((ks * 16)) / 8) * 64 + ((((warp / 4) % 1) * 32 + rn * 32)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16));
+      kg::wgmma_commit();
+      kg::wgmma_wait<0>();
+    #pragma unroll
+      for (int e = 0; e < 16; ++e) kg::fence_operand(v32[e]);
+    }
     // spec: specs/matmul_bwd.yaml:26:17
 
     float y0_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y0_[e] = v17[e];
+    for (int e = 0; e < 16; ++e) y0_[e] = v32[e];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v13[e] = y0_[e];
+    for (int e = 0; e < 16; ++e) v16[e] = y0_[e];
   }
   // spec: specs/matmul_bwd.yaml:27:27
-  kg::fp16 v22[16];
+  kg::fp16 v33[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v22[e] = kg::cvt<kg::fp16>(v13[e]);
+  for (int e = 0; e < 16; ++e) v33[e] = kg::cvt<kg::fp16>(v16[e]);
   // spec: specs/matmul_bwd.yaml:27:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_da + (0);
@@ -190,11 +228,11 @@ KG_KERNEL void __launch_bounds__(128) matmul_bwd_da(const kg::fp16* __restrict__
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
       const int64_t off_ = (int64_t)i0_ * stride_da_0 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_M) && i1_ + 2 <= (size_K)) {
-        kg::copy_vec<2>(p_ + off_, &v22[e]);
+        kg::copy_vec<2>(p_ + off_, &v33[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_M) && i1_ + v < (size_K)) p_[off_ + v] = v22[e + v];
+          if (i0_ < (size_M) && i1_ + v < (size_K)) p_[off_ + v] = v33[e + v];
       }
     }
   }

@@ -33,151 +33,176 @@ KG_KERNEL void __launch_bounds__(128) matmul_bwd_db(const kg::fp16* __restrict__
   // spec: specs/matmul_bwd.yaml:37:17
   kg::fp16* v10 = reinterpret_cast<kg::fp16*>(smem + 0);
   // spec: specs/matmul_bwd.yaml:37:17
-  kg::fp16* v11 = reinterpret_cast<kg::fp16*>(smem + 9216);
+  kg::fp16* v11 = reinterpret_cast<kg::fp16*>(smem + 18432);
   // spec: specs/matmul_bwd.yaml:35:7
   const bool v12 = (v8 < v7);
+  // spec: specs/matmul_bwd.yaml:35:7
+  const int v13 = 0;
+  // spec: specs/matmul_bwd.yaml:35:7
+  kg::fp16* v14 = v11 + (v13 % 2) * 2560;
   // spec: specs/matmul_bwd.yaml:37:21
   kg::sync();
   if (v12) {
     const kg::fp16* p_ = t_a + (0);
     const bool aligned_ = kg::aligned(p_, 16) && stride_a_0 % 8 == 0;
+    const int64_t q_ = (int64_t)(v8 * 64) * stride_a_0 + v1 * 32;
   #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int c_ = lane + warp * 32 + i * 128;
       const int r_ = c_ / 4, k_ = (c_ % 4) * 8;
       const int i0_ = v8 * 64 + r_, i1_ = v1 * 32 + k_;
-      const int64_t off_ = (int64_t)i0_ * stride_a_0 + i1_;
-      const int slot_ = r_ * 40 + k_;
+      const int64_t off_ = q_ + ((int64_t)r_ * stride_a_0 + k_);
+      const int slot_ = (r_) * 40 + (k_);
       if (aligned_) {
-        const int n_ = i0_ < (size_M) ? kg::min_(kg::max_((size_K) - i1_, 0), 8) : 0;
-        kg::cp_async<16>(&v11[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        const int n_ = (i0_ < (size_M)) * kg::min_(kg::max_((size_K) - i1_, 0), 8);
+        kg::cp_async<16>(&v14[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v11[slot_ + v] = (i0_ < (size_M) && i1_ + v < (size_K)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          v14[slot_ + v] = (i0_ < (size_M) && i1_ + v < (size_K)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
       }
     }
   }
   kg::cp_async_commit();
+  // spec: specs/matmul_bwd.yaml:35:7
+  kg::fp16* v15 = v10 + (v13 % 2) * 4608;
   // spec: specs/matmul_bwd.yaml:37:55
   if (v12) {
     const kg::fp16* p_ = t_dc + (0);
     const bool aligned_ = kg::aligned(p_, 16) && stride_dc_0 % 8 == 0;
+    const int64_t q_ = (int64_t)(v8 * 64) * stride_dc_0 + v2 * 64;
   #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int c_ = lane + warp * 32 + i * 128;
       const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
       const int i0_ = v8 * 64 + r_, i1_ = v2 * 64 + k_;
-      const int64_t off_ = (int64_t)i0_ * stride_dc_0 + i1_;
-      const int slot_ = r_ * 72 + k_;
+      const int64_t off_ = q_ + ((int64_t)r_ * stride_dc_0 + k_);
+      const int slot_ = (r_) * 72 + (k_);
       if (aligned_) {
-        const int n_ = i0_ < (size_M) ? kg::min_(kg::max_((size_N) - i1_, 0), 8) : 0;
-        kg::cp_async<16>(&v10[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        const int n_ = (i0_ < (size_M)) * kg::min_(kg::max_((size_N) - i1_, 0), 8);
+        kg::cp_async<16>(&v15[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v10[slot_ + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          v15[slot_ + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
       }
     }
   }
   kg::cp_async_commit();
   // spec: specs/matmul_bwd.yaml:35:7
 
-  float v13[16];
+  float v16[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v13[e] = v3[e];
-  for (int v14 = v8; v14 < v7; v14 += v9) {
-    float (&v15)[16] = v13;
+  for (int e = 0; e < 16; ++e) v16[e] = v3[e];
+  for (int v17 = v8; v17 < v7; v17 += v9) {
+    float (&v18)[16] = v16;
     
+    // spec: specs/matmul_bwd.yaml:35:7
+    const int v19 = (v17 - v8);
+    // spec: specs/matmul_bwd.yaml:35:7
+    const int v20 = (kg::floordiv(v19, v9));
+    // spec: specs/matmul_bwd.yaml:35:7
+    const int v21 = 1;
+    // spec: specs/matmul_bwd.yaml:35:7
+    const int v22 = (v20 + v21);
+    // spec: specs/matmul_bwd.yaml:35:7
+    kg::fp16* v23 = v10 + (v20 % 2) * 4608;
+    // spec: specs/matmul_bwd.yaml:35:7
+    kg::fp16* v24 = v11 + (v20 % 2) * 2560;
     // spec: specs/matmul_bwd.yaml:37:17
     kg::cp_async_wait<1>();
     kg::sync();
-    // spec: specs/matmul_bwd.yaml:37:17
-    kg::fp16* v16 = v11;
-    // spec: specs/matmul_bwd.yaml:37:17
-    kg::cp_async_wait<0>();
-    kg::sync();
-    // spec: specs/matmul_bwd.yaml:37:17
-    float (&v17)[16] = v15;
-    #pragma unroll
-    for (int ks = 0; ks < 4; ++ks) {
-      alignas(16) kg::fp16 fa_[8];
-    #pragma unroll
-      for (int g = 0; g < 1; ++g) kg::ldmatrix_x4_trans(&fa_[g * 8], &v16[(ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8) + lane % 8) * 40 + (warp / 2) * 16 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8)]);
-      alignas(16) kg::fp16 fb_[16];
-    #pragma unroll
-      for (int g = 0; g < 2; ++g) kg::ldmatrix_x4_trans(&fb_[g * 8], &v10[(ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8) + lane % 8) * 72 + (warp % 2) * 32 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8 + (((8 * g + 2 * ((lane / 8) % 4)) >> 3) & 1) * 16)]);
-    #pragma unroll
-      for (int rm = 0; rm < 1; ++rm)
-    #pragma unroll
-        for (int rn = 0; rn < 4; ++rn)
-          kg::mma_m16n8k16_fp16(&v17[(rm * 4 + rn) * 4], &fa_[rm * 8], &fb_[rn * 4]);
-    }
     // spec: specs/matmul_bwd.yaml:37:21
-    const int v18 = (v14 + v9);
+    const int v25 = (v17 + v9);
     // spec: specs/matmul_bwd.yaml:37:21
-    const bool v19 = (v18 < v7);
+    const bool v26 = (v25 < v7);
+    // spec: specs/matmul_bwd.yaml:35:7
+    kg::fp16* v27 = v11 + (v22 % 2) * 2560;
     // spec: specs/matmul_bwd.yaml:37:21
-    kg::sync();
-    if (v19) {
+    if (v26) {
       const kg::fp16* p_ = t_a + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_a_0 % 8 == 0;
+      const int64_t q_ = (int64_t)(v25 * 64) * stride_a_0 + v1 * 32;
     #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int c_ = lane + warp * 32 + i * 128;
         const int r_ = c_ / 4, k_ = (c_ % 4) * 8;
-        const int i0_ = v18 * 64 + r_, i1_ = v1 * 32 + k_;
-        const int64_t off_ = (int64_t)i0_ * stride_a_0 + i1_;
-        const int slot_ = r_ * 40 + k_;
+        const int i0_ = v25 * 64 + r_, i1_ = v1 * 32 + k_;
+        const int64_t off_ = q_ + ((int64_t)r_ * stride_a_0 + k_);
+        const int slot_ = (r_) * 40 + (k_);
         if (aligned_) {
-          const int n_ = i0_ < (size_M) ? kg::min_(kg::max_((size_K) - i1_, 0), 8) : 0;
-          kg::cp_async<16>(&v11[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          const int n_ = (i0_ < (size_M)) * kg::min_(kg::max_((size_K) - i1_, 0), 8);
+          kg::cp_async<16>(&v27[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v11[slot_ + v] = (i0_ < (size_M) && i1_ + v < (size_K)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
-        }
-      }
-    }
-    kg::cp_async_commit();
-    // spec: specs/matmul_bwd.yaml:37:55
-    const int v20 = (v14 + v9);
-    // spec: specs/matmul_bwd.yaml:37:55
-    const bool v21 = (v20 < v7);
-    // spec: specs/matmul_bwd.yaml:37:55
-    if (v21) {
-      const kg::fp16* p_ = t_dc + (0);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_dc_0 % 8 == 0;
-    #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int c_ = lane + warp * 32 + i * 128;
-        const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
-        const int i0_ = v20 * 64 + r_, i1_ = v2 * 64 + k_;
-        const int64_t off_ = (int64_t)i0_ * stride_dc_0 + i1_;
-        const int slot_ = r_ * 72 + k_;
-        if (aligned_) {
-          const int n_ = i0_ < (size_M) ? kg::min_(kg::max_((size_N) - i1_, 0), 8) : 0;
-          kg::cp_async<16>(&v10[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-        } else {
-    #pragma unroll
-          for (int v = 0; v < 8; ++v)
-            v10[slot_ + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v27[slot_ + v] = (i0_ < (size_M) && i1_ + v < (size_K)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
     // spec: specs/matmul_bwd.yaml:37:17
+    kg::fp16* v28 = v24;
+    // spec: specs/matmul_bwd.yaml:37:17
+    kg::cp_async_wait<1>();
+    kg::sync();
+    // spec: specs/matmul_bwd.yaml:37:55
+    const int v29 = (v17 + v9);
+    // spec: specs/matmul_bwd.yaml:37:55
+    const bool v30 = (v29 < v7);
+    // spec: specs/matmul_bwd.yaml:35:7
+    kg::fp16* v31 = v10 + (v22 % 2) * 4608;
+    // spec: specs/matmul_bwd.yaml:37:55
+    if (v30) {
+      const kg::fp16* p_ = t_dc + (0);
+      const bool aligned_ = kg::aligned(p_, 16) && stride_dc_0 % 8 == 0;
+      const int64_t q_ = (int64_t)(v29 * 64) * stride_dc_0 + v2 * 64;
+    #pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int c_ = lane + warp * 32 + i * 128;
+        const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+        const int i0_ = v29 * 64 + r_, i1_ = v2 * 64 + k_;
+        const int64_t off_ = q_ + ((int64_t)r_ * stride_dc_0 + k_);
+        const int slot_ = (r_) * 72 + (k_);
+        if (aligned_) {
+          const int n_ = (i0_ < (size_M)) * kg::min_(kg::max_((size_N) - i1_, 0), 8);
+          kg::cp_async<16>(&v31[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        } else {
+    #pragma unroll
+          for (int v = 0; v < 8; ++v)
+            v31[slot_ + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+        }
+      }
+    }
+    kg::cp_async_commit();
+    // spec: specs/matmul_bwd.yaml:37:17
+    float (&v32)[16] = v18;
+    #pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+      alignas(16) kg::fp16 fa_[8];
+    #pragma unroll
+      for (int g = 0; g < 1; ++g) kg::ldmatrix_x4_trans(&fa_[g * 8], &v28[(ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8) + lane % 8) * 40 + (warp / 2) * 16 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8)]);
+      alignas(16) kg::fp16 fb_[16];
+    #pragma unroll
+      for (int g = 0; g < 2; ++g) kg::ldmatrix_x4_trans(&fb_[g * 8], &v23[(ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8) + lane % 8) * 72 + (warp % 2) * 32 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8 + (((8 * g + 2 * ((lane / 8) % 4)) >> 3) & 1) * 16)]);
+    #pragma unroll
+      for (int rm = 0; rm < 1; ++rm)
+    #pragma unroll
+        for (int rn = 0; rn < 4; ++rn)
+          kg::mma_m16n8k16_fp16(&v32[(rm * 4 + rn) * 4], &fa_[rm * 8], &fb_[rn * 4]);
+    }
+    // spec: specs/matmul_bwd.yaml:37:17
 
     float y0_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y0_[e] = v17[e];
+    for (int e = 0; e < 16; ++e) y0_[e] = v32[e];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v13[e] = y0_[e];
+    for (int e = 0; e < 16; ++e) v16[e] = y0_[e];
   }
   // spec: specs/matmul_bwd.yaml:38:27
-  kg::fp16 v22[16];
+  kg::fp16 v33[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v22[e] = kg::cvt<kg::fp16>(v13[e]);
+  for (int e = 0; e < 16; ++e) v33[e] = kg::cvt<kg::fp16>(v16[e]);
   // spec: specs/matmul_bwd.yaml:38:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_db + (0);
@@ -190,11 +215,11 @@ KG_KERNEL void __launch_bounds__(128) matmul_bwd_db(const kg::fp16* __restrict__
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
       const int64_t off_ = (int64_t)i0_ * stride_db_0 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_K) && i1_ + 2 <= (size_N)) {
-        kg::copy_vec<2>(p_ + off_, &v22[e]);
+        kg::copy_vec<2>(p_ + off_, &v33[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_K) && i1_ + v < (size_N)) p_[off_ + v] = v22[e + v];
+          if (i0_ < (size_K) && i1_ + v < (size_N)) p_[off_ + v] = v33[e + v];
       }
     }
   }

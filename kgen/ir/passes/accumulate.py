@@ -12,11 +12,16 @@ Measured on the H200 (FA2 forward, S = 4k, TFLOP/s unfolded -> folded): 32 regis
 64) 144 -> 190 non-causal and 128 -> 164 causal; 64 registers (head_dim 128) 188 -> 158 and
 163 -> 132. The backward's dk and dv accumulators (32 registers) fold, which is what let its
 64-key blocks fit without spilling.
+
+That limit is for instructions one warp issues (mma.sync, MFMA). A warpgroup instruction
+(wgmma) always accumulates in place: it runs asynchronously on its accumulator registers, and an
+unfolded sum would keep a second accumulator of the output's size live.
 """
 from __future__ import annotations
 
 from ...hw.descriptor import Target
 from ..core import Block, Kernel, blocks, walk
+from .dot_tiling import instr_of
 
 MAX_REGS = 32
 
@@ -27,11 +32,11 @@ def accumulate_into_dots(k: Kernel, target: Target) -> Kernel:
         for v in op.operands:
             uses[id(v)] = uses.get(id(v), 0) + 1
     for block in blocks(k.body):
-        _fold(block, uses)
+        _fold(block, uses, target)
     return k
 
 
-def _fold(block: Block, uses: dict[int, int]) -> None:
+def _fold(block: Block, uses: dict[int, int], target: Target) -> None:
     defs = {id(r): op for op in block.ops for r in op.results}
     for add in [op for op in block.ops if op.kind == "binary" and op.attrs["fn"] == "add"]:
         for i in (0, 1):
@@ -39,7 +44,9 @@ def _fold(block: Block, uses: dict[int, int]) -> None:
             dot = defs.get(id(d))
             if dot is None or dot.kind != "dot" or uses.get(id(d)) != 1 or x.shape != d.shape or x.dtype != "fp32":
                 continue
-            if d.layout is None or d.layout.nregs > MAX_REGS or x.layout != d.layout:
+            if d.layout is None or x.layout != d.layout:
+                continue
+            if d.layout.nregs > MAX_REGS and instr_of(target, dot.attrs["instr"]).warps == 1:
                 continue
             zero = defs.get(id(dot.operands[2]))
             if zero is None or zero.kind != "full" or zero.attrs["value"] != 0.0 or uses.get(id(dot.operands[2])) != 1:

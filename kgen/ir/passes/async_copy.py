@@ -17,6 +17,13 @@ iteration issues the next iteration's copy right after its last read of the buff
 on there being a next iteration, the group committed either way so that counts stay static).
 The wait at the original place then only waits for that buffer: `pending` counts the groups
 committed after it in the loop's cyclic order.
+
+Where shared memory allows (the descriptor's per-block limit, counting every buffer as live),
+the buffer gets two slots instead (`slot` views: iteration n reads slot n % 2). The next
+iteration's copy then goes into the other slot right after this iteration's wait, a whole
+iteration ahead of its use, and needs no barrier of its own: the slot it overwrites was last
+read in the previous iteration, before the barrier that ends this iteration's wait. With one
+slot the copy must wait for the last read, behind a barrier, and has half an iteration to land.
 """
 from __future__ import annotations
 
@@ -25,6 +32,7 @@ from ..core import ELEM_BYTES, Block, Kernel, Op, Value, blocks, walk
 from .memory import views_of
 
 CHUNK_BYTES = 16  # cp.async.cg moves 16 bytes per instruction (PTX ISA, "cp.async")
+SLOTS = 2
 
 
 def use_async_copies(k: Kernel, target: Target) -> Kernel:
@@ -39,9 +47,13 @@ def use_async_copies(k: Kernel, target: Target) -> Kernel:
         for st in [op for op in block.ops if op.kind == "stage"]:
             _convert(st, block, defs, uses)
     for loop, parent in [(op, b) for b in list(blocks(k.body)) for op in b.ops if op.kind == "for"]:
-        _pipeline(loop, parent)
+        _pipeline(loop, parent, k, target)
     _count_pending(k.body)
     return k
+
+
+def _buffer_bytes(k: Kernel) -> int:
+    return sum(op.attrs["bytes"] for op in walk(k.body) if op.kind in ("stage", "alloc_shared"))
 
 
 def _convert(st: Op, block: Block, defs, uses) -> None:
@@ -62,7 +74,7 @@ def _convert(st: Op, block: Block, defs, uses) -> None:
     alloc = Op("alloc_shared", [], [buf], dict(st.attrs), loc=st.loc)
     copy = Op("copy_async", [buf] + list(load.operands), [],
               {"tensor": load.attrs["tensor"], "index": _shift(index, 1), "shape": load.result.shape,
-               "ld": st.attrs["ld"], "pred": False}, loc=load.loc)
+               "ld": st.attrs["ld"], "smem_layout": st.attrs.get("smem_layout", "rows"), "pred": False}, loc=load.loc)
     wait = Op("wait_async", [buf], [], {"pending": 0}, loc=st.loc)
     i = block.ops.index(st)
     block.ops[i:i + 1] = [alloc, copy, wait]
@@ -73,7 +85,7 @@ def _shift(index, by: int):
     return tuple((e[0], e[1] + by) + tuple(e[2:]) if e[0] in ("at", "block") else e for e in index)
 
 
-def _pipeline(loop: Op, parent: Block) -> None:
+def _pipeline(loop: Op, parent: Block, k: Kernel, target: Target) -> None:
     body = loop.body
     iv = body.args[0]
     start, stop, step = loop.operands[:3]
@@ -85,31 +97,63 @@ def _pipeline(loop: Op, parent: Block) -> None:
             continue
         bufs = views_of(body, buf)
         last = max(i for i, op in enumerate(body.ops) if op is not copy and _reads(op, bufs))
-        plans.append((last, copy))
+        wait = next(i for i, op in enumerate(body.ops) if op.kind == "wait_async" and op.operands[0] is buf)
+        plans.append([last, copy, wait])
     if not plans:
         return
-    anchors = {id(copy): body.ops[last] for last, copy in plans}
+    allocs = {id(p[1]): next(op for op in body.ops if op.kind == "alloc_shared" and op.result is p[1].operands[0]) for p in plans}
+    extra = sum(allocs[id(p[1])].attrs["bytes"] * (SLOTS - 1) for p in plans)
+    slotted = _buffer_bytes(k) + extra <= target.lds_bytes_per_block
+    if slotted:
+        for p in plans:
+            p[0] = p[2]  # the copy follows the wait
+    anchors = {id(copy): body.ops[last] for last, copy, _ in plans}
     at = parent.ops.index(loop)
     prologue: list[Op] = []
     go = Value((), "bool")
     prologue.append(Op("binary", [start, stop], [go], {"fn": "lt"}, loc=loop.loc))
-    for last, copy in sorted(plans, key=lambda p: p[0]):
+    first = count = nxt_count = None
+    if slotted:  # iteration number (iv - start) / step, and the next one
+        first = Value((), "int32")
+        prologue.append(Op("const", [], [first], {"value": 0}, loc=loop.loc))
+        off, count, nxt_count, one = Value((), "int32"), Value((), "int32"), Value((), "int32"), Value((), "int32")
+        body.ops[0:0] = [Op("binary", [iv, start], [off], {"fn": "sub"}, loc=loop.loc),
+                         Op("binary", [off, step], [count], {"fn": "floordiv"}, loc=loop.loc),
+                         Op("const", [], [one], {"value": 1}, loc=loop.loc),
+                         Op("binary", [count, one], [nxt_count], {"fn": "add"}, loc=loop.loc)]
+    for last, copy, _ in sorted(plans, key=lambda p: body.ops.index(anchors[id(p[1])])):
         buf = copy.operands[0]
-        alloc = next(op for op in body.ops if op.kind == "alloc_shared" and op.result is buf)
+        alloc = allocs[id(copy)]
         body.ops.remove(alloc)
         prologue.insert(0, alloc)
-        prologue.append(_copy_at(copy, iv, start, go))
+        if slotted:
+            slot_bytes = alloc.attrs["bytes"]
+            alloc.attrs.update(bytes=slot_bytes * SLOTS, slots=SLOTS, slot_bytes=slot_bytes)
+            cur = _slot(buf, count, alloc, loop)
+            for op in walk(body):  # every read of this iteration reads the current slot
+                if op.kind not in ("copy_async", "wait_async"):
+                    op.operands = [cur.result if v is buf else v for v in op.operands]
+            body.ops.insert(4, cur)
+            dst = _slot(buf, first, alloc, loop)
+            prologue += [dst, _copy_at(copy, iv, start, go, dst.result)]
+        else:
+            prologue.append(_copy_at(copy, iv, start, go))
     parent.ops[at:at] = prologue
-    # each iteration's copy for the next one goes right after its last read of the buffer, in the
-    # prologue's order (copies after one anchor keep their order), so that group counts agree
-    # between the first iteration and the others
+    # each iteration's copy for the next one goes right after its anchor (its wait, or its last
+    # read of the buffer), in the prologue's order (copies after one anchor keep their order),
+    # so that group counts agree between the first iteration and the others
     after: dict[int, list[Op]] = {}
-    for last, copy in sorted(plans, key=lambda p: p[0]):
+    for last, copy, _ in sorted(plans, key=lambda p: body.ops.index(anchors[id(p[1])])):
         body.ops.remove(copy)
         nxt, more = Value((), "int32"), Value((), "bool")
-        after.setdefault(id(anchors[id(copy)]), []).extend([
-            Op("binary", [iv, step], [nxt], {"fn": "add"}, loc=copy.loc),
-            Op("binary", [nxt, stop], [more], {"fn": "lt"}, loc=copy.loc), _copy_at(copy, iv, nxt, more)])
+        ops = [Op("binary", [iv, step], [nxt], {"fn": "add"}, loc=copy.loc),
+               Op("binary", [nxt, stop], [more], {"fn": "lt"}, loc=copy.loc)]
+        if slotted:
+            dst = _slot(copy.operands[0], nxt_count, allocs[id(copy)], loop)
+            ops += [dst, _copy_at(copy, iv, nxt, more, dst.result)]
+        else:
+            ops.append(_copy_at(copy, iv, nxt, more))
+        after.setdefault(id(anchors[id(copy)]), []).extend(ops)
     new_ops: list[Op] = []
     for op in body.ops:
         new_ops.append(op)
@@ -117,8 +161,16 @@ def _pipeline(loop: Op, parent: Block) -> None:
     body.ops[:] = new_ops
 
 
-def _copy_at(copy: Op, iv: Value, at: Value, pred: Value) -> Op:
+def _slot(buf: Value, count: Value, alloc: Op, loop: Op) -> Op:
+    """A view of slot `count % slots` of a slotted buffer."""
+    view = Value(buf.shape, buf.dtype, place="shared")
+    return Op("slot", [buf, count], [view], {"slots": alloc.attrs["slots"], "slot_bytes": alloc.attrs["slot_bytes"]}, loc=loop.loc)
+
+
+def _copy_at(copy: Op, iv: Value, at: Value, pred: Value, dst: Value | None = None) -> Op:
     operands = [at if v is iv else v for v in copy.operands] + [pred]
+    if dst is not None:
+        operands[0] = dst
     return Op("copy_async", operands, [], {**copy.attrs, "pred": True}, loc=copy.loc)
 
 
@@ -140,10 +192,11 @@ def _count_loop(body: Block) -> None:
     if any(o.kind == "copy_async" for op in body.ops if op.body for o in walk(op.body)):
         return
     copies = [i for i, op in enumerate(body.ops) if op.kind == "copy_async"]
+    slot_of = {id(op.result): op.operands[0] for op in body.ops if op.kind == "slot"}
     for w, op in enumerate(body.ops):
         if op.kind != "wait_async":
             continue
-        mine = [i for i in copies if body.ops[i].operands[0] is op.operands[0]]
+        mine = [i for i in copies if slot_of.get(id(body.ops[i].operands[0]), body.ops[i].operands[0]) is op.operands[0]]
         if len(mine) != 1 or mine[0] < w:  # copied in this iteration before the wait: not pipelined
             continue
         after_mine = sum(1 for i in copies if i > mine[0])

@@ -68,10 +68,11 @@ def plan_shared_memory(k: Kernel, target: Target) -> Kernel:
 
 
 def views_of(block: Block, buf: Value) -> list[Value]:
-    """The buffer and every view_shared of it (reads through a view keep the buffer alive)."""
+    """The buffer and every view_shared or slot of it (reads through a view keep the buffer
+    alive)."""
     out = [buf]
     for op in walk(block):
-        if op.kind == "view_shared" and op.operands[0] in out:
+        if op.kind in ("view_shared", "slot") and op.operands[0] in out:
             out.append(op.result)
     return out
 

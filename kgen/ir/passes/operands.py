@@ -18,9 +18,18 @@ follow (`<role>_load` on the dot) are:
                 along M or N (V in attention), so that the stage is a vector store instead of
                 a scalar transpose;
   vec           vector reads of the lane's consecutive K elements, K contiguous (any target).
+
+An instruction that reads an operand from shared memory itself (wgmma: `a_from` / `b_from`
+list 'shared' in the descriptor) gets it staged as core matrices instead (`smem_layout:
+cores`): 8 rows of 16 bytes each, 128 contiguous bytes, the tile's cores in row-major order,
+no padding (PTX ISA, "Shared Memory Matrix Layout", the no-swizzle canonical layouts). The
+same buffer serves a read with K along the contiguous dim (`<role>_major: k`) and one with K
+across it (`mn`, the instruction's transpose bit), so k and k.T still share one buffer. The
+load kind is then `desc`: the dot builds matrix descriptors, no fragment reads.
 """
 from __future__ import annotations
 
+from ...errors import SpecError
 from ...hw.descriptor import Target
 from ..core import ELEM_BYTES, Block, Kernel, Op, Value, blocks, walk
 from ..layout import Layout, log2, vector_width
@@ -33,12 +42,19 @@ def _along(dim: int, amount: int) -> tuple[int, int]:
     return (amount, 0) if dim == 0 else (0, amount)
 
 
-def operand_layout(target: Target, attrs: dict, role: str, shape: tuple[int, int]) -> Layout:
-    """The register layout of a whole dot operand as the instruction reads it: the fragment,
-    then a register bit per k-step, then one per repeat along M (A) or N (B); warps tiled as in
-    the accumulator (N-bits first, kgen.ir.passes.dot_tiling.acc_layout), holding copies along
-    the dim the operand lacks. Register (rep, ks, i) is element (rep * ksteps + ks) * n + i."""
+CORE_ROWS, CORE_BYTES = 8, 16  # a core matrix: 8 rows of 16 bytes (PTX ISA, wgmma smem layouts)
+
+
+def operand_layout(target: Target, attrs: dict, role: str, shape: tuple[int, int]) -> Layout | None:
+    """The register layout of a whole dot operand as the instruction reads it: the fragment
+    (with its own warp bits, for a warpgroup instruction), then a register bit per k-step, then
+    one per repeat along M (A) or N (B); groups of warps tiled as in the accumulator (N-bits
+    first, kgen.ir.passes.dot_tiling.acc_layout), holding copies along the dim the operand lacks.
+    Register (rep, ks, i) is element (rep * ksteps + ks) * n + i. None: the instruction never
+    reads this operand from registers."""
     instr = instr_of(target, attrs["instr"])
+    if "reg" not in (instr.a_from if role == "a" else instr.b_from):
+        return None
     frag = instr.layout(role)
     kdim, odim = (1, 0) if role == "a" else (0, 1)
     step, reps = (instr.m, attrs["reps_m"]) if role == "a" else (instr.n, attrs["reps_n"])
@@ -47,9 +63,9 @@ def operand_layout(target: Target, attrs: dict, role: str, shape: tuple[int, int
     reg += [_along(odim, step << i) for i in range(log2(reps))]
     wn, wm = log2(attrs["warps_n"]), log2(attrs["warps_m"])
     if role == "a":
-        warp = [(0, 0)] * wn + [(instr.m * attrs["reps_m"] << i, 0) for i in range(wm)]
+        warp = list(frag.warp) + [(0, 0)] * wn + [(instr.m * attrs["reps_m"] << i, 0) for i in range(wm)]
     else:
-        warp = [(0, instr.n * attrs["reps_n"] << i) for i in range(wn)] + [(0, 0)] * wm
+        warp = list(frag.warp) + [(0, instr.n * attrs["reps_n"] << i) for i in range(wn)] + [(0, 0)] * wm
     return Layout(shape=tuple(shape), reg=tuple(reg), lane=frag.lane, warp=tuple(warp))
 
 
@@ -93,6 +109,40 @@ def place_dot_operands(k: Kernel, target: Target) -> Kernel:
     return k
 
 
+def _place_cores(op: Op, i: int, role: str, base: Value, bk: int, flipped: bool, defs: dict, staged: dict) -> list[Op]:
+    """Stage `base` as core matrices (or reuse its buffer) for an instruction that reads shared
+    memory through a descriptor. The contiguous dim: a global tile's last dim (it is copied as
+    it lies), else the dim the registers run along."""
+    v = op.operands[i]
+    src = defs.get(id(base))
+    inner = 1 if src is None or src.kind == "load" or vector_width(base.layout, 1) >= vector_width(base.layout, 0) else 0
+    ops: list[Op] = []
+    key = (id(base), "cores")
+    if key not in staged:
+        elem = ELEM_BYTES[base.dtype]
+        rows, cols = base.shape[1 - inner], base.shape[inner]
+        if rows % CORE_ROWS or (cols * elem) % CORE_BYTES:
+            raise_cores(op, base)
+        buf = Value(base.shape, base.dtype, place="shared")
+        ops.append(Op("stage", [base], [buf], {"role": role, "inner": inner, "rows": rows, "ld": cols, "smem_layout": "cores",
+                                               "bytes": rows * cols * elem}, loc=op.loc))
+        staged[key] = (buf, inner)
+    buf, inner = staged[key]
+    if flipped:
+        view = Value(v.shape, v.dtype, place="shared")
+        ops.append(Op("view_shared", [buf], [view], {}, loc=op.loc))
+        buf = view
+    op.operands[i] = buf
+    op.attrs[f"{role}_load"] = "desc"
+    op.attrs[f"{role}_major"] = "k" if inner == bk else "mn"
+    return ops
+
+
+def raise_cores(op: Op, base: Value):
+    raise SpecError(f"a {base.shape[0]}x{base.shape[1]} {base.dtype} dot operand cannot be stored as 8-row x 16-byte core "
+                    "matrices; use tile sides that are multiples of 8 rows and 16 bytes", op.loc)
+
+
 def _drop_unused_transposes(body: Block) -> None:
     """A `trans` whose only reader was a dot that now reads a view of the untransposed tile."""
     used = {id(v) for op in walk(body) for v in op.operands}
@@ -107,7 +157,7 @@ def _place(op: Op, i: int, role: str, target: Target, defs: dict, staged: dict) 
     dots reading the same tile, one of them transposed (attention's backward reads k as k.T and
     as k), share one buffer: the second gets a `view_shared` of the first's."""
     v = op.operands[i]
-    if v.layout == operand_layout(target, op.attrs, role, v.shape):
+    if v.layout is not None and v.layout == operand_layout(target, op.attrs, role, v.shape):
         op.attrs[f"{role}_load"] = "reg"
         return []
     src = defs.get(id(v))
@@ -115,6 +165,9 @@ def _place(op: Op, i: int, role: str, target: Target, defs: dict, staged: dict) 
     base = src.operands[0] if flipped else v
     kdim = 1 if role == "a" else 0
     bk = 1 - kdim if flipped else kdim  # the dim of `base` that is this dot's K
+    instr = instr_of(target, op.attrs["instr"])
+    if "shared" in (instr.a_from if role == "a" else instr.b_from):
+        return _place_cores(op, i, role, base, bk, flipped, defs, staged)
     fits = matrix_load_fits(target, fragment_view(target, op.attrs, role), v.dtype)
     can_trans = fits and target.shared_matrix_load.transposed
     usable = [bk, 1 - bk] if can_trans else [bk]  # contiguous dims of base this dot can read

@@ -1,0 +1,94 @@
+"""Warpgroup matrix instructions (Hopper wgmma): the dot's context and the C++ wrappers.
+
+A wgmma dot reads B, and A unless A is in registers, from core-matrix buffers
+(kgen.codegen.coords.shared_slot) through 64-bit matrix descriptors (PTX ISA, "Matrix
+Descriptor Format"): bits 0-13 the start address >> 4, 16-29 the leading byte offset >> 4 (the
+distance between core matrices adjacent along K), 32-45 the stride byte offset >> 4 (between
+core matrices adjacent along M or N), 62-63 the swizzle mode (0: none). With the cores of a
+buffer in row-major order, the core to the right is 128 bytes on and the one below
+(row length / 8 elements) x 128 bytes: which of the two is "along K" depends on whether the
+dot reads the buffer K-major or MN-major (the instruction's transpose bit). A k-step or
+repeat moves the start address only, so the dot adds (byte offset >> 4) to one descriptor.
+
+The instructions are asynchronous: `wgmma.fence` before the first (the accumulator registers
+were written by ordinary instructions), `commit_group` after the last, then `wait_group 0`, so
+that to the rest of the kernel the dot is synchronous. Shared memory written by ordinary stores
+or cp.async is made visible to the instruction's (async proxy) reads by `fence.proxy.async`
+in the writing threads before the barrier (templates: stage, wait_async).
+"""
+from __future__ import annotations
+
+from ..ir.core import ELEM_BYTES
+from ..ir.passes.operands import CORE_BYTES, CORE_ROWS
+from .coords import shared_slot
+
+
+def descriptor_strides(stage_attrs: dict, major: str, elem_bytes: int) -> tuple[int, int]:
+    """(leading, stride) byte offsets of a core-matrix buffer read K-major or MN-major."""
+    right = CORE_ROWS * CORE_BYTES  # the next core along the contiguous dim
+    down = stage_attrs["ld"] * elem_bytes // CORE_BYTES * right  # the next core row
+    return (right, down) if major == "k" else (down, right)
+
+
+def operand_ctx(emitter, op, role: str, instr, name_of) -> dict:
+    """Operand `role` of a wgmma dot: registers (A only), or a descriptor and, per k-step `ks`
+    and repeat (`rm` / `rn`), the 16-byte units to add to it."""
+    v = op.operands[0 if role == "a" else 1]
+    kind = op.attrs[f"{role}_load"]
+    ksteps = op.operands[0].shape[1] // instr.k
+    if kind == "reg":
+        n = instr.layout("a").nregs
+        return {"kind": "reg", "ptr": f"&{name_of(v)}[(rm * {ksteps} + ks) * {n}]", "trans": 0}
+    st = emitter.stage_of(v)
+    elem = ELEM_BYTES[v.dtype]
+    major = op.attrs[f"{role}_major"]
+    lead, stride = descriptor_strides(st.attrs, major, elem)
+    # the group's strip along M (A) or N (B): groups are numbered M-major (dot_tiling.acc_layout)
+    group = f"(warp / {instr.warps})"
+    wn = op.attrs["warps_n"]
+    if role == "a":
+        step, reps, rep, gidx = instr.m, op.attrs["reps_m"], "rm", f"({group} / {wn})"
+    else:
+        step, reps, rep, gidx = instr.n, op.attrs["reps_n"], "rn", f"({group} % {wn})"
+    mn0 = f"({gidx} * {step * reps} + {rep} * {step})"
+    k0 = f"(ks * {instr.k})"
+    outer, inner = (mn0, k0) if major == "k" else (k0, mn0)
+    offset = f"(({shared_slot(st.attrs, outer, inner, elem)}) * {elem} / 16)"
+    return {"kind": "desc", "desc": f"d{role}_", "src": name_of(v), "lead": lead, "stride": stride,
+            "offset": offset, "trans": int(major == "mn")}
+
+
+def wrapper_name(instr, a_kind: str) -> str:
+    return f"{instr.name}_{'rs' if a_kind == 'reg' else 'ss'}"
+
+
+def wrapper_source(instr, a_kind: str) -> str:
+    """The C++ function issuing one instruction: D (n / 2 floats per thread, in place), A as
+    4 registers or a descriptor, B a descriptor; scale-d = 1 (accumulate), no negation; the
+    transpose bits are template arguments (immediates in PTX)."""
+    nd = instr.n // 2
+    d_list = ", ".join(f"%{i}" for i in range(nd))
+    outs = ", ".join(f'"+f"(d[{i}])' for i in range(nd))
+    if a_kind == "reg":
+        a_ops, a_text, first = '"r"(A[0]), "r"(A[1]), "r"(A[2]), "r"(A[3])', f"{{%{nd}, %{nd + 1}, %{nd + 2}, %{nd + 3}}}", nd + 4
+        b_text, one, imm = f"%{first}", first + 1, f"p, 1, 1, %{first + 2}"
+        ins = f'{a_ops}, "l"(db), "r"(1), "n"(TB)'
+        head, sig, pre = "template <int TB>", "float* d, const void* a, uint64_t db", \
+            "  const uint32_t* A = reinterpret_cast<const uint32_t*>(a);\n"
+    else:
+        a_text, b_text, one, imm = f"%{nd}", f"%{nd + 1}", nd + 2, f"p, 1, 1, %{nd + 3}, %{nd + 4}"
+        ins = '"l"(da), "l"(db), "r"(1), "n"(TA), "n"(TB)'
+        head, sig, pre = "template <int TA, int TB>", "float* d, uint64_t da, uint64_t db", ""
+    return (f"{head} KG_DEVICE void {wrapper_name(instr, a_kind)}({sig}) {{\n{pre}"
+            f'  asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{one}, 0;\\n"\n'
+            f'               "{instr.spelling} {{{d_list}}}, {a_text}, {b_text}, {imm};\\n}}\\n"\n'
+            f"               : {outs}\n"
+            f"               : {ins});\n}}\n")
+
+
+def dot_ctx(emitter, op, instr, name_of) -> dict:
+    a = operand_ctx(emitter, op, "a", instr, name_of)
+    b = operand_ctx(emitter, op, "b", instr, name_of)
+    emitter.helpers.setdefault(wrapper_name(instr, a["kind"]), wrapper_source(instr, a["kind"]))
+    return {"macro": "wgmma_dot", "fn": wrapper_name(instr, a["kind"]), "a": a, "b": b,
+            "targs": f"<{b['trans']}>" if a["kind"] == "reg" else f"<{a['trans']}, {b['trans']}>"}
