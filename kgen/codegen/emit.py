@@ -156,6 +156,28 @@ class Emitter:
                        slot="0" if out.is_scalar else self._flat(out, "e"))
         return ctx
 
+    def op_scan(self, op):
+        """Inclusive prefix sum along an axis, over the axis's layout bits from the lightest
+        (kgen.ir.layout: each bit moves a distinct power of two along the axis): every element
+        keeps its prefix and its block's total; at each bit it adds the partner block's total
+        (the register, lane or warp with that bit flipped) to both totals, and to its prefix when
+        its bit is set. Registers pair in-thread, lanes by xor-shuffle, warps through shared
+        memory (a slot per thread and register)."""
+        src, out, axis = op.operands[0], op.result, op.attrs["axis"]
+        lay = src.layout
+        levels = []
+        for kind, bases in (("reg", lay.reg), ("lane", lay.lane), ("warp", lay.warp)):
+            for b, v in enumerate(bases):
+                if v[axis]:
+                    if any(x for d, x in enumerate(v) if d != axis):
+                        raise NotImplementedError(f"cumsum along axis {axis} of a layout whose bits move along two axes ({lay})")
+                    levels.append((v[axis], kind, 1 << b))
+        integer = src.dtype == "int32"
+        return {"out": self.decl(out), "n": lay.nregs, "acc_ctype": "int" if integer else "float",
+                "src_val": elem(src) if integer else as_compute(src), "finish": "" if integer else f"kg::cvt<{CTYPE[out.dtype]}>",
+                "levels": [{"kind": kind, "mask": m} for _, kind, m in sorted(levels)],
+                "offset": op.attrs.get("smem_offset", 0)}
+
     def _flat(self, v: Value, idx: str) -> str:
         """Row-major element number of register `idx` of a register tile (for scratch buffers)."""
         lay, parts = v.layout, []

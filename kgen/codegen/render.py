@@ -23,8 +23,15 @@ HEADERS = {"cuda": ["cuda/kgen_cuda.h", "common/kgen_tile.h"], "hip": ["hip/kgen
 
 @lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
-    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())), undefined=jinja2.StrictUndefined,
-                              keep_trailing_newline=True, trim_blocks=False, lstrip_blocks=False, autoescape=False)
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())), undefined=jinja2.StrictUndefined,
+                             keep_trailing_newline=True, trim_blocks=False, lstrip_blocks=False, autoescape=False)
+    env.globals["fail"] = _template_failure
+    return env
+
+
+def _template_failure(message: str) -> None:
+    """Called by a template that meets a case it has no text for (an op without a macro)."""
+    raise jinja2.TemplateRuntimeError(f"{message} (templates in {templates_dir()})")
 
 
 def template_hash(backend: str) -> str:

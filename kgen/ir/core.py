@@ -19,6 +19,7 @@ Op vocabulary (attrs in brackets):
   broadcast [shape]                broadcast length-1 axes to a shape
   trans                            transpose a 2D tile
   reduce [fn, axis]                sum / max / min along an axis, removing it
+  scan [fn, axis]                  inclusive prefix sum along an axis (cumsum), same shape
   dot                              a @ b (+ c): 2D tiles, fp32 accumulation
   load [tensor, index]             read a tile of a global tensor; out-of-bounds reads give `other`
   store [tensor, index]            write a tile; out-of-bounds elements are skipped

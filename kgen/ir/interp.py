@@ -99,6 +99,11 @@ class _Program:
     def op_reduce(self, op, a, env):
         return [_REDUCE[op.attrs["fn"]](_up(a[0]), op.attrs["axis"])]
 
+    def op_scan(self, op, a, env):  # accumulated in fp32 (int32 exactly), rounded once
+        x = a[0]
+        acc = x.to(torch.int64) if x.dtype == torch.int32 else _up(x)
+        return [acc.cumsum(op.attrs["axis"])]
+
     def op_dot(self, op, a, env):
         return [a[2].float() + a[0].float() @ a[1].float()]
 

@@ -135,6 +135,18 @@ class Builder:
         shape = x.shape[:axis] + x.shape[axis + 1:]
         return self.emit("reduce", [x], [Value(shape, x.dtype)], fn=fn, axis=axis).result
 
+    def scan(self, fn: str, x: Value, axis: int) -> Value:
+        """Inclusive prefix `fn` (sum) along `axis`: same shape and dtype as x."""
+        if not isinstance(x, Value) or x.is_scalar:
+            raise self.fail(f"cum{fn}() runs along an axis of a tile; got a scalar")
+        if x.dtype == "bool":
+            raise self.fail(f"cum{fn}() takes a float or int32 tile, got bool; cast it with .to(int32) first")
+        if axis < 0:
+            axis += len(x.shape)
+        if not 0 <= axis < len(x.shape):
+            raise self.fail(f"cum{fn}(): axis {axis} is out of range for a {len(x.shape)}D tile")
+        return self.emit("scan", [x], [Value(x.shape, x.dtype)], fn=fn, axis=axis).result
+
     # --- tiles ---------------------------------------------------------------------------------
     def full(self, shape: tuple[int, ...], value: int | float, dtype: str) -> Value:
         for s in shape:

@@ -93,6 +93,10 @@ def _full(p, node):
     shape, value = args[0], args[1]
     dt = _dtype(p, node, args[2] if len(args) == 3 else _kw(p, node, "dtype", _DType("fp32")))
     p.at(node)
+    if isinstance(value, Value):  # a runtime scalar: zeros plus the value, in the tile's dtype
+        if not value.is_scalar or dt == "bool" or value.dtype == "bool":
+            raise p.fail(node.args[1], f"full(shape, value): a runtime value must be a float or int32 scalar for a float or int32 tile, got {value.type_str()} for {dt}")
+        return p.b.binary("add", p.b.full(_shape(p, node, shape), 0, dt), p.b.cast(value, dt))
     return p.b.full(_shape(p, node, shape), value, dt)
 
 
@@ -129,6 +133,15 @@ def _reduce(fn):
         p.at(node)
         return p.b.reduce(fn, p.operand(node.args[0], args[0]), _static_int(p, node, axis, "the axis"))
     return handler
+
+
+def _cumsum(p, node):
+    args = _args(p, node, 1, 2, ("axis",))
+    axis = args[1] if len(args) == 2 else _kw(p, node, "axis", None)
+    if axis is None:
+        raise p.fail(node, "cumsum(x, axis) needs the axis to sum along")
+    p.at(node)
+    return p.b.scan("sum", p.operand(node.args[0], args[0]), _static_int(p, node, axis, "the axis"))
 
 
 def _where(p, node):
@@ -232,7 +245,7 @@ def _memory(p: _Parser, node: ast.Call, fn: str) -> Any:
 
 _HANDLERS = {
     "program_id": _program_id, "arange": _arange, "full": _full, "zeros": _zeros,
-    "where": _where, "dot": _dot, "cdiv": _cdiv, "block": _block,
+    "where": _where, "dot": _dot, "cumsum": _cumsum, "cdiv": _cdiv, "block": _block,
     "maximum": _binary("max"), "minimum": _binary("min"),
     **{fn: _unary(fn) for fn in UNARY_FNS},
     **{fn: _reduce(fn) for fn in REDUCE},

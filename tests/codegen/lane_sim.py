@@ -256,6 +256,28 @@ class ProgramSim(WarpgroupSim):
         value = self.ev(c["expr"], e=np.arange(n).reshape(1, 1, n))
         self.regs[c["out"]["name"]] = np.array(self.grid_shape(value, n), dtype=np.float64)
 
+    def op_scan(self, c):
+        """The template's prefix sum: per level, the partner register, lane or warp's block total
+        is added to both totals, and to the prefix where the element's bit is set."""
+        n, src = c["n"], c["src_val"]
+        self.note(f"for (int e = 0; e < {n}; ++e) p_[e] = t_[e] = ({c['acc_ctype']})({src});")
+        p = self.grid_shape(self.ev(src, e=np.arange(n).reshape(1, 1, n)), n).astype(np.float64).copy()
+        t = p.copy()
+        e = np.arange(n)
+        for lv in c["levels"]:
+            m = lv["mask"]
+            if lv["kind"] == "reg":
+                other = t[:, :, e ^ m]
+                p = np.where((e & m) != 0, p + other, p)
+            elif lv["kind"] == "lane":
+                other = t[:, np.arange(self.L) ^ m, :]
+                p = np.where((self.lane & m) != 0, p + other, p)
+            else:
+                other = t[np.arange(self.W) ^ m, :, :]
+                p = np.where((self.warp & m) != 0, p + other, p)
+            t = t + other
+        self.regs[c["out"]["name"]] = p
+
     def op_alias(self, c):  # a C reference to the same register array (expand, trans)
         self.note(f"{c['out']['ctype']} (&{c['out']['name']})[{c['out']['n']}] = {c['src']};")
         self.regs[c["out"]["name"]] = self.regs[c["src"]]

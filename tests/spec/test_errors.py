@@ -246,7 +246,7 @@ def test_unknown_function(tmp_path):
         store(y[rows, block(0, BLOCK_N)], softmax(t).to(dtype))
     """))
     assert str(e) == (f"{p}:17:41: unknown function 'softmax'; the tile language has: abs, arange, atomic_add, "
-                      "block, cdiv, dot, exp, exp2, full, load, log, log2, max, maximum, min, minimum, program_id, "
+                      "block, cdiv, cumsum, dot, exp, exp2, full, load, log, log2, max, maximum, min, minimum, program_id, "
                       "rsqrt, sqrt, store, sum, where, zeros")
 
 
@@ -367,3 +367,18 @@ def test_atomic_add_into_a_16_bit_tensor(tmp_path):
         atomic_add(y[rows, block(0, BLOCK_N)], 1.0)
     """))
     assert str(e) == f"{p}:16:7: atomic_add() needs an fp32 tensor; 'y' is bf16"
+
+
+def test_cumsum_needs_an_axis_and_a_number_tile(tmp_path):
+    p, e = error_of(tmp_path, spec_with_program("""\
+        rows = block(program_id(0), BLOCK_M)
+        t = load(x[rows, block(0, BLOCK_N)]).to(fp32)
+        store(y[rows, block(0, BLOCK_N)], cumsum(t).to(dtype))
+    """))
+    assert str(e) == f"{p}:17:41: cumsum(x, axis) needs the axis to sum along"
+    p, e = error_of(tmp_path, spec_with_program("""\
+        rows = block(program_id(0), BLOCK_M)
+        t = load(x[rows, block(0, BLOCK_N)]).to(fp32)
+        store(y[rows, block(0, BLOCK_N)], cumsum(t > 0.0, axis=1).to(dtype))
+    """))
+    assert str(e) == f"{p}:17:41: cumsum() takes a float or int32 tile, got bool; cast it with .to(int32) first"

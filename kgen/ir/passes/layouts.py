@@ -16,6 +16,8 @@ from ..layout import Layout, blocked, blocked1d, expand, squeeze_broadcast, tran
 from .dot_tiling import acc_layout
 
 ELEMENTWISE = ("unary", "binary", "where", "cast")
+# ops whose result has the layout of their same-shaped operands (a scan runs along an axis in place)
+SAME_LAYOUT = ELEMENTWISE + ("scan",)
 
 
 def assign_layouts(k: Kernel, target: Target) -> Kernel:
@@ -64,7 +66,7 @@ def _flow(ops: list[Op]) -> None:
 
 def _flow_op(op: Op) -> bool:
     ch = False
-    if op.kind in ELEMENTWISE:
+    if op.kind in SAME_LAYOUT:
         group = [v for v in op.operands + op.results if v.shape == op.result.shape]
         known = next((v.layout for v in group if v.layout is not None), None)
         for v in group:
@@ -101,7 +103,7 @@ def _flow_op(op: Op) -> bool:
 def _required(op: Op) -> list[tuple[int, Layout]]:
     """(operand index, layout it must have) for every constraint of `op`."""
     out = []
-    if op.kind in ELEMENTWISE:
+    if op.kind in SAME_LAYOUT:
         out = [(i, op.result.layout) for i, v in enumerate(op.operands) if v.shape == op.result.shape]
     elif op.kind == "dot":
         out = [(2, op.result.layout)]

@@ -23,6 +23,10 @@ def scratch_bytes(op: Op) -> int:
             for s in op.result.shape or (1,):
                 n *= s
             return 4 * n * src.layout.nwarps
+    if op.kind == "scan":
+        src = op.operands[0]
+        if src.layout is not None and src.layout.reduce_plan(op.attrs["axis"]).cross_warp:
+            return 4 * src.layout.nregs * src.layout.nlanes * src.layout.nwarps  # a slot per thread and register
     if op.kind == "convert":
         n = 1
         for s in op.result.shape:
