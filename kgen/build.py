@@ -29,7 +29,9 @@ from .hw.descriptor import Target
 from .ir.core import Kernel
 from .ir.pipeline import compile_kernel
 from .paths import templates_dir
+from .spec.expr import eval_expr
 from .spec.load import LoadedSpec, variant_id
+from .spec.refs import tunable_constraints
 
 
 @dataclass
@@ -59,10 +61,19 @@ class BuiltVariant:
         return variant_id(self.variant)
 
 
-def tunable_candidates(ls: LoadedSpec) -> list[dict[str, int]]:
+def tunable_candidates(ls: LoadedSpec, variant: dict[str, Any] | None = None) -> list[dict[str, int]]:
+    """Every combination of tunable values, in order; with a variant, those its constraints on
+    tunables allow (refs.tunable_constraints)."""
     names = list(ls.spec.tunables)
     lists = [v if isinstance(v, list) else [v] for v in ls.spec.tunables.values()]
-    return [dict(zip(names, combo)) for combo in itertools.product(*lists)]
+    combos = [dict(zip(names, combo)) for combo in itertools.product(*lists)]
+    if variant is None:
+        return combos
+    rules = tunable_constraints(ls.spec)
+    allowed = [t for t in combos if all(eval_expr(c, {**variant, **t}) for c in rules)]
+    if not allowed:
+        raise SpecError(f"no tunable choice of variant {variant} meets the constraints {', '.join(rules)}", ls.where("constraints"))
+    return allowed
 
 
 def lower_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target,
@@ -70,7 +81,7 @@ def lower_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target,
     """The IR of every kernel with the first tunables that fit the target; the reasons the
     others did not fit are kept for the error message."""
     failures = []
-    for tunables in tunable_candidates(ls) if candidates is None else candidates:
+    for tunables in tunable_candidates(ls, variant) if candidates is None else candidates:
         try:
             kernels = [compile_kernel(ls, i, variant, tunables, target) for i in range(len(ls.spec.kernels))]
         except SpecError as e:
@@ -87,7 +98,7 @@ def build_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target, compi
     order: the first whose IR fits the target's limits is rendered; when compiling, one whose
     kernels spill registers (or need scratch) gives way to the next candidate that does not,
     and only if every candidate spills is the first kept."""
-    candidates = tunable_candidates(ls)
+    candidates = tunable_candidates(ls, variant)
     first: BuiltVariant | None = None
     while candidates:
         try:

@@ -9,6 +9,7 @@ from ..errors import LaunchError
 from ..lang import resolve_dtype
 from ..spec.expr import eval_expr
 from ..spec.load import LoadedSpec
+from ..spec.refs import tunable_constraints
 
 TORCH = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "int32": torch.int32}
 NAMES = {v: k for k, v in TORCH.items()}
@@ -97,7 +98,7 @@ def bind(ls: LoadedSpec, tensors: dict[str, torch.Tensor], variant: dict[str, An
         if s not in sizes:
             raise LaunchError(f"{spec.name}: size {s} is not given by any input tensor")
     env = {**static, **sizes}
-    for c in spec.constraints:
+    for c in (c for c in spec.constraints if c not in tunable_constraints(spec)):
         if not eval_expr(c, env):
             raise LaunchError(f"{spec.name}: the inputs break the constraint '{c}' (with {', '.join(f'{k}={v}' for k, v in sizes.items())})")
     return sizes

@@ -98,7 +98,7 @@ class KgenOp:
         if device.type == "cpu":
             from ..build import tunable_candidates
 
-            tunables, runner = tunable_candidates(self.ls)[0], self._run_cpu
+            tunables, runner = tunable_candidates(self.ls, variant)[0], self._run_cpu
         else:
             from .compiled import compiled_variant
 

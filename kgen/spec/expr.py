@@ -30,6 +30,13 @@ def eval_expr(text: str | int, env: dict[str, Any]) -> Any:
     return _eval(compile_expr(text), env, text)
 
 
+def names_in(text: str | int) -> set[str]:
+    """The names an expression uses."""
+    if isinstance(text, int):
+        return set()
+    return {n.id for n in ast.walk(compile_expr(text)) if isinstance(n, ast.Name)} - set(_FN)
+
+
 def check_expr(text: str | int, known: list[str]) -> None:
     """Raise SpecError unless `text` is an expression that eval_expr can evaluate over the names
     `known`: checked when a spec is loaded, so a typo in a grid is not found at the first call."""

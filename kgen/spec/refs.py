@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..errors import SpecError
-from .expr import check_expr
+from .expr import check_expr, names_in
 
 if TYPE_CHECKING:
     from .model import Spec
@@ -36,6 +36,12 @@ def check_references(spec: "Spec", dtype_names: tuple[str, ...]) -> None:
         _check_warps(spec, i, ks.warps)
     for i, c in enumerate(spec.constraints):
         _expr_at(("constraints", i), c, known)
+        used = names_in(c)
+        if used & set(spec.tunables) and used & set(spec.sizes):
+            raise FieldError(("constraints", i), f"'{c}' names sizes ({', '.join(sorted(used & set(spec.sizes)))}) and "
+                             f"tunables ({', '.join(sorted(used & set(spec.tunables)))}); a constraint relates sizes and "
+                             "variant axes (checked at each call) or variant axes and tunables (which tunable choices a "
+                             "variant may take), not both")
     _check_exclude(spec)
     if spec.autograd:
         savable = [n for n, t in spec.tensors.items() if t.role != "scratch"]  # scratch is not kept
@@ -48,6 +54,12 @@ def check_references(spec: "Spec", dtype_names: tuple[str, ...]) -> None:
     for i, size in enumerate(spec.sizes):
         if size in taken:
             raise FieldError(("sizes", i), f"'{size}' is also {taken[size]}; a name may be declared only once")
+
+
+def tunable_constraints(spec: "Spec") -> list[str]:
+    """The constraints that name a tunable: they decide which tunable choices a variant may take
+    (kgen.build.tunable_candidates); the others are checked on the sizes at each call."""
+    return [c for c in spec.constraints if names_in(c) & set(spec.tunables)]
 
 
 def integer_names(spec: "Spec") -> list[str]:

@@ -208,6 +208,13 @@ def test_constraint_naming_an_unknown_size(tmp_path):
                       "integer variant axis; accepted: M, N, BLOCK_M, BLOCK_N")
 
 
+def test_constraint_naming_sizes_and_tunables(tmp_path):
+    p, e = error_of(tmp_path, BASE.replace("tunables:", 'constraints: ["N % BLOCK_N == 0"]\ntunables:'))
+    assert str(e) == (f"{p}:10:15: constraints.0: 'N % BLOCK_N == 0' names sizes (N) and tunables (BLOCK_N); a "
+                      "constraint relates sizes and variant axes (checked at each call) or variant axes and tunables "
+                      "(which tunable choices a variant may take), not both")
+
+
 @pytest.mark.parametrize("exclude, message", [
     ("[{dtyp: bf16}]", "exclude.0.dtyp: 'dtyp' is not a variant axis; accepted: dtype"),
     ("[{dtype: bf17}]", "exclude.0.dtype: 'bf17' is not a value of variant axis 'dtype'; accepted: bf16, fp16"),
