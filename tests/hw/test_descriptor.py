@@ -127,3 +127,33 @@ def test_table_has_a_row_per_target():
     table = targets_table()
     assert table.row_count == len(NAMES)
     assert list(table.columns[0].cells) == NAMES
+
+
+def _wgmma_entry(data):
+    return next(e for e in data["matrix_instrs"] if isinstance(e.get("n"), list))
+
+
+def test_a_family_over_n_becomes_one_instruction_per_n_with_its_source(tmp_path):
+    data = _raw("sm_90")
+    entry = _wgmma_entry(data)
+    entry["n"] = [64, 16]
+    t = target_from_yaml(_write(tmp_path, data))
+    names = [mi.name for mi in t.matrix_instrs if mi.ab_dtype == entry["ab_dtype"] and mi.scope == "warpgroup"]
+    assert names == ["wgmma_m64n64k16_bf16", "wgmma_m64n16k16_bf16"]
+    mi = t.matrix_instr("wgmma_m64n64k16_bf16")
+    assert mi.spelling.endswith("m64n64k16.f32.bf16.bf16") and mi.layout("c").shape == (64, 64) and mi.layout("c").nregs == 32
+    assert t.sources["matrix_instrs.wgmma_m64n16k16_bf16"] == data["sources"]["matrix_instrs.wgmma_m64n{n}k16_bf16"]
+
+
+def test_a_family_with_an_n_that_is_no_power_of_two_is_refused(tmp_path):
+    data = _raw("sm_90")
+    _wgmma_entry(data)["n"] = [64, 24]
+    with pytest.raises(TargetError, match="n = 24 must be a power of two of at least 8"):
+        target_from_yaml(_write(tmp_path, data))
+
+
+def test_a_shared_only_operand_has_no_fragment(tmp_path):
+    mi = load_target("sm_90").matrix_instr("wgmma_m64n64k16_bf16")
+    assert mi.warps == 4 and mi.b is None
+    with pytest.raises(TargetError, match="reads operand 'b' from shared memory only"):
+        mi.layout("b")
