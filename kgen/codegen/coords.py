@@ -77,3 +77,9 @@ def shared_slot(attrs: dict, outer: str, inner: str, elem_bytes: int) -> str:
     t = 16 // elem_bytes
     per_row = attrs["ld"] // t
     return f"(({outer}) / 8 * {per_row} + ({inner}) / {t}) * {8 * t} + ({outer}) % 8 * {t} + ({inner}) % {t}"
+
+
+def register_operand_ptr(array: str, rep: str, ksteps: int, n: int) -> str:
+    """The fragment of a dot operand read from registers for repeat `rep` and k-step `ks`:
+    element (rep * ksteps + ks) * n (kgen.ir.passes.operands.operand_layout)."""
+    return f"&{array}[({rep} * {ksteps} + ks) * {n}]"

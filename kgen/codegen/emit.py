@@ -15,7 +15,7 @@ from ..ir.layout import broadcast_reg_map, vector_width
 from ..ir.passes.dot_tiling import instr_of
 from ..ir.passes.operands import fragment_view
 from . import wgmma
-from .coords import dup_masks, reg_coord, reg_map_expr, shared_slot, tensor_param, thread_coord
+from .coords import dup_masks, reg_coord, reg_map_expr, register_operand_ptr, shared_slot, tensor_param, thread_coord
 
 CTYPE = {"bf16": "kg::bf16", "fp16": "kg::fp16", "fp32": "float", "int32": "int", "bool": "bool"}
 FLOAT = ("bf16", "fp16", "fp32")
@@ -228,8 +228,8 @@ class Emitter:
         rep, n = ("rm", instr.layout("a").nregs) if role == "a" else ("rn", instr.layout("b").nregs)
         reps = op.attrs["reps_m" if role == "a" else "reps_n"]
         kind = op.attrs[f"{role}_load"]
-        if kind == "reg":  # element (rep * ksteps + ks) * n + i, kgen.ir.passes.operands.operand_layout
-            return {"kind": kind, "ptr": f"&{name(v)}[({rep} * {ksteps} + ks) * {n}]", "n": n, "reps": reps}
+        if kind == "reg":
+            return {"kind": kind, "ptr": register_operand_ptr(name(v), rep, ksteps, n), "n": n, "reps": reps}
         st = self.stage_of(v)
         view = fragment_view(self.target, op.attrs, role)
         wn = op.attrs["warps_n"]

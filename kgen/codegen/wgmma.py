@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from ..ir.core import ELEM_BYTES
 from ..ir.passes.operands import CORE_BYTES, CORE_ROWS
-from .coords import shared_slot
+from .coords import register_operand_ptr, shared_slot
 
 
 def descriptor_strides(stage_attrs: dict, major: str, elem_bytes: int) -> tuple[int, int]:
@@ -37,8 +37,7 @@ def operand_ctx(emitter, op, role: str, instr, name_of) -> dict:
     kind = op.attrs[f"{role}_load"]
     ksteps = op.operands[0].shape[1] // instr.k
     if kind == "reg":
-        n = instr.layout("a").nregs
-        return {"kind": "reg", "ptr": f"&{name_of(v)}[(rm * {ksteps} + ks) * {n}]", "trans": 0}
+        return {"kind": "reg", "ptr": register_operand_ptr(name_of(v), "rm", ksteps, instr.layout("a").nregs), "trans": 0}
     st = emitter.stage_of(v)
     elem = ELEM_BYTES[v.dtype]
     major = op.attrs[f"{role}_major"]

@@ -98,8 +98,6 @@ class MatrixInstr(_Frozen):
     def _check_fragments(self) -> "MatrixInstr":
         if ("reg" in self.b_from) != (self.b is not None):
             raise ValueError(f"{self.name}.b: a fragment layout is given exactly when b_from has 'reg'")
-        if "reg" in self.a_from and self.a is None:
-            raise ValueError(f"{self.name}.a: a_from has 'reg' but no fragment layout")
         nwarp = {"warp": 0, "warpgroup": 2}[self.scope]
         for op, want in (("a", (self.m, self.k)), ("b", (self.k, self.n)), ("c", (self.m, self.n))):
             frag: OperandLayout | None = getattr(self, op)
@@ -256,9 +254,10 @@ def _expand_families(data):
     sources = dict(data.get("sources") or {})
     instrs = []
     for entry in data["matrix_instrs"]:
-        members = expand_n(entry) if isinstance(entry, dict) else [entry]
+        family = isinstance(entry, dict) and isinstance(entry.get("n"), list)
+        members = expand_n(entry) if family else [entry]
         instrs += members
-        if len(members) > 1 or members[0] is not entry:
+        if family:
             src = sources.pop(f"matrix_instrs.{entry['name']}", None)
             if src is not None:
                 sources.update({f"matrix_instrs.{m['name']}": src for m in members})

@@ -156,13 +156,7 @@ class WarpgroupSim:
     def op_wgmma_dot(self, c: dict) -> None:
         """One wgmma dot: per warpgroup, k-step and repeat, D += A @ B with A from registers or a
         descriptor and B from a descriptor, D scattered through the C fragment (with warp bits)."""
-        out, acc = c["out"]["name"], self.regs[c["acc"]]
-        if c["copy_acc"]:
-            self.note(f"for (int e = 0; e < {c['out']['n']}; ++e) {out}[e] = {c['acc']}[e];")
-            acc = acc.copy()
-        else:
-            self.note(f"float (&{out})[{c['out']['n']}] = {c['acc']};")
-        self.regs[out] = acc
+        out, acc = c["out"]["name"], self.accumulator(c)
         mi = self.target.matrix_instr(c["instr"])
         acc_text = f"(rm * {c['reps_n']} + rn) * {c['nc']}"
         a_text = c["a"]["ptr"] if c["a"]["kind"] == "reg" else f"{c['a']['desc']} + {c['a']['offset']}"
@@ -498,14 +492,20 @@ class ProgramSim(WarpgroupSim):
             out[r] = flat[:, :, r * n:(r + 1) * n]
         return out
 
-    def op_dot(self, c):
+    def accumulator(self, c) -> np.ndarray:
+        """The registers a dot accumulates into: acc's own (through a C reference), or a copy
+        when acc is read elsewhere."""
         out, acc = c["out"]["name"], self.regs[c["acc"]]
-        if c["copy_acc"]:  # acc is read elsewhere: the instruction accumulates into a copy
+        if c["copy_acc"]:
             self.note(f"for (int e = 0; e < {c['out']['n']}; ++e) {out}[e] = {c['acc']}[e];")
             acc = acc.copy()
         else:
             self.note(f"float (&{out})[{c['out']['n']}] = {c['acc']};")
-        self.regs[out] = acc  # updated in place, as through the C reference
+        self.regs[out] = acc
+        return acc
+
+    def op_dot(self, c):
+        out, acc = c["out"]["name"], self.accumulator(c)
         acc_text = f"(rm * {c['reps_n']} + rn) * {c['nc']}"
         self.note(f"for (int ks = 0; ks < {c['ksteps']}; ++ks) {{")
         self.note(f"kg::{c['instr']}(&{out}[{acc_text}], {c['a']['ptr']}, {c['b']['ptr']});")

@@ -98,16 +98,16 @@ def _pipeline(loop: Op, parent: Block, k: Kernel, target: Target) -> None:
         bufs = views_of(body, buf)
         last = max(i for i, op in enumerate(body.ops) if op is not copy and _reads(op, bufs))
         wait = next(i for i, op in enumerate(body.ops) if op.kind == "wait_async" and op.operands[0] is buf)
-        plans.append([last, copy, wait])
+        plans.append((copy, last, wait))
     if not plans:
         return
-    allocs = {id(p[1]): next(op for op in body.ops if op.kind == "alloc_shared" and op.result is p[1].operands[0]) for p in plans}
-    extra = sum(allocs[id(p[1])].attrs["bytes"] * (SLOTS - 1) for p in plans)
+    allocs = {id(copy): next(op for op in body.ops if op.kind == "alloc_shared" and op.result is copy.operands[0])
+              for copy, _, _ in plans}
+    extra = sum(a.attrs["bytes"] * (SLOTS - 1) for a in allocs.values())
     slotted = _buffer_bytes(k) + extra <= target.lds_bytes_per_block
-    if slotted:
-        for p in plans:
-            p[0] = p[2]  # the copy follows the wait
-    anchors = {id(copy): body.ops[last] for last, copy, _ in plans}
+    # the copy follows its wait (two slots) or the last read of its buffer (one)
+    anchors = {id(copy): body.ops[wait if slotted else last] for copy, last, wait in plans}
+    copies = sorted((copy for copy, _, _ in plans), key=lambda c: body.ops.index(anchors[id(c)]))
     at = parent.ops.index(loop)
     prologue: list[Op] = []
     go = Value((), "bool")
@@ -117,11 +117,12 @@ def _pipeline(loop: Op, parent: Block, k: Kernel, target: Target) -> None:
         first = Value((), "int32")
         prologue.append(Op("const", [], [first], {"value": 0}, loc=loop.loc))
         off, count, nxt_count, one = Value((), "int32"), Value((), "int32"), Value((), "int32"), Value((), "int32")
-        body.ops[0:0] = [Op("binary", [iv, start], [off], {"fn": "sub"}, loc=loop.loc),
-                         Op("binary", [off, step], [count], {"fn": "floordiv"}, loc=loop.loc),
-                         Op("const", [], [one], {"value": 1}, loc=loop.loc),
-                         Op("binary", [count, one], [nxt_count], {"fn": "add"}, loc=loop.loc)]
-    for last, copy, _ in sorted(plans, key=lambda p: body.ops.index(anchors[id(p[1])])):
+        counters = [Op("binary", [iv, start], [off], {"fn": "sub"}, loc=loop.loc),
+                    Op("binary", [off, step], [count], {"fn": "floordiv"}, loc=loop.loc),
+                    Op("const", [], [one], {"value": 1}, loc=loop.loc),
+                    Op("binary", [count, one], [nxt_count], {"fn": "add"}, loc=loop.loc)]
+        body.ops[0:0] = counters
+    for copy in copies:
         buf = copy.operands[0]
         alloc = allocs[id(copy)]
         body.ops.remove(alloc)
@@ -133,7 +134,7 @@ def _pipeline(loop: Op, parent: Block, k: Kernel, target: Target) -> None:
             for op in walk(body):  # every read of this iteration reads the current slot
                 if op.kind not in ("copy_async", "wait_async"):
                     op.operands = [cur.result if v is buf else v for v in op.operands]
-            body.ops.insert(4, cur)
+            body.ops.insert(len(counters), cur)
             dst = _slot(buf, first, alloc, loop)
             prologue += [dst, _copy_at(copy, iv, start, go, dst.result)]
         else:
@@ -143,7 +144,7 @@ def _pipeline(loop: Op, parent: Block, k: Kernel, target: Target) -> None:
     # read of the buffer), in the prologue's order (copies after one anchor keep their order),
     # so that group counts agree between the first iteration and the others
     after: dict[int, list[Op]] = {}
-    for last, copy, _ in sorted(plans, key=lambda p: body.ops.index(anchors[id(p[1])])):
+    for copy in copies:
         body.ops.remove(copy)
         nxt, more = Value((), "int32"), Value((), "bool")
         ops = [Op("binary", [iv, step], [nxt], {"fn": "add"}, loc=copy.loc),
