@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from kgen.build import tunable_candidates
 from kgen.ir.interp import TORCH_DTYPES, run_kernel
 from kgen.lang import kernel_ir, resolve_dtype
 from kgen.spec.expr import eval_expr
@@ -40,8 +41,11 @@ def _spec(spec: Spec | LoadedSpec) -> Spec:
     return spec.spec if isinstance(spec, LoadedSpec) else spec
 
 
-def default_tunables(spec: Spec | LoadedSpec) -> dict[str, int]:
-    """The spec's tunables, taking the first (preferred) candidate of each list."""
+def default_tunables(spec: Spec | LoadedSpec, variant: dict[str, Any] | None = None) -> dict[str, int]:
+    """The spec's tunables, taking the first (preferred) candidate of each list; with a variant
+    (and a loaded spec), the first candidate its constraints on tunables allow."""
+    if variant is not None and isinstance(spec, LoadedSpec):
+        return tunable_candidates(spec, variant)[0]
     return {k: (v[0] if isinstance(v, list) else v) for k, v in _spec(spec).tunables.items()}
 
 
@@ -184,7 +188,7 @@ def run_spec_cpu(loaded_spec: LoadedSpec, variant: dict[str, Any], tensors: dict
     `allocate`). Returns every tensor by name, outputs written in place.
     """
     s = loaded_spec.spec
-    tunables = default_tunables(s) if tunables is None else tunables
+    tunables = default_tunables(loaded_spec, variant) if tunables is None else tunables
     env = {**variant, **tunables, **sizes}
     check_constraints(s, env)
     all_t = {**allocate(s, variant, env), **tensors}

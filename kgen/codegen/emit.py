@@ -333,7 +333,11 @@ class Emitter:
         raise KeyError(v)
 
     # --- memory ------------------------------------------------------------------------------------
-    def _access(self, op, value_first: bool) -> dict:
+    def _access(self, op, value_first: bool, widest: int | None = None) -> dict:
+        """What the load/store macros need: the tile's base pointer, per tile dim its start and
+        thread/register coordinates, the vector width (at most `widest` elements, 16 bytes by
+        default) and the bounds tests of one vector (`in_vec`) and of element v (`in_elem`). A
+        dim the tile spans whole (index `:` of a static dim) needs no test."""
         t = op.attrs["tensor"]
         dims = self.dims[t]
         tile = op.operands[0] if value_first else op.result
@@ -345,18 +349,27 @@ class Emitter:
                 base.append(f"(int64_t)({name(op.operands[entry[1]])}) * {stride}")
             else:
                 start = f"{name(op.operands[entry[1]])} * {entry[2]}" if entry[0] == "block" else "0"
-                tile_dims.append({"start": start, "stride": stride, "bound": dims[d], "last": d == len(dims) - 1})
+                tile_dims.append({"start": start, "stride": stride, "bound": dims[d], "last": d == len(dims) - 1,
+                                  "whole": entry[0] == "all"})
         coords = []
         for i, td in enumerate(tile_dims):
             coords.append({**td, "thread": thread_coord(lay, i), "reg": reg_coord(lay, i)})
         elem_bytes = ELEM_BYTES[tile.dtype]
         vec = 1
         if coords and coords[-1]["last"]:
-            vec = vector_width(lay, len(coords) - 1, max(1, 16 // elem_bytes))
+            vec = vector_width(lay, len(coords) - 1, widest or max(1, 16 // elem_bytes))
         lane_dup, warp_dup = dup_masks(lay)
         align_checks = [f"stride_{t}_{d} % {vec} == 0" for d in range(len(dims) - 1)]
+        in_vec, in_elem = [], []
+        for i, c in enumerate(coords):
+            if c["whole"]:
+                continue
+            last = c["last"]
+            in_vec.append(f"i{i}_ + {vec} <= {c['bound']}" if last else f"i{i}_ < {c['bound']}")
+            in_elem.append(f"i{i}_ + v < {c['bound']}" if last else f"i{i}_ < {c['bound']}")
         return {"tensor": t, "ptr": tensor_param(t), "ctype": CTYPE[tile.dtype], "n": lay.nregs, "base": " + ".join(base) or "0",
                 "dims": coords, "vec": vec, "lane_dup": lane_dup, "warp_dup": warp_dup,
+                "in_vec": " && ".join(in_vec) or "true", "in_elem": " && ".join(in_elem) or "true",
                 "aligned": " && ".join([f"kg::aligned(p_, {vec * elem_bytes})"] + align_checks) if vec > 1 else "false"}
 
     def _element(self, op) -> str:
@@ -385,8 +398,9 @@ class Emitter:
     def op_atomic_add(self, op):
         if op.operands[0].is_scalar and all(e[0] == "at" for e in op.attrs["index"]):  # added once, by one thread
             return {"macro": "scalar_store", "addr": self._element(op), "src": name(op.operands[0]), "atomic": True}
-        ctx = self._access(op, True)
-        ctx.update(src=name(op.operands[0]), atomic=True, vec=1, macro="store")
+        # one red.global.add.vN.f32 per vector where the target has them (descriptor)
+        ctx = self._access(op, True, widest=self.target.global_fp32_atomic_vector)
+        ctx.update(src=name(op.operands[0]), atomic=True, macro="store")
         return ctx
 
     # --- control flow --------------------------------------------------------------------------------

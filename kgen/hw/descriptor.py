@@ -182,6 +182,7 @@ class Target(_Frozen):
     mem_bandwidth_tbps: float
     async_copy: tuple[Literal["cp.async", "tma", "lds_dma"], ...]
     global_fp32_atomic_add: bool
+    global_fp32_atomic_vector: int  # most consecutive fp32 elements one global atomic add takes
     workgroup_dispatch: Literal["round_robin_xcd", "single"]
     matrix_instrs: tuple[MatrixInstr, ...]
     shared_matrix_load: SharedMatrixLoad | None = None

@@ -8,6 +8,7 @@
       -> hoist_invariant_stages  copies of loop-invariant operands moved out of their loops
       -> use_async_copies     global tiles copied straight to shared memory, prefetched in loops
       -> merge_stage_barriers    barriers only where a shared write could overtake a read
+      -> sink_to_first_use    register arithmetic moved down to just before its first reader
       -> plan_shared_memory   offsets from the interference graph; the descriptor's limit checked
 
 The verifier runs after each pass. `kgen inspect` prints the IR after each of them.
@@ -28,6 +29,7 @@ from .passes.hoist import hoist_invariant_stages
 from .passes.layouts import assign_layouts
 from .passes.memory import plan_shared_memory
 from .passes.operands import place_dot_operands
+from .passes.sink import sink_to_first_use
 from .verify import verify
 
 Pass = Callable[[Kernel, Target], Kernel]
@@ -39,6 +41,7 @@ PASSES: list[tuple[str, Pass]] = [
     ("hoist_invariant_stages", hoist_invariant_stages),
     ("use_async_copies", use_async_copies),
     ("merge_stage_barriers", merge_stage_barriers),
+    ("sink_to_first_use", sink_to_first_use),
     ("plan_shared_memory", plan_shared_memory),
 ]
 

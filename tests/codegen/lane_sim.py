@@ -307,20 +307,24 @@ class ProgramSim(WarpgroupSim):
         self.note(f"{c['ctype']}* p_ = {c['ptr']} + ({c['base']});")
         self.note(f"for (int e = 0; e < {n}; e += {c['vec']})")
         e = np.arange(0, n, c["vec"]).reshape(1, 1, -1)
-        idx, inside = {}, np.ones((self.W, self.L, e.shape[-1]), dtype=bool)
+        idx = {}
         for d, dim in enumerate(c["dims"]):
             t_line = f"{dim['start']} + {dim['thread']}"
             self.note(f"const int t{d}_ = {t_line};")
             t = self.ev(t_line)
             self.note(f"const int i{d}_ = t{d}_ + {dim['reg']};")
             idx[f"i{d}_"] = self.grid_shape(self.ev(f"t{d}_ + {dim['reg']}", e=e, **{f"t{d}_": t}), e.shape[-1])
-            if not dim["last"]:
-                inside &= idx[f"i{d}_"] < self.ev(dim["bound"])
         off_line = " + ".join(f"(int64_t)i{d}_ * {dim['stride']}" for d, dim in enumerate(c["dims"]))
         self.note(f"const int64_t off_ = {off_line};")
         off = self.ev(c["base"]) + self.grid_shape(self.ev(off_line, **idx), e.shape[-1])
-        last = len(c["dims"]) - 1
-        masks = [inside & (idx[f"i{last}_"] + v < self.ev(c["dims"][-1]["bound"])) for v in range(c["vec"])]
+        # the template's own per-element test (it leaves out dims the tile spans whole); an
+        # access it lets through out of range fails _check_range
+        masks = []
+        for v in range(c["vec"]):
+            mask = np.ones((self.W, self.L, e.shape[-1]), dtype=bool)
+            for part in c["in_elem"].split(" && "):
+                mask &= self.grid_shape(self.ev(part, v=v, **idx), e.shape[-1])
+            masks.append(mask)
         return e.reshape(-1), off, masks
 
     def _check_range(self, what: str, addr: np.ndarray, size: int) -> None:
@@ -330,6 +334,7 @@ class ProgramSim(WarpgroupSim):
     def op_load(self, c):
         n, name, flat = c["out"]["n"], c["out"]["name"], self.tensors[c["tensor"]].reshape(-1)
         self.note(f"kg::copy_vec<{c['vec']}>(&{name}[e], p_ + off_);")
+        self.note(c["in_elem"])
         e, off, masks = self._addresses(c, n)
         other = float(self.ev(c["other"]))
         out = np.full((self.W, self.L, n), np.nan)
@@ -339,18 +344,23 @@ class ProgramSim(WarpgroupSim):
         self.regs[name] = out
 
     def op_store(self, c):
-        if c["atomic"]:
-            raise SimError("atomic stores are not simulated")
         n, src, flat = c["n"], self.regs[c["src"]], self.tensors[c["tensor"]].reshape(-1)
         self.note(f"if ((lane & {c['lane_dup']}) == 0 && (warp & {c['warp_dup']}) == 0)")
-        self.note(f"kg::copy_vec<{c['vec']}>(p_ + off_, &{c['src']}[e]);")
+        self.note(c["in_elem"] if c["vec"] > 1 else c["in_vec"])  # vec 1: one test, in_vec's form
+        if c["vec"] > 1:
+            self.note(f"kg::{'atomic_add_vec' if c['atomic'] else 'copy_vec'}<{c['vec']}>(p_ + off_, &{c['src']}[e]);")
+        else:
+            self.note(f"kg::atomic_add(p_ + off_, {c['src']}[e])" if c["atomic"] else f"p_[off_] = {c['src']}[e]")
         e, off, masks = self._addresses(c, n)
         writer = ((self.lane & c["lane_dup"]) == 0) & ((self.warp & c["warp_dup"]) == 0)
         for v, mask in enumerate(masks):
             mask = mask & writer
             addr = (off + v)[mask]
             self._check_range(f"store to {c['tensor']}", addr, flat.size)
-            flat[addr] = src[:, :, e + v][mask]
+            if c["atomic"]:
+                np.add.at(flat, addr, src[:, :, e + v][mask])  # every writer's value, duplicates too
+            else:
+                flat[addr] = src[:, :, e + v][mask]
 
     # shared memory and the matrix instruction ----------------------------------------------------
     def op_stage(self, c):

@@ -40,8 +40,8 @@ def _cases():
                 yield pytest.param(path, variant, blocks, id=f"{path.stem}-{variant_id(variant)}-{blocks}")
 
 
-def _tunables(ls, blocks: str) -> dict[str, int]:
-    t = helpers.default_tunables(ls)
+def _tunables(ls, variant, blocks: str) -> dict[str, int]:
+    t = helpers.default_tunables(ls, variant)
     if blocks == "small":
         t = {k: (min(v, SMALL_BLOCK) if k.startswith("BLOCK") else v) for k, v in t.items()}
     return t
@@ -56,7 +56,7 @@ def test_all_example_specs_are_covered():
 def test_spec_matches_reference(path, variant, blocks):
     ls = load_spec(path)
     spec = ls.spec
-    tunables = _tunables(ls, blocks)
+    tunables = _tunables(ls, variant, blocks)
     unknown = [s for s in spec.sizes if s not in SIZES[blocks]]
     sizes = helpers.derive_sizes(spec, {s: v for s, v in SIZES[blocks].items() if s in spec.sizes}, {**variant, **tunables})
     assert set(sizes) == set(spec.sizes), f"no test value for sizes {unknown}"

@@ -85,16 +85,29 @@ def test_without_room_for_a_second_slot_the_prefetch_follows_the_last_read():
 
 
 def test_a_tile_read_both_ways_is_staged_once():
-    """dkdv reads k as kt.T (scores) and as kt (dq), q and do both ways too: one buffer each,
-    filled by an async copy, the transposed reads through views (kt.T, vt.T, and p.T and ds.T
-    of the staged register tiles p and ds)."""
-    k = lower("specs/fa2_bwd.yaml", 1, {"dtype": "bf16", "head_dim": 128, "causal": False, "deterministic": False}, BWD, "sm_90")
+    """dkdv at head_dim 64 reads k as kt.T (scores) and as kt (dq), q and do both ways too: one
+    buffer each, filled by an async copy, the transposed reads through views (kt.T, vt.T, and
+    p.T and ds.T of the staged register tiles p and ds; ds, cast once, is staged once)."""
+    k = lower("specs/fa2_bwd.yaml", 1, {"dtype": "bf16", "head_dim": 64, "causal": False, "deterministic": False}, BWD, "sm_90")
     assert sorted({op.attrs["tensor"] for op in ops(k, "copy_async")}) == ["do", "k", "q", "v"]
     assert len(ops(k, "alloc_shared")) == 4
     views = ops(k, "view_shared")
     buffers = {a.result for a in ops(k, "alloc_shared")} | {s.result for s in ops(k, "stage")} | {s.result for s in ops(k, "slot")}
-    assert len(views) == 4 and {v.operands[0] for v in views} <= buffers and len(ops(k, "stage")) == 3
+    assert len(views) == 4 and {v.operands[0] for v in views} <= buffers and len(ops(k, "stage")) == 2
     assert not ops(k, "trans")  # the register transposes the views replaced are gone
+
+
+def test_the_transposed_backward_keeps_p_and_ds_in_registers():
+    """At head_dim 128 dkdv computes s^T = k q^T: p^T and ds^T are the left operands of the dv
+    and dk dots straight from registers; only ds^T is staged (for dq, read as its transpose),
+    and the lse and delta terms start the two score dots (no zero accumulators)."""
+    variant = {"dtype": "bf16", "head_dim": 128, "causal": True, "deterministic": False}
+    k = lower("specs/fa2_bwd.yaml", 1, variant, {"BLOCK_M": 64, "BLOCK_N": 128, "WARPS": 8}, "sm_90")
+    dots = ops(k, "dot")
+    assert [d.attrs["a_load"] for d in dots] == ["desc", "reg", "desc", "reg", "desc"]
+    assert len(ops(k, "stage")) == 1
+    starts = {id(r): op for op in walk(k.body) for r in op.results}
+    assert [starts[id(d.operands[2])].kind for d in (dots[0], dots[2])] == ["where", "broadcast"]
 
 
 def test_prefetches_keep_the_prologue_order():
@@ -107,3 +120,37 @@ def test_prefetches_keep_the_prologue_order():
     before = [op.attrs["tensor"] for op in ops(k, "copy_async") if op not in loop.body.ops]
     assert inside == before == ["a", "b"]
     assert [op.attrs["pending"] for op in loop.body.ops if op.kind == "wait_async"] == [1, 1]
+
+
+def _late_arithmetic(k) -> list[str]:
+    """Register arithmetic with something other than register arithmetic between it and its
+    first reader in the same block (a dot, load, copy or barrier it could have waited behind)."""
+    from kgen.ir.core import blocks
+    from kgen.ir.passes.sink import MOVABLE
+
+    found = []
+    for block in blocks(k.body):
+        for i, op in enumerate(block.ops):
+            if op.kind not in MOVABLE or any(r.place != "reg" for r in op.results):
+                continue
+            mine = {r.id for r in op.results}
+            for later in block.ops[i + 1:]:
+                reads = {v.id for v in later.operands} | ({v.id for o in walk(later.body) for v in o.operands} if later.body else set())
+                if reads & mine:
+                    break
+                if later.kind not in MOVABLE:
+                    found.append(f"{op.kind} ({op.loc}) waits behind {later.kind}")
+                    break
+    return found
+
+
+def test_register_arithmetic_is_computed_right_before_its_first_use(monkeypatch):
+    """The backward's mask (built from row and column indices before the dot it masks, in the
+    spec) is computed after that dot, so that its registers are free during the dot."""
+    import kgen.ir.pipeline as pipeline
+
+    variant = {"dtype": "bf16", "head_dim": 128, "causal": True, "deterministic": False}
+    tunables = {"BLOCK_M": 64, "BLOCK_N": 128, "WARPS": 8}
+    assert _late_arithmetic(lower("specs/fa2_bwd.yaml", 1, variant, tunables, "sm_90")) == []
+    monkeypatch.setattr(pipeline, "PASSES", [p for p in pipeline.PASSES if p[0] != "sink_to_first_use"])
+    assert _late_arithmetic(lower("specs/fa2_bwd.yaml", 1, variant, tunables, "sm_90"))

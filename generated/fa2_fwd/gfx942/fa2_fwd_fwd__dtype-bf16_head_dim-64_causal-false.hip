@@ -18,100 +18,100 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
   const int v3 = size_H;
   // spec: specs/fa2_fwd.yaml:28:11
   const int v4 = kg::block_id_y();
-  // spec: specs/fa2_fwd.yaml:28:11
-  const int v5 = (kg::floordiv(v4, v3));
   // spec: specs/fa2_fwd.yaml:29:11
-  const int v6 = kg::block_id_y();
-  // spec: specs/fa2_fwd.yaml:29:11
-  const int v7 = (kg::mod(v6, v3));
-  // spec: specs/fa2_fwd.yaml:30:18
-  const int v8 = (kg::floordiv(v3, v2));
-  // spec: specs/fa2_fwd.yaml:30:12
-  const int v9 = (kg::floordiv(v7, v8));
+  const int v5 = kg::block_id_y();
   // spec: specs/fa2_fwd.yaml:31:14
-  const int v10 = kg::block_id_x();
-  // spec: specs/fa2_fwd.yaml:31:14
-  const int v11 = 128;
-  // spec: specs/fa2_fwd.yaml:31:14
-  const int v12 = (v10 * v11);
+  const int v6 = kg::block_id_x();
   // spec: specs/fa2_fwd.yaml:31:40
-  int v13[1];
+  int v7[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v13[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + ((lane >> 5) & 1) * 32 + (warp & 1) * 64) + (0);
+  for (int e = 0; e < 1; ++e) v7[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + ((lane >> 5) & 1) * 32 + (warp & 1) * 64) + (0);
   // spec: specs/fa2_fwd.yaml:31:14
-  int v14[1];
+  const int v8 = 128;
+  // spec: specs/fa2_fwd.yaml:31:14
+  const int v9 = (v6 * v8);
+  // spec: specs/fa2_fwd.yaml:31:14
+  int v10[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v14[e] = (v12 + v13[e]);
+  for (int e = 0; e < 1; ++e) v10[e] = (v9 + v7[e]);
   // spec: specs/fa2_fwd.yaml:32:28
-  const int v15 = kg::block_id_x();
+  const int v11 = kg::block_id_x();
+  // spec: specs/fa2_fwd.yaml:29:11
+  const int v12 = (kg::mod(v5, v3));
+  // spec: specs/fa2_fwd.yaml:28:11
+  const int v13 = (kg::floordiv(v4, v3));
   // spec: specs/fa2_fwd.yaml:32:12
-  kg::bf16 v16[16];
+  kg::bf16 v14[16];
   {
-    const kg::bf16* p_ = t_q + ((int64_t)(v5) * stride_q_0 + (int64_t)(v7) * stride_q_2);
+    const kg::bf16* p_ = t_q + ((int64_t)(v13) * stride_q_0 + (int64_t)(v12) * stride_q_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-    const int t0_ = v15 * 128 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32;
+    const int t0_ = v11 * 128 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32;
     const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
   #pragma unroll
     for (int e = 0; e < 16; e += 8) {
       const int i0_ = t0_ + ((e >> 3) & 1) * 64;
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
       const int64_t off_ = (int64_t)i0_ * stride_q_1 + (int64_t)i1_ * 1;
-      const bool in_ = i0_ < (size_SQ) && i1_ + 8 <= (64);
+      const bool in_ = i0_ < (size_SQ);
       if (aligned_ && in_) {
-        kg::copy_vec<8>(&v16[e], p_ + off_);
+        kg::copy_vec<8>(&v14[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v16[e + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v14[e + v] = (i0_ < (size_SQ)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
-  // spec: specs/fa2_fwd.yaml:33:16
-  const float v17 = 1.4426950408889634f;
-  // spec: specs/fa2_fwd.yaml:33:16
-  const float v18 = (v1 * v17);
-  // spec: specs/fa2_fwd.yaml:34:14
-  const int v19 = 63;
-  // spec: specs/fa2_fwd.yaml:34:14
-  const int v20 = (v0 + v19);
+  // spec: specs/fa2_fwd.yaml:41:15
+  kg::bf16* v15 = reinterpret_cast<kg::bf16*>(smem + 0);
+  kg::sync();
+  #pragma unroll
+  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v15[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (((e >> 3) & 1) * 64)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v14[e]);
+  kg::sync();
+  // spec: specs/fa2_fwd.yaml:40:22
+  const int v16 = 1;
+  // spec: specs/fa2_fwd.yaml:40:22
+  const int v17 = 0;
+  // spec: specs/fa2_fwd.yaml:39:13
+  float v18[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v18[e] = 0.0f;
+  // spec: specs/fa2_fwd.yaml:38:11
+  float v19[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v19[e] = 0.0f;
+  // spec: specs/fa2_fwd.yaml:37:11
+  float v20[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v20[e] = -kg::inf();
   // spec: specs/fa2_fwd.yaml:34:14
   const int v21 = 64;
   // spec: specs/fa2_fwd.yaml:34:14
-  const int v22 = (kg::floordiv(v20, v21));
-  // spec: specs/fa2_fwd.yaml:37:11
-  float v23[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v23[e] = -kg::inf();
-  // spec: specs/fa2_fwd.yaml:38:11
-  float v24[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v24[e] = 0.0f;
-  // spec: specs/fa2_fwd.yaml:39:13
-  float v25[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v25[e] = 0.0f;
-  // spec: specs/fa2_fwd.yaml:40:22
-  const int v26 = 0;
-  // spec: specs/fa2_fwd.yaml:40:22
-  const int v27 = 1;
-  // spec: specs/fa2_fwd.yaml:41:15
-  kg::bf16* v28 = reinterpret_cast<kg::bf16*>(smem + 0);
-  kg::sync();
-  #pragma unroll
-  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v28[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (((e >> 3) & 1) * 64)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v16[e]);
-  kg::sync();
+  const int v22 = 63;
+  // spec: specs/fa2_fwd.yaml:34:14
+  const int v23 = (v0 + v22);
+  // spec: specs/fa2_fwd.yaml:34:14
+  const int v24 = (kg::floordiv(v23, v21));
+  // spec: specs/fa2_fwd.yaml:33:16
+  const float v25 = 1.4426950408889634f;
+  // spec: specs/fa2_fwd.yaml:33:16
+  const float v26 = (v1 * v25);
+  // spec: specs/fa2_fwd.yaml:30:18
+  const int v27 = (kg::floordiv(v3, v2));
+  // spec: specs/fa2_fwd.yaml:30:12
+  const int v28 = (kg::floordiv(v12, v27));
   // spec: specs/fa2_fwd.yaml:40:7
 
   float v29[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v29[e] = v24[e];
+  for (int e = 0; e < 16; ++e) v29[e] = v19[e];
   float v30[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v30[e] = v25[e];
+  for (int e = 0; e < 16; ++e) v30[e] = v18[e];
   float v31[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v31[e] = v23[e];
-  for (int v32 = v26; v32 < v22; v32 += v27) {
+  for (int e = 0; e < 16; ++e) v31[e] = v20[e];
+  for (int v32 = v17; v32 < v24; v32 += v16) {
     float (&v33)[16] = v29;
     float (&v34)[16] = v30;
     float (&v35)[16] = v31;
@@ -119,7 +119,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
     // spec: specs/fa2_fwd.yaml:41:23
     kg::bf16 v36[8];
     {
-      const kg::bf16* p_ = t_k + ((int64_t)(v5) * stride_k_0 + (int64_t)(v9) * stride_k_2);
+      const kg::bf16* p_ = t_k + ((int64_t)(v13) * stride_k_0 + (int64_t)(v28) * stride_k_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
       const int t0_ = v32 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32;
       const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
@@ -128,76 +128,76 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
         const int i0_ = t0_ + 0;
         const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
         const int64_t off_ = (int64_t)i0_ * stride_k_1 + (int64_t)i1_ * 1;
-        const bool in_ = i0_ < (size_SK) && i1_ + 8 <= (64);
+        const bool in_ = i0_ < (size_SK);
         if (aligned_ && in_) {
           kg::copy_vec<8>(&v36[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v36[e + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v36[e + v] = (i0_ < (size_SK)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     // spec: specs/fa2_fwd.yaml:41:15
-    float v37[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v37[e] = 0.0f;
-    // spec: specs/fa2_fwd.yaml:41:15
-    kg::bf16* v38 = reinterpret_cast<kg::bf16*>(smem + 18432);
+    kg::bf16* v37 = reinterpret_cast<kg::bf16*>(smem + 18432);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 8; e += 8) kg::copy_vec<8>(&v38[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (0)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v36[e]);
+    for (int e = 0; e < 8; e += 8) kg::copy_vec<8>(&v37[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (0)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v36[e]);
     kg::sync();
     // spec: specs/fa2_fwd.yaml:41:15
-    kg::bf16* v39 = v38;
+    kg::bf16* v38 = v37;
     // spec: specs/fa2_fwd.yaml:41:15
-    float (&v40)[16] = v37;
+    float v39[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v39[e] = 0.0f;
+    // spec: specs/fa2_fwd.yaml:41:15
+    float (&v40)[16] = v39;
     #pragma unroll
     for (int ks = 0; ks < 8; ++ks) {
       alignas(16) kg::bf16 fa_[4];
     #pragma unroll
-      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v28[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v15[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       alignas(16) kg::bf16 fb_[4];
     #pragma unroll
-      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v39[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v38[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 1; ++rn)
           kg::mfma_32x32x8_bf16(&v40[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
     }
-    // spec: specs/fa2_fwd.yaml:41:15
-    float v41[16];
+    // spec: specs/fa2_fwd.yaml:42:32
+    int v41[1];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v41[e] = (v40[e] * v18);
+    for (int e = 0; e < 1; ++e) v41[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0);
     // spec: specs/fa2_fwd.yaml:42:18
     const int v42 = 64;
     // spec: specs/fa2_fwd.yaml:42:18
     const int v43 = (v32 * v42);
-    // spec: specs/fa2_fwd.yaml:42:32
+    // spec: specs/fa2_fwd.yaml:42:18
     int v44[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v44[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0);
-    // spec: specs/fa2_fwd.yaml:42:18
-    int v45[1];
-    #pragma unroll
-    for (int e = 0; e < 1; ++e) v45[e] = (v43 + v44[e]);
+    for (int e = 0; e < 1; ++e) v44[e] = (v43 + v41[e]);
     // spec: specs/fa2_fwd.yaml:43:19
-    int (&v46)[1] = v45;
+    int (&v45)[1] = v44;
     // spec: specs/fa2_fwd.yaml:43:19
-    bool v47[1];
+    bool v46[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v47[e] = (v46[e] < v0);
+    for (int e = 0; e < 1; ++e) v46[e] = (v45[e] < v0);
+    // spec: specs/fa2_fwd.yaml:46:15
+    bool v47[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v47[e] = v46[0];
     // spec: specs/fa2_fwd.yaml:46:15
     const float v48 = -kg::inf();
-    // spec: specs/fa2_fwd.yaml:46:15
-    bool v49[16];
+    // spec: specs/fa2_fwd.yaml:41:15
+    float v49[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v49[e] = v47[0];
+    for (int e = 0; e < 16; ++e) v49[e] = (v40[e] * v26);
     // spec: specs/fa2_fwd.yaml:46:15
     float v50[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v50[e] = (v49[e] ? v41[e] : v48);
+    for (int e = 0; e < 16; ++e) v50[e] = (v47[e] ? v49[e] : v48);
     // spec: specs/fa2_fwd.yaml:47:30
     float v51[16];
     {
@@ -233,22 +233,22 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
     #pragma unroll
       for (int e = 0; e < 16; ++e) v51[e] = kg::cvt<float>(r51[e]);
     }
-    // spec: specs/fa2_fwd.yaml:47:19
-    float v52[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v52[e] = (kg::max_(v35[e], v51[e]));
+    // spec: specs/fa2_fwd.yaml:48:19
+    const float v52 = 0.0f;
     // spec: specs/fa2_fwd.yaml:48:25
     const float v53 = -kg::inf();
-    // spec: specs/fa2_fwd.yaml:48:25
-    bool v54[16];
+    // spec: specs/fa2_fwd.yaml:47:19
+    float v54[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v54[e] = (v52[e] == v53);
-    // spec: specs/fa2_fwd.yaml:48:19
-    const float v55 = 0.0f;
+    for (int e = 0; e < 16; ++e) v54[e] = (kg::max_(v35[e], v51[e]));
+    // spec: specs/fa2_fwd.yaml:48:25
+    bool v55[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v55[e] = (v54[e] == v53);
     // spec: specs/fa2_fwd.yaml:48:19
     float v56[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v56[e] = (v54[e] ? v55 : v52[e]);
+    for (int e = 0; e < 16; ++e) v56[e] = (v55[e] ? v52 : v54[e]);
     // spec: specs/fa2_fwd.yaml:49:24
     float (&v57)[16] = v56;
     // spec: specs/fa2_fwd.yaml:49:20
@@ -263,75 +263,45 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
     float v60[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v60[e] = kg::exp2_(v59[e]);
-    // spec: specs/fa2_fwd.yaml:50:24
-    float v61[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v61[e] = (v35[e] - v56[e]);
-    // spec: specs/fa2_fwd.yaml:50:19
-    float v62[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v62[e] = kg::exp2_(v61[e]);
-    // spec: specs/fa2_fwd.yaml:51:15
-    float v63[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v63[e] = (v33[e] * v62[e]);
     // spec: specs/fa2_fwd.yaml:51:27
-    float v64[16];
+    float v61[16];
     {
-      float r64[16];
+      float r61[16];
     #pragma unroll
-      for (int e = 0; e < 16; ++e) r64[e] = 0.0f;
+      for (int e = 0; e < 16; ++e) r61[e] = 0.0f;
     #pragma unroll
       for (int e = 0; e < 16; ++e) {
-        const float a_ = r64[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8], b_ = (float)(v60[e]);
-        r64[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8] = a_ + b_;
+        const float a_ = r61[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8], b_ = (float)(v60[e]);
+        r61[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8] = a_ + b_;
       }
     #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r64[e], b_ = kg::shfl_xor(a_, 1); r64[e] = a_ + b_; }
+      for (int e = 0; e < 16; ++e) { const float a_ = r61[e], b_ = kg::shfl_xor(a_, 1); r61[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r64[e], b_ = kg::shfl_xor(a_, 2); r64[e] = a_ + b_; }
+      for (int e = 0; e < 16; ++e) { const float a_ = r61[e], b_ = kg::shfl_xor(a_, 2); r61[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r64[e], b_ = kg::shfl_xor(a_, 4); r64[e] = a_ + b_; }
+      for (int e = 0; e < 16; ++e) { const float a_ = r61[e], b_ = kg::shfl_xor(a_, 4); r61[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r64[e], b_ = kg::shfl_xor(a_, 8); r64[e] = a_ + b_; }
+      for (int e = 0; e < 16; ++e) { const float a_ = r61[e], b_ = kg::shfl_xor(a_, 8); r61[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r64[e], b_ = kg::shfl_xor(a_, 16); r64[e] = a_ + b_; }
+      for (int e = 0; e < 16; ++e) { const float a_ = r61[e], b_ = kg::shfl_xor(a_, 16); r61[e] = a_ + b_; }
       float* scratch_ = reinterpret_cast<float*>(smem + 18432);
       kg::sync();
     #pragma unroll
-      for (int e = 0; e < 16; ++e) scratch_[warp * 128 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = r64[e];
+      for (int e = 0; e < 16; ++e) scratch_[warp * 128 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = r61[e];
       kg::sync();
     #pragma unroll
       for (int e = 0; e < 16; ++e) {
         float a_ = scratch_[(warp ^ 0) * 128 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1];
         { const float b_ = scratch_[(warp ^ 1) * 128 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1]; a_ = a_ + b_; }
-        r64[e] = a_;
+        r61[e] = a_;
       }
     #pragma unroll
-      for (int e = 0; e < 16; ++e) v64[e] = kg::cvt<float>(r64[e]);
+      for (int e = 0; e < 16; ++e) v61[e] = kg::cvt<float>(r61[e]);
     }
-    // spec: specs/fa2_fwd.yaml:51:15
-    float v65[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v65[e] = (v63[e] + v64[e]);
-    // spec: specs/fa2_fwd.yaml:52:23
-    float (&v66)[16] = v62;
-    // spec: specs/fa2_fwd.yaml:52:17
-    float v67[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v67[e] = v66[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-    // spec: specs/fa2_fwd.yaml:52:17
-    float v68[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v68[e] = (v34[e] * v67[e]);
-    // spec: specs/fa2_fwd.yaml:52:44
-    kg::bf16 v69[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v69[e] = kg::cvt<kg::bf16>(v60[e]);
     // spec: specs/fa2_fwd.yaml:52:57
-    kg::bf16 v70[8];
+    kg::bf16 v62[8];
     {
-      const kg::bf16* p_ = t_v + ((int64_t)(v5) * stride_v_0 + (int64_t)(v9) * stride_v_2);
+      const kg::bf16* p_ = t_v + ((int64_t)(v13) * stride_v_0 + (int64_t)(v28) * stride_v_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
       const int t0_ = v32 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32;
       const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
@@ -340,54 +310,84 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
         const int i0_ = t0_ + 0;
         const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
         const int64_t off_ = (int64_t)i0_ * stride_v_1 + (int64_t)i1_ * 1;
-        const bool in_ = i0_ < (size_SK) && i1_ + 8 <= (64);
+        const bool in_ = i0_ < (size_SK);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v70[e], p_ + off_);
+          kg::copy_vec<8>(&v62[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v70[e + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v62[e + v] = (i0_ < (size_SK)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
+    // spec: specs/fa2_fwd.yaml:52:44
+    kg::bf16 v63[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v63[e] = kg::cvt<kg::bf16>(v60[e]);
     // spec: specs/fa2_fwd.yaml:52:40
-    kg::bf16* v71 = reinterpret_cast<kg::bf16*>(smem + 18432);
+    kg::bf16* v64 = reinterpret_cast<kg::bf16*>(smem + 18432);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v71[((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 72 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0))] = v69[e];
+    for (int e = 0; e < 16; ++e) v64[((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 72 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0))] = v63[e];
 
     // spec: specs/fa2_fwd.yaml:52:40
-    kg::bf16* v72 = reinterpret_cast<kg::bf16*>(smem + 36864);
+    kg::bf16* v65 = reinterpret_cast<kg::bf16*>(smem + 36864);
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v72[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (0))] = v70[e];
+    for (int e = 0; e < 8; ++e) v65[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (0))] = v62[e];
     kg::sync();
+    // spec: specs/fa2_fwd.yaml:50:24
+    float v66[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v66[e] = (v35[e] - v56[e]);
+    // spec: specs/fa2_fwd.yaml:50:19
+    float v67[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v67[e] = kg::exp2_(v66[e]);
+    // spec: specs/fa2_fwd.yaml:52:23
+    float (&v68)[16] = v67;
+    // spec: specs/fa2_fwd.yaml:52:17
+    float v69[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v69[e] = v68[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+    // spec: specs/fa2_fwd.yaml:52:17
+    float v70[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v70[e] = (v34[e] * v69[e]);
     // spec: specs/fa2_fwd.yaml:52:40
-    float (&v73)[16] = v68;
+    float (&v71)[16] = v70;
     #pragma unroll
     for (int ks = 0; ks < 8; ++ks) {
       alignas(16) kg::bf16 fa_[4];
     #pragma unroll
-      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v71[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v64[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       alignas(16) kg::bf16 fb_[4];
     #pragma unroll
-      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v72[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v65[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 1; ++rn)
-          kg::mfma_32x32x8_bf16(&v73[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+          kg::mfma_32x32x8_bf16(&v71[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
     }
+    // spec: specs/fa2_fwd.yaml:51:15
+    float v72[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v72[e] = (v33[e] * v67[e]);
+    // spec: specs/fa2_fwd.yaml:51:15
+    float v73[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v73[e] = (v72[e] + v61[e]);
     // spec: specs/fa2_fwd.yaml:53:15
 
     float y0_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y0_[e] = v65[e];
+    for (int e = 0; e < 16; ++e) y0_[e] = v73[e];
     float y1_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y1_[e] = v73[e];
+    for (int e = 0; e < 16; ++e) y1_[e] = v71[e];
     float y2_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y2_[e] = v52[e];
+    for (int e = 0; e < 16; ++e) y2_[e] = v54[e];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v29[e] = y0_[e];
     #pragma unroll
@@ -395,97 +395,91 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
     #pragma unroll
     for (int e = 0; e < 16; ++e) v31[e] = y2_[e];
   }
-  // spec: specs/fa2_fwd.yaml:55:21
-  const float v74 = 0.0f;
-  // spec: specs/fa2_fwd.yaml:55:21
-  bool v75[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v75[e] = (v29[e] == v74);
+  // spec: specs/fa2_fwd.yaml:56:24
+  const int v74 = kg::block_id_x();
   // spec: specs/fa2_fwd.yaml:55:15
-  const float v76 = 1.0f;
-  // spec: specs/fa2_fwd.yaml:55:15
-  float v77[16];
+  const float v75 = 1.0f;
+  // spec: specs/fa2_fwd.yaml:55:21
+  const float v76 = 0.0f;
+  // spec: specs/fa2_fwd.yaml:55:21
+  bool v77[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v77[e] = (v75[e] ? v76 : v29[e]);
+  for (int e = 0; e < 16; ++e) v77[e] = (v29[e] == v76);
+  // spec: specs/fa2_fwd.yaml:55:15
+  float v78[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v78[e] = (v77[e] ? v75 : v29[e]);
   // spec: specs/fa2_fwd.yaml:56:63
-  float (&v78)[16] = v77;
-  // spec: specs/fa2_fwd.yaml:56:57
-  float v79[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v79[e] = v78[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+  float (&v79)[16] = v78;
   // spec: specs/fa2_fwd.yaml:56:57
   float v80[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v80[e] = (v30[e] / v79[e]);
-  // spec: specs/fa2_fwd.yaml:56:56
-  kg::bf16 v81[16];
+  for (int e = 0; e < 16; ++e) v80[e] = v79[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+  // spec: specs/fa2_fwd.yaml:56:57
+  float v81[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v81[e] = kg::cvt<kg::bf16>(v80[e]);
-  // spec: specs/fa2_fwd.yaml:56:24
-  const int v82 = kg::block_id_x();
+  for (int e = 0; e < 16; ++e) v81[e] = (v30[e] / v80[e]);
+  // spec: specs/fa2_fwd.yaml:56:56
+  kg::bf16 v82[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v82[e] = kg::cvt<kg::bf16>(v81[e]);
   // spec: specs/fa2_fwd.yaml:56:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
-    kg::bf16* p_ = t_o + ((int64_t)(v5) * stride_o_0 + (int64_t)(v7) * stride_o_2);
+    kg::bf16* p_ = t_o + ((int64_t)(v13) * stride_o_0 + (int64_t)(v12) * stride_o_2);
     const bool aligned_ = false;
-    const int t0_ = v82 * 128 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
+    const int t0_ = v74 * 128 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
     const int t1_ = 0 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32;
   #pragma unroll
     for (int e = 0; e < 16; e += 1) {
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
       const int i1_ = t1_ + 0;
       const int64_t off_ = (int64_t)i0_ * stride_o_1 + (int64_t)i1_ * 1;
-      if (aligned_ && i0_ < (size_SQ) && i1_ + 1 <= (64)) {
-        kg::copy_vec<1>(p_ + off_, &v81[e]);
-      } else {
-  #pragma unroll
-        for (int v = 0; v < 1; ++v)
-          if (i0_ < (size_SQ) && i1_ + v < (64)) p_[off_ + v] = v81[e + v];
-      }
+      if (i0_ < (size_SQ)) p_[off_] = v82[e];
     }
   }
-  // spec: specs/fa2_fwd.yaml:57:61
-  const float v83 = 0.0f;
-  // spec: specs/fa2_fwd.yaml:57:61
-  bool v84[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v84[e] = (v29[e] == v83);
+  // spec: specs/fa2_fwd.yaml:57:29
+  const int v83 = kg::block_id_x();
+  // spec: specs/fa2_fwd.yaml:57:55
+  const float v84 = -kg::inf();
+  // spec: specs/fa2_fwd.yaml:57:77
+  const float v85 = 0.6931471805599453f;
   // spec: specs/fa2_fwd.yaml:57:82
-  float v85[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v85[e] = kg::log2_(v77[e]);
-  // spec: specs/fa2_fwd.yaml:57:78
   float v86[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v86[e] = (v31[e] + v85[e]);
-  // spec: specs/fa2_fwd.yaml:57:77
-  const float v87 = 0.6931471805599453f;
+  for (int e = 0; e < 16; ++e) v86[e] = kg::log2_(v78[e]);
+  // spec: specs/fa2_fwd.yaml:57:78
+  float v87[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v87[e] = (v31[e] + v86[e]);
   // spec: specs/fa2_fwd.yaml:57:77
   float v88[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v88[e] = (v86[e] * v87);
-  // spec: specs/fa2_fwd.yaml:57:55
-  const float v89 = -kg::inf();
-  // spec: specs/fa2_fwd.yaml:57:55
-  float v90[16];
+  for (int e = 0; e < 16; ++e) v88[e] = (v87[e] * v85);
+  // spec: specs/fa2_fwd.yaml:57:61
+  const float v89 = 0.0f;
+  // spec: specs/fa2_fwd.yaml:57:61
+  bool v90[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v90[e] = (v84[e] ? v89 : v88[e]);
-  // spec: specs/fa2_fwd.yaml:57:29
-  const int v91 = kg::block_id_x();
+  for (int e = 0; e < 16; ++e) v90[e] = (v29[e] == v89);
+  // spec: specs/fa2_fwd.yaml:57:55
+  float v91[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v91[e] = (v90[e] ? v84 : v88[e]);
   // spec: specs/fa2_fwd.yaml:57:7
   if ((lane & 31) == 0 && (warp & 1) == 0) {
-    float* p_ = t_lse + ((int64_t)(v5) * stride_lse_0 + (int64_t)(v7) * stride_lse_1);
+    float* p_ = t_lse + ((int64_t)(v13) * stride_lse_0 + (int64_t)(v12) * stride_lse_1);
     const bool aligned_ = kg::aligned(p_, 16) && stride_lse_0 % 4 == 0 && stride_lse_1 % 4 == 0;
-    const int t0_ = v91 * 128 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
+    const int t0_ = v83 * 128 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
   #pragma unroll
     for (int e = 0; e < 16; e += 4) {
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
       const int64_t off_ = (int64_t)i0_ * 1;
       if (aligned_ && i0_ + 4 <= (size_SQ)) {
-        kg::copy_vec<4>(p_ + off_, &v90[e]);
+        kg::copy_vec<4>(p_ + off_, &v91[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 4; ++v)
-          if (i0_ + v < (size_SQ)) p_[off_ + v] = v90[e + v];
+          if (i0_ + v < (size_SQ)) p_[off_ + v] = v91[e + v];
       }
     }
   }

@@ -18,100 +18,100 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
   const int v3 = size_H;
   // spec: specs/fa2_fwd.yaml:28:11
   const int v4 = kg::block_id_y();
-  // spec: specs/fa2_fwd.yaml:28:11
-  const int v5 = (kg::floordiv(v4, v3));
   // spec: specs/fa2_fwd.yaml:29:11
-  const int v6 = kg::block_id_y();
-  // spec: specs/fa2_fwd.yaml:29:11
-  const int v7 = (kg::mod(v6, v3));
-  // spec: specs/fa2_fwd.yaml:30:18
-  const int v8 = (kg::floordiv(v3, v2));
-  // spec: specs/fa2_fwd.yaml:30:12
-  const int v9 = (kg::floordiv(v7, v8));
+  const int v5 = kg::block_id_y();
   // spec: specs/fa2_fwd.yaml:31:14
-  const int v10 = kg::block_id_x();
-  // spec: specs/fa2_fwd.yaml:31:14
-  const int v11 = 64;
-  // spec: specs/fa2_fwd.yaml:31:14
-  const int v12 = (v10 * v11);
+  const int v6 = kg::block_id_x();
   // spec: specs/fa2_fwd.yaml:31:40
-  int v13[1];
+  int v7[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v13[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + ((lane >> 5) & 1) * 32) + (0);
+  for (int e = 0; e < 1; ++e) v7[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + ((lane >> 5) & 1) * 32) + (0);
   // spec: specs/fa2_fwd.yaml:31:14
-  int v14[1];
+  const int v8 = 64;
+  // spec: specs/fa2_fwd.yaml:31:14
+  const int v9 = (v6 * v8);
+  // spec: specs/fa2_fwd.yaml:31:14
+  int v10[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v14[e] = (v12 + v13[e]);
+  for (int e = 0; e < 1; ++e) v10[e] = (v9 + v7[e]);
   // spec: specs/fa2_fwd.yaml:32:28
-  const int v15 = kg::block_id_x();
+  const int v11 = kg::block_id_x();
+  // spec: specs/fa2_fwd.yaml:29:11
+  const int v12 = (kg::mod(v5, v3));
+  // spec: specs/fa2_fwd.yaml:28:11
+  const int v13 = (kg::floordiv(v4, v3));
   // spec: specs/fa2_fwd.yaml:32:12
-  kg::fp16 v16[16];
+  kg::fp16 v14[16];
   {
-    const kg::fp16* p_ = t_q + ((int64_t)(v5) * stride_q_0 + (int64_t)(v7) * stride_q_2);
+    const kg::fp16* p_ = t_q + ((int64_t)(v13) * stride_q_0 + (int64_t)(v12) * stride_q_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-    const int t0_ = v15 * 64 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16;
+    const int t0_ = v11 * 64 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16;
     const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
   #pragma unroll
     for (int e = 0; e < 16; e += 8) {
       const int i0_ = t0_ + ((e >> 3) & 1) * 32;
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
       const int64_t off_ = (int64_t)i0_ * stride_q_1 + (int64_t)i1_ * 1;
-      const bool in_ = i0_ < (size_SQ) && i1_ + 8 <= (128);
+      const bool in_ = i0_ < (size_SQ);
       if (aligned_ && in_) {
-        kg::copy_vec<8>(&v16[e], p_ + off_);
+        kg::copy_vec<8>(&v14[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v16[e + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          v14[e + v] = (i0_ < (size_SQ)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
       }
     }
   }
-  // spec: specs/fa2_fwd.yaml:33:16
-  const float v17 = 1.4426950408889634f;
-  // spec: specs/fa2_fwd.yaml:33:16
-  const float v18 = (v1 * v17);
-  // spec: specs/fa2_fwd.yaml:34:14
-  const int v19 = 63;
-  // spec: specs/fa2_fwd.yaml:34:14
-  const int v20 = (v0 + v19);
+  // spec: specs/fa2_fwd.yaml:41:15
+  kg::fp16* v15 = reinterpret_cast<kg::fp16*>(smem + 18432);
+  kg::sync();
+  #pragma unroll
+  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v15[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16) + (((e >> 3) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v14[e]);
+  kg::sync();
+  // spec: specs/fa2_fwd.yaml:40:22
+  const int v16 = 1;
+  // spec: specs/fa2_fwd.yaml:40:22
+  const int v17 = 0;
+  // spec: specs/fa2_fwd.yaml:39:13
+  float v18[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v18[e] = 0.0f;
+  // spec: specs/fa2_fwd.yaml:38:11
+  float v19[4];
+  #pragma unroll
+  for (int e = 0; e < 4; ++e) v19[e] = 0.0f;
+  // spec: specs/fa2_fwd.yaml:37:11
+  float v20[4];
+  #pragma unroll
+  for (int e = 0; e < 4; ++e) v20[e] = -kg::inf();
   // spec: specs/fa2_fwd.yaml:34:14
   const int v21 = 64;
   // spec: specs/fa2_fwd.yaml:34:14
-  const int v22 = (kg::floordiv(v20, v21));
-  // spec: specs/fa2_fwd.yaml:37:11
-  float v23[4];
-  #pragma unroll
-  for (int e = 0; e < 4; ++e) v23[e] = -kg::inf();
-  // spec: specs/fa2_fwd.yaml:38:11
-  float v24[4];
-  #pragma unroll
-  for (int e = 0; e < 4; ++e) v24[e] = 0.0f;
-  // spec: specs/fa2_fwd.yaml:39:13
-  float v25[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v25[e] = 0.0f;
-  // spec: specs/fa2_fwd.yaml:40:22
-  const int v26 = 0;
-  // spec: specs/fa2_fwd.yaml:40:22
-  const int v27 = 1;
-  // spec: specs/fa2_fwd.yaml:41:15
-  kg::fp16* v28 = reinterpret_cast<kg::fp16*>(smem + 18432);
-  kg::sync();
-  #pragma unroll
-  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v28[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16) + (((e >> 3) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v16[e]);
-  kg::sync();
+  const int v22 = 63;
+  // spec: specs/fa2_fwd.yaml:34:14
+  const int v23 = (v0 + v22);
+  // spec: specs/fa2_fwd.yaml:34:14
+  const int v24 = (kg::floordiv(v23, v21));
+  // spec: specs/fa2_fwd.yaml:33:16
+  const float v25 = 1.4426950408889634f;
+  // spec: specs/fa2_fwd.yaml:33:16
+  const float v26 = (v1 * v25);
+  // spec: specs/fa2_fwd.yaml:30:18
+  const int v27 = (kg::floordiv(v3, v2));
+  // spec: specs/fa2_fwd.yaml:30:12
+  const int v28 = (kg::floordiv(v12, v27));
   // spec: specs/fa2_fwd.yaml:40:7
 
   float v29[4];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v29[e] = v24[e];
+  for (int e = 0; e < 4; ++e) v29[e] = v19[e];
   float v30[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v30[e] = v25[e];
+  for (int e = 0; e < 16; ++e) v30[e] = v18[e];
   float v31[4];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v31[e] = v23[e];
-  for (int v32 = v26; v32 < v22; v32 += v27) {
+  for (int e = 0; e < 4; ++e) v31[e] = v20[e];
+  for (int v32 = v17; v32 < v24; v32 += v16) {
     float (&v33)[4] = v29;
     float (&v34)[16] = v30;
     float (&v35)[4] = v31;
@@ -119,7 +119,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
     // spec: specs/fa2_fwd.yaml:41:23
     kg::fp16 v36[16];
     {
-      const kg::fp16* p_ = t_k + ((int64_t)(v5) * stride_k_0 + (int64_t)(v9) * stride_k_2);
+      const kg::fp16* p_ = t_k + ((int64_t)(v13) * stride_k_0 + (int64_t)(v28) * stride_k_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
       const int t0_ = v32 * 64 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16;
       const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
@@ -128,76 +128,76 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
         const int i0_ = t0_ + ((e >> 3) & 1) * 32;
         const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
         const int64_t off_ = (int64_t)i0_ * stride_k_1 + (int64_t)i1_ * 1;
-        const bool in_ = i0_ < (size_SK) && i1_ + 8 <= (128);
+        const bool in_ = i0_ < (size_SK);
         if (aligned_ && in_) {
           kg::copy_vec<8>(&v36[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v36[e + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v36[e + v] = (i0_ < (size_SK)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     // spec: specs/fa2_fwd.yaml:41:15
-    float v37[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v37[e] = 0.0f;
-    // spec: specs/fa2_fwd.yaml:41:15
-    kg::fp16* v38 = reinterpret_cast<kg::fp16*>(smem + 0);
+    kg::fp16* v37 = reinterpret_cast<kg::fp16*>(smem + 0);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v38[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16) + (((e >> 3) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v36[e]);
+    for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v37[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16) + (((e >> 3) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v36[e]);
     kg::sync();
     // spec: specs/fa2_fwd.yaml:41:15
-    kg::fp16* v39 = v38;
+    kg::fp16* v38 = v37;
     // spec: specs/fa2_fwd.yaml:41:15
-    float (&v40)[8] = v37;
+    float v39[8];
+    #pragma unroll
+    for (int e = 0; e < 8; ++e) v39[e] = 0.0f;
+    // spec: specs/fa2_fwd.yaml:41:15
+    float (&v40)[8] = v39;
     #pragma unroll
     for (int ks = 0; ks < 8; ++ks) {
       alignas(16) kg::fp16 fa_[4];
     #pragma unroll
-      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v28[((warp / 2) * 16 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (0)) * 136 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v15[((warp / 2) * 16 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (0)) * 136 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       alignas(16) kg::fp16 fb_[8];
     #pragma unroll
-      for (int i = 0; i < 8; i += 4) kg::copy_vec<4>(&fb_[i], &v39[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((i >> 2) & 1) * 16)) * 136 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 8; i += 4) kg::copy_vec<4>(&fb_[i], &v38[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((i >> 2) & 1) * 16)) * 136 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 2; ++rn)
           kg::mfma_16x16x16_fp16(&v40[(rm * 2 + rn) * 4], &fa_[rm * 4], &fb_[rn * 4]);
     }
-    // spec: specs/fa2_fwd.yaml:41:15
-    float v41[8];
+    // spec: specs/fa2_fwd.yaml:42:32
+    int v41[2];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v41[e] = (v40[e] * v18);
+    for (int e = 0; e < 2; ++e) v41[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + (warp & 1) * 32) + ((e & 1) * 16);
     // spec: specs/fa2_fwd.yaml:42:18
     const int v42 = 64;
     // spec: specs/fa2_fwd.yaml:42:18
     const int v43 = (v32 * v42);
-    // spec: specs/fa2_fwd.yaml:42:32
+    // spec: specs/fa2_fwd.yaml:42:18
     int v44[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v44[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + (warp & 1) * 32) + ((e & 1) * 16);
-    // spec: specs/fa2_fwd.yaml:42:18
-    int v45[2];
-    #pragma unroll
-    for (int e = 0; e < 2; ++e) v45[e] = (v43 + v44[e]);
+    for (int e = 0; e < 2; ++e) v44[e] = (v43 + v41[e]);
     // spec: specs/fa2_fwd.yaml:43:19
-    int (&v46)[2] = v45;
+    int (&v45)[2] = v44;
     // spec: specs/fa2_fwd.yaml:43:19
-    bool v47[2];
+    bool v46[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v47[e] = (v46[e] < v0);
+    for (int e = 0; e < 2; ++e) v46[e] = (v45[e] < v0);
+    // spec: specs/fa2_fwd.yaml:46:15
+    bool v47[8];
+    #pragma unroll
+    for (int e = 0; e < 8; ++e) v47[e] = v46[((e >> 2) & 1) * 1];
     // spec: specs/fa2_fwd.yaml:46:15
     const float v48 = -kg::inf();
-    // spec: specs/fa2_fwd.yaml:46:15
-    bool v49[8];
+    // spec: specs/fa2_fwd.yaml:41:15
+    float v49[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v49[e] = v47[((e >> 2) & 1) * 1];
+    for (int e = 0; e < 8; ++e) v49[e] = (v40[e] * v26);
     // spec: specs/fa2_fwd.yaml:46:15
     float v50[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v50[e] = (v49[e] ? v41[e] : v48);
+    for (int e = 0; e < 8; ++e) v50[e] = (v47[e] ? v49[e] : v48);
     // spec: specs/fa2_fwd.yaml:47:30
     float v51[4];
     {
@@ -231,22 +231,22 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
     #pragma unroll
       for (int e = 0; e < 4; ++e) v51[e] = kg::cvt<float>(r51[e]);
     }
-    // spec: specs/fa2_fwd.yaml:47:19
-    float v52[4];
-    #pragma unroll
-    for (int e = 0; e < 4; ++e) v52[e] = (kg::max_(v35[e], v51[e]));
+    // spec: specs/fa2_fwd.yaml:48:19
+    const float v52 = 0.0f;
     // spec: specs/fa2_fwd.yaml:48:25
     const float v53 = -kg::inf();
-    // spec: specs/fa2_fwd.yaml:48:25
-    bool v54[4];
+    // spec: specs/fa2_fwd.yaml:47:19
+    float v54[4];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v54[e] = (v52[e] == v53);
-    // spec: specs/fa2_fwd.yaml:48:19
-    const float v55 = 0.0f;
+    for (int e = 0; e < 4; ++e) v54[e] = (kg::max_(v35[e], v51[e]));
+    // spec: specs/fa2_fwd.yaml:48:25
+    bool v55[4];
+    #pragma unroll
+    for (int e = 0; e < 4; ++e) v55[e] = (v54[e] == v53);
     // spec: specs/fa2_fwd.yaml:48:19
     float v56[4];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v56[e] = (v54[e] ? v55 : v52[e]);
+    for (int e = 0; e < 4; ++e) v56[e] = (v55[e] ? v52 : v54[e]);
     // spec: specs/fa2_fwd.yaml:49:24
     float (&v57)[4] = v56;
     // spec: specs/fa2_fwd.yaml:49:20
@@ -261,84 +261,64 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
     float v60[8];
     #pragma unroll
     for (int e = 0; e < 8; ++e) v60[e] = kg::exp2_(v59[e]);
-    // spec: specs/fa2_fwd.yaml:50:24
-    float v61[4];
-    #pragma unroll
-    for (int e = 0; e < 4; ++e) v61[e] = (v35[e] - v56[e]);
-    // spec: specs/fa2_fwd.yaml:50:19
-    float v62[4];
-    #pragma unroll
-    for (int e = 0; e < 4; ++e) v62[e] = kg::exp2_(v61[e]);
-    // spec: specs/fa2_fwd.yaml:51:15
-    float v63[4];
-    #pragma unroll
-    for (int e = 0; e < 4; ++e) v63[e] = (v33[e] * v62[e]);
     // spec: specs/fa2_fwd.yaml:51:27
-    float v64[4];
+    float v61[4];
     {
-      float r64[4];
+      float r61[4];
     #pragma unroll
-      for (int e = 0; e < 4; ++e) r64[e] = 0.0f;
+      for (int e = 0; e < 4; ++e) r61[e] = 0.0f;
     #pragma unroll
       for (int e = 0; e < 8; ++e) {
-        const float a_ = r64[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2], b_ = (float)(v60[e]);
-        r64[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2] = a_ + b_;
+        const float a_ = r61[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2], b_ = (float)(v60[e]);
+        r61[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2] = a_ + b_;
       }
     #pragma unroll
-      for (int e = 0; e < 4; ++e) { const float a_ = r64[e], b_ = kg::shfl_xor(a_, 1); r64[e] = a_ + b_; }
+      for (int e = 0; e < 4; ++e) { const float a_ = r61[e], b_ = kg::shfl_xor(a_, 1); r61[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 4; ++e) { const float a_ = r64[e], b_ = kg::shfl_xor(a_, 2); r64[e] = a_ + b_; }
+      for (int e = 0; e < 4; ++e) { const float a_ = r61[e], b_ = kg::shfl_xor(a_, 2); r61[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 4; ++e) { const float a_ = r64[e], b_ = kg::shfl_xor(a_, 4); r64[e] = a_ + b_; }
+      for (int e = 0; e < 4; ++e) { const float a_ = r61[e], b_ = kg::shfl_xor(a_, 4); r61[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 4; ++e) { const float a_ = r64[e], b_ = kg::shfl_xor(a_, 8); r64[e] = a_ + b_; }
+      for (int e = 0; e < 4; ++e) { const float a_ = r61[e], b_ = kg::shfl_xor(a_, 8); r61[e] = a_ + b_; }
       float* scratch_ = reinterpret_cast<float*>(smem + 0);
       kg::sync();
     #pragma unroll
-      for (int e = 0; e < 4; ++e) scratch_[warp * 64 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1] = r64[e];
+      for (int e = 0; e < 4; ++e) scratch_[warp * 64 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1] = r61[e];
       kg::sync();
     #pragma unroll
       for (int e = 0; e < 4; ++e) {
         float a_ = scratch_[(warp ^ 0) * 64 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1];
         { const float b_ = scratch_[(warp ^ 1) * 64 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1]; a_ = a_ + b_; }
-        r64[e] = a_;
+        r61[e] = a_;
       }
     #pragma unroll
-      for (int e = 0; e < 4; ++e) v64[e] = kg::cvt<float>(r64[e]);
+      for (int e = 0; e < 4; ++e) v61[e] = kg::cvt<float>(r61[e]);
     }
-    // spec: specs/fa2_fwd.yaml:51:15
-    float v65[4];
+    // spec: specs/fa2_fwd.yaml:50:24
+    float v62[4];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v65[e] = (v63[e] + v64[e]);
+    for (int e = 0; e < 4; ++e) v62[e] = (v35[e] - v56[e]);
+    // spec: specs/fa2_fwd.yaml:50:19
+    float v63[4];
+    #pragma unroll
+    for (int e = 0; e < 4; ++e) v63[e] = kg::exp2_(v62[e]);
     // spec: specs/fa2_fwd.yaml:52:23
-    float (&v66)[4] = v62;
+    float (&v64)[4] = v63;
     // spec: specs/fa2_fwd.yaml:52:17
-    float v67[16];
+    float v65[16];
     {
       float* scratch_ = reinterpret_cast<float*>(smem + 0);
       kg::sync();
     #pragma unroll
-      for (int e = 0; e < 4; ++e) scratch_[((0) + (0)) * 1 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1] = v66[e];
+      for (int e = 0; e < 4; ++e) scratch_[((0) + (0)) * 1 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1] = v64[e];
       kg::sync();
     #pragma unroll
-      for (int e = 0; e < 16; ++e) v67[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 5) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1];
+      for (int e = 0; e < 16; ++e) v65[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 5) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1];
     }
-    // spec: specs/fa2_fwd.yaml:52:17
-    float v68[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v68[e] = v67[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-    // spec: specs/fa2_fwd.yaml:52:17
-    float v69[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v69[e] = (v34[e] * v68[e]);
-    // spec: specs/fa2_fwd.yaml:52:44
-    kg::fp16 v70[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v70[e] = kg::cvt<kg::fp16>(v60[e]);
     // spec: specs/fa2_fwd.yaml:52:57
-    kg::fp16 v71[16];
+    kg::fp16 v66[16];
     {
-      const kg::fp16* p_ = t_v + ((int64_t)(v5) * stride_v_0 + (int64_t)(v9) * stride_v_2);
+      const kg::fp16* p_ = t_v + ((int64_t)(v13) * stride_v_0 + (int64_t)(v28) * stride_v_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
       const int t0_ = v32 * 64 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16;
       const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
@@ -347,54 +327,74 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
         const int i0_ = t0_ + ((e >> 3) & 1) * 32;
         const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
         const int64_t off_ = (int64_t)i0_ * stride_v_1 + (int64_t)i1_ * 1;
-        const bool in_ = i0_ < (size_SK) && i1_ + 8 <= (128);
+        const bool in_ = i0_ < (size_SK);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v71[e], p_ + off_);
+          kg::copy_vec<8>(&v66[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v71[e + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v66[e + v] = (i0_ < (size_SK)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
+    // spec: specs/fa2_fwd.yaml:52:44
+    kg::fp16 v67[8];
+    #pragma unroll
+    for (int e = 0; e < 8; ++e) v67[e] = kg::cvt<kg::fp16>(v60[e]);
     // spec: specs/fa2_fwd.yaml:52:40
-    kg::fp16* v72 = reinterpret_cast<kg::fp16*>(smem + 35840);
+    kg::fp16* v68 = reinterpret_cast<kg::fp16*>(smem + 35840);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v72[((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 72 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + (warp & 1) * 32) + (((e >> 2) & 1) * 16))] = v70[e];
+    for (int e = 0; e < 8; ++e) v68[((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 72 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + (warp & 1) * 32) + (((e >> 2) & 1) * 16))] = v67[e];
 
     // spec: specs/fa2_fwd.yaml:52:40
-    kg::fp16* v73 = reinterpret_cast<kg::fp16*>(smem + 0);
+    kg::fp16* v69 = reinterpret_cast<kg::fp16*>(smem + 0);
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v73[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16) + (((e >> 3) & 1) * 32))] = v71[e];
+    for (int e = 0; e < 16; ++e) v69[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16) + (((e >> 3) & 1) * 32))] = v66[e];
     kg::sync();
+    // spec: specs/fa2_fwd.yaml:52:17
+    float v70[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v70[e] = v65[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+    // spec: specs/fa2_fwd.yaml:52:17
+    float v71[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v71[e] = (v34[e] * v70[e]);
     // spec: specs/fa2_fwd.yaml:52:40
-    float (&v74)[16] = v69;
+    float (&v72)[16] = v71;
     #pragma unroll
     for (int ks = 0; ks < 8; ++ks) {
       alignas(16) kg::fp16 fa_[4];
     #pragma unroll
-      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v72[((warp / 4) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v68[((warp / 4) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       alignas(16) kg::fp16 fb_[4];
     #pragma unroll
-      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v73[((warp % 4) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v69[((warp % 4) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 1; ++rn)
-          kg::mfma_32x32x8_fp16(&v74[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+          kg::mfma_32x32x8_fp16(&v72[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
     }
+    // spec: specs/fa2_fwd.yaml:51:15
+    float v73[4];
+    #pragma unroll
+    for (int e = 0; e < 4; ++e) v73[e] = (v33[e] * v63[e]);
+    // spec: specs/fa2_fwd.yaml:51:15
+    float v74[4];
+    #pragma unroll
+    for (int e = 0; e < 4; ++e) v74[e] = (v73[e] + v61[e]);
     // spec: specs/fa2_fwd.yaml:53:15
 
     float y0_[4];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) y0_[e] = v65[e];
+    for (int e = 0; e < 4; ++e) y0_[e] = v74[e];
     float y1_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y1_[e] = v74[e];
+    for (int e = 0; e < 16; ++e) y1_[e] = v72[e];
     float y2_[4];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) y2_[e] = v52[e];
+    for (int e = 0; e < 4; ++e) y2_[e] = v54[e];
     #pragma unroll
     for (int e = 0; e < 4; ++e) v29[e] = y0_[e];
     #pragma unroll
@@ -402,18 +402,18 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
     #pragma unroll
     for (int e = 0; e < 4; ++e) v31[e] = y2_[e];
   }
-  // spec: specs/fa2_fwd.yaml:55:21
-  const float v75 = 0.0f;
-  // spec: specs/fa2_fwd.yaml:55:21
-  bool v76[4];
-  #pragma unroll
-  for (int e = 0; e < 4; ++e) v76[e] = (v29[e] == v75);
   // spec: specs/fa2_fwd.yaml:55:15
-  const float v77 = 1.0f;
+  const float v75 = 1.0f;
+  // spec: specs/fa2_fwd.yaml:55:21
+  const float v76 = 0.0f;
+  // spec: specs/fa2_fwd.yaml:55:21
+  bool v77[4];
+  #pragma unroll
+  for (int e = 0; e < 4; ++e) v77[e] = (v29[e] == v76);
   // spec: specs/fa2_fwd.yaml:55:15
   float v78[4];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v78[e] = (v76[e] ? v77 : v29[e]);
+  for (int e = 0; e < 4; ++e) v78[e] = (v77[e] ? v75 : v29[e]);
   // spec: specs/fa2_fwd.yaml:56:63
   float (&v79)[4] = v78;
   // spec: specs/fa2_fwd.yaml:56:57
@@ -427,83 +427,77 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
   #pragma unroll
     for (int e = 0; e < 16; ++e) v80[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 5) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1];
   }
-  // spec: specs/fa2_fwd.yaml:56:57
-  float v81[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v81[e] = v80[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+  // spec: specs/fa2_fwd.yaml:56:24
+  const int v81 = kg::block_id_x();
   // spec: specs/fa2_fwd.yaml:56:57
   float v82[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v82[e] = (v30[e] / v81[e]);
-  // spec: specs/fa2_fwd.yaml:56:56
-  kg::fp16 v83[16];
+  for (int e = 0; e < 16; ++e) v82[e] = v80[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+  // spec: specs/fa2_fwd.yaml:56:57
+  float v83[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v83[e] = kg::cvt<kg::fp16>(v82[e]);
-  // spec: specs/fa2_fwd.yaml:56:24
-  const int v84 = kg::block_id_x();
+  for (int e = 0; e < 16; ++e) v83[e] = (v30[e] / v82[e]);
+  // spec: specs/fa2_fwd.yaml:56:56
+  kg::fp16 v84[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v84[e] = kg::cvt<kg::fp16>(v83[e]);
   // spec: specs/fa2_fwd.yaml:56:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
-    kg::fp16* p_ = t_o + ((int64_t)(v5) * stride_o_0 + (int64_t)(v7) * stride_o_2);
+    kg::fp16* p_ = t_o + ((int64_t)(v13) * stride_o_0 + (int64_t)(v12) * stride_o_2);
     const bool aligned_ = false;
-    const int t0_ = v84 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 2) & 1) * 32;
+    const int t0_ = v81 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 2) & 1) * 32;
     const int t1_ = 0 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32 + ((warp >> 1) & 1) * 64;
   #pragma unroll
     for (int e = 0; e < 16; e += 1) {
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
       const int i1_ = t1_ + 0;
       const int64_t off_ = (int64_t)i0_ * stride_o_1 + (int64_t)i1_ * 1;
-      if (aligned_ && i0_ < (size_SQ) && i1_ + 1 <= (128)) {
-        kg::copy_vec<1>(p_ + off_, &v83[e]);
-      } else {
-  #pragma unroll
-        for (int v = 0; v < 1; ++v)
-          if (i0_ < (size_SQ) && i1_ + v < (128)) p_[off_ + v] = v83[e + v];
-      }
+      if (i0_ < (size_SQ)) p_[off_] = v84[e];
     }
   }
-  // spec: specs/fa2_fwd.yaml:57:61
-  const float v85 = 0.0f;
-  // spec: specs/fa2_fwd.yaml:57:61
-  bool v86[4];
-  #pragma unroll
-  for (int e = 0; e < 4; ++e) v86[e] = (v29[e] == v85);
+  // spec: specs/fa2_fwd.yaml:57:29
+  const int v85 = kg::block_id_x();
+  // spec: specs/fa2_fwd.yaml:57:55
+  const float v86 = -kg::inf();
+  // spec: specs/fa2_fwd.yaml:57:77
+  const float v87 = 0.6931471805599453f;
   // spec: specs/fa2_fwd.yaml:57:82
-  float v87[4];
-  #pragma unroll
-  for (int e = 0; e < 4; ++e) v87[e] = kg::log2_(v78[e]);
-  // spec: specs/fa2_fwd.yaml:57:78
   float v88[4];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v88[e] = (v31[e] + v87[e]);
-  // spec: specs/fa2_fwd.yaml:57:77
-  const float v89 = 0.6931471805599453f;
+  for (int e = 0; e < 4; ++e) v88[e] = kg::log2_(v78[e]);
+  // spec: specs/fa2_fwd.yaml:57:78
+  float v89[4];
+  #pragma unroll
+  for (int e = 0; e < 4; ++e) v89[e] = (v31[e] + v88[e]);
   // spec: specs/fa2_fwd.yaml:57:77
   float v90[4];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v90[e] = (v88[e] * v89);
-  // spec: specs/fa2_fwd.yaml:57:55
-  const float v91 = -kg::inf();
-  // spec: specs/fa2_fwd.yaml:57:55
-  float v92[4];
+  for (int e = 0; e < 4; ++e) v90[e] = (v89[e] * v87);
+  // spec: specs/fa2_fwd.yaml:57:61
+  const float v91 = 0.0f;
+  // spec: specs/fa2_fwd.yaml:57:61
+  bool v92[4];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v92[e] = (v86[e] ? v91 : v90[e]);
-  // spec: specs/fa2_fwd.yaml:57:29
-  const int v93 = kg::block_id_x();
+  for (int e = 0; e < 4; ++e) v92[e] = (v29[e] == v91);
+  // spec: specs/fa2_fwd.yaml:57:55
+  float v93[4];
+  #pragma unroll
+  for (int e = 0; e < 4; ++e) v93[e] = (v92[e] ? v86 : v90[e]);
   // spec: specs/fa2_fwd.yaml:57:7
   if ((lane & 15) == 0 && (warp & 1) == 0) {
-    float* p_ = t_lse + ((int64_t)(v5) * stride_lse_0 + (int64_t)(v7) * stride_lse_1);
+    float* p_ = t_lse + ((int64_t)(v13) * stride_lse_0 + (int64_t)(v12) * stride_lse_1);
     const bool aligned_ = kg::aligned(p_, 16) && stride_lse_0 % 4 == 0 && stride_lse_1 % 4 == 0;
-    const int t0_ = v93 * 64 + ((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32;
+    const int t0_ = v85 * 64 + ((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32;
   #pragma unroll
     for (int e = 0; e < 4; e += 4) {
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
       const int64_t off_ = (int64_t)i0_ * 1;
       if (aligned_ && i0_ + 4 <= (size_SQ)) {
-        kg::copy_vec<4>(p_ + off_, &v92[e]);
+        kg::copy_vec<4>(p_ + off_, &v93[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 4; ++v)
-          if (i0_ + v < (size_SQ)) p_[off_ + v] = v92[e + v];
+          if (i0_ + v < (size_SQ)) p_[off_ + v] = v93[e + v];
       }
     }
   }

@@ -20,126 +20,126 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
   const int v4 = size_H;
   // spec: specs/fa2_fwd.yaml:28:11
   const int v5 = kg::block_id_y();
-  // spec: specs/fa2_fwd.yaml:28:11
-  const int v6 = (kg::floordiv(v5, v4));
   // spec: specs/fa2_fwd.yaml:29:11
-  const int v7 = kg::block_id_y();
-  // spec: specs/fa2_fwd.yaml:29:11
-  const int v8 = (kg::mod(v7, v4));
-  // spec: specs/fa2_fwd.yaml:30:18
-  const int v9 = (kg::floordiv(v4, v3));
-  // spec: specs/fa2_fwd.yaml:30:12
-  const int v10 = (kg::floordiv(v8, v9));
+  const int v6 = kg::block_id_y();
   // spec: specs/fa2_fwd.yaml:31:14
-  const int v11 = kg::block_id_x();
-  // spec: specs/fa2_fwd.yaml:31:14
-  const int v12 = 64;
-  // spec: specs/fa2_fwd.yaml:31:14
-  const int v13 = (v11 * v12);
-  // spec: specs/fa2_fwd.yaml:31:40
-  int v14[4];
-  #pragma unroll
-  for (int e = 0; e < 4; ++e) v14[e] = (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2);
-  // spec: specs/fa2_fwd.yaml:31:14
-  int v15[4];
-  #pragma unroll
-  for (int e = 0; e < 4; ++e) v15[e] = (v13 + v14[e]);
+  const int v7 = kg::block_id_x();
   // spec: specs/fa2_fwd.yaml:32:28
-  const int v16 = kg::block_id_x();
+  const int v8 = kg::block_id_x();
+  // spec: specs/fa2_fwd.yaml:29:11
+  const int v9 = (kg::mod(v6, v4));
+  // spec: specs/fa2_fwd.yaml:28:11
+  const int v10 = (kg::floordiv(v5, v4));
   // spec: specs/fa2_fwd.yaml:32:12
-  kg::fp16 v17[16];
+  kg::fp16 v11[16];
   {
-    const kg::fp16* p_ = t_q + ((int64_t)(v6) * stride_q_0 + (int64_t)(v8) * stride_q_2);
+    const kg::fp16* p_ = t_q + ((int64_t)(v10) * stride_q_0 + (int64_t)(v9) * stride_q_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-    const int t0_ = v16 * 64 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16;
+    const int t0_ = v8 * 64 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16;
     const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
   #pragma unroll
     for (int e = 0; e < 16; e += 8) {
       const int i0_ = t0_ + ((e >> 3) & 1) * 32;
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
       const int64_t off_ = (int64_t)i0_ * stride_q_1 + (int64_t)i1_ * 1;
-      const bool in_ = i0_ < (size_SQ) && i1_ + 8 <= (128);
+      const bool in_ = i0_ < (size_SQ);
       if (aligned_ && in_) {
-        kg::copy_vec<8>(&v17[e], p_ + off_);
+        kg::copy_vec<8>(&v11[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v17[e + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          v11[e + v] = (i0_ < (size_SQ)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
       }
     }
   }
-  // spec: specs/fa2_fwd.yaml:33:16
-  const float v18 = 1.4426950408889634f;
-  // spec: specs/fa2_fwd.yaml:33:16
-  const float v19 = (v2 * v18);
-  // spec: specs/fa2_fwd.yaml:34:14
-  const int v20 = 63;
-  // spec: specs/fa2_fwd.yaml:34:14
-  const int v21 = (v1 + v20);
-  // spec: specs/fa2_fwd.yaml:34:14
-  const int v22 = 64;
-  // spec: specs/fa2_fwd.yaml:34:14
-  const int v23 = (kg::floordiv(v21, v22));
   // spec: specs/fa2_fwd.yaml:36:38
-  const int v24 = kg::block_id_x();
-  // spec: specs/fa2_fwd.yaml:36:38
-  const int v25 = 1;
-  // spec: specs/fa2_fwd.yaml:36:38
-  const int v26 = (v24 + v25);
-  // spec: specs/fa2_fwd.yaml:36:37
-  const int v27 = 64;
-  // spec: specs/fa2_fwd.yaml:36:37
-  const int v28 = (v26 * v27);
-  // spec: specs/fa2_fwd.yaml:36:37
-  const int v29 = (v28 + v1);
-  // spec: specs/fa2_fwd.yaml:36:37
-  const int v30 = (v29 - v0);
-  // spec: specs/fa2_fwd.yaml:36:32
-  const int v31 = 63;
-  // spec: specs/fa2_fwd.yaml:36:32
-  const int v32 = (v30 + v31);
-  // spec: specs/fa2_fwd.yaml:36:32
-  const int v33 = 64;
-  // spec: specs/fa2_fwd.yaml:36:32
-  const int v34 = (kg::floordiv(v32, v33));
-  // spec: specs/fa2_fwd.yaml:36:18
-  const int v35 = (kg::min_(v23, v34));
-  // spec: specs/fa2_fwd.yaml:37:11
-  float v36[4];
-  #pragma unroll
-  for (int e = 0; e < 4; ++e) v36[e] = -kg::inf();
-  // spec: specs/fa2_fwd.yaml:38:11
-  float v37[4];
-  #pragma unroll
-  for (int e = 0; e < 4; ++e) v37[e] = 0.0f;
-  // spec: specs/fa2_fwd.yaml:39:13
-  float v38[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v38[e] = 0.0f;
-  // spec: specs/fa2_fwd.yaml:40:22
-  const int v39 = 0;
-  // spec: specs/fa2_fwd.yaml:40:22
-  const int v40 = 1;
+  const int v12 = kg::block_id_x();
   // spec: specs/fa2_fwd.yaml:41:15
-  kg::fp16* v41 = reinterpret_cast<kg::fp16*>(smem + 18432);
+  kg::fp16* v13 = reinterpret_cast<kg::fp16*>(smem + 18432);
   kg::sync();
   #pragma unroll
-  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v41[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16) + (((e >> 3) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v17[e]);
+  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v13[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16) + (((e >> 3) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v11[e]);
   kg::sync();
+  // spec: specs/fa2_fwd.yaml:31:40
+  int v14[4];
+  #pragma unroll
+  for (int e = 0; e < 4; ++e) v14[e] = (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2);
+  // spec: specs/fa2_fwd.yaml:31:14
+  const int v15 = 64;
+  // spec: specs/fa2_fwd.yaml:31:14
+  const int v16 = (v7 * v15);
+  // spec: specs/fa2_fwd.yaml:31:14
+  int v17[4];
+  #pragma unroll
+  for (int e = 0; e < 4; ++e) v17[e] = (v16 + v14[e]);
   // spec: specs/fa2_fwd.yaml:45:50
-  int (&v42)[4] = v15;
+  int (&v18)[4] = v17;
+  // spec: specs/fa2_fwd.yaml:40:22
+  const int v19 = 1;
+  // spec: specs/fa2_fwd.yaml:40:22
+  const int v20 = 0;
+  // spec: specs/fa2_fwd.yaml:39:13
+  float v21[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v21[e] = 0.0f;
+  // spec: specs/fa2_fwd.yaml:38:11
+  float v22[4];
+  #pragma unroll
+  for (int e = 0; e < 4; ++e) v22[e] = 0.0f;
+  // spec: specs/fa2_fwd.yaml:37:11
+  float v23[4];
+  #pragma unroll
+  for (int e = 0; e < 4; ++e) v23[e] = -kg::inf();
+  // spec: specs/fa2_fwd.yaml:36:32
+  const int v24 = 64;
+  // spec: specs/fa2_fwd.yaml:36:32
+  const int v25 = 63;
+  // spec: specs/fa2_fwd.yaml:36:37
+  const int v26 = 64;
+  // spec: specs/fa2_fwd.yaml:36:38
+  const int v27 = 1;
+  // spec: specs/fa2_fwd.yaml:36:38
+  const int v28 = (v12 + v27);
+  // spec: specs/fa2_fwd.yaml:36:37
+  const int v29 = (v28 * v26);
+  // spec: specs/fa2_fwd.yaml:36:37
+  const int v30 = (v29 + v1);
+  // spec: specs/fa2_fwd.yaml:36:37
+  const int v31 = (v30 - v0);
+  // spec: specs/fa2_fwd.yaml:36:32
+  const int v32 = (v31 + v25);
+  // spec: specs/fa2_fwd.yaml:36:32
+  const int v33 = (kg::floordiv(v32, v24));
+  // spec: specs/fa2_fwd.yaml:34:14
+  const int v34 = 64;
+  // spec: specs/fa2_fwd.yaml:34:14
+  const int v35 = 63;
+  // spec: specs/fa2_fwd.yaml:34:14
+  const int v36 = (v1 + v35);
+  // spec: specs/fa2_fwd.yaml:34:14
+  const int v37 = (kg::floordiv(v36, v34));
+  // spec: specs/fa2_fwd.yaml:36:18
+  const int v38 = (kg::min_(v37, v33));
+  // spec: specs/fa2_fwd.yaml:33:16
+  const float v39 = 1.4426950408889634f;
+  // spec: specs/fa2_fwd.yaml:33:16
+  const float v40 = (v2 * v39);
+  // spec: specs/fa2_fwd.yaml:30:18
+  const int v41 = (kg::floordiv(v4, v3));
+  // spec: specs/fa2_fwd.yaml:30:12
+  const int v42 = (kg::floordiv(v9, v41));
   // spec: specs/fa2_fwd.yaml:40:7
 
   float v43[4];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v43[e] = v37[e];
+  for (int e = 0; e < 4; ++e) v43[e] = v22[e];
   float v44[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v44[e] = v38[e];
+  for (int e = 0; e < 16; ++e) v44[e] = v21[e];
   float v45[4];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v45[e] = v36[e];
-  for (int v46 = v39; v46 < v35; v46 += v40) {
+  for (int e = 0; e < 4; ++e) v45[e] = v23[e];
+  for (int v46 = v20; v46 < v38; v46 += v19) {
     float (&v47)[4] = v43;
     float (&v48)[16] = v44;
     float (&v49)[4] = v45;
@@ -147,7 +147,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
     // spec: specs/fa2_fwd.yaml:41:23
     kg::fp16 v50[16];
     {
-      const kg::fp16* p_ = t_k + ((int64_t)(v6) * stride_k_0 + (int64_t)(v10) * stride_k_2);
+      const kg::fp16* p_ = t_k + ((int64_t)(v10) * stride_k_0 + (int64_t)(v42) * stride_k_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
       const int t0_ = v46 * 64 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16;
       const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
@@ -156,100 +156,100 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
         const int i0_ = t0_ + ((e >> 3) & 1) * 32;
         const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
         const int64_t off_ = (int64_t)i0_ * stride_k_1 + (int64_t)i1_ * 1;
-        const bool in_ = i0_ < (size_SK) && i1_ + 8 <= (128);
+        const bool in_ = i0_ < (size_SK);
         if (aligned_ && in_) {
           kg::copy_vec<8>(&v50[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v50[e + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v50[e + v] = (i0_ < (size_SK)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     // spec: specs/fa2_fwd.yaml:41:15
-    float v51[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v51[e] = 0.0f;
-    // spec: specs/fa2_fwd.yaml:41:15
-    kg::fp16* v52 = reinterpret_cast<kg::fp16*>(smem + 0);
+    kg::fp16* v51 = reinterpret_cast<kg::fp16*>(smem + 0);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v52[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16) + (((e >> 3) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v50[e]);
+    for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v51[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16) + (((e >> 3) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v50[e]);
     kg::sync();
     // spec: specs/fa2_fwd.yaml:41:15
-    kg::fp16* v53 = v52;
+    kg::fp16* v52 = v51;
     // spec: specs/fa2_fwd.yaml:41:15
-    float (&v54)[8] = v51;
+    float v53[8];
+    #pragma unroll
+    for (int e = 0; e < 8; ++e) v53[e] = 0.0f;
+    // spec: specs/fa2_fwd.yaml:41:15
+    float (&v54)[8] = v53;
     #pragma unroll
     for (int ks = 0; ks < 8; ++ks) {
       alignas(16) kg::fp16 fa_[4];
     #pragma unroll
-      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v41[((warp / 2) * 16 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (0)) * 136 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v13[((warp / 2) * 16 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (0)) * 136 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       alignas(16) kg::fp16 fb_[8];
     #pragma unroll
-      for (int i = 0; i < 8; i += 4) kg::copy_vec<4>(&fb_[i], &v53[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((i >> 2) & 1) * 16)) * 136 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 8; i += 4) kg::copy_vec<4>(&fb_[i], &v52[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((i >> 2) & 1) * 16)) * 136 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 2; ++rn)
           kg::mfma_16x16x16_fp16(&v54[(rm * 2 + rn) * 4], &fa_[rm * 4], &fb_[rn * 4]);
     }
-    // spec: specs/fa2_fwd.yaml:41:15
-    float v55[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v55[e] = (v54[e] * v19);
-    // spec: specs/fa2_fwd.yaml:42:18
-    const int v56 = 64;
-    // spec: specs/fa2_fwd.yaml:42:18
-    const int v57 = (v46 * v56);
+    // spec: specs/fa2_fwd.yaml:46:15
+    const float v55 = -kg::inf();
     // spec: specs/fa2_fwd.yaml:42:32
-    int v58[2];
+    int v56[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v58[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + (warp & 1) * 32) + ((e & 1) * 16);
+    for (int e = 0; e < 2; ++e) v56[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + (warp & 1) * 32) + ((e & 1) * 16);
+    // spec: specs/fa2_fwd.yaml:42:18
+    const int v57 = 64;
+    // spec: specs/fa2_fwd.yaml:42:18
+    const int v58 = (v46 * v57);
     // spec: specs/fa2_fwd.yaml:42:18
     int v59[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v59[e] = (v57 + v58[e]);
+    for (int e = 0; e < 2; ++e) v59[e] = (v58 + v56[e]);
     // spec: specs/fa2_fwd.yaml:43:19
     int (&v60)[2] = v59;
     // spec: specs/fa2_fwd.yaml:43:19
     bool v61[2];
     #pragma unroll
     for (int e = 0; e < 2; ++e) v61[e] = (v60[e] < v1);
-    // spec: specs/fa2_fwd.yaml:45:33
-    int (&v62)[2] = v59;
+    // spec: specs/fa2_fwd.yaml:45:23
+    bool v62[8];
+    #pragma unroll
+    for (int e = 0; e < 8; ++e) v62[e] = v61[((e >> 2) & 1) * 1];
     // spec: specs/fa2_fwd.yaml:45:67
     const int v63 = (v1 - v0);
     // spec: specs/fa2_fwd.yaml:45:50
     int v64[4];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v64[e] = (v42[e] + v63);
+    for (int e = 0; e < 4; ++e) v64[e] = (v18[e] + v63);
     // spec: specs/fa2_fwd.yaml:45:33
     int v65[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v65[e] = v62[((e >> 2) & 1) * 1];
+    for (int e = 0; e < 8; ++e) v65[e] = v64[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
     // spec: specs/fa2_fwd.yaml:45:33
-    int v66[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v66[e] = v64[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
+    int (&v66)[2] = v59;
     // spec: specs/fa2_fwd.yaml:45:33
-    bool v67[8];
+    int v67[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v67[e] = (v65[e] <= v66[e]);
-    // spec: specs/fa2_fwd.yaml:45:23
+    for (int e = 0; e < 8; ++e) v67[e] = v66[((e >> 2) & 1) * 1];
+    // spec: specs/fa2_fwd.yaml:45:33
     bool v68[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v68[e] = v61[((e >> 2) & 1) * 1];
+    for (int e = 0; e < 8; ++e) v68[e] = (v67[e] <= v65[e]);
     // spec: specs/fa2_fwd.yaml:45:23
     bool v69[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v69[e] = (v68[e] && v67[e]);
-    // spec: specs/fa2_fwd.yaml:46:15
-    const float v70 = -kg::inf();
+    for (int e = 0; e < 8; ++e) v69[e] = (v62[e] && v68[e]);
+    // spec: specs/fa2_fwd.yaml:41:15
+    float v70[8];
+    #pragma unroll
+    for (int e = 0; e < 8; ++e) v70[e] = (v54[e] * v40);
     // spec: specs/fa2_fwd.yaml:46:15
     float v71[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v71[e] = (v69[e] ? v55[e] : v70);
+    for (int e = 0; e < 8; ++e) v71[e] = (v69[e] ? v70[e] : v55);
     // spec: specs/fa2_fwd.yaml:47:30
     float v72[4];
     {
@@ -283,22 +283,22 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
     #pragma unroll
       for (int e = 0; e < 4; ++e) v72[e] = kg::cvt<float>(r72[e]);
     }
-    // spec: specs/fa2_fwd.yaml:47:19
-    float v73[4];
-    #pragma unroll
-    for (int e = 0; e < 4; ++e) v73[e] = (kg::max_(v49[e], v72[e]));
+    // spec: specs/fa2_fwd.yaml:48:19
+    const float v73 = 0.0f;
     // spec: specs/fa2_fwd.yaml:48:25
     const float v74 = -kg::inf();
-    // spec: specs/fa2_fwd.yaml:48:25
-    bool v75[4];
+    // spec: specs/fa2_fwd.yaml:47:19
+    float v75[4];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v75[e] = (v73[e] == v74);
-    // spec: specs/fa2_fwd.yaml:48:19
-    const float v76 = 0.0f;
+    for (int e = 0; e < 4; ++e) v75[e] = (kg::max_(v49[e], v72[e]));
+    // spec: specs/fa2_fwd.yaml:48:25
+    bool v76[4];
+    #pragma unroll
+    for (int e = 0; e < 4; ++e) v76[e] = (v75[e] == v74);
     // spec: specs/fa2_fwd.yaml:48:19
     float v77[4];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v77[e] = (v75[e] ? v76 : v73[e]);
+    for (int e = 0; e < 4; ++e) v77[e] = (v76[e] ? v73 : v75[e]);
     // spec: specs/fa2_fwd.yaml:49:24
     float (&v78)[4] = v77;
     // spec: specs/fa2_fwd.yaml:49:20
@@ -313,84 +313,64 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
     float v81[8];
     #pragma unroll
     for (int e = 0; e < 8; ++e) v81[e] = kg::exp2_(v80[e]);
-    // spec: specs/fa2_fwd.yaml:50:24
-    float v82[4];
-    #pragma unroll
-    for (int e = 0; e < 4; ++e) v82[e] = (v49[e] - v77[e]);
-    // spec: specs/fa2_fwd.yaml:50:19
-    float v83[4];
-    #pragma unroll
-    for (int e = 0; e < 4; ++e) v83[e] = kg::exp2_(v82[e]);
-    // spec: specs/fa2_fwd.yaml:51:15
-    float v84[4];
-    #pragma unroll
-    for (int e = 0; e < 4; ++e) v84[e] = (v47[e] * v83[e]);
     // spec: specs/fa2_fwd.yaml:51:27
-    float v85[4];
+    float v82[4];
     {
-      float r85[4];
+      float r82[4];
     #pragma unroll
-      for (int e = 0; e < 4; ++e) r85[e] = 0.0f;
+      for (int e = 0; e < 4; ++e) r82[e] = 0.0f;
     #pragma unroll
       for (int e = 0; e < 8; ++e) {
-        const float a_ = r85[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2], b_ = (float)(v81[e]);
-        r85[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2] = a_ + b_;
+        const float a_ = r82[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2], b_ = (float)(v81[e]);
+        r82[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2] = a_ + b_;
       }
     #pragma unroll
-      for (int e = 0; e < 4; ++e) { const float a_ = r85[e], b_ = kg::shfl_xor(a_, 1); r85[e] = a_ + b_; }
+      for (int e = 0; e < 4; ++e) { const float a_ = r82[e], b_ = kg::shfl_xor(a_, 1); r82[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 4; ++e) { const float a_ = r85[e], b_ = kg::shfl_xor(a_, 2); r85[e] = a_ + b_; }
+      for (int e = 0; e < 4; ++e) { const float a_ = r82[e], b_ = kg::shfl_xor(a_, 2); r82[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 4; ++e) { const float a_ = r85[e], b_ = kg::shfl_xor(a_, 4); r85[e] = a_ + b_; }
+      for (int e = 0; e < 4; ++e) { const float a_ = r82[e], b_ = kg::shfl_xor(a_, 4); r82[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 4; ++e) { const float a_ = r85[e], b_ = kg::shfl_xor(a_, 8); r85[e] = a_ + b_; }
+      for (int e = 0; e < 4; ++e) { const float a_ = r82[e], b_ = kg::shfl_xor(a_, 8); r82[e] = a_ + b_; }
       float* scratch_ = reinterpret_cast<float*>(smem + 0);
       kg::sync();
     #pragma unroll
-      for (int e = 0; e < 4; ++e) scratch_[warp * 64 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1] = r85[e];
+      for (int e = 0; e < 4; ++e) scratch_[warp * 64 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1] = r82[e];
       kg::sync();
     #pragma unroll
       for (int e = 0; e < 4; ++e) {
         float a_ = scratch_[(warp ^ 0) * 64 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1];
         { const float b_ = scratch_[(warp ^ 1) * 64 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1]; a_ = a_ + b_; }
-        r85[e] = a_;
+        r82[e] = a_;
       }
     #pragma unroll
-      for (int e = 0; e < 4; ++e) v85[e] = kg::cvt<float>(r85[e]);
+      for (int e = 0; e < 4; ++e) v82[e] = kg::cvt<float>(r82[e]);
     }
-    // spec: specs/fa2_fwd.yaml:51:15
-    float v86[4];
+    // spec: specs/fa2_fwd.yaml:50:24
+    float v83[4];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v86[e] = (v84[e] + v85[e]);
+    for (int e = 0; e < 4; ++e) v83[e] = (v49[e] - v77[e]);
+    // spec: specs/fa2_fwd.yaml:50:19
+    float v84[4];
+    #pragma unroll
+    for (int e = 0; e < 4; ++e) v84[e] = kg::exp2_(v83[e]);
     // spec: specs/fa2_fwd.yaml:52:23
-    float (&v87)[4] = v83;
+    float (&v85)[4] = v84;
     // spec: specs/fa2_fwd.yaml:52:17
-    float v88[16];
+    float v86[16];
     {
       float* scratch_ = reinterpret_cast<float*>(smem + 0);
       kg::sync();
     #pragma unroll
-      for (int e = 0; e < 4; ++e) scratch_[((0) + (0)) * 1 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1] = v87[e];
+      for (int e = 0; e < 4; ++e) scratch_[((0) + (0)) * 1 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1] = v85[e];
       kg::sync();
     #pragma unroll
-      for (int e = 0; e < 16; ++e) v88[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 5) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1];
+      for (int e = 0; e < 16; ++e) v86[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 5) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1];
     }
-    // spec: specs/fa2_fwd.yaml:52:17
-    float v89[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v89[e] = v88[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-    // spec: specs/fa2_fwd.yaml:52:17
-    float v90[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v90[e] = (v48[e] * v89[e]);
-    // spec: specs/fa2_fwd.yaml:52:44
-    kg::fp16 v91[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v91[e] = kg::cvt<kg::fp16>(v81[e]);
     // spec: specs/fa2_fwd.yaml:52:57
-    kg::fp16 v92[16];
+    kg::fp16 v87[16];
     {
-      const kg::fp16* p_ = t_v + ((int64_t)(v6) * stride_v_0 + (int64_t)(v10) * stride_v_2);
+      const kg::fp16* p_ = t_v + ((int64_t)(v10) * stride_v_0 + (int64_t)(v42) * stride_v_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
       const int t0_ = v46 * 64 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16;
       const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
@@ -399,54 +379,74 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
         const int i0_ = t0_ + ((e >> 3) & 1) * 32;
         const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
         const int64_t off_ = (int64_t)i0_ * stride_v_1 + (int64_t)i1_ * 1;
-        const bool in_ = i0_ < (size_SK) && i1_ + 8 <= (128);
+        const bool in_ = i0_ < (size_SK);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v92[e], p_ + off_);
+          kg::copy_vec<8>(&v87[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v92[e + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v87[e + v] = (i0_ < (size_SK)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
+    // spec: specs/fa2_fwd.yaml:52:44
+    kg::fp16 v88[8];
+    #pragma unroll
+    for (int e = 0; e < 8; ++e) v88[e] = kg::cvt<kg::fp16>(v81[e]);
     // spec: specs/fa2_fwd.yaml:52:40
-    kg::fp16* v93 = reinterpret_cast<kg::fp16*>(smem + 35840);
+    kg::fp16* v89 = reinterpret_cast<kg::fp16*>(smem + 35840);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v93[((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 72 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + (warp & 1) * 32) + (((e >> 2) & 1) * 16))] = v91[e];
+    for (int e = 0; e < 8; ++e) v89[((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 72 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + (warp & 1) * 32) + (((e >> 2) & 1) * 16))] = v88[e];
 
     // spec: specs/fa2_fwd.yaml:52:40
-    kg::fp16* v94 = reinterpret_cast<kg::fp16*>(smem + 0);
+    kg::fp16* v90 = reinterpret_cast<kg::fp16*>(smem + 0);
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v94[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16) + (((e >> 3) & 1) * 32))] = v92[e];
+    for (int e = 0; e < 16; ++e) v90[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16) + (((e >> 3) & 1) * 32))] = v87[e];
     kg::sync();
+    // spec: specs/fa2_fwd.yaml:52:17
+    float v91[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v91[e] = v86[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+    // spec: specs/fa2_fwd.yaml:52:17
+    float v92[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v92[e] = (v48[e] * v91[e]);
     // spec: specs/fa2_fwd.yaml:52:40
-    float (&v95)[16] = v90;
+    float (&v93)[16] = v92;
     #pragma unroll
     for (int ks = 0; ks < 8; ++ks) {
       alignas(16) kg::fp16 fa_[4];
     #pragma unroll
-      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v93[((warp / 4) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v89[((warp / 4) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       alignas(16) kg::fp16 fb_[4];
     #pragma unroll
-      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v94[((warp % 4) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v90[((warp % 4) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 1; ++rn)
-          kg::mfma_32x32x8_fp16(&v95[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+          kg::mfma_32x32x8_fp16(&v93[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
     }
+    // spec: specs/fa2_fwd.yaml:51:15
+    float v94[4];
+    #pragma unroll
+    for (int e = 0; e < 4; ++e) v94[e] = (v47[e] * v84[e]);
+    // spec: specs/fa2_fwd.yaml:51:15
+    float v95[4];
+    #pragma unroll
+    for (int e = 0; e < 4; ++e) v95[e] = (v94[e] + v82[e]);
     // spec: specs/fa2_fwd.yaml:53:15
 
     float y0_[4];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) y0_[e] = v86[e];
+    for (int e = 0; e < 4; ++e) y0_[e] = v95[e];
     float y1_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y1_[e] = v95[e];
+    for (int e = 0; e < 16; ++e) y1_[e] = v93[e];
     float y2_[4];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) y2_[e] = v73[e];
+    for (int e = 0; e < 4; ++e) y2_[e] = v75[e];
     #pragma unroll
     for (int e = 0; e < 4; ++e) v43[e] = y0_[e];
     #pragma unroll
@@ -454,18 +454,18 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
     #pragma unroll
     for (int e = 0; e < 4; ++e) v45[e] = y2_[e];
   }
-  // spec: specs/fa2_fwd.yaml:55:21
-  const float v96 = 0.0f;
-  // spec: specs/fa2_fwd.yaml:55:21
-  bool v97[4];
-  #pragma unroll
-  for (int e = 0; e < 4; ++e) v97[e] = (v43[e] == v96);
   // spec: specs/fa2_fwd.yaml:55:15
-  const float v98 = 1.0f;
+  const float v96 = 1.0f;
+  // spec: specs/fa2_fwd.yaml:55:21
+  const float v97 = 0.0f;
+  // spec: specs/fa2_fwd.yaml:55:21
+  bool v98[4];
+  #pragma unroll
+  for (int e = 0; e < 4; ++e) v98[e] = (v43[e] == v97);
   // spec: specs/fa2_fwd.yaml:55:15
   float v99[4];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v99[e] = (v97[e] ? v98 : v43[e]);
+  for (int e = 0; e < 4; ++e) v99[e] = (v98[e] ? v96 : v43[e]);
   // spec: specs/fa2_fwd.yaml:56:63
   float (&v100)[4] = v99;
   // spec: specs/fa2_fwd.yaml:56:57
@@ -479,83 +479,77 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
   #pragma unroll
     for (int e = 0; e < 16; ++e) v101[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 5) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1];
   }
-  // spec: specs/fa2_fwd.yaml:56:57
-  float v102[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v102[e] = v101[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+  // spec: specs/fa2_fwd.yaml:56:24
+  const int v102 = kg::block_id_x();
   // spec: specs/fa2_fwd.yaml:56:57
   float v103[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v103[e] = (v44[e] / v102[e]);
-  // spec: specs/fa2_fwd.yaml:56:56
-  kg::fp16 v104[16];
+  for (int e = 0; e < 16; ++e) v103[e] = v101[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+  // spec: specs/fa2_fwd.yaml:56:57
+  float v104[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v104[e] = kg::cvt<kg::fp16>(v103[e]);
-  // spec: specs/fa2_fwd.yaml:56:24
-  const int v105 = kg::block_id_x();
+  for (int e = 0; e < 16; ++e) v104[e] = (v44[e] / v103[e]);
+  // spec: specs/fa2_fwd.yaml:56:56
+  kg::fp16 v105[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v105[e] = kg::cvt<kg::fp16>(v104[e]);
   // spec: specs/fa2_fwd.yaml:56:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
-    kg::fp16* p_ = t_o + ((int64_t)(v6) * stride_o_0 + (int64_t)(v8) * stride_o_2);
+    kg::fp16* p_ = t_o + ((int64_t)(v10) * stride_o_0 + (int64_t)(v9) * stride_o_2);
     const bool aligned_ = false;
-    const int t0_ = v105 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 2) & 1) * 32;
+    const int t0_ = v102 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 2) & 1) * 32;
     const int t1_ = 0 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32 + ((warp >> 1) & 1) * 64;
   #pragma unroll
     for (int e = 0; e < 16; e += 1) {
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
       const int i1_ = t1_ + 0;
       const int64_t off_ = (int64_t)i0_ * stride_o_1 + (int64_t)i1_ * 1;
-      if (aligned_ && i0_ < (size_SQ) && i1_ + 1 <= (128)) {
-        kg::copy_vec<1>(p_ + off_, &v104[e]);
-      } else {
-  #pragma unroll
-        for (int v = 0; v < 1; ++v)
-          if (i0_ < (size_SQ) && i1_ + v < (128)) p_[off_ + v] = v104[e + v];
-      }
+      if (i0_ < (size_SQ)) p_[off_] = v105[e];
     }
   }
-  // spec: specs/fa2_fwd.yaml:57:61
-  const float v106 = 0.0f;
-  // spec: specs/fa2_fwd.yaml:57:61
-  bool v107[4];
-  #pragma unroll
-  for (int e = 0; e < 4; ++e) v107[e] = (v43[e] == v106);
+  // spec: specs/fa2_fwd.yaml:57:29
+  const int v106 = kg::block_id_x();
+  // spec: specs/fa2_fwd.yaml:57:55
+  const float v107 = -kg::inf();
+  // spec: specs/fa2_fwd.yaml:57:77
+  const float v108 = 0.6931471805599453f;
   // spec: specs/fa2_fwd.yaml:57:82
-  float v108[4];
-  #pragma unroll
-  for (int e = 0; e < 4; ++e) v108[e] = kg::log2_(v99[e]);
-  // spec: specs/fa2_fwd.yaml:57:78
   float v109[4];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v109[e] = (v45[e] + v108[e]);
-  // spec: specs/fa2_fwd.yaml:57:77
-  const float v110 = 0.6931471805599453f;
+  for (int e = 0; e < 4; ++e) v109[e] = kg::log2_(v99[e]);
+  // spec: specs/fa2_fwd.yaml:57:78
+  float v110[4];
+  #pragma unroll
+  for (int e = 0; e < 4; ++e) v110[e] = (v45[e] + v109[e]);
   // spec: specs/fa2_fwd.yaml:57:77
   float v111[4];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v111[e] = (v109[e] * v110);
-  // spec: specs/fa2_fwd.yaml:57:55
-  const float v112 = -kg::inf();
-  // spec: specs/fa2_fwd.yaml:57:55
-  float v113[4];
+  for (int e = 0; e < 4; ++e) v111[e] = (v110[e] * v108);
+  // spec: specs/fa2_fwd.yaml:57:61
+  const float v112 = 0.0f;
+  // spec: specs/fa2_fwd.yaml:57:61
+  bool v113[4];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v113[e] = (v107[e] ? v112 : v111[e]);
-  // spec: specs/fa2_fwd.yaml:57:29
-  const int v114 = kg::block_id_x();
+  for (int e = 0; e < 4; ++e) v113[e] = (v43[e] == v112);
+  // spec: specs/fa2_fwd.yaml:57:55
+  float v114[4];
+  #pragma unroll
+  for (int e = 0; e < 4; ++e) v114[e] = (v113[e] ? v107 : v111[e]);
   // spec: specs/fa2_fwd.yaml:57:7
   if ((lane & 15) == 0 && (warp & 1) == 0) {
-    float* p_ = t_lse + ((int64_t)(v6) * stride_lse_0 + (int64_t)(v8) * stride_lse_1);
+    float* p_ = t_lse + ((int64_t)(v10) * stride_lse_0 + (int64_t)(v9) * stride_lse_1);
     const bool aligned_ = kg::aligned(p_, 16) && stride_lse_0 % 4 == 0 && stride_lse_1 % 4 == 0;
-    const int t0_ = v114 * 64 + ((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32;
+    const int t0_ = v106 * 64 + ((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32;
   #pragma unroll
     for (int e = 0; e < 4; e += 4) {
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
       const int64_t off_ = (int64_t)i0_ * 1;
       if (aligned_ && i0_ + 4 <= (size_SQ)) {
-        kg::copy_vec<4>(p_ + off_, &v113[e]);
+        kg::copy_vec<4>(p_ + off_, &v114[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 4; ++v)
-          if (i0_ + v < (size_SQ)) p_[off_ + v] = v113[e + v];
+          if (i0_ + v < (size_SQ)) p_[off_ + v] = v114[e + v];
       }
     }
   }

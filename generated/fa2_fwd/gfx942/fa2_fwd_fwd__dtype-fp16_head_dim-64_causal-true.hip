@@ -20,126 +20,126 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
   const int v4 = size_H;
   // spec: specs/fa2_fwd.yaml:28:11
   const int v5 = kg::block_id_y();
-  // spec: specs/fa2_fwd.yaml:28:11
-  const int v6 = (kg::floordiv(v5, v4));
   // spec: specs/fa2_fwd.yaml:29:11
-  const int v7 = kg::block_id_y();
-  // spec: specs/fa2_fwd.yaml:29:11
-  const int v8 = (kg::mod(v7, v4));
-  // spec: specs/fa2_fwd.yaml:30:18
-  const int v9 = (kg::floordiv(v4, v3));
-  // spec: specs/fa2_fwd.yaml:30:12
-  const int v10 = (kg::floordiv(v8, v9));
+  const int v6 = kg::block_id_y();
   // spec: specs/fa2_fwd.yaml:31:14
-  const int v11 = kg::block_id_x();
-  // spec: specs/fa2_fwd.yaml:31:14
-  const int v12 = 128;
-  // spec: specs/fa2_fwd.yaml:31:14
-  const int v13 = (v11 * v12);
-  // spec: specs/fa2_fwd.yaml:31:40
-  int v14[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v14[e] = (((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16);
-  // spec: specs/fa2_fwd.yaml:31:14
-  int v15[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v15[e] = (v13 + v14[e]);
+  const int v7 = kg::block_id_x();
   // spec: specs/fa2_fwd.yaml:32:28
-  const int v16 = kg::block_id_x();
+  const int v8 = kg::block_id_x();
+  // spec: specs/fa2_fwd.yaml:29:11
+  const int v9 = (kg::mod(v6, v4));
+  // spec: specs/fa2_fwd.yaml:28:11
+  const int v10 = (kg::floordiv(v5, v4));
   // spec: specs/fa2_fwd.yaml:32:12
-  kg::fp16 v17[16];
+  kg::fp16 v11[16];
   {
-    const kg::fp16* p_ = t_q + ((int64_t)(v6) * stride_q_0 + (int64_t)(v8) * stride_q_2);
+    const kg::fp16* p_ = t_q + ((int64_t)(v10) * stride_q_0 + (int64_t)(v9) * stride_q_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-    const int t0_ = v16 * 128 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32;
+    const int t0_ = v8 * 128 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32;
     const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
   #pragma unroll
     for (int e = 0; e < 16; e += 8) {
       const int i0_ = t0_ + ((e >> 3) & 1) * 64;
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
       const int64_t off_ = (int64_t)i0_ * stride_q_1 + (int64_t)i1_ * 1;
-      const bool in_ = i0_ < (size_SQ) && i1_ + 8 <= (64);
+      const bool in_ = i0_ < (size_SQ);
       if (aligned_ && in_) {
-        kg::copy_vec<8>(&v17[e], p_ + off_);
+        kg::copy_vec<8>(&v11[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v17[e + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          v11[e + v] = (i0_ < (size_SQ)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
       }
     }
   }
-  // spec: specs/fa2_fwd.yaml:33:16
-  const float v18 = 1.4426950408889634f;
-  // spec: specs/fa2_fwd.yaml:33:16
-  const float v19 = (v2 * v18);
-  // spec: specs/fa2_fwd.yaml:34:14
-  const int v20 = 63;
-  // spec: specs/fa2_fwd.yaml:34:14
-  const int v21 = (v1 + v20);
-  // spec: specs/fa2_fwd.yaml:34:14
-  const int v22 = 64;
-  // spec: specs/fa2_fwd.yaml:34:14
-  const int v23 = (kg::floordiv(v21, v22));
   // spec: specs/fa2_fwd.yaml:36:38
-  const int v24 = kg::block_id_x();
-  // spec: specs/fa2_fwd.yaml:36:38
-  const int v25 = 1;
-  // spec: specs/fa2_fwd.yaml:36:38
-  const int v26 = (v24 + v25);
-  // spec: specs/fa2_fwd.yaml:36:37
-  const int v27 = 128;
-  // spec: specs/fa2_fwd.yaml:36:37
-  const int v28 = (v26 * v27);
-  // spec: specs/fa2_fwd.yaml:36:37
-  const int v29 = (v28 + v1);
-  // spec: specs/fa2_fwd.yaml:36:37
-  const int v30 = (v29 - v0);
-  // spec: specs/fa2_fwd.yaml:36:32
-  const int v31 = 63;
-  // spec: specs/fa2_fwd.yaml:36:32
-  const int v32 = (v30 + v31);
-  // spec: specs/fa2_fwd.yaml:36:32
-  const int v33 = 64;
-  // spec: specs/fa2_fwd.yaml:36:32
-  const int v34 = (kg::floordiv(v32, v33));
-  // spec: specs/fa2_fwd.yaml:36:18
-  const int v35 = (kg::min_(v23, v34));
-  // spec: specs/fa2_fwd.yaml:37:11
-  float v36[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v36[e] = -kg::inf();
-  // spec: specs/fa2_fwd.yaml:38:11
-  float v37[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v37[e] = 0.0f;
-  // spec: specs/fa2_fwd.yaml:39:13
-  float v38[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v38[e] = 0.0f;
-  // spec: specs/fa2_fwd.yaml:40:22
-  const int v39 = 0;
-  // spec: specs/fa2_fwd.yaml:40:22
-  const int v40 = 1;
+  const int v12 = kg::block_id_x();
   // spec: specs/fa2_fwd.yaml:41:15
-  kg::fp16* v41 = reinterpret_cast<kg::fp16*>(smem + 0);
+  kg::fp16* v13 = reinterpret_cast<kg::fp16*>(smem + 0);
   kg::sync();
   #pragma unroll
-  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v41[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (((e >> 3) & 1) * 64)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v17[e]);
+  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v13[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (((e >> 3) & 1) * 64)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v11[e]);
   kg::sync();
+  // spec: specs/fa2_fwd.yaml:31:40
+  int v14[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v14[e] = (((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16);
+  // spec: specs/fa2_fwd.yaml:31:14
+  const int v15 = 128;
+  // spec: specs/fa2_fwd.yaml:31:14
+  const int v16 = (v7 * v15);
+  // spec: specs/fa2_fwd.yaml:31:14
+  int v17[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v17[e] = (v16 + v14[e]);
   // spec: specs/fa2_fwd.yaml:45:50
-  int (&v42)[16] = v15;
+  int (&v18)[16] = v17;
+  // spec: specs/fa2_fwd.yaml:40:22
+  const int v19 = 1;
+  // spec: specs/fa2_fwd.yaml:40:22
+  const int v20 = 0;
+  // spec: specs/fa2_fwd.yaml:39:13
+  float v21[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v21[e] = 0.0f;
+  // spec: specs/fa2_fwd.yaml:38:11
+  float v22[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v22[e] = 0.0f;
+  // spec: specs/fa2_fwd.yaml:37:11
+  float v23[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v23[e] = -kg::inf();
+  // spec: specs/fa2_fwd.yaml:36:32
+  const int v24 = 64;
+  // spec: specs/fa2_fwd.yaml:36:32
+  const int v25 = 63;
+  // spec: specs/fa2_fwd.yaml:36:37
+  const int v26 = 128;
+  // spec: specs/fa2_fwd.yaml:36:38
+  const int v27 = 1;
+  // spec: specs/fa2_fwd.yaml:36:38
+  const int v28 = (v12 + v27);
+  // spec: specs/fa2_fwd.yaml:36:37
+  const int v29 = (v28 * v26);
+  // spec: specs/fa2_fwd.yaml:36:37
+  const int v30 = (v29 + v1);
+  // spec: specs/fa2_fwd.yaml:36:37
+  const int v31 = (v30 - v0);
+  // spec: specs/fa2_fwd.yaml:36:32
+  const int v32 = (v31 + v25);
+  // spec: specs/fa2_fwd.yaml:36:32
+  const int v33 = (kg::floordiv(v32, v24));
+  // spec: specs/fa2_fwd.yaml:34:14
+  const int v34 = 64;
+  // spec: specs/fa2_fwd.yaml:34:14
+  const int v35 = 63;
+  // spec: specs/fa2_fwd.yaml:34:14
+  const int v36 = (v1 + v35);
+  // spec: specs/fa2_fwd.yaml:34:14
+  const int v37 = (kg::floordiv(v36, v34));
+  // spec: specs/fa2_fwd.yaml:36:18
+  const int v38 = (kg::min_(v37, v33));
+  // spec: specs/fa2_fwd.yaml:33:16
+  const float v39 = 1.4426950408889634f;
+  // spec: specs/fa2_fwd.yaml:33:16
+  const float v40 = (v2 * v39);
+  // spec: specs/fa2_fwd.yaml:30:18
+  const int v41 = (kg::floordiv(v4, v3));
+  // spec: specs/fa2_fwd.yaml:30:12
+  const int v42 = (kg::floordiv(v9, v41));
   // spec: specs/fa2_fwd.yaml:40:7
 
   float v43[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v43[e] = v37[e];
+  for (int e = 0; e < 16; ++e) v43[e] = v22[e];
   float v44[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v44[e] = v38[e];
+  for (int e = 0; e < 16; ++e) v44[e] = v21[e];
   float v45[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v45[e] = v36[e];
-  for (int v46 = v39; v46 < v35; v46 += v40) {
+  for (int e = 0; e < 16; ++e) v45[e] = v23[e];
+  for (int v46 = v20; v46 < v38; v46 += v19) {
     float (&v47)[16] = v43;
     float (&v48)[16] = v44;
     float (&v49)[16] = v45;
@@ -147,7 +147,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
     // spec: specs/fa2_fwd.yaml:41:23
     kg::fp16 v50[8];
     {
-      const kg::fp16* p_ = t_k + ((int64_t)(v6) * stride_k_0 + (int64_t)(v10) * stride_k_2);
+      const kg::fp16* p_ = t_k + ((int64_t)(v10) * stride_k_0 + (int64_t)(v42) * stride_k_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
       const int t0_ = v46 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32;
       const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
@@ -156,100 +156,100 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
         const int i0_ = t0_ + 0;
         const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
         const int64_t off_ = (int64_t)i0_ * stride_k_1 + (int64_t)i1_ * 1;
-        const bool in_ = i0_ < (size_SK) && i1_ + 8 <= (64);
+        const bool in_ = i0_ < (size_SK);
         if (aligned_ && in_) {
           kg::copy_vec<8>(&v50[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v50[e + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v50[e + v] = (i0_ < (size_SK)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     // spec: specs/fa2_fwd.yaml:41:15
-    float v51[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v51[e] = 0.0f;
-    // spec: specs/fa2_fwd.yaml:41:15
-    kg::fp16* v52 = reinterpret_cast<kg::fp16*>(smem + 18432);
+    kg::fp16* v51 = reinterpret_cast<kg::fp16*>(smem + 18432);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 8; e += 8) kg::copy_vec<8>(&v52[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (0)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v50[e]);
+    for (int e = 0; e < 8; e += 8) kg::copy_vec<8>(&v51[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (0)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v50[e]);
     kg::sync();
     // spec: specs/fa2_fwd.yaml:41:15
-    kg::fp16* v53 = v52;
+    kg::fp16* v52 = v51;
     // spec: specs/fa2_fwd.yaml:41:15
-    float (&v54)[16] = v51;
+    float v53[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v53[e] = 0.0f;
+    // spec: specs/fa2_fwd.yaml:41:15
+    float (&v54)[16] = v53;
     #pragma unroll
     for (int ks = 0; ks < 8; ++ks) {
       alignas(16) kg::fp16 fa_[4];
     #pragma unroll
-      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v41[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v13[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       alignas(16) kg::fp16 fb_[4];
     #pragma unroll
-      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v53[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v52[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 1; ++rn)
           kg::mfma_32x32x8_fp16(&v54[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
     }
-    // spec: specs/fa2_fwd.yaml:41:15
-    float v55[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v55[e] = (v54[e] * v19);
-    // spec: specs/fa2_fwd.yaml:42:18
-    const int v56 = 64;
-    // spec: specs/fa2_fwd.yaml:42:18
-    const int v57 = (v46 * v56);
+    // spec: specs/fa2_fwd.yaml:46:15
+    const float v55 = -kg::inf();
     // spec: specs/fa2_fwd.yaml:42:32
-    int v58[1];
+    int v56[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v58[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0);
+    for (int e = 0; e < 1; ++e) v56[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0);
+    // spec: specs/fa2_fwd.yaml:42:18
+    const int v57 = 64;
+    // spec: specs/fa2_fwd.yaml:42:18
+    const int v58 = (v46 * v57);
     // spec: specs/fa2_fwd.yaml:42:18
     int v59[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v59[e] = (v57 + v58[e]);
+    for (int e = 0; e < 1; ++e) v59[e] = (v58 + v56[e]);
     // spec: specs/fa2_fwd.yaml:43:19
     int (&v60)[1] = v59;
     // spec: specs/fa2_fwd.yaml:43:19
     bool v61[1];
     #pragma unroll
     for (int e = 0; e < 1; ++e) v61[e] = (v60[e] < v1);
-    // spec: specs/fa2_fwd.yaml:45:33
-    int (&v62)[1] = v59;
+    // spec: specs/fa2_fwd.yaml:45:23
+    bool v62[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v62[e] = v61[0];
     // spec: specs/fa2_fwd.yaml:45:67
     const int v63 = (v1 - v0);
     // spec: specs/fa2_fwd.yaml:45:50
     int v64[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v64[e] = (v42[e] + v63);
+    for (int e = 0; e < 16; ++e) v64[e] = (v18[e] + v63);
     // spec: specs/fa2_fwd.yaml:45:33
     int v65[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v65[e] = v62[0];
+    for (int e = 0; e < 16; ++e) v65[e] = v64[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
     // spec: specs/fa2_fwd.yaml:45:33
-    int v66[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v66[e] = v64[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+    int (&v66)[1] = v59;
     // spec: specs/fa2_fwd.yaml:45:33
-    bool v67[16];
+    int v67[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v67[e] = (v65[e] <= v66[e]);
-    // spec: specs/fa2_fwd.yaml:45:23
+    for (int e = 0; e < 16; ++e) v67[e] = v66[0];
+    // spec: specs/fa2_fwd.yaml:45:33
     bool v68[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v68[e] = v61[0];
+    for (int e = 0; e < 16; ++e) v68[e] = (v67[e] <= v65[e]);
     // spec: specs/fa2_fwd.yaml:45:23
     bool v69[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v69[e] = (v68[e] && v67[e]);
-    // spec: specs/fa2_fwd.yaml:46:15
-    const float v70 = -kg::inf();
+    for (int e = 0; e < 16; ++e) v69[e] = (v62[e] && v68[e]);
+    // spec: specs/fa2_fwd.yaml:41:15
+    float v70[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v70[e] = (v54[e] * v40);
     // spec: specs/fa2_fwd.yaml:46:15
     float v71[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v71[e] = (v69[e] ? v55[e] : v70);
+    for (int e = 0; e < 16; ++e) v71[e] = (v69[e] ? v70[e] : v55);
     // spec: specs/fa2_fwd.yaml:47:30
     float v72[16];
     {
@@ -285,22 +285,22 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
     #pragma unroll
       for (int e = 0; e < 16; ++e) v72[e] = kg::cvt<float>(r72[e]);
     }
-    // spec: specs/fa2_fwd.yaml:47:19
-    float v73[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v73[e] = (kg::max_(v49[e], v72[e]));
+    // spec: specs/fa2_fwd.yaml:48:19
+    const float v73 = 0.0f;
     // spec: specs/fa2_fwd.yaml:48:25
     const float v74 = -kg::inf();
-    // spec: specs/fa2_fwd.yaml:48:25
-    bool v75[16];
+    // spec: specs/fa2_fwd.yaml:47:19
+    float v75[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v75[e] = (v73[e] == v74);
-    // spec: specs/fa2_fwd.yaml:48:19
-    const float v76 = 0.0f;
+    for (int e = 0; e < 16; ++e) v75[e] = (kg::max_(v49[e], v72[e]));
+    // spec: specs/fa2_fwd.yaml:48:25
+    bool v76[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v76[e] = (v75[e] == v74);
     // spec: specs/fa2_fwd.yaml:48:19
     float v77[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v77[e] = (v75[e] ? v76 : v73[e]);
+    for (int e = 0; e < 16; ++e) v77[e] = (v76[e] ? v73 : v75[e]);
     // spec: specs/fa2_fwd.yaml:49:24
     float (&v78)[16] = v77;
     // spec: specs/fa2_fwd.yaml:49:20
@@ -315,75 +315,45 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
     float v81[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v81[e] = kg::exp2_(v80[e]);
-    // spec: specs/fa2_fwd.yaml:50:24
-    float v82[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v82[e] = (v49[e] - v77[e]);
-    // spec: specs/fa2_fwd.yaml:50:19
-    float v83[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v83[e] = kg::exp2_(v82[e]);
-    // spec: specs/fa2_fwd.yaml:51:15
-    float v84[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v84[e] = (v47[e] * v83[e]);
     // spec: specs/fa2_fwd.yaml:51:27
-    float v85[16];
+    float v82[16];
     {
-      float r85[16];
+      float r82[16];
     #pragma unroll
-      for (int e = 0; e < 16; ++e) r85[e] = 0.0f;
+      for (int e = 0; e < 16; ++e) r82[e] = 0.0f;
     #pragma unroll
       for (int e = 0; e < 16; ++e) {
-        const float a_ = r85[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8], b_ = (float)(v81[e]);
-        r85[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8] = a_ + b_;
+        const float a_ = r82[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8], b_ = (float)(v81[e]);
+        r82[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8] = a_ + b_;
       }
     #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r85[e], b_ = kg::shfl_xor(a_, 1); r85[e] = a_ + b_; }
+      for (int e = 0; e < 16; ++e) { const float a_ = r82[e], b_ = kg::shfl_xor(a_, 1); r82[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r85[e], b_ = kg::shfl_xor(a_, 2); r85[e] = a_ + b_; }
+      for (int e = 0; e < 16; ++e) { const float a_ = r82[e], b_ = kg::shfl_xor(a_, 2); r82[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r85[e], b_ = kg::shfl_xor(a_, 4); r85[e] = a_ + b_; }
+      for (int e = 0; e < 16; ++e) { const float a_ = r82[e], b_ = kg::shfl_xor(a_, 4); r82[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r85[e], b_ = kg::shfl_xor(a_, 8); r85[e] = a_ + b_; }
+      for (int e = 0; e < 16; ++e) { const float a_ = r82[e], b_ = kg::shfl_xor(a_, 8); r82[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r85[e], b_ = kg::shfl_xor(a_, 16); r85[e] = a_ + b_; }
+      for (int e = 0; e < 16; ++e) { const float a_ = r82[e], b_ = kg::shfl_xor(a_, 16); r82[e] = a_ + b_; }
       float* scratch_ = reinterpret_cast<float*>(smem + 18432);
       kg::sync();
     #pragma unroll
-      for (int e = 0; e < 16; ++e) scratch_[warp * 128 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = r85[e];
+      for (int e = 0; e < 16; ++e) scratch_[warp * 128 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = r82[e];
       kg::sync();
     #pragma unroll
       for (int e = 0; e < 16; ++e) {
         float a_ = scratch_[(warp ^ 0) * 128 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1];
         { const float b_ = scratch_[(warp ^ 1) * 128 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1]; a_ = a_ + b_; }
-        r85[e] = a_;
+        r82[e] = a_;
       }
     #pragma unroll
-      for (int e = 0; e < 16; ++e) v85[e] = kg::cvt<float>(r85[e]);
+      for (int e = 0; e < 16; ++e) v82[e] = kg::cvt<float>(r82[e]);
     }
-    // spec: specs/fa2_fwd.yaml:51:15
-    float v86[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v86[e] = (v84[e] + v85[e]);
-    // spec: specs/fa2_fwd.yaml:52:23
-    float (&v87)[16] = v83;
-    // spec: specs/fa2_fwd.yaml:52:17
-    float v88[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v88[e] = v87[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-    // spec: specs/fa2_fwd.yaml:52:17
-    float v89[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v89[e] = (v48[e] * v88[e]);
-    // spec: specs/fa2_fwd.yaml:52:44
-    kg::fp16 v90[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v90[e] = kg::cvt<kg::fp16>(v81[e]);
     // spec: specs/fa2_fwd.yaml:52:57
-    kg::fp16 v91[8];
+    kg::fp16 v83[8];
     {
-      const kg::fp16* p_ = t_v + ((int64_t)(v6) * stride_v_0 + (int64_t)(v10) * stride_v_2);
+      const kg::fp16* p_ = t_v + ((int64_t)(v10) * stride_v_0 + (int64_t)(v42) * stride_v_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
       const int t0_ = v46 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32;
       const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
@@ -392,54 +362,84 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
         const int i0_ = t0_ + 0;
         const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
         const int64_t off_ = (int64_t)i0_ * stride_v_1 + (int64_t)i1_ * 1;
-        const bool in_ = i0_ < (size_SK) && i1_ + 8 <= (64);
+        const bool in_ = i0_ < (size_SK);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v91[e], p_ + off_);
+          kg::copy_vec<8>(&v83[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v91[e + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v83[e + v] = (i0_ < (size_SK)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
+    // spec: specs/fa2_fwd.yaml:52:44
+    kg::fp16 v84[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v84[e] = kg::cvt<kg::fp16>(v81[e]);
     // spec: specs/fa2_fwd.yaml:52:40
-    kg::fp16* v92 = reinterpret_cast<kg::fp16*>(smem + 18432);
+    kg::fp16* v85 = reinterpret_cast<kg::fp16*>(smem + 18432);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v92[((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 72 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0))] = v90[e];
+    for (int e = 0; e < 16; ++e) v85[((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 72 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0))] = v84[e];
 
     // spec: specs/fa2_fwd.yaml:52:40
-    kg::fp16* v93 = reinterpret_cast<kg::fp16*>(smem + 36864);
+    kg::fp16* v86 = reinterpret_cast<kg::fp16*>(smem + 36864);
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v93[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (0))] = v91[e];
+    for (int e = 0; e < 8; ++e) v86[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (0))] = v83[e];
     kg::sync();
+    // spec: specs/fa2_fwd.yaml:50:24
+    float v87[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v87[e] = (v49[e] - v77[e]);
+    // spec: specs/fa2_fwd.yaml:50:19
+    float v88[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v88[e] = kg::exp2_(v87[e]);
+    // spec: specs/fa2_fwd.yaml:52:23
+    float (&v89)[16] = v88;
+    // spec: specs/fa2_fwd.yaml:52:17
+    float v90[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v90[e] = v89[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+    // spec: specs/fa2_fwd.yaml:52:17
+    float v91[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v91[e] = (v48[e] * v90[e]);
     // spec: specs/fa2_fwd.yaml:52:40
-    float (&v94)[16] = v89;
+    float (&v92)[16] = v91;
     #pragma unroll
     for (int ks = 0; ks < 8; ++ks) {
       alignas(16) kg::fp16 fa_[4];
     #pragma unroll
-      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v92[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v85[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       alignas(16) kg::fp16 fb_[4];
     #pragma unroll
-      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v93[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v86[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 1; ++rn)
-          kg::mfma_32x32x8_fp16(&v94[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+          kg::mfma_32x32x8_fp16(&v92[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
     }
+    // spec: specs/fa2_fwd.yaml:51:15
+    float v93[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v93[e] = (v47[e] * v88[e]);
+    // spec: specs/fa2_fwd.yaml:51:15
+    float v94[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v94[e] = (v93[e] + v82[e]);
     // spec: specs/fa2_fwd.yaml:53:15
 
     float y0_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y0_[e] = v86[e];
+    for (int e = 0; e < 16; ++e) y0_[e] = v94[e];
     float y1_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y1_[e] = v94[e];
+    for (int e = 0; e < 16; ++e) y1_[e] = v92[e];
     float y2_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y2_[e] = v73[e];
+    for (int e = 0; e < 16; ++e) y2_[e] = v75[e];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v43[e] = y0_[e];
     #pragma unroll
@@ -447,97 +447,91 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
     #pragma unroll
     for (int e = 0; e < 16; ++e) v45[e] = y2_[e];
   }
-  // spec: specs/fa2_fwd.yaml:55:21
-  const float v95 = 0.0f;
-  // spec: specs/fa2_fwd.yaml:55:21
-  bool v96[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v96[e] = (v43[e] == v95);
+  // spec: specs/fa2_fwd.yaml:56:24
+  const int v95 = kg::block_id_x();
   // spec: specs/fa2_fwd.yaml:55:15
-  const float v97 = 1.0f;
-  // spec: specs/fa2_fwd.yaml:55:15
-  float v98[16];
+  const float v96 = 1.0f;
+  // spec: specs/fa2_fwd.yaml:55:21
+  const float v97 = 0.0f;
+  // spec: specs/fa2_fwd.yaml:55:21
+  bool v98[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v98[e] = (v96[e] ? v97 : v43[e]);
+  for (int e = 0; e < 16; ++e) v98[e] = (v43[e] == v97);
+  // spec: specs/fa2_fwd.yaml:55:15
+  float v99[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v99[e] = (v98[e] ? v96 : v43[e]);
   // spec: specs/fa2_fwd.yaml:56:63
-  float (&v99)[16] = v98;
-  // spec: specs/fa2_fwd.yaml:56:57
-  float v100[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v100[e] = v99[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+  float (&v100)[16] = v99;
   // spec: specs/fa2_fwd.yaml:56:57
   float v101[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v101[e] = (v44[e] / v100[e]);
-  // spec: specs/fa2_fwd.yaml:56:56
-  kg::fp16 v102[16];
+  for (int e = 0; e < 16; ++e) v101[e] = v100[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+  // spec: specs/fa2_fwd.yaml:56:57
+  float v102[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v102[e] = kg::cvt<kg::fp16>(v101[e]);
-  // spec: specs/fa2_fwd.yaml:56:24
-  const int v103 = kg::block_id_x();
+  for (int e = 0; e < 16; ++e) v102[e] = (v44[e] / v101[e]);
+  // spec: specs/fa2_fwd.yaml:56:56
+  kg::fp16 v103[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v103[e] = kg::cvt<kg::fp16>(v102[e]);
   // spec: specs/fa2_fwd.yaml:56:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
-    kg::fp16* p_ = t_o + ((int64_t)(v6) * stride_o_0 + (int64_t)(v8) * stride_o_2);
+    kg::fp16* p_ = t_o + ((int64_t)(v10) * stride_o_0 + (int64_t)(v9) * stride_o_2);
     const bool aligned_ = false;
-    const int t0_ = v103 * 128 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
+    const int t0_ = v95 * 128 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
     const int t1_ = 0 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32;
   #pragma unroll
     for (int e = 0; e < 16; e += 1) {
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
       const int i1_ = t1_ + 0;
       const int64_t off_ = (int64_t)i0_ * stride_o_1 + (int64_t)i1_ * 1;
-      if (aligned_ && i0_ < (size_SQ) && i1_ + 1 <= (64)) {
-        kg::copy_vec<1>(p_ + off_, &v102[e]);
-      } else {
-  #pragma unroll
-        for (int v = 0; v < 1; ++v)
-          if (i0_ < (size_SQ) && i1_ + v < (64)) p_[off_ + v] = v102[e + v];
-      }
+      if (i0_ < (size_SQ)) p_[off_] = v103[e];
     }
   }
-  // spec: specs/fa2_fwd.yaml:57:61
-  const float v104 = 0.0f;
-  // spec: specs/fa2_fwd.yaml:57:61
-  bool v105[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v105[e] = (v43[e] == v104);
+  // spec: specs/fa2_fwd.yaml:57:29
+  const int v104 = kg::block_id_x();
+  // spec: specs/fa2_fwd.yaml:57:55
+  const float v105 = -kg::inf();
+  // spec: specs/fa2_fwd.yaml:57:77
+  const float v106 = 0.6931471805599453f;
   // spec: specs/fa2_fwd.yaml:57:82
-  float v106[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v106[e] = kg::log2_(v98[e]);
-  // spec: specs/fa2_fwd.yaml:57:78
   float v107[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v107[e] = (v45[e] + v106[e]);
-  // spec: specs/fa2_fwd.yaml:57:77
-  const float v108 = 0.6931471805599453f;
+  for (int e = 0; e < 16; ++e) v107[e] = kg::log2_(v99[e]);
+  // spec: specs/fa2_fwd.yaml:57:78
+  float v108[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v108[e] = (v45[e] + v107[e]);
   // spec: specs/fa2_fwd.yaml:57:77
   float v109[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v109[e] = (v107[e] * v108);
-  // spec: specs/fa2_fwd.yaml:57:55
-  const float v110 = -kg::inf();
-  // spec: specs/fa2_fwd.yaml:57:55
-  float v111[16];
+  for (int e = 0; e < 16; ++e) v109[e] = (v108[e] * v106);
+  // spec: specs/fa2_fwd.yaml:57:61
+  const float v110 = 0.0f;
+  // spec: specs/fa2_fwd.yaml:57:61
+  bool v111[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v111[e] = (v105[e] ? v110 : v109[e]);
-  // spec: specs/fa2_fwd.yaml:57:29
-  const int v112 = kg::block_id_x();
+  for (int e = 0; e < 16; ++e) v111[e] = (v43[e] == v110);
+  // spec: specs/fa2_fwd.yaml:57:55
+  float v112[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v112[e] = (v111[e] ? v105 : v109[e]);
   // spec: specs/fa2_fwd.yaml:57:7
   if ((lane & 31) == 0 && (warp & 1) == 0) {
-    float* p_ = t_lse + ((int64_t)(v6) * stride_lse_0 + (int64_t)(v8) * stride_lse_1);
+    float* p_ = t_lse + ((int64_t)(v10) * stride_lse_0 + (int64_t)(v9) * stride_lse_1);
     const bool aligned_ = kg::aligned(p_, 16) && stride_lse_0 % 4 == 0 && stride_lse_1 % 4 == 0;
-    const int t0_ = v112 * 128 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
+    const int t0_ = v104 * 128 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
   #pragma unroll
     for (int e = 0; e < 16; e += 4) {
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
       const int64_t off_ = (int64_t)i0_ * 1;
       if (aligned_ && i0_ + 4 <= (size_SQ)) {
-        kg::copy_vec<4>(p_ + off_, &v111[e]);
+        kg::copy_vec<4>(p_ + off_, &v112[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 4; ++v)
-          if (i0_ + v < (size_SQ)) p_[off_ + v] = v111[e + v];
+          if (i0_ + v < (size_SQ)) p_[off_ + v] = v112[e + v];
       }
     }
   }

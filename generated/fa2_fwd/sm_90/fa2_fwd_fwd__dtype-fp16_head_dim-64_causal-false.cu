@@ -34,82 +34,50 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
   const int v3 = size_H;
   // spec: specs/fa2_fwd.yaml:28:11
   const int v4 = kg::block_id_y();
-  // spec: specs/fa2_fwd.yaml:28:11
-  const int v5 = (kg::floordiv(v4, v3));
   // spec: specs/fa2_fwd.yaml:29:11
-  const int v6 = kg::block_id_y();
-  // spec: specs/fa2_fwd.yaml:29:11
-  const int v7 = (kg::mod(v6, v3));
-  // spec: specs/fa2_fwd.yaml:30:18
-  const int v8 = (kg::floordiv(v3, v2));
-  // spec: specs/fa2_fwd.yaml:30:12
-  const int v9 = (kg::floordiv(v7, v8));
+  const int v5 = kg::block_id_y();
   // spec: specs/fa2_fwd.yaml:31:14
-  const int v10 = kg::block_id_x();
-  // spec: specs/fa2_fwd.yaml:31:14
-  const int v11 = 128;
-  // spec: specs/fa2_fwd.yaml:31:14
-  const int v12 = (v10 * v11);
+  const int v6 = kg::block_id_x();
   // spec: specs/fa2_fwd.yaml:31:40
-  int v13[1];
+  int v7[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v13[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32 + ((warp >> 1) & 1) * 64) + (0);
+  for (int e = 0; e < 1; ++e) v7[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32 + ((warp >> 1) & 1) * 64) + (0);
   // spec: specs/fa2_fwd.yaml:31:14
-  int v14[1];
+  const int v8 = 128;
+  // spec: specs/fa2_fwd.yaml:31:14
+  const int v9 = (v6 * v8);
+  // spec: specs/fa2_fwd.yaml:31:14
+  int v10[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v14[e] = (v12 + v13[e]);
+  for (int e = 0; e < 1; ++e) v10[e] = (v9 + v7[e]);
   // spec: specs/fa2_fwd.yaml:32:28
-  const int v15 = kg::block_id_x();
-  // spec: specs/fa2_fwd.yaml:33:16
-  const float v16 = 1.4426950408889634f;
-  // spec: specs/fa2_fwd.yaml:33:16
-  const float v17 = (v1 * v16);
-  // spec: specs/fa2_fwd.yaml:34:14
-  const int v18 = 63;
-  // spec: specs/fa2_fwd.yaml:34:14
-  const int v19 = (v0 + v18);
-  // spec: specs/fa2_fwd.yaml:34:14
-  const int v20 = 64;
-  // spec: specs/fa2_fwd.yaml:34:14
-  const int v21 = (kg::floordiv(v19, v20));
-  // spec: specs/fa2_fwd.yaml:37:11
-  float v22[2];
-  #pragma unroll
-  for (int e = 0; e < 2; ++e) v22[e] = -kg::inf();
-  // spec: specs/fa2_fwd.yaml:38:11
-  float v23[2];
-  #pragma unroll
-  for (int e = 0; e < 2; ++e) v23[e] = 0.0f;
-  // spec: specs/fa2_fwd.yaml:39:13
-  float v24[32];
-  #pragma unroll
-  for (int e = 0; e < 32; ++e) v24[e] = 0.0f;
-  // spec: specs/fa2_fwd.yaml:40:22
-  const int v25 = 0;
-  // spec: specs/fa2_fwd.yaml:40:22
-  const int v26 = 1;
+  const int v11 = kg::block_id_x();
   // spec: specs/fa2_fwd.yaml:41:15
-  kg::fp16* v27 = reinterpret_cast<kg::fp16*>(smem + 0);
+  kg::fp16* v12 = reinterpret_cast<kg::fp16*>(smem + 0);
+  // spec: specs/fa2_fwd.yaml:29:11
+  const int v13 = (kg::mod(v5, v3));
+  // spec: specs/fa2_fwd.yaml:28:11
+  const int v14 = (kg::floordiv(v4, v3));
   // spec: specs/fa2_fwd.yaml:32:12
   kg::sync();
   if (true) {
-    const kg::fp16* p_ = t_q + ((int64_t)(v5) * stride_q_0 + (int64_t)(v7) * stride_q_2);
+    const kg::fp16* p_ = t_q + ((int64_t)(v14) * stride_q_0 + (int64_t)(v13) * stride_q_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v15 * 128) * stride_q_1 + 0;
+    const int64_t q_ = (int64_t)(v11 * 128) * stride_q_1 + 0;
   #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int c_ = lane + warp * 32 + i * 256;
       const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
-      const int i0_ = v15 * 128 + r_, i1_ = 0 + k_;
+      const int i0_ = v11 * 128 + r_, i1_ = 0 + k_;
       const int64_t off_ = q_ + ((int64_t)r_ * stride_q_1 + k_);
       const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
       if (aligned_) {
         const int n_ = (i0_ < (size_SQ)) * 8;
-        kg::cp_async<16>(&v27[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        kg::cp_async<16>(&v12[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v27[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          v12[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
       }
     }
   }
@@ -119,108 +87,136 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
   kg::fence_proxy_async();
   kg::sync();
   // spec: specs/fa2_fwd.yaml:52:40
-  kg::fp16* v28 = reinterpret_cast<kg::fp16*>(smem + 16384);
+  kg::fp16* v15 = reinterpret_cast<kg::fp16*>(smem + 16384);
   // spec: specs/fa2_fwd.yaml:41:15
-  kg::fp16* v29 = reinterpret_cast<kg::fp16*>(smem + 32768);
+  kg::fp16* v16 = reinterpret_cast<kg::fp16*>(smem + 32768);
   // spec: specs/fa2_fwd.yaml:40:7
-  const bool v30 = (v25 < v21);
+  const int v17 = 0;
   // spec: specs/fa2_fwd.yaml:40:7
-  const int v31 = 0;
+  kg::fp16* v18 = v16 + (v17 % 2) * 4096;
+  // spec: specs/fa2_fwd.yaml:40:22
+  const int v19 = 0;
+  // spec: specs/fa2_fwd.yaml:34:14
+  const int v20 = 64;
+  // spec: specs/fa2_fwd.yaml:34:14
+  const int v21 = 63;
+  // spec: specs/fa2_fwd.yaml:34:14
+  const int v22 = (v0 + v21);
+  // spec: specs/fa2_fwd.yaml:34:14
+  const int v23 = (kg::floordiv(v22, v20));
   // spec: specs/fa2_fwd.yaml:40:7
-  kg::fp16* v32 = v29 + (v31 % 2) * 4096;
+  const bool v24 = (v19 < v23);
+  // spec: specs/fa2_fwd.yaml:30:18
+  const int v25 = (kg::floordiv(v3, v2));
+  // spec: specs/fa2_fwd.yaml:30:12
+  const int v26 = (kg::floordiv(v13, v25));
   // spec: specs/fa2_fwd.yaml:41:23
-  if (v30) {
-    const kg::fp16* p_ = t_k + ((int64_t)(v5) * stride_k_0 + (int64_t)(v9) * stride_k_2);
+  if (v24) {
+    const kg::fp16* p_ = t_k + ((int64_t)(v14) * stride_k_0 + (int64_t)(v26) * stride_k_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v25 * 64) * stride_k_1 + 0;
+    const int64_t q_ = (int64_t)(v19 * 64) * stride_k_1 + 0;
   #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int c_ = lane + warp * 32 + i * 256;
       const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
-      const int i0_ = v25 * 64 + r_, i1_ = 0 + k_;
+      const int i0_ = v19 * 64 + r_, i1_ = 0 + k_;
       const int64_t off_ = q_ + ((int64_t)r_ * stride_k_1 + k_);
       const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
       if (aligned_) {
         const int n_ = (i0_ < (size_SK)) * 8;
-        kg::cp_async<16>(&v32[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        kg::cp_async<16>(&v18[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v32[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          v18[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
       }
     }
   }
   kg::cp_async_commit();
   // spec: specs/fa2_fwd.yaml:40:7
-  kg::fp16* v33 = v28 + (v31 % 2) * 4096;
+  kg::fp16* v27 = v15 + (v17 % 2) * 4096;
   // spec: specs/fa2_fwd.yaml:52:57
-  if (v30) {
-    const kg::fp16* p_ = t_v + ((int64_t)(v5) * stride_v_0 + (int64_t)(v9) * stride_v_2);
+  if (v24) {
+    const kg::fp16* p_ = t_v + ((int64_t)(v14) * stride_v_0 + (int64_t)(v26) * stride_v_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v25 * 64) * stride_v_1 + 0;
+    const int64_t q_ = (int64_t)(v19 * 64) * stride_v_1 + 0;
   #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int c_ = lane + warp * 32 + i * 256;
       const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
-      const int i0_ = v25 * 64 + r_, i1_ = 0 + k_;
+      const int i0_ = v19 * 64 + r_, i1_ = 0 + k_;
       const int64_t off_ = q_ + ((int64_t)r_ * stride_v_1 + k_);
       const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
       if (aligned_) {
         const int n_ = (i0_ < (size_SK)) * 8;
-        kg::cp_async<16>(&v33[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        kg::cp_async<16>(&v27[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v33[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          v27[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
       }
     }
   }
   kg::cp_async_commit();
+  // spec: specs/fa2_fwd.yaml:40:22
+  const int v28 = 1;
+  // spec: specs/fa2_fwd.yaml:39:13
+  float v29[32];
+  #pragma unroll
+  for (int e = 0; e < 32; ++e) v29[e] = 0.0f;
+  // spec: specs/fa2_fwd.yaml:38:11
+  float v30[2];
+  #pragma unroll
+  for (int e = 0; e < 2; ++e) v30[e] = 0.0f;
+  // spec: specs/fa2_fwd.yaml:37:11
+  float v31[2];
+  #pragma unroll
+  for (int e = 0; e < 2; ++e) v31[e] = -kg::inf();
+  // spec: specs/fa2_fwd.yaml:33:16
+  const float v32 = 1.4426950408889634f;
+  // spec: specs/fa2_fwd.yaml:33:16
+  const float v33 = (v1 * v32);
   // spec: specs/fa2_fwd.yaml:40:7
 
   float v34[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v34[e] = v23[e];
+  for (int e = 0; e < 2; ++e) v34[e] = v30[e];
   float v35[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v35[e] = v24[e];
+  for (int e = 0; e < 32; ++e) v35[e] = v29[e];
   float v36[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v36[e] = v22[e];
-  for (int v37 = v25; v37 < v21; v37 += v26) {
+  for (int e = 0; e < 2; ++e) v36[e] = v31[e];
+  for (int v37 = v19; v37 < v23; v37 += v28) {
     float (&v38)[2] = v34;
     float (&v39)[32] = v35;
     float (&v40)[2] = v36;
     
     // spec: specs/fa2_fwd.yaml:40:7
-    const int v41 = (v37 - v25);
+    const int v41 = (v37 - v19);
     // spec: specs/fa2_fwd.yaml:40:7
-    const int v42 = (kg::floordiv(v41, v26));
+    const int v42 = (kg::floordiv(v41, v28));
     // spec: specs/fa2_fwd.yaml:40:7
-    const int v43 = 1;
+    kg::fp16* v43 = v15 + (v42 % 2) * 4096;
     // spec: specs/fa2_fwd.yaml:40:7
-    const int v44 = (v42 + v43);
-    // spec: specs/fa2_fwd.yaml:40:7
-    kg::fp16* v45 = v28 + (v42 % 2) * 4096;
-    // spec: specs/fa2_fwd.yaml:40:7
-    kg::fp16* v46 = v29 + (v42 % 2) * 4096;
-    // spec: specs/fa2_fwd.yaml:41:15
-    float v47[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v47[e] = 0.0f;
+    kg::fp16* v44 = v16 + (v42 % 2) * 4096;
     // spec: specs/fa2_fwd.yaml:41:15
     kg::cp_async_wait<1>();
     kg::fence_proxy_async();
     kg::sync();
-    // spec: specs/fa2_fwd.yaml:41:23
-    const int v48 = (v37 + v26);
-    // spec: specs/fa2_fwd.yaml:41:23
-    const bool v49 = (v48 < v21);
     // spec: specs/fa2_fwd.yaml:40:7
-    kg::fp16* v50 = v29 + (v44 % 2) * 4096;
+    const int v45 = 1;
+    // spec: specs/fa2_fwd.yaml:40:7
+    const int v46 = (v42 + v45);
+    // spec: specs/fa2_fwd.yaml:40:7
+    kg::fp16* v47 = v16 + (v46 % 2) * 4096;
+    // spec: specs/fa2_fwd.yaml:41:23
+    const int v48 = (v37 + v28);
+    // spec: specs/fa2_fwd.yaml:41:23
+    const bool v49 = (v48 < v23);
     // spec: specs/fa2_fwd.yaml:41:23
     if (v49) {
-      const kg::fp16* p_ = t_k + ((int64_t)(v5) * stride_k_0 + (int64_t)(v9) * stride_k_2);
+      const kg::fp16* p_ = t_k + ((int64_t)(v14) * stride_k_0 + (int64_t)(v26) * stride_k_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
       const int64_t q_ = (int64_t)(v48 * 64) * stride_k_1 + 0;
     #pragma unroll
@@ -232,22 +228,26 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
         const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
         if (aligned_) {
           const int n_ = (i0_ < (size_SK)) * 8;
-          kg::cp_async<16>(&v50[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v47[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v50[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v47[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
     // spec: specs/fa2_fwd.yaml:41:15
-    kg::fp16* v51 = v46;
+    kg::fp16* v50 = v44;
     // spec: specs/fa2_fwd.yaml:41:15
-    float (&v52)[32] = v47;
+    float v51[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v51[e] = 0.0f;
+    // spec: specs/fa2_fwd.yaml:41:15
+    float (&v52)[32] = v51;
     {
-      const uint64_t da_ = kg::wgmma_desc(v27, 128, 1024);
-      const uint64_t db_ = kg::wgmma_desc(v51, 128, 1024);
+      const uint64_t da_ = kg::wgmma_desc(v12, 128, 1024);
+      const uint64_t db_ = kg::wgmma_desc(v50, 128, 1024);
       kg::wgmma_fence();
     #pragma unroll
       for (int ks = 0; ks < 4; ++ks)
@@ -261,38 +261,38 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
     #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v52[e]);
     }
-    // spec: specs/fa2_fwd.yaml:41:15
-    float v53[32];
+    // spec: specs/fa2_fwd.yaml:42:32
+    int v53[16];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v53[e] = (v52[e] * v17);
+    for (int e = 0; e < 16; ++e) v53[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32);
     // spec: specs/fa2_fwd.yaml:42:18
     const int v54 = 64;
     // spec: specs/fa2_fwd.yaml:42:18
     const int v55 = (v37 * v54);
-    // spec: specs/fa2_fwd.yaml:42:32
+    // spec: specs/fa2_fwd.yaml:42:18
     int v56[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v56[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32);
-    // spec: specs/fa2_fwd.yaml:42:18
-    int v57[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v57[e] = (v55 + v56[e]);
+    for (int e = 0; e < 16; ++e) v56[e] = (v55 + v53[e]);
     // spec: specs/fa2_fwd.yaml:43:19
-    int (&v58)[16] = v57;
+    int (&v57)[16] = v56;
     // spec: specs/fa2_fwd.yaml:43:19
-    bool v59[16];
+    bool v58[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v59[e] = (v58[e] < v0);
+    for (int e = 0; e < 16; ++e) v58[e] = (v57[e] < v0);
+    // spec: specs/fa2_fwd.yaml:46:15
+    bool v59[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v59[e] = v58[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
     // spec: specs/fa2_fwd.yaml:46:15
     const float v60 = -kg::inf();
-    // spec: specs/fa2_fwd.yaml:46:15
-    bool v61[32];
+    // spec: specs/fa2_fwd.yaml:41:15
+    float v61[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v61[e] = v59[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+    for (int e = 0; e < 32; ++e) v61[e] = (v52[e] * v33);
     // spec: specs/fa2_fwd.yaml:46:15
     float v62[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v62[e] = (v61[e] ? v53[e] : v60);
+    for (int e = 0; e < 32; ++e) v62[e] = (v59[e] ? v61[e] : v60);
     // spec: specs/fa2_fwd.yaml:47:30
     float v63[2];
     {
@@ -311,22 +311,22 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
     #pragma unroll
       for (int e = 0; e < 2; ++e) v63[e] = kg::cvt<float>(r63[e]);
     }
-    // spec: specs/fa2_fwd.yaml:47:19
-    float v64[2];
-    #pragma unroll
-    for (int e = 0; e < 2; ++e) v64[e] = (kg::max_(v40[e], v63[e]));
+    // spec: specs/fa2_fwd.yaml:48:19
+    const float v64 = 0.0f;
     // spec: specs/fa2_fwd.yaml:48:25
     const float v65 = -kg::inf();
-    // spec: specs/fa2_fwd.yaml:48:25
-    bool v66[2];
+    // spec: specs/fa2_fwd.yaml:47:19
+    float v66[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v66[e] = (v64[e] == v65);
-    // spec: specs/fa2_fwd.yaml:48:19
-    const float v67 = 0.0f;
+    for (int e = 0; e < 2; ++e) v66[e] = (kg::max_(v40[e], v63[e]));
+    // spec: specs/fa2_fwd.yaml:48:25
+    bool v67[2];
+    #pragma unroll
+    for (int e = 0; e < 2; ++e) v67[e] = (v66[e] == v65);
     // spec: specs/fa2_fwd.yaml:48:19
     float v68[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v68[e] = (v66[e] ? v67 : v64[e]);
+    for (int e = 0; e < 2; ++e) v68[e] = (v67[e] ? v64 : v66[e]);
     // spec: specs/fa2_fwd.yaml:49:24
     float (&v69)[2] = v68;
     // spec: specs/fa2_fwd.yaml:49:20
@@ -341,91 +341,83 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
     float v72[32];
     #pragma unroll
     for (int e = 0; e < 32; ++e) v72[e] = kg::exp2_(v71[e]);
-    // spec: specs/fa2_fwd.yaml:50:24
-    float v73[2];
-    #pragma unroll
-    for (int e = 0; e < 2; ++e) v73[e] = (v40[e] - v68[e]);
-    // spec: specs/fa2_fwd.yaml:50:19
-    float v74[2];
-    #pragma unroll
-    for (int e = 0; e < 2; ++e) v74[e] = kg::exp2_(v73[e]);
-    // spec: specs/fa2_fwd.yaml:51:15
-    float v75[2];
-    #pragma unroll
-    for (int e = 0; e < 2; ++e) v75[e] = (v38[e] * v74[e]);
     // spec: specs/fa2_fwd.yaml:51:27
-    float v76[2];
+    float v73[2];
     {
-      float r76[2];
+      float r73[2];
     #pragma unroll
-      for (int e = 0; e < 2; ++e) r76[e] = 0.0f;
+      for (int e = 0; e < 2; ++e) r73[e] = 0.0f;
     #pragma unroll
       for (int e = 0; e < 32; ++e) {
-        const float a_ = r76[((e >> 1) & 1) * 1], b_ = (float)(v72[e]);
-        r76[((e >> 1) & 1) * 1] = a_ + b_;
+        const float a_ = r73[((e >> 1) & 1) * 1], b_ = (float)(v72[e]);
+        r73[((e >> 1) & 1) * 1] = a_ + b_;
       }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r76[e], b_ = kg::shfl_xor(a_, 1); r76[e] = a_ + b_; }
+      for (int e = 0; e < 2; ++e) { const float a_ = r73[e], b_ = kg::shfl_xor(a_, 1); r73[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r76[e], b_ = kg::shfl_xor(a_, 2); r76[e] = a_ + b_; }
+      for (int e = 0; e < 2; ++e) { const float a_ = r73[e], b_ = kg::shfl_xor(a_, 2); r73[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) v76[e] = kg::cvt<float>(r76[e]);
+      for (int e = 0; e < 2; ++e) v73[e] = kg::cvt<float>(r73[e]);
     }
-    // spec: specs/fa2_fwd.yaml:51:15
-    float v77[2];
-    #pragma unroll
-    for (int e = 0; e < 2; ++e) v77[e] = (v75[e] + v76[e]);
-    // spec: specs/fa2_fwd.yaml:52:23
-    float (&v78)[2] = v74;
-    // spec: specs/fa2_fwd.yaml:52:17
-    float v79[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v79[e] = v78[((e >> 1) & 1) * 1];
-    // spec: specs/fa2_fwd.yaml:52:17
-    float v80[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v80[e] = (v39[e] * v79[e]);
-    // spec: specs/fa2_fwd.yaml:52:44
-    kg::fp16 v81[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v81[e] = kg::cvt<kg::fp16>(v72[e]);
     // spec: specs/fa2_fwd.yaml:52:40
     kg::cp_async_wait<1>();
     kg::fence_proxy_async();
     kg::sync();
-    // spec: specs/fa2_fwd.yaml:52:57
-    const int v82 = (v37 + v26);
-    // spec: specs/fa2_fwd.yaml:52:57
-    const bool v83 = (v82 < v21);
     // spec: specs/fa2_fwd.yaml:40:7
-    kg::fp16* v84 = v28 + (v44 % 2) * 4096;
+    kg::fp16* v74 = v15 + (v46 % 2) * 4096;
     // spec: specs/fa2_fwd.yaml:52:57
-    if (v83) {
-      const kg::fp16* p_ = t_v + ((int64_t)(v5) * stride_v_0 + (int64_t)(v9) * stride_v_2);
+    const int v75 = (v37 + v28);
+    // spec: specs/fa2_fwd.yaml:52:57
+    const bool v76 = (v75 < v23);
+    // spec: specs/fa2_fwd.yaml:52:57
+    if (v76) {
+      const kg::fp16* p_ = t_v + ((int64_t)(v14) * stride_v_0 + (int64_t)(v26) * stride_v_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v82 * 64) * stride_v_1 + 0;
+      const int64_t q_ = (int64_t)(v75 * 64) * stride_v_1 + 0;
     #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int c_ = lane + warp * 32 + i * 256;
         const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
-        const int i0_ = v82 * 64 + r_, i1_ = 0 + k_;
+        const int i0_ = v75 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = q_ + ((int64_t)r_ * stride_v_1 + k_);
         const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
         if (aligned_) {
           const int n_ = (i0_ < (size_SK)) * 8;
-          kg::cp_async<16>(&v84[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v74[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v84[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v74[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
+    // spec: specs/fa2_fwd.yaml:52:44
+    kg::fp16 v77[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v77[e] = kg::cvt<kg::fp16>(v72[e]);
+    // spec: specs/fa2_fwd.yaml:50:24
+    float v78[2];
+    #pragma unroll
+    for (int e = 0; e < 2; ++e) v78[e] = (v40[e] - v68[e]);
+    // spec: specs/fa2_fwd.yaml:50:19
+    float v79[2];
+    #pragma unroll
+    for (int e = 0; e < 2; ++e) v79[e] = kg::exp2_(v78[e]);
+    // spec: specs/fa2_fwd.yaml:52:23
+    float (&v80)[2] = v79;
+    // spec: specs/fa2_fwd.yaml:52:17
+    float v81[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v81[e] = v80[((e >> 1) & 1) * 1];
+    // spec: specs/fa2_fwd.yaml:52:17
+    float v82[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v82[e] = (v39[e] * v81[e]);
     // spec: specs/fa2_fwd.yaml:52:40
-    float (&v85)[32] = v80;
+    float (&v83)[32] = v82;
     {
-      const uint64_t db_ = kg::wgmma_desc(v45, 1024, 128);
+      const uint64_t db_ = kg::wgmma_desc(v43, 1024, 128);
       kg::wgmma_fence();
     #pragma unroll
       for (int ks = 0; ks < 4; ++ks)
@@ -433,23 +425,31 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n64k16_fp16_rs<1>(&v85[(rm * 1 + rn) * 32], &v81[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 8 * 8 + ((((warp / 4) % 1) * 64 + rn * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + ((((warp / 4) % 1) * 64 + rn * 64)) % 8) * 2 / 16));
+            kg::wgmma_m64n64k16_fp16_rs<1>(&v83[(rm * 1 + rn) * 32], &v77[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 8 * 8 + ((((warp / 4) % 1) * 64 + rn * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + ((((warp / 4) % 1) * 64 + rn * 64)) % 8) * 2 / 16));
       kg::wgmma_commit();
       kg::wgmma_wait<0>();
     #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v85[e]);
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v83[e]);
     }
+    // spec: specs/fa2_fwd.yaml:51:15
+    float v84[2];
+    #pragma unroll
+    for (int e = 0; e < 2; ++e) v84[e] = (v38[e] * v79[e]);
+    // spec: specs/fa2_fwd.yaml:51:15
+    float v85[2];
+    #pragma unroll
+    for (int e = 0; e < 2; ++e) v85[e] = (v84[e] + v73[e]);
     // spec: specs/fa2_fwd.yaml:53:15
 
     float y0_[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) y0_[e] = v77[e];
+    for (int e = 0; e < 2; ++e) y0_[e] = v85[e];
     float y1_[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y1_[e] = v85[e];
+    for (int e = 0; e < 32; ++e) y1_[e] = v83[e];
     float y2_[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) y2_[e] = v64[e];
+    for (int e = 0; e < 2; ++e) y2_[e] = v66[e];
     #pragma unroll
     for (int e = 0; e < 2; ++e) v34[e] = y0_[e];
     #pragma unroll
@@ -457,98 +457,92 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
     #pragma unroll
     for (int e = 0; e < 2; ++e) v36[e] = y2_[e];
   }
-  // spec: specs/fa2_fwd.yaml:55:21
-  const float v86 = 0.0f;
-  // spec: specs/fa2_fwd.yaml:55:21
-  bool v87[2];
-  #pragma unroll
-  for (int e = 0; e < 2; ++e) v87[e] = (v34[e] == v86);
+  // spec: specs/fa2_fwd.yaml:56:24
+  const int v86 = kg::block_id_x();
   // spec: specs/fa2_fwd.yaml:55:15
-  const float v88 = 1.0f;
-  // spec: specs/fa2_fwd.yaml:55:15
-  float v89[2];
+  const float v87 = 1.0f;
+  // spec: specs/fa2_fwd.yaml:55:21
+  const float v88 = 0.0f;
+  // spec: specs/fa2_fwd.yaml:55:21
+  bool v89[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v89[e] = (v87[e] ? v88 : v34[e]);
+  for (int e = 0; e < 2; ++e) v89[e] = (v34[e] == v88);
+  // spec: specs/fa2_fwd.yaml:55:15
+  float v90[2];
+  #pragma unroll
+  for (int e = 0; e < 2; ++e) v90[e] = (v89[e] ? v87 : v34[e]);
   // spec: specs/fa2_fwd.yaml:56:63
-  float (&v90)[2] = v89;
-  // spec: specs/fa2_fwd.yaml:56:57
-  float v91[32];
-  #pragma unroll
-  for (int e = 0; e < 32; ++e) v91[e] = v90[((e >> 1) & 1) * 1];
+  float (&v91)[2] = v90;
   // spec: specs/fa2_fwd.yaml:56:57
   float v92[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v92[e] = (v35[e] / v91[e]);
-  // spec: specs/fa2_fwd.yaml:56:56
-  kg::fp16 v93[32];
+  for (int e = 0; e < 32; ++e) v92[e] = v91[((e >> 1) & 1) * 1];
+  // spec: specs/fa2_fwd.yaml:56:57
+  float v93[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v93[e] = kg::cvt<kg::fp16>(v92[e]);
-  // spec: specs/fa2_fwd.yaml:56:24
-  const int v94 = kg::block_id_x();
+  for (int e = 0; e < 32; ++e) v93[e] = (v35[e] / v92[e]);
+  // spec: specs/fa2_fwd.yaml:56:56
+  kg::fp16 v94[32];
+  #pragma unroll
+  for (int e = 0; e < 32; ++e) v94[e] = kg::cvt<kg::fp16>(v93[e]);
   // spec: specs/fa2_fwd.yaml:56:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
-    kg::fp16* p_ = t_o + ((int64_t)(v5) * stride_o_0 + (int64_t)(v7) * stride_o_2);
+    kg::fp16* p_ = t_o + ((int64_t)(v14) * stride_o_0 + (int64_t)(v13) * stride_o_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_o_0 % 2 == 0 && stride_o_1 % 2 == 0 && stride_o_2 % 2 == 0;
-    const int t0_ = v94 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
+    const int t0_ = v86 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
     const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
   #pragma unroll
     for (int e = 0; e < 32; e += 2) {
       const int i0_ = t0_ + ((e >> 1) & 1) * 8;
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
       const int64_t off_ = (int64_t)i0_ * stride_o_1 + (int64_t)i1_ * 1;
-      if (aligned_ && i0_ < (size_SQ) && i1_ + 2 <= (64)) {
-        kg::copy_vec<2>(p_ + off_, &v93[e]);
+      if (aligned_ && i0_ < (size_SQ)) {
+        kg::copy_vec<2>(p_ + off_, &v94[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SQ) && i1_ + v < (64)) p_[off_ + v] = v93[e + v];
+          if (i0_ < (size_SQ)) p_[off_ + v] = v94[e + v];
       }
     }
   }
-  // spec: specs/fa2_fwd.yaml:57:61
-  const float v95 = 0.0f;
-  // spec: specs/fa2_fwd.yaml:57:61
-  bool v96[2];
-  #pragma unroll
-  for (int e = 0; e < 2; ++e) v96[e] = (v34[e] == v95);
+  // spec: specs/fa2_fwd.yaml:57:29
+  const int v95 = kg::block_id_x();
+  // spec: specs/fa2_fwd.yaml:57:55
+  const float v96 = -kg::inf();
+  // spec: specs/fa2_fwd.yaml:57:77
+  const float v97 = 0.6931471805599453f;
   // spec: specs/fa2_fwd.yaml:57:82
-  float v97[2];
-  #pragma unroll
-  for (int e = 0; e < 2; ++e) v97[e] = kg::log2_(v89[e]);
-  // spec: specs/fa2_fwd.yaml:57:78
   float v98[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v98[e] = (v36[e] + v97[e]);
-  // spec: specs/fa2_fwd.yaml:57:77
-  const float v99 = 0.6931471805599453f;
+  for (int e = 0; e < 2; ++e) v98[e] = kg::log2_(v90[e]);
+  // spec: specs/fa2_fwd.yaml:57:78
+  float v99[2];
+  #pragma unroll
+  for (int e = 0; e < 2; ++e) v99[e] = (v36[e] + v98[e]);
   // spec: specs/fa2_fwd.yaml:57:77
   float v100[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v100[e] = (v98[e] * v99);
-  // spec: specs/fa2_fwd.yaml:57:55
-  const float v101 = -kg::inf();
-  // spec: specs/fa2_fwd.yaml:57:55
-  float v102[2];
+  for (int e = 0; e < 2; ++e) v100[e] = (v99[e] * v97);
+  // spec: specs/fa2_fwd.yaml:57:61
+  const float v101 = 0.0f;
+  // spec: specs/fa2_fwd.yaml:57:61
+  bool v102[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v102[e] = (v96[e] ? v101 : v100[e]);
-  // spec: specs/fa2_fwd.yaml:57:29
-  const int v103 = kg::block_id_x();
+  for (int e = 0; e < 2; ++e) v102[e] = (v34[e] == v101);
+  // spec: specs/fa2_fwd.yaml:57:55
+  float v103[2];
+  #pragma unroll
+  for (int e = 0; e < 2; ++e) v103[e] = (v102[e] ? v96 : v100[e]);
   // spec: specs/fa2_fwd.yaml:57:7
   if ((lane & 3) == 0 && (warp & 0) == 0) {
-    float* p_ = t_lse + ((int64_t)(v5) * stride_lse_0 + (int64_t)(v7) * stride_lse_1);
+    float* p_ = t_lse + ((int64_t)(v14) * stride_lse_0 + (int64_t)(v13) * stride_lse_1);
     const bool aligned_ = false;
-    const int t0_ = v103 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
+    const int t0_ = v95 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
   #pragma unroll
     for (int e = 0; e < 2; e += 1) {
       const int i0_ = t0_ + (e & 1) * 8;
       const int64_t off_ = (int64_t)i0_ * 1;
-      if (aligned_ && i0_ + 1 <= (size_SQ)) {
-        kg::copy_vec<1>(p_ + off_, &v102[e]);
-      } else {
-  #pragma unroll
-        for (int v = 0; v < 1; ++v)
-          if (i0_ + v < (size_SQ)) p_[off_ + v] = v102[e + v];
-      }
+      if (i0_ + 1 <= (size_SQ)) p_[off_] = v103[e];
     }
   }
 }

@@ -36,106 +36,40 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
   const int v4 = size_H;
   // spec: specs/fa2_fwd.yaml:28:11
   const int v5 = kg::block_id_y();
-  // spec: specs/fa2_fwd.yaml:28:11
-  const int v6 = (kg::floordiv(v5, v4));
   // spec: specs/fa2_fwd.yaml:29:11
-  const int v7 = kg::block_id_y();
-  // spec: specs/fa2_fwd.yaml:29:11
-  const int v8 = (kg::mod(v7, v4));
-  // spec: specs/fa2_fwd.yaml:30:18
-  const int v9 = (kg::floordiv(v4, v3));
-  // spec: specs/fa2_fwd.yaml:30:12
-  const int v10 = (kg::floordiv(v8, v9));
+  const int v6 = kg::block_id_y();
   // spec: specs/fa2_fwd.yaml:31:14
-  const int v11 = kg::block_id_x();
-  // spec: specs/fa2_fwd.yaml:31:14
-  const int v12 = 128;
-  // spec: specs/fa2_fwd.yaml:31:14
-  const int v13 = (v11 * v12);
-  // spec: specs/fa2_fwd.yaml:31:40
-  int v14[2];
-  #pragma unroll
-  for (int e = 0; e < 2; ++e) v14[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 8);
-  // spec: specs/fa2_fwd.yaml:31:14
-  int v15[2];
-  #pragma unroll
-  for (int e = 0; e < 2; ++e) v15[e] = (v13 + v14[e]);
+  const int v7 = kg::block_id_x();
   // spec: specs/fa2_fwd.yaml:32:28
-  const int v16 = kg::block_id_x();
-  // spec: specs/fa2_fwd.yaml:33:16
-  const float v17 = 1.4426950408889634f;
-  // spec: specs/fa2_fwd.yaml:33:16
-  const float v18 = (v2 * v17);
-  // spec: specs/fa2_fwd.yaml:34:14
-  const int v19 = 63;
-  // spec: specs/fa2_fwd.yaml:34:14
-  const int v20 = (v1 + v19);
-  // spec: specs/fa2_fwd.yaml:34:14
-  const int v21 = 64;
-  // spec: specs/fa2_fwd.yaml:34:14
-  const int v22 = (kg::floordiv(v20, v21));
+  const int v8 = kg::block_id_x();
   // spec: specs/fa2_fwd.yaml:36:38
-  const int v23 = kg::block_id_x();
-  // spec: specs/fa2_fwd.yaml:36:38
-  const int v24 = 1;
-  // spec: specs/fa2_fwd.yaml:36:38
-  const int v25 = (v23 + v24);
-  // spec: specs/fa2_fwd.yaml:36:37
-  const int v26 = 128;
-  // spec: specs/fa2_fwd.yaml:36:37
-  const int v27 = (v25 * v26);
-  // spec: specs/fa2_fwd.yaml:36:37
-  const int v28 = (v27 + v1);
-  // spec: specs/fa2_fwd.yaml:36:37
-  const int v29 = (v28 - v0);
-  // spec: specs/fa2_fwd.yaml:36:32
-  const int v30 = 63;
-  // spec: specs/fa2_fwd.yaml:36:32
-  const int v31 = (v29 + v30);
-  // spec: specs/fa2_fwd.yaml:36:32
-  const int v32 = 64;
-  // spec: specs/fa2_fwd.yaml:36:32
-  const int v33 = (kg::floordiv(v31, v32));
-  // spec: specs/fa2_fwd.yaml:36:18
-  const int v34 = (kg::min_(v22, v33));
-  // spec: specs/fa2_fwd.yaml:37:11
-  float v35[2];
-  #pragma unroll
-  for (int e = 0; e < 2; ++e) v35[e] = -kg::inf();
-  // spec: specs/fa2_fwd.yaml:38:11
-  float v36[2];
-  #pragma unroll
-  for (int e = 0; e < 2; ++e) v36[e] = 0.0f;
-  // spec: specs/fa2_fwd.yaml:39:13
-  float v37[32];
-  #pragma unroll
-  for (int e = 0; e < 32; ++e) v37[e] = 0.0f;
-  // spec: specs/fa2_fwd.yaml:40:22
-  const int v38 = 0;
-  // spec: specs/fa2_fwd.yaml:40:22
-  const int v39 = 1;
+  const int v9 = kg::block_id_x();
   // spec: specs/fa2_fwd.yaml:41:15
-  kg::fp16* v40 = reinterpret_cast<kg::fp16*>(smem + 0);
+  kg::fp16* v10 = reinterpret_cast<kg::fp16*>(smem + 0);
+  // spec: specs/fa2_fwd.yaml:29:11
+  const int v11 = (kg::mod(v6, v4));
+  // spec: specs/fa2_fwd.yaml:28:11
+  const int v12 = (kg::floordiv(v5, v4));
   // spec: specs/fa2_fwd.yaml:32:12
   kg::sync();
   if (true) {
-    const kg::fp16* p_ = t_q + ((int64_t)(v6) * stride_q_0 + (int64_t)(v8) * stride_q_2);
+    const kg::fp16* p_ = t_q + ((int64_t)(v12) * stride_q_0 + (int64_t)(v11) * stride_q_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v16 * 128) * stride_q_1 + 0;
+    const int64_t q_ = (int64_t)(v8 * 128) * stride_q_1 + 0;
   #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int c_ = lane + warp * 32 + i * 256;
       const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
-      const int i0_ = v16 * 128 + r_, i1_ = 0 + k_;
+      const int i0_ = v8 * 128 + r_, i1_ = 0 + k_;
       const int64_t off_ = q_ + ((int64_t)r_ * stride_q_1 + k_);
       const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
       if (aligned_) {
         const int n_ = (i0_ < (size_SQ)) * 8;
-        kg::cp_async<16>(&v40[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        kg::cp_async<16>(&v10[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v40[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          v10[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
       }
     }
   }
@@ -144,111 +78,173 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
   kg::cp_async_wait<0>();
   kg::fence_proxy_async();
   kg::sync();
-  // spec: specs/fa2_fwd.yaml:45:50
-  int (&v41)[2] = v15;
   // spec: specs/fa2_fwd.yaml:52:40
-  kg::fp16* v42 = reinterpret_cast<kg::fp16*>(smem + 16384);
+  kg::fp16* v13 = reinterpret_cast<kg::fp16*>(smem + 16384);
   // spec: specs/fa2_fwd.yaml:41:15
-  kg::fp16* v43 = reinterpret_cast<kg::fp16*>(smem + 32768);
+  kg::fp16* v14 = reinterpret_cast<kg::fp16*>(smem + 32768);
   // spec: specs/fa2_fwd.yaml:40:7
-  const bool v44 = (v38 < v34);
+  const int v15 = 0;
   // spec: specs/fa2_fwd.yaml:40:7
-  const int v45 = 0;
+  kg::fp16* v16 = v14 + (v15 % 2) * 4096;
+  // spec: specs/fa2_fwd.yaml:40:22
+  const int v17 = 0;
+  // spec: specs/fa2_fwd.yaml:36:32
+  const int v18 = 64;
+  // spec: specs/fa2_fwd.yaml:36:32
+  const int v19 = 63;
+  // spec: specs/fa2_fwd.yaml:36:37
+  const int v20 = 128;
+  // spec: specs/fa2_fwd.yaml:36:38
+  const int v21 = 1;
+  // spec: specs/fa2_fwd.yaml:36:38
+  const int v22 = (v9 + v21);
+  // spec: specs/fa2_fwd.yaml:36:37
+  const int v23 = (v22 * v20);
+  // spec: specs/fa2_fwd.yaml:36:37
+  const int v24 = (v23 + v1);
+  // spec: specs/fa2_fwd.yaml:36:37
+  const int v25 = (v24 - v0);
+  // spec: specs/fa2_fwd.yaml:36:32
+  const int v26 = (v25 + v19);
+  // spec: specs/fa2_fwd.yaml:36:32
+  const int v27 = (kg::floordiv(v26, v18));
+  // spec: specs/fa2_fwd.yaml:34:14
+  const int v28 = 64;
+  // spec: specs/fa2_fwd.yaml:34:14
+  const int v29 = 63;
+  // spec: specs/fa2_fwd.yaml:34:14
+  const int v30 = (v1 + v29);
+  // spec: specs/fa2_fwd.yaml:34:14
+  const int v31 = (kg::floordiv(v30, v28));
+  // spec: specs/fa2_fwd.yaml:36:18
+  const int v32 = (kg::min_(v31, v27));
   // spec: specs/fa2_fwd.yaml:40:7
-  kg::fp16* v46 = v43 + (v45 % 2) * 4096;
+  const bool v33 = (v17 < v32);
+  // spec: specs/fa2_fwd.yaml:30:18
+  const int v34 = (kg::floordiv(v4, v3));
+  // spec: specs/fa2_fwd.yaml:30:12
+  const int v35 = (kg::floordiv(v11, v34));
   // spec: specs/fa2_fwd.yaml:41:23
-  if (v44) {
-    const kg::fp16* p_ = t_k + ((int64_t)(v6) * stride_k_0 + (int64_t)(v10) * stride_k_2);
+  if (v33) {
+    const kg::fp16* p_ = t_k + ((int64_t)(v12) * stride_k_0 + (int64_t)(v35) * stride_k_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v38 * 64) * stride_k_1 + 0;
+    const int64_t q_ = (int64_t)(v17 * 64) * stride_k_1 + 0;
   #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int c_ = lane + warp * 32 + i * 256;
       const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
-      const int i0_ = v38 * 64 + r_, i1_ = 0 + k_;
+      const int i0_ = v17 * 64 + r_, i1_ = 0 + k_;
       const int64_t off_ = q_ + ((int64_t)r_ * stride_k_1 + k_);
       const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
       if (aligned_) {
         const int n_ = (i0_ < (size_SK)) * 8;
-        kg::cp_async<16>(&v46[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        kg::cp_async<16>(&v16[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v46[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          v16[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
       }
     }
   }
   kg::cp_async_commit();
   // spec: specs/fa2_fwd.yaml:40:7
-  kg::fp16* v47 = v42 + (v45 % 2) * 4096;
+  kg::fp16* v36 = v13 + (v15 % 2) * 4096;
   // spec: specs/fa2_fwd.yaml:52:57
-  if (v44) {
-    const kg::fp16* p_ = t_v + ((int64_t)(v6) * stride_v_0 + (int64_t)(v10) * stride_v_2);
+  if (v33) {
+    const kg::fp16* p_ = t_v + ((int64_t)(v12) * stride_v_0 + (int64_t)(v35) * stride_v_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v38 * 64) * stride_v_1 + 0;
+    const int64_t q_ = (int64_t)(v17 * 64) * stride_v_1 + 0;
   #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int c_ = lane + warp * 32 + i * 256;
       const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
-      const int i0_ = v38 * 64 + r_, i1_ = 0 + k_;
+      const int i0_ = v17 * 64 + r_, i1_ = 0 + k_;
       const int64_t off_ = q_ + ((int64_t)r_ * stride_v_1 + k_);
       const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
       if (aligned_) {
         const int n_ = (i0_ < (size_SK)) * 8;
-        kg::cp_async<16>(&v47[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        kg::cp_async<16>(&v36[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v47[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          v36[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
       }
     }
   }
   kg::cp_async_commit();
+  // spec: specs/fa2_fwd.yaml:31:40
+  int v37[2];
+  #pragma unroll
+  for (int e = 0; e < 2; ++e) v37[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 8);
+  // spec: specs/fa2_fwd.yaml:31:14
+  const int v38 = 128;
+  // spec: specs/fa2_fwd.yaml:31:14
+  const int v39 = (v7 * v38);
+  // spec: specs/fa2_fwd.yaml:31:14
+  int v40[2];
+  #pragma unroll
+  for (int e = 0; e < 2; ++e) v40[e] = (v39 + v37[e]);
+  // spec: specs/fa2_fwd.yaml:45:50
+  int (&v41)[2] = v40;
+  // spec: specs/fa2_fwd.yaml:40:22
+  const int v42 = 1;
+  // spec: specs/fa2_fwd.yaml:39:13
+  float v43[32];
+  #pragma unroll
+  for (int e = 0; e < 32; ++e) v43[e] = 0.0f;
+  // spec: specs/fa2_fwd.yaml:38:11
+  float v44[2];
+  #pragma unroll
+  for (int e = 0; e < 2; ++e) v44[e] = 0.0f;
+  // spec: specs/fa2_fwd.yaml:37:11
+  float v45[2];
+  #pragma unroll
+  for (int e = 0; e < 2; ++e) v45[e] = -kg::inf();
+  // spec: specs/fa2_fwd.yaml:33:16
+  const float v46 = 1.4426950408889634f;
+  // spec: specs/fa2_fwd.yaml:33:16
+  const float v47 = (v2 * v46);
   // spec: specs/fa2_fwd.yaml:40:7
 
   float v48[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v48[e] = v36[e];
+  for (int e = 0; e < 2; ++e) v48[e] = v44[e];
   float v49[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v49[e] = v37[e];
+  for (int e = 0; e < 32; ++e) v49[e] = v43[e];
   float v50[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v50[e] = v35[e];
-  for (int v51 = v38; v51 < v34; v51 += v39) {
+  for (int e = 0; e < 2; ++e) v50[e] = v45[e];
+  for (int v51 = v17; v51 < v32; v51 += v42) {
     float (&v52)[2] = v48;
     float (&v53)[32] = v49;
     float (&v54)[2] = v50;
     
     // spec: specs/fa2_fwd.yaml:40:7
-    const int v55 = (v51 - v38);
+    const int v55 = (v51 - v17);
     // spec: specs/fa2_fwd.yaml:40:7
-    const int v56 = (kg::floordiv(v55, v39));
+    const int v56 = (kg::floordiv(v55, v42));
     // spec: specs/fa2_fwd.yaml:40:7
-    const int v57 = 1;
+    kg::fp16* v57 = v13 + (v56 % 2) * 4096;
     // spec: specs/fa2_fwd.yaml:40:7
-    const int v58 = (v56 + v57);
-    // spec: specs/fa2_fwd.yaml:40:7
-    kg::fp16* v59 = v42 + (v56 % 2) * 4096;
-    // spec: specs/fa2_fwd.yaml:40:7
-    kg::fp16* v60 = v43 + (v56 % 2) * 4096;
-    // spec: specs/fa2_fwd.yaml:41:15
-    float v61[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v61[e] = 0.0f;
+    kg::fp16* v58 = v14 + (v56 % 2) * 4096;
     // spec: specs/fa2_fwd.yaml:41:15
     kg::cp_async_wait<1>();
     kg::fence_proxy_async();
     kg::sync();
-    // spec: specs/fa2_fwd.yaml:41:23
-    const int v62 = (v51 + v39);
-    // spec: specs/fa2_fwd.yaml:41:23
-    const bool v63 = (v62 < v34);
     // spec: specs/fa2_fwd.yaml:40:7
-    kg::fp16* v64 = v43 + (v58 % 2) * 4096;
+    const int v59 = 1;
+    // spec: specs/fa2_fwd.yaml:40:7
+    const int v60 = (v56 + v59);
+    // spec: specs/fa2_fwd.yaml:40:7
+    kg::fp16* v61 = v14 + (v60 % 2) * 4096;
+    // spec: specs/fa2_fwd.yaml:41:23
+    const int v62 = (v51 + v42);
+    // spec: specs/fa2_fwd.yaml:41:23
+    const bool v63 = (v62 < v32);
     // spec: specs/fa2_fwd.yaml:41:23
     if (v63) {
-      const kg::fp16* p_ = t_k + ((int64_t)(v6) * stride_k_0 + (int64_t)(v10) * stride_k_2);
+      const kg::fp16* p_ = t_k + ((int64_t)(v12) * stride_k_0 + (int64_t)(v35) * stride_k_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
       const int64_t q_ = (int64_t)(v62 * 64) * stride_k_1 + 0;
     #pragma unroll
@@ -260,22 +256,26 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
         const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
         if (aligned_) {
           const int n_ = (i0_ < (size_SK)) * 8;
-          kg::cp_async<16>(&v64[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v61[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v64[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v61[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
     // spec: specs/fa2_fwd.yaml:41:15
-    kg::fp16* v65 = v60;
+    kg::fp16* v64 = v58;
     // spec: specs/fa2_fwd.yaml:41:15
-    float (&v66)[32] = v61;
+    float v65[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v65[e] = 0.0f;
+    // spec: specs/fa2_fwd.yaml:41:15
+    float (&v66)[32] = v65;
     {
-      const uint64_t da_ = kg::wgmma_desc(v40, 128, 1024);
-      const uint64_t db_ = kg::wgmma_desc(v65, 128, 1024);
+      const uint64_t da_ = kg::wgmma_desc(v10, 128, 1024);
+      const uint64_t db_ = kg::wgmma_desc(v64, 128, 1024);
       kg::wgmma_fence();
     #pragma unroll
       for (int ks = 0; ks < 4; ++ks)
@@ -289,30 +289,30 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
     #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v66[e]);
     }
-    // spec: specs/fa2_fwd.yaml:41:15
-    float v67[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v67[e] = (v66[e] * v18);
-    // spec: specs/fa2_fwd.yaml:42:18
-    const int v68 = 64;
-    // spec: specs/fa2_fwd.yaml:42:18
-    const int v69 = (v51 * v68);
+    // spec: specs/fa2_fwd.yaml:46:15
+    const float v67 = -kg::inf();
     // spec: specs/fa2_fwd.yaml:42:32
-    int v70[16];
+    int v68[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v70[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32);
+    for (int e = 0; e < 16; ++e) v68[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32);
+    // spec: specs/fa2_fwd.yaml:42:18
+    const int v69 = 64;
+    // spec: specs/fa2_fwd.yaml:42:18
+    const int v70 = (v51 * v69);
     // spec: specs/fa2_fwd.yaml:42:18
     int v71[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v71[e] = (v69 + v70[e]);
+    for (int e = 0; e < 16; ++e) v71[e] = (v70 + v68[e]);
     // spec: specs/fa2_fwd.yaml:43:19
     int (&v72)[16] = v71;
     // spec: specs/fa2_fwd.yaml:43:19
     bool v73[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v73[e] = (v72[e] < v1);
-    // spec: specs/fa2_fwd.yaml:45:33
-    int (&v74)[16] = v71;
+    // spec: specs/fa2_fwd.yaml:45:23
+    bool v74[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v74[e] = v73[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
     // spec: specs/fa2_fwd.yaml:45:67
     const int v75 = (v1 - v0);
     // spec: specs/fa2_fwd.yaml:45:50
@@ -322,29 +322,29 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
     // spec: specs/fa2_fwd.yaml:45:33
     int v77[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v77[e] = v74[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+    for (int e = 0; e < 32; ++e) v77[e] = v76[((e >> 1) & 1) * 1];
     // spec: specs/fa2_fwd.yaml:45:33
-    int v78[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v78[e] = v76[((e >> 1) & 1) * 1];
+    int (&v78)[16] = v71;
     // spec: specs/fa2_fwd.yaml:45:33
-    bool v79[32];
+    int v79[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v79[e] = (v77[e] <= v78[e]);
-    // spec: specs/fa2_fwd.yaml:45:23
+    for (int e = 0; e < 32; ++e) v79[e] = v78[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+    // spec: specs/fa2_fwd.yaml:45:33
     bool v80[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v80[e] = v73[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+    for (int e = 0; e < 32; ++e) v80[e] = (v79[e] <= v77[e]);
     // spec: specs/fa2_fwd.yaml:45:23
     bool v81[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v81[e] = (v80[e] && v79[e]);
-    // spec: specs/fa2_fwd.yaml:46:15
-    const float v82 = -kg::inf();
+    for (int e = 0; e < 32; ++e) v81[e] = (v74[e] && v80[e]);
+    // spec: specs/fa2_fwd.yaml:41:15
+    float v82[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v82[e] = (v66[e] * v47);
     // spec: specs/fa2_fwd.yaml:46:15
     float v83[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v83[e] = (v81[e] ? v67[e] : v82);
+    for (int e = 0; e < 32; ++e) v83[e] = (v81[e] ? v82[e] : v67);
     // spec: specs/fa2_fwd.yaml:47:30
     float v84[2];
     {
@@ -363,22 +363,22 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
     #pragma unroll
       for (int e = 0; e < 2; ++e) v84[e] = kg::cvt<float>(r84[e]);
     }
-    // spec: specs/fa2_fwd.yaml:47:19
-    float v85[2];
-    #pragma unroll
-    for (int e = 0; e < 2; ++e) v85[e] = (kg::max_(v54[e], v84[e]));
+    // spec: specs/fa2_fwd.yaml:48:19
+    const float v85 = 0.0f;
     // spec: specs/fa2_fwd.yaml:48:25
     const float v86 = -kg::inf();
-    // spec: specs/fa2_fwd.yaml:48:25
-    bool v87[2];
+    // spec: specs/fa2_fwd.yaml:47:19
+    float v87[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v87[e] = (v85[e] == v86);
-    // spec: specs/fa2_fwd.yaml:48:19
-    const float v88 = 0.0f;
+    for (int e = 0; e < 2; ++e) v87[e] = (kg::max_(v54[e], v84[e]));
+    // spec: specs/fa2_fwd.yaml:48:25
+    bool v88[2];
+    #pragma unroll
+    for (int e = 0; e < 2; ++e) v88[e] = (v87[e] == v86);
     // spec: specs/fa2_fwd.yaml:48:19
     float v89[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v89[e] = (v87[e] ? v88 : v85[e]);
+    for (int e = 0; e < 2; ++e) v89[e] = (v88[e] ? v85 : v87[e]);
     // spec: specs/fa2_fwd.yaml:49:24
     float (&v90)[2] = v89;
     // spec: specs/fa2_fwd.yaml:49:20
@@ -393,91 +393,83 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
     float v93[32];
     #pragma unroll
     for (int e = 0; e < 32; ++e) v93[e] = kg::exp2_(v92[e]);
-    // spec: specs/fa2_fwd.yaml:50:24
-    float v94[2];
-    #pragma unroll
-    for (int e = 0; e < 2; ++e) v94[e] = (v54[e] - v89[e]);
-    // spec: specs/fa2_fwd.yaml:50:19
-    float v95[2];
-    #pragma unroll
-    for (int e = 0; e < 2; ++e) v95[e] = kg::exp2_(v94[e]);
-    // spec: specs/fa2_fwd.yaml:51:15
-    float v96[2];
-    #pragma unroll
-    for (int e = 0; e < 2; ++e) v96[e] = (v52[e] * v95[e]);
     // spec: specs/fa2_fwd.yaml:51:27
-    float v97[2];
+    float v94[2];
     {
-      float r97[2];
+      float r94[2];
     #pragma unroll
-      for (int e = 0; e < 2; ++e) r97[e] = 0.0f;
+      for (int e = 0; e < 2; ++e) r94[e] = 0.0f;
     #pragma unroll
       for (int e = 0; e < 32; ++e) {
-        const float a_ = r97[((e >> 1) & 1) * 1], b_ = (float)(v93[e]);
-        r97[((e >> 1) & 1) * 1] = a_ + b_;
+        const float a_ = r94[((e >> 1) & 1) * 1], b_ = (float)(v93[e]);
+        r94[((e >> 1) & 1) * 1] = a_ + b_;
       }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r97[e], b_ = kg::shfl_xor(a_, 1); r97[e] = a_ + b_; }
+      for (int e = 0; e < 2; ++e) { const float a_ = r94[e], b_ = kg::shfl_xor(a_, 1); r94[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r97[e], b_ = kg::shfl_xor(a_, 2); r97[e] = a_ + b_; }
+      for (int e = 0; e < 2; ++e) { const float a_ = r94[e], b_ = kg::shfl_xor(a_, 2); r94[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) v97[e] = kg::cvt<float>(r97[e]);
+      for (int e = 0; e < 2; ++e) v94[e] = kg::cvt<float>(r94[e]);
     }
-    // spec: specs/fa2_fwd.yaml:51:15
-    float v98[2];
-    #pragma unroll
-    for (int e = 0; e < 2; ++e) v98[e] = (v96[e] + v97[e]);
-    // spec: specs/fa2_fwd.yaml:52:23
-    float (&v99)[2] = v95;
-    // spec: specs/fa2_fwd.yaml:52:17
-    float v100[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v100[e] = v99[((e >> 1) & 1) * 1];
-    // spec: specs/fa2_fwd.yaml:52:17
-    float v101[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v101[e] = (v53[e] * v100[e]);
-    // spec: specs/fa2_fwd.yaml:52:44
-    kg::fp16 v102[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v102[e] = kg::cvt<kg::fp16>(v93[e]);
     // spec: specs/fa2_fwd.yaml:52:40
     kg::cp_async_wait<1>();
     kg::fence_proxy_async();
     kg::sync();
-    // spec: specs/fa2_fwd.yaml:52:57
-    const int v103 = (v51 + v39);
-    // spec: specs/fa2_fwd.yaml:52:57
-    const bool v104 = (v103 < v34);
     // spec: specs/fa2_fwd.yaml:40:7
-    kg::fp16* v105 = v42 + (v58 % 2) * 4096;
+    kg::fp16* v95 = v13 + (v60 % 2) * 4096;
     // spec: specs/fa2_fwd.yaml:52:57
-    if (v104) {
-      const kg::fp16* p_ = t_v + ((int64_t)(v6) * stride_v_0 + (int64_t)(v10) * stride_v_2);
+    const int v96 = (v51 + v42);
+    // spec: specs/fa2_fwd.yaml:52:57
+    const bool v97 = (v96 < v32);
+    // spec: specs/fa2_fwd.yaml:52:57
+    if (v97) {
+      const kg::fp16* p_ = t_v + ((int64_t)(v12) * stride_v_0 + (int64_t)(v35) * stride_v_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v103 * 64) * stride_v_1 + 0;
+      const int64_t q_ = (int64_t)(v96 * 64) * stride_v_1 + 0;
     #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int c_ = lane + warp * 32 + i * 256;
         const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
-        const int i0_ = v103 * 64 + r_, i1_ = 0 + k_;
+        const int i0_ = v96 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = q_ + ((int64_t)r_ * stride_v_1 + k_);
         const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
         if (aligned_) {
           const int n_ = (i0_ < (size_SK)) * 8;
-          kg::cp_async<16>(&v105[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v95[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v105[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v95[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
+    // spec: specs/fa2_fwd.yaml:52:44
+    kg::fp16 v98[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v98[e] = kg::cvt<kg::fp16>(v93[e]);
+    // spec: specs/fa2_fwd.yaml:50:24
+    float v99[2];
+    #pragma unroll
+    for (int e = 0; e < 2; ++e) v99[e] = (v54[e] - v89[e]);
+    // spec: specs/fa2_fwd.yaml:50:19
+    float v100[2];
+    #pragma unroll
+    for (int e = 0; e < 2; ++e) v100[e] = kg::exp2_(v99[e]);
+    // spec: specs/fa2_fwd.yaml:52:23
+    float (&v101)[2] = v100;
+    // spec: specs/fa2_fwd.yaml:52:17
+    float v102[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v102[e] = v101[((e >> 1) & 1) * 1];
+    // spec: specs/fa2_fwd.yaml:52:17
+    float v103[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v103[e] = (v53[e] * v102[e]);
     // spec: specs/fa2_fwd.yaml:52:40
-    float (&v106)[32] = v101;
+    float (&v104)[32] = v103;
     {
-      const uint64_t db_ = kg::wgmma_desc(v59, 1024, 128);
+      const uint64_t db_ = kg::wgmma_desc(v57, 1024, 128);
       kg::wgmma_fence();
     #pragma unroll
       for (int ks = 0; ks < 4; ++ks)
@@ -485,23 +477,31 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n64k16_fp16_rs<1>(&v106[(rm * 1 + rn) * 32], &v102[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 8 * 8 + ((((warp / 4) % 1) * 64 + rn * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + ((((warp / 4) % 1) * 64 + rn * 64)) % 8) * 2 / 16));
+            kg::wgmma_m64n64k16_fp16_rs<1>(&v104[(rm * 1 + rn) * 32], &v98[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 8 * 8 + ((((warp / 4) % 1) * 64 + rn * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + ((((warp / 4) % 1) * 64 + rn * 64)) % 8) * 2 / 16));
       kg::wgmma_commit();
       kg::wgmma_wait<0>();
     #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v106[e]);
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v104[e]);
     }
+    // spec: specs/fa2_fwd.yaml:51:15
+    float v105[2];
+    #pragma unroll
+    for (int e = 0; e < 2; ++e) v105[e] = (v52[e] * v100[e]);
+    // spec: specs/fa2_fwd.yaml:51:15
+    float v106[2];
+    #pragma unroll
+    for (int e = 0; e < 2; ++e) v106[e] = (v105[e] + v94[e]);
     // spec: specs/fa2_fwd.yaml:53:15
 
     float y0_[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) y0_[e] = v98[e];
+    for (int e = 0; e < 2; ++e) y0_[e] = v106[e];
     float y1_[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y1_[e] = v106[e];
+    for (int e = 0; e < 32; ++e) y1_[e] = v104[e];
     float y2_[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) y2_[e] = v85[e];
+    for (int e = 0; e < 2; ++e) y2_[e] = v87[e];
     #pragma unroll
     for (int e = 0; e < 2; ++e) v48[e] = y0_[e];
     #pragma unroll
@@ -509,98 +509,92 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
     #pragma unroll
     for (int e = 0; e < 2; ++e) v50[e] = y2_[e];
   }
-  // spec: specs/fa2_fwd.yaml:55:21
-  const float v107 = 0.0f;
-  // spec: specs/fa2_fwd.yaml:55:21
-  bool v108[2];
-  #pragma unroll
-  for (int e = 0; e < 2; ++e) v108[e] = (v48[e] == v107);
+  // spec: specs/fa2_fwd.yaml:56:24
+  const int v107 = kg::block_id_x();
   // spec: specs/fa2_fwd.yaml:55:15
-  const float v109 = 1.0f;
-  // spec: specs/fa2_fwd.yaml:55:15
-  float v110[2];
+  const float v108 = 1.0f;
+  // spec: specs/fa2_fwd.yaml:55:21
+  const float v109 = 0.0f;
+  // spec: specs/fa2_fwd.yaml:55:21
+  bool v110[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v110[e] = (v108[e] ? v109 : v48[e]);
+  for (int e = 0; e < 2; ++e) v110[e] = (v48[e] == v109);
+  // spec: specs/fa2_fwd.yaml:55:15
+  float v111[2];
+  #pragma unroll
+  for (int e = 0; e < 2; ++e) v111[e] = (v110[e] ? v108 : v48[e]);
   // spec: specs/fa2_fwd.yaml:56:63
-  float (&v111)[2] = v110;
-  // spec: specs/fa2_fwd.yaml:56:57
-  float v112[32];
-  #pragma unroll
-  for (int e = 0; e < 32; ++e) v112[e] = v111[((e >> 1) & 1) * 1];
+  float (&v112)[2] = v111;
   // spec: specs/fa2_fwd.yaml:56:57
   float v113[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v113[e] = (v49[e] / v112[e]);
-  // spec: specs/fa2_fwd.yaml:56:56
-  kg::fp16 v114[32];
+  for (int e = 0; e < 32; ++e) v113[e] = v112[((e >> 1) & 1) * 1];
+  // spec: specs/fa2_fwd.yaml:56:57
+  float v114[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v114[e] = kg::cvt<kg::fp16>(v113[e]);
-  // spec: specs/fa2_fwd.yaml:56:24
-  const int v115 = kg::block_id_x();
+  for (int e = 0; e < 32; ++e) v114[e] = (v49[e] / v113[e]);
+  // spec: specs/fa2_fwd.yaml:56:56
+  kg::fp16 v115[32];
+  #pragma unroll
+  for (int e = 0; e < 32; ++e) v115[e] = kg::cvt<kg::fp16>(v114[e]);
   // spec: specs/fa2_fwd.yaml:56:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
-    kg::fp16* p_ = t_o + ((int64_t)(v6) * stride_o_0 + (int64_t)(v8) * stride_o_2);
+    kg::fp16* p_ = t_o + ((int64_t)(v12) * stride_o_0 + (int64_t)(v11) * stride_o_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_o_0 % 2 == 0 && stride_o_1 % 2 == 0 && stride_o_2 % 2 == 0;
-    const int t0_ = v115 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
+    const int t0_ = v107 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
     const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
   #pragma unroll
     for (int e = 0; e < 32; e += 2) {
       const int i0_ = t0_ + ((e >> 1) & 1) * 8;
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
       const int64_t off_ = (int64_t)i0_ * stride_o_1 + (int64_t)i1_ * 1;
-      if (aligned_ && i0_ < (size_SQ) && i1_ + 2 <= (64)) {
-        kg::copy_vec<2>(p_ + off_, &v114[e]);
+      if (aligned_ && i0_ < (size_SQ)) {
+        kg::copy_vec<2>(p_ + off_, &v115[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SQ) && i1_ + v < (64)) p_[off_ + v] = v114[e + v];
+          if (i0_ < (size_SQ)) p_[off_ + v] = v115[e + v];
       }
     }
   }
-  // spec: specs/fa2_fwd.yaml:57:61
-  const float v116 = 0.0f;
-  // spec: specs/fa2_fwd.yaml:57:61
-  bool v117[2];
-  #pragma unroll
-  for (int e = 0; e < 2; ++e) v117[e] = (v48[e] == v116);
+  // spec: specs/fa2_fwd.yaml:57:29
+  const int v116 = kg::block_id_x();
+  // spec: specs/fa2_fwd.yaml:57:55
+  const float v117 = -kg::inf();
+  // spec: specs/fa2_fwd.yaml:57:77
+  const float v118 = 0.6931471805599453f;
   // spec: specs/fa2_fwd.yaml:57:82
-  float v118[2];
-  #pragma unroll
-  for (int e = 0; e < 2; ++e) v118[e] = kg::log2_(v110[e]);
-  // spec: specs/fa2_fwd.yaml:57:78
   float v119[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v119[e] = (v50[e] + v118[e]);
-  // spec: specs/fa2_fwd.yaml:57:77
-  const float v120 = 0.6931471805599453f;
+  for (int e = 0; e < 2; ++e) v119[e] = kg::log2_(v111[e]);
+  // spec: specs/fa2_fwd.yaml:57:78
+  float v120[2];
+  #pragma unroll
+  for (int e = 0; e < 2; ++e) v120[e] = (v50[e] + v119[e]);
   // spec: specs/fa2_fwd.yaml:57:77
   float v121[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v121[e] = (v119[e] * v120);
-  // spec: specs/fa2_fwd.yaml:57:55
-  const float v122 = -kg::inf();
-  // spec: specs/fa2_fwd.yaml:57:55
-  float v123[2];
+  for (int e = 0; e < 2; ++e) v121[e] = (v120[e] * v118);
+  // spec: specs/fa2_fwd.yaml:57:61
+  const float v122 = 0.0f;
+  // spec: specs/fa2_fwd.yaml:57:61
+  bool v123[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v123[e] = (v117[e] ? v122 : v121[e]);
-  // spec: specs/fa2_fwd.yaml:57:29
-  const int v124 = kg::block_id_x();
+  for (int e = 0; e < 2; ++e) v123[e] = (v48[e] == v122);
+  // spec: specs/fa2_fwd.yaml:57:55
+  float v124[2];
+  #pragma unroll
+  for (int e = 0; e < 2; ++e) v124[e] = (v123[e] ? v117 : v121[e]);
   // spec: specs/fa2_fwd.yaml:57:7
   if ((lane & 3) == 0 && (warp & 0) == 0) {
-    float* p_ = t_lse + ((int64_t)(v6) * stride_lse_0 + (int64_t)(v8) * stride_lse_1);
+    float* p_ = t_lse + ((int64_t)(v12) * stride_lse_0 + (int64_t)(v11) * stride_lse_1);
     const bool aligned_ = false;
-    const int t0_ = v124 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
+    const int t0_ = v116 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
   #pragma unroll
     for (int e = 0; e < 2; e += 1) {
       const int i0_ = t0_ + (e & 1) * 8;
       const int64_t off_ = (int64_t)i0_ * 1;
-      if (aligned_ && i0_ + 1 <= (size_SQ)) {
-        kg::copy_vec<1>(p_ + off_, &v123[e]);
-      } else {
-  #pragma unroll
-        for (int v = 0; v < 1; ++v)
-          if (i0_ + v < (size_SQ)) p_[off_ + v] = v123[e + v];
-      }
+      if (i0_ + 1 <= (size_SQ)) p_[off_] = v124[e];
     }
   }
 }

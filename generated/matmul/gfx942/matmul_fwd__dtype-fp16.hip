@@ -14,28 +14,28 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void matmul_fwd
   const int v1 = kg::block_id_x();
   // spec: specs/matmul.yaml:18:20
   const int v2 = kg::block_id_y();
+  // spec: specs/matmul.yaml:20:22
+  const int v3 = 1;
+  // spec: specs/matmul.yaml:20:22
+  const int v4 = 0;
+  // spec: specs/matmul.yaml:20:22
+  const int v5 = 32;
+  // spec: specs/matmul.yaml:20:22
+  const int v6 = 31;
+  // spec: specs/matmul.yaml:20:22
+  const int v7 = (v0 + v6);
+  // spec: specs/matmul.yaml:20:22
+  const int v8 = (kg::floordiv(v7, v5));
   // spec: specs/matmul.yaml:19:13
-  float v3[16];
+  float v9[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v3[e] = 0.0f;
-  // spec: specs/matmul.yaml:20:22
-  const int v4 = 31;
-  // spec: specs/matmul.yaml:20:22
-  const int v5 = (v0 + v4);
-  // spec: specs/matmul.yaml:20:22
-  const int v6 = 32;
-  // spec: specs/matmul.yaml:20:22
-  const int v7 = (kg::floordiv(v5, v6));
-  // spec: specs/matmul.yaml:20:22
-  const int v8 = 0;
-  // spec: specs/matmul.yaml:20:22
-  const int v9 = 1;
+  for (int e = 0; e < 16; ++e) v9[e] = 0.0f;
   // spec: specs/matmul.yaml:20:7
 
   float v10[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v10[e] = v3[e];
-  for (int v11 = v8; v11 < v7; v11 += v9) {
+  for (int e = 0; e < 16; ++e) v10[e] = v9[e];
+  for (int v11 = v4; v11 < v8; v11 += v3) {
     float (&v12)[16] = v10;
     
     // spec: specs/matmul.yaml:21:21
@@ -132,13 +132,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void matmul_fwd
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
       const int i1_ = t1_ + 0;
       const int64_t off_ = (int64_t)i0_ * stride_c_0 + (int64_t)i1_ * 1;
-      if (aligned_ && i0_ < (size_M) && i1_ + 1 <= (size_N)) {
-        kg::copy_vec<1>(p_ + off_, &v18[e]);
-      } else {
-  #pragma unroll
-        for (int v = 0; v < 1; ++v)
-          if (i0_ < (size_M) && i1_ + v < (size_N)) p_[off_ + v] = v18[e + v];
-      }
+      if (i0_ < (size_M) && i1_ + 1 <= (size_N)) p_[off_] = v18[e];
     }
   }
 }

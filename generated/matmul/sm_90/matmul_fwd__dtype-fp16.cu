@@ -23,130 +23,130 @@ KG_KERNEL void __launch_bounds__(128) matmul_fwd(const kg::fp16* __restrict__ t_
   const int v1 = kg::block_id_x();
   // spec: specs/matmul.yaml:18:20
   const int v2 = kg::block_id_y();
-  // spec: specs/matmul.yaml:19:13
-  float v3[32];
-  #pragma unroll
-  for (int e = 0; e < 32; ++e) v3[e] = 0.0f;
-  // spec: specs/matmul.yaml:20:22
-  const int v4 = 31;
-  // spec: specs/matmul.yaml:20:22
-  const int v5 = (v0 + v4);
-  // spec: specs/matmul.yaml:20:22
-  const int v6 = 32;
-  // spec: specs/matmul.yaml:20:22
-  const int v7 = (kg::floordiv(v5, v6));
-  // spec: specs/matmul.yaml:20:22
-  const int v8 = 0;
-  // spec: specs/matmul.yaml:20:22
-  const int v9 = 1;
   // spec: specs/matmul.yaml:21:17
-  kg::fp16* v10 = reinterpret_cast<kg::fp16*>(smem + 0);
+  kg::fp16* v3 = reinterpret_cast<kg::fp16*>(smem + 0);
   // spec: specs/matmul.yaml:21:17
-  kg::fp16* v11 = reinterpret_cast<kg::fp16*>(smem + 8192);
+  kg::fp16* v4 = reinterpret_cast<kg::fp16*>(smem + 8192);
   // spec: specs/matmul.yaml:20:7
-  const bool v12 = (v8 < v7);
+  const int v5 = 0;
   // spec: specs/matmul.yaml:20:7
-  const int v13 = 0;
+  kg::fp16* v6 = v4 + (v5 % 2) * 2048;
+  // spec: specs/matmul.yaml:20:22
+  const int v7 = 0;
+  // spec: specs/matmul.yaml:20:22
+  const int v8 = 32;
+  // spec: specs/matmul.yaml:20:22
+  const int v9 = 31;
+  // spec: specs/matmul.yaml:20:22
+  const int v10 = (v0 + v9);
+  // spec: specs/matmul.yaml:20:22
+  const int v11 = (kg::floordiv(v10, v8));
   // spec: specs/matmul.yaml:20:7
-  kg::fp16* v14 = v11 + (v13 % 2) * 2048;
+  const bool v12 = (v7 < v11);
   // spec: specs/matmul.yaml:21:21
   kg::sync();
   if (v12) {
     const kg::fp16* p_ = t_a + (0);
     const bool aligned_ = kg::aligned(p_, 16) && stride_a_0 % 8 == 0;
-    const int64_t q_ = (int64_t)(v1 * 64) * stride_a_0 + v8 * 32;
+    const int64_t q_ = (int64_t)(v1 * 64) * stride_a_0 + v7 * 32;
   #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int c_ = lane + warp * 32 + i * 128;
       const int r_ = c_ / 32 * 8 + c_ % 8, k_ = c_ / 8 % 4 * 8;
-      const int i0_ = v1 * 64 + r_, i1_ = v8 * 32 + k_;
+      const int i0_ = v1 * 64 + r_, i1_ = v7 * 32 + k_;
       const int64_t off_ = q_ + ((int64_t)r_ * stride_a_0 + k_);
       const int slot_ = ((r_) / 8 * 4 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
       if (aligned_) {
         const int n_ = (i0_ < (size_M)) * kg::min_(kg::max_((size_K) - i1_, 0), 8);
-        kg::cp_async<16>(&v14[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        kg::cp_async<16>(&v6[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v14[slot_ + v] = (i0_ < (size_M) && i1_ + v < (size_K)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          v6[slot_ + v] = (i0_ < (size_M) && i1_ + v < (size_K)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
       }
     }
   }
   kg::cp_async_commit();
   // spec: specs/matmul.yaml:20:7
-  kg::fp16* v15 = v10 + (v13 % 2) * 2048;
+  kg::fp16* v13 = v3 + (v5 % 2) * 2048;
   // spec: specs/matmul.yaml:21:55
   if (v12) {
     const kg::fp16* p_ = t_b + (0);
     const bool aligned_ = kg::aligned(p_, 16) && stride_b_0 % 8 == 0;
-    const int64_t q_ = (int64_t)(v8 * 32) * stride_b_0 + v2 * 64;
+    const int64_t q_ = (int64_t)(v7 * 32) * stride_b_0 + v2 * 64;
   #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int c_ = lane + warp * 32 + i * 128;
       const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
-      const int i0_ = v8 * 32 + r_, i1_ = v2 * 64 + k_;
+      const int i0_ = v7 * 32 + r_, i1_ = v2 * 64 + k_;
       const int64_t off_ = q_ + ((int64_t)r_ * stride_b_0 + k_);
       const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
       if (aligned_) {
         const int n_ = (i0_ < (size_K)) * kg::min_(kg::max_((size_N) - i1_, 0), 8);
-        kg::cp_async<16>(&v15[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        kg::cp_async<16>(&v13[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v15[slot_ + v] = (i0_ < (size_K) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          v13[slot_ + v] = (i0_ < (size_K) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
       }
     }
   }
   kg::cp_async_commit();
+  // spec: specs/matmul.yaml:20:22
+  const int v14 = 1;
+  // spec: specs/matmul.yaml:19:13
+  float v15[32];
+  #pragma unroll
+  for (int e = 0; e < 32; ++e) v15[e] = 0.0f;
   // spec: specs/matmul.yaml:20:7
 
   float v16[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v16[e] = v3[e];
-  for (int v17 = v8; v17 < v7; v17 += v9) {
+  for (int e = 0; e < 32; ++e) v16[e] = v15[e];
+  for (int v17 = v7; v17 < v11; v17 += v14) {
     float (&v18)[32] = v16;
     
     // spec: specs/matmul.yaml:20:7
-    const int v19 = (v17 - v8);
+    const int v19 = (v17 - v7);
     // spec: specs/matmul.yaml:20:7
-    const int v20 = (kg::floordiv(v19, v9));
+    const int v20 = (kg::floordiv(v19, v14));
     // spec: specs/matmul.yaml:20:7
-    const int v21 = 1;
+    kg::fp16* v21 = v3 + (v20 % 2) * 2048;
     // spec: specs/matmul.yaml:20:7
-    const int v22 = (v20 + v21);
-    // spec: specs/matmul.yaml:20:7
-    kg::fp16* v23 = v10 + (v20 % 2) * 2048;
-    // spec: specs/matmul.yaml:20:7
-    kg::fp16* v24 = v11 + (v20 % 2) * 2048;
+    kg::fp16* v22 = v4 + (v20 % 2) * 2048;
     // spec: specs/matmul.yaml:21:17
     kg::cp_async_wait<1>();
     kg::fence_proxy_async();
     kg::sync();
-    // spec: specs/matmul.yaml:21:21
-    const int v25 = (v17 + v9);
-    // spec: specs/matmul.yaml:21:21
-    const bool v26 = (v25 < v7);
     // spec: specs/matmul.yaml:20:7
-    kg::fp16* v27 = v11 + (v22 % 2) * 2048;
+    const int v23 = 1;
+    // spec: specs/matmul.yaml:20:7
+    const int v24 = (v20 + v23);
+    // spec: specs/matmul.yaml:20:7
+    kg::fp16* v25 = v4 + (v24 % 2) * 2048;
     // spec: specs/matmul.yaml:21:21
-    if (v26) {
+    const int v26 = (v17 + v14);
+    // spec: specs/matmul.yaml:21:21
+    const bool v27 = (v26 < v11);
+    // spec: specs/matmul.yaml:21:21
+    if (v27) {
       const kg::fp16* p_ = t_a + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_a_0 % 8 == 0;
-      const int64_t q_ = (int64_t)(v1 * 64) * stride_a_0 + v25 * 32;
+      const int64_t q_ = (int64_t)(v1 * 64) * stride_a_0 + v26 * 32;
     #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int c_ = lane + warp * 32 + i * 128;
         const int r_ = c_ / 32 * 8 + c_ % 8, k_ = c_ / 8 % 4 * 8;
-        const int i0_ = v1 * 64 + r_, i1_ = v25 * 32 + k_;
+        const int i0_ = v1 * 64 + r_, i1_ = v26 * 32 + k_;
         const int64_t off_ = q_ + ((int64_t)r_ * stride_a_0 + k_);
         const int slot_ = ((r_) / 8 * 4 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
         if (aligned_) {
           const int n_ = (i0_ < (size_M)) * kg::min_(kg::max_((size_K) - i1_, 0), 8);
-          kg::cp_async<16>(&v27[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v25[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v27[slot_ + v] = (i0_ < (size_M) && i1_ + v < (size_K)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v25[slot_ + v] = (i0_ < (size_M) && i1_ + v < (size_K)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
@@ -155,31 +155,31 @@ KG_KERNEL void __launch_bounds__(128) matmul_fwd(const kg::fp16* __restrict__ t_
     kg::cp_async_wait<1>();
     kg::fence_proxy_async();
     kg::sync();
-    // spec: specs/matmul.yaml:21:55
-    const int v28 = (v17 + v9);
-    // spec: specs/matmul.yaml:21:55
-    const bool v29 = (v28 < v7);
     // spec: specs/matmul.yaml:20:7
-    kg::fp16* v30 = v10 + (v22 % 2) * 2048;
+    kg::fp16* v28 = v3 + (v24 % 2) * 2048;
     // spec: specs/matmul.yaml:21:55
-    if (v29) {
+    const int v29 = (v17 + v14);
+    // spec: specs/matmul.yaml:21:55
+    const bool v30 = (v29 < v11);
+    // spec: specs/matmul.yaml:21:55
+    if (v30) {
       const kg::fp16* p_ = t_b + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_b_0 % 8 == 0;
-      const int64_t q_ = (int64_t)(v28 * 32) * stride_b_0 + v2 * 64;
+      const int64_t q_ = (int64_t)(v29 * 32) * stride_b_0 + v2 * 64;
     #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int c_ = lane + warp * 32 + i * 128;
         const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
-        const int i0_ = v28 * 32 + r_, i1_ = v2 * 64 + k_;
+        const int i0_ = v29 * 32 + r_, i1_ = v2 * 64 + k_;
         const int64_t off_ = q_ + ((int64_t)r_ * stride_b_0 + k_);
         const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
         if (aligned_) {
           const int n_ = (i0_ < (size_K)) * kg::min_(kg::max_((size_N) - i1_, 0), 8);
-          kg::cp_async<16>(&v30[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v28[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v30[slot_ + v] = (i0_ < (size_K) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v28[slot_ + v] = (i0_ < (size_K) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
@@ -187,8 +187,8 @@ KG_KERNEL void __launch_bounds__(128) matmul_fwd(const kg::fp16* __restrict__ t_
     // spec: specs/matmul.yaml:21:17
     float (&v31)[32] = v18;
     {
-      const uint64_t da_ = kg::wgmma_desc(v24, 128, 512);
-      const uint64_t db_ = kg::wgmma_desc(v23, 1024, 128);
+      const uint64_t da_ = kg::wgmma_desc(v22, 128, 512);
+      const uint64_t db_ = kg::wgmma_desc(v21, 1024, 128);
       kg::wgmma_fence();
     #pragma unroll
       for (int ks = 0; ks < 2; ++ks)

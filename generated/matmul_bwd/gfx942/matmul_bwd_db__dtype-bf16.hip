@@ -14,28 +14,28 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void matmul_bwd
   const int v1 = kg::block_id_x();
   // spec: specs/matmul_bwd.yaml:33:20
   const int v2 = kg::block_id_y();
+  // spec: specs/matmul_bwd.yaml:35:22
+  const int v3 = 1;
+  // spec: specs/matmul_bwd.yaml:35:22
+  const int v4 = 0;
+  // spec: specs/matmul_bwd.yaml:35:22
+  const int v5 = 64;
+  // spec: specs/matmul_bwd.yaml:35:22
+  const int v6 = 63;
+  // spec: specs/matmul_bwd.yaml:35:22
+  const int v7 = (v0 + v6);
+  // spec: specs/matmul_bwd.yaml:35:22
+  const int v8 = (kg::floordiv(v7, v5));
   // spec: specs/matmul_bwd.yaml:34:13
-  float v3[8];
+  float v9[8];
   #pragma unroll
-  for (int e = 0; e < 8; ++e) v3[e] = 0.0f;
-  // spec: specs/matmul_bwd.yaml:35:22
-  const int v4 = 63;
-  // spec: specs/matmul_bwd.yaml:35:22
-  const int v5 = (v0 + v4);
-  // spec: specs/matmul_bwd.yaml:35:22
-  const int v6 = 64;
-  // spec: specs/matmul_bwd.yaml:35:22
-  const int v7 = (kg::floordiv(v5, v6));
-  // spec: specs/matmul_bwd.yaml:35:22
-  const int v8 = 0;
-  // spec: specs/matmul_bwd.yaml:35:22
-  const int v9 = 1;
+  for (int e = 0; e < 8; ++e) v9[e] = 0.0f;
   // spec: specs/matmul_bwd.yaml:35:7
 
   float v10[8];
   #pragma unroll
-  for (int e = 0; e < 8; ++e) v10[e] = v3[e];
-  for (int v11 = v8; v11 < v7; v11 += v9) {
+  for (int e = 0; e < 8; ++e) v10[e] = v9[e];
+  for (int v11 = v4; v11 < v8; v11 += v3) {
     float (&v12)[8] = v10;
     
     // spec: specs/matmul_bwd.yaml:37:21
@@ -134,13 +134,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void matmul_bwd
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
       const int i1_ = t1_ + ((e >> 2) & 1) * 16;
       const int64_t off_ = (int64_t)i0_ * stride_db_0 + (int64_t)i1_ * 1;
-      if (aligned_ && i0_ < (size_K) && i1_ + 1 <= (size_N)) {
-        kg::copy_vec<1>(p_ + off_, &v19[e]);
-      } else {
-  #pragma unroll
-        for (int v = 0; v < 1; ++v)
-          if (i0_ < (size_K) && i1_ + v < (size_N)) p_[off_ + v] = v19[e + v];
-      }
+      if (i0_ < (size_K) && i1_ + 1 <= (size_N)) p_[off_] = v19[e];
     }
   }
 }

@@ -14,163 +14,163 @@ KG_KERNEL void __launch_bounds__(128) matmul_bwd_db(const kg::fp16* __restrict__
   const int v1 = kg::block_id_x();
   // spec: specs/matmul_bwd.yaml:33:20
   const int v2 = kg::block_id_y();
-  // spec: specs/matmul_bwd.yaml:34:13
-  float v3[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v3[e] = 0.0f;
-  // spec: specs/matmul_bwd.yaml:35:22
-  const int v4 = 63;
-  // spec: specs/matmul_bwd.yaml:35:22
-  const int v5 = (v0 + v4);
-  // spec: specs/matmul_bwd.yaml:35:22
-  const int v6 = 64;
-  // spec: specs/matmul_bwd.yaml:35:22
-  const int v7 = (kg::floordiv(v5, v6));
-  // spec: specs/matmul_bwd.yaml:35:22
-  const int v8 = 0;
-  // spec: specs/matmul_bwd.yaml:35:22
-  const int v9 = 1;
   // spec: specs/matmul_bwd.yaml:37:17
-  kg::fp16* v10 = reinterpret_cast<kg::fp16*>(smem + 0);
+  kg::fp16* v3 = reinterpret_cast<kg::fp16*>(smem + 0);
   // spec: specs/matmul_bwd.yaml:37:17
-  kg::fp16* v11 = reinterpret_cast<kg::fp16*>(smem + 18432);
+  kg::fp16* v4 = reinterpret_cast<kg::fp16*>(smem + 18432);
   // spec: specs/matmul_bwd.yaml:35:7
-  const bool v12 = (v8 < v7);
+  const int v5 = 0;
   // spec: specs/matmul_bwd.yaml:35:7
-  const int v13 = 0;
+  kg::fp16* v6 = v4 + (v5 % 2) * 2560;
+  // spec: specs/matmul_bwd.yaml:35:22
+  const int v7 = 0;
+  // spec: specs/matmul_bwd.yaml:35:22
+  const int v8 = 64;
+  // spec: specs/matmul_bwd.yaml:35:22
+  const int v9 = 63;
+  // spec: specs/matmul_bwd.yaml:35:22
+  const int v10 = (v0 + v9);
+  // spec: specs/matmul_bwd.yaml:35:22
+  const int v11 = (kg::floordiv(v10, v8));
   // spec: specs/matmul_bwd.yaml:35:7
-  kg::fp16* v14 = v11 + (v13 % 2) * 2560;
+  const bool v12 = (v7 < v11);
   // spec: specs/matmul_bwd.yaml:37:21
   kg::sync();
   if (v12) {
     const kg::fp16* p_ = t_a + (0);
     const bool aligned_ = kg::aligned(p_, 16) && stride_a_0 % 8 == 0;
-    const int64_t q_ = (int64_t)(v8 * 64) * stride_a_0 + v1 * 32;
+    const int64_t q_ = (int64_t)(v7 * 64) * stride_a_0 + v1 * 32;
   #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int c_ = lane + warp * 32 + i * 128;
       const int r_ = c_ / 4, k_ = (c_ % 4) * 8;
-      const int i0_ = v8 * 64 + r_, i1_ = v1 * 32 + k_;
+      const int i0_ = v7 * 64 + r_, i1_ = v1 * 32 + k_;
       const int64_t off_ = q_ + ((int64_t)r_ * stride_a_0 + k_);
       const int slot_ = (r_) * 40 + (k_);
       if (aligned_) {
         const int n_ = (i0_ < (size_M)) * kg::min_(kg::max_((size_K) - i1_, 0), 8);
-        kg::cp_async<16>(&v14[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        kg::cp_async<16>(&v6[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v14[slot_ + v] = (i0_ < (size_M) && i1_ + v < (size_K)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          v6[slot_ + v] = (i0_ < (size_M) && i1_ + v < (size_K)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
       }
     }
   }
   kg::cp_async_commit();
   // spec: specs/matmul_bwd.yaml:35:7
-  kg::fp16* v15 = v10 + (v13 % 2) * 4608;
+  kg::fp16* v13 = v3 + (v5 % 2) * 4608;
   // spec: specs/matmul_bwd.yaml:37:55
   if (v12) {
     const kg::fp16* p_ = t_dc + (0);
     const bool aligned_ = kg::aligned(p_, 16) && stride_dc_0 % 8 == 0;
-    const int64_t q_ = (int64_t)(v8 * 64) * stride_dc_0 + v2 * 64;
+    const int64_t q_ = (int64_t)(v7 * 64) * stride_dc_0 + v2 * 64;
   #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int c_ = lane + warp * 32 + i * 128;
       const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
-      const int i0_ = v8 * 64 + r_, i1_ = v2 * 64 + k_;
+      const int i0_ = v7 * 64 + r_, i1_ = v2 * 64 + k_;
       const int64_t off_ = q_ + ((int64_t)r_ * stride_dc_0 + k_);
       const int slot_ = (r_) * 72 + (k_);
       if (aligned_) {
         const int n_ = (i0_ < (size_M)) * kg::min_(kg::max_((size_N) - i1_, 0), 8);
-        kg::cp_async<16>(&v15[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        kg::cp_async<16>(&v13[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v15[slot_ + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          v13[slot_ + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
       }
     }
   }
   kg::cp_async_commit();
+  // spec: specs/matmul_bwd.yaml:35:22
+  const int v14 = 1;
+  // spec: specs/matmul_bwd.yaml:34:13
+  float v15[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v15[e] = 0.0f;
   // spec: specs/matmul_bwd.yaml:35:7
 
   float v16[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v16[e] = v3[e];
-  for (int v17 = v8; v17 < v7; v17 += v9) {
+  for (int e = 0; e < 16; ++e) v16[e] = v15[e];
+  for (int v17 = v7; v17 < v11; v17 += v14) {
     float (&v18)[16] = v16;
     
     // spec: specs/matmul_bwd.yaml:35:7
-    const int v19 = (v17 - v8);
+    const int v19 = (v17 - v7);
     // spec: specs/matmul_bwd.yaml:35:7
-    const int v20 = (kg::floordiv(v19, v9));
+    const int v20 = (kg::floordiv(v19, v14));
     // spec: specs/matmul_bwd.yaml:35:7
-    const int v21 = 1;
+    kg::fp16* v21 = v3 + (v20 % 2) * 4608;
     // spec: specs/matmul_bwd.yaml:35:7
-    const int v22 = (v20 + v21);
-    // spec: specs/matmul_bwd.yaml:35:7
-    kg::fp16* v23 = v10 + (v20 % 2) * 4608;
-    // spec: specs/matmul_bwd.yaml:35:7
-    kg::fp16* v24 = v11 + (v20 % 2) * 2560;
+    kg::fp16* v22 = v4 + (v20 % 2) * 2560;
     // spec: specs/matmul_bwd.yaml:37:17
     kg::cp_async_wait<1>();
     kg::sync();
-    // spec: specs/matmul_bwd.yaml:37:21
-    const int v25 = (v17 + v9);
-    // spec: specs/matmul_bwd.yaml:37:21
-    const bool v26 = (v25 < v7);
     // spec: specs/matmul_bwd.yaml:35:7
-    kg::fp16* v27 = v11 + (v22 % 2) * 2560;
+    const int v23 = 1;
+    // spec: specs/matmul_bwd.yaml:35:7
+    const int v24 = (v20 + v23);
+    // spec: specs/matmul_bwd.yaml:35:7
+    kg::fp16* v25 = v4 + (v24 % 2) * 2560;
     // spec: specs/matmul_bwd.yaml:37:21
-    if (v26) {
+    const int v26 = (v17 + v14);
+    // spec: specs/matmul_bwd.yaml:37:21
+    const bool v27 = (v26 < v11);
+    // spec: specs/matmul_bwd.yaml:37:21
+    if (v27) {
       const kg::fp16* p_ = t_a + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_a_0 % 8 == 0;
-      const int64_t q_ = (int64_t)(v25 * 64) * stride_a_0 + v1 * 32;
+      const int64_t q_ = (int64_t)(v26 * 64) * stride_a_0 + v1 * 32;
     #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int c_ = lane + warp * 32 + i * 128;
         const int r_ = c_ / 4, k_ = (c_ % 4) * 8;
-        const int i0_ = v25 * 64 + r_, i1_ = v1 * 32 + k_;
+        const int i0_ = v26 * 64 + r_, i1_ = v1 * 32 + k_;
         const int64_t off_ = q_ + ((int64_t)r_ * stride_a_0 + k_);
         const int slot_ = (r_) * 40 + (k_);
         if (aligned_) {
           const int n_ = (i0_ < (size_M)) * kg::min_(kg::max_((size_K) - i1_, 0), 8);
-          kg::cp_async<16>(&v27[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v25[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v27[slot_ + v] = (i0_ < (size_M) && i1_ + v < (size_K)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v25[slot_ + v] = (i0_ < (size_M) && i1_ + v < (size_K)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
     // spec: specs/matmul_bwd.yaml:37:17
-    kg::fp16* v28 = v24;
+    kg::fp16* v28 = v22;
     // spec: specs/matmul_bwd.yaml:37:17
     kg::cp_async_wait<1>();
     kg::sync();
-    // spec: specs/matmul_bwd.yaml:37:55
-    const int v29 = (v17 + v9);
-    // spec: specs/matmul_bwd.yaml:37:55
-    const bool v30 = (v29 < v7);
     // spec: specs/matmul_bwd.yaml:35:7
-    kg::fp16* v31 = v10 + (v22 % 2) * 4608;
+    kg::fp16* v29 = v3 + (v24 % 2) * 4608;
     // spec: specs/matmul_bwd.yaml:37:55
-    if (v30) {
+    const int v30 = (v17 + v14);
+    // spec: specs/matmul_bwd.yaml:37:55
+    const bool v31 = (v30 < v11);
+    // spec: specs/matmul_bwd.yaml:37:55
+    if (v31) {
       const kg::fp16* p_ = t_dc + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dc_0 % 8 == 0;
-      const int64_t q_ = (int64_t)(v29 * 64) * stride_dc_0 + v2 * 64;
+      const int64_t q_ = (int64_t)(v30 * 64) * stride_dc_0 + v2 * 64;
     #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int c_ = lane + warp * 32 + i * 128;
         const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
-        const int i0_ = v29 * 64 + r_, i1_ = v2 * 64 + k_;
+        const int i0_ = v30 * 64 + r_, i1_ = v2 * 64 + k_;
         const int64_t off_ = q_ + ((int64_t)r_ * stride_dc_0 + k_);
         const int slot_ = (r_) * 72 + (k_);
         if (aligned_) {
           const int n_ = (i0_ < (size_M)) * kg::min_(kg::max_((size_N) - i1_, 0), 8);
-          kg::cp_async<16>(&v31[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v29[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v31[slot_ + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v29[slot_ + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
@@ -184,7 +184,7 @@ KG_KERNEL void __launch_bounds__(128) matmul_bwd_db(const kg::fp16* __restrict__
       for (int g = 0; g < 1; ++g) kg::ldmatrix_x4_trans(&fa_[g * 8], &v28[(ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8) + lane % 8) * 40 + (warp / 2) * 16 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8)]);
       alignas(16) kg::fp16 fb_[16];
     #pragma unroll
-      for (int g = 0; g < 2; ++g) kg::ldmatrix_x4_trans(&fb_[g * 8], &v23[(ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8) + lane % 8) * 72 + (warp % 2) * 32 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8 + (((8 * g + 2 * ((lane / 8) % 4)) >> 3) & 1) * 16)]);
+      for (int g = 0; g < 2; ++g) kg::ldmatrix_x4_trans(&fb_[g * 8], &v21[(ks * 16 + (((8 * g + 2 * ((lane / 8) % 4)) & 1) * 1 + (((8 * g + 2 * ((lane / 8) % 4)) >> 1) & 1) * 8) + lane % 8) * 72 + (warp % 2) * 32 + ((((8 * g + 2 * ((lane / 8) % 4)) >> 2) & 1) * 8 + (((8 * g + 2 * ((lane / 8) % 4)) >> 3) & 1) * 16)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll

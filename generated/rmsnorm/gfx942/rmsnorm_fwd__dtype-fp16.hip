@@ -14,28 +14,28 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void rmsnorm_fw
   const int v1 = size_N;
   // spec: specs/rmsnorm.yaml:23:20
   const int v2 = kg::block_id_x();
+  // spec: specs/rmsnorm.yaml:26:22
+  const int v3 = 1;
+  // spec: specs/rmsnorm.yaml:26:22
+  const int v4 = 0;
+  // spec: specs/rmsnorm.yaml:26:22
+  const int v5 = 1024;
+  // spec: specs/rmsnorm.yaml:26:22
+  const int v6 = 1023;
+  // spec: specs/rmsnorm.yaml:26:22
+  const int v7 = (v1 + v6);
+  // spec: specs/rmsnorm.yaml:26:22
+  const int v8 = (kg::floordiv(v7, v5));
   // spec: specs/rmsnorm.yaml:25:12
-  float v3[1];
+  float v9[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v3[e] = 0.0f;
-  // spec: specs/rmsnorm.yaml:26:22
-  const int v4 = 1023;
-  // spec: specs/rmsnorm.yaml:26:22
-  const int v5 = (v1 + v4);
-  // spec: specs/rmsnorm.yaml:26:22
-  const int v6 = 1024;
-  // spec: specs/rmsnorm.yaml:26:22
-  const int v7 = (kg::floordiv(v5, v6));
-  // spec: specs/rmsnorm.yaml:26:22
-  const int v8 = 0;
-  // spec: specs/rmsnorm.yaml:26:22
-  const int v9 = 1;
+  for (int e = 0; e < 1; ++e) v9[e] = 0.0f;
   // spec: specs/rmsnorm.yaml:26:7
 
   float v10[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v10[e] = v3[e];
-  for (int v11 = v8; v11 < v7; v11 += v9) {
+  for (int e = 0; e < 1; ++e) v10[e] = v9[e];
+  for (int v11 = v4; v11 < v8; v11 += v3) {
     float (&v12)[1] = v10;
     
     // spec: specs/rmsnorm.yaml:27:15
@@ -129,36 +129,30 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void rmsnorm_fw
     for (int e = 0; e < 1; e += 1) {
       const int i0_ = t0_ + 0;
       const int64_t off_ = (int64_t)i0_ * 1;
-      if (aligned_ && i0_ + 1 <= (size_M)) {
-        kg::copy_vec<1>(p_ + off_, &v21[e]);
-      } else {
-  #pragma unroll
-        for (int v = 0; v < 1; ++v)
-          if (i0_ + v < (size_M)) p_[off_ + v] = v21[e + v];
-      }
+      if (i0_ + 1 <= (size_M)) p_[off_] = v21[e];
     }
   }
-  // spec: specs/rmsnorm.yaml:32:22
-  const int v22 = 1023;
-  // spec: specs/rmsnorm.yaml:32:22
-  const int v23 = (v1 + v22);
-  // spec: specs/rmsnorm.yaml:32:22
-  const int v24 = 1024;
-  // spec: specs/rmsnorm.yaml:32:22
-  const int v25 = (kg::floordiv(v23, v24));
-  // spec: specs/rmsnorm.yaml:32:22
-  const int v26 = 0;
-  // spec: specs/rmsnorm.yaml:32:22
-  const int v27 = 1;
   // spec: specs/rmsnorm.yaml:35:50
-  float (&v28)[1] = v21;
+  float (&v22)[1] = v21;
   // spec: specs/rmsnorm.yaml:35:46
-  float v29[16];
+  float v23[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v29[e] = v28[0];
+  for (int e = 0; e < 16; ++e) v23[e] = v22[0];
+  // spec: specs/rmsnorm.yaml:32:22
+  const int v24 = 1;
+  // spec: specs/rmsnorm.yaml:32:22
+  const int v25 = 0;
+  // spec: specs/rmsnorm.yaml:32:22
+  const int v26 = 1024;
+  // spec: specs/rmsnorm.yaml:32:22
+  const int v27 = 1023;
+  // spec: specs/rmsnorm.yaml:32:22
+  const int v28 = (v1 + v27);
+  // spec: specs/rmsnorm.yaml:32:22
+  const int v29 = (kg::floordiv(v28, v26));
   // spec: specs/rmsnorm.yaml:32:7
 
-  for (int v30 = v26; v30 < v25; v30 += v27) {
+  for (int v30 = v25; v30 < v29; v30 += v24) {
     
     // spec: specs/rmsnorm.yaml:33:15
     kg::fp16 v31[16];
@@ -182,12 +176,8 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void rmsnorm_fw
         }
       }
     }
-    // spec: specs/rmsnorm.yaml:33:15
-    float v32[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v32[e] = kg::cvt<float>(kg::f32(v31[e]));
     // spec: specs/rmsnorm.yaml:34:16
-    kg::fp16 v33[16];
+    kg::fp16 v32[16];
     {
       const kg::fp16* p_ = t_w + (0);
       const bool aligned_ = kg::aligned(p_, 16);
@@ -198,32 +188,36 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void rmsnorm_fw
         const int64_t off_ = (int64_t)i0_ * 1;
         const bool in_ = i0_ + 8 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v33[e], p_ + off_);
+          kg::copy_vec<8>(&v32[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v33[e + v] = (i0_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v32[e + v] = (i0_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     // spec: specs/rmsnorm.yaml:34:16
-    float v34[16];
+    float v33[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v34[e] = kg::cvt<float>(kg::f32(v33[e]));
+    for (int e = 0; e < 16; ++e) v33[e] = kg::cvt<float>(kg::f32(v32[e]));
+    // spec: specs/rmsnorm.yaml:35:63
+    float (&v34)[16] = v33;
     // spec: specs/rmsnorm.yaml:35:46
     float v35[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v35[e] = (v32[e] * v29[e]);
-    // spec: specs/rmsnorm.yaml:35:63
-    float (&v36)[16] = v34;
+    for (int e = 0; e < 16; ++e) v35[e] = v34[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+    // spec: specs/rmsnorm.yaml:33:15
+    float v36[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v36[e] = kg::cvt<float>(kg::f32(v31[e]));
     // spec: specs/rmsnorm.yaml:35:46
     float v37[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v37[e] = v36[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+    for (int e = 0; e < 16; ++e) v37[e] = (v36[e] * v23[e]);
     // spec: specs/rmsnorm.yaml:35:46
     float v38[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v38[e] = (v35[e] * v37[e]);
+    for (int e = 0; e < 16; ++e) v38[e] = (v37[e] * v35[e]);
     // spec: specs/rmsnorm.yaml:35:45
     kg::fp16 v39[16];
     #pragma unroll

@@ -14,28 +14,28 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void rmsnorm_fw
   const int v1 = size_N;
   // spec: specs/rmsnorm.yaml:23:20
   const int v2 = kg::block_id_x();
+  // spec: specs/rmsnorm.yaml:26:22
+  const int v3 = 1;
+  // spec: specs/rmsnorm.yaml:26:22
+  const int v4 = 0;
+  // spec: specs/rmsnorm.yaml:26:22
+  const int v5 = 1024;
+  // spec: specs/rmsnorm.yaml:26:22
+  const int v6 = 1023;
+  // spec: specs/rmsnorm.yaml:26:22
+  const int v7 = (v1 + v6);
+  // spec: specs/rmsnorm.yaml:26:22
+  const int v8 = (kg::floordiv(v7, v5));
   // spec: specs/rmsnorm.yaml:25:12
-  float v3[1];
+  float v9[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v3[e] = 0.0f;
-  // spec: specs/rmsnorm.yaml:26:22
-  const int v4 = 1023;
-  // spec: specs/rmsnorm.yaml:26:22
-  const int v5 = (v1 + v4);
-  // spec: specs/rmsnorm.yaml:26:22
-  const int v6 = 1024;
-  // spec: specs/rmsnorm.yaml:26:22
-  const int v7 = (kg::floordiv(v5, v6));
-  // spec: specs/rmsnorm.yaml:26:22
-  const int v8 = 0;
-  // spec: specs/rmsnorm.yaml:26:22
-  const int v9 = 1;
+  for (int e = 0; e < 1; ++e) v9[e] = 0.0f;
   // spec: specs/rmsnorm.yaml:26:7
 
   float v10[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v10[e] = v3[e];
-  for (int v11 = v8; v11 < v7; v11 += v9) {
+  for (int e = 0; e < 1; ++e) v10[e] = v9[e];
+  for (int v11 = v4; v11 < v8; v11 += v3) {
     float (&v12)[1] = v10;
     
     // spec: specs/rmsnorm.yaml:27:15
@@ -125,36 +125,30 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void rmsnorm_fw
     for (int e = 0; e < 1; e += 1) {
       const int i0_ = t0_ + 0;
       const int64_t off_ = (int64_t)i0_ * 1;
-      if (aligned_ && i0_ + 1 <= (size_M)) {
-        kg::copy_vec<1>(p_ + off_, &v20[e]);
-      } else {
-  #pragma unroll
-        for (int v = 0; v < 1; ++v)
-          if (i0_ + v < (size_M)) p_[off_ + v] = v20[e + v];
-      }
+      if (i0_ + 1 <= (size_M)) p_[off_] = v20[e];
     }
   }
-  // spec: specs/rmsnorm.yaml:32:22
-  const int v21 = 1023;
-  // spec: specs/rmsnorm.yaml:32:22
-  const int v22 = (v1 + v21);
-  // spec: specs/rmsnorm.yaml:32:22
-  const int v23 = 1024;
-  // spec: specs/rmsnorm.yaml:32:22
-  const int v24 = (kg::floordiv(v22, v23));
-  // spec: specs/rmsnorm.yaml:32:22
-  const int v25 = 0;
-  // spec: specs/rmsnorm.yaml:32:22
-  const int v26 = 1;
   // spec: specs/rmsnorm.yaml:35:50
-  float (&v27)[1] = v20;
+  float (&v21)[1] = v20;
   // spec: specs/rmsnorm.yaml:35:46
-  float v28[16];
+  float v22[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v28[e] = v27[0];
+  for (int e = 0; e < 16; ++e) v22[e] = v21[0];
+  // spec: specs/rmsnorm.yaml:32:22
+  const int v23 = 1;
+  // spec: specs/rmsnorm.yaml:32:22
+  const int v24 = 0;
+  // spec: specs/rmsnorm.yaml:32:22
+  const int v25 = 1024;
+  // spec: specs/rmsnorm.yaml:32:22
+  const int v26 = 1023;
+  // spec: specs/rmsnorm.yaml:32:22
+  const int v27 = (v1 + v26);
+  // spec: specs/rmsnorm.yaml:32:22
+  const int v28 = (kg::floordiv(v27, v25));
   // spec: specs/rmsnorm.yaml:32:7
 
-  for (int v29 = v25; v29 < v24; v29 += v26) {
+  for (int v29 = v24; v29 < v28; v29 += v23) {
     
     // spec: specs/rmsnorm.yaml:33:15
     float v30[16];
@@ -198,20 +192,20 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void rmsnorm_fw
         }
       }
     }
-    // spec: specs/rmsnorm.yaml:35:46
-    float v32[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v32[e] = (v30[e] * v28[e]);
     // spec: specs/rmsnorm.yaml:35:63
-    float (&v33)[16] = v31;
+    float (&v32)[16] = v31;
+    // spec: specs/rmsnorm.yaml:35:46
+    float v33[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v33[e] = v32[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
     // spec: specs/rmsnorm.yaml:35:46
     float v34[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v34[e] = v33[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+    for (int e = 0; e < 16; ++e) v34[e] = (v30[e] * v22[e]);
     // spec: specs/rmsnorm.yaml:35:46
     float v35[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v35[e] = (v32[e] * v34[e]);
+    for (int e = 0; e < 16; ++e) v35[e] = (v34[e] * v33[e]);
     // spec: specs/rmsnorm.yaml:35:11
     if ((lane & 0) == 0 && (warp & 0) == 0) {
       float* p_ = t_y + (0);

@@ -32,28 +32,28 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void rmsnorm_bw
       }
     }
   }
+  // spec: specs/rmsnorm_bwd.yaml:28:22
+  const int v3 = 1;
+  // spec: specs/rmsnorm_bwd.yaml:28:22
+  const int v4 = 0;
+  // spec: specs/rmsnorm_bwd.yaml:28:22
+  const int v5 = 512;
+  // spec: specs/rmsnorm_bwd.yaml:28:22
+  const int v6 = 511;
+  // spec: specs/rmsnorm_bwd.yaml:28:22
+  const int v7 = (v0 + v6);
+  // spec: specs/rmsnorm_bwd.yaml:28:22
+  const int v8 = (kg::floordiv(v7, v5));
   // spec: specs/rmsnorm_bwd.yaml:27:11
-  float v3[1];
+  float v9[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v3[e] = 0.0f;
-  // spec: specs/rmsnorm_bwd.yaml:28:22
-  const int v4 = 511;
-  // spec: specs/rmsnorm_bwd.yaml:28:22
-  const int v5 = (v0 + v4);
-  // spec: specs/rmsnorm_bwd.yaml:28:22
-  const int v6 = 512;
-  // spec: specs/rmsnorm_bwd.yaml:28:22
-  const int v7 = (kg::floordiv(v5, v6));
-  // spec: specs/rmsnorm_bwd.yaml:28:22
-  const int v8 = 0;
-  // spec: specs/rmsnorm_bwd.yaml:28:22
-  const int v9 = 1;
+  for (int e = 0; e < 1; ++e) v9[e] = 0.0f;
   // spec: specs/rmsnorm_bwd.yaml:28:7
 
   float v10[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v10[e] = v3[e];
-  for (int v11 = v8; v11 < v7; v11 += v9) {
+  for (int e = 0; e < 1; ++e) v10[e] = v9[e];
+  for (int v11 = v4; v11 < v8; v11 += v3) {
     float (&v12)[1] = v10;
     
     // spec: specs/rmsnorm_bwd.yaml:29:16
@@ -78,12 +78,8 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void rmsnorm_bw
         }
       }
     }
-    // spec: specs/rmsnorm_bwd.yaml:29:16
-    float v14[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v14[e] = kg::cvt<float>(kg::f32(v13[e]));
     // spec: specs/rmsnorm_bwd.yaml:30:15
-    kg::bf16 v15[8];
+    kg::bf16 v14[8];
     {
       const kg::bf16* p_ = t_dy + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dy_0 % 8 == 0;
@@ -96,20 +92,16 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void rmsnorm_bw
         const int64_t off_ = (int64_t)i0_ * stride_dy_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_M) && i1_ + 8 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v15[e], p_ + off_);
+          kg::copy_vec<8>(&v14[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v15[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v14[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
-    // spec: specs/rmsnorm_bwd.yaml:30:15
-    float v16[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v16[e] = kg::cvt<float>(kg::f32(v15[e]));
     // spec: specs/rmsnorm_bwd.yaml:30:60
-    kg::bf16 v17[8];
+    kg::bf16 v15[8];
     {
       const kg::bf16* p_ = t_w + (0);
       const bool aligned_ = kg::aligned(p_, 16);
@@ -120,32 +112,40 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void rmsnorm_bw
         const int64_t off_ = (int64_t)i0_ * 1;
         const bool in_ = i0_ + 8 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v17[e], p_ + off_);
+          kg::copy_vec<8>(&v15[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v17[e + v] = (i0_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v15[e + v] = (i0_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     // spec: specs/rmsnorm_bwd.yaml:30:60
+    float v16[8];
+    #pragma unroll
+    for (int e = 0; e < 8; ++e) v16[e] = kg::cvt<float>(kg::f32(v15[e]));
+    // spec: specs/rmsnorm_bwd.yaml:30:60
+    float (&v17)[8] = v16;
+    // spec: specs/rmsnorm_bwd.yaml:30:15
     float v18[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v18[e] = kg::cvt<float>(kg::f32(v17[e]));
-    // spec: specs/rmsnorm_bwd.yaml:30:60
-    float (&v19)[8] = v18;
+    for (int e = 0; e < 8; ++e) v18[e] = v17[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4];
+    // spec: specs/rmsnorm_bwd.yaml:30:15
+    float v19[8];
+    #pragma unroll
+    for (int e = 0; e < 8; ++e) v19[e] = kg::cvt<float>(kg::f32(v14[e]));
     // spec: specs/rmsnorm_bwd.yaml:30:15
     float v20[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v20[e] = v19[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4];
-    // spec: specs/rmsnorm_bwd.yaml:30:15
+    for (int e = 0; e < 8; ++e) v20[e] = (v19[e] * v18[e]);
+    // spec: specs/rmsnorm_bwd.yaml:29:16
     float v21[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v21[e] = (v16[e] * v20[e]);
+    for (int e = 0; e < 8; ++e) v21[e] = kg::cvt<float>(kg::f32(v13[e]));
     // spec: specs/rmsnorm_bwd.yaml:31:23
     float v22[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v22[e] = (v21[e] * v14[e]);
+    for (int e = 0; e < 8; ++e) v22[e] = (v20[e] * v21[e]);
     // spec: specs/rmsnorm_bwd.yaml:31:19
     float v23[1];
     {
@@ -184,53 +184,53 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void rmsnorm_bw
     #pragma unroll
     for (int e = 0; e < 1; ++e) v10[e] = y0_[e];
   }
-  // spec: specs/rmsnorm_bwd.yaml:32:11
-  float v25[1];
-  #pragma unroll
-  for (int e = 0; e < 1; ++e) v25[e] = (v2[e] * v2[e]);
-  // spec: specs/rmsnorm_bwd.yaml:32:11
-  float v26[1];
-  #pragma unroll
-  for (int e = 0; e < 1; ++e) v26[e] = (v25[e] * v10[e]);
-  // spec: specs/rmsnorm_bwd.yaml:32:11
-  const float v27 = kg::cvt<float>(v0);
-  // spec: specs/rmsnorm_bwd.yaml:32:11
-  float v28[1];
-  #pragma unroll
-  for (int e = 0; e < 1; ++e) v28[e] = (v26[e] / v27);
-  // spec: specs/rmsnorm_bwd.yaml:33:22
-  const int v29 = 511;
-  // spec: specs/rmsnorm_bwd.yaml:33:22
-  const int v30 = (v0 + v29);
-  // spec: specs/rmsnorm_bwd.yaml:33:22
-  const int v31 = 512;
-  // spec: specs/rmsnorm_bwd.yaml:33:22
-  const int v32 = (kg::floordiv(v30, v31));
-  // spec: specs/rmsnorm_bwd.yaml:33:22
-  const int v33 = 0;
-  // spec: specs/rmsnorm_bwd.yaml:33:22
-  const int v34 = 1;
-  // spec: specs/rmsnorm_bwd.yaml:37:47
-  float (&v35)[1] = v2;
-  // spec: specs/rmsnorm_bwd.yaml:37:70
-  float (&v36)[1] = v28;
-  // spec: specs/rmsnorm_bwd.yaml:37:65
-  float v37[8];
-  #pragma unroll
-  for (int e = 0; e < 8; ++e) v37[e] = v36[0];
-  // spec: specs/rmsnorm_bwd.yaml:37:47
-  float v38[8];
-  #pragma unroll
-  for (int e = 0; e < 8; ++e) v38[e] = v35[0];
   // spec: specs/rmsnorm_bwd.yaml:38:74
-  float (&v39)[1] = v2;
+  float (&v25)[1] = v2;
   // spec: specs/rmsnorm_bwd.yaml:38:64
-  float v40[8];
+  float v26[8];
   #pragma unroll
-  for (int e = 0; e < 8; ++e) v40[e] = v39[0];
+  for (int e = 0; e < 8; ++e) v26[e] = v25[0];
+  // spec: specs/rmsnorm_bwd.yaml:37:47
+  float (&v27)[1] = v2;
+  // spec: specs/rmsnorm_bwd.yaml:37:47
+  float v28[8];
+  #pragma unroll
+  for (int e = 0; e < 8; ++e) v28[e] = v27[0];
+  // spec: specs/rmsnorm_bwd.yaml:32:11
+  const float v29 = kg::cvt<float>(v0);
+  // spec: specs/rmsnorm_bwd.yaml:32:11
+  float v30[1];
+  #pragma unroll
+  for (int e = 0; e < 1; ++e) v30[e] = (v2[e] * v2[e]);
+  // spec: specs/rmsnorm_bwd.yaml:32:11
+  float v31[1];
+  #pragma unroll
+  for (int e = 0; e < 1; ++e) v31[e] = (v30[e] * v10[e]);
+  // spec: specs/rmsnorm_bwd.yaml:32:11
+  float v32[1];
+  #pragma unroll
+  for (int e = 0; e < 1; ++e) v32[e] = (v31[e] / v29);
+  // spec: specs/rmsnorm_bwd.yaml:37:70
+  float (&v33)[1] = v32;
+  // spec: specs/rmsnorm_bwd.yaml:37:65
+  float v34[8];
+  #pragma unroll
+  for (int e = 0; e < 8; ++e) v34[e] = v33[0];
+  // spec: specs/rmsnorm_bwd.yaml:33:22
+  const int v35 = 1;
+  // spec: specs/rmsnorm_bwd.yaml:33:22
+  const int v36 = 0;
+  // spec: specs/rmsnorm_bwd.yaml:33:22
+  const int v37 = 512;
+  // spec: specs/rmsnorm_bwd.yaml:33:22
+  const int v38 = 511;
+  // spec: specs/rmsnorm_bwd.yaml:33:22
+  const int v39 = (v0 + v38);
+  // spec: specs/rmsnorm_bwd.yaml:33:22
+  const int v40 = (kg::floordiv(v39, v37));
   // spec: specs/rmsnorm_bwd.yaml:33:7
 
-  for (int v41 = v33; v41 < v32; v41 += v34) {
+  for (int v41 = v36; v41 < v40; v41 += v35) {
     
     // spec: specs/rmsnorm_bwd.yaml:34:16
     kg::bf16 v42[8];
@@ -254,12 +254,8 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void rmsnorm_bw
         }
       }
     }
-    // spec: specs/rmsnorm_bwd.yaml:34:16
-    float v43[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v43[e] = kg::cvt<float>(kg::f32(v42[e]));
     // spec: specs/rmsnorm_bwd.yaml:35:16
-    kg::bf16 v44[8];
+    kg::bf16 v43[8];
     {
       const kg::bf16* p_ = t_dy + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dy_0 % 8 == 0;
@@ -272,20 +268,16 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void rmsnorm_bw
         const int64_t off_ = (int64_t)i0_ * stride_dy_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_M) && i1_ + 8 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v44[e], p_ + off_);
+          kg::copy_vec<8>(&v43[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v44[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v43[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
-    // spec: specs/rmsnorm_bwd.yaml:35:16
-    float v45[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v45[e] = kg::cvt<float>(kg::f32(v44[e]));
     // spec: specs/rmsnorm_bwd.yaml:36:20
-    kg::bf16 v46[8];
+    kg::bf16 v44[8];
     {
       const kg::bf16* p_ = t_w + (0);
       const bool aligned_ = kg::aligned(p_, 16);
@@ -296,40 +288,48 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void rmsnorm_bw
         const int64_t off_ = (int64_t)i0_ * 1;
         const bool in_ = i0_ + 8 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v46[e], p_ + off_);
+          kg::copy_vec<8>(&v44[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v46[e + v] = (i0_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v44[e + v] = (i0_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
+    // spec: specs/rmsnorm_bwd.yaml:34:16
+    float v45[8];
+    #pragma unroll
+    for (int e = 0; e < 8; ++e) v45[e] = kg::cvt<float>(kg::f32(v42[e]));
+    // spec: specs/rmsnorm_bwd.yaml:37:65
+    float v46[8];
+    #pragma unroll
+    for (int e = 0; e < 8; ++e) v46[e] = (v45[e] * v34[e]);
     // spec: specs/rmsnorm_bwd.yaml:36:20
     float v47[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v47[e] = kg::cvt<float>(kg::f32(v46[e]));
+    for (int e = 0; e < 8; ++e) v47[e] = kg::cvt<float>(kg::f32(v44[e]));
     // spec: specs/rmsnorm_bwd.yaml:36:20
     float (&v48)[8] = v47;
     // spec: specs/rmsnorm_bwd.yaml:36:15
     float v49[8];
     #pragma unroll
     for (int e = 0; e < 8; ++e) v49[e] = v48[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4];
-    // spec: specs/rmsnorm_bwd.yaml:36:15
+    // spec: specs/rmsnorm_bwd.yaml:35:16
     float v50[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v50[e] = (v45[e] * v49[e]);
-    // spec: specs/rmsnorm_bwd.yaml:37:65
+    for (int e = 0; e < 8; ++e) v50[e] = kg::cvt<float>(kg::f32(v43[e]));
+    // spec: specs/rmsnorm_bwd.yaml:36:15
     float v51[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v51[e] = (v43[e] * v37[e]);
+    for (int e = 0; e < 8; ++e) v51[e] = (v50[e] * v49[e]);
     // spec: specs/rmsnorm_bwd.yaml:37:61
     float v52[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v52[e] = (v50[e] - v51[e]);
+    for (int e = 0; e < 8; ++e) v52[e] = (v51[e] - v46[e]);
     // spec: specs/rmsnorm_bwd.yaml:37:47
     float v53[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v53[e] = (v38[e] * v52[e]);
+    for (int e = 0; e < 8; ++e) v53[e] = (v28[e] * v52[e]);
     // spec: specs/rmsnorm_bwd.yaml:37:46
     kg::bf16 v54[8];
     #pragma unroll
@@ -357,11 +357,11 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void rmsnorm_bw
     // spec: specs/rmsnorm_bwd.yaml:38:64
     float v55[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v55[e] = (v45[e] * v43[e]);
+    for (int e = 0; e < 8; ++e) v55[e] = (v50[e] * v45[e]);
     // spec: specs/rmsnorm_bwd.yaml:38:64
     float v56[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v56[e] = (v55[e] * v40[e]);
+    for (int e = 0; e < 8; ++e) v56[e] = (v55[e] * v26[e]);
     // spec: specs/rmsnorm_bwd.yaml:38:60
     float v57[8];
     {

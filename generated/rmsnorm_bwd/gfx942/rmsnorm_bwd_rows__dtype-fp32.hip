@@ -32,28 +32,28 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void rmsnorm_bw
       }
     }
   }
+  // spec: specs/rmsnorm_bwd.yaml:28:22
+  const int v3 = 1;
+  // spec: specs/rmsnorm_bwd.yaml:28:22
+  const int v4 = 0;
+  // spec: specs/rmsnorm_bwd.yaml:28:22
+  const int v5 = 512;
+  // spec: specs/rmsnorm_bwd.yaml:28:22
+  const int v6 = 511;
+  // spec: specs/rmsnorm_bwd.yaml:28:22
+  const int v7 = (v0 + v6);
+  // spec: specs/rmsnorm_bwd.yaml:28:22
+  const int v8 = (kg::floordiv(v7, v5));
   // spec: specs/rmsnorm_bwd.yaml:27:11
-  float v3[1];
+  float v9[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v3[e] = 0.0f;
-  // spec: specs/rmsnorm_bwd.yaml:28:22
-  const int v4 = 511;
-  // spec: specs/rmsnorm_bwd.yaml:28:22
-  const int v5 = (v0 + v4);
-  // spec: specs/rmsnorm_bwd.yaml:28:22
-  const int v6 = 512;
-  // spec: specs/rmsnorm_bwd.yaml:28:22
-  const int v7 = (kg::floordiv(v5, v6));
-  // spec: specs/rmsnorm_bwd.yaml:28:22
-  const int v8 = 0;
-  // spec: specs/rmsnorm_bwd.yaml:28:22
-  const int v9 = 1;
+  for (int e = 0; e < 1; ++e) v9[e] = 0.0f;
   // spec: specs/rmsnorm_bwd.yaml:28:7
 
   float v10[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v10[e] = v3[e];
-  for (int v11 = v8; v11 < v7; v11 += v9) {
+  for (int e = 0; e < 1; ++e) v10[e] = v9[e];
+  for (int v11 = v4; v11 < v8; v11 += v3) {
     float (&v12)[1] = v10;
     
     // spec: specs/rmsnorm_bwd.yaml:29:16
@@ -172,53 +172,53 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void rmsnorm_bw
     #pragma unroll
     for (int e = 0; e < 1; ++e) v10[e] = y0_[e];
   }
-  // spec: specs/rmsnorm_bwd.yaml:32:11
-  float v22[1];
-  #pragma unroll
-  for (int e = 0; e < 1; ++e) v22[e] = (v2[e] * v2[e]);
-  // spec: specs/rmsnorm_bwd.yaml:32:11
-  float v23[1];
-  #pragma unroll
-  for (int e = 0; e < 1; ++e) v23[e] = (v22[e] * v10[e]);
-  // spec: specs/rmsnorm_bwd.yaml:32:11
-  const float v24 = kg::cvt<float>(v0);
-  // spec: specs/rmsnorm_bwd.yaml:32:11
-  float v25[1];
-  #pragma unroll
-  for (int e = 0; e < 1; ++e) v25[e] = (v23[e] / v24);
-  // spec: specs/rmsnorm_bwd.yaml:33:22
-  const int v26 = 511;
-  // spec: specs/rmsnorm_bwd.yaml:33:22
-  const int v27 = (v0 + v26);
-  // spec: specs/rmsnorm_bwd.yaml:33:22
-  const int v28 = 512;
-  // spec: specs/rmsnorm_bwd.yaml:33:22
-  const int v29 = (kg::floordiv(v27, v28));
-  // spec: specs/rmsnorm_bwd.yaml:33:22
-  const int v30 = 0;
-  // spec: specs/rmsnorm_bwd.yaml:33:22
-  const int v31 = 1;
-  // spec: specs/rmsnorm_bwd.yaml:37:47
-  float (&v32)[1] = v2;
-  // spec: specs/rmsnorm_bwd.yaml:37:70
-  float (&v33)[1] = v25;
-  // spec: specs/rmsnorm_bwd.yaml:37:65
-  float v34[8];
-  #pragma unroll
-  for (int e = 0; e < 8; ++e) v34[e] = v33[0];
-  // spec: specs/rmsnorm_bwd.yaml:37:47
-  float v35[8];
-  #pragma unroll
-  for (int e = 0; e < 8; ++e) v35[e] = v32[0];
   // spec: specs/rmsnorm_bwd.yaml:38:74
-  float (&v36)[1] = v2;
+  float (&v22)[1] = v2;
   // spec: specs/rmsnorm_bwd.yaml:38:64
-  float v37[8];
+  float v23[8];
   #pragma unroll
-  for (int e = 0; e < 8; ++e) v37[e] = v36[0];
+  for (int e = 0; e < 8; ++e) v23[e] = v22[0];
+  // spec: specs/rmsnorm_bwd.yaml:37:47
+  float (&v24)[1] = v2;
+  // spec: specs/rmsnorm_bwd.yaml:37:47
+  float v25[8];
+  #pragma unroll
+  for (int e = 0; e < 8; ++e) v25[e] = v24[0];
+  // spec: specs/rmsnorm_bwd.yaml:32:11
+  const float v26 = kg::cvt<float>(v0);
+  // spec: specs/rmsnorm_bwd.yaml:32:11
+  float v27[1];
+  #pragma unroll
+  for (int e = 0; e < 1; ++e) v27[e] = (v2[e] * v2[e]);
+  // spec: specs/rmsnorm_bwd.yaml:32:11
+  float v28[1];
+  #pragma unroll
+  for (int e = 0; e < 1; ++e) v28[e] = (v27[e] * v10[e]);
+  // spec: specs/rmsnorm_bwd.yaml:32:11
+  float v29[1];
+  #pragma unroll
+  for (int e = 0; e < 1; ++e) v29[e] = (v28[e] / v26);
+  // spec: specs/rmsnorm_bwd.yaml:37:70
+  float (&v30)[1] = v29;
+  // spec: specs/rmsnorm_bwd.yaml:37:65
+  float v31[8];
+  #pragma unroll
+  for (int e = 0; e < 8; ++e) v31[e] = v30[0];
+  // spec: specs/rmsnorm_bwd.yaml:33:22
+  const int v32 = 1;
+  // spec: specs/rmsnorm_bwd.yaml:33:22
+  const int v33 = 0;
+  // spec: specs/rmsnorm_bwd.yaml:33:22
+  const int v34 = 512;
+  // spec: specs/rmsnorm_bwd.yaml:33:22
+  const int v35 = 511;
+  // spec: specs/rmsnorm_bwd.yaml:33:22
+  const int v36 = (v0 + v35);
+  // spec: specs/rmsnorm_bwd.yaml:33:22
+  const int v37 = (kg::floordiv(v36, v34));
   // spec: specs/rmsnorm_bwd.yaml:33:7
 
-  for (int v38 = v30; v38 < v29; v38 += v31) {
+  for (int v38 = v33; v38 < v37; v38 += v32) {
     
     // spec: specs/rmsnorm_bwd.yaml:34:16
     float v39[8];
@@ -284,28 +284,28 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void rmsnorm_bw
         }
       }
     }
-    // spec: specs/rmsnorm_bwd.yaml:36:20
-    float (&v42)[8] = v41;
-    // spec: specs/rmsnorm_bwd.yaml:36:15
-    float v43[8];
+    // spec: specs/rmsnorm_bwd.yaml:37:65
+    float v42[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v43[e] = v42[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4];
+    for (int e = 0; e < 8; ++e) v42[e] = (v39[e] * v31[e]);
+    // spec: specs/rmsnorm_bwd.yaml:36:20
+    float (&v43)[8] = v41;
     // spec: specs/rmsnorm_bwd.yaml:36:15
     float v44[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v44[e] = (v40[e] * v43[e]);
-    // spec: specs/rmsnorm_bwd.yaml:37:65
+    for (int e = 0; e < 8; ++e) v44[e] = v43[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4];
+    // spec: specs/rmsnorm_bwd.yaml:36:15
     float v45[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v45[e] = (v39[e] * v34[e]);
+    for (int e = 0; e < 8; ++e) v45[e] = (v40[e] * v44[e]);
     // spec: specs/rmsnorm_bwd.yaml:37:61
     float v46[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v46[e] = (v44[e] - v45[e]);
+    for (int e = 0; e < 8; ++e) v46[e] = (v45[e] - v42[e]);
     // spec: specs/rmsnorm_bwd.yaml:37:47
     float v47[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v47[e] = (v35[e] * v46[e]);
+    for (int e = 0; e < 8; ++e) v47[e] = (v25[e] * v46[e]);
     // spec: specs/rmsnorm_bwd.yaml:37:11
     if ((lane & 0) == 0 && (warp & 0) == 0) {
       float* p_ = t_dx + (0);
@@ -333,7 +333,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void rmsnorm_bw
     // spec: specs/rmsnorm_bwd.yaml:38:64
     float v49[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v49[e] = (v48[e] * v37[e]);
+    for (int e = 0; e < 8; ++e) v49[e] = (v48[e] * v23[e]);
     // spec: specs/rmsnorm_bwd.yaml:38:60
     float v50[8];
     {

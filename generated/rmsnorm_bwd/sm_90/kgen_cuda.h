@@ -38,6 +38,16 @@ KG_DEVICE float sqrt_(float x) { return sqrtf(x); }
 KG_DEVICE float rsqrt_(float x) { return rsqrtf(x); }
 KG_DEVICE float pow_(float a, float b) { return powf(a, b); }
 KG_DEVICE void atomic_add(float* p, float v) { atomicAdd(p, v); }
+// N consecutive floats (8- or 16-byte aligned) added by one red.global.add.vN.f32 (PTX ISA, red:
+// vector forms need .global and sm_90); the descriptor's global_fp32_atomic_vector allows N > 1
+template <int N> KG_DEVICE void atomic_add_vec(float* p, const float* v);
+template <> KG_DEVICE void atomic_add_vec<1>(float* p, const float* v) { atomicAdd(p, v[0]); }
+template <> KG_DEVICE void atomic_add_vec<2>(float* p, const float* v) {
+  asm volatile("red.relaxed.gpu.global.add.v2.f32 [%0], {%1, %2};" ::"l"(p), "f"(v[0]), "f"(v[1]) : "memory");
+}
+template <> KG_DEVICE void atomic_add_vec<4>(float* p, const float* v) {
+  asm volatile("red.relaxed.gpu.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(v[0]), "f"(v[1]), "f"(v[2]), "f"(v[3]) : "memory");
+}
 // max.NaN / min.NaN (PTX ISA, sm_80+): NaN if either operand is NaN, in one FMNMX
 #define KG_HAS_NAN_MINMAX 1
 KG_DEVICE float fmax_nan(float a, float b) { float r; asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r; }

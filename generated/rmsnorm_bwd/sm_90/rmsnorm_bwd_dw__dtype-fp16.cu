@@ -12,36 +12,36 @@ KG_KERNEL void __launch_bounds__(128) rmsnorm_bwd_dw(const kg::fp16* __restrict_
   const int v0 = size_M;
   // spec: specs/rmsnorm_bwd.yaml:43:20
   const int v1 = kg::block_id_x();
+  // spec: specs/rmsnorm_bwd.yaml:45:22
+  const int v2 = 1;
+  // spec: specs/rmsnorm_bwd.yaml:45:22
+  const int v3 = 0;
+  // spec: specs/rmsnorm_bwd.yaml:45:22
+  const int v4 = 16;
+  // spec: specs/rmsnorm_bwd.yaml:45:22
+  const int v5 = 15;
+  // spec: specs/rmsnorm_bwd.yaml:45:27
+  const int v6 = 4;
+  // spec: specs/rmsnorm_bwd.yaml:45:27
+  const int v7 = 3;
+  // spec: specs/rmsnorm_bwd.yaml:45:27
+  const int v8 = (v0 + v7);
+  // spec: specs/rmsnorm_bwd.yaml:45:27
+  const int v9 = (kg::floordiv(v8, v6));
+  // spec: specs/rmsnorm_bwd.yaml:45:22
+  const int v10 = (v9 + v5);
+  // spec: specs/rmsnorm_bwd.yaml:45:22
+  const int v11 = (kg::floordiv(v10, v4));
   // spec: specs/rmsnorm_bwd.yaml:44:13
-  float v2[4];
+  float v12[4];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v2[e] = 0.0f;
-  // spec: specs/rmsnorm_bwd.yaml:45:27
-  const int v3 = 3;
-  // spec: specs/rmsnorm_bwd.yaml:45:27
-  const int v4 = (v0 + v3);
-  // spec: specs/rmsnorm_bwd.yaml:45:27
-  const int v5 = 4;
-  // spec: specs/rmsnorm_bwd.yaml:45:27
-  const int v6 = (kg::floordiv(v4, v5));
-  // spec: specs/rmsnorm_bwd.yaml:45:22
-  const int v7 = 15;
-  // spec: specs/rmsnorm_bwd.yaml:45:22
-  const int v8 = (v6 + v7);
-  // spec: specs/rmsnorm_bwd.yaml:45:22
-  const int v9 = 16;
-  // spec: specs/rmsnorm_bwd.yaml:45:22
-  const int v10 = (kg::floordiv(v8, v9));
-  // spec: specs/rmsnorm_bwd.yaml:45:22
-  const int v11 = 0;
-  // spec: specs/rmsnorm_bwd.yaml:45:22
-  const int v12 = 1;
+  for (int e = 0; e < 4; ++e) v12[e] = 0.0f;
   // spec: specs/rmsnorm_bwd.yaml:45:7
 
   float v13[4];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v13[e] = v2[e];
-  for (int v14 = v11; v14 < v10; v14 += v12) {
+  for (int e = 0; e < 4; ++e) v13[e] = v12[e];
+  for (int v14 = v3; v14 < v11; v14 += v2) {
     float (&v15)[4] = v13;
     
     // spec: specs/rmsnorm_bwd.yaml:46:27

@@ -12,35 +12,35 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void softmax_fw
   const int v0 = size_N;
   // spec: specs/softmax.yaml:16:20
   const int v1 = kg::block_id_x();
-  // spec: specs/softmax.yaml:18:11
-  float v2[1];
-  #pragma unroll
-  for (int e = 0; e < 1; ++e) v2[e] = -kg::inf();
+  // spec: specs/softmax.yaml:20:22
+  const int v2 = 1;
+  // spec: specs/softmax.yaml:20:22
+  const int v3 = 0;
+  // spec: specs/softmax.yaml:20:22
+  const int v4 = 1024;
+  // spec: specs/softmax.yaml:20:22
+  const int v5 = 1023;
+  // spec: specs/softmax.yaml:20:22
+  const int v6 = (v0 + v5);
+  // spec: specs/softmax.yaml:20:22
+  const int v7 = (kg::floordiv(v6, v4));
   // spec: specs/softmax.yaml:19:11
-  float v3[1];
+  float v8[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v3[e] = 0.0f;
-  // spec: specs/softmax.yaml:20:22
-  const int v4 = 1023;
-  // spec: specs/softmax.yaml:20:22
-  const int v5 = (v0 + v4);
-  // spec: specs/softmax.yaml:20:22
-  const int v6 = 1024;
-  // spec: specs/softmax.yaml:20:22
-  const int v7 = (kg::floordiv(v5, v6));
-  // spec: specs/softmax.yaml:20:22
-  const int v8 = 0;
-  // spec: specs/softmax.yaml:20:22
-  const int v9 = 1;
+  for (int e = 0; e < 1; ++e) v8[e] = 0.0f;
+  // spec: specs/softmax.yaml:18:11
+  float v9[1];
+  #pragma unroll
+  for (int e = 0; e < 1; ++e) v9[e] = -kg::inf();
   // spec: specs/softmax.yaml:20:7
 
   float v10[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v10[e] = v3[e];
+  for (int e = 0; e < 1; ++e) v10[e] = v8[e];
   float v11[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v11[e] = v2[e];
-  for (int v12 = v8; v12 < v7; v12 += v9) {
+  for (int e = 0; e < 1; ++e) v11[e] = v9[e];
+  for (int v12 = v3; v12 < v7; v12 += v2) {
     float (&v13)[1] = v10;
     float (&v14)[1] = v11;
     
@@ -96,62 +96,62 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void softmax_fw
     float v17[1];
     #pragma unroll
     for (int e = 0; e < 1; ++e) v17[e] = (kg::max_(v14[e], v16[e]));
-    // spec: specs/softmax.yaml:23:23
-    float v18[1];
-    #pragma unroll
-    for (int e = 0; e < 1; ++e) v18[e] = (v14[e] - v17[e]);
-    // spec: specs/softmax.yaml:23:19
-    float v19[1];
-    #pragma unroll
-    for (int e = 0; e < 1; ++e) v19[e] = kg::exp_(v18[e]);
-    // spec: specs/softmax.yaml:23:15
-    float v20[1];
-    #pragma unroll
-    for (int e = 0; e < 1; ++e) v20[e] = (v13[e] * v19[e]);
     // spec: specs/softmax.yaml:23:48
-    float (&v21)[1] = v17;
+    float (&v18)[1] = v17;
     // spec: specs/softmax.yaml:23:44
-    float v22[16];
+    float v19[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v22[e] = v21[0];
+    for (int e = 0; e < 16; ++e) v19[e] = v18[0];
     // spec: specs/softmax.yaml:23:44
-    float v23[16];
+    float v20[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v23[e] = (v15[e] - v22[e]);
+    for (int e = 0; e < 16; ++e) v20[e] = (v15[e] - v19[e]);
     // spec: specs/softmax.yaml:23:40
-    float v24[16];
+    float v21[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v24[e] = kg::exp_(v23[e]);
+    for (int e = 0; e < 16; ++e) v21[e] = kg::exp_(v20[e]);
     // spec: specs/softmax.yaml:23:36
-    float v25[1];
+    float v22[1];
     {
-      float r25[1];
+      float r22[1];
     #pragma unroll
-      for (int e = 0; e < 1; ++e) r25[e] = 0.0f;
+      for (int e = 0; e < 1; ++e) r22[e] = 0.0f;
     #pragma unroll
       for (int e = 0; e < 16; ++e) {
-        const float a_ = r25[0], b_ = (float)(v24[e]);
-        r25[0] = a_ + b_;
+        const float a_ = r22[0], b_ = (float)(v21[e]);
+        r22[0] = a_ + b_;
       }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r25[e], b_ = kg::shfl_xor(a_, 1); r25[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r22[e], b_ = kg::shfl_xor(a_, 1); r22[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r25[e], b_ = kg::shfl_xor(a_, 2); r25[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r22[e], b_ = kg::shfl_xor(a_, 2); r22[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r25[e], b_ = kg::shfl_xor(a_, 4); r25[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r22[e], b_ = kg::shfl_xor(a_, 4); r22[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r25[e], b_ = kg::shfl_xor(a_, 8); r25[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r22[e], b_ = kg::shfl_xor(a_, 8); r22[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r25[e], b_ = kg::shfl_xor(a_, 16); r25[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r22[e], b_ = kg::shfl_xor(a_, 16); r22[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r25[e], b_ = kg::shfl_xor(a_, 32); r25[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r22[e], b_ = kg::shfl_xor(a_, 32); r22[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) v25[e] = kg::cvt<float>(r25[e]);
+      for (int e = 0; e < 1; ++e) v22[e] = kg::cvt<float>(r22[e]);
     }
+    // spec: specs/softmax.yaml:23:23
+    float v23[1];
+    #pragma unroll
+    for (int e = 0; e < 1; ++e) v23[e] = (v14[e] - v17[e]);
+    // spec: specs/softmax.yaml:23:19
+    float v24[1];
+    #pragma unroll
+    for (int e = 0; e < 1; ++e) v24[e] = kg::exp_(v23[e]);
+    // spec: specs/softmax.yaml:23:15
+    float v25[1];
+    #pragma unroll
+    for (int e = 0; e < 1; ++e) v25[e] = (v13[e] * v24[e]);
     // spec: specs/softmax.yaml:23:15
     float v26[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v26[e] = (v20[e] + v25[e]);
+    for (int e = 0; e < 1; ++e) v26[e] = (v25[e] + v22[e]);
     // spec: specs/softmax.yaml:24:15
 
     float y0_[1];
@@ -165,33 +165,33 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void softmax_fw
     #pragma unroll
     for (int e = 0; e < 1; ++e) v11[e] = y1_[e];
   }
-  // spec: specs/softmax.yaml:26:22
-  const int v27 = 1023;
-  // spec: specs/softmax.yaml:26:22
-  const int v28 = (v0 + v27);
-  // spec: specs/softmax.yaml:26:22
-  const int v29 = 1024;
-  // spec: specs/softmax.yaml:26:22
-  const int v30 = (kg::floordiv(v28, v29));
-  // spec: specs/softmax.yaml:26:22
-  const int v31 = 0;
-  // spec: specs/softmax.yaml:26:22
-  const int v32 = 1;
-  // spec: specs/softmax.yaml:28:54
-  float (&v33)[1] = v11;
-  // spec: specs/softmax.yaml:28:50
-  float v34[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v34[e] = v33[0];
   // spec: specs/softmax.yaml:28:68
-  float (&v35)[1] = v10;
+  float (&v27)[1] = v10;
   // spec: specs/softmax.yaml:28:46
-  float v36[16];
+  float v28[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v36[e] = v35[0];
+  for (int e = 0; e < 16; ++e) v28[e] = v27[0];
+  // spec: specs/softmax.yaml:28:54
+  float (&v29)[1] = v11;
+  // spec: specs/softmax.yaml:28:50
+  float v30[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v30[e] = v29[0];
+  // spec: specs/softmax.yaml:26:22
+  const int v31 = 1;
+  // spec: specs/softmax.yaml:26:22
+  const int v32 = 0;
+  // spec: specs/softmax.yaml:26:22
+  const int v33 = 1024;
+  // spec: specs/softmax.yaml:26:22
+  const int v34 = 1023;
+  // spec: specs/softmax.yaml:26:22
+  const int v35 = (v0 + v34);
+  // spec: specs/softmax.yaml:26:22
+  const int v36 = (kg::floordiv(v35, v33));
   // spec: specs/softmax.yaml:26:7
 
-  for (int v37 = v31; v37 < v30; v37 += v32) {
+  for (int v37 = v32; v37 < v36; v37 += v31) {
     
     // spec: specs/softmax.yaml:27:15
     float v38[16];
@@ -218,7 +218,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void softmax_fw
     // spec: specs/softmax.yaml:28:50
     float v39[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v39[e] = (v38[e] - v34[e]);
+    for (int e = 0; e < 16; ++e) v39[e] = (v38[e] - v30[e]);
     // spec: specs/softmax.yaml:28:46
     float v40[16];
     #pragma unroll
@@ -226,7 +226,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void softmax_fw
     // spec: specs/softmax.yaml:28:46
     float v41[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v41[e] = (v40[e] / v36[e]);
+    for (int e = 0; e < 16; ++e) v41[e] = (v40[e] / v28[e]);
     // spec: specs/softmax.yaml:28:11
     if ((lane & 0) == 0 && (warp & 0) == 0) {
       float* p_ = t_y + (0);

@@ -12,35 +12,35 @@ KG_KERNEL void __launch_bounds__(128) softmax_fwd(const kg::bf16* __restrict__ t
   const int v0 = size_N;
   // spec: specs/softmax.yaml:16:20
   const int v1 = kg::block_id_x();
-  // spec: specs/softmax.yaml:18:11
-  float v2[1];
-  #pragma unroll
-  for (int e = 0; e < 1; ++e) v2[e] = -kg::inf();
+  // spec: specs/softmax.yaml:20:22
+  const int v2 = 1;
+  // spec: specs/softmax.yaml:20:22
+  const int v3 = 0;
+  // spec: specs/softmax.yaml:20:22
+  const int v4 = 1024;
+  // spec: specs/softmax.yaml:20:22
+  const int v5 = 1023;
+  // spec: specs/softmax.yaml:20:22
+  const int v6 = (v0 + v5);
+  // spec: specs/softmax.yaml:20:22
+  const int v7 = (kg::floordiv(v6, v4));
   // spec: specs/softmax.yaml:19:11
-  float v3[1];
+  float v8[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v3[e] = 0.0f;
-  // spec: specs/softmax.yaml:20:22
-  const int v4 = 1023;
-  // spec: specs/softmax.yaml:20:22
-  const int v5 = (v0 + v4);
-  // spec: specs/softmax.yaml:20:22
-  const int v6 = 1024;
-  // spec: specs/softmax.yaml:20:22
-  const int v7 = (kg::floordiv(v5, v6));
-  // spec: specs/softmax.yaml:20:22
-  const int v8 = 0;
-  // spec: specs/softmax.yaml:20:22
-  const int v9 = 1;
+  for (int e = 0; e < 1; ++e) v8[e] = 0.0f;
+  // spec: specs/softmax.yaml:18:11
+  float v9[1];
+  #pragma unroll
+  for (int e = 0; e < 1; ++e) v9[e] = -kg::inf();
   // spec: specs/softmax.yaml:20:7
 
   float v10[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v10[e] = v3[e];
+  for (int e = 0; e < 1; ++e) v10[e] = v8[e];
   float v11[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v11[e] = v2[e];
-  for (int v12 = v8; v12 < v7; v12 += v9) {
+  for (int e = 0; e < 1; ++e) v11[e] = v9[e];
+  for (int v12 = v3; v12 < v7; v12 += v2) {
     float (&v13)[1] = v10;
     float (&v14)[1] = v11;
     
@@ -98,60 +98,60 @@ KG_KERNEL void __launch_bounds__(128) softmax_fwd(const kg::bf16* __restrict__ t
     float v18[1];
     #pragma unroll
     for (int e = 0; e < 1; ++e) v18[e] = (kg::max_(v14[e], v17[e]));
-    // spec: specs/softmax.yaml:23:23
-    float v19[1];
-    #pragma unroll
-    for (int e = 0; e < 1; ++e) v19[e] = (v14[e] - v18[e]);
-    // spec: specs/softmax.yaml:23:19
-    float v20[1];
-    #pragma unroll
-    for (int e = 0; e < 1; ++e) v20[e] = kg::exp_(v19[e]);
-    // spec: specs/softmax.yaml:23:15
-    float v21[1];
-    #pragma unroll
-    for (int e = 0; e < 1; ++e) v21[e] = (v13[e] * v20[e]);
     // spec: specs/softmax.yaml:23:48
-    float (&v22)[1] = v18;
+    float (&v19)[1] = v18;
     // spec: specs/softmax.yaml:23:44
-    float v23[32];
+    float v20[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v23[e] = v22[0];
+    for (int e = 0; e < 32; ++e) v20[e] = v19[0];
     // spec: specs/softmax.yaml:23:44
-    float v24[32];
+    float v21[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v24[e] = (v16[e] - v23[e]);
+    for (int e = 0; e < 32; ++e) v21[e] = (v16[e] - v20[e]);
     // spec: specs/softmax.yaml:23:40
-    float v25[32];
+    float v22[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v25[e] = kg::exp_(v24[e]);
+    for (int e = 0; e < 32; ++e) v22[e] = kg::exp_(v21[e]);
     // spec: specs/softmax.yaml:23:36
-    float v26[1];
+    float v23[1];
     {
-      float r26[1];
+      float r23[1];
     #pragma unroll
-      for (int e = 0; e < 1; ++e) r26[e] = 0.0f;
+      for (int e = 0; e < 1; ++e) r23[e] = 0.0f;
     #pragma unroll
       for (int e = 0; e < 32; ++e) {
-        const float a_ = r26[0], b_ = (float)(v25[e]);
-        r26[0] = a_ + b_;
+        const float a_ = r23[0], b_ = (float)(v22[e]);
+        r23[0] = a_ + b_;
       }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r26[e], b_ = kg::shfl_xor(a_, 1); r26[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r23[e], b_ = kg::shfl_xor(a_, 1); r23[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r26[e], b_ = kg::shfl_xor(a_, 2); r26[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r23[e], b_ = kg::shfl_xor(a_, 2); r23[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r26[e], b_ = kg::shfl_xor(a_, 4); r26[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r23[e], b_ = kg::shfl_xor(a_, 4); r23[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r26[e], b_ = kg::shfl_xor(a_, 8); r26[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r23[e], b_ = kg::shfl_xor(a_, 8); r23[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r26[e], b_ = kg::shfl_xor(a_, 16); r26[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r23[e], b_ = kg::shfl_xor(a_, 16); r23[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) v26[e] = kg::cvt<float>(r26[e]);
+      for (int e = 0; e < 1; ++e) v23[e] = kg::cvt<float>(r23[e]);
     }
+    // spec: specs/softmax.yaml:23:23
+    float v24[1];
+    #pragma unroll
+    for (int e = 0; e < 1; ++e) v24[e] = (v14[e] - v18[e]);
+    // spec: specs/softmax.yaml:23:19
+    float v25[1];
+    #pragma unroll
+    for (int e = 0; e < 1; ++e) v25[e] = kg::exp_(v24[e]);
+    // spec: specs/softmax.yaml:23:15
+    float v26[1];
+    #pragma unroll
+    for (int e = 0; e < 1; ++e) v26[e] = (v13[e] * v25[e]);
     // spec: specs/softmax.yaml:23:15
     float v27[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v27[e] = (v21[e] + v26[e]);
+    for (int e = 0; e < 1; ++e) v27[e] = (v26[e] + v23[e]);
     // spec: specs/softmax.yaml:24:15
 
     float y0_[1];
@@ -165,33 +165,33 @@ KG_KERNEL void __launch_bounds__(128) softmax_fwd(const kg::bf16* __restrict__ t
     #pragma unroll
     for (int e = 0; e < 1; ++e) v11[e] = y1_[e];
   }
-  // spec: specs/softmax.yaml:26:22
-  const int v28 = 1023;
-  // spec: specs/softmax.yaml:26:22
-  const int v29 = (v0 + v28);
-  // spec: specs/softmax.yaml:26:22
-  const int v30 = 1024;
-  // spec: specs/softmax.yaml:26:22
-  const int v31 = (kg::floordiv(v29, v30));
-  // spec: specs/softmax.yaml:26:22
-  const int v32 = 0;
-  // spec: specs/softmax.yaml:26:22
-  const int v33 = 1;
-  // spec: specs/softmax.yaml:28:54
-  float (&v34)[1] = v11;
-  // spec: specs/softmax.yaml:28:50
-  float v35[32];
-  #pragma unroll
-  for (int e = 0; e < 32; ++e) v35[e] = v34[0];
   // spec: specs/softmax.yaml:28:68
-  float (&v36)[1] = v10;
+  float (&v28)[1] = v10;
   // spec: specs/softmax.yaml:28:46
-  float v37[32];
+  float v29[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v37[e] = v36[0];
+  for (int e = 0; e < 32; ++e) v29[e] = v28[0];
+  // spec: specs/softmax.yaml:28:54
+  float (&v30)[1] = v11;
+  // spec: specs/softmax.yaml:28:50
+  float v31[32];
+  #pragma unroll
+  for (int e = 0; e < 32; ++e) v31[e] = v30[0];
+  // spec: specs/softmax.yaml:26:22
+  const int v32 = 1;
+  // spec: specs/softmax.yaml:26:22
+  const int v33 = 0;
+  // spec: specs/softmax.yaml:26:22
+  const int v34 = 1024;
+  // spec: specs/softmax.yaml:26:22
+  const int v35 = 1023;
+  // spec: specs/softmax.yaml:26:22
+  const int v36 = (v0 + v35);
+  // spec: specs/softmax.yaml:26:22
+  const int v37 = (kg::floordiv(v36, v34));
   // spec: specs/softmax.yaml:26:7
 
-  for (int v38 = v32; v38 < v31; v38 += v33) {
+  for (int v38 = v33; v38 < v37; v38 += v32) {
     
     // spec: specs/softmax.yaml:27:15
     kg::bf16 v39[32];
@@ -222,7 +222,7 @@ KG_KERNEL void __launch_bounds__(128) softmax_fwd(const kg::bf16* __restrict__ t
     // spec: specs/softmax.yaml:28:50
     float v41[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v41[e] = (v40[e] - v35[e]);
+    for (int e = 0; e < 32; ++e) v41[e] = (v40[e] - v31[e]);
     // spec: specs/softmax.yaml:28:46
     float v42[32];
     #pragma unroll
@@ -230,7 +230,7 @@ KG_KERNEL void __launch_bounds__(128) softmax_fwd(const kg::bf16* __restrict__ t
     // spec: specs/softmax.yaml:28:46
     float v43[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v43[e] = (v42[e] / v37[e]);
+    for (int e = 0; e < 32; ++e) v43[e] = (v42[e] / v29[e]);
     // spec: specs/softmax.yaml:28:45
     kg::bf16 v44[32];
     #pragma unroll

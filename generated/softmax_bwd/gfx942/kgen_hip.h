@@ -64,6 +64,10 @@ KG_DEVICE float pow_(float a, float b) {
 KG_DEVICE void atomic_add(float* p, float v) {
   __hip_atomic_fetch_add(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
 }
+// no vector fp32 atomics on CDNA (the descriptors say global_fp32_atomic_vector: 1)
+template <int N> KG_DEVICE void atomic_add_vec(float* p, const float* v) {
+  for (int i = 0; i < N; ++i) atomic_add(p + i, v[i]);
+}
 
 // MFMA wrappers (CDNA3 ISA, "Matrix fused multiply-add"): each lane passes 4 16-bit values of A
 // and of B, in the descriptor's register order (kgen/hw/data/gfx942.yaml), and its C registers.

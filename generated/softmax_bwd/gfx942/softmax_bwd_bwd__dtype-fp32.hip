@@ -12,28 +12,28 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void softmax_bw
   const int v0 = size_N;
   // spec: specs/softmax_bwd.yaml:19:20
   const int v1 = kg::block_id_x();
+  // spec: specs/softmax_bwd.yaml:22:22
+  const int v2 = 1;
+  // spec: specs/softmax_bwd.yaml:22:22
+  const int v3 = 0;
+  // spec: specs/softmax_bwd.yaml:22:22
+  const int v4 = 1024;
+  // spec: specs/softmax_bwd.yaml:22:22
+  const int v5 = 1023;
+  // spec: specs/softmax_bwd.yaml:22:22
+  const int v6 = (v0 + v5);
+  // spec: specs/softmax_bwd.yaml:22:22
+  const int v7 = (kg::floordiv(v6, v4));
   // spec: specs/softmax_bwd.yaml:21:11
-  float v2[1];
+  float v8[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v2[e] = 0.0f;
-  // spec: specs/softmax_bwd.yaml:22:22
-  const int v3 = 1023;
-  // spec: specs/softmax_bwd.yaml:22:22
-  const int v4 = (v0 + v3);
-  // spec: specs/softmax_bwd.yaml:22:22
-  const int v5 = 1024;
-  // spec: specs/softmax_bwd.yaml:22:22
-  const int v6 = (kg::floordiv(v4, v5));
-  // spec: specs/softmax_bwd.yaml:22:22
-  const int v7 = 0;
-  // spec: specs/softmax_bwd.yaml:22:22
-  const int v8 = 1;
+  for (int e = 0; e < 1; ++e) v8[e] = 0.0f;
   // spec: specs/softmax_bwd.yaml:22:7
 
   float v9[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v9[e] = v2[e];
-  for (int v10 = v7; v10 < v6; v10 += v8) {
+  for (int e = 0; e < 1; ++e) v9[e] = v8[e];
+  for (int v10 = v3; v10 < v7; v10 += v2) {
     float (&v11)[1] = v9;
     
     // spec: specs/softmax_bwd.yaml:23:16
@@ -122,27 +122,27 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void softmax_bw
     #pragma unroll
     for (int e = 0; e < 1; ++e) v9[e] = y0_[e];
   }
-  // spec: specs/softmax_bwd.yaml:27:22
-  const int v17 = 1023;
-  // spec: specs/softmax_bwd.yaml:27:22
-  const int v18 = (v0 + v17);
-  // spec: specs/softmax_bwd.yaml:27:22
-  const int v19 = 1024;
-  // spec: specs/softmax_bwd.yaml:27:22
-  const int v20 = (kg::floordiv(v18, v19));
-  // spec: specs/softmax_bwd.yaml:27:22
-  const int v21 = 0;
-  // spec: specs/softmax_bwd.yaml:27:22
-  const int v22 = 1;
   // spec: specs/softmax_bwd.yaml:30:57
-  float (&v23)[1] = v9;
+  float (&v17)[1] = v9;
   // spec: specs/softmax_bwd.yaml:30:53
-  float v24[16];
+  float v18[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v24[e] = v23[0];
+  for (int e = 0; e < 16; ++e) v18[e] = v17[0];
+  // spec: specs/softmax_bwd.yaml:27:22
+  const int v19 = 1;
+  // spec: specs/softmax_bwd.yaml:27:22
+  const int v20 = 0;
+  // spec: specs/softmax_bwd.yaml:27:22
+  const int v21 = 1024;
+  // spec: specs/softmax_bwd.yaml:27:22
+  const int v22 = 1023;
+  // spec: specs/softmax_bwd.yaml:27:22
+  const int v23 = (v0 + v22);
+  // spec: specs/softmax_bwd.yaml:27:22
+  const int v24 = (kg::floordiv(v23, v21));
   // spec: specs/softmax_bwd.yaml:27:7
 
-  for (int v25 = v21; v25 < v20; v25 += v22) {
+  for (int v25 = v20; v25 < v24; v25 += v19) {
     
     // spec: specs/softmax_bwd.yaml:28:16
     float v26[16];
@@ -191,7 +191,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void softmax_bw
     // spec: specs/softmax_bwd.yaml:30:53
     float v28[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v28[e] = (v27[e] - v24[e]);
+    for (int e = 0; e < 16; ++e) v28[e] = (v27[e] - v18[e]);
     // spec: specs/softmax_bwd.yaml:30:47
     float v29[16];
     #pragma unroll

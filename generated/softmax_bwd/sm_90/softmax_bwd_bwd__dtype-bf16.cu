@@ -12,28 +12,28 @@ KG_KERNEL void __launch_bounds__(128) softmax_bwd_bwd(const kg::bf16* __restrict
   const int v0 = size_N;
   // spec: specs/softmax_bwd.yaml:19:20
   const int v1 = kg::block_id_x();
+  // spec: specs/softmax_bwd.yaml:22:22
+  const int v2 = 1;
+  // spec: specs/softmax_bwd.yaml:22:22
+  const int v3 = 0;
+  // spec: specs/softmax_bwd.yaml:22:22
+  const int v4 = 1024;
+  // spec: specs/softmax_bwd.yaml:22:22
+  const int v5 = 1023;
+  // spec: specs/softmax_bwd.yaml:22:22
+  const int v6 = (v0 + v5);
+  // spec: specs/softmax_bwd.yaml:22:22
+  const int v7 = (kg::floordiv(v6, v4));
   // spec: specs/softmax_bwd.yaml:21:11
-  float v2[1];
+  float v8[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v2[e] = 0.0f;
-  // spec: specs/softmax_bwd.yaml:22:22
-  const int v3 = 1023;
-  // spec: specs/softmax_bwd.yaml:22:22
-  const int v4 = (v0 + v3);
-  // spec: specs/softmax_bwd.yaml:22:22
-  const int v5 = 1024;
-  // spec: specs/softmax_bwd.yaml:22:22
-  const int v6 = (kg::floordiv(v4, v5));
-  // spec: specs/softmax_bwd.yaml:22:22
-  const int v7 = 0;
-  // spec: specs/softmax_bwd.yaml:22:22
-  const int v8 = 1;
+  for (int e = 0; e < 1; ++e) v8[e] = 0.0f;
   // spec: specs/softmax_bwd.yaml:22:7
 
   float v9[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v9[e] = v2[e];
-  for (int v10 = v7; v10 < v6; v10 += v8) {
+  for (int e = 0; e < 1; ++e) v9[e] = v8[e];
+  for (int v10 = v3; v10 < v7; v10 += v2) {
     float (&v11)[1] = v9;
     
     // spec: specs/softmax_bwd.yaml:23:16
@@ -58,12 +58,8 @@ KG_KERNEL void __launch_bounds__(128) softmax_bwd_bwd(const kg::bf16* __restrict
         }
       }
     }
-    // spec: specs/softmax_bwd.yaml:23:16
-    float v13[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v13[e] = kg::cvt<float>(kg::f32(v12[e]));
     // spec: specs/softmax_bwd.yaml:24:15
-    kg::bf16 v14[32];
+    kg::bf16 v13[32];
     {
       const kg::bf16* p_ = t_dy + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dy_0 % 8 == 0;
@@ -76,22 +72,26 @@ KG_KERNEL void __launch_bounds__(128) softmax_bwd_bwd(const kg::bf16* __restrict
         const int64_t off_ = (int64_t)i0_ * stride_dy_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_M) && i1_ + 8 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v14[e], p_ + off_);
+          kg::copy_vec<8>(&v13[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v14[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v13[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     // spec: specs/softmax_bwd.yaml:24:15
+    float v14[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v14[e] = kg::cvt<float>(kg::f32(v13[e]));
+    // spec: specs/softmax_bwd.yaml:23:16
     float v15[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v15[e] = kg::cvt<float>(kg::f32(v14[e]));
+    for (int e = 0; e < 32; ++e) v15[e] = kg::cvt<float>(kg::f32(v12[e]));
     // spec: specs/softmax_bwd.yaml:25:23
     float v16[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v16[e] = (v15[e] * v13[e]);
+    for (int e = 0; e < 32; ++e) v16[e] = (v14[e] * v15[e]);
     // spec: specs/softmax_bwd.yaml:25:19
     float v17[1];
     {
@@ -128,27 +128,27 @@ KG_KERNEL void __launch_bounds__(128) softmax_bwd_bwd(const kg::bf16* __restrict
     #pragma unroll
     for (int e = 0; e < 1; ++e) v9[e] = y0_[e];
   }
-  // spec: specs/softmax_bwd.yaml:27:22
-  const int v19 = 1023;
-  // spec: specs/softmax_bwd.yaml:27:22
-  const int v20 = (v0 + v19);
-  // spec: specs/softmax_bwd.yaml:27:22
-  const int v21 = 1024;
-  // spec: specs/softmax_bwd.yaml:27:22
-  const int v22 = (kg::floordiv(v20, v21));
-  // spec: specs/softmax_bwd.yaml:27:22
-  const int v23 = 0;
-  // spec: specs/softmax_bwd.yaml:27:22
-  const int v24 = 1;
   // spec: specs/softmax_bwd.yaml:30:57
-  float (&v25)[1] = v9;
+  float (&v19)[1] = v9;
   // spec: specs/softmax_bwd.yaml:30:53
-  float v26[32];
+  float v20[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v26[e] = v25[0];
+  for (int e = 0; e < 32; ++e) v20[e] = v19[0];
+  // spec: specs/softmax_bwd.yaml:27:22
+  const int v21 = 1;
+  // spec: specs/softmax_bwd.yaml:27:22
+  const int v22 = 0;
+  // spec: specs/softmax_bwd.yaml:27:22
+  const int v23 = 1024;
+  // spec: specs/softmax_bwd.yaml:27:22
+  const int v24 = 1023;
+  // spec: specs/softmax_bwd.yaml:27:22
+  const int v25 = (v0 + v24);
+  // spec: specs/softmax_bwd.yaml:27:22
+  const int v26 = (kg::floordiv(v25, v23));
   // spec: specs/softmax_bwd.yaml:27:7
 
-  for (int v27 = v23; v27 < v22; v27 += v24) {
+  for (int v27 = v22; v27 < v26; v27 += v21) {
     
     // spec: specs/softmax_bwd.yaml:28:16
     kg::bf16 v28[32];
@@ -172,12 +172,8 @@ KG_KERNEL void __launch_bounds__(128) softmax_bwd_bwd(const kg::bf16* __restrict
         }
       }
     }
-    // spec: specs/softmax_bwd.yaml:28:16
-    float v29[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v29[e] = kg::cvt<float>(kg::f32(v28[e]));
     // spec: specs/softmax_bwd.yaml:29:15
-    kg::bf16 v30[32];
+    kg::bf16 v29[32];
     {
       const kg::bf16* p_ = t_dy + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dy_0 % 8 == 0;
@@ -190,26 +186,30 @@ KG_KERNEL void __launch_bounds__(128) softmax_bwd_bwd(const kg::bf16* __restrict
         const int64_t off_ = (int64_t)i0_ * stride_dy_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_M) && i1_ + 8 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v30[e], p_ + off_);
+          kg::copy_vec<8>(&v29[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v30[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v29[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     // spec: specs/softmax_bwd.yaml:29:15
+    float v30[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v30[e] = kg::cvt<float>(kg::f32(v29[e]));
+    // spec: specs/softmax_bwd.yaml:30:53
     float v31[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v31[e] = kg::cvt<float>(kg::f32(v30[e]));
-    // spec: specs/softmax_bwd.yaml:30:53
+    for (int e = 0; e < 32; ++e) v31[e] = (v30[e] - v20[e]);
+    // spec: specs/softmax_bwd.yaml:28:16
     float v32[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v32[e] = (v31[e] - v26[e]);
+    for (int e = 0; e < 32; ++e) v32[e] = kg::cvt<float>(kg::f32(v28[e]));
     // spec: specs/softmax_bwd.yaml:30:47
     float v33[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v33[e] = (v29[e] * v32[e]);
+    for (int e = 0; e < 32; ++e) v33[e] = (v32[e] * v31[e]);
     // spec: specs/softmax_bwd.yaml:30:46
     kg::bf16 v34[32];
     #pragma unroll
