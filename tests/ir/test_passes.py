@@ -126,7 +126,7 @@ def _late_arithmetic(k) -> list[str]:
     """Register arithmetic with something other than register arithmetic between it and its
     first reader in the same block (a dot, load, copy or barrier it could have waited behind)."""
     from kgen.ir.core import blocks
-    from kgen.ir.passes.sink import MOVABLE
+    from kgen.ir.passes.sink import MOVABLE, _reads
 
     found = []
     for block in blocks(k.body):
@@ -135,8 +135,7 @@ def _late_arithmetic(k) -> list[str]:
                 continue
             mine = {r.id for r in op.results}
             for later in block.ops[i + 1:]:
-                reads = {v.id for v in later.operands} | ({v.id for o in walk(later.body) for v in o.operands} if later.body else set())
-                if reads & mine:
+                if _reads(later) & mine:
                     break
                 if later.kind not in MOVABLE:
                     found.append(f"{op.kind} ({op.loc}) waits behind {later.kind}")
