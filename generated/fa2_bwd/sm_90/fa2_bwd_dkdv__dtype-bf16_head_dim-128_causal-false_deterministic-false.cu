@@ -24,7 +24,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
   const int lane = kg::thread_id() % kg::WAVE;
   const int warp = kg::thread_id() / kg::WAVE;
   
-  // spec: specs/fa2_bwd.yaml:77:43
+  // spec: specs/fa2_bwd.yaml:81:47
   const int v0 = size_SK;
   // spec: specs/fa2_bwd.yaml:65:38
   const int v1 = size_SQ;
@@ -42,7 +42,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
   const int v7 = kg::block_id_x();
   // spec: specs/fa2_bwd.yaml:53:14
   const int v8 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:83:24
+  // spec: specs/fa2_bwd.yaml:85:24
   kg::bf16* v9 = reinterpret_cast<kg::bf16*>(smem + 0);
   // spec: specs/fa2_bwd.yaml:50:12
   const int v10 = (kg::mod(v6, v4));
@@ -72,11 +72,11 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_bwd.yaml:83:24
+  // spec: specs/fa2_bwd.yaml:85:24
   kg::cp_async_wait<0>();
   kg::fence_proxy_async();
   kg::sync();
-  // spec: specs/fa2_bwd.yaml:86:25
+  // spec: specs/fa2_bwd.yaml:88:25
   kg::bf16* v12 = reinterpret_cast<kg::bf16*>(smem + 32768);
   // spec: specs/fa2_bwd.yaml:55:12
   if (true) {
@@ -101,7 +101,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_bwd.yaml:86:25
+  // spec: specs/fa2_bwd.yaml:88:25
   kg::cp_async_wait<0>();
   kg::fence_proxy_async();
   kg::sync();
@@ -117,7 +117,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
   int v16[2];
   #pragma unroll
   for (int e = 0; e < 2; ++e) v16[e] = (v15 + v13[e]);
-  // spec: specs/fa2_bwd.yaml:77:27
+  // spec: specs/fa2_bwd.yaml:81:31
   int (&v17)[2] = v16;
   // spec: specs/fa2_bwd.yaml:63:22
   const int v18 = 1;
@@ -149,9 +149,9 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
     float (&v28)[64] = v25;
     float (&v29)[64] = v26;
     
-    // spec: specs/fa2_bwd.yaml:85:37
+    // spec: specs/fa2_bwd.yaml:87:37
     kg::bf16* v30 = reinterpret_cast<kg::bf16*>(smem + 65536);
-    // spec: specs/fa2_bwd.yaml:83:24
+    // spec: specs/fa2_bwd.yaml:85:24
     kg::bf16* v31 = reinterpret_cast<kg::bf16*>(smem + 98304);
     // spec: specs/fa2_bwd.yaml:65:11
     const int v32 = 0;
@@ -276,7 +276,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       int v57[1];
       #pragma unroll
       for (int e = 0; e < 1; ++e) v57[e] = (v56 + v54[e]);
-      // spec: specs/fa2_bwd.yaml:83:24
+      // spec: specs/fa2_bwd.yaml:85:24
       kg::cp_async_wait<1>();
       kg::fence_proxy_async();
       kg::sync();
@@ -313,39 +313,39 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
         }
       }
       kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:83:24
+      // spec: specs/fa2_bwd.yaml:85:24
       kg::bf16* v63 = v52;
-      // spec: specs/fa2_bwd.yaml:83:54
+      // spec: specs/fa2_bwd.yaml:85:54
       const float v64 = -1.0f;
-      // spec: specs/fa2_bwd.yaml:83:54
+      // spec: specs/fa2_bwd.yaml:85:54
       float v65[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v65[e] = (v53[e] * v64);
-      // spec: specs/fa2_bwd.yaml:83:54
+      // spec: specs/fa2_bwd.yaml:85:54
       float v66[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v66[e] = (v65[e] / v2);
-      // spec: specs/fa2_bwd.yaml:83:53
+      // spec: specs/fa2_bwd.yaml:85:53
       float (&v67)[16] = v66;
-      // spec: specs/fa2_bwd.yaml:83:40
+      // spec: specs/fa2_bwd.yaml:85:40
       float v68[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v68[e] = v67[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:77:27
+      // spec: specs/fa2_bwd.yaml:81:31
       bool v69[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v69[e] = (v17[e] < v0);
-      // spec: specs/fa2_bwd.yaml:83:40
+      // spec: specs/fa2_bwd.yaml:85:40
       bool v70[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v70[e] = v69[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:83:40
+      // spec: specs/fa2_bwd.yaml:85:40
       const float v71 = -kg::inf();
-      // spec: specs/fa2_bwd.yaml:83:40
+      // spec: specs/fa2_bwd.yaml:85:40
       float v72[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v72[e] = (v70[e] ? v68[e] : v71);
-      // spec: specs/fa2_bwd.yaml:83:24
+      // spec: specs/fa2_bwd.yaml:85:24
       float (&v73)[32] = v72;
       {
         const uint64_t da_ = kg::wgmma_desc(v9, 128, 2048);
@@ -363,7 +363,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       #pragma unroll
         for (int e = 0; e < 32; ++e) kg::fence_operand(v73[e]);
       }
-      // spec: specs/fa2_bwd.yaml:85:37
+      // spec: specs/fa2_bwd.yaml:87:37
       kg::cp_async_wait<1>();
       kg::fence_proxy_async();
       kg::sync();
@@ -396,19 +396,19 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
         }
       }
       kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:84:29
+      // spec: specs/fa2_bwd.yaml:86:29
       float v77[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v77[e] = (v73[e] * v23);
-      // spec: specs/fa2_bwd.yaml:84:24
+      // spec: specs/fa2_bwd.yaml:86:24
       float v78[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v78[e] = kg::exp2_(v77[e]);
-      // spec: specs/fa2_bwd.yaml:85:41
+      // spec: specs/fa2_bwd.yaml:87:41
       kg::bf16 v79[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v79[e] = kg::cvt<kg::bf16>(v78[e]);
-      // spec: specs/fa2_bwd.yaml:85:37
+      // spec: specs/fa2_bwd.yaml:87:37
       float (&v80)[64] = v47;
       {
         const uint64_t db_ = kg::wgmma_desc(v51, 2048, 128);
@@ -425,7 +425,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       #pragma unroll
         for (int e = 0; e < 64; ++e) kg::fence_operand(v80[e]);
       }
-      // spec: specs/fa2_bwd.yaml:86:45
+      // spec: specs/fa2_bwd.yaml:88:45
       float v81[16];
       {
         const float* p_ = t_delta + ((int64_t)(v11) * stride_delta_0 + (int64_t)(v41) * stride_delta_1);
@@ -445,21 +445,21 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:86:25
+      // spec: specs/fa2_bwd.yaml:88:25
       kg::bf16* v82 = v51;
-      // spec: specs/fa2_bwd.yaml:86:44
+      // spec: specs/fa2_bwd.yaml:88:44
       const float v83 = -1.0f;
-      // spec: specs/fa2_bwd.yaml:86:44
+      // spec: specs/fa2_bwd.yaml:88:44
       float v84[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v84[e] = (v81[e] * v83);
-      // spec: specs/fa2_bwd.yaml:86:43
+      // spec: specs/fa2_bwd.yaml:88:43
       float (&v85)[16] = v84;
-      // spec: specs/fa2_bwd.yaml:86:25
+      // spec: specs/fa2_bwd.yaml:88:25
       float v86[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v86[e] = v85[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:86:25
+      // spec: specs/fa2_bwd.yaml:88:25
       float (&v87)[32] = v86;
       {
         const uint64_t da_ = kg::wgmma_desc(v12, 128, 2048);
@@ -477,15 +477,15 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       #pragma unroll
         for (int e = 0; e < 32; ++e) kg::fence_operand(v87[e]);
       }
-      // spec: specs/fa2_bwd.yaml:87:26
+      // spec: specs/fa2_bwd.yaml:89:26
       float v88[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v88[e] = (v78[e] * v87[e]);
-      // spec: specs/fa2_bwd.yaml:87:25
+      // spec: specs/fa2_bwd.yaml:89:25
       kg::bf16 v89[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v89[e] = kg::cvt<kg::bf16>(v88[e]);
-      // spec: specs/fa2_bwd.yaml:88:37
+      // spec: specs/fa2_bwd.yaml:90:37
       float (&v90)[64] = v48;
       {
         const uint64_t db_ = kg::wgmma_desc(v52, 2048, 128);
@@ -502,20 +502,20 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       #pragma unroll
         for (int e = 0; e < 64; ++e) kg::fence_operand(v90[e]);
       }
-      // spec: specs/fa2_bwd.yaml:90:70
+      // spec: specs/fa2_bwd.yaml:92:70
       kg::bf16* v91 = reinterpret_cast<kg::bf16*>(smem + 131072);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v91[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v89[e]);
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:90:70
+      // spec: specs/fa2_bwd.yaml:92:70
       kg::bf16* v92 = v91;
-      // spec: specs/fa2_bwd.yaml:90:70
+      // spec: specs/fa2_bwd.yaml:92:70
       float v93[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v93[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:90:70
+      // spec: specs/fa2_bwd.yaml:92:70
       float (&v94)[32] = v93;
       {
         const uint64_t da_ = kg::wgmma_desc(v92, 1024, 128);
@@ -533,11 +533,11 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       #pragma unroll
         for (int e = 0; e < 32; ++e) kg::fence_operand(v94[e]);
       }
-      // spec: specs/fa2_bwd.yaml:90:70
+      // spec: specs/fa2_bwd.yaml:92:70
       float v95[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v95[e] = (v94[e] * v2);
-      // spec: specs/fa2_bwd.yaml:90:23
+      // spec: specs/fa2_bwd.yaml:92:23
       if ((lane & 0) == 0 && (warp & 0) == 0) {
         float* p_ = t_dq_acc + ((int64_t)(v11) * stride_dq_acc_0 + (int64_t)(v41) * stride_dq_acc_2);
         const bool aligned_ = kg::aligned(p_, 8) && stride_dq_acc_0 % 2 == 0 && stride_dq_acc_1 % 2 == 0 && stride_dq_acc_2 % 2 == 0;
@@ -557,7 +557,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:90:23
+      // spec: specs/fa2_bwd.yaml:92:23
 
       float y0_[64];
       #pragma unroll
@@ -583,15 +583,15 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
     #pragma unroll
     for (int e = 0; e < 64; ++e) v26[e] = y1_[e];
   }
-  // spec: specs/fa2_bwd.yaml:103:34
+  // spec: specs/fa2_bwd.yaml:105:34
   float v96[64];
   #pragma unroll
   for (int e = 0; e < 64; ++e) v96[e] = (v26[e] * v2);
-  // spec: specs/fa2_bwd.yaml:103:33
+  // spec: specs/fa2_bwd.yaml:105:33
   kg::bf16 v97[64];
   #pragma unroll
   for (int e = 0; e < 64; ++e) v97[e] = kg::cvt<kg::bf16>(v96[e]);
-  // spec: specs/fa2_bwd.yaml:103:7
+  // spec: specs/fa2_bwd.yaml:105:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_dk + ((int64_t)(v11) * stride_dk_0 + (int64_t)(v10) * stride_dk_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dk_0 % 2 == 0 && stride_dk_1 % 2 == 0 && stride_dk_2 % 2 == 0;
@@ -611,11 +611,11 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       }
     }
   }
-  // spec: specs/fa2_bwd.yaml:104:33
+  // spec: specs/fa2_bwd.yaml:106:33
   kg::bf16 v98[64];
   #pragma unroll
   for (int e = 0; e < 64; ++e) v98[e] = kg::cvt<kg::bf16>(v25[e]);
-  // spec: specs/fa2_bwd.yaml:104:7
+  // spec: specs/fa2_bwd.yaml:106:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_dv + ((int64_t)(v11) * stride_dv_0 + (int64_t)(v10) * stride_dv_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dv_0 % 2 == 0 && stride_dv_1 % 2 == 0 && stride_dv_2 % 2 == 0;

@@ -44,7 +44,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
   const int v8 = kg::block_id_x();
   // spec: specs/fa2_bwd.yaml:60:27
   const int v9 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:83:24
+  // spec: specs/fa2_bwd.yaml:85:24
   kg::bf16* v10 = reinterpret_cast<kg::bf16*>(smem + 0);
   // spec: specs/fa2_bwd.yaml:50:12
   const int v11 = (kg::mod(v6, v4));
@@ -74,11 +74,11 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_bwd.yaml:83:24
+  // spec: specs/fa2_bwd.yaml:85:24
   kg::cp_async_wait<0>();
   kg::fence_proxy_async();
   kg::sync();
-  // spec: specs/fa2_bwd.yaml:86:25
+  // spec: specs/fa2_bwd.yaml:88:25
   kg::bf16* v13 = reinterpret_cast<kg::bf16*>(smem + 32768);
   // spec: specs/fa2_bwd.yaml:55:12
   if (true) {
@@ -103,295 +103,281 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_bwd.yaml:86:25
+  // spec: specs/fa2_bwd.yaml:88:25
   kg::cp_async_wait<0>();
   kg::fence_proxy_async();
   kg::sync();
-  // spec: specs/fa2_bwd.yaml:53:40
-  int v14[2];
-  #pragma unroll
-  for (int e = 0; e < 2; ++e) v14[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 8);
-  // spec: specs/fa2_bwd.yaml:53:14
-  const int v15 = 128;
-  // spec: specs/fa2_bwd.yaml:53:14
-  const int v16 = (v8 * v15);
-  // spec: specs/fa2_bwd.yaml:53:14
-  int v17[2];
-  #pragma unroll
-  for (int e = 0; e < 2; ++e) v17[e] = (v16 + v14[e]);
-  // spec: specs/fa2_bwd.yaml:77:27
-  int (&v18)[2] = v17;
   // spec: specs/fa2_bwd.yaml:63:22
-  const int v19 = 1;
+  const int v14 = 1;
   // spec: specs/fa2_bwd.yaml:63:22
-  const int v20 = 0;
+  const int v15 = 0;
   // spec: specs/fa2_bwd.yaml:62:16
-  float v21[64];
+  float v16[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v21[e] = 0.0f;
+  for (int e = 0; e < 64; ++e) v16[e] = 0.0f;
   // spec: specs/fa2_bwd.yaml:61:16
-  float v22[64];
+  float v17[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v22[e] = 0.0f;
+  for (int e = 0; e < 64; ++e) v17[e] = 0.0f;
   // spec: specs/fa2_bwd.yaml:60:19
-  const int v23 = 64;
+  const int v18 = 64;
   // spec: specs/fa2_bwd.yaml:60:19
-  const int v24 = 0;
+  const int v19 = 0;
   // spec: specs/fa2_bwd.yaml:60:54
-  const int v25 = (v1 - v0);
+  const int v20 = (v1 - v0);
   // spec: specs/fa2_bwd.yaml:60:27
-  const int v26 = 128;
+  const int v21 = 128;
   // spec: specs/fa2_bwd.yaml:60:27
-  const int v27 = (v9 * v26);
+  const int v22 = (v9 * v21);
   // spec: specs/fa2_bwd.yaml:60:27
-  const int v28 = (v27 - v25);
+  const int v23 = (v22 - v20);
   // spec: specs/fa2_bwd.yaml:60:19
-  const int v29 = (kg::max_(v28, v24));
+  const int v24 = (kg::max_(v23, v19));
   // spec: specs/fa2_bwd.yaml:60:19
-  const int v30 = (kg::floordiv(v29, v23));
+  const int v25 = (kg::floordiv(v24, v18));
   // spec: specs/fa2_bwd.yaml:56:16
-  const float v31 = 1.4426950408889634f;
+  const float v26 = 1.4426950408889634f;
   // spec: specs/fa2_bwd.yaml:56:16
-  const float v32 = (v2 * v31);
+  const float v27 = (v2 * v26);
+  // spec: specs/fa2_bwd.yaml:53:40
+  int v28[2];
+  #pragma unroll
+  for (int e = 0; e < 2; ++e) v28[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 8);
+  // spec: specs/fa2_bwd.yaml:53:14
+  const int v29 = 128;
+  // spec: specs/fa2_bwd.yaml:53:14
+  const int v30 = (v8 * v29);
+  // spec: specs/fa2_bwd.yaml:53:14
+  int v31[2];
+  #pragma unroll
+  for (int e = 0; e < 2; ++e) v31[e] = (v30 + v28[e]);
   // spec: specs/fa2_bwd.yaml:51:15
-  const int v33 = (kg::floordiv(v3, v4));
+  const int v32 = (kg::floordiv(v3, v4));
   // spec: specs/fa2_bwd.yaml:63:7
 
+  float v33[64];
+  #pragma unroll
+  for (int e = 0; e < 64; ++e) v33[e] = v16[e];
   float v34[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v34[e] = v21[e];
-  float v35[64];
-  #pragma unroll
-  for (int e = 0; e < 64; ++e) v35[e] = v22[e];
-  for (int v36 = v20; v36 < v33; v36 += v19) {
+  for (int e = 0; e < 64; ++e) v34[e] = v17[e];
+  for (int v35 = v15; v35 < v32; v35 += v14) {
+    float (&v36)[64] = v33;
     float (&v37)[64] = v34;
-    float (&v38)[64] = v35;
     
-    // spec: specs/fa2_bwd.yaml:85:37
-    kg::bf16* v39 = reinterpret_cast<kg::bf16*>(smem + 65536);
-    // spec: specs/fa2_bwd.yaml:83:24
-    kg::bf16* v40 = reinterpret_cast<kg::bf16*>(smem + 98304);
+    // spec: specs/fa2_bwd.yaml:87:37
+    kg::bf16* v38 = reinterpret_cast<kg::bf16*>(smem + 65536);
+    // spec: specs/fa2_bwd.yaml:85:24
+    kg::bf16* v39 = reinterpret_cast<kg::bf16*>(smem + 98304);
     // spec: specs/fa2_bwd.yaml:65:11
-    const int v41 = 0;
+    const int v40 = 0;
     // spec: specs/fa2_bwd.yaml:65:11
-    kg::bf16* v42 = v40 + (v41 % 2) * 8192;
+    kg::bf16* v41 = v39 + (v40 % 2) * 8192;
     // spec: specs/fa2_bwd.yaml:65:33
-    const int v43 = 64;
+    const int v42 = 64;
     // spec: specs/fa2_bwd.yaml:65:33
-    const int v44 = 63;
+    const int v43 = 63;
     // spec: specs/fa2_bwd.yaml:65:33
-    const int v45 = (v0 + v44);
+    const int v44 = (v0 + v43);
     // spec: specs/fa2_bwd.yaml:65:33
-    const int v46 = (kg::floordiv(v45, v43));
+    const int v45 = (kg::floordiv(v44, v42));
     // spec: specs/fa2_bwd.yaml:65:11
-    const bool v47 = (v30 < v46);
+    const bool v46 = (v25 < v45);
     // spec: specs/fa2_bwd.yaml:64:15
-    const int v48 = (v11 * v33);
+    const int v47 = (v11 * v32);
     // spec: specs/fa2_bwd.yaml:64:15
-    const int v49 = (v48 + v36);
+    const int v48 = (v47 + v35);
     // spec: specs/fa2_bwd.yaml:66:20
     kg::sync();
-    if (v47) {
-      const kg::bf16* p_ = t_q + ((int64_t)(v12) * stride_q_0 + (int64_t)(v49) * stride_q_2);
+    if (v46) {
+      const kg::bf16* p_ = t_q + ((int64_t)(v12) * stride_q_0 + (int64_t)(v48) * stride_q_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v30 * 64) * stride_q_1 + 0;
+      const int64_t q_ = (int64_t)(v25 * 64) * stride_q_1 + 0;
     #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int c_ = lane + warp * 32 + i * 256;
         const int r_ = c_ / 128 * 8 + c_ % 8, k_ = c_ / 8 % 16 * 8;
-        const int i0_ = v30 * 64 + r_, i1_ = 0 + k_;
+        const int i0_ = v25 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = q_ + ((int64_t)r_ * stride_q_1 + k_);
         const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
         if (aligned_) {
           const int n_ = (i0_ < (size_SQ)) * 8;
-          kg::cp_async<16>(&v42[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v41[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v42[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v41[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
     // spec: specs/fa2_bwd.yaml:65:11
-    kg::bf16* v50 = v39 + (v41 % 2) * 8192;
+    kg::bf16* v49 = v38 + (v40 % 2) * 8192;
     // spec: specs/fa2_bwd.yaml:67:22
-    if (v47) {
-      const kg::bf16* p_ = t_do + ((int64_t)(v12) * stride_do_0 + (int64_t)(v49) * stride_do_2);
+    if (v46) {
+      const kg::bf16* p_ = t_do + ((int64_t)(v12) * stride_do_0 + (int64_t)(v48) * stride_do_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v30 * 64) * stride_do_1 + 0;
+      const int64_t q_ = (int64_t)(v25 * 64) * stride_do_1 + 0;
     #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int c_ = lane + warp * 32 + i * 256;
         const int r_ = c_ / 128 * 8 + c_ % 8, k_ = c_ / 8 % 16 * 8;
-        const int i0_ = v30 * 64 + r_, i1_ = 0 + k_;
+        const int i0_ = v25 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = q_ + ((int64_t)r_ * stride_do_1 + k_);
         const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
         if (aligned_) {
           const int n_ = (i0_ < (size_SQ)) * 8;
-          kg::cp_async<16>(&v50[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v49[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v50[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v49[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
     // spec: specs/fa2_bwd.yaml:65:33
-    const int v51 = 1;
+    const int v50 = 1;
     // spec: specs/fa2_bwd.yaml:65:11
 
+    float v51[64];
+    #pragma unroll
+    for (int e = 0; e < 64; ++e) v51[e] = v36[e];
     float v52[64];
     #pragma unroll
     for (int e = 0; e < 64; ++e) v52[e] = v37[e];
-    float v53[64];
-    #pragma unroll
-    for (int e = 0; e < 64; ++e) v53[e] = v38[e];
-    for (int v54 = v30; v54 < v46; v54 += v51) {
+    for (int v53 = v25; v53 < v45; v53 += v50) {
+      float (&v54)[64] = v51;
       float (&v55)[64] = v52;
-      float (&v56)[64] = v53;
       
       // spec: specs/fa2_bwd.yaml:65:11
-      const int v57 = (v54 - v30);
+      const int v56 = (v53 - v25);
       // spec: specs/fa2_bwd.yaml:65:11
-      const int v58 = (kg::floordiv(v57, v51));
+      const int v57 = (kg::floordiv(v56, v50));
       // spec: specs/fa2_bwd.yaml:65:11
-      kg::bf16* v59 = v39 + (v58 % 2) * 8192;
+      kg::bf16* v58 = v38 + (v57 % 2) * 8192;
       // spec: specs/fa2_bwd.yaml:65:11
-      kg::bf16* v60 = v40 + (v58 % 2) * 8192;
+      kg::bf16* v59 = v39 + (v57 % 2) * 8192;
       // spec: specs/fa2_bwd.yaml:68:23
-      float v61[16];
+      float v60[16];
       {
-        const float* p_ = t_lse + ((int64_t)(v12) * stride_lse_0 + (int64_t)(v49) * stride_lse_1);
+        const float* p_ = t_lse + ((int64_t)(v12) * stride_lse_0 + (int64_t)(v48) * stride_lse_1);
         const bool aligned_ = kg::aligned(p_, 8) && stride_lse_0 % 2 == 0 && stride_lse_1 % 2 == 0;
-        const int t0_ = v54 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
+        const int t0_ = v53 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
       #pragma unroll
         for (int e = 0; e < 16; e += 2) {
           const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32;
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 2 <= (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<2>(&v61[e], p_ + off_);
+            kg::copy_vec<2>(&v60[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 2; ++v)
-              v61[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+              v60[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:83:24
+      // spec: specs/fa2_bwd.yaml:85:24
       kg::cp_async_wait<1>();
       kg::fence_proxy_async();
       kg::sync();
       // spec: specs/fa2_bwd.yaml:65:11
-      const int v62 = 1;
+      const int v61 = 1;
       // spec: specs/fa2_bwd.yaml:65:11
-      const int v63 = (v58 + v62);
+      const int v62 = (v57 + v61);
       // spec: specs/fa2_bwd.yaml:65:11
-      kg::bf16* v64 = v40 + (v63 % 2) * 8192;
+      kg::bf16* v63 = v39 + (v62 % 2) * 8192;
       // spec: specs/fa2_bwd.yaml:66:20
-      const int v65 = (v54 + v51);
+      const int v64 = (v53 + v50);
       // spec: specs/fa2_bwd.yaml:66:20
-      const bool v66 = (v65 < v46);
+      const bool v65 = (v64 < v45);
       // spec: specs/fa2_bwd.yaml:66:20
-      if (v66) {
-        const kg::bf16* p_ = t_q + ((int64_t)(v12) * stride_q_0 + (int64_t)(v49) * stride_q_2);
+      if (v65) {
+        const kg::bf16* p_ = t_q + ((int64_t)(v12) * stride_q_0 + (int64_t)(v48) * stride_q_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-        const int64_t q_ = (int64_t)(v65 * 64) * stride_q_1 + 0;
+        const int64_t q_ = (int64_t)(v64 * 64) * stride_q_1 + 0;
       #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int c_ = lane + warp * 32 + i * 256;
           const int r_ = c_ / 128 * 8 + c_ % 8, k_ = c_ / 8 % 16 * 8;
-          const int i0_ = v65 * 64 + r_, i1_ = 0 + k_;
+          const int i0_ = v64 * 64 + r_, i1_ = 0 + k_;
           const int64_t off_ = q_ + ((int64_t)r_ * stride_q_1 + k_);
           const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
           if (aligned_) {
             const int n_ = (i0_ < (size_SQ)) * 8;
-            kg::cp_async<16>(&v64[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+            kg::cp_async<16>(&v63[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
           } else {
       #pragma unroll
             for (int v = 0; v < 8; ++v)
-              v64[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+              v63[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
           }
         }
       }
       kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:83:24
-      kg::bf16* v67 = v60;
-      // spec: specs/fa2_bwd.yaml:83:54
-      const float v68 = -1.0f;
-      // spec: specs/fa2_bwd.yaml:83:54
+      // spec: specs/fa2_bwd.yaml:85:24
+      kg::bf16* v66 = v59;
+      // spec: specs/fa2_bwd.yaml:85:54
+      const float v67 = -1.0f;
+      // spec: specs/fa2_bwd.yaml:85:54
+      float v68[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v68[e] = (v60[e] * v67);
+      // spec: specs/fa2_bwd.yaml:85:54
       float v69[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v69[e] = (v61[e] * v68);
-      // spec: specs/fa2_bwd.yaml:83:54
-      float v70[16];
+      for (int e = 0; e < 16; ++e) v69[e] = (v68[e] / v2);
+      // spec: specs/fa2_bwd.yaml:85:53
+      float (&v70)[16] = v69;
+      // spec: specs/fa2_bwd.yaml:85:40
+      float v71[32];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v70[e] = (v69[e] / v2);
-      // spec: specs/fa2_bwd.yaml:83:53
-      float (&v71)[16] = v70;
-      // spec: specs/fa2_bwd.yaml:83:40
-      float v72[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v72[e] = v71[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:83:40
-      const float v73 = -kg::inf();
-      // spec: specs/fa2_bwd.yaml:77:27
-      bool v74[2];
-      #pragma unroll
-      for (int e = 0; e < 2; ++e) v74[e] = (v18[e] < v1);
-      // spec: specs/fa2_bwd.yaml:79:31
-      bool v75[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v75[e] = v74[((e >> 1) & 1) * 1];
+      for (int e = 0; e < 32; ++e) v71[e] = v70[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:85:40
+      const float v72 = -kg::inf();
       // spec: specs/fa2_bwd.yaml:69:36
+      int v73[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v73[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32);
+      // spec: specs/fa2_bwd.yaml:69:22
+      const int v74 = 64;
+      // spec: specs/fa2_bwd.yaml:69:22
+      const int v75 = (v53 * v74);
+      // spec: specs/fa2_bwd.yaml:69:22
       int v76[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v76[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32);
-      // spec: specs/fa2_bwd.yaml:69:22
-      const int v77 = 64;
-      // spec: specs/fa2_bwd.yaml:69:22
-      const int v78 = (v54 * v77);
-      // spec: specs/fa2_bwd.yaml:69:22
-      int v79[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v79[e] = (v78 + v76[e]);
-      // spec: specs/fa2_bwd.yaml:79:72
-      int (&v80)[16] = v79;
-      // spec: specs/fa2_bwd.yaml:79:41
-      int v81[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v81[e] = v80[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:79:50
-      const int v82 = (v1 - v0);
-      // spec: specs/fa2_bwd.yaml:79:42
-      int v83[2];
-      #pragma unroll
-      for (int e = 0; e < 2; ++e) v83[e] = (v17[e] - v82);
-      // spec: specs/fa2_bwd.yaml:79:41
-      int (&v84)[2] = v83;
-      // spec: specs/fa2_bwd.yaml:79:41
-      int v85[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v85[e] = v84[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:79:41
-      bool v86[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v86[e] = (v85[e] <= v81[e]);
+      for (int e = 0; e < 16; ++e) v76[e] = (v75 + v73[e]);
+      // spec: specs/fa2_bwd.yaml:79:62
+      int (&v77)[16] = v76;
       // spec: specs/fa2_bwd.yaml:79:31
-      bool v87[32];
+      int v78[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v87[e] = (v75[e] && v86[e]);
-      // spec: specs/fa2_bwd.yaml:83:40
-      float v88[32];
+      for (int e = 0; e < 32; ++e) v78[e] = v77[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:79:40
+      const int v79 = (v1 - v0);
+      // spec: specs/fa2_bwd.yaml:79:32
+      int v80[2];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v88[e] = (v87[e] ? v72[e] : v73);
-      // spec: specs/fa2_bwd.yaml:83:24
-      float (&v89)[32] = v88;
+      for (int e = 0; e < 2; ++e) v80[e] = (v31[e] - v79);
+      // spec: specs/fa2_bwd.yaml:79:31
+      int (&v81)[2] = v80;
+      // spec: specs/fa2_bwd.yaml:79:31
+      int v82[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v82[e] = v81[((e >> 1) & 1) * 1];
+      // spec: specs/fa2_bwd.yaml:79:31
+      bool v83[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v83[e] = (v82[e] <= v78[e]);
+      // spec: specs/fa2_bwd.yaml:85:40
+      float v84[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v84[e] = (v83[e] ? v71[e] : v72);
+      // spec: specs/fa2_bwd.yaml:85:24
+      float (&v85)[32] = v84;
       {
         const uint64_t da_ = kg::wgmma_desc(v10, 128, 2048);
-        const uint64_t db_ = kg::wgmma_desc(v67, 128, 2048);
+        const uint64_t db_ = kg::wgmma_desc(v66, 128, 2048);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 8; ++ks)
@@ -399,59 +385,136 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v89[(rm * 1 + rn) * 32], da_ + (((((((warp / 4) / 1) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + ((((warp / 4) / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + (((((((warp / 4) % 1) * 64 + rn * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + ((((warp / 4) % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16));
+              kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v85[(rm * 1 + rn) * 32], da_ + (((((((warp / 4) / 1) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + ((((warp / 4) / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + (((((((warp / 4) % 1) * 64 + rn * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + ((((warp / 4) % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16));
         kg::wgmma_commit();
         kg::wgmma_wait<0>();
       #pragma unroll
-        for (int e = 0; e < 32; ++e) kg::fence_operand(v89[e]);
+        for (int e = 0; e < 32; ++e) kg::fence_operand(v85[e]);
       }
-      // spec: specs/fa2_bwd.yaml:85:37
+      // spec: specs/fa2_bwd.yaml:87:37
       kg::cp_async_wait<1>();
       kg::fence_proxy_async();
       kg::sync();
       // spec: specs/fa2_bwd.yaml:65:11
-      kg::bf16* v90 = v39 + (v63 % 2) * 8192;
+      kg::bf16* v86 = v38 + (v62 % 2) * 8192;
       // spec: specs/fa2_bwd.yaml:67:22
-      const int v91 = (v54 + v51);
+      const int v87 = (v53 + v50);
       // spec: specs/fa2_bwd.yaml:67:22
-      const bool v92 = (v91 < v46);
+      const bool v88 = (v87 < v45);
       // spec: specs/fa2_bwd.yaml:67:22
-      if (v92) {
-        const kg::bf16* p_ = t_do + ((int64_t)(v12) * stride_do_0 + (int64_t)(v49) * stride_do_2);
+      if (v88) {
+        const kg::bf16* p_ = t_do + ((int64_t)(v12) * stride_do_0 + (int64_t)(v48) * stride_do_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
-        const int64_t q_ = (int64_t)(v91 * 64) * stride_do_1 + 0;
+        const int64_t q_ = (int64_t)(v87 * 64) * stride_do_1 + 0;
       #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int c_ = lane + warp * 32 + i * 256;
           const int r_ = c_ / 128 * 8 + c_ % 8, k_ = c_ / 8 % 16 * 8;
-          const int i0_ = v91 * 64 + r_, i1_ = 0 + k_;
+          const int i0_ = v87 * 64 + r_, i1_ = 0 + k_;
           const int64_t off_ = q_ + ((int64_t)r_ * stride_do_1 + k_);
           const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
           if (aligned_) {
             const int n_ = (i0_ < (size_SQ)) * 8;
-            kg::cp_async<16>(&v90[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+            kg::cp_async<16>(&v86[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
           } else {
       #pragma unroll
             for (int v = 0; v < 8; ++v)
-              v90[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+              v86[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
           }
         }
       }
       kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:84:29
-      float v93[32];
+      // spec: specs/fa2_bwd.yaml:86:29
+      float v89[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v93[e] = (v89[e] * v32);
-      // spec: specs/fa2_bwd.yaml:84:24
-      float v94[32];
+      for (int e = 0; e < 32; ++e) v89[e] = (v85[e] * v27);
+      // spec: specs/fa2_bwd.yaml:86:24
+      float v90[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v94[e] = kg::exp2_(v93[e]);
-      // spec: specs/fa2_bwd.yaml:85:41
-      kg::bf16 v95[32];
+      for (int e = 0; e < 32; ++e) v90[e] = kg::exp2_(v89[e]);
+      // spec: specs/fa2_bwd.yaml:87:41
+      kg::bf16 v91[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v95[e] = kg::cvt<kg::bf16>(v94[e]);
-      // spec: specs/fa2_bwd.yaml:85:37
-      float (&v96)[64] = v55;
+      for (int e = 0; e < 32; ++e) v91[e] = kg::cvt<kg::bf16>(v90[e]);
+      // spec: specs/fa2_bwd.yaml:87:37
+      float (&v92)[64] = v54;
+      {
+        const uint64_t db_ = kg::wgmma_desc(v58, 2048, 128);
+        kg::wgmma_fence();
+      #pragma unroll
+        for (int ks = 0; ks < 4; ++ks)
+      #pragma unroll
+          for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+            for (int rn = 0; rn < 1; ++rn)
+              kg::wgmma_m64n128k16_bf16_rs<1>(&v92[(rm * 1 + rn) * 64], &v91[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 8 * 16 + ((((warp / 4) % 1) * 128 + rn * 128)) / 8) * 64 + ((ks * 16)) % 8 * 8 + ((((warp / 4) % 1) * 128 + rn * 128)) % 8) * 2 / 16));
+        kg::wgmma_commit();
+        kg::wgmma_wait<0>();
+      #pragma unroll
+        for (int e = 0; e < 64; ++e) kg::fence_operand(v92[e]);
+      }
+      // spec: specs/fa2_bwd.yaml:88:45
+      float v93[16];
+      {
+        const float* p_ = t_delta + ((int64_t)(v12) * stride_delta_0 + (int64_t)(v48) * stride_delta_1);
+        const bool aligned_ = kg::aligned(p_, 8) && stride_delta_0 % 2 == 0 && stride_delta_1 % 2 == 0;
+        const int t0_ = v53 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
+      #pragma unroll
+        for (int e = 0; e < 16; e += 2) {
+          const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32;
+          const int64_t off_ = (int64_t)i0_ * 1;
+          const bool in_ = i0_ + 2 <= (size_SQ);
+          if (aligned_ && in_) {
+            kg::copy_vec<2>(&v93[e], p_ + off_);
+          } else {
+      #pragma unroll
+            for (int v = 0; v < 2; ++v)
+              v93[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+          }
+        }
+      }
+      // spec: specs/fa2_bwd.yaml:88:25
+      kg::bf16* v94 = v58;
+      // spec: specs/fa2_bwd.yaml:88:44
+      const float v95 = -1.0f;
+      // spec: specs/fa2_bwd.yaml:88:44
+      float v96[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v96[e] = (v93[e] * v95);
+      // spec: specs/fa2_bwd.yaml:88:43
+      float (&v97)[16] = v96;
+      // spec: specs/fa2_bwd.yaml:88:25
+      float v98[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v98[e] = v97[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:88:25
+      float (&v99)[32] = v98;
+      {
+        const uint64_t da_ = kg::wgmma_desc(v13, 128, 2048);
+        const uint64_t db_ = kg::wgmma_desc(v94, 128, 2048);
+        kg::wgmma_fence();
+      #pragma unroll
+        for (int ks = 0; ks < 8; ++ks)
+      #pragma unroll
+          for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+            for (int rn = 0; rn < 1; ++rn)
+              kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v99[(rm * 1 + rn) * 32], da_ + (((((((warp / 4) / 1) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + ((((warp / 4) / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + (((((((warp / 4) % 1) * 64 + rn * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + ((((warp / 4) % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16));
+        kg::wgmma_commit();
+        kg::wgmma_wait<0>();
+      #pragma unroll
+        for (int e = 0; e < 32; ++e) kg::fence_operand(v99[e]);
+      }
+      // spec: specs/fa2_bwd.yaml:89:26
+      float v100[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v100[e] = (v90[e] * v99[e]);
+      // spec: specs/fa2_bwd.yaml:89:25
+      kg::bf16 v101[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v101[e] = kg::cvt<kg::bf16>(v100[e]);
+      // spec: specs/fa2_bwd.yaml:90:37
+      float (&v102)[64] = v55;
       {
         const uint64_t db_ = kg::wgmma_desc(v59, 2048, 128);
         kg::wgmma_fence();
@@ -461,124 +524,47 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n128k16_bf16_rs<1>(&v96[(rm * 1 + rn) * 64], &v95[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 8 * 16 + ((((warp / 4) % 1) * 128 + rn * 128)) / 8) * 64 + ((ks * 16)) % 8 * 8 + ((((warp / 4) % 1) * 128 + rn * 128)) % 8) * 2 / 16));
+              kg::wgmma_m64n128k16_bf16_rs<1>(&v102[(rm * 1 + rn) * 64], &v101[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 8 * 16 + ((((warp / 4) % 1) * 128 + rn * 128)) / 8) * 64 + ((ks * 16)) % 8 * 8 + ((((warp / 4) % 1) * 128 + rn * 128)) % 8) * 2 / 16));
         kg::wgmma_commit();
         kg::wgmma_wait<0>();
       #pragma unroll
-        for (int e = 0; e < 64; ++e) kg::fence_operand(v96[e]);
+        for (int e = 0; e < 64; ++e) kg::fence_operand(v102[e]);
       }
-      // spec: specs/fa2_bwd.yaml:86:45
-      float v97[16];
-      {
-        const float* p_ = t_delta + ((int64_t)(v12) * stride_delta_0 + (int64_t)(v49) * stride_delta_1);
-        const bool aligned_ = kg::aligned(p_, 8) && stride_delta_0 % 2 == 0 && stride_delta_1 % 2 == 0;
-        const int t0_ = v54 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
-      #pragma unroll
-        for (int e = 0; e < 16; e += 2) {
-          const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32;
-          const int64_t off_ = (int64_t)i0_ * 1;
-          const bool in_ = i0_ + 2 <= (size_SQ);
-          if (aligned_ && in_) {
-            kg::copy_vec<2>(&v97[e], p_ + off_);
-          } else {
-      #pragma unroll
-            for (int v = 0; v < 2; ++v)
-              v97[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
-          }
-        }
-      }
-      // spec: specs/fa2_bwd.yaml:86:25
-      kg::bf16* v98 = v59;
-      // spec: specs/fa2_bwd.yaml:86:44
-      const float v99 = -1.0f;
-      // spec: specs/fa2_bwd.yaml:86:44
-      float v100[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v100[e] = (v97[e] * v99);
-      // spec: specs/fa2_bwd.yaml:86:43
-      float (&v101)[16] = v100;
-      // spec: specs/fa2_bwd.yaml:86:25
-      float v102[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v102[e] = v101[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:86:25
-      float (&v103)[32] = v102;
-      {
-        const uint64_t da_ = kg::wgmma_desc(v13, 128, 2048);
-        const uint64_t db_ = kg::wgmma_desc(v98, 128, 2048);
-        kg::wgmma_fence();
-      #pragma unroll
-        for (int ks = 0; ks < 8; ++ks)
-      #pragma unroll
-          for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-            for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v103[(rm * 1 + rn) * 32], da_ + (((((((warp / 4) / 1) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + ((((warp / 4) / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + (((((((warp / 4) % 1) * 64 + rn * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + ((((warp / 4) % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16));
-        kg::wgmma_commit();
-        kg::wgmma_wait<0>();
-      #pragma unroll
-        for (int e = 0; e < 32; ++e) kg::fence_operand(v103[e]);
-      }
-      // spec: specs/fa2_bwd.yaml:87:26
-      float v104[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v104[e] = (v94[e] * v103[e]);
-      // spec: specs/fa2_bwd.yaml:87:25
-      kg::bf16 v105[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v105[e] = kg::cvt<kg::bf16>(v104[e]);
-      // spec: specs/fa2_bwd.yaml:88:37
-      float (&v106)[64] = v56;
-      {
-        const uint64_t db_ = kg::wgmma_desc(v60, 2048, 128);
-        kg::wgmma_fence();
-      #pragma unroll
-        for (int ks = 0; ks < 4; ++ks)
-      #pragma unroll
-          for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-            for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n128k16_bf16_rs<1>(&v106[(rm * 1 + rn) * 64], &v105[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 8 * 16 + ((((warp / 4) % 1) * 128 + rn * 128)) / 8) * 64 + ((ks * 16)) % 8 * 8 + ((((warp / 4) % 1) * 128 + rn * 128)) % 8) * 2 / 16));
-        kg::wgmma_commit();
-        kg::wgmma_wait<0>();
-      #pragma unroll
-        for (int e = 0; e < 64; ++e) kg::fence_operand(v106[e]);
-      }
-      // spec: specs/fa2_bwd.yaml:89:22
+      // spec: specs/fa2_bwd.yaml:91:22
 
       float y0_[64];
       #pragma unroll
-      for (int e = 0; e < 64; ++e) y0_[e] = v96[e];
+      for (int e = 0; e < 64; ++e) y0_[e] = v92[e];
       float y1_[64];
       #pragma unroll
-      for (int e = 0; e < 64; ++e) y1_[e] = v106[e];
+      for (int e = 0; e < 64; ++e) y1_[e] = v102[e];
       #pragma unroll
-      for (int e = 0; e < 64; ++e) v52[e] = y0_[e];
+      for (int e = 0; e < 64; ++e) v51[e] = y0_[e];
       #pragma unroll
-      for (int e = 0; e < 64; ++e) v53[e] = y1_[e];
+      for (int e = 0; e < 64; ++e) v52[e] = y1_[e];
     }
     // spec: specs/fa2_bwd.yaml:65:11
 
     float y0_[64];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) y0_[e] = v52[e];
+    for (int e = 0; e < 64; ++e) y0_[e] = v51[e];
     float y1_[64];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) y1_[e] = v53[e];
+    for (int e = 0; e < 64; ++e) y1_[e] = v52[e];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) v34[e] = y0_[e];
+    for (int e = 0; e < 64; ++e) v33[e] = y0_[e];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) v35[e] = y1_[e];
+    for (int e = 0; e < 64; ++e) v34[e] = y1_[e];
   }
-  // spec: specs/fa2_bwd.yaml:103:34
-  float v107[64];
+  // spec: specs/fa2_bwd.yaml:105:34
+  float v103[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v107[e] = (v35[e] * v2);
-  // spec: specs/fa2_bwd.yaml:103:33
-  kg::bf16 v108[64];
+  for (int e = 0; e < 64; ++e) v103[e] = (v34[e] * v2);
+  // spec: specs/fa2_bwd.yaml:105:33
+  kg::bf16 v104[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v108[e] = kg::cvt<kg::bf16>(v107[e]);
-  // spec: specs/fa2_bwd.yaml:103:7
+  for (int e = 0; e < 64; ++e) v104[e] = kg::cvt<kg::bf16>(v103[e]);
+  // spec: specs/fa2_bwd.yaml:105:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_dk + ((int64_t)(v12) * stride_dk_0 + (int64_t)(v11) * stride_dk_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dk_0 % 2 == 0 && stride_dk_1 % 2 == 0 && stride_dk_2 % 2 == 0;
@@ -590,19 +576,19 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32 + ((e >> 5) & 1) * 64;
       const int64_t off_ = (int64_t)i0_ * stride_dk_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SK)) {
-        kg::copy_vec<2>(p_ + off_, &v108[e]);
+        kg::copy_vec<2>(p_ + off_, &v104[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SK)) p_[off_ + v] = v108[e + v];
+          if (i0_ < (size_SK)) p_[off_ + v] = v104[e + v];
       }
     }
   }
-  // spec: specs/fa2_bwd.yaml:104:33
-  kg::bf16 v109[64];
+  // spec: specs/fa2_bwd.yaml:106:33
+  kg::bf16 v105[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v109[e] = kg::cvt<kg::bf16>(v34[e]);
-  // spec: specs/fa2_bwd.yaml:104:7
+  for (int e = 0; e < 64; ++e) v105[e] = kg::cvt<kg::bf16>(v33[e]);
+  // spec: specs/fa2_bwd.yaml:106:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_dv + ((int64_t)(v12) * stride_dv_0 + (int64_t)(v11) * stride_dv_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dv_0 % 2 == 0 && stride_dv_1 % 2 == 0 && stride_dv_2 % 2 == 0;
@@ -614,11 +600,11 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32 + ((e >> 5) & 1) * 64;
       const int64_t off_ = (int64_t)i0_ * stride_dv_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SK)) {
-        kg::copy_vec<2>(p_ + off_, &v109[e]);
+        kg::copy_vec<2>(p_ + off_, &v105[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SK)) p_[off_ + v] = v109[e + v];
+          if (i0_ < (size_SK)) p_[off_ + v] = v105[e + v];
       }
     }
   }

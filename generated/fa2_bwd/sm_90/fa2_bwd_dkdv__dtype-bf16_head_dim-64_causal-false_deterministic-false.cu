@@ -24,7 +24,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
   const int lane = kg::thread_id() % kg::WAVE;
   const int warp = kg::thread_id() / kg::WAVE;
   
-  // spec: specs/fa2_bwd.yaml:93:69
+  // spec: specs/fa2_bwd.yaml:95:69
   const int v0 = size_SK;
   // spec: specs/fa2_bwd.yaml:65:38
   const int v1 = size_SQ;
@@ -42,7 +42,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
   const int v7 = kg::block_id_x();
   // spec: specs/fa2_bwd.yaml:53:14
   const int v8 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:96:41
+  // spec: specs/fa2_bwd.yaml:98:41
   kg::bf16* v9 = reinterpret_cast<kg::bf16*>(smem + 32768);
   // spec: specs/fa2_bwd.yaml:50:12
   const int v10 = (kg::mod(v6, v4));
@@ -72,13 +72,13 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_bwd.yaml:96:41
+  // spec: specs/fa2_bwd.yaml:98:41
   kg::cp_async_wait<0>();
   kg::fence_proxy_async();
   kg::sync();
-  // spec: specs/fa2_bwd.yaml:96:41
+  // spec: specs/fa2_bwd.yaml:98:41
   kg::bf16* v12 = v9;
-  // spec: specs/fa2_bwd.yaml:98:24
+  // spec: specs/fa2_bwd.yaml:100:24
   kg::bf16* v13 = reinterpret_cast<kg::bf16*>(smem + 40960);
   // spec: specs/fa2_bwd.yaml:55:12
   if (true) {
@@ -103,11 +103,11 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_bwd.yaml:98:24
+  // spec: specs/fa2_bwd.yaml:100:24
   kg::cp_async_wait<0>();
   kg::fence_proxy_async();
   kg::sync();
-  // spec: specs/fa2_bwd.yaml:98:24
+  // spec: specs/fa2_bwd.yaml:100:24
   kg::bf16* v14 = v13;
   // spec: specs/fa2_bwd.yaml:53:40
   int v15[16];
@@ -121,7 +121,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
   int v18[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v18[e] = (v17 + v15[e]);
-  // spec: specs/fa2_bwd.yaml:93:53
+  // spec: specs/fa2_bwd.yaml:95:53
   int (&v19)[16] = v18;
   // spec: specs/fa2_bwd.yaml:63:22
   const int v20 = 1;
@@ -153,9 +153,9 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
     float (&v30)[32] = v27;
     float (&v31)[32] = v28;
     
-    // spec: specs/fa2_bwd.yaml:97:37
+    // spec: specs/fa2_bwd.yaml:99:37
     kg::bf16* v32 = reinterpret_cast<kg::bf16*>(smem + 0);
-    // spec: specs/fa2_bwd.yaml:96:41
+    // spec: specs/fa2_bwd.yaml:98:41
     kg::bf16* v33 = reinterpret_cast<kg::bf16*>(smem + 16384);
     // spec: specs/fa2_bwd.yaml:65:11
     const int v34 = 0;
@@ -268,7 +268,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:96:41
+      // spec: specs/fa2_bwd.yaml:98:41
       kg::cp_async_wait<1>();
       kg::fence_proxy_async();
       kg::sync();
@@ -305,11 +305,11 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
         }
       }
       kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:96:41
+      // spec: specs/fa2_bwd.yaml:98:41
       float v61[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v61[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:96:41
+      // spec: specs/fa2_bwd.yaml:98:41
       float (&v62)[32] = v61;
       {
         const uint64_t da_ = kg::wgmma_desc(v54, 128, 1024);
@@ -327,49 +327,49 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       #pragma unroll
         for (int e = 0; e < 32; ++e) kg::fence_operand(v62[e]);
       }
-      // spec: specs/fa2_bwd.yaml:96:23
+      // spec: specs/fa2_bwd.yaml:98:23
       const float v63 = 0.0f;
-      // spec: specs/fa2_bwd.yaml:92:26
+      // spec: specs/fa2_bwd.yaml:94:26
       const float v64 = 1.4426950408889634f;
-      // spec: specs/fa2_bwd.yaml:92:26
+      // spec: specs/fa2_bwd.yaml:94:26
       float v65[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v65[e] = (v55[e] * v64);
-      // spec: specs/fa2_bwd.yaml:96:66
+      // spec: specs/fa2_bwd.yaml:98:66
       float (&v66)[2] = v65;
-      // spec: specs/fa2_bwd.yaml:96:41
+      // spec: specs/fa2_bwd.yaml:98:41
       float v67[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v67[e] = v66[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:96:41
+      // spec: specs/fa2_bwd.yaml:98:41
       float v68[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v68[e] = (v62[e] * v25);
-      // spec: specs/fa2_bwd.yaml:96:41
+      // spec: specs/fa2_bwd.yaml:98:41
       float v69[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v69[e] = (v68[e] - v67[e]);
-      // spec: specs/fa2_bwd.yaml:96:36
+      // spec: specs/fa2_bwd.yaml:98:36
       float v70[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v70[e] = kg::exp2_(v69[e]);
-      // spec: specs/fa2_bwd.yaml:93:78
+      // spec: specs/fa2_bwd.yaml:95:78
       const float v71 = -kg::inf();
-      // spec: specs/fa2_bwd.yaml:93:78
+      // spec: specs/fa2_bwd.yaml:95:78
       float (&v72)[2] = v65;
-      // spec: specs/fa2_bwd.yaml:93:78
+      // spec: specs/fa2_bwd.yaml:95:78
       bool v73[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v73[e] = (v72[e] > v71);
-      // spec: specs/fa2_bwd.yaml:93:27
+      // spec: specs/fa2_bwd.yaml:95:27
       bool v74[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v74[e] = v73[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:93:53
+      // spec: specs/fa2_bwd.yaml:95:53
       bool v75[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v75[e] = (v19[e] < v0);
-      // spec: specs/fa2_bwd.yaml:93:27
+      // spec: specs/fa2_bwd.yaml:95:27
       bool v76[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v76[e] = v75[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
@@ -385,42 +385,42 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       int v80[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v80[e] = (v79 + v77[e]);
-      // spec: specs/fa2_bwd.yaml:93:28
+      // spec: specs/fa2_bwd.yaml:95:28
       int (&v81)[2] = v80;
-      // spec: specs/fa2_bwd.yaml:93:28
+      // spec: specs/fa2_bwd.yaml:95:28
       bool v82[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v82[e] = (v81[e] < v1);
-      // spec: specs/fa2_bwd.yaml:93:27
+      // spec: specs/fa2_bwd.yaml:95:27
       bool v83[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v83[e] = v82[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:93:27
+      // spec: specs/fa2_bwd.yaml:95:27
       bool v84[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v84[e] = (v83[e] && v76[e]);
-      // spec: specs/fa2_bwd.yaml:93:27
+      // spec: specs/fa2_bwd.yaml:95:27
       bool v85[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v85[e] = (v84[e] && v74[e]);
-      // spec: specs/fa2_bwd.yaml:96:23
+      // spec: specs/fa2_bwd.yaml:98:23
       float v86[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v86[e] = (v85[e] ? v70[e] : v63);
-      // spec: specs/fa2_bwd.yaml:97:41
+      // spec: specs/fa2_bwd.yaml:99:41
       kg::bf16 v87[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v87[e] = kg::cvt<kg::bf16>(v86[e]);
-      // spec: specs/fa2_bwd.yaml:97:37
+      // spec: specs/fa2_bwd.yaml:99:37
       kg::bf16* v88 = reinterpret_cast<kg::bf16*>(smem + 49152);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v88[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v87[e]);
       kg::fence_proxy_async();
 
-      // spec: specs/fa2_bwd.yaml:97:37
+      // spec: specs/fa2_bwd.yaml:99:37
       kg::bf16* v89 = v88;
-      // spec: specs/fa2_bwd.yaml:97:37
+      // spec: specs/fa2_bwd.yaml:99:37
       kg::cp_async_wait<1>();
       kg::fence_proxy_async();
       kg::sync();
@@ -453,7 +453,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
         }
       }
       kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:97:37
+      // spec: specs/fa2_bwd.yaml:99:37
       float (&v93)[32] = v49;
       {
         const uint64_t da_ = kg::wgmma_desc(v89, 1024, 128);
@@ -471,11 +471,11 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       #pragma unroll
         for (int e = 0; e < 32; ++e) kg::fence_operand(v93[e]);
       }
-      // spec: specs/fa2_bwd.yaml:98:24
+      // spec: specs/fa2_bwd.yaml:100:24
       float v94[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v94[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:98:24
+      // spec: specs/fa2_bwd.yaml:100:24
       float (&v95)[32] = v94;
       {
         const uint64_t da_ = kg::wgmma_desc(v53, 128, 1024);
@@ -493,7 +493,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       #pragma unroll
         for (int e = 0; e < 32; ++e) kg::fence_operand(v95[e]);
       }
-      // spec: specs/fa2_bwd.yaml:99:35
+      // spec: specs/fa2_bwd.yaml:101:35
       float v96[2];
       {
         const float* p_ = t_delta + ((int64_t)(v11) * stride_delta_0 + (int64_t)(v43) * stride_delta_1);
@@ -513,34 +513,34 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:99:35
+      // spec: specs/fa2_bwd.yaml:101:35
       float (&v97)[2] = v96;
-      // spec: specs/fa2_bwd.yaml:99:30
+      // spec: specs/fa2_bwd.yaml:101:30
       float v98[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v98[e] = v97[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:99:30
+      // spec: specs/fa2_bwd.yaml:101:30
       float v99[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v99[e] = (v95[e] - v98[e]);
-      // spec: specs/fa2_bwd.yaml:99:25
+      // spec: specs/fa2_bwd.yaml:101:25
       float v100[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v100[e] = (v86[e] * v99[e]);
-      // spec: specs/fa2_bwd.yaml:99:24
+      // spec: specs/fa2_bwd.yaml:101:24
       kg::bf16 v101[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v101[e] = kg::cvt<kg::bf16>(v100[e]);
-      // spec: specs/fa2_bwd.yaml:100:37
+      // spec: specs/fa2_bwd.yaml:102:37
       kg::bf16* v102 = reinterpret_cast<kg::bf16*>(smem + 49152);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v102[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v101[e]);
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:100:37
+      // spec: specs/fa2_bwd.yaml:102:37
       kg::bf16* v103 = v102;
-      // spec: specs/fa2_bwd.yaml:100:37
+      // spec: specs/fa2_bwd.yaml:102:37
       float (&v104)[32] = v50;
       {
         const uint64_t da_ = kg::wgmma_desc(v103, 1024, 128);
@@ -558,11 +558,11 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       #pragma unroll
         for (int e = 0; e < 32; ++e) kg::fence_operand(v104[e]);
       }
-      // spec: specs/fa2_bwd.yaml:102:70
+      // spec: specs/fa2_bwd.yaml:104:70
       float v105[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v105[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:102:70
+      // spec: specs/fa2_bwd.yaml:104:70
       float (&v106)[32] = v105;
       {
         const uint64_t db_ = kg::wgmma_desc(v9, 1024, 128);
@@ -579,11 +579,11 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       #pragma unroll
         for (int e = 0; e < 32; ++e) kg::fence_operand(v106[e]);
       }
-      // spec: specs/fa2_bwd.yaml:102:70
+      // spec: specs/fa2_bwd.yaml:104:70
       float v107[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v107[e] = (v106[e] * v2);
-      // spec: specs/fa2_bwd.yaml:102:23
+      // spec: specs/fa2_bwd.yaml:104:23
       if ((lane & 0) == 0 && (warp & 0) == 0) {
         float* p_ = t_dq_acc + ((int64_t)(v11) * stride_dq_acc_0 + (int64_t)(v43) * stride_dq_acc_2);
         const bool aligned_ = kg::aligned(p_, 8) && stride_dq_acc_0 % 2 == 0 && stride_dq_acc_1 % 2 == 0 && stride_dq_acc_2 % 2 == 0;
@@ -603,7 +603,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:102:23
+      // spec: specs/fa2_bwd.yaml:104:23
 
       float y0_[32];
       #pragma unroll
@@ -629,15 +629,15 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
     #pragma unroll
     for (int e = 0; e < 32; ++e) v28[e] = y1_[e];
   }
-  // spec: specs/fa2_bwd.yaml:103:34
+  // spec: specs/fa2_bwd.yaml:105:34
   float v108[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v108[e] = (v28[e] * v2);
-  // spec: specs/fa2_bwd.yaml:103:33
+  // spec: specs/fa2_bwd.yaml:105:33
   kg::bf16 v109[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v109[e] = kg::cvt<kg::bf16>(v108[e]);
-  // spec: specs/fa2_bwd.yaml:103:7
+  // spec: specs/fa2_bwd.yaml:105:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_dk + ((int64_t)(v11) * stride_dk_0 + (int64_t)(v10) * stride_dk_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dk_0 % 2 == 0 && stride_dk_1 % 2 == 0 && stride_dk_2 % 2 == 0;
@@ -657,11 +657,11 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       }
     }
   }
-  // spec: specs/fa2_bwd.yaml:104:33
+  // spec: specs/fa2_bwd.yaml:106:33
   kg::bf16 v110[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v110[e] = kg::cvt<kg::bf16>(v27[e]);
-  // spec: specs/fa2_bwd.yaml:104:7
+  // spec: specs/fa2_bwd.yaml:106:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_dv + ((int64_t)(v11) * stride_dv_0 + (int64_t)(v10) * stride_dv_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dv_0 % 2 == 0 && stride_dv_1 % 2 == 0 && stride_dv_2 % 2 == 0;

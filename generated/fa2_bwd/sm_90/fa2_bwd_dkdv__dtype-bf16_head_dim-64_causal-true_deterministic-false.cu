@@ -44,7 +44,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
   const int v8 = kg::block_id_x();
   // spec: specs/fa2_bwd.yaml:60:27
   const int v9 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:96:41
+  // spec: specs/fa2_bwd.yaml:98:41
   kg::bf16* v10 = reinterpret_cast<kg::bf16*>(smem + 32768);
   // spec: specs/fa2_bwd.yaml:50:12
   const int v11 = (kg::mod(v6, v4));
@@ -74,13 +74,13 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_bwd.yaml:96:41
+  // spec: specs/fa2_bwd.yaml:98:41
   kg::cp_async_wait<0>();
   kg::fence_proxy_async();
   kg::sync();
-  // spec: specs/fa2_bwd.yaml:96:41
+  // spec: specs/fa2_bwd.yaml:98:41
   kg::bf16* v13 = v10;
-  // spec: specs/fa2_bwd.yaml:98:24
+  // spec: specs/fa2_bwd.yaml:100:24
   kg::bf16* v14 = reinterpret_cast<kg::bf16*>(smem + 40960);
   // spec: specs/fa2_bwd.yaml:55:12
   if (true) {
@@ -105,11 +105,11 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_bwd.yaml:98:24
+  // spec: specs/fa2_bwd.yaml:100:24
   kg::cp_async_wait<0>();
   kg::fence_proxy_async();
   kg::sync();
-  // spec: specs/fa2_bwd.yaml:98:24
+  // spec: specs/fa2_bwd.yaml:100:24
   kg::bf16* v15 = v14;
   // spec: specs/fa2_bwd.yaml:53:40
   int v16[16];
@@ -123,13 +123,13 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
   int v19[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v19[e] = (v18 + v16[e]);
-  // spec: specs/fa2_bwd.yaml:95:41
+  // spec: specs/fa2_bwd.yaml:97:41
   int (&v20)[16] = v19;
-  // spec: specs/fa2_bwd.yaml:95:41
+  // spec: specs/fa2_bwd.yaml:97:41
   int v21[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v21[e] = v20[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-  // spec: specs/fa2_bwd.yaml:93:53
+  // spec: specs/fa2_bwd.yaml:95:53
   int (&v22)[16] = v19;
   // spec: specs/fa2_bwd.yaml:63:22
   const int v23 = 1;
@@ -177,9 +177,9 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
     float (&v41)[32] = v38;
     float (&v42)[32] = v39;
     
-    // spec: specs/fa2_bwd.yaml:97:37
+    // spec: specs/fa2_bwd.yaml:99:37
     kg::bf16* v43 = reinterpret_cast<kg::bf16*>(smem + 0);
-    // spec: specs/fa2_bwd.yaml:96:41
+    // spec: specs/fa2_bwd.yaml:98:41
     kg::bf16* v44 = reinterpret_cast<kg::bf16*>(smem + 16384);
     // spec: specs/fa2_bwd.yaml:65:11
     const int v45 = 0;
@@ -290,7 +290,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:96:41
+      // spec: specs/fa2_bwd.yaml:98:41
       kg::cp_async_wait<1>();
       kg::fence_proxy_async();
       kg::sync();
@@ -327,11 +327,11 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
         }
       }
       kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:96:41
+      // spec: specs/fa2_bwd.yaml:98:41
       float v71[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v71[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:96:41
+      // spec: specs/fa2_bwd.yaml:98:41
       float (&v72)[32] = v71;
       {
         const uint64_t da_ = kg::wgmma_desc(v64, 128, 1024);
@@ -349,33 +349,33 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       #pragma unroll
         for (int e = 0; e < 32; ++e) kg::fence_operand(v72[e]);
       }
-      // spec: specs/fa2_bwd.yaml:96:23
+      // spec: specs/fa2_bwd.yaml:98:23
       const float v73 = 0.0f;
-      // spec: specs/fa2_bwd.yaml:92:26
+      // spec: specs/fa2_bwd.yaml:94:26
       const float v74 = 1.4426950408889634f;
-      // spec: specs/fa2_bwd.yaml:92:26
+      // spec: specs/fa2_bwd.yaml:94:26
       float v75[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v75[e] = (v65[e] * v74);
-      // spec: specs/fa2_bwd.yaml:96:66
+      // spec: specs/fa2_bwd.yaml:98:66
       float (&v76)[2] = v75;
-      // spec: specs/fa2_bwd.yaml:96:41
+      // spec: specs/fa2_bwd.yaml:98:41
       float v77[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v77[e] = v76[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:96:41
+      // spec: specs/fa2_bwd.yaml:98:41
       float v78[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v78[e] = (v72[e] * v36);
-      // spec: specs/fa2_bwd.yaml:96:41
+      // spec: specs/fa2_bwd.yaml:98:41
       float v79[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v79[e] = (v78[e] - v77[e]);
-      // spec: specs/fa2_bwd.yaml:96:36
+      // spec: specs/fa2_bwd.yaml:98:36
       float v80[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v80[e] = kg::exp2_(v79[e]);
-      // spec: specs/fa2_bwd.yaml:95:75
+      // spec: specs/fa2_bwd.yaml:97:75
       const int v81 = (v1 - v0);
       // spec: specs/fa2_bwd.yaml:69:36
       int v82[2];
@@ -389,80 +389,80 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       int v85[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v85[e] = (v84 + v82[e]);
-      // spec: specs/fa2_bwd.yaml:95:58
+      // spec: specs/fa2_bwd.yaml:97:58
       int (&v86)[2] = v85;
-      // spec: specs/fa2_bwd.yaml:95:58
+      // spec: specs/fa2_bwd.yaml:97:58
       int v87[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v87[e] = (v86[e] + v81);
-      // spec: specs/fa2_bwd.yaml:95:41
+      // spec: specs/fa2_bwd.yaml:97:41
       int v88[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v88[e] = v87[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:95:41
+      // spec: specs/fa2_bwd.yaml:97:41
       bool v89[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v89[e] = (v21[e] <= v88[e]);
-      // spec: specs/fa2_bwd.yaml:93:78
+      // spec: specs/fa2_bwd.yaml:95:78
       const float v90 = -kg::inf();
-      // spec: specs/fa2_bwd.yaml:93:78
+      // spec: specs/fa2_bwd.yaml:95:78
       float (&v91)[2] = v75;
-      // spec: specs/fa2_bwd.yaml:93:78
+      // spec: specs/fa2_bwd.yaml:95:78
       bool v92[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v92[e] = (v91[e] > v90);
-      // spec: specs/fa2_bwd.yaml:93:27
+      // spec: specs/fa2_bwd.yaml:95:27
       bool v93[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v93[e] = v92[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:93:53
+      // spec: specs/fa2_bwd.yaml:95:53
       bool v94[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v94[e] = (v22[e] < v1);
-      // spec: specs/fa2_bwd.yaml:93:27
+      // spec: specs/fa2_bwd.yaml:95:27
       bool v95[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v95[e] = v94[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:93:28
+      // spec: specs/fa2_bwd.yaml:95:28
       int (&v96)[2] = v85;
-      // spec: specs/fa2_bwd.yaml:93:28
+      // spec: specs/fa2_bwd.yaml:95:28
       bool v97[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v97[e] = (v96[e] < v0);
-      // spec: specs/fa2_bwd.yaml:93:27
+      // spec: specs/fa2_bwd.yaml:95:27
       bool v98[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v98[e] = v97[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:93:27
+      // spec: specs/fa2_bwd.yaml:95:27
       bool v99[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v99[e] = (v98[e] && v95[e]);
-      // spec: specs/fa2_bwd.yaml:93:27
+      // spec: specs/fa2_bwd.yaml:95:27
       bool v100[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v100[e] = (v99[e] && v93[e]);
-      // spec: specs/fa2_bwd.yaml:95:31
+      // spec: specs/fa2_bwd.yaml:97:31
       bool v101[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v101[e] = (v100[e] && v89[e]);
-      // spec: specs/fa2_bwd.yaml:96:23
+      // spec: specs/fa2_bwd.yaml:98:23
       float v102[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v102[e] = (v101[e] ? v80[e] : v73);
-      // spec: specs/fa2_bwd.yaml:97:41
+      // spec: specs/fa2_bwd.yaml:99:41
       kg::bf16 v103[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v103[e] = kg::cvt<kg::bf16>(v102[e]);
-      // spec: specs/fa2_bwd.yaml:97:37
+      // spec: specs/fa2_bwd.yaml:99:37
       kg::bf16* v104 = reinterpret_cast<kg::bf16*>(smem + 49152);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v104[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v103[e]);
       kg::fence_proxy_async();
 
-      // spec: specs/fa2_bwd.yaml:97:37
+      // spec: specs/fa2_bwd.yaml:99:37
       kg::bf16* v105 = v104;
-      // spec: specs/fa2_bwd.yaml:97:37
+      // spec: specs/fa2_bwd.yaml:99:37
       kg::cp_async_wait<1>();
       kg::fence_proxy_async();
       kg::sync();
@@ -495,7 +495,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
         }
       }
       kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:97:37
+      // spec: specs/fa2_bwd.yaml:99:37
       float (&v109)[32] = v59;
       {
         const uint64_t da_ = kg::wgmma_desc(v105, 1024, 128);
@@ -513,11 +513,11 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       #pragma unroll
         for (int e = 0; e < 32; ++e) kg::fence_operand(v109[e]);
       }
-      // spec: specs/fa2_bwd.yaml:98:24
+      // spec: specs/fa2_bwd.yaml:100:24
       float v110[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v110[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:98:24
+      // spec: specs/fa2_bwd.yaml:100:24
       float (&v111)[32] = v110;
       {
         const uint64_t da_ = kg::wgmma_desc(v63, 128, 1024);
@@ -535,7 +535,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       #pragma unroll
         for (int e = 0; e < 32; ++e) kg::fence_operand(v111[e]);
       }
-      // spec: specs/fa2_bwd.yaml:99:35
+      // spec: specs/fa2_bwd.yaml:101:35
       float v112[2];
       {
         const float* p_ = t_delta + ((int64_t)(v12) * stride_delta_0 + (int64_t)(v53) * stride_delta_1);
@@ -555,34 +555,34 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:99:35
+      // spec: specs/fa2_bwd.yaml:101:35
       float (&v113)[2] = v112;
-      // spec: specs/fa2_bwd.yaml:99:30
+      // spec: specs/fa2_bwd.yaml:101:30
       float v114[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v114[e] = v113[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:99:30
+      // spec: specs/fa2_bwd.yaml:101:30
       float v115[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v115[e] = (v111[e] - v114[e]);
-      // spec: specs/fa2_bwd.yaml:99:25
+      // spec: specs/fa2_bwd.yaml:101:25
       float v116[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v116[e] = (v102[e] * v115[e]);
-      // spec: specs/fa2_bwd.yaml:99:24
+      // spec: specs/fa2_bwd.yaml:101:24
       kg::bf16 v117[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v117[e] = kg::cvt<kg::bf16>(v116[e]);
-      // spec: specs/fa2_bwd.yaml:100:37
+      // spec: specs/fa2_bwd.yaml:102:37
       kg::bf16* v118 = reinterpret_cast<kg::bf16*>(smem + 49152);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v118[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v117[e]);
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:100:37
+      // spec: specs/fa2_bwd.yaml:102:37
       kg::bf16* v119 = v118;
-      // spec: specs/fa2_bwd.yaml:100:37
+      // spec: specs/fa2_bwd.yaml:102:37
       float (&v120)[32] = v60;
       {
         const uint64_t da_ = kg::wgmma_desc(v119, 1024, 128);
@@ -600,11 +600,11 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       #pragma unroll
         for (int e = 0; e < 32; ++e) kg::fence_operand(v120[e]);
       }
-      // spec: specs/fa2_bwd.yaml:102:70
+      // spec: specs/fa2_bwd.yaml:104:70
       float v121[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v121[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:102:70
+      // spec: specs/fa2_bwd.yaml:104:70
       float (&v122)[32] = v121;
       {
         const uint64_t db_ = kg::wgmma_desc(v10, 1024, 128);
@@ -621,11 +621,11 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       #pragma unroll
         for (int e = 0; e < 32; ++e) kg::fence_operand(v122[e]);
       }
-      // spec: specs/fa2_bwd.yaml:102:70
+      // spec: specs/fa2_bwd.yaml:104:70
       float v123[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v123[e] = (v122[e] * v2);
-      // spec: specs/fa2_bwd.yaml:102:23
+      // spec: specs/fa2_bwd.yaml:104:23
       if ((lane & 0) == 0 && (warp & 0) == 0) {
         float* p_ = t_dq_acc + ((int64_t)(v12) * stride_dq_acc_0 + (int64_t)(v53) * stride_dq_acc_2);
         const bool aligned_ = kg::aligned(p_, 8) && stride_dq_acc_0 % 2 == 0 && stride_dq_acc_1 % 2 == 0 && stride_dq_acc_2 % 2 == 0;
@@ -645,7 +645,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:102:23
+      // spec: specs/fa2_bwd.yaml:104:23
 
       float y0_[32];
       #pragma unroll
@@ -671,15 +671,15 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
     #pragma unroll
     for (int e = 0; e < 32; ++e) v39[e] = y1_[e];
   }
-  // spec: specs/fa2_bwd.yaml:103:34
+  // spec: specs/fa2_bwd.yaml:105:34
   float v124[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v124[e] = (v39[e] * v2);
-  // spec: specs/fa2_bwd.yaml:103:33
+  // spec: specs/fa2_bwd.yaml:105:33
   kg::bf16 v125[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v125[e] = kg::cvt<kg::bf16>(v124[e]);
-  // spec: specs/fa2_bwd.yaml:103:7
+  // spec: specs/fa2_bwd.yaml:105:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_dk + ((int64_t)(v12) * stride_dk_0 + (int64_t)(v11) * stride_dk_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dk_0 % 2 == 0 && stride_dk_1 % 2 == 0 && stride_dk_2 % 2 == 0;
@@ -699,11 +699,11 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       }
     }
   }
-  // spec: specs/fa2_bwd.yaml:104:33
+  // spec: specs/fa2_bwd.yaml:106:33
   kg::bf16 v126[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v126[e] = kg::cvt<kg::bf16>(v38[e]);
-  // spec: specs/fa2_bwd.yaml:104:7
+  // spec: specs/fa2_bwd.yaml:106:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_dv + ((int64_t)(v12) * stride_dv_0 + (int64_t)(v11) * stride_dv_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dv_0 % 2 == 0 && stride_dv_1 % 2 == 0 && stride_dv_2 % 2 == 0;
