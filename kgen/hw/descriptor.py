@@ -267,7 +267,13 @@ def _expand_families(data):
 
 
 def target_names() -> list[str]:
-    return sorted(p.stem for p in DATA_DIR.glob("*.yaml"))
+    return list(_target_names())
+
+
+@lru_cache(maxsize=None)
+def _target_names() -> tuple[str, ...]:
+    # the descriptors ship with the package; listing the folder at every op call cost ~150 us
+    return tuple(sorted(p.stem for p in DATA_DIR.glob("*.yaml")))
 
 
 @lru_cache(maxsize=None)

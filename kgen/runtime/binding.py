@@ -98,7 +98,8 @@ def bind(ls: LoadedSpec, tensors: dict[str, torch.Tensor], variant: dict[str, An
         if s not in sizes:
             raise LaunchError(f"{spec.name}: size {s} is not given by any input tensor")
     env = {**static, **sizes}
-    for c in (c for c in spec.constraints if c not in tunable_constraints(spec)):
+    on_tunables = tunable_constraints(spec)
+    for c in (c for c in spec.constraints if c not in on_tunables):
         if not eval_expr(c, env):
             raise LaunchError(f"{spec.name}: the inputs break the constraint '{c}' (with {', '.join(f'{k}={v}' for k, v in sizes.items())})")
     return sizes

@@ -30,11 +30,12 @@ def eval_expr(text: str | int, env: dict[str, Any]) -> Any:
     return _eval(compile_expr(text), env, text)
 
 
-def names_in(text: str | int) -> set[str]:
-    """The names an expression uses."""
+@lru_cache(maxsize=512)
+def names_in(text: str | int) -> frozenset[str]:
+    """The names an expression uses (cached: ops ask at every call)."""
     if isinstance(text, int):
-        return set()
-    return {n.id for n in ast.walk(compile_expr(text)) if isinstance(n, ast.Name)} - set(_FN)
+        return frozenset()
+    return frozenset(n.id for n in ast.walk(compile_expr(text)) if isinstance(n, ast.Name)) - set(_FN)
 
 
 def check_expr(text: str | int, known: list[str]) -> None:
