@@ -36,7 +36,7 @@ SCALARS = {"softmax_scale": 0.17}  # scalars without a default in their spec
 SMALL_BLOCK = 8
 # Inputs outside an op's domain, mapped into it: Mamba-2's A is -exp(A_log) < 0; a positive A
 # with dt > 0 (softplus) grows exp(dt * A) past fp32 over a chunk.
-DOMAINS = {"ssd_fwd": lambda t: {**t, "A": -torch.exp(t["A"])}}
+DOMAINS = {name: (lambda t: {**t, "A": -torch.exp(t["A"])}) for name in ("ssd_fwd", "ssd_bwd")}
 
 
 def _cases():
