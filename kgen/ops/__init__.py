@@ -4,7 +4,7 @@
 
 Every shipped spec with a forward role is an attribute (its KgenOp, with autograd when the spec
 pairs a backward); `flash_attn_func` is the flash-attn style entry point over fa2_fwd/fa2_bwd,
-`mamba_chunk_scan_combined` mamba-ssm's over ssd_fwd (forward only so far).
+`mamba_chunk_scan_combined` mamba-ssm's over ssd_fwd and ssd_bwd.
 """
 from __future__ import annotations
 
