@@ -311,6 +311,8 @@ def test_sm90_kernels_fit(built, spec_file, target, tmp_path):
         if r["spill_bytes"] != 0 or r["stack_bytes"] != 0:
             problems.append(f"{label}: {r['spill_bytes']} bytes spilled, {r['stack_bytes']} bytes "
                             "stack, expected 0")
+        if r.get("mma_notes"):  # ptxas serialised wgmma or injected waits into a dot
+            problems.append(f"{label}: ptxas wgmma performance notes {r['mma_notes']}, expected none")
         if not b.has_dot[k.file]:
             continue
         if r["disasm_tool"] is not None:

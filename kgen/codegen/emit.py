@@ -63,9 +63,14 @@ class Emitter:
         self.k, self.target, self.dims = k, target, tensor_dims
         self.helpers: dict[str, str] = {}  # C++ functions the kernel needs (wgmma wrappers), by name
         self.use_counts: dict[int, int] = {}
+        self.first_user: dict[int, Op] = {}
+        self.producer: dict[int, Op] = {}
         for o in walk(k.body):
             for x in o.operands:
                 self.use_counts[id(x)] = self.use_counts.get(id(x), 0) + 1
+                self.first_user.setdefault(id(x), o)
+            for r in o.results:
+                self.producer[id(r)] = o
 
     def ops(self, block) -> list[dict]:
         out = []
@@ -93,7 +98,22 @@ class Emitter:
         return {"macro": "scalar", "out": self.decl(op.result), "expr": f"kg::block_id_{'xyz'[op.attrs['axis']]}()"}
 
     def op_full(self, op):
+        if self._zero_start(op.result):
+            return {"macro": "declare", "out": self.decl(op.result)}
         return {"macro": "elementwise", "out": self.decl(op.result), "expr": literal(op.attrs["value"], op.result.dtype)}
+
+    def _zero_start(self, acc: Value) -> bool:
+        """A zero tile read only as the accumulator of one warpgroup dot is never written: the
+        dot's first k-step runs with scale-d = 0 (D = A B). Zeroing the registers would put
+        ordinary writes to accumulators between the wgmma instructions of a dot with repeats
+        (nvcc orders them so), and ptxas then serialises the instructions (its C7517/C7519 notes)."""
+        user = self.first_user.get(id(acc))
+        if self._uses(acc) != 1 or user is None or user.kind != "dot" or user.operands[2] is not acc:
+            return False
+        prod = self.producer.get(id(acc))
+        if prod is None or prod.kind != "full" or prod.attrs["value"] != 0:
+            return False
+        return instr_of(self.target, user.attrs["instr"]).scope == "warpgroup"
 
     def op_arange(self, op):
         lay = op.result.layout
@@ -218,6 +238,8 @@ class Emitter:
             "nc": instr.layout("c").nregs,
         }
         if instr.scope == "warpgroup":
+            ctx["zero_start"] = self._zero_start(acc)
+            ctx["scale_d"] = "(ks > 0)" if ctx["zero_start"] else "1"
             return {**ctx, **wgmma.dot_ctx(self, op, instr, name)}
         return {**ctx, "a": self._operand(op, "a", instr, ksteps), "b": self._operand(op, "b", instr, ksteps)}
 

@@ -10,6 +10,9 @@ buffer in row-major order, the core to the right is 128 bytes on and the one bel
 dot reads the buffer K-major or MN-major (the instruction's transpose bit). A k-step or
 repeat moves the start address only, so the dot adds (byte offset >> 4) to one descriptor.
 
+A dot from a zero accumulator runs its first k-step with scale-d = 0 (D = A B) and its zero
+tile is declared, never written (kgen.codegen.emit: _zero_start).
+
 The instructions are asynchronous: `wgmma.fence` before the first (the accumulator registers
 were written by ordinary instructions), `commit_group` after the last, then `wait_group 0`, so
 that to the rest of the kernel the dot is synchronous. Shared memory written by ordinary stores
@@ -63,21 +66,22 @@ def wrapper_name(instr, a_kind: str) -> str:
 
 def wrapper_source(instr, a_kind: str) -> str:
     """The C++ function issuing one instruction: D (n / 2 floats per thread, in place), A as
-    4 registers or a descriptor, B a descriptor; scale-d = 1 (accumulate), no negation; the
-    transpose bits are template arguments (immediates in PTX)."""
+    4 registers or a descriptor, B a descriptor, scale-d a runtime flag (0: D = A B, the first
+    k-step of a dot from zero; 1: D += A B); no negation; the transpose bits are template
+    arguments (immediates in PTX)."""
     nd = instr.n // 2
     d_list = ", ".join(f"%{i}" for i in range(nd))
     outs = ", ".join(f'"+f"(d[{i}])' for i in range(nd))
     if a_kind == "reg":
         a_ops, a_text, first = '"r"(A[0]), "r"(A[1]), "r"(A[2]), "r"(A[3])', f"{{%{nd}, %{nd + 1}, %{nd + 2}, %{nd + 3}}}", nd + 4
         b_text, one, imm = f"%{first}", first + 1, f"p, 1, 1, %{first + 2}"
-        ins = f'{a_ops}, "l"(db), "r"(1), "n"(TB)'
-        head, sig, pre = "template <int TB>", "float* d, const void* a, uint64_t db", \
+        ins = f'{a_ops}, "l"(db), "r"(scale_d), "n"(TB)'
+        head, sig, pre = "template <int TB>", "float* d, const void* a, uint64_t db, int scale_d", \
             "  const uint32_t* A = reinterpret_cast<const uint32_t*>(a);\n"
     else:
         a_text, b_text, one, imm = f"%{nd}", f"%{nd + 1}", nd + 2, f"p, 1, 1, %{nd + 3}, %{nd + 4}"
-        ins = '"l"(da), "l"(db), "r"(1), "n"(TA), "n"(TB)'
-        head, sig, pre = "template <int TA, int TB>", "float* d, uint64_t da, uint64_t db", ""
+        ins = '"l"(da), "l"(db), "r"(scale_d), "n"(TA), "n"(TB)'
+        head, sig, pre = "template <int TA, int TB>", "float* d, uint64_t da, uint64_t db, int scale_d", ""
     return (f"{head} KG_DEVICE void {wrapper_name(instr, a_kind)}({sig}) {{\n{pre}"
             f'  asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{one}, 0;\\n"\n'
             f'               "{instr.spelling} {{{d_list}}}, {a_text}, {b_text}, {imm};\\n}}\\n"\n'

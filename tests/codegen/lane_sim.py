@@ -160,7 +160,7 @@ class WarpgroupSim:
         mi = self.target.matrix_instr(c["instr"])
         acc_text = f"(rm * {c['reps_n']} + rn) * {c['nc']}"
         a_text = c["a"]["ptr"] if c["a"]["kind"] == "reg" else f"{c['a']['desc']} + {c['a']['offset']}"
-        self.note(f"kg::{c['fn']}{c['targs']}(&{out}[{acc_text}], {a_text}, {c['b']['desc']} + {c['b']['offset']});")
+        self.note(f"kg::{c['fn']}{c['targs']}(&{out}[{acc_text}], {a_text}, {c['b']['desc']} + {c['b']['offset']}, {c['scale_d']});")
         for f in (c["a"], c["b"]):
             if f["kind"] == "desc":
                 self.note(f"const uint64_t {f['desc']} = kg::wgmma_desc({f['src']}, {f['lead']}, {f['stride']});")
@@ -178,7 +178,11 @@ class WarpgroupSim:
                         first = int(self.ev(acc_text, rm=rm, rn=rn))
                         if first < 0 or first + c["nc"] > acc.shape[-1]:
                             raise SimError(f"instruction ({rm}, {rn}) writes accumulator registers {first}.. of {acc.shape[-1]}")
-                        acc[gw, :, first:first + c["nc"]] += (a @ b)[rows, cols]
+                        prod = (a @ b)[rows, cols]
+                        if self.ev(c["scale_d"], ks=ks):  # scale-d 0: D = A B, the old D ignored
+                            acc[gw, :, first:first + c["nc"]] += prod
+                        else:
+                            acc[gw, :, first:first + c["nc"]] = prod
         self.dots_run += 1
 
 
@@ -243,6 +247,10 @@ class ProgramSim(WarpgroupSim):
     def op_scalar(self, c):
         self.note(f"const {c['out']['ctype']} {c['out']['name']} = {c['expr']};")
         self.scalars[c["out"]["name"]] = self.ev(c["expr"])
+
+    def op_declare(self, c):  # declared, never written: reading it before a write gives NaN
+        self.note(f"{c['out']['ctype']} {c['out']['name']}[{c['out']['n']}];")
+        self.regs[c["out"]["name"]] = np.full((self.W, self.L, c["out"]["n"]), np.nan)
 
     def op_elementwise(self, c):
         n = c["out"]["n"]

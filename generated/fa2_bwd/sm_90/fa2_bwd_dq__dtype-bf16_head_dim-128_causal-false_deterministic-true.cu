@@ -4,11 +4,11 @@
 #include "kgen_tile.h"
 
 namespace kg {
-template <int TA, int TB> KG_DEVICE void wgmma_m64n64k16_bf16_ss(float* d, uint64_t da, uint64_t db) {
+template <int TA, int TB> KG_DEVICE void wgmma_m64n64k16_bf16_ss(float* d, uint64_t da, uint64_t db, int scale_d) {
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
                "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %35, %36;\n}\n"
                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-               : "l"(da), "l"(db), "r"(1), "n"(TA), "n"(TB));
+               : "l"(da), "l"(db), "r"(scale_d), "n"(TA), "n"(TB));
 }
 }  // namespace kg
 
@@ -307,8 +307,6 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::bf16* __restrict__ t_
     kg::bf16* v54 = v48;
     // spec: specs/fa2_bwd.yaml:132:37
     float v55[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v55[e] = 0.0f;
     // spec: specs/fa2_bwd.yaml:132:37
     float (&v56)[32] = v55;
     {
@@ -321,7 +319,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::bf16* __restrict__ t_
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v56[(rm * 1 + rn) * 32], da_ + (((((((warp / 4) / 2) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + ((((warp / 4) / 2) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + (((((((warp / 4) % 2) * 64 + rn * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + ((((warp / 4) % 2) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16));
+            kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v56[(rm * 1 + rn) * 32], da_ + (((((((warp / 4) / 2) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + ((((warp / 4) / 2) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + (((((((warp / 4) % 2) * 64 + rn * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + ((((warp / 4) % 2) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), (ks > 0));
       kg::wgmma_commit();
       kg::wgmma_wait<0>();
     #pragma unroll
@@ -364,8 +362,6 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::bf16* __restrict__ t_
     kg::bf16* v60 = v47;
     // spec: specs/fa2_bwd.yaml:133:20
     float v61[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v61[e] = 0.0f;
     // spec: specs/fa2_bwd.yaml:133:20
     float (&v62)[32] = v61;
     {
@@ -378,7 +374,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::bf16* __restrict__ t_
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v62[(rm * 1 + rn) * 32], da_ + (((((((warp / 4) / 2) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + ((((warp / 4) / 2) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + (((((((warp / 4) % 2) * 64 + rn * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + ((((warp / 4) % 2) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16));
+            kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v62[(rm * 1 + rn) * 32], da_ + (((((((warp / 4) / 2) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + ((((warp / 4) / 2) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + (((((((warp / 4) % 2) * 64 + rn * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + ((((warp / 4) % 2) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), (ks > 0));
       kg::wgmma_commit();
       kg::wgmma_wait<0>();
     #pragma unroll
@@ -469,7 +465,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::bf16* __restrict__ t_
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n64k16_bf16_ss<0, 1>(&v83[(rm * 1 + rn) * 32], da_ + (((((((warp / 4) / 2) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + ((((warp / 4) / 2) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + (((((ks * 16)) / 8 * 16 + ((((warp / 4) % 2) * 64 + rn * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + ((((warp / 4) % 2) * 64 + rn * 64)) % 8) * 2 / 16));
+            kg::wgmma_m64n64k16_bf16_ss<0, 1>(&v83[(rm * 1 + rn) * 32], da_ + (((((((warp / 4) / 2) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + ((((warp / 4) / 2) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + (((((ks * 16)) / 8 * 16 + ((((warp / 4) % 2) * 64 + rn * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + ((((warp / 4) % 2) * 64 + rn * 64)) % 8) * 2 / 16), 1);
       kg::wgmma_commit();
       kg::wgmma_wait<0>();
     #pragma unroll

@@ -4,11 +4,11 @@
 #include "kgen_tile.h"
 
 namespace kg {
-template <int TA, int TB> KG_DEVICE void wgmma_m64n64k16_fp16_ss(float* d, uint64_t da, uint64_t db) {
+template <int TA, int TB> KG_DEVICE void wgmma_m64n64k16_fp16_ss(float* d, uint64_t da, uint64_t db, int scale_d) {
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
                "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %35, %36;\n}\n"
                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-               : "l"(da), "l"(db), "r"(1), "n"(TA), "n"(TB));
+               : "l"(da), "l"(db), "r"(scale_d), "n"(TA), "n"(TB));
 }
 }  // namespace kg
 
@@ -335,8 +335,6 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::fp16* __restrict__ t_
     kg::fp16* v68 = v62;
     // spec: specs/fa2_bwd.yaml:132:37
     float v69[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v69[e] = 0.0f;
     // spec: specs/fa2_bwd.yaml:132:37
     float (&v70)[32] = v69;
     {
@@ -349,7 +347,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::fp16* __restrict__ t_
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v70[(rm * 1 + rn) * 32], da_ + (((((((warp / 4) / 2) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + ((((warp / 4) / 2) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + (((((((warp / 4) % 2) * 64 + rn * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + ((((warp / 4) % 2) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16));
+            kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v70[(rm * 1 + rn) * 32], da_ + (((((((warp / 4) / 2) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + ((((warp / 4) / 2) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + (((((((warp / 4) % 2) * 64 + rn * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + ((((warp / 4) % 2) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), (ks > 0));
       kg::wgmma_commit();
       kg::wgmma_wait<0>();
     #pragma unroll
@@ -392,8 +390,6 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::fp16* __restrict__ t_
     kg::fp16* v74 = v61;
     // spec: specs/fa2_bwd.yaml:133:20
     float v75[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v75[e] = 0.0f;
     // spec: specs/fa2_bwd.yaml:133:20
     float (&v76)[32] = v75;
     {
@@ -406,7 +402,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::fp16* __restrict__ t_
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v76[(rm * 1 + rn) * 32], da_ + (((((((warp / 4) / 2) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + ((((warp / 4) / 2) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + (((((((warp / 4) % 2) * 64 + rn * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + ((((warp / 4) % 2) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16));
+            kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v76[(rm * 1 + rn) * 32], da_ + (((((((warp / 4) / 2) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + ((((warp / 4) / 2) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + (((((((warp / 4) % 2) * 64 + rn * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + ((((warp / 4) % 2) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), (ks > 0));
       kg::wgmma_commit();
       kg::wgmma_wait<0>();
     #pragma unroll
@@ -521,7 +517,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::fp16* __restrict__ t_
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n64k16_fp16_ss<0, 1>(&v104[(rm * 1 + rn) * 32], da_ + (((((((warp / 4) / 2) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + ((((warp / 4) / 2) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + (((((ks * 16)) / 8 * 16 + ((((warp / 4) % 2) * 64 + rn * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + ((((warp / 4) % 2) * 64 + rn * 64)) % 8) * 2 / 16));
+            kg::wgmma_m64n64k16_fp16_ss<0, 1>(&v104[(rm * 1 + rn) * 32], da_ + (((((((warp / 4) / 2) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + ((((warp / 4) / 2) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + (((((ks * 16)) / 8 * 16 + ((((warp / 4) % 2) * 64 + rn * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + ((((warp / 4) % 2) * 64 + rn * 64)) % 8) * 2 / 16), 1);
       kg::wgmma_commit();
       kg::wgmma_wait<0>();
     #pragma unroll

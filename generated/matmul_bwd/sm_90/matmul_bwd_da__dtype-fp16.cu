@@ -4,11 +4,11 @@
 #include "kgen_tile.h"
 
 namespace kg {
-template <int TA, int TB> KG_DEVICE void wgmma_m64n32k16_fp16_ss(float* d, uint64_t da, uint64_t db) {
+template <int TA, int TB> KG_DEVICE void wgmma_m64n32k16_fp16_ss(float* d, uint64_t da, uint64_t db, int scale_d) {
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
                "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, %19, %20;\n}\n"
                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-               : "l"(da), "l"(db), "r"(1), "n"(TA), "n"(TB));
+               : "l"(da), "l"(db), "r"(scale_d), "n"(TA), "n"(TB));
 }
 }  // namespace kg
 
@@ -198,7 +198,7 @@ KG_KERNEL void __launch_bounds__(128) matmul_bwd_da(const kg::fp16* __restrict__
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n32k16_fp16_ss<0, 0>(&v32[(rm * 1 + rn) * 16], da_ + (((((((warp / 4) / 1) * 64 + rm * 64)) / 8 * 8 + ((ks * 16)) / 8) * 64 + ((((warp / 4) / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + (((((((warp / 4) % 1) * 32 + rn * 32)) / 8 * 8 + ((ks * 16)) / 8) * 64 + ((((warp / 4) % 1) * 32 + rn * 32)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16));
+            kg::wgmma_m64n32k16_fp16_ss<0, 0>(&v32[(rm * 1 + rn) * 16], da_ + (((((((warp / 4) / 1) * 64 + rm * 64)) / 8 * 8 + ((ks * 16)) / 8) * 64 + ((((warp / 4) / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + (((((((warp / 4) % 1) * 32 + rn * 32)) / 8 * 8 + ((ks * 16)) / 8) * 64 + ((((warp / 4) % 1) * 32 + rn * 32)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), 1);
       kg::wgmma_commit();
       kg::wgmma_wait<0>();
     #pragma unroll
