@@ -136,7 +136,8 @@ class WarpgroupSim:
             mat = np.full((mi.m, mi.k), np.nan)
             mat[rows, cols] = src[gw, :, first:first + rows.shape[-1]]
             return mat
-        off = self.grid_shape(self.ev(f["offset"], ks=ks, **{repvar: rep}), 1)[gw, :, 0]
+        wg = self.ev(c["group"])
+        off = self.grid_shape(self.ev(f["offset"], ks=ks, wg_=wg, **{repvar: rep}), 1)[gw, :, 0]
         if off.min() != off.max():
             raise SimError(f"descriptor offset {f['offset']} differs between the threads of warpgroup {g}")
         st = self.staged[f["src"]]
@@ -165,6 +166,7 @@ class WarpgroupSim:
             if f["kind"] == "desc":
                 self.note(f"const uint64_t {f['desc']} = kg::wgmma_desc({f['src']}, {f['lead']}, {f['stride']});")
         self.note("kg::wgmma_wait<0>();")
+        self.note(f"const int wg_ = {c['group']};")
         rows, cols = _warpgroup_coords(self.target, c["instr"], "c")
         if self.W % mi.warps:
             raise SimError(f"{self.W} warps do not form whole warpgroups")

@@ -266,7 +266,8 @@ REG = [  # A from the registers of the previous dot's accumulator
 WGMMA = [  # descriptors: the k-step, the warpgroup's strip, the two core strides
     ("wgmma_dot", 0, ("a", "offset"), "ks", "(ks + 1)"),
     ("wgmma_dot", 0, ("b", "offset"), "ks", "(ks + 1)"),
-    ("wgmma_dot", 0, ("a", "offset"), "warp", "(warp + 4)"),
+    ("wgmma_dot", 0, ("group",), "warp", "(warp + 4)"),
+    ("wgmma_dot", 0, ("a", "offset"), "wg_", "(wg_ + 1)"),
     ("wgmma_dot", 0, ("a", "lead"), None, 16),
     ("wgmma_dot", 0, ("b", "stride"), None, 16),
     ("copy_async", 0, ("row",), "c_", "(c_ + 1)"),

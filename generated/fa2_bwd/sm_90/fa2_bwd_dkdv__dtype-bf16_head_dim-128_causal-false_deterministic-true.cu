@@ -348,6 +348,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       // spec: specs/fa2_bwd.yaml:85:24
       float (&v73)[32] = v72;
       {
+        const int wg_ = (warp / 4);
         const uint64_t da_ = kg::wgmma_desc(v9, 128, 2048);
         const uint64_t db_ = kg::wgmma_desc(v63, 128, 2048);
         kg::wgmma_fence();
@@ -357,7 +358,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v73[(rm * 1 + rn) * 32], da_ + (((((((warp / 4) / 1) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + ((((warp / 4) / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + (((((((warp / 4) % 1) * 64 + rn * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + ((((warp / 4) % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), 1);
+              kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v73[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), 1);
         kg::wgmma_commit();
         kg::wgmma_wait<0>();
       #pragma unroll
@@ -411,6 +412,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       // spec: specs/fa2_bwd.yaml:87:37
       float (&v80)[64] = v47;
       {
+        const int wg_ = (warp / 4);
         const uint64_t db_ = kg::wgmma_desc(v51, 2048, 128);
         kg::wgmma_fence();
       #pragma unroll
@@ -419,7 +421,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n128k16_bf16_rs<1>(&v80[(rm * 1 + rn) * 64], &v79[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 8 * 16 + ((((warp / 4) % 1) * 128 + rn * 128)) / 8) * 64 + ((ks * 16)) % 8 * 8 + ((((warp / 4) % 1) * 128 + rn * 128)) % 8) * 2 / 16), 1);
+              kg::wgmma_m64n128k16_bf16_rs<1>(&v80[(rm * 1 + rn) * 64], &v79[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 1) * 128 + rn * 128)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 1) * 128 + rn * 128)) % 8) * 2 / 16), 1);
         kg::wgmma_commit();
         kg::wgmma_wait<0>();
       #pragma unroll
@@ -462,6 +464,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       // spec: specs/fa2_bwd.yaml:88:25
       float (&v87)[32] = v86;
       {
+        const int wg_ = (warp / 4);
         const uint64_t da_ = kg::wgmma_desc(v12, 128, 2048);
         const uint64_t db_ = kg::wgmma_desc(v82, 128, 2048);
         kg::wgmma_fence();
@@ -471,7 +474,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v87[(rm * 1 + rn) * 32], da_ + (((((((warp / 4) / 1) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + ((((warp / 4) / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + (((((((warp / 4) % 1) * 64 + rn * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + ((((warp / 4) % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), 1);
+              kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v87[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), 1);
         kg::wgmma_commit();
         kg::wgmma_wait<0>();
       #pragma unroll
@@ -488,6 +491,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       // spec: specs/fa2_bwd.yaml:90:37
       float (&v90)[64] = v48;
       {
+        const int wg_ = (warp / 4);
         const uint64_t db_ = kg::wgmma_desc(v52, 2048, 128);
         kg::wgmma_fence();
       #pragma unroll
@@ -496,7 +500,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n128k16_bf16_rs<1>(&v90[(rm * 1 + rn) * 64], &v89[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 8 * 16 + ((((warp / 4) % 1) * 128 + rn * 128)) / 8) * 64 + ((ks * 16)) % 8 * 8 + ((((warp / 4) % 1) * 128 + rn * 128)) % 8) * 2 / 16), 1);
+              kg::wgmma_m64n128k16_bf16_rs<1>(&v90[(rm * 1 + rn) * 64], &v89[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 1) * 128 + rn * 128)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 1) * 128 + rn * 128)) % 8) * 2 / 16), 1);
         kg::wgmma_commit();
         kg::wgmma_wait<0>();
       #pragma unroll

@@ -345,6 +345,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::bf16* __restrict__ t_
     // spec: specs/fa2_bwd.yaml:132:37
     float (&v70)[32] = v69;
     {
+      const int wg_ = 0;
       const uint64_t da_ = kg::wgmma_desc(v14, 128, 1024);
       const uint64_t db_ = kg::wgmma_desc(v68, 128, 1024);
       kg::wgmma_fence();
@@ -354,7 +355,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::bf16* __restrict__ t_
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v70[(rm * 1 + rn) * 32], da_ + (((((((warp / 4) / 1) * 64 + rm * 64)) / 8 * 8 + ((ks * 16)) / 8) * 64 + ((((warp / 4) / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + (((((((warp / 4) % 1) * 64 + rn * 64)) / 8 * 8 + ((ks * 16)) / 8) * 64 + ((((warp / 4) % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), (ks > 0));
+            kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v70[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 8 * 8 + ((ks * 16)) / 8) * 64 + (((wg_ / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 8 * 8 + ((ks * 16)) / 8) * 64 + (((wg_ % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), (ks > 0));
       kg::wgmma_commit();
       kg::wgmma_wait<0>();
     #pragma unroll
@@ -400,6 +401,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::bf16* __restrict__ t_
     // spec: specs/fa2_bwd.yaml:133:20
     float (&v76)[32] = v75;
     {
+      const int wg_ = 0;
       const uint64_t da_ = kg::wgmma_desc(v15, 128, 1024);
       const uint64_t db_ = kg::wgmma_desc(v74, 128, 1024);
       kg::wgmma_fence();
@@ -409,7 +411,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::bf16* __restrict__ t_
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v76[(rm * 1 + rn) * 32], da_ + (((((((warp / 4) / 1) * 64 + rm * 64)) / 8 * 8 + ((ks * 16)) / 8) * 64 + ((((warp / 4) / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + (((((((warp / 4) % 1) * 64 + rn * 64)) / 8 * 8 + ((ks * 16)) / 8) * 64 + ((((warp / 4) % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), (ks > 0));
+            kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v76[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 8 * 8 + ((ks * 16)) / 8) * 64 + (((wg_ / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 8 * 8 + ((ks * 16)) / 8) * 64 + (((wg_ % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), (ks > 0));
       kg::wgmma_commit();
       kg::wgmma_wait<0>();
     #pragma unroll
@@ -508,6 +510,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::bf16* __restrict__ t_
     // spec: specs/fa2_bwd.yaml:134:27
     float (&v103)[32] = v58;
     {
+      const int wg_ = 0;
       const uint64_t db_ = kg::wgmma_desc(v62, 1024, 128);
       kg::wgmma_fence();
     #pragma unroll
@@ -516,7 +519,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::bf16* __restrict__ t_
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n64k16_bf16_rs<1>(&v103[(rm * 1 + rn) * 32], &v102[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 8 * 8 + ((((warp / 4) % 1) * 64 + rn * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + ((((warp / 4) % 1) * 64 + rn * 64)) % 8) * 2 / 16), 1);
+            kg::wgmma_m64n64k16_bf16_rs<1>(&v103[(rm * 1 + rn) * 32], &v102[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 8 * 8 + (((wg_ % 1) * 64 + rn * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 1) * 64 + rn * 64)) % 8) * 2 / 16), 1);
       kg::wgmma_commit();
       kg::wgmma_wait<0>();
     #pragma unroll

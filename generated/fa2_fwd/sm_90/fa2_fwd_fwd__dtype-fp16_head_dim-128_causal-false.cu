@@ -244,6 +244,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_fwd_fwd(const kg::fp16* __restrict__ t
     // spec: specs/fa2_fwd.yaml:47:15
     float (&v52)[32] = v51;
     {
+      const int wg_ = 0;
       const uint64_t da_ = kg::wgmma_desc(v12, 128, 2048);
       const uint64_t db_ = kg::wgmma_desc(v50, 128, 2048);
       kg::wgmma_fence();
@@ -253,7 +254,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_fwd_fwd(const kg::fp16* __restrict__ t
         for (int rm = 0; rm < 2; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n32k16_fp16_ss<0, 0>(&v52[(rm * 1 + rn) * 16], da_ + (((((((warp / 4) / 1) * 128 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + ((((warp / 4) / 1) * 128 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + (((((((warp / 4) % 1) * 32 + rn * 32)) / 8 * 16 + ((ks * 16)) / 8) * 64 + ((((warp / 4) % 1) * 32 + rn * 32)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), (ks > 0));
+            kg::wgmma_m64n32k16_fp16_ss<0, 0>(&v52[(rm * 1 + rn) * 16], da_ + ((((((wg_ / 1) * 128 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ / 1) * 128 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 32 + rn * 32)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ % 1) * 32 + rn * 32)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), (ks > 0));
       kg::wgmma_commit();
       kg::wgmma_wait<0>();
     #pragma unroll
@@ -415,6 +416,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_fwd_fwd(const kg::fp16* __restrict__ t
     // spec: specs/fa2_fwd.yaml:58:40
     float (&v83)[128] = v82;
     {
+      const int wg_ = 0;
       const uint64_t db_ = kg::wgmma_desc(v43, 2048, 128);
       kg::wgmma_fence();
     #pragma unroll
@@ -423,7 +425,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_fwd_fwd(const kg::fp16* __restrict__ t
         for (int rm = 0; rm < 2; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n128k16_fp16_rs<1>(&v83[(rm * 1 + rn) * 64], &v77[(rm * 2 + ks) * 8], db_ + (((((ks * 16)) / 8 * 16 + ((((warp / 4) % 1) * 128 + rn * 128)) / 8) * 64 + ((ks * 16)) % 8 * 8 + ((((warp / 4) % 1) * 128 + rn * 128)) % 8) * 2 / 16), 1);
+            kg::wgmma_m64n128k16_fp16_rs<1>(&v83[(rm * 1 + rn) * 64], &v77[(rm * 2 + ks) * 8], db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 1) * 128 + rn * 128)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 1) * 128 + rn * 128)) % 8) * 2 / 16), 1);
       kg::wgmma_commit();
       kg::wgmma_wait<0>();
     #pragma unroll

@@ -189,6 +189,7 @@ KG_KERNEL void __launch_bounds__(128) matmul_bwd_da(const kg::fp16* __restrict__
     // spec: specs/matmul_bwd.yaml:26:17
     float (&v32)[16] = v18;
     {
+      const int wg_ = 0;
       const uint64_t da_ = kg::wgmma_desc(v22, 128, 1024);
       const uint64_t db_ = kg::wgmma_desc(v31, 128, 1024);
       kg::wgmma_fence();
@@ -198,7 +199,7 @@ KG_KERNEL void __launch_bounds__(128) matmul_bwd_da(const kg::fp16* __restrict__
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n32k16_fp16_ss<0, 0>(&v32[(rm * 1 + rn) * 16], da_ + (((((((warp / 4) / 1) * 64 + rm * 64)) / 8 * 8 + ((ks * 16)) / 8) * 64 + ((((warp / 4) / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + (((((((warp / 4) % 1) * 32 + rn * 32)) / 8 * 8 + ((ks * 16)) / 8) * 64 + ((((warp / 4) % 1) * 32 + rn * 32)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), 1);
+            kg::wgmma_m64n32k16_fp16_ss<0, 0>(&v32[(rm * 1 + rn) * 16], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 8 * 8 + ((ks * 16)) / 8) * 64 + (((wg_ / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 32 + rn * 32)) / 8 * 8 + ((ks * 16)) / 8) * 64 + (((wg_ % 1) * 32 + rn * 32)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), 1);
       kg::wgmma_commit();
       kg::wgmma_wait<0>();
     #pragma unroll
