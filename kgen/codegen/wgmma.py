@@ -46,7 +46,7 @@ def operand_ctx(emitter, op, role: str, instr, name_of) -> dict:
     major = op.attrs[f"{role}_major"]
     lead, stride = descriptor_strides(st.attrs, major, elem)
     # the group's strip along M (A) or N (B): groups are numbered M-major (dot_tiling.acc_layout);
-    # `wg_` is the group index, made warp-uniform by dot_ctx
+    # `wg_` is the group index (group_index: the constant 0 when the kernel has one group)
     group = "wg_"
     wn = op.attrs["warps_n"]
     if role == "a":
