@@ -6,6 +6,12 @@ from pathlib import Path
 
 
 def _packaged(name: str, folder: str) -> Path:
+    # In a source checkout (kgen/ beside pyproject.toml), its own folder: an editable install of
+    # another checkout maps kgen._templates / kgen._specs into that other tree, which would mix
+    # one checkout's kgen with another's templates and specs.
+    root = Path(__file__).resolve().parent.parent
+    if (root / "pyproject.toml").is_file() and (root / folder).is_dir():
+        return root / folder
     try:
         return Path(str(resources.files(name)))
     except ModuleNotFoundError:  # run from a checkout that was never installed

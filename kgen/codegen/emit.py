@@ -331,8 +331,9 @@ class Emitter:
         """Row and column of chunk c_. Row-major buffers: along the row, so that a warp reads
         whole rows. Core-matrix buffers: down the 8 rows of a core first, so that consecutive
         threads write consecutive 16-byte slots (no bank conflicts), a warp reading 8 rows x
-        4 chunks of global memory (whole 32-byte sectors)."""
-        if attrs.get("smem_layout", "rows") == "rows":
+        4 chunks of global memory (whole 32-byte sectors). Swizzled buffers: along the row, each
+        8 lanes writing one 128-byte row of the swizzle, all banks once."""
+        if attrs.get("smem_layout", "rows") in ("rows", "sw128"):  # sw128: 8 lanes fill one swizzled 128-byte row
             return {"row": f"c_ / {per_row}", "col": f"(c_ % {per_row}) * {vec}"}
         return {"row": f"c_ / {8 * per_row} * 8 + c_ % 8", "col": f"c_ / 8 % {per_row} * {vec}"}
 
@@ -341,7 +342,7 @@ class Emitter:
 
     def _async_read(self, buf_op) -> bool:
         """Whether a matrix instruction reads this buffer through a descriptor (async proxy)."""
-        return buf_op.attrs.get("smem_layout") == "cores"
+        return buf_op.attrs.get("smem_layout") in ("cores", "sw128")
 
     def _uses(self, v: Value) -> int:
         return self.use_counts.get(id(v), 0)
