@@ -80,9 +80,12 @@ def shared_slot(attrs: dict, outer: str, inner: str, elem_bytes: int) -> str:
         return f"({outer}) * {attrs['ld']} + ({inner})"
     t = 16 // elem_bytes
     if layout == "sw128":
-        e = 128 // elem_bytes
+        # bit operations, not % and /: nvcc then sees that rows 8 apart (the copy's iterations,
+        # a fragment's registers) share the XOR and folds their offsets to immediates; with
+        # signed % it kept one per chunk, and the D=128 dkdv spilled
+        e, lt = 128 // elem_bytes, (16 // elem_bytes).bit_length() - 1
         return (f"(({inner}) / {e} * {attrs['rows'] * e} + ({outer}) * {e}"
-                f" + (((({inner}) % {e} / {t}) ^ (({outer}) % 8)) * {t}) + ({inner}) % {t})")
+                f" + ((((({inner}) >> {lt}) & 7) ^ (({outer}) & 7)) << {lt}) + (({inner}) & {t - 1}))")
     per_row = attrs["ld"] // t
     return f"(({outer}) / 8 * {per_row} + ({inner}) / {t}) * {8 * t} + ({outer}) % 8 * {t} + ({inner}) % {t}"
 

@@ -121,9 +121,10 @@ def _place_cores(op: Op, i: int, role: str, base: Value, bk: int, flipped: bool,
                  instr) -> list[Op]:
     """Stage `base` as core matrices (or reuse its buffer) for an instruction that reads shared
     memory through a descriptor. The contiguous dim: a global tile's last dim (it is copied as
-    it lies), else the dim the registers run along. The buffer takes the 128-byte swizzle
-    (`sw128`) when the instruction can read it and every reader's instructions start on whole
-    swizzled rows (`_swizzle_fits`); a later reader that cannot turns it back to plain cores."""
+    it lies), else the dim the registers run along. A tile loaded from global memory takes the
+    128-byte swizzle (`sw128`) when the instruction can read it and every reader's instructions
+    start on whole swizzled rows (`_swizzle_fits`); a later reader that cannot turns it back to
+    plain cores."""
     v = op.operands[i]
     src = defs.get(id(base))
     inner = 1 if src is None or src.kind == "load" or vector_width(base.layout, 1) >= vector_width(base.layout, 0) else 0
@@ -135,7 +136,12 @@ def _place_cores(op: Op, i: int, role: str, base: Value, bk: int, flipped: bool,
         if rows % CORE_ROWS or (cols * elem) % CORE_BYTES:
             raise_cores(op, base)
         buf = Value(base.shape, base.dtype, place="shared")
-        layout = "sw128" if 128 in instr.shared_swizzle and rows % CORE_ROWS == 0 and (cols * elem) % SWIZZLE_BYTES == 0 else "cores"
+        # only tiles copied from global memory: there the swizzle removes the bank conflicts of the
+        # copies; a tile staged from registers keeps plain cores, whose slots are one register
+        # plus immediates (with the XOR, one per fragment column: the D=128 dkdv spilled)
+        copied = src is None or src.kind == "load"
+        layout = "sw128" if (copied and 128 in instr.shared_swizzle and rows % CORE_ROWS == 0
+                             and (cols * elem) % SWIZZLE_BYTES == 0) else "cores"
         stage = Op("stage", [base], [buf], {"role": role, "inner": inner, "rows": rows, "ld": cols, "smem_layout": layout,
                                             "bytes": rows * cols * elem}, loc=op.loc)
         ops.append(stage)
