@@ -4,11 +4,12 @@
 #include "kgen_tile.h"
 
 namespace kg {
-template <int TA, int TB> KG_DEVICE void wgmma_m64n32k16_bf16_ss(float* d, uint64_t da, uint64_t db, int scale_d) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, %19, %20;\n}\n"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-               : "l"(da), "l"(db), "r"(scale_d), "n"(TA), "n"(TB));
+template <int TB> KG_DEVICE void wgmma_m64n128k16_bf16_rs(float* d, const void* a, uint64_t db, int scale_d) {
+  const uint32_t* A = reinterpret_cast<const uint32_t*>(a);
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+               : "r"(A[0]), "r"(A[1]), "r"(A[2]), "r"(A[3]), "l"(db), "r"(scale_d), "n"(TB));
 }
 template <int TA, int TB> KG_DEVICE void wgmma_m64n64k16_bf16_ss(float* d, uint64_t da, uint64_t db, int scale_d) {
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
@@ -43,8 +44,8 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
   const int v8 = kg::block_id_x();
   // spec: specs/fa2_bwd.yaml:60:27
   const int v9 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:98:41
-  kg::bf16* v10 = reinterpret_cast<kg::bf16*>(smem + 65536);
+  // spec: specs/fa2_bwd.yaml:85:24
+  kg::bf16* v10 = reinterpret_cast<kg::bf16*>(smem + 0);
   // spec: specs/fa2_bwd.yaml:50:12
   const int v11 = (kg::mod(v6, v4));
   // spec: specs/fa2_bwd.yaml:49:11
@@ -54,14 +55,14 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
   if (true) {
     const kg::bf16* p_ = t_k + ((int64_t)(v12) * stride_k_0 + (int64_t)(v11) * stride_k_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v7 * 64) * stride_k_1 + 0;
+    const int64_t q_ = (int64_t)(v7 * 128) * stride_k_1 + 0;
   #pragma unroll
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < 8; ++i) {
       const int c_ = lane + warp * 32 + i * 256;
-      const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
-      const int i0_ = v7 * 64 + r_, i1_ = 0 + k_;
+      const int r_ = c_ / 128 * 8 + c_ % 8, k_ = c_ / 8 % 16 * 8;
+      const int i0_ = v7 * 128 + r_, i1_ = 0 + k_;
       const int64_t off_ = q_ + ((int64_t)r_ * stride_k_1 + k_);
-      const int slot_ = ((k_) / 64 * 4096 + (r_) * 64 + ((((k_) % 64 / 8) ^ ((r_) % 8)) * 8) + (k_) % 8);
+      const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
       if (aligned_) {
         const int n_ = (i0_ < (size_SK)) * 8;
         kg::cp_async<16>(&v10[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -73,267 +74,311 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_bwd.yaml:98:41
+  // spec: specs/fa2_bwd.yaml:85:24
   kg::cp_async_wait<0>();
   kg::fence_proxy_async();
   kg::sync();
-  // spec: specs/fa2_bwd.yaml:98:41
-  kg::bf16* v13 = v10;
-  // spec: specs/fa2_bwd.yaml:100:24
-  kg::bf16* v14 = reinterpret_cast<kg::bf16*>(smem + 81920);
+  // spec: specs/fa2_bwd.yaml:88:25
+  kg::bf16* v13 = reinterpret_cast<kg::bf16*>(smem + 32768);
   // spec: specs/fa2_bwd.yaml:55:12
   if (true) {
     const kg::bf16* p_ = t_v + ((int64_t)(v12) * stride_v_0 + (int64_t)(v11) * stride_v_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v7 * 64) * stride_v_1 + 0;
+    const int64_t q_ = (int64_t)(v7 * 128) * stride_v_1 + 0;
   #pragma unroll
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < 8; ++i) {
       const int c_ = lane + warp * 32 + i * 256;
-      const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
-      const int i0_ = v7 * 64 + r_, i1_ = 0 + k_;
+      const int r_ = c_ / 128 * 8 + c_ % 8, k_ = c_ / 8 % 16 * 8;
+      const int i0_ = v7 * 128 + r_, i1_ = 0 + k_;
       const int64_t off_ = q_ + ((int64_t)r_ * stride_v_1 + k_);
-      const int slot_ = ((k_) / 64 * 4096 + (r_) * 64 + ((((k_) % 64 / 8) ^ ((r_) % 8)) * 8) + (k_) % 8);
+      const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
       if (aligned_) {
         const int n_ = (i0_ < (size_SK)) * 8;
-        kg::cp_async<16>(&v14[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        kg::cp_async<16>(&v13[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v14[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v13[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_bwd.yaml:100:24
+  // spec: specs/fa2_bwd.yaml:88:25
   kg::cp_async_wait<0>();
   kg::fence_proxy_async();
   kg::sync();
-  // spec: specs/fa2_bwd.yaml:100:24
-  kg::bf16* v15 = v14;
-  // spec: specs/fa2_bwd.yaml:53:40
-  int v16[8];
-  #pragma unroll
-  for (int e = 0; e < 8; ++e) v16[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16);
-  // spec: specs/fa2_bwd.yaml:53:14
-  const int v17 = 64;
-  // spec: specs/fa2_bwd.yaml:53:14
-  const int v18 = (v8 * v17);
-  // spec: specs/fa2_bwd.yaml:53:14
-  int v19[8];
-  #pragma unroll
-  for (int e = 0; e < 8; ++e) v19[e] = (v18 + v16[e]);
-  // spec: specs/fa2_bwd.yaml:97:41
-  int (&v20)[8] = v19;
-  // spec: specs/fa2_bwd.yaml:97:41
-  int v21[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v21[e] = v20[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4];
-  // spec: specs/fa2_bwd.yaml:95:53
-  int (&v22)[8] = v19;
   // spec: specs/fa2_bwd.yaml:63:22
-  const int v23 = 1;
+  const int v14 = 1;
   // spec: specs/fa2_bwd.yaml:63:22
-  const int v24 = 0;
+  const int v15 = 0;
   // spec: specs/fa2_bwd.yaml:62:16
-  float v25[32];
+  float v16[64];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v25[e] = 0.0f;
+  for (int e = 0; e < 64; ++e) v16[e] = 0.0f;
   // spec: specs/fa2_bwd.yaml:61:16
-  float v26[32];
+  float v17[64];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v26[e] = 0.0f;
+  for (int e = 0; e < 64; ++e) v17[e] = 0.0f;
   // spec: specs/fa2_bwd.yaml:60:19
-  const int v27 = 64;
+  const int v18 = 64;
   // spec: specs/fa2_bwd.yaml:60:19
-  const int v28 = 0;
+  const int v19 = 0;
   // spec: specs/fa2_bwd.yaml:60:54
-  const int v29 = (v1 - v0);
+  const int v20 = (v1 - v0);
   // spec: specs/fa2_bwd.yaml:60:27
-  const int v30 = 64;
+  const int v21 = 128;
   // spec: specs/fa2_bwd.yaml:60:27
-  const int v31 = (v9 * v30);
+  const int v22 = (v9 * v21);
   // spec: specs/fa2_bwd.yaml:60:27
-  const int v32 = (v31 - v29);
+  const int v23 = (v22 - v20);
   // spec: specs/fa2_bwd.yaml:60:19
-  const int v33 = (kg::max_(v32, v28));
+  const int v24 = (kg::max_(v23, v19));
   // spec: specs/fa2_bwd.yaml:60:19
-  const int v34 = (kg::floordiv(v33, v27));
+  const int v25 = (kg::floordiv(v24, v18));
   // spec: specs/fa2_bwd.yaml:56:16
-  const float v35 = 1.4426950408889634f;
+  const float v26 = 1.4426950408889634f;
   // spec: specs/fa2_bwd.yaml:56:16
-  const float v36 = (v2 * v35);
+  const float v27 = (v2 * v26);
+  // spec: specs/fa2_bwd.yaml:53:40
+  int v28[2];
+  #pragma unroll
+  for (int e = 0; e < 2; ++e) v28[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 8);
+  // spec: specs/fa2_bwd.yaml:53:14
+  const int v29 = 128;
+  // spec: specs/fa2_bwd.yaml:53:14
+  const int v30 = (v8 * v29);
+  // spec: specs/fa2_bwd.yaml:53:14
+  int v31[2];
+  #pragma unroll
+  for (int e = 0; e < 2; ++e) v31[e] = (v30 + v28[e]);
   // spec: specs/fa2_bwd.yaml:51:15
-  const int v37 = (kg::floordiv(v3, v4));
+  const int v32 = (kg::floordiv(v3, v4));
   // spec: specs/fa2_bwd.yaml:63:7
 
-  float v38[32];
+  float v33[64];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v38[e] = v25[e];
-  float v39[32];
+  for (int e = 0; e < 64; ++e) v33[e] = v16[e];
+  float v34[64];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v39[e] = v26[e];
-  for (int v40 = v24; v40 < v37; v40 += v23) {
-    float (&v41)[32] = v38;
-    float (&v42)[32] = v39;
+  for (int e = 0; e < 64; ++e) v34[e] = v17[e];
+  for (int v35 = v15; v35 < v32; v35 += v14) {
+    float (&v36)[64] = v33;
+    float (&v37)[64] = v34;
     
-    // spec: specs/fa2_bwd.yaml:99:37
-    kg::bf16* v43 = reinterpret_cast<kg::bf16*>(smem + 0);
-    // spec: specs/fa2_bwd.yaml:98:41
-    kg::bf16* v44 = reinterpret_cast<kg::bf16*>(smem + 32768);
+    // spec: specs/fa2_bwd.yaml:87:37
+    kg::bf16* v38 = reinterpret_cast<kg::bf16*>(smem + 65536);
+    // spec: specs/fa2_bwd.yaml:85:24
+    kg::bf16* v39 = reinterpret_cast<kg::bf16*>(smem + 98304);
     // spec: specs/fa2_bwd.yaml:65:11
-    const int v45 = 0;
+    const int v40 = 0;
     // spec: specs/fa2_bwd.yaml:65:11
-    kg::bf16* v46 = v44 + (v45 % 2) * 8192;
+    kg::bf16* v41 = v39 + (v40 % 2) * 8192;
     // spec: specs/fa2_bwd.yaml:65:33
-    const int v47 = 64;
+    const int v42 = 64;
     // spec: specs/fa2_bwd.yaml:65:33
-    const int v48 = 63;
+    const int v43 = 63;
     // spec: specs/fa2_bwd.yaml:65:33
-    const int v49 = (v0 + v48);
+    const int v44 = (v0 + v43);
     // spec: specs/fa2_bwd.yaml:65:33
-    const int v50 = (kg::floordiv(v49, v47));
+    const int v45 = (kg::floordiv(v44, v42));
     // spec: specs/fa2_bwd.yaml:65:11
-    const bool v51 = (v34 < v50);
+    const bool v46 = (v25 < v45);
     // spec: specs/fa2_bwd.yaml:64:15
-    const int v52 = (v11 * v37);
+    const int v47 = (v11 * v32);
     // spec: specs/fa2_bwd.yaml:64:15
-    const int v53 = (v52 + v40);
+    const int v48 = (v47 + v35);
     // spec: specs/fa2_bwd.yaml:66:20
     kg::sync();
-    if (v51) {
-      const kg::bf16* p_ = t_q + ((int64_t)(v12) * stride_q_0 + (int64_t)(v53) * stride_q_2);
+    if (v46) {
+      const kg::bf16* p_ = t_q + ((int64_t)(v12) * stride_q_0 + (int64_t)(v48) * stride_q_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v34 * 64) * stride_q_1 + 0;
+      const int64_t q_ = (int64_t)(v25 * 64) * stride_q_1 + 0;
     #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int c_ = lane + warp * 32 + i * 256;
-        const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
-        const int i0_ = v34 * 64 + r_, i1_ = 0 + k_;
+        const int r_ = c_ / 128 * 8 + c_ % 8, k_ = c_ / 8 % 16 * 8;
+        const int i0_ = v25 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = q_ + ((int64_t)r_ * stride_q_1 + k_);
-        const int slot_ = ((k_) / 64 * 4096 + (r_) * 64 + ((((k_) % 64 / 8) ^ ((r_) % 8)) * 8) + (k_) % 8);
+        const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
         if (aligned_) {
           const int n_ = (i0_ < (size_SQ)) * 8;
-          kg::cp_async<16>(&v46[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v41[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v46[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v41[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
     // spec: specs/fa2_bwd.yaml:65:11
-    kg::bf16* v54 = v43 + (v45 % 2) * 8192;
+    kg::bf16* v49 = v38 + (v40 % 2) * 8192;
     // spec: specs/fa2_bwd.yaml:67:22
-    if (v51) {
-      const kg::bf16* p_ = t_do + ((int64_t)(v12) * stride_do_0 + (int64_t)(v53) * stride_do_2);
+    if (v46) {
+      const kg::bf16* p_ = t_do + ((int64_t)(v12) * stride_do_0 + (int64_t)(v48) * stride_do_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v34 * 64) * stride_do_1 + 0;
+      const int64_t q_ = (int64_t)(v25 * 64) * stride_do_1 + 0;
     #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int c_ = lane + warp * 32 + i * 256;
-        const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
-        const int i0_ = v34 * 64 + r_, i1_ = 0 + k_;
+        const int r_ = c_ / 128 * 8 + c_ % 8, k_ = c_ / 8 % 16 * 8;
+        const int i0_ = v25 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = q_ + ((int64_t)r_ * stride_do_1 + k_);
-        const int slot_ = ((k_) / 64 * 4096 + (r_) * 64 + ((((k_) % 64 / 8) ^ ((r_) % 8)) * 8) + (k_) % 8);
+        const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
         if (aligned_) {
           const int n_ = (i0_ < (size_SQ)) * 8;
-          kg::cp_async<16>(&v54[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v49[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v54[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v49[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
     // spec: specs/fa2_bwd.yaml:65:33
-    const int v55 = 1;
+    const int v50 = 1;
     // spec: specs/fa2_bwd.yaml:65:11
 
-    float v56[32];
+    float v51[64];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v56[e] = v41[e];
-    float v57[32];
+    for (int e = 0; e < 64; ++e) v51[e] = v36[e];
+    float v52[64];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v57[e] = v42[e];
-    for (int v58 = v34; v58 < v50; v58 += v55) {
-      float (&v59)[32] = v56;
-      float (&v60)[32] = v57;
+    for (int e = 0; e < 64; ++e) v52[e] = v37[e];
+    for (int v53 = v25; v53 < v45; v53 += v50) {
+      float (&v54)[64] = v51;
+      float (&v55)[64] = v52;
       
       // spec: specs/fa2_bwd.yaml:65:11
-      const int v61 = (v58 - v34);
+      const int v56 = (v53 - v25);
       // spec: specs/fa2_bwd.yaml:65:11
-      const int v62 = (kg::floordiv(v61, v55));
+      const int v57 = (kg::floordiv(v56, v50));
       // spec: specs/fa2_bwd.yaml:65:11
-      kg::bf16* v63 = v43 + (v62 % 2) * 8192;
+      kg::bf16* v58 = v38 + (v57 % 2) * 8192;
       // spec: specs/fa2_bwd.yaml:65:11
-      kg::bf16* v64 = v44 + (v62 % 2) * 8192;
+      kg::bf16* v59 = v39 + (v57 % 2) * 8192;
       // spec: specs/fa2_bwd.yaml:68:23
-      float v65[2];
+      float v60[16];
       {
-        const float* p_ = t_lse + ((int64_t)(v12) * stride_lse_0 + (int64_t)(v53) * stride_lse_1);
-        const bool aligned_ = false;
-        const int t0_ = v58 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+        const float* p_ = t_lse + ((int64_t)(v12) * stride_lse_0 + (int64_t)(v48) * stride_lse_1);
+        const bool aligned_ = kg::aligned(p_, 8) && stride_lse_0 % 2 == 0 && stride_lse_1 % 2 == 0;
+        const int t0_ = v53 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
       #pragma unroll
-        for (int e = 0; e < 2; e += 1) {
-          const int i0_ = t0_ + (e & 1) * 8;
+        for (int e = 0; e < 16; e += 2) {
+          const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32;
           const int64_t off_ = (int64_t)i0_ * 1;
-          const bool in_ = i0_ + 1 <= (size_SQ);
+          const bool in_ = i0_ + 2 <= (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<1>(&v65[e], p_ + off_);
+            kg::copy_vec<2>(&v60[e], p_ + off_);
           } else {
       #pragma unroll
-            for (int v = 0; v < 1; ++v)
-              v65[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+            for (int v = 0; v < 2; ++v)
+              v60[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:98:41
+      // spec: specs/fa2_bwd.yaml:85:24
       kg::cp_async_wait<1>();
       kg::fence_proxy_async();
       kg::sync();
       // spec: specs/fa2_bwd.yaml:65:11
-      const int v66 = 1;
+      const int v61 = 1;
       // spec: specs/fa2_bwd.yaml:65:11
-      const int v67 = (v62 + v66);
+      const int v62 = (v57 + v61);
       // spec: specs/fa2_bwd.yaml:65:11
-      kg::bf16* v68 = v44 + (v67 % 2) * 8192;
+      kg::bf16* v63 = v39 + (v62 % 2) * 8192;
       // spec: specs/fa2_bwd.yaml:66:20
-      const int v69 = (v58 + v55);
+      const int v64 = (v53 + v50);
       // spec: specs/fa2_bwd.yaml:66:20
-      const bool v70 = (v69 < v50);
+      const bool v65 = (v64 < v45);
       // spec: specs/fa2_bwd.yaml:66:20
-      if (v70) {
-        const kg::bf16* p_ = t_q + ((int64_t)(v12) * stride_q_0 + (int64_t)(v53) * stride_q_2);
+      if (v65) {
+        const kg::bf16* p_ = t_q + ((int64_t)(v12) * stride_q_0 + (int64_t)(v48) * stride_q_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-        const int64_t q_ = (int64_t)(v69 * 64) * stride_q_1 + 0;
+        const int64_t q_ = (int64_t)(v64 * 64) * stride_q_1 + 0;
       #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int c_ = lane + warp * 32 + i * 256;
-          const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
-          const int i0_ = v69 * 64 + r_, i1_ = 0 + k_;
+          const int r_ = c_ / 128 * 8 + c_ % 8, k_ = c_ / 8 % 16 * 8;
+          const int i0_ = v64 * 64 + r_, i1_ = 0 + k_;
           const int64_t off_ = q_ + ((int64_t)r_ * stride_q_1 + k_);
-          const int slot_ = ((k_) / 64 * 4096 + (r_) * 64 + ((((k_) % 64 / 8) ^ ((r_) % 8)) * 8) + (k_) % 8);
+          const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
           if (aligned_) {
             const int n_ = (i0_ < (size_SQ)) * 8;
-            kg::cp_async<16>(&v68[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+            kg::cp_async<16>(&v63[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
           } else {
       #pragma unroll
             for (int v = 0; v < 8; ++v)
-              v68[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+              v63[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
           }
         }
       }
       kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:98:41
-      float v71[16];
-      // spec: specs/fa2_bwd.yaml:98:41
-      float (&v72)[16] = v71;
+      // spec: specs/fa2_bwd.yaml:85:24
+      kg::bf16* v66 = v59;
+      // spec: specs/fa2_bwd.yaml:85:54
+      const float v67 = -1.0f;
+      // spec: specs/fa2_bwd.yaml:85:54
+      float v68[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v68[e] = (v60[e] * v67);
+      // spec: specs/fa2_bwd.yaml:85:54
+      float v69[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v69[e] = (v68[e] / v2);
+      // spec: specs/fa2_bwd.yaml:85:53
+      float (&v70)[16] = v69;
+      // spec: specs/fa2_bwd.yaml:85:40
+      float v71[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v71[e] = v70[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:85:40
+      const float v72 = -kg::inf();
+      // spec: specs/fa2_bwd.yaml:69:36
+      int v73[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v73[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32);
+      // spec: specs/fa2_bwd.yaml:69:22
+      const int v74 = 64;
+      // spec: specs/fa2_bwd.yaml:69:22
+      const int v75 = (v53 * v74);
+      // spec: specs/fa2_bwd.yaml:69:22
+      int v76[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v76[e] = (v75 + v73[e]);
+      // spec: specs/fa2_bwd.yaml:79:62
+      int (&v77)[16] = v76;
+      // spec: specs/fa2_bwd.yaml:79:31
+      int v78[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v78[e] = v77[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:79:40
+      const int v79 = (v1 - v0);
+      // spec: specs/fa2_bwd.yaml:79:32
+      int v80[2];
+      #pragma unroll
+      for (int e = 0; e < 2; ++e) v80[e] = (v31[e] - v79);
+      // spec: specs/fa2_bwd.yaml:79:31
+      int (&v81)[2] = v80;
+      // spec: specs/fa2_bwd.yaml:79:31
+      int v82[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v82[e] = v81[((e >> 1) & 1) * 1];
+      // spec: specs/fa2_bwd.yaml:79:31
+      bool v83[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v83[e] = (v82[e] <= v78[e]);
+      // spec: specs/fa2_bwd.yaml:85:40
+      float v84[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v84[e] = (v83[e] ? v71[e] : v72);
+      // spec: specs/fa2_bwd.yaml:85:24
+      float (&v85)[32] = v84;
       {
         const int wg_ = (warp / 4);
-        const uint64_t da_ = kg::wgmma_desc(v64, 16, 1024, 1);
-        const uint64_t db_ = kg::wgmma_desc(v13, 16, 1024, 1);
+        const uint64_t da_ = kg::wgmma_desc(v10, 128, 2048, 0);
+        const uint64_t db_ = kg::wgmma_desc(v66, 128, 2048, 0);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 8; ++ks)
@@ -341,164 +386,62 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n32k16_bf16_ss<0, 0>(&v72[(rm * 1 + rn) * 16], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 2) * 64 + rm * 64)) * 64 + (((((ks * 16)) % 64 / 8) ^ ((((wg_ / 2) * 64 + rm * 64)) % 8)) * 8) + ((ks * 16)) % 8)) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 2) * 32 + rn * 32)) * 64 + (((((ks * 16)) % 64 / 8) ^ ((((wg_ % 2) * 32 + rn * 32)) % 8)) * 8) + ((ks * 16)) % 8)) * 2 / 16), (ks > 0));
+              kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v85[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), 1);
         kg::wgmma_commit();
         kg::wgmma_wait<0>();
       #pragma unroll
-        for (int e = 0; e < 16; ++e) kg::fence_operand(v72[e]);
+        for (int e = 0; e < 32; ++e) kg::fence_operand(v85[e]);
       }
-      // spec: specs/fa2_bwd.yaml:98:23
-      const float v73 = 0.0f;
-      // spec: specs/fa2_bwd.yaml:94:26
-      const float v74 = 1.4426950408889634f;
-      // spec: specs/fa2_bwd.yaml:94:26
-      float v75[2];
-      #pragma unroll
-      for (int e = 0; e < 2; ++e) v75[e] = (v65[e] * v74);
-      // spec: specs/fa2_bwd.yaml:98:66
-      float (&v76)[2] = v75;
-      // spec: specs/fa2_bwd.yaml:98:41
-      float v77[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v77[e] = v76[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:98:41
-      float v78[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v78[e] = (v72[e] * v36);
-      // spec: specs/fa2_bwd.yaml:98:41
-      float v79[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v79[e] = (v78[e] - v77[e]);
-      // spec: specs/fa2_bwd.yaml:98:36
-      float v80[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v80[e] = kg::exp2_(v79[e]);
-      // spec: specs/fa2_bwd.yaml:97:75
-      const int v81 = (v1 - v0);
-      // spec: specs/fa2_bwd.yaml:69:36
-      int v82[2];
-      #pragma unroll
-      for (int e = 0; e < 2; ++e) v82[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8);
-      // spec: specs/fa2_bwd.yaml:69:22
-      const int v83 = 64;
-      // spec: specs/fa2_bwd.yaml:69:22
-      const int v84 = (v58 * v83);
-      // spec: specs/fa2_bwd.yaml:69:22
-      int v85[2];
-      #pragma unroll
-      for (int e = 0; e < 2; ++e) v85[e] = (v84 + v82[e]);
-      // spec: specs/fa2_bwd.yaml:97:58
-      int (&v86)[2] = v85;
-      // spec: specs/fa2_bwd.yaml:97:58
-      int v87[2];
-      #pragma unroll
-      for (int e = 0; e < 2; ++e) v87[e] = (v86[e] + v81);
-      // spec: specs/fa2_bwd.yaml:97:41
-      int v88[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v88[e] = v87[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:97:41
-      bool v89[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v89[e] = (v21[e] <= v88[e]);
-      // spec: specs/fa2_bwd.yaml:95:78
-      const float v90 = -kg::inf();
-      // spec: specs/fa2_bwd.yaml:95:78
-      float (&v91)[2] = v75;
-      // spec: specs/fa2_bwd.yaml:95:78
-      bool v92[2];
-      #pragma unroll
-      for (int e = 0; e < 2; ++e) v92[e] = (v91[e] > v90);
-      // spec: specs/fa2_bwd.yaml:95:27
-      bool v93[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v93[e] = v92[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:95:53
-      bool v94[8];
-      #pragma unroll
-      for (int e = 0; e < 8; ++e) v94[e] = (v22[e] < v1);
-      // spec: specs/fa2_bwd.yaml:95:27
-      bool v95[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v95[e] = v94[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4];
-      // spec: specs/fa2_bwd.yaml:95:28
-      int (&v96)[2] = v85;
-      // spec: specs/fa2_bwd.yaml:95:28
-      bool v97[2];
-      #pragma unroll
-      for (int e = 0; e < 2; ++e) v97[e] = (v96[e] < v0);
-      // spec: specs/fa2_bwd.yaml:95:27
-      bool v98[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v98[e] = v97[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:95:27
-      bool v99[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v99[e] = (v98[e] && v95[e]);
-      // spec: specs/fa2_bwd.yaml:95:27
-      bool v100[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v100[e] = (v99[e] && v93[e]);
-      // spec: specs/fa2_bwd.yaml:97:31
-      bool v101[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v101[e] = (v100[e] && v89[e]);
-      // spec: specs/fa2_bwd.yaml:98:23
-      float v102[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v102[e] = (v101[e] ? v80[e] : v73);
-      // spec: specs/fa2_bwd.yaml:99:41
-      kg::bf16 v103[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v103[e] = kg::cvt<kg::bf16>(v102[e]);
-      // spec: specs/fa2_bwd.yaml:99:37
-      kg::bf16* v104 = reinterpret_cast<kg::bf16*>(smem + 98304);
-      kg::sync();
-      #pragma unroll
-      for (int e = 0; e < 16; e += 2) kg::copy_vec<2>(&v104[((((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) / 64 * 4096 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) * 64 + ((((((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) % 64 / 8) ^ (((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8)) * 8) + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) % 8)], &v103[e]);
-      kg::fence_proxy_async();
-
-      // spec: specs/fa2_bwd.yaml:99:37
-      kg::bf16* v105 = v104;
-      // spec: specs/fa2_bwd.yaml:99:37
+      // spec: specs/fa2_bwd.yaml:87:37
       kg::cp_async_wait<1>();
       kg::fence_proxy_async();
       kg::sync();
       // spec: specs/fa2_bwd.yaml:65:11
-      kg::bf16* v106 = v43 + (v67 % 2) * 8192;
+      kg::bf16* v86 = v38 + (v62 % 2) * 8192;
       // spec: specs/fa2_bwd.yaml:67:22
-      const int v107 = (v58 + v55);
+      const int v87 = (v53 + v50);
       // spec: specs/fa2_bwd.yaml:67:22
-      const bool v108 = (v107 < v50);
+      const bool v88 = (v87 < v45);
       // spec: specs/fa2_bwd.yaml:67:22
-      if (v108) {
-        const kg::bf16* p_ = t_do + ((int64_t)(v12) * stride_do_0 + (int64_t)(v53) * stride_do_2);
+      if (v88) {
+        const kg::bf16* p_ = t_do + ((int64_t)(v12) * stride_do_0 + (int64_t)(v48) * stride_do_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
-        const int64_t q_ = (int64_t)(v107 * 64) * stride_do_1 + 0;
+        const int64_t q_ = (int64_t)(v87 * 64) * stride_do_1 + 0;
       #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int c_ = lane + warp * 32 + i * 256;
-          const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
-          const int i0_ = v107 * 64 + r_, i1_ = 0 + k_;
+          const int r_ = c_ / 128 * 8 + c_ % 8, k_ = c_ / 8 % 16 * 8;
+          const int i0_ = v87 * 64 + r_, i1_ = 0 + k_;
           const int64_t off_ = q_ + ((int64_t)r_ * stride_do_1 + k_);
-          const int slot_ = ((k_) / 64 * 4096 + (r_) * 64 + ((((k_) % 64 / 8) ^ ((r_) % 8)) * 8) + (k_) % 8);
+          const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
           if (aligned_) {
             const int n_ = (i0_ < (size_SQ)) * 8;
-            kg::cp_async<16>(&v106[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+            kg::cp_async<16>(&v86[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
           } else {
       #pragma unroll
             for (int v = 0; v < 8; ++v)
-              v106[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+              v86[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
           }
         }
       }
       kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:99:37
-      float (&v109)[32] = v59;
+      // spec: specs/fa2_bwd.yaml:86:29
+      float v89[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v89[e] = (v85[e] * v27);
+      // spec: specs/fa2_bwd.yaml:86:24
+      float v90[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v90[e] = kg::exp2_(v89[e]);
+      // spec: specs/fa2_bwd.yaml:87:41
+      kg::bf16 v91[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v91[e] = kg::cvt<kg::bf16>(v90[e]);
+      // spec: specs/fa2_bwd.yaml:87:37
+      float (&v92)[64] = v54;
       {
         const int wg_ = (warp / 4);
-        const uint64_t da_ = kg::wgmma_desc(v105, 8192, 1024, 1);
-        const uint64_t db_ = kg::wgmma_desc(v63, 8192, 1024, 1);
+        const uint64_t db_ = kg::wgmma_desc(v58, 2048, 128, 0);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 4; ++ks)
@@ -506,20 +449,52 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_bf16_ss<1, 1>(&v109[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 2) * 64 + rm * 64)) / 64 * 4096 + ((ks * 16)) * 64 + ((((((wg_ / 2) * 64 + rm * 64)) % 64 / 8) ^ (((ks * 16)) % 8)) * 8) + (((wg_ / 2) * 64 + rm * 64)) % 8)) * 2 / 16), db_ + ((((((wg_ % 2) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + ((((((wg_ % 2) * 64 + rn * 64)) % 64 / 8) ^ (((ks * 16)) % 8)) * 8) + (((wg_ % 2) * 64 + rn * 64)) % 8)) * 2 / 16), 1);
+              kg::wgmma_m64n128k16_bf16_rs<1>(&v92[(rm * 1 + rn) * 64], &v91[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 1) * 128 + rn * 128)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 1) * 128 + rn * 128)) % 8) * 2 / 16), 1);
         kg::wgmma_commit();
         kg::wgmma_wait<0>();
       #pragma unroll
-        for (int e = 0; e < 32; ++e) kg::fence_operand(v109[e]);
+        for (int e = 0; e < 64; ++e) kg::fence_operand(v92[e]);
       }
-      // spec: specs/fa2_bwd.yaml:100:24
-      float v110[16];
-      // spec: specs/fa2_bwd.yaml:100:24
-      float (&v111)[16] = v110;
+      // spec: specs/fa2_bwd.yaml:88:45
+      float v93[16];
+      {
+        const float* p_ = t_delta + ((int64_t)(v12) * stride_delta_0 + (int64_t)(v48) * stride_delta_1);
+        const bool aligned_ = kg::aligned(p_, 8) && stride_delta_0 % 2 == 0 && stride_delta_1 % 2 == 0;
+        const int t0_ = v53 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
+      #pragma unroll
+        for (int e = 0; e < 16; e += 2) {
+          const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32;
+          const int64_t off_ = (int64_t)i0_ * 1;
+          const bool in_ = i0_ + 2 <= (size_SQ);
+          if (aligned_ && in_) {
+            kg::copy_vec<2>(&v93[e], p_ + off_);
+          } else {
+      #pragma unroll
+            for (int v = 0; v < 2; ++v)
+              v93[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+          }
+        }
+      }
+      // spec: specs/fa2_bwd.yaml:88:25
+      kg::bf16* v94 = v58;
+      // spec: specs/fa2_bwd.yaml:88:44
+      const float v95 = -1.0f;
+      // spec: specs/fa2_bwd.yaml:88:44
+      float v96[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v96[e] = (v93[e] * v95);
+      // spec: specs/fa2_bwd.yaml:88:43
+      float (&v97)[16] = v96;
+      // spec: specs/fa2_bwd.yaml:88:25
+      float v98[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v98[e] = v97[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:88:25
+      float (&v99)[32] = v98;
       {
         const int wg_ = (warp / 4);
-        const uint64_t da_ = kg::wgmma_desc(v63, 16, 1024, 1);
-        const uint64_t db_ = kg::wgmma_desc(v15, 16, 1024, 1);
+        const uint64_t da_ = kg::wgmma_desc(v13, 128, 2048, 0);
+        const uint64_t db_ = kg::wgmma_desc(v94, 128, 2048, 0);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 8; ++ks)
@@ -527,108 +502,77 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n32k16_bf16_ss<0, 0>(&v111[(rm * 1 + rn) * 16], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 2) * 64 + rm * 64)) * 64 + (((((ks * 16)) % 64 / 8) ^ ((((wg_ / 2) * 64 + rm * 64)) % 8)) * 8) + ((ks * 16)) % 8)) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 2) * 32 + rn * 32)) * 64 + (((((ks * 16)) % 64 / 8) ^ ((((wg_ % 2) * 32 + rn * 32)) % 8)) * 8) + ((ks * 16)) % 8)) * 2 / 16), (ks > 0));
+              kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v99[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), 1);
         kg::wgmma_commit();
         kg::wgmma_wait<0>();
       #pragma unroll
-        for (int e = 0; e < 16; ++e) kg::fence_operand(v111[e]);
+        for (int e = 0; e < 32; ++e) kg::fence_operand(v99[e]);
       }
-      // spec: specs/fa2_bwd.yaml:101:35
-      float v112[2];
+      // spec: specs/fa2_bwd.yaml:89:26
+      float v100[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v100[e] = (v90[e] * v99[e]);
+      // spec: specs/fa2_bwd.yaml:89:25
+      kg::bf16 v101[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v101[e] = kg::cvt<kg::bf16>(v100[e]);
+      // spec: specs/fa2_bwd.yaml:90:37
+      float (&v102)[64] = v55;
       {
-        const float* p_ = t_delta + ((int64_t)(v12) * stride_delta_0 + (int64_t)(v53) * stride_delta_1);
-        const bool aligned_ = false;
-        const int t0_ = v58 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+        const int wg_ = (warp / 4);
+        const uint64_t db_ = kg::wgmma_desc(v59, 2048, 128, 0);
+        kg::wgmma_fence();
       #pragma unroll
-        for (int e = 0; e < 2; e += 1) {
-          const int i0_ = t0_ + (e & 1) * 8;
-          const int64_t off_ = (int64_t)i0_ * 1;
-          const bool in_ = i0_ + 1 <= (size_SQ);
-          if (aligned_ && in_) {
-            kg::copy_vec<1>(&v112[e], p_ + off_);
-          } else {
+        for (int ks = 0; ks < 4; ++ks)
       #pragma unroll
-            for (int v = 0; v < 1; ++v)
-              v112[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
-          }
-        }
+          for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+            for (int rn = 0; rn < 1; ++rn)
+              kg::wgmma_m64n128k16_bf16_rs<1>(&v102[(rm * 1 + rn) * 64], &v101[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 1) * 128 + rn * 128)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 1) * 128 + rn * 128)) % 8) * 2 / 16), 1);
+        kg::wgmma_commit();
+        kg::wgmma_wait<0>();
+      #pragma unroll
+        for (int e = 0; e < 64; ++e) kg::fence_operand(v102[e]);
       }
-      // spec: specs/fa2_bwd.yaml:101:35
-      float (&v113)[2] = v112;
-      // spec: specs/fa2_bwd.yaml:101:30
-      float v114[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v114[e] = v113[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:101:30
-      float v115[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v115[e] = (v111[e] - v114[e]);
-      // spec: specs/fa2_bwd.yaml:101:25
-      float v116[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v116[e] = (v102[e] * v115[e]);
-      // spec: specs/fa2_bwd.yaml:101:24
-      kg::bf16 v117[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v117[e] = kg::cvt<kg::bf16>(v116[e]);
-      // spec: specs/fa2_bwd.yaml:102:37
-      kg::bf16* v118 = reinterpret_cast<kg::bf16*>(smem + 98304);
+      // spec: specs/fa2_bwd.yaml:92:70
+      kg::bf16* v103 = reinterpret_cast<kg::bf16*>(smem + 131072);
       kg::sync();
       #pragma unroll
-      for (int e = 0; e < 16; e += 2) kg::copy_vec<2>(&v118[((((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) / 64 * 4096 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) * 64 + ((((((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) % 64 / 8) ^ (((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8)) * 8) + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) % 8)], &v117[e]);
+      for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v103[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v101[e]);
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:102:37
-      kg::bf16* v119 = v118;
-      // spec: specs/fa2_bwd.yaml:102:37
-      float (&v120)[32] = v60;
+      // spec: specs/fa2_bwd.yaml:92:70
+      kg::bf16* v104 = v103;
+      // spec: specs/fa2_bwd.yaml:92:70
+      float v105[32];
+      // spec: specs/fa2_bwd.yaml:92:70
+      float (&v106)[32] = v105;
       {
         const int wg_ = (warp / 4);
-        const uint64_t da_ = kg::wgmma_desc(v119, 8192, 1024, 1);
-        const uint64_t db_ = kg::wgmma_desc(v64, 8192, 1024, 1);
+        const uint64_t da_ = kg::wgmma_desc(v104, 1024, 128, 0);
+        const uint64_t db_ = kg::wgmma_desc(v10, 2048, 128, 0);
         kg::wgmma_fence();
       #pragma unroll
-        for (int ks = 0; ks < 4; ++ks)
+        for (int ks = 0; ks < 8; ++ks)
       #pragma unroll
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_bf16_ss<1, 1>(&v120[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 2) * 64 + rm * 64)) / 64 * 4096 + ((ks * 16)) * 64 + ((((((wg_ / 2) * 64 + rm * 64)) % 64 / 8) ^ (((ks * 16)) % 8)) * 8) + (((wg_ / 2) * 64 + rm * 64)) % 8)) * 2 / 16), db_ + ((((((wg_ % 2) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + ((((((wg_ % 2) * 64 + rn * 64)) % 64 / 8) ^ (((ks * 16)) % 8)) * 8) + (((wg_ % 2) * 64 + rn * 64)) % 8)) * 2 / 16), 1);
+              kg::wgmma_m64n64k16_bf16_ss<1, 1>(&v106[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 2) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 2) * 64 + rm * 64)) % 8) * 2 / 16), db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 2) * 64 + rn * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 2) * 64 + rn * 64)) % 8) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
         kg::wgmma_wait<0>();
       #pragma unroll
-        for (int e = 0; e < 32; ++e) kg::fence_operand(v120[e]);
+        for (int e = 0; e < 32; ++e) kg::fence_operand(v106[e]);
       }
-      // spec: specs/fa2_bwd.yaml:104:70
-      float v121[32];
-      // spec: specs/fa2_bwd.yaml:104:70
-      float (&v122)[32] = v121;
-      {
-        const int wg_ = (warp / 4);
-        const uint64_t da_ = kg::wgmma_desc(v118, 16, 1024, 1);
-        const uint64_t db_ = kg::wgmma_desc(v10, 8192, 1024, 1);
-        kg::wgmma_fence();
+      // spec: specs/fa2_bwd.yaml:92:70
+      float v107[32];
       #pragma unroll
-        for (int ks = 0; ks < 4; ++ks)
-      #pragma unroll
-          for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-            for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_bf16_ss<0, 1>(&v122[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 2) * 64 + rm * 64)) * 64 + (((((ks * 16)) % 64 / 8) ^ ((((wg_ / 2) * 64 + rm * 64)) % 8)) * 8) + ((ks * 16)) % 8)) * 2 / 16), db_ + ((((((wg_ % 2) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + ((((((wg_ % 2) * 64 + rn * 64)) % 64 / 8) ^ (((ks * 16)) % 8)) * 8) + (((wg_ % 2) * 64 + rn * 64)) % 8)) * 2 / 16), (ks > 0));
-        kg::wgmma_commit();
-        kg::wgmma_wait<0>();
-      #pragma unroll
-        for (int e = 0; e < 32; ++e) kg::fence_operand(v122[e]);
-      }
-      // spec: specs/fa2_bwd.yaml:104:70
-      float v123[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v123[e] = (v122[e] * v2);
-      // spec: specs/fa2_bwd.yaml:104:23
+      for (int e = 0; e < 32; ++e) v107[e] = (v106[e] * v2);
+      // spec: specs/fa2_bwd.yaml:92:23
       if ((lane & 0) == 0 && (warp & 0) == 0) {
-        float* p_ = t_dq_acc + ((int64_t)(v12) * stride_dq_acc_0 + (int64_t)(v53) * stride_dq_acc_2);
+        float* p_ = t_dq_acc + ((int64_t)(v12) * stride_dq_acc_0 + (int64_t)(v48) * stride_dq_acc_2);
         const bool aligned_ = kg::aligned(p_, 8) && stride_dq_acc_0 % 2 == 0 && stride_dq_acc_1 % 2 == 0 && stride_dq_acc_2 % 2 == 0;
-        const int t0_ = v58 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+        const int t0_ = v53 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
         const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 64;
       #pragma unroll
         for (int e = 0; e < 32; e += 2) {
@@ -636,89 +580,89 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
           const int64_t off_ = (int64_t)i0_ * stride_dq_acc_1 + (int64_t)i1_ * 1;
           if (aligned_ && i0_ < (size_SQ)) {
-            kg::atomic_add_vec<2>(p_ + off_, &v123[e]);
+            kg::atomic_add_vec<2>(p_ + off_, &v107[e]);
           } else {
       #pragma unroll
             for (int v = 0; v < 2; ++v)
-              if (i0_ < (size_SQ)) kg::atomic_add(p_ + off_ + v, v123[e + v]);
+              if (i0_ < (size_SQ)) kg::atomic_add(p_ + off_ + v, v107[e + v]);
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:104:23
+      // spec: specs/fa2_bwd.yaml:92:23
 
-      float y0_[32];
+      float y0_[64];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) y0_[e] = v109[e];
-      float y1_[32];
+      for (int e = 0; e < 64; ++e) y0_[e] = v92[e];
+      float y1_[64];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) y1_[e] = v120[e];
+      for (int e = 0; e < 64; ++e) y1_[e] = v102[e];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v56[e] = y0_[e];
+      for (int e = 0; e < 64; ++e) v51[e] = y0_[e];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v57[e] = y1_[e];
+      for (int e = 0; e < 64; ++e) v52[e] = y1_[e];
     }
     // spec: specs/fa2_bwd.yaml:65:11
 
-    float y0_[32];
+    float y0_[64];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y0_[e] = v56[e];
-    float y1_[32];
+    for (int e = 0; e < 64; ++e) y0_[e] = v51[e];
+    float y1_[64];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y1_[e] = v57[e];
+    for (int e = 0; e < 64; ++e) y1_[e] = v52[e];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v38[e] = y0_[e];
+    for (int e = 0; e < 64; ++e) v33[e] = y0_[e];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v39[e] = y1_[e];
+    for (int e = 0; e < 64; ++e) v34[e] = y1_[e];
   }
   // spec: specs/fa2_bwd.yaml:105:34
-  float v124[32];
+  float v108[64];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v124[e] = (v39[e] * v2);
+  for (int e = 0; e < 64; ++e) v108[e] = (v34[e] * v2);
   // spec: specs/fa2_bwd.yaml:105:33
-  kg::bf16 v125[32];
+  kg::bf16 v109[64];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v125[e] = kg::cvt<kg::bf16>(v124[e]);
+  for (int e = 0; e < 64; ++e) v109[e] = kg::cvt<kg::bf16>(v108[e]);
   // spec: specs/fa2_bwd.yaml:105:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_dk + ((int64_t)(v12) * stride_dk_0 + (int64_t)(v11) * stride_dk_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dk_0 % 2 == 0 && stride_dk_1 % 2 == 0 && stride_dk_2 % 2 == 0;
-    const int t0_ = v7 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
-    const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 64;
+    const int t0_ = v7 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
+    const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
   #pragma unroll
-    for (int e = 0; e < 32; e += 2) {
+    for (int e = 0; e < 64; e += 2) {
       const int i0_ = t0_ + ((e >> 1) & 1) * 8;
-      const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
+      const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32 + ((e >> 5) & 1) * 64;
       const int64_t off_ = (int64_t)i0_ * stride_dk_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SK)) {
-        kg::copy_vec<2>(p_ + off_, &v125[e]);
+        kg::copy_vec<2>(p_ + off_, &v109[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SK)) p_[off_ + v] = v125[e + v];
+          if (i0_ < (size_SK)) p_[off_ + v] = v109[e + v];
       }
     }
   }
   // spec: specs/fa2_bwd.yaml:106:33
-  kg::bf16 v126[32];
+  kg::bf16 v110[64];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v126[e] = kg::cvt<kg::bf16>(v38[e]);
+  for (int e = 0; e < 64; ++e) v110[e] = kg::cvt<kg::bf16>(v33[e]);
   // spec: specs/fa2_bwd.yaml:106:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_dv + ((int64_t)(v12) * stride_dv_0 + (int64_t)(v11) * stride_dv_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dv_0 % 2 == 0 && stride_dv_1 % 2 == 0 && stride_dv_2 % 2 == 0;
-    const int t0_ = v7 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
-    const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 64;
+    const int t0_ = v7 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
+    const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
   #pragma unroll
-    for (int e = 0; e < 32; e += 2) {
+    for (int e = 0; e < 64; e += 2) {
       const int i0_ = t0_ + ((e >> 1) & 1) * 8;
-      const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
+      const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32 + ((e >> 5) & 1) * 64;
       const int64_t off_ = (int64_t)i0_ * stride_dv_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SK)) {
-        kg::copy_vec<2>(p_ + off_, &v126[e]);
+        kg::copy_vec<2>(p_ + off_, &v110[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SK)) p_[off_ + v] = v126[e + v];
+          if (i0_ < (size_SK)) p_[off_ + v] = v110[e + v];
       }
     }
   }

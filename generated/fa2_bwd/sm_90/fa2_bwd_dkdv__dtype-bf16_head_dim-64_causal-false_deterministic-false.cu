@@ -60,7 +60,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
       const int i0_ = v7 * 64 + r_, i1_ = 0 + k_;
       const int64_t off_ = q_ + ((int64_t)r_ * stride_k_1 + k_);
-      const int slot_ = ((k_) / 64 * 4096 + (r_) * 64 + ((((k_) % 64 / 8) ^ ((r_) % 8)) * 8) + (k_) % 8);
+      const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
       if (aligned_) {
         const int n_ = (i0_ < (size_SK)) * 8;
         kg::cp_async<16>(&v9[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -91,7 +91,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
       const int i0_ = v7 * 64 + r_, i1_ = 0 + k_;
       const int64_t off_ = q_ + ((int64_t)r_ * stride_v_1 + k_);
-      const int slot_ = ((k_) / 64 * 4096 + (r_) * 64 + ((((k_) % 64 / 8) ^ ((r_) % 8)) * 8) + (k_) % 8);
+      const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
       if (aligned_) {
         const int n_ = (i0_ < (size_SK)) * 8;
         kg::cp_async<16>(&v13[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -189,7 +189,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
         const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
         const int i0_ = v36 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = q_ + ((int64_t)r_ * stride_q_1 + k_);
-        const int slot_ = ((k_) / 64 * 4096 + (r_) * 64 + ((((k_) % 64 / 8) ^ ((r_) % 8)) * 8) + (k_) % 8);
+        const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
         if (aligned_) {
           const int n_ = (i0_ < (size_SQ)) * 8;
           kg::cp_async<16>(&v35[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -214,7 +214,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
         const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
         const int i0_ = v36 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = q_ + ((int64_t)r_ * stride_do_1 + k_);
-        const int slot_ = ((k_) / 64 * 4096 + (r_) * 64 + ((((k_) % 64 / 8) ^ ((r_) % 8)) * 8) + (k_) % 8);
+        const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
         if (aligned_) {
           const int n_ = (i0_ < (size_SQ)) * 8;
           kg::cp_async<16>(&v44[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -293,7 +293,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
           const int i0_ = v59 * 64 + r_, i1_ = 0 + k_;
           const int64_t off_ = q_ + ((int64_t)r_ * stride_q_1 + k_);
-          const int slot_ = ((k_) / 64 * 4096 + (r_) * 64 + ((((k_) % 64 / 8) ^ ((r_) % 8)) * 8) + (k_) % 8);
+          const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
           if (aligned_) {
             const int n_ = (i0_ < (size_SQ)) * 8;
             kg::cp_async<16>(&v58[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -320,7 +320,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v62[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + (((((ks * 16)) % 64 / 8) ^ ((((wg_ / 1) * 64 + rm * 64)) % 8)) * 8) + ((ks * 16)) % 8)) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + (((((ks * 16)) % 64 / 8) ^ ((((wg_ % 1) * 64 + rn * 64)) % 8)) * 8) + ((ks * 16)) % 8)) * 2 / 16), (ks > 0));
+              kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v62[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
         kg::wgmma_wait<0>();
       #pragma unroll
@@ -414,7 +414,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       kg::bf16* v88 = reinterpret_cast<kg::bf16*>(smem + 49152);
       kg::sync();
       #pragma unroll
-      for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v88[((((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 64 * 4096 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) * 64 + ((((((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 64 / 8) ^ (((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8)) * 8) + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8)], &v87[e]);
+      for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v88[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v87[e]);
       kg::fence_proxy_async();
 
       // spec: specs/fa2_bwd.yaml:99:37
@@ -440,7 +440,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
           const int i0_ = v91 * 64 + r_, i1_ = 0 + k_;
           const int64_t off_ = q_ + ((int64_t)r_ * stride_do_1 + k_);
-          const int slot_ = ((k_) / 64 * 4096 + (r_) * 64 + ((((k_) % 64 / 8) ^ ((r_) % 8)) * 8) + (k_) % 8);
+          const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
           if (aligned_) {
             const int n_ = (i0_ < (size_SQ)) * 8;
             kg::cp_async<16>(&v90[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -456,7 +456,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       float (&v93)[32] = v49;
       {
         const int wg_ = 0;
-        const uint64_t da_ = kg::wgmma_desc(v89, 8192, 1024, 1);
+        const uint64_t da_ = kg::wgmma_desc(v89, 1024, 128, 0);
         const uint64_t db_ = kg::wgmma_desc(v53, 8192, 1024, 1);
         kg::wgmma_fence();
       #pragma unroll
@@ -465,7 +465,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_bf16_ss<1, 1>(&v93[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 64 * 4096 + ((ks * 16)) * 64 + ((((((wg_ / 1) * 64 + rm * 64)) % 64 / 8) ^ (((ks * 16)) % 8)) * 8) + (((wg_ / 1) * 64 + rm * 64)) % 8)) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + ((((((wg_ % 1) * 64 + rn * 64)) % 64 / 8) ^ (((ks * 16)) % 8)) * 8) + (((wg_ % 1) * 64 + rn * 64)) % 8)) * 2 / 16), 1);
+              kg::wgmma_m64n64k16_bf16_ss<1, 1>(&v93[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
         kg::wgmma_wait<0>();
       #pragma unroll
@@ -486,7 +486,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v95[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + (((((ks * 16)) % 64 / 8) ^ ((((wg_ / 1) * 64 + rm * 64)) % 8)) * 8) + ((ks * 16)) % 8)) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + (((((ks * 16)) % 64 / 8) ^ ((((wg_ % 1) * 64 + rn * 64)) % 8)) * 8) + ((ks * 16)) % 8)) * 2 / 16), (ks > 0));
+              kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v95[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
         kg::wgmma_wait<0>();
       #pragma unroll
@@ -534,7 +534,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       kg::bf16* v102 = reinterpret_cast<kg::bf16*>(smem + 49152);
       kg::sync();
       #pragma unroll
-      for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v102[((((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 64 * 4096 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) * 64 + ((((((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 64 / 8) ^ (((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8)) * 8) + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8)], &v101[e]);
+      for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v102[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v101[e]);
       kg::fence_proxy_async();
       kg::sync();
       // spec: specs/fa2_bwd.yaml:102:37
@@ -543,7 +543,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       float (&v104)[32] = v50;
       {
         const int wg_ = 0;
-        const uint64_t da_ = kg::wgmma_desc(v103, 8192, 1024, 1);
+        const uint64_t da_ = kg::wgmma_desc(v103, 1024, 128, 0);
         const uint64_t db_ = kg::wgmma_desc(v54, 8192, 1024, 1);
         kg::wgmma_fence();
       #pragma unroll
@@ -552,7 +552,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_bf16_ss<1, 1>(&v104[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 64 * 4096 + ((ks * 16)) * 64 + ((((((wg_ / 1) * 64 + rm * 64)) % 64 / 8) ^ (((ks * 16)) % 8)) * 8) + (((wg_ / 1) * 64 + rm * 64)) % 8)) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + ((((((wg_ % 1) * 64 + rn * 64)) % 64 / 8) ^ (((ks * 16)) % 8)) * 8) + (((wg_ % 1) * 64 + rn * 64)) % 8)) * 2 / 16), 1);
+              kg::wgmma_m64n64k16_bf16_ss<1, 1>(&v104[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
         kg::wgmma_wait<0>();
       #pragma unroll
@@ -572,7 +572,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_bf16_rs<1>(&v106[(rm * 1 + rn) * 32], &v101[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + ((((((wg_ % 1) * 64 + rn * 64)) % 64 / 8) ^ (((ks * 16)) % 8)) * 8) + (((wg_ % 1) * 64 + rn * 64)) % 8)) * 2 / 16), (ks > 0));
+              kg::wgmma_m64n64k16_bf16_rs<1>(&v106[(rm * 1 + rn) * 32], &v101[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
         kg::wgmma_wait<0>();
       #pragma unroll

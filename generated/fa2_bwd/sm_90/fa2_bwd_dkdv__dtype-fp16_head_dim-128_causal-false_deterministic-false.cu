@@ -4,11 +4,12 @@
 #include "kgen_tile.h"
 
 namespace kg {
-template <int TA, int TB> KG_DEVICE void wgmma_m64n32k16_fp16_ss(float* d, uint64_t da, uint64_t db, int scale_d) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, %19, %20;\n}\n"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-               : "l"(da), "l"(db), "r"(scale_d), "n"(TA), "n"(TB));
+template <int TB> KG_DEVICE void wgmma_m64n128k16_fp16_rs(float* d, const void* a, uint64_t db, int scale_d) {
+  const uint32_t* A = reinterpret_cast<const uint32_t*>(a);
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+               : "r"(A[0]), "r"(A[1]), "r"(A[2]), "r"(A[3]), "l"(db), "r"(scale_d), "n"(TB));
 }
 template <int TA, int TB> KG_DEVICE void wgmma_m64n64k16_fp16_ss(float* d, uint64_t da, uint64_t db, int scale_d) {
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
@@ -23,7 +24,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
   const int lane = kg::thread_id() % kg::WAVE;
   const int warp = kg::thread_id() / kg::WAVE;
   
-  // spec: specs/fa2_bwd.yaml:95:69
+  // spec: specs/fa2_bwd.yaml:81:47
   const int v0 = size_SK;
   // spec: specs/fa2_bwd.yaml:65:38
   const int v1 = size_SQ;
@@ -41,8 +42,8 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
   const int v7 = kg::block_id_x();
   // spec: specs/fa2_bwd.yaml:53:14
   const int v8 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:98:41
-  kg::fp16* v9 = reinterpret_cast<kg::fp16*>(smem + 65536);
+  // spec: specs/fa2_bwd.yaml:85:24
+  kg::fp16* v9 = reinterpret_cast<kg::fp16*>(smem + 0);
   // spec: specs/fa2_bwd.yaml:50:12
   const int v10 = (kg::mod(v6, v4));
   // spec: specs/fa2_bwd.yaml:49:11
@@ -52,14 +53,14 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
   if (true) {
     const kg::fp16* p_ = t_k + ((int64_t)(v11) * stride_k_0 + (int64_t)(v10) * stride_k_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v7 * 64) * stride_k_1 + 0;
+    const int64_t q_ = (int64_t)(v7 * 128) * stride_k_1 + 0;
   #pragma unroll
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < 8; ++i) {
       const int c_ = lane + warp * 32 + i * 256;
-      const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
-      const int i0_ = v7 * 64 + r_, i1_ = 0 + k_;
+      const int r_ = c_ / 128 * 8 + c_ % 8, k_ = c_ / 8 % 16 * 8;
+      const int i0_ = v7 * 128 + r_, i1_ = 0 + k_;
       const int64_t off_ = q_ + ((int64_t)r_ * stride_k_1 + k_);
-      const int slot_ = ((k_) / 64 * 4096 + (r_) * 64 + ((((k_) % 64 / 8) ^ ((r_) % 8)) * 8) + (k_) % 8);
+      const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
       if (aligned_) {
         const int n_ = (i0_ < (size_SK)) * 8;
         kg::cp_async<16>(&v9[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -71,413 +72,285 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_bwd.yaml:98:41
+  // spec: specs/fa2_bwd.yaml:85:24
   kg::cp_async_wait<0>();
   kg::fence_proxy_async();
   kg::sync();
-  // spec: specs/fa2_bwd.yaml:98:41
-  kg::fp16* v12 = v9;
-  // spec: specs/fa2_bwd.yaml:100:24
-  kg::fp16* v13 = reinterpret_cast<kg::fp16*>(smem + 81920);
+  // spec: specs/fa2_bwd.yaml:88:25
+  kg::fp16* v12 = reinterpret_cast<kg::fp16*>(smem + 32768);
   // spec: specs/fa2_bwd.yaml:55:12
   if (true) {
     const kg::fp16* p_ = t_v + ((int64_t)(v11) * stride_v_0 + (int64_t)(v10) * stride_v_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v7 * 64) * stride_v_1 + 0;
+    const int64_t q_ = (int64_t)(v7 * 128) * stride_v_1 + 0;
   #pragma unroll
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < 8; ++i) {
       const int c_ = lane + warp * 32 + i * 256;
-      const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
-      const int i0_ = v7 * 64 + r_, i1_ = 0 + k_;
+      const int r_ = c_ / 128 * 8 + c_ % 8, k_ = c_ / 8 % 16 * 8;
+      const int i0_ = v7 * 128 + r_, i1_ = 0 + k_;
       const int64_t off_ = q_ + ((int64_t)r_ * stride_v_1 + k_);
-      const int slot_ = ((k_) / 64 * 4096 + (r_) * 64 + ((((k_) % 64 / 8) ^ ((r_) % 8)) * 8) + (k_) % 8);
+      const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
       if (aligned_) {
         const int n_ = (i0_ < (size_SK)) * 8;
-        kg::cp_async<16>(&v13[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        kg::cp_async<16>(&v12[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v13[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          v12[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
       }
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_bwd.yaml:100:24
+  // spec: specs/fa2_bwd.yaml:88:25
   kg::cp_async_wait<0>();
   kg::fence_proxy_async();
   kg::sync();
-  // spec: specs/fa2_bwd.yaml:100:24
-  kg::fp16* v14 = v13;
   // spec: specs/fa2_bwd.yaml:53:40
-  int v15[8];
+  int v13[2];
   #pragma unroll
-  for (int e = 0; e < 8; ++e) v15[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16);
+  for (int e = 0; e < 2; ++e) v13[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 8);
   // spec: specs/fa2_bwd.yaml:53:14
-  const int v16 = 64;
+  const int v14 = 128;
   // spec: specs/fa2_bwd.yaml:53:14
-  const int v17 = (v8 * v16);
+  const int v15 = (v8 * v14);
   // spec: specs/fa2_bwd.yaml:53:14
-  int v18[8];
+  int v16[2];
   #pragma unroll
-  for (int e = 0; e < 8; ++e) v18[e] = (v17 + v15[e]);
-  // spec: specs/fa2_bwd.yaml:95:53
-  int (&v19)[8] = v18;
+  for (int e = 0; e < 2; ++e) v16[e] = (v15 + v13[e]);
+  // spec: specs/fa2_bwd.yaml:81:31
+  int (&v17)[2] = v16;
   // spec: specs/fa2_bwd.yaml:63:22
-  const int v20 = 1;
+  const int v18 = 1;
   // spec: specs/fa2_bwd.yaml:63:22
-  const int v21 = 0;
+  const int v19 = 0;
   // spec: specs/fa2_bwd.yaml:62:16
-  float v22[32];
+  float v20[64];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v22[e] = 0.0f;
+  for (int e = 0; e < 64; ++e) v20[e] = 0.0f;
   // spec: specs/fa2_bwd.yaml:61:16
-  float v23[32];
+  float v21[64];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v23[e] = 0.0f;
+  for (int e = 0; e < 64; ++e) v21[e] = 0.0f;
   // spec: specs/fa2_bwd.yaml:56:16
-  const float v24 = 1.4426950408889634f;
+  const float v22 = 1.4426950408889634f;
   // spec: specs/fa2_bwd.yaml:56:16
-  const float v25 = (v2 * v24);
+  const float v23 = (v2 * v22);
   // spec: specs/fa2_bwd.yaml:51:15
-  const int v26 = (kg::floordiv(v3, v4));
+  const int v24 = (kg::floordiv(v3, v4));
   // spec: specs/fa2_bwd.yaml:63:7
 
-  float v27[32];
+  float v25[64];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v27[e] = v22[e];
-  float v28[32];
+  for (int e = 0; e < 64; ++e) v25[e] = v20[e];
+  float v26[64];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v28[e] = v23[e];
-  for (int v29 = v21; v29 < v26; v29 += v20) {
-    float (&v30)[32] = v27;
-    float (&v31)[32] = v28;
+  for (int e = 0; e < 64; ++e) v26[e] = v21[e];
+  for (int v27 = v19; v27 < v24; v27 += v18) {
+    float (&v28)[64] = v25;
+    float (&v29)[64] = v26;
     
-    // spec: specs/fa2_bwd.yaml:99:37
-    kg::fp16* v32 = reinterpret_cast<kg::fp16*>(smem + 0);
-    // spec: specs/fa2_bwd.yaml:98:41
-    kg::fp16* v33 = reinterpret_cast<kg::fp16*>(smem + 32768);
+    // spec: specs/fa2_bwd.yaml:87:37
+    kg::fp16* v30 = reinterpret_cast<kg::fp16*>(smem + 65536);
+    // spec: specs/fa2_bwd.yaml:85:24
+    kg::fp16* v31 = reinterpret_cast<kg::fp16*>(smem + 98304);
     // spec: specs/fa2_bwd.yaml:65:11
+    const int v32 = 0;
+    // spec: specs/fa2_bwd.yaml:65:11
+    kg::fp16* v33 = v31 + (v32 % 2) * 8192;
+    // spec: specs/fa2_bwd.yaml:65:33
     const int v34 = 0;
+    // spec: specs/fa2_bwd.yaml:65:33
+    const int v35 = 64;
+    // spec: specs/fa2_bwd.yaml:65:33
+    const int v36 = 63;
+    // spec: specs/fa2_bwd.yaml:65:33
+    const int v37 = (v1 + v36);
+    // spec: specs/fa2_bwd.yaml:65:33
+    const int v38 = (kg::floordiv(v37, v35));
     // spec: specs/fa2_bwd.yaml:65:11
-    kg::fp16* v35 = v33 + (v34 % 2) * 8192;
-    // spec: specs/fa2_bwd.yaml:65:33
-    const int v36 = 0;
-    // spec: specs/fa2_bwd.yaml:65:33
-    const int v37 = 64;
-    // spec: specs/fa2_bwd.yaml:65:33
-    const int v38 = 63;
-    // spec: specs/fa2_bwd.yaml:65:33
-    const int v39 = (v1 + v38);
-    // spec: specs/fa2_bwd.yaml:65:33
-    const int v40 = (kg::floordiv(v39, v37));
-    // spec: specs/fa2_bwd.yaml:65:11
-    const bool v41 = (v36 < v40);
+    const bool v39 = (v34 < v38);
     // spec: specs/fa2_bwd.yaml:64:15
-    const int v42 = (v10 * v26);
+    const int v40 = (v10 * v24);
     // spec: specs/fa2_bwd.yaml:64:15
-    const int v43 = (v42 + v29);
+    const int v41 = (v40 + v27);
     // spec: specs/fa2_bwd.yaml:66:20
     kg::sync();
-    if (v41) {
-      const kg::fp16* p_ = t_q + ((int64_t)(v11) * stride_q_0 + (int64_t)(v43) * stride_q_2);
+    if (v39) {
+      const kg::fp16* p_ = t_q + ((int64_t)(v11) * stride_q_0 + (int64_t)(v41) * stride_q_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v36 * 64) * stride_q_1 + 0;
+      const int64_t q_ = (int64_t)(v34 * 64) * stride_q_1 + 0;
     #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int c_ = lane + warp * 32 + i * 256;
-        const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
-        const int i0_ = v36 * 64 + r_, i1_ = 0 + k_;
+        const int r_ = c_ / 128 * 8 + c_ % 8, k_ = c_ / 8 % 16 * 8;
+        const int i0_ = v34 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = q_ + ((int64_t)r_ * stride_q_1 + k_);
-        const int slot_ = ((k_) / 64 * 4096 + (r_) * 64 + ((((k_) % 64 / 8) ^ ((r_) % 8)) * 8) + (k_) % 8);
+        const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
         if (aligned_) {
           const int n_ = (i0_ < (size_SQ)) * 8;
-          kg::cp_async<16>(&v35[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v33[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v35[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v33[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
     // spec: specs/fa2_bwd.yaml:65:11
-    kg::fp16* v44 = v32 + (v34 % 2) * 8192;
+    kg::fp16* v42 = v30 + (v32 % 2) * 8192;
     // spec: specs/fa2_bwd.yaml:67:22
-    if (v41) {
-      const kg::fp16* p_ = t_do + ((int64_t)(v11) * stride_do_0 + (int64_t)(v43) * stride_do_2);
+    if (v39) {
+      const kg::fp16* p_ = t_do + ((int64_t)(v11) * stride_do_0 + (int64_t)(v41) * stride_do_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v36 * 64) * stride_do_1 + 0;
+      const int64_t q_ = (int64_t)(v34 * 64) * stride_do_1 + 0;
     #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int c_ = lane + warp * 32 + i * 256;
-        const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
-        const int i0_ = v36 * 64 + r_, i1_ = 0 + k_;
+        const int r_ = c_ / 128 * 8 + c_ % 8, k_ = c_ / 8 % 16 * 8;
+        const int i0_ = v34 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = q_ + ((int64_t)r_ * stride_do_1 + k_);
-        const int slot_ = ((k_) / 64 * 4096 + (r_) * 64 + ((((k_) % 64 / 8) ^ ((r_) % 8)) * 8) + (k_) % 8);
+        const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
         if (aligned_) {
           const int n_ = (i0_ < (size_SQ)) * 8;
-          kg::cp_async<16>(&v44[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v42[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v44[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v42[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
     // spec: specs/fa2_bwd.yaml:65:33
-    const int v45 = 1;
+    const int v43 = 1;
     // spec: specs/fa2_bwd.yaml:65:11
 
-    float v46[32];
+    float v44[64];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v46[e] = v30[e];
-    float v47[32];
+    for (int e = 0; e < 64; ++e) v44[e] = v28[e];
+    float v45[64];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v47[e] = v31[e];
-    for (int v48 = v36; v48 < v40; v48 += v45) {
-      float (&v49)[32] = v46;
-      float (&v50)[32] = v47;
+    for (int e = 0; e < 64; ++e) v45[e] = v29[e];
+    for (int v46 = v34; v46 < v38; v46 += v43) {
+      float (&v47)[64] = v44;
+      float (&v48)[64] = v45;
       
       // spec: specs/fa2_bwd.yaml:65:11
-      const int v51 = (v48 - v36);
+      const int v49 = (v46 - v34);
       // spec: specs/fa2_bwd.yaml:65:11
-      const int v52 = (kg::floordiv(v51, v45));
+      const int v50 = (kg::floordiv(v49, v43));
       // spec: specs/fa2_bwd.yaml:65:11
-      kg::fp16* v53 = v32 + (v52 % 2) * 8192;
+      kg::fp16* v51 = v30 + (v50 % 2) * 8192;
       // spec: specs/fa2_bwd.yaml:65:11
-      kg::fp16* v54 = v33 + (v52 % 2) * 8192;
+      kg::fp16* v52 = v31 + (v50 % 2) * 8192;
       // spec: specs/fa2_bwd.yaml:68:23
-      float v55[2];
+      float v53[16];
       {
-        const float* p_ = t_lse + ((int64_t)(v11) * stride_lse_0 + (int64_t)(v43) * stride_lse_1);
-        const bool aligned_ = false;
-        const int t0_ = v48 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+        const float* p_ = t_lse + ((int64_t)(v11) * stride_lse_0 + (int64_t)(v41) * stride_lse_1);
+        const bool aligned_ = kg::aligned(p_, 8) && stride_lse_0 % 2 == 0 && stride_lse_1 % 2 == 0;
+        const int t0_ = v46 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
       #pragma unroll
-        for (int e = 0; e < 2; e += 1) {
-          const int i0_ = t0_ + (e & 1) * 8;
+        for (int e = 0; e < 16; e += 2) {
+          const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32;
           const int64_t off_ = (int64_t)i0_ * 1;
-          const bool in_ = i0_ + 1 <= (size_SQ);
+          const bool in_ = i0_ + 2 <= (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<1>(&v55[e], p_ + off_);
+            kg::copy_vec<2>(&v53[e], p_ + off_);
           } else {
       #pragma unroll
-            for (int v = 0; v < 1; ++v)
-              v55[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+            for (int v = 0; v < 2; ++v)
+              v53[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:98:41
-      kg::cp_async_wait<1>();
-      kg::fence_proxy_async();
-      kg::sync();
-      // spec: specs/fa2_bwd.yaml:65:11
-      const int v56 = 1;
-      // spec: specs/fa2_bwd.yaml:65:11
-      const int v57 = (v52 + v56);
-      // spec: specs/fa2_bwd.yaml:65:11
-      kg::fp16* v58 = v33 + (v57 % 2) * 8192;
-      // spec: specs/fa2_bwd.yaml:66:20
-      const int v59 = (v48 + v45);
-      // spec: specs/fa2_bwd.yaml:66:20
-      const bool v60 = (v59 < v40);
-      // spec: specs/fa2_bwd.yaml:66:20
-      if (v60) {
-        const kg::fp16* p_ = t_q + ((int64_t)(v11) * stride_q_0 + (int64_t)(v43) * stride_q_2);
-        const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-        const int64_t q_ = (int64_t)(v59 * 64) * stride_q_1 + 0;
-      #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int c_ = lane + warp * 32 + i * 256;
-          const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
-          const int i0_ = v59 * 64 + r_, i1_ = 0 + k_;
-          const int64_t off_ = q_ + ((int64_t)r_ * stride_q_1 + k_);
-          const int slot_ = ((k_) / 64 * 4096 + (r_) * 64 + ((((k_) % 64 / 8) ^ ((r_) % 8)) * 8) + (k_) % 8);
-          if (aligned_) {
-            const int n_ = (i0_ < (size_SQ)) * 8;
-            kg::cp_async<16>(&v58[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-          } else {
-      #pragma unroll
-            for (int v = 0; v < 8; ++v)
-              v58[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
-          }
-        }
-      }
-      kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:98:41
-      float v61[16];
-      // spec: specs/fa2_bwd.yaml:98:41
-      float (&v62)[16] = v61;
-      {
-        const int wg_ = (warp / 4);
-        const uint64_t da_ = kg::wgmma_desc(v54, 16, 1024, 1);
-        const uint64_t db_ = kg::wgmma_desc(v12, 16, 1024, 1);
-        kg::wgmma_fence();
-      #pragma unroll
-        for (int ks = 0; ks < 8; ++ks)
-      #pragma unroll
-          for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-            for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n32k16_fp16_ss<0, 0>(&v62[(rm * 1 + rn) * 16], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 2) * 64 + rm * 64)) * 64 + (((((ks * 16)) % 64 / 8) ^ ((((wg_ / 2) * 64 + rm * 64)) % 8)) * 8) + ((ks * 16)) % 8)) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 2) * 32 + rn * 32)) * 64 + (((((ks * 16)) % 64 / 8) ^ ((((wg_ % 2) * 32 + rn * 32)) % 8)) * 8) + ((ks * 16)) % 8)) * 2 / 16), (ks > 0));
-        kg::wgmma_commit();
-        kg::wgmma_wait<0>();
-      #pragma unroll
-        for (int e = 0; e < 16; ++e) kg::fence_operand(v62[e]);
-      }
-      // spec: specs/fa2_bwd.yaml:98:23
-      const float v63 = 0.0f;
-      // spec: specs/fa2_bwd.yaml:94:26
-      const float v64 = 1.4426950408889634f;
-      // spec: specs/fa2_bwd.yaml:94:26
-      float v65[2];
-      #pragma unroll
-      for (int e = 0; e < 2; ++e) v65[e] = (v55[e] * v64);
-      // spec: specs/fa2_bwd.yaml:98:66
-      float (&v66)[2] = v65;
-      // spec: specs/fa2_bwd.yaml:98:41
-      float v67[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v67[e] = v66[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:98:41
-      float v68[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v68[e] = (v62[e] * v25);
-      // spec: specs/fa2_bwd.yaml:98:41
-      float v69[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v69[e] = (v68[e] - v67[e]);
-      // spec: specs/fa2_bwd.yaml:98:36
-      float v70[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v70[e] = kg::exp2_(v69[e]);
-      // spec: specs/fa2_bwd.yaml:95:78
-      const float v71 = -kg::inf();
-      // spec: specs/fa2_bwd.yaml:95:78
-      float (&v72)[2] = v65;
-      // spec: specs/fa2_bwd.yaml:95:78
-      bool v73[2];
-      #pragma unroll
-      for (int e = 0; e < 2; ++e) v73[e] = (v72[e] > v71);
-      // spec: specs/fa2_bwd.yaml:95:27
-      bool v74[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v74[e] = v73[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:95:53
-      bool v75[8];
-      #pragma unroll
-      for (int e = 0; e < 8; ++e) v75[e] = (v19[e] < v0);
-      // spec: specs/fa2_bwd.yaml:95:27
-      bool v76[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v76[e] = v75[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4];
       // spec: specs/fa2_bwd.yaml:69:36
-      int v77[2];
+      int v54[1];
       #pragma unroll
-      for (int e = 0; e < 2; ++e) v77[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8);
+      for (int e = 0; e < 1; ++e) v54[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0);
       // spec: specs/fa2_bwd.yaml:69:22
-      const int v78 = 64;
+      const int v55 = 64;
       // spec: specs/fa2_bwd.yaml:69:22
-      const int v79 = (v48 * v78);
+      const int v56 = (v46 * v55);
       // spec: specs/fa2_bwd.yaml:69:22
-      int v80[2];
+      int v57[1];
       #pragma unroll
-      for (int e = 0; e < 2; ++e) v80[e] = (v79 + v77[e]);
-      // spec: specs/fa2_bwd.yaml:95:28
-      int (&v81)[2] = v80;
-      // spec: specs/fa2_bwd.yaml:95:28
-      bool v82[2];
-      #pragma unroll
-      for (int e = 0; e < 2; ++e) v82[e] = (v81[e] < v1);
-      // spec: specs/fa2_bwd.yaml:95:27
-      bool v83[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v83[e] = v82[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:95:27
-      bool v84[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v84[e] = (v83[e] && v76[e]);
-      // spec: specs/fa2_bwd.yaml:95:27
-      bool v85[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v85[e] = (v84[e] && v74[e]);
-      // spec: specs/fa2_bwd.yaml:98:23
-      float v86[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v86[e] = (v85[e] ? v70[e] : v63);
-      // spec: specs/fa2_bwd.yaml:99:41
-      kg::fp16 v87[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v87[e] = kg::cvt<kg::fp16>(v86[e]);
-      // spec: specs/fa2_bwd.yaml:99:37
-      kg::fp16* v88 = reinterpret_cast<kg::fp16*>(smem + 98304);
-      kg::sync();
-      #pragma unroll
-      for (int e = 0; e < 16; e += 2) kg::copy_vec<2>(&v88[((((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) / 64 * 4096 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) * 64 + ((((((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) % 64 / 8) ^ (((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8)) * 8) + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) % 8)], &v87[e]);
-      kg::fence_proxy_async();
-
-      // spec: specs/fa2_bwd.yaml:99:37
-      kg::fp16* v89 = v88;
-      // spec: specs/fa2_bwd.yaml:99:37
+      for (int e = 0; e < 1; ++e) v57[e] = (v56 + v54[e]);
+      // spec: specs/fa2_bwd.yaml:85:24
       kg::cp_async_wait<1>();
       kg::fence_proxy_async();
       kg::sync();
       // spec: specs/fa2_bwd.yaml:65:11
-      kg::fp16* v90 = v32 + (v57 % 2) * 8192;
-      // spec: specs/fa2_bwd.yaml:67:22
-      const int v91 = (v48 + v45);
-      // spec: specs/fa2_bwd.yaml:67:22
-      const bool v92 = (v91 < v40);
-      // spec: specs/fa2_bwd.yaml:67:22
-      if (v92) {
-        const kg::fp16* p_ = t_do + ((int64_t)(v11) * stride_do_0 + (int64_t)(v43) * stride_do_2);
-        const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
-        const int64_t q_ = (int64_t)(v91 * 64) * stride_do_1 + 0;
+      const int v58 = 1;
+      // spec: specs/fa2_bwd.yaml:65:11
+      const int v59 = (v50 + v58);
+      // spec: specs/fa2_bwd.yaml:65:11
+      kg::fp16* v60 = v31 + (v59 % 2) * 8192;
+      // spec: specs/fa2_bwd.yaml:66:20
+      const int v61 = (v46 + v43);
+      // spec: specs/fa2_bwd.yaml:66:20
+      const bool v62 = (v61 < v38);
+      // spec: specs/fa2_bwd.yaml:66:20
+      if (v62) {
+        const kg::fp16* p_ = t_q + ((int64_t)(v11) * stride_q_0 + (int64_t)(v41) * stride_q_2);
+        const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
+        const int64_t q_ = (int64_t)(v61 * 64) * stride_q_1 + 0;
       #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int c_ = lane + warp * 32 + i * 256;
-          const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
-          const int i0_ = v91 * 64 + r_, i1_ = 0 + k_;
-          const int64_t off_ = q_ + ((int64_t)r_ * stride_do_1 + k_);
-          const int slot_ = ((k_) / 64 * 4096 + (r_) * 64 + ((((k_) % 64 / 8) ^ ((r_) % 8)) * 8) + (k_) % 8);
+          const int r_ = c_ / 128 * 8 + c_ % 8, k_ = c_ / 8 % 16 * 8;
+          const int i0_ = v61 * 64 + r_, i1_ = 0 + k_;
+          const int64_t off_ = q_ + ((int64_t)r_ * stride_q_1 + k_);
+          const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
           if (aligned_) {
             const int n_ = (i0_ < (size_SQ)) * 8;
-            kg::cp_async<16>(&v90[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+            kg::cp_async<16>(&v60[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
           } else {
       #pragma unroll
             for (int v = 0; v < 8; ++v)
-              v90[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+              v60[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
           }
         }
       }
       kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:99:37
-      float (&v93)[32] = v49;
+      // spec: specs/fa2_bwd.yaml:85:24
+      kg::fp16* v63 = v52;
+      // spec: specs/fa2_bwd.yaml:85:54
+      const float v64 = -1.0f;
+      // spec: specs/fa2_bwd.yaml:85:54
+      float v65[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v65[e] = (v53[e] * v64);
+      // spec: specs/fa2_bwd.yaml:85:54
+      float v66[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v66[e] = (v65[e] / v2);
+      // spec: specs/fa2_bwd.yaml:85:53
+      float (&v67)[16] = v66;
+      // spec: specs/fa2_bwd.yaml:85:40
+      float v68[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v68[e] = v67[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:81:31
+      bool v69[2];
+      #pragma unroll
+      for (int e = 0; e < 2; ++e) v69[e] = (v17[e] < v0);
+      // spec: specs/fa2_bwd.yaml:85:40
+      bool v70[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v70[e] = v69[((e >> 1) & 1) * 1];
+      // spec: specs/fa2_bwd.yaml:85:40
+      const float v71 = -kg::inf();
+      // spec: specs/fa2_bwd.yaml:85:40
+      float v72[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v72[e] = (v70[e] ? v68[e] : v71);
+      // spec: specs/fa2_bwd.yaml:85:24
+      float (&v73)[32] = v72;
       {
         const int wg_ = (warp / 4);
-        const uint64_t da_ = kg::wgmma_desc(v89, 8192, 1024, 1);
-        const uint64_t db_ = kg::wgmma_desc(v53, 8192, 1024, 1);
-        kg::wgmma_fence();
-      #pragma unroll
-        for (int ks = 0; ks < 4; ++ks)
-      #pragma unroll
-          for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-            for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_fp16_ss<1, 1>(&v93[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 2) * 64 + rm * 64)) / 64 * 4096 + ((ks * 16)) * 64 + ((((((wg_ / 2) * 64 + rm * 64)) % 64 / 8) ^ (((ks * 16)) % 8)) * 8) + (((wg_ / 2) * 64 + rm * 64)) % 8)) * 2 / 16), db_ + ((((((wg_ % 2) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + ((((((wg_ % 2) * 64 + rn * 64)) % 64 / 8) ^ (((ks * 16)) % 8)) * 8) + (((wg_ % 2) * 64 + rn * 64)) % 8)) * 2 / 16), 1);
-        kg::wgmma_commit();
-        kg::wgmma_wait<0>();
-      #pragma unroll
-        for (int e = 0; e < 32; ++e) kg::fence_operand(v93[e]);
-      }
-      // spec: specs/fa2_bwd.yaml:100:24
-      float v94[16];
-      // spec: specs/fa2_bwd.yaml:100:24
-      float (&v95)[16] = v94;
-      {
-        const int wg_ = (warp / 4);
-        const uint64_t da_ = kg::wgmma_desc(v53, 16, 1024, 1);
-        const uint64_t db_ = kg::wgmma_desc(v14, 16, 1024, 1);
+        const uint64_t da_ = kg::wgmma_desc(v9, 128, 2048, 0);
+        const uint64_t db_ = kg::wgmma_desc(v63, 128, 2048, 0);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 8; ++ks)
@@ -485,108 +358,193 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n32k16_fp16_ss<0, 0>(&v95[(rm * 1 + rn) * 16], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 2) * 64 + rm * 64)) * 64 + (((((ks * 16)) % 64 / 8) ^ ((((wg_ / 2) * 64 + rm * 64)) % 8)) * 8) + ((ks * 16)) % 8)) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 2) * 32 + rn * 32)) * 64 + (((((ks * 16)) % 64 / 8) ^ ((((wg_ % 2) * 32 + rn * 32)) % 8)) * 8) + ((ks * 16)) % 8)) * 2 / 16), (ks > 0));
+              kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v73[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), 1);
         kg::wgmma_commit();
         kg::wgmma_wait<0>();
       #pragma unroll
-        for (int e = 0; e < 16; ++e) kg::fence_operand(v95[e]);
+        for (int e = 0; e < 32; ++e) kg::fence_operand(v73[e]);
       }
-      // spec: specs/fa2_bwd.yaml:101:35
-      float v96[2];
-      {
-        const float* p_ = t_delta + ((int64_t)(v11) * stride_delta_0 + (int64_t)(v43) * stride_delta_1);
-        const bool aligned_ = false;
-        const int t0_ = v48 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+      // spec: specs/fa2_bwd.yaml:87:37
+      kg::cp_async_wait<1>();
+      kg::fence_proxy_async();
+      kg::sync();
+      // spec: specs/fa2_bwd.yaml:65:11
+      kg::fp16* v74 = v30 + (v59 % 2) * 8192;
+      // spec: specs/fa2_bwd.yaml:67:22
+      const int v75 = (v46 + v43);
+      // spec: specs/fa2_bwd.yaml:67:22
+      const bool v76 = (v75 < v38);
+      // spec: specs/fa2_bwd.yaml:67:22
+      if (v76) {
+        const kg::fp16* p_ = t_do + ((int64_t)(v11) * stride_do_0 + (int64_t)(v41) * stride_do_2);
+        const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
+        const int64_t q_ = (int64_t)(v75 * 64) * stride_do_1 + 0;
       #pragma unroll
-        for (int e = 0; e < 2; e += 1) {
-          const int i0_ = t0_ + (e & 1) * 8;
-          const int64_t off_ = (int64_t)i0_ * 1;
-          const bool in_ = i0_ + 1 <= (size_SQ);
-          if (aligned_ && in_) {
-            kg::copy_vec<1>(&v96[e], p_ + off_);
+        for (int i = 0; i < 4; ++i) {
+          const int c_ = lane + warp * 32 + i * 256;
+          const int r_ = c_ / 128 * 8 + c_ % 8, k_ = c_ / 8 % 16 * 8;
+          const int i0_ = v75 * 64 + r_, i1_ = 0 + k_;
+          const int64_t off_ = q_ + ((int64_t)r_ * stride_do_1 + k_);
+          const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
+          if (aligned_) {
+            const int n_ = (i0_ < (size_SQ)) * 8;
+            kg::cp_async<16>(&v74[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
           } else {
       #pragma unroll
-            for (int v = 0; v < 1; ++v)
-              v96[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+            for (int v = 0; v < 8; ++v)
+              v74[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:101:35
-      float (&v97)[2] = v96;
-      // spec: specs/fa2_bwd.yaml:101:30
-      float v98[16];
+      kg::cp_async_commit();
+      // spec: specs/fa2_bwd.yaml:86:29
+      float v77[32];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v98[e] = v97[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:101:30
-      float v99[16];
+      for (int e = 0; e < 32; ++e) v77[e] = (v73[e] * v23);
+      // spec: specs/fa2_bwd.yaml:86:24
+      float v78[32];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v99[e] = (v95[e] - v98[e]);
-      // spec: specs/fa2_bwd.yaml:101:25
-      float v100[16];
+      for (int e = 0; e < 32; ++e) v78[e] = kg::exp2_(v77[e]);
+      // spec: specs/fa2_bwd.yaml:87:41
+      kg::fp16 v79[32];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v100[e] = (v86[e] * v99[e]);
-      // spec: specs/fa2_bwd.yaml:101:24
-      kg::fp16 v101[16];
+      for (int e = 0; e < 32; ++e) v79[e] = kg::cvt<kg::fp16>(v78[e]);
+      // spec: specs/fa2_bwd.yaml:87:37
+      float (&v80)[64] = v47;
+      {
+        const int wg_ = (warp / 4);
+        const uint64_t db_ = kg::wgmma_desc(v51, 2048, 128, 0);
+        kg::wgmma_fence();
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v101[e] = kg::cvt<kg::fp16>(v100[e]);
-      // spec: specs/fa2_bwd.yaml:102:37
-      kg::fp16* v102 = reinterpret_cast<kg::fp16*>(smem + 98304);
+        for (int ks = 0; ks < 4; ++ks)
+      #pragma unroll
+          for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+            for (int rn = 0; rn < 1; ++rn)
+              kg::wgmma_m64n128k16_fp16_rs<1>(&v80[(rm * 1 + rn) * 64], &v79[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 1) * 128 + rn * 128)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 1) * 128 + rn * 128)) % 8) * 2 / 16), 1);
+        kg::wgmma_commit();
+        kg::wgmma_wait<0>();
+      #pragma unroll
+        for (int e = 0; e < 64; ++e) kg::fence_operand(v80[e]);
+      }
+      // spec: specs/fa2_bwd.yaml:88:45
+      float v81[16];
+      {
+        const float* p_ = t_delta + ((int64_t)(v11) * stride_delta_0 + (int64_t)(v41) * stride_delta_1);
+        const bool aligned_ = kg::aligned(p_, 8) && stride_delta_0 % 2 == 0 && stride_delta_1 % 2 == 0;
+        const int t0_ = v46 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
+      #pragma unroll
+        for (int e = 0; e < 16; e += 2) {
+          const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32;
+          const int64_t off_ = (int64_t)i0_ * 1;
+          const bool in_ = i0_ + 2 <= (size_SQ);
+          if (aligned_ && in_) {
+            kg::copy_vec<2>(&v81[e], p_ + off_);
+          } else {
+      #pragma unroll
+            for (int v = 0; v < 2; ++v)
+              v81[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+          }
+        }
+      }
+      // spec: specs/fa2_bwd.yaml:88:25
+      kg::fp16* v82 = v51;
+      // spec: specs/fa2_bwd.yaml:88:44
+      const float v83 = -1.0f;
+      // spec: specs/fa2_bwd.yaml:88:44
+      float v84[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v84[e] = (v81[e] * v83);
+      // spec: specs/fa2_bwd.yaml:88:43
+      float (&v85)[16] = v84;
+      // spec: specs/fa2_bwd.yaml:88:25
+      float v86[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v86[e] = v85[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:88:25
+      float (&v87)[32] = v86;
+      {
+        const int wg_ = (warp / 4);
+        const uint64_t da_ = kg::wgmma_desc(v12, 128, 2048, 0);
+        const uint64_t db_ = kg::wgmma_desc(v82, 128, 2048, 0);
+        kg::wgmma_fence();
+      #pragma unroll
+        for (int ks = 0; ks < 8; ++ks)
+      #pragma unroll
+          for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+            for (int rn = 0; rn < 1; ++rn)
+              kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v87[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), 1);
+        kg::wgmma_commit();
+        kg::wgmma_wait<0>();
+      #pragma unroll
+        for (int e = 0; e < 32; ++e) kg::fence_operand(v87[e]);
+      }
+      // spec: specs/fa2_bwd.yaml:89:26
+      float v88[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v88[e] = (v78[e] * v87[e]);
+      // spec: specs/fa2_bwd.yaml:89:25
+      kg::fp16 v89[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v89[e] = kg::cvt<kg::fp16>(v88[e]);
+      // spec: specs/fa2_bwd.yaml:90:37
+      float (&v90)[64] = v48;
+      {
+        const int wg_ = (warp / 4);
+        const uint64_t db_ = kg::wgmma_desc(v52, 2048, 128, 0);
+        kg::wgmma_fence();
+      #pragma unroll
+        for (int ks = 0; ks < 4; ++ks)
+      #pragma unroll
+          for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+            for (int rn = 0; rn < 1; ++rn)
+              kg::wgmma_m64n128k16_fp16_rs<1>(&v90[(rm * 1 + rn) * 64], &v89[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 1) * 128 + rn * 128)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 1) * 128 + rn * 128)) % 8) * 2 / 16), 1);
+        kg::wgmma_commit();
+        kg::wgmma_wait<0>();
+      #pragma unroll
+        for (int e = 0; e < 64; ++e) kg::fence_operand(v90[e]);
+      }
+      // spec: specs/fa2_bwd.yaml:92:70
+      kg::fp16* v91 = reinterpret_cast<kg::fp16*>(smem + 131072);
       kg::sync();
       #pragma unroll
-      for (int e = 0; e < 16; e += 2) kg::copy_vec<2>(&v102[((((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) / 64 * 4096 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) * 64 + ((((((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) % 64 / 8) ^ (((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8)) * 8) + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) % 8)], &v101[e]);
+      for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v91[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v89[e]);
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:102:37
-      kg::fp16* v103 = v102;
-      // spec: specs/fa2_bwd.yaml:102:37
-      float (&v104)[32] = v50;
+      // spec: specs/fa2_bwd.yaml:92:70
+      kg::fp16* v92 = v91;
+      // spec: specs/fa2_bwd.yaml:92:70
+      float v93[32];
+      // spec: specs/fa2_bwd.yaml:92:70
+      float (&v94)[32] = v93;
       {
         const int wg_ = (warp / 4);
-        const uint64_t da_ = kg::wgmma_desc(v103, 8192, 1024, 1);
-        const uint64_t db_ = kg::wgmma_desc(v54, 8192, 1024, 1);
+        const uint64_t da_ = kg::wgmma_desc(v92, 1024, 128, 0);
+        const uint64_t db_ = kg::wgmma_desc(v9, 2048, 128, 0);
         kg::wgmma_fence();
       #pragma unroll
-        for (int ks = 0; ks < 4; ++ks)
+        for (int ks = 0; ks < 8; ++ks)
       #pragma unroll
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_fp16_ss<1, 1>(&v104[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 2) * 64 + rm * 64)) / 64 * 4096 + ((ks * 16)) * 64 + ((((((wg_ / 2) * 64 + rm * 64)) % 64 / 8) ^ (((ks * 16)) % 8)) * 8) + (((wg_ / 2) * 64 + rm * 64)) % 8)) * 2 / 16), db_ + ((((((wg_ % 2) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + ((((((wg_ % 2) * 64 + rn * 64)) % 64 / 8) ^ (((ks * 16)) % 8)) * 8) + (((wg_ % 2) * 64 + rn * 64)) % 8)) * 2 / 16), 1);
+              kg::wgmma_m64n64k16_fp16_ss<1, 1>(&v94[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 2) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 2) * 64 + rm * 64)) % 8) * 2 / 16), db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 2) * 64 + rn * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 2) * 64 + rn * 64)) % 8) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
         kg::wgmma_wait<0>();
       #pragma unroll
-        for (int e = 0; e < 32; ++e) kg::fence_operand(v104[e]);
+        for (int e = 0; e < 32; ++e) kg::fence_operand(v94[e]);
       }
-      // spec: specs/fa2_bwd.yaml:104:70
-      float v105[32];
-      // spec: specs/fa2_bwd.yaml:104:70
-      float (&v106)[32] = v105;
-      {
-        const int wg_ = (warp / 4);
-        const uint64_t da_ = kg::wgmma_desc(v102, 16, 1024, 1);
-        const uint64_t db_ = kg::wgmma_desc(v9, 8192, 1024, 1);
-        kg::wgmma_fence();
+      // spec: specs/fa2_bwd.yaml:92:70
+      float v95[32];
       #pragma unroll
-        for (int ks = 0; ks < 4; ++ks)
-      #pragma unroll
-          for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-            for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_fp16_ss<0, 1>(&v106[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 2) * 64 + rm * 64)) * 64 + (((((ks * 16)) % 64 / 8) ^ ((((wg_ / 2) * 64 + rm * 64)) % 8)) * 8) + ((ks * 16)) % 8)) * 2 / 16), db_ + ((((((wg_ % 2) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + ((((((wg_ % 2) * 64 + rn * 64)) % 64 / 8) ^ (((ks * 16)) % 8)) * 8) + (((wg_ % 2) * 64 + rn * 64)) % 8)) * 2 / 16), (ks > 0));
-        kg::wgmma_commit();
-        kg::wgmma_wait<0>();
-      #pragma unroll
-        for (int e = 0; e < 32; ++e) kg::fence_operand(v106[e]);
-      }
-      // spec: specs/fa2_bwd.yaml:104:70
-      float v107[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v107[e] = (v106[e] * v2);
-      // spec: specs/fa2_bwd.yaml:104:23
+      for (int e = 0; e < 32; ++e) v95[e] = (v94[e] * v2);
+      // spec: specs/fa2_bwd.yaml:92:23
       if ((lane & 0) == 0 && (warp & 0) == 0) {
-        float* p_ = t_dq_acc + ((int64_t)(v11) * stride_dq_acc_0 + (int64_t)(v43) * stride_dq_acc_2);
+        float* p_ = t_dq_acc + ((int64_t)(v11) * stride_dq_acc_0 + (int64_t)(v41) * stride_dq_acc_2);
         const bool aligned_ = kg::aligned(p_, 8) && stride_dq_acc_0 % 2 == 0 && stride_dq_acc_1 % 2 == 0 && stride_dq_acc_2 % 2 == 0;
-        const int t0_ = v48 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+        const int t0_ = v46 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
         const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 64;
       #pragma unroll
         for (int e = 0; e < 32; e += 2) {
@@ -594,89 +552,89 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
           const int64_t off_ = (int64_t)i0_ * stride_dq_acc_1 + (int64_t)i1_ * 1;
           if (aligned_ && i0_ < (size_SQ)) {
-            kg::atomic_add_vec<2>(p_ + off_, &v107[e]);
+            kg::atomic_add_vec<2>(p_ + off_, &v95[e]);
           } else {
       #pragma unroll
             for (int v = 0; v < 2; ++v)
-              if (i0_ < (size_SQ)) kg::atomic_add(p_ + off_ + v, v107[e + v]);
+              if (i0_ < (size_SQ)) kg::atomic_add(p_ + off_ + v, v95[e + v]);
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:104:23
+      // spec: specs/fa2_bwd.yaml:92:23
 
-      float y0_[32];
+      float y0_[64];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) y0_[e] = v93[e];
-      float y1_[32];
+      for (int e = 0; e < 64; ++e) y0_[e] = v80[e];
+      float y1_[64];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) y1_[e] = v104[e];
+      for (int e = 0; e < 64; ++e) y1_[e] = v90[e];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v46[e] = y0_[e];
+      for (int e = 0; e < 64; ++e) v44[e] = y0_[e];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v47[e] = y1_[e];
+      for (int e = 0; e < 64; ++e) v45[e] = y1_[e];
     }
     // spec: specs/fa2_bwd.yaml:65:11
 
-    float y0_[32];
+    float y0_[64];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y0_[e] = v46[e];
-    float y1_[32];
+    for (int e = 0; e < 64; ++e) y0_[e] = v44[e];
+    float y1_[64];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y1_[e] = v47[e];
+    for (int e = 0; e < 64; ++e) y1_[e] = v45[e];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v27[e] = y0_[e];
+    for (int e = 0; e < 64; ++e) v25[e] = y0_[e];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v28[e] = y1_[e];
+    for (int e = 0; e < 64; ++e) v26[e] = y1_[e];
   }
   // spec: specs/fa2_bwd.yaml:105:34
-  float v108[32];
+  float v96[64];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v108[e] = (v28[e] * v2);
+  for (int e = 0; e < 64; ++e) v96[e] = (v26[e] * v2);
   // spec: specs/fa2_bwd.yaml:105:33
-  kg::fp16 v109[32];
+  kg::fp16 v97[64];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v109[e] = kg::cvt<kg::fp16>(v108[e]);
+  for (int e = 0; e < 64; ++e) v97[e] = kg::cvt<kg::fp16>(v96[e]);
   // spec: specs/fa2_bwd.yaml:105:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_dk + ((int64_t)(v11) * stride_dk_0 + (int64_t)(v10) * stride_dk_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dk_0 % 2 == 0 && stride_dk_1 % 2 == 0 && stride_dk_2 % 2 == 0;
-    const int t0_ = v7 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
-    const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 64;
+    const int t0_ = v7 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
+    const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
   #pragma unroll
-    for (int e = 0; e < 32; e += 2) {
+    for (int e = 0; e < 64; e += 2) {
       const int i0_ = t0_ + ((e >> 1) & 1) * 8;
-      const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
+      const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32 + ((e >> 5) & 1) * 64;
       const int64_t off_ = (int64_t)i0_ * stride_dk_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SK)) {
-        kg::copy_vec<2>(p_ + off_, &v109[e]);
+        kg::copy_vec<2>(p_ + off_, &v97[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SK)) p_[off_ + v] = v109[e + v];
+          if (i0_ < (size_SK)) p_[off_ + v] = v97[e + v];
       }
     }
   }
   // spec: specs/fa2_bwd.yaml:106:33
-  kg::fp16 v110[32];
+  kg::fp16 v98[64];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v110[e] = kg::cvt<kg::fp16>(v27[e]);
+  for (int e = 0; e < 64; ++e) v98[e] = kg::cvt<kg::fp16>(v25[e]);
   // spec: specs/fa2_bwd.yaml:106:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_dv + ((int64_t)(v11) * stride_dv_0 + (int64_t)(v10) * stride_dv_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dv_0 % 2 == 0 && stride_dv_1 % 2 == 0 && stride_dv_2 % 2 == 0;
-    const int t0_ = v7 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
-    const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 64;
+    const int t0_ = v7 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
+    const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
   #pragma unroll
-    for (int e = 0; e < 32; e += 2) {
+    for (int e = 0; e < 64; e += 2) {
       const int i0_ = t0_ + ((e >> 1) & 1) * 8;
-      const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
+      const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32 + ((e >> 5) & 1) * 64;
       const int64_t off_ = (int64_t)i0_ * stride_dv_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SK)) {
-        kg::copy_vec<2>(p_ + off_, &v110[e]);
+        kg::copy_vec<2>(p_ + off_, &v98[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SK)) p_[off_ + v] = v110[e + v];
+          if (i0_ < (size_SK)) p_[off_ + v] = v98[e + v];
       }
     }
   }

@@ -62,7 +62,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
       const int i0_ = v7 * 128 + r_, i1_ = 0 + k_;
       const int64_t off_ = q_ + ((int64_t)r_ * stride_k_1 + k_);
-      const int slot_ = ((k_) / 64 * 8192 + (r_) * 64 + ((((k_) % 64 / 8) ^ ((r_) % 8)) * 8) + (k_) % 8);
+      const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 8192 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
       if (aligned_) {
         const int n_ = (i0_ < (size_SK)) * 8;
         kg::cp_async<16>(&v10[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -91,7 +91,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
       const int i0_ = v7 * 128 + r_, i1_ = 0 + k_;
       const int64_t off_ = q_ + ((int64_t)r_ * stride_v_1 + k_);
-      const int slot_ = ((k_) / 64 * 8192 + (r_) * 64 + ((((k_) % 64 / 8) ^ ((r_) % 8)) * 8) + (k_) % 8);
+      const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 8192 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
       if (aligned_) {
         const int n_ = (i0_ < (size_SK)) * 8;
         kg::cp_async<16>(&v13[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -199,7 +199,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
         const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
         const int i0_ = v25 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = q_ + ((int64_t)r_ * stride_q_1 + k_);
-        const int slot_ = ((k_) / 64 * 4096 + (r_) * 64 + ((((k_) % 64 / 8) ^ ((r_) % 8)) * 8) + (k_) % 8);
+        const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 4096 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
         if (aligned_) {
           const int n_ = (i0_ < (size_SQ)) * 8;
           kg::cp_async<16>(&v41[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -224,7 +224,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
         const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
         const int i0_ = v25 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = q_ + ((int64_t)r_ * stride_do_1 + k_);
-        const int slot_ = ((k_) / 64 * 4096 + (r_) * 64 + ((((k_) % 64 / 8) ^ ((r_) % 8)) * 8) + (k_) % 8);
+        const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 4096 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
         if (aligned_) {
           const int n_ = (i0_ < (size_SQ)) * 8;
           kg::cp_async<16>(&v49[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -303,7 +303,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
           const int i0_ = v64 * 64 + r_, i1_ = 0 + k_;
           const int64_t off_ = q_ + ((int64_t)r_ * stride_q_1 + k_);
-          const int slot_ = ((k_) / 64 * 4096 + (r_) * 64 + ((((k_) % 64 / 8) ^ ((r_) % 8)) * 8) + (k_) % 8);
+          const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 4096 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
           if (aligned_) {
             const int n_ = (i0_ < (size_SQ)) * 8;
             kg::cp_async<16>(&v63[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -386,7 +386,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v85[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 8192 + (((wg_ / 1) * 64 + rm * 64)) * 64 + (((((ks * 16)) % 64 / 8) ^ ((((wg_ / 1) * 64 + rm * 64)) % 8)) * 8) + ((ks * 16)) % 8)) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + (((((ks * 16)) % 64 / 8) ^ ((((wg_ % 1) * 64 + rn * 64)) % 8)) * 8) + ((ks * 16)) % 8)) * 2 / 16), 1);
+              kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v85[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 8192 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
         kg::wgmma_wait<0>();
       #pragma unroll
@@ -413,7 +413,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
           const int i0_ = v87 * 64 + r_, i1_ = 0 + k_;
           const int64_t off_ = q_ + ((int64_t)r_ * stride_do_1 + k_);
-          const int slot_ = ((k_) / 64 * 4096 + (r_) * 64 + ((((k_) % 64 / 8) ^ ((r_) % 8)) * 8) + (k_) % 8);
+          const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 4096 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
           if (aligned_) {
             const int n_ = (i0_ < (size_SQ)) * 8;
             kg::cp_async<16>(&v86[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -449,7 +449,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n128k16_fp16_rs<1>(&v92[(rm * 1 + rn) * 64], &v91[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 128 + rn * 128)) / 64 * 4096 + ((ks * 16)) * 64 + ((((((wg_ % 1) * 128 + rn * 128)) % 64 / 8) ^ (((ks * 16)) % 8)) * 8) + (((wg_ % 1) * 128 + rn * 128)) % 8)) * 2 / 16), 1);
+              kg::wgmma_m64n128k16_fp16_rs<1>(&v92[(rm * 1 + rn) * 64], &v91[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 128 + rn * 128)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 128 + rn * 128)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 128 + rn * 128)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
         kg::wgmma_wait<0>();
       #pragma unroll
@@ -502,7 +502,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v99[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 8192 + (((wg_ / 1) * 64 + rm * 64)) * 64 + (((((ks * 16)) % 64 / 8) ^ ((((wg_ / 1) * 64 + rm * 64)) % 8)) * 8) + ((ks * 16)) % 8)) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + (((((ks * 16)) % 64 / 8) ^ ((((wg_ % 1) * 64 + rn * 64)) % 8)) * 8) + ((ks * 16)) % 8)) * 2 / 16), 1);
+              kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v99[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 8192 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
         kg::wgmma_wait<0>();
       #pragma unroll
@@ -528,7 +528,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n128k16_fp16_rs<1>(&v102[(rm * 1 + rn) * 64], &v101[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 128 + rn * 128)) / 64 * 4096 + ((ks * 16)) * 64 + ((((((wg_ % 1) * 128 + rn * 128)) % 64 / 8) ^ (((ks * 16)) % 8)) * 8) + (((wg_ % 1) * 128 + rn * 128)) % 8)) * 2 / 16), 1);
+              kg::wgmma_m64n128k16_fp16_rs<1>(&v102[(rm * 1 + rn) * 64], &v101[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 128 + rn * 128)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 128 + rn * 128)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 128 + rn * 128)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
         kg::wgmma_wait<0>();
       #pragma unroll

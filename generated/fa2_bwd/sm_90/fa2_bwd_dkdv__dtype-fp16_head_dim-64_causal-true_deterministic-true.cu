@@ -55,7 +55,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
       const int i0_ = v7 * 64 + r_, i1_ = 0 + k_;
       const int64_t off_ = q_ + ((int64_t)r_ * stride_k_1 + k_);
-      const int slot_ = ((k_) / 64 * 4096 + (r_) * 64 + ((((k_) % 64 / 8) ^ ((r_) % 8)) * 8) + (k_) % 8);
+      const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
       if (aligned_) {
         const int n_ = (i0_ < (size_SK)) * 8;
         kg::cp_async<16>(&v10[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -86,7 +86,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
       const int i0_ = v7 * 64 + r_, i1_ = 0 + k_;
       const int64_t off_ = q_ + ((int64_t)r_ * stride_v_1 + k_);
-      const int slot_ = ((k_) / 64 * 4096 + (r_) * 64 + ((((k_) % 64 / 8) ^ ((r_) % 8)) * 8) + (k_) % 8);
+      const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
       if (aligned_) {
         const int n_ = (i0_ < (size_SK)) * 8;
         kg::cp_async<16>(&v14[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -204,7 +204,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
         const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
         const int i0_ = v34 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = q_ + ((int64_t)r_ * stride_q_1 + k_);
-        const int slot_ = ((k_) / 64 * 4096 + (r_) * 64 + ((((k_) % 64 / 8) ^ ((r_) % 8)) * 8) + (k_) % 8);
+        const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
         if (aligned_) {
           const int n_ = (i0_ < (size_SQ)) * 8;
           kg::cp_async<16>(&v46[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -229,7 +229,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
         const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
         const int i0_ = v34 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = q_ + ((int64_t)r_ * stride_do_1 + k_);
-        const int slot_ = ((k_) / 64 * 4096 + (r_) * 64 + ((((k_) % 64 / 8) ^ ((r_) % 8)) * 8) + (k_) % 8);
+        const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
         if (aligned_) {
           const int n_ = (i0_ < (size_SQ)) * 8;
           kg::cp_async<16>(&v54[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -308,7 +308,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
           const int i0_ = v69 * 64 + r_, i1_ = 0 + k_;
           const int64_t off_ = q_ + ((int64_t)r_ * stride_q_1 + k_);
-          const int slot_ = ((k_) / 64 * 4096 + (r_) * 64 + ((((k_) % 64 / 8) ^ ((r_) % 8)) * 8) + (k_) % 8);
+          const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
           if (aligned_) {
             const int n_ = (i0_ < (size_SQ)) * 8;
             kg::cp_async<16>(&v68[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -335,7 +335,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v72[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + (((((ks * 16)) % 64 / 8) ^ ((((wg_ / 1) * 64 + rm * 64)) % 8)) * 8) + ((ks * 16)) % 8)) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + (((((ks * 16)) % 64 / 8) ^ ((((wg_ % 1) * 64 + rn * 64)) % 8)) * 8) + ((ks * 16)) % 8)) * 2 / 16), (ks > 0));
+              kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v72[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
         kg::wgmma_wait<0>();
       #pragma unroll
@@ -449,7 +449,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       kg::fp16* v104 = reinterpret_cast<kg::fp16*>(smem + 49152);
       kg::sync();
       #pragma unroll
-      for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v104[((((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 64 * 4096 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) * 64 + ((((((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 64 / 8) ^ (((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8)) * 8) + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8)], &v103[e]);
+      for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v104[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v103[e]);
       kg::fence_proxy_async();
 
       // spec: specs/fa2_bwd.yaml:99:37
@@ -475,7 +475,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
           const int i0_ = v107 * 64 + r_, i1_ = 0 + k_;
           const int64_t off_ = q_ + ((int64_t)r_ * stride_do_1 + k_);
-          const int slot_ = ((k_) / 64 * 4096 + (r_) * 64 + ((((k_) % 64 / 8) ^ ((r_) % 8)) * 8) + (k_) % 8);
+          const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
           if (aligned_) {
             const int n_ = (i0_ < (size_SQ)) * 8;
             kg::cp_async<16>(&v106[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -491,7 +491,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       float (&v109)[32] = v59;
       {
         const int wg_ = 0;
-        const uint64_t da_ = kg::wgmma_desc(v105, 8192, 1024, 1);
+        const uint64_t da_ = kg::wgmma_desc(v105, 1024, 128, 0);
         const uint64_t db_ = kg::wgmma_desc(v63, 8192, 1024, 1);
         kg::wgmma_fence();
       #pragma unroll
@@ -500,7 +500,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_fp16_ss<1, 1>(&v109[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 64 * 4096 + ((ks * 16)) * 64 + ((((((wg_ / 1) * 64 + rm * 64)) % 64 / 8) ^ (((ks * 16)) % 8)) * 8) + (((wg_ / 1) * 64 + rm * 64)) % 8)) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + ((((((wg_ % 1) * 64 + rn * 64)) % 64 / 8) ^ (((ks * 16)) % 8)) * 8) + (((wg_ % 1) * 64 + rn * 64)) % 8)) * 2 / 16), 1);
+              kg::wgmma_m64n64k16_fp16_ss<1, 1>(&v109[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
         kg::wgmma_wait<0>();
       #pragma unroll
@@ -521,7 +521,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v111[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + (((((ks * 16)) % 64 / 8) ^ ((((wg_ / 1) * 64 + rm * 64)) % 8)) * 8) + ((ks * 16)) % 8)) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + (((((ks * 16)) % 64 / 8) ^ ((((wg_ % 1) * 64 + rn * 64)) % 8)) * 8) + ((ks * 16)) % 8)) * 2 / 16), (ks > 0));
+              kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v111[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
         kg::wgmma_wait<0>();
       #pragma unroll
@@ -569,7 +569,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       kg::fp16* v118 = reinterpret_cast<kg::fp16*>(smem + 49152);
       kg::sync();
       #pragma unroll
-      for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v118[((((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 64 * 4096 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) * 64 + ((((((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 64 / 8) ^ (((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8)) * 8) + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8)], &v117[e]);
+      for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v118[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v117[e]);
       kg::fence_proxy_async();
       kg::sync();
       // spec: specs/fa2_bwd.yaml:102:37
@@ -578,7 +578,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       float (&v120)[32] = v60;
       {
         const int wg_ = 0;
-        const uint64_t da_ = kg::wgmma_desc(v119, 8192, 1024, 1);
+        const uint64_t da_ = kg::wgmma_desc(v119, 1024, 128, 0);
         const uint64_t db_ = kg::wgmma_desc(v64, 8192, 1024, 1);
         kg::wgmma_fence();
       #pragma unroll
@@ -587,7 +587,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_fp16_ss<1, 1>(&v120[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 64 * 4096 + ((ks * 16)) * 64 + ((((((wg_ / 1) * 64 + rm * 64)) % 64 / 8) ^ (((ks * 16)) % 8)) * 8) + (((wg_ / 1) * 64 + rm * 64)) % 8)) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + ((((((wg_ % 1) * 64 + rn * 64)) % 64 / 8) ^ (((ks * 16)) % 8)) * 8) + (((wg_ % 1) * 64 + rn * 64)) % 8)) * 2 / 16), 1);
+              kg::wgmma_m64n64k16_fp16_ss<1, 1>(&v120[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
         kg::wgmma_wait<0>();
       #pragma unroll

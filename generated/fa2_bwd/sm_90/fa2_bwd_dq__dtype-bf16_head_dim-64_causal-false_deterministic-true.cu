@@ -110,7 +110,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::bf16* __restrict__ t_
       const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
       const int i0_ = v6 * 64 + r_, i1_ = 0 + k_;
       const int64_t off_ = q_ + ((int64_t)r_ * stride_q_1 + k_);
-      const int slot_ = ((k_) / 64 * 4096 + (r_) * 64 + ((((k_) % 64 / 8) ^ ((r_) % 8)) * 8) + (k_) % 8);
+      const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
       if (aligned_) {
         const int n_ = (i0_ < (size_SQ)) * 8;
         kg::cp_async<16>(&v16[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -139,7 +139,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::bf16* __restrict__ t_
       const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
       const int i0_ = v6 * 64 + r_, i1_ = 0 + k_;
       const int64_t off_ = q_ + ((int64_t)r_ * stride_do_1 + k_);
-      const int slot_ = ((k_) / 64 * 4096 + (r_) * 64 + ((((k_) % 64 / 8) ^ ((r_) % 8)) * 8) + (k_) % 8);
+      const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
       if (aligned_) {
         const int n_ = (i0_ < (size_SQ)) * 8;
         kg::cp_async<16>(&v17[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -190,7 +190,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::bf16* __restrict__ t_
       const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
       const int i0_ = v22 * 64 + r_, i1_ = 0 + k_;
       const int64_t off_ = q_ + ((int64_t)r_ * stride_k_1 + k_);
-      const int slot_ = ((k_) / 64 * 4096 + (r_) * 64 + ((((k_) % 64 / 8) ^ ((r_) % 8)) * 8) + (k_) % 8);
+      const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
       if (aligned_) {
         const int n_ = (i0_ < (size_SK)) * 8;
         kg::cp_async<16>(&v21[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -215,7 +215,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::bf16* __restrict__ t_
       const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
       const int i0_ = v22 * 64 + r_, i1_ = 0 + k_;
       const int64_t off_ = q_ + ((int64_t)r_ * stride_v_1 + k_);
-      const int slot_ = ((k_) / 64 * 4096 + (r_) * 64 + ((((k_) % 64 / 8) ^ ((r_) % 8)) * 8) + (k_) % 8);
+      const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
       if (aligned_) {
         const int n_ = (i0_ < (size_SK)) * 8;
         kg::cp_async<16>(&v30[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -298,7 +298,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::bf16* __restrict__ t_
         const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
         const int i0_ = v52 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = q_ + ((int64_t)r_ * stride_k_1 + k_);
-        const int slot_ = ((k_) / 64 * 4096 + (r_) * 64 + ((((k_) % 64 / 8) ^ ((r_) % 8)) * 8) + (k_) % 8);
+        const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
         if (aligned_) {
           const int n_ = (i0_ < (size_SK)) * 8;
           kg::cp_async<16>(&v51[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -327,7 +327,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::bf16* __restrict__ t_
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v56[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + (((((ks * 16)) % 64 / 8) ^ ((((wg_ / 1) * 64 + rm * 64)) % 8)) * 8) + ((ks * 16)) % 8)) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + (((((ks * 16)) % 64 / 8) ^ ((((wg_ % 1) * 64 + rn * 64)) % 8)) * 8) + ((ks * 16)) % 8)) * 2 / 16), (ks > 0));
+            kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v56[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
       kg::wgmma_commit();
       kg::wgmma_wait<0>();
     #pragma unroll
@@ -354,7 +354,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::bf16* __restrict__ t_
         const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
         const int i0_ = v58 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = q_ + ((int64_t)r_ * stride_v_1 + k_);
-        const int slot_ = ((k_) / 64 * 4096 + (r_) * 64 + ((((k_) % 64 / 8) ^ ((r_) % 8)) * 8) + (k_) % 8);
+        const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
         if (aligned_) {
           const int n_ = (i0_ < (size_SK)) * 8;
           kg::cp_async<16>(&v57[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -383,7 +383,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::bf16* __restrict__ t_
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v62[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + (((((ks * 16)) % 64 / 8) ^ ((((wg_ / 1) * 64 + rm * 64)) % 8)) * 8) + ((ks * 16)) % 8)) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + (((((ks * 16)) % 64 / 8) ^ ((((wg_ % 1) * 64 + rn * 64)) % 8)) * 8) + ((ks * 16)) % 8)) * 2 / 16), (ks > 0));
+            kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v62[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
       kg::wgmma_commit();
       kg::wgmma_wait<0>();
     #pragma unroll
@@ -467,7 +467,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::bf16* __restrict__ t_
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n64k16_bf16_rs<1>(&v82[(rm * 1 + rn) * 32], &v81[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + ((((((wg_ % 1) * 64 + rn * 64)) % 64 / 8) ^ (((ks * 16)) % 8)) * 8) + (((wg_ % 1) * 64 + rn * 64)) % 8)) * 2 / 16), 1);
+            kg::wgmma_m64n64k16_bf16_rs<1>(&v82[(rm * 1 + rn) * 32], &v81[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
       kg::wgmma_commit();
       kg::wgmma_wait<0>();
     #pragma unroll

@@ -95,7 +95,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::fp16* __restrict__ t_
       const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
       const int i0_ = v7 * 64 + r_, i1_ = 0 + k_;
       const int64_t off_ = q_ + ((int64_t)r_ * stride_q_1 + k_);
-      const int slot_ = ((k_) / 64 * 4096 + (r_) * 64 + ((((k_) % 64 / 8) ^ ((r_) % 8)) * 8) + (k_) % 8);
+      const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 4096 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
       if (aligned_) {
         const int n_ = (i0_ < (size_SQ)) * 8;
         kg::cp_async<16>(&v14[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -124,7 +124,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::fp16* __restrict__ t_
       const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
       const int i0_ = v7 * 64 + r_, i1_ = 0 + k_;
       const int64_t off_ = q_ + ((int64_t)r_ * stride_do_1 + k_);
-      const int slot_ = ((k_) / 64 * 4096 + (r_) * 64 + ((((k_) % 64 / 8) ^ ((r_) % 8)) * 8) + (k_) % 8);
+      const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 4096 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
       if (aligned_) {
         const int n_ = (i0_ < (size_SQ)) * 8;
         kg::cp_async<16>(&v15[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -197,7 +197,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::fp16* __restrict__ t_
       const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
       const int i0_ = v20 * 128 + r_, i1_ = 0 + k_;
       const int64_t off_ = q_ + ((int64_t)r_ * stride_k_1 + k_);
-      const int slot_ = ((k_) / 64 * 8192 + (r_) * 64 + ((((k_) % 64 / 8) ^ ((r_) % 8)) * 8) + (k_) % 8);
+      const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 8192 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
       if (aligned_) {
         const int n_ = (i0_ < (size_SK)) * 8;
         kg::cp_async<16>(&v19[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -222,7 +222,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::fp16* __restrict__ t_
       const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
       const int i0_ = v20 * 128 + r_, i1_ = 0 + k_;
       const int64_t off_ = q_ + ((int64_t)r_ * stride_v_1 + k_);
-      const int slot_ = ((k_) / 64 * 8192 + (r_) * 64 + ((((k_) % 64 / 8) ^ ((r_) % 8)) * 8) + (k_) % 8);
+      const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 8192 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
       if (aligned_) {
         const int n_ = (i0_ < (size_SK)) * 8;
         kg::cp_async<16>(&v39[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -319,7 +319,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::fp16* __restrict__ t_
         const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
         const int i0_ = v66 * 128 + r_, i1_ = 0 + k_;
         const int64_t off_ = q_ + ((int64_t)r_ * stride_k_1 + k_);
-        const int slot_ = ((k_) / 64 * 8192 + (r_) * 64 + ((((k_) % 64 / 8) ^ ((r_) % 8)) * 8) + (k_) % 8);
+        const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 8192 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
         if (aligned_) {
           const int n_ = (i0_ < (size_SK)) * 8;
           kg::cp_async<16>(&v65[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -348,7 +348,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::fp16* __restrict__ t_
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v70[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 2) * 64 + rm * 64)) * 64 + (((((ks * 16)) % 64 / 8) ^ ((((wg_ / 2) * 64 + rm * 64)) % 8)) * 8) + ((ks * 16)) % 8)) * 2 / 16), db_ + (((((ks * 16)) / 64 * 8192 + (((wg_ % 2) * 64 + rn * 64)) * 64 + (((((ks * 16)) % 64 / 8) ^ ((((wg_ % 2) * 64 + rn * 64)) % 8)) * 8) + ((ks * 16)) % 8)) * 2 / 16), (ks > 0));
+            kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v70[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 2) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 2) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 8192 + (((wg_ % 2) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 2) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
       kg::wgmma_commit();
       kg::wgmma_wait<0>();
     #pragma unroll
@@ -375,7 +375,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::fp16* __restrict__ t_
         const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
         const int i0_ = v72 * 128 + r_, i1_ = 0 + k_;
         const int64_t off_ = q_ + ((int64_t)r_ * stride_v_1 + k_);
-        const int slot_ = ((k_) / 64 * 8192 + (r_) * 64 + ((((k_) % 64 / 8) ^ ((r_) % 8)) * 8) + (k_) % 8);
+        const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 8192 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
         if (aligned_) {
           const int n_ = (i0_ < (size_SK)) * 8;
           kg::cp_async<16>(&v71[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -404,7 +404,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::fp16* __restrict__ t_
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v76[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 2) * 64 + rm * 64)) * 64 + (((((ks * 16)) % 64 / 8) ^ ((((wg_ / 2) * 64 + rm * 64)) % 8)) * 8) + ((ks * 16)) % 8)) * 2 / 16), db_ + (((((ks * 16)) / 64 * 8192 + (((wg_ % 2) * 64 + rn * 64)) * 64 + (((((ks * 16)) % 64 / 8) ^ ((((wg_ % 2) * 64 + rn * 64)) % 8)) * 8) + ((ks * 16)) % 8)) * 2 / 16), (ks > 0));
+            kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v76[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 2) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 2) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 8192 + (((wg_ % 2) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 2) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
       kg::wgmma_commit();
       kg::wgmma_wait<0>();
     #pragma unroll
@@ -504,14 +504,14 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::fp16* __restrict__ t_
     kg::fp16* v103 = reinterpret_cast<kg::fp16*>(smem + 163840);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v103[((((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 64 * 4096 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) * 64 + ((((((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 64 / 8) ^ (((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8)) * 8) + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8)], &v102[e]);
+    for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v103[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 16 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v102[e]);
     kg::fence_proxy_async();
     kg::sync();
     // spec: specs/fa2_bwd.yaml:134:27
     float (&v104)[32] = v58;
     {
       const int wg_ = (warp / 4);
-      const uint64_t da_ = kg::wgmma_desc(v103, 16, 1024, 1);
+      const uint64_t da_ = kg::wgmma_desc(v103, 128, 2048, 0);
       const uint64_t db_ = kg::wgmma_desc(v62, 16384, 1024, 1);
       kg::wgmma_fence();
     #pragma unroll
@@ -520,7 +520,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::fp16* __restrict__ t_
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n64k16_fp16_ss<0, 1>(&v104[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 2) * 64 + rm * 64)) * 64 + (((((ks * 16)) % 64 / 8) ^ ((((wg_ / 2) * 64 + rm * 64)) % 8)) * 8) + ((ks * 16)) % 8)) * 2 / 16), db_ + ((((((wg_ % 2) * 64 + rn * 64)) / 64 * 8192 + ((ks * 16)) * 64 + ((((((wg_ % 2) * 64 + rn * 64)) % 64 / 8) ^ (((ks * 16)) % 8)) * 8) + (((wg_ % 2) * 64 + rn * 64)) % 8)) * 2 / 16), 1);
+            kg::wgmma_m64n64k16_fp16_ss<0, 1>(&v104[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 2) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ / 2) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 2) * 64 + rn * 64)) / 64 * 8192 + ((ks * 16)) * 64 + (((((((wg_ % 2) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 2) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
       kg::wgmma_commit();
       kg::wgmma_wait<0>();
     #pragma unroll

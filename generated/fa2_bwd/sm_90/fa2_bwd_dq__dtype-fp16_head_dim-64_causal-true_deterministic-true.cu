@@ -102,7 +102,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::fp16* __restrict__ t_
       const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
       const int i0_ = v7 * 64 + r_, i1_ = 0 + k_;
       const int64_t off_ = q_ + ((int64_t)r_ * stride_q_1 + k_);
-      const int slot_ = ((k_) / 64 * 4096 + (r_) * 64 + ((((k_) % 64 / 8) ^ ((r_) % 8)) * 8) + (k_) % 8);
+      const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
       if (aligned_) {
         const int n_ = (i0_ < (size_SQ)) * 8;
         kg::cp_async<16>(&v14[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -131,7 +131,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::fp16* __restrict__ t_
       const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
       const int i0_ = v7 * 64 + r_, i1_ = 0 + k_;
       const int64_t off_ = q_ + ((int64_t)r_ * stride_do_1 + k_);
-      const int slot_ = ((k_) / 64 * 4096 + (r_) * 64 + ((((k_) % 64 / 8) ^ ((r_) % 8)) * 8) + (k_) % 8);
+      const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
       if (aligned_) {
         const int n_ = (i0_ < (size_SQ)) * 8;
         kg::cp_async<16>(&v15[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -204,7 +204,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::fp16* __restrict__ t_
       const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
       const int i0_ = v20 * 64 + r_, i1_ = 0 + k_;
       const int64_t off_ = q_ + ((int64_t)r_ * stride_k_1 + k_);
-      const int slot_ = ((k_) / 64 * 4096 + (r_) * 64 + ((((k_) % 64 / 8) ^ ((r_) % 8)) * 8) + (k_) % 8);
+      const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
       if (aligned_) {
         const int n_ = (i0_ < (size_SK)) * 8;
         kg::cp_async<16>(&v19[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -229,7 +229,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::fp16* __restrict__ t_
       const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
       const int i0_ = v20 * 64 + r_, i1_ = 0 + k_;
       const int64_t off_ = q_ + ((int64_t)r_ * stride_v_1 + k_);
-      const int slot_ = ((k_) / 64 * 4096 + (r_) * 64 + ((((k_) % 64 / 8) ^ ((r_) % 8)) * 8) + (k_) % 8);
+      const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
       if (aligned_) {
         const int n_ = (i0_ < (size_SK)) * 8;
         kg::cp_async<16>(&v39[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -326,7 +326,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::fp16* __restrict__ t_
         const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
         const int i0_ = v66 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = q_ + ((int64_t)r_ * stride_k_1 + k_);
-        const int slot_ = ((k_) / 64 * 4096 + (r_) * 64 + ((((k_) % 64 / 8) ^ ((r_) % 8)) * 8) + (k_) % 8);
+        const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
         if (aligned_) {
           const int n_ = (i0_ < (size_SK)) * 8;
           kg::cp_async<16>(&v65[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -355,7 +355,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::fp16* __restrict__ t_
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v70[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + (((((ks * 16)) % 64 / 8) ^ ((((wg_ / 1) * 64 + rm * 64)) % 8)) * 8) + ((ks * 16)) % 8)) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + (((((ks * 16)) % 64 / 8) ^ ((((wg_ % 1) * 64 + rn * 64)) % 8)) * 8) + ((ks * 16)) % 8)) * 2 / 16), (ks > 0));
+            kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v70[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
       kg::wgmma_commit();
       kg::wgmma_wait<0>();
     #pragma unroll
@@ -382,7 +382,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::fp16* __restrict__ t_
         const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
         const int i0_ = v72 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = q_ + ((int64_t)r_ * stride_v_1 + k_);
-        const int slot_ = ((k_) / 64 * 4096 + (r_) * 64 + ((((k_) % 64 / 8) ^ ((r_) % 8)) * 8) + (k_) % 8);
+        const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
         if (aligned_) {
           const int n_ = (i0_ < (size_SK)) * 8;
           kg::cp_async<16>(&v71[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -411,7 +411,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::fp16* __restrict__ t_
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v76[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + (((((ks * 16)) % 64 / 8) ^ ((((wg_ / 1) * 64 + rm * 64)) % 8)) * 8) + ((ks * 16)) % 8)) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + (((((ks * 16)) % 64 / 8) ^ ((((wg_ % 1) * 64 + rn * 64)) % 8)) * 8) + ((ks * 16)) % 8)) * 2 / 16), (ks > 0));
+            kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v76[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
       kg::wgmma_commit();
       kg::wgmma_wait<0>();
     #pragma unroll
@@ -519,7 +519,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::fp16* __restrict__ t_
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n64k16_fp16_rs<1>(&v103[(rm * 1 + rn) * 32], &v102[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + ((((((wg_ % 1) * 64 + rn * 64)) % 64 / 8) ^ (((ks * 16)) % 8)) * 8) + (((wg_ % 1) * 64 + rn * 64)) % 8)) * 2 / 16), 1);
+            kg::wgmma_m64n64k16_fp16_rs<1>(&v103[(rm * 1 + rn) * 32], &v102[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
       kg::wgmma_commit();
       kg::wgmma_wait<0>();
     #pragma unroll

@@ -70,7 +70,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_fwd_fwd(const kg::bf16* __restrict__ t
       const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
       const int i0_ = v11 * 128 + r_, i1_ = 0 + k_;
       const int64_t off_ = q_ + ((int64_t)r_ * stride_q_1 + k_);
-      const int slot_ = ((k_) / 64 * 8192 + (r_) * 64 + ((((k_) % 64 / 8) ^ ((r_) % 8)) * 8) + (k_) % 8);
+      const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 8192 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 512;
       if (aligned_) {
         const int n_ = (i0_ < (size_SQ)) * 8;
         kg::cp_async<16>(&v12[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -121,7 +121,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_fwd_fwd(const kg::bf16* __restrict__ t
       const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
       const int i0_ = v19 * 32 + r_, i1_ = 0 + k_;
       const int64_t off_ = q_ + ((int64_t)r_ * stride_k_1 + k_);
-      const int slot_ = ((k_) / 64 * 2048 + (r_) * 64 + ((((k_) % 64 / 8) ^ ((r_) % 8)) * 8) + (k_) % 8);
+      const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 2048 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 512;
       if (aligned_) {
         const int n_ = (i0_ < (size_SK)) * 8;
         kg::cp_async<16>(&v18[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -146,7 +146,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_fwd_fwd(const kg::bf16* __restrict__ t
       const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
       const int i0_ = v19 * 32 + r_, i1_ = 0 + k_;
       const int64_t off_ = q_ + ((int64_t)r_ * stride_v_1 + k_);
-      const int slot_ = ((k_) / 64 * 2048 + (r_) * 64 + ((((k_) % 64 / 8) ^ ((r_) % 8)) * 8) + (k_) % 8);
+      const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 2048 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 512;
       if (aligned_) {
         const int n_ = (i0_ < (size_SK)) * 8;
         kg::cp_async<16>(&v27[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -225,7 +225,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_fwd_fwd(const kg::bf16* __restrict__ t
         const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
         const int i0_ = v48 * 32 + r_, i1_ = 0 + k_;
         const int64_t off_ = q_ + ((int64_t)r_ * stride_k_1 + k_);
-        const int slot_ = ((k_) / 64 * 2048 + (r_) * 64 + ((((k_) % 64 / 8) ^ ((r_) % 8)) * 8) + (k_) % 8);
+        const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 2048 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 512;
         if (aligned_) {
           const int n_ = (i0_ < (size_SK)) * 8;
           kg::cp_async<16>(&v47[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -254,7 +254,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_fwd_fwd(const kg::bf16* __restrict__ t
         for (int rm = 0; rm < 2; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n32k16_bf16_ss<0, 0>(&v52[(rm * 1 + rn) * 16], da_ + (((((ks * 16)) / 64 * 8192 + (((wg_ / 1) * 128 + rm * 64)) * 64 + (((((ks * 16)) % 64 / 8) ^ ((((wg_ / 1) * 128 + rm * 64)) % 8)) * 8) + ((ks * 16)) % 8)) * 2 / 16), db_ + (((((ks * 16)) / 64 * 2048 + (((wg_ % 1) * 32 + rn * 32)) * 64 + (((((ks * 16)) % 64 / 8) ^ ((((wg_ % 1) * 32 + rn * 32)) % 8)) * 8) + ((ks * 16)) % 8)) * 2 / 16), (ks > 0));
+            kg::wgmma_m64n32k16_bf16_ss<0, 0>(&v52[(rm * 1 + rn) * 16], da_ + (((((ks * 16)) / 64 * 8192 + (((wg_ / 1) * 128 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 128 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 2048 + (((wg_ % 1) * 32 + rn * 32)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 32 + rn * 32)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
       kg::wgmma_commit();
       kg::wgmma_wait<0>();
     #pragma unroll
@@ -379,7 +379,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_fwd_fwd(const kg::bf16* __restrict__ t
         const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
         const int i0_ = v75 * 32 + r_, i1_ = 0 + k_;
         const int64_t off_ = q_ + ((int64_t)r_ * stride_v_1 + k_);
-        const int slot_ = ((k_) / 64 * 2048 + (r_) * 64 + ((((k_) % 64 / 8) ^ ((r_) % 8)) * 8) + (k_) % 8);
+        const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 2048 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 512;
         if (aligned_) {
           const int n_ = (i0_ < (size_SK)) * 8;
           kg::cp_async<16>(&v74[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -425,7 +425,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_fwd_fwd(const kg::bf16* __restrict__ t
         for (int rm = 0; rm < 2; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n128k16_bf16_rs<1>(&v83[(rm * 1 + rn) * 64], &v77[(rm * 2 + ks) * 8], db_ + ((((((wg_ % 1) * 128 + rn * 128)) / 64 * 2048 + ((ks * 16)) * 64 + ((((((wg_ % 1) * 128 + rn * 128)) % 64 / 8) ^ (((ks * 16)) % 8)) * 8) + (((wg_ % 1) * 128 + rn * 128)) % 8)) * 2 / 16), 1);
+            kg::wgmma_m64n128k16_bf16_rs<1>(&v83[(rm * 1 + rn) * 64], &v77[(rm * 2 + ks) * 8], db_ + ((((((wg_ % 1) * 128 + rn * 128)) / 64 * 2048 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 128 + rn * 128)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 128 + rn * 128)) & 7))) * 2 / 16), 1);
       kg::wgmma_commit();
       kg::wgmma_wait<0>();
     #pragma unroll

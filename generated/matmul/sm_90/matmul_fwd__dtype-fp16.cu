@@ -80,7 +80,7 @@ KG_KERNEL void __launch_bounds__(128) matmul_fwd(const kg::fp16* __restrict__ t_
       const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
       const int i0_ = v7 * 32 + r_, i1_ = v2 * 64 + k_;
       const int64_t off_ = q_ + ((int64_t)r_ * stride_b_0 + k_);
-      const int slot_ = ((k_) / 64 * 2048 + (r_) * 64 + ((((k_) % 64 / 8) ^ ((r_) % 8)) * 8) + (k_) % 8);
+      const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 2048 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
       if (aligned_) {
         const int n_ = (i0_ < (size_K)) * kg::min_(kg::max_((size_N) - i1_, 0), 8);
         kg::cp_async<16>(&v13[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -172,7 +172,7 @@ KG_KERNEL void __launch_bounds__(128) matmul_fwd(const kg::fp16* __restrict__ t_
         const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
         const int i0_ = v29 * 32 + r_, i1_ = v2 * 64 + k_;
         const int64_t off_ = q_ + ((int64_t)r_ * stride_b_0 + k_);
-        const int slot_ = ((k_) / 64 * 2048 + (r_) * 64 + ((((k_) % 64 / 8) ^ ((r_) % 8)) * 8) + (k_) % 8);
+        const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 2048 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
         if (aligned_) {
           const int n_ = (i0_ < (size_K)) * kg::min_(kg::max_((size_N) - i1_, 0), 8);
           kg::cp_async<16>(&v28[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -197,7 +197,7 @@ KG_KERNEL void __launch_bounds__(128) matmul_fwd(const kg::fp16* __restrict__ t_
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n64k16_fp16_ss<0, 1>(&v31[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 8 * 4 + ((ks * 16)) / 8) * 64 + (((wg_ / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 2048 + ((ks * 16)) * 64 + ((((((wg_ % 1) * 64 + rn * 64)) % 64 / 8) ^ (((ks * 16)) % 8)) * 8) + (((wg_ % 1) * 64 + rn * 64)) % 8)) * 2 / 16), 1);
+            kg::wgmma_m64n64k16_fp16_ss<0, 1>(&v31[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 8 * 4 + ((ks * 16)) / 8) * 64 + (((wg_ / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 2048 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
       kg::wgmma_commit();
       kg::wgmma_wait<0>();
     #pragma unroll

@@ -55,7 +55,7 @@ KG_KERNEL void __launch_bounds__(128) matmul_bwd_da(const kg::fp16* __restrict__
       const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
       const int i0_ = v1 * 64 + r_, i1_ = v7 * 64 + k_;
       const int64_t off_ = q_ + ((int64_t)r_ * stride_dc_0 + k_);
-      const int slot_ = ((k_) / 64 * 4096 + (r_) * 64 + ((((k_) % 64 / 8) ^ ((r_) % 8)) * 8) + (k_) % 8);
+      const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
       if (aligned_) {
         const int n_ = (i0_ < (size_M)) * kg::min_(kg::max_((size_N) - i1_, 0), 8);
         kg::cp_async<16>(&v6[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -80,7 +80,7 @@ KG_KERNEL void __launch_bounds__(128) matmul_bwd_da(const kg::fp16* __restrict__
       const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
       const int i0_ = v2 * 32 + r_, i1_ = v7 * 64 + k_;
       const int64_t off_ = q_ + ((int64_t)r_ * stride_b_0 + k_);
-      const int slot_ = ((k_) / 64 * 2048 + (r_) * 64 + ((((k_) % 64 / 8) ^ ((r_) % 8)) * 8) + (k_) % 8);
+      const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 2048 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
       if (aligned_) {
         const int n_ = (i0_ < (size_K)) * kg::min_(kg::max_((size_N) - i1_, 0), 8);
         kg::cp_async<16>(&v13[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -139,7 +139,7 @@ KG_KERNEL void __launch_bounds__(128) matmul_bwd_da(const kg::fp16* __restrict__
         const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
         const int i0_ = v1 * 64 + r_, i1_ = v26 * 64 + k_;
         const int64_t off_ = q_ + ((int64_t)r_ * stride_dc_0 + k_);
-        const int slot_ = ((k_) / 64 * 4096 + (r_) * 64 + ((((k_) % 64 / 8) ^ ((r_) % 8)) * 8) + (k_) % 8);
+        const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
         if (aligned_) {
           const int n_ = (i0_ < (size_M)) * kg::min_(kg::max_((size_N) - i1_, 0), 8);
           kg::cp_async<16>(&v25[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -172,7 +172,7 @@ KG_KERNEL void __launch_bounds__(128) matmul_bwd_da(const kg::fp16* __restrict__
         const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
         const int i0_ = v2 * 32 + r_, i1_ = v29 * 64 + k_;
         const int64_t off_ = q_ + ((int64_t)r_ * stride_b_0 + k_);
-        const int slot_ = ((k_) / 64 * 2048 + (r_) * 64 + ((((k_) % 64 / 8) ^ ((r_) % 8)) * 8) + (k_) % 8);
+        const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 2048 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
         if (aligned_) {
           const int n_ = (i0_ < (size_K)) * kg::min_(kg::max_((size_N) - i1_, 0), 8);
           kg::cp_async<16>(&v28[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -199,7 +199,7 @@ KG_KERNEL void __launch_bounds__(128) matmul_bwd_da(const kg::fp16* __restrict__
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n32k16_fp16_ss<0, 0>(&v32[(rm * 1 + rn) * 16], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + (((((ks * 16)) % 64 / 8) ^ ((((wg_ / 1) * 64 + rm * 64)) % 8)) * 8) + ((ks * 16)) % 8)) * 2 / 16), db_ + (((((ks * 16)) / 64 * 2048 + (((wg_ % 1) * 32 + rn * 32)) * 64 + (((((ks * 16)) % 64 / 8) ^ ((((wg_ % 1) * 32 + rn * 32)) % 8)) * 8) + ((ks * 16)) % 8)) * 2 / 16), 1);
+            kg::wgmma_m64n32k16_fp16_ss<0, 0>(&v32[(rm * 1 + rn) * 16], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 2048 + (((wg_ % 1) * 32 + rn * 32)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 32 + rn * 32)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), 1);
       kg::wgmma_commit();
       kg::wgmma_wait<0>();
     #pragma unroll
