@@ -455,7 +455,9 @@ class ProgramSim(WarpgroupSim):
                 r, k = self.ev(c["row"], c_=ch), self.ev(c["col"], c_=ch)
                 i0, i1 = self.ev(c["i0"], r_=r, k_=k), self.ev(c["i1"], r_=r, k_=k)
                 off = self.ev(c["base"]) + self.ev(c["off"], r_=r, k_=k, q_=self.ev(c["corner"]))
-                slot = self.ev(c["slot"], r_=r, k_=k)
+                slot = self.ev(c["slot"], r_=r, k_=k, i=i, c_=ch)
+                if np.ndim(slot) == 3:  # written from lane and warp (a hoisted first-chunk slot)
+                    slot = self.grid_shape(slot, 1)[..., 0]
                 b0, b1 = self.ev(c["bound0"]), self.ev(c["bound1"])
                 count = self.ev(c["count"], i0_=i0, i1_=i1)  # the elements the copy reads (the rest zero-filled)
                 for v in range(c["vec"]):
