@@ -13,7 +13,7 @@ from ..hw.descriptor import Target
 from ..ir.core import ELEM_BYTES, Kernel, Op, Value, walk
 from ..ir.layout import broadcast_reg_map, vector_width
 from ..ir.passes.dot_tiling import instr_of
-from ..ir.passes.operands import fragment_view
+from ..ir.passes.operands import CORE_ROWS, fragment_view
 from . import wgmma
 from .coords import dup_masks, reg_coord, reg_map_expr, register_operand_ptr, shared_slot, tensor_param, thread_coord
 
@@ -323,16 +323,29 @@ class Emitter:
                 # columns never run past the tensor when the tile starts at column 0 and spans it
                 "count": f"(i0_ < {bounds[0]}) * {vec}" if starts[1] == "0" and bounds[1] == f"({cols})"
                 else f"(i0_ < {bounds[0]}) * kg::min_(kg::max_({bounds[1]} - i1_, 0), {vec})",
-                "slot": shared_slot(op.attrs, "r_", "k_", elem), "bound0": bounds[0], "bound1": bounds[1],
+                "slot": self._copy_slot(op.attrs, per_row, vec, threads, elem), "bound0": bounds[0], "bound1": bounds[1],
                 "zero": literal(0.0, buf.dtype), "sync_before": op.attrs.get("sync_before", True)}
+
+    def _copy_slot(self, attrs: dict, per_row: int, vec: int, threads: int, elem: int) -> str:
+        """Where chunk c_ lands. Swizzled, when each iteration moves all threads a whole number
+        of 8-row atoms down: the slot of the thread's first chunk plus i atoms' worth, so that
+        nvcc computes the XOR once (from `r_` it could not tell that rows 8 apart share it: the
+        D=128 dkdv spilled)."""
+        rows_per_iter = threads // per_row
+        if attrs.get("smem_layout") != "sw128" or threads % per_row or rows_per_iter % CORE_ROWS:
+            return shared_slot(attrs, "r_", "k_", elem)
+        c0 = f"(lane + warp * {self.target.wave_size})"
+        first = shared_slot(attrs, f"({c0} / {per_row})", f"({c0} % {per_row} * {vec})", elem)
+        return f"{first} + i * {rows_per_iter * (128 // elem)}"
 
     @staticmethod
     def _chunk_coords(attrs: dict, per_row: int, vec: int) -> dict:
         """Row and column of chunk c_. Row-major buffers: along the row, so that a warp reads
         whole rows. Core-matrix buffers: down the 8 rows of a core first, so that consecutive
         threads write consecutive 16-byte slots (no bank conflicts), a warp reading 8 rows x
-        4 chunks of global memory (whole 32-byte sectors)."""
-        if attrs.get("smem_layout", "rows") == "rows":
+        4 chunks of global memory (whole 32-byte sectors). Swizzled buffers: along the row, each
+        8 lanes writing one 128-byte row of the swizzle, all banks once."""
+        if attrs.get("smem_layout", "rows") in ("rows", "sw128"):  # sw128: 8 lanes fill one swizzled 128-byte row
             return {"row": f"c_ / {per_row}", "col": f"(c_ % {per_row}) * {vec}"}
         return {"row": f"c_ / {8 * per_row} * 8 + c_ % 8", "col": f"c_ / 8 % {per_row} * {vec}"}
 
@@ -341,7 +354,7 @@ class Emitter:
 
     def _async_read(self, buf_op) -> bool:
         """Whether a matrix instruction reads this buffer through a descriptor (async proxy)."""
-        return buf_op.attrs.get("smem_layout") == "cores"
+        return buf_op.attrs.get("smem_layout") in ("cores", "sw128")
 
     def _uses(self, v: Value) -> int:
         return self.use_counts.get(id(v), 0)

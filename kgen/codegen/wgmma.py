@@ -22,15 +22,26 @@ in the writing threads before the barrier (templates: stage, wait_async).
 from __future__ import annotations
 
 from ..ir.core import ELEM_BYTES
-from ..ir.passes.operands import CORE_BYTES, CORE_ROWS
+from ..ir.passes.operands import CORE_BYTES, CORE_ROWS, SWIZZLE_ATOM_BYTES, SWIZZLE_BYTES
 from .coords import register_operand_ptr, shared_slot
 
 
 def descriptor_strides(stage_attrs: dict, major: str, elem_bytes: int) -> tuple[int, int]:
-    """(leading, stride) byte offsets of a core-matrix buffer read K-major or MN-major."""
+    """(leading, stride) byte offsets of a core-matrix buffer read K-major or MN-major.
+    128-byte swizzle (PTX ISA, "Matrix Descriptor Format", strides of the swizzled layouts):
+    the stride offset steps 8 rows, one 1024-byte atom, either way; the leading offset is unused
+    K-major (K stays within a 128-byte row; 16 encodes as 1) and steps to the next 128-byte
+    block of the contiguous dim MN-major (`rows` rows of 128 bytes on)."""
+    if stage_attrs.get("smem_layout") == "sw128":
+        return (CORE_BYTES if major == "k" else stage_attrs["rows"] * SWIZZLE_BYTES, SWIZZLE_ATOM_BYTES)
     right = CORE_ROWS * CORE_BYTES  # the next core along the contiguous dim
     down = stage_attrs["ld"] * elem_bytes // CORE_BYTES * right  # the next core row
     return (right, down) if major == "k" else (down, right)
+
+
+def swizzle_mode(stage_attrs: dict) -> int:
+    """Descriptor bits 62-63: 0 no swizzle, 1 the 128-byte swizzle (PTX ISA)."""
+    return 1 if stage_attrs.get("smem_layout") == "sw128" else 0
 
 
 def operand_ctx(emitter, op, role: str, instr, name_of) -> dict:
@@ -58,7 +69,7 @@ def operand_ctx(emitter, op, role: str, instr, name_of) -> dict:
     outer, inner = (mn0, k0) if major == "k" else (k0, mn0)
     offset = f"(({shared_slot(st.attrs, outer, inner, elem)}) * {elem} / 16)"
     return {"kind": "desc", "desc": f"d{role}_", "src": name_of(v), "lead": lead, "stride": stride,
-            "offset": offset, "trans": int(major == "mn")}
+            "mode": swizzle_mode(st.attrs), "offset": offset, "trans": int(major == "mn")}
 
 
 def wrapper_name(instr, a_kind: str) -> str:

@@ -20,7 +20,7 @@ template <int TA, int TB> KG_DEVICE void wgmma_m64n64k16_bf16_ss(float* d, uint6
 }  // namespace kg
 
 KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ t_q, int64_t stride_q_0, int64_t stride_q_1, int64_t stride_q_2, const kg::bf16* __restrict__ t_k, int64_t stride_k_0, int64_t stride_k_1, int64_t stride_k_2, const kg::bf16* __restrict__ t_v, int64_t stride_v_0, int64_t stride_v_1, int64_t stride_v_2, const kg::bf16* __restrict__ t_o, int64_t stride_o_0, int64_t stride_o_1, int64_t stride_o_2, const float* __restrict__ t_lse, int64_t stride_lse_0, int64_t stride_lse_1, const kg::bf16* __restrict__ t_do, int64_t stride_do_0, int64_t stride_do_1, int64_t stride_do_2, kg::bf16* __restrict__ t_dq, int64_t stride_dq_0, int64_t stride_dq_1, int64_t stride_dq_2, kg::bf16* __restrict__ t_dk, int64_t stride_dk_0, int64_t stride_dk_1, int64_t stride_dk_2, kg::bf16* __restrict__ t_dv, int64_t stride_dv_0, int64_t stride_dv_1, int64_t stride_dv_2, float* __restrict__ t_delta, int64_t stride_delta_0, int64_t stride_delta_1, float* __restrict__ t_dq_acc, int64_t stride_dq_acc_0, int64_t stride_dq_acc_1, int64_t stride_dq_acc_2, int size_B, int size_SQ, int size_SK, int size_H, int size_HKV, float scalar_softmax_scale) {
-  extern __shared__ __align__(16) char smem[];
+  extern __shared__ __align__(1024) char smem[];  // 1024: swizzled buffers start on a swizzle atom
   const int lane = kg::thread_id() % kg::WAVE;
   const int warp = kg::thread_id() / kg::WAVE;
   
@@ -349,8 +349,8 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       float (&v73)[32] = v72;
       {
         const int wg_ = (warp / 4);
-        const uint64_t da_ = kg::wgmma_desc(v9, 128, 2048);
-        const uint64_t db_ = kg::wgmma_desc(v63, 128, 2048);
+        const uint64_t da_ = kg::wgmma_desc(v9, 128, 2048, 0);
+        const uint64_t db_ = kg::wgmma_desc(v63, 128, 2048, 0);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 8; ++ks)
@@ -413,7 +413,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       float (&v80)[64] = v47;
       {
         const int wg_ = (warp / 4);
-        const uint64_t db_ = kg::wgmma_desc(v51, 2048, 128);
+        const uint64_t db_ = kg::wgmma_desc(v51, 2048, 128, 0);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 4; ++ks)
@@ -465,8 +465,8 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       float (&v87)[32] = v86;
       {
         const int wg_ = (warp / 4);
-        const uint64_t da_ = kg::wgmma_desc(v12, 128, 2048);
-        const uint64_t db_ = kg::wgmma_desc(v82, 128, 2048);
+        const uint64_t da_ = kg::wgmma_desc(v12, 128, 2048, 0);
+        const uint64_t db_ = kg::wgmma_desc(v82, 128, 2048, 0);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 8; ++ks)
@@ -492,7 +492,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       float (&v90)[64] = v48;
       {
         const int wg_ = (warp / 4);
-        const uint64_t db_ = kg::wgmma_desc(v52, 2048, 128);
+        const uint64_t db_ = kg::wgmma_desc(v52, 2048, 128, 0);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 4; ++ks)
@@ -521,8 +521,8 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       float (&v94)[32] = v93;
       {
         const int wg_ = (warp / 4);
-        const uint64_t da_ = kg::wgmma_desc(v92, 1024, 128);
-        const uint64_t db_ = kg::wgmma_desc(v9, 2048, 128);
+        const uint64_t da_ = kg::wgmma_desc(v92, 1024, 128, 0);
+        const uint64_t db_ = kg::wgmma_desc(v9, 2048, 128, 0);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 8; ++ks)

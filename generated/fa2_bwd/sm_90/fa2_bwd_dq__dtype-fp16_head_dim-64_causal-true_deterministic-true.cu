@@ -20,7 +20,7 @@ template <int TA, int TB> KG_DEVICE void wgmma_m64n64k16_fp16_ss(float* d, uint6
 }  // namespace kg
 
 KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::fp16* __restrict__ t_q, int64_t stride_q_0, int64_t stride_q_1, int64_t stride_q_2, const kg::fp16* __restrict__ t_k, int64_t stride_k_0, int64_t stride_k_1, int64_t stride_k_2, const kg::fp16* __restrict__ t_v, int64_t stride_v_0, int64_t stride_v_1, int64_t stride_v_2, const kg::fp16* __restrict__ t_o, int64_t stride_o_0, int64_t stride_o_1, int64_t stride_o_2, const float* __restrict__ t_lse, int64_t stride_lse_0, int64_t stride_lse_1, const kg::fp16* __restrict__ t_do, int64_t stride_do_0, int64_t stride_do_1, int64_t stride_do_2, kg::fp16* __restrict__ t_dq, int64_t stride_dq_0, int64_t stride_dq_1, int64_t stride_dq_2, kg::fp16* __restrict__ t_dk, int64_t stride_dk_0, int64_t stride_dk_1, int64_t stride_dk_2, kg::fp16* __restrict__ t_dv, int64_t stride_dv_0, int64_t stride_dv_1, int64_t stride_dv_2, float* __restrict__ t_delta, int64_t stride_delta_0, int64_t stride_delta_1, float* __restrict__ t_dq_acc, int64_t stride_dq_acc_0, int64_t stride_dq_acc_1, int64_t stride_dq_acc_2, int size_B, int size_SQ, int size_SK, int size_H, int size_HKV, float scalar_softmax_scale) {
-  extern __shared__ __align__(16) char smem[];
+  extern __shared__ __align__(1024) char smem[];  // 1024: swizzled buffers start on a swizzle atom
   const int lane = kg::thread_id() % kg::WAVE;
   const int warp = kg::thread_id() / kg::WAVE;
   
@@ -99,10 +99,10 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::fp16* __restrict__ t_
   #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int c_ = lane + warp * 32 + i * 128;
-      const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
+      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
       const int i0_ = v7 * 64 + r_, i1_ = 0 + k_;
       const int64_t off_ = q_ + ((int64_t)r_ * stride_q_1 + k_);
-      const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
+      const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
       if (aligned_) {
         const int n_ = (i0_ < (size_SQ)) * 8;
         kg::cp_async<16>(&v14[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -128,10 +128,10 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::fp16* __restrict__ t_
   #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int c_ = lane + warp * 32 + i * 128;
-      const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
+      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
       const int i0_ = v7 * 64 + r_, i1_ = 0 + k_;
       const int64_t off_ = q_ + ((int64_t)r_ * stride_do_1 + k_);
-      const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
+      const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
       if (aligned_) {
         const int n_ = (i0_ < (size_SQ)) * 8;
         kg::cp_async<16>(&v15[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -201,10 +201,10 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::fp16* __restrict__ t_
   #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int c_ = lane + warp * 32 + i * 128;
-      const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
+      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
       const int i0_ = v20 * 64 + r_, i1_ = 0 + k_;
       const int64_t off_ = q_ + ((int64_t)r_ * stride_k_1 + k_);
-      const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
+      const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
       if (aligned_) {
         const int n_ = (i0_ < (size_SK)) * 8;
         kg::cp_async<16>(&v19[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -226,10 +226,10 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::fp16* __restrict__ t_
   #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int c_ = lane + warp * 32 + i * 128;
-      const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
+      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
       const int i0_ = v20 * 64 + r_, i1_ = 0 + k_;
       const int64_t off_ = q_ + ((int64_t)r_ * stride_v_1 + k_);
-      const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
+      const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
       if (aligned_) {
         const int n_ = (i0_ < (size_SK)) * 8;
         kg::cp_async<16>(&v39[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -323,10 +323,10 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::fp16* __restrict__ t_
     #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int c_ = lane + warp * 32 + i * 128;
-        const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
+        const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
         const int i0_ = v66 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = q_ + ((int64_t)r_ * stride_k_1 + k_);
-        const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
+        const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
         if (aligned_) {
           const int n_ = (i0_ < (size_SK)) * 8;
           kg::cp_async<16>(&v65[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -346,8 +346,8 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::fp16* __restrict__ t_
     float (&v70)[32] = v69;
     {
       const int wg_ = 0;
-      const uint64_t da_ = kg::wgmma_desc(v14, 128, 1024);
-      const uint64_t db_ = kg::wgmma_desc(v68, 128, 1024);
+      const uint64_t da_ = kg::wgmma_desc(v14, 16, 1024, 1);
+      const uint64_t db_ = kg::wgmma_desc(v68, 16, 1024, 1);
       kg::wgmma_fence();
     #pragma unroll
       for (int ks = 0; ks < 4; ++ks)
@@ -355,7 +355,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::fp16* __restrict__ t_
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v70[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 8 * 8 + ((ks * 16)) / 8) * 64 + (((wg_ / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 8 * 8 + ((ks * 16)) / 8) * 64 + (((wg_ % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), (ks > 0));
+            kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v70[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
       kg::wgmma_commit();
       kg::wgmma_wait<0>();
     #pragma unroll
@@ -379,10 +379,10 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::fp16* __restrict__ t_
     #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int c_ = lane + warp * 32 + i * 128;
-        const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
+        const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
         const int i0_ = v72 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = q_ + ((int64_t)r_ * stride_v_1 + k_);
-        const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
+        const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
         if (aligned_) {
           const int n_ = (i0_ < (size_SK)) * 8;
           kg::cp_async<16>(&v71[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -402,8 +402,8 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::fp16* __restrict__ t_
     float (&v76)[32] = v75;
     {
       const int wg_ = 0;
-      const uint64_t da_ = kg::wgmma_desc(v15, 128, 1024);
-      const uint64_t db_ = kg::wgmma_desc(v74, 128, 1024);
+      const uint64_t da_ = kg::wgmma_desc(v15, 16, 1024, 1);
+      const uint64_t db_ = kg::wgmma_desc(v74, 16, 1024, 1);
       kg::wgmma_fence();
     #pragma unroll
       for (int ks = 0; ks < 4; ++ks)
@@ -411,7 +411,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::fp16* __restrict__ t_
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v76[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 8 * 8 + ((ks * 16)) / 8) * 64 + (((wg_ / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 8 * 8 + ((ks * 16)) / 8) * 64 + (((wg_ % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), (ks > 0));
+            kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v76[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
       kg::wgmma_commit();
       kg::wgmma_wait<0>();
     #pragma unroll
@@ -511,7 +511,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::fp16* __restrict__ t_
     float (&v103)[32] = v58;
     {
       const int wg_ = 0;
-      const uint64_t db_ = kg::wgmma_desc(v62, 1024, 128);
+      const uint64_t db_ = kg::wgmma_desc(v62, 8192, 1024, 1);
       kg::wgmma_fence();
     #pragma unroll
       for (int ks = 0; ks < 4; ++ks)
@@ -519,7 +519,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::fp16* __restrict__ t_
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n64k16_fp16_rs<1>(&v103[(rm * 1 + rn) * 32], &v102[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 8 * 8 + (((wg_ % 1) * 64 + rn * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 1) * 64 + rn * 64)) % 8) * 2 / 16), 1);
+            kg::wgmma_m64n64k16_fp16_rs<1>(&v103[(rm * 1 + rn) * 32], &v102[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
       kg::wgmma_commit();
       kg::wgmma_wait<0>();
     #pragma unroll

@@ -20,7 +20,7 @@ template <int TA, int TB> KG_DEVICE void wgmma_m64n64k16_fp16_ss(float* d, uint6
 }  // namespace kg
 
 KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t_q, int64_t stride_q_0, int64_t stride_q_1, int64_t stride_q_2, const kg::fp16* __restrict__ t_k, int64_t stride_k_0, int64_t stride_k_1, int64_t stride_k_2, const kg::fp16* __restrict__ t_v, int64_t stride_v_0, int64_t stride_v_1, int64_t stride_v_2, kg::fp16* __restrict__ t_o, int64_t stride_o_0, int64_t stride_o_1, int64_t stride_o_2, float* __restrict__ t_lse, int64_t stride_lse_0, int64_t stride_lse_1, int size_B, int size_SQ, int size_SK, int size_H, int size_HKV, float scalar_softmax_scale) {
-  extern __shared__ __align__(16) char smem[];
+  extern __shared__ __align__(1024) char smem[];  // 1024: swizzled buffers start on a swizzle atom
   const int lane = kg::thread_id() % kg::WAVE;
   const int warp = kg::thread_id() / kg::WAVE;
   
@@ -67,10 +67,10 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
   #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int c_ = lane + warp * 32 + i * 256;
-      const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
+      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
       const int i0_ = v11 * 128 + r_, i1_ = 0 + k_;
       const int64_t off_ = q_ + ((int64_t)r_ * stride_q_1 + k_);
-      const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
+      const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 8192 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
       if (aligned_) {
         const int n_ = (i0_ < (size_SQ)) * 8;
         kg::cp_async<16>(&v12[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -118,10 +118,10 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
   #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int c_ = lane + warp * 32 + i * 256;
-      const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
+      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
       const int i0_ = v19 * 64 + r_, i1_ = 0 + k_;
       const int64_t off_ = q_ + ((int64_t)r_ * stride_k_1 + k_);
-      const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
+      const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
       if (aligned_) {
         const int n_ = (i0_ < (size_SK)) * 8;
         kg::cp_async<16>(&v18[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -143,10 +143,10 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
   #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int c_ = lane + warp * 32 + i * 256;
-      const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
+      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
       const int i0_ = v19 * 64 + r_, i1_ = 0 + k_;
       const int64_t off_ = q_ + ((int64_t)r_ * stride_v_1 + k_);
-      const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
+      const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
       if (aligned_) {
         const int n_ = (i0_ < (size_SK)) * 8;
         kg::cp_async<16>(&v27[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -222,10 +222,10 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
     #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int c_ = lane + warp * 32 + i * 256;
-        const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
+        const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
         const int i0_ = v48 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = q_ + ((int64_t)r_ * stride_k_1 + k_);
-        const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
+        const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
         if (aligned_) {
           const int n_ = (i0_ < (size_SK)) * 8;
           kg::cp_async<16>(&v47[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -245,8 +245,8 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
     float (&v52)[32] = v51;
     {
       const int wg_ = (warp / 4);
-      const uint64_t da_ = kg::wgmma_desc(v12, 128, 1024);
-      const uint64_t db_ = kg::wgmma_desc(v50, 128, 1024);
+      const uint64_t da_ = kg::wgmma_desc(v12, 16, 1024, 1);
+      const uint64_t db_ = kg::wgmma_desc(v50, 16, 1024, 1);
       kg::wgmma_fence();
     #pragma unroll
       for (int ks = 0; ks < 4; ++ks)
@@ -254,7 +254,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v52[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 8 * 8 + ((ks * 16)) / 8) * 64 + (((wg_ / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 8 * 8 + ((ks * 16)) / 8) * 64 + (((wg_ % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), (ks > 0));
+            kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v52[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 8192 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
       kg::wgmma_commit();
       kg::wgmma_wait<0>();
     #pragma unroll
@@ -376,10 +376,10 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
     #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int c_ = lane + warp * 32 + i * 256;
-        const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
+        const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
         const int i0_ = v75 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = q_ + ((int64_t)r_ * stride_v_1 + k_);
-        const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
+        const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
         if (aligned_) {
           const int n_ = (i0_ < (size_SK)) * 8;
           kg::cp_async<16>(&v74[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -417,7 +417,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
     float (&v83)[32] = v82;
     {
       const int wg_ = (warp / 4);
-      const uint64_t db_ = kg::wgmma_desc(v43, 1024, 128);
+      const uint64_t db_ = kg::wgmma_desc(v43, 8192, 1024, 1);
       kg::wgmma_fence();
     #pragma unroll
       for (int ks = 0; ks < 4; ++ks)
@@ -425,7 +425,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n64k16_fp16_rs<1>(&v83[(rm * 1 + rn) * 32], &v77[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 8 * 8 + (((wg_ % 1) * 64 + rn * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 1) * 64 + rn * 64)) % 8) * 2 / 16), 1);
+            kg::wgmma_m64n64k16_fp16_rs<1>(&v83[(rm * 1 + rn) * 32], &v77[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
       kg::wgmma_commit();
       kg::wgmma_wait<0>();
     #pragma unroll

@@ -110,10 +110,12 @@ KG_DEVICE void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "me
 template <int N> KG_DEVICE void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
 // wgmma support (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate"; sm_90a).
-// A shared-memory matrix descriptor with no swizzle: start address, leading and stride byte
-// offsets, each in 16-byte units (kgen/codegen/wgmma.py says which offset is which).
-KG_DEVICE uint64_t wgmma_desc(const void* p, int lead_bytes, int stride_bytes) {
-  return (uint64_t)((smem_addr(p) & 0x3FFFF) >> 4) | ((uint64_t)(lead_bytes >> 4) << 16) | ((uint64_t)(stride_bytes >> 4) << 32);
+// A shared-memory matrix descriptor: start address, leading and stride byte offsets, each in
+// 16-byte units, and the swizzle mode (0 none, 1 the 128-byte swizzle; kgen/codegen/wgmma.py
+// says which offset is which).
+KG_DEVICE uint64_t wgmma_desc(const void* p, int lead_bytes, int stride_bytes, int swizzle_mode) {
+  return (uint64_t)((smem_addr(p) & 0x3FFFF) >> 4) | ((uint64_t)(lead_bytes >> 4) << 16) | ((uint64_t)(stride_bytes >> 4) << 32) |
+         ((uint64_t)swizzle_mode << 62);
 }
 KG_DEVICE void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 KG_DEVICE void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
