@@ -96,8 +96,9 @@ def lower_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target,
 def build_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target, compile: bool) -> BuiltVariant:
     """Lower, render and (optionally) compile one variant. Candidates are tried in the spec's
     order: the first whose IR fits the target's limits is rendered; when compiling, one whose
-    kernels spill registers (or need scratch) gives way to the next candidate that does not,
-    and only if every candidate spills is the first kept."""
+    kernels spill registers (or need scratch) is retried with plain (unswizzled) shared layouts,
+    then gives way to the next candidate that does not spill, and only if every candidate
+    spills is the first kept."""
     candidates = tunable_candidates(ls, variant)
     first: BuiltVariant | None = None
     while candidates:
@@ -115,9 +116,28 @@ def build_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target, compi
             compile_built(bk, target)
         if not any(_spills(bk) for bk in out.kernels):
             return out
+        plain = _without_swizzle(target)
+        if plain is not target:  # the same tunables with plain core matrices: fewer address registers
+            kernels = [compile_kernel(ls, i, variant, tunables, plain) for i in range(len(ls.spec.kernels))]
+            retry = _render_variant(ls, variant, target, tunables, kernels)
+            for bk in retry.kernels:
+                compile_built(bk, target)
+            if not any(_spills(bk) for bk in retry.kernels):
+                return retry
         first = first or out
     assert first is not None
     return first
+
+
+def _without_swizzle(target: Target) -> Target:
+    """The target with its matrix instructions reading plain core matrices only. Swizzled
+    buffers cost address registers (an XOR per fragment column or copy); where that makes a
+    kernel of 255 registers spill (sm_90 D=128 dkdv: 16-172 bytes), the plain layout is tried
+    with the same tunables before smaller tiles (which measured far slower there)."""
+    if not any(mi.shared_swizzle for mi in target.matrix_instrs):
+        return target
+    instrs = tuple(mi.model_copy(update={"shared_swizzle": ()}) for mi in target.matrix_instrs)
+    return target.model_copy(update={"matrix_instrs": instrs})
 
 
 def _spills(bk: BuiltKernel) -> bool:

@@ -311,6 +311,8 @@ def test_sm90_kernels_fit(built, spec_file, target, tmp_path):
         if r["spill_bytes"] != 0 or r["stack_bytes"] != 0:
             problems.append(f"{label}: {r['spill_bytes']} bytes spilled, {r['stack_bytes']} bytes "
                             "stack, expected 0")
+        if r.get("mma_notes"):  # ptxas serialised wgmma or injected waits into a dot
+            problems.append(f"{label}: ptxas wgmma performance notes {r['mma_notes']}, expected none")
         if not b.has_dot[k.file]:
             continue
         if r["disasm_tool"] is not None:
@@ -374,3 +376,25 @@ reference: |
     ls = load_spec(spec)
     tunables, kernels = kgen.build.lower_variant(ls, {}, load_target("sm_90"))
     assert tunables == {"WARPS": 4} and kernels[0].num_warps == 4
+
+
+def test_a_spilling_swizzled_variant_is_retried_with_plain_layouts(monkeypatch):
+    """The first tunable choice, swizzled, 'spills' (a stand-in compiler says so for any source
+    with a swizzled descriptor); the build keeps those tunables and drops the swizzle rather
+    than moving on to smaller tiles."""
+    import re
+
+    swizzled = re.compile(r"wgmma_desc\([^;]*, 1\);")
+    seen: list[bool] = []
+
+    def fake_compile(bk, target):
+        seen.append(bool(swizzled.search(bk.source)))
+        bk.resources = {"spill_bytes": 64 if seen[-1] else 0}
+
+    monkeypatch.setattr(kgen.build, "compile_built", fake_compile)
+    ls = load_spec(REPO / "specs" / "fa2_fwd.yaml")
+    variant = {"dtype": "bf16", "head_dim": 64, "causal": False}
+    out = kgen.build.build_variant(ls, variant, load_target("sm_90"), compile=True)
+    assert out.tunables == kgen.build.tunable_candidates(ls, variant)[0]
+    assert seen == [True, False]
+    assert not any(swizzled.search(bk.source) for bk in out.kernels)

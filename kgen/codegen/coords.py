@@ -71,10 +71,21 @@ def shared_slot(attrs: dict, outer: str, inner: str, elem_bytes: int) -> str:
     """The element offset in a staged buffer of (outer, inner) coordinates, inner being the
     contiguous dim. `rows` (the default): row-major with rows `ld` elements apart (padded).
     `cores`: 8-row x 16-byte core matrices of 128 contiguous bytes, cores in row-major order
-    (kgen.ir.passes.operands), the layout wgmma's matrix descriptors read."""
-    if attrs.get("smem_layout", "rows") == "rows":
+    (kgen.ir.passes.operands), the layout wgmma's matrix descriptors read. `sw128`: the tile's
+    columns in blocks of 128 bytes, each block `rows` rows of 128 bytes, the 16-byte chunk c of
+    row r at chunk c ^ (r % 8) (the 128-byte swizzle; the buffer is 1024-byte aligned, so this
+    is the XOR the hardware applies to address bits 4-6 from bits 7-9)."""
+    layout = attrs.get("smem_layout", "rows")
+    if layout == "rows":
         return f"({outer}) * {attrs['ld']} + ({inner})"
     t = 16 // elem_bytes
+    if layout == "sw128":
+        # bit operations, not % and /: nvcc then sees that rows 8 apart (the copy's iterations,
+        # a fragment's registers) share the XOR and folds their offsets to immediates; with
+        # signed % it kept one per chunk, and the D=128 dkdv spilled
+        e, lt = 128 // elem_bytes, (16 // elem_bytes).bit_length() - 1
+        return (f"(({inner}) / {e} * {attrs['rows'] * e} + ({outer}) * {e}"
+                f" + ((((({inner}) >> {lt}) & 7) ^ (({outer}) & 7)) << {lt}) + (({inner}) & {t - 1}))")
     per_row = attrs["ld"] // t
     return f"(({outer}) / 8 * {per_row} + ({inner}) / {t}) * {8 * t} + ({outer}) % 8 * {t} + ({inner}) % {t}"
 

@@ -13,7 +13,7 @@ from ..hw.descriptor import Target
 from ..ir.core import ELEM_BYTES, Kernel, Op, Value, walk
 from ..ir.layout import broadcast_reg_map, vector_width
 from ..ir.passes.dot_tiling import instr_of
-from ..ir.passes.operands import fragment_view
+from ..ir.passes.operands import CORE_ROWS, fragment_view
 from . import wgmma
 from .coords import dup_masks, reg_coord, reg_map_expr, register_operand_ptr, shared_slot, tensor_param, thread_coord
 
@@ -63,9 +63,14 @@ class Emitter:
         self.k, self.target, self.dims = k, target, tensor_dims
         self.helpers: dict[str, str] = {}  # C++ functions the kernel needs (wgmma wrappers), by name
         self.use_counts: dict[int, int] = {}
+        self.first_user: dict[int, Op] = {}
+        self.producer: dict[int, Op] = {}
         for o in walk(k.body):
             for x in o.operands:
                 self.use_counts[id(x)] = self.use_counts.get(id(x), 0) + 1
+                self.first_user.setdefault(id(x), o)
+            for r in o.results:
+                self.producer[id(r)] = o
 
     def ops(self, block) -> list[dict]:
         out = []
@@ -93,7 +98,22 @@ class Emitter:
         return {"macro": "scalar", "out": self.decl(op.result), "expr": f"kg::block_id_{'xyz'[op.attrs['axis']]}()"}
 
     def op_full(self, op):
+        if self._zero_start(op.result):
+            return {"macro": "declare", "out": self.decl(op.result)}
         return {"macro": "elementwise", "out": self.decl(op.result), "expr": literal(op.attrs["value"], op.result.dtype)}
+
+    def _zero_start(self, acc: Value) -> bool:
+        """A zero tile read only as the accumulator of one warpgroup dot is never written: the
+        dot's first k-step runs with scale-d = 0 (D = A B). Zeroing the registers would put
+        ordinary writes to accumulators between the wgmma instructions of a dot with repeats
+        (nvcc orders them so), and ptxas then serialises the instructions (its C7517/C7519 notes)."""
+        user = self.first_user.get(id(acc))
+        if self._uses(acc) != 1 or user is None or user.kind != "dot" or user.operands[2] is not acc:
+            return False
+        prod = self.producer.get(id(acc))
+        if prod is None or prod.kind != "full" or prod.attrs["value"] != 0:
+            return False
+        return instr_of(self.target, user.attrs["instr"]).scope == "warpgroup"
 
     def op_arange(self, op):
         lay = op.result.layout
@@ -218,6 +238,8 @@ class Emitter:
             "nc": instr.layout("c").nregs,
         }
         if instr.scope == "warpgroup":
+            ctx["zero_start"] = self._zero_start(acc)
+            ctx["scale_d"] = "(ks > 0)" if ctx["zero_start"] else "1"
             return {**ctx, **wgmma.dot_ctx(self, op, instr, name)}
         return {**ctx, "a": self._operand(op, "a", instr, ksteps), "b": self._operand(op, "b", instr, ksteps)}
 
@@ -301,16 +323,29 @@ class Emitter:
                 # columns never run past the tensor when the tile starts at column 0 and spans it
                 "count": f"(i0_ < {bounds[0]}) * {vec}" if starts[1] == "0" and bounds[1] == f"({cols})"
                 else f"(i0_ < {bounds[0]}) * kg::min_(kg::max_({bounds[1]} - i1_, 0), {vec})",
-                "slot": shared_slot(op.attrs, "r_", "k_", elem), "bound0": bounds[0], "bound1": bounds[1],
+                "slot": self._copy_slot(op.attrs, per_row, vec, threads, elem), "bound0": bounds[0], "bound1": bounds[1],
                 "zero": literal(0.0, buf.dtype), "sync_before": op.attrs.get("sync_before", True)}
+
+    def _copy_slot(self, attrs: dict, per_row: int, vec: int, threads: int, elem: int) -> str:
+        """Where chunk c_ lands. Swizzled, when each iteration moves all threads a whole number
+        of 8-row atoms down: the slot of the thread's first chunk plus i atoms' worth, so that
+        nvcc computes the XOR once (from `r_` it could not tell that rows 8 apart share it: the
+        D=128 dkdv spilled)."""
+        rows_per_iter = threads // per_row
+        if attrs.get("smem_layout") != "sw128" or threads % per_row or rows_per_iter % CORE_ROWS:
+            return shared_slot(attrs, "r_", "k_", elem)
+        c0 = f"(lane + warp * {self.target.wave_size})"
+        first = shared_slot(attrs, f"({c0} / {per_row})", f"({c0} % {per_row} * {vec})", elem)
+        return f"{first} + i * {rows_per_iter * (128 // elem)}"
 
     @staticmethod
     def _chunk_coords(attrs: dict, per_row: int, vec: int) -> dict:
         """Row and column of chunk c_. Row-major buffers: along the row, so that a warp reads
         whole rows. Core-matrix buffers: down the 8 rows of a core first, so that consecutive
         threads write consecutive 16-byte slots (no bank conflicts), a warp reading 8 rows x
-        4 chunks of global memory (whole 32-byte sectors)."""
-        if attrs.get("smem_layout", "rows") == "rows":
+        4 chunks of global memory (whole 32-byte sectors). Swizzled buffers: along the row, each
+        8 lanes writing one 128-byte row of the swizzle, all banks once."""
+        if attrs.get("smem_layout", "rows") in ("rows", "sw128"):  # sw128: 8 lanes fill one swizzled 128-byte row
             return {"row": f"c_ / {per_row}", "col": f"(c_ % {per_row}) * {vec}"}
         return {"row": f"c_ / {8 * per_row} * 8 + c_ % 8", "col": f"c_ / 8 % {per_row} * {vec}"}
 
@@ -319,7 +354,7 @@ class Emitter:
 
     def _async_read(self, buf_op) -> bool:
         """Whether a matrix instruction reads this buffer through a descriptor (async proxy)."""
-        return buf_op.attrs.get("smem_layout") == "cores"
+        return buf_op.attrs.get("smem_layout") in ("cores", "sw128")
 
     def _uses(self, v: Value) -> int:
         return self.use_counts.get(id(v), 0)

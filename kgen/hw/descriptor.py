@@ -79,6 +79,9 @@ class MatrixInstr(_Frozen):
     c: OperandLayout
     a_from: tuple[Source, ...] = ("reg",)
     b_from: tuple[Source, ...] = ("reg",)
+    # widths (bytes) of the XOR-swizzled shared layouts the descriptor can name besides the
+    # plain core matrices (wgmma: 32, 64 or 128; kgen uses 128 where a tile row allows it)
+    shared_swizzle: tuple[Literal[32, 64, 128], ...] = ()
 
     @property
     def warps(self) -> int:

@@ -9,7 +9,7 @@ through the IR interpreter (slow; for tests and debugging). The op is registered
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -40,6 +40,14 @@ def device_target(device: torch.device) -> Target:
         raise TargetError(f"this GPU is sm_{major}{minor}; kgen builds for gfx90a, gfx942, sm_80 and sm_90") from None
 
 
+class _Plan(NamedTuple):
+    """What a GPU call needs besides pointers and scalars: kernels with their grids, outputs
+    (name, shape, dtype, zero-filled) and the size arguments."""
+    kernels: tuple
+    outputs: tuple
+    sizes: tuple
+
+
 class KgenOp:
     def __init__(self, ls: LoadedSpec, passed: dict[str, list[Any]] | None = None):
         self.ls, self.spec = ls, ls.spec
@@ -51,6 +59,7 @@ class KgenOp:
         self.passed = dict(passed or {})
         self.backward_op: KgenOp | None = None
         self.qualname = f"kgen::{self.spec.name}"
+        self._plans: dict[tuple, _Plan] = {}
         self._register()
 
     # --- calling --------------------------------------------------------------------------------
@@ -92,50 +101,73 @@ class KgenOp:
         for axis, value in zip(self.passed, args[n_fixed + len(self.options):]):
             check_option(self.spec.name, axis, value, self.passed[axis])
         device = next(iter(tensors.values())).device
+        kn = knobs()
+        if device.type == "cpu":
+            return self._run_on_cpu(tensors, scalars, options, device, kn.poison)
+        # Everything but the pointers and scalars follows from the inputs' shapes, strides,
+        # dtypes and device and the options: the checks, the variant, the loaded kernels, the
+        # grids and the output shapes are worked out once per such key (host time per call was
+        # hundreds of microseconds, as long as the kernels at small sizes).
+        key = (tuple((tuple(t.shape), t.stride(), t.dtype, t.device) if isinstance(t, torch.Tensor) else None
+                     for t in tensors.values()), tuple(options.items()), kn.target)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plan(tensors, options, device)
+            if len(self._plans) >= 256:
+                self._plans.clear()
+            self._plans[key] = plan
+        all_t = dict(tensors)
+        for name, shape, dt, zeros in plan.outputs:
+            if zeros:
+                all_t[name] = torch.zeros(shape, dtype=dt, device=device)
+            elif kn.poison and dt.is_floating_point:
+                all_t[name] = torch.full(shape, float("nan"), dtype=dt, device=device)
+            else:
+                all_t[name] = torch.empty(shape, dtype=dt, device=device)
+        stream = torch.cuda.current_stream().cuda_stream
+        launch_args: list[Any] = []
+        for name in self.spec.tensors:
+            x = all_t[name]
+            launch_args.append(x.data_ptr())
+            launch_args.extend(x.stride()[:-1])
+        launch_args.extend(plan.sizes)
+        launch_args.extend(float(scalars[s]) for s in self.spec.scalars)
+        for rk, grid in plan.kernels:
+            rk.kernel(grid, (rk.threads, 1, 1), rk.shared_bytes, stream, rk.signature, launch_args)
+        return tuple(all_t[n] for n in self.outputs)
+
+    def _plan(self, tensors, options, device) -> "_Plan":
+        from .compiled import compiled_variant
+
         variant = choose_variant(self.ls, tensors, options)
         sizes = bind(self.ls, tensors, variant, device)
-        env = {**variant, **sizes}
-        if device.type == "cpu":
-            from ..build import tunable_candidates
+        kernels, tunables = compiled_variant(self.ls, variant, device_target(device))
+        env = {**variant, **sizes, **tunables}
+        grids = tuple((rk, tuple(eval_expr(g, env) for g in rk.grid) + (1,) * (3 - len(rk.grid))) for rk in kernels)
+        return _Plan(grids, self._output_specs(variant, env), tuple(sizes[s] for s in self.spec.sizes))
 
-            tunables, runner = tunable_candidates(self.ls, variant)[0], self._run_cpu
-        else:
-            from .compiled import compiled_variant
+    def _output_specs(self, variant, env) -> tuple[tuple[str, list[int], torch.dtype, bool], ...]:
+        return tuple((name, [eval_expr(d, env) for d in output_shape(self.ls, name, env)],
+                      TORCH[resolve_dtype(t.dtype, variant)], t.init == "zeros")
+                     for name, t in self.spec.tensors.items() if t.role != "input")
 
-            kernels, tunables = compiled_variant(self.ls, variant, device_target(device))
-            runner = lambda all_t: self._run_gpu(kernels, all_t, sizes, scalars, {**env, **tunables})  # noqa: E731
-        env.update(tunables)
+    def _run_on_cpu(self, tensors, scalars, options, device, poison) -> tuple[torch.Tensor, ...]:
+        from ..build import tunable_candidates
+
+        variant = choose_variant(self.ls, tensors, options)
+        sizes = bind(self.ls, tensors, variant, device)
+        tunables = tunable_candidates(self.ls, variant)[0]
+        env = {**variant, **sizes, **tunables}
         all_t = dict(tensors)
-        poison = knobs().poison
-        for name, t in self.spec.tensors.items():
-            if t.role == "input":
-                continue
-            shape = [eval_expr(d, env) if isinstance(d, str) else d for d in output_shape(self.ls, name, env)]
-            dt = TORCH[resolve_dtype(t.dtype, variant)]
-            if t.init == "zeros":
+        for name, shape, dt, zeros in self._output_specs(variant, env):
+            if zeros:
                 all_t[name] = torch.zeros(shape, dtype=dt, device=device)
             elif poison and dt.is_floating_point:
                 all_t[name] = torch.full(shape, float("nan"), dtype=dt, device=device)
             else:
                 all_t[name] = torch.empty(shape, dtype=dt, device=device)
-        if device.type == "cpu":
-            self._run_cpu(all_t, sizes, scalars, variant, tunables, env)
-        else:
-            runner(all_t)
+        self._run_cpu(all_t, sizes, scalars, variant, tunables, env)
         return tuple(all_t[n] for n in self.outputs)
-
-    def _run_gpu(self, kernels, tensors, sizes, scalars, env) -> None:
-        stream = torch.cuda.current_stream().cuda_stream
-        args: list[Any] = []
-        for name, t in self.spec.tensors.items():
-            x = tensors[name]
-            args.append(x.data_ptr())
-            args.extend(x.stride()[:-1])
-        args.extend(sizes[s] for s in self.spec.sizes)
-        args.extend(float(scalars[s]) for s in self.spec.scalars)
-        for rk in kernels:
-            grid = [eval_expr(g, env) for g in rk.grid] + [1] * (3 - len(rk.grid))
-            rk.kernel(grid, (rk.threads, 1, 1), rk.shared_bytes, stream, rk.signature, args)
 
     def _run_cpu(self, tensors, sizes, scalars, variant, tunables, env) -> None:
         from ..ir.interp import run_kernel

@@ -37,10 +37,14 @@ class KernelResources:
     disasm_tool: str | None = None  # what produced matrix_instrs; None: none found, so empty
     wavefront_size: int | None = None  # AMD .wavefront_size; NVIDIA None (always 32)
     max_workgroup_size: int | None = None  # AMD .max_flat_workgroup_size; NVIDIA None
+    # NVIDIA: ptxas's wgmma performance notes for this kernel (C7514/C7515: the instructions are
+    # serialized; C7517/C7519: a wait or arrive was injected), sorted distinct codes
+    mma_notes: tuple[str, ...] = ()
 
     def as_dict(self) -> dict:
         d = asdict(self)
         d["matrix_instrs"] = list(self.matrix_instrs)
+        d["mma_notes"] = list(self.mma_notes)
         return d
 
 
@@ -75,6 +79,11 @@ _PTX_FRAME = re.compile(
     r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 _PTX_USED = re.compile(r"Used (\d+) registers")
 _PTX_SMEM = re.compile(r"(\d+) bytes smem")
+#   ptxas info    : (C7515) Potential Performance Loss: wgmma.mma_async instructions are serialized
+#                   due to ... in the function 'fwd'
+#   ptxas info    : (C7519) warpgroup.arrive is injected in around line 5269 by compiler to allow
+#                   use of registers in GMMA in function 'fwd'
+_PTX_MMA_NOTE = re.compile(r"\((C75\d\d)\).*in (?:the )?function '([^']+)'")
 
 
 def parse_ptxas_info(text: str) -> dict[str, KernelResources]:
@@ -82,9 +91,12 @@ def parse_ptxas_info(text: str) -> dict[str, KernelResources]:
     regs: dict[str, int] = {}
     smem: dict[str, int] = {}
     frame: dict[str, tuple[int, int, int]] = {}
+    notes: dict[str, set[str]] = {}
     current: str | None = None  # the function that the following lines describe
     for line in text.splitlines():
-        if m := _PTX_ENTRY.search(line):
+        if m := _PTX_MMA_NOTE.search(line):
+            notes.setdefault(m.group(2), set()).add(m.group(1))
+        elif m := _PTX_ENTRY.search(line):
             current = m.group(1)
             entries.add(current)
         elif m := _PTX_PROPS.search(line):
@@ -100,7 +112,7 @@ def parse_ptxas_info(text: str) -> dict[str, KernelResources]:
         stack, stores, loads = frame.get(name, (0, 0, 0))
         out[name] = KernelResources(name=name, registers=regs.get(name, 0),
                                     shared_bytes=smem.get(name, 0), spill_bytes=stores + loads,
-                                    stack_bytes=stack)
+                                    stack_bytes=stack, mma_notes=tuple(sorted(notes.get(name, ()))))
     return out
 
 

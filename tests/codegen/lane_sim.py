@@ -98,16 +98,31 @@ def apply_instr(target: Target, instr_name: str, d: np.ndarray, fa: np.ndarray, 
 
 
 # --- warpgroup instructions (wgmma) ------------------------------------------------------------------
-def descriptor_element(mn: np.ndarray, kk: np.ndarray, major: str, lead: int, stride: int, elem: int) -> np.ndarray:
+def descriptor_element(mn: np.ndarray, kk: np.ndarray, major: str, lead: int, stride: int, elem: int,
+                       mode: int = 0) -> np.ndarray:
     """Byte offset, from the descriptor's start address, of element (mn, k) of an operand read
-    through a no-swizzle matrix descriptor: the PTX ISA's canonical layouts (core matrices of 8
-    rows x 16 bytes; the leading byte offset steps between cores along K, the stride byte offset
-    between cores along M or N). K-major: a core row runs along K. MN-major (transposed): along
-    M or N."""
+    through a matrix descriptor, before any swizzle: the PTX ISA's canonical layouts. No swizzle
+    (mode 0): core matrices of 8 rows x 16 bytes, the leading byte offset steps between cores
+    along K, the stride byte offset between cores along M or N; K-major a core row runs along K,
+    MN-major (transposed) along M or N. 128-byte swizzle (mode 1): rows of 128 bytes, 8 to an
+    atom; K-major a row runs along K and the stride offset steps 8 rows of M or N; MN-major a row
+    runs along M or N, the leading offset steps 128 bytes of M or N and the stride offset 8 rows
+    of K. The swizzle itself acts on the address (`swizzled`)."""
     t = 16 // elem
+    if mode == 1:
+        e = 128 // elem
+        if major == "k":
+            return (mn // 8) * stride + (mn % 8) * 128 + kk * elem
+        return (mn // e) * lead + (mn % e) * elem + (kk // 8) * stride + (kk % 8) * 128
     if major == "k":
         return (mn // 8) * stride + (mn % 8) * 16 + (kk // t) * lead + (kk % t) * elem
     return (mn // t) * stride + (mn % t) * elem + (kk // 8) * lead + (kk % 8) * 16
+
+
+def swizzled(byte: np.ndarray, mode: int) -> np.ndarray:
+    """The 128-byte swizzle as the hardware applies it to a shared address (from a 1024-byte
+    aligned base): bits 4-6, the 16-byte chunk, XOR bits 7-9, the row within the atom."""
+    return byte ^ (((byte >> 7) & 7) << 4) if mode == 1 else byte
 
 
 def _warpgroup_coords(target: Target, instr_name: str, operand: str) -> tuple[np.ndarray, np.ndarray]:
@@ -136,7 +151,8 @@ class WarpgroupSim:
             mat = np.full((mi.m, mi.k), np.nan)
             mat[rows, cols] = src[gw, :, first:first + rows.shape[-1]]
             return mat
-        off = self.grid_shape(self.ev(f["offset"], ks=ks, **{repvar: rep}), 1)[gw, :, 0]
+        wg = self.ev(c["group"])
+        off = self.grid_shape(self.ev(f["offset"], ks=ks, wg_=wg, **{repvar: rep}), 1)[gw, :, 0]
         if off.min() != off.max():
             raise SimError(f"descriptor offset {f['offset']} differs between the threads of warpgroup {g}")
         st = self.staged[f["src"]]
@@ -145,7 +161,10 @@ class WarpgroupSim:
         mn_len = mi.m if role == "a" else mi.n
         mn, kk = np.meshgrid(np.arange(mn_len), np.arange(mi.k), indexing="ij")
         major = "mn" if f["trans"] else "k"
-        byte = int(off.flat[0]) * 16 + descriptor_element(mn, kk, major, f["lead"], f["stride"], elem)
+        mode = f.get("mode", 0)
+        if mode and st.attrs.get("smem_offset", 0) % 1024:
+            raise SimError(f"swizzled buffer {f['src']} starts at {st.attrs.get('smem_offset')}, not on a 1024-byte atom")
+        byte = swizzled(int(off.flat[0]) * 16 + descriptor_element(mn, kk, major, f["lead"], f["stride"], elem, mode), mode)
         if (byte % elem).any():
             raise SimError(f"descriptor read of {f['src']} is not element-aligned")
         self._check_range(f"descriptor read of {f['src']}", byte // elem, buf.size)
@@ -160,11 +179,12 @@ class WarpgroupSim:
         mi = self.target.matrix_instr(c["instr"])
         acc_text = f"(rm * {c['reps_n']} + rn) * {c['nc']}"
         a_text = c["a"]["ptr"] if c["a"]["kind"] == "reg" else f"{c['a']['desc']} + {c['a']['offset']}"
-        self.note(f"kg::{c['fn']}{c['targs']}(&{out}[{acc_text}], {a_text}, {c['b']['desc']} + {c['b']['offset']});")
+        self.note(f"kg::{c['fn']}{c['targs']}(&{out}[{acc_text}], {a_text}, {c['b']['desc']} + {c['b']['offset']}, {c['scale_d']});")
         for f in (c["a"], c["b"]):
             if f["kind"] == "desc":
-                self.note(f"const uint64_t {f['desc']} = kg::wgmma_desc({f['src']}, {f['lead']}, {f['stride']});")
+                self.note(f"const uint64_t {f['desc']} = kg::wgmma_desc({f['src']}, {f['lead']}, {f['stride']}, {f['mode']});")
         self.note("kg::wgmma_wait<0>();")
+        self.note(f"const int wg_ = {c['group']};")
         rows, cols = _warpgroup_coords(self.target, c["instr"], "c")
         if self.W % mi.warps:
             raise SimError(f"{self.W} warps do not form whole warpgroups")
@@ -178,7 +198,11 @@ class WarpgroupSim:
                         first = int(self.ev(acc_text, rm=rm, rn=rn))
                         if first < 0 or first + c["nc"] > acc.shape[-1]:
                             raise SimError(f"instruction ({rm}, {rn}) writes accumulator registers {first}.. of {acc.shape[-1]}")
-                        acc[gw, :, first:first + c["nc"]] += (a @ b)[rows, cols]
+                        prod = (a @ b)[rows, cols]
+                        if self.ev(c["scale_d"], ks=ks):  # scale-d 0: D = A B, the old D ignored
+                            acc[gw, :, first:first + c["nc"]] += prod
+                        else:
+                            acc[gw, :, first:first + c["nc"]] = prod
         self.dots_run += 1
 
 
@@ -243,6 +267,10 @@ class ProgramSim(WarpgroupSim):
     def op_scalar(self, c):
         self.note(f"const {c['out']['ctype']} {c['out']['name']} = {c['expr']};")
         self.scalars[c["out"]["name"]] = self.ev(c["expr"])
+
+    def op_declare(self, c):  # declared, never written: reading it before a write gives NaN
+        self.note(f"{c['out']['ctype']} {c['out']['name']}[{c['out']['n']}];")
+        self.regs[c["out"]["name"]] = np.full((self.W, self.L, c["out"]["n"]), np.nan)
 
     def op_elementwise(self, c):
         n = c["out"]["n"]
@@ -427,7 +455,9 @@ class ProgramSim(WarpgroupSim):
                 r, k = self.ev(c["row"], c_=ch), self.ev(c["col"], c_=ch)
                 i0, i1 = self.ev(c["i0"], r_=r, k_=k), self.ev(c["i1"], r_=r, k_=k)
                 off = self.ev(c["base"]) + self.ev(c["off"], r_=r, k_=k, q_=self.ev(c["corner"]))
-                slot = self.ev(c["slot"], r_=r, k_=k)
+                slot = self.ev(c["slot"], r_=r, k_=k, i=i, c_=ch)
+                if np.ndim(slot) == 3:  # written from lane and warp (a hoisted first-chunk slot)
+                    slot = self.grid_shape(slot, 1)[..., 0]
                 b0, b1 = self.ev(c["bound0"]), self.ev(c["bound1"])
                 count = self.ev(c["count"], i0_=i0, i1_=i1)  # the elements the copy reads (the rest zero-filled)
                 for v in range(c["vec"]):

@@ -55,7 +55,9 @@ MATMUL_TILES = [
 ]
 # wgmma (sm_90, whole warpgroups of 4 warps, 64-row instructions): two warpgroups along M, and
 # one warpgroup with two repeats along M and, at n = 256, two along N.
-WGMMA_TILES = [((128, 64, 32, 8), "bf16"), ((128, 512, 16, 4), "fp16")]
+# 128-deep K and 128-wide N blocks: rows of 256 bytes, stored in the 128-byte swizzle as two
+# column blocks (A K-major, B N-major with the leading offset between its blocks).
+WGMMA_TILES = [((128, 64, 32, 8), "bf16"), ((128, 512, 16, 4), "fp16"), ((128, 128, 128, 8), "bf16")]
 # matmul_bwd's dots read transposed tiles (.T). Its layouts are those of matmul's dots, so the
 # shipped targets and sm_80 (mma.sync, ldmatrix) suffice; on sm_90 64-deep K blocks make both of
 # its dots wgmma, dB's A read M-major (the transpose bit).
@@ -67,7 +69,8 @@ BWD_CASES += [(kernel, "sm_90", dtype, (64, 64, 64, 4)) for kernel, dtype in ((0
 # chain.yaml (tests/codegen/specs): a dot's accumulator, cast, is the next dot's A operand. On
 # mma.sync and wgmma that is read from registers; 2 warps give two repeats along M.
 CHAIN_TILES = [((64, 32, 32, 4), "bf16"), ((64, 32, 16, 2), "fp16")]
-SPEC_FILES = {"matmul": SPECS / "matmul.yaml", "matmul_bwd": SPECS / "matmul_bwd.yaml", "chain": HERE / "specs" / "chain.yaml"}
+SPEC_FILES = {"matmul": SPECS / "matmul.yaml", "matmul_bwd": SPECS / "matmul_bwd.yaml", "chain": HERE / "specs" / "chain.yaml",
+              "chain_t": HERE / "specs" / "chain_t.yaml"}
 
 
 def _cases():
@@ -79,6 +82,8 @@ def _cases():
         yield ("matmul_bwd", kernel, target, dtype, tile)
     for target, (tile, dtype) in product(("gfx942", "sm_80", "sm_90"), CHAIN_TILES):
         yield ("chain", 0, target, dtype, tile)
+    # chain_t.yaml: the accumulator as the next dot's B, staged from registers (wgmma: N-major)
+    yield ("chain_t", 0, "sm_90", "bf16", (64, 128, 32, 4))
 
 
 CASES = list(_cases())
@@ -266,7 +271,8 @@ REG = [  # A from the registers of the previous dot's accumulator
 WGMMA = [  # descriptors: the k-step, the warpgroup's strip, the two core strides
     ("wgmma_dot", 0, ("a", "offset"), "ks", "(ks + 1)"),
     ("wgmma_dot", 0, ("b", "offset"), "ks", "(ks + 1)"),
-    ("wgmma_dot", 0, ("a", "offset"), "warp", "(warp + 4)"),
+    ("wgmma_dot", 0, ("group",), "warp", "(warp + 4)"),
+    ("wgmma_dot", 0, ("a", "offset"), "wg_", "(wg_ + 1)"),
     ("wgmma_dot", 0, ("a", "lead"), None, 16),
     ("wgmma_dot", 0, ("b", "stride"), None, 16),
     ("copy_async", 0, ("row",), "c_", "(c_ + 1)"),
@@ -326,3 +332,79 @@ def test_prefetching_loops_use_two_slots_and_a_shared_slot_is_caught():
 
     got, want, _ = simulate(case, one_slot, land="at_issue")
     assert mismatch(got, want) is not None
+
+
+SWIZZLED = ("matmul", 0, "sm_90", "bf16", (128, 128, 128, 8))  # A K-major, B N-major, two 128-byte column blocks each
+SWIZZLED_MN = ("matmul_bwd", 1, "sm_90", "fp16", (64, 64, 64, 4))  # dB: A read M-major
+STAGED = ("chain_t", 0, "sm_90", "bf16", (64, 128, 32, 4))  # B staged from registers, read N-major
+
+
+def _layouts(case) -> dict[str, set[str]]:
+    """smem_layout of each buffer a wgmma dot reads, by the major it is read in."""
+    k = lowered(case)[1]
+    stages = {id(op.result): op for op in walk(k.body) if op.kind in ("stage", "alloc_shared")}
+    views = {id(op.result): op.operands[0] for op in walk(k.body) if op.kind in ("view_shared", "slot")}
+    out: dict[str, set[str]] = {"k": set(), "mn": set()}
+    for op in walk(k.body):
+        if op.kind == "dot":
+            for i, r in enumerate("ab"):
+                if op.attrs[f"{r}_load"] == "desc":
+                    v = op.operands[i]
+                    while id(v) in views:
+                        v = views[id(v)]
+                    out[op.attrs[f"{r}_major"]].add(stages[id(v)].attrs["smem_layout"])
+    return out
+
+
+def test_sm90_cases_read_swizzled_buffers_both_ways_and_plain_cores():
+    """Tiles copied from global memory with rows of 128 bytes or more take the 128-byte swizzle,
+    read K-major and MN-major; 64-byte rows (32-deep K blocks) and tiles staged from registers
+    keep plain core matrices."""
+    assert _layouts(SWIZZLED) == {"k": {"sw128"}, "mn": {"sw128"}}
+    assert "sw128" in _layouts(SWIZZLED_MN)["mn"]
+    staged = [op.attrs["smem_layout"] for op in walk(lowered(STAGED)[1].body) if op.kind == "stage"]
+    assert staged == ["cores"]  # the register tile; chain_t's loaded tiles became cp.async buffers
+    assert _layouts(("matmul", 0, "sm_90", "bf16", (128, 64, 32, 8)))["k"] == {"cores"}
+
+
+def _edit(macro, key, fn):
+    def perturb(ctxs):
+        hit = False
+        for c in _flat(ctxs):
+            if c["macro"] == macro:
+                for f in ([c[key]] if key in ("a", "b") else [c]):
+                    hit |= fn(f)
+        assert hit, f"nothing to change in {macro}.{key}"
+    return perturb
+
+
+def _drop_xor(c):
+    before = c.get("slot", "")
+    c["slot"] = before.replace(" ^ ", " | 0 * ")
+    return c["slot"] != before
+
+
+def _plain_descriptor(f):
+    if f.get("kind") == "desc" and f["mode"] == 1:
+        f["mode"] = 0
+        return True
+    return False
+
+
+def _lead_off(f):
+    if f.get("kind") == "desc" and f["mode"] == 1 and f["trans"]:
+        f["lead"] += 1024
+        return True
+    return False
+
+
+@pytest.mark.parametrize("case, perturb", [
+    (SWIZZLED, _edit("copy_async", None, _drop_xor)),         # copies written unswizzled
+    (SWIZZLED, _edit("wgmma_dot", "a", _plain_descriptor)),   # A read without the swizzle
+    (SWIZZLED, _edit("wgmma_dot", "b", _plain_descriptor)),
+    (SWIZZLED, _edit("wgmma_dot", "b", _lead_off)),           # N-major: the next 128-byte block
+    (SWIZZLED_MN, _edit("wgmma_dot", "a", _plain_descriptor)),
+], ids=["copy-xor", "desc-a-mode", "desc-b-mode", "mn-lead", "mn-desc-mode"])
+def test_simulation_catches_a_wrong_swizzle(case, perturb):
+    assert unperturbed_outcome(case) is None
+    assert outcome(case, perturb) is not None

@@ -51,6 +51,29 @@ def test_ptxas_info():
     spill = res["spill"]
     assert (spill.registers, spill.stack_bytes, spill.spill_bytes) == (24, 1896, 2844 + 2904)
     assert spill.occupancy is None and spill.disasm_tool is None
+    assert all(r.mma_notes == () for r in res.values())
+
+
+# ptxas 13.0 on a wgmma kernel whose accumulator was zeroed between the instructions of a dot
+PTXAS_MMA = """\
+ptxas info    : Compiling entry function 'fwd' for 'sm_90a'
+ptxas info    : Function properties for fwd
+ptxas info    : (C7519) warpgroup.arrive is injected in around line 5269 by compiler to allow use of registers in GMMA in function 'fwd'
+ptxas info    : (C7517) warpgroup.wait is injected in around line 5269 by compiler to allow use of registers defined by GMMA in function 'fwd'
+ptxas info    : (C7515) Potential Performance Loss: wgmma.mma_async instructions are serialized due to non wgmma instructions defining accumulator registers of a wgmma between start and end of the pipeline stage in the function 'fwd'
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 249 registers, used 1 barriers
+ptxas info    : Compiling entry function 'other' for 'sm_90a'
+ptxas info    : Function properties for other
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 8 registers, used 0 barriers
+"""  # noqa: E501
+
+
+def test_ptxas_wgmma_notes_are_kept_per_kernel():
+    res = parse_ptxas_info(PTXAS_MMA)
+    assert res["fwd"].mma_notes == ("C7515", "C7517", "C7519") and res["fwd"].registers == 249
+    assert res["other"].mma_notes == ()
 
 
 # llvm-readelf-19 --notes on a gfx942 code object (one kernel; .args trimmed to two entries).

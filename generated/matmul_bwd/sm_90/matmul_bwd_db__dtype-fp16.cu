@@ -4,7 +4,7 @@
 #include "kgen_tile.h"
 
 KG_KERNEL void __launch_bounds__(128) matmul_bwd_db(const kg::fp16* __restrict__ t_a, int64_t stride_a_0, const kg::fp16* __restrict__ t_b, int64_t stride_b_0, const kg::fp16* __restrict__ t_dc, int64_t stride_dc_0, kg::fp16* __restrict__ t_da, int64_t stride_da_0, kg::fp16* __restrict__ t_db, int64_t stride_db_0, int size_M, int size_N, int size_K) {
-  extern __shared__ __align__(16) char smem[];
+  extern __shared__ __align__(1024) char smem[];  // 1024: swizzled buffers start on a swizzle atom
   const int lane = kg::thread_id() % kg::WAVE;
   const int warp = kg::thread_id() / kg::WAVE;
   

@@ -4,7 +4,7 @@
 #include "kgen_tile.h"
 
 KG_KERNEL void __launch_bounds__(128) softmax_fwd(const kg::fp16* __restrict__ t_x, int64_t stride_x_0, kg::fp16* __restrict__ t_y, int64_t stride_y_0, int size_M, int size_N) {
-  extern __shared__ __align__(16) char smem[];
+  extern __shared__ __align__(1024) char smem[];  // 1024: swizzled buffers start on a swizzle atom
   const int lane = kg::thread_id() % kg::WAVE;
   const int warp = kg::thread_id() / kg::WAVE;
   

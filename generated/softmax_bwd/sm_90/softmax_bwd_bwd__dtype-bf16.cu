@@ -4,7 +4,7 @@
 #include "kgen_tile.h"
 
 KG_KERNEL void __launch_bounds__(128) softmax_bwd_bwd(const kg::bf16* __restrict__ t_y, int64_t stride_y_0, const kg::bf16* __restrict__ t_dy, int64_t stride_dy_0, kg::bf16* __restrict__ t_dx, int64_t stride_dx_0, int size_M, int size_N) {
-  extern __shared__ __align__(16) char smem[];
+  extern __shared__ __align__(1024) char smem[];  // 1024: swizzled buffers start on a swizzle atom
   const int lane = kg::thread_id() % kg::WAVE;
   const int warp = kg::thread_id() / kg::WAVE;
   

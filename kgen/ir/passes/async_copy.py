@@ -74,7 +74,8 @@ def _convert(st: Op, block: Block, defs, uses) -> None:
     alloc = Op("alloc_shared", [], [buf], dict(st.attrs), loc=st.loc)
     copy = Op("copy_async", [buf] + list(load.operands), [],
               {"tensor": load.attrs["tensor"], "index": _shift(index, 1), "shape": load.result.shape,
-               "ld": st.attrs["ld"], "smem_layout": st.attrs.get("smem_layout", "rows"), "pred": False}, loc=load.loc)
+               "ld": st.attrs["ld"], "rows": st.attrs.get("rows"), "smem_layout": st.attrs.get("smem_layout", "rows"),
+               "pred": False}, loc=load.loc)
     wait = Op("wait_async", [buf], [], {"pending": 0}, loc=st.loc)
     i = block.ops.index(st)
     block.ops[i:i + 1] = [alloc, copy, wait]

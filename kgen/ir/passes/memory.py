@@ -12,6 +12,7 @@ import networkx as nx
 from ...errors import SpecError
 from ...hw.descriptor import Target
 from ..core import Block, Kernel, Op, Value, walk
+from .operands import SWIZZLE_ATOM_BYTES
 
 
 def scratch_bytes(op: Op) -> int:
@@ -55,12 +56,15 @@ def plan_shared_memory(k: Kernel, target: Target) -> Kernel:
     placed: dict[int, tuple[int, int]] = {}
     for node in sorted(buffers, key=lambda n: -buffers[n][1]):
         size = _align(buffers[node][1])
+        # a swizzled buffer starts on a 1024-byte atom: the hardware swizzles address bits
+        align = SWIZZLE_ATOM_BYTES if buffers[node][0].attrs.get("smem_layout") == "sw128" else 16
         taken = sorted(placed[n] for n in g.neighbors(node) if n in placed)
         offset = 0
         for lo, hi in taken:
-            if offset + size <= lo:
+            if _align(offset, align) + size <= lo:
                 break
             offset = max(offset, hi)
+        offset = _align(offset, align)
         placed[node] = (offset, offset + size)
         buffers[node][0].attrs["smem_offset"] = offset
     k.shared_bytes = max((hi for _, hi in placed.values()), default=0)
@@ -81,8 +85,8 @@ def views_of(block: Block, buf: Value) -> list[Value]:
     return out
 
 
-def _align(n: int) -> int:
-    return (n + 15) // 16 * 16
+def _align(n: int, to: int = 16) -> int:
+    return (n + to - 1) // to * to
 
 
 

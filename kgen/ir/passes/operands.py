@@ -22,8 +22,12 @@ follow (`<role>_load` on the dot) are:
 An instruction that reads an operand from shared memory itself (wgmma: `a_from` / `b_from`
 list 'shared' in the descriptor) gets it staged as core matrices instead (`smem_layout:
 cores`): 8 rows of 16 bytes each, 128 contiguous bytes, the tile's cores in row-major order,
-no padding (PTX ISA, "Shared Memory Matrix Layout", the no-swizzle canonical layouts). The
-same buffer serves a read with K along the contiguous dim (`<role>_major: k`) and one with K
+no padding (PTX ISA, "Shared Memory Matrix Layout", the no-swizzle canonical layouts), or, where
+a row of the tile is a multiple of 128 bytes, in the 128-byte swizzle (`sw128`): rows of 128
+bytes whose 16-byte chunks are XOR-permuted by the row's index mod 8. Copies write that layout
+with 8 lanes on each 128 bytes of a global row and no bank conflicts; into plain cores the
+chunks of one global row all land on the same banks (measured on the H200: 32 shared-memory
+wavefronts per cp.async instruction instead of 4). The same buffer serves a read with K along the contiguous dim (`<role>_major: k`) and one with K
 across it (`mn`, the instruction's transpose bit), so k and k.T still share one buffer. The
 load kind is then `desc`: the dot builds matrix descriptors, no fragment reads.
 """
@@ -43,6 +47,10 @@ def _along(dim: int, amount: int) -> tuple[int, int]:
 
 
 CORE_ROWS, CORE_BYTES = 8, 16  # a core matrix: 8 rows of 16 bytes (PTX ISA, wgmma smem layouts)
+# the 128-byte swizzle: rows of 128 bytes in atoms of 8 rows (1024 bytes, 1024-aligned), the
+# 16-byte chunk c of row r stored at chunk c ^ (r % 8) (PTX ISA, "Shared Memory Matrix Layout",
+# swizzling modes)
+SWIZZLE_BYTES, SWIZZLE_ATOM_BYTES = 128, 1024
 
 
 def operand_layout(target: Target, attrs: dict, role: str, shape: tuple[int, int]) -> Layout | None:
@@ -109,33 +117,58 @@ def place_dot_operands(k: Kernel, target: Target) -> Kernel:
     return k
 
 
-def _place_cores(op: Op, i: int, role: str, base: Value, bk: int, flipped: bool, defs: dict, staged: dict) -> list[Op]:
+def _place_cores(op: Op, i: int, role: str, base: Value, bk: int, flipped: bool, defs: dict, staged: dict,
+                 instr) -> list[Op]:
     """Stage `base` as core matrices (or reuse its buffer) for an instruction that reads shared
     memory through a descriptor. The contiguous dim: a global tile's last dim (it is copied as
-    it lies), else the dim the registers run along."""
+    it lies), else the dim the registers run along. A tile loaded from global memory takes the
+    128-byte swizzle (`sw128`) when the instruction can read it and every reader's instructions
+    start on whole swizzled rows (`_swizzle_fits`); a later reader that cannot turns it back to
+    plain cores."""
     v = op.operands[i]
     src = defs.get(id(base))
     inner = 1 if src is None or src.kind == "load" or vector_width(base.layout, 1) >= vector_width(base.layout, 0) else 0
     ops: list[Op] = []
     key = (id(base), "cores")
+    elem = ELEM_BYTES[base.dtype]
     if key not in staged:
-        elem = ELEM_BYTES[base.dtype]
         rows, cols = base.shape[1 - inner], base.shape[inner]
         if rows % CORE_ROWS or (cols * elem) % CORE_BYTES:
             raise_cores(op, base)
         buf = Value(base.shape, base.dtype, place="shared")
-        ops.append(Op("stage", [base], [buf], {"role": role, "inner": inner, "rows": rows, "ld": cols, "smem_layout": "cores",
-                                               "bytes": rows * cols * elem}, loc=op.loc))
-        staged[key] = (buf, inner)
-    buf, inner = staged[key]
+        # only tiles copied from global memory: there the swizzle removes the bank conflicts of the
+        # copies; a tile staged from registers keeps plain cores, whose slots are one register
+        # plus immediates (with the XOR, one per fragment column: the D=128 dkdv spilled)
+        copied = src is None or src.kind == "load"
+        layout = "sw128" if (copied and 128 in instr.shared_swizzle and rows % CORE_ROWS == 0
+                             and (cols * elem) % SWIZZLE_BYTES == 0) else "cores"
+        stage = Op("stage", [base], [buf], {"role": role, "inner": inner, "rows": rows, "ld": cols, "smem_layout": layout,
+                                            "bytes": rows * cols * elem}, loc=op.loc)
+        ops.append(stage)
+        staged[key] = (buf, inner, stage)
+    buf, inner, stage = staged[key]
+    major = "k" if inner == bk else "mn"
+    if stage.attrs["smem_layout"] == "sw128" and not _swizzle_fits(instr, role, major, elem):
+        stage.attrs["smem_layout"] = "cores"
     if flipped:
         view = Value(v.shape, v.dtype, place="shared")
         ops.append(Op("view_shared", [buf], [view], {}, loc=op.loc))
         buf = view
     op.operands[i] = buf
     op.attrs[f"{role}_load"] = "desc"
-    op.attrs[f"{role}_major"] = "k" if inner == bk else "mn"
+    op.attrs[f"{role}_major"] = major
     return ops
+
+
+def _swizzle_fits(instr, role: str, major: str, elem: int) -> bool:
+    """Whether a descriptor of the 128-byte swizzle can start each of this reader's
+    instructions. K-major, K runs along the swizzled 128-byte rows and an instruction's 16 K
+    elements start inside one (the start address moves within the row; the hardware applies
+    the XOR to address bits 4-6 from bits 7-9); M/N steps whole rows. MN-major, an instruction
+    must start on a row and span whole rows: its M (A) or N (B) extent a multiple of 128 bytes."""
+    if major == "k":
+        return True
+    return ((instr.m if role == "a" else instr.n) * elem) % SWIZZLE_BYTES == 0
 
 
 def raise_cores(op: Op, base: Value):
@@ -167,7 +200,7 @@ def _place(op: Op, i: int, role: str, target: Target, defs: dict, staged: dict) 
     bk = 1 - kdim if flipped else kdim  # the dim of `base` that is this dot's K
     instr = instr_of(target, op.attrs["instr"])
     if "shared" in (instr.a_from if role == "a" else instr.b_from):
-        return _place_cores(op, i, role, base, bk, flipped, defs, staged)
+        return _place_cores(op, i, role, base, bk, flipped, defs, staged, instr)
     fits = matrix_load_fits(target, fragment_view(target, op.attrs, role), v.dtype)
     can_trans = fits and target.shared_matrix_load.transposed
     usable = [bk, 1 - bk] if can_trans else [bk]  # contiguous dims of base this dot can read
