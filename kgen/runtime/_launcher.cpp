@@ -203,7 +203,9 @@ std::string device_arch_impl(Backend b) {
 }
 
 // ---- argument packing ------------------------------------------------------------------------
-constexpr size_t kMaxArgs = 64;
+// 256 arguments of at most 8 bytes stay within the 4 KiB of kernel parameters that CUDA and HIP
+// both accept (CUDA C++ Programming Guide, "Function Parameters"); ssd_bwd's widest kernel takes 106
+constexpr size_t kMaxArgs = 256;
 
 struct PackedArgs {
   alignas(16) unsigned char storage[kMaxArgs * 8];
@@ -255,7 +257,7 @@ inline void put(PackedArgs& out, size_t i, T value) {
 // and ptrs[k] points at argument k: what cuLaunchKernel's kernelParams wants.
 void pack_args(const std::string& sig, PyObject* args, PackedArgs& out) {
   size_t n = sig.size();
-  if (n > kMaxArgs) throw py::value_error("a kernel takes at most 64 arguments here");
+  if (n > kMaxArgs) throw py::value_error("a kernel takes at most " + std::to_string(kMaxArgs) + " arguments here, got " + std::to_string(n));
   if (!PyTuple_Check(args) && !PyList_Check(args))
     throw py::type_error("kernel arguments must be a tuple or a list");
   if ((size_t)PySequence_Fast_GET_SIZE(args) != n)
