@@ -5,12 +5,13 @@ The spec has no optional tensors, so this wrapper maps mamba-ssm's optional argu
 it does take: D=None and dt_bias=None become zeros (the spec adds D x and dt_bias either way).
 What the spec cannot express yet is refused with one sentence before any launch: z (gating),
 seq_idx and cu_seqlens (packed sequences), initial_states, and a per-channel D of shape
-(nheads, headdim). docs/SSD_DRAFT.md has the plan for each.
+(nheads, headdim). docs/SSD.md has the plan for each.
 
 Gradients come from ssd_bwd (paired in ssd_fwd's `autograd:`): y and final_states are
 differentiable with respect to x, dt, A, B, C, D and dt_bias (through the float32 copies of A, D
-and dt_bias made here; D=None and dt_bias=None get none). Checked on the CPU interpreter only
-(tests/ops/test_ssd_ops.py, tests/ir/test_ssd_bwd.py); nothing has run on a GPU.
+and dt_bias made here; D=None and dt_bias=None get none). Checked on the CPU interpreter
+(tests/ops/test_ssd_ops.py, tests/ir/test_ssd_bwd.py) and on an H200 against float64
+(tests/ops/test_ssd_gpu.py).
 """
 from __future__ import annotations
 
