@@ -95,18 +95,27 @@ KG_LDMATRIX(ldmatrix_x4_trans, "x4.trans", "{%0,%1,%2,%3}", 4)
 // cp.async (PTX ISA, "cp.async"): BYTES from global to shared without registers; only SRC_BYTES
 // are read and the rest of the destination is zero-filled. Groups complete in commit order;
 // wait_group N returns when at most N of this thread's most recent groups are pending.
+// A whole chunk takes the form without a source size, with the L2::128B prefetch hint: on the
+// H200 the source-size form moved each thread's 16 bytes as its own L2 sector request and its own
+// shared-memory wavefront (Nsight Compute, D=128 forward: 32 sectors and 32 wavefronts per
+// instruction where 16 and 4 were ideal; docs/PERFORMANCE.md). Edge chunks keep the zero fill.
 template <int BYTES> KG_DEVICE void cp_async(void* dst, const void* src, int src_bytes) {
   static_assert(BYTES == 16, "cp.async.cg copies 16 bytes");
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes) : "memory");
+  if (src_bytes == 16)
+    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
+  else
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes) : "memory");
 }
 KG_DEVICE void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N> KG_DEVICE void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
 // wgmma support (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate"; sm_90a).
-// A shared-memory matrix descriptor with no swizzle: start address, leading and stride byte
-// offsets, each in 16-byte units (kgen/codegen/wgmma.py says which offset is which).
-KG_DEVICE uint64_t wgmma_desc(const void* p, int lead_bytes, int stride_bytes) {
-  return (uint64_t)((smem_addr(p) & 0x3FFFF) >> 4) | ((uint64_t)(lead_bytes >> 4) << 16) | ((uint64_t)(stride_bytes >> 4) << 32);
+// A shared-memory matrix descriptor: start address, leading and stride byte offsets, each in
+// 16-byte units, and the swizzle mode (0 none, 1 the 128-byte swizzle; kgen/codegen/wgmma.py
+// says which offset is which).
+KG_DEVICE uint64_t wgmma_desc(const void* p, int lead_bytes, int stride_bytes, int swizzle_mode) {
+  return (uint64_t)((smem_addr(p) & 0x3FFFF) >> 4) | ((uint64_t)(lead_bytes >> 4) << 16) | ((uint64_t)(stride_bytes >> 4) << 32) |
+         ((uint64_t)swizzle_mode << 62);
 }
 KG_DEVICE void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 KG_DEVICE void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
