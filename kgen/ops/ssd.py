@@ -66,6 +66,14 @@ def _check(x, dt, A, B, C, chunk_size, D, dt_bias) -> None:
             got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
             raise LaunchError(f"mamba_chunk_scan_combined: '{name}' must be a tensor of shape ({nheads},) (one value per "
                               f"head) or None, got {got}")
+    for name, t in (("dt", dt), ("A", A), ("B", B), ("C", C), ("D", D), ("dt_bias", dt_bias)):
+        if t is not None and t.device != x.device:
+            raise LaunchError(f"mamba_chunk_scan_combined: '{name}' is on {t.device} but x is on {x.device}; "
+                              f"every tensor must be on x's device")
+    for name, t in (("A", A), ("D", D), ("dt_bias", dt_bias)):
+        if t is not None and not t.is_floating_point():
+            raise LaunchError(f"mamba_chunk_scan_combined: '{name}' has dtype {t.dtype}; a floating-point tensor "
+                              f"(float32, bfloat16 or float16) is accepted")
 
 
 def mamba_chunk_scan_combined(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,

@@ -80,6 +80,21 @@ def test_unsupported_arguments_are_one_sentence(kwargs, words):
     assert words in str(e.value) and "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize("name, change, words", [
+    ("A", lambda t: t.to("meta"), "'A' is on meta but x is on cpu"),
+    ("dt_bias", lambda t: t.to("meta"), "'dt_bias' is on meta but x is on cpu"),
+    ("D", lambda t: t.long(), "'D' has dtype torch.int64; a floating-point tensor"),
+])
+def test_wrong_device_or_parameter_dtype_is_one_sentence(name, change, words):
+    x, dt, A, B, C, D, dt_bias = _inputs(seed=5, seqlen=5)
+    args = {"x": x, "dt": dt, "A": A, "B": B, "C": C, "D": D, "dt_bias": dt_bias}
+    args[name] = change(args[name])
+    with pytest.raises(LaunchError, match="^mamba_chunk_scan_combined: ") as e:
+        mamba_chunk_scan_combined(args["x"], args["dt"], args["A"], args["B"], args["C"], 64, D=args["D"],
+                                  dt_bias=args["dt_bias"])
+    assert words in str(e.value) and "\n" not in str(e.value)
+
+
 def test_wrong_dtype_and_headdim_are_refused():
     x, dt, A, B, C, *_ = _inputs(seed=4, seqlen=5)
     with pytest.raises(LaunchError, match="must be torch.bfloat16"):
