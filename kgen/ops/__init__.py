@@ -1,9 +1,10 @@
 """kgen's shipped ops, built from specs/ for the local GPU on first use and cached.
 
-    from kgen.ops import flash_attn_func, softmax, rmsnorm, matmul
+    from kgen.ops import flash_attn_func, mamba_chunk_scan_combined, softmax, rmsnorm, matmul
 
 Every shipped spec with a forward role is an attribute (its KgenOp, with autograd when the spec
-pairs a backward); `flash_attn_func` is the flash-attn style entry point over fa2_fwd/fa2_bwd.
+pairs a backward); `flash_attn_func` is the flash-attn style entry point over fa2_fwd/fa2_bwd,
+`mamba_chunk_scan_combined` mamba-ssm's over ssd_fwd and ssd_bwd.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 from ..paths import shipped_specs_dir
 from .attention import _register as _register_attention
 from .attention import flash_attn_func
+from .ssd import mamba_chunk_scan_combined
 
 
 @lru_cache(maxsize=None)
@@ -35,4 +37,4 @@ def available() -> list[str]:
 _register_attention()
 
 
-__all__ = ["available", "flash_attn_func"]
+__all__ = ["available", "flash_attn_func", "mamba_chunk_scan_combined"]

@@ -1,0 +1,127 @@
+// kgen's CUDA backend primitives (sm_80, sm_90a): types, thread indices, barriers, shuffles,
+// math, atomics and the mma.sync wrapper. kgen_tile.h builds the tile operations on these.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#define KG_DEVICE __device__ __forceinline__
+#define KG_KERNEL extern "C" __global__
+
+namespace kg {
+typedef __nv_bfloat16 bf16;
+typedef __half fp16;
+constexpr int WAVE = 32;
+
+KG_DEVICE int thread_id() { return threadIdx.x; }
+KG_DEVICE int block_id_x() { return blockIdx.x; }
+KG_DEVICE int block_id_y() { return blockIdx.y; }
+KG_DEVICE int block_id_z() { return blockIdx.z; }
+KG_DEVICE void sync() { __syncthreads(); }
+KG_DEVICE float shfl_xor(float v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
+KG_DEVICE int shfl_xor(int v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
+
+KG_DEVICE float f32(bf16 x) { return __bfloat162float(x); }
+KG_DEVICE float f32(fp16 x) { return __half2float(x); }
+template <class T> KG_DEVICE T cvt(float x) { return (T)x; }
+template <> KG_DEVICE bf16 cvt<bf16>(float x) { return __float2bfloat16_rn(x); }
+template <> KG_DEVICE fp16 cvt<fp16>(float x) { return __float2half_rn(x); }
+
+KG_DEVICE float exp_(float x) { return expf(x); }
+// ex2.approx.ftz (PTX ISA, "ex2"): one MUFU.EX2. Without .ftz ptxas adds a range test and two
+// multiplies to produce subnormal results; kgen flushes them to zero, as FlashAttention's
+// --use_fast_math build does (results below 2^-126 only).
+KG_DEVICE float exp2_(float x) { float y; asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x)); return y; }
+KG_DEVICE float log_(float x) { return logf(x); }
+KG_DEVICE float log2_(float x) { return log2f(x); }
+KG_DEVICE float sqrt_(float x) { return sqrtf(x); }
+KG_DEVICE float rsqrt_(float x) { return rsqrtf(x); }
+KG_DEVICE float pow_(float a, float b) { return powf(a, b); }
+KG_DEVICE void atomic_add(float* p, float v) { atomicAdd(p, v); }
+// N consecutive floats (8- or 16-byte aligned) added by one red.global.add.vN.f32 (PTX ISA, red:
+// vector forms need .global and sm_90); the descriptor's global_fp32_atomic_vector allows N > 1
+template <int N> KG_DEVICE void atomic_add_vec(float* p, const float* v);
+template <> KG_DEVICE void atomic_add_vec<1>(float* p, const float* v) { atomicAdd(p, v[0]); }
+template <> KG_DEVICE void atomic_add_vec<2>(float* p, const float* v) {
+  asm volatile("red.relaxed.gpu.global.add.v2.f32 [%0], {%1, %2};" ::"l"(p), "f"(v[0]), "f"(v[1]) : "memory");
+}
+template <> KG_DEVICE void atomic_add_vec<4>(float* p, const float* v) {
+  asm volatile("red.relaxed.gpu.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(v[0]), "f"(v[1]), "f"(v[2]), "f"(v[3]) : "memory");
+}
+// max.NaN / min.NaN (PTX ISA, sm_80+): NaN if either operand is NaN, in one FMNMX
+#define KG_HAS_NAN_MINMAX 1
+KG_DEVICE float fmax_nan(float a, float b) { float r; asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r; }
+KG_DEVICE float fmin_nan(float a, float b) { float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r; }
+
+// mma.sync.m16n8k16, fp32 accumulate (PTX ISA, "Matrix Fragments for mma.m16n8k16"): A is 8
+// 16-bit values per lane (4 registers), B is 4 (2 registers), C/D 4 floats; the element order
+// in each array is the descriptor's register order (kgen/hw/data/sm_90.yaml).
+#define KG_MMA_16816(NAME, T, PTXT)                                                                   \
+  KG_DEVICE void NAME(float* d, const T* a, const T* b) {                                             \
+    const uint32_t* A = reinterpret_cast<const uint32_t*>(a);                                         \
+    const uint32_t* B = reinterpret_cast<const uint32_t*>(b);                                         \
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." PTXT "." PTXT ".f32 "                       \
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"                              \
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                     \
+                 : "r"(A[0]), "r"(A[1]), "r"(A[2]), "r"(A[3]), "r"(B[0]), "r"(B[1]));                 \
+  }
+KG_MMA_16816(mma_m16n8k16_bf16, bf16, "bf16")
+KG_MMA_16816(mma_m16n8k16_fp16, fp16, "f16")
+
+// ldmatrix (PTX ISA, "Warp-level matrix load instruction: ldmatrix"): COUNT 8x8 matrices of
+// 16-bit elements; lanes 8j..8j+7 give the shared addresses of matrix j's rows, and each lane
+// receives one 32-bit register per matrix (row lane / 4, elements 2 * (lane % 4) and + 1; with
+// .trans, of the transposed matrix).
+KG_DEVICE uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+#define KG_LDMATRIX(NAME, SHAPE, OUTS, ...)                                                           \
+  KG_DEVICE void NAME(void* dst, const void* src) {                                                 \
+    uint32_t* r = reinterpret_cast<uint32_t*>(dst);                                                  \
+    asm volatile("ldmatrix.sync.aligned.m8n8." SHAPE ".shared.b16 " OUTS ", [%" #__VA_ARGS__ "];"   \
+                 : KG_LDMATRIX_OUT_##NAME : "r"(smem_addr(src)));                                   \
+  }
+#define KG_LDMATRIX_OUT_ldmatrix_x1 "=r"(r[0])
+#define KG_LDMATRIX_OUT_ldmatrix_x2 "=r"(r[0]), "=r"(r[1])
+#define KG_LDMATRIX_OUT_ldmatrix_x4 "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+#define KG_LDMATRIX_OUT_ldmatrix_x1_trans KG_LDMATRIX_OUT_ldmatrix_x1
+#define KG_LDMATRIX_OUT_ldmatrix_x2_trans KG_LDMATRIX_OUT_ldmatrix_x2
+#define KG_LDMATRIX_OUT_ldmatrix_x4_trans KG_LDMATRIX_OUT_ldmatrix_x4
+KG_LDMATRIX(ldmatrix_x1, "x1", "{%0}", 1)
+KG_LDMATRIX(ldmatrix_x2, "x2", "{%0,%1}", 2)
+KG_LDMATRIX(ldmatrix_x4, "x4", "{%0,%1,%2,%3}", 4)
+KG_LDMATRIX(ldmatrix_x1_trans, "x1.trans", "{%0}", 1)
+KG_LDMATRIX(ldmatrix_x2_trans, "x2.trans", "{%0,%1}", 2)
+KG_LDMATRIX(ldmatrix_x4_trans, "x4.trans", "{%0,%1,%2,%3}", 4)
+
+// cp.async (PTX ISA, "cp.async"): BYTES from global to shared without registers; only SRC_BYTES
+// are read and the rest of the destination is zero-filled. Groups complete in commit order;
+// wait_group N returns when at most N of this thread's most recent groups are pending.
+// A whole chunk takes the form without a source size, with the L2::128B prefetch hint: on the
+// H200 the source-size form moved each thread's 16 bytes as its own L2 sector request and its own
+// shared-memory wavefront (Nsight Compute, D=128 forward: 32 sectors and 32 wavefronts per
+// instruction where 16 and 4 were ideal; docs/PERFORMANCE.md). Edge chunks keep the zero fill.
+template <int BYTES> KG_DEVICE void cp_async(void* dst, const void* src, int src_bytes) {
+  static_assert(BYTES == 16, "cp.async.cg copies 16 bytes");
+  if (src_bytes == 16)
+    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
+  else
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes) : "memory");
+}
+KG_DEVICE void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N> KG_DEVICE void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+
+// wgmma support (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate"; sm_90a).
+// A shared-memory matrix descriptor: start address, leading and stride byte offsets, each in
+// 16-byte units, and the swizzle mode (0 none, 1 the 128-byte swizzle; kgen/codegen/wgmma.py
+// says which offset is which).
+KG_DEVICE uint64_t wgmma_desc(const void* p, int lead_bytes, int stride_bytes, int swizzle_mode) {
+  return (uint64_t)((smem_addr(p) & 0x3FFFF) >> 4) | ((uint64_t)(lead_bytes >> 4) << 16) | ((uint64_t)(stride_bytes >> 4) << 32) |
+         ((uint64_t)swizzle_mode << 62);
+}
+KG_DEVICE void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+KG_DEVICE void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N> KG_DEVICE void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory"); }
+// ties an accumulator register to this point: nothing reads it before the wait above
+KG_DEVICE void fence_operand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+// shared memory written by ordinary stores or cp.async, read next by wgmma (the async proxy)
+KG_DEVICE void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+}  // namespace kg

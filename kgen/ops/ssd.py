@@ -1,0 +1,106 @@
+"""`mamba_chunk_scan_combined`: Mamba-2's chunked scan with mamba-ssm's calling convention, over
+the ssd_fwd spec.
+
+The spec has no optional tensors, so this wrapper maps mamba-ssm's optional arguments onto what
+it does take: D=None and dt_bias=None become zeros (the spec adds D x and dt_bias either way).
+What the spec cannot express yet is refused with one sentence before any launch: z (gating),
+seq_idx and cu_seqlens (packed sequences), initial_states, and a per-channel D of shape
+(nheads, headdim). docs/SSD.md has the plan for each.
+
+Gradients come from ssd_bwd (paired in ssd_fwd's `autograd:`): y and final_states are
+differentiable with respect to x, dt, A, B, C, D and dt_bias (through the float32 copies of A, D
+and dt_bias made here; D=None and dt_bias=None get none). Checked on the CPU interpreter
+(tests/ops/test_ssd_ops.py, tests/ir/test_ssd_bwd.py) and on an H200 against float64
+(tests/ops/test_ssd_gpu.py).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..errors import LaunchError
+
+CHUNK_SIZES = (64, 128, 256)
+HEADDIMS = (64,)
+DSTATES = (64, 128)
+
+
+def _refuse(name: str, value, why: str) -> None:
+    if value is not None:
+        raise LaunchError(f"mamba_chunk_scan_combined: '{name}' is not supported yet ({why}); pass {name}=None")
+
+
+def _check(x, dt, A, B, C, chunk_size, D, dt_bias) -> None:
+    for name, t in (("x", x), ("dt", dt), ("A", A), ("B", B), ("C", C)):
+        if not isinstance(t, torch.Tensor):
+            raise LaunchError(f"mamba_chunk_scan_combined: '{name}' must be a torch.Tensor, got {type(t).__name__}")
+        if t.numel() == 0:
+            raise LaunchError(f"mamba_chunk_scan_combined: '{name}' is empty (shape {tuple(t.shape)}); every dim must be at least 1")
+    if x.dim() != 4:
+        raise LaunchError(f"mamba_chunk_scan_combined: 'x' has shape {tuple(x.shape)}; expected (batch, seqlen, nheads, headdim)")
+    b, seqlen, nheads, headdim = x.shape
+    for name, t, want in (("dt", dt, (b, seqlen, nheads)), ("A", A, (nheads,))):
+        if tuple(t.shape) != want:
+            raise LaunchError(f"mamba_chunk_scan_combined: '{name}' has shape {tuple(t.shape)}; expected {want}")
+    for name, t in (("B", B), ("C", C)):
+        if t.dim() != 4 or tuple(t.shape[:2]) != (b, seqlen):
+            raise LaunchError(f"mamba_chunk_scan_combined: '{name}' has shape {tuple(t.shape)}; "
+                              f"expected (batch={b}, seqlen={seqlen}, ngroups, dstate)")
+    if B.shape != C.shape:
+        raise LaunchError(f"mamba_chunk_scan_combined: B has shape {tuple(B.shape)} and C {tuple(C.shape)}; they must match")
+    if nheads % B.shape[2]:
+        raise LaunchError(f"mamba_chunk_scan_combined: nheads={nheads} is not a multiple of ngroups={B.shape[2]}")
+    if x.dtype != torch.bfloat16 or dt.dtype != x.dtype or B.dtype != x.dtype or C.dtype != x.dtype:
+        raise LaunchError(f"mamba_chunk_scan_combined: x, dt, B and C must be torch.bfloat16 (got {x.dtype}, {dt.dtype}, "
+                          f"{B.dtype}, {C.dtype}); float16 and float32 are not built yet")
+    if headdim not in HEADDIMS:
+        raise LaunchError(f"mamba_chunk_scan_combined: headdim {headdim} is not supported; accepted: {', '.join(map(str, HEADDIMS))}")
+    if B.shape[3] not in DSTATES:
+        raise LaunchError(f"mamba_chunk_scan_combined: dstate {B.shape[3]} is not supported; accepted: {', '.join(map(str, DSTATES))}")
+    if chunk_size not in CHUNK_SIZES:
+        raise LaunchError(f"mamba_chunk_scan_combined: chunk_size={chunk_size!r} is not supported; "
+                          f"accepted: {', '.join(map(str, CHUNK_SIZES))}")
+    for name, t in (("D", D), ("dt_bias", dt_bias)):
+        if t is not None and (not isinstance(t, torch.Tensor) or tuple(t.shape) != (nheads,)):
+            got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+            raise LaunchError(f"mamba_chunk_scan_combined: '{name}' must be a tensor of shape ({nheads},) (one value per "
+                              f"head) or None, got {got}")
+    for name, t in (("dt", dt), ("A", A), ("B", B), ("C", C), ("D", D), ("dt_bias", dt_bias)):
+        if t is not None and t.device != x.device:
+            raise LaunchError(f"mamba_chunk_scan_combined: '{name}' is on {t.device} but x is on {x.device}; "
+                              f"every tensor must be on x's device")
+    for name, t in (("A", A), ("D", D), ("dt_bias", dt_bias)):
+        if t is not None and not t.is_floating_point():
+            raise LaunchError(f"mamba_chunk_scan_combined: '{name}' has dtype {t.dtype}; a floating-point tensor "
+                              f"(float32, bfloat16 or float16) is accepted")
+
+
+def mamba_chunk_scan_combined(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
+                              chunk_size: int, D: torch.Tensor | None = None, z: torch.Tensor | None = None,
+                              dt_bias: torch.Tensor | None = None, initial_states: torch.Tensor | None = None,
+                              seq_idx: torch.Tensor | None = None, cu_seqlens: torch.Tensor | None = None,
+                              dt_softplus: bool = False, dt_limit: tuple[float, float] = (0.0, math.inf),
+                              return_final_states: bool = False):
+    """y (batch, seqlen, nheads, headdim) of the Mamba-2 SSD scan: per head, with
+    dt' = clamp(softplus?(dt + dt_bias), *dt_limit), h_t = exp(dt'_t A) h_{t-1} + dt'_t x_t B_t^T
+    and y_t = h_t C_t + D x_t; B and C (batch, seqlen, ngroups, dstate) are shared by
+    nheads / ngroups heads. With return_final_states, (y, h after the last position) with the
+    state (batch, nheads, headdim, dstate) in float32."""
+    _refuse("z", z, "gating needs a variant of the output kernel")
+    _refuse("initial_states", initial_states, "the state pass starts from zero")
+    _refuse("seq_idx", seq_idx, "packed sequences need a variant that resets the state")
+    _refuse("cu_seqlens", cu_seqlens, "packed sequences need a variant that resets the state")
+    _check(x, dt, A, B, C, chunk_size, D, dt_bias)
+    if not (isinstance(dt_limit, (tuple, list)) and len(dt_limit) == 2):
+        raise LaunchError(f"mamba_chunk_scan_combined: dt_limit must be a pair (min, max), got {dt_limit!r}")
+    nheads = x.shape[2]
+    zeros = torch.zeros(nheads, dtype=torch.float32, device=x.device)
+    D32 = zeros if D is None else D.float()
+    bias32 = zeros if dt_bias is None else dt_bias.float()
+    from . import _op
+
+    y, final_states = _op("ssd_fwd")(x, dt, A.float(), B, C, D32, bias32, dt_min=float(dt_limit[0]),
+                                     dt_max=float(dt_limit[1]), chunk_size=int(chunk_size), headdim=x.shape[3],
+                                     dstate=B.shape[3], dt_softplus=bool(dt_softplus))
+    return (y, final_states) if return_final_states else y

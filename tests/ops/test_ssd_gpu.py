@@ -1,0 +1,96 @@
+"""kgen.ops.mamba_chunk_scan_combined on a GPU: y, final_states and every gradient against float64.
+
+The reference is autograd through the chunked form in float64 (kgen.bench.ssd_torch, itself
+checked against the step-by-step recurrence in tests/bench/test_ssd_torch.py). Tolerance: twice
+the error of the same chunked computation done by PyTorch in bfloat16 plus a floor
+(helpers.check_close), and in any case at most 2% of the largest |reference| plus the same floor (PyTorch's bf16
+cumsum of dt*A is loose, so the first bound alone could be wide). Outputs are NaN-poisoned
+(KGEN_POISON); inputs are fresh random tensors; lengths include 1, 63, 1000 and 4097.
+"""
+from __future__ import annotations
+
+import math
+import sys
+import zlib
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/
+import helpers  # noqa: E402
+
+from kgen.bench.ssd_torch import ssd_chunked  # noqa: E402
+
+_NO_GPU = helpers.no_gpu_reason()
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_NO_GPU is not None, reason=str(_NO_GPU))]
+
+# (batch, seqlen, nheads, ngroups, dstate, chunk, D, dt_bias, softplus, dt_limit)
+CASES = [
+    (2, 1, 4, 1, 64, 64, True, True, True, (0.0, math.inf)),
+    (2, 63, 4, 2, 128, 64, False, False, False, (0.001, 0.1)),
+    (1, 1000, 8, 1, 128, 256, True, True, True, (0.0, math.inf)),
+    (2, 1000, 8, 8, 64, 128, True, False, True, (0.0, 0.5)),
+    (1, 4097, 4, 1, 128, 256, True, True, True, (0.0, math.inf)),
+    (1, 4097, 8, 2, 64, 64, False, True, True, (0.0, math.inf)),
+    (3, 512, 8, 4, 128, 128, True, True, False, (0.0, math.inf)),
+]
+
+
+@pytest.fixture(autouse=True)
+def poison(monkeypatch):
+    monkeypatch.setenv("KGEN_POISON", "1")
+
+
+def _inputs(batch, seqlen, nheads, ngroups, dstate, seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    dev = "cuda"
+    x = torch.randn(batch, seqlen, nheads, 64, device=dev, generator=g).bfloat16()
+    dt = (torch.rand(batch, seqlen, nheads, device=dev, generator=g) * 2 - 3).bfloat16()  # softplus ~0.05-0.13
+    A = -torch.exp(torch.rand(nheads, device=dev, generator=g) * 2)
+    B = torch.randn(batch, seqlen, ngroups, dstate, device=dev, generator=g).bfloat16()
+    C = torch.randn(batch, seqlen, ngroups, dstate, device=dev, generator=g).bfloat16()
+    D = torch.randn(nheads, device=dev, generator=g)
+    bias = 0.5 * torch.randn(nheads, device=dev, generator=g)
+    return x, dt, A, B, C, D, bias
+
+
+def _close(name, got, ref, lowp):
+    helpers.check_close(name, got, ref, lowp)
+    # plus check_close's floor: a gradient that is 0 exactly (dA at length 1) is met by rounding noise
+    err, scale, floor = helpers.max_err(got, ref), float(ref.abs().max()), helpers.FLOOR.get(got.dtype, 0.0)
+    assert err <= 0.02 * scale + floor, f"{name}: max error {err:.3g} is over 2% of max |reference| {scale:.3g} + {floor:g}"
+
+
+@pytest.mark.parametrize("batch, seqlen, nheads, ngroups, dstate, chunk, with_d, with_bias, softplus, limit", CASES,
+                         ids=[f"b{c[0]}-l{c[1]}-h{c[2]}-g{c[3]}-n{c[4]}-chunk{c[5]}" for c in CASES])
+def test_matches_float64(batch, seqlen, nheads, ngroups, dstate, chunk, with_d, with_bias, softplus, limit):
+    from kgen.ops import mamba_chunk_scan_combined
+
+    seed = zlib.crc32(f"{batch}{seqlen}{nheads}{ngroups}{dstate}{chunk}".encode())
+    x, dt, A, B, C, D, bias = _inputs(batch, seqlen, nheads, ngroups, dstate, seed)
+    D, bias = (D if with_d else None), (bias if with_bias else None)
+    leaves = {n: t for n, t in zip(("x", "dt", "A", "B", "C", "D", "dt_bias"), (x, dt, A, B, C, D, bias)) if t is not None}
+    kw = dict(dt_softplus=softplus, dt_limit=limit)
+    g = torch.Generator(device="cuda").manual_seed(seed + 1)
+    dy = torch.randn(x.shape, device="cuda", generator=g).bfloat16()
+    dh = torch.randn(batch, nheads, 64, dstate, device="cuda", generator=g)
+
+    mine = {n: t.clone().requires_grad_() for n, t in leaves.items()}
+    y, final = mamba_chunk_scan_combined(mine["x"], mine["dt"], mine["A"], mine["B"], mine["C"], chunk,
+                                         D=mine.get("D"), dt_bias=mine.get("dt_bias"), return_final_states=True, **kw)
+    torch.autograd.backward([y, final], [dy, dh])
+
+    outs = {}
+    for label, dtype in (("ref", torch.float64), ("lowp", torch.bfloat16)):
+        # the float64 ground truth, and PyTorch computing the same chunked form in bfloat16
+        ts = {n: (t.double() if dtype == torch.float64 else t).detach().requires_grad_() for n, t in leaves.items()}
+        ry, rh = ssd_chunked(ts["x"], ts["dt"], ts["A"], ts["B"], ts["C"], chunk, D=ts.get("D"),
+                             dt_bias=ts.get("dt_bias"), dtype=dtype, **kw)
+        torch.autograd.backward([ry, rh], [dy.to(dtype), dh.to(dtype)])
+        outs[label] = {"y": ry, "final_states": rh, **{f"d{n}": t.grad for n, t in ts.items()}}
+    _close("y", y, outs["ref"]["y"], outs["lowp"]["y"])
+    _close("final_states", final, outs["ref"]["final_states"], outs["lowp"]["final_states"])
+    for n, t in mine.items():
+        assert t.grad is not None and t.grad.dtype == t.dtype, f"d{n}: {t.grad}"
+        _close(f"d{n}", t.grad, outs["ref"][f"d{n}"], outs["lowp"][f"d{n}"])
