@@ -733,6 +733,10 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_dc(const kg::bf16* __restrict__ t_
       const int wg_ = (warp / 4);
       const uint64_t da_ = kg::wgmma_desc(v142, 128, 1024, 0);
       const uint64_t db_ = kg::wgmma_desc(v77, 1024, 128, 0);
+      // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
+      // (ptxas would then insert a warpgroup.arrive, C7519)
+    #pragma unroll
+      for (int e = 0; e < 16; ++e) kg::fence_operand(v151[e]);
       kg::wgmma_fence();
     #pragma unroll
       for (int ks = 0; ks < 4; ++ks)
