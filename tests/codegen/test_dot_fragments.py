@@ -70,7 +70,7 @@ BWD_CASES += [(kernel, "sm_90", dtype, (64, 64, 64, 4)) for kernel, dtype in ((0
 # mma.sync and wgmma that is read from registers; 2 warps give two repeats along M.
 CHAIN_TILES = [((64, 32, 32, 4), "bf16"), ((64, 32, 16, 2), "fp16")]
 SPEC_FILES = {"matmul": SPECS / "matmul.yaml", "matmul_bwd": SPECS / "matmul_bwd.yaml", "chain": HERE / "specs" / "chain.yaml",
-              "chain_t": HERE / "specs" / "chain_t.yaml"}
+              "chain_t": HERE / "specs" / "chain_t.yaml", "matmul_rev": HERE / "specs" / "matmul_rev.yaml"}
 
 
 def _cases():
@@ -84,6 +84,9 @@ def _cases():
         yield ("chain", 0, target, dtype, tile)
     # chain_t.yaml: the accumulator as the next dot's B, staged from registers (wgmma: N-major)
     yield ("chain_t", 0, "sm_90", "bf16", (64, 128, 32, 4))
+    # matmul_rev.yaml: K blocks last to first, the copies' index computed in the loop body
+    for target, dtype in (("sm_80", "fp16"), ("sm_90", "bf16")):
+        yield ("matmul_rev", 0, target, dtype, (64, 64, 32, 4))
 
 
 CASES = list(_cases())
@@ -317,6 +320,34 @@ def test_simulation_catches_a_formula_off_by_one(case, perturbation):
     macro, nth, path, var, repl = perturbation
     problem = outcome(case, _perturbation(macro, nth, path, var, repl))
     assert problem is not None, f"{macro}.{path} with {var} -> {repl} went unnoticed"
+
+
+REVERSED = [c for c in CASES if c[0] == "matmul_rev"]
+
+
+@pytest.mark.parametrize("case", REVERSED, ids=case_id)
+def test_copies_indexed_by_loop_arithmetic_are_prefetched_with_it_recomputed(case, monkeypatch):
+    """matmul_rev's copies read block nk - 1 - j: they are prefetched (predicated copies before
+    and inside the loop), and a pass whose in-loop copies took this iteration's index instead of
+    the next one's is caught by the simulation."""
+    body = lowered(case)[1].body
+    assert sum(op.kind == "copy_async" and op.attrs["pred"] for op in walk(body)) == 4  # a and b: prologue + loop
+    from kgen.ir.passes import async_copy
+
+    real, calls = async_copy._copy_at, []
+
+    def stale(copy, chain, iv, at, pred, dst=None):  # the prologue's two copies first, then the loop's
+        calls.append(copy)
+        return real(copy, chain, iv, iv if len(calls) > 2 else at, pred, dst)
+
+    monkeypatch.setattr(async_copy, "_copy_at", stale)
+    lowered.cache_clear()
+    try:
+        got, want, _ = simulate(case)
+        assert mismatch(got, want) is not None
+    finally:
+        monkeypatch.undo()
+        lowered.cache_clear()
 
 
 def test_prefetching_loops_use_two_slots_and_a_shared_slot_is_caught():

@@ -351,6 +351,10 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
         const int wg_ = (warp / 4);
         const uint64_t da_ = kg::wgmma_desc(v9, 16, 1024, 1);
         const uint64_t db_ = kg::wgmma_desc(v63, 16, 1024, 1);
+        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
+        // (ptxas would then insert a warpgroup.arrive, C7519)
+      #pragma unroll
+        for (int e = 0; e < 32; ++e) kg::fence_operand(v73[e]);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 8; ++ks)
@@ -414,6 +418,10 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       {
         const int wg_ = (warp / 4);
         const uint64_t db_ = kg::wgmma_desc(v51, 8192, 1024, 1);
+        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
+        // (ptxas would then insert a warpgroup.arrive, C7519)
+      #pragma unroll
+        for (int e = 0; e < 64; ++e) kg::fence_operand(v80[e]);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 4; ++ks)
@@ -467,6 +475,10 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
         const int wg_ = (warp / 4);
         const uint64_t da_ = kg::wgmma_desc(v12, 16, 1024, 1);
         const uint64_t db_ = kg::wgmma_desc(v82, 16, 1024, 1);
+        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
+        // (ptxas would then insert a warpgroup.arrive, C7519)
+      #pragma unroll
+        for (int e = 0; e < 32; ++e) kg::fence_operand(v87[e]);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 8; ++ks)
@@ -493,6 +505,10 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       {
         const int wg_ = (warp / 4);
         const uint64_t db_ = kg::wgmma_desc(v52, 8192, 1024, 1);
+        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
+        // (ptxas would then insert a warpgroup.arrive, C7519)
+      #pragma unroll
+        for (int e = 0; e < 64; ++e) kg::fence_operand(v90[e]);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 4; ++ks)

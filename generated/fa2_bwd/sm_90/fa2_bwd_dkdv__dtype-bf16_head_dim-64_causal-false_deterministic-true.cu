@@ -451,6 +451,10 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
         const int wg_ = 0;
         const uint64_t da_ = kg::wgmma_desc(v89, 1024, 128, 0);
         const uint64_t db_ = kg::wgmma_desc(v53, 8192, 1024, 1);
+        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
+        // (ptxas would then insert a warpgroup.arrive, C7519)
+      #pragma unroll
+        for (int e = 0; e < 32; ++e) kg::fence_operand(v93[e]);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 4; ++ks)
@@ -538,6 +542,10 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
         const int wg_ = 0;
         const uint64_t da_ = kg::wgmma_desc(v103, 1024, 128, 0);
         const uint64_t db_ = kg::wgmma_desc(v54, 8192, 1024, 1);
+        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
+        // (ptxas would then insert a warpgroup.arrive, C7519)
+      #pragma unroll
+        for (int e = 0; e < 32; ++e) kg::fence_operand(v104[e]);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 4; ++ks)

@@ -379,6 +379,10 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
         const int wg_ = (warp / 4);
         const uint64_t da_ = kg::wgmma_desc(v10, 16, 1024, 1);
         const uint64_t db_ = kg::wgmma_desc(v66, 16, 1024, 1);
+        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
+        // (ptxas would then insert a warpgroup.arrive, C7519)
+      #pragma unroll
+        for (int e = 0; e < 32; ++e) kg::fence_operand(v85[e]);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 8; ++ks)
@@ -442,6 +446,10 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       {
         const int wg_ = (warp / 4);
         const uint64_t db_ = kg::wgmma_desc(v58, 8192, 1024, 1);
+        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
+        // (ptxas would then insert a warpgroup.arrive, C7519)
+      #pragma unroll
+        for (int e = 0; e < 64; ++e) kg::fence_operand(v92[e]);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 4; ++ks)
@@ -495,6 +503,10 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
         const int wg_ = (warp / 4);
         const uint64_t da_ = kg::wgmma_desc(v13, 16, 1024, 1);
         const uint64_t db_ = kg::wgmma_desc(v94, 16, 1024, 1);
+        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
+        // (ptxas would then insert a warpgroup.arrive, C7519)
+      #pragma unroll
+        for (int e = 0; e < 32; ++e) kg::fence_operand(v99[e]);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 8; ++ks)
@@ -521,6 +533,10 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       {
         const int wg_ = (warp / 4);
         const uint64_t db_ = kg::wgmma_desc(v59, 8192, 1024, 1);
+        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
+        // (ptxas would then insert a warpgroup.arrive, C7519)
+      #pragma unroll
+        for (int e = 0; e < 64; ++e) kg::fence_operand(v102[e]);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 4; ++ks)

@@ -418,6 +418,10 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::bf16* __restrict__ t
     {
       const int wg_ = (warp / 4);
       const uint64_t db_ = kg::wgmma_desc(v43, 8192, 1024, 1);
+      // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
+      // (ptxas would then insert a warpgroup.arrive, C7519)
+    #pragma unroll
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v83[e]);
       kg::wgmma_fence();
     #pragma unroll
       for (int ks = 0; ks < 4; ++ks)

@@ -470,6 +470,10 @@ KG_KERNEL void __launch_bounds__(128) fa2_fwd_fwd(const kg::fp16* __restrict__ t
     {
       const int wg_ = 0;
       const uint64_t db_ = kg::wgmma_desc(v57, 4096, 1024, 1);
+      // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
+      // (ptxas would then insert a warpgroup.arrive, C7519)
+    #pragma unroll
+      for (int e = 0; e < 128; ++e) kg::fence_operand(v104[e]);
       kg::wgmma_fence();
     #pragma unroll
       for (int ks = 0; ks < 2; ++ks)

@@ -190,6 +190,10 @@ KG_KERNEL void __launch_bounds__(128) matmul_fwd(const kg::bf16* __restrict__ t_
       const int wg_ = 0;
       const uint64_t da_ = kg::wgmma_desc(v22, 128, 512, 0);
       const uint64_t db_ = kg::wgmma_desc(v21, 4096, 1024, 1);
+      // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
+      // (ptxas would then insert a warpgroup.arrive, C7519)
+    #pragma unroll
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v31[e]);
       kg::wgmma_fence();
     #pragma unroll
       for (int ks = 0; ks < 2; ++ks)

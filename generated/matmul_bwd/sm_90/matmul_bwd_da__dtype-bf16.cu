@@ -192,6 +192,10 @@ KG_KERNEL void __launch_bounds__(128) matmul_bwd_da(const kg::bf16* __restrict__
       const int wg_ = 0;
       const uint64_t da_ = kg::wgmma_desc(v22, 16, 1024, 1);
       const uint64_t db_ = kg::wgmma_desc(v31, 16, 1024, 1);
+      // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
+      // (ptxas would then insert a warpgroup.arrive, C7519)
+    #pragma unroll
+      for (int e = 0; e < 16; ++e) kg::fence_operand(v32[e]);
       kg::wgmma_fence();
     #pragma unroll
       for (int ks = 0; ks < 4; ++ks)

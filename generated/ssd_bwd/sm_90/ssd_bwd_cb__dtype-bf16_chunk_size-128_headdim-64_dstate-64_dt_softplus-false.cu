@@ -30,7 +30,7 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_cb(const kg::bf16* __restrict__ t_
   // spec: specs/ssd_bwd.yaml:131:28
   const int v5 = kg::block_id_x();
   // spec: specs/ssd_bwd.yaml:134:68
-  kg::bf16* v6 = reinterpret_cast<kg::bf16*>(smem + 0);
+  kg::bf16* v6 = reinterpret_cast<kg::bf16*>(smem + 16384);
   // spec: specs/ssd_bwd.yaml:128:11
   const int v7 = (kg::mod(v2, v0));
   // spec: specs/ssd_bwd.yaml:127:11
@@ -63,84 +63,140 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_cb(const kg::bf16* __restrict__ t_
   kg::cp_async_wait<0>();
   kg::fence_proxy_async();
   kg::sync();
-  // spec: specs/ssd_bwd.yaml:132:22
-  const int v9 = 1;
-  // spec: specs/ssd_bwd.yaml:132:22
+  // spec: specs/ssd_bwd.yaml:134:68
+  kg::bf16* v9 = reinterpret_cast<kg::bf16*>(smem + 0);
+  // spec: specs/ssd_bwd.yaml:132:7
   const int v10 = 0;
-  // spec: specs/ssd_bwd.yaml:132:22
-  const int v11 = 64;
-  // spec: specs/ssd_bwd.yaml:132:22
-  const int v12 = 63;
-  // spec: specs/ssd_bwd.yaml:132:27
-  const int v13 = 64;
-  // spec: specs/ssd_bwd.yaml:132:28
-  const int v14 = 1;
-  // spec: specs/ssd_bwd.yaml:130:11
-  const int v15 = 2;
-  // spec: specs/ssd_bwd.yaml:130:11
-  const int v16 = (kg::mod(v4, v15));
-  // spec: specs/ssd_bwd.yaml:132:28
-  const int v17 = (v16 + v14);
-  // spec: specs/ssd_bwd.yaml:132:27
-  const int v18 = (v17 * v13);
-  // spec: specs/ssd_bwd.yaml:132:22
-  const int v19 = (v18 + v12);
-  // spec: specs/ssd_bwd.yaml:132:22
-  const int v20 = (kg::floordiv(v19, v11));
+  // spec: specs/ssd_bwd.yaml:132:7
+  kg::bf16* v11 = v9 + (v10 % 2) * 4096;
+  // spec: specs/ssd_bwd.yaml:133:23
+  const int v12 = 2;
   // spec: specs/ssd_bwd.yaml:129:11
-  const int v21 = 2;
+  const int v13 = 2;
   // spec: specs/ssd_bwd.yaml:129:11
-  const int v22 = (kg::floordiv(v3, v21));
+  const int v14 = (kg::floordiv(v3, v13));
+  // spec: specs/ssd_bwd.yaml:133:23
+  const int v15 = (v14 * v12);
+  // spec: specs/ssd_bwd.yaml:132:22
+  const int v16 = 0;
+  // spec: specs/ssd_bwd.yaml:133:23
+  const int v17 = (v15 + v16);
+  // spec: specs/ssd_bwd.yaml:132:22
+  const int v18 = 64;
+  // spec: specs/ssd_bwd.yaml:132:22
+  const int v19 = 63;
+  // spec: specs/ssd_bwd.yaml:132:27
+  const int v20 = 64;
+  // spec: specs/ssd_bwd.yaml:132:28
+  const int v21 = 1;
+  // spec: specs/ssd_bwd.yaml:130:11
+  const int v22 = 2;
+  // spec: specs/ssd_bwd.yaml:130:11
+  const int v23 = (kg::mod(v4, v22));
+  // spec: specs/ssd_bwd.yaml:132:28
+  const int v24 = (v23 + v21);
+  // spec: specs/ssd_bwd.yaml:132:27
+  const int v25 = (v24 * v20);
+  // spec: specs/ssd_bwd.yaml:132:22
+  const int v26 = (v25 + v19);
+  // spec: specs/ssd_bwd.yaml:132:22
+  const int v27 = (kg::floordiv(v26, v18));
+  // spec: specs/ssd_bwd.yaml:132:7
+  const bool v28 = (v16 < v27);
+  // spec: specs/ssd_bwd.yaml:134:76
+  if (v28) {
+    const kg::bf16* p_ = t_B + ((int64_t)(v8) * stride_B_0 + (int64_t)(v7) * stride_B_2);
+    const bool aligned_ = kg::aligned(p_, 16) && stride_B_0 % 8 == 0 && stride_B_1 % 8 == 0 && stride_B_2 % 8 == 0;
+    const int64_t q_ = (int64_t)(v17 * 64) * stride_B_1 + 0;
+  #pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int c_ = lane + warp * 32 + i * 128;
+      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+      const int i0_ = v17 * 64 + r_, i1_ = 0 + k_;
+      const int64_t off_ = q_ + ((int64_t)r_ * stride_B_1 + k_);
+      const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
+      if (aligned_) {
+        const int n_ = (i0_ < (size_seqlen)) * 8;
+        kg::cp_async<16>(&v11[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+      } else {
+  #pragma unroll
+        for (int v = 0; v < 8; ++v)
+          v11[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+      }
+    }
+  }
+  kg::cp_async_commit();
+  // spec: specs/ssd_bwd.yaml:132:22
+  const int v29 = 1;
   // spec: specs/ssd_bwd.yaml:132:7
 
-  for (int v23 = v10; v23 < v20; v23 += v9) {
+  for (int v30 = v16; v30 < v27; v30 += v29) {
     
+    // spec: specs/ssd_bwd.yaml:132:7
+    const int v31 = (v30 - v16);
+    // spec: specs/ssd_bwd.yaml:132:7
+    const int v32 = (kg::floordiv(v31, v29));
+    // spec: specs/ssd_bwd.yaml:132:7
+    kg::bf16* v33 = v9 + (v32 % 2) * 4096;
+    // spec: specs/ssd_bwd.yaml:133:23
+    const int v34 = 2;
+    // spec: specs/ssd_bwd.yaml:133:23
+    const int v35 = (v14 * v34);
+    // spec: specs/ssd_bwd.yaml:133:23
+    const int v36 = (v35 + v30);
     // spec: specs/ssd_bwd.yaml:134:68
-    kg::bf16* v24 = reinterpret_cast<kg::bf16*>(smem + 8192);
-    // spec: specs/ssd_bwd.yaml:133:23
-    const int v25 = 2;
-    // spec: specs/ssd_bwd.yaml:133:23
-    const int v26 = (v22 * v25);
-    // spec: specs/ssd_bwd.yaml:133:23
-    const int v27 = (v26 + v23);
-    // spec: specs/ssd_bwd.yaml:134:76
+    kg::cp_async_wait<0>();
+    kg::fence_proxy_async();
     kg::sync();
-    if (true) {
+    // spec: specs/ssd_bwd.yaml:132:7
+    const int v37 = 1;
+    // spec: specs/ssd_bwd.yaml:132:7
+    const int v38 = (v32 + v37);
+    // spec: specs/ssd_bwd.yaml:132:7
+    kg::bf16* v39 = v9 + (v38 % 2) * 4096;
+    // spec: specs/ssd_bwd.yaml:133:23
+    const int v40 = 2;
+    // spec: specs/ssd_bwd.yaml:133:23
+    const int v41 = (v14 * v40);
+    // spec: specs/ssd_bwd.yaml:134:76
+    const int v42 = (v30 + v29);
+    // spec: specs/ssd_bwd.yaml:133:23
+    const int v43 = (v41 + v42);
+    // spec: specs/ssd_bwd.yaml:134:76
+    const bool v44 = (v42 < v27);
+    // spec: specs/ssd_bwd.yaml:134:76
+    if (v44) {
       const kg::bf16* p_ = t_B + ((int64_t)(v8) * stride_B_0 + (int64_t)(v7) * stride_B_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_B_0 % 8 == 0 && stride_B_1 % 8 == 0 && stride_B_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v27 * 64) * stride_B_1 + 0;
+      const int64_t q_ = (int64_t)(v43 * 64) * stride_B_1 + 0;
     #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int c_ = lane + warp * 32 + i * 128;
         const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
-        const int i0_ = v27 * 64 + r_, i1_ = 0 + k_;
+        const int i0_ = v43 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = q_ + ((int64_t)r_ * stride_B_1 + k_);
         const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
         if (aligned_) {
           const int n_ = (i0_ < (size_seqlen)) * 8;
-          kg::cp_async<16>(&v24[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v39[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v24[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v39[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
     // spec: specs/ssd_bwd.yaml:134:68
-    kg::cp_async_wait<0>();
-    kg::fence_proxy_async();
-    kg::sync();
+    kg::bf16* v45 = v33;
     // spec: specs/ssd_bwd.yaml:134:68
-    kg::bf16* v28 = v24;
+    float v46[32];
     // spec: specs/ssd_bwd.yaml:134:68
-    float v29[32];
-    // spec: specs/ssd_bwd.yaml:134:68
-    float (&v30)[32] = v29;
+    float (&v47)[32] = v46;
     {
       const int wg_ = 0;
       const uint64_t da_ = kg::wgmma_desc(v6, 16, 1024, 1);
-      const uint64_t db_ = kg::wgmma_desc(v28, 16, 1024, 1);
+      const uint64_t db_ = kg::wgmma_desc(v45, 16, 1024, 1);
       kg::wgmma_fence();
     #pragma unroll
       for (int ks = 0; ks < 4; ++ks)
@@ -148,29 +204,29 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_cb(const kg::bf16* __restrict__ t_
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v30[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
+            kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v47[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
       kg::wgmma_commit();
       kg::wgmma_wait<0>();
     #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v30[e]);
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v47[e]);
     }
     // spec: specs/ssd_bwd.yaml:134:11
     if ((lane & 0) == 0 && (warp & 0) == 0) {
-      float* p_ = t_CB + ((int64_t)(v8) * stride_CB_0 + (int64_t)(v22) * stride_CB_1 + (int64_t)(v7) * stride_CB_2);
+      float* p_ = t_CB + ((int64_t)(v8) * stride_CB_0 + (int64_t)(v14) * stride_CB_1 + (int64_t)(v7) * stride_CB_2);
       const bool aligned_ = kg::aligned(p_, 8) && stride_CB_0 % 2 == 0 && stride_CB_1 % 2 == 0 && stride_CB_2 % 2 == 0 && stride_CB_3 % 2 == 0;
-      const int t0_ = v16 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
-      const int t1_ = v23 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
+      const int t0_ = v23 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+      const int t1_ = v30 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
     #pragma unroll
       for (int e = 0; e < 32; e += 2) {
         const int i0_ = t0_ + ((e >> 1) & 1) * 8;
         const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
         const int64_t off_ = (int64_t)i0_ * stride_CB_3 + (int64_t)i1_ * 1;
         if (aligned_ && i0_ < (128) && i1_ + 2 <= (128)) {
-          kg::copy_vec<2>(p_ + off_, &v30[e]);
+          kg::copy_vec<2>(p_ + off_, &v47[e]);
         } else {
     #pragma unroll
           for (int v = 0; v < 2; ++v)
-            if (i0_ < (128) && i1_ + v < (128)) p_[off_ + v] = v30[e + v];
+            if (i0_ < (128) && i1_ + v < (128)) p_[off_ + v] = v47[e + v];
         }
       }
     }

@@ -33,88 +33,130 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_db(const kg::bf16* __restrict__ t_
   const int v6 = kg::block_id_x();
   // spec: specs/ssd_bwd.yaml:223:20
   const int v7 = kg::block_id_x();
-  // spec: specs/ssd_bwd.yaml:227:22
-  const int v8 = 1;
-  // spec: specs/ssd_bwd.yaml:227:22
+  // spec: specs/ssd_bwd.yaml:231:29
+  kg::bf16* v8 = reinterpret_cast<kg::bf16*>(smem + 0);
+  // spec: specs/ssd_bwd.yaml:227:7
   const int v9 = 0;
-  // spec: specs/ssd_bwd.yaml:226:16
-  float v10[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v10[e] = 0.0f;
-  // spec: specs/ssd_bwd.yaml:222:11
-  const int v11 = 4;
-  // spec: specs/ssd_bwd.yaml:222:11
-  const int v12 = (kg::mod(v6, v11));
-  // spec: specs/ssd_bwd.yaml:221:11
-  const int v13 = 4;
-  // spec: specs/ssd_bwd.yaml:221:11
-  const int v14 = (kg::floordiv(v5, v13));
+  // spec: specs/ssd_bwd.yaml:227:7
+  kg::bf16* v10 = v8 + (v9 % 2) * 4096;
   // spec: specs/ssd_bwd.yaml:220:15
-  const int v15 = (kg::floordiv(v1, v2));
+  const int v11 = (kg::floordiv(v1, v2));
   // spec: specs/ssd_bwd.yaml:219:11
-  const int v16 = (kg::mod(v4, v2));
+  const int v12 = (kg::mod(v4, v2));
+  // spec: specs/ssd_bwd.yaml:228:15
+  const int v13 = (v12 * v11);
+  // spec: specs/ssd_bwd.yaml:227:22
+  const int v14 = 0;
+  // spec: specs/ssd_bwd.yaml:228:15
+  const int v15 = (v13 + v14);
+  // spec: specs/ssd_bwd.yaml:227:7
+  const bool v16 = (v14 < v11);
   // spec: specs/ssd_bwd.yaml:218:11
   const int v17 = (kg::floordiv(v3, v2));
+  // spec: specs/ssd_bwd.yaml:231:33
+  kg::sync();
+  if (v16) {
+    const kg::bf16* p_ = t_x + ((int64_t)(v17) * stride_x_0 + (int64_t)(v15) * stride_x_2);
+    const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 8 == 0 && stride_x_1 % 8 == 0 && stride_x_2 % 8 == 0;
+    const int64_t q_ = (int64_t)(v7 * 64) * stride_x_1 + 0;
+  #pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int c_ = lane + warp * 32 + i * 256;
+      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+      const int i0_ = v7 * 64 + r_, i1_ = 0 + k_;
+      const int64_t off_ = q_ + ((int64_t)r_ * stride_x_1 + k_);
+      const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
+      if (aligned_) {
+        const int n_ = (i0_ < (size_seqlen)) * 8;
+        kg::cp_async<16>(&v10[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+      } else {
+  #pragma unroll
+        for (int v = 0; v < 8; ++v)
+          v10[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+      }
+    }
+  }
+  kg::cp_async_commit();
+  // spec: specs/ssd_bwd.yaml:227:22
+  const int v18 = 1;
+  // spec: specs/ssd_bwd.yaml:226:16
+  float v19[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v19[e] = 0.0f;
+  // spec: specs/ssd_bwd.yaml:222:11
+  const int v20 = 4;
+  // spec: specs/ssd_bwd.yaml:222:11
+  const int v21 = (kg::mod(v6, v20));
+  // spec: specs/ssd_bwd.yaml:221:11
+  const int v22 = 4;
+  // spec: specs/ssd_bwd.yaml:221:11
+  const int v23 = (kg::floordiv(v5, v22));
   // spec: specs/ssd_bwd.yaml:227:7
 
-  float v18[16];
+  float v24[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v18[e] = v10[e];
-  for (int v19 = v9; v19 < v15; v19 += v8) {
-    float (&v20)[16] = v18;
+  for (int e = 0; e < 16; ++e) v24[e] = v19[e];
+  for (int v25 = v14; v25 < v11; v25 += v18) {
+    float (&v26)[16] = v24;
     
+    // spec: specs/ssd_bwd.yaml:227:7
+    const int v27 = (v25 - v14);
+    // spec: specs/ssd_bwd.yaml:227:7
+    const int v28 = (kg::floordiv(v27, v18));
+    // spec: specs/ssd_bwd.yaml:227:7
+    kg::bf16* v29 = v8 + (v28 % 2) * 4096;
     // spec: specs/ssd_bwd.yaml:229:47
-    const int v21 = 255;
+    const int v30 = 255;
     // spec: specs/ssd_bwd.yaml:228:15
-    const int v22 = (v16 * v15);
+    const int v31 = (v12 * v11);
     // spec: specs/ssd_bwd.yaml:228:15
-    const int v23 = (v22 + v19);
+    const int v32 = (v31 + v25);
     // spec: specs/ssd_bwd.yaml:229:23
-    const float v24 = *(t_dA_cumsum + (int64_t)(v17) * stride_dA_cumsum_0 + (int64_t)(v23) * stride_dA_cumsum_1 + (int64_t)(v14) * stride_dA_cumsum_2 + (int64_t)(v21) * 1);
+    const float v33 = *(t_dA_cumsum + (int64_t)(v17) * stride_dA_cumsum_0 + (int64_t)(v32) * stride_dA_cumsum_1 + (int64_t)(v23) * stride_dA_cumsum_2 + (int64_t)(v30) * 1);
     // spec: specs/ssd_bwd.yaml:229:66
-    float v25[2];
+    float v34[2];
     {
-      const float* p_ = t_dA_cumsum + ((int64_t)(v17) * stride_dA_cumsum_0 + (int64_t)(v23) * stride_dA_cumsum_1 + (int64_t)(v14) * stride_dA_cumsum_2);
+      const float* p_ = t_dA_cumsum + ((int64_t)(v17) * stride_dA_cumsum_0 + (int64_t)(v32) * stride_dA_cumsum_1 + (int64_t)(v23) * stride_dA_cumsum_2);
       const bool aligned_ = false;
-      const int t0_ = v12 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+      const int t0_ = v21 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
     #pragma unroll
       for (int e = 0; e < 2; e += 1) {
         const int i0_ = t0_ + (e & 1) * 8;
         const int64_t off_ = (int64_t)i0_ * 1;
         const bool in_ = i0_ + 1 <= (256);
         if (aligned_ && in_) {
-          kg::copy_vec<1>(&v25[e], p_ + off_);
+          kg::copy_vec<1>(&v34[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 1; ++v)
-            v25[e + v] = (i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
+            v34[e + v] = (i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
     // spec: specs/ssd_bwd.yaml:230:29
-    float v26[2];
+    float v35[2];
     {
-      const float* p_ = t_dt_eff + ((int64_t)(v17) * stride_dt_eff_0 + (int64_t)(v23) * stride_dt_eff_1 + (int64_t)(v14) * stride_dt_eff_2);
+      const float* p_ = t_dt_eff + ((int64_t)(v17) * stride_dt_eff_0 + (int64_t)(v32) * stride_dt_eff_1 + (int64_t)(v23) * stride_dt_eff_2);
       const bool aligned_ = false;
-      const int t0_ = v12 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+      const int t0_ = v21 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
     #pragma unroll
       for (int e = 0; e < 2; e += 1) {
         const int i0_ = t0_ + (e & 1) * 8;
         const int64_t off_ = (int64_t)i0_ * 1;
         const bool in_ = i0_ + 1 <= (256);
         if (aligned_ && in_) {
-          kg::copy_vec<1>(&v26[e], p_ + off_);
+          kg::copy_vec<1>(&v35[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 1; ++v)
-            v26[e + v] = (i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
+            v35[e + v] = (i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
     // spec: specs/ssd_bwd.yaml:231:57
-    float v27[16];
+    float v36[16];
     {
-      const float* p_ = t_out_grad_state + ((int64_t)(v17) * stride_out_grad_state_0 + (int64_t)(v14) * stride_out_grad_state_1 + (int64_t)(v23) * stride_out_grad_state_2);
+      const float* p_ = t_out_grad_state + ((int64_t)(v17) * stride_out_grad_state_0 + (int64_t)(v23) * stride_out_grad_state_1 + (int64_t)(v32) * stride_out_grad_state_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_out_grad_state_0 % 4 == 0 && stride_out_grad_state_1 % 4 == 0 && stride_out_grad_state_2 % 4 == 0 && stride_out_grad_state_3 % 4 == 0;
       const int t0_ = 0 + ((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4 + ((warp >> 2) & 1) * 8;
       const int t1_ = 0 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32;
@@ -125,20 +167,35 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_db(const kg::bf16* __restrict__ t_
         const int64_t off_ = (int64_t)i0_ * stride_out_grad_state_3 + (int64_t)i1_ * 1;
         const bool in_ = true;
         if (aligned_ && in_) {
-          kg::copy_vec<4>(&v27[e], p_ + off_);
+          kg::copy_vec<4>(&v36[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 4; ++v)
-            v27[e + v] = (true) ? p_[off_ + v] : 0.0f;
+            v36[e + v] = (true) ? p_[off_ + v] : 0.0f;
         }
       }
     }
     // spec: specs/ssd_bwd.yaml:231:29
-    kg::bf16* v28 = reinterpret_cast<kg::bf16*>(smem + 0);
-    // spec: specs/ssd_bwd.yaml:231:33
+    kg::cp_async_wait<0>();
+    kg::fence_proxy_async();
     kg::sync();
-    if (true) {
-      const kg::bf16* p_ = t_x + ((int64_t)(v17) * stride_x_0 + (int64_t)(v23) * stride_x_2);
+    // spec: specs/ssd_bwd.yaml:227:7
+    const int v37 = 1;
+    // spec: specs/ssd_bwd.yaml:227:7
+    const int v38 = (v28 + v37);
+    // spec: specs/ssd_bwd.yaml:227:7
+    kg::bf16* v39 = v8 + (v38 % 2) * 4096;
+    // spec: specs/ssd_bwd.yaml:228:15
+    const int v40 = (v12 * v11);
+    // spec: specs/ssd_bwd.yaml:231:33
+    const int v41 = (v25 + v18);
+    // spec: specs/ssd_bwd.yaml:228:15
+    const int v42 = (v40 + v41);
+    // spec: specs/ssd_bwd.yaml:231:33
+    const bool v43 = (v41 < v11);
+    // spec: specs/ssd_bwd.yaml:231:33
+    if (v43) {
+      const kg::bf16* p_ = t_x + ((int64_t)(v17) * stride_x_0 + (int64_t)(v42) * stride_x_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 8 == 0 && stride_x_1 % 8 == 0 && stride_x_2 % 8 == 0;
       const int64_t q_ = (int64_t)(v7 * 64) * stride_x_1 + 0;
     #pragma unroll
@@ -150,37 +207,33 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_db(const kg::bf16* __restrict__ t_
         const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
         if (aligned_) {
           const int n_ = (i0_ < (size_seqlen)) * 8;
-          kg::cp_async<16>(&v28[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v39[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v28[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v39[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
-    // spec: specs/ssd_bwd.yaml:231:29
-    kg::cp_async_wait<0>();
-    kg::fence_proxy_async();
-    kg::sync();
     // spec: specs/ssd_bwd.yaml:231:57
-    kg::bf16 v29[16];
+    kg::bf16 v44[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v29[e] = kg::cvt<kg::bf16>(v27[e]);
+    for (int e = 0; e < 16; ++e) v44[e] = kg::cvt<kg::bf16>(v36[e]);
     // spec: specs/ssd_bwd.yaml:231:29
-    kg::bf16* v30 = reinterpret_cast<kg::bf16*>(smem + 8192);
+    kg::bf16* v45 = reinterpret_cast<kg::bf16*>(smem + 16384);
     #pragma unroll
-    for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v30[(((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4 + ((warp >> 2) & 1) * 8) + (((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32)) / 8 * 8 + (((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) / 8) * 64 + ((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4 + ((warp >> 2) & 1) * 8) + (((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32)) % 8 * 8 + (((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) % 8], &v29[e]);
+    for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v45[(((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4 + ((warp >> 2) & 1) * 8) + (((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32)) / 8 * 8 + (((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) / 8) * 64 + ((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4 + ((warp >> 2) & 1) * 8) + (((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32)) % 8 * 8 + (((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) % 8], &v44[e]);
     kg::fence_proxy_async();
     kg::sync();
     // spec: specs/ssd_bwd.yaml:231:29
-    float v31[16];
+    float v46[16];
     // spec: specs/ssd_bwd.yaml:231:29
-    float (&v32)[16] = v31;
+    float (&v47)[16] = v46;
     {
       const int wg_ = (warp / 4);
-      const uint64_t da_ = kg::wgmma_desc(v28, 16, 1024, 1);
-      const uint64_t db_ = kg::wgmma_desc(v30, 1024, 128, 0);
+      const uint64_t da_ = kg::wgmma_desc(v29, 16, 1024, 1);
+      const uint64_t db_ = kg::wgmma_desc(v45, 1024, 128, 0);
       kg::wgmma_fence();
     #pragma unroll
       for (int ks = 0; ks < 4; ++ks)
@@ -188,210 +241,344 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_db(const kg::bf16* __restrict__ t_
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n32k16_bf16_ss<0, 1>(&v32[(rm * 1 + rn) * 16], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 2) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 2) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 8 * 8 + (((wg_ % 2) * 32 + rn * 32)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 2) * 32 + rn * 32)) % 8) * 2 / 16), (ks > 0));
+            kg::wgmma_m64n32k16_bf16_ss<0, 1>(&v47[(rm * 1 + rn) * 16], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 2) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 2) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 8 * 8 + (((wg_ % 2) * 32 + rn * 32)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 2) * 32 + rn * 32)) % 8) * 2 / 16), (ks > 0));
       kg::wgmma_commit();
       kg::wgmma_wait<0>();
     #pragma unroll
-      for (int e = 0; e < 16; ++e) kg::fence_operand(v32[e]);
+      for (int e = 0; e < 16; ++e) kg::fence_operand(v47[e]);
     }
     // spec: specs/ssd_bwd.yaml:229:23
-    float v33[2];
+    float v48[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v33[e] = (v24 - v25[e]);
+    for (int e = 0; e < 2; ++e) v48[e] = (v33 - v34[e]);
     // spec: specs/ssd_bwd.yaml:229:19
-    float v34[2];
+    float v49[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v34[e] = kg::exp_(v33[e]);
+    for (int e = 0; e < 2; ++e) v49[e] = kg::exp_(v48[e]);
     // spec: specs/ssd_bwd.yaml:230:21
-    float v35[2];
+    float v50[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v35[e] = (v34[e] * v26[e]);
+    for (int e = 0; e < 2; ++e) v50[e] = (v49[e] * v35[e]);
     // spec: specs/ssd_bwd.yaml:231:106
-    float (&v36)[2] = v35;
+    float (&v51)[2] = v50;
     // spec: specs/ssd_bwd.yaml:231:29
-    float v37[16];
+    float v52[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v37[e] = v36[((e >> 1) & 1) * 1];
+    for (int e = 0; e < 16; ++e) v52[e] = v51[((e >> 1) & 1) * 1];
     // spec: specs/ssd_bwd.yaml:231:29
-    float v38[16];
+    float v53[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v38[e] = (v32[e] * v37[e]);
+    for (int e = 0; e < 16; ++e) v53[e] = (v47[e] * v52[e]);
     // spec: specs/ssd_bwd.yaml:231:20
-    float v39[16];
+    float v54[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v39[e] = (v20[e] + v38[e]);
+    for (int e = 0; e < 16; ++e) v54[e] = (v26[e] + v53[e]);
     // spec: specs/ssd_bwd.yaml:231:20
 
     float y0_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y0_[e] = v39[e];
+    for (int e = 0; e < 16; ++e) y0_[e] = v54[e];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v18[e] = y0_[e];
+    for (int e = 0; e < 16; ++e) v24[e] = y0_[e];
   }
-  // spec: specs/ssd_bwd.yaml:224:34
-  int v40[2];
-  #pragma unroll
-  for (int e = 0; e < 2; ++e) v40[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8);
-  // spec: specs/ssd_bwd.yaml:224:20
-  const int v41 = 64;
-  // spec: specs/ssd_bwd.yaml:224:20
-  const int v42 = (v12 * v41);
-  // spec: specs/ssd_bwd.yaml:224:20
-  int v43[2];
-  #pragma unroll
-  for (int e = 0; e < 2; ++e) v43[e] = (v42 + v40[e]);
-  // spec: specs/ssd_bwd.yaml:243:25
-  int (&v44)[2] = v43;
-  // spec: specs/ssd_bwd.yaml:243:25
-  int v45[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v45[e] = v44[((e >> 1) & 1) * 1];
-  // spec: specs/ssd_bwd.yaml:234:46
-  const int v46 = 1;
+  // spec: specs/ssd_bwd.yaml:245:20
+  kg::bf16* v55 = reinterpret_cast<kg::bf16*>(smem + 0);
+  // spec: specs/ssd_bwd.yaml:234:7
+  const int v56 = 0;
+  // spec: specs/ssd_bwd.yaml:234:7
+  kg::bf16* v57 = v55 + (v56 % 2) * 4096;
+  // spec: specs/ssd_bwd.yaml:235:23
+  const int v58 = 4;
+  // spec: specs/ssd_bwd.yaml:235:23
+  const int v59 = (v23 * v58);
   // spec: specs/ssd_bwd.yaml:234:22
-  const int v47 = 64;
+  const int v60 = 64;
   // spec: specs/ssd_bwd.yaml:234:22
-  const int v48 = 64;
+  const int v61 = 64;
   // spec: specs/ssd_bwd.yaml:234:22
-  const int v49 = (v12 * v48);
+  const int v62 = (v21 * v61);
   // spec: specs/ssd_bwd.yaml:234:22
-  const int v50 = (kg::floordiv(v49, v47));
+  const int v63 = (kg::floordiv(v62, v60));
+  // spec: specs/ssd_bwd.yaml:235:23
+  const int v64 = (v59 + v63);
   // spec: specs/ssd_bwd.yaml:225:13
-  const int v51 = 64;
+  const int v65 = 64;
   // spec: specs/ssd_bwd.yaml:225:13
-  const int v52 = 63;
+  const int v66 = 63;
   // spec: specs/ssd_bwd.yaml:225:18
-  const int v53 = 256;
+  const int v67 = 256;
   // spec: specs/ssd_bwd.yaml:225:35
-  const int v54 = 256;
+  const int v68 = 256;
   // spec: specs/ssd_bwd.yaml:225:35
-  const int v55 = (v14 * v54);
+  const int v69 = (v23 * v68);
   // spec: specs/ssd_bwd.yaml:225:26
-  const int v56 = (v0 - v55);
+  const int v70 = (v0 - v69);
   // spec: specs/ssd_bwd.yaml:225:18
-  const int v57 = (kg::min_(v56, v53));
+  const int v71 = (kg::min_(v70, v67));
   // spec: specs/ssd_bwd.yaml:225:13
-  const int v58 = (v57 + v52);
+  const int v72 = (v71 + v66);
   // spec: specs/ssd_bwd.yaml:225:13
-  const int v59 = (kg::floordiv(v58, v51));
+  const int v73 = (kg::floordiv(v72, v65));
+  // spec: specs/ssd_bwd.yaml:234:7
+  const bool v74 = (v63 < v73);
+  // spec: specs/ssd_bwd.yaml:245:41
+  kg::sync();
+  if (v74) {
+    const kg::bf16* p_ = t_C + ((int64_t)(v17) * stride_C_0 + (int64_t)(v12) * stride_C_2);
+    const bool aligned_ = kg::aligned(p_, 16) && stride_C_0 % 8 == 0 && stride_C_1 % 8 == 0 && stride_C_2 % 8 == 0;
+    const int64_t q_ = (int64_t)(v64 * 64) * stride_C_1 + 0;
+  #pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int c_ = lane + warp * 32 + i * 256;
+      const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
+      const int i0_ = v64 * 64 + r_, i1_ = 0 + k_;
+      const int64_t off_ = q_ + ((int64_t)r_ * stride_C_1 + k_);
+      const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
+      if (aligned_) {
+        const int n_ = (i0_ < (size_seqlen)) * 8;
+        kg::cp_async<16>(&v57[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+      } else {
+  #pragma unroll
+        for (int v = 0; v < 8; ++v)
+          v57[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+      }
+    }
+  }
+  kg::cp_async_commit();
+  // spec: specs/ssd_bwd.yaml:224:34
+  int v75[2];
+  #pragma unroll
+  for (int e = 0; e < 2; ++e) v75[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8);
+  // spec: specs/ssd_bwd.yaml:224:20
+  const int v76 = 64;
+  // spec: specs/ssd_bwd.yaml:224:20
+  const int v77 = (v21 * v76);
+  // spec: specs/ssd_bwd.yaml:224:20
+  int v78[2];
+  #pragma unroll
+  for (int e = 0; e < 2; ++e) v78[e] = (v77 + v75[e]);
+  // spec: specs/ssd_bwd.yaml:243:25
+  int (&v79)[2] = v78;
+  // spec: specs/ssd_bwd.yaml:243:25
+  int v80[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v80[e] = v79[((e >> 1) & 1) * 1];
+  // spec: specs/ssd_bwd.yaml:234:46
+  const int v81 = 1;
   // spec: specs/ssd_bwd.yaml:234:7
 
-  float v60[16];
+  float v82[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v60[e] = v18[e];
-  for (int v61 = v50; v61 < v59; v61 += v46) {
-    float (&v62)[16] = v60;
+  for (int e = 0; e < 16; ++e) v82[e] = v24[e];
+  for (int v83 = v63; v83 < v73; v83 += v81) {
+    float (&v84)[16] = v82;
     
+    // spec: specs/ssd_bwd.yaml:234:7
+    const int v85 = (v83 - v63);
+    // spec: specs/ssd_bwd.yaml:234:7
+    const int v86 = (kg::floordiv(v85, v81));
+    // spec: specs/ssd_bwd.yaml:234:7
+    kg::bf16* v87 = v55 + (v86 % 2) * 4096;
+    // spec: specs/ssd_bwd.yaml:244:31
+    kg::bf16* v88 = reinterpret_cast<kg::bf16*>(smem + 16384);
+    // spec: specs/ssd_bwd.yaml:244:31
+    kg::bf16* v89 = reinterpret_cast<kg::bf16*>(smem + 32768);
+    // spec: specs/ssd_bwd.yaml:238:11
+    const int v90 = 0;
+    // spec: specs/ssd_bwd.yaml:238:11
+    kg::bf16* v91 = v89 + (v90 % 2) * 4096;
+    // spec: specs/ssd_bwd.yaml:239:19
+    const int v92 = (v12 * v11);
+    // spec: specs/ssd_bwd.yaml:238:26
+    const int v93 = 0;
+    // spec: specs/ssd_bwd.yaml:239:19
+    const int v94 = (v92 + v93);
+    // spec: specs/ssd_bwd.yaml:238:11
+    const bool v95 = (v93 < v11);
+    // spec: specs/ssd_bwd.yaml:244:35
+    kg::sync();
+    if (v95) {
+      const kg::bf16* p_ = t_x + ((int64_t)(v17) * stride_x_0 + (int64_t)(v94) * stride_x_2);
+      const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 8 == 0 && stride_x_1 % 8 == 0 && stride_x_2 % 8 == 0;
+      const int64_t q_ = (int64_t)(v7 * 64) * stride_x_1 + 0;
+    #pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int c_ = lane + warp * 32 + i * 256;
+        const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+        const int i0_ = v7 * 64 + r_, i1_ = 0 + k_;
+        const int64_t off_ = q_ + ((int64_t)r_ * stride_x_1 + k_);
+        const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
+        if (aligned_) {
+          const int n_ = (i0_ < (size_seqlen)) * 8;
+          kg::cp_async<16>(&v91[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        } else {
+    #pragma unroll
+          for (int v = 0; v < 8; ++v)
+            v91[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+        }
+      }
+    }
+    kg::cp_async_commit();
+    // spec: specs/ssd_bwd.yaml:238:11
+    kg::bf16* v96 = v88 + (v90 % 2) * 4096;
+    // spec: specs/ssd_bwd.yaml:239:19
+    const int v97 = (v12 * v11);
+    // spec: specs/ssd_bwd.yaml:239:19
+    const int v98 = (v97 + v93);
+    // spec: specs/ssd_bwd.yaml:235:23
+    const int v99 = 4;
+    // spec: specs/ssd_bwd.yaml:235:23
+    const int v100 = (v23 * v99);
+    // spec: specs/ssd_bwd.yaml:235:23
+    const int v101 = (v100 + v83);
+    // spec: specs/ssd_bwd.yaml:244:59
+    if (v95) {
+      const kg::bf16* p_ = t_dy + ((int64_t)(v17) * stride_dy_0 + (int64_t)(v98) * stride_dy_2);
+      const bool aligned_ = kg::aligned(p_, 16) && stride_dy_0 % 8 == 0 && stride_dy_1 % 8 == 0 && stride_dy_2 % 8 == 0;
+      const int64_t q_ = (int64_t)(v101 * 64) * stride_dy_1 + 0;
+    #pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int c_ = lane + warp * 32 + i * 256;
+        const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+        const int i0_ = v101 * 64 + r_, i1_ = 0 + k_;
+        const int64_t off_ = q_ + ((int64_t)r_ * stride_dy_1 + k_);
+        const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
+        if (aligned_) {
+          const int n_ = (i0_ < (size_seqlen)) * 8;
+          kg::cp_async<16>(&v96[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        } else {
+    #pragma unroll
+          for (int v = 0; v < 8; ++v)
+            v96[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+        }
+      }
+    }
+    kg::cp_async_commit();
     // spec: specs/ssd_bwd.yaml:236:38
-    int v63[8];
+    int v102[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v63[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16);
+    for (int e = 0; e < 8; ++e) v102[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16);
     // spec: specs/ssd_bwd.yaml:236:24
-    const int v64 = 64;
+    const int v103 = 64;
     // spec: specs/ssd_bwd.yaml:236:24
-    const int v65 = (v61 * v64);
+    const int v104 = (v83 * v103);
     // spec: specs/ssd_bwd.yaml:236:24
-    int v66[8];
+    int v105[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v66[e] = (v65 + v63[e]);
+    for (int e = 0; e < 8; ++e) v105[e] = (v104 + v102[e]);
     // spec: specs/ssd_bwd.yaml:243:48
-    int (&v67)[8] = v66;
+    int (&v106)[8] = v105;
     // spec: specs/ssd_bwd.yaml:243:25
-    int v68[16];
+    int v107[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v68[e] = v67[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4];
+    for (int e = 0; e < 16; ++e) v107[e] = v106[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4];
     // spec: specs/ssd_bwd.yaml:238:26
-    const int v69 = 1;
-    // spec: specs/ssd_bwd.yaml:238:26
-    const int v70 = 0;
+    const int v108 = 1;
     // spec: specs/ssd_bwd.yaml:237:19
-    float v71[16];
+    float v109[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v71[e] = 0.0f;
-    // spec: specs/ssd_bwd.yaml:235:23
-    const int v72 = 4;
-    // spec: specs/ssd_bwd.yaml:235:23
-    const int v73 = (v14 * v72);
-    // spec: specs/ssd_bwd.yaml:235:23
-    const int v74 = (v73 + v61);
+    for (int e = 0; e < 16; ++e) v109[e] = 0.0f;
     // spec: specs/ssd_bwd.yaml:238:11
 
-    float v75[16];
+    float v110[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v75[e] = v71[e];
-    for (int v76 = v70; v76 < v15; v76 += v69) {
-      float (&v77)[16] = v75;
+    for (int e = 0; e < 16; ++e) v110[e] = v109[e];
+    for (int v111 = v93; v111 < v11; v111 += v108) {
+      float (&v112)[16] = v110;
       
+      // spec: specs/ssd_bwd.yaml:238:11
+      const int v113 = (v111 - v93);
+      // spec: specs/ssd_bwd.yaml:238:11
+      const int v114 = (kg::floordiv(v113, v108));
+      // spec: specs/ssd_bwd.yaml:238:11
+      kg::bf16* v115 = v88 + (v114 % 2) * 4096;
+      // spec: specs/ssd_bwd.yaml:238:11
+      kg::bf16* v116 = v89 + (v114 % 2) * 4096;
       // spec: specs/ssd_bwd.yaml:239:19
-      const int v78 = (v16 * v15);
+      const int v117 = (v12 * v11);
       // spec: specs/ssd_bwd.yaml:239:19
-      const int v79 = (v78 + v76);
+      const int v118 = (v117 + v111);
       // spec: specs/ssd_bwd.yaml:240:22
-      float v80[2];
+      float v119[2];
       {
-        const float* p_ = t_dA_cumsum + ((int64_t)(v17) * stride_dA_cumsum_0 + (int64_t)(v79) * stride_dA_cumsum_1 + (int64_t)(v14) * stride_dA_cumsum_2);
+        const float* p_ = t_dA_cumsum + ((int64_t)(v17) * stride_dA_cumsum_0 + (int64_t)(v118) * stride_dA_cumsum_1 + (int64_t)(v23) * stride_dA_cumsum_2);
         const bool aligned_ = false;
-        const int t0_ = v12 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+        const int t0_ = v21 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
       #pragma unroll
         for (int e = 0; e < 2; e += 1) {
           const int i0_ = t0_ + (e & 1) * 8;
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 1 <= (256);
           if (aligned_ && in_) {
-            kg::copy_vec<1>(&v80[e], p_ + off_);
+            kg::copy_vec<1>(&v119[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 1; ++v)
-              v80[e + v] = (i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
+              v119[e + v] = (i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
       // spec: specs/ssd_bwd.yaml:241:22
-      float v81[8];
+      float v120[8];
       {
-        const float* p_ = t_dA_cumsum + ((int64_t)(v17) * stride_dA_cumsum_0 + (int64_t)(v79) * stride_dA_cumsum_1 + (int64_t)(v14) * stride_dA_cumsum_2);
+        const float* p_ = t_dA_cumsum + ((int64_t)(v17) * stride_dA_cumsum_0 + (int64_t)(v118) * stride_dA_cumsum_1 + (int64_t)(v23) * stride_dA_cumsum_2);
         const bool aligned_ = kg::aligned(p_, 8) && stride_dA_cumsum_0 % 2 == 0 && stride_dA_cumsum_1 % 2 == 0 && stride_dA_cumsum_2 % 2 == 0;
-        const int t0_ = v61 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32;
+        const int t0_ = v83 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32;
       #pragma unroll
         for (int e = 0; e < 8; e += 2) {
           const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16;
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 2 <= (256);
           if (aligned_ && in_) {
-            kg::copy_vec<2>(&v81[e], p_ + off_);
+            kg::copy_vec<2>(&v120[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 2; ++v)
-              v81[e + v] = (i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
+              v120[e + v] = (i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
       // spec: specs/ssd_bwd.yaml:242:22
-      float v82[2];
+      float v121[2];
       {
-        const float* p_ = t_dt_eff + ((int64_t)(v17) * stride_dt_eff_0 + (int64_t)(v79) * stride_dt_eff_1 + (int64_t)(v14) * stride_dt_eff_2);
+        const float* p_ = t_dt_eff + ((int64_t)(v17) * stride_dt_eff_0 + (int64_t)(v118) * stride_dt_eff_1 + (int64_t)(v23) * stride_dt_eff_2);
         const bool aligned_ = false;
-        const int t0_ = v12 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+        const int t0_ = v21 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
       #pragma unroll
         for (int e = 0; e < 2; e += 1) {
           const int i0_ = t0_ + (e & 1) * 8;
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 1 <= (256);
           if (aligned_ && in_) {
-            kg::copy_vec<1>(&v82[e], p_ + off_);
+            kg::copy_vec<1>(&v121[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 1; ++v)
-              v82[e + v] = (i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
+              v121[e + v] = (i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
       // spec: specs/ssd_bwd.yaml:244:31
-      kg::bf16* v83 = reinterpret_cast<kg::bf16*>(smem + 0);
-      // spec: specs/ssd_bwd.yaml:244:35
+      kg::cp_async_wait<1>();
+      kg::fence_proxy_async();
       kg::sync();
-      if (true) {
-        const kg::bf16* p_ = t_x + ((int64_t)(v17) * stride_x_0 + (int64_t)(v79) * stride_x_2);
+      // spec: specs/ssd_bwd.yaml:238:11
+      const int v122 = 1;
+      // spec: specs/ssd_bwd.yaml:238:11
+      const int v123 = (v114 + v122);
+      // spec: specs/ssd_bwd.yaml:238:11
+      kg::bf16* v124 = v89 + (v123 % 2) * 4096;
+      // spec: specs/ssd_bwd.yaml:239:19
+      const int v125 = (v12 * v11);
+      // spec: specs/ssd_bwd.yaml:244:35
+      const int v126 = (v111 + v108);
+      // spec: specs/ssd_bwd.yaml:239:19
+      const int v127 = (v125 + v126);
+      // spec: specs/ssd_bwd.yaml:244:35
+      const bool v128 = (v126 < v11);
+      // spec: specs/ssd_bwd.yaml:244:35
+      if (v128) {
+        const kg::bf16* p_ = t_x + ((int64_t)(v17) * stride_x_0 + (int64_t)(v127) * stride_x_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 8 == 0 && stride_x_1 % 8 == 0 && stride_x_2 % 8 == 0;
         const int64_t q_ = (int64_t)(v7 * 64) * stride_x_1 + 0;
       #pragma unroll
@@ -403,58 +590,62 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_db(const kg::bf16* __restrict__ t_
           const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
           if (aligned_) {
             const int n_ = (i0_ < (size_seqlen)) * 8;
-            kg::cp_async<16>(&v83[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+            kg::cp_async<16>(&v124[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
           } else {
       #pragma unroll
             for (int v = 0; v < 8; ++v)
-              v83[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+              v124[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
           }
         }
       }
       kg::cp_async_commit();
       // spec: specs/ssd_bwd.yaml:244:31
-      kg::cp_async_wait<0>();
+      kg::cp_async_wait<1>();
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/ssd_bwd.yaml:244:31
-      kg::bf16* v84 = reinterpret_cast<kg::bf16*>(smem + 8192);
+      // spec: specs/ssd_bwd.yaml:238:11
+      kg::bf16* v129 = v88 + (v123 % 2) * 4096;
+      // spec: specs/ssd_bwd.yaml:239:19
+      const int v130 = (v12 * v11);
       // spec: specs/ssd_bwd.yaml:244:59
-      if (true) {
-        const kg::bf16* p_ = t_dy + ((int64_t)(v17) * stride_dy_0 + (int64_t)(v79) * stride_dy_2);
+      const int v131 = (v111 + v108);
+      // spec: specs/ssd_bwd.yaml:239:19
+      const int v132 = (v130 + v131);
+      // spec: specs/ssd_bwd.yaml:244:59
+      const bool v133 = (v131 < v11);
+      // spec: specs/ssd_bwd.yaml:244:59
+      if (v133) {
+        const kg::bf16* p_ = t_dy + ((int64_t)(v17) * stride_dy_0 + (int64_t)(v132) * stride_dy_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_dy_0 % 8 == 0 && stride_dy_1 % 8 == 0 && stride_dy_2 % 8 == 0;
-        const int64_t q_ = (int64_t)(v74 * 64) * stride_dy_1 + 0;
+        const int64_t q_ = (int64_t)(v101 * 64) * stride_dy_1 + 0;
       #pragma unroll
         for (int i = 0; i < 2; ++i) {
           const int c_ = lane + warp * 32 + i * 256;
           const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
-          const int i0_ = v74 * 64 + r_, i1_ = 0 + k_;
+          const int i0_ = v101 * 64 + r_, i1_ = 0 + k_;
           const int64_t off_ = q_ + ((int64_t)r_ * stride_dy_1 + k_);
           const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
           if (aligned_) {
             const int n_ = (i0_ < (size_seqlen)) * 8;
-            kg::cp_async<16>(&v84[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+            kg::cp_async<16>(&v129[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
           } else {
       #pragma unroll
             for (int v = 0; v < 8; ++v)
-              v84[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+              v129[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
           }
         }
       }
       kg::cp_async_commit();
       // spec: specs/ssd_bwd.yaml:244:31
-      kg::cp_async_wait<0>();
-      kg::fence_proxy_async();
-      kg::sync();
+      kg::bf16* v134 = v115;
       // spec: specs/ssd_bwd.yaml:244:31
-      kg::bf16* v85 = v84;
+      float v135[16];
       // spec: specs/ssd_bwd.yaml:244:31
-      float v86[16];
-      // spec: specs/ssd_bwd.yaml:244:31
-      float (&v87)[16] = v86;
+      float (&v136)[16] = v135;
       {
         const int wg_ = (warp / 4);
-        const uint64_t da_ = kg::wgmma_desc(v83, 16, 1024, 1);
-        const uint64_t db_ = kg::wgmma_desc(v85, 16, 1024, 1);
+        const uint64_t da_ = kg::wgmma_desc(v116, 16, 1024, 1);
+        const uint64_t db_ = kg::wgmma_desc(v134, 16, 1024, 1);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 4; ++ks)
@@ -462,114 +653,132 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_db(const kg::bf16* __restrict__ t_
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n32k16_bf16_ss<0, 0>(&v87[(rm * 1 + rn) * 16], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 2) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 2) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 2) * 32 + rn * 32)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 2) * 32 + rn * 32)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
+              kg::wgmma_m64n32k16_bf16_ss<0, 0>(&v136[(rm * 1 + rn) * 16], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 2) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 2) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 2) * 32 + rn * 32)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 2) * 32 + rn * 32)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
         kg::wgmma_wait<0>();
       #pragma unroll
-        for (int e = 0; e < 16; ++e) kg::fence_operand(v87[e]);
+        for (int e = 0; e < 16; ++e) kg::fence_operand(v136[e]);
       }
       // spec: specs/ssd_bwd.yaml:244:91
-      float (&v88)[2] = v82;
+      float (&v137)[2] = v121;
       // spec: specs/ssd_bwd.yaml:244:31
-      float v89[16];
+      float v138[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v89[e] = v88[((e >> 1) & 1) * 1];
+      for (int e = 0; e < 16; ++e) v138[e] = v137[((e >> 1) & 1) * 1];
       // spec: specs/ssd_bwd.yaml:243:19
-      const float v90 = 0.0f;
+      const float v139 = 0.0f;
       // spec: specs/ssd_bwd.yaml:243:89
-      float (&v91)[2] = v80;
+      float (&v140)[2] = v119;
       // spec: specs/ssd_bwd.yaml:243:73
-      float v92[16];
+      float v141[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v92[e] = v91[((e >> 1) & 1) * 1];
+      for (int e = 0; e < 16; ++e) v141[e] = v140[((e >> 1) & 1) * 1];
       // spec: specs/ssd_bwd.yaml:243:73
-      float (&v93)[8] = v81;
+      float (&v142)[8] = v120;
       // spec: specs/ssd_bwd.yaml:243:73
-      float v94[16];
+      float v143[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v94[e] = v93[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4];
+      for (int e = 0; e < 16; ++e) v143[e] = v142[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4];
       // spec: specs/ssd_bwd.yaml:243:73
-      float v95[16];
+      float v144[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v95[e] = (v94[e] - v92[e]);
+      for (int e = 0; e < 16; ++e) v144[e] = (v143[e] - v141[e]);
       // spec: specs/ssd_bwd.yaml:243:69
-      float v96[16];
+      float v145[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v96[e] = kg::exp_(v95[e]);
+      for (int e = 0; e < 16; ++e) v145[e] = kg::exp_(v144[e]);
       // spec: specs/ssd_bwd.yaml:243:25
-      bool v97[16];
+      bool v146[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v97[e] = (v45[e] <= v68[e]);
+      for (int e = 0; e < 16; ++e) v146[e] = (v80[e] <= v107[e]);
       // spec: specs/ssd_bwd.yaml:243:19
-      float v98[16];
+      float v147[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v98[e] = (v97[e] ? v96[e] : v90);
+      for (int e = 0; e < 16; ++e) v147[e] = (v146[e] ? v145[e] : v139);
       // spec: specs/ssd_bwd.yaml:244:31
-      float v99[16];
+      float v148[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v99[e] = (v87[e] * v98[e]);
+      for (int e = 0; e < 16; ++e) v148[e] = (v136[e] * v147[e]);
       // spec: specs/ssd_bwd.yaml:244:31
-      float v100[16];
+      float v149[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v100[e] = (v99[e] * v89[e]);
+      for (int e = 0; e < 16; ++e) v149[e] = (v148[e] * v138[e]);
       // spec: specs/ssd_bwd.yaml:244:23
-      float v101[16];
+      float v150[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v101[e] = (v77[e] + v100[e]);
+      for (int e = 0; e < 16; ++e) v150[e] = (v112[e] + v149[e]);
       // spec: specs/ssd_bwd.yaml:244:23
 
       float y0_[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) y0_[e] = v101[e];
+      for (int e = 0; e < 16; ++e) y0_[e] = v150[e];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v75[e] = y0_[e];
+      for (int e = 0; e < 16; ++e) v110[e] = y0_[e];
     }
     // spec: specs/ssd_bwd.yaml:245:24
-    kg::bf16 v102[16];
+    kg::bf16 v151[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v102[e] = kg::cvt<kg::bf16>(v75[e]);
+    for (int e = 0; e < 16; ++e) v151[e] = kg::cvt<kg::bf16>(v110[e]);
     // spec: specs/ssd_bwd.yaml:245:20
-    kg::bf16* v103 = reinterpret_cast<kg::bf16*>(smem + 0);
+    kg::bf16* v152 = reinterpret_cast<kg::bf16*>(smem + 16384);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 16; e += 2) kg::copy_vec<2>(&v103[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) % 8], &v102[e]);
+    for (int e = 0; e < 16; e += 2) kg::copy_vec<2>(&v152[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) % 8], &v151[e]);
     kg::fence_proxy_async();
 
     // spec: specs/ssd_bwd.yaml:245:20
-    kg::bf16* v104 = reinterpret_cast<kg::bf16*>(smem + 8192);
+    kg::cp_async_wait<0>();
+    kg::fence_proxy_async();
+    kg::sync();
+    // spec: specs/ssd_bwd.yaml:234:7
+    const int v153 = 1;
+    // spec: specs/ssd_bwd.yaml:234:7
+    const int v154 = (v86 + v153);
+    // spec: specs/ssd_bwd.yaml:234:7
+    kg::bf16* v155 = v55 + (v154 % 2) * 4096;
+    // spec: specs/ssd_bwd.yaml:235:23
+    const int v156 = 4;
+    // spec: specs/ssd_bwd.yaml:235:23
+    const int v157 = (v23 * v156);
     // spec: specs/ssd_bwd.yaml:245:41
-    if (true) {
-      const kg::bf16* p_ = t_C + ((int64_t)(v17) * stride_C_0 + (int64_t)(v16) * stride_C_2);
+    const int v158 = (v83 + v81);
+    // spec: specs/ssd_bwd.yaml:235:23
+    const int v159 = (v157 + v158);
+    // spec: specs/ssd_bwd.yaml:245:41
+    const bool v160 = (v158 < v73);
+    // spec: specs/ssd_bwd.yaml:245:41
+    if (v160) {
+      const kg::bf16* p_ = t_C + ((int64_t)(v17) * stride_C_0 + (int64_t)(v12) * stride_C_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_C_0 % 8 == 0 && stride_C_1 % 8 == 0 && stride_C_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v74 * 64) * stride_C_1 + 0;
+      const int64_t q_ = (int64_t)(v159 * 64) * stride_C_1 + 0;
     #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int c_ = lane + warp * 32 + i * 256;
         const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
-        const int i0_ = v74 * 64 + r_, i1_ = 0 + k_;
+        const int i0_ = v159 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = q_ + ((int64_t)r_ * stride_C_1 + k_);
         const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
         if (aligned_) {
           const int n_ = (i0_ < (size_seqlen)) * 8;
-          kg::cp_async<16>(&v104[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v155[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v104[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v155[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
     // spec: specs/ssd_bwd.yaml:245:20
-    kg::cp_async_wait<0>();
-    kg::fence_proxy_async();
-    kg::sync();
-    // spec: specs/ssd_bwd.yaml:245:20
-    float (&v105)[16] = v62;
+    float (&v161)[16] = v84;
     {
       const int wg_ = (warp / 4);
-      const uint64_t da_ = kg::wgmma_desc(v103, 128, 1024, 0);
-      const uint64_t db_ = kg::wgmma_desc(v104, 1024, 128, 0);
+      const uint64_t da_ = kg::wgmma_desc(v152, 128, 1024, 0);
+      const uint64_t db_ = kg::wgmma_desc(v87, 1024, 128, 0);
+      // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
+      // (ptxas would then insert a warpgroup.arrive, C7519)
+    #pragma unroll
+      for (int e = 0; e < 16; ++e) kg::fence_operand(v161[e]);
       kg::wgmma_fence();
     #pragma unroll
       for (int ks = 0; ks < 4; ++ks)
@@ -577,27 +786,27 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_db(const kg::bf16* __restrict__ t_
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n32k16_bf16_ss<0, 1>(&v105[(rm * 1 + rn) * 16], da_ + ((((((wg_ / 2) * 64 + rm * 64)) / 8 * 8 + ((ks * 16)) / 8) * 64 + (((wg_ / 2) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + (((((ks * 16)) / 8 * 8 + (((wg_ % 2) * 32 + rn * 32)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 2) * 32 + rn * 32)) % 8) * 2 / 16), 1);
+            kg::wgmma_m64n32k16_bf16_ss<0, 1>(&v161[(rm * 1 + rn) * 16], da_ + ((((((wg_ / 2) * 64 + rm * 64)) / 8 * 8 + ((ks * 16)) / 8) * 64 + (((wg_ / 2) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + (((((ks * 16)) / 8 * 8 + (((wg_ % 2) * 32 + rn * 32)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 2) * 32 + rn * 32)) % 8) * 2 / 16), 1);
       kg::wgmma_commit();
       kg::wgmma_wait<0>();
     #pragma unroll
-      for (int e = 0; e < 16; ++e) kg::fence_operand(v105[e]);
+      for (int e = 0; e < 16; ++e) kg::fence_operand(v161[e]);
     }
     // spec: specs/ssd_bwd.yaml:245:20
 
     float y0_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y0_[e] = v105[e];
+    for (int e = 0; e < 16; ++e) y0_[e] = v161[e];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v60[e] = y0_[e];
+    for (int e = 0; e < 16; ++e) v82[e] = y0_[e];
   }
   // spec: specs/ssd_bwd.yaml:246:32
-  kg::bf16 v106[16];
+  kg::bf16 v162[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v106[e] = kg::cvt<kg::bf16>(v60[e]);
+  for (int e = 0; e < 16; ++e) v162[e] = kg::cvt<kg::bf16>(v82[e]);
   // spec: specs/ssd_bwd.yaml:246:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
-    kg::bf16* p_ = t_dB + ((int64_t)(v17) * stride_dB_0 + (int64_t)(v16) * stride_dB_2);
+    kg::bf16* p_ = t_dB + ((int64_t)(v17) * stride_dB_0 + (int64_t)(v12) * stride_dB_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dB_0 % 2 == 0 && stride_dB_1 % 2 == 0 && stride_dB_2 % 2 == 0;
     const int t0_ = v7 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
     const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32;
@@ -607,11 +816,11 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_db(const kg::bf16* __restrict__ t_
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
       const int64_t off_ = (int64_t)i0_ * stride_dB_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_seqlen)) {
-        kg::copy_vec<2>(p_ + off_, &v106[e]);
+        kg::copy_vec<2>(p_ + off_, &v162[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_seqlen)) p_[off_ + v] = v106[e + v];
+          if (i0_ < (size_seqlen)) p_[off_ + v] = v162[e + v];
       }
     }
   }

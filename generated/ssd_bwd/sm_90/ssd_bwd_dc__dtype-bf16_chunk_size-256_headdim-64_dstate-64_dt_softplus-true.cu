@@ -31,64 +31,106 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_dc(const kg::bf16* __restrict__ t_
   const int v5 = kg::block_id_x();
   // spec: specs/ssd_bwd.yaml:259:20
   const int v6 = kg::block_id_x();
-  // spec: specs/ssd_bwd.yaml:262:22
-  const int v7 = 1;
-  // spec: specs/ssd_bwd.yaml:262:22
+  // spec: specs/ssd_bwd.yaml:265:29
+  kg::bf16* v7 = reinterpret_cast<kg::bf16*>(smem + 0);
+  // spec: specs/ssd_bwd.yaml:262:7
   const int v8 = 0;
-  // spec: specs/ssd_bwd.yaml:261:16
-  float v9[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v9[e] = 0.0f;
-  // spec: specs/ssd_bwd.yaml:258:11
-  const int v10 = 4;
-  // spec: specs/ssd_bwd.yaml:258:11
-  const int v11 = (kg::mod(v5, v10));
-  // spec: specs/ssd_bwd.yaml:257:11
-  const int v12 = 4;
-  // spec: specs/ssd_bwd.yaml:257:11
-  const int v13 = (kg::floordiv(v4, v12));
+  // spec: specs/ssd_bwd.yaml:262:7
+  kg::bf16* v9 = v7 + (v8 % 2) * 4096;
   // spec: specs/ssd_bwd.yaml:256:15
-  const int v14 = (kg::floordiv(v0, v1));
+  const int v10 = (kg::floordiv(v0, v1));
   // spec: specs/ssd_bwd.yaml:255:11
-  const int v15 = (kg::mod(v3, v1));
+  const int v11 = (kg::mod(v3, v1));
+  // spec: specs/ssd_bwd.yaml:263:15
+  const int v12 = (v11 * v10);
+  // spec: specs/ssd_bwd.yaml:262:22
+  const int v13 = 0;
+  // spec: specs/ssd_bwd.yaml:263:15
+  const int v14 = (v12 + v13);
+  // spec: specs/ssd_bwd.yaml:262:7
+  const bool v15 = (v13 < v10);
   // spec: specs/ssd_bwd.yaml:254:11
   const int v16 = (kg::floordiv(v2, v1));
+  // spec: specs/ssd_bwd.yaml:265:33
+  kg::sync();
+  if (v15) {
+    const kg::bf16* p_ = t_dy + ((int64_t)(v16) * stride_dy_0 + (int64_t)(v14) * stride_dy_2);
+    const bool aligned_ = kg::aligned(p_, 16) && stride_dy_0 % 8 == 0 && stride_dy_1 % 8 == 0 && stride_dy_2 % 8 == 0;
+    const int64_t q_ = (int64_t)(v6 * 64) * stride_dy_1 + 0;
+  #pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int c_ = lane + warp * 32 + i * 256;
+      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+      const int i0_ = v6 * 64 + r_, i1_ = 0 + k_;
+      const int64_t off_ = q_ + ((int64_t)r_ * stride_dy_1 + k_);
+      const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
+      if (aligned_) {
+        const int n_ = (i0_ < (size_seqlen)) * 8;
+        kg::cp_async<16>(&v9[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+      } else {
+  #pragma unroll
+        for (int v = 0; v < 8; ++v)
+          v9[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+      }
+    }
+  }
+  kg::cp_async_commit();
+  // spec: specs/ssd_bwd.yaml:262:22
+  const int v17 = 1;
+  // spec: specs/ssd_bwd.yaml:261:16
+  float v18[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v18[e] = 0.0f;
+  // spec: specs/ssd_bwd.yaml:258:11
+  const int v19 = 4;
+  // spec: specs/ssd_bwd.yaml:258:11
+  const int v20 = (kg::mod(v5, v19));
+  // spec: specs/ssd_bwd.yaml:257:11
+  const int v21 = 4;
+  // spec: specs/ssd_bwd.yaml:257:11
+  const int v22 = (kg::floordiv(v4, v21));
   // spec: specs/ssd_bwd.yaml:262:7
 
-  float v17[16];
+  float v23[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v17[e] = v9[e];
-  for (int v18 = v8; v18 < v14; v18 += v7) {
-    float (&v19)[16] = v17;
+  for (int e = 0; e < 16; ++e) v23[e] = v18[e];
+  for (int v24 = v13; v24 < v10; v24 += v17) {
+    float (&v25)[16] = v23;
     
+    // spec: specs/ssd_bwd.yaml:262:7
+    const int v26 = (v24 - v13);
+    // spec: specs/ssd_bwd.yaml:262:7
+    const int v27 = (kg::floordiv(v26, v17));
+    // spec: specs/ssd_bwd.yaml:262:7
+    kg::bf16* v28 = v7 + (v27 % 2) * 4096;
     // spec: specs/ssd_bwd.yaml:263:15
-    const int v20 = (v15 * v14);
+    const int v29 = (v11 * v10);
     // spec: specs/ssd_bwd.yaml:263:15
-    const int v21 = (v20 + v18);
+    const int v30 = (v29 + v24);
     // spec: specs/ssd_bwd.yaml:264:18
-    float v22[2];
+    float v31[2];
     {
-      const float* p_ = t_dA_cumsum + ((int64_t)(v16) * stride_dA_cumsum_0 + (int64_t)(v21) * stride_dA_cumsum_1 + (int64_t)(v13) * stride_dA_cumsum_2);
+      const float* p_ = t_dA_cumsum + ((int64_t)(v16) * stride_dA_cumsum_0 + (int64_t)(v30) * stride_dA_cumsum_1 + (int64_t)(v22) * stride_dA_cumsum_2);
       const bool aligned_ = false;
-      const int t0_ = v11 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+      const int t0_ = v20 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
     #pragma unroll
       for (int e = 0; e < 2; e += 1) {
         const int i0_ = t0_ + (e & 1) * 8;
         const int64_t off_ = (int64_t)i0_ * 1;
         const bool in_ = i0_ + 1 <= (256);
         if (aligned_ && in_) {
-          kg::copy_vec<1>(&v22[e], p_ + off_);
+          kg::copy_vec<1>(&v31[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 1; ++v)
-            v22[e + v] = (i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
+            v31[e + v] = (i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
     // spec: specs/ssd_bwd.yaml:265:58
-    float v23[16];
+    float v32[16];
     {
-      const float* p_ = t_prev_states + ((int64_t)(v16) * stride_prev_states_0 + (int64_t)(v13) * stride_prev_states_1 + (int64_t)(v21) * stride_prev_states_2);
+      const float* p_ = t_prev_states + ((int64_t)(v16) * stride_prev_states_0 + (int64_t)(v22) * stride_prev_states_1 + (int64_t)(v30) * stride_prev_states_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_prev_states_0 % 4 == 0 && stride_prev_states_1 % 4 == 0 && stride_prev_states_2 % 4 == 0 && stride_prev_states_3 % 4 == 0;
       const int t0_ = 0 + ((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4 + ((warp >> 2) & 1) * 8;
       const int t1_ = 0 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32;
@@ -99,20 +141,35 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_dc(const kg::bf16* __restrict__ t_
         const int64_t off_ = (int64_t)i0_ * stride_prev_states_3 + (int64_t)i1_ * 1;
         const bool in_ = true;
         if (aligned_ && in_) {
-          kg::copy_vec<4>(&v23[e], p_ + off_);
+          kg::copy_vec<4>(&v32[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 4; ++v)
-            v23[e + v] = (true) ? p_[off_ + v] : 0.0f;
+            v32[e + v] = (true) ? p_[off_ + v] : 0.0f;
         }
       }
     }
     // spec: specs/ssd_bwd.yaml:265:29
-    kg::bf16* v24 = reinterpret_cast<kg::bf16*>(smem + 0);
-    // spec: specs/ssd_bwd.yaml:265:33
+    kg::cp_async_wait<0>();
+    kg::fence_proxy_async();
     kg::sync();
-    if (true) {
-      const kg::bf16* p_ = t_dy + ((int64_t)(v16) * stride_dy_0 + (int64_t)(v21) * stride_dy_2);
+    // spec: specs/ssd_bwd.yaml:262:7
+    const int v33 = 1;
+    // spec: specs/ssd_bwd.yaml:262:7
+    const int v34 = (v27 + v33);
+    // spec: specs/ssd_bwd.yaml:262:7
+    kg::bf16* v35 = v7 + (v34 % 2) * 4096;
+    // spec: specs/ssd_bwd.yaml:263:15
+    const int v36 = (v11 * v10);
+    // spec: specs/ssd_bwd.yaml:265:33
+    const int v37 = (v24 + v17);
+    // spec: specs/ssd_bwd.yaml:263:15
+    const int v38 = (v36 + v37);
+    // spec: specs/ssd_bwd.yaml:265:33
+    const bool v39 = (v37 < v10);
+    // spec: specs/ssd_bwd.yaml:265:33
+    if (v39) {
+      const kg::bf16* p_ = t_dy + ((int64_t)(v16) * stride_dy_0 + (int64_t)(v38) * stride_dy_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dy_0 % 8 == 0 && stride_dy_1 % 8 == 0 && stride_dy_2 % 8 == 0;
       const int64_t q_ = (int64_t)(v6 * 64) * stride_dy_1 + 0;
     #pragma unroll
@@ -124,37 +181,33 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_dc(const kg::bf16* __restrict__ t_
         const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
         if (aligned_) {
           const int n_ = (i0_ < (size_seqlen)) * 8;
-          kg::cp_async<16>(&v24[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v35[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v24[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v35[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
-    // spec: specs/ssd_bwd.yaml:265:29
-    kg::cp_async_wait<0>();
-    kg::fence_proxy_async();
-    kg::sync();
     // spec: specs/ssd_bwd.yaml:265:58
-    kg::bf16 v25[16];
+    kg::bf16 v40[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v25[e] = kg::cvt<kg::bf16>(v23[e]);
+    for (int e = 0; e < 16; ++e) v40[e] = kg::cvt<kg::bf16>(v32[e]);
     // spec: specs/ssd_bwd.yaml:265:29
-    kg::bf16* v26 = reinterpret_cast<kg::bf16*>(smem + 8192);
+    kg::bf16* v41 = reinterpret_cast<kg::bf16*>(smem + 16384);
     #pragma unroll
-    for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v26[(((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4 + ((warp >> 2) & 1) * 8) + (((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32)) / 8 * 8 + (((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) / 8) * 64 + ((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4 + ((warp >> 2) & 1) * 8) + (((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32)) % 8 * 8 + (((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) % 8], &v25[e]);
+    for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v41[(((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4 + ((warp >> 2) & 1) * 8) + (((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32)) / 8 * 8 + (((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) / 8) * 64 + ((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4 + ((warp >> 2) & 1) * 8) + (((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32)) % 8 * 8 + (((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) % 8], &v40[e]);
     kg::fence_proxy_async();
     kg::sync();
     // spec: specs/ssd_bwd.yaml:265:29
-    float v27[16];
+    float v42[16];
     // spec: specs/ssd_bwd.yaml:265:29
-    float (&v28)[16] = v27;
+    float (&v43)[16] = v42;
     {
       const int wg_ = (warp / 4);
-      const uint64_t da_ = kg::wgmma_desc(v24, 16, 1024, 1);
-      const uint64_t db_ = kg::wgmma_desc(v26, 1024, 128, 0);
+      const uint64_t da_ = kg::wgmma_desc(v28, 16, 1024, 1);
+      const uint64_t db_ = kg::wgmma_desc(v41, 1024, 128, 0);
       kg::wgmma_fence();
     #pragma unroll
       for (int ks = 0; ks < 4; ++ks)
@@ -162,194 +215,328 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_dc(const kg::bf16* __restrict__ t_
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n32k16_bf16_ss<0, 1>(&v28[(rm * 1 + rn) * 16], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 2) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 2) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 8 * 8 + (((wg_ % 2) * 32 + rn * 32)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 2) * 32 + rn * 32)) % 8) * 2 / 16), (ks > 0));
+            kg::wgmma_m64n32k16_bf16_ss<0, 1>(&v43[(rm * 1 + rn) * 16], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 2) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 2) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 8 * 8 + (((wg_ % 2) * 32 + rn * 32)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 2) * 32 + rn * 32)) % 8) * 2 / 16), (ks > 0));
       kg::wgmma_commit();
       kg::wgmma_wait<0>();
     #pragma unroll
-      for (int e = 0; e < 16; ++e) kg::fence_operand(v28[e]);
+      for (int e = 0; e < 16; ++e) kg::fence_operand(v43[e]);
     }
     // spec: specs/ssd_bwd.yaml:265:104
-    float v29[2];
+    float v44[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v29[e] = kg::exp_(v22[e]);
+    for (int e = 0; e < 2; ++e) v44[e] = kg::exp_(v31[e]);
     // spec: specs/ssd_bwd.yaml:265:104
-    float (&v30)[2] = v29;
+    float (&v45)[2] = v44;
     // spec: specs/ssd_bwd.yaml:265:29
-    float v31[16];
+    float v46[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v31[e] = v30[((e >> 1) & 1) * 1];
+    for (int e = 0; e < 16; ++e) v46[e] = v45[((e >> 1) & 1) * 1];
     // spec: specs/ssd_bwd.yaml:265:29
-    float v32[16];
+    float v47[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v32[e] = (v28[e] * v31[e]);
+    for (int e = 0; e < 16; ++e) v47[e] = (v43[e] * v46[e]);
     // spec: specs/ssd_bwd.yaml:265:20
-    float v33[16];
+    float v48[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v33[e] = (v19[e] + v32[e]);
+    for (int e = 0; e < 16; ++e) v48[e] = (v25[e] + v47[e]);
     // spec: specs/ssd_bwd.yaml:265:20
 
     float y0_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y0_[e] = v33[e];
+    for (int e = 0; e < 16; ++e) y0_[e] = v48[e];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v17[e] = y0_[e];
+    for (int e = 0; e < 16; ++e) v23[e] = y0_[e];
   }
+  // spec: specs/ssd_bwd.yaml:279:20
+  kg::bf16* v49 = reinterpret_cast<kg::bf16*>(smem + 0);
+  // spec: specs/ssd_bwd.yaml:268:7
+  const int v50 = 0;
+  // spec: specs/ssd_bwd.yaml:268:7
+  kg::bf16* v51 = v49 + (v50 % 2) * 4096;
+  // spec: specs/ssd_bwd.yaml:269:23
+  const int v52 = 4;
+  // spec: specs/ssd_bwd.yaml:269:23
+  const int v53 = (v22 * v52);
+  // spec: specs/ssd_bwd.yaml:268:22
+  const int v54 = 0;
+  // spec: specs/ssd_bwd.yaml:269:23
+  const int v55 = (v53 + v54);
+  // spec: specs/ssd_bwd.yaml:268:22
+  const int v56 = 64;
+  // spec: specs/ssd_bwd.yaml:268:22
+  const int v57 = 63;
+  // spec: specs/ssd_bwd.yaml:268:27
+  const int v58 = 64;
+  // spec: specs/ssd_bwd.yaml:268:28
+  const int v59 = 1;
+  // spec: specs/ssd_bwd.yaml:268:28
+  const int v60 = (v20 + v59);
+  // spec: specs/ssd_bwd.yaml:268:27
+  const int v61 = (v60 * v58);
+  // spec: specs/ssd_bwd.yaml:268:22
+  const int v62 = (v61 + v57);
+  // spec: specs/ssd_bwd.yaml:268:22
+  const int v63 = (kg::floordiv(v62, v56));
+  // spec: specs/ssd_bwd.yaml:268:7
+  const bool v64 = (v54 < v63);
+  // spec: specs/ssd_bwd.yaml:279:41
+  kg::sync();
+  if (v64) {
+    const kg::bf16* p_ = t_B + ((int64_t)(v16) * stride_B_0 + (int64_t)(v11) * stride_B_2);
+    const bool aligned_ = kg::aligned(p_, 16) && stride_B_0 % 8 == 0 && stride_B_1 % 8 == 0 && stride_B_2 % 8 == 0;
+    const int64_t q_ = (int64_t)(v55 * 64) * stride_B_1 + 0;
+  #pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int c_ = lane + warp * 32 + i * 256;
+      const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
+      const int i0_ = v55 * 64 + r_, i1_ = 0 + k_;
+      const int64_t off_ = q_ + ((int64_t)r_ * stride_B_1 + k_);
+      const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
+      if (aligned_) {
+        const int n_ = (i0_ < (size_seqlen)) * 8;
+        kg::cp_async<16>(&v51[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+      } else {
+  #pragma unroll
+        for (int v = 0; v < 8; ++v)
+          v51[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+      }
+    }
+  }
+  kg::cp_async_commit();
   // spec: specs/ssd_bwd.yaml:260:34
-  int v34[2];
+  int v65[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v34[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8);
+  for (int e = 0; e < 2; ++e) v65[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8);
   // spec: specs/ssd_bwd.yaml:260:20
-  const int v35 = 64;
+  const int v66 = 64;
   // spec: specs/ssd_bwd.yaml:260:20
-  const int v36 = (v11 * v35);
+  const int v67 = (v20 * v66);
   // spec: specs/ssd_bwd.yaml:260:20
-  int v37[2];
+  int v68[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v37[e] = (v36 + v34[e]);
+  for (int e = 0; e < 2; ++e) v68[e] = (v67 + v65[e]);
   // spec: specs/ssd_bwd.yaml:277:48
-  int (&v38)[2] = v37;
+  int (&v69)[2] = v68;
   // spec: specs/ssd_bwd.yaml:277:25
-  int v39[16];
+  int v70[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v39[e] = v38[((e >> 1) & 1) * 1];
+  for (int e = 0; e < 16; ++e) v70[e] = v69[((e >> 1) & 1) * 1];
   // spec: specs/ssd_bwd.yaml:268:22
-  const int v40 = 1;
-  // spec: specs/ssd_bwd.yaml:268:22
-  const int v41 = 0;
-  // spec: specs/ssd_bwd.yaml:268:22
-  const int v42 = 64;
-  // spec: specs/ssd_bwd.yaml:268:22
-  const int v43 = 63;
-  // spec: specs/ssd_bwd.yaml:268:27
-  const int v44 = 64;
-  // spec: specs/ssd_bwd.yaml:268:28
-  const int v45 = 1;
-  // spec: specs/ssd_bwd.yaml:268:28
-  const int v46 = (v11 + v45);
-  // spec: specs/ssd_bwd.yaml:268:27
-  const int v47 = (v46 * v44);
-  // spec: specs/ssd_bwd.yaml:268:22
-  const int v48 = (v47 + v43);
-  // spec: specs/ssd_bwd.yaml:268:22
-  const int v49 = (kg::floordiv(v48, v42));
+  const int v71 = 1;
   // spec: specs/ssd_bwd.yaml:268:7
 
-  float v50[16];
+  float v72[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v50[e] = v17[e];
-  for (int v51 = v41; v51 < v49; v51 += v40) {
-    float (&v52)[16] = v50;
+  for (int e = 0; e < 16; ++e) v72[e] = v23[e];
+  for (int v73 = v54; v73 < v63; v73 += v71) {
+    float (&v74)[16] = v72;
     
+    // spec: specs/ssd_bwd.yaml:268:7
+    const int v75 = (v73 - v54);
+    // spec: specs/ssd_bwd.yaml:268:7
+    const int v76 = (kg::floordiv(v75, v71));
+    // spec: specs/ssd_bwd.yaml:268:7
+    kg::bf16* v77 = v49 + (v76 % 2) * 4096;
+    // spec: specs/ssd_bwd.yaml:278:31
+    kg::bf16* v78 = reinterpret_cast<kg::bf16*>(smem + 16384);
+    // spec: specs/ssd_bwd.yaml:278:31
+    kg::bf16* v79 = reinterpret_cast<kg::bf16*>(smem + 32768);
+    // spec: specs/ssd_bwd.yaml:272:11
+    const int v80 = 0;
+    // spec: specs/ssd_bwd.yaml:272:11
+    kg::bf16* v81 = v79 + (v80 % 2) * 4096;
+    // spec: specs/ssd_bwd.yaml:273:19
+    const int v82 = (v11 * v10);
+    // spec: specs/ssd_bwd.yaml:272:26
+    const int v83 = 0;
+    // spec: specs/ssd_bwd.yaml:273:19
+    const int v84 = (v82 + v83);
+    // spec: specs/ssd_bwd.yaml:272:11
+    const bool v85 = (v83 < v10);
+    // spec: specs/ssd_bwd.yaml:278:35
+    kg::sync();
+    if (v85) {
+      const kg::bf16* p_ = t_dy + ((int64_t)(v16) * stride_dy_0 + (int64_t)(v84) * stride_dy_2);
+      const bool aligned_ = kg::aligned(p_, 16) && stride_dy_0 % 8 == 0 && stride_dy_1 % 8 == 0 && stride_dy_2 % 8 == 0;
+      const int64_t q_ = (int64_t)(v6 * 64) * stride_dy_1 + 0;
+    #pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int c_ = lane + warp * 32 + i * 256;
+        const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+        const int i0_ = v6 * 64 + r_, i1_ = 0 + k_;
+        const int64_t off_ = q_ + ((int64_t)r_ * stride_dy_1 + k_);
+        const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
+        if (aligned_) {
+          const int n_ = (i0_ < (size_seqlen)) * 8;
+          kg::cp_async<16>(&v81[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        } else {
+    #pragma unroll
+          for (int v = 0; v < 8; ++v)
+            v81[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+        }
+      }
+    }
+    kg::cp_async_commit();
+    // spec: specs/ssd_bwd.yaml:272:11
+    kg::bf16* v86 = v78 + (v80 % 2) * 4096;
+    // spec: specs/ssd_bwd.yaml:273:19
+    const int v87 = (v11 * v10);
+    // spec: specs/ssd_bwd.yaml:273:19
+    const int v88 = (v87 + v83);
+    // spec: specs/ssd_bwd.yaml:269:23
+    const int v89 = 4;
+    // spec: specs/ssd_bwd.yaml:269:23
+    const int v90 = (v22 * v89);
+    // spec: specs/ssd_bwd.yaml:269:23
+    const int v91 = (v90 + v73);
+    // spec: specs/ssd_bwd.yaml:278:60
+    if (v85) {
+      const kg::bf16* p_ = t_x + ((int64_t)(v16) * stride_x_0 + (int64_t)(v88) * stride_x_2);
+      const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 8 == 0 && stride_x_1 % 8 == 0 && stride_x_2 % 8 == 0;
+      const int64_t q_ = (int64_t)(v91 * 64) * stride_x_1 + 0;
+    #pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int c_ = lane + warp * 32 + i * 256;
+        const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+        const int i0_ = v91 * 64 + r_, i1_ = 0 + k_;
+        const int64_t off_ = q_ + ((int64_t)r_ * stride_x_1 + k_);
+        const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
+        if (aligned_) {
+          const int n_ = (i0_ < (size_seqlen)) * 8;
+          kg::cp_async<16>(&v86[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        } else {
+    #pragma unroll
+          for (int v = 0; v < 8; ++v)
+            v86[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+        }
+      }
+    }
+    kg::cp_async_commit();
     // spec: specs/ssd_bwd.yaml:270:38
-    int v53[8];
+    int v92[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v53[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16);
+    for (int e = 0; e < 8; ++e) v92[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16);
     // spec: specs/ssd_bwd.yaml:270:24
-    const int v54 = 64;
+    const int v93 = 64;
     // spec: specs/ssd_bwd.yaml:270:24
-    const int v55 = (v51 * v54);
+    const int v94 = (v73 * v93);
     // spec: specs/ssd_bwd.yaml:270:24
-    int v56[8];
+    int v95[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v56[e] = (v55 + v53[e]);
+    for (int e = 0; e < 8; ++e) v95[e] = (v94 + v92[e]);
     // spec: specs/ssd_bwd.yaml:277:25
-    int (&v57)[8] = v56;
+    int (&v96)[8] = v95;
     // spec: specs/ssd_bwd.yaml:277:25
-    int v58[16];
+    int v97[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v58[e] = v57[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4];
+    for (int e = 0; e < 16; ++e) v97[e] = v96[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4];
     // spec: specs/ssd_bwd.yaml:272:26
-    const int v59 = 1;
-    // spec: specs/ssd_bwd.yaml:272:26
-    const int v60 = 0;
+    const int v98 = 1;
     // spec: specs/ssd_bwd.yaml:271:19
-    float v61[16];
+    float v99[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v61[e] = 0.0f;
-    // spec: specs/ssd_bwd.yaml:269:23
-    const int v62 = 4;
-    // spec: specs/ssd_bwd.yaml:269:23
-    const int v63 = (v13 * v62);
-    // spec: specs/ssd_bwd.yaml:269:23
-    const int v64 = (v63 + v51);
+    for (int e = 0; e < 16; ++e) v99[e] = 0.0f;
     // spec: specs/ssd_bwd.yaml:272:11
 
-    float v65[16];
+    float v100[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v65[e] = v61[e];
-    for (int v66 = v60; v66 < v14; v66 += v59) {
-      float (&v67)[16] = v65;
+    for (int e = 0; e < 16; ++e) v100[e] = v99[e];
+    for (int v101 = v83; v101 < v10; v101 += v98) {
+      float (&v102)[16] = v100;
       
+      // spec: specs/ssd_bwd.yaml:272:11
+      const int v103 = (v101 - v83);
+      // spec: specs/ssd_bwd.yaml:272:11
+      const int v104 = (kg::floordiv(v103, v98));
+      // spec: specs/ssd_bwd.yaml:272:11
+      kg::bf16* v105 = v78 + (v104 % 2) * 4096;
+      // spec: specs/ssd_bwd.yaml:272:11
+      kg::bf16* v106 = v79 + (v104 % 2) * 4096;
       // spec: specs/ssd_bwd.yaml:273:19
-      const int v68 = (v15 * v14);
+      const int v107 = (v11 * v10);
       // spec: specs/ssd_bwd.yaml:273:19
-      const int v69 = (v68 + v66);
+      const int v108 = (v107 + v101);
       // spec: specs/ssd_bwd.yaml:274:22
-      float v70[2];
+      float v109[2];
       {
-        const float* p_ = t_dA_cumsum + ((int64_t)(v16) * stride_dA_cumsum_0 + (int64_t)(v69) * stride_dA_cumsum_1 + (int64_t)(v13) * stride_dA_cumsum_2);
+        const float* p_ = t_dA_cumsum + ((int64_t)(v16) * stride_dA_cumsum_0 + (int64_t)(v108) * stride_dA_cumsum_1 + (int64_t)(v22) * stride_dA_cumsum_2);
         const bool aligned_ = false;
-        const int t0_ = v11 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+        const int t0_ = v20 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
       #pragma unroll
         for (int e = 0; e < 2; e += 1) {
           const int i0_ = t0_ + (e & 1) * 8;
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 1 <= (256);
           if (aligned_ && in_) {
-            kg::copy_vec<1>(&v70[e], p_ + off_);
+            kg::copy_vec<1>(&v109[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 1; ++v)
-              v70[e + v] = (i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
+              v109[e + v] = (i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
       // spec: specs/ssd_bwd.yaml:275:22
-      float v71[8];
+      float v110[8];
       {
-        const float* p_ = t_dA_cumsum + ((int64_t)(v16) * stride_dA_cumsum_0 + (int64_t)(v69) * stride_dA_cumsum_1 + (int64_t)(v13) * stride_dA_cumsum_2);
+        const float* p_ = t_dA_cumsum + ((int64_t)(v16) * stride_dA_cumsum_0 + (int64_t)(v108) * stride_dA_cumsum_1 + (int64_t)(v22) * stride_dA_cumsum_2);
         const bool aligned_ = kg::aligned(p_, 8) && stride_dA_cumsum_0 % 2 == 0 && stride_dA_cumsum_1 % 2 == 0 && stride_dA_cumsum_2 % 2 == 0;
-        const int t0_ = v51 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32;
+        const int t0_ = v73 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32;
       #pragma unroll
         for (int e = 0; e < 8; e += 2) {
           const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16;
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 2 <= (256);
           if (aligned_ && in_) {
-            kg::copy_vec<2>(&v71[e], p_ + off_);
+            kg::copy_vec<2>(&v110[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 2; ++v)
-              v71[e + v] = (i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
+              v110[e + v] = (i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
       // spec: specs/ssd_bwd.yaml:276:22
-      float v72[8];
+      float v111[8];
       {
-        const float* p_ = t_dt_eff + ((int64_t)(v16) * stride_dt_eff_0 + (int64_t)(v69) * stride_dt_eff_1 + (int64_t)(v13) * stride_dt_eff_2);
+        const float* p_ = t_dt_eff + ((int64_t)(v16) * stride_dt_eff_0 + (int64_t)(v108) * stride_dt_eff_1 + (int64_t)(v22) * stride_dt_eff_2);
         const bool aligned_ = kg::aligned(p_, 8) && stride_dt_eff_0 % 2 == 0 && stride_dt_eff_1 % 2 == 0 && stride_dt_eff_2 % 2 == 0;
-        const int t0_ = v51 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32;
+        const int t0_ = v73 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32;
       #pragma unroll
         for (int e = 0; e < 8; e += 2) {
           const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16;
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 2 <= (256);
           if (aligned_ && in_) {
-            kg::copy_vec<2>(&v72[e], p_ + off_);
+            kg::copy_vec<2>(&v111[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 2; ++v)
-              v72[e + v] = (i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
+              v111[e + v] = (i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
       // spec: specs/ssd_bwd.yaml:278:31
-      kg::bf16* v73 = reinterpret_cast<kg::bf16*>(smem + 0);
-      // spec: specs/ssd_bwd.yaml:278:35
+      kg::cp_async_wait<1>();
+      kg::fence_proxy_async();
       kg::sync();
-      if (true) {
-        const kg::bf16* p_ = t_dy + ((int64_t)(v16) * stride_dy_0 + (int64_t)(v69) * stride_dy_2);
+      // spec: specs/ssd_bwd.yaml:272:11
+      const int v112 = 1;
+      // spec: specs/ssd_bwd.yaml:272:11
+      const int v113 = (v104 + v112);
+      // spec: specs/ssd_bwd.yaml:272:11
+      kg::bf16* v114 = v79 + (v113 % 2) * 4096;
+      // spec: specs/ssd_bwd.yaml:273:19
+      const int v115 = (v11 * v10);
+      // spec: specs/ssd_bwd.yaml:278:35
+      const int v116 = (v101 + v98);
+      // spec: specs/ssd_bwd.yaml:273:19
+      const int v117 = (v115 + v116);
+      // spec: specs/ssd_bwd.yaml:278:35
+      const bool v118 = (v116 < v10);
+      // spec: specs/ssd_bwd.yaml:278:35
+      if (v118) {
+        const kg::bf16* p_ = t_dy + ((int64_t)(v16) * stride_dy_0 + (int64_t)(v117) * stride_dy_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_dy_0 % 8 == 0 && stride_dy_1 % 8 == 0 && stride_dy_2 % 8 == 0;
         const int64_t q_ = (int64_t)(v6 * 64) * stride_dy_1 + 0;
       #pragma unroll
@@ -361,58 +548,62 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_dc(const kg::bf16* __restrict__ t_
           const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
           if (aligned_) {
             const int n_ = (i0_ < (size_seqlen)) * 8;
-            kg::cp_async<16>(&v73[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+            kg::cp_async<16>(&v114[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
           } else {
       #pragma unroll
             for (int v = 0; v < 8; ++v)
-              v73[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+              v114[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
           }
         }
       }
       kg::cp_async_commit();
       // spec: specs/ssd_bwd.yaml:278:31
-      kg::cp_async_wait<0>();
+      kg::cp_async_wait<1>();
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/ssd_bwd.yaml:278:31
-      kg::bf16* v74 = reinterpret_cast<kg::bf16*>(smem + 8192);
+      // spec: specs/ssd_bwd.yaml:272:11
+      kg::bf16* v119 = v78 + (v113 % 2) * 4096;
+      // spec: specs/ssd_bwd.yaml:273:19
+      const int v120 = (v11 * v10);
       // spec: specs/ssd_bwd.yaml:278:60
-      if (true) {
-        const kg::bf16* p_ = t_x + ((int64_t)(v16) * stride_x_0 + (int64_t)(v69) * stride_x_2);
+      const int v121 = (v101 + v98);
+      // spec: specs/ssd_bwd.yaml:273:19
+      const int v122 = (v120 + v121);
+      // spec: specs/ssd_bwd.yaml:278:60
+      const bool v123 = (v121 < v10);
+      // spec: specs/ssd_bwd.yaml:278:60
+      if (v123) {
+        const kg::bf16* p_ = t_x + ((int64_t)(v16) * stride_x_0 + (int64_t)(v122) * stride_x_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 8 == 0 && stride_x_1 % 8 == 0 && stride_x_2 % 8 == 0;
-        const int64_t q_ = (int64_t)(v64 * 64) * stride_x_1 + 0;
+        const int64_t q_ = (int64_t)(v91 * 64) * stride_x_1 + 0;
       #pragma unroll
         for (int i = 0; i < 2; ++i) {
           const int c_ = lane + warp * 32 + i * 256;
           const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
-          const int i0_ = v64 * 64 + r_, i1_ = 0 + k_;
+          const int i0_ = v91 * 64 + r_, i1_ = 0 + k_;
           const int64_t off_ = q_ + ((int64_t)r_ * stride_x_1 + k_);
           const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
           if (aligned_) {
             const int n_ = (i0_ < (size_seqlen)) * 8;
-            kg::cp_async<16>(&v74[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+            kg::cp_async<16>(&v119[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
           } else {
       #pragma unroll
             for (int v = 0; v < 8; ++v)
-              v74[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+              v119[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
           }
         }
       }
       kg::cp_async_commit();
       // spec: specs/ssd_bwd.yaml:278:31
-      kg::cp_async_wait<0>();
-      kg::fence_proxy_async();
-      kg::sync();
+      kg::bf16* v124 = v105;
       // spec: specs/ssd_bwd.yaml:278:31
-      kg::bf16* v75 = v74;
+      float v125[16];
       // spec: specs/ssd_bwd.yaml:278:31
-      float v76[16];
-      // spec: specs/ssd_bwd.yaml:278:31
-      float (&v77)[16] = v76;
+      float (&v126)[16] = v125;
       {
         const int wg_ = (warp / 4);
-        const uint64_t da_ = kg::wgmma_desc(v73, 16, 1024, 1);
-        const uint64_t db_ = kg::wgmma_desc(v75, 16, 1024, 1);
+        const uint64_t da_ = kg::wgmma_desc(v106, 16, 1024, 1);
+        const uint64_t db_ = kg::wgmma_desc(v124, 16, 1024, 1);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 4; ++ks)
@@ -420,114 +611,132 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_dc(const kg::bf16* __restrict__ t_
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n32k16_bf16_ss<0, 0>(&v77[(rm * 1 + rn) * 16], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 2) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 2) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 2) * 32 + rn * 32)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 2) * 32 + rn * 32)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
+              kg::wgmma_m64n32k16_bf16_ss<0, 0>(&v126[(rm * 1 + rn) * 16], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 2) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 2) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 2) * 32 + rn * 32)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 2) * 32 + rn * 32)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
         kg::wgmma_wait<0>();
       #pragma unroll
-        for (int e = 0; e < 16; ++e) kg::fence_operand(v77[e]);
+        for (int e = 0; e < 16; ++e) kg::fence_operand(v126[e]);
       }
       // spec: specs/ssd_bwd.yaml:278:91
-      float (&v78)[8] = v72;
+      float (&v127)[8] = v111;
       // spec: specs/ssd_bwd.yaml:278:31
-      float v79[16];
+      float v128[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v79[e] = v78[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4];
+      for (int e = 0; e < 16; ++e) v128[e] = v127[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4];
       // spec: specs/ssd_bwd.yaml:277:19
-      const float v80 = 0.0f;
+      const float v129 = 0.0f;
       // spec: specs/ssd_bwd.yaml:277:89
-      float (&v81)[8] = v71;
+      float (&v130)[8] = v110;
       // spec: specs/ssd_bwd.yaml:277:73
-      float v82[16];
+      float v131[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v82[e] = v81[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4];
+      for (int e = 0; e < 16; ++e) v131[e] = v130[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4];
       // spec: specs/ssd_bwd.yaml:277:73
-      float (&v83)[2] = v70;
+      float (&v132)[2] = v109;
       // spec: specs/ssd_bwd.yaml:277:73
-      float v84[16];
+      float v133[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v84[e] = v83[((e >> 1) & 1) * 1];
+      for (int e = 0; e < 16; ++e) v133[e] = v132[((e >> 1) & 1) * 1];
       // spec: specs/ssd_bwd.yaml:277:73
-      float v85[16];
+      float v134[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v85[e] = (v84[e] - v82[e]);
+      for (int e = 0; e < 16; ++e) v134[e] = (v133[e] - v131[e]);
       // spec: specs/ssd_bwd.yaml:277:69
-      float v86[16];
+      float v135[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v86[e] = kg::exp_(v85[e]);
+      for (int e = 0; e < 16; ++e) v135[e] = kg::exp_(v134[e]);
       // spec: specs/ssd_bwd.yaml:277:25
-      bool v87[16];
+      bool v136[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v87[e] = (v58[e] <= v39[e]);
+      for (int e = 0; e < 16; ++e) v136[e] = (v97[e] <= v70[e]);
       // spec: specs/ssd_bwd.yaml:277:19
-      float v88[16];
+      float v137[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v88[e] = (v87[e] ? v86[e] : v80);
+      for (int e = 0; e < 16; ++e) v137[e] = (v136[e] ? v135[e] : v129);
       // spec: specs/ssd_bwd.yaml:278:31
-      float v89[16];
+      float v138[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v89[e] = (v77[e] * v88[e]);
+      for (int e = 0; e < 16; ++e) v138[e] = (v126[e] * v137[e]);
       // spec: specs/ssd_bwd.yaml:278:31
-      float v90[16];
+      float v139[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v90[e] = (v89[e] * v79[e]);
+      for (int e = 0; e < 16; ++e) v139[e] = (v138[e] * v128[e]);
       // spec: specs/ssd_bwd.yaml:278:23
-      float v91[16];
+      float v140[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v91[e] = (v67[e] + v90[e]);
+      for (int e = 0; e < 16; ++e) v140[e] = (v102[e] + v139[e]);
       // spec: specs/ssd_bwd.yaml:278:23
 
       float y0_[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) y0_[e] = v91[e];
+      for (int e = 0; e < 16; ++e) y0_[e] = v140[e];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v65[e] = y0_[e];
+      for (int e = 0; e < 16; ++e) v100[e] = y0_[e];
     }
     // spec: specs/ssd_bwd.yaml:279:24
-    kg::bf16 v92[16];
+    kg::bf16 v141[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v92[e] = kg::cvt<kg::bf16>(v65[e]);
+    for (int e = 0; e < 16; ++e) v141[e] = kg::cvt<kg::bf16>(v100[e]);
     // spec: specs/ssd_bwd.yaml:279:20
-    kg::bf16* v93 = reinterpret_cast<kg::bf16*>(smem + 0);
+    kg::bf16* v142 = reinterpret_cast<kg::bf16*>(smem + 16384);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 16; e += 2) kg::copy_vec<2>(&v93[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) % 8], &v92[e]);
+    for (int e = 0; e < 16; e += 2) kg::copy_vec<2>(&v142[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) % 8], &v141[e]);
     kg::fence_proxy_async();
 
     // spec: specs/ssd_bwd.yaml:279:20
-    kg::bf16* v94 = reinterpret_cast<kg::bf16*>(smem + 8192);
+    kg::cp_async_wait<0>();
+    kg::fence_proxy_async();
+    kg::sync();
+    // spec: specs/ssd_bwd.yaml:268:7
+    const int v143 = 1;
+    // spec: specs/ssd_bwd.yaml:268:7
+    const int v144 = (v76 + v143);
+    // spec: specs/ssd_bwd.yaml:268:7
+    kg::bf16* v145 = v49 + (v144 % 2) * 4096;
+    // spec: specs/ssd_bwd.yaml:269:23
+    const int v146 = 4;
+    // spec: specs/ssd_bwd.yaml:269:23
+    const int v147 = (v22 * v146);
     // spec: specs/ssd_bwd.yaml:279:41
-    if (true) {
-      const kg::bf16* p_ = t_B + ((int64_t)(v16) * stride_B_0 + (int64_t)(v15) * stride_B_2);
+    const int v148 = (v73 + v71);
+    // spec: specs/ssd_bwd.yaml:269:23
+    const int v149 = (v147 + v148);
+    // spec: specs/ssd_bwd.yaml:279:41
+    const bool v150 = (v148 < v63);
+    // spec: specs/ssd_bwd.yaml:279:41
+    if (v150) {
+      const kg::bf16* p_ = t_B + ((int64_t)(v16) * stride_B_0 + (int64_t)(v11) * stride_B_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_B_0 % 8 == 0 && stride_B_1 % 8 == 0 && stride_B_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v64 * 64) * stride_B_1 + 0;
+      const int64_t q_ = (int64_t)(v149 * 64) * stride_B_1 + 0;
     #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int c_ = lane + warp * 32 + i * 256;
         const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
-        const int i0_ = v64 * 64 + r_, i1_ = 0 + k_;
+        const int i0_ = v149 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = q_ + ((int64_t)r_ * stride_B_1 + k_);
         const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
         if (aligned_) {
           const int n_ = (i0_ < (size_seqlen)) * 8;
-          kg::cp_async<16>(&v94[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v145[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v94[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v145[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
     // spec: specs/ssd_bwd.yaml:279:20
-    kg::cp_async_wait<0>();
-    kg::fence_proxy_async();
-    kg::sync();
-    // spec: specs/ssd_bwd.yaml:279:20
-    float (&v95)[16] = v52;
+    float (&v151)[16] = v74;
     {
       const int wg_ = (warp / 4);
-      const uint64_t da_ = kg::wgmma_desc(v93, 128, 1024, 0);
-      const uint64_t db_ = kg::wgmma_desc(v94, 1024, 128, 0);
+      const uint64_t da_ = kg::wgmma_desc(v142, 128, 1024, 0);
+      const uint64_t db_ = kg::wgmma_desc(v77, 1024, 128, 0);
+      // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
+      // (ptxas would then insert a warpgroup.arrive, C7519)
+    #pragma unroll
+      for (int e = 0; e < 16; ++e) kg::fence_operand(v151[e]);
       kg::wgmma_fence();
     #pragma unroll
       for (int ks = 0; ks < 4; ++ks)
@@ -535,27 +744,27 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_dc(const kg::bf16* __restrict__ t_
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n32k16_bf16_ss<0, 1>(&v95[(rm * 1 + rn) * 16], da_ + ((((((wg_ / 2) * 64 + rm * 64)) / 8 * 8 + ((ks * 16)) / 8) * 64 + (((wg_ / 2) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + (((((ks * 16)) / 8 * 8 + (((wg_ % 2) * 32 + rn * 32)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 2) * 32 + rn * 32)) % 8) * 2 / 16), 1);
+            kg::wgmma_m64n32k16_bf16_ss<0, 1>(&v151[(rm * 1 + rn) * 16], da_ + ((((((wg_ / 2) * 64 + rm * 64)) / 8 * 8 + ((ks * 16)) / 8) * 64 + (((wg_ / 2) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + (((((ks * 16)) / 8 * 8 + (((wg_ % 2) * 32 + rn * 32)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 2) * 32 + rn * 32)) % 8) * 2 / 16), 1);
       kg::wgmma_commit();
       kg::wgmma_wait<0>();
     #pragma unroll
-      for (int e = 0; e < 16; ++e) kg::fence_operand(v95[e]);
+      for (int e = 0; e < 16; ++e) kg::fence_operand(v151[e]);
     }
     // spec: specs/ssd_bwd.yaml:279:20
 
     float y0_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y0_[e] = v95[e];
+    for (int e = 0; e < 16; ++e) y0_[e] = v151[e];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v50[e] = y0_[e];
+    for (int e = 0; e < 16; ++e) v72[e] = y0_[e];
   }
   // spec: specs/ssd_bwd.yaml:280:32
-  kg::bf16 v96[16];
+  kg::bf16 v152[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v96[e] = kg::cvt<kg::bf16>(v50[e]);
+  for (int e = 0; e < 16; ++e) v152[e] = kg::cvt<kg::bf16>(v72[e]);
   // spec: specs/ssd_bwd.yaml:280:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
-    kg::bf16* p_ = t_dC + ((int64_t)(v16) * stride_dC_0 + (int64_t)(v15) * stride_dC_2);
+    kg::bf16* p_ = t_dC + ((int64_t)(v16) * stride_dC_0 + (int64_t)(v11) * stride_dC_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dC_0 % 2 == 0 && stride_dC_1 % 2 == 0 && stride_dC_2 % 2 == 0;
     const int t0_ = v6 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
     const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32;
@@ -565,11 +774,11 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_dc(const kg::bf16* __restrict__ t_
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
       const int64_t off_ = (int64_t)i0_ * stride_dC_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_seqlen)) {
-        kg::copy_vec<2>(p_ + off_, &v96[e]);
+        kg::copy_vec<2>(p_ + off_, &v152[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_seqlen)) p_[off_ + v] = v96[e + v];
+          if (i0_ < (size_seqlen)) p_[off_ + v] = v152[e + v];
       }
     }
   }

@@ -207,157 +207,214 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dcs_out(const kg::bf16* __restrict
   #pragma unroll
     for (int e = 0; e < 2; ++e) v26[e] = kg::cvt<float>(r26[e]);
   }
-  // spec: specs/ssd_bwd.yaml:294:34
-  int v27[2];
-  #pragma unroll
-  for (int e = 0; e < 2; ++e) v27[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8);
-  // spec: specs/ssd_bwd.yaml:294:20
-  const int v28 = 64;
-  // spec: specs/ssd_bwd.yaml:294:20
-  const int v29 = (v11 * v28);
-  // spec: specs/ssd_bwd.yaml:294:20
-  int v30[2];
-  #pragma unroll
-  for (int e = 0; e < 2; ++e) v30[e] = (v29 + v27[e]);
-  // spec: specs/ssd_bwd.yaml:307:56
-  int (&v31)[2] = v30;
-  // spec: specs/ssd_bwd.yaml:307:33
-  int v32[32];
-  #pragma unroll
-  for (int e = 0; e < 32; ++e) v32[e] = v31[((e >> 1) & 1) * 1];
-  // spec: specs/ssd_bwd.yaml:304:69
-  float (&v33)[2] = v14;
-  // spec: specs/ssd_bwd.yaml:304:69
-  float v34[32];
-  #pragma unroll
-  for (int e = 0; e < 32; ++e) v34[e] = v33[((e >> 1) & 1) * 1];
-  // spec: specs/ssd_bwd.yaml:304:44
-  int (&v35)[2] = v30;
-  // spec: specs/ssd_bwd.yaml:304:21
-  int v36[32];
-  #pragma unroll
-  for (int e = 0; e < 32; ++e) v36[e] = v35[((e >> 1) & 1) * 1];
+  // spec: specs/ssd_bwd.yaml:305:15
+  kg::bf16* v27 = reinterpret_cast<kg::bf16*>(smem + 0);
+  // spec: specs/ssd_bwd.yaml:299:7
+  const int v28 = 0;
+  // spec: specs/ssd_bwd.yaml:299:7
+  kg::bf16* v29 = v27 + (v28 % 2) * 4096;
+  // spec: specs/ssd_bwd.yaml:300:23
+  const int v30 = 2;
+  // spec: specs/ssd_bwd.yaml:300:23
+  const int v31 = (v13 * v30);
   // spec: specs/ssd_bwd.yaml:299:22
+  const int v32 = 0;
+  // spec: specs/ssd_bwd.yaml:300:23
+  const int v33 = (v31 + v32);
+  // spec: specs/ssd_bwd.yaml:299:22
+  const int v34 = 64;
+  // spec: specs/ssd_bwd.yaml:299:22
+  const int v35 = 63;
+  // spec: specs/ssd_bwd.yaml:299:27
+  const int v36 = 64;
+  // spec: specs/ssd_bwd.yaml:299:28
   const int v37 = 1;
-  // spec: specs/ssd_bwd.yaml:299:22
-  const int v38 = 0;
-  // spec: specs/ssd_bwd.yaml:299:22
-  const int v39 = 64;
-  // spec: specs/ssd_bwd.yaml:299:22
-  const int v40 = 63;
-  // spec: specs/ssd_bwd.yaml:299:27
-  const int v41 = 64;
   // spec: specs/ssd_bwd.yaml:299:28
-  const int v42 = 1;
-  // spec: specs/ssd_bwd.yaml:299:28
-  const int v43 = (v11 + v42);
+  const int v38 = (v11 + v37);
   // spec: specs/ssd_bwd.yaml:299:27
-  const int v44 = (v43 * v41);
+  const int v39 = (v38 * v36);
   // spec: specs/ssd_bwd.yaml:299:22
-  const int v45 = (v44 + v40);
+  const int v40 = (v39 + v35);
   // spec: specs/ssd_bwd.yaml:299:22
-  const int v46 = (kg::floordiv(v45, v39));
+  const int v41 = (kg::floordiv(v40, v34));
+  // spec: specs/ssd_bwd.yaml:299:7
+  const bool v42 = (v32 < v41);
+  // spec: specs/ssd_bwd.yaml:305:24
+  kg::sync();
+  if (v42) {
+    const kg::bf16* p_ = t_x + ((int64_t)(v8) * stride_x_0 + (int64_t)(v7) * stride_x_2);
+    const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 8 == 0 && stride_x_1 % 8 == 0 && stride_x_2 % 8 == 0;
+    const int64_t q_ = (int64_t)(v33 * 64) * stride_x_1 + 0;
+  #pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int c_ = lane + warp * 32 + i * 128;
+      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+      const int i0_ = v33 * 64 + r_, i1_ = 0 + k_;
+      const int64_t off_ = q_ + ((int64_t)r_ * stride_x_1 + k_);
+      const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
+      if (aligned_) {
+        const int n_ = (i0_ < (size_seqlen)) * 8;
+        kg::cp_async<16>(&v29[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+      } else {
+  #pragma unroll
+        for (int v = 0; v < 8; ++v)
+          v29[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+      }
+    }
+  }
+  kg::cp_async_commit();
+  // spec: specs/ssd_bwd.yaml:294:34
+  int v43[2];
+  #pragma unroll
+  for (int e = 0; e < 2; ++e) v43[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8);
+  // spec: specs/ssd_bwd.yaml:294:20
+  const int v44 = 64;
+  // spec: specs/ssd_bwd.yaml:294:20
+  const int v45 = (v11 * v44);
+  // spec: specs/ssd_bwd.yaml:294:20
+  int v46[2];
+  #pragma unroll
+  for (int e = 0; e < 2; ++e) v46[e] = (v45 + v43[e]);
+  // spec: specs/ssd_bwd.yaml:307:56
+  int (&v47)[2] = v46;
+  // spec: specs/ssd_bwd.yaml:307:33
+  int v48[32];
+  #pragma unroll
+  for (int e = 0; e < 32; ++e) v48[e] = v47[((e >> 1) & 1) * 1];
+  // spec: specs/ssd_bwd.yaml:304:69
+  float (&v49)[2] = v14;
+  // spec: specs/ssd_bwd.yaml:304:69
+  float v50[32];
+  #pragma unroll
+  for (int e = 0; e < 32; ++e) v50[e] = v49[((e >> 1) & 1) * 1];
+  // spec: specs/ssd_bwd.yaml:304:44
+  int (&v51)[2] = v46;
+  // spec: specs/ssd_bwd.yaml:304:21
+  int v52[32];
+  #pragma unroll
+  for (int e = 0; e < 32; ++e) v52[e] = v51[((e >> 1) & 1) * 1];
+  // spec: specs/ssd_bwd.yaml:299:22
+  const int v53 = 1;
   // spec: specs/ssd_bwd.yaml:298:97
-  float v47[2];
+  float v54[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v47[e] = kg::exp_(v14[e]);
+  for (int e = 0; e < 2; ++e) v54[e] = kg::exp_(v14[e]);
   // spec: specs/ssd_bwd.yaml:298:13
-  float v48[2];
+  float v55[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v48[e] = (v26[e] * v47[e]);
+  for (int e = 0; e < 2; ++e) v55[e] = (v26[e] * v54[e]);
   // spec: specs/ssd_bwd.yaml:299:7
 
-  float v49[2];
+  float v56[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v49[e] = v48[e];
-  for (int v50 = v38; v50 < v46; v50 += v37) {
-    float (&v51)[2] = v49;
+  for (int e = 0; e < 2; ++e) v56[e] = v55[e];
+  for (int v57 = v32; v57 < v41; v57 += v53) {
+    float (&v58)[2] = v56;
     
+    // spec: specs/ssd_bwd.yaml:299:7
+    const int v59 = (v57 - v32);
+    // spec: specs/ssd_bwd.yaml:299:7
+    const int v60 = (kg::floordiv(v59, v53));
+    // spec: specs/ssd_bwd.yaml:299:7
+    kg::bf16* v61 = v27 + (v60 % 2) * 4096;
+    // spec: specs/ssd_bwd.yaml:300:23
+    const int v62 = 2;
+    // spec: specs/ssd_bwd.yaml:300:23
+    const int v63 = (v13 * v62);
+    // spec: specs/ssd_bwd.yaml:300:23
+    const int v64 = (v63 + v57);
     // spec: specs/ssd_bwd.yaml:302:18
-    float v52[16];
+    float v65[16];
     {
       const float* p_ = t_dA_cumsum + ((int64_t)(v8) * stride_dA_cumsum_0 + (int64_t)(v7) * stride_dA_cumsum_1 + (int64_t)(v13) * stride_dA_cumsum_2);
       const bool aligned_ = kg::aligned(p_, 8) && stride_dA_cumsum_0 % 2 == 0 && stride_dA_cumsum_1 % 2 == 0 && stride_dA_cumsum_2 % 2 == 0;
-      const int t0_ = v50 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
+      const int t0_ = v57 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
     #pragma unroll
       for (int e = 0; e < 16; e += 2) {
         const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32;
         const int64_t off_ = (int64_t)i0_ * 1;
         const bool in_ = i0_ + 2 <= (128);
         if (aligned_ && in_) {
-          kg::copy_vec<2>(&v52[e], p_ + off_);
+          kg::copy_vec<2>(&v65[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 2; ++v)
-            v52[e + v] = (i0_ + v < (128)) ? p_[off_ + v] : 0.0f;
+            v65[e + v] = (i0_ + v < (128)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
     // spec: specs/ssd_bwd.yaml:303:18
-    float v53[16];
+    float v66[16];
     {
       const float* p_ = t_dt_eff + ((int64_t)(v8) * stride_dt_eff_0 + (int64_t)(v7) * stride_dt_eff_1 + (int64_t)(v13) * stride_dt_eff_2);
       const bool aligned_ = kg::aligned(p_, 8) && stride_dt_eff_0 % 2 == 0 && stride_dt_eff_1 % 2 == 0 && stride_dt_eff_2 % 2 == 0;
-      const int t0_ = v50 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
+      const int t0_ = v57 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
     #pragma unroll
       for (int e = 0; e < 16; e += 2) {
         const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32;
         const int64_t off_ = (int64_t)i0_ * 1;
         const bool in_ = i0_ + 2 <= (128);
         if (aligned_ && in_) {
-          kg::copy_vec<2>(&v53[e], p_ + off_);
+          kg::copy_vec<2>(&v66[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 2; ++v)
-            v53[e + v] = (i0_ + v < (128)) ? p_[off_ + v] : 0.0f;
+            v66[e + v] = (i0_ + v < (128)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
     // spec: specs/ssd_bwd.yaml:305:15
-    kg::bf16* v54 = reinterpret_cast<kg::bf16*>(smem + 0);
-    // spec: specs/ssd_bwd.yaml:300:23
-    const int v55 = 2;
-    // spec: specs/ssd_bwd.yaml:300:23
-    const int v56 = (v13 * v55);
-    // spec: specs/ssd_bwd.yaml:300:23
-    const int v57 = (v56 + v50);
-    // spec: specs/ssd_bwd.yaml:305:24
+    kg::cp_async_wait<0>();
+    kg::fence_proxy_async();
     kg::sync();
-    if (true) {
+    // spec: specs/ssd_bwd.yaml:299:7
+    const int v67 = 1;
+    // spec: specs/ssd_bwd.yaml:299:7
+    const int v68 = (v60 + v67);
+    // spec: specs/ssd_bwd.yaml:299:7
+    kg::bf16* v69 = v27 + (v68 % 2) * 4096;
+    // spec: specs/ssd_bwd.yaml:300:23
+    const int v70 = 2;
+    // spec: specs/ssd_bwd.yaml:300:23
+    const int v71 = (v13 * v70);
+    // spec: specs/ssd_bwd.yaml:305:24
+    const int v72 = (v57 + v53);
+    // spec: specs/ssd_bwd.yaml:300:23
+    const int v73 = (v71 + v72);
+    // spec: specs/ssd_bwd.yaml:305:24
+    const bool v74 = (v72 < v41);
+    // spec: specs/ssd_bwd.yaml:305:24
+    if (v74) {
       const kg::bf16* p_ = t_x + ((int64_t)(v8) * stride_x_0 + (int64_t)(v7) * stride_x_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 8 == 0 && stride_x_1 % 8 == 0 && stride_x_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v57 * 64) * stride_x_1 + 0;
+      const int64_t q_ = (int64_t)(v73 * 64) * stride_x_1 + 0;
     #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int c_ = lane + warp * 32 + i * 128;
         const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
-        const int i0_ = v57 * 64 + r_, i1_ = 0 + k_;
+        const int i0_ = v73 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = q_ + ((int64_t)r_ * stride_x_1 + k_);
         const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
         if (aligned_) {
           const int n_ = (i0_ < (size_seqlen)) * 8;
-          kg::cp_async<16>(&v54[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v69[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v54[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v69[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
     // spec: specs/ssd_bwd.yaml:305:15
-    kg::cp_async_wait<0>();
-    kg::fence_proxy_async();
-    kg::sync();
+    kg::bf16* v75 = v61;
     // spec: specs/ssd_bwd.yaml:305:15
-    kg::bf16* v58 = v54;
+    float v76[32];
     // spec: specs/ssd_bwd.yaml:305:15
-    float v59[32];
-    // spec: specs/ssd_bwd.yaml:305:15
-    float (&v60)[32] = v59;
+    float (&v77)[32] = v76;
     {
       const int wg_ = 0;
-      const uint64_t db_ = kg::wgmma_desc(v58, 16, 1024, 1);
+      const uint64_t db_ = kg::wgmma_desc(v75, 16, 1024, 1);
       kg::wgmma_fence();
     #pragma unroll
       for (int ks = 0; ks < 4; ++ks)
@@ -365,19 +422,19 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dcs_out(const kg::bf16* __restrict
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n64k16_bf16_rs<0>(&v60[(rm * 1 + rn) * 32], &v9[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
+            kg::wgmma_m64n64k16_bf16_rs<0>(&v77[(rm * 1 + rn) * 32], &v9[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
       kg::wgmma_commit();
       kg::wgmma_wait<0>();
     #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v60[e]);
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v77[e]);
     }
     // spec: specs/ssd_bwd.yaml:306:16
-    float v61[32];
+    float v78[32];
     {
       const float* p_ = t_CB + ((int64_t)(v8) * stride_CB_0 + (int64_t)(v13) * stride_CB_1 + (int64_t)(v18) * stride_CB_2);
       const bool aligned_ = kg::aligned(p_, 8) && stride_CB_0 % 2 == 0 && stride_CB_1 % 2 == 0 && stride_CB_2 % 2 == 0 && stride_CB_3 % 2 == 0;
       const int t0_ = v11 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
-      const int t1_ = v50 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
+      const int t1_ = v57 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
     #pragma unroll
       for (int e = 0; e < 32; e += 2) {
         const int i0_ = t0_ + ((e >> 1) & 1) * 8;
@@ -385,119 +442,119 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dcs_out(const kg::bf16* __restrict
         const int64_t off_ = (int64_t)i0_ * stride_CB_3 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (128) && i1_ + 2 <= (128);
         if (aligned_ && in_) {
-          kg::copy_vec<2>(&v61[e], p_ + off_);
+          kg::copy_vec<2>(&v78[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 2; ++v)
-            v61[e + v] = (i0_ < (128) && i1_ + v < (128)) ? p_[off_ + v] : 0.0f;
+            v78[e + v] = (i0_ < (128) && i1_ + v < (128)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
     // spec: specs/ssd_bwd.yaml:307:27
-    const float v62 = 0.0f;
+    const float v79 = 0.0f;
     // spec: specs/ssd_bwd.yaml:305:55
-    float (&v63)[16] = v53;
+    float (&v80)[16] = v66;
     // spec: specs/ssd_bwd.yaml:305:15
-    float v64[32];
+    float v81[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v64[e] = v63[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+    for (int e = 0; e < 32; ++e) v81[e] = v80[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
     // spec: specs/ssd_bwd.yaml:304:15
-    const float v65 = 0.0f;
+    const float v82 = 0.0f;
     // spec: specs/ssd_bwd.yaml:304:85
-    float (&v66)[16] = v52;
+    float (&v83)[16] = v65;
     // spec: specs/ssd_bwd.yaml:304:69
-    float v67[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v67[e] = v66[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-    // spec: specs/ssd_bwd.yaml:304:69
-    float v68[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v68[e] = (v34[e] - v67[e]);
-    // spec: specs/ssd_bwd.yaml:304:65
-    float v69[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v69[e] = kg::exp_(v68[e]);
-    // spec: specs/ssd_bwd.yaml:301:38
-    int v70[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v70[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32);
-    // spec: specs/ssd_bwd.yaml:301:24
-    const int v71 = 64;
-    // spec: specs/ssd_bwd.yaml:301:24
-    const int v72 = (v50 * v71);
-    // spec: specs/ssd_bwd.yaml:301:24
-    int v73[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v73[e] = (v72 + v70[e]);
-    // spec: specs/ssd_bwd.yaml:304:21
-    int (&v74)[16] = v73;
-    // spec: specs/ssd_bwd.yaml:304:21
-    int v75[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v75[e] = v74[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-    // spec: specs/ssd_bwd.yaml:304:21
-    bool v76[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v76[e] = (v75[e] <= v36[e]);
-    // spec: specs/ssd_bwd.yaml:304:15
-    float v77[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v77[e] = (v76[e] ? v69[e] : v65);
-    // spec: specs/ssd_bwd.yaml:305:15
-    float v78[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v78[e] = (v60[e] * v77[e]);
-    // spec: specs/ssd_bwd.yaml:305:15
-    float v79[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v79[e] = (v78[e] * v64[e]);
-    // spec: specs/ssd_bwd.yaml:307:77
-    float v80[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v80[e] = (v79[e] * v61[e]);
-    // spec: specs/ssd_bwd.yaml:307:33
-    int (&v81)[16] = v73;
-    // spec: specs/ssd_bwd.yaml:307:33
-    int v82[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v82[e] = v81[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-    // spec: specs/ssd_bwd.yaml:307:33
-    bool v83[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v83[e] = (v82[e] <= v32[e]);
-    // spec: specs/ssd_bwd.yaml:307:27
     float v84[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v84[e] = (v83[e] ? v80[e] : v62);
-    // spec: specs/ssd_bwd.yaml:307:23
-    float v85[2];
-    {
-      float r85[2];
+    for (int e = 0; e < 32; ++e) v84[e] = v83[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+    // spec: specs/ssd_bwd.yaml:304:69
+    float v85[32];
     #pragma unroll
-      for (int e = 0; e < 2; ++e) r85[e] = 0.0f;
+    for (int e = 0; e < 32; ++e) v85[e] = (v50[e] - v84[e]);
+    // spec: specs/ssd_bwd.yaml:304:65
+    float v86[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v86[e] = kg::exp_(v85[e]);
+    // spec: specs/ssd_bwd.yaml:301:38
+    int v87[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v87[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32);
+    // spec: specs/ssd_bwd.yaml:301:24
+    const int v88 = 64;
+    // spec: specs/ssd_bwd.yaml:301:24
+    const int v89 = (v57 * v88);
+    // spec: specs/ssd_bwd.yaml:301:24
+    int v90[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v90[e] = (v89 + v87[e]);
+    // spec: specs/ssd_bwd.yaml:304:21
+    int (&v91)[16] = v90;
+    // spec: specs/ssd_bwd.yaml:304:21
+    int v92[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v92[e] = v91[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+    // spec: specs/ssd_bwd.yaml:304:21
+    bool v93[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v93[e] = (v92[e] <= v52[e]);
+    // spec: specs/ssd_bwd.yaml:304:15
+    float v94[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v94[e] = (v93[e] ? v86[e] : v82);
+    // spec: specs/ssd_bwd.yaml:305:15
+    float v95[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v95[e] = (v77[e] * v94[e]);
+    // spec: specs/ssd_bwd.yaml:305:15
+    float v96[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v96[e] = (v95[e] * v81[e]);
+    // spec: specs/ssd_bwd.yaml:307:77
+    float v97[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v97[e] = (v96[e] * v78[e]);
+    // spec: specs/ssd_bwd.yaml:307:33
+    int (&v98)[16] = v90;
+    // spec: specs/ssd_bwd.yaml:307:33
+    int v99[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v99[e] = v98[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+    // spec: specs/ssd_bwd.yaml:307:33
+    bool v100[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v100[e] = (v99[e] <= v48[e]);
+    // spec: specs/ssd_bwd.yaml:307:27
+    float v101[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v101[e] = (v100[e] ? v97[e] : v79);
+    // spec: specs/ssd_bwd.yaml:307:23
+    float v102[2];
+    {
+      float r102[2];
+    #pragma unroll
+      for (int e = 0; e < 2; ++e) r102[e] = 0.0f;
     #pragma unroll
       for (int e = 0; e < 32; ++e) {
-        const float a_ = r85[((e >> 1) & 1) * 1], b_ = (float)(v84[e]);
-        r85[((e >> 1) & 1) * 1] = a_ + b_;
+        const float a_ = r102[((e >> 1) & 1) * 1], b_ = (float)(v101[e]);
+        r102[((e >> 1) & 1) * 1] = a_ + b_;
       }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r85[e], b_ = kg::shfl_xor(a_, 1); r85[e] = a_ + b_; }
+      for (int e = 0; e < 2; ++e) { const float a_ = r102[e], b_ = kg::shfl_xor(a_, 1); r102[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r85[e], b_ = kg::shfl_xor(a_, 2); r85[e] = a_ + b_; }
+      for (int e = 0; e < 2; ++e) { const float a_ = r102[e], b_ = kg::shfl_xor(a_, 2); r102[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) v85[e] = kg::cvt<float>(r85[e]);
+      for (int e = 0; e < 2; ++e) v102[e] = kg::cvt<float>(r102[e]);
     }
     // spec: specs/ssd_bwd.yaml:307:17
-    float v86[2];
+    float v103[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v86[e] = (v51[e] + v85[e]);
+    for (int e = 0; e < 2; ++e) v103[e] = (v58[e] + v102[e]);
     // spec: specs/ssd_bwd.yaml:307:17
 
     float y0_[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) y0_[e] = v86[e];
+    for (int e = 0; e < 2; ++e) y0_[e] = v103[e];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v49[e] = y0_[e];
+    for (int e = 0; e < 2; ++e) v56[e] = y0_[e];
   }
   // spec: specs/ssd_bwd.yaml:308:7
   if ((lane & 3) == 0 && (warp & 0) == 0) {
@@ -508,11 +565,11 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dcs_out(const kg::bf16* __restrict
     for (int e = 0; e < 2; e += 1) {
       const int i0_ = t0_ + (e & 1) * 8;
       const int64_t off_ = (int64_t)i0_ * 1;
-      if (i0_ + 1 <= (128)) p_[off_] = v49[e];
+      if (i0_ + 1 <= (128)) p_[off_] = v56[e];
     }
   }
   // spec: specs/ssd_bwd.yaml:309:65
-  kg::bf16 v87[32];
+  kg::bf16 v104[32];
   {
     const kg::bf16* p_ = t_x + ((int64_t)(v8) * stride_x_0 + (int64_t)(v7) * stride_x_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_x_0 % 2 == 0 && stride_x_1 % 2 == 0 && stride_x_2 % 2 == 0;
@@ -525,65 +582,65 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dcs_out(const kg::bf16* __restrict
       const int64_t off_ = (int64_t)i0_ * stride_x_1 + (int64_t)i1_ * 1;
       const bool in_ = i0_ < (size_seqlen);
       if (aligned_ && in_) {
-        kg::copy_vec<2>(&v87[e], p_ + off_);
+        kg::copy_vec<2>(&v104[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          v87[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v104[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
   // spec: specs/ssd_bwd.yaml:309:65
-  float v88[32];
+  float v105[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v88[e] = kg::cvt<float>(kg::f32(v87[e]));
+  for (int e = 0; e < 32; ++e) v105[e] = kg::cvt<float>(kg::f32(v104[e]));
   // spec: specs/ssd_bwd.yaml:309:50
-  float v89[32];
+  float v106[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v89[e] = kg::cvt<float>(kg::f32(v9[e]));
+  for (int e = 0; e < 32; ++e) v106[e] = kg::cvt<float>(kg::f32(v9[e]));
   // spec: specs/ssd_bwd.yaml:309:50
-  float v90[32];
+  float v107[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v90[e] = (v89[e] * v88[e]);
+  for (int e = 0; e < 32; ++e) v107[e] = (v106[e] * v105[e]);
   // spec: specs/ssd_bwd.yaml:309:46
-  float v91[2];
+  float v108[2];
   {
-    float r91[2];
+    float r108[2];
   #pragma unroll
-    for (int e = 0; e < 2; ++e) r91[e] = 0.0f;
+    for (int e = 0; e < 2; ++e) r108[e] = 0.0f;
   #pragma unroll
     for (int e = 0; e < 32; ++e) {
-      const float a_ = r91[((e >> 1) & 1) * 1], b_ = (float)(v90[e]);
-      r91[((e >> 1) & 1) * 1] = a_ + b_;
+      const float a_ = r108[((e >> 1) & 1) * 1], b_ = (float)(v107[e]);
+      r108[((e >> 1) & 1) * 1] = a_ + b_;
     }
   #pragma unroll
-    for (int e = 0; e < 2; ++e) { const float a_ = r91[e], b_ = kg::shfl_xor(a_, 1); r91[e] = a_ + b_; }
+    for (int e = 0; e < 2; ++e) { const float a_ = r108[e], b_ = kg::shfl_xor(a_, 1); r108[e] = a_ + b_; }
   #pragma unroll
-    for (int e = 0; e < 2; ++e) { const float a_ = r91[e], b_ = kg::shfl_xor(a_, 2); r91[e] = a_ + b_; }
+    for (int e = 0; e < 2; ++e) { const float a_ = r108[e], b_ = kg::shfl_xor(a_, 2); r108[e] = a_ + b_; }
   #pragma unroll
-    for (int e = 0; e < 2; ++e) v91[e] = kg::cvt<float>(r91[e]);
+    for (int e = 0; e < 2; ++e) v108[e] = kg::cvt<float>(r108[e]);
   }
   // spec: specs/ssd_bwd.yaml:309:42
-  float v92;
+  float v109;
   {
-    float r92[1];
+    float r109[1];
   #pragma unroll
-    for (int e = 0; e < 1; ++e) r92[e] = 0.0f;
+    for (int e = 0; e < 1; ++e) r109[e] = 0.0f;
   #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      const float a_ = r92[0], b_ = (float)(v91[e]);
-      r92[0] = a_ + b_;
+      const float a_ = r109[0], b_ = (float)(v108[e]);
+      r109[0] = a_ + b_;
     }
   #pragma unroll
-    for (int e = 0; e < 1; ++e) { const float a_ = r92[e], b_ = kg::shfl_xor(a_, 4); r92[e] = a_ + b_; }
+    for (int e = 0; e < 1; ++e) { const float a_ = r109[e], b_ = kg::shfl_xor(a_, 4); r109[e] = a_ + b_; }
   #pragma unroll
-    for (int e = 0; e < 1; ++e) { const float a_ = r92[e], b_ = kg::shfl_xor(a_, 8); r92[e] = a_ + b_; }
+    for (int e = 0; e < 1; ++e) { const float a_ = r109[e], b_ = kg::shfl_xor(a_, 8); r109[e] = a_ + b_; }
   #pragma unroll
-    for (int e = 0; e < 1; ++e) { const float a_ = r92[e], b_ = kg::shfl_xor(a_, 16); r92[e] = a_ + b_; }
+    for (int e = 0; e < 1; ++e) { const float a_ = r109[e], b_ = kg::shfl_xor(a_, 16); r109[e] = a_ + b_; }
     float* scratch_ = reinterpret_cast<float*>(smem + 0);
     kg::sync();
   #pragma unroll
-    for (int e = 0; e < 1; ++e) scratch_[warp * 1 + 0] = r92[e];
+    for (int e = 0; e < 1; ++e) scratch_[warp * 1 + 0] = r109[e];
     kg::sync();
   #pragma unroll
     for (int e = 0; e < 1; ++e) {
@@ -591,14 +648,14 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dcs_out(const kg::bf16* __restrict
       { const float b_ = scratch_[(warp ^ 1) * 1 + 0]; a_ = a_ + b_; }
       { const float b_ = scratch_[(warp ^ 2) * 1 + 0]; a_ = a_ + b_; }
       { const float b_ = scratch_[(warp ^ 3) * 1 + 0]; a_ = a_ + b_; }
-      r92[e] = a_;
+      r109[e] = a_;
     }
-    v92 = kg::cvt<float>(r92[0]);
+    v109 = kg::cvt<float>(r109[0]);
   }
   // spec: specs/ssd_bwd.yaml:309:26
-  const int v93 = kg::block_id_x();
+  const int v110 = kg::block_id_x();
   // spec: specs/ssd_bwd.yaml:309:7
   if (kg::thread_id() == 0) {
-    *(t_D_part + (int64_t)(v8) * stride_D_part_0 + (int64_t)(v7) * stride_D_part_1 + (int64_t)(v93) * 1) = v92;
+    *(t_D_part + (int64_t)(v8) * stride_D_part_0 + (int64_t)(v7) * stride_D_part_1 + (int64_t)(v110) * 1) = v109;
   }
 }

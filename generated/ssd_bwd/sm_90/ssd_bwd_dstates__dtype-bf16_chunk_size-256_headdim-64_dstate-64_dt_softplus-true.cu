@@ -29,60 +29,104 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dstates(const kg::bf16* __restrict
   const int v4 = kg::block_id_y();
   // spec: specs/ssd_bwd.yaml:143:11
   const int v5 = kg::block_id_x();
-  // spec: specs/ssd_bwd.yaml:146:22
-  const int v6 = 1;
-  // spec: specs/ssd_bwd.yaml:146:22
+  // spec: specs/ssd_bwd.yaml:149:17
+  kg::bf16* v6 = reinterpret_cast<kg::bf16*>(smem + 0);
+  // spec: specs/ssd_bwd.yaml:146:7
   const int v7 = 0;
+  // spec: specs/ssd_bwd.yaml:146:7
+  kg::bf16* v8 = v6 + (v7 % 2) * 4096;
+  // spec: specs/ssd_bwd.yaml:147:23
+  const int v9 = 4;
+  // spec: specs/ssd_bwd.yaml:147:23
+  const int v10 = (v5 * v9);
   // spec: specs/ssd_bwd.yaml:146:22
-  const int v8 = 4;
+  const int v11 = 0;
+  // spec: specs/ssd_bwd.yaml:147:23
+  const int v12 = (v10 + v11);
+  // spec: specs/ssd_bwd.yaml:146:22
+  const int v13 = 4;
   // spec: specs/ssd_bwd.yaml:146:48
-  const int v9 = 64;
+  const int v14 = 64;
   // spec: specs/ssd_bwd.yaml:146:48
-  const int v10 = 63;
+  const int v15 = 63;
   // spec: specs/ssd_bwd.yaml:146:62
-  const int v11 = 256;
+  const int v16 = 256;
   // spec: specs/ssd_bwd.yaml:146:62
-  const int v12 = (v5 * v11);
+  const int v17 = (v5 * v16);
   // spec: specs/ssd_bwd.yaml:146:53
-  const int v13 = (v0 - v12);
+  const int v18 = (v0 - v17);
   // spec: specs/ssd_bwd.yaml:146:48
-  const int v14 = (v13 + v10);
+  const int v19 = (v18 + v15);
   // spec: specs/ssd_bwd.yaml:146:48
-  const int v15 = (kg::floordiv(v14, v9));
+  const int v20 = (kg::floordiv(v19, v14));
   // spec: specs/ssd_bwd.yaml:146:22
-  const int v16 = (kg::min_(v8, v15));
-  // spec: specs/ssd_bwd.yaml:145:13
-  float v17[32];
-  #pragma unroll
-  for (int e = 0; e < 32; ++e) v17[e] = 0.0f;
-  // spec: specs/ssd_bwd.yaml:142:17
-  const int v18 = (kg::floordiv(v2, v1));
+  const int v21 = (kg::min_(v13, v20));
+  // spec: specs/ssd_bwd.yaml:146:7
+  const bool v22 = (v11 < v21);
   // spec: specs/ssd_bwd.yaml:141:11
-  const int v19 = (kg::mod(v4, v2));
-  // spec: specs/ssd_bwd.yaml:142:11
-  const int v20 = (kg::floordiv(v19, v18));
+  const int v23 = (kg::mod(v4, v2));
   // spec: specs/ssd_bwd.yaml:140:11
-  const int v21 = (kg::floordiv(v3, v2));
+  const int v24 = (kg::floordiv(v3, v2));
+  // spec: specs/ssd_bwd.yaml:149:21
+  kg::sync();
+  if (v22) {
+    const kg::bf16* p_ = t_dy + ((int64_t)(v24) * stride_dy_0 + (int64_t)(v23) * stride_dy_2);
+    const bool aligned_ = kg::aligned(p_, 16) && stride_dy_0 % 8 == 0 && stride_dy_1 % 8 == 0 && stride_dy_2 % 8 == 0;
+    const int64_t q_ = (int64_t)(v12 * 64) * stride_dy_1 + 0;
+  #pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int c_ = lane + warp * 32 + i * 128;
+      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+      const int i0_ = v12 * 64 + r_, i1_ = 0 + k_;
+      const int64_t off_ = q_ + ((int64_t)r_ * stride_dy_1 + k_);
+      const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
+      if (aligned_) {
+        const int n_ = (i0_ < (size_seqlen)) * 8;
+        kg::cp_async<16>(&v8[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+      } else {
+  #pragma unroll
+        for (int v = 0; v < 8; ++v)
+          v8[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+      }
+    }
+  }
+  kg::cp_async_commit();
+  // spec: specs/ssd_bwd.yaml:146:22
+  const int v25 = 1;
+  // spec: specs/ssd_bwd.yaml:145:13
+  float v26[32];
+  #pragma unroll
+  for (int e = 0; e < 32; ++e) v26[e] = 0.0f;
+  // spec: specs/ssd_bwd.yaml:142:17
+  const int v27 = (kg::floordiv(v2, v1));
+  // spec: specs/ssd_bwd.yaml:142:11
+  const int v28 = (kg::floordiv(v23, v27));
   // spec: specs/ssd_bwd.yaml:146:7
 
-  float v22[32];
+  float v29[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v22[e] = v17[e];
-  for (int v23 = v7; v23 < v16; v23 += v6) {
-    float (&v24)[32] = v22;
+  for (int e = 0; e < 32; ++e) v29[e] = v26[e];
+  for (int v30 = v11; v30 < v21; v30 += v25) {
+    float (&v31)[32] = v29;
     
+    // spec: specs/ssd_bwd.yaml:146:7
+    const int v32 = (v30 - v11);
+    // spec: specs/ssd_bwd.yaml:146:7
+    const int v33 = (kg::floordiv(v32, v25));
+    // spec: specs/ssd_bwd.yaml:146:7
+    kg::bf16* v34 = v6 + (v33 % 2) * 4096;
     // spec: specs/ssd_bwd.yaml:147:23
-    const int v25 = 4;
+    const int v35 = 4;
     // spec: specs/ssd_bwd.yaml:147:23
-    const int v26 = (v5 * v25);
+    const int v36 = (v5 * v35);
     // spec: specs/ssd_bwd.yaml:147:23
-    const int v27 = (v26 + v23);
+    const int v37 = (v36 + v30);
     // spec: specs/ssd_bwd.yaml:148:16
-    kg::bf16 v28[32];
+    kg::bf16 v38[32];
     {
-      const kg::bf16* p_ = t_C + ((int64_t)(v21) * stride_C_0 + (int64_t)(v20) * stride_C_2);
+      const kg::bf16* p_ = t_C + ((int64_t)(v24) * stride_C_0 + (int64_t)(v28) * stride_C_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_C_0 % 8 == 0 && stride_C_1 % 8 == 0 && stride_C_2 % 8 == 0;
-      const int t0_ = v27 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
+      const int t0_ = v37 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
       const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
     #pragma unroll
       for (int e = 0; e < 32; e += 8) {
@@ -91,100 +135,117 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dstates(const kg::bf16* __restrict
         const int64_t off_ = (int64_t)i0_ * stride_C_1 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_seqlen);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v28[e], p_ + off_);
+          kg::copy_vec<8>(&v38[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v28[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v38[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     // spec: specs/ssd_bwd.yaml:148:53
-    float v29[4];
+    float v39[4];
     {
-      const float* p_ = t_dA_cumsum + ((int64_t)(v21) * stride_dA_cumsum_0 + (int64_t)(v19) * stride_dA_cumsum_1 + (int64_t)(v5) * stride_dA_cumsum_2);
+      const float* p_ = t_dA_cumsum + ((int64_t)(v24) * stride_dA_cumsum_0 + (int64_t)(v23) * stride_dA_cumsum_1 + (int64_t)(v5) * stride_dA_cumsum_2);
       const bool aligned_ = false;
-      const int t0_ = v23 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
+      const int t0_ = v30 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
     #pragma unroll
       for (int e = 0; e < 4; e += 1) {
         const int i0_ = t0_ + (e & 1) * 16 + ((e >> 1) & 1) * 32;
         const int64_t off_ = (int64_t)i0_ * 1;
         const bool in_ = i0_ + 1 <= (256);
         if (aligned_ && in_) {
-          kg::copy_vec<1>(&v29[e], p_ + off_);
+          kg::copy_vec<1>(&v39[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 1; ++v)
-            v29[e + v] = (i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
+            v39[e + v] = (i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
     // spec: specs/ssd_bwd.yaml:149:17
-    kg::bf16* v30 = reinterpret_cast<kg::bf16*>(smem + 0);
-    // spec: specs/ssd_bwd.yaml:149:21
+    kg::cp_async_wait<0>();
+    kg::fence_proxy_async();
     kg::sync();
-    if (true) {
-      const kg::bf16* p_ = t_dy + ((int64_t)(v21) * stride_dy_0 + (int64_t)(v19) * stride_dy_2);
+    // spec: specs/ssd_bwd.yaml:146:7
+    const int v40 = 1;
+    // spec: specs/ssd_bwd.yaml:146:7
+    const int v41 = (v33 + v40);
+    // spec: specs/ssd_bwd.yaml:146:7
+    kg::bf16* v42 = v6 + (v41 % 2) * 4096;
+    // spec: specs/ssd_bwd.yaml:147:23
+    const int v43 = 4;
+    // spec: specs/ssd_bwd.yaml:147:23
+    const int v44 = (v5 * v43);
+    // spec: specs/ssd_bwd.yaml:149:21
+    const int v45 = (v30 + v25);
+    // spec: specs/ssd_bwd.yaml:147:23
+    const int v46 = (v44 + v45);
+    // spec: specs/ssd_bwd.yaml:149:21
+    const bool v47 = (v45 < v21);
+    // spec: specs/ssd_bwd.yaml:149:21
+    if (v47) {
+      const kg::bf16* p_ = t_dy + ((int64_t)(v24) * stride_dy_0 + (int64_t)(v23) * stride_dy_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dy_0 % 8 == 0 && stride_dy_1 % 8 == 0 && stride_dy_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v27 * 64) * stride_dy_1 + 0;
+      const int64_t q_ = (int64_t)(v46 * 64) * stride_dy_1 + 0;
     #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int c_ = lane + warp * 32 + i * 128;
         const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
-        const int i0_ = v27 * 64 + r_, i1_ = 0 + k_;
+        const int i0_ = v46 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = q_ + ((int64_t)r_ * stride_dy_1 + k_);
         const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
         if (aligned_) {
           const int n_ = (i0_ < (size_seqlen)) * 8;
-          kg::cp_async<16>(&v30[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v42[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v30[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v42[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
     // spec: specs/ssd_bwd.yaml:149:17
-    kg::cp_async_wait<0>();
-    kg::fence_proxy_async();
-    kg::sync();
-    // spec: specs/ssd_bwd.yaml:149:17
-    kg::bf16* v31 = v30;
+    kg::bf16* v48 = v34;
     // spec: specs/ssd_bwd.yaml:148:49
-    float v32[4];
+    float v49[4];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v32[e] = kg::exp_(v29[e]);
+    for (int e = 0; e < 4; ++e) v49[e] = kg::exp_(v39[e]);
     // spec: specs/ssd_bwd.yaml:148:49
-    float (&v33)[4] = v32;
+    float (&v50)[4] = v49;
     // spec: specs/ssd_bwd.yaml:148:16
-    float v34[32];
+    float v51[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v34[e] = v33[((e >> 3) & 1) * 1 + ((e >> 4) & 1) * 2];
+    for (int e = 0; e < 32; ++e) v51[e] = v50[((e >> 3) & 1) * 1 + ((e >> 4) & 1) * 2];
     // spec: specs/ssd_bwd.yaml:148:16
-    float v35[32];
+    float v52[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v35[e] = kg::cvt<float>(kg::f32(v28[e]));
+    for (int e = 0; e < 32; ++e) v52[e] = kg::cvt<float>(kg::f32(v38[e]));
     // spec: specs/ssd_bwd.yaml:148:16
-    float v36[32];
+    float v53[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v36[e] = (v35[e] * v34[e]);
+    for (int e = 0; e < 32; ++e) v53[e] = (v52[e] * v51[e]);
     // spec: specs/ssd_bwd.yaml:149:47
-    kg::bf16 v37[32];
+    kg::bf16 v54[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v37[e] = kg::cvt<kg::bf16>(v36[e]);
+    for (int e = 0; e < 32; ++e) v54[e] = kg::cvt<kg::bf16>(v53[e]);
     // spec: specs/ssd_bwd.yaml:149:17
-    kg::bf16* v38 = reinterpret_cast<kg::bf16*>(smem + 8192);
+    kg::bf16* v55 = reinterpret_cast<kg::bf16*>(smem + 16384);
     #pragma unroll
-    for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v38[(((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8 * 8 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) / 8) * 64 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8 * 8 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) % 8], &v37[e]);
+    for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v55[(((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8 * 8 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) / 8) * 64 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8 * 8 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) % 8], &v54[e]);
     kg::fence_proxy_async();
     kg::sync();
     // spec: specs/ssd_bwd.yaml:149:17
-    float (&v39)[32] = v24;
+    float (&v56)[32] = v31;
     {
       const int wg_ = 0;
-      const uint64_t da_ = kg::wgmma_desc(v31, 8192, 1024, 1);
-      const uint64_t db_ = kg::wgmma_desc(v38, 1024, 128, 0);
+      const uint64_t da_ = kg::wgmma_desc(v48, 8192, 1024, 1);
+      const uint64_t db_ = kg::wgmma_desc(v55, 1024, 128, 0);
+      // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
+      // (ptxas would then insert a warpgroup.arrive, C7519)
+    #pragma unroll
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v56[e]);
       kg::wgmma_fence();
     #pragma unroll
       for (int ks = 0; ks < 4; ++ks)
@@ -192,23 +253,23 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dstates(const kg::bf16* __restrict
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n64k16_bf16_ss<1, 1>(&v39[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ / 1) * 64 + rm * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ / 1) * 64 + rm * 64)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 8 * 8 + (((wg_ % 1) * 64 + rn * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 1) * 64 + rn * 64)) % 8) * 2 / 16), 1);
+            kg::wgmma_m64n64k16_bf16_ss<1, 1>(&v56[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ / 1) * 64 + rm * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ / 1) * 64 + rm * 64)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 8 * 8 + (((wg_ % 1) * 64 + rn * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 1) * 64 + rn * 64)) % 8) * 2 / 16), 1);
       kg::wgmma_commit();
       kg::wgmma_wait<0>();
     #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v39[e]);
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v56[e]);
     }
     // spec: specs/ssd_bwd.yaml:149:17
 
     float y0_[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y0_[e] = v39[e];
+    for (int e = 0; e < 32; ++e) y0_[e] = v56[e];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v22[e] = y0_[e];
+    for (int e = 0; e < 32; ++e) v29[e] = y0_[e];
   }
   // spec: specs/ssd_bwd.yaml:150:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
-    float* p_ = t_y_grad_state + ((int64_t)(v21) * stride_y_grad_state_0 + (int64_t)(v5) * stride_y_grad_state_1 + (int64_t)(v19) * stride_y_grad_state_2);
+    float* p_ = t_y_grad_state + ((int64_t)(v24) * stride_y_grad_state_0 + (int64_t)(v5) * stride_y_grad_state_1 + (int64_t)(v23) * stride_y_grad_state_2);
     const bool aligned_ = kg::aligned(p_, 8) && stride_y_grad_state_0 % 2 == 0 && stride_y_grad_state_1 % 2 == 0 && stride_y_grad_state_2 % 2 == 0 && stride_y_grad_state_3 % 2 == 0;
     const int t0_ = 0 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
     const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
@@ -218,11 +279,11 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dstates(const kg::bf16* __restrict
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
       const int64_t off_ = (int64_t)i0_ * stride_y_grad_state_3 + (int64_t)i1_ * 1;
       if (aligned_ && true) {
-        kg::copy_vec<2>(p_ + off_, &v22[e]);
+        kg::copy_vec<2>(p_ + off_, &v29[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (true) p_[off_ + v] = v22[e + v];
+          if (true) p_[off_ + v] = v29[e + v];
       }
     }
   }

@@ -272,106 +272,155 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_dx(const kg::bf16* __restrict__ t_
     }
   }
   // spec: specs/ssd_bwd.yaml:206:27
-  kg::bf16* v37 = reinterpret_cast<kg::bf16*>(smem + 0);
+  kg::bf16* v37 = reinterpret_cast<kg::bf16*>(smem + 16384);
   kg::sync();
   #pragma unroll
   for (int e = 0; e < 16; e += 2) kg::copy_vec<2>(&v37[((((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) / 64 * 4096 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) * 64 + (((((((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) >> 3) & 7) ^ (((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) & 7)) << 3) + ((((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) & 7))], &v10[e]);
   kg::fence_proxy_async();
   kg::sync();
-  // spec: specs/ssd_bwd.yaml:203:55
-  float (&v38)[2] = v15;
-  // spec: specs/ssd_bwd.yaml:203:39
-  float v39[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v39[e] = v38[((e >> 1) & 1) * 1];
-  // spec: specs/ssd_bwd.yaml:181:34
-  int v40[2];
-  #pragma unroll
-  for (int e = 0; e < 2; ++e) v40[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8);
-  // spec: specs/ssd_bwd.yaml:181:20
-  const int v41 = 64;
-  // spec: specs/ssd_bwd.yaml:181:20
-  const int v42 = (v12 * v41);
-  // spec: specs/ssd_bwd.yaml:181:20
-  int v43[2];
-  #pragma unroll
-  for (int e = 0; e < 2; ++e) v43[e] = (v42 + v40[e]);
-  // spec: specs/ssd_bwd.yaml:202:19
-  int (&v44)[2] = v43;
-  // spec: specs/ssd_bwd.yaml:202:19
-  int v45[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v45[e] = v44[((e >> 1) & 1) * 1];
+  // spec: specs/ssd_bwd.yaml:204:17
+  kg::bf16* v38 = reinterpret_cast<kg::bf16*>(smem + 0);
+  // spec: specs/ssd_bwd.yaml:193:7
+  const int v39 = 0;
+  // spec: specs/ssd_bwd.yaml:193:7
+  kg::bf16* v40 = v38 + (v39 % 2) * 4096;
+  // spec: specs/ssd_bwd.yaml:194:23
+  const int v41 = 1;
+  // spec: specs/ssd_bwd.yaml:194:23
+  const int v42 = (v14 * v41);
+  // spec: specs/ssd_bwd.yaml:193:22
+  const int v43 = 64;
+  // spec: specs/ssd_bwd.yaml:193:22
+  const int v44 = 64;
+  // spec: specs/ssd_bwd.yaml:193:22
+  const int v45 = (v12 * v44);
+  // spec: specs/ssd_bwd.yaml:193:22
+  const int v46 = (kg::floordiv(v45, v43));
+  // spec: specs/ssd_bwd.yaml:194:23
+  const int v47 = (v42 + v46);
   // spec: specs/ssd_bwd.yaml:193:46
-  const int v46 = 1;
+  const int v48 = 64;
   // spec: specs/ssd_bwd.yaml:193:46
-  const int v47 = 64;
-  // spec: specs/ssd_bwd.yaml:193:46
-  const int v48 = 63;
+  const int v49 = 63;
   // spec: specs/ssd_bwd.yaml:193:51
-  const int v49 = 64;
-  // spec: specs/ssd_bwd.yaml:193:68
   const int v50 = 64;
   // spec: specs/ssd_bwd.yaml:193:68
-  const int v51 = (v14 * v50);
+  const int v51 = 64;
+  // spec: specs/ssd_bwd.yaml:193:68
+  const int v52 = (v14 * v51);
   // spec: specs/ssd_bwd.yaml:193:59
-  const int v52 = (v0 - v51);
+  const int v53 = (v0 - v52);
   // spec: specs/ssd_bwd.yaml:193:51
-  const int v53 = (kg::min_(v52, v49));
+  const int v54 = (kg::min_(v53, v50));
   // spec: specs/ssd_bwd.yaml:193:46
-  const int v54 = (v53 + v48);
+  const int v55 = (v54 + v49);
   // spec: specs/ssd_bwd.yaml:193:46
-  const int v55 = (kg::floordiv(v54, v47));
-  // spec: specs/ssd_bwd.yaml:193:22
-  const int v56 = 64;
-  // spec: specs/ssd_bwd.yaml:193:22
-  const int v57 = 64;
-  // spec: specs/ssd_bwd.yaml:193:22
-  const int v58 = (v12 * v57);
-  // spec: specs/ssd_bwd.yaml:193:22
-  const int v59 = (kg::floordiv(v58, v56));
-  // spec: specs/ssd_bwd.yaml:192:13
-  float v60[2];
+  const int v56 = (kg::floordiv(v55, v48));
+  // spec: specs/ssd_bwd.yaml:193:7
+  const bool v57 = (v46 < v56);
+  // spec: specs/ssd_bwd.yaml:196:17
+  if (v57) {
+    const kg::bf16* p_ = t_dy + ((int64_t)(v9) * stride_dy_0 + (int64_t)(v8) * stride_dy_2);
+    const bool aligned_ = kg::aligned(p_, 16) && stride_dy_0 % 8 == 0 && stride_dy_1 % 8 == 0 && stride_dy_2 % 8 == 0;
+    const int64_t q_ = (int64_t)(v47 * 64) * stride_dy_1 + 0;
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v60[e] = 0.0f;
+    for (int i = 0; i < 2; ++i) {
+      const int c_ = lane + warp * 32 + i * 256;
+      const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
+      const int i0_ = v47 * 64 + r_, i1_ = 0 + k_;
+      const int64_t off_ = q_ + ((int64_t)r_ * stride_dy_1 + k_);
+      const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
+      if (aligned_) {
+        const int n_ = (i0_ < (size_seqlen)) * 8;
+        kg::cp_async<16>(&v40[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+      } else {
+  #pragma unroll
+        for (int v = 0; v < 8; ++v)
+          v40[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+      }
+    }
+  }
+  kg::cp_async_commit();
+  // spec: specs/ssd_bwd.yaml:203:55
+  float (&v58)[2] = v15;
+  // spec: specs/ssd_bwd.yaml:203:39
+  float v59[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v59[e] = v58[((e >> 1) & 1) * 1];
+  // spec: specs/ssd_bwd.yaml:181:34
+  int v60[2];
+  #pragma unroll
+  for (int e = 0; e < 2; ++e) v60[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8);
+  // spec: specs/ssd_bwd.yaml:181:20
+  const int v61 = 64;
+  // spec: specs/ssd_bwd.yaml:181:20
+  const int v62 = (v12 * v61);
+  // spec: specs/ssd_bwd.yaml:181:20
+  int v63[2];
+  #pragma unroll
+  for (int e = 0; e < 2; ++e) v63[e] = (v62 + v60[e]);
+  // spec: specs/ssd_bwd.yaml:202:19
+  int (&v64)[2] = v63;
+  // spec: specs/ssd_bwd.yaml:202:19
+  int v65[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v65[e] = v64[((e >> 1) & 1) * 1];
+  // spec: specs/ssd_bwd.yaml:193:46
+  const int v66 = 1;
+  // spec: specs/ssd_bwd.yaml:192:13
+  float v67[2];
+  #pragma unroll
+  for (int e = 0; e < 2; ++e) v67[e] = 0.0f;
   // spec: specs/ssd_bwd.yaml:193:7
 
-  float v61[16];
+  float v68[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v61[e] = v33[e];
-  float v62[2];
+  for (int e = 0; e < 16; ++e) v68[e] = v33[e];
+  float v69[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v62[e] = v60[e];
-  for (int v63 = v59; v63 < v55; v63 += v46) {
-    float (&v64)[16] = v61;
-    float (&v65)[2] = v62;
+  for (int e = 0; e < 2; ++e) v69[e] = v67[e];
+  for (int v70 = v46; v70 < v56; v70 += v66) {
+    float (&v71)[16] = v68;
+    float (&v72)[2] = v69;
     
+    // spec: specs/ssd_bwd.yaml:193:7
+    const int v73 = (v70 - v46);
+    // spec: specs/ssd_bwd.yaml:193:7
+    const int v74 = (kg::floordiv(v73, v66));
+    // spec: specs/ssd_bwd.yaml:193:7
+    kg::bf16* v75 = v38 + (v74 % 2) * 4096;
+    // spec: specs/ssd_bwd.yaml:194:23
+    const int v76 = 1;
+    // spec: specs/ssd_bwd.yaml:194:23
+    const int v77 = (v14 * v76);
+    // spec: specs/ssd_bwd.yaml:194:23
+    const int v78 = (v77 + v70);
     // spec: specs/ssd_bwd.yaml:197:18
-    float v66[8];
+    float v79[8];
     {
       const float* p_ = t_dA_cumsum + ((int64_t)(v9) * stride_dA_cumsum_0 + (int64_t)(v8) * stride_dA_cumsum_1 + (int64_t)(v14) * stride_dA_cumsum_2);
       const bool aligned_ = kg::aligned(p_, 8) && stride_dA_cumsum_0 % 2 == 0 && stride_dA_cumsum_1 % 2 == 0 && stride_dA_cumsum_2 % 2 == 0;
-      const int t0_ = v63 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32;
+      const int t0_ = v70 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32;
     #pragma unroll
       for (int e = 0; e < 8; e += 2) {
         const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16;
         const int64_t off_ = (int64_t)i0_ * 1;
         const bool in_ = i0_ + 2 <= (64);
         if (aligned_ && in_) {
-          kg::copy_vec<2>(&v66[e], p_ + off_);
+          kg::copy_vec<2>(&v79[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 2; ++v)
-            v66[e + v] = (i0_ + v < (64)) ? p_[off_ + v] : 0.0f;
+            v79[e + v] = (i0_ + v < (64)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
     // spec: specs/ssd_bwd.yaml:201:17
-    float v67[16];
+    float v80[16];
     {
       const float* p_ = t_CB + ((int64_t)(v9) * stride_CB_0 + (int64_t)(v14) * stride_CB_1 + (int64_t)(v22) * stride_CB_2);
       const bool aligned_ = false;
-      const int t0_ = v63 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32;
+      const int t0_ = v70 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32;
       const int t1_ = v12 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
     #pragma unroll
       for (int e = 0; e < 16; e += 1) {
@@ -380,134 +429,146 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_dx(const kg::bf16* __restrict__ t_
         const int64_t off_ = (int64_t)i0_ * stride_CB_3 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (64) && i1_ + 1 <= (64);
         if (aligned_ && in_) {
-          kg::copy_vec<1>(&v67[e], p_ + off_);
+          kg::copy_vec<1>(&v80[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 1; ++v)
-            v67[e + v] = (i0_ < (64) && i1_ + v < (64)) ? p_[off_ + v] : 0.0f;
+            v80[e + v] = (i0_ < (64) && i1_ + v < (64)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
     // spec: specs/ssd_bwd.yaml:203:16
-    const float v68 = 0.0f;
+    const float v81 = 0.0f;
     // spec: specs/ssd_bwd.yaml:203:39
-    float (&v69)[8] = v66;
+    float (&v82)[8] = v79;
     // spec: specs/ssd_bwd.yaml:203:39
-    float v70[16];
+    float v83[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v70[e] = v69[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4];
+    for (int e = 0; e < 16; ++e) v83[e] = v82[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4];
     // spec: specs/ssd_bwd.yaml:203:39
-    float v71[16];
+    float v84[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v71[e] = (v70[e] - v39[e]);
+    for (int e = 0; e < 16; ++e) v84[e] = (v83[e] - v59[e]);
     // spec: specs/ssd_bwd.yaml:203:35
-    float v72[16];
+    float v85[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v72[e] = kg::exp_(v71[e]);
+    for (int e = 0; e < 16; ++e) v85[e] = kg::exp_(v84[e]);
     // spec: specs/ssd_bwd.yaml:201:17
-    float (&v73)[16] = v67;
+    float (&v86)[16] = v80;
     // spec: specs/ssd_bwd.yaml:203:29
-    float v74[16];
+    float v87[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v74[e] = (v73[e] * v72[e]);
+    for (int e = 0; e < 16; ++e) v87[e] = (v86[e] * v85[e]);
     // spec: specs/ssd_bwd.yaml:202:97
-    const int v75 = 64;
+    const int v88 = 64;
     // spec: specs/ssd_bwd.yaml:202:97
-    const int v76 = (v14 * v75);
+    const int v89 = (v14 * v88);
     // spec: specs/ssd_bwd.yaml:202:88
-    const int v77 = (v0 - v76);
+    const int v90 = (v0 - v89);
     // spec: specs/ssd_bwd.yaml:195:38
-    int v78[8];
+    int v91[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v78[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16);
+    for (int e = 0; e < 8; ++e) v91[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16);
     // spec: specs/ssd_bwd.yaml:195:24
-    const int v79 = 64;
+    const int v92 = 64;
     // spec: specs/ssd_bwd.yaml:195:24
-    const int v80 = (v63 * v79);
+    const int v93 = (v70 * v92);
     // spec: specs/ssd_bwd.yaml:195:24
-    int v81[8];
+    int v94[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v81[e] = (v80 + v78[e]);
+    for (int e = 0; e < 8; ++e) v94[e] = (v93 + v91[e]);
     // spec: specs/ssd_bwd.yaml:202:66
-    int (&v82)[8] = v81;
+    int (&v95)[8] = v94;
     // spec: specs/ssd_bwd.yaml:202:66
-    bool v83[8];
+    bool v96[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v83[e] = (v82[e] < v77);
+    for (int e = 0; e < 8; ++e) v96[e] = (v95[e] < v90);
     // spec: specs/ssd_bwd.yaml:202:19
-    bool v84[16];
+    bool v97[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v84[e] = v83[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4];
+    for (int e = 0; e < 16; ++e) v97[e] = v96[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4];
     // spec: specs/ssd_bwd.yaml:202:42
-    int (&v85)[8] = v81;
+    int (&v98)[8] = v94;
     // spec: specs/ssd_bwd.yaml:202:19
-    int v86[16];
+    int v99[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v86[e] = v85[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4];
+    for (int e = 0; e < 16; ++e) v99[e] = v98[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4];
     // spec: specs/ssd_bwd.yaml:202:19
-    bool v87[16];
+    bool v100[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v87[e] = (v45[e] <= v86[e]);
+    for (int e = 0; e < 16; ++e) v100[e] = (v65[e] <= v99[e]);
     // spec: specs/ssd_bwd.yaml:202:19
-    bool v88[16];
+    bool v101[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v88[e] = (v87[e] && v84[e]);
+    for (int e = 0; e < 16; ++e) v101[e] = (v100[e] && v97[e]);
     // spec: specs/ssd_bwd.yaml:203:16
-    float v89[16];
+    float v102[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v89[e] = (v88[e] ? v74[e] : v68);
+    for (int e = 0; e < 16; ++e) v102[e] = (v101[e] ? v87[e] : v81);
     // spec: specs/ssd_bwd.yaml:204:21
-    kg::bf16 v90[16];
+    kg::bf16 v103[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v90[e] = kg::cvt<kg::bf16>(v89[e]);
+    for (int e = 0; e < 16; ++e) v103[e] = kg::cvt<kg::bf16>(v102[e]);
     // spec: specs/ssd_bwd.yaml:204:17
-    kg::bf16* v91 = reinterpret_cast<kg::bf16*>(smem + 8192);
+    kg::bf16* v104 = reinterpret_cast<kg::bf16*>(smem + 24576);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 16; e += 2) kg::copy_vec<2>(&v91[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) % 8], &v90[e]);
+    for (int e = 0; e < 16; e += 2) kg::copy_vec<2>(&v104[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) % 8], &v103[e]);
     kg::fence_proxy_async();
 
     // spec: specs/ssd_bwd.yaml:204:17
-    kg::bf16* v92 = reinterpret_cast<kg::bf16*>(smem + 16384);
+    kg::cp_async_wait<0>();
+    kg::fence_proxy_async();
+    kg::sync();
+    // spec: specs/ssd_bwd.yaml:193:7
+    const int v105 = 1;
+    // spec: specs/ssd_bwd.yaml:193:7
+    const int v106 = (v74 + v105);
+    // spec: specs/ssd_bwd.yaml:193:7
+    kg::bf16* v107 = v38 + (v106 % 2) * 4096;
     // spec: specs/ssd_bwd.yaml:194:23
-    const int v93 = 1;
+    const int v108 = 1;
     // spec: specs/ssd_bwd.yaml:194:23
-    const int v94 = (v14 * v93);
-    // spec: specs/ssd_bwd.yaml:194:23
-    const int v95 = (v94 + v63);
+    const int v109 = (v14 * v108);
     // spec: specs/ssd_bwd.yaml:196:17
-    if (true) {
+    const int v110 = (v70 + v66);
+    // spec: specs/ssd_bwd.yaml:194:23
+    const int v111 = (v109 + v110);
+    // spec: specs/ssd_bwd.yaml:196:17
+    const bool v112 = (v110 < v56);
+    // spec: specs/ssd_bwd.yaml:196:17
+    if (v112) {
       const kg::bf16* p_ = t_dy + ((int64_t)(v9) * stride_dy_0 + (int64_t)(v8) * stride_dy_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dy_0 % 8 == 0 && stride_dy_1 % 8 == 0 && stride_dy_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v95 * 64) * stride_dy_1 + 0;
+      const int64_t q_ = (int64_t)(v111 * 64) * stride_dy_1 + 0;
     #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int c_ = lane + warp * 32 + i * 256;
         const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
-        const int i0_ = v95 * 64 + r_, i1_ = 0 + k_;
+        const int i0_ = v111 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = q_ + ((int64_t)r_ * stride_dy_1 + k_);
         const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
         if (aligned_) {
           const int n_ = (i0_ < (size_seqlen)) * 8;
-          kg::cp_async<16>(&v92[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v107[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v92[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v107[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
     // spec: specs/ssd_bwd.yaml:204:17
-    kg::cp_async_wait<0>();
-    kg::fence_proxy_async();
-    kg::sync();
-    // spec: specs/ssd_bwd.yaml:204:17
-    float (&v96)[16] = v64;
+    float (&v113)[16] = v71;
     {
       const int wg_ = (warp / 4);
-      const uint64_t da_ = kg::wgmma_desc(v91, 128, 1024, 0);
-      const uint64_t db_ = kg::wgmma_desc(v92, 1024, 128, 0);
+      const uint64_t da_ = kg::wgmma_desc(v104, 128, 1024, 0);
+      const uint64_t db_ = kg::wgmma_desc(v75, 1024, 128, 0);
+      // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
+      // (ptxas would then insert a warpgroup.arrive, C7519)
+    #pragma unroll
+      for (int e = 0; e < 16; ++e) kg::fence_operand(v113[e]);
       kg::wgmma_fence();
     #pragma unroll
       for (int ks = 0; ks < 4; ++ks)
@@ -515,22 +576,22 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_dx(const kg::bf16* __restrict__ t_
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n32k16_bf16_ss<0, 1>(&v96[(rm * 1 + rn) * 16], da_ + ((((((wg_ / 2) * 64 + rm * 64)) / 8 * 8 + ((ks * 16)) / 8) * 64 + (((wg_ / 2) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + (((((ks * 16)) / 8 * 8 + (((wg_ % 2) * 32 + rn * 32)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 2) * 32 + rn * 32)) % 8) * 2 / 16), 1);
+            kg::wgmma_m64n32k16_bf16_ss<0, 1>(&v113[(rm * 1 + rn) * 16], da_ + ((((((wg_ / 2) * 64 + rm * 64)) / 8 * 8 + ((ks * 16)) / 8) * 64 + (((wg_ / 2) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + (((((ks * 16)) / 8 * 8 + (((wg_ % 2) * 32 + rn * 32)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 2) * 32 + rn * 32)) % 8) * 2 / 16), 1);
       kg::wgmma_commit();
       kg::wgmma_wait<0>();
     #pragma unroll
-      for (int e = 0; e < 16; ++e) kg::fence_operand(v96[e]);
+      for (int e = 0; e < 16; ++e) kg::fence_operand(v113[e]);
     }
     // spec: specs/ssd_bwd.yaml:206:27
-    kg::bf16* v97 = v92;
+    kg::bf16* v114 = v75;
     // spec: specs/ssd_bwd.yaml:206:27
-    float v98[16];
+    float v115[16];
     // spec: specs/ssd_bwd.yaml:206:27
-    float (&v99)[16] = v98;
+    float (&v116)[16] = v115;
     {
       const int wg_ = (warp / 4);
       const uint64_t da_ = kg::wgmma_desc(v37, 16, 1024, 1);
-      const uint64_t db_ = kg::wgmma_desc(v97, 128, 1024, 0);
+      const uint64_t db_ = kg::wgmma_desc(v114, 128, 1024, 0);
       kg::wgmma_fence();
     #pragma unroll
       for (int ks = 0; ks < 4; ++ks)
@@ -538,98 +599,98 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_dx(const kg::bf16* __restrict__ t_
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n32k16_bf16_ss<0, 0>(&v99[(rm * 1 + rn) * 16], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 2) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 2) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + ((((((wg_ % 2) * 32 + rn * 32)) / 8 * 8 + ((ks * 16)) / 8) * 64 + (((wg_ % 2) * 32 + rn * 32)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), (ks > 0));
+            kg::wgmma_m64n32k16_bf16_ss<0, 0>(&v116[(rm * 1 + rn) * 16], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 2) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 2) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + ((((((wg_ % 2) * 32 + rn * 32)) / 8 * 8 + ((ks * 16)) / 8) * 64 + (((wg_ % 2) * 32 + rn * 32)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), (ks > 0));
       kg::wgmma_commit();
       kg::wgmma_wait<0>();
     #pragma unroll
-      for (int e = 0; e < 16; ++e) kg::fence_operand(v99[e]);
+      for (int e = 0; e < 16; ++e) kg::fence_operand(v116[e]);
     }
     // spec: specs/ssd_bwd.yaml:206:27
-    float v100[16];
+    float v117[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v100[e] = (v99[e] * v89[e]);
+    for (int e = 0; e < 16; ++e) v117[e] = (v116[e] * v102[e]);
     // spec: specs/ssd_bwd.yaml:206:23
-    float v101[2];
+    float v118[2];
     {
-      float r101[2];
+      float r118[2];
     #pragma unroll
-      for (int e = 0; e < 2; ++e) r101[e] = 0.0f;
+      for (int e = 0; e < 2; ++e) r118[e] = 0.0f;
     #pragma unroll
       for (int e = 0; e < 16; ++e) {
-        const float a_ = r101[((e >> 1) & 1) * 1], b_ = (float)(v100[e]);
-        r101[((e >> 1) & 1) * 1] = a_ + b_;
+        const float a_ = r118[((e >> 1) & 1) * 1], b_ = (float)(v117[e]);
+        r118[((e >> 1) & 1) * 1] = a_ + b_;
       }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r101[e], b_ = kg::shfl_xor(a_, 1); r101[e] = a_ + b_; }
+      for (int e = 0; e < 2; ++e) { const float a_ = r118[e], b_ = kg::shfl_xor(a_, 1); r118[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r101[e], b_ = kg::shfl_xor(a_, 2); r101[e] = a_ + b_; }
-      float* scratch_ = reinterpret_cast<float*>(smem + 8192);
+      for (int e = 0; e < 2; ++e) { const float a_ = r118[e], b_ = kg::shfl_xor(a_, 2); r118[e] = a_ + b_; }
+      float* scratch_ = reinterpret_cast<float*>(smem + 24576);
       kg::sync();
     #pragma unroll
-      for (int e = 0; e < 2; ++e) scratch_[warp * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8)) * 1] = r101[e];
+      for (int e = 0; e < 2; ++e) scratch_[warp * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8)) * 1] = r118[e];
       kg::sync();
     #pragma unroll
       for (int e = 0; e < 2; ++e) {
         float a_ = scratch_[(warp ^ 0) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8)) * 1];
         { const float b_ = scratch_[(warp ^ 4) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8)) * 1]; a_ = a_ + b_; }
-        r101[e] = a_;
+        r118[e] = a_;
       }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) v101[e] = kg::cvt<float>(r101[e]);
+      for (int e = 0; e < 2; ++e) v118[e] = kg::cvt<float>(r118[e]);
     }
     // spec: specs/ssd_bwd.yaml:206:17
-    float v102[2];
+    float v119[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v102[e] = (v65[e] - v101[e]);
+    for (int e = 0; e < 2; ++e) v119[e] = (v72[e] - v118[e]);
     // spec: specs/ssd_bwd.yaml:206:17
 
     float y0_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y0_[e] = v96[e];
+    for (int e = 0; e < 16; ++e) y0_[e] = v113[e];
     float y1_[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) y1_[e] = v102[e];
+    for (int e = 0; e < 2; ++e) y1_[e] = v119[e];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v61[e] = y0_[e];
+    for (int e = 0; e < 16; ++e) v68[e] = y0_[e];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v62[e] = y1_[e];
+    for (int e = 0; e < 2; ++e) v69[e] = y1_[e];
   }
   // spec: specs/ssd_bwd.yaml:207:64
-  float v103[16];
+  float v120[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v103[e] = kg::cvt<float>(kg::f32(v10[e]));
+  for (int e = 0; e < 16; ++e) v120[e] = kg::cvt<float>(kg::f32(v10[e]));
   // spec: specs/ssd_bwd.yaml:207:58
-  float v104[16];
+  float v121[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v104[e] = (v61[e] * v103[e]);
+  for (int e = 0; e < 16; ++e) v121[e] = (v68[e] * v120[e]);
   // spec: specs/ssd_bwd.yaml:207:54
-  float v105[2];
+  float v122[2];
   {
-    float r105[2];
+    float r122[2];
   #pragma unroll
-    for (int e = 0; e < 2; ++e) r105[e] = 0.0f;
+    for (int e = 0; e < 2; ++e) r122[e] = 0.0f;
   #pragma unroll
     for (int e = 0; e < 16; ++e) {
-      const float a_ = r105[((e >> 1) & 1) * 1], b_ = (float)(v104[e]);
-      r105[((e >> 1) & 1) * 1] = a_ + b_;
+      const float a_ = r122[((e >> 1) & 1) * 1], b_ = (float)(v121[e]);
+      r122[((e >> 1) & 1) * 1] = a_ + b_;
     }
   #pragma unroll
-    for (int e = 0; e < 2; ++e) { const float a_ = r105[e], b_ = kg::shfl_xor(a_, 1); r105[e] = a_ + b_; }
+    for (int e = 0; e < 2; ++e) { const float a_ = r122[e], b_ = kg::shfl_xor(a_, 1); r122[e] = a_ + b_; }
   #pragma unroll
-    for (int e = 0; e < 2; ++e) { const float a_ = r105[e], b_ = kg::shfl_xor(a_, 2); r105[e] = a_ + b_; }
+    for (int e = 0; e < 2; ++e) { const float a_ = r122[e], b_ = kg::shfl_xor(a_, 2); r122[e] = a_ + b_; }
     float* scratch_ = reinterpret_cast<float*>(smem + 0);
     kg::sync();
   #pragma unroll
-    for (int e = 0; e < 2; ++e) scratch_[warp * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8)) * 1] = r105[e];
+    for (int e = 0; e < 2; ++e) scratch_[warp * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8)) * 1] = r122[e];
     kg::sync();
   #pragma unroll
     for (int e = 0; e < 2; ++e) {
       float a_ = scratch_[(warp ^ 0) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8)) * 1];
       { const float b_ = scratch_[(warp ^ 4) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8)) * 1]; a_ = a_ + b_; }
-      r105[e] = a_;
+      r122[e] = a_;
     }
   #pragma unroll
-    for (int e = 0; e < 2; ++e) v105[e] = kg::cvt<float>(r105[e]);
+    for (int e = 0; e < 2; ++e) v122[e] = kg::cvt<float>(r122[e]);
   }
   // spec: specs/ssd_bwd.yaml:207:7
   if ((lane & 3) == 0 && (warp & 4) == 0) {
@@ -640,13 +701,13 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_dx(const kg::bf16* __restrict__ t_
     for (int e = 0; e < 2; e += 1) {
       const int i0_ = t0_ + (e & 1) * 8;
       const int64_t off_ = (int64_t)i0_ * 1;
-      if (i0_ + 1 <= (64)) p_[off_] = v105[e];
+      if (i0_ + 1 <= (64)) p_[off_] = v122[e];
     }
   }
   // spec: specs/ssd_bwd.yaml:208:54
-  float v106[2];
+  float v123[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v106[e] = (v62[e] * v16[e]);
+  for (int e = 0; e < 2; ++e) v123[e] = (v69[e] * v16[e]);
   // spec: specs/ssd_bwd.yaml:208:7
   if ((lane & 3) == 0 && (warp & 4) == 0) {
     float* p_ = t_cs_src_grad + ((int64_t)(v9) * stride_cs_src_grad_0 + (int64_t)(v8) * stride_cs_src_grad_1 + (int64_t)(v14) * stride_cs_src_grad_2);
@@ -656,11 +717,11 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_dx(const kg::bf16* __restrict__ t_
     for (int e = 0; e < 2; e += 1) {
       const int i0_ = t0_ + (e & 1) * 8;
       const int64_t off_ = (int64_t)i0_ * 1;
-      if (i0_ + 1 <= (64)) p_[off_] = v106[e];
+      if (i0_ + 1 <= (64)) p_[off_] = v123[e];
     }
   }
   // spec: specs/ssd_bwd.yaml:209:14
-  kg::bf16 v107[16];
+  kg::bf16 v124[16];
   {
     const kg::bf16* p_ = t_dy + ((int64_t)(v9) * stride_dy_0 + (int64_t)(v8) * stride_dy_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dy_0 % 2 == 0 && stride_dy_1 % 2 == 0 && stride_dy_2 % 2 == 0;
@@ -673,42 +734,42 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_dx(const kg::bf16* __restrict__ t_
       const int64_t off_ = (int64_t)i0_ * stride_dy_1 + (int64_t)i1_ * 1;
       const bool in_ = i0_ < (size_seqlen);
       if (aligned_ && in_) {
-        kg::copy_vec<2>(&v107[e], p_ + off_);
+        kg::copy_vec<2>(&v124[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          v107[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v124[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
   // spec: specs/ssd_bwd.yaml:209:49
-  const float v108 = *(t_D + (int64_t)(v8) * 1);
+  const float v125 = *(t_D + (int64_t)(v8) * 1);
   // spec: specs/ssd_bwd.yaml:210:39
-  float (&v109)[2] = v16;
+  float (&v126)[2] = v16;
   // spec: specs/ssd_bwd.yaml:210:33
-  float v110[16];
+  float v127[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v110[e] = v109[((e >> 1) & 1) * 1];
+  for (int e = 0; e < 16; ++e) v127[e] = v126[((e >> 1) & 1) * 1];
   // spec: specs/ssd_bwd.yaml:210:33
-  float v111[16];
+  float v128[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v111[e] = (v61[e] * v110[e]);
+  for (int e = 0; e < 16; ++e) v128[e] = (v68[e] * v127[e]);
   // spec: specs/ssd_bwd.yaml:209:14
-  float v112[16];
+  float v129[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v112[e] = kg::cvt<float>(kg::f32(v107[e]));
+  for (int e = 0; e < 16; ++e) v129[e] = kg::cvt<float>(kg::f32(v124[e]));
   // spec: specs/ssd_bwd.yaml:209:14
-  float v113[16];
+  float v130[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v113[e] = (v112[e] * v108);
+  for (int e = 0; e < 16; ++e) v130[e] = (v129[e] * v125);
   // spec: specs/ssd_bwd.yaml:210:33
-  float v114[16];
+  float v131[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v114[e] = (v111[e] + v113[e]);
+  for (int e = 0; e < 16; ++e) v131[e] = (v128[e] + v130[e]);
   // spec: specs/ssd_bwd.yaml:210:32
-  kg::bf16 v115[16];
+  kg::bf16 v132[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v115[e] = kg::cvt<kg::bf16>(v114[e]);
+  for (int e = 0; e < 16; ++e) v132[e] = kg::cvt<kg::bf16>(v131[e]);
   // spec: specs/ssd_bwd.yaml:210:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_dx + ((int64_t)(v9) * stride_dx_0 + (int64_t)(v8) * stride_dx_2);
@@ -721,11 +782,11 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_dx(const kg::bf16* __restrict__ t_
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
       const int64_t off_ = (int64_t)i0_ * stride_dx_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_seqlen)) {
-        kg::copy_vec<2>(p_ + off_, &v115[e]);
+        kg::copy_vec<2>(p_ + off_, &v132[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_seqlen)) p_[off_ + v] = v115[e + v];
+          if (i0_ < (size_seqlen)) p_[off_ + v] = v132[e + v];
       }
     }
   }

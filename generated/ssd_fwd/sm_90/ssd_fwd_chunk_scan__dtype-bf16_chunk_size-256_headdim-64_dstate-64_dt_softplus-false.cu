@@ -152,75 +152,125 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_chunk_scan(const kg::bf16* __restr
   #pragma unroll
     for (int e = 0; e < 32; ++e) kg::fence_operand(v22[e]);
   }
-  // spec: specs/ssd_fwd.yaml:140:40
-  float (&v23)[2] = v13;
-  // spec: specs/ssd_fwd.yaml:127:34
-  int v24[8];
-  #pragma unroll
-  for (int e = 0; e < 8; ++e) v24[e] = (((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4) + ((e & 1) * 8 + ((e >> 1) & 1) * 16 + ((e >> 2) & 1) * 32);
-  // spec: specs/ssd_fwd.yaml:127:20
-  const int v25 = 64;
-  // spec: specs/ssd_fwd.yaml:127:20
-  const int v26 = (v8 * v25);
-  // spec: specs/ssd_fwd.yaml:127:20
-  int v27[8];
-  #pragma unroll
-  for (int e = 0; e < 8; ++e) v27[e] = (v26 + v24[e]);
-  // spec: specs/ssd_fwd.yaml:139:43
-  int (&v28)[8] = v27;
-  // spec: specs/ssd_fwd.yaml:139:20
-  int v29[32];
-  #pragma unroll
-  for (int e = 0; e < 32; ++e) v29[e] = v28[((e >> 2) & 1) * 1 + ((e >> 3) & 1) * 2 + ((e >> 4) & 1) * 4];
+  // spec: specs/ssd_fwd.yaml:141:17
+  kg::bf16* v23 = reinterpret_cast<kg::bf16*>(smem + 0);
+  // spec: specs/ssd_fwd.yaml:133:7
+  const int v24 = 0;
+  // spec: specs/ssd_fwd.yaml:133:7
+  kg::bf16* v25 = v23 + (v24 % 2) * 4096;
+  // spec: specs/ssd_fwd.yaml:134:23
+  const int v26 = 4;
+  // spec: specs/ssd_fwd.yaml:134:23
+  const int v27 = (v10 * v26);
   // spec: specs/ssd_fwd.yaml:133:22
-  const int v30 = 1;
+  const int v28 = 0;
+  // spec: specs/ssd_fwd.yaml:134:23
+  const int v29 = (v27 + v28);
   // spec: specs/ssd_fwd.yaml:133:22
-  const int v31 = 0;
+  const int v30 = 64;
   // spec: specs/ssd_fwd.yaml:133:22
+  const int v31 = 63;
+  // spec: specs/ssd_fwd.yaml:133:27
   const int v32 = 64;
-  // spec: specs/ssd_fwd.yaml:133:22
-  const int v33 = 63;
-  // spec: specs/ssd_fwd.yaml:133:27
-  const int v34 = 64;
   // spec: specs/ssd_fwd.yaml:133:28
-  const int v35 = 1;
+  const int v33 = 1;
   // spec: specs/ssd_fwd.yaml:133:28
-  const int v36 = (v8 + v35);
+  const int v34 = (v8 + v33);
   // spec: specs/ssd_fwd.yaml:133:27
-  const int v37 = (v36 * v34);
+  const int v35 = (v34 * v32);
   // spec: specs/ssd_fwd.yaml:133:22
-  const int v38 = (v37 + v33);
+  const int v36 = (v35 + v31);
   // spec: specs/ssd_fwd.yaml:133:22
-  const int v39 = (kg::floordiv(v38, v32));
+  const int v37 = (kg::floordiv(v36, v30));
+  // spec: specs/ssd_fwd.yaml:133:7
+  const bool v38 = (v28 < v37);
+  // spec: specs/ssd_fwd.yaml:141:36
+  kg::sync();
+  if (v38) {
+    const kg::bf16* p_ = t_x + ((int64_t)(v12) * stride_x_0 + (int64_t)(v11) * stride_x_2);
+    const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 8 == 0 && stride_x_1 % 8 == 0 && stride_x_2 % 8 == 0;
+    const int64_t q_ = (int64_t)(v29 * 64) * stride_x_1 + 0;
+  #pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int c_ = lane + warp * 32 + i * 128;
+      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+      const int i0_ = v29 * 64 + r_, i1_ = 0 + k_;
+      const int64_t off_ = q_ + ((int64_t)r_ * stride_x_1 + k_);
+      const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
+      if (aligned_) {
+        const int n_ = (i0_ < (size_seqlen)) * 8;
+        kg::cp_async<16>(&v25[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+      } else {
+  #pragma unroll
+        for (int v = 0; v < 8; ++v)
+          v25[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+      }
+    }
+  }
+  kg::cp_async_commit();
+  // spec: specs/ssd_fwd.yaml:140:40
+  float (&v39)[2] = v13;
+  // spec: specs/ssd_fwd.yaml:127:34
+  int v40[8];
+  #pragma unroll
+  for (int e = 0; e < 8; ++e) v40[e] = (((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4) + ((e & 1) * 8 + ((e >> 1) & 1) * 16 + ((e >> 2) & 1) * 32);
+  // spec: specs/ssd_fwd.yaml:127:20
+  const int v41 = 64;
+  // spec: specs/ssd_fwd.yaml:127:20
+  const int v42 = (v8 * v41);
+  // spec: specs/ssd_fwd.yaml:127:20
+  int v43[8];
+  #pragma unroll
+  for (int e = 0; e < 8; ++e) v43[e] = (v42 + v40[e]);
+  // spec: specs/ssd_fwd.yaml:139:43
+  int (&v44)[8] = v43;
+  // spec: specs/ssd_fwd.yaml:139:20
+  int v45[32];
+  #pragma unroll
+  for (int e = 0; e < 32; ++e) v45[e] = v44[((e >> 2) & 1) * 1 + ((e >> 3) & 1) * 2 + ((e >> 4) & 1) * 4];
+  // spec: specs/ssd_fwd.yaml:133:22
+  const int v46 = 1;
   // spec: specs/ssd_fwd.yaml:131:69
-  float v40[2];
+  float v47[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v40[e] = kg::exp_(v13[e]);
+  for (int e = 0; e < 2; ++e) v47[e] = kg::exp_(v13[e]);
   // spec: specs/ssd_fwd.yaml:131:69
-  float (&v41)[2] = v40;
+  float (&v48)[2] = v47;
   // spec: specs/ssd_fwd.yaml:131:13
-  float v42[32];
+  float v49[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v42[e] = v41[((e >> 1) & 1) * 1];
+  for (int e = 0; e < 32; ++e) v49[e] = v48[((e >> 1) & 1) * 1];
   // spec: specs/ssd_fwd.yaml:131:13
-  float v43[32];
+  float v50[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v43[e] = (v22[e] * v42[e]);
+  for (int e = 0; e < 32; ++e) v50[e] = (v22[e] * v49[e]);
   // spec: specs/ssd_fwd.yaml:133:7
 
-  float v44[32];
+  float v51[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v44[e] = v43[e];
-  for (int v45 = v31; v45 < v39; v45 += v30) {
-    float (&v46)[32] = v44;
+  for (int e = 0; e < 32; ++e) v51[e] = v50[e];
+  for (int v52 = v28; v52 < v37; v52 += v46) {
+    float (&v53)[32] = v51;
     
+    // spec: specs/ssd_fwd.yaml:133:7
+    const int v54 = (v52 - v28);
+    // spec: specs/ssd_fwd.yaml:133:7
+    const int v55 = (kg::floordiv(v54, v46));
+    // spec: specs/ssd_fwd.yaml:133:7
+    kg::bf16* v56 = v23 + (v55 % 2) * 4096;
+    // spec: specs/ssd_fwd.yaml:134:23
+    const int v57 = 4;
+    // spec: specs/ssd_fwd.yaml:134:23
+    const int v58 = (v10 * v57);
+    // spec: specs/ssd_fwd.yaml:134:23
+    const int v59 = (v58 + v52);
     // spec: specs/ssd_fwd.yaml:136:16
-    float v47[32];
+    float v60[32];
     {
       const float* p_ = t_CB + ((int64_t)(v12) * stride_CB_0 + (int64_t)(v10) * stride_CB_1 + (int64_t)(v17) * stride_CB_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_CB_0 % 4 == 0 && stride_CB_1 % 4 == 0 && stride_CB_2 % 4 == 0 && stride_CB_3 % 4 == 0;
       const int t0_ = v8 * 64 + ((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4;
-      const int t1_ = v45 * 64 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32;
+      const int t1_ = v52 * 64 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32;
     #pragma unroll
       for (int e = 0; e < 32; e += 4) {
         const int i0_ = t0_ + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
@@ -228,177 +278,189 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_chunk_scan(const kg::bf16* __restr
         const int64_t off_ = (int64_t)i0_ * stride_CB_3 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (256) && i1_ + 4 <= (256);
         if (aligned_ && in_) {
-          kg::copy_vec<4>(&v47[e], p_ + off_);
+          kg::copy_vec<4>(&v60[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 4; ++v)
-            v47[e + v] = (i0_ < (256) && i1_ + v < (256)) ? p_[off_ + v] : 0.0f;
+            v60[e + v] = (i0_ < (256) && i1_ + v < (256)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
     // spec: specs/ssd_fwd.yaml:137:18
-    float v48[4];
+    float v61[4];
     {
       const float* p_ = t_dA_cumsum + ((int64_t)(v12) * stride_dA_cumsum_0 + (int64_t)(v11) * stride_dA_cumsum_1 + (int64_t)(v10) * stride_dA_cumsum_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dA_cumsum_0 % 4 == 0 && stride_dA_cumsum_1 % 4 == 0 && stride_dA_cumsum_2 % 4 == 0;
-      const int t0_ = v45 * 64 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32;
+      const int t0_ = v52 * 64 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32;
     #pragma unroll
       for (int e = 0; e < 4; e += 4) {
         const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
         const int64_t off_ = (int64_t)i0_ * 1;
         const bool in_ = i0_ + 4 <= (256);
         if (aligned_ && in_) {
-          kg::copy_vec<4>(&v48[e], p_ + off_);
+          kg::copy_vec<4>(&v61[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 4; ++v)
-            v48[e + v] = (i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
+            v61[e + v] = (i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
     // spec: specs/ssd_fwd.yaml:138:18
-    float v49[4];
+    float v62[4];
     {
       const float* p_ = t_dt_eff + ((int64_t)(v12) * stride_dt_eff_0 + (int64_t)(v11) * stride_dt_eff_1 + (int64_t)(v10) * stride_dt_eff_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dt_eff_0 % 4 == 0 && stride_dt_eff_1 % 4 == 0 && stride_dt_eff_2 % 4 == 0;
-      const int t0_ = v45 * 64 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32;
+      const int t0_ = v52 * 64 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32;
     #pragma unroll
       for (int e = 0; e < 4; e += 4) {
         const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
         const int64_t off_ = (int64_t)i0_ * 1;
         const bool in_ = i0_ + 4 <= (256);
         if (aligned_ && in_) {
-          kg::copy_vec<4>(&v49[e], p_ + off_);
+          kg::copy_vec<4>(&v62[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 4; ++v)
-            v49[e + v] = (i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
+            v62[e + v] = (i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
     // spec: specs/ssd_fwd.yaml:140:40
-    float v50[8];
+    float v63[8];
     {
-      float* scratch_ = reinterpret_cast<float*>(smem + 0);
+      float* scratch_ = reinterpret_cast<float*>(smem + 16384);
       kg::sync();
     #pragma unroll
-      for (int e = 0; e < 2; ++e) scratch_[((0) + (0)) * 1 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8)) * 1] = v23[e];
+      for (int e = 0; e < 2; ++e) scratch_[((0) + (0)) * 1 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8)) * 1] = v39[e];
       kg::sync();
     #pragma unroll
-      for (int e = 0; e < 8; ++e) v50[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4) + ((e & 1) * 8 + ((e >> 1) & 1) * 16 + ((e >> 2) & 1) * 32)) * 1];
+      for (int e = 0; e < 8; ++e) v63[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4) + ((e & 1) * 8 + ((e >> 1) & 1) * 16 + ((e >> 2) & 1) * 32)) * 1];
     }
     // spec: specs/ssd_fwd.yaml:140:17
-    const float v51 = 0.0f;
+    const float v64 = 0.0f;
     // spec: specs/ssd_fwd.yaml:140:73
-    float (&v52)[4] = v49;
+    float (&v65)[4] = v62;
     // spec: specs/ssd_fwd.yaml:140:31
-    float v53[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v53[e] = v52[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-    // spec: specs/ssd_fwd.yaml:140:56
-    float (&v54)[4] = v48;
-    // spec: specs/ssd_fwd.yaml:140:40
-    float v55[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v55[e] = v54[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-    // spec: specs/ssd_fwd.yaml:140:40
-    float v56[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v56[e] = v50[((e >> 2) & 1) * 1 + ((e >> 3) & 1) * 2 + ((e >> 4) & 1) * 4];
-    // spec: specs/ssd_fwd.yaml:140:40
-    float v57[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v57[e] = (v56[e] - v55[e]);
-    // spec: specs/ssd_fwd.yaml:140:36
-    float v58[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v58[e] = kg::exp_(v57[e]);
-    // spec: specs/ssd_fwd.yaml:140:31
-    float v59[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v59[e] = (v47[e] * v58[e]);
-    // spec: specs/ssd_fwd.yaml:140:31
-    float v60[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v60[e] = (v59[e] * v53[e]);
-    // spec: specs/ssd_fwd.yaml:135:38
-    int v61[4];
-    #pragma unroll
-    for (int e = 0; e < 4; ++e) v61[e] = ((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2);
-    // spec: specs/ssd_fwd.yaml:135:24
-    const int v62 = 64;
-    // spec: specs/ssd_fwd.yaml:135:24
-    const int v63 = (v45 * v62);
-    // spec: specs/ssd_fwd.yaml:135:24
-    int v64[4];
-    #pragma unroll
-    for (int e = 0; e < 4; ++e) v64[e] = (v63 + v61[e]);
-    // spec: specs/ssd_fwd.yaml:139:20
-    int (&v65)[4] = v64;
-    // spec: specs/ssd_fwd.yaml:139:20
-    int v66[32];
+    float v66[32];
     #pragma unroll
     for (int e = 0; e < 32; ++e) v66[e] = v65[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-    // spec: specs/ssd_fwd.yaml:139:20
-    bool v67[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v67[e] = (v66[e] <= v29[e]);
-    // spec: specs/ssd_fwd.yaml:140:17
+    // spec: specs/ssd_fwd.yaml:140:56
+    float (&v67)[4] = v61;
+    // spec: specs/ssd_fwd.yaml:140:40
     float v68[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v68[e] = (v67[e] ? v60[e] : v51);
-    // spec: specs/ssd_fwd.yaml:141:21
-    kg::bf16 v69[32];
+    for (int e = 0; e < 32; ++e) v68[e] = v67[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
+    // spec: specs/ssd_fwd.yaml:140:40
+    float v69[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v69[e] = kg::cvt<kg::bf16>(v68[e]);
+    for (int e = 0; e < 32; ++e) v69[e] = v63[((e >> 2) & 1) * 1 + ((e >> 3) & 1) * 2 + ((e >> 4) & 1) * 4];
+    // spec: specs/ssd_fwd.yaml:140:40
+    float v70[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v70[e] = (v69[e] - v68[e]);
+    // spec: specs/ssd_fwd.yaml:140:36
+    float v71[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v71[e] = kg::exp_(v70[e]);
+    // spec: specs/ssd_fwd.yaml:140:31
+    float v72[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v72[e] = (v60[e] * v71[e]);
+    // spec: specs/ssd_fwd.yaml:140:31
+    float v73[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v73[e] = (v72[e] * v66[e]);
+    // spec: specs/ssd_fwd.yaml:135:38
+    int v74[4];
+    #pragma unroll
+    for (int e = 0; e < 4; ++e) v74[e] = ((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2);
+    // spec: specs/ssd_fwd.yaml:135:24
+    const int v75 = 64;
+    // spec: specs/ssd_fwd.yaml:135:24
+    const int v76 = (v52 * v75);
+    // spec: specs/ssd_fwd.yaml:135:24
+    int v77[4];
+    #pragma unroll
+    for (int e = 0; e < 4; ++e) v77[e] = (v76 + v74[e]);
+    // spec: specs/ssd_fwd.yaml:139:20
+    int (&v78)[4] = v77;
+    // spec: specs/ssd_fwd.yaml:139:20
+    int v79[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v79[e] = v78[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
+    // spec: specs/ssd_fwd.yaml:139:20
+    bool v80[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v80[e] = (v79[e] <= v45[e]);
+    // spec: specs/ssd_fwd.yaml:140:17
+    float v81[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v81[e] = (v80[e] ? v73[e] : v64);
+    // spec: specs/ssd_fwd.yaml:141:21
+    kg::bf16 v82[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v82[e] = kg::cvt<kg::bf16>(v81[e]);
     // spec: specs/ssd_fwd.yaml:141:17
-    kg::bf16* v70 = reinterpret_cast<kg::bf16*>(smem + 0);
+    kg::bf16* v83 = reinterpret_cast<kg::bf16*>(smem + 16384);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 32; e += 4) kg::copy_vec<4>(&v70[(((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4) + (((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8 * 8 + (((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) / 8) * 64 + ((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4) + (((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8 * 8 + (((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) % 8], &v69[e]);
+    for (int e = 0; e < 32; e += 4) kg::copy_vec<4>(&v83[(((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4) + (((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8 * 8 + (((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) / 8) * 64 + ((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4) + (((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8 * 8 + (((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) % 8], &v82[e]);
     kg::fence_proxy_async();
 
     // spec: specs/ssd_fwd.yaml:141:17
-    kg::bf16* v71 = reinterpret_cast<kg::bf16*>(smem + 8192);
+    kg::cp_async_wait<0>();
+    kg::fence_proxy_async();
+    kg::sync();
+    // spec: specs/ssd_fwd.yaml:133:7
+    const int v84 = 1;
+    // spec: specs/ssd_fwd.yaml:133:7
+    const int v85 = (v55 + v84);
+    // spec: specs/ssd_fwd.yaml:133:7
+    kg::bf16* v86 = v23 + (v85 % 2) * 4096;
     // spec: specs/ssd_fwd.yaml:134:23
-    const int v72 = 4;
+    const int v87 = 4;
     // spec: specs/ssd_fwd.yaml:134:23
-    const int v73 = (v10 * v72);
-    // spec: specs/ssd_fwd.yaml:134:23
-    const int v74 = (v73 + v45);
+    const int v88 = (v10 * v87);
     // spec: specs/ssd_fwd.yaml:141:36
-    if (true) {
+    const int v89 = (v52 + v46);
+    // spec: specs/ssd_fwd.yaml:134:23
+    const int v90 = (v88 + v89);
+    // spec: specs/ssd_fwd.yaml:141:36
+    const bool v91 = (v89 < v37);
+    // spec: specs/ssd_fwd.yaml:141:36
+    if (v91) {
       const kg::bf16* p_ = t_x + ((int64_t)(v12) * stride_x_0 + (int64_t)(v11) * stride_x_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 8 == 0 && stride_x_1 % 8 == 0 && stride_x_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v74 * 64) * stride_x_1 + 0;
+      const int64_t q_ = (int64_t)(v90 * 64) * stride_x_1 + 0;
     #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int c_ = lane + warp * 32 + i * 128;
         const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
-        const int i0_ = v74 * 64 + r_, i1_ = 0 + k_;
+        const int i0_ = v90 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = q_ + ((int64_t)r_ * stride_x_1 + k_);
         const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
         if (aligned_) {
           const int n_ = (i0_ < (size_seqlen)) * 8;
-          kg::cp_async<16>(&v71[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v86[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v71[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v86[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
     // spec: specs/ssd_fwd.yaml:141:17
-    kg::cp_async_wait<0>();
-    kg::fence_proxy_async();
-    kg::sync();
-    // spec: specs/ssd_fwd.yaml:141:17
-    float (&v75)[32] = v46;
+    float (&v92)[32] = v53;
     {
       const int wg_ = 0;
-      const uint64_t da_ = kg::wgmma_desc(v70, 128, 1024, 0);
-      const uint64_t db_ = kg::wgmma_desc(v71, 8192, 1024, 1);
+      const uint64_t da_ = kg::wgmma_desc(v83, 128, 1024, 0);
+      const uint64_t db_ = kg::wgmma_desc(v56, 8192, 1024, 1);
+      // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
+      // (ptxas would then insert a warpgroup.arrive, C7519)
+    #pragma unroll
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v92[e]);
       kg::wgmma_fence();
     #pragma unroll
       for (int ks = 0; ks < 4; ++ks)
@@ -406,22 +468,22 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_chunk_scan(const kg::bf16* __restr
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n64k16_bf16_ss<0, 1>(&v75[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 8 * 8 + ((ks * 16)) / 8) * 64 + (((wg_ / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
+            kg::wgmma_m64n64k16_bf16_ss<0, 1>(&v92[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 8 * 8 + ((ks * 16)) / 8) * 64 + (((wg_ / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
       kg::wgmma_commit();
       kg::wgmma_wait<0>();
     #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v75[e]);
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v92[e]);
     }
     // spec: specs/ssd_fwd.yaml:141:17
 
     float y0_[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y0_[e] = v75[e];
+    for (int e = 0; e < 32; ++e) y0_[e] = v92[e];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v44[e] = y0_[e];
+    for (int e = 0; e < 32; ++e) v51[e] = y0_[e];
   }
   // spec: specs/ssd_fwd.yaml:142:19
-  kg::bf16 v76[32];
+  kg::bf16 v93[32];
   {
     const kg::bf16* p_ = t_x + ((int64_t)(v12) * stride_x_0 + (int64_t)(v11) * stride_x_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_x_0 % 2 == 0 && stride_x_1 % 2 == 0 && stride_x_2 % 2 == 0;
@@ -434,32 +496,32 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_chunk_scan(const kg::bf16* __restr
       const int64_t off_ = (int64_t)i0_ * stride_x_1 + (int64_t)i1_ * 1;
       const bool in_ = i0_ < (size_seqlen);
       if (aligned_ && in_) {
-        kg::copy_vec<2>(&v76[e], p_ + off_);
+        kg::copy_vec<2>(&v93[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          v76[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v93[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
   // spec: specs/ssd_fwd.yaml:142:53
-  const float v77 = *(t_D + (int64_t)(v11) * 1);
+  const float v94 = *(t_D + (int64_t)(v11) * 1);
   // spec: specs/ssd_fwd.yaml:142:19
-  float v78[32];
+  float v95[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v78[e] = kg::cvt<float>(kg::f32(v76[e]));
+  for (int e = 0; e < 32; ++e) v95[e] = kg::cvt<float>(kg::f32(v93[e]));
   // spec: specs/ssd_fwd.yaml:142:19
-  float v79[32];
+  float v96[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v79[e] = (v78[e] * v77);
+  for (int e = 0; e < 32; ++e) v96[e] = (v95[e] * v94);
   // spec: specs/ssd_fwd.yaml:142:13
-  float v80[32];
+  float v97[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v80[e] = (v44[e] + v79[e]);
+  for (int e = 0; e < 32; ++e) v97[e] = (v51[e] + v96[e]);
   // spec: specs/ssd_fwd.yaml:143:31
-  kg::bf16 v81[32];
+  kg::bf16 v98[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v81[e] = kg::cvt<kg::bf16>(v80[e]);
+  for (int e = 0; e < 32; ++e) v98[e] = kg::cvt<kg::bf16>(v97[e]);
   // spec: specs/ssd_fwd.yaml:143:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_y + ((int64_t)(v12) * stride_y_0 + (int64_t)(v11) * stride_y_2);
@@ -472,11 +534,11 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_chunk_scan(const kg::bf16* __restr
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
       const int64_t off_ = (int64_t)i0_ * stride_y_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_seqlen)) {
-        kg::copy_vec<2>(p_ + off_, &v81[e]);
+        kg::copy_vec<2>(p_ + off_, &v98[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_seqlen)) p_[off_ + v] = v81[e + v];
+          if (i0_ < (size_seqlen)) p_[off_ + v] = v98[e + v];
       }
     }
   }

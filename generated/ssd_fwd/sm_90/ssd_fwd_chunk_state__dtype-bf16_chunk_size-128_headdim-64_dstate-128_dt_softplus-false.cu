@@ -186,126 +186,170 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_chunk_state(const kg::bf16* __rest
     const float y0_ = v47;
     v24 = y0_;
   }
+  // spec: specs/ssd_fwd.yaml:86:17
+  kg::bf16* v48 = reinterpret_cast<kg::bf16*>(smem + 0);
+  // spec: specs/ssd_fwd.yaml:72:7
+  const int v49 = 0;
+  // spec: specs/ssd_fwd.yaml:72:7
+  kg::bf16* v50 = v48 + (v49 % 2) * 4096;
+  // spec: specs/ssd_fwd.yaml:73:23
+  const int v51 = 2;
+  // spec: specs/ssd_fwd.yaml:73:23
+  const int v52 = (v7 * v51);
   // spec: specs/ssd_fwd.yaml:72:22
-  const float v48 = 0.0f;
-  // spec: specs/ssd_fwd.yaml:72:22
-  const int v49 = 1;
-  // spec: specs/ssd_fwd.yaml:72:22
-  const int v50 = 0;
-  // spec: specs/ssd_fwd.yaml:71:13
-  float v51[64];
+  const int v53 = 0;
+  // spec: specs/ssd_fwd.yaml:73:23
+  const int v54 = (v52 + v53);
+  // spec: specs/ssd_fwd.yaml:72:7
+  const bool v55 = (v53 < v22);
+  // spec: specs/ssd_fwd.yaml:86:21
+  kg::sync();
+  if (v55) {
+    const kg::bf16* p_ = t_x + ((int64_t)(v23) * stride_x_0 + (int64_t)(v8) * stride_x_2);
+    const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 8 == 0 && stride_x_1 % 8 == 0 && stride_x_2 % 8 == 0;
+    const int64_t q_ = (int64_t)(v54 * 64) * stride_x_1 + 0;
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v51[e] = 0.0f;
+    for (int i = 0; i < 4; ++i) {
+      const int c_ = lane + warp * 32 + i * 128;
+      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+      const int i0_ = v54 * 64 + r_, i1_ = 0 + k_;
+      const int64_t off_ = q_ + ((int64_t)r_ * stride_x_1 + k_);
+      const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
+      if (aligned_) {
+        const int n_ = (i0_ < (size_seqlen)) * 8;
+        kg::cp_async<16>(&v50[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+      } else {
+  #pragma unroll
+        for (int v = 0; v < 8; ++v)
+          v50[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+      }
+    }
+  }
+  kg::cp_async_commit();
+  // spec: specs/ssd_fwd.yaml:72:22
+  const float v56 = 0.0f;
+  // spec: specs/ssd_fwd.yaml:72:22
+  const int v57 = 1;
+  // spec: specs/ssd_fwd.yaml:71:13
+  float v58[64];
+  #pragma unroll
+  for (int e = 0; e < 64; ++e) v58[e] = 0.0f;
   // spec: specs/ssd_fwd.yaml:54:17
-  const int v52 = (kg::floordiv(v4, v3));
+  const int v59 = (kg::floordiv(v4, v3));
   // spec: specs/ssd_fwd.yaml:54:11
-  const int v53 = (kg::floordiv(v8, v52));
+  const int v60 = (kg::floordiv(v8, v59));
   // spec: specs/ssd_fwd.yaml:72:7
 
-  float v54 = v48;
-  float v55[64];
+  float v61 = v56;
+  float v62[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v55[e] = v51[e];
-  for (int v56 = v50; v56 < v22; v56 += v49) {
-    float& v57 = v54;
-    float (&v58)[64] = v55;
+  for (int e = 0; e < 64; ++e) v62[e] = v58[e];
+  for (int v63 = v53; v63 < v22; v63 += v57) {
+    float& v64 = v61;
+    float (&v65)[64] = v62;
     
+    // spec: specs/ssd_fwd.yaml:72:7
+    const int v66 = (v63 - v53);
+    // spec: specs/ssd_fwd.yaml:72:7
+    const int v67 = (kg::floordiv(v66, v57));
+    // spec: specs/ssd_fwd.yaml:72:7
+    kg::bf16* v68 = v48 + (v67 % 2) * 4096;
     // spec: specs/ssd_fwd.yaml:73:23
-    const int v59 = 2;
+    const int v69 = 2;
     // spec: specs/ssd_fwd.yaml:73:23
-    const int v60 = (v7 * v59);
+    const int v70 = (v7 * v69);
     // spec: specs/ssd_fwd.yaml:73:23
-    const int v61 = (v60 + v56);
+    const int v71 = (v70 + v63);
     // spec: specs/ssd_fwd.yaml:75:18
-    kg::bf16 v62[8];
+    kg::bf16 v72[8];
     {
       const kg::bf16* p_ = t_dt + ((int64_t)(v23) * stride_dt_0 + (int64_t)(v8) * 1);
       const bool aligned_ = false;
-      const int t0_ = v61 * 64 + ((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4;
+      const int t0_ = v71 * 64 + ((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4;
     #pragma unroll
       for (int e = 0; e < 8; e += 1) {
         const int i0_ = t0_ + (e & 1) * 8 + ((e >> 1) & 1) * 16 + ((e >> 2) & 1) * 32;
         const int64_t off_ = (int64_t)i0_ * stride_dt_1;
         const bool in_ = i0_ < (size_seqlen);
         if (aligned_ && in_) {
-          kg::copy_vec<1>(&v62[e], p_ + off_);
+          kg::copy_vec<1>(&v72[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 1; ++v)
-            v62[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v72[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     // spec: specs/ssd_fwd.yaml:79:18
-    const float v63 = 0.0f;
+    const float v73 = 0.0f;
     // spec: specs/ssd_fwd.yaml:75:18
-    float v64[8];
+    float v74[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v64[e] = kg::cvt<float>(kg::f32(v62[e]));
+    for (int e = 0; e < 8; ++e) v74[e] = kg::cvt<float>(kg::f32(v72[e]));
     // spec: specs/ssd_fwd.yaml:75:18
-    float v65[8];
+    float v75[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v65[e] = (v64[e] + v10);
+    for (int e = 0; e < 8; ++e) v75[e] = (v74[e] + v10);
     // spec: specs/ssd_fwd.yaml:79:40
-    float v66[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v66[e] = (kg::max_(v65[e], v1));
-    // spec: specs/ssd_fwd.yaml:79:32
-    float v67[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v67[e] = (kg::min_(v66[e], v0));
-    // spec: specs/ssd_fwd.yaml:78:59
-    int v68[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v68[e] = (((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4) + ((e & 1) * 8 + ((e >> 1) & 1) * 16 + ((e >> 2) & 1) * 32);
-    // spec: specs/ssd_fwd.yaml:78:20
-    const int v69 = 64;
-    // spec: specs/ssd_fwd.yaml:78:21
-    const int v70 = 2;
-    // spec: specs/ssd_fwd.yaml:78:21
-    const int v71 = (v7 * v70);
-    // spec: specs/ssd_fwd.yaml:78:21
-    const int v72 = (v71 + v56);
-    // spec: specs/ssd_fwd.yaml:78:20
-    const int v73 = (v72 * v69);
-    // spec: specs/ssd_fwd.yaml:78:20
-    int v74[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v74[e] = (v73 + v68[e]);
-    // spec: specs/ssd_fwd.yaml:78:20
-    bool v75[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v75[e] = (v74[e] < v2);
-    // spec: specs/ssd_fwd.yaml:79:18
     float v76[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v76[e] = (v75[e] ? v67[e] : v63);
+    for (int e = 0; e < 8; ++e) v76[e] = (kg::max_(v75[e], v1));
+    // spec: specs/ssd_fwd.yaml:79:32
+    float v77[8];
+    #pragma unroll
+    for (int e = 0; e < 8; ++e) v77[e] = (kg::min_(v76[e], v0));
+    // spec: specs/ssd_fwd.yaml:78:59
+    int v78[8];
+    #pragma unroll
+    for (int e = 0; e < 8; ++e) v78[e] = (((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4) + ((e & 1) * 8 + ((e >> 1) & 1) * 16 + ((e >> 2) & 1) * 32);
+    // spec: specs/ssd_fwd.yaml:78:20
+    const int v79 = 64;
+    // spec: specs/ssd_fwd.yaml:78:21
+    const int v80 = 2;
+    // spec: specs/ssd_fwd.yaml:78:21
+    const int v81 = (v7 * v80);
+    // spec: specs/ssd_fwd.yaml:78:21
+    const int v82 = (v81 + v63);
+    // spec: specs/ssd_fwd.yaml:78:20
+    const int v83 = (v82 * v79);
+    // spec: specs/ssd_fwd.yaml:78:20
+    int v84[8];
+    #pragma unroll
+    for (int e = 0; e < 8; ++e) v84[e] = (v83 + v78[e]);
+    // spec: specs/ssd_fwd.yaml:78:20
+    bool v85[8];
+    #pragma unroll
+    for (int e = 0; e < 8; ++e) v85[e] = (v84[e] < v2);
+    // spec: specs/ssd_fwd.yaml:79:18
+    float v86[8];
+    #pragma unroll
+    for (int e = 0; e < 8; ++e) v86[e] = (v85[e] ? v77[e] : v73);
     // spec: specs/ssd_fwd.yaml:80:11
     if ((lane & 15) == 0 && (warp & 0) == 0) {
       float* p_ = t_dt_eff + ((int64_t)(v23) * stride_dt_eff_0 + (int64_t)(v8) * stride_dt_eff_1 + (int64_t)(v7) * stride_dt_eff_2);
       const bool aligned_ = false;
-      const int t0_ = v56 * 64 + ((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4;
+      const int t0_ = v63 * 64 + ((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4;
     #pragma unroll
       for (int e = 0; e < 8; e += 1) {
         const int i0_ = t0_ + (e & 1) * 8 + ((e >> 1) & 1) * 16 + ((e >> 2) & 1) * 32;
         const int64_t off_ = (int64_t)i0_ * 1;
-        if (i0_ + 1 <= (128)) p_[off_] = v76[e];
+        if (i0_ + 1 <= (128)) p_[off_] = v86[e];
       }
     }
     // spec: specs/ssd_fwd.yaml:81:16
-    float v77[8];
+    float v87[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v77[e] = (v76[e] * v9);
+    for (int e = 0; e < 8; ++e) v87[e] = (v86[e] * v9);
     // spec: specs/ssd_fwd.yaml:82:16
-    float v78[8];
+    float v88[8];
     {
       float p_[8], t_[8];
     #pragma unroll
-      for (int e = 0; e < 8; ++e) p_[e] = t_[e] = (float)(v77[e]);
+      for (int e = 0; e < 8; ++e) p_[e] = t_[e] = (float)(v87[e]);
     #pragma unroll
       for (int e = 0; e < 8; ++e) { const float o_ = kg::shfl_xor(t_[e], 16); if (lane & 16) p_[e] += o_; t_[e] += o_; }
       {
-        float* scratch_ = reinterpret_cast<float*>(smem + 0);
+        float* scratch_ = reinterpret_cast<float*>(smem + 16384);
         kg::sync();
     #pragma unroll
         for (int e = 0; e < 8; ++e) scratch_[(warp * kg::WAVE + lane) * 8 + e] = t_[e];
@@ -314,7 +358,7 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_chunk_state(const kg::bf16* __rest
         for (int e = 0; e < 8; ++e) { const float o_ = scratch_[((warp ^ 1) * kg::WAVE + lane) * 8 + e]; if (warp & 1) p_[e] += o_; t_[e] += o_; }
       }
       {
-        float* scratch_ = reinterpret_cast<float*>(smem + 0);
+        float* scratch_ = reinterpret_cast<float*>(smem + 16384);
         kg::sync();
     #pragma unroll
         for (int e = 0; e < 8; ++e) scratch_[(warp * kg::WAVE + lane) * 8 + e] = t_[e];
@@ -332,25 +376,25 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_chunk_state(const kg::bf16* __rest
       for (int e = 0; e < 8; ++e)
         if (!(e & 4)) { const float a_ = t_[e], b_ = t_[e | 4]; p_[e | 4] += a_; t_[e] = t_[e | 4] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 8; ++e) v78[e] = kg::cvt<float>(p_[e]);
+      for (int e = 0; e < 8; ++e) v88[e] = kg::cvt<float>(p_[e]);
     }
     // spec: specs/ssd_fwd.yaml:83:31
-    float v79;
+    float v89;
     {
-      float r79[1];
+      float r89[1];
     #pragma unroll
-      for (int e = 0; e < 1; ++e) r79[e] = 0.0f;
+      for (int e = 0; e < 1; ++e) r89[e] = 0.0f;
     #pragma unroll
       for (int e = 0; e < 8; ++e) {
-        const float a_ = r79[0], b_ = (float)(v77[e]);
-        r79[0] = a_ + b_;
+        const float a_ = r89[0], b_ = (float)(v87[e]);
+        r89[0] = a_ + b_;
       }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r79[e], b_ = kg::shfl_xor(a_, 16); r79[e] = a_ + b_; }
-      float* scratch_ = reinterpret_cast<float*>(smem + 0);
+      for (int e = 0; e < 1; ++e) { const float a_ = r89[e], b_ = kg::shfl_xor(a_, 16); r89[e] = a_ + b_; }
+      float* scratch_ = reinterpret_cast<float*>(smem + 16384);
       kg::sync();
     #pragma unroll
-      for (int e = 0; e < 1; ++e) scratch_[warp * 1 + 0] = r79[e];
+      for (int e = 0; e < 1; ++e) scratch_[warp * 1 + 0] = r89[e];
       kg::sync();
     #pragma unroll
       for (int e = 0; e < 1; ++e) {
@@ -358,32 +402,32 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_chunk_state(const kg::bf16* __rest
         { const float b_ = scratch_[(warp ^ 1) * 1 + 0]; a_ = a_ + b_; }
         { const float b_ = scratch_[(warp ^ 2) * 1 + 0]; a_ = a_ + b_; }
         { const float b_ = scratch_[(warp ^ 3) * 1 + 0]; a_ = a_ + b_; }
-        r79[e] = a_;
+        r89[e] = a_;
       }
-      v79 = kg::cvt<float>(r79[0]);
+      v89 = kg::cvt<float>(r89[0]);
     }
     // spec: specs/ssd_fwd.yaml:82:16
-    float v80[8];
+    float v90[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v80[e] = (v78[e] + v57);
+    for (int e = 0; e < 8; ++e) v90[e] = (v88[e] + v64);
     // spec: specs/ssd_fwd.yaml:84:11
     if ((lane & 15) == 0 && (warp & 0) == 0) {
       float* p_ = t_dA_cumsum + ((int64_t)(v23) * stride_dA_cumsum_0 + (int64_t)(v8) * stride_dA_cumsum_1 + (int64_t)(v7) * stride_dA_cumsum_2);
       const bool aligned_ = false;
-      const int t0_ = v56 * 64 + ((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4;
+      const int t0_ = v63 * 64 + ((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4;
     #pragma unroll
       for (int e = 0; e < 8; e += 1) {
         const int i0_ = t0_ + (e & 1) * 8 + ((e >> 1) & 1) * 16 + ((e >> 2) & 1) * 32;
         const int64_t off_ = (int64_t)i0_ * 1;
-        if (i0_ + 1 <= (128)) p_[off_] = v80[e];
+        if (i0_ + 1 <= (128)) p_[off_] = v90[e];
       }
     }
     // spec: specs/ssd_fwd.yaml:85:16
-    kg::bf16 v81[64];
+    kg::bf16 v91[64];
     {
-      const kg::bf16* p_ = t_B + ((int64_t)(v23) * stride_B_0 + (int64_t)(v53) * stride_B_2);
+      const kg::bf16* p_ = t_B + ((int64_t)(v23) * stride_B_0 + (int64_t)(v60) * stride_B_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_B_0 % 8 == 0 && stride_B_1 % 8 == 0 && stride_B_2 % 8 == 0;
-      const int t0_ = v61 * 64 + ((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4;
+      const int t0_ = v71 * 64 + ((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4;
       const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
     #pragma unroll
       for (int e = 0; e < 64; e += 8) {
@@ -392,88 +436,105 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_chunk_state(const kg::bf16* __rest
         const int64_t off_ = (int64_t)i0_ * stride_B_1 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_seqlen);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v81[e], p_ + off_);
+          kg::copy_vec<8>(&v91[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v81[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v91[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     // spec: specs/ssd_fwd.yaml:86:17
-    kg::bf16* v82 = reinterpret_cast<kg::bf16*>(smem + 16384);
-    // spec: specs/ssd_fwd.yaml:86:21
+    kg::cp_async_wait<0>();
+    kg::fence_proxy_async();
     kg::sync();
-    if (true) {
+    // spec: specs/ssd_fwd.yaml:72:7
+    const int v92 = 1;
+    // spec: specs/ssd_fwd.yaml:72:7
+    const int v93 = (v67 + v92);
+    // spec: specs/ssd_fwd.yaml:72:7
+    kg::bf16* v94 = v48 + (v93 % 2) * 4096;
+    // spec: specs/ssd_fwd.yaml:73:23
+    const int v95 = 2;
+    // spec: specs/ssd_fwd.yaml:73:23
+    const int v96 = (v7 * v95);
+    // spec: specs/ssd_fwd.yaml:86:21
+    const int v97 = (v63 + v57);
+    // spec: specs/ssd_fwd.yaml:73:23
+    const int v98 = (v96 + v97);
+    // spec: specs/ssd_fwd.yaml:86:21
+    const bool v99 = (v97 < v22);
+    // spec: specs/ssd_fwd.yaml:86:21
+    if (v99) {
       const kg::bf16* p_ = t_x + ((int64_t)(v23) * stride_x_0 + (int64_t)(v8) * stride_x_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 8 == 0 && stride_x_1 % 8 == 0 && stride_x_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v61 * 64) * stride_x_1 + 0;
+      const int64_t q_ = (int64_t)(v98 * 64) * stride_x_1 + 0;
     #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int c_ = lane + warp * 32 + i * 128;
         const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
-        const int i0_ = v61 * 64 + r_, i1_ = 0 + k_;
+        const int i0_ = v98 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = q_ + ((int64_t)r_ * stride_x_1 + k_);
         const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
         if (aligned_) {
           const int n_ = (i0_ < (size_seqlen)) * 8;
-          kg::cp_async<16>(&v82[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v94[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v82[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v94[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
     // spec: specs/ssd_fwd.yaml:86:17
-    kg::cp_async_wait<0>();
-    kg::fence_proxy_async();
-    kg::sync();
-    // spec: specs/ssd_fwd.yaml:86:17
-    kg::bf16* v83 = v82;
+    kg::bf16* v100 = v68;
     // spec: specs/ssd_fwd.yaml:85:54
-    float v84[8];
+    float v101[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v84[e] = (v24 - v80[e]);
+    for (int e = 0; e < 8; ++e) v101[e] = (v24 - v90[e]);
     // spec: specs/ssd_fwd.yaml:85:50
-    float v85[8];
+    float v102[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v85[e] = kg::exp_(v84[e]);
+    for (int e = 0; e < 8; ++e) v102[e] = kg::exp_(v101[e]);
     // spec: specs/ssd_fwd.yaml:85:50
-    float v86[8];
+    float v103[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v86[e] = (v85[e] * v76[e]);
+    for (int e = 0; e < 8; ++e) v103[e] = (v102[e] * v86[e]);
     // spec: specs/ssd_fwd.yaml:85:49
-    float (&v87)[8] = v86;
+    float (&v104)[8] = v103;
     // spec: specs/ssd_fwd.yaml:85:16
-    float v88[64];
+    float v105[64];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) v88[e] = v87[((e >> 3) & 1) * 1 + ((e >> 4) & 1) * 2 + ((e >> 5) & 1) * 4];
+    for (int e = 0; e < 64; ++e) v105[e] = v104[((e >> 3) & 1) * 1 + ((e >> 4) & 1) * 2 + ((e >> 5) & 1) * 4];
     // spec: specs/ssd_fwd.yaml:85:16
-    float v89[64];
+    float v106[64];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) v89[e] = kg::cvt<float>(kg::f32(v81[e]));
+    for (int e = 0; e < 64; ++e) v106[e] = kg::cvt<float>(kg::f32(v91[e]));
     // spec: specs/ssd_fwd.yaml:85:16
-    float v90[64];
+    float v107[64];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) v90[e] = (v89[e] * v88[e]);
+    for (int e = 0; e < 64; ++e) v107[e] = (v106[e] * v105[e]);
     // spec: specs/ssd_fwd.yaml:86:46
-    kg::bf16 v91[64];
+    kg::bf16 v108[64];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) v91[e] = kg::cvt<kg::bf16>(v90[e]);
+    for (int e = 0; e < 64; ++e) v108[e] = kg::cvt<kg::bf16>(v107[e]);
     // spec: specs/ssd_fwd.yaml:86:17
-    kg::bf16* v92 = reinterpret_cast<kg::bf16*>(smem + 0);
+    kg::bf16* v109 = reinterpret_cast<kg::bf16*>(smem + 16384);
     #pragma unroll
-    for (int e = 0; e < 64; e += 8) kg::copy_vec<8>(&v92[(((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4) + (((e >> 3) & 1) * 8 + ((e >> 4) & 1) * 16 + ((e >> 5) & 1) * 32)) / 8 * 16 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) / 8) * 64 + ((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4) + (((e >> 3) & 1) * 8 + ((e >> 4) & 1) * 16 + ((e >> 5) & 1) * 32)) % 8 * 8 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) % 8], &v91[e]);
+    for (int e = 0; e < 64; e += 8) kg::copy_vec<8>(&v109[(((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4) + (((e >> 3) & 1) * 8 + ((e >> 4) & 1) * 16 + ((e >> 5) & 1) * 32)) / 8 * 16 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) / 8) * 64 + ((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4) + (((e >> 3) & 1) * 8 + ((e >> 4) & 1) * 16 + ((e >> 5) & 1) * 32)) % 8 * 8 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) % 8], &v108[e]);
     kg::fence_proxy_async();
     kg::sync();
     // spec: specs/ssd_fwd.yaml:86:17
-    float (&v93)[64] = v58;
+    float (&v110)[64] = v65;
     {
       const int wg_ = 0;
-      const uint64_t da_ = kg::wgmma_desc(v83, 8192, 1024, 1);
-      const uint64_t db_ = kg::wgmma_desc(v92, 2048, 128, 0);
+      const uint64_t da_ = kg::wgmma_desc(v100, 8192, 1024, 1);
+      const uint64_t db_ = kg::wgmma_desc(v109, 2048, 128, 0);
+      // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
+      // (ptxas would then insert a warpgroup.arrive, C7519)
+    #pragma unroll
+      for (int e = 0; e < 64; ++e) kg::fence_operand(v110[e]);
       kg::wgmma_fence();
     #pragma unroll
       for (int ks = 0; ks < 4; ++ks)
@@ -481,66 +542,66 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_chunk_state(const kg::bf16* __rest
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n128k16_bf16_ss<1, 1>(&v93[(rm * 1 + rn) * 64], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ / 1) * 64 + rm * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ / 1) * 64 + rm * 64)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 1) * 128 + rn * 128)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 1) * 128 + rn * 128)) % 8) * 2 / 16), 1);
+            kg::wgmma_m64n128k16_bf16_ss<1, 1>(&v110[(rm * 1 + rn) * 64], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ / 1) * 64 + rm * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ / 1) * 64 + rm * 64)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 1) * 128 + rn * 128)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 1) * 128 + rn * 128)) % 8) * 2 / 16), 1);
       kg::wgmma_commit();
       kg::wgmma_wait<0>();
     #pragma unroll
-      for (int e = 0; e < 64; ++e) kg::fence_operand(v93[e]);
+      for (int e = 0; e < 64; ++e) kg::fence_operand(v110[e]);
     }
     // spec: specs/ssd_fwd.yaml:83:21
-    const float v94 = (v57 + v79);
+    const float v111 = (v64 + v89);
     // spec: specs/ssd_fwd.yaml:86:17
 
-    const float y0_ = v94;
+    const float y0_ = v111;
     float y1_[64];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) y1_[e] = v93[e];
-    v54 = y0_;
+    for (int e = 0; e < 64; ++e) y1_[e] = v110[e];
+    v61 = y0_;
     #pragma unroll
-    for (int e = 0; e < 64; ++e) v55[e] = y1_[e];
+    for (int e = 0; e < 64; ++e) v62[e] = y1_[e];
   }
   // spec: specs/ssd_fwd.yaml:88:29
-  const int v95 = 1;
+  const int v112 = 1;
   // spec: specs/ssd_fwd.yaml:88:29
-  const int v96 = 2;
+  const int v113 = 2;
   // spec: specs/ssd_fwd.yaml:88:7
 
-  for (int v97 = v22; v97 < v96; v97 += v95) {
+  for (int v114 = v22; v114 < v113; v114 += v112) {
     
     // spec: specs/ssd_fwd.yaml:89:56
-    float v98[1];
+    float v115[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v98[e] = 0.0f;
+    for (int e = 0; e < 1; ++e) v115[e] = 0.0f;
     // spec: specs/ssd_fwd.yaml:89:56
-    float v99[1];
+    float v116[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v99[e] = (v98[e] + v24);
+    for (int e = 0; e < 1; ++e) v116[e] = (v115[e] + v24);
     // spec: specs/ssd_fwd.yaml:89:11
     if ((lane & 0) == 0 && (warp & 2) == 0) {
       float* p_ = t_dA_cumsum + ((int64_t)(v23) * stride_dA_cumsum_0 + (int64_t)(v8) * stride_dA_cumsum_1 + (int64_t)(v7) * stride_dA_cumsum_2);
       const bool aligned_ = false;
-      const int t0_ = v97 * 64 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32;
+      const int t0_ = v114 * 64 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32;
     #pragma unroll
       for (int e = 0; e < 1; e += 1) {
         const int i0_ = t0_ + 0;
         const int64_t off_ = (int64_t)i0_ * 1;
-        if (i0_ + 1 <= (128)) p_[off_] = v99[e];
+        if (i0_ + 1 <= (128)) p_[off_] = v116[e];
       }
     }
     // spec: specs/ssd_fwd.yaml:90:53
-    float v100[1];
+    float v117[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v100[e] = 0.0f;
+    for (int e = 0; e < 1; ++e) v117[e] = 0.0f;
     // spec: specs/ssd_fwd.yaml:90:11
     if ((lane & 0) == 0 && (warp & 2) == 0) {
       float* p_ = t_dt_eff + ((int64_t)(v23) * stride_dt_eff_0 + (int64_t)(v8) * stride_dt_eff_1 + (int64_t)(v7) * stride_dt_eff_2);
       const bool aligned_ = false;
-      const int t0_ = v97 * 64 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32;
+      const int t0_ = v114 * 64 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32;
     #pragma unroll
       for (int e = 0; e < 1; e += 1) {
         const int i0_ = t0_ + 0;
         const int64_t off_ = (int64_t)i0_ * 1;
-        if (i0_ + 1 <= (128)) p_[off_] = v100[e];
+        if (i0_ + 1 <= (128)) p_[off_] = v117[e];
       }
     }
     // spec: specs/ssd_fwd.yaml:90:11
@@ -558,11 +619,11 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_chunk_state(const kg::bf16* __rest
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32 + ((e >> 5) & 1) * 64;
       const int64_t off_ = (int64_t)i0_ * stride_states_3 + (int64_t)i1_ * 1;
       if (aligned_ && true) {
-        kg::copy_vec<2>(p_ + off_, &v55[e]);
+        kg::copy_vec<2>(p_ + off_, &v62[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (true) p_[off_ + v] = v55[e + v];
+          if (true) p_[off_ + v] = v62[e + v];
       }
     }
   }

@@ -210,152 +210,196 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_chunk_state(const kg::bf16* __rest
     const float y0_ = v54;
     v24 = y0_;
   }
+  // spec: specs/ssd_fwd.yaml:86:17
+  kg::bf16* v55 = reinterpret_cast<kg::bf16*>(smem + 0);
+  // spec: specs/ssd_fwd.yaml:72:7
+  const int v56 = 0;
+  // spec: specs/ssd_fwd.yaml:72:7
+  kg::bf16* v57 = v55 + (v56 % 2) * 4096;
+  // spec: specs/ssd_fwd.yaml:73:23
+  const int v58 = 4;
+  // spec: specs/ssd_fwd.yaml:73:23
+  const int v59 = (v7 * v58);
   // spec: specs/ssd_fwd.yaml:72:22
-  const float v55 = 0.0f;
-  // spec: specs/ssd_fwd.yaml:72:22
-  const int v56 = 1;
-  // spec: specs/ssd_fwd.yaml:72:22
-  const int v57 = 0;
-  // spec: specs/ssd_fwd.yaml:71:13
-  float v58[32];
+  const int v60 = 0;
+  // spec: specs/ssd_fwd.yaml:73:23
+  const int v61 = (v59 + v60);
+  // spec: specs/ssd_fwd.yaml:72:7
+  const bool v62 = (v60 < v22);
+  // spec: specs/ssd_fwd.yaml:86:21
+  kg::sync();
+  if (v62) {
+    const kg::bf16* p_ = t_x + ((int64_t)(v23) * stride_x_0 + (int64_t)(v8) * stride_x_2);
+    const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 8 == 0 && stride_x_1 % 8 == 0 && stride_x_2 % 8 == 0;
+    const int64_t q_ = (int64_t)(v61 * 64) * stride_x_1 + 0;
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v58[e] = 0.0f;
+    for (int i = 0; i < 4; ++i) {
+      const int c_ = lane + warp * 32 + i * 128;
+      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+      const int i0_ = v61 * 64 + r_, i1_ = 0 + k_;
+      const int64_t off_ = q_ + ((int64_t)r_ * stride_x_1 + k_);
+      const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
+      if (aligned_) {
+        const int n_ = (i0_ < (size_seqlen)) * 8;
+        kg::cp_async<16>(&v57[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+      } else {
+  #pragma unroll
+        for (int v = 0; v < 8; ++v)
+          v57[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+      }
+    }
+  }
+  kg::cp_async_commit();
+  // spec: specs/ssd_fwd.yaml:72:22
+  const float v63 = 0.0f;
+  // spec: specs/ssd_fwd.yaml:72:22
+  const int v64 = 1;
+  // spec: specs/ssd_fwd.yaml:71:13
+  float v65[32];
+  #pragma unroll
+  for (int e = 0; e < 32; ++e) v65[e] = 0.0f;
   // spec: specs/ssd_fwd.yaml:54:17
-  const int v59 = (kg::floordiv(v4, v3));
+  const int v66 = (kg::floordiv(v4, v3));
   // spec: specs/ssd_fwd.yaml:54:11
-  const int v60 = (kg::floordiv(v8, v59));
+  const int v67 = (kg::floordiv(v8, v66));
   // spec: specs/ssd_fwd.yaml:72:7
 
-  float v61 = v55;
-  float v62[32];
+  float v68 = v63;
+  float v69[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v62[e] = v58[e];
-  for (int v63 = v57; v63 < v22; v63 += v56) {
-    float& v64 = v61;
-    float (&v65)[32] = v62;
+  for (int e = 0; e < 32; ++e) v69[e] = v65[e];
+  for (int v70 = v60; v70 < v22; v70 += v64) {
+    float& v71 = v68;
+    float (&v72)[32] = v69;
     
+    // spec: specs/ssd_fwd.yaml:72:7
+    const int v73 = (v70 - v60);
+    // spec: specs/ssd_fwd.yaml:72:7
+    const int v74 = (kg::floordiv(v73, v64));
+    // spec: specs/ssd_fwd.yaml:72:7
+    kg::bf16* v75 = v55 + (v74 % 2) * 4096;
     // spec: specs/ssd_fwd.yaml:73:23
-    const int v66 = 4;
+    const int v76 = 4;
     // spec: specs/ssd_fwd.yaml:73:23
-    const int v67 = (v7 * v66);
+    const int v77 = (v7 * v76);
     // spec: specs/ssd_fwd.yaml:73:23
-    const int v68 = (v67 + v63);
+    const int v78 = (v77 + v70);
     // spec: specs/ssd_fwd.yaml:75:18
-    kg::bf16 v69[4];
+    kg::bf16 v79[4];
     {
       const kg::bf16* p_ = t_dt + ((int64_t)(v23) * stride_dt_0 + (int64_t)(v8) * 1);
       const bool aligned_ = false;
-      const int t0_ = v68 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
+      const int t0_ = v78 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
     #pragma unroll
       for (int e = 0; e < 4; e += 1) {
         const int i0_ = t0_ + (e & 1) * 16 + ((e >> 1) & 1) * 32;
         const int64_t off_ = (int64_t)i0_ * stride_dt_1;
         const bool in_ = i0_ < (size_seqlen);
         if (aligned_ && in_) {
-          kg::copy_vec<1>(&v69[e], p_ + off_);
+          kg::copy_vec<1>(&v79[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 1; ++v)
-            v69[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v79[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     // spec: specs/ssd_fwd.yaml:79:18
-    const float v70 = 0.0f;
+    const float v80 = 0.0f;
     // spec: specs/ssd_fwd.yaml:77:46
-    const float v71 = 1.0f;
+    const float v81 = 1.0f;
     // spec: specs/ssd_fwd.yaml:75:18
-    float v72[4];
+    float v82[4];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v72[e] = kg::cvt<float>(kg::f32(v69[e]));
+    for (int e = 0; e < 4; ++e) v82[e] = kg::cvt<float>(kg::f32(v79[e]));
     // spec: specs/ssd_fwd.yaml:75:18
-    float v73[4];
+    float v83[4];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v73[e] = (v72[e] + v10);
+    for (int e = 0; e < 4; ++e) v83[e] = (v82[e] + v10);
     // spec: specs/ssd_fwd.yaml:77:52
-    float v74[4];
+    float v84[4];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v74[e] = kg::exp_(v73[e]);
+    for (int e = 0; e < 4; ++e) v84[e] = kg::exp_(v83[e]);
     // spec: specs/ssd_fwd.yaml:77:46
-    float v75[4];
+    float v85[4];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v75[e] = (v71 + v74[e]);
+    for (int e = 0; e < 4; ++e) v85[e] = (v81 + v84[e]);
     // spec: specs/ssd_fwd.yaml:77:42
-    float v76[4];
+    float v86[4];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v76[e] = kg::log_(v75[e]);
+    for (int e = 0; e < 4; ++e) v86[e] = kg::log_(v85[e]);
     // spec: specs/ssd_fwd.yaml:77:28
-    const float v77 = 20.0f;
+    const float v87 = 20.0f;
     // spec: specs/ssd_fwd.yaml:77:28
-    bool v78[4];
+    bool v88[4];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v78[e] = (v73[e] <= v77);
+    for (int e = 0; e < 4; ++e) v88[e] = (v83[e] <= v87);
     // spec: specs/ssd_fwd.yaml:77:22
-    float v79[4];
+    float v89[4];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v79[e] = (v78[e] ? v76[e] : v73[e]);
+    for (int e = 0; e < 4; ++e) v89[e] = (v88[e] ? v86[e] : v83[e]);
     // spec: specs/ssd_fwd.yaml:79:40
-    float v80[4];
-    #pragma unroll
-    for (int e = 0; e < 4; ++e) v80[e] = (kg::max_(v79[e], v1));
-    // spec: specs/ssd_fwd.yaml:79:32
-    float v81[4];
-    #pragma unroll
-    for (int e = 0; e < 4; ++e) v81[e] = (kg::min_(v80[e], v0));
-    // spec: specs/ssd_fwd.yaml:78:59
-    int v82[4];
-    #pragma unroll
-    for (int e = 0; e < 4; ++e) v82[e] = (((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + ((e & 1) * 16 + ((e >> 1) & 1) * 32);
-    // spec: specs/ssd_fwd.yaml:78:20
-    const int v83 = 64;
-    // spec: specs/ssd_fwd.yaml:78:21
-    const int v84 = 4;
-    // spec: specs/ssd_fwd.yaml:78:21
-    const int v85 = (v7 * v84);
-    // spec: specs/ssd_fwd.yaml:78:21
-    const int v86 = (v85 + v63);
-    // spec: specs/ssd_fwd.yaml:78:20
-    const int v87 = (v86 * v83);
-    // spec: specs/ssd_fwd.yaml:78:20
-    int v88[4];
-    #pragma unroll
-    for (int e = 0; e < 4; ++e) v88[e] = (v87 + v82[e]);
-    // spec: specs/ssd_fwd.yaml:78:20
-    bool v89[4];
-    #pragma unroll
-    for (int e = 0; e < 4; ++e) v89[e] = (v88[e] < v2);
-    // spec: specs/ssd_fwd.yaml:79:18
     float v90[4];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v90[e] = (v89[e] ? v81[e] : v70);
+    for (int e = 0; e < 4; ++e) v90[e] = (kg::max_(v89[e], v1));
+    // spec: specs/ssd_fwd.yaml:79:32
+    float v91[4];
+    #pragma unroll
+    for (int e = 0; e < 4; ++e) v91[e] = (kg::min_(v90[e], v0));
+    // spec: specs/ssd_fwd.yaml:78:59
+    int v92[4];
+    #pragma unroll
+    for (int e = 0; e < 4; ++e) v92[e] = (((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + ((e & 1) * 16 + ((e >> 1) & 1) * 32);
+    // spec: specs/ssd_fwd.yaml:78:20
+    const int v93 = 64;
+    // spec: specs/ssd_fwd.yaml:78:21
+    const int v94 = 4;
+    // spec: specs/ssd_fwd.yaml:78:21
+    const int v95 = (v7 * v94);
+    // spec: specs/ssd_fwd.yaml:78:21
+    const int v96 = (v95 + v70);
+    // spec: specs/ssd_fwd.yaml:78:20
+    const int v97 = (v96 * v93);
+    // spec: specs/ssd_fwd.yaml:78:20
+    int v98[4];
+    #pragma unroll
+    for (int e = 0; e < 4; ++e) v98[e] = (v97 + v92[e]);
+    // spec: specs/ssd_fwd.yaml:78:20
+    bool v99[4];
+    #pragma unroll
+    for (int e = 0; e < 4; ++e) v99[e] = (v98[e] < v2);
+    // spec: specs/ssd_fwd.yaml:79:18
+    float v100[4];
+    #pragma unroll
+    for (int e = 0; e < 4; ++e) v100[e] = (v99[e] ? v91[e] : v80);
     // spec: specs/ssd_fwd.yaml:80:11
     if ((lane & 7) == 0 && (warp & 0) == 0) {
       float* p_ = t_dt_eff + ((int64_t)(v23) * stride_dt_eff_0 + (int64_t)(v8) * stride_dt_eff_1 + (int64_t)(v7) * stride_dt_eff_2);
       const bool aligned_ = false;
-      const int t0_ = v63 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
+      const int t0_ = v70 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
     #pragma unroll
       for (int e = 0; e < 4; e += 1) {
         const int i0_ = t0_ + (e & 1) * 16 + ((e >> 1) & 1) * 32;
         const int64_t off_ = (int64_t)i0_ * 1;
-        if (i0_ + 1 <= (256)) p_[off_] = v90[e];
+        if (i0_ + 1 <= (256)) p_[off_] = v100[e];
       }
     }
     // spec: specs/ssd_fwd.yaml:81:16
-    float v91[4];
+    float v101[4];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v91[e] = (v90[e] * v9);
+    for (int e = 0; e < 4; ++e) v101[e] = (v100[e] * v9);
     // spec: specs/ssd_fwd.yaml:82:16
-    float v92[4];
+    float v102[4];
     {
       float p_[4], t_[4];
     #pragma unroll
-      for (int e = 0; e < 4; ++e) p_[e] = t_[e] = (float)(v91[e]);
+      for (int e = 0; e < 4; ++e) p_[e] = t_[e] = (float)(v101[e]);
     #pragma unroll
       for (int e = 0; e < 4; ++e) { const float o_ = kg::shfl_xor(t_[e], 8); if (lane & 8) p_[e] += o_; t_[e] += o_; }
     #pragma unroll
       for (int e = 0; e < 4; ++e) { const float o_ = kg::shfl_xor(t_[e], 16); if (lane & 16) p_[e] += o_; t_[e] += o_; }
       {
-        float* scratch_ = reinterpret_cast<float*>(smem + 0);
+        float* scratch_ = reinterpret_cast<float*>(smem + 16384);
         kg::sync();
     #pragma unroll
         for (int e = 0; e < 4; ++e) scratch_[(warp * kg::WAVE + lane) * 4 + e] = t_[e];
@@ -364,7 +408,7 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_chunk_state(const kg::bf16* __rest
         for (int e = 0; e < 4; ++e) { const float o_ = scratch_[((warp ^ 1) * kg::WAVE + lane) * 4 + e]; if (warp & 1) p_[e] += o_; t_[e] += o_; }
       }
       {
-        float* scratch_ = reinterpret_cast<float*>(smem + 0);
+        float* scratch_ = reinterpret_cast<float*>(smem + 16384);
         kg::sync();
     #pragma unroll
         for (int e = 0; e < 4; ++e) scratch_[(warp * kg::WAVE + lane) * 4 + e] = t_[e];
@@ -379,27 +423,27 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_chunk_state(const kg::bf16* __rest
       for (int e = 0; e < 4; ++e)
         if (!(e & 2)) { const float a_ = t_[e], b_ = t_[e | 2]; p_[e | 2] += a_; t_[e] = t_[e | 2] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 4; ++e) v92[e] = kg::cvt<float>(p_[e]);
+      for (int e = 0; e < 4; ++e) v102[e] = kg::cvt<float>(p_[e]);
     }
     // spec: specs/ssd_fwd.yaml:83:31
-    float v93;
+    float v103;
     {
-      float r93[1];
+      float r103[1];
     #pragma unroll
-      for (int e = 0; e < 1; ++e) r93[e] = 0.0f;
+      for (int e = 0; e < 1; ++e) r103[e] = 0.0f;
     #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const float a_ = r93[0], b_ = (float)(v91[e]);
-        r93[0] = a_ + b_;
+        const float a_ = r103[0], b_ = (float)(v101[e]);
+        r103[0] = a_ + b_;
       }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r93[e], b_ = kg::shfl_xor(a_, 8); r93[e] = a_ + b_; }
+      for (int e = 0; e < 1; ++e) { const float a_ = r103[e], b_ = kg::shfl_xor(a_, 8); r103[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 1; ++e) { const float a_ = r93[e], b_ = kg::shfl_xor(a_, 16); r93[e] = a_ + b_; }
-      float* scratch_ = reinterpret_cast<float*>(smem + 0);
+      for (int e = 0; e < 1; ++e) { const float a_ = r103[e], b_ = kg::shfl_xor(a_, 16); r103[e] = a_ + b_; }
+      float* scratch_ = reinterpret_cast<float*>(smem + 16384);
       kg::sync();
     #pragma unroll
-      for (int e = 0; e < 1; ++e) scratch_[warp * 1 + 0] = r93[e];
+      for (int e = 0; e < 1; ++e) scratch_[warp * 1 + 0] = r103[e];
       kg::sync();
     #pragma unroll
       for (int e = 0; e < 1; ++e) {
@@ -407,32 +451,32 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_chunk_state(const kg::bf16* __rest
         { const float b_ = scratch_[(warp ^ 1) * 1 + 0]; a_ = a_ + b_; }
         { const float b_ = scratch_[(warp ^ 2) * 1 + 0]; a_ = a_ + b_; }
         { const float b_ = scratch_[(warp ^ 3) * 1 + 0]; a_ = a_ + b_; }
-        r93[e] = a_;
+        r103[e] = a_;
       }
-      v93 = kg::cvt<float>(r93[0]);
+      v103 = kg::cvt<float>(r103[0]);
     }
     // spec: specs/ssd_fwd.yaml:82:16
-    float v94[4];
+    float v104[4];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v94[e] = (v92[e] + v64);
+    for (int e = 0; e < 4; ++e) v104[e] = (v102[e] + v71);
     // spec: specs/ssd_fwd.yaml:84:11
     if ((lane & 7) == 0 && (warp & 0) == 0) {
       float* p_ = t_dA_cumsum + ((int64_t)(v23) * stride_dA_cumsum_0 + (int64_t)(v8) * stride_dA_cumsum_1 + (int64_t)(v7) * stride_dA_cumsum_2);
       const bool aligned_ = false;
-      const int t0_ = v63 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
+      const int t0_ = v70 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
     #pragma unroll
       for (int e = 0; e < 4; e += 1) {
         const int i0_ = t0_ + (e & 1) * 16 + ((e >> 1) & 1) * 32;
         const int64_t off_ = (int64_t)i0_ * 1;
-        if (i0_ + 1 <= (256)) p_[off_] = v94[e];
+        if (i0_ + 1 <= (256)) p_[off_] = v104[e];
       }
     }
     // spec: specs/ssd_fwd.yaml:85:16
-    kg::bf16 v95[32];
+    kg::bf16 v105[32];
     {
-      const kg::bf16* p_ = t_B + ((int64_t)(v23) * stride_B_0 + (int64_t)(v60) * stride_B_2);
+      const kg::bf16* p_ = t_B + ((int64_t)(v23) * stride_B_0 + (int64_t)(v67) * stride_B_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_B_0 % 8 == 0 && stride_B_1 % 8 == 0 && stride_B_2 % 8 == 0;
-      const int t0_ = v68 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
+      const int t0_ = v78 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
       const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
     #pragma unroll
       for (int e = 0; e < 32; e += 8) {
@@ -441,88 +485,105 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_chunk_state(const kg::bf16* __rest
         const int64_t off_ = (int64_t)i0_ * stride_B_1 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_seqlen);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v95[e], p_ + off_);
+          kg::copy_vec<8>(&v105[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v95[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v105[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     // spec: specs/ssd_fwd.yaml:86:17
-    kg::bf16* v96 = reinterpret_cast<kg::bf16*>(smem + 0);
-    // spec: specs/ssd_fwd.yaml:86:21
+    kg::cp_async_wait<0>();
+    kg::fence_proxy_async();
     kg::sync();
-    if (true) {
+    // spec: specs/ssd_fwd.yaml:72:7
+    const int v106 = 1;
+    // spec: specs/ssd_fwd.yaml:72:7
+    const int v107 = (v74 + v106);
+    // spec: specs/ssd_fwd.yaml:72:7
+    kg::bf16* v108 = v55 + (v107 % 2) * 4096;
+    // spec: specs/ssd_fwd.yaml:73:23
+    const int v109 = 4;
+    // spec: specs/ssd_fwd.yaml:73:23
+    const int v110 = (v7 * v109);
+    // spec: specs/ssd_fwd.yaml:86:21
+    const int v111 = (v70 + v64);
+    // spec: specs/ssd_fwd.yaml:73:23
+    const int v112 = (v110 + v111);
+    // spec: specs/ssd_fwd.yaml:86:21
+    const bool v113 = (v111 < v22);
+    // spec: specs/ssd_fwd.yaml:86:21
+    if (v113) {
       const kg::bf16* p_ = t_x + ((int64_t)(v23) * stride_x_0 + (int64_t)(v8) * stride_x_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 8 == 0 && stride_x_1 % 8 == 0 && stride_x_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v68 * 64) * stride_x_1 + 0;
+      const int64_t q_ = (int64_t)(v112 * 64) * stride_x_1 + 0;
     #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int c_ = lane + warp * 32 + i * 128;
         const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
-        const int i0_ = v68 * 64 + r_, i1_ = 0 + k_;
+        const int i0_ = v112 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = q_ + ((int64_t)r_ * stride_x_1 + k_);
         const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
         if (aligned_) {
           const int n_ = (i0_ < (size_seqlen)) * 8;
-          kg::cp_async<16>(&v96[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v108[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v96[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v108[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
     // spec: specs/ssd_fwd.yaml:86:17
-    kg::cp_async_wait<0>();
-    kg::fence_proxy_async();
-    kg::sync();
-    // spec: specs/ssd_fwd.yaml:86:17
-    kg::bf16* v97 = v96;
+    kg::bf16* v114 = v75;
     // spec: specs/ssd_fwd.yaml:85:54
-    float v98[4];
+    float v115[4];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v98[e] = (v24 - v94[e]);
+    for (int e = 0; e < 4; ++e) v115[e] = (v24 - v104[e]);
     // spec: specs/ssd_fwd.yaml:85:50
-    float v99[4];
+    float v116[4];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v99[e] = kg::exp_(v98[e]);
+    for (int e = 0; e < 4; ++e) v116[e] = kg::exp_(v115[e]);
     // spec: specs/ssd_fwd.yaml:85:50
-    float v100[4];
+    float v117[4];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v100[e] = (v99[e] * v90[e]);
+    for (int e = 0; e < 4; ++e) v117[e] = (v116[e] * v100[e]);
     // spec: specs/ssd_fwd.yaml:85:49
-    float (&v101)[4] = v100;
+    float (&v118)[4] = v117;
     // spec: specs/ssd_fwd.yaml:85:16
-    float v102[32];
+    float v119[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v102[e] = v101[((e >> 3) & 1) * 1 + ((e >> 4) & 1) * 2];
+    for (int e = 0; e < 32; ++e) v119[e] = v118[((e >> 3) & 1) * 1 + ((e >> 4) & 1) * 2];
     // spec: specs/ssd_fwd.yaml:85:16
-    float v103[32];
+    float v120[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v103[e] = kg::cvt<float>(kg::f32(v95[e]));
+    for (int e = 0; e < 32; ++e) v120[e] = kg::cvt<float>(kg::f32(v105[e]));
     // spec: specs/ssd_fwd.yaml:85:16
-    float v104[32];
+    float v121[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v104[e] = (v103[e] * v102[e]);
+    for (int e = 0; e < 32; ++e) v121[e] = (v120[e] * v119[e]);
     // spec: specs/ssd_fwd.yaml:86:46
-    kg::bf16 v105[32];
+    kg::bf16 v122[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v105[e] = kg::cvt<kg::bf16>(v104[e]);
+    for (int e = 0; e < 32; ++e) v122[e] = kg::cvt<kg::bf16>(v121[e]);
     // spec: specs/ssd_fwd.yaml:86:17
-    kg::bf16* v106 = reinterpret_cast<kg::bf16*>(smem + 8192);
+    kg::bf16* v123 = reinterpret_cast<kg::bf16*>(smem + 16384);
     #pragma unroll
-    for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v106[(((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8 * 8 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) / 8) * 64 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8 * 8 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) % 8], &v105[e]);
+    for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v123[(((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8 * 8 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) / 8) * 64 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8 * 8 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) % 8], &v122[e]);
     kg::fence_proxy_async();
     kg::sync();
     // spec: specs/ssd_fwd.yaml:86:17
-    float (&v107)[32] = v65;
+    float (&v124)[32] = v72;
     {
       const int wg_ = 0;
-      const uint64_t da_ = kg::wgmma_desc(v97, 8192, 1024, 1);
-      const uint64_t db_ = kg::wgmma_desc(v106, 1024, 128, 0);
+      const uint64_t da_ = kg::wgmma_desc(v114, 8192, 1024, 1);
+      const uint64_t db_ = kg::wgmma_desc(v123, 1024, 128, 0);
+      // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
+      // (ptxas would then insert a warpgroup.arrive, C7519)
+    #pragma unroll
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v124[e]);
       kg::wgmma_fence();
     #pragma unroll
       for (int ks = 0; ks < 4; ++ks)
@@ -530,66 +591,66 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_chunk_state(const kg::bf16* __rest
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n64k16_bf16_ss<1, 1>(&v107[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ / 1) * 64 + rm * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ / 1) * 64 + rm * 64)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 8 * 8 + (((wg_ % 1) * 64 + rn * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 1) * 64 + rn * 64)) % 8) * 2 / 16), 1);
+            kg::wgmma_m64n64k16_bf16_ss<1, 1>(&v124[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ / 1) * 64 + rm * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ / 1) * 64 + rm * 64)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 8 * 8 + (((wg_ % 1) * 64 + rn * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 1) * 64 + rn * 64)) % 8) * 2 / 16), 1);
       kg::wgmma_commit();
       kg::wgmma_wait<0>();
     #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v107[e]);
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v124[e]);
     }
     // spec: specs/ssd_fwd.yaml:83:21
-    const float v108 = (v64 + v93);
+    const float v125 = (v71 + v103);
     // spec: specs/ssd_fwd.yaml:86:17
 
-    const float y0_ = v108;
+    const float y0_ = v125;
     float y1_[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y1_[e] = v107[e];
-    v61 = y0_;
+    for (int e = 0; e < 32; ++e) y1_[e] = v124[e];
+    v68 = y0_;
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v62[e] = y1_[e];
+    for (int e = 0; e < 32; ++e) v69[e] = y1_[e];
   }
   // spec: specs/ssd_fwd.yaml:88:29
-  const int v109 = 1;
+  const int v126 = 1;
   // spec: specs/ssd_fwd.yaml:88:29
-  const int v110 = 4;
+  const int v127 = 4;
   // spec: specs/ssd_fwd.yaml:88:7
 
-  for (int v111 = v22; v111 < v110; v111 += v109) {
+  for (int v128 = v22; v128 < v127; v128 += v126) {
     
     // spec: specs/ssd_fwd.yaml:89:56
-    float v112[1];
+    float v129[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v112[e] = 0.0f;
+    for (int e = 0; e < 1; ++e) v129[e] = 0.0f;
     // spec: specs/ssd_fwd.yaml:89:56
-    float v113[1];
+    float v130[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v113[e] = (v112[e] + v24);
+    for (int e = 0; e < 1; ++e) v130[e] = (v129[e] + v24);
     // spec: specs/ssd_fwd.yaml:89:11
     if ((lane & 0) == 0 && (warp & 2) == 0) {
       float* p_ = t_dA_cumsum + ((int64_t)(v23) * stride_dA_cumsum_0 + (int64_t)(v8) * stride_dA_cumsum_1 + (int64_t)(v7) * stride_dA_cumsum_2);
       const bool aligned_ = false;
-      const int t0_ = v111 * 64 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32;
+      const int t0_ = v128 * 64 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32;
     #pragma unroll
       for (int e = 0; e < 1; e += 1) {
         const int i0_ = t0_ + 0;
         const int64_t off_ = (int64_t)i0_ * 1;
-        if (i0_ + 1 <= (256)) p_[off_] = v113[e];
+        if (i0_ + 1 <= (256)) p_[off_] = v130[e];
       }
     }
     // spec: specs/ssd_fwd.yaml:90:53
-    float v114[1];
+    float v131[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v114[e] = 0.0f;
+    for (int e = 0; e < 1; ++e) v131[e] = 0.0f;
     // spec: specs/ssd_fwd.yaml:90:11
     if ((lane & 0) == 0 && (warp & 2) == 0) {
       float* p_ = t_dt_eff + ((int64_t)(v23) * stride_dt_eff_0 + (int64_t)(v8) * stride_dt_eff_1 + (int64_t)(v7) * stride_dt_eff_2);
       const bool aligned_ = false;
-      const int t0_ = v111 * 64 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32;
+      const int t0_ = v128 * 64 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32;
     #pragma unroll
       for (int e = 0; e < 1; e += 1) {
         const int i0_ = t0_ + 0;
         const int64_t off_ = (int64_t)i0_ * 1;
-        if (i0_ + 1 <= (256)) p_[off_] = v114[e];
+        if (i0_ + 1 <= (256)) p_[off_] = v131[e];
       }
     }
     // spec: specs/ssd_fwd.yaml:90:11
@@ -607,11 +668,11 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_chunk_state(const kg::bf16* __rest
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
       const int64_t off_ = (int64_t)i0_ * stride_states_3 + (int64_t)i1_ * 1;
       if (aligned_ && true) {
-        kg::copy_vec<2>(p_ + off_, &v62[e]);
+        kg::copy_vec<2>(p_ + off_, &v69[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (true) p_[off_ + v] = v62[e + v];
+          if (true) p_[off_ + v] = v69[e + v];
       }
     }
   }

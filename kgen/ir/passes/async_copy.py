@@ -10,8 +10,10 @@ registers twice and exposes the load's latency. On a target whose descriptor lis
                         tensor's end read as zeros, as the load's `other` did)
   wait_async [pending]  wait until at most `pending` later groups are in flight, then a barrier
 
-Inside a loop, when the copy's index operands are the induction variable or values defined
-outside the loop, the copy is software-pipelined as FlashAttention-2 does with K and V: the
+Inside a loop, when the copy's index operands are the induction variable, values defined
+outside the loop, or scalars the loop body computes from those with pure arithmetic (the chunked
+scan's `c * blocks_per_chunk + k`, a head `g * heads + j`), the copy is software-pipelined as
+FlashAttention-2 does with K and V (that arithmetic is recomputed for the iteration copied): the
 buffer is allocated before the loop, the first iteration's copy is issued before it, and each
 iteration issues the next iteration's copy right after its last read of the buffer (predicated
 on there being a next iteration, the group committed either way so that counts stay static).
@@ -33,6 +35,8 @@ from .memory import views_of
 
 CHUNK_BYTES = 16  # cp.async.cg moves 16 bytes per instruction (PTX ISA, "cp.async")
 SLOTS = 2
+# scalar ops without memory access or side effects: safe to recompute for another iteration
+PURE_SCALAR = ("const", "binary", "unary", "cast", "where")
 
 
 def use_async_copies(k: Kernel, target: Target) -> Kernel:
@@ -92,10 +96,13 @@ def _pipeline(loop: Op, parent: Block, k: Kernel, target: Target) -> None:
     start, stop, step = loop.operands[:3]
     inside = {id(v) for v in body.args} | {id(r) for op in walk(body) for r in op.results}
     plans = []
+    chains: dict[int, list[Op]] = {}
     for copy in [op for op in body.ops if op.kind == "copy_async"]:
         buf = copy.operands[0]
-        if any(id(v) in inside and v is not iv for v in copy.operands[1:]):
+        chain = _index_chain(copy, body, iv, inside)
+        if chain is None:
             continue
+        chains[id(copy)] = chain
         bufs = views_of(body, buf)
         last = max(i for i, op in enumerate(body.ops) if op is not copy and _reads(op, bufs))
         wait = next(i for i, op in enumerate(body.ops) if op.kind == "wait_async" and op.operands[0] is buf)
@@ -137,9 +144,9 @@ def _pipeline(loop: Op, parent: Block, k: Kernel, target: Target) -> None:
                     op.operands = [cur.result if v is buf else v for v in op.operands]
             body.ops.insert(len(counters), cur)
             dst = _slot(buf, first, alloc, loop)
-            prologue += [dst, _copy_at(copy, iv, start, go, dst.result)]
+            prologue += [dst, *_copy_at(copy, chains[id(copy)], iv, start, go, dst.result)]
         else:
-            prologue.append(_copy_at(copy, iv, start, go))
+            prologue += _copy_at(copy, chains[id(copy)], iv, start, go)
     parent.ops[at:at] = prologue
     # each iteration's copy for the next one goes right after its anchor (its wait, or its last
     # read of the buffer), in the prologue's order (copies after one anchor keep their order),
@@ -152,9 +159,9 @@ def _pipeline(loop: Op, parent: Block, k: Kernel, target: Target) -> None:
                Op("binary", [nxt, stop], [more], {"fn": "lt"}, loc=copy.loc)]
         if slotted:
             dst = _slot(copy.operands[0], nxt_count, allocs[id(copy)], loop)
-            ops += [dst, _copy_at(copy, iv, nxt, more, dst.result)]
+            ops += [dst, *_copy_at(copy, chains[id(copy)], iv, nxt, more, dst.result)]
         else:
-            ops.append(_copy_at(copy, iv, nxt, more))
+            ops += _copy_at(copy, chains[id(copy)], iv, nxt, more)
         after.setdefault(id(anchors[id(copy)]), []).extend(ops)
     new_ops: list[Op] = []
     for op in body.ops:
@@ -169,11 +176,37 @@ def _slot(buf: Value, count: Value, alloc: Op, loop: Op) -> Op:
     return Op("slot", [buf, count], [view], {"slots": alloc.attrs["slots"], "slot_bytes": alloc.attrs["slot_bytes"]}, loc=loop.loc)
 
 
-def _copy_at(copy: Op, iv: Value, at: Value, pred: Value, dst: Value | None = None) -> Op:
-    operands = [at if v is iv else v for v in copy.operands] + [pred]
+def _index_chain(copy: Op, body: Block, iv: Value, inside: set[int]) -> list[Op] | None:
+    """The ops of `body` (top level, in body order) that compute the copy's operands from the
+    induction variable and values defined before the loop, all pure scalar arithmetic; None if
+    an operand depends on anything else (a load, a value carried around the loop, a nested
+    loop's result), since that cannot be recomputed for another iteration."""
+    producer = {id(r): op for op in body.ops for r in op.results}
+    chain: set[int] = set()
+    todo = [v for v in copy.operands[1:] if id(v) in inside and v is not iv]
+    while todo:
+        op = producer.get(id(todo.pop()))
+        if op is None or op.kind not in PURE_SCALAR or op.body is not None or any(r.shape != () for r in op.results):
+            return None
+        if id(op) not in chain:
+            chain.add(id(op))
+            todo += [v for v in op.operands if id(v) in inside and v is not iv]
+    return [op for op in body.ops if id(op) in chain]
+
+
+def _copy_at(copy: Op, chain: list[Op], iv: Value, at: Value, pred: Value, dst: Value | None = None) -> list[Op]:
+    """The copy for the iteration whose induction variable is `at`: its index arithmetic
+    (`chain`) recomputed from `at`, then the copy, predicated on `pred`."""
+    new = {id(iv): at}
+    ops = []
+    for op in chain:
+        results = [Value(r.shape, r.dtype, place=r.place, layout=r.layout) for r in op.results]
+        ops.append(Op(op.kind, [new.get(id(v), v) for v in op.operands], results, dict(op.attrs), loc=op.loc))
+        new.update((id(r), n) for r, n in zip(op.results, results))
+    operands = [new.get(id(v), v) for v in copy.operands] + [pred]
     if dst is not None:
         operands[0] = dst
-    return Op("copy_async", operands, [], {**copy.attrs, "pred": True}, loc=copy.loc)
+    return ops + [Op("copy_async", operands, [], {**copy.attrs, "pred": True}, loc=copy.loc)]
 
 
 def _reads(op: Op, bufs: list[Value]) -> bool:
