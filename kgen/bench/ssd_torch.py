@@ -25,9 +25,11 @@ def effective_dt(dt: torch.Tensor, dt_bias: torch.Tensor | None, softplus: bool,
 
 
 def ssd_chunked(x, dt, A, B, C, chunk_size: int, D=None, dt_bias=None, dt_softplus: bool = False,
-                dt_limit: tuple[float, float] = (0.0, math.inf), dtype: torch.dtype | None = None):
+                dt_limit: tuple[float, float] = (0.0, math.inf), dtype: torch.dtype | None = None,
+                initial_states=None):
     """(y, final_states) of mamba_chunk_scan_combined, computed in `dtype` (default x's): y like x,
-    final_states (batch, nheads, headdim, dstate). D is (nheads,) or None."""
+    final_states (batch, nheads, headdim, dstate). D is (nheads,), (nheads, headdim) or None;
+    initial_states (batch, nheads, headdim, dstate) or None (zeros)."""
     dtype = dtype or x.dtype
     x, dt, A, B, C = (t.to(dtype) for t in (x, dt, A, B, C))
     b, seqlen, nheads, headdim = x.shape
@@ -51,19 +53,25 @@ def ssd_chunked(x, dt, A, B, C, chunk_size: int, D=None, dt_bias=None, dt_softpl
     # each chunk's own state, then the states entering each chunk, one chunk after another
     to_end = torch.exp(cs[:, :, -1:, :] - cs)  # (b, nc, L, h)
     states = torch.einsum("bclhn,bclh,bclhp->bchpn", Bc, to_end, xdt)
-    prev = [torch.zeros(b, nheads, headdim, dstate, dtype=dtype, device=x.device)]
+    prev = [torch.zeros(b, nheads, headdim, dstate, dtype=dtype, device=x.device) if initial_states is None
+            else initial_states.to(dtype)]
     for c in range(nc):
         prev.append(prev[-1] * torch.exp(cs[:, c, -1, :])[:, :, None, None] + states[:, c])
     entering = torch.stack(prev[:-1], dim=1)  # (b, nc, h, p, n)
     y = y + torch.einsum("bclhn,bchpn,bclh->bclhp", Cc, entering, torch.exp(cs))
     y = y.reshape(b, nc * L, nheads, headdim)[:, :seqlen]
     if D is not None:
-        y = y + D.to(dtype)[None, None, :, None] * x
+        y = y + _skip(D.to(dtype)) * x
     return y, prev[-1]
 
 
+def _skip(D: torch.Tensor) -> torch.Tensor:
+    """D broadcast against (batch, seqlen, nheads, headdim): per head or per channel."""
+    return D[None, None, :, None] if D.dim() == 1 else D[None, None]
+
+
 def ssd_sequential(x, dt, A, B, C, D=None, dt_bias=None, dt_softplus: bool = False,
-                   dt_limit: tuple[float, float] = (0.0, math.inf)):
+                   dt_limit: tuple[float, float] = (0.0, math.inf), initial_states=None):
     """The recurrence one position at a time, in float64: the definition the chunked form is
     checked against (tests/bench/test_ssd_torch.py)."""
     x, dt, A, B, C = (t.double() for t in (x, dt, A, B, C))
@@ -71,12 +79,13 @@ def ssd_sequential(x, dt, A, B, C, D=None, dt_bias=None, dt_softplus: bool = Fal
     dt = effective_dt(dt, None if dt_bias is None else dt_bias.double(), dt_softplus, dt_limit)
     rep = nheads // B.shape[2]
     Bh, Ch = B.repeat_interleave(rep, dim=2), C.repeat_interleave(rep, dim=2)
-    h = torch.zeros(b, nheads, headdim, B.shape[3], dtype=torch.float64, device=x.device)
+    h = (torch.zeros(b, nheads, headdim, B.shape[3], dtype=torch.float64, device=x.device) if initial_states is None
+         else initial_states.double())
     ys = []
     for t in range(seqlen):
         h = h * torch.exp(dt[:, t] * A)[..., None, None] + (dt[:, t, :, None] * x[:, t])[..., None] * Bh[:, t, :, None, :]
         y = (h * Ch[:, t, :, None, :]).sum(-1)
         if D is not None:
-            y = y + D.double()[None, :, None] * x[:, t]
+            y = y + _skip(D.double())[:, 0] * x[:, t]
         ys.append(y)
     return torch.stack(ys, 1), h

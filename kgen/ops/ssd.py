@@ -2,14 +2,15 @@
 the ssd_fwd spec.
 
 The spec has no optional tensors, so this wrapper maps mamba-ssm's optional arguments onto what
-it does take: D=None and dt_bias=None become zeros (the spec adds D x and dt_bias either way).
-What the spec cannot express yet is refused with one sentence before any launch: z (gating),
-seq_idx and cu_seqlens (packed sequences), initial_states, and a per-channel D of shape
-(nheads, headdim). docs/SSD.md has the plan for each.
+it does take: D=None, dt_bias=None and initial_states=None become zeros (the spec adds D x and
+dt_bias and starts from initial_states either way), and a D of shape (nheads,) becomes the
+(nheads, headdim) the spec takes, by an expand whose gradient sums over headdim. What the spec
+cannot express yet is refused with one sentence before any launch: z (gating), seq_idx and
+cu_seqlens (packed sequences). docs/SSD.md has the plan for each.
 
 Gradients come from ssd_bwd (paired in ssd_fwd's `autograd:`): y and final_states are
-differentiable with respect to x, dt, A, B, C, D and dt_bias (through the float32 copies of A, D
-and dt_bias made here; D=None and dt_bias=None get none). Checked on the CPU interpreter
+differentiable with respect to x, dt, A, B, C, D, dt_bias and initial_states (through the float32
+copies made here; those passed as None get none). Checked on the CPU interpreter
 (tests/ops/test_ssd_ops.py, tests/ir/test_ssd_bwd.py) and on an H200 against float64
 (tests/ops/test_ssd_gpu.py).
 """
@@ -31,7 +32,7 @@ def _refuse(name: str, value, why: str) -> None:
         raise LaunchError(f"mamba_chunk_scan_combined: '{name}' is not supported yet ({why}); pass {name}=None")
 
 
-def _check(x, dt, A, B, C, chunk_size, D, dt_bias) -> None:
+def _check(x, dt, A, B, C, chunk_size, D, dt_bias, initial_states) -> None:
     for name, t in (("x", x), ("dt", dt), ("A", A), ("B", B), ("C", C)):
         if not isinstance(t, torch.Tensor):
             raise LaunchError(f"mamba_chunk_scan_combined: '{name}' must be a torch.Tensor, got {type(t).__name__}")
@@ -61,16 +62,20 @@ def _check(x, dt, A, B, C, chunk_size, D, dt_bias) -> None:
     if chunk_size not in CHUNK_SIZES:
         raise LaunchError(f"mamba_chunk_scan_combined: chunk_size={chunk_size!r} is not supported; "
                           f"accepted: {', '.join(map(str, CHUNK_SIZES))}")
-    for name, t in (("D", D), ("dt_bias", dt_bias)):
-        if t is not None and (not isinstance(t, torch.Tensor) or tuple(t.shape) != (nheads,)):
+    dstate = B.shape[3]
+    for name, t, shapes, what in (
+            ("D", D, [(nheads,), (nheads, headdim)], f"({nheads},) (one value per head) or ({nheads}, {headdim}) (per channel)"),
+            ("dt_bias", dt_bias, [(nheads,)], f"({nheads},) (one value per head)"),
+            ("initial_states", initial_states, [(b, nheads, headdim, dstate)], f"({b}, {nheads}, {headdim}, {dstate}) (batch, nheads, headdim, dstate)")):
+        if t is not None and (not isinstance(t, torch.Tensor) or tuple(t.shape) not in shapes):
             got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
-            raise LaunchError(f"mamba_chunk_scan_combined: '{name}' must be a tensor of shape ({nheads},) (one value per "
-                              f"head) or None, got {got}")
-    for name, t in (("dt", dt), ("A", A), ("B", B), ("C", C), ("D", D), ("dt_bias", dt_bias)):
+            raise LaunchError(f"mamba_chunk_scan_combined: '{name}' must be a tensor of shape {what} or None, got {got}")
+    for name, t in (("dt", dt), ("A", A), ("B", B), ("C", C), ("D", D), ("dt_bias", dt_bias),
+                    ("initial_states", initial_states)):
         if t is not None and t.device != x.device:
             raise LaunchError(f"mamba_chunk_scan_combined: '{name}' is on {t.device} but x is on {x.device}; "
                               f"every tensor must be on x's device")
-    for name, t in (("A", A), ("D", D), ("dt_bias", dt_bias)):
+    for name, t in (("A", A), ("D", D), ("dt_bias", dt_bias), ("initial_states", initial_states)):
         if t is not None and not t.is_floating_point():
             raise LaunchError(f"mamba_chunk_scan_combined: '{name}' has dtype {t.dtype}; a floating-point tensor "
                               f"(float32, bfloat16 or float16) is accepted")
@@ -86,21 +91,26 @@ def mamba_chunk_scan_combined(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor
     dt' = clamp(softplus?(dt + dt_bias), *dt_limit), h_t = exp(dt'_t A) h_{t-1} + dt'_t x_t B_t^T
     and y_t = h_t C_t + D x_t; B and C (batch, seqlen, ngroups, dstate) are shared by
     nheads / ngroups heads. With return_final_states, (y, h after the last position) with the
-    state (batch, nheads, headdim, dstate) in float32."""
+    state (batch, nheads, headdim, dstate) in float32. initial_states (same shape) is h before the
+    first position; D may be (nheads,) or (nheads, headdim)."""
     _refuse("z", z, "gating needs a variant of the output kernel")
-    _refuse("initial_states", initial_states, "the state pass starts from zero")
     _refuse("seq_idx", seq_idx, "packed sequences need a variant that resets the state")
     _refuse("cu_seqlens", cu_seqlens, "packed sequences need a variant that resets the state")
-    _check(x, dt, A, B, C, chunk_size, D, dt_bias)
+    _check(x, dt, A, B, C, chunk_size, D, dt_bias, initial_states)
     if not (isinstance(dt_limit, (tuple, list)) and len(dt_limit) == 2):
         raise LaunchError(f"mamba_chunk_scan_combined: dt_limit must be a pair (min, max), got {dt_limit!r}")
-    nheads = x.shape[2]
-    zeros = torch.zeros(nheads, dtype=torch.float32, device=x.device)
-    D32 = zeros if D is None else D.float()
-    bias32 = zeros if dt_bias is None else dt_bias.float()
+    b, _, nheads, headdim = x.shape
+    dstate = B.shape[3]
+    if D is None:
+        D32 = torch.zeros(nheads, headdim, dtype=torch.float32, device=x.device)
+    else:  # per head: the expand's gradient is the sum over headdim
+        D32 = D.float() if D.dim() == 2 else D.float()[:, None].expand(nheads, headdim).contiguous()
+    bias32 = torch.zeros(nheads, dtype=torch.float32, device=x.device) if dt_bias is None else dt_bias.float()
+    h0 = (torch.zeros(b, nheads, headdim, dstate, dtype=torch.float32, device=x.device) if initial_states is None
+          else initial_states.float())
     from . import _op
 
-    y, final_states = _op("ssd_fwd")(x, dt, A.float(), B, C, D32, bias32, dt_min=float(dt_limit[0]),
+    y, final_states = _op("ssd_fwd")(x, dt, A.float(), B, C, D32, bias32, h0, dt_min=float(dt_limit[0]),
                                      dt_max=float(dt_limit[1]), chunk_size=int(chunk_size), headdim=x.shape[3],
                                      dstate=B.shape[3], dt_softplus=bool(dt_softplus))
     return (y, final_states) if return_final_states else y

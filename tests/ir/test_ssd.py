@@ -70,16 +70,17 @@ def test_ssd_fwd_matches_sequential_recurrence(chunk_size, dstate, seqlen, nhead
 
 
 def test_reference_agrees_with_closed_form_for_one_position():
-    # one position: h = dt x B^T, y = dt (C . B) x + D x: pins the reference the kernels are held to
+    # one position: h = exp(dt A) h0 + dt x B^T, y = h C: pins the reference the kernels are held to
     ls = load_spec(SPEC)
     variant = {"dtype": "bf16", "chunk_size": 64, "headdim": 64, "dstate": 64, "dt_softplus": False}
     sizes = {"batch": 1, "seqlen": 1, "nheads": 2, "ngroups": 1}
     inputs = _mamba_like_inputs(ls, variant, {**variant, **sizes}, seed=3)
     inputs["dt_bias"] = torch.zeros_like(inputs["dt_bias"])
     ref = helpers.reference(ls, {**inputs, **helpers.scalar_values(ls.spec, {})}, variant=variant)
-    x, dt, B, C, D = (inputs[n].double() for n in ("x", "dt", "B", "C", "D"))
+    x, dt, A, B, C, D, h0 = (inputs[n].double() for n in ("x", "dt", "A", "B", "C", "D", "initial_states"))
     cb = (C[0, 0, 0] * B[0, 0, 0]).sum()
-    want = dt[0, 0, :, None] * cb * x[0, 0] + D[:, None] * x[0, 0]
+    decay = torch.exp(dt[0, 0] * A)  # (nheads,): what is left of the initial state after one step
+    want = decay[:, None] * (h0[0] * C[0, 0, 0]).sum(-1) + dt[0, 0, :, None] * cb * x[0, 0] + D * x[0, 0]
     assert torch.allclose(ref["y"][0, 0], want, rtol=1e-12, atol=1e-12)
-    want_state = dt[0, 0, :, None, None] * x[0, 0, :, :, None] * B[0, 0, 0][None, None, :]
+    want_state = decay[:, None, None] * h0[0] + dt[0, 0, :, None, None] * x[0, 0, :, :, None] * B[0, 0, 0][None, None, :]
     assert torch.allclose(ref["final_states"][0], want_state, rtol=1e-12, atol=1e-12)

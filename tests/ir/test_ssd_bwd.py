@@ -26,8 +26,8 @@ import helpers  # noqa: E402
 from kgen.spec.load import load_spec  # noqa: E402
 
 SPEC = Path(__file__).resolve().parents[2] / "specs" / "ssd_bwd.yaml"
-GRADS = ("dx", "ddt", "dA", "dB", "dC", "dD", "ddt_bias")
-FWD_INPUTS = ("x", "dt", "A", "B", "C", "D", "dt_bias")
+GRADS = ("dx", "ddt", "dA", "dB", "dC", "dD", "ddt_bias", "dinitial_states")
+FWD_INPUTS = ("x", "dt", "A", "B", "C", "D", "dt_bias", "initial_states")
 TOL = 0.01
 
 
@@ -42,7 +42,8 @@ def _inputs(variant, sizes, seed):
     return {"x": torch.randn(b, L, H, P, generator=g).bfloat16(), "dt": dt.bfloat16(),
             "A": -torch.exp(torch.randn(H, generator=g)),
             "B": torch.randn(b, L, G, N, generator=g).bfloat16(), "C": torch.randn(b, L, G, N, generator=g).bfloat16(),
-            "D": torch.randn(H, generator=g), "dt_bias": 0.1 * torch.randn(H, generator=g),
+            "D": torch.randn(H, P, generator=g), "dt_bias": 0.1 * torch.randn(H, generator=g),
+            "initial_states": torch.randn(b, H, P, N, generator=g),
             "dy": torch.randn(b, L, H, P, generator=g).bfloat16(), "dfinal_states": torch.randn(b, H, P, N, generator=g)}
 
 
@@ -54,7 +55,7 @@ def _quadratic_grads(inp, softplus, dt_min, dt_max, chunk_size, drop=None):
     the H_c terms' cumsum gradients would give). drop="softplus_slope": the softplus is applied
     to a detached input plus the identity's gradient, so d dt'/d dt is 1 (a lost sigmoid)."""
     leaves = {n: inp[n].double().requires_grad_() for n in FWD_INPUTS}
-    x, dt, A, B, C, D, bias = (leaves[n] for n in FWD_INPUTS)
+    x, dt, A, B, C, D, bias, h0 = (leaves[n] for n in FWD_INPUTS)
     L, H = x.shape[1], x.shape[2]
     rep = H // B.shape[2]
     Bh, Ch = B.repeat_interleave(rep, dim=2), C.repeat_interleave(rep, dim=2)
@@ -69,9 +70,10 @@ def _quadratic_grads(inp, softplus, dt_min, dt_max, chunk_size, drop=None):
     causal = (torch.arange(L)[:, None] >= torch.arange(L)[None, :])[None, :, :, None]
     decay = torch.where(causal, torch.exp(torch.where(causal, diff, 0.0)), 0.0)
     cb = torch.einsum("btgn,bsgn->btsg", Ch, Bh)           # heads already repeated: g is the head
-    y = torch.einsum("btsh,bsh,bshp->bthp", cb * decay, v, x) + D[None, None, :, None] * x
+    y = torch.einsum("btsh,bsh,bshp->bthp", cb * decay, v, x) + D[None, None] * x
+    y = y + torch.einsum("bth,bhpn,bthn->bthp", torch.exp(a), h0, Ch)  # the initial state, decayed to t
     last = torch.exp(a[:, -1:, :] - a)                       # (b, s, H)
-    h = torch.einsum("bsh,bshp,bshn->bhpn", last * v, x, Bh)
+    h = torch.einsum("bsh,bshp,bshn->bhpn", last * v, x, Bh) + torch.exp(a[:, -1])[:, :, None, None] * h0
     torch.autograd.backward([y, h], [inp["dy"].double(), inp["dfinal_states"].double()])
     return {"d" + n: leaves[n].grad for n in FWD_INPUTS}
 
@@ -116,7 +118,7 @@ def test_gradients_match_float64_autograd(chunk_size, dstate, softplus, sizes, l
     inp, got, sc = _run(chunk_size, dstate, softplus, sizes, limits, blocks, seed=sizes["seqlen"] + chunk_size)
     ref = _quadratic_grads(inp, softplus, sc["dt_min"], sc["dt_max"], chunk_size)
     for name in GRADS:
-        assert got[name].dtype == (torch.float32 if name in ("dA", "dD", "ddt_bias") else torch.bfloat16)
+        assert got[name].dtype == (torch.float32 if name in ("dA", "dD", "ddt_bias", "dinitial_states") else torch.bfloat16)
         err = _rel_err(got[name], ref[name])
         assert err <= TOL, f"{name}: max error {err:.3g} of max |ref| = {float(ref[name].abs().max()):.3g} (bound {TOL})"
 

@@ -25,15 +25,16 @@ from kgen.bench.ssd_torch import ssd_chunked  # noqa: E402
 _NO_GPU = helpers.no_gpu_reason()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_NO_GPU is not None, reason=str(_NO_GPU))]
 
-# (batch, seqlen, nheads, ngroups, dstate, chunk, D, dt_bias, softplus, dt_limit)
+# (batch, seqlen, nheads, ngroups, dstate, chunk, D, dt_bias, softplus, dt_limit); D: None, "head"
+# (nheads,) or "channel" (nheads, headdim); "+h0" adds initial states
 CASES = [
-    (2, 1, 4, 1, 64, 64, True, True, True, (0.0, math.inf)),
-    (2, 63, 4, 2, 128, 64, False, False, False, (0.001, 0.1)),
-    (1, 1000, 8, 1, 128, 256, True, True, True, (0.0, math.inf)),
-    (2, 1000, 8, 8, 64, 128, True, False, True, (0.0, 0.5)),
-    (1, 4097, 4, 1, 128, 256, True, True, True, (0.0, math.inf)),
-    (1, 4097, 8, 2, 64, 64, False, True, True, (0.0, math.inf)),
-    (3, 512, 8, 4, 128, 128, True, True, False, (0.0, math.inf)),
+    (2, 1, 4, 1, 64, 64, "head+h0", True, True, (0.0, math.inf)),
+    (2, 63, 4, 2, 128, 64, None, False, False, (0.001, 0.1)),
+    (1, 1000, 8, 1, 128, 256, "head", True, True, (0.0, math.inf)),
+    (2, 1000, 8, 8, 64, 128, "channel+h0", False, True, (0.0, 0.5)),
+    (1, 4097, 4, 1, 128, 256, "channel", True, True, (0.0, math.inf)),
+    (1, 4097, 8, 2, 64, 64, "head+h0", True, True, (0.0, math.inf)),
+    (3, 512, 8, 4, 128, 128, "head", True, False, (0.0, math.inf)),
 ]
 
 
@@ -42,7 +43,7 @@ def poison(monkeypatch):
     monkeypatch.setenv("KGEN_POISON", "1")
 
 
-def _inputs(batch, seqlen, nheads, ngroups, dstate, seed):
+def _inputs(batch, seqlen, nheads, ngroups, dstate, seed, d_kind):
     g = torch.Generator(device="cuda").manual_seed(seed)
     dev = "cuda"
     x = torch.randn(batch, seqlen, nheads, 64, device=dev, generator=g).bfloat16()
@@ -50,9 +51,10 @@ def _inputs(batch, seqlen, nheads, ngroups, dstate, seed):
     A = -torch.exp(torch.rand(nheads, device=dev, generator=g) * 2)
     B = torch.randn(batch, seqlen, ngroups, dstate, device=dev, generator=g).bfloat16()
     C = torch.randn(batch, seqlen, ngroups, dstate, device=dev, generator=g).bfloat16()
-    D = torch.randn(nheads, device=dev, generator=g)
+    D = torch.randn(nheads, *((64,) if "channel" in d_kind else ()), device=dev, generator=g)
     bias = 0.5 * torch.randn(nheads, device=dev, generator=g)
-    return x, dt, A, B, C, D, bias
+    h0 = torch.randn(batch, nheads, 64, dstate, device=dev, generator=g) if "h0" in d_kind else None
+    return x, dt, A, B, C, D, bias, h0
 
 
 def _close(name, got, ref, lowp):
@@ -62,15 +64,16 @@ def _close(name, got, ref, lowp):
     assert err <= 0.02 * scale + floor, f"{name}: max error {err:.3g} is over 2% of max |reference| {scale:.3g} + {floor:g}"
 
 
-@pytest.mark.parametrize("batch, seqlen, nheads, ngroups, dstate, chunk, with_d, with_bias, softplus, limit", CASES,
-                         ids=[f"b{c[0]}-l{c[1]}-h{c[2]}-g{c[3]}-n{c[4]}-chunk{c[5]}" for c in CASES])
-def test_matches_float64(batch, seqlen, nheads, ngroups, dstate, chunk, with_d, with_bias, softplus, limit):
+@pytest.mark.parametrize("batch, seqlen, nheads, ngroups, dstate, chunk, d_kind, with_bias, softplus, limit", CASES,
+                         ids=[f"b{c[0]}-l{c[1]}-h{c[2]}-g{c[3]}-n{c[4]}-chunk{c[5]}-D{c[6]}" for c in CASES])
+def test_matches_float64(batch, seqlen, nheads, ngroups, dstate, chunk, d_kind, with_bias, softplus, limit):
     from kgen.ops import mamba_chunk_scan_combined
 
     seed = zlib.crc32(f"{batch}{seqlen}{nheads}{ngroups}{dstate}{chunk}".encode())
-    x, dt, A, B, C, D, bias = _inputs(batch, seqlen, nheads, ngroups, dstate, seed)
-    D, bias = (D if with_d else None), (bias if with_bias else None)
-    leaves = {n: t for n, t in zip(("x", "dt", "A", "B", "C", "D", "dt_bias"), (x, dt, A, B, C, D, bias)) if t is not None}
+    x, dt, A, B, C, D, bias, h0 = _inputs(batch, seqlen, nheads, ngroups, dstate, seed, d_kind or "")
+    D, bias = (D if d_kind else None), (bias if with_bias else None)
+    names = ("x", "dt", "A", "B", "C", "D", "dt_bias", "initial_states")
+    leaves = {n: t for n, t in zip(names, (x, dt, A, B, C, D, bias, h0)) if t is not None}
     kw = dict(dt_softplus=softplus, dt_limit=limit)
     g = torch.Generator(device="cuda").manual_seed(seed + 1)
     dy = torch.randn(x.shape, device="cuda", generator=g).bfloat16()
@@ -78,7 +81,8 @@ def test_matches_float64(batch, seqlen, nheads, ngroups, dstate, chunk, with_d, 
 
     mine = {n: t.clone().requires_grad_() for n, t in leaves.items()}
     y, final = mamba_chunk_scan_combined(mine["x"], mine["dt"], mine["A"], mine["B"], mine["C"], chunk,
-                                         D=mine.get("D"), dt_bias=mine.get("dt_bias"), return_final_states=True, **kw)
+                                         D=mine.get("D"), dt_bias=mine.get("dt_bias"),
+                                         initial_states=mine.get("initial_states"), return_final_states=True, **kw)
     torch.autograd.backward([y, final], [dy, dh])
 
     outs = {}
@@ -86,7 +90,7 @@ def test_matches_float64(batch, seqlen, nheads, ngroups, dstate, chunk, with_d, 
         # the float64 ground truth, and PyTorch computing the same chunked form in bfloat16
         ts = {n: (t.double() if dtype == torch.float64 else t).detach().requires_grad_() for n, t in leaves.items()}
         ry, rh = ssd_chunked(ts["x"], ts["dt"], ts["A"], ts["B"], ts["C"], chunk, D=ts.get("D"),
-                             dt_bias=ts.get("dt_bias"), dtype=dtype, **kw)
+                             dt_bias=ts.get("dt_bias"), initial_states=ts.get("initial_states"), dtype=dtype, **kw)
         torch.autograd.backward([ry, rh], [dy.to(dtype), dh.to(dtype)])
         outs[label] = {"y": ry, "final_states": rh, **{f"d{n}": t.grad for n, t in ts.items()}}
     _close("y", y, outs["ref"]["y"], outs["lowp"]["y"])

@@ -14,7 +14,7 @@ from kgen.errors import LaunchError
 from kgen.ops import mamba_chunk_scan_combined
 
 
-def _recurrence(x, dt, A, B, C, D, dt_bias, softplus, limit):
+def _recurrence(x, dt, A, B, C, D, dt_bias, softplus, limit, h0=None):
     x, dt, A, B, C = (t.double() for t in (x, dt, A, B, C))
     b, seqlen, nheads, headdim = x.shape
     dt = dt + (0 if dt_bias is None else dt_bias.double())
@@ -23,13 +23,13 @@ def _recurrence(x, dt, A, B, C, D, dt_bias, softplus, limit):
     dt = dt.clamp(limit[0], limit[1])
     g = nheads // B.shape[2]
     Bh, Ch = B.repeat_interleave(g, dim=2), C.repeat_interleave(g, dim=2)
-    h = torch.zeros(b, nheads, headdim, B.shape[3], dtype=torch.float64)
+    h = torch.zeros(b, nheads, headdim, B.shape[3], dtype=torch.float64) if h0 is None else h0.double()
     ys = []
     for t in range(seqlen):
         h = h * torch.exp(dt[:, t] * A)[..., None, None] + dt[:, t, :, None, None] * x[:, t, :, :, None] * Bh[:, t, :, None, :]
         y = (h * Ch[:, t, :, None, :]).sum(-1)
-        if D is not None:
-            y = y + D.double()[None, :, None] * x[:, t]
+        if D is not None:  # per head (nheads,) or per channel (nheads, headdim)
+            y = y + (D.double()[None, :, None] if D.dim() == 1 else D.double()[None]) * x[:, t]
         ys.append(y)
     return torch.stack(ys, 1), h
 
@@ -44,6 +44,13 @@ def _inputs(seed, b=1, seqlen=70, nheads=2, ngroups=1, headdim=64, dstate=64):
     D = torch.randn(nheads, generator=g)
     dt_bias = 0.1 * torch.randn(nheads, generator=g)
     return x, dt, A, B, C, D, dt_bias
+
+
+def _extras(seed, x, dstate):
+    """A per-channel D (nheads, headdim) and initial states (batch, nheads, headdim, dstate)."""
+    g = torch.Generator().manual_seed(seed)
+    b, _, nheads, headdim = x.shape
+    return torch.randn(nheads, headdim, generator=g), torch.randn(b, nheads, headdim, dstate, generator=g)
 
 
 @pytest.mark.parametrize("with_d, with_bias, limit", [(True, True, (0.0, math.inf)), (False, False, (0.1, 0.6))])
@@ -63,18 +70,33 @@ def test_matches_sequential_recurrence(with_d, with_bias, limit):
     assert torch.equal(y2, y)
 
 
+def test_initial_states_and_per_channel_d_match_the_recurrence():
+    x, dt, A, B, C, _, dt_bias = _inputs(seed=13, nheads=4, ngroups=2)
+    D, h0 = _extras(14, x, B.shape[3])
+    y, final = mamba_chunk_scan_combined(x, dt, A, B, C, 64, D=D, dt_bias=dt_bias, initial_states=h0,
+                                         dt_softplus=True, return_final_states=True)
+    ref_y, ref_h = _recurrence(x, dt, A, B, C, D, dt_bias, True, (0.0, math.inf), h0)
+    for name, got, ref in (("y", y, ref_y), ("final_states", final, ref_h)):
+        err = float((got.double() - ref).abs().max())
+        scale = float(ref.abs().max())
+        assert err <= 0.02 * scale, f"{name}: max error {err:.3g} over 2% of max |ref| {scale:.3g}"
+    # the initial state matters: from zero the output is another one
+    y0 = mamba_chunk_scan_combined(x, dt, A, B, C, 64, D=D, dt_bias=dt_bias, dt_softplus=True)
+    assert float((y0.double() - ref_y).abs().max()) > 0.1 * float(ref_y.abs().max())
+
+
 @pytest.mark.parametrize("kwargs, words", [
     ({"z": "x"}, "'z' is not supported yet"),
     ({"seq_idx": "zeros"}, "'seq_idx' is not supported yet"),
-    ({"initial_states": "zeros"}, "'initial_states' is not supported yet"),
+    ({"initial_states": "zeros"}, "'initial_states' must be a tensor of shape (1, 2, 64, 64)"),
     ({"chunk_size": 100}, "chunk_size=100 is not supported; accepted: 64, 128, 256"),
-    ({"D": "per_channel"}, "'D' must be a tensor of shape (2,)"),
+    ({"D": "three"}, "'D' must be a tensor of shape (2,) (one value per head) or (2, 64) (per channel)"),
 ])
 def test_unsupported_arguments_are_one_sentence(kwargs, words):
     x, dt, A, B, C, D, dt_bias = _inputs(seed=3, seqlen=5)
     args = {"chunk_size": 64}
     for k, v in kwargs.items():
-        args[k] = {"x": x, "zeros": torch.zeros(1), "per_channel": torch.zeros(2, 64)}.get(v, v)
+        args[k] = {"x": x, "zeros": torch.zeros(1), "three": torch.zeros(3)}.get(v, v)
     with pytest.raises(LaunchError, match="^mamba_chunk_scan_combined: ") as e:
         mamba_chunk_scan_combined(x, dt, A, B, C, **args)
     assert words in str(e.value) and "\n" not in str(e.value)
@@ -103,32 +125,36 @@ def test_wrong_dtype_and_headdim_are_refused():
         mamba_chunk_scan_combined(x[..., :32].contiguous(), dt, A, B, C, 64)
 
 
-@pytest.mark.parametrize("with_d, with_bias, limit, ngroups, use_final", [
-    (True, True, (0.0, math.inf), 1, True),
-    (False, False, (0.1, 0.6), 2, False),
+@pytest.mark.parametrize("with_d, with_bias, limit, ngroups, use_final, extras", [
+    (True, True, (0.0, math.inf), 1, True, False),
+    (False, False, (0.1, 0.6), 2, False, False),
+    (True, True, (0.0, math.inf), 2, True, True),  # per-channel D and initial states
 ])
-def test_gradients_match_float64_autograd(with_d, with_bias, limit, ngroups, use_final):
+def test_gradients_match_float64_autograd(with_d, with_bias, limit, ngroups, use_final, extras):
     # .backward() through the op (ssd_bwd on the interpreter) against autograd through the
     # float64 recurrence above; seqlen 70 is two chunks of 64, the second partial. Bound: 1% of
     # the largest |gradient|, as tests/ir/test_ssd_bwd.py (bf16 operands and outputs, measured
     # 0.1-0.6% there)
     x, dt, A, B, C, D, dt_bias = _inputs(seed=21 + with_d, nheads=4, ngroups=ngroups)
     D, dt_bias = (D if with_d else None), (dt_bias if with_bias else None)
-    leaves = {n: t for n, t in (("x", x), ("dt", dt), ("A", A), ("B", B), ("C", C), ("D", D), ("dt_bias", dt_bias))
-              if t is not None}
+    h0 = None
+    if extras:
+        D, h0 = _extras(31, x, B.shape[3])
+    leaves = {n: t for n, t in (("x", x), ("dt", dt), ("A", A), ("B", B), ("C", C), ("D", D), ("dt_bias", dt_bias),
+                                ("initial_states", h0)) if t is not None}
     g = torch.Generator().manual_seed(99)
     dy = torch.randn(x.shape, generator=g).bfloat16()
     dh = torch.randn(x.shape[0], x.shape[2], x.shape[3], B.shape[3], generator=g)
 
     mine = {n: t.clone().requires_grad_() for n, t in leaves.items()}
     y, final = mamba_chunk_scan_combined(mine["x"], mine["dt"], mine["A"], mine["B"], mine["C"], 64, D=mine.get("D"),
-                                         dt_bias=mine.get("dt_bias"), dt_softplus=True, dt_limit=limit,
-                                         return_final_states=True)
+                                         dt_bias=mine.get("dt_bias"), initial_states=mine.get("initial_states"),
+                                         dt_softplus=True, dt_limit=limit, return_final_states=True)
     torch.autograd.backward([y, final] if use_final else [y], [dy, dh] if use_final else [dy])
 
     ref = {n: t.double().requires_grad_() for n, t in leaves.items()}
     ref_y, ref_h = _recurrence(ref["x"], ref["dt"], ref["A"], ref["B"], ref["C"], ref.get("D"), ref.get("dt_bias"),
-                               True, limit)
+                               True, limit, ref.get("initial_states"))
     torch.autograd.backward([ref_y, ref_h] if use_final else [ref_y],
                             [dy.double(), dh.double()] if use_final else [dy.double()])
     for n in leaves:
