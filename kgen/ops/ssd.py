@@ -25,6 +25,9 @@ from ..errors import LaunchError
 CHUNK_SIZES = (64, 128, 256)
 HEADDIMS = (64,)
 DSTATES = (64, 128)
+# dt_softplus=True applies softplus where dt + dt_bias <= 20 and passes larger values through,
+# as mamba-ssm does (softplus(20) is 20 in fp32)
+SOFTPLUS_BELOW = 20.0
 
 
 def _refuse(name: str, value, why: str) -> None:
@@ -112,5 +115,5 @@ def mamba_chunk_scan_combined(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor
 
     y, final_states = _op("ssd_fwd")(x, dt, A.float(), B, C, D32, bias32, h0, dt_min=float(dt_limit[0]),
                                      dt_max=float(dt_limit[1]), chunk_size=int(chunk_size), headdim=x.shape[3],
-                                     dstate=B.shape[3], dt_softplus=bool(dt_softplus))
+                                     dstate=B.shape[3], softplus_below=SOFTPLUS_BELOW if dt_softplus else -math.inf)
     return (y, final_states) if return_final_states else y

@@ -19,19 +19,20 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for helpers
 import helpers  # noqa: E402
 
+from kgen.ops.ssd import SOFTPLUS_BELOW  # noqa: E402
 from kgen.spec.load import load_spec  # noqa: E402
 
 SPEC = Path(__file__).resolve().parents[2] / "specs" / "ssd_fwd.yaml"
 SMALL_BLOCKS = {"BLOCK_S": 16, "BLOCK_M": 16, "BLOCK_K": 32}
 
 
-def _mamba_like_inputs(ls, variant, env, seed):
-    """dt > 0 as Mamba-2 feeds it: raw (bias added, softplus in the kernel) with dt_softplus,
+def _mamba_like_inputs(ls, variant, env, seed, softplus):
+    """dt > 0 as Mamba-2 feeds it: raw (bias added, softplus in the kernel) with softplus,
     already softplus'ed otherwise; dt_bias small either way."""
     gen = torch.Generator().manual_seed(seed)
     inputs = helpers.random_inputs(ls.spec, variant, env, gen)
     dt = inputs["dt"]
-    if not variant["dt_softplus"]:
+    if not softplus:
         inputs["dt"] = torch.nn.functional.softplus(dt.float() - 1.0).to(dt.dtype)
     inputs["dt_bias"] = 0.1 * inputs["dt_bias"]
     inputs["A"] = -torch.exp(inputs["A"])
@@ -48,12 +49,14 @@ def _mamba_like_inputs(ls, variant, env, seed):
 ])
 def test_ssd_fwd_matches_sequential_recurrence(chunk_size, dstate, seqlen, nheads, ngroups, blocks, softplus, limits):
     ls = load_spec(SPEC)
-    variant = {"dtype": "bf16", "chunk_size": chunk_size, "headdim": 64, "dstate": dstate, "dt_softplus": softplus}
+    variant = {"dtype": "bf16", "chunk_size": chunk_size, "headdim": 64, "dstate": dstate}
+    limits = {**limits, "softplus_below": SOFTPLUS_BELOW} if softplus else limits
     tunables = helpers.default_tunables(ls)
     if blocks == "small":
         tunables.update(SMALL_BLOCKS)
     sizes = {"batch": 2, "seqlen": seqlen, "nheads": nheads, "ngroups": ngroups}
-    inputs = _mamba_like_inputs(ls, variant, {**variant, **tunables, **sizes}, seed=seqlen + 7 * nheads)
+    inputs = _mamba_like_inputs(ls, variant, {**variant, **tunables, **sizes}, seed=seqlen + 7 * nheads,
+                                softplus=softplus)
 
     got = helpers.run_spec_cpu(ls, variant, dict(inputs), sizes, limits, tunables)
     scalars = helpers.scalar_values(ls.spec, limits)
@@ -72,9 +75,9 @@ def test_ssd_fwd_matches_sequential_recurrence(chunk_size, dstate, seqlen, nhead
 def test_reference_agrees_with_closed_form_for_one_position():
     # one position: h = exp(dt A) h0 + dt x B^T, y = h C: pins the reference the kernels are held to
     ls = load_spec(SPEC)
-    variant = {"dtype": "bf16", "chunk_size": 64, "headdim": 64, "dstate": 64, "dt_softplus": False}
+    variant = {"dtype": "bf16", "chunk_size": 64, "headdim": 64, "dstate": 64}
     sizes = {"batch": 1, "seqlen": 1, "nheads": 2, "ngroups": 1}
-    inputs = _mamba_like_inputs(ls, variant, {**variant, **sizes}, seed=3)
+    inputs = _mamba_like_inputs(ls, variant, {**variant, **sizes}, seed=3, softplus=False)
     inputs["dt_bias"] = torch.zeros_like(inputs["dt_bias"])
     ref = helpers.reference(ls, {**inputs, **helpers.scalar_values(ls.spec, {})}, variant=variant)
     x, dt, A, B, C, D, h0 = (inputs[n].double() for n in ("x", "dt", "A", "B", "C", "D", "initial_states"))

@@ -23,6 +23,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for helpers
 import helpers  # noqa: E402
 
+from kgen.ops.ssd import SOFTPLUS_BELOW  # noqa: E402
 from kgen.spec.load import load_spec  # noqa: E402
 
 SPEC = Path(__file__).resolve().parents[2] / "specs" / "ssd_bwd.yaml"
@@ -31,13 +32,13 @@ FWD_INPUTS = ("x", "dt", "A", "B", "C", "D", "dt_bias", "initial_states")
 TOL = 0.01
 
 
-def _inputs(variant, sizes, seed):
+def _inputs(variant, sizes, seed, softplus):
     """Mamba-2's domain: A = -exp(.) < 0; dt raw with softplus, already positive without it."""
     g = torch.Generator().manual_seed(seed)
     b, L, H, G = sizes["batch"], sizes["seqlen"], sizes["nheads"], sizes["ngroups"]
     P, N = variant["headdim"], variant["dstate"]
     dt = torch.randn(b, L, H, generator=g)
-    if not variant["dt_softplus"]:
+    if not softplus:
         dt = torch.nn.functional.softplus(dt - 1.0)
     return {"x": torch.randn(b, L, H, P, generator=g).bfloat16(), "dt": dt.bfloat16(),
             "A": -torch.exp(torch.randn(H, generator=g)),
@@ -90,10 +91,11 @@ def _chunk_split(da, chunk):
 
 def _run(chunk_size, dstate, softplus, sizes, limits, blocks, seed):
     ls = load_spec(SPEC)
-    variant = {"dtype": "bf16", "chunk_size": chunk_size, "headdim": 64, "dstate": dstate, "dt_softplus": softplus}
+    variant = {"dtype": "bf16", "chunk_size": chunk_size, "headdim": 64, "dstate": dstate}
+    limits = {**limits, "softplus_below": SOFTPLUS_BELOW} if softplus else limits
     tunables = helpers.default_tunables(ls, variant)
     tunables.update(blocks)
-    inp = _inputs(variant, sizes, seed)
+    inp = _inputs(variant, sizes, seed, softplus)
     got = helpers.run_spec_cpu(ls, variant, dict(inp), sizes, limits, tunables)
     scalars = helpers.scalar_values(ls.spec, limits)
     return inp, got, scalars
@@ -141,10 +143,10 @@ def test_quadratic_form_agrees_with_the_spec_reference():
     # the test's float64 reference and the spec's (autograd through the sequential recurrence)
     # are independent formulations; they agree to float64 rounding
     ls = load_spec(SPEC)
-    variant = {"dtype": "bf16", "chunk_size": 64, "headdim": 64, "dstate": 64, "dt_softplus": True}
+    variant = {"dtype": "bf16", "chunk_size": 64, "headdim": 64, "dstate": 64}
     sizes = {"batch": 1, "seqlen": 70, "nheads": 2, "ngroups": 1}
-    inp = _inputs(variant, sizes, seed=9)
-    sc = helpers.scalar_values(ls.spec, {"dt_max": 0.8})
+    inp = _inputs(variant, sizes, seed=9, softplus=True)
+    sc = helpers.scalar_values(ls.spec, {"dt_max": 0.8, "softplus_below": SOFTPLUS_BELOW})
     spec_ref = helpers.reference(ls, {**inp, **sc}, variant=variant)
     mine = _quadratic_grads(inp, True, sc["dt_min"], sc["dt_max"], 64)
     for name in GRADS:
