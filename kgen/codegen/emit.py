@@ -417,10 +417,16 @@ class Emitter:
         return f"{tensor_param(t)} + " + " + ".join(terms)
 
     def op_load(self, op):
+        other = literal(op.attrs["other"], op.result.dtype)
+        pred = name(op.operands[-1]) if op.attrs.get("pred") else None  # prefetch_loads: off -> `other`
         if op.result.is_scalar:  # every thread reads the element
-            return {"macro": "scalar", "out": self.decl(op.result), "expr": f"*({self._element(op)})"}
+            expr = f"kg::load_if({pred}, {self._element(op)}, {other})" if pred else f"*({self._element(op)})"
+            return {"macro": "scalar", "out": self.decl(op.result), "expr": expr}
         ctx = self._access(op, False)
-        ctx.update(out=self.decl(op.result), other=literal(op.attrs["other"], op.result.dtype))
+        if pred:
+            ctx["in_vec"] = pred if ctx["in_vec"] == "true" else f"{pred} && {ctx['in_vec']}"
+            ctx["in_elem"] = pred if ctx["in_elem"] == "true" else f"{pred} && {ctx['in_elem']}"
+        ctx.update(out=self.decl(op.result), other=other)
         return ctx
 
     def op_store(self, op):

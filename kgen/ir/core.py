@@ -21,7 +21,9 @@ Op vocabulary (attrs in brackets):
   reduce [fn, axis]                sum / max / min along an axis, removing it
   scan [fn, axis]                  inclusive prefix sum along an axis (cumsum), same shape
   dot                              a @ b (+ c): 2D tiles, fp32 accumulation
-  load [tensor, index]             read a tile of a global tensor; out-of-bounds reads give `other`
+  load [tensor, index, pred]       read a tile of a global tensor; out-of-bounds reads give `other`;
+                                   `pred` (prefetch_loads): the last operand is a bool, when false
+                                   the load gives `other` and touches no memory
   store [tensor, index]            write a tile; out-of-bounds elements are skipped
   atomic_add [tensor, index]       fp32 add into a global tensor
   cdiv                             ceil-division of two ints (scalars)

@@ -148,6 +148,9 @@ class _Program:
         return t, tuple(full), mask
 
     def op_load(self, op, a, env):
+        if op.attrs.get("pred") and not bool(a[-1]):  # a prefetch for no iteration: no access
+            shape = op.results[0].shape
+            return [torch.full(shape, float(op.attrs["other"]), dtype=TORCH_DTYPES[op.results[0].dtype])]
         t, index, mask = self._indices(op, a, 0)
         vals = t[index]
         return [torch.where(mask, vals, torch.tensor(op.attrs["other"], dtype=vals.dtype))]

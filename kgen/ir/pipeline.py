@@ -7,6 +7,7 @@
       -> place_dot_operands   each dot operand read from registers, or staged in shared memory
       -> hoist_invariant_stages  copies of loop-invariant operands moved out of their loops
       -> use_async_copies     global tiles copied straight to shared memory, prefetched in loops
+      -> prefetch_loads       register loads in loops issued one iteration ahead
       -> merge_stage_barriers    barriers only where a shared write could overtake a read
       -> sink_to_first_use    register arithmetic moved down to just before its first reader
       -> plan_shared_memory   offsets from the interference graph; the descriptor's limit checked
@@ -29,6 +30,7 @@ from .passes.hoist import hoist_invariant_stages
 from .passes.layouts import assign_layouts
 from .passes.memory import plan_shared_memory
 from .passes.operands import place_dot_operands
+from .passes.prefetch import prefetch_loads
 from .passes.sink import sink_to_first_use
 from .verify import verify
 
@@ -40,6 +42,7 @@ PASSES: list[tuple[str, Pass]] = [
     ("place_dot_operands", place_dot_operands),
     ("hoist_invariant_stages", hoist_invariant_stages),
     ("use_async_copies", use_async_copies),
+    ("prefetch_loads", prefetch_loads),
     ("merge_stage_barriers", merge_stage_barriers),
     ("sink_to_first_use", sink_to_first_use),
     ("plan_shared_memory", plan_shared_memory),

@@ -41,12 +41,13 @@ class SimError(Exception):
 # --- C expressions as Python -------------------------------------------------------------------
 # The emitted expressions are integer arithmetic on non-negative values (so C's `/` is floor
 # division), plus a few value forms: float literals `0.0f`, `kg::cvt<T>(x)` conversions (values
-# stay float64 here), `(int64_t)` casts, `kg::` helpers and element reads `vN[e]` (a whole
-# register array at once).
+# stay float64 here), `(int64_t)` casts, `kg::` helpers, element reads `vN[e]` (a whole
+# register array at once) and `vN[f(e)]` (a broadcast's register map: a gather along registers).
 _CAST = re.compile(r"\(int64_t\)")
 _CVT = re.compile(r"kg::cvt<[^<>]*>")
 _FLOAT = re.compile(r"\b(\d+\.\d*(?:e[-+]?\d+)?)f\b")
 _ELEM = re.compile(r"\b(v\d+)\[e\]")
+_GATHER = re.compile(r"\b(v\d+)\[([^\[\]]+)\]")  # vN[f(e)]: a broadcast's register map
 _OPS = (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod, ast.RShift, ast.LShift, ast.BitAnd, ast.BitOr,
         ast.BitXor, ast.USub, ast.UAdd)
 _NODES = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Constant, ast.Name, ast.Load, ast.Call, ast.Compare,
@@ -55,7 +56,8 @@ _NODES = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Constant, ast.Name, ast.Lo
 
 @lru_cache(maxsize=None)
 def compile_c(text: str):
-    py = _ELEM.sub(r"\1", _FLOAT.sub(r"\1", _CVT.sub("", _CAST.sub("", text)))).replace("kg::", "kg_")
+    py = _ELEM.sub(r"\1", _FLOAT.sub(r"\1", _CVT.sub("", _CAST.sub("", text))))
+    py = _GATHER.sub(r"kg::gather(\1, \2)", py).replace("kg::", "kg_")
     try:
         tree = ast.parse(py, mode="eval")
     except SyntaxError as e:
@@ -71,7 +73,9 @@ def compile_c(text: str):
 
 
 KG_FUNCS = {"true": True, "false": False, "kg_floordiv": lambda a, b: a // b, "kg_mod": lambda a, b: a % b, "kg_cdiv": lambda a, b: -(-a // b),
-            "kg_f32": lambda x: x, "kg_min_": np.minimum, "kg_max_": np.maximum}
+            "kg_f32": lambda x: x, "kg_min_": np.minimum, "kg_max_": np.maximum,
+            "kg_gather": lambda regs, idx: np.take_along_axis(
+                regs, np.broadcast_to(np.asarray(idx), regs.shape[:2] + np.shape(idx)[-1:]), axis=2)}
 
 
 # --- the instruction, from the descriptor --------------------------------------------------------

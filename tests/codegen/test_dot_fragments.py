@@ -70,7 +70,8 @@ BWD_CASES += [(kernel, "sm_90", dtype, (64, 64, 64, 4)) for kernel, dtype in ((0
 # mma.sync and wgmma that is read from registers; 2 warps give two repeats along M.
 CHAIN_TILES = [((64, 32, 32, 4), "bf16"), ((64, 32, 16, 2), "fp16")]
 SPEC_FILES = {"matmul": SPECS / "matmul.yaml", "matmul_bwd": SPECS / "matmul_bwd.yaml", "chain": HERE / "specs" / "chain.yaml",
-              "chain_t": HERE / "specs" / "chain_t.yaml", "matmul_rev": HERE / "specs" / "matmul_rev.yaml"}
+              "chain_t": HERE / "specs" / "chain_t.yaml", "matmul_rev": HERE / "specs" / "matmul_rev.yaml",
+              "scaled_rev": HERE / "specs" / "scaled_rev.yaml"}
 
 
 def _cases():
@@ -87,6 +88,9 @@ def _cases():
     # matmul_rev.yaml: K blocks last to first, the copies' index computed in the loop body
     for target, dtype in (("sm_80", "fp16"), ("sm_90", "bf16")):
         yield ("matmul_rev", 0, target, dtype, (64, 64, 32, 4))
+    # scaled_rev.yaml: register loads in the loop (a block of a, a row of scales), prefetched
+    for target, dtype in (("gfx942", "bf16"), ("sm_80", "fp16"), ("sm_90", "bf16")):
+        yield ("scaled_rev", 0, target, dtype, (64, 64, 32, 4))
 
 
 CASES = list(_cases())
@@ -439,3 +443,34 @@ def _lead_off(f):
 def test_simulation_catches_a_wrong_swizzle(case, perturb):
     assert unperturbed_outcome(case) is None
     assert outcome(case, perturb) is not None
+
+
+SCALED = [c for c in CASES if c[0] == "scaled_rev"]
+
+
+@pytest.mark.parametrize("case", SCALED, ids=case_id)
+def test_register_loads_are_prefetched_with_their_index_recomputed(case, monkeypatch):
+    """scaled_rev's loop loads a block of a and a row of scales into registers at block
+    nk - 1 - j: both are loaded one iteration ahead (predicated loads before and inside the
+    loop), and a pass whose in-loop loads took this iteration's index instead of the next one's
+    is caught by the simulation."""
+    _, k, tg, _ = lowered(case)
+    # a and s, prologue and loop; b as well where it is not copied with cp.async (gfx942)
+    loads = 2 if "cp.async" in tg.async_copy else 3
+    assert sum(op.kind == "load" and bool(op.attrs.get("pred")) for op in walk(k.body)) == 2 * loads
+    from kgen.ir.passes import prefetch
+
+    real, calls = prefetch.recompute_chain, []
+
+    def stale(chain, iv, at, operands):  # per load: the prologue's first, then the loop's
+        calls.append(at)
+        return real(chain, iv, iv if len(calls) % 2 == 0 else at, operands)
+
+    monkeypatch.setattr(prefetch, "recompute_chain", stale)
+    lowered.cache_clear()
+    try:
+        got, want, _ = simulate(case)
+        assert mismatch(got, want) is not None
+    finally:
+        monkeypatch.undo()
+        lowered.cache_clear()

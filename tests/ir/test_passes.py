@@ -153,3 +153,41 @@ def test_register_arithmetic_is_computed_right_before_its_first_use(monkeypatch)
     assert _late_arithmetic(lower("specs/fa2_bwd.yaml", 1, variant, tunables, "sm_90")) == []
     monkeypatch.setattr(pipeline, "PASSES", [p for p in pipeline.PASSES if p[0] != "sink_to_first_use"])
     assert _late_arithmetic(lower("specs/fa2_bwd.yaml", 1, variant, tunables, "sm_90"))
+
+
+SSD_BWD = {"BLOCK_S": 64, "BLOCK_M": 64, "BLOCK_K": 64, "BLOCK_R": 16, "WARPS": 4, "WIDE_WARPS": 8}
+
+
+def _kernel_index(spec, name):
+    return next(i for i, ks in enumerate(load_spec(ROOT / spec).spec.kernels) if ks.name == name)
+
+
+@pytest.mark.parametrize("target", ["sm_90", "gfx942"])
+def test_small_loads_in_loops_are_issued_an_iteration_ahead(target):
+    """dc's loop over the group's heads reads one cumsum row per head (index g * heads + j):
+    prefetch_loads loads it before the loop and, in the body, for the next head (predicated),
+    carrying it around the loop. The 64x128 state tile (over the limit on registers) is not."""
+    from kgen.ir.passes.prefetch import MAX_TILE_REGS
+
+    variant = {"dtype": "bf16", "chunk_size": 256, "headdim": 64, "dstate": 128}
+    k = lower("specs/ssd_bwd.yaml", _kernel_index("specs/ssd_bwd.yaml", "dc"), variant, SSD_BWD, target)
+    heads = ops(k, "for")[0]
+    pred = [op for op in heads.body.ops if op.kind == "load" and op.attrs.get("pred")]
+    tensors = [op.attrs["tensor"] for op in pred]
+    # (gfx942 has no cp.async: there dy, a 64x64 operand over 8 waves, is a register load too)
+    assert "dA_cumsum" in tensors and "prev_states_lp" not in tensors
+    assert all(op.result in heads.body.ops[-1].operands for op in pred)  # yielded to the next iteration
+    before = [op for op in walk(k.body) if op.kind == "load" and op.attrs.get("pred") and op not in list(walk(heads.body))]
+    assert "dA_cumsum" in [op.attrs["tensor"] for op in before]
+    assert all(op.result.layout.nregs <= MAX_TILE_REGS for op in ops(k, "load") if op.attrs.get("pred") and not op.result.is_scalar)
+
+
+def test_a_load_of_a_tensor_the_kernel_writes_stays_in_place():
+    """chunk_state stores dA_cumsum and dt_eff; ddt reads what other kernels stored and stores
+    ddt: loads of tensors a kernel writes itself are never moved ahead of its stores."""
+    variant = {"dtype": "bf16", "chunk_size": 128, "headdim": 64, "dstate": 64}
+    for name in ("chunk_state", "ddt"):
+        k = lower("specs/ssd_bwd.yaml", _kernel_index("specs/ssd_bwd.yaml", name), variant, SSD_BWD, "sm_90")
+        written = {op.attrs["tensor"] for op in walk(k.body) if op.kind in ("store", "atomic_add")}
+        moved = {op.attrs["tensor"] for op in ops(k, "load") if op.attrs.get("pred")}
+        assert moved and not moved & written, name

@@ -99,7 +99,7 @@ def _pipeline(loop: Op, parent: Block, k: Kernel, target: Target) -> None:
     chains: dict[int, list[Op]] = {}
     for copy in [op for op in body.ops if op.kind == "copy_async"]:
         buf = copy.operands[0]
-        chain = _index_chain(copy, body, iv, inside)
+        chain = index_chain(copy.operands[1:], body, iv, inside)
         if chain is None:
             continue
         chains[id(copy)] = chain
@@ -176,14 +176,14 @@ def _slot(buf: Value, count: Value, alloc: Op, loop: Op) -> Op:
     return Op("slot", [buf, count], [view], {"slots": alloc.attrs["slots"], "slot_bytes": alloc.attrs["slot_bytes"]}, loc=loop.loc)
 
 
-def _index_chain(copy: Op, body: Block, iv: Value, inside: set[int]) -> list[Op] | None:
-    """The ops of `body` (top level, in body order) that compute the copy's operands from the
-    induction variable and values defined before the loop, all pure scalar arithmetic; None if
-    an operand depends on anything else (a load, a value carried around the loop, a nested
-    loop's result), since that cannot be recomputed for another iteration."""
+def index_chain(operands: list[Value], body: Block, iv: Value, inside: set[int]) -> list[Op] | None:
+    """The ops of `body` (top level, in body order) that compute `operands` from the induction
+    variable and values defined before the loop, all pure scalar arithmetic; None if an operand
+    depends on anything else (a load, a value carried around the loop, a nested loop's result),
+    since that cannot be recomputed for another iteration."""
     producer = {id(r): op for op in body.ops for r in op.results}
     chain: set[int] = set()
-    todo = [v for v in copy.operands[1:] if id(v) in inside and v is not iv]
+    todo = [v for v in operands if id(v) in inside and v is not iv]
     while todo:
         op = producer.get(id(todo.pop()))
         if op is None or op.kind not in PURE_SCALAR or op.body is not None or any(r.shape != () for r in op.results):
@@ -194,16 +194,22 @@ def _index_chain(copy: Op, body: Block, iv: Value, inside: set[int]) -> list[Op]
     return [op for op in body.ops if id(op) in chain]
 
 
-def _copy_at(copy: Op, chain: list[Op], iv: Value, at: Value, pred: Value, dst: Value | None = None) -> list[Op]:
-    """The copy for the iteration whose induction variable is `at`: its index arithmetic
-    (`chain`) recomputed from `at`, then the copy, predicated on `pred`."""
+def recompute_chain(chain: list[Op], iv: Value, at: Value, operands: list[Value]) -> tuple[list[Op], list[Value]]:
+    """`chain` recomputed for the iteration whose induction variable is `at`: the new ops, and
+    `operands` with every value of the chain (and the induction variable) replaced."""
     new = {id(iv): at}
     ops = []
     for op in chain:
         results = [Value(r.shape, r.dtype, place=r.place, layout=r.layout) for r in op.results]
         ops.append(Op(op.kind, [new.get(id(v), v) for v in op.operands], results, dict(op.attrs), loc=op.loc))
         new.update((id(r), n) for r, n in zip(op.results, results))
-    operands = [new.get(id(v), v) for v in copy.operands] + [pred]
+    return ops, [new.get(id(v), v) for v in operands]
+
+
+def _copy_at(copy: Op, chain: list[Op], iv: Value, at: Value, pred: Value, dst: Value | None = None) -> list[Op]:
+    """The copy for the iteration whose induction variable is `at`, predicated on `pred`."""
+    ops, operands = recompute_chain(chain, iv, at, copy.operands)
+    operands.append(pred)
     if dst is not None:
         operands[0] = dst
     return ops + [Op("copy_async", operands, [], {**copy.attrs, "pred": True}, loc=copy.loc)]

@@ -1,0 +1,91 @@
+"""Register loads in loops issued one iteration ahead.
+
+A loop body that loads a small tile into registers (a row of a cumulative sum, a block of
+scales) and computes with it right away waits for global memory every iteration: the loads the
+chunked scan's loops make this way left its kernels latency-bound on the H200 (eighth session:
+one or two programs per multiprocessor, each a chain of load, product and exp). Where the load's
+index operands are the induction variable, values defined before the loop, or pure scalar
+arithmetic of those (async_copy.index_chain), the load for the next iteration is issued where
+this iteration's was, into a loop-carried value, and this iteration reads the value the previous
+one loaded (the first iteration's is loaded before the loop). The loaded value then has a
+whole iteration to arrive, as cp.async copies do for staged tiles (use_async_copies), at the
+price of a second copy of its registers.
+
+Each such load carries a predicate: the next iteration's load is skipped when there is none
+(and the first when the loop runs zero times), since a scalar index computed for an iteration
+that does not exist may lie outside its tensor (only block indices are bounds-tested). A skipped
+load gives `other` and touches no memory.
+
+Left alone: loads of a tensor the kernel also writes (the next iteration's read could overtake
+this iteration's write), loads inside nested loops (their own loop handles them), and tiles of
+more than MAX_TILE_REGS elements per thread or beyond MAX_LOOP_REGS per loop, so that the extra
+live registers stay small beside the accumulators (numbers below).
+"""
+from __future__ import annotations
+
+from ...hw.descriptor import Target
+from ..core import Block, Kernel, Op, Value, blocks, walk
+from .async_copy import index_chain, recompute_chain
+
+# elements per thread of one prefetched tile, and of all of one loop's: a cumulative-sum row or
+# a 64x64 fp32 block over 8 warps (16) fits; a 64x128 operand tile over 4 warps (64) does not
+MAX_TILE_REGS = 8
+MAX_LOOP_REGS = 16
+
+
+def prefetch_loads(k: Kernel, target: Target) -> Kernel:
+    written = {op.attrs["tensor"] for op in walk(k.body) if op.kind in ("store", "atomic_add")}
+    for loop, parent in [(op, b) for b in list(blocks(k.body)) for op in b.ops if op.kind == "for"]:
+        _prefetch(loop, parent, written)
+    return k
+
+
+def _prefetch(loop: Op, parent: Block, written: set[str]) -> None:
+    body = loop.body
+    iv = body.args[0]
+    start, stop, step = loop.operands[:3]
+    inside = {id(v) for v in body.args} | {id(r) for op in walk(body) for r in op.results}
+    budget = MAX_LOOP_REGS
+    plans = []
+    for load in [op for op in body.ops if op.kind == "load" and not op.attrs.get("pred")]:
+        regs = 1 if load.result.is_scalar else load.result.layout.nregs
+        if load.attrs["tensor"] in written or regs > MAX_TILE_REGS or regs > budget:
+            continue
+        chain = index_chain(load.operands, body, iv, inside)
+        if chain is None:
+            continue
+        budget -= regs
+        plans.append((load, chain))
+    if not plans:
+        return
+    go = Value((), "bool")
+    prologue = [Op("binary", [start, stop], [go], {"fn": "lt"}, loc=loop.loc)]
+    yield_op = body.ops[-1]
+    for load, chain in plans:
+        ops, operands = recompute_chain(chain, iv, start, load.operands)
+        prologue += ops + [_predicated(load, operands, go)]
+        init = prologue[-1].result
+        cur = _like(load.result)
+        body.args.append(cur)
+        loop.operands.append(init)
+        loop.results.append(_like(load.result))
+        for op in walk(body):  # this iteration reads what the previous one loaded
+            op.operands = [cur if v is load.result else v for v in op.operands]
+        nxt, more = Value((), "int32"), Value((), "bool")
+        ahead = [Op("binary", [iv, step], [nxt], {"fn": "add"}, loc=load.loc),
+                 Op("binary", [nxt, stop], [more], {"fn": "lt"}, loc=load.loc)]
+        ops, operands = recompute_chain(chain, iv, nxt, load.operands)
+        ahead += ops + [_predicated(load, operands, more)]
+        at = body.ops.index(load)
+        body.ops[at:at + 1] = ahead
+        yield_op.operands.append(ahead[-1].result)
+    at = parent.ops.index(loop)
+    parent.ops[at:at] = prologue
+
+
+def _like(v: Value) -> Value:
+    return Value(v.shape, v.dtype, place=v.place, layout=v.layout)
+
+
+def _predicated(load: Op, operands: list[Value], pred: Value) -> Op:
+    return Op("load", list(operands) + [pred], [_like(load.result)], {**load.attrs, "pred": True}, loc=load.loc)
