@@ -116,6 +116,7 @@ class Kernel:
     constants: dict[str, Any]  # variant values and tunables bound into this kernel
     shared_bytes: int = 0
     notes: dict[str, Any] = field(default_factory=dict)  # decisions recorded for the manifest
+    prefetch_loads: bool = False  # the spec's per-kernel choice (passes/prefetch.py)
 
 
 def walk(block: Block):

@@ -29,4 +29,4 @@ def kernel_ir(ls: LoadedSpec, kernel_index: int, variant: dict[str, Any], tunabl
     if not isinstance(warps, int) or warps <= 0 or warps & (warps - 1):
         raise SpecError(f"warps must be a power of two or a tunable's name, got {ks.warps!r}", ls.where("kernels", kernel_index, "warps"))
     return Kernel(name=f"{spec.name}_{ks.name}", body=body, tensors=dict(spec.tensors), sizes=list(spec.sizes),
-                  scalars=list(spec.scalars), num_warps=warps, constants=constants)
+                  scalars=list(spec.scalars), num_warps=warps, constants=constants, prefetch_loads=ks.prefetch_loads)

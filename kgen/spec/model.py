@@ -51,6 +51,8 @@ class KernelSpec(Strict):
     grid: list[str | int] = Field(min_length=1, max_length=3, description="programs per grid axis: 'cdiv(M, BLOCK_M), B * H' or a list")
     warps: int | str = Field(4, description="warps (NVIDIA) or waves (AMD) per program, or a tunable's name")
     program: str = Field(min_length=1, description="the tile program")
+    prefetch_loads: bool = Field(False, description="issue the program's small register loads in loops one iteration "
+                                 "ahead (kgen/ir/passes/prefetch.py); per kernel, as it speeds some loops and slows others")
 
 
     @field_validator("grid", mode="before")
