@@ -33,6 +33,10 @@ template <class T> KG_DEVICE bool aligned(const T* p, int bytes) {
   return (reinterpret_cast<unsigned long long>(p) & (unsigned long long)(bytes - 1)) == 0;
 }
 
+// One element read only when p holds (a load prefetched for a loop iteration that may not
+// exist: its address may lie outside the tensor), else `other`.
+template <class T, class U> KG_DEVICE T load_if(bool p, const T* a, U other) { return p ? *a : static_cast<T>(other); }
+
 // Copy N elements of T as one access of N * sizeof(T) bytes (both pointers suitably aligned).
 template <int BYTES> struct word;
 template <> struct word<1> { typedef unsigned char t; };
