@@ -34,8 +34,9 @@ from ...hw.descriptor import Target
 from ..core import Block, Kernel, Op, Value, blocks, walk
 from .async_copy import index_chain, recompute_chain
 
-# elements per thread of one prefetched tile, and of all of one loop's: a cumulative-sum row or
-# a 64x64 fp32 block over 8 warps (16) fits; a 64x128 operand tile over 4 warps (64) does not
+# elements per thread of one prefetched tile, and of all of one loop's: a cumulative-sum row
+# fits; a 64x64 fp32 block over 8 warps (16) does not. At 16 per tile the attention backward's
+# lse and delta rows were prefetched too and its D=128 dkdv (255 registers) spilled.
 MAX_TILE_REGS = 8
 MAX_LOOP_REGS = 16
 
