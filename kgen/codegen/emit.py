@@ -238,10 +238,19 @@ class Emitter:
             "nc": instr.layout("c").nregs,
         }
         if instr.scope == "warpgroup":
+            ctx["deferred"] = bool(op.attrs.get("deferred"))
             ctx["zero_start"] = self._zero_start(acc)
             ctx["scale_d"] = "(ks > 0)" if ctx["zero_start"] else "1"
             return {**ctx, **wgmma.dot_ctx(self, op, instr, name)}
         return {**ctx, "a": self._operand(op, "a", instr, ksteps), "b": self._operand(op, "b", instr, ksteps)}
+
+    def op_dot_wait(self, op):
+        """Complete an asynchronous dot: wait_group, then pin its accumulator (and its register
+        A operand, which the instruction read until now) so that nvcc orders nothing that
+        touches them before the wait."""
+        res, a = op.operands[0], op.operands[1] if len(op.operands) > 1 and op.operands[1].place == "reg" else None
+        return {"pending": op.attrs["pending"], "src": name(res), "out": self.decl(op.result),
+                "a": None if a is None else {"name": name(a), "words": a.layout.nregs * ELEM_BYTES[a.dtype] // 4}}
 
     def _operand(self, op, role: str, instr, ksteps: int) -> dict:
         """How the dot gets operand `role`'s fragments for k-step `ks` and repeat `rep`

@@ -82,6 +82,9 @@ class MatrixInstr(_Frozen):
     # widths (bytes) of the XOR-swizzled shared layouts the descriptor can name besides the
     # plain core matrices (wgmma: 32, 64 or 128; kgen uses 128 where a tile row allows it)
     shared_swizzle: tuple[Literal[32, 64, 128], ...] = ()
+    # the instruction returns before D is written; a wait completes it (wgmma: commit_group and
+    # wait_group, PTX ISA). kgen then waits where D is first read (passes/overlap.py)
+    asynchronous: bool = False
 
     @property
     def warps(self) -> int:

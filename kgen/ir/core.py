@@ -20,7 +20,10 @@ Op vocabulary (attrs in brackets):
   trans                            transpose a 2D tile
   reduce [fn, axis]                sum / max / min along an axis, removing it
   scan [fn, axis]                  inclusive prefix sum along an axis (cumsum), same shape
-  dot                              a @ b (+ c): 2D tiles, fp32 accumulation
+  dot [deferred]                   a @ b (+ c): 2D tiles, fp32 accumulation; `deferred`
+                                   (overlap_async_dots): issued only, a dot_wait completes it
+  dot_wait [pending]               (inserted by a pass) the result of an asynchronous dot
+                                   (operand 0), once all but `pending` later dots are done
   load [tensor, index, pred]       read a tile of a global tensor; out-of-bounds reads give `other`;
                                    `pred` (prefetch_loads): the last operand is a bool, when false
                                    the load gives `other` and touches no memory

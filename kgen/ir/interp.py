@@ -107,6 +107,9 @@ class _Program:
     def op_dot(self, op, a, env):
         return [a[2].float() + a[0].float() @ a[1].float()]
 
+    def op_dot_wait(self, op, a, env):
+        return [a[0]]
+
     def op_for(self, op, a, env):
         start, stop, step = (int(x) for x in a[:3])
         carried = list(a[3:])

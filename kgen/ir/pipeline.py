@@ -8,8 +8,9 @@
       -> hoist_invariant_stages  copies of loop-invariant operands moved out of their loops
       -> use_async_copies     global tiles copied straight to shared memory, prefetched in loops
       -> prefetch_loads       register loads in loops issued one iteration ahead
-      -> merge_stage_barriers    barriers only where a shared write could overtake a read
       -> sink_to_first_use    register arithmetic moved down to just before its first reader
+      -> overlap_async_dots   an asynchronous dot (wgmma) waited for where its result is read
+      -> merge_stage_barriers    barriers only where a shared write could overtake a read
       -> plan_shared_memory   offsets from the interference graph; the descriptor's limit checked
 
 The verifier runs after each pass. `kgen inspect` prints the IR after each of them.
@@ -30,6 +31,7 @@ from .passes.hoist import hoist_invariant_stages
 from .passes.layouts import assign_layouts
 from .passes.memory import plan_shared_memory
 from .passes.operands import place_dot_operands
+from .passes.overlap import overlap_async_dots
 from .passes.prefetch import prefetch_loads
 from .passes.sink import sink_to_first_use
 from .verify import verify
@@ -43,8 +45,9 @@ PASSES: list[tuple[str, Pass]] = [
     ("hoist_invariant_stages", hoist_invariant_stages),
     ("use_async_copies", use_async_copies),
     ("prefetch_loads", prefetch_loads),
-    ("merge_stage_barriers", merge_stage_barriers),
     ("sink_to_first_use", sink_to_first_use),
+    ("overlap_async_dots", overlap_async_dots),
+    ("merge_stage_barriers", merge_stage_barriers),
     ("plan_shared_memory", plan_shared_memory),
 ]
 

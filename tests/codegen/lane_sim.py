@@ -178,17 +178,28 @@ class WarpgroupSim:
 
     def op_wgmma_dot(self, c: dict) -> None:
         """One wgmma dot: per warpgroup, k-step and repeat, D += A @ B with A from registers or a
-        descriptor and B from a descriptor, D scattered through the C fragment (with warp bits)."""
+        descriptor and B from a descriptor, D scattered through the C fragment (with warp bits).
+        A deferred dot (passes/overlap.py) is computed at issue and again at its dot_wait, from
+        the shared memory of that moment: a write that overtook the instruction's reads shows
+        as a different product there."""
         out, acc = c["out"]["name"], self.accumulator(c)
-        mi = self.target.matrix_instr(c["instr"])
         acc_text = f"(rm * {c['reps_n']} + rn) * {c['nc']}"
         a_text = c["a"]["ptr"] if c["a"]["kind"] == "reg" else f"{c['a']['desc']} + {c['a']['offset']}"
         self.note(f"kg::{c['fn']}{c['targs']}(&{out}[{acc_text}], {a_text}, {c['b']['desc']} + {c['b']['offset']}, {c['scale_d']});")
         for f in (c["a"], c["b"]):
             if f["kind"] == "desc":
                 self.note(f"const uint64_t {f['desc']} = kg::wgmma_desc({f['src']}, {f['lead']}, {f['stride']}, {f['mode']});")
-        self.note("kg::wgmma_wait<0>();")
+        if not c.get("deferred"):
+            self.note("kg::wgmma_wait<0>();")
         self.note(f"const int wg_ = {c['group']};")
+        before = acc.copy()
+        self._wgmma_apply(c, acc, acc_text)
+        if c.get("deferred"):
+            self.in_flight[out] = (c, before, acc.copy(), acc_text)
+        self.dots_run += 1
+
+    def _wgmma_apply(self, c: dict, acc: np.ndarray, acc_text: str) -> None:
+        mi = self.target.matrix_instr(c["instr"])
         rows, cols = _warpgroup_coords(self.target, c["instr"], "c")
         if self.W % mi.warps:
             raise SimError(f"{self.W} warps do not form whole warpgroups")
@@ -207,7 +218,18 @@ class WarpgroupSim:
                             acc[gw, :, first:first + c["nc"]] += prod
                         else:
                             acc[gw, :, first:first + c["nc"]] = prod
-        self.dots_run += 1
+
+    def op_dot_wait(self, c: dict) -> None:
+        self.note(f"kg::wgmma_wait<{c['pending']}>();")
+        self.note(f"float (&{c['out']['name']})[{c['out']['n']}] = {c['src']};")
+        if c["src"] not in self.in_flight:
+            raise SimError(f"dot_wait for {c['src']}, which no deferred dot issued")
+        dot, before, issued, acc_text = self.in_flight.pop(c["src"])
+        again = before.copy()
+        self._wgmma_apply(dot, again, acc_text)
+        if not np.array_equal(again, issued, equal_nan=True):
+            raise SimError(f"the operands of the dot into {c['src']} changed between its issue and its wait")
+        self.regs[c["out"]["name"]] = self.regs[c["src"]]
 
 
 # --- one program (block) ---------------------------------------------------------------------------
@@ -258,6 +280,7 @@ class ProgramSim(WarpgroupSim):
         self.regs: dict[str, np.ndarray] = {}
         self.smem: dict[str, np.ndarray] = {}
         self.groups: list[list[tuple[str, np.ndarray, np.ndarray]]] = []  # committed, not yet landed
+        self.in_flight: dict[str, tuple] = {}  # deferred dots by result name, until their dot_wait
         self.run(ctxs)
 
     def run(self, ctxs: list[dict]) -> None:

@@ -27,7 +27,8 @@ def merge_stage_barriers(k: Kernel, target: Target) -> Kernel:
 
 
 def _reads_shared(op: Op) -> bool:
-    return op.kind in ("dot", "for") or scratch_bytes(op) > 0
+    # an asynchronous dot reads its shared operands until its wait (passes/overlap.py)
+    return op.kind in ("dot", "dot_wait", "for") or scratch_bytes(op) > 0
 
 
 def _place(block: Block) -> None:
