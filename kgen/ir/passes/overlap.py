@@ -11,6 +11,10 @@ dv and dk products run while ds is formed and staged.
 
 A wait goes no later than:
   - the first reader of the dot's result (the loop's `yield` included);
+  - the next asynchronous dot whose accumulator ordinary instructions write (anything but a
+    zero tile, which the dot's first step ignores, or a value only matrix instructions wrote):
+    ptxas waits there itself (its note C7517: writes to accumulator registers while a matrix
+    instruction is in flight), so the wait is written where it happens;
   - an op with a body (a nested loop: its own dots count their groups from zero);
   - a write to shared memory the dot may still be reading (a `stage` or `copy_async` into the
     same buffer; the other slot of a two-slot buffer is not the same memory: iteration n reads
@@ -32,8 +36,12 @@ WRITES_SHARED = ("stage", "copy_async")
 
 def overlap_async_dots(k: Kernel, target: Target) -> Kernel:
     producer = {id(r): op for op in walk(k.body) for r in op.results}
+    uses: dict[int, int] = {}
+    for op in walk(k.body):
+        for v in op.operands:
+            uses[id(v)] = uses.get(id(v), 0) + 1
     for block in list(blocks(k.body)):
-        _defer_waits(block, target, producer)
+        _defer_waits(block, target, producer, uses)
     return k
 
 
@@ -41,7 +49,20 @@ def _is_async(op: Op, target: Target) -> bool:
     return op.kind == "dot" and "instr" in op.attrs and target.matrix_instr(op.attrs["instr"]).asynchronous
 
 
-def _defer_waits(block: Block, target: Target, producer: dict) -> None:
+def _written_accumulator(dot: Op, producer: dict, uses: dict) -> bool:
+    """Whether ordinary instructions write the dot's accumulator registers before it issues:
+    not for a zero tile read only here (declared, never written: codegen's zero start), a loop-
+    carried value (block argument) or another dot's result."""
+    if len(dot.operands) < 3:
+        return False
+    acc = dot.operands[2]
+    op = producer.get(id(acc))
+    if op is None or op.kind in ("dot", "dot_wait", "for"):
+        return False
+    return not (op.kind == "full" and op.attrs["value"] == 0 and uses.get(id(acc)) == 1)
+
+
+def _defer_waits(block: Block, target: Target, producer: dict, uses: dict) -> None:
     ops = block.ops
     dots = [i for i, op in enumerate(ops) if _is_async(op, target)]
     # a wait goes before op `at`, after the waits already there (`seq` orders them); dots are
@@ -52,7 +73,8 @@ def _defer_waits(block: Block, target: Target, producer: dict) -> None:
         dot = ops[i]
         res = dot.result
         shared = [v for v in dot.operands[:2] if v.place == "shared"]
-        at = next((j for j in range(i + 1, len(ops)) if _must_wait(ops[j], res, shared, producer)), len(ops))
+        at = next((j for j in range(i + 1, len(ops)) if _must_wait(ops[j], res, shared, producer)
+                   or (_is_async(ops[j], target) and _written_accumulator(ops[j], producer, uses))), len(ops))
         seq, pending = 0, _issued(dots, i, at)
         # commit groups complete in order: a later dot's `wait_group n` with at least n dots
         # issued after this one completes this one too; its registers are free from there
