@@ -138,7 +138,7 @@ def _late_arithmetic(k) -> list[str]:
             for later in block.ops[i + 1:]:
                 if _reads(later) & mine:
                     break
-                if later.kind not in MOVABLE:
+                if later.kind not in MOVABLE and later.kind != "dot_wait":  # a wait costs no registers
                     found.append(f"{op.kind} ({op.loc}) waits behind {later.kind}")
                     break
     return found
