@@ -369,6 +369,27 @@ def test_prefetching_loops_use_two_slots_and_a_shared_slot_is_caught():
     assert mismatch(got, want) is not None
 
 
+def test_a_write_that_overtakes_a_dot_in_flight_is_caught():
+    """A wgmma dot is deferred (overlap_async_dots): the simulation computes it at issue and again
+    at its dot_wait. Issued before the loop's copies, with those copies sent into the slot it
+    reads, the dot's own product is still right (it was computed at issue and the next iteration
+    reads the copied data) but its operands changed while it was in flight, which is caught."""
+    case = ("matmul", 0, "sm_90", "bf16", (128, 64, 32, 8))
+
+    def overtake(ctxs):
+        body = next(c for c in _flat(ctxs) if c["macro"] == "for_loop")["body"]
+        dot = next(c for c in body if c["macro"] == "wgmma_dot")
+        assert dot["deferred"] and any(c["macro"] == "dot_wait" for c in body)
+        body.remove(dot)
+        body.insert(next(i for i, c in enumerate(body) if c["macro"] == "copy_async"), dot)
+        for c in _flat(ctxs):
+            if c["macro"] == "slot":
+                c["offset"] = re.sub(r"% 2\)", "% 1)", c["offset"])
+
+    with pytest.raises(lane_sim.SimError, match="changed between its issue and its wait"):
+        simulate(case, overtake, land="at_issue")
+
+
 SWIZZLED = ("matmul", 0, "sm_90", "bf16", (128, 128, 128, 8))  # A K-major, B N-major, two 128-byte column blocks each
 SWIZZLED_MN = ("matmul_bwd", 1, "sm_90", "fp16", (64, 64, 64, 4))  # dB: A read M-major
 STAGED = ("chain_t", 0, "sm_90", "bf16", (64, 128, 32, 4))  # B staged from registers, read N-major
