@@ -8,7 +8,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
   const int lane = kg::thread_id() % kg::WAVE;
   const int warp = __builtin_amdgcn_readfirstlane(kg::thread_id() / kg::WAVE);
   
-  // spec: specs/fa2_bwd.yaml:95:69
+  // spec: specs/fa2_bwd.yaml:97:69
   const int v0 = size_SK;
   // spec: specs/fa2_bwd.yaml:65:38
   const int v1 = size_SQ;
@@ -74,20 +74,20 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       }
     }
   }
-  // spec: specs/fa2_bwd.yaml:98:41
+  // spec: specs/fa2_bwd.yaml:100:23
   kg::bf16* v13 = reinterpret_cast<kg::bf16*>(smem + 18432);
   kg::sync();
   #pragma unroll
   for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v13[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v11[e]);
 
-  // spec: specs/fa2_bwd.yaml:98:41
+  // spec: specs/fa2_bwd.yaml:100:23
   kg::bf16* v14 = v13;
-  // spec: specs/fa2_bwd.yaml:100:24
+  // spec: specs/fa2_bwd.yaml:101:24
   kg::bf16* v15 = reinterpret_cast<kg::bf16*>(smem + 35840);
   #pragma unroll
   for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v15[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v12[e]);
   kg::sync();
-  // spec: specs/fa2_bwd.yaml:100:24
+  // spec: specs/fa2_bwd.yaml:101:24
   kg::bf16* v16 = v15;
   // spec: specs/fa2_bwd.yaml:53:40
   int v17[1];
@@ -101,7 +101,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
   int v20[1];
   #pragma unroll
   for (int e = 0; e < 1; ++e) v20[e] = (v19 + v17[e]);
-  // spec: specs/fa2_bwd.yaml:95:53
+  // spec: specs/fa2_bwd.yaml:97:53
   int (&v21)[1] = v20;
   // spec: specs/fa2_bwd.yaml:63:22
   const int v22 = 1;
@@ -225,17 +225,17 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:98:41
+      // spec: specs/fa2_bwd.yaml:100:23
       kg::bf16* v50 = reinterpret_cast<kg::bf16*>(smem + 0);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v50[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v47[e]);
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:98:41
+      // spec: specs/fa2_bwd.yaml:100:23
       float v51[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v51[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:98:41
+      // spec: specs/fa2_bwd.yaml:100:23
       float (&v52)[16] = v51;
       #pragma unroll
       for (int ks = 0; ks < 16; ++ks) {
@@ -251,136 +251,23 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           for (int rn = 0; rn < 1; ++rn)
             kg::mfma_32x32x8_bf16(&v52[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:98:23
-      const float v53 = 0.0f;
-      // spec: specs/fa2_bwd.yaml:94:26
-      const float v54 = 1.4426950408889634f;
-      // spec: specs/fa2_bwd.yaml:94:26
-      float v55[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v55[e] = (v49[e] * v54);
-      // spec: specs/fa2_bwd.yaml:98:66
-      float (&v56)[16] = v55;
-      // spec: specs/fa2_bwd.yaml:98:41
-      float v57[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v57[e] = v56[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:98:41
-      float v58[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v58[e] = (v52[e] * v27);
-      // spec: specs/fa2_bwd.yaml:98:41
-      float v59[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v59[e] = (v58[e] - v57[e]);
-      // spec: specs/fa2_bwd.yaml:98:36
-      float v60[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v60[e] = kg::exp2_(v59[e]);
-      // spec: specs/fa2_bwd.yaml:95:78
-      const float v61 = -kg::inf();
-      // spec: specs/fa2_bwd.yaml:95:78
-      float (&v62)[16] = v55;
-      // spec: specs/fa2_bwd.yaml:95:78
-      bool v63[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v63[e] = (v62[e] > v61);
-      // spec: specs/fa2_bwd.yaml:95:27
-      bool v64[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v64[e] = v63[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:95:53
-      bool v65[1];
-      #pragma unroll
-      for (int e = 0; e < 1; ++e) v65[e] = (v21[e] < v0);
-      // spec: specs/fa2_bwd.yaml:95:27
-      bool v66[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v66[e] = v65[0];
-      // spec: specs/fa2_bwd.yaml:69:36
-      int v67[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v67[e] = (((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16);
-      // spec: specs/fa2_bwd.yaml:69:22
-      const int v68 = 64;
-      // spec: specs/fa2_bwd.yaml:69:22
-      const int v69 = (v44 * v68);
-      // spec: specs/fa2_bwd.yaml:69:22
-      int v70[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v70[e] = (v69 + v67[e]);
-      // spec: specs/fa2_bwd.yaml:95:28
-      int (&v71)[16] = v70;
-      // spec: specs/fa2_bwd.yaml:95:28
-      bool v72[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v72[e] = (v71[e] < v1);
-      // spec: specs/fa2_bwd.yaml:95:27
-      bool v73[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v73[e] = v72[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:95:27
-      bool v74[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v74[e] = (v73[e] && v66[e]);
-      // spec: specs/fa2_bwd.yaml:95:27
-      bool v75[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v75[e] = (v74[e] && v64[e]);
-      // spec: specs/fa2_bwd.yaml:98:23
-      float v76[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v76[e] = (v75[e] ? v60[e] : v53);
-      // spec: specs/fa2_bwd.yaml:99:41
-      kg::bf16 v77[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v77[e] = kg::cvt<kg::bf16>(v76[e]);
-      // spec: specs/fa2_bwd.yaml:99:37
-      kg::bf16* v78 = reinterpret_cast<kg::bf16*>(smem + 53248);
+      // spec: specs/fa2_bwd.yaml:101:24
+      kg::bf16* v53 = reinterpret_cast<kg::bf16*>(smem + 0);
       kg::sync();
       #pragma unroll
-      for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v78[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 72 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v77[e]);
-
-      // spec: specs/fa2_bwd.yaml:99:37
-      kg::bf16* v79 = v78;
-      // spec: specs/fa2_bwd.yaml:99:37
-      kg::bf16* v80 = reinterpret_cast<kg::bf16*>(smem + 0);
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v80[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v48[e];
+      for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v53[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v48[e]);
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:99:37
-      float (&v81)[32] = v45;
+      // spec: specs/fa2_bwd.yaml:101:24
+      float v54[16];
       #pragma unroll
-      for (int ks = 0; ks < 8; ++ks) {
-        alignas(16) kg::bf16 fa_[4];
-      #pragma unroll
-        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v79[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-        alignas(16) kg::bf16 fb_[8];
-      #pragma unroll
-        for (int i = 0; i < 8; i += 4) kg::copy_vec<4>(&fb_[i], &v80[((warp % 2) * 64 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (((i >> 2) & 1) * 32)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-      #pragma unroll
-        for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-          for (int rn = 0; rn < 2; ++rn)
-            kg::mfma_32x32x8_bf16(&v81[(rm * 2 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
-      }
-      // spec: specs/fa2_bwd.yaml:100:24
-      kg::bf16* v82 = reinterpret_cast<kg::bf16*>(smem + 0);
-      kg::sync();
-      #pragma unroll
-      for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v82[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v48[e]);
-      kg::sync();
-      // spec: specs/fa2_bwd.yaml:100:24
-      float v83[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v83[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:100:24
-      float (&v84)[16] = v83;
+      for (int e = 0; e < 16; ++e) v54[e] = 0.0f;
+      // spec: specs/fa2_bwd.yaml:101:24
+      float (&v55)[16] = v54;
       #pragma unroll
       for (int ks = 0; ks < 16; ++ks) {
         alignas(16) kg::bf16 fa_[4];
       #pragma unroll
-        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v82[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 136 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v53[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 136 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
         alignas(16) kg::bf16 fb_[4];
       #pragma unroll
         for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v16[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 136 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
@@ -388,9 +275,122 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
         for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::mfma_32x32x8_bf16(&v84[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+            kg::mfma_32x32x8_bf16(&v55[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:101:35
+      // spec: specs/fa2_bwd.yaml:102:23
+      const float v56 = 0.0f;
+      // spec: specs/fa2_bwd.yaml:96:26
+      const float v57 = 1.4426950408889634f;
+      // spec: specs/fa2_bwd.yaml:96:26
+      float v58[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v58[e] = (v49[e] * v57);
+      // spec: specs/fa2_bwd.yaml:102:54
+      float (&v59)[16] = v58;
+      // spec: specs/fa2_bwd.yaml:102:41
+      float v60[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v60[e] = v59[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:102:41
+      float v61[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v61[e] = (v52[e] * v27);
+      // spec: specs/fa2_bwd.yaml:102:41
+      float v62[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v62[e] = (v61[e] - v60[e]);
+      // spec: specs/fa2_bwd.yaml:102:36
+      float v63[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v63[e] = kg::exp2_(v62[e]);
+      // spec: specs/fa2_bwd.yaml:97:78
+      const float v64 = -kg::inf();
+      // spec: specs/fa2_bwd.yaml:97:78
+      float (&v65)[16] = v58;
+      // spec: specs/fa2_bwd.yaml:97:78
+      bool v66[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v66[e] = (v65[e] > v64);
+      // spec: specs/fa2_bwd.yaml:97:27
+      bool v67[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v67[e] = v66[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:97:53
+      bool v68[1];
+      #pragma unroll
+      for (int e = 0; e < 1; ++e) v68[e] = (v21[e] < v0);
+      // spec: specs/fa2_bwd.yaml:97:27
+      bool v69[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v69[e] = v68[0];
+      // spec: specs/fa2_bwd.yaml:69:36
+      int v70[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v70[e] = (((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16);
+      // spec: specs/fa2_bwd.yaml:69:22
+      const int v71 = 64;
+      // spec: specs/fa2_bwd.yaml:69:22
+      const int v72 = (v44 * v71);
+      // spec: specs/fa2_bwd.yaml:69:22
+      int v73[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v73[e] = (v72 + v70[e]);
+      // spec: specs/fa2_bwd.yaml:97:28
+      int (&v74)[16] = v73;
+      // spec: specs/fa2_bwd.yaml:97:28
+      bool v75[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v75[e] = (v74[e] < v1);
+      // spec: specs/fa2_bwd.yaml:97:27
+      bool v76[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v76[e] = v75[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:97:27
+      bool v77[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v77[e] = (v76[e] && v69[e]);
+      // spec: specs/fa2_bwd.yaml:97:27
+      bool v78[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v78[e] = (v77[e] && v67[e]);
+      // spec: specs/fa2_bwd.yaml:102:23
+      float v79[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v79[e] = (v78[e] ? v63[e] : v56);
+      // spec: specs/fa2_bwd.yaml:103:41
+      kg::bf16 v80[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v80[e] = kg::cvt<kg::bf16>(v79[e]);
+      // spec: specs/fa2_bwd.yaml:103:37
+      kg::bf16* v81 = reinterpret_cast<kg::bf16*>(smem + 53248);
+      kg::sync();
+      #pragma unroll
+      for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v81[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 72 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v80[e]);
+
+      // spec: specs/fa2_bwd.yaml:103:37
+      kg::bf16* v82 = v81;
+      // spec: specs/fa2_bwd.yaml:103:37
+      kg::bf16* v83 = reinterpret_cast<kg::bf16*>(smem + 0);
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v83[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v48[e];
+      kg::sync();
+      // spec: specs/fa2_bwd.yaml:103:37
+      float (&v84)[32] = v45;
+      #pragma unroll
+      for (int ks = 0; ks < 8; ++ks) {
+        alignas(16) kg::bf16 fa_[4];
+      #pragma unroll
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v82[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        alignas(16) kg::bf16 fb_[8];
+      #pragma unroll
+        for (int i = 0; i < 8; i += 4) kg::copy_vec<4>(&fb_[i], &v83[((warp % 2) * 64 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (((i >> 2) & 1) * 32)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      #pragma unroll
+        for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+          for (int rn = 0; rn < 2; ++rn)
+            kg::mfma_32x32x8_bf16(&v84[(rm * 2 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+      }
+      // spec: specs/fa2_bwd.yaml:104:35
       float v85[16];
       {
         const float* p_ = t_delta + ((int64_t)(v10) * stride_delta_0 + (int64_t)(v41) * stride_delta_1);
@@ -410,38 +410,38 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:101:35
+      // spec: specs/fa2_bwd.yaml:104:35
       float (&v86)[16] = v85;
-      // spec: specs/fa2_bwd.yaml:101:30
+      // spec: specs/fa2_bwd.yaml:104:30
       float v87[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v87[e] = v86[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:101:30
+      // spec: specs/fa2_bwd.yaml:104:30
       float v88[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v88[e] = (v84[e] - v87[e]);
-      // spec: specs/fa2_bwd.yaml:101:25
+      for (int e = 0; e < 16; ++e) v88[e] = (v55[e] - v87[e]);
+      // spec: specs/fa2_bwd.yaml:104:25
       float v89[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v89[e] = (v76[e] * v88[e]);
-      // spec: specs/fa2_bwd.yaml:101:24
+      for (int e = 0; e < 16; ++e) v89[e] = (v79[e] * v88[e]);
+      // spec: specs/fa2_bwd.yaml:104:24
       kg::bf16 v90[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v90[e] = kg::cvt<kg::bf16>(v89[e]);
-      // spec: specs/fa2_bwd.yaml:102:37
+      // spec: specs/fa2_bwd.yaml:105:37
       kg::bf16* v91 = reinterpret_cast<kg::bf16*>(smem + 53248);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v91[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 72 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v90[e]);
 
-      // spec: specs/fa2_bwd.yaml:102:37
+      // spec: specs/fa2_bwd.yaml:105:37
       kg::bf16* v92 = v91;
-      // spec: specs/fa2_bwd.yaml:102:37
+      // spec: specs/fa2_bwd.yaml:105:37
       kg::bf16* v93 = reinterpret_cast<kg::bf16*>(smem + 0);
       #pragma unroll
       for (int e = 0; e < 32; ++e) v93[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v47[e];
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:102:37
+      // spec: specs/fa2_bwd.yaml:105:37
       float (&v94)[32] = v46;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
@@ -457,11 +457,11 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           for (int rn = 0; rn < 2; ++rn)
             kg::mfma_32x32x8_bf16(&v94[(rm * 2 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:103:22
+      // spec: specs/fa2_bwd.yaml:106:22
 
       float y0_[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) y0_[e] = v81[e];
+      for (int e = 0; e < 32; ++e) y0_[e] = v84[e];
       float y1_[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) y1_[e] = v94[e];
@@ -483,15 +483,15 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
     #pragma unroll
     for (int e = 0; e < 32; ++e) v30[e] = y1_[e];
   }
-  // spec: specs/fa2_bwd.yaml:105:34
+  // spec: specs/fa2_bwd.yaml:108:34
   float v95[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v95[e] = (v30[e] * v2);
-  // spec: specs/fa2_bwd.yaml:105:33
+  // spec: specs/fa2_bwd.yaml:108:33
   kg::bf16 v96[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v96[e] = kg::cvt<kg::bf16>(v95[e]);
-  // spec: specs/fa2_bwd.yaml:105:7
+  // spec: specs/fa2_bwd.yaml:108:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_dk + ((int64_t)(v10) * stride_dk_0 + (int64_t)(v9) * stride_dk_2);
     const bool aligned_ = false;
@@ -505,11 +505,11 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       if (i0_ < (size_SK)) p_[off_] = v96[e];
     }
   }
-  // spec: specs/fa2_bwd.yaml:106:33
+  // spec: specs/fa2_bwd.yaml:109:33
   kg::bf16 v97[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v97[e] = kg::cvt<kg::bf16>(v29[e]);
-  // spec: specs/fa2_bwd.yaml:106:7
+  // spec: specs/fa2_bwd.yaml:109:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_dv + ((int64_t)(v10) * stride_dv_0 + (int64_t)(v9) * stride_dv_2);
     const bool aligned_ = false;

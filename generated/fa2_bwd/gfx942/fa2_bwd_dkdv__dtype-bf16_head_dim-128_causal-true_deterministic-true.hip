@@ -76,20 +76,20 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
   }
   // spec: specs/fa2_bwd.yaml:60:27
   const int v13 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:98:41
+  // spec: specs/fa2_bwd.yaml:100:23
   kg::bf16* v14 = reinterpret_cast<kg::bf16*>(smem + 18432);
   kg::sync();
   #pragma unroll
   for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v14[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v11[e]);
 
-  // spec: specs/fa2_bwd.yaml:98:41
+  // spec: specs/fa2_bwd.yaml:100:23
   kg::bf16* v15 = v14;
-  // spec: specs/fa2_bwd.yaml:100:24
+  // spec: specs/fa2_bwd.yaml:101:24
   kg::bf16* v16 = reinterpret_cast<kg::bf16*>(smem + 35840);
   #pragma unroll
   for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v16[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v12[e]);
   kg::sync();
-  // spec: specs/fa2_bwd.yaml:100:24
+  // spec: specs/fa2_bwd.yaml:101:24
   kg::bf16* v17 = v16;
   // spec: specs/fa2_bwd.yaml:53:40
   int v18[1];
@@ -103,13 +103,13 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
   int v21[1];
   #pragma unroll
   for (int e = 0; e < 1; ++e) v21[e] = (v20 + v18[e]);
-  // spec: specs/fa2_bwd.yaml:97:41
+  // spec: specs/fa2_bwd.yaml:99:41
   int (&v22)[1] = v21;
-  // spec: specs/fa2_bwd.yaml:97:41
+  // spec: specs/fa2_bwd.yaml:99:41
   int v23[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v23[e] = v22[0];
-  // spec: specs/fa2_bwd.yaml:95:53
+  // spec: specs/fa2_bwd.yaml:97:53
   int (&v24)[1] = v21;
   // spec: specs/fa2_bwd.yaml:63:22
   const int v25 = 1;
@@ -247,17 +247,17 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:98:41
+      // spec: specs/fa2_bwd.yaml:100:23
       kg::bf16* v60 = reinterpret_cast<kg::bf16*>(smem + 0);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v60[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v57[e]);
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:98:41
+      // spec: specs/fa2_bwd.yaml:100:23
       float v61[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v61[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:98:41
+      // spec: specs/fa2_bwd.yaml:100:23
       float (&v62)[16] = v61;
       #pragma unroll
       for (int ks = 0; ks < 16; ++ks) {
@@ -273,156 +273,23 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           for (int rn = 0; rn < 1; ++rn)
             kg::mfma_32x32x8_bf16(&v62[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:98:23
-      const float v63 = 0.0f;
-      // spec: specs/fa2_bwd.yaml:94:26
-      const float v64 = 1.4426950408889634f;
-      // spec: specs/fa2_bwd.yaml:94:26
-      float v65[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v65[e] = (v59[e] * v64);
-      // spec: specs/fa2_bwd.yaml:98:66
-      float (&v66)[16] = v65;
-      // spec: specs/fa2_bwd.yaml:98:41
-      float v67[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v67[e] = v66[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:98:41
-      float v68[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v68[e] = (v62[e] * v38);
-      // spec: specs/fa2_bwd.yaml:98:41
-      float v69[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v69[e] = (v68[e] - v67[e]);
-      // spec: specs/fa2_bwd.yaml:98:36
-      float v70[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v70[e] = kg::exp2_(v69[e]);
-      // spec: specs/fa2_bwd.yaml:97:75
-      const int v71 = (v1 - v0);
-      // spec: specs/fa2_bwd.yaml:69:36
-      int v72[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v72[e] = (((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16);
-      // spec: specs/fa2_bwd.yaml:69:22
-      const int v73 = 64;
-      // spec: specs/fa2_bwd.yaml:69:22
-      const int v74 = (v54 * v73);
-      // spec: specs/fa2_bwd.yaml:69:22
-      int v75[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v75[e] = (v74 + v72[e]);
-      // spec: specs/fa2_bwd.yaml:97:58
-      int (&v76)[16] = v75;
-      // spec: specs/fa2_bwd.yaml:97:58
-      int v77[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v77[e] = (v76[e] + v71);
-      // spec: specs/fa2_bwd.yaml:97:41
-      int v78[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v78[e] = v77[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:97:41
-      bool v79[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v79[e] = (v23[e] <= v78[e]);
-      // spec: specs/fa2_bwd.yaml:95:78
-      const float v80 = -kg::inf();
-      // spec: specs/fa2_bwd.yaml:95:78
-      float (&v81)[16] = v65;
-      // spec: specs/fa2_bwd.yaml:95:78
-      bool v82[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v82[e] = (v81[e] > v80);
-      // spec: specs/fa2_bwd.yaml:95:27
-      bool v83[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v83[e] = v82[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:95:53
-      bool v84[1];
-      #pragma unroll
-      for (int e = 0; e < 1; ++e) v84[e] = (v24[e] < v1);
-      // spec: specs/fa2_bwd.yaml:95:27
-      bool v85[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v85[e] = v84[0];
-      // spec: specs/fa2_bwd.yaml:95:28
-      int (&v86)[16] = v75;
-      // spec: specs/fa2_bwd.yaml:95:28
-      bool v87[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v87[e] = (v86[e] < v0);
-      // spec: specs/fa2_bwd.yaml:95:27
-      bool v88[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v88[e] = v87[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:95:27
-      bool v89[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v89[e] = (v88[e] && v85[e]);
-      // spec: specs/fa2_bwd.yaml:95:27
-      bool v90[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v90[e] = (v89[e] && v83[e]);
-      // spec: specs/fa2_bwd.yaml:97:31
-      bool v91[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v91[e] = (v90[e] && v79[e]);
-      // spec: specs/fa2_bwd.yaml:98:23
-      float v92[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v92[e] = (v91[e] ? v70[e] : v63);
-      // spec: specs/fa2_bwd.yaml:99:41
-      kg::bf16 v93[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v93[e] = kg::cvt<kg::bf16>(v92[e]);
-      // spec: specs/fa2_bwd.yaml:99:37
-      kg::bf16* v94 = reinterpret_cast<kg::bf16*>(smem + 53248);
+      // spec: specs/fa2_bwd.yaml:101:24
+      kg::bf16* v63 = reinterpret_cast<kg::bf16*>(smem + 0);
       kg::sync();
       #pragma unroll
-      for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v94[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 72 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v93[e]);
-
-      // spec: specs/fa2_bwd.yaml:99:37
-      kg::bf16* v95 = v94;
-      // spec: specs/fa2_bwd.yaml:99:37
-      kg::bf16* v96 = reinterpret_cast<kg::bf16*>(smem + 0);
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v96[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v58[e];
+      for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v63[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v58[e]);
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:99:37
-      float (&v97)[32] = v55;
+      // spec: specs/fa2_bwd.yaml:101:24
+      float v64[16];
       #pragma unroll
-      for (int ks = 0; ks < 8; ++ks) {
-        alignas(16) kg::bf16 fa_[4];
-      #pragma unroll
-        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v95[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-        alignas(16) kg::bf16 fb_[8];
-      #pragma unroll
-        for (int i = 0; i < 8; i += 4) kg::copy_vec<4>(&fb_[i], &v96[((warp % 2) * 64 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (((i >> 2) & 1) * 32)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-      #pragma unroll
-        for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-          for (int rn = 0; rn < 2; ++rn)
-            kg::mfma_32x32x8_bf16(&v97[(rm * 2 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
-      }
-      // spec: specs/fa2_bwd.yaml:100:24
-      kg::bf16* v98 = reinterpret_cast<kg::bf16*>(smem + 0);
-      kg::sync();
-      #pragma unroll
-      for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v98[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v58[e]);
-      kg::sync();
-      // spec: specs/fa2_bwd.yaml:100:24
-      float v99[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v99[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:100:24
-      float (&v100)[16] = v99;
+      for (int e = 0; e < 16; ++e) v64[e] = 0.0f;
+      // spec: specs/fa2_bwd.yaml:101:24
+      float (&v65)[16] = v64;
       #pragma unroll
       for (int ks = 0; ks < 16; ++ks) {
         alignas(16) kg::bf16 fa_[4];
       #pragma unroll
-        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v98[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 136 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v63[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 136 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
         alignas(16) kg::bf16 fb_[4];
       #pragma unroll
         for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v17[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 136 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
@@ -430,9 +297,142 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
         for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::mfma_32x32x8_bf16(&v100[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+            kg::mfma_32x32x8_bf16(&v65[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:101:35
+      // spec: specs/fa2_bwd.yaml:102:23
+      const float v66 = 0.0f;
+      // spec: specs/fa2_bwd.yaml:96:26
+      const float v67 = 1.4426950408889634f;
+      // spec: specs/fa2_bwd.yaml:96:26
+      float v68[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v68[e] = (v59[e] * v67);
+      // spec: specs/fa2_bwd.yaml:102:54
+      float (&v69)[16] = v68;
+      // spec: specs/fa2_bwd.yaml:102:41
+      float v70[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v70[e] = v69[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:102:41
+      float v71[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v71[e] = (v62[e] * v38);
+      // spec: specs/fa2_bwd.yaml:102:41
+      float v72[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v72[e] = (v71[e] - v70[e]);
+      // spec: specs/fa2_bwd.yaml:102:36
+      float v73[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v73[e] = kg::exp2_(v72[e]);
+      // spec: specs/fa2_bwd.yaml:99:75
+      const int v74 = (v1 - v0);
+      // spec: specs/fa2_bwd.yaml:69:36
+      int v75[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v75[e] = (((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16);
+      // spec: specs/fa2_bwd.yaml:69:22
+      const int v76 = 64;
+      // spec: specs/fa2_bwd.yaml:69:22
+      const int v77 = (v54 * v76);
+      // spec: specs/fa2_bwd.yaml:69:22
+      int v78[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v78[e] = (v77 + v75[e]);
+      // spec: specs/fa2_bwd.yaml:99:58
+      int (&v79)[16] = v78;
+      // spec: specs/fa2_bwd.yaml:99:58
+      int v80[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v80[e] = (v79[e] + v74);
+      // spec: specs/fa2_bwd.yaml:99:41
+      int v81[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v81[e] = v80[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:99:41
+      bool v82[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v82[e] = (v23[e] <= v81[e]);
+      // spec: specs/fa2_bwd.yaml:97:78
+      const float v83 = -kg::inf();
+      // spec: specs/fa2_bwd.yaml:97:78
+      float (&v84)[16] = v68;
+      // spec: specs/fa2_bwd.yaml:97:78
+      bool v85[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v85[e] = (v84[e] > v83);
+      // spec: specs/fa2_bwd.yaml:97:27
+      bool v86[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v86[e] = v85[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:97:53
+      bool v87[1];
+      #pragma unroll
+      for (int e = 0; e < 1; ++e) v87[e] = (v24[e] < v1);
+      // spec: specs/fa2_bwd.yaml:97:27
+      bool v88[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v88[e] = v87[0];
+      // spec: specs/fa2_bwd.yaml:97:28
+      int (&v89)[16] = v78;
+      // spec: specs/fa2_bwd.yaml:97:28
+      bool v90[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v90[e] = (v89[e] < v0);
+      // spec: specs/fa2_bwd.yaml:97:27
+      bool v91[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v91[e] = v90[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:97:27
+      bool v92[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v92[e] = (v91[e] && v88[e]);
+      // spec: specs/fa2_bwd.yaml:97:27
+      bool v93[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v93[e] = (v92[e] && v86[e]);
+      // spec: specs/fa2_bwd.yaml:99:31
+      bool v94[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v94[e] = (v93[e] && v82[e]);
+      // spec: specs/fa2_bwd.yaml:102:23
+      float v95[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v95[e] = (v94[e] ? v73[e] : v66);
+      // spec: specs/fa2_bwd.yaml:103:41
+      kg::bf16 v96[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v96[e] = kg::cvt<kg::bf16>(v95[e]);
+      // spec: specs/fa2_bwd.yaml:103:37
+      kg::bf16* v97 = reinterpret_cast<kg::bf16*>(smem + 53248);
+      kg::sync();
+      #pragma unroll
+      for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v97[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 72 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v96[e]);
+
+      // spec: specs/fa2_bwd.yaml:103:37
+      kg::bf16* v98 = v97;
+      // spec: specs/fa2_bwd.yaml:103:37
+      kg::bf16* v99 = reinterpret_cast<kg::bf16*>(smem + 0);
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v99[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v58[e];
+      kg::sync();
+      // spec: specs/fa2_bwd.yaml:103:37
+      float (&v100)[32] = v55;
+      #pragma unroll
+      for (int ks = 0; ks < 8; ++ks) {
+        alignas(16) kg::bf16 fa_[4];
+      #pragma unroll
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v98[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        alignas(16) kg::bf16 fb_[8];
+      #pragma unroll
+        for (int i = 0; i < 8; i += 4) kg::copy_vec<4>(&fb_[i], &v99[((warp % 2) * 64 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (((i >> 2) & 1) * 32)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      #pragma unroll
+        for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+          for (int rn = 0; rn < 2; ++rn)
+            kg::mfma_32x32x8_bf16(&v100[(rm * 2 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+      }
+      // spec: specs/fa2_bwd.yaml:104:35
       float v101[16];
       {
         const float* p_ = t_delta + ((int64_t)(v10) * stride_delta_0 + (int64_t)(v51) * stride_delta_1);
@@ -452,38 +452,38 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:101:35
+      // spec: specs/fa2_bwd.yaml:104:35
       float (&v102)[16] = v101;
-      // spec: specs/fa2_bwd.yaml:101:30
+      // spec: specs/fa2_bwd.yaml:104:30
       float v103[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v103[e] = v102[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:101:30
+      // spec: specs/fa2_bwd.yaml:104:30
       float v104[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v104[e] = (v100[e] - v103[e]);
-      // spec: specs/fa2_bwd.yaml:101:25
+      for (int e = 0; e < 16; ++e) v104[e] = (v65[e] - v103[e]);
+      // spec: specs/fa2_bwd.yaml:104:25
       float v105[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v105[e] = (v92[e] * v104[e]);
-      // spec: specs/fa2_bwd.yaml:101:24
+      for (int e = 0; e < 16; ++e) v105[e] = (v95[e] * v104[e]);
+      // spec: specs/fa2_bwd.yaml:104:24
       kg::bf16 v106[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v106[e] = kg::cvt<kg::bf16>(v105[e]);
-      // spec: specs/fa2_bwd.yaml:102:37
+      // spec: specs/fa2_bwd.yaml:105:37
       kg::bf16* v107 = reinterpret_cast<kg::bf16*>(smem + 53248);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v107[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 72 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v106[e]);
 
-      // spec: specs/fa2_bwd.yaml:102:37
+      // spec: specs/fa2_bwd.yaml:105:37
       kg::bf16* v108 = v107;
-      // spec: specs/fa2_bwd.yaml:102:37
+      // spec: specs/fa2_bwd.yaml:105:37
       kg::bf16* v109 = reinterpret_cast<kg::bf16*>(smem + 0);
       #pragma unroll
       for (int e = 0; e < 32; ++e) v109[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v57[e];
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:102:37
+      // spec: specs/fa2_bwd.yaml:105:37
       float (&v110)[32] = v56;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
@@ -499,11 +499,11 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           for (int rn = 0; rn < 2; ++rn)
             kg::mfma_32x32x8_bf16(&v110[(rm * 2 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:103:22
+      // spec: specs/fa2_bwd.yaml:106:22
 
       float y0_[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) y0_[e] = v97[e];
+      for (int e = 0; e < 32; ++e) y0_[e] = v100[e];
       float y1_[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) y1_[e] = v110[e];
@@ -525,15 +525,15 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
     #pragma unroll
     for (int e = 0; e < 32; ++e) v41[e] = y1_[e];
   }
-  // spec: specs/fa2_bwd.yaml:105:34
+  // spec: specs/fa2_bwd.yaml:108:34
   float v111[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v111[e] = (v41[e] * v2);
-  // spec: specs/fa2_bwd.yaml:105:33
+  // spec: specs/fa2_bwd.yaml:108:33
   kg::bf16 v112[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v112[e] = kg::cvt<kg::bf16>(v111[e]);
-  // spec: specs/fa2_bwd.yaml:105:7
+  // spec: specs/fa2_bwd.yaml:108:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_dk + ((int64_t)(v10) * stride_dk_0 + (int64_t)(v9) * stride_dk_2);
     const bool aligned_ = false;
@@ -547,11 +547,11 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       if (i0_ < (size_SK)) p_[off_] = v112[e];
     }
   }
-  // spec: specs/fa2_bwd.yaml:106:33
+  // spec: specs/fa2_bwd.yaml:109:33
   kg::bf16 v113[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v113[e] = kg::cvt<kg::bf16>(v40[e]);
-  // spec: specs/fa2_bwd.yaml:106:7
+  // spec: specs/fa2_bwd.yaml:109:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_dv + ((int64_t)(v10) * stride_dv_0 + (int64_t)(v9) * stride_dv_2);
     const bool aligned_ = false;

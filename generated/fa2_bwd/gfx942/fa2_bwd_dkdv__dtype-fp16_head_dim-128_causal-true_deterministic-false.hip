@@ -76,22 +76,22 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
   }
   // spec: specs/fa2_bwd.yaml:60:27
   const int v13 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:98:41
+  // spec: specs/fa2_bwd.yaml:100:23
   kg::fp16* v14 = reinterpret_cast<kg::fp16*>(smem + 28672);
   kg::sync();
   #pragma unroll
   for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v14[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v11[e]);
 
-  // spec: specs/fa2_bwd.yaml:98:41
+  // spec: specs/fa2_bwd.yaml:100:23
   kg::fp16* v15 = v14;
-  // spec: specs/fa2_bwd.yaml:100:24
+  // spec: specs/fa2_bwd.yaml:101:24
   kg::fp16* v16 = reinterpret_cast<kg::fp16*>(smem + 37376);
   #pragma unroll
   for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v16[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v12[e]);
 
-  // spec: specs/fa2_bwd.yaml:100:24
+  // spec: specs/fa2_bwd.yaml:101:24
   kg::fp16* v17 = v16;
-  // spec: specs/fa2_bwd.yaml:104:70
+  // spec: specs/fa2_bwd.yaml:107:70
   kg::fp16* v18 = reinterpret_cast<kg::fp16*>(smem + 18432);
   #pragma unroll
   for (int e = 0; e < 16; ++e) v18[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 40 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16))] = v11[e];
@@ -108,13 +108,13 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
   int v22[2];
   #pragma unroll
   for (int e = 0; e < 2; ++e) v22[e] = (v21 + v19[e]);
-  // spec: specs/fa2_bwd.yaml:97:41
+  // spec: specs/fa2_bwd.yaml:99:41
   int (&v23)[2] = v22;
-  // spec: specs/fa2_bwd.yaml:97:41
+  // spec: specs/fa2_bwd.yaml:99:41
   int v24[8];
   #pragma unroll
   for (int e = 0; e < 8; ++e) v24[e] = v23[((e >> 2) & 1) * 1];
-  // spec: specs/fa2_bwd.yaml:95:53
+  // spec: specs/fa2_bwd.yaml:97:53
   int (&v25)[2] = v22;
   // spec: specs/fa2_bwd.yaml:63:22
   const int v26 = 1;
@@ -252,17 +252,17 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:98:41
+      // spec: specs/fa2_bwd.yaml:100:23
       kg::fp16* v61 = reinterpret_cast<kg::fp16*>(smem + 0);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v61[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v58[e]);
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:98:41
+      // spec: specs/fa2_bwd.yaml:100:23
       float v62[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v62[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:98:41
+      // spec: specs/fa2_bwd.yaml:100:23
       float (&v63)[8] = v62;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
@@ -278,156 +278,23 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           for (int rn = 0; rn < 2; ++rn)
             kg::mfma_16x16x16_fp16(&v63[(rm * 2 + rn) * 4], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:98:23
-      const float v64 = 0.0f;
-      // spec: specs/fa2_bwd.yaml:94:26
-      const float v65 = 1.4426950408889634f;
-      // spec: specs/fa2_bwd.yaml:94:26
-      float v66[4];
-      #pragma unroll
-      for (int e = 0; e < 4; ++e) v66[e] = (v60[e] * v65);
-      // spec: specs/fa2_bwd.yaml:98:66
-      float (&v67)[4] = v66;
-      // spec: specs/fa2_bwd.yaml:98:41
-      float v68[8];
-      #pragma unroll
-      for (int e = 0; e < 8; ++e) v68[e] = v67[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-      // spec: specs/fa2_bwd.yaml:98:41
-      float v69[8];
-      #pragma unroll
-      for (int e = 0; e < 8; ++e) v69[e] = (v63[e] * v39);
-      // spec: specs/fa2_bwd.yaml:98:41
-      float v70[8];
-      #pragma unroll
-      for (int e = 0; e < 8; ++e) v70[e] = (v69[e] - v68[e]);
-      // spec: specs/fa2_bwd.yaml:98:36
-      float v71[8];
-      #pragma unroll
-      for (int e = 0; e < 8; ++e) v71[e] = kg::exp2_(v70[e]);
-      // spec: specs/fa2_bwd.yaml:97:75
-      const int v72 = (v1 - v0);
-      // spec: specs/fa2_bwd.yaml:69:36
-      int v73[4];
-      #pragma unroll
-      for (int e = 0; e < 4; ++e) v73[e] = (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2);
-      // spec: specs/fa2_bwd.yaml:69:22
-      const int v74 = 64;
-      // spec: specs/fa2_bwd.yaml:69:22
-      const int v75 = (v55 * v74);
-      // spec: specs/fa2_bwd.yaml:69:22
-      int v76[4];
-      #pragma unroll
-      for (int e = 0; e < 4; ++e) v76[e] = (v75 + v73[e]);
-      // spec: specs/fa2_bwd.yaml:97:58
-      int (&v77)[4] = v76;
-      // spec: specs/fa2_bwd.yaml:97:58
-      int v78[4];
-      #pragma unroll
-      for (int e = 0; e < 4; ++e) v78[e] = (v77[e] + v72);
-      // spec: specs/fa2_bwd.yaml:97:41
-      int v79[8];
-      #pragma unroll
-      for (int e = 0; e < 8; ++e) v79[e] = v78[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-      // spec: specs/fa2_bwd.yaml:97:41
-      bool v80[8];
-      #pragma unroll
-      for (int e = 0; e < 8; ++e) v80[e] = (v24[e] <= v79[e]);
-      // spec: specs/fa2_bwd.yaml:95:78
-      const float v81 = -kg::inf();
-      // spec: specs/fa2_bwd.yaml:95:78
-      float (&v82)[4] = v66;
-      // spec: specs/fa2_bwd.yaml:95:78
-      bool v83[4];
-      #pragma unroll
-      for (int e = 0; e < 4; ++e) v83[e] = (v82[e] > v81);
-      // spec: specs/fa2_bwd.yaml:95:27
-      bool v84[8];
-      #pragma unroll
-      for (int e = 0; e < 8; ++e) v84[e] = v83[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-      // spec: specs/fa2_bwd.yaml:95:53
-      bool v85[2];
-      #pragma unroll
-      for (int e = 0; e < 2; ++e) v85[e] = (v25[e] < v1);
-      // spec: specs/fa2_bwd.yaml:95:27
-      bool v86[8];
-      #pragma unroll
-      for (int e = 0; e < 8; ++e) v86[e] = v85[((e >> 2) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:95:28
-      int (&v87)[4] = v76;
-      // spec: specs/fa2_bwd.yaml:95:28
-      bool v88[4];
-      #pragma unroll
-      for (int e = 0; e < 4; ++e) v88[e] = (v87[e] < v0);
-      // spec: specs/fa2_bwd.yaml:95:27
-      bool v89[8];
-      #pragma unroll
-      for (int e = 0; e < 8; ++e) v89[e] = v88[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-      // spec: specs/fa2_bwd.yaml:95:27
-      bool v90[8];
-      #pragma unroll
-      for (int e = 0; e < 8; ++e) v90[e] = (v89[e] && v86[e]);
-      // spec: specs/fa2_bwd.yaml:95:27
-      bool v91[8];
-      #pragma unroll
-      for (int e = 0; e < 8; ++e) v91[e] = (v90[e] && v84[e]);
-      // spec: specs/fa2_bwd.yaml:97:31
-      bool v92[8];
-      #pragma unroll
-      for (int e = 0; e < 8; ++e) v92[e] = (v91[e] && v80[e]);
-      // spec: specs/fa2_bwd.yaml:98:23
-      float v93[8];
-      #pragma unroll
-      for (int e = 0; e < 8; ++e) v93[e] = (v92[e] ? v71[e] : v64);
-      // spec: specs/fa2_bwd.yaml:99:41
-      kg::fp16 v94[8];
-      #pragma unroll
-      for (int e = 0; e < 8; ++e) v94[e] = kg::cvt<kg::fp16>(v93[e]);
-      // spec: specs/fa2_bwd.yaml:99:37
-      kg::fp16* v95 = reinterpret_cast<kg::fp16*>(smem + 46080);
+      // spec: specs/fa2_bwd.yaml:101:24
+      kg::fp16* v64 = reinterpret_cast<kg::fp16*>(smem + 0);
       kg::sync();
       #pragma unroll
-      for (int e = 0; e < 8; e += 4) kg::copy_vec<4>(&v95[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((e >> 2) & 1) * 16)) * 72 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2))], &v94[e]);
-
-      // spec: specs/fa2_bwd.yaml:99:37
-      kg::fp16* v96 = v95;
-      // spec: specs/fa2_bwd.yaml:99:37
-      kg::fp16* v97 = reinterpret_cast<kg::fp16*>(smem + 0);
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v97[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v59[e];
+      for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v64[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v59[e]);
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:99:37
-      float (&v98)[16] = v56;
+      // spec: specs/fa2_bwd.yaml:101:24
+      float v65[8];
+      #pragma unroll
+      for (int e = 0; e < 8; ++e) v65[e] = 0.0f;
+      // spec: specs/fa2_bwd.yaml:101:24
+      float (&v66)[8] = v65;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
         alignas(16) kg::fp16 fa_[4];
       #pragma unroll
-        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v96[((warp / 4) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-        alignas(16) kg::fp16 fb_[4];
-      #pragma unroll
-        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v97[((warp % 4) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-      #pragma unroll
-        for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-          for (int rn = 0; rn < 1; ++rn)
-            kg::mfma_32x32x8_fp16(&v98[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
-      }
-      // spec: specs/fa2_bwd.yaml:100:24
-      kg::fp16* v99 = reinterpret_cast<kg::fp16*>(smem + 0);
-      kg::sync();
-      #pragma unroll
-      for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v99[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v59[e]);
-      kg::sync();
-      // spec: specs/fa2_bwd.yaml:100:24
-      float v100[8];
-      #pragma unroll
-      for (int e = 0; e < 8; ++e) v100[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:100:24
-      float (&v101)[8] = v100;
-      #pragma unroll
-      for (int ks = 0; ks < 8; ++ks) {
-        alignas(16) kg::fp16 fa_[4];
-      #pragma unroll
-        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v99[((warp / 1) * 16 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (0)) * 136 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v64[((warp / 1) * 16 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (0)) * 136 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
         alignas(16) kg::fp16 fb_[8];
       #pragma unroll
         for (int i = 0; i < 8; i += 4) kg::copy_vec<4>(&fb_[i], &v17[((warp % 1) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((i >> 2) & 1) * 16)) * 136 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
@@ -435,9 +302,142 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
         for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
           for (int rn = 0; rn < 2; ++rn)
-            kg::mfma_16x16x16_fp16(&v101[(rm * 2 + rn) * 4], &fa_[rm * 4], &fb_[rn * 4]);
+            kg::mfma_16x16x16_fp16(&v66[(rm * 2 + rn) * 4], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:101:35
+      // spec: specs/fa2_bwd.yaml:102:23
+      const float v67 = 0.0f;
+      // spec: specs/fa2_bwd.yaml:96:26
+      const float v68 = 1.4426950408889634f;
+      // spec: specs/fa2_bwd.yaml:96:26
+      float v69[4];
+      #pragma unroll
+      for (int e = 0; e < 4; ++e) v69[e] = (v60[e] * v68);
+      // spec: specs/fa2_bwd.yaml:102:54
+      float (&v70)[4] = v69;
+      // spec: specs/fa2_bwd.yaml:102:41
+      float v71[8];
+      #pragma unroll
+      for (int e = 0; e < 8; ++e) v71[e] = v70[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
+      // spec: specs/fa2_bwd.yaml:102:41
+      float v72[8];
+      #pragma unroll
+      for (int e = 0; e < 8; ++e) v72[e] = (v63[e] * v39);
+      // spec: specs/fa2_bwd.yaml:102:41
+      float v73[8];
+      #pragma unroll
+      for (int e = 0; e < 8; ++e) v73[e] = (v72[e] - v71[e]);
+      // spec: specs/fa2_bwd.yaml:102:36
+      float v74[8];
+      #pragma unroll
+      for (int e = 0; e < 8; ++e) v74[e] = kg::exp2_(v73[e]);
+      // spec: specs/fa2_bwd.yaml:99:75
+      const int v75 = (v1 - v0);
+      // spec: specs/fa2_bwd.yaml:69:36
+      int v76[4];
+      #pragma unroll
+      for (int e = 0; e < 4; ++e) v76[e] = (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2);
+      // spec: specs/fa2_bwd.yaml:69:22
+      const int v77 = 64;
+      // spec: specs/fa2_bwd.yaml:69:22
+      const int v78 = (v55 * v77);
+      // spec: specs/fa2_bwd.yaml:69:22
+      int v79[4];
+      #pragma unroll
+      for (int e = 0; e < 4; ++e) v79[e] = (v78 + v76[e]);
+      // spec: specs/fa2_bwd.yaml:99:58
+      int (&v80)[4] = v79;
+      // spec: specs/fa2_bwd.yaml:99:58
+      int v81[4];
+      #pragma unroll
+      for (int e = 0; e < 4; ++e) v81[e] = (v80[e] + v75);
+      // spec: specs/fa2_bwd.yaml:99:41
+      int v82[8];
+      #pragma unroll
+      for (int e = 0; e < 8; ++e) v82[e] = v81[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
+      // spec: specs/fa2_bwd.yaml:99:41
+      bool v83[8];
+      #pragma unroll
+      for (int e = 0; e < 8; ++e) v83[e] = (v24[e] <= v82[e]);
+      // spec: specs/fa2_bwd.yaml:97:78
+      const float v84 = -kg::inf();
+      // spec: specs/fa2_bwd.yaml:97:78
+      float (&v85)[4] = v69;
+      // spec: specs/fa2_bwd.yaml:97:78
+      bool v86[4];
+      #pragma unroll
+      for (int e = 0; e < 4; ++e) v86[e] = (v85[e] > v84);
+      // spec: specs/fa2_bwd.yaml:97:27
+      bool v87[8];
+      #pragma unroll
+      for (int e = 0; e < 8; ++e) v87[e] = v86[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
+      // spec: specs/fa2_bwd.yaml:97:53
+      bool v88[2];
+      #pragma unroll
+      for (int e = 0; e < 2; ++e) v88[e] = (v25[e] < v1);
+      // spec: specs/fa2_bwd.yaml:97:27
+      bool v89[8];
+      #pragma unroll
+      for (int e = 0; e < 8; ++e) v89[e] = v88[((e >> 2) & 1) * 1];
+      // spec: specs/fa2_bwd.yaml:97:28
+      int (&v90)[4] = v79;
+      // spec: specs/fa2_bwd.yaml:97:28
+      bool v91[4];
+      #pragma unroll
+      for (int e = 0; e < 4; ++e) v91[e] = (v90[e] < v0);
+      // spec: specs/fa2_bwd.yaml:97:27
+      bool v92[8];
+      #pragma unroll
+      for (int e = 0; e < 8; ++e) v92[e] = v91[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
+      // spec: specs/fa2_bwd.yaml:97:27
+      bool v93[8];
+      #pragma unroll
+      for (int e = 0; e < 8; ++e) v93[e] = (v92[e] && v89[e]);
+      // spec: specs/fa2_bwd.yaml:97:27
+      bool v94[8];
+      #pragma unroll
+      for (int e = 0; e < 8; ++e) v94[e] = (v93[e] && v87[e]);
+      // spec: specs/fa2_bwd.yaml:99:31
+      bool v95[8];
+      #pragma unroll
+      for (int e = 0; e < 8; ++e) v95[e] = (v94[e] && v83[e]);
+      // spec: specs/fa2_bwd.yaml:102:23
+      float v96[8];
+      #pragma unroll
+      for (int e = 0; e < 8; ++e) v96[e] = (v95[e] ? v74[e] : v67);
+      // spec: specs/fa2_bwd.yaml:103:41
+      kg::fp16 v97[8];
+      #pragma unroll
+      for (int e = 0; e < 8; ++e) v97[e] = kg::cvt<kg::fp16>(v96[e]);
+      // spec: specs/fa2_bwd.yaml:103:37
+      kg::fp16* v98 = reinterpret_cast<kg::fp16*>(smem + 46080);
+      kg::sync();
+      #pragma unroll
+      for (int e = 0; e < 8; e += 4) kg::copy_vec<4>(&v98[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((e >> 2) & 1) * 16)) * 72 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2))], &v97[e]);
+
+      // spec: specs/fa2_bwd.yaml:103:37
+      kg::fp16* v99 = v98;
+      // spec: specs/fa2_bwd.yaml:103:37
+      kg::fp16* v100 = reinterpret_cast<kg::fp16*>(smem + 0);
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v100[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v59[e];
+      kg::sync();
+      // spec: specs/fa2_bwd.yaml:103:37
+      float (&v101)[16] = v56;
+      #pragma unroll
+      for (int ks = 0; ks < 8; ++ks) {
+        alignas(16) kg::fp16 fa_[4];
+      #pragma unroll
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v99[((warp / 4) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        alignas(16) kg::fp16 fb_[4];
+      #pragma unroll
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v100[((warp % 4) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      #pragma unroll
+        for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+          for (int rn = 0; rn < 1; ++rn)
+            kg::mfma_32x32x8_fp16(&v101[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+      }
+      // spec: specs/fa2_bwd.yaml:104:35
       float v102[4];
       {
         const float* p_ = t_delta + ((int64_t)(v10) * stride_delta_0 + (int64_t)(v52) * stride_delta_1);
@@ -457,38 +457,38 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:101:35
+      // spec: specs/fa2_bwd.yaml:104:35
       float (&v103)[4] = v102;
-      // spec: specs/fa2_bwd.yaml:101:30
+      // spec: specs/fa2_bwd.yaml:104:30
       float v104[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v104[e] = v103[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-      // spec: specs/fa2_bwd.yaml:101:30
+      // spec: specs/fa2_bwd.yaml:104:30
       float v105[8];
       #pragma unroll
-      for (int e = 0; e < 8; ++e) v105[e] = (v101[e] - v104[e]);
-      // spec: specs/fa2_bwd.yaml:101:25
+      for (int e = 0; e < 8; ++e) v105[e] = (v66[e] - v104[e]);
+      // spec: specs/fa2_bwd.yaml:104:25
       float v106[8];
       #pragma unroll
-      for (int e = 0; e < 8; ++e) v106[e] = (v93[e] * v105[e]);
-      // spec: specs/fa2_bwd.yaml:101:24
+      for (int e = 0; e < 8; ++e) v106[e] = (v96[e] * v105[e]);
+      // spec: specs/fa2_bwd.yaml:104:24
       kg::fp16 v107[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v107[e] = kg::cvt<kg::fp16>(v106[e]);
-      // spec: specs/fa2_bwd.yaml:102:37
+      // spec: specs/fa2_bwd.yaml:105:37
       kg::fp16* v108 = reinterpret_cast<kg::fp16*>(smem + 46080);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 8; e += 4) kg::copy_vec<4>(&v108[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((e >> 2) & 1) * 16)) * 72 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2))], &v107[e]);
 
-      // spec: specs/fa2_bwd.yaml:102:37
+      // spec: specs/fa2_bwd.yaml:105:37
       kg::fp16* v109 = v108;
-      // spec: specs/fa2_bwd.yaml:102:37
+      // spec: specs/fa2_bwd.yaml:105:37
       kg::fp16* v110 = reinterpret_cast<kg::fp16*>(smem + 0);
       #pragma unroll
       for (int e = 0; e < 32; ++e) v110[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v58[e];
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:102:37
+      // spec: specs/fa2_bwd.yaml:105:37
       float (&v111)[16] = v57;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
@@ -504,17 +504,17 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           for (int rn = 0; rn < 1; ++rn)
             kg::mfma_32x32x8_fp16(&v111[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:104:70
+      // spec: specs/fa2_bwd.yaml:107:70
       kg::fp16* v112 = reinterpret_cast<kg::fp16*>(smem + 0);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 8; ++e) v112[((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 40 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((e >> 2) & 1) * 16))] = v107[e];
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:104:70
+      // spec: specs/fa2_bwd.yaml:107:70
       float v113[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v113[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:104:70
+      // spec: specs/fa2_bwd.yaml:107:70
       float (&v114)[32] = v113;
       #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
@@ -530,11 +530,11 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           for (int rn = 0; rn < 2; ++rn)
             kg::mfma_32x32x8_fp16(&v114[(rm * 2 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:104:70
+      // spec: specs/fa2_bwd.yaml:107:70
       float v115[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v115[e] = (v114[e] * v2);
-      // spec: specs/fa2_bwd.yaml:104:23
+      // spec: specs/fa2_bwd.yaml:107:23
       if ((lane & 0) == 0 && (warp & 0) == 0) {
         float* p_ = t_dq_acc + ((int64_t)(v10) * stride_dq_acc_0 + (int64_t)(v52) * stride_dq_acc_2);
         const bool aligned_ = false;
@@ -548,11 +548,11 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           if (i0_ < (size_SQ)) kg::atomic_add(p_ + off_, v115[e]);
         }
       }
-      // spec: specs/fa2_bwd.yaml:104:23
+      // spec: specs/fa2_bwd.yaml:107:23
 
       float y0_[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) y0_[e] = v98[e];
+      for (int e = 0; e < 16; ++e) y0_[e] = v101[e];
       float y1_[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) y1_[e] = v111[e];
@@ -574,15 +574,15 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
     #pragma unroll
     for (int e = 0; e < 16; ++e) v42[e] = y1_[e];
   }
-  // spec: specs/fa2_bwd.yaml:105:34
+  // spec: specs/fa2_bwd.yaml:108:34
   float v116[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v116[e] = (v42[e] * v2);
-  // spec: specs/fa2_bwd.yaml:105:33
+  // spec: specs/fa2_bwd.yaml:108:33
   kg::fp16 v117[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v117[e] = kg::cvt<kg::fp16>(v116[e]);
-  // spec: specs/fa2_bwd.yaml:105:7
+  // spec: specs/fa2_bwd.yaml:108:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_dk + ((int64_t)(v10) * stride_dk_0 + (int64_t)(v9) * stride_dk_2);
     const bool aligned_ = false;
@@ -596,11 +596,11 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       if (i0_ < (size_SK)) p_[off_] = v117[e];
     }
   }
-  // spec: specs/fa2_bwd.yaml:106:33
+  // spec: specs/fa2_bwd.yaml:109:33
   kg::fp16 v118[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v118[e] = kg::cvt<kg::fp16>(v41[e]);
-  // spec: specs/fa2_bwd.yaml:106:7
+  // spec: specs/fa2_bwd.yaml:109:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_dv + ((int64_t)(v10) * stride_dv_0 + (int64_t)(v9) * stride_dv_2);
     const bool aligned_ = false;

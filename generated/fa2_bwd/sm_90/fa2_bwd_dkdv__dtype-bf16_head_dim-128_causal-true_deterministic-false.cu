@@ -44,7 +44,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
   const int v8 = kg::block_id_x();
   // spec: specs/fa2_bwd.yaml:60:27
   const int v9 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:85:24
+  // spec: specs/fa2_bwd.yaml:87:24
   kg::bf16* v10 = reinterpret_cast<kg::bf16*>(smem + 0);
   // spec: specs/fa2_bwd.yaml:50:12
   const int v11 = (kg::mod(v6, v4));
@@ -74,7 +74,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_bwd.yaml:85:24
+  // spec: specs/fa2_bwd.yaml:87:24
   kg::cp_async_wait<0>();
   kg::fence_proxy_async();
   kg::sync();
@@ -165,9 +165,9 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
     float (&v36)[64] = v33;
     float (&v37)[64] = v34;
     
-    // spec: specs/fa2_bwd.yaml:87:37
+    // spec: specs/fa2_bwd.yaml:88:25
     kg::bf16* v38 = reinterpret_cast<kg::bf16*>(smem + 65536);
-    // spec: specs/fa2_bwd.yaml:85:24
+    // spec: specs/fa2_bwd.yaml:87:24
     kg::bf16* v39 = reinterpret_cast<kg::bf16*>(smem + 98304);
     // spec: specs/fa2_bwd.yaml:65:11
     const int v40 = 0;
@@ -278,7 +278,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:85:24
+      // spec: specs/fa2_bwd.yaml:87:24
       kg::cp_async_wait<1>();
       kg::fence_proxy_async();
       kg::sync();
@@ -315,25 +315,25 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
         }
       }
       kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:85:24
+      // spec: specs/fa2_bwd.yaml:87:24
       kg::bf16* v66 = v59;
-      // spec: specs/fa2_bwd.yaml:85:54
+      // spec: specs/fa2_bwd.yaml:87:54
       const float v67 = -1.0f;
-      // spec: specs/fa2_bwd.yaml:85:54
+      // spec: specs/fa2_bwd.yaml:87:54
       float v68[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v68[e] = (v60[e] * v67);
-      // spec: specs/fa2_bwd.yaml:85:54
+      // spec: specs/fa2_bwd.yaml:87:54
       float v69[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v69[e] = (v68[e] / v2);
-      // spec: specs/fa2_bwd.yaml:85:53
+      // spec: specs/fa2_bwd.yaml:87:53
       float (&v70)[16] = v69;
-      // spec: specs/fa2_bwd.yaml:85:40
+      // spec: specs/fa2_bwd.yaml:87:40
       float v71[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v71[e] = v70[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:85:40
+      // spec: specs/fa2_bwd.yaml:87:40
       const float v72 = -kg::inf();
       // spec: specs/fa2_bwd.yaml:69:36
       int v73[16];
@@ -369,11 +369,11 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       bool v83[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v83[e] = (v82[e] <= v78[e]);
-      // spec: specs/fa2_bwd.yaml:85:40
+      // spec: specs/fa2_bwd.yaml:87:40
       float v84[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v84[e] = (v83[e] ? v71[e] : v72);
-      // spec: specs/fa2_bwd.yaml:85:24
+      // spec: specs/fa2_bwd.yaml:87:24
       float (&v85)[32] = v84;
       {
         const int wg_ = (warp / 4);
@@ -392,79 +392,9 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
             for (int rn = 0; rn < 1; ++rn)
               kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v85[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), 1);
         kg::wgmma_commit();
-        kg::wgmma_wait<0>();
-      #pragma unroll
-        for (int e = 0; e < 32; ++e) kg::fence_operand(v85[e]);
-      }
-      // spec: specs/fa2_bwd.yaml:87:37
-      kg::cp_async_wait<1>();
-      kg::fence_proxy_async();
-      kg::sync();
-      // spec: specs/fa2_bwd.yaml:65:11
-      kg::bf16* v86 = v38 + (v62 % 2) * 8192;
-      // spec: specs/fa2_bwd.yaml:67:22
-      const int v87 = (v53 + v50);
-      // spec: specs/fa2_bwd.yaml:67:22
-      const bool v88 = (v87 < v45);
-      // spec: specs/fa2_bwd.yaml:67:22
-      if (v88) {
-        const kg::bf16* p_ = t_do + ((int64_t)(v12) * stride_do_0 + (int64_t)(v48) * stride_do_2);
-        const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
-        const int64_t q_ = (int64_t)(v87 * 64) * stride_do_1 + 0;
-      #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int c_ = lane + warp * 32 + i * 256;
-          const int r_ = c_ / 128 * 8 + c_ % 8, k_ = c_ / 8 % 16 * 8;
-          const int i0_ = v87 * 64 + r_, i1_ = 0 + k_;
-          const int64_t off_ = q_ + ((int64_t)r_ * stride_do_1 + k_);
-          const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
-          if (aligned_) {
-            const int n_ = (i0_ < (size_SQ)) * 8;
-            kg::cp_async<16>(&v86[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-          } else {
-      #pragma unroll
-            for (int v = 0; v < 8; ++v)
-              v86[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-          }
-        }
-      }
-      kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:86:29
-      float v89[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v89[e] = (v85[e] * v27);
-      // spec: specs/fa2_bwd.yaml:86:24
-      float v90[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v90[e] = kg::exp2_(v89[e]);
-      // spec: specs/fa2_bwd.yaml:87:41
-      kg::bf16 v91[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v91[e] = kg::cvt<kg::bf16>(v90[e]);
-      // spec: specs/fa2_bwd.yaml:87:37
-      float (&v92)[64] = v54;
-      {
-        const int wg_ = (warp / 4);
-        const uint64_t db_ = kg::wgmma_desc(v58, 2048, 128, 0);
-        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
-        // (ptxas would then insert a warpgroup.arrive, C7519)
-      #pragma unroll
-        for (int e = 0; e < 64; ++e) kg::fence_operand(v92[e]);
-        kg::wgmma_fence();
-      #pragma unroll
-        for (int ks = 0; ks < 4; ++ks)
-      #pragma unroll
-          for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-            for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n128k16_bf16_rs<1>(&v92[(rm * 1 + rn) * 64], &v91[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 1) * 128 + rn * 128)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 1) * 128 + rn * 128)) % 8) * 2 / 16), 1);
-        kg::wgmma_commit();
-        kg::wgmma_wait<0>();
-      #pragma unroll
-        for (int e = 0; e < 64; ++e) kg::fence_operand(v92[e]);
       }
       // spec: specs/fa2_bwd.yaml:88:45
-      float v93[16];
+      float v86[16];
       {
         const float* p_ = t_delta + ((int64_t)(v12) * stride_delta_0 + (int64_t)(v48) * stride_delta_1);
         const bool aligned_ = kg::aligned(p_, 8) && stride_delta_0 % 2 == 0 && stride_delta_1 % 2 == 0;
@@ -475,38 +405,76 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 2 <= (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<2>(&v93[e], p_ + off_);
+            kg::copy_vec<2>(&v86[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 2; ++v)
-              v93[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+              v86[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
       // spec: specs/fa2_bwd.yaml:88:25
-      kg::bf16* v94 = v58;
-      // spec: specs/fa2_bwd.yaml:88:44
-      const float v95 = -1.0f;
-      // spec: specs/fa2_bwd.yaml:88:44
-      float v96[16];
+      kg::cp_async_wait<1>();
+      kg::fence_proxy_async();
+      kg::sync();
+      // spec: specs/fa2_bwd.yaml:65:11
+      kg::bf16* v87 = v38 + (v62 % 2) * 8192;
+      // spec: specs/fa2_bwd.yaml:67:22
+      const int v88 = (v53 + v50);
+      // spec: specs/fa2_bwd.yaml:67:22
+      const bool v89 = (v88 < v45);
+      // spec: specs/fa2_bwd.yaml:67:22
+      if (v89) {
+        const kg::bf16* p_ = t_do + ((int64_t)(v12) * stride_do_0 + (int64_t)(v48) * stride_do_2);
+        const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
+        const int64_t q_ = (int64_t)(v88 * 64) * stride_do_1 + 0;
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v96[e] = (v93[e] * v95);
+        for (int i = 0; i < 4; ++i) {
+          const int c_ = lane + warp * 32 + i * 256;
+          const int r_ = c_ / 128 * 8 + c_ % 8, k_ = c_ / 8 % 16 * 8;
+          const int i0_ = v88 * 64 + r_, i1_ = 0 + k_;
+          const int64_t off_ = q_ + ((int64_t)r_ * stride_do_1 + k_);
+          const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
+          if (aligned_) {
+            const int n_ = (i0_ < (size_SQ)) * 8;
+            kg::cp_async<16>(&v87[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          } else {
+      #pragma unroll
+            for (int v = 0; v < 8; ++v)
+              v87[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          }
+        }
+      }
+      kg::cp_async_commit();
+      // spec: specs/fa2_bwd.yaml:88:25
+      kg::bf16* v90 = v58;
+      // spec: specs/fa2_bwd.yaml:88:44
+      const float v91 = -1.0f;
+      // spec: specs/fa2_bwd.yaml:88:44
+      float v92[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v92[e] = (v86[e] * v91);
       // spec: specs/fa2_bwd.yaml:88:43
-      float (&v97)[16] = v96;
+      float (&v93)[16] = v92;
       // spec: specs/fa2_bwd.yaml:88:25
-      float v98[32];
+      float v94[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v98[e] = v97[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+      for (int e = 0; e < 32; ++e) v94[e] = v93[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:87:24
+      kg::wgmma_wait<0>();
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v85[e]);
+      float (&v95)[32] = v85;
       // spec: specs/fa2_bwd.yaml:88:25
-      float (&v99)[32] = v98;
+      float (&v96)[32] = v94;
       {
         const int wg_ = (warp / 4);
         const uint64_t da_ = kg::wgmma_desc(v13, 128, 2048, 0);
-        const uint64_t db_ = kg::wgmma_desc(v94, 128, 2048, 0);
+        const uint64_t db_ = kg::wgmma_desc(v90, 128, 2048, 0);
         // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
         // (ptxas would then insert a warpgroup.arrive, C7519)
       #pragma unroll
-        for (int e = 0; e < 32; ++e) kg::fence_operand(v99[e]);
+        for (int e = 0; e < 32; ++e) kg::fence_operand(v96[e]);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 8; ++ks)
@@ -514,29 +482,30 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v99[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), 1);
+              kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v96[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), 1);
         kg::wgmma_commit();
-        kg::wgmma_wait<0>();
-      #pragma unroll
-        for (int e = 0; e < 32; ++e) kg::fence_operand(v99[e]);
       }
-      // spec: specs/fa2_bwd.yaml:89:26
-      float v100[32];
+      // spec: specs/fa2_bwd.yaml:89:29
+      float v97[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v100[e] = (v90[e] * v99[e]);
-      // spec: specs/fa2_bwd.yaml:89:25
-      kg::bf16 v101[32];
+      for (int e = 0; e < 32; ++e) v97[e] = (v95[e] * v27);
+      // spec: specs/fa2_bwd.yaml:89:24
+      float v98[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v101[e] = kg::cvt<kg::bf16>(v100[e]);
+      for (int e = 0; e < 32; ++e) v98[e] = kg::exp2_(v97[e]);
+      // spec: specs/fa2_bwd.yaml:90:41
+      kg::bf16 v99[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v99[e] = kg::cvt<kg::bf16>(v98[e]);
       // spec: specs/fa2_bwd.yaml:90:37
-      float (&v102)[64] = v55;
+      float (&v100)[64] = v54;
       {
         const int wg_ = (warp / 4);
-        const uint64_t db_ = kg::wgmma_desc(v59, 2048, 128, 0);
+        const uint64_t db_ = kg::wgmma_desc(v58, 2048, 128, 0);
         // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
         // (ptxas would then insert a warpgroup.arrive, C7519)
       #pragma unroll
-        for (int e = 0; e < 64; ++e) kg::fence_operand(v102[e]);
+        for (int e = 0; e < 64; ++e) kg::fence_operand(v100[e]);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 4; ++ks)
@@ -544,28 +513,57 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n128k16_bf16_rs<1>(&v102[(rm * 1 + rn) * 64], &v101[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 1) * 128 + rn * 128)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 1) * 128 + rn * 128)) % 8) * 2 / 16), 1);
+              kg::wgmma_m64n128k16_bf16_rs<1>(&v100[(rm * 1 + rn) * 64], &v99[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 1) * 128 + rn * 128)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 1) * 128 + rn * 128)) % 8) * 2 / 16), 1);
         kg::wgmma_commit();
-        kg::wgmma_wait<0>();
-      #pragma unroll
-        for (int e = 0; e < 64; ++e) kg::fence_operand(v102[e]);
       }
-      // spec: specs/fa2_bwd.yaml:92:70
-      kg::bf16* v103 = reinterpret_cast<kg::bf16*>(smem + 131072);
-      kg::sync();
+      // spec: specs/fa2_bwd.yaml:88:25
+      kg::wgmma_wait<1>();
       #pragma unroll
-      for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v103[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v101[e]);
-      kg::fence_proxy_async();
-      kg::sync();
-      // spec: specs/fa2_bwd.yaml:92:70
-      kg::bf16* v104 = v103;
-      // spec: specs/fa2_bwd.yaml:92:70
-      float v105[32];
-      // spec: specs/fa2_bwd.yaml:92:70
-      float (&v106)[32] = v105;
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v96[e]);
+      float (&v101)[32] = v96;
+      // spec: specs/fa2_bwd.yaml:91:26
+      float v102[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v102[e] = (v98[e] * v101[e]);
+      // spec: specs/fa2_bwd.yaml:91:25
+      kg::bf16 v103[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v103[e] = kg::cvt<kg::bf16>(v102[e]);
+      // spec: specs/fa2_bwd.yaml:92:37
+      float (&v104)[64] = v55;
       {
         const int wg_ = (warp / 4);
-        const uint64_t da_ = kg::wgmma_desc(v104, 1024, 128, 0);
+        const uint64_t db_ = kg::wgmma_desc(v59, 2048, 128, 0);
+        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
+        // (ptxas would then insert a warpgroup.arrive, C7519)
+      #pragma unroll
+        for (int e = 0; e < 64; ++e) kg::fence_operand(v104[e]);
+        kg::wgmma_fence();
+      #pragma unroll
+        for (int ks = 0; ks < 4; ++ks)
+      #pragma unroll
+          for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+            for (int rn = 0; rn < 1; ++rn)
+              kg::wgmma_m64n128k16_bf16_rs<1>(&v104[(rm * 1 + rn) * 64], &v103[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 1) * 128 + rn * 128)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 1) * 128 + rn * 128)) % 8) * 2 / 16), 1);
+        kg::wgmma_commit();
+      }
+      // spec: specs/fa2_bwd.yaml:94:70
+      kg::bf16* v105 = reinterpret_cast<kg::bf16*>(smem + 131072);
+      kg::sync();
+      #pragma unroll
+      for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v105[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v103[e]);
+      kg::fence_proxy_async();
+      kg::sync();
+      // spec: specs/fa2_bwd.yaml:94:70
+      kg::bf16* v106 = v105;
+      // spec: specs/fa2_bwd.yaml:94:70
+      float v107[32];
+      // spec: specs/fa2_bwd.yaml:94:70
+      float (&v108)[32] = v107;
+      {
+        const int wg_ = (warp / 4);
+        const uint64_t da_ = kg::wgmma_desc(v106, 1024, 128, 0);
         const uint64_t db_ = kg::wgmma_desc(v10, 2048, 128, 0);
         kg::wgmma_fence();
       #pragma unroll
@@ -574,17 +572,33 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_bf16_ss<1, 1>(&v106[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 2) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 2) * 64 + rm * 64)) % 8) * 2 / 16), db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 2) * 64 + rn * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 2) * 64 + rn * 64)) % 8) * 2 / 16), (ks > 0));
+              kg::wgmma_m64n64k16_bf16_ss<1, 1>(&v108[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 2) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 2) * 64 + rm * 64)) % 8) * 2 / 16), db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 2) * 64 + rn * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 2) * 64 + rn * 64)) % 8) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
-        kg::wgmma_wait<0>();
-      #pragma unroll
-        for (int e = 0; e < 32; ++e) kg::fence_operand(v106[e]);
       }
-      // spec: specs/fa2_bwd.yaml:92:70
-      float v107[32];
+      // spec: specs/fa2_bwd.yaml:94:70
+      kg::wgmma_wait<0>();
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v107[e] = (v106[e] * v2);
-      // spec: specs/fa2_bwd.yaml:92:23
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v108[e]);
+      float (&v109)[32] = v108;
+      // spec: specs/fa2_bwd.yaml:90:37
+      kg::wgmma_wait<0>();
+      #pragma unroll
+      for (int e = 0; e < 64; ++e) kg::fence_operand(v100[e]);
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v99)[e]);
+      float (&v110)[64] = v100;
+      // spec: specs/fa2_bwd.yaml:92:37
+      kg::wgmma_wait<0>();
+      #pragma unroll
+      for (int e = 0; e < 64; ++e) kg::fence_operand(v104[e]);
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v103)[e]);
+      float (&v111)[64] = v104;
+      // spec: specs/fa2_bwd.yaml:94:70
+      float v112[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v112[e] = (v109[e] * v2);
+      // spec: specs/fa2_bwd.yaml:94:23
       if ((lane & 0) == 0 && (warp & 0) == 0) {
         float* p_ = t_dq_acc + ((int64_t)(v12) * stride_dq_acc_0 + (int64_t)(v48) * stride_dq_acc_2);
         const bool aligned_ = kg::aligned(p_, 8) && stride_dq_acc_0 % 2 == 0 && stride_dq_acc_1 % 2 == 0 && stride_dq_acc_2 % 2 == 0;
@@ -596,22 +610,22 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
           const int64_t off_ = (int64_t)i0_ * stride_dq_acc_1 + (int64_t)i1_ * 1;
           if (aligned_ && i0_ < (size_SQ)) {
-            kg::atomic_add_vec<2>(p_ + off_, &v107[e]);
+            kg::atomic_add_vec<2>(p_ + off_, &v112[e]);
           } else {
       #pragma unroll
             for (int v = 0; v < 2; ++v)
-              if (i0_ < (size_SQ)) kg::atomic_add(p_ + off_ + v, v107[e + v]);
+              if (i0_ < (size_SQ)) kg::atomic_add(p_ + off_ + v, v112[e + v]);
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:92:23
+      // spec: specs/fa2_bwd.yaml:94:23
 
       float y0_[64];
       #pragma unroll
-      for (int e = 0; e < 64; ++e) y0_[e] = v92[e];
+      for (int e = 0; e < 64; ++e) y0_[e] = v110[e];
       float y1_[64];
       #pragma unroll
-      for (int e = 0; e < 64; ++e) y1_[e] = v102[e];
+      for (int e = 0; e < 64; ++e) y1_[e] = v111[e];
       #pragma unroll
       for (int e = 0; e < 64; ++e) v51[e] = y0_[e];
       #pragma unroll
@@ -630,15 +644,15 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
     #pragma unroll
     for (int e = 0; e < 64; ++e) v34[e] = y1_[e];
   }
-  // spec: specs/fa2_bwd.yaml:105:34
-  float v108[64];
+  // spec: specs/fa2_bwd.yaml:108:34
+  float v113[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v108[e] = (v34[e] * v2);
-  // spec: specs/fa2_bwd.yaml:105:33
-  kg::bf16 v109[64];
+  for (int e = 0; e < 64; ++e) v113[e] = (v34[e] * v2);
+  // spec: specs/fa2_bwd.yaml:108:33
+  kg::bf16 v114[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v109[e] = kg::cvt<kg::bf16>(v108[e]);
-  // spec: specs/fa2_bwd.yaml:105:7
+  for (int e = 0; e < 64; ++e) v114[e] = kg::cvt<kg::bf16>(v113[e]);
+  // spec: specs/fa2_bwd.yaml:108:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_dk + ((int64_t)(v12) * stride_dk_0 + (int64_t)(v11) * stride_dk_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dk_0 % 2 == 0 && stride_dk_1 % 2 == 0 && stride_dk_2 % 2 == 0;
@@ -650,19 +664,19 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32 + ((e >> 5) & 1) * 64;
       const int64_t off_ = (int64_t)i0_ * stride_dk_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SK)) {
-        kg::copy_vec<2>(p_ + off_, &v109[e]);
+        kg::copy_vec<2>(p_ + off_, &v114[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SK)) p_[off_ + v] = v109[e + v];
+          if (i0_ < (size_SK)) p_[off_ + v] = v114[e + v];
       }
     }
   }
-  // spec: specs/fa2_bwd.yaml:106:33
-  kg::bf16 v110[64];
+  // spec: specs/fa2_bwd.yaml:109:33
+  kg::bf16 v115[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v110[e] = kg::cvt<kg::bf16>(v33[e]);
-  // spec: specs/fa2_bwd.yaml:106:7
+  for (int e = 0; e < 64; ++e) v115[e] = kg::cvt<kg::bf16>(v33[e]);
+  // spec: specs/fa2_bwd.yaml:109:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_dv + ((int64_t)(v12) * stride_dv_0 + (int64_t)(v11) * stride_dv_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dv_0 % 2 == 0 && stride_dv_1 % 2 == 0 && stride_dv_2 % 2 == 0;
@@ -674,11 +688,11 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32 + ((e >> 5) & 1) * 64;
       const int64_t off_ = (int64_t)i0_ * stride_dv_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SK)) {
-        kg::copy_vec<2>(p_ + off_, &v110[e]);
+        kg::copy_vec<2>(p_ + off_, &v115[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SK)) p_[off_ + v] = v110[e + v];
+          if (i0_ < (size_SK)) p_[off_ + v] = v115[e + v];
       }
     }
   }

@@ -24,7 +24,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
   const int lane = kg::thread_id() % kg::WAVE;
   const int warp = kg::thread_id() / kg::WAVE;
   
-  // spec: specs/fa2_bwd.yaml:95:69
+  // spec: specs/fa2_bwd.yaml:97:69
   const int v0 = size_SK;
   // spec: specs/fa2_bwd.yaml:65:38
   const int v1 = size_SQ;
@@ -42,7 +42,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
   const int v7 = kg::block_id_x();
   // spec: specs/fa2_bwd.yaml:53:14
   const int v8 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:98:41
+  // spec: specs/fa2_bwd.yaml:100:23
   kg::bf16* v9 = reinterpret_cast<kg::bf16*>(smem + 32768);
   // spec: specs/fa2_bwd.yaml:50:12
   const int v10 = (kg::mod(v6, v4));
@@ -72,13 +72,13 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_bwd.yaml:98:41
+  // spec: specs/fa2_bwd.yaml:100:23
   kg::cp_async_wait<0>();
   kg::fence_proxy_async();
   kg::sync();
-  // spec: specs/fa2_bwd.yaml:98:41
+  // spec: specs/fa2_bwd.yaml:100:23
   kg::bf16* v12 = v9;
-  // spec: specs/fa2_bwd.yaml:100:24
+  // spec: specs/fa2_bwd.yaml:101:24
   kg::bf16* v13 = reinterpret_cast<kg::bf16*>(smem + 40960);
   // spec: specs/fa2_bwd.yaml:55:12
   if (true) {
@@ -103,11 +103,11 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_bwd.yaml:100:24
+  // spec: specs/fa2_bwd.yaml:101:24
   kg::cp_async_wait<0>();
   kg::fence_proxy_async();
   kg::sync();
-  // spec: specs/fa2_bwd.yaml:100:24
+  // spec: specs/fa2_bwd.yaml:101:24
   kg::bf16* v14 = v13;
   // spec: specs/fa2_bwd.yaml:53:40
   int v15[16];
@@ -121,7 +121,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
   int v18[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v18[e] = (v17 + v15[e]);
-  // spec: specs/fa2_bwd.yaml:95:53
+  // spec: specs/fa2_bwd.yaml:97:53
   int (&v19)[16] = v18;
   // spec: specs/fa2_bwd.yaml:63:22
   const int v20 = 1;
@@ -153,9 +153,9 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
     float (&v30)[32] = v27;
     float (&v31)[32] = v28;
     
-    // spec: specs/fa2_bwd.yaml:99:37
+    // spec: specs/fa2_bwd.yaml:101:24
     kg::bf16* v32 = reinterpret_cast<kg::bf16*>(smem + 0);
-    // spec: specs/fa2_bwd.yaml:98:41
+    // spec: specs/fa2_bwd.yaml:100:23
     kg::bf16* v33 = reinterpret_cast<kg::bf16*>(smem + 16384);
     // spec: specs/fa2_bwd.yaml:65:11
     const int v34 = 0;
@@ -268,7 +268,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:98:41
+      // spec: specs/fa2_bwd.yaml:100:23
       kg::cp_async_wait<1>();
       kg::fence_proxy_async();
       kg::sync();
@@ -305,9 +305,9 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
         }
       }
       kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:98:41
+      // spec: specs/fa2_bwd.yaml:100:23
       float v61[32];
-      // spec: specs/fa2_bwd.yaml:98:41
+      // spec: specs/fa2_bwd.yaml:100:23
       float (&v62)[32] = v61;
       {
         const int wg_ = 0;
@@ -322,163 +322,44 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
             for (int rn = 0; rn < 1; ++rn)
               kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v62[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
-        kg::wgmma_wait<0>();
-      #pragma unroll
-        for (int e = 0; e < 32; ++e) kg::fence_operand(v62[e]);
       }
-      // spec: specs/fa2_bwd.yaml:98:23
-      const float v63 = 0.0f;
-      // spec: specs/fa2_bwd.yaml:94:26
-      const float v64 = 1.4426950408889634f;
-      // spec: specs/fa2_bwd.yaml:94:26
-      float v65[2];
-      #pragma unroll
-      for (int e = 0; e < 2; ++e) v65[e] = (v55[e] * v64);
-      // spec: specs/fa2_bwd.yaml:98:66
-      float (&v66)[2] = v65;
-      // spec: specs/fa2_bwd.yaml:98:41
-      float v67[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v67[e] = v66[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:98:41
-      float v68[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v68[e] = (v62[e] * v25);
-      // spec: specs/fa2_bwd.yaml:98:41
-      float v69[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v69[e] = (v68[e] - v67[e]);
-      // spec: specs/fa2_bwd.yaml:98:36
-      float v70[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v70[e] = kg::exp2_(v69[e]);
-      // spec: specs/fa2_bwd.yaml:95:78
-      const float v71 = -kg::inf();
-      // spec: specs/fa2_bwd.yaml:95:78
-      float (&v72)[2] = v65;
-      // spec: specs/fa2_bwd.yaml:95:78
-      bool v73[2];
-      #pragma unroll
-      for (int e = 0; e < 2; ++e) v73[e] = (v72[e] > v71);
-      // spec: specs/fa2_bwd.yaml:95:27
-      bool v74[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v74[e] = v73[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:95:53
-      bool v75[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v75[e] = (v19[e] < v0);
-      // spec: specs/fa2_bwd.yaml:95:27
-      bool v76[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v76[e] = v75[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:69:36
-      int v77[2];
-      #pragma unroll
-      for (int e = 0; e < 2; ++e) v77[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8);
-      // spec: specs/fa2_bwd.yaml:69:22
-      const int v78 = 64;
-      // spec: specs/fa2_bwd.yaml:69:22
-      const int v79 = (v48 * v78);
-      // spec: specs/fa2_bwd.yaml:69:22
-      int v80[2];
-      #pragma unroll
-      for (int e = 0; e < 2; ++e) v80[e] = (v79 + v77[e]);
-      // spec: specs/fa2_bwd.yaml:95:28
-      int (&v81)[2] = v80;
-      // spec: specs/fa2_bwd.yaml:95:28
-      bool v82[2];
-      #pragma unroll
-      for (int e = 0; e < 2; ++e) v82[e] = (v81[e] < v1);
-      // spec: specs/fa2_bwd.yaml:95:27
-      bool v83[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v83[e] = v82[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:95:27
-      bool v84[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v84[e] = (v83[e] && v76[e]);
-      // spec: specs/fa2_bwd.yaml:95:27
-      bool v85[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v85[e] = (v84[e] && v74[e]);
-      // spec: specs/fa2_bwd.yaml:98:23
-      float v86[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v86[e] = (v85[e] ? v70[e] : v63);
-      // spec: specs/fa2_bwd.yaml:99:41
-      kg::bf16 v87[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v87[e] = kg::cvt<kg::bf16>(v86[e]);
-      // spec: specs/fa2_bwd.yaml:99:37
-      kg::bf16* v88 = reinterpret_cast<kg::bf16*>(smem + 49152);
-      kg::sync();
-      #pragma unroll
-      for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v88[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v87[e]);
-      kg::fence_proxy_async();
-
-      // spec: specs/fa2_bwd.yaml:99:37
-      kg::bf16* v89 = v88;
-      // spec: specs/fa2_bwd.yaml:99:37
+      // spec: specs/fa2_bwd.yaml:101:24
       kg::cp_async_wait<1>();
       kg::fence_proxy_async();
       kg::sync();
       // spec: specs/fa2_bwd.yaml:65:11
-      kg::bf16* v90 = v32 + (v57 % 2) * 4096;
+      kg::bf16* v63 = v32 + (v57 % 2) * 4096;
       // spec: specs/fa2_bwd.yaml:67:22
-      const int v91 = (v48 + v45);
+      const int v64 = (v48 + v45);
       // spec: specs/fa2_bwd.yaml:67:22
-      const bool v92 = (v91 < v40);
+      const bool v65 = (v64 < v40);
       // spec: specs/fa2_bwd.yaml:67:22
-      if (v92) {
+      if (v65) {
         const kg::bf16* p_ = t_do + ((int64_t)(v11) * stride_do_0 + (int64_t)(v43) * stride_do_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
-        const int64_t q_ = (int64_t)(v91 * 64) * stride_do_1 + 0;
+        const int64_t q_ = (int64_t)(v64 * 64) * stride_do_1 + 0;
       #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int c_ = lane + warp * 32 + i * 128;
           const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
-          const int i0_ = v91 * 64 + r_, i1_ = 0 + k_;
+          const int i0_ = v64 * 64 + r_, i1_ = 0 + k_;
           const int64_t off_ = q_ + ((int64_t)r_ * stride_do_1 + k_);
           const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
           if (aligned_) {
             const int n_ = (i0_ < (size_SQ)) * 8;
-            kg::cp_async<16>(&v90[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+            kg::cp_async<16>(&v63[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
           } else {
       #pragma unroll
             for (int v = 0; v < 8; ++v)
-              v90[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+              v63[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
           }
         }
       }
       kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:99:37
-      float (&v93)[32] = v49;
-      {
-        const int wg_ = 0;
-        const uint64_t da_ = kg::wgmma_desc(v89, 1024, 128, 0);
-        const uint64_t db_ = kg::wgmma_desc(v53, 8192, 1024, 1);
-        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
-        // (ptxas would then insert a warpgroup.arrive, C7519)
-      #pragma unroll
-        for (int e = 0; e < 32; ++e) kg::fence_operand(v93[e]);
-        kg::wgmma_fence();
-      #pragma unroll
-        for (int ks = 0; ks < 4; ++ks)
-      #pragma unroll
-          for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-            for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_bf16_ss<1, 1>(&v93[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
-        kg::wgmma_commit();
-        kg::wgmma_wait<0>();
-      #pragma unroll
-        for (int e = 0; e < 32; ++e) kg::fence_operand(v93[e]);
-      }
-      // spec: specs/fa2_bwd.yaml:100:24
-      float v94[32];
-      // spec: specs/fa2_bwd.yaml:100:24
-      float (&v95)[32] = v94;
+      // spec: specs/fa2_bwd.yaml:101:24
+      float v66[32];
+      // spec: specs/fa2_bwd.yaml:101:24
+      float (&v67)[32] = v66;
       {
         const int wg_ = 0;
         const uint64_t da_ = kg::wgmma_desc(v53, 16, 1024, 1);
@@ -490,14 +371,129 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v95[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
+              kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v67[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
-        kg::wgmma_wait<0>();
-      #pragma unroll
-        for (int e = 0; e < 32; ++e) kg::fence_operand(v95[e]);
       }
-      // spec: specs/fa2_bwd.yaml:101:35
-      float v96[2];
+      // spec: specs/fa2_bwd.yaml:102:23
+      const float v68 = 0.0f;
+      // spec: specs/fa2_bwd.yaml:96:26
+      const float v69 = 1.4426950408889634f;
+      // spec: specs/fa2_bwd.yaml:96:26
+      float v70[2];
+      #pragma unroll
+      for (int e = 0; e < 2; ++e) v70[e] = (v55[e] * v69);
+      // spec: specs/fa2_bwd.yaml:102:54
+      float (&v71)[2] = v70;
+      // spec: specs/fa2_bwd.yaml:102:41
+      float v72[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v72[e] = v71[((e >> 1) & 1) * 1];
+      // spec: specs/fa2_bwd.yaml:100:23
+      kg::wgmma_wait<1>();
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v62[e]);
+      float (&v73)[32] = v62;
+      // spec: specs/fa2_bwd.yaml:102:41
+      float v74[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v74[e] = (v73[e] * v25);
+      // spec: specs/fa2_bwd.yaml:102:41
+      float v75[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v75[e] = (v74[e] - v72[e]);
+      // spec: specs/fa2_bwd.yaml:102:36
+      float v76[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v76[e] = kg::exp2_(v75[e]);
+      // spec: specs/fa2_bwd.yaml:97:78
+      const float v77 = -kg::inf();
+      // spec: specs/fa2_bwd.yaml:97:78
+      float (&v78)[2] = v70;
+      // spec: specs/fa2_bwd.yaml:97:78
+      bool v79[2];
+      #pragma unroll
+      for (int e = 0; e < 2; ++e) v79[e] = (v78[e] > v77);
+      // spec: specs/fa2_bwd.yaml:97:27
+      bool v80[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v80[e] = v79[((e >> 1) & 1) * 1];
+      // spec: specs/fa2_bwd.yaml:97:53
+      bool v81[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v81[e] = (v19[e] < v0);
+      // spec: specs/fa2_bwd.yaml:97:27
+      bool v82[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v82[e] = v81[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:69:36
+      int v83[2];
+      #pragma unroll
+      for (int e = 0; e < 2; ++e) v83[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8);
+      // spec: specs/fa2_bwd.yaml:69:22
+      const int v84 = 64;
+      // spec: specs/fa2_bwd.yaml:69:22
+      const int v85 = (v48 * v84);
+      // spec: specs/fa2_bwd.yaml:69:22
+      int v86[2];
+      #pragma unroll
+      for (int e = 0; e < 2; ++e) v86[e] = (v85 + v83[e]);
+      // spec: specs/fa2_bwd.yaml:97:28
+      int (&v87)[2] = v86;
+      // spec: specs/fa2_bwd.yaml:97:28
+      bool v88[2];
+      #pragma unroll
+      for (int e = 0; e < 2; ++e) v88[e] = (v87[e] < v1);
+      // spec: specs/fa2_bwd.yaml:97:27
+      bool v89[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v89[e] = v88[((e >> 1) & 1) * 1];
+      // spec: specs/fa2_bwd.yaml:97:27
+      bool v90[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v90[e] = (v89[e] && v82[e]);
+      // spec: specs/fa2_bwd.yaml:97:27
+      bool v91[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v91[e] = (v90[e] && v80[e]);
+      // spec: specs/fa2_bwd.yaml:102:23
+      float v92[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v92[e] = (v91[e] ? v76[e] : v68);
+      // spec: specs/fa2_bwd.yaml:103:41
+      kg::bf16 v93[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v93[e] = kg::cvt<kg::bf16>(v92[e]);
+      // spec: specs/fa2_bwd.yaml:103:37
+      kg::bf16* v94 = reinterpret_cast<kg::bf16*>(smem + 49152);
+      kg::sync();
+      #pragma unroll
+      for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v94[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v93[e]);
+      kg::fence_proxy_async();
+      kg::sync();
+      // spec: specs/fa2_bwd.yaml:103:37
+      kg::bf16* v95 = v94;
+      // spec: specs/fa2_bwd.yaml:103:37
+      float (&v96)[32] = v49;
+      {
+        const int wg_ = 0;
+        const uint64_t da_ = kg::wgmma_desc(v95, 1024, 128, 0);
+        const uint64_t db_ = kg::wgmma_desc(v53, 8192, 1024, 1);
+        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
+        // (ptxas would then insert a warpgroup.arrive, C7519)
+      #pragma unroll
+        for (int e = 0; e < 32; ++e) kg::fence_operand(v96[e]);
+        kg::wgmma_fence();
+      #pragma unroll
+        for (int ks = 0; ks < 4; ++ks)
+      #pragma unroll
+          for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+            for (int rn = 0; rn < 1; ++rn)
+              kg::wgmma_m64n64k16_bf16_ss<1, 1>(&v96[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
+        kg::wgmma_commit();
+      }
+      // spec: specs/fa2_bwd.yaml:104:35
+      float v97[2];
       {
         const float* p_ = t_delta + ((int64_t)(v11) * stride_delta_0 + (int64_t)(v43) * stride_delta_1);
         const bool aligned_ = false;
@@ -508,51 +504,56 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 1 <= (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<1>(&v96[e], p_ + off_);
+            kg::copy_vec<1>(&v97[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 1; ++v)
-              v96[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+              v97[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:101:35
-      float (&v97)[2] = v96;
-      // spec: specs/fa2_bwd.yaml:101:30
-      float v98[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v98[e] = v97[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:101:30
+      // spec: specs/fa2_bwd.yaml:104:35
+      float (&v98)[2] = v97;
+      // spec: specs/fa2_bwd.yaml:104:30
       float v99[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v99[e] = (v95[e] - v98[e]);
-      // spec: specs/fa2_bwd.yaml:101:25
-      float v100[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v100[e] = (v86[e] * v99[e]);
+      for (int e = 0; e < 32; ++e) v99[e] = v98[((e >> 1) & 1) * 1];
       // spec: specs/fa2_bwd.yaml:101:24
-      kg::bf16 v101[32];
+      kg::wgmma_wait<1>();
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v101[e] = kg::cvt<kg::bf16>(v100[e]);
-      // spec: specs/fa2_bwd.yaml:102:37
-      kg::bf16* v102 = reinterpret_cast<kg::bf16*>(smem + 49152);
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v67[e]);
+      float (&v100)[32] = v67;
+      // spec: specs/fa2_bwd.yaml:104:30
+      float v101[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v101[e] = (v100[e] - v99[e]);
+      // spec: specs/fa2_bwd.yaml:104:25
+      float v102[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v102[e] = (v92[e] * v101[e]);
+      // spec: specs/fa2_bwd.yaml:104:24
+      kg::bf16 v103[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v103[e] = kg::cvt<kg::bf16>(v102[e]);
+      // spec: specs/fa2_bwd.yaml:105:37
+      kg::bf16* v104 = reinterpret_cast<kg::bf16*>(smem + 57344);
       kg::sync();
       #pragma unroll
-      for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v102[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v101[e]);
+      for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v104[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v103[e]);
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:102:37
-      kg::bf16* v103 = v102;
-      // spec: specs/fa2_bwd.yaml:102:37
-      float (&v104)[32] = v50;
+      // spec: specs/fa2_bwd.yaml:105:37
+      kg::bf16* v105 = v104;
+      // spec: specs/fa2_bwd.yaml:105:37
+      float (&v106)[32] = v50;
       {
         const int wg_ = 0;
-        const uint64_t da_ = kg::wgmma_desc(v103, 1024, 128, 0);
+        const uint64_t da_ = kg::wgmma_desc(v105, 1024, 128, 0);
         const uint64_t db_ = kg::wgmma_desc(v54, 8192, 1024, 1);
         // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
         // (ptxas would then insert a warpgroup.arrive, C7519)
       #pragma unroll
-        for (int e = 0; e < 32; ++e) kg::fence_operand(v104[e]);
+        for (int e = 0; e < 32; ++e) kg::fence_operand(v106[e]);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 4; ++ks)
@@ -560,16 +561,13 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_bf16_ss<1, 1>(&v104[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
+              kg::wgmma_m64n64k16_bf16_ss<1, 1>(&v106[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
-        kg::wgmma_wait<0>();
-      #pragma unroll
-        for (int e = 0; e < 32; ++e) kg::fence_operand(v104[e]);
       }
-      // spec: specs/fa2_bwd.yaml:104:70
-      float v105[32];
-      // spec: specs/fa2_bwd.yaml:104:70
-      float (&v106)[32] = v105;
+      // spec: specs/fa2_bwd.yaml:107:70
+      float v107[32];
+      // spec: specs/fa2_bwd.yaml:107:70
+      float (&v108)[32] = v107;
       {
         const int wg_ = 0;
         const uint64_t db_ = kg::wgmma_desc(v9, 8192, 1024, 1);
@@ -580,17 +578,31 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_bf16_rs<1>(&v106[(rm * 1 + rn) * 32], &v101[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), (ks > 0));
+              kg::wgmma_m64n64k16_bf16_rs<1>(&v108[(rm * 1 + rn) * 32], &v103[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
-        kg::wgmma_wait<0>();
-      #pragma unroll
-        for (int e = 0; e < 32; ++e) kg::fence_operand(v106[e]);
       }
-      // spec: specs/fa2_bwd.yaml:104:70
-      float v107[32];
+      // spec: specs/fa2_bwd.yaml:107:70
+      kg::wgmma_wait<0>();
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v107[e] = (v106[e] * v2);
-      // spec: specs/fa2_bwd.yaml:104:23
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v108[e]);
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v103)[e]);
+      float (&v109)[32] = v108;
+      // spec: specs/fa2_bwd.yaml:103:37
+      kg::wgmma_wait<0>();
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v96[e]);
+      float (&v110)[32] = v96;
+      // spec: specs/fa2_bwd.yaml:105:37
+      kg::wgmma_wait<0>();
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v106[e]);
+      float (&v111)[32] = v106;
+      // spec: specs/fa2_bwd.yaml:107:70
+      float v112[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v112[e] = (v109[e] * v2);
+      // spec: specs/fa2_bwd.yaml:107:23
       if ((lane & 0) == 0 && (warp & 0) == 0) {
         float* p_ = t_dq_acc + ((int64_t)(v11) * stride_dq_acc_0 + (int64_t)(v43) * stride_dq_acc_2);
         const bool aligned_ = kg::aligned(p_, 8) && stride_dq_acc_0 % 2 == 0 && stride_dq_acc_1 % 2 == 0 && stride_dq_acc_2 % 2 == 0;
@@ -602,22 +614,22 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
           const int64_t off_ = (int64_t)i0_ * stride_dq_acc_1 + (int64_t)i1_ * 1;
           if (aligned_ && i0_ < (size_SQ)) {
-            kg::atomic_add_vec<2>(p_ + off_, &v107[e]);
+            kg::atomic_add_vec<2>(p_ + off_, &v112[e]);
           } else {
       #pragma unroll
             for (int v = 0; v < 2; ++v)
-              if (i0_ < (size_SQ)) kg::atomic_add(p_ + off_ + v, v107[e + v]);
+              if (i0_ < (size_SQ)) kg::atomic_add(p_ + off_ + v, v112[e + v]);
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:104:23
+      // spec: specs/fa2_bwd.yaml:107:23
 
       float y0_[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) y0_[e] = v93[e];
+      for (int e = 0; e < 32; ++e) y0_[e] = v110[e];
       float y1_[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) y1_[e] = v104[e];
+      for (int e = 0; e < 32; ++e) y1_[e] = v111[e];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v46[e] = y0_[e];
       #pragma unroll
@@ -636,15 +648,15 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
     #pragma unroll
     for (int e = 0; e < 32; ++e) v28[e] = y1_[e];
   }
-  // spec: specs/fa2_bwd.yaml:105:34
-  float v108[32];
+  // spec: specs/fa2_bwd.yaml:108:34
+  float v113[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v108[e] = (v28[e] * v2);
-  // spec: specs/fa2_bwd.yaml:105:33
-  kg::bf16 v109[32];
+  for (int e = 0; e < 32; ++e) v113[e] = (v28[e] * v2);
+  // spec: specs/fa2_bwd.yaml:108:33
+  kg::bf16 v114[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v109[e] = kg::cvt<kg::bf16>(v108[e]);
-  // spec: specs/fa2_bwd.yaml:105:7
+  for (int e = 0; e < 32; ++e) v114[e] = kg::cvt<kg::bf16>(v113[e]);
+  // spec: specs/fa2_bwd.yaml:108:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_dk + ((int64_t)(v11) * stride_dk_0 + (int64_t)(v10) * stride_dk_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dk_0 % 2 == 0 && stride_dk_1 % 2 == 0 && stride_dk_2 % 2 == 0;
@@ -656,19 +668,19 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
       const int64_t off_ = (int64_t)i0_ * stride_dk_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SK)) {
-        kg::copy_vec<2>(p_ + off_, &v109[e]);
+        kg::copy_vec<2>(p_ + off_, &v114[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SK)) p_[off_ + v] = v109[e + v];
+          if (i0_ < (size_SK)) p_[off_ + v] = v114[e + v];
       }
     }
   }
-  // spec: specs/fa2_bwd.yaml:106:33
-  kg::bf16 v110[32];
+  // spec: specs/fa2_bwd.yaml:109:33
+  kg::bf16 v115[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v110[e] = kg::cvt<kg::bf16>(v27[e]);
-  // spec: specs/fa2_bwd.yaml:106:7
+  for (int e = 0; e < 32; ++e) v115[e] = kg::cvt<kg::bf16>(v27[e]);
+  // spec: specs/fa2_bwd.yaml:109:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_dv + ((int64_t)(v11) * stride_dv_0 + (int64_t)(v10) * stride_dv_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dv_0 % 2 == 0 && stride_dv_1 % 2 == 0 && stride_dv_2 % 2 == 0;
@@ -680,11 +692,11 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
       const int64_t off_ = (int64_t)i0_ * stride_dv_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SK)) {
-        kg::copy_vec<2>(p_ + off_, &v110[e]);
+        kg::copy_vec<2>(p_ + off_, &v115[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SK)) p_[off_ + v] = v110[e + v];
+          if (i0_ < (size_SK)) p_[off_ + v] = v115[e + v];
       }
     }
   }

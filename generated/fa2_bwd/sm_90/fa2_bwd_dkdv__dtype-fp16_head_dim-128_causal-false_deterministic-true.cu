@@ -42,7 +42,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
   const int v7 = kg::block_id_x();
   // spec: specs/fa2_bwd.yaml:53:14
   const int v8 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:85:24
+  // spec: specs/fa2_bwd.yaml:87:24
   kg::fp16* v9 = reinterpret_cast<kg::fp16*>(smem + 0);
   // spec: specs/fa2_bwd.yaml:50:12
   const int v10 = (kg::mod(v6, v4));
@@ -72,7 +72,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_bwd.yaml:85:24
+  // spec: specs/fa2_bwd.yaml:87:24
   kg::cp_async_wait<0>();
   kg::fence_proxy_async();
   kg::sync();
@@ -149,9 +149,9 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
     float (&v28)[64] = v25;
     float (&v29)[64] = v26;
     
-    // spec: specs/fa2_bwd.yaml:87:37
+    // spec: specs/fa2_bwd.yaml:88:25
     kg::fp16* v30 = reinterpret_cast<kg::fp16*>(smem + 65536);
-    // spec: specs/fa2_bwd.yaml:85:24
+    // spec: specs/fa2_bwd.yaml:87:24
     kg::fp16* v31 = reinterpret_cast<kg::fp16*>(smem + 98304);
     // spec: specs/fa2_bwd.yaml:65:11
     const int v32 = 0;
@@ -276,7 +276,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       int v57[1];
       #pragma unroll
       for (int e = 0; e < 1; ++e) v57[e] = (v56 + v54[e]);
-      // spec: specs/fa2_bwd.yaml:85:24
+      // spec: specs/fa2_bwd.yaml:87:24
       kg::cp_async_wait<1>();
       kg::fence_proxy_async();
       kg::sync();
@@ -313,21 +313,21 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
         }
       }
       kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:85:24
+      // spec: specs/fa2_bwd.yaml:87:24
       kg::fp16* v63 = v52;
-      // spec: specs/fa2_bwd.yaml:85:54
+      // spec: specs/fa2_bwd.yaml:87:54
       const float v64 = -1.0f;
-      // spec: specs/fa2_bwd.yaml:85:54
+      // spec: specs/fa2_bwd.yaml:87:54
       float v65[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v65[e] = (v53[e] * v64);
-      // spec: specs/fa2_bwd.yaml:85:54
+      // spec: specs/fa2_bwd.yaml:87:54
       float v66[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v66[e] = (v65[e] / v2);
-      // spec: specs/fa2_bwd.yaml:85:53
+      // spec: specs/fa2_bwd.yaml:87:53
       float (&v67)[16] = v66;
-      // spec: specs/fa2_bwd.yaml:85:40
+      // spec: specs/fa2_bwd.yaml:87:40
       float v68[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v68[e] = v67[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
@@ -335,17 +335,17 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       bool v69[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v69[e] = (v17[e] < v0);
-      // spec: specs/fa2_bwd.yaml:85:40
+      // spec: specs/fa2_bwd.yaml:87:40
       bool v70[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v70[e] = v69[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:85:40
+      // spec: specs/fa2_bwd.yaml:87:40
       const float v71 = -kg::inf();
-      // spec: specs/fa2_bwd.yaml:85:40
+      // spec: specs/fa2_bwd.yaml:87:40
       float v72[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v72[e] = (v70[e] ? v68[e] : v71);
-      // spec: specs/fa2_bwd.yaml:85:24
+      // spec: specs/fa2_bwd.yaml:87:24
       float (&v73)[32] = v72;
       {
         const int wg_ = (warp / 4);
@@ -364,79 +364,9 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
             for (int rn = 0; rn < 1; ++rn)
               kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v73[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 8192 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
-        kg::wgmma_wait<0>();
-      #pragma unroll
-        for (int e = 0; e < 32; ++e) kg::fence_operand(v73[e]);
-      }
-      // spec: specs/fa2_bwd.yaml:87:37
-      kg::cp_async_wait<1>();
-      kg::fence_proxy_async();
-      kg::sync();
-      // spec: specs/fa2_bwd.yaml:65:11
-      kg::fp16* v74 = v30 + (v59 % 2) * 8192;
-      // spec: specs/fa2_bwd.yaml:67:22
-      const int v75 = (v46 + v43);
-      // spec: specs/fa2_bwd.yaml:67:22
-      const bool v76 = (v75 < v38);
-      // spec: specs/fa2_bwd.yaml:67:22
-      if (v76) {
-        const kg::fp16* p_ = t_do + ((int64_t)(v11) * stride_do_0 + (int64_t)(v41) * stride_do_2);
-        const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
-        const int64_t q_ = (int64_t)(v75 * 64) * stride_do_1 + 0;
-      #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int c_ = lane + warp * 32 + i * 256;
-          const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
-          const int i0_ = v75 * 64 + r_, i1_ = 0 + k_;
-          const int64_t off_ = q_ + ((int64_t)r_ * stride_do_1 + k_);
-          const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 4096 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
-          if (aligned_) {
-            const int n_ = (i0_ < (size_SQ)) * 8;
-            kg::cp_async<16>(&v74[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-          } else {
-      #pragma unroll
-            for (int v = 0; v < 8; ++v)
-              v74[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
-          }
-        }
-      }
-      kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:86:29
-      float v77[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v77[e] = (v73[e] * v23);
-      // spec: specs/fa2_bwd.yaml:86:24
-      float v78[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v78[e] = kg::exp2_(v77[e]);
-      // spec: specs/fa2_bwd.yaml:87:41
-      kg::fp16 v79[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v79[e] = kg::cvt<kg::fp16>(v78[e]);
-      // spec: specs/fa2_bwd.yaml:87:37
-      float (&v80)[64] = v47;
-      {
-        const int wg_ = (warp / 4);
-        const uint64_t db_ = kg::wgmma_desc(v51, 8192, 1024, 1);
-        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
-        // (ptxas would then insert a warpgroup.arrive, C7519)
-      #pragma unroll
-        for (int e = 0; e < 64; ++e) kg::fence_operand(v80[e]);
-        kg::wgmma_fence();
-      #pragma unroll
-        for (int ks = 0; ks < 4; ++ks)
-      #pragma unroll
-          for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-            for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n128k16_fp16_rs<1>(&v80[(rm * 1 + rn) * 64], &v79[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 128 + rn * 128)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 128 + rn * 128)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 128 + rn * 128)) & 7))) * 2 / 16), 1);
-        kg::wgmma_commit();
-        kg::wgmma_wait<0>();
-      #pragma unroll
-        for (int e = 0; e < 64; ++e) kg::fence_operand(v80[e]);
       }
       // spec: specs/fa2_bwd.yaml:88:45
-      float v81[16];
+      float v74[16];
       {
         const float* p_ = t_delta + ((int64_t)(v11) * stride_delta_0 + (int64_t)(v41) * stride_delta_1);
         const bool aligned_ = kg::aligned(p_, 8) && stride_delta_0 % 2 == 0 && stride_delta_1 % 2 == 0;
@@ -447,38 +377,76 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 2 <= (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<2>(&v81[e], p_ + off_);
+            kg::copy_vec<2>(&v74[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 2; ++v)
-              v81[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+              v74[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
       // spec: specs/fa2_bwd.yaml:88:25
-      kg::fp16* v82 = v51;
-      // spec: specs/fa2_bwd.yaml:88:44
-      const float v83 = -1.0f;
-      // spec: specs/fa2_bwd.yaml:88:44
-      float v84[16];
+      kg::cp_async_wait<1>();
+      kg::fence_proxy_async();
+      kg::sync();
+      // spec: specs/fa2_bwd.yaml:65:11
+      kg::fp16* v75 = v30 + (v59 % 2) * 8192;
+      // spec: specs/fa2_bwd.yaml:67:22
+      const int v76 = (v46 + v43);
+      // spec: specs/fa2_bwd.yaml:67:22
+      const bool v77 = (v76 < v38);
+      // spec: specs/fa2_bwd.yaml:67:22
+      if (v77) {
+        const kg::fp16* p_ = t_do + ((int64_t)(v11) * stride_do_0 + (int64_t)(v41) * stride_do_2);
+        const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
+        const int64_t q_ = (int64_t)(v76 * 64) * stride_do_1 + 0;
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v84[e] = (v81[e] * v83);
+        for (int i = 0; i < 4; ++i) {
+          const int c_ = lane + warp * 32 + i * 256;
+          const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
+          const int i0_ = v76 * 64 + r_, i1_ = 0 + k_;
+          const int64_t off_ = q_ + ((int64_t)r_ * stride_do_1 + k_);
+          const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 4096 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
+          if (aligned_) {
+            const int n_ = (i0_ < (size_SQ)) * 8;
+            kg::cp_async<16>(&v75[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          } else {
+      #pragma unroll
+            for (int v = 0; v < 8; ++v)
+              v75[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          }
+        }
+      }
+      kg::cp_async_commit();
+      // spec: specs/fa2_bwd.yaml:88:25
+      kg::fp16* v78 = v51;
+      // spec: specs/fa2_bwd.yaml:88:44
+      const float v79 = -1.0f;
+      // spec: specs/fa2_bwd.yaml:88:44
+      float v80[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v80[e] = (v74[e] * v79);
       // spec: specs/fa2_bwd.yaml:88:43
-      float (&v85)[16] = v84;
+      float (&v81)[16] = v80;
       // spec: specs/fa2_bwd.yaml:88:25
-      float v86[32];
+      float v82[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v86[e] = v85[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+      for (int e = 0; e < 32; ++e) v82[e] = v81[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:87:24
+      kg::wgmma_wait<0>();
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v73[e]);
+      float (&v83)[32] = v73;
       // spec: specs/fa2_bwd.yaml:88:25
-      float (&v87)[32] = v86;
+      float (&v84)[32] = v82;
       {
         const int wg_ = (warp / 4);
         const uint64_t da_ = kg::wgmma_desc(v12, 16, 1024, 1);
-        const uint64_t db_ = kg::wgmma_desc(v82, 16, 1024, 1);
+        const uint64_t db_ = kg::wgmma_desc(v78, 16, 1024, 1);
         // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
         // (ptxas would then insert a warpgroup.arrive, C7519)
       #pragma unroll
-        for (int e = 0; e < 32; ++e) kg::fence_operand(v87[e]);
+        for (int e = 0; e < 32; ++e) kg::fence_operand(v84[e]);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 8; ++ks)
@@ -486,29 +454,30 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v87[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 8192 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), 1);
+              kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v84[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 8192 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
-        kg::wgmma_wait<0>();
-      #pragma unroll
-        for (int e = 0; e < 32; ++e) kg::fence_operand(v87[e]);
       }
-      // spec: specs/fa2_bwd.yaml:89:26
-      float v88[32];
+      // spec: specs/fa2_bwd.yaml:89:29
+      float v85[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v88[e] = (v78[e] * v87[e]);
-      // spec: specs/fa2_bwd.yaml:89:25
-      kg::fp16 v89[32];
+      for (int e = 0; e < 32; ++e) v85[e] = (v83[e] * v23);
+      // spec: specs/fa2_bwd.yaml:89:24
+      float v86[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v89[e] = kg::cvt<kg::fp16>(v88[e]);
+      for (int e = 0; e < 32; ++e) v86[e] = kg::exp2_(v85[e]);
+      // spec: specs/fa2_bwd.yaml:90:41
+      kg::fp16 v87[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v87[e] = kg::cvt<kg::fp16>(v86[e]);
       // spec: specs/fa2_bwd.yaml:90:37
-      float (&v90)[64] = v48;
+      float (&v88)[64] = v47;
       {
         const int wg_ = (warp / 4);
-        const uint64_t db_ = kg::wgmma_desc(v52, 8192, 1024, 1);
+        const uint64_t db_ = kg::wgmma_desc(v51, 8192, 1024, 1);
         // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
         // (ptxas would then insert a warpgroup.arrive, C7519)
       #pragma unroll
-        for (int e = 0; e < 64; ++e) kg::fence_operand(v90[e]);
+        for (int e = 0; e < 64; ++e) kg::fence_operand(v88[e]);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 4; ++ks)
@@ -516,20 +485,63 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n128k16_fp16_rs<1>(&v90[(rm * 1 + rn) * 64], &v89[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 128 + rn * 128)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 128 + rn * 128)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 128 + rn * 128)) & 7))) * 2 / 16), 1);
+              kg::wgmma_m64n128k16_fp16_rs<1>(&v88[(rm * 1 + rn) * 64], &v87[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 128 + rn * 128)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 128 + rn * 128)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 128 + rn * 128)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
-        kg::wgmma_wait<0>();
-      #pragma unroll
-        for (int e = 0; e < 64; ++e) kg::fence_operand(v90[e]);
       }
-      // spec: specs/fa2_bwd.yaml:91:22
+      // spec: specs/fa2_bwd.yaml:88:25
+      kg::wgmma_wait<1>();
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v84[e]);
+      float (&v89)[32] = v84;
+      // spec: specs/fa2_bwd.yaml:91:26
+      float v90[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v90[e] = (v86[e] * v89[e]);
+      // spec: specs/fa2_bwd.yaml:91:25
+      kg::fp16 v91[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v91[e] = kg::cvt<kg::fp16>(v90[e]);
+      // spec: specs/fa2_bwd.yaml:92:37
+      float (&v92)[64] = v48;
+      {
+        const int wg_ = (warp / 4);
+        const uint64_t db_ = kg::wgmma_desc(v52, 8192, 1024, 1);
+        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
+        // (ptxas would then insert a warpgroup.arrive, C7519)
+      #pragma unroll
+        for (int e = 0; e < 64; ++e) kg::fence_operand(v92[e]);
+        kg::wgmma_fence();
+      #pragma unroll
+        for (int ks = 0; ks < 4; ++ks)
+      #pragma unroll
+          for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+            for (int rn = 0; rn < 1; ++rn)
+              kg::wgmma_m64n128k16_fp16_rs<1>(&v92[(rm * 1 + rn) * 64], &v91[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 128 + rn * 128)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 128 + rn * 128)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 128 + rn * 128)) & 7))) * 2 / 16), 1);
+        kg::wgmma_commit();
+      }
+      // spec: specs/fa2_bwd.yaml:90:37
+      kg::wgmma_wait<1>();
+      #pragma unroll
+      for (int e = 0; e < 64; ++e) kg::fence_operand(v88[e]);
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v87)[e]);
+      float (&v93)[64] = v88;
+      // spec: specs/fa2_bwd.yaml:92:37
+      kg::wgmma_wait<0>();
+      #pragma unroll
+      for (int e = 0; e < 64; ++e) kg::fence_operand(v92[e]);
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v91)[e]);
+      float (&v94)[64] = v92;
+      // spec: specs/fa2_bwd.yaml:93:22
 
       float y0_[64];
       #pragma unroll
-      for (int e = 0; e < 64; ++e) y0_[e] = v80[e];
+      for (int e = 0; e < 64; ++e) y0_[e] = v93[e];
       float y1_[64];
       #pragma unroll
-      for (int e = 0; e < 64; ++e) y1_[e] = v90[e];
+      for (int e = 0; e < 64; ++e) y1_[e] = v94[e];
       #pragma unroll
       for (int e = 0; e < 64; ++e) v44[e] = y0_[e];
       #pragma unroll
@@ -548,15 +560,15 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
     #pragma unroll
     for (int e = 0; e < 64; ++e) v26[e] = y1_[e];
   }
-  // spec: specs/fa2_bwd.yaml:105:34
-  float v91[64];
+  // spec: specs/fa2_bwd.yaml:108:34
+  float v95[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v91[e] = (v26[e] * v2);
-  // spec: specs/fa2_bwd.yaml:105:33
-  kg::fp16 v92[64];
+  for (int e = 0; e < 64; ++e) v95[e] = (v26[e] * v2);
+  // spec: specs/fa2_bwd.yaml:108:33
+  kg::fp16 v96[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v92[e] = kg::cvt<kg::fp16>(v91[e]);
-  // spec: specs/fa2_bwd.yaml:105:7
+  for (int e = 0; e < 64; ++e) v96[e] = kg::cvt<kg::fp16>(v95[e]);
+  // spec: specs/fa2_bwd.yaml:108:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_dk + ((int64_t)(v11) * stride_dk_0 + (int64_t)(v10) * stride_dk_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dk_0 % 2 == 0 && stride_dk_1 % 2 == 0 && stride_dk_2 % 2 == 0;
@@ -568,19 +580,19 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32 + ((e >> 5) & 1) * 64;
       const int64_t off_ = (int64_t)i0_ * stride_dk_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SK)) {
-        kg::copy_vec<2>(p_ + off_, &v92[e]);
+        kg::copy_vec<2>(p_ + off_, &v96[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SK)) p_[off_ + v] = v92[e + v];
+          if (i0_ < (size_SK)) p_[off_ + v] = v96[e + v];
       }
     }
   }
-  // spec: specs/fa2_bwd.yaml:106:33
-  kg::fp16 v93[64];
+  // spec: specs/fa2_bwd.yaml:109:33
+  kg::fp16 v97[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v93[e] = kg::cvt<kg::fp16>(v25[e]);
-  // spec: specs/fa2_bwd.yaml:106:7
+  for (int e = 0; e < 64; ++e) v97[e] = kg::cvt<kg::fp16>(v25[e]);
+  // spec: specs/fa2_bwd.yaml:109:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_dv + ((int64_t)(v11) * stride_dv_0 + (int64_t)(v10) * stride_dv_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dv_0 % 2 == 0 && stride_dv_1 % 2 == 0 && stride_dv_2 % 2 == 0;
@@ -592,11 +604,11 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32 + ((e >> 5) & 1) * 64;
       const int64_t off_ = (int64_t)i0_ * stride_dv_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SK)) {
-        kg::copy_vec<2>(p_ + off_, &v93[e]);
+        kg::copy_vec<2>(p_ + off_, &v97[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SK)) p_[off_ + v] = v93[e + v];
+          if (i0_ < (size_SK)) p_[off_ + v] = v97[e + v];
       }
     }
   }

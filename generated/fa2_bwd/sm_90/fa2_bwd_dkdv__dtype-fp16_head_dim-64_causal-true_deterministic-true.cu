@@ -37,7 +37,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
   const int v8 = kg::block_id_x();
   // spec: specs/fa2_bwd.yaml:60:27
   const int v9 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:98:41
+  // spec: specs/fa2_bwd.yaml:100:23
   kg::fp16* v10 = reinterpret_cast<kg::fp16*>(smem + 32768);
   // spec: specs/fa2_bwd.yaml:50:12
   const int v11 = (kg::mod(v6, v4));
@@ -67,13 +67,13 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_bwd.yaml:98:41
+  // spec: specs/fa2_bwd.yaml:100:23
   kg::cp_async_wait<0>();
   kg::fence_proxy_async();
   kg::sync();
-  // spec: specs/fa2_bwd.yaml:98:41
+  // spec: specs/fa2_bwd.yaml:100:23
   kg::fp16* v13 = v10;
-  // spec: specs/fa2_bwd.yaml:100:24
+  // spec: specs/fa2_bwd.yaml:101:24
   kg::fp16* v14 = reinterpret_cast<kg::fp16*>(smem + 40960);
   // spec: specs/fa2_bwd.yaml:55:12
   if (true) {
@@ -98,11 +98,11 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_bwd.yaml:100:24
+  // spec: specs/fa2_bwd.yaml:101:24
   kg::cp_async_wait<0>();
   kg::fence_proxy_async();
   kg::sync();
-  // spec: specs/fa2_bwd.yaml:100:24
+  // spec: specs/fa2_bwd.yaml:101:24
   kg::fp16* v15 = v14;
   // spec: specs/fa2_bwd.yaml:53:40
   int v16[16];
@@ -116,13 +116,13 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
   int v19[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v19[e] = (v18 + v16[e]);
-  // spec: specs/fa2_bwd.yaml:97:41
+  // spec: specs/fa2_bwd.yaml:99:41
   int (&v20)[16] = v19;
-  // spec: specs/fa2_bwd.yaml:97:41
+  // spec: specs/fa2_bwd.yaml:99:41
   int v21[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v21[e] = v20[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-  // spec: specs/fa2_bwd.yaml:95:53
+  // spec: specs/fa2_bwd.yaml:97:53
   int (&v22)[16] = v19;
   // spec: specs/fa2_bwd.yaml:63:22
   const int v23 = 1;
@@ -170,9 +170,9 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
     float (&v41)[32] = v38;
     float (&v42)[32] = v39;
     
-    // spec: specs/fa2_bwd.yaml:99:37
+    // spec: specs/fa2_bwd.yaml:101:24
     kg::fp16* v43 = reinterpret_cast<kg::fp16*>(smem + 0);
-    // spec: specs/fa2_bwd.yaml:98:41
+    // spec: specs/fa2_bwd.yaml:100:23
     kg::fp16* v44 = reinterpret_cast<kg::fp16*>(smem + 16384);
     // spec: specs/fa2_bwd.yaml:65:11
     const int v45 = 0;
@@ -283,7 +283,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:98:41
+      // spec: specs/fa2_bwd.yaml:100:23
       kg::cp_async_wait<1>();
       kg::fence_proxy_async();
       kg::sync();
@@ -320,9 +320,9 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
         }
       }
       kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:98:41
+      // spec: specs/fa2_bwd.yaml:100:23
       float v71[32];
-      // spec: specs/fa2_bwd.yaml:98:41
+      // spec: specs/fa2_bwd.yaml:100:23
       float (&v72)[32] = v71;
       {
         const int wg_ = 0;
@@ -337,183 +337,44 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
             for (int rn = 0; rn < 1; ++rn)
               kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v72[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
-        kg::wgmma_wait<0>();
-      #pragma unroll
-        for (int e = 0; e < 32; ++e) kg::fence_operand(v72[e]);
       }
-      // spec: specs/fa2_bwd.yaml:98:23
-      const float v73 = 0.0f;
-      // spec: specs/fa2_bwd.yaml:94:26
-      const float v74 = 1.4426950408889634f;
-      // spec: specs/fa2_bwd.yaml:94:26
-      float v75[2];
-      #pragma unroll
-      for (int e = 0; e < 2; ++e) v75[e] = (v65[e] * v74);
-      // spec: specs/fa2_bwd.yaml:98:66
-      float (&v76)[2] = v75;
-      // spec: specs/fa2_bwd.yaml:98:41
-      float v77[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v77[e] = v76[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:98:41
-      float v78[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v78[e] = (v72[e] * v36);
-      // spec: specs/fa2_bwd.yaml:98:41
-      float v79[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v79[e] = (v78[e] - v77[e]);
-      // spec: specs/fa2_bwd.yaml:98:36
-      float v80[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v80[e] = kg::exp2_(v79[e]);
-      // spec: specs/fa2_bwd.yaml:97:75
-      const int v81 = (v1 - v0);
-      // spec: specs/fa2_bwd.yaml:69:36
-      int v82[2];
-      #pragma unroll
-      for (int e = 0; e < 2; ++e) v82[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8);
-      // spec: specs/fa2_bwd.yaml:69:22
-      const int v83 = 64;
-      // spec: specs/fa2_bwd.yaml:69:22
-      const int v84 = (v58 * v83);
-      // spec: specs/fa2_bwd.yaml:69:22
-      int v85[2];
-      #pragma unroll
-      for (int e = 0; e < 2; ++e) v85[e] = (v84 + v82[e]);
-      // spec: specs/fa2_bwd.yaml:97:58
-      int (&v86)[2] = v85;
-      // spec: specs/fa2_bwd.yaml:97:58
-      int v87[2];
-      #pragma unroll
-      for (int e = 0; e < 2; ++e) v87[e] = (v86[e] + v81);
-      // spec: specs/fa2_bwd.yaml:97:41
-      int v88[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v88[e] = v87[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:97:41
-      bool v89[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v89[e] = (v21[e] <= v88[e]);
-      // spec: specs/fa2_bwd.yaml:95:78
-      const float v90 = -kg::inf();
-      // spec: specs/fa2_bwd.yaml:95:78
-      float (&v91)[2] = v75;
-      // spec: specs/fa2_bwd.yaml:95:78
-      bool v92[2];
-      #pragma unroll
-      for (int e = 0; e < 2; ++e) v92[e] = (v91[e] > v90);
-      // spec: specs/fa2_bwd.yaml:95:27
-      bool v93[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v93[e] = v92[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:95:53
-      bool v94[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v94[e] = (v22[e] < v1);
-      // spec: specs/fa2_bwd.yaml:95:27
-      bool v95[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v95[e] = v94[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:95:28
-      int (&v96)[2] = v85;
-      // spec: specs/fa2_bwd.yaml:95:28
-      bool v97[2];
-      #pragma unroll
-      for (int e = 0; e < 2; ++e) v97[e] = (v96[e] < v0);
-      // spec: specs/fa2_bwd.yaml:95:27
-      bool v98[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v98[e] = v97[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:95:27
-      bool v99[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v99[e] = (v98[e] && v95[e]);
-      // spec: specs/fa2_bwd.yaml:95:27
-      bool v100[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v100[e] = (v99[e] && v93[e]);
-      // spec: specs/fa2_bwd.yaml:97:31
-      bool v101[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v101[e] = (v100[e] && v89[e]);
-      // spec: specs/fa2_bwd.yaml:98:23
-      float v102[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v102[e] = (v101[e] ? v80[e] : v73);
-      // spec: specs/fa2_bwd.yaml:99:41
-      kg::fp16 v103[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v103[e] = kg::cvt<kg::fp16>(v102[e]);
-      // spec: specs/fa2_bwd.yaml:99:37
-      kg::fp16* v104 = reinterpret_cast<kg::fp16*>(smem + 49152);
-      kg::sync();
-      #pragma unroll
-      for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v104[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v103[e]);
-      kg::fence_proxy_async();
-
-      // spec: specs/fa2_bwd.yaml:99:37
-      kg::fp16* v105 = v104;
-      // spec: specs/fa2_bwd.yaml:99:37
+      // spec: specs/fa2_bwd.yaml:101:24
       kg::cp_async_wait<1>();
       kg::fence_proxy_async();
       kg::sync();
       // spec: specs/fa2_bwd.yaml:65:11
-      kg::fp16* v106 = v43 + (v67 % 2) * 4096;
+      kg::fp16* v73 = v43 + (v67 % 2) * 4096;
       // spec: specs/fa2_bwd.yaml:67:22
-      const int v107 = (v58 + v55);
+      const int v74 = (v58 + v55);
       // spec: specs/fa2_bwd.yaml:67:22
-      const bool v108 = (v107 < v50);
+      const bool v75 = (v74 < v50);
       // spec: specs/fa2_bwd.yaml:67:22
-      if (v108) {
+      if (v75) {
         const kg::fp16* p_ = t_do + ((int64_t)(v12) * stride_do_0 + (int64_t)(v53) * stride_do_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
-        const int64_t q_ = (int64_t)(v107 * 64) * stride_do_1 + 0;
+        const int64_t q_ = (int64_t)(v74 * 64) * stride_do_1 + 0;
       #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int c_ = lane + warp * 32 + i * 128;
           const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
-          const int i0_ = v107 * 64 + r_, i1_ = 0 + k_;
+          const int i0_ = v74 * 64 + r_, i1_ = 0 + k_;
           const int64_t off_ = q_ + ((int64_t)r_ * stride_do_1 + k_);
           const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
           if (aligned_) {
             const int n_ = (i0_ < (size_SQ)) * 8;
-            kg::cp_async<16>(&v106[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+            kg::cp_async<16>(&v73[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
           } else {
       #pragma unroll
             for (int v = 0; v < 8; ++v)
-              v106[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+              v73[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
           }
         }
       }
       kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:99:37
-      float (&v109)[32] = v59;
-      {
-        const int wg_ = 0;
-        const uint64_t da_ = kg::wgmma_desc(v105, 1024, 128, 0);
-        const uint64_t db_ = kg::wgmma_desc(v63, 8192, 1024, 1);
-        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
-        // (ptxas would then insert a warpgroup.arrive, C7519)
-      #pragma unroll
-        for (int e = 0; e < 32; ++e) kg::fence_operand(v109[e]);
-        kg::wgmma_fence();
-      #pragma unroll
-        for (int ks = 0; ks < 4; ++ks)
-      #pragma unroll
-          for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-            for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_fp16_ss<1, 1>(&v109[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
-        kg::wgmma_commit();
-        kg::wgmma_wait<0>();
-      #pragma unroll
-        for (int e = 0; e < 32; ++e) kg::fence_operand(v109[e]);
-      }
-      // spec: specs/fa2_bwd.yaml:100:24
-      float v110[32];
-      // spec: specs/fa2_bwd.yaml:100:24
-      float (&v111)[32] = v110;
+      // spec: specs/fa2_bwd.yaml:101:24
+      float v76[32];
+      // spec: specs/fa2_bwd.yaml:101:24
+      float (&v77)[32] = v76;
       {
         const int wg_ = 0;
         const uint64_t da_ = kg::wgmma_desc(v63, 16, 1024, 1);
@@ -525,14 +386,149 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v111[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
+              kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v77[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
-        kg::wgmma_wait<0>();
-      #pragma unroll
-        for (int e = 0; e < 32; ++e) kg::fence_operand(v111[e]);
       }
-      // spec: specs/fa2_bwd.yaml:101:35
-      float v112[2];
+      // spec: specs/fa2_bwd.yaml:102:23
+      const float v78 = 0.0f;
+      // spec: specs/fa2_bwd.yaml:96:26
+      const float v79 = 1.4426950408889634f;
+      // spec: specs/fa2_bwd.yaml:96:26
+      float v80[2];
+      #pragma unroll
+      for (int e = 0; e < 2; ++e) v80[e] = (v65[e] * v79);
+      // spec: specs/fa2_bwd.yaml:102:54
+      float (&v81)[2] = v80;
+      // spec: specs/fa2_bwd.yaml:102:41
+      float v82[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v82[e] = v81[((e >> 1) & 1) * 1];
+      // spec: specs/fa2_bwd.yaml:100:23
+      kg::wgmma_wait<1>();
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v72[e]);
+      float (&v83)[32] = v72;
+      // spec: specs/fa2_bwd.yaml:102:41
+      float v84[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v84[e] = (v83[e] * v36);
+      // spec: specs/fa2_bwd.yaml:102:41
+      float v85[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v85[e] = (v84[e] - v82[e]);
+      // spec: specs/fa2_bwd.yaml:102:36
+      float v86[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v86[e] = kg::exp2_(v85[e]);
+      // spec: specs/fa2_bwd.yaml:99:75
+      const int v87 = (v1 - v0);
+      // spec: specs/fa2_bwd.yaml:69:36
+      int v88[2];
+      #pragma unroll
+      for (int e = 0; e < 2; ++e) v88[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8);
+      // spec: specs/fa2_bwd.yaml:69:22
+      const int v89 = 64;
+      // spec: specs/fa2_bwd.yaml:69:22
+      const int v90 = (v58 * v89);
+      // spec: specs/fa2_bwd.yaml:69:22
+      int v91[2];
+      #pragma unroll
+      for (int e = 0; e < 2; ++e) v91[e] = (v90 + v88[e]);
+      // spec: specs/fa2_bwd.yaml:99:58
+      int (&v92)[2] = v91;
+      // spec: specs/fa2_bwd.yaml:99:58
+      int v93[2];
+      #pragma unroll
+      for (int e = 0; e < 2; ++e) v93[e] = (v92[e] + v87);
+      // spec: specs/fa2_bwd.yaml:99:41
+      int v94[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v94[e] = v93[((e >> 1) & 1) * 1];
+      // spec: specs/fa2_bwd.yaml:99:41
+      bool v95[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v95[e] = (v21[e] <= v94[e]);
+      // spec: specs/fa2_bwd.yaml:97:78
+      const float v96 = -kg::inf();
+      // spec: specs/fa2_bwd.yaml:97:78
+      float (&v97)[2] = v80;
+      // spec: specs/fa2_bwd.yaml:97:78
+      bool v98[2];
+      #pragma unroll
+      for (int e = 0; e < 2; ++e) v98[e] = (v97[e] > v96);
+      // spec: specs/fa2_bwd.yaml:97:27
+      bool v99[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v99[e] = v98[((e >> 1) & 1) * 1];
+      // spec: specs/fa2_bwd.yaml:97:53
+      bool v100[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v100[e] = (v22[e] < v1);
+      // spec: specs/fa2_bwd.yaml:97:27
+      bool v101[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v101[e] = v100[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:97:28
+      int (&v102)[2] = v91;
+      // spec: specs/fa2_bwd.yaml:97:28
+      bool v103[2];
+      #pragma unroll
+      for (int e = 0; e < 2; ++e) v103[e] = (v102[e] < v0);
+      // spec: specs/fa2_bwd.yaml:97:27
+      bool v104[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v104[e] = v103[((e >> 1) & 1) * 1];
+      // spec: specs/fa2_bwd.yaml:97:27
+      bool v105[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v105[e] = (v104[e] && v101[e]);
+      // spec: specs/fa2_bwd.yaml:97:27
+      bool v106[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v106[e] = (v105[e] && v99[e]);
+      // spec: specs/fa2_bwd.yaml:99:31
+      bool v107[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v107[e] = (v106[e] && v95[e]);
+      // spec: specs/fa2_bwd.yaml:102:23
+      float v108[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v108[e] = (v107[e] ? v86[e] : v78);
+      // spec: specs/fa2_bwd.yaml:103:41
+      kg::fp16 v109[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v109[e] = kg::cvt<kg::fp16>(v108[e]);
+      // spec: specs/fa2_bwd.yaml:103:37
+      kg::fp16* v110 = reinterpret_cast<kg::fp16*>(smem + 49152);
+      kg::sync();
+      #pragma unroll
+      for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v110[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v109[e]);
+      kg::fence_proxy_async();
+      kg::sync();
+      // spec: specs/fa2_bwd.yaml:103:37
+      kg::fp16* v111 = v110;
+      // spec: specs/fa2_bwd.yaml:103:37
+      float (&v112)[32] = v59;
+      {
+        const int wg_ = 0;
+        const uint64_t da_ = kg::wgmma_desc(v111, 1024, 128, 0);
+        const uint64_t db_ = kg::wgmma_desc(v63, 8192, 1024, 1);
+        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
+        // (ptxas would then insert a warpgroup.arrive, C7519)
+      #pragma unroll
+        for (int e = 0; e < 32; ++e) kg::fence_operand(v112[e]);
+        kg::wgmma_fence();
+      #pragma unroll
+        for (int ks = 0; ks < 4; ++ks)
+      #pragma unroll
+          for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+            for (int rn = 0; rn < 1; ++rn)
+              kg::wgmma_m64n64k16_fp16_ss<1, 1>(&v112[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
+        kg::wgmma_commit();
+      }
+      // spec: specs/fa2_bwd.yaml:104:35
+      float v113[2];
       {
         const float* p_ = t_delta + ((int64_t)(v12) * stride_delta_0 + (int64_t)(v53) * stride_delta_1);
         const bool aligned_ = false;
@@ -543,51 +539,56 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 1 <= (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<1>(&v112[e], p_ + off_);
+            kg::copy_vec<1>(&v113[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 1; ++v)
-              v112[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+              v113[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:101:35
-      float (&v113)[2] = v112;
-      // spec: specs/fa2_bwd.yaml:101:30
-      float v114[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v114[e] = v113[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:101:30
+      // spec: specs/fa2_bwd.yaml:104:35
+      float (&v114)[2] = v113;
+      // spec: specs/fa2_bwd.yaml:104:30
       float v115[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v115[e] = (v111[e] - v114[e]);
-      // spec: specs/fa2_bwd.yaml:101:25
-      float v116[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v116[e] = (v102[e] * v115[e]);
+      for (int e = 0; e < 32; ++e) v115[e] = v114[((e >> 1) & 1) * 1];
       // spec: specs/fa2_bwd.yaml:101:24
-      kg::fp16 v117[32];
+      kg::wgmma_wait<1>();
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v117[e] = kg::cvt<kg::fp16>(v116[e]);
-      // spec: specs/fa2_bwd.yaml:102:37
-      kg::fp16* v118 = reinterpret_cast<kg::fp16*>(smem + 49152);
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v77[e]);
+      float (&v116)[32] = v77;
+      // spec: specs/fa2_bwd.yaml:104:30
+      float v117[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v117[e] = (v116[e] - v115[e]);
+      // spec: specs/fa2_bwd.yaml:104:25
+      float v118[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v118[e] = (v108[e] * v117[e]);
+      // spec: specs/fa2_bwd.yaml:104:24
+      kg::fp16 v119[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v119[e] = kg::cvt<kg::fp16>(v118[e]);
+      // spec: specs/fa2_bwd.yaml:105:37
+      kg::fp16* v120 = reinterpret_cast<kg::fp16*>(smem + 57344);
       kg::sync();
       #pragma unroll
-      for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v118[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v117[e]);
+      for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v120[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v119[e]);
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:102:37
-      kg::fp16* v119 = v118;
-      // spec: specs/fa2_bwd.yaml:102:37
-      float (&v120)[32] = v60;
+      // spec: specs/fa2_bwd.yaml:105:37
+      kg::fp16* v121 = v120;
+      // spec: specs/fa2_bwd.yaml:105:37
+      float (&v122)[32] = v60;
       {
         const int wg_ = 0;
-        const uint64_t da_ = kg::wgmma_desc(v119, 1024, 128, 0);
+        const uint64_t da_ = kg::wgmma_desc(v121, 1024, 128, 0);
         const uint64_t db_ = kg::wgmma_desc(v64, 8192, 1024, 1);
         // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
         // (ptxas would then insert a warpgroup.arrive, C7519)
       #pragma unroll
-        for (int e = 0; e < 32; ++e) kg::fence_operand(v120[e]);
+        for (int e = 0; e < 32; ++e) kg::fence_operand(v122[e]);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 4; ++ks)
@@ -595,20 +596,27 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_fp16_ss<1, 1>(&v120[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
+              kg::wgmma_m64n64k16_fp16_ss<1, 1>(&v122[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
-        kg::wgmma_wait<0>();
-      #pragma unroll
-        for (int e = 0; e < 32; ++e) kg::fence_operand(v120[e]);
       }
-      // spec: specs/fa2_bwd.yaml:103:22
+      // spec: specs/fa2_bwd.yaml:103:37
+      kg::wgmma_wait<1>();
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v112[e]);
+      float (&v123)[32] = v112;
+      // spec: specs/fa2_bwd.yaml:105:37
+      kg::wgmma_wait<0>();
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v122[e]);
+      float (&v124)[32] = v122;
+      // spec: specs/fa2_bwd.yaml:106:22
 
       float y0_[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) y0_[e] = v109[e];
+      for (int e = 0; e < 32; ++e) y0_[e] = v123[e];
       float y1_[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) y1_[e] = v120[e];
+      for (int e = 0; e < 32; ++e) y1_[e] = v124[e];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v56[e] = y0_[e];
       #pragma unroll
@@ -627,15 +635,15 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
     #pragma unroll
     for (int e = 0; e < 32; ++e) v39[e] = y1_[e];
   }
-  // spec: specs/fa2_bwd.yaml:105:34
-  float v121[32];
+  // spec: specs/fa2_bwd.yaml:108:34
+  float v125[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v121[e] = (v39[e] * v2);
-  // spec: specs/fa2_bwd.yaml:105:33
-  kg::fp16 v122[32];
+  for (int e = 0; e < 32; ++e) v125[e] = (v39[e] * v2);
+  // spec: specs/fa2_bwd.yaml:108:33
+  kg::fp16 v126[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v122[e] = kg::cvt<kg::fp16>(v121[e]);
-  // spec: specs/fa2_bwd.yaml:105:7
+  for (int e = 0; e < 32; ++e) v126[e] = kg::cvt<kg::fp16>(v125[e]);
+  // spec: specs/fa2_bwd.yaml:108:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_dk + ((int64_t)(v12) * stride_dk_0 + (int64_t)(v11) * stride_dk_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dk_0 % 2 == 0 && stride_dk_1 % 2 == 0 && stride_dk_2 % 2 == 0;
@@ -647,19 +655,19 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
       const int64_t off_ = (int64_t)i0_ * stride_dk_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SK)) {
-        kg::copy_vec<2>(p_ + off_, &v122[e]);
+        kg::copy_vec<2>(p_ + off_, &v126[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SK)) p_[off_ + v] = v122[e + v];
+          if (i0_ < (size_SK)) p_[off_ + v] = v126[e + v];
       }
     }
   }
-  // spec: specs/fa2_bwd.yaml:106:33
-  kg::fp16 v123[32];
+  // spec: specs/fa2_bwd.yaml:109:33
+  kg::fp16 v127[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v123[e] = kg::cvt<kg::fp16>(v38[e]);
-  // spec: specs/fa2_bwd.yaml:106:7
+  for (int e = 0; e < 32; ++e) v127[e] = kg::cvt<kg::fp16>(v38[e]);
+  // spec: specs/fa2_bwd.yaml:109:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_dv + ((int64_t)(v12) * stride_dv_0 + (int64_t)(v11) * stride_dv_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dv_0 % 2 == 0 && stride_dv_1 % 2 == 0 && stride_dv_2 % 2 == 0;
@@ -671,11 +679,11 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
       const int64_t off_ = (int64_t)i0_ * stride_dv_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SK)) {
-        kg::copy_vec<2>(p_ + off_, &v123[e]);
+        kg::copy_vec<2>(p_ + off_, &v127[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SK)) p_[off_ + v] = v123[e + v];
+          if (i0_ < (size_SK)) p_[off_ + v] = v127[e + v];
       }
     }
   }

@@ -256,9 +256,6 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::bf16* __restrict__ t
           for (int rn = 0; rn < 1; ++rn)
             kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v52[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 8192 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
       kg::wgmma_commit();
-      kg::wgmma_wait<0>();
-    #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v52[e]);
     }
     // spec: specs/fa2_fwd.yaml:48:32
     int v53[16];
@@ -285,143 +282,148 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::bf16* __restrict__ t
     // spec: specs/fa2_fwd.yaml:52:15
     const float v60 = -kg::inf();
     // spec: specs/fa2_fwd.yaml:47:15
-    float v61[32];
+    kg::wgmma_wait<0>();
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v61[e] = (v52[e] * v33);
-    // spec: specs/fa2_fwd.yaml:52:15
+    for (int e = 0; e < 32; ++e) kg::fence_operand(v52[e]);
+    float (&v61)[32] = v52;
+    // spec: specs/fa2_fwd.yaml:47:15
     float v62[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v62[e] = (v59[e] ? v61[e] : v60);
-    // spec: specs/fa2_fwd.yaml:53:30
-    float v63[2];
-    {
-      float r63[2];
+    for (int e = 0; e < 32; ++e) v62[e] = (v61[e] * v33);
+    // spec: specs/fa2_fwd.yaml:52:15
+    float v63[32];
     #pragma unroll
-      for (int e = 0; e < 2; ++e) r63[e] = -kg::inf();
+    for (int e = 0; e < 32; ++e) v63[e] = (v59[e] ? v62[e] : v60);
+    // spec: specs/fa2_fwd.yaml:53:30
+    float v64[2];
+    {
+      float r64[2];
+    #pragma unroll
+      for (int e = 0; e < 2; ++e) r64[e] = -kg::inf();
     #pragma unroll
       for (int e = 0; e < 32; ++e) {
-        const float a_ = r63[((e >> 1) & 1) * 1], b_ = (float)(v62[e]);
-        r63[((e >> 1) & 1) * 1] = kg::max_(a_, b_);
+        const float a_ = r64[((e >> 1) & 1) * 1], b_ = (float)(v63[e]);
+        r64[((e >> 1) & 1) * 1] = kg::max_(a_, b_);
       }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r63[e], b_ = kg::shfl_xor(a_, 1); r63[e] = kg::max_(a_, b_); }
+      for (int e = 0; e < 2; ++e) { const float a_ = r64[e], b_ = kg::shfl_xor(a_, 1); r64[e] = kg::max_(a_, b_); }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r63[e], b_ = kg::shfl_xor(a_, 2); r63[e] = kg::max_(a_, b_); }
+      for (int e = 0; e < 2; ++e) { const float a_ = r64[e], b_ = kg::shfl_xor(a_, 2); r64[e] = kg::max_(a_, b_); }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) v63[e] = kg::cvt<float>(r63[e]);
+      for (int e = 0; e < 2; ++e) v64[e] = kg::cvt<float>(r64[e]);
     }
     // spec: specs/fa2_fwd.yaml:54:19
-    const float v64 = 0.0f;
+    const float v65 = 0.0f;
     // spec: specs/fa2_fwd.yaml:54:25
-    const float v65 = -kg::inf();
+    const float v66 = -kg::inf();
     // spec: specs/fa2_fwd.yaml:53:19
-    float v66[2];
+    float v67[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v66[e] = (kg::max_(v40[e], v63[e]));
+    for (int e = 0; e < 2; ++e) v67[e] = (kg::max_(v40[e], v64[e]));
     // spec: specs/fa2_fwd.yaml:54:25
-    bool v67[2];
+    bool v68[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v67[e] = (v66[e] == v65);
+    for (int e = 0; e < 2; ++e) v68[e] = (v67[e] == v66);
     // spec: specs/fa2_fwd.yaml:54:19
-    float v68[2];
+    float v69[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v68[e] = (v67[e] ? v64 : v66[e]);
+    for (int e = 0; e < 2; ++e) v69[e] = (v68[e] ? v65 : v67[e]);
     // spec: specs/fa2_fwd.yaml:55:24
-    float (&v69)[2] = v68;
-    // spec: specs/fa2_fwd.yaml:55:20
-    float v70[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v70[e] = v69[((e >> 1) & 1) * 1];
+    float (&v70)[2] = v69;
     // spec: specs/fa2_fwd.yaml:55:20
     float v71[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v71[e] = (v62[e] - v70[e]);
-    // spec: specs/fa2_fwd.yaml:55:15
+    for (int e = 0; e < 32; ++e) v71[e] = v70[((e >> 1) & 1) * 1];
+    // spec: specs/fa2_fwd.yaml:55:20
     float v72[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v72[e] = kg::exp2_(v71[e]);
-    // spec: specs/fa2_fwd.yaml:57:27
-    float v73[2];
-    {
-      float r73[2];
+    for (int e = 0; e < 32; ++e) v72[e] = (v63[e] - v71[e]);
+    // spec: specs/fa2_fwd.yaml:55:15
+    float v73[32];
     #pragma unroll
-      for (int e = 0; e < 2; ++e) r73[e] = 0.0f;
+    for (int e = 0; e < 32; ++e) v73[e] = kg::exp2_(v72[e]);
+    // spec: specs/fa2_fwd.yaml:57:27
+    float v74[2];
+    {
+      float r74[2];
+    #pragma unroll
+      for (int e = 0; e < 2; ++e) r74[e] = 0.0f;
     #pragma unroll
       for (int e = 0; e < 32; ++e) {
-        const float a_ = r73[((e >> 1) & 1) * 1], b_ = (float)(v72[e]);
-        r73[((e >> 1) & 1) * 1] = a_ + b_;
+        const float a_ = r74[((e >> 1) & 1) * 1], b_ = (float)(v73[e]);
+        r74[((e >> 1) & 1) * 1] = a_ + b_;
       }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r73[e], b_ = kg::shfl_xor(a_, 1); r73[e] = a_ + b_; }
+      for (int e = 0; e < 2; ++e) { const float a_ = r74[e], b_ = kg::shfl_xor(a_, 1); r74[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r73[e], b_ = kg::shfl_xor(a_, 2); r73[e] = a_ + b_; }
+      for (int e = 0; e < 2; ++e) { const float a_ = r74[e], b_ = kg::shfl_xor(a_, 2); r74[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) v73[e] = kg::cvt<float>(r73[e]);
+      for (int e = 0; e < 2; ++e) v74[e] = kg::cvt<float>(r74[e]);
     }
     // spec: specs/fa2_fwd.yaml:58:40
     kg::cp_async_wait<1>();
     kg::fence_proxy_async();
     kg::sync();
     // spec: specs/fa2_fwd.yaml:46:7
-    kg::bf16* v74 = v15 + (v46 % 2) * 4096;
+    kg::bf16* v75 = v15 + (v46 % 2) * 4096;
     // spec: specs/fa2_fwd.yaml:58:57
-    const int v75 = (v37 + v28);
+    const int v76 = (v37 + v28);
     // spec: specs/fa2_fwd.yaml:58:57
-    const bool v76 = (v75 < v23);
+    const bool v77 = (v76 < v23);
     // spec: specs/fa2_fwd.yaml:58:57
-    if (v76) {
+    if (v77) {
       const kg::bf16* p_ = t_v + ((int64_t)(v14) * stride_v_0 + (int64_t)(v26) * stride_v_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v75 * 64) * stride_v_1 + 0;
+      const int64_t q_ = (int64_t)(v76 * 64) * stride_v_1 + 0;
     #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int c_ = lane + warp * 32 + i * 256;
         const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
-        const int i0_ = v75 * 64 + r_, i1_ = 0 + k_;
+        const int i0_ = v76 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = q_ + ((int64_t)r_ * stride_v_1 + k_);
         const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
         if (aligned_) {
           const int n_ = (i0_ < (size_SK)) * 8;
-          kg::cp_async<16>(&v74[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v75[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v74[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v75[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
     // spec: specs/fa2_fwd.yaml:58:44
-    kg::bf16 v77[32];
+    kg::bf16 v78[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v77[e] = kg::cvt<kg::bf16>(v72[e]);
+    for (int e = 0; e < 32; ++e) v78[e] = kg::cvt<kg::bf16>(v73[e]);
     // spec: specs/fa2_fwd.yaml:56:24
-    float v78[2];
-    #pragma unroll
-    for (int e = 0; e < 2; ++e) v78[e] = (v40[e] - v68[e]);
-    // spec: specs/fa2_fwd.yaml:56:19
     float v79[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v79[e] = kg::exp2_(v78[e]);
-    // spec: specs/fa2_fwd.yaml:58:23
-    float (&v80)[2] = v79;
-    // spec: specs/fa2_fwd.yaml:58:17
-    float v81[32];
+    for (int e = 0; e < 2; ++e) v79[e] = (v40[e] - v69[e]);
+    // spec: specs/fa2_fwd.yaml:56:19
+    float v80[2];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v81[e] = v80[((e >> 1) & 1) * 1];
+    for (int e = 0; e < 2; ++e) v80[e] = kg::exp2_(v79[e]);
+    // spec: specs/fa2_fwd.yaml:58:23
+    float (&v81)[2] = v80;
     // spec: specs/fa2_fwd.yaml:58:17
     float v82[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v82[e] = (v39[e] * v81[e]);
+    for (int e = 0; e < 32; ++e) v82[e] = v81[((e >> 1) & 1) * 1];
+    // spec: specs/fa2_fwd.yaml:58:17
+    float v83[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v83[e] = (v39[e] * v82[e]);
     // spec: specs/fa2_fwd.yaml:58:40
-    float (&v83)[32] = v82;
+    float (&v84)[32] = v83;
     {
       const int wg_ = (warp / 4);
       const uint64_t db_ = kg::wgmma_desc(v43, 8192, 1024, 1);
       // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
       // (ptxas would then insert a warpgroup.arrive, C7519)
     #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v83[e]);
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v84[e]);
       kg::wgmma_fence();
     #pragma unroll
       for (int ks = 0; ks < 4; ++ks)
@@ -429,31 +431,35 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::bf16* __restrict__ t
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n64k16_bf16_rs<1>(&v83[(rm * 1 + rn) * 32], &v77[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
+            kg::wgmma_m64n64k16_bf16_rs<1>(&v84[(rm * 1 + rn) * 32], &v78[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
       kg::wgmma_commit();
-      kg::wgmma_wait<0>();
-    #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v83[e]);
     }
-    // spec: specs/fa2_fwd.yaml:57:15
-    float v84[2];
-    #pragma unroll
-    for (int e = 0; e < 2; ++e) v84[e] = (v38[e] * v79[e]);
     // spec: specs/fa2_fwd.yaml:57:15
     float v85[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v85[e] = (v84[e] + v73[e]);
+    for (int e = 0; e < 2; ++e) v85[e] = (v38[e] * v80[e]);
+    // spec: specs/fa2_fwd.yaml:57:15
+    float v86[2];
+    #pragma unroll
+    for (int e = 0; e < 2; ++e) v86[e] = (v85[e] + v74[e]);
+    // spec: specs/fa2_fwd.yaml:58:40
+    kg::wgmma_wait<0>();
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) kg::fence_operand(v84[e]);
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v78)[e]);
+    float (&v87)[32] = v84;
     // spec: specs/fa2_fwd.yaml:59:15
 
     float y0_[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) y0_[e] = v85[e];
+    for (int e = 0; e < 2; ++e) y0_[e] = v86[e];
     float y1_[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y1_[e] = v83[e];
+    for (int e = 0; e < 32; ++e) y1_[e] = v87[e];
     float y2_[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) y2_[e] = v66[e];
+    for (int e = 0; e < 2; ++e) y2_[e] = v67[e];
     #pragma unroll
     for (int e = 0; e < 2; ++e) v34[e] = y0_[e];
     #pragma unroll
@@ -462,38 +468,38 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::bf16* __restrict__ t
     for (int e = 0; e < 2; ++e) v36[e] = y2_[e];
   }
   // spec: specs/fa2_fwd.yaml:62:24
-  const int v86 = kg::block_id_x();
+  const int v88 = kg::block_id_x();
   // spec: specs/fa2_fwd.yaml:61:15
-  const float v87 = 1.0f;
+  const float v89 = 1.0f;
   // spec: specs/fa2_fwd.yaml:61:21
-  const float v88 = 0.0f;
+  const float v90 = 0.0f;
   // spec: specs/fa2_fwd.yaml:61:21
-  bool v89[2];
+  bool v91[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v89[e] = (v34[e] == v88);
+  for (int e = 0; e < 2; ++e) v91[e] = (v34[e] == v90);
   // spec: specs/fa2_fwd.yaml:61:15
-  float v90[2];
+  float v92[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v90[e] = (v89[e] ? v87 : v34[e]);
+  for (int e = 0; e < 2; ++e) v92[e] = (v91[e] ? v89 : v34[e]);
   // spec: specs/fa2_fwd.yaml:62:63
-  float (&v91)[2] = v90;
+  float (&v93)[2] = v92;
   // spec: specs/fa2_fwd.yaml:62:57
-  float v92[32];
+  float v94[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v92[e] = v91[((e >> 1) & 1) * 1];
+  for (int e = 0; e < 32; ++e) v94[e] = v93[((e >> 1) & 1) * 1];
   // spec: specs/fa2_fwd.yaml:62:57
-  float v93[32];
+  float v95[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v93[e] = (v35[e] / v92[e]);
+  for (int e = 0; e < 32; ++e) v95[e] = (v35[e] / v94[e]);
   // spec: specs/fa2_fwd.yaml:62:56
-  kg::bf16 v94[32];
+  kg::bf16 v96[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v94[e] = kg::cvt<kg::bf16>(v93[e]);
+  for (int e = 0; e < 32; ++e) v96[e] = kg::cvt<kg::bf16>(v95[e]);
   // spec: specs/fa2_fwd.yaml:62:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_o + ((int64_t)(v14) * stride_o_0 + (int64_t)(v13) * stride_o_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_o_0 % 2 == 0 && stride_o_1 % 2 == 0 && stride_o_2 % 2 == 0;
-    const int t0_ = v86 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
+    const int t0_ = v88 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
     const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
   #pragma unroll
     for (int e = 0; e < 32; e += 2) {
@@ -501,52 +507,52 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::bf16* __restrict__ t
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
       const int64_t off_ = (int64_t)i0_ * stride_o_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SQ)) {
-        kg::copy_vec<2>(p_ + off_, &v94[e]);
+        kg::copy_vec<2>(p_ + off_, &v96[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SQ)) p_[off_ + v] = v94[e + v];
+          if (i0_ < (size_SQ)) p_[off_ + v] = v96[e + v];
       }
     }
   }
   // spec: specs/fa2_fwd.yaml:63:29
-  const int v95 = kg::block_id_x();
+  const int v97 = kg::block_id_x();
   // spec: specs/fa2_fwd.yaml:63:55
-  const float v96 = -kg::inf();
+  const float v98 = -kg::inf();
   // spec: specs/fa2_fwd.yaml:63:77
-  const float v97 = 0.6931471805599453f;
+  const float v99 = 0.6931471805599453f;
   // spec: specs/fa2_fwd.yaml:63:82
-  float v98[2];
-  #pragma unroll
-  for (int e = 0; e < 2; ++e) v98[e] = kg::log2_(v90[e]);
-  // spec: specs/fa2_fwd.yaml:63:78
-  float v99[2];
-  #pragma unroll
-  for (int e = 0; e < 2; ++e) v99[e] = (v36[e] + v98[e]);
-  // spec: specs/fa2_fwd.yaml:63:77
   float v100[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v100[e] = (v99[e] * v97);
-  // spec: specs/fa2_fwd.yaml:63:61
-  const float v101 = 0.0f;
-  // spec: specs/fa2_fwd.yaml:63:61
-  bool v102[2];
+  for (int e = 0; e < 2; ++e) v100[e] = kg::log2_(v92[e]);
+  // spec: specs/fa2_fwd.yaml:63:78
+  float v101[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v102[e] = (v34[e] == v101);
+  for (int e = 0; e < 2; ++e) v101[e] = (v36[e] + v100[e]);
+  // spec: specs/fa2_fwd.yaml:63:77
+  float v102[2];
+  #pragma unroll
+  for (int e = 0; e < 2; ++e) v102[e] = (v101[e] * v99);
+  // spec: specs/fa2_fwd.yaml:63:61
+  const float v103 = 0.0f;
+  // spec: specs/fa2_fwd.yaml:63:61
+  bool v104[2];
+  #pragma unroll
+  for (int e = 0; e < 2; ++e) v104[e] = (v34[e] == v103);
   // spec: specs/fa2_fwd.yaml:63:55
-  float v103[2];
+  float v105[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v103[e] = (v102[e] ? v96 : v100[e]);
+  for (int e = 0; e < 2; ++e) v105[e] = (v104[e] ? v98 : v102[e]);
   // spec: specs/fa2_fwd.yaml:63:7
   if ((lane & 3) == 0 && (warp & 0) == 0) {
     float* p_ = t_lse + ((int64_t)(v14) * stride_lse_0 + (int64_t)(v13) * stride_lse_1);
     const bool aligned_ = false;
-    const int t0_ = v95 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
+    const int t0_ = v97 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
   #pragma unroll
     for (int e = 0; e < 2; e += 1) {
       const int i0_ = t0_ + (e & 1) * 8;
       const int64_t off_ = (int64_t)i0_ * 1;
-      if (i0_ + 1 <= (size_SQ)) p_[off_] = v103[e];
+      if (i0_ + 1 <= (size_SQ)) p_[off_] = v105[e];
     }
   }
 }

@@ -284,9 +284,6 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
           for (int rn = 0; rn < 1; ++rn)
             kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v66[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 8192 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
       kg::wgmma_commit();
-      kg::wgmma_wait<0>();
-    #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v66[e]);
     }
     // spec: specs/fa2_fwd.yaml:52:15
     const float v67 = -kg::inf();
@@ -337,143 +334,148 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
     #pragma unroll
     for (int e = 0; e < 32; ++e) v81[e] = (v74[e] && v80[e]);
     // spec: specs/fa2_fwd.yaml:47:15
-    float v82[32];
+    kg::wgmma_wait<0>();
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v82[e] = (v66[e] * v47);
-    // spec: specs/fa2_fwd.yaml:52:15
+    for (int e = 0; e < 32; ++e) kg::fence_operand(v66[e]);
+    float (&v82)[32] = v66;
+    // spec: specs/fa2_fwd.yaml:47:15
     float v83[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v83[e] = (v81[e] ? v82[e] : v67);
-    // spec: specs/fa2_fwd.yaml:53:30
-    float v84[2];
-    {
-      float r84[2];
+    for (int e = 0; e < 32; ++e) v83[e] = (v82[e] * v47);
+    // spec: specs/fa2_fwd.yaml:52:15
+    float v84[32];
     #pragma unroll
-      for (int e = 0; e < 2; ++e) r84[e] = -kg::inf();
+    for (int e = 0; e < 32; ++e) v84[e] = (v81[e] ? v83[e] : v67);
+    // spec: specs/fa2_fwd.yaml:53:30
+    float v85[2];
+    {
+      float r85[2];
+    #pragma unroll
+      for (int e = 0; e < 2; ++e) r85[e] = -kg::inf();
     #pragma unroll
       for (int e = 0; e < 32; ++e) {
-        const float a_ = r84[((e >> 1) & 1) * 1], b_ = (float)(v83[e]);
-        r84[((e >> 1) & 1) * 1] = kg::max_(a_, b_);
+        const float a_ = r85[((e >> 1) & 1) * 1], b_ = (float)(v84[e]);
+        r85[((e >> 1) & 1) * 1] = kg::max_(a_, b_);
       }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r84[e], b_ = kg::shfl_xor(a_, 1); r84[e] = kg::max_(a_, b_); }
+      for (int e = 0; e < 2; ++e) { const float a_ = r85[e], b_ = kg::shfl_xor(a_, 1); r85[e] = kg::max_(a_, b_); }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r84[e], b_ = kg::shfl_xor(a_, 2); r84[e] = kg::max_(a_, b_); }
+      for (int e = 0; e < 2; ++e) { const float a_ = r85[e], b_ = kg::shfl_xor(a_, 2); r85[e] = kg::max_(a_, b_); }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) v84[e] = kg::cvt<float>(r84[e]);
+      for (int e = 0; e < 2; ++e) v85[e] = kg::cvt<float>(r85[e]);
     }
     // spec: specs/fa2_fwd.yaml:54:19
-    const float v85 = 0.0f;
+    const float v86 = 0.0f;
     // spec: specs/fa2_fwd.yaml:54:25
-    const float v86 = -kg::inf();
+    const float v87 = -kg::inf();
     // spec: specs/fa2_fwd.yaml:53:19
-    float v87[2];
+    float v88[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v87[e] = (kg::max_(v54[e], v84[e]));
+    for (int e = 0; e < 2; ++e) v88[e] = (kg::max_(v54[e], v85[e]));
     // spec: specs/fa2_fwd.yaml:54:25
-    bool v88[2];
+    bool v89[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v88[e] = (v87[e] == v86);
+    for (int e = 0; e < 2; ++e) v89[e] = (v88[e] == v87);
     // spec: specs/fa2_fwd.yaml:54:19
-    float v89[2];
+    float v90[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v89[e] = (v88[e] ? v85 : v87[e]);
+    for (int e = 0; e < 2; ++e) v90[e] = (v89[e] ? v86 : v88[e]);
     // spec: specs/fa2_fwd.yaml:55:24
-    float (&v90)[2] = v89;
-    // spec: specs/fa2_fwd.yaml:55:20
-    float v91[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v91[e] = v90[((e >> 1) & 1) * 1];
+    float (&v91)[2] = v90;
     // spec: specs/fa2_fwd.yaml:55:20
     float v92[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v92[e] = (v83[e] - v91[e]);
-    // spec: specs/fa2_fwd.yaml:55:15
+    for (int e = 0; e < 32; ++e) v92[e] = v91[((e >> 1) & 1) * 1];
+    // spec: specs/fa2_fwd.yaml:55:20
     float v93[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v93[e] = kg::exp2_(v92[e]);
-    // spec: specs/fa2_fwd.yaml:57:27
-    float v94[2];
-    {
-      float r94[2];
+    for (int e = 0; e < 32; ++e) v93[e] = (v84[e] - v92[e]);
+    // spec: specs/fa2_fwd.yaml:55:15
+    float v94[32];
     #pragma unroll
-      for (int e = 0; e < 2; ++e) r94[e] = 0.0f;
+    for (int e = 0; e < 32; ++e) v94[e] = kg::exp2_(v93[e]);
+    // spec: specs/fa2_fwd.yaml:57:27
+    float v95[2];
+    {
+      float r95[2];
+    #pragma unroll
+      for (int e = 0; e < 2; ++e) r95[e] = 0.0f;
     #pragma unroll
       for (int e = 0; e < 32; ++e) {
-        const float a_ = r94[((e >> 1) & 1) * 1], b_ = (float)(v93[e]);
-        r94[((e >> 1) & 1) * 1] = a_ + b_;
+        const float a_ = r95[((e >> 1) & 1) * 1], b_ = (float)(v94[e]);
+        r95[((e >> 1) & 1) * 1] = a_ + b_;
       }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r94[e], b_ = kg::shfl_xor(a_, 1); r94[e] = a_ + b_; }
+      for (int e = 0; e < 2; ++e) { const float a_ = r95[e], b_ = kg::shfl_xor(a_, 1); r95[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r94[e], b_ = kg::shfl_xor(a_, 2); r94[e] = a_ + b_; }
+      for (int e = 0; e < 2; ++e) { const float a_ = r95[e], b_ = kg::shfl_xor(a_, 2); r95[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) v94[e] = kg::cvt<float>(r94[e]);
+      for (int e = 0; e < 2; ++e) v95[e] = kg::cvt<float>(r95[e]);
     }
     // spec: specs/fa2_fwd.yaml:58:40
     kg::cp_async_wait<1>();
     kg::fence_proxy_async();
     kg::sync();
     // spec: specs/fa2_fwd.yaml:46:7
-    kg::fp16* v95 = v13 + (v60 % 2) * 4096;
+    kg::fp16* v96 = v13 + (v60 % 2) * 4096;
     // spec: specs/fa2_fwd.yaml:58:57
-    const int v96 = (v51 + v42);
+    const int v97 = (v51 + v42);
     // spec: specs/fa2_fwd.yaml:58:57
-    const bool v97 = (v96 < v32);
+    const bool v98 = (v97 < v32);
     // spec: specs/fa2_fwd.yaml:58:57
-    if (v97) {
+    if (v98) {
       const kg::fp16* p_ = t_v + ((int64_t)(v12) * stride_v_0 + (int64_t)(v35) * stride_v_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v96 * 64) * stride_v_1 + 0;
+      const int64_t q_ = (int64_t)(v97 * 64) * stride_v_1 + 0;
     #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int c_ = lane + warp * 32 + i * 256;
         const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
-        const int i0_ = v96 * 64 + r_, i1_ = 0 + k_;
+        const int i0_ = v97 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = q_ + ((int64_t)r_ * stride_v_1 + k_);
         const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
         if (aligned_) {
           const int n_ = (i0_ < (size_SK)) * 8;
-          kg::cp_async<16>(&v95[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v96[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v95[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v96[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
     // spec: specs/fa2_fwd.yaml:58:44
-    kg::fp16 v98[32];
+    kg::fp16 v99[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v98[e] = kg::cvt<kg::fp16>(v93[e]);
+    for (int e = 0; e < 32; ++e) v99[e] = kg::cvt<kg::fp16>(v94[e]);
     // spec: specs/fa2_fwd.yaml:56:24
-    float v99[2];
-    #pragma unroll
-    for (int e = 0; e < 2; ++e) v99[e] = (v54[e] - v89[e]);
-    // spec: specs/fa2_fwd.yaml:56:19
     float v100[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v100[e] = kg::exp2_(v99[e]);
-    // spec: specs/fa2_fwd.yaml:58:23
-    float (&v101)[2] = v100;
-    // spec: specs/fa2_fwd.yaml:58:17
-    float v102[32];
+    for (int e = 0; e < 2; ++e) v100[e] = (v54[e] - v90[e]);
+    // spec: specs/fa2_fwd.yaml:56:19
+    float v101[2];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v102[e] = v101[((e >> 1) & 1) * 1];
+    for (int e = 0; e < 2; ++e) v101[e] = kg::exp2_(v100[e]);
+    // spec: specs/fa2_fwd.yaml:58:23
+    float (&v102)[2] = v101;
     // spec: specs/fa2_fwd.yaml:58:17
     float v103[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v103[e] = (v53[e] * v102[e]);
+    for (int e = 0; e < 32; ++e) v103[e] = v102[((e >> 1) & 1) * 1];
+    // spec: specs/fa2_fwd.yaml:58:17
+    float v104[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v104[e] = (v53[e] * v103[e]);
     // spec: specs/fa2_fwd.yaml:58:40
-    float (&v104)[32] = v103;
+    float (&v105)[32] = v104;
     {
       const int wg_ = (warp / 4);
       const uint64_t db_ = kg::wgmma_desc(v57, 8192, 1024, 1);
       // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
       // (ptxas would then insert a warpgroup.arrive, C7519)
     #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v104[e]);
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v105[e]);
       kg::wgmma_fence();
     #pragma unroll
       for (int ks = 0; ks < 4; ++ks)
@@ -481,31 +483,35 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n64k16_fp16_rs<1>(&v104[(rm * 1 + rn) * 32], &v98[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
+            kg::wgmma_m64n64k16_fp16_rs<1>(&v105[(rm * 1 + rn) * 32], &v99[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
       kg::wgmma_commit();
-      kg::wgmma_wait<0>();
-    #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v104[e]);
     }
-    // spec: specs/fa2_fwd.yaml:57:15
-    float v105[2];
-    #pragma unroll
-    for (int e = 0; e < 2; ++e) v105[e] = (v52[e] * v100[e]);
     // spec: specs/fa2_fwd.yaml:57:15
     float v106[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v106[e] = (v105[e] + v94[e]);
+    for (int e = 0; e < 2; ++e) v106[e] = (v52[e] * v101[e]);
+    // spec: specs/fa2_fwd.yaml:57:15
+    float v107[2];
+    #pragma unroll
+    for (int e = 0; e < 2; ++e) v107[e] = (v106[e] + v95[e]);
+    // spec: specs/fa2_fwd.yaml:58:40
+    kg::wgmma_wait<0>();
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) kg::fence_operand(v105[e]);
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v99)[e]);
+    float (&v108)[32] = v105;
     // spec: specs/fa2_fwd.yaml:59:15
 
     float y0_[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) y0_[e] = v106[e];
+    for (int e = 0; e < 2; ++e) y0_[e] = v107[e];
     float y1_[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y1_[e] = v104[e];
+    for (int e = 0; e < 32; ++e) y1_[e] = v108[e];
     float y2_[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) y2_[e] = v87[e];
+    for (int e = 0; e < 2; ++e) y2_[e] = v88[e];
     #pragma unroll
     for (int e = 0; e < 2; ++e) v48[e] = y0_[e];
     #pragma unroll
@@ -514,38 +520,38 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
     for (int e = 0; e < 2; ++e) v50[e] = y2_[e];
   }
   // spec: specs/fa2_fwd.yaml:62:24
-  const int v107 = kg::block_id_x();
+  const int v109 = kg::block_id_x();
   // spec: specs/fa2_fwd.yaml:61:15
-  const float v108 = 1.0f;
+  const float v110 = 1.0f;
   // spec: specs/fa2_fwd.yaml:61:21
-  const float v109 = 0.0f;
+  const float v111 = 0.0f;
   // spec: specs/fa2_fwd.yaml:61:21
-  bool v110[2];
+  bool v112[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v110[e] = (v48[e] == v109);
+  for (int e = 0; e < 2; ++e) v112[e] = (v48[e] == v111);
   // spec: specs/fa2_fwd.yaml:61:15
-  float v111[2];
+  float v113[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v111[e] = (v110[e] ? v108 : v48[e]);
+  for (int e = 0; e < 2; ++e) v113[e] = (v112[e] ? v110 : v48[e]);
   // spec: specs/fa2_fwd.yaml:62:63
-  float (&v112)[2] = v111;
+  float (&v114)[2] = v113;
   // spec: specs/fa2_fwd.yaml:62:57
-  float v113[32];
+  float v115[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v113[e] = v112[((e >> 1) & 1) * 1];
+  for (int e = 0; e < 32; ++e) v115[e] = v114[((e >> 1) & 1) * 1];
   // spec: specs/fa2_fwd.yaml:62:57
-  float v114[32];
+  float v116[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v114[e] = (v49[e] / v113[e]);
+  for (int e = 0; e < 32; ++e) v116[e] = (v49[e] / v115[e]);
   // spec: specs/fa2_fwd.yaml:62:56
-  kg::fp16 v115[32];
+  kg::fp16 v117[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v115[e] = kg::cvt<kg::fp16>(v114[e]);
+  for (int e = 0; e < 32; ++e) v117[e] = kg::cvt<kg::fp16>(v116[e]);
   // spec: specs/fa2_fwd.yaml:62:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_o + ((int64_t)(v12) * stride_o_0 + (int64_t)(v11) * stride_o_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_o_0 % 2 == 0 && stride_o_1 % 2 == 0 && stride_o_2 % 2 == 0;
-    const int t0_ = v107 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
+    const int t0_ = v109 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
     const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
   #pragma unroll
     for (int e = 0; e < 32; e += 2) {
@@ -553,52 +559,52 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
       const int64_t off_ = (int64_t)i0_ * stride_o_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SQ)) {
-        kg::copy_vec<2>(p_ + off_, &v115[e]);
+        kg::copy_vec<2>(p_ + off_, &v117[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SQ)) p_[off_ + v] = v115[e + v];
+          if (i0_ < (size_SQ)) p_[off_ + v] = v117[e + v];
       }
     }
   }
   // spec: specs/fa2_fwd.yaml:63:29
-  const int v116 = kg::block_id_x();
+  const int v118 = kg::block_id_x();
   // spec: specs/fa2_fwd.yaml:63:55
-  const float v117 = -kg::inf();
+  const float v119 = -kg::inf();
   // spec: specs/fa2_fwd.yaml:63:77
-  const float v118 = 0.6931471805599453f;
+  const float v120 = 0.6931471805599453f;
   // spec: specs/fa2_fwd.yaml:63:82
-  float v119[2];
-  #pragma unroll
-  for (int e = 0; e < 2; ++e) v119[e] = kg::log2_(v111[e]);
-  // spec: specs/fa2_fwd.yaml:63:78
-  float v120[2];
-  #pragma unroll
-  for (int e = 0; e < 2; ++e) v120[e] = (v50[e] + v119[e]);
-  // spec: specs/fa2_fwd.yaml:63:77
   float v121[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v121[e] = (v120[e] * v118);
-  // spec: specs/fa2_fwd.yaml:63:61
-  const float v122 = 0.0f;
-  // spec: specs/fa2_fwd.yaml:63:61
-  bool v123[2];
+  for (int e = 0; e < 2; ++e) v121[e] = kg::log2_(v113[e]);
+  // spec: specs/fa2_fwd.yaml:63:78
+  float v122[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v123[e] = (v48[e] == v122);
+  for (int e = 0; e < 2; ++e) v122[e] = (v50[e] + v121[e]);
+  // spec: specs/fa2_fwd.yaml:63:77
+  float v123[2];
+  #pragma unroll
+  for (int e = 0; e < 2; ++e) v123[e] = (v122[e] * v120);
+  // spec: specs/fa2_fwd.yaml:63:61
+  const float v124 = 0.0f;
+  // spec: specs/fa2_fwd.yaml:63:61
+  bool v125[2];
+  #pragma unroll
+  for (int e = 0; e < 2; ++e) v125[e] = (v48[e] == v124);
   // spec: specs/fa2_fwd.yaml:63:55
-  float v124[2];
+  float v126[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v124[e] = (v123[e] ? v117 : v121[e]);
+  for (int e = 0; e < 2; ++e) v126[e] = (v125[e] ? v119 : v123[e]);
   // spec: specs/fa2_fwd.yaml:63:7
   if ((lane & 3) == 0 && (warp & 0) == 0) {
     float* p_ = t_lse + ((int64_t)(v12) * stride_lse_0 + (int64_t)(v11) * stride_lse_1);
     const bool aligned_ = false;
-    const int t0_ = v116 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
+    const int t0_ = v118 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
   #pragma unroll
     for (int e = 0; e < 2; e += 1) {
       const int i0_ = t0_ + (e & 1) * 8;
       const int64_t off_ = (int64_t)i0_ * 1;
-      if (i0_ + 1 <= (size_SQ)) p_[off_] = v124[e];
+      if (i0_ + 1 <= (size_SQ)) p_[off_] = v126[e];
     }
   }
 }

@@ -203,22 +203,24 @@ KG_KERNEL void __launch_bounds__(128) matmul_fwd(const kg::fp16* __restrict__ t_
           for (int rn = 0; rn < 1; ++rn)
             kg::wgmma_m64n64k16_fp16_ss<0, 1>(&v31[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 8 * 4 + ((ks * 16)) / 8) * 64 + (((wg_ / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 2048 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
       kg::wgmma_commit();
-      kg::wgmma_wait<0>();
-    #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v31[e]);
     }
+    // spec: specs/matmul.yaml:21:17
+    kg::wgmma_wait<0>();
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) kg::fence_operand(v31[e]);
+    float (&v32)[32] = v31;
     // spec: specs/matmul.yaml:21:17
 
     float y0_[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y0_[e] = v31[e];
+    for (int e = 0; e < 32; ++e) y0_[e] = v32[e];
     #pragma unroll
     for (int e = 0; e < 32; ++e) v16[e] = y0_[e];
   }
   // spec: specs/matmul.yaml:22:28
-  kg::fp16 v32[32];
+  kg::fp16 v33[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v32[e] = kg::cvt<kg::fp16>(v16[e]);
+  for (int e = 0; e < 32; ++e) v33[e] = kg::cvt<kg::fp16>(v16[e]);
   // spec: specs/matmul.yaml:22:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_c + (0);
@@ -231,11 +233,11 @@ KG_KERNEL void __launch_bounds__(128) matmul_fwd(const kg::fp16* __restrict__ t_
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
       const int64_t off_ = (int64_t)i0_ * stride_c_0 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_M) && i1_ + 2 <= (size_N)) {
-        kg::copy_vec<2>(p_ + off_, &v32[e]);
+        kg::copy_vec<2>(p_ + off_, &v33[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_M) && i1_ + v < (size_N)) p_[off_ + v] = v32[e + v];
+          if (i0_ < (size_M) && i1_ + v < (size_N)) p_[off_ + v] = v33[e + v];
       }
     }
   }

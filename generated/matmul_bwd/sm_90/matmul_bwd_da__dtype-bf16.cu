@@ -205,22 +205,24 @@ KG_KERNEL void __launch_bounds__(128) matmul_bwd_da(const kg::bf16* __restrict__
           for (int rn = 0; rn < 1; ++rn)
             kg::wgmma_m64n32k16_bf16_ss<0, 0>(&v32[(rm * 1 + rn) * 16], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 2048 + (((wg_ % 1) * 32 + rn * 32)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 32 + rn * 32)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), 1);
       kg::wgmma_commit();
-      kg::wgmma_wait<0>();
-    #pragma unroll
-      for (int e = 0; e < 16; ++e) kg::fence_operand(v32[e]);
     }
+    // spec: specs/matmul_bwd.yaml:26:17
+    kg::wgmma_wait<0>();
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) kg::fence_operand(v32[e]);
+    float (&v33)[16] = v32;
     // spec: specs/matmul_bwd.yaml:26:17
 
     float y0_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y0_[e] = v32[e];
+    for (int e = 0; e < 16; ++e) y0_[e] = v33[e];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v16[e] = y0_[e];
   }
   // spec: specs/matmul_bwd.yaml:27:27
-  kg::bf16 v33[16];
+  kg::bf16 v34[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v33[e] = kg::cvt<kg::bf16>(v16[e]);
+  for (int e = 0; e < 16; ++e) v34[e] = kg::cvt<kg::bf16>(v16[e]);
   // spec: specs/matmul_bwd.yaml:27:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_da + (0);
@@ -233,11 +235,11 @@ KG_KERNEL void __launch_bounds__(128) matmul_bwd_da(const kg::bf16* __restrict__
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
       const int64_t off_ = (int64_t)i0_ * stride_da_0 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_M) && i1_ + 2 <= (size_K)) {
-        kg::copy_vec<2>(p_ + off_, &v33[e]);
+        kg::copy_vec<2>(p_ + off_, &v34[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_M) && i1_ + v < (size_K)) p_[off_ + v] = v33[e + v];
+          if (i0_ < (size_M) && i1_ + v < (size_K)) p_[off_ + v] = v34[e + v];
       }
     }
   }

@@ -122,6 +122,7 @@ KG_DEVICE void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" 
 template <int N> KG_DEVICE void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory"); }
 // ties an accumulator register to this point: nothing reads it before the wait above
 KG_DEVICE void fence_operand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+KG_DEVICE void fence_operand(uint32_t& r) { asm volatile("" : "+r"(r)::"memory"); }
 // shared memory written by ordinary stores or cp.async, read next by wgmma (the async proxy)
 KG_DEVICE void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 }  // namespace kg

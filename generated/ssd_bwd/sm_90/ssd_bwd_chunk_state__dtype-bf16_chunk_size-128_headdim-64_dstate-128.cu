@@ -679,18 +679,20 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_chunk_state(const kg::bf16* __rest
           for (int rn = 0; rn < 1; ++rn)
             kg::wgmma_m64n128k16_bf16_ss<1, 1>(&v147[(rm * 1 + rn) * 64], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ / 1) * 64 + rm * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ / 1) * 64 + rm * 64)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 1) * 128 + rn * 128)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 1) * 128 + rn * 128)) % 8) * 2 / 16), 1);
       kg::wgmma_commit();
-      kg::wgmma_wait<0>();
-    #pragma unroll
-      for (int e = 0; e < 64; ++e) kg::fence_operand(v147[e]);
     }
     // spec: specs/ssd_bwd.yaml:113:21
     const float v148 = (v89 + v123);
+    // spec: specs/ssd_bwd.yaml:116:17
+    kg::wgmma_wait<0>();
+    #pragma unroll
+    for (int e = 0; e < 64; ++e) kg::fence_operand(v147[e]);
+    float (&v149)[64] = v147;
     // spec: specs/ssd_bwd.yaml:116:17
 
     const float y0_ = v148;
     float y1_[64];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) y1_[e] = v147[e];
+    for (int e = 0; e < 64; ++e) y1_[e] = v149[e];
     kg::bf16 y2_[8];
     #pragma unroll
     for (int e = 0; e < 8; ++e) y2_[e] = v100[e];
@@ -701,47 +703,47 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_chunk_state(const kg::bf16* __rest
     for (int e = 0; e < 8; ++e) v87[e] = y2_[e];
   }
   // spec: specs/ssd_bwd.yaml:117:29
-  const int v149 = 1;
+  const int v150 = 1;
   // spec: specs/ssd_bwd.yaml:117:29
-  const int v150 = 2;
+  const int v151 = 2;
   // spec: specs/ssd_bwd.yaml:117:7
 
-  for (int v151 = v24; v151 < v150; v151 += v149) {
+  for (int v152 = v24; v152 < v151; v152 += v150) {
     
-    // spec: specs/ssd_bwd.yaml:118:56
-    float v152[1];
-    #pragma unroll
-    for (int e = 0; e < 1; ++e) v152[e] = 0.0f;
     // spec: specs/ssd_bwd.yaml:118:56
     float v153[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v153[e] = (v152[e] + v30);
+    for (int e = 0; e < 1; ++e) v153[e] = 0.0f;
+    // spec: specs/ssd_bwd.yaml:118:56
+    float v154[1];
+    #pragma unroll
+    for (int e = 0; e < 1; ++e) v154[e] = (v153[e] + v30);
     // spec: specs/ssd_bwd.yaml:118:11
     if ((lane & 0) == 0 && (warp & 2) == 0) {
       float* p_ = t_dA_cumsum + ((int64_t)(v26) * stride_dA_cumsum_0 + (int64_t)(v9) * stride_dA_cumsum_1 + (int64_t)(v8) * stride_dA_cumsum_2);
       const bool aligned_ = false;
-      const int t0_ = v151 * 64 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32;
-    #pragma unroll
-      for (int e = 0; e < 1; e += 1) {
-        const int i0_ = t0_ + 0;
-        const int64_t off_ = (int64_t)i0_ * 1;
-        if (i0_ + 1 <= (128)) p_[off_] = v153[e];
-      }
-    }
-    // spec: specs/ssd_bwd.yaml:119:53
-    float v154[1];
-    #pragma unroll
-    for (int e = 0; e < 1; ++e) v154[e] = 0.0f;
-    // spec: specs/ssd_bwd.yaml:119:11
-    if ((lane & 0) == 0 && (warp & 2) == 0) {
-      float* p_ = t_dt_eff + ((int64_t)(v26) * stride_dt_eff_0 + (int64_t)(v9) * stride_dt_eff_1 + (int64_t)(v8) * stride_dt_eff_2);
-      const bool aligned_ = false;
-      const int t0_ = v151 * 64 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32;
+      const int t0_ = v152 * 64 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32;
     #pragma unroll
       for (int e = 0; e < 1; e += 1) {
         const int i0_ = t0_ + 0;
         const int64_t off_ = (int64_t)i0_ * 1;
         if (i0_ + 1 <= (128)) p_[off_] = v154[e];
+      }
+    }
+    // spec: specs/ssd_bwd.yaml:119:53
+    float v155[1];
+    #pragma unroll
+    for (int e = 0; e < 1; ++e) v155[e] = 0.0f;
+    // spec: specs/ssd_bwd.yaml:119:11
+    if ((lane & 0) == 0 && (warp & 2) == 0) {
+      float* p_ = t_dt_eff + ((int64_t)(v26) * stride_dt_eff_0 + (int64_t)(v9) * stride_dt_eff_1 + (int64_t)(v8) * stride_dt_eff_2);
+      const bool aligned_ = false;
+      const int t0_ = v152 * 64 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32;
+    #pragma unroll
+      for (int e = 0; e < 1; e += 1) {
+        const int i0_ = t0_ + 0;
+        const int64_t off_ = (int64_t)i0_ * 1;
+        if (i0_ + 1 <= (128)) p_[off_] = v155[e];
       }
     }
     // spec: specs/ssd_bwd.yaml:119:11

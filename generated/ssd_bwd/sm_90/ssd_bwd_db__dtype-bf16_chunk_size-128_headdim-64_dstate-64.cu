@@ -281,9 +281,6 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_db(const kg::bf16* __restrict__ t_
           for (int rn = 0; rn < 1; ++rn)
             kg::wgmma_m64n32k16_bf16_ss<0, 1>(&v54[(rm * 1 + rn) * 16], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 2) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 2) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 8 * 8 + (((wg_ % 2) * 32 + rn * 32)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 2) * 32 + rn * 32)) % 8) * 2 / 16), (ks > 0));
       kg::wgmma_commit();
-      kg::wgmma_wait<0>();
-    #pragma unroll
-      for (int e = 0; e < 16; ++e) kg::fence_operand(v54[e]);
     }
     // spec: specs/ssd_bwd.yaml:242:23
     float v55[2];
@@ -304,139 +301,144 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_db(const kg::bf16* __restrict__ t_
     #pragma unroll
     for (int e = 0; e < 16; ++e) v59[e] = v58[((e >> 1) & 1) * 1];
     // spec: specs/ssd_bwd.yaml:244:29
-    float v60[16];
+    kg::wgmma_wait<0>();
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v60[e] = (v54[e] * v59[e]);
-    // spec: specs/ssd_bwd.yaml:244:20
+    for (int e = 0; e < 16; ++e) kg::fence_operand(v54[e]);
+    float (&v60)[16] = v54;
+    // spec: specs/ssd_bwd.yaml:244:29
     float v61[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v61[e] = (v30[e] + v60[e]);
+    for (int e = 0; e < 16; ++e) v61[e] = (v60[e] * v59[e]);
+    // spec: specs/ssd_bwd.yaml:244:20
+    float v62[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v62[e] = (v30[e] + v61[e]);
     // spec: specs/ssd_bwd.yaml:244:20
 
     float y0_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y0_[e] = v61[e];
+    for (int e = 0; e < 16; ++e) y0_[e] = v62[e];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v28[e] = y0_[e];
   }
   // spec: specs/ssd_bwd.yaml:258:20
-  kg::bf16* v62 = reinterpret_cast<kg::bf16*>(smem + 0);
+  kg::bf16* v63 = reinterpret_cast<kg::bf16*>(smem + 0);
   // spec: specs/ssd_bwd.yaml:247:7
-  const int v63 = 0;
+  const int v64 = 0;
   // spec: specs/ssd_bwd.yaml:247:7
-  kg::bf16* v64 = v62 + (v63 % 2) * 4096;
+  kg::bf16* v65 = v63 + (v64 % 2) * 4096;
   // spec: specs/ssd_bwd.yaml:248:23
-  const int v65 = 2;
+  const int v66 = 2;
   // spec: specs/ssd_bwd.yaml:248:23
-  const int v66 = (v23 * v65);
-  // spec: specs/ssd_bwd.yaml:247:22
-  const int v67 = 64;
+  const int v67 = (v23 * v66);
   // spec: specs/ssd_bwd.yaml:247:22
   const int v68 = 64;
   // spec: specs/ssd_bwd.yaml:247:22
-  const int v69 = (v27 * v68);
+  const int v69 = 64;
   // spec: specs/ssd_bwd.yaml:247:22
-  const int v70 = (kg::floordiv(v69, v67));
+  const int v70 = (v27 * v69);
+  // spec: specs/ssd_bwd.yaml:247:22
+  const int v71 = (kg::floordiv(v70, v68));
   // spec: specs/ssd_bwd.yaml:248:23
-  const int v71 = (v66 + v70);
+  const int v72 = (v67 + v71);
   // spec: specs/ssd_bwd.yaml:238:13
-  const int v72 = 64;
+  const int v73 = 64;
   // spec: specs/ssd_bwd.yaml:238:13
-  const int v73 = 63;
+  const int v74 = 63;
   // spec: specs/ssd_bwd.yaml:238:18
-  const int v74 = 128;
-  // spec: specs/ssd_bwd.yaml:238:35
   const int v75 = 128;
   // spec: specs/ssd_bwd.yaml:238:35
-  const int v76 = (v23 * v75);
+  const int v76 = 128;
+  // spec: specs/ssd_bwd.yaml:238:35
+  const int v77 = (v23 * v76);
   // spec: specs/ssd_bwd.yaml:238:26
-  const int v77 = (v0 - v76);
+  const int v78 = (v0 - v77);
   // spec: specs/ssd_bwd.yaml:238:18
-  const int v78 = (kg::min_(v77, v74));
+  const int v79 = (kg::min_(v78, v75));
   // spec: specs/ssd_bwd.yaml:238:13
-  const int v79 = (v78 + v73);
+  const int v80 = (v79 + v74);
   // spec: specs/ssd_bwd.yaml:238:13
-  const int v80 = (kg::floordiv(v79, v72));
+  const int v81 = (kg::floordiv(v80, v73));
   // spec: specs/ssd_bwd.yaml:247:7
-  const bool v81 = (v70 < v80);
+  const bool v82 = (v71 < v81);
   // spec: specs/ssd_bwd.yaml:258:41
   kg::sync();
-  if (v81) {
+  if (v82) {
     const kg::bf16* p_ = t_C + ((int64_t)(v18) * stride_C_0 + (int64_t)(v13) * stride_C_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_C_0 % 8 == 0 && stride_C_1 % 8 == 0 && stride_C_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v71 * 64) * stride_C_1 + 0;
+    const int64_t q_ = (int64_t)(v72 * 64) * stride_C_1 + 0;
   #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int c_ = lane + warp * 32 + i * 256;
       const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
-      const int i0_ = v71 * 64 + r_, i1_ = 0 + k_;
+      const int i0_ = v72 * 64 + r_, i1_ = 0 + k_;
       const int64_t off_ = q_ + ((int64_t)r_ * stride_C_1 + k_);
       const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
       if (aligned_) {
         const int n_ = (i0_ < (size_seqlen)) * 8;
-        kg::cp_async<16>(&v64[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        kg::cp_async<16>(&v65[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v64[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v65[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
   kg::cp_async_commit();
   // spec: specs/ssd_bwd.yaml:237:34
-  int v82[2];
+  int v83[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v82[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8);
+  for (int e = 0; e < 2; ++e) v83[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8);
   // spec: specs/ssd_bwd.yaml:237:20
-  const int v83 = 64;
+  const int v84 = 64;
   // spec: specs/ssd_bwd.yaml:237:20
-  const int v84 = (v27 * v83);
+  const int v85 = (v27 * v84);
   // spec: specs/ssd_bwd.yaml:237:20
-  int v85[2];
+  int v86[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v85[e] = (v84 + v82[e]);
+  for (int e = 0; e < 2; ++e) v86[e] = (v85 + v83[e]);
   // spec: specs/ssd_bwd.yaml:256:25
-  int (&v86)[2] = v85;
+  int (&v87)[2] = v86;
   // spec: specs/ssd_bwd.yaml:256:25
-  int v87[16];
+  int v88[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v87[e] = v86[((e >> 1) & 1) * 1];
+  for (int e = 0; e < 16; ++e) v88[e] = v87[((e >> 1) & 1) * 1];
   // spec: specs/ssd_bwd.yaml:247:46
-  const int v88 = 1;
+  const int v89 = 1;
   // spec: specs/ssd_bwd.yaml:247:7
 
-  float v89[16];
+  float v90[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v89[e] = v28[e];
-  for (int v90 = v70; v90 < v80; v90 += v88) {
-    float (&v91)[16] = v89;
+  for (int e = 0; e < 16; ++e) v90[e] = v28[e];
+  for (int v91 = v71; v91 < v81; v91 += v89) {
+    float (&v92)[16] = v90;
     
     // spec: specs/ssd_bwd.yaml:247:7
-    const int v92 = (v90 - v70);
+    const int v93 = (v91 - v71);
     // spec: specs/ssd_bwd.yaml:247:7
-    const int v93 = (kg::floordiv(v92, v88));
+    const int v94 = (kg::floordiv(v93, v89));
     // spec: specs/ssd_bwd.yaml:247:7
-    kg::bf16* v94 = v62 + (v93 % 2) * 4096;
+    kg::bf16* v95 = v63 + (v94 % 2) * 4096;
     // spec: specs/ssd_bwd.yaml:257:31
-    kg::bf16* v95 = reinterpret_cast<kg::bf16*>(smem + 16384);
+    kg::bf16* v96 = reinterpret_cast<kg::bf16*>(smem + 16384);
     // spec: specs/ssd_bwd.yaml:257:31
-    kg::bf16* v96 = reinterpret_cast<kg::bf16*>(smem + 32768);
+    kg::bf16* v97 = reinterpret_cast<kg::bf16*>(smem + 32768);
     // spec: specs/ssd_bwd.yaml:251:11
-    const int v97 = 0;
+    const int v98 = 0;
     // spec: specs/ssd_bwd.yaml:251:11
-    kg::bf16* v98 = v96 + (v97 % 2) * 4096;
+    kg::bf16* v99 = v97 + (v98 % 2) * 4096;
     // spec: specs/ssd_bwd.yaml:252:19
-    const int v99 = (v13 * v12);
+    const int v100 = (v13 * v12);
     // spec: specs/ssd_bwd.yaml:251:26
-    const int v100 = 0;
+    const int v101 = 0;
     // spec: specs/ssd_bwd.yaml:252:19
-    const int v101 = (v99 + v100);
+    const int v102 = (v100 + v101);
     // spec: specs/ssd_bwd.yaml:251:11
-    const bool v102 = (v100 < v12);
+    const bool v103 = (v101 < v12);
     // spec: specs/ssd_bwd.yaml:257:35
     kg::sync();
-    if (v102) {
-      const kg::bf16* p_ = t_x + ((int64_t)(v18) * stride_x_0 + (int64_t)(v101) * stride_x_2);
+    if (v103) {
+      const kg::bf16* p_ = t_x + ((int64_t)(v18) * stride_x_0 + (int64_t)(v102) * stride_x_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 8 == 0 && stride_x_1 % 8 == 0 && stride_x_2 % 8 == 0;
       const int64_t q_ = (int64_t)(v7 * 64) * stride_x_1 + 0;
     #pragma unroll
@@ -448,98 +450,98 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_db(const kg::bf16* __restrict__ t_
         const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
         if (aligned_) {
           const int n_ = (i0_ < (size_seqlen)) * 8;
-          kg::cp_async<16>(&v98[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v99[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v98[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v99[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
     // spec: specs/ssd_bwd.yaml:251:11
-    kg::bf16* v103 = v95 + (v97 % 2) * 4096;
+    kg::bf16* v104 = v96 + (v98 % 2) * 4096;
     // spec: specs/ssd_bwd.yaml:252:19
-    const int v104 = (v13 * v12);
+    const int v105 = (v13 * v12);
     // spec: specs/ssd_bwd.yaml:252:19
-    const int v105 = (v104 + v100);
+    const int v106 = (v105 + v101);
     // spec: specs/ssd_bwd.yaml:248:23
-    const int v106 = 2;
+    const int v107 = 2;
     // spec: specs/ssd_bwd.yaml:248:23
-    const int v107 = (v23 * v106);
+    const int v108 = (v23 * v107);
     // spec: specs/ssd_bwd.yaml:248:23
-    const int v108 = (v107 + v90);
+    const int v109 = (v108 + v91);
     // spec: specs/ssd_bwd.yaml:257:59
-    if (v102) {
-      const kg::bf16* p_ = t_dy + ((int64_t)(v18) * stride_dy_0 + (int64_t)(v105) * stride_dy_2);
+    if (v103) {
+      const kg::bf16* p_ = t_dy + ((int64_t)(v18) * stride_dy_0 + (int64_t)(v106) * stride_dy_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dy_0 % 8 == 0 && stride_dy_1 % 8 == 0 && stride_dy_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v108 * 64) * stride_dy_1 + 0;
+      const int64_t q_ = (int64_t)(v109 * 64) * stride_dy_1 + 0;
     #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int c_ = lane + warp * 32 + i * 256;
         const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
-        const int i0_ = v108 * 64 + r_, i1_ = 0 + k_;
+        const int i0_ = v109 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = q_ + ((int64_t)r_ * stride_dy_1 + k_);
         const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
         if (aligned_) {
           const int n_ = (i0_ < (size_seqlen)) * 8;
-          kg::cp_async<16>(&v103[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v104[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v103[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v104[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
     // spec: specs/ssd_bwd.yaml:249:38
-    int v109[8];
+    int v110[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v109[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16);
+    for (int e = 0; e < 8; ++e) v110[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16);
     // spec: specs/ssd_bwd.yaml:249:24
-    const int v110 = 64;
+    const int v111 = 64;
     // spec: specs/ssd_bwd.yaml:249:24
-    const int v111 = (v90 * v110);
+    const int v112 = (v91 * v111);
     // spec: specs/ssd_bwd.yaml:249:24
-    int v112[8];
+    int v113[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v112[e] = (v111 + v109[e]);
+    for (int e = 0; e < 8; ++e) v113[e] = (v112 + v110[e]);
     // spec: specs/ssd_bwd.yaml:256:48
-    int (&v113)[8] = v112;
+    int (&v114)[8] = v113;
     // spec: specs/ssd_bwd.yaml:256:25
-    int v114[16];
+    int v115[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v114[e] = v113[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4];
+    for (int e = 0; e < 16; ++e) v115[e] = v114[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4];
     // spec: specs/ssd_bwd.yaml:251:26
-    const int v115 = 1;
+    const int v116 = 1;
     // spec: specs/ssd_bwd.yaml:250:19
-    float v116[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v116[e] = 0.0f;
-    // spec: specs/ssd_bwd.yaml:251:11
-
     float v117[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v117[e] = v116[e];
-    for (int v118 = v100; v118 < v12; v118 += v115) {
-      float (&v119)[16] = v117;
+    for (int e = 0; e < 16; ++e) v117[e] = 0.0f;
+    // spec: specs/ssd_bwd.yaml:251:11
+
+    float v118[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v118[e] = v117[e];
+    for (int v119 = v101; v119 < v12; v119 += v116) {
+      float (&v120)[16] = v118;
       
       // spec: specs/ssd_bwd.yaml:251:11
-      const int v120 = (v118 - v100);
+      const int v121 = (v119 - v101);
       // spec: specs/ssd_bwd.yaml:251:11
-      const int v121 = (kg::floordiv(v120, v115));
+      const int v122 = (kg::floordiv(v121, v116));
       // spec: specs/ssd_bwd.yaml:251:11
-      kg::bf16* v122 = v95 + (v121 % 2) * 4096;
+      kg::bf16* v123 = v96 + (v122 % 2) * 4096;
       // spec: specs/ssd_bwd.yaml:251:11
-      kg::bf16* v123 = v96 + (v121 % 2) * 4096;
+      kg::bf16* v124 = v97 + (v122 % 2) * 4096;
       // spec: specs/ssd_bwd.yaml:252:19
-      const int v124 = (v13 * v12);
+      const int v125 = (v13 * v12);
       // spec: specs/ssd_bwd.yaml:252:19
-      const int v125 = (v124 + v118);
+      const int v126 = (v125 + v119);
       // spec: specs/ssd_bwd.yaml:253:22
-      float v126[2];
+      float v127[2];
       {
-        const float* p_ = t_dA_cumsum + ((int64_t)(v18) * stride_dA_cumsum_0 + (int64_t)(v125) * stride_dA_cumsum_1 + (int64_t)(v23) * stride_dA_cumsum_2);
+        const float* p_ = t_dA_cumsum + ((int64_t)(v18) * stride_dA_cumsum_0 + (int64_t)(v126) * stride_dA_cumsum_1 + (int64_t)(v23) * stride_dA_cumsum_2);
         const bool aligned_ = false;
         const int t0_ = v27 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
       #pragma unroll
@@ -548,38 +550,38 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_db(const kg::bf16* __restrict__ t_
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 1 <= (128);
           if (aligned_ && in_) {
-            kg::copy_vec<1>(&v126[e], p_ + off_);
+            kg::copy_vec<1>(&v127[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 1; ++v)
-              v126[e + v] = (i0_ + v < (128)) ? p_[off_ + v] : 0.0f;
+              v127[e + v] = (i0_ + v < (128)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
       // spec: specs/ssd_bwd.yaml:254:22
-      float v127[8];
+      float v128[8];
       {
-        const float* p_ = t_dA_cumsum + ((int64_t)(v18) * stride_dA_cumsum_0 + (int64_t)(v125) * stride_dA_cumsum_1 + (int64_t)(v23) * stride_dA_cumsum_2);
+        const float* p_ = t_dA_cumsum + ((int64_t)(v18) * stride_dA_cumsum_0 + (int64_t)(v126) * stride_dA_cumsum_1 + (int64_t)(v23) * stride_dA_cumsum_2);
         const bool aligned_ = kg::aligned(p_, 8) && stride_dA_cumsum_0 % 2 == 0 && stride_dA_cumsum_1 % 2 == 0 && stride_dA_cumsum_2 % 2 == 0;
-        const int t0_ = v90 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32;
+        const int t0_ = v91 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32;
       #pragma unroll
         for (int e = 0; e < 8; e += 2) {
           const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16;
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 2 <= (128);
           if (aligned_ && in_) {
-            kg::copy_vec<2>(&v127[e], p_ + off_);
+            kg::copy_vec<2>(&v128[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 2; ++v)
-              v127[e + v] = (i0_ + v < (128)) ? p_[off_ + v] : 0.0f;
+              v128[e + v] = (i0_ + v < (128)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
       // spec: specs/ssd_bwd.yaml:255:22
-      float v128[2];
+      float v129[2];
       {
-        const float* p_ = t_dt_eff + ((int64_t)(v18) * stride_dt_eff_0 + (int64_t)(v125) * stride_dt_eff_1 + (int64_t)(v23) * stride_dt_eff_2);
+        const float* p_ = t_dt_eff + ((int64_t)(v18) * stride_dt_eff_0 + (int64_t)(v126) * stride_dt_eff_1 + (int64_t)(v23) * stride_dt_eff_2);
         const bool aligned_ = false;
         const int t0_ = v27 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
       #pragma unroll
@@ -588,11 +590,11 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_db(const kg::bf16* __restrict__ t_
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 1 <= (128);
           if (aligned_ && in_) {
-            kg::copy_vec<1>(&v128[e], p_ + off_);
+            kg::copy_vec<1>(&v129[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 1; ++v)
-              v128[e + v] = (i0_ + v < (128)) ? p_[off_ + v] : 0.0f;
+              v129[e + v] = (i0_ + v < (128)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
@@ -601,22 +603,22 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_db(const kg::bf16* __restrict__ t_
       kg::fence_proxy_async();
       kg::sync();
       // spec: specs/ssd_bwd.yaml:251:11
-      const int v129 = 1;
+      const int v130 = 1;
       // spec: specs/ssd_bwd.yaml:251:11
-      const int v130 = (v121 + v129);
+      const int v131 = (v122 + v130);
       // spec: specs/ssd_bwd.yaml:251:11
-      kg::bf16* v131 = v96 + (v130 % 2) * 4096;
+      kg::bf16* v132 = v97 + (v131 % 2) * 4096;
       // spec: specs/ssd_bwd.yaml:252:19
-      const int v132 = (v13 * v12);
+      const int v133 = (v13 * v12);
       // spec: specs/ssd_bwd.yaml:257:35
-      const int v133 = (v118 + v115);
+      const int v134 = (v119 + v116);
       // spec: specs/ssd_bwd.yaml:252:19
-      const int v134 = (v132 + v133);
+      const int v135 = (v133 + v134);
       // spec: specs/ssd_bwd.yaml:257:35
-      const bool v135 = (v133 < v12);
+      const bool v136 = (v134 < v12);
       // spec: specs/ssd_bwd.yaml:257:35
-      if (v135) {
-        const kg::bf16* p_ = t_x + ((int64_t)(v18) * stride_x_0 + (int64_t)(v134) * stride_x_2);
+      if (v136) {
+        const kg::bf16* p_ = t_x + ((int64_t)(v18) * stride_x_0 + (int64_t)(v135) * stride_x_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 8 == 0 && stride_x_1 % 8 == 0 && stride_x_2 % 8 == 0;
         const int64_t q_ = (int64_t)(v7 * 64) * stride_x_1 + 0;
       #pragma unroll
@@ -628,11 +630,11 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_db(const kg::bf16* __restrict__ t_
           const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
           if (aligned_) {
             const int n_ = (i0_ < (size_seqlen)) * 8;
-            kg::cp_async<16>(&v131[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+            kg::cp_async<16>(&v132[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
           } else {
       #pragma unroll
             for (int v = 0; v < 8; ++v)
-              v131[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+              v132[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
           }
         }
       }
@@ -642,48 +644,48 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_db(const kg::bf16* __restrict__ t_
       kg::fence_proxy_async();
       kg::sync();
       // spec: specs/ssd_bwd.yaml:251:11
-      kg::bf16* v136 = v95 + (v130 % 2) * 4096;
+      kg::bf16* v137 = v96 + (v131 % 2) * 4096;
       // spec: specs/ssd_bwd.yaml:252:19
-      const int v137 = (v13 * v12);
+      const int v138 = (v13 * v12);
       // spec: specs/ssd_bwd.yaml:257:59
-      const int v138 = (v118 + v115);
+      const int v139 = (v119 + v116);
       // spec: specs/ssd_bwd.yaml:252:19
-      const int v139 = (v137 + v138);
+      const int v140 = (v138 + v139);
       // spec: specs/ssd_bwd.yaml:257:59
-      const bool v140 = (v138 < v12);
+      const bool v141 = (v139 < v12);
       // spec: specs/ssd_bwd.yaml:257:59
-      if (v140) {
-        const kg::bf16* p_ = t_dy + ((int64_t)(v18) * stride_dy_0 + (int64_t)(v139) * stride_dy_2);
+      if (v141) {
+        const kg::bf16* p_ = t_dy + ((int64_t)(v18) * stride_dy_0 + (int64_t)(v140) * stride_dy_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_dy_0 % 8 == 0 && stride_dy_1 % 8 == 0 && stride_dy_2 % 8 == 0;
-        const int64_t q_ = (int64_t)(v108 * 64) * stride_dy_1 + 0;
+        const int64_t q_ = (int64_t)(v109 * 64) * stride_dy_1 + 0;
       #pragma unroll
         for (int i = 0; i < 2; ++i) {
           const int c_ = lane + warp * 32 + i * 256;
           const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
-          const int i0_ = v108 * 64 + r_, i1_ = 0 + k_;
+          const int i0_ = v109 * 64 + r_, i1_ = 0 + k_;
           const int64_t off_ = q_ + ((int64_t)r_ * stride_dy_1 + k_);
           const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
           if (aligned_) {
             const int n_ = (i0_ < (size_seqlen)) * 8;
-            kg::cp_async<16>(&v136[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+            kg::cp_async<16>(&v137[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
           } else {
       #pragma unroll
             for (int v = 0; v < 8; ++v)
-              v136[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+              v137[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
           }
         }
       }
       kg::cp_async_commit();
       // spec: specs/ssd_bwd.yaml:257:31
-      kg::bf16* v141 = v122;
+      kg::bf16* v142 = v123;
       // spec: specs/ssd_bwd.yaml:257:31
-      float v142[16];
+      float v143[16];
       // spec: specs/ssd_bwd.yaml:257:31
-      float (&v143)[16] = v142;
+      float (&v144)[16] = v143;
       {
         const int wg_ = (warp / 4);
-        const uint64_t da_ = kg::wgmma_desc(v123, 16, 1024, 1);
-        const uint64_t db_ = kg::wgmma_desc(v141, 16, 1024, 1);
+        const uint64_t da_ = kg::wgmma_desc(v124, 16, 1024, 1);
+        const uint64_t db_ = kg::wgmma_desc(v142, 16, 1024, 1);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 4; ++ks)
@@ -691,77 +693,79 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_db(const kg::bf16* __restrict__ t_
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n32k16_bf16_ss<0, 0>(&v143[(rm * 1 + rn) * 16], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 2) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 2) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 2) * 32 + rn * 32)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 2) * 32 + rn * 32)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
+              kg::wgmma_m64n32k16_bf16_ss<0, 0>(&v144[(rm * 1 + rn) * 16], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 2) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 2) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 2) * 32 + rn * 32)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 2) * 32 + rn * 32)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
-        kg::wgmma_wait<0>();
-      #pragma unroll
-        for (int e = 0; e < 16; ++e) kg::fence_operand(v143[e]);
       }
       // spec: specs/ssd_bwd.yaml:257:91
-      float (&v144)[2] = v128;
+      float (&v145)[2] = v129;
       // spec: specs/ssd_bwd.yaml:257:31
-      float v145[16];
+      float v146[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v145[e] = v144[((e >> 1) & 1) * 1];
+      for (int e = 0; e < 16; ++e) v146[e] = v145[((e >> 1) & 1) * 1];
       // spec: specs/ssd_bwd.yaml:256:19
-      const float v146 = 0.0f;
+      const float v147 = 0.0f;
       // spec: specs/ssd_bwd.yaml:256:89
-      float (&v147)[2] = v126;
+      float (&v148)[2] = v127;
       // spec: specs/ssd_bwd.yaml:256:73
-      float v148[16];
+      float v149[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v148[e] = v147[((e >> 1) & 1) * 1];
+      for (int e = 0; e < 16; ++e) v149[e] = v148[((e >> 1) & 1) * 1];
       // spec: specs/ssd_bwd.yaml:256:73
-      float (&v149)[8] = v127;
-      // spec: specs/ssd_bwd.yaml:256:73
-      float v150[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v150[e] = v149[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4];
+      float (&v150)[8] = v128;
       // spec: specs/ssd_bwd.yaml:256:73
       float v151[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v151[e] = (v150[e] - v148[e]);
-      // spec: specs/ssd_bwd.yaml:256:69
+      for (int e = 0; e < 16; ++e) v151[e] = v150[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4];
+      // spec: specs/ssd_bwd.yaml:256:73
       float v152[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v152[e] = kg::exp_(v151[e]);
+      for (int e = 0; e < 16; ++e) v152[e] = (v151[e] - v149[e]);
+      // spec: specs/ssd_bwd.yaml:256:69
+      float v153[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v153[e] = kg::exp_(v152[e]);
       // spec: specs/ssd_bwd.yaml:256:25
-      bool v153[16];
+      bool v154[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v153[e] = (v87[e] <= v114[e]);
+      for (int e = 0; e < 16; ++e) v154[e] = (v88[e] <= v115[e]);
       // spec: specs/ssd_bwd.yaml:256:19
-      float v154[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v154[e] = (v153[e] ? v152[e] : v146);
-      // spec: specs/ssd_bwd.yaml:257:31
       float v155[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v155[e] = (v143[e] * v154[e]);
+      for (int e = 0; e < 16; ++e) v155[e] = (v154[e] ? v153[e] : v147);
       // spec: specs/ssd_bwd.yaml:257:31
-      float v156[16];
+      kg::wgmma_wait<0>();
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v156[e] = (v155[e] * v145[e]);
-      // spec: specs/ssd_bwd.yaml:257:23
+      for (int e = 0; e < 16; ++e) kg::fence_operand(v144[e]);
+      float (&v156)[16] = v144;
+      // spec: specs/ssd_bwd.yaml:257:31
       float v157[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v157[e] = (v119[e] + v156[e]);
+      for (int e = 0; e < 16; ++e) v157[e] = (v156[e] * v155[e]);
+      // spec: specs/ssd_bwd.yaml:257:31
+      float v158[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v158[e] = (v157[e] * v146[e]);
+      // spec: specs/ssd_bwd.yaml:257:23
+      float v159[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v159[e] = (v120[e] + v158[e]);
       // spec: specs/ssd_bwd.yaml:257:23
 
       float y0_[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) y0_[e] = v157[e];
+      for (int e = 0; e < 16; ++e) y0_[e] = v159[e];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v117[e] = y0_[e];
+      for (int e = 0; e < 16; ++e) v118[e] = y0_[e];
     }
     // spec: specs/ssd_bwd.yaml:258:24
-    kg::bf16 v158[16];
+    kg::bf16 v160[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v158[e] = kg::cvt<kg::bf16>(v117[e]);
+    for (int e = 0; e < 16; ++e) v160[e] = kg::cvt<kg::bf16>(v118[e]);
     // spec: specs/ssd_bwd.yaml:258:20
-    kg::bf16* v159 = reinterpret_cast<kg::bf16*>(smem + 16384);
+    kg::bf16* v161 = reinterpret_cast<kg::bf16*>(smem + 16384);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 16; e += 2) kg::copy_vec<2>(&v159[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) % 8], &v158[e]);
+    for (int e = 0; e < 16; e += 2) kg::copy_vec<2>(&v161[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) % 8], &v160[e]);
     kg::fence_proxy_async();
 
     // spec: specs/ssd_bwd.yaml:258:20
@@ -769,54 +773,54 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_db(const kg::bf16* __restrict__ t_
     kg::fence_proxy_async();
     kg::sync();
     // spec: specs/ssd_bwd.yaml:247:7
-    const int v160 = 1;
+    const int v162 = 1;
     // spec: specs/ssd_bwd.yaml:247:7
-    const int v161 = (v93 + v160);
+    const int v163 = (v94 + v162);
     // spec: specs/ssd_bwd.yaml:247:7
-    kg::bf16* v162 = v62 + (v161 % 2) * 4096;
+    kg::bf16* v164 = v63 + (v163 % 2) * 4096;
     // spec: specs/ssd_bwd.yaml:248:23
-    const int v163 = 2;
+    const int v165 = 2;
     // spec: specs/ssd_bwd.yaml:248:23
-    const int v164 = (v23 * v163);
+    const int v166 = (v23 * v165);
     // spec: specs/ssd_bwd.yaml:258:41
-    const int v165 = (v90 + v88);
+    const int v167 = (v91 + v89);
     // spec: specs/ssd_bwd.yaml:248:23
-    const int v166 = (v164 + v165);
+    const int v168 = (v166 + v167);
     // spec: specs/ssd_bwd.yaml:258:41
-    const bool v167 = (v165 < v80);
+    const bool v169 = (v167 < v81);
     // spec: specs/ssd_bwd.yaml:258:41
-    if (v167) {
+    if (v169) {
       const kg::bf16* p_ = t_C + ((int64_t)(v18) * stride_C_0 + (int64_t)(v13) * stride_C_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_C_0 % 8 == 0 && stride_C_1 % 8 == 0 && stride_C_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v166 * 64) * stride_C_1 + 0;
+      const int64_t q_ = (int64_t)(v168 * 64) * stride_C_1 + 0;
     #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int c_ = lane + warp * 32 + i * 256;
         const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
-        const int i0_ = v166 * 64 + r_, i1_ = 0 + k_;
+        const int i0_ = v168 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = q_ + ((int64_t)r_ * stride_C_1 + k_);
         const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
         if (aligned_) {
           const int n_ = (i0_ < (size_seqlen)) * 8;
-          kg::cp_async<16>(&v162[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v164[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v162[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v164[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
     // spec: specs/ssd_bwd.yaml:258:20
-    float (&v168)[16] = v91;
+    float (&v170)[16] = v92;
     {
       const int wg_ = (warp / 4);
-      const uint64_t da_ = kg::wgmma_desc(v159, 128, 1024, 0);
-      const uint64_t db_ = kg::wgmma_desc(v94, 1024, 128, 0);
+      const uint64_t da_ = kg::wgmma_desc(v161, 128, 1024, 0);
+      const uint64_t db_ = kg::wgmma_desc(v95, 1024, 128, 0);
       // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
       // (ptxas would then insert a warpgroup.arrive, C7519)
     #pragma unroll
-      for (int e = 0; e < 16; ++e) kg::fence_operand(v168[e]);
+      for (int e = 0; e < 16; ++e) kg::fence_operand(v170[e]);
       kg::wgmma_fence();
     #pragma unroll
       for (int ks = 0; ks < 4; ++ks)
@@ -824,24 +828,26 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_db(const kg::bf16* __restrict__ t_
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n32k16_bf16_ss<0, 1>(&v168[(rm * 1 + rn) * 16], da_ + ((((((wg_ / 2) * 64 + rm * 64)) / 8 * 8 + ((ks * 16)) / 8) * 64 + (((wg_ / 2) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + (((((ks * 16)) / 8 * 8 + (((wg_ % 2) * 32 + rn * 32)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 2) * 32 + rn * 32)) % 8) * 2 / 16), 1);
+            kg::wgmma_m64n32k16_bf16_ss<0, 1>(&v170[(rm * 1 + rn) * 16], da_ + ((((((wg_ / 2) * 64 + rm * 64)) / 8 * 8 + ((ks * 16)) / 8) * 64 + (((wg_ / 2) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + (((((ks * 16)) / 8 * 8 + (((wg_ % 2) * 32 + rn * 32)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 2) * 32 + rn * 32)) % 8) * 2 / 16), 1);
       kg::wgmma_commit();
-      kg::wgmma_wait<0>();
-    #pragma unroll
-      for (int e = 0; e < 16; ++e) kg::fence_operand(v168[e]);
     }
+    // spec: specs/ssd_bwd.yaml:258:20
+    kg::wgmma_wait<0>();
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) kg::fence_operand(v170[e]);
+    float (&v171)[16] = v170;
     // spec: specs/ssd_bwd.yaml:258:20
 
     float y0_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y0_[e] = v168[e];
+    for (int e = 0; e < 16; ++e) y0_[e] = v171[e];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v89[e] = y0_[e];
+    for (int e = 0; e < 16; ++e) v90[e] = y0_[e];
   }
   // spec: specs/ssd_bwd.yaml:259:32
-  kg::bf16 v169[16];
+  kg::bf16 v172[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v169[e] = kg::cvt<kg::bf16>(v89[e]);
+  for (int e = 0; e < 16; ++e) v172[e] = kg::cvt<kg::bf16>(v90[e]);
   // spec: specs/ssd_bwd.yaml:259:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_dB + ((int64_t)(v18) * stride_dB_0 + (int64_t)(v13) * stride_dB_2);
@@ -854,11 +860,11 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_db(const kg::bf16* __restrict__ t_
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
       const int64_t off_ = (int64_t)i0_ * stride_dB_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_seqlen)) {
-        kg::copy_vec<2>(p_ + off_, &v169[e]);
+        kg::copy_vec<2>(p_ + off_, &v172[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_seqlen)) p_[off_ + v] = v169[e + v];
+          if (i0_ < (size_seqlen)) p_[off_ + v] = v172[e + v];
       }
     }
   }

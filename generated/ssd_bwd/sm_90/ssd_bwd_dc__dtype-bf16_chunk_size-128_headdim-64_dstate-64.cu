@@ -255,9 +255,6 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_dc(const kg::bf16* __restrict__ t_
           for (int rn = 0; rn < 1; ++rn)
             kg::wgmma_m64n32k16_bf16_ss<0, 1>(&v50[(rm * 1 + rn) * 16], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 2) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 2) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 8 * 8 + (((wg_ % 2) * 32 + rn * 32)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 2) * 32 + rn * 32)) % 8) * 2 / 16), (ks > 0));
       kg::wgmma_commit();
-      kg::wgmma_wait<0>();
-    #pragma unroll
-      for (int e = 0; e < 16; ++e) kg::fence_operand(v50[e]);
     }
     // spec: specs/ssd_bwd.yaml:278:97
     float v51[2];
@@ -270,131 +267,136 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_dc(const kg::bf16* __restrict__ t_
     #pragma unroll
     for (int e = 0; e < 16; ++e) v53[e] = v52[((e >> 1) & 1) * 1];
     // spec: specs/ssd_bwd.yaml:278:29
-    float v54[16];
+    kg::wgmma_wait<0>();
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v54[e] = (v50[e] * v53[e]);
-    // spec: specs/ssd_bwd.yaml:278:20
+    for (int e = 0; e < 16; ++e) kg::fence_operand(v50[e]);
+    float (&v54)[16] = v50;
+    // spec: specs/ssd_bwd.yaml:278:29
     float v55[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v55[e] = (v29[e] + v54[e]);
+    for (int e = 0; e < 16; ++e) v55[e] = (v54[e] * v53[e]);
+    // spec: specs/ssd_bwd.yaml:278:20
+    float v56[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v56[e] = (v29[e] + v55[e]);
     // spec: specs/ssd_bwd.yaml:278:20
 
     float y0_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y0_[e] = v55[e];
+    for (int e = 0; e < 16; ++e) y0_[e] = v56[e];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v27[e] = y0_[e];
   }
   // spec: specs/ssd_bwd.yaml:292:20
-  kg::bf16* v56 = reinterpret_cast<kg::bf16*>(smem + 0);
+  kg::bf16* v57 = reinterpret_cast<kg::bf16*>(smem + 0);
   // spec: specs/ssd_bwd.yaml:281:7
-  const int v57 = 0;
+  const int v58 = 0;
   // spec: specs/ssd_bwd.yaml:281:7
-  kg::bf16* v58 = v56 + (v57 % 2) * 4096;
+  kg::bf16* v59 = v57 + (v58 % 2) * 4096;
   // spec: specs/ssd_bwd.yaml:282:23
-  const int v59 = 2;
+  const int v60 = 2;
   // spec: specs/ssd_bwd.yaml:282:23
-  const int v60 = (v22 * v59);
+  const int v61 = (v22 * v60);
   // spec: specs/ssd_bwd.yaml:281:22
-  const int v61 = 0;
+  const int v62 = 0;
   // spec: specs/ssd_bwd.yaml:282:23
-  const int v62 = (v60 + v61);
+  const int v63 = (v61 + v62);
   // spec: specs/ssd_bwd.yaml:281:22
-  const int v63 = 64;
+  const int v64 = 64;
   // spec: specs/ssd_bwd.yaml:281:22
-  const int v64 = 63;
+  const int v65 = 63;
   // spec: specs/ssd_bwd.yaml:281:27
-  const int v65 = 64;
+  const int v66 = 64;
   // spec: specs/ssd_bwd.yaml:281:28
-  const int v66 = 1;
+  const int v67 = 1;
   // spec: specs/ssd_bwd.yaml:281:28
-  const int v67 = (v26 + v66);
+  const int v68 = (v26 + v67);
   // spec: specs/ssd_bwd.yaml:281:27
-  const int v68 = (v67 * v65);
+  const int v69 = (v68 * v66);
   // spec: specs/ssd_bwd.yaml:281:22
-  const int v69 = (v68 + v64);
+  const int v70 = (v69 + v65);
   // spec: specs/ssd_bwd.yaml:281:22
-  const int v70 = (kg::floordiv(v69, v63));
+  const int v71 = (kg::floordiv(v70, v64));
   // spec: specs/ssd_bwd.yaml:281:7
-  const bool v71 = (v61 < v70);
+  const bool v72 = (v62 < v71);
   // spec: specs/ssd_bwd.yaml:292:41
   kg::sync();
-  if (v71) {
+  if (v72) {
     const kg::bf16* p_ = t_B + ((int64_t)(v17) * stride_B_0 + (int64_t)(v12) * stride_B_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_B_0 % 8 == 0 && stride_B_1 % 8 == 0 && stride_B_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v62 * 64) * stride_B_1 + 0;
+    const int64_t q_ = (int64_t)(v63 * 64) * stride_B_1 + 0;
   #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int c_ = lane + warp * 32 + i * 256;
       const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
-      const int i0_ = v62 * 64 + r_, i1_ = 0 + k_;
+      const int i0_ = v63 * 64 + r_, i1_ = 0 + k_;
       const int64_t off_ = q_ + ((int64_t)r_ * stride_B_1 + k_);
       const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
       if (aligned_) {
         const int n_ = (i0_ < (size_seqlen)) * 8;
-        kg::cp_async<16>(&v58[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        kg::cp_async<16>(&v59[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v58[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v59[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
   kg::cp_async_commit();
   // spec: specs/ssd_bwd.yaml:273:34
-  int v72[2];
+  int v73[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v72[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8);
+  for (int e = 0; e < 2; ++e) v73[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8);
   // spec: specs/ssd_bwd.yaml:273:20
-  const int v73 = 64;
+  const int v74 = 64;
   // spec: specs/ssd_bwd.yaml:273:20
-  const int v74 = (v26 * v73);
+  const int v75 = (v26 * v74);
   // spec: specs/ssd_bwd.yaml:273:20
-  int v75[2];
+  int v76[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v75[e] = (v74 + v72[e]);
+  for (int e = 0; e < 2; ++e) v76[e] = (v75 + v73[e]);
   // spec: specs/ssd_bwd.yaml:290:48
-  int (&v76)[2] = v75;
+  int (&v77)[2] = v76;
   // spec: specs/ssd_bwd.yaml:290:25
-  int v77[16];
+  int v78[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v77[e] = v76[((e >> 1) & 1) * 1];
+  for (int e = 0; e < 16; ++e) v78[e] = v77[((e >> 1) & 1) * 1];
   // spec: specs/ssd_bwd.yaml:281:22
-  const int v78 = 1;
+  const int v79 = 1;
   // spec: specs/ssd_bwd.yaml:281:7
 
-  float v79[16];
+  float v80[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v79[e] = v27[e];
-  for (int v80 = v61; v80 < v70; v80 += v78) {
-    float (&v81)[16] = v79;
+  for (int e = 0; e < 16; ++e) v80[e] = v27[e];
+  for (int v81 = v62; v81 < v71; v81 += v79) {
+    float (&v82)[16] = v80;
     
     // spec: specs/ssd_bwd.yaml:281:7
-    const int v82 = (v80 - v61);
+    const int v83 = (v81 - v62);
     // spec: specs/ssd_bwd.yaml:281:7
-    const int v83 = (kg::floordiv(v82, v78));
+    const int v84 = (kg::floordiv(v83, v79));
     // spec: specs/ssd_bwd.yaml:281:7
-    kg::bf16* v84 = v56 + (v83 % 2) * 4096;
+    kg::bf16* v85 = v57 + (v84 % 2) * 4096;
     // spec: specs/ssd_bwd.yaml:291:31
-    kg::bf16* v85 = reinterpret_cast<kg::bf16*>(smem + 16384);
+    kg::bf16* v86 = reinterpret_cast<kg::bf16*>(smem + 16384);
     // spec: specs/ssd_bwd.yaml:291:31
-    kg::bf16* v86 = reinterpret_cast<kg::bf16*>(smem + 32768);
+    kg::bf16* v87 = reinterpret_cast<kg::bf16*>(smem + 32768);
     // spec: specs/ssd_bwd.yaml:285:11
-    const int v87 = 0;
+    const int v88 = 0;
     // spec: specs/ssd_bwd.yaml:285:11
-    kg::bf16* v88 = v86 + (v87 % 2) * 4096;
+    kg::bf16* v89 = v87 + (v88 % 2) * 4096;
     // spec: specs/ssd_bwd.yaml:286:19
-    const int v89 = (v12 * v11);
+    const int v90 = (v12 * v11);
     // spec: specs/ssd_bwd.yaml:285:26
-    const int v90 = 0;
+    const int v91 = 0;
     // spec: specs/ssd_bwd.yaml:286:19
-    const int v91 = (v89 + v90);
+    const int v92 = (v90 + v91);
     // spec: specs/ssd_bwd.yaml:285:11
-    const bool v92 = (v90 < v11);
+    const bool v93 = (v91 < v11);
     // spec: specs/ssd_bwd.yaml:291:35
     kg::sync();
-    if (v92) {
-      const kg::bf16* p_ = t_dy + ((int64_t)(v17) * stride_dy_0 + (int64_t)(v91) * stride_dy_2);
+    if (v93) {
+      const kg::bf16* p_ = t_dy + ((int64_t)(v17) * stride_dy_0 + (int64_t)(v92) * stride_dy_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dy_0 % 8 == 0 && stride_dy_1 % 8 == 0 && stride_dy_2 % 8 == 0;
       const int64_t q_ = (int64_t)(v6 * 64) * stride_dy_1 + 0;
     #pragma unroll
@@ -406,98 +408,98 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_dc(const kg::bf16* __restrict__ t_
         const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
         if (aligned_) {
           const int n_ = (i0_ < (size_seqlen)) * 8;
-          kg::cp_async<16>(&v88[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v89[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v88[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v89[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
     // spec: specs/ssd_bwd.yaml:285:11
-    kg::bf16* v93 = v85 + (v87 % 2) * 4096;
+    kg::bf16* v94 = v86 + (v88 % 2) * 4096;
     // spec: specs/ssd_bwd.yaml:286:19
-    const int v94 = (v12 * v11);
+    const int v95 = (v12 * v11);
     // spec: specs/ssd_bwd.yaml:286:19
-    const int v95 = (v94 + v90);
+    const int v96 = (v95 + v91);
     // spec: specs/ssd_bwd.yaml:282:23
-    const int v96 = 2;
+    const int v97 = 2;
     // spec: specs/ssd_bwd.yaml:282:23
-    const int v97 = (v22 * v96);
+    const int v98 = (v22 * v97);
     // spec: specs/ssd_bwd.yaml:282:23
-    const int v98 = (v97 + v80);
+    const int v99 = (v98 + v81);
     // spec: specs/ssd_bwd.yaml:291:60
-    if (v92) {
-      const kg::bf16* p_ = t_x + ((int64_t)(v17) * stride_x_0 + (int64_t)(v95) * stride_x_2);
+    if (v93) {
+      const kg::bf16* p_ = t_x + ((int64_t)(v17) * stride_x_0 + (int64_t)(v96) * stride_x_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 8 == 0 && stride_x_1 % 8 == 0 && stride_x_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v98 * 64) * stride_x_1 + 0;
+      const int64_t q_ = (int64_t)(v99 * 64) * stride_x_1 + 0;
     #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int c_ = lane + warp * 32 + i * 256;
         const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
-        const int i0_ = v98 * 64 + r_, i1_ = 0 + k_;
+        const int i0_ = v99 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = q_ + ((int64_t)r_ * stride_x_1 + k_);
         const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
         if (aligned_) {
           const int n_ = (i0_ < (size_seqlen)) * 8;
-          kg::cp_async<16>(&v93[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v94[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v93[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v94[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
     // spec: specs/ssd_bwd.yaml:283:38
-    int v99[8];
+    int v100[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v99[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16);
+    for (int e = 0; e < 8; ++e) v100[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16);
     // spec: specs/ssd_bwd.yaml:283:24
-    const int v100 = 64;
+    const int v101 = 64;
     // spec: specs/ssd_bwd.yaml:283:24
-    const int v101 = (v80 * v100);
+    const int v102 = (v81 * v101);
     // spec: specs/ssd_bwd.yaml:283:24
-    int v102[8];
+    int v103[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v102[e] = (v101 + v99[e]);
+    for (int e = 0; e < 8; ++e) v103[e] = (v102 + v100[e]);
     // spec: specs/ssd_bwd.yaml:290:25
-    int (&v103)[8] = v102;
+    int (&v104)[8] = v103;
     // spec: specs/ssd_bwd.yaml:290:25
-    int v104[16];
+    int v105[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v104[e] = v103[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4];
+    for (int e = 0; e < 16; ++e) v105[e] = v104[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4];
     // spec: specs/ssd_bwd.yaml:285:26
-    const int v105 = 1;
+    const int v106 = 1;
     // spec: specs/ssd_bwd.yaml:284:19
-    float v106[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v106[e] = 0.0f;
-    // spec: specs/ssd_bwd.yaml:285:11
-
     float v107[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v107[e] = v106[e];
-    for (int v108 = v90; v108 < v11; v108 += v105) {
-      float (&v109)[16] = v107;
+    for (int e = 0; e < 16; ++e) v107[e] = 0.0f;
+    // spec: specs/ssd_bwd.yaml:285:11
+
+    float v108[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v108[e] = v107[e];
+    for (int v109 = v91; v109 < v11; v109 += v106) {
+      float (&v110)[16] = v108;
       
       // spec: specs/ssd_bwd.yaml:285:11
-      const int v110 = (v108 - v90);
+      const int v111 = (v109 - v91);
       // spec: specs/ssd_bwd.yaml:285:11
-      const int v111 = (kg::floordiv(v110, v105));
+      const int v112 = (kg::floordiv(v111, v106));
       // spec: specs/ssd_bwd.yaml:285:11
-      kg::bf16* v112 = v85 + (v111 % 2) * 4096;
+      kg::bf16* v113 = v86 + (v112 % 2) * 4096;
       // spec: specs/ssd_bwd.yaml:285:11
-      kg::bf16* v113 = v86 + (v111 % 2) * 4096;
+      kg::bf16* v114 = v87 + (v112 % 2) * 4096;
       // spec: specs/ssd_bwd.yaml:286:19
-      const int v114 = (v12 * v11);
+      const int v115 = (v12 * v11);
       // spec: specs/ssd_bwd.yaml:286:19
-      const int v115 = (v114 + v108);
+      const int v116 = (v115 + v109);
       // spec: specs/ssd_bwd.yaml:287:22
-      float v116[2];
+      float v117[2];
       {
-        const float* p_ = t_dA_cumsum + ((int64_t)(v17) * stride_dA_cumsum_0 + (int64_t)(v115) * stride_dA_cumsum_1 + (int64_t)(v22) * stride_dA_cumsum_2);
+        const float* p_ = t_dA_cumsum + ((int64_t)(v17) * stride_dA_cumsum_0 + (int64_t)(v116) * stride_dA_cumsum_1 + (int64_t)(v22) * stride_dA_cumsum_2);
         const bool aligned_ = false;
         const int t0_ = v26 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
       #pragma unroll
@@ -506,40 +508,20 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_dc(const kg::bf16* __restrict__ t_
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 1 <= (128);
           if (aligned_ && in_) {
-            kg::copy_vec<1>(&v116[e], p_ + off_);
+            kg::copy_vec<1>(&v117[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 1; ++v)
-              v116[e + v] = (i0_ + v < (128)) ? p_[off_ + v] : 0.0f;
-          }
-        }
-      }
-      // spec: specs/ssd_bwd.yaml:288:22
-      float v117[8];
-      {
-        const float* p_ = t_dA_cumsum + ((int64_t)(v17) * stride_dA_cumsum_0 + (int64_t)(v115) * stride_dA_cumsum_1 + (int64_t)(v22) * stride_dA_cumsum_2);
-        const bool aligned_ = kg::aligned(p_, 8) && stride_dA_cumsum_0 % 2 == 0 && stride_dA_cumsum_1 % 2 == 0 && stride_dA_cumsum_2 % 2 == 0;
-        const int t0_ = v80 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32;
-      #pragma unroll
-        for (int e = 0; e < 8; e += 2) {
-          const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16;
-          const int64_t off_ = (int64_t)i0_ * 1;
-          const bool in_ = i0_ + 2 <= (128);
-          if (aligned_ && in_) {
-            kg::copy_vec<2>(&v117[e], p_ + off_);
-          } else {
-      #pragma unroll
-            for (int v = 0; v < 2; ++v)
               v117[e + v] = (i0_ + v < (128)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
-      // spec: specs/ssd_bwd.yaml:289:22
+      // spec: specs/ssd_bwd.yaml:288:22
       float v118[8];
       {
-        const float* p_ = t_dt_eff + ((int64_t)(v17) * stride_dt_eff_0 + (int64_t)(v115) * stride_dt_eff_1 + (int64_t)(v22) * stride_dt_eff_2);
-        const bool aligned_ = kg::aligned(p_, 8) && stride_dt_eff_0 % 2 == 0 && stride_dt_eff_1 % 2 == 0 && stride_dt_eff_2 % 2 == 0;
-        const int t0_ = v80 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32;
+        const float* p_ = t_dA_cumsum + ((int64_t)(v17) * stride_dA_cumsum_0 + (int64_t)(v116) * stride_dA_cumsum_1 + (int64_t)(v22) * stride_dA_cumsum_2);
+        const bool aligned_ = kg::aligned(p_, 8) && stride_dA_cumsum_0 % 2 == 0 && stride_dA_cumsum_1 % 2 == 0 && stride_dA_cumsum_2 % 2 == 0;
+        const int t0_ = v81 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32;
       #pragma unroll
         for (int e = 0; e < 8; e += 2) {
           const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16;
@@ -554,27 +536,47 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_dc(const kg::bf16* __restrict__ t_
           }
         }
       }
+      // spec: specs/ssd_bwd.yaml:289:22
+      float v119[8];
+      {
+        const float* p_ = t_dt_eff + ((int64_t)(v17) * stride_dt_eff_0 + (int64_t)(v116) * stride_dt_eff_1 + (int64_t)(v22) * stride_dt_eff_2);
+        const bool aligned_ = kg::aligned(p_, 8) && stride_dt_eff_0 % 2 == 0 && stride_dt_eff_1 % 2 == 0 && stride_dt_eff_2 % 2 == 0;
+        const int t0_ = v81 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32;
+      #pragma unroll
+        for (int e = 0; e < 8; e += 2) {
+          const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16;
+          const int64_t off_ = (int64_t)i0_ * 1;
+          const bool in_ = i0_ + 2 <= (128);
+          if (aligned_ && in_) {
+            kg::copy_vec<2>(&v119[e], p_ + off_);
+          } else {
+      #pragma unroll
+            for (int v = 0; v < 2; ++v)
+              v119[e + v] = (i0_ + v < (128)) ? p_[off_ + v] : 0.0f;
+          }
+        }
+      }
       // spec: specs/ssd_bwd.yaml:291:31
       kg::cp_async_wait<1>();
       kg::fence_proxy_async();
       kg::sync();
       // spec: specs/ssd_bwd.yaml:285:11
-      const int v119 = 1;
+      const int v120 = 1;
       // spec: specs/ssd_bwd.yaml:285:11
-      const int v120 = (v111 + v119);
+      const int v121 = (v112 + v120);
       // spec: specs/ssd_bwd.yaml:285:11
-      kg::bf16* v121 = v86 + (v120 % 2) * 4096;
+      kg::bf16* v122 = v87 + (v121 % 2) * 4096;
       // spec: specs/ssd_bwd.yaml:286:19
-      const int v122 = (v12 * v11);
+      const int v123 = (v12 * v11);
       // spec: specs/ssd_bwd.yaml:291:35
-      const int v123 = (v108 + v105);
+      const int v124 = (v109 + v106);
       // spec: specs/ssd_bwd.yaml:286:19
-      const int v124 = (v122 + v123);
+      const int v125 = (v123 + v124);
       // spec: specs/ssd_bwd.yaml:291:35
-      const bool v125 = (v123 < v11);
+      const bool v126 = (v124 < v11);
       // spec: specs/ssd_bwd.yaml:291:35
-      if (v125) {
-        const kg::bf16* p_ = t_dy + ((int64_t)(v17) * stride_dy_0 + (int64_t)(v124) * stride_dy_2);
+      if (v126) {
+        const kg::bf16* p_ = t_dy + ((int64_t)(v17) * stride_dy_0 + (int64_t)(v125) * stride_dy_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_dy_0 % 8 == 0 && stride_dy_1 % 8 == 0 && stride_dy_2 % 8 == 0;
         const int64_t q_ = (int64_t)(v6 * 64) * stride_dy_1 + 0;
       #pragma unroll
@@ -586,11 +588,11 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_dc(const kg::bf16* __restrict__ t_
           const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
           if (aligned_) {
             const int n_ = (i0_ < (size_seqlen)) * 8;
-            kg::cp_async<16>(&v121[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+            kg::cp_async<16>(&v122[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
           } else {
       #pragma unroll
             for (int v = 0; v < 8; ++v)
-              v121[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+              v122[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
           }
         }
       }
@@ -600,48 +602,48 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_dc(const kg::bf16* __restrict__ t_
       kg::fence_proxy_async();
       kg::sync();
       // spec: specs/ssd_bwd.yaml:285:11
-      kg::bf16* v126 = v85 + (v120 % 2) * 4096;
+      kg::bf16* v127 = v86 + (v121 % 2) * 4096;
       // spec: specs/ssd_bwd.yaml:286:19
-      const int v127 = (v12 * v11);
+      const int v128 = (v12 * v11);
       // spec: specs/ssd_bwd.yaml:291:60
-      const int v128 = (v108 + v105);
+      const int v129 = (v109 + v106);
       // spec: specs/ssd_bwd.yaml:286:19
-      const int v129 = (v127 + v128);
+      const int v130 = (v128 + v129);
       // spec: specs/ssd_bwd.yaml:291:60
-      const bool v130 = (v128 < v11);
+      const bool v131 = (v129 < v11);
       // spec: specs/ssd_bwd.yaml:291:60
-      if (v130) {
-        const kg::bf16* p_ = t_x + ((int64_t)(v17) * stride_x_0 + (int64_t)(v129) * stride_x_2);
+      if (v131) {
+        const kg::bf16* p_ = t_x + ((int64_t)(v17) * stride_x_0 + (int64_t)(v130) * stride_x_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 8 == 0 && stride_x_1 % 8 == 0 && stride_x_2 % 8 == 0;
-        const int64_t q_ = (int64_t)(v98 * 64) * stride_x_1 + 0;
+        const int64_t q_ = (int64_t)(v99 * 64) * stride_x_1 + 0;
       #pragma unroll
         for (int i = 0; i < 2; ++i) {
           const int c_ = lane + warp * 32 + i * 256;
           const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
-          const int i0_ = v98 * 64 + r_, i1_ = 0 + k_;
+          const int i0_ = v99 * 64 + r_, i1_ = 0 + k_;
           const int64_t off_ = q_ + ((int64_t)r_ * stride_x_1 + k_);
           const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
           if (aligned_) {
             const int n_ = (i0_ < (size_seqlen)) * 8;
-            kg::cp_async<16>(&v126[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+            kg::cp_async<16>(&v127[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
           } else {
       #pragma unroll
             for (int v = 0; v < 8; ++v)
-              v126[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+              v127[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
           }
         }
       }
       kg::cp_async_commit();
       // spec: specs/ssd_bwd.yaml:291:31
-      kg::bf16* v131 = v112;
+      kg::bf16* v132 = v113;
       // spec: specs/ssd_bwd.yaml:291:31
-      float v132[16];
+      float v133[16];
       // spec: specs/ssd_bwd.yaml:291:31
-      float (&v133)[16] = v132;
+      float (&v134)[16] = v133;
       {
         const int wg_ = (warp / 4);
-        const uint64_t da_ = kg::wgmma_desc(v113, 16, 1024, 1);
-        const uint64_t db_ = kg::wgmma_desc(v131, 16, 1024, 1);
+        const uint64_t da_ = kg::wgmma_desc(v114, 16, 1024, 1);
+        const uint64_t db_ = kg::wgmma_desc(v132, 16, 1024, 1);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 4; ++ks)
@@ -649,77 +651,79 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_dc(const kg::bf16* __restrict__ t_
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n32k16_bf16_ss<0, 0>(&v133[(rm * 1 + rn) * 16], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 2) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 2) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 2) * 32 + rn * 32)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 2) * 32 + rn * 32)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
+              kg::wgmma_m64n32k16_bf16_ss<0, 0>(&v134[(rm * 1 + rn) * 16], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 2) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 2) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 2) * 32 + rn * 32)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 2) * 32 + rn * 32)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
-        kg::wgmma_wait<0>();
-      #pragma unroll
-        for (int e = 0; e < 16; ++e) kg::fence_operand(v133[e]);
       }
       // spec: specs/ssd_bwd.yaml:291:91
-      float (&v134)[8] = v118;
+      float (&v135)[8] = v119;
       // spec: specs/ssd_bwd.yaml:291:31
-      float v135[16];
+      float v136[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v135[e] = v134[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4];
+      for (int e = 0; e < 16; ++e) v136[e] = v135[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4];
       // spec: specs/ssd_bwd.yaml:290:19
-      const float v136 = 0.0f;
+      const float v137 = 0.0f;
       // spec: specs/ssd_bwd.yaml:290:89
-      float (&v137)[8] = v117;
+      float (&v138)[8] = v118;
       // spec: specs/ssd_bwd.yaml:290:73
-      float v138[16];
+      float v139[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v138[e] = v137[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4];
+      for (int e = 0; e < 16; ++e) v139[e] = v138[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4];
       // spec: specs/ssd_bwd.yaml:290:73
-      float (&v139)[2] = v116;
-      // spec: specs/ssd_bwd.yaml:290:73
-      float v140[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v140[e] = v139[((e >> 1) & 1) * 1];
+      float (&v140)[2] = v117;
       // spec: specs/ssd_bwd.yaml:290:73
       float v141[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v141[e] = (v140[e] - v138[e]);
-      // spec: specs/ssd_bwd.yaml:290:69
+      for (int e = 0; e < 16; ++e) v141[e] = v140[((e >> 1) & 1) * 1];
+      // spec: specs/ssd_bwd.yaml:290:73
       float v142[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v142[e] = kg::exp_(v141[e]);
+      for (int e = 0; e < 16; ++e) v142[e] = (v141[e] - v139[e]);
+      // spec: specs/ssd_bwd.yaml:290:69
+      float v143[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v143[e] = kg::exp_(v142[e]);
       // spec: specs/ssd_bwd.yaml:290:25
-      bool v143[16];
+      bool v144[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v143[e] = (v104[e] <= v77[e]);
+      for (int e = 0; e < 16; ++e) v144[e] = (v105[e] <= v78[e]);
       // spec: specs/ssd_bwd.yaml:290:19
-      float v144[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v144[e] = (v143[e] ? v142[e] : v136);
-      // spec: specs/ssd_bwd.yaml:291:31
       float v145[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v145[e] = (v133[e] * v144[e]);
+      for (int e = 0; e < 16; ++e) v145[e] = (v144[e] ? v143[e] : v137);
       // spec: specs/ssd_bwd.yaml:291:31
-      float v146[16];
+      kg::wgmma_wait<0>();
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v146[e] = (v145[e] * v135[e]);
-      // spec: specs/ssd_bwd.yaml:291:23
+      for (int e = 0; e < 16; ++e) kg::fence_operand(v134[e]);
+      float (&v146)[16] = v134;
+      // spec: specs/ssd_bwd.yaml:291:31
       float v147[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v147[e] = (v109[e] + v146[e]);
+      for (int e = 0; e < 16; ++e) v147[e] = (v146[e] * v145[e]);
+      // spec: specs/ssd_bwd.yaml:291:31
+      float v148[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v148[e] = (v147[e] * v136[e]);
+      // spec: specs/ssd_bwd.yaml:291:23
+      float v149[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v149[e] = (v110[e] + v148[e]);
       // spec: specs/ssd_bwd.yaml:291:23
 
       float y0_[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) y0_[e] = v147[e];
+      for (int e = 0; e < 16; ++e) y0_[e] = v149[e];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v107[e] = y0_[e];
+      for (int e = 0; e < 16; ++e) v108[e] = y0_[e];
     }
     // spec: specs/ssd_bwd.yaml:292:24
-    kg::bf16 v148[16];
+    kg::bf16 v150[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v148[e] = kg::cvt<kg::bf16>(v107[e]);
+    for (int e = 0; e < 16; ++e) v150[e] = kg::cvt<kg::bf16>(v108[e]);
     // spec: specs/ssd_bwd.yaml:292:20
-    kg::bf16* v149 = reinterpret_cast<kg::bf16*>(smem + 16384);
+    kg::bf16* v151 = reinterpret_cast<kg::bf16*>(smem + 16384);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 16; e += 2) kg::copy_vec<2>(&v149[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) % 8], &v148[e]);
+    for (int e = 0; e < 16; e += 2) kg::copy_vec<2>(&v151[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) % 8], &v150[e]);
     kg::fence_proxy_async();
 
     // spec: specs/ssd_bwd.yaml:292:20
@@ -727,54 +731,54 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_dc(const kg::bf16* __restrict__ t_
     kg::fence_proxy_async();
     kg::sync();
     // spec: specs/ssd_bwd.yaml:281:7
-    const int v150 = 1;
+    const int v152 = 1;
     // spec: specs/ssd_bwd.yaml:281:7
-    const int v151 = (v83 + v150);
+    const int v153 = (v84 + v152);
     // spec: specs/ssd_bwd.yaml:281:7
-    kg::bf16* v152 = v56 + (v151 % 2) * 4096;
+    kg::bf16* v154 = v57 + (v153 % 2) * 4096;
     // spec: specs/ssd_bwd.yaml:282:23
-    const int v153 = 2;
+    const int v155 = 2;
     // spec: specs/ssd_bwd.yaml:282:23
-    const int v154 = (v22 * v153);
+    const int v156 = (v22 * v155);
     // spec: specs/ssd_bwd.yaml:292:41
-    const int v155 = (v80 + v78);
+    const int v157 = (v81 + v79);
     // spec: specs/ssd_bwd.yaml:282:23
-    const int v156 = (v154 + v155);
+    const int v158 = (v156 + v157);
     // spec: specs/ssd_bwd.yaml:292:41
-    const bool v157 = (v155 < v70);
+    const bool v159 = (v157 < v71);
     // spec: specs/ssd_bwd.yaml:292:41
-    if (v157) {
+    if (v159) {
       const kg::bf16* p_ = t_B + ((int64_t)(v17) * stride_B_0 + (int64_t)(v12) * stride_B_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_B_0 % 8 == 0 && stride_B_1 % 8 == 0 && stride_B_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v156 * 64) * stride_B_1 + 0;
+      const int64_t q_ = (int64_t)(v158 * 64) * stride_B_1 + 0;
     #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int c_ = lane + warp * 32 + i * 256;
         const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
-        const int i0_ = v156 * 64 + r_, i1_ = 0 + k_;
+        const int i0_ = v158 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = q_ + ((int64_t)r_ * stride_B_1 + k_);
         const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
         if (aligned_) {
           const int n_ = (i0_ < (size_seqlen)) * 8;
-          kg::cp_async<16>(&v152[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v154[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v152[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v154[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
     // spec: specs/ssd_bwd.yaml:292:20
-    float (&v158)[16] = v81;
+    float (&v160)[16] = v82;
     {
       const int wg_ = (warp / 4);
-      const uint64_t da_ = kg::wgmma_desc(v149, 128, 1024, 0);
-      const uint64_t db_ = kg::wgmma_desc(v84, 1024, 128, 0);
+      const uint64_t da_ = kg::wgmma_desc(v151, 128, 1024, 0);
+      const uint64_t db_ = kg::wgmma_desc(v85, 1024, 128, 0);
       // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
       // (ptxas would then insert a warpgroup.arrive, C7519)
     #pragma unroll
-      for (int e = 0; e < 16; ++e) kg::fence_operand(v158[e]);
+      for (int e = 0; e < 16; ++e) kg::fence_operand(v160[e]);
       kg::wgmma_fence();
     #pragma unroll
       for (int ks = 0; ks < 4; ++ks)
@@ -782,24 +786,26 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_dc(const kg::bf16* __restrict__ t_
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n32k16_bf16_ss<0, 1>(&v158[(rm * 1 + rn) * 16], da_ + ((((((wg_ / 2) * 64 + rm * 64)) / 8 * 8 + ((ks * 16)) / 8) * 64 + (((wg_ / 2) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + (((((ks * 16)) / 8 * 8 + (((wg_ % 2) * 32 + rn * 32)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 2) * 32 + rn * 32)) % 8) * 2 / 16), 1);
+            kg::wgmma_m64n32k16_bf16_ss<0, 1>(&v160[(rm * 1 + rn) * 16], da_ + ((((((wg_ / 2) * 64 + rm * 64)) / 8 * 8 + ((ks * 16)) / 8) * 64 + (((wg_ / 2) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + (((((ks * 16)) / 8 * 8 + (((wg_ % 2) * 32 + rn * 32)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 2) * 32 + rn * 32)) % 8) * 2 / 16), 1);
       kg::wgmma_commit();
-      kg::wgmma_wait<0>();
-    #pragma unroll
-      for (int e = 0; e < 16; ++e) kg::fence_operand(v158[e]);
     }
+    // spec: specs/ssd_bwd.yaml:292:20
+    kg::wgmma_wait<0>();
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) kg::fence_operand(v160[e]);
+    float (&v161)[16] = v160;
     // spec: specs/ssd_bwd.yaml:292:20
 
     float y0_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y0_[e] = v158[e];
+    for (int e = 0; e < 16; ++e) y0_[e] = v161[e];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v79[e] = y0_[e];
+    for (int e = 0; e < 16; ++e) v80[e] = y0_[e];
   }
   // spec: specs/ssd_bwd.yaml:293:32
-  kg::bf16 v159[16];
+  kg::bf16 v162[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v159[e] = kg::cvt<kg::bf16>(v79[e]);
+  for (int e = 0; e < 16; ++e) v162[e] = kg::cvt<kg::bf16>(v80[e]);
   // spec: specs/ssd_bwd.yaml:293:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_dC + ((int64_t)(v17) * stride_dC_0 + (int64_t)(v12) * stride_dC_2);
@@ -812,11 +818,11 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_dc(const kg::bf16* __restrict__ t_
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
       const int64_t off_ = (int64_t)i0_ * stride_dC_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_seqlen)) {
-        kg::copy_vec<2>(p_ + off_, &v159[e]);
+        kg::copy_vec<2>(p_ + off_, &v162[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_seqlen)) p_[off_ + v] = v159[e + v];
+          if (i0_ < (size_seqlen)) p_[off_ + v] = v162[e + v];
       }
     }
   }

@@ -174,178 +174,160 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dcs_out(const kg::bf16* __restrict
         for (int rn = 0; rn < 1; ++rn)
           kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v21[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
     kg::wgmma_commit();
-    kg::wgmma_wait<0>();
-  #pragma unroll
-    for (int e = 0; e < 32; ++e) kg::fence_operand(v21[e]);
   }
   // spec: specs/ssd_bwd.yaml:311:66
   float v22[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v22[e] = kg::cvt<float>(kg::f32(v9[e]));
   // spec: specs/ssd_bwd.yaml:311:17
-  float v23[32];
+  kg::wgmma_wait<0>();
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v23[e] = (v21[e] * v22[e]);
+  for (int e = 0; e < 32; ++e) kg::fence_operand(v21[e]);
+  float (&v23)[32] = v21;
+  // spec: specs/ssd_bwd.yaml:311:17
+  float v24[32];
+  #pragma unroll
+  for (int e = 0; e < 32; ++e) v24[e] = (v23[e] * v22[e]);
   // spec: specs/ssd_bwd.yaml:311:13
-  float v24[2];
+  float v25[2];
   {
-    float r24[2];
+    float r25[2];
   #pragma unroll
-    for (int e = 0; e < 2; ++e) r24[e] = 0.0f;
+    for (int e = 0; e < 2; ++e) r25[e] = 0.0f;
   #pragma unroll
     for (int e = 0; e < 32; ++e) {
-      const float a_ = r24[((e >> 1) & 1) * 1], b_ = (float)(v23[e]);
-      r24[((e >> 1) & 1) * 1] = a_ + b_;
+      const float a_ = r25[((e >> 1) & 1) * 1], b_ = (float)(v24[e]);
+      r25[((e >> 1) & 1) * 1] = a_ + b_;
     }
   #pragma unroll
-    for (int e = 0; e < 2; ++e) { const float a_ = r24[e], b_ = kg::shfl_xor(a_, 1); r24[e] = a_ + b_; }
+    for (int e = 0; e < 2; ++e) { const float a_ = r25[e], b_ = kg::shfl_xor(a_, 1); r25[e] = a_ + b_; }
   #pragma unroll
-    for (int e = 0; e < 2; ++e) { const float a_ = r24[e], b_ = kg::shfl_xor(a_, 2); r24[e] = a_ + b_; }
+    for (int e = 0; e < 2; ++e) { const float a_ = r25[e], b_ = kg::shfl_xor(a_, 2); r25[e] = a_ + b_; }
   #pragma unroll
-    for (int e = 0; e < 2; ++e) v24[e] = kg::cvt<float>(r24[e]);
+    for (int e = 0; e < 2; ++e) v25[e] = kg::cvt<float>(r25[e]);
   }
   // spec: specs/ssd_bwd.yaml:318:15
-  kg::bf16* v25 = reinterpret_cast<kg::bf16*>(smem + 0);
+  kg::bf16* v26 = reinterpret_cast<kg::bf16*>(smem + 0);
   // spec: specs/ssd_bwd.yaml:312:7
-  const int v26 = 0;
+  const int v27 = 0;
   // spec: specs/ssd_bwd.yaml:312:7
-  kg::bf16* v27 = v25 + (v26 % 2) * 4096;
+  kg::bf16* v28 = v26 + (v27 % 2) * 4096;
   // spec: specs/ssd_bwd.yaml:313:23
-  const int v28 = 1;
+  const int v29 = 1;
   // spec: specs/ssd_bwd.yaml:313:23
-  const int v29 = (v13 * v28);
+  const int v30 = (v13 * v29);
   // spec: specs/ssd_bwd.yaml:312:22
-  const int v30 = 0;
+  const int v31 = 0;
   // spec: specs/ssd_bwd.yaml:313:23
-  const int v31 = (v29 + v30);
+  const int v32 = (v30 + v31);
   // spec: specs/ssd_bwd.yaml:312:22
-  const int v32 = 64;
+  const int v33 = 64;
   // spec: specs/ssd_bwd.yaml:312:22
-  const int v33 = 63;
+  const int v34 = 63;
   // spec: specs/ssd_bwd.yaml:312:27
-  const int v34 = 64;
+  const int v35 = 64;
   // spec: specs/ssd_bwd.yaml:312:28
-  const int v35 = 1;
+  const int v36 = 1;
   // spec: specs/ssd_bwd.yaml:312:28
-  const int v36 = (v11 + v35);
+  const int v37 = (v11 + v36);
   // spec: specs/ssd_bwd.yaml:312:27
-  const int v37 = (v36 * v34);
+  const int v38 = (v37 * v35);
   // spec: specs/ssd_bwd.yaml:312:22
-  const int v38 = (v37 + v33);
+  const int v39 = (v38 + v34);
   // spec: specs/ssd_bwd.yaml:312:22
-  const int v39 = (kg::floordiv(v38, v32));
+  const int v40 = (kg::floordiv(v39, v33));
   // spec: specs/ssd_bwd.yaml:312:7
-  const bool v40 = (v30 < v39);
+  const bool v41 = (v31 < v40);
   // spec: specs/ssd_bwd.yaml:318:24
   kg::sync();
-  if (v40) {
+  if (v41) {
     const kg::bf16* p_ = t_x + ((int64_t)(v8) * stride_x_0 + (int64_t)(v7) * stride_x_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 8 == 0 && stride_x_1 % 8 == 0 && stride_x_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v31 * 64) * stride_x_1 + 0;
+    const int64_t q_ = (int64_t)(v32 * 64) * stride_x_1 + 0;
   #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int c_ = lane + warp * 32 + i * 128;
       const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
-      const int i0_ = v31 * 64 + r_, i1_ = 0 + k_;
+      const int i0_ = v32 * 64 + r_, i1_ = 0 + k_;
       const int64_t off_ = q_ + ((int64_t)r_ * stride_x_1 + k_);
       const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
       if (aligned_) {
         const int n_ = (i0_ < (size_seqlen)) * 8;
-        kg::cp_async<16>(&v27[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        kg::cp_async<16>(&v28[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v27[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v28[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
   kg::cp_async_commit();
   // spec: specs/ssd_bwd.yaml:307:34
-  int v41[2];
+  int v42[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v41[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8);
+  for (int e = 0; e < 2; ++e) v42[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8);
   // spec: specs/ssd_bwd.yaml:307:20
-  const int v42 = 64;
+  const int v43 = 64;
   // spec: specs/ssd_bwd.yaml:307:20
-  const int v43 = (v11 * v42);
+  const int v44 = (v11 * v43);
   // spec: specs/ssd_bwd.yaml:307:20
-  int v44[2];
+  int v45[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v44[e] = (v43 + v41[e]);
+  for (int e = 0; e < 2; ++e) v45[e] = (v44 + v42[e]);
   // spec: specs/ssd_bwd.yaml:320:56
-  int (&v45)[2] = v44;
+  int (&v46)[2] = v45;
   // spec: specs/ssd_bwd.yaml:320:33
-  int v46[32];
+  int v47[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v46[e] = v45[((e >> 1) & 1) * 1];
+  for (int e = 0; e < 32; ++e) v47[e] = v46[((e >> 1) & 1) * 1];
   // spec: specs/ssd_bwd.yaml:317:69
-  float (&v47)[2] = v14;
+  float (&v48)[2] = v14;
   // spec: specs/ssd_bwd.yaml:317:69
-  float v48[32];
+  float v49[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v48[e] = v47[((e >> 1) & 1) * 1];
+  for (int e = 0; e < 32; ++e) v49[e] = v48[((e >> 1) & 1) * 1];
   // spec: specs/ssd_bwd.yaml:317:44
-  int (&v49)[2] = v44;
+  int (&v50)[2] = v45;
   // spec: specs/ssd_bwd.yaml:317:21
-  int v50[32];
+  int v51[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v50[e] = v49[((e >> 1) & 1) * 1];
+  for (int e = 0; e < 32; ++e) v51[e] = v50[((e >> 1) & 1) * 1];
   // spec: specs/ssd_bwd.yaml:312:22
-  const int v51 = 1;
+  const int v52 = 1;
   // spec: specs/ssd_bwd.yaml:311:90
-  float v52[2];
-  #pragma unroll
-  for (int e = 0; e < 2; ++e) v52[e] = kg::exp_(v14[e]);
-  // spec: specs/ssd_bwd.yaml:311:13
   float v53[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v53[e] = (v24[e] * v52[e]);
-  // spec: specs/ssd_bwd.yaml:312:7
-
+  for (int e = 0; e < 2; ++e) v53[e] = kg::exp_(v14[e]);
+  // spec: specs/ssd_bwd.yaml:311:13
   float v54[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v54[e] = v53[e];
-  for (int v55 = v30; v55 < v39; v55 += v51) {
-    float (&v56)[2] = v54;
+  for (int e = 0; e < 2; ++e) v54[e] = (v25[e] * v53[e]);
+  // spec: specs/ssd_bwd.yaml:312:7
+
+  float v55[2];
+  #pragma unroll
+  for (int e = 0; e < 2; ++e) v55[e] = v54[e];
+  for (int v56 = v31; v56 < v40; v56 += v52) {
+    float (&v57)[2] = v55;
     
     // spec: specs/ssd_bwd.yaml:312:7
-    const int v57 = (v55 - v30);
+    const int v58 = (v56 - v31);
     // spec: specs/ssd_bwd.yaml:312:7
-    const int v58 = (kg::floordiv(v57, v51));
+    const int v59 = (kg::floordiv(v58, v52));
     // spec: specs/ssd_bwd.yaml:312:7
-    kg::bf16* v59 = v25 + (v58 % 2) * 4096;
+    kg::bf16* v60 = v26 + (v59 % 2) * 4096;
     // spec: specs/ssd_bwd.yaml:313:23
-    const int v60 = 1;
+    const int v61 = 1;
     // spec: specs/ssd_bwd.yaml:313:23
-    const int v61 = (v13 * v60);
+    const int v62 = (v13 * v61);
     // spec: specs/ssd_bwd.yaml:313:23
-    const int v62 = (v61 + v55);
+    const int v63 = (v62 + v56);
     // spec: specs/ssd_bwd.yaml:315:18
-    float v63[16];
+    float v64[16];
     {
       const float* p_ = t_dA_cumsum + ((int64_t)(v8) * stride_dA_cumsum_0 + (int64_t)(v7) * stride_dA_cumsum_1 + (int64_t)(v13) * stride_dA_cumsum_2);
       const bool aligned_ = kg::aligned(p_, 8) && stride_dA_cumsum_0 % 2 == 0 && stride_dA_cumsum_1 % 2 == 0 && stride_dA_cumsum_2 % 2 == 0;
-      const int t0_ = v55 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
-    #pragma unroll
-      for (int e = 0; e < 16; e += 2) {
-        const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32;
-        const int64_t off_ = (int64_t)i0_ * 1;
-        const bool in_ = i0_ + 2 <= (64);
-        if (aligned_ && in_) {
-          kg::copy_vec<2>(&v63[e], p_ + off_);
-        } else {
-    #pragma unroll
-          for (int v = 0; v < 2; ++v)
-            v63[e + v] = (i0_ + v < (64)) ? p_[off_ + v] : 0.0f;
-        }
-      }
-    }
-    // spec: specs/ssd_bwd.yaml:316:18
-    float v64[16];
-    {
-      const float* p_ = t_dt_eff + ((int64_t)(v8) * stride_dt_eff_0 + (int64_t)(v7) * stride_dt_eff_1 + (int64_t)(v13) * stride_dt_eff_2);
-      const bool aligned_ = kg::aligned(p_, 8) && stride_dt_eff_0 % 2 == 0 && stride_dt_eff_1 % 2 == 0 && stride_dt_eff_2 % 2 == 0;
-      const int t0_ = v55 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
+      const int t0_ = v56 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
     #pragma unroll
       for (int e = 0; e < 16; e += 2) {
         const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32;
@@ -360,58 +342,78 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dcs_out(const kg::bf16* __restrict
         }
       }
     }
+    // spec: specs/ssd_bwd.yaml:316:18
+    float v65[16];
+    {
+      const float* p_ = t_dt_eff + ((int64_t)(v8) * stride_dt_eff_0 + (int64_t)(v7) * stride_dt_eff_1 + (int64_t)(v13) * stride_dt_eff_2);
+      const bool aligned_ = kg::aligned(p_, 8) && stride_dt_eff_0 % 2 == 0 && stride_dt_eff_1 % 2 == 0 && stride_dt_eff_2 % 2 == 0;
+      const int t0_ = v56 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
+    #pragma unroll
+      for (int e = 0; e < 16; e += 2) {
+        const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32;
+        const int64_t off_ = (int64_t)i0_ * 1;
+        const bool in_ = i0_ + 2 <= (64);
+        if (aligned_ && in_) {
+          kg::copy_vec<2>(&v65[e], p_ + off_);
+        } else {
+    #pragma unroll
+          for (int v = 0; v < 2; ++v)
+            v65[e + v] = (i0_ + v < (64)) ? p_[off_ + v] : 0.0f;
+        }
+      }
+    }
     // spec: specs/ssd_bwd.yaml:318:15
     kg::cp_async_wait<0>();
     kg::fence_proxy_async();
     kg::sync();
     // spec: specs/ssd_bwd.yaml:312:7
-    const int v65 = 1;
+    const int v66 = 1;
     // spec: specs/ssd_bwd.yaml:312:7
-    const int v66 = (v58 + v65);
+    const int v67 = (v59 + v66);
     // spec: specs/ssd_bwd.yaml:312:7
-    kg::bf16* v67 = v25 + (v66 % 2) * 4096;
+    kg::bf16* v68 = v26 + (v67 % 2) * 4096;
     // spec: specs/ssd_bwd.yaml:313:23
-    const int v68 = 1;
+    const int v69 = 1;
     // spec: specs/ssd_bwd.yaml:313:23
-    const int v69 = (v13 * v68);
+    const int v70 = (v13 * v69);
     // spec: specs/ssd_bwd.yaml:318:24
-    const int v70 = (v55 + v51);
+    const int v71 = (v56 + v52);
     // spec: specs/ssd_bwd.yaml:313:23
-    const int v71 = (v69 + v70);
+    const int v72 = (v70 + v71);
     // spec: specs/ssd_bwd.yaml:318:24
-    const bool v72 = (v70 < v39);
+    const bool v73 = (v71 < v40);
     // spec: specs/ssd_bwd.yaml:318:24
-    if (v72) {
+    if (v73) {
       const kg::bf16* p_ = t_x + ((int64_t)(v8) * stride_x_0 + (int64_t)(v7) * stride_x_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 8 == 0 && stride_x_1 % 8 == 0 && stride_x_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v71 * 64) * stride_x_1 + 0;
+      const int64_t q_ = (int64_t)(v72 * 64) * stride_x_1 + 0;
     #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int c_ = lane + warp * 32 + i * 128;
         const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
-        const int i0_ = v71 * 64 + r_, i1_ = 0 + k_;
+        const int i0_ = v72 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = q_ + ((int64_t)r_ * stride_x_1 + k_);
         const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
         if (aligned_) {
           const int n_ = (i0_ < (size_seqlen)) * 8;
-          kg::cp_async<16>(&v67[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v68[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v67[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v68[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
     // spec: specs/ssd_bwd.yaml:318:15
-    kg::bf16* v73 = v59;
+    kg::bf16* v74 = v60;
     // spec: specs/ssd_bwd.yaml:318:15
-    float v74[32];
+    float v75[32];
     // spec: specs/ssd_bwd.yaml:318:15
-    float (&v75)[32] = v74;
+    float (&v76)[32] = v75;
     {
       const int wg_ = 0;
-      const uint64_t db_ = kg::wgmma_desc(v73, 16, 1024, 1);
+      const uint64_t db_ = kg::wgmma_desc(v74, 16, 1024, 1);
       kg::wgmma_fence();
     #pragma unroll
       for (int ks = 0; ks < 4; ++ks)
@@ -419,19 +421,16 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dcs_out(const kg::bf16* __restrict
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n64k16_bf16_rs<0>(&v75[(rm * 1 + rn) * 32], &v9[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
+            kg::wgmma_m64n64k16_bf16_rs<0>(&v76[(rm * 1 + rn) * 32], &v9[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
       kg::wgmma_commit();
-      kg::wgmma_wait<0>();
-    #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v75[e]);
     }
     // spec: specs/ssd_bwd.yaml:319:16
-    float v76[32];
+    float v77[32];
     {
       const float* p_ = t_CB + ((int64_t)(v8) * stride_CB_0 + (int64_t)(v13) * stride_CB_1 + (int64_t)(v17) * stride_CB_2);
       const bool aligned_ = kg::aligned(p_, 8) && stride_CB_0 % 2 == 0 && stride_CB_1 % 2 == 0 && stride_CB_2 % 2 == 0 && stride_CB_3 % 2 == 0;
       const int t0_ = v11 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
-      const int t1_ = v55 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
+      const int t1_ = v56 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
     #pragma unroll
       for (int e = 0; e < 32; e += 2) {
         const int i0_ = t0_ + ((e >> 1) & 1) * 8;
@@ -439,119 +438,126 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dcs_out(const kg::bf16* __restrict
         const int64_t off_ = (int64_t)i0_ * stride_CB_3 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (64) && i1_ + 2 <= (64);
         if (aligned_ && in_) {
-          kg::copy_vec<2>(&v76[e], p_ + off_);
+          kg::copy_vec<2>(&v77[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 2; ++v)
-            v76[e + v] = (i0_ < (64) && i1_ + v < (64)) ? p_[off_ + v] : 0.0f;
+            v77[e + v] = (i0_ < (64) && i1_ + v < (64)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
     // spec: specs/ssd_bwd.yaml:320:27
-    const float v77 = 0.0f;
+    const float v78 = 0.0f;
     // spec: specs/ssd_bwd.yaml:318:55
-    float (&v78)[16] = v64;
+    float (&v79)[16] = v65;
     // spec: specs/ssd_bwd.yaml:318:15
-    float v79[32];
+    float v80[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v79[e] = v78[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+    for (int e = 0; e < 32; ++e) v80[e] = v79[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
     // spec: specs/ssd_bwd.yaml:317:15
-    const float v80 = 0.0f;
+    const float v81 = 0.0f;
     // spec: specs/ssd_bwd.yaml:317:85
-    float (&v81)[16] = v63;
-    // spec: specs/ssd_bwd.yaml:317:69
-    float v82[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v82[e] = v81[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+    float (&v82)[16] = v64;
     // spec: specs/ssd_bwd.yaml:317:69
     float v83[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v83[e] = (v48[e] - v82[e]);
-    // spec: specs/ssd_bwd.yaml:317:65
+    for (int e = 0; e < 32; ++e) v83[e] = v82[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+    // spec: specs/ssd_bwd.yaml:317:69
     float v84[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v84[e] = kg::exp_(v83[e]);
+    for (int e = 0; e < 32; ++e) v84[e] = (v49[e] - v83[e]);
+    // spec: specs/ssd_bwd.yaml:317:65
+    float v85[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v85[e] = kg::exp_(v84[e]);
     // spec: specs/ssd_bwd.yaml:314:38
-    int v85[16];
+    int v86[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v85[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32);
+    for (int e = 0; e < 16; ++e) v86[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32);
     // spec: specs/ssd_bwd.yaml:314:24
-    const int v86 = 64;
+    const int v87 = 64;
     // spec: specs/ssd_bwd.yaml:314:24
-    const int v87 = (v55 * v86);
+    const int v88 = (v56 * v87);
     // spec: specs/ssd_bwd.yaml:314:24
-    int v88[16];
+    int v89[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v88[e] = (v87 + v85[e]);
+    for (int e = 0; e < 16; ++e) v89[e] = (v88 + v86[e]);
     // spec: specs/ssd_bwd.yaml:317:21
-    int (&v89)[16] = v88;
+    int (&v90)[16] = v89;
     // spec: specs/ssd_bwd.yaml:317:21
-    int v90[32];
+    int v91[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v90[e] = v89[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+    for (int e = 0; e < 32; ++e) v91[e] = v90[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
     // spec: specs/ssd_bwd.yaml:317:21
-    bool v91[32];
+    bool v92[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v91[e] = (v90[e] <= v50[e]);
+    for (int e = 0; e < 32; ++e) v92[e] = (v91[e] <= v51[e]);
     // spec: specs/ssd_bwd.yaml:317:15
-    float v92[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v92[e] = (v91[e] ? v84[e] : v80);
-    // spec: specs/ssd_bwd.yaml:318:15
     float v93[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v93[e] = (v75[e] * v92[e]);
+    for (int e = 0; e < 32; ++e) v93[e] = (v92[e] ? v85[e] : v81);
     // spec: specs/ssd_bwd.yaml:318:15
-    float v94[32];
+    kg::wgmma_wait<0>();
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v94[e] = (v93[e] * v79[e]);
-    // spec: specs/ssd_bwd.yaml:320:77
+    for (int e = 0; e < 32; ++e) kg::fence_operand(v76[e]);
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v9)[e]);
+    float (&v94)[32] = v76;
+    // spec: specs/ssd_bwd.yaml:318:15
     float v95[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v95[e] = (v94[e] * v76[e]);
-    // spec: specs/ssd_bwd.yaml:320:33
-    int (&v96)[16] = v88;
-    // spec: specs/ssd_bwd.yaml:320:33
-    int v97[32];
+    for (int e = 0; e < 32; ++e) v95[e] = (v94[e] * v93[e]);
+    // spec: specs/ssd_bwd.yaml:318:15
+    float v96[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v97[e] = v96[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-    // spec: specs/ssd_bwd.yaml:320:33
-    bool v98[32];
+    for (int e = 0; e < 32; ++e) v96[e] = (v95[e] * v80[e]);
+    // spec: specs/ssd_bwd.yaml:320:77
+    float v97[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v98[e] = (v97[e] <= v46[e]);
+    for (int e = 0; e < 32; ++e) v97[e] = (v96[e] * v77[e]);
+    // spec: specs/ssd_bwd.yaml:320:33
+    int (&v98)[16] = v89;
+    // spec: specs/ssd_bwd.yaml:320:33
+    int v99[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v99[e] = v98[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+    // spec: specs/ssd_bwd.yaml:320:33
+    bool v100[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v100[e] = (v99[e] <= v47[e]);
     // spec: specs/ssd_bwd.yaml:320:27
-    float v99[32];
+    float v101[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v99[e] = (v98[e] ? v95[e] : v77);
+    for (int e = 0; e < 32; ++e) v101[e] = (v100[e] ? v97[e] : v78);
     // spec: specs/ssd_bwd.yaml:320:23
-    float v100[2];
+    float v102[2];
     {
-      float r100[2];
+      float r102[2];
     #pragma unroll
-      for (int e = 0; e < 2; ++e) r100[e] = 0.0f;
+      for (int e = 0; e < 2; ++e) r102[e] = 0.0f;
     #pragma unroll
       for (int e = 0; e < 32; ++e) {
-        const float a_ = r100[((e >> 1) & 1) * 1], b_ = (float)(v99[e]);
-        r100[((e >> 1) & 1) * 1] = a_ + b_;
+        const float a_ = r102[((e >> 1) & 1) * 1], b_ = (float)(v101[e]);
+        r102[((e >> 1) & 1) * 1] = a_ + b_;
       }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r100[e], b_ = kg::shfl_xor(a_, 1); r100[e] = a_ + b_; }
+      for (int e = 0; e < 2; ++e) { const float a_ = r102[e], b_ = kg::shfl_xor(a_, 1); r102[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r100[e], b_ = kg::shfl_xor(a_, 2); r100[e] = a_ + b_; }
+      for (int e = 0; e < 2; ++e) { const float a_ = r102[e], b_ = kg::shfl_xor(a_, 2); r102[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) v100[e] = kg::cvt<float>(r100[e]);
+      for (int e = 0; e < 2; ++e) v102[e] = kg::cvt<float>(r102[e]);
     }
     // spec: specs/ssd_bwd.yaml:320:17
-    float v101[2];
+    float v103[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v101[e] = (v56[e] + v100[e]);
+    for (int e = 0; e < 2; ++e) v103[e] = (v57[e] + v102[e]);
     // spec: specs/ssd_bwd.yaml:320:17
 
     float y0_[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) y0_[e] = v101[e];
+    for (int e = 0; e < 2; ++e) y0_[e] = v103[e];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v54[e] = y0_[e];
+    for (int e = 0; e < 2; ++e) v55[e] = y0_[e];
   }
   // spec: specs/ssd_bwd.yaml:321:7
   if ((lane & 3) == 0 && (warp & 0) == 0) {
@@ -562,11 +568,11 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dcs_out(const kg::bf16* __restrict
     for (int e = 0; e < 2; e += 1) {
       const int i0_ = t0_ + (e & 1) * 8;
       const int64_t off_ = (int64_t)i0_ * 1;
-      if (i0_ + 1 <= (64)) p_[off_] = v54[e];
+      if (i0_ + 1 <= (64)) p_[off_] = v55[e];
     }
   }
   // spec: specs/ssd_bwd.yaml:322:64
-  kg::bf16 v102[32];
+  kg::bf16 v104[32];
   {
     const kg::bf16* p_ = t_x + ((int64_t)(v8) * stride_x_0 + (int64_t)(v7) * stride_x_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_x_0 % 2 == 0 && stride_x_1 % 2 == 0 && stride_x_2 % 2 == 0;
@@ -579,47 +585,47 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dcs_out(const kg::bf16* __restrict
       const int64_t off_ = (int64_t)i0_ * stride_x_1 + (int64_t)i1_ * 1;
       const bool in_ = i0_ < (size_seqlen);
       if (aligned_ && in_) {
-        kg::copy_vec<2>(&v102[e], p_ + off_);
+        kg::copy_vec<2>(&v104[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          v102[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v104[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
   // spec: specs/ssd_bwd.yaml:322:64
-  float v103[32];
-  #pragma unroll
-  for (int e = 0; e < 32; ++e) v103[e] = kg::cvt<float>(kg::f32(v102[e]));
-  // spec: specs/ssd_bwd.yaml:322:49
-  float v104[32];
-  #pragma unroll
-  for (int e = 0; e < 32; ++e) v104[e] = kg::cvt<float>(kg::f32(v9[e]));
-  // spec: specs/ssd_bwd.yaml:322:49
   float v105[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v105[e] = (v104[e] * v103[e]);
-  // spec: specs/ssd_bwd.yaml:322:45
-  float v106[16];
-  {
-    float r106[16];
+  for (int e = 0; e < 32; ++e) v105[e] = kg::cvt<float>(kg::f32(v104[e]));
+  // spec: specs/ssd_bwd.yaml:322:49
+  float v106[32];
   #pragma unroll
-    for (int e = 0; e < 16; ++e) r106[e] = 0.0f;
+  for (int e = 0; e < 32; ++e) v106[e] = kg::cvt<float>(kg::f32(v9[e]));
+  // spec: specs/ssd_bwd.yaml:322:49
+  float v107[32];
+  #pragma unroll
+  for (int e = 0; e < 32; ++e) v107[e] = (v106[e] * v105[e]);
+  // spec: specs/ssd_bwd.yaml:322:45
+  float v108[16];
+  {
+    float r108[16];
+  #pragma unroll
+    for (int e = 0; e < 16; ++e) r108[e] = 0.0f;
   #pragma unroll
     for (int e = 0; e < 32; ++e) {
-      const float a_ = r106[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8], b_ = (float)(v105[e]);
-      r106[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8] = a_ + b_;
+      const float a_ = r108[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8], b_ = (float)(v107[e]);
+      r108[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8] = a_ + b_;
     }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) { const float a_ = r106[e], b_ = kg::shfl_xor(a_, 4); r106[e] = a_ + b_; }
+    for (int e = 0; e < 16; ++e) { const float a_ = r108[e], b_ = kg::shfl_xor(a_, 4); r108[e] = a_ + b_; }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) { const float a_ = r106[e], b_ = kg::shfl_xor(a_, 8); r106[e] = a_ + b_; }
+    for (int e = 0; e < 16; ++e) { const float a_ = r108[e], b_ = kg::shfl_xor(a_, 8); r108[e] = a_ + b_; }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) { const float a_ = r106[e], b_ = kg::shfl_xor(a_, 16); r106[e] = a_ + b_; }
+    for (int e = 0; e < 16; ++e) { const float a_ = r108[e], b_ = kg::shfl_xor(a_, 16); r108[e] = a_ + b_; }
     float* scratch_ = reinterpret_cast<float*>(smem + 0);
     kg::sync();
   #pragma unroll
-    for (int e = 0; e < 16; ++e) scratch_[warp * 64 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32)) * 1] = r106[e];
+    for (int e = 0; e < 16; ++e) scratch_[warp * 64 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32)) * 1] = r108[e];
     kg::sync();
   #pragma unroll
     for (int e = 0; e < 16; ++e) {
@@ -627,16 +633,16 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dcs_out(const kg::bf16* __restrict
       { const float b_ = scratch_[(warp ^ 1) * 64 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32)) * 1]; a_ = a_ + b_; }
       { const float b_ = scratch_[(warp ^ 2) * 64 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32)) * 1]; a_ = a_ + b_; }
       { const float b_ = scratch_[(warp ^ 3) * 64 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32)) * 1]; a_ = a_ + b_; }
-      r106[e] = a_;
+      r108[e] = a_;
     }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) v106[e] = kg::cvt<float>(r106[e]);
+    for (int e = 0; e < 16; ++e) v108[e] = kg::cvt<float>(r108[e]);
   }
   // spec: specs/ssd_bwd.yaml:322:26
-  const int v107 = kg::block_id_x();
+  const int v109 = kg::block_id_x();
   // spec: specs/ssd_bwd.yaml:322:7
   if ((lane & 28) == 0 && (warp & 3) == 0) {
-    float* p_ = t_D_part + ((int64_t)(v8) * stride_D_part_0 + (int64_t)(v7) * stride_D_part_1 + (int64_t)(v107) * stride_D_part_2);
+    float* p_ = t_D_part + ((int64_t)(v8) * stride_D_part_0 + (int64_t)(v7) * stride_D_part_1 + (int64_t)(v109) * stride_D_part_2);
     const bool aligned_ = kg::aligned(p_, 8) && stride_D_part_0 % 2 == 0 && stride_D_part_1 % 2 == 0 && stride_D_part_2 % 2 == 0;
     const int t0_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
   #pragma unroll
@@ -644,11 +650,11 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dcs_out(const kg::bf16* __restrict
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32;
       const int64_t off_ = (int64_t)i0_ * 1;
       if (aligned_ && true) {
-        kg::copy_vec<2>(p_ + off_, &v106[e]);
+        kg::copy_vec<2>(p_ + off_, &v108[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (true) p_[off_ + v] = v106[e + v];
+          if (true) p_[off_ + v] = v108[e + v];
       }
     }
   }

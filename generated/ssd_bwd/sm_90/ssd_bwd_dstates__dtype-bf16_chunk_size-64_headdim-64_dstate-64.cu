@@ -255,15 +255,17 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dstates(const kg::bf16* __restrict
           for (int rn = 0; rn < 1; ++rn)
             kg::wgmma_m64n64k16_bf16_ss<1, 1>(&v56[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ / 1) * 64 + rm * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ / 1) * 64 + rm * 64)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 8 * 8 + (((wg_ % 1) * 64 + rn * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 1) * 64 + rn * 64)) % 8) * 2 / 16), 1);
       kg::wgmma_commit();
-      kg::wgmma_wait<0>();
-    #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v56[e]);
     }
+    // spec: specs/ssd_bwd.yaml:160:17
+    kg::wgmma_wait<0>();
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) kg::fence_operand(v56[e]);
+    float (&v57)[32] = v56;
     // spec: specs/ssd_bwd.yaml:160:17
 
     float y0_[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y0_[e] = v56[e];
+    for (int e = 0; e < 32; ++e) y0_[e] = v57[e];
     #pragma unroll
     for (int e = 0; e < 32; ++e) v29[e] = y0_[e];
   }

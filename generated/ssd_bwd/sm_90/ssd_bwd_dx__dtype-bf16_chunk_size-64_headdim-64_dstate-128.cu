@@ -200,9 +200,6 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dx(const kg::bf16* __restrict__ t_
         for (int rn = 0; rn < 1; ++rn)
           kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v25[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
     kg::wgmma_commit();
-    kg::wgmma_wait<0>();
-  #pragma unroll
-    for (int e = 0; e < 32; ++e) kg::fence_operand(v25[e]);
   }
   // spec: specs/ssd_bwd.yaml:204:66
   float v26[32];
@@ -223,35 +220,40 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dx(const kg::bf16* __restrict__ t_
   #pragma unroll
   for (int e = 0; e < 32; ++e) v30[e] = v29[((e >> 1) & 1) * 1];
   // spec: specs/ssd_bwd.yaml:200:13
-  float v31[32];
+  kg::wgmma_wait<0>();
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v31[e] = (v25[e] * v30[e]);
-  // spec: specs/ssd_bwd.yaml:204:60
+  for (int e = 0; e < 32; ++e) kg::fence_operand(v25[e]);
+  float (&v31)[32] = v25;
+  // spec: specs/ssd_bwd.yaml:200:13
   float v32[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v32[e] = (v31[e] * v26[e]);
-  // spec: specs/ssd_bwd.yaml:204:56
-  float v33[2];
-  {
-    float r33[2];
+  for (int e = 0; e < 32; ++e) v32[e] = (v31[e] * v30[e]);
+  // spec: specs/ssd_bwd.yaml:204:60
+  float v33[32];
   #pragma unroll
-    for (int e = 0; e < 2; ++e) r33[e] = 0.0f;
-  #pragma unroll
-    for (int e = 0; e < 32; ++e) {
-      const float a_ = r33[((e >> 1) & 1) * 1], b_ = (float)(v32[e]);
-      r33[((e >> 1) & 1) * 1] = a_ + b_;
-    }
-  #pragma unroll
-    for (int e = 0; e < 2; ++e) { const float a_ = r33[e], b_ = kg::shfl_xor(a_, 1); r33[e] = a_ + b_; }
-  #pragma unroll
-    for (int e = 0; e < 2; ++e) { const float a_ = r33[e], b_ = kg::shfl_xor(a_, 2); r33[e] = a_ + b_; }
-  #pragma unroll
-    for (int e = 0; e < 2; ++e) v33[e] = kg::cvt<float>(r33[e]);
-  }
+  for (int e = 0; e < 32; ++e) v33[e] = (v32[e] * v26[e]);
   // spec: specs/ssd_bwd.yaml:204:56
   float v34[2];
+  {
+    float r34[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v34[e] = (v33[e] * v16[e]);
+    for (int e = 0; e < 2; ++e) r34[e] = 0.0f;
+  #pragma unroll
+    for (int e = 0; e < 32; ++e) {
+      const float a_ = r34[((e >> 1) & 1) * 1], b_ = (float)(v33[e]);
+      r34[((e >> 1) & 1) * 1] = a_ + b_;
+    }
+  #pragma unroll
+    for (int e = 0; e < 2; ++e) { const float a_ = r34[e], b_ = kg::shfl_xor(a_, 1); r34[e] = a_ + b_; }
+  #pragma unroll
+    for (int e = 0; e < 2; ++e) { const float a_ = r34[e], b_ = kg::shfl_xor(a_, 2); r34[e] = a_ + b_; }
+  #pragma unroll
+    for (int e = 0; e < 2; ++e) v34[e] = kg::cvt<float>(r34[e]);
+  }
+  // spec: specs/ssd_bwd.yaml:204:56
+  float v35[2];
+  #pragma unroll
+  for (int e = 0; e < 2; ++e) v35[e] = (v34[e] * v16[e]);
   // spec: specs/ssd_bwd.yaml:204:7
   if ((lane & 3) == 0 && (warp & 0) == 0) {
     float* p_ = t_cs_state_grad + ((int64_t)(v9) * stride_cs_state_grad_0 + (int64_t)(v8) * stride_cs_state_grad_1 + (int64_t)(v14) * stride_cs_state_grad_2);
@@ -261,153 +263,153 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dx(const kg::bf16* __restrict__ t_
     for (int e = 0; e < 2; e += 1) {
       const int i0_ = t0_ + (e & 1) * 8;
       const int64_t off_ = (int64_t)i0_ * 1;
-      if (i0_ + 1 <= (64)) p_[off_] = v34[e];
+      if (i0_ + 1 <= (64)) p_[off_] = v35[e];
     }
   }
   // spec: specs/ssd_bwd.yaml:217:17
-  kg::bf16* v35 = reinterpret_cast<kg::bf16*>(smem + 0);
+  kg::bf16* v36 = reinterpret_cast<kg::bf16*>(smem + 0);
   // spec: specs/ssd_bwd.yaml:206:7
-  const int v36 = 0;
+  const int v37 = 0;
   // spec: specs/ssd_bwd.yaml:206:7
-  kg::bf16* v37 = v35 + (v36 % 2) * 4096;
+  kg::bf16* v38 = v36 + (v37 % 2) * 4096;
   // spec: specs/ssd_bwd.yaml:207:23
-  const int v38 = 1;
+  const int v39 = 1;
   // spec: specs/ssd_bwd.yaml:207:23
-  const int v39 = (v14 * v38);
-  // spec: specs/ssd_bwd.yaml:206:22
-  const int v40 = 64;
+  const int v40 = (v14 * v39);
   // spec: specs/ssd_bwd.yaml:206:22
   const int v41 = 64;
   // spec: specs/ssd_bwd.yaml:206:22
-  const int v42 = (v12 * v41);
+  const int v42 = 64;
   // spec: specs/ssd_bwd.yaml:206:22
-  const int v43 = (kg::floordiv(v42, v40));
+  const int v43 = (v12 * v42);
+  // spec: specs/ssd_bwd.yaml:206:22
+  const int v44 = (kg::floordiv(v43, v41));
   // spec: specs/ssd_bwd.yaml:207:23
-  const int v44 = (v39 + v43);
+  const int v45 = (v40 + v44);
   // spec: specs/ssd_bwd.yaml:206:46
-  const int v45 = 64;
+  const int v46 = 64;
   // spec: specs/ssd_bwd.yaml:206:46
-  const int v46 = 63;
+  const int v47 = 63;
   // spec: specs/ssd_bwd.yaml:206:51
-  const int v47 = 64;
-  // spec: specs/ssd_bwd.yaml:206:68
   const int v48 = 64;
   // spec: specs/ssd_bwd.yaml:206:68
-  const int v49 = (v14 * v48);
+  const int v49 = 64;
+  // spec: specs/ssd_bwd.yaml:206:68
+  const int v50 = (v14 * v49);
   // spec: specs/ssd_bwd.yaml:206:59
-  const int v50 = (v0 - v49);
+  const int v51 = (v0 - v50);
   // spec: specs/ssd_bwd.yaml:206:51
-  const int v51 = (kg::min_(v50, v47));
+  const int v52 = (kg::min_(v51, v48));
   // spec: specs/ssd_bwd.yaml:206:46
-  const int v52 = (v51 + v46);
+  const int v53 = (v52 + v47);
   // spec: specs/ssd_bwd.yaml:206:46
-  const int v53 = (kg::floordiv(v52, v45));
+  const int v54 = (kg::floordiv(v53, v46));
   // spec: specs/ssd_bwd.yaml:206:7
-  const bool v54 = (v43 < v53);
+  const bool v55 = (v44 < v54);
   // spec: specs/ssd_bwd.yaml:209:17
   kg::sync();
-  if (v54) {
+  if (v55) {
     const kg::bf16* p_ = t_dy + ((int64_t)(v9) * stride_dy_0 + (int64_t)(v8) * stride_dy_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_dy_0 % 8 == 0 && stride_dy_1 % 8 == 0 && stride_dy_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v44 * 64) * stride_dy_1 + 0;
+    const int64_t q_ = (int64_t)(v45 * 64) * stride_dy_1 + 0;
   #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int c_ = lane + warp * 32 + i * 128;
       const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
-      const int i0_ = v44 * 64 + r_, i1_ = 0 + k_;
+      const int i0_ = v45 * 64 + r_, i1_ = 0 + k_;
       const int64_t off_ = q_ + ((int64_t)r_ * stride_dy_1 + k_);
       const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
       if (aligned_) {
         const int n_ = (i0_ < (size_seqlen)) * 8;
-        kg::cp_async<16>(&v37[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        kg::cp_async<16>(&v38[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v37[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v38[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
   kg::cp_async_commit();
   // spec: specs/ssd_bwd.yaml:216:55
-  float (&v55)[2] = v15;
+  float (&v56)[2] = v15;
   // spec: specs/ssd_bwd.yaml:216:39
-  float v56[32];
+  float v57[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v56[e] = v55[((e >> 1) & 1) * 1];
+  for (int e = 0; e < 32; ++e) v57[e] = v56[((e >> 1) & 1) * 1];
   // spec: specs/ssd_bwd.yaml:194:34
-  int v57[2];
+  int v58[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v57[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8);
+  for (int e = 0; e < 2; ++e) v58[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8);
   // spec: specs/ssd_bwd.yaml:194:20
-  const int v58 = 64;
+  const int v59 = 64;
   // spec: specs/ssd_bwd.yaml:194:20
-  const int v59 = (v12 * v58);
+  const int v60 = (v12 * v59);
   // spec: specs/ssd_bwd.yaml:194:20
-  int v60[2];
+  int v61[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v60[e] = (v59 + v57[e]);
+  for (int e = 0; e < 2; ++e) v61[e] = (v60 + v58[e]);
   // spec: specs/ssd_bwd.yaml:215:19
-  int (&v61)[2] = v60;
+  int (&v62)[2] = v61;
   // spec: specs/ssd_bwd.yaml:215:19
-  int v62[32];
+  int v63[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v62[e] = v61[((e >> 1) & 1) * 1];
+  for (int e = 0; e < 32; ++e) v63[e] = v62[((e >> 1) & 1) * 1];
   // spec: specs/ssd_bwd.yaml:206:46
-  const int v63 = 1;
+  const int v64 = 1;
   // spec: specs/ssd_bwd.yaml:205:13
-  float v64[2];
+  float v65[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v64[e] = 0.0f;
+  for (int e = 0; e < 2; ++e) v65[e] = 0.0f;
   // spec: specs/ssd_bwd.yaml:206:7
 
-  float v65[32];
+  float v66[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v65[e] = v31[e];
-  float v66[2];
+  for (int e = 0; e < 32; ++e) v66[e] = v32[e];
+  float v67[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v66[e] = v64[e];
-  for (int v67 = v43; v67 < v53; v67 += v63) {
-    float (&v68)[32] = v65;
-    float (&v69)[2] = v66;
+  for (int e = 0; e < 2; ++e) v67[e] = v65[e];
+  for (int v68 = v44; v68 < v54; v68 += v64) {
+    float (&v69)[32] = v66;
+    float (&v70)[2] = v67;
     
     // spec: specs/ssd_bwd.yaml:206:7
-    const int v70 = (v67 - v43);
+    const int v71 = (v68 - v44);
     // spec: specs/ssd_bwd.yaml:206:7
-    const int v71 = (kg::floordiv(v70, v63));
+    const int v72 = (kg::floordiv(v71, v64));
     // spec: specs/ssd_bwd.yaml:206:7
-    kg::bf16* v72 = v35 + (v71 % 2) * 4096;
+    kg::bf16* v73 = v36 + (v72 % 2) * 4096;
     // spec: specs/ssd_bwd.yaml:207:23
-    const int v73 = 1;
+    const int v74 = 1;
     // spec: specs/ssd_bwd.yaml:207:23
-    const int v74 = (v14 * v73);
+    const int v75 = (v14 * v74);
     // spec: specs/ssd_bwd.yaml:207:23
-    const int v75 = (v74 + v67);
+    const int v76 = (v75 + v68);
     // spec: specs/ssd_bwd.yaml:210:18
-    float v76[16];
+    float v77[16];
     {
       const float* p_ = t_dA_cumsum + ((int64_t)(v9) * stride_dA_cumsum_0 + (int64_t)(v8) * stride_dA_cumsum_1 + (int64_t)(v14) * stride_dA_cumsum_2);
       const bool aligned_ = kg::aligned(p_, 8) && stride_dA_cumsum_0 % 2 == 0 && stride_dA_cumsum_1 % 2 == 0 && stride_dA_cumsum_2 % 2 == 0;
-      const int t0_ = v67 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
+      const int t0_ = v68 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
     #pragma unroll
       for (int e = 0; e < 16; e += 2) {
         const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32;
         const int64_t off_ = (int64_t)i0_ * 1;
         const bool in_ = i0_ + 2 <= (64);
         if (aligned_ && in_) {
-          kg::copy_vec<2>(&v76[e], p_ + off_);
+          kg::copy_vec<2>(&v77[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 2; ++v)
-            v76[e + v] = (i0_ + v < (64)) ? p_[off_ + v] : 0.0f;
+            v77[e + v] = (i0_ + v < (64)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
     // spec: specs/ssd_bwd.yaml:214:17
-    float v77[32];
+    float v78[32];
     {
       const float* p_ = t_CB + ((int64_t)(v9) * stride_CB_0 + (int64_t)(v14) * stride_CB_1 + (int64_t)(v21) * stride_CB_2);
       const bool aligned_ = false;
-      const int t0_ = v67 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
+      const int t0_ = v68 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
       const int t1_ = v12 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
     #pragma unroll
       for (int e = 0; e < 32; e += 1) {
@@ -416,11 +418,11 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dx(const kg::bf16* __restrict__ t_
         const int64_t off_ = (int64_t)i0_ * stride_CB_3 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (64) && i1_ + 1 <= (64);
         if (aligned_ && in_) {
-          kg::copy_vec<1>(&v77[e], p_ + off_);
+          kg::copy_vec<1>(&v78[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 1; ++v)
-            v77[e + v] = (i0_ < (64) && i1_ + v < (64)) ? p_[off_ + v] : 0.0f;
+            v78[e + v] = (i0_ < (64) && i1_ + v < (64)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
@@ -429,125 +431,125 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dx(const kg::bf16* __restrict__ t_
     kg::fence_proxy_async();
     kg::sync();
     // spec: specs/ssd_bwd.yaml:206:7
-    const int v78 = 1;
+    const int v79 = 1;
     // spec: specs/ssd_bwd.yaml:206:7
-    const int v79 = (v71 + v78);
+    const int v80 = (v72 + v79);
     // spec: specs/ssd_bwd.yaml:206:7
-    kg::bf16* v80 = v35 + (v79 % 2) * 4096;
+    kg::bf16* v81 = v36 + (v80 % 2) * 4096;
     // spec: specs/ssd_bwd.yaml:207:23
-    const int v81 = 1;
+    const int v82 = 1;
     // spec: specs/ssd_bwd.yaml:207:23
-    const int v82 = (v14 * v81);
+    const int v83 = (v14 * v82);
     // spec: specs/ssd_bwd.yaml:209:17
-    const int v83 = (v67 + v63);
+    const int v84 = (v68 + v64);
     // spec: specs/ssd_bwd.yaml:207:23
-    const int v84 = (v82 + v83);
+    const int v85 = (v83 + v84);
     // spec: specs/ssd_bwd.yaml:209:17
-    const bool v85 = (v83 < v53);
+    const bool v86 = (v84 < v54);
     // spec: specs/ssd_bwd.yaml:209:17
-    if (v85) {
+    if (v86) {
       const kg::bf16* p_ = t_dy + ((int64_t)(v9) * stride_dy_0 + (int64_t)(v8) * stride_dy_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dy_0 % 8 == 0 && stride_dy_1 % 8 == 0 && stride_dy_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v84 * 64) * stride_dy_1 + 0;
+      const int64_t q_ = (int64_t)(v85 * 64) * stride_dy_1 + 0;
     #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int c_ = lane + warp * 32 + i * 128;
         const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
-        const int i0_ = v84 * 64 + r_, i1_ = 0 + k_;
+        const int i0_ = v85 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = q_ + ((int64_t)r_ * stride_dy_1 + k_);
         const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
         if (aligned_) {
           const int n_ = (i0_ < (size_seqlen)) * 8;
-          kg::cp_async<16>(&v80[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v81[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v80[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v81[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
     // spec: specs/ssd_bwd.yaml:216:16
-    const float v86 = 0.0f;
+    const float v87 = 0.0f;
     // spec: specs/ssd_bwd.yaml:216:39
-    float (&v87)[16] = v76;
-    // spec: specs/ssd_bwd.yaml:216:39
-    float v88[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v88[e] = v87[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+    float (&v88)[16] = v77;
     // spec: specs/ssd_bwd.yaml:216:39
     float v89[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v89[e] = (v88[e] - v56[e]);
-    // spec: specs/ssd_bwd.yaml:216:35
+    for (int e = 0; e < 32; ++e) v89[e] = v88[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+    // spec: specs/ssd_bwd.yaml:216:39
     float v90[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v90[e] = kg::exp_(v89[e]);
+    for (int e = 0; e < 32; ++e) v90[e] = (v89[e] - v57[e]);
+    // spec: specs/ssd_bwd.yaml:216:35
+    float v91[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v91[e] = kg::exp_(v90[e]);
     // spec: specs/ssd_bwd.yaml:214:17
-    float (&v91)[32] = v77;
+    float (&v92)[32] = v78;
     // spec: specs/ssd_bwd.yaml:216:29
-    float v92[32];
+    float v93[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v92[e] = (v91[e] * v90[e]);
+    for (int e = 0; e < 32; ++e) v93[e] = (v92[e] * v91[e]);
     // spec: specs/ssd_bwd.yaml:215:97
-    const int v93 = 64;
+    const int v94 = 64;
     // spec: specs/ssd_bwd.yaml:215:97
-    const int v94 = (v14 * v93);
+    const int v95 = (v14 * v94);
     // spec: specs/ssd_bwd.yaml:215:88
-    const int v95 = (v0 - v94);
+    const int v96 = (v0 - v95);
     // spec: specs/ssd_bwd.yaml:208:38
-    int v96[16];
+    int v97[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v96[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32);
+    for (int e = 0; e < 16; ++e) v97[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32);
     // spec: specs/ssd_bwd.yaml:208:24
-    const int v97 = 64;
+    const int v98 = 64;
     // spec: specs/ssd_bwd.yaml:208:24
-    const int v98 = (v67 * v97);
+    const int v99 = (v68 * v98);
     // spec: specs/ssd_bwd.yaml:208:24
-    int v99[16];
+    int v100[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v99[e] = (v98 + v96[e]);
+    for (int e = 0; e < 16; ++e) v100[e] = (v99 + v97[e]);
     // spec: specs/ssd_bwd.yaml:215:66
-    int (&v100)[16] = v99;
+    int (&v101)[16] = v100;
     // spec: specs/ssd_bwd.yaml:215:66
-    bool v101[16];
+    bool v102[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v101[e] = (v100[e] < v95);
+    for (int e = 0; e < 16; ++e) v102[e] = (v101[e] < v96);
     // spec: specs/ssd_bwd.yaml:215:19
-    bool v102[32];
+    bool v103[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v102[e] = v101[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+    for (int e = 0; e < 32; ++e) v103[e] = v102[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
     // spec: specs/ssd_bwd.yaml:215:42
-    int (&v103)[16] = v99;
+    int (&v104)[16] = v100;
     // spec: specs/ssd_bwd.yaml:215:19
-    int v104[32];
+    int v105[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v104[e] = v103[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-    // spec: specs/ssd_bwd.yaml:215:19
-    bool v105[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v105[e] = (v62[e] <= v104[e]);
+    for (int e = 0; e < 32; ++e) v105[e] = v104[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
     // spec: specs/ssd_bwd.yaml:215:19
     bool v106[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v106[e] = (v105[e] && v102[e]);
+    for (int e = 0; e < 32; ++e) v106[e] = (v63[e] <= v105[e]);
+    // spec: specs/ssd_bwd.yaml:215:19
+    bool v107[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v107[e] = (v106[e] && v103[e]);
     // spec: specs/ssd_bwd.yaml:216:16
-    float v107[32];
+    float v108[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v107[e] = (v106[e] ? v92[e] : v86);
+    for (int e = 0; e < 32; ++e) v108[e] = (v107[e] ? v93[e] : v87);
     // spec: specs/ssd_bwd.yaml:217:21
-    kg::bf16 v108[32];
+    kg::bf16 v109[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v108[e] = kg::cvt<kg::bf16>(v107[e]);
+    for (int e = 0; e < 32; ++e) v109[e] = kg::cvt<kg::bf16>(v108[e]);
     // spec: specs/ssd_bwd.yaml:217:17
-    float (&v109)[32] = v68;
+    float (&v110)[32] = v69;
     {
       const int wg_ = 0;
-      const uint64_t db_ = kg::wgmma_desc(v72, 8192, 1024, 1);
+      const uint64_t db_ = kg::wgmma_desc(v73, 8192, 1024, 1);
       // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
       // (ptxas would then insert a warpgroup.arrive, C7519)
     #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v109[e]);
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v110[e]);
       kg::wgmma_fence();
     #pragma unroll
       for (int ks = 0; ks < 4; ++ks)
@@ -555,21 +557,18 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dx(const kg::bf16* __restrict__ t_
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n64k16_bf16_rs<1>(&v109[(rm * 1 + rn) * 32], &v108[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
+            kg::wgmma_m64n64k16_bf16_rs<1>(&v110[(rm * 1 + rn) * 32], &v109[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
       kg::wgmma_commit();
-      kg::wgmma_wait<0>();
-    #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v109[e]);
     }
     // spec: specs/ssd_bwd.yaml:219:27
-    kg::bf16* v110 = v72;
+    kg::bf16* v111 = v73;
     // spec: specs/ssd_bwd.yaml:219:27
-    float v111[32];
+    float v112[32];
     // spec: specs/ssd_bwd.yaml:219:27
-    float (&v112)[32] = v111;
+    float (&v113)[32] = v112;
     {
       const int wg_ = 0;
-      const uint64_t db_ = kg::wgmma_desc(v110, 16, 1024, 1);
+      const uint64_t db_ = kg::wgmma_desc(v111, 16, 1024, 1);
       kg::wgmma_fence();
     #pragma unroll
       for (int ks = 0; ks < 4; ++ks)
@@ -577,76 +576,87 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dx(const kg::bf16* __restrict__ t_
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n64k16_bf16_rs<0>(&v112[(rm * 1 + rn) * 32], &v10[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
+            kg::wgmma_m64n64k16_bf16_rs<0>(&v113[(rm * 1 + rn) * 32], &v10[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
       kg::wgmma_commit();
-      kg::wgmma_wait<0>();
-    #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v112[e]);
     }
     // spec: specs/ssd_bwd.yaml:219:27
-    float v113[32];
+    kg::wgmma_wait<0>();
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v113[e] = (v112[e] * v107[e]);
+    for (int e = 0; e < 32; ++e) kg::fence_operand(v113[e]);
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v10)[e]);
+    float (&v114)[32] = v113;
+    // spec: specs/ssd_bwd.yaml:217:17
+    kg::wgmma_wait<0>();
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) kg::fence_operand(v110[e]);
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v109)[e]);
+    float (&v115)[32] = v110;
+    // spec: specs/ssd_bwd.yaml:219:27
+    float v116[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v116[e] = (v114[e] * v108[e]);
     // spec: specs/ssd_bwd.yaml:219:23
-    float v114[2];
+    float v117[2];
     {
-      float r114[2];
+      float r117[2];
     #pragma unroll
-      for (int e = 0; e < 2; ++e) r114[e] = 0.0f;
+      for (int e = 0; e < 2; ++e) r117[e] = 0.0f;
     #pragma unroll
       for (int e = 0; e < 32; ++e) {
-        const float a_ = r114[((e >> 1) & 1) * 1], b_ = (float)(v113[e]);
-        r114[((e >> 1) & 1) * 1] = a_ + b_;
+        const float a_ = r117[((e >> 1) & 1) * 1], b_ = (float)(v116[e]);
+        r117[((e >> 1) & 1) * 1] = a_ + b_;
       }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r114[e], b_ = kg::shfl_xor(a_, 1); r114[e] = a_ + b_; }
+      for (int e = 0; e < 2; ++e) { const float a_ = r117[e], b_ = kg::shfl_xor(a_, 1); r117[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r114[e], b_ = kg::shfl_xor(a_, 2); r114[e] = a_ + b_; }
+      for (int e = 0; e < 2; ++e) { const float a_ = r117[e], b_ = kg::shfl_xor(a_, 2); r117[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) v114[e] = kg::cvt<float>(r114[e]);
+      for (int e = 0; e < 2; ++e) v117[e] = kg::cvt<float>(r117[e]);
     }
     // spec: specs/ssd_bwd.yaml:219:17
-    float v115[2];
+    float v118[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v115[e] = (v69[e] - v114[e]);
+    for (int e = 0; e < 2; ++e) v118[e] = (v70[e] - v117[e]);
     // spec: specs/ssd_bwd.yaml:219:17
 
     float y0_[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y0_[e] = v109[e];
+    for (int e = 0; e < 32; ++e) y0_[e] = v115[e];
     float y1_[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) y1_[e] = v115[e];
+    for (int e = 0; e < 2; ++e) y1_[e] = v118[e];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v65[e] = y0_[e];
+    for (int e = 0; e < 32; ++e) v66[e] = y0_[e];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v66[e] = y1_[e];
+    for (int e = 0; e < 2; ++e) v67[e] = y1_[e];
   }
   // spec: specs/ssd_bwd.yaml:220:64
-  float v116[32];
+  float v119[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v116[e] = kg::cvt<float>(kg::f32(v10[e]));
+  for (int e = 0; e < 32; ++e) v119[e] = kg::cvt<float>(kg::f32(v10[e]));
   // spec: specs/ssd_bwd.yaml:220:58
-  float v117[32];
+  float v120[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v117[e] = (v65[e] * v116[e]);
+  for (int e = 0; e < 32; ++e) v120[e] = (v66[e] * v119[e]);
   // spec: specs/ssd_bwd.yaml:220:54
-  float v118[2];
+  float v121[2];
   {
-    float r118[2];
+    float r121[2];
   #pragma unroll
-    for (int e = 0; e < 2; ++e) r118[e] = 0.0f;
+    for (int e = 0; e < 2; ++e) r121[e] = 0.0f;
   #pragma unroll
     for (int e = 0; e < 32; ++e) {
-      const float a_ = r118[((e >> 1) & 1) * 1], b_ = (float)(v117[e]);
-      r118[((e >> 1) & 1) * 1] = a_ + b_;
+      const float a_ = r121[((e >> 1) & 1) * 1], b_ = (float)(v120[e]);
+      r121[((e >> 1) & 1) * 1] = a_ + b_;
     }
   #pragma unroll
-    for (int e = 0; e < 2; ++e) { const float a_ = r118[e], b_ = kg::shfl_xor(a_, 1); r118[e] = a_ + b_; }
+    for (int e = 0; e < 2; ++e) { const float a_ = r121[e], b_ = kg::shfl_xor(a_, 1); r121[e] = a_ + b_; }
   #pragma unroll
-    for (int e = 0; e < 2; ++e) { const float a_ = r118[e], b_ = kg::shfl_xor(a_, 2); r118[e] = a_ + b_; }
+    for (int e = 0; e < 2; ++e) { const float a_ = r121[e], b_ = kg::shfl_xor(a_, 2); r121[e] = a_ + b_; }
   #pragma unroll
-    for (int e = 0; e < 2; ++e) v118[e] = kg::cvt<float>(r118[e]);
+    for (int e = 0; e < 2; ++e) v121[e] = kg::cvt<float>(r121[e]);
   }
   // spec: specs/ssd_bwd.yaml:220:7
   if ((lane & 3) == 0 && (warp & 0) == 0) {
@@ -657,13 +667,13 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dx(const kg::bf16* __restrict__ t_
     for (int e = 0; e < 2; e += 1) {
       const int i0_ = t0_ + (e & 1) * 8;
       const int64_t off_ = (int64_t)i0_ * 1;
-      if (i0_ + 1 <= (64)) p_[off_] = v118[e];
+      if (i0_ + 1 <= (64)) p_[off_] = v121[e];
     }
   }
   // spec: specs/ssd_bwd.yaml:221:54
-  float v119[2];
+  float v122[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v119[e] = (v66[e] * v16[e]);
+  for (int e = 0; e < 2; ++e) v122[e] = (v67[e] * v16[e]);
   // spec: specs/ssd_bwd.yaml:221:7
   if ((lane & 3) == 0 && (warp & 0) == 0) {
     float* p_ = t_cs_src_grad + ((int64_t)(v9) * stride_cs_src_grad_0 + (int64_t)(v8) * stride_cs_src_grad_1 + (int64_t)(v14) * stride_cs_src_grad_2);
@@ -673,11 +683,11 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dx(const kg::bf16* __restrict__ t_
     for (int e = 0; e < 2; e += 1) {
       const int i0_ = t0_ + (e & 1) * 8;
       const int64_t off_ = (int64_t)i0_ * 1;
-      if (i0_ + 1 <= (64)) p_[off_] = v119[e];
+      if (i0_ + 1 <= (64)) p_[off_] = v122[e];
     }
   }
   // spec: specs/ssd_bwd.yaml:222:14
-  kg::bf16 v120[32];
+  kg::bf16 v123[32];
   {
     const kg::bf16* p_ = t_dy + ((int64_t)(v9) * stride_dy_0 + (int64_t)(v8) * stride_dy_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dy_0 % 2 == 0 && stride_dy_1 % 2 == 0 && stride_dy_2 % 2 == 0;
@@ -690,16 +700,16 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dx(const kg::bf16* __restrict__ t_
       const int64_t off_ = (int64_t)i0_ * stride_dy_1 + (int64_t)i1_ * 1;
       const bool in_ = i0_ < (size_seqlen);
       if (aligned_ && in_) {
-        kg::copy_vec<2>(&v120[e], p_ + off_);
+        kg::copy_vec<2>(&v123[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          v120[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v123[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
   // spec: specs/ssd_bwd.yaml:222:49
-  float v121[16];
+  float v124[16];
   {
     const float* p_ = t_D + ((int64_t)(v8) * stride_D_0);
     const bool aligned_ = kg::aligned(p_, 8) && stride_D_0 % 2 == 0;
@@ -710,46 +720,46 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dx(const kg::bf16* __restrict__ t_
       const int64_t off_ = (int64_t)i0_ * 1;
       const bool in_ = true;
       if (aligned_ && in_) {
-        kg::copy_vec<2>(&v121[e], p_ + off_);
+        kg::copy_vec<2>(&v124[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          v121[e + v] = (true) ? p_[off_ + v] : 0.0f;
+          v124[e + v] = (true) ? p_[off_ + v] : 0.0f;
       }
     }
   }
   // spec: specs/ssd_bwd.yaml:223:39
-  float (&v122)[2] = v16;
+  float (&v125)[2] = v16;
   // spec: specs/ssd_bwd.yaml:223:33
-  float v123[32];
-  #pragma unroll
-  for (int e = 0; e < 32; ++e) v123[e] = v122[((e >> 1) & 1) * 1];
-  // spec: specs/ssd_bwd.yaml:223:33
-  float v124[32];
-  #pragma unroll
-  for (int e = 0; e < 32; ++e) v124[e] = (v65[e] * v123[e]);
-  // spec: specs/ssd_bwd.yaml:222:49
-  float (&v125)[16] = v121;
-  // spec: specs/ssd_bwd.yaml:222:14
   float v126[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v126[e] = v125[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-  // spec: specs/ssd_bwd.yaml:222:14
+  for (int e = 0; e < 32; ++e) v126[e] = v125[((e >> 1) & 1) * 1];
+  // spec: specs/ssd_bwd.yaml:223:33
   float v127[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v127[e] = kg::cvt<float>(kg::f32(v120[e]));
+  for (int e = 0; e < 32; ++e) v127[e] = (v66[e] * v126[e]);
+  // spec: specs/ssd_bwd.yaml:222:49
+  float (&v128)[16] = v124;
   // spec: specs/ssd_bwd.yaml:222:14
-  float v128[32];
-  #pragma unroll
-  for (int e = 0; e < 32; ++e) v128[e] = (v127[e] * v126[e]);
-  // spec: specs/ssd_bwd.yaml:223:33
   float v129[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v129[e] = (v124[e] + v128[e]);
-  // spec: specs/ssd_bwd.yaml:223:32
-  kg::bf16 v130[32];
+  for (int e = 0; e < 32; ++e) v129[e] = v128[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+  // spec: specs/ssd_bwd.yaml:222:14
+  float v130[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v130[e] = kg::cvt<kg::bf16>(v129[e]);
+  for (int e = 0; e < 32; ++e) v130[e] = kg::cvt<float>(kg::f32(v123[e]));
+  // spec: specs/ssd_bwd.yaml:222:14
+  float v131[32];
+  #pragma unroll
+  for (int e = 0; e < 32; ++e) v131[e] = (v130[e] * v129[e]);
+  // spec: specs/ssd_bwd.yaml:223:33
+  float v132[32];
+  #pragma unroll
+  for (int e = 0; e < 32; ++e) v132[e] = (v127[e] + v131[e]);
+  // spec: specs/ssd_bwd.yaml:223:32
+  kg::bf16 v133[32];
+  #pragma unroll
+  for (int e = 0; e < 32; ++e) v133[e] = kg::cvt<kg::bf16>(v132[e]);
   // spec: specs/ssd_bwd.yaml:223:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_dx + ((int64_t)(v9) * stride_dx_0 + (int64_t)(v8) * stride_dx_2);
@@ -762,11 +772,11 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dx(const kg::bf16* __restrict__ t_
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
       const int64_t off_ = (int64_t)i0_ * stride_dx_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_seqlen)) {
-        kg::copy_vec<2>(p_ + off_, &v130[e]);
+        kg::copy_vec<2>(p_ + off_, &v133[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_seqlen)) p_[off_ + v] = v130[e + v];
+          if (i0_ < (size_seqlen)) p_[off_ + v] = v133[e + v];
       }
     }
   }

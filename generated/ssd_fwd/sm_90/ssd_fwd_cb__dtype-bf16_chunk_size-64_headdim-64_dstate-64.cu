@@ -206,10 +206,12 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_cb(const kg::bf16* __restrict__ t_
           for (int rn = 0; rn < 1; ++rn)
             kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v47[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
       kg::wgmma_commit();
-      kg::wgmma_wait<0>();
-    #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v47[e]);
     }
+    // spec: specs/ssd_fwd.yaml:123:68
+    kg::wgmma_wait<0>();
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) kg::fence_operand(v47[e]);
+    float (&v48)[32] = v47;
     // spec: specs/ssd_fwd.yaml:123:11
     if ((lane & 0) == 0 && (warp & 0) == 0) {
       float* p_ = t_CB + ((int64_t)(v8) * stride_CB_0 + (int64_t)(v14) * stride_CB_1 + (int64_t)(v7) * stride_CB_2);
@@ -222,11 +224,11 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_cb(const kg::bf16* __restrict__ t_
         const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
         const int64_t off_ = (int64_t)i0_ * stride_CB_3 + (int64_t)i1_ * 1;
         if (aligned_ && i0_ < (64) && i1_ + 2 <= (64)) {
-          kg::copy_vec<2>(p_ + off_, &v47[e]);
+          kg::copy_vec<2>(p_ + off_, &v48[e]);
         } else {
     #pragma unroll
           for (int v = 0; v < 2; ++v)
-            if (i0_ < (64) && i1_ + v < (64)) p_[off_ + v] = v47[e + v];
+            if (i0_ < (64) && i1_ + v < (64)) p_[off_ + v] = v48[e + v];
         }
       }
     }

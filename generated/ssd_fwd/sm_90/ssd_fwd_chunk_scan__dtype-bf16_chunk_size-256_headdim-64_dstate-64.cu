@@ -64,7 +64,7 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_chunk_scan(const kg::bf16* __restr
     }
   }
   // spec: specs/ssd_fwd.yaml:139:13
-  kg::bf16* v14 = reinterpret_cast<kg::bf16*>(smem + 0);
+  kg::bf16* v14 = reinterpret_cast<kg::bf16*>(smem + 16384);
   // spec: specs/ssd_fwd.yaml:131:17
   const int v15 = (kg::floordiv(v1, v0));
   // spec: specs/ssd_fwd.yaml:131:11
@@ -98,7 +98,7 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_chunk_scan(const kg::bf16* __restr
   kg::fence_proxy_async();
   kg::sync();
   // spec: specs/ssd_fwd.yaml:139:13
-  kg::bf16* v17 = reinterpret_cast<kg::bf16*>(smem + 8192);
+  kg::bf16* v17 = reinterpret_cast<kg::bf16*>(smem + 24576);
   // spec: specs/ssd_fwd.yaml:139:21
   if (true) {
     const kg::bf16* p_ = t_prev_states + ((int64_t)(v12) * stride_prev_states_0 + (int64_t)(v10) * stride_prev_states_1 + (int64_t)(v11) * stride_prev_states_2);
@@ -145,9 +145,6 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_chunk_scan(const kg::bf16* __restr
         for (int rn = 0; rn < 1; ++rn)
           kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v20[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
     kg::wgmma_commit();
-    kg::wgmma_wait<0>();
-  #pragma unroll
-    for (int e = 0; e < 32; ++e) kg::fence_operand(v20[e]);
   }
   // spec: specs/ssd_fwd.yaml:149:17
   kg::bf16* v21 = reinterpret_cast<kg::bf16*>(smem + 0);
@@ -280,44 +277,49 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_chunk_scan(const kg::bf16* __restr
   #pragma unroll
   for (int e = 0; e < 32; ++e) v50[e] = v49[((e >> 1) & 1) * 1];
   // spec: specs/ssd_fwd.yaml:139:13
-  float v51[32];
+  kg::wgmma_wait<0>();
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v51[e] = (v20[e] * v50[e]);
-  // spec: specs/ssd_fwd.yaml:141:7
-
+  for (int e = 0; e < 32; ++e) kg::fence_operand(v20[e]);
+  float (&v51)[32] = v20;
+  // spec: specs/ssd_fwd.yaml:139:13
   float v52[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v52[e] = v51[e];
-  float v53[4];
+  for (int e = 0; e < 32; ++e) v52[e] = (v51[e] * v50[e]);
+  // spec: specs/ssd_fwd.yaml:141:7
+
+  float v53[32];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v53[e] = v38[e];
+  for (int e = 0; e < 32; ++e) v53[e] = v52[e];
   float v54[4];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v54[e] = v39[e];
-  for (int v55 = v26; v55 < v35; v55 += v47) {
-    float (&v56)[32] = v52;
-    float (&v57)[4] = v53;
+  for (int e = 0; e < 4; ++e) v54[e] = v38[e];
+  float v55[4];
+  #pragma unroll
+  for (int e = 0; e < 4; ++e) v55[e] = v39[e];
+  for (int v56 = v26; v56 < v35; v56 += v47) {
+    float (&v57)[32] = v53;
     float (&v58)[4] = v54;
+    float (&v59)[4] = v55;
     
     // spec: specs/ssd_fwd.yaml:141:7
-    const int v59 = (v55 - v26);
+    const int v60 = (v56 - v26);
     // spec: specs/ssd_fwd.yaml:141:7
-    const int v60 = (kg::floordiv(v59, v47));
+    const int v61 = (kg::floordiv(v60, v47));
     // spec: specs/ssd_fwd.yaml:141:7
-    kg::bf16* v61 = v21 + (v60 % 2) * 4096;
+    kg::bf16* v62 = v21 + (v61 % 2) * 4096;
     // spec: specs/ssd_fwd.yaml:142:23
-    const int v62 = 4;
+    const int v63 = 4;
     // spec: specs/ssd_fwd.yaml:142:23
-    const int v63 = (v10 * v62);
+    const int v64 = (v10 * v63);
     // spec: specs/ssd_fwd.yaml:142:23
-    const int v64 = (v63 + v55);
+    const int v65 = (v64 + v56);
     // spec: specs/ssd_fwd.yaml:144:16
-    float v65[32];
+    float v66[32];
     {
       const float* p_ = t_CB + ((int64_t)(v12) * stride_CB_0 + (int64_t)(v10) * stride_CB_1 + (int64_t)(v16) * stride_CB_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_CB_0 % 4 == 0 && stride_CB_1 % 4 == 0 && stride_CB_2 % 4 == 0 && stride_CB_3 % 4 == 0;
       const int t0_ = v8 * 64 + ((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4;
-      const int t1_ = v55 * 64 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32;
+      const int t1_ = v56 * 64 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32;
     #pragma unroll
       for (int e = 0; e < 32; e += 4) {
         const int i0_ = t0_ + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
@@ -325,64 +327,64 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_chunk_scan(const kg::bf16* __restr
         const int64_t off_ = (int64_t)i0_ * stride_CB_3 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (256) && i1_ + 4 <= (256);
         if (aligned_ && in_) {
-          kg::copy_vec<4>(&v65[e], p_ + off_);
+          kg::copy_vec<4>(&v66[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 4; ++v)
-            v65[e + v] = (i0_ < (256) && i1_ + v < (256)) ? p_[off_ + v] : 0.0f;
+            v66[e + v] = (i0_ < (256) && i1_ + v < (256)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
     // spec: specs/ssd_fwd.yaml:145:18
-    const int v66 = (v55 + v47);
+    const int v67 = (v56 + v47);
     // spec: specs/ssd_fwd.yaml:145:18
-    const bool v67 = (v66 < v35);
+    const bool v68 = (v67 < v35);
     // spec: specs/ssd_fwd.yaml:145:18
-    float v68[4];
+    float v69[4];
     {
       const float* p_ = t_dA_cumsum + ((int64_t)(v12) * stride_dA_cumsum_0 + (int64_t)(v11) * stride_dA_cumsum_1 + (int64_t)(v10) * stride_dA_cumsum_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dA_cumsum_0 % 4 == 0 && stride_dA_cumsum_1 % 4 == 0 && stride_dA_cumsum_2 % 4 == 0;
-      const int t0_ = v66 * 64 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32;
+      const int t0_ = v67 * 64 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32;
     #pragma unroll
       for (int e = 0; e < 4; e += 4) {
         const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
         const int64_t off_ = (int64_t)i0_ * 1;
-        const bool in_ = v67 && i0_ + 4 <= (256);
+        const bool in_ = v68 && i0_ + 4 <= (256);
         if (aligned_ && in_) {
-          kg::copy_vec<4>(&v68[e], p_ + off_);
+          kg::copy_vec<4>(&v69[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 4; ++v)
-            v68[e + v] = (v67 && i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
+            v69[e + v] = (v68 && i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
     // spec: specs/ssd_fwd.yaml:146:18
-    const int v69 = (v55 + v47);
+    const int v70 = (v56 + v47);
     // spec: specs/ssd_fwd.yaml:146:18
-    const bool v70 = (v69 < v35);
+    const bool v71 = (v70 < v35);
     // spec: specs/ssd_fwd.yaml:146:18
-    float v71[4];
+    float v72[4];
     {
       const float* p_ = t_dt_eff + ((int64_t)(v12) * stride_dt_eff_0 + (int64_t)(v11) * stride_dt_eff_1 + (int64_t)(v10) * stride_dt_eff_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dt_eff_0 % 4 == 0 && stride_dt_eff_1 % 4 == 0 && stride_dt_eff_2 % 4 == 0;
-      const int t0_ = v69 * 64 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32;
+      const int t0_ = v70 * 64 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32;
     #pragma unroll
       for (int e = 0; e < 4; e += 4) {
         const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
         const int64_t off_ = (int64_t)i0_ * 1;
-        const bool in_ = v70 && i0_ + 4 <= (256);
+        const bool in_ = v71 && i0_ + 4 <= (256);
         if (aligned_ && in_) {
-          kg::copy_vec<4>(&v71[e], p_ + off_);
+          kg::copy_vec<4>(&v72[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 4; ++v)
-            v71[e + v] = (v70 && i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
+            v72[e + v] = (v71 && i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
     // spec: specs/ssd_fwd.yaml:148:40
-    float v72[8];
+    float v73[8];
     {
       float* scratch_ = reinterpret_cast<float*>(smem + 16384);
       kg::sync();
@@ -390,77 +392,77 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_chunk_scan(const kg::bf16* __restr
       for (int e = 0; e < 2; ++e) scratch_[((0) + (0)) * 1 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8)) * 1] = v40[e];
       kg::sync();
     #pragma unroll
-      for (int e = 0; e < 8; ++e) v72[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4) + ((e & 1) * 8 + ((e >> 1) & 1) * 16 + ((e >> 2) & 1) * 32)) * 1];
+      for (int e = 0; e < 8; ++e) v73[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4) + ((e & 1) * 8 + ((e >> 1) & 1) * 16 + ((e >> 2) & 1) * 32)) * 1];
     }
     // spec: specs/ssd_fwd.yaml:148:17
-    const float v73 = 0.0f;
+    const float v74 = 0.0f;
     // spec: specs/ssd_fwd.yaml:148:73
-    float (&v74)[4] = v58;
+    float (&v75)[4] = v59;
     // spec: specs/ssd_fwd.yaml:148:31
-    float v75[32];
+    float v76[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v75[e] = v74[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
+    for (int e = 0; e < 32; ++e) v76[e] = v75[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
     // spec: specs/ssd_fwd.yaml:148:56
-    float (&v76)[4] = v57;
-    // spec: specs/ssd_fwd.yaml:148:40
-    float v77[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v77[e] = v76[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
+    float (&v77)[4] = v58;
     // spec: specs/ssd_fwd.yaml:148:40
     float v78[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v78[e] = v72[((e >> 2) & 1) * 1 + ((e >> 3) & 1) * 2 + ((e >> 4) & 1) * 4];
+    for (int e = 0; e < 32; ++e) v78[e] = v77[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
     // spec: specs/ssd_fwd.yaml:148:40
     float v79[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v79[e] = (v78[e] - v77[e]);
-    // spec: specs/ssd_fwd.yaml:148:36
+    for (int e = 0; e < 32; ++e) v79[e] = v73[((e >> 2) & 1) * 1 + ((e >> 3) & 1) * 2 + ((e >> 4) & 1) * 4];
+    // spec: specs/ssd_fwd.yaml:148:40
     float v80[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v80[e] = kg::exp_(v79[e]);
-    // spec: specs/ssd_fwd.yaml:148:31
+    for (int e = 0; e < 32; ++e) v80[e] = (v79[e] - v78[e]);
+    // spec: specs/ssd_fwd.yaml:148:36
     float v81[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v81[e] = (v65[e] * v80[e]);
+    for (int e = 0; e < 32; ++e) v81[e] = kg::exp_(v80[e]);
     // spec: specs/ssd_fwd.yaml:148:31
     float v82[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v82[e] = (v81[e] * v75[e]);
+    for (int e = 0; e < 32; ++e) v82[e] = (v66[e] * v81[e]);
+    // spec: specs/ssd_fwd.yaml:148:31
+    float v83[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v83[e] = (v82[e] * v76[e]);
     // spec: specs/ssd_fwd.yaml:143:38
-    int v83[4];
+    int v84[4];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v83[e] = ((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2);
+    for (int e = 0; e < 4; ++e) v84[e] = ((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2);
     // spec: specs/ssd_fwd.yaml:143:24
-    const int v84 = 64;
+    const int v85 = 64;
     // spec: specs/ssd_fwd.yaml:143:24
-    const int v85 = (v55 * v84);
+    const int v86 = (v56 * v85);
     // spec: specs/ssd_fwd.yaml:143:24
-    int v86[4];
+    int v87[4];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v86[e] = (v85 + v83[e]);
+    for (int e = 0; e < 4; ++e) v87[e] = (v86 + v84[e]);
     // spec: specs/ssd_fwd.yaml:147:20
-    int (&v87)[4] = v86;
+    int (&v88)[4] = v87;
     // spec: specs/ssd_fwd.yaml:147:20
-    int v88[32];
+    int v89[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v88[e] = v87[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
+    for (int e = 0; e < 32; ++e) v89[e] = v88[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
     // spec: specs/ssd_fwd.yaml:147:20
-    bool v89[32];
+    bool v90[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v89[e] = (v88[e] <= v46[e]);
+    for (int e = 0; e < 32; ++e) v90[e] = (v89[e] <= v46[e]);
     // spec: specs/ssd_fwd.yaml:148:17
-    float v90[32];
+    float v91[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v90[e] = (v89[e] ? v82[e] : v73);
+    for (int e = 0; e < 32; ++e) v91[e] = (v90[e] ? v83[e] : v74);
     // spec: specs/ssd_fwd.yaml:149:21
-    kg::bf16 v91[32];
+    kg::bf16 v92[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v91[e] = kg::cvt<kg::bf16>(v90[e]);
+    for (int e = 0; e < 32; ++e) v92[e] = kg::cvt<kg::bf16>(v91[e]);
     // spec: specs/ssd_fwd.yaml:149:17
-    kg::bf16* v92 = reinterpret_cast<kg::bf16*>(smem + 16384);
+    kg::bf16* v93 = reinterpret_cast<kg::bf16*>(smem + 16384);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 32; e += 4) kg::copy_vec<4>(&v92[(((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4) + (((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8 * 8 + (((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) / 8) * 64 + ((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4) + (((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8 * 8 + (((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) % 8], &v91[e]);
+    for (int e = 0; e < 32; e += 4) kg::copy_vec<4>(&v93[(((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4) + (((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8 * 8 + (((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) / 8) * 64 + ((((lane >> 4) & 1) * 1 + (warp & 1) * 2 + ((warp >> 1) & 1) * 4) + (((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8 * 8 + (((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) % 8], &v92[e]);
     kg::fence_proxy_async();
 
     // spec: specs/ssd_fwd.yaml:149:17
@@ -468,54 +470,54 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_chunk_scan(const kg::bf16* __restr
     kg::fence_proxy_async();
     kg::sync();
     // spec: specs/ssd_fwd.yaml:141:7
-    const int v93 = 1;
+    const int v94 = 1;
     // spec: specs/ssd_fwd.yaml:141:7
-    const int v94 = (v60 + v93);
+    const int v95 = (v61 + v94);
     // spec: specs/ssd_fwd.yaml:141:7
-    kg::bf16* v95 = v21 + (v94 % 2) * 4096;
+    kg::bf16* v96 = v21 + (v95 % 2) * 4096;
     // spec: specs/ssd_fwd.yaml:142:23
-    const int v96 = 4;
+    const int v97 = 4;
     // spec: specs/ssd_fwd.yaml:142:23
-    const int v97 = (v10 * v96);
+    const int v98 = (v10 * v97);
     // spec: specs/ssd_fwd.yaml:149:36
-    const int v98 = (v55 + v47);
+    const int v99 = (v56 + v47);
     // spec: specs/ssd_fwd.yaml:142:23
-    const int v99 = (v97 + v98);
+    const int v100 = (v98 + v99);
     // spec: specs/ssd_fwd.yaml:149:36
-    const bool v100 = (v98 < v35);
+    const bool v101 = (v99 < v35);
     // spec: specs/ssd_fwd.yaml:149:36
-    if (v100) {
+    if (v101) {
       const kg::bf16* p_ = t_x + ((int64_t)(v12) * stride_x_0 + (int64_t)(v11) * stride_x_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 8 == 0 && stride_x_1 % 8 == 0 && stride_x_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v99 * 64) * stride_x_1 + 0;
+      const int64_t q_ = (int64_t)(v100 * 64) * stride_x_1 + 0;
     #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int c_ = lane + warp * 32 + i * 128;
         const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
-        const int i0_ = v99 * 64 + r_, i1_ = 0 + k_;
+        const int i0_ = v100 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = q_ + ((int64_t)r_ * stride_x_1 + k_);
         const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
         if (aligned_) {
           const int n_ = (i0_ < (size_seqlen)) * 8;
-          kg::cp_async<16>(&v95[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v96[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v95[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v96[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
     // spec: specs/ssd_fwd.yaml:149:17
-    float (&v101)[32] = v56;
+    float (&v102)[32] = v57;
     {
       const int wg_ = 0;
-      const uint64_t da_ = kg::wgmma_desc(v92, 128, 1024, 0);
-      const uint64_t db_ = kg::wgmma_desc(v61, 8192, 1024, 1);
+      const uint64_t da_ = kg::wgmma_desc(v93, 128, 1024, 0);
+      const uint64_t db_ = kg::wgmma_desc(v62, 8192, 1024, 1);
       // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
       // (ptxas would then insert a warpgroup.arrive, C7519)
     #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v101[e]);
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v102[e]);
       kg::wgmma_fence();
     #pragma unroll
       for (int ks = 0; ks < 4; ++ks)
@@ -523,32 +525,34 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_chunk_scan(const kg::bf16* __restr
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n64k16_bf16_ss<0, 1>(&v101[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 8 * 8 + ((ks * 16)) / 8) * 64 + (((wg_ / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
+            kg::wgmma_m64n64k16_bf16_ss<0, 1>(&v102[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 8 * 8 + ((ks * 16)) / 8) * 64 + (((wg_ / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
       kg::wgmma_commit();
-      kg::wgmma_wait<0>();
-    #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v101[e]);
     }
+    // spec: specs/ssd_fwd.yaml:149:17
+    kg::wgmma_wait<0>();
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) kg::fence_operand(v102[e]);
+    float (&v103)[32] = v102;
     // spec: specs/ssd_fwd.yaml:149:17
 
     float y0_[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y0_[e] = v101[e];
+    for (int e = 0; e < 32; ++e) y0_[e] = v103[e];
     float y1_[4];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) y1_[e] = v68[e];
+    for (int e = 0; e < 4; ++e) y1_[e] = v69[e];
     float y2_[4];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) y2_[e] = v71[e];
+    for (int e = 0; e < 4; ++e) y2_[e] = v72[e];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v52[e] = y0_[e];
+    for (int e = 0; e < 32; ++e) v53[e] = y0_[e];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v53[e] = y1_[e];
+    for (int e = 0; e < 4; ++e) v54[e] = y1_[e];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v54[e] = y2_[e];
+    for (int e = 0; e < 4; ++e) v55[e] = y2_[e];
   }
   // spec: specs/ssd_fwd.yaml:150:19
-  kg::bf16 v102[32];
+  kg::bf16 v104[32];
   {
     const kg::bf16* p_ = t_x + ((int64_t)(v12) * stride_x_0 + (int64_t)(v11) * stride_x_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_x_0 % 2 == 0 && stride_x_1 % 2 == 0 && stride_x_2 % 2 == 0;
@@ -561,16 +565,16 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_chunk_scan(const kg::bf16* __restr
       const int64_t off_ = (int64_t)i0_ * stride_x_1 + (int64_t)i1_ * 1;
       const bool in_ = i0_ < (size_seqlen);
       if (aligned_ && in_) {
-        kg::copy_vec<2>(&v102[e], p_ + off_);
+        kg::copy_vec<2>(&v104[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          v102[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v104[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
   // spec: specs/ssd_fwd.yaml:150:53
-  float v103[16];
+  float v105[16];
   {
     const float* p_ = t_D + ((int64_t)(v11) * stride_D_0);
     const bool aligned_ = kg::aligned(p_, 8) && stride_D_0 % 2 == 0;
@@ -581,36 +585,36 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_chunk_scan(const kg::bf16* __restr
       const int64_t off_ = (int64_t)i0_ * 1;
       const bool in_ = true;
       if (aligned_ && in_) {
-        kg::copy_vec<2>(&v103[e], p_ + off_);
+        kg::copy_vec<2>(&v105[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          v103[e + v] = (true) ? p_[off_ + v] : 0.0f;
+          v105[e + v] = (true) ? p_[off_ + v] : 0.0f;
       }
     }
   }
   // spec: specs/ssd_fwd.yaml:150:53
-  float (&v104)[16] = v103;
-  // spec: specs/ssd_fwd.yaml:150:19
-  float v105[32];
-  #pragma unroll
-  for (int e = 0; e < 32; ++e) v105[e] = v104[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-  // spec: specs/ssd_fwd.yaml:150:19
-  float v106[32];
-  #pragma unroll
-  for (int e = 0; e < 32; ++e) v106[e] = kg::cvt<float>(kg::f32(v102[e]));
+  float (&v106)[16] = v105;
   // spec: specs/ssd_fwd.yaml:150:19
   float v107[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v107[e] = (v106[e] * v105[e]);
-  // spec: specs/ssd_fwd.yaml:150:13
+  for (int e = 0; e < 32; ++e) v107[e] = v106[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+  // spec: specs/ssd_fwd.yaml:150:19
   float v108[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v108[e] = (v52[e] + v107[e]);
-  // spec: specs/ssd_fwd.yaml:151:31
-  kg::bf16 v109[32];
+  for (int e = 0; e < 32; ++e) v108[e] = kg::cvt<float>(kg::f32(v104[e]));
+  // spec: specs/ssd_fwd.yaml:150:19
+  float v109[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v109[e] = kg::cvt<kg::bf16>(v108[e]);
+  for (int e = 0; e < 32; ++e) v109[e] = (v108[e] * v107[e]);
+  // spec: specs/ssd_fwd.yaml:150:13
+  float v110[32];
+  #pragma unroll
+  for (int e = 0; e < 32; ++e) v110[e] = (v53[e] + v109[e]);
+  // spec: specs/ssd_fwd.yaml:151:31
+  kg::bf16 v111[32];
+  #pragma unroll
+  for (int e = 0; e < 32; ++e) v111[e] = kg::cvt<kg::bf16>(v110[e]);
   // spec: specs/ssd_fwd.yaml:151:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_y + ((int64_t)(v12) * stride_y_0 + (int64_t)(v11) * stride_y_2);
@@ -623,11 +627,11 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_chunk_scan(const kg::bf16* __restr
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
       const int64_t off_ = (int64_t)i0_ * stride_y_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_seqlen)) {
-        kg::copy_vec<2>(p_ + off_, &v109[e]);
+        kg::copy_vec<2>(p_ + off_, &v111[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_seqlen)) p_[off_ + v] = v109[e + v];
+          if (i0_ < (size_seqlen)) p_[off_ + v] = v111[e + v];
       }
     }
   }
