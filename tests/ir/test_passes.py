@@ -3,6 +3,7 @@
 Correctness of the emitted code is checked lane by lane in tests/codegen and on the GPU in
 tests/ops; these tests pin the decisions themselves, so that a change in a pass shows up here
 with a name rather than as a slower kernel."""
+from functools import lru_cache
 from pathlib import Path
 
 import pytest
@@ -196,6 +197,13 @@ def test_a_load_of_a_tensor_the_kernel_writes_stays_in_place():
     assert moved and not moved & written
 
 
+@lru_cache(maxsize=None)
+def _dkdv_128():
+    """fa2_bwd's dkdv at head_dim 128 on sm_90, lowered once for the tests that read it."""
+    variant = {"dtype": "bf16", "head_dim": 128, "causal": False, "deterministic": False}
+    return lower("specs/fa2_bwd.yaml", 1, variant, {"BLOCK_M": 64, "BLOCK_N": 128, "WARPS": 8}, "sm_90")
+
+
 def _schedule(block) -> list[tuple[str, int | None]]:
     return [(op.kind, op.attrs.get("pending")) for op in block.ops if op.kind in ("dot", "dot_wait", "stage")]
 
@@ -205,8 +213,7 @@ def test_asynchronous_dots_are_waited_for_where_their_results_are_read():
     ordinary instructions write); dp^T runs while exp2 makes p^T and dv issues; dk and dq issue
     before anything waits again, and dq's wait completes dv and dk too. No op but its wait reads
     a deferred dot's result."""
-    variant = {"dtype": "bf16", "head_dim": 128, "causal": False, "deterministic": False}
-    k = lower("specs/fa2_bwd.yaml", 1, variant, {"BLOCK_M": 64, "BLOCK_N": 128, "WARPS": 8}, "sm_90")
+    k = _dkdv_128()
     body = ops(k, "for")[-1].body
     assert _schedule(body) == [("dot", None), ("dot_wait", 0), ("dot", None), ("dot", None), ("dot_wait", 1),
                                ("dot", None), ("stage", None), ("dot", None),
@@ -221,8 +228,7 @@ def test_a_dot_is_waited_for_before_its_shared_operand_is_overwritten():
     same slot, or a buffer without slots, is the memory a dot in flight may still read."""
     from kgen.ir.passes.overlap import _may_alias
 
-    variant = {"dtype": "bf16", "head_dim": 128, "causal": False, "deterministic": False}
-    k = lower("specs/fa2_bwd.yaml", 1, variant, {"BLOCK_M": 64, "BLOCK_N": 128, "WARPS": 8}, "sm_90")
+    k = _dkdv_128()
     producer = {id(r): op for op in walk(k.body) for r in op.results}
     body = ops(k, "for")[-1].body
     slots = [op.result for op in body.ops if op.kind == "slot"]
