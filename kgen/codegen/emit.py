@@ -10,8 +10,9 @@ import math
 from typing import Any
 
 from ..hw.descriptor import Target
-from ..ir.core import ELEM_BYTES, Kernel, Op, Value, walk
+from ..ir.core import ELEM_BYTES, Kernel, Op, Value, use_counts, walk
 from ..ir.layout import broadcast_reg_map, vector_width
+from ..ir.passes.accumulate import is_lone_zero
 from ..ir.passes.dot_tiling import instr_of
 from ..ir.passes.operands import CORE_ROWS, fragment_view
 from . import wgmma
@@ -62,12 +63,11 @@ class Emitter:
     def __init__(self, k: Kernel, target: Target, tensor_dims: dict[str, list[str]]):
         self.k, self.target, self.dims = k, target, tensor_dims
         self.helpers: dict[str, str] = {}  # C++ functions the kernel needs (wgmma wrappers), by name
-        self.use_counts: dict[int, int] = {}
+        self.use_counts = use_counts(k.body)
         self.first_user: dict[int, Op] = {}
         self.producer: dict[int, Op] = {}
         for o in walk(k.body):
             for x in o.operands:
-                self.use_counts[id(x)] = self.use_counts.get(id(x), 0) + 1
                 self.first_user.setdefault(id(x), o)
             for r in o.results:
                 self.producer[id(r)] = o
@@ -108,10 +108,9 @@ class Emitter:
         ordinary writes to accumulators between the wgmma instructions of a dot with repeats
         (nvcc orders them so), and ptxas then serialises the instructions (its C7517/C7519 notes)."""
         user = self.first_user.get(id(acc))
-        if self._uses(acc) != 1 or user is None or user.kind != "dot" or user.operands[2] is not acc:
+        if user is None or user.kind != "dot" or user.operands[2] is not acc:
             return False
-        prod = self.producer.get(id(acc))
-        if prod is None or prod.kind != "full" or prod.attrs["value"] != 0:
+        if not is_lone_zero(self.producer.get(id(acc)), acc, self.use_counts):
             return False
         return instr_of(self.target, user.attrs["instr"]).scope == "warpgroup"
 

@@ -130,6 +130,15 @@ def walk(block: Block):
             yield from walk(op.body)
 
 
+def use_counts(block: Block) -> dict[int, int]:
+    """How many operand slots read each value (by id), loop bodies included."""
+    uses: dict[int, int] = {}
+    for op in walk(block):
+        for v in op.operands:
+            uses[id(v)] = uses.get(id(v), 0) + 1
+    return uses
+
+
 def blocks(block: Block):
     """The block and every loop body nested in it, outermost first."""
     yield block

@@ -20,17 +20,20 @@ unfolded sum would keep a second accumulator of the output's size live.
 from __future__ import annotations
 
 from ...hw.descriptor import Target
-from ..core import Block, Kernel, blocks, walk
+from ..core import Block, Kernel, Op, Value, blocks, use_counts
 from .dot_tiling import instr_of
 
 MAX_REGS = 32
 
 
+def is_lone_zero(producer: Op | None, v: Value, uses: dict[int, int]) -> bool:
+    """`v` is a zero tile (made by `producer`) that one operand reads: a dot's accumulator that can
+    be replaced (here) or never written (a warpgroup dot's first k-step ignores it)."""
+    return producer is not None and producer.kind == "full" and producer.attrs["value"] == 0 and uses.get(id(v)) == 1
+
+
 def accumulate_into_dots(k: Kernel, target: Target) -> Kernel:
-    uses: dict[int, int] = {}
-    for op in walk(k.body):
-        for v in op.operands:
-            uses[id(v)] = uses.get(id(v), 0) + 1
+    uses = use_counts(k.body)
     for block in blocks(k.body):
         _fold(block, uses, target)
     return k
@@ -49,7 +52,7 @@ def _fold(block: Block, uses: dict[int, int], target: Target) -> None:
             if d.layout.nregs > MAX_REGS and instr_of(target, dot.attrs["instr"]).warps == 1:
                 continue
             zero = defs.get(id(dot.operands[2]))
-            if zero is None or zero.kind != "full" or zero.attrs["value"] != 0.0 or uses.get(id(dot.operands[2])) != 1:
+            if not is_lone_zero(zero, dot.operands[2], uses):
                 continue
             # the dot moves to the add's place (x may be computed between them) and takes its result
             block.ops.remove(zero)

@@ -30,7 +30,7 @@ slot the copy must wait for the last read, behind a barrier, and has half an ite
 from __future__ import annotations
 
 from ...hw.descriptor import Target
-from ..core import ELEM_BYTES, Block, Kernel, Op, Value, blocks, walk
+from ..core import ELEM_BYTES, Block, Kernel, Op, Value, blocks, use_counts, walk
 from .memory import views_of
 
 CHUNK_BYTES = 16  # cp.async.cg moves 16 bytes per instruction (PTX ISA, "cp.async")
@@ -43,10 +43,7 @@ def use_async_copies(k: Kernel, target: Target) -> Kernel:
     if "cp.async" not in target.async_copy:
         return k
     defs = {id(r): (op, block) for block in blocks(k.body) for op in block.ops for r in op.results}
-    uses: dict[int, int] = {}
-    for op in walk(k.body):
-        for v in op.operands:
-            uses[id(v)] = uses.get(id(v), 0) + 1
+    uses = use_counts(k.body)
     for block in list(blocks(k.body)):
         for st in [op for op in block.ops if op.kind == "stage"]:
             _convert(st, block, defs, uses)

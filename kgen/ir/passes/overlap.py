@@ -29,17 +29,15 @@ until the wait).
 from __future__ import annotations
 
 from ...hw.descriptor import Target
-from ..core import Block, Kernel, Op, Value, blocks, walk
+from ..core import Block, Kernel, Op, Value, blocks, use_counts, walk
+from .accumulate import is_lone_zero
 
 WRITES_SHARED = ("stage", "copy_async")
 
 
 def overlap_async_dots(k: Kernel, target: Target) -> Kernel:
     producer = {id(r): op for op in walk(k.body) for r in op.results}
-    uses: dict[int, int] = {}
-    for op in walk(k.body):
-        for v in op.operands:
-            uses[id(v)] = uses.get(id(v), 0) + 1
+    uses = use_counts(k.body)
     for block in list(blocks(k.body)):
         _defer_waits(block, target, producer, uses)
     return k
@@ -59,7 +57,7 @@ def _written_accumulator(dot: Op, producer: dict, uses: dict) -> bool:
     op = producer.get(id(acc))
     if op is None or op.kind in ("dot", "dot_wait", "for"):
         return False
-    return not (op.kind == "full" and op.attrs["value"] == 0 and uses.get(id(acc)) == 1)
+    return not is_lone_zero(op, acc, uses)
 
 
 def _defer_waits(block: Block, target: Target, producer: dict, uses: dict) -> None:
