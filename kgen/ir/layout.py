@@ -66,11 +66,31 @@ class Layout:
         return table
 
     def covers_tile(self) -> bool:
-        """True when every element of the tile is held by at least one (reg, lane, warp)."""
-        total = 1
-        for s in self.shape:
-            total *= s
-        return len(self.owners()) == total
+        """True when every element of the tile is held by at least one (reg, lane, warp).
+
+        The held coordinates are the XOR-span of the basis vectors, so (shape a power of two in
+        every dim) the tile is covered exactly when the vectors, each packed into one bit
+        string, have full rank over GF(2) and none points outside the tile. Enumerating every
+        (reg, lane, warp) instead took the verifier 45 s of the attention backward's 46 s lowering."""
+        if not all(is_pow2(s) for s in self.shape):
+            total = 1
+            for s in self.shape:
+                total *= s
+            return len(self.owners()) == total
+        widths = [log2(s) for s in self.shape]
+        basis: list[int] = []  # reduced so that each member has a distinct leading bit
+        for v in self.reg + self.lane + self.warp:
+            x = 0
+            for c, w in zip(v, widths):
+                if c >> w:
+                    return False
+                x = x << w | c
+            for b in basis:
+                x = min(x, x ^ b)
+            if x:
+                basis.append(x)
+                basis.sort(reverse=True)
+        return len(basis) == sum(widths)
 
     # --- structure used by reductions and broadcasts -------------------------------------------
     def bits_along(self, dim: int) -> dict[str, list[int]]:
