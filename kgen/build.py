@@ -97,7 +97,7 @@ def build_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target, compi
     """Lower, render and (optionally) compile one variant. Candidates are tried in the spec's
     order: the first whose IR fits the target's limits is rendered; when compiling, one whose
     kernels spill registers (or need scratch) is retried with plain (unswizzled) shared layouts,
-    then gives way to the next candidate that does not spill, and only if every candidate
+    then also with per-chunk copy addresses (render.render_kernel's stepped_copies), then gives way to the next candidate that does not spill, and only if every candidate
     spills is the first kept."""
     candidates = tunable_candidates(ls, variant)
     first: BuiltVariant | None = None
@@ -117,9 +117,13 @@ def build_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target, compi
         if not any(_spills(bk) for bk in out.kernels):
             return out
         plain = _without_swizzle(target)
-        if plain is not target:  # the same tunables with plain core matrices: fewer address registers
-            kernels = [compile_kernel(ls, i, variant, tunables, plain) for i in range(len(ls.spec.kernels))]
-            retry = _render_variant(ls, variant, target, tunables, kernels)
+        # the same tunables with plain core matrices (fewer address registers), then with each
+        # copy's addresses computed per chunk again (fewer registers kept across the loop)
+        for lowered_for, stepped in ((plain, True), (plain, False)):
+            if lowered_for is target and stepped:
+                continue
+            kernels = [compile_kernel(ls, i, variant, tunables, lowered_for) for i in range(len(ls.spec.kernels))]
+            retry = _render_variant(ls, variant, target, tunables, kernels, stepped_copies=stepped)
             for bk in retry.kernels:
                 compile_built(bk, target)
             if not any(_spills(bk) for bk in retry.kernels):
@@ -146,12 +150,13 @@ def _spills(bk: BuiltKernel) -> bool:
 
 
 def _render_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target, tunables: dict[str, int],
-                    kernels: list[Kernel]) -> BuiltVariant:
+                    kernels: list[Kernel], stepped_copies: bool = True) -> BuiltVariant:
     out = BuiltVariant(variant, tunables)
     vid = variant_id(variant)
     for i, k in enumerate(kernels):
         line, _ = ls.yaml.block_origin(("kernels", i, "program"))
-        source = render_kernel(k, target, spec_file=_display(ls.path), program_line=line, variant=variant)
+        source = render_kernel(k, target, spec_file=_display(ls.path), program_line=line, variant=variant,
+                              stepped_copies=stepped_copies)
         _, sig = kernel_params(k, variant)
         out.kernels.append(BuiltKernel(
             name=k.name, source=source, file=f"{k.name}__{vid}{SUFFIX[target.backend]}", grid=list(ls.spec.kernels[i].grid),

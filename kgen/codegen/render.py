@@ -107,10 +107,13 @@ def number_values(k: Kernel) -> None:
     visit(k.body)
 
 
-def render_kernel(k: Kernel, target: Target, *, spec_file: str, program_line: int, variant: dict[str, Any]) -> str:
+def render_kernel(k: Kernel, target: Target, *, spec_file: str, program_line: int, variant: dict[str, Any],
+                  stepped_copies: bool = True) -> str:
+    """The kernel's source. stepped_copies: each thread's copy addresses as a first chunk plus
+    whole steps (Emitter._copy_steps); the build turns it off for a kernel that spills with it."""
     number_values(k)
     params, _ = kernel_params(k, variant)
-    emitter = Emitter(k, target, tensor_dims(k))
+    emitter = Emitter(k, target, tensor_dims(k), stepped_copies=stepped_copies)
     body = emitter.ops(k.body)
     vid = ",".join(f"{a}={v}" for a, v in variant.items()) or "default"
     return environment().get_template(SKELETON[target.backend]).render(

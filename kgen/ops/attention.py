@@ -50,6 +50,8 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     _check(q, k, v)
     d = q.shape[-1]
     scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(d)
+    if not (scale > 0 and math.isfinite(scale)):  # the spec takes row maxima of unscaled scores
+        raise LaunchError(f"flash_attn_func: softmax_scale is {softmax_scale}; accepted: a positive finite number (default 1/sqrt(head_dim))")
     # the op's schema: inputs, scalars, variant options, then what autograd hands the backward
     o, _lse = torch.ops.kgen.fa2_fwd(q, k, v, scale, d, bool(causal), bool(deterministic))
     return o

@@ -282,7 +282,10 @@ WGMMA = [  # descriptors: the k-step, the warpgroup's strip, the two core stride
     ("wgmma_dot", 0, ("a", "offset"), "wg_", "(wg_ + 1)"),
     ("wgmma_dot", 0, ("a", "lead"), None, 16),
     ("wgmma_dot", 0, ("b", "stride"), None, 16),
-    ("copy_async", 0, ("row",), "c_", "(c_ + 1)"),
+    # copies whose chunks step whole rows: the thread's first row, and the step (the a tile's
+    # copy takes two steps)
+    ("copy_async", 0, ("stepped", "row0"), "lane", "(lane + 1)"),
+    ("copy_async", 0, ("stepped", "rows"), None, 1),
 ]
 WGMMA_REPS = [("wgmma_dot", 0, ("a", "offset"), "rm", "(rm + 1)"), ("wgmma_dot", 0, ("b", "offset"), "rn", "(rn + 1)")]
 WGMMA_REG = [("wgmma_dot", 1, ("a", "ptr"), "ks", "(ks + 1)"), ("wgmma_dot", 1, ("b", "lead"), None, 16)]

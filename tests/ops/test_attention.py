@@ -45,6 +45,14 @@ def test_bad_arguments_are_named(change, message):
     assert str(e.value) == message
 
 
+@pytest.mark.parametrize("scale", [0.0, -0.125, float("nan"), float("inf")])
+def test_a_scale_that_is_not_positive_is_named(scale):
+    with pytest.raises(LaunchError) as e:
+        flash_attn_func(*_qkv(), softmax_scale=scale)
+    assert str(e.value) == (f"flash_attn_func: softmax_scale is {scale}; accepted: a positive finite number "
+                            "(default 1/sqrt(head_dim))")
+
+
 def test_batch_mismatch_is_named():
     q, k, v = _qkv()
     with pytest.raises(LaunchError, match=r"^flash_attn_func: q is \(2, 5, 2, 64\) and k is \(1, 7, 1, 64\); batch and head_dim must match$"):

@@ -108,98 +108,118 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
   int v22[2];
   #pragma unroll
   for (int e = 0; e < 2; ++e) v22[e] = (v21 + v19[e]);
-  // spec: specs/fa2_bwd.yaml:99:41
+  // spec: specs/fa2_bwd.yaml:97:53
   int (&v23)[2] = v22;
   // spec: specs/fa2_bwd.yaml:99:41
   int v24[8];
   #pragma unroll
   for (int e = 0; e < 8; ++e) v24[e] = v23[((e >> 2) & 1) * 1];
-  // spec: specs/fa2_bwd.yaml:97:53
-  int (&v25)[2] = v22;
   // spec: specs/fa2_bwd.yaml:63:22
-  const int v26 = 1;
+  const int v25 = 1;
   // spec: specs/fa2_bwd.yaml:63:22
-  const int v27 = 0;
+  const int v26 = 0;
   // spec: specs/fa2_bwd.yaml:62:16
+  float v27[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v27[e] = 0.0f;
+  // spec: specs/fa2_bwd.yaml:61:16
   float v28[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v28[e] = 0.0f;
-  // spec: specs/fa2_bwd.yaml:61:16
-  float v29[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v29[e] = 0.0f;
   // spec: specs/fa2_bwd.yaml:60:19
-  const int v30 = 64;
+  const int v29 = 64;
   // spec: specs/fa2_bwd.yaml:60:19
-  const int v31 = 0;
+  const int v30 = 0;
   // spec: specs/fa2_bwd.yaml:60:54
-  const int v32 = (v1 - v0);
+  const int v31 = (v1 - v0);
   // spec: specs/fa2_bwd.yaml:60:27
-  const int v33 = 32;
+  const int v32 = 32;
   // spec: specs/fa2_bwd.yaml:60:27
-  const int v34 = (v13 * v33);
+  const int v33 = (v13 * v32);
   // spec: specs/fa2_bwd.yaml:60:27
-  const int v35 = (v34 - v32);
+  const int v34 = (v33 - v31);
   // spec: specs/fa2_bwd.yaml:60:19
-  const int v36 = (kg::max_(v35, v31));
+  const int v35 = (kg::max_(v34, v30));
   // spec: specs/fa2_bwd.yaml:60:19
-  const int v37 = (kg::floordiv(v36, v30));
+  const int v36 = (kg::floordiv(v35, v29));
   // spec: specs/fa2_bwd.yaml:56:16
-  const float v38 = 1.4426950408889634f;
+  const float v37 = 1.4426950408889634f;
   // spec: specs/fa2_bwd.yaml:56:16
-  const float v39 = (v2 * v38);
+  const float v38 = (v2 * v37);
   // spec: specs/fa2_bwd.yaml:51:15
-  const int v40 = (kg::floordiv(v3, v4));
+  const int v39 = (kg::floordiv(v3, v4));
   // spec: specs/fa2_bwd.yaml:63:7
 
+  float v40[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v40[e] = v27[e];
   float v41[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v41[e] = v28[e];
-  float v42[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v42[e] = v29[e];
-  for (int v43 = v27; v43 < v40; v43 += v26) {
+  for (int v42 = v26; v42 < v39; v42 += v25) {
+    float (&v43)[16] = v40;
     float (&v44)[16] = v41;
-    float (&v45)[16] = v42;
     
     // spec: specs/fa2_bwd.yaml:65:33
-    const int v46 = 1;
+    const int v45 = 1;
     // spec: specs/fa2_bwd.yaml:65:33
-    const int v47 = 64;
+    const int v46 = 64;
     // spec: specs/fa2_bwd.yaml:65:33
-    const int v48 = 63;
+    const int v47 = 63;
     // spec: specs/fa2_bwd.yaml:65:33
-    const int v49 = (v0 + v48);
+    const int v48 = (v0 + v47);
     // spec: specs/fa2_bwd.yaml:65:33
-    const int v50 = (kg::floordiv(v49, v47));
+    const int v49 = (kg::floordiv(v48, v46));
     // spec: specs/fa2_bwd.yaml:64:15
-    const int v51 = (v9 * v40);
+    const int v50 = (v9 * v39);
     // spec: specs/fa2_bwd.yaml:64:15
-    const int v52 = (v51 + v43);
+    const int v51 = (v50 + v42);
     // spec: specs/fa2_bwd.yaml:65:11
 
+    float v52[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v52[e] = v43[e];
     float v53[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v53[e] = v44[e];
-    float v54[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v54[e] = v45[e];
-    for (int v55 = v37; v55 < v50; v55 += v46) {
+    for (int v54 = v36; v54 < v49; v54 += v45) {
+      float (&v55)[16] = v52;
       float (&v56)[16] = v53;
-      float (&v57)[16] = v54;
       
       // spec: specs/fa2_bwd.yaml:66:20
-      kg::fp16 v58[32];
+      kg::fp16 v57[32];
       {
-        const kg::fp16* p_ = t_q + ((int64_t)(v10) * stride_q_0 + (int64_t)(v52) * stride_q_2);
+        const kg::fp16* p_ = t_q + ((int64_t)(v10) * stride_q_0 + (int64_t)(v51) * stride_q_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-        const int t0_ = v55 * 64 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
+        const int t0_ = v54 * 64 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
         const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
       #pragma unroll
         for (int e = 0; e < 32; e += 8) {
           const int i0_ = t0_ + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
           const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
           const int64_t off_ = (int64_t)i0_ * stride_q_1 + (int64_t)i1_ * 1;
+          const bool in_ = i0_ < (size_SQ);
+          if (aligned_ && in_) {
+            kg::copy_vec<8>(&v57[e], p_ + off_);
+          } else {
+      #pragma unroll
+            for (int v = 0; v < 8; ++v)
+              v57[e + v] = (i0_ < (size_SQ)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          }
+        }
+      }
+      // spec: specs/fa2_bwd.yaml:67:22
+      kg::fp16 v58[32];
+      {
+        const kg::fp16* p_ = t_do + ((int64_t)(v10) * stride_do_0 + (int64_t)(v51) * stride_do_2);
+        const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
+        const int t0_ = v54 * 64 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
+        const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
+      #pragma unroll
+        for (int e = 0; e < 32; e += 8) {
+          const int i0_ = t0_ + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
+          const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
+          const int64_t off_ = (int64_t)i0_ * stride_do_1 + (int64_t)i1_ * 1;
           const bool in_ = i0_ < (size_SQ);
           if (aligned_ && in_) {
             kg::copy_vec<8>(&v58[e], p_ + off_);
@@ -210,65 +230,43 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:67:22
-      kg::fp16 v59[32];
-      {
-        const kg::fp16* p_ = t_do + ((int64_t)(v10) * stride_do_0 + (int64_t)(v52) * stride_do_2);
-        const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
-        const int t0_ = v55 * 64 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
-        const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
-      #pragma unroll
-        for (int e = 0; e < 32; e += 8) {
-          const int i0_ = t0_ + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
-          const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
-          const int64_t off_ = (int64_t)i0_ * stride_do_1 + (int64_t)i1_ * 1;
-          const bool in_ = i0_ < (size_SQ);
-          if (aligned_ && in_) {
-            kg::copy_vec<8>(&v59[e], p_ + off_);
-          } else {
-      #pragma unroll
-            for (int v = 0; v < 8; ++v)
-              v59[e + v] = (i0_ < (size_SQ)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
-          }
-        }
-      }
       // spec: specs/fa2_bwd.yaml:68:23
-      float v60[4];
+      float v59[4];
       {
-        const float* p_ = t_lse + ((int64_t)(v10) * stride_lse_0 + (int64_t)(v52) * stride_lse_1);
+        const float* p_ = t_lse + ((int64_t)(v10) * stride_lse_0 + (int64_t)(v51) * stride_lse_1);
         const bool aligned_ = kg::aligned(p_, 16) && stride_lse_0 % 4 == 0 && stride_lse_1 % 4 == 0;
-        const int t0_ = v55 * 64 + ((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+        const int t0_ = v54 * 64 + ((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
       #pragma unroll
         for (int e = 0; e < 4; e += 4) {
           const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 4 <= (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<4>(&v60[e], p_ + off_);
+            kg::copy_vec<4>(&v59[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 4; ++v)
-              v60[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+              v59[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
       // spec: specs/fa2_bwd.yaml:100:23
-      kg::fp16* v61 = reinterpret_cast<kg::fp16*>(smem + 0);
+      kg::fp16* v60 = reinterpret_cast<kg::fp16*>(smem + 0);
       kg::sync();
       #pragma unroll
-      for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v61[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v58[e]);
+      for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v60[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v57[e]);
       kg::sync();
       // spec: specs/fa2_bwd.yaml:100:23
-      float v62[8];
+      float v61[8];
       #pragma unroll
-      for (int e = 0; e < 8; ++e) v62[e] = 0.0f;
+      for (int e = 0; e < 8; ++e) v61[e] = 0.0f;
       // spec: specs/fa2_bwd.yaml:100:23
-      float (&v63)[8] = v62;
+      float (&v62)[8] = v61;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
         alignas(16) kg::fp16 fa_[4];
       #pragma unroll
-        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v61[((warp / 1) * 16 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (0)) * 136 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v60[((warp / 1) * 16 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (0)) * 136 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
         alignas(16) kg::fp16 fb_[8];
       #pragma unroll
         for (int i = 0; i < 8; i += 4) kg::copy_vec<4>(&fb_[i], &v15[((warp % 1) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((i >> 2) & 1) * 16)) * 136 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
@@ -276,25 +274,25 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
         for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
           for (int rn = 0; rn < 2; ++rn)
-            kg::mfma_16x16x16_fp16(&v63[(rm * 2 + rn) * 4], &fa_[rm * 4], &fb_[rn * 4]);
+            kg::mfma_16x16x16_fp16(&v62[(rm * 2 + rn) * 4], &fa_[rm * 4], &fb_[rn * 4]);
       }
       // spec: specs/fa2_bwd.yaml:101:24
-      kg::fp16* v64 = reinterpret_cast<kg::fp16*>(smem + 0);
+      kg::fp16* v63 = reinterpret_cast<kg::fp16*>(smem + 0);
       kg::sync();
       #pragma unroll
-      for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v64[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v59[e]);
+      for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v63[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v58[e]);
       kg::sync();
       // spec: specs/fa2_bwd.yaml:101:24
-      float v65[8];
+      float v64[8];
       #pragma unroll
-      for (int e = 0; e < 8; ++e) v65[e] = 0.0f;
+      for (int e = 0; e < 8; ++e) v64[e] = 0.0f;
       // spec: specs/fa2_bwd.yaml:101:24
-      float (&v66)[8] = v65;
+      float (&v65)[8] = v64;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
         alignas(16) kg::fp16 fa_[4];
       #pragma unroll
-        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v64[((warp / 1) * 16 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (0)) * 136 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v63[((warp / 1) * 16 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (0)) * 136 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
         alignas(16) kg::fp16 fb_[8];
       #pragma unroll
         for (int i = 0; i < 8; i += 4) kg::copy_vec<4>(&fb_[i], &v17[((warp % 1) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((i >> 2) & 1) * 16)) * 136 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
@@ -302,225 +300,225 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
         for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
           for (int rn = 0; rn < 2; ++rn)
-            kg::mfma_16x16x16_fp16(&v66[(rm * 2 + rn) * 4], &fa_[rm * 4], &fb_[rn * 4]);
+            kg::mfma_16x16x16_fp16(&v65[(rm * 2 + rn) * 4], &fa_[rm * 4], &fb_[rn * 4]);
       }
       // spec: specs/fa2_bwd.yaml:102:23
-      const float v67 = 0.0f;
+      const float v66 = 0.0f;
       // spec: specs/fa2_bwd.yaml:96:26
-      const float v68 = 1.4426950408889634f;
+      const float v67 = 1.4426950408889634f;
       // spec: specs/fa2_bwd.yaml:96:26
-      float v69[4];
+      float v68[4];
       #pragma unroll
-      for (int e = 0; e < 4; ++e) v69[e] = (v60[e] * v68);
+      for (int e = 0; e < 4; ++e) v68[e] = (v59[e] * v67);
       // spec: specs/fa2_bwd.yaml:102:54
-      float (&v70)[4] = v69;
+      float (&v69)[4] = v68;
+      // spec: specs/fa2_bwd.yaml:102:41
+      float v70[8];
+      #pragma unroll
+      for (int e = 0; e < 8; ++e) v70[e] = v69[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
       // spec: specs/fa2_bwd.yaml:102:41
       float v71[8];
       #pragma unroll
-      for (int e = 0; e < 8; ++e) v71[e] = v70[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
+      for (int e = 0; e < 8; ++e) v71[e] = (v62[e] * v38);
       // spec: specs/fa2_bwd.yaml:102:41
       float v72[8];
       #pragma unroll
-      for (int e = 0; e < 8; ++e) v72[e] = (v63[e] * v39);
-      // spec: specs/fa2_bwd.yaml:102:41
+      for (int e = 0; e < 8; ++e) v72[e] = (v71[e] - v70[e]);
+      // spec: specs/fa2_bwd.yaml:102:36
       float v73[8];
       #pragma unroll
-      for (int e = 0; e < 8; ++e) v73[e] = (v72[e] - v71[e]);
-      // spec: specs/fa2_bwd.yaml:102:36
-      float v74[8];
-      #pragma unroll
-      for (int e = 0; e < 8; ++e) v74[e] = kg::exp2_(v73[e]);
+      for (int e = 0; e < 8; ++e) v73[e] = kg::exp2_(v72[e]);
       // spec: specs/fa2_bwd.yaml:99:75
-      const int v75 = (v1 - v0);
+      const int v74 = (v1 - v0);
       // spec: specs/fa2_bwd.yaml:69:36
-      int v76[4];
+      int v75[4];
       #pragma unroll
-      for (int e = 0; e < 4; ++e) v76[e] = (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2);
+      for (int e = 0; e < 4; ++e) v75[e] = (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2);
       // spec: specs/fa2_bwd.yaml:69:22
-      const int v77 = 64;
+      const int v76 = 64;
       // spec: specs/fa2_bwd.yaml:69:22
-      const int v78 = (v55 * v77);
+      const int v77 = (v54 * v76);
       // spec: specs/fa2_bwd.yaml:69:22
-      int v79[4];
+      int v78[4];
       #pragma unroll
-      for (int e = 0; e < 4; ++e) v79[e] = (v78 + v76[e]);
+      for (int e = 0; e < 4; ++e) v78[e] = (v77 + v75[e]);
       // spec: specs/fa2_bwd.yaml:99:58
-      int (&v80)[4] = v79;
+      int (&v79)[4] = v78;
       // spec: specs/fa2_bwd.yaml:99:58
-      int v81[4];
+      int v80[4];
       #pragma unroll
-      for (int e = 0; e < 4; ++e) v81[e] = (v80[e] + v75);
+      for (int e = 0; e < 4; ++e) v80[e] = (v79[e] + v74);
       // spec: specs/fa2_bwd.yaml:99:41
-      int v82[8];
+      int v81[8];
       #pragma unroll
-      for (int e = 0; e < 8; ++e) v82[e] = v81[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
+      for (int e = 0; e < 8; ++e) v81[e] = v80[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
       // spec: specs/fa2_bwd.yaml:99:41
-      bool v83[8];
+      bool v82[8];
       #pragma unroll
-      for (int e = 0; e < 8; ++e) v83[e] = (v24[e] <= v82[e]);
+      for (int e = 0; e < 8; ++e) v82[e] = (v24[e] <= v81[e]);
       // spec: specs/fa2_bwd.yaml:97:78
-      const float v84 = -kg::inf();
+      const float v83 = -kg::inf();
       // spec: specs/fa2_bwd.yaml:97:78
-      float (&v85)[4] = v69;
+      float (&v84)[4] = v68;
       // spec: specs/fa2_bwd.yaml:97:78
-      bool v86[4];
+      bool v85[4];
       #pragma unroll
-      for (int e = 0; e < 4; ++e) v86[e] = (v85[e] > v84);
+      for (int e = 0; e < 4; ++e) v85[e] = (v84[e] > v83);
       // spec: specs/fa2_bwd.yaml:97:27
-      bool v87[8];
+      bool v86[8];
       #pragma unroll
-      for (int e = 0; e < 8; ++e) v87[e] = v86[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
+      for (int e = 0; e < 8; ++e) v86[e] = v85[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
       // spec: specs/fa2_bwd.yaml:97:53
-      bool v88[2];
+      bool v87[2];
       #pragma unroll
-      for (int e = 0; e < 2; ++e) v88[e] = (v25[e] < v1);
+      for (int e = 0; e < 2; ++e) v87[e] = (v23[e] < v1);
       // spec: specs/fa2_bwd.yaml:97:27
-      bool v89[8];
+      bool v88[8];
       #pragma unroll
-      for (int e = 0; e < 8; ++e) v89[e] = v88[((e >> 2) & 1) * 1];
+      for (int e = 0; e < 8; ++e) v88[e] = v87[((e >> 2) & 1) * 1];
       // spec: specs/fa2_bwd.yaml:97:28
-      int (&v90)[4] = v79;
+      int (&v89)[4] = v78;
       // spec: specs/fa2_bwd.yaml:97:28
-      bool v91[4];
+      bool v90[4];
       #pragma unroll
-      for (int e = 0; e < 4; ++e) v91[e] = (v90[e] < v0);
+      for (int e = 0; e < 4; ++e) v90[e] = (v89[e] < v0);
+      // spec: specs/fa2_bwd.yaml:97:27
+      bool v91[8];
+      #pragma unroll
+      for (int e = 0; e < 8; ++e) v91[e] = v90[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
       // spec: specs/fa2_bwd.yaml:97:27
       bool v92[8];
       #pragma unroll
-      for (int e = 0; e < 8; ++e) v92[e] = v91[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
+      for (int e = 0; e < 8; ++e) v92[e] = (v91[e] && v88[e]);
       // spec: specs/fa2_bwd.yaml:97:27
       bool v93[8];
       #pragma unroll
-      for (int e = 0; e < 8; ++e) v93[e] = (v92[e] && v89[e]);
-      // spec: specs/fa2_bwd.yaml:97:27
+      for (int e = 0; e < 8; ++e) v93[e] = (v92[e] && v86[e]);
+      // spec: specs/fa2_bwd.yaml:99:31
       bool v94[8];
       #pragma unroll
-      for (int e = 0; e < 8; ++e) v94[e] = (v93[e] && v87[e]);
-      // spec: specs/fa2_bwd.yaml:99:31
-      bool v95[8];
-      #pragma unroll
-      for (int e = 0; e < 8; ++e) v95[e] = (v94[e] && v83[e]);
+      for (int e = 0; e < 8; ++e) v94[e] = (v93[e] && v82[e]);
       // spec: specs/fa2_bwd.yaml:102:23
-      float v96[8];
+      float v95[8];
       #pragma unroll
-      for (int e = 0; e < 8; ++e) v96[e] = (v95[e] ? v74[e] : v67);
+      for (int e = 0; e < 8; ++e) v95[e] = (v94[e] ? v73[e] : v66);
       // spec: specs/fa2_bwd.yaml:103:41
-      kg::fp16 v97[8];
+      kg::fp16 v96[8];
       #pragma unroll
-      for (int e = 0; e < 8; ++e) v97[e] = kg::cvt<kg::fp16>(v96[e]);
+      for (int e = 0; e < 8; ++e) v96[e] = kg::cvt<kg::fp16>(v95[e]);
       // spec: specs/fa2_bwd.yaml:103:37
-      kg::fp16* v98 = reinterpret_cast<kg::fp16*>(smem + 46080);
+      kg::fp16* v97 = reinterpret_cast<kg::fp16*>(smem + 46080);
       kg::sync();
       #pragma unroll
-      for (int e = 0; e < 8; e += 4) kg::copy_vec<4>(&v98[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((e >> 2) & 1) * 16)) * 72 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2))], &v97[e]);
+      for (int e = 0; e < 8; e += 4) kg::copy_vec<4>(&v97[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((e >> 2) & 1) * 16)) * 72 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2))], &v96[e]);
 
       // spec: specs/fa2_bwd.yaml:103:37
-      kg::fp16* v99 = v98;
+      kg::fp16* v98 = v97;
       // spec: specs/fa2_bwd.yaml:103:37
-      kg::fp16* v100 = reinterpret_cast<kg::fp16*>(smem + 0);
+      kg::fp16* v99 = reinterpret_cast<kg::fp16*>(smem + 0);
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v100[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v59[e];
+      for (int e = 0; e < 32; ++e) v99[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v58[e];
       kg::sync();
       // spec: specs/fa2_bwd.yaml:103:37
-      float (&v101)[16] = v56;
+      float (&v100)[16] = v55;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
         alignas(16) kg::fp16 fa_[4];
       #pragma unroll
-        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v99[((warp / 4) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v98[((warp / 4) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
         alignas(16) kg::fp16 fb_[4];
       #pragma unroll
-        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v100[((warp % 4) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v99[((warp % 4) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       #pragma unroll
         for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::mfma_32x32x8_fp16(&v101[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+            kg::mfma_32x32x8_fp16(&v100[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
       // spec: specs/fa2_bwd.yaml:104:35
-      float v102[4];
+      float v101[4];
       {
-        const float* p_ = t_delta + ((int64_t)(v10) * stride_delta_0 + (int64_t)(v52) * stride_delta_1);
+        const float* p_ = t_delta + ((int64_t)(v10) * stride_delta_0 + (int64_t)(v51) * stride_delta_1);
         const bool aligned_ = kg::aligned(p_, 16) && stride_delta_0 % 4 == 0 && stride_delta_1 % 4 == 0;
-        const int t0_ = v55 * 64 + ((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+        const int t0_ = v54 * 64 + ((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
       #pragma unroll
         for (int e = 0; e < 4; e += 4) {
           const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 4 <= (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<4>(&v102[e], p_ + off_);
+            kg::copy_vec<4>(&v101[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 4; ++v)
-              v102[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+              v101[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
       // spec: specs/fa2_bwd.yaml:104:35
-      float (&v103)[4] = v102;
+      float (&v102)[4] = v101;
+      // spec: specs/fa2_bwd.yaml:104:30
+      float v103[8];
+      #pragma unroll
+      for (int e = 0; e < 8; ++e) v103[e] = v102[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
       // spec: specs/fa2_bwd.yaml:104:30
       float v104[8];
       #pragma unroll
-      for (int e = 0; e < 8; ++e) v104[e] = v103[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-      // spec: specs/fa2_bwd.yaml:104:30
+      for (int e = 0; e < 8; ++e) v104[e] = (v65[e] - v103[e]);
+      // spec: specs/fa2_bwd.yaml:104:25
       float v105[8];
       #pragma unroll
-      for (int e = 0; e < 8; ++e) v105[e] = (v66[e] - v104[e]);
-      // spec: specs/fa2_bwd.yaml:104:25
-      float v106[8];
-      #pragma unroll
-      for (int e = 0; e < 8; ++e) v106[e] = (v96[e] * v105[e]);
+      for (int e = 0; e < 8; ++e) v105[e] = (v95[e] * v104[e]);
       // spec: specs/fa2_bwd.yaml:104:24
-      kg::fp16 v107[8];
+      kg::fp16 v106[8];
       #pragma unroll
-      for (int e = 0; e < 8; ++e) v107[e] = kg::cvt<kg::fp16>(v106[e]);
+      for (int e = 0; e < 8; ++e) v106[e] = kg::cvt<kg::fp16>(v105[e]);
       // spec: specs/fa2_bwd.yaml:105:37
-      kg::fp16* v108 = reinterpret_cast<kg::fp16*>(smem + 46080);
+      kg::fp16* v107 = reinterpret_cast<kg::fp16*>(smem + 46080);
       kg::sync();
       #pragma unroll
-      for (int e = 0; e < 8; e += 4) kg::copy_vec<4>(&v108[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((e >> 2) & 1) * 16)) * 72 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2))], &v107[e]);
+      for (int e = 0; e < 8; e += 4) kg::copy_vec<4>(&v107[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((e >> 2) & 1) * 16)) * 72 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2))], &v106[e]);
 
       // spec: specs/fa2_bwd.yaml:105:37
-      kg::fp16* v109 = v108;
+      kg::fp16* v108 = v107;
       // spec: specs/fa2_bwd.yaml:105:37
-      kg::fp16* v110 = reinterpret_cast<kg::fp16*>(smem + 0);
+      kg::fp16* v109 = reinterpret_cast<kg::fp16*>(smem + 0);
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v110[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v58[e];
+      for (int e = 0; e < 32; ++e) v109[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v57[e];
       kg::sync();
       // spec: specs/fa2_bwd.yaml:105:37
-      float (&v111)[16] = v57;
+      float (&v110)[16] = v56;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
         alignas(16) kg::fp16 fa_[4];
       #pragma unroll
-        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v109[((warp / 4) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v108[((warp / 4) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
         alignas(16) kg::fp16 fb_[4];
       #pragma unroll
-        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v110[((warp % 4) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v109[((warp % 4) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       #pragma unroll
         for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::mfma_32x32x8_fp16(&v111[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+            kg::mfma_32x32x8_fp16(&v110[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
       // spec: specs/fa2_bwd.yaml:107:70
-      kg::fp16* v112 = reinterpret_cast<kg::fp16*>(smem + 0);
+      kg::fp16* v111 = reinterpret_cast<kg::fp16*>(smem + 0);
       kg::sync();
       #pragma unroll
-      for (int e = 0; e < 8; ++e) v112[((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 40 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((e >> 2) & 1) * 16))] = v107[e];
+      for (int e = 0; e < 8; ++e) v111[((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 40 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((e >> 2) & 1) * 16))] = v106[e];
       kg::sync();
       // spec: specs/fa2_bwd.yaml:107:70
-      float v113[32];
+      float v112[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v113[e] = 0.0f;
+      for (int e = 0; e < 32; ++e) v112[e] = 0.0f;
       // spec: specs/fa2_bwd.yaml:107:70
-      float (&v114)[32] = v113;
+      float (&v113)[32] = v112;
       #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
         alignas(16) kg::fp16 fa_[4];
       #pragma unroll
-        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v112[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v111[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
         alignas(16) kg::fp16 fb_[8];
       #pragma unroll
         for (int i = 0; i < 8; i += 4) kg::copy_vec<4>(&fb_[i], &v18[((warp % 2) * 64 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (((i >> 2) & 1) * 32)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
@@ -528,60 +526,60 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
         for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
           for (int rn = 0; rn < 2; ++rn)
-            kg::mfma_32x32x8_fp16(&v114[(rm * 2 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+            kg::mfma_32x32x8_fp16(&v113[(rm * 2 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
       // spec: specs/fa2_bwd.yaml:107:70
-      float v115[32];
+      float v114[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v115[e] = (v114[e] * v2);
+      for (int e = 0; e < 32; ++e) v114[e] = (v113[e] * v2);
       // spec: specs/fa2_bwd.yaml:107:23
       if ((lane & 0) == 0 && (warp & 0) == 0) {
-        float* p_ = t_dq_acc + ((int64_t)(v10) * stride_dq_acc_0 + (int64_t)(v52) * stride_dq_acc_2);
+        float* p_ = t_dq_acc + ((int64_t)(v10) * stride_dq_acc_0 + (int64_t)(v51) * stride_dq_acc_2);
         const bool aligned_ = false;
-        const int t0_ = v55 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
+        const int t0_ = v54 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
         const int t1_ = 0 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 64;
       #pragma unroll
         for (int e = 0; e < 32; e += 1) {
           const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
           const int i1_ = t1_ + ((e >> 4) & 1) * 32;
           const int64_t off_ = (int64_t)i0_ * stride_dq_acc_1 + (int64_t)i1_ * 1;
-          if (i0_ < (size_SQ)) kg::atomic_add(p_ + off_, v115[e]);
+          if (i0_ < (size_SQ)) kg::atomic_add(p_ + off_, v114[e]);
         }
       }
       // spec: specs/fa2_bwd.yaml:107:23
 
       float y0_[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) y0_[e] = v101[e];
+      for (int e = 0; e < 16; ++e) y0_[e] = v100[e];
       float y1_[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) y1_[e] = v111[e];
+      for (int e = 0; e < 16; ++e) y1_[e] = v110[e];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v53[e] = y0_[e];
+      for (int e = 0; e < 16; ++e) v52[e] = y0_[e];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v54[e] = y1_[e];
+      for (int e = 0; e < 16; ++e) v53[e] = y1_[e];
     }
     // spec: specs/fa2_bwd.yaml:65:11
 
     float y0_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y0_[e] = v53[e];
+    for (int e = 0; e < 16; ++e) y0_[e] = v52[e];
     float y1_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y1_[e] = v54[e];
+    for (int e = 0; e < 16; ++e) y1_[e] = v53[e];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v41[e] = y0_[e];
+    for (int e = 0; e < 16; ++e) v40[e] = y0_[e];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v42[e] = y1_[e];
+    for (int e = 0; e < 16; ++e) v41[e] = y1_[e];
   }
   // spec: specs/fa2_bwd.yaml:108:34
-  float v116[16];
+  float v115[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v116[e] = (v42[e] * v2);
+  for (int e = 0; e < 16; ++e) v115[e] = (v41[e] * v2);
   // spec: specs/fa2_bwd.yaml:108:33
-  kg::fp16 v117[16];
+  kg::fp16 v116[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v117[e] = kg::cvt<kg::fp16>(v116[e]);
+  for (int e = 0; e < 16; ++e) v116[e] = kg::cvt<kg::fp16>(v115[e]);
   // spec: specs/fa2_bwd.yaml:108:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_dk + ((int64_t)(v10) * stride_dk_0 + (int64_t)(v9) * stride_dk_2);
@@ -593,13 +591,13 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
       const int i1_ = t1_ + 0;
       const int64_t off_ = (int64_t)i0_ * stride_dk_1 + (int64_t)i1_ * 1;
-      if (i0_ < (size_SK)) p_[off_] = v117[e];
+      if (i0_ < (size_SK)) p_[off_] = v116[e];
     }
   }
   // spec: specs/fa2_bwd.yaml:109:33
-  kg::fp16 v118[16];
+  kg::fp16 v117[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v118[e] = kg::cvt<kg::fp16>(v41[e]);
+  for (int e = 0; e < 16; ++e) v117[e] = kg::cvt<kg::fp16>(v40[e]);
   // spec: specs/fa2_bwd.yaml:109:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_dv + ((int64_t)(v10) * stride_dv_0 + (int64_t)(v9) * stride_dv_2);
@@ -611,7 +609,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
       const int i1_ = t1_ + 0;
       const int64_t off_ = (int64_t)i0_ * stride_dv_1 + (int64_t)i1_ * 1;
-      if (i0_ < (size_SK)) p_[off_] = v118[e];
+      if (i0_ < (size_SK)) p_[off_] = v117[e];
     }
   }
 }

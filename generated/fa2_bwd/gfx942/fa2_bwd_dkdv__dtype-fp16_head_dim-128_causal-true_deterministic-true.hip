@@ -103,98 +103,118 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
   int v21[1];
   #pragma unroll
   for (int e = 0; e < 1; ++e) v21[e] = (v20 + v18[e]);
-  // spec: specs/fa2_bwd.yaml:99:41
+  // spec: specs/fa2_bwd.yaml:97:53
   int (&v22)[1] = v21;
   // spec: specs/fa2_bwd.yaml:99:41
   int v23[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v23[e] = v22[0];
-  // spec: specs/fa2_bwd.yaml:97:53
-  int (&v24)[1] = v21;
   // spec: specs/fa2_bwd.yaml:63:22
-  const int v25 = 1;
+  const int v24 = 1;
   // spec: specs/fa2_bwd.yaml:63:22
-  const int v26 = 0;
+  const int v25 = 0;
   // spec: specs/fa2_bwd.yaml:62:16
+  float v26[32];
+  #pragma unroll
+  for (int e = 0; e < 32; ++e) v26[e] = 0.0f;
+  // spec: specs/fa2_bwd.yaml:61:16
   float v27[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v27[e] = 0.0f;
-  // spec: specs/fa2_bwd.yaml:61:16
-  float v28[32];
-  #pragma unroll
-  for (int e = 0; e < 32; ++e) v28[e] = 0.0f;
   // spec: specs/fa2_bwd.yaml:60:19
-  const int v29 = 64;
+  const int v28 = 64;
   // spec: specs/fa2_bwd.yaml:60:19
-  const int v30 = 0;
+  const int v29 = 0;
   // spec: specs/fa2_bwd.yaml:60:54
-  const int v31 = (v1 - v0);
+  const int v30 = (v1 - v0);
   // spec: specs/fa2_bwd.yaml:60:27
-  const int v32 = 64;
+  const int v31 = 64;
   // spec: specs/fa2_bwd.yaml:60:27
-  const int v33 = (v13 * v32);
+  const int v32 = (v13 * v31);
   // spec: specs/fa2_bwd.yaml:60:27
-  const int v34 = (v33 - v31);
+  const int v33 = (v32 - v30);
   // spec: specs/fa2_bwd.yaml:60:19
-  const int v35 = (kg::max_(v34, v30));
+  const int v34 = (kg::max_(v33, v29));
   // spec: specs/fa2_bwd.yaml:60:19
-  const int v36 = (kg::floordiv(v35, v29));
+  const int v35 = (kg::floordiv(v34, v28));
   // spec: specs/fa2_bwd.yaml:56:16
-  const float v37 = 1.4426950408889634f;
+  const float v36 = 1.4426950408889634f;
   // spec: specs/fa2_bwd.yaml:56:16
-  const float v38 = (v2 * v37);
+  const float v37 = (v2 * v36);
   // spec: specs/fa2_bwd.yaml:51:15
-  const int v39 = (kg::floordiv(v3, v4));
+  const int v38 = (kg::floordiv(v3, v4));
   // spec: specs/fa2_bwd.yaml:63:7
 
+  float v39[32];
+  #pragma unroll
+  for (int e = 0; e < 32; ++e) v39[e] = v26[e];
   float v40[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v40[e] = v27[e];
-  float v41[32];
-  #pragma unroll
-  for (int e = 0; e < 32; ++e) v41[e] = v28[e];
-  for (int v42 = v26; v42 < v39; v42 += v25) {
+  for (int v41 = v25; v41 < v38; v41 += v24) {
+    float (&v42)[32] = v39;
     float (&v43)[32] = v40;
-    float (&v44)[32] = v41;
     
     // spec: specs/fa2_bwd.yaml:65:33
-    const int v45 = 1;
+    const int v44 = 1;
     // spec: specs/fa2_bwd.yaml:65:33
-    const int v46 = 64;
+    const int v45 = 64;
     // spec: specs/fa2_bwd.yaml:65:33
-    const int v47 = 63;
+    const int v46 = 63;
     // spec: specs/fa2_bwd.yaml:65:33
-    const int v48 = (v0 + v47);
+    const int v47 = (v0 + v46);
     // spec: specs/fa2_bwd.yaml:65:33
-    const int v49 = (kg::floordiv(v48, v46));
+    const int v48 = (kg::floordiv(v47, v45));
     // spec: specs/fa2_bwd.yaml:64:15
-    const int v50 = (v9 * v39);
+    const int v49 = (v9 * v38);
     // spec: specs/fa2_bwd.yaml:64:15
-    const int v51 = (v50 + v42);
+    const int v50 = (v49 + v41);
     // spec: specs/fa2_bwd.yaml:65:11
 
+    float v51[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v51[e] = v42[e];
     float v52[32];
     #pragma unroll
     for (int e = 0; e < 32; ++e) v52[e] = v43[e];
-    float v53[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v53[e] = v44[e];
-    for (int v54 = v36; v54 < v49; v54 += v45) {
+    for (int v53 = v35; v53 < v48; v53 += v44) {
+      float (&v54)[32] = v51;
       float (&v55)[32] = v52;
-      float (&v56)[32] = v53;
       
       // spec: specs/fa2_bwd.yaml:66:20
-      kg::fp16 v57[32];
+      kg::fp16 v56[32];
       {
-        const kg::fp16* p_ = t_q + ((int64_t)(v10) * stride_q_0 + (int64_t)(v51) * stride_q_2);
+        const kg::fp16* p_ = t_q + ((int64_t)(v10) * stride_q_0 + (int64_t)(v50) * stride_q_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-        const int t0_ = v54 * 64 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
+        const int t0_ = v53 * 64 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
         const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
       #pragma unroll
         for (int e = 0; e < 32; e += 8) {
           const int i0_ = t0_ + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
           const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
           const int64_t off_ = (int64_t)i0_ * stride_q_1 + (int64_t)i1_ * 1;
+          const bool in_ = i0_ < (size_SQ);
+          if (aligned_ && in_) {
+            kg::copy_vec<8>(&v56[e], p_ + off_);
+          } else {
+      #pragma unroll
+            for (int v = 0; v < 8; ++v)
+              v56[e + v] = (i0_ < (size_SQ)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          }
+        }
+      }
+      // spec: specs/fa2_bwd.yaml:67:22
+      kg::fp16 v57[32];
+      {
+        const kg::fp16* p_ = t_do + ((int64_t)(v10) * stride_do_0 + (int64_t)(v50) * stride_do_2);
+        const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
+        const int t0_ = v53 * 64 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
+        const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
+      #pragma unroll
+        for (int e = 0; e < 32; e += 8) {
+          const int i0_ = t0_ + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
+          const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
+          const int64_t off_ = (int64_t)i0_ * stride_do_1 + (int64_t)i1_ * 1;
           const bool in_ = i0_ < (size_SQ);
           if (aligned_ && in_) {
             kg::copy_vec<8>(&v57[e], p_ + off_);
@@ -205,65 +225,43 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:67:22
-      kg::fp16 v58[32];
-      {
-        const kg::fp16* p_ = t_do + ((int64_t)(v10) * stride_do_0 + (int64_t)(v51) * stride_do_2);
-        const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
-        const int t0_ = v54 * 64 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
-        const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
-      #pragma unroll
-        for (int e = 0; e < 32; e += 8) {
-          const int i0_ = t0_ + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
-          const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
-          const int64_t off_ = (int64_t)i0_ * stride_do_1 + (int64_t)i1_ * 1;
-          const bool in_ = i0_ < (size_SQ);
-          if (aligned_ && in_) {
-            kg::copy_vec<8>(&v58[e], p_ + off_);
-          } else {
-      #pragma unroll
-            for (int v = 0; v < 8; ++v)
-              v58[e + v] = (i0_ < (size_SQ)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
-          }
-        }
-      }
       // spec: specs/fa2_bwd.yaml:68:23
-      float v59[16];
+      float v58[16];
       {
-        const float* p_ = t_lse + ((int64_t)(v10) * stride_lse_0 + (int64_t)(v51) * stride_lse_1);
+        const float* p_ = t_lse + ((int64_t)(v10) * stride_lse_0 + (int64_t)(v50) * stride_lse_1);
         const bool aligned_ = kg::aligned(p_, 16) && stride_lse_0 % 4 == 0 && stride_lse_1 % 4 == 0;
-        const int t0_ = v54 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
+        const int t0_ = v53 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
       #pragma unroll
         for (int e = 0; e < 16; e += 4) {
           const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 4 <= (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<4>(&v59[e], p_ + off_);
+            kg::copy_vec<4>(&v58[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 4; ++v)
-              v59[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+              v58[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
       // spec: specs/fa2_bwd.yaml:100:23
-      kg::fp16* v60 = reinterpret_cast<kg::fp16*>(smem + 0);
+      kg::fp16* v59 = reinterpret_cast<kg::fp16*>(smem + 0);
       kg::sync();
       #pragma unroll
-      for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v60[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v57[e]);
+      for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v59[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v56[e]);
       kg::sync();
       // spec: specs/fa2_bwd.yaml:100:23
-      float v61[16];
+      float v60[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v61[e] = 0.0f;
+      for (int e = 0; e < 16; ++e) v60[e] = 0.0f;
       // spec: specs/fa2_bwd.yaml:100:23
-      float (&v62)[16] = v61;
+      float (&v61)[16] = v60;
       #pragma unroll
       for (int ks = 0; ks < 16; ++ks) {
         alignas(16) kg::fp16 fa_[4];
       #pragma unroll
-        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v60[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 136 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v59[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 136 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
         alignas(16) kg::fp16 fb_[4];
       #pragma unroll
         for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v15[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 136 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
@@ -271,25 +269,25 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
         for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::mfma_32x32x8_fp16(&v62[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+            kg::mfma_32x32x8_fp16(&v61[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
       // spec: specs/fa2_bwd.yaml:101:24
-      kg::fp16* v63 = reinterpret_cast<kg::fp16*>(smem + 0);
+      kg::fp16* v62 = reinterpret_cast<kg::fp16*>(smem + 0);
       kg::sync();
       #pragma unroll
-      for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v63[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v58[e]);
+      for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v62[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v57[e]);
       kg::sync();
       // spec: specs/fa2_bwd.yaml:101:24
-      float v64[16];
+      float v63[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v64[e] = 0.0f;
+      for (int e = 0; e < 16; ++e) v63[e] = 0.0f;
       // spec: specs/fa2_bwd.yaml:101:24
-      float (&v65)[16] = v64;
+      float (&v64)[16] = v63;
       #pragma unroll
       for (int ks = 0; ks < 16; ++ks) {
         alignas(16) kg::fp16 fa_[4];
       #pragma unroll
-        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v63[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 136 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v62[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 136 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
         alignas(16) kg::fp16 fb_[4];
       #pragma unroll
         for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v17[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 136 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
@@ -297,242 +295,242 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
         for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::mfma_32x32x8_fp16(&v65[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+            kg::mfma_32x32x8_fp16(&v64[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
       // spec: specs/fa2_bwd.yaml:102:23
-      const float v66 = 0.0f;
+      const float v65 = 0.0f;
       // spec: specs/fa2_bwd.yaml:96:26
-      const float v67 = 1.4426950408889634f;
+      const float v66 = 1.4426950408889634f;
       // spec: specs/fa2_bwd.yaml:96:26
-      float v68[16];
+      float v67[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v68[e] = (v59[e] * v67);
+      for (int e = 0; e < 16; ++e) v67[e] = (v58[e] * v66);
       // spec: specs/fa2_bwd.yaml:102:54
-      float (&v69)[16] = v68;
+      float (&v68)[16] = v67;
+      // spec: specs/fa2_bwd.yaml:102:41
+      float v69[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v69[e] = v68[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
       // spec: specs/fa2_bwd.yaml:102:41
       float v70[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v70[e] = v69[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+      for (int e = 0; e < 16; ++e) v70[e] = (v61[e] * v37);
       // spec: specs/fa2_bwd.yaml:102:41
       float v71[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v71[e] = (v62[e] * v38);
-      // spec: specs/fa2_bwd.yaml:102:41
+      for (int e = 0; e < 16; ++e) v71[e] = (v70[e] - v69[e]);
+      // spec: specs/fa2_bwd.yaml:102:36
       float v72[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v72[e] = (v71[e] - v70[e]);
-      // spec: specs/fa2_bwd.yaml:102:36
-      float v73[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v73[e] = kg::exp2_(v72[e]);
+      for (int e = 0; e < 16; ++e) v72[e] = kg::exp2_(v71[e]);
       // spec: specs/fa2_bwd.yaml:99:75
-      const int v74 = (v1 - v0);
+      const int v73 = (v1 - v0);
       // spec: specs/fa2_bwd.yaml:69:36
-      int v75[16];
+      int v74[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v75[e] = (((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16);
+      for (int e = 0; e < 16; ++e) v74[e] = (((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16);
       // spec: specs/fa2_bwd.yaml:69:22
-      const int v76 = 64;
+      const int v75 = 64;
       // spec: specs/fa2_bwd.yaml:69:22
-      const int v77 = (v54 * v76);
+      const int v76 = (v53 * v75);
       // spec: specs/fa2_bwd.yaml:69:22
-      int v78[16];
+      int v77[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v78[e] = (v77 + v75[e]);
+      for (int e = 0; e < 16; ++e) v77[e] = (v76 + v74[e]);
       // spec: specs/fa2_bwd.yaml:99:58
-      int (&v79)[16] = v78;
+      int (&v78)[16] = v77;
       // spec: specs/fa2_bwd.yaml:99:58
+      int v79[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v79[e] = (v78[e] + v73);
+      // spec: specs/fa2_bwd.yaml:99:41
       int v80[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v80[e] = (v79[e] + v74);
+      for (int e = 0; e < 16; ++e) v80[e] = v79[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
       // spec: specs/fa2_bwd.yaml:99:41
-      int v81[16];
+      bool v81[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v81[e] = v80[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:99:41
-      bool v82[16];
+      for (int e = 0; e < 16; ++e) v81[e] = (v23[e] <= v80[e]);
+      // spec: specs/fa2_bwd.yaml:97:78
+      const float v82 = -kg::inf();
+      // spec: specs/fa2_bwd.yaml:97:78
+      float (&v83)[16] = v67;
+      // spec: specs/fa2_bwd.yaml:97:78
+      bool v84[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v82[e] = (v23[e] <= v81[e]);
-      // spec: specs/fa2_bwd.yaml:97:78
-      const float v83 = -kg::inf();
-      // spec: specs/fa2_bwd.yaml:97:78
-      float (&v84)[16] = v68;
-      // spec: specs/fa2_bwd.yaml:97:78
+      for (int e = 0; e < 16; ++e) v84[e] = (v83[e] > v82);
+      // spec: specs/fa2_bwd.yaml:97:27
       bool v85[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v85[e] = (v84[e] > v83);
-      // spec: specs/fa2_bwd.yaml:97:27
-      bool v86[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v86[e] = v85[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+      for (int e = 0; e < 16; ++e) v85[e] = v84[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
       // spec: specs/fa2_bwd.yaml:97:53
-      bool v87[1];
+      bool v86[1];
       #pragma unroll
-      for (int e = 0; e < 1; ++e) v87[e] = (v24[e] < v1);
+      for (int e = 0; e < 1; ++e) v86[e] = (v22[e] < v1);
       // spec: specs/fa2_bwd.yaml:97:27
-      bool v88[16];
+      bool v87[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v88[e] = v87[0];
+      for (int e = 0; e < 16; ++e) v87[e] = v86[0];
       // spec: specs/fa2_bwd.yaml:97:28
-      int (&v89)[16] = v78;
+      int (&v88)[16] = v77;
       // spec: specs/fa2_bwd.yaml:97:28
+      bool v89[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v89[e] = (v88[e] < v0);
+      // spec: specs/fa2_bwd.yaml:97:27
       bool v90[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v90[e] = (v89[e] < v0);
+      for (int e = 0; e < 16; ++e) v90[e] = v89[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
       // spec: specs/fa2_bwd.yaml:97:27
       bool v91[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v91[e] = v90[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+      for (int e = 0; e < 16; ++e) v91[e] = (v90[e] && v87[e]);
       // spec: specs/fa2_bwd.yaml:97:27
       bool v92[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v92[e] = (v91[e] && v88[e]);
-      // spec: specs/fa2_bwd.yaml:97:27
+      for (int e = 0; e < 16; ++e) v92[e] = (v91[e] && v85[e]);
+      // spec: specs/fa2_bwd.yaml:99:31
       bool v93[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v93[e] = (v92[e] && v86[e]);
-      // spec: specs/fa2_bwd.yaml:99:31
-      bool v94[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v94[e] = (v93[e] && v82[e]);
+      for (int e = 0; e < 16; ++e) v93[e] = (v92[e] && v81[e]);
       // spec: specs/fa2_bwd.yaml:102:23
-      float v95[16];
+      float v94[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v95[e] = (v94[e] ? v73[e] : v66);
+      for (int e = 0; e < 16; ++e) v94[e] = (v93[e] ? v72[e] : v65);
       // spec: specs/fa2_bwd.yaml:103:41
-      kg::fp16 v96[16];
+      kg::fp16 v95[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v96[e] = kg::cvt<kg::fp16>(v95[e]);
+      for (int e = 0; e < 16; ++e) v95[e] = kg::cvt<kg::fp16>(v94[e]);
       // spec: specs/fa2_bwd.yaml:103:37
-      kg::fp16* v97 = reinterpret_cast<kg::fp16*>(smem + 53248);
+      kg::fp16* v96 = reinterpret_cast<kg::fp16*>(smem + 53248);
       kg::sync();
       #pragma unroll
-      for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v97[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 72 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v96[e]);
+      for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v96[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 72 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v95[e]);
 
       // spec: specs/fa2_bwd.yaml:103:37
-      kg::fp16* v98 = v97;
+      kg::fp16* v97 = v96;
       // spec: specs/fa2_bwd.yaml:103:37
-      kg::fp16* v99 = reinterpret_cast<kg::fp16*>(smem + 0);
+      kg::fp16* v98 = reinterpret_cast<kg::fp16*>(smem + 0);
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v99[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v58[e];
+      for (int e = 0; e < 32; ++e) v98[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v57[e];
       kg::sync();
       // spec: specs/fa2_bwd.yaml:103:37
-      float (&v100)[32] = v55;
+      float (&v99)[32] = v54;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
         alignas(16) kg::fp16 fa_[4];
       #pragma unroll
-        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v98[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v97[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
         alignas(16) kg::fp16 fb_[8];
       #pragma unroll
-        for (int i = 0; i < 8; i += 4) kg::copy_vec<4>(&fb_[i], &v99[((warp % 2) * 64 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (((i >> 2) & 1) * 32)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        for (int i = 0; i < 8; i += 4) kg::copy_vec<4>(&fb_[i], &v98[((warp % 2) * 64 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (((i >> 2) & 1) * 32)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       #pragma unroll
         for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
           for (int rn = 0; rn < 2; ++rn)
-            kg::mfma_32x32x8_fp16(&v100[(rm * 2 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+            kg::mfma_32x32x8_fp16(&v99[(rm * 2 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
       // spec: specs/fa2_bwd.yaml:104:35
-      float v101[16];
+      float v100[16];
       {
-        const float* p_ = t_delta + ((int64_t)(v10) * stride_delta_0 + (int64_t)(v51) * stride_delta_1);
+        const float* p_ = t_delta + ((int64_t)(v10) * stride_delta_0 + (int64_t)(v50) * stride_delta_1);
         const bool aligned_ = kg::aligned(p_, 16) && stride_delta_0 % 4 == 0 && stride_delta_1 % 4 == 0;
-        const int t0_ = v54 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
+        const int t0_ = v53 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
       #pragma unroll
         for (int e = 0; e < 16; e += 4) {
           const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 4 <= (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<4>(&v101[e], p_ + off_);
+            kg::copy_vec<4>(&v100[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 4; ++v)
-              v101[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+              v100[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
       // spec: specs/fa2_bwd.yaml:104:35
-      float (&v102)[16] = v101;
+      float (&v101)[16] = v100;
+      // spec: specs/fa2_bwd.yaml:104:30
+      float v102[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v102[e] = v101[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
       // spec: specs/fa2_bwd.yaml:104:30
       float v103[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v103[e] = v102[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:104:30
+      for (int e = 0; e < 16; ++e) v103[e] = (v64[e] - v102[e]);
+      // spec: specs/fa2_bwd.yaml:104:25
       float v104[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v104[e] = (v65[e] - v103[e]);
-      // spec: specs/fa2_bwd.yaml:104:25
-      float v105[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v105[e] = (v95[e] * v104[e]);
+      for (int e = 0; e < 16; ++e) v104[e] = (v94[e] * v103[e]);
       // spec: specs/fa2_bwd.yaml:104:24
-      kg::fp16 v106[16];
+      kg::fp16 v105[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v106[e] = kg::cvt<kg::fp16>(v105[e]);
+      for (int e = 0; e < 16; ++e) v105[e] = kg::cvt<kg::fp16>(v104[e]);
       // spec: specs/fa2_bwd.yaml:105:37
-      kg::fp16* v107 = reinterpret_cast<kg::fp16*>(smem + 53248);
+      kg::fp16* v106 = reinterpret_cast<kg::fp16*>(smem + 53248);
       kg::sync();
       #pragma unroll
-      for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v107[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 72 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v106[e]);
+      for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v106[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 72 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v105[e]);
 
       // spec: specs/fa2_bwd.yaml:105:37
-      kg::fp16* v108 = v107;
+      kg::fp16* v107 = v106;
       // spec: specs/fa2_bwd.yaml:105:37
-      kg::fp16* v109 = reinterpret_cast<kg::fp16*>(smem + 0);
+      kg::fp16* v108 = reinterpret_cast<kg::fp16*>(smem + 0);
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v109[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v57[e];
+      for (int e = 0; e < 32; ++e) v108[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v56[e];
       kg::sync();
       // spec: specs/fa2_bwd.yaml:105:37
-      float (&v110)[32] = v56;
+      float (&v109)[32] = v55;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
         alignas(16) kg::fp16 fa_[4];
       #pragma unroll
-        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v108[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v107[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
         alignas(16) kg::fp16 fb_[8];
       #pragma unroll
-        for (int i = 0; i < 8; i += 4) kg::copy_vec<4>(&fb_[i], &v109[((warp % 2) * 64 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (((i >> 2) & 1) * 32)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        for (int i = 0; i < 8; i += 4) kg::copy_vec<4>(&fb_[i], &v108[((warp % 2) * 64 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (((i >> 2) & 1) * 32)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       #pragma unroll
         for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
           for (int rn = 0; rn < 2; ++rn)
-            kg::mfma_32x32x8_fp16(&v110[(rm * 2 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+            kg::mfma_32x32x8_fp16(&v109[(rm * 2 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
       // spec: specs/fa2_bwd.yaml:106:22
 
       float y0_[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) y0_[e] = v100[e];
+      for (int e = 0; e < 32; ++e) y0_[e] = v99[e];
       float y1_[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) y1_[e] = v110[e];
+      for (int e = 0; e < 32; ++e) y1_[e] = v109[e];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v52[e] = y0_[e];
+      for (int e = 0; e < 32; ++e) v51[e] = y0_[e];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v53[e] = y1_[e];
+      for (int e = 0; e < 32; ++e) v52[e] = y1_[e];
     }
     // spec: specs/fa2_bwd.yaml:65:11
 
     float y0_[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y0_[e] = v52[e];
+    for (int e = 0; e < 32; ++e) y0_[e] = v51[e];
     float y1_[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y1_[e] = v53[e];
+    for (int e = 0; e < 32; ++e) y1_[e] = v52[e];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v40[e] = y0_[e];
+    for (int e = 0; e < 32; ++e) v39[e] = y0_[e];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v41[e] = y1_[e];
+    for (int e = 0; e < 32; ++e) v40[e] = y1_[e];
   }
   // spec: specs/fa2_bwd.yaml:108:34
-  float v111[32];
+  float v110[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v111[e] = (v41[e] * v2);
+  for (int e = 0; e < 32; ++e) v110[e] = (v40[e] * v2);
   // spec: specs/fa2_bwd.yaml:108:33
-  kg::fp16 v112[32];
+  kg::fp16 v111[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v112[e] = kg::cvt<kg::fp16>(v111[e]);
+  for (int e = 0; e < 32; ++e) v111[e] = kg::cvt<kg::fp16>(v110[e]);
   // spec: specs/fa2_bwd.yaml:108:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_dk + ((int64_t)(v10) * stride_dk_0 + (int64_t)(v9) * stride_dk_2);
@@ -544,13 +542,13 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
       const int i1_ = t1_ + ((e >> 4) & 1) * 32;
       const int64_t off_ = (int64_t)i0_ * stride_dk_1 + (int64_t)i1_ * 1;
-      if (i0_ < (size_SK)) p_[off_] = v112[e];
+      if (i0_ < (size_SK)) p_[off_] = v111[e];
     }
   }
   // spec: specs/fa2_bwd.yaml:109:33
-  kg::fp16 v113[32];
+  kg::fp16 v112[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v113[e] = kg::cvt<kg::fp16>(v40[e]);
+  for (int e = 0; e < 32; ++e) v112[e] = kg::cvt<kg::fp16>(v39[e]);
   // spec: specs/fa2_bwd.yaml:109:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_dv + ((int64_t)(v10) * stride_dv_0 + (int64_t)(v9) * stride_dv_2);
@@ -562,7 +560,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
       const int i1_ = t1_ + ((e >> 4) & 1) * 32;
       const int64_t off_ = (int64_t)i0_ * stride_dv_1 + (int64_t)i1_ * 1;
-      if (i0_ < (size_SK)) p_[off_] = v113[e];
+      if (i0_ < (size_SK)) p_[off_] = v112[e];
     }
   }
 }

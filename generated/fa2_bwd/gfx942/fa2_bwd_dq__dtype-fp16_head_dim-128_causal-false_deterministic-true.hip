@@ -147,52 +147,50 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dq
   float v23[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v23[e] = (v16[e] * v22);
-  // spec: specs/fa2_bwd.yaml:137:50
+  // spec: specs/fa2_bwd.yaml:132:49
   float (&v24)[16] = v23;
   // spec: specs/fa2_bwd.yaml:137:37
   float v25[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v25[e] = v24[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-  // spec: specs/fa2_bwd.yaml:132:49
-  float (&v26)[16] = v23;
   // spec: specs/fa2_bwd.yaml:129:26
-  const int v27 = 1;
+  const int v26 = 1;
   // spec: specs/fa2_bwd.yaml:129:26
-  const int v28 = 0;
+  const int v27 = 0;
   // spec: specs/fa2_bwd.yaml:128:17
-  float v29[32];
+  float v28[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v29[e] = 0.0f;
+  for (int e = 0; e < 32; ++e) v28[e] = 0.0f;
   // spec: specs/fa2_bwd.yaml:125:18
-  const int v30 = 64;
+  const int v29 = 64;
   // spec: specs/fa2_bwd.yaml:125:18
-  const int v31 = 63;
+  const int v30 = 63;
   // spec: specs/fa2_bwd.yaml:125:18
-  const int v32 = (v0 + v31);
+  const int v31 = (v0 + v30);
   // spec: specs/fa2_bwd.yaml:125:18
-  const int v33 = (kg::floordiv(v32, v30));
+  const int v32 = (kg::floordiv(v31, v29));
   // spec: specs/fa2_bwd.yaml:124:20
-  const float v34 = 1.4426950408889634f;
+  const float v33 = 1.4426950408889634f;
   // spec: specs/fa2_bwd.yaml:124:20
-  const float v35 = (v1 * v34);
+  const float v34 = (v1 * v33);
   // spec: specs/fa2_bwd.yaml:118:22
-  const int v36 = (kg::floordiv(v3, v2));
+  const int v35 = (kg::floordiv(v3, v2));
   // spec: specs/fa2_bwd.yaml:118:16
-  const int v37 = (kg::floordiv(v12, v36));
+  const int v36 = (kg::floordiv(v12, v35));
   // spec: specs/fa2_bwd.yaml:129:11
 
-  float v38[32];
+  float v37[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v38[e] = v29[e];
-  for (int v39 = v28; v39 < v33; v39 += v27) {
-    float (&v40)[32] = v38;
+  for (int e = 0; e < 32; ++e) v37[e] = v28[e];
+  for (int v38 = v27; v38 < v32; v38 += v26) {
+    float (&v39)[32] = v37;
     
     // spec: specs/fa2_bwd.yaml:130:20
-    kg::fp16 v41[32];
+    kg::fp16 v40[32];
     {
-      const kg::fp16* p_ = t_k + ((int64_t)(v13) * stride_k_0 + (int64_t)(v37) * stride_k_2);
+      const kg::fp16* p_ = t_k + ((int64_t)(v13) * stride_k_0 + (int64_t)(v36) * stride_k_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
-      const int t0_ = v39 * 64 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
+      const int t0_ = v38 * 64 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
       const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
     #pragma unroll
       for (int e = 0; e < 32; e += 8) {
@@ -201,28 +199,28 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dq
         const int64_t off_ = (int64_t)i0_ * stride_k_1 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_SK);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v41[e], p_ + off_);
+          kg::copy_vec<8>(&v40[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v41[e + v] = (i0_ < (size_SK)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v40[e + v] = (i0_ < (size_SK)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     // spec: specs/fa2_bwd.yaml:135:19
-    kg::fp16* v42 = reinterpret_cast<kg::fp16*>(smem + 0);
+    kg::fp16* v41 = reinterpret_cast<kg::fp16*>(smem + 0);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v42[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v41[e]);
+    for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v41[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v40[e]);
     kg::sync();
     // spec: specs/fa2_bwd.yaml:135:19
-    kg::fp16* v43 = v42;
+    kg::fp16* v42 = v41;
     // spec: specs/fa2_bwd.yaml:135:19
-    float v44[16];
+    float v43[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v44[e] = 0.0f;
+    for (int e = 0; e < 16; ++e) v43[e] = 0.0f;
     // spec: specs/fa2_bwd.yaml:135:19
-    float (&v45)[16] = v44;
+    float (&v44)[16] = v43;
     #pragma unroll
     for (int ks = 0; ks < 16; ++ks) {
       alignas(16) kg::fp16 fa_[4];
@@ -230,19 +228,19 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dq
       for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v18[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 136 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       alignas(16) kg::fp16 fb_[4];
     #pragma unroll
-      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v43[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 136 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v42[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 136 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 1; ++rn)
-          kg::mfma_32x32x8_fp16(&v45[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+          kg::mfma_32x32x8_fp16(&v44[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
     }
     // spec: specs/fa2_bwd.yaml:136:30
-    kg::fp16 v46[32];
+    kg::fp16 v45[32];
     {
-      const kg::fp16* p_ = t_v + ((int64_t)(v13) * stride_v_0 + (int64_t)(v37) * stride_v_2);
+      const kg::fp16* p_ = t_v + ((int64_t)(v13) * stride_v_0 + (int64_t)(v36) * stride_v_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-      const int t0_ = v39 * 64 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
+      const int t0_ = v38 * 64 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
       const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
     #pragma unroll
       for (int e = 0; e < 32; e += 8) {
@@ -251,28 +249,28 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dq
         const int64_t off_ = (int64_t)i0_ * stride_v_1 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_SK);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v46[e], p_ + off_);
+          kg::copy_vec<8>(&v45[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v46[e + v] = (i0_ < (size_SK)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v45[e + v] = (i0_ < (size_SK)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     // spec: specs/fa2_bwd.yaml:136:20
-    kg::fp16* v47 = reinterpret_cast<kg::fp16*>(smem + 0);
+    kg::fp16* v46 = reinterpret_cast<kg::fp16*>(smem + 0);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v47[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v46[e]);
+    for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v46[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v45[e]);
     kg::sync();
     // spec: specs/fa2_bwd.yaml:136:20
-    kg::fp16* v48 = v47;
+    kg::fp16* v47 = v46;
     // spec: specs/fa2_bwd.yaml:136:20
-    float v49[16];
+    float v48[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v49[e] = 0.0f;
+    for (int e = 0; e < 16; ++e) v48[e] = 0.0f;
     // spec: specs/fa2_bwd.yaml:136:20
-    float (&v50)[16] = v49;
+    float (&v49)[16] = v48;
     #pragma unroll
     for (int ks = 0; ks < 16; ++ks) {
       alignas(16) kg::fp16 fa_[4];
@@ -280,122 +278,122 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dq
       for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v19[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 136 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       alignas(16) kg::fp16 fb_[4];
     #pragma unroll
-      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v48[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 136 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v47[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 136 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 1; ++rn)
-          kg::mfma_32x32x8_fp16(&v50[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+          kg::mfma_32x32x8_fp16(&v49[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
     }
     // spec: specs/fa2_bwd.yaml:138:37
-    float v51[16];
+    float v50[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v51[e] = (v50[e] - v21[e]);
+    for (int e = 0; e < 16; ++e) v50[e] = (v49[e] - v21[e]);
     // spec: specs/fa2_bwd.yaml:137:19
-    const float v52 = 0.0f;
+    const float v51 = 0.0f;
+    // spec: specs/fa2_bwd.yaml:137:37
+    float v52[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v52[e] = (v44[e] * v34);
     // spec: specs/fa2_bwd.yaml:137:37
     float v53[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v53[e] = (v45[e] * v35);
-    // spec: specs/fa2_bwd.yaml:137:37
+    for (int e = 0; e < 16; ++e) v53[e] = (v52[e] - v25[e]);
+    // spec: specs/fa2_bwd.yaml:137:32
     float v54[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v54[e] = (v53[e] - v25[e]);
-    // spec: specs/fa2_bwd.yaml:137:32
-    float v55[16];
+    for (int e = 0; e < 16; ++e) v54[e] = kg::exp2_(v53[e]);
+    // spec: specs/fa2_bwd.yaml:132:49
+    const float v55 = -kg::inf();
+    // spec: specs/fa2_bwd.yaml:132:49
+    bool v56[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v55[e] = kg::exp2_(v54[e]);
-    // spec: specs/fa2_bwd.yaml:132:49
-    const float v56 = -kg::inf();
-    // spec: specs/fa2_bwd.yaml:132:49
+    for (int e = 0; e < 16; ++e) v56[e] = (v24[e] > v55);
+    // spec: specs/fa2_bwd.yaml:132:23
     bool v57[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v57[e] = (v26[e] > v56);
-    // spec: specs/fa2_bwd.yaml:132:23
-    bool v58[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v58[e] = v57[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+    for (int e = 0; e < 16; ++e) v57[e] = v56[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
     // spec: specs/fa2_bwd.yaml:131:36
-    int v59[1];
+    int v58[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v59[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0);
+    for (int e = 0; e < 1; ++e) v58[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0);
     // spec: specs/fa2_bwd.yaml:131:22
-    const int v60 = 64;
+    const int v59 = 64;
     // spec: specs/fa2_bwd.yaml:131:22
-    const int v61 = (v39 * v60);
+    const int v60 = (v38 * v59);
     // spec: specs/fa2_bwd.yaml:131:22
-    int v62[1];
+    int v61[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v62[e] = (v61 + v59[e]);
+    for (int e = 0; e < 1; ++e) v61[e] = (v60 + v58[e]);
     // spec: specs/fa2_bwd.yaml:132:24
-    int (&v63)[1] = v62;
+    int (&v62)[1] = v61;
     // spec: specs/fa2_bwd.yaml:132:24
-    bool v64[1];
+    bool v63[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v64[e] = (v63[e] < v0);
+    for (int e = 0; e < 1; ++e) v63[e] = (v62[e] < v0);
+    // spec: specs/fa2_bwd.yaml:132:23
+    bool v64[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v64[e] = v63[0];
     // spec: specs/fa2_bwd.yaml:132:23
     bool v65[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v65[e] = v64[0];
-    // spec: specs/fa2_bwd.yaml:132:23
-    bool v66[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v66[e] = (v65[e] && v58[e]);
+    for (int e = 0; e < 16; ++e) v65[e] = (v64[e] && v57[e]);
     // spec: specs/fa2_bwd.yaml:137:19
+    float v66[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v66[e] = (v65[e] ? v54[e] : v51);
+    // spec: specs/fa2_bwd.yaml:138:32
     float v67[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v67[e] = (v66[e] ? v55[e] : v52);
-    // spec: specs/fa2_bwd.yaml:138:32
-    float v68[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v68[e] = (v67[e] * v51[e]);
+    for (int e = 0; e < 16; ++e) v67[e] = (v66[e] * v50[e]);
     // spec: specs/fa2_bwd.yaml:138:31
-    kg::fp16 v69[16];
+    kg::fp16 v68[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v69[e] = kg::cvt<kg::fp16>(v68[e]);
+    for (int e = 0; e < 16; ++e) v68[e] = kg::cvt<kg::fp16>(v67[e]);
     // spec: specs/fa2_bwd.yaml:138:27
-    kg::fp16* v70 = reinterpret_cast<kg::fp16*>(smem + 53248);
+    kg::fp16* v69 = reinterpret_cast<kg::fp16*>(smem + 53248);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v70[((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 72 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0))] = v69[e];
+    for (int e = 0; e < 16; ++e) v69[((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 72 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0))] = v68[e];
 
     // spec: specs/fa2_bwd.yaml:138:27
-    kg::fp16* v71 = reinterpret_cast<kg::fp16*>(smem + 0);
+    kg::fp16* v70 = reinterpret_cast<kg::fp16*>(smem + 0);
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v71[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v41[e];
+    for (int e = 0; e < 32; ++e) v70[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v40[e];
     kg::sync();
     // spec: specs/fa2_bwd.yaml:138:27
-    float (&v72)[32] = v40;
+    float (&v71)[32] = v39;
     #pragma unroll
     for (int ks = 0; ks < 8; ++ks) {
       alignas(16) kg::fp16 fa_[4];
     #pragma unroll
-      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v70[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v69[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       alignas(16) kg::fp16 fb_[8];
     #pragma unroll
-      for (int i = 0; i < 8; i += 4) kg::copy_vec<4>(&fb_[i], &v71[((warp % 2) * 64 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (((i >> 2) & 1) * 32)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 8; i += 4) kg::copy_vec<4>(&fb_[i], &v70[((warp % 2) * 64 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (((i >> 2) & 1) * 32)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 2; ++rn)
-          kg::mfma_32x32x8_fp16(&v72[(rm * 2 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+          kg::mfma_32x32x8_fp16(&v71[(rm * 2 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
     }
     // spec: specs/fa2_bwd.yaml:138:21
 
     float y0_[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y0_[e] = v72[e];
+    for (int e = 0; e < 32; ++e) y0_[e] = v71[e];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v38[e] = y0_[e];
+    for (int e = 0; e < 32; ++e) v37[e] = y0_[e];
   }
   // spec: specs/fa2_bwd.yaml:139:40
-  float v73[32];
+  float v72[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v73[e] = (v38[e] * v1);
+  for (int e = 0; e < 32; ++e) v72[e] = (v37[e] * v1);
   // spec: specs/fa2_bwd.yaml:139:39
-  kg::fp16 v74[32];
+  kg::fp16 v73[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v74[e] = kg::cvt<kg::fp16>(v73[e]);
+  for (int e = 0; e < 32; ++e) v73[e] = kg::cvt<kg::fp16>(v72[e]);
   // spec: specs/fa2_bwd.yaml:139:11
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_dq + ((int64_t)(v13) * stride_dq_0 + (int64_t)(v12) * stride_dq_2);
@@ -407,7 +405,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dq
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
       const int i1_ = t1_ + ((e >> 4) & 1) * 32;
       const int64_t off_ = (int64_t)i0_ * stride_dq_1 + (int64_t)i1_ * 1;
-      if (i0_ < (size_SQ)) p_[off_] = v74[e];
+      if (i0_ < (size_SQ)) p_[off_] = v73[e];
     }
   }
 }

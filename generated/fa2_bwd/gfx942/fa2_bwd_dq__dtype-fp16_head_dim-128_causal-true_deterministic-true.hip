@@ -139,7 +139,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dq
   float v21[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v21[e] = (v13[e] * v20);
-  // spec: specs/fa2_bwd.yaml:137:50
+  // spec: specs/fa2_bwd.yaml:132:49
   float (&v22)[16] = v21;
   // spec: specs/fa2_bwd.yaml:137:37
   float v23[16];
@@ -159,68 +159,66 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dq
   for (int e = 0; e < 16; ++e) v27[e] = (v26 + v24[e]);
   // spec: specs/fa2_bwd.yaml:134:54
   int (&v28)[16] = v27;
-  // spec: specs/fa2_bwd.yaml:132:49
-  float (&v29)[16] = v21;
   // spec: specs/fa2_bwd.yaml:129:26
-  const int v30 = 1;
+  const int v29 = 1;
   // spec: specs/fa2_bwd.yaml:129:26
-  const int v31 = 0;
+  const int v30 = 0;
   // spec: specs/fa2_bwd.yaml:128:17
-  float v32[32];
+  float v31[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v32[e] = 0.0f;
+  for (int e = 0; e < 32; ++e) v31[e] = 0.0f;
   // spec: specs/fa2_bwd.yaml:127:36
-  const int v33 = 64;
+  const int v32 = 64;
   // spec: specs/fa2_bwd.yaml:127:36
-  const int v34 = 63;
+  const int v33 = 63;
   // spec: specs/fa2_bwd.yaml:127:41
-  const int v35 = 64;
+  const int v34 = 64;
   // spec: specs/fa2_bwd.yaml:127:42
-  const int v36 = 1;
+  const int v35 = 1;
   // spec: specs/fa2_bwd.yaml:127:42
-  const int v37 = (v15 + v36);
+  const int v36 = (v15 + v35);
   // spec: specs/fa2_bwd.yaml:127:41
-  const int v38 = (v37 * v35);
+  const int v37 = (v36 * v34);
   // spec: specs/fa2_bwd.yaml:127:41
-  const int v39 = (v38 + v1);
+  const int v38 = (v37 + v1);
   // spec: specs/fa2_bwd.yaml:127:41
-  const int v40 = (v39 - v0);
+  const int v39 = (v38 - v0);
   // spec: specs/fa2_bwd.yaml:127:36
-  const int v41 = (v40 + v34);
+  const int v40 = (v39 + v33);
   // spec: specs/fa2_bwd.yaml:127:36
-  const int v42 = (kg::floordiv(v41, v33));
+  const int v41 = (kg::floordiv(v40, v32));
   // spec: specs/fa2_bwd.yaml:125:18
-  const int v43 = 64;
+  const int v42 = 64;
   // spec: specs/fa2_bwd.yaml:125:18
-  const int v44 = 63;
+  const int v43 = 63;
   // spec: specs/fa2_bwd.yaml:125:18
-  const int v45 = (v1 + v44);
+  const int v44 = (v1 + v43);
   // spec: specs/fa2_bwd.yaml:125:18
-  const int v46 = (kg::floordiv(v45, v43));
+  const int v45 = (kg::floordiv(v44, v42));
   // spec: specs/fa2_bwd.yaml:127:22
-  const int v47 = (kg::min_(v46, v42));
+  const int v46 = (kg::min_(v45, v41));
   // spec: specs/fa2_bwd.yaml:124:20
-  const float v48 = 1.4426950408889634f;
+  const float v47 = 1.4426950408889634f;
   // spec: specs/fa2_bwd.yaml:124:20
-  const float v49 = (v2 * v48);
+  const float v48 = (v2 * v47);
   // spec: specs/fa2_bwd.yaml:118:22
-  const int v50 = (kg::floordiv(v4, v3));
+  const int v49 = (kg::floordiv(v4, v3));
   // spec: specs/fa2_bwd.yaml:118:16
-  const int v51 = (kg::floordiv(v9, v50));
+  const int v50 = (kg::floordiv(v9, v49));
   // spec: specs/fa2_bwd.yaml:129:11
 
-  float v52[32];
+  float v51[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v52[e] = v32[e];
-  for (int v53 = v31; v53 < v47; v53 += v30) {
-    float (&v54)[32] = v52;
+  for (int e = 0; e < 32; ++e) v51[e] = v31[e];
+  for (int v52 = v30; v52 < v46; v52 += v29) {
+    float (&v53)[32] = v51;
     
     // spec: specs/fa2_bwd.yaml:130:20
-    kg::fp16 v55[32];
+    kg::fp16 v54[32];
     {
-      const kg::fp16* p_ = t_k + ((int64_t)(v10) * stride_k_0 + (int64_t)(v51) * stride_k_2);
+      const kg::fp16* p_ = t_k + ((int64_t)(v10) * stride_k_0 + (int64_t)(v50) * stride_k_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
-      const int t0_ = v53 * 64 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
+      const int t0_ = v52 * 64 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
       const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
     #pragma unroll
       for (int e = 0; e < 32; e += 8) {
@@ -229,28 +227,28 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dq
         const int64_t off_ = (int64_t)i0_ * stride_k_1 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_SK);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v55[e], p_ + off_);
+          kg::copy_vec<8>(&v54[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v55[e + v] = (i0_ < (size_SK)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v54[e + v] = (i0_ < (size_SK)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     // spec: specs/fa2_bwd.yaml:135:19
-    kg::fp16* v56 = reinterpret_cast<kg::fp16*>(smem + 0);
+    kg::fp16* v55 = reinterpret_cast<kg::fp16*>(smem + 0);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v56[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v55[e]);
+    for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v55[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v54[e]);
     kg::sync();
     // spec: specs/fa2_bwd.yaml:135:19
-    kg::fp16* v57 = v56;
+    kg::fp16* v56 = v55;
     // spec: specs/fa2_bwd.yaml:135:19
-    float v58[16];
+    float v57[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v58[e] = 0.0f;
+    for (int e = 0; e < 16; ++e) v57[e] = 0.0f;
     // spec: specs/fa2_bwd.yaml:135:19
-    float (&v59)[16] = v58;
+    float (&v58)[16] = v57;
     #pragma unroll
     for (int ks = 0; ks < 16; ++ks) {
       alignas(16) kg::fp16 fa_[4];
@@ -258,19 +256,19 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dq
       for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v16[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 136 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       alignas(16) kg::fp16 fb_[4];
     #pragma unroll
-      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v57[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 136 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v56[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 136 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 1; ++rn)
-          kg::mfma_32x32x8_fp16(&v59[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+          kg::mfma_32x32x8_fp16(&v58[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
     }
     // spec: specs/fa2_bwd.yaml:136:30
-    kg::fp16 v60[32];
+    kg::fp16 v59[32];
     {
-      const kg::fp16* p_ = t_v + ((int64_t)(v10) * stride_v_0 + (int64_t)(v51) * stride_v_2);
+      const kg::fp16* p_ = t_v + ((int64_t)(v10) * stride_v_0 + (int64_t)(v50) * stride_v_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-      const int t0_ = v53 * 64 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
+      const int t0_ = v52 * 64 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
       const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
     #pragma unroll
       for (int e = 0; e < 32; e += 8) {
@@ -279,28 +277,28 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dq
         const int64_t off_ = (int64_t)i0_ * stride_v_1 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_SK);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v60[e], p_ + off_);
+          kg::copy_vec<8>(&v59[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v60[e + v] = (i0_ < (size_SK)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v59[e + v] = (i0_ < (size_SK)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     // spec: specs/fa2_bwd.yaml:136:20
-    kg::fp16* v61 = reinterpret_cast<kg::fp16*>(smem + 0);
+    kg::fp16* v60 = reinterpret_cast<kg::fp16*>(smem + 0);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v61[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v60[e]);
+    for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v60[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v59[e]);
     kg::sync();
     // spec: specs/fa2_bwd.yaml:136:20
-    kg::fp16* v62 = v61;
+    kg::fp16* v61 = v60;
     // spec: specs/fa2_bwd.yaml:136:20
-    float v63[16];
+    float v62[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v63[e] = 0.0f;
+    for (int e = 0; e < 16; ++e) v62[e] = 0.0f;
     // spec: specs/fa2_bwd.yaml:136:20
-    float (&v64)[16] = v63;
+    float (&v63)[16] = v62;
     #pragma unroll
     for (int ks = 0; ks < 16; ++ks) {
       alignas(16) kg::fp16 fa_[4];
@@ -308,146 +306,146 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dq
       for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v17[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 136 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       alignas(16) kg::fp16 fb_[4];
     #pragma unroll
-      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v62[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 136 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v61[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 136 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 1; ++rn)
-          kg::mfma_32x32x8_fp16(&v64[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+          kg::mfma_32x32x8_fp16(&v63[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
     }
     // spec: specs/fa2_bwd.yaml:138:37
-    float v65[16];
+    float v64[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v65[e] = (v64[e] - v19[e]);
+    for (int e = 0; e < 16; ++e) v64[e] = (v63[e] - v19[e]);
     // spec: specs/fa2_bwd.yaml:137:19
-    const float v66 = 0.0f;
+    const float v65 = 0.0f;
+    // spec: specs/fa2_bwd.yaml:137:37
+    float v66[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v66[e] = (v58[e] * v48);
     // spec: specs/fa2_bwd.yaml:137:37
     float v67[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v67[e] = (v59[e] * v49);
-    // spec: specs/fa2_bwd.yaml:137:37
+    for (int e = 0; e < 16; ++e) v67[e] = (v66[e] - v23[e]);
+    // spec: specs/fa2_bwd.yaml:137:32
     float v68[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v68[e] = (v67[e] - v23[e]);
-    // spec: specs/fa2_bwd.yaml:137:32
-    float v69[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v69[e] = kg::exp2_(v68[e]);
+    for (int e = 0; e < 16; ++e) v68[e] = kg::exp2_(v67[e]);
     // spec: specs/fa2_bwd.yaml:134:71
-    const int v70 = (v1 - v0);
+    const int v69 = (v1 - v0);
     // spec: specs/fa2_bwd.yaml:134:54
+    int v70[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v70[e] = (v28[e] + v69);
+    // spec: specs/fa2_bwd.yaml:134:37
     int v71[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v71[e] = (v28[e] + v70);
-    // spec: specs/fa2_bwd.yaml:134:37
-    int v72[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v72[e] = v71[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+    for (int e = 0; e < 16; ++e) v71[e] = v70[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
     // spec: specs/fa2_bwd.yaml:131:36
-    int v73[1];
+    int v72[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v73[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0);
+    for (int e = 0; e < 1; ++e) v72[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0);
     // spec: specs/fa2_bwd.yaml:131:22
-    const int v74 = 64;
+    const int v73 = 64;
     // spec: specs/fa2_bwd.yaml:131:22
-    const int v75 = (v53 * v74);
+    const int v74 = (v52 * v73);
     // spec: specs/fa2_bwd.yaml:131:22
-    int v76[1];
+    int v75[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v76[e] = (v75 + v73[e]);
+    for (int e = 0; e < 1; ++e) v75[e] = (v74 + v72[e]);
     // spec: specs/fa2_bwd.yaml:134:37
-    int (&v77)[1] = v76;
+    int (&v76)[1] = v75;
     // spec: specs/fa2_bwd.yaml:134:37
-    int v78[16];
+    int v77[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v78[e] = v77[0];
+    for (int e = 0; e < 16; ++e) v77[e] = v76[0];
     // spec: specs/fa2_bwd.yaml:134:37
-    bool v79[16];
+    bool v78[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v79[e] = (v78[e] <= v72[e]);
+    for (int e = 0; e < 16; ++e) v78[e] = (v77[e] <= v71[e]);
     // spec: specs/fa2_bwd.yaml:132:49
-    const float v80 = -kg::inf();
+    const float v79 = -kg::inf();
     // spec: specs/fa2_bwd.yaml:132:49
+    bool v80[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v80[e] = (v22[e] > v79);
+    // spec: specs/fa2_bwd.yaml:132:23
     bool v81[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v81[e] = (v29[e] > v80);
+    for (int e = 0; e < 16; ++e) v81[e] = v80[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+    // spec: specs/fa2_bwd.yaml:132:24
+    int (&v82)[1] = v75;
+    // spec: specs/fa2_bwd.yaml:132:24
+    bool v83[1];
+    #pragma unroll
+    for (int e = 0; e < 1; ++e) v83[e] = (v82[e] < v1);
     // spec: specs/fa2_bwd.yaml:132:23
-    bool v82[16];
+    bool v84[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v82[e] = v81[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-    // spec: specs/fa2_bwd.yaml:132:24
-    int (&v83)[1] = v76;
-    // spec: specs/fa2_bwd.yaml:132:24
-    bool v84[1];
-    #pragma unroll
-    for (int e = 0; e < 1; ++e) v84[e] = (v83[e] < v1);
+    for (int e = 0; e < 16; ++e) v84[e] = v83[0];
     // spec: specs/fa2_bwd.yaml:132:23
     bool v85[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v85[e] = v84[0];
-    // spec: specs/fa2_bwd.yaml:132:23
+    for (int e = 0; e < 16; ++e) v85[e] = (v84[e] && v81[e]);
+    // spec: specs/fa2_bwd.yaml:134:27
     bool v86[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v86[e] = (v85[e] && v82[e]);
-    // spec: specs/fa2_bwd.yaml:134:27
-    bool v87[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v87[e] = (v86[e] && v79[e]);
+    for (int e = 0; e < 16; ++e) v86[e] = (v85[e] && v78[e]);
     // spec: specs/fa2_bwd.yaml:137:19
+    float v87[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v87[e] = (v86[e] ? v68[e] : v65);
+    // spec: specs/fa2_bwd.yaml:138:32
     float v88[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v88[e] = (v87[e] ? v69[e] : v66);
-    // spec: specs/fa2_bwd.yaml:138:32
-    float v89[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v89[e] = (v88[e] * v65[e]);
+    for (int e = 0; e < 16; ++e) v88[e] = (v87[e] * v64[e]);
     // spec: specs/fa2_bwd.yaml:138:31
-    kg::fp16 v90[16];
+    kg::fp16 v89[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v90[e] = kg::cvt<kg::fp16>(v89[e]);
+    for (int e = 0; e < 16; ++e) v89[e] = kg::cvt<kg::fp16>(v88[e]);
     // spec: specs/fa2_bwd.yaml:138:27
-    kg::fp16* v91 = reinterpret_cast<kg::fp16*>(smem + 53248);
+    kg::fp16* v90 = reinterpret_cast<kg::fp16*>(smem + 53248);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v91[((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 72 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0))] = v90[e];
+    for (int e = 0; e < 16; ++e) v90[((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 72 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0))] = v89[e];
 
     // spec: specs/fa2_bwd.yaml:138:27
-    kg::fp16* v92 = reinterpret_cast<kg::fp16*>(smem + 0);
+    kg::fp16* v91 = reinterpret_cast<kg::fp16*>(smem + 0);
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v92[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v55[e];
+    for (int e = 0; e < 32; ++e) v91[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v54[e];
     kg::sync();
     // spec: specs/fa2_bwd.yaml:138:27
-    float (&v93)[32] = v54;
+    float (&v92)[32] = v53;
     #pragma unroll
     for (int ks = 0; ks < 8; ++ks) {
       alignas(16) kg::fp16 fa_[4];
     #pragma unroll
-      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v91[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v90[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       alignas(16) kg::fp16 fb_[8];
     #pragma unroll
-      for (int i = 0; i < 8; i += 4) kg::copy_vec<4>(&fb_[i], &v92[((warp % 2) * 64 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (((i >> 2) & 1) * 32)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 8; i += 4) kg::copy_vec<4>(&fb_[i], &v91[((warp % 2) * 64 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (((i >> 2) & 1) * 32)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 2; ++rn)
-          kg::mfma_32x32x8_fp16(&v93[(rm * 2 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+          kg::mfma_32x32x8_fp16(&v92[(rm * 2 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
     }
     // spec: specs/fa2_bwd.yaml:138:21
 
     float y0_[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y0_[e] = v93[e];
+    for (int e = 0; e < 32; ++e) y0_[e] = v92[e];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v52[e] = y0_[e];
+    for (int e = 0; e < 32; ++e) v51[e] = y0_[e];
   }
   // spec: specs/fa2_bwd.yaml:139:40
-  float v94[32];
+  float v93[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v94[e] = (v52[e] * v2);
+  for (int e = 0; e < 32; ++e) v93[e] = (v51[e] * v2);
   // spec: specs/fa2_bwd.yaml:139:39
-  kg::fp16 v95[32];
+  kg::fp16 v94[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v95[e] = kg::cvt<kg::fp16>(v94[e]);
+  for (int e = 0; e < 32; ++e) v94[e] = kg::cvt<kg::fp16>(v93[e]);
   // spec: specs/fa2_bwd.yaml:139:11
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_dq + ((int64_t)(v10) * stride_dq_0 + (int64_t)(v9) * stride_dq_2);
@@ -459,7 +457,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dq
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
       const int i1_ = t1_ + ((e >> 4) & 1) * 32;
       const int64_t off_ = (int64_t)i0_ * stride_dq_1 + (int64_t)i1_ * 1;
-      if (i0_ < (size_SQ)) p_[off_] = v95[e];
+      if (i0_ < (size_SQ)) p_[off_] = v94[e];
     }
   }
 }

@@ -56,12 +56,13 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
     const kg::bf16* p_ = t_k + ((int64_t)(v12) * stride_k_0 + (int64_t)(v11) * stride_k_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
     const int64_t q_ = (int64_t)(v7 * 128) * stride_k_1 + 0;
+    const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
+    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_k_1 + k0_);
   #pragma unroll
     for (int i = 0; i < 8; ++i) {
-      const int c_ = lane + warp * 32 + i * 256;
-      const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
+      const int r_ = r0_ + i * 16, k_ = k0_;
       const int i0_ = v7 * 128 + r_, i1_ = 0 + k_;
-      const int64_t off_ = q_ + ((int64_t)r_ * stride_k_1 + k_);
+      const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_k_1;
       const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 8192 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
       if (aligned_) {
         const int n_ = (i0_ < (size_SK)) * 8;
@@ -85,12 +86,13 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
     const kg::bf16* p_ = t_v + ((int64_t)(v12) * stride_v_0 + (int64_t)(v11) * stride_v_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
     const int64_t q_ = (int64_t)(v7 * 128) * stride_v_1 + 0;
+    const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
+    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_v_1 + k0_);
   #pragma unroll
     for (int i = 0; i < 8; ++i) {
-      const int c_ = lane + warp * 32 + i * 256;
-      const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
+      const int r_ = r0_ + i * 16, k_ = k0_;
       const int i0_ = v7 * 128 + r_, i1_ = 0 + k_;
-      const int64_t off_ = q_ + ((int64_t)r_ * stride_v_1 + k_);
+      const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_v_1;
       const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 8192 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
       if (aligned_) {
         const int n_ = (i0_ < (size_SK)) * 8;
@@ -193,12 +195,13 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       const kg::bf16* p_ = t_q + ((int64_t)(v12) * stride_q_0 + (int64_t)(v48) * stride_q_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
       const int64_t q_ = (int64_t)(v25 * 64) * stride_q_1 + 0;
+      const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
+      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_q_1 + k0_);
     #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const int c_ = lane + warp * 32 + i * 256;
-        const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
+        const int r_ = r0_ + i * 16, k_ = k0_;
         const int i0_ = v25 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = q_ + ((int64_t)r_ * stride_q_1 + k_);
+        const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_q_1;
         const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 4096 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
         if (aligned_) {
           const int n_ = (i0_ < (size_SQ)) * 8;
@@ -218,12 +221,13 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       const kg::bf16* p_ = t_do + ((int64_t)(v12) * stride_do_0 + (int64_t)(v48) * stride_do_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
       const int64_t q_ = (int64_t)(v25 * 64) * stride_do_1 + 0;
+      const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
+      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_do_1 + k0_);
     #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const int c_ = lane + warp * 32 + i * 256;
-        const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
+        const int r_ = r0_ + i * 16, k_ = k0_;
         const int i0_ = v25 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = q_ + ((int64_t)r_ * stride_do_1 + k_);
+        const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_do_1;
         const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 4096 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
         if (aligned_) {
           const int n_ = (i0_ < (size_SQ)) * 8;
@@ -297,12 +301,13 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
         const kg::bf16* p_ = t_q + ((int64_t)(v12) * stride_q_0 + (int64_t)(v48) * stride_q_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
         const int64_t q_ = (int64_t)(v64 * 64) * stride_q_1 + 0;
+        const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
+        const int64_t o0_ = q_ + ((int64_t)r0_ * stride_q_1 + k0_);
       #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          const int c_ = lane + warp * 32 + i * 256;
-          const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
+          const int r_ = r0_ + i * 16, k_ = k0_;
           const int i0_ = v64 * 64 + r_, i1_ = 0 + k_;
-          const int64_t off_ = q_ + ((int64_t)r_ * stride_q_1 + k_);
+          const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_q_1;
           const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 4096 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
           if (aligned_) {
             const int n_ = (i0_ < (size_SQ)) * 8;
@@ -428,12 +433,13 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
         const kg::bf16* p_ = t_do + ((int64_t)(v12) * stride_do_0 + (int64_t)(v48) * stride_do_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
         const int64_t q_ = (int64_t)(v88 * 64) * stride_do_1 + 0;
+        const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
+        const int64_t o0_ = q_ + ((int64_t)r0_ * stride_do_1 + k0_);
       #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          const int c_ = lane + warp * 32 + i * 256;
-          const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
+          const int r_ = r0_ + i * 16, k_ = k0_;
           const int i0_ = v88 * 64 + r_, i1_ = 0 + k_;
-          const int64_t off_ = q_ + ((int64_t)r_ * stride_do_1 + k_);
+          const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_do_1;
           const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 4096 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
           if (aligned_) {
             const int n_ = (i0_ < (size_SQ)) * 8;

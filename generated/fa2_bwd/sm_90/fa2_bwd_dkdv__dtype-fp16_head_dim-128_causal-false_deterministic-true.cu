@@ -54,12 +54,13 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
     const kg::fp16* p_ = t_k + ((int64_t)(v11) * stride_k_0 + (int64_t)(v10) * stride_k_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
     const int64_t q_ = (int64_t)(v7 * 128) * stride_k_1 + 0;
+    const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
+    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_k_1 + k0_);
   #pragma unroll
     for (int i = 0; i < 8; ++i) {
-      const int c_ = lane + warp * 32 + i * 256;
-      const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
+      const int r_ = r0_ + i * 16, k_ = k0_;
       const int i0_ = v7 * 128 + r_, i1_ = 0 + k_;
-      const int64_t off_ = q_ + ((int64_t)r_ * stride_k_1 + k_);
+      const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_k_1;
       const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 8192 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
       if (aligned_) {
         const int n_ = (i0_ < (size_SK)) * 8;
@@ -83,12 +84,13 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
     const kg::fp16* p_ = t_v + ((int64_t)(v11) * stride_v_0 + (int64_t)(v10) * stride_v_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
     const int64_t q_ = (int64_t)(v7 * 128) * stride_v_1 + 0;
+    const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
+    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_v_1 + k0_);
   #pragma unroll
     for (int i = 0; i < 8; ++i) {
-      const int c_ = lane + warp * 32 + i * 256;
-      const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
+      const int r_ = r0_ + i * 16, k_ = k0_;
       const int i0_ = v7 * 128 + r_, i1_ = 0 + k_;
-      const int64_t off_ = q_ + ((int64_t)r_ * stride_v_1 + k_);
+      const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_v_1;
       const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 8192 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
       if (aligned_) {
         const int n_ = (i0_ < (size_SK)) * 8;
@@ -179,12 +181,13 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       const kg::fp16* p_ = t_q + ((int64_t)(v11) * stride_q_0 + (int64_t)(v41) * stride_q_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
       const int64_t q_ = (int64_t)(v34 * 64) * stride_q_1 + 0;
+      const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
+      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_q_1 + k0_);
     #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const int c_ = lane + warp * 32 + i * 256;
-        const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
+        const int r_ = r0_ + i * 16, k_ = k0_;
         const int i0_ = v34 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = q_ + ((int64_t)r_ * stride_q_1 + k_);
+        const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_q_1;
         const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 4096 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
         if (aligned_) {
           const int n_ = (i0_ < (size_SQ)) * 8;
@@ -204,12 +207,13 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       const kg::fp16* p_ = t_do + ((int64_t)(v11) * stride_do_0 + (int64_t)(v41) * stride_do_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
       const int64_t q_ = (int64_t)(v34 * 64) * stride_do_1 + 0;
+      const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
+      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_do_1 + k0_);
     #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const int c_ = lane + warp * 32 + i * 256;
-        const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
+        const int r_ = r0_ + i * 16, k_ = k0_;
         const int i0_ = v34 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = q_ + ((int64_t)r_ * stride_do_1 + k_);
+        const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_do_1;
         const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 4096 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
         if (aligned_) {
           const int n_ = (i0_ < (size_SQ)) * 8;
@@ -295,12 +299,13 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
         const kg::fp16* p_ = t_q + ((int64_t)(v11) * stride_q_0 + (int64_t)(v41) * stride_q_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
         const int64_t q_ = (int64_t)(v61 * 64) * stride_q_1 + 0;
+        const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
+        const int64_t o0_ = q_ + ((int64_t)r0_ * stride_q_1 + k0_);
       #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          const int c_ = lane + warp * 32 + i * 256;
-          const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
+          const int r_ = r0_ + i * 16, k_ = k0_;
           const int i0_ = v61 * 64 + r_, i1_ = 0 + k_;
-          const int64_t off_ = q_ + ((int64_t)r_ * stride_q_1 + k_);
+          const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_q_1;
           const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 4096 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
           if (aligned_) {
             const int n_ = (i0_ < (size_SQ)) * 8;
@@ -400,12 +405,13 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
         const kg::fp16* p_ = t_do + ((int64_t)(v11) * stride_do_0 + (int64_t)(v41) * stride_do_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
         const int64_t q_ = (int64_t)(v76 * 64) * stride_do_1 + 0;
+        const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
+        const int64_t o0_ = q_ + ((int64_t)r0_ * stride_do_1 + k0_);
       #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          const int c_ = lane + warp * 32 + i * 256;
-          const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
+          const int r_ = r0_ + i * 16, k_ = k0_;
           const int i0_ = v76 * 64 + r_, i1_ = 0 + k_;
-          const int64_t off_ = q_ + ((int64_t)r_ * stride_do_1 + k_);
+          const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_do_1;
           const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 4096 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
           if (aligned_) {
             const int n_ = (i0_ < (size_SQ)) * 8;

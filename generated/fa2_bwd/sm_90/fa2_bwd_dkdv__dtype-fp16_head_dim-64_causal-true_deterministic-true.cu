@@ -49,12 +49,13 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
     const kg::fp16* p_ = t_k + ((int64_t)(v12) * stride_k_0 + (int64_t)(v11) * stride_k_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
     const int64_t q_ = (int64_t)(v7 * 64) * stride_k_1 + 0;
+    const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
+    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_k_1 + k0_);
   #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const int c_ = lane + warp * 32 + i * 128;
-      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+      const int r_ = r0_ + i * 16, k_ = k0_;
       const int i0_ = v7 * 64 + r_, i1_ = 0 + k_;
-      const int64_t off_ = q_ + ((int64_t)r_ * stride_k_1 + k_);
+      const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_k_1;
       const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
       if (aligned_) {
         const int n_ = (i0_ < (size_SK)) * 8;
@@ -80,12 +81,13 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
     const kg::fp16* p_ = t_v + ((int64_t)(v12) * stride_v_0 + (int64_t)(v11) * stride_v_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
     const int64_t q_ = (int64_t)(v7 * 64) * stride_v_1 + 0;
+    const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
+    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_v_1 + k0_);
   #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const int c_ = lane + warp * 32 + i * 128;
-      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+      const int r_ = r0_ + i * 16, k_ = k0_;
       const int i0_ = v7 * 64 + r_, i1_ = 0 + k_;
-      const int64_t off_ = q_ + ((int64_t)r_ * stride_v_1 + k_);
+      const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_v_1;
       const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
       if (aligned_) {
         const int n_ = (i0_ < (size_SK)) * 8;
@@ -116,170 +118,170 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
   int v19[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v19[e] = (v18 + v16[e]);
-  // spec: specs/fa2_bwd.yaml:99:41
+  // spec: specs/fa2_bwd.yaml:97:53
   int (&v20)[16] = v19;
   // spec: specs/fa2_bwd.yaml:99:41
   int v21[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v21[e] = v20[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-  // spec: specs/fa2_bwd.yaml:97:53
-  int (&v22)[16] = v19;
   // spec: specs/fa2_bwd.yaml:63:22
-  const int v23 = 1;
+  const int v22 = 1;
   // spec: specs/fa2_bwd.yaml:63:22
-  const int v24 = 0;
+  const int v23 = 0;
   // spec: specs/fa2_bwd.yaml:62:16
+  float v24[32];
+  #pragma unroll
+  for (int e = 0; e < 32; ++e) v24[e] = 0.0f;
+  // spec: specs/fa2_bwd.yaml:61:16
   float v25[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v25[e] = 0.0f;
-  // spec: specs/fa2_bwd.yaml:61:16
-  float v26[32];
-  #pragma unroll
-  for (int e = 0; e < 32; ++e) v26[e] = 0.0f;
   // spec: specs/fa2_bwd.yaml:60:19
-  const int v27 = 64;
+  const int v26 = 64;
   // spec: specs/fa2_bwd.yaml:60:19
-  const int v28 = 0;
+  const int v27 = 0;
   // spec: specs/fa2_bwd.yaml:60:54
-  const int v29 = (v1 - v0);
+  const int v28 = (v1 - v0);
   // spec: specs/fa2_bwd.yaml:60:27
-  const int v30 = 64;
+  const int v29 = 64;
   // spec: specs/fa2_bwd.yaml:60:27
-  const int v31 = (v9 * v30);
+  const int v30 = (v9 * v29);
   // spec: specs/fa2_bwd.yaml:60:27
-  const int v32 = (v31 - v29);
+  const int v31 = (v30 - v28);
   // spec: specs/fa2_bwd.yaml:60:19
-  const int v33 = (kg::max_(v32, v28));
+  const int v32 = (kg::max_(v31, v27));
   // spec: specs/fa2_bwd.yaml:60:19
-  const int v34 = (kg::floordiv(v33, v27));
+  const int v33 = (kg::floordiv(v32, v26));
   // spec: specs/fa2_bwd.yaml:56:16
-  const float v35 = 1.4426950408889634f;
+  const float v34 = 1.4426950408889634f;
   // spec: specs/fa2_bwd.yaml:56:16
-  const float v36 = (v2 * v35);
+  const float v35 = (v2 * v34);
   // spec: specs/fa2_bwd.yaml:51:15
-  const int v37 = (kg::floordiv(v3, v4));
+  const int v36 = (kg::floordiv(v3, v4));
   // spec: specs/fa2_bwd.yaml:63:7
 
+  float v37[32];
+  #pragma unroll
+  for (int e = 0; e < 32; ++e) v37[e] = v24[e];
   float v38[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v38[e] = v25[e];
-  float v39[32];
-  #pragma unroll
-  for (int e = 0; e < 32; ++e) v39[e] = v26[e];
-  for (int v40 = v24; v40 < v37; v40 += v23) {
+  for (int v39 = v23; v39 < v36; v39 += v22) {
+    float (&v40)[32] = v37;
     float (&v41)[32] = v38;
-    float (&v42)[32] = v39;
     
     // spec: specs/fa2_bwd.yaml:101:24
-    kg::fp16* v43 = reinterpret_cast<kg::fp16*>(smem + 0);
+    kg::fp16* v42 = reinterpret_cast<kg::fp16*>(smem + 0);
     // spec: specs/fa2_bwd.yaml:100:23
-    kg::fp16* v44 = reinterpret_cast<kg::fp16*>(smem + 16384);
+    kg::fp16* v43 = reinterpret_cast<kg::fp16*>(smem + 16384);
     // spec: specs/fa2_bwd.yaml:65:11
-    const int v45 = 0;
+    const int v44 = 0;
     // spec: specs/fa2_bwd.yaml:65:11
-    kg::fp16* v46 = v44 + (v45 % 2) * 4096;
+    kg::fp16* v45 = v43 + (v44 % 2) * 4096;
     // spec: specs/fa2_bwd.yaml:65:33
-    const int v47 = 64;
+    const int v46 = 64;
     // spec: specs/fa2_bwd.yaml:65:33
-    const int v48 = 63;
+    const int v47 = 63;
     // spec: specs/fa2_bwd.yaml:65:33
-    const int v49 = (v0 + v48);
+    const int v48 = (v0 + v47);
     // spec: specs/fa2_bwd.yaml:65:33
-    const int v50 = (kg::floordiv(v49, v47));
+    const int v49 = (kg::floordiv(v48, v46));
     // spec: specs/fa2_bwd.yaml:65:11
-    const bool v51 = (v34 < v50);
+    const bool v50 = (v33 < v49);
     // spec: specs/fa2_bwd.yaml:64:15
-    const int v52 = (v11 * v37);
+    const int v51 = (v11 * v36);
     // spec: specs/fa2_bwd.yaml:64:15
-    const int v53 = (v52 + v40);
+    const int v52 = (v51 + v39);
     // spec: specs/fa2_bwd.yaml:66:20
     kg::sync();
-    if (v51) {
-      const kg::fp16* p_ = t_q + ((int64_t)(v12) * stride_q_0 + (int64_t)(v53) * stride_q_2);
+    if (v50) {
+      const kg::fp16* p_ = t_q + ((int64_t)(v12) * stride_q_0 + (int64_t)(v52) * stride_q_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v34 * 64) * stride_q_1 + 0;
+      const int64_t q_ = (int64_t)(v33 * 64) * stride_q_1 + 0;
+      const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
+      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_q_1 + k0_);
     #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const int c_ = lane + warp * 32 + i * 128;
-        const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
-        const int i0_ = v34 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = q_ + ((int64_t)r_ * stride_q_1 + k_);
+        const int r_ = r0_ + i * 16, k_ = k0_;
+        const int i0_ = v33 * 64 + r_, i1_ = 0 + k_;
+        const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_q_1;
         const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
         if (aligned_) {
           const int n_ = (i0_ < (size_SQ)) * 8;
-          kg::cp_async<16>(&v46[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v45[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v46[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v45[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
     // spec: specs/fa2_bwd.yaml:65:11
-    kg::fp16* v54 = v43 + (v45 % 2) * 4096;
+    kg::fp16* v53 = v42 + (v44 % 2) * 4096;
     // spec: specs/fa2_bwd.yaml:67:22
-    if (v51) {
-      const kg::fp16* p_ = t_do + ((int64_t)(v12) * stride_do_0 + (int64_t)(v53) * stride_do_2);
+    if (v50) {
+      const kg::fp16* p_ = t_do + ((int64_t)(v12) * stride_do_0 + (int64_t)(v52) * stride_do_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v34 * 64) * stride_do_1 + 0;
+      const int64_t q_ = (int64_t)(v33 * 64) * stride_do_1 + 0;
+      const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
+      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_do_1 + k0_);
     #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const int c_ = lane + warp * 32 + i * 128;
-        const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
-        const int i0_ = v34 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = q_ + ((int64_t)r_ * stride_do_1 + k_);
+        const int r_ = r0_ + i * 16, k_ = k0_;
+        const int i0_ = v33 * 64 + r_, i1_ = 0 + k_;
+        const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_do_1;
         const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
         if (aligned_) {
           const int n_ = (i0_ < (size_SQ)) * 8;
-          kg::cp_async<16>(&v54[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v53[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v54[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v53[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
     // spec: specs/fa2_bwd.yaml:65:33
-    const int v55 = 1;
+    const int v54 = 1;
     // spec: specs/fa2_bwd.yaml:65:11
 
+    float v55[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v55[e] = v40[e];
     float v56[32];
     #pragma unroll
     for (int e = 0; e < 32; ++e) v56[e] = v41[e];
-    float v57[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v57[e] = v42[e];
-    for (int v58 = v34; v58 < v50; v58 += v55) {
+    for (int v57 = v33; v57 < v49; v57 += v54) {
+      float (&v58)[32] = v55;
       float (&v59)[32] = v56;
-      float (&v60)[32] = v57;
       
       // spec: specs/fa2_bwd.yaml:65:11
-      const int v61 = (v58 - v34);
+      const int v60 = (v57 - v33);
       // spec: specs/fa2_bwd.yaml:65:11
-      const int v62 = (kg::floordiv(v61, v55));
+      const int v61 = (kg::floordiv(v60, v54));
       // spec: specs/fa2_bwd.yaml:65:11
-      kg::fp16* v63 = v43 + (v62 % 2) * 4096;
+      kg::fp16* v62 = v42 + (v61 % 2) * 4096;
       // spec: specs/fa2_bwd.yaml:65:11
-      kg::fp16* v64 = v44 + (v62 % 2) * 4096;
+      kg::fp16* v63 = v43 + (v61 % 2) * 4096;
       // spec: specs/fa2_bwd.yaml:68:23
-      float v65[2];
+      float v64[2];
       {
-        const float* p_ = t_lse + ((int64_t)(v12) * stride_lse_0 + (int64_t)(v53) * stride_lse_1);
+        const float* p_ = t_lse + ((int64_t)(v12) * stride_lse_0 + (int64_t)(v52) * stride_lse_1);
         const bool aligned_ = false;
-        const int t0_ = v58 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+        const int t0_ = v57 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
       #pragma unroll
         for (int e = 0; e < 2; e += 1) {
           const int i0_ = t0_ + (e & 1) * 8;
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 1 <= (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<1>(&v65[e], p_ + off_);
+            kg::copy_vec<1>(&v64[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 1; ++v)
-              v65[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+              v64[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
@@ -288,45 +290,46 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       kg::fence_proxy_async();
       kg::sync();
       // spec: specs/fa2_bwd.yaml:65:11
-      const int v66 = 1;
+      const int v65 = 1;
       // spec: specs/fa2_bwd.yaml:65:11
-      const int v67 = (v62 + v66);
+      const int v66 = (v61 + v65);
       // spec: specs/fa2_bwd.yaml:65:11
-      kg::fp16* v68 = v44 + (v67 % 2) * 4096;
+      kg::fp16* v67 = v43 + (v66 % 2) * 4096;
       // spec: specs/fa2_bwd.yaml:66:20
-      const int v69 = (v58 + v55);
+      const int v68 = (v57 + v54);
       // spec: specs/fa2_bwd.yaml:66:20
-      const bool v70 = (v69 < v50);
+      const bool v69 = (v68 < v49);
       // spec: specs/fa2_bwd.yaml:66:20
-      if (v70) {
-        const kg::fp16* p_ = t_q + ((int64_t)(v12) * stride_q_0 + (int64_t)(v53) * stride_q_2);
+      if (v69) {
+        const kg::fp16* p_ = t_q + ((int64_t)(v12) * stride_q_0 + (int64_t)(v52) * stride_q_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-        const int64_t q_ = (int64_t)(v69 * 64) * stride_q_1 + 0;
+        const int64_t q_ = (int64_t)(v68 * 64) * stride_q_1 + 0;
+        const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
+        const int64_t o0_ = q_ + ((int64_t)r0_ * stride_q_1 + k0_);
       #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          const int c_ = lane + warp * 32 + i * 128;
-          const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
-          const int i0_ = v69 * 64 + r_, i1_ = 0 + k_;
-          const int64_t off_ = q_ + ((int64_t)r_ * stride_q_1 + k_);
+          const int r_ = r0_ + i * 16, k_ = k0_;
+          const int i0_ = v68 * 64 + r_, i1_ = 0 + k_;
+          const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_q_1;
           const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
           if (aligned_) {
             const int n_ = (i0_ < (size_SQ)) * 8;
-            kg::cp_async<16>(&v68[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+            kg::cp_async<16>(&v67[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
           } else {
       #pragma unroll
             for (int v = 0; v < 8; ++v)
-              v68[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+              v67[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
           }
         }
       }
       kg::cp_async_commit();
       // spec: specs/fa2_bwd.yaml:100:23
-      float v71[32];
+      float v70[32];
       // spec: specs/fa2_bwd.yaml:100:23
-      float (&v72)[32] = v71;
+      float (&v71)[32] = v70;
       {
         const int wg_ = 0;
-        const uint64_t da_ = kg::wgmma_desc(v64, 16, 1024, 1);
+        const uint64_t da_ = kg::wgmma_desc(v63, 16, 1024, 1);
         const uint64_t db_ = kg::wgmma_desc(v13, 16, 1024, 1);
         kg::wgmma_fence();
       #pragma unroll
@@ -335,7 +338,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v72[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
+              kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v71[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
       }
       // spec: specs/fa2_bwd.yaml:101:24
@@ -343,41 +346,42 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       kg::fence_proxy_async();
       kg::sync();
       // spec: specs/fa2_bwd.yaml:65:11
-      kg::fp16* v73 = v43 + (v67 % 2) * 4096;
+      kg::fp16* v72 = v42 + (v66 % 2) * 4096;
       // spec: specs/fa2_bwd.yaml:67:22
-      const int v74 = (v58 + v55);
+      const int v73 = (v57 + v54);
       // spec: specs/fa2_bwd.yaml:67:22
-      const bool v75 = (v74 < v50);
+      const bool v74 = (v73 < v49);
       // spec: specs/fa2_bwd.yaml:67:22
-      if (v75) {
-        const kg::fp16* p_ = t_do + ((int64_t)(v12) * stride_do_0 + (int64_t)(v53) * stride_do_2);
+      if (v74) {
+        const kg::fp16* p_ = t_do + ((int64_t)(v12) * stride_do_0 + (int64_t)(v52) * stride_do_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
-        const int64_t q_ = (int64_t)(v74 * 64) * stride_do_1 + 0;
+        const int64_t q_ = (int64_t)(v73 * 64) * stride_do_1 + 0;
+        const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
+        const int64_t o0_ = q_ + ((int64_t)r0_ * stride_do_1 + k0_);
       #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          const int c_ = lane + warp * 32 + i * 128;
-          const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
-          const int i0_ = v74 * 64 + r_, i1_ = 0 + k_;
-          const int64_t off_ = q_ + ((int64_t)r_ * stride_do_1 + k_);
+          const int r_ = r0_ + i * 16, k_ = k0_;
+          const int i0_ = v73 * 64 + r_, i1_ = 0 + k_;
+          const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_do_1;
           const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
           if (aligned_) {
             const int n_ = (i0_ < (size_SQ)) * 8;
-            kg::cp_async<16>(&v73[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+            kg::cp_async<16>(&v72[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
           } else {
       #pragma unroll
             for (int v = 0; v < 8; ++v)
-              v73[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+              v72[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
           }
         }
       }
       kg::cp_async_commit();
       // spec: specs/fa2_bwd.yaml:101:24
-      float v76[32];
+      float v75[32];
       // spec: specs/fa2_bwd.yaml:101:24
-      float (&v77)[32] = v76;
+      float (&v76)[32] = v75;
       {
         const int wg_ = 0;
-        const uint64_t da_ = kg::wgmma_desc(v63, 16, 1024, 1);
+        const uint64_t da_ = kg::wgmma_desc(v62, 16, 1024, 1);
         const uint64_t db_ = kg::wgmma_desc(v15, 16, 1024, 1);
         kg::wgmma_fence();
       #pragma unroll
@@ -386,137 +390,137 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v77[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
+              kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v76[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
       }
       // spec: specs/fa2_bwd.yaml:102:23
-      const float v78 = 0.0f;
+      const float v77 = 0.0f;
       // spec: specs/fa2_bwd.yaml:96:26
-      const float v79 = 1.4426950408889634f;
+      const float v78 = 1.4426950408889634f;
       // spec: specs/fa2_bwd.yaml:96:26
-      float v80[2];
+      float v79[2];
       #pragma unroll
-      for (int e = 0; e < 2; ++e) v80[e] = (v65[e] * v79);
+      for (int e = 0; e < 2; ++e) v79[e] = (v64[e] * v78);
       // spec: specs/fa2_bwd.yaml:102:54
-      float (&v81)[2] = v80;
+      float (&v80)[2] = v79;
       // spec: specs/fa2_bwd.yaml:102:41
-      float v82[32];
+      float v81[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v82[e] = v81[((e >> 1) & 1) * 1];
+      for (int e = 0; e < 32; ++e) v81[e] = v80[((e >> 1) & 1) * 1];
       // spec: specs/fa2_bwd.yaml:100:23
       kg::wgmma_wait<1>();
       #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v72[e]);
-      float (&v83)[32] = v72;
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v71[e]);
+      float (&v82)[32] = v71;
+      // spec: specs/fa2_bwd.yaml:102:41
+      float v83[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v83[e] = (v82[e] * v35);
       // spec: specs/fa2_bwd.yaml:102:41
       float v84[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v84[e] = (v83[e] * v36);
-      // spec: specs/fa2_bwd.yaml:102:41
+      for (int e = 0; e < 32; ++e) v84[e] = (v83[e] - v81[e]);
+      // spec: specs/fa2_bwd.yaml:102:36
       float v85[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v85[e] = (v84[e] - v82[e]);
-      // spec: specs/fa2_bwd.yaml:102:36
-      float v86[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v86[e] = kg::exp2_(v85[e]);
+      for (int e = 0; e < 32; ++e) v85[e] = kg::exp2_(v84[e]);
       // spec: specs/fa2_bwd.yaml:99:75
-      const int v87 = (v1 - v0);
+      const int v86 = (v1 - v0);
       // spec: specs/fa2_bwd.yaml:69:36
-      int v88[2];
+      int v87[2];
       #pragma unroll
-      for (int e = 0; e < 2; ++e) v88[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8);
+      for (int e = 0; e < 2; ++e) v87[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8);
       // spec: specs/fa2_bwd.yaml:69:22
-      const int v89 = 64;
+      const int v88 = 64;
       // spec: specs/fa2_bwd.yaml:69:22
-      const int v90 = (v58 * v89);
+      const int v89 = (v57 * v88);
       // spec: specs/fa2_bwd.yaml:69:22
-      int v91[2];
+      int v90[2];
       #pragma unroll
-      for (int e = 0; e < 2; ++e) v91[e] = (v90 + v88[e]);
+      for (int e = 0; e < 2; ++e) v90[e] = (v89 + v87[e]);
       // spec: specs/fa2_bwd.yaml:99:58
-      int (&v92)[2] = v91;
+      int (&v91)[2] = v90;
       // spec: specs/fa2_bwd.yaml:99:58
-      int v93[2];
+      int v92[2];
       #pragma unroll
-      for (int e = 0; e < 2; ++e) v93[e] = (v92[e] + v87);
+      for (int e = 0; e < 2; ++e) v92[e] = (v91[e] + v86);
       // spec: specs/fa2_bwd.yaml:99:41
-      int v94[32];
+      int v93[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v94[e] = v93[((e >> 1) & 1) * 1];
+      for (int e = 0; e < 32; ++e) v93[e] = v92[((e >> 1) & 1) * 1];
       // spec: specs/fa2_bwd.yaml:99:41
-      bool v95[32];
+      bool v94[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v95[e] = (v21[e] <= v94[e]);
+      for (int e = 0; e < 32; ++e) v94[e] = (v21[e] <= v93[e]);
       // spec: specs/fa2_bwd.yaml:97:78
-      const float v96 = -kg::inf();
+      const float v95 = -kg::inf();
       // spec: specs/fa2_bwd.yaml:97:78
-      float (&v97)[2] = v80;
+      float (&v96)[2] = v79;
       // spec: specs/fa2_bwd.yaml:97:78
-      bool v98[2];
+      bool v97[2];
       #pragma unroll
-      for (int e = 0; e < 2; ++e) v98[e] = (v97[e] > v96);
+      for (int e = 0; e < 2; ++e) v97[e] = (v96[e] > v95);
       // spec: specs/fa2_bwd.yaml:97:27
-      bool v99[32];
+      bool v98[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v99[e] = v98[((e >> 1) & 1) * 1];
+      for (int e = 0; e < 32; ++e) v98[e] = v97[((e >> 1) & 1) * 1];
       // spec: specs/fa2_bwd.yaml:97:53
-      bool v100[16];
+      bool v99[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v100[e] = (v22[e] < v1);
+      for (int e = 0; e < 16; ++e) v99[e] = (v20[e] < v1);
       // spec: specs/fa2_bwd.yaml:97:27
-      bool v101[32];
+      bool v100[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v101[e] = v100[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+      for (int e = 0; e < 32; ++e) v100[e] = v99[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
       // spec: specs/fa2_bwd.yaml:97:28
-      int (&v102)[2] = v91;
+      int (&v101)[2] = v90;
       // spec: specs/fa2_bwd.yaml:97:28
-      bool v103[2];
+      bool v102[2];
       #pragma unroll
-      for (int e = 0; e < 2; ++e) v103[e] = (v102[e] < v0);
+      for (int e = 0; e < 2; ++e) v102[e] = (v101[e] < v0);
+      // spec: specs/fa2_bwd.yaml:97:27
+      bool v103[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v103[e] = v102[((e >> 1) & 1) * 1];
       // spec: specs/fa2_bwd.yaml:97:27
       bool v104[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v104[e] = v103[((e >> 1) & 1) * 1];
+      for (int e = 0; e < 32; ++e) v104[e] = (v103[e] && v100[e]);
       // spec: specs/fa2_bwd.yaml:97:27
       bool v105[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v105[e] = (v104[e] && v101[e]);
-      // spec: specs/fa2_bwd.yaml:97:27
+      for (int e = 0; e < 32; ++e) v105[e] = (v104[e] && v98[e]);
+      // spec: specs/fa2_bwd.yaml:99:31
       bool v106[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v106[e] = (v105[e] && v99[e]);
-      // spec: specs/fa2_bwd.yaml:99:31
-      bool v107[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v107[e] = (v106[e] && v95[e]);
+      for (int e = 0; e < 32; ++e) v106[e] = (v105[e] && v94[e]);
       // spec: specs/fa2_bwd.yaml:102:23
-      float v108[32];
+      float v107[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v108[e] = (v107[e] ? v86[e] : v78);
+      for (int e = 0; e < 32; ++e) v107[e] = (v106[e] ? v85[e] : v77);
       // spec: specs/fa2_bwd.yaml:103:41
-      kg::fp16 v109[32];
+      kg::fp16 v108[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v109[e] = kg::cvt<kg::fp16>(v108[e]);
+      for (int e = 0; e < 32; ++e) v108[e] = kg::cvt<kg::fp16>(v107[e]);
       // spec: specs/fa2_bwd.yaml:103:37
-      kg::fp16* v110 = reinterpret_cast<kg::fp16*>(smem + 49152);
+      kg::fp16* v109 = reinterpret_cast<kg::fp16*>(smem + 49152);
       kg::sync();
       #pragma unroll
-      for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v110[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v109[e]);
+      for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v109[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v108[e]);
       kg::fence_proxy_async();
       kg::sync();
       // spec: specs/fa2_bwd.yaml:103:37
-      kg::fp16* v111 = v110;
+      kg::fp16* v110 = v109;
       // spec: specs/fa2_bwd.yaml:103:37
-      float (&v112)[32] = v59;
+      float (&v111)[32] = v58;
       {
         const int wg_ = 0;
-        const uint64_t da_ = kg::wgmma_desc(v111, 1024, 128, 0);
-        const uint64_t db_ = kg::wgmma_desc(v63, 8192, 1024, 1);
+        const uint64_t da_ = kg::wgmma_desc(v110, 1024, 128, 0);
+        const uint64_t db_ = kg::wgmma_desc(v62, 8192, 1024, 1);
         // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
         // (ptxas would then insert a warpgroup.arrive, C7519)
       #pragma unroll
-        for (int e = 0; e < 32; ++e) kg::fence_operand(v112[e]);
+        for (int e = 0; e < 32; ++e) kg::fence_operand(v111[e]);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 4; ++ks)
@@ -524,71 +528,71 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_fp16_ss<1, 1>(&v112[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
+              kg::wgmma_m64n64k16_fp16_ss<1, 1>(&v111[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
       }
       // spec: specs/fa2_bwd.yaml:104:35
-      float v113[2];
+      float v112[2];
       {
-        const float* p_ = t_delta + ((int64_t)(v12) * stride_delta_0 + (int64_t)(v53) * stride_delta_1);
+        const float* p_ = t_delta + ((int64_t)(v12) * stride_delta_0 + (int64_t)(v52) * stride_delta_1);
         const bool aligned_ = false;
-        const int t0_ = v58 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+        const int t0_ = v57 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
       #pragma unroll
         for (int e = 0; e < 2; e += 1) {
           const int i0_ = t0_ + (e & 1) * 8;
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 1 <= (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<1>(&v113[e], p_ + off_);
+            kg::copy_vec<1>(&v112[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 1; ++v)
-              v113[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+              v112[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
       // spec: specs/fa2_bwd.yaml:104:35
-      float (&v114)[2] = v113;
+      float (&v113)[2] = v112;
       // spec: specs/fa2_bwd.yaml:104:30
-      float v115[32];
+      float v114[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v115[e] = v114[((e >> 1) & 1) * 1];
+      for (int e = 0; e < 32; ++e) v114[e] = v113[((e >> 1) & 1) * 1];
       // spec: specs/fa2_bwd.yaml:101:24
       kg::wgmma_wait<1>();
       #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v77[e]);
-      float (&v116)[32] = v77;
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v76[e]);
+      float (&v115)[32] = v76;
       // spec: specs/fa2_bwd.yaml:104:30
+      float v116[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v116[e] = (v115[e] - v114[e]);
+      // spec: specs/fa2_bwd.yaml:104:25
       float v117[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v117[e] = (v116[e] - v115[e]);
-      // spec: specs/fa2_bwd.yaml:104:25
-      float v118[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v118[e] = (v108[e] * v117[e]);
+      for (int e = 0; e < 32; ++e) v117[e] = (v107[e] * v116[e]);
       // spec: specs/fa2_bwd.yaml:104:24
-      kg::fp16 v119[32];
+      kg::fp16 v118[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v119[e] = kg::cvt<kg::fp16>(v118[e]);
+      for (int e = 0; e < 32; ++e) v118[e] = kg::cvt<kg::fp16>(v117[e]);
       // spec: specs/fa2_bwd.yaml:105:37
-      kg::fp16* v120 = reinterpret_cast<kg::fp16*>(smem + 57344);
+      kg::fp16* v119 = reinterpret_cast<kg::fp16*>(smem + 57344);
       kg::sync();
       #pragma unroll
-      for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v120[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v119[e]);
+      for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v119[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v118[e]);
       kg::fence_proxy_async();
       kg::sync();
       // spec: specs/fa2_bwd.yaml:105:37
-      kg::fp16* v121 = v120;
+      kg::fp16* v120 = v119;
       // spec: specs/fa2_bwd.yaml:105:37
-      float (&v122)[32] = v60;
+      float (&v121)[32] = v59;
       {
         const int wg_ = 0;
-        const uint64_t da_ = kg::wgmma_desc(v121, 1024, 128, 0);
-        const uint64_t db_ = kg::wgmma_desc(v64, 8192, 1024, 1);
+        const uint64_t da_ = kg::wgmma_desc(v120, 1024, 128, 0);
+        const uint64_t db_ = kg::wgmma_desc(v63, 8192, 1024, 1);
         // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
         // (ptxas would then insert a warpgroup.arrive, C7519)
       #pragma unroll
-        for (int e = 0; e < 32; ++e) kg::fence_operand(v122[e]);
+        for (int e = 0; e < 32; ++e) kg::fence_operand(v121[e]);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 4; ++ks)
@@ -596,53 +600,53 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_fp16_ss<1, 1>(&v122[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
+              kg::wgmma_m64n64k16_fp16_ss<1, 1>(&v121[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
       }
       // spec: specs/fa2_bwd.yaml:103:37
       kg::wgmma_wait<1>();
       #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v112[e]);
-      float (&v123)[32] = v112;
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v111[e]);
+      float (&v122)[32] = v111;
       // spec: specs/fa2_bwd.yaml:105:37
       kg::wgmma_wait<0>();
       #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v122[e]);
-      float (&v124)[32] = v122;
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v121[e]);
+      float (&v123)[32] = v121;
       // spec: specs/fa2_bwd.yaml:106:22
 
       float y0_[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) y0_[e] = v123[e];
+      for (int e = 0; e < 32; ++e) y0_[e] = v122[e];
       float y1_[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) y1_[e] = v124[e];
+      for (int e = 0; e < 32; ++e) y1_[e] = v123[e];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v56[e] = y0_[e];
+      for (int e = 0; e < 32; ++e) v55[e] = y0_[e];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v57[e] = y1_[e];
+      for (int e = 0; e < 32; ++e) v56[e] = y1_[e];
     }
     // spec: specs/fa2_bwd.yaml:65:11
 
     float y0_[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y0_[e] = v56[e];
+    for (int e = 0; e < 32; ++e) y0_[e] = v55[e];
     float y1_[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y1_[e] = v57[e];
+    for (int e = 0; e < 32; ++e) y1_[e] = v56[e];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v38[e] = y0_[e];
+    for (int e = 0; e < 32; ++e) v37[e] = y0_[e];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v39[e] = y1_[e];
+    for (int e = 0; e < 32; ++e) v38[e] = y1_[e];
   }
   // spec: specs/fa2_bwd.yaml:108:34
-  float v125[32];
+  float v124[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v125[e] = (v39[e] * v2);
+  for (int e = 0; e < 32; ++e) v124[e] = (v38[e] * v2);
   // spec: specs/fa2_bwd.yaml:108:33
-  kg::fp16 v126[32];
+  kg::fp16 v125[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v126[e] = kg::cvt<kg::fp16>(v125[e]);
+  for (int e = 0; e < 32; ++e) v125[e] = kg::cvt<kg::fp16>(v124[e]);
   // spec: specs/fa2_bwd.yaml:108:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_dk + ((int64_t)(v12) * stride_dk_0 + (int64_t)(v11) * stride_dk_2);
@@ -655,18 +659,18 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
       const int64_t off_ = (int64_t)i0_ * stride_dk_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SK)) {
-        kg::copy_vec<2>(p_ + off_, &v126[e]);
+        kg::copy_vec<2>(p_ + off_, &v125[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SK)) p_[off_ + v] = v126[e + v];
+          if (i0_ < (size_SK)) p_[off_ + v] = v125[e + v];
       }
     }
   }
   // spec: specs/fa2_bwd.yaml:109:33
-  kg::fp16 v127[32];
+  kg::fp16 v126[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v127[e] = kg::cvt<kg::fp16>(v38[e]);
+  for (int e = 0; e < 32; ++e) v126[e] = kg::cvt<kg::fp16>(v37[e]);
   // spec: specs/fa2_bwd.yaml:109:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_dv + ((int64_t)(v12) * stride_dv_0 + (int64_t)(v11) * stride_dv_2);
@@ -679,11 +683,11 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
       const int64_t off_ = (int64_t)i0_ * stride_dv_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SK)) {
-        kg::copy_vec<2>(p_ + off_, &v127[e]);
+        kg::copy_vec<2>(p_ + off_, &v126[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SK)) p_[off_ + v] = v127[e + v];
+          if (i0_ < (size_SK)) p_[off_ + v] = v126[e + v];
       }
     }
   }

@@ -104,12 +104,13 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::fp16* __restrict__ t_
     const kg::fp16* p_ = t_q + ((int64_t)(v13) * stride_q_0 + (int64_t)(v12) * stride_q_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
     const int64_t q_ = (int64_t)(v6 * 64) * stride_q_1 + 0;
+    const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
+    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_q_1 + k0_);
   #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const int c_ = lane + warp * 32 + i * 128;
-      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+      const int r_ = r0_ + i * 16, k_ = k0_;
       const int i0_ = v6 * 64 + r_, i1_ = 0 + k_;
-      const int64_t off_ = q_ + ((int64_t)r_ * stride_q_1 + k_);
+      const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_q_1;
       const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
       if (aligned_) {
         const int n_ = (i0_ < (size_SQ)) * 8;
@@ -133,12 +134,13 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::fp16* __restrict__ t_
     const kg::fp16* p_ = t_do + ((int64_t)(v13) * stride_do_0 + (int64_t)(v12) * stride_do_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
     const int64_t q_ = (int64_t)(v6 * 64) * stride_do_1 + 0;
+    const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
+    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_do_1 + k0_);
   #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const int c_ = lane + warp * 32 + i * 128;
-      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+      const int r_ = r0_ + i * 16, k_ = k0_;
       const int i0_ = v6 * 64 + r_, i1_ = 0 + k_;
-      const int64_t off_ = q_ + ((int64_t)r_ * stride_do_1 + k_);
+      const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_do_1;
       const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
       if (aligned_) {
         const int n_ = (i0_ < (size_SQ)) * 8;
@@ -184,12 +186,13 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::fp16* __restrict__ t_
     const kg::fp16* p_ = t_k + ((int64_t)(v13) * stride_k_0 + (int64_t)(v29) * stride_k_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
     const int64_t q_ = (int64_t)(v22 * 64) * stride_k_1 + 0;
+    const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
+    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_k_1 + k0_);
   #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const int c_ = lane + warp * 32 + i * 128;
-      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+      const int r_ = r0_ + i * 16, k_ = k0_;
       const int i0_ = v22 * 64 + r_, i1_ = 0 + k_;
-      const int64_t off_ = q_ + ((int64_t)r_ * stride_k_1 + k_);
+      const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_k_1;
       const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
       if (aligned_) {
         const int n_ = (i0_ < (size_SK)) * 8;
@@ -209,12 +212,13 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::fp16* __restrict__ t_
     const kg::fp16* p_ = t_v + ((int64_t)(v13) * stride_v_0 + (int64_t)(v29) * stride_v_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
     const int64_t q_ = (int64_t)(v22 * 64) * stride_v_1 + 0;
+    const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
+    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_v_1 + k0_);
   #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const int c_ = lane + warp * 32 + i * 128;
-      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+      const int r_ = r0_ + i * 16, k_ = k0_;
       const int i0_ = v22 * 64 + r_, i1_ = 0 + k_;
-      const int64_t off_ = q_ + ((int64_t)r_ * stride_v_1 + k_);
+      const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_v_1;
       const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
       if (aligned_) {
         const int n_ = (i0_ < (size_SK)) * 8;
@@ -239,87 +243,86 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::fp16* __restrict__ t_
   float v34[2];
   #pragma unroll
   for (int e = 0; e < 2; ++e) v34[e] = (v14[e] * v33);
-  // spec: specs/fa2_bwd.yaml:137:50
+  // spec: specs/fa2_bwd.yaml:132:49
   float (&v35)[2] = v34;
   // spec: specs/fa2_bwd.yaml:137:37
   float v36[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v36[e] = v35[((e >> 1) & 1) * 1];
-  // spec: specs/fa2_bwd.yaml:132:49
-  float (&v37)[2] = v34;
   // spec: specs/fa2_bwd.yaml:129:26
-  const int v38 = 1;
+  const int v37 = 1;
   // spec: specs/fa2_bwd.yaml:128:17
-  float v39[32];
+  float v38[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v39[e] = 0.0f;
+  for (int e = 0; e < 32; ++e) v38[e] = 0.0f;
   // spec: specs/fa2_bwd.yaml:124:20
-  const float v40 = 1.4426950408889634f;
+  const float v39 = 1.4426950408889634f;
   // spec: specs/fa2_bwd.yaml:124:20
-  const float v41 = (v1 * v40);
+  const float v40 = (v1 * v39);
   // spec: specs/fa2_bwd.yaml:129:11
 
-  float v42[32];
+  float v41[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v42[e] = v39[e];
-  for (int v43 = v22; v43 < v26; v43 += v38) {
-    float (&v44)[32] = v42;
+  for (int e = 0; e < 32; ++e) v41[e] = v38[e];
+  for (int v42 = v22; v42 < v26; v42 += v37) {
+    float (&v43)[32] = v41;
     
     // spec: specs/fa2_bwd.yaml:129:11
-    const int v45 = (v43 - v22);
+    const int v44 = (v42 - v22);
     // spec: specs/fa2_bwd.yaml:129:11
-    const int v46 = (kg::floordiv(v45, v38));
+    const int v45 = (kg::floordiv(v44, v37));
     // spec: specs/fa2_bwd.yaml:129:11
-    kg::fp16* v47 = v18 + (v46 % 2) * 4096;
+    kg::fp16* v46 = v18 + (v45 % 2) * 4096;
     // spec: specs/fa2_bwd.yaml:129:11
-    kg::fp16* v48 = v19 + (v46 % 2) * 4096;
+    kg::fp16* v47 = v19 + (v45 % 2) * 4096;
     // spec: specs/fa2_bwd.yaml:135:19
     kg::cp_async_wait<1>();
     kg::fence_proxy_async();
     kg::sync();
     // spec: specs/fa2_bwd.yaml:129:11
-    const int v49 = 1;
+    const int v48 = 1;
     // spec: specs/fa2_bwd.yaml:129:11
-    const int v50 = (v46 + v49);
+    const int v49 = (v45 + v48);
     // spec: specs/fa2_bwd.yaml:129:11
-    kg::fp16* v51 = v19 + (v50 % 2) * 4096;
+    kg::fp16* v50 = v19 + (v49 % 2) * 4096;
     // spec: specs/fa2_bwd.yaml:130:20
-    const int v52 = (v43 + v38);
+    const int v51 = (v42 + v37);
     // spec: specs/fa2_bwd.yaml:130:20
-    const bool v53 = (v52 < v26);
+    const bool v52 = (v51 < v26);
     // spec: specs/fa2_bwd.yaml:130:20
-    if (v53) {
+    if (v52) {
       const kg::fp16* p_ = t_k + ((int64_t)(v13) * stride_k_0 + (int64_t)(v29) * stride_k_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v52 * 64) * stride_k_1 + 0;
+      const int64_t q_ = (int64_t)(v51 * 64) * stride_k_1 + 0;
+      const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
+      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_k_1 + k0_);
     #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const int c_ = lane + warp * 32 + i * 128;
-        const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
-        const int i0_ = v52 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = q_ + ((int64_t)r_ * stride_k_1 + k_);
+        const int r_ = r0_ + i * 16, k_ = k0_;
+        const int i0_ = v51 * 64 + r_, i1_ = 0 + k_;
+        const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_k_1;
         const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
         if (aligned_) {
           const int n_ = (i0_ < (size_SK)) * 8;
-          kg::cp_async<16>(&v51[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v50[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v51[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v50[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
     // spec: specs/fa2_bwd.yaml:135:19
-    kg::fp16* v54 = v48;
+    kg::fp16* v53 = v47;
     // spec: specs/fa2_bwd.yaml:135:19
-    float v55[32];
+    float v54[32];
     // spec: specs/fa2_bwd.yaml:135:19
-    float (&v56)[32] = v55;
+    float (&v55)[32] = v54;
     {
       const int wg_ = 0;
       const uint64_t da_ = kg::wgmma_desc(v16, 16, 1024, 1);
-      const uint64_t db_ = kg::wgmma_desc(v54, 16, 1024, 1);
+      const uint64_t db_ = kg::wgmma_desc(v53, 16, 1024, 1);
       kg::wgmma_fence();
     #pragma unroll
       for (int ks = 0; ks < 4; ++ks)
@@ -327,7 +330,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::fp16* __restrict__ t_
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v56[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
+            kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v55[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
       kg::wgmma_commit();
     }
     // spec: specs/fa2_bwd.yaml:136:20
@@ -335,44 +338,45 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::fp16* __restrict__ t_
     kg::fence_proxy_async();
     kg::sync();
     // spec: specs/fa2_bwd.yaml:129:11
-    kg::fp16* v57 = v18 + (v50 % 2) * 4096;
+    kg::fp16* v56 = v18 + (v49 % 2) * 4096;
     // spec: specs/fa2_bwd.yaml:136:30
-    const int v58 = (v43 + v38);
+    const int v57 = (v42 + v37);
     // spec: specs/fa2_bwd.yaml:136:30
-    const bool v59 = (v58 < v26);
+    const bool v58 = (v57 < v26);
     // spec: specs/fa2_bwd.yaml:136:30
-    if (v59) {
+    if (v58) {
       const kg::fp16* p_ = t_v + ((int64_t)(v13) * stride_v_0 + (int64_t)(v29) * stride_v_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v58 * 64) * stride_v_1 + 0;
+      const int64_t q_ = (int64_t)(v57 * 64) * stride_v_1 + 0;
+      const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
+      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_v_1 + k0_);
     #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const int c_ = lane + warp * 32 + i * 128;
-        const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
-        const int i0_ = v58 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = q_ + ((int64_t)r_ * stride_v_1 + k_);
+        const int r_ = r0_ + i * 16, k_ = k0_;
+        const int i0_ = v57 * 64 + r_, i1_ = 0 + k_;
+        const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_v_1;
         const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
         if (aligned_) {
           const int n_ = (i0_ < (size_SK)) * 8;
-          kg::cp_async<16>(&v57[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v56[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v57[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v56[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
     // spec: specs/fa2_bwd.yaml:136:20
-    kg::fp16* v60 = v47;
+    kg::fp16* v59 = v46;
     // spec: specs/fa2_bwd.yaml:136:20
-    float v61[32];
+    float v60[32];
     // spec: specs/fa2_bwd.yaml:136:20
-    float (&v62)[32] = v61;
+    float (&v61)[32] = v60;
     {
       const int wg_ = 0;
       const uint64_t da_ = kg::wgmma_desc(v17, 16, 1024, 1);
-      const uint64_t db_ = kg::wgmma_desc(v60, 16, 1024, 1);
+      const uint64_t db_ = kg::wgmma_desc(v59, 16, 1024, 1);
       kg::wgmma_fence();
     #pragma unroll
       for (int ks = 0; ks < 4; ++ks)
@@ -380,94 +384,94 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::fp16* __restrict__ t_
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v62[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
+            kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v61[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
       kg::wgmma_commit();
     }
     // spec: specs/fa2_bwd.yaml:136:20
     kg::wgmma_wait<0>();
     #pragma unroll
-    for (int e = 0; e < 32; ++e) kg::fence_operand(v62[e]);
-    float (&v63)[32] = v62;
+    for (int e = 0; e < 32; ++e) kg::fence_operand(v61[e]);
+    float (&v62)[32] = v61;
     // spec: specs/fa2_bwd.yaml:135:19
     kg::wgmma_wait<0>();
     #pragma unroll
-    for (int e = 0; e < 32; ++e) kg::fence_operand(v56[e]);
-    float (&v64)[32] = v56;
+    for (int e = 0; e < 32; ++e) kg::fence_operand(v55[e]);
+    float (&v63)[32] = v55;
     // spec: specs/fa2_bwd.yaml:138:37
-    float v65[32];
+    float v64[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v65[e] = (v63[e] - v32[e]);
+    for (int e = 0; e < 32; ++e) v64[e] = (v62[e] - v32[e]);
     // spec: specs/fa2_bwd.yaml:137:19
-    const float v66 = 0.0f;
+    const float v65 = 0.0f;
+    // spec: specs/fa2_bwd.yaml:137:37
+    float v66[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v66[e] = (v63[e] * v40);
     // spec: specs/fa2_bwd.yaml:137:37
     float v67[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v67[e] = (v64[e] * v41);
-    // spec: specs/fa2_bwd.yaml:137:37
+    for (int e = 0; e < 32; ++e) v67[e] = (v66[e] - v36[e]);
+    // spec: specs/fa2_bwd.yaml:137:32
     float v68[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v68[e] = (v67[e] - v36[e]);
-    // spec: specs/fa2_bwd.yaml:137:32
-    float v69[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v69[e] = kg::exp2_(v68[e]);
+    for (int e = 0; e < 32; ++e) v68[e] = kg::exp2_(v67[e]);
     // spec: specs/fa2_bwd.yaml:132:49
-    const float v70 = -kg::inf();
+    const float v69 = -kg::inf();
     // spec: specs/fa2_bwd.yaml:132:49
-    bool v71[2];
+    bool v70[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v71[e] = (v37[e] > v70);
+    for (int e = 0; e < 2; ++e) v70[e] = (v35[e] > v69);
     // spec: specs/fa2_bwd.yaml:132:23
-    bool v72[32];
+    bool v71[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v72[e] = v71[((e >> 1) & 1) * 1];
+    for (int e = 0; e < 32; ++e) v71[e] = v70[((e >> 1) & 1) * 1];
     // spec: specs/fa2_bwd.yaml:131:36
-    int v73[16];
+    int v72[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v73[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32);
+    for (int e = 0; e < 16; ++e) v72[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32);
     // spec: specs/fa2_bwd.yaml:131:22
-    const int v74 = 64;
+    const int v73 = 64;
     // spec: specs/fa2_bwd.yaml:131:22
-    const int v75 = (v43 * v74);
+    const int v74 = (v42 * v73);
     // spec: specs/fa2_bwd.yaml:131:22
-    int v76[16];
+    int v75[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v76[e] = (v75 + v73[e]);
+    for (int e = 0; e < 16; ++e) v75[e] = (v74 + v72[e]);
     // spec: specs/fa2_bwd.yaml:132:24
-    int (&v77)[16] = v76;
+    int (&v76)[16] = v75;
     // spec: specs/fa2_bwd.yaml:132:24
-    bool v78[16];
+    bool v77[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v78[e] = (v77[e] < v0);
+    for (int e = 0; e < 16; ++e) v77[e] = (v76[e] < v0);
+    // spec: specs/fa2_bwd.yaml:132:23
+    bool v78[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v78[e] = v77[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
     // spec: specs/fa2_bwd.yaml:132:23
     bool v79[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v79[e] = v78[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-    // spec: specs/fa2_bwd.yaml:132:23
-    bool v80[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v80[e] = (v79[e] && v72[e]);
+    for (int e = 0; e < 32; ++e) v79[e] = (v78[e] && v71[e]);
     // spec: specs/fa2_bwd.yaml:137:19
+    float v80[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v80[e] = (v79[e] ? v68[e] : v65);
+    // spec: specs/fa2_bwd.yaml:138:32
     float v81[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v81[e] = (v80[e] ? v69[e] : v66);
-    // spec: specs/fa2_bwd.yaml:138:32
-    float v82[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v82[e] = (v81[e] * v65[e]);
+    for (int e = 0; e < 32; ++e) v81[e] = (v80[e] * v64[e]);
     // spec: specs/fa2_bwd.yaml:138:31
-    kg::fp16 v83[32];
+    kg::fp16 v82[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v83[e] = kg::cvt<kg::fp16>(v82[e]);
+    for (int e = 0; e < 32; ++e) v82[e] = kg::cvt<kg::fp16>(v81[e]);
     // spec: specs/fa2_bwd.yaml:138:27
-    float (&v84)[32] = v44;
+    float (&v83)[32] = v43;
     {
       const int wg_ = 0;
-      const uint64_t db_ = kg::wgmma_desc(v48, 8192, 1024, 1);
+      const uint64_t db_ = kg::wgmma_desc(v47, 8192, 1024, 1);
       // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
       // (ptxas would then insert a warpgroup.arrive, C7519)
     #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v84[e]);
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v83[e]);
       kg::wgmma_fence();
     #pragma unroll
       for (int ks = 0; ks < 4; ++ks)
@@ -475,32 +479,32 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::fp16* __restrict__ t_
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n64k16_fp16_rs<1>(&v84[(rm * 1 + rn) * 32], &v83[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
+            kg::wgmma_m64n64k16_fp16_rs<1>(&v83[(rm * 1 + rn) * 32], &v82[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
       kg::wgmma_commit();
     }
     // spec: specs/fa2_bwd.yaml:138:27
     kg::wgmma_wait<0>();
     #pragma unroll
-    for (int e = 0; e < 32; ++e) kg::fence_operand(v84[e]);
+    for (int e = 0; e < 32; ++e) kg::fence_operand(v83[e]);
     #pragma unroll
-    for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v83)[e]);
-    float (&v85)[32] = v84;
+    for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v82)[e]);
+    float (&v84)[32] = v83;
     // spec: specs/fa2_bwd.yaml:138:21
 
     float y0_[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y0_[e] = v85[e];
+    for (int e = 0; e < 32; ++e) y0_[e] = v84[e];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v42[e] = y0_[e];
+    for (int e = 0; e < 32; ++e) v41[e] = y0_[e];
   }
   // spec: specs/fa2_bwd.yaml:139:40
-  float v86[32];
+  float v85[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v86[e] = (v42[e] * v1);
+  for (int e = 0; e < 32; ++e) v85[e] = (v41[e] * v1);
   // spec: specs/fa2_bwd.yaml:139:39
-  kg::fp16 v87[32];
+  kg::fp16 v86[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v87[e] = kg::cvt<kg::fp16>(v86[e]);
+  for (int e = 0; e < 32; ++e) v86[e] = kg::cvt<kg::fp16>(v85[e]);
   // spec: specs/fa2_bwd.yaml:139:11
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_dq + ((int64_t)(v13) * stride_dq_0 + (int64_t)(v12) * stride_dq_2);
@@ -513,11 +517,11 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::fp16* __restrict__ t_
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
       const int64_t off_ = (int64_t)i0_ * stride_dq_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SQ)) {
-        kg::copy_vec<2>(p_ + off_, &v87[e]);
+        kg::copy_vec<2>(p_ + off_, &v86[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SQ)) p_[off_ + v] = v87[e + v];
+          if (i0_ < (size_SQ)) p_[off_ + v] = v86[e + v];
       }
     }
   }

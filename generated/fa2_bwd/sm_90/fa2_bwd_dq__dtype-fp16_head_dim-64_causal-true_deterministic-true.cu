@@ -96,12 +96,13 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::fp16* __restrict__ t_
     const kg::fp16* p_ = t_q + ((int64_t)(v10) * stride_q_0 + (int64_t)(v9) * stride_q_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
     const int64_t q_ = (int64_t)(v7 * 64) * stride_q_1 + 0;
+    const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
+    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_q_1 + k0_);
   #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const int c_ = lane + warp * 32 + i * 128;
-      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+      const int r_ = r0_ + i * 16, k_ = k0_;
       const int i0_ = v7 * 64 + r_, i1_ = 0 + k_;
-      const int64_t off_ = q_ + ((int64_t)r_ * stride_q_1 + k_);
+      const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_q_1;
       const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
       if (aligned_) {
         const int n_ = (i0_ < (size_SQ)) * 8;
@@ -125,12 +126,13 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::fp16* __restrict__ t_
     const kg::fp16* p_ = t_do + ((int64_t)(v10) * stride_do_0 + (int64_t)(v9) * stride_do_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
     const int64_t q_ = (int64_t)(v7 * 64) * stride_do_1 + 0;
+    const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
+    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_do_1 + k0_);
   #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const int c_ = lane + warp * 32 + i * 128;
-      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+      const int r_ = r0_ + i * 16, k_ = k0_;
       const int i0_ = v7 * 64 + r_, i1_ = 0 + k_;
-      const int64_t off_ = q_ + ((int64_t)r_ * stride_do_1 + k_);
+      const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_do_1;
       const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
       if (aligned_) {
         const int n_ = (i0_ < (size_SQ)) * 8;
@@ -198,12 +200,13 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::fp16* __restrict__ t_
     const kg::fp16* p_ = t_k + ((int64_t)(v10) * stride_k_0 + (int64_t)(v38) * stride_k_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
     const int64_t q_ = (int64_t)(v20 * 64) * stride_k_1 + 0;
+    const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
+    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_k_1 + k0_);
   #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const int c_ = lane + warp * 32 + i * 128;
-      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+      const int r_ = r0_ + i * 16, k_ = k0_;
       const int i0_ = v20 * 64 + r_, i1_ = 0 + k_;
-      const int64_t off_ = q_ + ((int64_t)r_ * stride_k_1 + k_);
+      const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_k_1;
       const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
       if (aligned_) {
         const int n_ = (i0_ < (size_SK)) * 8;
@@ -223,12 +226,13 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::fp16* __restrict__ t_
     const kg::fp16* p_ = t_v + ((int64_t)(v10) * stride_v_0 + (int64_t)(v38) * stride_v_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
     const int64_t q_ = (int64_t)(v20 * 64) * stride_v_1 + 0;
+    const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
+    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_v_1 + k0_);
   #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const int c_ = lane + warp * 32 + i * 128;
-      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+      const int r_ = r0_ + i * 16, k_ = k0_;
       const int i0_ = v20 * 64 + r_, i1_ = 0 + k_;
-      const int64_t off_ = q_ + ((int64_t)r_ * stride_v_1 + k_);
+      const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_v_1;
       const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
       if (aligned_) {
         const int n_ = (i0_ < (size_SK)) * 8;
@@ -253,7 +257,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::fp16* __restrict__ t_
   float v43[2];
   #pragma unroll
   for (int e = 0; e < 2; ++e) v43[e] = (v11[e] * v42);
-  // spec: specs/fa2_bwd.yaml:137:50
+  // spec: specs/fa2_bwd.yaml:132:49
   float (&v44)[2] = v43;
   // spec: specs/fa2_bwd.yaml:137:37
   float v45[32];
@@ -273,81 +277,80 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::fp16* __restrict__ t_
   for (int e = 0; e < 2; ++e) v49[e] = (v48 + v46[e]);
   // spec: specs/fa2_bwd.yaml:134:54
   int (&v50)[2] = v49;
-  // spec: specs/fa2_bwd.yaml:132:49
-  float (&v51)[2] = v43;
   // spec: specs/fa2_bwd.yaml:129:26
-  const int v52 = 1;
+  const int v51 = 1;
   // spec: specs/fa2_bwd.yaml:128:17
-  float v53[32];
+  float v52[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v53[e] = 0.0f;
+  for (int e = 0; e < 32; ++e) v52[e] = 0.0f;
   // spec: specs/fa2_bwd.yaml:124:20
-  const float v54 = 1.4426950408889634f;
+  const float v53 = 1.4426950408889634f;
   // spec: specs/fa2_bwd.yaml:124:20
-  const float v55 = (v2 * v54);
+  const float v54 = (v2 * v53);
   // spec: specs/fa2_bwd.yaml:129:11
 
-  float v56[32];
+  float v55[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v56[e] = v53[e];
-  for (int v57 = v20; v57 < v35; v57 += v52) {
-    float (&v58)[32] = v56;
+  for (int e = 0; e < 32; ++e) v55[e] = v52[e];
+  for (int v56 = v20; v56 < v35; v56 += v51) {
+    float (&v57)[32] = v55;
     
     // spec: specs/fa2_bwd.yaml:129:11
-    const int v59 = (v57 - v20);
+    const int v58 = (v56 - v20);
     // spec: specs/fa2_bwd.yaml:129:11
-    const int v60 = (kg::floordiv(v59, v52));
+    const int v59 = (kg::floordiv(v58, v51));
     // spec: specs/fa2_bwd.yaml:129:11
-    kg::fp16* v61 = v16 + (v60 % 2) * 4096;
+    kg::fp16* v60 = v16 + (v59 % 2) * 4096;
     // spec: specs/fa2_bwd.yaml:129:11
-    kg::fp16* v62 = v17 + (v60 % 2) * 4096;
+    kg::fp16* v61 = v17 + (v59 % 2) * 4096;
     // spec: specs/fa2_bwd.yaml:135:19
     kg::cp_async_wait<1>();
     kg::fence_proxy_async();
     kg::sync();
     // spec: specs/fa2_bwd.yaml:129:11
-    const int v63 = 1;
+    const int v62 = 1;
     // spec: specs/fa2_bwd.yaml:129:11
-    const int v64 = (v60 + v63);
+    const int v63 = (v59 + v62);
     // spec: specs/fa2_bwd.yaml:129:11
-    kg::fp16* v65 = v17 + (v64 % 2) * 4096;
+    kg::fp16* v64 = v17 + (v63 % 2) * 4096;
     // spec: specs/fa2_bwd.yaml:130:20
-    const int v66 = (v57 + v52);
+    const int v65 = (v56 + v51);
     // spec: specs/fa2_bwd.yaml:130:20
-    const bool v67 = (v66 < v35);
+    const bool v66 = (v65 < v35);
     // spec: specs/fa2_bwd.yaml:130:20
-    if (v67) {
+    if (v66) {
       const kg::fp16* p_ = t_k + ((int64_t)(v10) * stride_k_0 + (int64_t)(v38) * stride_k_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v66 * 64) * stride_k_1 + 0;
+      const int64_t q_ = (int64_t)(v65 * 64) * stride_k_1 + 0;
+      const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
+      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_k_1 + k0_);
     #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const int c_ = lane + warp * 32 + i * 128;
-        const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
-        const int i0_ = v66 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = q_ + ((int64_t)r_ * stride_k_1 + k_);
+        const int r_ = r0_ + i * 16, k_ = k0_;
+        const int i0_ = v65 * 64 + r_, i1_ = 0 + k_;
+        const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_k_1;
         const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
         if (aligned_) {
           const int n_ = (i0_ < (size_SK)) * 8;
-          kg::cp_async<16>(&v65[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v64[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v65[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v64[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
     // spec: specs/fa2_bwd.yaml:135:19
-    kg::fp16* v68 = v62;
+    kg::fp16* v67 = v61;
     // spec: specs/fa2_bwd.yaml:135:19
-    float v69[32];
+    float v68[32];
     // spec: specs/fa2_bwd.yaml:135:19
-    float (&v70)[32] = v69;
+    float (&v69)[32] = v68;
     {
       const int wg_ = 0;
       const uint64_t da_ = kg::wgmma_desc(v14, 16, 1024, 1);
-      const uint64_t db_ = kg::wgmma_desc(v68, 16, 1024, 1);
+      const uint64_t db_ = kg::wgmma_desc(v67, 16, 1024, 1);
       kg::wgmma_fence();
     #pragma unroll
       for (int ks = 0; ks < 4; ++ks)
@@ -355,7 +358,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::fp16* __restrict__ t_
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v70[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
+            kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v69[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
       kg::wgmma_commit();
     }
     // spec: specs/fa2_bwd.yaml:136:20
@@ -363,44 +366,45 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::fp16* __restrict__ t_
     kg::fence_proxy_async();
     kg::sync();
     // spec: specs/fa2_bwd.yaml:129:11
-    kg::fp16* v71 = v16 + (v64 % 2) * 4096;
+    kg::fp16* v70 = v16 + (v63 % 2) * 4096;
     // spec: specs/fa2_bwd.yaml:136:30
-    const int v72 = (v57 + v52);
+    const int v71 = (v56 + v51);
     // spec: specs/fa2_bwd.yaml:136:30
-    const bool v73 = (v72 < v35);
+    const bool v72 = (v71 < v35);
     // spec: specs/fa2_bwd.yaml:136:30
-    if (v73) {
+    if (v72) {
       const kg::fp16* p_ = t_v + ((int64_t)(v10) * stride_v_0 + (int64_t)(v38) * stride_v_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v72 * 64) * stride_v_1 + 0;
+      const int64_t q_ = (int64_t)(v71 * 64) * stride_v_1 + 0;
+      const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
+      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_v_1 + k0_);
     #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const int c_ = lane + warp * 32 + i * 128;
-        const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
-        const int i0_ = v72 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = q_ + ((int64_t)r_ * stride_v_1 + k_);
+        const int r_ = r0_ + i * 16, k_ = k0_;
+        const int i0_ = v71 * 64 + r_, i1_ = 0 + k_;
+        const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_v_1;
         const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
         if (aligned_) {
           const int n_ = (i0_ < (size_SK)) * 8;
-          kg::cp_async<16>(&v71[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v70[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v71[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v70[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
     // spec: specs/fa2_bwd.yaml:136:20
-    kg::fp16* v74 = v61;
+    kg::fp16* v73 = v60;
     // spec: specs/fa2_bwd.yaml:136:20
-    float v75[32];
+    float v74[32];
     // spec: specs/fa2_bwd.yaml:136:20
-    float (&v76)[32] = v75;
+    float (&v75)[32] = v74;
     {
       const int wg_ = 0;
       const uint64_t da_ = kg::wgmma_desc(v15, 16, 1024, 1);
-      const uint64_t db_ = kg::wgmma_desc(v74, 16, 1024, 1);
+      const uint64_t db_ = kg::wgmma_desc(v73, 16, 1024, 1);
       kg::wgmma_fence();
     #pragma unroll
       for (int ks = 0; ks < 4; ++ks)
@@ -408,118 +412,118 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::fp16* __restrict__ t_
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v76[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
+            kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v75[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
       kg::wgmma_commit();
     }
     // spec: specs/fa2_bwd.yaml:136:20
     kg::wgmma_wait<0>();
     #pragma unroll
-    for (int e = 0; e < 32; ++e) kg::fence_operand(v76[e]);
-    float (&v77)[32] = v76;
+    for (int e = 0; e < 32; ++e) kg::fence_operand(v75[e]);
+    float (&v76)[32] = v75;
     // spec: specs/fa2_bwd.yaml:135:19
     kg::wgmma_wait<0>();
     #pragma unroll
-    for (int e = 0; e < 32; ++e) kg::fence_operand(v70[e]);
-    float (&v78)[32] = v70;
+    for (int e = 0; e < 32; ++e) kg::fence_operand(v69[e]);
+    float (&v77)[32] = v69;
     // spec: specs/fa2_bwd.yaml:138:37
-    float v79[32];
+    float v78[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v79[e] = (v77[e] - v41[e]);
+    for (int e = 0; e < 32; ++e) v78[e] = (v76[e] - v41[e]);
     // spec: specs/fa2_bwd.yaml:137:19
-    const float v80 = 0.0f;
+    const float v79 = 0.0f;
+    // spec: specs/fa2_bwd.yaml:137:37
+    float v80[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v80[e] = (v77[e] * v54);
     // spec: specs/fa2_bwd.yaml:137:37
     float v81[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v81[e] = (v78[e] * v55);
-    // spec: specs/fa2_bwd.yaml:137:37
+    for (int e = 0; e < 32; ++e) v81[e] = (v80[e] - v45[e]);
+    // spec: specs/fa2_bwd.yaml:137:32
     float v82[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v82[e] = (v81[e] - v45[e]);
-    // spec: specs/fa2_bwd.yaml:137:32
-    float v83[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v83[e] = kg::exp2_(v82[e]);
+    for (int e = 0; e < 32; ++e) v82[e] = kg::exp2_(v81[e]);
     // spec: specs/fa2_bwd.yaml:134:71
-    const int v84 = (v1 - v0);
+    const int v83 = (v1 - v0);
     // spec: specs/fa2_bwd.yaml:134:54
-    int v85[2];
+    int v84[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v85[e] = (v50[e] + v84);
+    for (int e = 0; e < 2; ++e) v84[e] = (v50[e] + v83);
     // spec: specs/fa2_bwd.yaml:134:37
-    int v86[32];
+    int v85[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v86[e] = v85[((e >> 1) & 1) * 1];
+    for (int e = 0; e < 32; ++e) v85[e] = v84[((e >> 1) & 1) * 1];
     // spec: specs/fa2_bwd.yaml:131:36
-    int v87[16];
+    int v86[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v87[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32);
+    for (int e = 0; e < 16; ++e) v86[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32);
     // spec: specs/fa2_bwd.yaml:131:22
-    const int v88 = 64;
+    const int v87 = 64;
     // spec: specs/fa2_bwd.yaml:131:22
-    const int v89 = (v57 * v88);
+    const int v88 = (v56 * v87);
     // spec: specs/fa2_bwd.yaml:131:22
-    int v90[16];
+    int v89[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v90[e] = (v89 + v87[e]);
+    for (int e = 0; e < 16; ++e) v89[e] = (v88 + v86[e]);
     // spec: specs/fa2_bwd.yaml:134:37
-    int (&v91)[16] = v90;
+    int (&v90)[16] = v89;
     // spec: specs/fa2_bwd.yaml:134:37
-    int v92[32];
+    int v91[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v92[e] = v91[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+    for (int e = 0; e < 32; ++e) v91[e] = v90[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
     // spec: specs/fa2_bwd.yaml:134:37
-    bool v93[32];
+    bool v92[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v93[e] = (v92[e] <= v86[e]);
+    for (int e = 0; e < 32; ++e) v92[e] = (v91[e] <= v85[e]);
     // spec: specs/fa2_bwd.yaml:132:49
-    const float v94 = -kg::inf();
+    const float v93 = -kg::inf();
     // spec: specs/fa2_bwd.yaml:132:49
-    bool v95[2];
+    bool v94[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v95[e] = (v51[e] > v94);
+    for (int e = 0; e < 2; ++e) v94[e] = (v44[e] > v93);
     // spec: specs/fa2_bwd.yaml:132:23
-    bool v96[32];
+    bool v95[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v96[e] = v95[((e >> 1) & 1) * 1];
+    for (int e = 0; e < 32; ++e) v95[e] = v94[((e >> 1) & 1) * 1];
     // spec: specs/fa2_bwd.yaml:132:24
-    int (&v97)[16] = v90;
+    int (&v96)[16] = v89;
     // spec: specs/fa2_bwd.yaml:132:24
-    bool v98[16];
+    bool v97[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v98[e] = (v97[e] < v1);
+    for (int e = 0; e < 16; ++e) v97[e] = (v96[e] < v1);
+    // spec: specs/fa2_bwd.yaml:132:23
+    bool v98[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v98[e] = v97[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
     // spec: specs/fa2_bwd.yaml:132:23
     bool v99[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v99[e] = v98[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-    // spec: specs/fa2_bwd.yaml:132:23
+    for (int e = 0; e < 32; ++e) v99[e] = (v98[e] && v95[e]);
+    // spec: specs/fa2_bwd.yaml:134:27
     bool v100[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v100[e] = (v99[e] && v96[e]);
-    // spec: specs/fa2_bwd.yaml:134:27
-    bool v101[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v101[e] = (v100[e] && v93[e]);
+    for (int e = 0; e < 32; ++e) v100[e] = (v99[e] && v92[e]);
     // spec: specs/fa2_bwd.yaml:137:19
+    float v101[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v101[e] = (v100[e] ? v82[e] : v79);
+    // spec: specs/fa2_bwd.yaml:138:32
     float v102[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v102[e] = (v101[e] ? v83[e] : v80);
-    // spec: specs/fa2_bwd.yaml:138:32
-    float v103[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v103[e] = (v102[e] * v79[e]);
+    for (int e = 0; e < 32; ++e) v102[e] = (v101[e] * v78[e]);
     // spec: specs/fa2_bwd.yaml:138:31
-    kg::fp16 v104[32];
+    kg::fp16 v103[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v104[e] = kg::cvt<kg::fp16>(v103[e]);
+    for (int e = 0; e < 32; ++e) v103[e] = kg::cvt<kg::fp16>(v102[e]);
     // spec: specs/fa2_bwd.yaml:138:27
-    float (&v105)[32] = v58;
+    float (&v104)[32] = v57;
     {
       const int wg_ = 0;
-      const uint64_t db_ = kg::wgmma_desc(v62, 8192, 1024, 1);
+      const uint64_t db_ = kg::wgmma_desc(v61, 8192, 1024, 1);
       // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
       // (ptxas would then insert a warpgroup.arrive, C7519)
     #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v105[e]);
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v104[e]);
       kg::wgmma_fence();
     #pragma unroll
       for (int ks = 0; ks < 4; ++ks)
@@ -527,32 +531,32 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::fp16* __restrict__ t_
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n64k16_fp16_rs<1>(&v105[(rm * 1 + rn) * 32], &v104[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
+            kg::wgmma_m64n64k16_fp16_rs<1>(&v104[(rm * 1 + rn) * 32], &v103[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
       kg::wgmma_commit();
     }
     // spec: specs/fa2_bwd.yaml:138:27
     kg::wgmma_wait<0>();
     #pragma unroll
-    for (int e = 0; e < 32; ++e) kg::fence_operand(v105[e]);
+    for (int e = 0; e < 32; ++e) kg::fence_operand(v104[e]);
     #pragma unroll
-    for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v104)[e]);
-    float (&v106)[32] = v105;
+    for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v103)[e]);
+    float (&v105)[32] = v104;
     // spec: specs/fa2_bwd.yaml:138:21
 
     float y0_[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y0_[e] = v106[e];
+    for (int e = 0; e < 32; ++e) y0_[e] = v105[e];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v56[e] = y0_[e];
+    for (int e = 0; e < 32; ++e) v55[e] = y0_[e];
   }
   // spec: specs/fa2_bwd.yaml:139:40
-  float v107[32];
+  float v106[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v107[e] = (v56[e] * v2);
+  for (int e = 0; e < 32; ++e) v106[e] = (v55[e] * v2);
   // spec: specs/fa2_bwd.yaml:139:39
-  kg::fp16 v108[32];
+  kg::fp16 v107[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v108[e] = kg::cvt<kg::fp16>(v107[e]);
+  for (int e = 0; e < 32; ++e) v107[e] = kg::cvt<kg::fp16>(v106[e]);
   // spec: specs/fa2_bwd.yaml:139:11
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_dq + ((int64_t)(v10) * stride_dq_0 + (int64_t)(v9) * stride_dq_2);
@@ -565,11 +569,11 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::fp16* __restrict__ t_
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
       const int64_t off_ = (int64_t)i0_ * stride_dq_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SQ)) {
-        kg::copy_vec<2>(p_ + off_, &v108[e]);
+        kg::copy_vec<2>(p_ + off_, &v107[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SQ)) p_[off_ + v] = v108[e + v];
+          if (i0_ < (size_SQ)) p_[off_ + v] = v107[e + v];
       }
     }
   }

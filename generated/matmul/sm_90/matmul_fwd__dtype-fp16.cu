@@ -49,12 +49,13 @@ KG_KERNEL void __launch_bounds__(128) matmul_fwd(const kg::fp16* __restrict__ t_
     const kg::fp16* p_ = t_a + (0);
     const bool aligned_ = kg::aligned(p_, 16) && stride_a_0 % 8 == 0;
     const int64_t q_ = (int64_t)(v1 * 64) * stride_a_0 + v7 * 32;
+    const int r0_ = (lane + warp * 32) / 32 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 4 * 8;
+    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_a_0 + k0_);
   #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      const int c_ = lane + warp * 32 + i * 128;
-      const int r_ = c_ / 32 * 8 + c_ % 8, k_ = c_ / 8 % 4 * 8;
+      const int r_ = r0_ + i * 32, k_ = k0_;
       const int i0_ = v1 * 64 + r_, i1_ = v7 * 32 + k_;
-      const int64_t off_ = q_ + ((int64_t)r_ * stride_a_0 + k_);
+      const int64_t off_ = o0_ + (int64_t)(i * 32) * stride_a_0;
       const int slot_ = ((r_) / 8 * 4 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
       if (aligned_) {
         const int n_ = (i0_ < (size_M)) * kg::min_(kg::max_((size_K) - i1_, 0), 8);
@@ -74,12 +75,13 @@ KG_KERNEL void __launch_bounds__(128) matmul_fwd(const kg::fp16* __restrict__ t_
     const kg::fp16* p_ = t_b + (0);
     const bool aligned_ = kg::aligned(p_, 16) && stride_b_0 % 8 == 0;
     const int64_t q_ = (int64_t)(v7 * 32) * stride_b_0 + v2 * 64;
+    const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
+    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_b_0 + k0_);
   #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      const int c_ = lane + warp * 32 + i * 128;
-      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+      const int r_ = r0_ + i * 16, k_ = k0_;
       const int i0_ = v7 * 32 + r_, i1_ = v2 * 64 + k_;
-      const int64_t off_ = q_ + ((int64_t)r_ * stride_b_0 + k_);
+      const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_b_0;
       const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 2048 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
       if (aligned_) {
         const int n_ = (i0_ < (size_K)) * kg::min_(kg::max_((size_N) - i1_, 0), 8);
@@ -133,12 +135,13 @@ KG_KERNEL void __launch_bounds__(128) matmul_fwd(const kg::fp16* __restrict__ t_
       const kg::fp16* p_ = t_a + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_a_0 % 8 == 0;
       const int64_t q_ = (int64_t)(v1 * 64) * stride_a_0 + v26 * 32;
+      const int r0_ = (lane + warp * 32) / 32 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 4 * 8;
+      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_a_0 + k0_);
     #pragma unroll
       for (int i = 0; i < 2; ++i) {
-        const int c_ = lane + warp * 32 + i * 128;
-        const int r_ = c_ / 32 * 8 + c_ % 8, k_ = c_ / 8 % 4 * 8;
+        const int r_ = r0_ + i * 32, k_ = k0_;
         const int i0_ = v1 * 64 + r_, i1_ = v26 * 32 + k_;
-        const int64_t off_ = q_ + ((int64_t)r_ * stride_a_0 + k_);
+        const int64_t off_ = o0_ + (int64_t)(i * 32) * stride_a_0;
         const int slot_ = ((r_) / 8 * 4 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
         if (aligned_) {
           const int n_ = (i0_ < (size_M)) * kg::min_(kg::max_((size_K) - i1_, 0), 8);
@@ -166,12 +169,13 @@ KG_KERNEL void __launch_bounds__(128) matmul_fwd(const kg::fp16* __restrict__ t_
       const kg::fp16* p_ = t_b + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_b_0 % 8 == 0;
       const int64_t q_ = (int64_t)(v29 * 32) * stride_b_0 + v2 * 64;
+      const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
+      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_b_0 + k0_);
     #pragma unroll
       for (int i = 0; i < 2; ++i) {
-        const int c_ = lane + warp * 32 + i * 128;
-        const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+        const int r_ = r0_ + i * 16, k_ = k0_;
         const int i0_ = v29 * 32 + r_, i1_ = v2 * 64 + k_;
-        const int64_t off_ = q_ + ((int64_t)r_ * stride_b_0 + k_);
+        const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_b_0;
         const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 2048 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
         if (aligned_) {
           const int n_ = (i0_ < (size_K)) * kg::min_(kg::max_((size_N) - i1_, 0), 8);

@@ -40,12 +40,13 @@ KG_KERNEL void __launch_bounds__(128) matmul_bwd_db(const kg::fp16* __restrict__
     const kg::fp16* p_ = t_a + (0);
     const bool aligned_ = kg::aligned(p_, 16) && stride_a_0 % 8 == 0;
     const int64_t q_ = (int64_t)(v7 * 64) * stride_a_0 + v1 * 32;
+    const int r0_ = (lane + warp * 32) / 4, k0_ = ((lane + warp * 32) % 4) * 8;
+    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_a_0 + k0_);
   #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      const int c_ = lane + warp * 32 + i * 128;
-      const int r_ = c_ / 4, k_ = (c_ % 4) * 8;
+      const int r_ = r0_ + i * 32, k_ = k0_;
       const int i0_ = v7 * 64 + r_, i1_ = v1 * 32 + k_;
-      const int64_t off_ = q_ + ((int64_t)r_ * stride_a_0 + k_);
+      const int64_t off_ = o0_ + (int64_t)(i * 32) * stride_a_0;
       const int slot_ = (r_) * 40 + (k_);
       if (aligned_) {
         const int n_ = (i0_ < (size_M)) * kg::min_(kg::max_((size_K) - i1_, 0), 8);
@@ -65,12 +66,13 @@ KG_KERNEL void __launch_bounds__(128) matmul_bwd_db(const kg::fp16* __restrict__
     const kg::fp16* p_ = t_dc + (0);
     const bool aligned_ = kg::aligned(p_, 16) && stride_dc_0 % 8 == 0;
     const int64_t q_ = (int64_t)(v7 * 64) * stride_dc_0 + v2 * 64;
+    const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
+    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_dc_0 + k0_);
   #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const int c_ = lane + warp * 32 + i * 128;
-      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+      const int r_ = r0_ + i * 16, k_ = k0_;
       const int i0_ = v7 * 64 + r_, i1_ = v2 * 64 + k_;
-      const int64_t off_ = q_ + ((int64_t)r_ * stride_dc_0 + k_);
+      const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_dc_0;
       const int slot_ = (r_) * 72 + (k_);
       if (aligned_) {
         const int n_ = (i0_ < (size_M)) * kg::min_(kg::max_((size_N) - i1_, 0), 8);
@@ -123,12 +125,13 @@ KG_KERNEL void __launch_bounds__(128) matmul_bwd_db(const kg::fp16* __restrict__
       const kg::fp16* p_ = t_a + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_a_0 % 8 == 0;
       const int64_t q_ = (int64_t)(v26 * 64) * stride_a_0 + v1 * 32;
+      const int r0_ = (lane + warp * 32) / 4, k0_ = ((lane + warp * 32) % 4) * 8;
+      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_a_0 + k0_);
     #pragma unroll
       for (int i = 0; i < 2; ++i) {
-        const int c_ = lane + warp * 32 + i * 128;
-        const int r_ = c_ / 4, k_ = (c_ % 4) * 8;
+        const int r_ = r0_ + i * 32, k_ = k0_;
         const int i0_ = v26 * 64 + r_, i1_ = v1 * 32 + k_;
-        const int64_t off_ = q_ + ((int64_t)r_ * stride_a_0 + k_);
+        const int64_t off_ = o0_ + (int64_t)(i * 32) * stride_a_0;
         const int slot_ = (r_) * 40 + (k_);
         if (aligned_) {
           const int n_ = (i0_ < (size_M)) * kg::min_(kg::max_((size_K) - i1_, 0), 8);
@@ -157,12 +160,13 @@ KG_KERNEL void __launch_bounds__(128) matmul_bwd_db(const kg::fp16* __restrict__
       const kg::fp16* p_ = t_dc + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dc_0 % 8 == 0;
       const int64_t q_ = (int64_t)(v30 * 64) * stride_dc_0 + v2 * 64;
+      const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
+      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_dc_0 + k0_);
     #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const int c_ = lane + warp * 32 + i * 128;
-        const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+        const int r_ = r0_ + i * 16, k_ = k0_;
         const int i0_ = v30 * 64 + r_, i1_ = v2 * 64 + k_;
-        const int64_t off_ = q_ + ((int64_t)r_ * stride_dc_0 + k_);
+        const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_dc_0;
         const int slot_ = (r_) * 72 + (k_);
         if (aligned_) {
           const int n_ = (i0_ < (size_M)) * kg::min_(kg::max_((size_N) - i1_, 0), 8);

@@ -182,61 +182,55 @@ KG_KERNEL void __launch_bounds__(128) rmsnorm_bwd_rows(const kg::fp16* __restric
     #pragma unroll
     for (int e = 0; e < 1; ++e) v10[e] = y0_[e];
   }
-  // spec: specs/rmsnorm_bwd.yaml:38:74
+  // spec: specs/rmsnorm_bwd.yaml:37:47
   float (&v25)[1] = v2;
-  // spec: specs/rmsnorm_bwd.yaml:38:64
+  // spec: specs/rmsnorm_bwd.yaml:37:47
   float v26[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v26[e] = v25[0];
-  // spec: specs/rmsnorm_bwd.yaml:37:47
-  float (&v27)[1] = v2;
-  // spec: specs/rmsnorm_bwd.yaml:37:47
-  float v28[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v28[e] = v27[0];
   // spec: specs/rmsnorm_bwd.yaml:32:11
-  const float v29 = kg::cvt<float>(v0);
+  const float v27 = kg::cvt<float>(v0);
+  // spec: specs/rmsnorm_bwd.yaml:32:11
+  float v28[1];
+  #pragma unroll
+  for (int e = 0; e < 1; ++e) v28[e] = (v2[e] * v2[e]);
+  // spec: specs/rmsnorm_bwd.yaml:32:11
+  float v29[1];
+  #pragma unroll
+  for (int e = 0; e < 1; ++e) v29[e] = (v28[e] * v10[e]);
   // spec: specs/rmsnorm_bwd.yaml:32:11
   float v30[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v30[e] = (v2[e] * v2[e]);
-  // spec: specs/rmsnorm_bwd.yaml:32:11
-  float v31[1];
-  #pragma unroll
-  for (int e = 0; e < 1; ++e) v31[e] = (v30[e] * v10[e]);
-  // spec: specs/rmsnorm_bwd.yaml:32:11
-  float v32[1];
-  #pragma unroll
-  for (int e = 0; e < 1; ++e) v32[e] = (v31[e] / v29);
+  for (int e = 0; e < 1; ++e) v30[e] = (v29[e] / v27);
   // spec: specs/rmsnorm_bwd.yaml:37:70
-  float (&v33)[1] = v32;
+  float (&v31)[1] = v30;
   // spec: specs/rmsnorm_bwd.yaml:37:65
-  float v34[16];
+  float v32[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v34[e] = v33[0];
+  for (int e = 0; e < 16; ++e) v32[e] = v31[0];
   // spec: specs/rmsnorm_bwd.yaml:33:22
-  const int v35 = 1;
+  const int v33 = 1;
   // spec: specs/rmsnorm_bwd.yaml:33:22
-  const int v36 = 0;
+  const int v34 = 0;
   // spec: specs/rmsnorm_bwd.yaml:33:22
-  const int v37 = 512;
+  const int v35 = 512;
   // spec: specs/rmsnorm_bwd.yaml:33:22
-  const int v38 = 511;
+  const int v36 = 511;
   // spec: specs/rmsnorm_bwd.yaml:33:22
-  const int v39 = (v0 + v38);
+  const int v37 = (v0 + v36);
   // spec: specs/rmsnorm_bwd.yaml:33:22
-  const int v40 = (kg::floordiv(v39, v37));
+  const int v38 = (kg::floordiv(v37, v35));
   // spec: specs/rmsnorm_bwd.yaml:33:7
 
-  for (int v41 = v36; v41 < v40; v41 += v35) {
+  for (int v39 = v34; v39 < v38; v39 += v33) {
     
     // spec: specs/rmsnorm_bwd.yaml:34:16
-    kg::fp16 v42[16];
+    kg::fp16 v40[16];
     {
       const kg::fp16* p_ = t_x + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 8 == 0;
       const int t0_ = v1 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
-      const int t1_ = v41 * 512 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128;
+      const int t1_ = v39 * 512 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128;
     #pragma unroll
       for (int e = 0; e < 16; e += 8) {
         const int i0_ = t0_ + 0;
@@ -244,21 +238,21 @@ KG_KERNEL void __launch_bounds__(128) rmsnorm_bwd_rows(const kg::fp16* __restric
         const int64_t off_ = (int64_t)i0_ * stride_x_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_M) && i1_ + 8 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v42[e], p_ + off_);
+          kg::copy_vec<8>(&v40[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v42[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v40[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     // spec: specs/rmsnorm_bwd.yaml:35:16
-    kg::fp16 v43[16];
+    kg::fp16 v41[16];
     {
       const kg::fp16* p_ = t_dy + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dy_0 % 8 == 0;
       const int t0_ = v1 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
-      const int t1_ = v41 * 512 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128;
+      const int t1_ = v39 * 512 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128;
     #pragma unroll
       for (int e = 0; e < 16; e += 8) {
         const int i0_ = t0_ + 0;
@@ -266,115 +260,115 @@ KG_KERNEL void __launch_bounds__(128) rmsnorm_bwd_rows(const kg::fp16* __restric
         const int64_t off_ = (int64_t)i0_ * stride_dy_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_M) && i1_ + 8 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v43[e], p_ + off_);
+          kg::copy_vec<8>(&v41[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v43[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v41[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     // spec: specs/rmsnorm_bwd.yaml:36:20
-    kg::fp16 v44[16];
+    kg::fp16 v42[16];
     {
       const kg::fp16* p_ = t_w + (0);
       const bool aligned_ = kg::aligned(p_, 16);
-      const int t0_ = v41 * 512 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128;
+      const int t0_ = v39 * 512 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128;
     #pragma unroll
       for (int e = 0; e < 16; e += 8) {
         const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 256;
         const int64_t off_ = (int64_t)i0_ * 1;
         const bool in_ = i0_ + 8 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v44[e], p_ + off_);
+          kg::copy_vec<8>(&v42[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v44[e + v] = (i0_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v42[e + v] = (i0_ + v < (size_N)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     // spec: specs/rmsnorm_bwd.yaml:34:16
+    float v43[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v43[e] = kg::cvt<float>(kg::f32(v40[e]));
+    // spec: specs/rmsnorm_bwd.yaml:37:65
+    float v44[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v44[e] = (v43[e] * v32[e]);
+    // spec: specs/rmsnorm_bwd.yaml:36:20
     float v45[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v45[e] = kg::cvt<float>(kg::f32(v42[e]));
-    // spec: specs/rmsnorm_bwd.yaml:37:65
-    float v46[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v46[e] = (v45[e] * v34[e]);
     // spec: specs/rmsnorm_bwd.yaml:36:20
+    float (&v46)[16] = v45;
+    // spec: specs/rmsnorm_bwd.yaml:36:15
     float v47[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v47[e] = kg::cvt<float>(kg::f32(v44[e]));
-    // spec: specs/rmsnorm_bwd.yaml:36:20
-    float (&v48)[16] = v47;
+    for (int e = 0; e < 16; ++e) v47[e] = v46[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+    // spec: specs/rmsnorm_bwd.yaml:35:16
+    float v48[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v48[e] = kg::cvt<float>(kg::f32(v41[e]));
     // spec: specs/rmsnorm_bwd.yaml:36:15
     float v49[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v49[e] = v48[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-    // spec: specs/rmsnorm_bwd.yaml:35:16
+    for (int e = 0; e < 16; ++e) v49[e] = (v48[e] * v47[e]);
+    // spec: specs/rmsnorm_bwd.yaml:37:61
     float v50[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v50[e] = kg::cvt<float>(kg::f32(v43[e]));
-    // spec: specs/rmsnorm_bwd.yaml:36:15
+    for (int e = 0; e < 16; ++e) v50[e] = (v49[e] - v44[e]);
+    // spec: specs/rmsnorm_bwd.yaml:37:47
     float v51[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v51[e] = (v50[e] * v49[e]);
-    // spec: specs/rmsnorm_bwd.yaml:37:61
-    float v52[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v52[e] = (v51[e] - v46[e]);
-    // spec: specs/rmsnorm_bwd.yaml:37:47
-    float v53[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v53[e] = (v28[e] * v52[e]);
+    for (int e = 0; e < 16; ++e) v51[e] = (v26[e] * v50[e]);
     // spec: specs/rmsnorm_bwd.yaml:37:46
-    kg::fp16 v54[16];
+    kg::fp16 v52[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v54[e] = kg::cvt<kg::fp16>(v53[e]);
+    for (int e = 0; e < 16; ++e) v52[e] = kg::cvt<kg::fp16>(v51[e]);
     // spec: specs/rmsnorm_bwd.yaml:37:11
     if ((lane & 0) == 0 && (warp & 0) == 0) {
       kg::fp16* p_ = t_dx + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dx_0 % 8 == 0;
       const int t0_ = v1 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
-      const int t1_ = v41 * 512 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128;
+      const int t1_ = v39 * 512 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128;
     #pragma unroll
       for (int e = 0; e < 16; e += 8) {
         const int i0_ = t0_ + 0;
         const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 256;
         const int64_t off_ = (int64_t)i0_ * stride_dx_0 + (int64_t)i1_ * 1;
         if (aligned_ && i0_ < (size_M) && i1_ + 8 <= (size_N)) {
-          kg::copy_vec<8>(p_ + off_, &v54[e]);
+          kg::copy_vec<8>(p_ + off_, &v52[e]);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            if (i0_ < (size_M) && i1_ + v < (size_N)) p_[off_ + v] = v54[e + v];
+            if (i0_ < (size_M) && i1_ + v < (size_N)) p_[off_ + v] = v52[e + v];
         }
       }
     }
     // spec: specs/rmsnorm_bwd.yaml:38:64
-    float v55[16];
+    float v53[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v55[e] = (v50[e] * v45[e]);
+    for (int e = 0; e < 16; ++e) v53[e] = (v48[e] * v43[e]);
     // spec: specs/rmsnorm_bwd.yaml:38:64
-    float v56[16];
+    float v54[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v56[e] = (v55[e] * v26[e]);
+    for (int e = 0; e < 16; ++e) v54[e] = (v53[e] * v26[e]);
     // spec: specs/rmsnorm_bwd.yaml:38:60
-    float v57[16];
+    float v55[16];
     {
-      float r57[16];
+      float r55[16];
     #pragma unroll
-      for (int e = 0; e < 16; ++e) r57[e] = 0.0f;
+      for (int e = 0; e < 16; ++e) r55[e] = 0.0f;
     #pragma unroll
       for (int e = 0; e < 16; ++e) {
-        const float a_ = r57[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8], b_ = (float)(v56[e]);
-        r57[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8] = a_ + b_;
+        const float a_ = r55[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8], b_ = (float)(v54[e]);
+        r55[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8] = a_ + b_;
       }
       float* scratch_ = reinterpret_cast<float*>(smem + 0);
       kg::sync();
     #pragma unroll
-      for (int e = 0; e < 16; ++e) scratch_[warp * 512 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 256)) * 1] = r57[e];
+      for (int e = 0; e < 16; ++e) scratch_[warp * 512 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 256)) * 1] = r55[e];
       kg::sync();
     #pragma unroll
       for (int e = 0; e < 16; ++e) {
@@ -382,28 +376,28 @@ KG_KERNEL void __launch_bounds__(128) rmsnorm_bwd_rows(const kg::fp16* __restric
         { const float b_ = scratch_[(warp ^ 1) * 512 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 256)) * 1]; a_ = a_ + b_; }
         { const float b_ = scratch_[(warp ^ 2) * 512 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 256)) * 1]; a_ = a_ + b_; }
         { const float b_ = scratch_[(warp ^ 3) * 512 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 256)) * 1]; a_ = a_ + b_; }
-        r57[e] = a_;
+        r55[e] = a_;
       }
     #pragma unroll
-      for (int e = 0; e < 16; ++e) v57[e] = kg::cvt<float>(r57[e]);
+      for (int e = 0; e < 16; ++e) v55[e] = kg::cvt<float>(r55[e]);
     }
     // spec: specs/rmsnorm_bwd.yaml:38:25
-    const int v58 = kg::block_id_x();
+    const int v56 = kg::block_id_x();
     // spec: specs/rmsnorm_bwd.yaml:38:11
     if ((lane & 0) == 0 && (warp & 3) == 0) {
-      float* p_ = t_dw_part + ((int64_t)(v58) * stride_dw_part_0);
+      float* p_ = t_dw_part + ((int64_t)(v56) * stride_dw_part_0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dw_part_0 % 4 == 0;
-      const int t0_ = v41 * 512 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128;
+      const int t0_ = v39 * 512 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128;
     #pragma unroll
       for (int e = 0; e < 16; e += 4) {
         const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 256;
         const int64_t off_ = (int64_t)i0_ * 1;
         if (aligned_ && i0_ + 4 <= (size_N)) {
-          kg::copy_vec<4>(p_ + off_, &v57[e]);
+          kg::copy_vec<4>(p_ + off_, &v55[e]);
         } else {
     #pragma unroll
           for (int v = 0; v < 4; ++v)
-            if (i0_ + v < (size_N)) p_[off_ + v] = v57[e + v];
+            if (i0_ + v < (size_N)) p_[off_ + v] = v55[e + v];
         }
       }
     }

@@ -170,61 +170,55 @@ KG_KERNEL void __launch_bounds__(128) rmsnorm_bwd_rows(const float* __restrict__
     #pragma unroll
     for (int e = 0; e < 1; ++e) v10[e] = y0_[e];
   }
-  // spec: specs/rmsnorm_bwd.yaml:38:74
+  // spec: specs/rmsnorm_bwd.yaml:37:47
   float (&v22)[1] = v2;
-  // spec: specs/rmsnorm_bwd.yaml:38:64
+  // spec: specs/rmsnorm_bwd.yaml:37:47
   float v23[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v23[e] = v22[0];
-  // spec: specs/rmsnorm_bwd.yaml:37:47
-  float (&v24)[1] = v2;
-  // spec: specs/rmsnorm_bwd.yaml:37:47
-  float v25[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v25[e] = v24[0];
   // spec: specs/rmsnorm_bwd.yaml:32:11
-  const float v26 = kg::cvt<float>(v0);
+  const float v24 = kg::cvt<float>(v0);
+  // spec: specs/rmsnorm_bwd.yaml:32:11
+  float v25[1];
+  #pragma unroll
+  for (int e = 0; e < 1; ++e) v25[e] = (v2[e] * v2[e]);
+  // spec: specs/rmsnorm_bwd.yaml:32:11
+  float v26[1];
+  #pragma unroll
+  for (int e = 0; e < 1; ++e) v26[e] = (v25[e] * v10[e]);
   // spec: specs/rmsnorm_bwd.yaml:32:11
   float v27[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v27[e] = (v2[e] * v2[e]);
-  // spec: specs/rmsnorm_bwd.yaml:32:11
-  float v28[1];
-  #pragma unroll
-  for (int e = 0; e < 1; ++e) v28[e] = (v27[e] * v10[e]);
-  // spec: specs/rmsnorm_bwd.yaml:32:11
-  float v29[1];
-  #pragma unroll
-  for (int e = 0; e < 1; ++e) v29[e] = (v28[e] / v26);
+  for (int e = 0; e < 1; ++e) v27[e] = (v26[e] / v24);
   // spec: specs/rmsnorm_bwd.yaml:37:70
-  float (&v30)[1] = v29;
+  float (&v28)[1] = v27;
   // spec: specs/rmsnorm_bwd.yaml:37:65
-  float v31[16];
+  float v29[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v31[e] = v30[0];
+  for (int e = 0; e < 16; ++e) v29[e] = v28[0];
   // spec: specs/rmsnorm_bwd.yaml:33:22
-  const int v32 = 1;
+  const int v30 = 1;
   // spec: specs/rmsnorm_bwd.yaml:33:22
-  const int v33 = 0;
+  const int v31 = 0;
   // spec: specs/rmsnorm_bwd.yaml:33:22
-  const int v34 = 512;
+  const int v32 = 512;
   // spec: specs/rmsnorm_bwd.yaml:33:22
-  const int v35 = 511;
+  const int v33 = 511;
   // spec: specs/rmsnorm_bwd.yaml:33:22
-  const int v36 = (v0 + v35);
+  const int v34 = (v0 + v33);
   // spec: specs/rmsnorm_bwd.yaml:33:22
-  const int v37 = (kg::floordiv(v36, v34));
+  const int v35 = (kg::floordiv(v34, v32));
   // spec: specs/rmsnorm_bwd.yaml:33:7
 
-  for (int v38 = v33; v38 < v37; v38 += v32) {
+  for (int v36 = v31; v36 < v35; v36 += v30) {
     
     // spec: specs/rmsnorm_bwd.yaml:34:16
-    float v39[16];
+    float v37[16];
     {
       const float* p_ = t_x + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 4 == 0;
       const int t0_ = v1 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
-      const int t1_ = v38 * 512 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64;
+      const int t1_ = v36 * 512 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64;
     #pragma unroll
       for (int e = 0; e < 16; e += 4) {
         const int i0_ = t0_ + 0;
@@ -232,21 +226,21 @@ KG_KERNEL void __launch_bounds__(128) rmsnorm_bwd_rows(const float* __restrict__
         const int64_t off_ = (int64_t)i0_ * stride_x_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_M) && i1_ + 4 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<4>(&v39[e], p_ + off_);
+          kg::copy_vec<4>(&v37[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 4; ++v)
-            v39[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : 0.0f;
+            v37[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
     // spec: specs/rmsnorm_bwd.yaml:35:16
-    float v40[16];
+    float v38[16];
     {
       const float* p_ = t_dy + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dy_0 % 4 == 0;
       const int t0_ = v1 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
-      const int t1_ = v38 * 512 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64;
+      const int t1_ = v36 * 512 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64;
     #pragma unroll
       for (int e = 0; e < 16; e += 4) {
         const int i0_ = t0_ + 0;
@@ -254,99 +248,99 @@ KG_KERNEL void __launch_bounds__(128) rmsnorm_bwd_rows(const float* __restrict__
         const int64_t off_ = (int64_t)i0_ * stride_dy_0 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_M) && i1_ + 4 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<4>(&v40[e], p_ + off_);
+          kg::copy_vec<4>(&v38[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 4; ++v)
-            v40[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : 0.0f;
+            v38[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
     // spec: specs/rmsnorm_bwd.yaml:36:20
-    float v41[16];
+    float v39[16];
     {
       const float* p_ = t_w + (0);
       const bool aligned_ = kg::aligned(p_, 16);
-      const int t0_ = v38 * 512 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64;
+      const int t0_ = v36 * 512 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64;
     #pragma unroll
       for (int e = 0; e < 16; e += 4) {
         const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 128 + ((e >> 3) & 1) * 256;
         const int64_t off_ = (int64_t)i0_ * 1;
         const bool in_ = i0_ + 4 <= (size_N);
         if (aligned_ && in_) {
-          kg::copy_vec<4>(&v41[e], p_ + off_);
+          kg::copy_vec<4>(&v39[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 4; ++v)
-            v41[e + v] = (i0_ + v < (size_N)) ? p_[off_ + v] : 0.0f;
+            v39[e + v] = (i0_ + v < (size_N)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
     // spec: specs/rmsnorm_bwd.yaml:37:65
+    float v40[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v40[e] = (v37[e] * v29[e]);
+    // spec: specs/rmsnorm_bwd.yaml:36:20
+    float (&v41)[16] = v39;
+    // spec: specs/rmsnorm_bwd.yaml:36:15
     float v42[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v42[e] = (v39[e] * v31[e]);
-    // spec: specs/rmsnorm_bwd.yaml:36:20
-    float (&v43)[16] = v41;
+    for (int e = 0; e < 16; ++e) v42[e] = v41[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
     // spec: specs/rmsnorm_bwd.yaml:36:15
+    float v43[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v43[e] = (v38[e] * v42[e]);
+    // spec: specs/rmsnorm_bwd.yaml:37:61
     float v44[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v44[e] = v43[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-    // spec: specs/rmsnorm_bwd.yaml:36:15
+    for (int e = 0; e < 16; ++e) v44[e] = (v43[e] - v40[e]);
+    // spec: specs/rmsnorm_bwd.yaml:37:47
     float v45[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v45[e] = (v40[e] * v44[e]);
-    // spec: specs/rmsnorm_bwd.yaml:37:61
-    float v46[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v46[e] = (v45[e] - v42[e]);
-    // spec: specs/rmsnorm_bwd.yaml:37:47
-    float v47[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v47[e] = (v25[e] * v46[e]);
+    for (int e = 0; e < 16; ++e) v45[e] = (v23[e] * v44[e]);
     // spec: specs/rmsnorm_bwd.yaml:37:11
     if ((lane & 0) == 0 && (warp & 0) == 0) {
       float* p_ = t_dx + (0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dx_0 % 4 == 0;
       const int t0_ = v1 * 4 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
-      const int t1_ = v38 * 512 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64;
+      const int t1_ = v36 * 512 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64;
     #pragma unroll
       for (int e = 0; e < 16; e += 4) {
         const int i0_ = t0_ + 0;
         const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 128 + ((e >> 3) & 1) * 256;
         const int64_t off_ = (int64_t)i0_ * stride_dx_0 + (int64_t)i1_ * 1;
         if (aligned_ && i0_ < (size_M) && i1_ + 4 <= (size_N)) {
-          kg::copy_vec<4>(p_ + off_, &v47[e]);
+          kg::copy_vec<4>(p_ + off_, &v45[e]);
         } else {
     #pragma unroll
           for (int v = 0; v < 4; ++v)
-            if (i0_ < (size_M) && i1_ + v < (size_N)) p_[off_ + v] = v47[e + v];
+            if (i0_ < (size_M) && i1_ + v < (size_N)) p_[off_ + v] = v45[e + v];
         }
       }
     }
     // spec: specs/rmsnorm_bwd.yaml:38:64
-    float v48[16];
+    float v46[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v48[e] = (v40[e] * v39[e]);
+    for (int e = 0; e < 16; ++e) v46[e] = (v38[e] * v37[e]);
     // spec: specs/rmsnorm_bwd.yaml:38:64
-    float v49[16];
+    float v47[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v49[e] = (v48[e] * v23[e]);
+    for (int e = 0; e < 16; ++e) v47[e] = (v46[e] * v23[e]);
     // spec: specs/rmsnorm_bwd.yaml:38:60
-    float v50[16];
+    float v48[16];
     {
-      float r50[16];
+      float r48[16];
     #pragma unroll
-      for (int e = 0; e < 16; ++e) r50[e] = 0.0f;
+      for (int e = 0; e < 16; ++e) r48[e] = 0.0f;
     #pragma unroll
       for (int e = 0; e < 16; ++e) {
-        const float a_ = r50[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8], b_ = (float)(v49[e]);
-        r50[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8] = a_ + b_;
+        const float a_ = r48[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8], b_ = (float)(v47[e]);
+        r48[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8] = a_ + b_;
       }
       float* scratch_ = reinterpret_cast<float*>(smem + 0);
       kg::sync();
     #pragma unroll
-      for (int e = 0; e < 16; ++e) scratch_[warp * 512 + (((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 128 + ((e >> 3) & 1) * 256)) * 1] = r50[e];
+      for (int e = 0; e < 16; ++e) scratch_[warp * 512 + (((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 128 + ((e >> 3) & 1) * 256)) * 1] = r48[e];
       kg::sync();
     #pragma unroll
       for (int e = 0; e < 16; ++e) {
@@ -354,28 +348,28 @@ KG_KERNEL void __launch_bounds__(128) rmsnorm_bwd_rows(const float* __restrict__
         { const float b_ = scratch_[(warp ^ 1) * 512 + (((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 128 + ((e >> 3) & 1) * 256)) * 1]; a_ = a_ + b_; }
         { const float b_ = scratch_[(warp ^ 2) * 512 + (((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 128 + ((e >> 3) & 1) * 256)) * 1]; a_ = a_ + b_; }
         { const float b_ = scratch_[(warp ^ 3) * 512 + (((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 128 + ((e >> 3) & 1) * 256)) * 1]; a_ = a_ + b_; }
-        r50[e] = a_;
+        r48[e] = a_;
       }
     #pragma unroll
-      for (int e = 0; e < 16; ++e) v50[e] = kg::cvt<float>(r50[e]);
+      for (int e = 0; e < 16; ++e) v48[e] = kg::cvt<float>(r48[e]);
     }
     // spec: specs/rmsnorm_bwd.yaml:38:25
-    const int v51 = kg::block_id_x();
+    const int v49 = kg::block_id_x();
     // spec: specs/rmsnorm_bwd.yaml:38:11
     if ((lane & 0) == 0 && (warp & 3) == 0) {
-      float* p_ = t_dw_part + ((int64_t)(v51) * stride_dw_part_0);
+      float* p_ = t_dw_part + ((int64_t)(v49) * stride_dw_part_0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dw_part_0 % 4 == 0;
-      const int t0_ = v38 * 512 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64;
+      const int t0_ = v36 * 512 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64;
     #pragma unroll
       for (int e = 0; e < 16; e += 4) {
         const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 128 + ((e >> 3) & 1) * 256;
         const int64_t off_ = (int64_t)i0_ * 1;
         if (aligned_ && i0_ + 4 <= (size_N)) {
-          kg::copy_vec<4>(p_ + off_, &v50[e]);
+          kg::copy_vec<4>(p_ + off_, &v48[e]);
         } else {
     #pragma unroll
           for (int v = 0; v < 4; ++v)
-            if (i0_ + v < (size_N)) p_[off_ + v] = v50[e + v];
+            if (i0_ + v < (size_N)) p_[off_ + v] = v48[e + v];
         }
       }
     }

@@ -206,124 +206,118 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_bwd_dc
   #pragma unroll
   for (int e = 0; e < 16; ++e) v27[((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 72 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0))] = v12[e];
   kg::sync();
+  // spec: specs/ssd_bwd.yaml:317:69
+  float (&v28)[16] = v17;
+  // spec: specs/ssd_bwd.yaml:317:69
+  float v29[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v29[e] = v28[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
   // spec: specs/ssd_bwd.yaml:307:34
-  int v28[16];
+  int v30[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v28[e] = (((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16);
+  for (int e = 0; e < 16; ++e) v30[e] = (((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16);
   // spec: specs/ssd_bwd.yaml:307:20
-  const int v29 = 64;
+  const int v31 = 64;
   // spec: specs/ssd_bwd.yaml:307:20
-  const int v30 = (v14 * v29);
+  const int v32 = (v14 * v31);
   // spec: specs/ssd_bwd.yaml:307:20
-  int v31[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v31[e] = (v30 + v28[e]);
-  // spec: specs/ssd_bwd.yaml:320:56
-  int (&v32)[16] = v31;
-  // spec: specs/ssd_bwd.yaml:320:33
   int v33[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v33[e] = v32[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-  // spec: specs/ssd_bwd.yaml:317:69
-  float (&v34)[16] = v17;
-  // spec: specs/ssd_bwd.yaml:317:69
-  float v35[16];
+  for (int e = 0; e < 16; ++e) v33[e] = (v32 + v30[e]);
+  // spec: specs/ssd_bwd.yaml:317:44
+  int (&v34)[16] = v33;
+  // spec: specs/ssd_bwd.yaml:317:21
+  int v35[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v35[e] = v34[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-  // spec: specs/ssd_bwd.yaml:317:44
-  int (&v36)[16] = v31;
-  // spec: specs/ssd_bwd.yaml:317:21
-  int v37[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v37[e] = v36[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
   // spec: specs/ssd_bwd.yaml:312:22
-  const int v38 = 1;
+  const int v36 = 1;
   // spec: specs/ssd_bwd.yaml:312:22
-  const int v39 = 0;
+  const int v37 = 0;
   // spec: specs/ssd_bwd.yaml:312:22
+  const int v38 = 64;
+  // spec: specs/ssd_bwd.yaml:312:22
+  const int v39 = 63;
+  // spec: specs/ssd_bwd.yaml:312:27
   const int v40 = 64;
-  // spec: specs/ssd_bwd.yaml:312:22
-  const int v41 = 63;
-  // spec: specs/ssd_bwd.yaml:312:27
-  const int v42 = 64;
   // spec: specs/ssd_bwd.yaml:312:28
-  const int v43 = 1;
+  const int v41 = 1;
   // spec: specs/ssd_bwd.yaml:312:28
-  const int v44 = (v14 + v43);
+  const int v42 = (v14 + v41);
   // spec: specs/ssd_bwd.yaml:312:27
-  const int v45 = (v44 * v42);
+  const int v43 = (v42 * v40);
   // spec: specs/ssd_bwd.yaml:312:22
-  const int v46 = (v45 + v41);
+  const int v44 = (v43 + v39);
   // spec: specs/ssd_bwd.yaml:312:22
-  const int v47 = (kg::floordiv(v46, v40));
+  const int v45 = (kg::floordiv(v44, v38));
   // spec: specs/ssd_bwd.yaml:311:90
-  float v48[16];
+  float v46[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v48[e] = kg::exp_(v17[e]);
+  for (int e = 0; e < 16; ++e) v46[e] = kg::exp_(v17[e]);
   // spec: specs/ssd_bwd.yaml:311:13
-  float v49[16];
+  float v47[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v49[e] = (v26[e] * v48[e]);
+  for (int e = 0; e < 16; ++e) v47[e] = (v26[e] * v46[e]);
   // spec: specs/ssd_bwd.yaml:312:7
 
-  float v50[16];
+  float v48[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v50[e] = v49[e];
-  for (int v51 = v39; v51 < v47; v51 += v38) {
-    float (&v52)[16] = v50;
+  for (int e = 0; e < 16; ++e) v48[e] = v47[e];
+  for (int v49 = v37; v49 < v45; v49 += v36) {
+    float (&v50)[16] = v48;
     
     // spec: specs/ssd_bwd.yaml:315:18
-    float v53[1];
+    float v51[1];
     {
       const float* p_ = t_dA_cumsum + ((int64_t)(v10) * stride_dA_cumsum_0 + (int64_t)(v8) * stride_dA_cumsum_1 + (int64_t)(v16) * stride_dA_cumsum_2);
       const bool aligned_ = false;
-      const int t0_ = v51 * 64 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32;
+      const int t0_ = v49 * 64 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32;
     #pragma unroll
       for (int e = 0; e < 1; e += 1) {
         const int i0_ = t0_ + 0;
         const int64_t off_ = (int64_t)i0_ * 1;
         const bool in_ = i0_ + 1 <= (128);
         if (aligned_ && in_) {
-          kg::copy_vec<1>(&v53[e], p_ + off_);
+          kg::copy_vec<1>(&v51[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 1; ++v)
-            v53[e + v] = (i0_ + v < (128)) ? p_[off_ + v] : 0.0f;
+            v51[e + v] = (i0_ + v < (128)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
     // spec: specs/ssd_bwd.yaml:316:18
-    float v54[1];
+    float v52[1];
     {
       const float* p_ = t_dt_eff + ((int64_t)(v10) * stride_dt_eff_0 + (int64_t)(v8) * stride_dt_eff_1 + (int64_t)(v16) * stride_dt_eff_2);
       const bool aligned_ = false;
-      const int t0_ = v51 * 64 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32;
+      const int t0_ = v49 * 64 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32;
     #pragma unroll
       for (int e = 0; e < 1; e += 1) {
         const int i0_ = t0_ + 0;
         const int64_t off_ = (int64_t)i0_ * 1;
         const bool in_ = i0_ + 1 <= (128);
         if (aligned_ && in_) {
-          kg::copy_vec<1>(&v54[e], p_ + off_);
+          kg::copy_vec<1>(&v52[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 1; ++v)
-            v54[e + v] = (i0_ + v < (128)) ? p_[off_ + v] : 0.0f;
+            v52[e + v] = (i0_ + v < (128)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
     // spec: specs/ssd_bwd.yaml:313:23
-    const int v55 = 2;
+    const int v53 = 2;
     // spec: specs/ssd_bwd.yaml:313:23
-    const int v56 = (v16 * v55);
+    const int v54 = (v16 * v53);
     // spec: specs/ssd_bwd.yaml:313:23
-    const int v57 = (v56 + v51);
+    const int v55 = (v54 + v49);
     // spec: specs/ssd_bwd.yaml:318:24
-    kg::bf16 v58[16];
+    kg::bf16 v56[16];
     {
       const kg::bf16* p_ = t_x + ((int64_t)(v10) * stride_x_0 + (int64_t)(v8) * stride_x_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 8 == 0 && stride_x_1 % 8 == 0 && stride_x_2 % 8 == 0;
-      const int t0_ = v57 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
+      const int t0_ = v55 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
       const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
     #pragma unroll
       for (int e = 0; e < 16; e += 8) {
@@ -332,28 +326,28 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_bwd_dc
         const int64_t off_ = (int64_t)i0_ * stride_x_1 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_seqlen);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v58[e], p_ + off_);
+          kg::copy_vec<8>(&v56[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v58[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v56[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     // spec: specs/ssd_bwd.yaml:318:15
-    kg::bf16* v59 = reinterpret_cast<kg::bf16*>(smem + 9216);
+    kg::bf16* v57 = reinterpret_cast<kg::bf16*>(smem + 9216);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v59[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v58[e]);
+    for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v57[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v56[e]);
     kg::sync();
     // spec: specs/ssd_bwd.yaml:318:15
-    kg::bf16* v60 = v59;
+    kg::bf16* v58 = v57;
     // spec: specs/ssd_bwd.yaml:318:15
-    float v61[16];
+    float v59[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v61[e] = 0.0f;
+    for (int e = 0; e < 16; ++e) v59[e] = 0.0f;
     // spec: specs/ssd_bwd.yaml:318:15
-    float (&v62)[16] = v61;
+    float (&v60)[16] = v59;
     #pragma unroll
     for (int ks = 0; ks < 8; ++ks) {
       alignas(16) kg::bf16 fa_[4];
@@ -361,20 +355,20 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_bwd_dc
       for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v27[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       alignas(16) kg::bf16 fb_[4];
     #pragma unroll
-      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v60[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v58[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 1; ++rn)
-          kg::mfma_32x32x8_bf16(&v62[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+          kg::mfma_32x32x8_bf16(&v60[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
     }
     // spec: specs/ssd_bwd.yaml:319:16
-    float v63[16];
+    float v61[16];
     {
       const float* p_ = t_CB + ((int64_t)(v10) * stride_CB_0 + (int64_t)(v16) * stride_CB_1 + (int64_t)(v9) * stride_CB_2);
       const bool aligned_ = false;
       const int t0_ = v14 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
-      const int t1_ = v51 * 64 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32;
+      const int t1_ = v49 * 64 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32;
     #pragma unroll
       for (int e = 0; e < 16; e += 1) {
         const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
@@ -382,136 +376,136 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_bwd_dc
         const int64_t off_ = (int64_t)i0_ * stride_CB_3 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (128) && i1_ + 1 <= (128);
         if (aligned_ && in_) {
-          kg::copy_vec<1>(&v63[e], p_ + off_);
+          kg::copy_vec<1>(&v61[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 1; ++v)
-            v63[e + v] = (i0_ < (128) && i1_ + v < (128)) ? p_[off_ + v] : 0.0f;
+            v61[e + v] = (i0_ < (128) && i1_ + v < (128)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
     // spec: specs/ssd_bwd.yaml:320:27
-    const float v64 = 0.0f;
+    const float v62 = 0.0f;
     // spec: specs/ssd_bwd.yaml:318:55
-    float (&v65)[1] = v54;
+    float (&v63)[1] = v52;
     // spec: specs/ssd_bwd.yaml:318:15
-    float v66[16];
+    float v64[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v66[e] = v65[0];
+    for (int e = 0; e < 16; ++e) v64[e] = v63[0];
     // spec: specs/ssd_bwd.yaml:317:15
-    const float v67 = 0.0f;
+    const float v65 = 0.0f;
     // spec: specs/ssd_bwd.yaml:317:85
-    float (&v68)[1] = v53;
+    float (&v66)[1] = v51;
     // spec: specs/ssd_bwd.yaml:317:69
+    float v67[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v67[e] = v66[0];
+    // spec: specs/ssd_bwd.yaml:317:69
+    float v68[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v68[e] = (v29[e] - v67[e]);
+    // spec: specs/ssd_bwd.yaml:317:65
     float v69[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v69[e] = v68[0];
-    // spec: specs/ssd_bwd.yaml:317:69
-    float v70[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v70[e] = (v35[e] - v69[e]);
-    // spec: specs/ssd_bwd.yaml:317:65
-    float v71[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v71[e] = kg::exp_(v70[e]);
+    for (int e = 0; e < 16; ++e) v69[e] = kg::exp_(v68[e]);
     // spec: specs/ssd_bwd.yaml:314:38
-    int v72[1];
+    int v70[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v72[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0);
+    for (int e = 0; e < 1; ++e) v70[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0);
     // spec: specs/ssd_bwd.yaml:314:24
-    const int v73 = 64;
+    const int v71 = 64;
     // spec: specs/ssd_bwd.yaml:314:24
-    const int v74 = (v51 * v73);
+    const int v72 = (v49 * v71);
     // spec: specs/ssd_bwd.yaml:314:24
-    int v75[1];
+    int v73[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v75[e] = (v74 + v72[e]);
+    for (int e = 0; e < 1; ++e) v73[e] = (v72 + v70[e]);
     // spec: specs/ssd_bwd.yaml:317:21
-    int (&v76)[1] = v75;
+    int (&v74)[1] = v73;
     // spec: specs/ssd_bwd.yaml:317:21
-    int v77[16];
+    int v75[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v77[e] = v76[0];
+    for (int e = 0; e < 16; ++e) v75[e] = v74[0];
     // spec: specs/ssd_bwd.yaml:317:21
-    bool v78[16];
+    bool v76[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v78[e] = (v77[e] <= v37[e]);
+    for (int e = 0; e < 16; ++e) v76[e] = (v75[e] <= v35[e]);
     // spec: specs/ssd_bwd.yaml:317:15
+    float v77[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v77[e] = (v76[e] ? v69[e] : v65);
+    // spec: specs/ssd_bwd.yaml:318:15
+    float v78[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v78[e] = (v60[e] * v77[e]);
+    // spec: specs/ssd_bwd.yaml:318:15
     float v79[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v79[e] = (v78[e] ? v71[e] : v67);
-    // spec: specs/ssd_bwd.yaml:318:15
+    for (int e = 0; e < 16; ++e) v79[e] = (v78[e] * v64[e]);
+    // spec: specs/ssd_bwd.yaml:320:77
     float v80[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v80[e] = (v62[e] * v79[e]);
-    // spec: specs/ssd_bwd.yaml:318:15
-    float v81[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v81[e] = (v80[e] * v66[e]);
-    // spec: specs/ssd_bwd.yaml:320:77
-    float v82[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v82[e] = (v81[e] * v63[e]);
+    for (int e = 0; e < 16; ++e) v80[e] = (v79[e] * v61[e]);
     // spec: specs/ssd_bwd.yaml:320:33
-    int (&v83)[1] = v75;
+    int (&v81)[1] = v73;
     // spec: specs/ssd_bwd.yaml:320:33
-    int v84[16];
+    int v82[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v84[e] = v83[0];
+    for (int e = 0; e < 16; ++e) v82[e] = v81[0];
     // spec: specs/ssd_bwd.yaml:320:33
-    bool v85[16];
+    bool v83[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v85[e] = (v84[e] <= v33[e]);
+    for (int e = 0; e < 16; ++e) v83[e] = (v82[e] <= v35[e]);
     // spec: specs/ssd_bwd.yaml:320:27
-    float v86[16];
+    float v84[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v86[e] = (v85[e] ? v82[e] : v64);
+    for (int e = 0; e < 16; ++e) v84[e] = (v83[e] ? v80[e] : v62);
     // spec: specs/ssd_bwd.yaml:320:23
-    float v87[16];
+    float v85[16];
     {
-      float r87[16];
+      float r85[16];
     #pragma unroll
-      for (int e = 0; e < 16; ++e) r87[e] = 0.0f;
+      for (int e = 0; e < 16; ++e) r85[e] = 0.0f;
     #pragma unroll
       for (int e = 0; e < 16; ++e) {
-        const float a_ = r87[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8], b_ = (float)(v86[e]);
-        r87[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8] = a_ + b_;
+        const float a_ = r85[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8], b_ = (float)(v84[e]);
+        r85[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8] = a_ + b_;
       }
     #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r87[e], b_ = kg::shfl_xor(a_, 1); r87[e] = a_ + b_; }
+      for (int e = 0; e < 16; ++e) { const float a_ = r85[e], b_ = kg::shfl_xor(a_, 1); r85[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r87[e], b_ = kg::shfl_xor(a_, 2); r87[e] = a_ + b_; }
+      for (int e = 0; e < 16; ++e) { const float a_ = r85[e], b_ = kg::shfl_xor(a_, 2); r85[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r87[e], b_ = kg::shfl_xor(a_, 4); r87[e] = a_ + b_; }
+      for (int e = 0; e < 16; ++e) { const float a_ = r85[e], b_ = kg::shfl_xor(a_, 4); r85[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r87[e], b_ = kg::shfl_xor(a_, 8); r87[e] = a_ + b_; }
+      for (int e = 0; e < 16; ++e) { const float a_ = r85[e], b_ = kg::shfl_xor(a_, 8); r85[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r87[e], b_ = kg::shfl_xor(a_, 16); r87[e] = a_ + b_; }
+      for (int e = 0; e < 16; ++e) { const float a_ = r85[e], b_ = kg::shfl_xor(a_, 16); r85[e] = a_ + b_; }
       float* scratch_ = reinterpret_cast<float*>(smem + 9216);
       kg::sync();
     #pragma unroll
-      for (int e = 0; e < 16; ++e) scratch_[warp * 64 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = r87[e];
+      for (int e = 0; e < 16; ++e) scratch_[warp * 64 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = r85[e];
       kg::sync();
     #pragma unroll
       for (int e = 0; e < 16; ++e) {
         float a_ = scratch_[(warp ^ 0) * 64 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1];
         { const float b_ = scratch_[(warp ^ 1) * 64 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1]; a_ = a_ + b_; }
-        r87[e] = a_;
+        r85[e] = a_;
       }
     #pragma unroll
-      for (int e = 0; e < 16; ++e) v87[e] = kg::cvt<float>(r87[e]);
+      for (int e = 0; e < 16; ++e) v85[e] = kg::cvt<float>(r85[e]);
     }
     // spec: specs/ssd_bwd.yaml:320:17
-    float v88[16];
+    float v86[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v88[e] = (v52[e] + v87[e]);
+    for (int e = 0; e < 16; ++e) v86[e] = (v50[e] + v85[e]);
     // spec: specs/ssd_bwd.yaml:320:17
 
     float y0_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y0_[e] = v88[e];
+    for (int e = 0; e < 16; ++e) y0_[e] = v86[e];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v50[e] = y0_[e];
+    for (int e = 0; e < 16; ++e) v48[e] = y0_[e];
   }
   // spec: specs/ssd_bwd.yaml:321:7
   if ((lane & 31) == 0 && (warp & 1) == 0) {
@@ -523,16 +517,16 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_bwd_dc
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
       const int64_t off_ = (int64_t)i0_ * 1;
       if (aligned_ && i0_ + 4 <= (128)) {
-        kg::copy_vec<4>(p_ + off_, &v50[e]);
+        kg::copy_vec<4>(p_ + off_, &v48[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 4; ++v)
-          if (i0_ + v < (128)) p_[off_ + v] = v50[e + v];
+          if (i0_ + v < (128)) p_[off_ + v] = v48[e + v];
       }
     }
   }
   // spec: specs/ssd_bwd.yaml:322:64
-  kg::bf16 v89[16];
+  kg::bf16 v87[16];
   {
     const kg::bf16* p_ = t_x + ((int64_t)(v10) * stride_x_0 + (int64_t)(v8) * stride_x_2);
     const bool aligned_ = false;
@@ -545,65 +539,65 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_bwd_dc
       const int64_t off_ = (int64_t)i0_ * stride_x_1 + (int64_t)i1_ * 1;
       const bool in_ = i0_ < (size_seqlen);
       if (aligned_ && in_) {
-        kg::copy_vec<1>(&v89[e], p_ + off_);
+        kg::copy_vec<1>(&v87[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          v89[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v87[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
   // spec: specs/ssd_bwd.yaml:322:64
+  float v88[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v88[e] = kg::cvt<float>(kg::f32(v87[e]));
+  // spec: specs/ssd_bwd.yaml:322:49
+  float v89[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v89[e] = kg::cvt<float>(kg::f32(v12[e]));
+  // spec: specs/ssd_bwd.yaml:322:49
   float v90[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v90[e] = kg::cvt<float>(kg::f32(v89[e]));
-  // spec: specs/ssd_bwd.yaml:322:49
-  float v91[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v91[e] = kg::cvt<float>(kg::f32(v12[e]));
-  // spec: specs/ssd_bwd.yaml:322:49
-  float v92[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v92[e] = (v91[e] * v90[e]);
+  for (int e = 0; e < 16; ++e) v90[e] = (v89[e] * v88[e]);
   // spec: specs/ssd_bwd.yaml:322:45
-  float v93[1];
+  float v91[1];
   {
-    float r93[1];
+    float r91[1];
   #pragma unroll
-    for (int e = 0; e < 1; ++e) r93[e] = 0.0f;
+    for (int e = 0; e < 1; ++e) r91[e] = 0.0f;
   #pragma unroll
     for (int e = 0; e < 16; ++e) {
-      const float a_ = r93[0], b_ = (float)(v92[e]);
-      r93[0] = a_ + b_;
+      const float a_ = r91[0], b_ = (float)(v90[e]);
+      r91[0] = a_ + b_;
     }
   #pragma unroll
-    for (int e = 0; e < 1; ++e) { const float a_ = r93[e], b_ = kg::shfl_xor(a_, 32); r93[e] = a_ + b_; }
+    for (int e = 0; e < 1; ++e) { const float a_ = r91[e], b_ = kg::shfl_xor(a_, 32); r91[e] = a_ + b_; }
     float* scratch_ = reinterpret_cast<float*>(smem + 0);
     kg::sync();
   #pragma unroll
-    for (int e = 0; e < 1; ++e) scratch_[warp * 64 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 1] = r93[e];
+    for (int e = 0; e < 1; ++e) scratch_[warp * 64 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 1] = r91[e];
     kg::sync();
   #pragma unroll
     for (int e = 0; e < 1; ++e) {
       float a_ = scratch_[(warp ^ 0) * 64 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 1];
       { const float b_ = scratch_[(warp ^ 2) * 64 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 1]; a_ = a_ + b_; }
-      r93[e] = a_;
+      r91[e] = a_;
     }
   #pragma unroll
-    for (int e = 0; e < 1; ++e) v93[e] = kg::cvt<float>(r93[e]);
+    for (int e = 0; e < 1; ++e) v91[e] = kg::cvt<float>(r91[e]);
   }
   // spec: specs/ssd_bwd.yaml:322:26
-  const int v94 = kg::block_id_x();
+  const int v92 = kg::block_id_x();
   // spec: specs/ssd_bwd.yaml:322:7
   if ((lane & 32) == 0 && (warp & 2) == 0) {
-    float* p_ = t_D_part + ((int64_t)(v10) * stride_D_part_0 + (int64_t)(v8) * stride_D_part_1 + (int64_t)(v94) * stride_D_part_2);
+    float* p_ = t_D_part + ((int64_t)(v10) * stride_D_part_0 + (int64_t)(v8) * stride_D_part_1 + (int64_t)(v92) * stride_D_part_2);
     const bool aligned_ = false;
     const int t0_ = 0 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32;
   #pragma unroll
     for (int e = 0; e < 1; e += 1) {
       const int i0_ = t0_ + 0;
       const int64_t off_ = (int64_t)i0_ * 1;
-      if (true) p_[off_] = v93[e];
+      if (true) p_[off_] = v91[e];
     }
   }
 }

@@ -41,12 +41,13 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_cb(const kg::bf16* __restrict__ t_
     const kg::bf16* p_ = t_C + ((int64_t)(v8) * stride_C_0 + (int64_t)(v7) * stride_C_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_C_0 % 8 == 0 && stride_C_1 % 8 == 0 && stride_C_2 % 8 == 0;
     const int64_t q_ = (int64_t)(v5 * 64) * stride_C_1 + 0;
+    const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
+    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_C_1 + k0_);
   #pragma unroll
     for (int i = 0; i < 8; ++i) {
-      const int c_ = lane + warp * 32 + i * 128;
-      const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
+      const int r_ = r0_ + i * 8, k_ = k0_;
       const int i0_ = v5 * 64 + r_, i1_ = 0 + k_;
-      const int64_t off_ = q_ + ((int64_t)r_ * stride_C_1 + k_);
+      const int64_t off_ = o0_ + (int64_t)(i * 8) * stride_C_1;
       const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 4096 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 512;
       if (aligned_) {
         const int n_ = (i0_ < (size_seqlen)) * 8;
@@ -108,12 +109,13 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_cb(const kg::bf16* __restrict__ t_
     const kg::bf16* p_ = t_B + ((int64_t)(v8) * stride_B_0 + (int64_t)(v7) * stride_B_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_B_0 % 8 == 0 && stride_B_1 % 8 == 0 && stride_B_2 % 8 == 0;
     const int64_t q_ = (int64_t)(v17 * 64) * stride_B_1 + 0;
+    const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
+    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_B_1 + k0_);
   #pragma unroll
     for (int i = 0; i < 8; ++i) {
-      const int c_ = lane + warp * 32 + i * 128;
-      const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
+      const int r_ = r0_ + i * 8, k_ = k0_;
       const int i0_ = v17 * 64 + r_, i1_ = 0 + k_;
-      const int64_t off_ = q_ + ((int64_t)r_ * stride_B_1 + k_);
+      const int64_t off_ = o0_ + (int64_t)(i * 8) * stride_B_1;
       const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 4096 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 512;
       if (aligned_) {
         const int n_ = (i0_ < (size_seqlen)) * 8;
@@ -169,12 +171,13 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_cb(const kg::bf16* __restrict__ t_
       const kg::bf16* p_ = t_B + ((int64_t)(v8) * stride_B_0 + (int64_t)(v7) * stride_B_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_B_0 % 8 == 0 && stride_B_1 % 8 == 0 && stride_B_2 % 8 == 0;
       const int64_t q_ = (int64_t)(v43 * 64) * stride_B_1 + 0;
+      const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
+      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_B_1 + k0_);
     #pragma unroll
       for (int i = 0; i < 8; ++i) {
-        const int c_ = lane + warp * 32 + i * 128;
-        const int r_ = c_ / 16, k_ = (c_ % 16) * 8;
+        const int r_ = r0_ + i * 8, k_ = k0_;
         const int i0_ = v43 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = q_ + ((int64_t)r_ * stride_B_1 + k_);
+        const int64_t off_ = o0_ + (int64_t)(i * 8) * stride_B_1;
         const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 4096 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 512;
         if (aligned_) {
           const int n_ = (i0_ < (size_seqlen)) * 8;

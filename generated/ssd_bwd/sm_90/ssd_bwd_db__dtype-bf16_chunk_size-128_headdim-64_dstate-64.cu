@@ -61,12 +61,13 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_db(const kg::bf16* __restrict__ t_
     const kg::bf16* p_ = t_x + ((int64_t)(v18) * stride_x_0 + (int64_t)(v16) * stride_x_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 8 == 0 && stride_x_1 % 8 == 0 && stride_x_2 % 8 == 0;
     const int64_t q_ = (int64_t)(v7 * 64) * stride_x_1 + 0;
+    const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
+    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_x_1 + k0_);
   #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      const int c_ = lane + warp * 32 + i * 256;
-      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+      const int r_ = r0_ + i * 32, k_ = k0_;
       const int i0_ = v7 * 64 + r_, i1_ = 0 + k_;
-      const int64_t off_ = q_ + ((int64_t)r_ * stride_x_1 + k_);
+      const int64_t off_ = o0_ + (int64_t)(i * 32) * stride_x_1;
       const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
       if (aligned_) {
         const int n_ = (i0_ < (size_seqlen)) * 8;
@@ -94,12 +95,13 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_db(const kg::bf16* __restrict__ t_
     const kg::bf16* p_ = t_out_grad_state + ((int64_t)(v18) * stride_out_grad_state_0 + (int64_t)(v23) * stride_out_grad_state_1 + (int64_t)(v21) * stride_out_grad_state_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_out_grad_state_0 % 8 == 0 && stride_out_grad_state_1 % 8 == 0 && stride_out_grad_state_2 % 8 == 0 && stride_out_grad_state_3 % 8 == 0;
     const int64_t q_ = (int64_t)(0) * stride_out_grad_state_3 + 0;
+    const int r0_ = (lane + warp * 32) / 64 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 8 * 8;
+    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_out_grad_state_3 + k0_);
   #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      const int c_ = lane + warp * 32 + i * 256;
-      const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
+      const int r_ = r0_ + i * 32, k_ = k0_;
       const int i0_ = 0 + r_, i1_ = 0 + k_;
-      const int64_t off_ = q_ + ((int64_t)r_ * stride_out_grad_state_3 + k_);
+      const int64_t off_ = o0_ + (int64_t)(i * 32) * stride_out_grad_state_3;
       const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
       if (aligned_) {
         const int n_ = (i0_ < (64)) * 8;
@@ -209,12 +211,13 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_db(const kg::bf16* __restrict__ t_
       const kg::bf16* p_ = t_x + ((int64_t)(v18) * stride_x_0 + (int64_t)(v46) * stride_x_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 8 == 0 && stride_x_1 % 8 == 0 && stride_x_2 % 8 == 0;
       const int64_t q_ = (int64_t)(v7 * 64) * stride_x_1 + 0;
+      const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
+      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_x_1 + k0_);
     #pragma unroll
       for (int i = 0; i < 2; ++i) {
-        const int c_ = lane + warp * 32 + i * 256;
-        const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+        const int r_ = r0_ + i * 32, k_ = k0_;
         const int i0_ = v7 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = q_ + ((int64_t)r_ * stride_x_1 + k_);
+        const int64_t off_ = o0_ + (int64_t)(i * 32) * stride_x_1;
         const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
         if (aligned_) {
           const int n_ = (i0_ < (size_seqlen)) * 8;
@@ -246,12 +249,13 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_db(const kg::bf16* __restrict__ t_
       const kg::bf16* p_ = t_out_grad_state + ((int64_t)(v18) * stride_out_grad_state_0 + (int64_t)(v23) * stride_out_grad_state_1 + (int64_t)(v51) * stride_out_grad_state_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_out_grad_state_0 % 8 == 0 && stride_out_grad_state_1 % 8 == 0 && stride_out_grad_state_2 % 8 == 0 && stride_out_grad_state_3 % 8 == 0;
       const int64_t q_ = (int64_t)(0) * stride_out_grad_state_3 + 0;
+      const int r0_ = (lane + warp * 32) / 64 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 8 * 8;
+      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_out_grad_state_3 + k0_);
     #pragma unroll
       for (int i = 0; i < 2; ++i) {
-        const int c_ = lane + warp * 32 + i * 256;
-        const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
+        const int r_ = r0_ + i * 32, k_ = k0_;
         const int i0_ = 0 + r_, i1_ = 0 + k_;
-        const int64_t off_ = q_ + ((int64_t)r_ * stride_out_grad_state_3 + k_);
+        const int64_t off_ = o0_ + (int64_t)(i * 32) * stride_out_grad_state_3;
         const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
         if (aligned_) {
           const int n_ = (i0_ < (64)) * 8;
@@ -367,12 +371,13 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_db(const kg::bf16* __restrict__ t_
     const kg::bf16* p_ = t_C + ((int64_t)(v18) * stride_C_0 + (int64_t)(v13) * stride_C_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_C_0 % 8 == 0 && stride_C_1 % 8 == 0 && stride_C_2 % 8 == 0;
     const int64_t q_ = (int64_t)(v72 * 64) * stride_C_1 + 0;
+    const int r0_ = (lane + warp * 32) / 64 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 8 * 8;
+    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_C_1 + k0_);
   #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      const int c_ = lane + warp * 32 + i * 256;
-      const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
+      const int r_ = r0_ + i * 32, k_ = k0_;
       const int i0_ = v72 * 64 + r_, i1_ = 0 + k_;
-      const int64_t off_ = q_ + ((int64_t)r_ * stride_C_1 + k_);
+      const int64_t off_ = o0_ + (int64_t)(i * 32) * stride_C_1;
       const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
       if (aligned_) {
         const int n_ = (i0_ < (size_seqlen)) * 8;
@@ -441,12 +446,13 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_db(const kg::bf16* __restrict__ t_
       const kg::bf16* p_ = t_x + ((int64_t)(v18) * stride_x_0 + (int64_t)(v102) * stride_x_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 8 == 0 && stride_x_1 % 8 == 0 && stride_x_2 % 8 == 0;
       const int64_t q_ = (int64_t)(v7 * 64) * stride_x_1 + 0;
+      const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
+      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_x_1 + k0_);
     #pragma unroll
       for (int i = 0; i < 2; ++i) {
-        const int c_ = lane + warp * 32 + i * 256;
-        const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+        const int r_ = r0_ + i * 32, k_ = k0_;
         const int i0_ = v7 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = q_ + ((int64_t)r_ * stride_x_1 + k_);
+        const int64_t off_ = o0_ + (int64_t)(i * 32) * stride_x_1;
         const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
         if (aligned_) {
           const int n_ = (i0_ < (size_seqlen)) * 8;
@@ -476,12 +482,13 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_db(const kg::bf16* __restrict__ t_
       const kg::bf16* p_ = t_dy + ((int64_t)(v18) * stride_dy_0 + (int64_t)(v106) * stride_dy_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dy_0 % 8 == 0 && stride_dy_1 % 8 == 0 && stride_dy_2 % 8 == 0;
       const int64_t q_ = (int64_t)(v109 * 64) * stride_dy_1 + 0;
+      const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
+      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_dy_1 + k0_);
     #pragma unroll
       for (int i = 0; i < 2; ++i) {
-        const int c_ = lane + warp * 32 + i * 256;
-        const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+        const int r_ = r0_ + i * 32, k_ = k0_;
         const int i0_ = v109 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = q_ + ((int64_t)r_ * stride_dy_1 + k_);
+        const int64_t off_ = o0_ + (int64_t)(i * 32) * stride_dy_1;
         const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
         if (aligned_) {
           const int n_ = (i0_ < (size_seqlen)) * 8;
@@ -621,12 +628,13 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_db(const kg::bf16* __restrict__ t_
         const kg::bf16* p_ = t_x + ((int64_t)(v18) * stride_x_0 + (int64_t)(v135) * stride_x_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 8 == 0 && stride_x_1 % 8 == 0 && stride_x_2 % 8 == 0;
         const int64_t q_ = (int64_t)(v7 * 64) * stride_x_1 + 0;
+        const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
+        const int64_t o0_ = q_ + ((int64_t)r0_ * stride_x_1 + k0_);
       #pragma unroll
         for (int i = 0; i < 2; ++i) {
-          const int c_ = lane + warp * 32 + i * 256;
-          const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+          const int r_ = r0_ + i * 32, k_ = k0_;
           const int i0_ = v7 * 64 + r_, i1_ = 0 + k_;
-          const int64_t off_ = q_ + ((int64_t)r_ * stride_x_1 + k_);
+          const int64_t off_ = o0_ + (int64_t)(i * 32) * stride_x_1;
           const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
           if (aligned_) {
             const int n_ = (i0_ < (size_seqlen)) * 8;
@@ -658,12 +666,13 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_db(const kg::bf16* __restrict__ t_
         const kg::bf16* p_ = t_dy + ((int64_t)(v18) * stride_dy_0 + (int64_t)(v140) * stride_dy_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_dy_0 % 8 == 0 && stride_dy_1 % 8 == 0 && stride_dy_2 % 8 == 0;
         const int64_t q_ = (int64_t)(v109 * 64) * stride_dy_1 + 0;
+        const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
+        const int64_t o0_ = q_ + ((int64_t)r0_ * stride_dy_1 + k0_);
       #pragma unroll
         for (int i = 0; i < 2; ++i) {
-          const int c_ = lane + warp * 32 + i * 256;
-          const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+          const int r_ = r0_ + i * 32, k_ = k0_;
           const int i0_ = v109 * 64 + r_, i1_ = 0 + k_;
-          const int64_t off_ = q_ + ((int64_t)r_ * stride_dy_1 + k_);
+          const int64_t off_ = o0_ + (int64_t)(i * 32) * stride_dy_1;
           const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
           if (aligned_) {
             const int n_ = (i0_ < (size_seqlen)) * 8;
@@ -793,12 +802,13 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_db(const kg::bf16* __restrict__ t_
       const kg::bf16* p_ = t_C + ((int64_t)(v18) * stride_C_0 + (int64_t)(v13) * stride_C_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_C_0 % 8 == 0 && stride_C_1 % 8 == 0 && stride_C_2 % 8 == 0;
       const int64_t q_ = (int64_t)(v168 * 64) * stride_C_1 + 0;
+      const int r0_ = (lane + warp * 32) / 64 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 8 * 8;
+      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_C_1 + k0_);
     #pragma unroll
       for (int i = 0; i < 2; ++i) {
-        const int c_ = lane + warp * 32 + i * 256;
-        const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
+        const int r_ = r0_ + i * 32, k_ = k0_;
         const int i0_ = v168 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = q_ + ((int64_t)r_ * stride_C_1 + k_);
+        const int64_t off_ = o0_ + (int64_t)(i * 32) * stride_C_1;
         const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
         if (aligned_) {
           const int n_ = (i0_ < (size_seqlen)) * 8;

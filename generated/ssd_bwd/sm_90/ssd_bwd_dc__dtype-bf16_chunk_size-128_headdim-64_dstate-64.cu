@@ -59,12 +59,13 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_dc(const kg::bf16* __restrict__ t_
     const kg::bf16* p_ = t_dy + ((int64_t)(v17) * stride_dy_0 + (int64_t)(v15) * stride_dy_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_dy_0 % 8 == 0 && stride_dy_1 % 8 == 0 && stride_dy_2 % 8 == 0;
     const int64_t q_ = (int64_t)(v6 * 64) * stride_dy_1 + 0;
+    const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
+    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_dy_1 + k0_);
   #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      const int c_ = lane + warp * 32 + i * 256;
-      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+      const int r_ = r0_ + i * 32, k_ = k0_;
       const int i0_ = v6 * 64 + r_, i1_ = 0 + k_;
-      const int64_t off_ = q_ + ((int64_t)r_ * stride_dy_1 + k_);
+      const int64_t off_ = o0_ + (int64_t)(i * 32) * stride_dy_1;
       const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
       if (aligned_) {
         const int n_ = (i0_ < (size_seqlen)) * 8;
@@ -92,12 +93,13 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_dc(const kg::bf16* __restrict__ t_
     const kg::bf16* p_ = t_prev_states_lp + ((int64_t)(v17) * stride_prev_states_lp_0 + (int64_t)(v22) * stride_prev_states_lp_1 + (int64_t)(v20) * stride_prev_states_lp_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_prev_states_lp_0 % 8 == 0 && stride_prev_states_lp_1 % 8 == 0 && stride_prev_states_lp_2 % 8 == 0 && stride_prev_states_lp_3 % 8 == 0;
     const int64_t q_ = (int64_t)(0) * stride_prev_states_lp_3 + 0;
+    const int r0_ = (lane + warp * 32) / 64 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 8 * 8;
+    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_prev_states_lp_3 + k0_);
   #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      const int c_ = lane + warp * 32 + i * 256;
-      const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
+      const int r_ = r0_ + i * 32, k_ = k0_;
       const int i0_ = 0 + r_, i1_ = 0 + k_;
-      const int64_t off_ = q_ + ((int64_t)r_ * stride_prev_states_lp_3 + k_);
+      const int64_t off_ = o0_ + (int64_t)(i * 32) * stride_prev_states_lp_3;
       const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
       if (aligned_) {
         const int n_ = (i0_ < (64)) * 8;
@@ -183,12 +185,13 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_dc(const kg::bf16* __restrict__ t_
       const kg::bf16* p_ = t_dy + ((int64_t)(v17) * stride_dy_0 + (int64_t)(v42) * stride_dy_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dy_0 % 8 == 0 && stride_dy_1 % 8 == 0 && stride_dy_2 % 8 == 0;
       const int64_t q_ = (int64_t)(v6 * 64) * stride_dy_1 + 0;
+      const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
+      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_dy_1 + k0_);
     #pragma unroll
       for (int i = 0; i < 2; ++i) {
-        const int c_ = lane + warp * 32 + i * 256;
-        const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+        const int r_ = r0_ + i * 32, k_ = k0_;
         const int i0_ = v6 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = q_ + ((int64_t)r_ * stride_dy_1 + k_);
+        const int64_t off_ = o0_ + (int64_t)(i * 32) * stride_dy_1;
         const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
         if (aligned_) {
           const int n_ = (i0_ < (size_seqlen)) * 8;
@@ -220,12 +223,13 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_dc(const kg::bf16* __restrict__ t_
       const kg::bf16* p_ = t_prev_states_lp + ((int64_t)(v17) * stride_prev_states_lp_0 + (int64_t)(v22) * stride_prev_states_lp_1 + (int64_t)(v47) * stride_prev_states_lp_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_prev_states_lp_0 % 8 == 0 && stride_prev_states_lp_1 % 8 == 0 && stride_prev_states_lp_2 % 8 == 0 && stride_prev_states_lp_3 % 8 == 0;
       const int64_t q_ = (int64_t)(0) * stride_prev_states_lp_3 + 0;
+      const int r0_ = (lane + warp * 32) / 64 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 8 * 8;
+      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_prev_states_lp_3 + k0_);
     #pragma unroll
       for (int i = 0; i < 2; ++i) {
-        const int c_ = lane + warp * 32 + i * 256;
-        const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
+        const int r_ = r0_ + i * 32, k_ = k0_;
         const int i0_ = 0 + r_, i1_ = 0 + k_;
-        const int64_t off_ = q_ + ((int64_t)r_ * stride_prev_states_lp_3 + k_);
+        const int64_t off_ = o0_ + (int64_t)(i * 32) * stride_prev_states_lp_3;
         const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
         if (aligned_) {
           const int n_ = (i0_ < (64)) * 8;
@@ -325,12 +329,13 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_dc(const kg::bf16* __restrict__ t_
     const kg::bf16* p_ = t_B + ((int64_t)(v17) * stride_B_0 + (int64_t)(v12) * stride_B_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_B_0 % 8 == 0 && stride_B_1 % 8 == 0 && stride_B_2 % 8 == 0;
     const int64_t q_ = (int64_t)(v63 * 64) * stride_B_1 + 0;
+    const int r0_ = (lane + warp * 32) / 64 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 8 * 8;
+    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_B_1 + k0_);
   #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      const int c_ = lane + warp * 32 + i * 256;
-      const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
+      const int r_ = r0_ + i * 32, k_ = k0_;
       const int i0_ = v63 * 64 + r_, i1_ = 0 + k_;
-      const int64_t off_ = q_ + ((int64_t)r_ * stride_B_1 + k_);
+      const int64_t off_ = o0_ + (int64_t)(i * 32) * stride_B_1;
       const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
       if (aligned_) {
         const int n_ = (i0_ < (size_seqlen)) * 8;
@@ -399,12 +404,13 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_dc(const kg::bf16* __restrict__ t_
       const kg::bf16* p_ = t_dy + ((int64_t)(v17) * stride_dy_0 + (int64_t)(v92) * stride_dy_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dy_0 % 8 == 0 && stride_dy_1 % 8 == 0 && stride_dy_2 % 8 == 0;
       const int64_t q_ = (int64_t)(v6 * 64) * stride_dy_1 + 0;
+      const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
+      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_dy_1 + k0_);
     #pragma unroll
       for (int i = 0; i < 2; ++i) {
-        const int c_ = lane + warp * 32 + i * 256;
-        const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+        const int r_ = r0_ + i * 32, k_ = k0_;
         const int i0_ = v6 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = q_ + ((int64_t)r_ * stride_dy_1 + k_);
+        const int64_t off_ = o0_ + (int64_t)(i * 32) * stride_dy_1;
         const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
         if (aligned_) {
           const int n_ = (i0_ < (size_seqlen)) * 8;
@@ -434,12 +440,13 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_dc(const kg::bf16* __restrict__ t_
       const kg::bf16* p_ = t_x + ((int64_t)(v17) * stride_x_0 + (int64_t)(v96) * stride_x_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 8 == 0 && stride_x_1 % 8 == 0 && stride_x_2 % 8 == 0;
       const int64_t q_ = (int64_t)(v99 * 64) * stride_x_1 + 0;
+      const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
+      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_x_1 + k0_);
     #pragma unroll
       for (int i = 0; i < 2; ++i) {
-        const int c_ = lane + warp * 32 + i * 256;
-        const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+        const int r_ = r0_ + i * 32, k_ = k0_;
         const int i0_ = v99 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = q_ + ((int64_t)r_ * stride_x_1 + k_);
+        const int64_t off_ = o0_ + (int64_t)(i * 32) * stride_x_1;
         const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
         if (aligned_) {
           const int n_ = (i0_ < (size_seqlen)) * 8;
@@ -579,12 +586,13 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_dc(const kg::bf16* __restrict__ t_
         const kg::bf16* p_ = t_dy + ((int64_t)(v17) * stride_dy_0 + (int64_t)(v125) * stride_dy_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_dy_0 % 8 == 0 && stride_dy_1 % 8 == 0 && stride_dy_2 % 8 == 0;
         const int64_t q_ = (int64_t)(v6 * 64) * stride_dy_1 + 0;
+        const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
+        const int64_t o0_ = q_ + ((int64_t)r0_ * stride_dy_1 + k0_);
       #pragma unroll
         for (int i = 0; i < 2; ++i) {
-          const int c_ = lane + warp * 32 + i * 256;
-          const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+          const int r_ = r0_ + i * 32, k_ = k0_;
           const int i0_ = v6 * 64 + r_, i1_ = 0 + k_;
-          const int64_t off_ = q_ + ((int64_t)r_ * stride_dy_1 + k_);
+          const int64_t off_ = o0_ + (int64_t)(i * 32) * stride_dy_1;
           const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
           if (aligned_) {
             const int n_ = (i0_ < (size_seqlen)) * 8;
@@ -616,12 +624,13 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_dc(const kg::bf16* __restrict__ t_
         const kg::bf16* p_ = t_x + ((int64_t)(v17) * stride_x_0 + (int64_t)(v130) * stride_x_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 8 == 0 && stride_x_1 % 8 == 0 && stride_x_2 % 8 == 0;
         const int64_t q_ = (int64_t)(v99 * 64) * stride_x_1 + 0;
+        const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
+        const int64_t o0_ = q_ + ((int64_t)r0_ * stride_x_1 + k0_);
       #pragma unroll
         for (int i = 0; i < 2; ++i) {
-          const int c_ = lane + warp * 32 + i * 256;
-          const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+          const int r_ = r0_ + i * 32, k_ = k0_;
           const int i0_ = v99 * 64 + r_, i1_ = 0 + k_;
-          const int64_t off_ = q_ + ((int64_t)r_ * stride_x_1 + k_);
+          const int64_t off_ = o0_ + (int64_t)(i * 32) * stride_x_1;
           const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
           if (aligned_) {
             const int n_ = (i0_ < (size_seqlen)) * 8;
@@ -751,12 +760,13 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_dc(const kg::bf16* __restrict__ t_
       const kg::bf16* p_ = t_B + ((int64_t)(v17) * stride_B_0 + (int64_t)(v12) * stride_B_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_B_0 % 8 == 0 && stride_B_1 % 8 == 0 && stride_B_2 % 8 == 0;
       const int64_t q_ = (int64_t)(v158 * 64) * stride_B_1 + 0;
+      const int r0_ = (lane + warp * 32) / 64 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 8 * 8;
+      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_B_1 + k0_);
     #pragma unroll
       for (int i = 0; i < 2; ++i) {
-        const int c_ = lane + warp * 32 + i * 256;
-        const int r_ = c_ / 64 * 8 + c_ % 8, k_ = c_ / 8 % 8 * 8;
+        const int r_ = r0_ + i * 32, k_ = k0_;
         const int i0_ = v158 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = q_ + ((int64_t)r_ * stride_B_1 + k_);
+        const int64_t off_ = o0_ + (int64_t)(i * 32) * stride_B_1;
         const int slot_ = ((r_) / 8 * 8 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
         if (aligned_) {
           const int n_ = (i0_ < (size_seqlen)) * 8;

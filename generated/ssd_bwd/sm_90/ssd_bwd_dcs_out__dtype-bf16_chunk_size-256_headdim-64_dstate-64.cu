@@ -104,12 +104,13 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dcs_out(const kg::bf16* __restrict
     const kg::bf16* p_ = t_C + ((int64_t)(v8) * stride_C_0 + (int64_t)(v17) * stride_C_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_C_0 % 8 == 0 && stride_C_1 % 8 == 0 && stride_C_2 % 8 == 0;
     const int64_t q_ = (int64_t)(v6 * 64) * stride_C_1 + 0;
+    const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
+    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_C_1 + k0_);
   #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const int c_ = lane + warp * 32 + i * 128;
-      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+      const int r_ = r0_ + i * 16, k_ = k0_;
       const int i0_ = v6 * 64 + r_, i1_ = 0 + k_;
-      const int64_t off_ = q_ + ((int64_t)r_ * stride_C_1 + k_);
+      const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_C_1;
       const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
       if (aligned_) {
         const int n_ = (i0_ < (size_seqlen)) * 8;
@@ -133,12 +134,13 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dcs_out(const kg::bf16* __restrict
     const kg::bf16* p_ = t_prev_states_lp + ((int64_t)(v8) * stride_prev_states_lp_0 + (int64_t)(v13) * stride_prev_states_lp_1 + (int64_t)(v7) * stride_prev_states_lp_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_prev_states_lp_0 % 8 == 0 && stride_prev_states_lp_1 % 8 == 0 && stride_prev_states_lp_2 % 8 == 0 && stride_prev_states_lp_3 % 8 == 0;
     const int64_t q_ = (int64_t)(0) * stride_prev_states_lp_3 + 0;
+    const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
+    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_prev_states_lp_3 + k0_);
   #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const int c_ = lane + warp * 32 + i * 128;
-      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+      const int r_ = r0_ + i * 16, k_ = k0_;
       const int i0_ = 0 + r_, i1_ = 0 + k_;
-      const int64_t off_ = q_ + ((int64_t)r_ * stride_prev_states_lp_3 + k_);
+      const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_prev_states_lp_3;
       const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
       if (aligned_) {
         const int n_ = (i0_ < (64)) * 8;
@@ -244,12 +246,13 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dcs_out(const kg::bf16* __restrict
     const kg::bf16* p_ = t_x + ((int64_t)(v8) * stride_x_0 + (int64_t)(v7) * stride_x_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 8 == 0 && stride_x_1 % 8 == 0 && stride_x_2 % 8 == 0;
     const int64_t q_ = (int64_t)(v32 * 64) * stride_x_1 + 0;
+    const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
+    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_x_1 + k0_);
   #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const int c_ = lane + warp * 32 + i * 128;
-      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+      const int r_ = r0_ + i * 16, k_ = k0_;
       const int i0_ = v32 * 64 + r_, i1_ = 0 + k_;
-      const int64_t off_ = q_ + ((int64_t)r_ * stride_x_1 + k_);
+      const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_x_1;
       const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
       if (aligned_) {
         const int n_ = (i0_ < (size_seqlen)) * 8;
@@ -262,103 +265,97 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dcs_out(const kg::bf16* __restrict
     }
   }
   kg::cp_async_commit();
+  // spec: specs/ssd_bwd.yaml:317:69
+  float (&v42)[2] = v14;
+  // spec: specs/ssd_bwd.yaml:317:69
+  float v43[32];
+  #pragma unroll
+  for (int e = 0; e < 32; ++e) v43[e] = v42[((e >> 1) & 1) * 1];
   // spec: specs/ssd_bwd.yaml:307:34
-  int v42[2];
+  int v44[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v42[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8);
+  for (int e = 0; e < 2; ++e) v44[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8);
   // spec: specs/ssd_bwd.yaml:307:20
-  const int v43 = 64;
+  const int v45 = 64;
   // spec: specs/ssd_bwd.yaml:307:20
-  const int v44 = (v11 * v43);
+  const int v46 = (v11 * v45);
   // spec: specs/ssd_bwd.yaml:307:20
-  int v45[2];
+  int v47[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v45[e] = (v44 + v42[e]);
-  // spec: specs/ssd_bwd.yaml:320:56
-  int (&v46)[2] = v45;
-  // spec: specs/ssd_bwd.yaml:320:33
-  int v47[32];
-  #pragma unroll
-  for (int e = 0; e < 32; ++e) v47[e] = v46[((e >> 1) & 1) * 1];
-  // spec: specs/ssd_bwd.yaml:317:69
-  float (&v48)[2] = v14;
-  // spec: specs/ssd_bwd.yaml:317:69
-  float v49[32];
+  for (int e = 0; e < 2; ++e) v47[e] = (v46 + v44[e]);
+  // spec: specs/ssd_bwd.yaml:317:44
+  int (&v48)[2] = v47;
+  // spec: specs/ssd_bwd.yaml:317:21
+  int v49[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v49[e] = v48[((e >> 1) & 1) * 1];
-  // spec: specs/ssd_bwd.yaml:317:44
-  int (&v50)[2] = v45;
-  // spec: specs/ssd_bwd.yaml:317:21
-  int v51[32];
-  #pragma unroll
-  for (int e = 0; e < 32; ++e) v51[e] = v50[((e >> 1) & 1) * 1];
   // spec: specs/ssd_bwd.yaml:312:22
-  const int v52 = 1;
+  const int v50 = 1;
   // spec: specs/ssd_bwd.yaml:311:90
-  float v53[2];
+  float v51[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v53[e] = kg::exp_(v14[e]);
+  for (int e = 0; e < 2; ++e) v51[e] = kg::exp_(v14[e]);
   // spec: specs/ssd_bwd.yaml:311:13
-  float v54[2];
+  float v52[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v54[e] = (v25[e] * v53[e]);
+  for (int e = 0; e < 2; ++e) v52[e] = (v25[e] * v51[e]);
   // spec: specs/ssd_bwd.yaml:312:7
 
-  float v55[2];
+  float v53[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v55[e] = v54[e];
-  for (int v56 = v31; v56 < v40; v56 += v52) {
-    float (&v57)[2] = v55;
+  for (int e = 0; e < 2; ++e) v53[e] = v52[e];
+  for (int v54 = v31; v54 < v40; v54 += v50) {
+    float (&v55)[2] = v53;
     
     // spec: specs/ssd_bwd.yaml:312:7
-    const int v58 = (v56 - v31);
+    const int v56 = (v54 - v31);
     // spec: specs/ssd_bwd.yaml:312:7
-    const int v59 = (kg::floordiv(v58, v52));
+    const int v57 = (kg::floordiv(v56, v50));
     // spec: specs/ssd_bwd.yaml:312:7
-    kg::bf16* v60 = v26 + (v59 % 2) * 4096;
+    kg::bf16* v58 = v26 + (v57 % 2) * 4096;
     // spec: specs/ssd_bwd.yaml:313:23
-    const int v61 = 4;
+    const int v59 = 4;
     // spec: specs/ssd_bwd.yaml:313:23
-    const int v62 = (v13 * v61);
+    const int v60 = (v13 * v59);
     // spec: specs/ssd_bwd.yaml:313:23
-    const int v63 = (v62 + v56);
+    const int v61 = (v60 + v54);
     // spec: specs/ssd_bwd.yaml:315:18
-    float v64[16];
+    float v62[16];
     {
       const float* p_ = t_dA_cumsum + ((int64_t)(v8) * stride_dA_cumsum_0 + (int64_t)(v7) * stride_dA_cumsum_1 + (int64_t)(v13) * stride_dA_cumsum_2);
       const bool aligned_ = kg::aligned(p_, 8) && stride_dA_cumsum_0 % 2 == 0 && stride_dA_cumsum_1 % 2 == 0 && stride_dA_cumsum_2 % 2 == 0;
-      const int t0_ = v56 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
+      const int t0_ = v54 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
     #pragma unroll
       for (int e = 0; e < 16; e += 2) {
         const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32;
         const int64_t off_ = (int64_t)i0_ * 1;
         const bool in_ = i0_ + 2 <= (256);
         if (aligned_ && in_) {
-          kg::copy_vec<2>(&v64[e], p_ + off_);
+          kg::copy_vec<2>(&v62[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 2; ++v)
-            v64[e + v] = (i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
+            v62[e + v] = (i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
     // spec: specs/ssd_bwd.yaml:316:18
-    float v65[16];
+    float v63[16];
     {
       const float* p_ = t_dt_eff + ((int64_t)(v8) * stride_dt_eff_0 + (int64_t)(v7) * stride_dt_eff_1 + (int64_t)(v13) * stride_dt_eff_2);
       const bool aligned_ = kg::aligned(p_, 8) && stride_dt_eff_0 % 2 == 0 && stride_dt_eff_1 % 2 == 0 && stride_dt_eff_2 % 2 == 0;
-      const int t0_ = v56 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
+      const int t0_ = v54 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
     #pragma unroll
       for (int e = 0; e < 16; e += 2) {
         const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32;
         const int64_t off_ = (int64_t)i0_ * 1;
         const bool in_ = i0_ + 2 <= (256);
         if (aligned_ && in_) {
-          kg::copy_vec<2>(&v65[e], p_ + off_);
+          kg::copy_vec<2>(&v63[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 2; ++v)
-            v65[e + v] = (i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
+            v63[e + v] = (i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
@@ -367,53 +364,54 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dcs_out(const kg::bf16* __restrict
     kg::fence_proxy_async();
     kg::sync();
     // spec: specs/ssd_bwd.yaml:312:7
-    const int v66 = 1;
+    const int v64 = 1;
     // spec: specs/ssd_bwd.yaml:312:7
-    const int v67 = (v59 + v66);
+    const int v65 = (v57 + v64);
     // spec: specs/ssd_bwd.yaml:312:7
-    kg::bf16* v68 = v26 + (v67 % 2) * 4096;
+    kg::bf16* v66 = v26 + (v65 % 2) * 4096;
     // spec: specs/ssd_bwd.yaml:313:23
-    const int v69 = 4;
+    const int v67 = 4;
     // spec: specs/ssd_bwd.yaml:313:23
-    const int v70 = (v13 * v69);
+    const int v68 = (v13 * v67);
     // spec: specs/ssd_bwd.yaml:318:24
-    const int v71 = (v56 + v52);
+    const int v69 = (v54 + v50);
     // spec: specs/ssd_bwd.yaml:313:23
-    const int v72 = (v70 + v71);
+    const int v70 = (v68 + v69);
     // spec: specs/ssd_bwd.yaml:318:24
-    const bool v73 = (v71 < v40);
+    const bool v71 = (v69 < v40);
     // spec: specs/ssd_bwd.yaml:318:24
-    if (v73) {
+    if (v71) {
       const kg::bf16* p_ = t_x + ((int64_t)(v8) * stride_x_0 + (int64_t)(v7) * stride_x_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 8 == 0 && stride_x_1 % 8 == 0 && stride_x_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v72 * 64) * stride_x_1 + 0;
+      const int64_t q_ = (int64_t)(v70 * 64) * stride_x_1 + 0;
+      const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
+      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_x_1 + k0_);
     #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const int c_ = lane + warp * 32 + i * 128;
-        const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
-        const int i0_ = v72 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = q_ + ((int64_t)r_ * stride_x_1 + k_);
+        const int r_ = r0_ + i * 16, k_ = k0_;
+        const int i0_ = v70 * 64 + r_, i1_ = 0 + k_;
+        const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_x_1;
         const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
         if (aligned_) {
           const int n_ = (i0_ < (size_seqlen)) * 8;
-          kg::cp_async<16>(&v68[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v66[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v68[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v66[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
     // spec: specs/ssd_bwd.yaml:318:15
-    kg::bf16* v74 = v60;
+    kg::bf16* v72 = v58;
     // spec: specs/ssd_bwd.yaml:318:15
-    float v75[32];
+    float v73[32];
     // spec: specs/ssd_bwd.yaml:318:15
-    float (&v76)[32] = v75;
+    float (&v74)[32] = v73;
     {
       const int wg_ = 0;
-      const uint64_t db_ = kg::wgmma_desc(v74, 16, 1024, 1);
+      const uint64_t db_ = kg::wgmma_desc(v72, 16, 1024, 1);
       kg::wgmma_fence();
     #pragma unroll
       for (int ks = 0; ks < 4; ++ks)
@@ -421,16 +419,16 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dcs_out(const kg::bf16* __restrict
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n64k16_bf16_rs<0>(&v76[(rm * 1 + rn) * 32], &v9[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
+            kg::wgmma_m64n64k16_bf16_rs<0>(&v74[(rm * 1 + rn) * 32], &v9[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
       kg::wgmma_commit();
     }
     // spec: specs/ssd_bwd.yaml:319:16
-    float v77[32];
+    float v75[32];
     {
       const float* p_ = t_CB + ((int64_t)(v8) * stride_CB_0 + (int64_t)(v13) * stride_CB_1 + (int64_t)(v17) * stride_CB_2);
       const bool aligned_ = kg::aligned(p_, 8) && stride_CB_0 % 2 == 0 && stride_CB_1 % 2 == 0 && stride_CB_2 % 2 == 0 && stride_CB_3 % 2 == 0;
       const int t0_ = v11 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
-      const int t1_ = v56 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
+      const int t1_ = v54 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
     #pragma unroll
       for (int e = 0; e < 32; e += 2) {
         const int i0_ = t0_ + ((e >> 1) & 1) * 8;
@@ -438,126 +436,126 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dcs_out(const kg::bf16* __restrict
         const int64_t off_ = (int64_t)i0_ * stride_CB_3 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (256) && i1_ + 2 <= (256);
         if (aligned_ && in_) {
-          kg::copy_vec<2>(&v77[e], p_ + off_);
+          kg::copy_vec<2>(&v75[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 2; ++v)
-            v77[e + v] = (i0_ < (256) && i1_ + v < (256)) ? p_[off_ + v] : 0.0f;
+            v75[e + v] = (i0_ < (256) && i1_ + v < (256)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
     // spec: specs/ssd_bwd.yaml:320:27
-    const float v78 = 0.0f;
+    const float v76 = 0.0f;
     // spec: specs/ssd_bwd.yaml:318:55
-    float (&v79)[16] = v65;
+    float (&v77)[16] = v63;
     // spec: specs/ssd_bwd.yaml:318:15
-    float v80[32];
+    float v78[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v80[e] = v79[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+    for (int e = 0; e < 32; ++e) v78[e] = v77[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
     // spec: specs/ssd_bwd.yaml:317:15
-    const float v81 = 0.0f;
+    const float v79 = 0.0f;
     // spec: specs/ssd_bwd.yaml:317:85
-    float (&v82)[16] = v64;
+    float (&v80)[16] = v62;
     // spec: specs/ssd_bwd.yaml:317:69
+    float v81[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v81[e] = v80[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+    // spec: specs/ssd_bwd.yaml:317:69
+    float v82[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v82[e] = (v43[e] - v81[e]);
+    // spec: specs/ssd_bwd.yaml:317:65
     float v83[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v83[e] = v82[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-    // spec: specs/ssd_bwd.yaml:317:69
-    float v84[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v84[e] = (v49[e] - v83[e]);
-    // spec: specs/ssd_bwd.yaml:317:65
-    float v85[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v85[e] = kg::exp_(v84[e]);
+    for (int e = 0; e < 32; ++e) v83[e] = kg::exp_(v82[e]);
     // spec: specs/ssd_bwd.yaml:314:38
-    int v86[16];
+    int v84[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v86[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32);
+    for (int e = 0; e < 16; ++e) v84[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32);
     // spec: specs/ssd_bwd.yaml:314:24
-    const int v87 = 64;
+    const int v85 = 64;
     // spec: specs/ssd_bwd.yaml:314:24
-    const int v88 = (v56 * v87);
+    const int v86 = (v54 * v85);
     // spec: specs/ssd_bwd.yaml:314:24
-    int v89[16];
+    int v87[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v89[e] = (v88 + v86[e]);
+    for (int e = 0; e < 16; ++e) v87[e] = (v86 + v84[e]);
     // spec: specs/ssd_bwd.yaml:317:21
-    int (&v90)[16] = v89;
+    int (&v88)[16] = v87;
     // spec: specs/ssd_bwd.yaml:317:21
-    int v91[32];
+    int v89[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v91[e] = v90[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+    for (int e = 0; e < 32; ++e) v89[e] = v88[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
     // spec: specs/ssd_bwd.yaml:317:21
-    bool v92[32];
+    bool v90[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v92[e] = (v91[e] <= v51[e]);
+    for (int e = 0; e < 32; ++e) v90[e] = (v89[e] <= v49[e]);
     // spec: specs/ssd_bwd.yaml:317:15
-    float v93[32];
+    float v91[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v93[e] = (v92[e] ? v85[e] : v81);
+    for (int e = 0; e < 32; ++e) v91[e] = (v90[e] ? v83[e] : v79);
     // spec: specs/ssd_bwd.yaml:318:15
     kg::wgmma_wait<0>();
     #pragma unroll
-    for (int e = 0; e < 32; ++e) kg::fence_operand(v76[e]);
+    for (int e = 0; e < 32; ++e) kg::fence_operand(v74[e]);
     #pragma unroll
     for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v9)[e]);
-    float (&v94)[32] = v76;
+    float (&v92)[32] = v74;
     // spec: specs/ssd_bwd.yaml:318:15
+    float v93[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v93[e] = (v92[e] * v91[e]);
+    // spec: specs/ssd_bwd.yaml:318:15
+    float v94[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v94[e] = (v93[e] * v78[e]);
+    // spec: specs/ssd_bwd.yaml:320:77
     float v95[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v95[e] = (v94[e] * v93[e]);
-    // spec: specs/ssd_bwd.yaml:318:15
-    float v96[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v96[e] = (v95[e] * v80[e]);
-    // spec: specs/ssd_bwd.yaml:320:77
-    float v97[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v97[e] = (v96[e] * v77[e]);
+    for (int e = 0; e < 32; ++e) v95[e] = (v94[e] * v75[e]);
     // spec: specs/ssd_bwd.yaml:320:33
-    int (&v98)[16] = v89;
+    int (&v96)[16] = v87;
     // spec: specs/ssd_bwd.yaml:320:33
-    int v99[32];
+    int v97[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v99[e] = v98[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+    for (int e = 0; e < 32; ++e) v97[e] = v96[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
     // spec: specs/ssd_bwd.yaml:320:33
-    bool v100[32];
+    bool v98[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v100[e] = (v99[e] <= v47[e]);
+    for (int e = 0; e < 32; ++e) v98[e] = (v97[e] <= v49[e]);
     // spec: specs/ssd_bwd.yaml:320:27
-    float v101[32];
+    float v99[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v101[e] = (v100[e] ? v97[e] : v78);
+    for (int e = 0; e < 32; ++e) v99[e] = (v98[e] ? v95[e] : v76);
     // spec: specs/ssd_bwd.yaml:320:23
-    float v102[2];
+    float v100[2];
     {
-      float r102[2];
+      float r100[2];
     #pragma unroll
-      for (int e = 0; e < 2; ++e) r102[e] = 0.0f;
+      for (int e = 0; e < 2; ++e) r100[e] = 0.0f;
     #pragma unroll
       for (int e = 0; e < 32; ++e) {
-        const float a_ = r102[((e >> 1) & 1) * 1], b_ = (float)(v101[e]);
-        r102[((e >> 1) & 1) * 1] = a_ + b_;
+        const float a_ = r100[((e >> 1) & 1) * 1], b_ = (float)(v99[e]);
+        r100[((e >> 1) & 1) * 1] = a_ + b_;
       }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r102[e], b_ = kg::shfl_xor(a_, 1); r102[e] = a_ + b_; }
+      for (int e = 0; e < 2; ++e) { const float a_ = r100[e], b_ = kg::shfl_xor(a_, 1); r100[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r102[e], b_ = kg::shfl_xor(a_, 2); r102[e] = a_ + b_; }
+      for (int e = 0; e < 2; ++e) { const float a_ = r100[e], b_ = kg::shfl_xor(a_, 2); r100[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) v102[e] = kg::cvt<float>(r102[e]);
+      for (int e = 0; e < 2; ++e) v100[e] = kg::cvt<float>(r100[e]);
     }
     // spec: specs/ssd_bwd.yaml:320:17
-    float v103[2];
+    float v101[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v103[e] = (v57[e] + v102[e]);
+    for (int e = 0; e < 2; ++e) v101[e] = (v55[e] + v100[e]);
     // spec: specs/ssd_bwd.yaml:320:17
 
     float y0_[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) y0_[e] = v103[e];
+    for (int e = 0; e < 2; ++e) y0_[e] = v101[e];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v55[e] = y0_[e];
+    for (int e = 0; e < 2; ++e) v53[e] = y0_[e];
   }
   // spec: specs/ssd_bwd.yaml:321:7
   if ((lane & 3) == 0 && (warp & 0) == 0) {
@@ -568,11 +566,11 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dcs_out(const kg::bf16* __restrict
     for (int e = 0; e < 2; e += 1) {
       const int i0_ = t0_ + (e & 1) * 8;
       const int64_t off_ = (int64_t)i0_ * 1;
-      if (i0_ + 1 <= (256)) p_[off_] = v55[e];
+      if (i0_ + 1 <= (256)) p_[off_] = v53[e];
     }
   }
   // spec: specs/ssd_bwd.yaml:322:64
-  kg::bf16 v104[32];
+  kg::bf16 v102[32];
   {
     const kg::bf16* p_ = t_x + ((int64_t)(v8) * stride_x_0 + (int64_t)(v7) * stride_x_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_x_0 % 2 == 0 && stride_x_1 % 2 == 0 && stride_x_2 % 2 == 0;
@@ -585,47 +583,47 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dcs_out(const kg::bf16* __restrict
       const int64_t off_ = (int64_t)i0_ * stride_x_1 + (int64_t)i1_ * 1;
       const bool in_ = i0_ < (size_seqlen);
       if (aligned_ && in_) {
-        kg::copy_vec<2>(&v104[e], p_ + off_);
+        kg::copy_vec<2>(&v102[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          v104[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v102[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
   // spec: specs/ssd_bwd.yaml:322:64
+  float v103[32];
+  #pragma unroll
+  for (int e = 0; e < 32; ++e) v103[e] = kg::cvt<float>(kg::f32(v102[e]));
+  // spec: specs/ssd_bwd.yaml:322:49
+  float v104[32];
+  #pragma unroll
+  for (int e = 0; e < 32; ++e) v104[e] = kg::cvt<float>(kg::f32(v9[e]));
+  // spec: specs/ssd_bwd.yaml:322:49
   float v105[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v105[e] = kg::cvt<float>(kg::f32(v104[e]));
-  // spec: specs/ssd_bwd.yaml:322:49
-  float v106[32];
-  #pragma unroll
-  for (int e = 0; e < 32; ++e) v106[e] = kg::cvt<float>(kg::f32(v9[e]));
-  // spec: specs/ssd_bwd.yaml:322:49
-  float v107[32];
-  #pragma unroll
-  for (int e = 0; e < 32; ++e) v107[e] = (v106[e] * v105[e]);
+  for (int e = 0; e < 32; ++e) v105[e] = (v104[e] * v103[e]);
   // spec: specs/ssd_bwd.yaml:322:45
-  float v108[16];
+  float v106[16];
   {
-    float r108[16];
+    float r106[16];
   #pragma unroll
-    for (int e = 0; e < 16; ++e) r108[e] = 0.0f;
+    for (int e = 0; e < 16; ++e) r106[e] = 0.0f;
   #pragma unroll
     for (int e = 0; e < 32; ++e) {
-      const float a_ = r108[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8], b_ = (float)(v107[e]);
-      r108[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8] = a_ + b_;
+      const float a_ = r106[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8], b_ = (float)(v105[e]);
+      r106[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8] = a_ + b_;
     }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) { const float a_ = r108[e], b_ = kg::shfl_xor(a_, 4); r108[e] = a_ + b_; }
+    for (int e = 0; e < 16; ++e) { const float a_ = r106[e], b_ = kg::shfl_xor(a_, 4); r106[e] = a_ + b_; }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) { const float a_ = r108[e], b_ = kg::shfl_xor(a_, 8); r108[e] = a_ + b_; }
+    for (int e = 0; e < 16; ++e) { const float a_ = r106[e], b_ = kg::shfl_xor(a_, 8); r106[e] = a_ + b_; }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) { const float a_ = r108[e], b_ = kg::shfl_xor(a_, 16); r108[e] = a_ + b_; }
+    for (int e = 0; e < 16; ++e) { const float a_ = r106[e], b_ = kg::shfl_xor(a_, 16); r106[e] = a_ + b_; }
     float* scratch_ = reinterpret_cast<float*>(smem + 0);
     kg::sync();
   #pragma unroll
-    for (int e = 0; e < 16; ++e) scratch_[warp * 64 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32)) * 1] = r108[e];
+    for (int e = 0; e < 16; ++e) scratch_[warp * 64 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32)) * 1] = r106[e];
     kg::sync();
   #pragma unroll
     for (int e = 0; e < 16; ++e) {
@@ -633,16 +631,16 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dcs_out(const kg::bf16* __restrict
       { const float b_ = scratch_[(warp ^ 1) * 64 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32)) * 1]; a_ = a_ + b_; }
       { const float b_ = scratch_[(warp ^ 2) * 64 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32)) * 1]; a_ = a_ + b_; }
       { const float b_ = scratch_[(warp ^ 3) * 64 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32)) * 1]; a_ = a_ + b_; }
-      r108[e] = a_;
+      r106[e] = a_;
     }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) v108[e] = kg::cvt<float>(r108[e]);
+    for (int e = 0; e < 16; ++e) v106[e] = kg::cvt<float>(r106[e]);
   }
   // spec: specs/ssd_bwd.yaml:322:26
-  const int v109 = kg::block_id_x();
+  const int v107 = kg::block_id_x();
   // spec: specs/ssd_bwd.yaml:322:7
   if ((lane & 28) == 0 && (warp & 3) == 0) {
-    float* p_ = t_D_part + ((int64_t)(v8) * stride_D_part_0 + (int64_t)(v7) * stride_D_part_1 + (int64_t)(v109) * stride_D_part_2);
+    float* p_ = t_D_part + ((int64_t)(v8) * stride_D_part_0 + (int64_t)(v7) * stride_D_part_1 + (int64_t)(v107) * stride_D_part_2);
     const bool aligned_ = kg::aligned(p_, 8) && stride_D_part_0 % 2 == 0 && stride_D_part_1 % 2 == 0 && stride_D_part_2 % 2 == 0;
     const int t0_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
   #pragma unroll
@@ -650,11 +648,11 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dcs_out(const kg::bf16* __restrict
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32;
       const int64_t off_ = (int64_t)i0_ * 1;
       if (aligned_ && true) {
-        kg::copy_vec<2>(p_ + off_, &v108[e]);
+        kg::copy_vec<2>(p_ + off_, &v106[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (true) p_[off_ + v] = v108[e + v];
+          if (true) p_[off_ + v] = v106[e + v];
       }
     }
   }

@@ -73,12 +73,13 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dstates(const kg::bf16* __restrict
     const kg::bf16* p_ = t_dy + ((int64_t)(v24) * stride_dy_0 + (int64_t)(v23) * stride_dy_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_dy_0 % 8 == 0 && stride_dy_1 % 8 == 0 && stride_dy_2 % 8 == 0;
     const int64_t q_ = (int64_t)(v12 * 64) * stride_dy_1 + 0;
+    const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
+    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_dy_1 + k0_);
   #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const int c_ = lane + warp * 32 + i * 128;
-      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+      const int r_ = r0_ + i * 16, k_ = k0_;
       const int i0_ = v12 * 64 + r_, i1_ = 0 + k_;
-      const int64_t off_ = q_ + ((int64_t)r_ * stride_dy_1 + k_);
+      const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_dy_1;
       const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
       if (aligned_) {
         const int n_ = (i0_ < (size_seqlen)) * 8;
@@ -188,12 +189,13 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dstates(const kg::bf16* __restrict
       const kg::bf16* p_ = t_dy + ((int64_t)(v24) * stride_dy_0 + (int64_t)(v23) * stride_dy_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dy_0 % 8 == 0 && stride_dy_1 % 8 == 0 && stride_dy_2 % 8 == 0;
       const int64_t q_ = (int64_t)(v46 * 64) * stride_dy_1 + 0;
+      const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
+      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_dy_1 + k0_);
     #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const int c_ = lane + warp * 32 + i * 128;
-        const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+        const int r_ = r0_ + i * 16, k_ = k0_;
         const int i0_ = v46 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = q_ + ((int64_t)r_ * stride_dy_1 + k_);
+        const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_dy_1;
         const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
         if (aligned_) {
           const int n_ = (i0_ < (size_seqlen)) * 8;

@@ -75,12 +75,13 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_chunk_scan(const kg::bf16* __restr
     const kg::bf16* p_ = t_C + ((int64_t)(v12) * stride_C_0 + (int64_t)(v16) * stride_C_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_C_0 % 8 == 0 && stride_C_1 % 8 == 0 && stride_C_2 % 8 == 0;
     const int64_t q_ = (int64_t)(v6 * 64) * stride_C_1 + 0;
+    const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
+    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_C_1 + k0_);
   #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const int c_ = lane + warp * 32 + i * 128;
-      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+      const int r_ = r0_ + i * 16, k_ = k0_;
       const int i0_ = v6 * 64 + r_, i1_ = 0 + k_;
-      const int64_t off_ = q_ + ((int64_t)r_ * stride_C_1 + k_);
+      const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_C_1;
       const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
       if (aligned_) {
         const int n_ = (i0_ < (size_seqlen)) * 8;
@@ -104,12 +105,13 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_chunk_scan(const kg::bf16* __restr
     const kg::bf16* p_ = t_prev_states + ((int64_t)(v12) * stride_prev_states_0 + (int64_t)(v10) * stride_prev_states_1 + (int64_t)(v11) * stride_prev_states_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_prev_states_0 % 8 == 0 && stride_prev_states_1 % 8 == 0 && stride_prev_states_2 % 8 == 0 && stride_prev_states_3 % 8 == 0;
     const int64_t q_ = (int64_t)(0) * stride_prev_states_3 + 0;
+    const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
+    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_prev_states_3 + k0_);
   #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const int c_ = lane + warp * 32 + i * 128;
-      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+      const int r_ = r0_ + i * 16, k_ = k0_;
       const int i0_ = 0 + r_, i1_ = 0 + k_;
-      const int64_t off_ = q_ + ((int64_t)r_ * stride_prev_states_3 + k_);
+      const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_prev_states_3;
       const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
       if (aligned_) {
         const int n_ = (i0_ < (64)) * 8;
@@ -184,12 +186,13 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_chunk_scan(const kg::bf16* __restr
     const kg::bf16* p_ = t_x + ((int64_t)(v12) * stride_x_0 + (int64_t)(v11) * stride_x_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 8 == 0 && stride_x_1 % 8 == 0 && stride_x_2 % 8 == 0;
     const int64_t q_ = (int64_t)(v27 * 64) * stride_x_1 + 0;
+    const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
+    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_x_1 + k0_);
   #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const int c_ = lane + warp * 32 + i * 128;
-      const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+      const int r_ = r0_ + i * 16, k_ = k0_;
       const int i0_ = v27 * 64 + r_, i1_ = 0 + k_;
-      const int64_t off_ = q_ + ((int64_t)r_ * stride_x_1 + k_);
+      const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_x_1;
       const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
       if (aligned_) {
         const int n_ = (i0_ < (size_seqlen)) * 8;
@@ -490,12 +493,13 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_chunk_scan(const kg::bf16* __restr
       const kg::bf16* p_ = t_x + ((int64_t)(v12) * stride_x_0 + (int64_t)(v11) * stride_x_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 8 == 0 && stride_x_1 % 8 == 0 && stride_x_2 % 8 == 0;
       const int64_t q_ = (int64_t)(v100 * 64) * stride_x_1 + 0;
+      const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
+      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_x_1 + k0_);
     #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const int c_ = lane + warp * 32 + i * 128;
-        const int r_ = c_ / 8, k_ = (c_ % 8) * 8;
+        const int r_ = r0_ + i * 16, k_ = k0_;
         const int i0_ = v100 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = q_ + ((int64_t)r_ * stride_x_1 + k_);
+        const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_x_1;
         const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
         if (aligned_) {
           const int n_ = (i0_ < (size_seqlen)) * 8;

@@ -8,11 +8,17 @@ the loop. Hoisted, the copy happens once and the staged buffer stays live for th
 (plan_shared_memory extends a buffer used inside a loop that does not define it to the loop's
 end). Layout-only ops (trans, expand, broadcast) whose operands are invariant move too, so
 that `dot(q, k.T)` written inside the loop still finds `k.T` invariant.
+
+Two loops that read the same invariant operand (the attention forward's unmasked and masked
+key loops both read q) would each bring their own copy out; an op that repeats one already
+hoisted into the same block (same kind, operands, attributes and result type) is dropped and
+its readers read the first. Otherwise q was staged twice, and since its load then had two
+readers it was no longer copied asynchronously (passes/async_copy.py converts single-use loads).
 """
 from __future__ import annotations
 
 from ...hw.descriptor import Target
-from ..core import Block, Kernel, Op, walk
+from ..core import Block, Kernel, Op, Value, walk
 
 # ops that only relabel which lane holds what: free to compute anywhere, no memory access
 MOVABLE = ("trans", "expand", "broadcast", "stage", "view_shared")
@@ -25,12 +31,36 @@ def hoist_invariant_stages(k: Kernel, target: Target) -> Kernel:
 
 def _hoist_block(block: Block) -> None:
     new_ops: list[Op] = []
+    hoisted: dict[tuple, Value] = {}  # signature of a hoisted op -> its result
+    renamed: dict[int, Value] = {}
     for op in block.ops:
         if op.kind == "for" and op.body is not None:
             _hoist_block(op.body)  # innermost first, so a stage can climb several loops
-            new_ops.extend(_take_invariant(op.body))
+            for moved in _take_invariant(op.body):
+                moved.operands = [renamed.get(id(v), v) for v in moved.operands]
+                key = _signature(moved)
+                if key in hoisted:
+                    renamed[id(moved.result)] = hoisted[key]
+                    continue
+                hoisted[key] = moved.result
+                new_ops.append(moved)
+            if renamed:
+                _rename(op, renamed)
         new_ops.append(op)
     block.ops[:] = new_ops
+
+
+def _signature(op: Op) -> tuple:
+    r = op.result
+    return (op.kind, tuple(id(v) for v in op.operands), repr(sorted(op.attrs.items())),
+            r.shape, r.dtype, r.place, r.layout)
+
+
+def _rename(op: Op, renamed: dict[int, Value]) -> None:
+    op.operands = [renamed.get(id(v), v) for v in op.operands]
+    if op.body is not None:
+        for inner in op.body.ops:
+            _rename(inner, renamed)
 
 
 def _take_invariant(body: Block) -> list[Op]:
