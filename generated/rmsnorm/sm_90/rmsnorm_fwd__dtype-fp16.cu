@@ -6,7 +6,10 @@
 KG_KERNEL void __launch_bounds__(128) rmsnorm_fwd(const kg::fp16* __restrict__ t_x, int64_t stride_x_0, const kg::fp16* __restrict__ t_w, kg::fp16* __restrict__ t_y, int64_t stride_y_0, float* __restrict__ t_rstd, int size_M, int size_N, float scalar_eps) {
   extern __shared__ __align__(1024) char smem[];  // 1024: swizzled buffers start on a swizzle atom
   const int lane = kg::thread_id() % kg::WAVE;
-  const int warp = kg::thread_id() / kg::WAVE;
+  // read from lane 0: nvcc then knows the warp index is the same in every lane, so what is computed
+  // from it (matrix descriptors, shared addresses) goes to uniform registers (H200, eleventh
+  // session: attention backward +2-8%, 20-45 fewer registers in the 8-warp kernels)
+  const int warp = __shfl_sync(0xffffffffu, kg::thread_id() / kg::WAVE, 0);
   
   // spec: specs/rmsnorm.yaml:29:26
   const float v0 = scalar_eps;
