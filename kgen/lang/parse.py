@@ -100,11 +100,27 @@ class _Parser:
             else:
                 raise self.fail(s, f"'{type(s).__name__}' statements are not part of the tile language; use assignments, for-range loops, compile-time if, and store/atomic_add calls")
 
+    def unrolled_loop(self, s: ast.For) -> None:
+        """`for name in (a, b, ...)`: the body once per value, `name` bound to it as a compile-time
+        constant (a variant or tunable would be), so that one body can serve two loops that differ
+        in their bounds and in a compile-time `if` (the causal attention's masked and unmasked
+        query blocks)."""
+        values = self.expr(s.iter)
+        if not isinstance(values, tuple) or any(isinstance(v, (Value, TensorRef, _DType, tuple)) for v in values):
+            raise self.fail(s.iter, "a loop over a tuple is unrolled when the spec is read: its values must be known "
+                                    "at compile time (numbers, booleans, variants, tunables)")
+        for value in values:
+            self.env[s.target.id] = value
+            self.statements(s.body)
+
     def for_loop(self, s: ast.For) -> None:
-        if not isinstance(s.target, ast.Name) or not (isinstance(s.iter, ast.Call) and isinstance(s.iter.func, ast.Name) and s.iter.func.id == "range"):
-            raise self.fail(s, "loops are written 'for name in range(stop)' or 'range(start, stop[, step])'")
         if s.orelse:
             raise self.fail(s, "for-else is not supported")
+        if isinstance(s.target, ast.Name) and isinstance(s.iter, (ast.Tuple, ast.IfExp)):
+            return self.unrolled_loop(s)
+        if not isinstance(s.target, ast.Name) or not (isinstance(s.iter, ast.Call) and isinstance(s.iter.func, ast.Name) and s.iter.func.id == "range"):
+            raise self.fail(s, "loops are written 'for name in range(stop)', 'range(start, stop[, step])' or, "
+                               "unrolled when the spec is read, 'for name in (a, b, ...)' over values known at compile time")
         args = [self.expr(a) for a in s.iter.args]
         if not 1 <= len(args) <= 3:
             raise self.fail(s.iter, "range() takes 1 to 3 arguments")

@@ -107,3 +107,41 @@ def test_store_into_an_input_is_refused(tmp_path):
         store(x[block(0, BLOCK_M), block(0, BLOCK_N)], zeros((BLOCK_M, BLOCK_N), fp32))
     """)
     assert str(e) == f"{p}:13:7: store() writes into 'x', an input of the op; write outputs and scratch tensors only"
+
+
+def test_a_loop_over_a_tuple_needs_compile_time_values(tmp_path):
+    p, e = error_of(tmp_path, """\
+        n = cdiv(M, BLOCK_M)
+        for i in (0, n):
+            pass
+    """)
+    assert str(e) == (f"{p}:14:16: a loop over a tuple is unrolled when the spec is read: its values must be "
+                      "known at compile time (numbers, booleans, variants, tunables)")
+
+
+def test_a_loop_over_a_tuple_is_unrolled(tmp_path):
+    """`for flag in (True, False)`: the body twice, `flag` a compile-time constant each time (so
+    that a compile-time `if` on it selects), and no loop in the IR."""
+    path = tmp_path / "demo.yaml"
+    program = """\
+        t = load(x[block(program_id(0), BLOCK_M), block(0, BLOCK_N)])
+        for twice in (False, True):
+            if twice:
+                t = t * 2.0
+            else:
+                t = t + 1.0
+        store(y[block(program_id(0), BLOCK_M), block(0, BLOCK_N)], t)
+    """
+    head = HEAD.replace("name: demo", "name: unrolled_demo")  # an op of its own in torch.ops.kgen
+    path.write_text(head + textwrap.indent(textwrap.dedent(program), "      ") + TAIL.replace("y = x", "y = (x + 1) * 2"))
+    k = kernel_ir(load_spec(path), 0, {}, {"BLOCK_M": 4, "BLOCK_N": 64})
+    kinds = [op.kind for op in k.body.ops]
+    assert "for" not in kinds
+    assert [op.attrs["fn"] for op in k.body.ops if op.kind == "binary" and op.result.shape == (4, 64)] == ["add", "mul"]
+    import torch
+
+    from kgen.runtime.op import KgenOp
+
+    x = torch.randn(8, 64)
+    (y,) = KgenOp(load_spec(path)).run(x)  # the CPU interpreter
+    torch.testing.assert_close(y, (x + 1) * 2)

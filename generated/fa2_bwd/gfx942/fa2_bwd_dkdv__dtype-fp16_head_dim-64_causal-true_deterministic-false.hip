@@ -76,122 +76,152 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
   }
   // spec: specs/fa2_bwd.yaml:64:27
   const int v13 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:103:23
-  kg::fp16* v14 = reinterpret_cast<kg::fp16*>(smem + 0);
+  // spec: specs/fa2_bwd.yaml:74:41
+  const int v14 = kg::block_id_x();
+  // spec: specs/fa2_bwd.yaml:115:27
+  kg::fp16* v15 = reinterpret_cast<kg::fp16*>(smem + 0);
   kg::sync();
   #pragma unroll
-  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v14[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v11[e]);
+  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v15[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v11[e]);
 
-  // spec: specs/fa2_bwd.yaml:103:23
-  kg::fp16* v15 = v14;
-  // spec: specs/fa2_bwd.yaml:104:24
-  kg::fp16* v16 = reinterpret_cast<kg::fp16*>(smem + 9216);
+  // spec: specs/fa2_bwd.yaml:115:27
+  kg::fp16* v16 = v15;
+  // spec: specs/fa2_bwd.yaml:116:28
+  kg::fp16* v17 = reinterpret_cast<kg::fp16*>(smem + 9216);
   #pragma unroll
-  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v16[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v12[e]);
+  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v17[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v12[e]);
 
-  // spec: specs/fa2_bwd.yaml:104:24
-  kg::fp16* v17 = v16;
-  // spec: specs/fa2_bwd.yaml:110:70
-  kg::fp16* v18 = reinterpret_cast<kg::fp16*>(smem + 18432);
+  // spec: specs/fa2_bwd.yaml:116:28
+  kg::fp16* v18 = v17;
+  // spec: specs/fa2_bwd.yaml:122:74
+  kg::fp16* v19 = reinterpret_cast<kg::fp16*>(smem + 18432);
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v18[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32))] = v11[e];
+  for (int e = 0; e < 16; ++e) v19[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32))] = v11[e];
   kg::sync();
   // spec: specs/fa2_bwd.yaml:57:40
-  int v19[1];
+  int v20[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v19[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0);
+  for (int e = 0; e < 1; ++e) v20[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0);
   // spec: specs/fa2_bwd.yaml:57:14
-  const int v20 = 64;
+  const int v21 = 64;
   // spec: specs/fa2_bwd.yaml:57:14
-  const int v21 = (v8 * v20);
+  const int v22 = (v8 * v21);
   // spec: specs/fa2_bwd.yaml:57:14
-  int v22[1];
+  int v23[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v22[e] = (v21 + v19[e]);
-  // spec: specs/fa2_bwd.yaml:100:53
-  int (&v23)[1] = v22;
-  // spec: specs/fa2_bwd.yaml:102:41
-  int v24[16];
+  for (int e = 0; e < 1; ++e) v23[e] = (v22 + v20[e]);
+  // spec: specs/fa2_bwd.yaml:112:57
+  int (&v24)[1] = v23;
+  // spec: specs/fa2_bwd.yaml:114:45
+  int v25[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v24[e] = v23[0];
-  // spec: specs/fa2_bwd.yaml:67:22
-  const int v25 = 1;
-  // spec: specs/fa2_bwd.yaml:67:22
-  const int v26 = 0;
-  // spec: specs/fa2_bwd.yaml:66:16
-  float v27[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v27[e] = 0.0f;
-  // spec: specs/fa2_bwd.yaml:65:16
-  float v28[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v28[e] = 0.0f;
-  // spec: specs/fa2_bwd.yaml:64:19
-  const int v29 = 64;
-  // spec: specs/fa2_bwd.yaml:64:19
-  const int v30 = 0;
-  // spec: specs/fa2_bwd.yaml:64:54
-  const int v31 = (v1 - v0);
-  // spec: specs/fa2_bwd.yaml:64:27
+  for (int e = 0; e < 16; ++e) v25[e] = v24[0];
+  // spec: specs/fa2_bwd.yaml:75:22
+  const int v26 = 1;
+  // spec: specs/fa2_bwd.yaml:75:22
+  const int v27 = 0;
+  // spec: specs/fa2_bwd.yaml:74:35
+  const int v28 = 64;
+  // spec: specs/fa2_bwd.yaml:74:35
+  const int v29 = 63;
+  // spec: specs/fa2_bwd.yaml:74:77
+  const int v30 = (v1 - v0);
+  // spec: specs/fa2_bwd.yaml:74:40
+  const int v31 = 1;
+  // spec: specs/fa2_bwd.yaml:74:40
   const int v32 = 64;
-  // spec: specs/fa2_bwd.yaml:64:27
-  const int v33 = (v13 * v32);
-  // spec: specs/fa2_bwd.yaml:64:27
-  const int v34 = (v33 - v31);
+  // spec: specs/fa2_bwd.yaml:74:41
+  const int v33 = 1;
+  // spec: specs/fa2_bwd.yaml:74:41
+  const int v34 = (v14 + v33);
+  // spec: specs/fa2_bwd.yaml:74:40
+  const int v35 = (v34 * v32);
+  // spec: specs/fa2_bwd.yaml:74:40
+  const int v36 = (v35 - v31);
+  // spec: specs/fa2_bwd.yaml:74:40
+  const int v37 = (v36 - v30);
+  // spec: specs/fa2_bwd.yaml:74:35
+  const int v38 = (v37 + v29);
+  // spec: specs/fa2_bwd.yaml:74:35
+  const int v39 = (kg::floordiv(v38, v28));
   // spec: specs/fa2_bwd.yaml:64:19
-  const int v35 = (kg::max_(v34, v30));
+  const int v40 = 64;
   // spec: specs/fa2_bwd.yaml:64:19
-  const int v36 = (kg::floordiv(v35, v29));
+  const int v41 = 0;
+  // spec: specs/fa2_bwd.yaml:64:54
+  const int v42 = (v1 - v0);
+  // spec: specs/fa2_bwd.yaml:64:27
+  const int v43 = 64;
+  // spec: specs/fa2_bwd.yaml:64:27
+  const int v44 = (v13 * v43);
+  // spec: specs/fa2_bwd.yaml:64:27
+  const int v45 = (v44 - v42);
+  // spec: specs/fa2_bwd.yaml:64:19
+  const int v46 = (kg::max_(v45, v41));
+  // spec: specs/fa2_bwd.yaml:64:19
+  const int v47 = (kg::floordiv(v46, v40));
+  // spec: specs/fa2_bwd.yaml:74:27
+  const int v48 = (kg::max_(v39, v47));
+  // spec: specs/fa2_bwd.yaml:67:13
+  const int v49 = 64;
+  // spec: specs/fa2_bwd.yaml:67:13
+  const int v50 = 63;
+  // spec: specs/fa2_bwd.yaml:67:13
+  const int v51 = (v0 + v50);
+  // spec: specs/fa2_bwd.yaml:67:13
+  const int v52 = (kg::floordiv(v51, v49));
+  // spec: specs/fa2_bwd.yaml:74:19
+  const int v53 = (kg::min_(v48, v52));
+  // spec: specs/fa2_bwd.yaml:66:16
+  float v54[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v54[e] = 0.0f;
+  // spec: specs/fa2_bwd.yaml:65:16
+  float v55[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v55[e] = 0.0f;
   // spec: specs/fa2_bwd.yaml:60:16
-  const float v37 = 1.4426950408889634f;
+  const float v56 = 1.4426950408889634f;
   // spec: specs/fa2_bwd.yaml:60:16
-  const float v38 = (v2 * v37);
+  const float v57 = (v2 * v56);
   // spec: specs/fa2_bwd.yaml:55:15
-  const int v39 = (kg::floordiv(v3, v4));
-  // spec: specs/fa2_bwd.yaml:67:7
+  const int v58 = (kg::floordiv(v3, v4));
+  // spec: specs/fa2_bwd.yaml:75:7
 
-  float v40[16];
+  float v59[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v40[e] = v27[e];
-  float v41[16];
+  for (int e = 0; e < 16; ++e) v59[e] = v54[e];
+  float v60[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v41[e] = v28[e];
-  for (int v42 = v26; v42 < v39; v42 += v25) {
-    float (&v43)[16] = v40;
-    float (&v44)[16] = v41;
+  for (int e = 0; e < 16; ++e) v60[e] = v55[e];
+  for (int v61 = v27; v61 < v58; v61 += v26) {
+    float (&v62)[16] = v59;
+    float (&v63)[16] = v60;
     
-    // spec: specs/fa2_bwd.yaml:69:33
-    const int v45 = 1;
-    // spec: specs/fa2_bwd.yaml:69:33
-    const int v46 = 64;
-    // spec: specs/fa2_bwd.yaml:69:33
-    const int v47 = 63;
-    // spec: specs/fa2_bwd.yaml:69:33
-    const int v48 = (v0 + v47);
-    // spec: specs/fa2_bwd.yaml:69:33
-    const int v49 = (kg::floordiv(v48, v46));
-    // spec: specs/fa2_bwd.yaml:68:15
-    const int v50 = (v9 * v39);
-    // spec: specs/fa2_bwd.yaml:68:15
-    const int v51 = (v50 + v42);
-    // spec: specs/fa2_bwd.yaml:69:11
+    // spec: specs/fa2_bwd.yaml:78:58
+    const int v64 = 1;
+    // spec: specs/fa2_bwd.yaml:76:15
+    const int v65 = (v9 * v58);
+    // spec: specs/fa2_bwd.yaml:76:15
+    const int v66 = (v65 + v61);
+    // spec: specs/fa2_bwd.yaml:78:15
 
-    float v52[16];
+    float v67[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v52[e] = v43[e];
-    float v53[16];
+    for (int e = 0; e < 16; ++e) v67[e] = v62[e];
+    float v68[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v53[e] = v44[e];
-    for (int v54 = v36; v54 < v49; v54 += v45) {
-      float (&v55)[16] = v52;
-      float (&v56)[16] = v53;
+    for (int e = 0; e < 16; ++e) v68[e] = v63[e];
+    for (int v69 = v47; v69 < v53; v69 += v64) {
+      float (&v70)[16] = v67;
+      float (&v71)[16] = v68;
       
-      // spec: specs/fa2_bwd.yaml:70:20
-      kg::fp16 v57[16];
+      // spec: specs/fa2_bwd.yaml:79:24
+      kg::fp16 v72[16];
       {
-        const kg::fp16* p_ = t_q + ((int64_t)(v10) * stride_q_0 + (int64_t)(v51) * stride_q_2);
+        const kg::fp16* p_ = t_q + ((int64_t)(v10) * stride_q_0 + (int64_t)(v66) * stride_q_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-        const int t0_ = v54 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
+        const int t0_ = v69 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
         const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
       #pragma unroll
         for (int e = 0; e < 16; e += 8) {
@@ -200,20 +230,20 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           const int64_t off_ = (int64_t)i0_ * stride_q_1 + (int64_t)i1_ * 1;
           const bool in_ = i0_ < (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<8>(&v57[e], p_ + off_);
+            kg::copy_vec<8>(&v72[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 8; ++v)
-              v57[e + v] = (i0_ < (size_SQ)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+              v72[e + v] = (i0_ < (size_SQ)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:71:22
-      kg::fp16 v58[16];
+      // spec: specs/fa2_bwd.yaml:80:26
+      kg::fp16 v73[16];
       {
-        const kg::fp16* p_ = t_do + ((int64_t)(v10) * stride_do_0 + (int64_t)(v51) * stride_do_2);
+        const kg::fp16* p_ = t_do + ((int64_t)(v10) * stride_do_0 + (int64_t)(v66) * stride_do_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
-        const int t0_ = v54 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
+        const int t0_ = v69 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
         const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
       #pragma unroll
         for (int e = 0; e < 16; e += 8) {
@@ -222,303 +252,77 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           const int64_t off_ = (int64_t)i0_ * stride_do_1 + (int64_t)i1_ * 1;
           const bool in_ = i0_ < (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<8>(&v58[e], p_ + off_);
+            kg::copy_vec<8>(&v73[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 8; ++v)
-              v58[e + v] = (i0_ < (size_SQ)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+              v73[e + v] = (i0_ < (size_SQ)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:99:26
-      float v59[16];
+      // spec: specs/fa2_bwd.yaml:111:30
+      float v74[16];
       {
-        const float* p_ = t_lse + ((int64_t)(v10) * stride_lse_0 + (int64_t)(v51) * stride_lse_1);
+        const float* p_ = t_lse + ((int64_t)(v10) * stride_lse_0 + (int64_t)(v66) * stride_lse_1);
         const bool aligned_ = kg::aligned(p_, 16) && stride_lse_0 % 4 == 0 && stride_lse_1 % 4 == 0;
-        const int t0_ = v54 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
+        const int t0_ = v69 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
       #pragma unroll
         for (int e = 0; e < 16; e += 4) {
           const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 4 <= (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<4>(&v59[e], p_ + off_);
+            kg::copy_vec<4>(&v74[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 4; ++v)
-              v59[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+              v74[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:103:23
-      kg::fp16* v60 = reinterpret_cast<kg::fp16*>(smem + 27648);
+      // spec: specs/fa2_bwd.yaml:115:27
+      kg::fp16* v75 = reinterpret_cast<kg::fp16*>(smem + 27648);
       kg::sync();
       #pragma unroll
-      for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v60[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v57[e]);
+      for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v75[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v72[e]);
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:103:23
-      float v61[16];
+      // spec: specs/fa2_bwd.yaml:115:27
+      float v76[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v61[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:103:23
-      float (&v62)[16] = v61;
+      for (int e = 0; e < 16; ++e) v76[e] = 0.0f;
+      // spec: specs/fa2_bwd.yaml:115:27
+      float (&v77)[16] = v76;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
         alignas(16) kg::fp16 fa_[4];
       #pragma unroll
-        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v60[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v75[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
         alignas(16) kg::fp16 fb_[4];
       #pragma unroll
-        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v15[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v16[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       #pragma unroll
         for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::mfma_32x32x8_fp16(&v62[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+            kg::mfma_32x32x8_fp16(&v77[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:104:24
-      kg::fp16* v63 = reinterpret_cast<kg::fp16*>(smem + 27648);
+      // spec: specs/fa2_bwd.yaml:116:28
+      kg::fp16* v78 = reinterpret_cast<kg::fp16*>(smem + 27648);
       kg::sync();
       #pragma unroll
-      for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v63[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v58[e]);
+      for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v78[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v73[e]);
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:104:24
-      float v64[16];
+      // spec: specs/fa2_bwd.yaml:116:28
+      float v79[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v64[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:104:24
-      float (&v65)[16] = v64;
+      for (int e = 0; e < 16; ++e) v79[e] = 0.0f;
+      // spec: specs/fa2_bwd.yaml:116:28
+      float (&v80)[16] = v79;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
         alignas(16) kg::fp16 fa_[4];
       #pragma unroll
-        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v63[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-        alignas(16) kg::fp16 fb_[4];
-      #pragma unroll
-        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v17[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-      #pragma unroll
-        for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-          for (int rn = 0; rn < 1; ++rn)
-            kg::mfma_32x32x8_fp16(&v65[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
-      }
-      // spec: specs/fa2_bwd.yaml:105:23
-      const float v66 = 0.0f;
-      // spec: specs/fa2_bwd.yaml:99:26
-      const float v67 = 1.4426950408889634f;
-      // spec: specs/fa2_bwd.yaml:99:26
-      float v68[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v68[e] = (v59[e] * v67);
-      // spec: specs/fa2_bwd.yaml:105:54
-      float (&v69)[16] = v68;
-      // spec: specs/fa2_bwd.yaml:105:41
-      float v70[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v70[e] = v69[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:105:41
-      float v71[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v71[e] = (v62[e] * v38);
-      // spec: specs/fa2_bwd.yaml:105:41
-      float v72[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v72[e] = (v71[e] - v70[e]);
-      // spec: specs/fa2_bwd.yaml:105:36
-      float v73[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v73[e] = kg::exp2_(v72[e]);
-      // spec: specs/fa2_bwd.yaml:102:75
-      const int v74 = (v1 - v0);
-      // spec: specs/fa2_bwd.yaml:72:36
-      int v75[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v75[e] = (((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16);
-      // spec: specs/fa2_bwd.yaml:72:22
-      const int v76 = 64;
-      // spec: specs/fa2_bwd.yaml:72:22
-      const int v77 = (v54 * v76);
-      // spec: specs/fa2_bwd.yaml:72:22
-      int v78[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v78[e] = (v77 + v75[e]);
-      // spec: specs/fa2_bwd.yaml:102:58
-      int (&v79)[16] = v78;
-      // spec: specs/fa2_bwd.yaml:102:58
-      int v80[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v80[e] = (v79[e] + v74);
-      // spec: specs/fa2_bwd.yaml:102:41
-      int v81[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v81[e] = v80[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:102:41
-      bool v82[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v82[e] = (v24[e] <= v81[e]);
-      // spec: specs/fa2_bwd.yaml:100:78
-      const float v83 = -kg::inf();
-      // spec: specs/fa2_bwd.yaml:100:78
-      float (&v84)[16] = v68;
-      // spec: specs/fa2_bwd.yaml:100:78
-      bool v85[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v85[e] = (v84[e] > v83);
-      // spec: specs/fa2_bwd.yaml:100:27
-      bool v86[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v86[e] = v85[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:100:53
-      bool v87[1];
-      #pragma unroll
-      for (int e = 0; e < 1; ++e) v87[e] = (v23[e] < v1);
-      // spec: specs/fa2_bwd.yaml:100:27
-      bool v88[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v88[e] = v87[0];
-      // spec: specs/fa2_bwd.yaml:100:28
-      int (&v89)[16] = v78;
-      // spec: specs/fa2_bwd.yaml:100:28
-      bool v90[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v90[e] = (v89[e] < v0);
-      // spec: specs/fa2_bwd.yaml:100:27
-      bool v91[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v91[e] = v90[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:100:27
-      bool v92[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v92[e] = (v91[e] && v88[e]);
-      // spec: specs/fa2_bwd.yaml:100:27
-      bool v93[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v93[e] = (v92[e] && v86[e]);
-      // spec: specs/fa2_bwd.yaml:102:31
-      bool v94[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v94[e] = (v93[e] && v82[e]);
-      // spec: specs/fa2_bwd.yaml:105:23
-      float v95[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v95[e] = (v94[e] ? v73[e] : v66);
-      // spec: specs/fa2_bwd.yaml:106:41
-      kg::fp16 v96[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v96[e] = kg::cvt<kg::fp16>(v95[e]);
-      // spec: specs/fa2_bwd.yaml:106:37
-      kg::fp16* v97 = reinterpret_cast<kg::fp16*>(smem + 27648);
-      kg::sync();
-      #pragma unroll
-      for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v97[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 72 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v96[e]);
-
-      // spec: specs/fa2_bwd.yaml:106:37
-      kg::fp16* v98 = v97;
-      // spec: specs/fa2_bwd.yaml:106:37
-      kg::fp16* v99 = reinterpret_cast<kg::fp16*>(smem + 36864);
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v99[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32))] = v58[e];
-      kg::sync();
-      // spec: specs/fa2_bwd.yaml:106:37
-      float (&v100)[16] = v55;
-      #pragma unroll
-      for (int ks = 0; ks < 8; ++ks) {
-        alignas(16) kg::fp16 fa_[4];
-      #pragma unroll
-        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v98[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-        alignas(16) kg::fp16 fb_[4];
-      #pragma unroll
-        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v99[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-      #pragma unroll
-        for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-          for (int rn = 0; rn < 1; ++rn)
-            kg::mfma_32x32x8_fp16(&v100[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
-      }
-      // spec: specs/fa2_bwd.yaml:107:35
-      float v101[16];
-      {
-        const float* p_ = t_delta + ((int64_t)(v10) * stride_delta_0 + (int64_t)(v51) * stride_delta_1);
-        const bool aligned_ = kg::aligned(p_, 16) && stride_delta_0 % 4 == 0 && stride_delta_1 % 4 == 0;
-        const int t0_ = v54 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
-      #pragma unroll
-        for (int e = 0; e < 16; e += 4) {
-          const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
-          const int64_t off_ = (int64_t)i0_ * 1;
-          const bool in_ = i0_ + 4 <= (size_SQ);
-          if (aligned_ && in_) {
-            kg::copy_vec<4>(&v101[e], p_ + off_);
-          } else {
-      #pragma unroll
-            for (int v = 0; v < 4; ++v)
-              v101[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
-          }
-        }
-      }
-      // spec: specs/fa2_bwd.yaml:107:35
-      float (&v102)[16] = v101;
-      // spec: specs/fa2_bwd.yaml:107:30
-      float v103[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v103[e] = v102[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:107:30
-      float v104[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v104[e] = (v65[e] - v103[e]);
-      // spec: specs/fa2_bwd.yaml:107:25
-      float v105[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v105[e] = (v95[e] * v104[e]);
-      // spec: specs/fa2_bwd.yaml:107:24
-      kg::fp16 v106[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v106[e] = kg::cvt<kg::fp16>(v105[e]);
-      // spec: specs/fa2_bwd.yaml:108:37
-      kg::fp16* v107 = reinterpret_cast<kg::fp16*>(smem + 27648);
-      kg::sync();
-      #pragma unroll
-      for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v107[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 72 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v106[e]);
-
-      // spec: specs/fa2_bwd.yaml:108:37
-      kg::fp16* v108 = v107;
-      // spec: specs/fa2_bwd.yaml:108:37
-      kg::fp16* v109 = reinterpret_cast<kg::fp16*>(smem + 36864);
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v109[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32))] = v57[e];
-      kg::sync();
-      // spec: specs/fa2_bwd.yaml:108:37
-      float (&v110)[16] = v56;
-      #pragma unroll
-      for (int ks = 0; ks < 8; ++ks) {
-        alignas(16) kg::fp16 fa_[4];
-      #pragma unroll
-        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v108[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-        alignas(16) kg::fp16 fb_[4];
-      #pragma unroll
-        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v109[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-      #pragma unroll
-        for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-          for (int rn = 0; rn < 1; ++rn)
-            kg::mfma_32x32x8_fp16(&v110[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
-      }
-      // spec: specs/fa2_bwd.yaml:110:70
-      kg::fp16* v111 = reinterpret_cast<kg::fp16*>(smem + 27648);
-      kg::sync();
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v111[((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 72 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0))] = v106[e];
-      kg::sync();
-      // spec: specs/fa2_bwd.yaml:110:70
-      float v112[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v112[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:110:70
-      float (&v113)[16] = v112;
-      #pragma unroll
-      for (int ks = 0; ks < 8; ++ks) {
-        alignas(16) kg::fp16 fa_[4];
-      #pragma unroll
-        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v111[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v78[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
         alignas(16) kg::fp16 fb_[4];
       #pragma unroll
         for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v18[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
@@ -526,61 +330,654 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
         for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::mfma_32x32x8_fp16(&v113[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+            kg::mfma_32x32x8_fp16(&v80[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:110:70
-      float v114[16];
+      // spec: specs/fa2_bwd.yaml:117:27
+      const float v81 = 0.0f;
+      // spec: specs/fa2_bwd.yaml:111:30
+      const float v82 = 1.4426950408889634f;
+      // spec: specs/fa2_bwd.yaml:111:30
+      float v83[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v114[e] = (v113[e] * v2);
-      // spec: specs/fa2_bwd.yaml:110:23
+      for (int e = 0; e < 16; ++e) v83[e] = (v74[e] * v82);
+      // spec: specs/fa2_bwd.yaml:117:58
+      float (&v84)[16] = v83;
+      // spec: specs/fa2_bwd.yaml:117:45
+      float v85[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v85[e] = v84[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:117:45
+      float v86[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v86[e] = (v77[e] * v57);
+      // spec: specs/fa2_bwd.yaml:117:45
+      float v87[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v87[e] = (v86[e] - v85[e]);
+      // spec: specs/fa2_bwd.yaml:117:40
+      float v88[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v88[e] = kg::exp2_(v87[e]);
+      // spec: specs/fa2_bwd.yaml:114:79
+      const int v89 = (v1 - v0);
+      // spec: specs/fa2_bwd.yaml:81:40
+      int v90[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v90[e] = (((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16);
+      // spec: specs/fa2_bwd.yaml:81:26
+      const int v91 = 64;
+      // spec: specs/fa2_bwd.yaml:81:26
+      const int v92 = (v69 * v91);
+      // spec: specs/fa2_bwd.yaml:81:26
+      int v93[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v93[e] = (v92 + v90[e]);
+      // spec: specs/fa2_bwd.yaml:114:62
+      int (&v94)[16] = v93;
+      // spec: specs/fa2_bwd.yaml:114:62
+      int v95[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v95[e] = (v94[e] + v89);
+      // spec: specs/fa2_bwd.yaml:114:45
+      int v96[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v96[e] = v95[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:114:45
+      bool v97[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v97[e] = (v25[e] <= v96[e]);
+      // spec: specs/fa2_bwd.yaml:112:82
+      const float v98 = -kg::inf();
+      // spec: specs/fa2_bwd.yaml:112:82
+      float (&v99)[16] = v83;
+      // spec: specs/fa2_bwd.yaml:112:82
+      bool v100[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v100[e] = (v99[e] > v98);
+      // spec: specs/fa2_bwd.yaml:112:31
+      bool v101[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v101[e] = v100[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:112:57
+      bool v102[1];
+      #pragma unroll
+      for (int e = 0; e < 1; ++e) v102[e] = (v24[e] < v1);
+      // spec: specs/fa2_bwd.yaml:112:31
+      bool v103[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v103[e] = v102[0];
+      // spec: specs/fa2_bwd.yaml:112:32
+      int (&v104)[16] = v93;
+      // spec: specs/fa2_bwd.yaml:112:32
+      bool v105[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v105[e] = (v104[e] < v0);
+      // spec: specs/fa2_bwd.yaml:112:31
+      bool v106[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v106[e] = v105[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:112:31
+      bool v107[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v107[e] = (v106[e] && v103[e]);
+      // spec: specs/fa2_bwd.yaml:112:31
+      bool v108[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v108[e] = (v107[e] && v101[e]);
+      // spec: specs/fa2_bwd.yaml:114:35
+      bool v109[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v109[e] = (v108[e] && v97[e]);
+      // spec: specs/fa2_bwd.yaml:117:27
+      float v110[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v110[e] = (v109[e] ? v88[e] : v81);
+      // spec: specs/fa2_bwd.yaml:118:45
+      kg::fp16 v111[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v111[e] = kg::cvt<kg::fp16>(v110[e]);
+      // spec: specs/fa2_bwd.yaml:118:41
+      kg::fp16* v112 = reinterpret_cast<kg::fp16*>(smem + 27648);
+      kg::sync();
+      #pragma unroll
+      for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v112[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 72 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v111[e]);
+
+      // spec: specs/fa2_bwd.yaml:118:41
+      kg::fp16* v113 = v112;
+      // spec: specs/fa2_bwd.yaml:118:41
+      kg::fp16* v114 = reinterpret_cast<kg::fp16*>(smem + 36864);
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v114[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32))] = v73[e];
+      kg::sync();
+      // spec: specs/fa2_bwd.yaml:118:41
+      float (&v115)[16] = v70;
+      #pragma unroll
+      for (int ks = 0; ks < 8; ++ks) {
+        alignas(16) kg::fp16 fa_[4];
+      #pragma unroll
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v113[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        alignas(16) kg::fp16 fb_[4];
+      #pragma unroll
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v114[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      #pragma unroll
+        for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+          for (int rn = 0; rn < 1; ++rn)
+            kg::mfma_32x32x8_fp16(&v115[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+      }
+      // spec: specs/fa2_bwd.yaml:119:39
+      float v116[16];
+      {
+        const float* p_ = t_delta + ((int64_t)(v10) * stride_delta_0 + (int64_t)(v66) * stride_delta_1);
+        const bool aligned_ = kg::aligned(p_, 16) && stride_delta_0 % 4 == 0 && stride_delta_1 % 4 == 0;
+        const int t0_ = v69 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
+      #pragma unroll
+        for (int e = 0; e < 16; e += 4) {
+          const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
+          const int64_t off_ = (int64_t)i0_ * 1;
+          const bool in_ = i0_ + 4 <= (size_SQ);
+          if (aligned_ && in_) {
+            kg::copy_vec<4>(&v116[e], p_ + off_);
+          } else {
+      #pragma unroll
+            for (int v = 0; v < 4; ++v)
+              v116[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+          }
+        }
+      }
+      // spec: specs/fa2_bwd.yaml:119:39
+      float (&v117)[16] = v116;
+      // spec: specs/fa2_bwd.yaml:119:34
+      float v118[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v118[e] = v117[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:119:34
+      float v119[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v119[e] = (v80[e] - v118[e]);
+      // spec: specs/fa2_bwd.yaml:119:29
+      float v120[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v120[e] = (v110[e] * v119[e]);
+      // spec: specs/fa2_bwd.yaml:119:28
+      kg::fp16 v121[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v121[e] = kg::cvt<kg::fp16>(v120[e]);
+      // spec: specs/fa2_bwd.yaml:120:41
+      kg::fp16* v122 = reinterpret_cast<kg::fp16*>(smem + 27648);
+      kg::sync();
+      #pragma unroll
+      for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v122[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 72 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v121[e]);
+
+      // spec: specs/fa2_bwd.yaml:120:41
+      kg::fp16* v123 = v122;
+      // spec: specs/fa2_bwd.yaml:120:41
+      kg::fp16* v124 = reinterpret_cast<kg::fp16*>(smem + 36864);
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v124[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32))] = v72[e];
+      kg::sync();
+      // spec: specs/fa2_bwd.yaml:120:41
+      float (&v125)[16] = v71;
+      #pragma unroll
+      for (int ks = 0; ks < 8; ++ks) {
+        alignas(16) kg::fp16 fa_[4];
+      #pragma unroll
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v123[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        alignas(16) kg::fp16 fb_[4];
+      #pragma unroll
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v124[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      #pragma unroll
+        for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+          for (int rn = 0; rn < 1; ++rn)
+            kg::mfma_32x32x8_fp16(&v125[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+      }
+      // spec: specs/fa2_bwd.yaml:122:74
+      kg::fp16* v126 = reinterpret_cast<kg::fp16*>(smem + 27648);
+      kg::sync();
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v126[((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 72 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0))] = v121[e];
+      kg::sync();
+      // spec: specs/fa2_bwd.yaml:122:74
+      float v127[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v127[e] = 0.0f;
+      // spec: specs/fa2_bwd.yaml:122:74
+      float (&v128)[16] = v127;
+      #pragma unroll
+      for (int ks = 0; ks < 8; ++ks) {
+        alignas(16) kg::fp16 fa_[4];
+      #pragma unroll
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v126[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        alignas(16) kg::fp16 fb_[4];
+      #pragma unroll
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v19[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      #pragma unroll
+        for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+          for (int rn = 0; rn < 1; ++rn)
+            kg::mfma_32x32x8_fp16(&v128[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+      }
+      // spec: specs/fa2_bwd.yaml:122:74
+      float v129[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v129[e] = (v128[e] * v2);
+      // spec: specs/fa2_bwd.yaml:122:27
       if ((lane & 0) == 0 && (warp & 0) == 0) {
-        float* p_ = t_dq_acc + ((int64_t)(v10) * stride_dq_acc_0 + (int64_t)(v51) * stride_dq_acc_2);
+        float* p_ = t_dq_acc + ((int64_t)(v10) * stride_dq_acc_0 + (int64_t)(v66) * stride_dq_acc_2);
         const bool aligned_ = false;
-        const int t0_ = v54 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
+        const int t0_ = v69 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
         const int t1_ = 0 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32;
       #pragma unroll
         for (int e = 0; e < 16; e += 1) {
           const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
           const int i1_ = t1_ + 0;
           const int64_t off_ = (int64_t)i0_ * stride_dq_acc_1 + (int64_t)i1_ * 1;
-          if (i0_ < (size_SQ)) kg::atomic_add(p_ + off_, v114[e]);
+          if (i0_ < (size_SQ)) kg::atomic_add(p_ + off_, v129[e]);
         }
       }
-      // spec: specs/fa2_bwd.yaml:110:23
+      // spec: specs/fa2_bwd.yaml:122:27
 
       float y0_[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) y0_[e] = v100[e];
+      for (int e = 0; e < 16; ++e) y0_[e] = v115[e];
       float y1_[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) y1_[e] = v110[e];
+      for (int e = 0; e < 16; ++e) y1_[e] = v125[e];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v52[e] = y0_[e];
+      for (int e = 0; e < 16; ++e) v67[e] = y0_[e];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v53[e] = y1_[e];
+      for (int e = 0; e < 16; ++e) v68[e] = y1_[e];
     }
-    // spec: specs/fa2_bwd.yaml:69:11
+    // spec: specs/fa2_bwd.yaml:78:79
+    const int v130 = 1;
+    // spec: specs/fa2_bwd.yaml:78:15
+
+    float v131[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v131[e] = v67[e];
+    float v132[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v132[e] = v68[e];
+    for (int v133 = v53; v133 < v52; v133 += v130) {
+      float (&v134)[16] = v131;
+      float (&v135)[16] = v132;
+      
+      // spec: specs/fa2_bwd.yaml:79:24
+      kg::fp16 v136[16];
+      {
+        const kg::fp16* p_ = t_q + ((int64_t)(v10) * stride_q_0 + (int64_t)(v66) * stride_q_2);
+        const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
+        const int t0_ = v133 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
+        const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
+      #pragma unroll
+        for (int e = 0; e < 16; e += 8) {
+          const int i0_ = t0_ + ((e >> 3) & 1) * 32;
+          const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
+          const int64_t off_ = (int64_t)i0_ * stride_q_1 + (int64_t)i1_ * 1;
+          const bool in_ = i0_ < (size_SQ);
+          if (aligned_ && in_) {
+            kg::copy_vec<8>(&v136[e], p_ + off_);
+          } else {
+      #pragma unroll
+            for (int v = 0; v < 8; ++v)
+              v136[e + v] = (i0_ < (size_SQ)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          }
+        }
+      }
+      // spec: specs/fa2_bwd.yaml:80:26
+      kg::fp16 v137[16];
+      {
+        const kg::fp16* p_ = t_do + ((int64_t)(v10) * stride_do_0 + (int64_t)(v66) * stride_do_2);
+        const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
+        const int t0_ = v133 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
+        const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
+      #pragma unroll
+        for (int e = 0; e < 16; e += 8) {
+          const int i0_ = t0_ + ((e >> 3) & 1) * 32;
+          const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
+          const int64_t off_ = (int64_t)i0_ * stride_do_1 + (int64_t)i1_ * 1;
+          const bool in_ = i0_ < (size_SQ);
+          if (aligned_ && in_) {
+            kg::copy_vec<8>(&v137[e], p_ + off_);
+          } else {
+      #pragma unroll
+            for (int v = 0; v < 8; ++v)
+              v137[e + v] = (i0_ < (size_SQ)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          }
+        }
+      }
+      // spec: specs/fa2_bwd.yaml:111:30
+      float v138[16];
+      {
+        const float* p_ = t_lse + ((int64_t)(v10) * stride_lse_0 + (int64_t)(v66) * stride_lse_1);
+        const bool aligned_ = kg::aligned(p_, 16) && stride_lse_0 % 4 == 0 && stride_lse_1 % 4 == 0;
+        const int t0_ = v133 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
+      #pragma unroll
+        for (int e = 0; e < 16; e += 4) {
+          const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
+          const int64_t off_ = (int64_t)i0_ * 1;
+          const bool in_ = i0_ + 4 <= (size_SQ);
+          if (aligned_ && in_) {
+            kg::copy_vec<4>(&v138[e], p_ + off_);
+          } else {
+      #pragma unroll
+            for (int v = 0; v < 4; ++v)
+              v138[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+          }
+        }
+      }
+      // spec: specs/fa2_bwd.yaml:115:27
+      kg::fp16* v139 = reinterpret_cast<kg::fp16*>(smem + 27648);
+      kg::sync();
+      #pragma unroll
+      for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v139[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v136[e]);
+      kg::sync();
+      // spec: specs/fa2_bwd.yaml:115:27
+      float v140[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v140[e] = 0.0f;
+      // spec: specs/fa2_bwd.yaml:115:27
+      float (&v141)[16] = v140;
+      #pragma unroll
+      for (int ks = 0; ks < 8; ++ks) {
+        alignas(16) kg::fp16 fa_[4];
+      #pragma unroll
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v139[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        alignas(16) kg::fp16 fb_[4];
+      #pragma unroll
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v16[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      #pragma unroll
+        for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+          for (int rn = 0; rn < 1; ++rn)
+            kg::mfma_32x32x8_fp16(&v141[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+      }
+      // spec: specs/fa2_bwd.yaml:116:28
+      kg::fp16* v142 = reinterpret_cast<kg::fp16*>(smem + 27648);
+      kg::sync();
+      #pragma unroll
+      for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v142[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v137[e]);
+      kg::sync();
+      // spec: specs/fa2_bwd.yaml:116:28
+      float v143[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v143[e] = 0.0f;
+      // spec: specs/fa2_bwd.yaml:116:28
+      float (&v144)[16] = v143;
+      #pragma unroll
+      for (int ks = 0; ks < 8; ++ks) {
+        alignas(16) kg::fp16 fa_[4];
+      #pragma unroll
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v142[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        alignas(16) kg::fp16 fb_[4];
+      #pragma unroll
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v18[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      #pragma unroll
+        for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+          for (int rn = 0; rn < 1; ++rn)
+            kg::mfma_32x32x8_fp16(&v144[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+      }
+      // spec: specs/fa2_bwd.yaml:117:27
+      const float v145 = 0.0f;
+      // spec: specs/fa2_bwd.yaml:111:30
+      const float v146 = 1.4426950408889634f;
+      // spec: specs/fa2_bwd.yaml:111:30
+      float v147[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v147[e] = (v138[e] * v146);
+      // spec: specs/fa2_bwd.yaml:117:58
+      float (&v148)[16] = v147;
+      // spec: specs/fa2_bwd.yaml:117:45
+      float v149[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v149[e] = v148[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:117:45
+      float v150[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v150[e] = (v141[e] * v57);
+      // spec: specs/fa2_bwd.yaml:117:45
+      float v151[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v151[e] = (v150[e] - v149[e]);
+      // spec: specs/fa2_bwd.yaml:117:40
+      float v152[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v152[e] = kg::exp2_(v151[e]);
+      // spec: specs/fa2_bwd.yaml:112:82
+      const float v153 = -kg::inf();
+      // spec: specs/fa2_bwd.yaml:112:82
+      float (&v154)[16] = v147;
+      // spec: specs/fa2_bwd.yaml:112:82
+      bool v155[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v155[e] = (v154[e] > v153);
+      // spec: specs/fa2_bwd.yaml:112:31
+      bool v156[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v156[e] = v155[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:112:57
+      bool v157[1];
+      #pragma unroll
+      for (int e = 0; e < 1; ++e) v157[e] = (v24[e] < v1);
+      // spec: specs/fa2_bwd.yaml:112:31
+      bool v158[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v158[e] = v157[0];
+      // spec: specs/fa2_bwd.yaml:81:40
+      int v159[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v159[e] = (((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16);
+      // spec: specs/fa2_bwd.yaml:81:26
+      const int v160 = 64;
+      // spec: specs/fa2_bwd.yaml:81:26
+      const int v161 = (v133 * v160);
+      // spec: specs/fa2_bwd.yaml:81:26
+      int v162[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v162[e] = (v161 + v159[e]);
+      // spec: specs/fa2_bwd.yaml:112:32
+      int (&v163)[16] = v162;
+      // spec: specs/fa2_bwd.yaml:112:32
+      bool v164[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v164[e] = (v163[e] < v0);
+      // spec: specs/fa2_bwd.yaml:112:31
+      bool v165[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v165[e] = v164[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:112:31
+      bool v166[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v166[e] = (v165[e] && v158[e]);
+      // spec: specs/fa2_bwd.yaml:112:31
+      bool v167[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v167[e] = (v166[e] && v156[e]);
+      // spec: specs/fa2_bwd.yaml:117:27
+      float v168[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v168[e] = (v167[e] ? v152[e] : v145);
+      // spec: specs/fa2_bwd.yaml:118:45
+      kg::fp16 v169[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v169[e] = kg::cvt<kg::fp16>(v168[e]);
+      // spec: specs/fa2_bwd.yaml:118:41
+      kg::fp16* v170 = reinterpret_cast<kg::fp16*>(smem + 27648);
+      kg::sync();
+      #pragma unroll
+      for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v170[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 72 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v169[e]);
+
+      // spec: specs/fa2_bwd.yaml:118:41
+      kg::fp16* v171 = v170;
+      // spec: specs/fa2_bwd.yaml:118:41
+      kg::fp16* v172 = reinterpret_cast<kg::fp16*>(smem + 36864);
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v172[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32))] = v137[e];
+      kg::sync();
+      // spec: specs/fa2_bwd.yaml:118:41
+      float (&v173)[16] = v134;
+      #pragma unroll
+      for (int ks = 0; ks < 8; ++ks) {
+        alignas(16) kg::fp16 fa_[4];
+      #pragma unroll
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v171[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        alignas(16) kg::fp16 fb_[4];
+      #pragma unroll
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v172[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      #pragma unroll
+        for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+          for (int rn = 0; rn < 1; ++rn)
+            kg::mfma_32x32x8_fp16(&v173[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+      }
+      // spec: specs/fa2_bwd.yaml:119:39
+      float v174[16];
+      {
+        const float* p_ = t_delta + ((int64_t)(v10) * stride_delta_0 + (int64_t)(v66) * stride_delta_1);
+        const bool aligned_ = kg::aligned(p_, 16) && stride_delta_0 % 4 == 0 && stride_delta_1 % 4 == 0;
+        const int t0_ = v133 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
+      #pragma unroll
+        for (int e = 0; e < 16; e += 4) {
+          const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
+          const int64_t off_ = (int64_t)i0_ * 1;
+          const bool in_ = i0_ + 4 <= (size_SQ);
+          if (aligned_ && in_) {
+            kg::copy_vec<4>(&v174[e], p_ + off_);
+          } else {
+      #pragma unroll
+            for (int v = 0; v < 4; ++v)
+              v174[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+          }
+        }
+      }
+      // spec: specs/fa2_bwd.yaml:119:39
+      float (&v175)[16] = v174;
+      // spec: specs/fa2_bwd.yaml:119:34
+      float v176[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v176[e] = v175[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:119:34
+      float v177[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v177[e] = (v144[e] - v176[e]);
+      // spec: specs/fa2_bwd.yaml:119:29
+      float v178[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v178[e] = (v168[e] * v177[e]);
+      // spec: specs/fa2_bwd.yaml:119:28
+      kg::fp16 v179[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v179[e] = kg::cvt<kg::fp16>(v178[e]);
+      // spec: specs/fa2_bwd.yaml:120:41
+      kg::fp16* v180 = reinterpret_cast<kg::fp16*>(smem + 27648);
+      kg::sync();
+      #pragma unroll
+      for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v180[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 72 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v179[e]);
+
+      // spec: specs/fa2_bwd.yaml:120:41
+      kg::fp16* v181 = v180;
+      // spec: specs/fa2_bwd.yaml:120:41
+      kg::fp16* v182 = reinterpret_cast<kg::fp16*>(smem + 36864);
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v182[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32))] = v136[e];
+      kg::sync();
+      // spec: specs/fa2_bwd.yaml:120:41
+      float (&v183)[16] = v135;
+      #pragma unroll
+      for (int ks = 0; ks < 8; ++ks) {
+        alignas(16) kg::fp16 fa_[4];
+      #pragma unroll
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v181[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        alignas(16) kg::fp16 fb_[4];
+      #pragma unroll
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v182[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      #pragma unroll
+        for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+          for (int rn = 0; rn < 1; ++rn)
+            kg::mfma_32x32x8_fp16(&v183[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+      }
+      // spec: specs/fa2_bwd.yaml:122:74
+      kg::fp16* v184 = reinterpret_cast<kg::fp16*>(smem + 27648);
+      kg::sync();
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v184[((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 72 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0))] = v179[e];
+      kg::sync();
+      // spec: specs/fa2_bwd.yaml:122:74
+      float v185[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v185[e] = 0.0f;
+      // spec: specs/fa2_bwd.yaml:122:74
+      float (&v186)[16] = v185;
+      #pragma unroll
+      for (int ks = 0; ks < 8; ++ks) {
+        alignas(16) kg::fp16 fa_[4];
+      #pragma unroll
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v184[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        alignas(16) kg::fp16 fb_[4];
+      #pragma unroll
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v19[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      #pragma unroll
+        for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+          for (int rn = 0; rn < 1; ++rn)
+            kg::mfma_32x32x8_fp16(&v186[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+      }
+      // spec: specs/fa2_bwd.yaml:122:74
+      float v187[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v187[e] = (v186[e] * v2);
+      // spec: specs/fa2_bwd.yaml:122:27
+      if ((lane & 0) == 0 && (warp & 0) == 0) {
+        float* p_ = t_dq_acc + ((int64_t)(v10) * stride_dq_acc_0 + (int64_t)(v66) * stride_dq_acc_2);
+        const bool aligned_ = false;
+        const int t0_ = v133 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
+        const int t1_ = 0 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32;
+      #pragma unroll
+        for (int e = 0; e < 16; e += 1) {
+          const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
+          const int i1_ = t1_ + 0;
+          const int64_t off_ = (int64_t)i0_ * stride_dq_acc_1 + (int64_t)i1_ * 1;
+          if (i0_ < (size_SQ)) kg::atomic_add(p_ + off_, v187[e]);
+        }
+      }
+      // spec: specs/fa2_bwd.yaml:122:27
+
+      float y0_[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) y0_[e] = v173[e];
+      float y1_[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) y1_[e] = v183[e];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v131[e] = y0_[e];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v132[e] = y1_[e];
+    }
+    // spec: specs/fa2_bwd.yaml:78:15
 
     float y0_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y0_[e] = v52[e];
+    for (int e = 0; e < 16; ++e) y0_[e] = v131[e];
     float y1_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y1_[e] = v53[e];
+    for (int e = 0; e < 16; ++e) y1_[e] = v132[e];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v40[e] = y0_[e];
+    for (int e = 0; e < 16; ++e) v59[e] = y0_[e];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v41[e] = y1_[e];
+    for (int e = 0; e < 16; ++e) v60[e] = y1_[e];
   }
-  // spec: specs/fa2_bwd.yaml:111:34
-  float v115[16];
+  // spec: specs/fa2_bwd.yaml:123:34
+  float v188[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v115[e] = (v41[e] * v2);
-  // spec: specs/fa2_bwd.yaml:111:33
-  kg::fp16 v116[16];
+  for (int e = 0; e < 16; ++e) v188[e] = (v60[e] * v2);
+  // spec: specs/fa2_bwd.yaml:123:33
+  kg::fp16 v189[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v116[e] = kg::cvt<kg::fp16>(v115[e]);
-  // spec: specs/fa2_bwd.yaml:111:7
+  for (int e = 0; e < 16; ++e) v189[e] = kg::cvt<kg::fp16>(v188[e]);
+  // spec: specs/fa2_bwd.yaml:123:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_dk + ((int64_t)(v10) * stride_dk_0 + (int64_t)(v9) * stride_dk_2);
     const bool aligned_ = false;
@@ -591,14 +988,14 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
       const int i1_ = t1_ + 0;
       const int64_t off_ = (int64_t)i0_ * stride_dk_1 + (int64_t)i1_ * 1;
-      if (i0_ < (size_SK)) p_[off_] = v116[e];
+      if (i0_ < (size_SK)) p_[off_] = v189[e];
     }
   }
-  // spec: specs/fa2_bwd.yaml:112:33
-  kg::fp16 v117[16];
+  // spec: specs/fa2_bwd.yaml:124:33
+  kg::fp16 v190[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v117[e] = kg::cvt<kg::fp16>(v40[e]);
-  // spec: specs/fa2_bwd.yaml:112:7
+  for (int e = 0; e < 16; ++e) v190[e] = kg::cvt<kg::fp16>(v59[e]);
+  // spec: specs/fa2_bwd.yaml:124:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_dv + ((int64_t)(v10) * stride_dv_0 + (int64_t)(v9) * stride_dv_2);
     const bool aligned_ = false;
@@ -609,7 +1006,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
       const int i1_ = t1_ + 0;
       const int64_t off_ = (int64_t)i0_ * stride_dv_1 + (int64_t)i1_ * 1;
-      if (i0_ < (size_SK)) p_[off_] = v117[e];
+      if (i0_ < (size_SK)) p_[off_] = v190[e];
     }
   }
 }

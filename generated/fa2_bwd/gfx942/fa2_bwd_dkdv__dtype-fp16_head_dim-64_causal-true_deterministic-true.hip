@@ -76,117 +76,147 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
   }
   // spec: specs/fa2_bwd.yaml:64:27
   const int v13 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:103:23
-  kg::fp16* v14 = reinterpret_cast<kg::fp16*>(smem + 0);
+  // spec: specs/fa2_bwd.yaml:74:41
+  const int v14 = kg::block_id_x();
+  // spec: specs/fa2_bwd.yaml:115:27
+  kg::fp16* v15 = reinterpret_cast<kg::fp16*>(smem + 0);
   kg::sync();
   #pragma unroll
-  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v14[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v11[e]);
+  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v15[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v11[e]);
 
-  // spec: specs/fa2_bwd.yaml:103:23
-  kg::fp16* v15 = v14;
-  // spec: specs/fa2_bwd.yaml:104:24
-  kg::fp16* v16 = reinterpret_cast<kg::fp16*>(smem + 9216);
+  // spec: specs/fa2_bwd.yaml:115:27
+  kg::fp16* v16 = v15;
+  // spec: specs/fa2_bwd.yaml:116:28
+  kg::fp16* v17 = reinterpret_cast<kg::fp16*>(smem + 9216);
   #pragma unroll
-  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v16[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v12[e]);
+  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v17[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v12[e]);
   kg::sync();
-  // spec: specs/fa2_bwd.yaml:104:24
-  kg::fp16* v17 = v16;
+  // spec: specs/fa2_bwd.yaml:116:28
+  kg::fp16* v18 = v17;
   // spec: specs/fa2_bwd.yaml:57:40
-  int v18[1];
+  int v19[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v18[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0);
+  for (int e = 0; e < 1; ++e) v19[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0);
   // spec: specs/fa2_bwd.yaml:57:14
-  const int v19 = 64;
+  const int v20 = 64;
   // spec: specs/fa2_bwd.yaml:57:14
-  const int v20 = (v8 * v19);
+  const int v21 = (v8 * v20);
   // spec: specs/fa2_bwd.yaml:57:14
-  int v21[1];
+  int v22[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v21[e] = (v20 + v18[e]);
-  // spec: specs/fa2_bwd.yaml:100:53
-  int (&v22)[1] = v21;
-  // spec: specs/fa2_bwd.yaml:102:41
-  int v23[16];
+  for (int e = 0; e < 1; ++e) v22[e] = (v21 + v19[e]);
+  // spec: specs/fa2_bwd.yaml:112:57
+  int (&v23)[1] = v22;
+  // spec: specs/fa2_bwd.yaml:114:45
+  int v24[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v23[e] = v22[0];
-  // spec: specs/fa2_bwd.yaml:67:22
-  const int v24 = 1;
-  // spec: specs/fa2_bwd.yaml:67:22
-  const int v25 = 0;
-  // spec: specs/fa2_bwd.yaml:66:16
-  float v26[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v26[e] = 0.0f;
-  // spec: specs/fa2_bwd.yaml:65:16
-  float v27[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v27[e] = 0.0f;
-  // spec: specs/fa2_bwd.yaml:64:19
-  const int v28 = 64;
-  // spec: specs/fa2_bwd.yaml:64:19
-  const int v29 = 0;
-  // spec: specs/fa2_bwd.yaml:64:54
-  const int v30 = (v1 - v0);
-  // spec: specs/fa2_bwd.yaml:64:27
+  for (int e = 0; e < 16; ++e) v24[e] = v23[0];
+  // spec: specs/fa2_bwd.yaml:75:22
+  const int v25 = 1;
+  // spec: specs/fa2_bwd.yaml:75:22
+  const int v26 = 0;
+  // spec: specs/fa2_bwd.yaml:74:35
+  const int v27 = 64;
+  // spec: specs/fa2_bwd.yaml:74:35
+  const int v28 = 63;
+  // spec: specs/fa2_bwd.yaml:74:77
+  const int v29 = (v1 - v0);
+  // spec: specs/fa2_bwd.yaml:74:40
+  const int v30 = 1;
+  // spec: specs/fa2_bwd.yaml:74:40
   const int v31 = 64;
-  // spec: specs/fa2_bwd.yaml:64:27
-  const int v32 = (v13 * v31);
-  // spec: specs/fa2_bwd.yaml:64:27
-  const int v33 = (v32 - v30);
+  // spec: specs/fa2_bwd.yaml:74:41
+  const int v32 = 1;
+  // spec: specs/fa2_bwd.yaml:74:41
+  const int v33 = (v14 + v32);
+  // spec: specs/fa2_bwd.yaml:74:40
+  const int v34 = (v33 * v31);
+  // spec: specs/fa2_bwd.yaml:74:40
+  const int v35 = (v34 - v30);
+  // spec: specs/fa2_bwd.yaml:74:40
+  const int v36 = (v35 - v29);
+  // spec: specs/fa2_bwd.yaml:74:35
+  const int v37 = (v36 + v28);
+  // spec: specs/fa2_bwd.yaml:74:35
+  const int v38 = (kg::floordiv(v37, v27));
   // spec: specs/fa2_bwd.yaml:64:19
-  const int v34 = (kg::max_(v33, v29));
+  const int v39 = 64;
   // spec: specs/fa2_bwd.yaml:64:19
-  const int v35 = (kg::floordiv(v34, v28));
+  const int v40 = 0;
+  // spec: specs/fa2_bwd.yaml:64:54
+  const int v41 = (v1 - v0);
+  // spec: specs/fa2_bwd.yaml:64:27
+  const int v42 = 64;
+  // spec: specs/fa2_bwd.yaml:64:27
+  const int v43 = (v13 * v42);
+  // spec: specs/fa2_bwd.yaml:64:27
+  const int v44 = (v43 - v41);
+  // spec: specs/fa2_bwd.yaml:64:19
+  const int v45 = (kg::max_(v44, v40));
+  // spec: specs/fa2_bwd.yaml:64:19
+  const int v46 = (kg::floordiv(v45, v39));
+  // spec: specs/fa2_bwd.yaml:74:27
+  const int v47 = (kg::max_(v38, v46));
+  // spec: specs/fa2_bwd.yaml:67:13
+  const int v48 = 64;
+  // spec: specs/fa2_bwd.yaml:67:13
+  const int v49 = 63;
+  // spec: specs/fa2_bwd.yaml:67:13
+  const int v50 = (v0 + v49);
+  // spec: specs/fa2_bwd.yaml:67:13
+  const int v51 = (kg::floordiv(v50, v48));
+  // spec: specs/fa2_bwd.yaml:74:19
+  const int v52 = (kg::min_(v47, v51));
+  // spec: specs/fa2_bwd.yaml:66:16
+  float v53[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v53[e] = 0.0f;
+  // spec: specs/fa2_bwd.yaml:65:16
+  float v54[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v54[e] = 0.0f;
   // spec: specs/fa2_bwd.yaml:60:16
-  const float v36 = 1.4426950408889634f;
+  const float v55 = 1.4426950408889634f;
   // spec: specs/fa2_bwd.yaml:60:16
-  const float v37 = (v2 * v36);
+  const float v56 = (v2 * v55);
   // spec: specs/fa2_bwd.yaml:55:15
-  const int v38 = (kg::floordiv(v3, v4));
-  // spec: specs/fa2_bwd.yaml:67:7
+  const int v57 = (kg::floordiv(v3, v4));
+  // spec: specs/fa2_bwd.yaml:75:7
 
-  float v39[16];
+  float v58[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v39[e] = v26[e];
-  float v40[16];
+  for (int e = 0; e < 16; ++e) v58[e] = v53[e];
+  float v59[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v40[e] = v27[e];
-  for (int v41 = v25; v41 < v38; v41 += v24) {
-    float (&v42)[16] = v39;
-    float (&v43)[16] = v40;
+  for (int e = 0; e < 16; ++e) v59[e] = v54[e];
+  for (int v60 = v26; v60 < v57; v60 += v25) {
+    float (&v61)[16] = v58;
+    float (&v62)[16] = v59;
     
-    // spec: specs/fa2_bwd.yaml:69:33
-    const int v44 = 1;
-    // spec: specs/fa2_bwd.yaml:69:33
-    const int v45 = 64;
-    // spec: specs/fa2_bwd.yaml:69:33
-    const int v46 = 63;
-    // spec: specs/fa2_bwd.yaml:69:33
-    const int v47 = (v0 + v46);
-    // spec: specs/fa2_bwd.yaml:69:33
-    const int v48 = (kg::floordiv(v47, v45));
-    // spec: specs/fa2_bwd.yaml:68:15
-    const int v49 = (v9 * v38);
-    // spec: specs/fa2_bwd.yaml:68:15
-    const int v50 = (v49 + v41);
-    // spec: specs/fa2_bwd.yaml:69:11
+    // spec: specs/fa2_bwd.yaml:78:58
+    const int v63 = 1;
+    // spec: specs/fa2_bwd.yaml:76:15
+    const int v64 = (v9 * v57);
+    // spec: specs/fa2_bwd.yaml:76:15
+    const int v65 = (v64 + v60);
+    // spec: specs/fa2_bwd.yaml:78:15
 
-    float v51[16];
+    float v66[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v51[e] = v42[e];
-    float v52[16];
+    for (int e = 0; e < 16; ++e) v66[e] = v61[e];
+    float v67[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v52[e] = v43[e];
-    for (int v53 = v35; v53 < v48; v53 += v44) {
-      float (&v54)[16] = v51;
-      float (&v55)[16] = v52;
+    for (int e = 0; e < 16; ++e) v67[e] = v62[e];
+    for (int v68 = v46; v68 < v52; v68 += v63) {
+      float (&v69)[16] = v66;
+      float (&v70)[16] = v67;
       
-      // spec: specs/fa2_bwd.yaml:70:20
-      kg::fp16 v56[16];
+      // spec: specs/fa2_bwd.yaml:79:24
+      kg::fp16 v71[16];
       {
-        const kg::fp16* p_ = t_q + ((int64_t)(v10) * stride_q_0 + (int64_t)(v50) * stride_q_2);
+        const kg::fp16* p_ = t_q + ((int64_t)(v10) * stride_q_0 + (int64_t)(v65) * stride_q_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-        const int t0_ = v53 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
+        const int t0_ = v68 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
         const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
       #pragma unroll
         for (int e = 0; e < 16; e += 8) {
@@ -195,20 +225,20 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           const int64_t off_ = (int64_t)i0_ * stride_q_1 + (int64_t)i1_ * 1;
           const bool in_ = i0_ < (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<8>(&v56[e], p_ + off_);
+            kg::copy_vec<8>(&v71[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 8; ++v)
-              v56[e + v] = (i0_ < (size_SQ)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+              v71[e + v] = (i0_ < (size_SQ)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:71:22
-      kg::fp16 v57[16];
+      // spec: specs/fa2_bwd.yaml:80:26
+      kg::fp16 v72[16];
       {
-        const kg::fp16* p_ = t_do + ((int64_t)(v10) * stride_do_0 + (int64_t)(v50) * stride_do_2);
+        const kg::fp16* p_ = t_do + ((int64_t)(v10) * stride_do_0 + (int64_t)(v65) * stride_do_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
-        const int t0_ = v53 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
+        const int t0_ = v68 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
         const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
       #pragma unroll
         for (int e = 0; e < 16; e += 8) {
@@ -217,321 +247,644 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           const int64_t off_ = (int64_t)i0_ * stride_do_1 + (int64_t)i1_ * 1;
           const bool in_ = i0_ < (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<8>(&v57[e], p_ + off_);
+            kg::copy_vec<8>(&v72[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 8; ++v)
-              v57[e + v] = (i0_ < (size_SQ)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+              v72[e + v] = (i0_ < (size_SQ)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:99:26
-      float v58[16];
+      // spec: specs/fa2_bwd.yaml:111:30
+      float v73[16];
       {
-        const float* p_ = t_lse + ((int64_t)(v10) * stride_lse_0 + (int64_t)(v50) * stride_lse_1);
+        const float* p_ = t_lse + ((int64_t)(v10) * stride_lse_0 + (int64_t)(v65) * stride_lse_1);
         const bool aligned_ = kg::aligned(p_, 16) && stride_lse_0 % 4 == 0 && stride_lse_1 % 4 == 0;
-        const int t0_ = v53 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
+        const int t0_ = v68 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
       #pragma unroll
         for (int e = 0; e < 16; e += 4) {
           const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 4 <= (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<4>(&v58[e], p_ + off_);
+            kg::copy_vec<4>(&v73[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 4; ++v)
-              v58[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+              v73[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:103:23
-      kg::fp16* v59 = reinterpret_cast<kg::fp16*>(smem + 18432);
+      // spec: specs/fa2_bwd.yaml:115:27
+      kg::fp16* v74 = reinterpret_cast<kg::fp16*>(smem + 18432);
       kg::sync();
       #pragma unroll
-      for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v59[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v56[e]);
+      for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v74[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v71[e]);
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:103:23
-      float v60[16];
+      // spec: specs/fa2_bwd.yaml:115:27
+      float v75[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v60[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:103:23
-      float (&v61)[16] = v60;
+      for (int e = 0; e < 16; ++e) v75[e] = 0.0f;
+      // spec: specs/fa2_bwd.yaml:115:27
+      float (&v76)[16] = v75;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
         alignas(16) kg::fp16 fa_[4];
       #pragma unroll
-        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v59[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v74[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
         alignas(16) kg::fp16 fb_[4];
       #pragma unroll
-        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v15[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v16[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       #pragma unroll
         for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::mfma_32x32x8_fp16(&v61[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+            kg::mfma_32x32x8_fp16(&v76[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:104:24
-      kg::fp16* v62 = reinterpret_cast<kg::fp16*>(smem + 18432);
+      // spec: specs/fa2_bwd.yaml:116:28
+      kg::fp16* v77 = reinterpret_cast<kg::fp16*>(smem + 18432);
       kg::sync();
       #pragma unroll
-      for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v62[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v57[e]);
+      for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v77[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v72[e]);
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:104:24
-      float v63[16];
+      // spec: specs/fa2_bwd.yaml:116:28
+      float v78[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v63[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:104:24
-      float (&v64)[16] = v63;
+      for (int e = 0; e < 16; ++e) v78[e] = 0.0f;
+      // spec: specs/fa2_bwd.yaml:116:28
+      float (&v79)[16] = v78;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
         alignas(16) kg::fp16 fa_[4];
       #pragma unroll
-        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v62[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v77[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
         alignas(16) kg::fp16 fb_[4];
       #pragma unroll
-        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v17[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v18[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       #pragma unroll
         for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::mfma_32x32x8_fp16(&v64[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+            kg::mfma_32x32x8_fp16(&v79[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:105:23
-      const float v65 = 0.0f;
-      // spec: specs/fa2_bwd.yaml:99:26
-      const float v66 = 1.4426950408889634f;
-      // spec: specs/fa2_bwd.yaml:99:26
-      float v67[16];
+      // spec: specs/fa2_bwd.yaml:117:27
+      const float v80 = 0.0f;
+      // spec: specs/fa2_bwd.yaml:111:30
+      const float v81 = 1.4426950408889634f;
+      // spec: specs/fa2_bwd.yaml:111:30
+      float v82[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v67[e] = (v58[e] * v66);
-      // spec: specs/fa2_bwd.yaml:105:54
-      float (&v68)[16] = v67;
-      // spec: specs/fa2_bwd.yaml:105:41
-      float v69[16];
+      for (int e = 0; e < 16; ++e) v82[e] = (v73[e] * v81);
+      // spec: specs/fa2_bwd.yaml:117:58
+      float (&v83)[16] = v82;
+      // spec: specs/fa2_bwd.yaml:117:45
+      float v84[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v69[e] = v68[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:105:41
-      float v70[16];
+      for (int e = 0; e < 16; ++e) v84[e] = v83[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:117:45
+      float v85[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v70[e] = (v61[e] * v37);
-      // spec: specs/fa2_bwd.yaml:105:41
-      float v71[16];
+      for (int e = 0; e < 16; ++e) v85[e] = (v76[e] * v56);
+      // spec: specs/fa2_bwd.yaml:117:45
+      float v86[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v71[e] = (v70[e] - v69[e]);
-      // spec: specs/fa2_bwd.yaml:105:36
-      float v72[16];
+      for (int e = 0; e < 16; ++e) v86[e] = (v85[e] - v84[e]);
+      // spec: specs/fa2_bwd.yaml:117:40
+      float v87[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v72[e] = kg::exp2_(v71[e]);
-      // spec: specs/fa2_bwd.yaml:102:75
-      const int v73 = (v1 - v0);
-      // spec: specs/fa2_bwd.yaml:72:36
-      int v74[16];
+      for (int e = 0; e < 16; ++e) v87[e] = kg::exp2_(v86[e]);
+      // spec: specs/fa2_bwd.yaml:114:79
+      const int v88 = (v1 - v0);
+      // spec: specs/fa2_bwd.yaml:81:40
+      int v89[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v74[e] = (((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16);
-      // spec: specs/fa2_bwd.yaml:72:22
-      const int v75 = 64;
-      // spec: specs/fa2_bwd.yaml:72:22
-      const int v76 = (v53 * v75);
-      // spec: specs/fa2_bwd.yaml:72:22
-      int v77[16];
+      for (int e = 0; e < 16; ++e) v89[e] = (((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16);
+      // spec: specs/fa2_bwd.yaml:81:26
+      const int v90 = 64;
+      // spec: specs/fa2_bwd.yaml:81:26
+      const int v91 = (v68 * v90);
+      // spec: specs/fa2_bwd.yaml:81:26
+      int v92[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v77[e] = (v76 + v74[e]);
-      // spec: specs/fa2_bwd.yaml:102:58
-      int (&v78)[16] = v77;
-      // spec: specs/fa2_bwd.yaml:102:58
-      int v79[16];
+      for (int e = 0; e < 16; ++e) v92[e] = (v91 + v89[e]);
+      // spec: specs/fa2_bwd.yaml:114:62
+      int (&v93)[16] = v92;
+      // spec: specs/fa2_bwd.yaml:114:62
+      int v94[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v79[e] = (v78[e] + v73);
-      // spec: specs/fa2_bwd.yaml:102:41
-      int v80[16];
+      for (int e = 0; e < 16; ++e) v94[e] = (v93[e] + v88);
+      // spec: specs/fa2_bwd.yaml:114:45
+      int v95[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v80[e] = v79[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:102:41
-      bool v81[16];
+      for (int e = 0; e < 16; ++e) v95[e] = v94[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:114:45
+      bool v96[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v81[e] = (v23[e] <= v80[e]);
-      // spec: specs/fa2_bwd.yaml:100:78
-      const float v82 = -kg::inf();
-      // spec: specs/fa2_bwd.yaml:100:78
-      float (&v83)[16] = v67;
-      // spec: specs/fa2_bwd.yaml:100:78
-      bool v84[16];
+      for (int e = 0; e < 16; ++e) v96[e] = (v24[e] <= v95[e]);
+      // spec: specs/fa2_bwd.yaml:112:82
+      const float v97 = -kg::inf();
+      // spec: specs/fa2_bwd.yaml:112:82
+      float (&v98)[16] = v82;
+      // spec: specs/fa2_bwd.yaml:112:82
+      bool v99[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v84[e] = (v83[e] > v82);
-      // spec: specs/fa2_bwd.yaml:100:27
-      bool v85[16];
+      for (int e = 0; e < 16; ++e) v99[e] = (v98[e] > v97);
+      // spec: specs/fa2_bwd.yaml:112:31
+      bool v100[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v85[e] = v84[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:100:53
-      bool v86[1];
+      for (int e = 0; e < 16; ++e) v100[e] = v99[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:112:57
+      bool v101[1];
       #pragma unroll
-      for (int e = 0; e < 1; ++e) v86[e] = (v22[e] < v1);
-      // spec: specs/fa2_bwd.yaml:100:27
-      bool v87[16];
+      for (int e = 0; e < 1; ++e) v101[e] = (v23[e] < v1);
+      // spec: specs/fa2_bwd.yaml:112:31
+      bool v102[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v87[e] = v86[0];
-      // spec: specs/fa2_bwd.yaml:100:28
-      int (&v88)[16] = v77;
-      // spec: specs/fa2_bwd.yaml:100:28
-      bool v89[16];
+      for (int e = 0; e < 16; ++e) v102[e] = v101[0];
+      // spec: specs/fa2_bwd.yaml:112:32
+      int (&v103)[16] = v92;
+      // spec: specs/fa2_bwd.yaml:112:32
+      bool v104[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v89[e] = (v88[e] < v0);
-      // spec: specs/fa2_bwd.yaml:100:27
-      bool v90[16];
+      for (int e = 0; e < 16; ++e) v104[e] = (v103[e] < v0);
+      // spec: specs/fa2_bwd.yaml:112:31
+      bool v105[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v90[e] = v89[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:100:27
-      bool v91[16];
+      for (int e = 0; e < 16; ++e) v105[e] = v104[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:112:31
+      bool v106[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v91[e] = (v90[e] && v87[e]);
-      // spec: specs/fa2_bwd.yaml:100:27
-      bool v92[16];
+      for (int e = 0; e < 16; ++e) v106[e] = (v105[e] && v102[e]);
+      // spec: specs/fa2_bwd.yaml:112:31
+      bool v107[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v92[e] = (v91[e] && v85[e]);
-      // spec: specs/fa2_bwd.yaml:102:31
-      bool v93[16];
+      for (int e = 0; e < 16; ++e) v107[e] = (v106[e] && v100[e]);
+      // spec: specs/fa2_bwd.yaml:114:35
+      bool v108[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v93[e] = (v92[e] && v81[e]);
-      // spec: specs/fa2_bwd.yaml:105:23
-      float v94[16];
+      for (int e = 0; e < 16; ++e) v108[e] = (v107[e] && v96[e]);
+      // spec: specs/fa2_bwd.yaml:117:27
+      float v109[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v94[e] = (v93[e] ? v72[e] : v65);
-      // spec: specs/fa2_bwd.yaml:106:41
-      kg::fp16 v95[16];
+      for (int e = 0; e < 16; ++e) v109[e] = (v108[e] ? v87[e] : v80);
+      // spec: specs/fa2_bwd.yaml:118:45
+      kg::fp16 v110[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v95[e] = kg::cvt<kg::fp16>(v94[e]);
-      // spec: specs/fa2_bwd.yaml:106:37
-      kg::fp16* v96 = reinterpret_cast<kg::fp16*>(smem + 18432);
+      for (int e = 0; e < 16; ++e) v110[e] = kg::cvt<kg::fp16>(v109[e]);
+      // spec: specs/fa2_bwd.yaml:118:41
+      kg::fp16* v111 = reinterpret_cast<kg::fp16*>(smem + 18432);
       kg::sync();
       #pragma unroll
-      for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v96[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 72 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v95[e]);
+      for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v111[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 72 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v110[e]);
 
-      // spec: specs/fa2_bwd.yaml:106:37
-      kg::fp16* v97 = v96;
-      // spec: specs/fa2_bwd.yaml:106:37
-      kg::fp16* v98 = reinterpret_cast<kg::fp16*>(smem + 27648);
+      // spec: specs/fa2_bwd.yaml:118:41
+      kg::fp16* v112 = v111;
+      // spec: specs/fa2_bwd.yaml:118:41
+      kg::fp16* v113 = reinterpret_cast<kg::fp16*>(smem + 27648);
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v98[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32))] = v57[e];
+      for (int e = 0; e < 16; ++e) v113[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32))] = v72[e];
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:106:37
-      float (&v99)[16] = v54;
+      // spec: specs/fa2_bwd.yaml:118:41
+      float (&v114)[16] = v69;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
         alignas(16) kg::fp16 fa_[4];
       #pragma unroll
-        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v97[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v112[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
         alignas(16) kg::fp16 fb_[4];
       #pragma unroll
-        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v98[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v113[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       #pragma unroll
         for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::mfma_32x32x8_fp16(&v99[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+            kg::mfma_32x32x8_fp16(&v114[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:107:35
-      float v100[16];
+      // spec: specs/fa2_bwd.yaml:119:39
+      float v115[16];
       {
-        const float* p_ = t_delta + ((int64_t)(v10) * stride_delta_0 + (int64_t)(v50) * stride_delta_1);
+        const float* p_ = t_delta + ((int64_t)(v10) * stride_delta_0 + (int64_t)(v65) * stride_delta_1);
         const bool aligned_ = kg::aligned(p_, 16) && stride_delta_0 % 4 == 0 && stride_delta_1 % 4 == 0;
-        const int t0_ = v53 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
+        const int t0_ = v68 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
       #pragma unroll
         for (int e = 0; e < 16; e += 4) {
           const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 4 <= (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<4>(&v100[e], p_ + off_);
+            kg::copy_vec<4>(&v115[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 4; ++v)
-              v100[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+              v115[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:107:35
-      float (&v101)[16] = v100;
-      // spec: specs/fa2_bwd.yaml:107:30
-      float v102[16];
+      // spec: specs/fa2_bwd.yaml:119:39
+      float (&v116)[16] = v115;
+      // spec: specs/fa2_bwd.yaml:119:34
+      float v117[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v102[e] = v101[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:107:30
-      float v103[16];
+      for (int e = 0; e < 16; ++e) v117[e] = v116[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:119:34
+      float v118[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v103[e] = (v64[e] - v102[e]);
-      // spec: specs/fa2_bwd.yaml:107:25
-      float v104[16];
+      for (int e = 0; e < 16; ++e) v118[e] = (v79[e] - v117[e]);
+      // spec: specs/fa2_bwd.yaml:119:29
+      float v119[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v104[e] = (v94[e] * v103[e]);
-      // spec: specs/fa2_bwd.yaml:107:24
-      kg::fp16 v105[16];
+      for (int e = 0; e < 16; ++e) v119[e] = (v109[e] * v118[e]);
+      // spec: specs/fa2_bwd.yaml:119:28
+      kg::fp16 v120[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v105[e] = kg::cvt<kg::fp16>(v104[e]);
-      // spec: specs/fa2_bwd.yaml:108:37
-      kg::fp16* v106 = reinterpret_cast<kg::fp16*>(smem + 18432);
+      for (int e = 0; e < 16; ++e) v120[e] = kg::cvt<kg::fp16>(v119[e]);
+      // spec: specs/fa2_bwd.yaml:120:41
+      kg::fp16* v121 = reinterpret_cast<kg::fp16*>(smem + 18432);
       kg::sync();
       #pragma unroll
-      for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v106[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 72 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v105[e]);
+      for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v121[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 72 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v120[e]);
 
-      // spec: specs/fa2_bwd.yaml:108:37
-      kg::fp16* v107 = v106;
-      // spec: specs/fa2_bwd.yaml:108:37
-      kg::fp16* v108 = reinterpret_cast<kg::fp16*>(smem + 27648);
+      // spec: specs/fa2_bwd.yaml:120:41
+      kg::fp16* v122 = v121;
+      // spec: specs/fa2_bwd.yaml:120:41
+      kg::fp16* v123 = reinterpret_cast<kg::fp16*>(smem + 27648);
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v108[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32))] = v56[e];
+      for (int e = 0; e < 16; ++e) v123[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32))] = v71[e];
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:108:37
-      float (&v109)[16] = v55;
+      // spec: specs/fa2_bwd.yaml:120:41
+      float (&v124)[16] = v70;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
         alignas(16) kg::fp16 fa_[4];
       #pragma unroll
-        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v107[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v122[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
         alignas(16) kg::fp16 fb_[4];
       #pragma unroll
-        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v108[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v123[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       #pragma unroll
         for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::mfma_32x32x8_fp16(&v109[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+            kg::mfma_32x32x8_fp16(&v124[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:109:22
+      // spec: specs/fa2_bwd.yaml:121:26
 
       float y0_[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) y0_[e] = v99[e];
+      for (int e = 0; e < 16; ++e) y0_[e] = v114[e];
       float y1_[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) y1_[e] = v109[e];
+      for (int e = 0; e < 16; ++e) y1_[e] = v124[e];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v51[e] = y0_[e];
+      for (int e = 0; e < 16; ++e) v66[e] = y0_[e];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v52[e] = y1_[e];
+      for (int e = 0; e < 16; ++e) v67[e] = y1_[e];
     }
-    // spec: specs/fa2_bwd.yaml:69:11
+    // spec: specs/fa2_bwd.yaml:78:79
+    const int v125 = 1;
+    // spec: specs/fa2_bwd.yaml:78:15
+
+    float v126[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v126[e] = v66[e];
+    float v127[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v127[e] = v67[e];
+    for (int v128 = v52; v128 < v51; v128 += v125) {
+      float (&v129)[16] = v126;
+      float (&v130)[16] = v127;
+      
+      // spec: specs/fa2_bwd.yaml:79:24
+      kg::fp16 v131[16];
+      {
+        const kg::fp16* p_ = t_q + ((int64_t)(v10) * stride_q_0 + (int64_t)(v65) * stride_q_2);
+        const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
+        const int t0_ = v128 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
+        const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
+      #pragma unroll
+        for (int e = 0; e < 16; e += 8) {
+          const int i0_ = t0_ + ((e >> 3) & 1) * 32;
+          const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
+          const int64_t off_ = (int64_t)i0_ * stride_q_1 + (int64_t)i1_ * 1;
+          const bool in_ = i0_ < (size_SQ);
+          if (aligned_ && in_) {
+            kg::copy_vec<8>(&v131[e], p_ + off_);
+          } else {
+      #pragma unroll
+            for (int v = 0; v < 8; ++v)
+              v131[e + v] = (i0_ < (size_SQ)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          }
+        }
+      }
+      // spec: specs/fa2_bwd.yaml:80:26
+      kg::fp16 v132[16];
+      {
+        const kg::fp16* p_ = t_do + ((int64_t)(v10) * stride_do_0 + (int64_t)(v65) * stride_do_2);
+        const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
+        const int t0_ = v128 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
+        const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
+      #pragma unroll
+        for (int e = 0; e < 16; e += 8) {
+          const int i0_ = t0_ + ((e >> 3) & 1) * 32;
+          const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
+          const int64_t off_ = (int64_t)i0_ * stride_do_1 + (int64_t)i1_ * 1;
+          const bool in_ = i0_ < (size_SQ);
+          if (aligned_ && in_) {
+            kg::copy_vec<8>(&v132[e], p_ + off_);
+          } else {
+      #pragma unroll
+            for (int v = 0; v < 8; ++v)
+              v132[e + v] = (i0_ < (size_SQ)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          }
+        }
+      }
+      // spec: specs/fa2_bwd.yaml:111:30
+      float v133[16];
+      {
+        const float* p_ = t_lse + ((int64_t)(v10) * stride_lse_0 + (int64_t)(v65) * stride_lse_1);
+        const bool aligned_ = kg::aligned(p_, 16) && stride_lse_0 % 4 == 0 && stride_lse_1 % 4 == 0;
+        const int t0_ = v128 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
+      #pragma unroll
+        for (int e = 0; e < 16; e += 4) {
+          const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
+          const int64_t off_ = (int64_t)i0_ * 1;
+          const bool in_ = i0_ + 4 <= (size_SQ);
+          if (aligned_ && in_) {
+            kg::copy_vec<4>(&v133[e], p_ + off_);
+          } else {
+      #pragma unroll
+            for (int v = 0; v < 4; ++v)
+              v133[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+          }
+        }
+      }
+      // spec: specs/fa2_bwd.yaml:115:27
+      kg::fp16* v134 = reinterpret_cast<kg::fp16*>(smem + 18432);
+      kg::sync();
+      #pragma unroll
+      for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v134[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v131[e]);
+      kg::sync();
+      // spec: specs/fa2_bwd.yaml:115:27
+      float v135[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v135[e] = 0.0f;
+      // spec: specs/fa2_bwd.yaml:115:27
+      float (&v136)[16] = v135;
+      #pragma unroll
+      for (int ks = 0; ks < 8; ++ks) {
+        alignas(16) kg::fp16 fa_[4];
+      #pragma unroll
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v134[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        alignas(16) kg::fp16 fb_[4];
+      #pragma unroll
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v16[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      #pragma unroll
+        for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+          for (int rn = 0; rn < 1; ++rn)
+            kg::mfma_32x32x8_fp16(&v136[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+      }
+      // spec: specs/fa2_bwd.yaml:116:28
+      kg::fp16* v137 = reinterpret_cast<kg::fp16*>(smem + 18432);
+      kg::sync();
+      #pragma unroll
+      for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v137[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v132[e]);
+      kg::sync();
+      // spec: specs/fa2_bwd.yaml:116:28
+      float v138[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v138[e] = 0.0f;
+      // spec: specs/fa2_bwd.yaml:116:28
+      float (&v139)[16] = v138;
+      #pragma unroll
+      for (int ks = 0; ks < 8; ++ks) {
+        alignas(16) kg::fp16 fa_[4];
+      #pragma unroll
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v137[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        alignas(16) kg::fp16 fb_[4];
+      #pragma unroll
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v18[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      #pragma unroll
+        for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+          for (int rn = 0; rn < 1; ++rn)
+            kg::mfma_32x32x8_fp16(&v139[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+      }
+      // spec: specs/fa2_bwd.yaml:117:27
+      const float v140 = 0.0f;
+      // spec: specs/fa2_bwd.yaml:111:30
+      const float v141 = 1.4426950408889634f;
+      // spec: specs/fa2_bwd.yaml:111:30
+      float v142[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v142[e] = (v133[e] * v141);
+      // spec: specs/fa2_bwd.yaml:117:58
+      float (&v143)[16] = v142;
+      // spec: specs/fa2_bwd.yaml:117:45
+      float v144[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v144[e] = v143[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:117:45
+      float v145[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v145[e] = (v136[e] * v56);
+      // spec: specs/fa2_bwd.yaml:117:45
+      float v146[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v146[e] = (v145[e] - v144[e]);
+      // spec: specs/fa2_bwd.yaml:117:40
+      float v147[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v147[e] = kg::exp2_(v146[e]);
+      // spec: specs/fa2_bwd.yaml:112:82
+      const float v148 = -kg::inf();
+      // spec: specs/fa2_bwd.yaml:112:82
+      float (&v149)[16] = v142;
+      // spec: specs/fa2_bwd.yaml:112:82
+      bool v150[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v150[e] = (v149[e] > v148);
+      // spec: specs/fa2_bwd.yaml:112:31
+      bool v151[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v151[e] = v150[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:112:57
+      bool v152[1];
+      #pragma unroll
+      for (int e = 0; e < 1; ++e) v152[e] = (v23[e] < v1);
+      // spec: specs/fa2_bwd.yaml:112:31
+      bool v153[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v153[e] = v152[0];
+      // spec: specs/fa2_bwd.yaml:81:40
+      int v154[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v154[e] = (((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16);
+      // spec: specs/fa2_bwd.yaml:81:26
+      const int v155 = 64;
+      // spec: specs/fa2_bwd.yaml:81:26
+      const int v156 = (v128 * v155);
+      // spec: specs/fa2_bwd.yaml:81:26
+      int v157[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v157[e] = (v156 + v154[e]);
+      // spec: specs/fa2_bwd.yaml:112:32
+      int (&v158)[16] = v157;
+      // spec: specs/fa2_bwd.yaml:112:32
+      bool v159[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v159[e] = (v158[e] < v0);
+      // spec: specs/fa2_bwd.yaml:112:31
+      bool v160[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v160[e] = v159[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:112:31
+      bool v161[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v161[e] = (v160[e] && v153[e]);
+      // spec: specs/fa2_bwd.yaml:112:31
+      bool v162[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v162[e] = (v161[e] && v151[e]);
+      // spec: specs/fa2_bwd.yaml:117:27
+      float v163[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v163[e] = (v162[e] ? v147[e] : v140);
+      // spec: specs/fa2_bwd.yaml:118:45
+      kg::fp16 v164[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v164[e] = kg::cvt<kg::fp16>(v163[e]);
+      // spec: specs/fa2_bwd.yaml:118:41
+      kg::fp16* v165 = reinterpret_cast<kg::fp16*>(smem + 18432);
+      kg::sync();
+      #pragma unroll
+      for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v165[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 72 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v164[e]);
+
+      // spec: specs/fa2_bwd.yaml:118:41
+      kg::fp16* v166 = v165;
+      // spec: specs/fa2_bwd.yaml:118:41
+      kg::fp16* v167 = reinterpret_cast<kg::fp16*>(smem + 27648);
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v167[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32))] = v132[e];
+      kg::sync();
+      // spec: specs/fa2_bwd.yaml:118:41
+      float (&v168)[16] = v129;
+      #pragma unroll
+      for (int ks = 0; ks < 8; ++ks) {
+        alignas(16) kg::fp16 fa_[4];
+      #pragma unroll
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v166[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        alignas(16) kg::fp16 fb_[4];
+      #pragma unroll
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v167[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      #pragma unroll
+        for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+          for (int rn = 0; rn < 1; ++rn)
+            kg::mfma_32x32x8_fp16(&v168[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+      }
+      // spec: specs/fa2_bwd.yaml:119:39
+      float v169[16];
+      {
+        const float* p_ = t_delta + ((int64_t)(v10) * stride_delta_0 + (int64_t)(v65) * stride_delta_1);
+        const bool aligned_ = kg::aligned(p_, 16) && stride_delta_0 % 4 == 0 && stride_delta_1 % 4 == 0;
+        const int t0_ = v128 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
+      #pragma unroll
+        for (int e = 0; e < 16; e += 4) {
+          const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
+          const int64_t off_ = (int64_t)i0_ * 1;
+          const bool in_ = i0_ + 4 <= (size_SQ);
+          if (aligned_ && in_) {
+            kg::copy_vec<4>(&v169[e], p_ + off_);
+          } else {
+      #pragma unroll
+            for (int v = 0; v < 4; ++v)
+              v169[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+          }
+        }
+      }
+      // spec: specs/fa2_bwd.yaml:119:39
+      float (&v170)[16] = v169;
+      // spec: specs/fa2_bwd.yaml:119:34
+      float v171[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v171[e] = v170[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:119:34
+      float v172[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v172[e] = (v139[e] - v171[e]);
+      // spec: specs/fa2_bwd.yaml:119:29
+      float v173[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v173[e] = (v163[e] * v172[e]);
+      // spec: specs/fa2_bwd.yaml:119:28
+      kg::fp16 v174[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v174[e] = kg::cvt<kg::fp16>(v173[e]);
+      // spec: specs/fa2_bwd.yaml:120:41
+      kg::fp16* v175 = reinterpret_cast<kg::fp16*>(smem + 18432);
+      kg::sync();
+      #pragma unroll
+      for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v175[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 72 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v174[e]);
+
+      // spec: specs/fa2_bwd.yaml:120:41
+      kg::fp16* v176 = v175;
+      // spec: specs/fa2_bwd.yaml:120:41
+      kg::fp16* v177 = reinterpret_cast<kg::fp16*>(smem + 27648);
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v177[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32))] = v131[e];
+      kg::sync();
+      // spec: specs/fa2_bwd.yaml:120:41
+      float (&v178)[16] = v130;
+      #pragma unroll
+      for (int ks = 0; ks < 8; ++ks) {
+        alignas(16) kg::fp16 fa_[4];
+      #pragma unroll
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v176[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        alignas(16) kg::fp16 fb_[4];
+      #pragma unroll
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v177[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      #pragma unroll
+        for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+          for (int rn = 0; rn < 1; ++rn)
+            kg::mfma_32x32x8_fp16(&v178[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+      }
+      // spec: specs/fa2_bwd.yaml:121:26
+
+      float y0_[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) y0_[e] = v168[e];
+      float y1_[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) y1_[e] = v178[e];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v126[e] = y0_[e];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v127[e] = y1_[e];
+    }
+    // spec: specs/fa2_bwd.yaml:78:15
 
     float y0_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y0_[e] = v51[e];
+    for (int e = 0; e < 16; ++e) y0_[e] = v126[e];
     float y1_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y1_[e] = v52[e];
+    for (int e = 0; e < 16; ++e) y1_[e] = v127[e];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v39[e] = y0_[e];
+    for (int e = 0; e < 16; ++e) v58[e] = y0_[e];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v40[e] = y1_[e];
+    for (int e = 0; e < 16; ++e) v59[e] = y1_[e];
   }
-  // spec: specs/fa2_bwd.yaml:111:34
-  float v110[16];
+  // spec: specs/fa2_bwd.yaml:123:34
+  float v179[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v110[e] = (v40[e] * v2);
-  // spec: specs/fa2_bwd.yaml:111:33
-  kg::fp16 v111[16];
+  for (int e = 0; e < 16; ++e) v179[e] = (v59[e] * v2);
+  // spec: specs/fa2_bwd.yaml:123:33
+  kg::fp16 v180[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v111[e] = kg::cvt<kg::fp16>(v110[e]);
-  // spec: specs/fa2_bwd.yaml:111:7
+  for (int e = 0; e < 16; ++e) v180[e] = kg::cvt<kg::fp16>(v179[e]);
+  // spec: specs/fa2_bwd.yaml:123:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_dk + ((int64_t)(v10) * stride_dk_0 + (int64_t)(v9) * stride_dk_2);
     const bool aligned_ = false;
@@ -542,14 +895,14 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
       const int i1_ = t1_ + 0;
       const int64_t off_ = (int64_t)i0_ * stride_dk_1 + (int64_t)i1_ * 1;
-      if (i0_ < (size_SK)) p_[off_] = v111[e];
+      if (i0_ < (size_SK)) p_[off_] = v180[e];
     }
   }
-  // spec: specs/fa2_bwd.yaml:112:33
-  kg::fp16 v112[16];
+  // spec: specs/fa2_bwd.yaml:124:33
+  kg::fp16 v181[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v112[e] = kg::cvt<kg::fp16>(v39[e]);
-  // spec: specs/fa2_bwd.yaml:112:7
+  for (int e = 0; e < 16; ++e) v181[e] = kg::cvt<kg::fp16>(v58[e]);
+  // spec: specs/fa2_bwd.yaml:124:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_dv + ((int64_t)(v10) * stride_dv_0 + (int64_t)(v9) * stride_dv_2);
     const bool aligned_ = false;
@@ -560,7 +913,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
       const int i1_ = t1_ + 0;
       const int64_t off_ = (int64_t)i0_ * stride_dv_1 + (int64_t)i1_ * 1;
-      if (i0_ < (size_SK)) p_[off_] = v112[e];
+      if (i0_ < (size_SK)) p_[off_] = v181[e];
     }
   }
 }

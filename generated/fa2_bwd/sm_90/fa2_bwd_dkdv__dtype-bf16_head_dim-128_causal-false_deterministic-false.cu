@@ -27,9 +27,9 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
   // session: attention backward +2-8%, 20-45 fewer registers in the 8-warp kernels)
   const int warp = __shfl_sync(0xffffffffu, kg::thread_id() / kg::WAVE, 0);
   
-  // spec: specs/fa2_bwd.yaml:84:47
+  // spec: specs/fa2_bwd.yaml:100:55
   const int v0 = size_SK;
-  // spec: specs/fa2_bwd.yaml:69:38
+  // spec: specs/fa2_bwd.yaml:67:18
   const int v1 = size_SQ;
   // spec: specs/fa2_bwd.yaml:60:16
   const float v2 = scalar_softmax_scale;
@@ -45,7 +45,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
   const int v7 = kg::block_id_x();
   // spec: specs/fa2_bwd.yaml:57:14
   const int v8 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:90:24
+  // spec: specs/fa2_bwd.yaml:102:28
   kg::bf16* v9 = reinterpret_cast<kg::bf16*>(smem + 0);
   // spec: specs/fa2_bwd.yaml:54:12
   const int v10 = (kg::mod(v6, v4));
@@ -75,11 +75,11 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_bwd.yaml:90:24
+  // spec: specs/fa2_bwd.yaml:102:28
   kg::cp_async_wait<0>();
   kg::fence_proxy_async();
   kg::sync();
-  // spec: specs/fa2_bwd.yaml:91:25
+  // spec: specs/fa2_bwd.yaml:103:29
   kg::bf16* v12 = reinterpret_cast<kg::bf16*>(smem + 32768);
   // spec: specs/fa2_bwd.yaml:59:12
   if (true) {
@@ -104,7 +104,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_bwd.yaml:91:25
+  // spec: specs/fa2_bwd.yaml:103:29
   kg::cp_async_wait<0>();
   kg::fence_proxy_async();
   kg::sync();
@@ -120,98 +120,98 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
   int v16[2];
   #pragma unroll
   for (int e = 0; e < 2; ++e) v16[e] = (v15 + v13[e]);
-  // spec: specs/fa2_bwd.yaml:84:31
+  // spec: specs/fa2_bwd.yaml:100:39
   int (&v17)[2] = v16;
-  // spec: specs/fa2_bwd.yaml:67:22
+  // spec: specs/fa2_bwd.yaml:75:22
   const int v18 = 1;
-  // spec: specs/fa2_bwd.yaml:67:22
+  // spec: specs/fa2_bwd.yaml:75:22
   const int v19 = 0;
+  // spec: specs/fa2_bwd.yaml:67:13
+  const int v20 = 64;
+  // spec: specs/fa2_bwd.yaml:67:13
+  const int v21 = 63;
+  // spec: specs/fa2_bwd.yaml:67:13
+  const int v22 = (v1 + v21);
+  // spec: specs/fa2_bwd.yaml:67:13
+  const int v23 = (kg::floordiv(v22, v20));
   // spec: specs/fa2_bwd.yaml:66:16
-  float v20[64];
+  float v24[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v20[e] = 0.0f;
+  for (int e = 0; e < 64; ++e) v24[e] = 0.0f;
   // spec: specs/fa2_bwd.yaml:65:16
-  float v21[64];
-  #pragma unroll
-  for (int e = 0; e < 64; ++e) v21[e] = 0.0f;
-  // spec: specs/fa2_bwd.yaml:60:16
-  const float v22 = 1.4426950408889634f;
-  // spec: specs/fa2_bwd.yaml:60:16
-  const float v23 = (v2 * v22);
-  // spec: specs/fa2_bwd.yaml:55:15
-  const int v24 = (kg::floordiv(v3, v4));
-  // spec: specs/fa2_bwd.yaml:67:7
-
   float v25[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v25[e] = v20[e];
-  float v26[64];
+  for (int e = 0; e < 64; ++e) v25[e] = 0.0f;
+  // spec: specs/fa2_bwd.yaml:60:16
+  const float v26 = 1.4426950408889634f;
+  // spec: specs/fa2_bwd.yaml:60:16
+  const float v27 = (v2 * v26);
+  // spec: specs/fa2_bwd.yaml:55:15
+  const int v28 = (kg::floordiv(v3, v4));
+  // spec: specs/fa2_bwd.yaml:75:7
+
+  float v29[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v26[e] = v21[e];
-  for (int v27 = v19; v27 < v24; v27 += v18) {
-    float (&v28)[64] = v25;
-    float (&v29)[64] = v26;
+  for (int e = 0; e < 64; ++e) v29[e] = v24[e];
+  float v30[64];
+  #pragma unroll
+  for (int e = 0; e < 64; ++e) v30[e] = v25[e];
+  for (int v31 = v19; v31 < v28; v31 += v18) {
+    float (&v32)[64] = v29;
+    float (&v33)[64] = v30;
     
-    // spec: specs/fa2_bwd.yaml:91:25
-    kg::bf16* v30 = reinterpret_cast<kg::bf16*>(smem + 65536);
-    // spec: specs/fa2_bwd.yaml:90:24
-    kg::bf16* v31 = reinterpret_cast<kg::bf16*>(smem + 98304);
-    // spec: specs/fa2_bwd.yaml:69:11
-    const int v32 = 0;
-    // spec: specs/fa2_bwd.yaml:69:11
-    kg::bf16* v33 = v31 + (v32 % 2) * 8192;
-    // spec: specs/fa2_bwd.yaml:69:33
-    const int v34 = 0;
-    // spec: specs/fa2_bwd.yaml:69:33
-    const int v35 = 64;
-    // spec: specs/fa2_bwd.yaml:69:33
-    const int v36 = 63;
-    // spec: specs/fa2_bwd.yaml:69:33
-    const int v37 = (v1 + v36);
-    // spec: specs/fa2_bwd.yaml:69:33
-    const int v38 = (kg::floordiv(v37, v35));
-    // spec: specs/fa2_bwd.yaml:69:11
-    const bool v39 = (v34 < v38);
-    // spec: specs/fa2_bwd.yaml:68:15
-    const int v40 = (v10 * v24);
-    // spec: specs/fa2_bwd.yaml:68:15
-    const int v41 = (v40 + v27);
-    // spec: specs/fa2_bwd.yaml:70:20
+    // spec: specs/fa2_bwd.yaml:103:29
+    kg::bf16* v34 = reinterpret_cast<kg::bf16*>(smem + 65536);
+    // spec: specs/fa2_bwd.yaml:102:28
+    kg::bf16* v35 = reinterpret_cast<kg::bf16*>(smem + 98304);
+    // spec: specs/fa2_bwd.yaml:78:15
+    const int v36 = 0;
+    // spec: specs/fa2_bwd.yaml:78:15
+    kg::bf16* v37 = v35 + (v36 % 2) * 8192;
+    // spec: specs/fa2_bwd.yaml:78:58
+    const int v38 = 0;
+    // spec: specs/fa2_bwd.yaml:78:15
+    const bool v39 = (v38 < v23);
+    // spec: specs/fa2_bwd.yaml:76:15
+    const int v40 = (v10 * v28);
+    // spec: specs/fa2_bwd.yaml:76:15
+    const int v41 = (v40 + v31);
+    // spec: specs/fa2_bwd.yaml:79:24
     kg::sync();
     if (v39) {
       const kg::bf16* p_ = t_q + ((int64_t)(v11) * stride_q_0 + (int64_t)(v41) * stride_q_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v34 * 64) * stride_q_1 + 0;
+      const int64_t q_ = (int64_t)(v38 * 64) * stride_q_1 + 0;
     #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int c_ = lane + warp * 32 + i * 256;
         const int r_ = c_ / 128 * 8 + c_ % 8, k_ = c_ / 8 % 16 * 8;
-        const int i0_ = v34 * 64 + r_, i1_ = 0 + k_;
+        const int i0_ = v38 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = q_ + ((int64_t)r_ * stride_q_1 + k_);
         const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
         if (aligned_) {
           const int n_ = (i0_ < (size_SQ)) * 8;
-          kg::cp_async<16>(&v33[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v37[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v33[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v37[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
-    // spec: specs/fa2_bwd.yaml:69:11
-    kg::bf16* v42 = v30 + (v32 % 2) * 8192;
-    // spec: specs/fa2_bwd.yaml:71:22
+    // spec: specs/fa2_bwd.yaml:78:15
+    kg::bf16* v42 = v34 + (v36 % 2) * 8192;
+    // spec: specs/fa2_bwd.yaml:80:26
     if (v39) {
       const kg::bf16* p_ = t_do + ((int64_t)(v11) * stride_do_0 + (int64_t)(v41) * stride_do_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v34 * 64) * stride_do_1 + 0;
+      const int64_t q_ = (int64_t)(v38 * 64) * stride_do_1 + 0;
     #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int c_ = lane + warp * 32 + i * 256;
         const int r_ = c_ / 128 * 8 + c_ % 8, k_ = c_ / 8 % 16 * 8;
-        const int i0_ = v34 * 64 + r_, i1_ = 0 + k_;
+        const int i0_ = v38 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = q_ + ((int64_t)r_ * stride_do_1 + k_);
         const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
         if (aligned_) {
@@ -225,41 +225,41 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       }
     }
     kg::cp_async_commit();
-    // spec: specs/fa2_bwd.yaml:69:33
+    // spec: specs/fa2_bwd.yaml:78:58
     const int v43 = 1;
-    // spec: specs/fa2_bwd.yaml:69:11
+    // spec: specs/fa2_bwd.yaml:78:15
 
     float v44[64];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) v44[e] = v28[e];
+    for (int e = 0; e < 64; ++e) v44[e] = v32[e];
     float v45[64];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) v45[e] = v29[e];
-    for (int v46 = v34; v46 < v38; v46 += v43) {
+    for (int e = 0; e < 64; ++e) v45[e] = v33[e];
+    for (int v46 = v38; v46 < v23; v46 += v43) {
       float (&v47)[64] = v44;
       float (&v48)[64] = v45;
       
-      // spec: specs/fa2_bwd.yaml:69:11
-      const int v49 = (v46 - v34);
-      // spec: specs/fa2_bwd.yaml:69:11
+      // spec: specs/fa2_bwd.yaml:78:15
+      const int v49 = (v46 - v38);
+      // spec: specs/fa2_bwd.yaml:78:15
       const int v50 = (kg::floordiv(v49, v43));
-      // spec: specs/fa2_bwd.yaml:69:11
-      kg::bf16* v51 = v30 + (v50 % 2) * 8192;
-      // spec: specs/fa2_bwd.yaml:69:11
-      kg::bf16* v52 = v31 + (v50 % 2) * 8192;
-      // spec: specs/fa2_bwd.yaml:72:36
+      // spec: specs/fa2_bwd.yaml:78:15
+      kg::bf16* v51 = v34 + (v50 % 2) * 8192;
+      // spec: specs/fa2_bwd.yaml:78:15
+      kg::bf16* v52 = v35 + (v50 % 2) * 8192;
+      // spec: specs/fa2_bwd.yaml:81:40
       int v53[1];
       #pragma unroll
       for (int e = 0; e < 1; ++e) v53[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0);
-      // spec: specs/fa2_bwd.yaml:72:22
+      // spec: specs/fa2_bwd.yaml:81:26
       const int v54 = 64;
-      // spec: specs/fa2_bwd.yaml:72:22
+      // spec: specs/fa2_bwd.yaml:81:26
       const int v55 = (v46 * v54);
-      // spec: specs/fa2_bwd.yaml:72:22
+      // spec: specs/fa2_bwd.yaml:81:26
       int v56[1];
       #pragma unroll
       for (int e = 0; e < 1; ++e) v56[e] = (v55 + v53[e]);
-      // spec: specs/fa2_bwd.yaml:90:53
+      // spec: specs/fa2_bwd.yaml:94:29
       float v57[16];
       {
         const float* p_ = t_neg_lse_s + ((int64_t)(v11) * stride_neg_lse_s_0 + (int64_t)(v41) * stride_neg_lse_s_1);
@@ -279,21 +279,21 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:90:24
+      // spec: specs/fa2_bwd.yaml:102:28
       kg::cp_async_wait<1>();
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:69:11
+      // spec: specs/fa2_bwd.yaml:78:15
       const int v58 = 1;
-      // spec: specs/fa2_bwd.yaml:69:11
+      // spec: specs/fa2_bwd.yaml:78:15
       const int v59 = (v50 + v58);
-      // spec: specs/fa2_bwd.yaml:69:11
-      kg::bf16* v60 = v31 + (v59 % 2) * 8192;
-      // spec: specs/fa2_bwd.yaml:70:20
+      // spec: specs/fa2_bwd.yaml:78:15
+      kg::bf16* v60 = v35 + (v59 % 2) * 8192;
+      // spec: specs/fa2_bwd.yaml:79:24
       const int v61 = (v46 + v43);
-      // spec: specs/fa2_bwd.yaml:70:20
-      const bool v62 = (v61 < v38);
-      // spec: specs/fa2_bwd.yaml:70:20
+      // spec: specs/fa2_bwd.yaml:79:24
+      const bool v62 = (v61 < v23);
+      // spec: specs/fa2_bwd.yaml:79:24
       if (v62) {
         const kg::bf16* p_ = t_q + ((int64_t)(v11) * stride_q_0 + (int64_t)(v41) * stride_q_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
@@ -316,29 +316,29 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
         }
       }
       kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:90:24
+      // spec: specs/fa2_bwd.yaml:102:28
       kg::bf16* v63 = v52;
-      // spec: specs/fa2_bwd.yaml:90:53
+      // spec: specs/fa2_bwd.yaml:94:29
       float (&v64)[16] = v57;
-      // spec: specs/fa2_bwd.yaml:90:40
+      // spec: specs/fa2_bwd.yaml:101:33
       float v65[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v65[e] = v64[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:84:31
+      // spec: specs/fa2_bwd.yaml:100:39
       bool v66[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v66[e] = (v17[e] < v0);
-      // spec: specs/fa2_bwd.yaml:90:40
+      // spec: specs/fa2_bwd.yaml:101:33
       bool v67[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v67[e] = v66[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:90:40
+      // spec: specs/fa2_bwd.yaml:101:33
       const float v68 = -kg::inf();
-      // spec: specs/fa2_bwd.yaml:90:40
+      // spec: specs/fa2_bwd.yaml:101:33
       float v69[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v69[e] = (v67[e] ? v65[e] : v68);
-      // spec: specs/fa2_bwd.yaml:90:24
+      // spec: specs/fa2_bwd.yaml:102:28
       float (&v70)[32] = v69;
       {
         const int wg_ = (warp / 4);
@@ -358,7 +358,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
               kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v70[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:91:45
+      // spec: specs/fa2_bwd.yaml:103:49
       float v71[16];
       {
         const float* p_ = t_delta + ((int64_t)(v11) * stride_delta_0 + (int64_t)(v41) * stride_delta_1);
@@ -378,17 +378,17 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:91:25
+      // spec: specs/fa2_bwd.yaml:103:29
       kg::cp_async_wait<1>();
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:69:11
-      kg::bf16* v72 = v30 + (v59 % 2) * 8192;
-      // spec: specs/fa2_bwd.yaml:71:22
+      // spec: specs/fa2_bwd.yaml:78:15
+      kg::bf16* v72 = v34 + (v59 % 2) * 8192;
+      // spec: specs/fa2_bwd.yaml:80:26
       const int v73 = (v46 + v43);
-      // spec: specs/fa2_bwd.yaml:71:22
-      const bool v74 = (v73 < v38);
-      // spec: specs/fa2_bwd.yaml:71:22
+      // spec: specs/fa2_bwd.yaml:80:26
+      const bool v74 = (v73 < v23);
+      // spec: specs/fa2_bwd.yaml:80:26
       if (v74) {
         const kg::bf16* p_ = t_do + ((int64_t)(v11) * stride_do_0 + (int64_t)(v41) * stride_do_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
@@ -411,26 +411,26 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
         }
       }
       kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:91:25
+      // spec: specs/fa2_bwd.yaml:103:29
       kg::bf16* v75 = v51;
-      // spec: specs/fa2_bwd.yaml:91:44
+      // spec: specs/fa2_bwd.yaml:103:48
       const float v76 = -1.0f;
-      // spec: specs/fa2_bwd.yaml:91:44
+      // spec: specs/fa2_bwd.yaml:103:48
       float v77[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v77[e] = (v71[e] * v76);
-      // spec: specs/fa2_bwd.yaml:91:43
+      // spec: specs/fa2_bwd.yaml:103:47
       float (&v78)[16] = v77;
-      // spec: specs/fa2_bwd.yaml:91:25
+      // spec: specs/fa2_bwd.yaml:103:29
       float v79[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v79[e] = v78[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:90:24
+      // spec: specs/fa2_bwd.yaml:102:28
       kg::wgmma_wait<0>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v70[e]);
       float (&v80)[32] = v70;
-      // spec: specs/fa2_bwd.yaml:91:25
+      // spec: specs/fa2_bwd.yaml:103:29
       float (&v81)[32] = v79;
       {
         const int wg_ = (warp / 4);
@@ -450,19 +450,19 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
               kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v81[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:92:29
+      // spec: specs/fa2_bwd.yaml:104:33
       float v82[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v82[e] = (v80[e] * v23);
-      // spec: specs/fa2_bwd.yaml:92:24
+      for (int e = 0; e < 32; ++e) v82[e] = (v80[e] * v27);
+      // spec: specs/fa2_bwd.yaml:104:28
       float v83[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v83[e] = kg::exp2_(v82[e]);
-      // spec: specs/fa2_bwd.yaml:93:41
+      // spec: specs/fa2_bwd.yaml:105:45
       kg::bf16 v84[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v84[e] = kg::cvt<kg::bf16>(v83[e]);
-      // spec: specs/fa2_bwd.yaml:93:37
+      // spec: specs/fa2_bwd.yaml:105:41
       float (&v85)[64] = v47;
       {
         const int wg_ = (warp / 4);
@@ -481,20 +481,20 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
               kg::wgmma_m64n128k16_bf16_rs<1>(&v85[(rm * 1 + rn) * 64], &v84[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 1) * 128 + rn * 128)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 1) * 128 + rn * 128)) % 8) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:91:25
+      // spec: specs/fa2_bwd.yaml:103:29
       kg::wgmma_wait<1>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v81[e]);
       float (&v86)[32] = v81;
-      // spec: specs/fa2_bwd.yaml:94:26
+      // spec: specs/fa2_bwd.yaml:106:30
       float v87[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v87[e] = (v83[e] * v86[e]);
-      // spec: specs/fa2_bwd.yaml:94:25
+      // spec: specs/fa2_bwd.yaml:106:29
       kg::bf16 v88[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v88[e] = kg::cvt<kg::bf16>(v87[e]);
-      // spec: specs/fa2_bwd.yaml:95:37
+      // spec: specs/fa2_bwd.yaml:107:41
       float (&v89)[64] = v48;
       {
         const int wg_ = (warp / 4);
@@ -513,18 +513,18 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
               kg::wgmma_m64n128k16_bf16_rs<1>(&v89[(rm * 1 + rn) * 64], &v88[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 1) * 128 + rn * 128)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 1) * 128 + rn * 128)) % 8) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:97:70
+      // spec: specs/fa2_bwd.yaml:109:74
       kg::bf16* v90 = reinterpret_cast<kg::bf16*>(smem + 131072);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v90[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v88[e]);
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:97:70
+      // spec: specs/fa2_bwd.yaml:109:74
       kg::bf16* v91 = v90;
-      // spec: specs/fa2_bwd.yaml:97:70
+      // spec: specs/fa2_bwd.yaml:109:74
       float v92[32];
-      // spec: specs/fa2_bwd.yaml:97:70
+      // spec: specs/fa2_bwd.yaml:109:74
       float (&v93)[32] = v92;
       {
         const int wg_ = (warp / 4);
@@ -540,30 +540,30 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
               kg::wgmma_m64n64k16_bf16_ss<1, 1>(&v93[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 2) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 2) * 64 + rm * 64)) % 8) * 2 / 16), db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 2) * 64 + rn * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 2) * 64 + rn * 64)) % 8) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:97:70
+      // spec: specs/fa2_bwd.yaml:109:74
       kg::wgmma_wait<0>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v93[e]);
       float (&v94)[32] = v93;
-      // spec: specs/fa2_bwd.yaml:93:37
+      // spec: specs/fa2_bwd.yaml:105:41
       kg::wgmma_wait<0>();
       #pragma unroll
       for (int e = 0; e < 64; ++e) kg::fence_operand(v85[e]);
       #pragma unroll
       for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v84)[e]);
       float (&v95)[64] = v85;
-      // spec: specs/fa2_bwd.yaml:95:37
+      // spec: specs/fa2_bwd.yaml:107:41
       kg::wgmma_wait<0>();
       #pragma unroll
       for (int e = 0; e < 64; ++e) kg::fence_operand(v89[e]);
       #pragma unroll
       for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v88)[e]);
       float (&v96)[64] = v89;
-      // spec: specs/fa2_bwd.yaml:97:70
+      // spec: specs/fa2_bwd.yaml:109:74
       float v97[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v97[e] = (v94[e] * v2);
-      // spec: specs/fa2_bwd.yaml:97:23
+      // spec: specs/fa2_bwd.yaml:109:27
       if ((lane & 0) == 0 && (warp & 0) == 0) {
         float* p_ = t_dq_acc + ((int64_t)(v11) * stride_dq_acc_0 + (int64_t)(v41) * stride_dq_acc_2);
         const bool aligned_ = kg::aligned(p_, 8) && stride_dq_acc_0 % 2 == 0 && stride_dq_acc_1 % 2 == 0 && stride_dq_acc_2 % 2 == 0;
@@ -583,7 +583,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:97:23
+      // spec: specs/fa2_bwd.yaml:109:27
 
       float y0_[64];
       #pragma unroll
@@ -596,7 +596,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       #pragma unroll
       for (int e = 0; e < 64; ++e) v45[e] = y1_[e];
     }
-    // spec: specs/fa2_bwd.yaml:69:11
+    // spec: specs/fa2_bwd.yaml:78:15
 
     float y0_[64];
     #pragma unroll
@@ -605,19 +605,19 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
     #pragma unroll
     for (int e = 0; e < 64; ++e) y1_[e] = v45[e];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) v25[e] = y0_[e];
+    for (int e = 0; e < 64; ++e) v29[e] = y0_[e];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) v26[e] = y1_[e];
+    for (int e = 0; e < 64; ++e) v30[e] = y1_[e];
   }
-  // spec: specs/fa2_bwd.yaml:111:34
+  // spec: specs/fa2_bwd.yaml:123:34
   float v98[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v98[e] = (v26[e] * v2);
-  // spec: specs/fa2_bwd.yaml:111:33
+  for (int e = 0; e < 64; ++e) v98[e] = (v30[e] * v2);
+  // spec: specs/fa2_bwd.yaml:123:33
   kg::bf16 v99[64];
   #pragma unroll
   for (int e = 0; e < 64; ++e) v99[e] = kg::cvt<kg::bf16>(v98[e]);
-  // spec: specs/fa2_bwd.yaml:111:7
+  // spec: specs/fa2_bwd.yaml:123:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_dk + ((int64_t)(v11) * stride_dk_0 + (int64_t)(v10) * stride_dk_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dk_0 % 2 == 0 && stride_dk_1 % 2 == 0 && stride_dk_2 % 2 == 0;
@@ -637,11 +637,11 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       }
     }
   }
-  // spec: specs/fa2_bwd.yaml:112:33
+  // spec: specs/fa2_bwd.yaml:124:33
   kg::bf16 v100[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v100[e] = kg::cvt<kg::bf16>(v25[e]);
-  // spec: specs/fa2_bwd.yaml:112:7
+  for (int e = 0; e < 64; ++e) v100[e] = kg::cvt<kg::bf16>(v29[e]);
+  // spec: specs/fa2_bwd.yaml:124:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_dv + ((int64_t)(v11) * stride_dv_0 + (int64_t)(v10) * stride_dv_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dv_0 % 2 == 0 && stride_dv_1 % 2 == 0 && stride_dv_2 % 2 == 0;

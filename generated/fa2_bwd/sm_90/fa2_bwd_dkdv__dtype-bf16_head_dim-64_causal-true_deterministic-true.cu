@@ -40,16 +40,18 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
   const int v8 = kg::block_id_x();
   // spec: specs/fa2_bwd.yaml:64:27
   const int v9 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:103:23
-  kg::bf16* v10 = reinterpret_cast<kg::bf16*>(smem + 32768);
+  // spec: specs/fa2_bwd.yaml:74:41
+  const int v10 = kg::block_id_x();
+  // spec: specs/fa2_bwd.yaml:115:27
+  kg::bf16* v11 = reinterpret_cast<kg::bf16*>(smem + 32768);
   // spec: specs/fa2_bwd.yaml:54:12
-  const int v11 = (kg::mod(v6, v4));
+  const int v12 = (kg::mod(v6, v4));
   // spec: specs/fa2_bwd.yaml:53:11
-  const int v12 = (kg::floordiv(v5, v4));
+  const int v13 = (kg::floordiv(v5, v4));
   // spec: specs/fa2_bwd.yaml:58:12
   kg::sync();
   if (true) {
-    const kg::bf16* p_ = t_k + ((int64_t)(v12) * stride_k_0 + (int64_t)(v11) * stride_k_2);
+    const kg::bf16* p_ = t_k + ((int64_t)(v13) * stride_k_0 + (int64_t)(v12) * stride_k_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
     const int64_t q_ = (int64_t)(v7 * 64) * stride_k_1 + 0;
     const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
@@ -62,26 +64,26 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
       if (aligned_) {
         const int n_ = (i0_ < (size_SK)) * 8;
-        kg::cp_async<16>(&v10[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        kg::cp_async<16>(&v11[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v10[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v11[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_bwd.yaml:103:23
+  // spec: specs/fa2_bwd.yaml:115:27
   kg::cp_async_wait<0>();
   kg::fence_proxy_async();
   kg::sync();
-  // spec: specs/fa2_bwd.yaml:103:23
-  kg::bf16* v13 = v10;
-  // spec: specs/fa2_bwd.yaml:104:24
-  kg::bf16* v14 = reinterpret_cast<kg::bf16*>(smem + 40960);
+  // spec: specs/fa2_bwd.yaml:115:27
+  kg::bf16* v14 = v11;
+  // spec: specs/fa2_bwd.yaml:116:28
+  kg::bf16* v15 = reinterpret_cast<kg::bf16*>(smem + 40960);
   // spec: specs/fa2_bwd.yaml:59:12
   if (true) {
-    const kg::bf16* p_ = t_v + ((int64_t)(v12) * stride_v_0 + (int64_t)(v11) * stride_v_2);
+    const kg::bf16* p_ = t_v + ((int64_t)(v13) * stride_v_0 + (int64_t)(v12) * stride_v_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
     const int64_t q_ = (int64_t)(v7 * 64) * stride_v_1 + 0;
     const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
@@ -94,246 +96,274 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
       if (aligned_) {
         const int n_ = (i0_ < (size_SK)) * 8;
-        kg::cp_async<16>(&v14[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        kg::cp_async<16>(&v15[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v14[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v15[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_bwd.yaml:104:24
+  // spec: specs/fa2_bwd.yaml:116:28
   kg::cp_async_wait<0>();
   kg::fence_proxy_async();
   kg::sync();
-  // spec: specs/fa2_bwd.yaml:104:24
-  kg::bf16* v15 = v14;
+  // spec: specs/fa2_bwd.yaml:116:28
+  kg::bf16* v16 = v15;
   // spec: specs/fa2_bwd.yaml:57:40
-  int v16[16];
+  int v17[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v16[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32);
+  for (int e = 0; e < 16; ++e) v17[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32);
   // spec: specs/fa2_bwd.yaml:57:14
-  const int v17 = 64;
+  const int v18 = 64;
   // spec: specs/fa2_bwd.yaml:57:14
-  const int v18 = (v8 * v17);
+  const int v19 = (v8 * v18);
   // spec: specs/fa2_bwd.yaml:57:14
-  int v19[16];
+  int v20[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v19[e] = (v18 + v16[e]);
-  // spec: specs/fa2_bwd.yaml:100:53
-  int (&v20)[16] = v19;
-  // spec: specs/fa2_bwd.yaml:102:41
-  int v21[32];
+  for (int e = 0; e < 16; ++e) v20[e] = (v19 + v17[e]);
+  // spec: specs/fa2_bwd.yaml:112:57
+  int (&v21)[16] = v20;
+  // spec: specs/fa2_bwd.yaml:114:45
+  int v22[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v21[e] = v20[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-  // spec: specs/fa2_bwd.yaml:67:22
-  const int v22 = 1;
-  // spec: specs/fa2_bwd.yaml:67:22
-  const int v23 = 0;
-  // spec: specs/fa2_bwd.yaml:66:16
-  float v24[32];
-  #pragma unroll
-  for (int e = 0; e < 32; ++e) v24[e] = 0.0f;
-  // spec: specs/fa2_bwd.yaml:65:16
-  float v25[32];
-  #pragma unroll
-  for (int e = 0; e < 32; ++e) v25[e] = 0.0f;
-  // spec: specs/fa2_bwd.yaml:64:19
-  const int v26 = 64;
-  // spec: specs/fa2_bwd.yaml:64:19
-  const int v27 = 0;
-  // spec: specs/fa2_bwd.yaml:64:54
-  const int v28 = (v1 - v0);
-  // spec: specs/fa2_bwd.yaml:64:27
+  for (int e = 0; e < 32; ++e) v22[e] = v21[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+  // spec: specs/fa2_bwd.yaml:75:22
+  const int v23 = 1;
+  // spec: specs/fa2_bwd.yaml:75:22
+  const int v24 = 0;
+  // spec: specs/fa2_bwd.yaml:74:35
+  const int v25 = 64;
+  // spec: specs/fa2_bwd.yaml:74:35
+  const int v26 = 63;
+  // spec: specs/fa2_bwd.yaml:74:77
+  const int v27 = (v1 - v0);
+  // spec: specs/fa2_bwd.yaml:74:40
+  const int v28 = 1;
+  // spec: specs/fa2_bwd.yaml:74:40
   const int v29 = 64;
-  // spec: specs/fa2_bwd.yaml:64:27
-  const int v30 = (v9 * v29);
-  // spec: specs/fa2_bwd.yaml:64:27
-  const int v31 = (v30 - v28);
+  // spec: specs/fa2_bwd.yaml:74:41
+  const int v30 = 1;
+  // spec: specs/fa2_bwd.yaml:74:41
+  const int v31 = (v10 + v30);
+  // spec: specs/fa2_bwd.yaml:74:40
+  const int v32 = (v31 * v29);
+  // spec: specs/fa2_bwd.yaml:74:40
+  const int v33 = (v32 - v28);
+  // spec: specs/fa2_bwd.yaml:74:40
+  const int v34 = (v33 - v27);
+  // spec: specs/fa2_bwd.yaml:74:35
+  const int v35 = (v34 + v26);
+  // spec: specs/fa2_bwd.yaml:74:35
+  const int v36 = (kg::floordiv(v35, v25));
   // spec: specs/fa2_bwd.yaml:64:19
-  const int v32 = (kg::max_(v31, v27));
+  const int v37 = 64;
   // spec: specs/fa2_bwd.yaml:64:19
-  const int v33 = (kg::floordiv(v32, v26));
+  const int v38 = 0;
+  // spec: specs/fa2_bwd.yaml:64:54
+  const int v39 = (v1 - v0);
+  // spec: specs/fa2_bwd.yaml:64:27
+  const int v40 = 64;
+  // spec: specs/fa2_bwd.yaml:64:27
+  const int v41 = (v9 * v40);
+  // spec: specs/fa2_bwd.yaml:64:27
+  const int v42 = (v41 - v39);
+  // spec: specs/fa2_bwd.yaml:64:19
+  const int v43 = (kg::max_(v42, v38));
+  // spec: specs/fa2_bwd.yaml:64:19
+  const int v44 = (kg::floordiv(v43, v37));
+  // spec: specs/fa2_bwd.yaml:74:27
+  const int v45 = (kg::max_(v36, v44));
+  // spec: specs/fa2_bwd.yaml:67:13
+  const int v46 = 64;
+  // spec: specs/fa2_bwd.yaml:67:13
+  const int v47 = 63;
+  // spec: specs/fa2_bwd.yaml:67:13
+  const int v48 = (v0 + v47);
+  // spec: specs/fa2_bwd.yaml:67:13
+  const int v49 = (kg::floordiv(v48, v46));
+  // spec: specs/fa2_bwd.yaml:74:19
+  const int v50 = (kg::min_(v45, v49));
+  // spec: specs/fa2_bwd.yaml:66:16
+  float v51[32];
+  #pragma unroll
+  for (int e = 0; e < 32; ++e) v51[e] = 0.0f;
+  // spec: specs/fa2_bwd.yaml:65:16
+  float v52[32];
+  #pragma unroll
+  for (int e = 0; e < 32; ++e) v52[e] = 0.0f;
   // spec: specs/fa2_bwd.yaml:60:16
-  const float v34 = 1.4426950408889634f;
+  const float v53 = 1.4426950408889634f;
   // spec: specs/fa2_bwd.yaml:60:16
-  const float v35 = (v2 * v34);
+  const float v54 = (v2 * v53);
   // spec: specs/fa2_bwd.yaml:55:15
-  const int v36 = (kg::floordiv(v3, v4));
-  // spec: specs/fa2_bwd.yaml:67:7
+  const int v55 = (kg::floordiv(v3, v4));
+  // spec: specs/fa2_bwd.yaml:75:7
 
-  float v37[32];
+  float v56[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v37[e] = v24[e];
-  float v38[32];
+  for (int e = 0; e < 32; ++e) v56[e] = v51[e];
+  float v57[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v38[e] = v25[e];
-  for (int v39 = v23; v39 < v36; v39 += v22) {
-    float (&v40)[32] = v37;
-    float (&v41)[32] = v38;
+  for (int e = 0; e < 32; ++e) v57[e] = v52[e];
+  for (int v58 = v24; v58 < v55; v58 += v23) {
+    float (&v59)[32] = v56;
+    float (&v60)[32] = v57;
     
-    // spec: specs/fa2_bwd.yaml:104:24
-    kg::bf16* v42 = reinterpret_cast<kg::bf16*>(smem + 0);
-    // spec: specs/fa2_bwd.yaml:103:23
-    kg::bf16* v43 = reinterpret_cast<kg::bf16*>(smem + 16384);
-    // spec: specs/fa2_bwd.yaml:69:11
-    const int v44 = 0;
-    // spec: specs/fa2_bwd.yaml:69:11
-    kg::bf16* v45 = v43 + (v44 % 2) * 4096;
-    // spec: specs/fa2_bwd.yaml:69:33
-    const int v46 = 64;
-    // spec: specs/fa2_bwd.yaml:69:33
-    const int v47 = 63;
-    // spec: specs/fa2_bwd.yaml:69:33
-    const int v48 = (v0 + v47);
-    // spec: specs/fa2_bwd.yaml:69:33
-    const int v49 = (kg::floordiv(v48, v46));
-    // spec: specs/fa2_bwd.yaml:69:11
-    const bool v50 = (v33 < v49);
-    // spec: specs/fa2_bwd.yaml:68:15
-    const int v51 = (v11 * v36);
-    // spec: specs/fa2_bwd.yaml:68:15
-    const int v52 = (v51 + v39);
-    // spec: specs/fa2_bwd.yaml:70:20
+    // spec: specs/fa2_bwd.yaml:116:28
+    kg::bf16* v61 = reinterpret_cast<kg::bf16*>(smem + 0);
+    // spec: specs/fa2_bwd.yaml:115:27
+    kg::bf16* v62 = reinterpret_cast<kg::bf16*>(smem + 16384);
+    // spec: specs/fa2_bwd.yaml:78:15
+    const int v63 = 0;
+    // spec: specs/fa2_bwd.yaml:78:15
+    kg::bf16* v64 = v62 + (v63 % 2) * 4096;
+    // spec: specs/fa2_bwd.yaml:78:15
+    const bool v65 = (v44 < v50);
+    // spec: specs/fa2_bwd.yaml:76:15
+    const int v66 = (v12 * v55);
+    // spec: specs/fa2_bwd.yaml:76:15
+    const int v67 = (v66 + v58);
+    // spec: specs/fa2_bwd.yaml:79:24
     kg::sync();
-    if (v50) {
-      const kg::bf16* p_ = t_q + ((int64_t)(v12) * stride_q_0 + (int64_t)(v52) * stride_q_2);
+    if (v65) {
+      const kg::bf16* p_ = t_q + ((int64_t)(v13) * stride_q_0 + (int64_t)(v67) * stride_q_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v33 * 64) * stride_q_1 + 0;
+      const int64_t q_ = (int64_t)(v44 * 64) * stride_q_1 + 0;
       const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
       const int64_t o0_ = q_ + ((int64_t)r0_ * stride_q_1 + k0_);
     #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int r_ = r0_ + i * 16, k_ = k0_;
-        const int i0_ = v33 * 64 + r_, i1_ = 0 + k_;
+        const int i0_ = v44 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_q_1;
         const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
         if (aligned_) {
           const int n_ = (i0_ < (size_SQ)) * 8;
-          kg::cp_async<16>(&v45[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v64[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v45[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v64[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
-    // spec: specs/fa2_bwd.yaml:69:11
-    kg::bf16* v53 = v42 + (v44 % 2) * 4096;
-    // spec: specs/fa2_bwd.yaml:71:22
-    if (v50) {
-      const kg::bf16* p_ = t_do + ((int64_t)(v12) * stride_do_0 + (int64_t)(v52) * stride_do_2);
+    // spec: specs/fa2_bwd.yaml:78:15
+    kg::bf16* v68 = v61 + (v63 % 2) * 4096;
+    // spec: specs/fa2_bwd.yaml:80:26
+    if (v65) {
+      const kg::bf16* p_ = t_do + ((int64_t)(v13) * stride_do_0 + (int64_t)(v67) * stride_do_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v33 * 64) * stride_do_1 + 0;
+      const int64_t q_ = (int64_t)(v44 * 64) * stride_do_1 + 0;
       const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
       const int64_t o0_ = q_ + ((int64_t)r0_ * stride_do_1 + k0_);
     #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int r_ = r0_ + i * 16, k_ = k0_;
-        const int i0_ = v33 * 64 + r_, i1_ = 0 + k_;
+        const int i0_ = v44 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_do_1;
         const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
         if (aligned_) {
           const int n_ = (i0_ < (size_SQ)) * 8;
-          kg::cp_async<16>(&v53[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v68[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v53[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v68[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
-    // spec: specs/fa2_bwd.yaml:69:33
-    const int v54 = 1;
-    // spec: specs/fa2_bwd.yaml:69:11
+    // spec: specs/fa2_bwd.yaml:78:58
+    const int v69 = 1;
+    // spec: specs/fa2_bwd.yaml:78:15
 
-    float v55[32];
+    float v70[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v55[e] = v40[e];
-    float v56[32];
+    for (int e = 0; e < 32; ++e) v70[e] = v59[e];
+    float v71[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v56[e] = v41[e];
-    for (int v57 = v33; v57 < v49; v57 += v54) {
-      float (&v58)[32] = v55;
-      float (&v59)[32] = v56;
+    for (int e = 0; e < 32; ++e) v71[e] = v60[e];
+    for (int v72 = v44; v72 < v50; v72 += v69) {
+      float (&v73)[32] = v70;
+      float (&v74)[32] = v71;
       
-      // spec: specs/fa2_bwd.yaml:69:11
-      const int v60 = (v57 - v33);
-      // spec: specs/fa2_bwd.yaml:69:11
-      const int v61 = (kg::floordiv(v60, v54));
-      // spec: specs/fa2_bwd.yaml:69:11
-      kg::bf16* v62 = v42 + (v61 % 2) * 4096;
-      // spec: specs/fa2_bwd.yaml:69:11
-      kg::bf16* v63 = v43 + (v61 % 2) * 4096;
-      // spec: specs/fa2_bwd.yaml:99:26
-      float v64[2];
+      // spec: specs/fa2_bwd.yaml:78:15
+      const int v75 = (v72 - v44);
+      // spec: specs/fa2_bwd.yaml:78:15
+      const int v76 = (kg::floordiv(v75, v69));
+      // spec: specs/fa2_bwd.yaml:78:15
+      kg::bf16* v77 = v61 + (v76 % 2) * 4096;
+      // spec: specs/fa2_bwd.yaml:78:15
+      kg::bf16* v78 = v62 + (v76 % 2) * 4096;
+      // spec: specs/fa2_bwd.yaml:111:30
+      float v79[2];
       {
-        const float* p_ = t_lse + ((int64_t)(v12) * stride_lse_0 + (int64_t)(v52) * stride_lse_1);
+        const float* p_ = t_lse + ((int64_t)(v13) * stride_lse_0 + (int64_t)(v67) * stride_lse_1);
         const bool aligned_ = false;
-        const int t0_ = v57 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+        const int t0_ = v72 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
       #pragma unroll
         for (int e = 0; e < 2; e += 1) {
           const int i0_ = t0_ + (e & 1) * 8;
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 1 <= (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<1>(&v64[e], p_ + off_);
+            kg::copy_vec<1>(&v79[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 1; ++v)
-              v64[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+              v79[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:103:23
+      // spec: specs/fa2_bwd.yaml:115:27
       kg::cp_async_wait<1>();
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:69:11
-      const int v65 = 1;
-      // spec: specs/fa2_bwd.yaml:69:11
-      const int v66 = (v61 + v65);
-      // spec: specs/fa2_bwd.yaml:69:11
-      kg::bf16* v67 = v43 + (v66 % 2) * 4096;
-      // spec: specs/fa2_bwd.yaml:70:20
-      const int v68 = (v57 + v54);
-      // spec: specs/fa2_bwd.yaml:70:20
-      const bool v69 = (v68 < v49);
-      // spec: specs/fa2_bwd.yaml:70:20
-      if (v69) {
-        const kg::bf16* p_ = t_q + ((int64_t)(v12) * stride_q_0 + (int64_t)(v52) * stride_q_2);
+      // spec: specs/fa2_bwd.yaml:78:15
+      const int v80 = 1;
+      // spec: specs/fa2_bwd.yaml:78:15
+      const int v81 = (v76 + v80);
+      // spec: specs/fa2_bwd.yaml:78:15
+      kg::bf16* v82 = v62 + (v81 % 2) * 4096;
+      // spec: specs/fa2_bwd.yaml:79:24
+      const int v83 = (v72 + v69);
+      // spec: specs/fa2_bwd.yaml:79:24
+      const bool v84 = (v83 < v50);
+      // spec: specs/fa2_bwd.yaml:79:24
+      if (v84) {
+        const kg::bf16* p_ = t_q + ((int64_t)(v13) * stride_q_0 + (int64_t)(v67) * stride_q_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-        const int64_t q_ = (int64_t)(v68 * 64) * stride_q_1 + 0;
+        const int64_t q_ = (int64_t)(v83 * 64) * stride_q_1 + 0;
         const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
         const int64_t o0_ = q_ + ((int64_t)r0_ * stride_q_1 + k0_);
       #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int r_ = r0_ + i * 16, k_ = k0_;
-          const int i0_ = v68 * 64 + r_, i1_ = 0 + k_;
+          const int i0_ = v83 * 64 + r_, i1_ = 0 + k_;
           const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_q_1;
           const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
           if (aligned_) {
             const int n_ = (i0_ < (size_SQ)) * 8;
-            kg::cp_async<16>(&v67[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+            kg::cp_async<16>(&v82[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
           } else {
       #pragma unroll
             for (int v = 0; v < 8; ++v)
-              v67[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+              v82[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
           }
         }
       }
       kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:103:23
-      float v70[32];
-      // spec: specs/fa2_bwd.yaml:103:23
-      float (&v71)[32] = v70;
+      // spec: specs/fa2_bwd.yaml:115:27
+      float v85[32];
+      // spec: specs/fa2_bwd.yaml:115:27
+      float (&v86)[32] = v85;
       {
         const int wg_ = 0;
-        const uint64_t da_ = kg::wgmma_desc(v63, 16, 1024, 1);
-        const uint64_t db_ = kg::wgmma_desc(v13, 16, 1024, 1);
+        const uint64_t da_ = kg::wgmma_desc(v78, 16, 1024, 1);
+        const uint64_t db_ = kg::wgmma_desc(v14, 16, 1024, 1);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 4; ++ks)
@@ -341,51 +371,51 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v71[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
+              kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v86[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:104:24
+      // spec: specs/fa2_bwd.yaml:116:28
       kg::cp_async_wait<1>();
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:69:11
-      kg::bf16* v72 = v42 + (v66 % 2) * 4096;
-      // spec: specs/fa2_bwd.yaml:71:22
-      const int v73 = (v57 + v54);
-      // spec: specs/fa2_bwd.yaml:71:22
-      const bool v74 = (v73 < v49);
-      // spec: specs/fa2_bwd.yaml:71:22
-      if (v74) {
-        const kg::bf16* p_ = t_do + ((int64_t)(v12) * stride_do_0 + (int64_t)(v52) * stride_do_2);
+      // spec: specs/fa2_bwd.yaml:78:15
+      kg::bf16* v87 = v61 + (v81 % 2) * 4096;
+      // spec: specs/fa2_bwd.yaml:80:26
+      const int v88 = (v72 + v69);
+      // spec: specs/fa2_bwd.yaml:80:26
+      const bool v89 = (v88 < v50);
+      // spec: specs/fa2_bwd.yaml:80:26
+      if (v89) {
+        const kg::bf16* p_ = t_do + ((int64_t)(v13) * stride_do_0 + (int64_t)(v67) * stride_do_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
-        const int64_t q_ = (int64_t)(v73 * 64) * stride_do_1 + 0;
+        const int64_t q_ = (int64_t)(v88 * 64) * stride_do_1 + 0;
         const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
         const int64_t o0_ = q_ + ((int64_t)r0_ * stride_do_1 + k0_);
       #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int r_ = r0_ + i * 16, k_ = k0_;
-          const int i0_ = v73 * 64 + r_, i1_ = 0 + k_;
+          const int i0_ = v88 * 64 + r_, i1_ = 0 + k_;
           const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_do_1;
           const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
           if (aligned_) {
             const int n_ = (i0_ < (size_SQ)) * 8;
-            kg::cp_async<16>(&v72[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+            kg::cp_async<16>(&v87[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
           } else {
       #pragma unroll
             for (int v = 0; v < 8; ++v)
-              v72[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+              v87[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
           }
         }
       }
       kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:104:24
-      float v75[32];
-      // spec: specs/fa2_bwd.yaml:104:24
-      float (&v76)[32] = v75;
+      // spec: specs/fa2_bwd.yaml:116:28
+      float v90[32];
+      // spec: specs/fa2_bwd.yaml:116:28
+      float (&v91)[32] = v90;
       {
         const int wg_ = 0;
-        const uint64_t da_ = kg::wgmma_desc(v62, 16, 1024, 1);
-        const uint64_t db_ = kg::wgmma_desc(v15, 16, 1024, 1);
+        const uint64_t da_ = kg::wgmma_desc(v77, 16, 1024, 1);
+        const uint64_t db_ = kg::wgmma_desc(v16, 16, 1024, 1);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 4; ++ks)
@@ -393,137 +423,137 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v76[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
+              kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v91[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:105:23
-      const float v77 = 0.0f;
-      // spec: specs/fa2_bwd.yaml:99:26
-      const float v78 = 1.4426950408889634f;
-      // spec: specs/fa2_bwd.yaml:99:26
-      float v79[2];
+      // spec: specs/fa2_bwd.yaml:117:27
+      const float v92 = 0.0f;
+      // spec: specs/fa2_bwd.yaml:111:30
+      const float v93 = 1.4426950408889634f;
+      // spec: specs/fa2_bwd.yaml:111:30
+      float v94[2];
       #pragma unroll
-      for (int e = 0; e < 2; ++e) v79[e] = (v64[e] * v78);
-      // spec: specs/fa2_bwd.yaml:105:54
-      float (&v80)[2] = v79;
-      // spec: specs/fa2_bwd.yaml:105:41
-      float v81[32];
+      for (int e = 0; e < 2; ++e) v94[e] = (v79[e] * v93);
+      // spec: specs/fa2_bwd.yaml:117:58
+      float (&v95)[2] = v94;
+      // spec: specs/fa2_bwd.yaml:117:45
+      float v96[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v81[e] = v80[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:103:23
+      for (int e = 0; e < 32; ++e) v96[e] = v95[((e >> 1) & 1) * 1];
+      // spec: specs/fa2_bwd.yaml:115:27
       kg::wgmma_wait<1>();
       #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v71[e]);
-      float (&v82)[32] = v71;
-      // spec: specs/fa2_bwd.yaml:105:41
-      float v83[32];
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v86[e]);
+      float (&v97)[32] = v86;
+      // spec: specs/fa2_bwd.yaml:117:45
+      float v98[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v83[e] = (v82[e] * v35);
-      // spec: specs/fa2_bwd.yaml:105:41
-      float v84[32];
+      for (int e = 0; e < 32; ++e) v98[e] = (v97[e] * v54);
+      // spec: specs/fa2_bwd.yaml:117:45
+      float v99[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v84[e] = (v83[e] - v81[e]);
-      // spec: specs/fa2_bwd.yaml:105:36
-      float v85[32];
+      for (int e = 0; e < 32; ++e) v99[e] = (v98[e] - v96[e]);
+      // spec: specs/fa2_bwd.yaml:117:40
+      float v100[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v85[e] = kg::exp2_(v84[e]);
-      // spec: specs/fa2_bwd.yaml:102:75
-      const int v86 = (v1 - v0);
-      // spec: specs/fa2_bwd.yaml:72:36
-      int v87[2];
+      for (int e = 0; e < 32; ++e) v100[e] = kg::exp2_(v99[e]);
+      // spec: specs/fa2_bwd.yaml:114:79
+      const int v101 = (v1 - v0);
+      // spec: specs/fa2_bwd.yaml:81:40
+      int v102[2];
       #pragma unroll
-      for (int e = 0; e < 2; ++e) v87[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8);
-      // spec: specs/fa2_bwd.yaml:72:22
-      const int v88 = 64;
-      // spec: specs/fa2_bwd.yaml:72:22
-      const int v89 = (v57 * v88);
-      // spec: specs/fa2_bwd.yaml:72:22
-      int v90[2];
+      for (int e = 0; e < 2; ++e) v102[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8);
+      // spec: specs/fa2_bwd.yaml:81:26
+      const int v103 = 64;
+      // spec: specs/fa2_bwd.yaml:81:26
+      const int v104 = (v72 * v103);
+      // spec: specs/fa2_bwd.yaml:81:26
+      int v105[2];
       #pragma unroll
-      for (int e = 0; e < 2; ++e) v90[e] = (v89 + v87[e]);
-      // spec: specs/fa2_bwd.yaml:102:58
-      int (&v91)[2] = v90;
-      // spec: specs/fa2_bwd.yaml:102:58
-      int v92[2];
+      for (int e = 0; e < 2; ++e) v105[e] = (v104 + v102[e]);
+      // spec: specs/fa2_bwd.yaml:114:62
+      int (&v106)[2] = v105;
+      // spec: specs/fa2_bwd.yaml:114:62
+      int v107[2];
       #pragma unroll
-      for (int e = 0; e < 2; ++e) v92[e] = (v91[e] + v86);
-      // spec: specs/fa2_bwd.yaml:102:41
-      int v93[32];
+      for (int e = 0; e < 2; ++e) v107[e] = (v106[e] + v101);
+      // spec: specs/fa2_bwd.yaml:114:45
+      int v108[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v93[e] = v92[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:102:41
-      bool v94[32];
+      for (int e = 0; e < 32; ++e) v108[e] = v107[((e >> 1) & 1) * 1];
+      // spec: specs/fa2_bwd.yaml:114:45
+      bool v109[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v94[e] = (v21[e] <= v93[e]);
-      // spec: specs/fa2_bwd.yaml:100:78
-      const float v95 = -kg::inf();
-      // spec: specs/fa2_bwd.yaml:100:78
-      float (&v96)[2] = v79;
-      // spec: specs/fa2_bwd.yaml:100:78
-      bool v97[2];
+      for (int e = 0; e < 32; ++e) v109[e] = (v22[e] <= v108[e]);
+      // spec: specs/fa2_bwd.yaml:112:82
+      const float v110 = -kg::inf();
+      // spec: specs/fa2_bwd.yaml:112:82
+      float (&v111)[2] = v94;
+      // spec: specs/fa2_bwd.yaml:112:82
+      bool v112[2];
       #pragma unroll
-      for (int e = 0; e < 2; ++e) v97[e] = (v96[e] > v95);
-      // spec: specs/fa2_bwd.yaml:100:27
-      bool v98[32];
+      for (int e = 0; e < 2; ++e) v112[e] = (v111[e] > v110);
+      // spec: specs/fa2_bwd.yaml:112:31
+      bool v113[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v98[e] = v97[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:100:53
-      bool v99[16];
+      for (int e = 0; e < 32; ++e) v113[e] = v112[((e >> 1) & 1) * 1];
+      // spec: specs/fa2_bwd.yaml:112:57
+      bool v114[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v99[e] = (v20[e] < v1);
-      // spec: specs/fa2_bwd.yaml:100:27
-      bool v100[32];
+      for (int e = 0; e < 16; ++e) v114[e] = (v21[e] < v1);
+      // spec: specs/fa2_bwd.yaml:112:31
+      bool v115[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v100[e] = v99[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:100:28
-      int (&v101)[2] = v90;
-      // spec: specs/fa2_bwd.yaml:100:28
-      bool v102[2];
+      for (int e = 0; e < 32; ++e) v115[e] = v114[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:112:32
+      int (&v116)[2] = v105;
+      // spec: specs/fa2_bwd.yaml:112:32
+      bool v117[2];
       #pragma unroll
-      for (int e = 0; e < 2; ++e) v102[e] = (v101[e] < v0);
-      // spec: specs/fa2_bwd.yaml:100:27
-      bool v103[32];
+      for (int e = 0; e < 2; ++e) v117[e] = (v116[e] < v0);
+      // spec: specs/fa2_bwd.yaml:112:31
+      bool v118[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v103[e] = v102[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:100:27
-      bool v104[32];
+      for (int e = 0; e < 32; ++e) v118[e] = v117[((e >> 1) & 1) * 1];
+      // spec: specs/fa2_bwd.yaml:112:31
+      bool v119[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v104[e] = (v103[e] && v100[e]);
-      // spec: specs/fa2_bwd.yaml:100:27
-      bool v105[32];
+      for (int e = 0; e < 32; ++e) v119[e] = (v118[e] && v115[e]);
+      // spec: specs/fa2_bwd.yaml:112:31
+      bool v120[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v105[e] = (v104[e] && v98[e]);
-      // spec: specs/fa2_bwd.yaml:102:31
-      bool v106[32];
+      for (int e = 0; e < 32; ++e) v120[e] = (v119[e] && v113[e]);
+      // spec: specs/fa2_bwd.yaml:114:35
+      bool v121[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v106[e] = (v105[e] && v94[e]);
-      // spec: specs/fa2_bwd.yaml:105:23
-      float v107[32];
+      for (int e = 0; e < 32; ++e) v121[e] = (v120[e] && v109[e]);
+      // spec: specs/fa2_bwd.yaml:117:27
+      float v122[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v107[e] = (v106[e] ? v85[e] : v77);
-      // spec: specs/fa2_bwd.yaml:106:41
-      kg::bf16 v108[32];
+      for (int e = 0; e < 32; ++e) v122[e] = (v121[e] ? v100[e] : v92);
+      // spec: specs/fa2_bwd.yaml:118:45
+      kg::bf16 v123[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v108[e] = kg::cvt<kg::bf16>(v107[e]);
-      // spec: specs/fa2_bwd.yaml:106:37
-      kg::bf16* v109 = reinterpret_cast<kg::bf16*>(smem + 49152);
+      for (int e = 0; e < 32; ++e) v123[e] = kg::cvt<kg::bf16>(v122[e]);
+      // spec: specs/fa2_bwd.yaml:118:41
+      kg::bf16* v124 = reinterpret_cast<kg::bf16*>(smem + 49152);
       kg::sync();
       #pragma unroll
-      for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v109[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v108[e]);
+      for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v124[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v123[e]);
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:106:37
-      kg::bf16* v110 = v109;
-      // spec: specs/fa2_bwd.yaml:106:37
-      float (&v111)[32] = v58;
+      // spec: specs/fa2_bwd.yaml:118:41
+      kg::bf16* v125 = v124;
+      // spec: specs/fa2_bwd.yaml:118:41
+      float (&v126)[32] = v73;
       {
         const int wg_ = 0;
-        const uint64_t da_ = kg::wgmma_desc(v110, 1024, 128, 0);
-        const uint64_t db_ = kg::wgmma_desc(v62, 8192, 1024, 1);
+        const uint64_t da_ = kg::wgmma_desc(v125, 1024, 128, 0);
+        const uint64_t db_ = kg::wgmma_desc(v77, 8192, 1024, 1);
         // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
         // (ptxas would then insert a warpgroup.arrive, C7519)
       #pragma unroll
-        for (int e = 0; e < 32; ++e) kg::fence_operand(v111[e]);
+        for (int e = 0; e < 32; ++e) kg::fence_operand(v126[e]);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 4; ++ks)
@@ -531,71 +561,71 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_bf16_ss<1, 1>(&v111[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
+              kg::wgmma_m64n64k16_bf16_ss<1, 1>(&v126[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:107:35
-      float v112[2];
+      // spec: specs/fa2_bwd.yaml:119:39
+      float v127[2];
       {
-        const float* p_ = t_delta + ((int64_t)(v12) * stride_delta_0 + (int64_t)(v52) * stride_delta_1);
+        const float* p_ = t_delta + ((int64_t)(v13) * stride_delta_0 + (int64_t)(v67) * stride_delta_1);
         const bool aligned_ = false;
-        const int t0_ = v57 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+        const int t0_ = v72 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
       #pragma unroll
         for (int e = 0; e < 2; e += 1) {
           const int i0_ = t0_ + (e & 1) * 8;
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 1 <= (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<1>(&v112[e], p_ + off_);
+            kg::copy_vec<1>(&v127[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 1; ++v)
-              v112[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+              v127[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:107:35
-      float (&v113)[2] = v112;
-      // spec: specs/fa2_bwd.yaml:107:30
-      float v114[32];
+      // spec: specs/fa2_bwd.yaml:119:39
+      float (&v128)[2] = v127;
+      // spec: specs/fa2_bwd.yaml:119:34
+      float v129[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v114[e] = v113[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:104:24
+      for (int e = 0; e < 32; ++e) v129[e] = v128[((e >> 1) & 1) * 1];
+      // spec: specs/fa2_bwd.yaml:116:28
       kg::wgmma_wait<1>();
       #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v76[e]);
-      float (&v115)[32] = v76;
-      // spec: specs/fa2_bwd.yaml:107:30
-      float v116[32];
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v91[e]);
+      float (&v130)[32] = v91;
+      // spec: specs/fa2_bwd.yaml:119:34
+      float v131[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v116[e] = (v115[e] - v114[e]);
-      // spec: specs/fa2_bwd.yaml:107:25
-      float v117[32];
+      for (int e = 0; e < 32; ++e) v131[e] = (v130[e] - v129[e]);
+      // spec: specs/fa2_bwd.yaml:119:29
+      float v132[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v117[e] = (v107[e] * v116[e]);
-      // spec: specs/fa2_bwd.yaml:107:24
-      kg::bf16 v118[32];
+      for (int e = 0; e < 32; ++e) v132[e] = (v122[e] * v131[e]);
+      // spec: specs/fa2_bwd.yaml:119:28
+      kg::bf16 v133[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v118[e] = kg::cvt<kg::bf16>(v117[e]);
-      // spec: specs/fa2_bwd.yaml:108:37
-      kg::bf16* v119 = reinterpret_cast<kg::bf16*>(smem + 57344);
+      for (int e = 0; e < 32; ++e) v133[e] = kg::cvt<kg::bf16>(v132[e]);
+      // spec: specs/fa2_bwd.yaml:120:41
+      kg::bf16* v134 = reinterpret_cast<kg::bf16*>(smem + 57344);
       kg::sync();
       #pragma unroll
-      for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v119[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v118[e]);
+      for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v134[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v133[e]);
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:108:37
-      kg::bf16* v120 = v119;
-      // spec: specs/fa2_bwd.yaml:108:37
-      float (&v121)[32] = v59;
+      // spec: specs/fa2_bwd.yaml:120:41
+      kg::bf16* v135 = v134;
+      // spec: specs/fa2_bwd.yaml:120:41
+      float (&v136)[32] = v74;
       {
         const int wg_ = 0;
-        const uint64_t da_ = kg::wgmma_desc(v120, 1024, 128, 0);
-        const uint64_t db_ = kg::wgmma_desc(v63, 8192, 1024, 1);
+        const uint64_t da_ = kg::wgmma_desc(v135, 1024, 128, 0);
+        const uint64_t db_ = kg::wgmma_desc(v78, 8192, 1024, 1);
         // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
         // (ptxas would then insert a warpgroup.arrive, C7519)
       #pragma unroll
-        for (int e = 0; e < 32; ++e) kg::fence_operand(v121[e]);
+        for (int e = 0; e < 32; ++e) kg::fence_operand(v136[e]);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 4; ++ks)
@@ -603,56 +633,480 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_bf16_ss<1, 1>(&v121[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
+              kg::wgmma_m64n64k16_bf16_ss<1, 1>(&v136[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:106:37
+      // spec: specs/fa2_bwd.yaml:118:41
       kg::wgmma_wait<1>();
       #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v111[e]);
-      float (&v122)[32] = v111;
-      // spec: specs/fa2_bwd.yaml:108:37
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v126[e]);
+      float (&v137)[32] = v126;
+      // spec: specs/fa2_bwd.yaml:120:41
       kg::wgmma_wait<0>();
       #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v121[e]);
-      float (&v123)[32] = v121;
-      // spec: specs/fa2_bwd.yaml:109:22
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v136[e]);
+      float (&v138)[32] = v136;
+      // spec: specs/fa2_bwd.yaml:121:26
 
       float y0_[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) y0_[e] = v122[e];
+      for (int e = 0; e < 32; ++e) y0_[e] = v137[e];
       float y1_[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) y1_[e] = v123[e];
+      for (int e = 0; e < 32; ++e) y1_[e] = v138[e];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v55[e] = y0_[e];
+      for (int e = 0; e < 32; ++e) v70[e] = y0_[e];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v56[e] = y1_[e];
+      for (int e = 0; e < 32; ++e) v71[e] = y1_[e];
     }
-    // spec: specs/fa2_bwd.yaml:69:11
+    // spec: specs/fa2_bwd.yaml:116:28
+    kg::bf16* v139 = reinterpret_cast<kg::bf16*>(smem + 0);
+    // spec: specs/fa2_bwd.yaml:115:27
+    kg::bf16* v140 = reinterpret_cast<kg::bf16*>(smem + 16384);
+    // spec: specs/fa2_bwd.yaml:78:15
+    const int v141 = 0;
+    // spec: specs/fa2_bwd.yaml:78:15
+    kg::bf16* v142 = v140 + (v141 % 2) * 4096;
+    // spec: specs/fa2_bwd.yaml:78:15
+    const bool v143 = (v50 < v49);
+    // spec: specs/fa2_bwd.yaml:79:24
+    kg::sync();
+    if (v143) {
+      const kg::bf16* p_ = t_q + ((int64_t)(v13) * stride_q_0 + (int64_t)(v67) * stride_q_2);
+      const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
+      const int64_t q_ = (int64_t)(v50 * 64) * stride_q_1 + 0;
+      const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
+      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_q_1 + k0_);
+    #pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int r_ = r0_ + i * 16, k_ = k0_;
+        const int i0_ = v50 * 64 + r_, i1_ = 0 + k_;
+        const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_q_1;
+        const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
+        if (aligned_) {
+          const int n_ = (i0_ < (size_SQ)) * 8;
+          kg::cp_async<16>(&v142[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        } else {
+    #pragma unroll
+          for (int v = 0; v < 8; ++v)
+            v142[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+        }
+      }
+    }
+    kg::cp_async_commit();
+    // spec: specs/fa2_bwd.yaml:78:15
+    kg::bf16* v144 = v139 + (v141 % 2) * 4096;
+    // spec: specs/fa2_bwd.yaml:80:26
+    if (v143) {
+      const kg::bf16* p_ = t_do + ((int64_t)(v13) * stride_do_0 + (int64_t)(v67) * stride_do_2);
+      const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
+      const int64_t q_ = (int64_t)(v50 * 64) * stride_do_1 + 0;
+      const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
+      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_do_1 + k0_);
+    #pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int r_ = r0_ + i * 16, k_ = k0_;
+        const int i0_ = v50 * 64 + r_, i1_ = 0 + k_;
+        const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_do_1;
+        const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
+        if (aligned_) {
+          const int n_ = (i0_ < (size_SQ)) * 8;
+          kg::cp_async<16>(&v144[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        } else {
+    #pragma unroll
+          for (int v = 0; v < 8; ++v)
+            v144[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+        }
+      }
+    }
+    kg::cp_async_commit();
+    // spec: specs/fa2_bwd.yaml:78:79
+    const int v145 = 1;
+    // spec: specs/fa2_bwd.yaml:78:15
+
+    float v146[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v146[e] = v70[e];
+    float v147[32];
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) v147[e] = v71[e];
+    for (int v148 = v50; v148 < v49; v148 += v145) {
+      float (&v149)[32] = v146;
+      float (&v150)[32] = v147;
+      
+      // spec: specs/fa2_bwd.yaml:78:15
+      const int v151 = (v148 - v50);
+      // spec: specs/fa2_bwd.yaml:78:15
+      const int v152 = (kg::floordiv(v151, v145));
+      // spec: specs/fa2_bwd.yaml:78:15
+      kg::bf16* v153 = v139 + (v152 % 2) * 4096;
+      // spec: specs/fa2_bwd.yaml:78:15
+      kg::bf16* v154 = v140 + (v152 % 2) * 4096;
+      // spec: specs/fa2_bwd.yaml:111:30
+      float v155[2];
+      {
+        const float* p_ = t_lse + ((int64_t)(v13) * stride_lse_0 + (int64_t)(v67) * stride_lse_1);
+        const bool aligned_ = false;
+        const int t0_ = v148 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+      #pragma unroll
+        for (int e = 0; e < 2; e += 1) {
+          const int i0_ = t0_ + (e & 1) * 8;
+          const int64_t off_ = (int64_t)i0_ * 1;
+          const bool in_ = i0_ + 1 <= (size_SQ);
+          if (aligned_ && in_) {
+            kg::copy_vec<1>(&v155[e], p_ + off_);
+          } else {
+      #pragma unroll
+            for (int v = 0; v < 1; ++v)
+              v155[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+          }
+        }
+      }
+      // spec: specs/fa2_bwd.yaml:115:27
+      kg::cp_async_wait<1>();
+      kg::fence_proxy_async();
+      kg::sync();
+      // spec: specs/fa2_bwd.yaml:78:15
+      const int v156 = 1;
+      // spec: specs/fa2_bwd.yaml:78:15
+      const int v157 = (v152 + v156);
+      // spec: specs/fa2_bwd.yaml:78:15
+      kg::bf16* v158 = v140 + (v157 % 2) * 4096;
+      // spec: specs/fa2_bwd.yaml:79:24
+      const int v159 = (v148 + v145);
+      // spec: specs/fa2_bwd.yaml:79:24
+      const bool v160 = (v159 < v49);
+      // spec: specs/fa2_bwd.yaml:79:24
+      if (v160) {
+        const kg::bf16* p_ = t_q + ((int64_t)(v13) * stride_q_0 + (int64_t)(v67) * stride_q_2);
+        const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
+        const int64_t q_ = (int64_t)(v159 * 64) * stride_q_1 + 0;
+        const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
+        const int64_t o0_ = q_ + ((int64_t)r0_ * stride_q_1 + k0_);
+      #pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int r_ = r0_ + i * 16, k_ = k0_;
+          const int i0_ = v159 * 64 + r_, i1_ = 0 + k_;
+          const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_q_1;
+          const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
+          if (aligned_) {
+            const int n_ = (i0_ < (size_SQ)) * 8;
+            kg::cp_async<16>(&v158[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          } else {
+      #pragma unroll
+            for (int v = 0; v < 8; ++v)
+              v158[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          }
+        }
+      }
+      kg::cp_async_commit();
+      // spec: specs/fa2_bwd.yaml:115:27
+      float v161[32];
+      // spec: specs/fa2_bwd.yaml:115:27
+      float (&v162)[32] = v161;
+      {
+        const int wg_ = 0;
+        const uint64_t da_ = kg::wgmma_desc(v154, 16, 1024, 1);
+        const uint64_t db_ = kg::wgmma_desc(v14, 16, 1024, 1);
+        kg::wgmma_fence();
+      #pragma unroll
+        for (int ks = 0; ks < 4; ++ks)
+      #pragma unroll
+          for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+            for (int rn = 0; rn < 1; ++rn)
+              kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v162[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
+        kg::wgmma_commit();
+      }
+      // spec: specs/fa2_bwd.yaml:116:28
+      kg::cp_async_wait<1>();
+      kg::fence_proxy_async();
+      kg::sync();
+      // spec: specs/fa2_bwd.yaml:78:15
+      kg::bf16* v163 = v139 + (v157 % 2) * 4096;
+      // spec: specs/fa2_bwd.yaml:80:26
+      const int v164 = (v148 + v145);
+      // spec: specs/fa2_bwd.yaml:80:26
+      const bool v165 = (v164 < v49);
+      // spec: specs/fa2_bwd.yaml:80:26
+      if (v165) {
+        const kg::bf16* p_ = t_do + ((int64_t)(v13) * stride_do_0 + (int64_t)(v67) * stride_do_2);
+        const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
+        const int64_t q_ = (int64_t)(v164 * 64) * stride_do_1 + 0;
+        const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
+        const int64_t o0_ = q_ + ((int64_t)r0_ * stride_do_1 + k0_);
+      #pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int r_ = r0_ + i * 16, k_ = k0_;
+          const int i0_ = v164 * 64 + r_, i1_ = 0 + k_;
+          const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_do_1;
+          const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
+          if (aligned_) {
+            const int n_ = (i0_ < (size_SQ)) * 8;
+            kg::cp_async<16>(&v163[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          } else {
+      #pragma unroll
+            for (int v = 0; v < 8; ++v)
+              v163[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          }
+        }
+      }
+      kg::cp_async_commit();
+      // spec: specs/fa2_bwd.yaml:116:28
+      float v166[32];
+      // spec: specs/fa2_bwd.yaml:116:28
+      float (&v167)[32] = v166;
+      {
+        const int wg_ = 0;
+        const uint64_t da_ = kg::wgmma_desc(v153, 16, 1024, 1);
+        const uint64_t db_ = kg::wgmma_desc(v16, 16, 1024, 1);
+        kg::wgmma_fence();
+      #pragma unroll
+        for (int ks = 0; ks < 4; ++ks)
+      #pragma unroll
+          for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+            for (int rn = 0; rn < 1; ++rn)
+              kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v167[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
+        kg::wgmma_commit();
+      }
+      // spec: specs/fa2_bwd.yaml:117:27
+      const float v168 = 0.0f;
+      // spec: specs/fa2_bwd.yaml:111:30
+      const float v169 = 1.4426950408889634f;
+      // spec: specs/fa2_bwd.yaml:111:30
+      float v170[2];
+      #pragma unroll
+      for (int e = 0; e < 2; ++e) v170[e] = (v155[e] * v169);
+      // spec: specs/fa2_bwd.yaml:117:58
+      float (&v171)[2] = v170;
+      // spec: specs/fa2_bwd.yaml:117:45
+      float v172[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v172[e] = v171[((e >> 1) & 1) * 1];
+      // spec: specs/fa2_bwd.yaml:115:27
+      kg::wgmma_wait<1>();
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v162[e]);
+      float (&v173)[32] = v162;
+      // spec: specs/fa2_bwd.yaml:117:45
+      float v174[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v174[e] = (v173[e] * v54);
+      // spec: specs/fa2_bwd.yaml:117:45
+      float v175[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v175[e] = (v174[e] - v172[e]);
+      // spec: specs/fa2_bwd.yaml:117:40
+      float v176[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v176[e] = kg::exp2_(v175[e]);
+      // spec: specs/fa2_bwd.yaml:112:82
+      const float v177 = -kg::inf();
+      // spec: specs/fa2_bwd.yaml:112:82
+      float (&v178)[2] = v170;
+      // spec: specs/fa2_bwd.yaml:112:82
+      bool v179[2];
+      #pragma unroll
+      for (int e = 0; e < 2; ++e) v179[e] = (v178[e] > v177);
+      // spec: specs/fa2_bwd.yaml:112:31
+      bool v180[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v180[e] = v179[((e >> 1) & 1) * 1];
+      // spec: specs/fa2_bwd.yaml:112:57
+      bool v181[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v181[e] = (v21[e] < v1);
+      // spec: specs/fa2_bwd.yaml:112:31
+      bool v182[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v182[e] = v181[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:81:40
+      int v183[2];
+      #pragma unroll
+      for (int e = 0; e < 2; ++e) v183[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8);
+      // spec: specs/fa2_bwd.yaml:81:26
+      const int v184 = 64;
+      // spec: specs/fa2_bwd.yaml:81:26
+      const int v185 = (v148 * v184);
+      // spec: specs/fa2_bwd.yaml:81:26
+      int v186[2];
+      #pragma unroll
+      for (int e = 0; e < 2; ++e) v186[e] = (v185 + v183[e]);
+      // spec: specs/fa2_bwd.yaml:112:32
+      int (&v187)[2] = v186;
+      // spec: specs/fa2_bwd.yaml:112:32
+      bool v188[2];
+      #pragma unroll
+      for (int e = 0; e < 2; ++e) v188[e] = (v187[e] < v0);
+      // spec: specs/fa2_bwd.yaml:112:31
+      bool v189[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v189[e] = v188[((e >> 1) & 1) * 1];
+      // spec: specs/fa2_bwd.yaml:112:31
+      bool v190[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v190[e] = (v189[e] && v182[e]);
+      // spec: specs/fa2_bwd.yaml:112:31
+      bool v191[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v191[e] = (v190[e] && v180[e]);
+      // spec: specs/fa2_bwd.yaml:117:27
+      float v192[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v192[e] = (v191[e] ? v176[e] : v168);
+      // spec: specs/fa2_bwd.yaml:118:45
+      kg::bf16 v193[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v193[e] = kg::cvt<kg::bf16>(v192[e]);
+      // spec: specs/fa2_bwd.yaml:118:41
+      kg::bf16* v194 = reinterpret_cast<kg::bf16*>(smem + 49152);
+      kg::sync();
+      #pragma unroll
+      for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v194[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v193[e]);
+      kg::fence_proxy_async();
+      kg::sync();
+      // spec: specs/fa2_bwd.yaml:118:41
+      kg::bf16* v195 = v194;
+      // spec: specs/fa2_bwd.yaml:118:41
+      float (&v196)[32] = v149;
+      {
+        const int wg_ = 0;
+        const uint64_t da_ = kg::wgmma_desc(v195, 1024, 128, 0);
+        const uint64_t db_ = kg::wgmma_desc(v153, 8192, 1024, 1);
+        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
+        // (ptxas would then insert a warpgroup.arrive, C7519)
+      #pragma unroll
+        for (int e = 0; e < 32; ++e) kg::fence_operand(v196[e]);
+        kg::wgmma_fence();
+      #pragma unroll
+        for (int ks = 0; ks < 4; ++ks)
+      #pragma unroll
+          for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+            for (int rn = 0; rn < 1; ++rn)
+              kg::wgmma_m64n64k16_bf16_ss<1, 1>(&v196[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
+        kg::wgmma_commit();
+      }
+      // spec: specs/fa2_bwd.yaml:119:39
+      float v197[2];
+      {
+        const float* p_ = t_delta + ((int64_t)(v13) * stride_delta_0 + (int64_t)(v67) * stride_delta_1);
+        const bool aligned_ = false;
+        const int t0_ = v148 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+      #pragma unroll
+        for (int e = 0; e < 2; e += 1) {
+          const int i0_ = t0_ + (e & 1) * 8;
+          const int64_t off_ = (int64_t)i0_ * 1;
+          const bool in_ = i0_ + 1 <= (size_SQ);
+          if (aligned_ && in_) {
+            kg::copy_vec<1>(&v197[e], p_ + off_);
+          } else {
+      #pragma unroll
+            for (int v = 0; v < 1; ++v)
+              v197[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+          }
+        }
+      }
+      // spec: specs/fa2_bwd.yaml:119:39
+      float (&v198)[2] = v197;
+      // spec: specs/fa2_bwd.yaml:119:34
+      float v199[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v199[e] = v198[((e >> 1) & 1) * 1];
+      // spec: specs/fa2_bwd.yaml:116:28
+      kg::wgmma_wait<1>();
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v167[e]);
+      float (&v200)[32] = v167;
+      // spec: specs/fa2_bwd.yaml:119:34
+      float v201[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v201[e] = (v200[e] - v199[e]);
+      // spec: specs/fa2_bwd.yaml:119:29
+      float v202[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v202[e] = (v192[e] * v201[e]);
+      // spec: specs/fa2_bwd.yaml:119:28
+      kg::bf16 v203[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v203[e] = kg::cvt<kg::bf16>(v202[e]);
+      // spec: specs/fa2_bwd.yaml:120:41
+      kg::bf16* v204 = reinterpret_cast<kg::bf16*>(smem + 57344);
+      kg::sync();
+      #pragma unroll
+      for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v204[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v203[e]);
+      kg::fence_proxy_async();
+      kg::sync();
+      // spec: specs/fa2_bwd.yaml:120:41
+      kg::bf16* v205 = v204;
+      // spec: specs/fa2_bwd.yaml:120:41
+      float (&v206)[32] = v150;
+      {
+        const int wg_ = 0;
+        const uint64_t da_ = kg::wgmma_desc(v205, 1024, 128, 0);
+        const uint64_t db_ = kg::wgmma_desc(v154, 8192, 1024, 1);
+        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
+        // (ptxas would then insert a warpgroup.arrive, C7519)
+      #pragma unroll
+        for (int e = 0; e < 32; ++e) kg::fence_operand(v206[e]);
+        kg::wgmma_fence();
+      #pragma unroll
+        for (int ks = 0; ks < 4; ++ks)
+      #pragma unroll
+          for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+            for (int rn = 0; rn < 1; ++rn)
+              kg::wgmma_m64n64k16_bf16_ss<1, 1>(&v206[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
+        kg::wgmma_commit();
+      }
+      // spec: specs/fa2_bwd.yaml:118:41
+      kg::wgmma_wait<1>();
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v196[e]);
+      float (&v207)[32] = v196;
+      // spec: specs/fa2_bwd.yaml:120:41
+      kg::wgmma_wait<0>();
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v206[e]);
+      float (&v208)[32] = v206;
+      // spec: specs/fa2_bwd.yaml:121:26
+
+      float y0_[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) y0_[e] = v207[e];
+      float y1_[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) y1_[e] = v208[e];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v146[e] = y0_[e];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v147[e] = y1_[e];
+    }
+    // spec: specs/fa2_bwd.yaml:78:15
 
     float y0_[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y0_[e] = v55[e];
+    for (int e = 0; e < 32; ++e) y0_[e] = v146[e];
     float y1_[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y1_[e] = v56[e];
+    for (int e = 0; e < 32; ++e) y1_[e] = v147[e];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v37[e] = y0_[e];
+    for (int e = 0; e < 32; ++e) v56[e] = y0_[e];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v38[e] = y1_[e];
+    for (int e = 0; e < 32; ++e) v57[e] = y1_[e];
   }
-  // spec: specs/fa2_bwd.yaml:111:34
-  float v124[32];
+  // spec: specs/fa2_bwd.yaml:123:34
+  float v209[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v124[e] = (v38[e] * v2);
-  // spec: specs/fa2_bwd.yaml:111:33
-  kg::bf16 v125[32];
+  for (int e = 0; e < 32; ++e) v209[e] = (v57[e] * v2);
+  // spec: specs/fa2_bwd.yaml:123:33
+  kg::bf16 v210[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v125[e] = kg::cvt<kg::bf16>(v124[e]);
-  // spec: specs/fa2_bwd.yaml:111:7
+  for (int e = 0; e < 32; ++e) v210[e] = kg::cvt<kg::bf16>(v209[e]);
+  // spec: specs/fa2_bwd.yaml:123:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
-    kg::bf16* p_ = t_dk + ((int64_t)(v12) * stride_dk_0 + (int64_t)(v11) * stride_dk_2);
+    kg::bf16* p_ = t_dk + ((int64_t)(v13) * stride_dk_0 + (int64_t)(v12) * stride_dk_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dk_0 % 2 == 0 && stride_dk_1 % 2 == 0 && stride_dk_2 % 2 == 0;
     const int t0_ = v7 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
     const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
@@ -662,21 +1116,21 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
       const int64_t off_ = (int64_t)i0_ * stride_dk_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SK)) {
-        kg::copy_vec<2>(p_ + off_, &v125[e]);
+        kg::copy_vec<2>(p_ + off_, &v210[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SK)) p_[off_ + v] = v125[e + v];
+          if (i0_ < (size_SK)) p_[off_ + v] = v210[e + v];
       }
     }
   }
-  // spec: specs/fa2_bwd.yaml:112:33
-  kg::bf16 v126[32];
+  // spec: specs/fa2_bwd.yaml:124:33
+  kg::bf16 v211[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v126[e] = kg::cvt<kg::bf16>(v37[e]);
-  // spec: specs/fa2_bwd.yaml:112:7
+  for (int e = 0; e < 32; ++e) v211[e] = kg::cvt<kg::bf16>(v56[e]);
+  // spec: specs/fa2_bwd.yaml:124:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
-    kg::bf16* p_ = t_dv + ((int64_t)(v12) * stride_dv_0 + (int64_t)(v11) * stride_dv_2);
+    kg::bf16* p_ = t_dv + ((int64_t)(v13) * stride_dv_0 + (int64_t)(v12) * stride_dv_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dv_0 % 2 == 0 && stride_dv_1 % 2 == 0 && stride_dv_2 % 2 == 0;
     const int t0_ = v7 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
     const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
@@ -686,11 +1140,11 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
       const int64_t off_ = (int64_t)i0_ * stride_dv_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SK)) {
-        kg::copy_vec<2>(p_ + off_, &v126[e]);
+        kg::copy_vec<2>(p_ + off_, &v211[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SK)) p_[off_ + v] = v126[e + v];
+          if (i0_ < (size_SK)) p_[off_ + v] = v211[e + v];
       }
     }
   }

@@ -47,16 +47,18 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
   const int v8 = kg::block_id_x();
   // spec: specs/fa2_bwd.yaml:64:27
   const int v9 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:90:24
-  kg::fp16* v10 = reinterpret_cast<kg::fp16*>(smem + 0);
+  // spec: specs/fa2_bwd.yaml:74:41
+  const int v10 = kg::block_id_x();
+  // spec: specs/fa2_bwd.yaml:102:28
+  kg::fp16* v11 = reinterpret_cast<kg::fp16*>(smem + 0);
   // spec: specs/fa2_bwd.yaml:54:12
-  const int v11 = (kg::mod(v6, v4));
+  const int v12 = (kg::mod(v6, v4));
   // spec: specs/fa2_bwd.yaml:53:11
-  const int v12 = (kg::floordiv(v5, v4));
+  const int v13 = (kg::floordiv(v5, v4));
   // spec: specs/fa2_bwd.yaml:58:12
   kg::sync();
   if (true) {
-    const kg::fp16* p_ = t_k + ((int64_t)(v12) * stride_k_0 + (int64_t)(v11) * stride_k_2);
+    const kg::fp16* p_ = t_k + ((int64_t)(v13) * stride_k_0 + (int64_t)(v12) * stride_k_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
     const int64_t q_ = (int64_t)(v7 * 128) * stride_k_1 + 0;
     const int r0_ = (lane + warp * 32) / 128 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 16 * 8;
@@ -69,24 +71,24 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
       if (aligned_) {
         const int n_ = (i0_ < (size_SK)) * 8;
-        kg::cp_async<16>(&v10[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        kg::cp_async<16>(&v11[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v10[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          v11[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
       }
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_bwd.yaml:90:24
+  // spec: specs/fa2_bwd.yaml:102:28
   kg::cp_async_wait<0>();
   kg::fence_proxy_async();
   kg::sync();
-  // spec: specs/fa2_bwd.yaml:91:25
-  kg::fp16* v13 = reinterpret_cast<kg::fp16*>(smem + 32768);
+  // spec: specs/fa2_bwd.yaml:103:29
+  kg::fp16* v14 = reinterpret_cast<kg::fp16*>(smem + 32768);
   // spec: specs/fa2_bwd.yaml:59:12
   if (true) {
-    const kg::fp16* p_ = t_v + ((int64_t)(v12) * stride_v_0 + (int64_t)(v11) * stride_v_2);
+    const kg::fp16* p_ = t_v + ((int64_t)(v13) * stride_v_0 + (int64_t)(v12) * stride_v_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
     const int64_t q_ = (int64_t)(v7 * 128) * stride_v_1 + 0;
     const int r0_ = (lane + warp * 32) / 128 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 16 * 8;
@@ -99,288 +101,316 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
       if (aligned_) {
         const int n_ = (i0_ < (size_SK)) * 8;
-        kg::cp_async<16>(&v13[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        kg::cp_async<16>(&v14[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v13[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          v14[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
       }
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_bwd.yaml:91:25
+  // spec: specs/fa2_bwd.yaml:103:29
   kg::cp_async_wait<0>();
   kg::fence_proxy_async();
   kg::sync();
-  // spec: specs/fa2_bwd.yaml:67:22
-  const int v14 = 1;
-  // spec: specs/fa2_bwd.yaml:67:22
-  const int v15 = 0;
-  // spec: specs/fa2_bwd.yaml:66:16
-  float v16[64];
-  #pragma unroll
-  for (int e = 0; e < 64; ++e) v16[e] = 0.0f;
-  // spec: specs/fa2_bwd.yaml:65:16
-  float v17[64];
-  #pragma unroll
-  for (int e = 0; e < 64; ++e) v17[e] = 0.0f;
-  // spec: specs/fa2_bwd.yaml:64:19
-  const int v18 = 64;
-  // spec: specs/fa2_bwd.yaml:64:19
-  const int v19 = 0;
-  // spec: specs/fa2_bwd.yaml:64:54
-  const int v20 = (v1 - v0);
-  // spec: specs/fa2_bwd.yaml:64:27
+  // spec: specs/fa2_bwd.yaml:75:22
+  const int v15 = 1;
+  // spec: specs/fa2_bwd.yaml:75:22
+  const int v16 = 0;
+  // spec: specs/fa2_bwd.yaml:74:35
+  const int v17 = 64;
+  // spec: specs/fa2_bwd.yaml:74:35
+  const int v18 = 63;
+  // spec: specs/fa2_bwd.yaml:74:77
+  const int v19 = (v1 - v0);
+  // spec: specs/fa2_bwd.yaml:74:40
+  const int v20 = 1;
+  // spec: specs/fa2_bwd.yaml:74:40
   const int v21 = 128;
-  // spec: specs/fa2_bwd.yaml:64:27
-  const int v22 = (v9 * v21);
-  // spec: specs/fa2_bwd.yaml:64:27
-  const int v23 = (v22 - v20);
+  // spec: specs/fa2_bwd.yaml:74:41
+  const int v22 = 1;
+  // spec: specs/fa2_bwd.yaml:74:41
+  const int v23 = (v10 + v22);
+  // spec: specs/fa2_bwd.yaml:74:40
+  const int v24 = (v23 * v21);
+  // spec: specs/fa2_bwd.yaml:74:40
+  const int v25 = (v24 - v20);
+  // spec: specs/fa2_bwd.yaml:74:40
+  const int v26 = (v25 - v19);
+  // spec: specs/fa2_bwd.yaml:74:35
+  const int v27 = (v26 + v18);
+  // spec: specs/fa2_bwd.yaml:74:35
+  const int v28 = (kg::floordiv(v27, v17));
   // spec: specs/fa2_bwd.yaml:64:19
-  const int v24 = (kg::max_(v23, v19));
+  const int v29 = 64;
   // spec: specs/fa2_bwd.yaml:64:19
-  const int v25 = (kg::floordiv(v24, v18));
+  const int v30 = 0;
+  // spec: specs/fa2_bwd.yaml:64:54
+  const int v31 = (v1 - v0);
+  // spec: specs/fa2_bwd.yaml:64:27
+  const int v32 = 128;
+  // spec: specs/fa2_bwd.yaml:64:27
+  const int v33 = (v9 * v32);
+  // spec: specs/fa2_bwd.yaml:64:27
+  const int v34 = (v33 - v31);
+  // spec: specs/fa2_bwd.yaml:64:19
+  const int v35 = (kg::max_(v34, v30));
+  // spec: specs/fa2_bwd.yaml:64:19
+  const int v36 = (kg::floordiv(v35, v29));
+  // spec: specs/fa2_bwd.yaml:74:27
+  const int v37 = (kg::max_(v28, v36));
+  // spec: specs/fa2_bwd.yaml:67:13
+  const int v38 = 64;
+  // spec: specs/fa2_bwd.yaml:67:13
+  const int v39 = 63;
+  // spec: specs/fa2_bwd.yaml:67:13
+  const int v40 = (v0 + v39);
+  // spec: specs/fa2_bwd.yaml:67:13
+  const int v41 = (kg::floordiv(v40, v38));
+  // spec: specs/fa2_bwd.yaml:74:19
+  const int v42 = (kg::min_(v37, v41));
+  // spec: specs/fa2_bwd.yaml:66:16
+  float v43[64];
+  #pragma unroll
+  for (int e = 0; e < 64; ++e) v43[e] = 0.0f;
+  // spec: specs/fa2_bwd.yaml:65:16
+  float v44[64];
+  #pragma unroll
+  for (int e = 0; e < 64; ++e) v44[e] = 0.0f;
   // spec: specs/fa2_bwd.yaml:60:16
-  const float v26 = 1.4426950408889634f;
+  const float v45 = 1.4426950408889634f;
   // spec: specs/fa2_bwd.yaml:60:16
-  const float v27 = (v2 * v26);
+  const float v46 = (v2 * v45);
   // spec: specs/fa2_bwd.yaml:57:40
-  int v28[2];
+  int v47[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v28[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 8);
+  for (int e = 0; e < 2; ++e) v47[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 8);
   // spec: specs/fa2_bwd.yaml:57:14
-  const int v29 = 128;
+  const int v48 = 128;
   // spec: specs/fa2_bwd.yaml:57:14
-  const int v30 = (v8 * v29);
+  const int v49 = (v8 * v48);
   // spec: specs/fa2_bwd.yaml:57:14
-  int v31[2];
+  int v50[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v31[e] = (v30 + v28[e]);
+  for (int e = 0; e < 2; ++e) v50[e] = (v49 + v47[e]);
   // spec: specs/fa2_bwd.yaml:55:15
-  const int v32 = (kg::floordiv(v3, v4));
-  // spec: specs/fa2_bwd.yaml:67:7
+  const int v51 = (kg::floordiv(v3, v4));
+  // spec: specs/fa2_bwd.yaml:75:7
 
-  float v33[64];
+  float v52[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v33[e] = v16[e];
-  float v34[64];
+  for (int e = 0; e < 64; ++e) v52[e] = v43[e];
+  float v53[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v34[e] = v17[e];
-  for (int v35 = v15; v35 < v32; v35 += v14) {
-    float (&v36)[64] = v33;
-    float (&v37)[64] = v34;
+  for (int e = 0; e < 64; ++e) v53[e] = v44[e];
+  for (int v54 = v16; v54 < v51; v54 += v15) {
+    float (&v55)[64] = v52;
+    float (&v56)[64] = v53;
     
-    // spec: specs/fa2_bwd.yaml:91:25
-    kg::fp16* v38 = reinterpret_cast<kg::fp16*>(smem + 65536);
-    // spec: specs/fa2_bwd.yaml:90:24
-    kg::fp16* v39 = reinterpret_cast<kg::fp16*>(smem + 98304);
-    // spec: specs/fa2_bwd.yaml:69:11
-    const int v40 = 0;
-    // spec: specs/fa2_bwd.yaml:69:11
-    kg::fp16* v41 = v39 + (v40 % 2) * 8192;
-    // spec: specs/fa2_bwd.yaml:69:33
-    const int v42 = 64;
-    // spec: specs/fa2_bwd.yaml:69:33
-    const int v43 = 63;
-    // spec: specs/fa2_bwd.yaml:69:33
-    const int v44 = (v0 + v43);
-    // spec: specs/fa2_bwd.yaml:69:33
-    const int v45 = (kg::floordiv(v44, v42));
-    // spec: specs/fa2_bwd.yaml:69:11
-    const bool v46 = (v25 < v45);
-    // spec: specs/fa2_bwd.yaml:68:15
-    const int v47 = (v11 * v32);
-    // spec: specs/fa2_bwd.yaml:68:15
-    const int v48 = (v47 + v35);
-    // spec: specs/fa2_bwd.yaml:70:20
+    // spec: specs/fa2_bwd.yaml:103:29
+    kg::fp16* v57 = reinterpret_cast<kg::fp16*>(smem + 65536);
+    // spec: specs/fa2_bwd.yaml:102:28
+    kg::fp16* v58 = reinterpret_cast<kg::fp16*>(smem + 98304);
+    // spec: specs/fa2_bwd.yaml:78:15
+    const int v59 = 0;
+    // spec: specs/fa2_bwd.yaml:78:15
+    kg::fp16* v60 = v58 + (v59 % 2) * 8192;
+    // spec: specs/fa2_bwd.yaml:78:15
+    const bool v61 = (v36 < v42);
+    // spec: specs/fa2_bwd.yaml:76:15
+    const int v62 = (v12 * v51);
+    // spec: specs/fa2_bwd.yaml:76:15
+    const int v63 = (v62 + v54);
+    // spec: specs/fa2_bwd.yaml:79:24
     kg::sync();
-    if (v46) {
-      const kg::fp16* p_ = t_q + ((int64_t)(v12) * stride_q_0 + (int64_t)(v48) * stride_q_2);
+    if (v61) {
+      const kg::fp16* p_ = t_q + ((int64_t)(v13) * stride_q_0 + (int64_t)(v63) * stride_q_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v25 * 64) * stride_q_1 + 0;
+      const int64_t q_ = (int64_t)(v36 * 64) * stride_q_1 + 0;
       const int r0_ = (lane + warp * 32) / 128 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 16 * 8;
       const int64_t o0_ = q_ + ((int64_t)r0_ * stride_q_1 + k0_);
     #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int r_ = r0_ + i * 16, k_ = k0_;
-        const int i0_ = v25 * 64 + r_, i1_ = 0 + k_;
+        const int i0_ = v36 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_q_1;
         const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
         if (aligned_) {
           const int n_ = (i0_ < (size_SQ)) * 8;
-          kg::cp_async<16>(&v41[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v60[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v41[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v60[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
-    // spec: specs/fa2_bwd.yaml:69:11
-    kg::fp16* v49 = v38 + (v40 % 2) * 8192;
-    // spec: specs/fa2_bwd.yaml:71:22
-    if (v46) {
-      const kg::fp16* p_ = t_do + ((int64_t)(v12) * stride_do_0 + (int64_t)(v48) * stride_do_2);
+    // spec: specs/fa2_bwd.yaml:78:15
+    kg::fp16* v64 = v57 + (v59 % 2) * 8192;
+    // spec: specs/fa2_bwd.yaml:80:26
+    if (v61) {
+      const kg::fp16* p_ = t_do + ((int64_t)(v13) * stride_do_0 + (int64_t)(v63) * stride_do_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v25 * 64) * stride_do_1 + 0;
+      const int64_t q_ = (int64_t)(v36 * 64) * stride_do_1 + 0;
       const int r0_ = (lane + warp * 32) / 128 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 16 * 8;
       const int64_t o0_ = q_ + ((int64_t)r0_ * stride_do_1 + k0_);
     #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int r_ = r0_ + i * 16, k_ = k0_;
-        const int i0_ = v25 * 64 + r_, i1_ = 0 + k_;
+        const int i0_ = v36 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_do_1;
         const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
         if (aligned_) {
           const int n_ = (i0_ < (size_SQ)) * 8;
-          kg::cp_async<16>(&v49[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v64[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v49[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v64[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
-    // spec: specs/fa2_bwd.yaml:69:33
-    const int v50 = 1;
-    // spec: specs/fa2_bwd.yaml:69:11
+    // spec: specs/fa2_bwd.yaml:78:58
+    const int v65 = 1;
+    // spec: specs/fa2_bwd.yaml:78:15
 
-    float v51[64];
+    float v66[64];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) v51[e] = v36[e];
-    float v52[64];
+    for (int e = 0; e < 64; ++e) v66[e] = v55[e];
+    float v67[64];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) v52[e] = v37[e];
-    for (int v53 = v25; v53 < v45; v53 += v50) {
-      float (&v54)[64] = v51;
-      float (&v55)[64] = v52;
+    for (int e = 0; e < 64; ++e) v67[e] = v56[e];
+    for (int v68 = v36; v68 < v42; v68 += v65) {
+      float (&v69)[64] = v66;
+      float (&v70)[64] = v67;
       
-      // spec: specs/fa2_bwd.yaml:69:11
-      const int v56 = (v53 - v25);
-      // spec: specs/fa2_bwd.yaml:69:11
-      const int v57 = (kg::floordiv(v56, v50));
-      // spec: specs/fa2_bwd.yaml:69:11
-      kg::fp16* v58 = v38 + (v57 % 2) * 8192;
-      // spec: specs/fa2_bwd.yaml:69:11
-      kg::fp16* v59 = v39 + (v57 % 2) * 8192;
-      // spec: specs/fa2_bwd.yaml:90:53
-      float v60[16];
+      // spec: specs/fa2_bwd.yaml:78:15
+      const int v71 = (v68 - v36);
+      // spec: specs/fa2_bwd.yaml:78:15
+      const int v72 = (kg::floordiv(v71, v65));
+      // spec: specs/fa2_bwd.yaml:78:15
+      kg::fp16* v73 = v57 + (v72 % 2) * 8192;
+      // spec: specs/fa2_bwd.yaml:78:15
+      kg::fp16* v74 = v58 + (v72 % 2) * 8192;
+      // spec: specs/fa2_bwd.yaml:94:29
+      float v75[16];
       {
-        const float* p_ = t_neg_lse_s + ((int64_t)(v12) * stride_neg_lse_s_0 + (int64_t)(v48) * stride_neg_lse_s_1);
+        const float* p_ = t_neg_lse_s + ((int64_t)(v13) * stride_neg_lse_s_0 + (int64_t)(v63) * stride_neg_lse_s_1);
         const bool aligned_ = kg::aligned(p_, 8) && stride_neg_lse_s_0 % 2 == 0 && stride_neg_lse_s_1 % 2 == 0;
-        const int t0_ = v53 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
+        const int t0_ = v68 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
       #pragma unroll
         for (int e = 0; e < 16; e += 2) {
           const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32;
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 2 <= (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<2>(&v60[e], p_ + off_);
+            kg::copy_vec<2>(&v75[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 2; ++v)
-              v60[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+              v75[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:90:24
+      // spec: specs/fa2_bwd.yaml:102:28
       kg::cp_async_wait<1>();
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:69:11
-      const int v61 = 1;
-      // spec: specs/fa2_bwd.yaml:69:11
-      const int v62 = (v57 + v61);
-      // spec: specs/fa2_bwd.yaml:69:11
-      kg::fp16* v63 = v39 + (v62 % 2) * 8192;
-      // spec: specs/fa2_bwd.yaml:70:20
-      const int v64 = (v53 + v50);
-      // spec: specs/fa2_bwd.yaml:70:20
-      const bool v65 = (v64 < v45);
-      // spec: specs/fa2_bwd.yaml:70:20
-      if (v65) {
-        const kg::fp16* p_ = t_q + ((int64_t)(v12) * stride_q_0 + (int64_t)(v48) * stride_q_2);
+      // spec: specs/fa2_bwd.yaml:78:15
+      const int v76 = 1;
+      // spec: specs/fa2_bwd.yaml:78:15
+      const int v77 = (v72 + v76);
+      // spec: specs/fa2_bwd.yaml:78:15
+      kg::fp16* v78 = v58 + (v77 % 2) * 8192;
+      // spec: specs/fa2_bwd.yaml:79:24
+      const int v79 = (v68 + v65);
+      // spec: specs/fa2_bwd.yaml:79:24
+      const bool v80 = (v79 < v42);
+      // spec: specs/fa2_bwd.yaml:79:24
+      if (v80) {
+        const kg::fp16* p_ = t_q + ((int64_t)(v13) * stride_q_0 + (int64_t)(v63) * stride_q_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-        const int64_t q_ = (int64_t)(v64 * 64) * stride_q_1 + 0;
+        const int64_t q_ = (int64_t)(v79 * 64) * stride_q_1 + 0;
         const int r0_ = (lane + warp * 32) / 128 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 16 * 8;
         const int64_t o0_ = q_ + ((int64_t)r0_ * stride_q_1 + k0_);
       #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int r_ = r0_ + i * 16, k_ = k0_;
-          const int i0_ = v64 * 64 + r_, i1_ = 0 + k_;
+          const int i0_ = v79 * 64 + r_, i1_ = 0 + k_;
           const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_q_1;
           const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
           if (aligned_) {
             const int n_ = (i0_ < (size_SQ)) * 8;
-            kg::cp_async<16>(&v63[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+            kg::cp_async<16>(&v78[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
           } else {
       #pragma unroll
             for (int v = 0; v < 8; ++v)
-              v63[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+              v78[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
           }
         }
       }
       kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:90:24
-      kg::fp16* v66 = v59;
-      // spec: specs/fa2_bwd.yaml:90:53
-      float (&v67)[16] = v60;
-      // spec: specs/fa2_bwd.yaml:90:40
-      float v68[32];
+      // spec: specs/fa2_bwd.yaml:102:28
+      kg::fp16* v81 = v74;
+      // spec: specs/fa2_bwd.yaml:94:29
+      float (&v82)[16] = v75;
+      // spec: specs/fa2_bwd.yaml:101:33
+      float v83[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v68[e] = v67[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:90:40
-      const float v69 = -kg::inf();
-      // spec: specs/fa2_bwd.yaml:72:36
-      int v70[16];
+      for (int e = 0; e < 32; ++e) v83[e] = v82[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:101:33
+      const float v84 = -kg::inf();
+      // spec: specs/fa2_bwd.yaml:81:40
+      int v85[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v70[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32);
-      // spec: specs/fa2_bwd.yaml:72:22
-      const int v71 = 64;
-      // spec: specs/fa2_bwd.yaml:72:22
-      const int v72 = (v53 * v71);
-      // spec: specs/fa2_bwd.yaml:72:22
-      int v73[16];
+      for (int e = 0; e < 16; ++e) v85[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32);
+      // spec: specs/fa2_bwd.yaml:81:26
+      const int v86 = 64;
+      // spec: specs/fa2_bwd.yaml:81:26
+      const int v87 = (v68 * v86);
+      // spec: specs/fa2_bwd.yaml:81:26
+      int v88[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v73[e] = (v72 + v70[e]);
-      // spec: specs/fa2_bwd.yaml:82:62
-      int (&v74)[16] = v73;
-      // spec: specs/fa2_bwd.yaml:82:31
-      int v75[32];
+      for (int e = 0; e < 16; ++e) v88[e] = (v87 + v85[e]);
+      // spec: specs/fa2_bwd.yaml:98:70
+      int (&v89)[16] = v88;
+      // spec: specs/fa2_bwd.yaml:98:39
+      int v90[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v75[e] = v74[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:82:40
-      const int v76 = (v1 - v0);
-      // spec: specs/fa2_bwd.yaml:82:32
-      int v77[2];
+      for (int e = 0; e < 32; ++e) v90[e] = v89[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:98:48
+      const int v91 = (v1 - v0);
+      // spec: specs/fa2_bwd.yaml:98:40
+      int v92[2];
       #pragma unroll
-      for (int e = 0; e < 2; ++e) v77[e] = (v31[e] - v76);
-      // spec: specs/fa2_bwd.yaml:82:31
-      int (&v78)[2] = v77;
-      // spec: specs/fa2_bwd.yaml:82:31
-      int v79[32];
+      for (int e = 0; e < 2; ++e) v92[e] = (v50[e] - v91);
+      // spec: specs/fa2_bwd.yaml:98:39
+      int (&v93)[2] = v92;
+      // spec: specs/fa2_bwd.yaml:98:39
+      int v94[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v79[e] = v78[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:82:31
-      bool v80[32];
+      for (int e = 0; e < 32; ++e) v94[e] = v93[((e >> 1) & 1) * 1];
+      // spec: specs/fa2_bwd.yaml:98:39
+      bool v95[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v80[e] = (v79[e] <= v75[e]);
-      // spec: specs/fa2_bwd.yaml:90:40
-      float v81[32];
+      for (int e = 0; e < 32; ++e) v95[e] = (v94[e] <= v90[e]);
+      // spec: specs/fa2_bwd.yaml:101:33
+      float v96[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v81[e] = (v80[e] ? v68[e] : v69);
-      // spec: specs/fa2_bwd.yaml:90:24
-      float (&v82)[32] = v81;
+      for (int e = 0; e < 32; ++e) v96[e] = (v95[e] ? v83[e] : v84);
+      // spec: specs/fa2_bwd.yaml:102:28
+      float (&v97)[32] = v96;
       {
         const int wg_ = (warp / 4);
-        const uint64_t da_ = kg::wgmma_desc(v10, 128, 2048, 0);
-        const uint64_t db_ = kg::wgmma_desc(v66, 128, 2048, 0);
+        const uint64_t da_ = kg::wgmma_desc(v11, 128, 2048, 0);
+        const uint64_t db_ = kg::wgmma_desc(v81, 128, 2048, 0);
         // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
         // (ptxas would then insert a warpgroup.arrive, C7519)
       #pragma unroll
-        for (int e = 0; e < 32; ++e) kg::fence_operand(v82[e]);
+        for (int e = 0; e < 32; ++e) kg::fence_operand(v97[e]);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 8; ++ks)
@@ -388,92 +418,92 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v82[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), 1);
+              kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v97[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:91:45
-      float v83[16];
+      // spec: specs/fa2_bwd.yaml:103:49
+      float v98[16];
       {
-        const float* p_ = t_delta + ((int64_t)(v12) * stride_delta_0 + (int64_t)(v48) * stride_delta_1);
+        const float* p_ = t_delta + ((int64_t)(v13) * stride_delta_0 + (int64_t)(v63) * stride_delta_1);
         const bool aligned_ = kg::aligned(p_, 8) && stride_delta_0 % 2 == 0 && stride_delta_1 % 2 == 0;
-        const int t0_ = v53 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
+        const int t0_ = v68 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
       #pragma unroll
         for (int e = 0; e < 16; e += 2) {
           const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32;
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 2 <= (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<2>(&v83[e], p_ + off_);
+            kg::copy_vec<2>(&v98[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 2; ++v)
-              v83[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+              v98[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:91:25
+      // spec: specs/fa2_bwd.yaml:103:29
       kg::cp_async_wait<1>();
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:69:11
-      kg::fp16* v84 = v38 + (v62 % 2) * 8192;
-      // spec: specs/fa2_bwd.yaml:71:22
-      const int v85 = (v53 + v50);
-      // spec: specs/fa2_bwd.yaml:71:22
-      const bool v86 = (v85 < v45);
-      // spec: specs/fa2_bwd.yaml:71:22
-      if (v86) {
-        const kg::fp16* p_ = t_do + ((int64_t)(v12) * stride_do_0 + (int64_t)(v48) * stride_do_2);
+      // spec: specs/fa2_bwd.yaml:78:15
+      kg::fp16* v99 = v57 + (v77 % 2) * 8192;
+      // spec: specs/fa2_bwd.yaml:80:26
+      const int v100 = (v68 + v65);
+      // spec: specs/fa2_bwd.yaml:80:26
+      const bool v101 = (v100 < v42);
+      // spec: specs/fa2_bwd.yaml:80:26
+      if (v101) {
+        const kg::fp16* p_ = t_do + ((int64_t)(v13) * stride_do_0 + (int64_t)(v63) * stride_do_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
-        const int64_t q_ = (int64_t)(v85 * 64) * stride_do_1 + 0;
+        const int64_t q_ = (int64_t)(v100 * 64) * stride_do_1 + 0;
         const int r0_ = (lane + warp * 32) / 128 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 16 * 8;
         const int64_t o0_ = q_ + ((int64_t)r0_ * stride_do_1 + k0_);
       #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int r_ = r0_ + i * 16, k_ = k0_;
-          const int i0_ = v85 * 64 + r_, i1_ = 0 + k_;
+          const int i0_ = v100 * 64 + r_, i1_ = 0 + k_;
           const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_do_1;
           const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
           if (aligned_) {
             const int n_ = (i0_ < (size_SQ)) * 8;
-            kg::cp_async<16>(&v84[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+            kg::cp_async<16>(&v99[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
           } else {
       #pragma unroll
             for (int v = 0; v < 8; ++v)
-              v84[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+              v99[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
           }
         }
       }
       kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:91:25
-      kg::fp16* v87 = v58;
-      // spec: specs/fa2_bwd.yaml:91:44
-      const float v88 = -1.0f;
-      // spec: specs/fa2_bwd.yaml:91:44
-      float v89[16];
+      // spec: specs/fa2_bwd.yaml:103:29
+      kg::fp16* v102 = v73;
+      // spec: specs/fa2_bwd.yaml:103:48
+      const float v103 = -1.0f;
+      // spec: specs/fa2_bwd.yaml:103:48
+      float v104[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v89[e] = (v83[e] * v88);
-      // spec: specs/fa2_bwd.yaml:91:43
-      float (&v90)[16] = v89;
-      // spec: specs/fa2_bwd.yaml:91:25
-      float v91[32];
+      for (int e = 0; e < 16; ++e) v104[e] = (v98[e] * v103);
+      // spec: specs/fa2_bwd.yaml:103:47
+      float (&v105)[16] = v104;
+      // spec: specs/fa2_bwd.yaml:103:29
+      float v106[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v91[e] = v90[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:90:24
+      for (int e = 0; e < 32; ++e) v106[e] = v105[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:102:28
       kg::wgmma_wait<0>();
       #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v82[e]);
-      float (&v92)[32] = v82;
-      // spec: specs/fa2_bwd.yaml:91:25
-      float (&v93)[32] = v91;
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v97[e]);
+      float (&v107)[32] = v97;
+      // spec: specs/fa2_bwd.yaml:103:29
+      float (&v108)[32] = v106;
       {
         const int wg_ = (warp / 4);
-        const uint64_t da_ = kg::wgmma_desc(v13, 128, 2048, 0);
-        const uint64_t db_ = kg::wgmma_desc(v87, 128, 2048, 0);
+        const uint64_t da_ = kg::wgmma_desc(v14, 128, 2048, 0);
+        const uint64_t db_ = kg::wgmma_desc(v102, 128, 2048, 0);
         // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
         // (ptxas would then insert a warpgroup.arrive, C7519)
       #pragma unroll
-        for (int e = 0; e < 32; ++e) kg::fence_operand(v93[e]);
+        for (int e = 0; e < 32; ++e) kg::fence_operand(v108[e]);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 8; ++ks)
@@ -481,127 +511,127 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v93[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), 1);
+              kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v108[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:92:29
-      float v94[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v94[e] = (v92[e] * v27);
-      // spec: specs/fa2_bwd.yaml:92:24
-      float v95[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v95[e] = kg::exp2_(v94[e]);
-      // spec: specs/fa2_bwd.yaml:93:41
-      kg::fp16 v96[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v96[e] = kg::cvt<kg::fp16>(v95[e]);
-      // spec: specs/fa2_bwd.yaml:93:37
-      float (&v97)[64] = v54;
-      {
-        const int wg_ = (warp / 4);
-        const uint64_t db_ = kg::wgmma_desc(v58, 2048, 128, 0);
-        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
-        // (ptxas would then insert a warpgroup.arrive, C7519)
-      #pragma unroll
-        for (int e = 0; e < 64; ++e) kg::fence_operand(v97[e]);
-        kg::wgmma_fence();
-      #pragma unroll
-        for (int ks = 0; ks < 4; ++ks)
-      #pragma unroll
-          for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-            for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n128k16_fp16_rs<1>(&v97[(rm * 1 + rn) * 64], &v96[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 1) * 128 + rn * 128)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 1) * 128 + rn * 128)) % 8) * 2 / 16), 1);
-        kg::wgmma_commit();
-      }
-      // spec: specs/fa2_bwd.yaml:91:25
-      kg::wgmma_wait<1>();
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v93[e]);
-      float (&v98)[32] = v93;
-      // spec: specs/fa2_bwd.yaml:94:26
-      float v99[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v99[e] = (v95[e] * v98[e]);
-      // spec: specs/fa2_bwd.yaml:94:25
-      kg::fp16 v100[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v100[e] = kg::cvt<kg::fp16>(v99[e]);
-      // spec: specs/fa2_bwd.yaml:95:37
-      float (&v101)[64] = v55;
-      {
-        const int wg_ = (warp / 4);
-        const uint64_t db_ = kg::wgmma_desc(v59, 2048, 128, 0);
-        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
-        // (ptxas would then insert a warpgroup.arrive, C7519)
-      #pragma unroll
-        for (int e = 0; e < 64; ++e) kg::fence_operand(v101[e]);
-        kg::wgmma_fence();
-      #pragma unroll
-        for (int ks = 0; ks < 4; ++ks)
-      #pragma unroll
-          for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-            for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n128k16_fp16_rs<1>(&v101[(rm * 1 + rn) * 64], &v100[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 1) * 128 + rn * 128)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 1) * 128 + rn * 128)) % 8) * 2 / 16), 1);
-        kg::wgmma_commit();
-      }
-      // spec: specs/fa2_bwd.yaml:97:70
-      kg::fp16* v102 = reinterpret_cast<kg::fp16*>(smem + 131072);
-      kg::sync();
-      #pragma unroll
-      for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v102[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v100[e]);
-      kg::fence_proxy_async();
-      kg::sync();
-      // spec: specs/fa2_bwd.yaml:97:70
-      kg::fp16* v103 = v102;
-      // spec: specs/fa2_bwd.yaml:97:70
-      float v104[32];
-      // spec: specs/fa2_bwd.yaml:97:70
-      float (&v105)[32] = v104;
-      {
-        const int wg_ = (warp / 4);
-        const uint64_t da_ = kg::wgmma_desc(v103, 1024, 128, 0);
-        const uint64_t db_ = kg::wgmma_desc(v10, 2048, 128, 0);
-        kg::wgmma_fence();
-      #pragma unroll
-        for (int ks = 0; ks < 8; ++ks)
-      #pragma unroll
-          for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-            for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_fp16_ss<1, 1>(&v105[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 2) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 2) * 64 + rm * 64)) % 8) * 2 / 16), db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 2) * 64 + rn * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 2) * 64 + rn * 64)) % 8) * 2 / 16), (ks > 0));
-        kg::wgmma_commit();
-      }
-      // spec: specs/fa2_bwd.yaml:97:70
-      kg::wgmma_wait<0>();
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v105[e]);
-      float (&v106)[32] = v105;
-      // spec: specs/fa2_bwd.yaml:93:37
-      kg::wgmma_wait<0>();
-      #pragma unroll
-      for (int e = 0; e < 64; ++e) kg::fence_operand(v97[e]);
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v96)[e]);
-      float (&v107)[64] = v97;
-      // spec: specs/fa2_bwd.yaml:95:37
-      kg::wgmma_wait<0>();
-      #pragma unroll
-      for (int e = 0; e < 64; ++e) kg::fence_operand(v101[e]);
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v100)[e]);
-      float (&v108)[64] = v101;
-      // spec: specs/fa2_bwd.yaml:97:70
+      // spec: specs/fa2_bwd.yaml:104:33
       float v109[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v109[e] = (v106[e] * v2);
-      // spec: specs/fa2_bwd.yaml:97:23
+      for (int e = 0; e < 32; ++e) v109[e] = (v107[e] * v46);
+      // spec: specs/fa2_bwd.yaml:104:28
+      float v110[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v110[e] = kg::exp2_(v109[e]);
+      // spec: specs/fa2_bwd.yaml:105:45
+      kg::fp16 v111[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v111[e] = kg::cvt<kg::fp16>(v110[e]);
+      // spec: specs/fa2_bwd.yaml:105:41
+      float (&v112)[64] = v69;
+      {
+        const int wg_ = (warp / 4);
+        const uint64_t db_ = kg::wgmma_desc(v73, 2048, 128, 0);
+        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
+        // (ptxas would then insert a warpgroup.arrive, C7519)
+      #pragma unroll
+        for (int e = 0; e < 64; ++e) kg::fence_operand(v112[e]);
+        kg::wgmma_fence();
+      #pragma unroll
+        for (int ks = 0; ks < 4; ++ks)
+      #pragma unroll
+          for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+            for (int rn = 0; rn < 1; ++rn)
+              kg::wgmma_m64n128k16_fp16_rs<1>(&v112[(rm * 1 + rn) * 64], &v111[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 1) * 128 + rn * 128)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 1) * 128 + rn * 128)) % 8) * 2 / 16), 1);
+        kg::wgmma_commit();
+      }
+      // spec: specs/fa2_bwd.yaml:103:29
+      kg::wgmma_wait<1>();
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v108[e]);
+      float (&v113)[32] = v108;
+      // spec: specs/fa2_bwd.yaml:106:30
+      float v114[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v114[e] = (v110[e] * v113[e]);
+      // spec: specs/fa2_bwd.yaml:106:29
+      kg::fp16 v115[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v115[e] = kg::cvt<kg::fp16>(v114[e]);
+      // spec: specs/fa2_bwd.yaml:107:41
+      float (&v116)[64] = v70;
+      {
+        const int wg_ = (warp / 4);
+        const uint64_t db_ = kg::wgmma_desc(v74, 2048, 128, 0);
+        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
+        // (ptxas would then insert a warpgroup.arrive, C7519)
+      #pragma unroll
+        for (int e = 0; e < 64; ++e) kg::fence_operand(v116[e]);
+        kg::wgmma_fence();
+      #pragma unroll
+        for (int ks = 0; ks < 4; ++ks)
+      #pragma unroll
+          for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+            for (int rn = 0; rn < 1; ++rn)
+              kg::wgmma_m64n128k16_fp16_rs<1>(&v116[(rm * 1 + rn) * 64], &v115[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 1) * 128 + rn * 128)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 1) * 128 + rn * 128)) % 8) * 2 / 16), 1);
+        kg::wgmma_commit();
+      }
+      // spec: specs/fa2_bwd.yaml:109:74
+      kg::fp16* v117 = reinterpret_cast<kg::fp16*>(smem + 131072);
+      kg::sync();
+      #pragma unroll
+      for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v117[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v115[e]);
+      kg::fence_proxy_async();
+      kg::sync();
+      // spec: specs/fa2_bwd.yaml:109:74
+      kg::fp16* v118 = v117;
+      // spec: specs/fa2_bwd.yaml:109:74
+      float v119[32];
+      // spec: specs/fa2_bwd.yaml:109:74
+      float (&v120)[32] = v119;
+      {
+        const int wg_ = (warp / 4);
+        const uint64_t da_ = kg::wgmma_desc(v118, 1024, 128, 0);
+        const uint64_t db_ = kg::wgmma_desc(v11, 2048, 128, 0);
+        kg::wgmma_fence();
+      #pragma unroll
+        for (int ks = 0; ks < 8; ++ks)
+      #pragma unroll
+          for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+            for (int rn = 0; rn < 1; ++rn)
+              kg::wgmma_m64n64k16_fp16_ss<1, 1>(&v120[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 2) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 2) * 64 + rm * 64)) % 8) * 2 / 16), db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 2) * 64 + rn * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 2) * 64 + rn * 64)) % 8) * 2 / 16), (ks > 0));
+        kg::wgmma_commit();
+      }
+      // spec: specs/fa2_bwd.yaml:109:74
+      kg::wgmma_wait<0>();
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v120[e]);
+      float (&v121)[32] = v120;
+      // spec: specs/fa2_bwd.yaml:105:41
+      kg::wgmma_wait<0>();
+      #pragma unroll
+      for (int e = 0; e < 64; ++e) kg::fence_operand(v112[e]);
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v111)[e]);
+      float (&v122)[64] = v112;
+      // spec: specs/fa2_bwd.yaml:107:41
+      kg::wgmma_wait<0>();
+      #pragma unroll
+      for (int e = 0; e < 64; ++e) kg::fence_operand(v116[e]);
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v115)[e]);
+      float (&v123)[64] = v116;
+      // spec: specs/fa2_bwd.yaml:109:74
+      float v124[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v124[e] = (v121[e] * v2);
+      // spec: specs/fa2_bwd.yaml:109:27
       if ((lane & 0) == 0 && (warp & 0) == 0) {
-        float* p_ = t_dq_acc + ((int64_t)(v12) * stride_dq_acc_0 + (int64_t)(v48) * stride_dq_acc_2);
+        float* p_ = t_dq_acc + ((int64_t)(v13) * stride_dq_acc_0 + (int64_t)(v63) * stride_dq_acc_2);
         const bool aligned_ = kg::aligned(p_, 8) && stride_dq_acc_0 % 2 == 0 && stride_dq_acc_1 % 2 == 0 && stride_dq_acc_2 % 2 == 0;
-        const int t0_ = v53 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+        const int t0_ = v68 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
         const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 64;
       #pragma unroll
         for (int e = 0; e < 32; e += 2) {
@@ -609,51 +639,471 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
           const int64_t off_ = (int64_t)i0_ * stride_dq_acc_1 + (int64_t)i1_ * 1;
           if (aligned_ && i0_ < (size_SQ)) {
-            kg::atomic_add_vec<2>(p_ + off_, &v109[e]);
+            kg::atomic_add_vec<2>(p_ + off_, &v124[e]);
           } else {
       #pragma unroll
             for (int v = 0; v < 2; ++v)
-              if (i0_ < (size_SQ)) kg::atomic_add(p_ + off_ + v, v109[e + v]);
+              if (i0_ < (size_SQ)) kg::atomic_add(p_ + off_ + v, v124[e + v]);
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:97:23
+      // spec: specs/fa2_bwd.yaml:109:27
 
       float y0_[64];
       #pragma unroll
-      for (int e = 0; e < 64; ++e) y0_[e] = v107[e];
+      for (int e = 0; e < 64; ++e) y0_[e] = v122[e];
       float y1_[64];
       #pragma unroll
-      for (int e = 0; e < 64; ++e) y1_[e] = v108[e];
+      for (int e = 0; e < 64; ++e) y1_[e] = v123[e];
       #pragma unroll
-      for (int e = 0; e < 64; ++e) v51[e] = y0_[e];
+      for (int e = 0; e < 64; ++e) v66[e] = y0_[e];
       #pragma unroll
-      for (int e = 0; e < 64; ++e) v52[e] = y1_[e];
+      for (int e = 0; e < 64; ++e) v67[e] = y1_[e];
     }
-    // spec: specs/fa2_bwd.yaml:69:11
+    // spec: specs/fa2_bwd.yaml:103:29
+    kg::fp16* v125 = reinterpret_cast<kg::fp16*>(smem + 65536);
+    // spec: specs/fa2_bwd.yaml:102:28
+    kg::fp16* v126 = reinterpret_cast<kg::fp16*>(smem + 98304);
+    // spec: specs/fa2_bwd.yaml:78:15
+    const int v127 = 0;
+    // spec: specs/fa2_bwd.yaml:78:15
+    kg::fp16* v128 = v126 + (v127 % 2) * 8192;
+    // spec: specs/fa2_bwd.yaml:78:15
+    const bool v129 = (v42 < v41);
+    // spec: specs/fa2_bwd.yaml:79:24
+    kg::sync();
+    if (v129) {
+      const kg::fp16* p_ = t_q + ((int64_t)(v13) * stride_q_0 + (int64_t)(v63) * stride_q_2);
+      const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
+      const int64_t q_ = (int64_t)(v42 * 64) * stride_q_1 + 0;
+      const int r0_ = (lane + warp * 32) / 128 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 16 * 8;
+      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_q_1 + k0_);
+    #pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int r_ = r0_ + i * 16, k_ = k0_;
+        const int i0_ = v42 * 64 + r_, i1_ = 0 + k_;
+        const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_q_1;
+        const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
+        if (aligned_) {
+          const int n_ = (i0_ < (size_SQ)) * 8;
+          kg::cp_async<16>(&v128[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        } else {
+    #pragma unroll
+          for (int v = 0; v < 8; ++v)
+            v128[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+        }
+      }
+    }
+    kg::cp_async_commit();
+    // spec: specs/fa2_bwd.yaml:78:15
+    kg::fp16* v130 = v125 + (v127 % 2) * 8192;
+    // spec: specs/fa2_bwd.yaml:80:26
+    if (v129) {
+      const kg::fp16* p_ = t_do + ((int64_t)(v13) * stride_do_0 + (int64_t)(v63) * stride_do_2);
+      const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
+      const int64_t q_ = (int64_t)(v42 * 64) * stride_do_1 + 0;
+      const int r0_ = (lane + warp * 32) / 128 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 16 * 8;
+      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_do_1 + k0_);
+    #pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int r_ = r0_ + i * 16, k_ = k0_;
+        const int i0_ = v42 * 64 + r_, i1_ = 0 + k_;
+        const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_do_1;
+        const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
+        if (aligned_) {
+          const int n_ = (i0_ < (size_SQ)) * 8;
+          kg::cp_async<16>(&v130[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        } else {
+    #pragma unroll
+          for (int v = 0; v < 8; ++v)
+            v130[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+        }
+      }
+    }
+    kg::cp_async_commit();
+    // spec: specs/fa2_bwd.yaml:78:79
+    const int v131 = 1;
+    // spec: specs/fa2_bwd.yaml:78:15
+
+    float v132[64];
+    #pragma unroll
+    for (int e = 0; e < 64; ++e) v132[e] = v66[e];
+    float v133[64];
+    #pragma unroll
+    for (int e = 0; e < 64; ++e) v133[e] = v67[e];
+    for (int v134 = v42; v134 < v41; v134 += v131) {
+      float (&v135)[64] = v132;
+      float (&v136)[64] = v133;
+      
+      // spec: specs/fa2_bwd.yaml:78:15
+      const int v137 = (v134 - v42);
+      // spec: specs/fa2_bwd.yaml:78:15
+      const int v138 = (kg::floordiv(v137, v131));
+      // spec: specs/fa2_bwd.yaml:78:15
+      kg::fp16* v139 = v125 + (v138 % 2) * 8192;
+      // spec: specs/fa2_bwd.yaml:78:15
+      kg::fp16* v140 = v126 + (v138 % 2) * 8192;
+      // spec: specs/fa2_bwd.yaml:81:40
+      int v141[1];
+      #pragma unroll
+      for (int e = 0; e < 1; ++e) v141[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0);
+      // spec: specs/fa2_bwd.yaml:81:26
+      const int v142 = 64;
+      // spec: specs/fa2_bwd.yaml:81:26
+      const int v143 = (v134 * v142);
+      // spec: specs/fa2_bwd.yaml:81:26
+      int v144[1];
+      #pragma unroll
+      for (int e = 0; e < 1; ++e) v144[e] = (v143 + v141[e]);
+      // spec: specs/fa2_bwd.yaml:94:29
+      float v145[16];
+      {
+        const float* p_ = t_neg_lse_s + ((int64_t)(v13) * stride_neg_lse_s_0 + (int64_t)(v63) * stride_neg_lse_s_1);
+        const bool aligned_ = kg::aligned(p_, 8) && stride_neg_lse_s_0 % 2 == 0 && stride_neg_lse_s_1 % 2 == 0;
+        const int t0_ = v134 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
+      #pragma unroll
+        for (int e = 0; e < 16; e += 2) {
+          const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32;
+          const int64_t off_ = (int64_t)i0_ * 1;
+          const bool in_ = i0_ + 2 <= (size_SQ);
+          if (aligned_ && in_) {
+            kg::copy_vec<2>(&v145[e], p_ + off_);
+          } else {
+      #pragma unroll
+            for (int v = 0; v < 2; ++v)
+              v145[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+          }
+        }
+      }
+      // spec: specs/fa2_bwd.yaml:102:28
+      kg::cp_async_wait<1>();
+      kg::fence_proxy_async();
+      kg::sync();
+      // spec: specs/fa2_bwd.yaml:78:15
+      const int v146 = 1;
+      // spec: specs/fa2_bwd.yaml:78:15
+      const int v147 = (v138 + v146);
+      // spec: specs/fa2_bwd.yaml:78:15
+      kg::fp16* v148 = v126 + (v147 % 2) * 8192;
+      // spec: specs/fa2_bwd.yaml:79:24
+      const int v149 = (v134 + v131);
+      // spec: specs/fa2_bwd.yaml:79:24
+      const bool v150 = (v149 < v41);
+      // spec: specs/fa2_bwd.yaml:79:24
+      if (v150) {
+        const kg::fp16* p_ = t_q + ((int64_t)(v13) * stride_q_0 + (int64_t)(v63) * stride_q_2);
+        const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
+        const int64_t q_ = (int64_t)(v149 * 64) * stride_q_1 + 0;
+        const int r0_ = (lane + warp * 32) / 128 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 16 * 8;
+        const int64_t o0_ = q_ + ((int64_t)r0_ * stride_q_1 + k0_);
+      #pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int r_ = r0_ + i * 16, k_ = k0_;
+          const int i0_ = v149 * 64 + r_, i1_ = 0 + k_;
+          const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_q_1;
+          const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
+          if (aligned_) {
+            const int n_ = (i0_ < (size_SQ)) * 8;
+            kg::cp_async<16>(&v148[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          } else {
+      #pragma unroll
+            for (int v = 0; v < 8; ++v)
+              v148[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          }
+        }
+      }
+      kg::cp_async_commit();
+      // spec: specs/fa2_bwd.yaml:102:28
+      kg::fp16* v151 = v140;
+      // spec: specs/fa2_bwd.yaml:94:29
+      float (&v152)[16] = v145;
+      // spec: specs/fa2_bwd.yaml:102:28
+      float v153[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v153[e] = v152[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:102:28
+      float (&v154)[32] = v153;
+      {
+        const int wg_ = (warp / 4);
+        const uint64_t da_ = kg::wgmma_desc(v11, 128, 2048, 0);
+        const uint64_t db_ = kg::wgmma_desc(v151, 128, 2048, 0);
+        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
+        // (ptxas would then insert a warpgroup.arrive, C7519)
+      #pragma unroll
+        for (int e = 0; e < 32; ++e) kg::fence_operand(v154[e]);
+        kg::wgmma_fence();
+      #pragma unroll
+        for (int ks = 0; ks < 8; ++ks)
+      #pragma unroll
+          for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+            for (int rn = 0; rn < 1; ++rn)
+              kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v154[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), 1);
+        kg::wgmma_commit();
+      }
+      // spec: specs/fa2_bwd.yaml:103:49
+      float v155[16];
+      {
+        const float* p_ = t_delta + ((int64_t)(v13) * stride_delta_0 + (int64_t)(v63) * stride_delta_1);
+        const bool aligned_ = kg::aligned(p_, 8) && stride_delta_0 % 2 == 0 && stride_delta_1 % 2 == 0;
+        const int t0_ = v134 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
+      #pragma unroll
+        for (int e = 0; e < 16; e += 2) {
+          const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32;
+          const int64_t off_ = (int64_t)i0_ * 1;
+          const bool in_ = i0_ + 2 <= (size_SQ);
+          if (aligned_ && in_) {
+            kg::copy_vec<2>(&v155[e], p_ + off_);
+          } else {
+      #pragma unroll
+            for (int v = 0; v < 2; ++v)
+              v155[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+          }
+        }
+      }
+      // spec: specs/fa2_bwd.yaml:103:29
+      kg::cp_async_wait<1>();
+      kg::fence_proxy_async();
+      kg::sync();
+      // spec: specs/fa2_bwd.yaml:78:15
+      kg::fp16* v156 = v125 + (v147 % 2) * 8192;
+      // spec: specs/fa2_bwd.yaml:80:26
+      const int v157 = (v134 + v131);
+      // spec: specs/fa2_bwd.yaml:80:26
+      const bool v158 = (v157 < v41);
+      // spec: specs/fa2_bwd.yaml:80:26
+      if (v158) {
+        const kg::fp16* p_ = t_do + ((int64_t)(v13) * stride_do_0 + (int64_t)(v63) * stride_do_2);
+        const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
+        const int64_t q_ = (int64_t)(v157 * 64) * stride_do_1 + 0;
+        const int r0_ = (lane + warp * 32) / 128 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 16 * 8;
+        const int64_t o0_ = q_ + ((int64_t)r0_ * stride_do_1 + k0_);
+      #pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int r_ = r0_ + i * 16, k_ = k0_;
+          const int i0_ = v157 * 64 + r_, i1_ = 0 + k_;
+          const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_do_1;
+          const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
+          if (aligned_) {
+            const int n_ = (i0_ < (size_SQ)) * 8;
+            kg::cp_async<16>(&v156[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          } else {
+      #pragma unroll
+            for (int v = 0; v < 8; ++v)
+              v156[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          }
+        }
+      }
+      kg::cp_async_commit();
+      // spec: specs/fa2_bwd.yaml:103:29
+      kg::fp16* v159 = v139;
+      // spec: specs/fa2_bwd.yaml:103:48
+      const float v160 = -1.0f;
+      // spec: specs/fa2_bwd.yaml:103:48
+      float v161[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v161[e] = (v155[e] * v160);
+      // spec: specs/fa2_bwd.yaml:103:47
+      float (&v162)[16] = v161;
+      // spec: specs/fa2_bwd.yaml:103:29
+      float v163[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v163[e] = v162[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:102:28
+      kg::wgmma_wait<0>();
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v154[e]);
+      float (&v164)[32] = v154;
+      // spec: specs/fa2_bwd.yaml:103:29
+      float (&v165)[32] = v163;
+      {
+        const int wg_ = (warp / 4);
+        const uint64_t da_ = kg::wgmma_desc(v14, 128, 2048, 0);
+        const uint64_t db_ = kg::wgmma_desc(v159, 128, 2048, 0);
+        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
+        // (ptxas would then insert a warpgroup.arrive, C7519)
+      #pragma unroll
+        for (int e = 0; e < 32; ++e) kg::fence_operand(v165[e]);
+        kg::wgmma_fence();
+      #pragma unroll
+        for (int ks = 0; ks < 8; ++ks)
+      #pragma unroll
+          for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+            for (int rn = 0; rn < 1; ++rn)
+              kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v165[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), 1);
+        kg::wgmma_commit();
+      }
+      // spec: specs/fa2_bwd.yaml:104:33
+      float v166[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v166[e] = (v164[e] * v46);
+      // spec: specs/fa2_bwd.yaml:104:28
+      float v167[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v167[e] = kg::exp2_(v166[e]);
+      // spec: specs/fa2_bwd.yaml:105:45
+      kg::fp16 v168[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v168[e] = kg::cvt<kg::fp16>(v167[e]);
+      // spec: specs/fa2_bwd.yaml:105:41
+      float (&v169)[64] = v135;
+      {
+        const int wg_ = (warp / 4);
+        const uint64_t db_ = kg::wgmma_desc(v139, 2048, 128, 0);
+        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
+        // (ptxas would then insert a warpgroup.arrive, C7519)
+      #pragma unroll
+        for (int e = 0; e < 64; ++e) kg::fence_operand(v169[e]);
+        kg::wgmma_fence();
+      #pragma unroll
+        for (int ks = 0; ks < 4; ++ks)
+      #pragma unroll
+          for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+            for (int rn = 0; rn < 1; ++rn)
+              kg::wgmma_m64n128k16_fp16_rs<1>(&v169[(rm * 1 + rn) * 64], &v168[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 1) * 128 + rn * 128)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 1) * 128 + rn * 128)) % 8) * 2 / 16), 1);
+        kg::wgmma_commit();
+      }
+      // spec: specs/fa2_bwd.yaml:103:29
+      kg::wgmma_wait<1>();
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v165[e]);
+      float (&v170)[32] = v165;
+      // spec: specs/fa2_bwd.yaml:106:30
+      float v171[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v171[e] = (v167[e] * v170[e]);
+      // spec: specs/fa2_bwd.yaml:106:29
+      kg::fp16 v172[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v172[e] = kg::cvt<kg::fp16>(v171[e]);
+      // spec: specs/fa2_bwd.yaml:107:41
+      float (&v173)[64] = v136;
+      {
+        const int wg_ = (warp / 4);
+        const uint64_t db_ = kg::wgmma_desc(v140, 2048, 128, 0);
+        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
+        // (ptxas would then insert a warpgroup.arrive, C7519)
+      #pragma unroll
+        for (int e = 0; e < 64; ++e) kg::fence_operand(v173[e]);
+        kg::wgmma_fence();
+      #pragma unroll
+        for (int ks = 0; ks < 4; ++ks)
+      #pragma unroll
+          for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+            for (int rn = 0; rn < 1; ++rn)
+              kg::wgmma_m64n128k16_fp16_rs<1>(&v173[(rm * 1 + rn) * 64], &v172[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 1) * 128 + rn * 128)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 1) * 128 + rn * 128)) % 8) * 2 / 16), 1);
+        kg::wgmma_commit();
+      }
+      // spec: specs/fa2_bwd.yaml:109:74
+      kg::fp16* v174 = reinterpret_cast<kg::fp16*>(smem + 131072);
+      kg::sync();
+      #pragma unroll
+      for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v174[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v172[e]);
+      kg::fence_proxy_async();
+      kg::sync();
+      // spec: specs/fa2_bwd.yaml:109:74
+      kg::fp16* v175 = v174;
+      // spec: specs/fa2_bwd.yaml:109:74
+      float v176[32];
+      // spec: specs/fa2_bwd.yaml:109:74
+      float (&v177)[32] = v176;
+      {
+        const int wg_ = (warp / 4);
+        const uint64_t da_ = kg::wgmma_desc(v175, 1024, 128, 0);
+        const uint64_t db_ = kg::wgmma_desc(v11, 2048, 128, 0);
+        kg::wgmma_fence();
+      #pragma unroll
+        for (int ks = 0; ks < 8; ++ks)
+      #pragma unroll
+          for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+            for (int rn = 0; rn < 1; ++rn)
+              kg::wgmma_m64n64k16_fp16_ss<1, 1>(&v177[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 2) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 2) * 64 + rm * 64)) % 8) * 2 / 16), db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 2) * 64 + rn * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 2) * 64 + rn * 64)) % 8) * 2 / 16), (ks > 0));
+        kg::wgmma_commit();
+      }
+      // spec: specs/fa2_bwd.yaml:109:74
+      kg::wgmma_wait<0>();
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v177[e]);
+      float (&v178)[32] = v177;
+      // spec: specs/fa2_bwd.yaml:105:41
+      kg::wgmma_wait<0>();
+      #pragma unroll
+      for (int e = 0; e < 64; ++e) kg::fence_operand(v169[e]);
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v168)[e]);
+      float (&v179)[64] = v169;
+      // spec: specs/fa2_bwd.yaml:107:41
+      kg::wgmma_wait<0>();
+      #pragma unroll
+      for (int e = 0; e < 64; ++e) kg::fence_operand(v173[e]);
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v172)[e]);
+      float (&v180)[64] = v173;
+      // spec: specs/fa2_bwd.yaml:109:74
+      float v181[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v181[e] = (v178[e] * v2);
+      // spec: specs/fa2_bwd.yaml:109:27
+      if ((lane & 0) == 0 && (warp & 0) == 0) {
+        float* p_ = t_dq_acc + ((int64_t)(v13) * stride_dq_acc_0 + (int64_t)(v63) * stride_dq_acc_2);
+        const bool aligned_ = kg::aligned(p_, 8) && stride_dq_acc_0 % 2 == 0 && stride_dq_acc_1 % 2 == 0 && stride_dq_acc_2 % 2 == 0;
+        const int t0_ = v134 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+        const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 64;
+      #pragma unroll
+        for (int e = 0; e < 32; e += 2) {
+          const int i0_ = t0_ + ((e >> 1) & 1) * 8;
+          const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
+          const int64_t off_ = (int64_t)i0_ * stride_dq_acc_1 + (int64_t)i1_ * 1;
+          if (aligned_ && i0_ < (size_SQ)) {
+            kg::atomic_add_vec<2>(p_ + off_, &v181[e]);
+          } else {
+      #pragma unroll
+            for (int v = 0; v < 2; ++v)
+              if (i0_ < (size_SQ)) kg::atomic_add(p_ + off_ + v, v181[e + v]);
+          }
+        }
+      }
+      // spec: specs/fa2_bwd.yaml:109:27
+
+      float y0_[64];
+      #pragma unroll
+      for (int e = 0; e < 64; ++e) y0_[e] = v179[e];
+      float y1_[64];
+      #pragma unroll
+      for (int e = 0; e < 64; ++e) y1_[e] = v180[e];
+      #pragma unroll
+      for (int e = 0; e < 64; ++e) v132[e] = y0_[e];
+      #pragma unroll
+      for (int e = 0; e < 64; ++e) v133[e] = y1_[e];
+    }
+    // spec: specs/fa2_bwd.yaml:78:15
 
     float y0_[64];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) y0_[e] = v51[e];
+    for (int e = 0; e < 64; ++e) y0_[e] = v132[e];
     float y1_[64];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) y1_[e] = v52[e];
+    for (int e = 0; e < 64; ++e) y1_[e] = v133[e];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) v33[e] = y0_[e];
+    for (int e = 0; e < 64; ++e) v52[e] = y0_[e];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) v34[e] = y1_[e];
+    for (int e = 0; e < 64; ++e) v53[e] = y1_[e];
   }
-  // spec: specs/fa2_bwd.yaml:111:34
-  float v110[64];
+  // spec: specs/fa2_bwd.yaml:123:34
+  float v182[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v110[e] = (v34[e] * v2);
-  // spec: specs/fa2_bwd.yaml:111:33
-  kg::fp16 v111[64];
+  for (int e = 0; e < 64; ++e) v182[e] = (v53[e] * v2);
+  // spec: specs/fa2_bwd.yaml:123:33
+  kg::fp16 v183[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v111[e] = kg::cvt<kg::fp16>(v110[e]);
-  // spec: specs/fa2_bwd.yaml:111:7
+  for (int e = 0; e < 64; ++e) v183[e] = kg::cvt<kg::fp16>(v182[e]);
+  // spec: specs/fa2_bwd.yaml:123:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
-    kg::fp16* p_ = t_dk + ((int64_t)(v12) * stride_dk_0 + (int64_t)(v11) * stride_dk_2);
+    kg::fp16* p_ = t_dk + ((int64_t)(v13) * stride_dk_0 + (int64_t)(v12) * stride_dk_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dk_0 % 2 == 0 && stride_dk_1 % 2 == 0 && stride_dk_2 % 2 == 0;
     const int t0_ = v7 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
     const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
@@ -663,21 +1113,21 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32 + ((e >> 5) & 1) * 64;
       const int64_t off_ = (int64_t)i0_ * stride_dk_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SK)) {
-        kg::copy_vec<2>(p_ + off_, &v111[e]);
+        kg::copy_vec<2>(p_ + off_, &v183[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SK)) p_[off_ + v] = v111[e + v];
+          if (i0_ < (size_SK)) p_[off_ + v] = v183[e + v];
       }
     }
   }
-  // spec: specs/fa2_bwd.yaml:112:33
-  kg::fp16 v112[64];
+  // spec: specs/fa2_bwd.yaml:124:33
+  kg::fp16 v184[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v112[e] = kg::cvt<kg::fp16>(v33[e]);
-  // spec: specs/fa2_bwd.yaml:112:7
+  for (int e = 0; e < 64; ++e) v184[e] = kg::cvt<kg::fp16>(v52[e]);
+  // spec: specs/fa2_bwd.yaml:124:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
-    kg::fp16* p_ = t_dv + ((int64_t)(v12) * stride_dv_0 + (int64_t)(v11) * stride_dv_2);
+    kg::fp16* p_ = t_dv + ((int64_t)(v13) * stride_dv_0 + (int64_t)(v12) * stride_dv_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dv_0 % 2 == 0 && stride_dv_1 % 2 == 0 && stride_dv_2 % 2 == 0;
     const int t0_ = v7 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
     const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
@@ -687,11 +1137,11 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32 + ((e >> 5) & 1) * 64;
       const int64_t off_ = (int64_t)i0_ * stride_dv_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SK)) {
-        kg::copy_vec<2>(p_ + off_, &v112[e]);
+        kg::copy_vec<2>(p_ + off_, &v184[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SK)) p_[off_ + v] = v112[e + v];
+          if (i0_ < (size_SK)) p_[off_ + v] = v184[e + v];
       }
     }
   }
