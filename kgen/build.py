@@ -95,10 +95,11 @@ def lower_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target,
 
 def build_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target, compile: bool) -> BuiltVariant:
     """Lower, render and (optionally) compile one variant. Candidates are tried in the spec's
-    order: the first whose IR fits the target's limits is rendered; when compiling, one whose
-    kernels spill registers (or need scratch) is retried with plain (unswizzled) shared layouts,
-    then also with per-chunk copy addresses (render.render_kernel's stepped_copies), then gives way to the next candidate that does not spill, and only if every candidate
-    spills is the first kept."""
+    order: the first whose IR fits the target's limits is rendered; when compiling, a kernel
+    that spills registers (or needs scratch) is retried alone with plain (unswizzled) shared
+    layouts, then also with per-chunk copy addresses (render.render_kernel's stepped_copies);
+    the other kernels of the variant keep their first form. A candidate with a kernel that spills
+    in every form gives way to the next one, and only if every candidate spills is the first kept."""
     candidates = tunable_candidates(ls, variant)
     first: BuiltVariant | None = None
     while candidates:
@@ -114,23 +115,35 @@ def build_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target, compi
             return out
         for bk in out.kernels:
             compile_built(bk, target)
-        if not any(_spills(bk) for bk in out.kernels):
-            return out
-        plain = _without_swizzle(target)
-        # the same tunables with plain core matrices (fewer address registers), then with each
-        # copy's addresses computed per chunk again (fewer registers kept across the loop)
-        for lowered_for, stepped in ((plain, True), (plain, False)):
-            if lowered_for is target and stepped:
-                continue
-            kernels = [compile_kernel(ls, i, variant, tunables, lowered_for) for i in range(len(ls.spec.kernels))]
-            retry = _render_variant(ls, variant, target, tunables, kernels, stepped_copies=stepped)
-            for bk in retry.kernels:
-                compile_built(bk, target)
-            if not any(_spills(bk) for bk in retry.kernels):
-                return retry
+        built = _without_spills(ls, variant, target, tunables, out)
+        if built is not None:
+            return built
         first = first or out
     assert first is not None
     return first
+
+
+def _without_spills(ls: LoadedSpec, variant: dict[str, Any], target: Target, tunables: dict[str, int],
+                    out: BuiltVariant) -> BuiltVariant | None:
+    """`out` with each kernel that spills replaced by its first form that does not: plain core
+    matrices (fewer address registers), then also per-chunk copy addresses (fewer registers kept
+    across loops); None if one spills in every form."""
+    plain = _without_swizzle(target)
+    for i, bk in enumerate(out.kernels):
+        if not _spills(bk):
+            continue
+        for lowered_for, stepped in ((plain, True), (plain, False)):
+            if lowered_for is target and stepped:
+                continue
+            kernel = compile_kernel(ls, i, variant, tunables, lowered_for)
+            retry = _render_variant(ls, variant, target, tunables, [kernel], stepped_copies=stepped, first_index=i).kernels[0]
+            compile_built(retry, target)
+            if not _spills(retry):
+                out.kernels[i] = retry
+                break
+        else:
+            return None
+    return out
 
 
 def _without_swizzle(target: Target) -> Target:
@@ -150,10 +163,11 @@ def _spills(bk: BuiltKernel) -> bool:
 
 
 def _render_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target, tunables: dict[str, int],
-                    kernels: list[Kernel], stepped_copies: bool = True) -> BuiltVariant:
+                    kernels: list[Kernel], stepped_copies: bool = True, first_index: int = 0) -> BuiltVariant:
+    """Sources of `kernels`, the spec's kernels from index `first_index` on."""
     out = BuiltVariant(variant, tunables)
     vid = variant_id(variant)
-    for i, k in enumerate(kernels):
+    for i, k in enumerate(kernels, start=first_index):
         line, _ = ls.yaml.block_origin(("kernels", i, "program"))
         source = render_kernel(k, target, spec_file=_display(ls.path), program_line=line, variant=variant,
                               stepped_copies=stepped_copies)

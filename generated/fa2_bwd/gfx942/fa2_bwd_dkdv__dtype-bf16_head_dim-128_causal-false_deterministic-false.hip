@@ -8,7 +8,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
   const int lane = kg::thread_id() % kg::WAVE;
   const int warp = __builtin_amdgcn_readfirstlane(kg::thread_id() / kg::WAVE);
   
-  // spec: specs/fa2_bwd.yaml:112:73
+  // spec: specs/fa2_bwd.yaml:113:73
   const int v0 = size_SK;
   // spec: specs/fa2_bwd.yaml:67:18
   const int v1 = size_SQ;
@@ -74,22 +74,22 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       }
     }
   }
-  // spec: specs/fa2_bwd.yaml:115:27
+  // spec: specs/fa2_bwd.yaml:116:27
   kg::bf16* v13 = reinterpret_cast<kg::bf16*>(smem + 28672);
   kg::sync();
   #pragma unroll
   for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v13[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v11[e]);
 
-  // spec: specs/fa2_bwd.yaml:115:27
+  // spec: specs/fa2_bwd.yaml:116:27
   kg::bf16* v14 = v13;
-  // spec: specs/fa2_bwd.yaml:116:28
+  // spec: specs/fa2_bwd.yaml:117:28
   kg::bf16* v15 = reinterpret_cast<kg::bf16*>(smem + 37376);
   #pragma unroll
   for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v15[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v12[e]);
 
-  // spec: specs/fa2_bwd.yaml:116:28
+  // spec: specs/fa2_bwd.yaml:117:28
   kg::bf16* v16 = v15;
-  // spec: specs/fa2_bwd.yaml:122:74
+  // spec: specs/fa2_bwd.yaml:123:74
   kg::bf16* v17 = reinterpret_cast<kg::bf16*>(smem + 18432);
   #pragma unroll
   for (int e = 0; e < 16; ++e) v17[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 40 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16))] = v11[e];
@@ -106,7 +106,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
   int v21[2];
   #pragma unroll
   for (int e = 0; e < 2; ++e) v21[e] = (v20 + v18[e]);
-  // spec: specs/fa2_bwd.yaml:112:57
+  // spec: specs/fa2_bwd.yaml:113:57
   int (&v22)[2] = v21;
   // spec: specs/fa2_bwd.yaml:75:22
   const int v23 = 1;
@@ -210,7 +210,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:111:30
+      // spec: specs/fa2_bwd.yaml:112:30
       float v50[4];
       {
         const float* p_ = t_lse + ((int64_t)(v10) * stride_lse_0 + (int64_t)(v42) * stride_lse_1);
@@ -230,17 +230,17 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:115:27
+      // spec: specs/fa2_bwd.yaml:116:27
       kg::bf16* v51 = reinterpret_cast<kg::bf16*>(smem + 0);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v51[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v48[e]);
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:115:27
+      // spec: specs/fa2_bwd.yaml:116:27
       float v52[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v52[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:115:27
+      // spec: specs/fa2_bwd.yaml:116:27
       float (&v53)[8] = v52;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
@@ -256,17 +256,17 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           for (int rn = 0; rn < 2; ++rn)
             kg::mfma_16x16x16_bf16(&v53[(rm * 2 + rn) * 4], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:116:28
+      // spec: specs/fa2_bwd.yaml:117:28
       kg::bf16* v54 = reinterpret_cast<kg::bf16*>(smem + 0);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v54[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v49[e]);
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:116:28
+      // spec: specs/fa2_bwd.yaml:117:28
       float v55[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v55[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:116:28
+      // spec: specs/fa2_bwd.yaml:117:28
       float (&v56)[8] = v55;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
@@ -282,104 +282,104 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           for (int rn = 0; rn < 2; ++rn)
             kg::mfma_16x16x16_bf16(&v56[(rm * 2 + rn) * 4], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:117:27
+      // spec: specs/fa2_bwd.yaml:118:27
       const float v57 = 0.0f;
-      // spec: specs/fa2_bwd.yaml:111:30
+      // spec: specs/fa2_bwd.yaml:112:30
       const float v58 = 1.4426950408889634f;
-      // spec: specs/fa2_bwd.yaml:111:30
+      // spec: specs/fa2_bwd.yaml:112:30
       float v59[4];
       #pragma unroll
       for (int e = 0; e < 4; ++e) v59[e] = (v50[e] * v58);
-      // spec: specs/fa2_bwd.yaml:117:58
+      // spec: specs/fa2_bwd.yaml:118:58
       float (&v60)[4] = v59;
-      // spec: specs/fa2_bwd.yaml:117:45
+      // spec: specs/fa2_bwd.yaml:118:45
       float v61[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v61[e] = v60[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-      // spec: specs/fa2_bwd.yaml:117:45
+      // spec: specs/fa2_bwd.yaml:118:45
       float v62[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v62[e] = (v53[e] * v32);
-      // spec: specs/fa2_bwd.yaml:117:45
+      // spec: specs/fa2_bwd.yaml:118:45
       float v63[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v63[e] = (v62[e] - v61[e]);
-      // spec: specs/fa2_bwd.yaml:117:40
+      // spec: specs/fa2_bwd.yaml:118:40
       float v64[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v64[e] = kg::exp2_(v63[e]);
-      // spec: specs/fa2_bwd.yaml:112:82
+      // spec: specs/fa2_bwd.yaml:113:82
       const float v65 = -kg::inf();
-      // spec: specs/fa2_bwd.yaml:112:82
+      // spec: specs/fa2_bwd.yaml:113:82
       float (&v66)[4] = v59;
-      // spec: specs/fa2_bwd.yaml:112:82
+      // spec: specs/fa2_bwd.yaml:113:82
       bool v67[4];
       #pragma unroll
       for (int e = 0; e < 4; ++e) v67[e] = (v66[e] > v65);
-      // spec: specs/fa2_bwd.yaml:112:31
+      // spec: specs/fa2_bwd.yaml:113:31
       bool v68[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v68[e] = v67[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-      // spec: specs/fa2_bwd.yaml:112:57
+      // spec: specs/fa2_bwd.yaml:113:57
       bool v69[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v69[e] = (v22[e] < v0);
-      // spec: specs/fa2_bwd.yaml:112:31
+      // spec: specs/fa2_bwd.yaml:113:31
       bool v70[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v70[e] = v69[((e >> 2) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:81:40
+      // spec: specs/fa2_bwd.yaml:111:44
       int v71[4];
       #pragma unroll
       for (int e = 0; e < 4; ++e) v71[e] = (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2);
-      // spec: specs/fa2_bwd.yaml:81:26
+      // spec: specs/fa2_bwd.yaml:111:30
       const int v72 = 64;
-      // spec: specs/fa2_bwd.yaml:81:26
+      // spec: specs/fa2_bwd.yaml:111:30
       const int v73 = (v45 * v72);
-      // spec: specs/fa2_bwd.yaml:81:26
+      // spec: specs/fa2_bwd.yaml:111:30
       int v74[4];
       #pragma unroll
       for (int e = 0; e < 4; ++e) v74[e] = (v73 + v71[e]);
-      // spec: specs/fa2_bwd.yaml:112:32
+      // spec: specs/fa2_bwd.yaml:113:32
       int (&v75)[4] = v74;
-      // spec: specs/fa2_bwd.yaml:112:32
+      // spec: specs/fa2_bwd.yaml:113:32
       bool v76[4];
       #pragma unroll
       for (int e = 0; e < 4; ++e) v76[e] = (v75[e] < v1);
-      // spec: specs/fa2_bwd.yaml:112:31
+      // spec: specs/fa2_bwd.yaml:113:31
       bool v77[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v77[e] = v76[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-      // spec: specs/fa2_bwd.yaml:112:31
+      // spec: specs/fa2_bwd.yaml:113:31
       bool v78[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v78[e] = (v77[e] && v70[e]);
-      // spec: specs/fa2_bwd.yaml:112:31
+      // spec: specs/fa2_bwd.yaml:113:31
       bool v79[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v79[e] = (v78[e] && v68[e]);
-      // spec: specs/fa2_bwd.yaml:117:27
+      // spec: specs/fa2_bwd.yaml:118:27
       float v80[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v80[e] = (v79[e] ? v64[e] : v57);
-      // spec: specs/fa2_bwd.yaml:118:45
+      // spec: specs/fa2_bwd.yaml:119:45
       kg::bf16 v81[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v81[e] = kg::cvt<kg::bf16>(v80[e]);
-      // spec: specs/fa2_bwd.yaml:118:41
+      // spec: specs/fa2_bwd.yaml:119:41
       kg::bf16* v82 = reinterpret_cast<kg::bf16*>(smem + 46080);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 8; e += 4) kg::copy_vec<4>(&v82[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((e >> 2) & 1) * 16)) * 72 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2))], &v81[e]);
 
-      // spec: specs/fa2_bwd.yaml:118:41
+      // spec: specs/fa2_bwd.yaml:119:41
       kg::bf16* v83 = v82;
-      // spec: specs/fa2_bwd.yaml:118:41
+      // spec: specs/fa2_bwd.yaml:119:41
       kg::bf16* v84 = reinterpret_cast<kg::bf16*>(smem + 0);
       #pragma unroll
       for (int e = 0; e < 32; ++e) v84[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v49[e];
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:118:41
+      // spec: specs/fa2_bwd.yaml:119:41
       float (&v85)[16] = v46;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
@@ -395,7 +395,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           for (int rn = 0; rn < 1; ++rn)
             kg::mfma_32x32x8_bf16(&v85[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:119:39
+      // spec: specs/fa2_bwd.yaml:120:39
       float v86[4];
       {
         const float* p_ = t_delta + ((int64_t)(v10) * stride_delta_0 + (int64_t)(v42) * stride_delta_1);
@@ -415,38 +415,38 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:119:39
+      // spec: specs/fa2_bwd.yaml:120:39
       float (&v87)[4] = v86;
-      // spec: specs/fa2_bwd.yaml:119:34
+      // spec: specs/fa2_bwd.yaml:120:34
       float v88[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v88[e] = v87[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-      // spec: specs/fa2_bwd.yaml:119:34
+      // spec: specs/fa2_bwd.yaml:120:34
       float v89[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v89[e] = (v56[e] - v88[e]);
-      // spec: specs/fa2_bwd.yaml:119:29
+      // spec: specs/fa2_bwd.yaml:120:29
       float v90[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v90[e] = (v80[e] * v89[e]);
-      // spec: specs/fa2_bwd.yaml:119:28
+      // spec: specs/fa2_bwd.yaml:120:28
       kg::bf16 v91[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v91[e] = kg::cvt<kg::bf16>(v90[e]);
-      // spec: specs/fa2_bwd.yaml:120:41
+      // spec: specs/fa2_bwd.yaml:121:41
       kg::bf16* v92 = reinterpret_cast<kg::bf16*>(smem + 46080);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 8; e += 4) kg::copy_vec<4>(&v92[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((e >> 2) & 1) * 16)) * 72 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2))], &v91[e]);
 
-      // spec: specs/fa2_bwd.yaml:120:41
+      // spec: specs/fa2_bwd.yaml:121:41
       kg::bf16* v93 = v92;
-      // spec: specs/fa2_bwd.yaml:120:41
+      // spec: specs/fa2_bwd.yaml:121:41
       kg::bf16* v94 = reinterpret_cast<kg::bf16*>(smem + 0);
       #pragma unroll
       for (int e = 0; e < 32; ++e) v94[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v48[e];
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:120:41
+      // spec: specs/fa2_bwd.yaml:121:41
       float (&v95)[16] = v47;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
@@ -462,17 +462,17 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           for (int rn = 0; rn < 1; ++rn)
             kg::mfma_32x32x8_bf16(&v95[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:122:74
+      // spec: specs/fa2_bwd.yaml:123:74
       kg::bf16* v96 = reinterpret_cast<kg::bf16*>(smem + 0);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 8; ++e) v96[((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 40 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((e >> 2) & 1) * 16))] = v91[e];
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:122:74
+      // spec: specs/fa2_bwd.yaml:123:74
       float v97[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v97[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:122:74
+      // spec: specs/fa2_bwd.yaml:123:74
       float (&v98)[32] = v97;
       #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
@@ -488,11 +488,11 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           for (int rn = 0; rn < 2; ++rn)
             kg::mfma_32x32x8_bf16(&v98[(rm * 2 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:122:74
+      // spec: specs/fa2_bwd.yaml:123:74
       float v99[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v99[e] = (v98[e] * v2);
-      // spec: specs/fa2_bwd.yaml:122:27
+      // spec: specs/fa2_bwd.yaml:123:27
       if ((lane & 0) == 0 && (warp & 0) == 0) {
         float* p_ = t_dq_acc + ((int64_t)(v10) * stride_dq_acc_0 + (int64_t)(v42) * stride_dq_acc_2);
         const bool aligned_ = false;
@@ -506,7 +506,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           if (i0_ < (size_SQ)) kg::atomic_add(p_ + off_, v99[e]);
         }
       }
-      // spec: specs/fa2_bwd.yaml:122:27
+      // spec: specs/fa2_bwd.yaml:123:27
 
       float y0_[16];
       #pragma unroll
@@ -532,15 +532,15 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
     #pragma unroll
     for (int e = 0; e < 16; ++e) v35[e] = y1_[e];
   }
-  // spec: specs/fa2_bwd.yaml:123:34
+  // spec: specs/fa2_bwd.yaml:124:34
   float v100[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v100[e] = (v35[e] * v2);
-  // spec: specs/fa2_bwd.yaml:123:33
+  // spec: specs/fa2_bwd.yaml:124:33
   kg::bf16 v101[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v101[e] = kg::cvt<kg::bf16>(v100[e]);
-  // spec: specs/fa2_bwd.yaml:123:7
+  // spec: specs/fa2_bwd.yaml:124:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_dk + ((int64_t)(v10) * stride_dk_0 + (int64_t)(v9) * stride_dk_2);
     const bool aligned_ = false;
@@ -554,11 +554,11 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       if (i0_ < (size_SK)) p_[off_] = v101[e];
     }
   }
-  // spec: specs/fa2_bwd.yaml:124:33
+  // spec: specs/fa2_bwd.yaml:125:33
   kg::bf16 v102[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v102[e] = kg::cvt<kg::bf16>(v34[e]);
-  // spec: specs/fa2_bwd.yaml:124:7
+  // spec: specs/fa2_bwd.yaml:125:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_dv + ((int64_t)(v10) * stride_dv_0 + (int64_t)(v9) * stride_dv_2);
     const bool aligned_ = false;

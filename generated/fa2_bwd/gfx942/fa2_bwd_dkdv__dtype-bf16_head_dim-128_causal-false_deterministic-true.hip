@@ -8,7 +8,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
   const int lane = kg::thread_id() % kg::WAVE;
   const int warp = __builtin_amdgcn_readfirstlane(kg::thread_id() / kg::WAVE);
   
-  // spec: specs/fa2_bwd.yaml:112:73
+  // spec: specs/fa2_bwd.yaml:113:73
   const int v0 = size_SK;
   // spec: specs/fa2_bwd.yaml:67:18
   const int v1 = size_SQ;
@@ -74,20 +74,20 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       }
     }
   }
-  // spec: specs/fa2_bwd.yaml:115:27
+  // spec: specs/fa2_bwd.yaml:116:27
   kg::bf16* v13 = reinterpret_cast<kg::bf16*>(smem + 18432);
   kg::sync();
   #pragma unroll
   for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v13[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v11[e]);
 
-  // spec: specs/fa2_bwd.yaml:115:27
+  // spec: specs/fa2_bwd.yaml:116:27
   kg::bf16* v14 = v13;
-  // spec: specs/fa2_bwd.yaml:116:28
+  // spec: specs/fa2_bwd.yaml:117:28
   kg::bf16* v15 = reinterpret_cast<kg::bf16*>(smem + 35840);
   #pragma unroll
   for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v15[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v12[e]);
   kg::sync();
-  // spec: specs/fa2_bwd.yaml:116:28
+  // spec: specs/fa2_bwd.yaml:117:28
   kg::bf16* v16 = v15;
   // spec: specs/fa2_bwd.yaml:57:40
   int v17[1];
@@ -101,7 +101,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
   int v20[1];
   #pragma unroll
   for (int e = 0; e < 1; ++e) v20[e] = (v19 + v17[e]);
-  // spec: specs/fa2_bwd.yaml:112:57
+  // spec: specs/fa2_bwd.yaml:113:57
   int (&v21)[1] = v20;
   // spec: specs/fa2_bwd.yaml:75:22
   const int v22 = 1;
@@ -205,7 +205,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:111:30
+      // spec: specs/fa2_bwd.yaml:112:30
       float v49[16];
       {
         const float* p_ = t_lse + ((int64_t)(v10) * stride_lse_0 + (int64_t)(v41) * stride_lse_1);
@@ -225,17 +225,17 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:115:27
+      // spec: specs/fa2_bwd.yaml:116:27
       kg::bf16* v50 = reinterpret_cast<kg::bf16*>(smem + 0);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v50[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v47[e]);
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:115:27
+      // spec: specs/fa2_bwd.yaml:116:27
       float v51[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v51[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:115:27
+      // spec: specs/fa2_bwd.yaml:116:27
       float (&v52)[16] = v51;
       #pragma unroll
       for (int ks = 0; ks < 16; ++ks) {
@@ -251,17 +251,17 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           for (int rn = 0; rn < 1; ++rn)
             kg::mfma_32x32x8_bf16(&v52[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:116:28
+      // spec: specs/fa2_bwd.yaml:117:28
       kg::bf16* v53 = reinterpret_cast<kg::bf16*>(smem + 0);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v53[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v48[e]);
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:116:28
+      // spec: specs/fa2_bwd.yaml:117:28
       float v54[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v54[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:116:28
+      // spec: specs/fa2_bwd.yaml:117:28
       float (&v55)[16] = v54;
       #pragma unroll
       for (int ks = 0; ks < 16; ++ks) {
@@ -277,104 +277,104 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           for (int rn = 0; rn < 1; ++rn)
             kg::mfma_32x32x8_bf16(&v55[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:117:27
+      // spec: specs/fa2_bwd.yaml:118:27
       const float v56 = 0.0f;
-      // spec: specs/fa2_bwd.yaml:111:30
+      // spec: specs/fa2_bwd.yaml:112:30
       const float v57 = 1.4426950408889634f;
-      // spec: specs/fa2_bwd.yaml:111:30
+      // spec: specs/fa2_bwd.yaml:112:30
       float v58[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v58[e] = (v49[e] * v57);
-      // spec: specs/fa2_bwd.yaml:117:58
+      // spec: specs/fa2_bwd.yaml:118:58
       float (&v59)[16] = v58;
-      // spec: specs/fa2_bwd.yaml:117:45
+      // spec: specs/fa2_bwd.yaml:118:45
       float v60[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v60[e] = v59[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:117:45
+      // spec: specs/fa2_bwd.yaml:118:45
       float v61[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v61[e] = (v52[e] * v31);
-      // spec: specs/fa2_bwd.yaml:117:45
+      // spec: specs/fa2_bwd.yaml:118:45
       float v62[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v62[e] = (v61[e] - v60[e]);
-      // spec: specs/fa2_bwd.yaml:117:40
+      // spec: specs/fa2_bwd.yaml:118:40
       float v63[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v63[e] = kg::exp2_(v62[e]);
-      // spec: specs/fa2_bwd.yaml:112:82
+      // spec: specs/fa2_bwd.yaml:113:82
       const float v64 = -kg::inf();
-      // spec: specs/fa2_bwd.yaml:112:82
+      // spec: specs/fa2_bwd.yaml:113:82
       float (&v65)[16] = v58;
-      // spec: specs/fa2_bwd.yaml:112:82
+      // spec: specs/fa2_bwd.yaml:113:82
       bool v66[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v66[e] = (v65[e] > v64);
-      // spec: specs/fa2_bwd.yaml:112:31
+      // spec: specs/fa2_bwd.yaml:113:31
       bool v67[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v67[e] = v66[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:112:57
+      // spec: specs/fa2_bwd.yaml:113:57
       bool v68[1];
       #pragma unroll
       for (int e = 0; e < 1; ++e) v68[e] = (v21[e] < v0);
-      // spec: specs/fa2_bwd.yaml:112:31
+      // spec: specs/fa2_bwd.yaml:113:31
       bool v69[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v69[e] = v68[0];
-      // spec: specs/fa2_bwd.yaml:81:40
+      // spec: specs/fa2_bwd.yaml:111:44
       int v70[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v70[e] = (((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16);
-      // spec: specs/fa2_bwd.yaml:81:26
+      // spec: specs/fa2_bwd.yaml:111:30
       const int v71 = 64;
-      // spec: specs/fa2_bwd.yaml:81:26
+      // spec: specs/fa2_bwd.yaml:111:30
       const int v72 = (v44 * v71);
-      // spec: specs/fa2_bwd.yaml:81:26
+      // spec: specs/fa2_bwd.yaml:111:30
       int v73[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v73[e] = (v72 + v70[e]);
-      // spec: specs/fa2_bwd.yaml:112:32
+      // spec: specs/fa2_bwd.yaml:113:32
       int (&v74)[16] = v73;
-      // spec: specs/fa2_bwd.yaml:112:32
+      // spec: specs/fa2_bwd.yaml:113:32
       bool v75[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v75[e] = (v74[e] < v1);
-      // spec: specs/fa2_bwd.yaml:112:31
+      // spec: specs/fa2_bwd.yaml:113:31
       bool v76[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v76[e] = v75[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:112:31
+      // spec: specs/fa2_bwd.yaml:113:31
       bool v77[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v77[e] = (v76[e] && v69[e]);
-      // spec: specs/fa2_bwd.yaml:112:31
+      // spec: specs/fa2_bwd.yaml:113:31
       bool v78[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v78[e] = (v77[e] && v67[e]);
-      // spec: specs/fa2_bwd.yaml:117:27
+      // spec: specs/fa2_bwd.yaml:118:27
       float v79[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v79[e] = (v78[e] ? v63[e] : v56);
-      // spec: specs/fa2_bwd.yaml:118:45
+      // spec: specs/fa2_bwd.yaml:119:45
       kg::bf16 v80[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v80[e] = kg::cvt<kg::bf16>(v79[e]);
-      // spec: specs/fa2_bwd.yaml:118:41
+      // spec: specs/fa2_bwd.yaml:119:41
       kg::bf16* v81 = reinterpret_cast<kg::bf16*>(smem + 53248);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v81[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 72 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v80[e]);
 
-      // spec: specs/fa2_bwd.yaml:118:41
+      // spec: specs/fa2_bwd.yaml:119:41
       kg::bf16* v82 = v81;
-      // spec: specs/fa2_bwd.yaml:118:41
+      // spec: specs/fa2_bwd.yaml:119:41
       kg::bf16* v83 = reinterpret_cast<kg::bf16*>(smem + 0);
       #pragma unroll
       for (int e = 0; e < 32; ++e) v83[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v48[e];
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:118:41
+      // spec: specs/fa2_bwd.yaml:119:41
       float (&v84)[32] = v45;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
@@ -390,7 +390,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           for (int rn = 0; rn < 2; ++rn)
             kg::mfma_32x32x8_bf16(&v84[(rm * 2 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:119:39
+      // spec: specs/fa2_bwd.yaml:120:39
       float v85[16];
       {
         const float* p_ = t_delta + ((int64_t)(v10) * stride_delta_0 + (int64_t)(v41) * stride_delta_1);
@@ -410,38 +410,38 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:119:39
+      // spec: specs/fa2_bwd.yaml:120:39
       float (&v86)[16] = v85;
-      // spec: specs/fa2_bwd.yaml:119:34
+      // spec: specs/fa2_bwd.yaml:120:34
       float v87[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v87[e] = v86[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:119:34
+      // spec: specs/fa2_bwd.yaml:120:34
       float v88[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v88[e] = (v55[e] - v87[e]);
-      // spec: specs/fa2_bwd.yaml:119:29
+      // spec: specs/fa2_bwd.yaml:120:29
       float v89[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v89[e] = (v79[e] * v88[e]);
-      // spec: specs/fa2_bwd.yaml:119:28
+      // spec: specs/fa2_bwd.yaml:120:28
       kg::bf16 v90[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v90[e] = kg::cvt<kg::bf16>(v89[e]);
-      // spec: specs/fa2_bwd.yaml:120:41
+      // spec: specs/fa2_bwd.yaml:121:41
       kg::bf16* v91 = reinterpret_cast<kg::bf16*>(smem + 53248);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v91[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 72 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v90[e]);
 
-      // spec: specs/fa2_bwd.yaml:120:41
+      // spec: specs/fa2_bwd.yaml:121:41
       kg::bf16* v92 = v91;
-      // spec: specs/fa2_bwd.yaml:120:41
+      // spec: specs/fa2_bwd.yaml:121:41
       kg::bf16* v93 = reinterpret_cast<kg::bf16*>(smem + 0);
       #pragma unroll
       for (int e = 0; e < 32; ++e) v93[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v47[e];
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:120:41
+      // spec: specs/fa2_bwd.yaml:121:41
       float (&v94)[32] = v46;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
@@ -457,7 +457,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           for (int rn = 0; rn < 2; ++rn)
             kg::mfma_32x32x8_bf16(&v94[(rm * 2 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:121:26
+      // spec: specs/fa2_bwd.yaml:122:26
 
       float y0_[32];
       #pragma unroll
@@ -483,15 +483,15 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
     #pragma unroll
     for (int e = 0; e < 32; ++e) v34[e] = y1_[e];
   }
-  // spec: specs/fa2_bwd.yaml:123:34
+  // spec: specs/fa2_bwd.yaml:124:34
   float v95[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v95[e] = (v34[e] * v2);
-  // spec: specs/fa2_bwd.yaml:123:33
+  // spec: specs/fa2_bwd.yaml:124:33
   kg::bf16 v96[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v96[e] = kg::cvt<kg::bf16>(v95[e]);
-  // spec: specs/fa2_bwd.yaml:123:7
+  // spec: specs/fa2_bwd.yaml:124:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_dk + ((int64_t)(v10) * stride_dk_0 + (int64_t)(v9) * stride_dk_2);
     const bool aligned_ = false;
@@ -505,11 +505,11 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       if (i0_ < (size_SK)) p_[off_] = v96[e];
     }
   }
-  // spec: specs/fa2_bwd.yaml:124:33
+  // spec: specs/fa2_bwd.yaml:125:33
   kg::bf16 v97[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v97[e] = kg::cvt<kg::bf16>(v33[e]);
-  // spec: specs/fa2_bwd.yaml:124:7
+  // spec: specs/fa2_bwd.yaml:125:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_dv + ((int64_t)(v10) * stride_dv_0 + (int64_t)(v9) * stride_dv_2);
     const bool aligned_ = false;

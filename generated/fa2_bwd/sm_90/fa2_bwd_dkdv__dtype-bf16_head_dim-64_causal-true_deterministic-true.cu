@@ -42,7 +42,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
   const int v9 = kg::block_id_x();
   // spec: specs/fa2_bwd.yaml:74:41
   const int v10 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:115:27
+  // spec: specs/fa2_bwd.yaml:116:27
   kg::bf16* v11 = reinterpret_cast<kg::bf16*>(smem + 32768);
   // spec: specs/fa2_bwd.yaml:54:12
   const int v12 = (kg::mod(v6, v4));
@@ -73,13 +73,13 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_bwd.yaml:115:27
+  // spec: specs/fa2_bwd.yaml:116:27
   kg::cp_async_wait<0>();
   kg::fence_proxy_async();
   kg::sync();
-  // spec: specs/fa2_bwd.yaml:115:27
+  // spec: specs/fa2_bwd.yaml:116:27
   kg::bf16* v14 = v11;
-  // spec: specs/fa2_bwd.yaml:116:28
+  // spec: specs/fa2_bwd.yaml:117:28
   kg::bf16* v15 = reinterpret_cast<kg::bf16*>(smem + 40960);
   // spec: specs/fa2_bwd.yaml:59:12
   if (true) {
@@ -105,11 +105,11 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_bwd.yaml:116:28
+  // spec: specs/fa2_bwd.yaml:117:28
   kg::cp_async_wait<0>();
   kg::fence_proxy_async();
   kg::sync();
-  // spec: specs/fa2_bwd.yaml:116:28
+  // spec: specs/fa2_bwd.yaml:117:28
   kg::bf16* v16 = v15;
   // spec: specs/fa2_bwd.yaml:57:40
   int v17[16];
@@ -123,9 +123,9 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
   int v20[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v20[e] = (v19 + v17[e]);
-  // spec: specs/fa2_bwd.yaml:112:57
+  // spec: specs/fa2_bwd.yaml:113:57
   int (&v21)[16] = v20;
-  // spec: specs/fa2_bwd.yaml:114:45
+  // spec: specs/fa2_bwd.yaml:115:45
   int v22[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v22[e] = v21[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
@@ -211,9 +211,9 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
     float (&v59)[32] = v56;
     float (&v60)[32] = v57;
     
-    // spec: specs/fa2_bwd.yaml:116:28
+    // spec: specs/fa2_bwd.yaml:117:28
     kg::bf16* v61 = reinterpret_cast<kg::bf16*>(smem + 0);
-    // spec: specs/fa2_bwd.yaml:115:27
+    // spec: specs/fa2_bwd.yaml:116:27
     kg::bf16* v62 = reinterpret_cast<kg::bf16*>(smem + 16384);
     // spec: specs/fa2_bwd.yaml:78:15
     const int v63 = 0;
@@ -298,7 +298,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       kg::bf16* v77 = v61 + (v76 % 2) * 4096;
       // spec: specs/fa2_bwd.yaml:78:15
       kg::bf16* v78 = v62 + (v76 % 2) * 4096;
-      // spec: specs/fa2_bwd.yaml:111:30
+      // spec: specs/fa2_bwd.yaml:112:30
       float v79[2];
       {
         const float* p_ = t_lse + ((int64_t)(v13) * stride_lse_0 + (int64_t)(v67) * stride_lse_1);
@@ -318,7 +318,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:115:27
+      // spec: specs/fa2_bwd.yaml:116:27
       kg::cp_async_wait<1>();
       kg::fence_proxy_async();
       kg::sync();
@@ -356,9 +356,9 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
         }
       }
       kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:115:27
+      // spec: specs/fa2_bwd.yaml:116:27
       float v85[32];
-      // spec: specs/fa2_bwd.yaml:115:27
+      // spec: specs/fa2_bwd.yaml:116:27
       float (&v86)[32] = v85;
       {
         const int wg_ = 0;
@@ -374,7 +374,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
               kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v86[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:116:28
+      // spec: specs/fa2_bwd.yaml:117:28
       kg::cp_async_wait<1>();
       kg::fence_proxy_async();
       kg::sync();
@@ -408,9 +408,9 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
         }
       }
       kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:116:28
+      // spec: specs/fa2_bwd.yaml:117:28
       float v90[32];
-      // spec: specs/fa2_bwd.yaml:116:28
+      // spec: specs/fa2_bwd.yaml:117:28
       float (&v91)[32] = v90;
       {
         const int wg_ = 0;
@@ -426,125 +426,125 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
               kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v91[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:117:27
+      // spec: specs/fa2_bwd.yaml:118:27
       const float v92 = 0.0f;
-      // spec: specs/fa2_bwd.yaml:111:30
+      // spec: specs/fa2_bwd.yaml:112:30
       const float v93 = 1.4426950408889634f;
-      // spec: specs/fa2_bwd.yaml:111:30
+      // spec: specs/fa2_bwd.yaml:112:30
       float v94[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v94[e] = (v79[e] * v93);
-      // spec: specs/fa2_bwd.yaml:117:58
+      // spec: specs/fa2_bwd.yaml:118:58
       float (&v95)[2] = v94;
-      // spec: specs/fa2_bwd.yaml:117:45
+      // spec: specs/fa2_bwd.yaml:118:45
       float v96[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v96[e] = v95[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:115:27
+      // spec: specs/fa2_bwd.yaml:116:27
       kg::wgmma_wait<1>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v86[e]);
       float (&v97)[32] = v86;
-      // spec: specs/fa2_bwd.yaml:117:45
+      // spec: specs/fa2_bwd.yaml:118:45
       float v98[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v98[e] = (v97[e] * v54);
-      // spec: specs/fa2_bwd.yaml:117:45
+      // spec: specs/fa2_bwd.yaml:118:45
       float v99[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v99[e] = (v98[e] - v96[e]);
-      // spec: specs/fa2_bwd.yaml:117:40
+      // spec: specs/fa2_bwd.yaml:118:40
       float v100[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v100[e] = kg::exp2_(v99[e]);
-      // spec: specs/fa2_bwd.yaml:114:79
+      // spec: specs/fa2_bwd.yaml:115:79
       const int v101 = (v1 - v0);
-      // spec: specs/fa2_bwd.yaml:81:40
+      // spec: specs/fa2_bwd.yaml:111:44
       int v102[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v102[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8);
-      // spec: specs/fa2_bwd.yaml:81:26
+      // spec: specs/fa2_bwd.yaml:111:30
       const int v103 = 64;
-      // spec: specs/fa2_bwd.yaml:81:26
+      // spec: specs/fa2_bwd.yaml:111:30
       const int v104 = (v72 * v103);
-      // spec: specs/fa2_bwd.yaml:81:26
+      // spec: specs/fa2_bwd.yaml:111:30
       int v105[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v105[e] = (v104 + v102[e]);
-      // spec: specs/fa2_bwd.yaml:114:62
+      // spec: specs/fa2_bwd.yaml:115:62
       int (&v106)[2] = v105;
-      // spec: specs/fa2_bwd.yaml:114:62
+      // spec: specs/fa2_bwd.yaml:115:62
       int v107[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v107[e] = (v106[e] + v101);
-      // spec: specs/fa2_bwd.yaml:114:45
+      // spec: specs/fa2_bwd.yaml:115:45
       int v108[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v108[e] = v107[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:114:45
+      // spec: specs/fa2_bwd.yaml:115:45
       bool v109[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v109[e] = (v22[e] <= v108[e]);
-      // spec: specs/fa2_bwd.yaml:112:82
+      // spec: specs/fa2_bwd.yaml:113:82
       const float v110 = -kg::inf();
-      // spec: specs/fa2_bwd.yaml:112:82
+      // spec: specs/fa2_bwd.yaml:113:82
       float (&v111)[2] = v94;
-      // spec: specs/fa2_bwd.yaml:112:82
+      // spec: specs/fa2_bwd.yaml:113:82
       bool v112[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v112[e] = (v111[e] > v110);
-      // spec: specs/fa2_bwd.yaml:112:31
+      // spec: specs/fa2_bwd.yaml:113:31
       bool v113[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v113[e] = v112[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:112:57
+      // spec: specs/fa2_bwd.yaml:113:57
       bool v114[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v114[e] = (v21[e] < v1);
-      // spec: specs/fa2_bwd.yaml:112:31
+      // spec: specs/fa2_bwd.yaml:113:31
       bool v115[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v115[e] = v114[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:112:32
+      // spec: specs/fa2_bwd.yaml:113:32
       int (&v116)[2] = v105;
-      // spec: specs/fa2_bwd.yaml:112:32
+      // spec: specs/fa2_bwd.yaml:113:32
       bool v117[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v117[e] = (v116[e] < v0);
-      // spec: specs/fa2_bwd.yaml:112:31
+      // spec: specs/fa2_bwd.yaml:113:31
       bool v118[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v118[e] = v117[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:112:31
+      // spec: specs/fa2_bwd.yaml:113:31
       bool v119[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v119[e] = (v118[e] && v115[e]);
-      // spec: specs/fa2_bwd.yaml:112:31
+      // spec: specs/fa2_bwd.yaml:113:31
       bool v120[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v120[e] = (v119[e] && v113[e]);
-      // spec: specs/fa2_bwd.yaml:114:35
+      // spec: specs/fa2_bwd.yaml:115:35
       bool v121[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v121[e] = (v120[e] && v109[e]);
-      // spec: specs/fa2_bwd.yaml:117:27
+      // spec: specs/fa2_bwd.yaml:118:27
       float v122[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v122[e] = (v121[e] ? v100[e] : v92);
-      // spec: specs/fa2_bwd.yaml:118:45
+      // spec: specs/fa2_bwd.yaml:119:45
       kg::bf16 v123[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v123[e] = kg::cvt<kg::bf16>(v122[e]);
-      // spec: specs/fa2_bwd.yaml:118:41
+      // spec: specs/fa2_bwd.yaml:119:41
       kg::bf16* v124 = reinterpret_cast<kg::bf16*>(smem + 49152);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v124[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v123[e]);
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:118:41
+      // spec: specs/fa2_bwd.yaml:119:41
       kg::bf16* v125 = v124;
-      // spec: specs/fa2_bwd.yaml:118:41
+      // spec: specs/fa2_bwd.yaml:119:41
       float (&v126)[32] = v73;
       {
         const int wg_ = 0;
@@ -564,7 +564,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
               kg::wgmma_m64n64k16_bf16_ss<1, 1>(&v126[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:119:39
+      // spec: specs/fa2_bwd.yaml:120:39
       float v127[2];
       {
         const float* p_ = t_delta + ((int64_t)(v13) * stride_delta_0 + (int64_t)(v67) * stride_delta_1);
@@ -584,39 +584,39 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:119:39
+      // spec: specs/fa2_bwd.yaml:120:39
       float (&v128)[2] = v127;
-      // spec: specs/fa2_bwd.yaml:119:34
+      // spec: specs/fa2_bwd.yaml:120:34
       float v129[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v129[e] = v128[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:116:28
+      // spec: specs/fa2_bwd.yaml:117:28
       kg::wgmma_wait<1>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v91[e]);
       float (&v130)[32] = v91;
-      // spec: specs/fa2_bwd.yaml:119:34
+      // spec: specs/fa2_bwd.yaml:120:34
       float v131[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v131[e] = (v130[e] - v129[e]);
-      // spec: specs/fa2_bwd.yaml:119:29
+      // spec: specs/fa2_bwd.yaml:120:29
       float v132[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v132[e] = (v122[e] * v131[e]);
-      // spec: specs/fa2_bwd.yaml:119:28
+      // spec: specs/fa2_bwd.yaml:120:28
       kg::bf16 v133[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v133[e] = kg::cvt<kg::bf16>(v132[e]);
-      // spec: specs/fa2_bwd.yaml:120:41
+      // spec: specs/fa2_bwd.yaml:121:41
       kg::bf16* v134 = reinterpret_cast<kg::bf16*>(smem + 57344);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v134[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v133[e]);
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:120:41
+      // spec: specs/fa2_bwd.yaml:121:41
       kg::bf16* v135 = v134;
-      // spec: specs/fa2_bwd.yaml:120:41
+      // spec: specs/fa2_bwd.yaml:121:41
       float (&v136)[32] = v74;
       {
         const int wg_ = 0;
@@ -636,17 +636,17 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
               kg::wgmma_m64n64k16_bf16_ss<1, 1>(&v136[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:118:41
+      // spec: specs/fa2_bwd.yaml:119:41
       kg::wgmma_wait<1>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v126[e]);
       float (&v137)[32] = v126;
-      // spec: specs/fa2_bwd.yaml:120:41
+      // spec: specs/fa2_bwd.yaml:121:41
       kg::wgmma_wait<0>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v136[e]);
       float (&v138)[32] = v136;
-      // spec: specs/fa2_bwd.yaml:121:26
+      // spec: specs/fa2_bwd.yaml:122:26
 
       float y0_[32];
       #pragma unroll
@@ -659,9 +659,9 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       #pragma unroll
       for (int e = 0; e < 32; ++e) v71[e] = y1_[e];
     }
-    // spec: specs/fa2_bwd.yaml:116:28
+    // spec: specs/fa2_bwd.yaml:117:28
     kg::bf16* v139 = reinterpret_cast<kg::bf16*>(smem + 0);
-    // spec: specs/fa2_bwd.yaml:115:27
+    // spec: specs/fa2_bwd.yaml:116:27
     kg::bf16* v140 = reinterpret_cast<kg::bf16*>(smem + 16384);
     // spec: specs/fa2_bwd.yaml:78:15
     const int v141 = 0;
@@ -742,7 +742,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       kg::bf16* v153 = v139 + (v152 % 2) * 4096;
       // spec: specs/fa2_bwd.yaml:78:15
       kg::bf16* v154 = v140 + (v152 % 2) * 4096;
-      // spec: specs/fa2_bwd.yaml:111:30
+      // spec: specs/fa2_bwd.yaml:112:30
       float v155[2];
       {
         const float* p_ = t_lse + ((int64_t)(v13) * stride_lse_0 + (int64_t)(v67) * stride_lse_1);
@@ -762,7 +762,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:115:27
+      // spec: specs/fa2_bwd.yaml:116:27
       kg::cp_async_wait<1>();
       kg::fence_proxy_async();
       kg::sync();
@@ -800,9 +800,9 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
         }
       }
       kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:115:27
+      // spec: specs/fa2_bwd.yaml:116:27
       float v161[32];
-      // spec: specs/fa2_bwd.yaml:115:27
+      // spec: specs/fa2_bwd.yaml:116:27
       float (&v162)[32] = v161;
       {
         const int wg_ = 0;
@@ -818,7 +818,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
               kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v162[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:116:28
+      // spec: specs/fa2_bwd.yaml:117:28
       kg::cp_async_wait<1>();
       kg::fence_proxy_async();
       kg::sync();
@@ -852,9 +852,9 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
         }
       }
       kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:116:28
+      // spec: specs/fa2_bwd.yaml:117:28
       float v166[32];
-      // spec: specs/fa2_bwd.yaml:116:28
+      // spec: specs/fa2_bwd.yaml:117:28
       float (&v167)[32] = v166;
       {
         const int wg_ = 0;
@@ -870,105 +870,105 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
               kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v167[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:117:27
+      // spec: specs/fa2_bwd.yaml:118:27
       const float v168 = 0.0f;
-      // spec: specs/fa2_bwd.yaml:111:30
+      // spec: specs/fa2_bwd.yaml:112:30
       const float v169 = 1.4426950408889634f;
-      // spec: specs/fa2_bwd.yaml:111:30
+      // spec: specs/fa2_bwd.yaml:112:30
       float v170[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v170[e] = (v155[e] * v169);
-      // spec: specs/fa2_bwd.yaml:117:58
+      // spec: specs/fa2_bwd.yaml:118:58
       float (&v171)[2] = v170;
-      // spec: specs/fa2_bwd.yaml:117:45
+      // spec: specs/fa2_bwd.yaml:118:45
       float v172[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v172[e] = v171[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:115:27
+      // spec: specs/fa2_bwd.yaml:116:27
       kg::wgmma_wait<1>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v162[e]);
       float (&v173)[32] = v162;
-      // spec: specs/fa2_bwd.yaml:117:45
+      // spec: specs/fa2_bwd.yaml:118:45
       float v174[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v174[e] = (v173[e] * v54);
-      // spec: specs/fa2_bwd.yaml:117:45
+      // spec: specs/fa2_bwd.yaml:118:45
       float v175[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v175[e] = (v174[e] - v172[e]);
-      // spec: specs/fa2_bwd.yaml:117:40
+      // spec: specs/fa2_bwd.yaml:118:40
       float v176[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v176[e] = kg::exp2_(v175[e]);
-      // spec: specs/fa2_bwd.yaml:112:82
+      // spec: specs/fa2_bwd.yaml:113:82
       const float v177 = -kg::inf();
-      // spec: specs/fa2_bwd.yaml:112:82
+      // spec: specs/fa2_bwd.yaml:113:82
       float (&v178)[2] = v170;
-      // spec: specs/fa2_bwd.yaml:112:82
+      // spec: specs/fa2_bwd.yaml:113:82
       bool v179[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v179[e] = (v178[e] > v177);
-      // spec: specs/fa2_bwd.yaml:112:31
+      // spec: specs/fa2_bwd.yaml:113:31
       bool v180[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v180[e] = v179[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:112:57
+      // spec: specs/fa2_bwd.yaml:113:57
       bool v181[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v181[e] = (v21[e] < v1);
-      // spec: specs/fa2_bwd.yaml:112:31
+      // spec: specs/fa2_bwd.yaml:113:31
       bool v182[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v182[e] = v181[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:81:40
+      // spec: specs/fa2_bwd.yaml:111:44
       int v183[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v183[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8);
-      // spec: specs/fa2_bwd.yaml:81:26
+      // spec: specs/fa2_bwd.yaml:111:30
       const int v184 = 64;
-      // spec: specs/fa2_bwd.yaml:81:26
+      // spec: specs/fa2_bwd.yaml:111:30
       const int v185 = (v148 * v184);
-      // spec: specs/fa2_bwd.yaml:81:26
+      // spec: specs/fa2_bwd.yaml:111:30
       int v186[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v186[e] = (v185 + v183[e]);
-      // spec: specs/fa2_bwd.yaml:112:32
+      // spec: specs/fa2_bwd.yaml:113:32
       int (&v187)[2] = v186;
-      // spec: specs/fa2_bwd.yaml:112:32
+      // spec: specs/fa2_bwd.yaml:113:32
       bool v188[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v188[e] = (v187[e] < v0);
-      // spec: specs/fa2_bwd.yaml:112:31
+      // spec: specs/fa2_bwd.yaml:113:31
       bool v189[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v189[e] = v188[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:112:31
+      // spec: specs/fa2_bwd.yaml:113:31
       bool v190[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v190[e] = (v189[e] && v182[e]);
-      // spec: specs/fa2_bwd.yaml:112:31
+      // spec: specs/fa2_bwd.yaml:113:31
       bool v191[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v191[e] = (v190[e] && v180[e]);
-      // spec: specs/fa2_bwd.yaml:117:27
+      // spec: specs/fa2_bwd.yaml:118:27
       float v192[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v192[e] = (v191[e] ? v176[e] : v168);
-      // spec: specs/fa2_bwd.yaml:118:45
+      // spec: specs/fa2_bwd.yaml:119:45
       kg::bf16 v193[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v193[e] = kg::cvt<kg::bf16>(v192[e]);
-      // spec: specs/fa2_bwd.yaml:118:41
+      // spec: specs/fa2_bwd.yaml:119:41
       kg::bf16* v194 = reinterpret_cast<kg::bf16*>(smem + 49152);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v194[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v193[e]);
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:118:41
+      // spec: specs/fa2_bwd.yaml:119:41
       kg::bf16* v195 = v194;
-      // spec: specs/fa2_bwd.yaml:118:41
+      // spec: specs/fa2_bwd.yaml:119:41
       float (&v196)[32] = v149;
       {
         const int wg_ = 0;
@@ -988,7 +988,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
               kg::wgmma_m64n64k16_bf16_ss<1, 1>(&v196[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:119:39
+      // spec: specs/fa2_bwd.yaml:120:39
       float v197[2];
       {
         const float* p_ = t_delta + ((int64_t)(v13) * stride_delta_0 + (int64_t)(v67) * stride_delta_1);
@@ -1008,39 +1008,39 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:119:39
+      // spec: specs/fa2_bwd.yaml:120:39
       float (&v198)[2] = v197;
-      // spec: specs/fa2_bwd.yaml:119:34
+      // spec: specs/fa2_bwd.yaml:120:34
       float v199[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v199[e] = v198[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:116:28
+      // spec: specs/fa2_bwd.yaml:117:28
       kg::wgmma_wait<1>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v167[e]);
       float (&v200)[32] = v167;
-      // spec: specs/fa2_bwd.yaml:119:34
+      // spec: specs/fa2_bwd.yaml:120:34
       float v201[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v201[e] = (v200[e] - v199[e]);
-      // spec: specs/fa2_bwd.yaml:119:29
+      // spec: specs/fa2_bwd.yaml:120:29
       float v202[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v202[e] = (v192[e] * v201[e]);
-      // spec: specs/fa2_bwd.yaml:119:28
+      // spec: specs/fa2_bwd.yaml:120:28
       kg::bf16 v203[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v203[e] = kg::cvt<kg::bf16>(v202[e]);
-      // spec: specs/fa2_bwd.yaml:120:41
+      // spec: specs/fa2_bwd.yaml:121:41
       kg::bf16* v204 = reinterpret_cast<kg::bf16*>(smem + 57344);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v204[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v203[e]);
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:120:41
+      // spec: specs/fa2_bwd.yaml:121:41
       kg::bf16* v205 = v204;
-      // spec: specs/fa2_bwd.yaml:120:41
+      // spec: specs/fa2_bwd.yaml:121:41
       float (&v206)[32] = v150;
       {
         const int wg_ = 0;
@@ -1060,17 +1060,17 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
               kg::wgmma_m64n64k16_bf16_ss<1, 1>(&v206[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:118:41
+      // spec: specs/fa2_bwd.yaml:119:41
       kg::wgmma_wait<1>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v196[e]);
       float (&v207)[32] = v196;
-      // spec: specs/fa2_bwd.yaml:120:41
+      // spec: specs/fa2_bwd.yaml:121:41
       kg::wgmma_wait<0>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v206[e]);
       float (&v208)[32] = v206;
-      // spec: specs/fa2_bwd.yaml:121:26
+      // spec: specs/fa2_bwd.yaml:122:26
 
       float y0_[32];
       #pragma unroll
@@ -1096,15 +1096,15 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
     #pragma unroll
     for (int e = 0; e < 32; ++e) v57[e] = y1_[e];
   }
-  // spec: specs/fa2_bwd.yaml:123:34
+  // spec: specs/fa2_bwd.yaml:124:34
   float v209[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v209[e] = (v57[e] * v2);
-  // spec: specs/fa2_bwd.yaml:123:33
+  // spec: specs/fa2_bwd.yaml:124:33
   kg::bf16 v210[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v210[e] = kg::cvt<kg::bf16>(v209[e]);
-  // spec: specs/fa2_bwd.yaml:123:7
+  // spec: specs/fa2_bwd.yaml:124:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_dk + ((int64_t)(v13) * stride_dk_0 + (int64_t)(v12) * stride_dk_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dk_0 % 2 == 0 && stride_dk_1 % 2 == 0 && stride_dk_2 % 2 == 0;
@@ -1124,11 +1124,11 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       }
     }
   }
-  // spec: specs/fa2_bwd.yaml:124:33
+  // spec: specs/fa2_bwd.yaml:125:33
   kg::bf16 v211[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v211[e] = kg::cvt<kg::bf16>(v56[e]);
-  // spec: specs/fa2_bwd.yaml:124:7
+  // spec: specs/fa2_bwd.yaml:125:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_dv + ((int64_t)(v13) * stride_dv_0 + (int64_t)(v12) * stride_dv_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dv_0 % 2 == 0 && stride_dv_1 % 2 == 0 && stride_dv_2 % 2 == 0;

@@ -251,20 +251,8 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       kg::fp16* v51 = v34 + (v50 % 2) * 8192;
       // spec: specs/fa2_bwd.yaml:78:15
       kg::fp16* v52 = v35 + (v50 % 2) * 8192;
-      // spec: specs/fa2_bwd.yaml:81:40
-      int v53[1];
-      #pragma unroll
-      for (int e = 0; e < 1; ++e) v53[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0);
-      // spec: specs/fa2_bwd.yaml:81:26
-      const int v54 = 64;
-      // spec: specs/fa2_bwd.yaml:81:26
-      const int v55 = (v46 * v54);
-      // spec: specs/fa2_bwd.yaml:81:26
-      int v56[1];
-      #pragma unroll
-      for (int e = 0; e < 1; ++e) v56[e] = (v55 + v53[e]);
-      // spec: specs/fa2_bwd.yaml:94:29
-      float v57[16];
+      // spec: specs/fa2_bwd.yaml:93:29
+      float v53[16];
       {
         const float* p_ = t_neg_lse_s + ((int64_t)(v11) * stride_neg_lse_s_0 + (int64_t)(v41) * stride_neg_lse_s_1);
         const bool aligned_ = kg::aligned(p_, 8) && stride_neg_lse_s_0 % 2 == 0 && stride_neg_lse_s_1 % 2 == 0;
@@ -275,14 +263,26 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 2 <= (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<2>(&v57[e], p_ + off_);
+            kg::copy_vec<2>(&v53[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 2; ++v)
-              v57[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+              v53[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
+      // spec: specs/fa2_bwd.yaml:95:48
+      int v54[1];
+      #pragma unroll
+      for (int e = 0; e < 1; ++e) v54[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0);
+      // spec: specs/fa2_bwd.yaml:95:34
+      const int v55 = 64;
+      // spec: specs/fa2_bwd.yaml:95:34
+      const int v56 = (v46 * v55);
+      // spec: specs/fa2_bwd.yaml:95:34
+      int v57[1];
+      #pragma unroll
+      for (int e = 0; e < 1; ++e) v57[e] = (v56 + v54[e]);
       // spec: specs/fa2_bwd.yaml:102:28
       kg::cp_async_wait<1>();
       kg::fence_proxy_async();
@@ -323,8 +323,8 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       kg::cp_async_commit();
       // spec: specs/fa2_bwd.yaml:102:28
       kg::fp16* v63 = v52;
-      // spec: specs/fa2_bwd.yaml:94:29
-      float (&v64)[16] = v57;
+      // spec: specs/fa2_bwd.yaml:93:29
+      float (&v64)[16] = v53;
       // spec: specs/fa2_bwd.yaml:101:33
       float v65[32];
       #pragma unroll
@@ -559,15 +559,15 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
     #pragma unroll
     for (int e = 0; e < 64; ++e) v30[e] = y1_[e];
   }
-  // spec: specs/fa2_bwd.yaml:123:34
+  // spec: specs/fa2_bwd.yaml:124:34
   float v92[64];
   #pragma unroll
   for (int e = 0; e < 64; ++e) v92[e] = (v30[e] * v2);
-  // spec: specs/fa2_bwd.yaml:123:33
+  // spec: specs/fa2_bwd.yaml:124:33
   kg::fp16 v93[64];
   #pragma unroll
   for (int e = 0; e < 64; ++e) v93[e] = kg::cvt<kg::fp16>(v92[e]);
-  // spec: specs/fa2_bwd.yaml:123:7
+  // spec: specs/fa2_bwd.yaml:124:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_dk + ((int64_t)(v11) * stride_dk_0 + (int64_t)(v10) * stride_dk_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dk_0 % 2 == 0 && stride_dk_1 % 2 == 0 && stride_dk_2 % 2 == 0;
@@ -587,11 +587,11 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       }
     }
   }
-  // spec: specs/fa2_bwd.yaml:124:33
+  // spec: specs/fa2_bwd.yaml:125:33
   kg::fp16 v94[64];
   #pragma unroll
   for (int e = 0; e < 64; ++e) v94[e] = kg::cvt<kg::fp16>(v29[e]);
-  // spec: specs/fa2_bwd.yaml:124:7
+  // spec: specs/fa2_bwd.yaml:125:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_dv + ((int64_t)(v11) * stride_dv_0 + (int64_t)(v10) * stride_dv_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dv_0 % 2 == 0 && stride_dv_1 % 2 == 0 && stride_dv_2 % 2 == 0;

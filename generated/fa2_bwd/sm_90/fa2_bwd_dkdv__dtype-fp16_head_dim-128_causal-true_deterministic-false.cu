@@ -295,7 +295,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       kg::fp16* v73 = v57 + (v72 % 2) * 8192;
       // spec: specs/fa2_bwd.yaml:78:15
       kg::fp16* v74 = v58 + (v72 % 2) * 8192;
-      // spec: specs/fa2_bwd.yaml:94:29
+      // spec: specs/fa2_bwd.yaml:93:29
       float v75[16];
       {
         const float* p_ = t_neg_lse_s + ((int64_t)(v13) * stride_neg_lse_s_0 + (int64_t)(v63) * stride_neg_lse_s_1);
@@ -355,7 +355,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       kg::cp_async_commit();
       // spec: specs/fa2_bwd.yaml:102:28
       kg::fp16* v81 = v74;
-      // spec: specs/fa2_bwd.yaml:94:29
+      // spec: specs/fa2_bwd.yaml:93:29
       float (&v82)[16] = v75;
       // spec: specs/fa2_bwd.yaml:101:33
       float v83[32];
@@ -363,15 +363,15 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       for (int e = 0; e < 32; ++e) v83[e] = v82[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
       // spec: specs/fa2_bwd.yaml:101:33
       const float v84 = -kg::inf();
-      // spec: specs/fa2_bwd.yaml:81:40
+      // spec: specs/fa2_bwd.yaml:95:48
       int v85[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v85[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32);
-      // spec: specs/fa2_bwd.yaml:81:26
+      // spec: specs/fa2_bwd.yaml:95:34
       const int v86 = 64;
-      // spec: specs/fa2_bwd.yaml:81:26
+      // spec: specs/fa2_bwd.yaml:95:34
       const int v87 = (v68 * v86);
-      // spec: specs/fa2_bwd.yaml:81:26
+      // spec: specs/fa2_bwd.yaml:95:34
       int v88[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v88[e] = (v87 + v85[e]);
@@ -743,20 +743,8 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       kg::fp16* v139 = v125 + (v138 % 2) * 8192;
       // spec: specs/fa2_bwd.yaml:78:15
       kg::fp16* v140 = v126 + (v138 % 2) * 8192;
-      // spec: specs/fa2_bwd.yaml:81:40
-      int v141[1];
-      #pragma unroll
-      for (int e = 0; e < 1; ++e) v141[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0);
-      // spec: specs/fa2_bwd.yaml:81:26
-      const int v142 = 64;
-      // spec: specs/fa2_bwd.yaml:81:26
-      const int v143 = (v134 * v142);
-      // spec: specs/fa2_bwd.yaml:81:26
-      int v144[1];
-      #pragma unroll
-      for (int e = 0; e < 1; ++e) v144[e] = (v143 + v141[e]);
-      // spec: specs/fa2_bwd.yaml:94:29
-      float v145[16];
+      // spec: specs/fa2_bwd.yaml:93:29
+      float v141[16];
       {
         const float* p_ = t_neg_lse_s + ((int64_t)(v13) * stride_neg_lse_s_0 + (int64_t)(v63) * stride_neg_lse_s_1);
         const bool aligned_ = kg::aligned(p_, 8) && stride_neg_lse_s_0 % 2 == 0 && stride_neg_lse_s_1 % 2 == 0;
@@ -767,11 +755,11 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 2 <= (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<2>(&v145[e], p_ + off_);
+            kg::copy_vec<2>(&v141[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 2; ++v)
-              v145[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+              v141[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
@@ -780,57 +768,57 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       kg::fence_proxy_async();
       kg::sync();
       // spec: specs/fa2_bwd.yaml:78:15
-      const int v146 = 1;
+      const int v142 = 1;
       // spec: specs/fa2_bwd.yaml:78:15
-      const int v147 = (v138 + v146);
+      const int v143 = (v138 + v142);
       // spec: specs/fa2_bwd.yaml:78:15
-      kg::fp16* v148 = v126 + (v147 % 2) * 8192;
+      kg::fp16* v144 = v126 + (v143 % 2) * 8192;
       // spec: specs/fa2_bwd.yaml:79:24
-      const int v149 = (v134 + v131);
+      const int v145 = (v134 + v131);
       // spec: specs/fa2_bwd.yaml:79:24
-      const bool v150 = (v149 < v41);
+      const bool v146 = (v145 < v41);
       // spec: specs/fa2_bwd.yaml:79:24
-      if (v150) {
+      if (v146) {
         const kg::fp16* p_ = t_q + ((int64_t)(v13) * stride_q_0 + (int64_t)(v63) * stride_q_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-        const int64_t q_ = (int64_t)(v149 * 64) * stride_q_1 + 0;
+        const int64_t q_ = (int64_t)(v145 * 64) * stride_q_1 + 0;
         const int r0_ = (lane + warp * 32) / 128 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 16 * 8;
         const int64_t o0_ = q_ + ((int64_t)r0_ * stride_q_1 + k0_);
       #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int r_ = r0_ + i * 16, k_ = k0_;
-          const int i0_ = v149 * 64 + r_, i1_ = 0 + k_;
+          const int i0_ = v145 * 64 + r_, i1_ = 0 + k_;
           const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_q_1;
           const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
           if (aligned_) {
             const int n_ = (i0_ < (size_SQ)) * 8;
-            kg::cp_async<16>(&v148[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+            kg::cp_async<16>(&v144[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
           } else {
       #pragma unroll
             for (int v = 0; v < 8; ++v)
-              v148[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+              v144[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
           }
         }
       }
       kg::cp_async_commit();
       // spec: specs/fa2_bwd.yaml:102:28
-      kg::fp16* v151 = v140;
-      // spec: specs/fa2_bwd.yaml:94:29
-      float (&v152)[16] = v145;
+      kg::fp16* v147 = v140;
+      // spec: specs/fa2_bwd.yaml:93:29
+      float (&v148)[16] = v141;
       // spec: specs/fa2_bwd.yaml:102:28
-      float v153[32];
+      float v149[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v153[e] = v152[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+      for (int e = 0; e < 32; ++e) v149[e] = v148[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
       // spec: specs/fa2_bwd.yaml:102:28
-      float (&v154)[32] = v153;
+      float (&v150)[32] = v149;
       {
         const int wg_ = (warp / 4);
         const uint64_t da_ = kg::wgmma_desc(v11, 128, 2048, 0);
-        const uint64_t db_ = kg::wgmma_desc(v151, 128, 2048, 0);
+        const uint64_t db_ = kg::wgmma_desc(v147, 128, 2048, 0);
         // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
         // (ptxas would then insert a warpgroup.arrive, C7519)
       #pragma unroll
-        for (int e = 0; e < 32; ++e) kg::fence_operand(v154[e]);
+        for (int e = 0; e < 32; ++e) kg::fence_operand(v150[e]);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 8; ++ks)
@@ -838,11 +826,11 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v154[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), 1);
+              kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v150[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), 1);
         kg::wgmma_commit();
       }
       // spec: specs/fa2_bwd.yaml:103:49
-      float v155[16];
+      float v151[16];
       {
         const float* p_ = t_delta + ((int64_t)(v13) * stride_delta_0 + (int64_t)(v63) * stride_delta_1);
         const bool aligned_ = kg::aligned(p_, 8) && stride_delta_0 % 2 == 0 && stride_delta_1 % 2 == 0;
@@ -853,11 +841,11 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 2 <= (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<2>(&v155[e], p_ + off_);
+            kg::copy_vec<2>(&v151[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 2; ++v)
-              v155[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+              v151[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
@@ -866,64 +854,64 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       kg::fence_proxy_async();
       kg::sync();
       // spec: specs/fa2_bwd.yaml:78:15
-      kg::fp16* v156 = v125 + (v147 % 2) * 8192;
+      kg::fp16* v152 = v125 + (v143 % 2) * 8192;
       // spec: specs/fa2_bwd.yaml:80:26
-      const int v157 = (v134 + v131);
+      const int v153 = (v134 + v131);
       // spec: specs/fa2_bwd.yaml:80:26
-      const bool v158 = (v157 < v41);
+      const bool v154 = (v153 < v41);
       // spec: specs/fa2_bwd.yaml:80:26
-      if (v158) {
+      if (v154) {
         const kg::fp16* p_ = t_do + ((int64_t)(v13) * stride_do_0 + (int64_t)(v63) * stride_do_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
-        const int64_t q_ = (int64_t)(v157 * 64) * stride_do_1 + 0;
+        const int64_t q_ = (int64_t)(v153 * 64) * stride_do_1 + 0;
         const int r0_ = (lane + warp * 32) / 128 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 16 * 8;
         const int64_t o0_ = q_ + ((int64_t)r0_ * stride_do_1 + k0_);
       #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int r_ = r0_ + i * 16, k_ = k0_;
-          const int i0_ = v157 * 64 + r_, i1_ = 0 + k_;
+          const int i0_ = v153 * 64 + r_, i1_ = 0 + k_;
           const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_do_1;
           const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
           if (aligned_) {
             const int n_ = (i0_ < (size_SQ)) * 8;
-            kg::cp_async<16>(&v156[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+            kg::cp_async<16>(&v152[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
           } else {
       #pragma unroll
             for (int v = 0; v < 8; ++v)
-              v156[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+              v152[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
           }
         }
       }
       kg::cp_async_commit();
       // spec: specs/fa2_bwd.yaml:103:29
-      kg::fp16* v159 = v139;
+      kg::fp16* v155 = v139;
       // spec: specs/fa2_bwd.yaml:103:48
-      const float v160 = -1.0f;
+      const float v156 = -1.0f;
       // spec: specs/fa2_bwd.yaml:103:48
-      float v161[16];
+      float v157[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v161[e] = (v155[e] * v160);
+      for (int e = 0; e < 16; ++e) v157[e] = (v151[e] * v156);
       // spec: specs/fa2_bwd.yaml:103:47
-      float (&v162)[16] = v161;
+      float (&v158)[16] = v157;
       // spec: specs/fa2_bwd.yaml:103:29
-      float v163[32];
+      float v159[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v163[e] = v162[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+      for (int e = 0; e < 32; ++e) v159[e] = v158[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
       // spec: specs/fa2_bwd.yaml:102:28
       kg::wgmma_wait<0>();
       #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v154[e]);
-      float (&v164)[32] = v154;
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v150[e]);
+      float (&v160)[32] = v150;
       // spec: specs/fa2_bwd.yaml:103:29
-      float (&v165)[32] = v163;
+      float (&v161)[32] = v159;
       {
         const int wg_ = (warp / 4);
         const uint64_t da_ = kg::wgmma_desc(v14, 128, 2048, 0);
-        const uint64_t db_ = kg::wgmma_desc(v159, 128, 2048, 0);
+        const uint64_t db_ = kg::wgmma_desc(v155, 128, 2048, 0);
         // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
         // (ptxas would then insert a warpgroup.arrive, C7519)
       #pragma unroll
-        for (int e = 0; e < 32; ++e) kg::fence_operand(v165[e]);
+        for (int e = 0; e < 32; ++e) kg::fence_operand(v161[e]);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 8; ++ks)
@@ -931,26 +919,58 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v165[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), 1);
+              kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v161[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), 1);
         kg::wgmma_commit();
       }
       // spec: specs/fa2_bwd.yaml:104:33
-      float v166[32];
+      float v162[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v166[e] = (v164[e] * v46);
+      for (int e = 0; e < 32; ++e) v162[e] = (v160[e] * v46);
       // spec: specs/fa2_bwd.yaml:104:28
-      float v167[32];
+      float v163[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v167[e] = kg::exp2_(v166[e]);
+      for (int e = 0; e < 32; ++e) v163[e] = kg::exp2_(v162[e]);
       // spec: specs/fa2_bwd.yaml:105:45
-      kg::fp16 v168[32];
+      kg::fp16 v164[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v168[e] = kg::cvt<kg::fp16>(v167[e]);
+      for (int e = 0; e < 32; ++e) v164[e] = kg::cvt<kg::fp16>(v163[e]);
       // spec: specs/fa2_bwd.yaml:105:41
-      float (&v169)[64] = v135;
+      float (&v165)[64] = v135;
       {
         const int wg_ = (warp / 4);
         const uint64_t db_ = kg::wgmma_desc(v139, 2048, 128, 0);
+        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
+        // (ptxas would then insert a warpgroup.arrive, C7519)
+      #pragma unroll
+        for (int e = 0; e < 64; ++e) kg::fence_operand(v165[e]);
+        kg::wgmma_fence();
+      #pragma unroll
+        for (int ks = 0; ks < 4; ++ks)
+      #pragma unroll
+          for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+            for (int rn = 0; rn < 1; ++rn)
+              kg::wgmma_m64n128k16_fp16_rs<1>(&v165[(rm * 1 + rn) * 64], &v164[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 1) * 128 + rn * 128)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 1) * 128 + rn * 128)) % 8) * 2 / 16), 1);
+        kg::wgmma_commit();
+      }
+      // spec: specs/fa2_bwd.yaml:103:29
+      kg::wgmma_wait<1>();
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v161[e]);
+      float (&v166)[32] = v161;
+      // spec: specs/fa2_bwd.yaml:106:30
+      float v167[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v167[e] = (v163[e] * v166[e]);
+      // spec: specs/fa2_bwd.yaml:106:29
+      kg::fp16 v168[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v168[e] = kg::cvt<kg::fp16>(v167[e]);
+      // spec: specs/fa2_bwd.yaml:107:41
+      float (&v169)[64] = v136;
+      {
+        const int wg_ = (warp / 4);
+        const uint64_t db_ = kg::wgmma_desc(v140, 2048, 128, 0);
         // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
         // (ptxas would then insert a warpgroup.arrive, C7519)
       #pragma unroll
@@ -965,54 +985,22 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
               kg::wgmma_m64n128k16_fp16_rs<1>(&v169[(rm * 1 + rn) * 64], &v168[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 1) * 128 + rn * 128)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 1) * 128 + rn * 128)) % 8) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:103:29
-      kg::wgmma_wait<1>();
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v165[e]);
-      float (&v170)[32] = v165;
-      // spec: specs/fa2_bwd.yaml:106:30
-      float v171[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v171[e] = (v167[e] * v170[e]);
-      // spec: specs/fa2_bwd.yaml:106:29
-      kg::fp16 v172[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v172[e] = kg::cvt<kg::fp16>(v171[e]);
-      // spec: specs/fa2_bwd.yaml:107:41
-      float (&v173)[64] = v136;
-      {
-        const int wg_ = (warp / 4);
-        const uint64_t db_ = kg::wgmma_desc(v140, 2048, 128, 0);
-        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
-        // (ptxas would then insert a warpgroup.arrive, C7519)
-      #pragma unroll
-        for (int e = 0; e < 64; ++e) kg::fence_operand(v173[e]);
-        kg::wgmma_fence();
-      #pragma unroll
-        for (int ks = 0; ks < 4; ++ks)
-      #pragma unroll
-          for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-            for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n128k16_fp16_rs<1>(&v173[(rm * 1 + rn) * 64], &v172[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 1) * 128 + rn * 128)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 1) * 128 + rn * 128)) % 8) * 2 / 16), 1);
-        kg::wgmma_commit();
-      }
       // spec: specs/fa2_bwd.yaml:109:74
-      kg::fp16* v174 = reinterpret_cast<kg::fp16*>(smem + 131072);
+      kg::fp16* v170 = reinterpret_cast<kg::fp16*>(smem + 131072);
       kg::sync();
       #pragma unroll
-      for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v174[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v172[e]);
+      for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v170[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v168[e]);
       kg::fence_proxy_async();
       kg::sync();
       // spec: specs/fa2_bwd.yaml:109:74
-      kg::fp16* v175 = v174;
+      kg::fp16* v171 = v170;
       // spec: specs/fa2_bwd.yaml:109:74
-      float v176[32];
+      float v172[32];
       // spec: specs/fa2_bwd.yaml:109:74
-      float (&v177)[32] = v176;
+      float (&v173)[32] = v172;
       {
         const int wg_ = (warp / 4);
-        const uint64_t da_ = kg::wgmma_desc(v175, 1024, 128, 0);
+        const uint64_t da_ = kg::wgmma_desc(v171, 1024, 128, 0);
         const uint64_t db_ = kg::wgmma_desc(v11, 2048, 128, 0);
         kg::wgmma_fence();
       #pragma unroll
@@ -1021,32 +1009,32 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_fp16_ss<1, 1>(&v177[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 2) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 2) * 64 + rm * 64)) % 8) * 2 / 16), db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 2) * 64 + rn * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 2) * 64 + rn * 64)) % 8) * 2 / 16), (ks > 0));
+              kg::wgmma_m64n64k16_fp16_ss<1, 1>(&v173[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 2) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 2) * 64 + rm * 64)) % 8) * 2 / 16), db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 2) * 64 + rn * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 2) * 64 + rn * 64)) % 8) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
       }
       // spec: specs/fa2_bwd.yaml:109:74
       kg::wgmma_wait<0>();
       #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v177[e]);
-      float (&v178)[32] = v177;
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v173[e]);
+      float (&v174)[32] = v173;
       // spec: specs/fa2_bwd.yaml:105:41
+      kg::wgmma_wait<0>();
+      #pragma unroll
+      for (int e = 0; e < 64; ++e) kg::fence_operand(v165[e]);
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v164)[e]);
+      float (&v175)[64] = v165;
+      // spec: specs/fa2_bwd.yaml:107:41
       kg::wgmma_wait<0>();
       #pragma unroll
       for (int e = 0; e < 64; ++e) kg::fence_operand(v169[e]);
       #pragma unroll
       for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v168)[e]);
-      float (&v179)[64] = v169;
-      // spec: specs/fa2_bwd.yaml:107:41
-      kg::wgmma_wait<0>();
-      #pragma unroll
-      for (int e = 0; e < 64; ++e) kg::fence_operand(v173[e]);
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v172)[e]);
-      float (&v180)[64] = v173;
+      float (&v176)[64] = v169;
       // spec: specs/fa2_bwd.yaml:109:74
-      float v181[32];
+      float v177[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v181[e] = (v178[e] * v2);
+      for (int e = 0; e < 32; ++e) v177[e] = (v174[e] * v2);
       // spec: specs/fa2_bwd.yaml:109:27
       if ((lane & 0) == 0 && (warp & 0) == 0) {
         float* p_ = t_dq_acc + ((int64_t)(v13) * stride_dq_acc_0 + (int64_t)(v63) * stride_dq_acc_2);
@@ -1059,11 +1047,11 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
           const int64_t off_ = (int64_t)i0_ * stride_dq_acc_1 + (int64_t)i1_ * 1;
           if (aligned_ && i0_ < (size_SQ)) {
-            kg::atomic_add_vec<2>(p_ + off_, &v181[e]);
+            kg::atomic_add_vec<2>(p_ + off_, &v177[e]);
           } else {
       #pragma unroll
             for (int v = 0; v < 2; ++v)
-              if (i0_ < (size_SQ)) kg::atomic_add(p_ + off_ + v, v181[e + v]);
+              if (i0_ < (size_SQ)) kg::atomic_add(p_ + off_ + v, v177[e + v]);
           }
         }
       }
@@ -1071,10 +1059,10 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
 
       float y0_[64];
       #pragma unroll
-      for (int e = 0; e < 64; ++e) y0_[e] = v179[e];
+      for (int e = 0; e < 64; ++e) y0_[e] = v175[e];
       float y1_[64];
       #pragma unroll
-      for (int e = 0; e < 64; ++e) y1_[e] = v180[e];
+      for (int e = 0; e < 64; ++e) y1_[e] = v176[e];
       #pragma unroll
       for (int e = 0; e < 64; ++e) v132[e] = y0_[e];
       #pragma unroll
@@ -1093,15 +1081,15 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
     #pragma unroll
     for (int e = 0; e < 64; ++e) v53[e] = y1_[e];
   }
-  // spec: specs/fa2_bwd.yaml:123:34
-  float v182[64];
+  // spec: specs/fa2_bwd.yaml:124:34
+  float v178[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v182[e] = (v53[e] * v2);
-  // spec: specs/fa2_bwd.yaml:123:33
-  kg::fp16 v183[64];
+  for (int e = 0; e < 64; ++e) v178[e] = (v53[e] * v2);
+  // spec: specs/fa2_bwd.yaml:124:33
+  kg::fp16 v179[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v183[e] = kg::cvt<kg::fp16>(v182[e]);
-  // spec: specs/fa2_bwd.yaml:123:7
+  for (int e = 0; e < 64; ++e) v179[e] = kg::cvt<kg::fp16>(v178[e]);
+  // spec: specs/fa2_bwd.yaml:124:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_dk + ((int64_t)(v13) * stride_dk_0 + (int64_t)(v12) * stride_dk_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dk_0 % 2 == 0 && stride_dk_1 % 2 == 0 && stride_dk_2 % 2 == 0;
@@ -1113,19 +1101,19 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32 + ((e >> 5) & 1) * 64;
       const int64_t off_ = (int64_t)i0_ * stride_dk_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SK)) {
-        kg::copy_vec<2>(p_ + off_, &v183[e]);
+        kg::copy_vec<2>(p_ + off_, &v179[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SK)) p_[off_ + v] = v183[e + v];
+          if (i0_ < (size_SK)) p_[off_ + v] = v179[e + v];
       }
     }
   }
-  // spec: specs/fa2_bwd.yaml:124:33
-  kg::fp16 v184[64];
+  // spec: specs/fa2_bwd.yaml:125:33
+  kg::fp16 v180[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v184[e] = kg::cvt<kg::fp16>(v52[e]);
-  // spec: specs/fa2_bwd.yaml:124:7
+  for (int e = 0; e < 64; ++e) v180[e] = kg::cvt<kg::fp16>(v52[e]);
+  // spec: specs/fa2_bwd.yaml:125:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_dv + ((int64_t)(v13) * stride_dv_0 + (int64_t)(v12) * stride_dv_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dv_0 % 2 == 0 && stride_dv_1 % 2 == 0 && stride_dv_2 % 2 == 0;
@@ -1137,11 +1125,11 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32 + ((e >> 5) & 1) * 64;
       const int64_t off_ = (int64_t)i0_ * stride_dv_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SK)) {
-        kg::copy_vec<2>(p_ + off_, &v184[e]);
+        kg::copy_vec<2>(p_ + off_, &v180[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SK)) p_[off_ + v] = v184[e + v];
+          if (i0_ < (size_SK)) p_[off_ + v] = v180[e + v];
       }
     }
   }

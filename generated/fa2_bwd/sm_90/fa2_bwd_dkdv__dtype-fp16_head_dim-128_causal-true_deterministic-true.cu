@@ -295,7 +295,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       kg::fp16* v73 = v57 + (v72 % 2) * 8192;
       // spec: specs/fa2_bwd.yaml:78:15
       kg::fp16* v74 = v58 + (v72 % 2) * 8192;
-      // spec: specs/fa2_bwd.yaml:94:29
+      // spec: specs/fa2_bwd.yaml:93:29
       float v75[16];
       {
         const float* p_ = t_neg_lse_s + ((int64_t)(v13) * stride_neg_lse_s_0 + (int64_t)(v63) * stride_neg_lse_s_1);
@@ -355,7 +355,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       kg::cp_async_commit();
       // spec: specs/fa2_bwd.yaml:102:28
       kg::fp16* v81 = v74;
-      // spec: specs/fa2_bwd.yaml:94:29
+      // spec: specs/fa2_bwd.yaml:93:29
       float (&v82)[16] = v75;
       // spec: specs/fa2_bwd.yaml:101:33
       float v83[32];
@@ -363,15 +363,15 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       for (int e = 0; e < 32; ++e) v83[e] = v82[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
       // spec: specs/fa2_bwd.yaml:101:33
       const float v84 = -kg::inf();
-      // spec: specs/fa2_bwd.yaml:81:40
+      // spec: specs/fa2_bwd.yaml:95:48
       int v85[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v85[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32);
-      // spec: specs/fa2_bwd.yaml:81:26
+      // spec: specs/fa2_bwd.yaml:95:34
       const int v86 = 64;
-      // spec: specs/fa2_bwd.yaml:81:26
+      // spec: specs/fa2_bwd.yaml:95:34
       const int v87 = (v68 * v86);
-      // spec: specs/fa2_bwd.yaml:81:26
+      // spec: specs/fa2_bwd.yaml:95:34
       int v88[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v88[e] = (v87 + v85[e]);
@@ -687,20 +687,8 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       kg::fp16* v133 = v119 + (v132 % 2) * 8192;
       // spec: specs/fa2_bwd.yaml:78:15
       kg::fp16* v134 = v120 + (v132 % 2) * 8192;
-      // spec: specs/fa2_bwd.yaml:81:40
-      int v135[1];
-      #pragma unroll
-      for (int e = 0; e < 1; ++e) v135[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0);
-      // spec: specs/fa2_bwd.yaml:81:26
-      const int v136 = 64;
-      // spec: specs/fa2_bwd.yaml:81:26
-      const int v137 = (v128 * v136);
-      // spec: specs/fa2_bwd.yaml:81:26
-      int v138[1];
-      #pragma unroll
-      for (int e = 0; e < 1; ++e) v138[e] = (v137 + v135[e]);
-      // spec: specs/fa2_bwd.yaml:94:29
-      float v139[16];
+      // spec: specs/fa2_bwd.yaml:93:29
+      float v135[16];
       {
         const float* p_ = t_neg_lse_s + ((int64_t)(v13) * stride_neg_lse_s_0 + (int64_t)(v63) * stride_neg_lse_s_1);
         const bool aligned_ = kg::aligned(p_, 8) && stride_neg_lse_s_0 % 2 == 0 && stride_neg_lse_s_1 % 2 == 0;
@@ -711,11 +699,11 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 2 <= (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<2>(&v139[e], p_ + off_);
+            kg::copy_vec<2>(&v135[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 2; ++v)
-              v139[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+              v135[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
@@ -724,57 +712,57 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       kg::fence_proxy_async();
       kg::sync();
       // spec: specs/fa2_bwd.yaml:78:15
-      const int v140 = 1;
+      const int v136 = 1;
       // spec: specs/fa2_bwd.yaml:78:15
-      const int v141 = (v132 + v140);
+      const int v137 = (v132 + v136);
       // spec: specs/fa2_bwd.yaml:78:15
-      kg::fp16* v142 = v120 + (v141 % 2) * 8192;
+      kg::fp16* v138 = v120 + (v137 % 2) * 8192;
       // spec: specs/fa2_bwd.yaml:79:24
-      const int v143 = (v128 + v125);
+      const int v139 = (v128 + v125);
       // spec: specs/fa2_bwd.yaml:79:24
-      const bool v144 = (v143 < v41);
+      const bool v140 = (v139 < v41);
       // spec: specs/fa2_bwd.yaml:79:24
-      if (v144) {
+      if (v140) {
         const kg::fp16* p_ = t_q + ((int64_t)(v13) * stride_q_0 + (int64_t)(v63) * stride_q_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-        const int64_t q_ = (int64_t)(v143 * 64) * stride_q_1 + 0;
+        const int64_t q_ = (int64_t)(v139 * 64) * stride_q_1 + 0;
         const int r0_ = (lane + warp * 32) / 128 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 16 * 8;
         const int64_t o0_ = q_ + ((int64_t)r0_ * stride_q_1 + k0_);
       #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int r_ = r0_ + i * 16, k_ = k0_;
-          const int i0_ = v143 * 64 + r_, i1_ = 0 + k_;
+          const int i0_ = v139 * 64 + r_, i1_ = 0 + k_;
           const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_q_1;
           const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
           if (aligned_) {
             const int n_ = (i0_ < (size_SQ)) * 8;
-            kg::cp_async<16>(&v142[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+            kg::cp_async<16>(&v138[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
           } else {
       #pragma unroll
             for (int v = 0; v < 8; ++v)
-              v142[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+              v138[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
           }
         }
       }
       kg::cp_async_commit();
       // spec: specs/fa2_bwd.yaml:102:28
-      kg::fp16* v145 = v134;
-      // spec: specs/fa2_bwd.yaml:94:29
-      float (&v146)[16] = v139;
+      kg::fp16* v141 = v134;
+      // spec: specs/fa2_bwd.yaml:93:29
+      float (&v142)[16] = v135;
       // spec: specs/fa2_bwd.yaml:102:28
-      float v147[32];
+      float v143[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v147[e] = v146[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+      for (int e = 0; e < 32; ++e) v143[e] = v142[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
       // spec: specs/fa2_bwd.yaml:102:28
-      float (&v148)[32] = v147;
+      float (&v144)[32] = v143;
       {
         const int wg_ = (warp / 4);
         const uint64_t da_ = kg::wgmma_desc(v11, 128, 2048, 0);
-        const uint64_t db_ = kg::wgmma_desc(v145, 128, 2048, 0);
+        const uint64_t db_ = kg::wgmma_desc(v141, 128, 2048, 0);
         // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
         // (ptxas would then insert a warpgroup.arrive, C7519)
       #pragma unroll
-        for (int e = 0; e < 32; ++e) kg::fence_operand(v148[e]);
+        for (int e = 0; e < 32; ++e) kg::fence_operand(v144[e]);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 8; ++ks)
@@ -782,11 +770,11 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v148[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), 1);
+              kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v144[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), 1);
         kg::wgmma_commit();
       }
       // spec: specs/fa2_bwd.yaml:103:49
-      float v149[16];
+      float v145[16];
       {
         const float* p_ = t_delta + ((int64_t)(v13) * stride_delta_0 + (int64_t)(v63) * stride_delta_1);
         const bool aligned_ = kg::aligned(p_, 8) && stride_delta_0 % 2 == 0 && stride_delta_1 % 2 == 0;
@@ -797,11 +785,11 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 2 <= (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<2>(&v149[e], p_ + off_);
+            kg::copy_vec<2>(&v145[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 2; ++v)
-              v149[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+              v145[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
@@ -810,64 +798,64 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       kg::fence_proxy_async();
       kg::sync();
       // spec: specs/fa2_bwd.yaml:78:15
-      kg::fp16* v150 = v119 + (v141 % 2) * 8192;
+      kg::fp16* v146 = v119 + (v137 % 2) * 8192;
       // spec: specs/fa2_bwd.yaml:80:26
-      const int v151 = (v128 + v125);
+      const int v147 = (v128 + v125);
       // spec: specs/fa2_bwd.yaml:80:26
-      const bool v152 = (v151 < v41);
+      const bool v148 = (v147 < v41);
       // spec: specs/fa2_bwd.yaml:80:26
-      if (v152) {
+      if (v148) {
         const kg::fp16* p_ = t_do + ((int64_t)(v13) * stride_do_0 + (int64_t)(v63) * stride_do_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
-        const int64_t q_ = (int64_t)(v151 * 64) * stride_do_1 + 0;
+        const int64_t q_ = (int64_t)(v147 * 64) * stride_do_1 + 0;
         const int r0_ = (lane + warp * 32) / 128 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 16 * 8;
         const int64_t o0_ = q_ + ((int64_t)r0_ * stride_do_1 + k0_);
       #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int r_ = r0_ + i * 16, k_ = k0_;
-          const int i0_ = v151 * 64 + r_, i1_ = 0 + k_;
+          const int i0_ = v147 * 64 + r_, i1_ = 0 + k_;
           const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_do_1;
           const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
           if (aligned_) {
             const int n_ = (i0_ < (size_SQ)) * 8;
-            kg::cp_async<16>(&v150[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+            kg::cp_async<16>(&v146[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
           } else {
       #pragma unroll
             for (int v = 0; v < 8; ++v)
-              v150[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+              v146[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
           }
         }
       }
       kg::cp_async_commit();
       // spec: specs/fa2_bwd.yaml:103:29
-      kg::fp16* v153 = v133;
+      kg::fp16* v149 = v133;
       // spec: specs/fa2_bwd.yaml:103:48
-      const float v154 = -1.0f;
+      const float v150 = -1.0f;
       // spec: specs/fa2_bwd.yaml:103:48
-      float v155[16];
+      float v151[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v155[e] = (v149[e] * v154);
+      for (int e = 0; e < 16; ++e) v151[e] = (v145[e] * v150);
       // spec: specs/fa2_bwd.yaml:103:47
-      float (&v156)[16] = v155;
+      float (&v152)[16] = v151;
       // spec: specs/fa2_bwd.yaml:103:29
-      float v157[32];
+      float v153[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v157[e] = v156[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+      for (int e = 0; e < 32; ++e) v153[e] = v152[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
       // spec: specs/fa2_bwd.yaml:102:28
       kg::wgmma_wait<0>();
       #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v148[e]);
-      float (&v158)[32] = v148;
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v144[e]);
+      float (&v154)[32] = v144;
       // spec: specs/fa2_bwd.yaml:103:29
-      float (&v159)[32] = v157;
+      float (&v155)[32] = v153;
       {
         const int wg_ = (warp / 4);
         const uint64_t da_ = kg::wgmma_desc(v14, 128, 2048, 0);
-        const uint64_t db_ = kg::wgmma_desc(v153, 128, 2048, 0);
+        const uint64_t db_ = kg::wgmma_desc(v149, 128, 2048, 0);
         // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
         // (ptxas would then insert a warpgroup.arrive, C7519)
       #pragma unroll
-        for (int e = 0; e < 32; ++e) kg::fence_operand(v159[e]);
+        for (int e = 0; e < 32; ++e) kg::fence_operand(v155[e]);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 8; ++ks)
@@ -875,26 +863,58 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v159[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), 1);
+              kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v155[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), 1);
         kg::wgmma_commit();
       }
       // spec: specs/fa2_bwd.yaml:104:33
-      float v160[32];
+      float v156[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v160[e] = (v158[e] * v46);
+      for (int e = 0; e < 32; ++e) v156[e] = (v154[e] * v46);
       // spec: specs/fa2_bwd.yaml:104:28
-      float v161[32];
+      float v157[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v161[e] = kg::exp2_(v160[e]);
+      for (int e = 0; e < 32; ++e) v157[e] = kg::exp2_(v156[e]);
       // spec: specs/fa2_bwd.yaml:105:45
-      kg::fp16 v162[32];
+      kg::fp16 v158[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v162[e] = kg::cvt<kg::fp16>(v161[e]);
+      for (int e = 0; e < 32; ++e) v158[e] = kg::cvt<kg::fp16>(v157[e]);
       // spec: specs/fa2_bwd.yaml:105:41
-      float (&v163)[64] = v129;
+      float (&v159)[64] = v129;
       {
         const int wg_ = (warp / 4);
         const uint64_t db_ = kg::wgmma_desc(v133, 2048, 128, 0);
+        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
+        // (ptxas would then insert a warpgroup.arrive, C7519)
+      #pragma unroll
+        for (int e = 0; e < 64; ++e) kg::fence_operand(v159[e]);
+        kg::wgmma_fence();
+      #pragma unroll
+        for (int ks = 0; ks < 4; ++ks)
+      #pragma unroll
+          for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+            for (int rn = 0; rn < 1; ++rn)
+              kg::wgmma_m64n128k16_fp16_rs<1>(&v159[(rm * 1 + rn) * 64], &v158[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 1) * 128 + rn * 128)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 1) * 128 + rn * 128)) % 8) * 2 / 16), 1);
+        kg::wgmma_commit();
+      }
+      // spec: specs/fa2_bwd.yaml:103:29
+      kg::wgmma_wait<1>();
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v155[e]);
+      float (&v160)[32] = v155;
+      // spec: specs/fa2_bwd.yaml:106:30
+      float v161[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v161[e] = (v157[e] * v160[e]);
+      // spec: specs/fa2_bwd.yaml:106:29
+      kg::fp16 v162[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v162[e] = kg::cvt<kg::fp16>(v161[e]);
+      // spec: specs/fa2_bwd.yaml:107:41
+      float (&v163)[64] = v130;
+      {
+        const int wg_ = (warp / 4);
+        const uint64_t db_ = kg::wgmma_desc(v134, 2048, 128, 0);
         // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
         // (ptxas would then insert a warpgroup.arrive, C7519)
       #pragma unroll
@@ -909,60 +929,28 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
               kg::wgmma_m64n128k16_fp16_rs<1>(&v163[(rm * 1 + rn) * 64], &v162[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 1) * 128 + rn * 128)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 1) * 128 + rn * 128)) % 8) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:103:29
-      kg::wgmma_wait<1>();
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v159[e]);
-      float (&v164)[32] = v159;
-      // spec: specs/fa2_bwd.yaml:106:30
-      float v165[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v165[e] = (v161[e] * v164[e]);
-      // spec: specs/fa2_bwd.yaml:106:29
-      kg::fp16 v166[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v166[e] = kg::cvt<kg::fp16>(v165[e]);
-      // spec: specs/fa2_bwd.yaml:107:41
-      float (&v167)[64] = v130;
-      {
-        const int wg_ = (warp / 4);
-        const uint64_t db_ = kg::wgmma_desc(v134, 2048, 128, 0);
-        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
-        // (ptxas would then insert a warpgroup.arrive, C7519)
-      #pragma unroll
-        for (int e = 0; e < 64; ++e) kg::fence_operand(v167[e]);
-        kg::wgmma_fence();
-      #pragma unroll
-        for (int ks = 0; ks < 4; ++ks)
-      #pragma unroll
-          for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-            for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n128k16_fp16_rs<1>(&v167[(rm * 1 + rn) * 64], &v166[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 1) * 128 + rn * 128)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 1) * 128 + rn * 128)) % 8) * 2 / 16), 1);
-        kg::wgmma_commit();
-      }
       // spec: specs/fa2_bwd.yaml:105:41
       kg::wgmma_wait<1>();
+      #pragma unroll
+      for (int e = 0; e < 64; ++e) kg::fence_operand(v159[e]);
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v158)[e]);
+      float (&v164)[64] = v159;
+      // spec: specs/fa2_bwd.yaml:107:41
+      kg::wgmma_wait<0>();
       #pragma unroll
       for (int e = 0; e < 64; ++e) kg::fence_operand(v163[e]);
       #pragma unroll
       for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v162)[e]);
-      float (&v168)[64] = v163;
-      // spec: specs/fa2_bwd.yaml:107:41
-      kg::wgmma_wait<0>();
-      #pragma unroll
-      for (int e = 0; e < 64; ++e) kg::fence_operand(v167[e]);
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v166)[e]);
-      float (&v169)[64] = v167;
+      float (&v165)[64] = v163;
       // spec: specs/fa2_bwd.yaml:108:26
 
       float y0_[64];
       #pragma unroll
-      for (int e = 0; e < 64; ++e) y0_[e] = v168[e];
+      for (int e = 0; e < 64; ++e) y0_[e] = v164[e];
       float y1_[64];
       #pragma unroll
-      for (int e = 0; e < 64; ++e) y1_[e] = v169[e];
+      for (int e = 0; e < 64; ++e) y1_[e] = v165[e];
       #pragma unroll
       for (int e = 0; e < 64; ++e) v126[e] = y0_[e];
       #pragma unroll
@@ -981,15 +969,15 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
     #pragma unroll
     for (int e = 0; e < 64; ++e) v53[e] = y1_[e];
   }
-  // spec: specs/fa2_bwd.yaml:123:34
-  float v170[64];
+  // spec: specs/fa2_bwd.yaml:124:34
+  float v166[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v170[e] = (v53[e] * v2);
-  // spec: specs/fa2_bwd.yaml:123:33
-  kg::fp16 v171[64];
+  for (int e = 0; e < 64; ++e) v166[e] = (v53[e] * v2);
+  // spec: specs/fa2_bwd.yaml:124:33
+  kg::fp16 v167[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v171[e] = kg::cvt<kg::fp16>(v170[e]);
-  // spec: specs/fa2_bwd.yaml:123:7
+  for (int e = 0; e < 64; ++e) v167[e] = kg::cvt<kg::fp16>(v166[e]);
+  // spec: specs/fa2_bwd.yaml:124:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_dk + ((int64_t)(v13) * stride_dk_0 + (int64_t)(v12) * stride_dk_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dk_0 % 2 == 0 && stride_dk_1 % 2 == 0 && stride_dk_2 % 2 == 0;
@@ -1001,19 +989,19 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32 + ((e >> 5) & 1) * 64;
       const int64_t off_ = (int64_t)i0_ * stride_dk_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SK)) {
-        kg::copy_vec<2>(p_ + off_, &v171[e]);
+        kg::copy_vec<2>(p_ + off_, &v167[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SK)) p_[off_ + v] = v171[e + v];
+          if (i0_ < (size_SK)) p_[off_ + v] = v167[e + v];
       }
     }
   }
-  // spec: specs/fa2_bwd.yaml:124:33
-  kg::fp16 v172[64];
+  // spec: specs/fa2_bwd.yaml:125:33
+  kg::fp16 v168[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v172[e] = kg::cvt<kg::fp16>(v52[e]);
-  // spec: specs/fa2_bwd.yaml:124:7
+  for (int e = 0; e < 64; ++e) v168[e] = kg::cvt<kg::fp16>(v52[e]);
+  // spec: specs/fa2_bwd.yaml:125:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_dv + ((int64_t)(v13) * stride_dv_0 + (int64_t)(v12) * stride_dv_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dv_0 % 2 == 0 && stride_dv_1 % 2 == 0 && stride_dv_2 % 2 == 0;
@@ -1025,11 +1013,11 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32 + ((e >> 5) & 1) * 64;
       const int64_t off_ = (int64_t)i0_ * stride_dv_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SK)) {
-        kg::copy_vec<2>(p_ + off_, &v172[e]);
+        kg::copy_vec<2>(p_ + off_, &v168[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SK)) p_[off_ + v] = v172[e + v];
+          if (i0_ < (size_SK)) p_[off_ + v] = v168[e + v];
       }
     }
   }

@@ -20,7 +20,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
   // session: attention backward +2-8%, 20-45 fewer registers in the 8-warp kernels)
   const int warp = __shfl_sync(0xffffffffu, kg::thread_id() / kg::WAVE, 0);
   
-  // spec: specs/fa2_bwd.yaml:112:73
+  // spec: specs/fa2_bwd.yaml:113:73
   const int v0 = size_SK;
   // spec: specs/fa2_bwd.yaml:67:18
   const int v1 = size_SQ;
@@ -38,7 +38,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
   const int v7 = kg::block_id_x();
   // spec: specs/fa2_bwd.yaml:57:14
   const int v8 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:115:27
+  // spec: specs/fa2_bwd.yaml:116:27
   kg::fp16* v9 = reinterpret_cast<kg::fp16*>(smem + 32768);
   // spec: specs/fa2_bwd.yaml:54:12
   const int v10 = (kg::mod(v6, v4));
@@ -69,13 +69,13 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_bwd.yaml:115:27
+  // spec: specs/fa2_bwd.yaml:116:27
   kg::cp_async_wait<0>();
   kg::fence_proxy_async();
   kg::sync();
-  // spec: specs/fa2_bwd.yaml:115:27
+  // spec: specs/fa2_bwd.yaml:116:27
   kg::fp16* v12 = v9;
-  // spec: specs/fa2_bwd.yaml:116:28
+  // spec: specs/fa2_bwd.yaml:117:28
   kg::fp16* v13 = reinterpret_cast<kg::fp16*>(smem + 40960);
   // spec: specs/fa2_bwd.yaml:59:12
   if (true) {
@@ -101,11 +101,11 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_bwd.yaml:116:28
+  // spec: specs/fa2_bwd.yaml:117:28
   kg::cp_async_wait<0>();
   kg::fence_proxy_async();
   kg::sync();
-  // spec: specs/fa2_bwd.yaml:116:28
+  // spec: specs/fa2_bwd.yaml:117:28
   kg::fp16* v14 = v13;
   // spec: specs/fa2_bwd.yaml:57:40
   int v15[16];
@@ -119,7 +119,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
   int v18[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v18[e] = (v17 + v15[e]);
-  // spec: specs/fa2_bwd.yaml:112:57
+  // spec: specs/fa2_bwd.yaml:113:57
   int (&v19)[16] = v18;
   // spec: specs/fa2_bwd.yaml:75:22
   const int v20 = 1;
@@ -159,9 +159,9 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
     float (&v34)[32] = v31;
     float (&v35)[32] = v32;
     
-    // spec: specs/fa2_bwd.yaml:116:28
+    // spec: specs/fa2_bwd.yaml:117:28
     kg::fp16* v36 = reinterpret_cast<kg::fp16*>(smem + 0);
-    // spec: specs/fa2_bwd.yaml:115:27
+    // spec: specs/fa2_bwd.yaml:116:27
     kg::fp16* v37 = reinterpret_cast<kg::fp16*>(smem + 16384);
     // spec: specs/fa2_bwd.yaml:78:15
     const int v38 = 0;
@@ -248,7 +248,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       kg::fp16* v53 = v36 + (v52 % 2) * 4096;
       // spec: specs/fa2_bwd.yaml:78:15
       kg::fp16* v54 = v37 + (v52 % 2) * 4096;
-      // spec: specs/fa2_bwd.yaml:111:30
+      // spec: specs/fa2_bwd.yaml:112:30
       float v55[2];
       {
         const float* p_ = t_lse + ((int64_t)(v11) * stride_lse_0 + (int64_t)(v43) * stride_lse_1);
@@ -268,7 +268,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:115:27
+      // spec: specs/fa2_bwd.yaml:116:27
       kg::cp_async_wait<1>();
       kg::fence_proxy_async();
       kg::sync();
@@ -306,9 +306,9 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
         }
       }
       kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:115:27
+      // spec: specs/fa2_bwd.yaml:116:27
       float v61[32];
-      // spec: specs/fa2_bwd.yaml:115:27
+      // spec: specs/fa2_bwd.yaml:116:27
       float (&v62)[32] = v61;
       {
         const int wg_ = 0;
@@ -324,7 +324,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
               kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v62[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:116:28
+      // spec: specs/fa2_bwd.yaml:117:28
       kg::cp_async_wait<1>();
       kg::fence_proxy_async();
       kg::sync();
@@ -358,9 +358,9 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
         }
       }
       kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:116:28
+      // spec: specs/fa2_bwd.yaml:117:28
       float v66[32];
-      // spec: specs/fa2_bwd.yaml:116:28
+      // spec: specs/fa2_bwd.yaml:117:28
       float (&v67)[32] = v66;
       {
         const int wg_ = 0;
@@ -376,105 +376,105 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
               kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v67[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:117:27
+      // spec: specs/fa2_bwd.yaml:118:27
       const float v68 = 0.0f;
-      // spec: specs/fa2_bwd.yaml:111:30
+      // spec: specs/fa2_bwd.yaml:112:30
       const float v69 = 1.4426950408889634f;
-      // spec: specs/fa2_bwd.yaml:111:30
+      // spec: specs/fa2_bwd.yaml:112:30
       float v70[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v70[e] = (v55[e] * v69);
-      // spec: specs/fa2_bwd.yaml:117:58
+      // spec: specs/fa2_bwd.yaml:118:58
       float (&v71)[2] = v70;
-      // spec: specs/fa2_bwd.yaml:117:45
+      // spec: specs/fa2_bwd.yaml:118:45
       float v72[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v72[e] = v71[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:115:27
+      // spec: specs/fa2_bwd.yaml:116:27
       kg::wgmma_wait<1>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v62[e]);
       float (&v73)[32] = v62;
-      // spec: specs/fa2_bwd.yaml:117:45
+      // spec: specs/fa2_bwd.yaml:118:45
       float v74[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v74[e] = (v73[e] * v29);
-      // spec: specs/fa2_bwd.yaml:117:45
+      // spec: specs/fa2_bwd.yaml:118:45
       float v75[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v75[e] = (v74[e] - v72[e]);
-      // spec: specs/fa2_bwd.yaml:117:40
+      // spec: specs/fa2_bwd.yaml:118:40
       float v76[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v76[e] = kg::exp2_(v75[e]);
-      // spec: specs/fa2_bwd.yaml:112:82
+      // spec: specs/fa2_bwd.yaml:113:82
       const float v77 = -kg::inf();
-      // spec: specs/fa2_bwd.yaml:112:82
+      // spec: specs/fa2_bwd.yaml:113:82
       float (&v78)[2] = v70;
-      // spec: specs/fa2_bwd.yaml:112:82
+      // spec: specs/fa2_bwd.yaml:113:82
       bool v79[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v79[e] = (v78[e] > v77);
-      // spec: specs/fa2_bwd.yaml:112:31
+      // spec: specs/fa2_bwd.yaml:113:31
       bool v80[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v80[e] = v79[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:112:57
+      // spec: specs/fa2_bwd.yaml:113:57
       bool v81[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v81[e] = (v19[e] < v0);
-      // spec: specs/fa2_bwd.yaml:112:31
+      // spec: specs/fa2_bwd.yaml:113:31
       bool v82[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v82[e] = v81[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:81:40
+      // spec: specs/fa2_bwd.yaml:111:44
       int v83[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v83[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8);
-      // spec: specs/fa2_bwd.yaml:81:26
+      // spec: specs/fa2_bwd.yaml:111:30
       const int v84 = 64;
-      // spec: specs/fa2_bwd.yaml:81:26
+      // spec: specs/fa2_bwd.yaml:111:30
       const int v85 = (v48 * v84);
-      // spec: specs/fa2_bwd.yaml:81:26
+      // spec: specs/fa2_bwd.yaml:111:30
       int v86[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v86[e] = (v85 + v83[e]);
-      // spec: specs/fa2_bwd.yaml:112:32
+      // spec: specs/fa2_bwd.yaml:113:32
       int (&v87)[2] = v86;
-      // spec: specs/fa2_bwd.yaml:112:32
+      // spec: specs/fa2_bwd.yaml:113:32
       bool v88[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v88[e] = (v87[e] < v1);
-      // spec: specs/fa2_bwd.yaml:112:31
+      // spec: specs/fa2_bwd.yaml:113:31
       bool v89[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v89[e] = v88[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:112:31
+      // spec: specs/fa2_bwd.yaml:113:31
       bool v90[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v90[e] = (v89[e] && v82[e]);
-      // spec: specs/fa2_bwd.yaml:112:31
+      // spec: specs/fa2_bwd.yaml:113:31
       bool v91[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v91[e] = (v90[e] && v80[e]);
-      // spec: specs/fa2_bwd.yaml:117:27
+      // spec: specs/fa2_bwd.yaml:118:27
       float v92[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v92[e] = (v91[e] ? v76[e] : v68);
-      // spec: specs/fa2_bwd.yaml:118:45
+      // spec: specs/fa2_bwd.yaml:119:45
       kg::fp16 v93[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v93[e] = kg::cvt<kg::fp16>(v92[e]);
-      // spec: specs/fa2_bwd.yaml:118:41
+      // spec: specs/fa2_bwd.yaml:119:41
       kg::fp16* v94 = reinterpret_cast<kg::fp16*>(smem + 49152);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v94[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v93[e]);
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:118:41
+      // spec: specs/fa2_bwd.yaml:119:41
       kg::fp16* v95 = v94;
-      // spec: specs/fa2_bwd.yaml:118:41
+      // spec: specs/fa2_bwd.yaml:119:41
       float (&v96)[32] = v49;
       {
         const int wg_ = 0;
@@ -494,7 +494,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
               kg::wgmma_m64n64k16_fp16_ss<1, 1>(&v96[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:119:39
+      // spec: specs/fa2_bwd.yaml:120:39
       float v97[2];
       {
         const float* p_ = t_delta + ((int64_t)(v11) * stride_delta_0 + (int64_t)(v43) * stride_delta_1);
@@ -514,39 +514,39 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:119:39
+      // spec: specs/fa2_bwd.yaml:120:39
       float (&v98)[2] = v97;
-      // spec: specs/fa2_bwd.yaml:119:34
+      // spec: specs/fa2_bwd.yaml:120:34
       float v99[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v99[e] = v98[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:116:28
+      // spec: specs/fa2_bwd.yaml:117:28
       kg::wgmma_wait<1>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v67[e]);
       float (&v100)[32] = v67;
-      // spec: specs/fa2_bwd.yaml:119:34
+      // spec: specs/fa2_bwd.yaml:120:34
       float v101[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v101[e] = (v100[e] - v99[e]);
-      // spec: specs/fa2_bwd.yaml:119:29
+      // spec: specs/fa2_bwd.yaml:120:29
       float v102[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v102[e] = (v92[e] * v101[e]);
-      // spec: specs/fa2_bwd.yaml:119:28
+      // spec: specs/fa2_bwd.yaml:120:28
       kg::fp16 v103[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v103[e] = kg::cvt<kg::fp16>(v102[e]);
-      // spec: specs/fa2_bwd.yaml:120:41
+      // spec: specs/fa2_bwd.yaml:121:41
       kg::fp16* v104 = reinterpret_cast<kg::fp16*>(smem + 57344);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v104[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v103[e]);
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:120:41
+      // spec: specs/fa2_bwd.yaml:121:41
       kg::fp16* v105 = v104;
-      // spec: specs/fa2_bwd.yaml:120:41
+      // spec: specs/fa2_bwd.yaml:121:41
       float (&v106)[32] = v50;
       {
         const int wg_ = 0;
@@ -566,17 +566,17 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
               kg::wgmma_m64n64k16_fp16_ss<1, 1>(&v106[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:118:41
+      // spec: specs/fa2_bwd.yaml:119:41
       kg::wgmma_wait<1>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v96[e]);
       float (&v107)[32] = v96;
-      // spec: specs/fa2_bwd.yaml:120:41
+      // spec: specs/fa2_bwd.yaml:121:41
       kg::wgmma_wait<0>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v106[e]);
       float (&v108)[32] = v106;
-      // spec: specs/fa2_bwd.yaml:121:26
+      // spec: specs/fa2_bwd.yaml:122:26
 
       float y0_[32];
       #pragma unroll
@@ -602,15 +602,15 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
     #pragma unroll
     for (int e = 0; e < 32; ++e) v32[e] = y1_[e];
   }
-  // spec: specs/fa2_bwd.yaml:123:34
+  // spec: specs/fa2_bwd.yaml:124:34
   float v109[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v109[e] = (v32[e] * v2);
-  // spec: specs/fa2_bwd.yaml:123:33
+  // spec: specs/fa2_bwd.yaml:124:33
   kg::fp16 v110[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v110[e] = kg::cvt<kg::fp16>(v109[e]);
-  // spec: specs/fa2_bwd.yaml:123:7
+  // spec: specs/fa2_bwd.yaml:124:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_dk + ((int64_t)(v11) * stride_dk_0 + (int64_t)(v10) * stride_dk_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dk_0 % 2 == 0 && stride_dk_1 % 2 == 0 && stride_dk_2 % 2 == 0;
@@ -630,11 +630,11 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       }
     }
   }
-  // spec: specs/fa2_bwd.yaml:124:33
+  // spec: specs/fa2_bwd.yaml:125:33
   kg::fp16 v111[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v111[e] = kg::cvt<kg::fp16>(v31[e]);
-  // spec: specs/fa2_bwd.yaml:124:7
+  // spec: specs/fa2_bwd.yaml:125:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_dv + ((int64_t)(v11) * stride_dv_0 + (int64_t)(v10) * stride_dv_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dv_0 % 2 == 0 && stride_dv_1 % 2 == 0 && stride_dv_2 % 2 == 0;

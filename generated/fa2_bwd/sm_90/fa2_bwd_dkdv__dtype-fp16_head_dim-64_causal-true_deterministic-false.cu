@@ -49,7 +49,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
   const int v9 = kg::block_id_x();
   // spec: specs/fa2_bwd.yaml:74:41
   const int v10 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:115:27
+  // spec: specs/fa2_bwd.yaml:116:27
   kg::fp16* v11 = reinterpret_cast<kg::fp16*>(smem + 32768);
   // spec: specs/fa2_bwd.yaml:54:12
   const int v12 = (kg::mod(v6, v4));
@@ -80,13 +80,13 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_bwd.yaml:115:27
+  // spec: specs/fa2_bwd.yaml:116:27
   kg::cp_async_wait<0>();
   kg::fence_proxy_async();
   kg::sync();
-  // spec: specs/fa2_bwd.yaml:115:27
+  // spec: specs/fa2_bwd.yaml:116:27
   kg::fp16* v14 = v11;
-  // spec: specs/fa2_bwd.yaml:116:28
+  // spec: specs/fa2_bwd.yaml:117:28
   kg::fp16* v15 = reinterpret_cast<kg::fp16*>(smem + 40960);
   // spec: specs/fa2_bwd.yaml:59:12
   if (true) {
@@ -112,11 +112,11 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_bwd.yaml:116:28
+  // spec: specs/fa2_bwd.yaml:117:28
   kg::cp_async_wait<0>();
   kg::fence_proxy_async();
   kg::sync();
-  // spec: specs/fa2_bwd.yaml:116:28
+  // spec: specs/fa2_bwd.yaml:117:28
   kg::fp16* v16 = v15;
   // spec: specs/fa2_bwd.yaml:57:40
   int v17[16];
@@ -130,9 +130,9 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
   int v20[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v20[e] = (v19 + v17[e]);
-  // spec: specs/fa2_bwd.yaml:112:57
+  // spec: specs/fa2_bwd.yaml:113:57
   int (&v21)[16] = v20;
-  // spec: specs/fa2_bwd.yaml:114:45
+  // spec: specs/fa2_bwd.yaml:115:45
   int v22[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v22[e] = v21[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
@@ -218,9 +218,9 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
     float (&v59)[32] = v56;
     float (&v60)[32] = v57;
     
-    // spec: specs/fa2_bwd.yaml:116:28
+    // spec: specs/fa2_bwd.yaml:117:28
     kg::fp16* v61 = reinterpret_cast<kg::fp16*>(smem + 0);
-    // spec: specs/fa2_bwd.yaml:115:27
+    // spec: specs/fa2_bwd.yaml:116:27
     kg::fp16* v62 = reinterpret_cast<kg::fp16*>(smem + 16384);
     // spec: specs/fa2_bwd.yaml:78:15
     const int v63 = 0;
@@ -305,7 +305,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       kg::fp16* v77 = v61 + (v76 % 2) * 4096;
       // spec: specs/fa2_bwd.yaml:78:15
       kg::fp16* v78 = v62 + (v76 % 2) * 4096;
-      // spec: specs/fa2_bwd.yaml:111:30
+      // spec: specs/fa2_bwd.yaml:112:30
       float v79[2];
       {
         const float* p_ = t_lse + ((int64_t)(v13) * stride_lse_0 + (int64_t)(v67) * stride_lse_1);
@@ -325,7 +325,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:115:27
+      // spec: specs/fa2_bwd.yaml:116:27
       kg::cp_async_wait<1>();
       kg::fence_proxy_async();
       kg::sync();
@@ -363,9 +363,9 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
         }
       }
       kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:115:27
+      // spec: specs/fa2_bwd.yaml:116:27
       float v85[32];
-      // spec: specs/fa2_bwd.yaml:115:27
+      // spec: specs/fa2_bwd.yaml:116:27
       float (&v86)[32] = v85;
       {
         const int wg_ = 0;
@@ -381,7 +381,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
               kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v86[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:116:28
+      // spec: specs/fa2_bwd.yaml:117:28
       kg::cp_async_wait<1>();
       kg::fence_proxy_async();
       kg::sync();
@@ -415,9 +415,9 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
         }
       }
       kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:116:28
+      // spec: specs/fa2_bwd.yaml:117:28
       float v90[32];
-      // spec: specs/fa2_bwd.yaml:116:28
+      // spec: specs/fa2_bwd.yaml:117:28
       float (&v91)[32] = v90;
       {
         const int wg_ = 0;
@@ -433,125 +433,125 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
               kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v91[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:117:27
+      // spec: specs/fa2_bwd.yaml:118:27
       const float v92 = 0.0f;
-      // spec: specs/fa2_bwd.yaml:111:30
+      // spec: specs/fa2_bwd.yaml:112:30
       const float v93 = 1.4426950408889634f;
-      // spec: specs/fa2_bwd.yaml:111:30
+      // spec: specs/fa2_bwd.yaml:112:30
       float v94[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v94[e] = (v79[e] * v93);
-      // spec: specs/fa2_bwd.yaml:117:58
+      // spec: specs/fa2_bwd.yaml:118:58
       float (&v95)[2] = v94;
-      // spec: specs/fa2_bwd.yaml:117:45
+      // spec: specs/fa2_bwd.yaml:118:45
       float v96[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v96[e] = v95[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:115:27
+      // spec: specs/fa2_bwd.yaml:116:27
       kg::wgmma_wait<1>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v86[e]);
       float (&v97)[32] = v86;
-      // spec: specs/fa2_bwd.yaml:117:45
+      // spec: specs/fa2_bwd.yaml:118:45
       float v98[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v98[e] = (v97[e] * v54);
-      // spec: specs/fa2_bwd.yaml:117:45
+      // spec: specs/fa2_bwd.yaml:118:45
       float v99[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v99[e] = (v98[e] - v96[e]);
-      // spec: specs/fa2_bwd.yaml:117:40
+      // spec: specs/fa2_bwd.yaml:118:40
       float v100[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v100[e] = kg::exp2_(v99[e]);
-      // spec: specs/fa2_bwd.yaml:114:79
+      // spec: specs/fa2_bwd.yaml:115:79
       const int v101 = (v1 - v0);
-      // spec: specs/fa2_bwd.yaml:81:40
+      // spec: specs/fa2_bwd.yaml:111:44
       int v102[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v102[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8);
-      // spec: specs/fa2_bwd.yaml:81:26
+      // spec: specs/fa2_bwd.yaml:111:30
       const int v103 = 64;
-      // spec: specs/fa2_bwd.yaml:81:26
+      // spec: specs/fa2_bwd.yaml:111:30
       const int v104 = (v72 * v103);
-      // spec: specs/fa2_bwd.yaml:81:26
+      // spec: specs/fa2_bwd.yaml:111:30
       int v105[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v105[e] = (v104 + v102[e]);
-      // spec: specs/fa2_bwd.yaml:114:62
+      // spec: specs/fa2_bwd.yaml:115:62
       int (&v106)[2] = v105;
-      // spec: specs/fa2_bwd.yaml:114:62
+      // spec: specs/fa2_bwd.yaml:115:62
       int v107[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v107[e] = (v106[e] + v101);
-      // spec: specs/fa2_bwd.yaml:114:45
+      // spec: specs/fa2_bwd.yaml:115:45
       int v108[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v108[e] = v107[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:114:45
+      // spec: specs/fa2_bwd.yaml:115:45
       bool v109[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v109[e] = (v22[e] <= v108[e]);
-      // spec: specs/fa2_bwd.yaml:112:82
+      // spec: specs/fa2_bwd.yaml:113:82
       const float v110 = -kg::inf();
-      // spec: specs/fa2_bwd.yaml:112:82
+      // spec: specs/fa2_bwd.yaml:113:82
       float (&v111)[2] = v94;
-      // spec: specs/fa2_bwd.yaml:112:82
+      // spec: specs/fa2_bwd.yaml:113:82
       bool v112[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v112[e] = (v111[e] > v110);
-      // spec: specs/fa2_bwd.yaml:112:31
+      // spec: specs/fa2_bwd.yaml:113:31
       bool v113[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v113[e] = v112[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:112:57
+      // spec: specs/fa2_bwd.yaml:113:57
       bool v114[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v114[e] = (v21[e] < v1);
-      // spec: specs/fa2_bwd.yaml:112:31
+      // spec: specs/fa2_bwd.yaml:113:31
       bool v115[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v115[e] = v114[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:112:32
+      // spec: specs/fa2_bwd.yaml:113:32
       int (&v116)[2] = v105;
-      // spec: specs/fa2_bwd.yaml:112:32
+      // spec: specs/fa2_bwd.yaml:113:32
       bool v117[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v117[e] = (v116[e] < v0);
-      // spec: specs/fa2_bwd.yaml:112:31
+      // spec: specs/fa2_bwd.yaml:113:31
       bool v118[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v118[e] = v117[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:112:31
+      // spec: specs/fa2_bwd.yaml:113:31
       bool v119[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v119[e] = (v118[e] && v115[e]);
-      // spec: specs/fa2_bwd.yaml:112:31
+      // spec: specs/fa2_bwd.yaml:113:31
       bool v120[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v120[e] = (v119[e] && v113[e]);
-      // spec: specs/fa2_bwd.yaml:114:35
+      // spec: specs/fa2_bwd.yaml:115:35
       bool v121[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v121[e] = (v120[e] && v109[e]);
-      // spec: specs/fa2_bwd.yaml:117:27
+      // spec: specs/fa2_bwd.yaml:118:27
       float v122[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v122[e] = (v121[e] ? v100[e] : v92);
-      // spec: specs/fa2_bwd.yaml:118:45
+      // spec: specs/fa2_bwd.yaml:119:45
       kg::fp16 v123[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v123[e] = kg::cvt<kg::fp16>(v122[e]);
-      // spec: specs/fa2_bwd.yaml:118:41
+      // spec: specs/fa2_bwd.yaml:119:41
       kg::fp16* v124 = reinterpret_cast<kg::fp16*>(smem + 49152);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v124[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v123[e]);
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:118:41
+      // spec: specs/fa2_bwd.yaml:119:41
       kg::fp16* v125 = v124;
-      // spec: specs/fa2_bwd.yaml:118:41
+      // spec: specs/fa2_bwd.yaml:119:41
       float (&v126)[32] = v73;
       {
         const int wg_ = 0;
@@ -571,7 +571,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
               kg::wgmma_m64n64k16_fp16_ss<1, 1>(&v126[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:119:39
+      // spec: specs/fa2_bwd.yaml:120:39
       float v127[2];
       {
         const float* p_ = t_delta + ((int64_t)(v13) * stride_delta_0 + (int64_t)(v67) * stride_delta_1);
@@ -591,39 +591,39 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:119:39
+      // spec: specs/fa2_bwd.yaml:120:39
       float (&v128)[2] = v127;
-      // spec: specs/fa2_bwd.yaml:119:34
+      // spec: specs/fa2_bwd.yaml:120:34
       float v129[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v129[e] = v128[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:116:28
+      // spec: specs/fa2_bwd.yaml:117:28
       kg::wgmma_wait<1>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v91[e]);
       float (&v130)[32] = v91;
-      // spec: specs/fa2_bwd.yaml:119:34
+      // spec: specs/fa2_bwd.yaml:120:34
       float v131[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v131[e] = (v130[e] - v129[e]);
-      // spec: specs/fa2_bwd.yaml:119:29
+      // spec: specs/fa2_bwd.yaml:120:29
       float v132[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v132[e] = (v122[e] * v131[e]);
-      // spec: specs/fa2_bwd.yaml:119:28
+      // spec: specs/fa2_bwd.yaml:120:28
       kg::fp16 v133[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v133[e] = kg::cvt<kg::fp16>(v132[e]);
-      // spec: specs/fa2_bwd.yaml:120:41
+      // spec: specs/fa2_bwd.yaml:121:41
       kg::fp16* v134 = reinterpret_cast<kg::fp16*>(smem + 57344);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v134[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v133[e]);
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:120:41
+      // spec: specs/fa2_bwd.yaml:121:41
       kg::fp16* v135 = v134;
-      // spec: specs/fa2_bwd.yaml:120:41
+      // spec: specs/fa2_bwd.yaml:121:41
       float (&v136)[32] = v74;
       {
         const int wg_ = 0;
@@ -643,9 +643,9 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
               kg::wgmma_m64n64k16_fp16_ss<1, 1>(&v136[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:122:74
+      // spec: specs/fa2_bwd.yaml:123:74
       float v137[32];
-      // spec: specs/fa2_bwd.yaml:122:74
+      // spec: specs/fa2_bwd.yaml:123:74
       float (&v138)[32] = v137;
       {
         const int wg_ = 0;
@@ -660,28 +660,28 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
               kg::wgmma_m64n64k16_fp16_rs<1>(&v138[(rm * 1 + rn) * 32], &v133[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:122:74
+      // spec: specs/fa2_bwd.yaml:123:74
       kg::wgmma_wait<0>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v138[e]);
       #pragma unroll
       for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v133)[e]);
       float (&v139)[32] = v138;
-      // spec: specs/fa2_bwd.yaml:118:41
+      // spec: specs/fa2_bwd.yaml:119:41
       kg::wgmma_wait<0>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v126[e]);
       float (&v140)[32] = v126;
-      // spec: specs/fa2_bwd.yaml:120:41
+      // spec: specs/fa2_bwd.yaml:121:41
       kg::wgmma_wait<0>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v136[e]);
       float (&v141)[32] = v136;
-      // spec: specs/fa2_bwd.yaml:122:74
+      // spec: specs/fa2_bwd.yaml:123:74
       float v142[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v142[e] = (v139[e] * v2);
-      // spec: specs/fa2_bwd.yaml:122:27
+      // spec: specs/fa2_bwd.yaml:123:27
       if ((lane & 0) == 0 && (warp & 0) == 0) {
         float* p_ = t_dq_acc + ((int64_t)(v13) * stride_dq_acc_0 + (int64_t)(v67) * stride_dq_acc_2);
         const bool aligned_ = kg::aligned(p_, 8) && stride_dq_acc_0 % 2 == 0 && stride_dq_acc_1 % 2 == 0 && stride_dq_acc_2 % 2 == 0;
@@ -701,7 +701,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:122:27
+      // spec: specs/fa2_bwd.yaml:123:27
 
       float y0_[32];
       #pragma unroll
@@ -714,9 +714,9 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       #pragma unroll
       for (int e = 0; e < 32; ++e) v71[e] = y1_[e];
     }
-    // spec: specs/fa2_bwd.yaml:116:28
+    // spec: specs/fa2_bwd.yaml:117:28
     kg::fp16* v143 = reinterpret_cast<kg::fp16*>(smem + 0);
-    // spec: specs/fa2_bwd.yaml:115:27
+    // spec: specs/fa2_bwd.yaml:116:27
     kg::fp16* v144 = reinterpret_cast<kg::fp16*>(smem + 16384);
     // spec: specs/fa2_bwd.yaml:78:15
     const int v145 = 0;
@@ -797,7 +797,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       kg::fp16* v157 = v143 + (v156 % 2) * 4096;
       // spec: specs/fa2_bwd.yaml:78:15
       kg::fp16* v158 = v144 + (v156 % 2) * 4096;
-      // spec: specs/fa2_bwd.yaml:111:30
+      // spec: specs/fa2_bwd.yaml:112:30
       float v159[2];
       {
         const float* p_ = t_lse + ((int64_t)(v13) * stride_lse_0 + (int64_t)(v67) * stride_lse_1);
@@ -817,7 +817,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:115:27
+      // spec: specs/fa2_bwd.yaml:116:27
       kg::cp_async_wait<1>();
       kg::fence_proxy_async();
       kg::sync();
@@ -855,9 +855,9 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
         }
       }
       kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:115:27
+      // spec: specs/fa2_bwd.yaml:116:27
       float v165[32];
-      // spec: specs/fa2_bwd.yaml:115:27
+      // spec: specs/fa2_bwd.yaml:116:27
       float (&v166)[32] = v165;
       {
         const int wg_ = 0;
@@ -873,7 +873,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
               kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v166[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:116:28
+      // spec: specs/fa2_bwd.yaml:117:28
       kg::cp_async_wait<1>();
       kg::fence_proxy_async();
       kg::sync();
@@ -907,9 +907,9 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
         }
       }
       kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:116:28
+      // spec: specs/fa2_bwd.yaml:117:28
       float v170[32];
-      // spec: specs/fa2_bwd.yaml:116:28
+      // spec: specs/fa2_bwd.yaml:117:28
       float (&v171)[32] = v170;
       {
         const int wg_ = 0;
@@ -925,105 +925,105 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
               kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v171[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:117:27
+      // spec: specs/fa2_bwd.yaml:118:27
       const float v172 = 0.0f;
-      // spec: specs/fa2_bwd.yaml:111:30
+      // spec: specs/fa2_bwd.yaml:112:30
       const float v173 = 1.4426950408889634f;
-      // spec: specs/fa2_bwd.yaml:111:30
+      // spec: specs/fa2_bwd.yaml:112:30
       float v174[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v174[e] = (v159[e] * v173);
-      // spec: specs/fa2_bwd.yaml:117:58
+      // spec: specs/fa2_bwd.yaml:118:58
       float (&v175)[2] = v174;
-      // spec: specs/fa2_bwd.yaml:117:45
+      // spec: specs/fa2_bwd.yaml:118:45
       float v176[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v176[e] = v175[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:115:27
+      // spec: specs/fa2_bwd.yaml:116:27
       kg::wgmma_wait<1>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v166[e]);
       float (&v177)[32] = v166;
-      // spec: specs/fa2_bwd.yaml:117:45
+      // spec: specs/fa2_bwd.yaml:118:45
       float v178[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v178[e] = (v177[e] * v54);
-      // spec: specs/fa2_bwd.yaml:117:45
+      // spec: specs/fa2_bwd.yaml:118:45
       float v179[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v179[e] = (v178[e] - v176[e]);
-      // spec: specs/fa2_bwd.yaml:117:40
+      // spec: specs/fa2_bwd.yaml:118:40
       float v180[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v180[e] = kg::exp2_(v179[e]);
-      // spec: specs/fa2_bwd.yaml:112:82
+      // spec: specs/fa2_bwd.yaml:113:82
       const float v181 = -kg::inf();
-      // spec: specs/fa2_bwd.yaml:112:82
+      // spec: specs/fa2_bwd.yaml:113:82
       float (&v182)[2] = v174;
-      // spec: specs/fa2_bwd.yaml:112:82
+      // spec: specs/fa2_bwd.yaml:113:82
       bool v183[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v183[e] = (v182[e] > v181);
-      // spec: specs/fa2_bwd.yaml:112:31
+      // spec: specs/fa2_bwd.yaml:113:31
       bool v184[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v184[e] = v183[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:112:57
+      // spec: specs/fa2_bwd.yaml:113:57
       bool v185[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v185[e] = (v21[e] < v1);
-      // spec: specs/fa2_bwd.yaml:112:31
+      // spec: specs/fa2_bwd.yaml:113:31
       bool v186[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v186[e] = v185[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:81:40
+      // spec: specs/fa2_bwd.yaml:111:44
       int v187[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v187[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8);
-      // spec: specs/fa2_bwd.yaml:81:26
+      // spec: specs/fa2_bwd.yaml:111:30
       const int v188 = 64;
-      // spec: specs/fa2_bwd.yaml:81:26
+      // spec: specs/fa2_bwd.yaml:111:30
       const int v189 = (v152 * v188);
-      // spec: specs/fa2_bwd.yaml:81:26
+      // spec: specs/fa2_bwd.yaml:111:30
       int v190[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v190[e] = (v189 + v187[e]);
-      // spec: specs/fa2_bwd.yaml:112:32
+      // spec: specs/fa2_bwd.yaml:113:32
       int (&v191)[2] = v190;
-      // spec: specs/fa2_bwd.yaml:112:32
+      // spec: specs/fa2_bwd.yaml:113:32
       bool v192[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v192[e] = (v191[e] < v0);
-      // spec: specs/fa2_bwd.yaml:112:31
+      // spec: specs/fa2_bwd.yaml:113:31
       bool v193[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v193[e] = v192[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:112:31
+      // spec: specs/fa2_bwd.yaml:113:31
       bool v194[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v194[e] = (v193[e] && v186[e]);
-      // spec: specs/fa2_bwd.yaml:112:31
+      // spec: specs/fa2_bwd.yaml:113:31
       bool v195[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v195[e] = (v194[e] && v184[e]);
-      // spec: specs/fa2_bwd.yaml:117:27
+      // spec: specs/fa2_bwd.yaml:118:27
       float v196[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v196[e] = (v195[e] ? v180[e] : v172);
-      // spec: specs/fa2_bwd.yaml:118:45
+      // spec: specs/fa2_bwd.yaml:119:45
       kg::fp16 v197[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v197[e] = kg::cvt<kg::fp16>(v196[e]);
-      // spec: specs/fa2_bwd.yaml:118:41
+      // spec: specs/fa2_bwd.yaml:119:41
       kg::fp16* v198 = reinterpret_cast<kg::fp16*>(smem + 49152);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v198[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v197[e]);
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:118:41
+      // spec: specs/fa2_bwd.yaml:119:41
       kg::fp16* v199 = v198;
-      // spec: specs/fa2_bwd.yaml:118:41
+      // spec: specs/fa2_bwd.yaml:119:41
       float (&v200)[32] = v153;
       {
         const int wg_ = 0;
@@ -1043,7 +1043,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
               kg::wgmma_m64n64k16_fp16_ss<1, 1>(&v200[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:119:39
+      // spec: specs/fa2_bwd.yaml:120:39
       float v201[2];
       {
         const float* p_ = t_delta + ((int64_t)(v13) * stride_delta_0 + (int64_t)(v67) * stride_delta_1);
@@ -1063,39 +1063,39 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:119:39
+      // spec: specs/fa2_bwd.yaml:120:39
       float (&v202)[2] = v201;
-      // spec: specs/fa2_bwd.yaml:119:34
+      // spec: specs/fa2_bwd.yaml:120:34
       float v203[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v203[e] = v202[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:116:28
+      // spec: specs/fa2_bwd.yaml:117:28
       kg::wgmma_wait<1>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v171[e]);
       float (&v204)[32] = v171;
-      // spec: specs/fa2_bwd.yaml:119:34
+      // spec: specs/fa2_bwd.yaml:120:34
       float v205[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v205[e] = (v204[e] - v203[e]);
-      // spec: specs/fa2_bwd.yaml:119:29
+      // spec: specs/fa2_bwd.yaml:120:29
       float v206[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v206[e] = (v196[e] * v205[e]);
-      // spec: specs/fa2_bwd.yaml:119:28
+      // spec: specs/fa2_bwd.yaml:120:28
       kg::fp16 v207[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v207[e] = kg::cvt<kg::fp16>(v206[e]);
-      // spec: specs/fa2_bwd.yaml:120:41
+      // spec: specs/fa2_bwd.yaml:121:41
       kg::fp16* v208 = reinterpret_cast<kg::fp16*>(smem + 57344);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v208[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v207[e]);
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:120:41
+      // spec: specs/fa2_bwd.yaml:121:41
       kg::fp16* v209 = v208;
-      // spec: specs/fa2_bwd.yaml:120:41
+      // spec: specs/fa2_bwd.yaml:121:41
       float (&v210)[32] = v154;
       {
         const int wg_ = 0;
@@ -1115,9 +1115,9 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
               kg::wgmma_m64n64k16_fp16_ss<1, 1>(&v210[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:122:74
+      // spec: specs/fa2_bwd.yaml:123:74
       float v211[32];
-      // spec: specs/fa2_bwd.yaml:122:74
+      // spec: specs/fa2_bwd.yaml:123:74
       float (&v212)[32] = v211;
       {
         const int wg_ = 0;
@@ -1132,28 +1132,28 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
               kg::wgmma_m64n64k16_fp16_rs<1>(&v212[(rm * 1 + rn) * 32], &v207[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:122:74
+      // spec: specs/fa2_bwd.yaml:123:74
       kg::wgmma_wait<0>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v212[e]);
       #pragma unroll
       for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v207)[e]);
       float (&v213)[32] = v212;
-      // spec: specs/fa2_bwd.yaml:118:41
+      // spec: specs/fa2_bwd.yaml:119:41
       kg::wgmma_wait<0>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v200[e]);
       float (&v214)[32] = v200;
-      // spec: specs/fa2_bwd.yaml:120:41
+      // spec: specs/fa2_bwd.yaml:121:41
       kg::wgmma_wait<0>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v210[e]);
       float (&v215)[32] = v210;
-      // spec: specs/fa2_bwd.yaml:122:74
+      // spec: specs/fa2_bwd.yaml:123:74
       float v216[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v216[e] = (v213[e] * v2);
-      // spec: specs/fa2_bwd.yaml:122:27
+      // spec: specs/fa2_bwd.yaml:123:27
       if ((lane & 0) == 0 && (warp & 0) == 0) {
         float* p_ = t_dq_acc + ((int64_t)(v13) * stride_dq_acc_0 + (int64_t)(v67) * stride_dq_acc_2);
         const bool aligned_ = kg::aligned(p_, 8) && stride_dq_acc_0 % 2 == 0 && stride_dq_acc_1 % 2 == 0 && stride_dq_acc_2 % 2 == 0;
@@ -1173,7 +1173,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:122:27
+      // spec: specs/fa2_bwd.yaml:123:27
 
       float y0_[32];
       #pragma unroll
@@ -1199,15 +1199,15 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
     #pragma unroll
     for (int e = 0; e < 32; ++e) v57[e] = y1_[e];
   }
-  // spec: specs/fa2_bwd.yaml:123:34
+  // spec: specs/fa2_bwd.yaml:124:34
   float v217[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v217[e] = (v57[e] * v2);
-  // spec: specs/fa2_bwd.yaml:123:33
+  // spec: specs/fa2_bwd.yaml:124:33
   kg::fp16 v218[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v218[e] = kg::cvt<kg::fp16>(v217[e]);
-  // spec: specs/fa2_bwd.yaml:123:7
+  // spec: specs/fa2_bwd.yaml:124:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_dk + ((int64_t)(v13) * stride_dk_0 + (int64_t)(v12) * stride_dk_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dk_0 % 2 == 0 && stride_dk_1 % 2 == 0 && stride_dk_2 % 2 == 0;
@@ -1227,11 +1227,11 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       }
     }
   }
-  // spec: specs/fa2_bwd.yaml:124:33
+  // spec: specs/fa2_bwd.yaml:125:33
   kg::fp16 v219[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v219[e] = kg::cvt<kg::fp16>(v56[e]);
-  // spec: specs/fa2_bwd.yaml:124:7
+  // spec: specs/fa2_bwd.yaml:125:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_dv + ((int64_t)(v13) * stride_dv_0 + (int64_t)(v12) * stride_dv_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dv_0 % 2 == 0 && stride_dv_1 % 2 == 0 && stride_dv_2 % 2 == 0;
