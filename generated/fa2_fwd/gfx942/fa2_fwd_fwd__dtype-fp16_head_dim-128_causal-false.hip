@@ -76,15 +76,15 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_fwd_fw
       }
     }
   }
-  // spec: specs/fa2_fwd.yaml:71:15
+  // spec: specs/fa2_fwd.yaml:63:19
   kg::fp16* v22 = reinterpret_cast<kg::fp16*>(smem + 0);
   kg::sync();
   #pragma unroll
   for (int e = 0; e < 64; e += 8) kg::copy_vec<8>(&v22[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32 + ((e >> 5) & 1) * 64)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v21[e]);
   kg::sync();
-  // spec: specs/fa2_fwd.yaml:70:30
+  // spec: specs/fa2_fwd.yaml:62:51
   const int v23 = 1;
-  // spec: specs/fa2_fwd.yaml:70:30
+  // spec: specs/fa2_fwd.yaml:62:51
   const int v24 = 0;
   // spec: specs/fa2_fwd.yaml:54:11
   kg::fp16 v25[16];
@@ -118,7 +118,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_fwd_fw
   const int v35 = (kg::floordiv(v4, v3));
   // spec: specs/fa2_fwd.yaml:45:12
   const int v36 = (kg::floordiv(v19, v35));
-  // spec: specs/fa2_fwd.yaml:70:7
+  // spec: specs/fa2_fwd.yaml:62:11
 
   float v37[64];
   #pragma unroll
@@ -138,7 +138,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_fwd_fw
     kg::fp16 (&v44)[16] = v39;
     float (&v45)[16] = v40;
     
-    // spec: specs/fa2_fwd.yaml:71:23
+    // spec: specs/fa2_fwd.yaml:63:27
     kg::fp16 v46[16];
     {
       const kg::fp16* p_ = t_k + ((int64_t)(v20) * stride_k_0 + (int64_t)(v36) * stride_k_2);
@@ -160,19 +160,19 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_fwd_fw
         }
       }
     }
-    // spec: specs/fa2_fwd.yaml:71:15
+    // spec: specs/fa2_fwd.yaml:63:19
     kg::fp16* v47 = reinterpret_cast<kg::fp16*>(smem + 34816);
     kg::sync();
     #pragma unroll
     for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v47[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v46[e]);
     kg::sync();
-    // spec: specs/fa2_fwd.yaml:71:15
+    // spec: specs/fa2_fwd.yaml:63:19
     kg::fp16* v48 = v47;
-    // spec: specs/fa2_fwd.yaml:71:15
+    // spec: specs/fa2_fwd.yaml:63:19
     float v49[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v49[e] = 0.0f;
-    // spec: specs/fa2_fwd.yaml:71:15
+    // spec: specs/fa2_fwd.yaml:63:19
     float (&v50)[16] = v49;
     #pragma unroll
     for (int ks = 0; ks < 16; ++ks) {
@@ -188,15 +188,15 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_fwd_fw
         for (int rn = 0; rn < 1; ++rn)
           kg::mfma_32x32x8_fp16(&v50[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
     }
-    // spec: specs/fa2_fwd.yaml:72:46
+    // spec: specs/fa2_fwd.yaml:64:50
     const int v51 = 0;
-    // spec: specs/fa2_fwd.yaml:72:54
+    // spec: specs/fa2_fwd.yaml:64:58
     const int v52 = 1;
-    // spec: specs/fa2_fwd.yaml:72:54
+    // spec: specs/fa2_fwd.yaml:64:58
     const int v53 = (v41 - v52);
-    // spec: specs/fa2_fwd.yaml:72:46
+    // spec: specs/fa2_fwd.yaml:64:50
     const int v54 = (kg::max_(v53, v51));
-    // spec: specs/fa2_fwd.yaml:72:30
+    // spec: specs/fa2_fwd.yaml:64:34
     kg::fp16 v55[16];
     {
       const kg::fp16* p_ = t_v + ((int64_t)(v20) * stride_v_0 + (int64_t)(v36) * stride_v_2);
@@ -218,22 +218,22 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_fwd_fw
         }
       }
     }
-    // spec: specs/fa2_fwd.yaml:72:23
+    // spec: specs/fa2_fwd.yaml:64:27
     kg::fp16* v56 = reinterpret_cast<kg::fp16*>(smem + 34816);
     kg::sync();
     #pragma unroll
     for (int e = 0; e < 16; ++e) v56[((((lane >> 5) & 1) * 4 + (warp & 1) * 32 + ((warp >> 1) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 40 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0))] = v44[e];
 
-    // spec: specs/fa2_fwd.yaml:72:23
+    // spec: specs/fa2_fwd.yaml:64:27
     kg::fp16* v57 = reinterpret_cast<kg::fp16*>(smem + 45056);
     #pragma unroll
     for (int e = 0; e < 16; ++e) v57[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 40 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16))] = v55[e];
     kg::sync();
-    // spec: specs/fa2_fwd.yaml:72:23
+    // spec: specs/fa2_fwd.yaml:64:27
     float v58[64];
     #pragma unroll
     for (int e = 0; e < 64; ++e) v58[e] = 0.0f;
-    // spec: specs/fa2_fwd.yaml:72:23
+    // spec: specs/fa2_fwd.yaml:64:27
     float (&v59)[64] = v58;
     #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
@@ -249,35 +249,35 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_fwd_fw
         for (int rn = 0; rn < 4; ++rn)
           kg::mfma_32x32x8_fp16(&v59[(rm * 4 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
     }
-    // spec: specs/fa2_fwd.yaml:73:32
+    // spec: specs/fa2_fwd.yaml:66:40
     int v60[1];
     #pragma unroll
     for (int e = 0; e < 1; ++e) v60[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0);
-    // spec: specs/fa2_fwd.yaml:73:18
+    // spec: specs/fa2_fwd.yaml:66:26
     const int v61 = 32;
-    // spec: specs/fa2_fwd.yaml:73:18
+    // spec: specs/fa2_fwd.yaml:66:26
     const int v62 = (v41 * v61);
-    // spec: specs/fa2_fwd.yaml:73:18
+    // spec: specs/fa2_fwd.yaml:66:26
     int v63[1];
     #pragma unroll
     for (int e = 0; e < 1; ++e) v63[e] = (v62 + v60[e]);
-    // spec: specs/fa2_fwd.yaml:74:19
+    // spec: specs/fa2_fwd.yaml:67:27
     int (&v64)[1] = v63;
-    // spec: specs/fa2_fwd.yaml:74:19
+    // spec: specs/fa2_fwd.yaml:67:27
     bool v65[1];
     #pragma unroll
     for (int e = 0; e < 1; ++e) v65[e] = (v64[e] < v0);
-    // spec: specs/fa2_fwd.yaml:77:15
+    // spec: specs/fa2_fwd.yaml:70:23
     bool v66[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v66[e] = v65[0];
-    // spec: specs/fa2_fwd.yaml:77:15
+    // spec: specs/fa2_fwd.yaml:70:23
     const float v67 = -kg::inf();
-    // spec: specs/fa2_fwd.yaml:77:15
+    // spec: specs/fa2_fwd.yaml:70:23
     float v68[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v68[e] = (v66[e] ? v50[e] : v67);
-    // spec: specs/fa2_fwd.yaml:78:30
+    // spec: specs/fa2_fwd.yaml:71:34
     float v69[16];
     {
       float r69[16];
@@ -301,45 +301,45 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_fwd_fw
     #pragma unroll
       for (int e = 0; e < 16; ++e) v69[e] = kg::cvt<float>(r69[e]);
     }
-    // spec: specs/fa2_fwd.yaml:79:19
+    // spec: specs/fa2_fwd.yaml:74:27
     const float v70 = 0.0f;
-    // spec: specs/fa2_fwd.yaml:79:25
+    // spec: specs/fa2_fwd.yaml:74:33
     const float v71 = -kg::inf();
-    // spec: specs/fa2_fwd.yaml:78:19
+    // spec: specs/fa2_fwd.yaml:71:23
     float v72[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v72[e] = (kg::max_(v45[e], v69[e]));
-    // spec: specs/fa2_fwd.yaml:79:25
+    // spec: specs/fa2_fwd.yaml:74:33
     bool v73[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v73[e] = (v72[e] == v71);
-    // spec: specs/fa2_fwd.yaml:79:19
+    // spec: specs/fa2_fwd.yaml:74:27
     float v74[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v74[e] = (v73[e] ? v70 : v72[e]);
-    // spec: specs/fa2_fwd.yaml:80:38
+    // spec: specs/fa2_fwd.yaml:75:42
     float v75[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v75[e] = (v74[e] * v34);
-    // spec: specs/fa2_fwd.yaml:80:37
+    // spec: specs/fa2_fwd.yaml:75:41
     float (&v76)[16] = v75;
-    // spec: specs/fa2_fwd.yaml:80:24
+    // spec: specs/fa2_fwd.yaml:75:28
     float v77[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v77[e] = v76[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-    // spec: specs/fa2_fwd.yaml:80:24
+    // spec: specs/fa2_fwd.yaml:75:28
     float v78[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v78[e] = (v68[e] * v34);
-    // spec: specs/fa2_fwd.yaml:80:24
+    // spec: specs/fa2_fwd.yaml:75:28
     float v79[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v79[e] = (v78[e] - v77[e]);
-    // spec: specs/fa2_fwd.yaml:80:19
+    // spec: specs/fa2_fwd.yaml:75:23
     float v80[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v80[e] = kg::exp2_(v79[e]);
-    // spec: specs/fa2_fwd.yaml:82:27
+    // spec: specs/fa2_fwd.yaml:77:31
     float v81[16];
     {
       float r81[16];
@@ -363,45 +363,45 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_fwd_fw
     #pragma unroll
       for (int e = 0; e < 16; ++e) v81[e] = kg::cvt<float>(r81[e]);
     }
-    // spec: specs/fa2_fwd.yaml:84:15
+    // spec: specs/fa2_fwd.yaml:79:19
     kg::fp16 v82[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v82[e] = kg::cvt<kg::fp16>(v80[e]);
-    // spec: specs/fa2_fwd.yaml:81:25
+    // spec: specs/fa2_fwd.yaml:76:29
     float v83[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v83[e] = (v45[e] - v74[e]);
-    // spec: specs/fa2_fwd.yaml:81:24
+    // spec: specs/fa2_fwd.yaml:76:28
     float v84[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v84[e] = (v83[e] * v34);
-    // spec: specs/fa2_fwd.yaml:81:19
+    // spec: specs/fa2_fwd.yaml:76:23
     float v85[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v85[e] = kg::exp2_(v84[e]);
-    // spec: specs/fa2_fwd.yaml:83:23
+    // spec: specs/fa2_fwd.yaml:78:27
     float (&v86)[16] = v85;
-    // spec: specs/fa2_fwd.yaml:83:17
+    // spec: specs/fa2_fwd.yaml:78:21
     float v87[64];
     #pragma unroll
     for (int e = 0; e < 64; ++e) v87[e] = v86[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-    // spec: specs/fa2_fwd.yaml:72:17
+    // spec: specs/fa2_fwd.yaml:64:21
     float v88[64];
     #pragma unroll
     for (int e = 0; e < 64; ++e) v88[e] = (v42[e] + v59[e]);
-    // spec: specs/fa2_fwd.yaml:83:17
+    // spec: specs/fa2_fwd.yaml:78:21
     float v89[64];
     #pragma unroll
     for (int e = 0; e < 64; ++e) v89[e] = (v88[e] * v87[e]);
-    // spec: specs/fa2_fwd.yaml:82:15
+    // spec: specs/fa2_fwd.yaml:77:19
     float v90[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v90[e] = (v43[e] * v85[e]);
-    // spec: specs/fa2_fwd.yaml:82:15
+    // spec: specs/fa2_fwd.yaml:77:19
     float v91[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v91[e] = (v90[e] + v81[e]);
-    // spec: specs/fa2_fwd.yaml:85:15
+    // spec: specs/fa2_fwd.yaml:80:19
 
     float y0_[64];
     #pragma unroll
@@ -424,15 +424,15 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_fwd_fw
     #pragma unroll
     for (int e = 0; e < 16; ++e) v40[e] = y3_[e];
   }
-  // spec: specs/fa2_fwd.yaml:86:42
+  // spec: specs/fa2_fwd.yaml:81:42
   const int v92 = 0;
-  // spec: specs/fa2_fwd.yaml:86:50
+  // spec: specs/fa2_fwd.yaml:81:50
   const int v93 = 1;
-  // spec: specs/fa2_fwd.yaml:86:50
+  // spec: specs/fa2_fwd.yaml:81:50
   const int v94 = (v32 - v93);
-  // spec: specs/fa2_fwd.yaml:86:42
+  // spec: specs/fa2_fwd.yaml:81:42
   const int v95 = (kg::max_(v94, v92));
-  // spec: specs/fa2_fwd.yaml:86:26
+  // spec: specs/fa2_fwd.yaml:81:26
   kg::fp16 v96[16];
   {
     const kg::fp16* p_ = t_v + ((int64_t)(v20) * stride_v_0 + (int64_t)(v36) * stride_v_2);
@@ -454,22 +454,22 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_fwd_fw
       }
     }
   }
-  // spec: specs/fa2_fwd.yaml:86:19
+  // spec: specs/fa2_fwd.yaml:81:19
   kg::fp16* v97 = reinterpret_cast<kg::fp16*>(smem + 0);
   kg::sync();
   #pragma unroll
   for (int e = 0; e < 16; ++e) v97[((((lane >> 5) & 1) * 4 + (warp & 1) * 32 + ((warp >> 1) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 40 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0))] = v39[e];
 
-  // spec: specs/fa2_fwd.yaml:86:19
+  // spec: specs/fa2_fwd.yaml:81:19
   kg::fp16* v98 = reinterpret_cast<kg::fp16*>(smem + 10240);
   #pragma unroll
   for (int e = 0; e < 16; ++e) v98[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 40 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16))] = v96[e];
   kg::sync();
-  // spec: specs/fa2_fwd.yaml:86:19
+  // spec: specs/fa2_fwd.yaml:81:19
   float v99[64];
   #pragma unroll
   for (int e = 0; e < 64; ++e) v99[e] = 0.0f;
-  // spec: specs/fa2_fwd.yaml:86:19
+  // spec: specs/fa2_fwd.yaml:81:19
   float (&v100)[64] = v99;
   #pragma unroll
   for (int ks = 0; ks < 4; ++ks) {
@@ -485,37 +485,37 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_fwd_fw
       for (int rn = 0; rn < 4; ++rn)
         kg::mfma_32x32x8_fp16(&v100[(rm * 4 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
   }
-  // spec: specs/fa2_fwd.yaml:88:15
+  // spec: specs/fa2_fwd.yaml:83:15
   const float v101 = 1.0f;
-  // spec: specs/fa2_fwd.yaml:88:21
+  // spec: specs/fa2_fwd.yaml:83:21
   const float v102 = 0.0f;
-  // spec: specs/fa2_fwd.yaml:88:21
+  // spec: specs/fa2_fwd.yaml:83:21
   bool v103[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v103[e] = (v38[e] == v102);
-  // spec: specs/fa2_fwd.yaml:88:15
+  // spec: specs/fa2_fwd.yaml:83:15
   float v104[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v104[e] = (v103[e] ? v101 : v38[e]);
-  // spec: specs/fa2_fwd.yaml:89:52
+  // spec: specs/fa2_fwd.yaml:84:52
   float (&v105)[16] = v104;
-  // spec: specs/fa2_fwd.yaml:89:46
+  // spec: specs/fa2_fwd.yaml:84:46
   float v106[64];
   #pragma unroll
   for (int e = 0; e < 64; ++e) v106[e] = v105[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-  // spec: specs/fa2_fwd.yaml:86:13
+  // spec: specs/fa2_fwd.yaml:81:13
   float v107[64];
   #pragma unroll
   for (int e = 0; e < 64; ++e) v107[e] = (v37[e] + v100[e]);
-  // spec: specs/fa2_fwd.yaml:89:46
+  // spec: specs/fa2_fwd.yaml:84:46
   float v108[64];
   #pragma unroll
   for (int e = 0; e < 64; ++e) v108[e] = (v107[e] / v106[e]);
-  // spec: specs/fa2_fwd.yaml:89:45
+  // spec: specs/fa2_fwd.yaml:84:45
   kg::fp16 v109[64];
   #pragma unroll
   for (int e = 0; e < 64; ++e) v109[e] = kg::cvt<kg::fp16>(v108[e]);
-  // spec: specs/fa2_fwd.yaml:89:7
+  // spec: specs/fa2_fwd.yaml:84:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_o + ((int64_t)(v20) * stride_o_0 + (int64_t)(v19) * stride_o_2);
     const bool aligned_ = false;
@@ -529,37 +529,37 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_fwd_fw
       if (i0_ < (size_SQ)) p_[off_] = v109[e];
     }
   }
-  // spec: specs/fa2_fwd.yaml:90:44
+  // spec: specs/fa2_fwd.yaml:85:44
   const float v110 = -kg::inf();
-  // spec: specs/fa2_fwd.yaml:90:66
+  // spec: specs/fa2_fwd.yaml:85:66
   const float v111 = 0.6931471805599453f;
-  // spec: specs/fa2_fwd.yaml:90:80
+  // spec: specs/fa2_fwd.yaml:85:80
   float v112[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v112[e] = kg::log2_(v104[e]);
-  // spec: specs/fa2_fwd.yaml:90:67
+  // spec: specs/fa2_fwd.yaml:85:67
   float v113[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v113[e] = (v40[e] * v34);
-  // spec: specs/fa2_fwd.yaml:90:67
+  // spec: specs/fa2_fwd.yaml:85:67
   float v114[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v114[e] = (v113[e] + v112[e]);
-  // spec: specs/fa2_fwd.yaml:90:66
+  // spec: specs/fa2_fwd.yaml:85:66
   float v115[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v115[e] = (v114[e] * v111);
-  // spec: specs/fa2_fwd.yaml:90:50
+  // spec: specs/fa2_fwd.yaml:85:50
   const float v116 = 0.0f;
-  // spec: specs/fa2_fwd.yaml:90:50
+  // spec: specs/fa2_fwd.yaml:85:50
   bool v117[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v117[e] = (v38[e] == v116);
-  // spec: specs/fa2_fwd.yaml:90:44
+  // spec: specs/fa2_fwd.yaml:85:44
   float v118[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v118[e] = (v117[e] ? v110 : v115[e]);
-  // spec: specs/fa2_fwd.yaml:90:7
+  // spec: specs/fa2_fwd.yaml:85:7
   if ((lane & 31) == 0 && (warp & 0) == 0) {
     float* p_ = t_lse + ((int64_t)(v20) * stride_lse_0 + (int64_t)(v19) * stride_lse_1);
     const bool aligned_ = kg::aligned(p_, 16) && stride_lse_0 % 4 == 0 && stride_lse_1 % 4 == 0;

@@ -64,15 +64,15 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
       }
     }
   }
-  // spec: specs/fa2_fwd.yaml:61:19
+  // spec: specs/fa2_fwd.yaml:63:19
   kg::fp16* v18 = reinterpret_cast<kg::fp16*>(smem + 0);
   kg::sync();
   #pragma unroll
   for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v18[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16) + (((e >> 3) & 1) * 32 + ((e >> 4) & 1) * 64)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v17[e]);
   kg::sync();
-  // spec: specs/fa2_fwd.yaml:60:26
+  // spec: specs/fa2_fwd.yaml:62:71
   const int v19 = 1;
-  // spec: specs/fa2_fwd.yaml:60:26
+  // spec: specs/fa2_fwd.yaml:62:71
   const int v20 = 0;
   // spec: specs/fa2_fwd.yaml:59:58
   const int v21 = 32;
@@ -156,7 +156,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
   const int v56 = (kg::floordiv(v4, v3));
   // spec: specs/fa2_fwd.yaml:45:12
   const int v57 = (kg::floordiv(v15, v56));
-  // spec: specs/fa2_fwd.yaml:60:11
+  // spec: specs/fa2_fwd.yaml:62:11
 
   float v58[32];
   #pragma unroll
@@ -176,7 +176,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
     kg::fp16 (&v65)[8] = v60;
     float (&v66)[4] = v61;
     
-    // spec: specs/fa2_fwd.yaml:61:27
+    // spec: specs/fa2_fwd.yaml:63:27
     kg::fp16 v67[8];
     {
       const kg::fp16* p_ = t_k + ((int64_t)(v16) * stride_k_0 + (int64_t)(v57) * stride_k_2);
@@ -198,19 +198,19 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
         }
       }
     }
-    // spec: specs/fa2_fwd.yaml:61:19
+    // spec: specs/fa2_fwd.yaml:63:19
     kg::fp16* v68 = reinterpret_cast<kg::fp16*>(smem + 34816);
     kg::sync();
     #pragma unroll
     for (int e = 0; e < 8; e += 8) kg::copy_vec<8>(&v68[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16) + (0)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v67[e]);
     kg::sync();
-    // spec: specs/fa2_fwd.yaml:61:19
+    // spec: specs/fa2_fwd.yaml:63:19
     kg::fp16* v69 = v68;
-    // spec: specs/fa2_fwd.yaml:61:19
+    // spec: specs/fa2_fwd.yaml:63:19
     float v70[8];
     #pragma unroll
     for (int e = 0; e < 8; ++e) v70[e] = 0.0f;
-    // spec: specs/fa2_fwd.yaml:61:19
+    // spec: specs/fa2_fwd.yaml:63:19
     float (&v71)[8] = v70;
     #pragma unroll
     for (int ks = 0; ks < 8; ++ks) {
@@ -226,15 +226,15 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
         for (int rn = 0; rn < 2; ++rn)
           kg::mfma_16x16x16_fp16(&v71[(rm * 2 + rn) * 4], &fa_[rm * 4], &fb_[rn * 4]);
     }
-    // spec: specs/fa2_fwd.yaml:62:50
+    // spec: specs/fa2_fwd.yaml:64:50
     const int v72 = 0;
-    // spec: specs/fa2_fwd.yaml:62:58
+    // spec: specs/fa2_fwd.yaml:64:58
     const int v73 = 1;
-    // spec: specs/fa2_fwd.yaml:62:58
+    // spec: specs/fa2_fwd.yaml:64:58
     const int v74 = (v62 - v73);
-    // spec: specs/fa2_fwd.yaml:62:50
+    // spec: specs/fa2_fwd.yaml:64:50
     const int v75 = (kg::max_(v74, v72));
-    // spec: specs/fa2_fwd.yaml:62:34
+    // spec: specs/fa2_fwd.yaml:64:34
     kg::fp16 v76[8];
     {
       const kg::fp16* p_ = t_v + ((int64_t)(v16) * stride_v_0 + (int64_t)(v57) * stride_v_2);
@@ -256,18 +256,18 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
         }
       }
     }
-    // spec: specs/fa2_fwd.yaml:62:27
+    // spec: specs/fa2_fwd.yaml:64:27
     kg::fp16* v77 = reinterpret_cast<kg::fp16*>(smem + 34816);
     kg::sync();
     #pragma unroll
     for (int e = 0; e < 8; ++e) v77[((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 40 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((e >> 2) & 1) * 16))] = v65[e];
 
-    // spec: specs/fa2_fwd.yaml:62:27
+    // spec: specs/fa2_fwd.yaml:64:27
     kg::fp16* v78 = reinterpret_cast<kg::fp16*>(smem + 45056);
     #pragma unroll
     for (int e = 0; e < 8; ++e) v78[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 40 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16) + (0))] = v76[e];
     kg::sync();
-    // spec: specs/fa2_fwd.yaml:62:27
+    // spec: specs/fa2_fwd.yaml:64:27
     float (&v79)[32] = v63;
     #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
@@ -283,7 +283,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
         for (int rn = 0; rn < 2; ++rn)
           kg::mfma_32x32x8_fp16(&v79[(rm * 2 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
     }
-    // spec: specs/fa2_fwd.yaml:63:34
+    // spec: specs/fa2_fwd.yaml:71:34
     float v80[4];
     {
       float r80[4];
@@ -305,33 +305,33 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
     #pragma unroll
       for (int e = 0; e < 4; ++e) v80[e] = kg::cvt<float>(r80[e]);
     }
-    // spec: specs/fa2_fwd.yaml:63:23
+    // spec: specs/fa2_fwd.yaml:71:23
     float v81[4];
     #pragma unroll
     for (int e = 0; e < 4; ++e) v81[e] = (kg::max_(v66[e], v80[e]));
-    // spec: specs/fa2_fwd.yaml:64:42
+    // spec: specs/fa2_fwd.yaml:75:42
     float v82[4];
     #pragma unroll
     for (int e = 0; e < 4; ++e) v82[e] = (v81[e] * v55);
-    // spec: specs/fa2_fwd.yaml:64:41
+    // spec: specs/fa2_fwd.yaml:75:41
     float (&v83)[4] = v82;
-    // spec: specs/fa2_fwd.yaml:64:28
+    // spec: specs/fa2_fwd.yaml:75:28
     float v84[8];
     #pragma unroll
     for (int e = 0; e < 8; ++e) v84[e] = v83[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-    // spec: specs/fa2_fwd.yaml:64:28
+    // spec: specs/fa2_fwd.yaml:75:28
     float v85[8];
     #pragma unroll
     for (int e = 0; e < 8; ++e) v85[e] = (v71[e] * v55);
-    // spec: specs/fa2_fwd.yaml:64:28
+    // spec: specs/fa2_fwd.yaml:75:28
     float v86[8];
     #pragma unroll
     for (int e = 0; e < 8; ++e) v86[e] = (v85[e] - v84[e]);
-    // spec: specs/fa2_fwd.yaml:64:23
+    // spec: specs/fa2_fwd.yaml:75:23
     float v87[8];
     #pragma unroll
     for (int e = 0; e < 8; ++e) v87[e] = kg::exp2_(v86[e]);
-    // spec: specs/fa2_fwd.yaml:66:31
+    // spec: specs/fa2_fwd.yaml:77:31
     float v88[4];
     {
       float r88[4];
@@ -353,21 +353,21 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
     #pragma unroll
       for (int e = 0; e < 4; ++e) v88[e] = kg::cvt<float>(r88[e]);
     }
-    // spec: specs/fa2_fwd.yaml:65:29
+    // spec: specs/fa2_fwd.yaml:76:29
     float v89[4];
     #pragma unroll
     for (int e = 0; e < 4; ++e) v89[e] = (v66[e] - v81[e]);
-    // spec: specs/fa2_fwd.yaml:65:28
+    // spec: specs/fa2_fwd.yaml:76:28
     float v90[4];
     #pragma unroll
     for (int e = 0; e < 4; ++e) v90[e] = (v89[e] * v55);
-    // spec: specs/fa2_fwd.yaml:65:23
+    // spec: specs/fa2_fwd.yaml:76:23
     float v91[4];
     #pragma unroll
     for (int e = 0; e < 4; ++e) v91[e] = kg::exp2_(v90[e]);
-    // spec: specs/fa2_fwd.yaml:67:27
+    // spec: specs/fa2_fwd.yaml:78:27
     float (&v92)[4] = v91;
-    // spec: specs/fa2_fwd.yaml:67:21
+    // spec: specs/fa2_fwd.yaml:78:21
     float v93[16];
     {
       float* scratch_ = reinterpret_cast<float*>(smem + 34816);
@@ -378,27 +378,27 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
     #pragma unroll
       for (int e = 0; e < 16; ++e) v93[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1];
     }
-    // spec: specs/fa2_fwd.yaml:68:19
+    // spec: specs/fa2_fwd.yaml:79:19
     kg::fp16 v94[8];
     #pragma unroll
     for (int e = 0; e < 8; ++e) v94[e] = kg::cvt<kg::fp16>(v87[e]);
-    // spec: specs/fa2_fwd.yaml:67:21
+    // spec: specs/fa2_fwd.yaml:78:21
     float v95[32];
     #pragma unroll
     for (int e = 0; e < 32; ++e) v95[e] = v93[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-    // spec: specs/fa2_fwd.yaml:67:21
+    // spec: specs/fa2_fwd.yaml:78:21
     float v96[32];
     #pragma unroll
     for (int e = 0; e < 32; ++e) v96[e] = (v79[e] * v95[e]);
-    // spec: specs/fa2_fwd.yaml:66:19
+    // spec: specs/fa2_fwd.yaml:77:19
     float v97[4];
     #pragma unroll
     for (int e = 0; e < 4; ++e) v97[e] = (v64[e] * v91[e]);
-    // spec: specs/fa2_fwd.yaml:66:19
+    // spec: specs/fa2_fwd.yaml:77:19
     float v98[4];
     #pragma unroll
     for (int e = 0; e < 4; ++e) v98[e] = (v97[e] + v88[e]);
-    // spec: specs/fa2_fwd.yaml:69:19
+    // spec: specs/fa2_fwd.yaml:80:19
 
     float y0_[32];
     #pragma unroll
@@ -433,11 +433,11 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
   int v102[4];
   #pragma unroll
   for (int e = 0; e < 4; ++e) v102[e] = (v101 + v99[e]);
-  // spec: specs/fa2_fwd.yaml:76:50
+  // spec: specs/fa2_fwd.yaml:69:58
   int (&v103)[4] = v102;
-  // spec: specs/fa2_fwd.yaml:70:30
+  // spec: specs/fa2_fwd.yaml:62:51
   const int v104 = 1;
-  // spec: specs/fa2_fwd.yaml:70:7
+  // spec: specs/fa2_fwd.yaml:62:11
 
   float v105[32];
   #pragma unroll
@@ -457,7 +457,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
     kg::fp16 (&v112)[8] = v107;
     float (&v113)[4] = v108;
     
-    // spec: specs/fa2_fwd.yaml:71:23
+    // spec: specs/fa2_fwd.yaml:63:27
     kg::fp16 v114[8];
     {
       const kg::fp16* p_ = t_k + ((int64_t)(v16) * stride_k_0 + (int64_t)(v57) * stride_k_2);
@@ -479,19 +479,19 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
         }
       }
     }
-    // spec: specs/fa2_fwd.yaml:71:15
+    // spec: specs/fa2_fwd.yaml:63:19
     kg::fp16* v115 = reinterpret_cast<kg::fp16*>(smem + 34816);
     kg::sync();
     #pragma unroll
     for (int e = 0; e < 8; e += 8) kg::copy_vec<8>(&v115[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16) + (0)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v114[e]);
     kg::sync();
-    // spec: specs/fa2_fwd.yaml:71:15
+    // spec: specs/fa2_fwd.yaml:63:19
     kg::fp16* v116 = v115;
-    // spec: specs/fa2_fwd.yaml:71:15
+    // spec: specs/fa2_fwd.yaml:63:19
     float v117[8];
     #pragma unroll
     for (int e = 0; e < 8; ++e) v117[e] = 0.0f;
-    // spec: specs/fa2_fwd.yaml:71:15
+    // spec: specs/fa2_fwd.yaml:63:19
     float (&v118)[8] = v117;
     #pragma unroll
     for (int ks = 0; ks < 8; ++ks) {
@@ -507,15 +507,15 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
         for (int rn = 0; rn < 2; ++rn)
           kg::mfma_16x16x16_fp16(&v118[(rm * 2 + rn) * 4], &fa_[rm * 4], &fb_[rn * 4]);
     }
-    // spec: specs/fa2_fwd.yaml:72:46
+    // spec: specs/fa2_fwd.yaml:64:50
     const int v119 = 0;
-    // spec: specs/fa2_fwd.yaml:72:54
+    // spec: specs/fa2_fwd.yaml:64:58
     const int v120 = 1;
-    // spec: specs/fa2_fwd.yaml:72:54
+    // spec: specs/fa2_fwd.yaml:64:58
     const int v121 = (v109 - v120);
-    // spec: specs/fa2_fwd.yaml:72:46
+    // spec: specs/fa2_fwd.yaml:64:50
     const int v122 = (kg::max_(v121, v119));
-    // spec: specs/fa2_fwd.yaml:72:30
+    // spec: specs/fa2_fwd.yaml:64:34
     kg::fp16 v123[8];
     {
       const kg::fp16* p_ = t_v + ((int64_t)(v16) * stride_v_0 + (int64_t)(v57) * stride_v_2);
@@ -537,18 +537,18 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
         }
       }
     }
-    // spec: specs/fa2_fwd.yaml:72:23
+    // spec: specs/fa2_fwd.yaml:64:27
     kg::fp16* v124 = reinterpret_cast<kg::fp16*>(smem + 34816);
     kg::sync();
     #pragma unroll
     for (int e = 0; e < 8; ++e) v124[((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 40 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((e >> 2) & 1) * 16))] = v112[e];
 
-    // spec: specs/fa2_fwd.yaml:72:23
+    // spec: specs/fa2_fwd.yaml:64:27
     kg::fp16* v125 = reinterpret_cast<kg::fp16*>(smem + 45056);
     #pragma unroll
     for (int e = 0; e < 8; ++e) v125[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 40 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16) + (0))] = v123[e];
     kg::sync();
-    // spec: specs/fa2_fwd.yaml:72:23
+    // spec: specs/fa2_fwd.yaml:64:27
     float (&v126)[32] = v110;
     #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
@@ -564,59 +564,59 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
         for (int rn = 0; rn < 2; ++rn)
           kg::mfma_32x32x8_fp16(&v126[(rm * 2 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
     }
-    // spec: specs/fa2_fwd.yaml:77:15
+    // spec: specs/fa2_fwd.yaml:70:23
     const float v127 = -kg::inf();
-    // spec: specs/fa2_fwd.yaml:73:32
+    // spec: specs/fa2_fwd.yaml:66:40
     int v128[2];
     #pragma unroll
     for (int e = 0; e < 2; ++e) v128[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + ((e & 1) * 16);
-    // spec: specs/fa2_fwd.yaml:73:18
+    // spec: specs/fa2_fwd.yaml:66:26
     const int v129 = 32;
-    // spec: specs/fa2_fwd.yaml:73:18
+    // spec: specs/fa2_fwd.yaml:66:26
     const int v130 = (v109 * v129);
-    // spec: specs/fa2_fwd.yaml:73:18
+    // spec: specs/fa2_fwd.yaml:66:26
     int v131[2];
     #pragma unroll
     for (int e = 0; e < 2; ++e) v131[e] = (v130 + v128[e]);
-    // spec: specs/fa2_fwd.yaml:74:19
+    // spec: specs/fa2_fwd.yaml:67:27
     int (&v132)[2] = v131;
-    // spec: specs/fa2_fwd.yaml:74:19
+    // spec: specs/fa2_fwd.yaml:67:27
     bool v133[2];
     #pragma unroll
     for (int e = 0; e < 2; ++e) v133[e] = (v132[e] < v0);
-    // spec: specs/fa2_fwd.yaml:76:23
+    // spec: specs/fa2_fwd.yaml:69:31
     bool v134[8];
     #pragma unroll
     for (int e = 0; e < 8; ++e) v134[e] = v133[((e >> 2) & 1) * 1];
-    // spec: specs/fa2_fwd.yaml:76:67
+    // spec: specs/fa2_fwd.yaml:69:75
     const int v135 = (v0 - v2);
-    // spec: specs/fa2_fwd.yaml:76:50
+    // spec: specs/fa2_fwd.yaml:69:58
     int v136[4];
     #pragma unroll
     for (int e = 0; e < 4; ++e) v136[e] = (v103[e] + v135);
-    // spec: specs/fa2_fwd.yaml:76:33
+    // spec: specs/fa2_fwd.yaml:69:41
     int v137[8];
     #pragma unroll
     for (int e = 0; e < 8; ++e) v137[e] = v136[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-    // spec: specs/fa2_fwd.yaml:76:33
+    // spec: specs/fa2_fwd.yaml:69:41
     int (&v138)[2] = v131;
-    // spec: specs/fa2_fwd.yaml:76:33
+    // spec: specs/fa2_fwd.yaml:69:41
     int v139[8];
     #pragma unroll
     for (int e = 0; e < 8; ++e) v139[e] = v138[((e >> 2) & 1) * 1];
-    // spec: specs/fa2_fwd.yaml:76:33
+    // spec: specs/fa2_fwd.yaml:69:41
     bool v140[8];
     #pragma unroll
     for (int e = 0; e < 8; ++e) v140[e] = (v139[e] <= v137[e]);
-    // spec: specs/fa2_fwd.yaml:76:23
+    // spec: specs/fa2_fwd.yaml:69:31
     bool v141[8];
     #pragma unroll
     for (int e = 0; e < 8; ++e) v141[e] = (v134[e] && v140[e]);
-    // spec: specs/fa2_fwd.yaml:77:15
+    // spec: specs/fa2_fwd.yaml:70:23
     float v142[8];
     #pragma unroll
     for (int e = 0; e < 8; ++e) v142[e] = (v141[e] ? v118[e] : v127);
-    // spec: specs/fa2_fwd.yaml:78:30
+    // spec: specs/fa2_fwd.yaml:71:34
     float v143[4];
     {
       float r143[4];
@@ -638,45 +638,45 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
     #pragma unroll
       for (int e = 0; e < 4; ++e) v143[e] = kg::cvt<float>(r143[e]);
     }
-    // spec: specs/fa2_fwd.yaml:79:19
+    // spec: specs/fa2_fwd.yaml:74:27
     const float v144 = 0.0f;
-    // spec: specs/fa2_fwd.yaml:79:25
+    // spec: specs/fa2_fwd.yaml:74:33
     const float v145 = -kg::inf();
-    // spec: specs/fa2_fwd.yaml:78:19
+    // spec: specs/fa2_fwd.yaml:71:23
     float v146[4];
     #pragma unroll
     for (int e = 0; e < 4; ++e) v146[e] = (kg::max_(v113[e], v143[e]));
-    // spec: specs/fa2_fwd.yaml:79:25
+    // spec: specs/fa2_fwd.yaml:74:33
     bool v147[4];
     #pragma unroll
     for (int e = 0; e < 4; ++e) v147[e] = (v146[e] == v145);
-    // spec: specs/fa2_fwd.yaml:79:19
+    // spec: specs/fa2_fwd.yaml:74:27
     float v148[4];
     #pragma unroll
     for (int e = 0; e < 4; ++e) v148[e] = (v147[e] ? v144 : v146[e]);
-    // spec: specs/fa2_fwd.yaml:80:38
+    // spec: specs/fa2_fwd.yaml:75:42
     float v149[4];
     #pragma unroll
     for (int e = 0; e < 4; ++e) v149[e] = (v148[e] * v55);
-    // spec: specs/fa2_fwd.yaml:80:37
+    // spec: specs/fa2_fwd.yaml:75:41
     float (&v150)[4] = v149;
-    // spec: specs/fa2_fwd.yaml:80:24
+    // spec: specs/fa2_fwd.yaml:75:28
     float v151[8];
     #pragma unroll
     for (int e = 0; e < 8; ++e) v151[e] = v150[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-    // spec: specs/fa2_fwd.yaml:80:24
+    // spec: specs/fa2_fwd.yaml:75:28
     float v152[8];
     #pragma unroll
     for (int e = 0; e < 8; ++e) v152[e] = (v142[e] * v55);
-    // spec: specs/fa2_fwd.yaml:80:24
+    // spec: specs/fa2_fwd.yaml:75:28
     float v153[8];
     #pragma unroll
     for (int e = 0; e < 8; ++e) v153[e] = (v152[e] - v151[e]);
-    // spec: specs/fa2_fwd.yaml:80:19
+    // spec: specs/fa2_fwd.yaml:75:23
     float v154[8];
     #pragma unroll
     for (int e = 0; e < 8; ++e) v154[e] = kg::exp2_(v153[e]);
-    // spec: specs/fa2_fwd.yaml:82:27
+    // spec: specs/fa2_fwd.yaml:77:31
     float v155[4];
     {
       float r155[4];
@@ -698,21 +698,21 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
     #pragma unroll
       for (int e = 0; e < 4; ++e) v155[e] = kg::cvt<float>(r155[e]);
     }
-    // spec: specs/fa2_fwd.yaml:81:25
+    // spec: specs/fa2_fwd.yaml:76:29
     float v156[4];
     #pragma unroll
     for (int e = 0; e < 4; ++e) v156[e] = (v113[e] - v148[e]);
-    // spec: specs/fa2_fwd.yaml:81:24
+    // spec: specs/fa2_fwd.yaml:76:28
     float v157[4];
     #pragma unroll
     for (int e = 0; e < 4; ++e) v157[e] = (v156[e] * v55);
-    // spec: specs/fa2_fwd.yaml:81:19
+    // spec: specs/fa2_fwd.yaml:76:23
     float v158[4];
     #pragma unroll
     for (int e = 0; e < 4; ++e) v158[e] = kg::exp2_(v157[e]);
-    // spec: specs/fa2_fwd.yaml:83:23
+    // spec: specs/fa2_fwd.yaml:78:27
     float (&v159)[4] = v158;
-    // spec: specs/fa2_fwd.yaml:83:17
+    // spec: specs/fa2_fwd.yaml:78:21
     float v160[16];
     {
       float* scratch_ = reinterpret_cast<float*>(smem + 34816);
@@ -723,27 +723,27 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
     #pragma unroll
       for (int e = 0; e < 16; ++e) v160[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1];
     }
-    // spec: specs/fa2_fwd.yaml:84:15
+    // spec: specs/fa2_fwd.yaml:79:19
     kg::fp16 v161[8];
     #pragma unroll
     for (int e = 0; e < 8; ++e) v161[e] = kg::cvt<kg::fp16>(v154[e]);
-    // spec: specs/fa2_fwd.yaml:83:17
+    // spec: specs/fa2_fwd.yaml:78:21
     float v162[32];
     #pragma unroll
     for (int e = 0; e < 32; ++e) v162[e] = v160[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-    // spec: specs/fa2_fwd.yaml:83:17
+    // spec: specs/fa2_fwd.yaml:78:21
     float v163[32];
     #pragma unroll
     for (int e = 0; e < 32; ++e) v163[e] = (v126[e] * v162[e]);
-    // spec: specs/fa2_fwd.yaml:82:15
+    // spec: specs/fa2_fwd.yaml:77:19
     float v164[4];
     #pragma unroll
     for (int e = 0; e < 4; ++e) v164[e] = (v111[e] * v158[e]);
-    // spec: specs/fa2_fwd.yaml:82:15
+    // spec: specs/fa2_fwd.yaml:77:19
     float v165[4];
     #pragma unroll
     for (int e = 0; e < 4; ++e) v165[e] = (v164[e] + v155[e]);
-    // spec: specs/fa2_fwd.yaml:85:15
+    // spec: specs/fa2_fwd.yaml:80:19
 
     float y0_[32];
     #pragma unroll
@@ -766,15 +766,15 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
     #pragma unroll
     for (int e = 0; e < 4; ++e) v108[e] = y3_[e];
   }
-  // spec: specs/fa2_fwd.yaml:86:42
+  // spec: specs/fa2_fwd.yaml:81:42
   const int v166 = 0;
-  // spec: specs/fa2_fwd.yaml:86:50
+  // spec: specs/fa2_fwd.yaml:81:50
   const int v167 = 1;
-  // spec: specs/fa2_fwd.yaml:86:50
+  // spec: specs/fa2_fwd.yaml:81:50
   const int v168 = (v47 - v167);
-  // spec: specs/fa2_fwd.yaml:86:42
+  // spec: specs/fa2_fwd.yaml:81:42
   const int v169 = (kg::max_(v168, v166));
-  // spec: specs/fa2_fwd.yaml:86:26
+  // spec: specs/fa2_fwd.yaml:81:26
   kg::fp16 v170[8];
   {
     const kg::fp16* p_ = t_v + ((int64_t)(v16) * stride_v_0 + (int64_t)(v57) * stride_v_2);
@@ -796,18 +796,18 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
       }
     }
   }
-  // spec: specs/fa2_fwd.yaml:86:19
+  // spec: specs/fa2_fwd.yaml:81:19
   kg::fp16* v171 = reinterpret_cast<kg::fp16*>(smem + 0);
   kg::sync();
   #pragma unroll
   for (int e = 0; e < 8; ++e) v171[((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 40 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((e >> 2) & 1) * 16))] = v107[e];
 
-  // spec: specs/fa2_fwd.yaml:86:19
+  // spec: specs/fa2_fwd.yaml:81:19
   kg::fp16* v172 = reinterpret_cast<kg::fp16*>(smem + 10240);
   #pragma unroll
   for (int e = 0; e < 8; ++e) v172[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 40 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16) + (0))] = v170[e];
   kg::sync();
-  // spec: specs/fa2_fwd.yaml:86:19
+  // spec: specs/fa2_fwd.yaml:81:19
   float (&v173)[32] = v105;
   #pragma unroll
   for (int ks = 0; ks < 4; ++ks) {
@@ -823,21 +823,21 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
       for (int rn = 0; rn < 2; ++rn)
         kg::mfma_32x32x8_fp16(&v173[(rm * 2 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
   }
-  // spec: specs/fa2_fwd.yaml:88:15
+  // spec: specs/fa2_fwd.yaml:83:15
   const float v174 = 1.0f;
-  // spec: specs/fa2_fwd.yaml:88:21
+  // spec: specs/fa2_fwd.yaml:83:21
   const float v175 = 0.0f;
-  // spec: specs/fa2_fwd.yaml:88:21
+  // spec: specs/fa2_fwd.yaml:83:21
   bool v176[4];
   #pragma unroll
   for (int e = 0; e < 4; ++e) v176[e] = (v106[e] == v175);
-  // spec: specs/fa2_fwd.yaml:88:15
+  // spec: specs/fa2_fwd.yaml:83:15
   float v177[4];
   #pragma unroll
   for (int e = 0; e < 4; ++e) v177[e] = (v176[e] ? v174 : v106[e]);
-  // spec: specs/fa2_fwd.yaml:89:52
+  // spec: specs/fa2_fwd.yaml:84:52
   float (&v178)[4] = v177;
-  // spec: specs/fa2_fwd.yaml:89:46
+  // spec: specs/fa2_fwd.yaml:84:46
   float v179[16];
   {
     float* scratch_ = reinterpret_cast<float*>(smem + 0);
@@ -848,19 +848,19 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
   #pragma unroll
     for (int e = 0; e < 16; ++e) v179[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1];
   }
-  // spec: specs/fa2_fwd.yaml:89:46
+  // spec: specs/fa2_fwd.yaml:84:46
   float v180[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v180[e] = v179[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-  // spec: specs/fa2_fwd.yaml:89:46
+  // spec: specs/fa2_fwd.yaml:84:46
   float v181[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v181[e] = (v173[e] / v180[e]);
-  // spec: specs/fa2_fwd.yaml:89:45
+  // spec: specs/fa2_fwd.yaml:84:45
   kg::fp16 v182[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v182[e] = kg::cvt<kg::fp16>(v181[e]);
-  // spec: specs/fa2_fwd.yaml:89:7
+  // spec: specs/fa2_fwd.yaml:84:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_o + ((int64_t)(v16) * stride_o_0 + (int64_t)(v15) * stride_o_2);
     const bool aligned_ = false;
@@ -874,37 +874,37 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
       if (i0_ < (size_SQ)) p_[off_] = v182[e];
     }
   }
-  // spec: specs/fa2_fwd.yaml:90:44
+  // spec: specs/fa2_fwd.yaml:85:44
   const float v183 = -kg::inf();
-  // spec: specs/fa2_fwd.yaml:90:66
+  // spec: specs/fa2_fwd.yaml:85:66
   const float v184 = 0.6931471805599453f;
-  // spec: specs/fa2_fwd.yaml:90:80
+  // spec: specs/fa2_fwd.yaml:85:80
   float v185[4];
   #pragma unroll
   for (int e = 0; e < 4; ++e) v185[e] = kg::log2_(v177[e]);
-  // spec: specs/fa2_fwd.yaml:90:67
+  // spec: specs/fa2_fwd.yaml:85:67
   float v186[4];
   #pragma unroll
   for (int e = 0; e < 4; ++e) v186[e] = (v108[e] * v55);
-  // spec: specs/fa2_fwd.yaml:90:67
+  // spec: specs/fa2_fwd.yaml:85:67
   float v187[4];
   #pragma unroll
   for (int e = 0; e < 4; ++e) v187[e] = (v186[e] + v185[e]);
-  // spec: specs/fa2_fwd.yaml:90:66
+  // spec: specs/fa2_fwd.yaml:85:66
   float v188[4];
   #pragma unroll
   for (int e = 0; e < 4; ++e) v188[e] = (v187[e] * v184);
-  // spec: specs/fa2_fwd.yaml:90:50
+  // spec: specs/fa2_fwd.yaml:85:50
   const float v189 = 0.0f;
-  // spec: specs/fa2_fwd.yaml:90:50
+  // spec: specs/fa2_fwd.yaml:85:50
   bool v190[4];
   #pragma unroll
   for (int e = 0; e < 4; ++e) v190[e] = (v106[e] == v189);
-  // spec: specs/fa2_fwd.yaml:90:44
+  // spec: specs/fa2_fwd.yaml:85:44
   float v191[4];
   #pragma unroll
   for (int e = 0; e < 4; ++e) v191[e] = (v190[e] ? v183 : v188[e]);
-  // spec: specs/fa2_fwd.yaml:90:7
+  // spec: specs/fa2_fwd.yaml:85:7
   if ((lane & 15) == 0 && (warp & 0) == 0) {
     float* p_ = t_lse + ((int64_t)(v16) * stride_lse_0 + (int64_t)(v15) * stride_lse_1);
     const bool aligned_ = kg::aligned(p_, 16) && stride_lse_0 % 4 == 0 && stride_lse_1 % 4 == 0;

@@ -76,15 +76,15 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
       }
     }
   }
-  // spec: specs/fa2_fwd.yaml:71:15
+  // spec: specs/fa2_fwd.yaml:63:19
   kg::fp16* v22 = reinterpret_cast<kg::fp16*>(smem + 0);
   kg::sync();
   #pragma unroll
   for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v22[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (((e >> 3) & 1) * 64)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v21[e]);
   kg::sync();
-  // spec: specs/fa2_fwd.yaml:70:30
+  // spec: specs/fa2_fwd.yaml:62:51
   const int v23 = 1;
-  // spec: specs/fa2_fwd.yaml:70:30
+  // spec: specs/fa2_fwd.yaml:62:51
   const int v24 = 0;
   // spec: specs/fa2_fwd.yaml:54:11
   kg::fp16 v25[16];
@@ -118,7 +118,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
   const int v35 = (kg::floordiv(v4, v3));
   // spec: specs/fa2_fwd.yaml:45:12
   const int v36 = (kg::floordiv(v19, v35));
-  // spec: specs/fa2_fwd.yaml:70:7
+  // spec: specs/fa2_fwd.yaml:62:11
 
   float v37[16];
   #pragma unroll
@@ -138,7 +138,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
     kg::fp16 (&v44)[16] = v39;
     float (&v45)[16] = v40;
     
-    // spec: specs/fa2_fwd.yaml:71:23
+    // spec: specs/fa2_fwd.yaml:63:27
     kg::fp16 v46[8];
     {
       const kg::fp16* p_ = t_k + ((int64_t)(v20) * stride_k_0 + (int64_t)(v36) * stride_k_2);
@@ -160,19 +160,19 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
         }
       }
     }
-    // spec: specs/fa2_fwd.yaml:71:15
+    // spec: specs/fa2_fwd.yaml:63:19
     kg::fp16* v47 = reinterpret_cast<kg::fp16*>(smem + 18432);
     kg::sync();
     #pragma unroll
     for (int e = 0; e < 8; e += 8) kg::copy_vec<8>(&v47[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (0)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v46[e]);
     kg::sync();
-    // spec: specs/fa2_fwd.yaml:71:15
+    // spec: specs/fa2_fwd.yaml:63:19
     kg::fp16* v48 = v47;
-    // spec: specs/fa2_fwd.yaml:71:15
+    // spec: specs/fa2_fwd.yaml:63:19
     float v49[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v49[e] = 0.0f;
-    // spec: specs/fa2_fwd.yaml:71:15
+    // spec: specs/fa2_fwd.yaml:63:19
     float (&v50)[16] = v49;
     #pragma unroll
     for (int ks = 0; ks < 8; ++ks) {
@@ -188,15 +188,15 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
         for (int rn = 0; rn < 1; ++rn)
           kg::mfma_32x32x8_fp16(&v50[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
     }
-    // spec: specs/fa2_fwd.yaml:72:46
+    // spec: specs/fa2_fwd.yaml:64:50
     const int v51 = 0;
-    // spec: specs/fa2_fwd.yaml:72:54
+    // spec: specs/fa2_fwd.yaml:64:58
     const int v52 = 1;
-    // spec: specs/fa2_fwd.yaml:72:54
+    // spec: specs/fa2_fwd.yaml:64:58
     const int v53 = (v41 - v52);
-    // spec: specs/fa2_fwd.yaml:72:46
+    // spec: specs/fa2_fwd.yaml:64:50
     const int v54 = (kg::max_(v53, v51));
-    // spec: specs/fa2_fwd.yaml:72:30
+    // spec: specs/fa2_fwd.yaml:64:34
     kg::fp16 v55[8];
     {
       const kg::fp16* p_ = t_v + ((int64_t)(v20) * stride_v_0 + (int64_t)(v36) * stride_v_2);
@@ -218,18 +218,18 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
         }
       }
     }
-    // spec: specs/fa2_fwd.yaml:72:23
+    // spec: specs/fa2_fwd.yaml:64:27
     kg::fp16* v56 = reinterpret_cast<kg::fp16*>(smem + 18432);
     kg::sync();
     #pragma unroll
     for (int e = 0; e < 16; ++e) v56[((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 72 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0))] = v44[e];
 
-    // spec: specs/fa2_fwd.yaml:72:23
+    // spec: specs/fa2_fwd.yaml:64:27
     kg::fp16* v57 = reinterpret_cast<kg::fp16*>(smem + 36864);
     #pragma unroll
     for (int e = 0; e < 8; ++e) v57[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (0))] = v55[e];
     kg::sync();
-    // spec: specs/fa2_fwd.yaml:72:23
+    // spec: specs/fa2_fwd.yaml:64:27
     float (&v58)[16] = v42;
     #pragma unroll
     for (int ks = 0; ks < 8; ++ks) {
@@ -245,35 +245,35 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
         for (int rn = 0; rn < 1; ++rn)
           kg::mfma_32x32x8_fp16(&v58[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
     }
-    // spec: specs/fa2_fwd.yaml:73:32
+    // spec: specs/fa2_fwd.yaml:66:40
     int v59[1];
     #pragma unroll
     for (int e = 0; e < 1; ++e) v59[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0);
-    // spec: specs/fa2_fwd.yaml:73:18
+    // spec: specs/fa2_fwd.yaml:66:26
     const int v60 = 64;
-    // spec: specs/fa2_fwd.yaml:73:18
+    // spec: specs/fa2_fwd.yaml:66:26
     const int v61 = (v41 * v60);
-    // spec: specs/fa2_fwd.yaml:73:18
+    // spec: specs/fa2_fwd.yaml:66:26
     int v62[1];
     #pragma unroll
     for (int e = 0; e < 1; ++e) v62[e] = (v61 + v59[e]);
-    // spec: specs/fa2_fwd.yaml:74:19
+    // spec: specs/fa2_fwd.yaml:67:27
     int (&v63)[1] = v62;
-    // spec: specs/fa2_fwd.yaml:74:19
+    // spec: specs/fa2_fwd.yaml:67:27
     bool v64[1];
     #pragma unroll
     for (int e = 0; e < 1; ++e) v64[e] = (v63[e] < v0);
-    // spec: specs/fa2_fwd.yaml:77:15
+    // spec: specs/fa2_fwd.yaml:70:23
     bool v65[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v65[e] = v64[0];
-    // spec: specs/fa2_fwd.yaml:77:15
+    // spec: specs/fa2_fwd.yaml:70:23
     const float v66 = -kg::inf();
-    // spec: specs/fa2_fwd.yaml:77:15
+    // spec: specs/fa2_fwd.yaml:70:23
     float v67[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v67[e] = (v65[e] ? v50[e] : v66);
-    // spec: specs/fa2_fwd.yaml:78:30
+    // spec: specs/fa2_fwd.yaml:71:34
     float v68[16];
     {
       float r68[16];
@@ -308,45 +308,45 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
     #pragma unroll
       for (int e = 0; e < 16; ++e) v68[e] = kg::cvt<float>(r68[e]);
     }
-    // spec: specs/fa2_fwd.yaml:79:19
+    // spec: specs/fa2_fwd.yaml:74:27
     const float v69 = 0.0f;
-    // spec: specs/fa2_fwd.yaml:79:25
+    // spec: specs/fa2_fwd.yaml:74:33
     const float v70 = -kg::inf();
-    // spec: specs/fa2_fwd.yaml:78:19
+    // spec: specs/fa2_fwd.yaml:71:23
     float v71[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v71[e] = (kg::max_(v45[e], v68[e]));
-    // spec: specs/fa2_fwd.yaml:79:25
+    // spec: specs/fa2_fwd.yaml:74:33
     bool v72[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v72[e] = (v71[e] == v70);
-    // spec: specs/fa2_fwd.yaml:79:19
+    // spec: specs/fa2_fwd.yaml:74:27
     float v73[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v73[e] = (v72[e] ? v69 : v71[e]);
-    // spec: specs/fa2_fwd.yaml:80:38
+    // spec: specs/fa2_fwd.yaml:75:42
     float v74[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v74[e] = (v73[e] * v34);
-    // spec: specs/fa2_fwd.yaml:80:37
+    // spec: specs/fa2_fwd.yaml:75:41
     float (&v75)[16] = v74;
-    // spec: specs/fa2_fwd.yaml:80:24
+    // spec: specs/fa2_fwd.yaml:75:28
     float v76[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v76[e] = v75[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-    // spec: specs/fa2_fwd.yaml:80:24
+    // spec: specs/fa2_fwd.yaml:75:28
     float v77[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v77[e] = (v67[e] * v34);
-    // spec: specs/fa2_fwd.yaml:80:24
+    // spec: specs/fa2_fwd.yaml:75:28
     float v78[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v78[e] = (v77[e] - v76[e]);
-    // spec: specs/fa2_fwd.yaml:80:19
+    // spec: specs/fa2_fwd.yaml:75:23
     float v79[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v79[e] = kg::exp2_(v78[e]);
-    // spec: specs/fa2_fwd.yaml:82:27
+    // spec: specs/fa2_fwd.yaml:77:31
     float v80[16];
     {
       float r80[16];
@@ -381,41 +381,41 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
     #pragma unroll
       for (int e = 0; e < 16; ++e) v80[e] = kg::cvt<float>(r80[e]);
     }
-    // spec: specs/fa2_fwd.yaml:84:15
+    // spec: specs/fa2_fwd.yaml:79:19
     kg::fp16 v81[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v81[e] = kg::cvt<kg::fp16>(v79[e]);
-    // spec: specs/fa2_fwd.yaml:81:25
+    // spec: specs/fa2_fwd.yaml:76:29
     float v82[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v82[e] = (v45[e] - v73[e]);
-    // spec: specs/fa2_fwd.yaml:81:24
+    // spec: specs/fa2_fwd.yaml:76:28
     float v83[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v83[e] = (v82[e] * v34);
-    // spec: specs/fa2_fwd.yaml:81:19
+    // spec: specs/fa2_fwd.yaml:76:23
     float v84[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v84[e] = kg::exp2_(v83[e]);
-    // spec: specs/fa2_fwd.yaml:83:23
+    // spec: specs/fa2_fwd.yaml:78:27
     float (&v85)[16] = v84;
-    // spec: specs/fa2_fwd.yaml:83:17
+    // spec: specs/fa2_fwd.yaml:78:21
     float v86[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v86[e] = v85[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-    // spec: specs/fa2_fwd.yaml:83:17
+    // spec: specs/fa2_fwd.yaml:78:21
     float v87[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v87[e] = (v58[e] * v86[e]);
-    // spec: specs/fa2_fwd.yaml:82:15
+    // spec: specs/fa2_fwd.yaml:77:19
     float v88[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v88[e] = (v43[e] * v84[e]);
-    // spec: specs/fa2_fwd.yaml:82:15
+    // spec: specs/fa2_fwd.yaml:77:19
     float v89[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v89[e] = (v88[e] + v80[e]);
-    // spec: specs/fa2_fwd.yaml:85:15
+    // spec: specs/fa2_fwd.yaml:80:19
 
     float y0_[16];
     #pragma unroll
@@ -438,15 +438,15 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
     #pragma unroll
     for (int e = 0; e < 16; ++e) v40[e] = y3_[e];
   }
-  // spec: specs/fa2_fwd.yaml:86:42
+  // spec: specs/fa2_fwd.yaml:81:42
   const int v90 = 0;
-  // spec: specs/fa2_fwd.yaml:86:50
+  // spec: specs/fa2_fwd.yaml:81:50
   const int v91 = 1;
-  // spec: specs/fa2_fwd.yaml:86:50
+  // spec: specs/fa2_fwd.yaml:81:50
   const int v92 = (v32 - v91);
-  // spec: specs/fa2_fwd.yaml:86:42
+  // spec: specs/fa2_fwd.yaml:81:42
   const int v93 = (kg::max_(v92, v90));
-  // spec: specs/fa2_fwd.yaml:86:26
+  // spec: specs/fa2_fwd.yaml:81:26
   kg::fp16 v94[8];
   {
     const kg::fp16* p_ = t_v + ((int64_t)(v20) * stride_v_0 + (int64_t)(v36) * stride_v_2);
@@ -468,18 +468,18 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
       }
     }
   }
-  // spec: specs/fa2_fwd.yaml:86:19
+  // spec: specs/fa2_fwd.yaml:81:19
   kg::fp16* v95 = reinterpret_cast<kg::fp16*>(smem + 0);
   kg::sync();
   #pragma unroll
   for (int e = 0; e < 16; ++e) v95[((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 72 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0))] = v39[e];
 
-  // spec: specs/fa2_fwd.yaml:86:19
+  // spec: specs/fa2_fwd.yaml:81:19
   kg::fp16* v96 = reinterpret_cast<kg::fp16*>(smem + 18432);
   #pragma unroll
   for (int e = 0; e < 8; ++e) v96[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (0))] = v94[e];
   kg::sync();
-  // spec: specs/fa2_fwd.yaml:86:19
+  // spec: specs/fa2_fwd.yaml:81:19
   float (&v97)[16] = v37;
   #pragma unroll
   for (int ks = 0; ks < 8; ++ks) {
@@ -495,33 +495,33 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
       for (int rn = 0; rn < 1; ++rn)
         kg::mfma_32x32x8_fp16(&v97[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
   }
-  // spec: specs/fa2_fwd.yaml:88:15
+  // spec: specs/fa2_fwd.yaml:83:15
   const float v98 = 1.0f;
-  // spec: specs/fa2_fwd.yaml:88:21
+  // spec: specs/fa2_fwd.yaml:83:21
   const float v99 = 0.0f;
-  // spec: specs/fa2_fwd.yaml:88:21
+  // spec: specs/fa2_fwd.yaml:83:21
   bool v100[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v100[e] = (v38[e] == v99);
-  // spec: specs/fa2_fwd.yaml:88:15
+  // spec: specs/fa2_fwd.yaml:83:15
   float v101[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v101[e] = (v100[e] ? v98 : v38[e]);
-  // spec: specs/fa2_fwd.yaml:89:52
+  // spec: specs/fa2_fwd.yaml:84:52
   float (&v102)[16] = v101;
-  // spec: specs/fa2_fwd.yaml:89:46
+  // spec: specs/fa2_fwd.yaml:84:46
   float v103[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v103[e] = v102[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-  // spec: specs/fa2_fwd.yaml:89:46
+  // spec: specs/fa2_fwd.yaml:84:46
   float v104[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v104[e] = (v97[e] / v103[e]);
-  // spec: specs/fa2_fwd.yaml:89:45
+  // spec: specs/fa2_fwd.yaml:84:45
   kg::fp16 v105[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v105[e] = kg::cvt<kg::fp16>(v104[e]);
-  // spec: specs/fa2_fwd.yaml:89:7
+  // spec: specs/fa2_fwd.yaml:84:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_o + ((int64_t)(v20) * stride_o_0 + (int64_t)(v19) * stride_o_2);
     const bool aligned_ = false;
@@ -535,37 +535,37 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
       if (i0_ < (size_SQ)) p_[off_] = v105[e];
     }
   }
-  // spec: specs/fa2_fwd.yaml:90:44
+  // spec: specs/fa2_fwd.yaml:85:44
   const float v106 = -kg::inf();
-  // spec: specs/fa2_fwd.yaml:90:66
+  // spec: specs/fa2_fwd.yaml:85:66
   const float v107 = 0.6931471805599453f;
-  // spec: specs/fa2_fwd.yaml:90:80
+  // spec: specs/fa2_fwd.yaml:85:80
   float v108[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v108[e] = kg::log2_(v101[e]);
-  // spec: specs/fa2_fwd.yaml:90:67
+  // spec: specs/fa2_fwd.yaml:85:67
   float v109[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v109[e] = (v40[e] * v34);
-  // spec: specs/fa2_fwd.yaml:90:67
+  // spec: specs/fa2_fwd.yaml:85:67
   float v110[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v110[e] = (v109[e] + v108[e]);
-  // spec: specs/fa2_fwd.yaml:90:66
+  // spec: specs/fa2_fwd.yaml:85:66
   float v111[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v111[e] = (v110[e] * v107);
-  // spec: specs/fa2_fwd.yaml:90:50
+  // spec: specs/fa2_fwd.yaml:85:50
   const float v112 = 0.0f;
-  // spec: specs/fa2_fwd.yaml:90:50
+  // spec: specs/fa2_fwd.yaml:85:50
   bool v113[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v113[e] = (v38[e] == v112);
-  // spec: specs/fa2_fwd.yaml:90:44
+  // spec: specs/fa2_fwd.yaml:85:44
   float v114[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v114[e] = (v113[e] ? v106 : v111[e]);
-  // spec: specs/fa2_fwd.yaml:90:7
+  // spec: specs/fa2_fwd.yaml:85:7
   if ((lane & 31) == 0 && (warp & 1) == 0) {
     float* p_ = t_lse + ((int64_t)(v20) * stride_lse_0 + (int64_t)(v19) * stride_lse_1);
     const bool aligned_ = kg::aligned(p_, 16) && stride_lse_0 % 4 == 0 && stride_lse_1 % 4 == 0;

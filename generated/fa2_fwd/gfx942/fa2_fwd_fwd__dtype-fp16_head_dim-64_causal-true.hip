@@ -64,15 +64,15 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
       }
     }
   }
-  // spec: specs/fa2_fwd.yaml:61:19
+  // spec: specs/fa2_fwd.yaml:63:19
   kg::fp16* v18 = reinterpret_cast<kg::fp16*>(smem + 0);
   kg::sync();
   #pragma unroll
   for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v18[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (((e >> 3) & 1) * 64)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v17[e]);
   kg::sync();
-  // spec: specs/fa2_fwd.yaml:60:26
+  // spec: specs/fa2_fwd.yaml:62:71
   const int v19 = 1;
-  // spec: specs/fa2_fwd.yaml:60:26
+  // spec: specs/fa2_fwd.yaml:62:71
   const int v20 = 0;
   // spec: specs/fa2_fwd.yaml:59:58
   const int v21 = 64;
@@ -156,7 +156,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
   const int v56 = (kg::floordiv(v4, v3));
   // spec: specs/fa2_fwd.yaml:45:12
   const int v57 = (kg::floordiv(v15, v56));
-  // spec: specs/fa2_fwd.yaml:60:11
+  // spec: specs/fa2_fwd.yaml:62:11
 
   float v58[16];
   #pragma unroll
@@ -176,7 +176,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
     kg::fp16 (&v65)[16] = v60;
     float (&v66)[16] = v61;
     
-    // spec: specs/fa2_fwd.yaml:61:27
+    // spec: specs/fa2_fwd.yaml:63:27
     kg::fp16 v67[8];
     {
       const kg::fp16* p_ = t_k + ((int64_t)(v16) * stride_k_0 + (int64_t)(v57) * stride_k_2);
@@ -198,19 +198,19 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
         }
       }
     }
-    // spec: specs/fa2_fwd.yaml:61:19
+    // spec: specs/fa2_fwd.yaml:63:19
     kg::fp16* v68 = reinterpret_cast<kg::fp16*>(smem + 18432);
     kg::sync();
     #pragma unroll
     for (int e = 0; e < 8; e += 8) kg::copy_vec<8>(&v68[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (0)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v67[e]);
     kg::sync();
-    // spec: specs/fa2_fwd.yaml:61:19
+    // spec: specs/fa2_fwd.yaml:63:19
     kg::fp16* v69 = v68;
-    // spec: specs/fa2_fwd.yaml:61:19
+    // spec: specs/fa2_fwd.yaml:63:19
     float v70[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v70[e] = 0.0f;
-    // spec: specs/fa2_fwd.yaml:61:19
+    // spec: specs/fa2_fwd.yaml:63:19
     float (&v71)[16] = v70;
     #pragma unroll
     for (int ks = 0; ks < 8; ++ks) {
@@ -226,15 +226,15 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
         for (int rn = 0; rn < 1; ++rn)
           kg::mfma_32x32x8_fp16(&v71[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
     }
-    // spec: specs/fa2_fwd.yaml:62:50
+    // spec: specs/fa2_fwd.yaml:64:50
     const int v72 = 0;
-    // spec: specs/fa2_fwd.yaml:62:58
+    // spec: specs/fa2_fwd.yaml:64:58
     const int v73 = 1;
-    // spec: specs/fa2_fwd.yaml:62:58
+    // spec: specs/fa2_fwd.yaml:64:58
     const int v74 = (v62 - v73);
-    // spec: specs/fa2_fwd.yaml:62:50
+    // spec: specs/fa2_fwd.yaml:64:50
     const int v75 = (kg::max_(v74, v72));
-    // spec: specs/fa2_fwd.yaml:62:34
+    // spec: specs/fa2_fwd.yaml:64:34
     kg::fp16 v76[8];
     {
       const kg::fp16* p_ = t_v + ((int64_t)(v16) * stride_v_0 + (int64_t)(v57) * stride_v_2);
@@ -256,18 +256,18 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
         }
       }
     }
-    // spec: specs/fa2_fwd.yaml:62:27
+    // spec: specs/fa2_fwd.yaml:64:27
     kg::fp16* v77 = reinterpret_cast<kg::fp16*>(smem + 18432);
     kg::sync();
     #pragma unroll
     for (int e = 0; e < 16; ++e) v77[((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 72 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0))] = v65[e];
 
-    // spec: specs/fa2_fwd.yaml:62:27
+    // spec: specs/fa2_fwd.yaml:64:27
     kg::fp16* v78 = reinterpret_cast<kg::fp16*>(smem + 36864);
     #pragma unroll
     for (int e = 0; e < 8; ++e) v78[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (0))] = v76[e];
     kg::sync();
-    // spec: specs/fa2_fwd.yaml:62:27
+    // spec: specs/fa2_fwd.yaml:64:27
     float (&v79)[16] = v63;
     #pragma unroll
     for (int ks = 0; ks < 8; ++ks) {
@@ -283,7 +283,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
         for (int rn = 0; rn < 1; ++rn)
           kg::mfma_32x32x8_fp16(&v79[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
     }
-    // spec: specs/fa2_fwd.yaml:63:34
+    // spec: specs/fa2_fwd.yaml:71:34
     float v80[16];
     {
       float r80[16];
@@ -318,33 +318,33 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
     #pragma unroll
       for (int e = 0; e < 16; ++e) v80[e] = kg::cvt<float>(r80[e]);
     }
-    // spec: specs/fa2_fwd.yaml:63:23
+    // spec: specs/fa2_fwd.yaml:71:23
     float v81[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v81[e] = (kg::max_(v66[e], v80[e]));
-    // spec: specs/fa2_fwd.yaml:64:42
+    // spec: specs/fa2_fwd.yaml:75:42
     float v82[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v82[e] = (v81[e] * v55);
-    // spec: specs/fa2_fwd.yaml:64:41
+    // spec: specs/fa2_fwd.yaml:75:41
     float (&v83)[16] = v82;
-    // spec: specs/fa2_fwd.yaml:64:28
+    // spec: specs/fa2_fwd.yaml:75:28
     float v84[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v84[e] = v83[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-    // spec: specs/fa2_fwd.yaml:64:28
+    // spec: specs/fa2_fwd.yaml:75:28
     float v85[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v85[e] = (v71[e] * v55);
-    // spec: specs/fa2_fwd.yaml:64:28
+    // spec: specs/fa2_fwd.yaml:75:28
     float v86[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v86[e] = (v85[e] - v84[e]);
-    // spec: specs/fa2_fwd.yaml:64:23
+    // spec: specs/fa2_fwd.yaml:75:23
     float v87[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v87[e] = kg::exp2_(v86[e]);
-    // spec: specs/fa2_fwd.yaml:66:31
+    // spec: specs/fa2_fwd.yaml:77:31
     float v88[16];
     {
       float r88[16];
@@ -379,41 +379,41 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
     #pragma unroll
       for (int e = 0; e < 16; ++e) v88[e] = kg::cvt<float>(r88[e]);
     }
-    // spec: specs/fa2_fwd.yaml:68:19
+    // spec: specs/fa2_fwd.yaml:79:19
     kg::fp16 v89[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v89[e] = kg::cvt<kg::fp16>(v87[e]);
-    // spec: specs/fa2_fwd.yaml:65:29
+    // spec: specs/fa2_fwd.yaml:76:29
     float v90[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v90[e] = (v66[e] - v81[e]);
-    // spec: specs/fa2_fwd.yaml:65:28
+    // spec: specs/fa2_fwd.yaml:76:28
     float v91[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v91[e] = (v90[e] * v55);
-    // spec: specs/fa2_fwd.yaml:65:23
+    // spec: specs/fa2_fwd.yaml:76:23
     float v92[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v92[e] = kg::exp2_(v91[e]);
-    // spec: specs/fa2_fwd.yaml:67:27
+    // spec: specs/fa2_fwd.yaml:78:27
     float (&v93)[16] = v92;
-    // spec: specs/fa2_fwd.yaml:67:21
+    // spec: specs/fa2_fwd.yaml:78:21
     float v94[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v94[e] = v93[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-    // spec: specs/fa2_fwd.yaml:67:21
+    // spec: specs/fa2_fwd.yaml:78:21
     float v95[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v95[e] = (v79[e] * v94[e]);
-    // spec: specs/fa2_fwd.yaml:66:19
+    // spec: specs/fa2_fwd.yaml:77:19
     float v96[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v96[e] = (v64[e] * v92[e]);
-    // spec: specs/fa2_fwd.yaml:66:19
+    // spec: specs/fa2_fwd.yaml:77:19
     float v97[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v97[e] = (v96[e] + v88[e]);
-    // spec: specs/fa2_fwd.yaml:69:19
+    // spec: specs/fa2_fwd.yaml:80:19
 
     float y0_[16];
     #pragma unroll
@@ -448,11 +448,11 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
   int v101[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v101[e] = (v100 + v98[e]);
-  // spec: specs/fa2_fwd.yaml:76:50
+  // spec: specs/fa2_fwd.yaml:69:58
   int (&v102)[16] = v101;
-  // spec: specs/fa2_fwd.yaml:70:30
+  // spec: specs/fa2_fwd.yaml:62:51
   const int v103 = 1;
-  // spec: specs/fa2_fwd.yaml:70:7
+  // spec: specs/fa2_fwd.yaml:62:11
 
   float v104[16];
   #pragma unroll
@@ -472,7 +472,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
     kg::fp16 (&v111)[16] = v106;
     float (&v112)[16] = v107;
     
-    // spec: specs/fa2_fwd.yaml:71:23
+    // spec: specs/fa2_fwd.yaml:63:27
     kg::fp16 v113[8];
     {
       const kg::fp16* p_ = t_k + ((int64_t)(v16) * stride_k_0 + (int64_t)(v57) * stride_k_2);
@@ -494,19 +494,19 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
         }
       }
     }
-    // spec: specs/fa2_fwd.yaml:71:15
+    // spec: specs/fa2_fwd.yaml:63:19
     kg::fp16* v114 = reinterpret_cast<kg::fp16*>(smem + 18432);
     kg::sync();
     #pragma unroll
     for (int e = 0; e < 8; e += 8) kg::copy_vec<8>(&v114[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (0)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v113[e]);
     kg::sync();
-    // spec: specs/fa2_fwd.yaml:71:15
+    // spec: specs/fa2_fwd.yaml:63:19
     kg::fp16* v115 = v114;
-    // spec: specs/fa2_fwd.yaml:71:15
+    // spec: specs/fa2_fwd.yaml:63:19
     float v116[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v116[e] = 0.0f;
-    // spec: specs/fa2_fwd.yaml:71:15
+    // spec: specs/fa2_fwd.yaml:63:19
     float (&v117)[16] = v116;
     #pragma unroll
     for (int ks = 0; ks < 8; ++ks) {
@@ -522,15 +522,15 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
         for (int rn = 0; rn < 1; ++rn)
           kg::mfma_32x32x8_fp16(&v117[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
     }
-    // spec: specs/fa2_fwd.yaml:72:46
+    // spec: specs/fa2_fwd.yaml:64:50
     const int v118 = 0;
-    // spec: specs/fa2_fwd.yaml:72:54
+    // spec: specs/fa2_fwd.yaml:64:58
     const int v119 = 1;
-    // spec: specs/fa2_fwd.yaml:72:54
+    // spec: specs/fa2_fwd.yaml:64:58
     const int v120 = (v108 - v119);
-    // spec: specs/fa2_fwd.yaml:72:46
+    // spec: specs/fa2_fwd.yaml:64:50
     const int v121 = (kg::max_(v120, v118));
-    // spec: specs/fa2_fwd.yaml:72:30
+    // spec: specs/fa2_fwd.yaml:64:34
     kg::fp16 v122[8];
     {
       const kg::fp16* p_ = t_v + ((int64_t)(v16) * stride_v_0 + (int64_t)(v57) * stride_v_2);
@@ -552,18 +552,18 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
         }
       }
     }
-    // spec: specs/fa2_fwd.yaml:72:23
+    // spec: specs/fa2_fwd.yaml:64:27
     kg::fp16* v123 = reinterpret_cast<kg::fp16*>(smem + 18432);
     kg::sync();
     #pragma unroll
     for (int e = 0; e < 16; ++e) v123[((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 72 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0))] = v111[e];
 
-    // spec: specs/fa2_fwd.yaml:72:23
+    // spec: specs/fa2_fwd.yaml:64:27
     kg::fp16* v124 = reinterpret_cast<kg::fp16*>(smem + 36864);
     #pragma unroll
     for (int e = 0; e < 8; ++e) v124[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (0))] = v122[e];
     kg::sync();
-    // spec: specs/fa2_fwd.yaml:72:23
+    // spec: specs/fa2_fwd.yaml:64:27
     float (&v125)[16] = v109;
     #pragma unroll
     for (int ks = 0; ks < 8; ++ks) {
@@ -579,59 +579,59 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
         for (int rn = 0; rn < 1; ++rn)
           kg::mfma_32x32x8_fp16(&v125[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
     }
-    // spec: specs/fa2_fwd.yaml:77:15
+    // spec: specs/fa2_fwd.yaml:70:23
     const float v126 = -kg::inf();
-    // spec: specs/fa2_fwd.yaml:73:32
+    // spec: specs/fa2_fwd.yaml:66:40
     int v127[1];
     #pragma unroll
     for (int e = 0; e < 1; ++e) v127[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0);
-    // spec: specs/fa2_fwd.yaml:73:18
+    // spec: specs/fa2_fwd.yaml:66:26
     const int v128 = 64;
-    // spec: specs/fa2_fwd.yaml:73:18
+    // spec: specs/fa2_fwd.yaml:66:26
     const int v129 = (v108 * v128);
-    // spec: specs/fa2_fwd.yaml:73:18
+    // spec: specs/fa2_fwd.yaml:66:26
     int v130[1];
     #pragma unroll
     for (int e = 0; e < 1; ++e) v130[e] = (v129 + v127[e]);
-    // spec: specs/fa2_fwd.yaml:74:19
+    // spec: specs/fa2_fwd.yaml:67:27
     int (&v131)[1] = v130;
-    // spec: specs/fa2_fwd.yaml:74:19
+    // spec: specs/fa2_fwd.yaml:67:27
     bool v132[1];
     #pragma unroll
     for (int e = 0; e < 1; ++e) v132[e] = (v131[e] < v0);
-    // spec: specs/fa2_fwd.yaml:76:23
+    // spec: specs/fa2_fwd.yaml:69:31
     bool v133[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v133[e] = v132[0];
-    // spec: specs/fa2_fwd.yaml:76:67
+    // spec: specs/fa2_fwd.yaml:69:75
     const int v134 = (v0 - v2);
-    // spec: specs/fa2_fwd.yaml:76:50
+    // spec: specs/fa2_fwd.yaml:69:58
     int v135[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v135[e] = (v102[e] + v134);
-    // spec: specs/fa2_fwd.yaml:76:33
+    // spec: specs/fa2_fwd.yaml:69:41
     int v136[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v136[e] = v135[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-    // spec: specs/fa2_fwd.yaml:76:33
+    // spec: specs/fa2_fwd.yaml:69:41
     int (&v137)[1] = v130;
-    // spec: specs/fa2_fwd.yaml:76:33
+    // spec: specs/fa2_fwd.yaml:69:41
     int v138[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v138[e] = v137[0];
-    // spec: specs/fa2_fwd.yaml:76:33
+    // spec: specs/fa2_fwd.yaml:69:41
     bool v139[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v139[e] = (v138[e] <= v136[e]);
-    // spec: specs/fa2_fwd.yaml:76:23
+    // spec: specs/fa2_fwd.yaml:69:31
     bool v140[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v140[e] = (v133[e] && v139[e]);
-    // spec: specs/fa2_fwd.yaml:77:15
+    // spec: specs/fa2_fwd.yaml:70:23
     float v141[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v141[e] = (v140[e] ? v117[e] : v126);
-    // spec: specs/fa2_fwd.yaml:78:30
+    // spec: specs/fa2_fwd.yaml:71:34
     float v142[16];
     {
       float r142[16];
@@ -666,45 +666,45 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
     #pragma unroll
       for (int e = 0; e < 16; ++e) v142[e] = kg::cvt<float>(r142[e]);
     }
-    // spec: specs/fa2_fwd.yaml:79:19
+    // spec: specs/fa2_fwd.yaml:74:27
     const float v143 = 0.0f;
-    // spec: specs/fa2_fwd.yaml:79:25
+    // spec: specs/fa2_fwd.yaml:74:33
     const float v144 = -kg::inf();
-    // spec: specs/fa2_fwd.yaml:78:19
+    // spec: specs/fa2_fwd.yaml:71:23
     float v145[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v145[e] = (kg::max_(v112[e], v142[e]));
-    // spec: specs/fa2_fwd.yaml:79:25
+    // spec: specs/fa2_fwd.yaml:74:33
     bool v146[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v146[e] = (v145[e] == v144);
-    // spec: specs/fa2_fwd.yaml:79:19
+    // spec: specs/fa2_fwd.yaml:74:27
     float v147[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v147[e] = (v146[e] ? v143 : v145[e]);
-    // spec: specs/fa2_fwd.yaml:80:38
+    // spec: specs/fa2_fwd.yaml:75:42
     float v148[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v148[e] = (v147[e] * v55);
-    // spec: specs/fa2_fwd.yaml:80:37
+    // spec: specs/fa2_fwd.yaml:75:41
     float (&v149)[16] = v148;
-    // spec: specs/fa2_fwd.yaml:80:24
+    // spec: specs/fa2_fwd.yaml:75:28
     float v150[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v150[e] = v149[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-    // spec: specs/fa2_fwd.yaml:80:24
+    // spec: specs/fa2_fwd.yaml:75:28
     float v151[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v151[e] = (v141[e] * v55);
-    // spec: specs/fa2_fwd.yaml:80:24
+    // spec: specs/fa2_fwd.yaml:75:28
     float v152[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v152[e] = (v151[e] - v150[e]);
-    // spec: specs/fa2_fwd.yaml:80:19
+    // spec: specs/fa2_fwd.yaml:75:23
     float v153[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v153[e] = kg::exp2_(v152[e]);
-    // spec: specs/fa2_fwd.yaml:82:27
+    // spec: specs/fa2_fwd.yaml:77:31
     float v154[16];
     {
       float r154[16];
@@ -739,41 +739,41 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
     #pragma unroll
       for (int e = 0; e < 16; ++e) v154[e] = kg::cvt<float>(r154[e]);
     }
-    // spec: specs/fa2_fwd.yaml:84:15
+    // spec: specs/fa2_fwd.yaml:79:19
     kg::fp16 v155[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v155[e] = kg::cvt<kg::fp16>(v153[e]);
-    // spec: specs/fa2_fwd.yaml:81:25
+    // spec: specs/fa2_fwd.yaml:76:29
     float v156[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v156[e] = (v112[e] - v147[e]);
-    // spec: specs/fa2_fwd.yaml:81:24
+    // spec: specs/fa2_fwd.yaml:76:28
     float v157[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v157[e] = (v156[e] * v55);
-    // spec: specs/fa2_fwd.yaml:81:19
+    // spec: specs/fa2_fwd.yaml:76:23
     float v158[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v158[e] = kg::exp2_(v157[e]);
-    // spec: specs/fa2_fwd.yaml:83:23
+    // spec: specs/fa2_fwd.yaml:78:27
     float (&v159)[16] = v158;
-    // spec: specs/fa2_fwd.yaml:83:17
+    // spec: specs/fa2_fwd.yaml:78:21
     float v160[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v160[e] = v159[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-    // spec: specs/fa2_fwd.yaml:83:17
+    // spec: specs/fa2_fwd.yaml:78:21
     float v161[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v161[e] = (v125[e] * v160[e]);
-    // spec: specs/fa2_fwd.yaml:82:15
+    // spec: specs/fa2_fwd.yaml:77:19
     float v162[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v162[e] = (v110[e] * v158[e]);
-    // spec: specs/fa2_fwd.yaml:82:15
+    // spec: specs/fa2_fwd.yaml:77:19
     float v163[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v163[e] = (v162[e] + v154[e]);
-    // spec: specs/fa2_fwd.yaml:85:15
+    // spec: specs/fa2_fwd.yaml:80:19
 
     float y0_[16];
     #pragma unroll
@@ -796,15 +796,15 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
     #pragma unroll
     for (int e = 0; e < 16; ++e) v107[e] = y3_[e];
   }
-  // spec: specs/fa2_fwd.yaml:86:42
+  // spec: specs/fa2_fwd.yaml:81:42
   const int v164 = 0;
-  // spec: specs/fa2_fwd.yaml:86:50
+  // spec: specs/fa2_fwd.yaml:81:50
   const int v165 = 1;
-  // spec: specs/fa2_fwd.yaml:86:50
+  // spec: specs/fa2_fwd.yaml:81:50
   const int v166 = (v47 - v165);
-  // spec: specs/fa2_fwd.yaml:86:42
+  // spec: specs/fa2_fwd.yaml:81:42
   const int v167 = (kg::max_(v166, v164));
-  // spec: specs/fa2_fwd.yaml:86:26
+  // spec: specs/fa2_fwd.yaml:81:26
   kg::fp16 v168[8];
   {
     const kg::fp16* p_ = t_v + ((int64_t)(v16) * stride_v_0 + (int64_t)(v57) * stride_v_2);
@@ -826,18 +826,18 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
       }
     }
   }
-  // spec: specs/fa2_fwd.yaml:86:19
+  // spec: specs/fa2_fwd.yaml:81:19
   kg::fp16* v169 = reinterpret_cast<kg::fp16*>(smem + 0);
   kg::sync();
   #pragma unroll
   for (int e = 0; e < 16; ++e) v169[((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 72 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0))] = v106[e];
 
-  // spec: specs/fa2_fwd.yaml:86:19
+  // spec: specs/fa2_fwd.yaml:81:19
   kg::fp16* v170 = reinterpret_cast<kg::fp16*>(smem + 18432);
   #pragma unroll
   for (int e = 0; e < 8; ++e) v170[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (0))] = v168[e];
   kg::sync();
-  // spec: specs/fa2_fwd.yaml:86:19
+  // spec: specs/fa2_fwd.yaml:81:19
   float (&v171)[16] = v104;
   #pragma unroll
   for (int ks = 0; ks < 8; ++ks) {
@@ -853,33 +853,33 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
       for (int rn = 0; rn < 1; ++rn)
         kg::mfma_32x32x8_fp16(&v171[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
   }
-  // spec: specs/fa2_fwd.yaml:88:15
+  // spec: specs/fa2_fwd.yaml:83:15
   const float v172 = 1.0f;
-  // spec: specs/fa2_fwd.yaml:88:21
+  // spec: specs/fa2_fwd.yaml:83:21
   const float v173 = 0.0f;
-  // spec: specs/fa2_fwd.yaml:88:21
+  // spec: specs/fa2_fwd.yaml:83:21
   bool v174[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v174[e] = (v105[e] == v173);
-  // spec: specs/fa2_fwd.yaml:88:15
+  // spec: specs/fa2_fwd.yaml:83:15
   float v175[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v175[e] = (v174[e] ? v172 : v105[e]);
-  // spec: specs/fa2_fwd.yaml:89:52
+  // spec: specs/fa2_fwd.yaml:84:52
   float (&v176)[16] = v175;
-  // spec: specs/fa2_fwd.yaml:89:46
+  // spec: specs/fa2_fwd.yaml:84:46
   float v177[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v177[e] = v176[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-  // spec: specs/fa2_fwd.yaml:89:46
+  // spec: specs/fa2_fwd.yaml:84:46
   float v178[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v178[e] = (v171[e] / v177[e]);
-  // spec: specs/fa2_fwd.yaml:89:45
+  // spec: specs/fa2_fwd.yaml:84:45
   kg::fp16 v179[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v179[e] = kg::cvt<kg::fp16>(v178[e]);
-  // spec: specs/fa2_fwd.yaml:89:7
+  // spec: specs/fa2_fwd.yaml:84:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_o + ((int64_t)(v16) * stride_o_0 + (int64_t)(v15) * stride_o_2);
     const bool aligned_ = false;
@@ -893,37 +893,37 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
       if (i0_ < (size_SQ)) p_[off_] = v179[e];
     }
   }
-  // spec: specs/fa2_fwd.yaml:90:44
+  // spec: specs/fa2_fwd.yaml:85:44
   const float v180 = -kg::inf();
-  // spec: specs/fa2_fwd.yaml:90:66
+  // spec: specs/fa2_fwd.yaml:85:66
   const float v181 = 0.6931471805599453f;
-  // spec: specs/fa2_fwd.yaml:90:80
+  // spec: specs/fa2_fwd.yaml:85:80
   float v182[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v182[e] = kg::log2_(v175[e]);
-  // spec: specs/fa2_fwd.yaml:90:67
+  // spec: specs/fa2_fwd.yaml:85:67
   float v183[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v183[e] = (v107[e] * v55);
-  // spec: specs/fa2_fwd.yaml:90:67
+  // spec: specs/fa2_fwd.yaml:85:67
   float v184[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v184[e] = (v183[e] + v182[e]);
-  // spec: specs/fa2_fwd.yaml:90:66
+  // spec: specs/fa2_fwd.yaml:85:66
   float v185[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v185[e] = (v184[e] * v181);
-  // spec: specs/fa2_fwd.yaml:90:50
+  // spec: specs/fa2_fwd.yaml:85:50
   const float v186 = 0.0f;
-  // spec: specs/fa2_fwd.yaml:90:50
+  // spec: specs/fa2_fwd.yaml:85:50
   bool v187[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v187[e] = (v105[e] == v186);
-  // spec: specs/fa2_fwd.yaml:90:44
+  // spec: specs/fa2_fwd.yaml:85:44
   float v188[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v188[e] = (v187[e] ? v180 : v185[e]);
-  // spec: specs/fa2_fwd.yaml:90:7
+  // spec: specs/fa2_fwd.yaml:85:7
   if ((lane & 31) == 0 && (warp & 1) == 0) {
     float* p_ = t_lse + ((int64_t)(v16) * stride_lse_0 + (int64_t)(v15) * stride_lse_1);
     const bool aligned_ = kg::aligned(p_, 16) && stride_lse_0 % 4 == 0 && stride_lse_1 % 4 == 0;

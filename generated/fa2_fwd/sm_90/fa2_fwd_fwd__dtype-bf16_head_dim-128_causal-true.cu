@@ -43,7 +43,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::bf16* __restrict__ t
   const int v6 = kg::block_id_y();
   // spec: specs/fa2_fwd.yaml:46:36
   const int v7 = kg::block_id_x();
-  // spec: specs/fa2_fwd.yaml:61:19
+  // spec: specs/fa2_fwd.yaml:63:19
   kg::bf16* v8 = reinterpret_cast<kg::bf16*>(smem + 0);
   // spec: specs/fa2_fwd.yaml:46:12
   const int v9 = 1;
@@ -88,19 +88,19 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::bf16* __restrict__ t
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_fwd.yaml:61:19
+  // spec: specs/fa2_fwd.yaml:63:19
   kg::cp_async_wait<0>();
   kg::fence_proxy_async();
   kg::sync();
-  // spec: specs/fa2_fwd.yaml:62:27
+  // spec: specs/fa2_fwd.yaml:64:27
   kg::bf16* v18 = reinterpret_cast<kg::bf16*>(smem + 32768);
-  // spec: specs/fa2_fwd.yaml:61:19
+  // spec: specs/fa2_fwd.yaml:63:19
   kg::bf16* v19 = reinterpret_cast<kg::bf16*>(smem + 65536);
-  // spec: specs/fa2_fwd.yaml:60:11
+  // spec: specs/fa2_fwd.yaml:62:11
   const int v20 = 0;
-  // spec: specs/fa2_fwd.yaml:60:11
+  // spec: specs/fa2_fwd.yaml:62:11
   kg::bf16* v21 = v19 + (v20 % 2) * 8192;
-  // spec: specs/fa2_fwd.yaml:60:26
+  // spec: specs/fa2_fwd.yaml:62:71
   const int v22 = 0;
   // spec: specs/fa2_fwd.yaml:59:58
   const int v23 = 64;
@@ -160,13 +160,13 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::bf16* __restrict__ t
   const int v50 = (kg::min_(v34, v49));
   // spec: specs/fa2_fwd.yaml:59:20
   const int v51 = (kg::min_(v50, v32));
-  // spec: specs/fa2_fwd.yaml:60:11
+  // spec: specs/fa2_fwd.yaml:62:11
   const bool v52 = (v22 < v51);
   // spec: specs/fa2_fwd.yaml:45:18
   const int v53 = (kg::floordiv(v4, v3));
   // spec: specs/fa2_fwd.yaml:45:12
   const int v54 = (kg::floordiv(v16, v53));
-  // spec: specs/fa2_fwd.yaml:61:27
+  // spec: specs/fa2_fwd.yaml:63:27
   if (v52) {
     const kg::bf16* p_ = t_k + ((int64_t)(v17) * stride_k_0 + (int64_t)(v54) * stride_k_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
@@ -190,17 +190,17 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::bf16* __restrict__ t
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_fwd.yaml:60:11
+  // spec: specs/fa2_fwd.yaml:62:11
   kg::bf16* v55 = v18 + (v20 % 2) * 8192;
-  // spec: specs/fa2_fwd.yaml:62:50
+  // spec: specs/fa2_fwd.yaml:64:50
   const int v56 = 0;
-  // spec: specs/fa2_fwd.yaml:62:58
+  // spec: specs/fa2_fwd.yaml:64:58
   const int v57 = 1;
-  // spec: specs/fa2_fwd.yaml:62:58
+  // spec: specs/fa2_fwd.yaml:64:58
   const int v58 = (v22 - v57);
-  // spec: specs/fa2_fwd.yaml:62:50
+  // spec: specs/fa2_fwd.yaml:64:50
   const int v59 = (kg::max_(v58, v56));
-  // spec: specs/fa2_fwd.yaml:62:34
+  // spec: specs/fa2_fwd.yaml:64:34
   if (v52) {
     const kg::bf16* p_ = t_v + ((int64_t)(v17) * stride_v_0 + (int64_t)(v54) * stride_v_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
@@ -224,7 +224,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::bf16* __restrict__ t
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_fwd.yaml:60:26
+  // spec: specs/fa2_fwd.yaml:62:71
   const int v60 = 1;
   // spec: specs/fa2_fwd.yaml:54:11
   kg::bf16 v61[32];
@@ -246,7 +246,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::bf16* __restrict__ t
   const float v65 = 1.4426950408889634f;
   // spec: specs/fa2_fwd.yaml:49:16
   const float v66 = (v1 * v65);
-  // spec: specs/fa2_fwd.yaml:60:11
+  // spec: specs/fa2_fwd.yaml:62:11
 
   float v67[64];
   #pragma unroll
@@ -266,29 +266,29 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::bf16* __restrict__ t
     kg::bf16 (&v74)[32] = v69;
     float (&v75)[2] = v70;
     
-    // spec: specs/fa2_fwd.yaml:60:11
+    // spec: specs/fa2_fwd.yaml:62:11
     const int v76 = (v71 - v22);
-    // spec: specs/fa2_fwd.yaml:60:11
+    // spec: specs/fa2_fwd.yaml:62:11
     const int v77 = (kg::floordiv(v76, v60));
-    // spec: specs/fa2_fwd.yaml:60:11
+    // spec: specs/fa2_fwd.yaml:62:11
     kg::bf16* v78 = v18 + (v77 % 2) * 8192;
-    // spec: specs/fa2_fwd.yaml:60:11
+    // spec: specs/fa2_fwd.yaml:62:11
     kg::bf16* v79 = v19 + (v77 % 2) * 8192;
-    // spec: specs/fa2_fwd.yaml:61:19
+    // spec: specs/fa2_fwd.yaml:63:19
     kg::cp_async_wait<1>();
     kg::fence_proxy_async();
     kg::sync();
-    // spec: specs/fa2_fwd.yaml:60:11
+    // spec: specs/fa2_fwd.yaml:62:11
     const int v80 = 1;
-    // spec: specs/fa2_fwd.yaml:60:11
+    // spec: specs/fa2_fwd.yaml:62:11
     const int v81 = (v77 + v80);
-    // spec: specs/fa2_fwd.yaml:60:11
+    // spec: specs/fa2_fwd.yaml:62:11
     kg::bf16* v82 = v19 + (v81 % 2) * 8192;
-    // spec: specs/fa2_fwd.yaml:61:27
+    // spec: specs/fa2_fwd.yaml:63:27
     const int v83 = (v71 + v60);
-    // spec: specs/fa2_fwd.yaml:61:27
+    // spec: specs/fa2_fwd.yaml:63:27
     const bool v84 = (v83 < v51);
-    // spec: specs/fa2_fwd.yaml:61:27
+    // spec: specs/fa2_fwd.yaml:63:27
     if (v84) {
       const kg::bf16* p_ = t_k + ((int64_t)(v17) * stride_k_0 + (int64_t)(v54) * stride_k_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
@@ -312,11 +312,11 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::bf16* __restrict__ t
       }
     }
     kg::cp_async_commit();
-    // spec: specs/fa2_fwd.yaml:61:19
+    // spec: specs/fa2_fwd.yaml:63:19
     kg::bf16* v85 = v79;
-    // spec: specs/fa2_fwd.yaml:61:19
+    // spec: specs/fa2_fwd.yaml:63:19
     float v86[32];
-    // spec: specs/fa2_fwd.yaml:61:19
+    // spec: specs/fa2_fwd.yaml:63:19
     float (&v87)[32] = v86;
     {
       const int wg_ = (warp / 4);
@@ -332,33 +332,33 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::bf16* __restrict__ t
             kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v87[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 8192 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
       kg::wgmma_commit();
     }
-    // spec: specs/fa2_fwd.yaml:62:50
+    // spec: specs/fa2_fwd.yaml:64:50
     const int v88 = 0;
-    // spec: specs/fa2_fwd.yaml:62:58
+    // spec: specs/fa2_fwd.yaml:64:58
     const int v89 = 1;
-    // spec: specs/fa2_fwd.yaml:62:58
+    // spec: specs/fa2_fwd.yaml:64:58
     const int v90 = (v71 - v89);
-    // spec: specs/fa2_fwd.yaml:62:50
+    // spec: specs/fa2_fwd.yaml:64:50
     const int v91 = (kg::max_(v90, v88));
-    // spec: specs/fa2_fwd.yaml:62:27
+    // spec: specs/fa2_fwd.yaml:64:27
     kg::cp_async_wait<1>();
     kg::fence_proxy_async();
     kg::sync();
-    // spec: specs/fa2_fwd.yaml:60:11
+    // spec: specs/fa2_fwd.yaml:62:11
     kg::bf16* v92 = v18 + (v81 % 2) * 8192;
-    // spec: specs/fa2_fwd.yaml:62:50
+    // spec: specs/fa2_fwd.yaml:64:50
     const int v93 = 0;
-    // spec: specs/fa2_fwd.yaml:62:58
+    // spec: specs/fa2_fwd.yaml:64:58
     const int v94 = 1;
-    // spec: specs/fa2_fwd.yaml:62:34
+    // spec: specs/fa2_fwd.yaml:64:34
     const int v95 = (v71 + v60);
-    // spec: specs/fa2_fwd.yaml:62:58
+    // spec: specs/fa2_fwd.yaml:64:58
     const int v96 = (v95 - v94);
-    // spec: specs/fa2_fwd.yaml:62:50
+    // spec: specs/fa2_fwd.yaml:64:50
     const int v97 = (kg::max_(v96, v93));
-    // spec: specs/fa2_fwd.yaml:62:34
+    // spec: specs/fa2_fwd.yaml:64:34
     const bool v98 = (v95 < v51);
-    // spec: specs/fa2_fwd.yaml:62:34
+    // spec: specs/fa2_fwd.yaml:64:34
     if (v98) {
       const kg::bf16* p_ = t_v + ((int64_t)(v17) * stride_v_0 + (int64_t)(v54) * stride_v_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
@@ -382,7 +382,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::bf16* __restrict__ t
       }
     }
     kg::cp_async_commit();
-    // spec: specs/fa2_fwd.yaml:62:27
+    // spec: specs/fa2_fwd.yaml:64:27
     float (&v99)[64] = v72;
     {
       const int wg_ = (warp / 4);
@@ -401,12 +401,12 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::bf16* __restrict__ t
             kg::wgmma_m64n128k16_bf16_rs<1>(&v99[(rm * 1 + rn) * 64], &v74[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 128 + rn * 128)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 128 + rn * 128)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 128 + rn * 128)) & 7))) * 2 / 16), 1);
       kg::wgmma_commit();
     }
-    // spec: specs/fa2_fwd.yaml:61:19
+    // spec: specs/fa2_fwd.yaml:63:19
     kg::wgmma_wait<1>();
     #pragma unroll
     for (int e = 0; e < 32; ++e) kg::fence_operand(v87[e]);
     float (&v100)[32] = v87;
-    // spec: specs/fa2_fwd.yaml:63:34
+    // spec: specs/fa2_fwd.yaml:71:34
     float v101[2];
     {
       float r101[2];
@@ -424,33 +424,33 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::bf16* __restrict__ t
     #pragma unroll
       for (int e = 0; e < 2; ++e) v101[e] = kg::cvt<float>(r101[e]);
     }
-    // spec: specs/fa2_fwd.yaml:63:23
+    // spec: specs/fa2_fwd.yaml:71:23
     float v102[2];
     #pragma unroll
     for (int e = 0; e < 2; ++e) v102[e] = (kg::max_(v75[e], v101[e]));
-    // spec: specs/fa2_fwd.yaml:64:42
+    // spec: specs/fa2_fwd.yaml:75:42
     float v103[2];
     #pragma unroll
     for (int e = 0; e < 2; ++e) v103[e] = (v102[e] * v66);
-    // spec: specs/fa2_fwd.yaml:64:41
+    // spec: specs/fa2_fwd.yaml:75:41
     float (&v104)[2] = v103;
-    // spec: specs/fa2_fwd.yaml:64:28
+    // spec: specs/fa2_fwd.yaml:75:28
     float v105[32];
     #pragma unroll
     for (int e = 0; e < 32; ++e) v105[e] = v104[((e >> 1) & 1) * 1];
-    // spec: specs/fa2_fwd.yaml:64:28
+    // spec: specs/fa2_fwd.yaml:75:28
     float v106[32];
     #pragma unroll
     for (int e = 0; e < 32; ++e) v106[e] = (v100[e] * v66);
-    // spec: specs/fa2_fwd.yaml:64:28
+    // spec: specs/fa2_fwd.yaml:75:28
     float v107[32];
     #pragma unroll
     for (int e = 0; e < 32; ++e) v107[e] = (v106[e] - v105[e]);
-    // spec: specs/fa2_fwd.yaml:64:23
+    // spec: specs/fa2_fwd.yaml:75:23
     float v108[32];
     #pragma unroll
     for (int e = 0; e < 32; ++e) v108[e] = kg::exp2_(v107[e]);
-    // spec: specs/fa2_fwd.yaml:66:31
+    // spec: specs/fa2_fwd.yaml:77:31
     float v109[2];
     {
       float r109[2];
@@ -468,48 +468,48 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::bf16* __restrict__ t
     #pragma unroll
       for (int e = 0; e < 2; ++e) v109[e] = kg::cvt<float>(r109[e]);
     }
-    // spec: specs/fa2_fwd.yaml:68:19
+    // spec: specs/fa2_fwd.yaml:79:19
     kg::bf16 v110[32];
     #pragma unroll
     for (int e = 0; e < 32; ++e) v110[e] = kg::cvt<kg::bf16>(v108[e]);
-    // spec: specs/fa2_fwd.yaml:65:29
+    // spec: specs/fa2_fwd.yaml:76:29
     float v111[2];
     #pragma unroll
     for (int e = 0; e < 2; ++e) v111[e] = (v75[e] - v102[e]);
-    // spec: specs/fa2_fwd.yaml:65:28
+    // spec: specs/fa2_fwd.yaml:76:28
     float v112[2];
     #pragma unroll
     for (int e = 0; e < 2; ++e) v112[e] = (v111[e] * v66);
-    // spec: specs/fa2_fwd.yaml:65:23
+    // spec: specs/fa2_fwd.yaml:76:23
     float v113[2];
     #pragma unroll
     for (int e = 0; e < 2; ++e) v113[e] = kg::exp2_(v112[e]);
-    // spec: specs/fa2_fwd.yaml:67:27
+    // spec: specs/fa2_fwd.yaml:78:27
     float (&v114)[2] = v113;
-    // spec: specs/fa2_fwd.yaml:67:21
+    // spec: specs/fa2_fwd.yaml:78:21
     float v115[64];
     #pragma unroll
     for (int e = 0; e < 64; ++e) v115[e] = v114[((e >> 1) & 1) * 1];
-    // spec: specs/fa2_fwd.yaml:62:27
+    // spec: specs/fa2_fwd.yaml:64:27
     kg::wgmma_wait<0>();
     #pragma unroll
     for (int e = 0; e < 64; ++e) kg::fence_operand(v99[e]);
     #pragma unroll
     for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v74)[e]);
     float (&v116)[64] = v99;
-    // spec: specs/fa2_fwd.yaml:67:21
+    // spec: specs/fa2_fwd.yaml:78:21
     float v117[64];
     #pragma unroll
     for (int e = 0; e < 64; ++e) v117[e] = (v116[e] * v115[e]);
-    // spec: specs/fa2_fwd.yaml:66:19
+    // spec: specs/fa2_fwd.yaml:77:19
     float v118[2];
     #pragma unroll
     for (int e = 0; e < 2; ++e) v118[e] = (v73[e] * v113[e]);
-    // spec: specs/fa2_fwd.yaml:66:19
+    // spec: specs/fa2_fwd.yaml:77:19
     float v119[2];
     #pragma unroll
     for (int e = 0; e < 2; ++e) v119[e] = (v118[e] + v109[e]);
-    // spec: specs/fa2_fwd.yaml:69:19
+    // spec: specs/fa2_fwd.yaml:80:19
 
     float y0_[64];
     #pragma unroll
@@ -532,17 +532,17 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::bf16* __restrict__ t
     #pragma unroll
     for (int e = 0; e < 2; ++e) v70[e] = y3_[e];
   }
-  // spec: specs/fa2_fwd.yaml:72:23
+  // spec: specs/fa2_fwd.yaml:64:27
   kg::bf16* v120 = reinterpret_cast<kg::bf16*>(smem + 32768);
-  // spec: specs/fa2_fwd.yaml:71:15
+  // spec: specs/fa2_fwd.yaml:63:19
   kg::bf16* v121 = reinterpret_cast<kg::bf16*>(smem + 65536);
-  // spec: specs/fa2_fwd.yaml:70:7
+  // spec: specs/fa2_fwd.yaml:62:11
   const int v122 = 0;
-  // spec: specs/fa2_fwd.yaml:70:7
+  // spec: specs/fa2_fwd.yaml:62:11
   kg::bf16* v123 = v121 + (v122 % 2) * 8192;
-  // spec: specs/fa2_fwd.yaml:70:7
+  // spec: specs/fa2_fwd.yaml:62:11
   const bool v124 = (v51 < v49);
-  // spec: specs/fa2_fwd.yaml:71:23
+  // spec: specs/fa2_fwd.yaml:63:27
   kg::sync();
   if (v124) {
     const kg::bf16* p_ = t_k + ((int64_t)(v17) * stride_k_0 + (int64_t)(v54) * stride_k_2);
@@ -567,17 +567,17 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::bf16* __restrict__ t
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_fwd.yaml:70:7
+  // spec: specs/fa2_fwd.yaml:62:11
   kg::bf16* v125 = v120 + (v122 % 2) * 8192;
-  // spec: specs/fa2_fwd.yaml:72:46
+  // spec: specs/fa2_fwd.yaml:64:50
   const int v126 = 0;
-  // spec: specs/fa2_fwd.yaml:72:54
+  // spec: specs/fa2_fwd.yaml:64:58
   const int v127 = 1;
-  // spec: specs/fa2_fwd.yaml:72:54
+  // spec: specs/fa2_fwd.yaml:64:58
   const int v128 = (v51 - v127);
-  // spec: specs/fa2_fwd.yaml:72:46
+  // spec: specs/fa2_fwd.yaml:64:50
   const int v129 = (kg::max_(v128, v126));
-  // spec: specs/fa2_fwd.yaml:72:30
+  // spec: specs/fa2_fwd.yaml:64:34
   if (v124) {
     const kg::bf16* p_ = t_v + ((int64_t)(v17) * stride_v_0 + (int64_t)(v54) * stride_v_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
@@ -613,11 +613,11 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::bf16* __restrict__ t
   int v133[2];
   #pragma unroll
   for (int e = 0; e < 2; ++e) v133[e] = (v132 + v130[e]);
-  // spec: specs/fa2_fwd.yaml:76:50
+  // spec: specs/fa2_fwd.yaml:69:58
   int (&v134)[2] = v133;
-  // spec: specs/fa2_fwd.yaml:70:30
+  // spec: specs/fa2_fwd.yaml:62:51
   const int v135 = 1;
-  // spec: specs/fa2_fwd.yaml:70:7
+  // spec: specs/fa2_fwd.yaml:62:11
 
   float v136[64];
   #pragma unroll
@@ -637,29 +637,29 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::bf16* __restrict__ t
     kg::bf16 (&v143)[32] = v138;
     float (&v144)[2] = v139;
     
-    // spec: specs/fa2_fwd.yaml:70:7
+    // spec: specs/fa2_fwd.yaml:62:11
     const int v145 = (v140 - v51);
-    // spec: specs/fa2_fwd.yaml:70:7
+    // spec: specs/fa2_fwd.yaml:62:11
     const int v146 = (kg::floordiv(v145, v135));
-    // spec: specs/fa2_fwd.yaml:70:7
+    // spec: specs/fa2_fwd.yaml:62:11
     kg::bf16* v147 = v120 + (v146 % 2) * 8192;
-    // spec: specs/fa2_fwd.yaml:70:7
+    // spec: specs/fa2_fwd.yaml:62:11
     kg::bf16* v148 = v121 + (v146 % 2) * 8192;
-    // spec: specs/fa2_fwd.yaml:71:15
+    // spec: specs/fa2_fwd.yaml:63:19
     kg::cp_async_wait<1>();
     kg::fence_proxy_async();
     kg::sync();
-    // spec: specs/fa2_fwd.yaml:70:7
+    // spec: specs/fa2_fwd.yaml:62:11
     const int v149 = 1;
-    // spec: specs/fa2_fwd.yaml:70:7
+    // spec: specs/fa2_fwd.yaml:62:11
     const int v150 = (v146 + v149);
-    // spec: specs/fa2_fwd.yaml:70:7
+    // spec: specs/fa2_fwd.yaml:62:11
     kg::bf16* v151 = v121 + (v150 % 2) * 8192;
-    // spec: specs/fa2_fwd.yaml:71:23
+    // spec: specs/fa2_fwd.yaml:63:27
     const int v152 = (v140 + v135);
-    // spec: specs/fa2_fwd.yaml:71:23
+    // spec: specs/fa2_fwd.yaml:63:27
     const bool v153 = (v152 < v49);
-    // spec: specs/fa2_fwd.yaml:71:23
+    // spec: specs/fa2_fwd.yaml:63:27
     if (v153) {
       const kg::bf16* p_ = t_k + ((int64_t)(v17) * stride_k_0 + (int64_t)(v54) * stride_k_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
@@ -683,11 +683,11 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::bf16* __restrict__ t
       }
     }
     kg::cp_async_commit();
-    // spec: specs/fa2_fwd.yaml:71:15
+    // spec: specs/fa2_fwd.yaml:63:19
     kg::bf16* v154 = v148;
-    // spec: specs/fa2_fwd.yaml:71:15
+    // spec: specs/fa2_fwd.yaml:63:19
     float v155[32];
-    // spec: specs/fa2_fwd.yaml:71:15
+    // spec: specs/fa2_fwd.yaml:63:19
     float (&v156)[32] = v155;
     {
       const int wg_ = (warp / 4);
@@ -703,33 +703,33 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::bf16* __restrict__ t
             kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v156[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 8192 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
       kg::wgmma_commit();
     }
-    // spec: specs/fa2_fwd.yaml:72:46
+    // spec: specs/fa2_fwd.yaml:64:50
     const int v157 = 0;
-    // spec: specs/fa2_fwd.yaml:72:54
+    // spec: specs/fa2_fwd.yaml:64:58
     const int v158 = 1;
-    // spec: specs/fa2_fwd.yaml:72:54
+    // spec: specs/fa2_fwd.yaml:64:58
     const int v159 = (v140 - v158);
-    // spec: specs/fa2_fwd.yaml:72:46
+    // spec: specs/fa2_fwd.yaml:64:50
     const int v160 = (kg::max_(v159, v157));
-    // spec: specs/fa2_fwd.yaml:72:23
+    // spec: specs/fa2_fwd.yaml:64:27
     kg::cp_async_wait<1>();
     kg::fence_proxy_async();
     kg::sync();
-    // spec: specs/fa2_fwd.yaml:70:7
+    // spec: specs/fa2_fwd.yaml:62:11
     kg::bf16* v161 = v120 + (v150 % 2) * 8192;
-    // spec: specs/fa2_fwd.yaml:72:46
+    // spec: specs/fa2_fwd.yaml:64:50
     const int v162 = 0;
-    // spec: specs/fa2_fwd.yaml:72:54
+    // spec: specs/fa2_fwd.yaml:64:58
     const int v163 = 1;
-    // spec: specs/fa2_fwd.yaml:72:30
+    // spec: specs/fa2_fwd.yaml:64:34
     const int v164 = (v140 + v135);
-    // spec: specs/fa2_fwd.yaml:72:54
+    // spec: specs/fa2_fwd.yaml:64:58
     const int v165 = (v164 - v163);
-    // spec: specs/fa2_fwd.yaml:72:46
+    // spec: specs/fa2_fwd.yaml:64:50
     const int v166 = (kg::max_(v165, v162));
-    // spec: specs/fa2_fwd.yaml:72:30
+    // spec: specs/fa2_fwd.yaml:64:34
     const bool v167 = (v164 < v49);
-    // spec: specs/fa2_fwd.yaml:72:30
+    // spec: specs/fa2_fwd.yaml:64:34
     if (v167) {
       const kg::bf16* p_ = t_v + ((int64_t)(v17) * stride_v_0 + (int64_t)(v54) * stride_v_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
@@ -753,7 +753,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::bf16* __restrict__ t
       }
     }
     kg::cp_async_commit();
-    // spec: specs/fa2_fwd.yaml:72:23
+    // spec: specs/fa2_fwd.yaml:64:27
     float (&v168)[64] = v141;
     {
       const int wg_ = (warp / 4);
@@ -772,64 +772,64 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::bf16* __restrict__ t
             kg::wgmma_m64n128k16_bf16_rs<1>(&v168[(rm * 1 + rn) * 64], &v143[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 128 + rn * 128)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 128 + rn * 128)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 128 + rn * 128)) & 7))) * 2 / 16), 1);
       kg::wgmma_commit();
     }
-    // spec: specs/fa2_fwd.yaml:77:15
+    // spec: specs/fa2_fwd.yaml:70:23
     const float v169 = -kg::inf();
-    // spec: specs/fa2_fwd.yaml:73:32
+    // spec: specs/fa2_fwd.yaml:66:40
     int v170[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v170[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32);
-    // spec: specs/fa2_fwd.yaml:73:18
+    // spec: specs/fa2_fwd.yaml:66:26
     const int v171 = 64;
-    // spec: specs/fa2_fwd.yaml:73:18
+    // spec: specs/fa2_fwd.yaml:66:26
     const int v172 = (v140 * v171);
-    // spec: specs/fa2_fwd.yaml:73:18
+    // spec: specs/fa2_fwd.yaml:66:26
     int v173[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v173[e] = (v172 + v170[e]);
-    // spec: specs/fa2_fwd.yaml:74:19
+    // spec: specs/fa2_fwd.yaml:67:27
     int (&v174)[16] = v173;
-    // spec: specs/fa2_fwd.yaml:74:19
+    // spec: specs/fa2_fwd.yaml:67:27
     bool v175[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v175[e] = (v174[e] < v0);
-    // spec: specs/fa2_fwd.yaml:76:23
+    // spec: specs/fa2_fwd.yaml:69:31
     bool v176[32];
     #pragma unroll
     for (int e = 0; e < 32; ++e) v176[e] = v175[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-    // spec: specs/fa2_fwd.yaml:76:67
+    // spec: specs/fa2_fwd.yaml:69:75
     const int v177 = (v0 - v2);
-    // spec: specs/fa2_fwd.yaml:76:50
+    // spec: specs/fa2_fwd.yaml:69:58
     int v178[2];
     #pragma unroll
     for (int e = 0; e < 2; ++e) v178[e] = (v134[e] + v177);
-    // spec: specs/fa2_fwd.yaml:76:33
+    // spec: specs/fa2_fwd.yaml:69:41
     int v179[32];
     #pragma unroll
     for (int e = 0; e < 32; ++e) v179[e] = v178[((e >> 1) & 1) * 1];
-    // spec: specs/fa2_fwd.yaml:76:33
+    // spec: specs/fa2_fwd.yaml:69:41
     int (&v180)[16] = v173;
-    // spec: specs/fa2_fwd.yaml:76:33
+    // spec: specs/fa2_fwd.yaml:69:41
     int v181[32];
     #pragma unroll
     for (int e = 0; e < 32; ++e) v181[e] = v180[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-    // spec: specs/fa2_fwd.yaml:76:33
+    // spec: specs/fa2_fwd.yaml:69:41
     bool v182[32];
     #pragma unroll
     for (int e = 0; e < 32; ++e) v182[e] = (v181[e] <= v179[e]);
-    // spec: specs/fa2_fwd.yaml:76:23
+    // spec: specs/fa2_fwd.yaml:69:31
     bool v183[32];
     #pragma unroll
     for (int e = 0; e < 32; ++e) v183[e] = (v176[e] && v182[e]);
-    // spec: specs/fa2_fwd.yaml:71:15
+    // spec: specs/fa2_fwd.yaml:63:19
     kg::wgmma_wait<1>();
     #pragma unroll
     for (int e = 0; e < 32; ++e) kg::fence_operand(v156[e]);
     float (&v184)[32] = v156;
-    // spec: specs/fa2_fwd.yaml:77:15
+    // spec: specs/fa2_fwd.yaml:70:23
     float v185[32];
     #pragma unroll
     for (int e = 0; e < 32; ++e) v185[e] = (v183[e] ? v184[e] : v169);
-    // spec: specs/fa2_fwd.yaml:78:30
+    // spec: specs/fa2_fwd.yaml:71:34
     float v186[2];
     {
       float r186[2];
@@ -847,45 +847,45 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::bf16* __restrict__ t
     #pragma unroll
       for (int e = 0; e < 2; ++e) v186[e] = kg::cvt<float>(r186[e]);
     }
-    // spec: specs/fa2_fwd.yaml:79:19
+    // spec: specs/fa2_fwd.yaml:74:27
     const float v187 = 0.0f;
-    // spec: specs/fa2_fwd.yaml:79:25
+    // spec: specs/fa2_fwd.yaml:74:33
     const float v188 = -kg::inf();
-    // spec: specs/fa2_fwd.yaml:78:19
+    // spec: specs/fa2_fwd.yaml:71:23
     float v189[2];
     #pragma unroll
     for (int e = 0; e < 2; ++e) v189[e] = (kg::max_(v144[e], v186[e]));
-    // spec: specs/fa2_fwd.yaml:79:25
+    // spec: specs/fa2_fwd.yaml:74:33
     bool v190[2];
     #pragma unroll
     for (int e = 0; e < 2; ++e) v190[e] = (v189[e] == v188);
-    // spec: specs/fa2_fwd.yaml:79:19
+    // spec: specs/fa2_fwd.yaml:74:27
     float v191[2];
     #pragma unroll
     for (int e = 0; e < 2; ++e) v191[e] = (v190[e] ? v187 : v189[e]);
-    // spec: specs/fa2_fwd.yaml:80:38
+    // spec: specs/fa2_fwd.yaml:75:42
     float v192[2];
     #pragma unroll
     for (int e = 0; e < 2; ++e) v192[e] = (v191[e] * v66);
-    // spec: specs/fa2_fwd.yaml:80:37
+    // spec: specs/fa2_fwd.yaml:75:41
     float (&v193)[2] = v192;
-    // spec: specs/fa2_fwd.yaml:80:24
+    // spec: specs/fa2_fwd.yaml:75:28
     float v194[32];
     #pragma unroll
     for (int e = 0; e < 32; ++e) v194[e] = v193[((e >> 1) & 1) * 1];
-    // spec: specs/fa2_fwd.yaml:80:24
+    // spec: specs/fa2_fwd.yaml:75:28
     float v195[32];
     #pragma unroll
     for (int e = 0; e < 32; ++e) v195[e] = (v185[e] * v66);
-    // spec: specs/fa2_fwd.yaml:80:24
+    // spec: specs/fa2_fwd.yaml:75:28
     float v196[32];
     #pragma unroll
     for (int e = 0; e < 32; ++e) v196[e] = (v195[e] - v194[e]);
-    // spec: specs/fa2_fwd.yaml:80:19
+    // spec: specs/fa2_fwd.yaml:75:23
     float v197[32];
     #pragma unroll
     for (int e = 0; e < 32; ++e) v197[e] = kg::exp2_(v196[e]);
-    // spec: specs/fa2_fwd.yaml:82:27
+    // spec: specs/fa2_fwd.yaml:77:31
     float v198[2];
     {
       float r198[2];
@@ -903,48 +903,48 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::bf16* __restrict__ t
     #pragma unroll
       for (int e = 0; e < 2; ++e) v198[e] = kg::cvt<float>(r198[e]);
     }
-    // spec: specs/fa2_fwd.yaml:84:15
+    // spec: specs/fa2_fwd.yaml:79:19
     kg::bf16 v199[32];
     #pragma unroll
     for (int e = 0; e < 32; ++e) v199[e] = kg::cvt<kg::bf16>(v197[e]);
-    // spec: specs/fa2_fwd.yaml:81:25
+    // spec: specs/fa2_fwd.yaml:76:29
     float v200[2];
     #pragma unroll
     for (int e = 0; e < 2; ++e) v200[e] = (v144[e] - v191[e]);
-    // spec: specs/fa2_fwd.yaml:81:24
+    // spec: specs/fa2_fwd.yaml:76:28
     float v201[2];
     #pragma unroll
     for (int e = 0; e < 2; ++e) v201[e] = (v200[e] * v66);
-    // spec: specs/fa2_fwd.yaml:81:19
+    // spec: specs/fa2_fwd.yaml:76:23
     float v202[2];
     #pragma unroll
     for (int e = 0; e < 2; ++e) v202[e] = kg::exp2_(v201[e]);
-    // spec: specs/fa2_fwd.yaml:83:23
+    // spec: specs/fa2_fwd.yaml:78:27
     float (&v203)[2] = v202;
-    // spec: specs/fa2_fwd.yaml:83:17
+    // spec: specs/fa2_fwd.yaml:78:21
     float v204[64];
     #pragma unroll
     for (int e = 0; e < 64; ++e) v204[e] = v203[((e >> 1) & 1) * 1];
-    // spec: specs/fa2_fwd.yaml:72:23
+    // spec: specs/fa2_fwd.yaml:64:27
     kg::wgmma_wait<0>();
     #pragma unroll
     for (int e = 0; e < 64; ++e) kg::fence_operand(v168[e]);
     #pragma unroll
     for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v143)[e]);
     float (&v205)[64] = v168;
-    // spec: specs/fa2_fwd.yaml:83:17
+    // spec: specs/fa2_fwd.yaml:78:21
     float v206[64];
     #pragma unroll
     for (int e = 0; e < 64; ++e) v206[e] = (v205[e] * v204[e]);
-    // spec: specs/fa2_fwd.yaml:82:15
+    // spec: specs/fa2_fwd.yaml:77:19
     float v207[2];
     #pragma unroll
     for (int e = 0; e < 2; ++e) v207[e] = (v142[e] * v202[e]);
-    // spec: specs/fa2_fwd.yaml:82:15
+    // spec: specs/fa2_fwd.yaml:77:19
     float v208[2];
     #pragma unroll
     for (int e = 0; e < 2; ++e) v208[e] = (v207[e] + v198[e]);
-    // spec: specs/fa2_fwd.yaml:85:15
+    // spec: specs/fa2_fwd.yaml:80:19
 
     float y0_[64];
     #pragma unroll
@@ -967,17 +967,17 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::bf16* __restrict__ t
     #pragma unroll
     for (int e = 0; e < 2; ++e) v139[e] = y3_[e];
   }
-  // spec: specs/fa2_fwd.yaml:86:19
+  // spec: specs/fa2_fwd.yaml:81:19
   kg::bf16* v209 = reinterpret_cast<kg::bf16*>(smem + 0);
-  // spec: specs/fa2_fwd.yaml:86:42
+  // spec: specs/fa2_fwd.yaml:81:42
   const int v210 = 0;
-  // spec: specs/fa2_fwd.yaml:86:50
+  // spec: specs/fa2_fwd.yaml:81:50
   const int v211 = 1;
-  // spec: specs/fa2_fwd.yaml:86:50
+  // spec: specs/fa2_fwd.yaml:81:50
   const int v212 = (v49 - v211);
-  // spec: specs/fa2_fwd.yaml:86:42
+  // spec: specs/fa2_fwd.yaml:81:42
   const int v213 = (kg::max_(v212, v210));
-  // spec: specs/fa2_fwd.yaml:86:26
+  // spec: specs/fa2_fwd.yaml:81:26
   kg::sync();
   if (true) {
     const kg::bf16* p_ = t_v + ((int64_t)(v17) * stride_v_0 + (int64_t)(v54) * stride_v_2);
@@ -1002,11 +1002,11 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::bf16* __restrict__ t
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_fwd.yaml:86:19
+  // spec: specs/fa2_fwd.yaml:81:19
   kg::cp_async_wait<0>();
   kg::fence_proxy_async();
   kg::sync();
-  // spec: specs/fa2_fwd.yaml:86:19
+  // spec: specs/fa2_fwd.yaml:81:19
   float (&v214)[64] = v136;
   {
     const int wg_ = (warp / 4);
@@ -1025,40 +1025,40 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::bf16* __restrict__ t
           kg::wgmma_m64n128k16_bf16_rs<1>(&v214[(rm * 1 + rn) * 64], &v138[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 128 + rn * 128)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 128 + rn * 128)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 128 + rn * 128)) & 7))) * 2 / 16), 1);
     kg::wgmma_commit();
   }
-  // spec: specs/fa2_fwd.yaml:88:15
+  // spec: specs/fa2_fwd.yaml:83:15
   const float v215 = 1.0f;
-  // spec: specs/fa2_fwd.yaml:88:21
+  // spec: specs/fa2_fwd.yaml:83:21
   const float v216 = 0.0f;
-  // spec: specs/fa2_fwd.yaml:88:21
+  // spec: specs/fa2_fwd.yaml:83:21
   bool v217[2];
   #pragma unroll
   for (int e = 0; e < 2; ++e) v217[e] = (v137[e] == v216);
-  // spec: specs/fa2_fwd.yaml:88:15
+  // spec: specs/fa2_fwd.yaml:83:15
   float v218[2];
   #pragma unroll
   for (int e = 0; e < 2; ++e) v218[e] = (v217[e] ? v215 : v137[e]);
-  // spec: specs/fa2_fwd.yaml:89:52
+  // spec: specs/fa2_fwd.yaml:84:52
   float (&v219)[2] = v218;
-  // spec: specs/fa2_fwd.yaml:89:46
+  // spec: specs/fa2_fwd.yaml:84:46
   float v220[64];
   #pragma unroll
   for (int e = 0; e < 64; ++e) v220[e] = v219[((e >> 1) & 1) * 1];
-  // spec: specs/fa2_fwd.yaml:86:19
+  // spec: specs/fa2_fwd.yaml:81:19
   kg::wgmma_wait<0>();
   #pragma unroll
   for (int e = 0; e < 64; ++e) kg::fence_operand(v214[e]);
   #pragma unroll
   for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v138)[e]);
   float (&v221)[64] = v214;
-  // spec: specs/fa2_fwd.yaml:89:46
+  // spec: specs/fa2_fwd.yaml:84:46
   float v222[64];
   #pragma unroll
   for (int e = 0; e < 64; ++e) v222[e] = (v221[e] / v220[e]);
-  // spec: specs/fa2_fwd.yaml:89:45
+  // spec: specs/fa2_fwd.yaml:84:45
   kg::bf16 v223[64];
   #pragma unroll
   for (int e = 0; e < 64; ++e) v223[e] = kg::cvt<kg::bf16>(v222[e]);
-  // spec: specs/fa2_fwd.yaml:89:7
+  // spec: specs/fa2_fwd.yaml:84:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_o + ((int64_t)(v17) * stride_o_0 + (int64_t)(v16) * stride_o_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_o_0 % 2 == 0 && stride_o_1 % 2 == 0 && stride_o_2 % 2 == 0;
@@ -1078,37 +1078,37 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::bf16* __restrict__ t
       }
     }
   }
-  // spec: specs/fa2_fwd.yaml:90:44
+  // spec: specs/fa2_fwd.yaml:85:44
   const float v224 = -kg::inf();
-  // spec: specs/fa2_fwd.yaml:90:66
+  // spec: specs/fa2_fwd.yaml:85:66
   const float v225 = 0.6931471805599453f;
-  // spec: specs/fa2_fwd.yaml:90:80
+  // spec: specs/fa2_fwd.yaml:85:80
   float v226[2];
   #pragma unroll
   for (int e = 0; e < 2; ++e) v226[e] = kg::log2_(v218[e]);
-  // spec: specs/fa2_fwd.yaml:90:67
+  // spec: specs/fa2_fwd.yaml:85:67
   float v227[2];
   #pragma unroll
   for (int e = 0; e < 2; ++e) v227[e] = (v139[e] * v66);
-  // spec: specs/fa2_fwd.yaml:90:67
+  // spec: specs/fa2_fwd.yaml:85:67
   float v228[2];
   #pragma unroll
   for (int e = 0; e < 2; ++e) v228[e] = (v227[e] + v226[e]);
-  // spec: specs/fa2_fwd.yaml:90:66
+  // spec: specs/fa2_fwd.yaml:85:66
   float v229[2];
   #pragma unroll
   for (int e = 0; e < 2; ++e) v229[e] = (v228[e] * v225);
-  // spec: specs/fa2_fwd.yaml:90:50
+  // spec: specs/fa2_fwd.yaml:85:50
   const float v230 = 0.0f;
-  // spec: specs/fa2_fwd.yaml:90:50
+  // spec: specs/fa2_fwd.yaml:85:50
   bool v231[2];
   #pragma unroll
   for (int e = 0; e < 2; ++e) v231[e] = (v137[e] == v230);
-  // spec: specs/fa2_fwd.yaml:90:44
+  // spec: specs/fa2_fwd.yaml:85:44
   float v232[2];
   #pragma unroll
   for (int e = 0; e < 2; ++e) v232[e] = (v231[e] ? v224 : v229[e]);
-  // spec: specs/fa2_fwd.yaml:90:7
+  // spec: specs/fa2_fwd.yaml:85:7
   if ((lane & 3) == 0 && (warp & 0) == 0) {
     float* p_ = t_lse + ((int64_t)(v17) * stride_lse_0 + (int64_t)(v16) * stride_lse_1);
     const bool aligned_ = false;

@@ -69,7 +69,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
   int v18[1];
   #pragma unroll
   for (int e = 0; e < 1; ++e) v18[e] = (v17 + v8[e]);
-  // spec: specs/fa2_fwd.yaml:71:15
+  // spec: specs/fa2_fwd.yaml:63:19
   kg::fp16* v19 = reinterpret_cast<kg::fp16*>(smem + 0);
   // spec: specs/fa2_fwd.yaml:44:11
   const int v20 = (kg::mod(v6, v4));
@@ -100,19 +100,19 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_fwd.yaml:71:15
+  // spec: specs/fa2_fwd.yaml:63:19
   kg::cp_async_wait<0>();
   kg::fence_proxy_async();
   kg::sync();
-  // spec: specs/fa2_fwd.yaml:72:23
+  // spec: specs/fa2_fwd.yaml:64:27
   kg::fp16* v22 = reinterpret_cast<kg::fp16*>(smem + 16384);
-  // spec: specs/fa2_fwd.yaml:71:15
+  // spec: specs/fa2_fwd.yaml:63:19
   kg::fp16* v23 = reinterpret_cast<kg::fp16*>(smem + 32768);
-  // spec: specs/fa2_fwd.yaml:70:7
+  // spec: specs/fa2_fwd.yaml:62:11
   const int v24 = 0;
-  // spec: specs/fa2_fwd.yaml:70:7
+  // spec: specs/fa2_fwd.yaml:62:11
   kg::fp16* v25 = v23 + (v24 % 2) * 4096;
-  // spec: specs/fa2_fwd.yaml:70:30
+  // spec: specs/fa2_fwd.yaml:62:51
   const int v26 = 0;
   // spec: specs/fa2_fwd.yaml:50:14
   const int v27 = 64;
@@ -122,13 +122,13 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
   const int v29 = (v0 + v28);
   // spec: specs/fa2_fwd.yaml:50:14
   const int v30 = (kg::floordiv(v29, v27));
-  // spec: specs/fa2_fwd.yaml:70:7
+  // spec: specs/fa2_fwd.yaml:62:11
   const bool v31 = (v26 < v30);
   // spec: specs/fa2_fwd.yaml:45:18
   const int v32 = (kg::floordiv(v4, v3));
   // spec: specs/fa2_fwd.yaml:45:12
   const int v33 = (kg::floordiv(v20, v32));
-  // spec: specs/fa2_fwd.yaml:71:23
+  // spec: specs/fa2_fwd.yaml:63:27
   if (v31) {
     const kg::fp16* p_ = t_k + ((int64_t)(v21) * stride_k_0 + (int64_t)(v33) * stride_k_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
@@ -152,17 +152,17 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_fwd.yaml:70:7
+  // spec: specs/fa2_fwd.yaml:62:11
   kg::fp16* v34 = v22 + (v24 % 2) * 4096;
-  // spec: specs/fa2_fwd.yaml:72:46
+  // spec: specs/fa2_fwd.yaml:64:50
   const int v35 = 0;
-  // spec: specs/fa2_fwd.yaml:72:54
+  // spec: specs/fa2_fwd.yaml:64:58
   const int v36 = 1;
-  // spec: specs/fa2_fwd.yaml:72:54
+  // spec: specs/fa2_fwd.yaml:64:58
   const int v37 = (v26 - v36);
-  // spec: specs/fa2_fwd.yaml:72:46
+  // spec: specs/fa2_fwd.yaml:64:50
   const int v38 = (kg::max_(v37, v35));
-  // spec: specs/fa2_fwd.yaml:72:30
+  // spec: specs/fa2_fwd.yaml:64:34
   if (v31) {
     const kg::fp16* p_ = t_v + ((int64_t)(v21) * stride_v_0 + (int64_t)(v33) * stride_v_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
@@ -186,7 +186,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_fwd.yaml:70:30
+  // spec: specs/fa2_fwd.yaml:62:51
   const int v39 = 1;
   // spec: specs/fa2_fwd.yaml:54:11
   kg::fp16 v40[32];
@@ -208,7 +208,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
   const float v44 = 1.4426950408889634f;
   // spec: specs/fa2_fwd.yaml:49:16
   const float v45 = (v1 * v44);
-  // spec: specs/fa2_fwd.yaml:70:7
+  // spec: specs/fa2_fwd.yaml:62:11
 
   float v46[32];
   #pragma unroll
@@ -228,29 +228,29 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
     kg::fp16 (&v53)[32] = v48;
     float (&v54)[2] = v49;
     
-    // spec: specs/fa2_fwd.yaml:70:7
+    // spec: specs/fa2_fwd.yaml:62:11
     const int v55 = (v50 - v26);
-    // spec: specs/fa2_fwd.yaml:70:7
+    // spec: specs/fa2_fwd.yaml:62:11
     const int v56 = (kg::floordiv(v55, v39));
-    // spec: specs/fa2_fwd.yaml:70:7
+    // spec: specs/fa2_fwd.yaml:62:11
     kg::fp16* v57 = v22 + (v56 % 2) * 4096;
-    // spec: specs/fa2_fwd.yaml:70:7
+    // spec: specs/fa2_fwd.yaml:62:11
     kg::fp16* v58 = v23 + (v56 % 2) * 4096;
-    // spec: specs/fa2_fwd.yaml:71:15
+    // spec: specs/fa2_fwd.yaml:63:19
     kg::cp_async_wait<1>();
     kg::fence_proxy_async();
     kg::sync();
-    // spec: specs/fa2_fwd.yaml:70:7
+    // spec: specs/fa2_fwd.yaml:62:11
     const int v59 = 1;
-    // spec: specs/fa2_fwd.yaml:70:7
+    // spec: specs/fa2_fwd.yaml:62:11
     const int v60 = (v56 + v59);
-    // spec: specs/fa2_fwd.yaml:70:7
+    // spec: specs/fa2_fwd.yaml:62:11
     kg::fp16* v61 = v23 + (v60 % 2) * 4096;
-    // spec: specs/fa2_fwd.yaml:71:23
+    // spec: specs/fa2_fwd.yaml:63:27
     const int v62 = (v50 + v39);
-    // spec: specs/fa2_fwd.yaml:71:23
+    // spec: specs/fa2_fwd.yaml:63:27
     const bool v63 = (v62 < v30);
-    // spec: specs/fa2_fwd.yaml:71:23
+    // spec: specs/fa2_fwd.yaml:63:27
     if (v63) {
       const kg::fp16* p_ = t_k + ((int64_t)(v21) * stride_k_0 + (int64_t)(v33) * stride_k_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
@@ -274,11 +274,11 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
       }
     }
     kg::cp_async_commit();
-    // spec: specs/fa2_fwd.yaml:71:15
+    // spec: specs/fa2_fwd.yaml:63:19
     kg::fp16* v64 = v58;
-    // spec: specs/fa2_fwd.yaml:71:15
+    // spec: specs/fa2_fwd.yaml:63:19
     float v65[32];
-    // spec: specs/fa2_fwd.yaml:71:15
+    // spec: specs/fa2_fwd.yaml:63:19
     float (&v66)[32] = v65;
     {
       const int wg_ = (warp / 4);
@@ -294,33 +294,33 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
             kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v66[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 8192 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
       kg::wgmma_commit();
     }
-    // spec: specs/fa2_fwd.yaml:72:46
+    // spec: specs/fa2_fwd.yaml:64:50
     const int v67 = 0;
-    // spec: specs/fa2_fwd.yaml:72:54
+    // spec: specs/fa2_fwd.yaml:64:58
     const int v68 = 1;
-    // spec: specs/fa2_fwd.yaml:72:54
+    // spec: specs/fa2_fwd.yaml:64:58
     const int v69 = (v50 - v68);
-    // spec: specs/fa2_fwd.yaml:72:46
+    // spec: specs/fa2_fwd.yaml:64:50
     const int v70 = (kg::max_(v69, v67));
-    // spec: specs/fa2_fwd.yaml:72:23
+    // spec: specs/fa2_fwd.yaml:64:27
     kg::cp_async_wait<1>();
     kg::fence_proxy_async();
     kg::sync();
-    // spec: specs/fa2_fwd.yaml:70:7
+    // spec: specs/fa2_fwd.yaml:62:11
     kg::fp16* v71 = v22 + (v60 % 2) * 4096;
-    // spec: specs/fa2_fwd.yaml:72:46
+    // spec: specs/fa2_fwd.yaml:64:50
     const int v72 = 0;
-    // spec: specs/fa2_fwd.yaml:72:54
+    // spec: specs/fa2_fwd.yaml:64:58
     const int v73 = 1;
-    // spec: specs/fa2_fwd.yaml:72:30
+    // spec: specs/fa2_fwd.yaml:64:34
     const int v74 = (v50 + v39);
-    // spec: specs/fa2_fwd.yaml:72:54
+    // spec: specs/fa2_fwd.yaml:64:58
     const int v75 = (v74 - v73);
-    // spec: specs/fa2_fwd.yaml:72:46
+    // spec: specs/fa2_fwd.yaml:64:50
     const int v76 = (kg::max_(v75, v72));
-    // spec: specs/fa2_fwd.yaml:72:30
+    // spec: specs/fa2_fwd.yaml:64:34
     const bool v77 = (v74 < v30);
-    // spec: specs/fa2_fwd.yaml:72:30
+    // spec: specs/fa2_fwd.yaml:64:34
     if (v77) {
       const kg::fp16* p_ = t_v + ((int64_t)(v21) * stride_v_0 + (int64_t)(v33) * stride_v_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
@@ -344,7 +344,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
       }
     }
     kg::cp_async_commit();
-    // spec: specs/fa2_fwd.yaml:72:23
+    // spec: specs/fa2_fwd.yaml:64:27
     float (&v78)[32] = v51;
     {
       const int wg_ = (warp / 4);
@@ -363,40 +363,40 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
             kg::wgmma_m64n64k16_fp16_rs<1>(&v78[(rm * 1 + rn) * 32], &v53[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
       kg::wgmma_commit();
     }
-    // spec: specs/fa2_fwd.yaml:73:32
+    // spec: specs/fa2_fwd.yaml:66:40
     int v79[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v79[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32);
-    // spec: specs/fa2_fwd.yaml:73:18
+    // spec: specs/fa2_fwd.yaml:66:26
     const int v80 = 64;
-    // spec: specs/fa2_fwd.yaml:73:18
+    // spec: specs/fa2_fwd.yaml:66:26
     const int v81 = (v50 * v80);
-    // spec: specs/fa2_fwd.yaml:73:18
+    // spec: specs/fa2_fwd.yaml:66:26
     int v82[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v82[e] = (v81 + v79[e]);
-    // spec: specs/fa2_fwd.yaml:74:19
+    // spec: specs/fa2_fwd.yaml:67:27
     int (&v83)[16] = v82;
-    // spec: specs/fa2_fwd.yaml:74:19
+    // spec: specs/fa2_fwd.yaml:67:27
     bool v84[16];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v84[e] = (v83[e] < v0);
-    // spec: specs/fa2_fwd.yaml:77:15
+    // spec: specs/fa2_fwd.yaml:70:23
     bool v85[32];
     #pragma unroll
     for (int e = 0; e < 32; ++e) v85[e] = v84[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-    // spec: specs/fa2_fwd.yaml:77:15
+    // spec: specs/fa2_fwd.yaml:70:23
     const float v86 = -kg::inf();
-    // spec: specs/fa2_fwd.yaml:71:15
+    // spec: specs/fa2_fwd.yaml:63:19
     kg::wgmma_wait<1>();
     #pragma unroll
     for (int e = 0; e < 32; ++e) kg::fence_operand(v66[e]);
     float (&v87)[32] = v66;
-    // spec: specs/fa2_fwd.yaml:77:15
+    // spec: specs/fa2_fwd.yaml:70:23
     float v88[32];
     #pragma unroll
     for (int e = 0; e < 32; ++e) v88[e] = (v85[e] ? v87[e] : v86);
-    // spec: specs/fa2_fwd.yaml:78:30
+    // spec: specs/fa2_fwd.yaml:71:34
     float v89[2];
     {
       float r89[2];
@@ -414,45 +414,45 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
     #pragma unroll
       for (int e = 0; e < 2; ++e) v89[e] = kg::cvt<float>(r89[e]);
     }
-    // spec: specs/fa2_fwd.yaml:79:19
+    // spec: specs/fa2_fwd.yaml:74:27
     const float v90 = 0.0f;
-    // spec: specs/fa2_fwd.yaml:79:25
+    // spec: specs/fa2_fwd.yaml:74:33
     const float v91 = -kg::inf();
-    // spec: specs/fa2_fwd.yaml:78:19
+    // spec: specs/fa2_fwd.yaml:71:23
     float v92[2];
     #pragma unroll
     for (int e = 0; e < 2; ++e) v92[e] = (kg::max_(v54[e], v89[e]));
-    // spec: specs/fa2_fwd.yaml:79:25
+    // spec: specs/fa2_fwd.yaml:74:33
     bool v93[2];
     #pragma unroll
     for (int e = 0; e < 2; ++e) v93[e] = (v92[e] == v91);
-    // spec: specs/fa2_fwd.yaml:79:19
+    // spec: specs/fa2_fwd.yaml:74:27
     float v94[2];
     #pragma unroll
     for (int e = 0; e < 2; ++e) v94[e] = (v93[e] ? v90 : v92[e]);
-    // spec: specs/fa2_fwd.yaml:80:38
+    // spec: specs/fa2_fwd.yaml:75:42
     float v95[2];
     #pragma unroll
     for (int e = 0; e < 2; ++e) v95[e] = (v94[e] * v45);
-    // spec: specs/fa2_fwd.yaml:80:37
+    // spec: specs/fa2_fwd.yaml:75:41
     float (&v96)[2] = v95;
-    // spec: specs/fa2_fwd.yaml:80:24
+    // spec: specs/fa2_fwd.yaml:75:28
     float v97[32];
     #pragma unroll
     for (int e = 0; e < 32; ++e) v97[e] = v96[((e >> 1) & 1) * 1];
-    // spec: specs/fa2_fwd.yaml:80:24
+    // spec: specs/fa2_fwd.yaml:75:28
     float v98[32];
     #pragma unroll
     for (int e = 0; e < 32; ++e) v98[e] = (v88[e] * v45);
-    // spec: specs/fa2_fwd.yaml:80:24
+    // spec: specs/fa2_fwd.yaml:75:28
     float v99[32];
     #pragma unroll
     for (int e = 0; e < 32; ++e) v99[e] = (v98[e] - v97[e]);
-    // spec: specs/fa2_fwd.yaml:80:19
+    // spec: specs/fa2_fwd.yaml:75:23
     float v100[32];
     #pragma unroll
     for (int e = 0; e < 32; ++e) v100[e] = kg::exp2_(v99[e]);
-    // spec: specs/fa2_fwd.yaml:82:27
+    // spec: specs/fa2_fwd.yaml:77:31
     float v101[2];
     {
       float r101[2];
@@ -470,48 +470,48 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
     #pragma unroll
       for (int e = 0; e < 2; ++e) v101[e] = kg::cvt<float>(r101[e]);
     }
-    // spec: specs/fa2_fwd.yaml:84:15
+    // spec: specs/fa2_fwd.yaml:79:19
     kg::fp16 v102[32];
     #pragma unroll
     for (int e = 0; e < 32; ++e) v102[e] = kg::cvt<kg::fp16>(v100[e]);
-    // spec: specs/fa2_fwd.yaml:81:25
+    // spec: specs/fa2_fwd.yaml:76:29
     float v103[2];
     #pragma unroll
     for (int e = 0; e < 2; ++e) v103[e] = (v54[e] - v94[e]);
-    // spec: specs/fa2_fwd.yaml:81:24
+    // spec: specs/fa2_fwd.yaml:76:28
     float v104[2];
     #pragma unroll
     for (int e = 0; e < 2; ++e) v104[e] = (v103[e] * v45);
-    // spec: specs/fa2_fwd.yaml:81:19
+    // spec: specs/fa2_fwd.yaml:76:23
     float v105[2];
     #pragma unroll
     for (int e = 0; e < 2; ++e) v105[e] = kg::exp2_(v104[e]);
-    // spec: specs/fa2_fwd.yaml:83:23
+    // spec: specs/fa2_fwd.yaml:78:27
     float (&v106)[2] = v105;
-    // spec: specs/fa2_fwd.yaml:83:17
+    // spec: specs/fa2_fwd.yaml:78:21
     float v107[32];
     #pragma unroll
     for (int e = 0; e < 32; ++e) v107[e] = v106[((e >> 1) & 1) * 1];
-    // spec: specs/fa2_fwd.yaml:72:23
+    // spec: specs/fa2_fwd.yaml:64:27
     kg::wgmma_wait<0>();
     #pragma unroll
     for (int e = 0; e < 32; ++e) kg::fence_operand(v78[e]);
     #pragma unroll
     for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v53)[e]);
     float (&v108)[32] = v78;
-    // spec: specs/fa2_fwd.yaml:83:17
+    // spec: specs/fa2_fwd.yaml:78:21
     float v109[32];
     #pragma unroll
     for (int e = 0; e < 32; ++e) v109[e] = (v108[e] * v107[e]);
-    // spec: specs/fa2_fwd.yaml:82:15
+    // spec: specs/fa2_fwd.yaml:77:19
     float v110[2];
     #pragma unroll
     for (int e = 0; e < 2; ++e) v110[e] = (v52[e] * v105[e]);
-    // spec: specs/fa2_fwd.yaml:82:15
+    // spec: specs/fa2_fwd.yaml:77:19
     float v111[2];
     #pragma unroll
     for (int e = 0; e < 2; ++e) v111[e] = (v110[e] + v101[e]);
-    // spec: specs/fa2_fwd.yaml:85:15
+    // spec: specs/fa2_fwd.yaml:80:19
 
     float y0_[32];
     #pragma unroll
@@ -534,17 +534,17 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
     #pragma unroll
     for (int e = 0; e < 2; ++e) v49[e] = y3_[e];
   }
-  // spec: specs/fa2_fwd.yaml:86:19
+  // spec: specs/fa2_fwd.yaml:81:19
   kg::fp16* v112 = reinterpret_cast<kg::fp16*>(smem + 0);
-  // spec: specs/fa2_fwd.yaml:86:42
+  // spec: specs/fa2_fwd.yaml:81:42
   const int v113 = 0;
-  // spec: specs/fa2_fwd.yaml:86:50
+  // spec: specs/fa2_fwd.yaml:81:50
   const int v114 = 1;
-  // spec: specs/fa2_fwd.yaml:86:50
+  // spec: specs/fa2_fwd.yaml:81:50
   const int v115 = (v30 - v114);
-  // spec: specs/fa2_fwd.yaml:86:42
+  // spec: specs/fa2_fwd.yaml:81:42
   const int v116 = (kg::max_(v115, v113));
-  // spec: specs/fa2_fwd.yaml:86:26
+  // spec: specs/fa2_fwd.yaml:81:26
   kg::sync();
   if (true) {
     const kg::fp16* p_ = t_v + ((int64_t)(v21) * stride_v_0 + (int64_t)(v33) * stride_v_2);
@@ -569,11 +569,11 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_fwd.yaml:86:19
+  // spec: specs/fa2_fwd.yaml:81:19
   kg::cp_async_wait<0>();
   kg::fence_proxy_async();
   kg::sync();
-  // spec: specs/fa2_fwd.yaml:86:19
+  // spec: specs/fa2_fwd.yaml:81:19
   float (&v117)[32] = v46;
   {
     const int wg_ = (warp / 4);
@@ -592,40 +592,40 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
           kg::wgmma_m64n64k16_fp16_rs<1>(&v117[(rm * 1 + rn) * 32], &v48[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
     kg::wgmma_commit();
   }
-  // spec: specs/fa2_fwd.yaml:88:15
+  // spec: specs/fa2_fwd.yaml:83:15
   const float v118 = 1.0f;
-  // spec: specs/fa2_fwd.yaml:88:21
+  // spec: specs/fa2_fwd.yaml:83:21
   const float v119 = 0.0f;
-  // spec: specs/fa2_fwd.yaml:88:21
+  // spec: specs/fa2_fwd.yaml:83:21
   bool v120[2];
   #pragma unroll
   for (int e = 0; e < 2; ++e) v120[e] = (v47[e] == v119);
-  // spec: specs/fa2_fwd.yaml:88:15
+  // spec: specs/fa2_fwd.yaml:83:15
   float v121[2];
   #pragma unroll
   for (int e = 0; e < 2; ++e) v121[e] = (v120[e] ? v118 : v47[e]);
-  // spec: specs/fa2_fwd.yaml:89:52
+  // spec: specs/fa2_fwd.yaml:84:52
   float (&v122)[2] = v121;
-  // spec: specs/fa2_fwd.yaml:89:46
+  // spec: specs/fa2_fwd.yaml:84:46
   float v123[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v123[e] = v122[((e >> 1) & 1) * 1];
-  // spec: specs/fa2_fwd.yaml:86:19
+  // spec: specs/fa2_fwd.yaml:81:19
   kg::wgmma_wait<0>();
   #pragma unroll
   for (int e = 0; e < 32; ++e) kg::fence_operand(v117[e]);
   #pragma unroll
   for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v48)[e]);
   float (&v124)[32] = v117;
-  // spec: specs/fa2_fwd.yaml:89:46
+  // spec: specs/fa2_fwd.yaml:84:46
   float v125[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v125[e] = (v124[e] / v123[e]);
-  // spec: specs/fa2_fwd.yaml:89:45
+  // spec: specs/fa2_fwd.yaml:84:45
   kg::fp16 v126[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v126[e] = kg::cvt<kg::fp16>(v125[e]);
-  // spec: specs/fa2_fwd.yaml:89:7
+  // spec: specs/fa2_fwd.yaml:84:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_o + ((int64_t)(v21) * stride_o_0 + (int64_t)(v20) * stride_o_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_o_0 % 2 == 0 && stride_o_1 % 2 == 0 && stride_o_2 % 2 == 0;
@@ -645,37 +645,37 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
       }
     }
   }
-  // spec: specs/fa2_fwd.yaml:90:44
+  // spec: specs/fa2_fwd.yaml:85:44
   const float v127 = -kg::inf();
-  // spec: specs/fa2_fwd.yaml:90:66
+  // spec: specs/fa2_fwd.yaml:85:66
   const float v128 = 0.6931471805599453f;
-  // spec: specs/fa2_fwd.yaml:90:80
+  // spec: specs/fa2_fwd.yaml:85:80
   float v129[2];
   #pragma unroll
   for (int e = 0; e < 2; ++e) v129[e] = kg::log2_(v121[e]);
-  // spec: specs/fa2_fwd.yaml:90:67
+  // spec: specs/fa2_fwd.yaml:85:67
   float v130[2];
   #pragma unroll
   for (int e = 0; e < 2; ++e) v130[e] = (v49[e] * v45);
-  // spec: specs/fa2_fwd.yaml:90:67
+  // spec: specs/fa2_fwd.yaml:85:67
   float v131[2];
   #pragma unroll
   for (int e = 0; e < 2; ++e) v131[e] = (v130[e] + v129[e]);
-  // spec: specs/fa2_fwd.yaml:90:66
+  // spec: specs/fa2_fwd.yaml:85:66
   float v132[2];
   #pragma unroll
   for (int e = 0; e < 2; ++e) v132[e] = (v131[e] * v128);
-  // spec: specs/fa2_fwd.yaml:90:50
+  // spec: specs/fa2_fwd.yaml:85:50
   const float v133 = 0.0f;
-  // spec: specs/fa2_fwd.yaml:90:50
+  // spec: specs/fa2_fwd.yaml:85:50
   bool v134[2];
   #pragma unroll
   for (int e = 0; e < 2; ++e) v134[e] = (v47[e] == v133);
-  // spec: specs/fa2_fwd.yaml:90:44
+  // spec: specs/fa2_fwd.yaml:85:44
   float v135[2];
   #pragma unroll
   for (int e = 0; e < 2; ++e) v135[e] = (v134[e] ? v127 : v132[e]);
-  // spec: specs/fa2_fwd.yaml:90:7
+  // spec: specs/fa2_fwd.yaml:85:7
   if ((lane & 3) == 0 && (warp & 0) == 0) {
     float* p_ = t_lse + ((int64_t)(v21) * stride_lse_0 + (int64_t)(v20) * stride_lse_1);
     const bool aligned_ = false;
