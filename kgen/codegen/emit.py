@@ -347,10 +347,12 @@ class Emitter:
         cores = attrs.get("smem_layout", "rows") not in ("rows", "sw128")
         if not self.stepped_copies or threads % (8 * per_row if cores else per_row) or chunks % threads:
             return None
-        c0 = f"(lane + warp * {self.target.wave_size})"
-        coords = self._chunk_coords(attrs, per_row, vec)
-        return {"row0": coords["row"].replace("c_", c0), "col0": coords["col"].replace("c_", c0),
-                "rows": rows_per_iter, "stride": row_stride}
+        first = self._chunk_coords(attrs, per_row, vec, self._first_chunk())
+        return {"row0": first["row"], "col0": first["col"], "rows": rows_per_iter, "stride": row_stride}
+
+    def _first_chunk(self) -> str:
+        """The chunk a thread copies first (the copy loop's i = 0)."""
+        return f"(lane + warp * {self.target.wave_size})"
 
     def _copy_slot(self, attrs: dict, per_row: int, vec: int, threads: int, elem: int) -> str:
         """Where chunk c_ lands. Swizzled, when each iteration moves all threads a whole number
@@ -360,20 +362,20 @@ class Emitter:
         rows_per_iter = threads // per_row
         if attrs.get("smem_layout") != "sw128" or threads % per_row or rows_per_iter % CORE_ROWS:
             return shared_slot(attrs, "r_", "k_", elem)
-        c0 = f"(lane + warp * {self.target.wave_size})"
+        c0 = self._first_chunk()
         first = shared_slot(attrs, f"({c0} / {per_row})", f"({c0} % {per_row} * {vec})", elem)
         return f"{first} + i * {rows_per_iter * (128 // elem)}"
 
     @staticmethod
-    def _chunk_coords(attrs: dict, per_row: int, vec: int) -> dict:
-        """Row and column of chunk c_. Row-major buffers: along the row, so that a warp reads
+    def _chunk_coords(attrs: dict, per_row: int, vec: int, c: str = "c_") -> dict:
+        """Row and column of chunk `c` (the copy loop's c_ by default). Row-major buffers: along the row, so that a warp reads
         whole rows. Core-matrix buffers: down the 8 rows of a core first, so that consecutive
         threads write consecutive 16-byte slots (no bank conflicts), a warp reading 8 rows x
         4 chunks of global memory (whole 32-byte sectors). Swizzled buffers: along the row, each
         8 lanes writing one 128-byte row of the swizzle, all banks once."""
         if attrs.get("smem_layout", "rows") in ("rows", "sw128"):  # sw128: 8 lanes fill one swizzled 128-byte row
-            return {"row": f"c_ / {per_row}", "col": f"(c_ % {per_row}) * {vec}"}
-        return {"row": f"c_ / {8 * per_row} * 8 + c_ % 8", "col": f"c_ / 8 % {per_row} * {vec}"}
+            return {"row": f"{c} / {per_row}", "col": f"({c} % {per_row}) * {vec}"}
+        return {"row": f"{c} / {8 * per_row} * 8 + {c} % 8", "col": f"{c} / 8 % {per_row} * {vec}"}
 
     def op_wait_async(self, op):
         return {"pending": op.attrs["pending"], "proxy_fence": self._async_read(self.stage_of(op.operands[0]))}

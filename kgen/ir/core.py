@@ -139,6 +139,14 @@ def use_counts(block: Block) -> dict[int, int]:
     return uses
 
 
+def rename_operands(op: "Op", renamed: dict[int, Value]) -> None:
+    """Make `op` (and the ops of its body) read renamed[id(v)] wherever they read v."""
+    op.operands = [renamed.get(id(v), v) for v in op.operands]
+    if op.body is not None:
+        for inner in op.body.ops:
+            rename_operands(inner, renamed)
+
+
 def blocks(block: Block):
     """The block and every loop body nested in it, outermost first."""
     yield block

@@ -18,7 +18,7 @@ readers it was no longer copied asynchronously (passes/async_copy.py converts si
 from __future__ import annotations
 
 from ...hw.descriptor import Target
-from ..core import Block, Kernel, Op, Value, walk
+from ..core import Block, Kernel, Op, Value, rename_operands, walk
 
 # ops that only relabel which lane holds what: free to compute anywhere, no memory access
 MOVABLE = ("trans", "expand", "broadcast", "stage", "view_shared")
@@ -37,7 +37,7 @@ def _hoist_block(block: Block) -> None:
         if op.kind == "for" and op.body is not None:
             _hoist_block(op.body)  # innermost first, so a stage can climb several loops
             for moved in _take_invariant(op.body):
-                moved.operands = [renamed.get(id(v), v) for v in moved.operands]
+                rename_operands(moved, renamed)
                 key = _signature(moved)
                 if key in hoisted:
                     renamed[id(moved.result)] = hoisted[key]
@@ -45,7 +45,7 @@ def _hoist_block(block: Block) -> None:
                 hoisted[key] = moved.result
                 new_ops.append(moved)
             if renamed:
-                _rename(op, renamed)
+                rename_operands(op, renamed)
         new_ops.append(op)
     block.ops[:] = new_ops
 
@@ -54,13 +54,6 @@ def _signature(op: Op) -> tuple:
     r = op.result
     return (op.kind, tuple(id(v) for v in op.operands), repr(sorted(op.attrs.items())),
             r.shape, r.dtype, r.place, r.layout)
-
-
-def _rename(op: Op, renamed: dict[int, Value]) -> None:
-    op.operands = [renamed.get(id(v), v) for v in op.operands]
-    if op.body is not None:
-        for inner in op.body.ops:
-            _rename(inner, renamed)
 
 
 def _take_invariant(body: Block) -> list[Op]:

@@ -29,7 +29,7 @@ until the wait).
 from __future__ import annotations
 
 from ...hw.descriptor import Target
-from ..core import Block, Kernel, Op, Value, blocks, use_counts, walk
+from ..core import Block, Kernel, Op, Value, blocks, rename_operands, use_counts, walk
 from .accumulate import is_lone_zero
 
 WRITES_SHARED = ("stage", "copy_async")
@@ -87,7 +87,7 @@ def _defer_waits(block: Block, target: Target, producer: dict, uses: dict) -> No
         dot.attrs["deferred"] = True
         placed.append((at, seq, pending, wait))
         for op in ops[at:]:
-            _replace_reads(op, res, done)
+            rename_operands(op, {id(res): done})
     for at, _, _, wait in sorted(placed, key=lambda w: (-w[0], -w[1])):
         ops.insert(at, wait)
 
@@ -95,13 +95,6 @@ def _defer_waits(block: Block, target: Target, producer: dict, uses: dict) -> No
 def _issued(dots: list[int], i: int, at: int) -> int:
     """Asynchronous dots issued after op i and before op `at`."""
     return sum(1 for j in dots if i < j < at)
-
-
-def _replace_reads(op: Op, old: Value, new: Value) -> None:
-    op.operands = [new if v is old else v for v in op.operands]
-    if op.body is not None:
-        for inner in op.body.ops:
-            _replace_reads(inner, old, new)
 
 
 def _must_wait(op: Op, res: Value, shared: list[Value], producer: dict) -> bool:
