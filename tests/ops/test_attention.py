@@ -59,9 +59,15 @@ def test_batch_mismatch_is_named():
         flash_attn_func(torch.cat([q, q]), k, v)
 
 
-@pytest.mark.parametrize("causal, deterministic", [(False, False), (True, True)])
-def test_cpu_forward_and_backward_match_float64(causal, deterministic):
-    q, k, v = _qkv(sq=9, sk=6, h=4, hkv=2, grad=True)  # SQ > SK: causal rows that see no key
+@pytest.mark.parametrize("causal, deterministic, shape", [
+    (False, False, dict(sq=9, sk=6, h=4, hkv=2)),  # SQ > SK: causal rows that see no key
+    (True, True, dict(sq=9, sk=6, h=4, hkv=2)),
+    # under the mask the programs are ordered longest first over groups of 16 heads: 36 query
+    # heads and 18 key heads make full groups and a partial one, over several blocks
+    (True, False, dict(b=2, sq=130, sk=300, h=18, hkv=9)),
+])
+def test_cpu_forward_and_backward_match_float64(causal, deterministic, shape):
+    q, k, v = _qkv(**shape, grad=True)
     dout = torch.randn(q.shape).to(q.dtype)
     out = flash_attn_func(q, k, v, causal=causal, deterministic=deterministic)
     got = (out, *torch.autograd.grad(out, (q, k, v), dout))

@@ -8,34 +8,38 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
   const int lane = kg::thread_id() % kg::WAVE;
   const int warp = __builtin_amdgcn_readfirstlane(kg::thread_id() / kg::WAVE);
   
-  // spec: specs/fa2_bwd.yaml:113:73
-  const int v0 = size_SK;
-  // spec: specs/fa2_bwd.yaml:67:18
-  const int v1 = size_SQ;
-  // spec: specs/fa2_bwd.yaml:60:16
-  const float v2 = scalar_softmax_scale;
-  // spec: specs/fa2_bwd.yaml:55:15
-  const int v3 = size_H;
-  // spec: specs/fa2_bwd.yaml:53:28
-  const int v4 = size_HKV;
-  // spec: specs/fa2_bwd.yaml:53:11
-  const int v5 = kg::block_id_y();
+  // spec: specs/fa2_bwd.yaml:80:18
+  const int v0 = size_SQ;
+  // spec: specs/fa2_bwd.yaml:73:16
+  const float v1 = scalar_softmax_scale;
+  // spec: specs/fa2_bwd.yaml:68:15
+  const int v2 = size_H;
+  // spec: specs/fa2_bwd.yaml:66:17
+  const int v3 = size_HKV;
+  // spec: specs/fa2_bwd.yaml:53:19
+  const int v4 = size_SK;
+  // spec: specs/fa2_bwd.yaml:53:14
+  const int v5 = 64;
+  // spec: specs/fa2_bwd.yaml:53:14
+  const int v6 = 63;
+  // spec: specs/fa2_bwd.yaml:53:14
+  const int v7 = (v4 + v6);
+  // spec: specs/fa2_bwd.yaml:53:14
+  const int v8 = (kg::floordiv(v7, v5));
   // spec: specs/fa2_bwd.yaml:54:12
-  const int v6 = kg::block_id_y();
-  // spec: specs/fa2_bwd.yaml:56:20
-  const int v7 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:57:14
-  const int v8 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:54:12
-  const int v9 = (kg::mod(v6, v4));
-  // spec: specs/fa2_bwd.yaml:53:11
-  const int v10 = (kg::floordiv(v5, v4));
-  // spec: specs/fa2_bwd.yaml:58:12
-  kg::bf16 v11[16];
+  const int v9 = kg::block_id_y();
+  // spec: specs/fa2_bwd.yaml:55:12
+  const int v10 = kg::block_id_x();
+  // spec: specs/fa2_bwd.yaml:67:12
+  const int v11 = (kg::mod(v9, v3));
+  // spec: specs/fa2_bwd.yaml:66:11
+  const int v12 = (kg::floordiv(v9, v3));
+  // spec: specs/fa2_bwd.yaml:71:12
+  kg::bf16 v13[16];
   {
-    const kg::bf16* p_ = t_k + ((int64_t)(v10) * stride_k_0 + (int64_t)(v9) * stride_k_2);
+    const kg::bf16* p_ = t_k + ((int64_t)(v12) * stride_k_0 + (int64_t)(v11) * stride_k_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
-    const int t0_ = v7 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
+    const int t0_ = v10 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
     const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
   #pragma unroll
     for (int e = 0; e < 16; e += 8) {
@@ -44,20 +48,20 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       const int64_t off_ = (int64_t)i0_ * stride_k_1 + (int64_t)i1_ * 1;
       const bool in_ = i0_ < (size_SK);
       if (aligned_ && in_) {
-        kg::copy_vec<8>(&v11[e], p_ + off_);
+        kg::copy_vec<8>(&v13[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v11[e + v] = (i0_ < (size_SK)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v13[e + v] = (i0_ < (size_SK)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
-  // spec: specs/fa2_bwd.yaml:59:12
-  kg::bf16 v12[16];
+  // spec: specs/fa2_bwd.yaml:72:12
+  kg::bf16 v14[16];
   {
-    const kg::bf16* p_ = t_v + ((int64_t)(v10) * stride_v_0 + (int64_t)(v9) * stride_v_2);
+    const kg::bf16* p_ = t_v + ((int64_t)(v12) * stride_v_0 + (int64_t)(v11) * stride_v_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-    const int t0_ = v7 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
+    const int t0_ = v10 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
     const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
   #pragma unroll
     for (int e = 0; e < 16; e += 8) {
@@ -66,112 +70,112 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       const int64_t off_ = (int64_t)i0_ * stride_v_1 + (int64_t)i1_ * 1;
       const bool in_ = i0_ < (size_SK);
       if (aligned_ && in_) {
-        kg::copy_vec<8>(&v12[e], p_ + off_);
+        kg::copy_vec<8>(&v14[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v12[e + v] = (i0_ < (size_SK)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v14[e + v] = (i0_ < (size_SK)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
-  // spec: specs/fa2_bwd.yaml:116:27
-  kg::bf16* v13 = reinterpret_cast<kg::bf16*>(smem + 0);
+  // spec: specs/fa2_bwd.yaml:129:27
+  kg::bf16* v15 = reinterpret_cast<kg::bf16*>(smem + 0);
   kg::sync();
   #pragma unroll
-  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v13[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v11[e]);
+  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v15[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v13[e]);
 
-  // spec: specs/fa2_bwd.yaml:116:27
-  kg::bf16* v14 = v13;
-  // spec: specs/fa2_bwd.yaml:117:28
-  kg::bf16* v15 = reinterpret_cast<kg::bf16*>(smem + 9216);
-  #pragma unroll
-  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v15[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v12[e]);
-
-  // spec: specs/fa2_bwd.yaml:117:28
+  // spec: specs/fa2_bwd.yaml:129:27
   kg::bf16* v16 = v15;
-  // spec: specs/fa2_bwd.yaml:123:74
-  kg::bf16* v17 = reinterpret_cast<kg::bf16*>(smem + 18432);
+  // spec: specs/fa2_bwd.yaml:130:28
+  kg::bf16* v17 = reinterpret_cast<kg::bf16*>(smem + 9216);
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v17[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32))] = v11[e];
+  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v17[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v14[e]);
+
+  // spec: specs/fa2_bwd.yaml:130:28
+  kg::bf16* v18 = v17;
+  // spec: specs/fa2_bwd.yaml:136:74
+  kg::bf16* v19 = reinterpret_cast<kg::bf16*>(smem + 18432);
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v19[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32))] = v13[e];
   kg::sync();
-  // spec: specs/fa2_bwd.yaml:57:40
-  int v18[1];
+  // spec: specs/fa2_bwd.yaml:70:29
+  int v20[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v18[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0);
-  // spec: specs/fa2_bwd.yaml:57:14
-  const int v19 = 64;
-  // spec: specs/fa2_bwd.yaml:57:14
-  const int v20 = (v8 * v19);
-  // spec: specs/fa2_bwd.yaml:57:14
-  int v21[1];
+  for (int e = 0; e < 1; ++e) v20[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0);
+  // spec: specs/fa2_bwd.yaml:70:14
+  const int v21 = 64;
+  // spec: specs/fa2_bwd.yaml:70:14
+  const int v22 = (v10 * v21);
+  // spec: specs/fa2_bwd.yaml:70:14
+  int v23[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v21[e] = (v20 + v18[e]);
-  // spec: specs/fa2_bwd.yaml:113:57
-  int (&v22)[1] = v21;
-  // spec: specs/fa2_bwd.yaml:75:22
-  const int v23 = 1;
-  // spec: specs/fa2_bwd.yaml:75:22
-  const int v24 = 0;
-  // spec: specs/fa2_bwd.yaml:67:13
-  const int v25 = 64;
-  // spec: specs/fa2_bwd.yaml:67:13
-  const int v26 = 63;
-  // spec: specs/fa2_bwd.yaml:67:13
-  const int v27 = (v1 + v26);
-  // spec: specs/fa2_bwd.yaml:67:13
-  const int v28 = (kg::floordiv(v27, v25));
-  // spec: specs/fa2_bwd.yaml:66:16
-  float v29[16];
+  for (int e = 0; e < 1; ++e) v23[e] = (v22 + v20[e]);
+  // spec: specs/fa2_bwd.yaml:126:57
+  int (&v24)[1] = v23;
+  // spec: specs/fa2_bwd.yaml:88:22
+  const int v25 = 1;
+  // spec: specs/fa2_bwd.yaml:88:22
+  const int v26 = 0;
+  // spec: specs/fa2_bwd.yaml:80:13
+  const int v27 = 64;
+  // spec: specs/fa2_bwd.yaml:80:13
+  const int v28 = 63;
+  // spec: specs/fa2_bwd.yaml:80:13
+  const int v29 = (v0 + v28);
+  // spec: specs/fa2_bwd.yaml:80:13
+  const int v30 = (kg::floordiv(v29, v27));
+  // spec: specs/fa2_bwd.yaml:79:16
+  float v31[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v29[e] = 0.0f;
-  // spec: specs/fa2_bwd.yaml:65:16
-  float v30[16];
+  for (int e = 0; e < 16; ++e) v31[e] = 0.0f;
+  // spec: specs/fa2_bwd.yaml:78:16
+  float v32[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v30[e] = 0.0f;
-  // spec: specs/fa2_bwd.yaml:60:16
-  const float v31 = 1.4426950408889634f;
-  // spec: specs/fa2_bwd.yaml:60:16
-  const float v32 = (v2 * v31);
-  // spec: specs/fa2_bwd.yaml:55:15
-  const int v33 = (kg::floordiv(v3, v4));
-  // spec: specs/fa2_bwd.yaml:75:7
+  for (int e = 0; e < 16; ++e) v32[e] = 0.0f;
+  // spec: specs/fa2_bwd.yaml:73:16
+  const float v33 = 1.4426950408889634f;
+  // spec: specs/fa2_bwd.yaml:73:16
+  const float v34 = (v1 * v33);
+  // spec: specs/fa2_bwd.yaml:68:15
+  const int v35 = (kg::floordiv(v2, v3));
+  // spec: specs/fa2_bwd.yaml:88:7
 
-  float v34[16];
+  float v36[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v34[e] = v29[e];
-  float v35[16];
+  for (int e = 0; e < 16; ++e) v36[e] = v31[e];
+  float v37[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v35[e] = v30[e];
-  for (int v36 = v24; v36 < v33; v36 += v23) {
-    float (&v37)[16] = v34;
-    float (&v38)[16] = v35;
+  for (int e = 0; e < 16; ++e) v37[e] = v32[e];
+  for (int v38 = v26; v38 < v35; v38 += v25) {
+    float (&v39)[16] = v36;
+    float (&v40)[16] = v37;
     
-    // spec: specs/fa2_bwd.yaml:78:58
-    const int v39 = 1;
-    // spec: specs/fa2_bwd.yaml:78:58
-    const int v40 = 0;
-    // spec: specs/fa2_bwd.yaml:76:15
-    const int v41 = (v9 * v33);
-    // spec: specs/fa2_bwd.yaml:76:15
-    const int v42 = (v41 + v36);
-    // spec: specs/fa2_bwd.yaml:78:15
+    // spec: specs/fa2_bwd.yaml:91:58
+    const int v41 = 1;
+    // spec: specs/fa2_bwd.yaml:91:58
+    const int v42 = 0;
+    // spec: specs/fa2_bwd.yaml:89:15
+    const int v43 = (v11 * v35);
+    // spec: specs/fa2_bwd.yaml:89:15
+    const int v44 = (v43 + v38);
+    // spec: specs/fa2_bwd.yaml:91:15
 
-    float v43[16];
+    float v45[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v43[e] = v37[e];
-    float v44[16];
+    for (int e = 0; e < 16; ++e) v45[e] = v39[e];
+    float v46[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v44[e] = v38[e];
-    for (int v45 = v40; v45 < v28; v45 += v39) {
-      float (&v46)[16] = v43;
-      float (&v47)[16] = v44;
+    for (int e = 0; e < 16; ++e) v46[e] = v40[e];
+    for (int v47 = v42; v47 < v30; v47 += v41) {
+      float (&v48)[16] = v45;
+      float (&v49)[16] = v46;
       
-      // spec: specs/fa2_bwd.yaml:79:24
-      kg::bf16 v48[16];
+      // spec: specs/fa2_bwd.yaml:92:24
+      kg::bf16 v50[16];
       {
-        const kg::bf16* p_ = t_q + ((int64_t)(v10) * stride_q_0 + (int64_t)(v42) * stride_q_2);
+        const kg::bf16* p_ = t_q + ((int64_t)(v12) * stride_q_0 + (int64_t)(v44) * stride_q_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-        const int t0_ = v45 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
+        const int t0_ = v47 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
         const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
       #pragma unroll
         for (int e = 0; e < 16; e += 8) {
@@ -180,20 +184,20 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           const int64_t off_ = (int64_t)i0_ * stride_q_1 + (int64_t)i1_ * 1;
           const bool in_ = i0_ < (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<8>(&v48[e], p_ + off_);
+            kg::copy_vec<8>(&v50[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 8; ++v)
-              v48[e + v] = (i0_ < (size_SQ)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+              v50[e + v] = (i0_ < (size_SQ)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:80:26
-      kg::bf16 v49[16];
+      // spec: specs/fa2_bwd.yaml:93:26
+      kg::bf16 v51[16];
       {
-        const kg::bf16* p_ = t_do + ((int64_t)(v10) * stride_do_0 + (int64_t)(v42) * stride_do_2);
+        const kg::bf16* p_ = t_do + ((int64_t)(v12) * stride_do_0 + (int64_t)(v44) * stride_do_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
-        const int t0_ = v45 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
+        const int t0_ = v47 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
         const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
       #pragma unroll
         for (int e = 0; e < 16; e += 8) {
@@ -202,77 +206,51 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           const int64_t off_ = (int64_t)i0_ * stride_do_1 + (int64_t)i1_ * 1;
           const bool in_ = i0_ < (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<8>(&v49[e], p_ + off_);
+            kg::copy_vec<8>(&v51[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 8; ++v)
-              v49[e + v] = (i0_ < (size_SQ)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+              v51[e + v] = (i0_ < (size_SQ)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:112:30
-      float v50[16];
+      // spec: specs/fa2_bwd.yaml:125:30
+      float v52[16];
       {
-        const float* p_ = t_lse + ((int64_t)(v10) * stride_lse_0 + (int64_t)(v42) * stride_lse_1);
+        const float* p_ = t_lse + ((int64_t)(v12) * stride_lse_0 + (int64_t)(v44) * stride_lse_1);
         const bool aligned_ = kg::aligned(p_, 16) && stride_lse_0 % 4 == 0 && stride_lse_1 % 4 == 0;
-        const int t0_ = v45 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
+        const int t0_ = v47 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
       #pragma unroll
         for (int e = 0; e < 16; e += 4) {
           const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 4 <= (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<4>(&v50[e], p_ + off_);
+            kg::copy_vec<4>(&v52[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 4; ++v)
-              v50[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+              v52[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:116:27
-      kg::bf16* v51 = reinterpret_cast<kg::bf16*>(smem + 27648);
+      // spec: specs/fa2_bwd.yaml:129:27
+      kg::bf16* v53 = reinterpret_cast<kg::bf16*>(smem + 27648);
       kg::sync();
       #pragma unroll
-      for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v51[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v48[e]);
+      for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v53[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v50[e]);
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:116:27
-      float v52[16];
+      // spec: specs/fa2_bwd.yaml:129:27
+      float v54[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v52[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:116:27
-      float (&v53)[16] = v52;
+      for (int e = 0; e < 16; ++e) v54[e] = 0.0f;
+      // spec: specs/fa2_bwd.yaml:129:27
+      float (&v55)[16] = v54;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
         alignas(16) kg::bf16 fa_[4];
       #pragma unroll
-        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v51[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-        alignas(16) kg::bf16 fb_[4];
-      #pragma unroll
-        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v14[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-      #pragma unroll
-        for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-          for (int rn = 0; rn < 1; ++rn)
-            kg::mfma_32x32x8_bf16(&v53[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
-      }
-      // spec: specs/fa2_bwd.yaml:117:28
-      kg::bf16* v54 = reinterpret_cast<kg::bf16*>(smem + 27648);
-      kg::sync();
-      #pragma unroll
-      for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v54[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v49[e]);
-      kg::sync();
-      // spec: specs/fa2_bwd.yaml:117:28
-      float v55[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v55[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:117:28
-      float (&v56)[16] = v55;
-      #pragma unroll
-      for (int ks = 0; ks < 8; ++ks) {
-        alignas(16) kg::bf16 fa_[4];
-      #pragma unroll
-        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v54[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v53[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
         alignas(16) kg::bf16 fb_[4];
       #pragma unroll
         for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v16[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
@@ -280,296 +258,322 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
         for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::mfma_32x32x8_bf16(&v56[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+            kg::mfma_32x32x8_bf16(&v55[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:118:27
-      const float v57 = 0.0f;
-      // spec: specs/fa2_bwd.yaml:112:30
-      const float v58 = 1.4426950408889634f;
-      // spec: specs/fa2_bwd.yaml:112:30
-      float v59[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v59[e] = (v50[e] * v58);
-      // spec: specs/fa2_bwd.yaml:118:58
-      float (&v60)[16] = v59;
-      // spec: specs/fa2_bwd.yaml:118:45
-      float v61[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v61[e] = v60[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:118:45
-      float v62[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v62[e] = (v53[e] * v32);
-      // spec: specs/fa2_bwd.yaml:118:45
-      float v63[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v63[e] = (v62[e] - v61[e]);
-      // spec: specs/fa2_bwd.yaml:118:40
-      float v64[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v64[e] = kg::exp2_(v63[e]);
-      // spec: specs/fa2_bwd.yaml:113:82
-      const float v65 = -kg::inf();
-      // spec: specs/fa2_bwd.yaml:113:82
-      float (&v66)[16] = v59;
-      // spec: specs/fa2_bwd.yaml:113:82
-      bool v67[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v67[e] = (v66[e] > v65);
-      // spec: specs/fa2_bwd.yaml:113:31
-      bool v68[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v68[e] = v67[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:113:57
-      bool v69[1];
-      #pragma unroll
-      for (int e = 0; e < 1; ++e) v69[e] = (v22[e] < v0);
-      // spec: specs/fa2_bwd.yaml:113:31
-      bool v70[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v70[e] = v69[0];
-      // spec: specs/fa2_bwd.yaml:111:44
-      int v71[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v71[e] = (((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16);
-      // spec: specs/fa2_bwd.yaml:111:30
-      const int v72 = 64;
-      // spec: specs/fa2_bwd.yaml:111:30
-      const int v73 = (v45 * v72);
-      // spec: specs/fa2_bwd.yaml:111:30
-      int v74[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v74[e] = (v73 + v71[e]);
-      // spec: specs/fa2_bwd.yaml:113:32
-      int (&v75)[16] = v74;
-      // spec: specs/fa2_bwd.yaml:113:32
-      bool v76[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v76[e] = (v75[e] < v1);
-      // spec: specs/fa2_bwd.yaml:113:31
-      bool v77[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v77[e] = v76[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:113:31
-      bool v78[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v78[e] = (v77[e] && v70[e]);
-      // spec: specs/fa2_bwd.yaml:113:31
-      bool v79[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v79[e] = (v78[e] && v68[e]);
-      // spec: specs/fa2_bwd.yaml:118:27
-      float v80[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v80[e] = (v79[e] ? v64[e] : v57);
-      // spec: specs/fa2_bwd.yaml:119:45
-      kg::bf16 v81[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v81[e] = kg::cvt<kg::bf16>(v80[e]);
-      // spec: specs/fa2_bwd.yaml:119:41
-      kg::bf16* v82 = reinterpret_cast<kg::bf16*>(smem + 27648);
+      // spec: specs/fa2_bwd.yaml:130:28
+      kg::bf16* v56 = reinterpret_cast<kg::bf16*>(smem + 27648);
       kg::sync();
       #pragma unroll
-      for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v82[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 72 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v81[e]);
-
-      // spec: specs/fa2_bwd.yaml:119:41
-      kg::bf16* v83 = v82;
-      // spec: specs/fa2_bwd.yaml:119:41
-      kg::bf16* v84 = reinterpret_cast<kg::bf16*>(smem + 36864);
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v84[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32))] = v49[e];
+      for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v56[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v51[e]);
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:119:41
-      float (&v85)[16] = v46;
+      // spec: specs/fa2_bwd.yaml:130:28
+      float v57[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v57[e] = 0.0f;
+      // spec: specs/fa2_bwd.yaml:130:28
+      float (&v58)[16] = v57;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
         alignas(16) kg::bf16 fa_[4];
       #pragma unroll
-        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v83[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v56[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
         alignas(16) kg::bf16 fb_[4];
       #pragma unroll
-        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v84[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v18[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       #pragma unroll
         for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::mfma_32x32x8_bf16(&v85[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+            kg::mfma_32x32x8_bf16(&v58[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:120:39
-      float v86[16];
+      // spec: specs/fa2_bwd.yaml:131:27
+      const float v59 = 0.0f;
+      // spec: specs/fa2_bwd.yaml:125:30
+      const float v60 = 1.4426950408889634f;
+      // spec: specs/fa2_bwd.yaml:125:30
+      float v61[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v61[e] = (v52[e] * v60);
+      // spec: specs/fa2_bwd.yaml:131:58
+      float (&v62)[16] = v61;
+      // spec: specs/fa2_bwd.yaml:131:45
+      float v63[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v63[e] = v62[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:131:45
+      float v64[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v64[e] = (v55[e] * v34);
+      // spec: specs/fa2_bwd.yaml:131:45
+      float v65[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v65[e] = (v64[e] - v63[e]);
+      // spec: specs/fa2_bwd.yaml:131:40
+      float v66[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v66[e] = kg::exp2_(v65[e]);
+      // spec: specs/fa2_bwd.yaml:126:82
+      const float v67 = -kg::inf();
+      // spec: specs/fa2_bwd.yaml:126:82
+      float (&v68)[16] = v61;
+      // spec: specs/fa2_bwd.yaml:126:82
+      bool v69[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v69[e] = (v68[e] > v67);
+      // spec: specs/fa2_bwd.yaml:126:31
+      bool v70[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v70[e] = v69[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:126:57
+      bool v71[1];
+      #pragma unroll
+      for (int e = 0; e < 1; ++e) v71[e] = (v24[e] < v4);
+      // spec: specs/fa2_bwd.yaml:126:31
+      bool v72[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v72[e] = v71[0];
+      // spec: specs/fa2_bwd.yaml:124:44
+      int v73[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v73[e] = (((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16);
+      // spec: specs/fa2_bwd.yaml:124:30
+      const int v74 = 64;
+      // spec: specs/fa2_bwd.yaml:124:30
+      const int v75 = (v47 * v74);
+      // spec: specs/fa2_bwd.yaml:124:30
+      int v76[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v76[e] = (v75 + v73[e]);
+      // spec: specs/fa2_bwd.yaml:126:32
+      int (&v77)[16] = v76;
+      // spec: specs/fa2_bwd.yaml:126:32
+      bool v78[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v78[e] = (v77[e] < v0);
+      // spec: specs/fa2_bwd.yaml:126:31
+      bool v79[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v79[e] = v78[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:126:31
+      bool v80[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v80[e] = (v79[e] && v72[e]);
+      // spec: specs/fa2_bwd.yaml:126:31
+      bool v81[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v81[e] = (v80[e] && v70[e]);
+      // spec: specs/fa2_bwd.yaml:131:27
+      float v82[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v82[e] = (v81[e] ? v66[e] : v59);
+      // spec: specs/fa2_bwd.yaml:132:45
+      kg::bf16 v83[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v83[e] = kg::cvt<kg::bf16>(v82[e]);
+      // spec: specs/fa2_bwd.yaml:132:41
+      kg::bf16* v84 = reinterpret_cast<kg::bf16*>(smem + 27648);
+      kg::sync();
+      #pragma unroll
+      for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v84[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 72 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v83[e]);
+
+      // spec: specs/fa2_bwd.yaml:132:41
+      kg::bf16* v85 = v84;
+      // spec: specs/fa2_bwd.yaml:132:41
+      kg::bf16* v86 = reinterpret_cast<kg::bf16*>(smem + 36864);
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v86[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32))] = v51[e];
+      kg::sync();
+      // spec: specs/fa2_bwd.yaml:132:41
+      float (&v87)[16] = v48;
+      #pragma unroll
+      for (int ks = 0; ks < 8; ++ks) {
+        alignas(16) kg::bf16 fa_[4];
+      #pragma unroll
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v85[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        alignas(16) kg::bf16 fb_[4];
+      #pragma unroll
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v86[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      #pragma unroll
+        for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+          for (int rn = 0; rn < 1; ++rn)
+            kg::mfma_32x32x8_bf16(&v87[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+      }
+      // spec: specs/fa2_bwd.yaml:133:39
+      float v88[16];
       {
-        const float* p_ = t_delta + ((int64_t)(v10) * stride_delta_0 + (int64_t)(v42) * stride_delta_1);
+        const float* p_ = t_delta + ((int64_t)(v12) * stride_delta_0 + (int64_t)(v44) * stride_delta_1);
         const bool aligned_ = kg::aligned(p_, 16) && stride_delta_0 % 4 == 0 && stride_delta_1 % 4 == 0;
-        const int t0_ = v45 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
+        const int t0_ = v47 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
       #pragma unroll
         for (int e = 0; e < 16; e += 4) {
           const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 4 <= (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<4>(&v86[e], p_ + off_);
+            kg::copy_vec<4>(&v88[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 4; ++v)
-              v86[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+              v88[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:120:39
-      float (&v87)[16] = v86;
-      // spec: specs/fa2_bwd.yaml:120:34
-      float v88[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v88[e] = v87[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:120:34
-      float v89[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v89[e] = (v56[e] - v88[e]);
-      // spec: specs/fa2_bwd.yaml:120:29
+      // spec: specs/fa2_bwd.yaml:133:39
+      float (&v89)[16] = v88;
+      // spec: specs/fa2_bwd.yaml:133:34
       float v90[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v90[e] = (v80[e] * v89[e]);
-      // spec: specs/fa2_bwd.yaml:120:28
-      kg::bf16 v91[16];
+      for (int e = 0; e < 16; ++e) v90[e] = v89[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:133:34
+      float v91[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v91[e] = kg::cvt<kg::bf16>(v90[e]);
-      // spec: specs/fa2_bwd.yaml:121:41
-      kg::bf16* v92 = reinterpret_cast<kg::bf16*>(smem + 27648);
+      for (int e = 0; e < 16; ++e) v91[e] = (v58[e] - v90[e]);
+      // spec: specs/fa2_bwd.yaml:133:29
+      float v92[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v92[e] = (v82[e] * v91[e]);
+      // spec: specs/fa2_bwd.yaml:133:28
+      kg::bf16 v93[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v93[e] = kg::cvt<kg::bf16>(v92[e]);
+      // spec: specs/fa2_bwd.yaml:134:41
+      kg::bf16* v94 = reinterpret_cast<kg::bf16*>(smem + 27648);
       kg::sync();
       #pragma unroll
-      for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v92[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 72 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v91[e]);
+      for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v94[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 72 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v93[e]);
 
-      // spec: specs/fa2_bwd.yaml:121:41
-      kg::bf16* v93 = v92;
-      // spec: specs/fa2_bwd.yaml:121:41
-      kg::bf16* v94 = reinterpret_cast<kg::bf16*>(smem + 36864);
+      // spec: specs/fa2_bwd.yaml:134:41
+      kg::bf16* v95 = v94;
+      // spec: specs/fa2_bwd.yaml:134:41
+      kg::bf16* v96 = reinterpret_cast<kg::bf16*>(smem + 36864);
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v94[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32))] = v48[e];
+      for (int e = 0; e < 16; ++e) v96[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32))] = v50[e];
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:121:41
-      float (&v95)[16] = v47;
+      // spec: specs/fa2_bwd.yaml:134:41
+      float (&v97)[16] = v49;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
         alignas(16) kg::bf16 fa_[4];
       #pragma unroll
-        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v93[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v95[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
         alignas(16) kg::bf16 fb_[4];
       #pragma unroll
-        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v94[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v96[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       #pragma unroll
         for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::mfma_32x32x8_bf16(&v95[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+            kg::mfma_32x32x8_bf16(&v97[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:123:74
-      kg::bf16* v96 = reinterpret_cast<kg::bf16*>(smem + 27648);
+      // spec: specs/fa2_bwd.yaml:136:74
+      kg::bf16* v98 = reinterpret_cast<kg::bf16*>(smem + 27648);
       kg::sync();
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v96[((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 72 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0))] = v91[e];
+      for (int e = 0; e < 16; ++e) v98[((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 72 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0))] = v93[e];
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:123:74
-      float v97[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v97[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:123:74
-      float (&v98)[16] = v97;
-      #pragma unroll
-      for (int ks = 0; ks < 8; ++ks) {
-        alignas(16) kg::bf16 fa_[4];
-      #pragma unroll
-        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v96[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-        alignas(16) kg::bf16 fb_[4];
-      #pragma unroll
-        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v17[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-      #pragma unroll
-        for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-          for (int rn = 0; rn < 1; ++rn)
-            kg::mfma_32x32x8_bf16(&v98[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
-      }
-      // spec: specs/fa2_bwd.yaml:123:74
+      // spec: specs/fa2_bwd.yaml:136:74
       float v99[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v99[e] = (v98[e] * v2);
-      // spec: specs/fa2_bwd.yaml:123:27
+      for (int e = 0; e < 16; ++e) v99[e] = 0.0f;
+      // spec: specs/fa2_bwd.yaml:136:74
+      float (&v100)[16] = v99;
+      #pragma unroll
+      for (int ks = 0; ks < 8; ++ks) {
+        alignas(16) kg::bf16 fa_[4];
+      #pragma unroll
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v98[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        alignas(16) kg::bf16 fb_[4];
+      #pragma unroll
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v19[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      #pragma unroll
+        for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+          for (int rn = 0; rn < 1; ++rn)
+            kg::mfma_32x32x8_bf16(&v100[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+      }
+      // spec: specs/fa2_bwd.yaml:136:74
+      float v101[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v101[e] = (v100[e] * v1);
+      // spec: specs/fa2_bwd.yaml:136:27
       if ((lane & 0) == 0 && (warp & 0) == 0) {
-        float* p_ = t_dq_acc + ((int64_t)(v10) * stride_dq_acc_0 + (int64_t)(v42) * stride_dq_acc_2);
+        float* p_ = t_dq_acc + ((int64_t)(v12) * stride_dq_acc_0 + (int64_t)(v44) * stride_dq_acc_2);
         const bool aligned_ = false;
-        const int t0_ = v45 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
+        const int t0_ = v47 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
         const int t1_ = 0 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32;
       #pragma unroll
         for (int e = 0; e < 16; e += 1) {
           const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
           const int i1_ = t1_ + 0;
           const int64_t off_ = (int64_t)i0_ * stride_dq_acc_1 + (int64_t)i1_ * 1;
-          if (i0_ < (size_SQ)) kg::atomic_add(p_ + off_, v99[e]);
+          if (i0_ < (size_SQ)) kg::atomic_add(p_ + off_, v101[e]);
         }
       }
-      // spec: specs/fa2_bwd.yaml:123:27
+      // spec: specs/fa2_bwd.yaml:136:27
 
       float y0_[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) y0_[e] = v85[e];
+      for (int e = 0; e < 16; ++e) y0_[e] = v87[e];
       float y1_[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) y1_[e] = v95[e];
+      for (int e = 0; e < 16; ++e) y1_[e] = v97[e];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v43[e] = y0_[e];
+      for (int e = 0; e < 16; ++e) v45[e] = y0_[e];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v44[e] = y1_[e];
+      for (int e = 0; e < 16; ++e) v46[e] = y1_[e];
     }
-    // spec: specs/fa2_bwd.yaml:78:15
+    // spec: specs/fa2_bwd.yaml:91:15
 
     float y0_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y0_[e] = v43[e];
+    for (int e = 0; e < 16; ++e) y0_[e] = v45[e];
     float y1_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y1_[e] = v44[e];
+    for (int e = 0; e < 16; ++e) y1_[e] = v46[e];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v34[e] = y0_[e];
+    for (int e = 0; e < 16; ++e) v36[e] = y0_[e];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v35[e] = y1_[e];
+    for (int e = 0; e < 16; ++e) v37[e] = y1_[e];
   }
-  // spec: specs/fa2_bwd.yaml:124:34
-  float v100[16];
+  // spec: specs/fa2_bwd.yaml:137:34
+  float v102[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v100[e] = (v35[e] * v2);
-  // spec: specs/fa2_bwd.yaml:124:33
-  kg::bf16 v101[16];
+  for (int e = 0; e < 16; ++e) v102[e] = (v37[e] * v1);
+  // spec: specs/fa2_bwd.yaml:137:33
+  kg::bf16 v103[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v101[e] = kg::cvt<kg::bf16>(v100[e]);
-  // spec: specs/fa2_bwd.yaml:124:7
+  for (int e = 0; e < 16; ++e) v103[e] = kg::cvt<kg::bf16>(v102[e]);
+  // spec: specs/fa2_bwd.yaml:137:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
-    kg::bf16* p_ = t_dk + ((int64_t)(v10) * stride_dk_0 + (int64_t)(v9) * stride_dk_2);
+    kg::bf16* p_ = t_dk + ((int64_t)(v12) * stride_dk_0 + (int64_t)(v11) * stride_dk_2);
     const bool aligned_ = false;
-    const int t0_ = v7 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
+    const int t0_ = v10 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
     const int t1_ = 0 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32;
   #pragma unroll
     for (int e = 0; e < 16; e += 1) {
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
       const int i1_ = t1_ + 0;
       const int64_t off_ = (int64_t)i0_ * stride_dk_1 + (int64_t)i1_ * 1;
-      if (i0_ < (size_SK)) p_[off_] = v101[e];
+      if (i0_ < (size_SK)) p_[off_] = v103[e];
     }
   }
-  // spec: specs/fa2_bwd.yaml:125:33
-  kg::bf16 v102[16];
+  // spec: specs/fa2_bwd.yaml:138:33
+  kg::bf16 v104[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v102[e] = kg::cvt<kg::bf16>(v34[e]);
-  // spec: specs/fa2_bwd.yaml:125:7
+  for (int e = 0; e < 16; ++e) v104[e] = kg::cvt<kg::bf16>(v36[e]);
+  // spec: specs/fa2_bwd.yaml:138:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
-    kg::bf16* p_ = t_dv + ((int64_t)(v10) * stride_dv_0 + (int64_t)(v9) * stride_dv_2);
+    kg::bf16* p_ = t_dv + ((int64_t)(v12) * stride_dv_0 + (int64_t)(v11) * stride_dv_2);
     const bool aligned_ = false;
-    const int t0_ = v7 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
+    const int t0_ = v10 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
     const int t1_ = 0 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32;
   #pragma unroll
     for (int e = 0; e < 16; e += 1) {
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
       const int i1_ = t1_ + 0;
       const int64_t off_ = (int64_t)i0_ * stride_dv_1 + (int64_t)i1_ * 1;
-      if (i0_ < (size_SK)) p_[off_] = v102[e];
+      if (i0_ < (size_SK)) p_[off_] = v104[e];
     }
   }
 }

@@ -8,34 +8,38 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
   const int lane = kg::thread_id() % kg::WAVE;
   const int warp = __builtin_amdgcn_readfirstlane(kg::thread_id() / kg::WAVE);
   
-  // spec: specs/fa2_bwd.yaml:64:59
+  // spec: specs/fa2_bwd.yaml:77:48
   const int v0 = size_SQ;
-  // spec: specs/fa2_bwd.yaml:64:54
-  const int v1 = size_SK;
-  // spec: specs/fa2_bwd.yaml:60:16
-  const float v2 = scalar_softmax_scale;
-  // spec: specs/fa2_bwd.yaml:55:15
-  const int v3 = size_H;
-  // spec: specs/fa2_bwd.yaml:53:28
-  const int v4 = size_HKV;
-  // spec: specs/fa2_bwd.yaml:53:11
-  const int v5 = kg::block_id_y();
+  // spec: specs/fa2_bwd.yaml:73:16
+  const float v1 = scalar_softmax_scale;
+  // spec: specs/fa2_bwd.yaml:68:15
+  const int v2 = size_H;
+  // spec: specs/fa2_bwd.yaml:66:17
+  const int v3 = size_HKV;
+  // spec: specs/fa2_bwd.yaml:53:19
+  const int v4 = size_SK;
+  // spec: specs/fa2_bwd.yaml:53:14
+  const int v5 = 64;
+  // spec: specs/fa2_bwd.yaml:53:14
+  const int v6 = 63;
+  // spec: specs/fa2_bwd.yaml:53:14
+  const int v7 = (v4 + v6);
+  // spec: specs/fa2_bwd.yaml:53:14
+  const int v8 = (kg::floordiv(v7, v5));
   // spec: specs/fa2_bwd.yaml:54:12
-  const int v6 = kg::block_id_y();
-  // spec: specs/fa2_bwd.yaml:56:20
-  const int v7 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:57:14
-  const int v8 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:54:12
-  const int v9 = (kg::mod(v6, v4));
-  // spec: specs/fa2_bwd.yaml:53:11
-  const int v10 = (kg::floordiv(v5, v4));
-  // spec: specs/fa2_bwd.yaml:58:12
-  kg::bf16 v11[16];
+  const int v9 = kg::block_id_y();
+  // spec: specs/fa2_bwd.yaml:55:12
+  const int v10 = kg::block_id_x();
+  // spec: specs/fa2_bwd.yaml:67:12
+  const int v11 = (kg::mod(v9, v3));
+  // spec: specs/fa2_bwd.yaml:66:11
+  const int v12 = (kg::floordiv(v9, v3));
+  // spec: specs/fa2_bwd.yaml:71:12
+  kg::bf16 v13[16];
   {
-    const kg::bf16* p_ = t_k + ((int64_t)(v10) * stride_k_0 + (int64_t)(v9) * stride_k_2);
+    const kg::bf16* p_ = t_k + ((int64_t)(v12) * stride_k_0 + (int64_t)(v11) * stride_k_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
-    const int t0_ = v7 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
+    const int t0_ = v10 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
     const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
   #pragma unroll
     for (int e = 0; e < 16; e += 8) {
@@ -44,20 +48,20 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       const int64_t off_ = (int64_t)i0_ * stride_k_1 + (int64_t)i1_ * 1;
       const bool in_ = i0_ < (size_SK);
       if (aligned_ && in_) {
-        kg::copy_vec<8>(&v11[e], p_ + off_);
+        kg::copy_vec<8>(&v13[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v11[e + v] = (i0_ < (size_SK)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v13[e + v] = (i0_ < (size_SK)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
-  // spec: specs/fa2_bwd.yaml:59:12
-  kg::bf16 v12[16];
+  // spec: specs/fa2_bwd.yaml:72:12
+  kg::bf16 v14[16];
   {
-    const kg::bf16* p_ = t_v + ((int64_t)(v10) * stride_v_0 + (int64_t)(v9) * stride_v_2);
+    const kg::bf16* p_ = t_v + ((int64_t)(v12) * stride_v_0 + (int64_t)(v11) * stride_v_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-    const int t0_ = v7 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
+    const int t0_ = v10 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
     const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
   #pragma unroll
     for (int e = 0; e < 16; e += 8) {
@@ -66,127 +70,123 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       const int64_t off_ = (int64_t)i0_ * stride_v_1 + (int64_t)i1_ * 1;
       const bool in_ = i0_ < (size_SK);
       if (aligned_ && in_) {
-        kg::copy_vec<8>(&v12[e], p_ + off_);
+        kg::copy_vec<8>(&v14[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v12[e + v] = (i0_ < (size_SK)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v14[e + v] = (i0_ < (size_SK)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
-  // spec: specs/fa2_bwd.yaml:64:27
-  const int v13 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:74:41
-  const int v14 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:116:27
+  // spec: specs/fa2_bwd.yaml:129:27
   kg::bf16* v15 = reinterpret_cast<kg::bf16*>(smem + 0);
   kg::sync();
   #pragma unroll
-  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v15[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v11[e]);
+  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v15[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v13[e]);
 
-  // spec: specs/fa2_bwd.yaml:116:27
+  // spec: specs/fa2_bwd.yaml:129:27
   kg::bf16* v16 = v15;
-  // spec: specs/fa2_bwd.yaml:117:28
+  // spec: specs/fa2_bwd.yaml:130:28
   kg::bf16* v17 = reinterpret_cast<kg::bf16*>(smem + 9216);
   #pragma unroll
-  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v17[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v12[e]);
+  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v17[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v14[e]);
 
-  // spec: specs/fa2_bwd.yaml:117:28
+  // spec: specs/fa2_bwd.yaml:130:28
   kg::bf16* v18 = v17;
-  // spec: specs/fa2_bwd.yaml:123:74
+  // spec: specs/fa2_bwd.yaml:136:74
   kg::bf16* v19 = reinterpret_cast<kg::bf16*>(smem + 18432);
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v19[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32))] = v11[e];
+  for (int e = 0; e < 16; ++e) v19[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32))] = v13[e];
   kg::sync();
-  // spec: specs/fa2_bwd.yaml:57:40
+  // spec: specs/fa2_bwd.yaml:70:29
   int v20[1];
   #pragma unroll
   for (int e = 0; e < 1; ++e) v20[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0);
-  // spec: specs/fa2_bwd.yaml:57:14
+  // spec: specs/fa2_bwd.yaml:70:14
   const int v21 = 64;
-  // spec: specs/fa2_bwd.yaml:57:14
-  const int v22 = (v8 * v21);
-  // spec: specs/fa2_bwd.yaml:57:14
+  // spec: specs/fa2_bwd.yaml:70:14
+  const int v22 = (v10 * v21);
+  // spec: specs/fa2_bwd.yaml:70:14
   int v23[1];
   #pragma unroll
   for (int e = 0; e < 1; ++e) v23[e] = (v22 + v20[e]);
-  // spec: specs/fa2_bwd.yaml:113:57
+  // spec: specs/fa2_bwd.yaml:126:57
   int (&v24)[1] = v23;
-  // spec: specs/fa2_bwd.yaml:115:45
+  // spec: specs/fa2_bwd.yaml:128:45
   int v25[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v25[e] = v24[0];
-  // spec: specs/fa2_bwd.yaml:75:22
+  // spec: specs/fa2_bwd.yaml:88:22
   const int v26 = 1;
-  // spec: specs/fa2_bwd.yaml:75:22
+  // spec: specs/fa2_bwd.yaml:88:22
   const int v27 = 0;
-  // spec: specs/fa2_bwd.yaml:74:35
+  // spec: specs/fa2_bwd.yaml:87:35
   const int v28 = 64;
-  // spec: specs/fa2_bwd.yaml:74:35
+  // spec: specs/fa2_bwd.yaml:87:35
   const int v29 = 63;
-  // spec: specs/fa2_bwd.yaml:74:77
-  const int v30 = (v1 - v0);
-  // spec: specs/fa2_bwd.yaml:74:40
+  // spec: specs/fa2_bwd.yaml:87:66
+  const int v30 = (v4 - v0);
+  // spec: specs/fa2_bwd.yaml:87:40
   const int v31 = 1;
-  // spec: specs/fa2_bwd.yaml:74:40
+  // spec: specs/fa2_bwd.yaml:87:40
   const int v32 = 64;
-  // spec: specs/fa2_bwd.yaml:74:41
+  // spec: specs/fa2_bwd.yaml:87:41
   const int v33 = 1;
-  // spec: specs/fa2_bwd.yaml:74:41
-  const int v34 = (v14 + v33);
-  // spec: specs/fa2_bwd.yaml:74:40
+  // spec: specs/fa2_bwd.yaml:87:41
+  const int v34 = (v10 + v33);
+  // spec: specs/fa2_bwd.yaml:87:40
   const int v35 = (v34 * v32);
-  // spec: specs/fa2_bwd.yaml:74:40
+  // spec: specs/fa2_bwd.yaml:87:40
   const int v36 = (v35 - v31);
-  // spec: specs/fa2_bwd.yaml:74:40
+  // spec: specs/fa2_bwd.yaml:87:40
   const int v37 = (v36 - v30);
-  // spec: specs/fa2_bwd.yaml:74:35
+  // spec: specs/fa2_bwd.yaml:87:35
   const int v38 = (v37 + v29);
-  // spec: specs/fa2_bwd.yaml:74:35
+  // spec: specs/fa2_bwd.yaml:87:35
   const int v39 = (kg::floordiv(v38, v28));
-  // spec: specs/fa2_bwd.yaml:64:19
+  // spec: specs/fa2_bwd.yaml:77:19
   const int v40 = 64;
-  // spec: specs/fa2_bwd.yaml:64:19
+  // spec: specs/fa2_bwd.yaml:77:19
   const int v41 = 0;
-  // spec: specs/fa2_bwd.yaml:64:54
-  const int v42 = (v1 - v0);
-  // spec: specs/fa2_bwd.yaml:64:27
+  // spec: specs/fa2_bwd.yaml:77:43
+  const int v42 = (v4 - v0);
+  // spec: specs/fa2_bwd.yaml:77:27
   const int v43 = 64;
-  // spec: specs/fa2_bwd.yaml:64:27
-  const int v44 = (v13 * v43);
-  // spec: specs/fa2_bwd.yaml:64:27
+  // spec: specs/fa2_bwd.yaml:77:27
+  const int v44 = (v10 * v43);
+  // spec: specs/fa2_bwd.yaml:77:27
   const int v45 = (v44 - v42);
-  // spec: specs/fa2_bwd.yaml:64:19
+  // spec: specs/fa2_bwd.yaml:77:19
   const int v46 = (kg::max_(v45, v41));
-  // spec: specs/fa2_bwd.yaml:64:19
+  // spec: specs/fa2_bwd.yaml:77:19
   const int v47 = (kg::floordiv(v46, v40));
-  // spec: specs/fa2_bwd.yaml:74:27
+  // spec: specs/fa2_bwd.yaml:87:27
   const int v48 = (kg::max_(v39, v47));
-  // spec: specs/fa2_bwd.yaml:67:13
+  // spec: specs/fa2_bwd.yaml:80:13
   const int v49 = 64;
-  // spec: specs/fa2_bwd.yaml:67:13
+  // spec: specs/fa2_bwd.yaml:80:13
   const int v50 = 63;
-  // spec: specs/fa2_bwd.yaml:67:13
+  // spec: specs/fa2_bwd.yaml:80:13
   const int v51 = (v0 + v50);
-  // spec: specs/fa2_bwd.yaml:67:13
+  // spec: specs/fa2_bwd.yaml:80:13
   const int v52 = (kg::floordiv(v51, v49));
-  // spec: specs/fa2_bwd.yaml:74:19
+  // spec: specs/fa2_bwd.yaml:87:19
   const int v53 = (kg::min_(v48, v52));
-  // spec: specs/fa2_bwd.yaml:66:16
+  // spec: specs/fa2_bwd.yaml:79:16
   float v54[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v54[e] = 0.0f;
-  // spec: specs/fa2_bwd.yaml:65:16
+  // spec: specs/fa2_bwd.yaml:78:16
   float v55[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v55[e] = 0.0f;
-  // spec: specs/fa2_bwd.yaml:60:16
+  // spec: specs/fa2_bwd.yaml:73:16
   const float v56 = 1.4426950408889634f;
-  // spec: specs/fa2_bwd.yaml:60:16
-  const float v57 = (v2 * v56);
-  // spec: specs/fa2_bwd.yaml:55:15
-  const int v58 = (kg::floordiv(v3, v4));
-  // spec: specs/fa2_bwd.yaml:75:7
+  // spec: specs/fa2_bwd.yaml:73:16
+  const float v57 = (v1 * v56);
+  // spec: specs/fa2_bwd.yaml:68:15
+  const int v58 = (kg::floordiv(v2, v3));
+  // spec: specs/fa2_bwd.yaml:88:7
 
   float v59[16];
   #pragma unroll
@@ -198,13 +198,13 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
     float (&v62)[16] = v59;
     float (&v63)[16] = v60;
     
-    // spec: specs/fa2_bwd.yaml:78:58
+    // spec: specs/fa2_bwd.yaml:91:58
     const int v64 = 1;
-    // spec: specs/fa2_bwd.yaml:76:15
-    const int v65 = (v9 * v58);
-    // spec: specs/fa2_bwd.yaml:76:15
+    // spec: specs/fa2_bwd.yaml:89:15
+    const int v65 = (v11 * v58);
+    // spec: specs/fa2_bwd.yaml:89:15
     const int v66 = (v65 + v61);
-    // spec: specs/fa2_bwd.yaml:78:15
+    // spec: specs/fa2_bwd.yaml:91:15
 
     float v67[16];
     #pragma unroll
@@ -216,10 +216,10 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       float (&v70)[16] = v67;
       float (&v71)[16] = v68;
       
-      // spec: specs/fa2_bwd.yaml:79:24
+      // spec: specs/fa2_bwd.yaml:92:24
       kg::bf16 v72[16];
       {
-        const kg::bf16* p_ = t_q + ((int64_t)(v10) * stride_q_0 + (int64_t)(v66) * stride_q_2);
+        const kg::bf16* p_ = t_q + ((int64_t)(v12) * stride_q_0 + (int64_t)(v66) * stride_q_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
         const int t0_ = v69 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
         const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
@@ -238,10 +238,10 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:80:26
+      // spec: specs/fa2_bwd.yaml:93:26
       kg::bf16 v73[16];
       {
-        const kg::bf16* p_ = t_do + ((int64_t)(v10) * stride_do_0 + (int64_t)(v66) * stride_do_2);
+        const kg::bf16* p_ = t_do + ((int64_t)(v12) * stride_do_0 + (int64_t)(v66) * stride_do_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
         const int t0_ = v69 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
         const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
@@ -260,10 +260,10 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:112:30
+      // spec: specs/fa2_bwd.yaml:125:30
       float v74[16];
       {
-        const float* p_ = t_lse + ((int64_t)(v10) * stride_lse_0 + (int64_t)(v66) * stride_lse_1);
+        const float* p_ = t_lse + ((int64_t)(v12) * stride_lse_0 + (int64_t)(v66) * stride_lse_1);
         const bool aligned_ = kg::aligned(p_, 16) && stride_lse_0 % 4 == 0 && stride_lse_1 % 4 == 0;
         const int t0_ = v69 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
       #pragma unroll
@@ -280,17 +280,17 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:116:27
+      // spec: specs/fa2_bwd.yaml:129:27
       kg::bf16* v75 = reinterpret_cast<kg::bf16*>(smem + 27648);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v75[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v72[e]);
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:116:27
+      // spec: specs/fa2_bwd.yaml:129:27
       float v76[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v76[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:116:27
+      // spec: specs/fa2_bwd.yaml:129:27
       float (&v77)[16] = v76;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
@@ -306,17 +306,17 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           for (int rn = 0; rn < 1; ++rn)
             kg::mfma_32x32x8_bf16(&v77[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:117:28
+      // spec: specs/fa2_bwd.yaml:130:28
       kg::bf16* v78 = reinterpret_cast<kg::bf16*>(smem + 27648);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v78[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v73[e]);
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:117:28
+      // spec: specs/fa2_bwd.yaml:130:28
       float v79[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v79[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:117:28
+      // spec: specs/fa2_bwd.yaml:130:28
       float (&v80)[16] = v79;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
@@ -332,124 +332,124 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           for (int rn = 0; rn < 1; ++rn)
             kg::mfma_32x32x8_bf16(&v80[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:118:27
+      // spec: specs/fa2_bwd.yaml:131:27
       const float v81 = 0.0f;
-      // spec: specs/fa2_bwd.yaml:112:30
+      // spec: specs/fa2_bwd.yaml:125:30
       const float v82 = 1.4426950408889634f;
-      // spec: specs/fa2_bwd.yaml:112:30
+      // spec: specs/fa2_bwd.yaml:125:30
       float v83[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v83[e] = (v74[e] * v82);
-      // spec: specs/fa2_bwd.yaml:118:58
+      // spec: specs/fa2_bwd.yaml:131:58
       float (&v84)[16] = v83;
-      // spec: specs/fa2_bwd.yaml:118:45
+      // spec: specs/fa2_bwd.yaml:131:45
       float v85[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v85[e] = v84[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:118:45
+      // spec: specs/fa2_bwd.yaml:131:45
       float v86[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v86[e] = (v77[e] * v57);
-      // spec: specs/fa2_bwd.yaml:118:45
+      // spec: specs/fa2_bwd.yaml:131:45
       float v87[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v87[e] = (v86[e] - v85[e]);
-      // spec: specs/fa2_bwd.yaml:118:40
+      // spec: specs/fa2_bwd.yaml:131:40
       float v88[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v88[e] = kg::exp2_(v87[e]);
-      // spec: specs/fa2_bwd.yaml:115:79
-      const int v89 = (v1 - v0);
-      // spec: specs/fa2_bwd.yaml:111:44
+      // spec: specs/fa2_bwd.yaml:128:79
+      const int v89 = (v4 - v0);
+      // spec: specs/fa2_bwd.yaml:124:44
       int v90[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v90[e] = (((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16);
-      // spec: specs/fa2_bwd.yaml:111:30
+      // spec: specs/fa2_bwd.yaml:124:30
       const int v91 = 64;
-      // spec: specs/fa2_bwd.yaml:111:30
+      // spec: specs/fa2_bwd.yaml:124:30
       const int v92 = (v69 * v91);
-      // spec: specs/fa2_bwd.yaml:111:30
+      // spec: specs/fa2_bwd.yaml:124:30
       int v93[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v93[e] = (v92 + v90[e]);
-      // spec: specs/fa2_bwd.yaml:115:62
+      // spec: specs/fa2_bwd.yaml:128:62
       int (&v94)[16] = v93;
-      // spec: specs/fa2_bwd.yaml:115:62
+      // spec: specs/fa2_bwd.yaml:128:62
       int v95[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v95[e] = (v94[e] + v89);
-      // spec: specs/fa2_bwd.yaml:115:45
+      // spec: specs/fa2_bwd.yaml:128:45
       int v96[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v96[e] = v95[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:115:45
+      // spec: specs/fa2_bwd.yaml:128:45
       bool v97[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v97[e] = (v25[e] <= v96[e]);
-      // spec: specs/fa2_bwd.yaml:113:82
+      // spec: specs/fa2_bwd.yaml:126:82
       const float v98 = -kg::inf();
-      // spec: specs/fa2_bwd.yaml:113:82
+      // spec: specs/fa2_bwd.yaml:126:82
       float (&v99)[16] = v83;
-      // spec: specs/fa2_bwd.yaml:113:82
+      // spec: specs/fa2_bwd.yaml:126:82
       bool v100[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v100[e] = (v99[e] > v98);
-      // spec: specs/fa2_bwd.yaml:113:31
+      // spec: specs/fa2_bwd.yaml:126:31
       bool v101[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v101[e] = v100[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:113:57
+      // spec: specs/fa2_bwd.yaml:126:57
       bool v102[1];
       #pragma unroll
-      for (int e = 0; e < 1; ++e) v102[e] = (v24[e] < v1);
-      // spec: specs/fa2_bwd.yaml:113:31
+      for (int e = 0; e < 1; ++e) v102[e] = (v24[e] < v4);
+      // spec: specs/fa2_bwd.yaml:126:31
       bool v103[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v103[e] = v102[0];
-      // spec: specs/fa2_bwd.yaml:113:32
+      // spec: specs/fa2_bwd.yaml:126:32
       int (&v104)[16] = v93;
-      // spec: specs/fa2_bwd.yaml:113:32
+      // spec: specs/fa2_bwd.yaml:126:32
       bool v105[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v105[e] = (v104[e] < v0);
-      // spec: specs/fa2_bwd.yaml:113:31
+      // spec: specs/fa2_bwd.yaml:126:31
       bool v106[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v106[e] = v105[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:113:31
+      // spec: specs/fa2_bwd.yaml:126:31
       bool v107[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v107[e] = (v106[e] && v103[e]);
-      // spec: specs/fa2_bwd.yaml:113:31
+      // spec: specs/fa2_bwd.yaml:126:31
       bool v108[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v108[e] = (v107[e] && v101[e]);
-      // spec: specs/fa2_bwd.yaml:115:35
+      // spec: specs/fa2_bwd.yaml:128:35
       bool v109[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v109[e] = (v108[e] && v97[e]);
-      // spec: specs/fa2_bwd.yaml:118:27
+      // spec: specs/fa2_bwd.yaml:131:27
       float v110[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v110[e] = (v109[e] ? v88[e] : v81);
-      // spec: specs/fa2_bwd.yaml:119:45
+      // spec: specs/fa2_bwd.yaml:132:45
       kg::bf16 v111[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v111[e] = kg::cvt<kg::bf16>(v110[e]);
-      // spec: specs/fa2_bwd.yaml:119:41
+      // spec: specs/fa2_bwd.yaml:132:41
       kg::bf16* v112 = reinterpret_cast<kg::bf16*>(smem + 27648);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v112[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 72 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v111[e]);
 
-      // spec: specs/fa2_bwd.yaml:119:41
+      // spec: specs/fa2_bwd.yaml:132:41
       kg::bf16* v113 = v112;
-      // spec: specs/fa2_bwd.yaml:119:41
+      // spec: specs/fa2_bwd.yaml:132:41
       kg::bf16* v114 = reinterpret_cast<kg::bf16*>(smem + 36864);
       #pragma unroll
       for (int e = 0; e < 16; ++e) v114[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32))] = v73[e];
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:119:41
+      // spec: specs/fa2_bwd.yaml:132:41
       float (&v115)[16] = v70;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
@@ -465,10 +465,10 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           for (int rn = 0; rn < 1; ++rn)
             kg::mfma_32x32x8_bf16(&v115[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:120:39
+      // spec: specs/fa2_bwd.yaml:133:39
       float v116[16];
       {
-        const float* p_ = t_delta + ((int64_t)(v10) * stride_delta_0 + (int64_t)(v66) * stride_delta_1);
+        const float* p_ = t_delta + ((int64_t)(v12) * stride_delta_0 + (int64_t)(v66) * stride_delta_1);
         const bool aligned_ = kg::aligned(p_, 16) && stride_delta_0 % 4 == 0 && stride_delta_1 % 4 == 0;
         const int t0_ = v69 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
       #pragma unroll
@@ -485,38 +485,38 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:120:39
+      // spec: specs/fa2_bwd.yaml:133:39
       float (&v117)[16] = v116;
-      // spec: specs/fa2_bwd.yaml:120:34
+      // spec: specs/fa2_bwd.yaml:133:34
       float v118[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v118[e] = v117[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:120:34
+      // spec: specs/fa2_bwd.yaml:133:34
       float v119[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v119[e] = (v80[e] - v118[e]);
-      // spec: specs/fa2_bwd.yaml:120:29
+      // spec: specs/fa2_bwd.yaml:133:29
       float v120[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v120[e] = (v110[e] * v119[e]);
-      // spec: specs/fa2_bwd.yaml:120:28
+      // spec: specs/fa2_bwd.yaml:133:28
       kg::bf16 v121[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v121[e] = kg::cvt<kg::bf16>(v120[e]);
-      // spec: specs/fa2_bwd.yaml:121:41
+      // spec: specs/fa2_bwd.yaml:134:41
       kg::bf16* v122 = reinterpret_cast<kg::bf16*>(smem + 27648);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v122[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 72 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v121[e]);
 
-      // spec: specs/fa2_bwd.yaml:121:41
+      // spec: specs/fa2_bwd.yaml:134:41
       kg::bf16* v123 = v122;
-      // spec: specs/fa2_bwd.yaml:121:41
+      // spec: specs/fa2_bwd.yaml:134:41
       kg::bf16* v124 = reinterpret_cast<kg::bf16*>(smem + 36864);
       #pragma unroll
       for (int e = 0; e < 16; ++e) v124[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32))] = v72[e];
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:121:41
+      // spec: specs/fa2_bwd.yaml:134:41
       float (&v125)[16] = v71;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
@@ -532,17 +532,17 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           for (int rn = 0; rn < 1; ++rn)
             kg::mfma_32x32x8_bf16(&v125[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:123:74
+      // spec: specs/fa2_bwd.yaml:136:74
       kg::bf16* v126 = reinterpret_cast<kg::bf16*>(smem + 27648);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 16; ++e) v126[((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 72 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0))] = v121[e];
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:123:74
+      // spec: specs/fa2_bwd.yaml:136:74
       float v127[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v127[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:123:74
+      // spec: specs/fa2_bwd.yaml:136:74
       float (&v128)[16] = v127;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
@@ -558,13 +558,13 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           for (int rn = 0; rn < 1; ++rn)
             kg::mfma_32x32x8_bf16(&v128[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:123:74
+      // spec: specs/fa2_bwd.yaml:136:74
       float v129[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v129[e] = (v128[e] * v2);
-      // spec: specs/fa2_bwd.yaml:123:27
+      for (int e = 0; e < 16; ++e) v129[e] = (v128[e] * v1);
+      // spec: specs/fa2_bwd.yaml:136:27
       if ((lane & 0) == 0 && (warp & 0) == 0) {
-        float* p_ = t_dq_acc + ((int64_t)(v10) * stride_dq_acc_0 + (int64_t)(v66) * stride_dq_acc_2);
+        float* p_ = t_dq_acc + ((int64_t)(v12) * stride_dq_acc_0 + (int64_t)(v66) * stride_dq_acc_2);
         const bool aligned_ = false;
         const int t0_ = v69 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
         const int t1_ = 0 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32;
@@ -576,7 +576,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           if (i0_ < (size_SQ)) kg::atomic_add(p_ + off_, v129[e]);
         }
       }
-      // spec: specs/fa2_bwd.yaml:123:27
+      // spec: specs/fa2_bwd.yaml:136:27
 
       float y0_[16];
       #pragma unroll
@@ -589,9 +589,9 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       #pragma unroll
       for (int e = 0; e < 16; ++e) v68[e] = y1_[e];
     }
-    // spec: specs/fa2_bwd.yaml:78:79
+    // spec: specs/fa2_bwd.yaml:91:79
     const int v130 = 1;
-    // spec: specs/fa2_bwd.yaml:78:15
+    // spec: specs/fa2_bwd.yaml:91:15
 
     float v131[16];
     #pragma unroll
@@ -603,10 +603,10 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       float (&v134)[16] = v131;
       float (&v135)[16] = v132;
       
-      // spec: specs/fa2_bwd.yaml:79:24
+      // spec: specs/fa2_bwd.yaml:92:24
       kg::bf16 v136[16];
       {
-        const kg::bf16* p_ = t_q + ((int64_t)(v10) * stride_q_0 + (int64_t)(v66) * stride_q_2);
+        const kg::bf16* p_ = t_q + ((int64_t)(v12) * stride_q_0 + (int64_t)(v66) * stride_q_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
         const int t0_ = v133 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
         const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
@@ -625,10 +625,10 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:80:26
+      // spec: specs/fa2_bwd.yaml:93:26
       kg::bf16 v137[16];
       {
-        const kg::bf16* p_ = t_do + ((int64_t)(v10) * stride_do_0 + (int64_t)(v66) * stride_do_2);
+        const kg::bf16* p_ = t_do + ((int64_t)(v12) * stride_do_0 + (int64_t)(v66) * stride_do_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
         const int t0_ = v133 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
         const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
@@ -647,10 +647,10 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:112:30
+      // spec: specs/fa2_bwd.yaml:125:30
       float v138[16];
       {
-        const float* p_ = t_lse + ((int64_t)(v10) * stride_lse_0 + (int64_t)(v66) * stride_lse_1);
+        const float* p_ = t_lse + ((int64_t)(v12) * stride_lse_0 + (int64_t)(v66) * stride_lse_1);
         const bool aligned_ = kg::aligned(p_, 16) && stride_lse_0 % 4 == 0 && stride_lse_1 % 4 == 0;
         const int t0_ = v133 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
       #pragma unroll
@@ -667,17 +667,17 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:116:27
+      // spec: specs/fa2_bwd.yaml:129:27
       kg::bf16* v139 = reinterpret_cast<kg::bf16*>(smem + 27648);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v139[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v136[e]);
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:116:27
+      // spec: specs/fa2_bwd.yaml:129:27
       float v140[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v140[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:116:27
+      // spec: specs/fa2_bwd.yaml:129:27
       float (&v141)[16] = v140;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
@@ -693,17 +693,17 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           for (int rn = 0; rn < 1; ++rn)
             kg::mfma_32x32x8_bf16(&v141[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:117:28
+      // spec: specs/fa2_bwd.yaml:130:28
       kg::bf16* v142 = reinterpret_cast<kg::bf16*>(smem + 27648);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v142[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v137[e]);
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:117:28
+      // spec: specs/fa2_bwd.yaml:130:28
       float v143[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v143[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:117:28
+      // spec: specs/fa2_bwd.yaml:130:28
       float (&v144)[16] = v143;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
@@ -719,104 +719,104 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           for (int rn = 0; rn < 1; ++rn)
             kg::mfma_32x32x8_bf16(&v144[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:118:27
+      // spec: specs/fa2_bwd.yaml:131:27
       const float v145 = 0.0f;
-      // spec: specs/fa2_bwd.yaml:112:30
+      // spec: specs/fa2_bwd.yaml:125:30
       const float v146 = 1.4426950408889634f;
-      // spec: specs/fa2_bwd.yaml:112:30
+      // spec: specs/fa2_bwd.yaml:125:30
       float v147[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v147[e] = (v138[e] * v146);
-      // spec: specs/fa2_bwd.yaml:118:58
+      // spec: specs/fa2_bwd.yaml:131:58
       float (&v148)[16] = v147;
-      // spec: specs/fa2_bwd.yaml:118:45
+      // spec: specs/fa2_bwd.yaml:131:45
       float v149[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v149[e] = v148[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:118:45
+      // spec: specs/fa2_bwd.yaml:131:45
       float v150[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v150[e] = (v141[e] * v57);
-      // spec: specs/fa2_bwd.yaml:118:45
+      // spec: specs/fa2_bwd.yaml:131:45
       float v151[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v151[e] = (v150[e] - v149[e]);
-      // spec: specs/fa2_bwd.yaml:118:40
+      // spec: specs/fa2_bwd.yaml:131:40
       float v152[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v152[e] = kg::exp2_(v151[e]);
-      // spec: specs/fa2_bwd.yaml:113:82
+      // spec: specs/fa2_bwd.yaml:126:82
       const float v153 = -kg::inf();
-      // spec: specs/fa2_bwd.yaml:113:82
+      // spec: specs/fa2_bwd.yaml:126:82
       float (&v154)[16] = v147;
-      // spec: specs/fa2_bwd.yaml:113:82
+      // spec: specs/fa2_bwd.yaml:126:82
       bool v155[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v155[e] = (v154[e] > v153);
-      // spec: specs/fa2_bwd.yaml:113:31
+      // spec: specs/fa2_bwd.yaml:126:31
       bool v156[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v156[e] = v155[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:113:57
+      // spec: specs/fa2_bwd.yaml:126:57
       bool v157[1];
       #pragma unroll
-      for (int e = 0; e < 1; ++e) v157[e] = (v24[e] < v1);
-      // spec: specs/fa2_bwd.yaml:113:31
+      for (int e = 0; e < 1; ++e) v157[e] = (v24[e] < v4);
+      // spec: specs/fa2_bwd.yaml:126:31
       bool v158[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v158[e] = v157[0];
-      // spec: specs/fa2_bwd.yaml:111:44
+      // spec: specs/fa2_bwd.yaml:124:44
       int v159[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v159[e] = (((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16);
-      // spec: specs/fa2_bwd.yaml:111:30
+      // spec: specs/fa2_bwd.yaml:124:30
       const int v160 = 64;
-      // spec: specs/fa2_bwd.yaml:111:30
+      // spec: specs/fa2_bwd.yaml:124:30
       const int v161 = (v133 * v160);
-      // spec: specs/fa2_bwd.yaml:111:30
+      // spec: specs/fa2_bwd.yaml:124:30
       int v162[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v162[e] = (v161 + v159[e]);
-      // spec: specs/fa2_bwd.yaml:113:32
+      // spec: specs/fa2_bwd.yaml:126:32
       int (&v163)[16] = v162;
-      // spec: specs/fa2_bwd.yaml:113:32
+      // spec: specs/fa2_bwd.yaml:126:32
       bool v164[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v164[e] = (v163[e] < v0);
-      // spec: specs/fa2_bwd.yaml:113:31
+      // spec: specs/fa2_bwd.yaml:126:31
       bool v165[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v165[e] = v164[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:113:31
+      // spec: specs/fa2_bwd.yaml:126:31
       bool v166[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v166[e] = (v165[e] && v158[e]);
-      // spec: specs/fa2_bwd.yaml:113:31
+      // spec: specs/fa2_bwd.yaml:126:31
       bool v167[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v167[e] = (v166[e] && v156[e]);
-      // spec: specs/fa2_bwd.yaml:118:27
+      // spec: specs/fa2_bwd.yaml:131:27
       float v168[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v168[e] = (v167[e] ? v152[e] : v145);
-      // spec: specs/fa2_bwd.yaml:119:45
+      // spec: specs/fa2_bwd.yaml:132:45
       kg::bf16 v169[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v169[e] = kg::cvt<kg::bf16>(v168[e]);
-      // spec: specs/fa2_bwd.yaml:119:41
+      // spec: specs/fa2_bwd.yaml:132:41
       kg::bf16* v170 = reinterpret_cast<kg::bf16*>(smem + 27648);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v170[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 72 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v169[e]);
 
-      // spec: specs/fa2_bwd.yaml:119:41
+      // spec: specs/fa2_bwd.yaml:132:41
       kg::bf16* v171 = v170;
-      // spec: specs/fa2_bwd.yaml:119:41
+      // spec: specs/fa2_bwd.yaml:132:41
       kg::bf16* v172 = reinterpret_cast<kg::bf16*>(smem + 36864);
       #pragma unroll
       for (int e = 0; e < 16; ++e) v172[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32))] = v137[e];
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:119:41
+      // spec: specs/fa2_bwd.yaml:132:41
       float (&v173)[16] = v134;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
@@ -832,10 +832,10 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           for (int rn = 0; rn < 1; ++rn)
             kg::mfma_32x32x8_bf16(&v173[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:120:39
+      // spec: specs/fa2_bwd.yaml:133:39
       float v174[16];
       {
-        const float* p_ = t_delta + ((int64_t)(v10) * stride_delta_0 + (int64_t)(v66) * stride_delta_1);
+        const float* p_ = t_delta + ((int64_t)(v12) * stride_delta_0 + (int64_t)(v66) * stride_delta_1);
         const bool aligned_ = kg::aligned(p_, 16) && stride_delta_0 % 4 == 0 && stride_delta_1 % 4 == 0;
         const int t0_ = v133 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
       #pragma unroll
@@ -852,38 +852,38 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:120:39
+      // spec: specs/fa2_bwd.yaml:133:39
       float (&v175)[16] = v174;
-      // spec: specs/fa2_bwd.yaml:120:34
+      // spec: specs/fa2_bwd.yaml:133:34
       float v176[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v176[e] = v175[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:120:34
+      // spec: specs/fa2_bwd.yaml:133:34
       float v177[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v177[e] = (v144[e] - v176[e]);
-      // spec: specs/fa2_bwd.yaml:120:29
+      // spec: specs/fa2_bwd.yaml:133:29
       float v178[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v178[e] = (v168[e] * v177[e]);
-      // spec: specs/fa2_bwd.yaml:120:28
+      // spec: specs/fa2_bwd.yaml:133:28
       kg::bf16 v179[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v179[e] = kg::cvt<kg::bf16>(v178[e]);
-      // spec: specs/fa2_bwd.yaml:121:41
+      // spec: specs/fa2_bwd.yaml:134:41
       kg::bf16* v180 = reinterpret_cast<kg::bf16*>(smem + 27648);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v180[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 72 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v179[e]);
 
-      // spec: specs/fa2_bwd.yaml:121:41
+      // spec: specs/fa2_bwd.yaml:134:41
       kg::bf16* v181 = v180;
-      // spec: specs/fa2_bwd.yaml:121:41
+      // spec: specs/fa2_bwd.yaml:134:41
       kg::bf16* v182 = reinterpret_cast<kg::bf16*>(smem + 36864);
       #pragma unroll
       for (int e = 0; e < 16; ++e) v182[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32))] = v136[e];
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:121:41
+      // spec: specs/fa2_bwd.yaml:134:41
       float (&v183)[16] = v135;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
@@ -899,17 +899,17 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           for (int rn = 0; rn < 1; ++rn)
             kg::mfma_32x32x8_bf16(&v183[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:123:74
+      // spec: specs/fa2_bwd.yaml:136:74
       kg::bf16* v184 = reinterpret_cast<kg::bf16*>(smem + 27648);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 16; ++e) v184[((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 72 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0))] = v179[e];
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:123:74
+      // spec: specs/fa2_bwd.yaml:136:74
       float v185[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v185[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:123:74
+      // spec: specs/fa2_bwd.yaml:136:74
       float (&v186)[16] = v185;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
@@ -925,13 +925,13 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           for (int rn = 0; rn < 1; ++rn)
             kg::mfma_32x32x8_bf16(&v186[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:123:74
+      // spec: specs/fa2_bwd.yaml:136:74
       float v187[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v187[e] = (v186[e] * v2);
-      // spec: specs/fa2_bwd.yaml:123:27
+      for (int e = 0; e < 16; ++e) v187[e] = (v186[e] * v1);
+      // spec: specs/fa2_bwd.yaml:136:27
       if ((lane & 0) == 0 && (warp & 0) == 0) {
-        float* p_ = t_dq_acc + ((int64_t)(v10) * stride_dq_acc_0 + (int64_t)(v66) * stride_dq_acc_2);
+        float* p_ = t_dq_acc + ((int64_t)(v12) * stride_dq_acc_0 + (int64_t)(v66) * stride_dq_acc_2);
         const bool aligned_ = false;
         const int t0_ = v133 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
         const int t1_ = 0 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32;
@@ -943,7 +943,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           if (i0_ < (size_SQ)) kg::atomic_add(p_ + off_, v187[e]);
         }
       }
-      // spec: specs/fa2_bwd.yaml:123:27
+      // spec: specs/fa2_bwd.yaml:136:27
 
       float y0_[16];
       #pragma unroll
@@ -956,7 +956,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       #pragma unroll
       for (int e = 0; e < 16; ++e) v132[e] = y1_[e];
     }
-    // spec: specs/fa2_bwd.yaml:78:15
+    // spec: specs/fa2_bwd.yaml:91:15
 
     float y0_[16];
     #pragma unroll
@@ -969,19 +969,19 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
     #pragma unroll
     for (int e = 0; e < 16; ++e) v60[e] = y1_[e];
   }
-  // spec: specs/fa2_bwd.yaml:124:34
+  // spec: specs/fa2_bwd.yaml:137:34
   float v188[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v188[e] = (v60[e] * v2);
-  // spec: specs/fa2_bwd.yaml:124:33
+  for (int e = 0; e < 16; ++e) v188[e] = (v60[e] * v1);
+  // spec: specs/fa2_bwd.yaml:137:33
   kg::bf16 v189[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v189[e] = kg::cvt<kg::bf16>(v188[e]);
-  // spec: specs/fa2_bwd.yaml:124:7
+  // spec: specs/fa2_bwd.yaml:137:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
-    kg::bf16* p_ = t_dk + ((int64_t)(v10) * stride_dk_0 + (int64_t)(v9) * stride_dk_2);
+    kg::bf16* p_ = t_dk + ((int64_t)(v12) * stride_dk_0 + (int64_t)(v11) * stride_dk_2);
     const bool aligned_ = false;
-    const int t0_ = v7 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
+    const int t0_ = v10 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
     const int t1_ = 0 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32;
   #pragma unroll
     for (int e = 0; e < 16; e += 1) {
@@ -991,15 +991,15 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       if (i0_ < (size_SK)) p_[off_] = v189[e];
     }
   }
-  // spec: specs/fa2_bwd.yaml:125:33
+  // spec: specs/fa2_bwd.yaml:138:33
   kg::bf16 v190[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v190[e] = kg::cvt<kg::bf16>(v59[e]);
-  // spec: specs/fa2_bwd.yaml:125:7
+  // spec: specs/fa2_bwd.yaml:138:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
-    kg::bf16* p_ = t_dv + ((int64_t)(v10) * stride_dv_0 + (int64_t)(v9) * stride_dv_2);
+    kg::bf16* p_ = t_dv + ((int64_t)(v12) * stride_dv_0 + (int64_t)(v11) * stride_dv_2);
     const bool aligned_ = false;
-    const int t0_ = v7 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
+    const int t0_ = v10 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
     const int t1_ = 0 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32;
   #pragma unroll
     for (int e = 0; e < 16; e += 1) {

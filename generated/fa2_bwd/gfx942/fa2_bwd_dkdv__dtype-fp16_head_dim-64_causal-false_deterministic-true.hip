@@ -8,34 +8,38 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
   const int lane = kg::thread_id() % kg::WAVE;
   const int warp = __builtin_amdgcn_readfirstlane(kg::thread_id() / kg::WAVE);
   
-  // spec: specs/fa2_bwd.yaml:113:73
-  const int v0 = size_SK;
-  // spec: specs/fa2_bwd.yaml:67:18
-  const int v1 = size_SQ;
-  // spec: specs/fa2_bwd.yaml:60:16
-  const float v2 = scalar_softmax_scale;
-  // spec: specs/fa2_bwd.yaml:55:15
-  const int v3 = size_H;
-  // spec: specs/fa2_bwd.yaml:53:28
-  const int v4 = size_HKV;
-  // spec: specs/fa2_bwd.yaml:53:11
-  const int v5 = kg::block_id_y();
+  // spec: specs/fa2_bwd.yaml:80:18
+  const int v0 = size_SQ;
+  // spec: specs/fa2_bwd.yaml:73:16
+  const float v1 = scalar_softmax_scale;
+  // spec: specs/fa2_bwd.yaml:68:15
+  const int v2 = size_H;
+  // spec: specs/fa2_bwd.yaml:66:17
+  const int v3 = size_HKV;
+  // spec: specs/fa2_bwd.yaml:53:19
+  const int v4 = size_SK;
+  // spec: specs/fa2_bwd.yaml:53:14
+  const int v5 = 64;
+  // spec: specs/fa2_bwd.yaml:53:14
+  const int v6 = 63;
+  // spec: specs/fa2_bwd.yaml:53:14
+  const int v7 = (v4 + v6);
+  // spec: specs/fa2_bwd.yaml:53:14
+  const int v8 = (kg::floordiv(v7, v5));
   // spec: specs/fa2_bwd.yaml:54:12
-  const int v6 = kg::block_id_y();
-  // spec: specs/fa2_bwd.yaml:56:20
-  const int v7 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:57:14
-  const int v8 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:54:12
-  const int v9 = (kg::mod(v6, v4));
-  // spec: specs/fa2_bwd.yaml:53:11
-  const int v10 = (kg::floordiv(v5, v4));
-  // spec: specs/fa2_bwd.yaml:58:12
-  kg::fp16 v11[16];
+  const int v9 = kg::block_id_y();
+  // spec: specs/fa2_bwd.yaml:55:12
+  const int v10 = kg::block_id_x();
+  // spec: specs/fa2_bwd.yaml:67:12
+  const int v11 = (kg::mod(v9, v3));
+  // spec: specs/fa2_bwd.yaml:66:11
+  const int v12 = (kg::floordiv(v9, v3));
+  // spec: specs/fa2_bwd.yaml:71:12
+  kg::fp16 v13[16];
   {
-    const kg::fp16* p_ = t_k + ((int64_t)(v10) * stride_k_0 + (int64_t)(v9) * stride_k_2);
+    const kg::fp16* p_ = t_k + ((int64_t)(v12) * stride_k_0 + (int64_t)(v11) * stride_k_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
-    const int t0_ = v7 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
+    const int t0_ = v10 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
     const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
   #pragma unroll
     for (int e = 0; e < 16; e += 8) {
@@ -44,20 +48,20 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       const int64_t off_ = (int64_t)i0_ * stride_k_1 + (int64_t)i1_ * 1;
       const bool in_ = i0_ < (size_SK);
       if (aligned_ && in_) {
-        kg::copy_vec<8>(&v11[e], p_ + off_);
+        kg::copy_vec<8>(&v13[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v11[e + v] = (i0_ < (size_SK)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          v13[e + v] = (i0_ < (size_SK)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
       }
     }
   }
-  // spec: specs/fa2_bwd.yaml:59:12
-  kg::fp16 v12[16];
+  // spec: specs/fa2_bwd.yaml:72:12
+  kg::fp16 v14[16];
   {
-    const kg::fp16* p_ = t_v + ((int64_t)(v10) * stride_v_0 + (int64_t)(v9) * stride_v_2);
+    const kg::fp16* p_ = t_v + ((int64_t)(v12) * stride_v_0 + (int64_t)(v11) * stride_v_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-    const int t0_ = v7 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
+    const int t0_ = v10 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
     const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
   #pragma unroll
     for (int e = 0; e < 16; e += 8) {
@@ -66,107 +70,107 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       const int64_t off_ = (int64_t)i0_ * stride_v_1 + (int64_t)i1_ * 1;
       const bool in_ = i0_ < (size_SK);
       if (aligned_ && in_) {
-        kg::copy_vec<8>(&v12[e], p_ + off_);
+        kg::copy_vec<8>(&v14[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v12[e + v] = (i0_ < (size_SK)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          v14[e + v] = (i0_ < (size_SK)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
       }
     }
   }
-  // spec: specs/fa2_bwd.yaml:116:27
-  kg::fp16* v13 = reinterpret_cast<kg::fp16*>(smem + 0);
+  // spec: specs/fa2_bwd.yaml:129:27
+  kg::fp16* v15 = reinterpret_cast<kg::fp16*>(smem + 0);
   kg::sync();
   #pragma unroll
-  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v13[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v11[e]);
+  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v15[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v13[e]);
 
-  // spec: specs/fa2_bwd.yaml:116:27
-  kg::fp16* v14 = v13;
-  // spec: specs/fa2_bwd.yaml:117:28
-  kg::fp16* v15 = reinterpret_cast<kg::fp16*>(smem + 9216);
-  #pragma unroll
-  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v15[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v12[e]);
-  kg::sync();
-  // spec: specs/fa2_bwd.yaml:117:28
+  // spec: specs/fa2_bwd.yaml:129:27
   kg::fp16* v16 = v15;
-  // spec: specs/fa2_bwd.yaml:57:40
-  int v17[1];
+  // spec: specs/fa2_bwd.yaml:130:28
+  kg::fp16* v17 = reinterpret_cast<kg::fp16*>(smem + 9216);
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v17[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0);
-  // spec: specs/fa2_bwd.yaml:57:14
-  const int v18 = 64;
-  // spec: specs/fa2_bwd.yaml:57:14
-  const int v19 = (v8 * v18);
-  // spec: specs/fa2_bwd.yaml:57:14
-  int v20[1];
+  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v17[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v14[e]);
+  kg::sync();
+  // spec: specs/fa2_bwd.yaml:130:28
+  kg::fp16* v18 = v17;
+  // spec: specs/fa2_bwd.yaml:70:29
+  int v19[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v20[e] = (v19 + v17[e]);
-  // spec: specs/fa2_bwd.yaml:113:57
-  int (&v21)[1] = v20;
-  // spec: specs/fa2_bwd.yaml:75:22
-  const int v22 = 1;
-  // spec: specs/fa2_bwd.yaml:75:22
-  const int v23 = 0;
-  // spec: specs/fa2_bwd.yaml:67:13
-  const int v24 = 64;
-  // spec: specs/fa2_bwd.yaml:67:13
-  const int v25 = 63;
-  // spec: specs/fa2_bwd.yaml:67:13
-  const int v26 = (v1 + v25);
-  // spec: specs/fa2_bwd.yaml:67:13
-  const int v27 = (kg::floordiv(v26, v24));
-  // spec: specs/fa2_bwd.yaml:66:16
-  float v28[16];
+  for (int e = 0; e < 1; ++e) v19[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0);
+  // spec: specs/fa2_bwd.yaml:70:14
+  const int v20 = 64;
+  // spec: specs/fa2_bwd.yaml:70:14
+  const int v21 = (v10 * v20);
+  // spec: specs/fa2_bwd.yaml:70:14
+  int v22[1];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v28[e] = 0.0f;
-  // spec: specs/fa2_bwd.yaml:65:16
-  float v29[16];
+  for (int e = 0; e < 1; ++e) v22[e] = (v21 + v19[e]);
+  // spec: specs/fa2_bwd.yaml:126:57
+  int (&v23)[1] = v22;
+  // spec: specs/fa2_bwd.yaml:88:22
+  const int v24 = 1;
+  // spec: specs/fa2_bwd.yaml:88:22
+  const int v25 = 0;
+  // spec: specs/fa2_bwd.yaml:80:13
+  const int v26 = 64;
+  // spec: specs/fa2_bwd.yaml:80:13
+  const int v27 = 63;
+  // spec: specs/fa2_bwd.yaml:80:13
+  const int v28 = (v0 + v27);
+  // spec: specs/fa2_bwd.yaml:80:13
+  const int v29 = (kg::floordiv(v28, v26));
+  // spec: specs/fa2_bwd.yaml:79:16
+  float v30[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v29[e] = 0.0f;
-  // spec: specs/fa2_bwd.yaml:60:16
-  const float v30 = 1.4426950408889634f;
-  // spec: specs/fa2_bwd.yaml:60:16
-  const float v31 = (v2 * v30);
-  // spec: specs/fa2_bwd.yaml:55:15
-  const int v32 = (kg::floordiv(v3, v4));
-  // spec: specs/fa2_bwd.yaml:75:7
+  for (int e = 0; e < 16; ++e) v30[e] = 0.0f;
+  // spec: specs/fa2_bwd.yaml:78:16
+  float v31[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v31[e] = 0.0f;
+  // spec: specs/fa2_bwd.yaml:73:16
+  const float v32 = 1.4426950408889634f;
+  // spec: specs/fa2_bwd.yaml:73:16
+  const float v33 = (v1 * v32);
+  // spec: specs/fa2_bwd.yaml:68:15
+  const int v34 = (kg::floordiv(v2, v3));
+  // spec: specs/fa2_bwd.yaml:88:7
 
-  float v33[16];
+  float v35[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v33[e] = v28[e];
-  float v34[16];
+  for (int e = 0; e < 16; ++e) v35[e] = v30[e];
+  float v36[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v34[e] = v29[e];
-  for (int v35 = v23; v35 < v32; v35 += v22) {
-    float (&v36)[16] = v33;
-    float (&v37)[16] = v34;
+  for (int e = 0; e < 16; ++e) v36[e] = v31[e];
+  for (int v37 = v25; v37 < v34; v37 += v24) {
+    float (&v38)[16] = v35;
+    float (&v39)[16] = v36;
     
-    // spec: specs/fa2_bwd.yaml:78:58
-    const int v38 = 1;
-    // spec: specs/fa2_bwd.yaml:78:58
-    const int v39 = 0;
-    // spec: specs/fa2_bwd.yaml:76:15
-    const int v40 = (v9 * v32);
-    // spec: specs/fa2_bwd.yaml:76:15
-    const int v41 = (v40 + v35);
-    // spec: specs/fa2_bwd.yaml:78:15
+    // spec: specs/fa2_bwd.yaml:91:58
+    const int v40 = 1;
+    // spec: specs/fa2_bwd.yaml:91:58
+    const int v41 = 0;
+    // spec: specs/fa2_bwd.yaml:89:15
+    const int v42 = (v11 * v34);
+    // spec: specs/fa2_bwd.yaml:89:15
+    const int v43 = (v42 + v37);
+    // spec: specs/fa2_bwd.yaml:91:15
 
-    float v42[16];
+    float v44[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v42[e] = v36[e];
-    float v43[16];
+    for (int e = 0; e < 16; ++e) v44[e] = v38[e];
+    float v45[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v43[e] = v37[e];
-    for (int v44 = v39; v44 < v27; v44 += v38) {
-      float (&v45)[16] = v42;
-      float (&v46)[16] = v43;
+    for (int e = 0; e < 16; ++e) v45[e] = v39[e];
+    for (int v46 = v41; v46 < v29; v46 += v40) {
+      float (&v47)[16] = v44;
+      float (&v48)[16] = v45;
       
-      // spec: specs/fa2_bwd.yaml:79:24
-      kg::fp16 v47[16];
+      // spec: specs/fa2_bwd.yaml:92:24
+      kg::fp16 v49[16];
       {
-        const kg::fp16* p_ = t_q + ((int64_t)(v10) * stride_q_0 + (int64_t)(v41) * stride_q_2);
+        const kg::fp16* p_ = t_q + ((int64_t)(v12) * stride_q_0 + (int64_t)(v43) * stride_q_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-        const int t0_ = v44 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
+        const int t0_ = v46 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
         const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
       #pragma unroll
         for (int e = 0; e < 16; e += 8) {
@@ -175,20 +179,20 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           const int64_t off_ = (int64_t)i0_ * stride_q_1 + (int64_t)i1_ * 1;
           const bool in_ = i0_ < (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<8>(&v47[e], p_ + off_);
+            kg::copy_vec<8>(&v49[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 8; ++v)
-              v47[e + v] = (i0_ < (size_SQ)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+              v49[e + v] = (i0_ < (size_SQ)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:80:26
-      kg::fp16 v48[16];
+      // spec: specs/fa2_bwd.yaml:93:26
+      kg::fp16 v50[16];
       {
-        const kg::fp16* p_ = t_do + ((int64_t)(v10) * stride_do_0 + (int64_t)(v41) * stride_do_2);
+        const kg::fp16* p_ = t_do + ((int64_t)(v12) * stride_do_0 + (int64_t)(v43) * stride_do_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
-        const int t0_ = v44 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
+        const int t0_ = v46 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
         const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
       #pragma unroll
         for (int e = 0; e < 16; e += 8) {
@@ -197,77 +201,51 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           const int64_t off_ = (int64_t)i0_ * stride_do_1 + (int64_t)i1_ * 1;
           const bool in_ = i0_ < (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<8>(&v48[e], p_ + off_);
+            kg::copy_vec<8>(&v50[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 8; ++v)
-              v48[e + v] = (i0_ < (size_SQ)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+              v50[e + v] = (i0_ < (size_SQ)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:112:30
-      float v49[16];
+      // spec: specs/fa2_bwd.yaml:125:30
+      float v51[16];
       {
-        const float* p_ = t_lse + ((int64_t)(v10) * stride_lse_0 + (int64_t)(v41) * stride_lse_1);
+        const float* p_ = t_lse + ((int64_t)(v12) * stride_lse_0 + (int64_t)(v43) * stride_lse_1);
         const bool aligned_ = kg::aligned(p_, 16) && stride_lse_0 % 4 == 0 && stride_lse_1 % 4 == 0;
-        const int t0_ = v44 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
+        const int t0_ = v46 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
       #pragma unroll
         for (int e = 0; e < 16; e += 4) {
           const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 4 <= (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<4>(&v49[e], p_ + off_);
+            kg::copy_vec<4>(&v51[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 4; ++v)
-              v49[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+              v51[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:116:27
-      kg::fp16* v50 = reinterpret_cast<kg::fp16*>(smem + 18432);
+      // spec: specs/fa2_bwd.yaml:129:27
+      kg::fp16* v52 = reinterpret_cast<kg::fp16*>(smem + 18432);
       kg::sync();
       #pragma unroll
-      for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v50[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v47[e]);
+      for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v52[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v49[e]);
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:116:27
-      float v51[16];
+      // spec: specs/fa2_bwd.yaml:129:27
+      float v53[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v51[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:116:27
-      float (&v52)[16] = v51;
+      for (int e = 0; e < 16; ++e) v53[e] = 0.0f;
+      // spec: specs/fa2_bwd.yaml:129:27
+      float (&v54)[16] = v53;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
         alignas(16) kg::fp16 fa_[4];
       #pragma unroll
-        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v50[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-        alignas(16) kg::fp16 fb_[4];
-      #pragma unroll
-        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v14[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-      #pragma unroll
-        for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-          for (int rn = 0; rn < 1; ++rn)
-            kg::mfma_32x32x8_fp16(&v52[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
-      }
-      // spec: specs/fa2_bwd.yaml:117:28
-      kg::fp16* v53 = reinterpret_cast<kg::fp16*>(smem + 18432);
-      kg::sync();
-      #pragma unroll
-      for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v53[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v48[e]);
-      kg::sync();
-      // spec: specs/fa2_bwd.yaml:117:28
-      float v54[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v54[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:117:28
-      float (&v55)[16] = v54;
-      #pragma unroll
-      for (int ks = 0; ks < 8; ++ks) {
-        alignas(16) kg::fp16 fa_[4];
-      #pragma unroll
-        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v53[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v52[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
         alignas(16) kg::fp16 fb_[4];
       #pragma unroll
         for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v16[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
@@ -275,252 +253,278 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
         for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::mfma_32x32x8_fp16(&v55[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+            kg::mfma_32x32x8_fp16(&v54[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:118:27
-      const float v56 = 0.0f;
-      // spec: specs/fa2_bwd.yaml:112:30
-      const float v57 = 1.4426950408889634f;
-      // spec: specs/fa2_bwd.yaml:112:30
-      float v58[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v58[e] = (v49[e] * v57);
-      // spec: specs/fa2_bwd.yaml:118:58
-      float (&v59)[16] = v58;
-      // spec: specs/fa2_bwd.yaml:118:45
-      float v60[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v60[e] = v59[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:118:45
-      float v61[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v61[e] = (v52[e] * v31);
-      // spec: specs/fa2_bwd.yaml:118:45
-      float v62[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v62[e] = (v61[e] - v60[e]);
-      // spec: specs/fa2_bwd.yaml:118:40
-      float v63[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v63[e] = kg::exp2_(v62[e]);
-      // spec: specs/fa2_bwd.yaml:113:82
-      const float v64 = -kg::inf();
-      // spec: specs/fa2_bwd.yaml:113:82
-      float (&v65)[16] = v58;
-      // spec: specs/fa2_bwd.yaml:113:82
-      bool v66[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v66[e] = (v65[e] > v64);
-      // spec: specs/fa2_bwd.yaml:113:31
-      bool v67[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v67[e] = v66[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:113:57
-      bool v68[1];
-      #pragma unroll
-      for (int e = 0; e < 1; ++e) v68[e] = (v21[e] < v0);
-      // spec: specs/fa2_bwd.yaml:113:31
-      bool v69[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v69[e] = v68[0];
-      // spec: specs/fa2_bwd.yaml:111:44
-      int v70[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v70[e] = (((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16);
-      // spec: specs/fa2_bwd.yaml:111:30
-      const int v71 = 64;
-      // spec: specs/fa2_bwd.yaml:111:30
-      const int v72 = (v44 * v71);
-      // spec: specs/fa2_bwd.yaml:111:30
-      int v73[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v73[e] = (v72 + v70[e]);
-      // spec: specs/fa2_bwd.yaml:113:32
-      int (&v74)[16] = v73;
-      // spec: specs/fa2_bwd.yaml:113:32
-      bool v75[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v75[e] = (v74[e] < v1);
-      // spec: specs/fa2_bwd.yaml:113:31
-      bool v76[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v76[e] = v75[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:113:31
-      bool v77[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v77[e] = (v76[e] && v69[e]);
-      // spec: specs/fa2_bwd.yaml:113:31
-      bool v78[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v78[e] = (v77[e] && v67[e]);
-      // spec: specs/fa2_bwd.yaml:118:27
-      float v79[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v79[e] = (v78[e] ? v63[e] : v56);
-      // spec: specs/fa2_bwd.yaml:119:45
-      kg::fp16 v80[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v80[e] = kg::cvt<kg::fp16>(v79[e]);
-      // spec: specs/fa2_bwd.yaml:119:41
-      kg::fp16* v81 = reinterpret_cast<kg::fp16*>(smem + 18432);
+      // spec: specs/fa2_bwd.yaml:130:28
+      kg::fp16* v55 = reinterpret_cast<kg::fp16*>(smem + 18432);
       kg::sync();
       #pragma unroll
-      for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v81[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 72 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v80[e]);
-
-      // spec: specs/fa2_bwd.yaml:119:41
-      kg::fp16* v82 = v81;
-      // spec: specs/fa2_bwd.yaml:119:41
-      kg::fp16* v83 = reinterpret_cast<kg::fp16*>(smem + 27648);
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v83[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32))] = v48[e];
+      for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v55[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v50[e]);
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:119:41
-      float (&v84)[16] = v45;
+      // spec: specs/fa2_bwd.yaml:130:28
+      float v56[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v56[e] = 0.0f;
+      // spec: specs/fa2_bwd.yaml:130:28
+      float (&v57)[16] = v56;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
         alignas(16) kg::fp16 fa_[4];
       #pragma unroll
-        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v82[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v55[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
         alignas(16) kg::fp16 fb_[4];
       #pragma unroll
-        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v83[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v18[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       #pragma unroll
         for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::mfma_32x32x8_fp16(&v84[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+            kg::mfma_32x32x8_fp16(&v57[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:120:39
-      float v85[16];
+      // spec: specs/fa2_bwd.yaml:131:27
+      const float v58 = 0.0f;
+      // spec: specs/fa2_bwd.yaml:125:30
+      const float v59 = 1.4426950408889634f;
+      // spec: specs/fa2_bwd.yaml:125:30
+      float v60[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v60[e] = (v51[e] * v59);
+      // spec: specs/fa2_bwd.yaml:131:58
+      float (&v61)[16] = v60;
+      // spec: specs/fa2_bwd.yaml:131:45
+      float v62[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v62[e] = v61[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:131:45
+      float v63[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v63[e] = (v54[e] * v33);
+      // spec: specs/fa2_bwd.yaml:131:45
+      float v64[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v64[e] = (v63[e] - v62[e]);
+      // spec: specs/fa2_bwd.yaml:131:40
+      float v65[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v65[e] = kg::exp2_(v64[e]);
+      // spec: specs/fa2_bwd.yaml:126:82
+      const float v66 = -kg::inf();
+      // spec: specs/fa2_bwd.yaml:126:82
+      float (&v67)[16] = v60;
+      // spec: specs/fa2_bwd.yaml:126:82
+      bool v68[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v68[e] = (v67[e] > v66);
+      // spec: specs/fa2_bwd.yaml:126:31
+      bool v69[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v69[e] = v68[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:126:57
+      bool v70[1];
+      #pragma unroll
+      for (int e = 0; e < 1; ++e) v70[e] = (v23[e] < v4);
+      // spec: specs/fa2_bwd.yaml:126:31
+      bool v71[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v71[e] = v70[0];
+      // spec: specs/fa2_bwd.yaml:124:44
+      int v72[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v72[e] = (((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16);
+      // spec: specs/fa2_bwd.yaml:124:30
+      const int v73 = 64;
+      // spec: specs/fa2_bwd.yaml:124:30
+      const int v74 = (v46 * v73);
+      // spec: specs/fa2_bwd.yaml:124:30
+      int v75[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v75[e] = (v74 + v72[e]);
+      // spec: specs/fa2_bwd.yaml:126:32
+      int (&v76)[16] = v75;
+      // spec: specs/fa2_bwd.yaml:126:32
+      bool v77[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v77[e] = (v76[e] < v0);
+      // spec: specs/fa2_bwd.yaml:126:31
+      bool v78[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v78[e] = v77[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:126:31
+      bool v79[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v79[e] = (v78[e] && v71[e]);
+      // spec: specs/fa2_bwd.yaml:126:31
+      bool v80[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v80[e] = (v79[e] && v69[e]);
+      // spec: specs/fa2_bwd.yaml:131:27
+      float v81[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v81[e] = (v80[e] ? v65[e] : v58);
+      // spec: specs/fa2_bwd.yaml:132:45
+      kg::fp16 v82[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v82[e] = kg::cvt<kg::fp16>(v81[e]);
+      // spec: specs/fa2_bwd.yaml:132:41
+      kg::fp16* v83 = reinterpret_cast<kg::fp16*>(smem + 18432);
+      kg::sync();
+      #pragma unroll
+      for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v83[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 72 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v82[e]);
+
+      // spec: specs/fa2_bwd.yaml:132:41
+      kg::fp16* v84 = v83;
+      // spec: specs/fa2_bwd.yaml:132:41
+      kg::fp16* v85 = reinterpret_cast<kg::fp16*>(smem + 27648);
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v85[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32))] = v50[e];
+      kg::sync();
+      // spec: specs/fa2_bwd.yaml:132:41
+      float (&v86)[16] = v47;
+      #pragma unroll
+      for (int ks = 0; ks < 8; ++ks) {
+        alignas(16) kg::fp16 fa_[4];
+      #pragma unroll
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v84[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        alignas(16) kg::fp16 fb_[4];
+      #pragma unroll
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v85[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      #pragma unroll
+        for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+          for (int rn = 0; rn < 1; ++rn)
+            kg::mfma_32x32x8_fp16(&v86[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+      }
+      // spec: specs/fa2_bwd.yaml:133:39
+      float v87[16];
       {
-        const float* p_ = t_delta + ((int64_t)(v10) * stride_delta_0 + (int64_t)(v41) * stride_delta_1);
+        const float* p_ = t_delta + ((int64_t)(v12) * stride_delta_0 + (int64_t)(v43) * stride_delta_1);
         const bool aligned_ = kg::aligned(p_, 16) && stride_delta_0 % 4 == 0 && stride_delta_1 % 4 == 0;
-        const int t0_ = v44 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
+        const int t0_ = v46 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
       #pragma unroll
         for (int e = 0; e < 16; e += 4) {
           const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 4 <= (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<4>(&v85[e], p_ + off_);
+            kg::copy_vec<4>(&v87[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 4; ++v)
-              v85[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+              v87[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:120:39
-      float (&v86)[16] = v85;
-      // spec: specs/fa2_bwd.yaml:120:34
-      float v87[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v87[e] = v86[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:120:34
-      float v88[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v88[e] = (v55[e] - v87[e]);
-      // spec: specs/fa2_bwd.yaml:120:29
+      // spec: specs/fa2_bwd.yaml:133:39
+      float (&v88)[16] = v87;
+      // spec: specs/fa2_bwd.yaml:133:34
       float v89[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v89[e] = (v79[e] * v88[e]);
-      // spec: specs/fa2_bwd.yaml:120:28
-      kg::fp16 v90[16];
+      for (int e = 0; e < 16; ++e) v89[e] = v88[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:133:34
+      float v90[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v90[e] = kg::cvt<kg::fp16>(v89[e]);
-      // spec: specs/fa2_bwd.yaml:121:41
-      kg::fp16* v91 = reinterpret_cast<kg::fp16*>(smem + 18432);
+      for (int e = 0; e < 16; ++e) v90[e] = (v57[e] - v89[e]);
+      // spec: specs/fa2_bwd.yaml:133:29
+      float v91[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v91[e] = (v81[e] * v90[e]);
+      // spec: specs/fa2_bwd.yaml:133:28
+      kg::fp16 v92[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v92[e] = kg::cvt<kg::fp16>(v91[e]);
+      // spec: specs/fa2_bwd.yaml:134:41
+      kg::fp16* v93 = reinterpret_cast<kg::fp16*>(smem + 18432);
       kg::sync();
       #pragma unroll
-      for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v91[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 72 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v90[e]);
+      for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v93[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 72 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v92[e]);
 
-      // spec: specs/fa2_bwd.yaml:121:41
-      kg::fp16* v92 = v91;
-      // spec: specs/fa2_bwd.yaml:121:41
-      kg::fp16* v93 = reinterpret_cast<kg::fp16*>(smem + 27648);
+      // spec: specs/fa2_bwd.yaml:134:41
+      kg::fp16* v94 = v93;
+      // spec: specs/fa2_bwd.yaml:134:41
+      kg::fp16* v95 = reinterpret_cast<kg::fp16*>(smem + 27648);
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v93[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32))] = v47[e];
+      for (int e = 0; e < 16; ++e) v95[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32))] = v49[e];
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:121:41
-      float (&v94)[16] = v46;
+      // spec: specs/fa2_bwd.yaml:134:41
+      float (&v96)[16] = v48;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
         alignas(16) kg::fp16 fa_[4];
       #pragma unroll
-        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v92[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v94[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
         alignas(16) kg::fp16 fb_[4];
       #pragma unroll
-        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v93[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+        for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v95[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       #pragma unroll
         for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::mfma_32x32x8_fp16(&v94[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+            kg::mfma_32x32x8_fp16(&v96[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:122:26
+      // spec: specs/fa2_bwd.yaml:135:26
 
       float y0_[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) y0_[e] = v84[e];
+      for (int e = 0; e < 16; ++e) y0_[e] = v86[e];
       float y1_[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) y1_[e] = v94[e];
+      for (int e = 0; e < 16; ++e) y1_[e] = v96[e];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v42[e] = y0_[e];
+      for (int e = 0; e < 16; ++e) v44[e] = y0_[e];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v43[e] = y1_[e];
+      for (int e = 0; e < 16; ++e) v45[e] = y1_[e];
     }
-    // spec: specs/fa2_bwd.yaml:78:15
+    // spec: specs/fa2_bwd.yaml:91:15
 
     float y0_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y0_[e] = v42[e];
+    for (int e = 0; e < 16; ++e) y0_[e] = v44[e];
     float y1_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y1_[e] = v43[e];
+    for (int e = 0; e < 16; ++e) y1_[e] = v45[e];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v33[e] = y0_[e];
+    for (int e = 0; e < 16; ++e) v35[e] = y0_[e];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v34[e] = y1_[e];
+    for (int e = 0; e < 16; ++e) v36[e] = y1_[e];
   }
-  // spec: specs/fa2_bwd.yaml:124:34
-  float v95[16];
+  // spec: specs/fa2_bwd.yaml:137:34
+  float v97[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v95[e] = (v34[e] * v2);
-  // spec: specs/fa2_bwd.yaml:124:33
-  kg::fp16 v96[16];
+  for (int e = 0; e < 16; ++e) v97[e] = (v36[e] * v1);
+  // spec: specs/fa2_bwd.yaml:137:33
+  kg::fp16 v98[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v96[e] = kg::cvt<kg::fp16>(v95[e]);
-  // spec: specs/fa2_bwd.yaml:124:7
+  for (int e = 0; e < 16; ++e) v98[e] = kg::cvt<kg::fp16>(v97[e]);
+  // spec: specs/fa2_bwd.yaml:137:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
-    kg::fp16* p_ = t_dk + ((int64_t)(v10) * stride_dk_0 + (int64_t)(v9) * stride_dk_2);
+    kg::fp16* p_ = t_dk + ((int64_t)(v12) * stride_dk_0 + (int64_t)(v11) * stride_dk_2);
     const bool aligned_ = false;
-    const int t0_ = v7 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
+    const int t0_ = v10 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
     const int t1_ = 0 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32;
   #pragma unroll
     for (int e = 0; e < 16; e += 1) {
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
       const int i1_ = t1_ + 0;
       const int64_t off_ = (int64_t)i0_ * stride_dk_1 + (int64_t)i1_ * 1;
-      if (i0_ < (size_SK)) p_[off_] = v96[e];
+      if (i0_ < (size_SK)) p_[off_] = v98[e];
     }
   }
-  // spec: specs/fa2_bwd.yaml:125:33
-  kg::fp16 v97[16];
+  // spec: specs/fa2_bwd.yaml:138:33
+  kg::fp16 v99[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v97[e] = kg::cvt<kg::fp16>(v33[e]);
-  // spec: specs/fa2_bwd.yaml:125:7
+  for (int e = 0; e < 16; ++e) v99[e] = kg::cvt<kg::fp16>(v35[e]);
+  // spec: specs/fa2_bwd.yaml:138:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
-    kg::fp16* p_ = t_dv + ((int64_t)(v10) * stride_dv_0 + (int64_t)(v9) * stride_dv_2);
+    kg::fp16* p_ = t_dv + ((int64_t)(v12) * stride_dv_0 + (int64_t)(v11) * stride_dv_2);
     const bool aligned_ = false;
-    const int t0_ = v7 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
+    const int t0_ = v10 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
     const int t1_ = 0 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32;
   #pragma unroll
     for (int e = 0; e < 16; e += 1) {
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
       const int i1_ = t1_ + 0;
       const int64_t off_ = (int64_t)i0_ * stride_dv_1 + (int64_t)i1_ * 1;
-      if (i0_ < (size_SK)) p_[off_] = v97[e];
+      if (i0_ < (size_SK)) p_[off_] = v99[e];
     }
   }
 }

@@ -28,332 +28,336 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
   // the causal D=128 forward from 202 to 180 registers)
   const int warp = __shfl_sync(0xffffffffu, kg::thread_id() / kg::WAVE, 0);
   
-  // spec: specs/fa2_bwd.yaml:100:55
-  const int v0 = size_SK;
-  // spec: specs/fa2_bwd.yaml:67:18
-  const int v1 = size_SQ;
-  // spec: specs/fa2_bwd.yaml:60:16
-  const float v2 = scalar_softmax_scale;
-  // spec: specs/fa2_bwd.yaml:55:15
-  const int v3 = size_H;
-  // spec: specs/fa2_bwd.yaml:53:28
-  const int v4 = size_HKV;
-  // spec: specs/fa2_bwd.yaml:53:11
-  const int v5 = kg::block_id_y();
+  // spec: specs/fa2_bwd.yaml:80:18
+  const int v0 = size_SQ;
+  // spec: specs/fa2_bwd.yaml:73:16
+  const float v1 = scalar_softmax_scale;
+  // spec: specs/fa2_bwd.yaml:68:15
+  const int v2 = size_H;
+  // spec: specs/fa2_bwd.yaml:66:17
+  const int v3 = size_HKV;
+  // spec: specs/fa2_bwd.yaml:53:19
+  const int v4 = size_SK;
+  // spec: specs/fa2_bwd.yaml:53:14
+  const int v5 = 128;
+  // spec: specs/fa2_bwd.yaml:53:14
+  const int v6 = 127;
+  // spec: specs/fa2_bwd.yaml:53:14
+  const int v7 = (v4 + v6);
+  // spec: specs/fa2_bwd.yaml:53:14
+  const int v8 = (kg::floordiv(v7, v5));
   // spec: specs/fa2_bwd.yaml:54:12
-  const int v6 = kg::block_id_y();
-  // spec: specs/fa2_bwd.yaml:56:20
-  const int v7 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:57:14
-  const int v8 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:102:28
-  kg::bf16* v9 = reinterpret_cast<kg::bf16*>(smem + 0);
-  // spec: specs/fa2_bwd.yaml:54:12
-  const int v10 = (kg::mod(v6, v4));
-  // spec: specs/fa2_bwd.yaml:53:11
-  const int v11 = (kg::floordiv(v5, v4));
-  // spec: specs/fa2_bwd.yaml:58:12
+  const int v9 = kg::block_id_y();
+  // spec: specs/fa2_bwd.yaml:55:12
+  const int v10 = kg::block_id_x();
+  // spec: specs/fa2_bwd.yaml:115:28
+  kg::bf16* v11 = reinterpret_cast<kg::bf16*>(smem + 0);
+  // spec: specs/fa2_bwd.yaml:67:12
+  const int v12 = (kg::mod(v9, v3));
+  // spec: specs/fa2_bwd.yaml:66:11
+  const int v13 = (kg::floordiv(v9, v3));
+  // spec: specs/fa2_bwd.yaml:71:12
   kg::sync();
   if (true) {
-    const kg::bf16* p_ = t_k + ((int64_t)(v11) * stride_k_0 + (int64_t)(v10) * stride_k_2);
+    const kg::bf16* p_ = t_k + ((int64_t)(v13) * stride_k_0 + (int64_t)(v12) * stride_k_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v7 * 128) * stride_k_1 + 0;
+    const int64_t q_ = (int64_t)(v10 * 128) * stride_k_1 + 0;
     const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
     const int64_t o0_ = q_ + ((int64_t)r0_ * stride_k_1 + k0_);
   #pragma unroll
     for (int i = 0; i < 8; ++i) {
       const int r_ = r0_ + i * 16, k_ = k0_;
-      const int i0_ = v7 * 128 + r_, i1_ = 0 + k_;
+      const int i0_ = v10 * 128 + r_, i1_ = 0 + k_;
       const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_k_1;
       const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 8192 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
       if (aligned_) {
         const int n_ = (i0_ < (size_SK)) * 8;
-        kg::cp_async<16>(&v9[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        kg::cp_async<16>(&v11[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v9[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v11[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_bwd.yaml:102:28
+  // spec: specs/fa2_bwd.yaml:115:28
   kg::cp_async_wait<0>();
   kg::fence_proxy_async();
   kg::sync();
-  // spec: specs/fa2_bwd.yaml:103:29
-  kg::bf16* v12 = reinterpret_cast<kg::bf16*>(smem + 32768);
-  // spec: specs/fa2_bwd.yaml:59:12
+  // spec: specs/fa2_bwd.yaml:116:29
+  kg::bf16* v14 = reinterpret_cast<kg::bf16*>(smem + 32768);
+  // spec: specs/fa2_bwd.yaml:72:12
   if (true) {
-    const kg::bf16* p_ = t_v + ((int64_t)(v11) * stride_v_0 + (int64_t)(v10) * stride_v_2);
+    const kg::bf16* p_ = t_v + ((int64_t)(v13) * stride_v_0 + (int64_t)(v12) * stride_v_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v7 * 128) * stride_v_1 + 0;
+    const int64_t q_ = (int64_t)(v10 * 128) * stride_v_1 + 0;
     const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
     const int64_t o0_ = q_ + ((int64_t)r0_ * stride_v_1 + k0_);
   #pragma unroll
     for (int i = 0; i < 8; ++i) {
       const int r_ = r0_ + i * 16, k_ = k0_;
-      const int i0_ = v7 * 128 + r_, i1_ = 0 + k_;
+      const int i0_ = v10 * 128 + r_, i1_ = 0 + k_;
       const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_v_1;
       const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 8192 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
       if (aligned_) {
         const int n_ = (i0_ < (size_SK)) * 8;
-        kg::cp_async<16>(&v12[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        kg::cp_async<16>(&v14[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v12[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v14[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_bwd.yaml:103:29
+  // spec: specs/fa2_bwd.yaml:116:29
   kg::cp_async_wait<0>();
   kg::fence_proxy_async();
   kg::sync();
-  // spec: specs/fa2_bwd.yaml:57:40
-  int v13[2];
+  // spec: specs/fa2_bwd.yaml:70:29
+  int v15[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v13[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 8);
-  // spec: specs/fa2_bwd.yaml:57:14
-  const int v14 = 128;
-  // spec: specs/fa2_bwd.yaml:57:14
-  const int v15 = (v8 * v14);
-  // spec: specs/fa2_bwd.yaml:57:14
-  int v16[2];
+  for (int e = 0; e < 2; ++e) v15[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 8);
+  // spec: specs/fa2_bwd.yaml:70:14
+  const int v16 = 128;
+  // spec: specs/fa2_bwd.yaml:70:14
+  const int v17 = (v10 * v16);
+  // spec: specs/fa2_bwd.yaml:70:14
+  int v18[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v16[e] = (v15 + v13[e]);
-  // spec: specs/fa2_bwd.yaml:100:39
-  int (&v17)[2] = v16;
-  // spec: specs/fa2_bwd.yaml:75:22
-  const int v18 = 1;
-  // spec: specs/fa2_bwd.yaml:75:22
-  const int v19 = 0;
-  // spec: specs/fa2_bwd.yaml:67:13
-  const int v20 = 64;
-  // spec: specs/fa2_bwd.yaml:67:13
-  const int v21 = 63;
-  // spec: specs/fa2_bwd.yaml:67:13
-  const int v22 = (v1 + v21);
-  // spec: specs/fa2_bwd.yaml:67:13
-  const int v23 = (kg::floordiv(v22, v20));
-  // spec: specs/fa2_bwd.yaml:66:16
-  float v24[64];
+  for (int e = 0; e < 2; ++e) v18[e] = (v17 + v15[e]);
+  // spec: specs/fa2_bwd.yaml:113:39
+  int (&v19)[2] = v18;
+  // spec: specs/fa2_bwd.yaml:88:22
+  const int v20 = 1;
+  // spec: specs/fa2_bwd.yaml:88:22
+  const int v21 = 0;
+  // spec: specs/fa2_bwd.yaml:80:13
+  const int v22 = 64;
+  // spec: specs/fa2_bwd.yaml:80:13
+  const int v23 = 63;
+  // spec: specs/fa2_bwd.yaml:80:13
+  const int v24 = (v0 + v23);
+  // spec: specs/fa2_bwd.yaml:80:13
+  const int v25 = (kg::floordiv(v24, v22));
+  // spec: specs/fa2_bwd.yaml:79:16
+  float v26[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v24[e] = 0.0f;
-  // spec: specs/fa2_bwd.yaml:65:16
-  float v25[64];
+  for (int e = 0; e < 64; ++e) v26[e] = 0.0f;
+  // spec: specs/fa2_bwd.yaml:78:16
+  float v27[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v25[e] = 0.0f;
-  // spec: specs/fa2_bwd.yaml:60:16
-  const float v26 = 1.4426950408889634f;
-  // spec: specs/fa2_bwd.yaml:60:16
-  const float v27 = (v2 * v26);
-  // spec: specs/fa2_bwd.yaml:55:15
-  const int v28 = (kg::floordiv(v3, v4));
-  // spec: specs/fa2_bwd.yaml:75:7
+  for (int e = 0; e < 64; ++e) v27[e] = 0.0f;
+  // spec: specs/fa2_bwd.yaml:73:16
+  const float v28 = 1.4426950408889634f;
+  // spec: specs/fa2_bwd.yaml:73:16
+  const float v29 = (v1 * v28);
+  // spec: specs/fa2_bwd.yaml:68:15
+  const int v30 = (kg::floordiv(v2, v3));
+  // spec: specs/fa2_bwd.yaml:88:7
 
-  float v29[64];
+  float v31[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v29[e] = v24[e];
-  float v30[64];
+  for (int e = 0; e < 64; ++e) v31[e] = v26[e];
+  float v32[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v30[e] = v25[e];
-  for (int v31 = v19; v31 < v28; v31 += v18) {
-    float (&v32)[64] = v29;
-    float (&v33)[64] = v30;
+  for (int e = 0; e < 64; ++e) v32[e] = v27[e];
+  for (int v33 = v21; v33 < v30; v33 += v20) {
+    float (&v34)[64] = v31;
+    float (&v35)[64] = v32;
     
-    // spec: specs/fa2_bwd.yaml:103:29
-    kg::bf16* v34 = reinterpret_cast<kg::bf16*>(smem + 65536);
-    // spec: specs/fa2_bwd.yaml:102:28
-    kg::bf16* v35 = reinterpret_cast<kg::bf16*>(smem + 98304);
-    // spec: specs/fa2_bwd.yaml:78:15
-    const int v36 = 0;
-    // spec: specs/fa2_bwd.yaml:78:15
-    kg::bf16* v37 = v35 + (v36 % 2) * 8192;
-    // spec: specs/fa2_bwd.yaml:78:58
+    // spec: specs/fa2_bwd.yaml:116:29
+    kg::bf16* v36 = reinterpret_cast<kg::bf16*>(smem + 65536);
+    // spec: specs/fa2_bwd.yaml:115:28
+    kg::bf16* v37 = reinterpret_cast<kg::bf16*>(smem + 98304);
+    // spec: specs/fa2_bwd.yaml:91:15
     const int v38 = 0;
-    // spec: specs/fa2_bwd.yaml:78:15
-    const bool v39 = (v38 < v23);
-    // spec: specs/fa2_bwd.yaml:76:15
-    const int v40 = (v10 * v28);
-    // spec: specs/fa2_bwd.yaml:76:15
-    const int v41 = (v40 + v31);
-    // spec: specs/fa2_bwd.yaml:79:24
+    // spec: specs/fa2_bwd.yaml:91:15
+    kg::bf16* v39 = v37 + (v38 % 2) * 8192;
+    // spec: specs/fa2_bwd.yaml:91:58
+    const int v40 = 0;
+    // spec: specs/fa2_bwd.yaml:91:15
+    const bool v41 = (v40 < v25);
+    // spec: specs/fa2_bwd.yaml:89:15
+    const int v42 = (v12 * v30);
+    // spec: specs/fa2_bwd.yaml:89:15
+    const int v43 = (v42 + v33);
+    // spec: specs/fa2_bwd.yaml:92:24
     kg::sync();
-    if (v39) {
-      const kg::bf16* p_ = t_q + ((int64_t)(v11) * stride_q_0 + (int64_t)(v41) * stride_q_2);
+    if (v41) {
+      const kg::bf16* p_ = t_q + ((int64_t)(v13) * stride_q_0 + (int64_t)(v43) * stride_q_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v38 * 64) * stride_q_1 + 0;
+      const int64_t q_ = (int64_t)(v40 * 64) * stride_q_1 + 0;
       const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
       const int64_t o0_ = q_ + ((int64_t)r0_ * stride_q_1 + k0_);
     #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int r_ = r0_ + i * 16, k_ = k0_;
-        const int i0_ = v38 * 64 + r_, i1_ = 0 + k_;
+        const int i0_ = v40 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_q_1;
         const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 4096 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
         if (aligned_) {
           const int n_ = (i0_ < (size_SQ)) * 8;
-          kg::cp_async<16>(&v37[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v39[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v37[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v39[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
-    // spec: specs/fa2_bwd.yaml:78:15
-    kg::bf16* v42 = v34 + (v36 % 2) * 8192;
-    // spec: specs/fa2_bwd.yaml:80:26
-    if (v39) {
-      const kg::bf16* p_ = t_do + ((int64_t)(v11) * stride_do_0 + (int64_t)(v41) * stride_do_2);
+    // spec: specs/fa2_bwd.yaml:91:15
+    kg::bf16* v44 = v36 + (v38 % 2) * 8192;
+    // spec: specs/fa2_bwd.yaml:93:26
+    if (v41) {
+      const kg::bf16* p_ = t_do + ((int64_t)(v13) * stride_do_0 + (int64_t)(v43) * stride_do_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v38 * 64) * stride_do_1 + 0;
+      const int64_t q_ = (int64_t)(v40 * 64) * stride_do_1 + 0;
       const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
       const int64_t o0_ = q_ + ((int64_t)r0_ * stride_do_1 + k0_);
     #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int r_ = r0_ + i * 16, k_ = k0_;
-        const int i0_ = v38 * 64 + r_, i1_ = 0 + k_;
+        const int i0_ = v40 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_do_1;
         const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 4096 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
         if (aligned_) {
           const int n_ = (i0_ < (size_SQ)) * 8;
-          kg::cp_async<16>(&v42[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v44[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v42[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v44[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
-    // spec: specs/fa2_bwd.yaml:78:58
-    const int v43 = 1;
-    // spec: specs/fa2_bwd.yaml:78:15
+    // spec: specs/fa2_bwd.yaml:91:58
+    const int v45 = 1;
+    // spec: specs/fa2_bwd.yaml:91:15
 
-    float v44[64];
+    float v46[64];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) v44[e] = v32[e];
-    float v45[64];
+    for (int e = 0; e < 64; ++e) v46[e] = v34[e];
+    float v47[64];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) v45[e] = v33[e];
-    for (int v46 = v38; v46 < v23; v46 += v43) {
-      float (&v47)[64] = v44;
-      float (&v48)[64] = v45;
+    for (int e = 0; e < 64; ++e) v47[e] = v35[e];
+    for (int v48 = v40; v48 < v25; v48 += v45) {
+      float (&v49)[64] = v46;
+      float (&v50)[64] = v47;
       
-      // spec: specs/fa2_bwd.yaml:78:15
-      const int v49 = (v46 - v38);
-      // spec: specs/fa2_bwd.yaml:78:15
-      const int v50 = (kg::floordiv(v49, v43));
-      // spec: specs/fa2_bwd.yaml:78:15
-      kg::bf16* v51 = v34 + (v50 % 2) * 8192;
-      // spec: specs/fa2_bwd.yaml:78:15
-      kg::bf16* v52 = v35 + (v50 % 2) * 8192;
-      // spec: specs/fa2_bwd.yaml:93:29
-      float v53[16];
+      // spec: specs/fa2_bwd.yaml:91:15
+      const int v51 = (v48 - v40);
+      // spec: specs/fa2_bwd.yaml:91:15
+      const int v52 = (kg::floordiv(v51, v45));
+      // spec: specs/fa2_bwd.yaml:91:15
+      kg::bf16* v53 = v36 + (v52 % 2) * 8192;
+      // spec: specs/fa2_bwd.yaml:91:15
+      kg::bf16* v54 = v37 + (v52 % 2) * 8192;
+      // spec: specs/fa2_bwd.yaml:106:29
+      float v55[16];
       {
-        const float* p_ = t_neg_lse_s + ((int64_t)(v11) * stride_neg_lse_s_0 + (int64_t)(v41) * stride_neg_lse_s_1);
+        const float* p_ = t_neg_lse_s + ((int64_t)(v13) * stride_neg_lse_s_0 + (int64_t)(v43) * stride_neg_lse_s_1);
         const bool aligned_ = kg::aligned(p_, 8) && stride_neg_lse_s_0 % 2 == 0 && stride_neg_lse_s_1 % 2 == 0;
-        const int t0_ = v46 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
+        const int t0_ = v48 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
       #pragma unroll
         for (int e = 0; e < 16; e += 2) {
           const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32;
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 2 <= (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<2>(&v53[e], p_ + off_);
+            kg::copy_vec<2>(&v55[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 2; ++v)
-              v53[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+              v55[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:95:48
-      int v54[1];
+      // spec: specs/fa2_bwd.yaml:108:48
+      int v56[1];
       #pragma unroll
-      for (int e = 0; e < 1; ++e) v54[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0);
-      // spec: specs/fa2_bwd.yaml:95:34
-      const int v55 = 64;
-      // spec: specs/fa2_bwd.yaml:95:34
-      const int v56 = (v46 * v55);
-      // spec: specs/fa2_bwd.yaml:95:34
-      int v57[1];
+      for (int e = 0; e < 1; ++e) v56[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0);
+      // spec: specs/fa2_bwd.yaml:108:34
+      const int v57 = 64;
+      // spec: specs/fa2_bwd.yaml:108:34
+      const int v58 = (v48 * v57);
+      // spec: specs/fa2_bwd.yaml:108:34
+      int v59[1];
       #pragma unroll
-      for (int e = 0; e < 1; ++e) v57[e] = (v56 + v54[e]);
-      // spec: specs/fa2_bwd.yaml:102:28
+      for (int e = 0; e < 1; ++e) v59[e] = (v58 + v56[e]);
+      // spec: specs/fa2_bwd.yaml:115:28
       kg::cp_async_wait<1>();
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:78:15
-      const int v58 = 1;
-      // spec: specs/fa2_bwd.yaml:78:15
-      const int v59 = (v50 + v58);
-      // spec: specs/fa2_bwd.yaml:78:15
-      kg::bf16* v60 = v35 + (v59 % 2) * 8192;
-      // spec: specs/fa2_bwd.yaml:79:24
-      const int v61 = (v46 + v43);
-      // spec: specs/fa2_bwd.yaml:79:24
-      const bool v62 = (v61 < v23);
-      // spec: specs/fa2_bwd.yaml:79:24
-      if (v62) {
-        const kg::bf16* p_ = t_q + ((int64_t)(v11) * stride_q_0 + (int64_t)(v41) * stride_q_2);
+      // spec: specs/fa2_bwd.yaml:91:15
+      const int v60 = 1;
+      // spec: specs/fa2_bwd.yaml:91:15
+      const int v61 = (v52 + v60);
+      // spec: specs/fa2_bwd.yaml:91:15
+      kg::bf16* v62 = v37 + (v61 % 2) * 8192;
+      // spec: specs/fa2_bwd.yaml:92:24
+      const int v63 = (v48 + v45);
+      // spec: specs/fa2_bwd.yaml:92:24
+      const bool v64 = (v63 < v25);
+      // spec: specs/fa2_bwd.yaml:92:24
+      if (v64) {
+        const kg::bf16* p_ = t_q + ((int64_t)(v13) * stride_q_0 + (int64_t)(v43) * stride_q_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-        const int64_t q_ = (int64_t)(v61 * 64) * stride_q_1 + 0;
+        const int64_t q_ = (int64_t)(v63 * 64) * stride_q_1 + 0;
         const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
         const int64_t o0_ = q_ + ((int64_t)r0_ * stride_q_1 + k0_);
       #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int r_ = r0_ + i * 16, k_ = k0_;
-          const int i0_ = v61 * 64 + r_, i1_ = 0 + k_;
+          const int i0_ = v63 * 64 + r_, i1_ = 0 + k_;
           const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_q_1;
           const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 4096 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
           if (aligned_) {
             const int n_ = (i0_ < (size_SQ)) * 8;
-            kg::cp_async<16>(&v60[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+            kg::cp_async<16>(&v62[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
           } else {
       #pragma unroll
             for (int v = 0; v < 8; ++v)
-              v60[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+              v62[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
           }
         }
       }
       kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:102:28
-      kg::bf16* v63 = v52;
-      // spec: specs/fa2_bwd.yaml:93:29
-      float (&v64)[16] = v53;
-      // spec: specs/fa2_bwd.yaml:101:33
-      float v65[32];
+      // spec: specs/fa2_bwd.yaml:115:28
+      kg::bf16* v65 = v54;
+      // spec: specs/fa2_bwd.yaml:106:29
+      float (&v66)[16] = v55;
+      // spec: specs/fa2_bwd.yaml:114:33
+      float v67[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v65[e] = v64[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:100:39
-      bool v66[2];
+      for (int e = 0; e < 32; ++e) v67[e] = v66[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:113:39
+      bool v68[2];
       #pragma unroll
-      for (int e = 0; e < 2; ++e) v66[e] = (v17[e] < v0);
-      // spec: specs/fa2_bwd.yaml:101:33
-      bool v67[32];
+      for (int e = 0; e < 2; ++e) v68[e] = (v19[e] < v4);
+      // spec: specs/fa2_bwd.yaml:114:33
+      bool v69[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v67[e] = v66[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:101:33
-      const float v68 = -kg::inf();
-      // spec: specs/fa2_bwd.yaml:101:33
-      float v69[32];
+      for (int e = 0; e < 32; ++e) v69[e] = v68[((e >> 1) & 1) * 1];
+      // spec: specs/fa2_bwd.yaml:114:33
+      const float v70 = -kg::inf();
+      // spec: specs/fa2_bwd.yaml:114:33
+      float v71[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v69[e] = (v67[e] ? v65[e] : v68);
-      // spec: specs/fa2_bwd.yaml:102:28
-      float (&v70)[32] = v69;
+      for (int e = 0; e < 32; ++e) v71[e] = (v69[e] ? v67[e] : v70);
+      // spec: specs/fa2_bwd.yaml:115:28
+      float (&v72)[32] = v71;
       {
         const int wg_ = (warp / 4);
-        const uint64_t da_ = kg::wgmma_desc(v9, 16, 1024, 1);
-        const uint64_t db_ = kg::wgmma_desc(v63, 16, 1024, 1);
+        const uint64_t da_ = kg::wgmma_desc(v11, 16, 1024, 1);
+        const uint64_t db_ = kg::wgmma_desc(v65, 16, 1024, 1);
         // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
         // (ptxas would then insert a warpgroup.arrive, C7519)
       #pragma unroll
-        for (int e = 0; e < 32; ++e) kg::fence_operand(v70[e]);
+        for (int e = 0; e < 32; ++e) kg::fence_operand(v72[e]);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 8; ++ks)
@@ -361,92 +365,92 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v70[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 8192 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), 1);
+              kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v72[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 8192 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:103:49
-      float v71[16];
+      // spec: specs/fa2_bwd.yaml:116:49
+      float v73[16];
       {
-        const float* p_ = t_delta + ((int64_t)(v11) * stride_delta_0 + (int64_t)(v41) * stride_delta_1);
+        const float* p_ = t_delta + ((int64_t)(v13) * stride_delta_0 + (int64_t)(v43) * stride_delta_1);
         const bool aligned_ = kg::aligned(p_, 8) && stride_delta_0 % 2 == 0 && stride_delta_1 % 2 == 0;
-        const int t0_ = v46 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
+        const int t0_ = v48 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
       #pragma unroll
         for (int e = 0; e < 16; e += 2) {
           const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32;
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 2 <= (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<2>(&v71[e], p_ + off_);
+            kg::copy_vec<2>(&v73[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 2; ++v)
-              v71[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+              v73[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:103:29
+      // spec: specs/fa2_bwd.yaml:116:29
       kg::cp_async_wait<1>();
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:78:15
-      kg::bf16* v72 = v34 + (v59 % 2) * 8192;
-      // spec: specs/fa2_bwd.yaml:80:26
-      const int v73 = (v46 + v43);
-      // spec: specs/fa2_bwd.yaml:80:26
-      const bool v74 = (v73 < v23);
-      // spec: specs/fa2_bwd.yaml:80:26
-      if (v74) {
-        const kg::bf16* p_ = t_do + ((int64_t)(v11) * stride_do_0 + (int64_t)(v41) * stride_do_2);
+      // spec: specs/fa2_bwd.yaml:91:15
+      kg::bf16* v74 = v36 + (v61 % 2) * 8192;
+      // spec: specs/fa2_bwd.yaml:93:26
+      const int v75 = (v48 + v45);
+      // spec: specs/fa2_bwd.yaml:93:26
+      const bool v76 = (v75 < v25);
+      // spec: specs/fa2_bwd.yaml:93:26
+      if (v76) {
+        const kg::bf16* p_ = t_do + ((int64_t)(v13) * stride_do_0 + (int64_t)(v43) * stride_do_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
-        const int64_t q_ = (int64_t)(v73 * 64) * stride_do_1 + 0;
+        const int64_t q_ = (int64_t)(v75 * 64) * stride_do_1 + 0;
         const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
         const int64_t o0_ = q_ + ((int64_t)r0_ * stride_do_1 + k0_);
       #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int r_ = r0_ + i * 16, k_ = k0_;
-          const int i0_ = v73 * 64 + r_, i1_ = 0 + k_;
+          const int i0_ = v75 * 64 + r_, i1_ = 0 + k_;
           const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_do_1;
           const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 4096 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
           if (aligned_) {
             const int n_ = (i0_ < (size_SQ)) * 8;
-            kg::cp_async<16>(&v72[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+            kg::cp_async<16>(&v74[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
           } else {
       #pragma unroll
             for (int v = 0; v < 8; ++v)
-              v72[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+              v74[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
           }
         }
       }
       kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:103:29
-      kg::bf16* v75 = v51;
-      // spec: specs/fa2_bwd.yaml:103:48
-      const float v76 = -1.0f;
-      // spec: specs/fa2_bwd.yaml:103:48
-      float v77[16];
+      // spec: specs/fa2_bwd.yaml:116:29
+      kg::bf16* v77 = v53;
+      // spec: specs/fa2_bwd.yaml:116:48
+      const float v78 = -1.0f;
+      // spec: specs/fa2_bwd.yaml:116:48
+      float v79[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v77[e] = (v71[e] * v76);
-      // spec: specs/fa2_bwd.yaml:103:47
-      float (&v78)[16] = v77;
-      // spec: specs/fa2_bwd.yaml:103:29
-      float v79[32];
+      for (int e = 0; e < 16; ++e) v79[e] = (v73[e] * v78);
+      // spec: specs/fa2_bwd.yaml:116:47
+      float (&v80)[16] = v79;
+      // spec: specs/fa2_bwd.yaml:116:29
+      float v81[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v79[e] = v78[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:102:28
+      for (int e = 0; e < 32; ++e) v81[e] = v80[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:115:28
       kg::wgmma_wait<0>();
       #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v70[e]);
-      float (&v80)[32] = v70;
-      // spec: specs/fa2_bwd.yaml:103:29
-      float (&v81)[32] = v79;
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v72[e]);
+      float (&v82)[32] = v72;
+      // spec: specs/fa2_bwd.yaml:116:29
+      float (&v83)[32] = v81;
       {
         const int wg_ = (warp / 4);
-        const uint64_t da_ = kg::wgmma_desc(v12, 16, 1024, 1);
-        const uint64_t db_ = kg::wgmma_desc(v75, 16, 1024, 1);
+        const uint64_t da_ = kg::wgmma_desc(v14, 16, 1024, 1);
+        const uint64_t db_ = kg::wgmma_desc(v77, 16, 1024, 1);
         // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
         // (ptxas would then insert a warpgroup.arrive, C7519)
       #pragma unroll
-        for (int e = 0; e < 32; ++e) kg::fence_operand(v81[e]);
+        for (int e = 0; e < 32; ++e) kg::fence_operand(v83[e]);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 8; ++ks)
@@ -454,30 +458,30 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v81[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 8192 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), 1);
+              kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v83[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 8192 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:104:33
-      float v82[32];
+      // spec: specs/fa2_bwd.yaml:117:33
+      float v84[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v82[e] = (v80[e] * v27);
-      // spec: specs/fa2_bwd.yaml:104:28
-      float v83[32];
+      for (int e = 0; e < 32; ++e) v84[e] = (v82[e] * v29);
+      // spec: specs/fa2_bwd.yaml:117:28
+      float v85[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v83[e] = kg::exp2_(v82[e]);
-      // spec: specs/fa2_bwd.yaml:105:45
-      kg::bf16 v84[32];
+      for (int e = 0; e < 32; ++e) v85[e] = kg::exp2_(v84[e]);
+      // spec: specs/fa2_bwd.yaml:118:45
+      kg::bf16 v86[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v84[e] = kg::cvt<kg::bf16>(v83[e]);
-      // spec: specs/fa2_bwd.yaml:105:41
-      float (&v85)[64] = v47;
+      for (int e = 0; e < 32; ++e) v86[e] = kg::cvt<kg::bf16>(v85[e]);
+      // spec: specs/fa2_bwd.yaml:118:41
+      float (&v87)[64] = v49;
       {
         const int wg_ = (warp / 4);
-        const uint64_t db_ = kg::wgmma_desc(v51, 8192, 1024, 1);
+        const uint64_t db_ = kg::wgmma_desc(v53, 8192, 1024, 1);
         // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
         // (ptxas would then insert a warpgroup.arrive, C7519)
       #pragma unroll
-        for (int e = 0; e < 64; ++e) kg::fence_operand(v85[e]);
+        for (int e = 0; e < 64; ++e) kg::fence_operand(v87[e]);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 4; ++ks)
@@ -485,31 +489,31 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n128k16_bf16_rs<1>(&v85[(rm * 1 + rn) * 64], &v84[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 128 + rn * 128)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 128 + rn * 128)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 128 + rn * 128)) & 7))) * 2 / 16), 1);
+              kg::wgmma_m64n128k16_bf16_rs<1>(&v87[(rm * 1 + rn) * 64], &v86[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 128 + rn * 128)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 128 + rn * 128)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 128 + rn * 128)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:103:29
+      // spec: specs/fa2_bwd.yaml:116:29
       kg::wgmma_wait<1>();
       #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v81[e]);
-      float (&v86)[32] = v81;
-      // spec: specs/fa2_bwd.yaml:106:30
-      float v87[32];
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v83[e]);
+      float (&v88)[32] = v83;
+      // spec: specs/fa2_bwd.yaml:119:30
+      float v89[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v87[e] = (v83[e] * v86[e]);
-      // spec: specs/fa2_bwd.yaml:106:29
-      kg::bf16 v88[32];
+      for (int e = 0; e < 32; ++e) v89[e] = (v85[e] * v88[e]);
+      // spec: specs/fa2_bwd.yaml:119:29
+      kg::bf16 v90[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v88[e] = kg::cvt<kg::bf16>(v87[e]);
-      // spec: specs/fa2_bwd.yaml:107:41
-      float (&v89)[64] = v48;
+      for (int e = 0; e < 32; ++e) v90[e] = kg::cvt<kg::bf16>(v89[e]);
+      // spec: specs/fa2_bwd.yaml:120:41
+      float (&v91)[64] = v50;
       {
         const int wg_ = (warp / 4);
-        const uint64_t db_ = kg::wgmma_desc(v52, 8192, 1024, 1);
+        const uint64_t db_ = kg::wgmma_desc(v54, 8192, 1024, 1);
         // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
         // (ptxas would then insert a warpgroup.arrive, C7519)
       #pragma unroll
-        for (int e = 0; e < 64; ++e) kg::fence_operand(v89[e]);
+        for (int e = 0; e < 64; ++e) kg::fence_operand(v91[e]);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 4; ++ks)
@@ -517,62 +521,62 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n128k16_bf16_rs<1>(&v89[(rm * 1 + rn) * 64], &v88[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 128 + rn * 128)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 128 + rn * 128)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 128 + rn * 128)) & 7))) * 2 / 16), 1);
+              kg::wgmma_m64n128k16_bf16_rs<1>(&v91[(rm * 1 + rn) * 64], &v90[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 128 + rn * 128)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 128 + rn * 128)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 128 + rn * 128)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:105:41
+      // spec: specs/fa2_bwd.yaml:118:41
       kg::wgmma_wait<1>();
       #pragma unroll
-      for (int e = 0; e < 64; ++e) kg::fence_operand(v85[e]);
+      for (int e = 0; e < 64; ++e) kg::fence_operand(v87[e]);
       #pragma unroll
-      for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v84)[e]);
-      float (&v90)[64] = v85;
-      // spec: specs/fa2_bwd.yaml:107:41
+      for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v86)[e]);
+      float (&v92)[64] = v87;
+      // spec: specs/fa2_bwd.yaml:120:41
       kg::wgmma_wait<0>();
       #pragma unroll
-      for (int e = 0; e < 64; ++e) kg::fence_operand(v89[e]);
+      for (int e = 0; e < 64; ++e) kg::fence_operand(v91[e]);
       #pragma unroll
-      for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v88)[e]);
-      float (&v91)[64] = v89;
-      // spec: specs/fa2_bwd.yaml:108:26
+      for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v90)[e]);
+      float (&v93)[64] = v91;
+      // spec: specs/fa2_bwd.yaml:121:26
 
       float y0_[64];
       #pragma unroll
-      for (int e = 0; e < 64; ++e) y0_[e] = v90[e];
+      for (int e = 0; e < 64; ++e) y0_[e] = v92[e];
       float y1_[64];
       #pragma unroll
-      for (int e = 0; e < 64; ++e) y1_[e] = v91[e];
+      for (int e = 0; e < 64; ++e) y1_[e] = v93[e];
       #pragma unroll
-      for (int e = 0; e < 64; ++e) v44[e] = y0_[e];
+      for (int e = 0; e < 64; ++e) v46[e] = y0_[e];
       #pragma unroll
-      for (int e = 0; e < 64; ++e) v45[e] = y1_[e];
+      for (int e = 0; e < 64; ++e) v47[e] = y1_[e];
     }
-    // spec: specs/fa2_bwd.yaml:78:15
+    // spec: specs/fa2_bwd.yaml:91:15
 
     float y0_[64];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) y0_[e] = v44[e];
+    for (int e = 0; e < 64; ++e) y0_[e] = v46[e];
     float y1_[64];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) y1_[e] = v45[e];
+    for (int e = 0; e < 64; ++e) y1_[e] = v47[e];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) v29[e] = y0_[e];
+    for (int e = 0; e < 64; ++e) v31[e] = y0_[e];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) v30[e] = y1_[e];
+    for (int e = 0; e < 64; ++e) v32[e] = y1_[e];
   }
-  // spec: specs/fa2_bwd.yaml:124:34
-  float v92[64];
+  // spec: specs/fa2_bwd.yaml:137:34
+  float v94[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v92[e] = (v30[e] * v2);
-  // spec: specs/fa2_bwd.yaml:124:33
-  kg::bf16 v93[64];
+  for (int e = 0; e < 64; ++e) v94[e] = (v32[e] * v1);
+  // spec: specs/fa2_bwd.yaml:137:33
+  kg::bf16 v95[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v93[e] = kg::cvt<kg::bf16>(v92[e]);
-  // spec: specs/fa2_bwd.yaml:124:7
+  for (int e = 0; e < 64; ++e) v95[e] = kg::cvt<kg::bf16>(v94[e]);
+  // spec: specs/fa2_bwd.yaml:137:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
-    kg::bf16* p_ = t_dk + ((int64_t)(v11) * stride_dk_0 + (int64_t)(v10) * stride_dk_2);
+    kg::bf16* p_ = t_dk + ((int64_t)(v13) * stride_dk_0 + (int64_t)(v12) * stride_dk_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dk_0 % 2 == 0 && stride_dk_1 % 2 == 0 && stride_dk_2 % 2 == 0;
-    const int t0_ = v7 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
+    const int t0_ = v10 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
     const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
   #pragma unroll
     for (int e = 0; e < 64; e += 2) {
@@ -580,23 +584,23 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32 + ((e >> 5) & 1) * 64;
       const int64_t off_ = (int64_t)i0_ * stride_dk_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SK)) {
-        kg::copy_vec<2>(p_ + off_, &v93[e]);
+        kg::copy_vec<2>(p_ + off_, &v95[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SK)) p_[off_ + v] = v93[e + v];
+          if (i0_ < (size_SK)) p_[off_ + v] = v95[e + v];
       }
     }
   }
-  // spec: specs/fa2_bwd.yaml:125:33
-  kg::bf16 v94[64];
+  // spec: specs/fa2_bwd.yaml:138:33
+  kg::bf16 v96[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v94[e] = kg::cvt<kg::bf16>(v29[e]);
-  // spec: specs/fa2_bwd.yaml:125:7
+  for (int e = 0; e < 64; ++e) v96[e] = kg::cvt<kg::bf16>(v31[e]);
+  // spec: specs/fa2_bwd.yaml:138:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
-    kg::bf16* p_ = t_dv + ((int64_t)(v11) * stride_dv_0 + (int64_t)(v10) * stride_dv_2);
+    kg::bf16* p_ = t_dv + ((int64_t)(v13) * stride_dv_0 + (int64_t)(v12) * stride_dv_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dv_0 % 2 == 0 && stride_dv_1 % 2 == 0 && stride_dv_2 % 2 == 0;
-    const int t0_ = v7 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
+    const int t0_ = v10 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
     const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
   #pragma unroll
     for (int e = 0; e < 64; e += 2) {
@@ -604,11 +608,11 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32 + ((e >> 5) & 1) * 64;
       const int64_t off_ = (int64_t)i0_ * stride_dv_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SK)) {
-        kg::copy_vec<2>(p_ + off_, &v94[e]);
+        kg::copy_vec<2>(p_ + off_, &v96[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SK)) p_[off_ + v] = v94[e + v];
+          if (i0_ < (size_SK)) p_[off_ + v] = v96[e + v];
       }
     }
   }

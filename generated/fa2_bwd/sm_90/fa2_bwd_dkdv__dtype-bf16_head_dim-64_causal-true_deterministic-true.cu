@@ -21,46 +21,46 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
   // the causal D=128 forward from 202 to 180 registers)
   const int warp = __shfl_sync(0xffffffffu, kg::thread_id() / kg::WAVE, 0);
   
-  // spec: specs/fa2_bwd.yaml:64:59
+  // spec: specs/fa2_bwd.yaml:77:48
   const int v0 = size_SQ;
-  // spec: specs/fa2_bwd.yaml:64:54
-  const int v1 = size_SK;
-  // spec: specs/fa2_bwd.yaml:60:16
-  const float v2 = scalar_softmax_scale;
-  // spec: specs/fa2_bwd.yaml:55:15
-  const int v3 = size_H;
-  // spec: specs/fa2_bwd.yaml:53:28
-  const int v4 = size_HKV;
-  // spec: specs/fa2_bwd.yaml:53:11
-  const int v5 = kg::block_id_y();
+  // spec: specs/fa2_bwd.yaml:73:16
+  const float v1 = scalar_softmax_scale;
+  // spec: specs/fa2_bwd.yaml:68:15
+  const int v2 = size_H;
+  // spec: specs/fa2_bwd.yaml:66:17
+  const int v3 = size_HKV;
+  // spec: specs/fa2_bwd.yaml:53:19
+  const int v4 = size_SK;
+  // spec: specs/fa2_bwd.yaml:53:14
+  const int v5 = 64;
+  // spec: specs/fa2_bwd.yaml:53:14
+  const int v6 = 63;
+  // spec: specs/fa2_bwd.yaml:53:14
+  const int v7 = (v4 + v6);
+  // spec: specs/fa2_bwd.yaml:53:14
+  const int v8 = (kg::floordiv(v7, v5));
   // spec: specs/fa2_bwd.yaml:54:12
-  const int v6 = kg::block_id_y();
-  // spec: specs/fa2_bwd.yaml:56:20
-  const int v7 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:57:14
-  const int v8 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:64:27
-  const int v9 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:74:41
+  const int v9 = kg::block_id_y();
+  // spec: specs/fa2_bwd.yaml:55:12
   const int v10 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:116:27
+  // spec: specs/fa2_bwd.yaml:129:27
   kg::bf16* v11 = reinterpret_cast<kg::bf16*>(smem + 32768);
-  // spec: specs/fa2_bwd.yaml:54:12
-  const int v12 = (kg::mod(v6, v4));
-  // spec: specs/fa2_bwd.yaml:53:11
-  const int v13 = (kg::floordiv(v5, v4));
-  // spec: specs/fa2_bwd.yaml:58:12
+  // spec: specs/fa2_bwd.yaml:67:12
+  const int v12 = (kg::mod(v9, v3));
+  // spec: specs/fa2_bwd.yaml:66:11
+  const int v13 = (kg::floordiv(v9, v3));
+  // spec: specs/fa2_bwd.yaml:71:12
   kg::sync();
   if (true) {
     const kg::bf16* p_ = t_k + ((int64_t)(v13) * stride_k_0 + (int64_t)(v12) * stride_k_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v7 * 64) * stride_k_1 + 0;
+    const int64_t q_ = (int64_t)(v10 * 64) * stride_k_1 + 0;
     const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
     const int64_t o0_ = q_ + ((int64_t)r0_ * stride_k_1 + k0_);
   #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int r_ = r0_ + i * 16, k_ = k0_;
-      const int i0_ = v7 * 64 + r_, i1_ = 0 + k_;
+      const int i0_ = v10 * 64 + r_, i1_ = 0 + k_;
       const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_k_1;
       const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
       if (aligned_) {
@@ -74,25 +74,25 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_bwd.yaml:116:27
+  // spec: specs/fa2_bwd.yaml:129:27
   kg::cp_async_wait<0>();
   kg::fence_proxy_async();
   kg::sync();
-  // spec: specs/fa2_bwd.yaml:116:27
+  // spec: specs/fa2_bwd.yaml:129:27
   kg::bf16* v14 = v11;
-  // spec: specs/fa2_bwd.yaml:117:28
+  // spec: specs/fa2_bwd.yaml:130:28
   kg::bf16* v15 = reinterpret_cast<kg::bf16*>(smem + 40960);
-  // spec: specs/fa2_bwd.yaml:59:12
+  // spec: specs/fa2_bwd.yaml:72:12
   if (true) {
     const kg::bf16* p_ = t_v + ((int64_t)(v13) * stride_v_0 + (int64_t)(v12) * stride_v_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v7 * 64) * stride_v_1 + 0;
+    const int64_t q_ = (int64_t)(v10 * 64) * stride_v_1 + 0;
     const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
     const int64_t o0_ = q_ + ((int64_t)r0_ * stride_v_1 + k0_);
   #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int r_ = r0_ + i * 16, k_ = k0_;
-      const int i0_ = v7 * 64 + r_, i1_ = 0 + k_;
+      const int i0_ = v10 * 64 + r_, i1_ = 0 + k_;
       const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_v_1;
       const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
       if (aligned_) {
@@ -106,101 +106,101 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_bwd.yaml:117:28
+  // spec: specs/fa2_bwd.yaml:130:28
   kg::cp_async_wait<0>();
   kg::fence_proxy_async();
   kg::sync();
-  // spec: specs/fa2_bwd.yaml:117:28
+  // spec: specs/fa2_bwd.yaml:130:28
   kg::bf16* v16 = v15;
-  // spec: specs/fa2_bwd.yaml:57:40
+  // spec: specs/fa2_bwd.yaml:70:29
   int v17[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v17[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32);
-  // spec: specs/fa2_bwd.yaml:57:14
+  // spec: specs/fa2_bwd.yaml:70:14
   const int v18 = 64;
-  // spec: specs/fa2_bwd.yaml:57:14
-  const int v19 = (v8 * v18);
-  // spec: specs/fa2_bwd.yaml:57:14
+  // spec: specs/fa2_bwd.yaml:70:14
+  const int v19 = (v10 * v18);
+  // spec: specs/fa2_bwd.yaml:70:14
   int v20[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v20[e] = (v19 + v17[e]);
-  // spec: specs/fa2_bwd.yaml:113:57
+  // spec: specs/fa2_bwd.yaml:126:57
   int (&v21)[16] = v20;
-  // spec: specs/fa2_bwd.yaml:115:45
+  // spec: specs/fa2_bwd.yaml:128:45
   int v22[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v22[e] = v21[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-  // spec: specs/fa2_bwd.yaml:75:22
+  // spec: specs/fa2_bwd.yaml:88:22
   const int v23 = 1;
-  // spec: specs/fa2_bwd.yaml:75:22
+  // spec: specs/fa2_bwd.yaml:88:22
   const int v24 = 0;
-  // spec: specs/fa2_bwd.yaml:74:35
+  // spec: specs/fa2_bwd.yaml:87:35
   const int v25 = 64;
-  // spec: specs/fa2_bwd.yaml:74:35
+  // spec: specs/fa2_bwd.yaml:87:35
   const int v26 = 63;
-  // spec: specs/fa2_bwd.yaml:74:77
-  const int v27 = (v1 - v0);
-  // spec: specs/fa2_bwd.yaml:74:40
+  // spec: specs/fa2_bwd.yaml:87:66
+  const int v27 = (v4 - v0);
+  // spec: specs/fa2_bwd.yaml:87:40
   const int v28 = 1;
-  // spec: specs/fa2_bwd.yaml:74:40
+  // spec: specs/fa2_bwd.yaml:87:40
   const int v29 = 64;
-  // spec: specs/fa2_bwd.yaml:74:41
+  // spec: specs/fa2_bwd.yaml:87:41
   const int v30 = 1;
-  // spec: specs/fa2_bwd.yaml:74:41
+  // spec: specs/fa2_bwd.yaml:87:41
   const int v31 = (v10 + v30);
-  // spec: specs/fa2_bwd.yaml:74:40
+  // spec: specs/fa2_bwd.yaml:87:40
   const int v32 = (v31 * v29);
-  // spec: specs/fa2_bwd.yaml:74:40
+  // spec: specs/fa2_bwd.yaml:87:40
   const int v33 = (v32 - v28);
-  // spec: specs/fa2_bwd.yaml:74:40
+  // spec: specs/fa2_bwd.yaml:87:40
   const int v34 = (v33 - v27);
-  // spec: specs/fa2_bwd.yaml:74:35
+  // spec: specs/fa2_bwd.yaml:87:35
   const int v35 = (v34 + v26);
-  // spec: specs/fa2_bwd.yaml:74:35
+  // spec: specs/fa2_bwd.yaml:87:35
   const int v36 = (kg::floordiv(v35, v25));
-  // spec: specs/fa2_bwd.yaml:64:19
+  // spec: specs/fa2_bwd.yaml:77:19
   const int v37 = 64;
-  // spec: specs/fa2_bwd.yaml:64:19
+  // spec: specs/fa2_bwd.yaml:77:19
   const int v38 = 0;
-  // spec: specs/fa2_bwd.yaml:64:54
-  const int v39 = (v1 - v0);
-  // spec: specs/fa2_bwd.yaml:64:27
+  // spec: specs/fa2_bwd.yaml:77:43
+  const int v39 = (v4 - v0);
+  // spec: specs/fa2_bwd.yaml:77:27
   const int v40 = 64;
-  // spec: specs/fa2_bwd.yaml:64:27
-  const int v41 = (v9 * v40);
-  // spec: specs/fa2_bwd.yaml:64:27
+  // spec: specs/fa2_bwd.yaml:77:27
+  const int v41 = (v10 * v40);
+  // spec: specs/fa2_bwd.yaml:77:27
   const int v42 = (v41 - v39);
-  // spec: specs/fa2_bwd.yaml:64:19
+  // spec: specs/fa2_bwd.yaml:77:19
   const int v43 = (kg::max_(v42, v38));
-  // spec: specs/fa2_bwd.yaml:64:19
+  // spec: specs/fa2_bwd.yaml:77:19
   const int v44 = (kg::floordiv(v43, v37));
-  // spec: specs/fa2_bwd.yaml:74:27
+  // spec: specs/fa2_bwd.yaml:87:27
   const int v45 = (kg::max_(v36, v44));
-  // spec: specs/fa2_bwd.yaml:67:13
+  // spec: specs/fa2_bwd.yaml:80:13
   const int v46 = 64;
-  // spec: specs/fa2_bwd.yaml:67:13
+  // spec: specs/fa2_bwd.yaml:80:13
   const int v47 = 63;
-  // spec: specs/fa2_bwd.yaml:67:13
+  // spec: specs/fa2_bwd.yaml:80:13
   const int v48 = (v0 + v47);
-  // spec: specs/fa2_bwd.yaml:67:13
+  // spec: specs/fa2_bwd.yaml:80:13
   const int v49 = (kg::floordiv(v48, v46));
-  // spec: specs/fa2_bwd.yaml:74:19
+  // spec: specs/fa2_bwd.yaml:87:19
   const int v50 = (kg::min_(v45, v49));
-  // spec: specs/fa2_bwd.yaml:66:16
+  // spec: specs/fa2_bwd.yaml:79:16
   float v51[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v51[e] = 0.0f;
-  // spec: specs/fa2_bwd.yaml:65:16
+  // spec: specs/fa2_bwd.yaml:78:16
   float v52[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v52[e] = 0.0f;
-  // spec: specs/fa2_bwd.yaml:60:16
+  // spec: specs/fa2_bwd.yaml:73:16
   const float v53 = 1.4426950408889634f;
-  // spec: specs/fa2_bwd.yaml:60:16
-  const float v54 = (v2 * v53);
-  // spec: specs/fa2_bwd.yaml:55:15
-  const int v55 = (kg::floordiv(v3, v4));
-  // spec: specs/fa2_bwd.yaml:75:7
+  // spec: specs/fa2_bwd.yaml:73:16
+  const float v54 = (v1 * v53);
+  // spec: specs/fa2_bwd.yaml:68:15
+  const int v55 = (kg::floordiv(v2, v3));
+  // spec: specs/fa2_bwd.yaml:88:7
 
   float v56[32];
   #pragma unroll
@@ -212,21 +212,21 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
     float (&v59)[32] = v56;
     float (&v60)[32] = v57;
     
-    // spec: specs/fa2_bwd.yaml:117:28
+    // spec: specs/fa2_bwd.yaml:130:28
     kg::bf16* v61 = reinterpret_cast<kg::bf16*>(smem + 0);
-    // spec: specs/fa2_bwd.yaml:116:27
+    // spec: specs/fa2_bwd.yaml:129:27
     kg::bf16* v62 = reinterpret_cast<kg::bf16*>(smem + 16384);
-    // spec: specs/fa2_bwd.yaml:78:15
+    // spec: specs/fa2_bwd.yaml:91:15
     const int v63 = 0;
-    // spec: specs/fa2_bwd.yaml:78:15
+    // spec: specs/fa2_bwd.yaml:91:15
     kg::bf16* v64 = v62 + (v63 % 2) * 4096;
-    // spec: specs/fa2_bwd.yaml:78:15
+    // spec: specs/fa2_bwd.yaml:91:15
     const bool v65 = (v44 < v50);
-    // spec: specs/fa2_bwd.yaml:76:15
+    // spec: specs/fa2_bwd.yaml:89:15
     const int v66 = (v12 * v55);
-    // spec: specs/fa2_bwd.yaml:76:15
+    // spec: specs/fa2_bwd.yaml:89:15
     const int v67 = (v66 + v58);
-    // spec: specs/fa2_bwd.yaml:79:24
+    // spec: specs/fa2_bwd.yaml:92:24
     kg::sync();
     if (v65) {
       const kg::bf16* p_ = t_q + ((int64_t)(v13) * stride_q_0 + (int64_t)(v67) * stride_q_2);
@@ -251,9 +251,9 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       }
     }
     kg::cp_async_commit();
-    // spec: specs/fa2_bwd.yaml:78:15
+    // spec: specs/fa2_bwd.yaml:91:15
     kg::bf16* v68 = v61 + (v63 % 2) * 4096;
-    // spec: specs/fa2_bwd.yaml:80:26
+    // spec: specs/fa2_bwd.yaml:93:26
     if (v65) {
       const kg::bf16* p_ = t_do + ((int64_t)(v13) * stride_do_0 + (int64_t)(v67) * stride_do_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
@@ -277,9 +277,9 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       }
     }
     kg::cp_async_commit();
-    // spec: specs/fa2_bwd.yaml:78:58
+    // spec: specs/fa2_bwd.yaml:91:58
     const int v69 = 1;
-    // spec: specs/fa2_bwd.yaml:78:15
+    // spec: specs/fa2_bwd.yaml:91:15
 
     float v70[32];
     #pragma unroll
@@ -291,15 +291,15 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       float (&v73)[32] = v70;
       float (&v74)[32] = v71;
       
-      // spec: specs/fa2_bwd.yaml:78:15
+      // spec: specs/fa2_bwd.yaml:91:15
       const int v75 = (v72 - v44);
-      // spec: specs/fa2_bwd.yaml:78:15
+      // spec: specs/fa2_bwd.yaml:91:15
       const int v76 = (kg::floordiv(v75, v69));
-      // spec: specs/fa2_bwd.yaml:78:15
+      // spec: specs/fa2_bwd.yaml:91:15
       kg::bf16* v77 = v61 + (v76 % 2) * 4096;
-      // spec: specs/fa2_bwd.yaml:78:15
+      // spec: specs/fa2_bwd.yaml:91:15
       kg::bf16* v78 = v62 + (v76 % 2) * 4096;
-      // spec: specs/fa2_bwd.yaml:112:30
+      // spec: specs/fa2_bwd.yaml:125:30
       float v79[2];
       {
         const float* p_ = t_lse + ((int64_t)(v13) * stride_lse_0 + (int64_t)(v67) * stride_lse_1);
@@ -319,21 +319,21 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:116:27
+      // spec: specs/fa2_bwd.yaml:129:27
       kg::cp_async_wait<1>();
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:78:15
+      // spec: specs/fa2_bwd.yaml:91:15
       const int v80 = 1;
-      // spec: specs/fa2_bwd.yaml:78:15
+      // spec: specs/fa2_bwd.yaml:91:15
       const int v81 = (v76 + v80);
-      // spec: specs/fa2_bwd.yaml:78:15
+      // spec: specs/fa2_bwd.yaml:91:15
       kg::bf16* v82 = v62 + (v81 % 2) * 4096;
-      // spec: specs/fa2_bwd.yaml:79:24
+      // spec: specs/fa2_bwd.yaml:92:24
       const int v83 = (v72 + v69);
-      // spec: specs/fa2_bwd.yaml:79:24
+      // spec: specs/fa2_bwd.yaml:92:24
       const bool v84 = (v83 < v50);
-      // spec: specs/fa2_bwd.yaml:79:24
+      // spec: specs/fa2_bwd.yaml:92:24
       if (v84) {
         const kg::bf16* p_ = t_q + ((int64_t)(v13) * stride_q_0 + (int64_t)(v67) * stride_q_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
@@ -357,9 +357,9 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
         }
       }
       kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:116:27
+      // spec: specs/fa2_bwd.yaml:129:27
       float v85[32];
-      // spec: specs/fa2_bwd.yaml:116:27
+      // spec: specs/fa2_bwd.yaml:129:27
       float (&v86)[32] = v85;
       {
         const int wg_ = 0;
@@ -375,17 +375,17 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
               kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v86[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:117:28
+      // spec: specs/fa2_bwd.yaml:130:28
       kg::cp_async_wait<1>();
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:78:15
+      // spec: specs/fa2_bwd.yaml:91:15
       kg::bf16* v87 = v61 + (v81 % 2) * 4096;
-      // spec: specs/fa2_bwd.yaml:80:26
+      // spec: specs/fa2_bwd.yaml:93:26
       const int v88 = (v72 + v69);
-      // spec: specs/fa2_bwd.yaml:80:26
+      // spec: specs/fa2_bwd.yaml:93:26
       const bool v89 = (v88 < v50);
-      // spec: specs/fa2_bwd.yaml:80:26
+      // spec: specs/fa2_bwd.yaml:93:26
       if (v89) {
         const kg::bf16* p_ = t_do + ((int64_t)(v13) * stride_do_0 + (int64_t)(v67) * stride_do_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
@@ -409,9 +409,9 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
         }
       }
       kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:117:28
+      // spec: specs/fa2_bwd.yaml:130:28
       float v90[32];
-      // spec: specs/fa2_bwd.yaml:117:28
+      // spec: specs/fa2_bwd.yaml:130:28
       float (&v91)[32] = v90;
       {
         const int wg_ = 0;
@@ -427,125 +427,125 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
               kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v91[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:118:27
+      // spec: specs/fa2_bwd.yaml:131:27
       const float v92 = 0.0f;
-      // spec: specs/fa2_bwd.yaml:112:30
+      // spec: specs/fa2_bwd.yaml:125:30
       const float v93 = 1.4426950408889634f;
-      // spec: specs/fa2_bwd.yaml:112:30
+      // spec: specs/fa2_bwd.yaml:125:30
       float v94[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v94[e] = (v79[e] * v93);
-      // spec: specs/fa2_bwd.yaml:118:58
+      // spec: specs/fa2_bwd.yaml:131:58
       float (&v95)[2] = v94;
-      // spec: specs/fa2_bwd.yaml:118:45
+      // spec: specs/fa2_bwd.yaml:131:45
       float v96[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v96[e] = v95[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:116:27
+      // spec: specs/fa2_bwd.yaml:129:27
       kg::wgmma_wait<1>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v86[e]);
       float (&v97)[32] = v86;
-      // spec: specs/fa2_bwd.yaml:118:45
+      // spec: specs/fa2_bwd.yaml:131:45
       float v98[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v98[e] = (v97[e] * v54);
-      // spec: specs/fa2_bwd.yaml:118:45
+      // spec: specs/fa2_bwd.yaml:131:45
       float v99[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v99[e] = (v98[e] - v96[e]);
-      // spec: specs/fa2_bwd.yaml:118:40
+      // spec: specs/fa2_bwd.yaml:131:40
       float v100[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v100[e] = kg::exp2_(v99[e]);
-      // spec: specs/fa2_bwd.yaml:115:79
-      const int v101 = (v1 - v0);
-      // spec: specs/fa2_bwd.yaml:111:44
+      // spec: specs/fa2_bwd.yaml:128:79
+      const int v101 = (v4 - v0);
+      // spec: specs/fa2_bwd.yaml:124:44
       int v102[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v102[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8);
-      // spec: specs/fa2_bwd.yaml:111:30
+      // spec: specs/fa2_bwd.yaml:124:30
       const int v103 = 64;
-      // spec: specs/fa2_bwd.yaml:111:30
+      // spec: specs/fa2_bwd.yaml:124:30
       const int v104 = (v72 * v103);
-      // spec: specs/fa2_bwd.yaml:111:30
+      // spec: specs/fa2_bwd.yaml:124:30
       int v105[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v105[e] = (v104 + v102[e]);
-      // spec: specs/fa2_bwd.yaml:115:62
+      // spec: specs/fa2_bwd.yaml:128:62
       int (&v106)[2] = v105;
-      // spec: specs/fa2_bwd.yaml:115:62
+      // spec: specs/fa2_bwd.yaml:128:62
       int v107[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v107[e] = (v106[e] + v101);
-      // spec: specs/fa2_bwd.yaml:115:45
+      // spec: specs/fa2_bwd.yaml:128:45
       int v108[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v108[e] = v107[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:115:45
+      // spec: specs/fa2_bwd.yaml:128:45
       bool v109[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v109[e] = (v22[e] <= v108[e]);
-      // spec: specs/fa2_bwd.yaml:113:82
+      // spec: specs/fa2_bwd.yaml:126:82
       const float v110 = -kg::inf();
-      // spec: specs/fa2_bwd.yaml:113:82
+      // spec: specs/fa2_bwd.yaml:126:82
       float (&v111)[2] = v94;
-      // spec: specs/fa2_bwd.yaml:113:82
+      // spec: specs/fa2_bwd.yaml:126:82
       bool v112[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v112[e] = (v111[e] > v110);
-      // spec: specs/fa2_bwd.yaml:113:31
+      // spec: specs/fa2_bwd.yaml:126:31
       bool v113[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v113[e] = v112[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:113:57
+      // spec: specs/fa2_bwd.yaml:126:57
       bool v114[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v114[e] = (v21[e] < v1);
-      // spec: specs/fa2_bwd.yaml:113:31
+      for (int e = 0; e < 16; ++e) v114[e] = (v21[e] < v4);
+      // spec: specs/fa2_bwd.yaml:126:31
       bool v115[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v115[e] = v114[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:113:32
+      // spec: specs/fa2_bwd.yaml:126:32
       int (&v116)[2] = v105;
-      // spec: specs/fa2_bwd.yaml:113:32
+      // spec: specs/fa2_bwd.yaml:126:32
       bool v117[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v117[e] = (v116[e] < v0);
-      // spec: specs/fa2_bwd.yaml:113:31
+      // spec: specs/fa2_bwd.yaml:126:31
       bool v118[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v118[e] = v117[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:113:31
+      // spec: specs/fa2_bwd.yaml:126:31
       bool v119[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v119[e] = (v118[e] && v115[e]);
-      // spec: specs/fa2_bwd.yaml:113:31
+      // spec: specs/fa2_bwd.yaml:126:31
       bool v120[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v120[e] = (v119[e] && v113[e]);
-      // spec: specs/fa2_bwd.yaml:115:35
+      // spec: specs/fa2_bwd.yaml:128:35
       bool v121[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v121[e] = (v120[e] && v109[e]);
-      // spec: specs/fa2_bwd.yaml:118:27
+      // spec: specs/fa2_bwd.yaml:131:27
       float v122[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v122[e] = (v121[e] ? v100[e] : v92);
-      // spec: specs/fa2_bwd.yaml:119:45
+      // spec: specs/fa2_bwd.yaml:132:45
       kg::bf16 v123[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v123[e] = kg::cvt<kg::bf16>(v122[e]);
-      // spec: specs/fa2_bwd.yaml:119:41
+      // spec: specs/fa2_bwd.yaml:132:41
       kg::bf16* v124 = reinterpret_cast<kg::bf16*>(smem + 49152);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v124[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v123[e]);
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:119:41
+      // spec: specs/fa2_bwd.yaml:132:41
       kg::bf16* v125 = v124;
-      // spec: specs/fa2_bwd.yaml:119:41
+      // spec: specs/fa2_bwd.yaml:132:41
       float (&v126)[32] = v73;
       {
         const int wg_ = 0;
@@ -565,7 +565,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
               kg::wgmma_m64n64k16_bf16_ss<1, 1>(&v126[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:120:39
+      // spec: specs/fa2_bwd.yaml:133:39
       float v127[2];
       {
         const float* p_ = t_delta + ((int64_t)(v13) * stride_delta_0 + (int64_t)(v67) * stride_delta_1);
@@ -585,39 +585,39 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:120:39
+      // spec: specs/fa2_bwd.yaml:133:39
       float (&v128)[2] = v127;
-      // spec: specs/fa2_bwd.yaml:120:34
+      // spec: specs/fa2_bwd.yaml:133:34
       float v129[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v129[e] = v128[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:117:28
+      // spec: specs/fa2_bwd.yaml:130:28
       kg::wgmma_wait<1>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v91[e]);
       float (&v130)[32] = v91;
-      // spec: specs/fa2_bwd.yaml:120:34
+      // spec: specs/fa2_bwd.yaml:133:34
       float v131[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v131[e] = (v130[e] - v129[e]);
-      // spec: specs/fa2_bwd.yaml:120:29
+      // spec: specs/fa2_bwd.yaml:133:29
       float v132[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v132[e] = (v122[e] * v131[e]);
-      // spec: specs/fa2_bwd.yaml:120:28
+      // spec: specs/fa2_bwd.yaml:133:28
       kg::bf16 v133[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v133[e] = kg::cvt<kg::bf16>(v132[e]);
-      // spec: specs/fa2_bwd.yaml:121:41
+      // spec: specs/fa2_bwd.yaml:134:41
       kg::bf16* v134 = reinterpret_cast<kg::bf16*>(smem + 57344);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v134[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v133[e]);
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:121:41
+      // spec: specs/fa2_bwd.yaml:134:41
       kg::bf16* v135 = v134;
-      // spec: specs/fa2_bwd.yaml:121:41
+      // spec: specs/fa2_bwd.yaml:134:41
       float (&v136)[32] = v74;
       {
         const int wg_ = 0;
@@ -637,17 +637,17 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
               kg::wgmma_m64n64k16_bf16_ss<1, 1>(&v136[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:119:41
+      // spec: specs/fa2_bwd.yaml:132:41
       kg::wgmma_wait<1>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v126[e]);
       float (&v137)[32] = v126;
-      // spec: specs/fa2_bwd.yaml:121:41
+      // spec: specs/fa2_bwd.yaml:134:41
       kg::wgmma_wait<0>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v136[e]);
       float (&v138)[32] = v136;
-      // spec: specs/fa2_bwd.yaml:122:26
+      // spec: specs/fa2_bwd.yaml:135:26
 
       float y0_[32];
       #pragma unroll
@@ -660,17 +660,17 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       #pragma unroll
       for (int e = 0; e < 32; ++e) v71[e] = y1_[e];
     }
-    // spec: specs/fa2_bwd.yaml:117:28
+    // spec: specs/fa2_bwd.yaml:130:28
     kg::bf16* v139 = reinterpret_cast<kg::bf16*>(smem + 0);
-    // spec: specs/fa2_bwd.yaml:116:27
+    // spec: specs/fa2_bwd.yaml:129:27
     kg::bf16* v140 = reinterpret_cast<kg::bf16*>(smem + 16384);
-    // spec: specs/fa2_bwd.yaml:78:15
+    // spec: specs/fa2_bwd.yaml:91:15
     const int v141 = 0;
-    // spec: specs/fa2_bwd.yaml:78:15
+    // spec: specs/fa2_bwd.yaml:91:15
     kg::bf16* v142 = v140 + (v141 % 2) * 4096;
-    // spec: specs/fa2_bwd.yaml:78:15
+    // spec: specs/fa2_bwd.yaml:91:15
     const bool v143 = (v50 < v49);
-    // spec: specs/fa2_bwd.yaml:79:24
+    // spec: specs/fa2_bwd.yaml:92:24
     kg::sync();
     if (v143) {
       const kg::bf16* p_ = t_q + ((int64_t)(v13) * stride_q_0 + (int64_t)(v67) * stride_q_2);
@@ -695,9 +695,9 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       }
     }
     kg::cp_async_commit();
-    // spec: specs/fa2_bwd.yaml:78:15
+    // spec: specs/fa2_bwd.yaml:91:15
     kg::bf16* v144 = v139 + (v141 % 2) * 4096;
-    // spec: specs/fa2_bwd.yaml:80:26
+    // spec: specs/fa2_bwd.yaml:93:26
     if (v143) {
       const kg::bf16* p_ = t_do + ((int64_t)(v13) * stride_do_0 + (int64_t)(v67) * stride_do_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
@@ -721,9 +721,9 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       }
     }
     kg::cp_async_commit();
-    // spec: specs/fa2_bwd.yaml:78:79
+    // spec: specs/fa2_bwd.yaml:91:79
     const int v145 = 1;
-    // spec: specs/fa2_bwd.yaml:78:15
+    // spec: specs/fa2_bwd.yaml:91:15
 
     float v146[32];
     #pragma unroll
@@ -735,15 +735,15 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       float (&v149)[32] = v146;
       float (&v150)[32] = v147;
       
-      // spec: specs/fa2_bwd.yaml:78:15
+      // spec: specs/fa2_bwd.yaml:91:15
       const int v151 = (v148 - v50);
-      // spec: specs/fa2_bwd.yaml:78:15
+      // spec: specs/fa2_bwd.yaml:91:15
       const int v152 = (kg::floordiv(v151, v145));
-      // spec: specs/fa2_bwd.yaml:78:15
+      // spec: specs/fa2_bwd.yaml:91:15
       kg::bf16* v153 = v139 + (v152 % 2) * 4096;
-      // spec: specs/fa2_bwd.yaml:78:15
+      // spec: specs/fa2_bwd.yaml:91:15
       kg::bf16* v154 = v140 + (v152 % 2) * 4096;
-      // spec: specs/fa2_bwd.yaml:112:30
+      // spec: specs/fa2_bwd.yaml:125:30
       float v155[2];
       {
         const float* p_ = t_lse + ((int64_t)(v13) * stride_lse_0 + (int64_t)(v67) * stride_lse_1);
@@ -763,21 +763,21 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:116:27
+      // spec: specs/fa2_bwd.yaml:129:27
       kg::cp_async_wait<1>();
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:78:15
+      // spec: specs/fa2_bwd.yaml:91:15
       const int v156 = 1;
-      // spec: specs/fa2_bwd.yaml:78:15
+      // spec: specs/fa2_bwd.yaml:91:15
       const int v157 = (v152 + v156);
-      // spec: specs/fa2_bwd.yaml:78:15
+      // spec: specs/fa2_bwd.yaml:91:15
       kg::bf16* v158 = v140 + (v157 % 2) * 4096;
-      // spec: specs/fa2_bwd.yaml:79:24
+      // spec: specs/fa2_bwd.yaml:92:24
       const int v159 = (v148 + v145);
-      // spec: specs/fa2_bwd.yaml:79:24
+      // spec: specs/fa2_bwd.yaml:92:24
       const bool v160 = (v159 < v49);
-      // spec: specs/fa2_bwd.yaml:79:24
+      // spec: specs/fa2_bwd.yaml:92:24
       if (v160) {
         const kg::bf16* p_ = t_q + ((int64_t)(v13) * stride_q_0 + (int64_t)(v67) * stride_q_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
@@ -801,9 +801,9 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
         }
       }
       kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:116:27
+      // spec: specs/fa2_bwd.yaml:129:27
       float v161[32];
-      // spec: specs/fa2_bwd.yaml:116:27
+      // spec: specs/fa2_bwd.yaml:129:27
       float (&v162)[32] = v161;
       {
         const int wg_ = 0;
@@ -819,17 +819,17 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
               kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v162[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:117:28
+      // spec: specs/fa2_bwd.yaml:130:28
       kg::cp_async_wait<1>();
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:78:15
+      // spec: specs/fa2_bwd.yaml:91:15
       kg::bf16* v163 = v139 + (v157 % 2) * 4096;
-      // spec: specs/fa2_bwd.yaml:80:26
+      // spec: specs/fa2_bwd.yaml:93:26
       const int v164 = (v148 + v145);
-      // spec: specs/fa2_bwd.yaml:80:26
+      // spec: specs/fa2_bwd.yaml:93:26
       const bool v165 = (v164 < v49);
-      // spec: specs/fa2_bwd.yaml:80:26
+      // spec: specs/fa2_bwd.yaml:93:26
       if (v165) {
         const kg::bf16* p_ = t_do + ((int64_t)(v13) * stride_do_0 + (int64_t)(v67) * stride_do_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
@@ -853,9 +853,9 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
         }
       }
       kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:117:28
+      // spec: specs/fa2_bwd.yaml:130:28
       float v166[32];
-      // spec: specs/fa2_bwd.yaml:117:28
+      // spec: specs/fa2_bwd.yaml:130:28
       float (&v167)[32] = v166;
       {
         const int wg_ = 0;
@@ -871,105 +871,105 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
               kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v167[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:118:27
+      // spec: specs/fa2_bwd.yaml:131:27
       const float v168 = 0.0f;
-      // spec: specs/fa2_bwd.yaml:112:30
+      // spec: specs/fa2_bwd.yaml:125:30
       const float v169 = 1.4426950408889634f;
-      // spec: specs/fa2_bwd.yaml:112:30
+      // spec: specs/fa2_bwd.yaml:125:30
       float v170[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v170[e] = (v155[e] * v169);
-      // spec: specs/fa2_bwd.yaml:118:58
+      // spec: specs/fa2_bwd.yaml:131:58
       float (&v171)[2] = v170;
-      // spec: specs/fa2_bwd.yaml:118:45
+      // spec: specs/fa2_bwd.yaml:131:45
       float v172[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v172[e] = v171[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:116:27
+      // spec: specs/fa2_bwd.yaml:129:27
       kg::wgmma_wait<1>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v162[e]);
       float (&v173)[32] = v162;
-      // spec: specs/fa2_bwd.yaml:118:45
+      // spec: specs/fa2_bwd.yaml:131:45
       float v174[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v174[e] = (v173[e] * v54);
-      // spec: specs/fa2_bwd.yaml:118:45
+      // spec: specs/fa2_bwd.yaml:131:45
       float v175[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v175[e] = (v174[e] - v172[e]);
-      // spec: specs/fa2_bwd.yaml:118:40
+      // spec: specs/fa2_bwd.yaml:131:40
       float v176[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v176[e] = kg::exp2_(v175[e]);
-      // spec: specs/fa2_bwd.yaml:113:82
+      // spec: specs/fa2_bwd.yaml:126:82
       const float v177 = -kg::inf();
-      // spec: specs/fa2_bwd.yaml:113:82
+      // spec: specs/fa2_bwd.yaml:126:82
       float (&v178)[2] = v170;
-      // spec: specs/fa2_bwd.yaml:113:82
+      // spec: specs/fa2_bwd.yaml:126:82
       bool v179[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v179[e] = (v178[e] > v177);
-      // spec: specs/fa2_bwd.yaml:113:31
+      // spec: specs/fa2_bwd.yaml:126:31
       bool v180[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v180[e] = v179[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:113:57
+      // spec: specs/fa2_bwd.yaml:126:57
       bool v181[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v181[e] = (v21[e] < v1);
-      // spec: specs/fa2_bwd.yaml:113:31
+      for (int e = 0; e < 16; ++e) v181[e] = (v21[e] < v4);
+      // spec: specs/fa2_bwd.yaml:126:31
       bool v182[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v182[e] = v181[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:111:44
+      // spec: specs/fa2_bwd.yaml:124:44
       int v183[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v183[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8);
-      // spec: specs/fa2_bwd.yaml:111:30
+      // spec: specs/fa2_bwd.yaml:124:30
       const int v184 = 64;
-      // spec: specs/fa2_bwd.yaml:111:30
+      // spec: specs/fa2_bwd.yaml:124:30
       const int v185 = (v148 * v184);
-      // spec: specs/fa2_bwd.yaml:111:30
+      // spec: specs/fa2_bwd.yaml:124:30
       int v186[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v186[e] = (v185 + v183[e]);
-      // spec: specs/fa2_bwd.yaml:113:32
+      // spec: specs/fa2_bwd.yaml:126:32
       int (&v187)[2] = v186;
-      // spec: specs/fa2_bwd.yaml:113:32
+      // spec: specs/fa2_bwd.yaml:126:32
       bool v188[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v188[e] = (v187[e] < v0);
-      // spec: specs/fa2_bwd.yaml:113:31
+      // spec: specs/fa2_bwd.yaml:126:31
       bool v189[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v189[e] = v188[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:113:31
+      // spec: specs/fa2_bwd.yaml:126:31
       bool v190[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v190[e] = (v189[e] && v182[e]);
-      // spec: specs/fa2_bwd.yaml:113:31
+      // spec: specs/fa2_bwd.yaml:126:31
       bool v191[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v191[e] = (v190[e] && v180[e]);
-      // spec: specs/fa2_bwd.yaml:118:27
+      // spec: specs/fa2_bwd.yaml:131:27
       float v192[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v192[e] = (v191[e] ? v176[e] : v168);
-      // spec: specs/fa2_bwd.yaml:119:45
+      // spec: specs/fa2_bwd.yaml:132:45
       kg::bf16 v193[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v193[e] = kg::cvt<kg::bf16>(v192[e]);
-      // spec: specs/fa2_bwd.yaml:119:41
+      // spec: specs/fa2_bwd.yaml:132:41
       kg::bf16* v194 = reinterpret_cast<kg::bf16*>(smem + 49152);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v194[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v193[e]);
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:119:41
+      // spec: specs/fa2_bwd.yaml:132:41
       kg::bf16* v195 = v194;
-      // spec: specs/fa2_bwd.yaml:119:41
+      // spec: specs/fa2_bwd.yaml:132:41
       float (&v196)[32] = v149;
       {
         const int wg_ = 0;
@@ -989,7 +989,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
               kg::wgmma_m64n64k16_bf16_ss<1, 1>(&v196[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:120:39
+      // spec: specs/fa2_bwd.yaml:133:39
       float v197[2];
       {
         const float* p_ = t_delta + ((int64_t)(v13) * stride_delta_0 + (int64_t)(v67) * stride_delta_1);
@@ -1009,39 +1009,39 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:120:39
+      // spec: specs/fa2_bwd.yaml:133:39
       float (&v198)[2] = v197;
-      // spec: specs/fa2_bwd.yaml:120:34
+      // spec: specs/fa2_bwd.yaml:133:34
       float v199[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v199[e] = v198[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:117:28
+      // spec: specs/fa2_bwd.yaml:130:28
       kg::wgmma_wait<1>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v167[e]);
       float (&v200)[32] = v167;
-      // spec: specs/fa2_bwd.yaml:120:34
+      // spec: specs/fa2_bwd.yaml:133:34
       float v201[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v201[e] = (v200[e] - v199[e]);
-      // spec: specs/fa2_bwd.yaml:120:29
+      // spec: specs/fa2_bwd.yaml:133:29
       float v202[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v202[e] = (v192[e] * v201[e]);
-      // spec: specs/fa2_bwd.yaml:120:28
+      // spec: specs/fa2_bwd.yaml:133:28
       kg::bf16 v203[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v203[e] = kg::cvt<kg::bf16>(v202[e]);
-      // spec: specs/fa2_bwd.yaml:121:41
+      // spec: specs/fa2_bwd.yaml:134:41
       kg::bf16* v204 = reinterpret_cast<kg::bf16*>(smem + 57344);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v204[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v203[e]);
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:121:41
+      // spec: specs/fa2_bwd.yaml:134:41
       kg::bf16* v205 = v204;
-      // spec: specs/fa2_bwd.yaml:121:41
+      // spec: specs/fa2_bwd.yaml:134:41
       float (&v206)[32] = v150;
       {
         const int wg_ = 0;
@@ -1061,17 +1061,17 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
               kg::wgmma_m64n64k16_bf16_ss<1, 1>(&v206[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:119:41
+      // spec: specs/fa2_bwd.yaml:132:41
       kg::wgmma_wait<1>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v196[e]);
       float (&v207)[32] = v196;
-      // spec: specs/fa2_bwd.yaml:121:41
+      // spec: specs/fa2_bwd.yaml:134:41
       kg::wgmma_wait<0>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v206[e]);
       float (&v208)[32] = v206;
-      // spec: specs/fa2_bwd.yaml:122:26
+      // spec: specs/fa2_bwd.yaml:135:26
 
       float y0_[32];
       #pragma unroll
@@ -1084,7 +1084,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       #pragma unroll
       for (int e = 0; e < 32; ++e) v147[e] = y1_[e];
     }
-    // spec: specs/fa2_bwd.yaml:78:15
+    // spec: specs/fa2_bwd.yaml:91:15
 
     float y0_[32];
     #pragma unroll
@@ -1097,19 +1097,19 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
     #pragma unroll
     for (int e = 0; e < 32; ++e) v57[e] = y1_[e];
   }
-  // spec: specs/fa2_bwd.yaml:124:34
+  // spec: specs/fa2_bwd.yaml:137:34
   float v209[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v209[e] = (v57[e] * v2);
-  // spec: specs/fa2_bwd.yaml:124:33
+  for (int e = 0; e < 32; ++e) v209[e] = (v57[e] * v1);
+  // spec: specs/fa2_bwd.yaml:137:33
   kg::bf16 v210[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v210[e] = kg::cvt<kg::bf16>(v209[e]);
-  // spec: specs/fa2_bwd.yaml:124:7
+  // spec: specs/fa2_bwd.yaml:137:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_dk + ((int64_t)(v13) * stride_dk_0 + (int64_t)(v12) * stride_dk_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dk_0 % 2 == 0 && stride_dk_1 % 2 == 0 && stride_dk_2 % 2 == 0;
-    const int t0_ = v7 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+    const int t0_ = v10 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
     const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
   #pragma unroll
     for (int e = 0; e < 32; e += 2) {
@@ -1125,15 +1125,15 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       }
     }
   }
-  // spec: specs/fa2_bwd.yaml:125:33
+  // spec: specs/fa2_bwd.yaml:138:33
   kg::bf16 v211[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v211[e] = kg::cvt<kg::bf16>(v56[e]);
-  // spec: specs/fa2_bwd.yaml:125:7
+  // spec: specs/fa2_bwd.yaml:138:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_dv + ((int64_t)(v13) * stride_dv_0 + (int64_t)(v12) * stride_dv_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dv_0 % 2 == 0 && stride_dv_1 % 2 == 0 && stride_dv_2 % 2 == 0;
-    const int t0_ = v7 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+    const int t0_ = v10 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
     const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
   #pragma unroll
     for (int e = 0; e < 32; e += 2) {

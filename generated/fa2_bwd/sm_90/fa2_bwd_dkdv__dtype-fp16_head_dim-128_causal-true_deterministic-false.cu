@@ -28,442 +28,362 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
   // the causal D=128 forward from 202 to 180 registers)
   const int warp = __shfl_sync(0xffffffffu, kg::thread_id() / kg::WAVE, 0);
   
-  // spec: specs/fa2_bwd.yaml:64:59
+  // spec: specs/fa2_bwd.yaml:77:48
   const int v0 = size_SQ;
-  // spec: specs/fa2_bwd.yaml:64:54
-  const int v1 = size_SK;
-  // spec: specs/fa2_bwd.yaml:60:16
-  const float v2 = scalar_softmax_scale;
-  // spec: specs/fa2_bwd.yaml:55:15
-  const int v3 = size_H;
-  // spec: specs/fa2_bwd.yaml:53:28
-  const int v4 = size_HKV;
-  // spec: specs/fa2_bwd.yaml:53:11
-  const int v5 = kg::block_id_y();
+  // spec: specs/fa2_bwd.yaml:73:16
+  const float v1 = scalar_softmax_scale;
+  // spec: specs/fa2_bwd.yaml:68:15
+  const int v2 = size_H;
+  // spec: specs/fa2_bwd.yaml:63:35
+  const int v3 = size_HKV;
+  // spec: specs/fa2_bwd.yaml:63:31
+  const int v4 = size_B;
+  // spec: specs/fa2_bwd.yaml:53:19
+  const int v5 = size_SK;
   // spec: specs/fa2_bwd.yaml:54:12
   const int v6 = kg::block_id_y();
-  // spec: specs/fa2_bwd.yaml:56:20
+  // spec: specs/fa2_bwd.yaml:55:12
   const int v7 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:57:14
-  const int v8 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:64:27
+  // spec: specs/fa2_bwd.yaml:61:17
+  const int v8 = kg::block_id_y();
+  // spec: specs/fa2_bwd.yaml:61:40
   const int v9 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:74:41
-  const int v10 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:102:28
-  kg::fp16* v11 = reinterpret_cast<kg::fp16*>(smem + 0);
-  // spec: specs/fa2_bwd.yaml:54:12
-  const int v12 = (kg::mod(v6, v4));
-  // spec: specs/fa2_bwd.yaml:53:11
-  const int v13 = (kg::floordiv(v5, v4));
-  // spec: specs/fa2_bwd.yaml:58:12
+  // spec: specs/fa2_bwd.yaml:115:28
+  kg::fp16* v10 = reinterpret_cast<kg::fp16*>(smem + 0);
+  // spec: specs/fa2_bwd.yaml:62:16
+  const int v11 = 16;
+  // spec: specs/fa2_bwd.yaml:62:24
+  const int v12 = 16;
+  // spec: specs/fa2_bwd.yaml:53:14
+  const int v13 = 128;
+  // spec: specs/fa2_bwd.yaml:53:14
+  const int v14 = 127;
+  // spec: specs/fa2_bwd.yaml:53:14
+  const int v15 = (v5 + v14);
+  // spec: specs/fa2_bwd.yaml:53:14
+  const int v16 = (kg::floordiv(v15, v13));
+  // spec: specs/fa2_bwd.yaml:62:24
+  const int v17 = (v12 * v16);
+  // spec: specs/fa2_bwd.yaml:61:17
+  const int v18 = (v8 * v16);
+  // spec: specs/fa2_bwd.yaml:61:17
+  const int v19 = (v18 + v9);
+  // spec: specs/fa2_bwd.yaml:62:16
+  const int v20 = (kg::floordiv(v19, v17));
+  // spec: specs/fa2_bwd.yaml:62:16
+  const int v21 = (v20 * v11);
+  // spec: specs/fa2_bwd.yaml:64:28
+  const int v22 = (v21 * v16);
+  // spec: specs/fa2_bwd.yaml:64:22
+  const int v23 = (v19 - v22);
+  // spec: specs/fa2_bwd.yaml:63:19
+  const int v24 = 16;
+  // spec: specs/fa2_bwd.yaml:63:31
+  const int v25 = (v4 * v3);
+  // spec: specs/fa2_bwd.yaml:63:31
+  const int v26 = (v25 - v21);
+  // spec: specs/fa2_bwd.yaml:63:19
+  const int v27 = (kg::min_(v24, v26));
+  // spec: specs/fa2_bwd.yaml:64:21
+  const int v28 = (kg::mod(v23, v27));
+  // spec: specs/fa2_bwd.yaml:64:16
+  const int v29 = (v21 + v28);
+  // spec: specs/fa2_bwd.yaml:67:12
+  const int v30 = (kg::mod(v29, v3));
+  // spec: specs/fa2_bwd.yaml:66:11
+  const int v31 = (kg::floordiv(v29, v3));
+  // spec: specs/fa2_bwd.yaml:65:23
+  const int v32 = (v21 * v16);
+  // spec: specs/fa2_bwd.yaml:65:17
+  const int v33 = (v19 - v32);
+  // spec: specs/fa2_bwd.yaml:65:16
+  const int v34 = (kg::floordiv(v33, v27));
+  // spec: specs/fa2_bwd.yaml:71:12
   kg::sync();
   if (true) {
-    const kg::fp16* p_ = t_k + ((int64_t)(v13) * stride_k_0 + (int64_t)(v12) * stride_k_2);
+    const kg::fp16* p_ = t_k + ((int64_t)(v31) * stride_k_0 + (int64_t)(v30) * stride_k_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v7 * 128) * stride_k_1 + 0;
+    const int64_t q_ = (int64_t)(v34 * 128) * stride_k_1 + 0;
     const int r0_ = (lane + warp * 32) / 128 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 16 * 8;
     const int64_t o0_ = q_ + ((int64_t)r0_ * stride_k_1 + k0_);
   #pragma unroll
     for (int i = 0; i < 8; ++i) {
       const int r_ = r0_ + i * 16, k_ = k0_;
-      const int i0_ = v7 * 128 + r_, i1_ = 0 + k_;
+      const int i0_ = v34 * 128 + r_, i1_ = 0 + k_;
       const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_k_1;
       const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
       if (aligned_) {
         const int n_ = (i0_ < (size_SK)) * 8;
-        kg::cp_async<16>(&v11[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        kg::cp_async<16>(&v10[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v11[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          v10[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
       }
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_bwd.yaml:102:28
+  // spec: specs/fa2_bwd.yaml:115:28
   kg::cp_async_wait<0>();
   kg::fence_proxy_async();
   kg::sync();
-  // spec: specs/fa2_bwd.yaml:103:29
-  kg::fp16* v14 = reinterpret_cast<kg::fp16*>(smem + 32768);
-  // spec: specs/fa2_bwd.yaml:59:12
+  // spec: specs/fa2_bwd.yaml:116:29
+  kg::fp16* v35 = reinterpret_cast<kg::fp16*>(smem + 32768);
+  // spec: specs/fa2_bwd.yaml:72:12
   if (true) {
-    const kg::fp16* p_ = t_v + ((int64_t)(v13) * stride_v_0 + (int64_t)(v12) * stride_v_2);
+    const kg::fp16* p_ = t_v + ((int64_t)(v31) * stride_v_0 + (int64_t)(v30) * stride_v_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v7 * 128) * stride_v_1 + 0;
+    const int64_t q_ = (int64_t)(v34 * 128) * stride_v_1 + 0;
     const int r0_ = (lane + warp * 32) / 128 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 16 * 8;
     const int64_t o0_ = q_ + ((int64_t)r0_ * stride_v_1 + k0_);
   #pragma unroll
     for (int i = 0; i < 8; ++i) {
       const int r_ = r0_ + i * 16, k_ = k0_;
-      const int i0_ = v7 * 128 + r_, i1_ = 0 + k_;
+      const int i0_ = v34 * 128 + r_, i1_ = 0 + k_;
       const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_v_1;
       const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
       if (aligned_) {
         const int n_ = (i0_ < (size_SK)) * 8;
-        kg::cp_async<16>(&v14[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        kg::cp_async<16>(&v35[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v14[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          v35[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
       }
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_bwd.yaml:103:29
+  // spec: specs/fa2_bwd.yaml:116:29
   kg::cp_async_wait<0>();
   kg::fence_proxy_async();
   kg::sync();
-  // spec: specs/fa2_bwd.yaml:75:22
-  const int v15 = 1;
-  // spec: specs/fa2_bwd.yaml:75:22
-  const int v16 = 0;
-  // spec: specs/fa2_bwd.yaml:74:35
-  const int v17 = 64;
-  // spec: specs/fa2_bwd.yaml:74:35
-  const int v18 = 63;
-  // spec: specs/fa2_bwd.yaml:74:77
-  const int v19 = (v1 - v0);
-  // spec: specs/fa2_bwd.yaml:74:40
-  const int v20 = 1;
-  // spec: specs/fa2_bwd.yaml:74:40
-  const int v21 = 128;
-  // spec: specs/fa2_bwd.yaml:74:41
-  const int v22 = 1;
-  // spec: specs/fa2_bwd.yaml:74:41
-  const int v23 = (v10 + v22);
-  // spec: specs/fa2_bwd.yaml:74:40
-  const int v24 = (v23 * v21);
-  // spec: specs/fa2_bwd.yaml:74:40
-  const int v25 = (v24 - v20);
-  // spec: specs/fa2_bwd.yaml:74:40
-  const int v26 = (v25 - v19);
-  // spec: specs/fa2_bwd.yaml:74:35
-  const int v27 = (v26 + v18);
-  // spec: specs/fa2_bwd.yaml:74:35
-  const int v28 = (kg::floordiv(v27, v17));
-  // spec: specs/fa2_bwd.yaml:64:19
-  const int v29 = 64;
-  // spec: specs/fa2_bwd.yaml:64:19
-  const int v30 = 0;
-  // spec: specs/fa2_bwd.yaml:64:54
-  const int v31 = (v1 - v0);
-  // spec: specs/fa2_bwd.yaml:64:27
-  const int v32 = 128;
-  // spec: specs/fa2_bwd.yaml:64:27
-  const int v33 = (v9 * v32);
-  // spec: specs/fa2_bwd.yaml:64:27
-  const int v34 = (v33 - v31);
-  // spec: specs/fa2_bwd.yaml:64:19
-  const int v35 = (kg::max_(v34, v30));
-  // spec: specs/fa2_bwd.yaml:64:19
-  const int v36 = (kg::floordiv(v35, v29));
-  // spec: specs/fa2_bwd.yaml:74:27
-  const int v37 = (kg::max_(v28, v36));
-  // spec: specs/fa2_bwd.yaml:67:13
+  // spec: specs/fa2_bwd.yaml:88:22
+  const int v36 = 1;
+  // spec: specs/fa2_bwd.yaml:88:22
+  const int v37 = 0;
+  // spec: specs/fa2_bwd.yaml:87:35
   const int v38 = 64;
-  // spec: specs/fa2_bwd.yaml:67:13
+  // spec: specs/fa2_bwd.yaml:87:35
   const int v39 = 63;
-  // spec: specs/fa2_bwd.yaml:67:13
-  const int v40 = (v0 + v39);
-  // spec: specs/fa2_bwd.yaml:67:13
-  const int v41 = (kg::floordiv(v40, v38));
-  // spec: specs/fa2_bwd.yaml:74:19
-  const int v42 = (kg::min_(v37, v41));
-  // spec: specs/fa2_bwd.yaml:66:16
-  float v43[64];
+  // spec: specs/fa2_bwd.yaml:87:66
+  const int v40 = (v5 - v0);
+  // spec: specs/fa2_bwd.yaml:87:40
+  const int v41 = 1;
+  // spec: specs/fa2_bwd.yaml:87:40
+  const int v42 = 128;
+  // spec: specs/fa2_bwd.yaml:87:41
+  const int v43 = 1;
+  // spec: specs/fa2_bwd.yaml:87:41
+  const int v44 = (v34 + v43);
+  // spec: specs/fa2_bwd.yaml:87:40
+  const int v45 = (v44 * v42);
+  // spec: specs/fa2_bwd.yaml:87:40
+  const int v46 = (v45 - v41);
+  // spec: specs/fa2_bwd.yaml:87:40
+  const int v47 = (v46 - v40);
+  // spec: specs/fa2_bwd.yaml:87:35
+  const int v48 = (v47 + v39);
+  // spec: specs/fa2_bwd.yaml:87:35
+  const int v49 = (kg::floordiv(v48, v38));
+  // spec: specs/fa2_bwd.yaml:77:19
+  const int v50 = 64;
+  // spec: specs/fa2_bwd.yaml:77:19
+  const int v51 = 0;
+  // spec: specs/fa2_bwd.yaml:77:43
+  const int v52 = (v5 - v0);
+  // spec: specs/fa2_bwd.yaml:77:27
+  const int v53 = 128;
+  // spec: specs/fa2_bwd.yaml:77:27
+  const int v54 = (v34 * v53);
+  // spec: specs/fa2_bwd.yaml:77:27
+  const int v55 = (v54 - v52);
+  // spec: specs/fa2_bwd.yaml:77:19
+  const int v56 = (kg::max_(v55, v51));
+  // spec: specs/fa2_bwd.yaml:77:19
+  const int v57 = (kg::floordiv(v56, v50));
+  // spec: specs/fa2_bwd.yaml:87:27
+  const int v58 = (kg::max_(v49, v57));
+  // spec: specs/fa2_bwd.yaml:80:13
+  const int v59 = 64;
+  // spec: specs/fa2_bwd.yaml:80:13
+  const int v60 = 63;
+  // spec: specs/fa2_bwd.yaml:80:13
+  const int v61 = (v0 + v60);
+  // spec: specs/fa2_bwd.yaml:80:13
+  const int v62 = (kg::floordiv(v61, v59));
+  // spec: specs/fa2_bwd.yaml:87:19
+  const int v63 = (kg::min_(v58, v62));
+  // spec: specs/fa2_bwd.yaml:79:16
+  float v64[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v43[e] = 0.0f;
-  // spec: specs/fa2_bwd.yaml:65:16
-  float v44[64];
+  for (int e = 0; e < 64; ++e) v64[e] = 0.0f;
+  // spec: specs/fa2_bwd.yaml:78:16
+  float v65[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v44[e] = 0.0f;
-  // spec: specs/fa2_bwd.yaml:60:16
-  const float v45 = 1.4426950408889634f;
-  // spec: specs/fa2_bwd.yaml:60:16
-  const float v46 = (v2 * v45);
-  // spec: specs/fa2_bwd.yaml:57:40
-  int v47[2];
+  for (int e = 0; e < 64; ++e) v65[e] = 0.0f;
+  // spec: specs/fa2_bwd.yaml:73:16
+  const float v66 = 1.4426950408889634f;
+  // spec: specs/fa2_bwd.yaml:73:16
+  const float v67 = (v1 * v66);
+  // spec: specs/fa2_bwd.yaml:70:29
+  int v68[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v47[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 8);
-  // spec: specs/fa2_bwd.yaml:57:14
-  const int v48 = 128;
-  // spec: specs/fa2_bwd.yaml:57:14
-  const int v49 = (v8 * v48);
-  // spec: specs/fa2_bwd.yaml:57:14
-  int v50[2];
+  for (int e = 0; e < 2; ++e) v68[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 8);
+  // spec: specs/fa2_bwd.yaml:70:14
+  const int v69 = 128;
+  // spec: specs/fa2_bwd.yaml:70:14
+  const int v70 = (v34 * v69);
+  // spec: specs/fa2_bwd.yaml:70:14
+  int v71[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v50[e] = (v49 + v47[e]);
-  // spec: specs/fa2_bwd.yaml:55:15
-  const int v51 = (kg::floordiv(v3, v4));
-  // spec: specs/fa2_bwd.yaml:75:7
+  for (int e = 0; e < 2; ++e) v71[e] = (v70 + v68[e]);
+  // spec: specs/fa2_bwd.yaml:68:15
+  const int v72 = (kg::floordiv(v2, v3));
+  // spec: specs/fa2_bwd.yaml:88:7
 
-  float v52[64];
+  float v73[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v52[e] = v43[e];
-  float v53[64];
+  for (int e = 0; e < 64; ++e) v73[e] = v64[e];
+  float v74[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v53[e] = v44[e];
-  for (int v54 = v16; v54 < v51; v54 += v15) {
-    float (&v55)[64] = v52;
-    float (&v56)[64] = v53;
+  for (int e = 0; e < 64; ++e) v74[e] = v65[e];
+  for (int v75 = v37; v75 < v72; v75 += v36) {
+    float (&v76)[64] = v73;
+    float (&v77)[64] = v74;
     
-    // spec: specs/fa2_bwd.yaml:103:29
-    kg::fp16* v57 = reinterpret_cast<kg::fp16*>(smem + 65536);
-    // spec: specs/fa2_bwd.yaml:102:28
-    kg::fp16* v58 = reinterpret_cast<kg::fp16*>(smem + 98304);
-    // spec: specs/fa2_bwd.yaml:78:15
-    const int v59 = 0;
-    // spec: specs/fa2_bwd.yaml:78:15
-    kg::fp16* v60 = v58 + (v59 % 2) * 8192;
-    // spec: specs/fa2_bwd.yaml:78:15
-    const bool v61 = (v36 < v42);
-    // spec: specs/fa2_bwd.yaml:76:15
-    const int v62 = (v12 * v51);
-    // spec: specs/fa2_bwd.yaml:76:15
-    const int v63 = (v62 + v54);
-    // spec: specs/fa2_bwd.yaml:79:24
+    // spec: specs/fa2_bwd.yaml:116:29
+    kg::fp16* v78 = reinterpret_cast<kg::fp16*>(smem + 65536);
+    // spec: specs/fa2_bwd.yaml:115:28
+    kg::fp16* v79 = reinterpret_cast<kg::fp16*>(smem + 98304);
+    // spec: specs/fa2_bwd.yaml:91:15
+    const int v80 = 0;
+    // spec: specs/fa2_bwd.yaml:91:15
+    kg::fp16* v81 = v79 + (v80 % 2) * 8192;
+    // spec: specs/fa2_bwd.yaml:91:15
+    const bool v82 = (v57 < v63);
+    // spec: specs/fa2_bwd.yaml:89:15
+    const int v83 = (v30 * v72);
+    // spec: specs/fa2_bwd.yaml:89:15
+    const int v84 = (v83 + v75);
+    // spec: specs/fa2_bwd.yaml:92:24
     kg::sync();
-    if (v61) {
-      const kg::fp16* p_ = t_q + ((int64_t)(v13) * stride_q_0 + (int64_t)(v63) * stride_q_2);
+    if (v82) {
+      const kg::fp16* p_ = t_q + ((int64_t)(v31) * stride_q_0 + (int64_t)(v84) * stride_q_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v36 * 64) * stride_q_1 + 0;
+      const int64_t q_ = (int64_t)(v57 * 64) * stride_q_1 + 0;
       const int r0_ = (lane + warp * 32) / 128 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 16 * 8;
       const int64_t o0_ = q_ + ((int64_t)r0_ * stride_q_1 + k0_);
     #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int r_ = r0_ + i * 16, k_ = k0_;
-        const int i0_ = v36 * 64 + r_, i1_ = 0 + k_;
+        const int i0_ = v57 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_q_1;
         const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
         if (aligned_) {
           const int n_ = (i0_ < (size_SQ)) * 8;
-          kg::cp_async<16>(&v60[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v81[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v60[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v81[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
-    // spec: specs/fa2_bwd.yaml:78:15
-    kg::fp16* v64 = v57 + (v59 % 2) * 8192;
-    // spec: specs/fa2_bwd.yaml:80:26
-    if (v61) {
-      const kg::fp16* p_ = t_do + ((int64_t)(v13) * stride_do_0 + (int64_t)(v63) * stride_do_2);
+    // spec: specs/fa2_bwd.yaml:91:15
+    kg::fp16* v85 = v78 + (v80 % 2) * 8192;
+    // spec: specs/fa2_bwd.yaml:93:26
+    if (v82) {
+      const kg::fp16* p_ = t_do + ((int64_t)(v31) * stride_do_0 + (int64_t)(v84) * stride_do_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v36 * 64) * stride_do_1 + 0;
+      const int64_t q_ = (int64_t)(v57 * 64) * stride_do_1 + 0;
       const int r0_ = (lane + warp * 32) / 128 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 16 * 8;
       const int64_t o0_ = q_ + ((int64_t)r0_ * stride_do_1 + k0_);
     #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int r_ = r0_ + i * 16, k_ = k0_;
-        const int i0_ = v36 * 64 + r_, i1_ = 0 + k_;
+        const int i0_ = v57 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_do_1;
         const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
         if (aligned_) {
           const int n_ = (i0_ < (size_SQ)) * 8;
-          kg::cp_async<16>(&v64[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v85[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v64[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v85[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
-    // spec: specs/fa2_bwd.yaml:78:58
-    const int v65 = 1;
-    // spec: specs/fa2_bwd.yaml:78:15
+    // spec: specs/fa2_bwd.yaml:91:58
+    const int v86 = 1;
+    // spec: specs/fa2_bwd.yaml:91:15
 
-    float v66[64];
+    float v87[64];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) v66[e] = v55[e];
-    float v67[64];
+    for (int e = 0; e < 64; ++e) v87[e] = v76[e];
+    float v88[64];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) v67[e] = v56[e];
-    for (int v68 = v36; v68 < v42; v68 += v65) {
-      float (&v69)[64] = v66;
-      float (&v70)[64] = v67;
+    for (int e = 0; e < 64; ++e) v88[e] = v77[e];
+    for (int v89 = v57; v89 < v63; v89 += v86) {
+      float (&v90)[64] = v87;
+      float (&v91)[64] = v88;
       
-      // spec: specs/fa2_bwd.yaml:78:15
-      const int v71 = (v68 - v36);
-      // spec: specs/fa2_bwd.yaml:78:15
-      const int v72 = (kg::floordiv(v71, v65));
-      // spec: specs/fa2_bwd.yaml:78:15
-      kg::fp16* v73 = v57 + (v72 % 2) * 8192;
-      // spec: specs/fa2_bwd.yaml:78:15
-      kg::fp16* v74 = v58 + (v72 % 2) * 8192;
-      // spec: specs/fa2_bwd.yaml:93:29
-      float v75[16];
+      // spec: specs/fa2_bwd.yaml:91:15
+      const int v92 = (v89 - v57);
+      // spec: specs/fa2_bwd.yaml:91:15
+      const int v93 = (kg::floordiv(v92, v86));
+      // spec: specs/fa2_bwd.yaml:91:15
+      kg::fp16* v94 = v78 + (v93 % 2) * 8192;
+      // spec: specs/fa2_bwd.yaml:91:15
+      kg::fp16* v95 = v79 + (v93 % 2) * 8192;
+      // spec: specs/fa2_bwd.yaml:106:29
+      float v96[16];
       {
-        const float* p_ = t_neg_lse_s + ((int64_t)(v13) * stride_neg_lse_s_0 + (int64_t)(v63) * stride_neg_lse_s_1);
+        const float* p_ = t_neg_lse_s + ((int64_t)(v31) * stride_neg_lse_s_0 + (int64_t)(v84) * stride_neg_lse_s_1);
         const bool aligned_ = kg::aligned(p_, 8) && stride_neg_lse_s_0 % 2 == 0 && stride_neg_lse_s_1 % 2 == 0;
-        const int t0_ = v68 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
+        const int t0_ = v89 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
       #pragma unroll
         for (int e = 0; e < 16; e += 2) {
           const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32;
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 2 <= (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<2>(&v75[e], p_ + off_);
+            kg::copy_vec<2>(&v96[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 2; ++v)
-              v75[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+              v96[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:102:28
+      // spec: specs/fa2_bwd.yaml:115:28
       kg::cp_async_wait<1>();
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:78:15
-      const int v76 = 1;
-      // spec: specs/fa2_bwd.yaml:78:15
-      const int v77 = (v72 + v76);
-      // spec: specs/fa2_bwd.yaml:78:15
-      kg::fp16* v78 = v58 + (v77 % 2) * 8192;
-      // spec: specs/fa2_bwd.yaml:79:24
-      const int v79 = (v68 + v65);
-      // spec: specs/fa2_bwd.yaml:79:24
-      const bool v80 = (v79 < v42);
-      // spec: specs/fa2_bwd.yaml:79:24
-      if (v80) {
-        const kg::fp16* p_ = t_q + ((int64_t)(v13) * stride_q_0 + (int64_t)(v63) * stride_q_2);
+      // spec: specs/fa2_bwd.yaml:91:15
+      const int v97 = 1;
+      // spec: specs/fa2_bwd.yaml:91:15
+      const int v98 = (v93 + v97);
+      // spec: specs/fa2_bwd.yaml:91:15
+      kg::fp16* v99 = v79 + (v98 % 2) * 8192;
+      // spec: specs/fa2_bwd.yaml:92:24
+      const int v100 = (v89 + v86);
+      // spec: specs/fa2_bwd.yaml:92:24
+      const bool v101 = (v100 < v63);
+      // spec: specs/fa2_bwd.yaml:92:24
+      if (v101) {
+        const kg::fp16* p_ = t_q + ((int64_t)(v31) * stride_q_0 + (int64_t)(v84) * stride_q_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-        const int64_t q_ = (int64_t)(v79 * 64) * stride_q_1 + 0;
+        const int64_t q_ = (int64_t)(v100 * 64) * stride_q_1 + 0;
         const int r0_ = (lane + warp * 32) / 128 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 16 * 8;
         const int64_t o0_ = q_ + ((int64_t)r0_ * stride_q_1 + k0_);
       #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int r_ = r0_ + i * 16, k_ = k0_;
-          const int i0_ = v79 * 64 + r_, i1_ = 0 + k_;
-          const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_q_1;
-          const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
-          if (aligned_) {
-            const int n_ = (i0_ < (size_SQ)) * 8;
-            kg::cp_async<16>(&v78[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-          } else {
-      #pragma unroll
-            for (int v = 0; v < 8; ++v)
-              v78[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
-          }
-        }
-      }
-      kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:102:28
-      kg::fp16* v81 = v74;
-      // spec: specs/fa2_bwd.yaml:93:29
-      float (&v82)[16] = v75;
-      // spec: specs/fa2_bwd.yaml:101:33
-      float v83[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v83[e] = v82[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:101:33
-      const float v84 = -kg::inf();
-      // spec: specs/fa2_bwd.yaml:95:48
-      int v85[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v85[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32);
-      // spec: specs/fa2_bwd.yaml:95:34
-      const int v86 = 64;
-      // spec: specs/fa2_bwd.yaml:95:34
-      const int v87 = (v68 * v86);
-      // spec: specs/fa2_bwd.yaml:95:34
-      int v88[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v88[e] = (v87 + v85[e]);
-      // spec: specs/fa2_bwd.yaml:98:70
-      int (&v89)[16] = v88;
-      // spec: specs/fa2_bwd.yaml:98:39
-      int v90[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v90[e] = v89[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:98:48
-      const int v91 = (v1 - v0);
-      // spec: specs/fa2_bwd.yaml:98:40
-      int v92[2];
-      #pragma unroll
-      for (int e = 0; e < 2; ++e) v92[e] = (v50[e] - v91);
-      // spec: specs/fa2_bwd.yaml:98:39
-      int (&v93)[2] = v92;
-      // spec: specs/fa2_bwd.yaml:98:39
-      int v94[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v94[e] = v93[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:98:39
-      bool v95[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v95[e] = (v94[e] <= v90[e]);
-      // spec: specs/fa2_bwd.yaml:101:33
-      float v96[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v96[e] = (v95[e] ? v83[e] : v84);
-      // spec: specs/fa2_bwd.yaml:102:28
-      float (&v97)[32] = v96;
-      {
-        const int wg_ = (warp / 4);
-        const uint64_t da_ = kg::wgmma_desc(v11, 128, 2048, 0);
-        const uint64_t db_ = kg::wgmma_desc(v81, 128, 2048, 0);
-        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
-        // (ptxas would then insert a warpgroup.arrive, C7519)
-      #pragma unroll
-        for (int e = 0; e < 32; ++e) kg::fence_operand(v97[e]);
-        kg::wgmma_fence();
-      #pragma unroll
-        for (int ks = 0; ks < 8; ++ks)
-      #pragma unroll
-          for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-            for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v97[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), 1);
-        kg::wgmma_commit();
-      }
-      // spec: specs/fa2_bwd.yaml:103:49
-      float v98[16];
-      {
-        const float* p_ = t_delta + ((int64_t)(v13) * stride_delta_0 + (int64_t)(v63) * stride_delta_1);
-        const bool aligned_ = kg::aligned(p_, 8) && stride_delta_0 % 2 == 0 && stride_delta_1 % 2 == 0;
-        const int t0_ = v68 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
-      #pragma unroll
-        for (int e = 0; e < 16; e += 2) {
-          const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32;
-          const int64_t off_ = (int64_t)i0_ * 1;
-          const bool in_ = i0_ + 2 <= (size_SQ);
-          if (aligned_ && in_) {
-            kg::copy_vec<2>(&v98[e], p_ + off_);
-          } else {
-      #pragma unroll
-            for (int v = 0; v < 2; ++v)
-              v98[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
-          }
-        }
-      }
-      // spec: specs/fa2_bwd.yaml:103:29
-      kg::cp_async_wait<1>();
-      kg::fence_proxy_async();
-      kg::sync();
-      // spec: specs/fa2_bwd.yaml:78:15
-      kg::fp16* v99 = v57 + (v77 % 2) * 8192;
-      // spec: specs/fa2_bwd.yaml:80:26
-      const int v100 = (v68 + v65);
-      // spec: specs/fa2_bwd.yaml:80:26
-      const bool v101 = (v100 < v42);
-      // spec: specs/fa2_bwd.yaml:80:26
-      if (v101) {
-        const kg::fp16* p_ = t_do + ((int64_t)(v13) * stride_do_0 + (int64_t)(v63) * stride_do_2);
-        const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
-        const int64_t q_ = (int64_t)(v100 * 64) * stride_do_1 + 0;
-        const int r0_ = (lane + warp * 32) / 128 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 16 * 8;
-        const int64_t o0_ = q_ + ((int64_t)r0_ * stride_do_1 + k0_);
-      #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int r_ = r0_ + i * 16, k_ = k0_;
           const int i0_ = v100 * 64 + r_, i1_ = 0 + k_;
-          const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_do_1;
+          const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_q_1;
           const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
           if (aligned_) {
             const int n_ = (i0_ < (size_SQ)) * 8;
@@ -476,35 +396,64 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
         }
       }
       kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:103:29
-      kg::fp16* v102 = v73;
-      // spec: specs/fa2_bwd.yaml:103:48
-      const float v103 = -1.0f;
-      // spec: specs/fa2_bwd.yaml:103:48
-      float v104[16];
+      // spec: specs/fa2_bwd.yaml:115:28
+      kg::fp16* v102 = v95;
+      // spec: specs/fa2_bwd.yaml:106:29
+      float (&v103)[16] = v96;
+      // spec: specs/fa2_bwd.yaml:114:33
+      float v104[32];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v104[e] = (v98[e] * v103);
-      // spec: specs/fa2_bwd.yaml:103:47
-      float (&v105)[16] = v104;
-      // spec: specs/fa2_bwd.yaml:103:29
-      float v106[32];
+      for (int e = 0; e < 32; ++e) v104[e] = v103[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:114:33
+      const float v105 = -kg::inf();
+      // spec: specs/fa2_bwd.yaml:108:48
+      int v106[16];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v106[e] = v105[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:102:28
-      kg::wgmma_wait<0>();
+      for (int e = 0; e < 16; ++e) v106[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32);
+      // spec: specs/fa2_bwd.yaml:108:34
+      const int v107 = 64;
+      // spec: specs/fa2_bwd.yaml:108:34
+      const int v108 = (v89 * v107);
+      // spec: specs/fa2_bwd.yaml:108:34
+      int v109[16];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v97[e]);
-      float (&v107)[32] = v97;
-      // spec: specs/fa2_bwd.yaml:103:29
-      float (&v108)[32] = v106;
+      for (int e = 0; e < 16; ++e) v109[e] = (v108 + v106[e]);
+      // spec: specs/fa2_bwd.yaml:111:70
+      int (&v110)[16] = v109;
+      // spec: specs/fa2_bwd.yaml:111:39
+      int v111[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v111[e] = v110[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:111:48
+      const int v112 = (v5 - v0);
+      // spec: specs/fa2_bwd.yaml:111:40
+      int v113[2];
+      #pragma unroll
+      for (int e = 0; e < 2; ++e) v113[e] = (v71[e] - v112);
+      // spec: specs/fa2_bwd.yaml:111:39
+      int (&v114)[2] = v113;
+      // spec: specs/fa2_bwd.yaml:111:39
+      int v115[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v115[e] = v114[((e >> 1) & 1) * 1];
+      // spec: specs/fa2_bwd.yaml:111:39
+      bool v116[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v116[e] = (v115[e] <= v111[e]);
+      // spec: specs/fa2_bwd.yaml:114:33
+      float v117[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v117[e] = (v116[e] ? v104[e] : v105);
+      // spec: specs/fa2_bwd.yaml:115:28
+      float (&v118)[32] = v117;
       {
         const int wg_ = (warp / 4);
-        const uint64_t da_ = kg::wgmma_desc(v14, 128, 2048, 0);
+        const uint64_t da_ = kg::wgmma_desc(v10, 128, 2048, 0);
         const uint64_t db_ = kg::wgmma_desc(v102, 128, 2048, 0);
         // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
         // (ptxas would then insert a warpgroup.arrive, C7519)
       #pragma unroll
-        for (int e = 0; e < 32; ++e) kg::fence_operand(v108[e]);
+        for (int e = 0; e < 32; ++e) kg::fence_operand(v118[e]);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 8; ++ks)
@@ -512,407 +461,92 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v108[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), 1);
+              kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v118[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:104:33
-      float v109[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v109[e] = (v107[e] * v46);
-      // spec: specs/fa2_bwd.yaml:104:28
-      float v110[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v110[e] = kg::exp2_(v109[e]);
-      // spec: specs/fa2_bwd.yaml:105:45
-      kg::fp16 v111[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v111[e] = kg::cvt<kg::fp16>(v110[e]);
-      // spec: specs/fa2_bwd.yaml:105:41
-      float (&v112)[64] = v69;
+      // spec: specs/fa2_bwd.yaml:116:49
+      float v119[16];
       {
-        const int wg_ = (warp / 4);
-        const uint64_t db_ = kg::wgmma_desc(v73, 2048, 128, 0);
-        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
-        // (ptxas would then insert a warpgroup.arrive, C7519)
-      #pragma unroll
-        for (int e = 0; e < 64; ++e) kg::fence_operand(v112[e]);
-        kg::wgmma_fence();
-      #pragma unroll
-        for (int ks = 0; ks < 4; ++ks)
-      #pragma unroll
-          for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-            for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n128k16_fp16_rs<1>(&v112[(rm * 1 + rn) * 64], &v111[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 1) * 128 + rn * 128)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 1) * 128 + rn * 128)) % 8) * 2 / 16), 1);
-        kg::wgmma_commit();
-      }
-      // spec: specs/fa2_bwd.yaml:103:29
-      kg::wgmma_wait<1>();
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v108[e]);
-      float (&v113)[32] = v108;
-      // spec: specs/fa2_bwd.yaml:106:30
-      float v114[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v114[e] = (v110[e] * v113[e]);
-      // spec: specs/fa2_bwd.yaml:106:29
-      kg::fp16 v115[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v115[e] = kg::cvt<kg::fp16>(v114[e]);
-      // spec: specs/fa2_bwd.yaml:107:41
-      float (&v116)[64] = v70;
-      {
-        const int wg_ = (warp / 4);
-        const uint64_t db_ = kg::wgmma_desc(v74, 2048, 128, 0);
-        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
-        // (ptxas would then insert a warpgroup.arrive, C7519)
-      #pragma unroll
-        for (int e = 0; e < 64; ++e) kg::fence_operand(v116[e]);
-        kg::wgmma_fence();
-      #pragma unroll
-        for (int ks = 0; ks < 4; ++ks)
-      #pragma unroll
-          for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-            for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n128k16_fp16_rs<1>(&v116[(rm * 1 + rn) * 64], &v115[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 1) * 128 + rn * 128)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 1) * 128 + rn * 128)) % 8) * 2 / 16), 1);
-        kg::wgmma_commit();
-      }
-      // spec: specs/fa2_bwd.yaml:109:74
-      kg::fp16* v117 = reinterpret_cast<kg::fp16*>(smem + 131072);
-      kg::sync();
-      #pragma unroll
-      for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v117[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v115[e]);
-      kg::fence_proxy_async();
-      kg::sync();
-      // spec: specs/fa2_bwd.yaml:109:74
-      kg::fp16* v118 = v117;
-      // spec: specs/fa2_bwd.yaml:109:74
-      float v119[32];
-      // spec: specs/fa2_bwd.yaml:109:74
-      float (&v120)[32] = v119;
-      {
-        const int wg_ = (warp / 4);
-        const uint64_t da_ = kg::wgmma_desc(v118, 1024, 128, 0);
-        const uint64_t db_ = kg::wgmma_desc(v11, 2048, 128, 0);
-        kg::wgmma_fence();
-      #pragma unroll
-        for (int ks = 0; ks < 8; ++ks)
-      #pragma unroll
-          for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-            for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_fp16_ss<1, 1>(&v120[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 2) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 2) * 64 + rm * 64)) % 8) * 2 / 16), db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 2) * 64 + rn * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 2) * 64 + rn * 64)) % 8) * 2 / 16), (ks > 0));
-        kg::wgmma_commit();
-      }
-      // spec: specs/fa2_bwd.yaml:109:74
-      kg::wgmma_wait<0>();
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v120[e]);
-      float (&v121)[32] = v120;
-      // spec: specs/fa2_bwd.yaml:105:41
-      kg::wgmma_wait<0>();
-      #pragma unroll
-      for (int e = 0; e < 64; ++e) kg::fence_operand(v112[e]);
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v111)[e]);
-      float (&v122)[64] = v112;
-      // spec: specs/fa2_bwd.yaml:107:41
-      kg::wgmma_wait<0>();
-      #pragma unroll
-      for (int e = 0; e < 64; ++e) kg::fence_operand(v116[e]);
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v115)[e]);
-      float (&v123)[64] = v116;
-      // spec: specs/fa2_bwd.yaml:109:74
-      float v124[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v124[e] = (v121[e] * v2);
-      // spec: specs/fa2_bwd.yaml:109:27
-      if ((lane & 0) == 0 && (warp & 0) == 0) {
-        float* p_ = t_dq_acc + ((int64_t)(v13) * stride_dq_acc_0 + (int64_t)(v63) * stride_dq_acc_2);
-        const bool aligned_ = kg::aligned(p_, 8) && stride_dq_acc_0 % 2 == 0 && stride_dq_acc_1 % 2 == 0 && stride_dq_acc_2 % 2 == 0;
-        const int t0_ = v68 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
-        const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 64;
-      #pragma unroll
-        for (int e = 0; e < 32; e += 2) {
-          const int i0_ = t0_ + ((e >> 1) & 1) * 8;
-          const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
-          const int64_t off_ = (int64_t)i0_ * stride_dq_acc_1 + (int64_t)i1_ * 1;
-          if (aligned_ && i0_ < (size_SQ)) {
-            kg::atomic_add_vec<2>(p_ + off_, &v124[e]);
-          } else {
-      #pragma unroll
-            for (int v = 0; v < 2; ++v)
-              if (i0_ < (size_SQ)) kg::atomic_add(p_ + off_ + v, v124[e + v]);
-          }
-        }
-      }
-      // spec: specs/fa2_bwd.yaml:109:27
-
-      float y0_[64];
-      #pragma unroll
-      for (int e = 0; e < 64; ++e) y0_[e] = v122[e];
-      float y1_[64];
-      #pragma unroll
-      for (int e = 0; e < 64; ++e) y1_[e] = v123[e];
-      #pragma unroll
-      for (int e = 0; e < 64; ++e) v66[e] = y0_[e];
-      #pragma unroll
-      for (int e = 0; e < 64; ++e) v67[e] = y1_[e];
-    }
-    // spec: specs/fa2_bwd.yaml:103:29
-    kg::fp16* v125 = reinterpret_cast<kg::fp16*>(smem + 65536);
-    // spec: specs/fa2_bwd.yaml:102:28
-    kg::fp16* v126 = reinterpret_cast<kg::fp16*>(smem + 98304);
-    // spec: specs/fa2_bwd.yaml:78:15
-    const int v127 = 0;
-    // spec: specs/fa2_bwd.yaml:78:15
-    kg::fp16* v128 = v126 + (v127 % 2) * 8192;
-    // spec: specs/fa2_bwd.yaml:78:15
-    const bool v129 = (v42 < v41);
-    // spec: specs/fa2_bwd.yaml:79:24
-    kg::sync();
-    if (v129) {
-      const kg::fp16* p_ = t_q + ((int64_t)(v13) * stride_q_0 + (int64_t)(v63) * stride_q_2);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v42 * 64) * stride_q_1 + 0;
-      const int r0_ = (lane + warp * 32) / 128 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 16 * 8;
-      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_q_1 + k0_);
-    #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int r_ = r0_ + i * 16, k_ = k0_;
-        const int i0_ = v42 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_q_1;
-        const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
-        if (aligned_) {
-          const int n_ = (i0_ < (size_SQ)) * 8;
-          kg::cp_async<16>(&v128[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-        } else {
-    #pragma unroll
-          for (int v = 0; v < 8; ++v)
-            v128[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
-        }
-      }
-    }
-    kg::cp_async_commit();
-    // spec: specs/fa2_bwd.yaml:78:15
-    kg::fp16* v130 = v125 + (v127 % 2) * 8192;
-    // spec: specs/fa2_bwd.yaml:80:26
-    if (v129) {
-      const kg::fp16* p_ = t_do + ((int64_t)(v13) * stride_do_0 + (int64_t)(v63) * stride_do_2);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v42 * 64) * stride_do_1 + 0;
-      const int r0_ = (lane + warp * 32) / 128 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 16 * 8;
-      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_do_1 + k0_);
-    #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int r_ = r0_ + i * 16, k_ = k0_;
-        const int i0_ = v42 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_do_1;
-        const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
-        if (aligned_) {
-          const int n_ = (i0_ < (size_SQ)) * 8;
-          kg::cp_async<16>(&v130[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-        } else {
-    #pragma unroll
-          for (int v = 0; v < 8; ++v)
-            v130[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
-        }
-      }
-    }
-    kg::cp_async_commit();
-    // spec: specs/fa2_bwd.yaml:78:79
-    const int v131 = 1;
-    // spec: specs/fa2_bwd.yaml:78:15
-
-    float v132[64];
-    #pragma unroll
-    for (int e = 0; e < 64; ++e) v132[e] = v66[e];
-    float v133[64];
-    #pragma unroll
-    for (int e = 0; e < 64; ++e) v133[e] = v67[e];
-    for (int v134 = v42; v134 < v41; v134 += v131) {
-      float (&v135)[64] = v132;
-      float (&v136)[64] = v133;
-      
-      // spec: specs/fa2_bwd.yaml:78:15
-      const int v137 = (v134 - v42);
-      // spec: specs/fa2_bwd.yaml:78:15
-      const int v138 = (kg::floordiv(v137, v131));
-      // spec: specs/fa2_bwd.yaml:78:15
-      kg::fp16* v139 = v125 + (v138 % 2) * 8192;
-      // spec: specs/fa2_bwd.yaml:78:15
-      kg::fp16* v140 = v126 + (v138 % 2) * 8192;
-      // spec: specs/fa2_bwd.yaml:93:29
-      float v141[16];
-      {
-        const float* p_ = t_neg_lse_s + ((int64_t)(v13) * stride_neg_lse_s_0 + (int64_t)(v63) * stride_neg_lse_s_1);
-        const bool aligned_ = kg::aligned(p_, 8) && stride_neg_lse_s_0 % 2 == 0 && stride_neg_lse_s_1 % 2 == 0;
-        const int t0_ = v134 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
-      #pragma unroll
-        for (int e = 0; e < 16; e += 2) {
-          const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32;
-          const int64_t off_ = (int64_t)i0_ * 1;
-          const bool in_ = i0_ + 2 <= (size_SQ);
-          if (aligned_ && in_) {
-            kg::copy_vec<2>(&v141[e], p_ + off_);
-          } else {
-      #pragma unroll
-            for (int v = 0; v < 2; ++v)
-              v141[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
-          }
-        }
-      }
-      // spec: specs/fa2_bwd.yaml:102:28
-      kg::cp_async_wait<1>();
-      kg::fence_proxy_async();
-      kg::sync();
-      // spec: specs/fa2_bwd.yaml:78:15
-      const int v142 = 1;
-      // spec: specs/fa2_bwd.yaml:78:15
-      const int v143 = (v138 + v142);
-      // spec: specs/fa2_bwd.yaml:78:15
-      kg::fp16* v144 = v126 + (v143 % 2) * 8192;
-      // spec: specs/fa2_bwd.yaml:79:24
-      const int v145 = (v134 + v131);
-      // spec: specs/fa2_bwd.yaml:79:24
-      const bool v146 = (v145 < v41);
-      // spec: specs/fa2_bwd.yaml:79:24
-      if (v146) {
-        const kg::fp16* p_ = t_q + ((int64_t)(v13) * stride_q_0 + (int64_t)(v63) * stride_q_2);
-        const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-        const int64_t q_ = (int64_t)(v145 * 64) * stride_q_1 + 0;
-        const int r0_ = (lane + warp * 32) / 128 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 16 * 8;
-        const int64_t o0_ = q_ + ((int64_t)r0_ * stride_q_1 + k0_);
-      #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int r_ = r0_ + i * 16, k_ = k0_;
-          const int i0_ = v145 * 64 + r_, i1_ = 0 + k_;
-          const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_q_1;
-          const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
-          if (aligned_) {
-            const int n_ = (i0_ < (size_SQ)) * 8;
-            kg::cp_async<16>(&v144[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-          } else {
-      #pragma unroll
-            for (int v = 0; v < 8; ++v)
-              v144[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
-          }
-        }
-      }
-      kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:102:28
-      kg::fp16* v147 = v140;
-      // spec: specs/fa2_bwd.yaml:93:29
-      float (&v148)[16] = v141;
-      // spec: specs/fa2_bwd.yaml:102:28
-      float v149[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v149[e] = v148[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:102:28
-      float (&v150)[32] = v149;
-      {
-        const int wg_ = (warp / 4);
-        const uint64_t da_ = kg::wgmma_desc(v11, 128, 2048, 0);
-        const uint64_t db_ = kg::wgmma_desc(v147, 128, 2048, 0);
-        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
-        // (ptxas would then insert a warpgroup.arrive, C7519)
-      #pragma unroll
-        for (int e = 0; e < 32; ++e) kg::fence_operand(v150[e]);
-        kg::wgmma_fence();
-      #pragma unroll
-        for (int ks = 0; ks < 8; ++ks)
-      #pragma unroll
-          for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-            for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v150[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), 1);
-        kg::wgmma_commit();
-      }
-      // spec: specs/fa2_bwd.yaml:103:49
-      float v151[16];
-      {
-        const float* p_ = t_delta + ((int64_t)(v13) * stride_delta_0 + (int64_t)(v63) * stride_delta_1);
+        const float* p_ = t_delta + ((int64_t)(v31) * stride_delta_0 + (int64_t)(v84) * stride_delta_1);
         const bool aligned_ = kg::aligned(p_, 8) && stride_delta_0 % 2 == 0 && stride_delta_1 % 2 == 0;
-        const int t0_ = v134 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
+        const int t0_ = v89 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
       #pragma unroll
         for (int e = 0; e < 16; e += 2) {
           const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32;
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 2 <= (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<2>(&v151[e], p_ + off_);
+            kg::copy_vec<2>(&v119[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 2; ++v)
-              v151[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+              v119[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:103:29
+      // spec: specs/fa2_bwd.yaml:116:29
       kg::cp_async_wait<1>();
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:78:15
-      kg::fp16* v152 = v125 + (v143 % 2) * 8192;
-      // spec: specs/fa2_bwd.yaml:80:26
-      const int v153 = (v134 + v131);
-      // spec: specs/fa2_bwd.yaml:80:26
-      const bool v154 = (v153 < v41);
-      // spec: specs/fa2_bwd.yaml:80:26
-      if (v154) {
-        const kg::fp16* p_ = t_do + ((int64_t)(v13) * stride_do_0 + (int64_t)(v63) * stride_do_2);
+      // spec: specs/fa2_bwd.yaml:91:15
+      kg::fp16* v120 = v78 + (v98 % 2) * 8192;
+      // spec: specs/fa2_bwd.yaml:93:26
+      const int v121 = (v89 + v86);
+      // spec: specs/fa2_bwd.yaml:93:26
+      const bool v122 = (v121 < v63);
+      // spec: specs/fa2_bwd.yaml:93:26
+      if (v122) {
+        const kg::fp16* p_ = t_do + ((int64_t)(v31) * stride_do_0 + (int64_t)(v84) * stride_do_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
-        const int64_t q_ = (int64_t)(v153 * 64) * stride_do_1 + 0;
+        const int64_t q_ = (int64_t)(v121 * 64) * stride_do_1 + 0;
         const int r0_ = (lane + warp * 32) / 128 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 16 * 8;
         const int64_t o0_ = q_ + ((int64_t)r0_ * stride_do_1 + k0_);
       #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int r_ = r0_ + i * 16, k_ = k0_;
-          const int i0_ = v153 * 64 + r_, i1_ = 0 + k_;
+          const int i0_ = v121 * 64 + r_, i1_ = 0 + k_;
           const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_do_1;
           const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
           if (aligned_) {
             const int n_ = (i0_ < (size_SQ)) * 8;
-            kg::cp_async<16>(&v152[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+            kg::cp_async<16>(&v120[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
           } else {
       #pragma unroll
             for (int v = 0; v < 8; ++v)
-              v152[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+              v120[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
           }
         }
       }
       kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:103:29
-      kg::fp16* v155 = v139;
-      // spec: specs/fa2_bwd.yaml:103:48
-      const float v156 = -1.0f;
-      // spec: specs/fa2_bwd.yaml:103:48
-      float v157[16];
+      // spec: specs/fa2_bwd.yaml:116:29
+      kg::fp16* v123 = v94;
+      // spec: specs/fa2_bwd.yaml:116:48
+      const float v124 = -1.0f;
+      // spec: specs/fa2_bwd.yaml:116:48
+      float v125[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v157[e] = (v151[e] * v156);
-      // spec: specs/fa2_bwd.yaml:103:47
-      float (&v158)[16] = v157;
-      // spec: specs/fa2_bwd.yaml:103:29
-      float v159[32];
+      for (int e = 0; e < 16; ++e) v125[e] = (v119[e] * v124);
+      // spec: specs/fa2_bwd.yaml:116:47
+      float (&v126)[16] = v125;
+      // spec: specs/fa2_bwd.yaml:116:29
+      float v127[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v159[e] = v158[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:102:28
+      for (int e = 0; e < 32; ++e) v127[e] = v126[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:115:28
       kg::wgmma_wait<0>();
       #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v150[e]);
-      float (&v160)[32] = v150;
-      // spec: specs/fa2_bwd.yaml:103:29
-      float (&v161)[32] = v159;
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v118[e]);
+      float (&v128)[32] = v118;
+      // spec: specs/fa2_bwd.yaml:116:29
+      float (&v129)[32] = v127;
       {
         const int wg_ = (warp / 4);
-        const uint64_t da_ = kg::wgmma_desc(v14, 128, 2048, 0);
-        const uint64_t db_ = kg::wgmma_desc(v155, 128, 2048, 0);
+        const uint64_t da_ = kg::wgmma_desc(v35, 128, 2048, 0);
+        const uint64_t db_ = kg::wgmma_desc(v123, 128, 2048, 0);
         // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
         // (ptxas would then insert a warpgroup.arrive, C7519)
       #pragma unroll
-        for (int e = 0; e < 32; ++e) kg::fence_operand(v161[e]);
+        for (int e = 0; e < 32; ++e) kg::fence_operand(v129[e]);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 8; ++ks)
@@ -920,30 +554,30 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v161[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), 1);
+              kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v129[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:104:33
-      float v162[32];
+      // spec: specs/fa2_bwd.yaml:117:33
+      float v130[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v162[e] = (v160[e] * v46);
-      // spec: specs/fa2_bwd.yaml:104:28
-      float v163[32];
+      for (int e = 0; e < 32; ++e) v130[e] = (v128[e] * v67);
+      // spec: specs/fa2_bwd.yaml:117:28
+      float v131[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v163[e] = kg::exp2_(v162[e]);
-      // spec: specs/fa2_bwd.yaml:105:45
-      kg::fp16 v164[32];
+      for (int e = 0; e < 32; ++e) v131[e] = kg::exp2_(v130[e]);
+      // spec: specs/fa2_bwd.yaml:118:45
+      kg::fp16 v132[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v164[e] = kg::cvt<kg::fp16>(v163[e]);
-      // spec: specs/fa2_bwd.yaml:105:41
-      float (&v165)[64] = v135;
+      for (int e = 0; e < 32; ++e) v132[e] = kg::cvt<kg::fp16>(v131[e]);
+      // spec: specs/fa2_bwd.yaml:118:41
+      float (&v133)[64] = v90;
       {
         const int wg_ = (warp / 4);
-        const uint64_t db_ = kg::wgmma_desc(v139, 2048, 128, 0);
+        const uint64_t db_ = kg::wgmma_desc(v94, 2048, 128, 0);
         // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
         // (ptxas would then insert a warpgroup.arrive, C7519)
       #pragma unroll
-        for (int e = 0; e < 64; ++e) kg::fence_operand(v165[e]);
+        for (int e = 0; e < 64; ++e) kg::fence_operand(v133[e]);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 4; ++ks)
@@ -951,31 +585,31 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n128k16_fp16_rs<1>(&v165[(rm * 1 + rn) * 64], &v164[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 1) * 128 + rn * 128)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 1) * 128 + rn * 128)) % 8) * 2 / 16), 1);
+              kg::wgmma_m64n128k16_fp16_rs<1>(&v133[(rm * 1 + rn) * 64], &v132[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 1) * 128 + rn * 128)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 1) * 128 + rn * 128)) % 8) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:103:29
+      // spec: specs/fa2_bwd.yaml:116:29
       kg::wgmma_wait<1>();
       #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v161[e]);
-      float (&v166)[32] = v161;
-      // spec: specs/fa2_bwd.yaml:106:30
-      float v167[32];
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v129[e]);
+      float (&v134)[32] = v129;
+      // spec: specs/fa2_bwd.yaml:119:30
+      float v135[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v167[e] = (v163[e] * v166[e]);
-      // spec: specs/fa2_bwd.yaml:106:29
-      kg::fp16 v168[32];
+      for (int e = 0; e < 32; ++e) v135[e] = (v131[e] * v134[e]);
+      // spec: specs/fa2_bwd.yaml:119:29
+      kg::fp16 v136[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v168[e] = kg::cvt<kg::fp16>(v167[e]);
-      // spec: specs/fa2_bwd.yaml:107:41
-      float (&v169)[64] = v136;
+      for (int e = 0; e < 32; ++e) v136[e] = kg::cvt<kg::fp16>(v135[e]);
+      // spec: specs/fa2_bwd.yaml:120:41
+      float (&v137)[64] = v91;
       {
         const int wg_ = (warp / 4);
-        const uint64_t db_ = kg::wgmma_desc(v140, 2048, 128, 0);
+        const uint64_t db_ = kg::wgmma_desc(v95, 2048, 128, 0);
         // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
         // (ptxas would then insert a warpgroup.arrive, C7519)
       #pragma unroll
-        for (int e = 0; e < 64; ++e) kg::fence_operand(v169[e]);
+        for (int e = 0; e < 64; ++e) kg::fence_operand(v137[e]);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 4; ++ks)
@@ -983,26 +617,26 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n128k16_fp16_rs<1>(&v169[(rm * 1 + rn) * 64], &v168[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 1) * 128 + rn * 128)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 1) * 128 + rn * 128)) % 8) * 2 / 16), 1);
+              kg::wgmma_m64n128k16_fp16_rs<1>(&v137[(rm * 1 + rn) * 64], &v136[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 1) * 128 + rn * 128)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 1) * 128 + rn * 128)) % 8) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:109:74
-      kg::fp16* v170 = reinterpret_cast<kg::fp16*>(smem + 131072);
+      // spec: specs/fa2_bwd.yaml:122:74
+      kg::fp16* v138 = reinterpret_cast<kg::fp16*>(smem + 131072);
       kg::sync();
       #pragma unroll
-      for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v170[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v168[e]);
+      for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v138[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v136[e]);
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:109:74
-      kg::fp16* v171 = v170;
-      // spec: specs/fa2_bwd.yaml:109:74
-      float v172[32];
-      // spec: specs/fa2_bwd.yaml:109:74
-      float (&v173)[32] = v172;
+      // spec: specs/fa2_bwd.yaml:122:74
+      kg::fp16* v139 = v138;
+      // spec: specs/fa2_bwd.yaml:122:74
+      float v140[32];
+      // spec: specs/fa2_bwd.yaml:122:74
+      float (&v141)[32] = v140;
       {
         const int wg_ = (warp / 4);
-        const uint64_t da_ = kg::wgmma_desc(v171, 1024, 128, 0);
-        const uint64_t db_ = kg::wgmma_desc(v11, 2048, 128, 0);
+        const uint64_t da_ = kg::wgmma_desc(v139, 1024, 128, 0);
+        const uint64_t db_ = kg::wgmma_desc(v10, 2048, 128, 0);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 8; ++ks)
@@ -1010,37 +644,37 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_fp16_ss<1, 1>(&v173[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 2) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 2) * 64 + rm * 64)) % 8) * 2 / 16), db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 2) * 64 + rn * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 2) * 64 + rn * 64)) % 8) * 2 / 16), (ks > 0));
+              kg::wgmma_m64n64k16_fp16_ss<1, 1>(&v141[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 2) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 2) * 64 + rm * 64)) % 8) * 2 / 16), db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 2) * 64 + rn * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 2) * 64 + rn * 64)) % 8) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:109:74
+      // spec: specs/fa2_bwd.yaml:122:74
       kg::wgmma_wait<0>();
       #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v173[e]);
-      float (&v174)[32] = v173;
-      // spec: specs/fa2_bwd.yaml:105:41
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v141[e]);
+      float (&v142)[32] = v141;
+      // spec: specs/fa2_bwd.yaml:118:41
       kg::wgmma_wait<0>();
       #pragma unroll
-      for (int e = 0; e < 64; ++e) kg::fence_operand(v165[e]);
+      for (int e = 0; e < 64; ++e) kg::fence_operand(v133[e]);
       #pragma unroll
-      for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v164)[e]);
-      float (&v175)[64] = v165;
-      // spec: specs/fa2_bwd.yaml:107:41
+      for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v132)[e]);
+      float (&v143)[64] = v133;
+      // spec: specs/fa2_bwd.yaml:120:41
       kg::wgmma_wait<0>();
       #pragma unroll
-      for (int e = 0; e < 64; ++e) kg::fence_operand(v169[e]);
+      for (int e = 0; e < 64; ++e) kg::fence_operand(v137[e]);
       #pragma unroll
-      for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v168)[e]);
-      float (&v176)[64] = v169;
-      // spec: specs/fa2_bwd.yaml:109:74
-      float v177[32];
+      for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v136)[e]);
+      float (&v144)[64] = v137;
+      // spec: specs/fa2_bwd.yaml:122:74
+      float v145[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v177[e] = (v174[e] * v2);
-      // spec: specs/fa2_bwd.yaml:109:27
+      for (int e = 0; e < 32; ++e) v145[e] = (v142[e] * v1);
+      // spec: specs/fa2_bwd.yaml:122:27
       if ((lane & 0) == 0 && (warp & 0) == 0) {
-        float* p_ = t_dq_acc + ((int64_t)(v13) * stride_dq_acc_0 + (int64_t)(v63) * stride_dq_acc_2);
+        float* p_ = t_dq_acc + ((int64_t)(v31) * stride_dq_acc_0 + (int64_t)(v84) * stride_dq_acc_2);
         const bool aligned_ = kg::aligned(p_, 8) && stride_dq_acc_0 % 2 == 0 && stride_dq_acc_1 % 2 == 0 && stride_dq_acc_2 % 2 == 0;
-        const int t0_ = v134 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+        const int t0_ = v89 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
         const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 64;
       #pragma unroll
         for (int e = 0; e < 32; e += 2) {
@@ -1048,53 +682,461 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
           const int64_t off_ = (int64_t)i0_ * stride_dq_acc_1 + (int64_t)i1_ * 1;
           if (aligned_ && i0_ < (size_SQ)) {
-            kg::atomic_add_vec<2>(p_ + off_, &v177[e]);
+            kg::atomic_add_vec<2>(p_ + off_, &v145[e]);
           } else {
       #pragma unroll
             for (int v = 0; v < 2; ++v)
-              if (i0_ < (size_SQ)) kg::atomic_add(p_ + off_ + v, v177[e + v]);
+              if (i0_ < (size_SQ)) kg::atomic_add(p_ + off_ + v, v145[e + v]);
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:109:27
+      // spec: specs/fa2_bwd.yaml:122:27
 
       float y0_[64];
       #pragma unroll
-      for (int e = 0; e < 64; ++e) y0_[e] = v175[e];
+      for (int e = 0; e < 64; ++e) y0_[e] = v143[e];
       float y1_[64];
       #pragma unroll
-      for (int e = 0; e < 64; ++e) y1_[e] = v176[e];
+      for (int e = 0; e < 64; ++e) y1_[e] = v144[e];
       #pragma unroll
-      for (int e = 0; e < 64; ++e) v132[e] = y0_[e];
+      for (int e = 0; e < 64; ++e) v87[e] = y0_[e];
       #pragma unroll
-      for (int e = 0; e < 64; ++e) v133[e] = y1_[e];
+      for (int e = 0; e < 64; ++e) v88[e] = y1_[e];
     }
-    // spec: specs/fa2_bwd.yaml:78:15
+    // spec: specs/fa2_bwd.yaml:116:29
+    kg::fp16* v146 = reinterpret_cast<kg::fp16*>(smem + 65536);
+    // spec: specs/fa2_bwd.yaml:115:28
+    kg::fp16* v147 = reinterpret_cast<kg::fp16*>(smem + 98304);
+    // spec: specs/fa2_bwd.yaml:91:15
+    const int v148 = 0;
+    // spec: specs/fa2_bwd.yaml:91:15
+    kg::fp16* v149 = v147 + (v148 % 2) * 8192;
+    // spec: specs/fa2_bwd.yaml:91:15
+    const bool v150 = (v63 < v62);
+    // spec: specs/fa2_bwd.yaml:92:24
+    kg::sync();
+    if (v150) {
+      const kg::fp16* p_ = t_q + ((int64_t)(v31) * stride_q_0 + (int64_t)(v84) * stride_q_2);
+      const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
+      const int64_t q_ = (int64_t)(v63 * 64) * stride_q_1 + 0;
+      const int r0_ = (lane + warp * 32) / 128 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 16 * 8;
+      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_q_1 + k0_);
+    #pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int r_ = r0_ + i * 16, k_ = k0_;
+        const int i0_ = v63 * 64 + r_, i1_ = 0 + k_;
+        const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_q_1;
+        const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
+        if (aligned_) {
+          const int n_ = (i0_ < (size_SQ)) * 8;
+          kg::cp_async<16>(&v149[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        } else {
+    #pragma unroll
+          for (int v = 0; v < 8; ++v)
+            v149[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+        }
+      }
+    }
+    kg::cp_async_commit();
+    // spec: specs/fa2_bwd.yaml:91:15
+    kg::fp16* v151 = v146 + (v148 % 2) * 8192;
+    // spec: specs/fa2_bwd.yaml:93:26
+    if (v150) {
+      const kg::fp16* p_ = t_do + ((int64_t)(v31) * stride_do_0 + (int64_t)(v84) * stride_do_2);
+      const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
+      const int64_t q_ = (int64_t)(v63 * 64) * stride_do_1 + 0;
+      const int r0_ = (lane + warp * 32) / 128 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 16 * 8;
+      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_do_1 + k0_);
+    #pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int r_ = r0_ + i * 16, k_ = k0_;
+        const int i0_ = v63 * 64 + r_, i1_ = 0 + k_;
+        const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_do_1;
+        const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
+        if (aligned_) {
+          const int n_ = (i0_ < (size_SQ)) * 8;
+          kg::cp_async<16>(&v151[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        } else {
+    #pragma unroll
+          for (int v = 0; v < 8; ++v)
+            v151[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+        }
+      }
+    }
+    kg::cp_async_commit();
+    // spec: specs/fa2_bwd.yaml:91:79
+    const int v152 = 1;
+    // spec: specs/fa2_bwd.yaml:91:15
+
+    float v153[64];
+    #pragma unroll
+    for (int e = 0; e < 64; ++e) v153[e] = v87[e];
+    float v154[64];
+    #pragma unroll
+    for (int e = 0; e < 64; ++e) v154[e] = v88[e];
+    for (int v155 = v63; v155 < v62; v155 += v152) {
+      float (&v156)[64] = v153;
+      float (&v157)[64] = v154;
+      
+      // spec: specs/fa2_bwd.yaml:91:15
+      const int v158 = (v155 - v63);
+      // spec: specs/fa2_bwd.yaml:91:15
+      const int v159 = (kg::floordiv(v158, v152));
+      // spec: specs/fa2_bwd.yaml:91:15
+      kg::fp16* v160 = v146 + (v159 % 2) * 8192;
+      // spec: specs/fa2_bwd.yaml:91:15
+      kg::fp16* v161 = v147 + (v159 % 2) * 8192;
+      // spec: specs/fa2_bwd.yaml:106:29
+      float v162[16];
+      {
+        const float* p_ = t_neg_lse_s + ((int64_t)(v31) * stride_neg_lse_s_0 + (int64_t)(v84) * stride_neg_lse_s_1);
+        const bool aligned_ = kg::aligned(p_, 8) && stride_neg_lse_s_0 % 2 == 0 && stride_neg_lse_s_1 % 2 == 0;
+        const int t0_ = v155 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
+      #pragma unroll
+        for (int e = 0; e < 16; e += 2) {
+          const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32;
+          const int64_t off_ = (int64_t)i0_ * 1;
+          const bool in_ = i0_ + 2 <= (size_SQ);
+          if (aligned_ && in_) {
+            kg::copy_vec<2>(&v162[e], p_ + off_);
+          } else {
+      #pragma unroll
+            for (int v = 0; v < 2; ++v)
+              v162[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+          }
+        }
+      }
+      // spec: specs/fa2_bwd.yaml:115:28
+      kg::cp_async_wait<1>();
+      kg::fence_proxy_async();
+      kg::sync();
+      // spec: specs/fa2_bwd.yaml:91:15
+      const int v163 = 1;
+      // spec: specs/fa2_bwd.yaml:91:15
+      const int v164 = (v159 + v163);
+      // spec: specs/fa2_bwd.yaml:91:15
+      kg::fp16* v165 = v147 + (v164 % 2) * 8192;
+      // spec: specs/fa2_bwd.yaml:92:24
+      const int v166 = (v155 + v152);
+      // spec: specs/fa2_bwd.yaml:92:24
+      const bool v167 = (v166 < v62);
+      // spec: specs/fa2_bwd.yaml:92:24
+      if (v167) {
+        const kg::fp16* p_ = t_q + ((int64_t)(v31) * stride_q_0 + (int64_t)(v84) * stride_q_2);
+        const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
+        const int64_t q_ = (int64_t)(v166 * 64) * stride_q_1 + 0;
+        const int r0_ = (lane + warp * 32) / 128 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 16 * 8;
+        const int64_t o0_ = q_ + ((int64_t)r0_ * stride_q_1 + k0_);
+      #pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int r_ = r0_ + i * 16, k_ = k0_;
+          const int i0_ = v166 * 64 + r_, i1_ = 0 + k_;
+          const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_q_1;
+          const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
+          if (aligned_) {
+            const int n_ = (i0_ < (size_SQ)) * 8;
+            kg::cp_async<16>(&v165[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          } else {
+      #pragma unroll
+            for (int v = 0; v < 8; ++v)
+              v165[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          }
+        }
+      }
+      kg::cp_async_commit();
+      // spec: specs/fa2_bwd.yaml:115:28
+      kg::fp16* v168 = v161;
+      // spec: specs/fa2_bwd.yaml:106:29
+      float (&v169)[16] = v162;
+      // spec: specs/fa2_bwd.yaml:115:28
+      float v170[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v170[e] = v169[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:115:28
+      float (&v171)[32] = v170;
+      {
+        const int wg_ = (warp / 4);
+        const uint64_t da_ = kg::wgmma_desc(v10, 128, 2048, 0);
+        const uint64_t db_ = kg::wgmma_desc(v168, 128, 2048, 0);
+        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
+        // (ptxas would then insert a warpgroup.arrive, C7519)
+      #pragma unroll
+        for (int e = 0; e < 32; ++e) kg::fence_operand(v171[e]);
+        kg::wgmma_fence();
+      #pragma unroll
+        for (int ks = 0; ks < 8; ++ks)
+      #pragma unroll
+          for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+            for (int rn = 0; rn < 1; ++rn)
+              kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v171[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), 1);
+        kg::wgmma_commit();
+      }
+      // spec: specs/fa2_bwd.yaml:116:49
+      float v172[16];
+      {
+        const float* p_ = t_delta + ((int64_t)(v31) * stride_delta_0 + (int64_t)(v84) * stride_delta_1);
+        const bool aligned_ = kg::aligned(p_, 8) && stride_delta_0 % 2 == 0 && stride_delta_1 % 2 == 0;
+        const int t0_ = v155 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
+      #pragma unroll
+        for (int e = 0; e < 16; e += 2) {
+          const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32;
+          const int64_t off_ = (int64_t)i0_ * 1;
+          const bool in_ = i0_ + 2 <= (size_SQ);
+          if (aligned_ && in_) {
+            kg::copy_vec<2>(&v172[e], p_ + off_);
+          } else {
+      #pragma unroll
+            for (int v = 0; v < 2; ++v)
+              v172[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+          }
+        }
+      }
+      // spec: specs/fa2_bwd.yaml:116:29
+      kg::cp_async_wait<1>();
+      kg::fence_proxy_async();
+      kg::sync();
+      // spec: specs/fa2_bwd.yaml:91:15
+      kg::fp16* v173 = v146 + (v164 % 2) * 8192;
+      // spec: specs/fa2_bwd.yaml:93:26
+      const int v174 = (v155 + v152);
+      // spec: specs/fa2_bwd.yaml:93:26
+      const bool v175 = (v174 < v62);
+      // spec: specs/fa2_bwd.yaml:93:26
+      if (v175) {
+        const kg::fp16* p_ = t_do + ((int64_t)(v31) * stride_do_0 + (int64_t)(v84) * stride_do_2);
+        const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
+        const int64_t q_ = (int64_t)(v174 * 64) * stride_do_1 + 0;
+        const int r0_ = (lane + warp * 32) / 128 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 16 * 8;
+        const int64_t o0_ = q_ + ((int64_t)r0_ * stride_do_1 + k0_);
+      #pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int r_ = r0_ + i * 16, k_ = k0_;
+          const int i0_ = v174 * 64 + r_, i1_ = 0 + k_;
+          const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_do_1;
+          const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
+          if (aligned_) {
+            const int n_ = (i0_ < (size_SQ)) * 8;
+            kg::cp_async<16>(&v173[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          } else {
+      #pragma unroll
+            for (int v = 0; v < 8; ++v)
+              v173[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          }
+        }
+      }
+      kg::cp_async_commit();
+      // spec: specs/fa2_bwd.yaml:116:29
+      kg::fp16* v176 = v160;
+      // spec: specs/fa2_bwd.yaml:116:48
+      const float v177 = -1.0f;
+      // spec: specs/fa2_bwd.yaml:116:48
+      float v178[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v178[e] = (v172[e] * v177);
+      // spec: specs/fa2_bwd.yaml:116:47
+      float (&v179)[16] = v178;
+      // spec: specs/fa2_bwd.yaml:116:29
+      float v180[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v180[e] = v179[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:115:28
+      kg::wgmma_wait<0>();
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v171[e]);
+      float (&v181)[32] = v171;
+      // spec: specs/fa2_bwd.yaml:116:29
+      float (&v182)[32] = v180;
+      {
+        const int wg_ = (warp / 4);
+        const uint64_t da_ = kg::wgmma_desc(v35, 128, 2048, 0);
+        const uint64_t db_ = kg::wgmma_desc(v176, 128, 2048, 0);
+        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
+        // (ptxas would then insert a warpgroup.arrive, C7519)
+      #pragma unroll
+        for (int e = 0; e < 32; ++e) kg::fence_operand(v182[e]);
+        kg::wgmma_fence();
+      #pragma unroll
+        for (int ks = 0; ks < 8; ++ks)
+      #pragma unroll
+          for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+            for (int rn = 0; rn < 1; ++rn)
+              kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v182[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), 1);
+        kg::wgmma_commit();
+      }
+      // spec: specs/fa2_bwd.yaml:117:33
+      float v183[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v183[e] = (v181[e] * v67);
+      // spec: specs/fa2_bwd.yaml:117:28
+      float v184[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v184[e] = kg::exp2_(v183[e]);
+      // spec: specs/fa2_bwd.yaml:118:45
+      kg::fp16 v185[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v185[e] = kg::cvt<kg::fp16>(v184[e]);
+      // spec: specs/fa2_bwd.yaml:118:41
+      float (&v186)[64] = v156;
+      {
+        const int wg_ = (warp / 4);
+        const uint64_t db_ = kg::wgmma_desc(v160, 2048, 128, 0);
+        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
+        // (ptxas would then insert a warpgroup.arrive, C7519)
+      #pragma unroll
+        for (int e = 0; e < 64; ++e) kg::fence_operand(v186[e]);
+        kg::wgmma_fence();
+      #pragma unroll
+        for (int ks = 0; ks < 4; ++ks)
+      #pragma unroll
+          for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+            for (int rn = 0; rn < 1; ++rn)
+              kg::wgmma_m64n128k16_fp16_rs<1>(&v186[(rm * 1 + rn) * 64], &v185[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 1) * 128 + rn * 128)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 1) * 128 + rn * 128)) % 8) * 2 / 16), 1);
+        kg::wgmma_commit();
+      }
+      // spec: specs/fa2_bwd.yaml:116:29
+      kg::wgmma_wait<1>();
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v182[e]);
+      float (&v187)[32] = v182;
+      // spec: specs/fa2_bwd.yaml:119:30
+      float v188[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v188[e] = (v184[e] * v187[e]);
+      // spec: specs/fa2_bwd.yaml:119:29
+      kg::fp16 v189[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v189[e] = kg::cvt<kg::fp16>(v188[e]);
+      // spec: specs/fa2_bwd.yaml:120:41
+      float (&v190)[64] = v157;
+      {
+        const int wg_ = (warp / 4);
+        const uint64_t db_ = kg::wgmma_desc(v161, 2048, 128, 0);
+        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
+        // (ptxas would then insert a warpgroup.arrive, C7519)
+      #pragma unroll
+        for (int e = 0; e < 64; ++e) kg::fence_operand(v190[e]);
+        kg::wgmma_fence();
+      #pragma unroll
+        for (int ks = 0; ks < 4; ++ks)
+      #pragma unroll
+          for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+            for (int rn = 0; rn < 1; ++rn)
+              kg::wgmma_m64n128k16_fp16_rs<1>(&v190[(rm * 1 + rn) * 64], &v189[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 1) * 128 + rn * 128)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 1) * 128 + rn * 128)) % 8) * 2 / 16), 1);
+        kg::wgmma_commit();
+      }
+      // spec: specs/fa2_bwd.yaml:122:74
+      kg::fp16* v191 = reinterpret_cast<kg::fp16*>(smem + 131072);
+      kg::sync();
+      #pragma unroll
+      for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v191[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v189[e]);
+      kg::fence_proxy_async();
+      kg::sync();
+      // spec: specs/fa2_bwd.yaml:122:74
+      kg::fp16* v192 = v191;
+      // spec: specs/fa2_bwd.yaml:122:74
+      float v193[32];
+      // spec: specs/fa2_bwd.yaml:122:74
+      float (&v194)[32] = v193;
+      {
+        const int wg_ = (warp / 4);
+        const uint64_t da_ = kg::wgmma_desc(v192, 1024, 128, 0);
+        const uint64_t db_ = kg::wgmma_desc(v10, 2048, 128, 0);
+        kg::wgmma_fence();
+      #pragma unroll
+        for (int ks = 0; ks < 8; ++ks)
+      #pragma unroll
+          for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+            for (int rn = 0; rn < 1; ++rn)
+              kg::wgmma_m64n64k16_fp16_ss<1, 1>(&v194[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 2) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 2) * 64 + rm * 64)) % 8) * 2 / 16), db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 2) * 64 + rn * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 2) * 64 + rn * 64)) % 8) * 2 / 16), (ks > 0));
+        kg::wgmma_commit();
+      }
+      // spec: specs/fa2_bwd.yaml:122:74
+      kg::wgmma_wait<0>();
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v194[e]);
+      float (&v195)[32] = v194;
+      // spec: specs/fa2_bwd.yaml:118:41
+      kg::wgmma_wait<0>();
+      #pragma unroll
+      for (int e = 0; e < 64; ++e) kg::fence_operand(v186[e]);
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v185)[e]);
+      float (&v196)[64] = v186;
+      // spec: specs/fa2_bwd.yaml:120:41
+      kg::wgmma_wait<0>();
+      #pragma unroll
+      for (int e = 0; e < 64; ++e) kg::fence_operand(v190[e]);
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v189)[e]);
+      float (&v197)[64] = v190;
+      // spec: specs/fa2_bwd.yaml:122:74
+      float v198[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v198[e] = (v195[e] * v1);
+      // spec: specs/fa2_bwd.yaml:122:27
+      if ((lane & 0) == 0 && (warp & 0) == 0) {
+        float* p_ = t_dq_acc + ((int64_t)(v31) * stride_dq_acc_0 + (int64_t)(v84) * stride_dq_acc_2);
+        const bool aligned_ = kg::aligned(p_, 8) && stride_dq_acc_0 % 2 == 0 && stride_dq_acc_1 % 2 == 0 && stride_dq_acc_2 % 2 == 0;
+        const int t0_ = v155 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+        const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 64;
+      #pragma unroll
+        for (int e = 0; e < 32; e += 2) {
+          const int i0_ = t0_ + ((e >> 1) & 1) * 8;
+          const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
+          const int64_t off_ = (int64_t)i0_ * stride_dq_acc_1 + (int64_t)i1_ * 1;
+          if (aligned_ && i0_ < (size_SQ)) {
+            kg::atomic_add_vec<2>(p_ + off_, &v198[e]);
+          } else {
+      #pragma unroll
+            for (int v = 0; v < 2; ++v)
+              if (i0_ < (size_SQ)) kg::atomic_add(p_ + off_ + v, v198[e + v]);
+          }
+        }
+      }
+      // spec: specs/fa2_bwd.yaml:122:27
+
+      float y0_[64];
+      #pragma unroll
+      for (int e = 0; e < 64; ++e) y0_[e] = v196[e];
+      float y1_[64];
+      #pragma unroll
+      for (int e = 0; e < 64; ++e) y1_[e] = v197[e];
+      #pragma unroll
+      for (int e = 0; e < 64; ++e) v153[e] = y0_[e];
+      #pragma unroll
+      for (int e = 0; e < 64; ++e) v154[e] = y1_[e];
+    }
+    // spec: specs/fa2_bwd.yaml:91:15
 
     float y0_[64];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) y0_[e] = v132[e];
+    for (int e = 0; e < 64; ++e) y0_[e] = v153[e];
     float y1_[64];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) y1_[e] = v133[e];
+    for (int e = 0; e < 64; ++e) y1_[e] = v154[e];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) v52[e] = y0_[e];
+    for (int e = 0; e < 64; ++e) v73[e] = y0_[e];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) v53[e] = y1_[e];
+    for (int e = 0; e < 64; ++e) v74[e] = y1_[e];
   }
-  // spec: specs/fa2_bwd.yaml:124:34
-  float v178[64];
+  // spec: specs/fa2_bwd.yaml:137:34
+  float v199[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v178[e] = (v53[e] * v2);
-  // spec: specs/fa2_bwd.yaml:124:33
-  kg::fp16 v179[64];
+  for (int e = 0; e < 64; ++e) v199[e] = (v74[e] * v1);
+  // spec: specs/fa2_bwd.yaml:137:33
+  kg::fp16 v200[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v179[e] = kg::cvt<kg::fp16>(v178[e]);
-  // spec: specs/fa2_bwd.yaml:124:7
+  for (int e = 0; e < 64; ++e) v200[e] = kg::cvt<kg::fp16>(v199[e]);
+  // spec: specs/fa2_bwd.yaml:137:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
-    kg::fp16* p_ = t_dk + ((int64_t)(v13) * stride_dk_0 + (int64_t)(v12) * stride_dk_2);
+    kg::fp16* p_ = t_dk + ((int64_t)(v31) * stride_dk_0 + (int64_t)(v30) * stride_dk_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dk_0 % 2 == 0 && stride_dk_1 % 2 == 0 && stride_dk_2 % 2 == 0;
-    const int t0_ = v7 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
+    const int t0_ = v34 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
     const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
   #pragma unroll
     for (int e = 0; e < 64; e += 2) {
@@ -1102,23 +1144,23 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32 + ((e >> 5) & 1) * 64;
       const int64_t off_ = (int64_t)i0_ * stride_dk_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SK)) {
-        kg::copy_vec<2>(p_ + off_, &v179[e]);
+        kg::copy_vec<2>(p_ + off_, &v200[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SK)) p_[off_ + v] = v179[e + v];
+          if (i0_ < (size_SK)) p_[off_ + v] = v200[e + v];
       }
     }
   }
-  // spec: specs/fa2_bwd.yaml:125:33
-  kg::fp16 v180[64];
+  // spec: specs/fa2_bwd.yaml:138:33
+  kg::fp16 v201[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v180[e] = kg::cvt<kg::fp16>(v52[e]);
-  // spec: specs/fa2_bwd.yaml:125:7
+  for (int e = 0; e < 64; ++e) v201[e] = kg::cvt<kg::fp16>(v73[e]);
+  // spec: specs/fa2_bwd.yaml:138:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
-    kg::fp16* p_ = t_dv + ((int64_t)(v13) * stride_dv_0 + (int64_t)(v12) * stride_dv_2);
+    kg::fp16* p_ = t_dv + ((int64_t)(v31) * stride_dv_0 + (int64_t)(v30) * stride_dv_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dv_0 % 2 == 0 && stride_dv_1 % 2 == 0 && stride_dv_2 % 2 == 0;
-    const int t0_ = v7 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
+    const int t0_ = v34 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
     const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
   #pragma unroll
     for (int e = 0; e < 64; e += 2) {
@@ -1126,11 +1168,11 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32 + ((e >> 5) & 1) * 64;
       const int64_t off_ = (int64_t)i0_ * stride_dv_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SK)) {
-        kg::copy_vec<2>(p_ + off_, &v180[e]);
+        kg::copy_vec<2>(p_ + off_, &v201[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SK)) p_[off_ + v] = v180[e + v];
+          if (i0_ < (size_SK)) p_[off_ + v] = v201[e + v];
       }
     }
   }

@@ -28,443 +28,363 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
   // the causal D=128 forward from 202 to 180 registers)
   const int warp = __shfl_sync(0xffffffffu, kg::thread_id() / kg::WAVE, 0);
   
-  // spec: specs/fa2_bwd.yaml:64:59
+  // spec: specs/fa2_bwd.yaml:77:48
   const int v0 = size_SQ;
-  // spec: specs/fa2_bwd.yaml:64:54
-  const int v1 = size_SK;
-  // spec: specs/fa2_bwd.yaml:60:16
-  const float v2 = scalar_softmax_scale;
-  // spec: specs/fa2_bwd.yaml:55:15
-  const int v3 = size_H;
-  // spec: specs/fa2_bwd.yaml:53:28
-  const int v4 = size_HKV;
-  // spec: specs/fa2_bwd.yaml:53:11
-  const int v5 = kg::block_id_y();
+  // spec: specs/fa2_bwd.yaml:73:16
+  const float v1 = scalar_softmax_scale;
+  // spec: specs/fa2_bwd.yaml:68:15
+  const int v2 = size_H;
+  // spec: specs/fa2_bwd.yaml:63:35
+  const int v3 = size_HKV;
+  // spec: specs/fa2_bwd.yaml:63:31
+  const int v4 = size_B;
+  // spec: specs/fa2_bwd.yaml:53:19
+  const int v5 = size_SK;
   // spec: specs/fa2_bwd.yaml:54:12
   const int v6 = kg::block_id_y();
-  // spec: specs/fa2_bwd.yaml:56:20
+  // spec: specs/fa2_bwd.yaml:55:12
   const int v7 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:57:14
-  const int v8 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:64:27
+  // spec: specs/fa2_bwd.yaml:61:17
+  const int v8 = kg::block_id_y();
+  // spec: specs/fa2_bwd.yaml:61:40
   const int v9 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:74:41
-  const int v10 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:102:28
-  kg::fp16* v11 = reinterpret_cast<kg::fp16*>(smem + 0);
-  // spec: specs/fa2_bwd.yaml:54:12
-  const int v12 = (kg::mod(v6, v4));
-  // spec: specs/fa2_bwd.yaml:53:11
-  const int v13 = (kg::floordiv(v5, v4));
-  // spec: specs/fa2_bwd.yaml:58:12
+  // spec: specs/fa2_bwd.yaml:115:28
+  kg::fp16* v10 = reinterpret_cast<kg::fp16*>(smem + 0);
+  // spec: specs/fa2_bwd.yaml:62:16
+  const int v11 = 16;
+  // spec: specs/fa2_bwd.yaml:62:24
+  const int v12 = 16;
+  // spec: specs/fa2_bwd.yaml:53:14
+  const int v13 = 128;
+  // spec: specs/fa2_bwd.yaml:53:14
+  const int v14 = 127;
+  // spec: specs/fa2_bwd.yaml:53:14
+  const int v15 = (v5 + v14);
+  // spec: specs/fa2_bwd.yaml:53:14
+  const int v16 = (kg::floordiv(v15, v13));
+  // spec: specs/fa2_bwd.yaml:62:24
+  const int v17 = (v12 * v16);
+  // spec: specs/fa2_bwd.yaml:61:17
+  const int v18 = (v8 * v16);
+  // spec: specs/fa2_bwd.yaml:61:17
+  const int v19 = (v18 + v9);
+  // spec: specs/fa2_bwd.yaml:62:16
+  const int v20 = (kg::floordiv(v19, v17));
+  // spec: specs/fa2_bwd.yaml:62:16
+  const int v21 = (v20 * v11);
+  // spec: specs/fa2_bwd.yaml:64:28
+  const int v22 = (v21 * v16);
+  // spec: specs/fa2_bwd.yaml:64:22
+  const int v23 = (v19 - v22);
+  // spec: specs/fa2_bwd.yaml:63:19
+  const int v24 = 16;
+  // spec: specs/fa2_bwd.yaml:63:31
+  const int v25 = (v4 * v3);
+  // spec: specs/fa2_bwd.yaml:63:31
+  const int v26 = (v25 - v21);
+  // spec: specs/fa2_bwd.yaml:63:19
+  const int v27 = (kg::min_(v24, v26));
+  // spec: specs/fa2_bwd.yaml:64:21
+  const int v28 = (kg::mod(v23, v27));
+  // spec: specs/fa2_bwd.yaml:64:16
+  const int v29 = (v21 + v28);
+  // spec: specs/fa2_bwd.yaml:67:12
+  const int v30 = (kg::mod(v29, v3));
+  // spec: specs/fa2_bwd.yaml:66:11
+  const int v31 = (kg::floordiv(v29, v3));
+  // spec: specs/fa2_bwd.yaml:65:23
+  const int v32 = (v21 * v16);
+  // spec: specs/fa2_bwd.yaml:65:17
+  const int v33 = (v19 - v32);
+  // spec: specs/fa2_bwd.yaml:65:16
+  const int v34 = (kg::floordiv(v33, v27));
+  // spec: specs/fa2_bwd.yaml:71:12
   kg::sync();
   if (true) {
-    const kg::fp16* p_ = t_k + ((int64_t)(v13) * stride_k_0 + (int64_t)(v12) * stride_k_2);
+    const kg::fp16* p_ = t_k + ((int64_t)(v31) * stride_k_0 + (int64_t)(v30) * stride_k_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v7 * 128) * stride_k_1 + 0;
-    const int r0_ = (lane + warp * 32) / 128 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 16 * 8;
+    const int64_t q_ = (int64_t)(v34 * 128) * stride_k_1 + 0;
+    const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
     const int64_t o0_ = q_ + ((int64_t)r0_ * stride_k_1 + k0_);
   #pragma unroll
     for (int i = 0; i < 8; ++i) {
       const int r_ = r0_ + i * 16, k_ = k0_;
-      const int i0_ = v7 * 128 + r_, i1_ = 0 + k_;
+      const int i0_ = v34 * 128 + r_, i1_ = 0 + k_;
       const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_k_1;
-      const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
+      const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 8192 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
       if (aligned_) {
         const int n_ = (i0_ < (size_SK)) * 8;
-        kg::cp_async<16>(&v11[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        kg::cp_async<16>(&v10[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v11[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          v10[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
       }
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_bwd.yaml:102:28
+  // spec: specs/fa2_bwd.yaml:115:28
   kg::cp_async_wait<0>();
   kg::fence_proxy_async();
   kg::sync();
-  // spec: specs/fa2_bwd.yaml:103:29
-  kg::fp16* v14 = reinterpret_cast<kg::fp16*>(smem + 32768);
-  // spec: specs/fa2_bwd.yaml:59:12
+  // spec: specs/fa2_bwd.yaml:116:29
+  kg::fp16* v35 = reinterpret_cast<kg::fp16*>(smem + 32768);
+  // spec: specs/fa2_bwd.yaml:72:12
   if (true) {
-    const kg::fp16* p_ = t_v + ((int64_t)(v13) * stride_v_0 + (int64_t)(v12) * stride_v_2);
+    const kg::fp16* p_ = t_v + ((int64_t)(v31) * stride_v_0 + (int64_t)(v30) * stride_v_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v7 * 128) * stride_v_1 + 0;
-    const int r0_ = (lane + warp * 32) / 128 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 16 * 8;
+    const int64_t q_ = (int64_t)(v34 * 128) * stride_v_1 + 0;
+    const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
     const int64_t o0_ = q_ + ((int64_t)r0_ * stride_v_1 + k0_);
   #pragma unroll
     for (int i = 0; i < 8; ++i) {
       const int r_ = r0_ + i * 16, k_ = k0_;
-      const int i0_ = v7 * 128 + r_, i1_ = 0 + k_;
+      const int i0_ = v34 * 128 + r_, i1_ = 0 + k_;
       const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_v_1;
-      const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
+      const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 8192 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
       if (aligned_) {
         const int n_ = (i0_ < (size_SK)) * 8;
-        kg::cp_async<16>(&v14[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        kg::cp_async<16>(&v35[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v14[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          v35[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
       }
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_bwd.yaml:103:29
+  // spec: specs/fa2_bwd.yaml:116:29
   kg::cp_async_wait<0>();
   kg::fence_proxy_async();
   kg::sync();
-  // spec: specs/fa2_bwd.yaml:75:22
-  const int v15 = 1;
-  // spec: specs/fa2_bwd.yaml:75:22
-  const int v16 = 0;
-  // spec: specs/fa2_bwd.yaml:74:35
-  const int v17 = 64;
-  // spec: specs/fa2_bwd.yaml:74:35
-  const int v18 = 63;
-  // spec: specs/fa2_bwd.yaml:74:77
-  const int v19 = (v1 - v0);
-  // spec: specs/fa2_bwd.yaml:74:40
-  const int v20 = 1;
-  // spec: specs/fa2_bwd.yaml:74:40
-  const int v21 = 128;
-  // spec: specs/fa2_bwd.yaml:74:41
-  const int v22 = 1;
-  // spec: specs/fa2_bwd.yaml:74:41
-  const int v23 = (v10 + v22);
-  // spec: specs/fa2_bwd.yaml:74:40
-  const int v24 = (v23 * v21);
-  // spec: specs/fa2_bwd.yaml:74:40
-  const int v25 = (v24 - v20);
-  // spec: specs/fa2_bwd.yaml:74:40
-  const int v26 = (v25 - v19);
-  // spec: specs/fa2_bwd.yaml:74:35
-  const int v27 = (v26 + v18);
-  // spec: specs/fa2_bwd.yaml:74:35
-  const int v28 = (kg::floordiv(v27, v17));
-  // spec: specs/fa2_bwd.yaml:64:19
-  const int v29 = 64;
-  // spec: specs/fa2_bwd.yaml:64:19
-  const int v30 = 0;
-  // spec: specs/fa2_bwd.yaml:64:54
-  const int v31 = (v1 - v0);
-  // spec: specs/fa2_bwd.yaml:64:27
-  const int v32 = 128;
-  // spec: specs/fa2_bwd.yaml:64:27
-  const int v33 = (v9 * v32);
-  // spec: specs/fa2_bwd.yaml:64:27
-  const int v34 = (v33 - v31);
-  // spec: specs/fa2_bwd.yaml:64:19
-  const int v35 = (kg::max_(v34, v30));
-  // spec: specs/fa2_bwd.yaml:64:19
-  const int v36 = (kg::floordiv(v35, v29));
-  // spec: specs/fa2_bwd.yaml:74:27
-  const int v37 = (kg::max_(v28, v36));
-  // spec: specs/fa2_bwd.yaml:67:13
+  // spec: specs/fa2_bwd.yaml:88:22
+  const int v36 = 1;
+  // spec: specs/fa2_bwd.yaml:88:22
+  const int v37 = 0;
+  // spec: specs/fa2_bwd.yaml:87:35
   const int v38 = 64;
-  // spec: specs/fa2_bwd.yaml:67:13
+  // spec: specs/fa2_bwd.yaml:87:35
   const int v39 = 63;
-  // spec: specs/fa2_bwd.yaml:67:13
-  const int v40 = (v0 + v39);
-  // spec: specs/fa2_bwd.yaml:67:13
-  const int v41 = (kg::floordiv(v40, v38));
-  // spec: specs/fa2_bwd.yaml:74:19
-  const int v42 = (kg::min_(v37, v41));
-  // spec: specs/fa2_bwd.yaml:66:16
-  float v43[64];
+  // spec: specs/fa2_bwd.yaml:87:66
+  const int v40 = (v5 - v0);
+  // spec: specs/fa2_bwd.yaml:87:40
+  const int v41 = 1;
+  // spec: specs/fa2_bwd.yaml:87:40
+  const int v42 = 128;
+  // spec: specs/fa2_bwd.yaml:87:41
+  const int v43 = 1;
+  // spec: specs/fa2_bwd.yaml:87:41
+  const int v44 = (v34 + v43);
+  // spec: specs/fa2_bwd.yaml:87:40
+  const int v45 = (v44 * v42);
+  // spec: specs/fa2_bwd.yaml:87:40
+  const int v46 = (v45 - v41);
+  // spec: specs/fa2_bwd.yaml:87:40
+  const int v47 = (v46 - v40);
+  // spec: specs/fa2_bwd.yaml:87:35
+  const int v48 = (v47 + v39);
+  // spec: specs/fa2_bwd.yaml:87:35
+  const int v49 = (kg::floordiv(v48, v38));
+  // spec: specs/fa2_bwd.yaml:77:19
+  const int v50 = 64;
+  // spec: specs/fa2_bwd.yaml:77:19
+  const int v51 = 0;
+  // spec: specs/fa2_bwd.yaml:77:43
+  const int v52 = (v5 - v0);
+  // spec: specs/fa2_bwd.yaml:77:27
+  const int v53 = 128;
+  // spec: specs/fa2_bwd.yaml:77:27
+  const int v54 = (v34 * v53);
+  // spec: specs/fa2_bwd.yaml:77:27
+  const int v55 = (v54 - v52);
+  // spec: specs/fa2_bwd.yaml:77:19
+  const int v56 = (kg::max_(v55, v51));
+  // spec: specs/fa2_bwd.yaml:77:19
+  const int v57 = (kg::floordiv(v56, v50));
+  // spec: specs/fa2_bwd.yaml:87:27
+  const int v58 = (kg::max_(v49, v57));
+  // spec: specs/fa2_bwd.yaml:80:13
+  const int v59 = 64;
+  // spec: specs/fa2_bwd.yaml:80:13
+  const int v60 = 63;
+  // spec: specs/fa2_bwd.yaml:80:13
+  const int v61 = (v0 + v60);
+  // spec: specs/fa2_bwd.yaml:80:13
+  const int v62 = (kg::floordiv(v61, v59));
+  // spec: specs/fa2_bwd.yaml:87:19
+  const int v63 = (kg::min_(v58, v62));
+  // spec: specs/fa2_bwd.yaml:79:16
+  float v64[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v43[e] = 0.0f;
-  // spec: specs/fa2_bwd.yaml:65:16
-  float v44[64];
+  for (int e = 0; e < 64; ++e) v64[e] = 0.0f;
+  // spec: specs/fa2_bwd.yaml:78:16
+  float v65[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v44[e] = 0.0f;
-  // spec: specs/fa2_bwd.yaml:60:16
-  const float v45 = 1.4426950408889634f;
-  // spec: specs/fa2_bwd.yaml:60:16
-  const float v46 = (v2 * v45);
-  // spec: specs/fa2_bwd.yaml:57:40
-  int v47[2];
+  for (int e = 0; e < 64; ++e) v65[e] = 0.0f;
+  // spec: specs/fa2_bwd.yaml:73:16
+  const float v66 = 1.4426950408889634f;
+  // spec: specs/fa2_bwd.yaml:73:16
+  const float v67 = (v1 * v66);
+  // spec: specs/fa2_bwd.yaml:70:29
+  int v68[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v47[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 8);
-  // spec: specs/fa2_bwd.yaml:57:14
-  const int v48 = 128;
-  // spec: specs/fa2_bwd.yaml:57:14
-  const int v49 = (v8 * v48);
-  // spec: specs/fa2_bwd.yaml:57:14
-  int v50[2];
+  for (int e = 0; e < 2; ++e) v68[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 8);
+  // spec: specs/fa2_bwd.yaml:70:14
+  const int v69 = 128;
+  // spec: specs/fa2_bwd.yaml:70:14
+  const int v70 = (v34 * v69);
+  // spec: specs/fa2_bwd.yaml:70:14
+  int v71[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v50[e] = (v49 + v47[e]);
-  // spec: specs/fa2_bwd.yaml:55:15
-  const int v51 = (kg::floordiv(v3, v4));
-  // spec: specs/fa2_bwd.yaml:75:7
+  for (int e = 0; e < 2; ++e) v71[e] = (v70 + v68[e]);
+  // spec: specs/fa2_bwd.yaml:68:15
+  const int v72 = (kg::floordiv(v2, v3));
+  // spec: specs/fa2_bwd.yaml:88:7
 
-  float v52[64];
+  float v73[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v52[e] = v43[e];
-  float v53[64];
+  for (int e = 0; e < 64; ++e) v73[e] = v64[e];
+  float v74[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v53[e] = v44[e];
-  for (int v54 = v16; v54 < v51; v54 += v15) {
-    float (&v55)[64] = v52;
-    float (&v56)[64] = v53;
+  for (int e = 0; e < 64; ++e) v74[e] = v65[e];
+  for (int v75 = v37; v75 < v72; v75 += v36) {
+    float (&v76)[64] = v73;
+    float (&v77)[64] = v74;
     
-    // spec: specs/fa2_bwd.yaml:103:29
-    kg::fp16* v57 = reinterpret_cast<kg::fp16*>(smem + 65536);
-    // spec: specs/fa2_bwd.yaml:102:28
-    kg::fp16* v58 = reinterpret_cast<kg::fp16*>(smem + 98304);
-    // spec: specs/fa2_bwd.yaml:78:15
-    const int v59 = 0;
-    // spec: specs/fa2_bwd.yaml:78:15
-    kg::fp16* v60 = v58 + (v59 % 2) * 8192;
-    // spec: specs/fa2_bwd.yaml:78:15
-    const bool v61 = (v36 < v42);
-    // spec: specs/fa2_bwd.yaml:76:15
-    const int v62 = (v12 * v51);
-    // spec: specs/fa2_bwd.yaml:76:15
-    const int v63 = (v62 + v54);
-    // spec: specs/fa2_bwd.yaml:79:24
+    // spec: specs/fa2_bwd.yaml:116:29
+    kg::fp16* v78 = reinterpret_cast<kg::fp16*>(smem + 65536);
+    // spec: specs/fa2_bwd.yaml:115:28
+    kg::fp16* v79 = reinterpret_cast<kg::fp16*>(smem + 98304);
+    // spec: specs/fa2_bwd.yaml:91:15
+    const int v80 = 0;
+    // spec: specs/fa2_bwd.yaml:91:15
+    kg::fp16* v81 = v79 + (v80 % 2) * 8192;
+    // spec: specs/fa2_bwd.yaml:91:15
+    const bool v82 = (v57 < v63);
+    // spec: specs/fa2_bwd.yaml:89:15
+    const int v83 = (v30 * v72);
+    // spec: specs/fa2_bwd.yaml:89:15
+    const int v84 = (v83 + v75);
+    // spec: specs/fa2_bwd.yaml:92:24
     kg::sync();
-    if (v61) {
-      const kg::fp16* p_ = t_q + ((int64_t)(v13) * stride_q_0 + (int64_t)(v63) * stride_q_2);
+    if (v82) {
+      const kg::fp16* p_ = t_q + ((int64_t)(v31) * stride_q_0 + (int64_t)(v84) * stride_q_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v36 * 64) * stride_q_1 + 0;
-      const int r0_ = (lane + warp * 32) / 128 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 16 * 8;
+      const int64_t q_ = (int64_t)(v57 * 64) * stride_q_1 + 0;
+      const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
       const int64_t o0_ = q_ + ((int64_t)r0_ * stride_q_1 + k0_);
     #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int r_ = r0_ + i * 16, k_ = k0_;
-        const int i0_ = v36 * 64 + r_, i1_ = 0 + k_;
+        const int i0_ = v57 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_q_1;
-        const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
+        const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 4096 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
         if (aligned_) {
           const int n_ = (i0_ < (size_SQ)) * 8;
-          kg::cp_async<16>(&v60[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v81[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v60[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v81[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
-    // spec: specs/fa2_bwd.yaml:78:15
-    kg::fp16* v64 = v57 + (v59 % 2) * 8192;
-    // spec: specs/fa2_bwd.yaml:80:26
-    if (v61) {
-      const kg::fp16* p_ = t_do + ((int64_t)(v13) * stride_do_0 + (int64_t)(v63) * stride_do_2);
+    // spec: specs/fa2_bwd.yaml:91:15
+    kg::fp16* v85 = v78 + (v80 % 2) * 8192;
+    // spec: specs/fa2_bwd.yaml:93:26
+    if (v82) {
+      const kg::fp16* p_ = t_do + ((int64_t)(v31) * stride_do_0 + (int64_t)(v84) * stride_do_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v36 * 64) * stride_do_1 + 0;
-      const int r0_ = (lane + warp * 32) / 128 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 16 * 8;
+      const int64_t q_ = (int64_t)(v57 * 64) * stride_do_1 + 0;
+      const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
       const int64_t o0_ = q_ + ((int64_t)r0_ * stride_do_1 + k0_);
     #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int r_ = r0_ + i * 16, k_ = k0_;
-        const int i0_ = v36 * 64 + r_, i1_ = 0 + k_;
+        const int i0_ = v57 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_do_1;
-        const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
+        const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 4096 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
         if (aligned_) {
           const int n_ = (i0_ < (size_SQ)) * 8;
-          kg::cp_async<16>(&v64[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v85[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v64[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v85[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
-    // spec: specs/fa2_bwd.yaml:78:58
-    const int v65 = 1;
-    // spec: specs/fa2_bwd.yaml:78:15
+    // spec: specs/fa2_bwd.yaml:91:58
+    const int v86 = 1;
+    // spec: specs/fa2_bwd.yaml:91:15
 
-    float v66[64];
+    float v87[64];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) v66[e] = v55[e];
-    float v67[64];
+    for (int e = 0; e < 64; ++e) v87[e] = v76[e];
+    float v88[64];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) v67[e] = v56[e];
-    for (int v68 = v36; v68 < v42; v68 += v65) {
-      float (&v69)[64] = v66;
-      float (&v70)[64] = v67;
+    for (int e = 0; e < 64; ++e) v88[e] = v77[e];
+    for (int v89 = v57; v89 < v63; v89 += v86) {
+      float (&v90)[64] = v87;
+      float (&v91)[64] = v88;
       
-      // spec: specs/fa2_bwd.yaml:78:15
-      const int v71 = (v68 - v36);
-      // spec: specs/fa2_bwd.yaml:78:15
-      const int v72 = (kg::floordiv(v71, v65));
-      // spec: specs/fa2_bwd.yaml:78:15
-      kg::fp16* v73 = v57 + (v72 % 2) * 8192;
-      // spec: specs/fa2_bwd.yaml:78:15
-      kg::fp16* v74 = v58 + (v72 % 2) * 8192;
-      // spec: specs/fa2_bwd.yaml:93:29
-      float v75[16];
+      // spec: specs/fa2_bwd.yaml:91:15
+      const int v92 = (v89 - v57);
+      // spec: specs/fa2_bwd.yaml:91:15
+      const int v93 = (kg::floordiv(v92, v86));
+      // spec: specs/fa2_bwd.yaml:91:15
+      kg::fp16* v94 = v78 + (v93 % 2) * 8192;
+      // spec: specs/fa2_bwd.yaml:91:15
+      kg::fp16* v95 = v79 + (v93 % 2) * 8192;
+      // spec: specs/fa2_bwd.yaml:106:29
+      float v96[16];
       {
-        const float* p_ = t_neg_lse_s + ((int64_t)(v13) * stride_neg_lse_s_0 + (int64_t)(v63) * stride_neg_lse_s_1);
+        const float* p_ = t_neg_lse_s + ((int64_t)(v31) * stride_neg_lse_s_0 + (int64_t)(v84) * stride_neg_lse_s_1);
         const bool aligned_ = kg::aligned(p_, 8) && stride_neg_lse_s_0 % 2 == 0 && stride_neg_lse_s_1 % 2 == 0;
-        const int t0_ = v68 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
+        const int t0_ = v89 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
       #pragma unroll
         for (int e = 0; e < 16; e += 2) {
           const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32;
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 2 <= (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<2>(&v75[e], p_ + off_);
+            kg::copy_vec<2>(&v96[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 2; ++v)
-              v75[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+              v96[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:102:28
+      // spec: specs/fa2_bwd.yaml:115:28
       kg::cp_async_wait<1>();
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:78:15
-      const int v76 = 1;
-      // spec: specs/fa2_bwd.yaml:78:15
-      const int v77 = (v72 + v76);
-      // spec: specs/fa2_bwd.yaml:78:15
-      kg::fp16* v78 = v58 + (v77 % 2) * 8192;
-      // spec: specs/fa2_bwd.yaml:79:24
-      const int v79 = (v68 + v65);
-      // spec: specs/fa2_bwd.yaml:79:24
-      const bool v80 = (v79 < v42);
-      // spec: specs/fa2_bwd.yaml:79:24
-      if (v80) {
-        const kg::fp16* p_ = t_q + ((int64_t)(v13) * stride_q_0 + (int64_t)(v63) * stride_q_2);
+      // spec: specs/fa2_bwd.yaml:91:15
+      const int v97 = 1;
+      // spec: specs/fa2_bwd.yaml:91:15
+      const int v98 = (v93 + v97);
+      // spec: specs/fa2_bwd.yaml:91:15
+      kg::fp16* v99 = v79 + (v98 % 2) * 8192;
+      // spec: specs/fa2_bwd.yaml:92:24
+      const int v100 = (v89 + v86);
+      // spec: specs/fa2_bwd.yaml:92:24
+      const bool v101 = (v100 < v63);
+      // spec: specs/fa2_bwd.yaml:92:24
+      if (v101) {
+        const kg::fp16* p_ = t_q + ((int64_t)(v31) * stride_q_0 + (int64_t)(v84) * stride_q_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-        const int64_t q_ = (int64_t)(v79 * 64) * stride_q_1 + 0;
-        const int r0_ = (lane + warp * 32) / 128 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 16 * 8;
+        const int64_t q_ = (int64_t)(v100 * 64) * stride_q_1 + 0;
+        const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
         const int64_t o0_ = q_ + ((int64_t)r0_ * stride_q_1 + k0_);
       #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int r_ = r0_ + i * 16, k_ = k0_;
-          const int i0_ = v79 * 64 + r_, i1_ = 0 + k_;
-          const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_q_1;
-          const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
-          if (aligned_) {
-            const int n_ = (i0_ < (size_SQ)) * 8;
-            kg::cp_async<16>(&v78[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-          } else {
-      #pragma unroll
-            for (int v = 0; v < 8; ++v)
-              v78[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
-          }
-        }
-      }
-      kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:102:28
-      kg::fp16* v81 = v74;
-      // spec: specs/fa2_bwd.yaml:93:29
-      float (&v82)[16] = v75;
-      // spec: specs/fa2_bwd.yaml:101:33
-      float v83[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v83[e] = v82[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:101:33
-      const float v84 = -kg::inf();
-      // spec: specs/fa2_bwd.yaml:95:48
-      int v85[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v85[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32);
-      // spec: specs/fa2_bwd.yaml:95:34
-      const int v86 = 64;
-      // spec: specs/fa2_bwd.yaml:95:34
-      const int v87 = (v68 * v86);
-      // spec: specs/fa2_bwd.yaml:95:34
-      int v88[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v88[e] = (v87 + v85[e]);
-      // spec: specs/fa2_bwd.yaml:98:70
-      int (&v89)[16] = v88;
-      // spec: specs/fa2_bwd.yaml:98:39
-      int v90[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v90[e] = v89[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:98:48
-      const int v91 = (v1 - v0);
-      // spec: specs/fa2_bwd.yaml:98:40
-      int v92[2];
-      #pragma unroll
-      for (int e = 0; e < 2; ++e) v92[e] = (v50[e] - v91);
-      // spec: specs/fa2_bwd.yaml:98:39
-      int (&v93)[2] = v92;
-      // spec: specs/fa2_bwd.yaml:98:39
-      int v94[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v94[e] = v93[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:98:39
-      bool v95[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v95[e] = (v94[e] <= v90[e]);
-      // spec: specs/fa2_bwd.yaml:101:33
-      float v96[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v96[e] = (v95[e] ? v83[e] : v84);
-      // spec: specs/fa2_bwd.yaml:102:28
-      float (&v97)[32] = v96;
-      {
-        const int wg_ = (warp / 4);
-        const uint64_t da_ = kg::wgmma_desc(v11, 128, 2048, 0);
-        const uint64_t db_ = kg::wgmma_desc(v81, 128, 2048, 0);
-        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
-        // (ptxas would then insert a warpgroup.arrive, C7519)
-      #pragma unroll
-        for (int e = 0; e < 32; ++e) kg::fence_operand(v97[e]);
-        kg::wgmma_fence();
-      #pragma unroll
-        for (int ks = 0; ks < 8; ++ks)
-      #pragma unroll
-          for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-            for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v97[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), 1);
-        kg::wgmma_commit();
-      }
-      // spec: specs/fa2_bwd.yaml:103:49
-      float v98[16];
-      {
-        const float* p_ = t_delta + ((int64_t)(v13) * stride_delta_0 + (int64_t)(v63) * stride_delta_1);
-        const bool aligned_ = kg::aligned(p_, 8) && stride_delta_0 % 2 == 0 && stride_delta_1 % 2 == 0;
-        const int t0_ = v68 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
-      #pragma unroll
-        for (int e = 0; e < 16; e += 2) {
-          const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32;
-          const int64_t off_ = (int64_t)i0_ * 1;
-          const bool in_ = i0_ + 2 <= (size_SQ);
-          if (aligned_ && in_) {
-            kg::copy_vec<2>(&v98[e], p_ + off_);
-          } else {
-      #pragma unroll
-            for (int v = 0; v < 2; ++v)
-              v98[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
-          }
-        }
-      }
-      // spec: specs/fa2_bwd.yaml:103:29
-      kg::cp_async_wait<1>();
-      kg::fence_proxy_async();
-      kg::sync();
-      // spec: specs/fa2_bwd.yaml:78:15
-      kg::fp16* v99 = v57 + (v77 % 2) * 8192;
-      // spec: specs/fa2_bwd.yaml:80:26
-      const int v100 = (v68 + v65);
-      // spec: specs/fa2_bwd.yaml:80:26
-      const bool v101 = (v100 < v42);
-      // spec: specs/fa2_bwd.yaml:80:26
-      if (v101) {
-        const kg::fp16* p_ = t_do + ((int64_t)(v13) * stride_do_0 + (int64_t)(v63) * stride_do_2);
-        const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
-        const int64_t q_ = (int64_t)(v100 * 64) * stride_do_1 + 0;
-        const int r0_ = (lane + warp * 32) / 128 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 16 * 8;
-        const int64_t o0_ = q_ + ((int64_t)r0_ * stride_do_1 + k0_);
-      #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int r_ = r0_ + i * 16, k_ = k0_;
           const int i0_ = v100 * 64 + r_, i1_ = 0 + k_;
-          const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_do_1;
-          const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
+          const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_q_1;
+          const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 4096 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
           if (aligned_) {
             const int n_ = (i0_ < (size_SQ)) * 8;
             kg::cp_async<16>(&v99[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
@@ -476,294 +396,64 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
         }
       }
       kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:103:29
-      kg::fp16* v102 = v73;
-      // spec: specs/fa2_bwd.yaml:103:48
-      const float v103 = -1.0f;
-      // spec: specs/fa2_bwd.yaml:103:48
-      float v104[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v104[e] = (v98[e] * v103);
-      // spec: specs/fa2_bwd.yaml:103:47
-      float (&v105)[16] = v104;
-      // spec: specs/fa2_bwd.yaml:103:29
-      float v106[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v106[e] = v105[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:102:28
-      kg::wgmma_wait<0>();
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v97[e]);
-      float (&v107)[32] = v97;
-      // spec: specs/fa2_bwd.yaml:103:29
-      float (&v108)[32] = v106;
-      {
-        const int wg_ = (warp / 4);
-        const uint64_t da_ = kg::wgmma_desc(v14, 128, 2048, 0);
-        const uint64_t db_ = kg::wgmma_desc(v102, 128, 2048, 0);
-        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
-        // (ptxas would then insert a warpgroup.arrive, C7519)
-      #pragma unroll
-        for (int e = 0; e < 32; ++e) kg::fence_operand(v108[e]);
-        kg::wgmma_fence();
-      #pragma unroll
-        for (int ks = 0; ks < 8; ++ks)
-      #pragma unroll
-          for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-            for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v108[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), 1);
-        kg::wgmma_commit();
-      }
-      // spec: specs/fa2_bwd.yaml:104:33
-      float v109[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v109[e] = (v107[e] * v46);
-      // spec: specs/fa2_bwd.yaml:104:28
-      float v110[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v110[e] = kg::exp2_(v109[e]);
-      // spec: specs/fa2_bwd.yaml:105:45
-      kg::fp16 v111[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v111[e] = kg::cvt<kg::fp16>(v110[e]);
-      // spec: specs/fa2_bwd.yaml:105:41
-      float (&v112)[64] = v69;
-      {
-        const int wg_ = (warp / 4);
-        const uint64_t db_ = kg::wgmma_desc(v73, 2048, 128, 0);
-        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
-        // (ptxas would then insert a warpgroup.arrive, C7519)
-      #pragma unroll
-        for (int e = 0; e < 64; ++e) kg::fence_operand(v112[e]);
-        kg::wgmma_fence();
-      #pragma unroll
-        for (int ks = 0; ks < 4; ++ks)
-      #pragma unroll
-          for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-            for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n128k16_fp16_rs<1>(&v112[(rm * 1 + rn) * 64], &v111[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 1) * 128 + rn * 128)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 1) * 128 + rn * 128)) % 8) * 2 / 16), 1);
-        kg::wgmma_commit();
-      }
-      // spec: specs/fa2_bwd.yaml:103:29
-      kg::wgmma_wait<1>();
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v108[e]);
-      float (&v113)[32] = v108;
-      // spec: specs/fa2_bwd.yaml:106:30
-      float v114[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v114[e] = (v110[e] * v113[e]);
+      // spec: specs/fa2_bwd.yaml:115:28
+      kg::fp16* v102 = v95;
       // spec: specs/fa2_bwd.yaml:106:29
-      kg::fp16 v115[32];
+      float (&v103)[16] = v96;
+      // spec: specs/fa2_bwd.yaml:114:33
+      float v104[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v115[e] = kg::cvt<kg::fp16>(v114[e]);
-      // spec: specs/fa2_bwd.yaml:107:41
-      float (&v116)[64] = v70;
+      for (int e = 0; e < 32; ++e) v104[e] = v103[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:114:33
+      const float v105 = -kg::inf();
+      // spec: specs/fa2_bwd.yaml:108:48
+      int v106[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v106[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32);
+      // spec: specs/fa2_bwd.yaml:108:34
+      const int v107 = 64;
+      // spec: specs/fa2_bwd.yaml:108:34
+      const int v108 = (v89 * v107);
+      // spec: specs/fa2_bwd.yaml:108:34
+      int v109[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v109[e] = (v108 + v106[e]);
+      // spec: specs/fa2_bwd.yaml:111:70
+      int (&v110)[16] = v109;
+      // spec: specs/fa2_bwd.yaml:111:39
+      int v111[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v111[e] = v110[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:111:48
+      const int v112 = (v5 - v0);
+      // spec: specs/fa2_bwd.yaml:111:40
+      int v113[2];
+      #pragma unroll
+      for (int e = 0; e < 2; ++e) v113[e] = (v71[e] - v112);
+      // spec: specs/fa2_bwd.yaml:111:39
+      int (&v114)[2] = v113;
+      // spec: specs/fa2_bwd.yaml:111:39
+      int v115[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v115[e] = v114[((e >> 1) & 1) * 1];
+      // spec: specs/fa2_bwd.yaml:111:39
+      bool v116[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v116[e] = (v115[e] <= v111[e]);
+      // spec: specs/fa2_bwd.yaml:114:33
+      float v117[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v117[e] = (v116[e] ? v104[e] : v105);
+      // spec: specs/fa2_bwd.yaml:115:28
+      float (&v118)[32] = v117;
       {
         const int wg_ = (warp / 4);
-        const uint64_t db_ = kg::wgmma_desc(v74, 2048, 128, 0);
+        const uint64_t da_ = kg::wgmma_desc(v10, 16, 1024, 1);
+        const uint64_t db_ = kg::wgmma_desc(v102, 16, 1024, 1);
         // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
         // (ptxas would then insert a warpgroup.arrive, C7519)
       #pragma unroll
-        for (int e = 0; e < 64; ++e) kg::fence_operand(v116[e]);
-        kg::wgmma_fence();
-      #pragma unroll
-        for (int ks = 0; ks < 4; ++ks)
-      #pragma unroll
-          for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-            for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n128k16_fp16_rs<1>(&v116[(rm * 1 + rn) * 64], &v115[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 1) * 128 + rn * 128)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 1) * 128 + rn * 128)) % 8) * 2 / 16), 1);
-        kg::wgmma_commit();
-      }
-      // spec: specs/fa2_bwd.yaml:105:41
-      kg::wgmma_wait<1>();
-      #pragma unroll
-      for (int e = 0; e < 64; ++e) kg::fence_operand(v112[e]);
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v111)[e]);
-      float (&v117)[64] = v112;
-      // spec: specs/fa2_bwd.yaml:107:41
-      kg::wgmma_wait<0>();
-      #pragma unroll
-      for (int e = 0; e < 64; ++e) kg::fence_operand(v116[e]);
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v115)[e]);
-      float (&v118)[64] = v116;
-      // spec: specs/fa2_bwd.yaml:108:26
-
-      float y0_[64];
-      #pragma unroll
-      for (int e = 0; e < 64; ++e) y0_[e] = v117[e];
-      float y1_[64];
-      #pragma unroll
-      for (int e = 0; e < 64; ++e) y1_[e] = v118[e];
-      #pragma unroll
-      for (int e = 0; e < 64; ++e) v66[e] = y0_[e];
-      #pragma unroll
-      for (int e = 0; e < 64; ++e) v67[e] = y1_[e];
-    }
-    // spec: specs/fa2_bwd.yaml:103:29
-    kg::fp16* v119 = reinterpret_cast<kg::fp16*>(smem + 65536);
-    // spec: specs/fa2_bwd.yaml:102:28
-    kg::fp16* v120 = reinterpret_cast<kg::fp16*>(smem + 98304);
-    // spec: specs/fa2_bwd.yaml:78:15
-    const int v121 = 0;
-    // spec: specs/fa2_bwd.yaml:78:15
-    kg::fp16* v122 = v120 + (v121 % 2) * 8192;
-    // spec: specs/fa2_bwd.yaml:78:15
-    const bool v123 = (v42 < v41);
-    // spec: specs/fa2_bwd.yaml:79:24
-    kg::sync();
-    if (v123) {
-      const kg::fp16* p_ = t_q + ((int64_t)(v13) * stride_q_0 + (int64_t)(v63) * stride_q_2);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v42 * 64) * stride_q_1 + 0;
-      const int r0_ = (lane + warp * 32) / 128 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 16 * 8;
-      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_q_1 + k0_);
-    #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int r_ = r0_ + i * 16, k_ = k0_;
-        const int i0_ = v42 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_q_1;
-        const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
-        if (aligned_) {
-          const int n_ = (i0_ < (size_SQ)) * 8;
-          kg::cp_async<16>(&v122[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-        } else {
-    #pragma unroll
-          for (int v = 0; v < 8; ++v)
-            v122[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
-        }
-      }
-    }
-    kg::cp_async_commit();
-    // spec: specs/fa2_bwd.yaml:78:15
-    kg::fp16* v124 = v119 + (v121 % 2) * 8192;
-    // spec: specs/fa2_bwd.yaml:80:26
-    if (v123) {
-      const kg::fp16* p_ = t_do + ((int64_t)(v13) * stride_do_0 + (int64_t)(v63) * stride_do_2);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v42 * 64) * stride_do_1 + 0;
-      const int r0_ = (lane + warp * 32) / 128 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 16 * 8;
-      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_do_1 + k0_);
-    #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int r_ = r0_ + i * 16, k_ = k0_;
-        const int i0_ = v42 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_do_1;
-        const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
-        if (aligned_) {
-          const int n_ = (i0_ < (size_SQ)) * 8;
-          kg::cp_async<16>(&v124[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-        } else {
-    #pragma unroll
-          for (int v = 0; v < 8; ++v)
-            v124[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
-        }
-      }
-    }
-    kg::cp_async_commit();
-    // spec: specs/fa2_bwd.yaml:78:79
-    const int v125 = 1;
-    // spec: specs/fa2_bwd.yaml:78:15
-
-    float v126[64];
-    #pragma unroll
-    for (int e = 0; e < 64; ++e) v126[e] = v66[e];
-    float v127[64];
-    #pragma unroll
-    for (int e = 0; e < 64; ++e) v127[e] = v67[e];
-    for (int v128 = v42; v128 < v41; v128 += v125) {
-      float (&v129)[64] = v126;
-      float (&v130)[64] = v127;
-      
-      // spec: specs/fa2_bwd.yaml:78:15
-      const int v131 = (v128 - v42);
-      // spec: specs/fa2_bwd.yaml:78:15
-      const int v132 = (kg::floordiv(v131, v125));
-      // spec: specs/fa2_bwd.yaml:78:15
-      kg::fp16* v133 = v119 + (v132 % 2) * 8192;
-      // spec: specs/fa2_bwd.yaml:78:15
-      kg::fp16* v134 = v120 + (v132 % 2) * 8192;
-      // spec: specs/fa2_bwd.yaml:93:29
-      float v135[16];
-      {
-        const float* p_ = t_neg_lse_s + ((int64_t)(v13) * stride_neg_lse_s_0 + (int64_t)(v63) * stride_neg_lse_s_1);
-        const bool aligned_ = kg::aligned(p_, 8) && stride_neg_lse_s_0 % 2 == 0 && stride_neg_lse_s_1 % 2 == 0;
-        const int t0_ = v128 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
-      #pragma unroll
-        for (int e = 0; e < 16; e += 2) {
-          const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32;
-          const int64_t off_ = (int64_t)i0_ * 1;
-          const bool in_ = i0_ + 2 <= (size_SQ);
-          if (aligned_ && in_) {
-            kg::copy_vec<2>(&v135[e], p_ + off_);
-          } else {
-      #pragma unroll
-            for (int v = 0; v < 2; ++v)
-              v135[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
-          }
-        }
-      }
-      // spec: specs/fa2_bwd.yaml:102:28
-      kg::cp_async_wait<1>();
-      kg::fence_proxy_async();
-      kg::sync();
-      // spec: specs/fa2_bwd.yaml:78:15
-      const int v136 = 1;
-      // spec: specs/fa2_bwd.yaml:78:15
-      const int v137 = (v132 + v136);
-      // spec: specs/fa2_bwd.yaml:78:15
-      kg::fp16* v138 = v120 + (v137 % 2) * 8192;
-      // spec: specs/fa2_bwd.yaml:79:24
-      const int v139 = (v128 + v125);
-      // spec: specs/fa2_bwd.yaml:79:24
-      const bool v140 = (v139 < v41);
-      // spec: specs/fa2_bwd.yaml:79:24
-      if (v140) {
-        const kg::fp16* p_ = t_q + ((int64_t)(v13) * stride_q_0 + (int64_t)(v63) * stride_q_2);
-        const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-        const int64_t q_ = (int64_t)(v139 * 64) * stride_q_1 + 0;
-        const int r0_ = (lane + warp * 32) / 128 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 16 * 8;
-        const int64_t o0_ = q_ + ((int64_t)r0_ * stride_q_1 + k0_);
-      #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int r_ = r0_ + i * 16, k_ = k0_;
-          const int i0_ = v139 * 64 + r_, i1_ = 0 + k_;
-          const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_q_1;
-          const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
-          if (aligned_) {
-            const int n_ = (i0_ < (size_SQ)) * 8;
-            kg::cp_async<16>(&v138[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-          } else {
-      #pragma unroll
-            for (int v = 0; v < 8; ++v)
-              v138[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
-          }
-        }
-      }
-      kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:102:28
-      kg::fp16* v141 = v134;
-      // spec: specs/fa2_bwd.yaml:93:29
-      float (&v142)[16] = v135;
-      // spec: specs/fa2_bwd.yaml:102:28
-      float v143[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v143[e] = v142[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:102:28
-      float (&v144)[32] = v143;
-      {
-        const int wg_ = (warp / 4);
-        const uint64_t da_ = kg::wgmma_desc(v11, 128, 2048, 0);
-        const uint64_t db_ = kg::wgmma_desc(v141, 128, 2048, 0);
-        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
-        // (ptxas would then insert a warpgroup.arrive, C7519)
-      #pragma unroll
-        for (int e = 0; e < 32; ++e) kg::fence_operand(v144[e]);
+        for (int e = 0; e < 32; ++e) kg::fence_operand(v118[e]);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 8; ++ks)
@@ -771,92 +461,92 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v144[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), 1);
+              kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v118[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 8192 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:103:49
-      float v145[16];
+      // spec: specs/fa2_bwd.yaml:116:49
+      float v119[16];
       {
-        const float* p_ = t_delta + ((int64_t)(v13) * stride_delta_0 + (int64_t)(v63) * stride_delta_1);
+        const float* p_ = t_delta + ((int64_t)(v31) * stride_delta_0 + (int64_t)(v84) * stride_delta_1);
         const bool aligned_ = kg::aligned(p_, 8) && stride_delta_0 % 2 == 0 && stride_delta_1 % 2 == 0;
-        const int t0_ = v128 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
+        const int t0_ = v89 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
       #pragma unroll
         for (int e = 0; e < 16; e += 2) {
           const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32;
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 2 <= (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<2>(&v145[e], p_ + off_);
+            kg::copy_vec<2>(&v119[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 2; ++v)
-              v145[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+              v119[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:103:29
+      // spec: specs/fa2_bwd.yaml:116:29
       kg::cp_async_wait<1>();
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:78:15
-      kg::fp16* v146 = v119 + (v137 % 2) * 8192;
-      // spec: specs/fa2_bwd.yaml:80:26
-      const int v147 = (v128 + v125);
-      // spec: specs/fa2_bwd.yaml:80:26
-      const bool v148 = (v147 < v41);
-      // spec: specs/fa2_bwd.yaml:80:26
-      if (v148) {
-        const kg::fp16* p_ = t_do + ((int64_t)(v13) * stride_do_0 + (int64_t)(v63) * stride_do_2);
+      // spec: specs/fa2_bwd.yaml:91:15
+      kg::fp16* v120 = v78 + (v98 % 2) * 8192;
+      // spec: specs/fa2_bwd.yaml:93:26
+      const int v121 = (v89 + v86);
+      // spec: specs/fa2_bwd.yaml:93:26
+      const bool v122 = (v121 < v63);
+      // spec: specs/fa2_bwd.yaml:93:26
+      if (v122) {
+        const kg::fp16* p_ = t_do + ((int64_t)(v31) * stride_do_0 + (int64_t)(v84) * stride_do_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
-        const int64_t q_ = (int64_t)(v147 * 64) * stride_do_1 + 0;
-        const int r0_ = (lane + warp * 32) / 128 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 16 * 8;
+        const int64_t q_ = (int64_t)(v121 * 64) * stride_do_1 + 0;
+        const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
         const int64_t o0_ = q_ + ((int64_t)r0_ * stride_do_1 + k0_);
       #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int r_ = r0_ + i * 16, k_ = k0_;
-          const int i0_ = v147 * 64 + r_, i1_ = 0 + k_;
+          const int i0_ = v121 * 64 + r_, i1_ = 0 + k_;
           const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_do_1;
-          const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
+          const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 4096 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
           if (aligned_) {
             const int n_ = (i0_ < (size_SQ)) * 8;
-            kg::cp_async<16>(&v146[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+            kg::cp_async<16>(&v120[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
           } else {
       #pragma unroll
             for (int v = 0; v < 8; ++v)
-              v146[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+              v120[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
           }
         }
       }
       kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:103:29
-      kg::fp16* v149 = v133;
-      // spec: specs/fa2_bwd.yaml:103:48
-      const float v150 = -1.0f;
-      // spec: specs/fa2_bwd.yaml:103:48
-      float v151[16];
+      // spec: specs/fa2_bwd.yaml:116:29
+      kg::fp16* v123 = v94;
+      // spec: specs/fa2_bwd.yaml:116:48
+      const float v124 = -1.0f;
+      // spec: specs/fa2_bwd.yaml:116:48
+      float v125[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v151[e] = (v145[e] * v150);
-      // spec: specs/fa2_bwd.yaml:103:47
-      float (&v152)[16] = v151;
-      // spec: specs/fa2_bwd.yaml:103:29
-      float v153[32];
+      for (int e = 0; e < 16; ++e) v125[e] = (v119[e] * v124);
+      // spec: specs/fa2_bwd.yaml:116:47
+      float (&v126)[16] = v125;
+      // spec: specs/fa2_bwd.yaml:116:29
+      float v127[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v153[e] = v152[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:102:28
+      for (int e = 0; e < 32; ++e) v127[e] = v126[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:115:28
       kg::wgmma_wait<0>();
       #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v144[e]);
-      float (&v154)[32] = v144;
-      // spec: specs/fa2_bwd.yaml:103:29
-      float (&v155)[32] = v153;
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v118[e]);
+      float (&v128)[32] = v118;
+      // spec: specs/fa2_bwd.yaml:116:29
+      float (&v129)[32] = v127;
       {
         const int wg_ = (warp / 4);
-        const uint64_t da_ = kg::wgmma_desc(v14, 128, 2048, 0);
-        const uint64_t db_ = kg::wgmma_desc(v149, 128, 2048, 0);
+        const uint64_t da_ = kg::wgmma_desc(v35, 16, 1024, 1);
+        const uint64_t db_ = kg::wgmma_desc(v123, 16, 1024, 1);
         // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
         // (ptxas would then insert a warpgroup.arrive, C7519)
       #pragma unroll
-        for (int e = 0; e < 32; ++e) kg::fence_operand(v155[e]);
+        for (int e = 0; e < 32; ++e) kg::fence_operand(v129[e]);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 8; ++ks)
@@ -864,30 +554,30 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v155[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), 1);
+              kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v129[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 8192 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:104:33
-      float v156[32];
+      // spec: specs/fa2_bwd.yaml:117:33
+      float v130[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v156[e] = (v154[e] * v46);
-      // spec: specs/fa2_bwd.yaml:104:28
-      float v157[32];
+      for (int e = 0; e < 32; ++e) v130[e] = (v128[e] * v67);
+      // spec: specs/fa2_bwd.yaml:117:28
+      float v131[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v157[e] = kg::exp2_(v156[e]);
-      // spec: specs/fa2_bwd.yaml:105:45
-      kg::fp16 v158[32];
+      for (int e = 0; e < 32; ++e) v131[e] = kg::exp2_(v130[e]);
+      // spec: specs/fa2_bwd.yaml:118:45
+      kg::fp16 v132[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v158[e] = kg::cvt<kg::fp16>(v157[e]);
-      // spec: specs/fa2_bwd.yaml:105:41
-      float (&v159)[64] = v129;
+      for (int e = 0; e < 32; ++e) v132[e] = kg::cvt<kg::fp16>(v131[e]);
+      // spec: specs/fa2_bwd.yaml:118:41
+      float (&v133)[64] = v90;
       {
         const int wg_ = (warp / 4);
-        const uint64_t db_ = kg::wgmma_desc(v133, 2048, 128, 0);
+        const uint64_t db_ = kg::wgmma_desc(v94, 8192, 1024, 1);
         // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
         // (ptxas would then insert a warpgroup.arrive, C7519)
       #pragma unroll
-        for (int e = 0; e < 64; ++e) kg::fence_operand(v159[e]);
+        for (int e = 0; e < 64; ++e) kg::fence_operand(v133[e]);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 4; ++ks)
@@ -895,31 +585,31 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n128k16_fp16_rs<1>(&v159[(rm * 1 + rn) * 64], &v158[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 1) * 128 + rn * 128)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 1) * 128 + rn * 128)) % 8) * 2 / 16), 1);
+              kg::wgmma_m64n128k16_fp16_rs<1>(&v133[(rm * 1 + rn) * 64], &v132[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 128 + rn * 128)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 128 + rn * 128)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 128 + rn * 128)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:103:29
+      // spec: specs/fa2_bwd.yaml:116:29
       kg::wgmma_wait<1>();
       #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v155[e]);
-      float (&v160)[32] = v155;
-      // spec: specs/fa2_bwd.yaml:106:30
-      float v161[32];
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v129[e]);
+      float (&v134)[32] = v129;
+      // spec: specs/fa2_bwd.yaml:119:30
+      float v135[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v161[e] = (v157[e] * v160[e]);
-      // spec: specs/fa2_bwd.yaml:106:29
-      kg::fp16 v162[32];
+      for (int e = 0; e < 32; ++e) v135[e] = (v131[e] * v134[e]);
+      // spec: specs/fa2_bwd.yaml:119:29
+      kg::fp16 v136[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v162[e] = kg::cvt<kg::fp16>(v161[e]);
-      // spec: specs/fa2_bwd.yaml:107:41
-      float (&v163)[64] = v130;
+      for (int e = 0; e < 32; ++e) v136[e] = kg::cvt<kg::fp16>(v135[e]);
+      // spec: specs/fa2_bwd.yaml:120:41
+      float (&v137)[64] = v91;
       {
         const int wg_ = (warp / 4);
-        const uint64_t db_ = kg::wgmma_desc(v134, 2048, 128, 0);
+        const uint64_t db_ = kg::wgmma_desc(v95, 8192, 1024, 1);
         // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
         // (ptxas would then insert a warpgroup.arrive, C7519)
       #pragma unroll
-        for (int e = 0; e < 64; ++e) kg::fence_operand(v163[e]);
+        for (int e = 0; e < 64; ++e) kg::fence_operand(v137[e]);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 4; ++ks)
@@ -927,62 +617,414 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n128k16_fp16_rs<1>(&v163[(rm * 1 + rn) * 64], &v162[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 1) * 128 + rn * 128)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 1) * 128 + rn * 128)) % 8) * 2 / 16), 1);
+              kg::wgmma_m64n128k16_fp16_rs<1>(&v137[(rm * 1 + rn) * 64], &v136[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 128 + rn * 128)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 128 + rn * 128)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 128 + rn * 128)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:105:41
+      // spec: specs/fa2_bwd.yaml:118:41
       kg::wgmma_wait<1>();
       #pragma unroll
-      for (int e = 0; e < 64; ++e) kg::fence_operand(v159[e]);
+      for (int e = 0; e < 64; ++e) kg::fence_operand(v133[e]);
       #pragma unroll
-      for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v158)[e]);
-      float (&v164)[64] = v159;
-      // spec: specs/fa2_bwd.yaml:107:41
+      for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v132)[e]);
+      float (&v138)[64] = v133;
+      // spec: specs/fa2_bwd.yaml:120:41
       kg::wgmma_wait<0>();
       #pragma unroll
-      for (int e = 0; e < 64; ++e) kg::fence_operand(v163[e]);
+      for (int e = 0; e < 64; ++e) kg::fence_operand(v137[e]);
       #pragma unroll
-      for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v162)[e]);
-      float (&v165)[64] = v163;
-      // spec: specs/fa2_bwd.yaml:108:26
+      for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v136)[e]);
+      float (&v139)[64] = v137;
+      // spec: specs/fa2_bwd.yaml:121:26
 
       float y0_[64];
       #pragma unroll
-      for (int e = 0; e < 64; ++e) y0_[e] = v164[e];
+      for (int e = 0; e < 64; ++e) y0_[e] = v138[e];
       float y1_[64];
       #pragma unroll
-      for (int e = 0; e < 64; ++e) y1_[e] = v165[e];
+      for (int e = 0; e < 64; ++e) y1_[e] = v139[e];
       #pragma unroll
-      for (int e = 0; e < 64; ++e) v126[e] = y0_[e];
+      for (int e = 0; e < 64; ++e) v87[e] = y0_[e];
       #pragma unroll
-      for (int e = 0; e < 64; ++e) v127[e] = y1_[e];
+      for (int e = 0; e < 64; ++e) v88[e] = y1_[e];
     }
-    // spec: specs/fa2_bwd.yaml:78:15
+    // spec: specs/fa2_bwd.yaml:116:29
+    kg::fp16* v140 = reinterpret_cast<kg::fp16*>(smem + 65536);
+    // spec: specs/fa2_bwd.yaml:115:28
+    kg::fp16* v141 = reinterpret_cast<kg::fp16*>(smem + 98304);
+    // spec: specs/fa2_bwd.yaml:91:15
+    const int v142 = 0;
+    // spec: specs/fa2_bwd.yaml:91:15
+    kg::fp16* v143 = v141 + (v142 % 2) * 8192;
+    // spec: specs/fa2_bwd.yaml:91:15
+    const bool v144 = (v63 < v62);
+    // spec: specs/fa2_bwd.yaml:92:24
+    kg::sync();
+    if (v144) {
+      const kg::fp16* p_ = t_q + ((int64_t)(v31) * stride_q_0 + (int64_t)(v84) * stride_q_2);
+      const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
+      const int64_t q_ = (int64_t)(v63 * 64) * stride_q_1 + 0;
+      const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
+      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_q_1 + k0_);
+    #pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int r_ = r0_ + i * 16, k_ = k0_;
+        const int i0_ = v63 * 64 + r_, i1_ = 0 + k_;
+        const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_q_1;
+        const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 4096 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
+        if (aligned_) {
+          const int n_ = (i0_ < (size_SQ)) * 8;
+          kg::cp_async<16>(&v143[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        } else {
+    #pragma unroll
+          for (int v = 0; v < 8; ++v)
+            v143[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+        }
+      }
+    }
+    kg::cp_async_commit();
+    // spec: specs/fa2_bwd.yaml:91:15
+    kg::fp16* v145 = v140 + (v142 % 2) * 8192;
+    // spec: specs/fa2_bwd.yaml:93:26
+    if (v144) {
+      const kg::fp16* p_ = t_do + ((int64_t)(v31) * stride_do_0 + (int64_t)(v84) * stride_do_2);
+      const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
+      const int64_t q_ = (int64_t)(v63 * 64) * stride_do_1 + 0;
+      const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
+      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_do_1 + k0_);
+    #pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int r_ = r0_ + i * 16, k_ = k0_;
+        const int i0_ = v63 * 64 + r_, i1_ = 0 + k_;
+        const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_do_1;
+        const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 4096 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
+        if (aligned_) {
+          const int n_ = (i0_ < (size_SQ)) * 8;
+          kg::cp_async<16>(&v145[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        } else {
+    #pragma unroll
+          for (int v = 0; v < 8; ++v)
+            v145[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+        }
+      }
+    }
+    kg::cp_async_commit();
+    // spec: specs/fa2_bwd.yaml:91:79
+    const int v146 = 1;
+    // spec: specs/fa2_bwd.yaml:91:15
+
+    float v147[64];
+    #pragma unroll
+    for (int e = 0; e < 64; ++e) v147[e] = v87[e];
+    float v148[64];
+    #pragma unroll
+    for (int e = 0; e < 64; ++e) v148[e] = v88[e];
+    for (int v149 = v63; v149 < v62; v149 += v146) {
+      float (&v150)[64] = v147;
+      float (&v151)[64] = v148;
+      
+      // spec: specs/fa2_bwd.yaml:91:15
+      const int v152 = (v149 - v63);
+      // spec: specs/fa2_bwd.yaml:91:15
+      const int v153 = (kg::floordiv(v152, v146));
+      // spec: specs/fa2_bwd.yaml:91:15
+      kg::fp16* v154 = v140 + (v153 % 2) * 8192;
+      // spec: specs/fa2_bwd.yaml:91:15
+      kg::fp16* v155 = v141 + (v153 % 2) * 8192;
+      // spec: specs/fa2_bwd.yaml:106:29
+      float v156[16];
+      {
+        const float* p_ = t_neg_lse_s + ((int64_t)(v31) * stride_neg_lse_s_0 + (int64_t)(v84) * stride_neg_lse_s_1);
+        const bool aligned_ = kg::aligned(p_, 8) && stride_neg_lse_s_0 % 2 == 0 && stride_neg_lse_s_1 % 2 == 0;
+        const int t0_ = v149 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
+      #pragma unroll
+        for (int e = 0; e < 16; e += 2) {
+          const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32;
+          const int64_t off_ = (int64_t)i0_ * 1;
+          const bool in_ = i0_ + 2 <= (size_SQ);
+          if (aligned_ && in_) {
+            kg::copy_vec<2>(&v156[e], p_ + off_);
+          } else {
+      #pragma unroll
+            for (int v = 0; v < 2; ++v)
+              v156[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+          }
+        }
+      }
+      // spec: specs/fa2_bwd.yaml:115:28
+      kg::cp_async_wait<1>();
+      kg::fence_proxy_async();
+      kg::sync();
+      // spec: specs/fa2_bwd.yaml:91:15
+      const int v157 = 1;
+      // spec: specs/fa2_bwd.yaml:91:15
+      const int v158 = (v153 + v157);
+      // spec: specs/fa2_bwd.yaml:91:15
+      kg::fp16* v159 = v141 + (v158 % 2) * 8192;
+      // spec: specs/fa2_bwd.yaml:92:24
+      const int v160 = (v149 + v146);
+      // spec: specs/fa2_bwd.yaml:92:24
+      const bool v161 = (v160 < v62);
+      // spec: specs/fa2_bwd.yaml:92:24
+      if (v161) {
+        const kg::fp16* p_ = t_q + ((int64_t)(v31) * stride_q_0 + (int64_t)(v84) * stride_q_2);
+        const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
+        const int64_t q_ = (int64_t)(v160 * 64) * stride_q_1 + 0;
+        const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
+        const int64_t o0_ = q_ + ((int64_t)r0_ * stride_q_1 + k0_);
+      #pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int r_ = r0_ + i * 16, k_ = k0_;
+          const int i0_ = v160 * 64 + r_, i1_ = 0 + k_;
+          const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_q_1;
+          const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 4096 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
+          if (aligned_) {
+            const int n_ = (i0_ < (size_SQ)) * 8;
+            kg::cp_async<16>(&v159[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          } else {
+      #pragma unroll
+            for (int v = 0; v < 8; ++v)
+              v159[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          }
+        }
+      }
+      kg::cp_async_commit();
+      // spec: specs/fa2_bwd.yaml:115:28
+      kg::fp16* v162 = v155;
+      // spec: specs/fa2_bwd.yaml:106:29
+      float (&v163)[16] = v156;
+      // spec: specs/fa2_bwd.yaml:115:28
+      float v164[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v164[e] = v163[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:115:28
+      float (&v165)[32] = v164;
+      {
+        const int wg_ = (warp / 4);
+        const uint64_t da_ = kg::wgmma_desc(v10, 16, 1024, 1);
+        const uint64_t db_ = kg::wgmma_desc(v162, 16, 1024, 1);
+        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
+        // (ptxas would then insert a warpgroup.arrive, C7519)
+      #pragma unroll
+        for (int e = 0; e < 32; ++e) kg::fence_operand(v165[e]);
+        kg::wgmma_fence();
+      #pragma unroll
+        for (int ks = 0; ks < 8; ++ks)
+      #pragma unroll
+          for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+            for (int rn = 0; rn < 1; ++rn)
+              kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v165[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 8192 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), 1);
+        kg::wgmma_commit();
+      }
+      // spec: specs/fa2_bwd.yaml:116:49
+      float v166[16];
+      {
+        const float* p_ = t_delta + ((int64_t)(v31) * stride_delta_0 + (int64_t)(v84) * stride_delta_1);
+        const bool aligned_ = kg::aligned(p_, 8) && stride_delta_0 % 2 == 0 && stride_delta_1 % 2 == 0;
+        const int t0_ = v149 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
+      #pragma unroll
+        for (int e = 0; e < 16; e += 2) {
+          const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32;
+          const int64_t off_ = (int64_t)i0_ * 1;
+          const bool in_ = i0_ + 2 <= (size_SQ);
+          if (aligned_ && in_) {
+            kg::copy_vec<2>(&v166[e], p_ + off_);
+          } else {
+      #pragma unroll
+            for (int v = 0; v < 2; ++v)
+              v166[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+          }
+        }
+      }
+      // spec: specs/fa2_bwd.yaml:116:29
+      kg::cp_async_wait<1>();
+      kg::fence_proxy_async();
+      kg::sync();
+      // spec: specs/fa2_bwd.yaml:91:15
+      kg::fp16* v167 = v140 + (v158 % 2) * 8192;
+      // spec: specs/fa2_bwd.yaml:93:26
+      const int v168 = (v149 + v146);
+      // spec: specs/fa2_bwd.yaml:93:26
+      const bool v169 = (v168 < v62);
+      // spec: specs/fa2_bwd.yaml:93:26
+      if (v169) {
+        const kg::fp16* p_ = t_do + ((int64_t)(v31) * stride_do_0 + (int64_t)(v84) * stride_do_2);
+        const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
+        const int64_t q_ = (int64_t)(v168 * 64) * stride_do_1 + 0;
+        const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
+        const int64_t o0_ = q_ + ((int64_t)r0_ * stride_do_1 + k0_);
+      #pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int r_ = r0_ + i * 16, k_ = k0_;
+          const int i0_ = v168 * 64 + r_, i1_ = 0 + k_;
+          const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_do_1;
+          const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 4096 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
+          if (aligned_) {
+            const int n_ = (i0_ < (size_SQ)) * 8;
+            kg::cp_async<16>(&v167[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          } else {
+      #pragma unroll
+            for (int v = 0; v < 8; ++v)
+              v167[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          }
+        }
+      }
+      kg::cp_async_commit();
+      // spec: specs/fa2_bwd.yaml:116:29
+      kg::fp16* v170 = v154;
+      // spec: specs/fa2_bwd.yaml:116:48
+      const float v171 = -1.0f;
+      // spec: specs/fa2_bwd.yaml:116:48
+      float v172[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v172[e] = (v166[e] * v171);
+      // spec: specs/fa2_bwd.yaml:116:47
+      float (&v173)[16] = v172;
+      // spec: specs/fa2_bwd.yaml:116:29
+      float v174[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v174[e] = v173[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:115:28
+      kg::wgmma_wait<0>();
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v165[e]);
+      float (&v175)[32] = v165;
+      // spec: specs/fa2_bwd.yaml:116:29
+      float (&v176)[32] = v174;
+      {
+        const int wg_ = (warp / 4);
+        const uint64_t da_ = kg::wgmma_desc(v35, 16, 1024, 1);
+        const uint64_t db_ = kg::wgmma_desc(v170, 16, 1024, 1);
+        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
+        // (ptxas would then insert a warpgroup.arrive, C7519)
+      #pragma unroll
+        for (int e = 0; e < 32; ++e) kg::fence_operand(v176[e]);
+        kg::wgmma_fence();
+      #pragma unroll
+        for (int ks = 0; ks < 8; ++ks)
+      #pragma unroll
+          for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+            for (int rn = 0; rn < 1; ++rn)
+              kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v176[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 8192 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), 1);
+        kg::wgmma_commit();
+      }
+      // spec: specs/fa2_bwd.yaml:117:33
+      float v177[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v177[e] = (v175[e] * v67);
+      // spec: specs/fa2_bwd.yaml:117:28
+      float v178[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v178[e] = kg::exp2_(v177[e]);
+      // spec: specs/fa2_bwd.yaml:118:45
+      kg::fp16 v179[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v179[e] = kg::cvt<kg::fp16>(v178[e]);
+      // spec: specs/fa2_bwd.yaml:118:41
+      float (&v180)[64] = v150;
+      {
+        const int wg_ = (warp / 4);
+        const uint64_t db_ = kg::wgmma_desc(v154, 8192, 1024, 1);
+        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
+        // (ptxas would then insert a warpgroup.arrive, C7519)
+      #pragma unroll
+        for (int e = 0; e < 64; ++e) kg::fence_operand(v180[e]);
+        kg::wgmma_fence();
+      #pragma unroll
+        for (int ks = 0; ks < 4; ++ks)
+      #pragma unroll
+          for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+            for (int rn = 0; rn < 1; ++rn)
+              kg::wgmma_m64n128k16_fp16_rs<1>(&v180[(rm * 1 + rn) * 64], &v179[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 128 + rn * 128)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 128 + rn * 128)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 128 + rn * 128)) & 7))) * 2 / 16), 1);
+        kg::wgmma_commit();
+      }
+      // spec: specs/fa2_bwd.yaml:116:29
+      kg::wgmma_wait<1>();
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v176[e]);
+      float (&v181)[32] = v176;
+      // spec: specs/fa2_bwd.yaml:119:30
+      float v182[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v182[e] = (v178[e] * v181[e]);
+      // spec: specs/fa2_bwd.yaml:119:29
+      kg::fp16 v183[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v183[e] = kg::cvt<kg::fp16>(v182[e]);
+      // spec: specs/fa2_bwd.yaml:120:41
+      float (&v184)[64] = v151;
+      {
+        const int wg_ = (warp / 4);
+        const uint64_t db_ = kg::wgmma_desc(v155, 8192, 1024, 1);
+        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
+        // (ptxas would then insert a warpgroup.arrive, C7519)
+      #pragma unroll
+        for (int e = 0; e < 64; ++e) kg::fence_operand(v184[e]);
+        kg::wgmma_fence();
+      #pragma unroll
+        for (int ks = 0; ks < 4; ++ks)
+      #pragma unroll
+          for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+            for (int rn = 0; rn < 1; ++rn)
+              kg::wgmma_m64n128k16_fp16_rs<1>(&v184[(rm * 1 + rn) * 64], &v183[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 128 + rn * 128)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 128 + rn * 128)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 128 + rn * 128)) & 7))) * 2 / 16), 1);
+        kg::wgmma_commit();
+      }
+      // spec: specs/fa2_bwd.yaml:118:41
+      kg::wgmma_wait<1>();
+      #pragma unroll
+      for (int e = 0; e < 64; ++e) kg::fence_operand(v180[e]);
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v179)[e]);
+      float (&v185)[64] = v180;
+      // spec: specs/fa2_bwd.yaml:120:41
+      kg::wgmma_wait<0>();
+      #pragma unroll
+      for (int e = 0; e < 64; ++e) kg::fence_operand(v184[e]);
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v183)[e]);
+      float (&v186)[64] = v184;
+      // spec: specs/fa2_bwd.yaml:121:26
+
+      float y0_[64];
+      #pragma unroll
+      for (int e = 0; e < 64; ++e) y0_[e] = v185[e];
+      float y1_[64];
+      #pragma unroll
+      for (int e = 0; e < 64; ++e) y1_[e] = v186[e];
+      #pragma unroll
+      for (int e = 0; e < 64; ++e) v147[e] = y0_[e];
+      #pragma unroll
+      for (int e = 0; e < 64; ++e) v148[e] = y1_[e];
+    }
+    // spec: specs/fa2_bwd.yaml:91:15
 
     float y0_[64];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) y0_[e] = v126[e];
+    for (int e = 0; e < 64; ++e) y0_[e] = v147[e];
     float y1_[64];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) y1_[e] = v127[e];
+    for (int e = 0; e < 64; ++e) y1_[e] = v148[e];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) v52[e] = y0_[e];
+    for (int e = 0; e < 64; ++e) v73[e] = y0_[e];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) v53[e] = y1_[e];
+    for (int e = 0; e < 64; ++e) v74[e] = y1_[e];
   }
-  // spec: specs/fa2_bwd.yaml:124:34
-  float v166[64];
+  // spec: specs/fa2_bwd.yaml:137:34
+  float v187[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v166[e] = (v53[e] * v2);
-  // spec: specs/fa2_bwd.yaml:124:33
-  kg::fp16 v167[64];
+  for (int e = 0; e < 64; ++e) v187[e] = (v74[e] * v1);
+  // spec: specs/fa2_bwd.yaml:137:33
+  kg::fp16 v188[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v167[e] = kg::cvt<kg::fp16>(v166[e]);
-  // spec: specs/fa2_bwd.yaml:124:7
+  for (int e = 0; e < 64; ++e) v188[e] = kg::cvt<kg::fp16>(v187[e]);
+  // spec: specs/fa2_bwd.yaml:137:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
-    kg::fp16* p_ = t_dk + ((int64_t)(v13) * stride_dk_0 + (int64_t)(v12) * stride_dk_2);
+    kg::fp16* p_ = t_dk + ((int64_t)(v31) * stride_dk_0 + (int64_t)(v30) * stride_dk_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dk_0 % 2 == 0 && stride_dk_1 % 2 == 0 && stride_dk_2 % 2 == 0;
-    const int t0_ = v7 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
+    const int t0_ = v34 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
     const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
   #pragma unroll
     for (int e = 0; e < 64; e += 2) {
@@ -990,23 +1032,23 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32 + ((e >> 5) & 1) * 64;
       const int64_t off_ = (int64_t)i0_ * stride_dk_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SK)) {
-        kg::copy_vec<2>(p_ + off_, &v167[e]);
+        kg::copy_vec<2>(p_ + off_, &v188[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SK)) p_[off_ + v] = v167[e + v];
+          if (i0_ < (size_SK)) p_[off_ + v] = v188[e + v];
       }
     }
   }
-  // spec: specs/fa2_bwd.yaml:125:33
-  kg::fp16 v168[64];
+  // spec: specs/fa2_bwd.yaml:138:33
+  kg::fp16 v189[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v168[e] = kg::cvt<kg::fp16>(v52[e]);
-  // spec: specs/fa2_bwd.yaml:125:7
+  for (int e = 0; e < 64; ++e) v189[e] = kg::cvt<kg::fp16>(v73[e]);
+  // spec: specs/fa2_bwd.yaml:138:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
-    kg::fp16* p_ = t_dv + ((int64_t)(v13) * stride_dv_0 + (int64_t)(v12) * stride_dv_2);
+    kg::fp16* p_ = t_dv + ((int64_t)(v31) * stride_dv_0 + (int64_t)(v30) * stride_dv_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dv_0 % 2 == 0 && stride_dv_1 % 2 == 0 && stride_dv_2 % 2 == 0;
-    const int t0_ = v7 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
+    const int t0_ = v34 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
     const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
   #pragma unroll
     for (int e = 0; e < 64; e += 2) {
@@ -1014,11 +1056,11 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32 + ((e >> 5) & 1) * 64;
       const int64_t off_ = (int64_t)i0_ * stride_dv_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SK)) {
-        kg::copy_vec<2>(p_ + off_, &v168[e]);
+        kg::copy_vec<2>(p_ + off_, &v189[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SK)) p_[off_ + v] = v168[e + v];
+          if (i0_ < (size_SK)) p_[off_ + v] = v189[e + v];
       }
     }
   }

@@ -28,351 +28,303 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
   // the causal D=128 forward from 202 to 180 registers)
   const int warp = __shfl_sync(0xffffffffu, kg::thread_id() / kg::WAVE, 0);
   
-  // spec: specs/fa2_bwd.yaml:113:73
-  const int v0 = size_SK;
-  // spec: specs/fa2_bwd.yaml:67:18
-  const int v1 = size_SQ;
-  // spec: specs/fa2_bwd.yaml:60:16
-  const float v2 = scalar_softmax_scale;
-  // spec: specs/fa2_bwd.yaml:55:15
-  const int v3 = size_H;
-  // spec: specs/fa2_bwd.yaml:53:28
-  const int v4 = size_HKV;
-  // spec: specs/fa2_bwd.yaml:53:11
-  const int v5 = kg::block_id_y();
+  // spec: specs/fa2_bwd.yaml:80:18
+  const int v0 = size_SQ;
+  // spec: specs/fa2_bwd.yaml:73:16
+  const float v1 = scalar_softmax_scale;
+  // spec: specs/fa2_bwd.yaml:68:15
+  const int v2 = size_H;
+  // spec: specs/fa2_bwd.yaml:66:17
+  const int v3 = size_HKV;
+  // spec: specs/fa2_bwd.yaml:53:19
+  const int v4 = size_SK;
+  // spec: specs/fa2_bwd.yaml:53:14
+  const int v5 = 64;
+  // spec: specs/fa2_bwd.yaml:53:14
+  const int v6 = 63;
+  // spec: specs/fa2_bwd.yaml:53:14
+  const int v7 = (v4 + v6);
+  // spec: specs/fa2_bwd.yaml:53:14
+  const int v8 = (kg::floordiv(v7, v5));
   // spec: specs/fa2_bwd.yaml:54:12
-  const int v6 = kg::block_id_y();
-  // spec: specs/fa2_bwd.yaml:56:20
-  const int v7 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:57:14
-  const int v8 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:116:27
-  kg::fp16* v9 = reinterpret_cast<kg::fp16*>(smem + 32768);
-  // spec: specs/fa2_bwd.yaml:54:12
-  const int v10 = (kg::mod(v6, v4));
-  // spec: specs/fa2_bwd.yaml:53:11
-  const int v11 = (kg::floordiv(v5, v4));
-  // spec: specs/fa2_bwd.yaml:58:12
+  const int v9 = kg::block_id_y();
+  // spec: specs/fa2_bwd.yaml:55:12
+  const int v10 = kg::block_id_x();
+  // spec: specs/fa2_bwd.yaml:129:27
+  kg::fp16* v11 = reinterpret_cast<kg::fp16*>(smem + 32768);
+  // spec: specs/fa2_bwd.yaml:67:12
+  const int v12 = (kg::mod(v9, v3));
+  // spec: specs/fa2_bwd.yaml:66:11
+  const int v13 = (kg::floordiv(v9, v3));
+  // spec: specs/fa2_bwd.yaml:71:12
   kg::sync();
   if (true) {
-    const kg::fp16* p_ = t_k + ((int64_t)(v11) * stride_k_0 + (int64_t)(v10) * stride_k_2);
+    const kg::fp16* p_ = t_k + ((int64_t)(v13) * stride_k_0 + (int64_t)(v12) * stride_k_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v7 * 64) * stride_k_1 + 0;
+    const int64_t q_ = (int64_t)(v10 * 64) * stride_k_1 + 0;
     const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
     const int64_t o0_ = q_ + ((int64_t)r0_ * stride_k_1 + k0_);
   #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int r_ = r0_ + i * 16, k_ = k0_;
-      const int i0_ = v7 * 64 + r_, i1_ = 0 + k_;
+      const int i0_ = v10 * 64 + r_, i1_ = 0 + k_;
       const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_k_1;
       const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
       if (aligned_) {
         const int n_ = (i0_ < (size_SK)) * 8;
-        kg::cp_async<16>(&v9[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        kg::cp_async<16>(&v11[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v9[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          v11[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
       }
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_bwd.yaml:116:27
+  // spec: specs/fa2_bwd.yaml:129:27
   kg::cp_async_wait<0>();
   kg::fence_proxy_async();
   kg::sync();
-  // spec: specs/fa2_bwd.yaml:116:27
-  kg::fp16* v12 = v9;
-  // spec: specs/fa2_bwd.yaml:117:28
-  kg::fp16* v13 = reinterpret_cast<kg::fp16*>(smem + 40960);
-  // spec: specs/fa2_bwd.yaml:59:12
+  // spec: specs/fa2_bwd.yaml:129:27
+  kg::fp16* v14 = v11;
+  // spec: specs/fa2_bwd.yaml:130:28
+  kg::fp16* v15 = reinterpret_cast<kg::fp16*>(smem + 40960);
+  // spec: specs/fa2_bwd.yaml:72:12
   if (true) {
-    const kg::fp16* p_ = t_v + ((int64_t)(v11) * stride_v_0 + (int64_t)(v10) * stride_v_2);
+    const kg::fp16* p_ = t_v + ((int64_t)(v13) * stride_v_0 + (int64_t)(v12) * stride_v_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v7 * 64) * stride_v_1 + 0;
+    const int64_t q_ = (int64_t)(v10 * 64) * stride_v_1 + 0;
     const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
     const int64_t o0_ = q_ + ((int64_t)r0_ * stride_v_1 + k0_);
   #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int r_ = r0_ + i * 16, k_ = k0_;
-      const int i0_ = v7 * 64 + r_, i1_ = 0 + k_;
+      const int i0_ = v10 * 64 + r_, i1_ = 0 + k_;
       const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_v_1;
       const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
       if (aligned_) {
         const int n_ = (i0_ < (size_SK)) * 8;
-        kg::cp_async<16>(&v13[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        kg::cp_async<16>(&v15[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v13[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          v15[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
       }
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_bwd.yaml:117:28
+  // spec: specs/fa2_bwd.yaml:130:28
   kg::cp_async_wait<0>();
   kg::fence_proxy_async();
   kg::sync();
-  // spec: specs/fa2_bwd.yaml:117:28
-  kg::fp16* v14 = v13;
-  // spec: specs/fa2_bwd.yaml:57:40
-  int v15[16];
+  // spec: specs/fa2_bwd.yaml:130:28
+  kg::fp16* v16 = v15;
+  // spec: specs/fa2_bwd.yaml:70:29
+  int v17[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v15[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32);
-  // spec: specs/fa2_bwd.yaml:57:14
-  const int v16 = 64;
-  // spec: specs/fa2_bwd.yaml:57:14
-  const int v17 = (v8 * v16);
-  // spec: specs/fa2_bwd.yaml:57:14
-  int v18[16];
+  for (int e = 0; e < 16; ++e) v17[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32);
+  // spec: specs/fa2_bwd.yaml:70:14
+  const int v18 = 64;
+  // spec: specs/fa2_bwd.yaml:70:14
+  const int v19 = (v10 * v18);
+  // spec: specs/fa2_bwd.yaml:70:14
+  int v20[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v18[e] = (v17 + v15[e]);
-  // spec: specs/fa2_bwd.yaml:113:57
-  int (&v19)[16] = v18;
-  // spec: specs/fa2_bwd.yaml:75:22
-  const int v20 = 1;
-  // spec: specs/fa2_bwd.yaml:75:22
-  const int v21 = 0;
-  // spec: specs/fa2_bwd.yaml:67:13
-  const int v22 = 64;
-  // spec: specs/fa2_bwd.yaml:67:13
-  const int v23 = 63;
-  // spec: specs/fa2_bwd.yaml:67:13
-  const int v24 = (v1 + v23);
-  // spec: specs/fa2_bwd.yaml:67:13
-  const int v25 = (kg::floordiv(v24, v22));
-  // spec: specs/fa2_bwd.yaml:66:16
-  float v26[32];
+  for (int e = 0; e < 16; ++e) v20[e] = (v19 + v17[e]);
+  // spec: specs/fa2_bwd.yaml:126:57
+  int (&v21)[16] = v20;
+  // spec: specs/fa2_bwd.yaml:88:22
+  const int v22 = 1;
+  // spec: specs/fa2_bwd.yaml:88:22
+  const int v23 = 0;
+  // spec: specs/fa2_bwd.yaml:80:13
+  const int v24 = 64;
+  // spec: specs/fa2_bwd.yaml:80:13
+  const int v25 = 63;
+  // spec: specs/fa2_bwd.yaml:80:13
+  const int v26 = (v0 + v25);
+  // spec: specs/fa2_bwd.yaml:80:13
+  const int v27 = (kg::floordiv(v26, v24));
+  // spec: specs/fa2_bwd.yaml:79:16
+  float v28[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v26[e] = 0.0f;
-  // spec: specs/fa2_bwd.yaml:65:16
-  float v27[32];
+  for (int e = 0; e < 32; ++e) v28[e] = 0.0f;
+  // spec: specs/fa2_bwd.yaml:78:16
+  float v29[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v27[e] = 0.0f;
-  // spec: specs/fa2_bwd.yaml:60:16
-  const float v28 = 1.4426950408889634f;
-  // spec: specs/fa2_bwd.yaml:60:16
-  const float v29 = (v2 * v28);
-  // spec: specs/fa2_bwd.yaml:55:15
-  const int v30 = (kg::floordiv(v3, v4));
-  // spec: specs/fa2_bwd.yaml:75:7
+  for (int e = 0; e < 32; ++e) v29[e] = 0.0f;
+  // spec: specs/fa2_bwd.yaml:73:16
+  const float v30 = 1.4426950408889634f;
+  // spec: specs/fa2_bwd.yaml:73:16
+  const float v31 = (v1 * v30);
+  // spec: specs/fa2_bwd.yaml:68:15
+  const int v32 = (kg::floordiv(v2, v3));
+  // spec: specs/fa2_bwd.yaml:88:7
 
-  float v31[32];
+  float v33[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v31[e] = v26[e];
-  float v32[32];
+  for (int e = 0; e < 32; ++e) v33[e] = v28[e];
+  float v34[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v32[e] = v27[e];
-  for (int v33 = v21; v33 < v30; v33 += v20) {
-    float (&v34)[32] = v31;
-    float (&v35)[32] = v32;
+  for (int e = 0; e < 32; ++e) v34[e] = v29[e];
+  for (int v35 = v23; v35 < v32; v35 += v22) {
+    float (&v36)[32] = v33;
+    float (&v37)[32] = v34;
     
-    // spec: specs/fa2_bwd.yaml:117:28
-    kg::fp16* v36 = reinterpret_cast<kg::fp16*>(smem + 0);
-    // spec: specs/fa2_bwd.yaml:116:27
-    kg::fp16* v37 = reinterpret_cast<kg::fp16*>(smem + 16384);
-    // spec: specs/fa2_bwd.yaml:78:15
-    const int v38 = 0;
-    // spec: specs/fa2_bwd.yaml:78:15
-    kg::fp16* v39 = v37 + (v38 % 2) * 4096;
-    // spec: specs/fa2_bwd.yaml:78:58
+    // spec: specs/fa2_bwd.yaml:130:28
+    kg::fp16* v38 = reinterpret_cast<kg::fp16*>(smem + 0);
+    // spec: specs/fa2_bwd.yaml:129:27
+    kg::fp16* v39 = reinterpret_cast<kg::fp16*>(smem + 16384);
+    // spec: specs/fa2_bwd.yaml:91:15
     const int v40 = 0;
-    // spec: specs/fa2_bwd.yaml:78:15
-    const bool v41 = (v40 < v25);
-    // spec: specs/fa2_bwd.yaml:76:15
-    const int v42 = (v10 * v30);
-    // spec: specs/fa2_bwd.yaml:76:15
-    const int v43 = (v42 + v33);
-    // spec: specs/fa2_bwd.yaml:79:24
+    // spec: specs/fa2_bwd.yaml:91:15
+    kg::fp16* v41 = v39 + (v40 % 2) * 4096;
+    // spec: specs/fa2_bwd.yaml:91:58
+    const int v42 = 0;
+    // spec: specs/fa2_bwd.yaml:91:15
+    const bool v43 = (v42 < v27);
+    // spec: specs/fa2_bwd.yaml:89:15
+    const int v44 = (v12 * v32);
+    // spec: specs/fa2_bwd.yaml:89:15
+    const int v45 = (v44 + v35);
+    // spec: specs/fa2_bwd.yaml:92:24
     kg::sync();
-    if (v41) {
-      const kg::fp16* p_ = t_q + ((int64_t)(v11) * stride_q_0 + (int64_t)(v43) * stride_q_2);
+    if (v43) {
+      const kg::fp16* p_ = t_q + ((int64_t)(v13) * stride_q_0 + (int64_t)(v45) * stride_q_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v40 * 64) * stride_q_1 + 0;
+      const int64_t q_ = (int64_t)(v42 * 64) * stride_q_1 + 0;
       const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
       const int64_t o0_ = q_ + ((int64_t)r0_ * stride_q_1 + k0_);
     #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int r_ = r0_ + i * 16, k_ = k0_;
-        const int i0_ = v40 * 64 + r_, i1_ = 0 + k_;
+        const int i0_ = v42 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_q_1;
         const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
         if (aligned_) {
           const int n_ = (i0_ < (size_SQ)) * 8;
-          kg::cp_async<16>(&v39[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v41[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v39[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v41[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
-    // spec: specs/fa2_bwd.yaml:78:15
-    kg::fp16* v44 = v36 + (v38 % 2) * 4096;
-    // spec: specs/fa2_bwd.yaml:80:26
-    if (v41) {
-      const kg::fp16* p_ = t_do + ((int64_t)(v11) * stride_do_0 + (int64_t)(v43) * stride_do_2);
+    // spec: specs/fa2_bwd.yaml:91:15
+    kg::fp16* v46 = v38 + (v40 % 2) * 4096;
+    // spec: specs/fa2_bwd.yaml:93:26
+    if (v43) {
+      const kg::fp16* p_ = t_do + ((int64_t)(v13) * stride_do_0 + (int64_t)(v45) * stride_do_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v40 * 64) * stride_do_1 + 0;
+      const int64_t q_ = (int64_t)(v42 * 64) * stride_do_1 + 0;
       const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
       const int64_t o0_ = q_ + ((int64_t)r0_ * stride_do_1 + k0_);
     #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int r_ = r0_ + i * 16, k_ = k0_;
-        const int i0_ = v40 * 64 + r_, i1_ = 0 + k_;
+        const int i0_ = v42 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_do_1;
         const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
         if (aligned_) {
           const int n_ = (i0_ < (size_SQ)) * 8;
-          kg::cp_async<16>(&v44[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v46[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v44[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v46[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
-    // spec: specs/fa2_bwd.yaml:78:58
-    const int v45 = 1;
-    // spec: specs/fa2_bwd.yaml:78:15
+    // spec: specs/fa2_bwd.yaml:91:58
+    const int v47 = 1;
+    // spec: specs/fa2_bwd.yaml:91:15
 
-    float v46[32];
+    float v48[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v46[e] = v34[e];
-    float v47[32];
+    for (int e = 0; e < 32; ++e) v48[e] = v36[e];
+    float v49[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v47[e] = v35[e];
-    for (int v48 = v40; v48 < v25; v48 += v45) {
-      float (&v49)[32] = v46;
-      float (&v50)[32] = v47;
+    for (int e = 0; e < 32; ++e) v49[e] = v37[e];
+    for (int v50 = v42; v50 < v27; v50 += v47) {
+      float (&v51)[32] = v48;
+      float (&v52)[32] = v49;
       
-      // spec: specs/fa2_bwd.yaml:78:15
-      const int v51 = (v48 - v40);
-      // spec: specs/fa2_bwd.yaml:78:15
-      const int v52 = (kg::floordiv(v51, v45));
-      // spec: specs/fa2_bwd.yaml:78:15
-      kg::fp16* v53 = v36 + (v52 % 2) * 4096;
-      // spec: specs/fa2_bwd.yaml:78:15
-      kg::fp16* v54 = v37 + (v52 % 2) * 4096;
-      // spec: specs/fa2_bwd.yaml:112:30
-      float v55[2];
+      // spec: specs/fa2_bwd.yaml:91:15
+      const int v53 = (v50 - v42);
+      // spec: specs/fa2_bwd.yaml:91:15
+      const int v54 = (kg::floordiv(v53, v47));
+      // spec: specs/fa2_bwd.yaml:91:15
+      kg::fp16* v55 = v38 + (v54 % 2) * 4096;
+      // spec: specs/fa2_bwd.yaml:91:15
+      kg::fp16* v56 = v39 + (v54 % 2) * 4096;
+      // spec: specs/fa2_bwd.yaml:125:30
+      float v57[2];
       {
-        const float* p_ = t_lse + ((int64_t)(v11) * stride_lse_0 + (int64_t)(v43) * stride_lse_1);
+        const float* p_ = t_lse + ((int64_t)(v13) * stride_lse_0 + (int64_t)(v45) * stride_lse_1);
         const bool aligned_ = false;
-        const int t0_ = v48 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+        const int t0_ = v50 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
       #pragma unroll
         for (int e = 0; e < 2; e += 1) {
           const int i0_ = t0_ + (e & 1) * 8;
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 1 <= (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<1>(&v55[e], p_ + off_);
+            kg::copy_vec<1>(&v57[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 1; ++v)
-              v55[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+              v57[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:116:27
+      // spec: specs/fa2_bwd.yaml:129:27
       kg::cp_async_wait<1>();
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:78:15
-      const int v56 = 1;
-      // spec: specs/fa2_bwd.yaml:78:15
-      const int v57 = (v52 + v56);
-      // spec: specs/fa2_bwd.yaml:78:15
-      kg::fp16* v58 = v37 + (v57 % 2) * 4096;
-      // spec: specs/fa2_bwd.yaml:79:24
-      const int v59 = (v48 + v45);
-      // spec: specs/fa2_bwd.yaml:79:24
-      const bool v60 = (v59 < v25);
-      // spec: specs/fa2_bwd.yaml:79:24
-      if (v60) {
-        const kg::fp16* p_ = t_q + ((int64_t)(v11) * stride_q_0 + (int64_t)(v43) * stride_q_2);
+      // spec: specs/fa2_bwd.yaml:91:15
+      const int v58 = 1;
+      // spec: specs/fa2_bwd.yaml:91:15
+      const int v59 = (v54 + v58);
+      // spec: specs/fa2_bwd.yaml:91:15
+      kg::fp16* v60 = v39 + (v59 % 2) * 4096;
+      // spec: specs/fa2_bwd.yaml:92:24
+      const int v61 = (v50 + v47);
+      // spec: specs/fa2_bwd.yaml:92:24
+      const bool v62 = (v61 < v27);
+      // spec: specs/fa2_bwd.yaml:92:24
+      if (v62) {
+        const kg::fp16* p_ = t_q + ((int64_t)(v13) * stride_q_0 + (int64_t)(v45) * stride_q_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-        const int64_t q_ = (int64_t)(v59 * 64) * stride_q_1 + 0;
+        const int64_t q_ = (int64_t)(v61 * 64) * stride_q_1 + 0;
         const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
         const int64_t o0_ = q_ + ((int64_t)r0_ * stride_q_1 + k0_);
       #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int r_ = r0_ + i * 16, k_ = k0_;
-          const int i0_ = v59 * 64 + r_, i1_ = 0 + k_;
+          const int i0_ = v61 * 64 + r_, i1_ = 0 + k_;
           const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_q_1;
           const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
           if (aligned_) {
             const int n_ = (i0_ < (size_SQ)) * 8;
-            kg::cp_async<16>(&v58[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+            kg::cp_async<16>(&v60[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
           } else {
       #pragma unroll
             for (int v = 0; v < 8; ++v)
-              v58[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+              v60[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
           }
         }
       }
       kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:116:27
-      float v61[32];
-      // spec: specs/fa2_bwd.yaml:116:27
-      float (&v62)[32] = v61;
+      // spec: specs/fa2_bwd.yaml:129:27
+      float v63[32];
+      // spec: specs/fa2_bwd.yaml:129:27
+      float (&v64)[32] = v63;
       {
         const int wg_ = 0;
-        const uint64_t da_ = kg::wgmma_desc(v54, 16, 1024, 1);
-        const uint64_t db_ = kg::wgmma_desc(v12, 16, 1024, 1);
-        kg::wgmma_fence();
-      #pragma unroll
-        for (int ks = 0; ks < 4; ++ks)
-      #pragma unroll
-          for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-            for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v62[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
-        kg::wgmma_commit();
-      }
-      // spec: specs/fa2_bwd.yaml:117:28
-      kg::cp_async_wait<1>();
-      kg::fence_proxy_async();
-      kg::sync();
-      // spec: specs/fa2_bwd.yaml:78:15
-      kg::fp16* v63 = v36 + (v57 % 2) * 4096;
-      // spec: specs/fa2_bwd.yaml:80:26
-      const int v64 = (v48 + v45);
-      // spec: specs/fa2_bwd.yaml:80:26
-      const bool v65 = (v64 < v25);
-      // spec: specs/fa2_bwd.yaml:80:26
-      if (v65) {
-        const kg::fp16* p_ = t_do + ((int64_t)(v11) * stride_do_0 + (int64_t)(v43) * stride_do_2);
-        const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
-        const int64_t q_ = (int64_t)(v64 * 64) * stride_do_1 + 0;
-        const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
-        const int64_t o0_ = q_ + ((int64_t)r0_ * stride_do_1 + k0_);
-      #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int r_ = r0_ + i * 16, k_ = k0_;
-          const int i0_ = v64 * 64 + r_, i1_ = 0 + k_;
-          const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_do_1;
-          const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
-          if (aligned_) {
-            const int n_ = (i0_ < (size_SQ)) * 8;
-            kg::cp_async<16>(&v63[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-          } else {
-      #pragma unroll
-            for (int v = 0; v < 8; ++v)
-              v63[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
-          }
-        }
-      }
-      kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:117:28
-      float v66[32];
-      // spec: specs/fa2_bwd.yaml:117:28
-      float (&v67)[32] = v66;
-      {
-        const int wg_ = 0;
-        const uint64_t da_ = kg::wgmma_desc(v53, 16, 1024, 1);
+        const uint64_t da_ = kg::wgmma_desc(v56, 16, 1024, 1);
         const uint64_t db_ = kg::wgmma_desc(v14, 16, 1024, 1);
         kg::wgmma_fence();
       #pragma unroll
@@ -381,117 +333,51 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v67[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
+              kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v64[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:118:27
-      const float v68 = 0.0f;
-      // spec: specs/fa2_bwd.yaml:112:30
-      const float v69 = 1.4426950408889634f;
-      // spec: specs/fa2_bwd.yaml:112:30
-      float v70[2];
-      #pragma unroll
-      for (int e = 0; e < 2; ++e) v70[e] = (v55[e] * v69);
-      // spec: specs/fa2_bwd.yaml:118:58
-      float (&v71)[2] = v70;
-      // spec: specs/fa2_bwd.yaml:118:45
-      float v72[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v72[e] = v71[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:116:27
-      kg::wgmma_wait<1>();
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v62[e]);
-      float (&v73)[32] = v62;
-      // spec: specs/fa2_bwd.yaml:118:45
-      float v74[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v74[e] = (v73[e] * v29);
-      // spec: specs/fa2_bwd.yaml:118:45
-      float v75[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v75[e] = (v74[e] - v72[e]);
-      // spec: specs/fa2_bwd.yaml:118:40
-      float v76[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v76[e] = kg::exp2_(v75[e]);
-      // spec: specs/fa2_bwd.yaml:113:82
-      const float v77 = -kg::inf();
-      // spec: specs/fa2_bwd.yaml:113:82
-      float (&v78)[2] = v70;
-      // spec: specs/fa2_bwd.yaml:113:82
-      bool v79[2];
-      #pragma unroll
-      for (int e = 0; e < 2; ++e) v79[e] = (v78[e] > v77);
-      // spec: specs/fa2_bwd.yaml:113:31
-      bool v80[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v80[e] = v79[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:113:57
-      bool v81[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v81[e] = (v19[e] < v0);
-      // spec: specs/fa2_bwd.yaml:113:31
-      bool v82[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v82[e] = v81[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:111:44
-      int v83[2];
-      #pragma unroll
-      for (int e = 0; e < 2; ++e) v83[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8);
-      // spec: specs/fa2_bwd.yaml:111:30
-      const int v84 = 64;
-      // spec: specs/fa2_bwd.yaml:111:30
-      const int v85 = (v48 * v84);
-      // spec: specs/fa2_bwd.yaml:111:30
-      int v86[2];
-      #pragma unroll
-      for (int e = 0; e < 2; ++e) v86[e] = (v85 + v83[e]);
-      // spec: specs/fa2_bwd.yaml:113:32
-      int (&v87)[2] = v86;
-      // spec: specs/fa2_bwd.yaml:113:32
-      bool v88[2];
-      #pragma unroll
-      for (int e = 0; e < 2; ++e) v88[e] = (v87[e] < v1);
-      // spec: specs/fa2_bwd.yaml:113:31
-      bool v89[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v89[e] = v88[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:113:31
-      bool v90[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v90[e] = (v89[e] && v82[e]);
-      // spec: specs/fa2_bwd.yaml:113:31
-      bool v91[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v91[e] = (v90[e] && v80[e]);
-      // spec: specs/fa2_bwd.yaml:118:27
-      float v92[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v92[e] = (v91[e] ? v76[e] : v68);
-      // spec: specs/fa2_bwd.yaml:119:45
-      kg::fp16 v93[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v93[e] = kg::cvt<kg::fp16>(v92[e]);
-      // spec: specs/fa2_bwd.yaml:119:41
-      kg::fp16* v94 = reinterpret_cast<kg::fp16*>(smem + 49152);
-      kg::sync();
-      #pragma unroll
-      for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v94[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v93[e]);
+      // spec: specs/fa2_bwd.yaml:130:28
+      kg::cp_async_wait<1>();
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:119:41
-      kg::fp16* v95 = v94;
-      // spec: specs/fa2_bwd.yaml:119:41
-      float (&v96)[32] = v49;
+      // spec: specs/fa2_bwd.yaml:91:15
+      kg::fp16* v65 = v38 + (v59 % 2) * 4096;
+      // spec: specs/fa2_bwd.yaml:93:26
+      const int v66 = (v50 + v47);
+      // spec: specs/fa2_bwd.yaml:93:26
+      const bool v67 = (v66 < v27);
+      // spec: specs/fa2_bwd.yaml:93:26
+      if (v67) {
+        const kg::fp16* p_ = t_do + ((int64_t)(v13) * stride_do_0 + (int64_t)(v45) * stride_do_2);
+        const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
+        const int64_t q_ = (int64_t)(v66 * 64) * stride_do_1 + 0;
+        const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
+        const int64_t o0_ = q_ + ((int64_t)r0_ * stride_do_1 + k0_);
+      #pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int r_ = r0_ + i * 16, k_ = k0_;
+          const int i0_ = v66 * 64 + r_, i1_ = 0 + k_;
+          const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_do_1;
+          const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
+          if (aligned_) {
+            const int n_ = (i0_ < (size_SQ)) * 8;
+            kg::cp_async<16>(&v65[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          } else {
+      #pragma unroll
+            for (int v = 0; v < 8; ++v)
+              v65[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          }
+        }
+      }
+      kg::cp_async_commit();
+      // spec: specs/fa2_bwd.yaml:130:28
+      float v68[32];
+      // spec: specs/fa2_bwd.yaml:130:28
+      float (&v69)[32] = v68;
       {
         const int wg_ = 0;
-        const uint64_t da_ = kg::wgmma_desc(v95, 1024, 128, 0);
-        const uint64_t db_ = kg::wgmma_desc(v53, 8192, 1024, 1);
-        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
-        // (ptxas would then insert a warpgroup.arrive, C7519)
-      #pragma unroll
-        for (int e = 0; e < 32; ++e) kg::fence_operand(v96[e]);
+        const uint64_t da_ = kg::wgmma_desc(v55, 16, 1024, 1);
+        const uint64_t db_ = kg::wgmma_desc(v16, 16, 1024, 1);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 4; ++ks)
@@ -499,71 +385,189 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_fp16_ss<1, 1>(&v96[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
+              kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v69[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:120:39
-      float v97[2];
+      // spec: specs/fa2_bwd.yaml:131:27
+      const float v70 = 0.0f;
+      // spec: specs/fa2_bwd.yaml:125:30
+      const float v71 = 1.4426950408889634f;
+      // spec: specs/fa2_bwd.yaml:125:30
+      float v72[2];
+      #pragma unroll
+      for (int e = 0; e < 2; ++e) v72[e] = (v57[e] * v71);
+      // spec: specs/fa2_bwd.yaml:131:58
+      float (&v73)[2] = v72;
+      // spec: specs/fa2_bwd.yaml:131:45
+      float v74[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v74[e] = v73[((e >> 1) & 1) * 1];
+      // spec: specs/fa2_bwd.yaml:129:27
+      kg::wgmma_wait<1>();
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v64[e]);
+      float (&v75)[32] = v64;
+      // spec: specs/fa2_bwd.yaml:131:45
+      float v76[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v76[e] = (v75[e] * v31);
+      // spec: specs/fa2_bwd.yaml:131:45
+      float v77[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v77[e] = (v76[e] - v74[e]);
+      // spec: specs/fa2_bwd.yaml:131:40
+      float v78[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v78[e] = kg::exp2_(v77[e]);
+      // spec: specs/fa2_bwd.yaml:126:82
+      const float v79 = -kg::inf();
+      // spec: specs/fa2_bwd.yaml:126:82
+      float (&v80)[2] = v72;
+      // spec: specs/fa2_bwd.yaml:126:82
+      bool v81[2];
+      #pragma unroll
+      for (int e = 0; e < 2; ++e) v81[e] = (v80[e] > v79);
+      // spec: specs/fa2_bwd.yaml:126:31
+      bool v82[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v82[e] = v81[((e >> 1) & 1) * 1];
+      // spec: specs/fa2_bwd.yaml:126:57
+      bool v83[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v83[e] = (v21[e] < v4);
+      // spec: specs/fa2_bwd.yaml:126:31
+      bool v84[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v84[e] = v83[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:124:44
+      int v85[2];
+      #pragma unroll
+      for (int e = 0; e < 2; ++e) v85[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8);
+      // spec: specs/fa2_bwd.yaml:124:30
+      const int v86 = 64;
+      // spec: specs/fa2_bwd.yaml:124:30
+      const int v87 = (v50 * v86);
+      // spec: specs/fa2_bwd.yaml:124:30
+      int v88[2];
+      #pragma unroll
+      for (int e = 0; e < 2; ++e) v88[e] = (v87 + v85[e]);
+      // spec: specs/fa2_bwd.yaml:126:32
+      int (&v89)[2] = v88;
+      // spec: specs/fa2_bwd.yaml:126:32
+      bool v90[2];
+      #pragma unroll
+      for (int e = 0; e < 2; ++e) v90[e] = (v89[e] < v0);
+      // spec: specs/fa2_bwd.yaml:126:31
+      bool v91[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v91[e] = v90[((e >> 1) & 1) * 1];
+      // spec: specs/fa2_bwd.yaml:126:31
+      bool v92[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v92[e] = (v91[e] && v84[e]);
+      // spec: specs/fa2_bwd.yaml:126:31
+      bool v93[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v93[e] = (v92[e] && v82[e]);
+      // spec: specs/fa2_bwd.yaml:131:27
+      float v94[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v94[e] = (v93[e] ? v78[e] : v70);
+      // spec: specs/fa2_bwd.yaml:132:45
+      kg::fp16 v95[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v95[e] = kg::cvt<kg::fp16>(v94[e]);
+      // spec: specs/fa2_bwd.yaml:132:41
+      kg::fp16* v96 = reinterpret_cast<kg::fp16*>(smem + 49152);
+      kg::sync();
+      #pragma unroll
+      for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v96[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v95[e]);
+      kg::fence_proxy_async();
+      kg::sync();
+      // spec: specs/fa2_bwd.yaml:132:41
+      kg::fp16* v97 = v96;
+      // spec: specs/fa2_bwd.yaml:132:41
+      float (&v98)[32] = v51;
       {
-        const float* p_ = t_delta + ((int64_t)(v11) * stride_delta_0 + (int64_t)(v43) * stride_delta_1);
+        const int wg_ = 0;
+        const uint64_t da_ = kg::wgmma_desc(v97, 1024, 128, 0);
+        const uint64_t db_ = kg::wgmma_desc(v55, 8192, 1024, 1);
+        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
+        // (ptxas would then insert a warpgroup.arrive, C7519)
+      #pragma unroll
+        for (int e = 0; e < 32; ++e) kg::fence_operand(v98[e]);
+        kg::wgmma_fence();
+      #pragma unroll
+        for (int ks = 0; ks < 4; ++ks)
+      #pragma unroll
+          for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+            for (int rn = 0; rn < 1; ++rn)
+              kg::wgmma_m64n64k16_fp16_ss<1, 1>(&v98[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
+        kg::wgmma_commit();
+      }
+      // spec: specs/fa2_bwd.yaml:133:39
+      float v99[2];
+      {
+        const float* p_ = t_delta + ((int64_t)(v13) * stride_delta_0 + (int64_t)(v45) * stride_delta_1);
         const bool aligned_ = false;
-        const int t0_ = v48 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+        const int t0_ = v50 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
       #pragma unroll
         for (int e = 0; e < 2; e += 1) {
           const int i0_ = t0_ + (e & 1) * 8;
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 1 <= (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<1>(&v97[e], p_ + off_);
+            kg::copy_vec<1>(&v99[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 1; ++v)
-              v97[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+              v99[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:120:39
-      float (&v98)[2] = v97;
-      // spec: specs/fa2_bwd.yaml:120:34
-      float v99[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v99[e] = v98[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:117:28
-      kg::wgmma_wait<1>();
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v67[e]);
-      float (&v100)[32] = v67;
-      // spec: specs/fa2_bwd.yaml:120:34
+      // spec: specs/fa2_bwd.yaml:133:39
+      float (&v100)[2] = v99;
+      // spec: specs/fa2_bwd.yaml:133:34
       float v101[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v101[e] = (v100[e] - v99[e]);
-      // spec: specs/fa2_bwd.yaml:120:29
-      float v102[32];
+      for (int e = 0; e < 32; ++e) v101[e] = v100[((e >> 1) & 1) * 1];
+      // spec: specs/fa2_bwd.yaml:130:28
+      kg::wgmma_wait<1>();
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v102[e] = (v92[e] * v101[e]);
-      // spec: specs/fa2_bwd.yaml:120:28
-      kg::fp16 v103[32];
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v69[e]);
+      float (&v102)[32] = v69;
+      // spec: specs/fa2_bwd.yaml:133:34
+      float v103[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v103[e] = kg::cvt<kg::fp16>(v102[e]);
-      // spec: specs/fa2_bwd.yaml:121:41
-      kg::fp16* v104 = reinterpret_cast<kg::fp16*>(smem + 57344);
+      for (int e = 0; e < 32; ++e) v103[e] = (v102[e] - v101[e]);
+      // spec: specs/fa2_bwd.yaml:133:29
+      float v104[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v104[e] = (v94[e] * v103[e]);
+      // spec: specs/fa2_bwd.yaml:133:28
+      kg::fp16 v105[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v105[e] = kg::cvt<kg::fp16>(v104[e]);
+      // spec: specs/fa2_bwd.yaml:134:41
+      kg::fp16* v106 = reinterpret_cast<kg::fp16*>(smem + 57344);
       kg::sync();
       #pragma unroll
-      for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v104[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v103[e]);
+      for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v106[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v105[e]);
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:121:41
-      kg::fp16* v105 = v104;
-      // spec: specs/fa2_bwd.yaml:121:41
-      float (&v106)[32] = v50;
+      // spec: specs/fa2_bwd.yaml:134:41
+      kg::fp16* v107 = v106;
+      // spec: specs/fa2_bwd.yaml:134:41
+      float (&v108)[32] = v52;
       {
         const int wg_ = 0;
-        const uint64_t da_ = kg::wgmma_desc(v105, 1024, 128, 0);
-        const uint64_t db_ = kg::wgmma_desc(v54, 8192, 1024, 1);
+        const uint64_t da_ = kg::wgmma_desc(v107, 1024, 128, 0);
+        const uint64_t db_ = kg::wgmma_desc(v56, 8192, 1024, 1);
         // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
         // (ptxas would then insert a warpgroup.arrive, C7519)
       #pragma unroll
-        for (int e = 0; e < 32; ++e) kg::fence_operand(v106[e]);
+        for (int e = 0; e < 32; ++e) kg::fence_operand(v108[e]);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 4; ++ks)
@@ -571,16 +575,16 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_fp16_ss<1, 1>(&v106[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
+              kg::wgmma_m64n64k16_fp16_ss<1, 1>(&v108[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:123:74
-      float v107[32];
-      // spec: specs/fa2_bwd.yaml:123:74
-      float (&v108)[32] = v107;
+      // spec: specs/fa2_bwd.yaml:136:74
+      float v109[32];
+      // spec: specs/fa2_bwd.yaml:136:74
+      float (&v110)[32] = v109;
       {
         const int wg_ = 0;
-        const uint64_t db_ = kg::wgmma_desc(v9, 8192, 1024, 1);
+        const uint64_t db_ = kg::wgmma_desc(v11, 8192, 1024, 1);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 4; ++ks)
@@ -588,35 +592,35 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_fp16_rs<1>(&v108[(rm * 1 + rn) * 32], &v103[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), (ks > 0));
+              kg::wgmma_m64n64k16_fp16_rs<1>(&v110[(rm * 1 + rn) * 32], &v105[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:123:74
+      // spec: specs/fa2_bwd.yaml:136:74
+      kg::wgmma_wait<0>();
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v110[e]);
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v105)[e]);
+      float (&v111)[32] = v110;
+      // spec: specs/fa2_bwd.yaml:132:41
+      kg::wgmma_wait<0>();
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v98[e]);
+      float (&v112)[32] = v98;
+      // spec: specs/fa2_bwd.yaml:134:41
       kg::wgmma_wait<0>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v108[e]);
+      float (&v113)[32] = v108;
+      // spec: specs/fa2_bwd.yaml:136:74
+      float v114[32];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v103)[e]);
-      float (&v109)[32] = v108;
-      // spec: specs/fa2_bwd.yaml:119:41
-      kg::wgmma_wait<0>();
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v96[e]);
-      float (&v110)[32] = v96;
-      // spec: specs/fa2_bwd.yaml:121:41
-      kg::wgmma_wait<0>();
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v106[e]);
-      float (&v111)[32] = v106;
-      // spec: specs/fa2_bwd.yaml:123:74
-      float v112[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v112[e] = (v109[e] * v2);
-      // spec: specs/fa2_bwd.yaml:123:27
+      for (int e = 0; e < 32; ++e) v114[e] = (v111[e] * v1);
+      // spec: specs/fa2_bwd.yaml:136:27
       if ((lane & 0) == 0 && (warp & 0) == 0) {
-        float* p_ = t_dq_acc + ((int64_t)(v11) * stride_dq_acc_0 + (int64_t)(v43) * stride_dq_acc_2);
+        float* p_ = t_dq_acc + ((int64_t)(v13) * stride_dq_acc_0 + (int64_t)(v45) * stride_dq_acc_2);
         const bool aligned_ = kg::aligned(p_, 8) && stride_dq_acc_0 % 2 == 0 && stride_dq_acc_1 % 2 == 0 && stride_dq_acc_2 % 2 == 0;
-        const int t0_ = v48 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+        const int t0_ = v50 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
         const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
       #pragma unroll
         for (int e = 0; e < 32; e += 2) {
@@ -624,53 +628,53 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
           const int64_t off_ = (int64_t)i0_ * stride_dq_acc_1 + (int64_t)i1_ * 1;
           if (aligned_ && i0_ < (size_SQ)) {
-            kg::atomic_add_vec<2>(p_ + off_, &v112[e]);
+            kg::atomic_add_vec<2>(p_ + off_, &v114[e]);
           } else {
       #pragma unroll
             for (int v = 0; v < 2; ++v)
-              if (i0_ < (size_SQ)) kg::atomic_add(p_ + off_ + v, v112[e + v]);
+              if (i0_ < (size_SQ)) kg::atomic_add(p_ + off_ + v, v114[e + v]);
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:123:27
+      // spec: specs/fa2_bwd.yaml:136:27
 
       float y0_[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) y0_[e] = v110[e];
+      for (int e = 0; e < 32; ++e) y0_[e] = v112[e];
       float y1_[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) y1_[e] = v111[e];
+      for (int e = 0; e < 32; ++e) y1_[e] = v113[e];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v46[e] = y0_[e];
+      for (int e = 0; e < 32; ++e) v48[e] = y0_[e];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v47[e] = y1_[e];
+      for (int e = 0; e < 32; ++e) v49[e] = y1_[e];
     }
-    // spec: specs/fa2_bwd.yaml:78:15
+    // spec: specs/fa2_bwd.yaml:91:15
 
     float y0_[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y0_[e] = v46[e];
+    for (int e = 0; e < 32; ++e) y0_[e] = v48[e];
     float y1_[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y1_[e] = v47[e];
+    for (int e = 0; e < 32; ++e) y1_[e] = v49[e];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v31[e] = y0_[e];
+    for (int e = 0; e < 32; ++e) v33[e] = y0_[e];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v32[e] = y1_[e];
+    for (int e = 0; e < 32; ++e) v34[e] = y1_[e];
   }
-  // spec: specs/fa2_bwd.yaml:124:34
-  float v113[32];
+  // spec: specs/fa2_bwd.yaml:137:34
+  float v115[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v113[e] = (v32[e] * v2);
-  // spec: specs/fa2_bwd.yaml:124:33
-  kg::fp16 v114[32];
+  for (int e = 0; e < 32; ++e) v115[e] = (v34[e] * v1);
+  // spec: specs/fa2_bwd.yaml:137:33
+  kg::fp16 v116[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v114[e] = kg::cvt<kg::fp16>(v113[e]);
-  // spec: specs/fa2_bwd.yaml:124:7
+  for (int e = 0; e < 32; ++e) v116[e] = kg::cvt<kg::fp16>(v115[e]);
+  // spec: specs/fa2_bwd.yaml:137:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
-    kg::fp16* p_ = t_dk + ((int64_t)(v11) * stride_dk_0 + (int64_t)(v10) * stride_dk_2);
+    kg::fp16* p_ = t_dk + ((int64_t)(v13) * stride_dk_0 + (int64_t)(v12) * stride_dk_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dk_0 % 2 == 0 && stride_dk_1 % 2 == 0 && stride_dk_2 % 2 == 0;
-    const int t0_ = v7 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+    const int t0_ = v10 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
     const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
   #pragma unroll
     for (int e = 0; e < 32; e += 2) {
@@ -678,23 +682,23 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
       const int64_t off_ = (int64_t)i0_ * stride_dk_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SK)) {
-        kg::copy_vec<2>(p_ + off_, &v114[e]);
+        kg::copy_vec<2>(p_ + off_, &v116[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SK)) p_[off_ + v] = v114[e + v];
+          if (i0_ < (size_SK)) p_[off_ + v] = v116[e + v];
       }
     }
   }
-  // spec: specs/fa2_bwd.yaml:125:33
-  kg::fp16 v115[32];
+  // spec: specs/fa2_bwd.yaml:138:33
+  kg::fp16 v117[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v115[e] = kg::cvt<kg::fp16>(v31[e]);
-  // spec: specs/fa2_bwd.yaml:125:7
+  for (int e = 0; e < 32; ++e) v117[e] = kg::cvt<kg::fp16>(v33[e]);
+  // spec: specs/fa2_bwd.yaml:138:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
-    kg::fp16* p_ = t_dv + ((int64_t)(v11) * stride_dv_0 + (int64_t)(v10) * stride_dv_2);
+    kg::fp16* p_ = t_dv + ((int64_t)(v13) * stride_dv_0 + (int64_t)(v12) * stride_dv_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dv_0 % 2 == 0 && stride_dv_1 % 2 == 0 && stride_dv_2 % 2 == 0;
-    const int t0_ = v7 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+    const int t0_ = v10 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
     const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
   #pragma unroll
     for (int e = 0; e < 32; e += 2) {
@@ -702,11 +706,11 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
       const int64_t off_ = (int64_t)i0_ * stride_dv_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SK)) {
-        kg::copy_vec<2>(p_ + off_, &v115[e]);
+        kg::copy_vec<2>(p_ + off_, &v117[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SK)) p_[off_ + v] = v115[e + v];
+          if (i0_ < (size_SK)) p_[off_ + v] = v117[e + v];
       }
     }
   }

@@ -28,46 +28,46 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
   // the causal D=128 forward from 202 to 180 registers)
   const int warp = __shfl_sync(0xffffffffu, kg::thread_id() / kg::WAVE, 0);
   
-  // spec: specs/fa2_bwd.yaml:64:59
+  // spec: specs/fa2_bwd.yaml:77:48
   const int v0 = size_SQ;
-  // spec: specs/fa2_bwd.yaml:64:54
-  const int v1 = size_SK;
-  // spec: specs/fa2_bwd.yaml:60:16
-  const float v2 = scalar_softmax_scale;
-  // spec: specs/fa2_bwd.yaml:55:15
-  const int v3 = size_H;
-  // spec: specs/fa2_bwd.yaml:53:28
-  const int v4 = size_HKV;
-  // spec: specs/fa2_bwd.yaml:53:11
-  const int v5 = kg::block_id_y();
+  // spec: specs/fa2_bwd.yaml:73:16
+  const float v1 = scalar_softmax_scale;
+  // spec: specs/fa2_bwd.yaml:68:15
+  const int v2 = size_H;
+  // spec: specs/fa2_bwd.yaml:66:17
+  const int v3 = size_HKV;
+  // spec: specs/fa2_bwd.yaml:53:19
+  const int v4 = size_SK;
+  // spec: specs/fa2_bwd.yaml:53:14
+  const int v5 = 64;
+  // spec: specs/fa2_bwd.yaml:53:14
+  const int v6 = 63;
+  // spec: specs/fa2_bwd.yaml:53:14
+  const int v7 = (v4 + v6);
+  // spec: specs/fa2_bwd.yaml:53:14
+  const int v8 = (kg::floordiv(v7, v5));
   // spec: specs/fa2_bwd.yaml:54:12
-  const int v6 = kg::block_id_y();
-  // spec: specs/fa2_bwd.yaml:56:20
-  const int v7 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:57:14
-  const int v8 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:64:27
-  const int v9 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:74:41
+  const int v9 = kg::block_id_y();
+  // spec: specs/fa2_bwd.yaml:55:12
   const int v10 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:116:27
+  // spec: specs/fa2_bwd.yaml:129:27
   kg::fp16* v11 = reinterpret_cast<kg::fp16*>(smem + 32768);
-  // spec: specs/fa2_bwd.yaml:54:12
-  const int v12 = (kg::mod(v6, v4));
-  // spec: specs/fa2_bwd.yaml:53:11
-  const int v13 = (kg::floordiv(v5, v4));
-  // spec: specs/fa2_bwd.yaml:58:12
+  // spec: specs/fa2_bwd.yaml:67:12
+  const int v12 = (kg::mod(v9, v3));
+  // spec: specs/fa2_bwd.yaml:66:11
+  const int v13 = (kg::floordiv(v9, v3));
+  // spec: specs/fa2_bwd.yaml:71:12
   kg::sync();
   if (true) {
     const kg::fp16* p_ = t_k + ((int64_t)(v13) * stride_k_0 + (int64_t)(v12) * stride_k_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v7 * 64) * stride_k_1 + 0;
+    const int64_t q_ = (int64_t)(v10 * 64) * stride_k_1 + 0;
     const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
     const int64_t o0_ = q_ + ((int64_t)r0_ * stride_k_1 + k0_);
   #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int r_ = r0_ + i * 16, k_ = k0_;
-      const int i0_ = v7 * 64 + r_, i1_ = 0 + k_;
+      const int i0_ = v10 * 64 + r_, i1_ = 0 + k_;
       const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_k_1;
       const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
       if (aligned_) {
@@ -81,25 +81,25 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_bwd.yaml:116:27
+  // spec: specs/fa2_bwd.yaml:129:27
   kg::cp_async_wait<0>();
   kg::fence_proxy_async();
   kg::sync();
-  // spec: specs/fa2_bwd.yaml:116:27
+  // spec: specs/fa2_bwd.yaml:129:27
   kg::fp16* v14 = v11;
-  // spec: specs/fa2_bwd.yaml:117:28
+  // spec: specs/fa2_bwd.yaml:130:28
   kg::fp16* v15 = reinterpret_cast<kg::fp16*>(smem + 40960);
-  // spec: specs/fa2_bwd.yaml:59:12
+  // spec: specs/fa2_bwd.yaml:72:12
   if (true) {
     const kg::fp16* p_ = t_v + ((int64_t)(v13) * stride_v_0 + (int64_t)(v12) * stride_v_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v7 * 64) * stride_v_1 + 0;
+    const int64_t q_ = (int64_t)(v10 * 64) * stride_v_1 + 0;
     const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
     const int64_t o0_ = q_ + ((int64_t)r0_ * stride_v_1 + k0_);
   #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int r_ = r0_ + i * 16, k_ = k0_;
-      const int i0_ = v7 * 64 + r_, i1_ = 0 + k_;
+      const int i0_ = v10 * 64 + r_, i1_ = 0 + k_;
       const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_v_1;
       const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
       if (aligned_) {
@@ -113,101 +113,101 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_bwd.yaml:117:28
+  // spec: specs/fa2_bwd.yaml:130:28
   kg::cp_async_wait<0>();
   kg::fence_proxy_async();
   kg::sync();
-  // spec: specs/fa2_bwd.yaml:117:28
+  // spec: specs/fa2_bwd.yaml:130:28
   kg::fp16* v16 = v15;
-  // spec: specs/fa2_bwd.yaml:57:40
+  // spec: specs/fa2_bwd.yaml:70:29
   int v17[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v17[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32);
-  // spec: specs/fa2_bwd.yaml:57:14
+  // spec: specs/fa2_bwd.yaml:70:14
   const int v18 = 64;
-  // spec: specs/fa2_bwd.yaml:57:14
-  const int v19 = (v8 * v18);
-  // spec: specs/fa2_bwd.yaml:57:14
+  // spec: specs/fa2_bwd.yaml:70:14
+  const int v19 = (v10 * v18);
+  // spec: specs/fa2_bwd.yaml:70:14
   int v20[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v20[e] = (v19 + v17[e]);
-  // spec: specs/fa2_bwd.yaml:113:57
+  // spec: specs/fa2_bwd.yaml:126:57
   int (&v21)[16] = v20;
-  // spec: specs/fa2_bwd.yaml:115:45
+  // spec: specs/fa2_bwd.yaml:128:45
   int v22[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v22[e] = v21[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-  // spec: specs/fa2_bwd.yaml:75:22
+  // spec: specs/fa2_bwd.yaml:88:22
   const int v23 = 1;
-  // spec: specs/fa2_bwd.yaml:75:22
+  // spec: specs/fa2_bwd.yaml:88:22
   const int v24 = 0;
-  // spec: specs/fa2_bwd.yaml:74:35
+  // spec: specs/fa2_bwd.yaml:87:35
   const int v25 = 64;
-  // spec: specs/fa2_bwd.yaml:74:35
+  // spec: specs/fa2_bwd.yaml:87:35
   const int v26 = 63;
-  // spec: specs/fa2_bwd.yaml:74:77
-  const int v27 = (v1 - v0);
-  // spec: specs/fa2_bwd.yaml:74:40
+  // spec: specs/fa2_bwd.yaml:87:66
+  const int v27 = (v4 - v0);
+  // spec: specs/fa2_bwd.yaml:87:40
   const int v28 = 1;
-  // spec: specs/fa2_bwd.yaml:74:40
+  // spec: specs/fa2_bwd.yaml:87:40
   const int v29 = 64;
-  // spec: specs/fa2_bwd.yaml:74:41
+  // spec: specs/fa2_bwd.yaml:87:41
   const int v30 = 1;
-  // spec: specs/fa2_bwd.yaml:74:41
+  // spec: specs/fa2_bwd.yaml:87:41
   const int v31 = (v10 + v30);
-  // spec: specs/fa2_bwd.yaml:74:40
+  // spec: specs/fa2_bwd.yaml:87:40
   const int v32 = (v31 * v29);
-  // spec: specs/fa2_bwd.yaml:74:40
+  // spec: specs/fa2_bwd.yaml:87:40
   const int v33 = (v32 - v28);
-  // spec: specs/fa2_bwd.yaml:74:40
+  // spec: specs/fa2_bwd.yaml:87:40
   const int v34 = (v33 - v27);
-  // spec: specs/fa2_bwd.yaml:74:35
+  // spec: specs/fa2_bwd.yaml:87:35
   const int v35 = (v34 + v26);
-  // spec: specs/fa2_bwd.yaml:74:35
+  // spec: specs/fa2_bwd.yaml:87:35
   const int v36 = (kg::floordiv(v35, v25));
-  // spec: specs/fa2_bwd.yaml:64:19
+  // spec: specs/fa2_bwd.yaml:77:19
   const int v37 = 64;
-  // spec: specs/fa2_bwd.yaml:64:19
+  // spec: specs/fa2_bwd.yaml:77:19
   const int v38 = 0;
-  // spec: specs/fa2_bwd.yaml:64:54
-  const int v39 = (v1 - v0);
-  // spec: specs/fa2_bwd.yaml:64:27
+  // spec: specs/fa2_bwd.yaml:77:43
+  const int v39 = (v4 - v0);
+  // spec: specs/fa2_bwd.yaml:77:27
   const int v40 = 64;
-  // spec: specs/fa2_bwd.yaml:64:27
-  const int v41 = (v9 * v40);
-  // spec: specs/fa2_bwd.yaml:64:27
+  // spec: specs/fa2_bwd.yaml:77:27
+  const int v41 = (v10 * v40);
+  // spec: specs/fa2_bwd.yaml:77:27
   const int v42 = (v41 - v39);
-  // spec: specs/fa2_bwd.yaml:64:19
+  // spec: specs/fa2_bwd.yaml:77:19
   const int v43 = (kg::max_(v42, v38));
-  // spec: specs/fa2_bwd.yaml:64:19
+  // spec: specs/fa2_bwd.yaml:77:19
   const int v44 = (kg::floordiv(v43, v37));
-  // spec: specs/fa2_bwd.yaml:74:27
+  // spec: specs/fa2_bwd.yaml:87:27
   const int v45 = (kg::max_(v36, v44));
-  // spec: specs/fa2_bwd.yaml:67:13
+  // spec: specs/fa2_bwd.yaml:80:13
   const int v46 = 64;
-  // spec: specs/fa2_bwd.yaml:67:13
+  // spec: specs/fa2_bwd.yaml:80:13
   const int v47 = 63;
-  // spec: specs/fa2_bwd.yaml:67:13
+  // spec: specs/fa2_bwd.yaml:80:13
   const int v48 = (v0 + v47);
-  // spec: specs/fa2_bwd.yaml:67:13
+  // spec: specs/fa2_bwd.yaml:80:13
   const int v49 = (kg::floordiv(v48, v46));
-  // spec: specs/fa2_bwd.yaml:74:19
+  // spec: specs/fa2_bwd.yaml:87:19
   const int v50 = (kg::min_(v45, v49));
-  // spec: specs/fa2_bwd.yaml:66:16
+  // spec: specs/fa2_bwd.yaml:79:16
   float v51[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v51[e] = 0.0f;
-  // spec: specs/fa2_bwd.yaml:65:16
+  // spec: specs/fa2_bwd.yaml:78:16
   float v52[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v52[e] = 0.0f;
-  // spec: specs/fa2_bwd.yaml:60:16
+  // spec: specs/fa2_bwd.yaml:73:16
   const float v53 = 1.4426950408889634f;
-  // spec: specs/fa2_bwd.yaml:60:16
-  const float v54 = (v2 * v53);
-  // spec: specs/fa2_bwd.yaml:55:15
-  const int v55 = (kg::floordiv(v3, v4));
-  // spec: specs/fa2_bwd.yaml:75:7
+  // spec: specs/fa2_bwd.yaml:73:16
+  const float v54 = (v1 * v53);
+  // spec: specs/fa2_bwd.yaml:68:15
+  const int v55 = (kg::floordiv(v2, v3));
+  // spec: specs/fa2_bwd.yaml:88:7
 
   float v56[32];
   #pragma unroll
@@ -219,21 +219,21 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
     float (&v59)[32] = v56;
     float (&v60)[32] = v57;
     
-    // spec: specs/fa2_bwd.yaml:117:28
+    // spec: specs/fa2_bwd.yaml:130:28
     kg::fp16* v61 = reinterpret_cast<kg::fp16*>(smem + 0);
-    // spec: specs/fa2_bwd.yaml:116:27
+    // spec: specs/fa2_bwd.yaml:129:27
     kg::fp16* v62 = reinterpret_cast<kg::fp16*>(smem + 16384);
-    // spec: specs/fa2_bwd.yaml:78:15
+    // spec: specs/fa2_bwd.yaml:91:15
     const int v63 = 0;
-    // spec: specs/fa2_bwd.yaml:78:15
+    // spec: specs/fa2_bwd.yaml:91:15
     kg::fp16* v64 = v62 + (v63 % 2) * 4096;
-    // spec: specs/fa2_bwd.yaml:78:15
+    // spec: specs/fa2_bwd.yaml:91:15
     const bool v65 = (v44 < v50);
-    // spec: specs/fa2_bwd.yaml:76:15
+    // spec: specs/fa2_bwd.yaml:89:15
     const int v66 = (v12 * v55);
-    // spec: specs/fa2_bwd.yaml:76:15
+    // spec: specs/fa2_bwd.yaml:89:15
     const int v67 = (v66 + v58);
-    // spec: specs/fa2_bwd.yaml:79:24
+    // spec: specs/fa2_bwd.yaml:92:24
     kg::sync();
     if (v65) {
       const kg::fp16* p_ = t_q + ((int64_t)(v13) * stride_q_0 + (int64_t)(v67) * stride_q_2);
@@ -258,9 +258,9 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       }
     }
     kg::cp_async_commit();
-    // spec: specs/fa2_bwd.yaml:78:15
+    // spec: specs/fa2_bwd.yaml:91:15
     kg::fp16* v68 = v61 + (v63 % 2) * 4096;
-    // spec: specs/fa2_bwd.yaml:80:26
+    // spec: specs/fa2_bwd.yaml:93:26
     if (v65) {
       const kg::fp16* p_ = t_do + ((int64_t)(v13) * stride_do_0 + (int64_t)(v67) * stride_do_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
@@ -284,9 +284,9 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       }
     }
     kg::cp_async_commit();
-    // spec: specs/fa2_bwd.yaml:78:58
+    // spec: specs/fa2_bwd.yaml:91:58
     const int v69 = 1;
-    // spec: specs/fa2_bwd.yaml:78:15
+    // spec: specs/fa2_bwd.yaml:91:15
 
     float v70[32];
     #pragma unroll
@@ -298,15 +298,15 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       float (&v73)[32] = v70;
       float (&v74)[32] = v71;
       
-      // spec: specs/fa2_bwd.yaml:78:15
+      // spec: specs/fa2_bwd.yaml:91:15
       const int v75 = (v72 - v44);
-      // spec: specs/fa2_bwd.yaml:78:15
+      // spec: specs/fa2_bwd.yaml:91:15
       const int v76 = (kg::floordiv(v75, v69));
-      // spec: specs/fa2_bwd.yaml:78:15
+      // spec: specs/fa2_bwd.yaml:91:15
       kg::fp16* v77 = v61 + (v76 % 2) * 4096;
-      // spec: specs/fa2_bwd.yaml:78:15
+      // spec: specs/fa2_bwd.yaml:91:15
       kg::fp16* v78 = v62 + (v76 % 2) * 4096;
-      // spec: specs/fa2_bwd.yaml:112:30
+      // spec: specs/fa2_bwd.yaml:125:30
       float v79[2];
       {
         const float* p_ = t_lse + ((int64_t)(v13) * stride_lse_0 + (int64_t)(v67) * stride_lse_1);
@@ -326,21 +326,21 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:116:27
+      // spec: specs/fa2_bwd.yaml:129:27
       kg::cp_async_wait<1>();
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:78:15
+      // spec: specs/fa2_bwd.yaml:91:15
       const int v80 = 1;
-      // spec: specs/fa2_bwd.yaml:78:15
+      // spec: specs/fa2_bwd.yaml:91:15
       const int v81 = (v76 + v80);
-      // spec: specs/fa2_bwd.yaml:78:15
+      // spec: specs/fa2_bwd.yaml:91:15
       kg::fp16* v82 = v62 + (v81 % 2) * 4096;
-      // spec: specs/fa2_bwd.yaml:79:24
+      // spec: specs/fa2_bwd.yaml:92:24
       const int v83 = (v72 + v69);
-      // spec: specs/fa2_bwd.yaml:79:24
+      // spec: specs/fa2_bwd.yaml:92:24
       const bool v84 = (v83 < v50);
-      // spec: specs/fa2_bwd.yaml:79:24
+      // spec: specs/fa2_bwd.yaml:92:24
       if (v84) {
         const kg::fp16* p_ = t_q + ((int64_t)(v13) * stride_q_0 + (int64_t)(v67) * stride_q_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
@@ -364,9 +364,9 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
         }
       }
       kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:116:27
+      // spec: specs/fa2_bwd.yaml:129:27
       float v85[32];
-      // spec: specs/fa2_bwd.yaml:116:27
+      // spec: specs/fa2_bwd.yaml:129:27
       float (&v86)[32] = v85;
       {
         const int wg_ = 0;
@@ -382,17 +382,17 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
               kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v86[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:117:28
+      // spec: specs/fa2_bwd.yaml:130:28
       kg::cp_async_wait<1>();
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:78:15
+      // spec: specs/fa2_bwd.yaml:91:15
       kg::fp16* v87 = v61 + (v81 % 2) * 4096;
-      // spec: specs/fa2_bwd.yaml:80:26
+      // spec: specs/fa2_bwd.yaml:93:26
       const int v88 = (v72 + v69);
-      // spec: specs/fa2_bwd.yaml:80:26
+      // spec: specs/fa2_bwd.yaml:93:26
       const bool v89 = (v88 < v50);
-      // spec: specs/fa2_bwd.yaml:80:26
+      // spec: specs/fa2_bwd.yaml:93:26
       if (v89) {
         const kg::fp16* p_ = t_do + ((int64_t)(v13) * stride_do_0 + (int64_t)(v67) * stride_do_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
@@ -416,9 +416,9 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
         }
       }
       kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:117:28
+      // spec: specs/fa2_bwd.yaml:130:28
       float v90[32];
-      // spec: specs/fa2_bwd.yaml:117:28
+      // spec: specs/fa2_bwd.yaml:130:28
       float (&v91)[32] = v90;
       {
         const int wg_ = 0;
@@ -434,125 +434,125 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
               kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v91[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:118:27
+      // spec: specs/fa2_bwd.yaml:131:27
       const float v92 = 0.0f;
-      // spec: specs/fa2_bwd.yaml:112:30
+      // spec: specs/fa2_bwd.yaml:125:30
       const float v93 = 1.4426950408889634f;
-      // spec: specs/fa2_bwd.yaml:112:30
+      // spec: specs/fa2_bwd.yaml:125:30
       float v94[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v94[e] = (v79[e] * v93);
-      // spec: specs/fa2_bwd.yaml:118:58
+      // spec: specs/fa2_bwd.yaml:131:58
       float (&v95)[2] = v94;
-      // spec: specs/fa2_bwd.yaml:118:45
+      // spec: specs/fa2_bwd.yaml:131:45
       float v96[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v96[e] = v95[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:116:27
+      // spec: specs/fa2_bwd.yaml:129:27
       kg::wgmma_wait<1>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v86[e]);
       float (&v97)[32] = v86;
-      // spec: specs/fa2_bwd.yaml:118:45
+      // spec: specs/fa2_bwd.yaml:131:45
       float v98[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v98[e] = (v97[e] * v54);
-      // spec: specs/fa2_bwd.yaml:118:45
+      // spec: specs/fa2_bwd.yaml:131:45
       float v99[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v99[e] = (v98[e] - v96[e]);
-      // spec: specs/fa2_bwd.yaml:118:40
+      // spec: specs/fa2_bwd.yaml:131:40
       float v100[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v100[e] = kg::exp2_(v99[e]);
-      // spec: specs/fa2_bwd.yaml:115:79
-      const int v101 = (v1 - v0);
-      // spec: specs/fa2_bwd.yaml:111:44
+      // spec: specs/fa2_bwd.yaml:128:79
+      const int v101 = (v4 - v0);
+      // spec: specs/fa2_bwd.yaml:124:44
       int v102[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v102[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8);
-      // spec: specs/fa2_bwd.yaml:111:30
+      // spec: specs/fa2_bwd.yaml:124:30
       const int v103 = 64;
-      // spec: specs/fa2_bwd.yaml:111:30
+      // spec: specs/fa2_bwd.yaml:124:30
       const int v104 = (v72 * v103);
-      // spec: specs/fa2_bwd.yaml:111:30
+      // spec: specs/fa2_bwd.yaml:124:30
       int v105[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v105[e] = (v104 + v102[e]);
-      // spec: specs/fa2_bwd.yaml:115:62
+      // spec: specs/fa2_bwd.yaml:128:62
       int (&v106)[2] = v105;
-      // spec: specs/fa2_bwd.yaml:115:62
+      // spec: specs/fa2_bwd.yaml:128:62
       int v107[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v107[e] = (v106[e] + v101);
-      // spec: specs/fa2_bwd.yaml:115:45
+      // spec: specs/fa2_bwd.yaml:128:45
       int v108[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v108[e] = v107[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:115:45
+      // spec: specs/fa2_bwd.yaml:128:45
       bool v109[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v109[e] = (v22[e] <= v108[e]);
-      // spec: specs/fa2_bwd.yaml:113:82
+      // spec: specs/fa2_bwd.yaml:126:82
       const float v110 = -kg::inf();
-      // spec: specs/fa2_bwd.yaml:113:82
+      // spec: specs/fa2_bwd.yaml:126:82
       float (&v111)[2] = v94;
-      // spec: specs/fa2_bwd.yaml:113:82
+      // spec: specs/fa2_bwd.yaml:126:82
       bool v112[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v112[e] = (v111[e] > v110);
-      // spec: specs/fa2_bwd.yaml:113:31
+      // spec: specs/fa2_bwd.yaml:126:31
       bool v113[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v113[e] = v112[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:113:57
+      // spec: specs/fa2_bwd.yaml:126:57
       bool v114[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v114[e] = (v21[e] < v1);
-      // spec: specs/fa2_bwd.yaml:113:31
+      for (int e = 0; e < 16; ++e) v114[e] = (v21[e] < v4);
+      // spec: specs/fa2_bwd.yaml:126:31
       bool v115[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v115[e] = v114[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:113:32
+      // spec: specs/fa2_bwd.yaml:126:32
       int (&v116)[2] = v105;
-      // spec: specs/fa2_bwd.yaml:113:32
+      // spec: specs/fa2_bwd.yaml:126:32
       bool v117[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v117[e] = (v116[e] < v0);
-      // spec: specs/fa2_bwd.yaml:113:31
+      // spec: specs/fa2_bwd.yaml:126:31
       bool v118[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v118[e] = v117[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:113:31
+      // spec: specs/fa2_bwd.yaml:126:31
       bool v119[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v119[e] = (v118[e] && v115[e]);
-      // spec: specs/fa2_bwd.yaml:113:31
+      // spec: specs/fa2_bwd.yaml:126:31
       bool v120[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v120[e] = (v119[e] && v113[e]);
-      // spec: specs/fa2_bwd.yaml:115:35
+      // spec: specs/fa2_bwd.yaml:128:35
       bool v121[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v121[e] = (v120[e] && v109[e]);
-      // spec: specs/fa2_bwd.yaml:118:27
+      // spec: specs/fa2_bwd.yaml:131:27
       float v122[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v122[e] = (v121[e] ? v100[e] : v92);
-      // spec: specs/fa2_bwd.yaml:119:45
+      // spec: specs/fa2_bwd.yaml:132:45
       kg::fp16 v123[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v123[e] = kg::cvt<kg::fp16>(v122[e]);
-      // spec: specs/fa2_bwd.yaml:119:41
+      // spec: specs/fa2_bwd.yaml:132:41
       kg::fp16* v124 = reinterpret_cast<kg::fp16*>(smem + 49152);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v124[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v123[e]);
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:119:41
+      // spec: specs/fa2_bwd.yaml:132:41
       kg::fp16* v125 = v124;
-      // spec: specs/fa2_bwd.yaml:119:41
+      // spec: specs/fa2_bwd.yaml:132:41
       float (&v126)[32] = v73;
       {
         const int wg_ = 0;
@@ -572,7 +572,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
               kg::wgmma_m64n64k16_fp16_ss<1, 1>(&v126[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:120:39
+      // spec: specs/fa2_bwd.yaml:133:39
       float v127[2];
       {
         const float* p_ = t_delta + ((int64_t)(v13) * stride_delta_0 + (int64_t)(v67) * stride_delta_1);
@@ -592,39 +592,39 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:120:39
+      // spec: specs/fa2_bwd.yaml:133:39
       float (&v128)[2] = v127;
-      // spec: specs/fa2_bwd.yaml:120:34
+      // spec: specs/fa2_bwd.yaml:133:34
       float v129[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v129[e] = v128[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:117:28
+      // spec: specs/fa2_bwd.yaml:130:28
       kg::wgmma_wait<1>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v91[e]);
       float (&v130)[32] = v91;
-      // spec: specs/fa2_bwd.yaml:120:34
+      // spec: specs/fa2_bwd.yaml:133:34
       float v131[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v131[e] = (v130[e] - v129[e]);
-      // spec: specs/fa2_bwd.yaml:120:29
+      // spec: specs/fa2_bwd.yaml:133:29
       float v132[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v132[e] = (v122[e] * v131[e]);
-      // spec: specs/fa2_bwd.yaml:120:28
+      // spec: specs/fa2_bwd.yaml:133:28
       kg::fp16 v133[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v133[e] = kg::cvt<kg::fp16>(v132[e]);
-      // spec: specs/fa2_bwd.yaml:121:41
+      // spec: specs/fa2_bwd.yaml:134:41
       kg::fp16* v134 = reinterpret_cast<kg::fp16*>(smem + 57344);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v134[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v133[e]);
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:121:41
+      // spec: specs/fa2_bwd.yaml:134:41
       kg::fp16* v135 = v134;
-      // spec: specs/fa2_bwd.yaml:121:41
+      // spec: specs/fa2_bwd.yaml:134:41
       float (&v136)[32] = v74;
       {
         const int wg_ = 0;
@@ -644,9 +644,9 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
               kg::wgmma_m64n64k16_fp16_ss<1, 1>(&v136[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:123:74
+      // spec: specs/fa2_bwd.yaml:136:74
       float v137[32];
-      // spec: specs/fa2_bwd.yaml:123:74
+      // spec: specs/fa2_bwd.yaml:136:74
       float (&v138)[32] = v137;
       {
         const int wg_ = 0;
@@ -661,28 +661,28 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
               kg::wgmma_m64n64k16_fp16_rs<1>(&v138[(rm * 1 + rn) * 32], &v133[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:123:74
+      // spec: specs/fa2_bwd.yaml:136:74
       kg::wgmma_wait<0>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v138[e]);
       #pragma unroll
       for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v133)[e]);
       float (&v139)[32] = v138;
-      // spec: specs/fa2_bwd.yaml:119:41
+      // spec: specs/fa2_bwd.yaml:132:41
       kg::wgmma_wait<0>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v126[e]);
       float (&v140)[32] = v126;
-      // spec: specs/fa2_bwd.yaml:121:41
+      // spec: specs/fa2_bwd.yaml:134:41
       kg::wgmma_wait<0>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v136[e]);
       float (&v141)[32] = v136;
-      // spec: specs/fa2_bwd.yaml:123:74
+      // spec: specs/fa2_bwd.yaml:136:74
       float v142[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v142[e] = (v139[e] * v2);
-      // spec: specs/fa2_bwd.yaml:123:27
+      for (int e = 0; e < 32; ++e) v142[e] = (v139[e] * v1);
+      // spec: specs/fa2_bwd.yaml:136:27
       if ((lane & 0) == 0 && (warp & 0) == 0) {
         float* p_ = t_dq_acc + ((int64_t)(v13) * stride_dq_acc_0 + (int64_t)(v67) * stride_dq_acc_2);
         const bool aligned_ = kg::aligned(p_, 8) && stride_dq_acc_0 % 2 == 0 && stride_dq_acc_1 % 2 == 0 && stride_dq_acc_2 % 2 == 0;
@@ -702,7 +702,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:123:27
+      // spec: specs/fa2_bwd.yaml:136:27
 
       float y0_[32];
       #pragma unroll
@@ -715,17 +715,17 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       #pragma unroll
       for (int e = 0; e < 32; ++e) v71[e] = y1_[e];
     }
-    // spec: specs/fa2_bwd.yaml:117:28
+    // spec: specs/fa2_bwd.yaml:130:28
     kg::fp16* v143 = reinterpret_cast<kg::fp16*>(smem + 0);
-    // spec: specs/fa2_bwd.yaml:116:27
+    // spec: specs/fa2_bwd.yaml:129:27
     kg::fp16* v144 = reinterpret_cast<kg::fp16*>(smem + 16384);
-    // spec: specs/fa2_bwd.yaml:78:15
+    // spec: specs/fa2_bwd.yaml:91:15
     const int v145 = 0;
-    // spec: specs/fa2_bwd.yaml:78:15
+    // spec: specs/fa2_bwd.yaml:91:15
     kg::fp16* v146 = v144 + (v145 % 2) * 4096;
-    // spec: specs/fa2_bwd.yaml:78:15
+    // spec: specs/fa2_bwd.yaml:91:15
     const bool v147 = (v50 < v49);
-    // spec: specs/fa2_bwd.yaml:79:24
+    // spec: specs/fa2_bwd.yaml:92:24
     kg::sync();
     if (v147) {
       const kg::fp16* p_ = t_q + ((int64_t)(v13) * stride_q_0 + (int64_t)(v67) * stride_q_2);
@@ -750,9 +750,9 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       }
     }
     kg::cp_async_commit();
-    // spec: specs/fa2_bwd.yaml:78:15
+    // spec: specs/fa2_bwd.yaml:91:15
     kg::fp16* v148 = v143 + (v145 % 2) * 4096;
-    // spec: specs/fa2_bwd.yaml:80:26
+    // spec: specs/fa2_bwd.yaml:93:26
     if (v147) {
       const kg::fp16* p_ = t_do + ((int64_t)(v13) * stride_do_0 + (int64_t)(v67) * stride_do_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
@@ -776,9 +776,9 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       }
     }
     kg::cp_async_commit();
-    // spec: specs/fa2_bwd.yaml:78:79
+    // spec: specs/fa2_bwd.yaml:91:79
     const int v149 = 1;
-    // spec: specs/fa2_bwd.yaml:78:15
+    // spec: specs/fa2_bwd.yaml:91:15
 
     float v150[32];
     #pragma unroll
@@ -790,15 +790,15 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       float (&v153)[32] = v150;
       float (&v154)[32] = v151;
       
-      // spec: specs/fa2_bwd.yaml:78:15
+      // spec: specs/fa2_bwd.yaml:91:15
       const int v155 = (v152 - v50);
-      // spec: specs/fa2_bwd.yaml:78:15
+      // spec: specs/fa2_bwd.yaml:91:15
       const int v156 = (kg::floordiv(v155, v149));
-      // spec: specs/fa2_bwd.yaml:78:15
+      // spec: specs/fa2_bwd.yaml:91:15
       kg::fp16* v157 = v143 + (v156 % 2) * 4096;
-      // spec: specs/fa2_bwd.yaml:78:15
+      // spec: specs/fa2_bwd.yaml:91:15
       kg::fp16* v158 = v144 + (v156 % 2) * 4096;
-      // spec: specs/fa2_bwd.yaml:112:30
+      // spec: specs/fa2_bwd.yaml:125:30
       float v159[2];
       {
         const float* p_ = t_lse + ((int64_t)(v13) * stride_lse_0 + (int64_t)(v67) * stride_lse_1);
@@ -818,21 +818,21 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:116:27
+      // spec: specs/fa2_bwd.yaml:129:27
       kg::cp_async_wait<1>();
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:78:15
+      // spec: specs/fa2_bwd.yaml:91:15
       const int v160 = 1;
-      // spec: specs/fa2_bwd.yaml:78:15
+      // spec: specs/fa2_bwd.yaml:91:15
       const int v161 = (v156 + v160);
-      // spec: specs/fa2_bwd.yaml:78:15
+      // spec: specs/fa2_bwd.yaml:91:15
       kg::fp16* v162 = v144 + (v161 % 2) * 4096;
-      // spec: specs/fa2_bwd.yaml:79:24
+      // spec: specs/fa2_bwd.yaml:92:24
       const int v163 = (v152 + v149);
-      // spec: specs/fa2_bwd.yaml:79:24
+      // spec: specs/fa2_bwd.yaml:92:24
       const bool v164 = (v163 < v49);
-      // spec: specs/fa2_bwd.yaml:79:24
+      // spec: specs/fa2_bwd.yaml:92:24
       if (v164) {
         const kg::fp16* p_ = t_q + ((int64_t)(v13) * stride_q_0 + (int64_t)(v67) * stride_q_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
@@ -856,9 +856,9 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
         }
       }
       kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:116:27
+      // spec: specs/fa2_bwd.yaml:129:27
       float v165[32];
-      // spec: specs/fa2_bwd.yaml:116:27
+      // spec: specs/fa2_bwd.yaml:129:27
       float (&v166)[32] = v165;
       {
         const int wg_ = 0;
@@ -874,17 +874,17 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
               kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v166[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:117:28
+      // spec: specs/fa2_bwd.yaml:130:28
       kg::cp_async_wait<1>();
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:78:15
+      // spec: specs/fa2_bwd.yaml:91:15
       kg::fp16* v167 = v143 + (v161 % 2) * 4096;
-      // spec: specs/fa2_bwd.yaml:80:26
+      // spec: specs/fa2_bwd.yaml:93:26
       const int v168 = (v152 + v149);
-      // spec: specs/fa2_bwd.yaml:80:26
+      // spec: specs/fa2_bwd.yaml:93:26
       const bool v169 = (v168 < v49);
-      // spec: specs/fa2_bwd.yaml:80:26
+      // spec: specs/fa2_bwd.yaml:93:26
       if (v169) {
         const kg::fp16* p_ = t_do + ((int64_t)(v13) * stride_do_0 + (int64_t)(v67) * stride_do_2);
         const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
@@ -908,9 +908,9 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
         }
       }
       kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:117:28
+      // spec: specs/fa2_bwd.yaml:130:28
       float v170[32];
-      // spec: specs/fa2_bwd.yaml:117:28
+      // spec: specs/fa2_bwd.yaml:130:28
       float (&v171)[32] = v170;
       {
         const int wg_ = 0;
@@ -926,105 +926,105 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
               kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v171[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:118:27
+      // spec: specs/fa2_bwd.yaml:131:27
       const float v172 = 0.0f;
-      // spec: specs/fa2_bwd.yaml:112:30
+      // spec: specs/fa2_bwd.yaml:125:30
       const float v173 = 1.4426950408889634f;
-      // spec: specs/fa2_bwd.yaml:112:30
+      // spec: specs/fa2_bwd.yaml:125:30
       float v174[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v174[e] = (v159[e] * v173);
-      // spec: specs/fa2_bwd.yaml:118:58
+      // spec: specs/fa2_bwd.yaml:131:58
       float (&v175)[2] = v174;
-      // spec: specs/fa2_bwd.yaml:118:45
+      // spec: specs/fa2_bwd.yaml:131:45
       float v176[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v176[e] = v175[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:116:27
+      // spec: specs/fa2_bwd.yaml:129:27
       kg::wgmma_wait<1>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v166[e]);
       float (&v177)[32] = v166;
-      // spec: specs/fa2_bwd.yaml:118:45
+      // spec: specs/fa2_bwd.yaml:131:45
       float v178[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v178[e] = (v177[e] * v54);
-      // spec: specs/fa2_bwd.yaml:118:45
+      // spec: specs/fa2_bwd.yaml:131:45
       float v179[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v179[e] = (v178[e] - v176[e]);
-      // spec: specs/fa2_bwd.yaml:118:40
+      // spec: specs/fa2_bwd.yaml:131:40
       float v180[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v180[e] = kg::exp2_(v179[e]);
-      // spec: specs/fa2_bwd.yaml:113:82
+      // spec: specs/fa2_bwd.yaml:126:82
       const float v181 = -kg::inf();
-      // spec: specs/fa2_bwd.yaml:113:82
+      // spec: specs/fa2_bwd.yaml:126:82
       float (&v182)[2] = v174;
-      // spec: specs/fa2_bwd.yaml:113:82
+      // spec: specs/fa2_bwd.yaml:126:82
       bool v183[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v183[e] = (v182[e] > v181);
-      // spec: specs/fa2_bwd.yaml:113:31
+      // spec: specs/fa2_bwd.yaml:126:31
       bool v184[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v184[e] = v183[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:113:57
+      // spec: specs/fa2_bwd.yaml:126:57
       bool v185[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v185[e] = (v21[e] < v1);
-      // spec: specs/fa2_bwd.yaml:113:31
+      for (int e = 0; e < 16; ++e) v185[e] = (v21[e] < v4);
+      // spec: specs/fa2_bwd.yaml:126:31
       bool v186[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v186[e] = v185[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:111:44
+      // spec: specs/fa2_bwd.yaml:124:44
       int v187[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v187[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8);
-      // spec: specs/fa2_bwd.yaml:111:30
+      // spec: specs/fa2_bwd.yaml:124:30
       const int v188 = 64;
-      // spec: specs/fa2_bwd.yaml:111:30
+      // spec: specs/fa2_bwd.yaml:124:30
       const int v189 = (v152 * v188);
-      // spec: specs/fa2_bwd.yaml:111:30
+      // spec: specs/fa2_bwd.yaml:124:30
       int v190[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v190[e] = (v189 + v187[e]);
-      // spec: specs/fa2_bwd.yaml:113:32
+      // spec: specs/fa2_bwd.yaml:126:32
       int (&v191)[2] = v190;
-      // spec: specs/fa2_bwd.yaml:113:32
+      // spec: specs/fa2_bwd.yaml:126:32
       bool v192[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v192[e] = (v191[e] < v0);
-      // spec: specs/fa2_bwd.yaml:113:31
+      // spec: specs/fa2_bwd.yaml:126:31
       bool v193[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v193[e] = v192[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:113:31
+      // spec: specs/fa2_bwd.yaml:126:31
       bool v194[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v194[e] = (v193[e] && v186[e]);
-      // spec: specs/fa2_bwd.yaml:113:31
+      // spec: specs/fa2_bwd.yaml:126:31
       bool v195[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v195[e] = (v194[e] && v184[e]);
-      // spec: specs/fa2_bwd.yaml:118:27
+      // spec: specs/fa2_bwd.yaml:131:27
       float v196[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v196[e] = (v195[e] ? v180[e] : v172);
-      // spec: specs/fa2_bwd.yaml:119:45
+      // spec: specs/fa2_bwd.yaml:132:45
       kg::fp16 v197[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v197[e] = kg::cvt<kg::fp16>(v196[e]);
-      // spec: specs/fa2_bwd.yaml:119:41
+      // spec: specs/fa2_bwd.yaml:132:41
       kg::fp16* v198 = reinterpret_cast<kg::fp16*>(smem + 49152);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v198[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v197[e]);
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:119:41
+      // spec: specs/fa2_bwd.yaml:132:41
       kg::fp16* v199 = v198;
-      // spec: specs/fa2_bwd.yaml:119:41
+      // spec: specs/fa2_bwd.yaml:132:41
       float (&v200)[32] = v153;
       {
         const int wg_ = 0;
@@ -1044,7 +1044,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
               kg::wgmma_m64n64k16_fp16_ss<1, 1>(&v200[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:120:39
+      // spec: specs/fa2_bwd.yaml:133:39
       float v201[2];
       {
         const float* p_ = t_delta + ((int64_t)(v13) * stride_delta_0 + (int64_t)(v67) * stride_delta_1);
@@ -1064,39 +1064,39 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:120:39
+      // spec: specs/fa2_bwd.yaml:133:39
       float (&v202)[2] = v201;
-      // spec: specs/fa2_bwd.yaml:120:34
+      // spec: specs/fa2_bwd.yaml:133:34
       float v203[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v203[e] = v202[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:117:28
+      // spec: specs/fa2_bwd.yaml:130:28
       kg::wgmma_wait<1>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v171[e]);
       float (&v204)[32] = v171;
-      // spec: specs/fa2_bwd.yaml:120:34
+      // spec: specs/fa2_bwd.yaml:133:34
       float v205[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v205[e] = (v204[e] - v203[e]);
-      // spec: specs/fa2_bwd.yaml:120:29
+      // spec: specs/fa2_bwd.yaml:133:29
       float v206[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v206[e] = (v196[e] * v205[e]);
-      // spec: specs/fa2_bwd.yaml:120:28
+      // spec: specs/fa2_bwd.yaml:133:28
       kg::fp16 v207[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v207[e] = kg::cvt<kg::fp16>(v206[e]);
-      // spec: specs/fa2_bwd.yaml:121:41
+      // spec: specs/fa2_bwd.yaml:134:41
       kg::fp16* v208 = reinterpret_cast<kg::fp16*>(smem + 57344);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v208[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v207[e]);
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:121:41
+      // spec: specs/fa2_bwd.yaml:134:41
       kg::fp16* v209 = v208;
-      // spec: specs/fa2_bwd.yaml:121:41
+      // spec: specs/fa2_bwd.yaml:134:41
       float (&v210)[32] = v154;
       {
         const int wg_ = 0;
@@ -1116,9 +1116,9 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
               kg::wgmma_m64n64k16_fp16_ss<1, 1>(&v210[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:123:74
+      // spec: specs/fa2_bwd.yaml:136:74
       float v211[32];
-      // spec: specs/fa2_bwd.yaml:123:74
+      // spec: specs/fa2_bwd.yaml:136:74
       float (&v212)[32] = v211;
       {
         const int wg_ = 0;
@@ -1133,28 +1133,28 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
               kg::wgmma_m64n64k16_fp16_rs<1>(&v212[(rm * 1 + rn) * 32], &v207[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:123:74
+      // spec: specs/fa2_bwd.yaml:136:74
       kg::wgmma_wait<0>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v212[e]);
       #pragma unroll
       for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v207)[e]);
       float (&v213)[32] = v212;
-      // spec: specs/fa2_bwd.yaml:119:41
+      // spec: specs/fa2_bwd.yaml:132:41
       kg::wgmma_wait<0>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v200[e]);
       float (&v214)[32] = v200;
-      // spec: specs/fa2_bwd.yaml:121:41
+      // spec: specs/fa2_bwd.yaml:134:41
       kg::wgmma_wait<0>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v210[e]);
       float (&v215)[32] = v210;
-      // spec: specs/fa2_bwd.yaml:123:74
+      // spec: specs/fa2_bwd.yaml:136:74
       float v216[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v216[e] = (v213[e] * v2);
-      // spec: specs/fa2_bwd.yaml:123:27
+      for (int e = 0; e < 32; ++e) v216[e] = (v213[e] * v1);
+      // spec: specs/fa2_bwd.yaml:136:27
       if ((lane & 0) == 0 && (warp & 0) == 0) {
         float* p_ = t_dq_acc + ((int64_t)(v13) * stride_dq_acc_0 + (int64_t)(v67) * stride_dq_acc_2);
         const bool aligned_ = kg::aligned(p_, 8) && stride_dq_acc_0 % 2 == 0 && stride_dq_acc_1 % 2 == 0 && stride_dq_acc_2 % 2 == 0;
@@ -1174,7 +1174,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:123:27
+      // spec: specs/fa2_bwd.yaml:136:27
 
       float y0_[32];
       #pragma unroll
@@ -1187,7 +1187,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       #pragma unroll
       for (int e = 0; e < 32; ++e) v151[e] = y1_[e];
     }
-    // spec: specs/fa2_bwd.yaml:78:15
+    // spec: specs/fa2_bwd.yaml:91:15
 
     float y0_[32];
     #pragma unroll
@@ -1200,19 +1200,19 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
     #pragma unroll
     for (int e = 0; e < 32; ++e) v57[e] = y1_[e];
   }
-  // spec: specs/fa2_bwd.yaml:124:34
+  // spec: specs/fa2_bwd.yaml:137:34
   float v217[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v217[e] = (v57[e] * v2);
-  // spec: specs/fa2_bwd.yaml:124:33
+  for (int e = 0; e < 32; ++e) v217[e] = (v57[e] * v1);
+  // spec: specs/fa2_bwd.yaml:137:33
   kg::fp16 v218[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v218[e] = kg::cvt<kg::fp16>(v217[e]);
-  // spec: specs/fa2_bwd.yaml:124:7
+  // spec: specs/fa2_bwd.yaml:137:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_dk + ((int64_t)(v13) * stride_dk_0 + (int64_t)(v12) * stride_dk_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dk_0 % 2 == 0 && stride_dk_1 % 2 == 0 && stride_dk_2 % 2 == 0;
-    const int t0_ = v7 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+    const int t0_ = v10 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
     const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
   #pragma unroll
     for (int e = 0; e < 32; e += 2) {
@@ -1228,15 +1228,15 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       }
     }
   }
-  // spec: specs/fa2_bwd.yaml:125:33
+  // spec: specs/fa2_bwd.yaml:138:33
   kg::fp16 v219[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v219[e] = kg::cvt<kg::fp16>(v56[e]);
-  // spec: specs/fa2_bwd.yaml:125:7
+  // spec: specs/fa2_bwd.yaml:138:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_dv + ((int64_t)(v13) * stride_dv_0 + (int64_t)(v12) * stride_dv_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dv_0 % 2 == 0 && stride_dv_1 % 2 == 0 && stride_dv_2 % 2 == 0;
-    const int t0_ = v7 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+    const int t0_ = v10 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
     const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
   #pragma unroll
     for (int e = 0; e < 32; e += 2) {

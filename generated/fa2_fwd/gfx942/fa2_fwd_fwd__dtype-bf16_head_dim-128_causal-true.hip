@@ -3,922 +3,967 @@
 #include "kgen_hip.h"
 #include "kgen_tile.h"
 
-KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fwd(const kg::bf16* __restrict__ t_q, int64_t stride_q_0, int64_t stride_q_1, int64_t stride_q_2, const kg::bf16* __restrict__ t_k, int64_t stride_k_0, int64_t stride_k_1, int64_t stride_k_2, const kg::bf16* __restrict__ t_v, int64_t stride_v_0, int64_t stride_v_1, int64_t stride_v_2, kg::bf16* __restrict__ t_o, int64_t stride_o_0, int64_t stride_o_1, int64_t stride_o_2, float* __restrict__ t_lse, int64_t stride_lse_0, int64_t stride_lse_1, int size_B, int size_SQ, int size_SK, int size_H, int size_HKV, float scalar_softmax_scale) {
+KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_fwd_fwd(const kg::bf16* __restrict__ t_q, int64_t stride_q_0, int64_t stride_q_1, int64_t stride_q_2, const kg::bf16* __restrict__ t_k, int64_t stride_k_0, int64_t stride_k_1, int64_t stride_k_2, const kg::bf16* __restrict__ t_v, int64_t stride_v_0, int64_t stride_v_1, int64_t stride_v_2, kg::bf16* __restrict__ t_o, int64_t stride_o_0, int64_t stride_o_1, int64_t stride_o_2, float* __restrict__ t_lse, int64_t stride_lse_0, int64_t stride_lse_1, int size_B, int size_SQ, int size_SK, int size_H, int size_HKV, float scalar_softmax_scale) {
   KG_SHARED __attribute__((aligned(16))) char smem[55296];
   const int lane = kg::thread_id() % kg::WAVE;
   const int warp = __builtin_amdgcn_readfirstlane(kg::thread_id() / kg::WAVE);
   
-  // spec: specs/fa2_fwd.yaml:50:19
+  // spec: specs/fa2_fwd.yaml:65:19
   const int v0 = size_SK;
-  // spec: specs/fa2_fwd.yaml:49:16
+  // spec: specs/fa2_fwd.yaml:64:16
   const float v1 = scalar_softmax_scale;
-  // spec: specs/fa2_fwd.yaml:46:17
-  const int v2 = size_SQ;
-  // spec: specs/fa2_fwd.yaml:45:23
-  const int v3 = size_HKV;
-  // spec: specs/fa2_fwd.yaml:43:28
-  const int v4 = size_H;
-  // spec: specs/fa2_fwd.yaml:43:11
-  const int v5 = kg::block_id_y();
-  // spec: specs/fa2_fwd.yaml:44:11
+  // spec: specs/fa2_fwd.yaml:61:23
+  const int v2 = size_HKV;
+  // spec: specs/fa2_fwd.yaml:56:35
+  const int v3 = size_H;
+  // spec: specs/fa2_fwd.yaml:56:31
+  const int v4 = size_B;
+  // spec: specs/fa2_fwd.yaml:43:19
+  const int v5 = size_SQ;
+  // spec: specs/fa2_fwd.yaml:44:12
   const int v6 = kg::block_id_y();
-  // spec: specs/fa2_fwd.yaml:46:36
+  // spec: specs/fa2_fwd.yaml:45:23
   const int v7 = kg::block_id_x();
-  // spec: specs/fa2_fwd.yaml:46:12
+  // spec: specs/fa2_fwd.yaml:45:12
   const int v8 = 1;
-  // spec: specs/fa2_fwd.yaml:46:12
+  // spec: specs/fa2_fwd.yaml:43:14
   const int v9 = 128;
-  // spec: specs/fa2_fwd.yaml:46:12
+  // spec: specs/fa2_fwd.yaml:43:14
   const int v10 = 127;
-  // spec: specs/fa2_fwd.yaml:46:12
-  const int v11 = (v2 + v10);
-  // spec: specs/fa2_fwd.yaml:46:12
+  // spec: specs/fa2_fwd.yaml:43:14
+  const int v11 = (v5 + v10);
+  // spec: specs/fa2_fwd.yaml:43:14
   const int v12 = (kg::floordiv(v11, v9));
-  // spec: specs/fa2_fwd.yaml:46:12
+  // spec: specs/fa2_fwd.yaml:45:12
   const int v13 = (v12 - v8);
-  // spec: specs/fa2_fwd.yaml:46:12
+  // spec: specs/fa2_fwd.yaml:45:12
   const int v14 = (v13 - v7);
-  // spec: specs/fa2_fwd.yaml:44:11
-  const int v15 = (kg::mod(v6, v4));
-  // spec: specs/fa2_fwd.yaml:43:11
-  const int v16 = (kg::floordiv(v5, v4));
-  // spec: specs/fa2_fwd.yaml:48:12
-  kg::bf16 v17[32];
+  // spec: specs/fa2_fwd.yaml:54:17
+  const int v15 = kg::block_id_y();
+  // spec: specs/fa2_fwd.yaml:54:40
+  const int v16 = kg::block_id_x();
+  // spec: specs/fa2_fwd.yaml:55:16
+  const int v17 = 16;
+  // spec: specs/fa2_fwd.yaml:55:24
+  const int v18 = 16;
+  // spec: specs/fa2_fwd.yaml:55:24
+  const int v19 = (v18 * v12);
+  // spec: specs/fa2_fwd.yaml:54:17
+  const int v20 = (v15 * v12);
+  // spec: specs/fa2_fwd.yaml:54:17
+  const int v21 = (v20 + v16);
+  // spec: specs/fa2_fwd.yaml:55:16
+  const int v22 = (kg::floordiv(v21, v19));
+  // spec: specs/fa2_fwd.yaml:55:16
+  const int v23 = (v22 * v17);
+  // spec: specs/fa2_fwd.yaml:57:28
+  const int v24 = (v23 * v12);
+  // spec: specs/fa2_fwd.yaml:57:22
+  const int v25 = (v21 - v24);
+  // spec: specs/fa2_fwd.yaml:56:19
+  const int v26 = 16;
+  // spec: specs/fa2_fwd.yaml:56:31
+  const int v27 = (v4 * v3);
+  // spec: specs/fa2_fwd.yaml:56:31
+  const int v28 = (v27 - v23);
+  // spec: specs/fa2_fwd.yaml:56:19
+  const int v29 = (kg::min_(v26, v28));
+  // spec: specs/fa2_fwd.yaml:57:21
+  const int v30 = (kg::mod(v25, v29));
+  // spec: specs/fa2_fwd.yaml:57:16
+  const int v31 = (v23 + v30);
+  // spec: specs/fa2_fwd.yaml:60:11
+  const int v32 = (kg::mod(v31, v3));
+  // spec: specs/fa2_fwd.yaml:59:11
+  const int v33 = (kg::floordiv(v31, v3));
+  // spec: specs/fa2_fwd.yaml:58:34
+  const int v34 = (v23 * v12);
+  // spec: specs/fa2_fwd.yaml:58:28
+  const int v35 = (v21 - v34);
+  // spec: specs/fa2_fwd.yaml:58:27
+  const int v36 = (kg::floordiv(v35, v29));
+  // spec: specs/fa2_fwd.yaml:58:16
+  const int v37 = 1;
+  // spec: specs/fa2_fwd.yaml:58:16
+  const int v38 = (v12 - v37);
+  // spec: specs/fa2_fwd.yaml:58:16
+  const int v39 = (v38 - v36);
+  // spec: specs/fa2_fwd.yaml:63:12
+  kg::bf16 v40[64];
   {
-    const kg::bf16* p_ = t_q + ((int64_t)(v16) * stride_q_0 + (int64_t)(v15) * stride_q_2);
+    const kg::bf16* p_ = t_q + ((int64_t)(v33) * stride_q_0 + (int64_t)(v32) * stride_q_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-    const int t0_ = v14 * 128 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16;
+    const int t0_ = v39 * 128 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
     const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
   #pragma unroll
-    for (int e = 0; e < 32; e += 8) {
-      const int i0_ = t0_ + ((e >> 3) & 1) * 32 + ((e >> 4) & 1) * 64;
+    for (int e = 0; e < 64; e += 8) {
+      const int i0_ = t0_ + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32 + ((e >> 5) & 1) * 64;
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
       const int64_t off_ = (int64_t)i0_ * stride_q_1 + (int64_t)i1_ * 1;
       const bool in_ = i0_ < (size_SQ);
       if (aligned_ && in_) {
-        kg::copy_vec<8>(&v17[e], p_ + off_);
+        kg::copy_vec<8>(&v40[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v17[e + v] = (i0_ < (size_SQ)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v40[e + v] = (i0_ < (size_SQ)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
-  // spec: specs/fa2_fwd.yaml:63:19
-  kg::bf16* v18 = reinterpret_cast<kg::bf16*>(smem + 0);
+  // spec: specs/fa2_fwd.yaml:78:19
+  kg::bf16* v41 = reinterpret_cast<kg::bf16*>(smem + 0);
   kg::sync();
   #pragma unroll
-  for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v18[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16) + (((e >> 3) & 1) * 32 + ((e >> 4) & 1) * 64)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v17[e]);
+  for (int e = 0; e < 64; e += 8) kg::copy_vec<8>(&v41[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32 + ((e >> 5) & 1) * 64)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v40[e]);
   kg::sync();
-  // spec: specs/fa2_fwd.yaml:62:71
-  const int v19 = 1;
-  // spec: specs/fa2_fwd.yaml:62:71
-  const int v20 = 0;
-  // spec: specs/fa2_fwd.yaml:59:58
-  const int v21 = 32;
-  // spec: specs/fa2_fwd.yaml:59:58
-  const int v22 = 0;
-  // spec: specs/fa2_fwd.yaml:59:66
-  const int v23 = 1;
-  // spec: specs/fa2_fwd.yaml:59:66
-  const int v24 = 128;
-  // spec: specs/fa2_fwd.yaml:59:66
-  const int v25 = (v14 * v24);
-  // spec: specs/fa2_fwd.yaml:59:66
-  const int v26 = (v25 + v0);
-  // spec: specs/fa2_fwd.yaml:59:66
-  const int v27 = (v26 - v2);
-  // spec: specs/fa2_fwd.yaml:59:66
-  const int v28 = (v27 + v23);
-  // spec: specs/fa2_fwd.yaml:59:58
-  const int v29 = (kg::max_(v28, v22));
-  // spec: specs/fa2_fwd.yaml:59:58
-  const int v30 = (kg::floordiv(v29, v21));
-  // spec: specs/fa2_fwd.yaml:59:36
-  const int v31 = 32;
-  // spec: specs/fa2_fwd.yaml:59:36
-  const int v32 = (kg::floordiv(v0, v31));
-  // spec: specs/fa2_fwd.yaml:57:32
-  const int v33 = 32;
-  // spec: specs/fa2_fwd.yaml:57:32
-  const int v34 = 31;
-  // spec: specs/fa2_fwd.yaml:57:37
-  const int v35 = 128;
-  // spec: specs/fa2_fwd.yaml:57:38
-  const int v36 = 1;
-  // spec: specs/fa2_fwd.yaml:57:38
-  const int v37 = (v14 + v36);
-  // spec: specs/fa2_fwd.yaml:57:37
-  const int v38 = (v37 * v35);
-  // spec: specs/fa2_fwd.yaml:57:37
-  const int v39 = (v38 + v0);
-  // spec: specs/fa2_fwd.yaml:57:37
-  const int v40 = (v39 - v2);
-  // spec: specs/fa2_fwd.yaml:57:32
-  const int v41 = (v40 + v34);
-  // spec: specs/fa2_fwd.yaml:57:32
-  const int v42 = (kg::floordiv(v41, v33));
-  // spec: specs/fa2_fwd.yaml:50:14
-  const int v43 = 32;
-  // spec: specs/fa2_fwd.yaml:50:14
-  const int v44 = 31;
-  // spec: specs/fa2_fwd.yaml:50:14
-  const int v45 = (v0 + v44);
-  // spec: specs/fa2_fwd.yaml:50:14
-  const int v46 = (kg::floordiv(v45, v43));
-  // spec: specs/fa2_fwd.yaml:57:18
-  const int v47 = (kg::min_(v46, v42));
-  // spec: specs/fa2_fwd.yaml:59:28
-  const int v48 = (kg::min_(v32, v47));
-  // spec: specs/fa2_fwd.yaml:59:20
-  const int v49 = (kg::min_(v48, v30));
-  // spec: specs/fa2_fwd.yaml:54:11
-  kg::bf16 v50[8];
+  // spec: specs/fa2_fwd.yaml:77:71
+  const int v42 = 1;
+  // spec: specs/fa2_fwd.yaml:77:71
+  const int v43 = 0;
+  // spec: specs/fa2_fwd.yaml:74:58
+  const int v44 = 32;
+  // spec: specs/fa2_fwd.yaml:74:58
+  const int v45 = 0;
+  // spec: specs/fa2_fwd.yaml:74:66
+  const int v46 = 1;
+  // spec: specs/fa2_fwd.yaml:74:66
+  const int v47 = 128;
+  // spec: specs/fa2_fwd.yaml:74:66
+  const int v48 = (v39 * v47);
+  // spec: specs/fa2_fwd.yaml:74:66
+  const int v49 = (v48 + v0);
+  // spec: specs/fa2_fwd.yaml:74:66
+  const int v50 = (v49 - v5);
+  // spec: specs/fa2_fwd.yaml:74:66
+  const int v51 = (v50 + v46);
+  // spec: specs/fa2_fwd.yaml:74:58
+  const int v52 = (kg::max_(v51, v45));
+  // spec: specs/fa2_fwd.yaml:74:58
+  const int v53 = (kg::floordiv(v52, v44));
+  // spec: specs/fa2_fwd.yaml:74:36
+  const int v54 = 32;
+  // spec: specs/fa2_fwd.yaml:74:36
+  const int v55 = (kg::floordiv(v0, v54));
+  // spec: specs/fa2_fwd.yaml:72:32
+  const int v56 = 32;
+  // spec: specs/fa2_fwd.yaml:72:32
+  const int v57 = 31;
+  // spec: specs/fa2_fwd.yaml:72:37
+  const int v58 = 128;
+  // spec: specs/fa2_fwd.yaml:72:38
+  const int v59 = 1;
+  // spec: specs/fa2_fwd.yaml:72:38
+  const int v60 = (v39 + v59);
+  // spec: specs/fa2_fwd.yaml:72:37
+  const int v61 = (v60 * v58);
+  // spec: specs/fa2_fwd.yaml:72:37
+  const int v62 = (v61 + v0);
+  // spec: specs/fa2_fwd.yaml:72:37
+  const int v63 = (v62 - v5);
+  // spec: specs/fa2_fwd.yaml:72:32
+  const int v64 = (v63 + v57);
+  // spec: specs/fa2_fwd.yaml:72:32
+  const int v65 = (kg::floordiv(v64, v56));
+  // spec: specs/fa2_fwd.yaml:65:14
+  const int v66 = 32;
+  // spec: specs/fa2_fwd.yaml:65:14
+  const int v67 = 31;
+  // spec: specs/fa2_fwd.yaml:65:14
+  const int v68 = (v0 + v67);
+  // spec: specs/fa2_fwd.yaml:65:14
+  const int v69 = (kg::floordiv(v68, v66));
+  // spec: specs/fa2_fwd.yaml:72:18
+  const int v70 = (kg::min_(v69, v65));
+  // spec: specs/fa2_fwd.yaml:74:28
+  const int v71 = (kg::min_(v55, v70));
+  // spec: specs/fa2_fwd.yaml:74:20
+  const int v72 = (kg::min_(v71, v53));
+  // spec: specs/fa2_fwd.yaml:69:11
+  kg::bf16 v73[16];
   #pragma unroll
-  for (int e = 0; e < 8; ++e) v50[e] = kg::cvt<kg::bf16>(0.0f);
-  // spec: specs/fa2_fwd.yaml:53:13
-  float v51[32];
+  for (int e = 0; e < 16; ++e) v73[e] = kg::cvt<kg::bf16>(0.0f);
+  // spec: specs/fa2_fwd.yaml:68:13
+  float v74[64];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v51[e] = 0.0f;
-  // spec: specs/fa2_fwd.yaml:52:11
-  float v52[4];
+  for (int e = 0; e < 64; ++e) v74[e] = 0.0f;
+  // spec: specs/fa2_fwd.yaml:67:11
+  float v75[16];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v52[e] = 0.0f;
-  // spec: specs/fa2_fwd.yaml:51:11
-  float v53[4];
+  for (int e = 0; e < 16; ++e) v75[e] = 0.0f;
+  // spec: specs/fa2_fwd.yaml:66:11
+  float v76[16];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v53[e] = -kg::inf();
-  // spec: specs/fa2_fwd.yaml:49:16
-  const float v54 = 1.4426950408889634f;
-  // spec: specs/fa2_fwd.yaml:49:16
-  const float v55 = (v1 * v54);
-  // spec: specs/fa2_fwd.yaml:45:18
-  const int v56 = (kg::floordiv(v4, v3));
-  // spec: specs/fa2_fwd.yaml:45:12
-  const int v57 = (kg::floordiv(v15, v56));
-  // spec: specs/fa2_fwd.yaml:62:11
+  for (int e = 0; e < 16; ++e) v76[e] = -kg::inf();
+  // spec: specs/fa2_fwd.yaml:64:16
+  const float v77 = 1.4426950408889634f;
+  // spec: specs/fa2_fwd.yaml:64:16
+  const float v78 = (v1 * v77);
+  // spec: specs/fa2_fwd.yaml:61:18
+  const int v79 = (kg::floordiv(v3, v2));
+  // spec: specs/fa2_fwd.yaml:61:12
+  const int v80 = (kg::floordiv(v32, v79));
+  // spec: specs/fa2_fwd.yaml:77:11
 
-  float v58[32];
+  float v81[64];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v58[e] = v51[e];
-  float v59[4];
+  for (int e = 0; e < 64; ++e) v81[e] = v74[e];
+  float v82[16];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v59[e] = v52[e];
-  kg::bf16 v60[8];
+  for (int e = 0; e < 16; ++e) v82[e] = v75[e];
+  kg::bf16 v83[16];
   #pragma unroll
-  for (int e = 0; e < 8; ++e) v60[e] = v50[e];
-  float v61[4];
+  for (int e = 0; e < 16; ++e) v83[e] = v73[e];
+  float v84[16];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v61[e] = v53[e];
-  for (int v62 = v20; v62 < v49; v62 += v19) {
-    float (&v63)[32] = v58;
-    float (&v64)[4] = v59;
-    kg::bf16 (&v65)[8] = v60;
-    float (&v66)[4] = v61;
+  for (int e = 0; e < 16; ++e) v84[e] = v76[e];
+  for (int v85 = v43; v85 < v72; v85 += v42) {
+    float (&v86)[64] = v81;
+    float (&v87)[16] = v82;
+    kg::bf16 (&v88)[16] = v83;
+    float (&v89)[16] = v84;
     
-    // spec: specs/fa2_fwd.yaml:63:27
-    kg::bf16 v67[8];
+    // spec: specs/fa2_fwd.yaml:78:27
+    kg::bf16 v90[16];
     {
-      const kg::bf16* p_ = t_k + ((int64_t)(v16) * stride_k_0 + (int64_t)(v57) * stride_k_2);
+      const kg::bf16* p_ = t_k + ((int64_t)(v33) * stride_k_0 + (int64_t)(v80) * stride_k_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
-      const int t0_ = v62 * 32 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16;
+      const int t0_ = v85 * 32 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
       const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
     #pragma unroll
-      for (int e = 0; e < 8; e += 8) {
-        const int i0_ = t0_ + 0;
+      for (int e = 0; e < 16; e += 8) {
+        const int i0_ = t0_ + ((e >> 3) & 1) * 16;
         const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
         const int64_t off_ = (int64_t)i0_ * stride_k_1 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_SK);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v67[e], p_ + off_);
+          kg::copy_vec<8>(&v90[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v67[e + v] = (i0_ < (size_SK)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v90[e + v] = (i0_ < (size_SK)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
-    // spec: specs/fa2_fwd.yaml:63:19
-    kg::bf16* v68 = reinterpret_cast<kg::bf16*>(smem + 34816);
+    // spec: specs/fa2_fwd.yaml:78:19
+    kg::bf16* v91 = reinterpret_cast<kg::bf16*>(smem + 34816);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 8; e += 8) kg::copy_vec<8>(&v68[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16) + (0)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v67[e]);
+    for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v91[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v90[e]);
     kg::sync();
-    // spec: specs/fa2_fwd.yaml:63:19
-    kg::bf16* v69 = v68;
-    // spec: specs/fa2_fwd.yaml:63:19
-    float v70[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v70[e] = 0.0f;
-    // spec: specs/fa2_fwd.yaml:63:19
-    float (&v71)[8] = v70;
-    #pragma unroll
-    for (int ks = 0; ks < 8; ++ks) {
-      alignas(16) kg::bf16 fa_[4];
-    #pragma unroll
-      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v18[((warp / 1) * 16 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (0)) * 136 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-      alignas(16) kg::bf16 fb_[8];
-    #pragma unroll
-      for (int i = 0; i < 8; i += 4) kg::copy_vec<4>(&fb_[i], &v69[((warp % 1) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((i >> 2) & 1) * 16)) * 136 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-    #pragma unroll
-      for (int rm = 0; rm < 1; ++rm)
-    #pragma unroll
-        for (int rn = 0; rn < 2; ++rn)
-          kg::mfma_16x16x16_bf16(&v71[(rm * 2 + rn) * 4], &fa_[rm * 4], &fb_[rn * 4]);
-    }
-    // spec: specs/fa2_fwd.yaml:64:50
-    const int v72 = 0;
-    // spec: specs/fa2_fwd.yaml:64:58
-    const int v73 = 1;
-    // spec: specs/fa2_fwd.yaml:64:58
-    const int v74 = (v62 - v73);
-    // spec: specs/fa2_fwd.yaml:64:50
-    const int v75 = (kg::max_(v74, v72));
-    // spec: specs/fa2_fwd.yaml:64:34
-    kg::bf16 v76[8];
-    {
-      const kg::bf16* p_ = t_v + ((int64_t)(v16) * stride_v_0 + (int64_t)(v57) * stride_v_2);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-      const int t0_ = v75 * 32 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16;
-      const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
-    #pragma unroll
-      for (int e = 0; e < 8; e += 8) {
-        const int i0_ = t0_ + 0;
-        const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
-        const int64_t off_ = (int64_t)i0_ * stride_v_1 + (int64_t)i1_ * 1;
-        const bool in_ = i0_ < (size_SK);
-        if (aligned_ && in_) {
-          kg::copy_vec<8>(&v76[e], p_ + off_);
-        } else {
-    #pragma unroll
-          for (int v = 0; v < 8; ++v)
-            v76[e + v] = (i0_ < (size_SK)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-        }
-      }
-    }
-    // spec: specs/fa2_fwd.yaml:64:27
-    kg::bf16* v77 = reinterpret_cast<kg::bf16*>(smem + 34816);
-    kg::sync();
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v77[((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 40 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((e >> 2) & 1) * 16))] = v65[e];
-
-    // spec: specs/fa2_fwd.yaml:64:27
-    kg::bf16* v78 = reinterpret_cast<kg::bf16*>(smem + 45056);
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v78[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 40 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16) + (0))] = v76[e];
-    kg::sync();
-    // spec: specs/fa2_fwd.yaml:64:27
-    float (&v79)[32] = v63;
-    #pragma unroll
-    for (int ks = 0; ks < 4; ++ks) {
-      alignas(16) kg::bf16 fa_[4];
-    #pragma unroll
-      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v77[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-      alignas(16) kg::bf16 fb_[8];
-    #pragma unroll
-      for (int i = 0; i < 8; i += 4) kg::copy_vec<4>(&fb_[i], &v78[((warp % 2) * 64 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (((i >> 2) & 1) * 32)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-    #pragma unroll
-      for (int rm = 0; rm < 1; ++rm)
-    #pragma unroll
-        for (int rn = 0; rn < 2; ++rn)
-          kg::mfma_32x32x8_bf16(&v79[(rm * 2 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
-    }
-    // spec: specs/fa2_fwd.yaml:71:34
-    float v80[4];
-    {
-      float r80[4];
-    #pragma unroll
-      for (int e = 0; e < 4; ++e) r80[e] = -kg::inf();
-    #pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const float a_ = r80[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2], b_ = (float)(v71[e]);
-        r80[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2] = kg::max_(a_, b_);
-      }
-    #pragma unroll
-      for (int e = 0; e < 4; ++e) { const float a_ = r80[e], b_ = kg::shfl_xor(a_, 1); r80[e] = kg::max_(a_, b_); }
-    #pragma unroll
-      for (int e = 0; e < 4; ++e) { const float a_ = r80[e], b_ = kg::shfl_xor(a_, 2); r80[e] = kg::max_(a_, b_); }
-    #pragma unroll
-      for (int e = 0; e < 4; ++e) { const float a_ = r80[e], b_ = kg::shfl_xor(a_, 4); r80[e] = kg::max_(a_, b_); }
-    #pragma unroll
-      for (int e = 0; e < 4; ++e) { const float a_ = r80[e], b_ = kg::shfl_xor(a_, 8); r80[e] = kg::max_(a_, b_); }
-    #pragma unroll
-      for (int e = 0; e < 4; ++e) v80[e] = kg::cvt<float>(r80[e]);
-    }
-    // spec: specs/fa2_fwd.yaml:71:23
-    float v81[4];
-    #pragma unroll
-    for (int e = 0; e < 4; ++e) v81[e] = (kg::max_(v66[e], v80[e]));
-    // spec: specs/fa2_fwd.yaml:75:42
-    float v82[4];
-    #pragma unroll
-    for (int e = 0; e < 4; ++e) v82[e] = (v81[e] * v55);
-    // spec: specs/fa2_fwd.yaml:75:41
-    float (&v83)[4] = v82;
-    // spec: specs/fa2_fwd.yaml:75:28
-    float v84[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v84[e] = v83[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-    // spec: specs/fa2_fwd.yaml:75:28
-    float v85[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v85[e] = (v71[e] * v55);
-    // spec: specs/fa2_fwd.yaml:75:28
-    float v86[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v86[e] = (v85[e] - v84[e]);
-    // spec: specs/fa2_fwd.yaml:75:23
-    float v87[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v87[e] = kg::exp2_(v86[e]);
-    // spec: specs/fa2_fwd.yaml:77:31
-    float v88[4];
-    {
-      float r88[4];
-    #pragma unroll
-      for (int e = 0; e < 4; ++e) r88[e] = 0.0f;
-    #pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const float a_ = r88[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2], b_ = (float)(v87[e]);
-        r88[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2] = a_ + b_;
-      }
-    #pragma unroll
-      for (int e = 0; e < 4; ++e) { const float a_ = r88[e], b_ = kg::shfl_xor(a_, 1); r88[e] = a_ + b_; }
-    #pragma unroll
-      for (int e = 0; e < 4; ++e) { const float a_ = r88[e], b_ = kg::shfl_xor(a_, 2); r88[e] = a_ + b_; }
-    #pragma unroll
-      for (int e = 0; e < 4; ++e) { const float a_ = r88[e], b_ = kg::shfl_xor(a_, 4); r88[e] = a_ + b_; }
-    #pragma unroll
-      for (int e = 0; e < 4; ++e) { const float a_ = r88[e], b_ = kg::shfl_xor(a_, 8); r88[e] = a_ + b_; }
-    #pragma unroll
-      for (int e = 0; e < 4; ++e) v88[e] = kg::cvt<float>(r88[e]);
-    }
-    // spec: specs/fa2_fwd.yaml:76:29
-    float v89[4];
-    #pragma unroll
-    for (int e = 0; e < 4; ++e) v89[e] = (v66[e] - v81[e]);
-    // spec: specs/fa2_fwd.yaml:76:28
-    float v90[4];
-    #pragma unroll
-    for (int e = 0; e < 4; ++e) v90[e] = (v89[e] * v55);
-    // spec: specs/fa2_fwd.yaml:76:23
-    float v91[4];
-    #pragma unroll
-    for (int e = 0; e < 4; ++e) v91[e] = kg::exp2_(v90[e]);
-    // spec: specs/fa2_fwd.yaml:78:27
-    float (&v92)[4] = v91;
-    // spec: specs/fa2_fwd.yaml:78:21
+    // spec: specs/fa2_fwd.yaml:78:19
+    kg::bf16* v92 = v91;
+    // spec: specs/fa2_fwd.yaml:78:19
     float v93[16];
-    {
-      float* scratch_ = reinterpret_cast<float*>(smem + 34816);
-      kg::sync();
     #pragma unroll
-      for (int e = 0; e < 4; ++e) scratch_[((0) + (0)) * 1 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1] = v92[e];
-      kg::sync();
+    for (int e = 0; e < 16; ++e) v93[e] = 0.0f;
+    // spec: specs/fa2_fwd.yaml:78:19
+    float (&v94)[16] = v93;
     #pragma unroll
-      for (int e = 0; e < 16; ++e) v93[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1];
-    }
-    // spec: specs/fa2_fwd.yaml:79:19
-    kg::bf16 v94[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v94[e] = kg::cvt<kg::bf16>(v87[e]);
-    // spec: specs/fa2_fwd.yaml:78:21
-    float v95[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v95[e] = v93[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-    // spec: specs/fa2_fwd.yaml:78:21
-    float v96[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v96[e] = (v79[e] * v95[e]);
-    // spec: specs/fa2_fwd.yaml:77:19
-    float v97[4];
-    #pragma unroll
-    for (int e = 0; e < 4; ++e) v97[e] = (v64[e] * v91[e]);
-    // spec: specs/fa2_fwd.yaml:77:19
-    float v98[4];
-    #pragma unroll
-    for (int e = 0; e < 4; ++e) v98[e] = (v97[e] + v88[e]);
-    // spec: specs/fa2_fwd.yaml:80:19
-
-    float y0_[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) y0_[e] = v96[e];
-    float y1_[4];
-    #pragma unroll
-    for (int e = 0; e < 4; ++e) y1_[e] = v98[e];
-    kg::bf16 y2_[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) y2_[e] = v94[e];
-    float y3_[4];
-    #pragma unroll
-    for (int e = 0; e < 4; ++e) y3_[e] = v81[e];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v58[e] = y0_[e];
-    #pragma unroll
-    for (int e = 0; e < 4; ++e) v59[e] = y1_[e];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v60[e] = y2_[e];
-    #pragma unroll
-    for (int e = 0; e < 4; ++e) v61[e] = y3_[e];
-  }
-  // spec: specs/fa2_fwd.yaml:47:29
-  int v99[4];
-  #pragma unroll
-  for (int e = 0; e < 4; ++e) v99[e] = (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2);
-  // spec: specs/fa2_fwd.yaml:47:14
-  const int v100 = 128;
-  // spec: specs/fa2_fwd.yaml:47:14
-  const int v101 = (v14 * v100);
-  // spec: specs/fa2_fwd.yaml:47:14
-  int v102[4];
-  #pragma unroll
-  for (int e = 0; e < 4; ++e) v102[e] = (v101 + v99[e]);
-  // spec: specs/fa2_fwd.yaml:69:58
-  int (&v103)[4] = v102;
-  // spec: specs/fa2_fwd.yaml:62:51
-  const int v104 = 1;
-  // spec: specs/fa2_fwd.yaml:62:11
-
-  float v105[32];
-  #pragma unroll
-  for (int e = 0; e < 32; ++e) v105[e] = v58[e];
-  float v106[4];
-  #pragma unroll
-  for (int e = 0; e < 4; ++e) v106[e] = v59[e];
-  kg::bf16 v107[8];
-  #pragma unroll
-  for (int e = 0; e < 8; ++e) v107[e] = v60[e];
-  float v108[4];
-  #pragma unroll
-  for (int e = 0; e < 4; ++e) v108[e] = v61[e];
-  for (int v109 = v49; v109 < v47; v109 += v104) {
-    float (&v110)[32] = v105;
-    float (&v111)[4] = v106;
-    kg::bf16 (&v112)[8] = v107;
-    float (&v113)[4] = v108;
-    
-    // spec: specs/fa2_fwd.yaml:63:27
-    kg::bf16 v114[8];
-    {
-      const kg::bf16* p_ = t_k + ((int64_t)(v16) * stride_k_0 + (int64_t)(v57) * stride_k_2);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
-      const int t0_ = v109 * 32 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16;
-      const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
-    #pragma unroll
-      for (int e = 0; e < 8; e += 8) {
-        const int i0_ = t0_ + 0;
-        const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
-        const int64_t off_ = (int64_t)i0_ * stride_k_1 + (int64_t)i1_ * 1;
-        const bool in_ = i0_ < (size_SK);
-        if (aligned_ && in_) {
-          kg::copy_vec<8>(&v114[e], p_ + off_);
-        } else {
-    #pragma unroll
-          for (int v = 0; v < 8; ++v)
-            v114[e + v] = (i0_ < (size_SK)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-        }
-      }
-    }
-    // spec: specs/fa2_fwd.yaml:63:19
-    kg::bf16* v115 = reinterpret_cast<kg::bf16*>(smem + 34816);
-    kg::sync();
-    #pragma unroll
-    for (int e = 0; e < 8; e += 8) kg::copy_vec<8>(&v115[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16) + (0)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v114[e]);
-    kg::sync();
-    // spec: specs/fa2_fwd.yaml:63:19
-    kg::bf16* v116 = v115;
-    // spec: specs/fa2_fwd.yaml:63:19
-    float v117[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v117[e] = 0.0f;
-    // spec: specs/fa2_fwd.yaml:63:19
-    float (&v118)[8] = v117;
-    #pragma unroll
-    for (int ks = 0; ks < 8; ++ks) {
+    for (int ks = 0; ks < 16; ++ks) {
       alignas(16) kg::bf16 fa_[4];
     #pragma unroll
-      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v18[((warp / 1) * 16 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (0)) * 136 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-      alignas(16) kg::bf16 fb_[8];
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v41[((warp / 1) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 136 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      alignas(16) kg::bf16 fb_[4];
     #pragma unroll
-      for (int i = 0; i < 8; i += 4) kg::copy_vec<4>(&fb_[i], &v116[((warp % 1) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((i >> 2) & 1) * 16)) * 136 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v92[((warp % 1) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 136 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
-        for (int rn = 0; rn < 2; ++rn)
-          kg::mfma_16x16x16_bf16(&v118[(rm * 2 + rn) * 4], &fa_[rm * 4], &fb_[rn * 4]);
+        for (int rn = 0; rn < 1; ++rn)
+          kg::mfma_32x32x8_bf16(&v94[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
     }
-    // spec: specs/fa2_fwd.yaml:64:50
-    const int v119 = 0;
-    // spec: specs/fa2_fwd.yaml:64:58
-    const int v120 = 1;
-    // spec: specs/fa2_fwd.yaml:64:58
-    const int v121 = (v109 - v120);
-    // spec: specs/fa2_fwd.yaml:64:50
-    const int v122 = (kg::max_(v121, v119));
-    // spec: specs/fa2_fwd.yaml:64:34
-    kg::bf16 v123[8];
+    // spec: specs/fa2_fwd.yaml:79:50
+    const int v95 = 0;
+    // spec: specs/fa2_fwd.yaml:79:58
+    const int v96 = 1;
+    // spec: specs/fa2_fwd.yaml:79:58
+    const int v97 = (v85 - v96);
+    // spec: specs/fa2_fwd.yaml:79:50
+    const int v98 = (kg::max_(v97, v95));
+    // spec: specs/fa2_fwd.yaml:79:34
+    kg::bf16 v99[16];
     {
-      const kg::bf16* p_ = t_v + ((int64_t)(v16) * stride_v_0 + (int64_t)(v57) * stride_v_2);
+      const kg::bf16* p_ = t_v + ((int64_t)(v33) * stride_v_0 + (int64_t)(v80) * stride_v_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-      const int t0_ = v122 * 32 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16;
+      const int t0_ = v98 * 32 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
       const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
     #pragma unroll
-      for (int e = 0; e < 8; e += 8) {
-        const int i0_ = t0_ + 0;
+      for (int e = 0; e < 16; e += 8) {
+        const int i0_ = t0_ + ((e >> 3) & 1) * 16;
         const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
         const int64_t off_ = (int64_t)i0_ * stride_v_1 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_SK);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v123[e], p_ + off_);
+          kg::copy_vec<8>(&v99[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v123[e + v] = (i0_ < (size_SK)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v99[e + v] = (i0_ < (size_SK)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
-    // spec: specs/fa2_fwd.yaml:64:27
-    kg::bf16* v124 = reinterpret_cast<kg::bf16*>(smem + 34816);
+    // spec: specs/fa2_fwd.yaml:79:27
+    kg::bf16* v100 = reinterpret_cast<kg::bf16*>(smem + 34816);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v124[((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 40 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((e >> 2) & 1) * 16))] = v112[e];
+    for (int e = 0; e < 16; ++e) v100[((((lane >> 5) & 1) * 4 + (warp & 1) * 32 + ((warp >> 1) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 40 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0))] = v88[e];
 
-    // spec: specs/fa2_fwd.yaml:64:27
-    kg::bf16* v125 = reinterpret_cast<kg::bf16*>(smem + 45056);
+    // spec: specs/fa2_fwd.yaml:79:27
+    kg::bf16* v101 = reinterpret_cast<kg::bf16*>(smem + 45056);
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v125[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 40 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16) + (0))] = v123[e];
+    for (int e = 0; e < 16; ++e) v101[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 40 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16))] = v99[e];
     kg::sync();
-    // spec: specs/fa2_fwd.yaml:64:27
-    float (&v126)[32] = v110;
+    // spec: specs/fa2_fwd.yaml:79:27
+    float v102[64];
+    #pragma unroll
+    for (int e = 0; e < 64; ++e) v102[e] = 0.0f;
+    // spec: specs/fa2_fwd.yaml:79:27
+    float (&v103)[64] = v102;
     #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
       alignas(16) kg::bf16 fa_[4];
     #pragma unroll
-      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v124[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-      alignas(16) kg::bf16 fb_[8];
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v100[((warp / 1) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      alignas(16) kg::bf16 fb_[16];
     #pragma unroll
-      for (int i = 0; i < 8; i += 4) kg::copy_vec<4>(&fb_[i], &v125[((warp % 2) * 64 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (((i >> 2) & 1) * 32)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 16; i += 4) kg::copy_vec<4>(&fb_[i], &v101[((warp % 1) * 128 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (((i >> 2) & 1) * 32 + ((i >> 3) & 1) * 64)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
-        for (int rn = 0; rn < 2; ++rn)
-          kg::mfma_32x32x8_bf16(&v126[(rm * 2 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+        for (int rn = 0; rn < 4; ++rn)
+          kg::mfma_32x32x8_bf16(&v103[(rm * 4 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
     }
-    // spec: specs/fa2_fwd.yaml:70:23
-    const float v127 = -kg::inf();
-    // spec: specs/fa2_fwd.yaml:66:40
-    int v128[2];
-    #pragma unroll
-    for (int e = 0; e < 2; ++e) v128[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + ((e & 1) * 16);
-    // spec: specs/fa2_fwd.yaml:66:26
-    const int v129 = 32;
-    // spec: specs/fa2_fwd.yaml:66:26
-    const int v130 = (v109 * v129);
-    // spec: specs/fa2_fwd.yaml:66:26
-    int v131[2];
-    #pragma unroll
-    for (int e = 0; e < 2; ++e) v131[e] = (v130 + v128[e]);
-    // spec: specs/fa2_fwd.yaml:67:27
-    int (&v132)[2] = v131;
-    // spec: specs/fa2_fwd.yaml:67:27
-    bool v133[2];
-    #pragma unroll
-    for (int e = 0; e < 2; ++e) v133[e] = (v132[e] < v0);
-    // spec: specs/fa2_fwd.yaml:69:31
-    bool v134[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v134[e] = v133[((e >> 2) & 1) * 1];
-    // spec: specs/fa2_fwd.yaml:69:75
-    const int v135 = (v0 - v2);
-    // spec: specs/fa2_fwd.yaml:69:58
-    int v136[4];
-    #pragma unroll
-    for (int e = 0; e < 4; ++e) v136[e] = (v103[e] + v135);
-    // spec: specs/fa2_fwd.yaml:69:41
-    int v137[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v137[e] = v136[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-    // spec: specs/fa2_fwd.yaml:69:41
-    int (&v138)[2] = v131;
-    // spec: specs/fa2_fwd.yaml:69:41
-    int v139[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v139[e] = v138[((e >> 2) & 1) * 1];
-    // spec: specs/fa2_fwd.yaml:69:41
-    bool v140[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v140[e] = (v139[e] <= v137[e]);
-    // spec: specs/fa2_fwd.yaml:69:31
-    bool v141[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v141[e] = (v134[e] && v140[e]);
-    // spec: specs/fa2_fwd.yaml:70:23
-    float v142[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v142[e] = (v141[e] ? v118[e] : v127);
-    // spec: specs/fa2_fwd.yaml:71:34
-    float v143[4];
+    // spec: specs/fa2_fwd.yaml:86:34
+    float v104[16];
     {
-      float r143[4];
+      float r104[16];
     #pragma unroll
-      for (int e = 0; e < 4; ++e) r143[e] = -kg::inf();
+      for (int e = 0; e < 16; ++e) r104[e] = -kg::inf();
     #pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const float a_ = r143[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2], b_ = (float)(v142[e]);
-        r143[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2] = kg::max_(a_, b_);
+      for (int e = 0; e < 16; ++e) {
+        const float a_ = r104[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8], b_ = (float)(v94[e]);
+        r104[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8] = kg::max_(a_, b_);
       }
     #pragma unroll
-      for (int e = 0; e < 4; ++e) { const float a_ = r143[e], b_ = kg::shfl_xor(a_, 1); r143[e] = kg::max_(a_, b_); }
+      for (int e = 0; e < 16; ++e) { const float a_ = r104[e], b_ = kg::shfl_xor(a_, 1); r104[e] = kg::max_(a_, b_); }
     #pragma unroll
-      for (int e = 0; e < 4; ++e) { const float a_ = r143[e], b_ = kg::shfl_xor(a_, 2); r143[e] = kg::max_(a_, b_); }
+      for (int e = 0; e < 16; ++e) { const float a_ = r104[e], b_ = kg::shfl_xor(a_, 2); r104[e] = kg::max_(a_, b_); }
     #pragma unroll
-      for (int e = 0; e < 4; ++e) { const float a_ = r143[e], b_ = kg::shfl_xor(a_, 4); r143[e] = kg::max_(a_, b_); }
+      for (int e = 0; e < 16; ++e) { const float a_ = r104[e], b_ = kg::shfl_xor(a_, 4); r104[e] = kg::max_(a_, b_); }
     #pragma unroll
-      for (int e = 0; e < 4; ++e) { const float a_ = r143[e], b_ = kg::shfl_xor(a_, 8); r143[e] = kg::max_(a_, b_); }
+      for (int e = 0; e < 16; ++e) { const float a_ = r104[e], b_ = kg::shfl_xor(a_, 8); r104[e] = kg::max_(a_, b_); }
     #pragma unroll
-      for (int e = 0; e < 4; ++e) v143[e] = kg::cvt<float>(r143[e]);
+      for (int e = 0; e < 16; ++e) { const float a_ = r104[e], b_ = kg::shfl_xor(a_, 16); r104[e] = kg::max_(a_, b_); }
+    #pragma unroll
+      for (int e = 0; e < 16; ++e) v104[e] = kg::cvt<float>(r104[e]);
     }
-    // spec: specs/fa2_fwd.yaml:74:27
-    const float v144 = 0.0f;
-    // spec: specs/fa2_fwd.yaml:74:33
-    const float v145 = -kg::inf();
-    // spec: specs/fa2_fwd.yaml:71:23
-    float v146[4];
+    // spec: specs/fa2_fwd.yaml:86:23
+    float v105[16];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v146[e] = (kg::max_(v113[e], v143[e]));
-    // spec: specs/fa2_fwd.yaml:74:33
-    bool v147[4];
+    for (int e = 0; e < 16; ++e) v105[e] = (kg::max_(v89[e], v104[e]));
+    // spec: specs/fa2_fwd.yaml:90:42
+    float v106[16];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v147[e] = (v146[e] == v145);
-    // spec: specs/fa2_fwd.yaml:74:27
-    float v148[4];
+    for (int e = 0; e < 16; ++e) v106[e] = (v105[e] * v78);
+    // spec: specs/fa2_fwd.yaml:90:41
+    float (&v107)[16] = v106;
+    // spec: specs/fa2_fwd.yaml:90:28
+    float v108[16];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v148[e] = (v147[e] ? v144 : v146[e]);
-    // spec: specs/fa2_fwd.yaml:75:42
-    float v149[4];
+    for (int e = 0; e < 16; ++e) v108[e] = v107[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+    // spec: specs/fa2_fwd.yaml:90:28
+    float v109[16];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v149[e] = (v148[e] * v55);
-    // spec: specs/fa2_fwd.yaml:75:41
-    float (&v150)[4] = v149;
-    // spec: specs/fa2_fwd.yaml:75:28
-    float v151[8];
+    for (int e = 0; e < 16; ++e) v109[e] = (v94[e] * v78);
+    // spec: specs/fa2_fwd.yaml:90:28
+    float v110[16];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v151[e] = v150[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-    // spec: specs/fa2_fwd.yaml:75:28
-    float v152[8];
+    for (int e = 0; e < 16; ++e) v110[e] = (v109[e] - v108[e]);
+    // spec: specs/fa2_fwd.yaml:90:23
+    float v111[16];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v152[e] = (v142[e] * v55);
-    // spec: specs/fa2_fwd.yaml:75:28
-    float v153[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v153[e] = (v152[e] - v151[e]);
-    // spec: specs/fa2_fwd.yaml:75:23
-    float v154[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v154[e] = kg::exp2_(v153[e]);
-    // spec: specs/fa2_fwd.yaml:77:31
-    float v155[4];
+    for (int e = 0; e < 16; ++e) v111[e] = kg::exp2_(v110[e]);
+    // spec: specs/fa2_fwd.yaml:92:31
+    float v112[16];
     {
-      float r155[4];
+      float r112[16];
     #pragma unroll
-      for (int e = 0; e < 4; ++e) r155[e] = 0.0f;
+      for (int e = 0; e < 16; ++e) r112[e] = 0.0f;
     #pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const float a_ = r155[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2], b_ = (float)(v154[e]);
-        r155[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2] = a_ + b_;
+      for (int e = 0; e < 16; ++e) {
+        const float a_ = r112[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8], b_ = (float)(v111[e]);
+        r112[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8] = a_ + b_;
       }
     #pragma unroll
-      for (int e = 0; e < 4; ++e) { const float a_ = r155[e], b_ = kg::shfl_xor(a_, 1); r155[e] = a_ + b_; }
+      for (int e = 0; e < 16; ++e) { const float a_ = r112[e], b_ = kg::shfl_xor(a_, 1); r112[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 4; ++e) { const float a_ = r155[e], b_ = kg::shfl_xor(a_, 2); r155[e] = a_ + b_; }
+      for (int e = 0; e < 16; ++e) { const float a_ = r112[e], b_ = kg::shfl_xor(a_, 2); r112[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 4; ++e) { const float a_ = r155[e], b_ = kg::shfl_xor(a_, 4); r155[e] = a_ + b_; }
+      for (int e = 0; e < 16; ++e) { const float a_ = r112[e], b_ = kg::shfl_xor(a_, 4); r112[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 4; ++e) { const float a_ = r155[e], b_ = kg::shfl_xor(a_, 8); r155[e] = a_ + b_; }
+      for (int e = 0; e < 16; ++e) { const float a_ = r112[e], b_ = kg::shfl_xor(a_, 8); r112[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 4; ++e) v155[e] = kg::cvt<float>(r155[e]);
+      for (int e = 0; e < 16; ++e) { const float a_ = r112[e], b_ = kg::shfl_xor(a_, 16); r112[e] = a_ + b_; }
+    #pragma unroll
+      for (int e = 0; e < 16; ++e) v112[e] = kg::cvt<float>(r112[e]);
     }
-    // spec: specs/fa2_fwd.yaml:76:29
-    float v156[4];
+    // spec: specs/fa2_fwd.yaml:94:19
+    kg::bf16 v113[16];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v156[e] = (v113[e] - v148[e]);
-    // spec: specs/fa2_fwd.yaml:76:28
-    float v157[4];
+    for (int e = 0; e < 16; ++e) v113[e] = kg::cvt<kg::bf16>(v111[e]);
+    // spec: specs/fa2_fwd.yaml:91:29
+    float v114[16];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v157[e] = (v156[e] * v55);
-    // spec: specs/fa2_fwd.yaml:76:23
-    float v158[4];
+    for (int e = 0; e < 16; ++e) v114[e] = (v89[e] - v105[e]);
+    // spec: specs/fa2_fwd.yaml:91:28
+    float v115[16];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v158[e] = kg::exp2_(v157[e]);
-    // spec: specs/fa2_fwd.yaml:78:27
-    float (&v159)[4] = v158;
-    // spec: specs/fa2_fwd.yaml:78:21
-    float v160[16];
-    {
-      float* scratch_ = reinterpret_cast<float*>(smem + 34816);
-      kg::sync();
+    for (int e = 0; e < 16; ++e) v115[e] = (v114[e] * v78);
+    // spec: specs/fa2_fwd.yaml:91:23
+    float v116[16];
     #pragma unroll
-      for (int e = 0; e < 4; ++e) scratch_[((0) + (0)) * 1 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1] = v159[e];
-      kg::sync();
+    for (int e = 0; e < 16; ++e) v116[e] = kg::exp2_(v115[e]);
+    // spec: specs/fa2_fwd.yaml:93:27
+    float (&v117)[16] = v116;
+    // spec: specs/fa2_fwd.yaml:93:21
+    float v118[64];
     #pragma unroll
-      for (int e = 0; e < 16; ++e) v160[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1];
-    }
-    // spec: specs/fa2_fwd.yaml:79:19
-    kg::bf16 v161[8];
+    for (int e = 0; e < 64; ++e) v118[e] = v117[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+    // spec: specs/fa2_fwd.yaml:79:21
+    float v119[64];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v161[e] = kg::cvt<kg::bf16>(v154[e]);
-    // spec: specs/fa2_fwd.yaml:78:21
-    float v162[32];
+    for (int e = 0; e < 64; ++e) v119[e] = (v86[e] + v103[e]);
+    // spec: specs/fa2_fwd.yaml:93:21
+    float v120[64];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v162[e] = v160[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-    // spec: specs/fa2_fwd.yaml:78:21
-    float v163[32];
+    for (int e = 0; e < 64; ++e) v120[e] = (v119[e] * v118[e]);
+    // spec: specs/fa2_fwd.yaml:92:19
+    float v121[16];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v163[e] = (v126[e] * v162[e]);
-    // spec: specs/fa2_fwd.yaml:77:19
-    float v164[4];
+    for (int e = 0; e < 16; ++e) v121[e] = (v87[e] * v116[e]);
+    // spec: specs/fa2_fwd.yaml:92:19
+    float v122[16];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v164[e] = (v111[e] * v158[e]);
-    // spec: specs/fa2_fwd.yaml:77:19
-    float v165[4];
-    #pragma unroll
-    for (int e = 0; e < 4; ++e) v165[e] = (v164[e] + v155[e]);
-    // spec: specs/fa2_fwd.yaml:80:19
+    for (int e = 0; e < 16; ++e) v122[e] = (v121[e] + v112[e]);
+    // spec: specs/fa2_fwd.yaml:95:19
 
-    float y0_[32];
+    float y0_[64];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y0_[e] = v163[e];
-    float y1_[4];
+    for (int e = 0; e < 64; ++e) y0_[e] = v120[e];
+    float y1_[16];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) y1_[e] = v165[e];
-    kg::bf16 y2_[8];
+    for (int e = 0; e < 16; ++e) y1_[e] = v122[e];
+    kg::bf16 y2_[16];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) y2_[e] = v161[e];
-    float y3_[4];
+    for (int e = 0; e < 16; ++e) y2_[e] = v113[e];
+    float y3_[16];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) y3_[e] = v146[e];
+    for (int e = 0; e < 16; ++e) y3_[e] = v105[e];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v105[e] = y0_[e];
+    for (int e = 0; e < 64; ++e) v81[e] = y0_[e];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v106[e] = y1_[e];
+    for (int e = 0; e < 16; ++e) v82[e] = y1_[e];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v107[e] = y2_[e];
+    for (int e = 0; e < 16; ++e) v83[e] = y2_[e];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v108[e] = y3_[e];
+    for (int e = 0; e < 16; ++e) v84[e] = y3_[e];
   }
-  // spec: specs/fa2_fwd.yaml:81:42
-  const int v166 = 0;
-  // spec: specs/fa2_fwd.yaml:81:50
-  const int v167 = 1;
-  // spec: specs/fa2_fwd.yaml:81:50
-  const int v168 = (v47 - v167);
-  // spec: specs/fa2_fwd.yaml:81:42
-  const int v169 = (kg::max_(v168, v166));
-  // spec: specs/fa2_fwd.yaml:81:26
-  kg::bf16 v170[8];
+  // spec: specs/fa2_fwd.yaml:62:29
+  int v123[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v123[e] = (((lane >> 5) & 1) * 4 + (warp & 1) * 32 + ((warp >> 1) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16);
+  // spec: specs/fa2_fwd.yaml:62:14
+  const int v124 = 128;
+  // spec: specs/fa2_fwd.yaml:62:14
+  const int v125 = (v39 * v124);
+  // spec: specs/fa2_fwd.yaml:62:14
+  int v126[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v126[e] = (v125 + v123[e]);
+  // spec: specs/fa2_fwd.yaml:84:58
+  int (&v127)[16] = v126;
+  // spec: specs/fa2_fwd.yaml:77:51
+  const int v128 = 1;
+  // spec: specs/fa2_fwd.yaml:77:11
+
+  float v129[64];
+  #pragma unroll
+  for (int e = 0; e < 64; ++e) v129[e] = v81[e];
+  float v130[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v130[e] = v82[e];
+  kg::bf16 v131[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v131[e] = v83[e];
+  float v132[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v132[e] = v84[e];
+  for (int v133 = v72; v133 < v70; v133 += v128) {
+    float (&v134)[64] = v129;
+    float (&v135)[16] = v130;
+    kg::bf16 (&v136)[16] = v131;
+    float (&v137)[16] = v132;
+    
+    // spec: specs/fa2_fwd.yaml:78:27
+    kg::bf16 v138[16];
+    {
+      const kg::bf16* p_ = t_k + ((int64_t)(v33) * stride_k_0 + (int64_t)(v80) * stride_k_2);
+      const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
+      const int t0_ = v133 * 32 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
+      const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
+    #pragma unroll
+      for (int e = 0; e < 16; e += 8) {
+        const int i0_ = t0_ + ((e >> 3) & 1) * 16;
+        const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
+        const int64_t off_ = (int64_t)i0_ * stride_k_1 + (int64_t)i1_ * 1;
+        const bool in_ = i0_ < (size_SK);
+        if (aligned_ && in_) {
+          kg::copy_vec<8>(&v138[e], p_ + off_);
+        } else {
+    #pragma unroll
+          for (int v = 0; v < 8; ++v)
+            v138[e + v] = (i0_ < (size_SK)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+        }
+      }
+    }
+    // spec: specs/fa2_fwd.yaml:78:19
+    kg::bf16* v139 = reinterpret_cast<kg::bf16*>(smem + 34816);
+    kg::sync();
+    #pragma unroll
+    for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v139[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v138[e]);
+    kg::sync();
+    // spec: specs/fa2_fwd.yaml:78:19
+    kg::bf16* v140 = v139;
+    // spec: specs/fa2_fwd.yaml:78:19
+    float v141[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v141[e] = 0.0f;
+    // spec: specs/fa2_fwd.yaml:78:19
+    float (&v142)[16] = v141;
+    #pragma unroll
+    for (int ks = 0; ks < 16; ++ks) {
+      alignas(16) kg::bf16 fa_[4];
+    #pragma unroll
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v41[((warp / 1) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 136 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      alignas(16) kg::bf16 fb_[4];
+    #pragma unroll
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v140[((warp % 1) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 136 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+    #pragma unroll
+      for (int rm = 0; rm < 1; ++rm)
+    #pragma unroll
+        for (int rn = 0; rn < 1; ++rn)
+          kg::mfma_32x32x8_bf16(&v142[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+    }
+    // spec: specs/fa2_fwd.yaml:79:50
+    const int v143 = 0;
+    // spec: specs/fa2_fwd.yaml:79:58
+    const int v144 = 1;
+    // spec: specs/fa2_fwd.yaml:79:58
+    const int v145 = (v133 - v144);
+    // spec: specs/fa2_fwd.yaml:79:50
+    const int v146 = (kg::max_(v145, v143));
+    // spec: specs/fa2_fwd.yaml:79:34
+    kg::bf16 v147[16];
+    {
+      const kg::bf16* p_ = t_v + ((int64_t)(v33) * stride_v_0 + (int64_t)(v80) * stride_v_2);
+      const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
+      const int t0_ = v146 * 32 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
+      const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
+    #pragma unroll
+      for (int e = 0; e < 16; e += 8) {
+        const int i0_ = t0_ + ((e >> 3) & 1) * 16;
+        const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
+        const int64_t off_ = (int64_t)i0_ * stride_v_1 + (int64_t)i1_ * 1;
+        const bool in_ = i0_ < (size_SK);
+        if (aligned_ && in_) {
+          kg::copy_vec<8>(&v147[e], p_ + off_);
+        } else {
+    #pragma unroll
+          for (int v = 0; v < 8; ++v)
+            v147[e + v] = (i0_ < (size_SK)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+        }
+      }
+    }
+    // spec: specs/fa2_fwd.yaml:79:27
+    kg::bf16* v148 = reinterpret_cast<kg::bf16*>(smem + 34816);
+    kg::sync();
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v148[((((lane >> 5) & 1) * 4 + (warp & 1) * 32 + ((warp >> 1) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 40 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0))] = v136[e];
+
+    // spec: specs/fa2_fwd.yaml:79:27
+    kg::bf16* v149 = reinterpret_cast<kg::bf16*>(smem + 45056);
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v149[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 40 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16))] = v147[e];
+    kg::sync();
+    // spec: specs/fa2_fwd.yaml:79:27
+    float v150[64];
+    #pragma unroll
+    for (int e = 0; e < 64; ++e) v150[e] = 0.0f;
+    // spec: specs/fa2_fwd.yaml:79:27
+    float (&v151)[64] = v150;
+    #pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+      alignas(16) kg::bf16 fa_[4];
+    #pragma unroll
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v148[((warp / 1) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      alignas(16) kg::bf16 fb_[16];
+    #pragma unroll
+      for (int i = 0; i < 16; i += 4) kg::copy_vec<4>(&fb_[i], &v149[((warp % 1) * 128 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (((i >> 2) & 1) * 32 + ((i >> 3) & 1) * 64)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+    #pragma unroll
+      for (int rm = 0; rm < 1; ++rm)
+    #pragma unroll
+        for (int rn = 0; rn < 4; ++rn)
+          kg::mfma_32x32x8_bf16(&v151[(rm * 4 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+    }
+    // spec: specs/fa2_fwd.yaml:85:23
+    const float v152 = -kg::inf();
+    // spec: specs/fa2_fwd.yaml:81:40
+    int v153[1];
+    #pragma unroll
+    for (int e = 0; e < 1; ++e) v153[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0);
+    // spec: specs/fa2_fwd.yaml:81:26
+    const int v154 = 32;
+    // spec: specs/fa2_fwd.yaml:81:26
+    const int v155 = (v133 * v154);
+    // spec: specs/fa2_fwd.yaml:81:26
+    int v156[1];
+    #pragma unroll
+    for (int e = 0; e < 1; ++e) v156[e] = (v155 + v153[e]);
+    // spec: specs/fa2_fwd.yaml:82:27
+    int (&v157)[1] = v156;
+    // spec: specs/fa2_fwd.yaml:82:27
+    bool v158[1];
+    #pragma unroll
+    for (int e = 0; e < 1; ++e) v158[e] = (v157[e] < v0);
+    // spec: specs/fa2_fwd.yaml:84:31
+    bool v159[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v159[e] = v158[0];
+    // spec: specs/fa2_fwd.yaml:84:75
+    const int v160 = (v0 - v5);
+    // spec: specs/fa2_fwd.yaml:84:58
+    int v161[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v161[e] = (v127[e] + v160);
+    // spec: specs/fa2_fwd.yaml:84:41
+    int v162[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v162[e] = v161[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+    // spec: specs/fa2_fwd.yaml:84:41
+    int (&v163)[1] = v156;
+    // spec: specs/fa2_fwd.yaml:84:41
+    int v164[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v164[e] = v163[0];
+    // spec: specs/fa2_fwd.yaml:84:41
+    bool v165[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v165[e] = (v164[e] <= v162[e]);
+    // spec: specs/fa2_fwd.yaml:84:31
+    bool v166[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v166[e] = (v159[e] && v165[e]);
+    // spec: specs/fa2_fwd.yaml:85:23
+    float v167[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v167[e] = (v166[e] ? v142[e] : v152);
+    // spec: specs/fa2_fwd.yaml:86:34
+    float v168[16];
+    {
+      float r168[16];
+    #pragma unroll
+      for (int e = 0; e < 16; ++e) r168[e] = -kg::inf();
+    #pragma unroll
+      for (int e = 0; e < 16; ++e) {
+        const float a_ = r168[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8], b_ = (float)(v167[e]);
+        r168[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8] = kg::max_(a_, b_);
+      }
+    #pragma unroll
+      for (int e = 0; e < 16; ++e) { const float a_ = r168[e], b_ = kg::shfl_xor(a_, 1); r168[e] = kg::max_(a_, b_); }
+    #pragma unroll
+      for (int e = 0; e < 16; ++e) { const float a_ = r168[e], b_ = kg::shfl_xor(a_, 2); r168[e] = kg::max_(a_, b_); }
+    #pragma unroll
+      for (int e = 0; e < 16; ++e) { const float a_ = r168[e], b_ = kg::shfl_xor(a_, 4); r168[e] = kg::max_(a_, b_); }
+    #pragma unroll
+      for (int e = 0; e < 16; ++e) { const float a_ = r168[e], b_ = kg::shfl_xor(a_, 8); r168[e] = kg::max_(a_, b_); }
+    #pragma unroll
+      for (int e = 0; e < 16; ++e) { const float a_ = r168[e], b_ = kg::shfl_xor(a_, 16); r168[e] = kg::max_(a_, b_); }
+    #pragma unroll
+      for (int e = 0; e < 16; ++e) v168[e] = kg::cvt<float>(r168[e]);
+    }
+    // spec: specs/fa2_fwd.yaml:89:27
+    const float v169 = 0.0f;
+    // spec: specs/fa2_fwd.yaml:89:33
+    const float v170 = -kg::inf();
+    // spec: specs/fa2_fwd.yaml:86:23
+    float v171[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v171[e] = (kg::max_(v137[e], v168[e]));
+    // spec: specs/fa2_fwd.yaml:89:33
+    bool v172[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v172[e] = (v171[e] == v170);
+    // spec: specs/fa2_fwd.yaml:89:27
+    float v173[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v173[e] = (v172[e] ? v169 : v171[e]);
+    // spec: specs/fa2_fwd.yaml:90:42
+    float v174[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v174[e] = (v173[e] * v78);
+    // spec: specs/fa2_fwd.yaml:90:41
+    float (&v175)[16] = v174;
+    // spec: specs/fa2_fwd.yaml:90:28
+    float v176[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v176[e] = v175[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+    // spec: specs/fa2_fwd.yaml:90:28
+    float v177[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v177[e] = (v167[e] * v78);
+    // spec: specs/fa2_fwd.yaml:90:28
+    float v178[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v178[e] = (v177[e] - v176[e]);
+    // spec: specs/fa2_fwd.yaml:90:23
+    float v179[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v179[e] = kg::exp2_(v178[e]);
+    // spec: specs/fa2_fwd.yaml:92:31
+    float v180[16];
+    {
+      float r180[16];
+    #pragma unroll
+      for (int e = 0; e < 16; ++e) r180[e] = 0.0f;
+    #pragma unroll
+      for (int e = 0; e < 16; ++e) {
+        const float a_ = r180[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8], b_ = (float)(v179[e]);
+        r180[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8] = a_ + b_;
+      }
+    #pragma unroll
+      for (int e = 0; e < 16; ++e) { const float a_ = r180[e], b_ = kg::shfl_xor(a_, 1); r180[e] = a_ + b_; }
+    #pragma unroll
+      for (int e = 0; e < 16; ++e) { const float a_ = r180[e], b_ = kg::shfl_xor(a_, 2); r180[e] = a_ + b_; }
+    #pragma unroll
+      for (int e = 0; e < 16; ++e) { const float a_ = r180[e], b_ = kg::shfl_xor(a_, 4); r180[e] = a_ + b_; }
+    #pragma unroll
+      for (int e = 0; e < 16; ++e) { const float a_ = r180[e], b_ = kg::shfl_xor(a_, 8); r180[e] = a_ + b_; }
+    #pragma unroll
+      for (int e = 0; e < 16; ++e) { const float a_ = r180[e], b_ = kg::shfl_xor(a_, 16); r180[e] = a_ + b_; }
+    #pragma unroll
+      for (int e = 0; e < 16; ++e) v180[e] = kg::cvt<float>(r180[e]);
+    }
+    // spec: specs/fa2_fwd.yaml:94:19
+    kg::bf16 v181[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v181[e] = kg::cvt<kg::bf16>(v179[e]);
+    // spec: specs/fa2_fwd.yaml:91:29
+    float v182[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v182[e] = (v137[e] - v173[e]);
+    // spec: specs/fa2_fwd.yaml:91:28
+    float v183[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v183[e] = (v182[e] * v78);
+    // spec: specs/fa2_fwd.yaml:91:23
+    float v184[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v184[e] = kg::exp2_(v183[e]);
+    // spec: specs/fa2_fwd.yaml:93:27
+    float (&v185)[16] = v184;
+    // spec: specs/fa2_fwd.yaml:93:21
+    float v186[64];
+    #pragma unroll
+    for (int e = 0; e < 64; ++e) v186[e] = v185[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+    // spec: specs/fa2_fwd.yaml:79:21
+    float v187[64];
+    #pragma unroll
+    for (int e = 0; e < 64; ++e) v187[e] = (v134[e] + v151[e]);
+    // spec: specs/fa2_fwd.yaml:93:21
+    float v188[64];
+    #pragma unroll
+    for (int e = 0; e < 64; ++e) v188[e] = (v187[e] * v186[e]);
+    // spec: specs/fa2_fwd.yaml:92:19
+    float v189[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v189[e] = (v135[e] * v184[e]);
+    // spec: specs/fa2_fwd.yaml:92:19
+    float v190[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v190[e] = (v189[e] + v180[e]);
+    // spec: specs/fa2_fwd.yaml:95:19
+
+    float y0_[64];
+    #pragma unroll
+    for (int e = 0; e < 64; ++e) y0_[e] = v188[e];
+    float y1_[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) y1_[e] = v190[e];
+    kg::bf16 y2_[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) y2_[e] = v181[e];
+    float y3_[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) y3_[e] = v171[e];
+    #pragma unroll
+    for (int e = 0; e < 64; ++e) v129[e] = y0_[e];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v130[e] = y1_[e];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v131[e] = y2_[e];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v132[e] = y3_[e];
+  }
+  // spec: specs/fa2_fwd.yaml:96:42
+  const int v191 = 0;
+  // spec: specs/fa2_fwd.yaml:96:50
+  const int v192 = 1;
+  // spec: specs/fa2_fwd.yaml:96:50
+  const int v193 = (v70 - v192);
+  // spec: specs/fa2_fwd.yaml:96:42
+  const int v194 = (kg::max_(v193, v191));
+  // spec: specs/fa2_fwd.yaml:96:26
+  kg::bf16 v195[16];
   {
-    const kg::bf16* p_ = t_v + ((int64_t)(v16) * stride_v_0 + (int64_t)(v57) * stride_v_2);
+    const kg::bf16* p_ = t_v + ((int64_t)(v33) * stride_v_0 + (int64_t)(v80) * stride_v_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-    const int t0_ = v169 * 32 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16;
+    const int t0_ = v194 * 32 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
     const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
   #pragma unroll
-    for (int e = 0; e < 8; e += 8) {
-      const int i0_ = t0_ + 0;
+    for (int e = 0; e < 16; e += 8) {
+      const int i0_ = t0_ + ((e >> 3) & 1) * 16;
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
       const int64_t off_ = (int64_t)i0_ * stride_v_1 + (int64_t)i1_ * 1;
       const bool in_ = i0_ < (size_SK);
       if (aligned_ && in_) {
-        kg::copy_vec<8>(&v170[e], p_ + off_);
+        kg::copy_vec<8>(&v195[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v170[e + v] = (i0_ < (size_SK)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v195[e + v] = (i0_ < (size_SK)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
-  // spec: specs/fa2_fwd.yaml:81:19
-  kg::bf16* v171 = reinterpret_cast<kg::bf16*>(smem + 0);
+  // spec: specs/fa2_fwd.yaml:96:19
+  kg::bf16* v196 = reinterpret_cast<kg::bf16*>(smem + 0);
   kg::sync();
   #pragma unroll
-  for (int e = 0; e < 8; ++e) v171[((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 40 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((e >> 2) & 1) * 16))] = v107[e];
+  for (int e = 0; e < 16; ++e) v196[((((lane >> 5) & 1) * 4 + (warp & 1) * 32 + ((warp >> 1) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 40 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0))] = v131[e];
 
-  // spec: specs/fa2_fwd.yaml:81:19
-  kg::bf16* v172 = reinterpret_cast<kg::bf16*>(smem + 10240);
+  // spec: specs/fa2_fwd.yaml:96:19
+  kg::bf16* v197 = reinterpret_cast<kg::bf16*>(smem + 10240);
   #pragma unroll
-  for (int e = 0; e < 8; ++e) v172[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 40 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8 + ((warp >> 2) & 1) * 16) + (0))] = v170[e];
+  for (int e = 0; e < 16; ++e) v197[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 40 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16))] = v195[e];
   kg::sync();
-  // spec: specs/fa2_fwd.yaml:81:19
-  float (&v173)[32] = v105;
+  // spec: specs/fa2_fwd.yaml:96:19
+  float v198[64];
+  #pragma unroll
+  for (int e = 0; e < 64; ++e) v198[e] = 0.0f;
+  // spec: specs/fa2_fwd.yaml:96:19
+  float (&v199)[64] = v198;
   #pragma unroll
   for (int ks = 0; ks < 4; ++ks) {
     alignas(16) kg::bf16 fa_[4];
   #pragma unroll
-    for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v171[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-    alignas(16) kg::bf16 fb_[8];
+    for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v196[((warp / 1) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+    alignas(16) kg::bf16 fb_[16];
   #pragma unroll
-    for (int i = 0; i < 8; i += 4) kg::copy_vec<4>(&fb_[i], &v172[((warp % 2) * 64 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (((i >> 2) & 1) * 32)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+    for (int i = 0; i < 16; i += 4) kg::copy_vec<4>(&fb_[i], &v197[((warp % 1) * 128 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (((i >> 2) & 1) * 32 + ((i >> 3) & 1) * 64)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
   #pragma unroll
     for (int rm = 0; rm < 1; ++rm)
   #pragma unroll
-      for (int rn = 0; rn < 2; ++rn)
-        kg::mfma_32x32x8_bf16(&v173[(rm * 2 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+      for (int rn = 0; rn < 4; ++rn)
+        kg::mfma_32x32x8_bf16(&v199[(rm * 4 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
   }
-  // spec: specs/fa2_fwd.yaml:83:15
-  const float v174 = 1.0f;
-  // spec: specs/fa2_fwd.yaml:83:21
-  const float v175 = 0.0f;
-  // spec: specs/fa2_fwd.yaml:83:21
-  bool v176[4];
+  // spec: specs/fa2_fwd.yaml:98:15
+  const float v200 = 1.0f;
+  // spec: specs/fa2_fwd.yaml:98:21
+  const float v201 = 0.0f;
+  // spec: specs/fa2_fwd.yaml:98:21
+  bool v202[16];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v176[e] = (v106[e] == v175);
-  // spec: specs/fa2_fwd.yaml:83:15
-  float v177[4];
+  for (int e = 0; e < 16; ++e) v202[e] = (v130[e] == v201);
+  // spec: specs/fa2_fwd.yaml:98:15
+  float v203[16];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v177[e] = (v176[e] ? v174 : v106[e]);
-  // spec: specs/fa2_fwd.yaml:84:52
-  float (&v178)[4] = v177;
-  // spec: specs/fa2_fwd.yaml:84:46
-  float v179[16];
-  {
-    float* scratch_ = reinterpret_cast<float*>(smem + 0);
-    kg::sync();
+  for (int e = 0; e < 16; ++e) v203[e] = (v202[e] ? v200 : v130[e]);
+  // spec: specs/fa2_fwd.yaml:99:52
+  float (&v204)[16] = v203;
+  // spec: specs/fa2_fwd.yaml:99:46
+  float v205[64];
   #pragma unroll
-    for (int e = 0; e < 4; ++e) scratch_[((0) + (0)) * 1 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1] = v178[e];
-    kg::sync();
+  for (int e = 0; e < 64; ++e) v205[e] = v204[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+  // spec: specs/fa2_fwd.yaml:96:13
+  float v206[64];
   #pragma unroll
-    for (int e = 0; e < 16; ++e) v179[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1];
-  }
-  // spec: specs/fa2_fwd.yaml:84:46
-  float v180[32];
+  for (int e = 0; e < 64; ++e) v206[e] = (v129[e] + v199[e]);
+  // spec: specs/fa2_fwd.yaml:99:46
+  float v207[64];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v180[e] = v179[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-  // spec: specs/fa2_fwd.yaml:84:46
-  float v181[32];
+  for (int e = 0; e < 64; ++e) v207[e] = (v206[e] / v205[e]);
+  // spec: specs/fa2_fwd.yaml:99:45
+  kg::bf16 v208[64];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v181[e] = (v173[e] / v180[e]);
-  // spec: specs/fa2_fwd.yaml:84:45
-  kg::bf16 v182[32];
-  #pragma unroll
-  for (int e = 0; e < 32; ++e) v182[e] = kg::cvt<kg::bf16>(v181[e]);
-  // spec: specs/fa2_fwd.yaml:84:7
+  for (int e = 0; e < 64; ++e) v208[e] = kg::cvt<kg::bf16>(v207[e]);
+  // spec: specs/fa2_fwd.yaml:99:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
-    kg::bf16* p_ = t_o + ((int64_t)(v16) * stride_o_0 + (int64_t)(v15) * stride_o_2);
+    kg::bf16* p_ = t_o + ((int64_t)(v33) * stride_o_0 + (int64_t)(v32) * stride_o_2);
     const bool aligned_ = false;
-    const int t0_ = v14 * 128 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
-    const int t1_ = 0 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 64;
+    const int t0_ = v39 * 128 + ((lane >> 5) & 1) * 4 + (warp & 1) * 32 + ((warp >> 1) & 1) * 64;
+    const int t1_ = 0 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16;
   #pragma unroll
-    for (int e = 0; e < 32; e += 1) {
+    for (int e = 0; e < 64; e += 1) {
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
-      const int i1_ = t1_ + ((e >> 4) & 1) * 32;
+      const int i1_ = t1_ + ((e >> 4) & 1) * 32 + ((e >> 5) & 1) * 64;
       const int64_t off_ = (int64_t)i0_ * stride_o_1 + (int64_t)i1_ * 1;
-      if (i0_ < (size_SQ)) p_[off_] = v182[e];
+      if (i0_ < (size_SQ)) p_[off_] = v208[e];
     }
   }
-  // spec: specs/fa2_fwd.yaml:85:44
-  const float v183 = -kg::inf();
-  // spec: specs/fa2_fwd.yaml:85:66
-  const float v184 = 0.6931471805599453f;
-  // spec: specs/fa2_fwd.yaml:85:80
-  float v185[4];
+  // spec: specs/fa2_fwd.yaml:100:44
+  const float v209 = -kg::inf();
+  // spec: specs/fa2_fwd.yaml:100:66
+  const float v210 = 0.6931471805599453f;
+  // spec: specs/fa2_fwd.yaml:100:80
+  float v211[16];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v185[e] = kg::log2_(v177[e]);
-  // spec: specs/fa2_fwd.yaml:85:67
-  float v186[4];
+  for (int e = 0; e < 16; ++e) v211[e] = kg::log2_(v203[e]);
+  // spec: specs/fa2_fwd.yaml:100:67
+  float v212[16];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v186[e] = (v108[e] * v55);
-  // spec: specs/fa2_fwd.yaml:85:67
-  float v187[4];
+  for (int e = 0; e < 16; ++e) v212[e] = (v132[e] * v78);
+  // spec: specs/fa2_fwd.yaml:100:67
+  float v213[16];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v187[e] = (v186[e] + v185[e]);
-  // spec: specs/fa2_fwd.yaml:85:66
-  float v188[4];
+  for (int e = 0; e < 16; ++e) v213[e] = (v212[e] + v211[e]);
+  // spec: specs/fa2_fwd.yaml:100:66
+  float v214[16];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v188[e] = (v187[e] * v184);
-  // spec: specs/fa2_fwd.yaml:85:50
-  const float v189 = 0.0f;
-  // spec: specs/fa2_fwd.yaml:85:50
-  bool v190[4];
+  for (int e = 0; e < 16; ++e) v214[e] = (v213[e] * v210);
+  // spec: specs/fa2_fwd.yaml:100:50
+  const float v215 = 0.0f;
+  // spec: specs/fa2_fwd.yaml:100:50
+  bool v216[16];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v190[e] = (v106[e] == v189);
-  // spec: specs/fa2_fwd.yaml:85:44
-  float v191[4];
+  for (int e = 0; e < 16; ++e) v216[e] = (v130[e] == v215);
+  // spec: specs/fa2_fwd.yaml:100:44
+  float v217[16];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v191[e] = (v190[e] ? v183 : v188[e]);
-  // spec: specs/fa2_fwd.yaml:85:7
-  if ((lane & 15) == 0 && (warp & 0) == 0) {
-    float* p_ = t_lse + ((int64_t)(v16) * stride_lse_0 + (int64_t)(v15) * stride_lse_1);
+  for (int e = 0; e < 16; ++e) v217[e] = (v216[e] ? v209 : v214[e]);
+  // spec: specs/fa2_fwd.yaml:100:7
+  if ((lane & 31) == 0 && (warp & 0) == 0) {
+    float* p_ = t_lse + ((int64_t)(v33) * stride_lse_0 + (int64_t)(v32) * stride_lse_1);
     const bool aligned_ = kg::aligned(p_, 16) && stride_lse_0 % 4 == 0 && stride_lse_1 % 4 == 0;
-    const int t0_ = v14 * 128 + ((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
+    const int t0_ = v39 * 128 + ((lane >> 5) & 1) * 4 + (warp & 1) * 32 + ((warp >> 1) & 1) * 64;
   #pragma unroll
-    for (int e = 0; e < 4; e += 4) {
-      const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
+    for (int e = 0; e < 16; e += 4) {
+      const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
       const int64_t off_ = (int64_t)i0_ * 1;
       if (aligned_ && i0_ + 4 <= (size_SQ)) {
-        kg::copy_vec<4>(p_ + off_, &v191[e]);
+        kg::copy_vec<4>(p_ + off_, &v217[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 4; ++v)
-          if (i0_ + v < (size_SQ)) p_[off_ + v] = v191[e + v];
+          if (i0_ + v < (size_SQ)) p_[off_ + v] = v217[e + v];
       }
     }
   }

@@ -8,58 +8,56 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
   const int lane = kg::thread_id() % kg::WAVE;
   const int warp = __builtin_amdgcn_readfirstlane(kg::thread_id() / kg::WAVE);
   
-  // spec: specs/fa2_fwd.yaml:50:19
+  // spec: specs/fa2_fwd.yaml:65:19
   const int v0 = size_SK;
-  // spec: specs/fa2_fwd.yaml:49:16
+  // spec: specs/fa2_fwd.yaml:64:16
   const float v1 = scalar_softmax_scale;
-  // spec: specs/fa2_fwd.yaml:46:17
-  const int v2 = size_SQ;
-  // spec: specs/fa2_fwd.yaml:45:23
-  const int v3 = size_HKV;
-  // spec: specs/fa2_fwd.yaml:43:28
-  const int v4 = size_H;
-  // spec: specs/fa2_fwd.yaml:43:11
+  // spec: specs/fa2_fwd.yaml:61:23
+  const int v2 = size_HKV;
+  // spec: specs/fa2_fwd.yaml:59:17
+  const int v3 = size_H;
+  // spec: specs/fa2_fwd.yaml:43:19
+  const int v4 = size_SQ;
+  // spec: specs/fa2_fwd.yaml:44:12
   const int v5 = kg::block_id_y();
-  // spec: specs/fa2_fwd.yaml:44:11
-  const int v6 = kg::block_id_y();
-  // spec: specs/fa2_fwd.yaml:46:36
-  const int v7 = kg::block_id_x();
-  // spec: specs/fa2_fwd.yaml:47:29
-  int v8[1];
+  // spec: specs/fa2_fwd.yaml:45:23
+  const int v6 = kg::block_id_x();
+  // spec: specs/fa2_fwd.yaml:62:29
+  int v7[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v8[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + ((lane >> 5) & 1) * 32 + (warp & 1) * 64) + (0);
-  // spec: specs/fa2_fwd.yaml:47:14
-  const int v9 = 128;
-  // spec: specs/fa2_fwd.yaml:46:12
-  const int v10 = 1;
-  // spec: specs/fa2_fwd.yaml:46:12
-  const int v11 = 128;
-  // spec: specs/fa2_fwd.yaml:46:12
-  const int v12 = 127;
-  // spec: specs/fa2_fwd.yaml:46:12
-  const int v13 = (v2 + v12);
-  // spec: specs/fa2_fwd.yaml:46:12
-  const int v14 = (kg::floordiv(v13, v11));
-  // spec: specs/fa2_fwd.yaml:46:12
-  const int v15 = (v14 - v10);
-  // spec: specs/fa2_fwd.yaml:46:12
-  const int v16 = (v15 - v7);
-  // spec: specs/fa2_fwd.yaml:47:14
-  const int v17 = (v16 * v9);
-  // spec: specs/fa2_fwd.yaml:47:14
-  int v18[1];
+  for (int e = 0; e < 1; ++e) v7[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + ((lane >> 5) & 1) * 32 + (warp & 1) * 64) + (0);
+  // spec: specs/fa2_fwd.yaml:62:14
+  const int v8 = 128;
+  // spec: specs/fa2_fwd.yaml:45:12
+  const int v9 = 1;
+  // spec: specs/fa2_fwd.yaml:43:14
+  const int v10 = 128;
+  // spec: specs/fa2_fwd.yaml:43:14
+  const int v11 = 127;
+  // spec: specs/fa2_fwd.yaml:43:14
+  const int v12 = (v4 + v11);
+  // spec: specs/fa2_fwd.yaml:43:14
+  const int v13 = (kg::floordiv(v12, v10));
+  // spec: specs/fa2_fwd.yaml:45:12
+  const int v14 = (v13 - v9);
+  // spec: specs/fa2_fwd.yaml:45:12
+  const int v15 = (v14 - v6);
+  // spec: specs/fa2_fwd.yaml:62:14
+  const int v16 = (v15 * v8);
+  // spec: specs/fa2_fwd.yaml:62:14
+  int v17[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v18[e] = (v17 + v8[e]);
-  // spec: specs/fa2_fwd.yaml:44:11
-  const int v19 = (kg::mod(v6, v4));
-  // spec: specs/fa2_fwd.yaml:43:11
-  const int v20 = (kg::floordiv(v5, v4));
-  // spec: specs/fa2_fwd.yaml:48:12
-  kg::fp16 v21[16];
+  for (int e = 0; e < 1; ++e) v17[e] = (v16 + v7[e]);
+  // spec: specs/fa2_fwd.yaml:60:11
+  const int v18 = (kg::mod(v5, v3));
+  // spec: specs/fa2_fwd.yaml:59:11
+  const int v19 = (kg::floordiv(v5, v3));
+  // spec: specs/fa2_fwd.yaml:63:12
+  kg::fp16 v20[16];
   {
-    const kg::fp16* p_ = t_q + ((int64_t)(v20) * stride_q_0 + (int64_t)(v19) * stride_q_2);
+    const kg::fp16* p_ = t_q + ((int64_t)(v19) * stride_q_0 + (int64_t)(v18) * stride_q_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-    const int t0_ = v16 * 128 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32;
+    const int t0_ = v15 * 128 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32;
     const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
   #pragma unroll
     for (int e = 0; e < 16; e += 8) {
@@ -68,82 +66,82 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
       const int64_t off_ = (int64_t)i0_ * stride_q_1 + (int64_t)i1_ * 1;
       const bool in_ = i0_ < (size_SQ);
       if (aligned_ && in_) {
-        kg::copy_vec<8>(&v21[e], p_ + off_);
+        kg::copy_vec<8>(&v20[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v21[e + v] = (i0_ < (size_SQ)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          v20[e + v] = (i0_ < (size_SQ)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
       }
     }
   }
-  // spec: specs/fa2_fwd.yaml:63:19
-  kg::fp16* v22 = reinterpret_cast<kg::fp16*>(smem + 0);
+  // spec: specs/fa2_fwd.yaml:78:19
+  kg::fp16* v21 = reinterpret_cast<kg::fp16*>(smem + 0);
   kg::sync();
   #pragma unroll
-  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v22[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (((e >> 3) & 1) * 64)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v21[e]);
+  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v21[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (((e >> 3) & 1) * 64)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v20[e]);
   kg::sync();
-  // spec: specs/fa2_fwd.yaml:62:51
-  const int v23 = 1;
-  // spec: specs/fa2_fwd.yaml:62:51
-  const int v24 = 0;
-  // spec: specs/fa2_fwd.yaml:54:11
-  kg::fp16 v25[16];
+  // spec: specs/fa2_fwd.yaml:77:51
+  const int v22 = 1;
+  // spec: specs/fa2_fwd.yaml:77:51
+  const int v23 = 0;
+  // spec: specs/fa2_fwd.yaml:69:11
+  kg::fp16 v24[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v25[e] = kg::cvt<kg::fp16>(0.0f);
-  // spec: specs/fa2_fwd.yaml:53:13
+  for (int e = 0; e < 16; ++e) v24[e] = kg::cvt<kg::fp16>(0.0f);
+  // spec: specs/fa2_fwd.yaml:68:13
+  float v25[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v25[e] = 0.0f;
+  // spec: specs/fa2_fwd.yaml:67:11
   float v26[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v26[e] = 0.0f;
-  // spec: specs/fa2_fwd.yaml:52:11
+  // spec: specs/fa2_fwd.yaml:66:11
   float v27[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v27[e] = 0.0f;
-  // spec: specs/fa2_fwd.yaml:51:11
-  float v28[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v28[e] = -kg::inf();
-  // spec: specs/fa2_fwd.yaml:50:14
-  const int v29 = 64;
-  // spec: specs/fa2_fwd.yaml:50:14
-  const int v30 = 63;
-  // spec: specs/fa2_fwd.yaml:50:14
-  const int v31 = (v0 + v30);
-  // spec: specs/fa2_fwd.yaml:50:14
-  const int v32 = (kg::floordiv(v31, v29));
-  // spec: specs/fa2_fwd.yaml:49:16
-  const float v33 = 1.4426950408889634f;
-  // spec: specs/fa2_fwd.yaml:49:16
-  const float v34 = (v1 * v33);
-  // spec: specs/fa2_fwd.yaml:45:18
-  const int v35 = (kg::floordiv(v4, v3));
-  // spec: specs/fa2_fwd.yaml:45:12
-  const int v36 = (kg::floordiv(v19, v35));
-  // spec: specs/fa2_fwd.yaml:62:11
+  for (int e = 0; e < 16; ++e) v27[e] = -kg::inf();
+  // spec: specs/fa2_fwd.yaml:65:14
+  const int v28 = 64;
+  // spec: specs/fa2_fwd.yaml:65:14
+  const int v29 = 63;
+  // spec: specs/fa2_fwd.yaml:65:14
+  const int v30 = (v0 + v29);
+  // spec: specs/fa2_fwd.yaml:65:14
+  const int v31 = (kg::floordiv(v30, v28));
+  // spec: specs/fa2_fwd.yaml:64:16
+  const float v32 = 1.4426950408889634f;
+  // spec: specs/fa2_fwd.yaml:64:16
+  const float v33 = (v1 * v32);
+  // spec: specs/fa2_fwd.yaml:61:18
+  const int v34 = (kg::floordiv(v3, v2));
+  // spec: specs/fa2_fwd.yaml:61:12
+  const int v35 = (kg::floordiv(v18, v34));
+  // spec: specs/fa2_fwd.yaml:77:11
 
+  float v36[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v36[e] = v25[e];
   float v37[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v37[e] = v26[e];
-  float v38[16];
+  kg::fp16 v38[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v38[e] = v27[e];
-  kg::fp16 v39[16];
+  for (int e = 0; e < 16; ++e) v38[e] = v24[e];
+  float v39[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v39[e] = v25[e];
-  float v40[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v40[e] = v28[e];
-  for (int v41 = v24; v41 < v32; v41 += v23) {
+  for (int e = 0; e < 16; ++e) v39[e] = v27[e];
+  for (int v40 = v23; v40 < v31; v40 += v22) {
+    float (&v41)[16] = v36;
     float (&v42)[16] = v37;
-    float (&v43)[16] = v38;
-    kg::fp16 (&v44)[16] = v39;
-    float (&v45)[16] = v40;
+    kg::fp16 (&v43)[16] = v38;
+    float (&v44)[16] = v39;
     
-    // spec: specs/fa2_fwd.yaml:63:27
-    kg::fp16 v46[8];
+    // spec: specs/fa2_fwd.yaml:78:27
+    kg::fp16 v45[8];
     {
-      const kg::fp16* p_ = t_k + ((int64_t)(v20) * stride_k_0 + (int64_t)(v36) * stride_k_2);
+      const kg::fp16* p_ = t_k + ((int64_t)(v19) * stride_k_0 + (int64_t)(v35) * stride_k_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
-      const int t0_ = v41 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32;
+      const int t0_ = v40 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32;
       const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
     #pragma unroll
       for (int e = 0; e < 8; e += 8) {
@@ -152,56 +150,56 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
         const int64_t off_ = (int64_t)i0_ * stride_k_1 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_SK);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v46[e], p_ + off_);
+          kg::copy_vec<8>(&v45[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v46[e + v] = (i0_ < (size_SK)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v45[e + v] = (i0_ < (size_SK)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
-    // spec: specs/fa2_fwd.yaml:63:19
-    kg::fp16* v47 = reinterpret_cast<kg::fp16*>(smem + 18432);
+    // spec: specs/fa2_fwd.yaml:78:19
+    kg::fp16* v46 = reinterpret_cast<kg::fp16*>(smem + 18432);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 8; e += 8) kg::copy_vec<8>(&v47[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (0)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v46[e]);
+    for (int e = 0; e < 8; e += 8) kg::copy_vec<8>(&v46[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (0)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v45[e]);
     kg::sync();
-    // spec: specs/fa2_fwd.yaml:63:19
-    kg::fp16* v48 = v47;
-    // spec: specs/fa2_fwd.yaml:63:19
-    float v49[16];
+    // spec: specs/fa2_fwd.yaml:78:19
+    kg::fp16* v47 = v46;
+    // spec: specs/fa2_fwd.yaml:78:19
+    float v48[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v49[e] = 0.0f;
-    // spec: specs/fa2_fwd.yaml:63:19
-    float (&v50)[16] = v49;
+    for (int e = 0; e < 16; ++e) v48[e] = 0.0f;
+    // spec: specs/fa2_fwd.yaml:78:19
+    float (&v49)[16] = v48;
     #pragma unroll
     for (int ks = 0; ks < 8; ++ks) {
       alignas(16) kg::fp16 fa_[4];
     #pragma unroll
-      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v22[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v21[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       alignas(16) kg::fp16 fb_[4];
     #pragma unroll
-      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v48[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v47[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 1; ++rn)
-          kg::mfma_32x32x8_fp16(&v50[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+          kg::mfma_32x32x8_fp16(&v49[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
     }
-    // spec: specs/fa2_fwd.yaml:64:50
-    const int v51 = 0;
-    // spec: specs/fa2_fwd.yaml:64:58
-    const int v52 = 1;
-    // spec: specs/fa2_fwd.yaml:64:58
-    const int v53 = (v41 - v52);
-    // spec: specs/fa2_fwd.yaml:64:50
-    const int v54 = (kg::max_(v53, v51));
-    // spec: specs/fa2_fwd.yaml:64:34
-    kg::fp16 v55[8];
+    // spec: specs/fa2_fwd.yaml:79:50
+    const int v50 = 0;
+    // spec: specs/fa2_fwd.yaml:79:58
+    const int v51 = 1;
+    // spec: specs/fa2_fwd.yaml:79:58
+    const int v52 = (v40 - v51);
+    // spec: specs/fa2_fwd.yaml:79:50
+    const int v53 = (kg::max_(v52, v50));
+    // spec: specs/fa2_fwd.yaml:79:34
+    kg::fp16 v54[8];
     {
-      const kg::fp16* p_ = t_v + ((int64_t)(v20) * stride_v_0 + (int64_t)(v36) * stride_v_2);
+      const kg::fp16* p_ = t_v + ((int64_t)(v19) * stride_v_0 + (int64_t)(v35) * stride_v_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-      const int t0_ = v54 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32;
+      const int t0_ = v53 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32;
       const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
     #pragma unroll
       for (int e = 0; e < 8; e += 8) {
@@ -210,248 +208,248 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
         const int64_t off_ = (int64_t)i0_ * stride_v_1 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_SK);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v55[e], p_ + off_);
+          kg::copy_vec<8>(&v54[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v55[e + v] = (i0_ < (size_SK)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v54[e + v] = (i0_ < (size_SK)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
-    // spec: specs/fa2_fwd.yaml:64:27
-    kg::fp16* v56 = reinterpret_cast<kg::fp16*>(smem + 18432);
+    // spec: specs/fa2_fwd.yaml:79:27
+    kg::fp16* v55 = reinterpret_cast<kg::fp16*>(smem + 18432);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v56[((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 72 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0))] = v44[e];
+    for (int e = 0; e < 16; ++e) v55[((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 72 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0))] = v43[e];
 
-    // spec: specs/fa2_fwd.yaml:64:27
-    kg::fp16* v57 = reinterpret_cast<kg::fp16*>(smem + 36864);
+    // spec: specs/fa2_fwd.yaml:79:27
+    kg::fp16* v56 = reinterpret_cast<kg::fp16*>(smem + 36864);
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v57[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (0))] = v55[e];
+    for (int e = 0; e < 8; ++e) v56[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (0))] = v54[e];
     kg::sync();
-    // spec: specs/fa2_fwd.yaml:64:27
-    float (&v58)[16] = v42;
+    // spec: specs/fa2_fwd.yaml:79:27
+    float (&v57)[16] = v41;
     #pragma unroll
     for (int ks = 0; ks < 8; ++ks) {
       alignas(16) kg::fp16 fa_[4];
     #pragma unroll
-      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v56[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v55[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       alignas(16) kg::fp16 fb_[4];
     #pragma unroll
-      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v57[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v56[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 1; ++rn)
-          kg::mfma_32x32x8_fp16(&v58[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+          kg::mfma_32x32x8_fp16(&v57[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
     }
-    // spec: specs/fa2_fwd.yaml:66:40
-    int v59[1];
+    // spec: specs/fa2_fwd.yaml:81:40
+    int v58[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v59[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0);
-    // spec: specs/fa2_fwd.yaml:66:26
-    const int v60 = 64;
-    // spec: specs/fa2_fwd.yaml:66:26
-    const int v61 = (v41 * v60);
-    // spec: specs/fa2_fwd.yaml:66:26
-    int v62[1];
+    for (int e = 0; e < 1; ++e) v58[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0);
+    // spec: specs/fa2_fwd.yaml:81:26
+    const int v59 = 64;
+    // spec: specs/fa2_fwd.yaml:81:26
+    const int v60 = (v40 * v59);
+    // spec: specs/fa2_fwd.yaml:81:26
+    int v61[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v62[e] = (v61 + v59[e]);
-    // spec: specs/fa2_fwd.yaml:67:27
-    int (&v63)[1] = v62;
-    // spec: specs/fa2_fwd.yaml:67:27
-    bool v64[1];
+    for (int e = 0; e < 1; ++e) v61[e] = (v60 + v58[e]);
+    // spec: specs/fa2_fwd.yaml:82:27
+    int (&v62)[1] = v61;
+    // spec: specs/fa2_fwd.yaml:82:27
+    bool v63[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v64[e] = (v63[e] < v0);
-    // spec: specs/fa2_fwd.yaml:70:23
-    bool v65[16];
+    for (int e = 0; e < 1; ++e) v63[e] = (v62[e] < v0);
+    // spec: specs/fa2_fwd.yaml:85:23
+    bool v64[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v65[e] = v64[0];
-    // spec: specs/fa2_fwd.yaml:70:23
-    const float v66 = -kg::inf();
-    // spec: specs/fa2_fwd.yaml:70:23
+    for (int e = 0; e < 16; ++e) v64[e] = v63[0];
+    // spec: specs/fa2_fwd.yaml:85:23
+    const float v65 = -kg::inf();
+    // spec: specs/fa2_fwd.yaml:85:23
+    float v66[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v66[e] = (v64[e] ? v49[e] : v65);
+    // spec: specs/fa2_fwd.yaml:86:34
     float v67[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v67[e] = (v65[e] ? v50[e] : v66);
-    // spec: specs/fa2_fwd.yaml:71:34
-    float v68[16];
     {
-      float r68[16];
+      float r67[16];
     #pragma unroll
-      for (int e = 0; e < 16; ++e) r68[e] = -kg::inf();
+      for (int e = 0; e < 16; ++e) r67[e] = -kg::inf();
     #pragma unroll
       for (int e = 0; e < 16; ++e) {
-        const float a_ = r68[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8], b_ = (float)(v67[e]);
-        r68[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8] = kg::max_(a_, b_);
+        const float a_ = r67[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8], b_ = (float)(v66[e]);
+        r67[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8] = kg::max_(a_, b_);
       }
     #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r68[e], b_ = kg::shfl_xor(a_, 1); r68[e] = kg::max_(a_, b_); }
+      for (int e = 0; e < 16; ++e) { const float a_ = r67[e], b_ = kg::shfl_xor(a_, 1); r67[e] = kg::max_(a_, b_); }
     #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r68[e], b_ = kg::shfl_xor(a_, 2); r68[e] = kg::max_(a_, b_); }
+      for (int e = 0; e < 16; ++e) { const float a_ = r67[e], b_ = kg::shfl_xor(a_, 2); r67[e] = kg::max_(a_, b_); }
     #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r68[e], b_ = kg::shfl_xor(a_, 4); r68[e] = kg::max_(a_, b_); }
+      for (int e = 0; e < 16; ++e) { const float a_ = r67[e], b_ = kg::shfl_xor(a_, 4); r67[e] = kg::max_(a_, b_); }
     #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r68[e], b_ = kg::shfl_xor(a_, 8); r68[e] = kg::max_(a_, b_); }
+      for (int e = 0; e < 16; ++e) { const float a_ = r67[e], b_ = kg::shfl_xor(a_, 8); r67[e] = kg::max_(a_, b_); }
     #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r68[e], b_ = kg::shfl_xor(a_, 16); r68[e] = kg::max_(a_, b_); }
+      for (int e = 0; e < 16; ++e) { const float a_ = r67[e], b_ = kg::shfl_xor(a_, 16); r67[e] = kg::max_(a_, b_); }
       float* scratch_ = reinterpret_cast<float*>(smem + 18432);
       kg::sync();
     #pragma unroll
-      for (int e = 0; e < 16; ++e) scratch_[warp * 128 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = r68[e];
+      for (int e = 0; e < 16; ++e) scratch_[warp * 128 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = r67[e];
       kg::sync();
     #pragma unroll
       for (int e = 0; e < 16; ++e) {
         float a_ = scratch_[(warp ^ 0) * 128 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1];
         { const float b_ = scratch_[(warp ^ 1) * 128 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1]; a_ = kg::max_(a_, b_); }
-        r68[e] = a_;
+        r67[e] = a_;
       }
     #pragma unroll
-      for (int e = 0; e < 16; ++e) v68[e] = kg::cvt<float>(r68[e]);
+      for (int e = 0; e < 16; ++e) v67[e] = kg::cvt<float>(r67[e]);
     }
-    // spec: specs/fa2_fwd.yaml:74:27
-    const float v69 = 0.0f;
-    // spec: specs/fa2_fwd.yaml:74:33
-    const float v70 = -kg::inf();
-    // spec: specs/fa2_fwd.yaml:71:23
-    float v71[16];
+    // spec: specs/fa2_fwd.yaml:89:27
+    const float v68 = 0.0f;
+    // spec: specs/fa2_fwd.yaml:89:33
+    const float v69 = -kg::inf();
+    // spec: specs/fa2_fwd.yaml:86:23
+    float v70[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v71[e] = (kg::max_(v45[e], v68[e]));
-    // spec: specs/fa2_fwd.yaml:74:33
-    bool v72[16];
+    for (int e = 0; e < 16; ++e) v70[e] = (kg::max_(v44[e], v67[e]));
+    // spec: specs/fa2_fwd.yaml:89:33
+    bool v71[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v72[e] = (v71[e] == v70);
-    // spec: specs/fa2_fwd.yaml:74:27
+    for (int e = 0; e < 16; ++e) v71[e] = (v70[e] == v69);
+    // spec: specs/fa2_fwd.yaml:89:27
+    float v72[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v72[e] = (v71[e] ? v68 : v70[e]);
+    // spec: specs/fa2_fwd.yaml:90:42
     float v73[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v73[e] = (v72[e] ? v69 : v71[e]);
-    // spec: specs/fa2_fwd.yaml:75:42
-    float v74[16];
+    for (int e = 0; e < 16; ++e) v73[e] = (v72[e] * v33);
+    // spec: specs/fa2_fwd.yaml:90:41
+    float (&v74)[16] = v73;
+    // spec: specs/fa2_fwd.yaml:90:28
+    float v75[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v74[e] = (v73[e] * v34);
-    // spec: specs/fa2_fwd.yaml:75:41
-    float (&v75)[16] = v74;
-    // spec: specs/fa2_fwd.yaml:75:28
+    for (int e = 0; e < 16; ++e) v75[e] = v74[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+    // spec: specs/fa2_fwd.yaml:90:28
     float v76[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v76[e] = v75[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-    // spec: specs/fa2_fwd.yaml:75:28
+    for (int e = 0; e < 16; ++e) v76[e] = (v66[e] * v33);
+    // spec: specs/fa2_fwd.yaml:90:28
     float v77[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v77[e] = (v67[e] * v34);
-    // spec: specs/fa2_fwd.yaml:75:28
+    for (int e = 0; e < 16; ++e) v77[e] = (v76[e] - v75[e]);
+    // spec: specs/fa2_fwd.yaml:90:23
     float v78[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v78[e] = (v77[e] - v76[e]);
-    // spec: specs/fa2_fwd.yaml:75:23
+    for (int e = 0; e < 16; ++e) v78[e] = kg::exp2_(v77[e]);
+    // spec: specs/fa2_fwd.yaml:92:31
     float v79[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v79[e] = kg::exp2_(v78[e]);
-    // spec: specs/fa2_fwd.yaml:77:31
-    float v80[16];
     {
-      float r80[16];
+      float r79[16];
     #pragma unroll
-      for (int e = 0; e < 16; ++e) r80[e] = 0.0f;
+      for (int e = 0; e < 16; ++e) r79[e] = 0.0f;
     #pragma unroll
       for (int e = 0; e < 16; ++e) {
-        const float a_ = r80[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8], b_ = (float)(v79[e]);
-        r80[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8] = a_ + b_;
+        const float a_ = r79[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8], b_ = (float)(v78[e]);
+        r79[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8] = a_ + b_;
       }
     #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r80[e], b_ = kg::shfl_xor(a_, 1); r80[e] = a_ + b_; }
+      for (int e = 0; e < 16; ++e) { const float a_ = r79[e], b_ = kg::shfl_xor(a_, 1); r79[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r80[e], b_ = kg::shfl_xor(a_, 2); r80[e] = a_ + b_; }
+      for (int e = 0; e < 16; ++e) { const float a_ = r79[e], b_ = kg::shfl_xor(a_, 2); r79[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r80[e], b_ = kg::shfl_xor(a_, 4); r80[e] = a_ + b_; }
+      for (int e = 0; e < 16; ++e) { const float a_ = r79[e], b_ = kg::shfl_xor(a_, 4); r79[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r80[e], b_ = kg::shfl_xor(a_, 8); r80[e] = a_ + b_; }
+      for (int e = 0; e < 16; ++e) { const float a_ = r79[e], b_ = kg::shfl_xor(a_, 8); r79[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r80[e], b_ = kg::shfl_xor(a_, 16); r80[e] = a_ + b_; }
+      for (int e = 0; e < 16; ++e) { const float a_ = r79[e], b_ = kg::shfl_xor(a_, 16); r79[e] = a_ + b_; }
       float* scratch_ = reinterpret_cast<float*>(smem + 18432);
       kg::sync();
     #pragma unroll
-      for (int e = 0; e < 16; ++e) scratch_[warp * 128 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = r80[e];
+      for (int e = 0; e < 16; ++e) scratch_[warp * 128 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = r79[e];
       kg::sync();
     #pragma unroll
       for (int e = 0; e < 16; ++e) {
         float a_ = scratch_[(warp ^ 0) * 128 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1];
         { const float b_ = scratch_[(warp ^ 1) * 128 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1]; a_ = a_ + b_; }
-        r80[e] = a_;
+        r79[e] = a_;
       }
     #pragma unroll
-      for (int e = 0; e < 16; ++e) v80[e] = kg::cvt<float>(r80[e]);
+      for (int e = 0; e < 16; ++e) v79[e] = kg::cvt<float>(r79[e]);
     }
-    // spec: specs/fa2_fwd.yaml:79:19
-    kg::fp16 v81[16];
+    // spec: specs/fa2_fwd.yaml:94:19
+    kg::fp16 v80[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v81[e] = kg::cvt<kg::fp16>(v79[e]);
-    // spec: specs/fa2_fwd.yaml:76:29
+    for (int e = 0; e < 16; ++e) v80[e] = kg::cvt<kg::fp16>(v78[e]);
+    // spec: specs/fa2_fwd.yaml:91:29
+    float v81[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v81[e] = (v44[e] - v72[e]);
+    // spec: specs/fa2_fwd.yaml:91:28
     float v82[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v82[e] = (v45[e] - v73[e]);
-    // spec: specs/fa2_fwd.yaml:76:28
+    for (int e = 0; e < 16; ++e) v82[e] = (v81[e] * v33);
+    // spec: specs/fa2_fwd.yaml:91:23
     float v83[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v83[e] = (v82[e] * v34);
-    // spec: specs/fa2_fwd.yaml:76:23
-    float v84[16];
+    for (int e = 0; e < 16; ++e) v83[e] = kg::exp2_(v82[e]);
+    // spec: specs/fa2_fwd.yaml:93:27
+    float (&v84)[16] = v83;
+    // spec: specs/fa2_fwd.yaml:93:21
+    float v85[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v84[e] = kg::exp2_(v83[e]);
-    // spec: specs/fa2_fwd.yaml:78:27
-    float (&v85)[16] = v84;
-    // spec: specs/fa2_fwd.yaml:78:21
+    for (int e = 0; e < 16; ++e) v85[e] = v84[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+    // spec: specs/fa2_fwd.yaml:93:21
     float v86[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v86[e] = v85[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-    // spec: specs/fa2_fwd.yaml:78:21
+    for (int e = 0; e < 16; ++e) v86[e] = (v57[e] * v85[e]);
+    // spec: specs/fa2_fwd.yaml:92:19
     float v87[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v87[e] = (v58[e] * v86[e]);
-    // spec: specs/fa2_fwd.yaml:77:19
+    for (int e = 0; e < 16; ++e) v87[e] = (v42[e] * v83[e]);
+    // spec: specs/fa2_fwd.yaml:92:19
     float v88[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v88[e] = (v43[e] * v84[e]);
-    // spec: specs/fa2_fwd.yaml:77:19
-    float v89[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v89[e] = (v88[e] + v80[e]);
-    // spec: specs/fa2_fwd.yaml:80:19
+    for (int e = 0; e < 16; ++e) v88[e] = (v87[e] + v79[e]);
+    // spec: specs/fa2_fwd.yaml:95:19
 
     float y0_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y0_[e] = v87[e];
+    for (int e = 0; e < 16; ++e) y0_[e] = v86[e];
     float y1_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y1_[e] = v89[e];
+    for (int e = 0; e < 16; ++e) y1_[e] = v88[e];
     kg::fp16 y2_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y2_[e] = v81[e];
+    for (int e = 0; e < 16; ++e) y2_[e] = v80[e];
     float y3_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y3_[e] = v71[e];
+    for (int e = 0; e < 16; ++e) y3_[e] = v70[e];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v37[e] = y0_[e];
+    for (int e = 0; e < 16; ++e) v36[e] = y0_[e];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v38[e] = y1_[e];
+    for (int e = 0; e < 16; ++e) v37[e] = y1_[e];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v39[e] = y2_[e];
+    for (int e = 0; e < 16; ++e) v38[e] = y2_[e];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v40[e] = y3_[e];
+    for (int e = 0; e < 16; ++e) v39[e] = y3_[e];
   }
-  // spec: specs/fa2_fwd.yaml:81:42
-  const int v90 = 0;
-  // spec: specs/fa2_fwd.yaml:81:50
-  const int v91 = 1;
-  // spec: specs/fa2_fwd.yaml:81:50
-  const int v92 = (v32 - v91);
-  // spec: specs/fa2_fwd.yaml:81:42
-  const int v93 = (kg::max_(v92, v90));
-  // spec: specs/fa2_fwd.yaml:81:26
-  kg::fp16 v94[8];
+  // spec: specs/fa2_fwd.yaml:96:42
+  const int v89 = 0;
+  // spec: specs/fa2_fwd.yaml:96:50
+  const int v90 = 1;
+  // spec: specs/fa2_fwd.yaml:96:50
+  const int v91 = (v31 - v90);
+  // spec: specs/fa2_fwd.yaml:96:42
+  const int v92 = (kg::max_(v91, v89));
+  // spec: specs/fa2_fwd.yaml:96:26
+  kg::fp16 v93[8];
   {
-    const kg::fp16* p_ = t_v + ((int64_t)(v20) * stride_v_0 + (int64_t)(v36) * stride_v_2);
+    const kg::fp16* p_ = t_v + ((int64_t)(v19) * stride_v_0 + (int64_t)(v35) * stride_v_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-    const int t0_ = v93 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32;
+    const int t0_ = v92 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32;
     const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
   #pragma unroll
     for (int e = 0; e < 8; e += 8) {
@@ -460,126 +458,126 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
       const int64_t off_ = (int64_t)i0_ * stride_v_1 + (int64_t)i1_ * 1;
       const bool in_ = i0_ < (size_SK);
       if (aligned_ && in_) {
-        kg::copy_vec<8>(&v94[e], p_ + off_);
+        kg::copy_vec<8>(&v93[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v94[e + v] = (i0_ < (size_SK)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          v93[e + v] = (i0_ < (size_SK)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
       }
     }
   }
-  // spec: specs/fa2_fwd.yaml:81:19
-  kg::fp16* v95 = reinterpret_cast<kg::fp16*>(smem + 0);
+  // spec: specs/fa2_fwd.yaml:96:19
+  kg::fp16* v94 = reinterpret_cast<kg::fp16*>(smem + 0);
   kg::sync();
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v95[((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 72 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0))] = v39[e];
+  for (int e = 0; e < 16; ++e) v94[((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 72 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0))] = v38[e];
 
-  // spec: specs/fa2_fwd.yaml:81:19
-  kg::fp16* v96 = reinterpret_cast<kg::fp16*>(smem + 18432);
+  // spec: specs/fa2_fwd.yaml:96:19
+  kg::fp16* v95 = reinterpret_cast<kg::fp16*>(smem + 18432);
   #pragma unroll
-  for (int e = 0; e < 8; ++e) v96[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (0))] = v94[e];
+  for (int e = 0; e < 8; ++e) v95[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (0))] = v93[e];
   kg::sync();
-  // spec: specs/fa2_fwd.yaml:81:19
-  float (&v97)[16] = v37;
+  // spec: specs/fa2_fwd.yaml:96:19
+  float (&v96)[16] = v36;
   #pragma unroll
   for (int ks = 0; ks < 8; ++ks) {
     alignas(16) kg::fp16 fa_[4];
   #pragma unroll
-    for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v95[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+    for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v94[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     alignas(16) kg::fp16 fb_[4];
   #pragma unroll
-    for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v96[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+    for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v95[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
   #pragma unroll
     for (int rm = 0; rm < 1; ++rm)
   #pragma unroll
       for (int rn = 0; rn < 1; ++rn)
-        kg::mfma_32x32x8_fp16(&v97[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+        kg::mfma_32x32x8_fp16(&v96[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
   }
-  // spec: specs/fa2_fwd.yaml:83:15
-  const float v98 = 1.0f;
-  // spec: specs/fa2_fwd.yaml:83:21
-  const float v99 = 0.0f;
-  // spec: specs/fa2_fwd.yaml:83:21
-  bool v100[16];
+  // spec: specs/fa2_fwd.yaml:98:15
+  const float v97 = 1.0f;
+  // spec: specs/fa2_fwd.yaml:98:21
+  const float v98 = 0.0f;
+  // spec: specs/fa2_fwd.yaml:98:21
+  bool v99[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v100[e] = (v38[e] == v99);
-  // spec: specs/fa2_fwd.yaml:83:15
-  float v101[16];
+  for (int e = 0; e < 16; ++e) v99[e] = (v37[e] == v98);
+  // spec: specs/fa2_fwd.yaml:98:15
+  float v100[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v101[e] = (v100[e] ? v98 : v38[e]);
-  // spec: specs/fa2_fwd.yaml:84:52
-  float (&v102)[16] = v101;
-  // spec: specs/fa2_fwd.yaml:84:46
+  for (int e = 0; e < 16; ++e) v100[e] = (v99[e] ? v97 : v37[e]);
+  // spec: specs/fa2_fwd.yaml:99:52
+  float (&v101)[16] = v100;
+  // spec: specs/fa2_fwd.yaml:99:46
+  float v102[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v102[e] = v101[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+  // spec: specs/fa2_fwd.yaml:99:46
   float v103[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v103[e] = v102[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-  // spec: specs/fa2_fwd.yaml:84:46
-  float v104[16];
+  for (int e = 0; e < 16; ++e) v103[e] = (v96[e] / v102[e]);
+  // spec: specs/fa2_fwd.yaml:99:45
+  kg::fp16 v104[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v104[e] = (v97[e] / v103[e]);
-  // spec: specs/fa2_fwd.yaml:84:45
-  kg::fp16 v105[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v105[e] = kg::cvt<kg::fp16>(v104[e]);
-  // spec: specs/fa2_fwd.yaml:84:7
+  for (int e = 0; e < 16; ++e) v104[e] = kg::cvt<kg::fp16>(v103[e]);
+  // spec: specs/fa2_fwd.yaml:99:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
-    kg::fp16* p_ = t_o + ((int64_t)(v20) * stride_o_0 + (int64_t)(v19) * stride_o_2);
+    kg::fp16* p_ = t_o + ((int64_t)(v19) * stride_o_0 + (int64_t)(v18) * stride_o_2);
     const bool aligned_ = false;
-    const int t0_ = v16 * 128 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
+    const int t0_ = v15 * 128 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
     const int t1_ = 0 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32;
   #pragma unroll
     for (int e = 0; e < 16; e += 1) {
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
       const int i1_ = t1_ + 0;
       const int64_t off_ = (int64_t)i0_ * stride_o_1 + (int64_t)i1_ * 1;
-      if (i0_ < (size_SQ)) p_[off_] = v105[e];
+      if (i0_ < (size_SQ)) p_[off_] = v104[e];
     }
   }
-  // spec: specs/fa2_fwd.yaml:85:44
-  const float v106 = -kg::inf();
-  // spec: specs/fa2_fwd.yaml:85:66
-  const float v107 = 0.6931471805599453f;
-  // spec: specs/fa2_fwd.yaml:85:80
+  // spec: specs/fa2_fwd.yaml:100:44
+  const float v105 = -kg::inf();
+  // spec: specs/fa2_fwd.yaml:100:66
+  const float v106 = 0.6931471805599453f;
+  // spec: specs/fa2_fwd.yaml:100:80
+  float v107[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v107[e] = kg::log2_(v100[e]);
+  // spec: specs/fa2_fwd.yaml:100:67
   float v108[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v108[e] = kg::log2_(v101[e]);
-  // spec: specs/fa2_fwd.yaml:85:67
+  for (int e = 0; e < 16; ++e) v108[e] = (v39[e] * v33);
+  // spec: specs/fa2_fwd.yaml:100:67
   float v109[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v109[e] = (v40[e] * v34);
-  // spec: specs/fa2_fwd.yaml:85:67
+  for (int e = 0; e < 16; ++e) v109[e] = (v108[e] + v107[e]);
+  // spec: specs/fa2_fwd.yaml:100:66
   float v110[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v110[e] = (v109[e] + v108[e]);
-  // spec: specs/fa2_fwd.yaml:85:66
-  float v111[16];
+  for (int e = 0; e < 16; ++e) v110[e] = (v109[e] * v106);
+  // spec: specs/fa2_fwd.yaml:100:50
+  const float v111 = 0.0f;
+  // spec: specs/fa2_fwd.yaml:100:50
+  bool v112[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v111[e] = (v110[e] * v107);
-  // spec: specs/fa2_fwd.yaml:85:50
-  const float v112 = 0.0f;
-  // spec: specs/fa2_fwd.yaml:85:50
-  bool v113[16];
+  for (int e = 0; e < 16; ++e) v112[e] = (v37[e] == v111);
+  // spec: specs/fa2_fwd.yaml:100:44
+  float v113[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v113[e] = (v38[e] == v112);
-  // spec: specs/fa2_fwd.yaml:85:44
-  float v114[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v114[e] = (v113[e] ? v106 : v111[e]);
-  // spec: specs/fa2_fwd.yaml:85:7
+  for (int e = 0; e < 16; ++e) v113[e] = (v112[e] ? v105 : v110[e]);
+  // spec: specs/fa2_fwd.yaml:100:7
   if ((lane & 31) == 0 && (warp & 1) == 0) {
-    float* p_ = t_lse + ((int64_t)(v20) * stride_lse_0 + (int64_t)(v19) * stride_lse_1);
+    float* p_ = t_lse + ((int64_t)(v19) * stride_lse_0 + (int64_t)(v18) * stride_lse_1);
     const bool aligned_ = kg::aligned(p_, 16) && stride_lse_0 % 4 == 0 && stride_lse_1 % 4 == 0;
-    const int t0_ = v16 * 128 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
+    const int t0_ = v15 * 128 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
   #pragma unroll
     for (int e = 0; e < 16; e += 4) {
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
       const int64_t off_ = (int64_t)i0_ * 1;
       if (aligned_ && i0_ + 4 <= (size_SQ)) {
-        kg::copy_vec<4>(p_ + off_, &v114[e]);
+        kg::copy_vec<4>(p_ + off_, &v113[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 4; ++v)
-          if (i0_ + v < (size_SQ)) p_[off_ + v] = v114[e + v];
+          if (i0_ + v < (size_SQ)) p_[off_ + v] = v113[e + v];
       }
     }
   }

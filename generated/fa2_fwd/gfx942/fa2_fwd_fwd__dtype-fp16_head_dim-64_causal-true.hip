@@ -8,46 +8,92 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
   const int lane = kg::thread_id() % kg::WAVE;
   const int warp = __builtin_amdgcn_readfirstlane(kg::thread_id() / kg::WAVE);
   
-  // spec: specs/fa2_fwd.yaml:50:19
+  // spec: specs/fa2_fwd.yaml:65:19
   const int v0 = size_SK;
-  // spec: specs/fa2_fwd.yaml:49:16
+  // spec: specs/fa2_fwd.yaml:64:16
   const float v1 = scalar_softmax_scale;
-  // spec: specs/fa2_fwd.yaml:46:17
-  const int v2 = size_SQ;
-  // spec: specs/fa2_fwd.yaml:45:23
-  const int v3 = size_HKV;
-  // spec: specs/fa2_fwd.yaml:43:28
-  const int v4 = size_H;
-  // spec: specs/fa2_fwd.yaml:43:11
-  const int v5 = kg::block_id_y();
-  // spec: specs/fa2_fwd.yaml:44:11
+  // spec: specs/fa2_fwd.yaml:61:23
+  const int v2 = size_HKV;
+  // spec: specs/fa2_fwd.yaml:56:35
+  const int v3 = size_H;
+  // spec: specs/fa2_fwd.yaml:56:31
+  const int v4 = size_B;
+  // spec: specs/fa2_fwd.yaml:43:19
+  const int v5 = size_SQ;
+  // spec: specs/fa2_fwd.yaml:44:12
   const int v6 = kg::block_id_y();
-  // spec: specs/fa2_fwd.yaml:46:36
+  // spec: specs/fa2_fwd.yaml:45:23
   const int v7 = kg::block_id_x();
-  // spec: specs/fa2_fwd.yaml:46:12
+  // spec: specs/fa2_fwd.yaml:45:12
   const int v8 = 1;
-  // spec: specs/fa2_fwd.yaml:46:12
+  // spec: specs/fa2_fwd.yaml:43:14
   const int v9 = 128;
-  // spec: specs/fa2_fwd.yaml:46:12
+  // spec: specs/fa2_fwd.yaml:43:14
   const int v10 = 127;
-  // spec: specs/fa2_fwd.yaml:46:12
-  const int v11 = (v2 + v10);
-  // spec: specs/fa2_fwd.yaml:46:12
+  // spec: specs/fa2_fwd.yaml:43:14
+  const int v11 = (v5 + v10);
+  // spec: specs/fa2_fwd.yaml:43:14
   const int v12 = (kg::floordiv(v11, v9));
-  // spec: specs/fa2_fwd.yaml:46:12
+  // spec: specs/fa2_fwd.yaml:45:12
   const int v13 = (v12 - v8);
-  // spec: specs/fa2_fwd.yaml:46:12
+  // spec: specs/fa2_fwd.yaml:45:12
   const int v14 = (v13 - v7);
-  // spec: specs/fa2_fwd.yaml:44:11
-  const int v15 = (kg::mod(v6, v4));
-  // spec: specs/fa2_fwd.yaml:43:11
-  const int v16 = (kg::floordiv(v5, v4));
-  // spec: specs/fa2_fwd.yaml:48:12
-  kg::fp16 v17[16];
+  // spec: specs/fa2_fwd.yaml:54:17
+  const int v15 = kg::block_id_y();
+  // spec: specs/fa2_fwd.yaml:54:40
+  const int v16 = kg::block_id_x();
+  // spec: specs/fa2_fwd.yaml:55:16
+  const int v17 = 16;
+  // spec: specs/fa2_fwd.yaml:55:24
+  const int v18 = 16;
+  // spec: specs/fa2_fwd.yaml:55:24
+  const int v19 = (v18 * v12);
+  // spec: specs/fa2_fwd.yaml:54:17
+  const int v20 = (v15 * v12);
+  // spec: specs/fa2_fwd.yaml:54:17
+  const int v21 = (v20 + v16);
+  // spec: specs/fa2_fwd.yaml:55:16
+  const int v22 = (kg::floordiv(v21, v19));
+  // spec: specs/fa2_fwd.yaml:55:16
+  const int v23 = (v22 * v17);
+  // spec: specs/fa2_fwd.yaml:57:28
+  const int v24 = (v23 * v12);
+  // spec: specs/fa2_fwd.yaml:57:22
+  const int v25 = (v21 - v24);
+  // spec: specs/fa2_fwd.yaml:56:19
+  const int v26 = 16;
+  // spec: specs/fa2_fwd.yaml:56:31
+  const int v27 = (v4 * v3);
+  // spec: specs/fa2_fwd.yaml:56:31
+  const int v28 = (v27 - v23);
+  // spec: specs/fa2_fwd.yaml:56:19
+  const int v29 = (kg::min_(v26, v28));
+  // spec: specs/fa2_fwd.yaml:57:21
+  const int v30 = (kg::mod(v25, v29));
+  // spec: specs/fa2_fwd.yaml:57:16
+  const int v31 = (v23 + v30);
+  // spec: specs/fa2_fwd.yaml:60:11
+  const int v32 = (kg::mod(v31, v3));
+  // spec: specs/fa2_fwd.yaml:59:11
+  const int v33 = (kg::floordiv(v31, v3));
+  // spec: specs/fa2_fwd.yaml:58:34
+  const int v34 = (v23 * v12);
+  // spec: specs/fa2_fwd.yaml:58:28
+  const int v35 = (v21 - v34);
+  // spec: specs/fa2_fwd.yaml:58:27
+  const int v36 = (kg::floordiv(v35, v29));
+  // spec: specs/fa2_fwd.yaml:58:16
+  const int v37 = 1;
+  // spec: specs/fa2_fwd.yaml:58:16
+  const int v38 = (v12 - v37);
+  // spec: specs/fa2_fwd.yaml:58:16
+  const int v39 = (v38 - v36);
+  // spec: specs/fa2_fwd.yaml:63:12
+  kg::fp16 v40[16];
   {
-    const kg::fp16* p_ = t_q + ((int64_t)(v16) * stride_q_0 + (int64_t)(v15) * stride_q_2);
+    const kg::fp16* p_ = t_q + ((int64_t)(v33) * stride_q_0 + (int64_t)(v32) * stride_q_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-    const int t0_ = v14 * 128 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32;
+    const int t0_ = v39 * 128 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32;
     const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
   #pragma unroll
     for (int e = 0; e < 16; e += 8) {
@@ -56,132 +102,132 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
       const int64_t off_ = (int64_t)i0_ * stride_q_1 + (int64_t)i1_ * 1;
       const bool in_ = i0_ < (size_SQ);
       if (aligned_ && in_) {
-        kg::copy_vec<8>(&v17[e], p_ + off_);
+        kg::copy_vec<8>(&v40[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v17[e + v] = (i0_ < (size_SQ)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          v40[e + v] = (i0_ < (size_SQ)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
       }
     }
   }
-  // spec: specs/fa2_fwd.yaml:63:19
-  kg::fp16* v18 = reinterpret_cast<kg::fp16*>(smem + 0);
+  // spec: specs/fa2_fwd.yaml:78:19
+  kg::fp16* v41 = reinterpret_cast<kg::fp16*>(smem + 0);
   kg::sync();
   #pragma unroll
-  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v18[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (((e >> 3) & 1) * 64)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v17[e]);
+  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v41[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (((e >> 3) & 1) * 64)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v40[e]);
   kg::sync();
-  // spec: specs/fa2_fwd.yaml:62:71
-  const int v19 = 1;
-  // spec: specs/fa2_fwd.yaml:62:71
-  const int v20 = 0;
-  // spec: specs/fa2_fwd.yaml:59:58
-  const int v21 = 64;
-  // spec: specs/fa2_fwd.yaml:59:58
-  const int v22 = 0;
-  // spec: specs/fa2_fwd.yaml:59:66
-  const int v23 = 1;
-  // spec: specs/fa2_fwd.yaml:59:66
-  const int v24 = 128;
-  // spec: specs/fa2_fwd.yaml:59:66
-  const int v25 = (v14 * v24);
-  // spec: specs/fa2_fwd.yaml:59:66
-  const int v26 = (v25 + v0);
-  // spec: specs/fa2_fwd.yaml:59:66
-  const int v27 = (v26 - v2);
-  // spec: specs/fa2_fwd.yaml:59:66
-  const int v28 = (v27 + v23);
-  // spec: specs/fa2_fwd.yaml:59:58
-  const int v29 = (kg::max_(v28, v22));
-  // spec: specs/fa2_fwd.yaml:59:58
-  const int v30 = (kg::floordiv(v29, v21));
-  // spec: specs/fa2_fwd.yaml:59:36
-  const int v31 = 64;
-  // spec: specs/fa2_fwd.yaml:59:36
-  const int v32 = (kg::floordiv(v0, v31));
-  // spec: specs/fa2_fwd.yaml:57:32
-  const int v33 = 64;
-  // spec: specs/fa2_fwd.yaml:57:32
-  const int v34 = 63;
-  // spec: specs/fa2_fwd.yaml:57:37
-  const int v35 = 128;
-  // spec: specs/fa2_fwd.yaml:57:38
-  const int v36 = 1;
-  // spec: specs/fa2_fwd.yaml:57:38
-  const int v37 = (v14 + v36);
-  // spec: specs/fa2_fwd.yaml:57:37
-  const int v38 = (v37 * v35);
-  // spec: specs/fa2_fwd.yaml:57:37
-  const int v39 = (v38 + v0);
-  // spec: specs/fa2_fwd.yaml:57:37
-  const int v40 = (v39 - v2);
-  // spec: specs/fa2_fwd.yaml:57:32
-  const int v41 = (v40 + v34);
-  // spec: specs/fa2_fwd.yaml:57:32
-  const int v42 = (kg::floordiv(v41, v33));
-  // spec: specs/fa2_fwd.yaml:50:14
-  const int v43 = 64;
-  // spec: specs/fa2_fwd.yaml:50:14
-  const int v44 = 63;
-  // spec: specs/fa2_fwd.yaml:50:14
-  const int v45 = (v0 + v44);
-  // spec: specs/fa2_fwd.yaml:50:14
-  const int v46 = (kg::floordiv(v45, v43));
-  // spec: specs/fa2_fwd.yaml:57:18
-  const int v47 = (kg::min_(v46, v42));
-  // spec: specs/fa2_fwd.yaml:59:28
-  const int v48 = (kg::min_(v32, v47));
-  // spec: specs/fa2_fwd.yaml:59:20
-  const int v49 = (kg::min_(v48, v30));
-  // spec: specs/fa2_fwd.yaml:54:11
-  kg::fp16 v50[16];
+  // spec: specs/fa2_fwd.yaml:77:71
+  const int v42 = 1;
+  // spec: specs/fa2_fwd.yaml:77:71
+  const int v43 = 0;
+  // spec: specs/fa2_fwd.yaml:74:58
+  const int v44 = 64;
+  // spec: specs/fa2_fwd.yaml:74:58
+  const int v45 = 0;
+  // spec: specs/fa2_fwd.yaml:74:66
+  const int v46 = 1;
+  // spec: specs/fa2_fwd.yaml:74:66
+  const int v47 = 128;
+  // spec: specs/fa2_fwd.yaml:74:66
+  const int v48 = (v39 * v47);
+  // spec: specs/fa2_fwd.yaml:74:66
+  const int v49 = (v48 + v0);
+  // spec: specs/fa2_fwd.yaml:74:66
+  const int v50 = (v49 - v5);
+  // spec: specs/fa2_fwd.yaml:74:66
+  const int v51 = (v50 + v46);
+  // spec: specs/fa2_fwd.yaml:74:58
+  const int v52 = (kg::max_(v51, v45));
+  // spec: specs/fa2_fwd.yaml:74:58
+  const int v53 = (kg::floordiv(v52, v44));
+  // spec: specs/fa2_fwd.yaml:74:36
+  const int v54 = 64;
+  // spec: specs/fa2_fwd.yaml:74:36
+  const int v55 = (kg::floordiv(v0, v54));
+  // spec: specs/fa2_fwd.yaml:72:32
+  const int v56 = 64;
+  // spec: specs/fa2_fwd.yaml:72:32
+  const int v57 = 63;
+  // spec: specs/fa2_fwd.yaml:72:37
+  const int v58 = 128;
+  // spec: specs/fa2_fwd.yaml:72:38
+  const int v59 = 1;
+  // spec: specs/fa2_fwd.yaml:72:38
+  const int v60 = (v39 + v59);
+  // spec: specs/fa2_fwd.yaml:72:37
+  const int v61 = (v60 * v58);
+  // spec: specs/fa2_fwd.yaml:72:37
+  const int v62 = (v61 + v0);
+  // spec: specs/fa2_fwd.yaml:72:37
+  const int v63 = (v62 - v5);
+  // spec: specs/fa2_fwd.yaml:72:32
+  const int v64 = (v63 + v57);
+  // spec: specs/fa2_fwd.yaml:72:32
+  const int v65 = (kg::floordiv(v64, v56));
+  // spec: specs/fa2_fwd.yaml:65:14
+  const int v66 = 64;
+  // spec: specs/fa2_fwd.yaml:65:14
+  const int v67 = 63;
+  // spec: specs/fa2_fwd.yaml:65:14
+  const int v68 = (v0 + v67);
+  // spec: specs/fa2_fwd.yaml:65:14
+  const int v69 = (kg::floordiv(v68, v66));
+  // spec: specs/fa2_fwd.yaml:72:18
+  const int v70 = (kg::min_(v69, v65));
+  // spec: specs/fa2_fwd.yaml:74:28
+  const int v71 = (kg::min_(v55, v70));
+  // spec: specs/fa2_fwd.yaml:74:20
+  const int v72 = (kg::min_(v71, v53));
+  // spec: specs/fa2_fwd.yaml:69:11
+  kg::fp16 v73[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v50[e] = kg::cvt<kg::fp16>(0.0f);
-  // spec: specs/fa2_fwd.yaml:53:13
-  float v51[16];
+  for (int e = 0; e < 16; ++e) v73[e] = kg::cvt<kg::fp16>(0.0f);
+  // spec: specs/fa2_fwd.yaml:68:13
+  float v74[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v51[e] = 0.0f;
-  // spec: specs/fa2_fwd.yaml:52:11
-  float v52[16];
+  for (int e = 0; e < 16; ++e) v74[e] = 0.0f;
+  // spec: specs/fa2_fwd.yaml:67:11
+  float v75[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v52[e] = 0.0f;
-  // spec: specs/fa2_fwd.yaml:51:11
-  float v53[16];
+  for (int e = 0; e < 16; ++e) v75[e] = 0.0f;
+  // spec: specs/fa2_fwd.yaml:66:11
+  float v76[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v53[e] = -kg::inf();
-  // spec: specs/fa2_fwd.yaml:49:16
-  const float v54 = 1.4426950408889634f;
-  // spec: specs/fa2_fwd.yaml:49:16
-  const float v55 = (v1 * v54);
-  // spec: specs/fa2_fwd.yaml:45:18
-  const int v56 = (kg::floordiv(v4, v3));
-  // spec: specs/fa2_fwd.yaml:45:12
-  const int v57 = (kg::floordiv(v15, v56));
-  // spec: specs/fa2_fwd.yaml:62:11
+  for (int e = 0; e < 16; ++e) v76[e] = -kg::inf();
+  // spec: specs/fa2_fwd.yaml:64:16
+  const float v77 = 1.4426950408889634f;
+  // spec: specs/fa2_fwd.yaml:64:16
+  const float v78 = (v1 * v77);
+  // spec: specs/fa2_fwd.yaml:61:18
+  const int v79 = (kg::floordiv(v3, v2));
+  // spec: specs/fa2_fwd.yaml:61:12
+  const int v80 = (kg::floordiv(v32, v79));
+  // spec: specs/fa2_fwd.yaml:77:11
 
-  float v58[16];
+  float v81[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v58[e] = v51[e];
-  float v59[16];
+  for (int e = 0; e < 16; ++e) v81[e] = v74[e];
+  float v82[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v59[e] = v52[e];
-  kg::fp16 v60[16];
+  for (int e = 0; e < 16; ++e) v82[e] = v75[e];
+  kg::fp16 v83[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v60[e] = v50[e];
-  float v61[16];
+  for (int e = 0; e < 16; ++e) v83[e] = v73[e];
+  float v84[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v61[e] = v53[e];
-  for (int v62 = v20; v62 < v49; v62 += v19) {
-    float (&v63)[16] = v58;
-    float (&v64)[16] = v59;
-    kg::fp16 (&v65)[16] = v60;
-    float (&v66)[16] = v61;
+  for (int e = 0; e < 16; ++e) v84[e] = v76[e];
+  for (int v85 = v43; v85 < v72; v85 += v42) {
+    float (&v86)[16] = v81;
+    float (&v87)[16] = v82;
+    kg::fp16 (&v88)[16] = v83;
+    float (&v89)[16] = v84;
     
-    // spec: specs/fa2_fwd.yaml:63:27
-    kg::fp16 v67[8];
+    // spec: specs/fa2_fwd.yaml:78:27
+    kg::fp16 v90[8];
     {
-      const kg::fp16* p_ = t_k + ((int64_t)(v16) * stride_k_0 + (int64_t)(v57) * stride_k_2);
+      const kg::fp16* p_ = t_k + ((int64_t)(v33) * stride_k_0 + (int64_t)(v80) * stride_k_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
-      const int t0_ = v62 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32;
+      const int t0_ = v85 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32;
       const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
     #pragma unroll
       for (int e = 0; e < 8; e += 8) {
@@ -190,56 +236,56 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
         const int64_t off_ = (int64_t)i0_ * stride_k_1 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_SK);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v67[e], p_ + off_);
+          kg::copy_vec<8>(&v90[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v67[e + v] = (i0_ < (size_SK)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v90[e + v] = (i0_ < (size_SK)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
-    // spec: specs/fa2_fwd.yaml:63:19
-    kg::fp16* v68 = reinterpret_cast<kg::fp16*>(smem + 18432);
+    // spec: specs/fa2_fwd.yaml:78:19
+    kg::fp16* v91 = reinterpret_cast<kg::fp16*>(smem + 18432);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 8; e += 8) kg::copy_vec<8>(&v68[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (0)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v67[e]);
+    for (int e = 0; e < 8; e += 8) kg::copy_vec<8>(&v91[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (0)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v90[e]);
     kg::sync();
-    // spec: specs/fa2_fwd.yaml:63:19
-    kg::fp16* v69 = v68;
-    // spec: specs/fa2_fwd.yaml:63:19
-    float v70[16];
+    // spec: specs/fa2_fwd.yaml:78:19
+    kg::fp16* v92 = v91;
+    // spec: specs/fa2_fwd.yaml:78:19
+    float v93[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v70[e] = 0.0f;
-    // spec: specs/fa2_fwd.yaml:63:19
-    float (&v71)[16] = v70;
+    for (int e = 0; e < 16; ++e) v93[e] = 0.0f;
+    // spec: specs/fa2_fwd.yaml:78:19
+    float (&v94)[16] = v93;
     #pragma unroll
     for (int ks = 0; ks < 8; ++ks) {
       alignas(16) kg::fp16 fa_[4];
     #pragma unroll
-      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v18[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v41[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       alignas(16) kg::fp16 fb_[4];
     #pragma unroll
-      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v69[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v92[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 1; ++rn)
-          kg::mfma_32x32x8_fp16(&v71[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+          kg::mfma_32x32x8_fp16(&v94[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
     }
-    // spec: specs/fa2_fwd.yaml:64:50
-    const int v72 = 0;
-    // spec: specs/fa2_fwd.yaml:64:58
-    const int v73 = 1;
-    // spec: specs/fa2_fwd.yaml:64:58
-    const int v74 = (v62 - v73);
-    // spec: specs/fa2_fwd.yaml:64:50
-    const int v75 = (kg::max_(v74, v72));
-    // spec: specs/fa2_fwd.yaml:64:34
-    kg::fp16 v76[8];
+    // spec: specs/fa2_fwd.yaml:79:50
+    const int v95 = 0;
+    // spec: specs/fa2_fwd.yaml:79:58
+    const int v96 = 1;
+    // spec: specs/fa2_fwd.yaml:79:58
+    const int v97 = (v85 - v96);
+    // spec: specs/fa2_fwd.yaml:79:50
+    const int v98 = (kg::max_(v97, v95));
+    // spec: specs/fa2_fwd.yaml:79:34
+    kg::fp16 v99[8];
     {
-      const kg::fp16* p_ = t_v + ((int64_t)(v16) * stride_v_0 + (int64_t)(v57) * stride_v_2);
+      const kg::fp16* p_ = t_v + ((int64_t)(v33) * stride_v_0 + (int64_t)(v80) * stride_v_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-      const int t0_ = v75 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32;
+      const int t0_ = v98 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32;
       const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
     #pragma unroll
       for (int e = 0; e < 8; e += 8) {
@@ -248,236 +294,236 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
         const int64_t off_ = (int64_t)i0_ * stride_v_1 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_SK);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v76[e], p_ + off_);
+          kg::copy_vec<8>(&v99[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v76[e + v] = (i0_ < (size_SK)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v99[e + v] = (i0_ < (size_SK)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
-    // spec: specs/fa2_fwd.yaml:64:27
-    kg::fp16* v77 = reinterpret_cast<kg::fp16*>(smem + 18432);
+    // spec: specs/fa2_fwd.yaml:79:27
+    kg::fp16* v100 = reinterpret_cast<kg::fp16*>(smem + 18432);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v77[((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 72 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0))] = v65[e];
+    for (int e = 0; e < 16; ++e) v100[((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 72 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0))] = v88[e];
 
-    // spec: specs/fa2_fwd.yaml:64:27
-    kg::fp16* v78 = reinterpret_cast<kg::fp16*>(smem + 36864);
+    // spec: specs/fa2_fwd.yaml:79:27
+    kg::fp16* v101 = reinterpret_cast<kg::fp16*>(smem + 36864);
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v78[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (0))] = v76[e];
+    for (int e = 0; e < 8; ++e) v101[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (0))] = v99[e];
     kg::sync();
-    // spec: specs/fa2_fwd.yaml:64:27
-    float (&v79)[16] = v63;
+    // spec: specs/fa2_fwd.yaml:79:27
+    float (&v102)[16] = v86;
     #pragma unroll
     for (int ks = 0; ks < 8; ++ks) {
       alignas(16) kg::fp16 fa_[4];
     #pragma unroll
-      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v77[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v100[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       alignas(16) kg::fp16 fb_[4];
     #pragma unroll
-      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v78[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v101[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 1; ++rn)
-          kg::mfma_32x32x8_fp16(&v79[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+          kg::mfma_32x32x8_fp16(&v102[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
     }
-    // spec: specs/fa2_fwd.yaml:71:34
-    float v80[16];
+    // spec: specs/fa2_fwd.yaml:86:34
+    float v103[16];
     {
-      float r80[16];
+      float r103[16];
     #pragma unroll
-      for (int e = 0; e < 16; ++e) r80[e] = -kg::inf();
+      for (int e = 0; e < 16; ++e) r103[e] = -kg::inf();
     #pragma unroll
       for (int e = 0; e < 16; ++e) {
-        const float a_ = r80[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8], b_ = (float)(v71[e]);
-        r80[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8] = kg::max_(a_, b_);
+        const float a_ = r103[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8], b_ = (float)(v94[e]);
+        r103[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8] = kg::max_(a_, b_);
       }
     #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r80[e], b_ = kg::shfl_xor(a_, 1); r80[e] = kg::max_(a_, b_); }
+      for (int e = 0; e < 16; ++e) { const float a_ = r103[e], b_ = kg::shfl_xor(a_, 1); r103[e] = kg::max_(a_, b_); }
     #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r80[e], b_ = kg::shfl_xor(a_, 2); r80[e] = kg::max_(a_, b_); }
+      for (int e = 0; e < 16; ++e) { const float a_ = r103[e], b_ = kg::shfl_xor(a_, 2); r103[e] = kg::max_(a_, b_); }
     #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r80[e], b_ = kg::shfl_xor(a_, 4); r80[e] = kg::max_(a_, b_); }
+      for (int e = 0; e < 16; ++e) { const float a_ = r103[e], b_ = kg::shfl_xor(a_, 4); r103[e] = kg::max_(a_, b_); }
     #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r80[e], b_ = kg::shfl_xor(a_, 8); r80[e] = kg::max_(a_, b_); }
+      for (int e = 0; e < 16; ++e) { const float a_ = r103[e], b_ = kg::shfl_xor(a_, 8); r103[e] = kg::max_(a_, b_); }
     #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r80[e], b_ = kg::shfl_xor(a_, 16); r80[e] = kg::max_(a_, b_); }
+      for (int e = 0; e < 16; ++e) { const float a_ = r103[e], b_ = kg::shfl_xor(a_, 16); r103[e] = kg::max_(a_, b_); }
       float* scratch_ = reinterpret_cast<float*>(smem + 18432);
       kg::sync();
     #pragma unroll
-      for (int e = 0; e < 16; ++e) scratch_[warp * 128 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = r80[e];
+      for (int e = 0; e < 16; ++e) scratch_[warp * 128 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = r103[e];
       kg::sync();
     #pragma unroll
       for (int e = 0; e < 16; ++e) {
         float a_ = scratch_[(warp ^ 0) * 128 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1];
         { const float b_ = scratch_[(warp ^ 1) * 128 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1]; a_ = kg::max_(a_, b_); }
-        r80[e] = a_;
+        r103[e] = a_;
       }
     #pragma unroll
-      for (int e = 0; e < 16; ++e) v80[e] = kg::cvt<float>(r80[e]);
+      for (int e = 0; e < 16; ++e) v103[e] = kg::cvt<float>(r103[e]);
     }
-    // spec: specs/fa2_fwd.yaml:71:23
-    float v81[16];
+    // spec: specs/fa2_fwd.yaml:86:23
+    float v104[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v81[e] = (kg::max_(v66[e], v80[e]));
-    // spec: specs/fa2_fwd.yaml:75:42
-    float v82[16];
+    for (int e = 0; e < 16; ++e) v104[e] = (kg::max_(v89[e], v103[e]));
+    // spec: specs/fa2_fwd.yaml:90:42
+    float v105[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v82[e] = (v81[e] * v55);
-    // spec: specs/fa2_fwd.yaml:75:41
-    float (&v83)[16] = v82;
-    // spec: specs/fa2_fwd.yaml:75:28
-    float v84[16];
+    for (int e = 0; e < 16; ++e) v105[e] = (v104[e] * v78);
+    // spec: specs/fa2_fwd.yaml:90:41
+    float (&v106)[16] = v105;
+    // spec: specs/fa2_fwd.yaml:90:28
+    float v107[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v84[e] = v83[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-    // spec: specs/fa2_fwd.yaml:75:28
-    float v85[16];
+    for (int e = 0; e < 16; ++e) v107[e] = v106[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+    // spec: specs/fa2_fwd.yaml:90:28
+    float v108[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v85[e] = (v71[e] * v55);
-    // spec: specs/fa2_fwd.yaml:75:28
-    float v86[16];
+    for (int e = 0; e < 16; ++e) v108[e] = (v94[e] * v78);
+    // spec: specs/fa2_fwd.yaml:90:28
+    float v109[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v86[e] = (v85[e] - v84[e]);
-    // spec: specs/fa2_fwd.yaml:75:23
-    float v87[16];
+    for (int e = 0; e < 16; ++e) v109[e] = (v108[e] - v107[e]);
+    // spec: specs/fa2_fwd.yaml:90:23
+    float v110[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v87[e] = kg::exp2_(v86[e]);
-    // spec: specs/fa2_fwd.yaml:77:31
-    float v88[16];
+    for (int e = 0; e < 16; ++e) v110[e] = kg::exp2_(v109[e]);
+    // spec: specs/fa2_fwd.yaml:92:31
+    float v111[16];
     {
-      float r88[16];
+      float r111[16];
     #pragma unroll
-      for (int e = 0; e < 16; ++e) r88[e] = 0.0f;
+      for (int e = 0; e < 16; ++e) r111[e] = 0.0f;
     #pragma unroll
       for (int e = 0; e < 16; ++e) {
-        const float a_ = r88[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8], b_ = (float)(v87[e]);
-        r88[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8] = a_ + b_;
+        const float a_ = r111[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8], b_ = (float)(v110[e]);
+        r111[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8] = a_ + b_;
       }
     #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r88[e], b_ = kg::shfl_xor(a_, 1); r88[e] = a_ + b_; }
+      for (int e = 0; e < 16; ++e) { const float a_ = r111[e], b_ = kg::shfl_xor(a_, 1); r111[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r88[e], b_ = kg::shfl_xor(a_, 2); r88[e] = a_ + b_; }
+      for (int e = 0; e < 16; ++e) { const float a_ = r111[e], b_ = kg::shfl_xor(a_, 2); r111[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r88[e], b_ = kg::shfl_xor(a_, 4); r88[e] = a_ + b_; }
+      for (int e = 0; e < 16; ++e) { const float a_ = r111[e], b_ = kg::shfl_xor(a_, 4); r111[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r88[e], b_ = kg::shfl_xor(a_, 8); r88[e] = a_ + b_; }
+      for (int e = 0; e < 16; ++e) { const float a_ = r111[e], b_ = kg::shfl_xor(a_, 8); r111[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r88[e], b_ = kg::shfl_xor(a_, 16); r88[e] = a_ + b_; }
+      for (int e = 0; e < 16; ++e) { const float a_ = r111[e], b_ = kg::shfl_xor(a_, 16); r111[e] = a_ + b_; }
       float* scratch_ = reinterpret_cast<float*>(smem + 18432);
       kg::sync();
     #pragma unroll
-      for (int e = 0; e < 16; ++e) scratch_[warp * 128 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = r88[e];
+      for (int e = 0; e < 16; ++e) scratch_[warp * 128 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = r111[e];
       kg::sync();
     #pragma unroll
       for (int e = 0; e < 16; ++e) {
         float a_ = scratch_[(warp ^ 0) * 128 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1];
         { const float b_ = scratch_[(warp ^ 1) * 128 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1]; a_ = a_ + b_; }
-        r88[e] = a_;
+        r111[e] = a_;
       }
     #pragma unroll
-      for (int e = 0; e < 16; ++e) v88[e] = kg::cvt<float>(r88[e]);
+      for (int e = 0; e < 16; ++e) v111[e] = kg::cvt<float>(r111[e]);
     }
-    // spec: specs/fa2_fwd.yaml:79:19
-    kg::fp16 v89[16];
+    // spec: specs/fa2_fwd.yaml:94:19
+    kg::fp16 v112[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v89[e] = kg::cvt<kg::fp16>(v87[e]);
-    // spec: specs/fa2_fwd.yaml:76:29
-    float v90[16];
+    for (int e = 0; e < 16; ++e) v112[e] = kg::cvt<kg::fp16>(v110[e]);
+    // spec: specs/fa2_fwd.yaml:91:29
+    float v113[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v90[e] = (v66[e] - v81[e]);
-    // spec: specs/fa2_fwd.yaml:76:28
-    float v91[16];
+    for (int e = 0; e < 16; ++e) v113[e] = (v89[e] - v104[e]);
+    // spec: specs/fa2_fwd.yaml:91:28
+    float v114[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v91[e] = (v90[e] * v55);
-    // spec: specs/fa2_fwd.yaml:76:23
-    float v92[16];
+    for (int e = 0; e < 16; ++e) v114[e] = (v113[e] * v78);
+    // spec: specs/fa2_fwd.yaml:91:23
+    float v115[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v92[e] = kg::exp2_(v91[e]);
-    // spec: specs/fa2_fwd.yaml:78:27
-    float (&v93)[16] = v92;
-    // spec: specs/fa2_fwd.yaml:78:21
-    float v94[16];
+    for (int e = 0; e < 16; ++e) v115[e] = kg::exp2_(v114[e]);
+    // spec: specs/fa2_fwd.yaml:93:27
+    float (&v116)[16] = v115;
+    // spec: specs/fa2_fwd.yaml:93:21
+    float v117[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v94[e] = v93[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-    // spec: specs/fa2_fwd.yaml:78:21
-    float v95[16];
+    for (int e = 0; e < 16; ++e) v117[e] = v116[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+    // spec: specs/fa2_fwd.yaml:93:21
+    float v118[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v95[e] = (v79[e] * v94[e]);
-    // spec: specs/fa2_fwd.yaml:77:19
-    float v96[16];
+    for (int e = 0; e < 16; ++e) v118[e] = (v102[e] * v117[e]);
+    // spec: specs/fa2_fwd.yaml:92:19
+    float v119[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v96[e] = (v64[e] * v92[e]);
-    // spec: specs/fa2_fwd.yaml:77:19
-    float v97[16];
+    for (int e = 0; e < 16; ++e) v119[e] = (v87[e] * v115[e]);
+    // spec: specs/fa2_fwd.yaml:92:19
+    float v120[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v97[e] = (v96[e] + v88[e]);
-    // spec: specs/fa2_fwd.yaml:80:19
+    for (int e = 0; e < 16; ++e) v120[e] = (v119[e] + v111[e]);
+    // spec: specs/fa2_fwd.yaml:95:19
 
     float y0_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y0_[e] = v95[e];
+    for (int e = 0; e < 16; ++e) y0_[e] = v118[e];
     float y1_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y1_[e] = v97[e];
+    for (int e = 0; e < 16; ++e) y1_[e] = v120[e];
     kg::fp16 y2_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y2_[e] = v89[e];
+    for (int e = 0; e < 16; ++e) y2_[e] = v112[e];
     float y3_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y3_[e] = v81[e];
+    for (int e = 0; e < 16; ++e) y3_[e] = v104[e];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v58[e] = y0_[e];
+    for (int e = 0; e < 16; ++e) v81[e] = y0_[e];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v59[e] = y1_[e];
+    for (int e = 0; e < 16; ++e) v82[e] = y1_[e];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v60[e] = y2_[e];
+    for (int e = 0; e < 16; ++e) v83[e] = y2_[e];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v61[e] = y3_[e];
+    for (int e = 0; e < 16; ++e) v84[e] = y3_[e];
   }
-  // spec: specs/fa2_fwd.yaml:47:29
-  int v98[16];
+  // spec: specs/fa2_fwd.yaml:62:29
+  int v121[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v98[e] = (((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16);
-  // spec: specs/fa2_fwd.yaml:47:14
-  const int v99 = 128;
-  // spec: specs/fa2_fwd.yaml:47:14
-  const int v100 = (v14 * v99);
-  // spec: specs/fa2_fwd.yaml:47:14
-  int v101[16];
+  for (int e = 0; e < 16; ++e) v121[e] = (((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16);
+  // spec: specs/fa2_fwd.yaml:62:14
+  const int v122 = 128;
+  // spec: specs/fa2_fwd.yaml:62:14
+  const int v123 = (v39 * v122);
+  // spec: specs/fa2_fwd.yaml:62:14
+  int v124[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v101[e] = (v100 + v98[e]);
-  // spec: specs/fa2_fwd.yaml:69:58
-  int (&v102)[16] = v101;
-  // spec: specs/fa2_fwd.yaml:62:51
-  const int v103 = 1;
-  // spec: specs/fa2_fwd.yaml:62:11
+  for (int e = 0; e < 16; ++e) v124[e] = (v123 + v121[e]);
+  // spec: specs/fa2_fwd.yaml:84:58
+  int (&v125)[16] = v124;
+  // spec: specs/fa2_fwd.yaml:77:51
+  const int v126 = 1;
+  // spec: specs/fa2_fwd.yaml:77:11
 
-  float v104[16];
+  float v127[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v104[e] = v58[e];
-  float v105[16];
+  for (int e = 0; e < 16; ++e) v127[e] = v81[e];
+  float v128[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v105[e] = v59[e];
-  kg::fp16 v106[16];
+  for (int e = 0; e < 16; ++e) v128[e] = v82[e];
+  kg::fp16 v129[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v106[e] = v60[e];
-  float v107[16];
+  for (int e = 0; e < 16; ++e) v129[e] = v83[e];
+  float v130[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v107[e] = v61[e];
-  for (int v108 = v49; v108 < v47; v108 += v103) {
-    float (&v109)[16] = v104;
-    float (&v110)[16] = v105;
-    kg::fp16 (&v111)[16] = v106;
-    float (&v112)[16] = v107;
+  for (int e = 0; e < 16; ++e) v130[e] = v84[e];
+  for (int v131 = v72; v131 < v70; v131 += v126) {
+    float (&v132)[16] = v127;
+    float (&v133)[16] = v128;
+    kg::fp16 (&v134)[16] = v129;
+    float (&v135)[16] = v130;
     
-    // spec: specs/fa2_fwd.yaml:63:27
-    kg::fp16 v113[8];
+    // spec: specs/fa2_fwd.yaml:78:27
+    kg::fp16 v136[8];
     {
-      const kg::fp16* p_ = t_k + ((int64_t)(v16) * stride_k_0 + (int64_t)(v57) * stride_k_2);
+      const kg::fp16* p_ = t_k + ((int64_t)(v33) * stride_k_0 + (int64_t)(v80) * stride_k_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
-      const int t0_ = v108 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32;
+      const int t0_ = v131 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32;
       const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
     #pragma unroll
       for (int e = 0; e < 8; e += 8) {
@@ -486,56 +532,56 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
         const int64_t off_ = (int64_t)i0_ * stride_k_1 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_SK);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v113[e], p_ + off_);
+          kg::copy_vec<8>(&v136[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v113[e + v] = (i0_ < (size_SK)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v136[e + v] = (i0_ < (size_SK)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
-    // spec: specs/fa2_fwd.yaml:63:19
-    kg::fp16* v114 = reinterpret_cast<kg::fp16*>(smem + 18432);
+    // spec: specs/fa2_fwd.yaml:78:19
+    kg::fp16* v137 = reinterpret_cast<kg::fp16*>(smem + 18432);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 8; e += 8) kg::copy_vec<8>(&v114[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (0)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v113[e]);
+    for (int e = 0; e < 8; e += 8) kg::copy_vec<8>(&v137[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (0)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v136[e]);
     kg::sync();
-    // spec: specs/fa2_fwd.yaml:63:19
-    kg::fp16* v115 = v114;
-    // spec: specs/fa2_fwd.yaml:63:19
-    float v116[16];
+    // spec: specs/fa2_fwd.yaml:78:19
+    kg::fp16* v138 = v137;
+    // spec: specs/fa2_fwd.yaml:78:19
+    float v139[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v116[e] = 0.0f;
-    // spec: specs/fa2_fwd.yaml:63:19
-    float (&v117)[16] = v116;
+    for (int e = 0; e < 16; ++e) v139[e] = 0.0f;
+    // spec: specs/fa2_fwd.yaml:78:19
+    float (&v140)[16] = v139;
     #pragma unroll
     for (int ks = 0; ks < 8; ++ks) {
       alignas(16) kg::fp16 fa_[4];
     #pragma unroll
-      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v18[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v41[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       alignas(16) kg::fp16 fb_[4];
     #pragma unroll
-      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v115[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v138[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 1; ++rn)
-          kg::mfma_32x32x8_fp16(&v117[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+          kg::mfma_32x32x8_fp16(&v140[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
     }
-    // spec: specs/fa2_fwd.yaml:64:50
-    const int v118 = 0;
-    // spec: specs/fa2_fwd.yaml:64:58
-    const int v119 = 1;
-    // spec: specs/fa2_fwd.yaml:64:58
-    const int v120 = (v108 - v119);
-    // spec: specs/fa2_fwd.yaml:64:50
-    const int v121 = (kg::max_(v120, v118));
-    // spec: specs/fa2_fwd.yaml:64:34
-    kg::fp16 v122[8];
+    // spec: specs/fa2_fwd.yaml:79:50
+    const int v141 = 0;
+    // spec: specs/fa2_fwd.yaml:79:58
+    const int v142 = 1;
+    // spec: specs/fa2_fwd.yaml:79:58
+    const int v143 = (v131 - v142);
+    // spec: specs/fa2_fwd.yaml:79:50
+    const int v144 = (kg::max_(v143, v141));
+    // spec: specs/fa2_fwd.yaml:79:34
+    kg::fp16 v145[8];
     {
-      const kg::fp16* p_ = t_v + ((int64_t)(v16) * stride_v_0 + (int64_t)(v57) * stride_v_2);
+      const kg::fp16* p_ = t_v + ((int64_t)(v33) * stride_v_0 + (int64_t)(v80) * stride_v_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-      const int t0_ = v121 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32;
+      const int t0_ = v144 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32;
       const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
     #pragma unroll
       for (int e = 0; e < 8; e += 8) {
@@ -544,272 +590,272 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
         const int64_t off_ = (int64_t)i0_ * stride_v_1 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_SK);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v122[e], p_ + off_);
+          kg::copy_vec<8>(&v145[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v122[e + v] = (i0_ < (size_SK)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v145[e + v] = (i0_ < (size_SK)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
-    // spec: specs/fa2_fwd.yaml:64:27
-    kg::fp16* v123 = reinterpret_cast<kg::fp16*>(smem + 18432);
+    // spec: specs/fa2_fwd.yaml:79:27
+    kg::fp16* v146 = reinterpret_cast<kg::fp16*>(smem + 18432);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v123[((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 72 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0))] = v111[e];
+    for (int e = 0; e < 16; ++e) v146[((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 72 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0))] = v134[e];
 
-    // spec: specs/fa2_fwd.yaml:64:27
-    kg::fp16* v124 = reinterpret_cast<kg::fp16*>(smem + 36864);
+    // spec: specs/fa2_fwd.yaml:79:27
+    kg::fp16* v147 = reinterpret_cast<kg::fp16*>(smem + 36864);
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v124[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (0))] = v122[e];
+    for (int e = 0; e < 8; ++e) v147[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (0))] = v145[e];
     kg::sync();
-    // spec: specs/fa2_fwd.yaml:64:27
-    float (&v125)[16] = v109;
+    // spec: specs/fa2_fwd.yaml:79:27
+    float (&v148)[16] = v132;
     #pragma unroll
     for (int ks = 0; ks < 8; ++ks) {
       alignas(16) kg::fp16 fa_[4];
     #pragma unroll
-      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v123[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v146[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       alignas(16) kg::fp16 fb_[4];
     #pragma unroll
-      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v124[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v147[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 1; ++rn)
-          kg::mfma_32x32x8_fp16(&v125[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+          kg::mfma_32x32x8_fp16(&v148[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
     }
-    // spec: specs/fa2_fwd.yaml:70:23
-    const float v126 = -kg::inf();
-    // spec: specs/fa2_fwd.yaml:66:40
-    int v127[1];
+    // spec: specs/fa2_fwd.yaml:85:23
+    const float v149 = -kg::inf();
+    // spec: specs/fa2_fwd.yaml:81:40
+    int v150[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v127[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0);
-    // spec: specs/fa2_fwd.yaml:66:26
-    const int v128 = 64;
-    // spec: specs/fa2_fwd.yaml:66:26
-    const int v129 = (v108 * v128);
-    // spec: specs/fa2_fwd.yaml:66:26
-    int v130[1];
+    for (int e = 0; e < 1; ++e) v150[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0);
+    // spec: specs/fa2_fwd.yaml:81:26
+    const int v151 = 64;
+    // spec: specs/fa2_fwd.yaml:81:26
+    const int v152 = (v131 * v151);
+    // spec: specs/fa2_fwd.yaml:81:26
+    int v153[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v130[e] = (v129 + v127[e]);
-    // spec: specs/fa2_fwd.yaml:67:27
-    int (&v131)[1] = v130;
-    // spec: specs/fa2_fwd.yaml:67:27
-    bool v132[1];
+    for (int e = 0; e < 1; ++e) v153[e] = (v152 + v150[e]);
+    // spec: specs/fa2_fwd.yaml:82:27
+    int (&v154)[1] = v153;
+    // spec: specs/fa2_fwd.yaml:82:27
+    bool v155[1];
     #pragma unroll
-    for (int e = 0; e < 1; ++e) v132[e] = (v131[e] < v0);
-    // spec: specs/fa2_fwd.yaml:69:31
-    bool v133[16];
+    for (int e = 0; e < 1; ++e) v155[e] = (v154[e] < v0);
+    // spec: specs/fa2_fwd.yaml:84:31
+    bool v156[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v133[e] = v132[0];
-    // spec: specs/fa2_fwd.yaml:69:75
-    const int v134 = (v0 - v2);
-    // spec: specs/fa2_fwd.yaml:69:58
-    int v135[16];
+    for (int e = 0; e < 16; ++e) v156[e] = v155[0];
+    // spec: specs/fa2_fwd.yaml:84:75
+    const int v157 = (v0 - v5);
+    // spec: specs/fa2_fwd.yaml:84:58
+    int v158[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v135[e] = (v102[e] + v134);
-    // spec: specs/fa2_fwd.yaml:69:41
-    int v136[16];
+    for (int e = 0; e < 16; ++e) v158[e] = (v125[e] + v157);
+    // spec: specs/fa2_fwd.yaml:84:41
+    int v159[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v136[e] = v135[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-    // spec: specs/fa2_fwd.yaml:69:41
-    int (&v137)[1] = v130;
-    // spec: specs/fa2_fwd.yaml:69:41
-    int v138[16];
+    for (int e = 0; e < 16; ++e) v159[e] = v158[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+    // spec: specs/fa2_fwd.yaml:84:41
+    int (&v160)[1] = v153;
+    // spec: specs/fa2_fwd.yaml:84:41
+    int v161[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v138[e] = v137[0];
-    // spec: specs/fa2_fwd.yaml:69:41
-    bool v139[16];
+    for (int e = 0; e < 16; ++e) v161[e] = v160[0];
+    // spec: specs/fa2_fwd.yaml:84:41
+    bool v162[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v139[e] = (v138[e] <= v136[e]);
-    // spec: specs/fa2_fwd.yaml:69:31
-    bool v140[16];
+    for (int e = 0; e < 16; ++e) v162[e] = (v161[e] <= v159[e]);
+    // spec: specs/fa2_fwd.yaml:84:31
+    bool v163[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v140[e] = (v133[e] && v139[e]);
-    // spec: specs/fa2_fwd.yaml:70:23
-    float v141[16];
+    for (int e = 0; e < 16; ++e) v163[e] = (v156[e] && v162[e]);
+    // spec: specs/fa2_fwd.yaml:85:23
+    float v164[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v141[e] = (v140[e] ? v117[e] : v126);
-    // spec: specs/fa2_fwd.yaml:71:34
-    float v142[16];
+    for (int e = 0; e < 16; ++e) v164[e] = (v163[e] ? v140[e] : v149);
+    // spec: specs/fa2_fwd.yaml:86:34
+    float v165[16];
     {
-      float r142[16];
+      float r165[16];
     #pragma unroll
-      for (int e = 0; e < 16; ++e) r142[e] = -kg::inf();
+      for (int e = 0; e < 16; ++e) r165[e] = -kg::inf();
     #pragma unroll
       for (int e = 0; e < 16; ++e) {
-        const float a_ = r142[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8], b_ = (float)(v141[e]);
-        r142[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8] = kg::max_(a_, b_);
+        const float a_ = r165[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8], b_ = (float)(v164[e]);
+        r165[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8] = kg::max_(a_, b_);
       }
     #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r142[e], b_ = kg::shfl_xor(a_, 1); r142[e] = kg::max_(a_, b_); }
+      for (int e = 0; e < 16; ++e) { const float a_ = r165[e], b_ = kg::shfl_xor(a_, 1); r165[e] = kg::max_(a_, b_); }
     #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r142[e], b_ = kg::shfl_xor(a_, 2); r142[e] = kg::max_(a_, b_); }
+      for (int e = 0; e < 16; ++e) { const float a_ = r165[e], b_ = kg::shfl_xor(a_, 2); r165[e] = kg::max_(a_, b_); }
     #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r142[e], b_ = kg::shfl_xor(a_, 4); r142[e] = kg::max_(a_, b_); }
+      for (int e = 0; e < 16; ++e) { const float a_ = r165[e], b_ = kg::shfl_xor(a_, 4); r165[e] = kg::max_(a_, b_); }
     #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r142[e], b_ = kg::shfl_xor(a_, 8); r142[e] = kg::max_(a_, b_); }
+      for (int e = 0; e < 16; ++e) { const float a_ = r165[e], b_ = kg::shfl_xor(a_, 8); r165[e] = kg::max_(a_, b_); }
     #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r142[e], b_ = kg::shfl_xor(a_, 16); r142[e] = kg::max_(a_, b_); }
+      for (int e = 0; e < 16; ++e) { const float a_ = r165[e], b_ = kg::shfl_xor(a_, 16); r165[e] = kg::max_(a_, b_); }
       float* scratch_ = reinterpret_cast<float*>(smem + 18432);
       kg::sync();
     #pragma unroll
-      for (int e = 0; e < 16; ++e) scratch_[warp * 128 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = r142[e];
+      for (int e = 0; e < 16; ++e) scratch_[warp * 128 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = r165[e];
       kg::sync();
     #pragma unroll
       for (int e = 0; e < 16; ++e) {
         float a_ = scratch_[(warp ^ 0) * 128 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1];
         { const float b_ = scratch_[(warp ^ 1) * 128 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1]; a_ = kg::max_(a_, b_); }
-        r142[e] = a_;
+        r165[e] = a_;
       }
     #pragma unroll
-      for (int e = 0; e < 16; ++e) v142[e] = kg::cvt<float>(r142[e]);
+      for (int e = 0; e < 16; ++e) v165[e] = kg::cvt<float>(r165[e]);
     }
-    // spec: specs/fa2_fwd.yaml:74:27
-    const float v143 = 0.0f;
-    // spec: specs/fa2_fwd.yaml:74:33
-    const float v144 = -kg::inf();
-    // spec: specs/fa2_fwd.yaml:71:23
-    float v145[16];
+    // spec: specs/fa2_fwd.yaml:89:27
+    const float v166 = 0.0f;
+    // spec: specs/fa2_fwd.yaml:89:33
+    const float v167 = -kg::inf();
+    // spec: specs/fa2_fwd.yaml:86:23
+    float v168[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v145[e] = (kg::max_(v112[e], v142[e]));
-    // spec: specs/fa2_fwd.yaml:74:33
-    bool v146[16];
+    for (int e = 0; e < 16; ++e) v168[e] = (kg::max_(v135[e], v165[e]));
+    // spec: specs/fa2_fwd.yaml:89:33
+    bool v169[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v146[e] = (v145[e] == v144);
-    // spec: specs/fa2_fwd.yaml:74:27
-    float v147[16];
+    for (int e = 0; e < 16; ++e) v169[e] = (v168[e] == v167);
+    // spec: specs/fa2_fwd.yaml:89:27
+    float v170[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v147[e] = (v146[e] ? v143 : v145[e]);
-    // spec: specs/fa2_fwd.yaml:75:42
-    float v148[16];
+    for (int e = 0; e < 16; ++e) v170[e] = (v169[e] ? v166 : v168[e]);
+    // spec: specs/fa2_fwd.yaml:90:42
+    float v171[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v148[e] = (v147[e] * v55);
-    // spec: specs/fa2_fwd.yaml:75:41
-    float (&v149)[16] = v148;
-    // spec: specs/fa2_fwd.yaml:75:28
-    float v150[16];
+    for (int e = 0; e < 16; ++e) v171[e] = (v170[e] * v78);
+    // spec: specs/fa2_fwd.yaml:90:41
+    float (&v172)[16] = v171;
+    // spec: specs/fa2_fwd.yaml:90:28
+    float v173[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v150[e] = v149[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-    // spec: specs/fa2_fwd.yaml:75:28
-    float v151[16];
+    for (int e = 0; e < 16; ++e) v173[e] = v172[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+    // spec: specs/fa2_fwd.yaml:90:28
+    float v174[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v151[e] = (v141[e] * v55);
-    // spec: specs/fa2_fwd.yaml:75:28
-    float v152[16];
+    for (int e = 0; e < 16; ++e) v174[e] = (v164[e] * v78);
+    // spec: specs/fa2_fwd.yaml:90:28
+    float v175[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v152[e] = (v151[e] - v150[e]);
-    // spec: specs/fa2_fwd.yaml:75:23
-    float v153[16];
+    for (int e = 0; e < 16; ++e) v175[e] = (v174[e] - v173[e]);
+    // spec: specs/fa2_fwd.yaml:90:23
+    float v176[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v153[e] = kg::exp2_(v152[e]);
-    // spec: specs/fa2_fwd.yaml:77:31
-    float v154[16];
+    for (int e = 0; e < 16; ++e) v176[e] = kg::exp2_(v175[e]);
+    // spec: specs/fa2_fwd.yaml:92:31
+    float v177[16];
     {
-      float r154[16];
+      float r177[16];
     #pragma unroll
-      for (int e = 0; e < 16; ++e) r154[e] = 0.0f;
+      for (int e = 0; e < 16; ++e) r177[e] = 0.0f;
     #pragma unroll
       for (int e = 0; e < 16; ++e) {
-        const float a_ = r154[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8], b_ = (float)(v153[e]);
-        r154[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8] = a_ + b_;
+        const float a_ = r177[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8], b_ = (float)(v176[e]);
+        r177[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8] = a_ + b_;
       }
     #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r154[e], b_ = kg::shfl_xor(a_, 1); r154[e] = a_ + b_; }
+      for (int e = 0; e < 16; ++e) { const float a_ = r177[e], b_ = kg::shfl_xor(a_, 1); r177[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r154[e], b_ = kg::shfl_xor(a_, 2); r154[e] = a_ + b_; }
+      for (int e = 0; e < 16; ++e) { const float a_ = r177[e], b_ = kg::shfl_xor(a_, 2); r177[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r154[e], b_ = kg::shfl_xor(a_, 4); r154[e] = a_ + b_; }
+      for (int e = 0; e < 16; ++e) { const float a_ = r177[e], b_ = kg::shfl_xor(a_, 4); r177[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r154[e], b_ = kg::shfl_xor(a_, 8); r154[e] = a_ + b_; }
+      for (int e = 0; e < 16; ++e) { const float a_ = r177[e], b_ = kg::shfl_xor(a_, 8); r177[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 16; ++e) { const float a_ = r154[e], b_ = kg::shfl_xor(a_, 16); r154[e] = a_ + b_; }
+      for (int e = 0; e < 16; ++e) { const float a_ = r177[e], b_ = kg::shfl_xor(a_, 16); r177[e] = a_ + b_; }
       float* scratch_ = reinterpret_cast<float*>(smem + 18432);
       kg::sync();
     #pragma unroll
-      for (int e = 0; e < 16; ++e) scratch_[warp * 128 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = r154[e];
+      for (int e = 0; e < 16; ++e) scratch_[warp * 128 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = r177[e];
       kg::sync();
     #pragma unroll
       for (int e = 0; e < 16; ++e) {
         float a_ = scratch_[(warp ^ 0) * 128 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1];
         { const float b_ = scratch_[(warp ^ 1) * 128 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1]; a_ = a_ + b_; }
-        r154[e] = a_;
+        r177[e] = a_;
       }
     #pragma unroll
-      for (int e = 0; e < 16; ++e) v154[e] = kg::cvt<float>(r154[e]);
+      for (int e = 0; e < 16; ++e) v177[e] = kg::cvt<float>(r177[e]);
     }
-    // spec: specs/fa2_fwd.yaml:79:19
-    kg::fp16 v155[16];
+    // spec: specs/fa2_fwd.yaml:94:19
+    kg::fp16 v178[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v155[e] = kg::cvt<kg::fp16>(v153[e]);
-    // spec: specs/fa2_fwd.yaml:76:29
-    float v156[16];
+    for (int e = 0; e < 16; ++e) v178[e] = kg::cvt<kg::fp16>(v176[e]);
+    // spec: specs/fa2_fwd.yaml:91:29
+    float v179[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v156[e] = (v112[e] - v147[e]);
-    // spec: specs/fa2_fwd.yaml:76:28
-    float v157[16];
+    for (int e = 0; e < 16; ++e) v179[e] = (v135[e] - v170[e]);
+    // spec: specs/fa2_fwd.yaml:91:28
+    float v180[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v157[e] = (v156[e] * v55);
-    // spec: specs/fa2_fwd.yaml:76:23
-    float v158[16];
+    for (int e = 0; e < 16; ++e) v180[e] = (v179[e] * v78);
+    // spec: specs/fa2_fwd.yaml:91:23
+    float v181[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v158[e] = kg::exp2_(v157[e]);
-    // spec: specs/fa2_fwd.yaml:78:27
-    float (&v159)[16] = v158;
-    // spec: specs/fa2_fwd.yaml:78:21
-    float v160[16];
+    for (int e = 0; e < 16; ++e) v181[e] = kg::exp2_(v180[e]);
+    // spec: specs/fa2_fwd.yaml:93:27
+    float (&v182)[16] = v181;
+    // spec: specs/fa2_fwd.yaml:93:21
+    float v183[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v160[e] = v159[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-    // spec: specs/fa2_fwd.yaml:78:21
-    float v161[16];
+    for (int e = 0; e < 16; ++e) v183[e] = v182[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+    // spec: specs/fa2_fwd.yaml:93:21
+    float v184[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v161[e] = (v125[e] * v160[e]);
-    // spec: specs/fa2_fwd.yaml:77:19
-    float v162[16];
+    for (int e = 0; e < 16; ++e) v184[e] = (v148[e] * v183[e]);
+    // spec: specs/fa2_fwd.yaml:92:19
+    float v185[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v162[e] = (v110[e] * v158[e]);
-    // spec: specs/fa2_fwd.yaml:77:19
-    float v163[16];
+    for (int e = 0; e < 16; ++e) v185[e] = (v133[e] * v181[e]);
+    // spec: specs/fa2_fwd.yaml:92:19
+    float v186[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v163[e] = (v162[e] + v154[e]);
-    // spec: specs/fa2_fwd.yaml:80:19
+    for (int e = 0; e < 16; ++e) v186[e] = (v185[e] + v177[e]);
+    // spec: specs/fa2_fwd.yaml:95:19
 
     float y0_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y0_[e] = v161[e];
+    for (int e = 0; e < 16; ++e) y0_[e] = v184[e];
     float y1_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y1_[e] = v163[e];
+    for (int e = 0; e < 16; ++e) y1_[e] = v186[e];
     kg::fp16 y2_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y2_[e] = v155[e];
+    for (int e = 0; e < 16; ++e) y2_[e] = v178[e];
     float y3_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y3_[e] = v145[e];
+    for (int e = 0; e < 16; ++e) y3_[e] = v168[e];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v104[e] = y0_[e];
+    for (int e = 0; e < 16; ++e) v127[e] = y0_[e];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v105[e] = y1_[e];
+    for (int e = 0; e < 16; ++e) v128[e] = y1_[e];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v106[e] = y2_[e];
+    for (int e = 0; e < 16; ++e) v129[e] = y2_[e];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v107[e] = y3_[e];
+    for (int e = 0; e < 16; ++e) v130[e] = y3_[e];
   }
-  // spec: specs/fa2_fwd.yaml:81:42
-  const int v164 = 0;
-  // spec: specs/fa2_fwd.yaml:81:50
-  const int v165 = 1;
-  // spec: specs/fa2_fwd.yaml:81:50
-  const int v166 = (v47 - v165);
-  // spec: specs/fa2_fwd.yaml:81:42
-  const int v167 = (kg::max_(v166, v164));
-  // spec: specs/fa2_fwd.yaml:81:26
-  kg::fp16 v168[8];
+  // spec: specs/fa2_fwd.yaml:96:42
+  const int v187 = 0;
+  // spec: specs/fa2_fwd.yaml:96:50
+  const int v188 = 1;
+  // spec: specs/fa2_fwd.yaml:96:50
+  const int v189 = (v70 - v188);
+  // spec: specs/fa2_fwd.yaml:96:42
+  const int v190 = (kg::max_(v189, v187));
+  // spec: specs/fa2_fwd.yaml:96:26
+  kg::fp16 v191[8];
   {
-    const kg::fp16* p_ = t_v + ((int64_t)(v16) * stride_v_0 + (int64_t)(v57) * stride_v_2);
+    const kg::fp16* p_ = t_v + ((int64_t)(v33) * stride_v_0 + (int64_t)(v80) * stride_v_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-    const int t0_ = v167 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32;
+    const int t0_ = v190 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32;
     const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
   #pragma unroll
     for (int e = 0; e < 8; e += 8) {
@@ -818,126 +864,126 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void fa2_fwd_fw
       const int64_t off_ = (int64_t)i0_ * stride_v_1 + (int64_t)i1_ * 1;
       const bool in_ = i0_ < (size_SK);
       if (aligned_ && in_) {
-        kg::copy_vec<8>(&v168[e], p_ + off_);
+        kg::copy_vec<8>(&v191[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v168[e + v] = (i0_ < (size_SK)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          v191[e + v] = (i0_ < (size_SK)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
       }
     }
   }
-  // spec: specs/fa2_fwd.yaml:81:19
-  kg::fp16* v169 = reinterpret_cast<kg::fp16*>(smem + 0);
+  // spec: specs/fa2_fwd.yaml:96:19
+  kg::fp16* v192 = reinterpret_cast<kg::fp16*>(smem + 0);
   kg::sync();
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v169[((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 72 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0))] = v106[e];
+  for (int e = 0; e < 16; ++e) v192[((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 72 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0))] = v129[e];
 
-  // spec: specs/fa2_fwd.yaml:81:19
-  kg::fp16* v170 = reinterpret_cast<kg::fp16*>(smem + 18432);
+  // spec: specs/fa2_fwd.yaml:96:19
+  kg::fp16* v193 = reinterpret_cast<kg::fp16*>(smem + 18432);
   #pragma unroll
-  for (int e = 0; e < 8; ++e) v170[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (0))] = v168[e];
+  for (int e = 0; e < 8; ++e) v193[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16 + ((warp >> 2) & 1) * 32) + (0))] = v191[e];
   kg::sync();
-  // spec: specs/fa2_fwd.yaml:81:19
-  float (&v171)[16] = v104;
+  // spec: specs/fa2_fwd.yaml:96:19
+  float (&v194)[16] = v127;
   #pragma unroll
   for (int ks = 0; ks < 8; ++ks) {
     alignas(16) kg::fp16 fa_[4];
   #pragma unroll
-    for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v169[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+    for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v192[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     alignas(16) kg::fp16 fb_[4];
   #pragma unroll
-    for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v170[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+    for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v193[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
   #pragma unroll
     for (int rm = 0; rm < 1; ++rm)
   #pragma unroll
       for (int rn = 0; rn < 1; ++rn)
-        kg::mfma_32x32x8_fp16(&v171[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+        kg::mfma_32x32x8_fp16(&v194[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
   }
-  // spec: specs/fa2_fwd.yaml:83:15
-  const float v172 = 1.0f;
-  // spec: specs/fa2_fwd.yaml:83:21
-  const float v173 = 0.0f;
-  // spec: specs/fa2_fwd.yaml:83:21
-  bool v174[16];
+  // spec: specs/fa2_fwd.yaml:98:15
+  const float v195 = 1.0f;
+  // spec: specs/fa2_fwd.yaml:98:21
+  const float v196 = 0.0f;
+  // spec: specs/fa2_fwd.yaml:98:21
+  bool v197[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v174[e] = (v105[e] == v173);
-  // spec: specs/fa2_fwd.yaml:83:15
-  float v175[16];
+  for (int e = 0; e < 16; ++e) v197[e] = (v128[e] == v196);
+  // spec: specs/fa2_fwd.yaml:98:15
+  float v198[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v175[e] = (v174[e] ? v172 : v105[e]);
-  // spec: specs/fa2_fwd.yaml:84:52
-  float (&v176)[16] = v175;
-  // spec: specs/fa2_fwd.yaml:84:46
-  float v177[16];
+  for (int e = 0; e < 16; ++e) v198[e] = (v197[e] ? v195 : v128[e]);
+  // spec: specs/fa2_fwd.yaml:99:52
+  float (&v199)[16] = v198;
+  // spec: specs/fa2_fwd.yaml:99:46
+  float v200[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v177[e] = v176[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-  // spec: specs/fa2_fwd.yaml:84:46
-  float v178[16];
+  for (int e = 0; e < 16; ++e) v200[e] = v199[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+  // spec: specs/fa2_fwd.yaml:99:46
+  float v201[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v178[e] = (v171[e] / v177[e]);
-  // spec: specs/fa2_fwd.yaml:84:45
-  kg::fp16 v179[16];
+  for (int e = 0; e < 16; ++e) v201[e] = (v194[e] / v200[e]);
+  // spec: specs/fa2_fwd.yaml:99:45
+  kg::fp16 v202[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v179[e] = kg::cvt<kg::fp16>(v178[e]);
-  // spec: specs/fa2_fwd.yaml:84:7
+  for (int e = 0; e < 16; ++e) v202[e] = kg::cvt<kg::fp16>(v201[e]);
+  // spec: specs/fa2_fwd.yaml:99:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
-    kg::fp16* p_ = t_o + ((int64_t)(v16) * stride_o_0 + (int64_t)(v15) * stride_o_2);
+    kg::fp16* p_ = t_o + ((int64_t)(v33) * stride_o_0 + (int64_t)(v32) * stride_o_2);
     const bool aligned_ = false;
-    const int t0_ = v14 * 128 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
+    const int t0_ = v39 * 128 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
     const int t1_ = 0 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32;
   #pragma unroll
     for (int e = 0; e < 16; e += 1) {
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
       const int i1_ = t1_ + 0;
       const int64_t off_ = (int64_t)i0_ * stride_o_1 + (int64_t)i1_ * 1;
-      if (i0_ < (size_SQ)) p_[off_] = v179[e];
+      if (i0_ < (size_SQ)) p_[off_] = v202[e];
     }
   }
-  // spec: specs/fa2_fwd.yaml:85:44
-  const float v180 = -kg::inf();
-  // spec: specs/fa2_fwd.yaml:85:66
-  const float v181 = 0.6931471805599453f;
-  // spec: specs/fa2_fwd.yaml:85:80
-  float v182[16];
+  // spec: specs/fa2_fwd.yaml:100:44
+  const float v203 = -kg::inf();
+  // spec: specs/fa2_fwd.yaml:100:66
+  const float v204 = 0.6931471805599453f;
+  // spec: specs/fa2_fwd.yaml:100:80
+  float v205[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v182[e] = kg::log2_(v175[e]);
-  // spec: specs/fa2_fwd.yaml:85:67
-  float v183[16];
+  for (int e = 0; e < 16; ++e) v205[e] = kg::log2_(v198[e]);
+  // spec: specs/fa2_fwd.yaml:100:67
+  float v206[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v183[e] = (v107[e] * v55);
-  // spec: specs/fa2_fwd.yaml:85:67
-  float v184[16];
+  for (int e = 0; e < 16; ++e) v206[e] = (v130[e] * v78);
+  // spec: specs/fa2_fwd.yaml:100:67
+  float v207[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v184[e] = (v183[e] + v182[e]);
-  // spec: specs/fa2_fwd.yaml:85:66
-  float v185[16];
+  for (int e = 0; e < 16; ++e) v207[e] = (v206[e] + v205[e]);
+  // spec: specs/fa2_fwd.yaml:100:66
+  float v208[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v185[e] = (v184[e] * v181);
-  // spec: specs/fa2_fwd.yaml:85:50
-  const float v186 = 0.0f;
-  // spec: specs/fa2_fwd.yaml:85:50
-  bool v187[16];
+  for (int e = 0; e < 16; ++e) v208[e] = (v207[e] * v204);
+  // spec: specs/fa2_fwd.yaml:100:50
+  const float v209 = 0.0f;
+  // spec: specs/fa2_fwd.yaml:100:50
+  bool v210[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v187[e] = (v105[e] == v186);
-  // spec: specs/fa2_fwd.yaml:85:44
-  float v188[16];
+  for (int e = 0; e < 16; ++e) v210[e] = (v128[e] == v209);
+  // spec: specs/fa2_fwd.yaml:100:44
+  float v211[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v188[e] = (v187[e] ? v180 : v185[e]);
-  // spec: specs/fa2_fwd.yaml:85:7
+  for (int e = 0; e < 16; ++e) v211[e] = (v210[e] ? v203 : v208[e]);
+  // spec: specs/fa2_fwd.yaml:100:7
   if ((lane & 31) == 0 && (warp & 1) == 0) {
-    float* p_ = t_lse + ((int64_t)(v16) * stride_lse_0 + (int64_t)(v15) * stride_lse_1);
+    float* p_ = t_lse + ((int64_t)(v33) * stride_lse_0 + (int64_t)(v32) * stride_lse_1);
     const bool aligned_ = kg::aligned(p_, 16) && stride_lse_0 % 4 == 0 && stride_lse_1 % 4 == 0;
-    const int t0_ = v14 * 128 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
+    const int t0_ = v39 * 128 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
   #pragma unroll
     for (int e = 0; e < 16; e += 4) {
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
       const int64_t off_ = (int64_t)i0_ * 1;
       if (aligned_ && i0_ + 4 <= (size_SQ)) {
-        kg::copy_vec<4>(p_ + off_, &v188[e]);
+        kg::copy_vec<4>(p_ + off_, &v211[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 4; ++v)
-          if (i0_ + v < (size_SQ)) p_[off_ + v] = v188[e + v];
+          if (i0_ + v < (size_SQ)) p_[off_ + v] = v211[e + v];
       }
     }
   }

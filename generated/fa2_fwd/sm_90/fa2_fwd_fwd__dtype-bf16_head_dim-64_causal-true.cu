@@ -28,301 +28,347 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::bf16* __restrict__ t
   // the causal D=128 forward from 202 to 180 registers)
   const int warp = __shfl_sync(0xffffffffu, kg::thread_id() / kg::WAVE, 0);
   
-  // spec: specs/fa2_fwd.yaml:50:19
+  // spec: specs/fa2_fwd.yaml:65:19
   const int v0 = size_SK;
-  // spec: specs/fa2_fwd.yaml:49:16
+  // spec: specs/fa2_fwd.yaml:64:16
   const float v1 = scalar_softmax_scale;
-  // spec: specs/fa2_fwd.yaml:46:17
-  const int v2 = size_SQ;
-  // spec: specs/fa2_fwd.yaml:45:23
-  const int v3 = size_HKV;
-  // spec: specs/fa2_fwd.yaml:43:28
-  const int v4 = size_H;
-  // spec: specs/fa2_fwd.yaml:43:11
-  const int v5 = kg::block_id_y();
-  // spec: specs/fa2_fwd.yaml:44:11
+  // spec: specs/fa2_fwd.yaml:61:23
+  const int v2 = size_HKV;
+  // spec: specs/fa2_fwd.yaml:56:35
+  const int v3 = size_H;
+  // spec: specs/fa2_fwd.yaml:56:31
+  const int v4 = size_B;
+  // spec: specs/fa2_fwd.yaml:43:19
+  const int v5 = size_SQ;
+  // spec: specs/fa2_fwd.yaml:44:12
   const int v6 = kg::block_id_y();
-  // spec: specs/fa2_fwd.yaml:46:36
+  // spec: specs/fa2_fwd.yaml:45:23
   const int v7 = kg::block_id_x();
-  // spec: specs/fa2_fwd.yaml:63:19
-  kg::bf16* v8 = reinterpret_cast<kg::bf16*>(smem + 0);
-  // spec: specs/fa2_fwd.yaml:46:12
-  const int v9 = 1;
-  // spec: specs/fa2_fwd.yaml:46:12
-  const int v10 = 128;
-  // spec: specs/fa2_fwd.yaml:46:12
-  const int v11 = 127;
-  // spec: specs/fa2_fwd.yaml:46:12
-  const int v12 = (v2 + v11);
-  // spec: specs/fa2_fwd.yaml:46:12
-  const int v13 = (kg::floordiv(v12, v10));
-  // spec: specs/fa2_fwd.yaml:46:12
-  const int v14 = (v13 - v9);
-  // spec: specs/fa2_fwd.yaml:46:12
-  const int v15 = (v14 - v7);
-  // spec: specs/fa2_fwd.yaml:44:11
-  const int v16 = (kg::mod(v6, v4));
-  // spec: specs/fa2_fwd.yaml:43:11
-  const int v17 = (kg::floordiv(v5, v4));
-  // spec: specs/fa2_fwd.yaml:48:12
+  // spec: specs/fa2_fwd.yaml:45:12
+  const int v8 = 1;
+  // spec: specs/fa2_fwd.yaml:43:14
+  const int v9 = 128;
+  // spec: specs/fa2_fwd.yaml:43:14
+  const int v10 = 127;
+  // spec: specs/fa2_fwd.yaml:43:14
+  const int v11 = (v5 + v10);
+  // spec: specs/fa2_fwd.yaml:43:14
+  const int v12 = (kg::floordiv(v11, v9));
+  // spec: specs/fa2_fwd.yaml:45:12
+  const int v13 = (v12 - v8);
+  // spec: specs/fa2_fwd.yaml:45:12
+  const int v14 = (v13 - v7);
+  // spec: specs/fa2_fwd.yaml:54:17
+  const int v15 = kg::block_id_y();
+  // spec: specs/fa2_fwd.yaml:54:40
+  const int v16 = kg::block_id_x();
+  // spec: specs/fa2_fwd.yaml:78:19
+  kg::bf16* v17 = reinterpret_cast<kg::bf16*>(smem + 0);
+  // spec: specs/fa2_fwd.yaml:55:16
+  const int v18 = 16;
+  // spec: specs/fa2_fwd.yaml:55:24
+  const int v19 = 16;
+  // spec: specs/fa2_fwd.yaml:55:24
+  const int v20 = (v19 * v12);
+  // spec: specs/fa2_fwd.yaml:54:17
+  const int v21 = (v15 * v12);
+  // spec: specs/fa2_fwd.yaml:54:17
+  const int v22 = (v21 + v16);
+  // spec: specs/fa2_fwd.yaml:55:16
+  const int v23 = (kg::floordiv(v22, v20));
+  // spec: specs/fa2_fwd.yaml:55:16
+  const int v24 = (v23 * v18);
+  // spec: specs/fa2_fwd.yaml:57:28
+  const int v25 = (v24 * v12);
+  // spec: specs/fa2_fwd.yaml:57:22
+  const int v26 = (v22 - v25);
+  // spec: specs/fa2_fwd.yaml:56:19
+  const int v27 = 16;
+  // spec: specs/fa2_fwd.yaml:56:31
+  const int v28 = (v4 * v3);
+  // spec: specs/fa2_fwd.yaml:56:31
+  const int v29 = (v28 - v24);
+  // spec: specs/fa2_fwd.yaml:56:19
+  const int v30 = (kg::min_(v27, v29));
+  // spec: specs/fa2_fwd.yaml:57:21
+  const int v31 = (kg::mod(v26, v30));
+  // spec: specs/fa2_fwd.yaml:57:16
+  const int v32 = (v24 + v31);
+  // spec: specs/fa2_fwd.yaml:60:11
+  const int v33 = (kg::mod(v32, v3));
+  // spec: specs/fa2_fwd.yaml:59:11
+  const int v34 = (kg::floordiv(v32, v3));
+  // spec: specs/fa2_fwd.yaml:58:34
+  const int v35 = (v24 * v12);
+  // spec: specs/fa2_fwd.yaml:58:28
+  const int v36 = (v22 - v35);
+  // spec: specs/fa2_fwd.yaml:58:27
+  const int v37 = (kg::floordiv(v36, v30));
+  // spec: specs/fa2_fwd.yaml:58:16
+  const int v38 = 1;
+  // spec: specs/fa2_fwd.yaml:58:16
+  const int v39 = (v12 - v38);
+  // spec: specs/fa2_fwd.yaml:58:16
+  const int v40 = (v39 - v37);
+  // spec: specs/fa2_fwd.yaml:63:12
   kg::sync();
   if (true) {
-    const kg::bf16* p_ = t_q + ((int64_t)(v17) * stride_q_0 + (int64_t)(v16) * stride_q_2);
+    const kg::bf16* p_ = t_q + ((int64_t)(v34) * stride_q_0 + (int64_t)(v33) * stride_q_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v15 * 128) * stride_q_1 + 0;
+    const int64_t q_ = (int64_t)(v40 * 128) * stride_q_1 + 0;
     const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
     const int64_t o0_ = q_ + ((int64_t)r0_ * stride_q_1 + k0_);
   #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int r_ = r0_ + i * 32, k_ = k0_;
-      const int i0_ = v15 * 128 + r_, i1_ = 0 + k_;
+      const int i0_ = v40 * 128 + r_, i1_ = 0 + k_;
       const int64_t off_ = o0_ + (int64_t)(i * 32) * stride_q_1;
       const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 8192 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
       if (aligned_) {
         const int n_ = (i0_ < (size_SQ)) * 8;
-        kg::cp_async<16>(&v8[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        kg::cp_async<16>(&v17[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v8[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v17[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_fwd.yaml:63:19
+  // spec: specs/fa2_fwd.yaml:78:19
   kg::cp_async_wait<0>();
   kg::fence_proxy_async();
   kg::sync();
-  // spec: specs/fa2_fwd.yaml:64:27
-  kg::bf16* v18 = reinterpret_cast<kg::bf16*>(smem + 16384);
-  // spec: specs/fa2_fwd.yaml:63:19
-  kg::bf16* v19 = reinterpret_cast<kg::bf16*>(smem + 32768);
-  // spec: specs/fa2_fwd.yaml:62:11
-  const int v20 = 0;
-  // spec: specs/fa2_fwd.yaml:62:11
-  kg::bf16* v21 = v19 + (v20 % 2) * 4096;
-  // spec: specs/fa2_fwd.yaml:62:71
-  const int v22 = 0;
-  // spec: specs/fa2_fwd.yaml:59:58
-  const int v23 = 64;
-  // spec: specs/fa2_fwd.yaml:59:58
-  const int v24 = 0;
-  // spec: specs/fa2_fwd.yaml:59:66
-  const int v25 = 1;
-  // spec: specs/fa2_fwd.yaml:59:66
-  const int v26 = 128;
-  // spec: specs/fa2_fwd.yaml:59:66
-  const int v27 = (v15 * v26);
-  // spec: specs/fa2_fwd.yaml:59:66
-  const int v28 = (v27 + v0);
-  // spec: specs/fa2_fwd.yaml:59:66
-  const int v29 = (v28 - v2);
-  // spec: specs/fa2_fwd.yaml:59:66
-  const int v30 = (v29 + v25);
-  // spec: specs/fa2_fwd.yaml:59:58
-  const int v31 = (kg::max_(v30, v24));
-  // spec: specs/fa2_fwd.yaml:59:58
-  const int v32 = (kg::floordiv(v31, v23));
-  // spec: specs/fa2_fwd.yaml:59:36
-  const int v33 = 64;
-  // spec: specs/fa2_fwd.yaml:59:36
-  const int v34 = (kg::floordiv(v0, v33));
-  // spec: specs/fa2_fwd.yaml:57:32
-  const int v35 = 64;
-  // spec: specs/fa2_fwd.yaml:57:32
-  const int v36 = 63;
-  // spec: specs/fa2_fwd.yaml:57:37
-  const int v37 = 128;
-  // spec: specs/fa2_fwd.yaml:57:38
-  const int v38 = 1;
-  // spec: specs/fa2_fwd.yaml:57:38
-  const int v39 = (v15 + v38);
-  // spec: specs/fa2_fwd.yaml:57:37
-  const int v40 = (v39 * v37);
-  // spec: specs/fa2_fwd.yaml:57:37
-  const int v41 = (v40 + v0);
-  // spec: specs/fa2_fwd.yaml:57:37
-  const int v42 = (v41 - v2);
-  // spec: specs/fa2_fwd.yaml:57:32
-  const int v43 = (v42 + v36);
-  // spec: specs/fa2_fwd.yaml:57:32
-  const int v44 = (kg::floordiv(v43, v35));
-  // spec: specs/fa2_fwd.yaml:50:14
-  const int v45 = 64;
-  // spec: specs/fa2_fwd.yaml:50:14
-  const int v46 = 63;
-  // spec: specs/fa2_fwd.yaml:50:14
-  const int v47 = (v0 + v46);
-  // spec: specs/fa2_fwd.yaml:50:14
-  const int v48 = (kg::floordiv(v47, v45));
-  // spec: specs/fa2_fwd.yaml:57:18
-  const int v49 = (kg::min_(v48, v44));
-  // spec: specs/fa2_fwd.yaml:59:28
-  const int v50 = (kg::min_(v34, v49));
-  // spec: specs/fa2_fwd.yaml:59:20
-  const int v51 = (kg::min_(v50, v32));
-  // spec: specs/fa2_fwd.yaml:62:11
-  const bool v52 = (v22 < v51);
-  // spec: specs/fa2_fwd.yaml:45:18
-  const int v53 = (kg::floordiv(v4, v3));
-  // spec: specs/fa2_fwd.yaml:45:12
-  const int v54 = (kg::floordiv(v16, v53));
-  // spec: specs/fa2_fwd.yaml:63:27
-  if (v52) {
-    const kg::bf16* p_ = t_k + ((int64_t)(v17) * stride_k_0 + (int64_t)(v54) * stride_k_2);
+  // spec: specs/fa2_fwd.yaml:79:27
+  kg::bf16* v41 = reinterpret_cast<kg::bf16*>(smem + 16384);
+  // spec: specs/fa2_fwd.yaml:78:19
+  kg::bf16* v42 = reinterpret_cast<kg::bf16*>(smem + 32768);
+  // spec: specs/fa2_fwd.yaml:77:11
+  const int v43 = 0;
+  // spec: specs/fa2_fwd.yaml:77:11
+  kg::bf16* v44 = v42 + (v43 % 2) * 4096;
+  // spec: specs/fa2_fwd.yaml:77:71
+  const int v45 = 0;
+  // spec: specs/fa2_fwd.yaml:74:58
+  const int v46 = 64;
+  // spec: specs/fa2_fwd.yaml:74:58
+  const int v47 = 0;
+  // spec: specs/fa2_fwd.yaml:74:66
+  const int v48 = 1;
+  // spec: specs/fa2_fwd.yaml:74:66
+  const int v49 = 128;
+  // spec: specs/fa2_fwd.yaml:74:66
+  const int v50 = (v40 * v49);
+  // spec: specs/fa2_fwd.yaml:74:66
+  const int v51 = (v50 + v0);
+  // spec: specs/fa2_fwd.yaml:74:66
+  const int v52 = (v51 - v5);
+  // spec: specs/fa2_fwd.yaml:74:66
+  const int v53 = (v52 + v48);
+  // spec: specs/fa2_fwd.yaml:74:58
+  const int v54 = (kg::max_(v53, v47));
+  // spec: specs/fa2_fwd.yaml:74:58
+  const int v55 = (kg::floordiv(v54, v46));
+  // spec: specs/fa2_fwd.yaml:74:36
+  const int v56 = 64;
+  // spec: specs/fa2_fwd.yaml:74:36
+  const int v57 = (kg::floordiv(v0, v56));
+  // spec: specs/fa2_fwd.yaml:72:32
+  const int v58 = 64;
+  // spec: specs/fa2_fwd.yaml:72:32
+  const int v59 = 63;
+  // spec: specs/fa2_fwd.yaml:72:37
+  const int v60 = 128;
+  // spec: specs/fa2_fwd.yaml:72:38
+  const int v61 = 1;
+  // spec: specs/fa2_fwd.yaml:72:38
+  const int v62 = (v40 + v61);
+  // spec: specs/fa2_fwd.yaml:72:37
+  const int v63 = (v62 * v60);
+  // spec: specs/fa2_fwd.yaml:72:37
+  const int v64 = (v63 + v0);
+  // spec: specs/fa2_fwd.yaml:72:37
+  const int v65 = (v64 - v5);
+  // spec: specs/fa2_fwd.yaml:72:32
+  const int v66 = (v65 + v59);
+  // spec: specs/fa2_fwd.yaml:72:32
+  const int v67 = (kg::floordiv(v66, v58));
+  // spec: specs/fa2_fwd.yaml:65:14
+  const int v68 = 64;
+  // spec: specs/fa2_fwd.yaml:65:14
+  const int v69 = 63;
+  // spec: specs/fa2_fwd.yaml:65:14
+  const int v70 = (v0 + v69);
+  // spec: specs/fa2_fwd.yaml:65:14
+  const int v71 = (kg::floordiv(v70, v68));
+  // spec: specs/fa2_fwd.yaml:72:18
+  const int v72 = (kg::min_(v71, v67));
+  // spec: specs/fa2_fwd.yaml:74:28
+  const int v73 = (kg::min_(v57, v72));
+  // spec: specs/fa2_fwd.yaml:74:20
+  const int v74 = (kg::min_(v73, v55));
+  // spec: specs/fa2_fwd.yaml:77:11
+  const bool v75 = (v45 < v74);
+  // spec: specs/fa2_fwd.yaml:61:18
+  const int v76 = (kg::floordiv(v3, v2));
+  // spec: specs/fa2_fwd.yaml:61:12
+  const int v77 = (kg::floordiv(v33, v76));
+  // spec: specs/fa2_fwd.yaml:78:27
+  if (v75) {
+    const kg::bf16* p_ = t_k + ((int64_t)(v34) * stride_k_0 + (int64_t)(v77) * stride_k_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v22 * 64) * stride_k_1 + 0;
+    const int64_t q_ = (int64_t)(v45 * 64) * stride_k_1 + 0;
     const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
     const int64_t o0_ = q_ + ((int64_t)r0_ * stride_k_1 + k0_);
   #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int r_ = r0_ + i * 32, k_ = k0_;
-      const int i0_ = v22 * 64 + r_, i1_ = 0 + k_;
+      const int i0_ = v45 * 64 + r_, i1_ = 0 + k_;
       const int64_t off_ = o0_ + (int64_t)(i * 32) * stride_k_1;
       const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
       if (aligned_) {
         const int n_ = (i0_ < (size_SK)) * 8;
-        kg::cp_async<16>(&v21[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        kg::cp_async<16>(&v44[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v21[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v44[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_fwd.yaml:62:11
-  kg::bf16* v55 = v18 + (v20 % 2) * 4096;
-  // spec: specs/fa2_fwd.yaml:64:50
-  const int v56 = 0;
-  // spec: specs/fa2_fwd.yaml:64:58
-  const int v57 = 1;
-  // spec: specs/fa2_fwd.yaml:64:58
-  const int v58 = (v22 - v57);
-  // spec: specs/fa2_fwd.yaml:64:50
-  const int v59 = (kg::max_(v58, v56));
-  // spec: specs/fa2_fwd.yaml:64:34
-  if (v52) {
-    const kg::bf16* p_ = t_v + ((int64_t)(v17) * stride_v_0 + (int64_t)(v54) * stride_v_2);
+  // spec: specs/fa2_fwd.yaml:77:11
+  kg::bf16* v78 = v41 + (v43 % 2) * 4096;
+  // spec: specs/fa2_fwd.yaml:79:50
+  const int v79 = 0;
+  // spec: specs/fa2_fwd.yaml:79:58
+  const int v80 = 1;
+  // spec: specs/fa2_fwd.yaml:79:58
+  const int v81 = (v45 - v80);
+  // spec: specs/fa2_fwd.yaml:79:50
+  const int v82 = (kg::max_(v81, v79));
+  // spec: specs/fa2_fwd.yaml:79:34
+  if (v75) {
+    const kg::bf16* p_ = t_v + ((int64_t)(v34) * stride_v_0 + (int64_t)(v77) * stride_v_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v59 * 64) * stride_v_1 + 0;
+    const int64_t q_ = (int64_t)(v82 * 64) * stride_v_1 + 0;
     const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
     const int64_t o0_ = q_ + ((int64_t)r0_ * stride_v_1 + k0_);
   #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int r_ = r0_ + i * 32, k_ = k0_;
-      const int i0_ = v59 * 64 + r_, i1_ = 0 + k_;
+      const int i0_ = v82 * 64 + r_, i1_ = 0 + k_;
       const int64_t off_ = o0_ + (int64_t)(i * 32) * stride_v_1;
       const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
       if (aligned_) {
         const int n_ = (i0_ < (size_SK)) * 8;
-        kg::cp_async<16>(&v55[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        kg::cp_async<16>(&v78[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v55[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v78[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_fwd.yaml:62:71
-  const int v60 = 1;
-  // spec: specs/fa2_fwd.yaml:54:11
-  kg::bf16 v61[32];
+  // spec: specs/fa2_fwd.yaml:77:71
+  const int v83 = 1;
+  // spec: specs/fa2_fwd.yaml:69:11
+  kg::bf16 v84[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v61[e] = kg::cvt<kg::bf16>(0.0f);
-  // spec: specs/fa2_fwd.yaml:53:13
-  float v62[32];
+  for (int e = 0; e < 32; ++e) v84[e] = kg::cvt<kg::bf16>(0.0f);
+  // spec: specs/fa2_fwd.yaml:68:13
+  float v85[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v62[e] = 0.0f;
-  // spec: specs/fa2_fwd.yaml:52:11
-  float v63[2];
+  for (int e = 0; e < 32; ++e) v85[e] = 0.0f;
+  // spec: specs/fa2_fwd.yaml:67:11
+  float v86[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v63[e] = 0.0f;
-  // spec: specs/fa2_fwd.yaml:51:11
-  float v64[2];
+  for (int e = 0; e < 2; ++e) v86[e] = 0.0f;
+  // spec: specs/fa2_fwd.yaml:66:11
+  float v87[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v64[e] = -kg::inf();
-  // spec: specs/fa2_fwd.yaml:49:16
-  const float v65 = 1.4426950408889634f;
-  // spec: specs/fa2_fwd.yaml:49:16
-  const float v66 = (v1 * v65);
-  // spec: specs/fa2_fwd.yaml:62:11
+  for (int e = 0; e < 2; ++e) v87[e] = -kg::inf();
+  // spec: specs/fa2_fwd.yaml:64:16
+  const float v88 = 1.4426950408889634f;
+  // spec: specs/fa2_fwd.yaml:64:16
+  const float v89 = (v1 * v88);
+  // spec: specs/fa2_fwd.yaml:77:11
 
-  float v67[32];
+  float v90[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v67[e] = v62[e];
-  float v68[2];
+  for (int e = 0; e < 32; ++e) v90[e] = v85[e];
+  float v91[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v68[e] = v63[e];
-  kg::bf16 v69[32];
+  for (int e = 0; e < 2; ++e) v91[e] = v86[e];
+  kg::bf16 v92[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v69[e] = v61[e];
-  float v70[2];
+  for (int e = 0; e < 32; ++e) v92[e] = v84[e];
+  float v93[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v70[e] = v64[e];
-  for (int v71 = v22; v71 < v51; v71 += v60) {
-    float (&v72)[32] = v67;
-    float (&v73)[2] = v68;
-    kg::bf16 (&v74)[32] = v69;
-    float (&v75)[2] = v70;
+  for (int e = 0; e < 2; ++e) v93[e] = v87[e];
+  for (int v94 = v45; v94 < v74; v94 += v83) {
+    float (&v95)[32] = v90;
+    float (&v96)[2] = v91;
+    kg::bf16 (&v97)[32] = v92;
+    float (&v98)[2] = v93;
     
-    // spec: specs/fa2_fwd.yaml:62:11
-    const int v76 = (v71 - v22);
-    // spec: specs/fa2_fwd.yaml:62:11
-    const int v77 = (kg::floordiv(v76, v60));
-    // spec: specs/fa2_fwd.yaml:62:11
-    kg::bf16* v78 = v18 + (v77 % 2) * 4096;
-    // spec: specs/fa2_fwd.yaml:62:11
-    kg::bf16* v79 = v19 + (v77 % 2) * 4096;
-    // spec: specs/fa2_fwd.yaml:63:19
+    // spec: specs/fa2_fwd.yaml:77:11
+    const int v99 = (v94 - v45);
+    // spec: specs/fa2_fwd.yaml:77:11
+    const int v100 = (kg::floordiv(v99, v83));
+    // spec: specs/fa2_fwd.yaml:77:11
+    kg::bf16* v101 = v41 + (v100 % 2) * 4096;
+    // spec: specs/fa2_fwd.yaml:77:11
+    kg::bf16* v102 = v42 + (v100 % 2) * 4096;
+    // spec: specs/fa2_fwd.yaml:78:19
     kg::cp_async_wait<1>();
     kg::fence_proxy_async();
     kg::sync();
-    // spec: specs/fa2_fwd.yaml:62:11
-    const int v80 = 1;
-    // spec: specs/fa2_fwd.yaml:62:11
-    const int v81 = (v77 + v80);
-    // spec: specs/fa2_fwd.yaml:62:11
-    kg::bf16* v82 = v19 + (v81 % 2) * 4096;
-    // spec: specs/fa2_fwd.yaml:63:27
-    const int v83 = (v71 + v60);
-    // spec: specs/fa2_fwd.yaml:63:27
-    const bool v84 = (v83 < v51);
-    // spec: specs/fa2_fwd.yaml:63:27
-    if (v84) {
-      const kg::bf16* p_ = t_k + ((int64_t)(v17) * stride_k_0 + (int64_t)(v54) * stride_k_2);
+    // spec: specs/fa2_fwd.yaml:77:11
+    const int v103 = 1;
+    // spec: specs/fa2_fwd.yaml:77:11
+    const int v104 = (v100 + v103);
+    // spec: specs/fa2_fwd.yaml:77:11
+    kg::bf16* v105 = v42 + (v104 % 2) * 4096;
+    // spec: specs/fa2_fwd.yaml:78:27
+    const int v106 = (v94 + v83);
+    // spec: specs/fa2_fwd.yaml:78:27
+    const bool v107 = (v106 < v74);
+    // spec: specs/fa2_fwd.yaml:78:27
+    if (v107) {
+      const kg::bf16* p_ = t_k + ((int64_t)(v34) * stride_k_0 + (int64_t)(v77) * stride_k_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v83 * 64) * stride_k_1 + 0;
+      const int64_t q_ = (int64_t)(v106 * 64) * stride_k_1 + 0;
       const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
       const int64_t o0_ = q_ + ((int64_t)r0_ * stride_k_1 + k0_);
     #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int r_ = r0_ + i * 32, k_ = k0_;
-        const int i0_ = v83 * 64 + r_, i1_ = 0 + k_;
+        const int i0_ = v106 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = o0_ + (int64_t)(i * 32) * stride_k_1;
         const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
         if (aligned_) {
           const int n_ = (i0_ < (size_SK)) * 8;
-          kg::cp_async<16>(&v82[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v105[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v82[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v105[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
-    // spec: specs/fa2_fwd.yaml:63:19
-    kg::bf16* v85 = v79;
-    // spec: specs/fa2_fwd.yaml:63:19
-    float v86[32];
-    // spec: specs/fa2_fwd.yaml:63:19
-    float (&v87)[32] = v86;
+    // spec: specs/fa2_fwd.yaml:78:19
+    kg::bf16* v108 = v102;
+    // spec: specs/fa2_fwd.yaml:78:19
+    float v109[32];
+    // spec: specs/fa2_fwd.yaml:78:19
+    float (&v110)[32] = v109;
     {
       const int wg_ = (warp / 4);
-      const uint64_t da_ = kg::wgmma_desc(v8, 16, 1024, 1);
-      const uint64_t db_ = kg::wgmma_desc(v85, 16, 1024, 1);
+      const uint64_t da_ = kg::wgmma_desc(v17, 16, 1024, 1);
+      const uint64_t db_ = kg::wgmma_desc(v108, 16, 1024, 1);
       kg::wgmma_fence();
     #pragma unroll
       for (int ks = 0; ks < 4; ++ks)
@@ -330,68 +376,68 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::bf16* __restrict__ t
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v87[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 8192 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
+            kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v110[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 8192 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
       kg::wgmma_commit();
     }
-    // spec: specs/fa2_fwd.yaml:64:50
-    const int v88 = 0;
-    // spec: specs/fa2_fwd.yaml:64:58
-    const int v89 = 1;
-    // spec: specs/fa2_fwd.yaml:64:58
-    const int v90 = (v71 - v89);
-    // spec: specs/fa2_fwd.yaml:64:50
-    const int v91 = (kg::max_(v90, v88));
-    // spec: specs/fa2_fwd.yaml:64:27
+    // spec: specs/fa2_fwd.yaml:79:50
+    const int v111 = 0;
+    // spec: specs/fa2_fwd.yaml:79:58
+    const int v112 = 1;
+    // spec: specs/fa2_fwd.yaml:79:58
+    const int v113 = (v94 - v112);
+    // spec: specs/fa2_fwd.yaml:79:50
+    const int v114 = (kg::max_(v113, v111));
+    // spec: specs/fa2_fwd.yaml:79:27
     kg::cp_async_wait<1>();
     kg::fence_proxy_async();
     kg::sync();
-    // spec: specs/fa2_fwd.yaml:62:11
-    kg::bf16* v92 = v18 + (v81 % 2) * 4096;
-    // spec: specs/fa2_fwd.yaml:64:50
-    const int v93 = 0;
-    // spec: specs/fa2_fwd.yaml:64:58
-    const int v94 = 1;
-    // spec: specs/fa2_fwd.yaml:64:34
-    const int v95 = (v71 + v60);
-    // spec: specs/fa2_fwd.yaml:64:58
-    const int v96 = (v95 - v94);
-    // spec: specs/fa2_fwd.yaml:64:50
-    const int v97 = (kg::max_(v96, v93));
-    // spec: specs/fa2_fwd.yaml:64:34
-    const bool v98 = (v95 < v51);
-    // spec: specs/fa2_fwd.yaml:64:34
-    if (v98) {
-      const kg::bf16* p_ = t_v + ((int64_t)(v17) * stride_v_0 + (int64_t)(v54) * stride_v_2);
+    // spec: specs/fa2_fwd.yaml:77:11
+    kg::bf16* v115 = v41 + (v104 % 2) * 4096;
+    // spec: specs/fa2_fwd.yaml:79:50
+    const int v116 = 0;
+    // spec: specs/fa2_fwd.yaml:79:58
+    const int v117 = 1;
+    // spec: specs/fa2_fwd.yaml:79:34
+    const int v118 = (v94 + v83);
+    // spec: specs/fa2_fwd.yaml:79:58
+    const int v119 = (v118 - v117);
+    // spec: specs/fa2_fwd.yaml:79:50
+    const int v120 = (kg::max_(v119, v116));
+    // spec: specs/fa2_fwd.yaml:79:34
+    const bool v121 = (v118 < v74);
+    // spec: specs/fa2_fwd.yaml:79:34
+    if (v121) {
+      const kg::bf16* p_ = t_v + ((int64_t)(v34) * stride_v_0 + (int64_t)(v77) * stride_v_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v97 * 64) * stride_v_1 + 0;
+      const int64_t q_ = (int64_t)(v120 * 64) * stride_v_1 + 0;
       const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
       const int64_t o0_ = q_ + ((int64_t)r0_ * stride_v_1 + k0_);
     #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int r_ = r0_ + i * 32, k_ = k0_;
-        const int i0_ = v97 * 64 + r_, i1_ = 0 + k_;
+        const int i0_ = v120 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = o0_ + (int64_t)(i * 32) * stride_v_1;
         const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
         if (aligned_) {
           const int n_ = (i0_ < (size_SK)) * 8;
-          kg::cp_async<16>(&v92[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v115[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v92[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v115[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
-    // spec: specs/fa2_fwd.yaml:64:27
-    float (&v99)[32] = v72;
+    // spec: specs/fa2_fwd.yaml:79:27
+    float (&v122)[32] = v95;
     {
       const int wg_ = (warp / 4);
-      const uint64_t db_ = kg::wgmma_desc(v78, 8192, 1024, 1);
+      const uint64_t db_ = kg::wgmma_desc(v101, 8192, 1024, 1);
       // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
       // (ptxas would then insert a warpgroup.arrive, C7519)
     #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v99[e]);
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v122[e]);
       kg::wgmma_fence();
     #pragma unroll
       for (int ks = 0; ks < 4; ++ks)
@@ -399,301 +445,301 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::bf16* __restrict__ t
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n64k16_bf16_rs<1>(&v99[(rm * 1 + rn) * 32], &v74[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
+            kg::wgmma_m64n64k16_bf16_rs<1>(&v122[(rm * 1 + rn) * 32], &v97[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
       kg::wgmma_commit();
     }
-    // spec: specs/fa2_fwd.yaml:63:19
+    // spec: specs/fa2_fwd.yaml:78:19
     kg::wgmma_wait<1>();
     #pragma unroll
-    for (int e = 0; e < 32; ++e) kg::fence_operand(v87[e]);
-    float (&v100)[32] = v87;
-    // spec: specs/fa2_fwd.yaml:71:34
-    float v101[2];
+    for (int e = 0; e < 32; ++e) kg::fence_operand(v110[e]);
+    float (&v123)[32] = v110;
+    // spec: specs/fa2_fwd.yaml:86:34
+    float v124[2];
     {
-      float r101[2];
+      float r124[2];
     #pragma unroll
-      for (int e = 0; e < 2; ++e) r101[e] = -kg::inf();
+      for (int e = 0; e < 2; ++e) r124[e] = -kg::inf();
     #pragma unroll
       for (int e = 0; e < 32; ++e) {
-        const float a_ = r101[((e >> 1) & 1) * 1], b_ = (float)(v100[e]);
-        r101[((e >> 1) & 1) * 1] = kg::max_(a_, b_);
+        const float a_ = r124[((e >> 1) & 1) * 1], b_ = (float)(v123[e]);
+        r124[((e >> 1) & 1) * 1] = kg::max_(a_, b_);
       }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r101[e], b_ = kg::shfl_xor(a_, 1); r101[e] = kg::max_(a_, b_); }
+      for (int e = 0; e < 2; ++e) { const float a_ = r124[e], b_ = kg::shfl_xor(a_, 1); r124[e] = kg::max_(a_, b_); }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r101[e], b_ = kg::shfl_xor(a_, 2); r101[e] = kg::max_(a_, b_); }
+      for (int e = 0; e < 2; ++e) { const float a_ = r124[e], b_ = kg::shfl_xor(a_, 2); r124[e] = kg::max_(a_, b_); }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) v101[e] = kg::cvt<float>(r101[e]);
+      for (int e = 0; e < 2; ++e) v124[e] = kg::cvt<float>(r124[e]);
     }
-    // spec: specs/fa2_fwd.yaml:71:23
-    float v102[2];
+    // spec: specs/fa2_fwd.yaml:86:23
+    float v125[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v102[e] = (kg::max_(v75[e], v101[e]));
-    // spec: specs/fa2_fwd.yaml:75:42
-    float v103[2];
+    for (int e = 0; e < 2; ++e) v125[e] = (kg::max_(v98[e], v124[e]));
+    // spec: specs/fa2_fwd.yaml:90:42
+    float v126[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v103[e] = (v102[e] * v66);
-    // spec: specs/fa2_fwd.yaml:75:41
-    float (&v104)[2] = v103;
-    // spec: specs/fa2_fwd.yaml:75:28
-    float v105[32];
+    for (int e = 0; e < 2; ++e) v126[e] = (v125[e] * v89);
+    // spec: specs/fa2_fwd.yaml:90:41
+    float (&v127)[2] = v126;
+    // spec: specs/fa2_fwd.yaml:90:28
+    float v128[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v105[e] = v104[((e >> 1) & 1) * 1];
-    // spec: specs/fa2_fwd.yaml:75:28
-    float v106[32];
+    for (int e = 0; e < 32; ++e) v128[e] = v127[((e >> 1) & 1) * 1];
+    // spec: specs/fa2_fwd.yaml:90:28
+    float v129[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v106[e] = (v100[e] * v66);
-    // spec: specs/fa2_fwd.yaml:75:28
-    float v107[32];
+    for (int e = 0; e < 32; ++e) v129[e] = (v123[e] * v89);
+    // spec: specs/fa2_fwd.yaml:90:28
+    float v130[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v107[e] = (v106[e] - v105[e]);
-    // spec: specs/fa2_fwd.yaml:75:23
-    float v108[32];
+    for (int e = 0; e < 32; ++e) v130[e] = (v129[e] - v128[e]);
+    // spec: specs/fa2_fwd.yaml:90:23
+    float v131[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v108[e] = kg::exp2_(v107[e]);
-    // spec: specs/fa2_fwd.yaml:77:31
-    float v109[2];
+    for (int e = 0; e < 32; ++e) v131[e] = kg::exp2_(v130[e]);
+    // spec: specs/fa2_fwd.yaml:92:31
+    float v132[2];
     {
-      float r109[2];
+      float r132[2];
     #pragma unroll
-      for (int e = 0; e < 2; ++e) r109[e] = 0.0f;
+      for (int e = 0; e < 2; ++e) r132[e] = 0.0f;
     #pragma unroll
       for (int e = 0; e < 32; ++e) {
-        const float a_ = r109[((e >> 1) & 1) * 1], b_ = (float)(v108[e]);
-        r109[((e >> 1) & 1) * 1] = a_ + b_;
+        const float a_ = r132[((e >> 1) & 1) * 1], b_ = (float)(v131[e]);
+        r132[((e >> 1) & 1) * 1] = a_ + b_;
       }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r109[e], b_ = kg::shfl_xor(a_, 1); r109[e] = a_ + b_; }
+      for (int e = 0; e < 2; ++e) { const float a_ = r132[e], b_ = kg::shfl_xor(a_, 1); r132[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r109[e], b_ = kg::shfl_xor(a_, 2); r109[e] = a_ + b_; }
+      for (int e = 0; e < 2; ++e) { const float a_ = r132[e], b_ = kg::shfl_xor(a_, 2); r132[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) v109[e] = kg::cvt<float>(r109[e]);
+      for (int e = 0; e < 2; ++e) v132[e] = kg::cvt<float>(r132[e]);
     }
-    // spec: specs/fa2_fwd.yaml:79:19
-    kg::bf16 v110[32];
+    // spec: specs/fa2_fwd.yaml:94:19
+    kg::bf16 v133[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v110[e] = kg::cvt<kg::bf16>(v108[e]);
-    // spec: specs/fa2_fwd.yaml:76:29
-    float v111[2];
+    for (int e = 0; e < 32; ++e) v133[e] = kg::cvt<kg::bf16>(v131[e]);
+    // spec: specs/fa2_fwd.yaml:91:29
+    float v134[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v111[e] = (v75[e] - v102[e]);
-    // spec: specs/fa2_fwd.yaml:76:28
-    float v112[2];
+    for (int e = 0; e < 2; ++e) v134[e] = (v98[e] - v125[e]);
+    // spec: specs/fa2_fwd.yaml:91:28
+    float v135[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v112[e] = (v111[e] * v66);
-    // spec: specs/fa2_fwd.yaml:76:23
-    float v113[2];
+    for (int e = 0; e < 2; ++e) v135[e] = (v134[e] * v89);
+    // spec: specs/fa2_fwd.yaml:91:23
+    float v136[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v113[e] = kg::exp2_(v112[e]);
-    // spec: specs/fa2_fwd.yaml:78:27
-    float (&v114)[2] = v113;
-    // spec: specs/fa2_fwd.yaml:78:21
-    float v115[32];
+    for (int e = 0; e < 2; ++e) v136[e] = kg::exp2_(v135[e]);
+    // spec: specs/fa2_fwd.yaml:93:27
+    float (&v137)[2] = v136;
+    // spec: specs/fa2_fwd.yaml:93:21
+    float v138[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v115[e] = v114[((e >> 1) & 1) * 1];
-    // spec: specs/fa2_fwd.yaml:64:27
+    for (int e = 0; e < 32; ++e) v138[e] = v137[((e >> 1) & 1) * 1];
+    // spec: specs/fa2_fwd.yaml:79:27
     kg::wgmma_wait<0>();
     #pragma unroll
-    for (int e = 0; e < 32; ++e) kg::fence_operand(v99[e]);
+    for (int e = 0; e < 32; ++e) kg::fence_operand(v122[e]);
     #pragma unroll
-    for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v74)[e]);
-    float (&v116)[32] = v99;
-    // spec: specs/fa2_fwd.yaml:78:21
-    float v117[32];
+    for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v97)[e]);
+    float (&v139)[32] = v122;
+    // spec: specs/fa2_fwd.yaml:93:21
+    float v140[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v117[e] = (v116[e] * v115[e]);
-    // spec: specs/fa2_fwd.yaml:77:19
-    float v118[2];
+    for (int e = 0; e < 32; ++e) v140[e] = (v139[e] * v138[e]);
+    // spec: specs/fa2_fwd.yaml:92:19
+    float v141[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v118[e] = (v73[e] * v113[e]);
-    // spec: specs/fa2_fwd.yaml:77:19
-    float v119[2];
+    for (int e = 0; e < 2; ++e) v141[e] = (v96[e] * v136[e]);
+    // spec: specs/fa2_fwd.yaml:92:19
+    float v142[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v119[e] = (v118[e] + v109[e]);
-    // spec: specs/fa2_fwd.yaml:80:19
+    for (int e = 0; e < 2; ++e) v142[e] = (v141[e] + v132[e]);
+    // spec: specs/fa2_fwd.yaml:95:19
 
     float y0_[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y0_[e] = v117[e];
+    for (int e = 0; e < 32; ++e) y0_[e] = v140[e];
     float y1_[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) y1_[e] = v119[e];
+    for (int e = 0; e < 2; ++e) y1_[e] = v142[e];
     kg::bf16 y2_[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y2_[e] = v110[e];
+    for (int e = 0; e < 32; ++e) y2_[e] = v133[e];
     float y3_[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) y3_[e] = v102[e];
+    for (int e = 0; e < 2; ++e) y3_[e] = v125[e];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v67[e] = y0_[e];
+    for (int e = 0; e < 32; ++e) v90[e] = y0_[e];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v68[e] = y1_[e];
+    for (int e = 0; e < 2; ++e) v91[e] = y1_[e];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v69[e] = y2_[e];
+    for (int e = 0; e < 32; ++e) v92[e] = y2_[e];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v70[e] = y3_[e];
+    for (int e = 0; e < 2; ++e) v93[e] = y3_[e];
   }
-  // spec: specs/fa2_fwd.yaml:64:27
-  kg::bf16* v120 = reinterpret_cast<kg::bf16*>(smem + 16384);
-  // spec: specs/fa2_fwd.yaml:63:19
-  kg::bf16* v121 = reinterpret_cast<kg::bf16*>(smem + 32768);
-  // spec: specs/fa2_fwd.yaml:62:11
-  const int v122 = 0;
-  // spec: specs/fa2_fwd.yaml:62:11
-  kg::bf16* v123 = v121 + (v122 % 2) * 4096;
-  // spec: specs/fa2_fwd.yaml:62:11
-  const bool v124 = (v51 < v49);
-  // spec: specs/fa2_fwd.yaml:63:27
+  // spec: specs/fa2_fwd.yaml:79:27
+  kg::bf16* v143 = reinterpret_cast<kg::bf16*>(smem + 16384);
+  // spec: specs/fa2_fwd.yaml:78:19
+  kg::bf16* v144 = reinterpret_cast<kg::bf16*>(smem + 32768);
+  // spec: specs/fa2_fwd.yaml:77:11
+  const int v145 = 0;
+  // spec: specs/fa2_fwd.yaml:77:11
+  kg::bf16* v146 = v144 + (v145 % 2) * 4096;
+  // spec: specs/fa2_fwd.yaml:77:11
+  const bool v147 = (v74 < v72);
+  // spec: specs/fa2_fwd.yaml:78:27
   kg::sync();
-  if (v124) {
-    const kg::bf16* p_ = t_k + ((int64_t)(v17) * stride_k_0 + (int64_t)(v54) * stride_k_2);
+  if (v147) {
+    const kg::bf16* p_ = t_k + ((int64_t)(v34) * stride_k_0 + (int64_t)(v77) * stride_k_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v51 * 64) * stride_k_1 + 0;
+    const int64_t q_ = (int64_t)(v74 * 64) * stride_k_1 + 0;
     const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
     const int64_t o0_ = q_ + ((int64_t)r0_ * stride_k_1 + k0_);
   #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int r_ = r0_ + i * 32, k_ = k0_;
-      const int i0_ = v51 * 64 + r_, i1_ = 0 + k_;
+      const int i0_ = v74 * 64 + r_, i1_ = 0 + k_;
       const int64_t off_ = o0_ + (int64_t)(i * 32) * stride_k_1;
       const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
       if (aligned_) {
         const int n_ = (i0_ < (size_SK)) * 8;
-        kg::cp_async<16>(&v123[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        kg::cp_async<16>(&v146[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v123[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v146[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_fwd.yaml:62:11
-  kg::bf16* v125 = v120 + (v122 % 2) * 4096;
-  // spec: specs/fa2_fwd.yaml:64:50
-  const int v126 = 0;
-  // spec: specs/fa2_fwd.yaml:64:58
-  const int v127 = 1;
-  // spec: specs/fa2_fwd.yaml:64:58
-  const int v128 = (v51 - v127);
-  // spec: specs/fa2_fwd.yaml:64:50
-  const int v129 = (kg::max_(v128, v126));
-  // spec: specs/fa2_fwd.yaml:64:34
-  if (v124) {
-    const kg::bf16* p_ = t_v + ((int64_t)(v17) * stride_v_0 + (int64_t)(v54) * stride_v_2);
+  // spec: specs/fa2_fwd.yaml:77:11
+  kg::bf16* v148 = v143 + (v145 % 2) * 4096;
+  // spec: specs/fa2_fwd.yaml:79:50
+  const int v149 = 0;
+  // spec: specs/fa2_fwd.yaml:79:58
+  const int v150 = 1;
+  // spec: specs/fa2_fwd.yaml:79:58
+  const int v151 = (v74 - v150);
+  // spec: specs/fa2_fwd.yaml:79:50
+  const int v152 = (kg::max_(v151, v149));
+  // spec: specs/fa2_fwd.yaml:79:34
+  if (v147) {
+    const kg::bf16* p_ = t_v + ((int64_t)(v34) * stride_v_0 + (int64_t)(v77) * stride_v_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v129 * 64) * stride_v_1 + 0;
+    const int64_t q_ = (int64_t)(v152 * 64) * stride_v_1 + 0;
     const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
     const int64_t o0_ = q_ + ((int64_t)r0_ * stride_v_1 + k0_);
   #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int r_ = r0_ + i * 32, k_ = k0_;
-      const int i0_ = v129 * 64 + r_, i1_ = 0 + k_;
+      const int i0_ = v152 * 64 + r_, i1_ = 0 + k_;
       const int64_t off_ = o0_ + (int64_t)(i * 32) * stride_v_1;
       const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
       if (aligned_) {
         const int n_ = (i0_ < (size_SK)) * 8;
-        kg::cp_async<16>(&v125[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        kg::cp_async<16>(&v148[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v125[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v148[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_fwd.yaml:47:29
-  int v130[2];
+  // spec: specs/fa2_fwd.yaml:62:29
+  int v153[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v130[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 8);
-  // spec: specs/fa2_fwd.yaml:47:14
-  const int v131 = 128;
-  // spec: specs/fa2_fwd.yaml:47:14
-  const int v132 = (v15 * v131);
-  // spec: specs/fa2_fwd.yaml:47:14
-  int v133[2];
+  for (int e = 0; e < 2; ++e) v153[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 8);
+  // spec: specs/fa2_fwd.yaml:62:14
+  const int v154 = 128;
+  // spec: specs/fa2_fwd.yaml:62:14
+  const int v155 = (v40 * v154);
+  // spec: specs/fa2_fwd.yaml:62:14
+  int v156[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v133[e] = (v132 + v130[e]);
-  // spec: specs/fa2_fwd.yaml:69:58
-  int (&v134)[2] = v133;
-  // spec: specs/fa2_fwd.yaml:62:51
-  const int v135 = 1;
-  // spec: specs/fa2_fwd.yaml:62:11
+  for (int e = 0; e < 2; ++e) v156[e] = (v155 + v153[e]);
+  // spec: specs/fa2_fwd.yaml:84:58
+  int (&v157)[2] = v156;
+  // spec: specs/fa2_fwd.yaml:77:51
+  const int v158 = 1;
+  // spec: specs/fa2_fwd.yaml:77:11
 
-  float v136[32];
+  float v159[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v136[e] = v67[e];
-  float v137[2];
+  for (int e = 0; e < 32; ++e) v159[e] = v90[e];
+  float v160[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v137[e] = v68[e];
-  kg::bf16 v138[32];
+  for (int e = 0; e < 2; ++e) v160[e] = v91[e];
+  kg::bf16 v161[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v138[e] = v69[e];
-  float v139[2];
+  for (int e = 0; e < 32; ++e) v161[e] = v92[e];
+  float v162[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v139[e] = v70[e];
-  for (int v140 = v51; v140 < v49; v140 += v135) {
-    float (&v141)[32] = v136;
-    float (&v142)[2] = v137;
-    kg::bf16 (&v143)[32] = v138;
-    float (&v144)[2] = v139;
+  for (int e = 0; e < 2; ++e) v162[e] = v93[e];
+  for (int v163 = v74; v163 < v72; v163 += v158) {
+    float (&v164)[32] = v159;
+    float (&v165)[2] = v160;
+    kg::bf16 (&v166)[32] = v161;
+    float (&v167)[2] = v162;
     
-    // spec: specs/fa2_fwd.yaml:62:11
-    const int v145 = (v140 - v51);
-    // spec: specs/fa2_fwd.yaml:62:11
-    const int v146 = (kg::floordiv(v145, v135));
-    // spec: specs/fa2_fwd.yaml:62:11
-    kg::bf16* v147 = v120 + (v146 % 2) * 4096;
-    // spec: specs/fa2_fwd.yaml:62:11
-    kg::bf16* v148 = v121 + (v146 % 2) * 4096;
-    // spec: specs/fa2_fwd.yaml:63:19
+    // spec: specs/fa2_fwd.yaml:77:11
+    const int v168 = (v163 - v74);
+    // spec: specs/fa2_fwd.yaml:77:11
+    const int v169 = (kg::floordiv(v168, v158));
+    // spec: specs/fa2_fwd.yaml:77:11
+    kg::bf16* v170 = v143 + (v169 % 2) * 4096;
+    // spec: specs/fa2_fwd.yaml:77:11
+    kg::bf16* v171 = v144 + (v169 % 2) * 4096;
+    // spec: specs/fa2_fwd.yaml:78:19
     kg::cp_async_wait<1>();
     kg::fence_proxy_async();
     kg::sync();
-    // spec: specs/fa2_fwd.yaml:62:11
-    const int v149 = 1;
-    // spec: specs/fa2_fwd.yaml:62:11
-    const int v150 = (v146 + v149);
-    // spec: specs/fa2_fwd.yaml:62:11
-    kg::bf16* v151 = v121 + (v150 % 2) * 4096;
-    // spec: specs/fa2_fwd.yaml:63:27
-    const int v152 = (v140 + v135);
-    // spec: specs/fa2_fwd.yaml:63:27
-    const bool v153 = (v152 < v49);
-    // spec: specs/fa2_fwd.yaml:63:27
-    if (v153) {
-      const kg::bf16* p_ = t_k + ((int64_t)(v17) * stride_k_0 + (int64_t)(v54) * stride_k_2);
+    // spec: specs/fa2_fwd.yaml:77:11
+    const int v172 = 1;
+    // spec: specs/fa2_fwd.yaml:77:11
+    const int v173 = (v169 + v172);
+    // spec: specs/fa2_fwd.yaml:77:11
+    kg::bf16* v174 = v144 + (v173 % 2) * 4096;
+    // spec: specs/fa2_fwd.yaml:78:27
+    const int v175 = (v163 + v158);
+    // spec: specs/fa2_fwd.yaml:78:27
+    const bool v176 = (v175 < v72);
+    // spec: specs/fa2_fwd.yaml:78:27
+    if (v176) {
+      const kg::bf16* p_ = t_k + ((int64_t)(v34) * stride_k_0 + (int64_t)(v77) * stride_k_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v152 * 64) * stride_k_1 + 0;
+      const int64_t q_ = (int64_t)(v175 * 64) * stride_k_1 + 0;
       const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
       const int64_t o0_ = q_ + ((int64_t)r0_ * stride_k_1 + k0_);
     #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int r_ = r0_ + i * 32, k_ = k0_;
-        const int i0_ = v152 * 64 + r_, i1_ = 0 + k_;
+        const int i0_ = v175 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = o0_ + (int64_t)(i * 32) * stride_k_1;
         const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
         if (aligned_) {
           const int n_ = (i0_ < (size_SK)) * 8;
-          kg::cp_async<16>(&v151[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v174[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v151[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v174[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
-    // spec: specs/fa2_fwd.yaml:63:19
-    kg::bf16* v154 = v148;
-    // spec: specs/fa2_fwd.yaml:63:19
-    float v155[32];
-    // spec: specs/fa2_fwd.yaml:63:19
-    float (&v156)[32] = v155;
+    // spec: specs/fa2_fwd.yaml:78:19
+    kg::bf16* v177 = v171;
+    // spec: specs/fa2_fwd.yaml:78:19
+    float v178[32];
+    // spec: specs/fa2_fwd.yaml:78:19
+    float (&v179)[32] = v178;
     {
       const int wg_ = (warp / 4);
-      const uint64_t da_ = kg::wgmma_desc(v8, 16, 1024, 1);
-      const uint64_t db_ = kg::wgmma_desc(v154, 16, 1024, 1);
+      const uint64_t da_ = kg::wgmma_desc(v17, 16, 1024, 1);
+      const uint64_t db_ = kg::wgmma_desc(v177, 16, 1024, 1);
       kg::wgmma_fence();
     #pragma unroll
       for (int ks = 0; ks < 4; ++ks)
@@ -701,68 +747,68 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::bf16* __restrict__ t
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v156[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 8192 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
+            kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v179[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 8192 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
       kg::wgmma_commit();
     }
-    // spec: specs/fa2_fwd.yaml:64:50
-    const int v157 = 0;
-    // spec: specs/fa2_fwd.yaml:64:58
-    const int v158 = 1;
-    // spec: specs/fa2_fwd.yaml:64:58
-    const int v159 = (v140 - v158);
-    // spec: specs/fa2_fwd.yaml:64:50
-    const int v160 = (kg::max_(v159, v157));
-    // spec: specs/fa2_fwd.yaml:64:27
+    // spec: specs/fa2_fwd.yaml:79:50
+    const int v180 = 0;
+    // spec: specs/fa2_fwd.yaml:79:58
+    const int v181 = 1;
+    // spec: specs/fa2_fwd.yaml:79:58
+    const int v182 = (v163 - v181);
+    // spec: specs/fa2_fwd.yaml:79:50
+    const int v183 = (kg::max_(v182, v180));
+    // spec: specs/fa2_fwd.yaml:79:27
     kg::cp_async_wait<1>();
     kg::fence_proxy_async();
     kg::sync();
-    // spec: specs/fa2_fwd.yaml:62:11
-    kg::bf16* v161 = v120 + (v150 % 2) * 4096;
-    // spec: specs/fa2_fwd.yaml:64:50
-    const int v162 = 0;
-    // spec: specs/fa2_fwd.yaml:64:58
-    const int v163 = 1;
-    // spec: specs/fa2_fwd.yaml:64:34
-    const int v164 = (v140 + v135);
-    // spec: specs/fa2_fwd.yaml:64:58
-    const int v165 = (v164 - v163);
-    // spec: specs/fa2_fwd.yaml:64:50
-    const int v166 = (kg::max_(v165, v162));
-    // spec: specs/fa2_fwd.yaml:64:34
-    const bool v167 = (v164 < v49);
-    // spec: specs/fa2_fwd.yaml:64:34
-    if (v167) {
-      const kg::bf16* p_ = t_v + ((int64_t)(v17) * stride_v_0 + (int64_t)(v54) * stride_v_2);
+    // spec: specs/fa2_fwd.yaml:77:11
+    kg::bf16* v184 = v143 + (v173 % 2) * 4096;
+    // spec: specs/fa2_fwd.yaml:79:50
+    const int v185 = 0;
+    // spec: specs/fa2_fwd.yaml:79:58
+    const int v186 = 1;
+    // spec: specs/fa2_fwd.yaml:79:34
+    const int v187 = (v163 + v158);
+    // spec: specs/fa2_fwd.yaml:79:58
+    const int v188 = (v187 - v186);
+    // spec: specs/fa2_fwd.yaml:79:50
+    const int v189 = (kg::max_(v188, v185));
+    // spec: specs/fa2_fwd.yaml:79:34
+    const bool v190 = (v187 < v72);
+    // spec: specs/fa2_fwd.yaml:79:34
+    if (v190) {
+      const kg::bf16* p_ = t_v + ((int64_t)(v34) * stride_v_0 + (int64_t)(v77) * stride_v_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v166 * 64) * stride_v_1 + 0;
+      const int64_t q_ = (int64_t)(v189 * 64) * stride_v_1 + 0;
       const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
       const int64_t o0_ = q_ + ((int64_t)r0_ * stride_v_1 + k0_);
     #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int r_ = r0_ + i * 32, k_ = k0_;
-        const int i0_ = v166 * 64 + r_, i1_ = 0 + k_;
+        const int i0_ = v189 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = o0_ + (int64_t)(i * 32) * stride_v_1;
         const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
         if (aligned_) {
           const int n_ = (i0_ < (size_SK)) * 8;
-          kg::cp_async<16>(&v161[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v184[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v161[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v184[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
-    // spec: specs/fa2_fwd.yaml:64:27
-    float (&v168)[32] = v141;
+    // spec: specs/fa2_fwd.yaml:79:27
+    float (&v191)[32] = v164;
     {
       const int wg_ = (warp / 4);
-      const uint64_t db_ = kg::wgmma_desc(v147, 8192, 1024, 1);
+      const uint64_t db_ = kg::wgmma_desc(v170, 8192, 1024, 1);
       // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
       // (ptxas would then insert a warpgroup.arrive, C7519)
     #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v168[e]);
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v191[e]);
       kg::wgmma_fence();
     #pragma unroll
       for (int ks = 0; ks < 4; ++ks)
@@ -770,252 +816,252 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::bf16* __restrict__ t
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n64k16_bf16_rs<1>(&v168[(rm * 1 + rn) * 32], &v143[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
+            kg::wgmma_m64n64k16_bf16_rs<1>(&v191[(rm * 1 + rn) * 32], &v166[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
       kg::wgmma_commit();
     }
-    // spec: specs/fa2_fwd.yaml:70:23
-    const float v169 = -kg::inf();
-    // spec: specs/fa2_fwd.yaml:66:40
-    int v170[16];
+    // spec: specs/fa2_fwd.yaml:85:23
+    const float v192 = -kg::inf();
+    // spec: specs/fa2_fwd.yaml:81:40
+    int v193[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v170[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32);
-    // spec: specs/fa2_fwd.yaml:66:26
-    const int v171 = 64;
-    // spec: specs/fa2_fwd.yaml:66:26
-    const int v172 = (v140 * v171);
-    // spec: specs/fa2_fwd.yaml:66:26
-    int v173[16];
+    for (int e = 0; e < 16; ++e) v193[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32);
+    // spec: specs/fa2_fwd.yaml:81:26
+    const int v194 = 64;
+    // spec: specs/fa2_fwd.yaml:81:26
+    const int v195 = (v163 * v194);
+    // spec: specs/fa2_fwd.yaml:81:26
+    int v196[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v173[e] = (v172 + v170[e]);
-    // spec: specs/fa2_fwd.yaml:67:27
-    int (&v174)[16] = v173;
-    // spec: specs/fa2_fwd.yaml:67:27
-    bool v175[16];
+    for (int e = 0; e < 16; ++e) v196[e] = (v195 + v193[e]);
+    // spec: specs/fa2_fwd.yaml:82:27
+    int (&v197)[16] = v196;
+    // spec: specs/fa2_fwd.yaml:82:27
+    bool v198[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v175[e] = (v174[e] < v0);
-    // spec: specs/fa2_fwd.yaml:69:31
-    bool v176[32];
+    for (int e = 0; e < 16; ++e) v198[e] = (v197[e] < v0);
+    // spec: specs/fa2_fwd.yaml:84:31
+    bool v199[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v176[e] = v175[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-    // spec: specs/fa2_fwd.yaml:69:75
-    const int v177 = (v0 - v2);
-    // spec: specs/fa2_fwd.yaml:69:58
-    int v178[2];
+    for (int e = 0; e < 32; ++e) v199[e] = v198[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+    // spec: specs/fa2_fwd.yaml:84:75
+    const int v200 = (v0 - v5);
+    // spec: specs/fa2_fwd.yaml:84:58
+    int v201[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v178[e] = (v134[e] + v177);
-    // spec: specs/fa2_fwd.yaml:69:41
-    int v179[32];
+    for (int e = 0; e < 2; ++e) v201[e] = (v157[e] + v200);
+    // spec: specs/fa2_fwd.yaml:84:41
+    int v202[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v179[e] = v178[((e >> 1) & 1) * 1];
-    // spec: specs/fa2_fwd.yaml:69:41
-    int (&v180)[16] = v173;
-    // spec: specs/fa2_fwd.yaml:69:41
-    int v181[32];
+    for (int e = 0; e < 32; ++e) v202[e] = v201[((e >> 1) & 1) * 1];
+    // spec: specs/fa2_fwd.yaml:84:41
+    int (&v203)[16] = v196;
+    // spec: specs/fa2_fwd.yaml:84:41
+    int v204[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v181[e] = v180[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-    // spec: specs/fa2_fwd.yaml:69:41
-    bool v182[32];
+    for (int e = 0; e < 32; ++e) v204[e] = v203[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+    // spec: specs/fa2_fwd.yaml:84:41
+    bool v205[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v182[e] = (v181[e] <= v179[e]);
-    // spec: specs/fa2_fwd.yaml:69:31
-    bool v183[32];
+    for (int e = 0; e < 32; ++e) v205[e] = (v204[e] <= v202[e]);
+    // spec: specs/fa2_fwd.yaml:84:31
+    bool v206[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v183[e] = (v176[e] && v182[e]);
-    // spec: specs/fa2_fwd.yaml:63:19
+    for (int e = 0; e < 32; ++e) v206[e] = (v199[e] && v205[e]);
+    // spec: specs/fa2_fwd.yaml:78:19
     kg::wgmma_wait<1>();
     #pragma unroll
-    for (int e = 0; e < 32; ++e) kg::fence_operand(v156[e]);
-    float (&v184)[32] = v156;
-    // spec: specs/fa2_fwd.yaml:70:23
-    float v185[32];
+    for (int e = 0; e < 32; ++e) kg::fence_operand(v179[e]);
+    float (&v207)[32] = v179;
+    // spec: specs/fa2_fwd.yaml:85:23
+    float v208[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v185[e] = (v183[e] ? v184[e] : v169);
-    // spec: specs/fa2_fwd.yaml:71:34
-    float v186[2];
+    for (int e = 0; e < 32; ++e) v208[e] = (v206[e] ? v207[e] : v192);
+    // spec: specs/fa2_fwd.yaml:86:34
+    float v209[2];
     {
-      float r186[2];
+      float r209[2];
     #pragma unroll
-      for (int e = 0; e < 2; ++e) r186[e] = -kg::inf();
+      for (int e = 0; e < 2; ++e) r209[e] = -kg::inf();
     #pragma unroll
       for (int e = 0; e < 32; ++e) {
-        const float a_ = r186[((e >> 1) & 1) * 1], b_ = (float)(v185[e]);
-        r186[((e >> 1) & 1) * 1] = kg::max_(a_, b_);
+        const float a_ = r209[((e >> 1) & 1) * 1], b_ = (float)(v208[e]);
+        r209[((e >> 1) & 1) * 1] = kg::max_(a_, b_);
       }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r186[e], b_ = kg::shfl_xor(a_, 1); r186[e] = kg::max_(a_, b_); }
+      for (int e = 0; e < 2; ++e) { const float a_ = r209[e], b_ = kg::shfl_xor(a_, 1); r209[e] = kg::max_(a_, b_); }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r186[e], b_ = kg::shfl_xor(a_, 2); r186[e] = kg::max_(a_, b_); }
+      for (int e = 0; e < 2; ++e) { const float a_ = r209[e], b_ = kg::shfl_xor(a_, 2); r209[e] = kg::max_(a_, b_); }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) v186[e] = kg::cvt<float>(r186[e]);
+      for (int e = 0; e < 2; ++e) v209[e] = kg::cvt<float>(r209[e]);
     }
-    // spec: specs/fa2_fwd.yaml:74:27
-    const float v187 = 0.0f;
-    // spec: specs/fa2_fwd.yaml:74:33
-    const float v188 = -kg::inf();
-    // spec: specs/fa2_fwd.yaml:71:23
-    float v189[2];
+    // spec: specs/fa2_fwd.yaml:89:27
+    const float v210 = 0.0f;
+    // spec: specs/fa2_fwd.yaml:89:33
+    const float v211 = -kg::inf();
+    // spec: specs/fa2_fwd.yaml:86:23
+    float v212[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v189[e] = (kg::max_(v144[e], v186[e]));
-    // spec: specs/fa2_fwd.yaml:74:33
-    bool v190[2];
+    for (int e = 0; e < 2; ++e) v212[e] = (kg::max_(v167[e], v209[e]));
+    // spec: specs/fa2_fwd.yaml:89:33
+    bool v213[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v190[e] = (v189[e] == v188);
-    // spec: specs/fa2_fwd.yaml:74:27
-    float v191[2];
+    for (int e = 0; e < 2; ++e) v213[e] = (v212[e] == v211);
+    // spec: specs/fa2_fwd.yaml:89:27
+    float v214[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v191[e] = (v190[e] ? v187 : v189[e]);
-    // spec: specs/fa2_fwd.yaml:75:42
-    float v192[2];
+    for (int e = 0; e < 2; ++e) v214[e] = (v213[e] ? v210 : v212[e]);
+    // spec: specs/fa2_fwd.yaml:90:42
+    float v215[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v192[e] = (v191[e] * v66);
-    // spec: specs/fa2_fwd.yaml:75:41
-    float (&v193)[2] = v192;
-    // spec: specs/fa2_fwd.yaml:75:28
-    float v194[32];
+    for (int e = 0; e < 2; ++e) v215[e] = (v214[e] * v89);
+    // spec: specs/fa2_fwd.yaml:90:41
+    float (&v216)[2] = v215;
+    // spec: specs/fa2_fwd.yaml:90:28
+    float v217[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v194[e] = v193[((e >> 1) & 1) * 1];
-    // spec: specs/fa2_fwd.yaml:75:28
-    float v195[32];
+    for (int e = 0; e < 32; ++e) v217[e] = v216[((e >> 1) & 1) * 1];
+    // spec: specs/fa2_fwd.yaml:90:28
+    float v218[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v195[e] = (v185[e] * v66);
-    // spec: specs/fa2_fwd.yaml:75:28
-    float v196[32];
+    for (int e = 0; e < 32; ++e) v218[e] = (v208[e] * v89);
+    // spec: specs/fa2_fwd.yaml:90:28
+    float v219[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v196[e] = (v195[e] - v194[e]);
-    // spec: specs/fa2_fwd.yaml:75:23
-    float v197[32];
+    for (int e = 0; e < 32; ++e) v219[e] = (v218[e] - v217[e]);
+    // spec: specs/fa2_fwd.yaml:90:23
+    float v220[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v197[e] = kg::exp2_(v196[e]);
-    // spec: specs/fa2_fwd.yaml:77:31
-    float v198[2];
+    for (int e = 0; e < 32; ++e) v220[e] = kg::exp2_(v219[e]);
+    // spec: specs/fa2_fwd.yaml:92:31
+    float v221[2];
     {
-      float r198[2];
+      float r221[2];
     #pragma unroll
-      for (int e = 0; e < 2; ++e) r198[e] = 0.0f;
+      for (int e = 0; e < 2; ++e) r221[e] = 0.0f;
     #pragma unroll
       for (int e = 0; e < 32; ++e) {
-        const float a_ = r198[((e >> 1) & 1) * 1], b_ = (float)(v197[e]);
-        r198[((e >> 1) & 1) * 1] = a_ + b_;
+        const float a_ = r221[((e >> 1) & 1) * 1], b_ = (float)(v220[e]);
+        r221[((e >> 1) & 1) * 1] = a_ + b_;
       }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r198[e], b_ = kg::shfl_xor(a_, 1); r198[e] = a_ + b_; }
+      for (int e = 0; e < 2; ++e) { const float a_ = r221[e], b_ = kg::shfl_xor(a_, 1); r221[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r198[e], b_ = kg::shfl_xor(a_, 2); r198[e] = a_ + b_; }
+      for (int e = 0; e < 2; ++e) { const float a_ = r221[e], b_ = kg::shfl_xor(a_, 2); r221[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) v198[e] = kg::cvt<float>(r198[e]);
+      for (int e = 0; e < 2; ++e) v221[e] = kg::cvt<float>(r221[e]);
     }
-    // spec: specs/fa2_fwd.yaml:79:19
-    kg::bf16 v199[32];
+    // spec: specs/fa2_fwd.yaml:94:19
+    kg::bf16 v222[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v199[e] = kg::cvt<kg::bf16>(v197[e]);
-    // spec: specs/fa2_fwd.yaml:76:29
-    float v200[2];
+    for (int e = 0; e < 32; ++e) v222[e] = kg::cvt<kg::bf16>(v220[e]);
+    // spec: specs/fa2_fwd.yaml:91:29
+    float v223[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v200[e] = (v144[e] - v191[e]);
-    // spec: specs/fa2_fwd.yaml:76:28
-    float v201[2];
+    for (int e = 0; e < 2; ++e) v223[e] = (v167[e] - v214[e]);
+    // spec: specs/fa2_fwd.yaml:91:28
+    float v224[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v201[e] = (v200[e] * v66);
-    // spec: specs/fa2_fwd.yaml:76:23
-    float v202[2];
+    for (int e = 0; e < 2; ++e) v224[e] = (v223[e] * v89);
+    // spec: specs/fa2_fwd.yaml:91:23
+    float v225[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v202[e] = kg::exp2_(v201[e]);
-    // spec: specs/fa2_fwd.yaml:78:27
-    float (&v203)[2] = v202;
-    // spec: specs/fa2_fwd.yaml:78:21
-    float v204[32];
+    for (int e = 0; e < 2; ++e) v225[e] = kg::exp2_(v224[e]);
+    // spec: specs/fa2_fwd.yaml:93:27
+    float (&v226)[2] = v225;
+    // spec: specs/fa2_fwd.yaml:93:21
+    float v227[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v204[e] = v203[((e >> 1) & 1) * 1];
-    // spec: specs/fa2_fwd.yaml:64:27
+    for (int e = 0; e < 32; ++e) v227[e] = v226[((e >> 1) & 1) * 1];
+    // spec: specs/fa2_fwd.yaml:79:27
     kg::wgmma_wait<0>();
     #pragma unroll
-    for (int e = 0; e < 32; ++e) kg::fence_operand(v168[e]);
+    for (int e = 0; e < 32; ++e) kg::fence_operand(v191[e]);
     #pragma unroll
-    for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v143)[e]);
-    float (&v205)[32] = v168;
-    // spec: specs/fa2_fwd.yaml:78:21
-    float v206[32];
+    for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v166)[e]);
+    float (&v228)[32] = v191;
+    // spec: specs/fa2_fwd.yaml:93:21
+    float v229[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v206[e] = (v205[e] * v204[e]);
-    // spec: specs/fa2_fwd.yaml:77:19
-    float v207[2];
+    for (int e = 0; e < 32; ++e) v229[e] = (v228[e] * v227[e]);
+    // spec: specs/fa2_fwd.yaml:92:19
+    float v230[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v207[e] = (v142[e] * v202[e]);
-    // spec: specs/fa2_fwd.yaml:77:19
-    float v208[2];
+    for (int e = 0; e < 2; ++e) v230[e] = (v165[e] * v225[e]);
+    // spec: specs/fa2_fwd.yaml:92:19
+    float v231[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v208[e] = (v207[e] + v198[e]);
-    // spec: specs/fa2_fwd.yaml:80:19
+    for (int e = 0; e < 2; ++e) v231[e] = (v230[e] + v221[e]);
+    // spec: specs/fa2_fwd.yaml:95:19
 
     float y0_[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y0_[e] = v206[e];
+    for (int e = 0; e < 32; ++e) y0_[e] = v229[e];
     float y1_[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) y1_[e] = v208[e];
+    for (int e = 0; e < 2; ++e) y1_[e] = v231[e];
     kg::bf16 y2_[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y2_[e] = v199[e];
+    for (int e = 0; e < 32; ++e) y2_[e] = v222[e];
     float y3_[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) y3_[e] = v189[e];
+    for (int e = 0; e < 2; ++e) y3_[e] = v212[e];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v136[e] = y0_[e];
+    for (int e = 0; e < 32; ++e) v159[e] = y0_[e];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v137[e] = y1_[e];
+    for (int e = 0; e < 2; ++e) v160[e] = y1_[e];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v138[e] = y2_[e];
+    for (int e = 0; e < 32; ++e) v161[e] = y2_[e];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v139[e] = y3_[e];
+    for (int e = 0; e < 2; ++e) v162[e] = y3_[e];
   }
-  // spec: specs/fa2_fwd.yaml:81:19
-  kg::bf16* v209 = reinterpret_cast<kg::bf16*>(smem + 0);
-  // spec: specs/fa2_fwd.yaml:81:42
-  const int v210 = 0;
-  // spec: specs/fa2_fwd.yaml:81:50
-  const int v211 = 1;
-  // spec: specs/fa2_fwd.yaml:81:50
-  const int v212 = (v49 - v211);
-  // spec: specs/fa2_fwd.yaml:81:42
-  const int v213 = (kg::max_(v212, v210));
-  // spec: specs/fa2_fwd.yaml:81:26
+  // spec: specs/fa2_fwd.yaml:96:19
+  kg::bf16* v232 = reinterpret_cast<kg::bf16*>(smem + 0);
+  // spec: specs/fa2_fwd.yaml:96:42
+  const int v233 = 0;
+  // spec: specs/fa2_fwd.yaml:96:50
+  const int v234 = 1;
+  // spec: specs/fa2_fwd.yaml:96:50
+  const int v235 = (v72 - v234);
+  // spec: specs/fa2_fwd.yaml:96:42
+  const int v236 = (kg::max_(v235, v233));
+  // spec: specs/fa2_fwd.yaml:96:26
   kg::sync();
   if (true) {
-    const kg::bf16* p_ = t_v + ((int64_t)(v17) * stride_v_0 + (int64_t)(v54) * stride_v_2);
+    const kg::bf16* p_ = t_v + ((int64_t)(v34) * stride_v_0 + (int64_t)(v77) * stride_v_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v213 * 64) * stride_v_1 + 0;
+    const int64_t q_ = (int64_t)(v236 * 64) * stride_v_1 + 0;
     const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
     const int64_t o0_ = q_ + ((int64_t)r0_ * stride_v_1 + k0_);
   #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int r_ = r0_ + i * 32, k_ = k0_;
-      const int i0_ = v213 * 64 + r_, i1_ = 0 + k_;
+      const int i0_ = v236 * 64 + r_, i1_ = 0 + k_;
       const int64_t off_ = o0_ + (int64_t)(i * 32) * stride_v_1;
       const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
       if (aligned_) {
         const int n_ = (i0_ < (size_SK)) * 8;
-        kg::cp_async<16>(&v209[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        kg::cp_async<16>(&v232[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v209[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v232[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_fwd.yaml:81:19
+  // spec: specs/fa2_fwd.yaml:96:19
   kg::cp_async_wait<0>();
   kg::fence_proxy_async();
   kg::sync();
-  // spec: specs/fa2_fwd.yaml:81:19
-  float (&v214)[32] = v136;
+  // spec: specs/fa2_fwd.yaml:96:19
+  float (&v237)[32] = v159;
   {
     const int wg_ = (warp / 4);
-    const uint64_t db_ = kg::wgmma_desc(v209, 8192, 1024, 1);
+    const uint64_t db_ = kg::wgmma_desc(v232, 8192, 1024, 1);
     // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
     // (ptxas would then insert a warpgroup.arrive, C7519)
   #pragma unroll
-    for (int e = 0; e < 32; ++e) kg::fence_operand(v214[e]);
+    for (int e = 0; e < 32; ++e) kg::fence_operand(v237[e]);
     kg::wgmma_fence();
   #pragma unroll
     for (int ks = 0; ks < 4; ++ks)
@@ -1023,47 +1069,47 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::bf16* __restrict__ t
       for (int rm = 0; rm < 1; ++rm)
   #pragma unroll
         for (int rn = 0; rn < 1; ++rn)
-          kg::wgmma_m64n64k16_bf16_rs<1>(&v214[(rm * 1 + rn) * 32], &v138[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
+          kg::wgmma_m64n64k16_bf16_rs<1>(&v237[(rm * 1 + rn) * 32], &v161[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
     kg::wgmma_commit();
   }
-  // spec: specs/fa2_fwd.yaml:83:15
-  const float v215 = 1.0f;
-  // spec: specs/fa2_fwd.yaml:83:21
-  const float v216 = 0.0f;
-  // spec: specs/fa2_fwd.yaml:83:21
-  bool v217[2];
+  // spec: specs/fa2_fwd.yaml:98:15
+  const float v238 = 1.0f;
+  // spec: specs/fa2_fwd.yaml:98:21
+  const float v239 = 0.0f;
+  // spec: specs/fa2_fwd.yaml:98:21
+  bool v240[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v217[e] = (v137[e] == v216);
-  // spec: specs/fa2_fwd.yaml:83:15
-  float v218[2];
+  for (int e = 0; e < 2; ++e) v240[e] = (v160[e] == v239);
+  // spec: specs/fa2_fwd.yaml:98:15
+  float v241[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v218[e] = (v217[e] ? v215 : v137[e]);
-  // spec: specs/fa2_fwd.yaml:84:52
-  float (&v219)[2] = v218;
-  // spec: specs/fa2_fwd.yaml:84:46
-  float v220[32];
+  for (int e = 0; e < 2; ++e) v241[e] = (v240[e] ? v238 : v160[e]);
+  // spec: specs/fa2_fwd.yaml:99:52
+  float (&v242)[2] = v241;
+  // spec: specs/fa2_fwd.yaml:99:46
+  float v243[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v220[e] = v219[((e >> 1) & 1) * 1];
-  // spec: specs/fa2_fwd.yaml:81:19
+  for (int e = 0; e < 32; ++e) v243[e] = v242[((e >> 1) & 1) * 1];
+  // spec: specs/fa2_fwd.yaml:96:19
   kg::wgmma_wait<0>();
   #pragma unroll
-  for (int e = 0; e < 32; ++e) kg::fence_operand(v214[e]);
+  for (int e = 0; e < 32; ++e) kg::fence_operand(v237[e]);
   #pragma unroll
-  for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v138)[e]);
-  float (&v221)[32] = v214;
-  // spec: specs/fa2_fwd.yaml:84:46
-  float v222[32];
+  for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v161)[e]);
+  float (&v244)[32] = v237;
+  // spec: specs/fa2_fwd.yaml:99:46
+  float v245[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v222[e] = (v221[e] / v220[e]);
-  // spec: specs/fa2_fwd.yaml:84:45
-  kg::bf16 v223[32];
+  for (int e = 0; e < 32; ++e) v245[e] = (v244[e] / v243[e]);
+  // spec: specs/fa2_fwd.yaml:99:45
+  kg::bf16 v246[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v223[e] = kg::cvt<kg::bf16>(v222[e]);
-  // spec: specs/fa2_fwd.yaml:84:7
+  for (int e = 0; e < 32; ++e) v246[e] = kg::cvt<kg::bf16>(v245[e]);
+  // spec: specs/fa2_fwd.yaml:99:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
-    kg::bf16* p_ = t_o + ((int64_t)(v17) * stride_o_0 + (int64_t)(v16) * stride_o_2);
+    kg::bf16* p_ = t_o + ((int64_t)(v34) * stride_o_0 + (int64_t)(v33) * stride_o_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_o_0 % 2 == 0 && stride_o_1 % 2 == 0 && stride_o_2 % 2 == 0;
-    const int t0_ = v15 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
+    const int t0_ = v40 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
     const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
   #pragma unroll
     for (int e = 0; e < 32; e += 2) {
@@ -1071,54 +1117,54 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::bf16* __restrict__ t
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
       const int64_t off_ = (int64_t)i0_ * stride_o_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SQ)) {
-        kg::copy_vec<2>(p_ + off_, &v223[e]);
+        kg::copy_vec<2>(p_ + off_, &v246[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SQ)) p_[off_ + v] = v223[e + v];
+          if (i0_ < (size_SQ)) p_[off_ + v] = v246[e + v];
       }
     }
   }
-  // spec: specs/fa2_fwd.yaml:85:44
-  const float v224 = -kg::inf();
-  // spec: specs/fa2_fwd.yaml:85:66
-  const float v225 = 0.6931471805599453f;
-  // spec: specs/fa2_fwd.yaml:85:80
-  float v226[2];
+  // spec: specs/fa2_fwd.yaml:100:44
+  const float v247 = -kg::inf();
+  // spec: specs/fa2_fwd.yaml:100:66
+  const float v248 = 0.6931471805599453f;
+  // spec: specs/fa2_fwd.yaml:100:80
+  float v249[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v226[e] = kg::log2_(v218[e]);
-  // spec: specs/fa2_fwd.yaml:85:67
-  float v227[2];
+  for (int e = 0; e < 2; ++e) v249[e] = kg::log2_(v241[e]);
+  // spec: specs/fa2_fwd.yaml:100:67
+  float v250[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v227[e] = (v139[e] * v66);
-  // spec: specs/fa2_fwd.yaml:85:67
-  float v228[2];
+  for (int e = 0; e < 2; ++e) v250[e] = (v162[e] * v89);
+  // spec: specs/fa2_fwd.yaml:100:67
+  float v251[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v228[e] = (v227[e] + v226[e]);
-  // spec: specs/fa2_fwd.yaml:85:66
-  float v229[2];
+  for (int e = 0; e < 2; ++e) v251[e] = (v250[e] + v249[e]);
+  // spec: specs/fa2_fwd.yaml:100:66
+  float v252[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v229[e] = (v228[e] * v225);
-  // spec: specs/fa2_fwd.yaml:85:50
-  const float v230 = 0.0f;
-  // spec: specs/fa2_fwd.yaml:85:50
-  bool v231[2];
+  for (int e = 0; e < 2; ++e) v252[e] = (v251[e] * v248);
+  // spec: specs/fa2_fwd.yaml:100:50
+  const float v253 = 0.0f;
+  // spec: specs/fa2_fwd.yaml:100:50
+  bool v254[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v231[e] = (v137[e] == v230);
-  // spec: specs/fa2_fwd.yaml:85:44
-  float v232[2];
+  for (int e = 0; e < 2; ++e) v254[e] = (v160[e] == v253);
+  // spec: specs/fa2_fwd.yaml:100:44
+  float v255[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v232[e] = (v231[e] ? v224 : v229[e]);
-  // spec: specs/fa2_fwd.yaml:85:7
+  for (int e = 0; e < 2; ++e) v255[e] = (v254[e] ? v247 : v252[e]);
+  // spec: specs/fa2_fwd.yaml:100:7
   if ((lane & 3) == 0 && (warp & 0) == 0) {
-    float* p_ = t_lse + ((int64_t)(v17) * stride_lse_0 + (int64_t)(v16) * stride_lse_1);
+    float* p_ = t_lse + ((int64_t)(v34) * stride_lse_0 + (int64_t)(v33) * stride_lse_1);
     const bool aligned_ = false;
-    const int t0_ = v15 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
+    const int t0_ = v40 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
   #pragma unroll
     for (int e = 0; e < 2; e += 1) {
       const int i0_ = t0_ + (e & 1) * 8;
       const int64_t off_ = (int64_t)i0_ * 1;
-      if (i0_ + 1 <= (size_SQ)) p_[off_] = v232[e];
+      if (i0_ + 1 <= (size_SQ)) p_[off_] = v255[e];
     }
   }
 }

@@ -28,263 +28,261 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
   // the causal D=128 forward from 202 to 180 registers)
   const int warp = __shfl_sync(0xffffffffu, kg::thread_id() / kg::WAVE, 0);
   
-  // spec: specs/fa2_fwd.yaml:50:19
+  // spec: specs/fa2_fwd.yaml:65:19
   const int v0 = size_SK;
-  // spec: specs/fa2_fwd.yaml:49:16
+  // spec: specs/fa2_fwd.yaml:64:16
   const float v1 = scalar_softmax_scale;
-  // spec: specs/fa2_fwd.yaml:46:17
-  const int v2 = size_SQ;
-  // spec: specs/fa2_fwd.yaml:45:23
-  const int v3 = size_HKV;
-  // spec: specs/fa2_fwd.yaml:43:28
-  const int v4 = size_H;
-  // spec: specs/fa2_fwd.yaml:43:11
+  // spec: specs/fa2_fwd.yaml:61:23
+  const int v2 = size_HKV;
+  // spec: specs/fa2_fwd.yaml:59:17
+  const int v3 = size_H;
+  // spec: specs/fa2_fwd.yaml:43:19
+  const int v4 = size_SQ;
+  // spec: specs/fa2_fwd.yaml:44:12
   const int v5 = kg::block_id_y();
-  // spec: specs/fa2_fwd.yaml:44:11
-  const int v6 = kg::block_id_y();
-  // spec: specs/fa2_fwd.yaml:46:36
-  const int v7 = kg::block_id_x();
-  // spec: specs/fa2_fwd.yaml:47:29
-  int v8[1];
+  // spec: specs/fa2_fwd.yaml:45:23
+  const int v6 = kg::block_id_x();
+  // spec: specs/fa2_fwd.yaml:62:29
+  int v7[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v8[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32 + ((warp >> 1) & 1) * 64) + (0);
-  // spec: specs/fa2_fwd.yaml:47:14
-  const int v9 = 128;
-  // spec: specs/fa2_fwd.yaml:46:12
-  const int v10 = 1;
-  // spec: specs/fa2_fwd.yaml:46:12
-  const int v11 = 128;
-  // spec: specs/fa2_fwd.yaml:46:12
-  const int v12 = 127;
-  // spec: specs/fa2_fwd.yaml:46:12
-  const int v13 = (v2 + v12);
-  // spec: specs/fa2_fwd.yaml:46:12
-  const int v14 = (kg::floordiv(v13, v11));
-  // spec: specs/fa2_fwd.yaml:46:12
-  const int v15 = (v14 - v10);
-  // spec: specs/fa2_fwd.yaml:46:12
-  const int v16 = (v15 - v7);
-  // spec: specs/fa2_fwd.yaml:47:14
-  const int v17 = (v16 * v9);
-  // spec: specs/fa2_fwd.yaml:47:14
-  int v18[1];
+  for (int e = 0; e < 1; ++e) v7[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32 + ((warp >> 1) & 1) * 64) + (0);
+  // spec: specs/fa2_fwd.yaml:62:14
+  const int v8 = 128;
+  // spec: specs/fa2_fwd.yaml:45:12
+  const int v9 = 1;
+  // spec: specs/fa2_fwd.yaml:43:14
+  const int v10 = 128;
+  // spec: specs/fa2_fwd.yaml:43:14
+  const int v11 = 127;
+  // spec: specs/fa2_fwd.yaml:43:14
+  const int v12 = (v4 + v11);
+  // spec: specs/fa2_fwd.yaml:43:14
+  const int v13 = (kg::floordiv(v12, v10));
+  // spec: specs/fa2_fwd.yaml:45:12
+  const int v14 = (v13 - v9);
+  // spec: specs/fa2_fwd.yaml:45:12
+  const int v15 = (v14 - v6);
+  // spec: specs/fa2_fwd.yaml:62:14
+  const int v16 = (v15 * v8);
+  // spec: specs/fa2_fwd.yaml:62:14
+  int v17[1];
   #pragma unroll
-  for (int e = 0; e < 1; ++e) v18[e] = (v17 + v8[e]);
-  // spec: specs/fa2_fwd.yaml:63:19
-  kg::fp16* v19 = reinterpret_cast<kg::fp16*>(smem + 0);
-  // spec: specs/fa2_fwd.yaml:44:11
-  const int v20 = (kg::mod(v6, v4));
-  // spec: specs/fa2_fwd.yaml:43:11
-  const int v21 = (kg::floordiv(v5, v4));
-  // spec: specs/fa2_fwd.yaml:48:12
+  for (int e = 0; e < 1; ++e) v17[e] = (v16 + v7[e]);
+  // spec: specs/fa2_fwd.yaml:78:19
+  kg::fp16* v18 = reinterpret_cast<kg::fp16*>(smem + 0);
+  // spec: specs/fa2_fwd.yaml:60:11
+  const int v19 = (kg::mod(v5, v3));
+  // spec: specs/fa2_fwd.yaml:59:11
+  const int v20 = (kg::floordiv(v5, v3));
+  // spec: specs/fa2_fwd.yaml:63:12
   kg::sync();
   if (true) {
-    const kg::fp16* p_ = t_q + ((int64_t)(v21) * stride_q_0 + (int64_t)(v20) * stride_q_2);
+    const kg::fp16* p_ = t_q + ((int64_t)(v20) * stride_q_0 + (int64_t)(v19) * stride_q_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v16 * 128) * stride_q_1 + 0;
+    const int64_t q_ = (int64_t)(v15 * 128) * stride_q_1 + 0;
     const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
     const int64_t o0_ = q_ + ((int64_t)r0_ * stride_q_1 + k0_);
   #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int r_ = r0_ + i * 32, k_ = k0_;
-      const int i0_ = v16 * 128 + r_, i1_ = 0 + k_;
+      const int i0_ = v15 * 128 + r_, i1_ = 0 + k_;
       const int64_t off_ = o0_ + (int64_t)(i * 32) * stride_q_1;
       const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 8192 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
       if (aligned_) {
         const int n_ = (i0_ < (size_SQ)) * 8;
-        kg::cp_async<16>(&v19[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        kg::cp_async<16>(&v18[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v19[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          v18[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
       }
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_fwd.yaml:63:19
+  // spec: specs/fa2_fwd.yaml:78:19
   kg::cp_async_wait<0>();
   kg::fence_proxy_async();
   kg::sync();
-  // spec: specs/fa2_fwd.yaml:64:27
-  kg::fp16* v22 = reinterpret_cast<kg::fp16*>(smem + 16384);
-  // spec: specs/fa2_fwd.yaml:63:19
-  kg::fp16* v23 = reinterpret_cast<kg::fp16*>(smem + 32768);
-  // spec: specs/fa2_fwd.yaml:62:11
-  const int v24 = 0;
-  // spec: specs/fa2_fwd.yaml:62:11
-  kg::fp16* v25 = v23 + (v24 % 2) * 4096;
-  // spec: specs/fa2_fwd.yaml:62:51
-  const int v26 = 0;
-  // spec: specs/fa2_fwd.yaml:50:14
-  const int v27 = 64;
-  // spec: specs/fa2_fwd.yaml:50:14
-  const int v28 = 63;
-  // spec: specs/fa2_fwd.yaml:50:14
-  const int v29 = (v0 + v28);
-  // spec: specs/fa2_fwd.yaml:50:14
-  const int v30 = (kg::floordiv(v29, v27));
-  // spec: specs/fa2_fwd.yaml:62:11
-  const bool v31 = (v26 < v30);
-  // spec: specs/fa2_fwd.yaml:45:18
-  const int v32 = (kg::floordiv(v4, v3));
-  // spec: specs/fa2_fwd.yaml:45:12
-  const int v33 = (kg::floordiv(v20, v32));
-  // spec: specs/fa2_fwd.yaml:63:27
-  if (v31) {
-    const kg::fp16* p_ = t_k + ((int64_t)(v21) * stride_k_0 + (int64_t)(v33) * stride_k_2);
+  // spec: specs/fa2_fwd.yaml:79:27
+  kg::fp16* v21 = reinterpret_cast<kg::fp16*>(smem + 16384);
+  // spec: specs/fa2_fwd.yaml:78:19
+  kg::fp16* v22 = reinterpret_cast<kg::fp16*>(smem + 32768);
+  // spec: specs/fa2_fwd.yaml:77:11
+  const int v23 = 0;
+  // spec: specs/fa2_fwd.yaml:77:11
+  kg::fp16* v24 = v22 + (v23 % 2) * 4096;
+  // spec: specs/fa2_fwd.yaml:77:51
+  const int v25 = 0;
+  // spec: specs/fa2_fwd.yaml:65:14
+  const int v26 = 64;
+  // spec: specs/fa2_fwd.yaml:65:14
+  const int v27 = 63;
+  // spec: specs/fa2_fwd.yaml:65:14
+  const int v28 = (v0 + v27);
+  // spec: specs/fa2_fwd.yaml:65:14
+  const int v29 = (kg::floordiv(v28, v26));
+  // spec: specs/fa2_fwd.yaml:77:11
+  const bool v30 = (v25 < v29);
+  // spec: specs/fa2_fwd.yaml:61:18
+  const int v31 = (kg::floordiv(v3, v2));
+  // spec: specs/fa2_fwd.yaml:61:12
+  const int v32 = (kg::floordiv(v19, v31));
+  // spec: specs/fa2_fwd.yaml:78:27
+  if (v30) {
+    const kg::fp16* p_ = t_k + ((int64_t)(v20) * stride_k_0 + (int64_t)(v32) * stride_k_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v26 * 64) * stride_k_1 + 0;
+    const int64_t q_ = (int64_t)(v25 * 64) * stride_k_1 + 0;
     const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
     const int64_t o0_ = q_ + ((int64_t)r0_ * stride_k_1 + k0_);
   #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int r_ = r0_ + i * 32, k_ = k0_;
-      const int i0_ = v26 * 64 + r_, i1_ = 0 + k_;
+      const int i0_ = v25 * 64 + r_, i1_ = 0 + k_;
       const int64_t off_ = o0_ + (int64_t)(i * 32) * stride_k_1;
       const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
       if (aligned_) {
         const int n_ = (i0_ < (size_SK)) * 8;
-        kg::cp_async<16>(&v25[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        kg::cp_async<16>(&v24[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v25[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          v24[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
       }
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_fwd.yaml:62:11
-  kg::fp16* v34 = v22 + (v24 % 2) * 4096;
-  // spec: specs/fa2_fwd.yaml:64:50
-  const int v35 = 0;
-  // spec: specs/fa2_fwd.yaml:64:58
-  const int v36 = 1;
-  // spec: specs/fa2_fwd.yaml:64:58
-  const int v37 = (v26 - v36);
-  // spec: specs/fa2_fwd.yaml:64:50
-  const int v38 = (kg::max_(v37, v35));
-  // spec: specs/fa2_fwd.yaml:64:34
-  if (v31) {
-    const kg::fp16* p_ = t_v + ((int64_t)(v21) * stride_v_0 + (int64_t)(v33) * stride_v_2);
+  // spec: specs/fa2_fwd.yaml:77:11
+  kg::fp16* v33 = v21 + (v23 % 2) * 4096;
+  // spec: specs/fa2_fwd.yaml:79:50
+  const int v34 = 0;
+  // spec: specs/fa2_fwd.yaml:79:58
+  const int v35 = 1;
+  // spec: specs/fa2_fwd.yaml:79:58
+  const int v36 = (v25 - v35);
+  // spec: specs/fa2_fwd.yaml:79:50
+  const int v37 = (kg::max_(v36, v34));
+  // spec: specs/fa2_fwd.yaml:79:34
+  if (v30) {
+    const kg::fp16* p_ = t_v + ((int64_t)(v20) * stride_v_0 + (int64_t)(v32) * stride_v_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v38 * 64) * stride_v_1 + 0;
+    const int64_t q_ = (int64_t)(v37 * 64) * stride_v_1 + 0;
     const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
     const int64_t o0_ = q_ + ((int64_t)r0_ * stride_v_1 + k0_);
   #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int r_ = r0_ + i * 32, k_ = k0_;
-      const int i0_ = v38 * 64 + r_, i1_ = 0 + k_;
+      const int i0_ = v37 * 64 + r_, i1_ = 0 + k_;
       const int64_t off_ = o0_ + (int64_t)(i * 32) * stride_v_1;
       const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
       if (aligned_) {
         const int n_ = (i0_ < (size_SK)) * 8;
-        kg::cp_async<16>(&v34[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        kg::cp_async<16>(&v33[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v34[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          v33[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
       }
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_fwd.yaml:62:51
-  const int v39 = 1;
-  // spec: specs/fa2_fwd.yaml:54:11
-  kg::fp16 v40[32];
+  // spec: specs/fa2_fwd.yaml:77:51
+  const int v38 = 1;
+  // spec: specs/fa2_fwd.yaml:69:11
+  kg::fp16 v39[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v40[e] = kg::cvt<kg::fp16>(0.0f);
-  // spec: specs/fa2_fwd.yaml:53:13
-  float v41[32];
+  for (int e = 0; e < 32; ++e) v39[e] = kg::cvt<kg::fp16>(0.0f);
+  // spec: specs/fa2_fwd.yaml:68:13
+  float v40[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v41[e] = 0.0f;
-  // spec: specs/fa2_fwd.yaml:52:11
+  for (int e = 0; e < 32; ++e) v40[e] = 0.0f;
+  // spec: specs/fa2_fwd.yaml:67:11
+  float v41[2];
+  #pragma unroll
+  for (int e = 0; e < 2; ++e) v41[e] = 0.0f;
+  // spec: specs/fa2_fwd.yaml:66:11
   float v42[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v42[e] = 0.0f;
-  // spec: specs/fa2_fwd.yaml:51:11
-  float v43[2];
-  #pragma unroll
-  for (int e = 0; e < 2; ++e) v43[e] = -kg::inf();
-  // spec: specs/fa2_fwd.yaml:49:16
-  const float v44 = 1.4426950408889634f;
-  // spec: specs/fa2_fwd.yaml:49:16
-  const float v45 = (v1 * v44);
-  // spec: specs/fa2_fwd.yaml:62:11
+  for (int e = 0; e < 2; ++e) v42[e] = -kg::inf();
+  // spec: specs/fa2_fwd.yaml:64:16
+  const float v43 = 1.4426950408889634f;
+  // spec: specs/fa2_fwd.yaml:64:16
+  const float v44 = (v1 * v43);
+  // spec: specs/fa2_fwd.yaml:77:11
 
-  float v46[32];
+  float v45[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v46[e] = v41[e];
-  float v47[2];
+  for (int e = 0; e < 32; ++e) v45[e] = v40[e];
+  float v46[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v47[e] = v42[e];
-  kg::fp16 v48[32];
+  for (int e = 0; e < 2; ++e) v46[e] = v41[e];
+  kg::fp16 v47[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v48[e] = v40[e];
-  float v49[2];
+  for (int e = 0; e < 32; ++e) v47[e] = v39[e];
+  float v48[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v49[e] = v43[e];
-  for (int v50 = v26; v50 < v30; v50 += v39) {
-    float (&v51)[32] = v46;
-    float (&v52)[2] = v47;
-    kg::fp16 (&v53)[32] = v48;
-    float (&v54)[2] = v49;
+  for (int e = 0; e < 2; ++e) v48[e] = v42[e];
+  for (int v49 = v25; v49 < v29; v49 += v38) {
+    float (&v50)[32] = v45;
+    float (&v51)[2] = v46;
+    kg::fp16 (&v52)[32] = v47;
+    float (&v53)[2] = v48;
     
-    // spec: specs/fa2_fwd.yaml:62:11
-    const int v55 = (v50 - v26);
-    // spec: specs/fa2_fwd.yaml:62:11
-    const int v56 = (kg::floordiv(v55, v39));
-    // spec: specs/fa2_fwd.yaml:62:11
-    kg::fp16* v57 = v22 + (v56 % 2) * 4096;
-    // spec: specs/fa2_fwd.yaml:62:11
-    kg::fp16* v58 = v23 + (v56 % 2) * 4096;
-    // spec: specs/fa2_fwd.yaml:63:19
+    // spec: specs/fa2_fwd.yaml:77:11
+    const int v54 = (v49 - v25);
+    // spec: specs/fa2_fwd.yaml:77:11
+    const int v55 = (kg::floordiv(v54, v38));
+    // spec: specs/fa2_fwd.yaml:77:11
+    kg::fp16* v56 = v21 + (v55 % 2) * 4096;
+    // spec: specs/fa2_fwd.yaml:77:11
+    kg::fp16* v57 = v22 + (v55 % 2) * 4096;
+    // spec: specs/fa2_fwd.yaml:78:19
     kg::cp_async_wait<1>();
     kg::fence_proxy_async();
     kg::sync();
-    // spec: specs/fa2_fwd.yaml:62:11
-    const int v59 = 1;
-    // spec: specs/fa2_fwd.yaml:62:11
-    const int v60 = (v56 + v59);
-    // spec: specs/fa2_fwd.yaml:62:11
-    kg::fp16* v61 = v23 + (v60 % 2) * 4096;
-    // spec: specs/fa2_fwd.yaml:63:27
-    const int v62 = (v50 + v39);
-    // spec: specs/fa2_fwd.yaml:63:27
-    const bool v63 = (v62 < v30);
-    // spec: specs/fa2_fwd.yaml:63:27
-    if (v63) {
-      const kg::fp16* p_ = t_k + ((int64_t)(v21) * stride_k_0 + (int64_t)(v33) * stride_k_2);
+    // spec: specs/fa2_fwd.yaml:77:11
+    const int v58 = 1;
+    // spec: specs/fa2_fwd.yaml:77:11
+    const int v59 = (v55 + v58);
+    // spec: specs/fa2_fwd.yaml:77:11
+    kg::fp16* v60 = v22 + (v59 % 2) * 4096;
+    // spec: specs/fa2_fwd.yaml:78:27
+    const int v61 = (v49 + v38);
+    // spec: specs/fa2_fwd.yaml:78:27
+    const bool v62 = (v61 < v29);
+    // spec: specs/fa2_fwd.yaml:78:27
+    if (v62) {
+      const kg::fp16* p_ = t_k + ((int64_t)(v20) * stride_k_0 + (int64_t)(v32) * stride_k_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v62 * 64) * stride_k_1 + 0;
+      const int64_t q_ = (int64_t)(v61 * 64) * stride_k_1 + 0;
       const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
       const int64_t o0_ = q_ + ((int64_t)r0_ * stride_k_1 + k0_);
     #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int r_ = r0_ + i * 32, k_ = k0_;
-        const int i0_ = v62 * 64 + r_, i1_ = 0 + k_;
+        const int i0_ = v61 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = o0_ + (int64_t)(i * 32) * stride_k_1;
         const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
         if (aligned_) {
           const int n_ = (i0_ < (size_SK)) * 8;
-          kg::cp_async<16>(&v61[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v60[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v61[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v60[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
-    // spec: specs/fa2_fwd.yaml:63:19
-    kg::fp16* v64 = v58;
-    // spec: specs/fa2_fwd.yaml:63:19
-    float v65[32];
-    // spec: specs/fa2_fwd.yaml:63:19
-    float (&v66)[32] = v65;
+    // spec: specs/fa2_fwd.yaml:78:19
+    kg::fp16* v63 = v57;
+    // spec: specs/fa2_fwd.yaml:78:19
+    float v64[32];
+    // spec: specs/fa2_fwd.yaml:78:19
+    float (&v65)[32] = v64;
     {
       const int wg_ = (warp / 4);
-      const uint64_t da_ = kg::wgmma_desc(v19, 16, 1024, 1);
-      const uint64_t db_ = kg::wgmma_desc(v64, 16, 1024, 1);
+      const uint64_t da_ = kg::wgmma_desc(v18, 16, 1024, 1);
+      const uint64_t db_ = kg::wgmma_desc(v63, 16, 1024, 1);
       kg::wgmma_fence();
     #pragma unroll
       for (int ks = 0; ks < 4; ++ks)
@@ -292,68 +290,68 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v66[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 8192 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
+            kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v65[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 8192 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
       kg::wgmma_commit();
     }
-    // spec: specs/fa2_fwd.yaml:64:50
-    const int v67 = 0;
-    // spec: specs/fa2_fwd.yaml:64:58
-    const int v68 = 1;
-    // spec: specs/fa2_fwd.yaml:64:58
-    const int v69 = (v50 - v68);
-    // spec: specs/fa2_fwd.yaml:64:50
-    const int v70 = (kg::max_(v69, v67));
-    // spec: specs/fa2_fwd.yaml:64:27
+    // spec: specs/fa2_fwd.yaml:79:50
+    const int v66 = 0;
+    // spec: specs/fa2_fwd.yaml:79:58
+    const int v67 = 1;
+    // spec: specs/fa2_fwd.yaml:79:58
+    const int v68 = (v49 - v67);
+    // spec: specs/fa2_fwd.yaml:79:50
+    const int v69 = (kg::max_(v68, v66));
+    // spec: specs/fa2_fwd.yaml:79:27
     kg::cp_async_wait<1>();
     kg::fence_proxy_async();
     kg::sync();
-    // spec: specs/fa2_fwd.yaml:62:11
-    kg::fp16* v71 = v22 + (v60 % 2) * 4096;
-    // spec: specs/fa2_fwd.yaml:64:50
-    const int v72 = 0;
-    // spec: specs/fa2_fwd.yaml:64:58
-    const int v73 = 1;
-    // spec: specs/fa2_fwd.yaml:64:34
-    const int v74 = (v50 + v39);
-    // spec: specs/fa2_fwd.yaml:64:58
-    const int v75 = (v74 - v73);
-    // spec: specs/fa2_fwd.yaml:64:50
-    const int v76 = (kg::max_(v75, v72));
-    // spec: specs/fa2_fwd.yaml:64:34
-    const bool v77 = (v74 < v30);
-    // spec: specs/fa2_fwd.yaml:64:34
-    if (v77) {
-      const kg::fp16* p_ = t_v + ((int64_t)(v21) * stride_v_0 + (int64_t)(v33) * stride_v_2);
+    // spec: specs/fa2_fwd.yaml:77:11
+    kg::fp16* v70 = v21 + (v59 % 2) * 4096;
+    // spec: specs/fa2_fwd.yaml:79:50
+    const int v71 = 0;
+    // spec: specs/fa2_fwd.yaml:79:58
+    const int v72 = 1;
+    // spec: specs/fa2_fwd.yaml:79:34
+    const int v73 = (v49 + v38);
+    // spec: specs/fa2_fwd.yaml:79:58
+    const int v74 = (v73 - v72);
+    // spec: specs/fa2_fwd.yaml:79:50
+    const int v75 = (kg::max_(v74, v71));
+    // spec: specs/fa2_fwd.yaml:79:34
+    const bool v76 = (v73 < v29);
+    // spec: specs/fa2_fwd.yaml:79:34
+    if (v76) {
+      const kg::fp16* p_ = t_v + ((int64_t)(v20) * stride_v_0 + (int64_t)(v32) * stride_v_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v76 * 64) * stride_v_1 + 0;
+      const int64_t q_ = (int64_t)(v75 * 64) * stride_v_1 + 0;
       const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
       const int64_t o0_ = q_ + ((int64_t)r0_ * stride_v_1 + k0_);
     #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int r_ = r0_ + i * 32, k_ = k0_;
-        const int i0_ = v76 * 64 + r_, i1_ = 0 + k_;
+        const int i0_ = v75 * 64 + r_, i1_ = 0 + k_;
         const int64_t off_ = o0_ + (int64_t)(i * 32) * stride_v_1;
         const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
         if (aligned_) {
           const int n_ = (i0_ < (size_SK)) * 8;
-          kg::cp_async<16>(&v71[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+          kg::cp_async<16>(&v70[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v71[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+            v70[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
         }
       }
     }
     kg::cp_async_commit();
-    // spec: specs/fa2_fwd.yaml:64:27
-    float (&v78)[32] = v51;
+    // spec: specs/fa2_fwd.yaml:79:27
+    float (&v77)[32] = v50;
     {
       const int wg_ = (warp / 4);
-      const uint64_t db_ = kg::wgmma_desc(v57, 8192, 1024, 1);
+      const uint64_t db_ = kg::wgmma_desc(v56, 8192, 1024, 1);
       // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
       // (ptxas would then insert a warpgroup.arrive, C7519)
     #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v78[e]);
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v77[e]);
       kg::wgmma_fence();
     #pragma unroll
       for (int ks = 0; ks < 4; ++ks)
@@ -361,228 +359,228 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n64k16_fp16_rs<1>(&v78[(rm * 1 + rn) * 32], &v53[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
+            kg::wgmma_m64n64k16_fp16_rs<1>(&v77[(rm * 1 + rn) * 32], &v52[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
       kg::wgmma_commit();
     }
-    // spec: specs/fa2_fwd.yaml:66:40
-    int v79[16];
+    // spec: specs/fa2_fwd.yaml:81:40
+    int v78[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v79[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32);
-    // spec: specs/fa2_fwd.yaml:66:26
-    const int v80 = 64;
-    // spec: specs/fa2_fwd.yaml:66:26
-    const int v81 = (v50 * v80);
-    // spec: specs/fa2_fwd.yaml:66:26
-    int v82[16];
+    for (int e = 0; e < 16; ++e) v78[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32);
+    // spec: specs/fa2_fwd.yaml:81:26
+    const int v79 = 64;
+    // spec: specs/fa2_fwd.yaml:81:26
+    const int v80 = (v49 * v79);
+    // spec: specs/fa2_fwd.yaml:81:26
+    int v81[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v82[e] = (v81 + v79[e]);
-    // spec: specs/fa2_fwd.yaml:67:27
-    int (&v83)[16] = v82;
-    // spec: specs/fa2_fwd.yaml:67:27
-    bool v84[16];
+    for (int e = 0; e < 16; ++e) v81[e] = (v80 + v78[e]);
+    // spec: specs/fa2_fwd.yaml:82:27
+    int (&v82)[16] = v81;
+    // spec: specs/fa2_fwd.yaml:82:27
+    bool v83[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v84[e] = (v83[e] < v0);
-    // spec: specs/fa2_fwd.yaml:70:23
-    bool v85[32];
+    for (int e = 0; e < 16; ++e) v83[e] = (v82[e] < v0);
+    // spec: specs/fa2_fwd.yaml:85:23
+    bool v84[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v85[e] = v84[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-    // spec: specs/fa2_fwd.yaml:70:23
-    const float v86 = -kg::inf();
-    // spec: specs/fa2_fwd.yaml:63:19
+    for (int e = 0; e < 32; ++e) v84[e] = v83[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+    // spec: specs/fa2_fwd.yaml:85:23
+    const float v85 = -kg::inf();
+    // spec: specs/fa2_fwd.yaml:78:19
     kg::wgmma_wait<1>();
     #pragma unroll
-    for (int e = 0; e < 32; ++e) kg::fence_operand(v66[e]);
-    float (&v87)[32] = v66;
-    // spec: specs/fa2_fwd.yaml:70:23
-    float v88[32];
+    for (int e = 0; e < 32; ++e) kg::fence_operand(v65[e]);
+    float (&v86)[32] = v65;
+    // spec: specs/fa2_fwd.yaml:85:23
+    float v87[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v88[e] = (v85[e] ? v87[e] : v86);
-    // spec: specs/fa2_fwd.yaml:71:34
-    float v89[2];
+    for (int e = 0; e < 32; ++e) v87[e] = (v84[e] ? v86[e] : v85);
+    // spec: specs/fa2_fwd.yaml:86:34
+    float v88[2];
     {
-      float r89[2];
+      float r88[2];
     #pragma unroll
-      for (int e = 0; e < 2; ++e) r89[e] = -kg::inf();
+      for (int e = 0; e < 2; ++e) r88[e] = -kg::inf();
     #pragma unroll
       for (int e = 0; e < 32; ++e) {
-        const float a_ = r89[((e >> 1) & 1) * 1], b_ = (float)(v88[e]);
-        r89[((e >> 1) & 1) * 1] = kg::max_(a_, b_);
+        const float a_ = r88[((e >> 1) & 1) * 1], b_ = (float)(v87[e]);
+        r88[((e >> 1) & 1) * 1] = kg::max_(a_, b_);
       }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r89[e], b_ = kg::shfl_xor(a_, 1); r89[e] = kg::max_(a_, b_); }
+      for (int e = 0; e < 2; ++e) { const float a_ = r88[e], b_ = kg::shfl_xor(a_, 1); r88[e] = kg::max_(a_, b_); }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r89[e], b_ = kg::shfl_xor(a_, 2); r89[e] = kg::max_(a_, b_); }
+      for (int e = 0; e < 2; ++e) { const float a_ = r88[e], b_ = kg::shfl_xor(a_, 2); r88[e] = kg::max_(a_, b_); }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) v89[e] = kg::cvt<float>(r89[e]);
+      for (int e = 0; e < 2; ++e) v88[e] = kg::cvt<float>(r88[e]);
     }
-    // spec: specs/fa2_fwd.yaml:74:27
-    const float v90 = 0.0f;
-    // spec: specs/fa2_fwd.yaml:74:33
-    const float v91 = -kg::inf();
-    // spec: specs/fa2_fwd.yaml:71:23
-    float v92[2];
+    // spec: specs/fa2_fwd.yaml:89:27
+    const float v89 = 0.0f;
+    // spec: specs/fa2_fwd.yaml:89:33
+    const float v90 = -kg::inf();
+    // spec: specs/fa2_fwd.yaml:86:23
+    float v91[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v92[e] = (kg::max_(v54[e], v89[e]));
-    // spec: specs/fa2_fwd.yaml:74:33
-    bool v93[2];
+    for (int e = 0; e < 2; ++e) v91[e] = (kg::max_(v53[e], v88[e]));
+    // spec: specs/fa2_fwd.yaml:89:33
+    bool v92[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v93[e] = (v92[e] == v91);
-    // spec: specs/fa2_fwd.yaml:74:27
+    for (int e = 0; e < 2; ++e) v92[e] = (v91[e] == v90);
+    // spec: specs/fa2_fwd.yaml:89:27
+    float v93[2];
+    #pragma unroll
+    for (int e = 0; e < 2; ++e) v93[e] = (v92[e] ? v89 : v91[e]);
+    // spec: specs/fa2_fwd.yaml:90:42
     float v94[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v94[e] = (v93[e] ? v90 : v92[e]);
-    // spec: specs/fa2_fwd.yaml:75:42
-    float v95[2];
+    for (int e = 0; e < 2; ++e) v94[e] = (v93[e] * v44);
+    // spec: specs/fa2_fwd.yaml:90:41
+    float (&v95)[2] = v94;
+    // spec: specs/fa2_fwd.yaml:90:28
+    float v96[32];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v95[e] = (v94[e] * v45);
-    // spec: specs/fa2_fwd.yaml:75:41
-    float (&v96)[2] = v95;
-    // spec: specs/fa2_fwd.yaml:75:28
+    for (int e = 0; e < 32; ++e) v96[e] = v95[((e >> 1) & 1) * 1];
+    // spec: specs/fa2_fwd.yaml:90:28
     float v97[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v97[e] = v96[((e >> 1) & 1) * 1];
-    // spec: specs/fa2_fwd.yaml:75:28
+    for (int e = 0; e < 32; ++e) v97[e] = (v87[e] * v44);
+    // spec: specs/fa2_fwd.yaml:90:28
     float v98[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v98[e] = (v88[e] * v45);
-    // spec: specs/fa2_fwd.yaml:75:28
+    for (int e = 0; e < 32; ++e) v98[e] = (v97[e] - v96[e]);
+    // spec: specs/fa2_fwd.yaml:90:23
     float v99[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v99[e] = (v98[e] - v97[e]);
-    // spec: specs/fa2_fwd.yaml:75:23
-    float v100[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v100[e] = kg::exp2_(v99[e]);
-    // spec: specs/fa2_fwd.yaml:77:31
-    float v101[2];
+    for (int e = 0; e < 32; ++e) v99[e] = kg::exp2_(v98[e]);
+    // spec: specs/fa2_fwd.yaml:92:31
+    float v100[2];
     {
-      float r101[2];
+      float r100[2];
     #pragma unroll
-      for (int e = 0; e < 2; ++e) r101[e] = 0.0f;
+      for (int e = 0; e < 2; ++e) r100[e] = 0.0f;
     #pragma unroll
       for (int e = 0; e < 32; ++e) {
-        const float a_ = r101[((e >> 1) & 1) * 1], b_ = (float)(v100[e]);
-        r101[((e >> 1) & 1) * 1] = a_ + b_;
+        const float a_ = r100[((e >> 1) & 1) * 1], b_ = (float)(v99[e]);
+        r100[((e >> 1) & 1) * 1] = a_ + b_;
       }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r101[e], b_ = kg::shfl_xor(a_, 1); r101[e] = a_ + b_; }
+      for (int e = 0; e < 2; ++e) { const float a_ = r100[e], b_ = kg::shfl_xor(a_, 1); r100[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r101[e], b_ = kg::shfl_xor(a_, 2); r101[e] = a_ + b_; }
+      for (int e = 0; e < 2; ++e) { const float a_ = r100[e], b_ = kg::shfl_xor(a_, 2); r100[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) v101[e] = kg::cvt<float>(r101[e]);
+      for (int e = 0; e < 2; ++e) v100[e] = kg::cvt<float>(r100[e]);
     }
-    // spec: specs/fa2_fwd.yaml:79:19
-    kg::fp16 v102[32];
+    // spec: specs/fa2_fwd.yaml:94:19
+    kg::fp16 v101[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v102[e] = kg::cvt<kg::fp16>(v100[e]);
-    // spec: specs/fa2_fwd.yaml:76:29
+    for (int e = 0; e < 32; ++e) v101[e] = kg::cvt<kg::fp16>(v99[e]);
+    // spec: specs/fa2_fwd.yaml:91:29
+    float v102[2];
+    #pragma unroll
+    for (int e = 0; e < 2; ++e) v102[e] = (v53[e] - v93[e]);
+    // spec: specs/fa2_fwd.yaml:91:28
     float v103[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v103[e] = (v54[e] - v94[e]);
-    // spec: specs/fa2_fwd.yaml:76:28
+    for (int e = 0; e < 2; ++e) v103[e] = (v102[e] * v44);
+    // spec: specs/fa2_fwd.yaml:91:23
     float v104[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v104[e] = (v103[e] * v45);
-    // spec: specs/fa2_fwd.yaml:76:23
-    float v105[2];
+    for (int e = 0; e < 2; ++e) v104[e] = kg::exp2_(v103[e]);
+    // spec: specs/fa2_fwd.yaml:93:27
+    float (&v105)[2] = v104;
+    // spec: specs/fa2_fwd.yaml:93:21
+    float v106[32];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v105[e] = kg::exp2_(v104[e]);
-    // spec: specs/fa2_fwd.yaml:78:27
-    float (&v106)[2] = v105;
-    // spec: specs/fa2_fwd.yaml:78:21
-    float v107[32];
-    #pragma unroll
-    for (int e = 0; e < 32; ++e) v107[e] = v106[((e >> 1) & 1) * 1];
-    // spec: specs/fa2_fwd.yaml:64:27
+    for (int e = 0; e < 32; ++e) v106[e] = v105[((e >> 1) & 1) * 1];
+    // spec: specs/fa2_fwd.yaml:79:27
     kg::wgmma_wait<0>();
     #pragma unroll
-    for (int e = 0; e < 32; ++e) kg::fence_operand(v78[e]);
+    for (int e = 0; e < 32; ++e) kg::fence_operand(v77[e]);
     #pragma unroll
-    for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v53)[e]);
-    float (&v108)[32] = v78;
-    // spec: specs/fa2_fwd.yaml:78:21
-    float v109[32];
+    for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v52)[e]);
+    float (&v107)[32] = v77;
+    // spec: specs/fa2_fwd.yaml:93:21
+    float v108[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v109[e] = (v108[e] * v107[e]);
-    // spec: specs/fa2_fwd.yaml:77:19
+    for (int e = 0; e < 32; ++e) v108[e] = (v107[e] * v106[e]);
+    // spec: specs/fa2_fwd.yaml:92:19
+    float v109[2];
+    #pragma unroll
+    for (int e = 0; e < 2; ++e) v109[e] = (v51[e] * v104[e]);
+    // spec: specs/fa2_fwd.yaml:92:19
     float v110[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v110[e] = (v52[e] * v105[e]);
-    // spec: specs/fa2_fwd.yaml:77:19
-    float v111[2];
-    #pragma unroll
-    for (int e = 0; e < 2; ++e) v111[e] = (v110[e] + v101[e]);
-    // spec: specs/fa2_fwd.yaml:80:19
+    for (int e = 0; e < 2; ++e) v110[e] = (v109[e] + v100[e]);
+    // spec: specs/fa2_fwd.yaml:95:19
 
     float y0_[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y0_[e] = v109[e];
+    for (int e = 0; e < 32; ++e) y0_[e] = v108[e];
     float y1_[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) y1_[e] = v111[e];
+    for (int e = 0; e < 2; ++e) y1_[e] = v110[e];
     kg::fp16 y2_[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y2_[e] = v102[e];
+    for (int e = 0; e < 32; ++e) y2_[e] = v101[e];
     float y3_[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) y3_[e] = v92[e];
+    for (int e = 0; e < 2; ++e) y3_[e] = v91[e];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v46[e] = y0_[e];
+    for (int e = 0; e < 32; ++e) v45[e] = y0_[e];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v47[e] = y1_[e];
+    for (int e = 0; e < 2; ++e) v46[e] = y1_[e];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v48[e] = y2_[e];
+    for (int e = 0; e < 32; ++e) v47[e] = y2_[e];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v49[e] = y3_[e];
+    for (int e = 0; e < 2; ++e) v48[e] = y3_[e];
   }
-  // spec: specs/fa2_fwd.yaml:81:19
-  kg::fp16* v112 = reinterpret_cast<kg::fp16*>(smem + 0);
-  // spec: specs/fa2_fwd.yaml:81:42
-  const int v113 = 0;
-  // spec: specs/fa2_fwd.yaml:81:50
-  const int v114 = 1;
-  // spec: specs/fa2_fwd.yaml:81:50
-  const int v115 = (v30 - v114);
-  // spec: specs/fa2_fwd.yaml:81:42
-  const int v116 = (kg::max_(v115, v113));
-  // spec: specs/fa2_fwd.yaml:81:26
+  // spec: specs/fa2_fwd.yaml:96:19
+  kg::fp16* v111 = reinterpret_cast<kg::fp16*>(smem + 0);
+  // spec: specs/fa2_fwd.yaml:96:42
+  const int v112 = 0;
+  // spec: specs/fa2_fwd.yaml:96:50
+  const int v113 = 1;
+  // spec: specs/fa2_fwd.yaml:96:50
+  const int v114 = (v29 - v113);
+  // spec: specs/fa2_fwd.yaml:96:42
+  const int v115 = (kg::max_(v114, v112));
+  // spec: specs/fa2_fwd.yaml:96:26
   kg::sync();
   if (true) {
-    const kg::fp16* p_ = t_v + ((int64_t)(v21) * stride_v_0 + (int64_t)(v33) * stride_v_2);
+    const kg::fp16* p_ = t_v + ((int64_t)(v20) * stride_v_0 + (int64_t)(v32) * stride_v_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v116 * 64) * stride_v_1 + 0;
+    const int64_t q_ = (int64_t)(v115 * 64) * stride_v_1 + 0;
     const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
     const int64_t o0_ = q_ + ((int64_t)r0_ * stride_v_1 + k0_);
   #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int r_ = r0_ + i * 32, k_ = k0_;
-      const int i0_ = v116 * 64 + r_, i1_ = 0 + k_;
+      const int i0_ = v115 * 64 + r_, i1_ = 0 + k_;
       const int64_t off_ = o0_ + (int64_t)(i * 32) * stride_v_1;
       const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
       if (aligned_) {
         const int n_ = (i0_ < (size_SK)) * 8;
-        kg::cp_async<16>(&v112[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        kg::cp_async<16>(&v111[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v112[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
+          v111[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
       }
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_fwd.yaml:81:19
+  // spec: specs/fa2_fwd.yaml:96:19
   kg::cp_async_wait<0>();
   kg::fence_proxy_async();
   kg::sync();
-  // spec: specs/fa2_fwd.yaml:81:19
-  float (&v117)[32] = v46;
+  // spec: specs/fa2_fwd.yaml:96:19
+  float (&v116)[32] = v45;
   {
     const int wg_ = (warp / 4);
-    const uint64_t db_ = kg::wgmma_desc(v112, 8192, 1024, 1);
+    const uint64_t db_ = kg::wgmma_desc(v111, 8192, 1024, 1);
     // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
     // (ptxas would then insert a warpgroup.arrive, C7519)
   #pragma unroll
-    for (int e = 0; e < 32; ++e) kg::fence_operand(v117[e]);
+    for (int e = 0; e < 32; ++e) kg::fence_operand(v116[e]);
     kg::wgmma_fence();
   #pragma unroll
     for (int ks = 0; ks < 4; ++ks)
@@ -590,47 +588,47 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
       for (int rm = 0; rm < 1; ++rm)
   #pragma unroll
         for (int rn = 0; rn < 1; ++rn)
-          kg::wgmma_m64n64k16_fp16_rs<1>(&v117[(rm * 1 + rn) * 32], &v48[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
+          kg::wgmma_m64n64k16_fp16_rs<1>(&v116[(rm * 1 + rn) * 32], &v47[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
     kg::wgmma_commit();
   }
-  // spec: specs/fa2_fwd.yaml:83:15
-  const float v118 = 1.0f;
-  // spec: specs/fa2_fwd.yaml:83:21
-  const float v119 = 0.0f;
-  // spec: specs/fa2_fwd.yaml:83:21
-  bool v120[2];
+  // spec: specs/fa2_fwd.yaml:98:15
+  const float v117 = 1.0f;
+  // spec: specs/fa2_fwd.yaml:98:21
+  const float v118 = 0.0f;
+  // spec: specs/fa2_fwd.yaml:98:21
+  bool v119[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v120[e] = (v47[e] == v119);
-  // spec: specs/fa2_fwd.yaml:83:15
-  float v121[2];
+  for (int e = 0; e < 2; ++e) v119[e] = (v46[e] == v118);
+  // spec: specs/fa2_fwd.yaml:98:15
+  float v120[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v121[e] = (v120[e] ? v118 : v47[e]);
-  // spec: specs/fa2_fwd.yaml:84:52
-  float (&v122)[2] = v121;
-  // spec: specs/fa2_fwd.yaml:84:46
-  float v123[32];
+  for (int e = 0; e < 2; ++e) v120[e] = (v119[e] ? v117 : v46[e]);
+  // spec: specs/fa2_fwd.yaml:99:52
+  float (&v121)[2] = v120;
+  // spec: specs/fa2_fwd.yaml:99:46
+  float v122[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v123[e] = v122[((e >> 1) & 1) * 1];
-  // spec: specs/fa2_fwd.yaml:81:19
+  for (int e = 0; e < 32; ++e) v122[e] = v121[((e >> 1) & 1) * 1];
+  // spec: specs/fa2_fwd.yaml:96:19
   kg::wgmma_wait<0>();
   #pragma unroll
-  for (int e = 0; e < 32; ++e) kg::fence_operand(v117[e]);
+  for (int e = 0; e < 32; ++e) kg::fence_operand(v116[e]);
   #pragma unroll
-  for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v48)[e]);
-  float (&v124)[32] = v117;
-  // spec: specs/fa2_fwd.yaml:84:46
-  float v125[32];
+  for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v47)[e]);
+  float (&v123)[32] = v116;
+  // spec: specs/fa2_fwd.yaml:99:46
+  float v124[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v125[e] = (v124[e] / v123[e]);
-  // spec: specs/fa2_fwd.yaml:84:45
-  kg::fp16 v126[32];
+  for (int e = 0; e < 32; ++e) v124[e] = (v123[e] / v122[e]);
+  // spec: specs/fa2_fwd.yaml:99:45
+  kg::fp16 v125[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v126[e] = kg::cvt<kg::fp16>(v125[e]);
-  // spec: specs/fa2_fwd.yaml:84:7
+  for (int e = 0; e < 32; ++e) v125[e] = kg::cvt<kg::fp16>(v124[e]);
+  // spec: specs/fa2_fwd.yaml:99:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
-    kg::fp16* p_ = t_o + ((int64_t)(v21) * stride_o_0 + (int64_t)(v20) * stride_o_2);
+    kg::fp16* p_ = t_o + ((int64_t)(v20) * stride_o_0 + (int64_t)(v19) * stride_o_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_o_0 % 2 == 0 && stride_o_1 % 2 == 0 && stride_o_2 % 2 == 0;
-    const int t0_ = v16 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
+    const int t0_ = v15 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
     const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
   #pragma unroll
     for (int e = 0; e < 32; e += 2) {
@@ -638,54 +636,54 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
       const int64_t off_ = (int64_t)i0_ * stride_o_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SQ)) {
-        kg::copy_vec<2>(p_ + off_, &v126[e]);
+        kg::copy_vec<2>(p_ + off_, &v125[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SQ)) p_[off_ + v] = v126[e + v];
+          if (i0_ < (size_SQ)) p_[off_ + v] = v125[e + v];
       }
     }
   }
-  // spec: specs/fa2_fwd.yaml:85:44
-  const float v127 = -kg::inf();
-  // spec: specs/fa2_fwd.yaml:85:66
-  const float v128 = 0.6931471805599453f;
-  // spec: specs/fa2_fwd.yaml:85:80
+  // spec: specs/fa2_fwd.yaml:100:44
+  const float v126 = -kg::inf();
+  // spec: specs/fa2_fwd.yaml:100:66
+  const float v127 = 0.6931471805599453f;
+  // spec: specs/fa2_fwd.yaml:100:80
+  float v128[2];
+  #pragma unroll
+  for (int e = 0; e < 2; ++e) v128[e] = kg::log2_(v120[e]);
+  // spec: specs/fa2_fwd.yaml:100:67
   float v129[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v129[e] = kg::log2_(v121[e]);
-  // spec: specs/fa2_fwd.yaml:85:67
+  for (int e = 0; e < 2; ++e) v129[e] = (v48[e] * v44);
+  // spec: specs/fa2_fwd.yaml:100:67
   float v130[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v130[e] = (v49[e] * v45);
-  // spec: specs/fa2_fwd.yaml:85:67
+  for (int e = 0; e < 2; ++e) v130[e] = (v129[e] + v128[e]);
+  // spec: specs/fa2_fwd.yaml:100:66
   float v131[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v131[e] = (v130[e] + v129[e]);
-  // spec: specs/fa2_fwd.yaml:85:66
-  float v132[2];
+  for (int e = 0; e < 2; ++e) v131[e] = (v130[e] * v127);
+  // spec: specs/fa2_fwd.yaml:100:50
+  const float v132 = 0.0f;
+  // spec: specs/fa2_fwd.yaml:100:50
+  bool v133[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v132[e] = (v131[e] * v128);
-  // spec: specs/fa2_fwd.yaml:85:50
-  const float v133 = 0.0f;
-  // spec: specs/fa2_fwd.yaml:85:50
-  bool v134[2];
+  for (int e = 0; e < 2; ++e) v133[e] = (v46[e] == v132);
+  // spec: specs/fa2_fwd.yaml:100:44
+  float v134[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v134[e] = (v47[e] == v133);
-  // spec: specs/fa2_fwd.yaml:85:44
-  float v135[2];
-  #pragma unroll
-  for (int e = 0; e < 2; ++e) v135[e] = (v134[e] ? v127 : v132[e]);
-  // spec: specs/fa2_fwd.yaml:85:7
+  for (int e = 0; e < 2; ++e) v134[e] = (v133[e] ? v126 : v131[e]);
+  // spec: specs/fa2_fwd.yaml:100:7
   if ((lane & 3) == 0 && (warp & 0) == 0) {
-    float* p_ = t_lse + ((int64_t)(v21) * stride_lse_0 + (int64_t)(v20) * stride_lse_1);
+    float* p_ = t_lse + ((int64_t)(v20) * stride_lse_0 + (int64_t)(v19) * stride_lse_1);
     const bool aligned_ = false;
-    const int t0_ = v16 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
+    const int t0_ = v15 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
   #pragma unroll
     for (int e = 0; e < 2; e += 1) {
       const int i0_ = t0_ + (e & 1) * 8;
       const int64_t off_ = (int64_t)i0_ * 1;
-      if (i0_ + 1 <= (size_SQ)) p_[off_] = v135[e];
+      if (i0_ + 1 <= (size_SQ)) p_[off_] = v134[e];
     }
   }
 }
