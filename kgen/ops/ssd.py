@@ -4,9 +4,11 @@ the ssd_fwd spec.
 The spec has no optional tensors, so this wrapper maps mamba-ssm's optional arguments onto what
 it does take: D=None, dt_bias=None and initial_states=None become zeros (the spec adds D x and
 dt_bias and starts from initial_states either way), and a D of shape (nheads,) becomes the
-(nheads, headdim) the spec takes, by an expand whose gradient sums over headdim. What the spec
-cannot express yet is refused with one sentence before any launch: z (gating), seq_idx and
-cu_seqlens (packed sequences). docs/SSD.md has the plan for each.
+(nheads, headdim) the spec takes, by an expand whose gradient sums over headdim. z gates the
+output as mamba-ssm does (y * silu(z), in float32, rounded to x's dtype), applied here by PyTorch
+after the scan: one more pass over y and z that mamba-ssm fuses into its output kernel. What the
+spec cannot express yet is refused with one sentence before any launch: seq_idx and cu_seqlens
+(packed sequences). docs/SSD.md has the plan for each.
 
 Gradients come from ssd_bwd (paired in ssd_fwd's `autograd:`): y and final_states are
 differentiable with respect to x, dt, A, B, C, D, dt_bias and initial_states (through the float32
@@ -95,11 +97,15 @@ def mamba_chunk_scan_combined(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor
     and y_t = h_t C_t + D x_t; B and C (batch, seqlen, ngroups, dstate) are shared by
     nheads / ngroups heads. With return_final_states, (y, h after the last position) with the
     state (batch, nheads, headdim, dstate) in float32. initial_states (same shape) is h before the
-    first position; D may be (nheads,) or (nheads, headdim)."""
-    _refuse("z", z, "gating needs a variant of the output kernel")
+    first position; D may be (nheads,) or (nheads, headdim); with z (x's shape), y * silu(z)."""
     _refuse("seq_idx", seq_idx, "packed sequences need a variant that resets the state")
     _refuse("cu_seqlens", cu_seqlens, "packed sequences need a variant that resets the state")
     _check(x, dt, A, B, C, chunk_size, D, dt_bias, initial_states)
+    if z is not None and not (isinstance(z, torch.Tensor) and z.shape == x.shape and z.dtype == x.dtype
+                              and z.device == x.device):
+        got = f"{tuple(z.shape)} {z.dtype} on {z.device}" if isinstance(z, torch.Tensor) else type(z).__name__
+        raise LaunchError(f"mamba_chunk_scan_combined: 'z' must be a tensor like x ({tuple(x.shape)} {x.dtype} on "
+                          f"{x.device}) or None, got {got}")
     if not (isinstance(dt_limit, (tuple, list)) and len(dt_limit) == 2):
         raise LaunchError(f"mamba_chunk_scan_combined: dt_limit must be a pair (min, max), got {dt_limit!r}")
     b, _, nheads, headdim = x.shape
@@ -116,4 +122,6 @@ def mamba_chunk_scan_combined(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor
     y, final_states = _op("ssd_fwd")(x, dt, A.float(), B, C, D32, bias32, h0, dt_min=float(dt_limit[0]),
                                      dt_max=float(dt_limit[1]), chunk_size=int(chunk_size), headdim=x.shape[3],
                                      dstate=B.shape[3], softplus_below=SOFTPLUS_BELOW if dt_softplus else -math.inf)
+    if z is not None:  # mamba-ssm's gating: y * silu(z), computed in float32
+        y = (y.float() * torch.nn.functional.silu(z.float())).to(x.dtype)
     return (y, final_states) if return_final_states else y

@@ -26,7 +26,7 @@ _NO_GPU = helpers.no_gpu_reason()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_NO_GPU is not None, reason=str(_NO_GPU))]
 
 # (batch, seqlen, nheads, ngroups, dstate, chunk, D, dt_bias, softplus, dt_limit); D: None, "head"
-# (nheads,) or "channel" (nheads, headdim); "+h0" adds initial states
+# (nheads,) or "channel" (nheads, headdim); "+h0" adds initial states, "+z" the gate z
 CASES = [
     (2, 1, 4, 1, 64, 64, "head+h0", True, True, (0.0, math.inf)),
     (2, 63, 4, 2, 128, 64, None, False, False, (0.001, 0.1)),
@@ -35,6 +35,8 @@ CASES = [
     (1, 4097, 4, 1, 128, 256, "channel", True, True, (0.0, math.inf)),
     (1, 4097, 8, 2, 64, 64, "head+h0", True, True, (0.0, math.inf)),
     (3, 512, 8, 4, 128, 128, "head", True, False, (0.0, math.inf)),
+    (2, 1000, 4, 1, 128, 256, "head+z", True, True, (0.0, math.inf)),
+    (1, 63, 8, 2, 64, 64, "channel+h0+z", False, True, (0.0, math.inf)),
 ]
 
 
@@ -54,7 +56,8 @@ def _inputs(batch, seqlen, nheads, ngroups, dstate, seed, d_kind):
     D = torch.randn(nheads, *((64,) if "channel" in d_kind else ()), device=dev, generator=g)
     bias = 0.5 * torch.randn(nheads, device=dev, generator=g)
     h0 = torch.randn(batch, nheads, 64, dstate, device=dev, generator=g) if "h0" in d_kind else None
-    return x, dt, A, B, C, D, bias, h0
+    z = torch.randn(x.shape, device=dev, generator=g).bfloat16() if "z" in d_kind else None
+    return x, dt, A, B, C, D, bias, h0, z
 
 
 def _close(name, got, ref, lowp):
@@ -70,10 +73,10 @@ def test_matches_float64(batch, seqlen, nheads, ngroups, dstate, chunk, d_kind, 
     from kgen.ops import mamba_chunk_scan_combined
 
     seed = zlib.crc32(f"{batch}{seqlen}{nheads}{ngroups}{dstate}{chunk}".encode())
-    x, dt, A, B, C, D, bias, h0 = _inputs(batch, seqlen, nheads, ngroups, dstate, seed, d_kind or "")
+    x, dt, A, B, C, D, bias, h0, z = _inputs(batch, seqlen, nheads, ngroups, dstate, seed, d_kind or "")
     D, bias = (D if d_kind else None), (bias if with_bias else None)
-    names = ("x", "dt", "A", "B", "C", "D", "dt_bias", "initial_states")
-    leaves = {n: t for n, t in zip(names, (x, dt, A, B, C, D, bias, h0)) if t is not None}
+    names = ("x", "dt", "A", "B", "C", "D", "dt_bias", "initial_states", "z")
+    leaves = {n: t for n, t in zip(names, (x, dt, A, B, C, D, bias, h0, z)) if t is not None}
     kw = dict(dt_softplus=softplus, dt_limit=limit)
     g = torch.Generator(device="cuda").manual_seed(seed + 1)
     dy = torch.randn(x.shape, device="cuda", generator=g).bfloat16()
@@ -82,7 +85,8 @@ def test_matches_float64(batch, seqlen, nheads, ngroups, dstate, chunk, d_kind, 
     mine = {n: t.clone().requires_grad_() for n, t in leaves.items()}
     y, final = mamba_chunk_scan_combined(mine["x"], mine["dt"], mine["A"], mine["B"], mine["C"], chunk,
                                          D=mine.get("D"), dt_bias=mine.get("dt_bias"),
-                                         initial_states=mine.get("initial_states"), return_final_states=True, **kw)
+                                         initial_states=mine.get("initial_states"), z=mine.get("z"),
+                                         return_final_states=True, **kw)
     torch.autograd.backward([y, final], [dy, dh])
 
     outs = {}
@@ -91,6 +95,8 @@ def test_matches_float64(batch, seqlen, nheads, ngroups, dstate, chunk, d_kind, 
         ts = {n: (t.double() if dtype == torch.float64 else t).detach().requires_grad_() for n, t in leaves.items()}
         ry, rh = ssd_chunked(ts["x"], ts["dt"], ts["A"], ts["B"], ts["C"], chunk, D=ts.get("D"),
                              dt_bias=ts.get("dt_bias"), initial_states=ts.get("initial_states"), dtype=dtype, **kw)
+        if "z" in ts:  # mamba-ssm's gate, in the same dtype
+            ry = ry * torch.nn.functional.silu(ts["z"].to(ry.dtype))
         torch.autograd.backward([ry, rh], [dy.to(dtype), dh.to(dtype)])
         outs[label] = {"y": ry, "final_states": rh, **{f"d{n}": t.grad for n, t in ts.items()}}
     _close("y", y, outs["ref"]["y"], outs["lowp"]["y"])

@@ -14,7 +14,7 @@ from kgen.errors import LaunchError
 from kgen.ops import mamba_chunk_scan_combined
 
 
-def _recurrence(x, dt, A, B, C, D, dt_bias, softplus, limit, h0=None):
+def _recurrence(x, dt, A, B, C, D, dt_bias, softplus, limit, h0=None, z=None):
     x, dt, A, B, C = (t.double() for t in (x, dt, A, B, C))
     b, seqlen, nheads, headdim = x.shape
     dt = dt + (0 if dt_bias is None else dt_bias.double())
@@ -30,6 +30,8 @@ def _recurrence(x, dt, A, B, C, D, dt_bias, softplus, limit, h0=None):
         y = (h * Ch[:, t, :, None, :]).sum(-1)
         if D is not None:  # per head (nheads,) or per channel (nheads, headdim)
             y = y + (D.double()[None, :, None] if D.dim() == 1 else D.double()[None]) * x[:, t]
+        if z is not None:  # mamba-ssm's gating
+            y = y * torch.nn.functional.silu(z[:, t].double())
         ys.append(y)
     return torch.stack(ys, 1), h
 
@@ -85,8 +87,19 @@ def test_initial_states_and_per_channel_d_match_the_recurrence():
     assert float((y0.double() - ref_y).abs().max()) > 0.1 * float(ref_y.abs().max())
 
 
+def test_z_gates_the_output_as_mamba_ssm_does():
+    x, dt, A, B, C, D, dt_bias = _inputs(seed=17)
+    z = torch.randn(x.shape, generator=torch.Generator().manual_seed(18)).bfloat16()
+    y = mamba_chunk_scan_combined(x, dt, A, B, C, 64, D=D, z=z, dt_bias=dt_bias, dt_softplus=True)
+    ref_y, _ = _recurrence(x, dt, A, B, C, D, dt_bias, True, (0.0, math.inf), z=z)
+    err, scale = float((y.double() - ref_y).abs().max()), float(ref_y.abs().max())
+    assert y.dtype == torch.bfloat16 and err <= 0.02 * scale, f"y: max error {err:.3g} over 2% of max |ref| {scale:.3g}"
+    ungated, _ = _recurrence(x, dt, A, B, C, D, dt_bias, True, (0.0, math.inf))
+    assert float((y.double() - ungated).abs().max()) > 0.1 * scale  # the gate changes the output
+
+
 @pytest.mark.parametrize("kwargs, words", [
-    ({"z": "x"}, "'z' is not supported yet"),
+    ({"z": "zeros"}, "'z' must be a tensor like x ((1, 5, 2, 64) torch.bfloat16 on cpu) or None, got (1,) torch.float32 on cpu"),
     ({"seq_idx": "zeros"}, "'seq_idx' is not supported yet"),
     ({"initial_states": "zeros"}, "'initial_states' must be a tensor of shape (1, 2, 64, 64)"),
     ({"chunk_size": 100}, "chunk_size=100 is not supported; accepted: 64, 128, 256"),
@@ -129,6 +142,7 @@ def test_wrong_dtype_and_headdim_are_refused():
     (True, True, (0.0, math.inf), 1, True, False),
     (False, False, (0.1, 0.6), 2, False, False),
     (True, True, (0.0, math.inf), 2, True, True),  # per-channel D and initial states
+    (True, False, (0.0, math.inf), 1, True, "z"),  # z gating
 ])
 def test_gradients_match_float64_autograd(with_d, with_bias, limit, ngroups, use_final, extras):
     # .backward() through the op (ssd_bwd on the interpreter) against autograd through the
@@ -137,11 +151,13 @@ def test_gradients_match_float64_autograd(with_d, with_bias, limit, ngroups, use
     # 0.1-0.6% there)
     x, dt, A, B, C, D, dt_bias = _inputs(seed=21 + with_d, nheads=4, ngroups=ngroups)
     D, dt_bias = (D if with_d else None), (dt_bias if with_bias else None)
-    h0 = None
-    if extras:
+    h0 = z = None
+    if extras is True:
         D, h0 = _extras(31, x, B.shape[3])
+    if extras == "z":
+        z = torch.randn(x.shape, generator=torch.Generator().manual_seed(41)).bfloat16()
     leaves = {n: t for n, t in (("x", x), ("dt", dt), ("A", A), ("B", B), ("C", C), ("D", D), ("dt_bias", dt_bias),
-                                ("initial_states", h0)) if t is not None}
+                                ("initial_states", h0), ("z", z)) if t is not None}
     g = torch.Generator().manual_seed(99)
     dy = torch.randn(x.shape, generator=g).bfloat16()
     dh = torch.randn(x.shape[0], x.shape[2], x.shape[3], B.shape[3], generator=g)
@@ -149,12 +165,12 @@ def test_gradients_match_float64_autograd(with_d, with_bias, limit, ngroups, use
     mine = {n: t.clone().requires_grad_() for n, t in leaves.items()}
     y, final = mamba_chunk_scan_combined(mine["x"], mine["dt"], mine["A"], mine["B"], mine["C"], 64, D=mine.get("D"),
                                          dt_bias=mine.get("dt_bias"), initial_states=mine.get("initial_states"),
-                                         dt_softplus=True, dt_limit=limit, return_final_states=True)
+                                         z=mine.get("z"), dt_softplus=True, dt_limit=limit, return_final_states=True)
     torch.autograd.backward([y, final] if use_final else [y], [dy, dh] if use_final else [dy])
 
     ref = {n: t.double().requires_grad_() for n, t in leaves.items()}
     ref_y, ref_h = _recurrence(ref["x"], ref["dt"], ref["A"], ref["B"], ref["C"], ref.get("D"), ref.get("dt_bias"),
-                               True, limit, ref.get("initial_states"))
+                               True, limit, ref.get("initial_states"), ref.get("z"))
     torch.autograd.backward([ref_y, ref_h] if use_final else [ref_y],
                             [dy.double(), dh.double()] if use_final else [dy.double()])
     for n in leaves:
