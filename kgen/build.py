@@ -127,12 +127,18 @@ def _without_spills(ls: LoadedSpec, variant: dict[str, Any], target: Target, tun
                     out: BuiltVariant) -> BuiltVariant | None:
     """`out` with each kernel that spills replaced by its first form that does not: plain core
     matrices (fewer address registers), then also per-chunk copy addresses (fewer registers kept
-    across loops); None if one spills in every form."""
+    across loops), then both again with atomic adds per element instead of bulk reductions
+    (passes/bulk_reduce.py: the causal D=128 dkdv has two, and spills with them); None if one
+    spills in every form."""
     plain = _without_swizzle(target)
+    forms = [(plain, True), (plain, False)]
+    if target.shared_bulk_fp32_add:
+        per_element = plain.model_copy(update={"shared_bulk_fp32_add": False})
+        forms += [(per_element, True), (per_element, False)]
     for i, bk in enumerate(out.kernels):
         if not _spills(bk):
             continue
-        for lowered_for, stepped in ((plain, True), (plain, False)):
+        for lowered_for, stepped in forms:
             if lowered_for is target and stepped:
                 continue
             kernel = compile_kernel(ls, i, variant, tunables, lowered_for)

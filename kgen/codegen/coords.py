@@ -33,6 +33,16 @@ def thread_coord(layout: Layout, dim: int) -> str:
     return " + ".join(parts) if parts else "0"
 
 
+def lane_coord(layout: Layout, dim: int) -> str:
+    """The lane part of the coordinate along `dim` (variable `lane`)."""
+    return _bits_expr("lane", layout.lane, dim)
+
+
+def warp_coord(layout: Layout, dim: int) -> str:
+    """The warp part of the coordinate along `dim` (variable `warp`)."""
+    return _bits_expr("warp", layout.warp, dim)
+
+
 def reg_coord(layout: Layout, dim: int, var: str = "e") -> str:
     """The register part of the coordinate along `dim`, an expression in `var`."""
     return _bits_expr(var, layout.reg, dim)

@@ -16,7 +16,8 @@ from ..ir.passes.accumulate import is_lone_zero
 from ..ir.passes.dot_tiling import instr_of
 from ..ir.passes.operands import CORE_ROWS, fragment_view
 from . import wgmma
-from .coords import dup_masks, reg_coord, reg_map_expr, register_operand_ptr, shared_slot, tensor_param, thread_coord
+from .coords import (dup_masks, lane_coord, reg_coord, reg_map_expr, register_operand_ptr, shared_slot, tensor_param,
+                     thread_coord, warp_coord)
 
 CTYPE = {"bf16": "kg::bf16", "fp16": "kg::fp16", "fp32": "float", "int32": "int", "bool": "bool"}
 FLOAT = ("bf16", "fp16", "fp32")
@@ -64,6 +65,7 @@ class Emitter:
         self.k, self.target, self.dims = k, target, tensor_dims
         self.stepped_copies = stepped_copies
         self.helpers: dict[str, str] = {}  # C++ functions the kernel needs (wgmma wrappers), by name
+        self.uses_bulk = False  # a bulk reduction was emitted: the kernel waits for them at its end
         self.use_counts = use_counts(k.body)
         self.first_user: dict[int, Op] = {}
         self.producer: dict[int, Op] = {}
@@ -470,7 +472,25 @@ class Emitter:
         # one red.global.add.vN.f32 per vector where the target has them (descriptor)
         ctx = self._access(op, True, widest=self.target.global_fp32_atomic_vector)
         ctx.update(src=name(op.operands[0]), atomic=True, macro="store")
+        if "bulk" in op.attrs:  # through each warp's slice of shared memory (passes/bulk_reduce.py)
+            ctx.update(macro="bulk_add", bulk=self._bulk(op, ctx))
         return ctx
+
+    def _bulk(self, op, ctx: dict) -> dict:
+        """A warp's rows and columns: the lane and register bits of the layout locate an element
+        in the warp's slice, the warp bits the slice's corner in the tile."""
+        geo, lay, t = op.attrs["bulk"], op.operands[0].layout, op.attrs["tensor"]
+        rows, cols = ctx["dims"]
+        self.uses_bulk = True
+        strides = [f"stride_{t}_{d} % 4 == 0" for d in range(len(self.dims[t]) - 1)]
+        # outputs and scratch are allocated by the op, contiguous and aligned (kgen/runtime/op.py):
+        # only an input's rows can miss the 16-byte alignment and need the per-element form
+        fallback = self.k.tensors[t].role == "input"
+        return {**geo, "fallback": fallback, "offset": op.attrs["smem_offset"], "slice": geo["rows"] * geo["ld"],
+                "row": f"{lane_coord(lay, 0)} + {reg_coord(lay, 0)}", "col": f"{lane_coord(lay, 1)} + {reg_coord(lay, 1)}",
+                "row0": f"{rows['start']} + {warp_coord(lay, 0)}", "col0": f"{cols['start']} + {warp_coord(lay, 1)}",
+                "stride": rows["stride"], "in_row": "true" if rows["whole"] else f"i0_ < {rows['bound']}",
+                "aligned": " && ".join(["kg::aligned(p_, 16)"] + strides), "row_bytes": geo["cols"] * 4}
 
     # --- control flow --------------------------------------------------------------------------------
     def op_for(self, op):

@@ -119,4 +119,5 @@ def render_kernel(k: Kernel, target: Target, *, spec_file: str, program_line: in
     return environment().get_template(SKELETON[target.backend]).render(
         version=__version__, spec_file=spec_file, kernel=k.name, variant=vid, target=target.name,
         program_line=program_line, threads=k.num_warps * target.wave_size, params=params, body=body,
-        shared_bytes=k.shared_bytes, helpers=[emitter.helpers[n] for n in sorted(emitter.helpers)])
+        shared_bytes=k.shared_bytes, helpers=[emitter.helpers[n] for n in sorted(emitter.helpers)],
+        bulk_wait=emitter.uses_bulk)

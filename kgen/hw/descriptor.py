@@ -189,6 +189,7 @@ class Target(_Frozen):
     async_copy: tuple[Literal["cp.async", "tma", "lds_dma"], ...]
     global_fp32_atomic_add: bool
     global_fp32_atomic_vector: int  # most consecutive fp32 elements one global atomic add takes
+    shared_bulk_fp32_add: bool = False  # the copy engine adds fp32 rows from shared to global memory
     workgroup_dispatch: Literal["round_robin_xcd", "single"]
     matrix_instrs: tuple[MatrixInstr, ...]
     shared_matrix_load: SharedMatrixLoad | None = None

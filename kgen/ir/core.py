@@ -120,6 +120,7 @@ class Kernel:
     shared_bytes: int = 0
     notes: dict[str, Any] = field(default_factory=dict)  # decisions recorded for the manifest
     prefetch_loads: bool = False  # the spec's per-kernel choice (passes/prefetch.py)
+    bulk_reductions: bool = False  # the spec's per-kernel choice, for this variant (passes/bulk_reduce.py)
 
 
 def walk(block: Block):

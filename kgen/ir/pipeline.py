@@ -10,6 +10,7 @@
       -> prefetch_loads       register loads in loops issued one iteration ahead
       -> sink_to_first_use    register arithmetic moved down to just before its first reader
       -> overlap_async_dots   an asynchronous dot (wgmma) waited for where its result is read
+      -> plan_bulk_reductions tile atomic adds through shared memory, one bulk reduction per row
       -> merge_stage_barriers    barriers only where a shared write could overtake a read
       -> plan_shared_memory   offsets from the interference graph; the descriptor's limit checked
 
@@ -26,6 +27,7 @@ from .core import Kernel, print_kernel
 from .passes.accumulate import accumulate_into_dots
 from .passes.async_copy import use_async_copies
 from .passes.barriers import merge_stage_barriers
+from .passes.bulk_reduce import plan_bulk_reductions
 from .passes.dot_tiling import choose_dot_tiling
 from .passes.hoist import hoist_invariant_stages
 from .passes.layouts import assign_layouts
@@ -47,6 +49,7 @@ PASSES: list[tuple[str, Pass]] = [
     ("prefetch_loads", prefetch_loads),
     ("sink_to_first_use", sink_to_first_use),
     ("overlap_async_dots", overlap_async_dots),
+    ("plan_bulk_reductions", plan_bulk_reductions),
     ("merge_stage_barriers", merge_stage_barriers),
     ("plan_shared_memory", plan_shared_memory),
 ]

@@ -5,6 +5,7 @@ from typing import Any
 
 from ..errors import SpecError
 from ..ir.core import Kernel
+from ..spec.expr import eval_expr
 from ..spec.load import LoadedSpec
 from .parse import Origin, TensorRef, parse_program
 
@@ -28,5 +29,13 @@ def kernel_ir(ls: LoadedSpec, kernel_index: int, variant: dict[str, Any], tunabl
     warps = ks.warps if isinstance(ks.warps, int) else constants.get(ks.warps)
     if not isinstance(warps, int) or warps <= 0 or warps & (warps - 1):
         raise SpecError(f"warps must be a power of two or a tunable's name, got {ks.warps!r}", ls.where("kernels", kernel_index, "warps"))
+    bulk = ks.bulk_reductions
+    if isinstance(bulk, str):
+        try:
+            bulk = eval_expr(bulk, constants)
+        except Exception as e:  # an unknown name or a malformed expression
+            raise SpecError(f"bulk_reductions must be true, false or an expression of the variant axes and tunables; "
+                            f"'{ks.bulk_reductions}' could not be evaluated ({e})", ls.where("kernels", kernel_index, "bulk_reductions")) from None
     return Kernel(name=f"{spec.name}_{ks.name}", body=body, tensors=dict(spec.tensors), sizes=list(spec.sizes),
-                  scalars=list(spec.scalars), num_warps=warps, constants=constants, prefetch_loads=ks.prefetch_loads)
+                  scalars=list(spec.scalars), num_warps=warps, constants=constants, prefetch_loads=ks.prefetch_loads,
+                  bulk_reductions=bool(bulk))

@@ -53,6 +53,9 @@ class KernelSpec(Strict):
     program: str = Field(min_length=1, description="the tile program")
     prefetch_loads: bool = Field(False, description="issue the program's small register loads in loops one iteration "
                                  "ahead (kgen/ir/passes/prefetch.py); per kernel, as it speeds some loops and slows others")
+    bulk_reductions: bool | str = Field(False, description="fp32 tile atomic adds through shared memory, one bulk "
+                                        "reduction per row, where the target has them (kgen/ir/passes/bulk_reduce.py): "
+                                        "true, false or an expression of the variant axes and tunables")
 
 
     @field_validator("grid", mode="before")

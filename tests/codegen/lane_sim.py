@@ -414,6 +414,44 @@ class ProgramSim(WarpgroupSim, AsyncCopySim):
             else:
                 flat[addr] = src[:, :, e + v][mask]
 
+    def op_bulk_add(self, c):
+        """templates/common/ops.j2 bulk_add: each warp writes its part into its slice of shared
+        memory, then one bulk reduction per row adds the slice's rows into the tensor. A slot
+        written twice, a row with a slot no lane wrote, or an address outside the slice or the
+        tensor raises SimError."""
+        b, n, vec = c["bulk"], c["n"], c["vec"]
+        src, flat = self.regs[c["src"]], self.tensors[c["tensor"]].reshape(-1)
+        self.note(f"{c['ctype']}* p_ = {c['ptr']} + ({c['base']});")
+        self.note(f"float* st_ = reinterpret_cast<float*>(smem + {b['offset']}) + warp * {b['slice']};")
+        slot_line = f"({b['row']}) * {b['ld']} + {b['col']}"
+        self.note(f"kg::copy_vec<{vec}>(&st_[{slot_line}], &{c['src']}[e]);")
+        e = np.arange(0, n, vec).reshape(1, 1, -1)
+        slot = self.grid_shape(self.ev(slot_line, e=e), e.shape[-1])
+        slices = np.full((self.W, b["slice"]), np.nan)
+        for w in range(self.W):
+            slots = np.concatenate([(slot[w] + v).reshape(-1) for v in range(vec)])
+            if slots.min() < 0 or slots.max() >= b["slice"]:
+                raise SimError(f"bulk_add: warp {w} writes slot {int(slots.min())}..{int(slots.max())} of {b['slice']}")
+            if np.unique(slots).size != slots.size:
+                raise SimError(f"bulk_add: warp {w} writes a slot of its slice twice")
+            for v in range(vec):
+                slices[w, slot[w] + v] = src[w][:, e[0, 0] + v]
+        self.note(f"const int i0_ = {b['row0']} + r_;")
+        self.note(f"if ({b['in_row']})")
+        self.note(f"kg::bulk_add_f32(p_ + ((int64_t)i0_ * {b['stride']} + {b['col0']}), st_ + r_ * {b['ld']}, {b['row_bytes']});")
+        base = int(np.asarray(self.ev(c["base"])).flat[0])
+        for w in range(self.W):
+            for r in range(b["rows"]):
+                i0 = int(np.asarray(self.ev(f"{b['row0']} + r_", r_=r, warp=w)).flat[0])
+                if not bool(np.asarray(self.ev(b["in_row"], i0_=i0, warp=w)).flat[0]):
+                    continue
+                off = base + i0 * int(np.asarray(self.ev(b["stride"])).flat[0]) + int(np.asarray(self.ev(b["col0"], warp=w)).flat[0])
+                row = slices[w, r * b["ld"]: r * b["ld"] + b["cols"]]
+                if np.isnan(row).any():
+                    raise SimError(f"bulk_add: warp {w} row {r} reads a slot no lane wrote")
+                self._check_range(f"bulk add to {c['tensor']}", np.array([off, off + b["cols"] - 1]), flat.size)
+                flat[off: off + b["cols"]] += row
+
     # shared memory and the matrix instruction ----------------------------------------------------
     def op_stage(self, c):
         name, n, src = c["out"]["name"], c["n"], self.regs[c["src"]]

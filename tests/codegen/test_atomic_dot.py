@@ -1,8 +1,8 @@
 """Tile atomic adds: tests/codegen/specs/atomic_dot.yaml adds split-K matmul products into an fp32
 output. The emitted code is simulated lane by lane (tests/codegen/lane_sim.py) on every target,
-every program of a ragged grid adding into the same rows; the vector width comes from the
-descriptor (red.global.add.v2.f32 on sm_90, one element elsewhere); and (marked gpu) the op runs
-on the GPU."""
+every program of a ragged grid adding into the same rows; on sm_90 each warp's part goes through
+its slice of shared memory as one bulk reduction per row (kgen/ir/passes/bulk_reduce.py), elsewhere
+per element, the vector width from the descriptor; and (marked gpu) the op runs on the GPU."""
 from __future__ import annotations
 
 import sys
@@ -61,15 +61,34 @@ def test_emitted_atomic_adds_sum_every_program(target, warps):
     add = next(c for c in ctxs if c.get("atomic"))
     assert add["vec"] == min(2, load_target(target).global_fp32_atomic_vector)
     assert "i1_" not in add["in_vec"]  # the whole static column dim needs no test
+    # sm_90: through each warp's slice of shared memory, one bulk reduction per row of 64 fp32
+    # (a warp of the wgmma accumulator holds 16 rows x 64 columns); elsewhere per element
+    bulk = load_target(target).shared_bulk_fp32_add
+    assert add["macro"] == ("bulk_add" if bulk else "store")
+    if bulk:
+        assert (add["bulk"]["rows"], add["bulk"]["cols"], add["bulk"]["ld"]) == (64 // min(warps, 4), 64 // max(warps // 4, 1), 72 if warps == 4 else 40)
+        assert not add["bulk"]["fallback"]  # out is an output: allocated aligned by the op
 
 
-def test_simulation_catches_a_dropped_row_test():
+@pytest.mark.parametrize("target", ["sm_90", "sm_80"])
+def test_simulation_catches_a_dropped_row_test(target):
     """The check has teeth: without the row bound the last block's adds run past the tensor."""
     def drop(ctxs):
         add = next(c for c in ctxs if c.get("atomic"))
         add["in_elem"] = add["in_vec"] = "true"
+        if "bulk" in add:
+            add["bulk"]["in_row"] = "true"
     with pytest.raises(lane_sim.SimError, match="touches element"):
-        _simulate("sm_90", 4, drop)
+        _simulate(target, 4, drop)
+
+
+def test_simulation_catches_overlapping_rows_of_a_slice():
+    """A row stride shorter than a row: two lanes' values land in one slot."""
+    def squeeze(ctxs):
+        add = next(c for c in ctxs if c.get("atomic"))
+        add["bulk"]["ld"] = add["bulk"]["cols"] - 8
+    with pytest.raises(lane_sim.SimError, match="twice"):
+        _simulate("sm_90", 4, squeeze)
 
 
 @pytest.mark.gpu

@@ -125,4 +125,17 @@ KG_DEVICE void fence_operand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
 KG_DEVICE void fence_operand(uint32_t& r) { asm volatile("" : "+r"(r)::"memory"); }
 // shared memory written by ordinary stores or cp.async, read next by wgmma (the async proxy)
 KG_DEVICE void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
+// Bulk reductions (PTX ISA, cp.reduce.async.bulk; PTX 8.0, sm_90): the copy engine adds `bytes`
+// of fp32 from shared memory into global memory (both 16-byte aligned, bytes a multiple of 16).
+// A thread's reductions form bulk groups; wait_read returns once its groups have read their
+// shared source (the buffer may be rewritten), wait_all once they have completed.
+KG_DEVICE void bulk_add_f32(float* dst, const float* src, int bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;"
+               ::"l"(dst), "r"(smem_addr(src)), "r"(bytes) : "memory");
+}
+KG_DEVICE void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+KG_DEVICE void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+KG_DEVICE void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+KG_DEVICE void sync_warp() { __syncwarp(); }
 }  // namespace kg

@@ -28,7 +28,9 @@ def merge_stage_barriers(k: Kernel, target: Target) -> Kernel:
 
 def _reads_shared(op: Op) -> bool:
     # an asynchronous dot reads its shared operands until its wait (passes/overlap.py)
-    return op.kind in ("dot", "dot_wait", "for") or scratch_bytes(op) > 0
+    # a bulk atomic_add's buffer is its own to the kernel's end, each warp's slice ordered by the
+    # warp itself (passes/bulk_reduce.py): no other write needs a barrier against it
+    return op.kind in ("dot", "dot_wait", "for") or (scratch_bytes(op) > 0 and op.kind != "atomic_add")
 
 
 def _place(block: Block) -> None:

@@ -28,6 +28,8 @@ def scratch_bytes(op: Op) -> int:
         src = op.operands[0]
         if src.layout is not None and src.layout.reduce_plan(op.attrs["axis"]).cross_warp:
             return 4 * src.layout.nregs * src.layout.nlanes * src.layout.nwarps  # a slot per thread and register
+    if op.kind == "atomic_add" and "bulk" in op.attrs:  # a slice per warp (passes/bulk_reduce.py)
+        return op.attrs["bulk"]["bytes"]
     if op.kind == "convert":
         n = 1
         for s in op.result.shape:
@@ -40,12 +42,20 @@ def plan_shared_memory(k: Kernel, target: Target) -> Kernel:
     order = {id(op): i for i, op in enumerate(walk(k.body))}
     spans = _loop_spans(k.body, order)
     buffers: dict[int, tuple[Op, int, int, int]] = {}  # id -> (op, bytes, start, end)
+    bulk: list[Op] = []
     for op in walk(k.body):
         if op.kind in ("stage", "alloc_shared"):
             last = max(_last_use(k.body, v, order, spans) for v in views_of(k.body, op.result))
             buffers[id(op)] = (op, op.attrs["bytes"], order[id(op)], last)
+        elif op.kind == "atomic_add" and scratch_bytes(op):
+            # bulk reductions read their buffer after the op (in a loop, while the next iteration
+            # runs), until the kernel's final wait: one buffer, live for the whole kernel, serves
+            # every bulk atomic_add (each warp waits for its own reads before rewriting its slice)
+            bulk.append(op)
         elif scratch_bytes(op):
             buffers[id(op)] = (op, scratch_bytes(op), order[id(op)], order[id(op)])
+    if bulk:
+        buffers[id(bulk[0])] = (bulk[0], max(scratch_bytes(op) for op in bulk), 0, len(order))
     g = nx.Graph()
     g.add_nodes_from(buffers)
     items = list(buffers.items())
@@ -67,6 +77,8 @@ def plan_shared_memory(k: Kernel, target: Target) -> Kernel:
         offset = _align(offset, align)
         placed[node] = (offset, offset + size)
         buffers[node][0].attrs["smem_offset"] = offset
+    for op in bulk[1:]:
+        op.attrs["smem_offset"] = bulk[0].attrs["smem_offset"]
     k.shared_bytes = max((hi for _, hi in placed.values()), default=0)
     k.notes["shared_bytes"] = k.shared_bytes
     if k.shared_bytes > target.lds_bytes_per_block:
