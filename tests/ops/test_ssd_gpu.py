@@ -26,7 +26,8 @@ _NO_GPU = helpers.no_gpu_reason()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_NO_GPU is not None, reason=str(_NO_GPU))]
 
 # (batch, seqlen, nheads, ngroups, dstate, chunk, D, dt_bias, softplus, dt_limit); D: None, "head"
-# (nheads,) or "channel" (nheads, headdim); "+h0" adds initial states, "+z" the gate z
+# (nheads,) or "channel" (nheads, headdim); "+h0" adds initial states, "+z" the gate z, "+p128"
+# makes headdim 128 (64 otherwise)
 CASES = [
     (2, 1, 4, 1, 64, 64, "head+h0", True, True, (0.0, math.inf)),
     (2, 63, 4, 2, 128, 64, None, False, False, (0.001, 0.1)),
@@ -37,6 +38,8 @@ CASES = [
     (3, 512, 8, 4, 128, 128, "head", True, False, (0.0, math.inf)),
     (2, 1000, 4, 1, 128, 256, "head+z", True, True, (0.0, math.inf)),
     (1, 63, 8, 2, 64, 64, "channel+h0+z", False, True, (0.0, math.inf)),
+    (2, 1000, 4, 1, 128, 256, "channel+h0+p128", True, True, (0.0, math.inf)),
+    (1, 4097, 8, 2, 64, 64, "head+p128", True, True, (0.0, math.inf)),
 ]
 
 
@@ -48,14 +51,15 @@ def poison(monkeypatch):
 def _inputs(batch, seqlen, nheads, ngroups, dstate, seed, d_kind):
     g = torch.Generator(device="cuda").manual_seed(seed)
     dev = "cuda"
-    x = torch.randn(batch, seqlen, nheads, 64, device=dev, generator=g).bfloat16()
+    p = 128 if "p128" in d_kind else 64
+    x = torch.randn(batch, seqlen, nheads, p, device=dev, generator=g).bfloat16()
     dt = (torch.rand(batch, seqlen, nheads, device=dev, generator=g) * 2 - 3).bfloat16()  # softplus ~0.05-0.13
     A = -torch.exp(torch.rand(nheads, device=dev, generator=g) * 2)
     B = torch.randn(batch, seqlen, ngroups, dstate, device=dev, generator=g).bfloat16()
     C = torch.randn(batch, seqlen, ngroups, dstate, device=dev, generator=g).bfloat16()
-    D = torch.randn(nheads, *((64,) if "channel" in d_kind else ()), device=dev, generator=g)
+    D = torch.randn(nheads, *((p,) if "channel" in d_kind else ()), device=dev, generator=g)
     bias = 0.5 * torch.randn(nheads, device=dev, generator=g)
-    h0 = torch.randn(batch, nheads, 64, dstate, device=dev, generator=g) if "h0" in d_kind else None
+    h0 = torch.randn(batch, nheads, p, dstate, device=dev, generator=g) if "h0" in d_kind else None
     z = torch.randn(x.shape, device=dev, generator=g).bfloat16() if "z" in d_kind else None
     return x, dt, A, B, C, D, bias, h0, z
 
@@ -80,7 +84,7 @@ def test_matches_float64(batch, seqlen, nheads, ngroups, dstate, chunk, d_kind, 
     kw = dict(dt_softplus=softplus, dt_limit=limit)
     g = torch.Generator(device="cuda").manual_seed(seed + 1)
     dy = torch.randn(x.shape, device="cuda", generator=g).bfloat16()
-    dh = torch.randn(batch, nheads, 64, dstate, device="cuda", generator=g)
+    dh = torch.randn(batch, nheads, x.shape[3], dstate, device="cuda", generator=g)
 
     mine = {n: t.clone().requires_grad_() for n, t in leaves.items()}
     y, final = mamba_chunk_scan_combined(mine["x"], mine["dt"], mine["A"], mine["B"], mine["C"], chunk,

@@ -134,7 +134,7 @@ def test_wrong_dtype_and_headdim_are_refused():
     x, dt, A, B, C, *_ = _inputs(seed=4, seqlen=5)
     with pytest.raises(LaunchError, match="must be torch.bfloat16"):
         mamba_chunk_scan_combined(x.half(), dt.half(), A, B.half(), C.half(), 64)
-    with pytest.raises(LaunchError, match="headdim 32 is not supported; accepted: 64"):
+    with pytest.raises(LaunchError, match="headdim 32 is not supported; accepted: 64, 128"):
         mamba_chunk_scan_combined(x[..., :32].contiguous(), dt, A, B, C, 64)
 
 
@@ -143,13 +143,18 @@ def test_wrong_dtype_and_headdim_are_refused():
     (False, False, (0.1, 0.6), 2, False, False),
     (True, True, (0.0, math.inf), 2, True, True),  # per-channel D and initial states
     (True, False, (0.0, math.inf), 1, True, "z"),  # z gating
+    # headdim 128: the state passes split the state over programs (BLOCK_P rows each,
+    # cs_last_grad's shares added atomically)
+    (True, True, (0.0, math.inf), 1, True, "p128"),
+    (False, True, (0.1, 0.6), 2, False, "p128"),
 ])
 def test_gradients_match_float64_autograd(with_d, with_bias, limit, ngroups, use_final, extras):
     # .backward() through the op (ssd_bwd on the interpreter) against autograd through the
     # float64 recurrence above; seqlen 70 is two chunks of 64, the second partial. Bound: 1% of
     # the largest |gradient|, as tests/ir/test_ssd_bwd.py (bf16 operands and outputs, measured
     # 0.1-0.6% there)
-    x, dt, A, B, C, D, dt_bias = _inputs(seed=21 + with_d, nheads=4, ngroups=ngroups)
+    sizes = {"p128": {"headdim": 128, "dstate": 128}}.get(extras, {})
+    x, dt, A, B, C, D, dt_bias = _inputs(seed=21 + with_d, nheads=4, ngroups=ngroups, **sizes)
     D, dt_bias = (D if with_d else None), (dt_bias if with_bias else None)
     h0 = z = None
     if extras is True:
