@@ -482,15 +482,13 @@ class Emitter:
         geo, lay, t = op.attrs["bulk"], op.operands[0].layout, op.attrs["tensor"]
         rows, cols = ctx["dims"]
         self.uses_bulk = True
-        strides = [f"stride_{t}_{d} % 4 == 0" for d in range(len(self.dims[t]) - 1)]
-        # outputs and scratch are allocated by the op, contiguous and aligned (kgen/runtime/op.py):
-        # only an input's rows can miss the 16-byte alignment and need the per-element form
-        fallback = self.k.tensors[t].role == "input"
-        return {**geo, "fallback": fallback, "offset": op.attrs["smem_offset"], "slice": geo["rows"] * geo["ld"],
+        # a kernel adds only into outputs and scratch (it may not write its op's inputs), which the
+        # op allocates contiguous and aligned (kgen/runtime/op.py): every row is 16-byte aligned
+        return {**geo, "offset": op.attrs["smem_offset"], "slice": geo["rows"] * geo["ld"],
                 "row": f"{lane_coord(lay, 0)} + {reg_coord(lay, 0)}", "col": f"{lane_coord(lay, 1)} + {reg_coord(lay, 1)}",
                 "row0": f"{rows['start']} + {warp_coord(lay, 0)}", "col0": f"{cols['start']} + {warp_coord(lay, 1)}",
                 "stride": rows["stride"], "in_row": "true" if rows["whole"] else f"i0_ < {rows['bound']}",
-                "aligned": " && ".join(["kg::aligned(p_, 16)"] + strides), "row_bytes": geo["cols"] * 4}
+                "row_bytes": geo["cols"] * 4}
 
     # --- control flow --------------------------------------------------------------------------------
     def op_for(self, op):

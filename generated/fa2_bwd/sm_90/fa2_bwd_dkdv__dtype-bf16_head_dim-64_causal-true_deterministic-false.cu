@@ -685,22 +685,20 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       // spec: specs/fa2_bwd.yaml:141:27
       {
         float* p_ = t_dq_acc + ((int64_t)(v13) * stride_dq_acc_0 + (int64_t)(v67) * stride_dq_acc_2);
-        if (true) {
-          float* st_ = reinterpret_cast<float*>(smem + 0) + warp * 1152;
-          kg::bulk_wait_read();  // this warp's previous reductions have read its slice
-          kg::sync_warp();
+        float* st_ = reinterpret_cast<float*>(smem + 0) + warp * 1152;
+        kg::bulk_wait_read();  // this warp's previous reductions have read its slice
+        kg::sync_warp();
       #pragma unroll
-          for (int e = 0; e < 32; e += 2)
-            kg::copy_vec<2>(&st_[(((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + ((e >> 1) & 1) * 8) * 72 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4 + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32], &v142[e]);
-          kg::fence_proxy_async();  // the slice's writes, visible to the copy engine
-          kg::sync_warp();
-          for (int r_ = lane; r_ < 16; r_ += kg::WAVE) {
-            const int i0_ = v72 * 64 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + r_;
-            if (i0_ < (size_SQ))
-              kg::bulk_add_f32(p_ + ((int64_t)i0_ * stride_dq_acc_1 + 0 + 0), st_ + r_ * 72, 256);
-          }
-          kg::bulk_commit();
+        for (int e = 0; e < 32; e += 2)
+          kg::copy_vec<2>(&st_[(((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + ((e >> 1) & 1) * 8) * 72 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4 + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32], &v142[e]);
+        kg::fence_proxy_async();  // the slice's writes, visible to the copy engine
+        kg::sync_warp();
+        for (int r_ = lane; r_ < 16; r_ += kg::WAVE) {
+          const int i0_ = v72 * 64 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + r_;
+          if (i0_ < (size_SQ))
+            kg::bulk_add_f32(p_ + ((int64_t)i0_ * stride_dq_acc_1 + 0 + 0), st_ + r_ * 72, 256);
         }
+        kg::bulk_commit();
       }
       // spec: specs/fa2_bwd.yaml:141:27
 
@@ -1157,22 +1155,20 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       // spec: specs/fa2_bwd.yaml:141:27
       {
         float* p_ = t_dq_acc + ((int64_t)(v13) * stride_dq_acc_0 + (int64_t)(v67) * stride_dq_acc_2);
-        if (true) {
-          float* st_ = reinterpret_cast<float*>(smem + 0) + warp * 1152;
-          kg::bulk_wait_read();  // this warp's previous reductions have read its slice
-          kg::sync_warp();
+        float* st_ = reinterpret_cast<float*>(smem + 0) + warp * 1152;
+        kg::bulk_wait_read();  // this warp's previous reductions have read its slice
+        kg::sync_warp();
       #pragma unroll
-          for (int e = 0; e < 32; e += 2)
-            kg::copy_vec<2>(&st_[(((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + ((e >> 1) & 1) * 8) * 72 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4 + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32], &v216[e]);
-          kg::fence_proxy_async();  // the slice's writes, visible to the copy engine
-          kg::sync_warp();
-          for (int r_ = lane; r_ < 16; r_ += kg::WAVE) {
-            const int i0_ = v152 * 64 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + r_;
-            if (i0_ < (size_SQ))
-              kg::bulk_add_f32(p_ + ((int64_t)i0_ * stride_dq_acc_1 + 0 + 0), st_ + r_ * 72, 256);
-          }
-          kg::bulk_commit();
+        for (int e = 0; e < 32; e += 2)
+          kg::copy_vec<2>(&st_[(((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + ((e >> 1) & 1) * 8) * 72 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4 + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32], &v216[e]);
+        kg::fence_proxy_async();  // the slice's writes, visible to the copy engine
+        kg::sync_warp();
+        for (int r_ = lane; r_ < 16; r_ += kg::WAVE) {
+          const int i0_ = v152 * 64 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + r_;
+          if (i0_ < (size_SQ))
+            kg::bulk_add_f32(p_ + ((int64_t)i0_ * stride_dq_acc_1 + 0 + 0), st_ + r_ * 72, 256);
         }
+        kg::bulk_commit();
       }
       // spec: specs/fa2_bwd.yaml:141:27
 

@@ -2,16 +2,14 @@
 
 In a kernel whose spec asks for it (`bulk_reductions`: it measured faster in some kernels and
 slower in others) and on a target with `shared_bulk_fp32_add` (sm_90: cp.reduce.async.bulk
-.add.f32), an fp32
-atomic_add of a 2-D tile that spans its tensor's last dim whole, in a layout where every warp
-holds whole runs of columns of its rows (the lane and register bits are the low bits of both
-dims, the warp bits above them: a wgmma accumulator's warp holds 16 rows x 64 columns), is done
-per warp: the warp writes its part into its own slice of a shared buffer, fences it for the
-async proxy, and its lanes issue one bulk reduction per row. A thread then issues its share of
-one instruction per row instead of a red.global per two elements, and the copy engine, not
-the thread's registers, holds the values in flight. (Nsight Compute on the attention
-backward's dkdv, twelfth session: its 16 red.global per thread and query block, at 255
-registers, kept the long scoreboard busy.)
+.add.f32), an fp32 atomic_add of a 2-D tile that spans its tensor's last dim whole, in a layout
+where every warp holds whole runs of columns of its rows (the lane and register bits are the low
+bits of both dims, the warp bits above them: a wgmma accumulator's warp holds 16 rows x 64
+columns), is done per warp: the warp writes its part into its own slice of a shared buffer,
+fences it for the async proxy, and its lanes issue one bulk reduction per row. A thread then
+issues its share of one instruction per row instead of a red.global per two elements (16 per
+thread and query block in the attention backward's dkdv), and the copy engine, not the thread's
+registers, holds the values in flight. What it measured: specs/fa2_bwd.yaml, docs/PERFORMANCE.md.
 
 No block barrier is needed: each warp's slice is its own. Before rewriting its slice, a warp
 waits until its previous reductions have read it (emitted with the op), and the kernel waits
@@ -19,8 +17,8 @@ for every reduction before it ends; the buffer is live from the op to the kernel
 (plan_shared_memory), so no other buffer is placed over it. Rows are padded to a stride of 8
 banks modulo 32, so that the fragment's 2-element stores fill all banks in two wavefronts.
 
-The op keeps its per-element form as the fallback the emitter uses where a row is not 16-byte
-aligned at run time (a tensor view with odd strides).
+Rows are 16-byte aligned without a test: a kernel adds only into outputs and scratch (it may not
+write its op's inputs), which the op allocates contiguous, and the last dim is taken whole.
 """
 from __future__ import annotations
 
