@@ -65,7 +65,6 @@ class Emitter:
         self.k, self.target, self.dims = k, target, tensor_dims
         self.stepped_copies = stepped_copies
         self.helpers: dict[str, str] = {}  # C++ functions the kernel needs (wgmma wrappers), by name
-        self.uses_bulk = False  # a bulk reduction was emitted: the kernel waits for them at its end
         self.use_counts = use_counts(k.body)
         self.first_user: dict[int, Op] = {}
         self.producer: dict[int, Op] = {}
@@ -481,7 +480,6 @@ class Emitter:
         in the warp's slice, the warp bits the slice's corner in the tile."""
         geo, lay, t = op.attrs["bulk"], op.operands[0].layout, op.attrs["tensor"]
         rows, cols = ctx["dims"]
-        self.uses_bulk = True
         # a kernel adds only into outputs and scratch (it may not write its op's inputs), which the
         # op allocates contiguous and aligned (kgen/runtime/op.py): every row is 16-byte aligned
         return {**geo, "offset": op.attrs["smem_offset"], "slice": geo["rows"] * geo["ld"],

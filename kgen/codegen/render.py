@@ -10,7 +10,7 @@ import jinja2
 
 from .. import __version__
 from ..hw.descriptor import Target
-from ..ir.core import Kernel
+from ..ir.core import Kernel, walk
 from ..lang import resolve_dtype
 from ..paths import templates_dir
 from .coords import tensor_param
@@ -120,4 +120,4 @@ def render_kernel(k: Kernel, target: Target, *, spec_file: str, program_line: in
         version=__version__, spec_file=spec_file, kernel=k.name, variant=vid, target=target.name,
         program_line=program_line, threads=k.num_warps * target.wave_size, params=params, body=body,
         shared_bytes=k.shared_bytes, helpers=[emitter.helpers[n] for n in sorted(emitter.helpers)],
-        bulk_wait=emitter.uses_bulk)
+        bulk_wait=any("bulk" in op.attrs for op in walk(k.body)))  # bulk reductions: waited for at the end

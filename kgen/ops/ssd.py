@@ -37,7 +37,7 @@ def _refuse(name: str, value, why: str) -> None:
         raise LaunchError(f"mamba_chunk_scan_combined: '{name}' is not supported yet ({why}); pass {name}=None")
 
 
-def _check(x, dt, A, B, C, chunk_size, D, dt_bias, initial_states) -> None:
+def _check(x, dt, A, B, C, chunk_size, D, dt_bias, initial_states, z) -> None:
     for name, t in (("x", x), ("dt", dt), ("A", A), ("B", B), ("C", C)):
         if not isinstance(t, torch.Tensor):
             raise LaunchError(f"mamba_chunk_scan_combined: '{name}' must be a torch.Tensor, got {type(t).__name__}")
@@ -80,6 +80,11 @@ def _check(x, dt, A, B, C, chunk_size, D, dt_bias, initial_states) -> None:
         if t is not None and t.device != x.device:
             raise LaunchError(f"mamba_chunk_scan_combined: '{name}' is on {t.device} but x is on {x.device}; "
                               f"every tensor must be on x's device")
+    if z is not None and not (isinstance(z, torch.Tensor) and z.shape == x.shape and z.dtype == x.dtype
+                              and z.device == x.device):
+        got = f"{tuple(z.shape)} {z.dtype} on {z.device}" if isinstance(z, torch.Tensor) else type(z).__name__
+        raise LaunchError(f"mamba_chunk_scan_combined: 'z' must be a tensor like x ({tuple(x.shape)} {x.dtype} on "
+                          f"{x.device}) or None, got {got}")
     for name, t in (("A", A), ("D", D), ("dt_bias", dt_bias), ("initial_states", initial_states)):
         if t is not None and not t.is_floating_point():
             raise LaunchError(f"mamba_chunk_scan_combined: '{name}' has dtype {t.dtype}; a floating-point tensor "
@@ -100,12 +105,7 @@ def mamba_chunk_scan_combined(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor
     first position; D may be (nheads,) or (nheads, headdim); with z (x's shape), y * silu(z)."""
     _refuse("seq_idx", seq_idx, "packed sequences need a variant that resets the state")
     _refuse("cu_seqlens", cu_seqlens, "packed sequences need a variant that resets the state")
-    _check(x, dt, A, B, C, chunk_size, D, dt_bias, initial_states)
-    if z is not None and not (isinstance(z, torch.Tensor) and z.shape == x.shape and z.dtype == x.dtype
-                              and z.device == x.device):
-        got = f"{tuple(z.shape)} {z.dtype} on {z.device}" if isinstance(z, torch.Tensor) else type(z).__name__
-        raise LaunchError(f"mamba_chunk_scan_combined: 'z' must be a tensor like x ({tuple(x.shape)} {x.dtype} on "
-                          f"{x.device}) or None, got {got}")
+    _check(x, dt, A, B, C, chunk_size, D, dt_bias, initial_states, z)
     if not (isinstance(dt_limit, (tuple, list)) and len(dt_limit) == 2):
         raise LaunchError(f"mamba_chunk_scan_combined: dt_limit must be a pair (min, max), got {dt_limit!r}")
     b, _, nheads, headdim = x.shape
