@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 from . import __version__
 from .codegen.render import HEADERS, SUFFIX, kernel_params, render_kernel, template_hash
+from .codegen.tma import tensor_maps
 from .errors import KgenError, SpecError
 from .hw.descriptor import Target
 from .ir.core import Kernel
@@ -44,6 +45,7 @@ class BuiltKernel:
     shared_bytes: int
     signature: str
     notes: dict[str, Any]
+    tensor_maps: list[dict[str, Any]] = field(default_factory=list)  # {"tensor", "box"}: the kernel's 'T' args
     binary: bytes | None = None
     resources: dict[str, Any] | None = None
     command: list[str] | None = None
@@ -180,7 +182,8 @@ def _render_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target, tun
         _, sig = kernel_params(k, variant)
         out.kernels.append(BuiltKernel(
             name=k.name, source=source, file=f"{k.name}__{vid}{SUFFIX[target.backend]}", grid=list(ls.spec.kernels[i].grid),
-            threads=k.num_warps * target.wave_size, shared_bytes=k.shared_bytes, signature=sig, notes=dict(k.notes)))
+            threads=k.num_warps * target.wave_size, shared_bytes=k.shared_bytes, signature=sig, notes=dict(k.notes),
+            tensor_maps=[{"tensor": t, "box": list(box)} for t, box in tensor_maps(k)]))
     return out
 
 
@@ -228,7 +231,7 @@ def manifest(ls: LoadedSpec, target: Target, built: list[BuiltVariant]) -> dict[
         "variants": [{
             "variant": bv.variant, "id": bv.id, "tunables": bv.tunables,
             "kernels": [{"name": k.name, "source": k.file, "grid": k.grid, "threads": k.threads,
-                         "shared_bytes": k.shared_bytes, "signature": k.signature, "decisions": k.notes,
+                         "shared_bytes": k.shared_bytes, "signature": k.signature, "tensor_maps": k.tensor_maps, "decisions": k.notes,
                          "command": k.command, "compiler": k.compiler, "resources": k.resources}
                         for k in bv.kernels]} for bv in built],
     }

@@ -334,7 +334,9 @@ def test_sm90_kernels_fit(built, spec_file, target, tmp_path):
     for (label, src), ptx in zip(need_ptx, ptxs):
         text = src.read_text()
         for asked, instr in (("kg::ldmatrix_", "ldmatrix.sync.aligned.m8n8"), ("kg::cp_async<", "cp.async.cg.shared.global"),
-                             ("kg::wgmma_m64n", "wgmma.mma_async.sync.aligned.m64n"), ("kg::fence_proxy_async", "fence.proxy.async")):
+                             ("kg::wgmma_m64n", "wgmma.mma_async.sync.aligned.m64n"), ("kg::fence_proxy_async", "fence.proxy.async"),
+                             ("kg::tma_load_", "cp.async.bulk.tensor"), ("kg::mbar_wait", "mbarrier.try_wait.parity"),
+                             ("kg::mbar_expect_tx", "mbarrier.arrive.expect_tx")):
             if asked in text and instr not in ptx:
                 problems.append(f"{label}: the source calls {asked}... but its PTX has no {instr}")
     assert not problems, "\n".join(problems)

@@ -15,7 +15,7 @@ from ..ir.layout import broadcast_reg_map, vector_width
 from ..ir.passes.accumulate import is_lone_zero
 from ..ir.passes.dot_tiling import instr_of
 from ..ir.passes.operands import CORE_ROWS, fragment_view
-from . import wgmma
+from . import tma, wgmma
 from .coords import (dup_masks, lane_coord, reg_coord, reg_map_expr, register_operand_ptr, shared_slot, tensor_param,
                      thread_coord, warp_coord)
 
@@ -305,7 +305,10 @@ class Emitter:
 
     def op_copy_async(self, op):
         """Thread t copies 16-byte chunks t, t + threads, ...; chunk c covers the row and columns
-        `_chunk_coords` says, stored where the buffer's layout puts them (shared_slot)."""
+        `_chunk_coords` says, stored where the buffer's layout puts them (shared_slot). A tensor
+        copy: one thread, one box per column panel (kgen.codegen.tma)."""
+        if op.attrs.get("tma"):
+            return tma.copy_ctx(self, op, name)
         t = op.attrs["tensor"]
         dims, (rows, cols) = self.dims[t], op.attrs["shape"]
         buf = op.operands[0]
@@ -378,7 +381,12 @@ class Emitter:
             return {"row": f"{c} / {per_row}", "col": f"({c} % {per_row}) * {vec}"}
         return {"row": f"{c} / {8 * per_row} * 8 + {c} % 8", "col": f"{c} / 8 % {per_row} * {vec}"}
 
+    def op_tma_reset(self, op):
+        return tma.reset_ctx(self, op, name)
+
     def op_wait_async(self, op):
+        if op.attrs.get("tma"):
+            return tma.wait_ctx(self, op, name)
         return {"pending": op.attrs["pending"], "proxy_fence": self._async_read(self.stage_of(op.operands[0]))}
 
     def _async_read(self, buf_op) -> bool:

@@ -15,6 +15,7 @@ from ..lang import resolve_dtype
 from ..paths import templates_dir
 from .coords import tensor_param
 from .emit import CTYPE, Emitter
+from .tma import map_param, tensor_maps
 
 SKELETON = {"cuda": "cuda/kernel.cu.j2", "hip": "hip/kernel.hip.j2"}
 SUFFIX = {"cuda": ".cu", "hip": ".hip"}
@@ -46,7 +47,7 @@ def template_hash(backend: str) -> str:
 
 def kernel_params(k: Kernel, variant: dict[str, Any]) -> tuple[list[str], str]:
     """The C parameter list and the launcher's signature string ('p' pointer, 'l' int64,
-    'i' int32, 'f' float), in the order kgen.runtime passes arguments."""
+    'i' int32, 'f' float, 'T' tensor map), in the order kgen.runtime passes arguments."""
     params, sig = [], ""
     for name, t in k.tensors.items():
         ctype = CTYPE[resolve_dtype(t.dtype, variant)]
@@ -62,6 +63,9 @@ def kernel_params(k: Kernel, variant: dict[str, Any]) -> tuple[list[str], str]:
     for s in k.scalars:
         params.append(f"float scalar_{s}")
         sig += "f"
+    for i, (t, _) in enumerate(tensor_maps(k)):  # encoded by the launcher (kgen.codegen.tma)
+        params.append(f"const __grid_constant__ kg::TensorMap {map_param(i, t)}")
+        sig += "T"
     return params, sig
 
 
@@ -120,4 +124,5 @@ def render_kernel(k: Kernel, target: Target, *, spec_file: str, program_line: in
         version=__version__, spec_file=spec_file, kernel=k.name, variant=vid, target=target.name,
         program_line=program_line, threads=k.num_warps * target.wave_size, params=params, body=body,
         shared_bytes=k.shared_bytes, helpers=[emitter.helpers[n] for n in sorted(emitter.helpers)],
-        bulk_wait=any("bulk" in op.attrs for op in walk(k.body)))  # bulk reductions: waited for at the end
+        bulk_wait=any("bulk" in op.attrs for op in walk(k.body)),  # bulk reductions: waited for at the end
+        tma_barriers=k.tma_barriers, tma_barrier_offset=k.notes.get("tma_barrier_offset", 0))

@@ -39,8 +39,11 @@ Op vocabulary (attrs in brackets):
   slot [slots, slot_bytes]         (inserted by a pass) slot operand1 % slots of buffer operand0
   copy_async [tensor, index, pred] (inserted by a pass) global -> shared copy of a tile into
                                    operand 0 (the buffer), one commit group; `pred`: the last
-                                   operand is a bool that enables the copy
+                                   operand is a bool that enables the copy; `tma`: a tensor copy
+                                   (one thread, an mbarrier in place of the group)
   wait_async [pending]             (inserted by a pass) wait for all but `pending` later groups
+                                   (`tma`: for the copy's mbarrier; operand 1, if any, is the
+                                   iteration count whose slot it waits for)
 
 `index` of a load/store is a tuple with one entry per tensor dim: ("at", operand#), a scalar
 index; ("block", operand#, size), the block [i*size, (i+1)*size); or ("all", size), the whole
@@ -121,6 +124,7 @@ class Kernel:
     notes: dict[str, Any] = field(default_factory=dict)  # decisions recorded for the manifest
     prefetch_loads: bool = False  # the spec's per-kernel choice (passes/prefetch.py)
     bulk_reductions: bool = False  # the spec's per-kernel choice, for this variant (passes/bulk_reduce.py)
+    tma_barriers: int = 0  # mbarriers of tensor copies (passes/async_copy.py), 8 bytes each, in shared memory at notes["tma_barrier_offset"]
 
 
 def walk(block: Block):

@@ -7,6 +7,7 @@
 // reference. The values and signatures used are the same in every version since CUDA 11 / ROCm 5.
 #include <dlfcn.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <cstdint>
 #include <cstring>
@@ -15,6 +16,7 @@
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 namespace py = pybind11;
 
@@ -49,6 +51,18 @@ constexpr int CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76;
      unsigned int sharedMemBytes, CUstream hStream, void** kernelParams, void** extra))           \
   X(CUresult, cuGetErrorString, (CUresult error, const char** pStr))                              \
   X(CUresult, cuGetErrorName, (CUresult error, const char** pStr))
+
+// cuTensorMapEncodeTiled (CUDA 12.0+): looked up when first used, so that an older driver still
+// runs the kernels that take no tensor map. Enum values from cuda.h (CUtensorMapDataType,
+// CUtensorMapInterleave, CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill).
+struct alignas(128) TensorMap { uint64_t opaque[16]; };  // CUtensorMap
+typedef CUresult (*EncodeTiledFn)(TensorMap* map, int dtype, uint32_t rank, void* address, const uint64_t* dims,
+                                  const uint64_t* strides, const uint32_t* box, const uint32_t* element_strides,
+                                  int interleave, int swizzle, int l2_promotion, int oob_fill);
+constexpr int CU_TENSOR_MAP_DATA_TYPE_UINT8 = 0, CU_TENSOR_MAP_DATA_TYPE_UINT16 = 1, CU_TENSOR_MAP_DATA_TYPE_UINT32 = 2;
+constexpr int CU_TENSOR_MAP_INTERLEAVE_NONE = 0, CU_TENSOR_MAP_SWIZZLE_128B = 3, CU_TENSOR_MAP_L2_PROMOTION_L2_256B = 3,
+              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE = 0;  // FILL_NONE: elements out of bounds read as zeros
+constexpr size_t kMaxTensorMaps = 8;
 
 // ---- HIP module API (hip_runtime_api.h) ------------------------------------------------------
 typedef int hipError_t;  // enum hipError_t
@@ -208,7 +222,7 @@ std::string device_arch_impl(Backend b) {
 constexpr size_t kMaxArgs = 256;
 
 struct PackedArgs {
-  alignas(16) unsigned char storage[kMaxArgs * 8];
+  alignas(128) unsigned char storage[kMaxArgs * 8 + kMaxTensorMaps * sizeof(TensorMap)];
   void* ptrs[kMaxArgs];
   size_t size = 0;  // bytes of storage used (no trailing padding)
 };
@@ -266,6 +280,7 @@ void pack_args(const std::string& sig, PyObject* args, PackedArgs& out) {
                          " were given");
   PyObject** items = PySequence_Fast_ITEMS(args);
   out.size = 0;
+  size_t maps = 0;
   for (size_t i = 0; i < n; ++i) {
     PyObject* v = items[i];
     switch (sig[i]) {
@@ -278,9 +293,21 @@ void pack_args(const std::string& sig, PyObject* args, PackedArgs& out) {
         put<float>(out, i, (float)x);
         break;
       }
+      case 'T': {
+        char* data = nullptr;
+        Py_ssize_t len = 0;
+        if (!PyBytes_Check(v) || PyBytes_AsStringAndSize(v, &data, &len) != 0 || len != (Py_ssize_t)sizeof(TensorMap))
+          arg_error(PyExc_TypeError, i, 'T', v, "the 128 bytes of a tensor map");
+        if (++maps > kMaxTensorMaps)
+          throw py::value_error("a kernel takes at most " + std::to_string(kMaxTensorMaps) + " tensor maps here");
+        TensorMap m;
+        std::memcpy(&m, data, sizeof m);
+        put<TensorMap>(out, i, m);
+        break;
+      }
       default:
         throw py::value_error(std::string("unknown signature character '") + sig[i] +
-                              "' (use p = pointer, i = int32, l = int64, f = float32)");
+                              "' (use p = pointer, i = int32, l = int64, f = float32, T = tensor map)");
     }
   }
 }
@@ -367,6 +394,31 @@ int current_device(const std::string& backend) {
   return dev;
 }
 
+// A tensor map of a `rank`-dim tensor (dims and byte strides innermost first, strides of dims 1
+// on) read in boxes of `box` elements, into the 128-byte swizzle, out-of-bounds elements zero.
+py::bytes encode_tensor_map(uint64_t address, int elem_bytes, std::vector<uint64_t> dims, std::vector<uint64_t> strides,
+                            std::vector<uint32_t> box) {
+  static EncodeTiledFn encode = nullptr;
+  CudaApi& api = cuda_with_context();
+  if (encode == nullptr) {
+    encode = reinterpret_cast<EncodeTiledFn>(dlsym(api.lib, "cuTensorMapEncodeTiled"));
+    if (encode == nullptr) throw std::runtime_error("libcuda.so.1 has no symbol cuTensorMapEncodeTiled (a CUDA 12 driver is needed)");
+  }
+  size_t rank = dims.size();
+  if (rank < 1 || rank > 5 || strides.size() != rank - 1 || box.size() != rank)
+    throw py::value_error("a tensor map takes 1 to 5 dims, a stride for each but the first, and a box dim for each");
+  int dtype = elem_bytes == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : elem_bytes == 2 ? CU_TENSOR_MAP_DATA_TYPE_UINT16
+            : elem_bytes == 4 ? CU_TENSOR_MAP_DATA_TYPE_UINT32 : -1;
+  if (dtype < 0) throw py::value_error("tensor map elements must be 1, 2 or 4 bytes, not " + std::to_string(elem_bytes));
+  std::vector<uint32_t> ones(rank, 1);
+  TensorMap m;
+  check_cuda(encode(&m, dtype, (uint32_t)rank, reinterpret_cast<void*>(address), dims.data(), strides.data(), box.data(),
+                    ones.data(), CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+             "cuTensorMapEncodeTiled");
+  return py::bytes(reinterpret_cast<const char*>(&m), sizeof m);
+}
+
 py::bytes pack_args_for_test(const std::string& signature, py::handle args) {
   PackedArgs packed;
   pack_args(signature, args.ptr(), packed);
@@ -389,5 +441,7 @@ PYBIND11_MODULE(_kgen_launcher, m) {
   m.def("current_device", &current_device, py::arg("backend"));
   m.def("device_arch", [](const std::string& b) { return device_arch_impl(parse_backend(b)); },
         py::arg("backend"));
+  m.def("encode_tensor_map", &encode_tensor_map, py::arg("address"), py::arg("elem_bytes"), py::arg("dims"),
+        py::arg("strides"), py::arg("box"));
   m.def("pack_args_for_test", &pack_args_for_test, py::arg("signature"), py::arg("args"));
 }

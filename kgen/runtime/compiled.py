@@ -28,6 +28,7 @@ class ReadyKernel:
     threads: int
     shared_bytes: int
     signature: str
+    tensor_maps: tuple[tuple[str, tuple[int, ...]], ...] = ()  # (tensor, box innermost first): 'T' args
 
 
 def key_parts(ls: LoadedSpec, variant: dict[str, Any], target: Target) -> dict[str, Any]:
@@ -48,7 +49,8 @@ def _build_into(ls: LoadedSpec, variant: dict[str, Any], target: Target):
             obj = k.file.rsplit(".", 1)[0] + (".cubin" if target.backend == "cuda" else ".hsaco")
             (tmp / obj).write_bytes(k.binary)
             kernels.append({"name": k.name, "object": obj, "grid": k.grid, "threads": k.threads,
-                            "shared_bytes": k.shared_bytes, "signature": k.signature, "resources": k.resources})
+                            "shared_bytes": k.shared_bytes, "signature": k.signature, "resources": k.resources,
+                            "tensor_maps": k.tensor_maps})
         (tmp / "manifest.json").write_text(json.dumps({"tunables": bv.tunables, "kernels": kernels}))
     return build
 
@@ -57,7 +59,8 @@ def _build_into(ls: LoadedSpec, variant: dict[str, Any], target: Target):
 def _load_entry(entry: str, backend: str) -> tuple[tuple[ReadyKernel, ...], dict[str, int]]:
     meta = json.loads((Path(entry) / "manifest.json").read_text())
     ready = tuple(ReadyKernel(LoadedKernel(backend, (Path(entry) / k["object"]).read_bytes(), k["name"], k["shared_bytes"]),
-                              tuple(k["grid"]), k["threads"], k["shared_bytes"], k["signature"]) for k in meta["kernels"])
+                              tuple(k["grid"]), k["threads"], k["shared_bytes"], k["signature"],
+                              tuple((m["tensor"], tuple(m["box"])) for m in k["tensor_maps"])) for k in meta["kernels"])
     return ready, meta["tunables"]
 
 

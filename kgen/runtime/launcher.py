@@ -14,7 +14,9 @@ object was built for another GPU):
   set_max_dynamic_shared(backend, func, nbytes)   needed above 48 KiB on CUDA; a no-op on AMD
   launch(backend, func, grid, block, shared_bytes, stream, signature, args)
       signature: one char per argument: p = pointer (int address or None), i = int32,
-      l = int64, f = float32; stream 0 is the legacy default stream
+      l = int64, f = float32, T = tensor map (128 bytes); stream 0 is the legacy default stream
+  encode_tensor_map(address, elem_bytes, dims, strides, box) -> bytes   (CUDA) a tensor map for
+      tensor copies, dims and byte strides innermost first (kgen.codegen.tma)
   current_device(backend) -> int   (CUDA: makes device 0's primary context current if none is)
   device_arch(backend) -> "sm_90"... on CUDA; always "" on HIP (use torch's gcnArchName)
   pack_args_for_test(signature, args) -> bytes   the packed argument storage, for tests

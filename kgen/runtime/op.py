@@ -46,6 +46,7 @@ class _Plan(NamedTuple):
     kernels: tuple
     outputs: tuple
     sizes: tuple
+    mapped: tuple = ()  # inputs some kernel reads through a tensor map (tensor copies)
 
 
 class KgenOp:
@@ -125,6 +126,8 @@ class KgenOp:
             else:
                 all_t[name] = torch.empty(shape, dtype=dt, device=device)
         stream = torch.cuda.current_stream().cuda_stream
+        for name in plan.mapped:
+            all_t[name] = _tensor_map_ready(all_t[name])
         launch_args: list[Any] = []
         for name in self.spec.tensors:
             x = all_t[name]
@@ -133,7 +136,10 @@ class KgenOp:
         launch_args.extend(plan.sizes)
         launch_args.extend(float(scalars[s]) for s in self.spec.scalars)
         for rk, grid in plan.kernels:
-            rk.kernel(grid, (rk.threads, 1, 1), rk.shared_bytes, stream, rk.signature, launch_args)
+            args = launch_args
+            if rk.tensor_maps:
+                args = launch_args + [_tensor_map(all_t[t], box) for t, box in rk.tensor_maps]
+            rk.kernel(grid, (rk.threads, 1, 1), rk.shared_bytes, stream, rk.signature, args)
         return tuple(all_t[n] for n in self.outputs)
 
     def _plan(self, tensors, options, device) -> "_Plan":
@@ -144,7 +150,8 @@ class KgenOp:
         kernels, tunables = compiled_variant(self.ls, variant, device_target(device))
         env = {**variant, **sizes, **tunables}
         grids = tuple((rk, tuple(eval_expr(g, env) for g in rk.grid) + (1,) * (3 - len(rk.grid))) for rk in kernels)
-        return _Plan(grids, self._output_specs(variant, env), tuple(sizes[s] for s in self.spec.sizes))
+        mapped = tuple(sorted({t for rk in kernels for t, _ in rk.tensor_maps if t in self.inputs}))
+        return _Plan(grids, self._output_specs(variant, env), tuple(sizes[s] for s in self.spec.sizes), mapped)
 
     def _output_specs(self, variant, env) -> tuple[tuple[str, list[int], torch.dtype, bool], ...]:
         return tuple((name, [eval_expr(d, env) for d in output_shape(self.ls, name, env)],
@@ -229,6 +236,30 @@ class KgenOp:
             _autograd_done.add(self.qualname)
         self.backward_op = bwd
         _ops[bwd.spec.name] = bwd
+
+
+def _tensor_map_ready(x: torch.Tensor) -> torch.Tensor:
+    """`x`, or a contiguous copy of it where a tensor map could not describe it: the copy engine
+    needs a 16-byte aligned address and byte strides that are multiples of 16 (CUDA driver API,
+    cuTensorMapEncodeTiled), and kgen asks for strides that shrink towards the last dim. Outputs
+    and scratch are allocated contiguous, and kernels copy only tiles that span the (static) last
+    dim, so a copy always qualifies."""
+    e = x.element_size()
+    strides = x.stride()[:-1]
+    if (x.data_ptr() % 16 == 0 and all(s * e % 16 == 0 for s in strides)
+            and all(a >= b for a, b in zip(strides, strides[1:]))):
+        return x
+    return torch.empty_like(x, memory_format=torch.contiguous_format).copy_(x)
+
+
+def _tensor_map(x: torch.Tensor, box: tuple[int, ...]) -> bytes:
+    """The 'T' argument of a kernel's tensor copies of `x` (kgen.codegen.tma): dims and byte
+    strides innermost first."""
+    from .launcher import get_launcher
+
+    e = x.element_size()
+    return get_launcher().encode_tensor_map(x.data_ptr(), e, list(reversed(x.shape)),
+                                            [s * e for s in reversed(x.stride()[:-1])], list(box))
 
 
 def _op_defined(name: str) -> bool:

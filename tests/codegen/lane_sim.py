@@ -31,7 +31,7 @@ import numpy as np
 
 from kgen.hw.descriptor import Target, load_target
 from kgen.ir.core import ELEM_BYTES, Kernel, walk
-from lane_sim_copies import AsyncCopySim, SimError  # noqa: F401  (SimError: raised here, caught by the tests)
+from lane_sim_copies import AsyncCopySim, SimError, TensorCopySim  # noqa: F401  (SimError: raised here, caught by the tests)
 
 
 
@@ -230,7 +230,7 @@ class WarpgroupSim:
 
 
 # --- one program (block) ---------------------------------------------------------------------------
-class ProgramSim(WarpgroupSim, AsyncCopySim):
+class ProgramSim(WarpgroupSim, AsyncCopySim, TensorCopySim):
     """Executes emitted op contexts for one block at a time, all its threads together.
 
     `tensors`: name -> float64 array (outputs start as NaN); `sizes`: the spec's size values.
@@ -277,6 +277,8 @@ class ProgramSim(WarpgroupSim, AsyncCopySim):
         self.regs: dict[str, np.ndarray] = {}
         self.smem: dict[str, np.ndarray] = {}
         self.groups: list[list[tuple[str, np.ndarray, np.ndarray]]] = []  # committed, not yet landed
+        # tensor copies: phases completed and waited for per barrier, and each copy's writes
+        self.tma_done, self.tma_waited, self.tma_pending = {}, {}, {}
         self.in_flight: dict[str, tuple] = {}  # deferred dots by result name, until their dot_wait
         self.run(ctxs)
 

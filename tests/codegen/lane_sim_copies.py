@@ -74,3 +74,81 @@ class AsyncCopySim:
     def op_wait_async(self, c):
         self.note(f"kg::cp_async_wait<{c['pending']}>();")
         self._land(max(0, len(self.groups) - c["pending"]))
+
+
+class TensorCopySim:
+    """Tensor copies (TMA) as the hardware does them, not as kgen's layout says: the box read
+    row-major (innermost dim fastest, out-of-bounds elements zero) and written from the
+    destination on, each byte address with bits 4-6 XORed by bits 7-9 (the 128-byte swizzle;
+    the destination a whole number of 1024-byte atoms into its 1024-aligned buffer). Each
+    barrier counts completed phases (a copy: when issued; tma_reset's arrivals) and phases
+    waited for; a wait with nothing left to wait for would hang, and one for the wrong parity
+    would pass early or hang."""
+
+    def _tma_state(self):  # per block: reset by ProgramSim.run_block
+        return self.tma_done, self.tma_waited, self.tma_pending
+
+    def op_tma_copy(self, c):
+        lines = [f"if (({c['pred']}) && kg::thread_id() == 0) {{", f"uint64_t* bar_ = &kg_bars[{c['bar']}];",
+                 f"kg::mbar_expect_tx(bar_, {c['bytes']});"]
+        lines += [f"kg::tma_load_{c['rank']}d(&{c['dst']}[{b['slot']}], &{c['map']}, bar_, {', '.join(b['coords'])});"
+                  for b in c["boxes"]]
+        for line in lines:
+            self.note(line)
+        done, _, pending = self._tma_state()
+        if not bool(self.ev(c["pred"])):
+            return
+        bar = int(self.ev(c["bar"]))
+        t = self.tensors[c["tensor"]]
+        dims, box, elem = t.shape[::-1], c["box"], c["elem"]
+        rank = len(box)
+        at = np.indices(tuple(reversed(box))).reshape(rank, -1)[::-1]  # at[d]: index along dim d (innermost first)
+        writes, moved = [], 0
+        buf = self.smem[c["dst"]]
+        for b in c["boxes"]:
+            start = int(self.ev(b["slot"])) * elem
+            if start % 1024:
+                raise SimError(f"tensor copy into {c['dst']} starts {start} bytes in, not on a 1024-byte swizzle atom")
+            g = [int(self.ev(x)) + at[d] for d, x in enumerate(b["coords"])]
+            inside = np.all([(g[d] >= 0) & (g[d] < dims[d]) for d in range(rank)], axis=0)
+            idx = tuple(np.where(inside, g[d], 0) for d in reversed(range(rank)))
+            values = np.where(inside, t[idx], 0.0)
+            addr = start + np.arange(at.shape[1]) * elem
+            addr = addr ^ (((addr >> 7) & 7) << 4)
+            self._check_range(f"tensor copy into {c['dst']}", addr // elem, buf.size)
+            writes.append((c["dst"], addr // elem, values))
+            moved += at.shape[1] * elem
+        if moved != c["bytes"]:
+            raise SimError(f"tensor copy of {c['tensor']} expects {c['bytes']} bytes but its boxes move {moved}: the wait would hang")
+        done[bar] = done.get(bar, 0) + 1
+        pending.setdefault(bar, []).append(writes)
+        if self.land == "at_issue":
+            self._tma_land(bar)
+
+    def _tma_land(self, bar: int) -> None:
+        for buf, slot, value in self.tma_pending[bar].pop(0):
+            self.smem[buf][slot] = value
+
+    def op_tma_wait(self, c):
+        self.note(f"kg::mbar_wait(&kg_bars[{c['bar']}], {c['parity']});")
+        done, waited, pending = self._tma_state()
+        bar, parity = int(self.ev(c["bar"])), int(self.ev(c["parity"]))
+        if waited.get(bar, 0) >= done.get(bar, 0):
+            raise SimError(f"wait on barrier {bar} with no copy in flight: it would hang")
+        if parity != waited.get(bar, 0) % 2:
+            raise SimError(f"wait on barrier {bar} for parity {parity}, but its next phase has parity {waited.get(bar, 0) % 2}")
+        waited[bar] = waited.get(bar, 0) + 1
+        if pending.get(bar):
+            self._tma_land(bar)
+
+    def op_tma_reset(self, c):
+        self.note(f"const int n_ = {c['n']};")
+        done, waited, pending = self._tma_state()
+        n = int(self.ev(c["n"]))
+        for f in c["flips"]:
+            self.note(f"if (({f['uses']}) & 1) kg::mbar_arrive(&kg_bars[{f['bar']}]);")
+            if int(self.ev(f["uses"], n_=n)) % 2:
+                bar = f["bar"]
+                if waited.get(bar, 0) != done.get(bar, 0):
+                    raise SimError(f"arrival on barrier {bar} while a copy it counts is not waited for")
+                done[bar] = waited[bar] = done.get(bar, 0) + 1

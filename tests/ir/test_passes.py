@@ -69,7 +69,12 @@ def test_the_forward_prefetches_k_and_v_a_whole_iteration_ahead_into_a_second_sl
         assert body == ["wait_async", "k", "dot", "wait_async", "v", "dot"]  # each copy right after its wait
         copies = [op for op in loop.body.ops if op.kind == "copy_async"]
         assert all(c.attrs["pred"] and not c.attrs["sync_before"] for c in copies)  # no barrier of their own
-        assert [w.attrs["pending"] for w in ops(k, "wait_async") if w in loop.body.ops] == [1, 1]
+        waits = [w for w in ops(k, "wait_async") if w in loop.body.ops]
+        if target == "sm_90":  # tensor copies: each wait names its slot's barrier by the iteration count
+            assert all(w.attrs["tma"] and len(w.operands) == 2 for w in waits)
+            assert all(c.attrs["tma"] for c in copies)
+        else:
+            assert [w.attrs["pending"] for w in waits] == [1, 1]
     slots = sorted(a.attrs.get("slots", 1) for a in ops(k, "alloc_shared"))
     assert slots == ([1, 1, 2, 2, 2, 2] if target == "sm_90" else [1, 1, 1, 1, 2, 2])  # q and the last v once
     # each loop's first copies are issued before it, in the same order, and the last block's v after
@@ -257,3 +262,48 @@ def test_synchronous_matrix_instructions_get_no_waits():
     for target in ("gfx942", "sm_80"):
         k = lower("specs/fa2_bwd.yaml", 1, variant, {"BLOCK_M": 64, "BLOCK_N": 32, "WARPS": 4}, target)
         assert not ops(k, "dot_wait") and not any(op.attrs.get("deferred") for op in ops(k, "dot"))
+
+
+def test_box_tiles_become_tensor_copies_with_a_barrier_per_slot():
+    """sm_90's dkdv: k and v once, q and do pipelined in two slots; every tile spans head_dim,
+    so every copy is a tensor copy. The barriers are numbered per slot, and after each inner
+    loop a tma_reset makes the phases even for the next run (the next head of the group)."""
+    k = lower("specs/fa2_bwd.yaml", 1, {"dtype": "bf16", "head_dim": 128, "causal": False, "deterministic": False},
+              {"BLOCK_M": 64, "BLOCK_N": 128, "WARPS": 8}, "sm_90")
+    copies = ops(k, "copy_async")
+    assert {c.attrs["tensor"] for c in copies} == {"q", "k", "v", "do"} and all(c.attrs["tma"] for c in copies)
+    allocs = [a for a in ops(k, "alloc_shared") if a.attrs.get("tma")]
+    bars = sorted((a.attrs["bar"], a.attrs.get("slots", 1)) for a in allocs)
+    assert bars == [(0, 1), (1, 1), (2, 2), (4, 2)] and k.tma_barriers == 6
+    inner = [op for op in ops(k, "for") if any(o.kind == "wait_async" for o in op.body.ops)]
+    resets = ops(k, "tma_reset")
+    assert len(resets) == len(inner) == 1
+    loop = inner[0]
+    assert resets[0].operands[:3] == loop.operands[:3]  # the loop's start, stop and step
+    waits = [w for w in loop.body.ops if w.kind == "wait_async"]
+    assert len(waits) == 2 and all(w.attrs["tma"] and len(w.operands) == 2 for w in waits)
+    # the same kernel without the copy engine: cp.async, no barriers
+    hopper = load_target("sm_90")
+    plain = compile_kernel(load_spec(ROOT / "specs/fa2_bwd.yaml"), 1,
+                           {"dtype": "bf16", "head_dim": 128, "causal": False, "deterministic": False},
+                           {"BLOCK_M": 64, "BLOCK_N": 128, "WARPS": 8}, hopper.model_copy(update={"async_copy": ("cp.async",)}))
+    assert ops(plain, "copy_async") and not any(c.attrs.get("tma") for c in ops(plain, "copy_async"))
+    assert plain.tma_barriers == 0 and not ops(plain, "tma_reset")
+
+
+def test_tiles_that_are_not_boxes_or_not_counted_keep_cp_async(tmp_path):
+    """matmul's tiles cut the last dim in blocks (K is a size), so they are not boxes; and a
+    tile whose index is carried around its loop is not pipelined, so its wait could not know
+    the barrier's phase."""
+    mm = lower("specs/matmul.yaml", 0, {"dtype": "bf16"}, {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "WARPS": 8}, "sm_90")
+    assert ops(mm, "copy_async") and not any(c.attrs.get("tma") for c in ops(mm, "copy_async"))
+    text = (ROOT / "tests/codegen/specs/tensor_copies.yaml").read_text()
+    carried = text.replace("          for j in range(cdiv(N, BLOCK_N)):\n              kt = load(k[g, block(j, BLOCK_N), :])\n",
+                           "          jj = 0\n          for j in range(cdiv(N, BLOCK_N)):\n              kt = load(k[g, block(jj, BLOCK_N), :])\n              jj = jj + 1\n")
+    assert carried != text
+    (tmp_path / "carried.yaml").write_text(carried)
+    k = compile_kernel(load_spec(tmp_path / "carried.yaml"), 0, {"dtype": "bf16", "d": 128},
+                       {"BLOCK_M": 64, "BLOCK_N": 64, "WARPS": 4}, load_target("sm_90"))
+    by_tensor = {c.attrs["tensor"]: bool(c.attrs.get("tma")) for c in ops(k, "copy_async")}
+    assert by_tensor == {"q": True, "k": False}
+    assert k.tma_barriers == 1 and not ops(k, "tma_reset")

@@ -49,7 +49,7 @@ def lib(cache_dir):
 
 def test_launcher_builds_and_imports(cache_dir, lib):
     for name in ("load_module", "get_function", "set_max_dynamic_shared", "launch", "device_arch",
-                 "current_device", "pack_args_for_test"):
+                 "current_device", "pack_args_for_test", "encode_tensor_map"):
         assert callable(getattr(lib, name)), name
     assert issubclass(lib.WrongGpuError, RuntimeError)
     so = Path(lib.__file__)
@@ -103,6 +103,9 @@ def test_pack_args_edge_cases(lib):
     assert lib.pack_args_for_test("ip", (1, None)) == struct.pack("@iP", 1, 0)
     assert lib.pack_args_for_test("i", (True,)) == struct.pack("@i", 1)
     assert lib.pack_args_for_test("f", (3,)) == struct.pack("@f", 3.0)
+    # a tensor map: its 128 bytes at the next 128-byte boundary (CUtensorMap's alignment)
+    tmap = bytes(range(128))
+    assert lib.pack_args_for_test("iT", (7, tmap)) == struct.pack("@i", 7) + bytes(124) + tmap
     sig = "pi" * 128  # 256 arguments, the most a kernel takes (ssd_bwd's widest takes 106)
     args = tuple(v for k in range(128) for v in (k * 16, k))
     assert lib.pack_args_for_test(sig, args) == struct.pack("@" + "Pi" * 128, *args)
@@ -118,6 +121,8 @@ def test_pack_args_edge_cases(lib):
         ("l", (2**63,), OverflowError, "int64"),
         ("p", (-1,), OverflowError, "address"),
         ("p", (1.0,), TypeError, "int address"),
+        ("T", (bytes(64),), TypeError, r"argument 0 \(signature 'T'\) must be the 128 bytes of a tensor map"),
+        ("T" * 9, (bytes(128),) * 9, ValueError, "at most 8 tensor maps"),
         ("f", ("x",), TypeError, "must be a float"),
         ("i" * 257, (0,) * 257, ValueError, "at most 256 arguments here, got 257"),
     ],

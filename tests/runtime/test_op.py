@@ -236,3 +236,22 @@ def test_bad_input_is_one_clear_sentence(ops, name, make_args, kwargs, message):
     with pytest.raises(LaunchError) as err:
         ops[name](*make_args(), **kwargs)
     assert str(err.value) == message
+
+
+def test_a_tensor_a_map_cannot_describe_is_copied_first():
+    """Tensor copies need a 16-byte aligned address, byte strides that are multiples of 16, and
+    (kgen's rule) strides shrinking towards the last dim; anything else is copied contiguous."""
+    from kgen.runtime.op import _tensor_map_ready
+
+    x = torch.randn(4, 6, 64, dtype=torch.bfloat16)
+    flat = x.view(-1)
+    kept = [x, x[:, ::2], flat[8:8 + 3 * 6 * 64].view(3, 6, 64),  # a strided view; 16 bytes in
+            torch.randn(4, 6, 72, dtype=torch.bfloat16)[..., :64]]  # rows 144 bytes apart
+    for t in kept:
+        assert _tensor_map_ready(t) is t
+    copied = [flat[1:1 + 3 * 6 * 64].view(3, 6, 64),  # 2 bytes in
+              x.transpose(0, 1),  # strides growing towards the last dim
+              torch.randn(4, 6, 68, dtype=torch.bfloat16)[..., :64]]  # rows 136 bytes apart
+    for t in copied:
+        got = _tensor_map_ready(t)
+        assert got is not t and got.is_contiguous() and got.data_ptr() % 16 == 0 and torch.equal(got, t)

@@ -19,7 +19,7 @@ template <int TA, int TB> KG_DEVICE void wgmma_m64n64k16_bf16_ss(float* d, uint6
 }
 }  // namespace kg
 
-KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ t_q, int64_t stride_q_0, int64_t stride_q_1, int64_t stride_q_2, const kg::bf16* __restrict__ t_k, int64_t stride_k_0, int64_t stride_k_1, int64_t stride_k_2, const kg::bf16* __restrict__ t_v, int64_t stride_v_0, int64_t stride_v_1, int64_t stride_v_2, const kg::bf16* __restrict__ t_o, int64_t stride_o_0, int64_t stride_o_1, int64_t stride_o_2, const float* __restrict__ t_lse, int64_t stride_lse_0, int64_t stride_lse_1, const kg::bf16* __restrict__ t_do, int64_t stride_do_0, int64_t stride_do_1, int64_t stride_do_2, kg::bf16* __restrict__ t_dq, int64_t stride_dq_0, int64_t stride_dq_1, int64_t stride_dq_2, kg::bf16* __restrict__ t_dk, int64_t stride_dk_0, int64_t stride_dk_1, int64_t stride_dk_2, kg::bf16* __restrict__ t_dv, int64_t stride_dv_0, int64_t stride_dv_1, int64_t stride_dv_2, float* __restrict__ t_delta, int64_t stride_delta_0, int64_t stride_delta_1, float* __restrict__ t_neg_lse_s, int64_t stride_neg_lse_s_0, int64_t stride_neg_lse_s_1, float* __restrict__ t_dq_acc, int64_t stride_dq_acc_0, int64_t stride_dq_acc_1, int64_t stride_dq_acc_2, int size_B, int size_SQ, int size_SK, int size_H, int size_HKV, float scalar_softmax_scale) {
+KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ t_q, int64_t stride_q_0, int64_t stride_q_1, int64_t stride_q_2, const kg::bf16* __restrict__ t_k, int64_t stride_k_0, int64_t stride_k_1, int64_t stride_k_2, const kg::bf16* __restrict__ t_v, int64_t stride_v_0, int64_t stride_v_1, int64_t stride_v_2, const kg::bf16* __restrict__ t_o, int64_t stride_o_0, int64_t stride_o_1, int64_t stride_o_2, const float* __restrict__ t_lse, int64_t stride_lse_0, int64_t stride_lse_1, const kg::bf16* __restrict__ t_do, int64_t stride_do_0, int64_t stride_do_1, int64_t stride_do_2, kg::bf16* __restrict__ t_dq, int64_t stride_dq_0, int64_t stride_dq_1, int64_t stride_dq_2, kg::bf16* __restrict__ t_dk, int64_t stride_dk_0, int64_t stride_dk_1, int64_t stride_dk_2, kg::bf16* __restrict__ t_dv, int64_t stride_dv_0, int64_t stride_dv_1, int64_t stride_dv_2, float* __restrict__ t_delta, int64_t stride_delta_0, int64_t stride_delta_1, float* __restrict__ t_neg_lse_s, int64_t stride_neg_lse_s_0, int64_t stride_neg_lse_s_1, float* __restrict__ t_dq_acc, int64_t stride_dq_acc_0, int64_t stride_dq_acc_1, int64_t stride_dq_acc_2, int size_B, int size_SQ, int size_SK, int size_H, int size_HKV, float scalar_softmax_scale, const __grid_constant__ kg::TensorMap tmap0_k, const __grid_constant__ kg::TensorMap tmap1_v, const __grid_constant__ kg::TensorMap tmap2_q, const __grid_constant__ kg::TensorMap tmap3_do) {
   extern __shared__ __align__(1024) char smem[];  // 1024: swizzled buffers start on a swizzle atom
   const int lane = kg::thread_id() % kg::WAVE;
   // read from lane 0: nvcc then knows the warp index is the same in every lane, so what is computed
@@ -27,6 +27,12 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
   // session: attention backward +2-4% at D=128, +8-12% at D=64 non-causal, -1-2% at D=64 causal;
   // the causal D=128 forward from 202 to 180 registers)
   const int warp = __shfl_sync(0xffffffffu, kg::thread_id() / kg::WAVE, 0);
+  uint64_t* kg_bars = reinterpret_cast<uint64_t*>(smem + 131072);  // tensor copies complete on these, one per buffer slot
+  if (kg::thread_id() == 0) {
+    for (int i = 0; i < 10; ++i) kg::mbar_init(&kg_bars[i], 1);
+    kg::fence_mbar_init();
+  }
+  kg::sync();
   
   // spec: specs/fa2_bwd.yaml:82:48
   const int v0 = size_SQ;
@@ -100,62 +106,28 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
   const int v34 = (kg::floordiv(v33, v27));
   // spec: specs/fa2_bwd.yaml:76:12
   kg::sync();
-  if (true) {
-    const kg::bf16* p_ = t_k + ((int64_t)(v31) * stride_k_0 + (int64_t)(v30) * stride_k_2);
-    const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v34 * 128) * stride_k_1 + 0;
-    const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
-    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_k_1 + k0_);
-  #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const int r_ = r0_ + i * 16, k_ = k0_;
-      const int i0_ = v34 * 128 + r_, i1_ = 0 + k_;
-      const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_k_1;
-      const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 8192 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
-      if (aligned_) {
-        const int n_ = (i0_ < (size_SK)) * 8;
-        kg::cp_async<16>(&v10[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-      } else {
-  #pragma unroll
-        for (int v = 0; v < 8; ++v)
-          v10[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-      }
-    }
+  if ((true) && kg::thread_id() == 0) {
+    uint64_t* bar_ = &kg_bars[0];
+    kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+    kg::mbar_expect_tx(bar_, 32768);
+    kg::tma_load_4d(&v10[((0) / 64 * 8192 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap0_k, bar_, 0, v30, v34 * 128, v31);
+    kg::tma_load_4d(&v10[((64) / 64 * 8192 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap0_k, bar_, 64, v30, v34 * 128, v31);
   }
-  kg::cp_async_commit();
   // spec: specs/fa2_bwd.yaml:120:28
-  kg::cp_async_wait<0>();
-  kg::fence_proxy_async();
+  kg::mbar_wait(&kg_bars[0], 0);
   kg::sync();
   // spec: specs/fa2_bwd.yaml:121:29
   kg::bf16* v35 = reinterpret_cast<kg::bf16*>(smem + 32768);
   // spec: specs/fa2_bwd.yaml:77:12
-  if (true) {
-    const kg::bf16* p_ = t_v + ((int64_t)(v31) * stride_v_0 + (int64_t)(v30) * stride_v_2);
-    const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v34 * 128) * stride_v_1 + 0;
-    const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
-    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_v_1 + k0_);
-  #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const int r_ = r0_ + i * 16, k_ = k0_;
-      const int i0_ = v34 * 128 + r_, i1_ = 0 + k_;
-      const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_v_1;
-      const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 8192 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
-      if (aligned_) {
-        const int n_ = (i0_ < (size_SK)) * 8;
-        kg::cp_async<16>(&v35[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-      } else {
-  #pragma unroll
-        for (int v = 0; v < 8; ++v)
-          v35[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-      }
-    }
+  if ((true) && kg::thread_id() == 0) {
+    uint64_t* bar_ = &kg_bars[1];
+    kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+    kg::mbar_expect_tx(bar_, 32768);
+    kg::tma_load_4d(&v35[((0) / 64 * 8192 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap1_v, bar_, 0, v30, v34 * 128, v31);
+    kg::tma_load_4d(&v35[((64) / 64 * 8192 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap1_v, bar_, 64, v30, v34 * 128, v31);
   }
-  kg::cp_async_commit();
   // spec: specs/fa2_bwd.yaml:121:29
-  kg::cp_async_wait<0>();
-  kg::fence_proxy_async();
+  kg::mbar_wait(&kg_bars[1], 0);
   kg::sync();
   // spec: specs/fa2_bwd.yaml:93:22
   const int v36 = 1;
@@ -267,55 +239,23 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
     const int v84 = (v83 + v75);
     // spec: specs/fa2_bwd.yaml:97:24
     kg::sync();
-    if (v82) {
-      const kg::bf16* p_ = t_q + ((int64_t)(v31) * stride_q_0 + (int64_t)(v84) * stride_q_2);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v57 * 64) * stride_q_1 + 0;
-      const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
-      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_q_1 + k0_);
-    #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int r_ = r0_ + i * 16, k_ = k0_;
-        const int i0_ = v57 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_q_1;
-        const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 4096 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
-        if (aligned_) {
-          const int n_ = (i0_ < (size_SQ)) * 8;
-          kg::cp_async<16>(&v81[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-        } else {
-    #pragma unroll
-          for (int v = 0; v < 8; ++v)
-            v81[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-        }
-      }
+    if ((v82) && kg::thread_id() == 0) {
+      uint64_t* bar_ = &kg_bars[4 + v80 % 2];
+      kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+      kg::mbar_expect_tx(bar_, 16384);
+      kg::tma_load_4d(&v81[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_q, bar_, 0, v84, v57 * 64, v31);
+      kg::tma_load_4d(&v81[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap2_q, bar_, 64, v84, v57 * 64, v31);
     }
-    kg::cp_async_commit();
     // spec: specs/fa2_bwd.yaml:96:15
     kg::bf16* v85 = v78 + (v80 % 2) * 8192;
     // spec: specs/fa2_bwd.yaml:98:26
-    if (v82) {
-      const kg::bf16* p_ = t_do + ((int64_t)(v31) * stride_do_0 + (int64_t)(v84) * stride_do_2);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v57 * 64) * stride_do_1 + 0;
-      const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
-      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_do_1 + k0_);
-    #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int r_ = r0_ + i * 16, k_ = k0_;
-        const int i0_ = v57 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_do_1;
-        const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 4096 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
-        if (aligned_) {
-          const int n_ = (i0_ < (size_SQ)) * 8;
-          kg::cp_async<16>(&v85[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-        } else {
-    #pragma unroll
-          for (int v = 0; v < 8; ++v)
-            v85[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-        }
-      }
+    if ((v82) && kg::thread_id() == 0) {
+      uint64_t* bar_ = &kg_bars[2 + v80 % 2];
+      kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+      kg::mbar_expect_tx(bar_, 16384);
+      kg::tma_load_4d(&v85[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap3_do, bar_, 0, v84, v57 * 64, v31);
+      kg::tma_load_4d(&v85[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap3_do, bar_, 64, v84, v57 * 64, v31);
     }
-    kg::cp_async_commit();
     // spec: specs/fa2_bwd.yaml:96:58
     const int v86 = 1;
     // spec: specs/fa2_bwd.yaml:96:15
@@ -359,8 +299,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
         }
       }
       // spec: specs/fa2_bwd.yaml:120:28
-      kg::cp_async_wait<1>();
-      kg::fence_proxy_async();
+      kg::mbar_wait(&kg_bars[4 + v93 % 2], (v93 / 2) & 1);
       kg::sync();
       // spec: specs/fa2_bwd.yaml:96:15
       const int v97 = 1;
@@ -373,29 +312,13 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       // spec: specs/fa2_bwd.yaml:97:24
       const bool v101 = (v100 < v63);
       // spec: specs/fa2_bwd.yaml:97:24
-      if (v101) {
-        const kg::bf16* p_ = t_q + ((int64_t)(v31) * stride_q_0 + (int64_t)(v84) * stride_q_2);
-        const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-        const int64_t q_ = (int64_t)(v100 * 64) * stride_q_1 + 0;
-        const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
-        const int64_t o0_ = q_ + ((int64_t)r0_ * stride_q_1 + k0_);
-      #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int r_ = r0_ + i * 16, k_ = k0_;
-          const int i0_ = v100 * 64 + r_, i1_ = 0 + k_;
-          const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_q_1;
-          const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 4096 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
-          if (aligned_) {
-            const int n_ = (i0_ < (size_SQ)) * 8;
-            kg::cp_async<16>(&v99[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-          } else {
-      #pragma unroll
-            for (int v = 0; v < 8; ++v)
-              v99[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-          }
-        }
+      if ((v101) && kg::thread_id() == 0) {
+        uint64_t* bar_ = &kg_bars[4 + v98 % 2];
+        kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+        kg::mbar_expect_tx(bar_, 16384);
+        kg::tma_load_4d(&v99[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_q, bar_, 0, v84, v100 * 64, v31);
+        kg::tma_load_4d(&v99[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap2_q, bar_, 64, v84, v100 * 64, v31);
       }
-      kg::cp_async_commit();
       // spec: specs/fa2_bwd.yaml:120:28
       kg::bf16* v102 = v95;
       // spec: specs/fa2_bwd.yaml:111:29
@@ -485,8 +408,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
         }
       }
       // spec: specs/fa2_bwd.yaml:121:29
-      kg::cp_async_wait<1>();
-      kg::fence_proxy_async();
+      kg::mbar_wait(&kg_bars[2 + v93 % 2], (v93 / 2) & 1);
       kg::sync();
       // spec: specs/fa2_bwd.yaml:96:15
       kg::bf16* v120 = v78 + (v98 % 2) * 8192;
@@ -495,29 +417,13 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       // spec: specs/fa2_bwd.yaml:98:26
       const bool v122 = (v121 < v63);
       // spec: specs/fa2_bwd.yaml:98:26
-      if (v122) {
-        const kg::bf16* p_ = t_do + ((int64_t)(v31) * stride_do_0 + (int64_t)(v84) * stride_do_2);
-        const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
-        const int64_t q_ = (int64_t)(v121 * 64) * stride_do_1 + 0;
-        const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
-        const int64_t o0_ = q_ + ((int64_t)r0_ * stride_do_1 + k0_);
-      #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int r_ = r0_ + i * 16, k_ = k0_;
-          const int i0_ = v121 * 64 + r_, i1_ = 0 + k_;
-          const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_do_1;
-          const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 4096 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
-          if (aligned_) {
-            const int n_ = (i0_ < (size_SQ)) * 8;
-            kg::cp_async<16>(&v120[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-          } else {
-      #pragma unroll
-            for (int v = 0; v < 8; ++v)
-              v120[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-          }
-        }
+      if ((v122) && kg::thread_id() == 0) {
+        uint64_t* bar_ = &kg_bars[2 + v98 % 2];
+        kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+        kg::mbar_expect_tx(bar_, 16384);
+        kg::tma_load_4d(&v120[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap3_do, bar_, 0, v84, v121 * 64, v31);
+        kg::tma_load_4d(&v120[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap3_do, bar_, 64, v84, v121 * 64, v31);
       }
-      kg::cp_async_commit();
       // spec: specs/fa2_bwd.yaml:121:29
       kg::bf16* v123 = v94;
       // spec: specs/fa2_bwd.yaml:121:48
@@ -647,6 +553,14 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       #pragma unroll
       for (int e = 0; e < 64; ++e) v88[e] = y1_[e];
     }
+    // spec: specs/fa2_bwd.yaml:96:15
+    if (kg::thread_id() == 0) {
+      const int n_ = kg::cdiv(kg::max_(v63 - v57, 0), v86);
+      if (((n_ + 1) / 2) & 1) kg::mbar_arrive(&kg_bars[4]);
+      if (((n_ + 0) / 2) & 1) kg::mbar_arrive(&kg_bars[5]);
+      if (((n_ + 1) / 2) & 1) kg::mbar_arrive(&kg_bars[2]);
+      if (((n_ + 0) / 2) & 1) kg::mbar_arrive(&kg_bars[3]);
+    }
     // spec: specs/fa2_bwd.yaml:121:29
     kg::bf16* v140 = reinterpret_cast<kg::bf16*>(smem + 65536);
     // spec: specs/fa2_bwd.yaml:120:28
@@ -659,55 +573,23 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
     const bool v144 = (v63 < v62);
     // spec: specs/fa2_bwd.yaml:97:24
     kg::sync();
-    if (v144) {
-      const kg::bf16* p_ = t_q + ((int64_t)(v31) * stride_q_0 + (int64_t)(v84) * stride_q_2);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v63 * 64) * stride_q_1 + 0;
-      const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
-      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_q_1 + k0_);
-    #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int r_ = r0_ + i * 16, k_ = k0_;
-        const int i0_ = v63 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_q_1;
-        const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 4096 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
-        if (aligned_) {
-          const int n_ = (i0_ < (size_SQ)) * 8;
-          kg::cp_async<16>(&v143[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-        } else {
-    #pragma unroll
-          for (int v = 0; v < 8; ++v)
-            v143[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-        }
-      }
+    if ((v144) && kg::thread_id() == 0) {
+      uint64_t* bar_ = &kg_bars[8 + v142 % 2];
+      kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+      kg::mbar_expect_tx(bar_, 16384);
+      kg::tma_load_4d(&v143[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_q, bar_, 0, v84, v63 * 64, v31);
+      kg::tma_load_4d(&v143[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap2_q, bar_, 64, v84, v63 * 64, v31);
     }
-    kg::cp_async_commit();
     // spec: specs/fa2_bwd.yaml:96:15
     kg::bf16* v145 = v140 + (v142 % 2) * 8192;
     // spec: specs/fa2_bwd.yaml:98:26
-    if (v144) {
-      const kg::bf16* p_ = t_do + ((int64_t)(v31) * stride_do_0 + (int64_t)(v84) * stride_do_2);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v63 * 64) * stride_do_1 + 0;
-      const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
-      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_do_1 + k0_);
-    #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int r_ = r0_ + i * 16, k_ = k0_;
-        const int i0_ = v63 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_do_1;
-        const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 4096 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
-        if (aligned_) {
-          const int n_ = (i0_ < (size_SQ)) * 8;
-          kg::cp_async<16>(&v145[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-        } else {
-    #pragma unroll
-          for (int v = 0; v < 8; ++v)
-            v145[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-        }
-      }
+    if ((v144) && kg::thread_id() == 0) {
+      uint64_t* bar_ = &kg_bars[6 + v142 % 2];
+      kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+      kg::mbar_expect_tx(bar_, 16384);
+      kg::tma_load_4d(&v145[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap3_do, bar_, 0, v84, v63 * 64, v31);
+      kg::tma_load_4d(&v145[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap3_do, bar_, 64, v84, v63 * 64, v31);
     }
-    kg::cp_async_commit();
     // spec: specs/fa2_bwd.yaml:96:79
     const int v146 = 1;
     // spec: specs/fa2_bwd.yaml:96:15
@@ -751,8 +633,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
         }
       }
       // spec: specs/fa2_bwd.yaml:120:28
-      kg::cp_async_wait<1>();
-      kg::fence_proxy_async();
+      kg::mbar_wait(&kg_bars[8 + v153 % 2], (v153 / 2) & 1);
       kg::sync();
       // spec: specs/fa2_bwd.yaml:96:15
       const int v157 = 1;
@@ -765,29 +646,13 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       // spec: specs/fa2_bwd.yaml:97:24
       const bool v161 = (v160 < v62);
       // spec: specs/fa2_bwd.yaml:97:24
-      if (v161) {
-        const kg::bf16* p_ = t_q + ((int64_t)(v31) * stride_q_0 + (int64_t)(v84) * stride_q_2);
-        const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-        const int64_t q_ = (int64_t)(v160 * 64) * stride_q_1 + 0;
-        const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
-        const int64_t o0_ = q_ + ((int64_t)r0_ * stride_q_1 + k0_);
-      #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int r_ = r0_ + i * 16, k_ = k0_;
-          const int i0_ = v160 * 64 + r_, i1_ = 0 + k_;
-          const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_q_1;
-          const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 4096 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
-          if (aligned_) {
-            const int n_ = (i0_ < (size_SQ)) * 8;
-            kg::cp_async<16>(&v159[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-          } else {
-      #pragma unroll
-            for (int v = 0; v < 8; ++v)
-              v159[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-          }
-        }
+      if ((v161) && kg::thread_id() == 0) {
+        uint64_t* bar_ = &kg_bars[8 + v158 % 2];
+        kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+        kg::mbar_expect_tx(bar_, 16384);
+        kg::tma_load_4d(&v159[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_q, bar_, 0, v84, v160 * 64, v31);
+        kg::tma_load_4d(&v159[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap2_q, bar_, 64, v84, v160 * 64, v31);
       }
-      kg::cp_async_commit();
       // spec: specs/fa2_bwd.yaml:120:28
       kg::bf16* v162 = v155;
       // spec: specs/fa2_bwd.yaml:111:29
@@ -837,8 +702,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
         }
       }
       // spec: specs/fa2_bwd.yaml:121:29
-      kg::cp_async_wait<1>();
-      kg::fence_proxy_async();
+      kg::mbar_wait(&kg_bars[6 + v153 % 2], (v153 / 2) & 1);
       kg::sync();
       // spec: specs/fa2_bwd.yaml:96:15
       kg::bf16* v167 = v140 + (v158 % 2) * 8192;
@@ -847,29 +711,13 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       // spec: specs/fa2_bwd.yaml:98:26
       const bool v169 = (v168 < v62);
       // spec: specs/fa2_bwd.yaml:98:26
-      if (v169) {
-        const kg::bf16* p_ = t_do + ((int64_t)(v31) * stride_do_0 + (int64_t)(v84) * stride_do_2);
-        const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
-        const int64_t q_ = (int64_t)(v168 * 64) * stride_do_1 + 0;
-        const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
-        const int64_t o0_ = q_ + ((int64_t)r0_ * stride_do_1 + k0_);
-      #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int r_ = r0_ + i * 16, k_ = k0_;
-          const int i0_ = v168 * 64 + r_, i1_ = 0 + k_;
-          const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_do_1;
-          const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 4096 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
-          if (aligned_) {
-            const int n_ = (i0_ < (size_SQ)) * 8;
-            kg::cp_async<16>(&v167[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-          } else {
-      #pragma unroll
-            for (int v = 0; v < 8; ++v)
-              v167[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-          }
-        }
+      if ((v169) && kg::thread_id() == 0) {
+        uint64_t* bar_ = &kg_bars[6 + v158 % 2];
+        kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+        kg::mbar_expect_tx(bar_, 16384);
+        kg::tma_load_4d(&v167[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap3_do, bar_, 0, v84, v168 * 64, v31);
+        kg::tma_load_4d(&v167[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap3_do, bar_, 64, v84, v168 * 64, v31);
       }
-      kg::cp_async_commit();
       // spec: specs/fa2_bwd.yaml:121:29
       kg::bf16* v170 = v154;
       // spec: specs/fa2_bwd.yaml:121:48
@@ -998,6 +846,14 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       for (int e = 0; e < 64; ++e) v147[e] = y0_[e];
       #pragma unroll
       for (int e = 0; e < 64; ++e) v148[e] = y1_[e];
+    }
+    // spec: specs/fa2_bwd.yaml:96:15
+    if (kg::thread_id() == 0) {
+      const int n_ = kg::cdiv(kg::max_(v62 - v63, 0), v146);
+      if (((n_ + 1) / 2) & 1) kg::mbar_arrive(&kg_bars[8]);
+      if (((n_ + 0) / 2) & 1) kg::mbar_arrive(&kg_bars[9]);
+      if (((n_ + 1) / 2) & 1) kg::mbar_arrive(&kg_bars[6]);
+      if (((n_ + 0) / 2) & 1) kg::mbar_arrive(&kg_bars[7]);
     }
     // spec: specs/fa2_bwd.yaml:96:15
 

@@ -12,7 +12,7 @@ template <int TA, int TB> KG_DEVICE void wgmma_m64n64k16_fp16_ss(float* d, uint6
 }
 }  // namespace kg
 
-KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ t_q, int64_t stride_q_0, int64_t stride_q_1, int64_t stride_q_2, const kg::fp16* __restrict__ t_k, int64_t stride_k_0, int64_t stride_k_1, int64_t stride_k_2, const kg::fp16* __restrict__ t_v, int64_t stride_v_0, int64_t stride_v_1, int64_t stride_v_2, const kg::fp16* __restrict__ t_o, int64_t stride_o_0, int64_t stride_o_1, int64_t stride_o_2, const float* __restrict__ t_lse, int64_t stride_lse_0, int64_t stride_lse_1, const kg::fp16* __restrict__ t_do, int64_t stride_do_0, int64_t stride_do_1, int64_t stride_do_2, kg::fp16* __restrict__ t_dq, int64_t stride_dq_0, int64_t stride_dq_1, int64_t stride_dq_2, kg::fp16* __restrict__ t_dk, int64_t stride_dk_0, int64_t stride_dk_1, int64_t stride_dk_2, kg::fp16* __restrict__ t_dv, int64_t stride_dv_0, int64_t stride_dv_1, int64_t stride_dv_2, float* __restrict__ t_delta, int64_t stride_delta_0, int64_t stride_delta_1, float* __restrict__ t_neg_lse_s, int64_t stride_neg_lse_s_0, int64_t stride_neg_lse_s_1, float* __restrict__ t_dq_acc, int64_t stride_dq_acc_0, int64_t stride_dq_acc_1, int64_t stride_dq_acc_2, int size_B, int size_SQ, int size_SK, int size_H, int size_HKV, float scalar_softmax_scale) {
+KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ t_q, int64_t stride_q_0, int64_t stride_q_1, int64_t stride_q_2, const kg::fp16* __restrict__ t_k, int64_t stride_k_0, int64_t stride_k_1, int64_t stride_k_2, const kg::fp16* __restrict__ t_v, int64_t stride_v_0, int64_t stride_v_1, int64_t stride_v_2, const kg::fp16* __restrict__ t_o, int64_t stride_o_0, int64_t stride_o_1, int64_t stride_o_2, const float* __restrict__ t_lse, int64_t stride_lse_0, int64_t stride_lse_1, const kg::fp16* __restrict__ t_do, int64_t stride_do_0, int64_t stride_do_1, int64_t stride_do_2, kg::fp16* __restrict__ t_dq, int64_t stride_dq_0, int64_t stride_dq_1, int64_t stride_dq_2, kg::fp16* __restrict__ t_dk, int64_t stride_dk_0, int64_t stride_dk_1, int64_t stride_dk_2, kg::fp16* __restrict__ t_dv, int64_t stride_dv_0, int64_t stride_dv_1, int64_t stride_dv_2, float* __restrict__ t_delta, int64_t stride_delta_0, int64_t stride_delta_1, float* __restrict__ t_neg_lse_s, int64_t stride_neg_lse_s_0, int64_t stride_neg_lse_s_1, float* __restrict__ t_dq_acc, int64_t stride_dq_acc_0, int64_t stride_dq_acc_1, int64_t stride_dq_acc_2, int size_B, int size_SQ, int size_SK, int size_H, int size_HKV, float scalar_softmax_scale, const __grid_constant__ kg::TensorMap tmap0_k, const __grid_constant__ kg::TensorMap tmap1_v, const __grid_constant__ kg::TensorMap tmap2_q, const __grid_constant__ kg::TensorMap tmap3_do) {
   extern __shared__ __align__(1024) char smem[];  // 1024: swizzled buffers start on a swizzle atom
   const int lane = kg::thread_id() % kg::WAVE;
   // read from lane 0: nvcc then knows the warp index is the same in every lane, so what is computed
@@ -20,6 +20,12 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
   // session: attention backward +2-4% at D=128, +8-12% at D=64 non-causal, -1-2% at D=64 causal;
   // the causal D=128 forward from 202 to 180 registers)
   const int warp = __shfl_sync(0xffffffffu, kg::thread_id() / kg::WAVE, 0);
+  uint64_t* kg_bars = reinterpret_cast<uint64_t*>(smem + 65536);  // tensor copies complete on these, one per buffer slot
+  if (kg::thread_id() == 0) {
+    for (int i = 0; i < 10; ++i) kg::mbar_init(&kg_bars[i], 1);
+    kg::fence_mbar_init();
+  }
+  kg::sync();
   
   // spec: specs/fa2_bwd.yaml:82:48
   const int v0 = size_SQ;
@@ -51,64 +57,28 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
   const int v13 = (kg::floordiv(v9, v3));
   // spec: specs/fa2_bwd.yaml:76:12
   kg::sync();
-  if (true) {
-    const kg::fp16* p_ = t_k + ((int64_t)(v13) * stride_k_0 + (int64_t)(v12) * stride_k_2);
-    const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v10 * 64) * stride_k_1 + 0;
-    const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
-    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_k_1 + k0_);
-  #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int r_ = r0_ + i * 16, k_ = k0_;
-      const int i0_ = v10 * 64 + r_, i1_ = 0 + k_;
-      const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_k_1;
-      const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
-      if (aligned_) {
-        const int n_ = (i0_ < (size_SK)) * 8;
-        kg::cp_async<16>(&v11[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-      } else {
-  #pragma unroll
-        for (int v = 0; v < 8; ++v)
-          v11[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
-      }
-    }
+  if ((true) && kg::thread_id() == 0) {
+    uint64_t* bar_ = &kg_bars[0];
+    kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+    kg::mbar_expect_tx(bar_, 8192);
+    kg::tma_load_4d(&v11[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap0_k, bar_, 0, v12, v10 * 64, v13);
   }
-  kg::cp_async_commit();
   // spec: specs/fa2_bwd.yaml:134:27
-  kg::cp_async_wait<0>();
-  kg::fence_proxy_async();
+  kg::mbar_wait(&kg_bars[0], 0);
   kg::sync();
   // spec: specs/fa2_bwd.yaml:134:27
   kg::fp16* v14 = v11;
   // spec: specs/fa2_bwd.yaml:135:28
   kg::fp16* v15 = reinterpret_cast<kg::fp16*>(smem + 40960);
   // spec: specs/fa2_bwd.yaml:77:12
-  if (true) {
-    const kg::fp16* p_ = t_v + ((int64_t)(v13) * stride_v_0 + (int64_t)(v12) * stride_v_2);
-    const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v10 * 64) * stride_v_1 + 0;
-    const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
-    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_v_1 + k0_);
-  #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int r_ = r0_ + i * 16, k_ = k0_;
-      const int i0_ = v10 * 64 + r_, i1_ = 0 + k_;
-      const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_v_1;
-      const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
-      if (aligned_) {
-        const int n_ = (i0_ < (size_SK)) * 8;
-        kg::cp_async<16>(&v15[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-      } else {
-  #pragma unroll
-        for (int v = 0; v < 8; ++v)
-          v15[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
-      }
-    }
+  if ((true) && kg::thread_id() == 0) {
+    uint64_t* bar_ = &kg_bars[1];
+    kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+    kg::mbar_expect_tx(bar_, 8192);
+    kg::tma_load_4d(&v15[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap1_v, bar_, 0, v12, v10 * 64, v13);
   }
-  kg::cp_async_commit();
   // spec: specs/fa2_bwd.yaml:135:28
-  kg::cp_async_wait<0>();
-  kg::fence_proxy_async();
+  kg::mbar_wait(&kg_bars[1], 0);
   kg::sync();
   // spec: specs/fa2_bwd.yaml:135:28
   kg::fp16* v16 = v15;
@@ -228,55 +198,21 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
     const int v67 = (v66 + v58);
     // spec: specs/fa2_bwd.yaml:97:24
     kg::sync();
-    if (v65) {
-      const kg::fp16* p_ = t_q + ((int64_t)(v13) * stride_q_0 + (int64_t)(v67) * stride_q_2);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v44 * 64) * stride_q_1 + 0;
-      const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
-      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_q_1 + k0_);
-    #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int r_ = r0_ + i * 16, k_ = k0_;
-        const int i0_ = v44 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_q_1;
-        const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
-        if (aligned_) {
-          const int n_ = (i0_ < (size_SQ)) * 8;
-          kg::cp_async<16>(&v64[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-        } else {
-    #pragma unroll
-          for (int v = 0; v < 8; ++v)
-            v64[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
-        }
-      }
+    if ((v65) && kg::thread_id() == 0) {
+      uint64_t* bar_ = &kg_bars[4 + v63 % 2];
+      kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+      kg::mbar_expect_tx(bar_, 8192);
+      kg::tma_load_4d(&v64[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_q, bar_, 0, v67, v44 * 64, v13);
     }
-    kg::cp_async_commit();
     // spec: specs/fa2_bwd.yaml:96:15
     kg::fp16* v68 = v61 + (v63 % 2) * 4096;
     // spec: specs/fa2_bwd.yaml:98:26
-    if (v65) {
-      const kg::fp16* p_ = t_do + ((int64_t)(v13) * stride_do_0 + (int64_t)(v67) * stride_do_2);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v44 * 64) * stride_do_1 + 0;
-      const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
-      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_do_1 + k0_);
-    #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int r_ = r0_ + i * 16, k_ = k0_;
-        const int i0_ = v44 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_do_1;
-        const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
-        if (aligned_) {
-          const int n_ = (i0_ < (size_SQ)) * 8;
-          kg::cp_async<16>(&v68[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-        } else {
-    #pragma unroll
-          for (int v = 0; v < 8; ++v)
-            v68[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
-        }
-      }
+    if ((v65) && kg::thread_id() == 0) {
+      uint64_t* bar_ = &kg_bars[2 + v63 % 2];
+      kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+      kg::mbar_expect_tx(bar_, 8192);
+      kg::tma_load_4d(&v68[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap3_do, bar_, 0, v67, v44 * 64, v13);
     }
-    kg::cp_async_commit();
     // spec: specs/fa2_bwd.yaml:96:58
     const int v69 = 1;
     // spec: specs/fa2_bwd.yaml:96:15
@@ -320,8 +256,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
         }
       }
       // spec: specs/fa2_bwd.yaml:134:27
-      kg::cp_async_wait<1>();
-      kg::fence_proxy_async();
+      kg::mbar_wait(&kg_bars[4 + v76 % 2], (v76 / 2) & 1);
       kg::sync();
       // spec: specs/fa2_bwd.yaml:96:15
       const int v80 = 1;
@@ -334,29 +269,12 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       // spec: specs/fa2_bwd.yaml:97:24
       const bool v84 = (v83 < v50);
       // spec: specs/fa2_bwd.yaml:97:24
-      if (v84) {
-        const kg::fp16* p_ = t_q + ((int64_t)(v13) * stride_q_0 + (int64_t)(v67) * stride_q_2);
-        const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-        const int64_t q_ = (int64_t)(v83 * 64) * stride_q_1 + 0;
-        const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
-        const int64_t o0_ = q_ + ((int64_t)r0_ * stride_q_1 + k0_);
-      #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int r_ = r0_ + i * 16, k_ = k0_;
-          const int i0_ = v83 * 64 + r_, i1_ = 0 + k_;
-          const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_q_1;
-          const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
-          if (aligned_) {
-            const int n_ = (i0_ < (size_SQ)) * 8;
-            kg::cp_async<16>(&v82[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-          } else {
-      #pragma unroll
-            for (int v = 0; v < 8; ++v)
-              v82[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
-          }
-        }
+      if ((v84) && kg::thread_id() == 0) {
+        uint64_t* bar_ = &kg_bars[4 + v81 % 2];
+        kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+        kg::mbar_expect_tx(bar_, 8192);
+        kg::tma_load_4d(&v82[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_q, bar_, 0, v67, v83 * 64, v13);
       }
-      kg::cp_async_commit();
       // spec: specs/fa2_bwd.yaml:134:27
       float v85[32];
       // spec: specs/fa2_bwd.yaml:134:27
@@ -376,8 +294,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
         kg::wgmma_commit();
       }
       // spec: specs/fa2_bwd.yaml:135:28
-      kg::cp_async_wait<1>();
-      kg::fence_proxy_async();
+      kg::mbar_wait(&kg_bars[2 + v76 % 2], (v76 / 2) & 1);
       kg::sync();
       // spec: specs/fa2_bwd.yaml:96:15
       kg::fp16* v87 = v61 + (v81 % 2) * 4096;
@@ -386,29 +303,12 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       // spec: specs/fa2_bwd.yaml:98:26
       const bool v89 = (v88 < v50);
       // spec: specs/fa2_bwd.yaml:98:26
-      if (v89) {
-        const kg::fp16* p_ = t_do + ((int64_t)(v13) * stride_do_0 + (int64_t)(v67) * stride_do_2);
-        const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
-        const int64_t q_ = (int64_t)(v88 * 64) * stride_do_1 + 0;
-        const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
-        const int64_t o0_ = q_ + ((int64_t)r0_ * stride_do_1 + k0_);
-      #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int r_ = r0_ + i * 16, k_ = k0_;
-          const int i0_ = v88 * 64 + r_, i1_ = 0 + k_;
-          const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_do_1;
-          const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
-          if (aligned_) {
-            const int n_ = (i0_ < (size_SQ)) * 8;
-            kg::cp_async<16>(&v87[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-          } else {
-      #pragma unroll
-            for (int v = 0; v < 8; ++v)
-              v87[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
-          }
-        }
+      if ((v89) && kg::thread_id() == 0) {
+        uint64_t* bar_ = &kg_bars[2 + v81 % 2];
+        kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+        kg::mbar_expect_tx(bar_, 8192);
+        kg::tma_load_4d(&v87[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap3_do, bar_, 0, v67, v88 * 64, v13);
       }
-      kg::cp_async_commit();
       // spec: specs/fa2_bwd.yaml:135:28
       float v90[32];
       // spec: specs/fa2_bwd.yaml:135:28
@@ -660,6 +560,14 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       #pragma unroll
       for (int e = 0; e < 32; ++e) v71[e] = y1_[e];
     }
+    // spec: specs/fa2_bwd.yaml:96:15
+    if (kg::thread_id() == 0) {
+      const int n_ = kg::cdiv(kg::max_(v50 - v44, 0), v69);
+      if (((n_ + 1) / 2) & 1) kg::mbar_arrive(&kg_bars[4]);
+      if (((n_ + 0) / 2) & 1) kg::mbar_arrive(&kg_bars[5]);
+      if (((n_ + 1) / 2) & 1) kg::mbar_arrive(&kg_bars[2]);
+      if (((n_ + 0) / 2) & 1) kg::mbar_arrive(&kg_bars[3]);
+    }
     // spec: specs/fa2_bwd.yaml:135:28
     kg::fp16* v139 = reinterpret_cast<kg::fp16*>(smem + 0);
     // spec: specs/fa2_bwd.yaml:134:27
@@ -672,55 +580,21 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
     const bool v143 = (v50 < v49);
     // spec: specs/fa2_bwd.yaml:97:24
     kg::sync();
-    if (v143) {
-      const kg::fp16* p_ = t_q + ((int64_t)(v13) * stride_q_0 + (int64_t)(v67) * stride_q_2);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v50 * 64) * stride_q_1 + 0;
-      const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
-      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_q_1 + k0_);
-    #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int r_ = r0_ + i * 16, k_ = k0_;
-        const int i0_ = v50 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_q_1;
-        const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
-        if (aligned_) {
-          const int n_ = (i0_ < (size_SQ)) * 8;
-          kg::cp_async<16>(&v142[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-        } else {
-    #pragma unroll
-          for (int v = 0; v < 8; ++v)
-            v142[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
-        }
-      }
+    if ((v143) && kg::thread_id() == 0) {
+      uint64_t* bar_ = &kg_bars[8 + v141 % 2];
+      kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+      kg::mbar_expect_tx(bar_, 8192);
+      kg::tma_load_4d(&v142[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_q, bar_, 0, v67, v50 * 64, v13);
     }
-    kg::cp_async_commit();
     // spec: specs/fa2_bwd.yaml:96:15
     kg::fp16* v144 = v139 + (v141 % 2) * 4096;
     // spec: specs/fa2_bwd.yaml:98:26
-    if (v143) {
-      const kg::fp16* p_ = t_do + ((int64_t)(v13) * stride_do_0 + (int64_t)(v67) * stride_do_2);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v50 * 64) * stride_do_1 + 0;
-      const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
-      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_do_1 + k0_);
-    #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int r_ = r0_ + i * 16, k_ = k0_;
-        const int i0_ = v50 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_do_1;
-        const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
-        if (aligned_) {
-          const int n_ = (i0_ < (size_SQ)) * 8;
-          kg::cp_async<16>(&v144[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-        } else {
-    #pragma unroll
-          for (int v = 0; v < 8; ++v)
-            v144[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
-        }
-      }
+    if ((v143) && kg::thread_id() == 0) {
+      uint64_t* bar_ = &kg_bars[6 + v141 % 2];
+      kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+      kg::mbar_expect_tx(bar_, 8192);
+      kg::tma_load_4d(&v144[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap3_do, bar_, 0, v67, v50 * 64, v13);
     }
-    kg::cp_async_commit();
     // spec: specs/fa2_bwd.yaml:96:79
     const int v145 = 1;
     // spec: specs/fa2_bwd.yaml:96:15
@@ -764,8 +638,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
         }
       }
       // spec: specs/fa2_bwd.yaml:134:27
-      kg::cp_async_wait<1>();
-      kg::fence_proxy_async();
+      kg::mbar_wait(&kg_bars[8 + v152 % 2], (v152 / 2) & 1);
       kg::sync();
       // spec: specs/fa2_bwd.yaml:96:15
       const int v156 = 1;
@@ -778,29 +651,12 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       // spec: specs/fa2_bwd.yaml:97:24
       const bool v160 = (v159 < v49);
       // spec: specs/fa2_bwd.yaml:97:24
-      if (v160) {
-        const kg::fp16* p_ = t_q + ((int64_t)(v13) * stride_q_0 + (int64_t)(v67) * stride_q_2);
-        const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-        const int64_t q_ = (int64_t)(v159 * 64) * stride_q_1 + 0;
-        const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
-        const int64_t o0_ = q_ + ((int64_t)r0_ * stride_q_1 + k0_);
-      #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int r_ = r0_ + i * 16, k_ = k0_;
-          const int i0_ = v159 * 64 + r_, i1_ = 0 + k_;
-          const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_q_1;
-          const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
-          if (aligned_) {
-            const int n_ = (i0_ < (size_SQ)) * 8;
-            kg::cp_async<16>(&v158[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-          } else {
-      #pragma unroll
-            for (int v = 0; v < 8; ++v)
-              v158[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
-          }
-        }
+      if ((v160) && kg::thread_id() == 0) {
+        uint64_t* bar_ = &kg_bars[8 + v157 % 2];
+        kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+        kg::mbar_expect_tx(bar_, 8192);
+        kg::tma_load_4d(&v158[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_q, bar_, 0, v67, v159 * 64, v13);
       }
-      kg::cp_async_commit();
       // spec: specs/fa2_bwd.yaml:134:27
       float v161[32];
       // spec: specs/fa2_bwd.yaml:134:27
@@ -820,8 +676,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
         kg::wgmma_commit();
       }
       // spec: specs/fa2_bwd.yaml:135:28
-      kg::cp_async_wait<1>();
-      kg::fence_proxy_async();
+      kg::mbar_wait(&kg_bars[6 + v152 % 2], (v152 / 2) & 1);
       kg::sync();
       // spec: specs/fa2_bwd.yaml:96:15
       kg::fp16* v163 = v139 + (v157 % 2) * 4096;
@@ -830,29 +685,12 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       // spec: specs/fa2_bwd.yaml:98:26
       const bool v165 = (v164 < v49);
       // spec: specs/fa2_bwd.yaml:98:26
-      if (v165) {
-        const kg::fp16* p_ = t_do + ((int64_t)(v13) * stride_do_0 + (int64_t)(v67) * stride_do_2);
-        const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
-        const int64_t q_ = (int64_t)(v164 * 64) * stride_do_1 + 0;
-        const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
-        const int64_t o0_ = q_ + ((int64_t)r0_ * stride_do_1 + k0_);
-      #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int r_ = r0_ + i * 16, k_ = k0_;
-          const int i0_ = v164 * 64 + r_, i1_ = 0 + k_;
-          const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_do_1;
-          const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
-          if (aligned_) {
-            const int n_ = (i0_ < (size_SQ)) * 8;
-            kg::cp_async<16>(&v163[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-          } else {
-      #pragma unroll
-            for (int v = 0; v < 8; ++v)
-              v163[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
-          }
-        }
+      if ((v165) && kg::thread_id() == 0) {
+        uint64_t* bar_ = &kg_bars[6 + v157 % 2];
+        kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+        kg::mbar_expect_tx(bar_, 8192);
+        kg::tma_load_4d(&v163[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap3_do, bar_, 0, v67, v164 * 64, v13);
       }
-      kg::cp_async_commit();
       // spec: specs/fa2_bwd.yaml:135:28
       float v166[32];
       // spec: specs/fa2_bwd.yaml:135:28
@@ -1083,6 +921,14 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       for (int e = 0; e < 32; ++e) v146[e] = y0_[e];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v147[e] = y1_[e];
+    }
+    // spec: specs/fa2_bwd.yaml:96:15
+    if (kg::thread_id() == 0) {
+      const int n_ = kg::cdiv(kg::max_(v49 - v50, 0), v145);
+      if (((n_ + 1) / 2) & 1) kg::mbar_arrive(&kg_bars[8]);
+      if (((n_ + 0) / 2) & 1) kg::mbar_arrive(&kg_bars[9]);
+      if (((n_ + 1) / 2) & 1) kg::mbar_arrive(&kg_bars[6]);
+      if (((n_ + 0) / 2) & 1) kg::mbar_arrive(&kg_bars[7]);
     }
     // spec: specs/fa2_bwd.yaml:96:15
 

@@ -12,7 +12,7 @@ template <int TA, int TB> KG_DEVICE void wgmma_m64n64k16_fp16_ss(float* d, uint6
 }
 }  // namespace kg
 
-KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::fp16* __restrict__ t_q, int64_t stride_q_0, int64_t stride_q_1, int64_t stride_q_2, const kg::fp16* __restrict__ t_k, int64_t stride_k_0, int64_t stride_k_1, int64_t stride_k_2, const kg::fp16* __restrict__ t_v, int64_t stride_v_0, int64_t stride_v_1, int64_t stride_v_2, const kg::fp16* __restrict__ t_o, int64_t stride_o_0, int64_t stride_o_1, int64_t stride_o_2, const float* __restrict__ t_lse, int64_t stride_lse_0, int64_t stride_lse_1, const kg::fp16* __restrict__ t_do, int64_t stride_do_0, int64_t stride_do_1, int64_t stride_do_2, kg::fp16* __restrict__ t_dq, int64_t stride_dq_0, int64_t stride_dq_1, int64_t stride_dq_2, kg::fp16* __restrict__ t_dk, int64_t stride_dk_0, int64_t stride_dk_1, int64_t stride_dk_2, kg::fp16* __restrict__ t_dv, int64_t stride_dv_0, int64_t stride_dv_1, int64_t stride_dv_2, float* __restrict__ t_delta, int64_t stride_delta_0, int64_t stride_delta_1, float* __restrict__ t_neg_lse_s, int64_t stride_neg_lse_s_0, int64_t stride_neg_lse_s_1, float* __restrict__ t_dq_acc, int64_t stride_dq_acc_0, int64_t stride_dq_acc_1, int64_t stride_dq_acc_2, int size_B, int size_SQ, int size_SK, int size_H, int size_HKV, float scalar_softmax_scale) {
+KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::fp16* __restrict__ t_q, int64_t stride_q_0, int64_t stride_q_1, int64_t stride_q_2, const kg::fp16* __restrict__ t_k, int64_t stride_k_0, int64_t stride_k_1, int64_t stride_k_2, const kg::fp16* __restrict__ t_v, int64_t stride_v_0, int64_t stride_v_1, int64_t stride_v_2, const kg::fp16* __restrict__ t_o, int64_t stride_o_0, int64_t stride_o_1, int64_t stride_o_2, const float* __restrict__ t_lse, int64_t stride_lse_0, int64_t stride_lse_1, const kg::fp16* __restrict__ t_do, int64_t stride_do_0, int64_t stride_do_1, int64_t stride_do_2, kg::fp16* __restrict__ t_dq, int64_t stride_dq_0, int64_t stride_dq_1, int64_t stride_dq_2, kg::fp16* __restrict__ t_dk, int64_t stride_dk_0, int64_t stride_dk_1, int64_t stride_dk_2, kg::fp16* __restrict__ t_dv, int64_t stride_dv_0, int64_t stride_dv_1, int64_t stride_dv_2, float* __restrict__ t_delta, int64_t stride_delta_0, int64_t stride_delta_1, float* __restrict__ t_neg_lse_s, int64_t stride_neg_lse_s_0, int64_t stride_neg_lse_s_1, float* __restrict__ t_dq_acc, int64_t stride_dq_acc_0, int64_t stride_dq_acc_1, int64_t stride_dq_acc_2, int size_B, int size_SQ, int size_SK, int size_H, int size_HKV, float scalar_softmax_scale, const __grid_constant__ kg::TensorMap tmap0_q, const __grid_constant__ kg::TensorMap tmap1_do, const __grid_constant__ kg::TensorMap tmap2_k, const __grid_constant__ kg::TensorMap tmap3_v) {
   extern __shared__ __align__(1024) char smem[];  // 1024: swizzled buffers start on a swizzle atom
   const int lane = kg::thread_id() % kg::WAVE;
   // read from lane 0: nvcc then knows the warp index is the same in every lane, so what is computed
@@ -20,6 +20,12 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::fp16* __restrict__ t_
   // session: attention backward +2-4% at D=128, +8-12% at D=64 non-causal, -1-2% at D=64 causal;
   // the causal D=128 forward from 202 to 180 registers)
   const int warp = __shfl_sync(0xffffffffu, kg::thread_id() / kg::WAVE, 0);
+  uint64_t* kg_bars = reinterpret_cast<uint64_t*>(smem + 180224);  // tensor copies complete on these, one per buffer slot
+  if (kg::thread_id() == 0) {
+    for (int i = 0; i < 6; ++i) kg::mbar_init(&kg_bars[i], 1);
+    kg::fence_mbar_init();
+  }
+  kg::sync();
   
   // spec: specs/fa2_bwd.yaml:159:23
   const int v0 = size_SK;
@@ -97,62 +103,28 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::fp16* __restrict__ t_
   kg::fp16* v16 = reinterpret_cast<kg::fp16*>(smem + 131072);
   // spec: specs/fa2_bwd.yaml:154:16
   kg::sync();
-  if (true) {
-    const kg::fp16* p_ = t_q + ((int64_t)(v13) * stride_q_0 + (int64_t)(v12) * stride_q_2);
-    const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v6 * 64) * stride_q_1 + 0;
-    const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
-    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_q_1 + k0_);
-  #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int r_ = r0_ + i * 16, k_ = k0_;
-      const int i0_ = v6 * 64 + r_, i1_ = 0 + k_;
-      const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_q_1;
-      const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 4096 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
-      if (aligned_) {
-        const int n_ = (i0_ < (size_SQ)) * 8;
-        kg::cp_async<16>(&v16[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-      } else {
-  #pragma unroll
-        for (int v = 0; v < 8; ++v)
-          v16[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
-      }
-    }
+  if ((true) && kg::thread_id() == 0) {
+    uint64_t* bar_ = &kg_bars[0];
+    kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+    kg::mbar_expect_tx(bar_, 16384);
+    kg::tma_load_4d(&v16[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap0_q, bar_, 0, v12, v6 * 64, v13);
+    kg::tma_load_4d(&v16[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap0_q, bar_, 64, v12, v6 * 64, v13);
   }
-  kg::cp_async_commit();
   // spec: specs/fa2_bwd.yaml:169:19
-  kg::cp_async_wait<0>();
-  kg::fence_proxy_async();
+  kg::mbar_wait(&kg_bars[0], 0);
   kg::sync();
   // spec: specs/fa2_bwd.yaml:170:20
   kg::fp16* v17 = reinterpret_cast<kg::fp16*>(smem + 147456);
   // spec: specs/fa2_bwd.yaml:155:18
-  if (true) {
-    const kg::fp16* p_ = t_do + ((int64_t)(v13) * stride_do_0 + (int64_t)(v12) * stride_do_2);
-    const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v6 * 64) * stride_do_1 + 0;
-    const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
-    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_do_1 + k0_);
-  #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int r_ = r0_ + i * 16, k_ = k0_;
-      const int i0_ = v6 * 64 + r_, i1_ = 0 + k_;
-      const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_do_1;
-      const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 4096 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
-      if (aligned_) {
-        const int n_ = (i0_ < (size_SQ)) * 8;
-        kg::cp_async<16>(&v17[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-      } else {
-  #pragma unroll
-        for (int v = 0; v < 8; ++v)
-          v17[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
-      }
-    }
+  if ((true) && kg::thread_id() == 0) {
+    uint64_t* bar_ = &kg_bars[1];
+    kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+    kg::mbar_expect_tx(bar_, 16384);
+    kg::tma_load_4d(&v17[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap1_do, bar_, 0, v12, v6 * 64, v13);
+    kg::tma_load_4d(&v17[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap1_do, bar_, 64, v12, v6 * 64, v13);
   }
-  kg::cp_async_commit();
   // spec: specs/fa2_bwd.yaml:170:20
-  kg::cp_async_wait<0>();
-  kg::fence_proxy_async();
+  kg::mbar_wait(&kg_bars[1], 0);
   kg::sync();
   // spec: specs/fa2_bwd.yaml:170:20
   kg::fp16* v18 = reinterpret_cast<kg::fp16*>(smem + 0);
@@ -179,55 +151,23 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::fp16* __restrict__ t_
   // spec: specs/fa2_bwd.yaml:152:16
   const int v29 = (kg::floordiv(v12, v28));
   // spec: specs/fa2_bwd.yaml:164:20
-  if (v27) {
-    const kg::fp16* p_ = t_k + ((int64_t)(v13) * stride_k_0 + (int64_t)(v29) * stride_k_2);
-    const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v22 * 128) * stride_k_1 + 0;
-    const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
-    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_k_1 + k0_);
-  #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const int r_ = r0_ + i * 16, k_ = k0_;
-      const int i0_ = v22 * 128 + r_, i1_ = 0 + k_;
-      const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_k_1;
-      const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 8192 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
-      if (aligned_) {
-        const int n_ = (i0_ < (size_SK)) * 8;
-        kg::cp_async<16>(&v21[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-      } else {
-  #pragma unroll
-        for (int v = 0; v < 8; ++v)
-          v21[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
-      }
-    }
+  if ((v27) && kg::thread_id() == 0) {
+    uint64_t* bar_ = &kg_bars[4 + v20 % 2];
+    kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+    kg::mbar_expect_tx(bar_, 32768);
+    kg::tma_load_4d(&v21[((0) / 64 * 8192 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_k, bar_, 0, v29, v22 * 128, v13);
+    kg::tma_load_4d(&v21[((64) / 64 * 8192 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap2_k, bar_, 64, v29, v22 * 128, v13);
   }
-  kg::cp_async_commit();
   // spec: specs/fa2_bwd.yaml:163:11
   kg::fp16* v30 = v18 + (v20 % 2) * 16384;
   // spec: specs/fa2_bwd.yaml:170:30
-  if (v27) {
-    const kg::fp16* p_ = t_v + ((int64_t)(v13) * stride_v_0 + (int64_t)(v29) * stride_v_2);
-    const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v22 * 128) * stride_v_1 + 0;
-    const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
-    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_v_1 + k0_);
-  #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const int r_ = r0_ + i * 16, k_ = k0_;
-      const int i0_ = v22 * 128 + r_, i1_ = 0 + k_;
-      const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_v_1;
-      const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 8192 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
-      if (aligned_) {
-        const int n_ = (i0_ < (size_SK)) * 8;
-        kg::cp_async<16>(&v30[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-      } else {
-  #pragma unroll
-        for (int v = 0; v < 8; ++v)
-          v30[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
-      }
-    }
+  if ((v27) && kg::thread_id() == 0) {
+    uint64_t* bar_ = &kg_bars[2 + v20 % 2];
+    kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+    kg::mbar_expect_tx(bar_, 32768);
+    kg::tma_load_4d(&v30[((0) / 64 * 8192 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap3_v, bar_, 0, v29, v22 * 128, v13);
+    kg::tma_load_4d(&v30[((64) / 64 * 8192 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap3_v, bar_, 64, v29, v22 * 128, v13);
   }
-  kg::cp_async_commit();
   // spec: specs/fa2_bwd.yaml:172:42
   float (&v31)[2] = v15;
   // spec: specs/fa2_bwd.yaml:172:37
@@ -273,8 +213,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::fp16* __restrict__ t_
     // spec: specs/fa2_bwd.yaml:163:11
     kg::fp16* v47 = v19 + (v45 % 2) * 16384;
     // spec: specs/fa2_bwd.yaml:169:19
-    kg::cp_async_wait<1>();
-    kg::fence_proxy_async();
+    kg::mbar_wait(&kg_bars[4 + v45 % 2], (v45 / 2) & 1);
     kg::sync();
     // spec: specs/fa2_bwd.yaml:163:11
     const int v48 = 1;
@@ -287,29 +226,13 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::fp16* __restrict__ t_
     // spec: specs/fa2_bwd.yaml:164:20
     const bool v52 = (v51 < v26);
     // spec: specs/fa2_bwd.yaml:164:20
-    if (v52) {
-      const kg::fp16* p_ = t_k + ((int64_t)(v13) * stride_k_0 + (int64_t)(v29) * stride_k_2);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v51 * 128) * stride_k_1 + 0;
-      const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
-      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_k_1 + k0_);
-    #pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const int r_ = r0_ + i * 16, k_ = k0_;
-        const int i0_ = v51 * 128 + r_, i1_ = 0 + k_;
-        const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_k_1;
-        const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 8192 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
-        if (aligned_) {
-          const int n_ = (i0_ < (size_SK)) * 8;
-          kg::cp_async<16>(&v50[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-        } else {
-    #pragma unroll
-          for (int v = 0; v < 8; ++v)
-            v50[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
-        }
-      }
+    if ((v52) && kg::thread_id() == 0) {
+      uint64_t* bar_ = &kg_bars[4 + v49 % 2];
+      kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+      kg::mbar_expect_tx(bar_, 32768);
+      kg::tma_load_4d(&v50[((0) / 64 * 8192 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_k, bar_, 0, v29, v51 * 128, v13);
+      kg::tma_load_4d(&v50[((64) / 64 * 8192 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap2_k, bar_, 64, v29, v51 * 128, v13);
     }
-    kg::cp_async_commit();
     // spec: specs/fa2_bwd.yaml:169:19
     kg::fp16* v53 = v47;
     // spec: specs/fa2_bwd.yaml:169:19
@@ -331,8 +254,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::fp16* __restrict__ t_
       kg::wgmma_commit();
     }
     // spec: specs/fa2_bwd.yaml:170:20
-    kg::cp_async_wait<1>();
-    kg::fence_proxy_async();
+    kg::mbar_wait(&kg_bars[2 + v45 % 2], (v45 / 2) & 1);
     kg::sync();
     // spec: specs/fa2_bwd.yaml:163:11
     kg::fp16* v56 = v18 + (v49 % 2) * 16384;
@@ -341,29 +263,13 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::fp16* __restrict__ t_
     // spec: specs/fa2_bwd.yaml:170:30
     const bool v58 = (v57 < v26);
     // spec: specs/fa2_bwd.yaml:170:30
-    if (v58) {
-      const kg::fp16* p_ = t_v + ((int64_t)(v13) * stride_v_0 + (int64_t)(v29) * stride_v_2);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v57 * 128) * stride_v_1 + 0;
-      const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
-      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_v_1 + k0_);
-    #pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const int r_ = r0_ + i * 16, k_ = k0_;
-        const int i0_ = v57 * 128 + r_, i1_ = 0 + k_;
-        const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_v_1;
-        const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 8192 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
-        if (aligned_) {
-          const int n_ = (i0_ < (size_SK)) * 8;
-          kg::cp_async<16>(&v56[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-        } else {
-    #pragma unroll
-          for (int v = 0; v < 8; ++v)
-            v56[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
-        }
-      }
+    if ((v58) && kg::thread_id() == 0) {
+      uint64_t* bar_ = &kg_bars[2 + v49 % 2];
+      kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+      kg::mbar_expect_tx(bar_, 32768);
+      kg::tma_load_4d(&v56[((0) / 64 * 8192 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap3_v, bar_, 0, v29, v57 * 128, v13);
+      kg::tma_load_4d(&v56[((64) / 64 * 8192 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap3_v, bar_, 64, v29, v57 * 128, v13);
     }
-    kg::cp_async_commit();
     // spec: specs/fa2_bwd.yaml:170:20
     kg::fp16* v59 = v46;
     // spec: specs/fa2_bwd.yaml:170:20
@@ -499,6 +405,14 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::fp16* __restrict__ t_
     for (int e = 0; e < 32; ++e) y0_[e] = v85[e];
     #pragma unroll
     for (int e = 0; e < 32; ++e) v41[e] = y0_[e];
+  }
+  // spec: specs/fa2_bwd.yaml:163:11
+  if (kg::thread_id() == 0) {
+    const int n_ = kg::cdiv(kg::max_(v26 - v22, 0), v37);
+    if (((n_ + 1) / 2) & 1) kg::mbar_arrive(&kg_bars[4]);
+    if (((n_ + 0) / 2) & 1) kg::mbar_arrive(&kg_bars[5]);
+    if (((n_ + 1) / 2) & 1) kg::mbar_arrive(&kg_bars[2]);
+    if (((n_ + 0) / 2) & 1) kg::mbar_arrive(&kg_bars[3]);
   }
   // spec: specs/fa2_bwd.yaml:173:40
   float v86[32];

@@ -19,7 +19,7 @@ template <int TA, int TB> KG_DEVICE void wgmma_m64n32k16_bf16_ss(float* d, uint6
 }
 }  // namespace kg
 
-KG_KERNEL void __launch_bounds__(128) fa2_fwd_fwd(const kg::bf16* __restrict__ t_q, int64_t stride_q_0, int64_t stride_q_1, int64_t stride_q_2, const kg::bf16* __restrict__ t_k, int64_t stride_k_0, int64_t stride_k_1, int64_t stride_k_2, const kg::bf16* __restrict__ t_v, int64_t stride_v_0, int64_t stride_v_1, int64_t stride_v_2, kg::bf16* __restrict__ t_o, int64_t stride_o_0, int64_t stride_o_1, int64_t stride_o_2, float* __restrict__ t_lse, int64_t stride_lse_0, int64_t stride_lse_1, int size_B, int size_SQ, int size_SK, int size_H, int size_HKV, float scalar_softmax_scale) {
+KG_KERNEL void __launch_bounds__(128) fa2_fwd_fwd(const kg::bf16* __restrict__ t_q, int64_t stride_q_0, int64_t stride_q_1, int64_t stride_q_2, const kg::bf16* __restrict__ t_k, int64_t stride_k_0, int64_t stride_k_1, int64_t stride_k_2, const kg::bf16* __restrict__ t_v, int64_t stride_v_0, int64_t stride_v_1, int64_t stride_v_2, kg::bf16* __restrict__ t_o, int64_t stride_o_0, int64_t stride_o_1, int64_t stride_o_2, float* __restrict__ t_lse, int64_t stride_lse_0, int64_t stride_lse_1, int size_B, int size_SQ, int size_SK, int size_H, int size_HKV, float scalar_softmax_scale, const __grid_constant__ kg::TensorMap tmap0_q, const __grid_constant__ kg::TensorMap tmap1_k, const __grid_constant__ kg::TensorMap tmap2_v) {
   extern __shared__ __align__(1024) char smem[];  // 1024: swizzled buffers start on a swizzle atom
   const int lane = kg::thread_id() % kg::WAVE;
   // read from lane 0: nvcc then knows the warp index is the same in every lane, so what is computed
@@ -27,6 +27,12 @@ KG_KERNEL void __launch_bounds__(128) fa2_fwd_fwd(const kg::bf16* __restrict__ t
   // session: attention backward +2-4% at D=128, +8-12% at D=64 non-causal, -1-2% at D=64 causal;
   // the causal D=128 forward from 202 to 180 registers)
   const int warp = __shfl_sync(0xffffffffu, kg::thread_id() / kg::WAVE, 0);
+  uint64_t* kg_bars = reinterpret_cast<uint64_t*>(smem + 65536);  // tensor copies complete on these, one per buffer slot
+  if (kg::thread_id() == 0) {
+    for (int i = 0; i < 10; ++i) kg::mbar_init(&kg_bars[i], 1);
+    kg::fence_mbar_init();
+  }
+  kg::sync();
   
   // spec: specs/fa2_fwd.yaml:65:19
   const int v0 = size_SK;
@@ -112,32 +118,15 @@ KG_KERNEL void __launch_bounds__(128) fa2_fwd_fwd(const kg::bf16* __restrict__ t
   const int v40 = (v39 - v37);
   // spec: specs/fa2_fwd.yaml:63:12
   kg::sync();
-  if (true) {
-    const kg::bf16* p_ = t_q + ((int64_t)(v34) * stride_q_0 + (int64_t)(v33) * stride_q_2);
-    const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v40 * 128) * stride_q_1 + 0;
-    const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
-    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_q_1 + k0_);
-  #pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      const int r_ = r0_ + i * 8, k_ = k0_;
-      const int i0_ = v40 * 128 + r_, i1_ = 0 + k_;
-      const int64_t off_ = o0_ + (int64_t)(i * 8) * stride_q_1;
-      const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 8192 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 512;
-      if (aligned_) {
-        const int n_ = (i0_ < (size_SQ)) * 8;
-        kg::cp_async<16>(&v17[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-      } else {
-  #pragma unroll
-        for (int v = 0; v < 8; ++v)
-          v17[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-      }
-    }
+  if ((true) && kg::thread_id() == 0) {
+    uint64_t* bar_ = &kg_bars[0];
+    kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+    kg::mbar_expect_tx(bar_, 32768);
+    kg::tma_load_4d(&v17[((0) / 64 * 8192 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap0_q, bar_, 0, v33, v40 * 128, v34);
+    kg::tma_load_4d(&v17[((64) / 64 * 8192 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap0_q, bar_, 64, v33, v40 * 128, v34);
   }
-  kg::cp_async_commit();
   // spec: specs/fa2_fwd.yaml:78:19
-  kg::cp_async_wait<0>();
-  kg::fence_proxy_async();
+  kg::mbar_wait(&kg_bars[0], 0);
   kg::sync();
   // spec: specs/fa2_fwd.yaml:79:27
   kg::bf16* v41 = reinterpret_cast<kg::bf16*>(smem + 32768);
@@ -214,29 +203,13 @@ KG_KERNEL void __launch_bounds__(128) fa2_fwd_fwd(const kg::bf16* __restrict__ t
   // spec: specs/fa2_fwd.yaml:61:12
   const int v77 = (kg::floordiv(v33, v76));
   // spec: specs/fa2_fwd.yaml:78:27
-  if (v75) {
-    const kg::bf16* p_ = t_k + ((int64_t)(v34) * stride_k_0 + (int64_t)(v77) * stride_k_2);
-    const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v45 * 32) * stride_k_1 + 0;
-    const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
-    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_k_1 + k0_);
-  #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int r_ = r0_ + i * 8, k_ = k0_;
-      const int i0_ = v45 * 32 + r_, i1_ = 0 + k_;
-      const int64_t off_ = o0_ + (int64_t)(i * 8) * stride_k_1;
-      const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 2048 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 512;
-      if (aligned_) {
-        const int n_ = (i0_ < (size_SK)) * 8;
-        kg::cp_async<16>(&v44[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-      } else {
-  #pragma unroll
-        for (int v = 0; v < 8; ++v)
-          v44[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-      }
-    }
+  if ((v75) && kg::thread_id() == 0) {
+    uint64_t* bar_ = &kg_bars[3 + v43 % 2];
+    kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+    kg::mbar_expect_tx(bar_, 8192);
+    kg::tma_load_4d(&v44[((0) / 64 * 2048 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap1_k, bar_, 0, v77, v45 * 32, v34);
+    kg::tma_load_4d(&v44[((64) / 64 * 2048 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap1_k, bar_, 64, v77, v45 * 32, v34);
   }
-  kg::cp_async_commit();
   // spec: specs/fa2_fwd.yaml:77:11
   kg::bf16* v78 = v41 + (v43 % 2) * 4096;
   // spec: specs/fa2_fwd.yaml:79:50
@@ -248,29 +221,13 @@ KG_KERNEL void __launch_bounds__(128) fa2_fwd_fwd(const kg::bf16* __restrict__ t
   // spec: specs/fa2_fwd.yaml:79:50
   const int v82 = (kg::max_(v81, v79));
   // spec: specs/fa2_fwd.yaml:79:34
-  if (v75) {
-    const kg::bf16* p_ = t_v + ((int64_t)(v34) * stride_v_0 + (int64_t)(v77) * stride_v_2);
-    const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v82 * 32) * stride_v_1 + 0;
-    const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
-    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_v_1 + k0_);
-  #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int r_ = r0_ + i * 8, k_ = k0_;
-      const int i0_ = v82 * 32 + r_, i1_ = 0 + k_;
-      const int64_t off_ = o0_ + (int64_t)(i * 8) * stride_v_1;
-      const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 2048 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 512;
-      if (aligned_) {
-        const int n_ = (i0_ < (size_SK)) * 8;
-        kg::cp_async<16>(&v78[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-      } else {
-  #pragma unroll
-        for (int v = 0; v < 8; ++v)
-          v78[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-      }
-    }
+  if ((v75) && kg::thread_id() == 0) {
+    uint64_t* bar_ = &kg_bars[1 + v43 % 2];
+    kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+    kg::mbar_expect_tx(bar_, 8192);
+    kg::tma_load_4d(&v78[((0) / 64 * 2048 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_v, bar_, 0, v77, v82 * 32, v34);
+    kg::tma_load_4d(&v78[((64) / 64 * 2048 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap2_v, bar_, 64, v77, v82 * 32, v34);
   }
-  kg::cp_async_commit();
   // spec: specs/fa2_fwd.yaml:77:71
   const int v83 = 1;
   // spec: specs/fa2_fwd.yaml:69:11
@@ -322,8 +279,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_fwd_fwd(const kg::bf16* __restrict__ t
     // spec: specs/fa2_fwd.yaml:77:11
     kg::bf16* v102 = v42 + (v100 % 2) * 4096;
     // spec: specs/fa2_fwd.yaml:78:19
-    kg::cp_async_wait<1>();
-    kg::fence_proxy_async();
+    kg::mbar_wait(&kg_bars[3 + v100 % 2], (v100 / 2) & 1);
     kg::sync();
     // spec: specs/fa2_fwd.yaml:77:11
     const int v103 = 1;
@@ -336,29 +292,13 @@ KG_KERNEL void __launch_bounds__(128) fa2_fwd_fwd(const kg::bf16* __restrict__ t
     // spec: specs/fa2_fwd.yaml:78:27
     const bool v107 = (v106 < v74);
     // spec: specs/fa2_fwd.yaml:78:27
-    if (v107) {
-      const kg::bf16* p_ = t_k + ((int64_t)(v34) * stride_k_0 + (int64_t)(v77) * stride_k_2);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v106 * 32) * stride_k_1 + 0;
-      const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
-      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_k_1 + k0_);
-    #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int r_ = r0_ + i * 8, k_ = k0_;
-        const int i0_ = v106 * 32 + r_, i1_ = 0 + k_;
-        const int64_t off_ = o0_ + (int64_t)(i * 8) * stride_k_1;
-        const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 2048 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 512;
-        if (aligned_) {
-          const int n_ = (i0_ < (size_SK)) * 8;
-          kg::cp_async<16>(&v105[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-        } else {
-    #pragma unroll
-          for (int v = 0; v < 8; ++v)
-            v105[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-        }
-      }
+    if ((v107) && kg::thread_id() == 0) {
+      uint64_t* bar_ = &kg_bars[3 + v104 % 2];
+      kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+      kg::mbar_expect_tx(bar_, 8192);
+      kg::tma_load_4d(&v105[((0) / 64 * 2048 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap1_k, bar_, 0, v77, v106 * 32, v34);
+      kg::tma_load_4d(&v105[((64) / 64 * 2048 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap1_k, bar_, 64, v77, v106 * 32, v34);
     }
-    kg::cp_async_commit();
     // spec: specs/fa2_fwd.yaml:78:19
     kg::bf16* v108 = v102;
     // spec: specs/fa2_fwd.yaml:78:19
@@ -388,8 +328,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_fwd_fwd(const kg::bf16* __restrict__ t
     // spec: specs/fa2_fwd.yaml:79:50
     const int v114 = (kg::max_(v113, v111));
     // spec: specs/fa2_fwd.yaml:79:27
-    kg::cp_async_wait<1>();
-    kg::fence_proxy_async();
+    kg::mbar_wait(&kg_bars[1 + v100 % 2], (v100 / 2) & 1);
     kg::sync();
     // spec: specs/fa2_fwd.yaml:77:11
     kg::bf16* v115 = v41 + (v104 % 2) * 4096;
@@ -406,29 +345,13 @@ KG_KERNEL void __launch_bounds__(128) fa2_fwd_fwd(const kg::bf16* __restrict__ t
     // spec: specs/fa2_fwd.yaml:79:34
     const bool v121 = (v118 < v74);
     // spec: specs/fa2_fwd.yaml:79:34
-    if (v121) {
-      const kg::bf16* p_ = t_v + ((int64_t)(v34) * stride_v_0 + (int64_t)(v77) * stride_v_2);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v120 * 32) * stride_v_1 + 0;
-      const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
-      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_v_1 + k0_);
-    #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int r_ = r0_ + i * 8, k_ = k0_;
-        const int i0_ = v120 * 32 + r_, i1_ = 0 + k_;
-        const int64_t off_ = o0_ + (int64_t)(i * 8) * stride_v_1;
-        const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 2048 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 512;
-        if (aligned_) {
-          const int n_ = (i0_ < (size_SK)) * 8;
-          kg::cp_async<16>(&v115[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-        } else {
-    #pragma unroll
-          for (int v = 0; v < 8; ++v)
-            v115[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-        }
-      }
+    if ((v121) && kg::thread_id() == 0) {
+      uint64_t* bar_ = &kg_bars[1 + v104 % 2];
+      kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+      kg::mbar_expect_tx(bar_, 8192);
+      kg::tma_load_4d(&v115[((0) / 64 * 2048 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_v, bar_, 0, v77, v120 * 32, v34);
+      kg::tma_load_4d(&v115[((64) / 64 * 2048 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap2_v, bar_, 64, v77, v120 * 32, v34);
     }
-    kg::cp_async_commit();
     // spec: specs/fa2_fwd.yaml:79:27
     float (&v122)[128] = v95;
     {
@@ -579,6 +502,14 @@ KG_KERNEL void __launch_bounds__(128) fa2_fwd_fwd(const kg::bf16* __restrict__ t
     #pragma unroll
     for (int e = 0; e < 4; ++e) v93[e] = y3_[e];
   }
+  // spec: specs/fa2_fwd.yaml:77:11
+  if (kg::thread_id() == 0) {
+    const int n_ = kg::cdiv(kg::max_(v74 - v45, 0), v83);
+    if (((n_ + 1) / 2) & 1) kg::mbar_arrive(&kg_bars[3]);
+    if (((n_ + 0) / 2) & 1) kg::mbar_arrive(&kg_bars[4]);
+    if (((n_ + 1) / 2) & 1) kg::mbar_arrive(&kg_bars[1]);
+    if (((n_ + 0) / 2) & 1) kg::mbar_arrive(&kg_bars[2]);
+  }
   // spec: specs/fa2_fwd.yaml:79:27
   kg::bf16* v143 = reinterpret_cast<kg::bf16*>(smem + 32768);
   // spec: specs/fa2_fwd.yaml:78:19
@@ -591,29 +522,13 @@ KG_KERNEL void __launch_bounds__(128) fa2_fwd_fwd(const kg::bf16* __restrict__ t
   const bool v147 = (v74 < v72);
   // spec: specs/fa2_fwd.yaml:78:27
   kg::sync();
-  if (v147) {
-    const kg::bf16* p_ = t_k + ((int64_t)(v34) * stride_k_0 + (int64_t)(v77) * stride_k_2);
-    const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v74 * 32) * stride_k_1 + 0;
-    const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
-    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_k_1 + k0_);
-  #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int r_ = r0_ + i * 8, k_ = k0_;
-      const int i0_ = v74 * 32 + r_, i1_ = 0 + k_;
-      const int64_t off_ = o0_ + (int64_t)(i * 8) * stride_k_1;
-      const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 2048 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 512;
-      if (aligned_) {
-        const int n_ = (i0_ < (size_SK)) * 8;
-        kg::cp_async<16>(&v146[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-      } else {
-  #pragma unroll
-        for (int v = 0; v < 8; ++v)
-          v146[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-      }
-    }
+  if ((v147) && kg::thread_id() == 0) {
+    uint64_t* bar_ = &kg_bars[7 + v145 % 2];
+    kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+    kg::mbar_expect_tx(bar_, 8192);
+    kg::tma_load_4d(&v146[((0) / 64 * 2048 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap1_k, bar_, 0, v77, v74 * 32, v34);
+    kg::tma_load_4d(&v146[((64) / 64 * 2048 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap1_k, bar_, 64, v77, v74 * 32, v34);
   }
-  kg::cp_async_commit();
   // spec: specs/fa2_fwd.yaml:77:11
   kg::bf16* v148 = v143 + (v145 % 2) * 4096;
   // spec: specs/fa2_fwd.yaml:79:50
@@ -625,29 +540,13 @@ KG_KERNEL void __launch_bounds__(128) fa2_fwd_fwd(const kg::bf16* __restrict__ t
   // spec: specs/fa2_fwd.yaml:79:50
   const int v152 = (kg::max_(v151, v149));
   // spec: specs/fa2_fwd.yaml:79:34
-  if (v147) {
-    const kg::bf16* p_ = t_v + ((int64_t)(v34) * stride_v_0 + (int64_t)(v77) * stride_v_2);
-    const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v152 * 32) * stride_v_1 + 0;
-    const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
-    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_v_1 + k0_);
-  #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int r_ = r0_ + i * 8, k_ = k0_;
-      const int i0_ = v152 * 32 + r_, i1_ = 0 + k_;
-      const int64_t off_ = o0_ + (int64_t)(i * 8) * stride_v_1;
-      const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 2048 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 512;
-      if (aligned_) {
-        const int n_ = (i0_ < (size_SK)) * 8;
-        kg::cp_async<16>(&v148[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-      } else {
-  #pragma unroll
-        for (int v = 0; v < 8; ++v)
-          v148[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-      }
-    }
+  if ((v147) && kg::thread_id() == 0) {
+    uint64_t* bar_ = &kg_bars[5 + v145 % 2];
+    kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+    kg::mbar_expect_tx(bar_, 8192);
+    kg::tma_load_4d(&v148[((0) / 64 * 2048 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_v, bar_, 0, v77, v152 * 32, v34);
+    kg::tma_load_4d(&v148[((64) / 64 * 2048 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap2_v, bar_, 64, v77, v152 * 32, v34);
   }
-  kg::cp_async_commit();
   // spec: specs/fa2_fwd.yaml:62:29
   int v153[4];
   #pragma unroll
@@ -693,8 +592,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_fwd_fwd(const kg::bf16* __restrict__ t
     // spec: specs/fa2_fwd.yaml:77:11
     kg::bf16* v171 = v144 + (v169 % 2) * 4096;
     // spec: specs/fa2_fwd.yaml:78:19
-    kg::cp_async_wait<1>();
-    kg::fence_proxy_async();
+    kg::mbar_wait(&kg_bars[7 + v169 % 2], (v169 / 2) & 1);
     kg::sync();
     // spec: specs/fa2_fwd.yaml:77:11
     const int v172 = 1;
@@ -707,29 +605,13 @@ KG_KERNEL void __launch_bounds__(128) fa2_fwd_fwd(const kg::bf16* __restrict__ t
     // spec: specs/fa2_fwd.yaml:78:27
     const bool v176 = (v175 < v72);
     // spec: specs/fa2_fwd.yaml:78:27
-    if (v176) {
-      const kg::bf16* p_ = t_k + ((int64_t)(v34) * stride_k_0 + (int64_t)(v77) * stride_k_2);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v175 * 32) * stride_k_1 + 0;
-      const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
-      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_k_1 + k0_);
-    #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int r_ = r0_ + i * 8, k_ = k0_;
-        const int i0_ = v175 * 32 + r_, i1_ = 0 + k_;
-        const int64_t off_ = o0_ + (int64_t)(i * 8) * stride_k_1;
-        const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 2048 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 512;
-        if (aligned_) {
-          const int n_ = (i0_ < (size_SK)) * 8;
-          kg::cp_async<16>(&v174[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-        } else {
-    #pragma unroll
-          for (int v = 0; v < 8; ++v)
-            v174[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-        }
-      }
+    if ((v176) && kg::thread_id() == 0) {
+      uint64_t* bar_ = &kg_bars[7 + v173 % 2];
+      kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+      kg::mbar_expect_tx(bar_, 8192);
+      kg::tma_load_4d(&v174[((0) / 64 * 2048 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap1_k, bar_, 0, v77, v175 * 32, v34);
+      kg::tma_load_4d(&v174[((64) / 64 * 2048 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap1_k, bar_, 64, v77, v175 * 32, v34);
     }
-    kg::cp_async_commit();
     // spec: specs/fa2_fwd.yaml:78:19
     kg::bf16* v177 = v171;
     // spec: specs/fa2_fwd.yaml:78:19
@@ -759,8 +641,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_fwd_fwd(const kg::bf16* __restrict__ t
     // spec: specs/fa2_fwd.yaml:79:50
     const int v183 = (kg::max_(v182, v180));
     // spec: specs/fa2_fwd.yaml:79:27
-    kg::cp_async_wait<1>();
-    kg::fence_proxy_async();
+    kg::mbar_wait(&kg_bars[5 + v169 % 2], (v169 / 2) & 1);
     kg::sync();
     // spec: specs/fa2_fwd.yaml:77:11
     kg::bf16* v184 = v143 + (v173 % 2) * 4096;
@@ -777,29 +658,13 @@ KG_KERNEL void __launch_bounds__(128) fa2_fwd_fwd(const kg::bf16* __restrict__ t
     // spec: specs/fa2_fwd.yaml:79:34
     const bool v190 = (v187 < v72);
     // spec: specs/fa2_fwd.yaml:79:34
-    if (v190) {
-      const kg::bf16* p_ = t_v + ((int64_t)(v34) * stride_v_0 + (int64_t)(v77) * stride_v_2);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v189 * 32) * stride_v_1 + 0;
-      const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
-      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_v_1 + k0_);
-    #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int r_ = r0_ + i * 8, k_ = k0_;
-        const int i0_ = v189 * 32 + r_, i1_ = 0 + k_;
-        const int64_t off_ = o0_ + (int64_t)(i * 8) * stride_v_1;
-        const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 2048 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 512;
-        if (aligned_) {
-          const int n_ = (i0_ < (size_SK)) * 8;
-          kg::cp_async<16>(&v184[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-        } else {
-    #pragma unroll
-          for (int v = 0; v < 8; ++v)
-            v184[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-        }
-      }
+    if ((v190) && kg::thread_id() == 0) {
+      uint64_t* bar_ = &kg_bars[5 + v173 % 2];
+      kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+      kg::mbar_expect_tx(bar_, 8192);
+      kg::tma_load_4d(&v184[((0) / 64 * 2048 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_v, bar_, 0, v77, v189 * 32, v34);
+      kg::tma_load_4d(&v184[((64) / 64 * 2048 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap2_v, bar_, 64, v77, v189 * 32, v34);
     }
-    kg::cp_async_commit();
     // spec: specs/fa2_fwd.yaml:79:27
     float (&v191)[128] = v164;
     {
@@ -1014,6 +879,14 @@ KG_KERNEL void __launch_bounds__(128) fa2_fwd_fwd(const kg::bf16* __restrict__ t
     #pragma unroll
     for (int e = 0; e < 4; ++e) v162[e] = y3_[e];
   }
+  // spec: specs/fa2_fwd.yaml:77:11
+  if (kg::thread_id() == 0) {
+    const int n_ = kg::cdiv(kg::max_(v72 - v74, 0), v158);
+    if (((n_ + 1) / 2) & 1) kg::mbar_arrive(&kg_bars[7]);
+    if (((n_ + 0) / 2) & 1) kg::mbar_arrive(&kg_bars[8]);
+    if (((n_ + 1) / 2) & 1) kg::mbar_arrive(&kg_bars[5]);
+    if (((n_ + 0) / 2) & 1) kg::mbar_arrive(&kg_bars[6]);
+  }
   // spec: specs/fa2_fwd.yaml:96:19
   kg::bf16* v232 = reinterpret_cast<kg::bf16*>(smem + 0);
   // spec: specs/fa2_fwd.yaml:96:42
@@ -1026,32 +899,15 @@ KG_KERNEL void __launch_bounds__(128) fa2_fwd_fwd(const kg::bf16* __restrict__ t
   const int v236 = (kg::max_(v235, v233));
   // spec: specs/fa2_fwd.yaml:96:26
   kg::sync();
-  if (true) {
-    const kg::bf16* p_ = t_v + ((int64_t)(v34) * stride_v_0 + (int64_t)(v77) * stride_v_2);
-    const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v236 * 32) * stride_v_1 + 0;
-    const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
-    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_v_1 + k0_);
-  #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int r_ = r0_ + i * 8, k_ = k0_;
-      const int i0_ = v236 * 32 + r_, i1_ = 0 + k_;
-      const int64_t off_ = o0_ + (int64_t)(i * 8) * stride_v_1;
-      const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 2048 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 512;
-      if (aligned_) {
-        const int n_ = (i0_ < (size_SK)) * 8;
-        kg::cp_async<16>(&v232[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-      } else {
-  #pragma unroll
-        for (int v = 0; v < 8; ++v)
-          v232[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-      }
-    }
+  if ((true) && kg::thread_id() == 0) {
+    uint64_t* bar_ = &kg_bars[9];
+    kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+    kg::mbar_expect_tx(bar_, 8192);
+    kg::tma_load_4d(&v232[((0) / 64 * 2048 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_v, bar_, 0, v77, v236 * 32, v34);
+    kg::tma_load_4d(&v232[((64) / 64 * 2048 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap2_v, bar_, 64, v77, v236 * 32, v34);
   }
-  kg::cp_async_commit();
   // spec: specs/fa2_fwd.yaml:96:19
-  kg::cp_async_wait<0>();
-  kg::fence_proxy_async();
+  kg::mbar_wait(&kg_bars[9], 0);
   kg::sync();
   // spec: specs/fa2_fwd.yaml:96:19
   float (&v237)[128] = v159;

@@ -19,7 +19,7 @@ template <int TA, int TB> KG_DEVICE void wgmma_m64n64k16_fp16_ss(float* d, uint6
 }
 }  // namespace kg
 
-KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t_q, int64_t stride_q_0, int64_t stride_q_1, int64_t stride_q_2, const kg::fp16* __restrict__ t_k, int64_t stride_k_0, int64_t stride_k_1, int64_t stride_k_2, const kg::fp16* __restrict__ t_v, int64_t stride_v_0, int64_t stride_v_1, int64_t stride_v_2, kg::fp16* __restrict__ t_o, int64_t stride_o_0, int64_t stride_o_1, int64_t stride_o_2, float* __restrict__ t_lse, int64_t stride_lse_0, int64_t stride_lse_1, int size_B, int size_SQ, int size_SK, int size_H, int size_HKV, float scalar_softmax_scale) {
+KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t_q, int64_t stride_q_0, int64_t stride_q_1, int64_t stride_q_2, const kg::fp16* __restrict__ t_k, int64_t stride_k_0, int64_t stride_k_1, int64_t stride_k_2, const kg::fp16* __restrict__ t_v, int64_t stride_v_0, int64_t stride_v_1, int64_t stride_v_2, kg::fp16* __restrict__ t_o, int64_t stride_o_0, int64_t stride_o_1, int64_t stride_o_2, float* __restrict__ t_lse, int64_t stride_lse_0, int64_t stride_lse_1, int size_B, int size_SQ, int size_SK, int size_H, int size_HKV, float scalar_softmax_scale, const __grid_constant__ kg::TensorMap tmap0_q, const __grid_constant__ kg::TensorMap tmap1_k, const __grid_constant__ kg::TensorMap tmap2_v) {
   extern __shared__ __align__(1024) char smem[];  // 1024: swizzled buffers start on a swizzle atom
   const int lane = kg::thread_id() % kg::WAVE;
   // read from lane 0: nvcc then knows the warp index is the same in every lane, so what is computed
@@ -27,6 +27,12 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
   // session: attention backward +2-4% at D=128, +8-12% at D=64 non-causal, -1-2% at D=64 causal;
   // the causal D=128 forward from 202 to 180 registers)
   const int warp = __shfl_sync(0xffffffffu, kg::thread_id() / kg::WAVE, 0);
+  uint64_t* kg_bars = reinterpret_cast<uint64_t*>(smem + 49152);  // tensor copies complete on these, one per buffer slot
+  if (kg::thread_id() == 0) {
+    for (int i = 0; i < 6; ++i) kg::mbar_init(&kg_bars[i], 1);
+    kg::fence_mbar_init();
+  }
+  kg::sync();
   
   // spec: specs/fa2_fwd.yaml:65:19
   const int v0 = size_SK;
@@ -76,32 +82,14 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
   const int v20 = (kg::floordiv(v5, v3));
   // spec: specs/fa2_fwd.yaml:63:12
   kg::sync();
-  if (true) {
-    const kg::fp16* p_ = t_q + ((int64_t)(v20) * stride_q_0 + (int64_t)(v19) * stride_q_2);
-    const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v15 * 128) * stride_q_1 + 0;
-    const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
-    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_q_1 + k0_);
-  #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int r_ = r0_ + i * 32, k_ = k0_;
-      const int i0_ = v15 * 128 + r_, i1_ = 0 + k_;
-      const int64_t off_ = o0_ + (int64_t)(i * 32) * stride_q_1;
-      const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 8192 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
-      if (aligned_) {
-        const int n_ = (i0_ < (size_SQ)) * 8;
-        kg::cp_async<16>(&v18[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-      } else {
-  #pragma unroll
-        for (int v = 0; v < 8; ++v)
-          v18[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
-      }
-    }
+  if ((true) && kg::thread_id() == 0) {
+    uint64_t* bar_ = &kg_bars[0];
+    kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+    kg::mbar_expect_tx(bar_, 16384);
+    kg::tma_load_4d(&v18[((0) / 64 * 8192 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap0_q, bar_, 0, v19, v15 * 128, v20);
   }
-  kg::cp_async_commit();
   // spec: specs/fa2_fwd.yaml:78:19
-  kg::cp_async_wait<0>();
-  kg::fence_proxy_async();
+  kg::mbar_wait(&kg_bars[0], 0);
   kg::sync();
   // spec: specs/fa2_fwd.yaml:79:27
   kg::fp16* v21 = reinterpret_cast<kg::fp16*>(smem + 16384);
@@ -128,29 +116,12 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
   // spec: specs/fa2_fwd.yaml:61:12
   const int v32 = (kg::floordiv(v19, v31));
   // spec: specs/fa2_fwd.yaml:78:27
-  if (v30) {
-    const kg::fp16* p_ = t_k + ((int64_t)(v20) * stride_k_0 + (int64_t)(v32) * stride_k_2);
-    const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v25 * 64) * stride_k_1 + 0;
-    const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
-    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_k_1 + k0_);
-  #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int r_ = r0_ + i * 32, k_ = k0_;
-      const int i0_ = v25 * 64 + r_, i1_ = 0 + k_;
-      const int64_t off_ = o0_ + (int64_t)(i * 32) * stride_k_1;
-      const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
-      if (aligned_) {
-        const int n_ = (i0_ < (size_SK)) * 8;
-        kg::cp_async<16>(&v24[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-      } else {
-  #pragma unroll
-        for (int v = 0; v < 8; ++v)
-          v24[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
-      }
-    }
+  if ((v30) && kg::thread_id() == 0) {
+    uint64_t* bar_ = &kg_bars[3 + v23 % 2];
+    kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+    kg::mbar_expect_tx(bar_, 8192);
+    kg::tma_load_4d(&v24[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap1_k, bar_, 0, v32, v25 * 64, v20);
   }
-  kg::cp_async_commit();
   // spec: specs/fa2_fwd.yaml:77:11
   kg::fp16* v33 = v21 + (v23 % 2) * 4096;
   // spec: specs/fa2_fwd.yaml:79:50
@@ -162,29 +133,12 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
   // spec: specs/fa2_fwd.yaml:79:50
   const int v37 = (kg::max_(v36, v34));
   // spec: specs/fa2_fwd.yaml:79:34
-  if (v30) {
-    const kg::fp16* p_ = t_v + ((int64_t)(v20) * stride_v_0 + (int64_t)(v32) * stride_v_2);
-    const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v37 * 64) * stride_v_1 + 0;
-    const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
-    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_v_1 + k0_);
-  #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int r_ = r0_ + i * 32, k_ = k0_;
-      const int i0_ = v37 * 64 + r_, i1_ = 0 + k_;
-      const int64_t off_ = o0_ + (int64_t)(i * 32) * stride_v_1;
-      const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
-      if (aligned_) {
-        const int n_ = (i0_ < (size_SK)) * 8;
-        kg::cp_async<16>(&v33[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-      } else {
-  #pragma unroll
-        for (int v = 0; v < 8; ++v)
-          v33[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
-      }
-    }
+  if ((v30) && kg::thread_id() == 0) {
+    uint64_t* bar_ = &kg_bars[1 + v23 % 2];
+    kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+    kg::mbar_expect_tx(bar_, 8192);
+    kg::tma_load_4d(&v33[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_v, bar_, 0, v32, v37 * 64, v20);
   }
-  kg::cp_async_commit();
   // spec: specs/fa2_fwd.yaml:77:51
   const int v38 = 1;
   // spec: specs/fa2_fwd.yaml:69:11
@@ -236,8 +190,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
     // spec: specs/fa2_fwd.yaml:77:11
     kg::fp16* v57 = v22 + (v55 % 2) * 4096;
     // spec: specs/fa2_fwd.yaml:78:19
-    kg::cp_async_wait<1>();
-    kg::fence_proxy_async();
+    kg::mbar_wait(&kg_bars[3 + v55 % 2], (v55 / 2) & 1);
     kg::sync();
     // spec: specs/fa2_fwd.yaml:77:11
     const int v58 = 1;
@@ -250,29 +203,12 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
     // spec: specs/fa2_fwd.yaml:78:27
     const bool v62 = (v61 < v29);
     // spec: specs/fa2_fwd.yaml:78:27
-    if (v62) {
-      const kg::fp16* p_ = t_k + ((int64_t)(v20) * stride_k_0 + (int64_t)(v32) * stride_k_2);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v61 * 64) * stride_k_1 + 0;
-      const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
-      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_k_1 + k0_);
-    #pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const int r_ = r0_ + i * 32, k_ = k0_;
-        const int i0_ = v61 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = o0_ + (int64_t)(i * 32) * stride_k_1;
-        const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
-        if (aligned_) {
-          const int n_ = (i0_ < (size_SK)) * 8;
-          kg::cp_async<16>(&v60[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-        } else {
-    #pragma unroll
-          for (int v = 0; v < 8; ++v)
-            v60[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
-        }
-      }
+    if ((v62) && kg::thread_id() == 0) {
+      uint64_t* bar_ = &kg_bars[3 + v59 % 2];
+      kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+      kg::mbar_expect_tx(bar_, 8192);
+      kg::tma_load_4d(&v60[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap1_k, bar_, 0, v32, v61 * 64, v20);
     }
-    kg::cp_async_commit();
     // spec: specs/fa2_fwd.yaml:78:19
     kg::fp16* v63 = v57;
     // spec: specs/fa2_fwd.yaml:78:19
@@ -302,8 +238,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
     // spec: specs/fa2_fwd.yaml:79:50
     const int v69 = (kg::max_(v68, v66));
     // spec: specs/fa2_fwd.yaml:79:27
-    kg::cp_async_wait<1>();
-    kg::fence_proxy_async();
+    kg::mbar_wait(&kg_bars[1 + v55 % 2], (v55 / 2) & 1);
     kg::sync();
     // spec: specs/fa2_fwd.yaml:77:11
     kg::fp16* v70 = v21 + (v59 % 2) * 4096;
@@ -320,29 +255,12 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
     // spec: specs/fa2_fwd.yaml:79:34
     const bool v76 = (v73 < v29);
     // spec: specs/fa2_fwd.yaml:79:34
-    if (v76) {
-      const kg::fp16* p_ = t_v + ((int64_t)(v20) * stride_v_0 + (int64_t)(v32) * stride_v_2);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v75 * 64) * stride_v_1 + 0;
-      const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
-      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_v_1 + k0_);
-    #pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const int r_ = r0_ + i * 32, k_ = k0_;
-        const int i0_ = v75 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = o0_ + (int64_t)(i * 32) * stride_v_1;
-        const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
-        if (aligned_) {
-          const int n_ = (i0_ < (size_SK)) * 8;
-          kg::cp_async<16>(&v70[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-        } else {
-    #pragma unroll
-          for (int v = 0; v < 8; ++v)
-            v70[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
-        }
-      }
+    if ((v76) && kg::thread_id() == 0) {
+      uint64_t* bar_ = &kg_bars[1 + v59 % 2];
+      kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+      kg::mbar_expect_tx(bar_, 8192);
+      kg::tma_load_4d(&v70[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_v, bar_, 0, v32, v75 * 64, v20);
     }
-    kg::cp_async_commit();
     // spec: specs/fa2_fwd.yaml:79:27
     float (&v77)[32] = v50;
     {
@@ -533,6 +451,14 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
     #pragma unroll
     for (int e = 0; e < 2; ++e) v48[e] = y3_[e];
   }
+  // spec: specs/fa2_fwd.yaml:77:11
+  if (kg::thread_id() == 0) {
+    const int n_ = kg::cdiv(kg::max_(v29 - v25, 0), v38);
+    if (((n_ + 1) / 2) & 1) kg::mbar_arrive(&kg_bars[3]);
+    if (((n_ + 0) / 2) & 1) kg::mbar_arrive(&kg_bars[4]);
+    if (((n_ + 1) / 2) & 1) kg::mbar_arrive(&kg_bars[1]);
+    if (((n_ + 0) / 2) & 1) kg::mbar_arrive(&kg_bars[2]);
+  }
   // spec: specs/fa2_fwd.yaml:96:19
   kg::fp16* v111 = reinterpret_cast<kg::fp16*>(smem + 0);
   // spec: specs/fa2_fwd.yaml:96:42
@@ -545,32 +471,14 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
   const int v115 = (kg::max_(v114, v112));
   // spec: specs/fa2_fwd.yaml:96:26
   kg::sync();
-  if (true) {
-    const kg::fp16* p_ = t_v + ((int64_t)(v20) * stride_v_0 + (int64_t)(v32) * stride_v_2);
-    const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v115 * 64) * stride_v_1 + 0;
-    const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
-    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_v_1 + k0_);
-  #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int r_ = r0_ + i * 32, k_ = k0_;
-      const int i0_ = v115 * 64 + r_, i1_ = 0 + k_;
-      const int64_t off_ = o0_ + (int64_t)(i * 32) * stride_v_1;
-      const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 2048;
-      if (aligned_) {
-        const int n_ = (i0_ < (size_SK)) * 8;
-        kg::cp_async<16>(&v111[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-      } else {
-  #pragma unroll
-        for (int v = 0; v < 8; ++v)
-          v111[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::fp16>(0.0f);
-      }
-    }
+  if ((true) && kg::thread_id() == 0) {
+    uint64_t* bar_ = &kg_bars[5];
+    kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+    kg::mbar_expect_tx(bar_, 8192);
+    kg::tma_load_4d(&v111[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_v, bar_, 0, v32, v115 * 64, v20);
   }
-  kg::cp_async_commit();
   // spec: specs/fa2_fwd.yaml:96:19
-  kg::cp_async_wait<0>();
-  kg::fence_proxy_async();
+  kg::mbar_wait(&kg_bars[5], 0);
   kg::sync();
   // spec: specs/fa2_fwd.yaml:96:19
   float (&v116)[32] = v45;

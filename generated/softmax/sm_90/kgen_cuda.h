@@ -138,4 +138,49 @@ KG_DEVICE void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "m
 KG_DEVICE void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
 KG_DEVICE void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 KG_DEVICE void sync_warp() { __syncwarp(); }
+
+// Tensor copies (PTX ISA, "cp.async.bulk.tensor" and "mbarrier"; sm_90). The host encodes each
+// tensor map (kgen/runtime/_launcher.cpp); the kernel takes it as a __grid_constant__ parameter
+// and passes its generic address. One thread arms a barrier with the bytes to expect
+// (arrive.expect_tx, the barrier's one arrival) and issues the copies; the copy engine completes
+// the transaction; every thread waits for that phase to complete.
+struct alignas(128) TensorMap { unsigned long long opaque[16]; };  // CUtensorMap (cuda.h)
+KG_DEVICE void mbar_init(uint64_t* bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+// the barriers' initialization visible to the copy engine before any copy signals them
+KG_DEVICE void fence_mbar_init() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
+KG_DEVICE void mbar_expect_tx(uint64_t* bar, int bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+KG_DEVICE bool mbar_try_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+               : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+  return done != 0;
+}
+// returns once the phase of parity `parity` has completed (the barrier's phases alternate 0, 1)
+KG_DEVICE void mbar_wait(uint64_t* bar, uint32_t parity) {
+  const uint32_t addr = smem_addr(bar);
+  while (!mbar_try_wait(addr, parity)) {}
+}
+KG_DEVICE void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+#define KG_TMA_LOAD(N, COORDS, ...)                                                                   \
+  KG_DEVICE void tma_load_##N##d(void* dst, const TensorMap* map, uint64_t* bar, __VA_ARGS__) {      \
+    asm volatile("cp.async.bulk.tensor." #N "d.shared::cluster.global.tile.mbarrier::complete_tx::bytes" \
+                 " [%0], [%1, {" COORDS "}], [%2];"                                                   \
+                 ::"r"(smem_addr(dst)), "l"(map), "r"(smem_addr(bar)), KG_TMA_COORDS_##N : "memory");  \
+  }
+#define KG_TMA_COORDS_1 "r"(c0)
+#define KG_TMA_COORDS_2 "r"(c0), "r"(c1)
+#define KG_TMA_COORDS_3 "r"(c0), "r"(c1), "r"(c2)
+#define KG_TMA_COORDS_4 "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+#define KG_TMA_COORDS_5 "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4)
+KG_TMA_LOAD(1, "%3", int c0)
+KG_TMA_LOAD(2, "%3, %4", int c0, int c1)
+KG_TMA_LOAD(3, "%3, %4, %5", int c0, int c1, int c2)
+KG_TMA_LOAD(4, "%3, %4, %5, %6", int c0, int c1, int c2, int c3)
+KG_TMA_LOAD(5, "%3, %4, %5, %6, %7", int c0, int c1, int c2, int c3, int c4)
 }  // namespace kg

@@ -12,7 +12,7 @@ template <int TA, int TB> KG_DEVICE void wgmma_m64n32k16_bf16_ss(float* d, uint6
 }
 }  // namespace kg
 
-KG_KERNEL void __launch_bounds__(256) ssd_bwd_db(const kg::bf16* __restrict__ t_x, int64_t stride_x_0, int64_t stride_x_1, int64_t stride_x_2, const kg::bf16* __restrict__ t_dt, int64_t stride_dt_0, int64_t stride_dt_1, const float* __restrict__ t_A, const kg::bf16* __restrict__ t_B, int64_t stride_B_0, int64_t stride_B_1, int64_t stride_B_2, const kg::bf16* __restrict__ t_C, int64_t stride_C_0, int64_t stride_C_1, int64_t stride_C_2, const float* __restrict__ t_D, int64_t stride_D_0, const float* __restrict__ t_dt_bias, const float* __restrict__ t_initial_states, int64_t stride_initial_states_0, int64_t stride_initial_states_1, int64_t stride_initial_states_2, const kg::bf16* __restrict__ t_dy, int64_t stride_dy_0, int64_t stride_dy_1, int64_t stride_dy_2, const float* __restrict__ t_dfinal_states, int64_t stride_dfinal_states_0, int64_t stride_dfinal_states_1, int64_t stride_dfinal_states_2, kg::bf16* __restrict__ t_dx, int64_t stride_dx_0, int64_t stride_dx_1, int64_t stride_dx_2, kg::bf16* __restrict__ t_ddt, int64_t stride_ddt_0, int64_t stride_ddt_1, float* __restrict__ t_dA, kg::bf16* __restrict__ t_dB, int64_t stride_dB_0, int64_t stride_dB_1, int64_t stride_dB_2, kg::bf16* __restrict__ t_dC, int64_t stride_dC_0, int64_t stride_dC_1, int64_t stride_dC_2, float* __restrict__ t_dD, int64_t stride_dD_0, float* __restrict__ t_ddt_bias, float* __restrict__ t_dinitial_states, int64_t stride_dinitial_states_0, int64_t stride_dinitial_states_1, int64_t stride_dinitial_states_2, float* __restrict__ t_dt_eff, int64_t stride_dt_eff_0, int64_t stride_dt_eff_1, int64_t stride_dt_eff_2, float* __restrict__ t_dA_cumsum, int64_t stride_dA_cumsum_0, int64_t stride_dA_cumsum_1, int64_t stride_dA_cumsum_2, float* __restrict__ t_states, int64_t stride_states_0, int64_t stride_states_1, int64_t stride_states_2, int64_t stride_states_3, float* __restrict__ t_prev_states, int64_t stride_prev_states_0, int64_t stride_prev_states_1, int64_t stride_prev_states_2, int64_t stride_prev_states_3, kg::bf16* __restrict__ t_prev_states_lp, int64_t stride_prev_states_lp_0, int64_t stride_prev_states_lp_1, int64_t stride_prev_states_lp_2, int64_t stride_prev_states_lp_3, float* __restrict__ t_CB, int64_t stride_CB_0, int64_t stride_CB_1, int64_t stride_CB_2, int64_t stride_CB_3, float* __restrict__ t_y_grad_state, int64_t stride_y_grad_state_0, int64_t stride_y_grad_state_1, int64_t stride_y_grad_state_2, int64_t stride_y_grad_state_3, kg::bf16* __restrict__ t_out_grad_state, int64_t stride_out_grad_state_0, int64_t stride_out_grad_state_1, int64_t stride_out_grad_state_2, int64_t stride_out_grad_state_3, float* __restrict__ t_cs_last_grad, int64_t stride_cs_last_grad_0, int64_t stride_cs_last_grad_1, float* __restrict__ t_cs_state_grad, int64_t stride_cs_state_grad_0, int64_t stride_cs_state_grad_1, int64_t stride_cs_state_grad_2, float* __restrict__ t_cs_src_grad, int64_t stride_cs_src_grad_0, int64_t stride_cs_src_grad_1, int64_t stride_cs_src_grad_2, float* __restrict__ t_cs_tgt_grad, int64_t stride_cs_tgt_grad_0, int64_t stride_cs_tgt_grad_1, int64_t stride_cs_tgt_grad_2, float* __restrict__ t_dt_src_grad, int64_t stride_dt_src_grad_0, int64_t stride_dt_src_grad_1, int64_t stride_dt_src_grad_2, float* __restrict__ t_A_part, int64_t stride_A_part_0, int64_t stride_A_part_1, float* __restrict__ t_bias_part, int64_t stride_bias_part_0, int64_t stride_bias_part_1, float* __restrict__ t_D_part, int64_t stride_D_part_0, int64_t stride_D_part_1, int64_t stride_D_part_2, int size_batch, int size_seqlen, int size_nheads, int size_ngroups, float scalar_dt_min, float scalar_dt_max, float scalar_softplus_below) {
+KG_KERNEL void __launch_bounds__(256) ssd_bwd_db(const kg::bf16* __restrict__ t_x, int64_t stride_x_0, int64_t stride_x_1, int64_t stride_x_2, const kg::bf16* __restrict__ t_dt, int64_t stride_dt_0, int64_t stride_dt_1, const float* __restrict__ t_A, const kg::bf16* __restrict__ t_B, int64_t stride_B_0, int64_t stride_B_1, int64_t stride_B_2, const kg::bf16* __restrict__ t_C, int64_t stride_C_0, int64_t stride_C_1, int64_t stride_C_2, const float* __restrict__ t_D, int64_t stride_D_0, const float* __restrict__ t_dt_bias, const float* __restrict__ t_initial_states, int64_t stride_initial_states_0, int64_t stride_initial_states_1, int64_t stride_initial_states_2, const kg::bf16* __restrict__ t_dy, int64_t stride_dy_0, int64_t stride_dy_1, int64_t stride_dy_2, const float* __restrict__ t_dfinal_states, int64_t stride_dfinal_states_0, int64_t stride_dfinal_states_1, int64_t stride_dfinal_states_2, kg::bf16* __restrict__ t_dx, int64_t stride_dx_0, int64_t stride_dx_1, int64_t stride_dx_2, kg::bf16* __restrict__ t_ddt, int64_t stride_ddt_0, int64_t stride_ddt_1, float* __restrict__ t_dA, kg::bf16* __restrict__ t_dB, int64_t stride_dB_0, int64_t stride_dB_1, int64_t stride_dB_2, kg::bf16* __restrict__ t_dC, int64_t stride_dC_0, int64_t stride_dC_1, int64_t stride_dC_2, float* __restrict__ t_dD, int64_t stride_dD_0, float* __restrict__ t_ddt_bias, float* __restrict__ t_dinitial_states, int64_t stride_dinitial_states_0, int64_t stride_dinitial_states_1, int64_t stride_dinitial_states_2, float* __restrict__ t_dt_eff, int64_t stride_dt_eff_0, int64_t stride_dt_eff_1, int64_t stride_dt_eff_2, float* __restrict__ t_dA_cumsum, int64_t stride_dA_cumsum_0, int64_t stride_dA_cumsum_1, int64_t stride_dA_cumsum_2, float* __restrict__ t_states, int64_t stride_states_0, int64_t stride_states_1, int64_t stride_states_2, int64_t stride_states_3, float* __restrict__ t_prev_states, int64_t stride_prev_states_0, int64_t stride_prev_states_1, int64_t stride_prev_states_2, int64_t stride_prev_states_3, kg::bf16* __restrict__ t_prev_states_lp, int64_t stride_prev_states_lp_0, int64_t stride_prev_states_lp_1, int64_t stride_prev_states_lp_2, int64_t stride_prev_states_lp_3, float* __restrict__ t_CB, int64_t stride_CB_0, int64_t stride_CB_1, int64_t stride_CB_2, int64_t stride_CB_3, float* __restrict__ t_y_grad_state, int64_t stride_y_grad_state_0, int64_t stride_y_grad_state_1, int64_t stride_y_grad_state_2, int64_t stride_y_grad_state_3, kg::bf16* __restrict__ t_out_grad_state, int64_t stride_out_grad_state_0, int64_t stride_out_grad_state_1, int64_t stride_out_grad_state_2, int64_t stride_out_grad_state_3, float* __restrict__ t_cs_last_grad, int64_t stride_cs_last_grad_0, int64_t stride_cs_last_grad_1, float* __restrict__ t_cs_state_grad, int64_t stride_cs_state_grad_0, int64_t stride_cs_state_grad_1, int64_t stride_cs_state_grad_2, float* __restrict__ t_cs_src_grad, int64_t stride_cs_src_grad_0, int64_t stride_cs_src_grad_1, int64_t stride_cs_src_grad_2, float* __restrict__ t_cs_tgt_grad, int64_t stride_cs_tgt_grad_0, int64_t stride_cs_tgt_grad_1, int64_t stride_cs_tgt_grad_2, float* __restrict__ t_dt_src_grad, int64_t stride_dt_src_grad_0, int64_t stride_dt_src_grad_1, int64_t stride_dt_src_grad_2, float* __restrict__ t_A_part, int64_t stride_A_part_0, int64_t stride_A_part_1, float* __restrict__ t_bias_part, int64_t stride_bias_part_0, int64_t stride_bias_part_1, float* __restrict__ t_D_part, int64_t stride_D_part_0, int64_t stride_D_part_1, int64_t stride_D_part_2, int size_batch, int size_seqlen, int size_nheads, int size_ngroups, float scalar_dt_min, float scalar_dt_max, float scalar_softplus_below, const __grid_constant__ kg::TensorMap tmap0_x, const __grid_constant__ kg::TensorMap tmap1_dy) {
   extern __shared__ __align__(1024) char smem[];  // 1024: swizzled buffers start on a swizzle atom
   const int lane = kg::thread_id() % kg::WAVE;
   // read from lane 0: nvcc then knows the warp index is the same in every lane, so what is computed
@@ -20,6 +20,12 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_db(const kg::bf16* __restrict__ t_
   // session: attention backward +2-4% at D=128, +8-12% at D=64 non-causal, -1-2% at D=64 causal;
   // the causal D=128 forward from 202 to 180 registers)
   const int warp = __shfl_sync(0xffffffffu, kg::thread_id() / kg::WAVE, 0);
+  uint64_t* kg_bars = reinterpret_cast<uint64_t*>(smem + 81920);  // tensor copies complete on these, one per buffer slot
+  if (kg::thread_id() == 0) {
+    for (int i = 0; i < 6; ++i) kg::mbar_init(&kg_bars[i], 1);
+    kg::fence_mbar_init();
+  }
+  kg::sync();
   
   // spec: specs/ssd_bwd.yaml:250:26
   const int v0 = size_seqlen;
@@ -61,29 +67,13 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_db(const kg::bf16* __restrict__ t_
   const int v18 = (kg::floordiv(v3, v2));
   // spec: specs/ssd_bwd.yaml:256:33
   kg::sync();
-  if (v17) {
-    const kg::bf16* p_ = t_x + ((int64_t)(v18) * stride_x_0 + (int64_t)(v16) * stride_x_2);
-    const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 8 == 0 && stride_x_1 % 8 == 0 && stride_x_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v7 * 64) * stride_x_1 + 0;
-    const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
-    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_x_1 + k0_);
-  #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int r_ = r0_ + i * 16, k_ = k0_;
-      const int i0_ = v7 * 64 + r_, i1_ = 0 + k_;
-      const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_x_1;
-      const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 4096 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
-      if (aligned_) {
-        const int n_ = (i0_ < (size_seqlen)) * 8;
-        kg::cp_async<16>(&v11[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-      } else {
-  #pragma unroll
-        for (int v = 0; v < 8; ++v)
-          v11[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-      }
-    }
+  if ((v17) && kg::thread_id() == 0) {
+    uint64_t* bar_ = &kg_bars[0 + v10 % 2];
+    kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+    kg::mbar_expect_tx(bar_, 16384);
+    kg::tma_load_4d(&v11[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap0_x, bar_, 0, v16, v7 * 64, v18);
+    kg::tma_load_4d(&v11[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap0_x, bar_, 64, v16, v7 * 64, v18);
   }
-  kg::cp_async_commit();
   // spec: specs/ssd_bwd.yaml:252:7
   kg::bf16* v19 = v8 + (v10 % 2) * 8192;
   // spec: specs/ssd_bwd.yaml:253:15
@@ -193,8 +183,7 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_db(const kg::bf16* __restrict__ t_
       }
     }
     // spec: specs/ssd_bwd.yaml:256:29
-    kg::cp_async_wait<1>();
-    kg::fence_proxy_async();
+    kg::mbar_wait(&kg_bars[0 + v32 % 2], (v32 / 2) & 1);
     kg::sync();
     // spec: specs/ssd_bwd.yaml:252:7
     const int v41 = 1;
@@ -211,31 +200,15 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_db(const kg::bf16* __restrict__ t_
     // spec: specs/ssd_bwd.yaml:256:33
     const bool v47 = (v45 < v12);
     // spec: specs/ssd_bwd.yaml:256:33
-    if (v47) {
-      const kg::bf16* p_ = t_x + ((int64_t)(v18) * stride_x_0 + (int64_t)(v46) * stride_x_2);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 8 == 0 && stride_x_1 % 8 == 0 && stride_x_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v7 * 64) * stride_x_1 + 0;
-      const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
-      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_x_1 + k0_);
-    #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int r_ = r0_ + i * 16, k_ = k0_;
-        const int i0_ = v7 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_x_1;
-        const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 4096 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
-        if (aligned_) {
-          const int n_ = (i0_ < (size_seqlen)) * 8;
-          kg::cp_async<16>(&v43[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-        } else {
-    #pragma unroll
-          for (int v = 0; v < 8; ++v)
-            v43[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-        }
-      }
+    if ((v47) && kg::thread_id() == 0) {
+      uint64_t* bar_ = &kg_bars[0 + v42 % 2];
+      kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+      kg::mbar_expect_tx(bar_, 16384);
+      kg::tma_load_4d(&v43[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap0_x, bar_, 0, v46, v7 * 64, v18);
+      kg::tma_load_4d(&v43[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap0_x, bar_, 64, v46, v7 * 64, v18);
     }
-    kg::cp_async_commit();
     // spec: specs/ssd_bwd.yaml:256:29
-    kg::cp_async_wait<1>();
+    kg::cp_async_wait<0>();
     kg::fence_proxy_async();
     kg::sync();
     // spec: specs/ssd_bwd.yaml:252:7
@@ -328,6 +301,12 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_db(const kg::bf16* __restrict__ t_
     for (int e = 0; e < 16; ++e) y0_[e] = v62[e];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v28[e] = y0_[e];
+  }
+  // spec: specs/ssd_bwd.yaml:252:7
+  if (kg::thread_id() == 0) {
+    const int n_ = kg::cdiv(kg::max_(v12 - v15, 0), v24);
+    if (((n_ + 1) / 2) & 1) kg::mbar_arrive(&kg_bars[0]);
+    if (((n_ + 0) / 2) & 1) kg::mbar_arrive(&kg_bars[1]);
   }
   // spec: specs/ssd_bwd.yaml:270:20
   kg::bf16* v63 = reinterpret_cast<kg::bf16*>(smem + 65536);
@@ -446,29 +425,13 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_db(const kg::bf16* __restrict__ t_
     const bool v103 = (v101 < v12);
     // spec: specs/ssd_bwd.yaml:269:35
     kg::sync();
-    if (v103) {
-      const kg::bf16* p_ = t_x + ((int64_t)(v18) * stride_x_0 + (int64_t)(v102) * stride_x_2);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 8 == 0 && stride_x_1 % 8 == 0 && stride_x_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v7 * 64) * stride_x_1 + 0;
-      const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
-      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_x_1 + k0_);
-    #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int r_ = r0_ + i * 16, k_ = k0_;
-        const int i0_ = v7 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_x_1;
-        const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 4096 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
-        if (aligned_) {
-          const int n_ = (i0_ < (size_seqlen)) * 8;
-          kg::cp_async<16>(&v99[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-        } else {
-    #pragma unroll
-          for (int v = 0; v < 8; ++v)
-            v99[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-        }
-      }
+    if ((v103) && kg::thread_id() == 0) {
+      uint64_t* bar_ = &kg_bars[4 + v98 % 2];
+      kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+      kg::mbar_expect_tx(bar_, 16384);
+      kg::tma_load_4d(&v99[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap0_x, bar_, 0, v102, v7 * 64, v18);
+      kg::tma_load_4d(&v99[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap0_x, bar_, 64, v102, v7 * 64, v18);
     }
-    kg::cp_async_commit();
     // spec: specs/ssd_bwd.yaml:263:11
     kg::bf16* v104 = v96 + (v98 % 2) * 8192;
     // spec: specs/ssd_bwd.yaml:264:19
@@ -482,29 +445,13 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_db(const kg::bf16* __restrict__ t_
     // spec: specs/ssd_bwd.yaml:260:23
     const int v109 = (v108 + v91);
     // spec: specs/ssd_bwd.yaml:269:59
-    if (v103) {
-      const kg::bf16* p_ = t_dy + ((int64_t)(v18) * stride_dy_0 + (int64_t)(v106) * stride_dy_2);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_dy_0 % 8 == 0 && stride_dy_1 % 8 == 0 && stride_dy_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v109 * 64) * stride_dy_1 + 0;
-      const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
-      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_dy_1 + k0_);
-    #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int r_ = r0_ + i * 16, k_ = k0_;
-        const int i0_ = v109 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_dy_1;
-        const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 4096 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
-        if (aligned_) {
-          const int n_ = (i0_ < (size_seqlen)) * 8;
-          kg::cp_async<16>(&v104[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-        } else {
-    #pragma unroll
-          for (int v = 0; v < 8; ++v)
-            v104[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-        }
-      }
+    if ((v103) && kg::thread_id() == 0) {
+      uint64_t* bar_ = &kg_bars[2 + v98 % 2];
+      kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+      kg::mbar_expect_tx(bar_, 16384);
+      kg::tma_load_4d(&v104[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap1_dy, bar_, 0, v106, v109 * 64, v18);
+      kg::tma_load_4d(&v104[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap1_dy, bar_, 64, v106, v109 * 64, v18);
     }
-    kg::cp_async_commit();
     // spec: specs/ssd_bwd.yaml:261:38
     int v110[8];
     #pragma unroll
@@ -610,8 +557,7 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_db(const kg::bf16* __restrict__ t_
         }
       }
       // spec: specs/ssd_bwd.yaml:269:31
-      kg::cp_async_wait<1>();
-      kg::fence_proxy_async();
+      kg::mbar_wait(&kg_bars[4 + v122 % 2], (v122 / 2) & 1);
       kg::sync();
       // spec: specs/ssd_bwd.yaml:263:11
       const int v130 = 1;
@@ -628,32 +574,15 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_db(const kg::bf16* __restrict__ t_
       // spec: specs/ssd_bwd.yaml:269:35
       const bool v136 = (v134 < v12);
       // spec: specs/ssd_bwd.yaml:269:35
-      if (v136) {
-        const kg::bf16* p_ = t_x + ((int64_t)(v18) * stride_x_0 + (int64_t)(v135) * stride_x_2);
-        const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 8 == 0 && stride_x_1 % 8 == 0 && stride_x_2 % 8 == 0;
-        const int64_t q_ = (int64_t)(v7 * 64) * stride_x_1 + 0;
-        const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
-        const int64_t o0_ = q_ + ((int64_t)r0_ * stride_x_1 + k0_);
-      #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int r_ = r0_ + i * 16, k_ = k0_;
-          const int i0_ = v7 * 64 + r_, i1_ = 0 + k_;
-          const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_x_1;
-          const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 4096 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
-          if (aligned_) {
-            const int n_ = (i0_ < (size_seqlen)) * 8;
-            kg::cp_async<16>(&v132[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-          } else {
-      #pragma unroll
-            for (int v = 0; v < 8; ++v)
-              v132[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-          }
-        }
+      if ((v136) && kg::thread_id() == 0) {
+        uint64_t* bar_ = &kg_bars[4 + v131 % 2];
+        kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+        kg::mbar_expect_tx(bar_, 16384);
+        kg::tma_load_4d(&v132[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap0_x, bar_, 0, v135, v7 * 64, v18);
+        kg::tma_load_4d(&v132[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap0_x, bar_, 64, v135, v7 * 64, v18);
       }
-      kg::cp_async_commit();
       // spec: specs/ssd_bwd.yaml:269:31
-      kg::cp_async_wait<1>();
-      kg::fence_proxy_async();
+      kg::mbar_wait(&kg_bars[2 + v122 % 2], (v122 / 2) & 1);
       kg::sync();
       // spec: specs/ssd_bwd.yaml:263:11
       kg::bf16* v137 = v96 + (v131 % 2) * 8192;
@@ -666,29 +595,13 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_db(const kg::bf16* __restrict__ t_
       // spec: specs/ssd_bwd.yaml:269:59
       const bool v141 = (v139 < v12);
       // spec: specs/ssd_bwd.yaml:269:59
-      if (v141) {
-        const kg::bf16* p_ = t_dy + ((int64_t)(v18) * stride_dy_0 + (int64_t)(v140) * stride_dy_2);
-        const bool aligned_ = kg::aligned(p_, 16) && stride_dy_0 % 8 == 0 && stride_dy_1 % 8 == 0 && stride_dy_2 % 8 == 0;
-        const int64_t q_ = (int64_t)(v109 * 64) * stride_dy_1 + 0;
-        const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
-        const int64_t o0_ = q_ + ((int64_t)r0_ * stride_dy_1 + k0_);
-      #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int r_ = r0_ + i * 16, k_ = k0_;
-          const int i0_ = v109 * 64 + r_, i1_ = 0 + k_;
-          const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_dy_1;
-          const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 4096 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
-          if (aligned_) {
-            const int n_ = (i0_ < (size_seqlen)) * 8;
-            kg::cp_async<16>(&v137[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-          } else {
-      #pragma unroll
-            for (int v = 0; v < 8; ++v)
-              v137[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-          }
-        }
+      if ((v141) && kg::thread_id() == 0) {
+        uint64_t* bar_ = &kg_bars[2 + v131 % 2];
+        kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+        kg::mbar_expect_tx(bar_, 16384);
+        kg::tma_load_4d(&v137[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap1_dy, bar_, 0, v140, v109 * 64, v18);
+        kg::tma_load_4d(&v137[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap1_dy, bar_, 64, v140, v109 * 64, v18);
       }
-      kg::cp_async_commit();
       // spec: specs/ssd_bwd.yaml:269:31
       kg::bf16* v142 = v123;
       // spec: specs/ssd_bwd.yaml:269:31
@@ -769,6 +682,14 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_db(const kg::bf16* __restrict__ t_
       for (int e = 0; e < 16; ++e) y0_[e] = v159[e];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v118[e] = y0_[e];
+    }
+    // spec: specs/ssd_bwd.yaml:263:11
+    if (kg::thread_id() == 0) {
+      const int n_ = kg::cdiv(kg::max_(v12 - v101, 0), v116);
+      if (((n_ + 1) / 2) & 1) kg::mbar_arrive(&kg_bars[4]);
+      if (((n_ + 0) / 2) & 1) kg::mbar_arrive(&kg_bars[5]);
+      if (((n_ + 1) / 2) & 1) kg::mbar_arrive(&kg_bars[2]);
+      if (((n_ + 0) / 2) & 1) kg::mbar_arrive(&kg_bars[3]);
     }
     // spec: specs/ssd_bwd.yaml:270:24
     kg::bf16 v160[16];

@@ -12,7 +12,7 @@ template <int TA, int TB> KG_DEVICE void wgmma_m64n32k16_bf16_ss(float* d, uint6
 }
 }  // namespace kg
 
-KG_KERNEL void __launch_bounds__(256) ssd_bwd_dc(const kg::bf16* __restrict__ t_x, int64_t stride_x_0, int64_t stride_x_1, int64_t stride_x_2, const kg::bf16* __restrict__ t_dt, int64_t stride_dt_0, int64_t stride_dt_1, const float* __restrict__ t_A, const kg::bf16* __restrict__ t_B, int64_t stride_B_0, int64_t stride_B_1, int64_t stride_B_2, const kg::bf16* __restrict__ t_C, int64_t stride_C_0, int64_t stride_C_1, int64_t stride_C_2, const float* __restrict__ t_D, int64_t stride_D_0, const float* __restrict__ t_dt_bias, const float* __restrict__ t_initial_states, int64_t stride_initial_states_0, int64_t stride_initial_states_1, int64_t stride_initial_states_2, const kg::bf16* __restrict__ t_dy, int64_t stride_dy_0, int64_t stride_dy_1, int64_t stride_dy_2, const float* __restrict__ t_dfinal_states, int64_t stride_dfinal_states_0, int64_t stride_dfinal_states_1, int64_t stride_dfinal_states_2, kg::bf16* __restrict__ t_dx, int64_t stride_dx_0, int64_t stride_dx_1, int64_t stride_dx_2, kg::bf16* __restrict__ t_ddt, int64_t stride_ddt_0, int64_t stride_ddt_1, float* __restrict__ t_dA, kg::bf16* __restrict__ t_dB, int64_t stride_dB_0, int64_t stride_dB_1, int64_t stride_dB_2, kg::bf16* __restrict__ t_dC, int64_t stride_dC_0, int64_t stride_dC_1, int64_t stride_dC_2, float* __restrict__ t_dD, int64_t stride_dD_0, float* __restrict__ t_ddt_bias, float* __restrict__ t_dinitial_states, int64_t stride_dinitial_states_0, int64_t stride_dinitial_states_1, int64_t stride_dinitial_states_2, float* __restrict__ t_dt_eff, int64_t stride_dt_eff_0, int64_t stride_dt_eff_1, int64_t stride_dt_eff_2, float* __restrict__ t_dA_cumsum, int64_t stride_dA_cumsum_0, int64_t stride_dA_cumsum_1, int64_t stride_dA_cumsum_2, float* __restrict__ t_states, int64_t stride_states_0, int64_t stride_states_1, int64_t stride_states_2, int64_t stride_states_3, float* __restrict__ t_prev_states, int64_t stride_prev_states_0, int64_t stride_prev_states_1, int64_t stride_prev_states_2, int64_t stride_prev_states_3, kg::bf16* __restrict__ t_prev_states_lp, int64_t stride_prev_states_lp_0, int64_t stride_prev_states_lp_1, int64_t stride_prev_states_lp_2, int64_t stride_prev_states_lp_3, float* __restrict__ t_CB, int64_t stride_CB_0, int64_t stride_CB_1, int64_t stride_CB_2, int64_t stride_CB_3, float* __restrict__ t_y_grad_state, int64_t stride_y_grad_state_0, int64_t stride_y_grad_state_1, int64_t stride_y_grad_state_2, int64_t stride_y_grad_state_3, kg::bf16* __restrict__ t_out_grad_state, int64_t stride_out_grad_state_0, int64_t stride_out_grad_state_1, int64_t stride_out_grad_state_2, int64_t stride_out_grad_state_3, float* __restrict__ t_cs_last_grad, int64_t stride_cs_last_grad_0, int64_t stride_cs_last_grad_1, float* __restrict__ t_cs_state_grad, int64_t stride_cs_state_grad_0, int64_t stride_cs_state_grad_1, int64_t stride_cs_state_grad_2, float* __restrict__ t_cs_src_grad, int64_t stride_cs_src_grad_0, int64_t stride_cs_src_grad_1, int64_t stride_cs_src_grad_2, float* __restrict__ t_cs_tgt_grad, int64_t stride_cs_tgt_grad_0, int64_t stride_cs_tgt_grad_1, int64_t stride_cs_tgt_grad_2, float* __restrict__ t_dt_src_grad, int64_t stride_dt_src_grad_0, int64_t stride_dt_src_grad_1, int64_t stride_dt_src_grad_2, float* __restrict__ t_A_part, int64_t stride_A_part_0, int64_t stride_A_part_1, float* __restrict__ t_bias_part, int64_t stride_bias_part_0, int64_t stride_bias_part_1, float* __restrict__ t_D_part, int64_t stride_D_part_0, int64_t stride_D_part_1, int64_t stride_D_part_2, int size_batch, int size_seqlen, int size_nheads, int size_ngroups, float scalar_dt_min, float scalar_dt_max, float scalar_softplus_below) {
+KG_KERNEL void __launch_bounds__(256) ssd_bwd_dc(const kg::bf16* __restrict__ t_x, int64_t stride_x_0, int64_t stride_x_1, int64_t stride_x_2, const kg::bf16* __restrict__ t_dt, int64_t stride_dt_0, int64_t stride_dt_1, const float* __restrict__ t_A, const kg::bf16* __restrict__ t_B, int64_t stride_B_0, int64_t stride_B_1, int64_t stride_B_2, const kg::bf16* __restrict__ t_C, int64_t stride_C_0, int64_t stride_C_1, int64_t stride_C_2, const float* __restrict__ t_D, int64_t stride_D_0, const float* __restrict__ t_dt_bias, const float* __restrict__ t_initial_states, int64_t stride_initial_states_0, int64_t stride_initial_states_1, int64_t stride_initial_states_2, const kg::bf16* __restrict__ t_dy, int64_t stride_dy_0, int64_t stride_dy_1, int64_t stride_dy_2, const float* __restrict__ t_dfinal_states, int64_t stride_dfinal_states_0, int64_t stride_dfinal_states_1, int64_t stride_dfinal_states_2, kg::bf16* __restrict__ t_dx, int64_t stride_dx_0, int64_t stride_dx_1, int64_t stride_dx_2, kg::bf16* __restrict__ t_ddt, int64_t stride_ddt_0, int64_t stride_ddt_1, float* __restrict__ t_dA, kg::bf16* __restrict__ t_dB, int64_t stride_dB_0, int64_t stride_dB_1, int64_t stride_dB_2, kg::bf16* __restrict__ t_dC, int64_t stride_dC_0, int64_t stride_dC_1, int64_t stride_dC_2, float* __restrict__ t_dD, int64_t stride_dD_0, float* __restrict__ t_ddt_bias, float* __restrict__ t_dinitial_states, int64_t stride_dinitial_states_0, int64_t stride_dinitial_states_1, int64_t stride_dinitial_states_2, float* __restrict__ t_dt_eff, int64_t stride_dt_eff_0, int64_t stride_dt_eff_1, int64_t stride_dt_eff_2, float* __restrict__ t_dA_cumsum, int64_t stride_dA_cumsum_0, int64_t stride_dA_cumsum_1, int64_t stride_dA_cumsum_2, float* __restrict__ t_states, int64_t stride_states_0, int64_t stride_states_1, int64_t stride_states_2, int64_t stride_states_3, float* __restrict__ t_prev_states, int64_t stride_prev_states_0, int64_t stride_prev_states_1, int64_t stride_prev_states_2, int64_t stride_prev_states_3, kg::bf16* __restrict__ t_prev_states_lp, int64_t stride_prev_states_lp_0, int64_t stride_prev_states_lp_1, int64_t stride_prev_states_lp_2, int64_t stride_prev_states_lp_3, float* __restrict__ t_CB, int64_t stride_CB_0, int64_t stride_CB_1, int64_t stride_CB_2, int64_t stride_CB_3, float* __restrict__ t_y_grad_state, int64_t stride_y_grad_state_0, int64_t stride_y_grad_state_1, int64_t stride_y_grad_state_2, int64_t stride_y_grad_state_3, kg::bf16* __restrict__ t_out_grad_state, int64_t stride_out_grad_state_0, int64_t stride_out_grad_state_1, int64_t stride_out_grad_state_2, int64_t stride_out_grad_state_3, float* __restrict__ t_cs_last_grad, int64_t stride_cs_last_grad_0, int64_t stride_cs_last_grad_1, float* __restrict__ t_cs_state_grad, int64_t stride_cs_state_grad_0, int64_t stride_cs_state_grad_1, int64_t stride_cs_state_grad_2, float* __restrict__ t_cs_src_grad, int64_t stride_cs_src_grad_0, int64_t stride_cs_src_grad_1, int64_t stride_cs_src_grad_2, float* __restrict__ t_cs_tgt_grad, int64_t stride_cs_tgt_grad_0, int64_t stride_cs_tgt_grad_1, int64_t stride_cs_tgt_grad_2, float* __restrict__ t_dt_src_grad, int64_t stride_dt_src_grad_0, int64_t stride_dt_src_grad_1, int64_t stride_dt_src_grad_2, float* __restrict__ t_A_part, int64_t stride_A_part_0, int64_t stride_A_part_1, float* __restrict__ t_bias_part, int64_t stride_bias_part_0, int64_t stride_bias_part_1, float* __restrict__ t_D_part, int64_t stride_D_part_0, int64_t stride_D_part_1, int64_t stride_D_part_2, int size_batch, int size_seqlen, int size_nheads, int size_ngroups, float scalar_dt_min, float scalar_dt_max, float scalar_softplus_below, const __grid_constant__ kg::TensorMap tmap0_dy, const __grid_constant__ kg::TensorMap tmap1_x) {
   extern __shared__ __align__(1024) char smem[];  // 1024: swizzled buffers start on a swizzle atom
   const int lane = kg::thread_id() % kg::WAVE;
   // read from lane 0: nvcc then knows the warp index is the same in every lane, so what is computed
@@ -20,6 +20,12 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_dc(const kg::bf16* __restrict__ t_
   // session: attention backward +2-4% at D=128, +8-12% at D=64 non-causal, -1-2% at D=64 causal;
   // the causal D=128 forward from 202 to 180 registers)
   const int warp = __shfl_sync(0xffffffffu, kg::thread_id() / kg::WAVE, 0);
+  uint64_t* kg_bars = reinterpret_cast<uint64_t*>(smem + 81920);  // tensor copies complete on these, one per buffer slot
+  if (kg::thread_id() == 0) {
+    for (int i = 0; i < 6; ++i) kg::mbar_init(&kg_bars[i], 1);
+    kg::fence_mbar_init();
+  }
+  kg::sync();
   
   // spec: specs/ssd_bwd.yaml:281:15
   const int v0 = size_nheads;
@@ -59,29 +65,13 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_dc(const kg::bf16* __restrict__ t_
   const int v17 = (kg::floordiv(v2, v1));
   // spec: specs/ssd_bwd.yaml:290:33
   kg::sync();
-  if (v16) {
-    const kg::bf16* p_ = t_dy + ((int64_t)(v17) * stride_dy_0 + (int64_t)(v15) * stride_dy_2);
-    const bool aligned_ = kg::aligned(p_, 16) && stride_dy_0 % 8 == 0 && stride_dy_1 % 8 == 0 && stride_dy_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v6 * 64) * stride_dy_1 + 0;
-    const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
-    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_dy_1 + k0_);
-  #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int r_ = r0_ + i * 16, k_ = k0_;
-      const int i0_ = v6 * 64 + r_, i1_ = 0 + k_;
-      const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_dy_1;
-      const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 4096 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
-      if (aligned_) {
-        const int n_ = (i0_ < (size_seqlen)) * 8;
-        kg::cp_async<16>(&v10[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-      } else {
-  #pragma unroll
-        for (int v = 0; v < 8; ++v)
-          v10[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-      }
-    }
+  if ((v16) && kg::thread_id() == 0) {
+    uint64_t* bar_ = &kg_bars[0 + v9 % 2];
+    kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+    kg::mbar_expect_tx(bar_, 16384);
+    kg::tma_load_4d(&v10[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap0_dy, bar_, 0, v15, v6 * 64, v17);
+    kg::tma_load_4d(&v10[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap0_dy, bar_, 64, v15, v6 * 64, v17);
   }
-  kg::cp_async_commit();
   // spec: specs/ssd_bwd.yaml:287:7
   kg::bf16* v18 = v7 + (v9 % 2) * 8192;
   // spec: specs/ssd_bwd.yaml:288:15
@@ -167,8 +157,7 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_dc(const kg::bf16* __restrict__ t_
       }
     }
     // spec: specs/ssd_bwd.yaml:290:29
-    kg::cp_async_wait<1>();
-    kg::fence_proxy_async();
+    kg::mbar_wait(&kg_bars[0 + v31 % 2], (v31 / 2) & 1);
     kg::sync();
     // spec: specs/ssd_bwd.yaml:287:7
     const int v37 = 1;
@@ -185,31 +174,15 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_dc(const kg::bf16* __restrict__ t_
     // spec: specs/ssd_bwd.yaml:290:33
     const bool v43 = (v41 < v11);
     // spec: specs/ssd_bwd.yaml:290:33
-    if (v43) {
-      const kg::bf16* p_ = t_dy + ((int64_t)(v17) * stride_dy_0 + (int64_t)(v42) * stride_dy_2);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_dy_0 % 8 == 0 && stride_dy_1 % 8 == 0 && stride_dy_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v6 * 64) * stride_dy_1 + 0;
-      const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
-      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_dy_1 + k0_);
-    #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int r_ = r0_ + i * 16, k_ = k0_;
-        const int i0_ = v6 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_dy_1;
-        const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 4096 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
-        if (aligned_) {
-          const int n_ = (i0_ < (size_seqlen)) * 8;
-          kg::cp_async<16>(&v39[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-        } else {
-    #pragma unroll
-          for (int v = 0; v < 8; ++v)
-            v39[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-        }
-      }
+    if ((v43) && kg::thread_id() == 0) {
+      uint64_t* bar_ = &kg_bars[0 + v38 % 2];
+      kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+      kg::mbar_expect_tx(bar_, 16384);
+      kg::tma_load_4d(&v39[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap0_dy, bar_, 0, v42, v6 * 64, v17);
+      kg::tma_load_4d(&v39[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap0_dy, bar_, 64, v42, v6 * 64, v17);
     }
-    kg::cp_async_commit();
     // spec: specs/ssd_bwd.yaml:290:29
-    kg::cp_async_wait<1>();
+    kg::cp_async_wait<0>();
     kg::fence_proxy_async();
     kg::sync();
     // spec: specs/ssd_bwd.yaml:287:7
@@ -294,6 +267,12 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_dc(const kg::bf16* __restrict__ t_
     for (int e = 0; e < 16; ++e) y0_[e] = v56[e];
     #pragma unroll
     for (int e = 0; e < 16; ++e) v27[e] = y0_[e];
+  }
+  // spec: specs/ssd_bwd.yaml:287:7
+  if (kg::thread_id() == 0) {
+    const int n_ = kg::cdiv(kg::max_(v11 - v14, 0), v23);
+    if (((n_ + 1) / 2) & 1) kg::mbar_arrive(&kg_bars[0]);
+    if (((n_ + 0) / 2) & 1) kg::mbar_arrive(&kg_bars[1]);
   }
   // spec: specs/ssd_bwd.yaml:304:20
   kg::bf16* v57 = reinterpret_cast<kg::bf16*>(smem + 65536);
@@ -404,29 +383,13 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_dc(const kg::bf16* __restrict__ t_
     const bool v93 = (v91 < v11);
     // spec: specs/ssd_bwd.yaml:303:35
     kg::sync();
-    if (v93) {
-      const kg::bf16* p_ = t_dy + ((int64_t)(v17) * stride_dy_0 + (int64_t)(v92) * stride_dy_2);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_dy_0 % 8 == 0 && stride_dy_1 % 8 == 0 && stride_dy_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v6 * 64) * stride_dy_1 + 0;
-      const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
-      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_dy_1 + k0_);
-    #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int r_ = r0_ + i * 16, k_ = k0_;
-        const int i0_ = v6 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_dy_1;
-        const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 4096 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
-        if (aligned_) {
-          const int n_ = (i0_ < (size_seqlen)) * 8;
-          kg::cp_async<16>(&v89[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-        } else {
-    #pragma unroll
-          for (int v = 0; v < 8; ++v)
-            v89[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-        }
-      }
+    if ((v93) && kg::thread_id() == 0) {
+      uint64_t* bar_ = &kg_bars[4 + v88 % 2];
+      kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+      kg::mbar_expect_tx(bar_, 16384);
+      kg::tma_load_4d(&v89[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap0_dy, bar_, 0, v92, v6 * 64, v17);
+      kg::tma_load_4d(&v89[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap0_dy, bar_, 64, v92, v6 * 64, v17);
     }
-    kg::cp_async_commit();
     // spec: specs/ssd_bwd.yaml:297:11
     kg::bf16* v94 = v86 + (v88 % 2) * 8192;
     // spec: specs/ssd_bwd.yaml:298:19
@@ -440,29 +403,13 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_dc(const kg::bf16* __restrict__ t_
     // spec: specs/ssd_bwd.yaml:294:23
     const int v99 = (v98 + v81);
     // spec: specs/ssd_bwd.yaml:303:60
-    if (v93) {
-      const kg::bf16* p_ = t_x + ((int64_t)(v17) * stride_x_0 + (int64_t)(v96) * stride_x_2);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 8 == 0 && stride_x_1 % 8 == 0 && stride_x_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v99 * 64) * stride_x_1 + 0;
-      const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
-      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_x_1 + k0_);
-    #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int r_ = r0_ + i * 16, k_ = k0_;
-        const int i0_ = v99 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_x_1;
-        const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 4096 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
-        if (aligned_) {
-          const int n_ = (i0_ < (size_seqlen)) * 8;
-          kg::cp_async<16>(&v94[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-        } else {
-    #pragma unroll
-          for (int v = 0; v < 8; ++v)
-            v94[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-        }
-      }
+    if ((v93) && kg::thread_id() == 0) {
+      uint64_t* bar_ = &kg_bars[2 + v88 % 2];
+      kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+      kg::mbar_expect_tx(bar_, 16384);
+      kg::tma_load_4d(&v94[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap1_x, bar_, 0, v96, v99 * 64, v17);
+      kg::tma_load_4d(&v94[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap1_x, bar_, 64, v96, v99 * 64, v17);
     }
-    kg::cp_async_commit();
     // spec: specs/ssd_bwd.yaml:295:38
     int v100[8];
     #pragma unroll
@@ -568,8 +515,7 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_dc(const kg::bf16* __restrict__ t_
         }
       }
       // spec: specs/ssd_bwd.yaml:303:31
-      kg::cp_async_wait<1>();
-      kg::fence_proxy_async();
+      kg::mbar_wait(&kg_bars[4 + v112 % 2], (v112 / 2) & 1);
       kg::sync();
       // spec: specs/ssd_bwd.yaml:297:11
       const int v120 = 1;
@@ -586,32 +532,15 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_dc(const kg::bf16* __restrict__ t_
       // spec: specs/ssd_bwd.yaml:303:35
       const bool v126 = (v124 < v11);
       // spec: specs/ssd_bwd.yaml:303:35
-      if (v126) {
-        const kg::bf16* p_ = t_dy + ((int64_t)(v17) * stride_dy_0 + (int64_t)(v125) * stride_dy_2);
-        const bool aligned_ = kg::aligned(p_, 16) && stride_dy_0 % 8 == 0 && stride_dy_1 % 8 == 0 && stride_dy_2 % 8 == 0;
-        const int64_t q_ = (int64_t)(v6 * 64) * stride_dy_1 + 0;
-        const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
-        const int64_t o0_ = q_ + ((int64_t)r0_ * stride_dy_1 + k0_);
-      #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int r_ = r0_ + i * 16, k_ = k0_;
-          const int i0_ = v6 * 64 + r_, i1_ = 0 + k_;
-          const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_dy_1;
-          const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 4096 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
-          if (aligned_) {
-            const int n_ = (i0_ < (size_seqlen)) * 8;
-            kg::cp_async<16>(&v122[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-          } else {
-      #pragma unroll
-            for (int v = 0; v < 8; ++v)
-              v122[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-          }
-        }
+      if ((v126) && kg::thread_id() == 0) {
+        uint64_t* bar_ = &kg_bars[4 + v121 % 2];
+        kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+        kg::mbar_expect_tx(bar_, 16384);
+        kg::tma_load_4d(&v122[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap0_dy, bar_, 0, v125, v6 * 64, v17);
+        kg::tma_load_4d(&v122[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap0_dy, bar_, 64, v125, v6 * 64, v17);
       }
-      kg::cp_async_commit();
       // spec: specs/ssd_bwd.yaml:303:31
-      kg::cp_async_wait<1>();
-      kg::fence_proxy_async();
+      kg::mbar_wait(&kg_bars[2 + v112 % 2], (v112 / 2) & 1);
       kg::sync();
       // spec: specs/ssd_bwd.yaml:297:11
       kg::bf16* v127 = v86 + (v121 % 2) * 8192;
@@ -624,29 +553,13 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_dc(const kg::bf16* __restrict__ t_
       // spec: specs/ssd_bwd.yaml:303:60
       const bool v131 = (v129 < v11);
       // spec: specs/ssd_bwd.yaml:303:60
-      if (v131) {
-        const kg::bf16* p_ = t_x + ((int64_t)(v17) * stride_x_0 + (int64_t)(v130) * stride_x_2);
-        const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 8 == 0 && stride_x_1 % 8 == 0 && stride_x_2 % 8 == 0;
-        const int64_t q_ = (int64_t)(v99 * 64) * stride_x_1 + 0;
-        const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
-        const int64_t o0_ = q_ + ((int64_t)r0_ * stride_x_1 + k0_);
-      #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int r_ = r0_ + i * 16, k_ = k0_;
-          const int i0_ = v99 * 64 + r_, i1_ = 0 + k_;
-          const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_x_1;
-          const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 4096 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 1024;
-          if (aligned_) {
-            const int n_ = (i0_ < (size_seqlen)) * 8;
-            kg::cp_async<16>(&v127[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-          } else {
-      #pragma unroll
-            for (int v = 0; v < 8; ++v)
-              v127[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-          }
-        }
+      if ((v131) && kg::thread_id() == 0) {
+        uint64_t* bar_ = &kg_bars[2 + v121 % 2];
+        kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+        kg::mbar_expect_tx(bar_, 16384);
+        kg::tma_load_4d(&v127[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap1_x, bar_, 0, v130, v99 * 64, v17);
+        kg::tma_load_4d(&v127[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap1_x, bar_, 64, v130, v99 * 64, v17);
       }
-      kg::cp_async_commit();
       // spec: specs/ssd_bwd.yaml:303:31
       kg::bf16* v132 = v113;
       // spec: specs/ssd_bwd.yaml:303:31
@@ -727,6 +640,14 @@ KG_KERNEL void __launch_bounds__(256) ssd_bwd_dc(const kg::bf16* __restrict__ t_
       for (int e = 0; e < 16; ++e) y0_[e] = v149[e];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v108[e] = y0_[e];
+    }
+    // spec: specs/ssd_bwd.yaml:297:11
+    if (kg::thread_id() == 0) {
+      const int n_ = kg::cdiv(kg::max_(v11 - v91, 0), v106);
+      if (((n_ + 1) / 2) & 1) kg::mbar_arrive(&kg_bars[4]);
+      if (((n_ + 0) / 2) & 1) kg::mbar_arrive(&kg_bars[5]);
+      if (((n_ + 1) / 2) & 1) kg::mbar_arrive(&kg_bars[2]);
+      if (((n_ + 0) / 2) & 1) kg::mbar_arrive(&kg_bars[3]);
     }
     // spec: specs/ssd_bwd.yaml:304:24
     kg::bf16 v150[16];

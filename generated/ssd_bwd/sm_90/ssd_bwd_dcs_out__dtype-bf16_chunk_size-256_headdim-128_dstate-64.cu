@@ -19,7 +19,7 @@ template <int TB> KG_DEVICE void wgmma_m64n64k16_bf16_rs(float* d, const void* a
 }
 }  // namespace kg
 
-KG_KERNEL void __launch_bounds__(128) ssd_bwd_dcs_out(const kg::bf16* __restrict__ t_x, int64_t stride_x_0, int64_t stride_x_1, int64_t stride_x_2, const kg::bf16* __restrict__ t_dt, int64_t stride_dt_0, int64_t stride_dt_1, const float* __restrict__ t_A, const kg::bf16* __restrict__ t_B, int64_t stride_B_0, int64_t stride_B_1, int64_t stride_B_2, const kg::bf16* __restrict__ t_C, int64_t stride_C_0, int64_t stride_C_1, int64_t stride_C_2, const float* __restrict__ t_D, int64_t stride_D_0, const float* __restrict__ t_dt_bias, const float* __restrict__ t_initial_states, int64_t stride_initial_states_0, int64_t stride_initial_states_1, int64_t stride_initial_states_2, const kg::bf16* __restrict__ t_dy, int64_t stride_dy_0, int64_t stride_dy_1, int64_t stride_dy_2, const float* __restrict__ t_dfinal_states, int64_t stride_dfinal_states_0, int64_t stride_dfinal_states_1, int64_t stride_dfinal_states_2, kg::bf16* __restrict__ t_dx, int64_t stride_dx_0, int64_t stride_dx_1, int64_t stride_dx_2, kg::bf16* __restrict__ t_ddt, int64_t stride_ddt_0, int64_t stride_ddt_1, float* __restrict__ t_dA, kg::bf16* __restrict__ t_dB, int64_t stride_dB_0, int64_t stride_dB_1, int64_t stride_dB_2, kg::bf16* __restrict__ t_dC, int64_t stride_dC_0, int64_t stride_dC_1, int64_t stride_dC_2, float* __restrict__ t_dD, int64_t stride_dD_0, float* __restrict__ t_ddt_bias, float* __restrict__ t_dinitial_states, int64_t stride_dinitial_states_0, int64_t stride_dinitial_states_1, int64_t stride_dinitial_states_2, float* __restrict__ t_dt_eff, int64_t stride_dt_eff_0, int64_t stride_dt_eff_1, int64_t stride_dt_eff_2, float* __restrict__ t_dA_cumsum, int64_t stride_dA_cumsum_0, int64_t stride_dA_cumsum_1, int64_t stride_dA_cumsum_2, float* __restrict__ t_states, int64_t stride_states_0, int64_t stride_states_1, int64_t stride_states_2, int64_t stride_states_3, float* __restrict__ t_prev_states, int64_t stride_prev_states_0, int64_t stride_prev_states_1, int64_t stride_prev_states_2, int64_t stride_prev_states_3, kg::bf16* __restrict__ t_prev_states_lp, int64_t stride_prev_states_lp_0, int64_t stride_prev_states_lp_1, int64_t stride_prev_states_lp_2, int64_t stride_prev_states_lp_3, float* __restrict__ t_CB, int64_t stride_CB_0, int64_t stride_CB_1, int64_t stride_CB_2, int64_t stride_CB_3, float* __restrict__ t_y_grad_state, int64_t stride_y_grad_state_0, int64_t stride_y_grad_state_1, int64_t stride_y_grad_state_2, int64_t stride_y_grad_state_3, kg::bf16* __restrict__ t_out_grad_state, int64_t stride_out_grad_state_0, int64_t stride_out_grad_state_1, int64_t stride_out_grad_state_2, int64_t stride_out_grad_state_3, float* __restrict__ t_cs_last_grad, int64_t stride_cs_last_grad_0, int64_t stride_cs_last_grad_1, float* __restrict__ t_cs_state_grad, int64_t stride_cs_state_grad_0, int64_t stride_cs_state_grad_1, int64_t stride_cs_state_grad_2, float* __restrict__ t_cs_src_grad, int64_t stride_cs_src_grad_0, int64_t stride_cs_src_grad_1, int64_t stride_cs_src_grad_2, float* __restrict__ t_cs_tgt_grad, int64_t stride_cs_tgt_grad_0, int64_t stride_cs_tgt_grad_1, int64_t stride_cs_tgt_grad_2, float* __restrict__ t_dt_src_grad, int64_t stride_dt_src_grad_0, int64_t stride_dt_src_grad_1, int64_t stride_dt_src_grad_2, float* __restrict__ t_A_part, int64_t stride_A_part_0, int64_t stride_A_part_1, float* __restrict__ t_bias_part, int64_t stride_bias_part_0, int64_t stride_bias_part_1, float* __restrict__ t_D_part, int64_t stride_D_part_0, int64_t stride_D_part_1, int64_t stride_D_part_2, int size_batch, int size_seqlen, int size_nheads, int size_ngroups, float scalar_dt_min, float scalar_dt_max, float scalar_softplus_below) {
+KG_KERNEL void __launch_bounds__(128) ssd_bwd_dcs_out(const kg::bf16* __restrict__ t_x, int64_t stride_x_0, int64_t stride_x_1, int64_t stride_x_2, const kg::bf16* __restrict__ t_dt, int64_t stride_dt_0, int64_t stride_dt_1, const float* __restrict__ t_A, const kg::bf16* __restrict__ t_B, int64_t stride_B_0, int64_t stride_B_1, int64_t stride_B_2, const kg::bf16* __restrict__ t_C, int64_t stride_C_0, int64_t stride_C_1, int64_t stride_C_2, const float* __restrict__ t_D, int64_t stride_D_0, const float* __restrict__ t_dt_bias, const float* __restrict__ t_initial_states, int64_t stride_initial_states_0, int64_t stride_initial_states_1, int64_t stride_initial_states_2, const kg::bf16* __restrict__ t_dy, int64_t stride_dy_0, int64_t stride_dy_1, int64_t stride_dy_2, const float* __restrict__ t_dfinal_states, int64_t stride_dfinal_states_0, int64_t stride_dfinal_states_1, int64_t stride_dfinal_states_2, kg::bf16* __restrict__ t_dx, int64_t stride_dx_0, int64_t stride_dx_1, int64_t stride_dx_2, kg::bf16* __restrict__ t_ddt, int64_t stride_ddt_0, int64_t stride_ddt_1, float* __restrict__ t_dA, kg::bf16* __restrict__ t_dB, int64_t stride_dB_0, int64_t stride_dB_1, int64_t stride_dB_2, kg::bf16* __restrict__ t_dC, int64_t stride_dC_0, int64_t stride_dC_1, int64_t stride_dC_2, float* __restrict__ t_dD, int64_t stride_dD_0, float* __restrict__ t_ddt_bias, float* __restrict__ t_dinitial_states, int64_t stride_dinitial_states_0, int64_t stride_dinitial_states_1, int64_t stride_dinitial_states_2, float* __restrict__ t_dt_eff, int64_t stride_dt_eff_0, int64_t stride_dt_eff_1, int64_t stride_dt_eff_2, float* __restrict__ t_dA_cumsum, int64_t stride_dA_cumsum_0, int64_t stride_dA_cumsum_1, int64_t stride_dA_cumsum_2, float* __restrict__ t_states, int64_t stride_states_0, int64_t stride_states_1, int64_t stride_states_2, int64_t stride_states_3, float* __restrict__ t_prev_states, int64_t stride_prev_states_0, int64_t stride_prev_states_1, int64_t stride_prev_states_2, int64_t stride_prev_states_3, kg::bf16* __restrict__ t_prev_states_lp, int64_t stride_prev_states_lp_0, int64_t stride_prev_states_lp_1, int64_t stride_prev_states_lp_2, int64_t stride_prev_states_lp_3, float* __restrict__ t_CB, int64_t stride_CB_0, int64_t stride_CB_1, int64_t stride_CB_2, int64_t stride_CB_3, float* __restrict__ t_y_grad_state, int64_t stride_y_grad_state_0, int64_t stride_y_grad_state_1, int64_t stride_y_grad_state_2, int64_t stride_y_grad_state_3, kg::bf16* __restrict__ t_out_grad_state, int64_t stride_out_grad_state_0, int64_t stride_out_grad_state_1, int64_t stride_out_grad_state_2, int64_t stride_out_grad_state_3, float* __restrict__ t_cs_last_grad, int64_t stride_cs_last_grad_0, int64_t stride_cs_last_grad_1, float* __restrict__ t_cs_state_grad, int64_t stride_cs_state_grad_0, int64_t stride_cs_state_grad_1, int64_t stride_cs_state_grad_2, float* __restrict__ t_cs_src_grad, int64_t stride_cs_src_grad_0, int64_t stride_cs_src_grad_1, int64_t stride_cs_src_grad_2, float* __restrict__ t_cs_tgt_grad, int64_t stride_cs_tgt_grad_0, int64_t stride_cs_tgt_grad_1, int64_t stride_cs_tgt_grad_2, float* __restrict__ t_dt_src_grad, int64_t stride_dt_src_grad_0, int64_t stride_dt_src_grad_1, int64_t stride_dt_src_grad_2, float* __restrict__ t_A_part, int64_t stride_A_part_0, int64_t stride_A_part_1, float* __restrict__ t_bias_part, int64_t stride_bias_part_0, int64_t stride_bias_part_1, float* __restrict__ t_D_part, int64_t stride_D_part_0, int64_t stride_D_part_1, int64_t stride_D_part_2, int size_batch, int size_seqlen, int size_nheads, int size_ngroups, float scalar_dt_min, float scalar_dt_max, float scalar_softplus_below, const __grid_constant__ kg::TensorMap tmap0_C, const __grid_constant__ kg::TensorMap tmap1_prev_states_lp, const __grid_constant__ kg::TensorMap tmap2_x) {
   extern __shared__ __align__(1024) char smem[];  // 1024: swizzled buffers start on a swizzle atom
   const int lane = kg::thread_id() % kg::WAVE;
   // read from lane 0: nvcc then knows the warp index is the same in every lane, so what is computed
@@ -27,6 +27,12 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dcs_out(const kg::bf16* __restrict
   // session: attention backward +2-4% at D=128, +8-12% at D=64 non-causal, -1-2% at D=64 causal;
   // the causal D=128 forward from 202 to 180 registers)
   const int warp = __shfl_sync(0xffffffffu, kg::thread_id() / kg::WAVE, 0);
+  uint64_t* kg_bars = reinterpret_cast<uint64_t*>(smem + 32768);  // tensor copies complete on these, one per buffer slot
+  if (kg::thread_id() == 0) {
+    for (int i = 0; i < 4; ++i) kg::mbar_init(&kg_bars[i], 1);
+    kg::fence_mbar_init();
+  }
+  kg::sync();
   
   // spec: specs/ssd_bwd.yaml:315:27
   const int v0 = size_ngroups;
@@ -104,62 +110,26 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dcs_out(const kg::bf16* __restrict
   const int v17 = (kg::floordiv(v7, v16));
   // spec: specs/ssd_bwd.yaml:320:12
   kg::sync();
-  if (true) {
-    const kg::bf16* p_ = t_C + ((int64_t)(v8) * stride_C_0 + (int64_t)(v17) * stride_C_2);
-    const bool aligned_ = kg::aligned(p_, 16) && stride_C_0 % 8 == 0 && stride_C_1 % 8 == 0 && stride_C_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v6 * 64) * stride_C_1 + 0;
-    const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
-    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_C_1 + k0_);
-  #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int r_ = r0_ + i * 16, k_ = k0_;
-      const int i0_ = v6 * 64 + r_, i1_ = 0 + k_;
-      const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_C_1;
-      const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
-      if (aligned_) {
-        const int n_ = (i0_ < (size_seqlen)) * 8;
-        kg::cp_async<16>(&v15[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-      } else {
-  #pragma unroll
-        for (int v = 0; v < 8; ++v)
-          v15[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-      }
-    }
+  if ((true) && kg::thread_id() == 0) {
+    uint64_t* bar_ = &kg_bars[0];
+    kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+    kg::mbar_expect_tx(bar_, 8192);
+    kg::tma_load_4d(&v15[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap0_C, bar_, 0, v17, v6 * 64, v8);
   }
-  kg::cp_async_commit();
   // spec: specs/ssd_bwd.yaml:323:17
-  kg::cp_async_wait<0>();
-  kg::fence_proxy_async();
+  kg::mbar_wait(&kg_bars[0], 0);
   kg::sync();
   // spec: specs/ssd_bwd.yaml:323:17
   kg::bf16* v18 = reinterpret_cast<kg::bf16*>(smem + 0);
   // spec: specs/ssd_bwd.yaml:323:25
-  if (true) {
-    const kg::bf16* p_ = t_prev_states_lp + ((int64_t)(v8) * stride_prev_states_lp_0 + (int64_t)(v13) * stride_prev_states_lp_1 + (int64_t)(v7) * stride_prev_states_lp_2);
-    const bool aligned_ = kg::aligned(p_, 16) && stride_prev_states_lp_0 % 8 == 0 && stride_prev_states_lp_1 % 8 == 0 && stride_prev_states_lp_2 % 8 == 0 && stride_prev_states_lp_3 % 8 == 0;
-    const int64_t q_ = (int64_t)(0) * stride_prev_states_lp_3 + 0;
-    const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
-    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_prev_states_lp_3 + k0_);
-  #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const int r_ = r0_ + i * 16, k_ = k0_;
-      const int i0_ = 0 + r_, i1_ = 0 + k_;
-      const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_prev_states_lp_3;
-      const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 8192 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
-      if (aligned_) {
-        const int n_ = (i0_ < (128)) * 8;
-        kg::cp_async<16>(&v18[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-      } else {
-  #pragma unroll
-        for (int v = 0; v < 8; ++v)
-          v18[slot_ + v] = (i0_ < (128) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-      }
-    }
+  if ((true) && kg::thread_id() == 0) {
+    uint64_t* bar_ = &kg_bars[1];
+    kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+    kg::mbar_expect_tx(bar_, 16384);
+    kg::tma_load_5d(&v18[((0) / 64 * 8192 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap1_prev_states_lp, bar_, 0, 0, v7, v13, v8);
   }
-  kg::cp_async_commit();
   // spec: specs/ssd_bwd.yaml:323:17
-  kg::cp_async_wait<0>();
-  kg::fence_proxy_async();
+  kg::mbar_wait(&kg_bars[1], 0);
   kg::sync();
   // spec: specs/ssd_bwd.yaml:323:17
   kg::bf16* v19 = v18;
@@ -246,29 +216,13 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dcs_out(const kg::bf16* __restrict
   const bool v41 = (v31 < v40);
   // spec: specs/ssd_bwd.yaml:330:24
   kg::sync();
-  if (v41) {
-    const kg::bf16* p_ = t_x + ((int64_t)(v8) * stride_x_0 + (int64_t)(v7) * stride_x_2);
-    const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 8 == 0 && stride_x_1 % 8 == 0 && stride_x_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v32 * 64) * stride_x_1 + 0;
-    const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
-    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_x_1 + k0_);
-  #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const int r_ = r0_ + i * 8, k_ = k0_;
-      const int i0_ = v32 * 64 + r_, i1_ = 0 + k_;
-      const int64_t off_ = o0_ + (int64_t)(i * 8) * stride_x_1;
-      const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 4096 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 512;
-      if (aligned_) {
-        const int n_ = (i0_ < (size_seqlen)) * 8;
-        kg::cp_async<16>(&v28[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-      } else {
-  #pragma unroll
-        for (int v = 0; v < 8; ++v)
-          v28[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-      }
-    }
+  if ((v41) && kg::thread_id() == 0) {
+    uint64_t* bar_ = &kg_bars[2 + v27 % 2];
+    kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+    kg::mbar_expect_tx(bar_, 16384);
+    kg::tma_load_4d(&v28[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_x, bar_, 0, v7, v32 * 64, v8);
+    kg::tma_load_4d(&v28[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap2_x, bar_, 64, v7, v32 * 64, v8);
   }
-  kg::cp_async_commit();
   // spec: specs/ssd_bwd.yaml:329:69
   float (&v42)[2] = v14;
   // spec: specs/ssd_bwd.yaml:329:69
@@ -364,8 +318,7 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dcs_out(const kg::bf16* __restrict
       }
     }
     // spec: specs/ssd_bwd.yaml:330:15
-    kg::cp_async_wait<0>();
-    kg::fence_proxy_async();
+    kg::mbar_wait(&kg_bars[2 + v57 % 2], (v57 / 2) & 1);
     kg::sync();
     // spec: specs/ssd_bwd.yaml:324:7
     const int v64 = 1;
@@ -384,29 +337,13 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dcs_out(const kg::bf16* __restrict
     // spec: specs/ssd_bwd.yaml:330:24
     const bool v71 = (v69 < v40);
     // spec: specs/ssd_bwd.yaml:330:24
-    if (v71) {
-      const kg::bf16* p_ = t_x + ((int64_t)(v8) * stride_x_0 + (int64_t)(v7) * stride_x_2);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 8 == 0 && stride_x_1 % 8 == 0 && stride_x_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v70 * 64) * stride_x_1 + 0;
-      const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
-      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_x_1 + k0_);
-    #pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const int r_ = r0_ + i * 8, k_ = k0_;
-        const int i0_ = v70 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = o0_ + (int64_t)(i * 8) * stride_x_1;
-        const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 4096 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 512;
-        if (aligned_) {
-          const int n_ = (i0_ < (size_seqlen)) * 8;
-          kg::cp_async<16>(&v66[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-        } else {
-    #pragma unroll
-          for (int v = 0; v < 8; ++v)
-            v66[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-        }
-      }
+    if ((v71) && kg::thread_id() == 0) {
+      uint64_t* bar_ = &kg_bars[2 + v65 % 2];
+      kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+      kg::mbar_expect_tx(bar_, 16384);
+      kg::tma_load_4d(&v66[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_x, bar_, 0, v7, v70 * 64, v8);
+      kg::tma_load_4d(&v66[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap2_x, bar_, 64, v7, v70 * 64, v8);
     }
-    kg::cp_async_commit();
     // spec: specs/ssd_bwd.yaml:330:15
     kg::bf16* v72 = v58;
     // spec: specs/ssd_bwd.yaml:330:15
@@ -560,6 +497,12 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dcs_out(const kg::bf16* __restrict
     for (int e = 0; e < 2; ++e) y0_[e] = v101[e];
     #pragma unroll
     for (int e = 0; e < 2; ++e) v53[e] = y0_[e];
+  }
+  // spec: specs/ssd_bwd.yaml:324:7
+  if (kg::thread_id() == 0) {
+    const int n_ = kg::cdiv(kg::max_(v40 - v31, 0), v50);
+    if (((n_ + 1) / 2) & 1) kg::mbar_arrive(&kg_bars[2]);
+    if (((n_ + 0) / 2) & 1) kg::mbar_arrive(&kg_bars[3]);
   }
   // spec: specs/ssd_bwd.yaml:333:7
   if ((lane & 3) == 0 && (warp & 0) == 0) {

@@ -26,7 +26,7 @@ template <int TB> KG_DEVICE void wgmma_m64n64k16_bf16_rs(float* d, const void* a
 }
 }  // namespace kg
 
-KG_KERNEL void __launch_bounds__(128) ssd_bwd_dx(const kg::bf16* __restrict__ t_x, int64_t stride_x_0, int64_t stride_x_1, int64_t stride_x_2, const kg::bf16* __restrict__ t_dt, int64_t stride_dt_0, int64_t stride_dt_1, const float* __restrict__ t_A, const kg::bf16* __restrict__ t_B, int64_t stride_B_0, int64_t stride_B_1, int64_t stride_B_2, const kg::bf16* __restrict__ t_C, int64_t stride_C_0, int64_t stride_C_1, int64_t stride_C_2, const float* __restrict__ t_D, int64_t stride_D_0, const float* __restrict__ t_dt_bias, const float* __restrict__ t_initial_states, int64_t stride_initial_states_0, int64_t stride_initial_states_1, int64_t stride_initial_states_2, const kg::bf16* __restrict__ t_dy, int64_t stride_dy_0, int64_t stride_dy_1, int64_t stride_dy_2, const float* __restrict__ t_dfinal_states, int64_t stride_dfinal_states_0, int64_t stride_dfinal_states_1, int64_t stride_dfinal_states_2, kg::bf16* __restrict__ t_dx, int64_t stride_dx_0, int64_t stride_dx_1, int64_t stride_dx_2, kg::bf16* __restrict__ t_ddt, int64_t stride_ddt_0, int64_t stride_ddt_1, float* __restrict__ t_dA, kg::bf16* __restrict__ t_dB, int64_t stride_dB_0, int64_t stride_dB_1, int64_t stride_dB_2, kg::bf16* __restrict__ t_dC, int64_t stride_dC_0, int64_t stride_dC_1, int64_t stride_dC_2, float* __restrict__ t_dD, int64_t stride_dD_0, float* __restrict__ t_ddt_bias, float* __restrict__ t_dinitial_states, int64_t stride_dinitial_states_0, int64_t stride_dinitial_states_1, int64_t stride_dinitial_states_2, float* __restrict__ t_dt_eff, int64_t stride_dt_eff_0, int64_t stride_dt_eff_1, int64_t stride_dt_eff_2, float* __restrict__ t_dA_cumsum, int64_t stride_dA_cumsum_0, int64_t stride_dA_cumsum_1, int64_t stride_dA_cumsum_2, float* __restrict__ t_states, int64_t stride_states_0, int64_t stride_states_1, int64_t stride_states_2, int64_t stride_states_3, float* __restrict__ t_prev_states, int64_t stride_prev_states_0, int64_t stride_prev_states_1, int64_t stride_prev_states_2, int64_t stride_prev_states_3, kg::bf16* __restrict__ t_prev_states_lp, int64_t stride_prev_states_lp_0, int64_t stride_prev_states_lp_1, int64_t stride_prev_states_lp_2, int64_t stride_prev_states_lp_3, float* __restrict__ t_CB, int64_t stride_CB_0, int64_t stride_CB_1, int64_t stride_CB_2, int64_t stride_CB_3, float* __restrict__ t_y_grad_state, int64_t stride_y_grad_state_0, int64_t stride_y_grad_state_1, int64_t stride_y_grad_state_2, int64_t stride_y_grad_state_3, kg::bf16* __restrict__ t_out_grad_state, int64_t stride_out_grad_state_0, int64_t stride_out_grad_state_1, int64_t stride_out_grad_state_2, int64_t stride_out_grad_state_3, float* __restrict__ t_cs_last_grad, int64_t stride_cs_last_grad_0, int64_t stride_cs_last_grad_1, float* __restrict__ t_cs_state_grad, int64_t stride_cs_state_grad_0, int64_t stride_cs_state_grad_1, int64_t stride_cs_state_grad_2, float* __restrict__ t_cs_src_grad, int64_t stride_cs_src_grad_0, int64_t stride_cs_src_grad_1, int64_t stride_cs_src_grad_2, float* __restrict__ t_cs_tgt_grad, int64_t stride_cs_tgt_grad_0, int64_t stride_cs_tgt_grad_1, int64_t stride_cs_tgt_grad_2, float* __restrict__ t_dt_src_grad, int64_t stride_dt_src_grad_0, int64_t stride_dt_src_grad_1, int64_t stride_dt_src_grad_2, float* __restrict__ t_A_part, int64_t stride_A_part_0, int64_t stride_A_part_1, float* __restrict__ t_bias_part, int64_t stride_bias_part_0, int64_t stride_bias_part_1, float* __restrict__ t_D_part, int64_t stride_D_part_0, int64_t stride_D_part_1, int64_t stride_D_part_2, int size_batch, int size_seqlen, int size_nheads, int size_ngroups, float scalar_dt_min, float scalar_dt_max, float scalar_softplus_below) {
+KG_KERNEL void __launch_bounds__(128) ssd_bwd_dx(const kg::bf16* __restrict__ t_x, int64_t stride_x_0, int64_t stride_x_1, int64_t stride_x_2, const kg::bf16* __restrict__ t_dt, int64_t stride_dt_0, int64_t stride_dt_1, const float* __restrict__ t_A, const kg::bf16* __restrict__ t_B, int64_t stride_B_0, int64_t stride_B_1, int64_t stride_B_2, const kg::bf16* __restrict__ t_C, int64_t stride_C_0, int64_t stride_C_1, int64_t stride_C_2, const float* __restrict__ t_D, int64_t stride_D_0, const float* __restrict__ t_dt_bias, const float* __restrict__ t_initial_states, int64_t stride_initial_states_0, int64_t stride_initial_states_1, int64_t stride_initial_states_2, const kg::bf16* __restrict__ t_dy, int64_t stride_dy_0, int64_t stride_dy_1, int64_t stride_dy_2, const float* __restrict__ t_dfinal_states, int64_t stride_dfinal_states_0, int64_t stride_dfinal_states_1, int64_t stride_dfinal_states_2, kg::bf16* __restrict__ t_dx, int64_t stride_dx_0, int64_t stride_dx_1, int64_t stride_dx_2, kg::bf16* __restrict__ t_ddt, int64_t stride_ddt_0, int64_t stride_ddt_1, float* __restrict__ t_dA, kg::bf16* __restrict__ t_dB, int64_t stride_dB_0, int64_t stride_dB_1, int64_t stride_dB_2, kg::bf16* __restrict__ t_dC, int64_t stride_dC_0, int64_t stride_dC_1, int64_t stride_dC_2, float* __restrict__ t_dD, int64_t stride_dD_0, float* __restrict__ t_ddt_bias, float* __restrict__ t_dinitial_states, int64_t stride_dinitial_states_0, int64_t stride_dinitial_states_1, int64_t stride_dinitial_states_2, float* __restrict__ t_dt_eff, int64_t stride_dt_eff_0, int64_t stride_dt_eff_1, int64_t stride_dt_eff_2, float* __restrict__ t_dA_cumsum, int64_t stride_dA_cumsum_0, int64_t stride_dA_cumsum_1, int64_t stride_dA_cumsum_2, float* __restrict__ t_states, int64_t stride_states_0, int64_t stride_states_1, int64_t stride_states_2, int64_t stride_states_3, float* __restrict__ t_prev_states, int64_t stride_prev_states_0, int64_t stride_prev_states_1, int64_t stride_prev_states_2, int64_t stride_prev_states_3, kg::bf16* __restrict__ t_prev_states_lp, int64_t stride_prev_states_lp_0, int64_t stride_prev_states_lp_1, int64_t stride_prev_states_lp_2, int64_t stride_prev_states_lp_3, float* __restrict__ t_CB, int64_t stride_CB_0, int64_t stride_CB_1, int64_t stride_CB_2, int64_t stride_CB_3, float* __restrict__ t_y_grad_state, int64_t stride_y_grad_state_0, int64_t stride_y_grad_state_1, int64_t stride_y_grad_state_2, int64_t stride_y_grad_state_3, kg::bf16* __restrict__ t_out_grad_state, int64_t stride_out_grad_state_0, int64_t stride_out_grad_state_1, int64_t stride_out_grad_state_2, int64_t stride_out_grad_state_3, float* __restrict__ t_cs_last_grad, int64_t stride_cs_last_grad_0, int64_t stride_cs_last_grad_1, float* __restrict__ t_cs_state_grad, int64_t stride_cs_state_grad_0, int64_t stride_cs_state_grad_1, int64_t stride_cs_state_grad_2, float* __restrict__ t_cs_src_grad, int64_t stride_cs_src_grad_0, int64_t stride_cs_src_grad_1, int64_t stride_cs_src_grad_2, float* __restrict__ t_cs_tgt_grad, int64_t stride_cs_tgt_grad_0, int64_t stride_cs_tgt_grad_1, int64_t stride_cs_tgt_grad_2, float* __restrict__ t_dt_src_grad, int64_t stride_dt_src_grad_0, int64_t stride_dt_src_grad_1, int64_t stride_dt_src_grad_2, float* __restrict__ t_A_part, int64_t stride_A_part_0, int64_t stride_A_part_1, float* __restrict__ t_bias_part, int64_t stride_bias_part_0, int64_t stride_bias_part_1, float* __restrict__ t_D_part, int64_t stride_D_part_0, int64_t stride_D_part_1, int64_t stride_D_part_2, int size_batch, int size_seqlen, int size_nheads, int size_ngroups, float scalar_dt_min, float scalar_dt_max, float scalar_softplus_below, const __grid_constant__ kg::TensorMap tmap0_B, const __grid_constant__ kg::TensorMap tmap1_out_grad_state, const __grid_constant__ kg::TensorMap tmap2_dy) {
   extern __shared__ __align__(1024) char smem[];  // 1024: swizzled buffers start on a swizzle atom
   const int lane = kg::thread_id() % kg::WAVE;
   // read from lane 0: nvcc then knows the warp index is the same in every lane, so what is computed
@@ -34,6 +34,12 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dx(const kg::bf16* __restrict__ t_
   // session: attention backward +2-4% at D=128, +8-12% at D=64 non-causal, -1-2% at D=64 causal;
   // the causal D=128 forward from 202 to 180 registers)
   const int warp = __shfl_sync(0xffffffffu, kg::thread_id() / kg::WAVE, 0);
+  uint64_t* kg_bars = reinterpret_cast<uint64_t*>(smem + 32768);  // tensor copies complete on these, one per buffer slot
+  if (kg::thread_id() == 0) {
+    for (int i = 0; i < 4; ++i) kg::mbar_init(&kg_bars[i], 1);
+    kg::fence_mbar_init();
+  }
+  kg::sync();
   
   // spec: specs/ssd_bwd.yaml:218:59
   const int v0 = size_seqlen;
@@ -137,62 +143,26 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dx(const kg::bf16* __restrict__ t_
   const int v21 = (kg::floordiv(v8, v20));
   // spec: specs/ssd_bwd.yaml:207:12
   kg::sync();
-  if (true) {
-    const kg::bf16* p_ = t_B + ((int64_t)(v9) * stride_B_0 + (int64_t)(v21) * stride_B_2);
-    const bool aligned_ = kg::aligned(p_, 16) && stride_B_0 % 8 == 0 && stride_B_1 % 8 == 0 && stride_B_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v7 * 64) * stride_B_1 + 0;
-    const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
-    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_B_1 + k0_);
-  #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int r_ = r0_ + i * 16, k_ = k0_;
-      const int i0_ = v7 * 64 + r_, i1_ = 0 + k_;
-      const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_B_1;
-      const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 4096 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
-      if (aligned_) {
-        const int n_ = (i0_ < (size_seqlen)) * 8;
-        kg::cp_async<16>(&v19[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-      } else {
-  #pragma unroll
-        for (int v = 0; v < 8; ++v)
-          v19[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-      }
-    }
+  if ((true) && kg::thread_id() == 0) {
+    uint64_t* bar_ = &kg_bars[0];
+    kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+    kg::mbar_expect_tx(bar_, 8192);
+    kg::tma_load_4d(&v19[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap0_B, bar_, 0, v21, v7 * 64, v9);
   }
-  kg::cp_async_commit();
   // spec: specs/ssd_bwd.yaml:212:13
-  kg::cp_async_wait<0>();
-  kg::fence_proxy_async();
+  kg::mbar_wait(&kg_bars[0], 0);
   kg::sync();
   // spec: specs/ssd_bwd.yaml:212:13
   kg::bf16* v22 = reinterpret_cast<kg::bf16*>(smem + 0);
   // spec: specs/ssd_bwd.yaml:212:21
-  if (true) {
-    const kg::bf16* p_ = t_out_grad_state + ((int64_t)(v9) * stride_out_grad_state_0 + (int64_t)(v14) * stride_out_grad_state_1 + (int64_t)(v8) * stride_out_grad_state_2);
-    const bool aligned_ = kg::aligned(p_, 16) && stride_out_grad_state_0 % 8 == 0 && stride_out_grad_state_1 % 8 == 0 && stride_out_grad_state_2 % 8 == 0 && stride_out_grad_state_3 % 8 == 0;
-    const int64_t q_ = (int64_t)(0) * stride_out_grad_state_3 + 0;
-    const int r0_ = (lane + warp * 32) / 8, k0_ = ((lane + warp * 32) % 8) * 8;
-    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_out_grad_state_3 + k0_);
-  #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const int r_ = r0_ + i * 16, k_ = k0_;
-      const int i0_ = 0 + r_, i1_ = 0 + k_;
-      const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_out_grad_state_3;
-      const int slot_ = ((((lane + warp * 32) % 8 * 8)) / 64 * 8192 + (((lane + warp * 32) / 8)) * 64 + (((((((lane + warp * 32) % 8 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 8)) & 7)) << 3) + ((((lane + warp * 32) % 8 * 8)) & 7)) + i * 1024;
-      if (aligned_) {
-        const int n_ = (i0_ < (128)) * 8;
-        kg::cp_async<16>(&v22[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-      } else {
-  #pragma unroll
-        for (int v = 0; v < 8; ++v)
-          v22[slot_ + v] = (i0_ < (128) && i1_ + v < (64)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-      }
-    }
+  if ((true) && kg::thread_id() == 0) {
+    uint64_t* bar_ = &kg_bars[1];
+    kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+    kg::mbar_expect_tx(bar_, 16384);
+    kg::tma_load_5d(&v22[((0) / 64 * 8192 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap1_out_grad_state, bar_, 0, 0, v8, v14, v9);
   }
-  kg::cp_async_commit();
   // spec: specs/ssd_bwd.yaml:212:13
-  kg::cp_async_wait<0>();
-  kg::fence_proxy_async();
+  kg::mbar_wait(&kg_bars[1], 0);
   kg::sync();
   // spec: specs/ssd_bwd.yaml:212:13
   kg::bf16* v23 = v22;
@@ -321,29 +291,13 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dx(const kg::bf16* __restrict__ t_
   const bool v55 = (v44 < v54);
   // spec: specs/ssd_bwd.yaml:221:17
   kg::sync();
-  if (v55) {
-    const kg::bf16* p_ = t_dy + ((int64_t)(v9) * stride_dy_0 + (int64_t)(v8) * stride_dy_2);
-    const bool aligned_ = kg::aligned(p_, 16) && stride_dy_0 % 8 == 0 && stride_dy_1 % 8 == 0 && stride_dy_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v45 * 64) * stride_dy_1 + 0;
-    const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
-    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_dy_1 + k0_);
-  #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const int r_ = r0_ + i * 8, k_ = k0_;
-      const int i0_ = v45 * 64 + r_, i1_ = 0 + k_;
-      const int64_t off_ = o0_ + (int64_t)(i * 8) * stride_dy_1;
-      const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 4096 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 512;
-      if (aligned_) {
-        const int n_ = (i0_ < (size_seqlen)) * 8;
-        kg::cp_async<16>(&v38[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-      } else {
-  #pragma unroll
-        for (int v = 0; v < 8; ++v)
-          v38[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-      }
-    }
+  if ((v55) && kg::thread_id() == 0) {
+    uint64_t* bar_ = &kg_bars[2 + v37 % 2];
+    kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+    kg::mbar_expect_tx(bar_, 16384);
+    kg::tma_load_4d(&v38[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_dy, bar_, 0, v8, v45 * 64, v9);
+    kg::tma_load_4d(&v38[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap2_dy, bar_, 64, v8, v45 * 64, v9);
   }
-  kg::cp_async_commit();
   // spec: specs/ssd_bwd.yaml:228:55
   float (&v56)[2] = v15;
   // spec: specs/ssd_bwd.yaml:228:39
@@ -441,8 +395,7 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dx(const kg::bf16* __restrict__ t_
       }
     }
     // spec: specs/ssd_bwd.yaml:229:17
-    kg::cp_async_wait<0>();
-    kg::fence_proxy_async();
+    kg::mbar_wait(&kg_bars[2 + v72 % 2], (v72 / 2) & 1);
     kg::sync();
     // spec: specs/ssd_bwd.yaml:218:7
     const int v79 = 1;
@@ -461,29 +414,13 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dx(const kg::bf16* __restrict__ t_
     // spec: specs/ssd_bwd.yaml:221:17
     const bool v86 = (v84 < v54);
     // spec: specs/ssd_bwd.yaml:221:17
-    if (v86) {
-      const kg::bf16* p_ = t_dy + ((int64_t)(v9) * stride_dy_0 + (int64_t)(v8) * stride_dy_2);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_dy_0 % 8 == 0 && stride_dy_1 % 8 == 0 && stride_dy_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v85 * 64) * stride_dy_1 + 0;
-      const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
-      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_dy_1 + k0_);
-    #pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const int r_ = r0_ + i * 8, k_ = k0_;
-        const int i0_ = v85 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = o0_ + (int64_t)(i * 8) * stride_dy_1;
-        const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 4096 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 512;
-        if (aligned_) {
-          const int n_ = (i0_ < (size_seqlen)) * 8;
-          kg::cp_async<16>(&v81[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-        } else {
-    #pragma unroll
-          for (int v = 0; v < 8; ++v)
-            v81[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-        }
-      }
+    if ((v86) && kg::thread_id() == 0) {
+      uint64_t* bar_ = &kg_bars[2 + v80 % 2];
+      kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+      kg::mbar_expect_tx(bar_, 16384);
+      kg::tma_load_4d(&v81[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_dy, bar_, 0, v8, v85 * 64, v9);
+      kg::tma_load_4d(&v81[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap2_dy, bar_, 64, v8, v85 * 64, v9);
     }
-    kg::cp_async_commit();
     // spec: specs/ssd_bwd.yaml:228:16
     const float v87 = 0.0f;
     // spec: specs/ssd_bwd.yaml:228:39
@@ -646,6 +583,12 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dx(const kg::bf16* __restrict__ t_
     for (int e = 0; e < 64; ++e) v66[e] = y0_[e];
     #pragma unroll
     for (int e = 0; e < 2; ++e) v67[e] = y1_[e];
+  }
+  // spec: specs/ssd_bwd.yaml:218:7
+  if (kg::thread_id() == 0) {
+    const int n_ = kg::cdiv(kg::max_(v54 - v44, 0), v64);
+    if (((n_ + 1) / 2) & 1) kg::mbar_arrive(&kg_bars[2]);
+    if (((n_ + 0) / 2) & 1) kg::mbar_arrive(&kg_bars[3]);
   }
   // spec: specs/ssd_bwd.yaml:232:64
   float v119[64];

@@ -12,7 +12,7 @@ template <int TA, int TB> KG_DEVICE void wgmma_m64n64k16_bf16_ss(float* d, uint6
 }
 }  // namespace kg
 
-KG_KERNEL void __launch_bounds__(128) ssd_fwd_chunk_state(const kg::bf16* __restrict__ t_x, int64_t stride_x_0, int64_t stride_x_1, int64_t stride_x_2, const kg::bf16* __restrict__ t_dt, int64_t stride_dt_0, int64_t stride_dt_1, const float* __restrict__ t_A, const kg::bf16* __restrict__ t_B, int64_t stride_B_0, int64_t stride_B_1, int64_t stride_B_2, const kg::bf16* __restrict__ t_C, int64_t stride_C_0, int64_t stride_C_1, int64_t stride_C_2, const float* __restrict__ t_D, int64_t stride_D_0, const float* __restrict__ t_dt_bias, const float* __restrict__ t_initial_states, int64_t stride_initial_states_0, int64_t stride_initial_states_1, int64_t stride_initial_states_2, kg::bf16* __restrict__ t_y, int64_t stride_y_0, int64_t stride_y_1, int64_t stride_y_2, float* __restrict__ t_final_states, int64_t stride_final_states_0, int64_t stride_final_states_1, int64_t stride_final_states_2, float* __restrict__ t_dt_eff, int64_t stride_dt_eff_0, int64_t stride_dt_eff_1, int64_t stride_dt_eff_2, float* __restrict__ t_dA_cumsum, int64_t stride_dA_cumsum_0, int64_t stride_dA_cumsum_1, int64_t stride_dA_cumsum_2, float* __restrict__ t_states, int64_t stride_states_0, int64_t stride_states_1, int64_t stride_states_2, int64_t stride_states_3, kg::bf16* __restrict__ t_prev_states, int64_t stride_prev_states_0, int64_t stride_prev_states_1, int64_t stride_prev_states_2, int64_t stride_prev_states_3, float* __restrict__ t_CB, int64_t stride_CB_0, int64_t stride_CB_1, int64_t stride_CB_2, int64_t stride_CB_3, int size_batch, int size_seqlen, int size_nheads, int size_ngroups, float scalar_dt_min, float scalar_dt_max, float scalar_softplus_below) {
+KG_KERNEL void __launch_bounds__(128) ssd_fwd_chunk_state(const kg::bf16* __restrict__ t_x, int64_t stride_x_0, int64_t stride_x_1, int64_t stride_x_2, const kg::bf16* __restrict__ t_dt, int64_t stride_dt_0, int64_t stride_dt_1, const float* __restrict__ t_A, const kg::bf16* __restrict__ t_B, int64_t stride_B_0, int64_t stride_B_1, int64_t stride_B_2, const kg::bf16* __restrict__ t_C, int64_t stride_C_0, int64_t stride_C_1, int64_t stride_C_2, const float* __restrict__ t_D, int64_t stride_D_0, const float* __restrict__ t_dt_bias, const float* __restrict__ t_initial_states, int64_t stride_initial_states_0, int64_t stride_initial_states_1, int64_t stride_initial_states_2, kg::bf16* __restrict__ t_y, int64_t stride_y_0, int64_t stride_y_1, int64_t stride_y_2, float* __restrict__ t_final_states, int64_t stride_final_states_0, int64_t stride_final_states_1, int64_t stride_final_states_2, float* __restrict__ t_dt_eff, int64_t stride_dt_eff_0, int64_t stride_dt_eff_1, int64_t stride_dt_eff_2, float* __restrict__ t_dA_cumsum, int64_t stride_dA_cumsum_0, int64_t stride_dA_cumsum_1, int64_t stride_dA_cumsum_2, float* __restrict__ t_states, int64_t stride_states_0, int64_t stride_states_1, int64_t stride_states_2, int64_t stride_states_3, kg::bf16* __restrict__ t_prev_states, int64_t stride_prev_states_0, int64_t stride_prev_states_1, int64_t stride_prev_states_2, int64_t stride_prev_states_3, float* __restrict__ t_CB, int64_t stride_CB_0, int64_t stride_CB_1, int64_t stride_CB_2, int64_t stride_CB_3, int size_batch, int size_seqlen, int size_nheads, int size_ngroups, float scalar_dt_min, float scalar_dt_max, float scalar_softplus_below, const __grid_constant__ kg::TensorMap tmap0_x) {
   extern __shared__ __align__(1024) char smem[];  // 1024: swizzled buffers start on a swizzle atom
   const int lane = kg::thread_id() % kg::WAVE;
   // read from lane 0: nvcc then knows the warp index is the same in every lane, so what is computed
@@ -20,6 +20,12 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_chunk_state(const kg::bf16* __rest
   // session: attention backward +2-4% at D=128, +8-12% at D=64 non-causal, -1-2% at D=64 causal;
   // the causal D=128 forward from 202 to 180 registers)
   const int warp = __shfl_sync(0xffffffffu, kg::thread_id() / kg::WAVE, 0);
+  uint64_t* kg_bars = reinterpret_cast<uint64_t*>(smem + 40960);  // tensor copies complete on these, one per buffer slot
+  if (kg::thread_id() == 0) {
+    for (int i = 0; i < 2; ++i) kg::mbar_init(&kg_bars[i], 1);
+    kg::fence_mbar_init();
+  }
+  kg::sync();
   
   // spec: specs/ssd_fwd.yaml:82:73
   const float v0 = scalar_dt_max;
@@ -279,29 +285,13 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_chunk_state(const kg::bf16* __rest
   const bool v74 = (v72 < v24);
   // spec: specs/ssd_fwd.yaml:99:21
   kg::sync();
-  if (v74) {
-    const kg::bf16* p_ = t_x + ((int64_t)(v26) * stride_x_0 + (int64_t)(v9) * stride_x_2);
-    const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 8 == 0 && stride_x_1 % 8 == 0 && stride_x_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v73 * 64) * stride_x_1 + 0;
-    const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
-    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_x_1 + k0_);
-  #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const int r_ = r0_ + i * 8, k_ = k0_;
-      const int i0_ = v73 * 64 + r_, i1_ = 0 + k_;
-      const int64_t off_ = o0_ + (int64_t)(i * 8) * stride_x_1;
-      const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 4096 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 512;
-      if (aligned_) {
-        const int n_ = (i0_ < (size_seqlen)) * 8;
-        kg::cp_async<16>(&v69[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-      } else {
-  #pragma unroll
-        for (int v = 0; v < 8; ++v)
-          v69[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-      }
-    }
+  if ((v74) && kg::thread_id() == 0) {
+    uint64_t* bar_ = &kg_bars[0 + v68 % 2];
+    kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+    kg::mbar_expect_tx(bar_, 16384);
+    kg::tma_load_4d(&v69[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap0_x, bar_, 0, v9, v73 * 64, v26);
+    kg::tma_load_4d(&v69[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap0_x, bar_, 64, v9, v73 * 64, v26);
   }
-  kg::cp_async_commit();
   // spec: specs/ssd_fwd.yaml:87:23
   const int v75 = 4;
   // spec: specs/ssd_fwd.yaml:87:23
@@ -586,8 +576,7 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_chunk_state(const kg::bf16* __rest
       }
     }
     // spec: specs/ssd_fwd.yaml:99:17
-    kg::cp_async_wait<0>();
-    kg::fence_proxy_async();
+    kg::mbar_wait(&kg_bars[0 + v93 % 2], (v93 / 2) & 1);
     kg::sync();
     // spec: specs/ssd_fwd.yaml:86:7
     const int v129 = 1;
@@ -606,29 +595,13 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_chunk_state(const kg::bf16* __rest
     // spec: specs/ssd_fwd.yaml:99:21
     const bool v136 = (v134 < v24);
     // spec: specs/ssd_fwd.yaml:99:21
-    if (v136) {
-      const kg::bf16* p_ = t_x + ((int64_t)(v26) * stride_x_0 + (int64_t)(v9) * stride_x_2);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 8 == 0 && stride_x_1 % 8 == 0 && stride_x_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v135 * 64) * stride_x_1 + 0;
-      const int r0_ = (lane + warp * 32) / 16, k0_ = ((lane + warp * 32) % 16) * 8;
-      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_x_1 + k0_);
-    #pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const int r_ = r0_ + i * 8, k_ = k0_;
-        const int i0_ = v135 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = o0_ + (int64_t)(i * 8) * stride_x_1;
-        const int slot_ = ((((lane + warp * 32) % 16 * 8)) / 64 * 4096 + (((lane + warp * 32) / 16)) * 64 + (((((((lane + warp * 32) % 16 * 8)) >> 3) & 7) ^ ((((lane + warp * 32) / 16)) & 7)) << 3) + ((((lane + warp * 32) % 16 * 8)) & 7)) + i * 512;
-        if (aligned_) {
-          const int n_ = (i0_ < (size_seqlen)) * 8;
-          kg::cp_async<16>(&v131[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-        } else {
-    #pragma unroll
-          for (int v = 0; v < 8; ++v)
-            v131[slot_ + v] = (i0_ < (size_seqlen) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-        }
-      }
+    if ((v136) && kg::thread_id() == 0) {
+      uint64_t* bar_ = &kg_bars[0 + v130 % 2];
+      kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+      kg::mbar_expect_tx(bar_, 16384);
+      kg::tma_load_4d(&v131[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap0_x, bar_, 0, v9, v135 * 64, v26);
+      kg::tma_load_4d(&v131[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap0_x, bar_, 64, v9, v135 * 64, v26);
     }
-    kg::cp_async_commit();
     // spec: specs/ssd_fwd.yaml:99:17
     kg::bf16* v137 = v94;
     // spec: specs/ssd_fwd.yaml:98:54
@@ -708,6 +681,12 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_chunk_state(const kg::bf16* __rest
     for (int e = 0; e < 64; ++e) v86[e] = y1_[e];
     #pragma unroll
     for (int e = 0; e < 4; ++e) v87[e] = y2_[e];
+  }
+  // spec: specs/ssd_fwd.yaml:86:7
+  if (kg::thread_id() == 0) {
+    const int n_ = kg::cdiv(kg::max_(v24 - v72, 0), v81);
+    if (((n_ + 1) / 2) & 1) kg::mbar_arrive(&kg_bars[0]);
+    if (((n_ + 0) / 2) & 1) kg::mbar_arrive(&kg_bars[1]);
   }
   // spec: specs/ssd_fwd.yaml:101:29
   const int v150 = 1;

@@ -26,6 +26,16 @@ iteration's copy then goes into the other slot right after this iteration's wait
 iteration ahead of its use, and needs no barrier of its own: the slot it overwrites was last
 read in the previous iteration, before the barrier that ends this iteration's wait. With one
 slot the copy must wait for the last read, behind a barrier, and has half an iteration to land.
+
+On a target whose descriptor lists `tma` (sm_90), a copy into the 128-byte swizzle whose tile is
+a box of its tensor (scalar indices, one block or whole dim of rows, the whole static last dim)
+becomes a tensor-memory-access copy (`tma`): one thread issues a cp.async.bulk.tensor per
+128-byte column panel, the copy engine writes the swizzle and fills rows past the tensor's end
+with zeros, and completion is counted on an mbarrier (one per slot, `bar` on the alloc) instead of
+a commit group. No thread computes an address; the copies of q and do in attention's backward
+took 32 shared-memory wavefronts per cp.async where 4 are ideal, and their address registers
+made the D=128 dkdv spill in the swizzled layout (docs/PERFORMANCE.md). Its wait is the barrier's
+phase, then the same block barrier as a cp.async wait (a slot's next copy relies on it).
 """
 from __future__ import annotations
 
@@ -34,6 +44,9 @@ from ..core import ELEM_BYTES, Block, Kernel, Op, Value, blocks, use_counts, wal
 from .memory import views_of
 
 CHUNK_BYTES = 16  # cp.async.cg moves 16 bytes per instruction (PTX ISA, "cp.async")
+# a tensor copy's box: at most 256 elements along each dim, at most 5 dims (CUDA driver API,
+# cuTensorMapEncodeTiled); with the 128-byte swizzle its inner dim spans at most 128 bytes
+TMA_BOX_MAX, TMA_RANK_MAX = 256, 5
 SLOTS = 2
 # scalar ops without memory access or side effects: safe to recompute for another iteration
 PURE_SCALAR = ("const", "binary", "unary", "cast", "where")
@@ -46,10 +59,12 @@ def use_async_copies(k: Kernel, target: Target) -> Kernel:
     uses = use_counts(k.body)
     for block in list(blocks(k.body)):
         for st in [op for op in block.ops if op.kind == "stage"]:
-            _convert(st, block, defs, uses)
+            _convert(st, block, defs, uses, "tma" in target.async_copy)
     for loop, parent in [(op, b) for b in list(blocks(k.body)) for op in b.ops if op.kind == "for"]:
         _pipeline(loop, parent, k, target)
+    _untensor_uncounted(k)
     _count_pending(k.body)
+    _number_barriers(k)
     return k
 
 
@@ -57,7 +72,7 @@ def _buffer_bytes(k: Kernel) -> int:
     return sum(op.attrs["bytes"] for op in walk(k.body) if op.kind in ("stage", "alloc_shared"))
 
 
-def _convert(st: Op, block: Block, defs, uses) -> None:
+def _convert(st: Op, block: Block, defs, uses, tma: bool) -> None:
     """stage(load) -> alloc_shared, copy_async, wait_async. (place_dot_operands stages the tile a
     transpose reads, never the transpose, so a staged load is its own operand.)"""
     src = st.operands[0]
@@ -78,9 +93,44 @@ def _convert(st: Op, block: Block, defs, uses) -> None:
                "ld": st.attrs["ld"], "rows": st.attrs.get("rows"), "smem_layout": st.attrs.get("smem_layout", "rows"),
                "pred": False}, loc=load.loc)
     wait = Op("wait_async", [buf], [], {"pending": 0}, loc=st.loc)
+    if tma and _is_box(index, load.result.shape, st.attrs):
+        copy.attrs["tma"] = alloc.attrs["tma"] = wait.attrs["tma"] = True
     i = block.ops.index(st)
     block.ops[i:i + 1] = [alloc, copy, wait]
     load_block.ops.remove(load)
+
+
+def _is_box(index, shape: tuple[int, ...], attrs: dict) -> bool:
+    """Whether a copy can be one tensor copy per column panel: into the 128-byte swizzle (whole
+    8-row atoms), rows along a block or a whole dim of at most 256, every other dim a scalar
+    index but the last, which the tile spans whole (static, so that a contiguous copy of the
+    tensor always meets the copy engine's 16-byte stride rule)."""
+    rows = [e for e in index[:-1] if e[0] != "at"]
+    return (attrs.get("smem_layout") == "sw128" and attrs["rows"] % 8 == 0 and len(index) <= TMA_RANK_MAX
+            and index[-1][0] == "all" and len(rows) == 1 and shape[0] <= TMA_BOX_MAX)
+
+
+def _untensor_uncounted(k: Kernel) -> None:
+    """Tensor copies stay only where each wait knows its barrier's phase: outside loops (one
+    use), or pipelined (phase from the iteration count, made even after the loop by
+    tma_reset). A copy waited for in a loop that was not pipelined goes back to cp.async."""
+    back = set()
+    for loop in walk(k.body):
+        if loop.kind == "for":
+            back |= {id(w.operands[0]) for w in loop.body.ops if w.kind == "wait_async" and w.attrs.get("tma") and len(w.operands) == 1}
+    for op in walk(k.body):
+        if op.kind in ("alloc_shared", "copy_async", "wait_async") and id(op.result if op.kind == "alloc_shared" else op.operands[0]) in back:
+            op.attrs.pop("tma", None)
+
+
+def _number_barriers(k: Kernel) -> None:
+    """One mbarrier per slot of each buffer that tensor copies fill: `bar` is the first's index."""
+    n = 0
+    for op in walk(k.body):
+        if op.kind == "alloc_shared" and op.attrs.get("tma"):
+            op.attrs["bar"] = n
+            n += op.attrs.get("slots", 1)
+    k.tma_barriers = n
 
 
 def _shift(index, by: int):
@@ -118,20 +168,26 @@ def _pipeline(loop: Op, parent: Block, k: Kernel, target: Target) -> None:
     go = Value((), "bool")
     prologue.append(Op("binary", [start, stop], [go], {"fn": "lt"}, loc=loop.loc))
     first = count = nxt_count = None
-    if slotted:  # iteration number (iv - start) / step, and the next one
-        first = Value((), "int32")
-        prologue.append(Op("const", [], [first], {"value": 0}, loc=loop.loc))
+    tma = [copy for copy in copies if copy.attrs.get("tma")]
+    if slotted or tma:  # iteration number (iv - start) / step, and the next one
         off, count, nxt_count, one = Value((), "int32"), Value((), "int32"), Value((), "int32"), Value((), "int32")
         counters = [Op("binary", [iv, start], [off], {"fn": "sub"}, loc=loop.loc),
                     Op("binary", [off, step], [count], {"fn": "floordiv"}, loc=loop.loc),
                     Op("const", [], [one], {"value": 1}, loc=loop.loc),
                     Op("binary", [count, one], [nxt_count], {"fn": "add"}, loc=loop.loc)]
         body.ops[0:0] = counters
+    if slotted:
+        first = Value((), "int32")
+        prologue.append(Op("const", [], [first], {"value": 0}, loc=loop.loc))
     for copy in copies:
         buf = copy.operands[0]
         alloc = allocs[id(copy)]
         body.ops.remove(alloc)
         prologue.insert(0, alloc)
+        if copy in tma:  # iteration n waits for its slot's barrier, in phase n // slots
+            for op in body.ops:
+                if op.kind == "wait_async" and op.operands[0] is buf:
+                    op.operands.append(count)
         if slotted:
             slot_bytes = alloc.attrs["bytes"]
             alloc.attrs.update(bytes=slot_bytes * SLOTS, slots=SLOTS, slot_bytes=slot_bytes)
@@ -144,6 +200,10 @@ def _pipeline(loop: Op, parent: Block, k: Kernel, target: Target) -> None:
             prologue += [dst, *_copy_at(copy, chains[id(copy)], iv, start, go, dst.result)]
         else:
             prologue += _copy_at(copy, chains[id(copy)], iv, start, go)
+    if tma:
+        # the phases the loop's copies completed made even again, so that the next run of the
+        # loop (an outer loop's next iteration) starts each barrier at phase 0 of its count
+        parent.ops.insert(at + 1, Op("tma_reset", [start, stop, step] + [c.operands[0] for c in tma], [], {}, loc=loop.loc))
     parent.ops[at:at] = prologue
     # each iteration's copy for the next one goes right after its anchor (its wait, or its last
     # read of the buffer), in the prologue's order (copies after one anchor keep their order),
@@ -229,10 +289,11 @@ def _count_pending(block: Block) -> None:
 def _count_loop(body: Block) -> None:
     if any(o.kind == "copy_async" for op in body.ops if op.body for o in walk(op.body)):
         return
-    copies = [i for i, op in enumerate(body.ops) if op.kind == "copy_async"]
+    # tensor copies commit no group: only cp.async copies count
+    copies = [i for i, op in enumerate(body.ops) if op.kind == "copy_async" and not op.attrs.get("tma")]
     slot_of = {id(op.result): op.operands[0] for op in body.ops if op.kind == "slot"}
     for w, op in enumerate(body.ops):
-        if op.kind != "wait_async":
+        if op.kind != "wait_async" or op.attrs.get("tma"):
             continue
         mine = [i for i in copies if slot_of.get(id(body.ops[i].operands[0]), body.ops[i].operands[0]) is op.operands[0]]
         if len(mine) != 1 or mine[0] < w:  # copied in this iteration before the wait: not pipelined

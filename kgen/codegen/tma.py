@@ -1,0 +1,110 @@
+"""Tensor copies (TMA, sm_90): the tensor maps a kernel takes and the context of each copy.
+
+A copy marked `tma` (kgen.ir.passes.async_copy) reads a box of its tensor through a tensor map,
+a 128-byte descriptor the host encodes before the launch (cuTensorMapEncodeTiled: the tensor's
+address, dims and byte strides, the box, the 128-byte swizzle) and passes as a
+`__grid_constant__` kernel parameter. Dims are listed innermost first, as the driver and the
+PTX coordinates want them (CUDA driver API, "Tensor Map Object Management"; PTX ISA,
+"cp.async.bulk.tensor"). With the 128-byte swizzle a box spans at most 128 bytes of its inner
+dim, so a tile row of 256 bytes is two boxes, one per column panel of the buffer (the panels of
+the `sw128` layout, kgen.codegen.coords.shared_slot).
+"""
+from __future__ import annotations
+
+from ..ir.core import ELEM_BYTES, Kernel, Op, walk
+from .coords import shared_slot
+
+PANEL_BYTES = 128  # the swizzle's row: a box's inner extent
+
+
+def box_of(op: Op) -> tuple[int, ...]:
+    """The box of a tensor copy, innermost dim first: the panel's columns, the rows, 1 per
+    scalar index."""
+    elem = ELEM_BYTES[op.operands[0].dtype]
+    box = []
+    for d, entry in enumerate(op.attrs["index"]):
+        if d == len(op.attrs["index"]) - 1:
+            box.append(PANEL_BYTES // elem)
+        else:
+            box.append(1 if entry[0] == "at" else entry[-1])
+    return tuple(reversed(box))
+
+
+def tensor_maps(k: Kernel) -> list[tuple[str, tuple[int, ...]]]:
+    """(tensor, box) of each tensor map the kernel takes, in order of first use."""
+    out: list[tuple[str, tuple[int, ...]]] = []
+    for op in walk(k.body):
+        if op.kind == "copy_async" and op.attrs.get("tma"):
+            key = (op.attrs["tensor"], box_of(op))
+            if key not in out:
+                out.append(key)
+    return out
+
+
+def map_param(i: int, tensor: str) -> str:
+    return f"tmap{i}_{tensor}"
+
+
+def copy_ctx(emitter, op: Op, name_of) -> dict:
+    """What the tma_copy macro needs: the barrier, the bytes it expects, and per column panel
+    the destination slot and the coordinates (innermost first)."""
+    k = emitter.k
+    buf = op.operands[0]
+    alloc = emitter.stage_of(buf)
+    elem = ELEM_BYTES[buf.dtype]
+    rows, cols = op.attrs["shape"]
+    maps = tensor_maps(k)
+    i = maps.index((op.attrs["tensor"], box_of(op)))
+    coords = []
+    for entry in op.attrs["index"]:
+        if entry[0] == "at":
+            coords.append(name_of(op.operands[entry[1]]))
+        elif entry[0] == "block":
+            coords.append(f"{name_of(op.operands[entry[1]])} * {entry[2]}")
+        else:
+            coords.append("0")
+    panel = PANEL_BYTES // elem
+    boxes = []
+    for p in range(cols // panel):
+        c = list(coords)
+        c[-1] = str(p * panel)
+        boxes.append({"slot": shared_slot(alloc.attrs, "0", str(p * panel), elem), "coords": list(reversed(c))})
+    return {"macro": "tma_copy", "tensor": op.attrs["tensor"], "box": list(box_of(op)), "elem": elem,
+            "dst": name_of(buf), "map": map_param(i, op.attrs["tensor"]), "rank": len(coords),
+            "bar": barrier(emitter, buf, name_of), "bytes": rows * cols * elem, "boxes": boxes,
+            "pred": name_of(op.operands[-1]) if op.attrs["pred"] else "true", "sync_before": op.attrs.get("sync_before", True)}
+
+
+def barrier(emitter, buf, name_of) -> str:
+    """The index of the mbarrier of the slot `buf` is (a slot view: its count mod slots)."""
+    alloc = emitter.stage_of(buf)
+    slot = emitter.producer.get(id(buf))
+    if slot is not None and slot.kind == "slot":
+        return f"{alloc.attrs['bar']} + {name_of(slot.operands[1])} % {alloc.attrs['slots']}"
+    return str(alloc.attrs["bar"])
+
+
+def wait_ctx(emitter, op: Op, name_of) -> dict:
+    """The barrier a wait is for and the parity of the phase it waits for: in a pipelined loop,
+    iteration n uses slot n % slots for the (n // slots)-th time in this run of the loop (each
+    run starts every barrier at an even phase: reset_ctx); outside loops, once."""
+    alloc = emitter.stage_of(op.operands[0])
+    bar, slots = alloc.attrs["bar"], alloc.attrs.get("slots", 1)
+    if len(op.operands) == 1:
+        return {"macro": "tma_wait", "bar": str(bar), "parity": "0"}
+    n = name_of(op.operands[1])
+    return {"macro": "tma_wait", "bar": f"{bar} + {n} % {slots}" if slots > 1 else str(bar), "parity": f"({n} / {slots}) & 1"}
+
+
+def reset_ctx(emitter, op: Op, name_of) -> dict:
+    """After a pipelined loop of n iterations, slot s of a buffer completed ceil((n - s) / slots)
+    phases; where that is odd, one more arrival (no bytes) completes a phase, so that the next
+    run's first wait is for parity 0. Every thread has passed its last wait of the loop (a block
+    barrier follows each wait), so none still waits for a phase this flips."""
+    start, stop, step = (name_of(v) for v in op.operands[:3])
+    flips = []
+    for buf in op.operands[3:]:
+        alloc = emitter.stage_of(buf)
+        slots = alloc.attrs.get("slots", 1)
+        flips += [{"bar": alloc.attrs["bar"] + s, "uses": f"(n_ + {slots - 1 - s}) / {slots}"} for s in range(slots)]
+    return {"macro": "tma_reset", "n": f"kg::cdiv(kg::max_({stop} - {start}, 0), {step})", "flips": flips}
