@@ -17,6 +17,7 @@ from .coords import tensor_param
 from .emit import CTYPE, Emitter
 from .tma import map_param, tensor_maps
 
+C_FUNCS = {"cdiv": "kg::cdiv", "min": "kg::min_", "max": "kg::max_"}  # a size expression's functions in C
 SKELETON = {"cuda": "cuda/kernel.cu.j2", "hip": "hip/kernel.hip.j2"}
 SUFFIX = {"cuda": ".cu", "hip": ".hip"}
 HEADERS = {"cuda": ["cuda/kgen_cuda.h", "common/kgen_tile.h"], "hip": ["hip/kgen_hip.h", "common/kgen_tile.h"]}
@@ -86,7 +87,7 @@ def c_expr(text: str | int, k: Kernel) -> str:
     tree = ast.parse(str(text), mode="eval")
     for node in ast.walk(tree):
         if isinstance(node, ast.Name):
-            node.id = f"size_{node.id}" if node.id in k.sizes else ("kg::cdiv" if node.id == "cdiv" else str(k.constants.get(node.id, node.id)))
+            node.id = f"size_{node.id}" if node.id in k.sizes else (C_FUNCS.get(node.id) or str(k.constants.get(node.id, node.id)))
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.FloorDiv):
             node.op = ast.Div()  # sizes are non-negative: C's division is floor division
     return "(" + ast.unparse(tree) + ")"

@@ -169,7 +169,8 @@ def test_register_arithmetic_is_computed_right_before_its_first_use(monkeypatch)
     assert _late_arithmetic(lower("specs/fa2_bwd.yaml", 1, variant, tunables, "sm_90"))
 
 
-SSD_BWD = {"BLOCK_S": 64, "BLOCK_M": 64, "BLOCK_K": 64, "BLOCK_R": 16, "WARPS": 4, "WIDE_WARPS": 8, "STATE_WARPS": 4, "BLOCK_P": 64}
+SSD_BWD = {"BLOCK_S": 64, "BLOCK_M": 64, "BLOCK_K": 64, "BLOCK_R": 16, "WARPS": 4, "WIDE_WARPS": 8, "STATE_WARPS": 4, "BLOCK_P": 64,
+           "SHARE_PROGRAMS": 2048}
 
 
 def _kernel_index(spec, name):

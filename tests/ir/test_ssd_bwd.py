@@ -109,8 +109,9 @@ CASES = [
     # chunk, dstate, softplus, sizes, limits, blocks
     (64, 64, True, {"batch": 2, "seqlen": 150, "nheads": 2, "ngroups": 1}, {}, {}),
     (64, 128, False, {"batch": 1, "seqlen": 100, "nheads": 4, "ngroups": 2}, {"dt_min": 0.2, "dt_max": 0.9}, {}),
+    # 19 row blocks, SHARE_PROGRAMS 38: db and dc split the 3 heads into 2 shares (2 heads, 1)
     (128, 64, True, {"batch": 1, "seqlen": 300, "nheads": 3, "ngroups": 1}, {"dt_max": 0.5},
-     {"BLOCK_S": 32, "BLOCK_M": 16, "BLOCK_K": 32, "BLOCK_R": 2}),
+     {"BLOCK_S": 32, "BLOCK_M": 16, "BLOCK_K": 32, "BLOCK_R": 2, "SHARE_PROGRAMS": 38}),
     (64, 64, False, {"batch": 2, "seqlen": 64, "nheads": 2, "ngroups": 2}, {}, {"BLOCK_M": 32, "BLOCK_K": 16}),
 ]
 
