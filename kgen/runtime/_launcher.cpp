@@ -398,18 +398,19 @@ int current_device(const std::string& backend) {
 // on) read in boxes of `box` elements, into the 128-byte swizzle, out-of-bounds elements zero.
 py::bytes encode_tensor_map(uint64_t address, int elem_bytes, std::vector<uint64_t> dims, std::vector<uint64_t> strides,
                             std::vector<uint32_t> box) {
-  static EncodeTiledFn encode = nullptr;
-  CudaApi& api = cuda_with_context();
-  if (encode == nullptr) {
-    encode = reinterpret_cast<EncodeTiledFn>(dlsym(api.lib, "cuTensorMapEncodeTiled"));
-    if (encode == nullptr) throw std::runtime_error("libcuda.so.1 has no symbol cuTensorMapEncodeTiled (a CUDA 12 driver is needed)");
-  }
+  // the arguments first: a wrong call says so on any machine, before the driver is looked for
   size_t rank = dims.size();
   if (rank < 1 || rank > 5 || strides.size() != rank - 1 || box.size() != rank)
     throw py::value_error("a tensor map takes 1 to 5 dims, a stride for each but the first, and a box dim for each");
   int dtype = elem_bytes == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : elem_bytes == 2 ? CU_TENSOR_MAP_DATA_TYPE_UINT16
             : elem_bytes == 4 ? CU_TENSOR_MAP_DATA_TYPE_UINT32 : -1;
   if (dtype < 0) throw py::value_error("tensor map elements must be 1, 2 or 4 bytes, not " + std::to_string(elem_bytes));
+  static EncodeTiledFn encode = nullptr;
+  CudaApi& api = cuda_with_context();
+  if (encode == nullptr) {
+    encode = reinterpret_cast<EncodeTiledFn>(dlsym(api.lib, "cuTensorMapEncodeTiled"));
+    if (encode == nullptr) throw std::runtime_error("libcuda.so.1 has no symbol cuTensorMapEncodeTiled (a CUDA 12 driver is needed)");
+  }
   std::vector<uint32_t> ones(rank, 1);
   TensorMap m;
   check_cuda(encode(&m, dtype, (uint32_t)rank, reinterpret_cast<void*>(address), dims.data(), strides.data(), box.data(),

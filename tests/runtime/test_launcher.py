@@ -132,6 +132,17 @@ def test_pack_args_errors(lib, signature, args, error, match):
         lib.pack_args_for_test(signature, args)
 
 
+@pytest.mark.parametrize("args, match", [
+    ((0, 2, [64, 8], [128, 256], [64, 8]), "a stride for each but the first"),
+    ((0, 2, [64] * 6, [128] * 5, [64] * 6), "1 to 5 dims"),
+    ((0, 3, [64, 8], [192], [64, 8]), "1, 2 or 4 bytes, not 3"),
+])
+def test_encode_tensor_map_checks_its_arguments_first(lib, args, match):
+    """Before it looks for the driver, so that the message is the same on a machine without one."""
+    with pytest.raises(ValueError, match=match):
+        lib.encode_tensor_map(*args)
+
+
 def test_launch_checks_its_arguments(lib):
     with pytest.raises(ValueError, match="backend must be 'cuda' or 'hip'"):
         lib.launch("metal", 0, (1, 1, 1), (1, 1, 1), 0, 0, "", ())
