@@ -53,8 +53,8 @@ def copy_ctx(emitter, op: Op, name_of) -> dict:
     alloc = emitter.stage_of(buf)
     elem = ELEM_BYTES[buf.dtype]
     rows, cols = op.attrs["shape"]
-    maps = tensor_maps(k)
-    i = maps.index((op.attrs["tensor"], box_of(op)))
+    box = box_of(op)
+    i = tensor_maps(k).index((op.attrs["tensor"], box))
     coords = []
     for entry in op.attrs["index"]:
         if entry[0] == "at":
@@ -69,7 +69,7 @@ def copy_ctx(emitter, op: Op, name_of) -> dict:
         c = list(coords)
         c[-1] = str(p * panel)
         boxes.append({"slot": shared_slot(alloc.attrs, "0", str(p * panel), elem), "coords": list(reversed(c))})
-    return {"macro": "tma_copy", "tensor": op.attrs["tensor"], "box": list(box_of(op)), "elem": elem,
+    return {"macro": "tma_copy", "tensor": op.attrs["tensor"], "box": list(box), "elem": elem,
             "dst": name_of(buf), "map": map_param(i, op.attrs["tensor"]), "rank": len(coords),
             "bar": barrier(emitter, buf, name_of), "bytes": rows * cols * elem, "boxes": boxes,
             "pred": name_of(op.operands[-1]) if op.attrs["pred"] else "true", "sync_before": op.attrs.get("sync_before", True)}
@@ -79,9 +79,13 @@ def barrier(emitter, buf, name_of) -> str:
     """The index of the mbarrier of the slot `buf` is (a slot view: its count mod slots)."""
     alloc = emitter.stage_of(buf)
     slot = emitter.producer.get(id(buf))
-    if slot is not None and slot.kind == "slot":
-        return f"{alloc.attrs['bar']} + {name_of(slot.operands[1])} % {alloc.attrs['slots']}"
-    return str(alloc.attrs["bar"])
+    return slot_barrier(alloc, name_of(slot.operands[1]) if slot is not None and slot.kind == "slot" else None)
+
+
+def slot_barrier(alloc: Op, count: str | None) -> str:
+    """The mbarrier of the slot iteration `count` uses (None: the buffer's only one)."""
+    bar, slots = alloc.attrs["bar"], alloc.attrs.get("slots", 1)
+    return f"{bar} + {count} % {slots}" if count is not None and slots > 1 else str(bar)
 
 
 def wait_ctx(emitter, op: Op, name_of) -> dict:
@@ -89,11 +93,10 @@ def wait_ctx(emitter, op: Op, name_of) -> dict:
     iteration n uses slot n % slots for the (n // slots)-th time in this run of the loop (each
     run starts every barrier at an even phase: reset_ctx); outside loops, once."""
     alloc = emitter.stage_of(op.operands[0])
-    bar, slots = alloc.attrs["bar"], alloc.attrs.get("slots", 1)
     if len(op.operands) == 1:
-        return {"macro": "tma_wait", "bar": str(bar), "parity": "0"}
+        return {"macro": "tma_wait", "bar": slot_barrier(alloc, None), "parity": "0"}
     n = name_of(op.operands[1])
-    return {"macro": "tma_wait", "bar": f"{bar} + {n} % {slots}" if slots > 1 else str(bar), "parity": f"({n} / {slots}) & 1"}
+    return {"macro": "tma_wait", "bar": slot_barrier(alloc, n), "parity": f"({n} / {alloc.attrs.get('slots', 1)}) & 1"}
 
 
 def reset_ctx(emitter, op: Op, name_of) -> dict:

@@ -135,10 +135,12 @@ class KgenOp:
             launch_args.extend(x.stride()[:-1])
         launch_args.extend(plan.sizes)
         launch_args.extend(float(scalars[s]) for s in self.spec.scalars)
+        maps: dict[tuple, bytes] = {}  # each (tensor, box) encoded once per call, whichever kernels read it
         for rk, grid in plan.kernels:
-            args = launch_args
-            if rk.tensor_maps:
-                args = launch_args + [_tensor_map(all_t[t], box) for t, box in rk.tensor_maps]
+            for key in rk.tensor_maps:
+                if key not in maps:
+                    maps[key] = _tensor_map(all_t[key[0]], key[1])
+            args = launch_args + [maps[key] for key in rk.tensor_maps] if rk.tensor_maps else launch_args
             rk.kernel(grid, (rk.threads, 1, 1), rk.shared_bytes, stream, rk.signature, args)
         return tuple(all_t[n] for n in self.outputs)
 
