@@ -127,25 +127,32 @@ def build_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target, compi
 
 def _without_spills(ls: LoadedSpec, variant: dict[str, Any], target: Target, tunables: dict[str, int],
                     out: BuiltVariant) -> BuiltVariant | None:
-    """`out` with each kernel that spills replaced by its first form that does not: plain core
-    matrices (fewer address registers), then also per-chunk copy addresses (fewer registers kept
-    across loops), then both again with atomic adds per element instead of bulk reductions
-    (passes/bulk_reduce.py: the causal D=128 dkdv has two, and spills with them); None if one
-    spills in every form."""
+    """`out` with each kernel that spills replaced by its first form that does not: the same
+    code compiled with the target's frugal register flags (also without bulk reductions), then
+    plain core matrices (fewer address registers), then also per-chunk copy addresses (fewer
+    registers kept across loops), then both again with atomic adds per element instead of bulk
+    reductions (passes/bulk_reduce.py: the causal D=128 dkdv has two, and spills with them);
+    None if one spills in every form."""
     plain = _without_swizzle(target)
-    forms = [(plain, True), (plain, False)]
+    frugal = list(target.frugal_register_flags)
+    forms = []
+    if frugal:
+        forms.append((target, True, frugal))
+        if target.shared_bulk_fp32_add:
+            forms.append((target.model_copy(update={"shared_bulk_fp32_add": False}), True, frugal))
+    forms += [(plain, True, []), (plain, False, [])]
     if target.shared_bulk_fp32_add:
         per_element = plain.model_copy(update={"shared_bulk_fp32_add": False})
-        forms += [(per_element, True), (per_element, False)]
+        forms += [(per_element, True, []), (per_element, False, [])]
     for i, bk in enumerate(out.kernels):
         if not _spills(bk):
             continue
-        for lowered_for, stepped in forms:
-            if lowered_for is target and stepped:
+        for lowered_for, stepped, flags in forms:
+            if lowered_for is target and stepped and not flags:
                 continue
             kernel = compile_kernel(ls, i, variant, tunables, lowered_for)
             retry = _render_variant(ls, variant, target, tunables, [kernel], stepped_copies=stepped, first_index=i).kernels[0]
-            compile_built(retry, target)
+            compile_built(retry, target, flags)
             if not _spills(retry):
                 out.kernels[i] = retry
                 break
@@ -187,8 +194,9 @@ def _render_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target, tun
     return out
 
 
-def compile_built(bk: BuiltKernel, target: Target) -> None:
-    """Compile one generated source in a private folder with the headers beside it."""
+def compile_built(bk: BuiltKernel, target: Target, extra_flags: list[str] = ()) -> None:
+    """Compile one generated source in a private folder with the headers beside it (and
+    `extra_flags` on the compiler's command line, recorded in bk.command)."""
     from .toolchain import compile_cuda, compile_hip
 
     with tempfile.TemporaryDirectory(prefix="kgen-src-") as tmp:
@@ -200,7 +208,7 @@ def compile_built(bk: BuiltKernel, target: Target) -> None:
         cwd = os.getcwd()
         os.chdir(tmp)  # so the recorded command names the source as it sits beside its headers
         try:
-            res = fn(Path(bk.file), target.compiler_arch, include_dirs=[])
+            res = fn(Path(bk.file), target.compiler_arch, include_dirs=[], extra_flags=list(extra_flags))
         finally:
             os.chdir(cwd)
     bk.binary = res.binary

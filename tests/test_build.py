@@ -382,21 +382,38 @@ reference: |
 
 def test_a_spilling_swizzled_variant_is_retried_with_plain_layouts(monkeypatch):
     """The first tunable choice, swizzled, 'spills' (a stand-in compiler says so for any source
-    with a swizzled descriptor); the build keeps those tunables and drops the swizzle rather
-    than moving on to smaller tiles."""
+    with a swizzled descriptor, whatever the flags); the build tries the same code with the
+    target's frugal register flags (also without bulk reductions), then keeps those tunables and
+    drops the swizzle rather than moving on to smaller tiles."""
     import re
 
     swizzled = re.compile(r"wgmma_desc\([^;]*, 1\);")
-    seen: list[bool] = []
+    seen: list[tuple[bool, tuple[str, ...]]] = []
 
-    def fake_compile(bk, target):
-        seen.append(bool(swizzled.search(bk.source)))
-        bk.resources = {"spill_bytes": 64 if seen[-1] else 0}
+    def fake_compile(bk, target, extra_flags=()):
+        seen.append((bool(swizzled.search(bk.source)), tuple(extra_flags)))
+        bk.resources = {"spill_bytes": 64 if seen[-1][0] else 0}
 
     monkeypatch.setattr(kgen.build, "compile_built", fake_compile)
     ls = load_spec(REPO / "specs" / "fa2_fwd.yaml")
     variant = {"dtype": "bf16", "head_dim": 64, "causal": False}
-    out = kgen.build.build_variant(ls, variant, load_target("sm_90"), compile=True)
+    hopper = load_target("sm_90")
+    out = kgen.build.build_variant(ls, variant, hopper, compile=True)
     assert out.tunables == kgen.build.tunable_candidates(ls, variant)[0]
-    assert seen == [True, False]
+    frugal = hopper.frugal_register_flags
+    assert seen == [(True, ()), (True, frugal), (True, frugal), (False, ())]
     assert not any(swizzled.search(bk.source) for bk in out.kernels)
+
+
+def test_the_causal_dkdv_takes_tensor_copies_through_the_frugal_register_flags():
+    """The golden set's causal D=128 dkdv (atomics) spills at ptxas's default register usage in
+    the tensor-copy form; the build retries it with the descriptor's frugal flags, and that form
+    (tensor maps, no spills) is what ships. The non-causal one needs no retry."""
+    m = json.loads((GENERATED / "fa2_bwd" / "sm_90" / "manifest.json").read_text())
+    dkdv = {v["id"]: k for v in m["variants"] for k in v["kernels"] if k["name"] == "fa2_bwd_dkdv"}
+    flags = list(load_target("sm_90").frugal_register_flags)
+    causal = dkdv["dtype-bf16_head_dim-128_causal-true_deterministic-false"]
+    plain = dkdv["dtype-bf16_head_dim-128_causal-false_deterministic-false"]
+    assert flags and all(f in causal["command"] for f in flags) and len(causal["tensor_maps"]) == 4
+    assert not causal["resources"]["spill_bytes"] and not causal["resources"]["stack_bytes"]
+    assert not any(f in plain["command"] for f in flags[1:]) and len(plain["tensor_maps"]) == 4

@@ -190,6 +190,9 @@ class Target(_Frozen):
     global_fp32_atomic_add: bool
     global_fp32_atomic_vector: int  # most consecutive fp32 elements one global atomic add takes
     shared_bulk_fp32_add: bool = False  # the copy engine adds fp32 rows from shared to global memory
+    # compiler flags for a kernel that spills: the back end's register-frugal mode, tried (kgen.build)
+    # before plainer layouts and smaller tiles
+    frugal_register_flags: tuple[str, ...] = ()
     workgroup_dispatch: Literal["round_robin_xcd", "single"]
     matrix_instrs: tuple[MatrixInstr, ...]
     shared_matrix_load: SharedMatrixLoad | None = None

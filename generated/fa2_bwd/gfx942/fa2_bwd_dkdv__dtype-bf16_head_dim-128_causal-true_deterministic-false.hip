@@ -78,22 +78,22 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       }
     }
   }
-  // spec: specs/fa2_bwd.yaml:134:27
+  // spec: specs/fa2_bwd.yaml:136:27
   kg::bf16* v15 = reinterpret_cast<kg::bf16*>(smem + 28672);
   kg::sync();
   #pragma unroll
   for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v15[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v13[e]);
 
-  // spec: specs/fa2_bwd.yaml:134:27
+  // spec: specs/fa2_bwd.yaml:136:27
   kg::bf16* v16 = v15;
-  // spec: specs/fa2_bwd.yaml:135:28
+  // spec: specs/fa2_bwd.yaml:137:28
   kg::bf16* v17 = reinterpret_cast<kg::bf16*>(smem + 37376);
   #pragma unroll
   for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v17[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v14[e]);
 
-  // spec: specs/fa2_bwd.yaml:135:28
+  // spec: specs/fa2_bwd.yaml:137:28
   kg::bf16* v18 = v17;
-  // spec: specs/fa2_bwd.yaml:141:74
+  // spec: specs/fa2_bwd.yaml:143:74
   kg::bf16* v19 = reinterpret_cast<kg::bf16*>(smem + 18432);
   #pragma unroll
   for (int e = 0; e < 16; ++e) v19[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 40 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16))] = v13[e];
@@ -110,39 +110,39 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
   int v23[2];
   #pragma unroll
   for (int e = 0; e < 2; ++e) v23[e] = (v22 + v20[e]);
-  // spec: specs/fa2_bwd.yaml:131:57
+  // spec: specs/fa2_bwd.yaml:133:57
   int (&v24)[2] = v23;
-  // spec: specs/fa2_bwd.yaml:133:45
+  // spec: specs/fa2_bwd.yaml:135:45
   int v25[8];
   #pragma unroll
   for (int e = 0; e < 8; ++e) v25[e] = v24[((e >> 2) & 1) * 1];
-  // spec: specs/fa2_bwd.yaml:93:22
+  // spec: specs/fa2_bwd.yaml:95:22
   const int v26 = 1;
-  // spec: specs/fa2_bwd.yaml:93:22
+  // spec: specs/fa2_bwd.yaml:95:22
   const int v27 = 0;
-  // spec: specs/fa2_bwd.yaml:92:35
+  // spec: specs/fa2_bwd.yaml:94:35
   const int v28 = 64;
-  // spec: specs/fa2_bwd.yaml:92:35
+  // spec: specs/fa2_bwd.yaml:94:35
   const int v29 = 63;
-  // spec: specs/fa2_bwd.yaml:92:66
+  // spec: specs/fa2_bwd.yaml:94:66
   const int v30 = (v4 - v0);
-  // spec: specs/fa2_bwd.yaml:92:40
+  // spec: specs/fa2_bwd.yaml:94:40
   const int v31 = 1;
-  // spec: specs/fa2_bwd.yaml:92:40
+  // spec: specs/fa2_bwd.yaml:94:40
   const int v32 = 32;
-  // spec: specs/fa2_bwd.yaml:92:41
+  // spec: specs/fa2_bwd.yaml:94:41
   const int v33 = 1;
-  // spec: specs/fa2_bwd.yaml:92:41
+  // spec: specs/fa2_bwd.yaml:94:41
   const int v34 = (v10 + v33);
-  // spec: specs/fa2_bwd.yaml:92:40
+  // spec: specs/fa2_bwd.yaml:94:40
   const int v35 = (v34 * v32);
-  // spec: specs/fa2_bwd.yaml:92:40
+  // spec: specs/fa2_bwd.yaml:94:40
   const int v36 = (v35 - v31);
-  // spec: specs/fa2_bwd.yaml:92:40
+  // spec: specs/fa2_bwd.yaml:94:40
   const int v37 = (v36 - v30);
-  // spec: specs/fa2_bwd.yaml:92:35
+  // spec: specs/fa2_bwd.yaml:94:35
   const int v38 = (v37 + v29);
-  // spec: specs/fa2_bwd.yaml:92:35
+  // spec: specs/fa2_bwd.yaml:94:35
   const int v39 = (kg::floordiv(v38, v28));
   // spec: specs/fa2_bwd.yaml:82:19
   const int v40 = 64;
@@ -160,7 +160,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
   const int v46 = (kg::max_(v45, v41));
   // spec: specs/fa2_bwd.yaml:82:19
   const int v47 = (kg::floordiv(v46, v40));
-  // spec: specs/fa2_bwd.yaml:92:27
+  // spec: specs/fa2_bwd.yaml:94:27
   const int v48 = (kg::max_(v39, v47));
   // spec: specs/fa2_bwd.yaml:85:13
   const int v49 = 64;
@@ -170,7 +170,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
   const int v51 = (v0 + v50);
   // spec: specs/fa2_bwd.yaml:85:13
   const int v52 = (kg::floordiv(v51, v49));
-  // spec: specs/fa2_bwd.yaml:92:19
+  // spec: specs/fa2_bwd.yaml:94:19
   const int v53 = (kg::min_(v48, v52));
   // spec: specs/fa2_bwd.yaml:84:16
   float v54[16];
@@ -186,7 +186,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
   const float v57 = (v1 * v56);
   // spec: specs/fa2_bwd.yaml:73:15
   const int v58 = (kg::floordiv(v2, v3));
-  // spec: specs/fa2_bwd.yaml:93:7
+  // spec: specs/fa2_bwd.yaml:95:7
 
   float v59[16];
   #pragma unroll
@@ -198,13 +198,13 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
     float (&v62)[16] = v59;
     float (&v63)[16] = v60;
     
-    // spec: specs/fa2_bwd.yaml:96:58
+    // spec: specs/fa2_bwd.yaml:98:58
     const int v64 = 1;
-    // spec: specs/fa2_bwd.yaml:94:15
-    const int v65 = (v11 * v58);
-    // spec: specs/fa2_bwd.yaml:94:15
-    const int v66 = (v65 + v61);
     // spec: specs/fa2_bwd.yaml:96:15
+    const int v65 = (v11 * v58);
+    // spec: specs/fa2_bwd.yaml:96:15
+    const int v66 = (v65 + v61);
+    // spec: specs/fa2_bwd.yaml:98:15
 
     float v67[16];
     #pragma unroll
@@ -216,7 +216,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       float (&v70)[16] = v67;
       float (&v71)[16] = v68;
       
-      // spec: specs/fa2_bwd.yaml:97:24
+      // spec: specs/fa2_bwd.yaml:99:24
       kg::bf16 v72[32];
       {
         const kg::bf16* p_ = t_q + ((int64_t)(v12) * stride_q_0 + (int64_t)(v66) * stride_q_2);
@@ -238,7 +238,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:98:26
+      // spec: specs/fa2_bwd.yaml:100:26
       kg::bf16 v73[32];
       {
         const kg::bf16* p_ = t_do + ((int64_t)(v12) * stride_do_0 + (int64_t)(v66) * stride_do_2);
@@ -260,7 +260,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:130:30
+      // spec: specs/fa2_bwd.yaml:132:30
       float v74[4];
       {
         const float* p_ = t_lse + ((int64_t)(v12) * stride_lse_0 + (int64_t)(v66) * stride_lse_1);
@@ -280,17 +280,17 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:134:27
+      // spec: specs/fa2_bwd.yaml:136:27
       kg::bf16* v75 = reinterpret_cast<kg::bf16*>(smem + 0);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v75[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v72[e]);
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:134:27
+      // spec: specs/fa2_bwd.yaml:136:27
       float v76[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v76[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:134:27
+      // spec: specs/fa2_bwd.yaml:136:27
       float (&v77)[8] = v76;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
@@ -306,17 +306,17 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           for (int rn = 0; rn < 2; ++rn)
             kg::mfma_16x16x16_bf16(&v77[(rm * 2 + rn) * 4], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:135:28
+      // spec: specs/fa2_bwd.yaml:137:28
       kg::bf16* v78 = reinterpret_cast<kg::bf16*>(smem + 0);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v78[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v73[e]);
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:135:28
+      // spec: specs/fa2_bwd.yaml:137:28
       float v79[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v79[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:135:28
+      // spec: specs/fa2_bwd.yaml:137:28
       float (&v80)[8] = v79;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
@@ -332,124 +332,124 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           for (int rn = 0; rn < 2; ++rn)
             kg::mfma_16x16x16_bf16(&v80[(rm * 2 + rn) * 4], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:136:27
+      // spec: specs/fa2_bwd.yaml:138:27
       const float v81 = 0.0f;
-      // spec: specs/fa2_bwd.yaml:130:30
+      // spec: specs/fa2_bwd.yaml:132:30
       const float v82 = 1.4426950408889634f;
-      // spec: specs/fa2_bwd.yaml:130:30
+      // spec: specs/fa2_bwd.yaml:132:30
       float v83[4];
       #pragma unroll
       for (int e = 0; e < 4; ++e) v83[e] = (v74[e] * v82);
-      // spec: specs/fa2_bwd.yaml:136:58
+      // spec: specs/fa2_bwd.yaml:138:58
       float (&v84)[4] = v83;
-      // spec: specs/fa2_bwd.yaml:136:45
+      // spec: specs/fa2_bwd.yaml:138:45
       float v85[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v85[e] = v84[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-      // spec: specs/fa2_bwd.yaml:136:45
+      // spec: specs/fa2_bwd.yaml:138:45
       float v86[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v86[e] = (v77[e] * v57);
-      // spec: specs/fa2_bwd.yaml:136:45
+      // spec: specs/fa2_bwd.yaml:138:45
       float v87[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v87[e] = (v86[e] - v85[e]);
-      // spec: specs/fa2_bwd.yaml:136:40
+      // spec: specs/fa2_bwd.yaml:138:40
       float v88[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v88[e] = kg::exp2_(v87[e]);
-      // spec: specs/fa2_bwd.yaml:133:79
+      // spec: specs/fa2_bwd.yaml:135:79
       const int v89 = (v4 - v0);
-      // spec: specs/fa2_bwd.yaml:129:44
+      // spec: specs/fa2_bwd.yaml:131:44
       int v90[4];
       #pragma unroll
       for (int e = 0; e < 4; ++e) v90[e] = (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2);
-      // spec: specs/fa2_bwd.yaml:129:30
+      // spec: specs/fa2_bwd.yaml:131:30
       const int v91 = 64;
-      // spec: specs/fa2_bwd.yaml:129:30
+      // spec: specs/fa2_bwd.yaml:131:30
       const int v92 = (v69 * v91);
-      // spec: specs/fa2_bwd.yaml:129:30
+      // spec: specs/fa2_bwd.yaml:131:30
       int v93[4];
       #pragma unroll
       for (int e = 0; e < 4; ++e) v93[e] = (v92 + v90[e]);
-      // spec: specs/fa2_bwd.yaml:133:62
+      // spec: specs/fa2_bwd.yaml:135:62
       int (&v94)[4] = v93;
-      // spec: specs/fa2_bwd.yaml:133:62
+      // spec: specs/fa2_bwd.yaml:135:62
       int v95[4];
       #pragma unroll
       for (int e = 0; e < 4; ++e) v95[e] = (v94[e] + v89);
-      // spec: specs/fa2_bwd.yaml:133:45
+      // spec: specs/fa2_bwd.yaml:135:45
       int v96[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v96[e] = v95[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-      // spec: specs/fa2_bwd.yaml:133:45
+      // spec: specs/fa2_bwd.yaml:135:45
       bool v97[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v97[e] = (v25[e] <= v96[e]);
-      // spec: specs/fa2_bwd.yaml:131:82
+      // spec: specs/fa2_bwd.yaml:133:82
       const float v98 = -kg::inf();
-      // spec: specs/fa2_bwd.yaml:131:82
+      // spec: specs/fa2_bwd.yaml:133:82
       float (&v99)[4] = v83;
-      // spec: specs/fa2_bwd.yaml:131:82
+      // spec: specs/fa2_bwd.yaml:133:82
       bool v100[4];
       #pragma unroll
       for (int e = 0; e < 4; ++e) v100[e] = (v99[e] > v98);
-      // spec: specs/fa2_bwd.yaml:131:31
+      // spec: specs/fa2_bwd.yaml:133:31
       bool v101[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v101[e] = v100[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-      // spec: specs/fa2_bwd.yaml:131:57
+      // spec: specs/fa2_bwd.yaml:133:57
       bool v102[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v102[e] = (v24[e] < v4);
-      // spec: specs/fa2_bwd.yaml:131:31
+      // spec: specs/fa2_bwd.yaml:133:31
       bool v103[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v103[e] = v102[((e >> 2) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:131:32
+      // spec: specs/fa2_bwd.yaml:133:32
       int (&v104)[4] = v93;
-      // spec: specs/fa2_bwd.yaml:131:32
+      // spec: specs/fa2_bwd.yaml:133:32
       bool v105[4];
       #pragma unroll
       for (int e = 0; e < 4; ++e) v105[e] = (v104[e] < v0);
-      // spec: specs/fa2_bwd.yaml:131:31
+      // spec: specs/fa2_bwd.yaml:133:31
       bool v106[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v106[e] = v105[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-      // spec: specs/fa2_bwd.yaml:131:31
+      // spec: specs/fa2_bwd.yaml:133:31
       bool v107[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v107[e] = (v106[e] && v103[e]);
-      // spec: specs/fa2_bwd.yaml:131:31
+      // spec: specs/fa2_bwd.yaml:133:31
       bool v108[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v108[e] = (v107[e] && v101[e]);
-      // spec: specs/fa2_bwd.yaml:133:35
+      // spec: specs/fa2_bwd.yaml:135:35
       bool v109[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v109[e] = (v108[e] && v97[e]);
-      // spec: specs/fa2_bwd.yaml:136:27
+      // spec: specs/fa2_bwd.yaml:138:27
       float v110[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v110[e] = (v109[e] ? v88[e] : v81);
-      // spec: specs/fa2_bwd.yaml:137:45
+      // spec: specs/fa2_bwd.yaml:139:45
       kg::bf16 v111[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v111[e] = kg::cvt<kg::bf16>(v110[e]);
-      // spec: specs/fa2_bwd.yaml:137:41
+      // spec: specs/fa2_bwd.yaml:139:41
       kg::bf16* v112 = reinterpret_cast<kg::bf16*>(smem + 46080);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 8; e += 4) kg::copy_vec<4>(&v112[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((e >> 2) & 1) * 16)) * 72 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2))], &v111[e]);
 
-      // spec: specs/fa2_bwd.yaml:137:41
+      // spec: specs/fa2_bwd.yaml:139:41
       kg::bf16* v113 = v112;
-      // spec: specs/fa2_bwd.yaml:137:41
+      // spec: specs/fa2_bwd.yaml:139:41
       kg::bf16* v114 = reinterpret_cast<kg::bf16*>(smem + 0);
       #pragma unroll
       for (int e = 0; e < 32; ++e) v114[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v73[e];
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:137:41
+      // spec: specs/fa2_bwd.yaml:139:41
       float (&v115)[16] = v70;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
@@ -465,7 +465,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           for (int rn = 0; rn < 1; ++rn)
             kg::mfma_32x32x8_bf16(&v115[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:138:39
+      // spec: specs/fa2_bwd.yaml:140:39
       float v116[4];
       {
         const float* p_ = t_delta + ((int64_t)(v12) * stride_delta_0 + (int64_t)(v66) * stride_delta_1);
@@ -485,38 +485,38 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:138:39
+      // spec: specs/fa2_bwd.yaml:140:39
       float (&v117)[4] = v116;
-      // spec: specs/fa2_bwd.yaml:138:34
+      // spec: specs/fa2_bwd.yaml:140:34
       float v118[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v118[e] = v117[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-      // spec: specs/fa2_bwd.yaml:138:34
+      // spec: specs/fa2_bwd.yaml:140:34
       float v119[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v119[e] = (v80[e] - v118[e]);
-      // spec: specs/fa2_bwd.yaml:138:29
+      // spec: specs/fa2_bwd.yaml:140:29
       float v120[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v120[e] = (v110[e] * v119[e]);
-      // spec: specs/fa2_bwd.yaml:138:28
+      // spec: specs/fa2_bwd.yaml:140:28
       kg::bf16 v121[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v121[e] = kg::cvt<kg::bf16>(v120[e]);
-      // spec: specs/fa2_bwd.yaml:139:41
+      // spec: specs/fa2_bwd.yaml:141:41
       kg::bf16* v122 = reinterpret_cast<kg::bf16*>(smem + 46080);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 8; e += 4) kg::copy_vec<4>(&v122[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((e >> 2) & 1) * 16)) * 72 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2))], &v121[e]);
 
-      // spec: specs/fa2_bwd.yaml:139:41
+      // spec: specs/fa2_bwd.yaml:141:41
       kg::bf16* v123 = v122;
-      // spec: specs/fa2_bwd.yaml:139:41
+      // spec: specs/fa2_bwd.yaml:141:41
       kg::bf16* v124 = reinterpret_cast<kg::bf16*>(smem + 0);
       #pragma unroll
       for (int e = 0; e < 32; ++e) v124[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v72[e];
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:139:41
+      // spec: specs/fa2_bwd.yaml:141:41
       float (&v125)[16] = v71;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
@@ -532,17 +532,17 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           for (int rn = 0; rn < 1; ++rn)
             kg::mfma_32x32x8_bf16(&v125[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:141:74
+      // spec: specs/fa2_bwd.yaml:143:74
       kg::bf16* v126 = reinterpret_cast<kg::bf16*>(smem + 0);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 8; ++e) v126[((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 40 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((e >> 2) & 1) * 16))] = v121[e];
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:141:74
+      // spec: specs/fa2_bwd.yaml:143:74
       float v127[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v127[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:141:74
+      // spec: specs/fa2_bwd.yaml:143:74
       float (&v128)[32] = v127;
       #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
@@ -558,11 +558,11 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           for (int rn = 0; rn < 2; ++rn)
             kg::mfma_32x32x8_bf16(&v128[(rm * 2 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:141:74
+      // spec: specs/fa2_bwd.yaml:143:74
       float v129[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v129[e] = (v128[e] * v1);
-      // spec: specs/fa2_bwd.yaml:141:27
+      // spec: specs/fa2_bwd.yaml:143:27
       if ((lane & 0) == 0 && (warp & 0) == 0) {
         float* p_ = t_dq_acc + ((int64_t)(v12) * stride_dq_acc_0 + (int64_t)(v66) * stride_dq_acc_2);
         const bool aligned_ = false;
@@ -576,7 +576,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           if (i0_ < (size_SQ)) kg::atomic_add(p_ + off_, v129[e]);
         }
       }
-      // spec: specs/fa2_bwd.yaml:141:27
+      // spec: specs/fa2_bwd.yaml:143:27
 
       float y0_[16];
       #pragma unroll
@@ -589,9 +589,9 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       #pragma unroll
       for (int e = 0; e < 16; ++e) v68[e] = y1_[e];
     }
-    // spec: specs/fa2_bwd.yaml:96:79
+    // spec: specs/fa2_bwd.yaml:98:79
     const int v130 = 1;
-    // spec: specs/fa2_bwd.yaml:96:15
+    // spec: specs/fa2_bwd.yaml:98:15
 
     float v131[16];
     #pragma unroll
@@ -603,7 +603,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       float (&v134)[16] = v131;
       float (&v135)[16] = v132;
       
-      // spec: specs/fa2_bwd.yaml:97:24
+      // spec: specs/fa2_bwd.yaml:99:24
       kg::bf16 v136[32];
       {
         const kg::bf16* p_ = t_q + ((int64_t)(v12) * stride_q_0 + (int64_t)(v66) * stride_q_2);
@@ -625,7 +625,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:98:26
+      // spec: specs/fa2_bwd.yaml:100:26
       kg::bf16 v137[32];
       {
         const kg::bf16* p_ = t_do + ((int64_t)(v12) * stride_do_0 + (int64_t)(v66) * stride_do_2);
@@ -647,7 +647,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:130:30
+      // spec: specs/fa2_bwd.yaml:132:30
       float v138[4];
       {
         const float* p_ = t_lse + ((int64_t)(v12) * stride_lse_0 + (int64_t)(v66) * stride_lse_1);
@@ -667,17 +667,17 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:134:27
+      // spec: specs/fa2_bwd.yaml:136:27
       kg::bf16* v139 = reinterpret_cast<kg::bf16*>(smem + 0);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v139[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v136[e]);
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:134:27
+      // spec: specs/fa2_bwd.yaml:136:27
       float v140[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v140[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:134:27
+      // spec: specs/fa2_bwd.yaml:136:27
       float (&v141)[8] = v140;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
@@ -693,17 +693,17 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           for (int rn = 0; rn < 2; ++rn)
             kg::mfma_16x16x16_bf16(&v141[(rm * 2 + rn) * 4], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:135:28
+      // spec: specs/fa2_bwd.yaml:137:28
       kg::bf16* v142 = reinterpret_cast<kg::bf16*>(smem + 0);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v142[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v137[e]);
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:135:28
+      // spec: specs/fa2_bwd.yaml:137:28
       float v143[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v143[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:135:28
+      // spec: specs/fa2_bwd.yaml:137:28
       float (&v144)[8] = v143;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
@@ -719,104 +719,104 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           for (int rn = 0; rn < 2; ++rn)
             kg::mfma_16x16x16_bf16(&v144[(rm * 2 + rn) * 4], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:136:27
+      // spec: specs/fa2_bwd.yaml:138:27
       const float v145 = 0.0f;
-      // spec: specs/fa2_bwd.yaml:130:30
+      // spec: specs/fa2_bwd.yaml:132:30
       const float v146 = 1.4426950408889634f;
-      // spec: specs/fa2_bwd.yaml:130:30
+      // spec: specs/fa2_bwd.yaml:132:30
       float v147[4];
       #pragma unroll
       for (int e = 0; e < 4; ++e) v147[e] = (v138[e] * v146);
-      // spec: specs/fa2_bwd.yaml:136:58
+      // spec: specs/fa2_bwd.yaml:138:58
       float (&v148)[4] = v147;
-      // spec: specs/fa2_bwd.yaml:136:45
+      // spec: specs/fa2_bwd.yaml:138:45
       float v149[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v149[e] = v148[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-      // spec: specs/fa2_bwd.yaml:136:45
+      // spec: specs/fa2_bwd.yaml:138:45
       float v150[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v150[e] = (v141[e] * v57);
-      // spec: specs/fa2_bwd.yaml:136:45
+      // spec: specs/fa2_bwd.yaml:138:45
       float v151[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v151[e] = (v150[e] - v149[e]);
-      // spec: specs/fa2_bwd.yaml:136:40
+      // spec: specs/fa2_bwd.yaml:138:40
       float v152[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v152[e] = kg::exp2_(v151[e]);
-      // spec: specs/fa2_bwd.yaml:131:82
+      // spec: specs/fa2_bwd.yaml:133:82
       const float v153 = -kg::inf();
-      // spec: specs/fa2_bwd.yaml:131:82
+      // spec: specs/fa2_bwd.yaml:133:82
       float (&v154)[4] = v147;
-      // spec: specs/fa2_bwd.yaml:131:82
+      // spec: specs/fa2_bwd.yaml:133:82
       bool v155[4];
       #pragma unroll
       for (int e = 0; e < 4; ++e) v155[e] = (v154[e] > v153);
-      // spec: specs/fa2_bwd.yaml:131:31
+      // spec: specs/fa2_bwd.yaml:133:31
       bool v156[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v156[e] = v155[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-      // spec: specs/fa2_bwd.yaml:131:57
+      // spec: specs/fa2_bwd.yaml:133:57
       bool v157[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v157[e] = (v24[e] < v4);
-      // spec: specs/fa2_bwd.yaml:131:31
+      // spec: specs/fa2_bwd.yaml:133:31
       bool v158[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v158[e] = v157[((e >> 2) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:129:44
+      // spec: specs/fa2_bwd.yaml:131:44
       int v159[4];
       #pragma unroll
       for (int e = 0; e < 4; ++e) v159[e] = (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2);
-      // spec: specs/fa2_bwd.yaml:129:30
+      // spec: specs/fa2_bwd.yaml:131:30
       const int v160 = 64;
-      // spec: specs/fa2_bwd.yaml:129:30
+      // spec: specs/fa2_bwd.yaml:131:30
       const int v161 = (v133 * v160);
-      // spec: specs/fa2_bwd.yaml:129:30
+      // spec: specs/fa2_bwd.yaml:131:30
       int v162[4];
       #pragma unroll
       for (int e = 0; e < 4; ++e) v162[e] = (v161 + v159[e]);
-      // spec: specs/fa2_bwd.yaml:131:32
+      // spec: specs/fa2_bwd.yaml:133:32
       int (&v163)[4] = v162;
-      // spec: specs/fa2_bwd.yaml:131:32
+      // spec: specs/fa2_bwd.yaml:133:32
       bool v164[4];
       #pragma unroll
       for (int e = 0; e < 4; ++e) v164[e] = (v163[e] < v0);
-      // spec: specs/fa2_bwd.yaml:131:31
+      // spec: specs/fa2_bwd.yaml:133:31
       bool v165[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v165[e] = v164[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-      // spec: specs/fa2_bwd.yaml:131:31
+      // spec: specs/fa2_bwd.yaml:133:31
       bool v166[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v166[e] = (v165[e] && v158[e]);
-      // spec: specs/fa2_bwd.yaml:131:31
+      // spec: specs/fa2_bwd.yaml:133:31
       bool v167[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v167[e] = (v166[e] && v156[e]);
-      // spec: specs/fa2_bwd.yaml:136:27
+      // spec: specs/fa2_bwd.yaml:138:27
       float v168[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v168[e] = (v167[e] ? v152[e] : v145);
-      // spec: specs/fa2_bwd.yaml:137:45
+      // spec: specs/fa2_bwd.yaml:139:45
       kg::bf16 v169[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v169[e] = kg::cvt<kg::bf16>(v168[e]);
-      // spec: specs/fa2_bwd.yaml:137:41
+      // spec: specs/fa2_bwd.yaml:139:41
       kg::bf16* v170 = reinterpret_cast<kg::bf16*>(smem + 46080);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 8; e += 4) kg::copy_vec<4>(&v170[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((e >> 2) & 1) * 16)) * 72 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2))], &v169[e]);
 
-      // spec: specs/fa2_bwd.yaml:137:41
+      // spec: specs/fa2_bwd.yaml:139:41
       kg::bf16* v171 = v170;
-      // spec: specs/fa2_bwd.yaml:137:41
+      // spec: specs/fa2_bwd.yaml:139:41
       kg::bf16* v172 = reinterpret_cast<kg::bf16*>(smem + 0);
       #pragma unroll
       for (int e = 0; e < 32; ++e) v172[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v137[e];
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:137:41
+      // spec: specs/fa2_bwd.yaml:139:41
       float (&v173)[16] = v134;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
@@ -832,7 +832,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           for (int rn = 0; rn < 1; ++rn)
             kg::mfma_32x32x8_bf16(&v173[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:138:39
+      // spec: specs/fa2_bwd.yaml:140:39
       float v174[4];
       {
         const float* p_ = t_delta + ((int64_t)(v12) * stride_delta_0 + (int64_t)(v66) * stride_delta_1);
@@ -852,38 +852,38 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:138:39
+      // spec: specs/fa2_bwd.yaml:140:39
       float (&v175)[4] = v174;
-      // spec: specs/fa2_bwd.yaml:138:34
+      // spec: specs/fa2_bwd.yaml:140:34
       float v176[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v176[e] = v175[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-      // spec: specs/fa2_bwd.yaml:138:34
+      // spec: specs/fa2_bwd.yaml:140:34
       float v177[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v177[e] = (v144[e] - v176[e]);
-      // spec: specs/fa2_bwd.yaml:138:29
+      // spec: specs/fa2_bwd.yaml:140:29
       float v178[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v178[e] = (v168[e] * v177[e]);
-      // spec: specs/fa2_bwd.yaml:138:28
+      // spec: specs/fa2_bwd.yaml:140:28
       kg::bf16 v179[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v179[e] = kg::cvt<kg::bf16>(v178[e]);
-      // spec: specs/fa2_bwd.yaml:139:41
+      // spec: specs/fa2_bwd.yaml:141:41
       kg::bf16* v180 = reinterpret_cast<kg::bf16*>(smem + 46080);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 8; e += 4) kg::copy_vec<4>(&v180[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((e >> 2) & 1) * 16)) * 72 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2))], &v179[e]);
 
-      // spec: specs/fa2_bwd.yaml:139:41
+      // spec: specs/fa2_bwd.yaml:141:41
       kg::bf16* v181 = v180;
-      // spec: specs/fa2_bwd.yaml:139:41
+      // spec: specs/fa2_bwd.yaml:141:41
       kg::bf16* v182 = reinterpret_cast<kg::bf16*>(smem + 0);
       #pragma unroll
       for (int e = 0; e < 32; ++e) v182[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v136[e];
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:139:41
+      // spec: specs/fa2_bwd.yaml:141:41
       float (&v183)[16] = v135;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
@@ -899,17 +899,17 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           for (int rn = 0; rn < 1; ++rn)
             kg::mfma_32x32x8_bf16(&v183[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:141:74
+      // spec: specs/fa2_bwd.yaml:143:74
       kg::bf16* v184 = reinterpret_cast<kg::bf16*>(smem + 0);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 8; ++e) v184[((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 40 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((e >> 2) & 1) * 16))] = v179[e];
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:141:74
+      // spec: specs/fa2_bwd.yaml:143:74
       float v185[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v185[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:141:74
+      // spec: specs/fa2_bwd.yaml:143:74
       float (&v186)[32] = v185;
       #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
@@ -925,11 +925,11 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           for (int rn = 0; rn < 2; ++rn)
             kg::mfma_32x32x8_bf16(&v186[(rm * 2 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:141:74
+      // spec: specs/fa2_bwd.yaml:143:74
       float v187[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v187[e] = (v186[e] * v1);
-      // spec: specs/fa2_bwd.yaml:141:27
+      // spec: specs/fa2_bwd.yaml:143:27
       if ((lane & 0) == 0 && (warp & 0) == 0) {
         float* p_ = t_dq_acc + ((int64_t)(v12) * stride_dq_acc_0 + (int64_t)(v66) * stride_dq_acc_2);
         const bool aligned_ = false;
@@ -943,7 +943,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           if (i0_ < (size_SQ)) kg::atomic_add(p_ + off_, v187[e]);
         }
       }
-      // spec: specs/fa2_bwd.yaml:141:27
+      // spec: specs/fa2_bwd.yaml:143:27
 
       float y0_[16];
       #pragma unroll
@@ -956,7 +956,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       #pragma unroll
       for (int e = 0; e < 16; ++e) v132[e] = y1_[e];
     }
-    // spec: specs/fa2_bwd.yaml:96:15
+    // spec: specs/fa2_bwd.yaml:98:15
 
     float y0_[16];
     #pragma unroll
@@ -969,15 +969,15 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
     #pragma unroll
     for (int e = 0; e < 16; ++e) v60[e] = y1_[e];
   }
-  // spec: specs/fa2_bwd.yaml:142:34
+  // spec: specs/fa2_bwd.yaml:144:34
   float v188[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v188[e] = (v60[e] * v1);
-  // spec: specs/fa2_bwd.yaml:142:33
+  // spec: specs/fa2_bwd.yaml:144:33
   kg::bf16 v189[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v189[e] = kg::cvt<kg::bf16>(v188[e]);
-  // spec: specs/fa2_bwd.yaml:142:7
+  // spec: specs/fa2_bwd.yaml:144:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_dk + ((int64_t)(v12) * stride_dk_0 + (int64_t)(v11) * stride_dk_2);
     const bool aligned_ = false;
@@ -991,11 +991,11 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       if (i0_ < (size_SK)) p_[off_] = v189[e];
     }
   }
-  // spec: specs/fa2_bwd.yaml:143:33
+  // spec: specs/fa2_bwd.yaml:145:33
   kg::bf16 v190[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v190[e] = kg::cvt<kg::bf16>(v59[e]);
-  // spec: specs/fa2_bwd.yaml:143:7
+  // spec: specs/fa2_bwd.yaml:145:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_dv + ((int64_t)(v12) * stride_dv_0 + (int64_t)(v11) * stride_dv_2);
     const bool aligned_ = false;

@@ -78,20 +78,20 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       }
     }
   }
-  // spec: specs/fa2_bwd.yaml:134:27
+  // spec: specs/fa2_bwd.yaml:136:27
   kg::bf16* v15 = reinterpret_cast<kg::bf16*>(smem + 0);
   kg::sync();
   #pragma unroll
   for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v15[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v13[e]);
 
-  // spec: specs/fa2_bwd.yaml:134:27
+  // spec: specs/fa2_bwd.yaml:136:27
   kg::bf16* v16 = v15;
-  // spec: specs/fa2_bwd.yaml:135:28
+  // spec: specs/fa2_bwd.yaml:137:28
   kg::bf16* v17 = reinterpret_cast<kg::bf16*>(smem + 9216);
   #pragma unroll
   for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v17[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v14[e]);
   kg::sync();
-  // spec: specs/fa2_bwd.yaml:135:28
+  // spec: specs/fa2_bwd.yaml:137:28
   kg::bf16* v18 = v17;
   // spec: specs/fa2_bwd.yaml:75:29
   int v19[1];
@@ -105,11 +105,11 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
   int v22[1];
   #pragma unroll
   for (int e = 0; e < 1; ++e) v22[e] = (v21 + v19[e]);
-  // spec: specs/fa2_bwd.yaml:131:57
+  // spec: specs/fa2_bwd.yaml:133:57
   int (&v23)[1] = v22;
-  // spec: specs/fa2_bwd.yaml:93:22
+  // spec: specs/fa2_bwd.yaml:95:22
   const int v24 = 1;
-  // spec: specs/fa2_bwd.yaml:93:22
+  // spec: specs/fa2_bwd.yaml:95:22
   const int v25 = 0;
   // spec: specs/fa2_bwd.yaml:85:13
   const int v26 = 64;
@@ -133,7 +133,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
   const float v33 = (v1 * v32);
   // spec: specs/fa2_bwd.yaml:73:15
   const int v34 = (kg::floordiv(v2, v3));
-  // spec: specs/fa2_bwd.yaml:93:7
+  // spec: specs/fa2_bwd.yaml:95:7
 
   float v35[16];
   #pragma unroll
@@ -145,15 +145,15 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
     float (&v38)[16] = v35;
     float (&v39)[16] = v36;
     
-    // spec: specs/fa2_bwd.yaml:96:58
+    // spec: specs/fa2_bwd.yaml:98:58
     const int v40 = 1;
-    // spec: specs/fa2_bwd.yaml:96:58
+    // spec: specs/fa2_bwd.yaml:98:58
     const int v41 = 0;
-    // spec: specs/fa2_bwd.yaml:94:15
-    const int v42 = (v11 * v34);
-    // spec: specs/fa2_bwd.yaml:94:15
-    const int v43 = (v42 + v37);
     // spec: specs/fa2_bwd.yaml:96:15
+    const int v42 = (v11 * v34);
+    // spec: specs/fa2_bwd.yaml:96:15
+    const int v43 = (v42 + v37);
+    // spec: specs/fa2_bwd.yaml:98:15
 
     float v44[16];
     #pragma unroll
@@ -165,7 +165,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       float (&v47)[16] = v44;
       float (&v48)[16] = v45;
       
-      // spec: specs/fa2_bwd.yaml:97:24
+      // spec: specs/fa2_bwd.yaml:99:24
       kg::bf16 v49[16];
       {
         const kg::bf16* p_ = t_q + ((int64_t)(v12) * stride_q_0 + (int64_t)(v43) * stride_q_2);
@@ -187,7 +187,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:98:26
+      // spec: specs/fa2_bwd.yaml:100:26
       kg::bf16 v50[16];
       {
         const kg::bf16* p_ = t_do + ((int64_t)(v12) * stride_do_0 + (int64_t)(v43) * stride_do_2);
@@ -209,7 +209,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:130:30
+      // spec: specs/fa2_bwd.yaml:132:30
       float v51[16];
       {
         const float* p_ = t_lse + ((int64_t)(v12) * stride_lse_0 + (int64_t)(v43) * stride_lse_1);
@@ -229,17 +229,17 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:134:27
+      // spec: specs/fa2_bwd.yaml:136:27
       kg::bf16* v52 = reinterpret_cast<kg::bf16*>(smem + 18432);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v52[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v49[e]);
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:134:27
+      // spec: specs/fa2_bwd.yaml:136:27
       float v53[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v53[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:134:27
+      // spec: specs/fa2_bwd.yaml:136:27
       float (&v54)[16] = v53;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
@@ -255,17 +255,17 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           for (int rn = 0; rn < 1; ++rn)
             kg::mfma_32x32x8_bf16(&v54[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:135:28
+      // spec: specs/fa2_bwd.yaml:137:28
       kg::bf16* v55 = reinterpret_cast<kg::bf16*>(smem + 18432);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v55[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v50[e]);
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:135:28
+      // spec: specs/fa2_bwd.yaml:137:28
       float v56[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v56[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:135:28
+      // spec: specs/fa2_bwd.yaml:137:28
       float (&v57)[16] = v56;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
@@ -281,104 +281,104 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           for (int rn = 0; rn < 1; ++rn)
             kg::mfma_32x32x8_bf16(&v57[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:136:27
+      // spec: specs/fa2_bwd.yaml:138:27
       const float v58 = 0.0f;
-      // spec: specs/fa2_bwd.yaml:130:30
+      // spec: specs/fa2_bwd.yaml:132:30
       const float v59 = 1.4426950408889634f;
-      // spec: specs/fa2_bwd.yaml:130:30
+      // spec: specs/fa2_bwd.yaml:132:30
       float v60[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v60[e] = (v51[e] * v59);
-      // spec: specs/fa2_bwd.yaml:136:58
+      // spec: specs/fa2_bwd.yaml:138:58
       float (&v61)[16] = v60;
-      // spec: specs/fa2_bwd.yaml:136:45
+      // spec: specs/fa2_bwd.yaml:138:45
       float v62[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v62[e] = v61[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:136:45
+      // spec: specs/fa2_bwd.yaml:138:45
       float v63[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v63[e] = (v54[e] * v33);
-      // spec: specs/fa2_bwd.yaml:136:45
+      // spec: specs/fa2_bwd.yaml:138:45
       float v64[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v64[e] = (v63[e] - v62[e]);
-      // spec: specs/fa2_bwd.yaml:136:40
+      // spec: specs/fa2_bwd.yaml:138:40
       float v65[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v65[e] = kg::exp2_(v64[e]);
-      // spec: specs/fa2_bwd.yaml:131:82
+      // spec: specs/fa2_bwd.yaml:133:82
       const float v66 = -kg::inf();
-      // spec: specs/fa2_bwd.yaml:131:82
+      // spec: specs/fa2_bwd.yaml:133:82
       float (&v67)[16] = v60;
-      // spec: specs/fa2_bwd.yaml:131:82
+      // spec: specs/fa2_bwd.yaml:133:82
       bool v68[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v68[e] = (v67[e] > v66);
-      // spec: specs/fa2_bwd.yaml:131:31
+      // spec: specs/fa2_bwd.yaml:133:31
       bool v69[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v69[e] = v68[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:131:57
+      // spec: specs/fa2_bwd.yaml:133:57
       bool v70[1];
       #pragma unroll
       for (int e = 0; e < 1; ++e) v70[e] = (v23[e] < v4);
-      // spec: specs/fa2_bwd.yaml:131:31
+      // spec: specs/fa2_bwd.yaml:133:31
       bool v71[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v71[e] = v70[0];
-      // spec: specs/fa2_bwd.yaml:129:44
+      // spec: specs/fa2_bwd.yaml:131:44
       int v72[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v72[e] = (((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16);
-      // spec: specs/fa2_bwd.yaml:129:30
+      // spec: specs/fa2_bwd.yaml:131:30
       const int v73 = 64;
-      // spec: specs/fa2_bwd.yaml:129:30
+      // spec: specs/fa2_bwd.yaml:131:30
       const int v74 = (v46 * v73);
-      // spec: specs/fa2_bwd.yaml:129:30
+      // spec: specs/fa2_bwd.yaml:131:30
       int v75[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v75[e] = (v74 + v72[e]);
-      // spec: specs/fa2_bwd.yaml:131:32
+      // spec: specs/fa2_bwd.yaml:133:32
       int (&v76)[16] = v75;
-      // spec: specs/fa2_bwd.yaml:131:32
+      // spec: specs/fa2_bwd.yaml:133:32
       bool v77[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v77[e] = (v76[e] < v0);
-      // spec: specs/fa2_bwd.yaml:131:31
+      // spec: specs/fa2_bwd.yaml:133:31
       bool v78[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v78[e] = v77[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:131:31
+      // spec: specs/fa2_bwd.yaml:133:31
       bool v79[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v79[e] = (v78[e] && v71[e]);
-      // spec: specs/fa2_bwd.yaml:131:31
+      // spec: specs/fa2_bwd.yaml:133:31
       bool v80[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v80[e] = (v79[e] && v69[e]);
-      // spec: specs/fa2_bwd.yaml:136:27
+      // spec: specs/fa2_bwd.yaml:138:27
       float v81[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v81[e] = (v80[e] ? v65[e] : v58);
-      // spec: specs/fa2_bwd.yaml:137:45
+      // spec: specs/fa2_bwd.yaml:139:45
       kg::bf16 v82[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v82[e] = kg::cvt<kg::bf16>(v81[e]);
-      // spec: specs/fa2_bwd.yaml:137:41
+      // spec: specs/fa2_bwd.yaml:139:41
       kg::bf16* v83 = reinterpret_cast<kg::bf16*>(smem + 18432);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v83[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 72 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v82[e]);
 
-      // spec: specs/fa2_bwd.yaml:137:41
+      // spec: specs/fa2_bwd.yaml:139:41
       kg::bf16* v84 = v83;
-      // spec: specs/fa2_bwd.yaml:137:41
+      // spec: specs/fa2_bwd.yaml:139:41
       kg::bf16* v85 = reinterpret_cast<kg::bf16*>(smem + 27648);
       #pragma unroll
       for (int e = 0; e < 16; ++e) v85[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32))] = v50[e];
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:137:41
+      // spec: specs/fa2_bwd.yaml:139:41
       float (&v86)[16] = v47;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
@@ -394,7 +394,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           for (int rn = 0; rn < 1; ++rn)
             kg::mfma_32x32x8_bf16(&v86[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:138:39
+      // spec: specs/fa2_bwd.yaml:140:39
       float v87[16];
       {
         const float* p_ = t_delta + ((int64_t)(v12) * stride_delta_0 + (int64_t)(v43) * stride_delta_1);
@@ -414,38 +414,38 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:138:39
+      // spec: specs/fa2_bwd.yaml:140:39
       float (&v88)[16] = v87;
-      // spec: specs/fa2_bwd.yaml:138:34
+      // spec: specs/fa2_bwd.yaml:140:34
       float v89[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v89[e] = v88[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:138:34
+      // spec: specs/fa2_bwd.yaml:140:34
       float v90[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v90[e] = (v57[e] - v89[e]);
-      // spec: specs/fa2_bwd.yaml:138:29
+      // spec: specs/fa2_bwd.yaml:140:29
       float v91[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v91[e] = (v81[e] * v90[e]);
-      // spec: specs/fa2_bwd.yaml:138:28
+      // spec: specs/fa2_bwd.yaml:140:28
       kg::bf16 v92[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v92[e] = kg::cvt<kg::bf16>(v91[e]);
-      // spec: specs/fa2_bwd.yaml:139:41
+      // spec: specs/fa2_bwd.yaml:141:41
       kg::bf16* v93 = reinterpret_cast<kg::bf16*>(smem + 18432);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v93[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 72 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v92[e]);
 
-      // spec: specs/fa2_bwd.yaml:139:41
+      // spec: specs/fa2_bwd.yaml:141:41
       kg::bf16* v94 = v93;
-      // spec: specs/fa2_bwd.yaml:139:41
+      // spec: specs/fa2_bwd.yaml:141:41
       kg::bf16* v95 = reinterpret_cast<kg::bf16*>(smem + 27648);
       #pragma unroll
       for (int e = 0; e < 16; ++e) v95[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32))] = v49[e];
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:139:41
+      // spec: specs/fa2_bwd.yaml:141:41
       float (&v96)[16] = v48;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
@@ -461,7 +461,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           for (int rn = 0; rn < 1; ++rn)
             kg::mfma_32x32x8_bf16(&v96[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:140:26
+      // spec: specs/fa2_bwd.yaml:142:26
 
       float y0_[16];
       #pragma unroll
@@ -474,7 +474,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       #pragma unroll
       for (int e = 0; e < 16; ++e) v45[e] = y1_[e];
     }
-    // spec: specs/fa2_bwd.yaml:96:15
+    // spec: specs/fa2_bwd.yaml:98:15
 
     float y0_[16];
     #pragma unroll
@@ -487,15 +487,15 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
     #pragma unroll
     for (int e = 0; e < 16; ++e) v36[e] = y1_[e];
   }
-  // spec: specs/fa2_bwd.yaml:142:34
+  // spec: specs/fa2_bwd.yaml:144:34
   float v97[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v97[e] = (v36[e] * v1);
-  // spec: specs/fa2_bwd.yaml:142:33
+  // spec: specs/fa2_bwd.yaml:144:33
   kg::bf16 v98[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v98[e] = kg::cvt<kg::bf16>(v97[e]);
-  // spec: specs/fa2_bwd.yaml:142:7
+  // spec: specs/fa2_bwd.yaml:144:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_dk + ((int64_t)(v12) * stride_dk_0 + (int64_t)(v11) * stride_dk_2);
     const bool aligned_ = false;
@@ -509,11 +509,11 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       if (i0_ < (size_SK)) p_[off_] = v98[e];
     }
   }
-  // spec: specs/fa2_bwd.yaml:143:33
+  // spec: specs/fa2_bwd.yaml:145:33
   kg::bf16 v99[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v99[e] = kg::cvt<kg::bf16>(v35[e]);
-  // spec: specs/fa2_bwd.yaml:143:7
+  // spec: specs/fa2_bwd.yaml:145:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_dv + ((int64_t)(v12) * stride_dv_0 + (int64_t)(v11) * stride_dv_2);
     const bool aligned_ = false;

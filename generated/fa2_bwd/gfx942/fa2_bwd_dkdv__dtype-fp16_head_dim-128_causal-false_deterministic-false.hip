@@ -78,22 +78,22 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       }
     }
   }
-  // spec: specs/fa2_bwd.yaml:134:27
+  // spec: specs/fa2_bwd.yaml:136:27
   kg::fp16* v15 = reinterpret_cast<kg::fp16*>(smem + 28672);
   kg::sync();
   #pragma unroll
   for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v15[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v13[e]);
 
-  // spec: specs/fa2_bwd.yaml:134:27
+  // spec: specs/fa2_bwd.yaml:136:27
   kg::fp16* v16 = v15;
-  // spec: specs/fa2_bwd.yaml:135:28
+  // spec: specs/fa2_bwd.yaml:137:28
   kg::fp16* v17 = reinterpret_cast<kg::fp16*>(smem + 37376);
   #pragma unroll
   for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v17[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v14[e]);
 
-  // spec: specs/fa2_bwd.yaml:135:28
+  // spec: specs/fa2_bwd.yaml:137:28
   kg::fp16* v18 = v17;
-  // spec: specs/fa2_bwd.yaml:141:74
+  // spec: specs/fa2_bwd.yaml:143:74
   kg::fp16* v19 = reinterpret_cast<kg::fp16*>(smem + 18432);
   #pragma unroll
   for (int e = 0; e < 16; ++e) v19[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 40 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16))] = v13[e];
@@ -110,11 +110,11 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
   int v23[2];
   #pragma unroll
   for (int e = 0; e < 2; ++e) v23[e] = (v22 + v20[e]);
-  // spec: specs/fa2_bwd.yaml:131:57
+  // spec: specs/fa2_bwd.yaml:133:57
   int (&v24)[2] = v23;
-  // spec: specs/fa2_bwd.yaml:93:22
+  // spec: specs/fa2_bwd.yaml:95:22
   const int v25 = 1;
-  // spec: specs/fa2_bwd.yaml:93:22
+  // spec: specs/fa2_bwd.yaml:95:22
   const int v26 = 0;
   // spec: specs/fa2_bwd.yaml:85:13
   const int v27 = 64;
@@ -138,7 +138,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
   const float v34 = (v1 * v33);
   // spec: specs/fa2_bwd.yaml:73:15
   const int v35 = (kg::floordiv(v2, v3));
-  // spec: specs/fa2_bwd.yaml:93:7
+  // spec: specs/fa2_bwd.yaml:95:7
 
   float v36[16];
   #pragma unroll
@@ -150,15 +150,15 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
     float (&v39)[16] = v36;
     float (&v40)[16] = v37;
     
-    // spec: specs/fa2_bwd.yaml:96:58
+    // spec: specs/fa2_bwd.yaml:98:58
     const int v41 = 1;
-    // spec: specs/fa2_bwd.yaml:96:58
+    // spec: specs/fa2_bwd.yaml:98:58
     const int v42 = 0;
-    // spec: specs/fa2_bwd.yaml:94:15
-    const int v43 = (v11 * v35);
-    // spec: specs/fa2_bwd.yaml:94:15
-    const int v44 = (v43 + v38);
     // spec: specs/fa2_bwd.yaml:96:15
+    const int v43 = (v11 * v35);
+    // spec: specs/fa2_bwd.yaml:96:15
+    const int v44 = (v43 + v38);
+    // spec: specs/fa2_bwd.yaml:98:15
 
     float v45[16];
     #pragma unroll
@@ -170,7 +170,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       float (&v48)[16] = v45;
       float (&v49)[16] = v46;
       
-      // spec: specs/fa2_bwd.yaml:97:24
+      // spec: specs/fa2_bwd.yaml:99:24
       kg::fp16 v50[32];
       {
         const kg::fp16* p_ = t_q + ((int64_t)(v12) * stride_q_0 + (int64_t)(v44) * stride_q_2);
@@ -192,7 +192,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:98:26
+      // spec: specs/fa2_bwd.yaml:100:26
       kg::fp16 v51[32];
       {
         const kg::fp16* p_ = t_do + ((int64_t)(v12) * stride_do_0 + (int64_t)(v44) * stride_do_2);
@@ -214,7 +214,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:130:30
+      // spec: specs/fa2_bwd.yaml:132:30
       float v52[4];
       {
         const float* p_ = t_lse + ((int64_t)(v12) * stride_lse_0 + (int64_t)(v44) * stride_lse_1);
@@ -234,17 +234,17 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:134:27
+      // spec: specs/fa2_bwd.yaml:136:27
       kg::fp16* v53 = reinterpret_cast<kg::fp16*>(smem + 0);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v53[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v50[e]);
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:134:27
+      // spec: specs/fa2_bwd.yaml:136:27
       float v54[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v54[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:134:27
+      // spec: specs/fa2_bwd.yaml:136:27
       float (&v55)[8] = v54;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
@@ -260,17 +260,17 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           for (int rn = 0; rn < 2; ++rn)
             kg::mfma_16x16x16_fp16(&v55[(rm * 2 + rn) * 4], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:135:28
+      // spec: specs/fa2_bwd.yaml:137:28
       kg::fp16* v56 = reinterpret_cast<kg::fp16*>(smem + 0);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v56[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v51[e]);
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:135:28
+      // spec: specs/fa2_bwd.yaml:137:28
       float v57[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v57[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:135:28
+      // spec: specs/fa2_bwd.yaml:137:28
       float (&v58)[8] = v57;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
@@ -286,104 +286,104 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           for (int rn = 0; rn < 2; ++rn)
             kg::mfma_16x16x16_fp16(&v58[(rm * 2 + rn) * 4], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:136:27
+      // spec: specs/fa2_bwd.yaml:138:27
       const float v59 = 0.0f;
-      // spec: specs/fa2_bwd.yaml:130:30
+      // spec: specs/fa2_bwd.yaml:132:30
       const float v60 = 1.4426950408889634f;
-      // spec: specs/fa2_bwd.yaml:130:30
+      // spec: specs/fa2_bwd.yaml:132:30
       float v61[4];
       #pragma unroll
       for (int e = 0; e < 4; ++e) v61[e] = (v52[e] * v60);
-      // spec: specs/fa2_bwd.yaml:136:58
+      // spec: specs/fa2_bwd.yaml:138:58
       float (&v62)[4] = v61;
-      // spec: specs/fa2_bwd.yaml:136:45
+      // spec: specs/fa2_bwd.yaml:138:45
       float v63[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v63[e] = v62[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-      // spec: specs/fa2_bwd.yaml:136:45
+      // spec: specs/fa2_bwd.yaml:138:45
       float v64[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v64[e] = (v55[e] * v34);
-      // spec: specs/fa2_bwd.yaml:136:45
+      // spec: specs/fa2_bwd.yaml:138:45
       float v65[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v65[e] = (v64[e] - v63[e]);
-      // spec: specs/fa2_bwd.yaml:136:40
+      // spec: specs/fa2_bwd.yaml:138:40
       float v66[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v66[e] = kg::exp2_(v65[e]);
-      // spec: specs/fa2_bwd.yaml:131:82
+      // spec: specs/fa2_bwd.yaml:133:82
       const float v67 = -kg::inf();
-      // spec: specs/fa2_bwd.yaml:131:82
+      // spec: specs/fa2_bwd.yaml:133:82
       float (&v68)[4] = v61;
-      // spec: specs/fa2_bwd.yaml:131:82
+      // spec: specs/fa2_bwd.yaml:133:82
       bool v69[4];
       #pragma unroll
       for (int e = 0; e < 4; ++e) v69[e] = (v68[e] > v67);
-      // spec: specs/fa2_bwd.yaml:131:31
+      // spec: specs/fa2_bwd.yaml:133:31
       bool v70[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v70[e] = v69[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-      // spec: specs/fa2_bwd.yaml:131:57
+      // spec: specs/fa2_bwd.yaml:133:57
       bool v71[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v71[e] = (v24[e] < v4);
-      // spec: specs/fa2_bwd.yaml:131:31
+      // spec: specs/fa2_bwd.yaml:133:31
       bool v72[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v72[e] = v71[((e >> 2) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:129:44
+      // spec: specs/fa2_bwd.yaml:131:44
       int v73[4];
       #pragma unroll
       for (int e = 0; e < 4; ++e) v73[e] = (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2);
-      // spec: specs/fa2_bwd.yaml:129:30
+      // spec: specs/fa2_bwd.yaml:131:30
       const int v74 = 64;
-      // spec: specs/fa2_bwd.yaml:129:30
+      // spec: specs/fa2_bwd.yaml:131:30
       const int v75 = (v47 * v74);
-      // spec: specs/fa2_bwd.yaml:129:30
+      // spec: specs/fa2_bwd.yaml:131:30
       int v76[4];
       #pragma unroll
       for (int e = 0; e < 4; ++e) v76[e] = (v75 + v73[e]);
-      // spec: specs/fa2_bwd.yaml:131:32
+      // spec: specs/fa2_bwd.yaml:133:32
       int (&v77)[4] = v76;
-      // spec: specs/fa2_bwd.yaml:131:32
+      // spec: specs/fa2_bwd.yaml:133:32
       bool v78[4];
       #pragma unroll
       for (int e = 0; e < 4; ++e) v78[e] = (v77[e] < v0);
-      // spec: specs/fa2_bwd.yaml:131:31
+      // spec: specs/fa2_bwd.yaml:133:31
       bool v79[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v79[e] = v78[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-      // spec: specs/fa2_bwd.yaml:131:31
+      // spec: specs/fa2_bwd.yaml:133:31
       bool v80[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v80[e] = (v79[e] && v72[e]);
-      // spec: specs/fa2_bwd.yaml:131:31
+      // spec: specs/fa2_bwd.yaml:133:31
       bool v81[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v81[e] = (v80[e] && v70[e]);
-      // spec: specs/fa2_bwd.yaml:136:27
+      // spec: specs/fa2_bwd.yaml:138:27
       float v82[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v82[e] = (v81[e] ? v66[e] : v59);
-      // spec: specs/fa2_bwd.yaml:137:45
+      // spec: specs/fa2_bwd.yaml:139:45
       kg::fp16 v83[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v83[e] = kg::cvt<kg::fp16>(v82[e]);
-      // spec: specs/fa2_bwd.yaml:137:41
+      // spec: specs/fa2_bwd.yaml:139:41
       kg::fp16* v84 = reinterpret_cast<kg::fp16*>(smem + 46080);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 8; e += 4) kg::copy_vec<4>(&v84[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((e >> 2) & 1) * 16)) * 72 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2))], &v83[e]);
 
-      // spec: specs/fa2_bwd.yaml:137:41
+      // spec: specs/fa2_bwd.yaml:139:41
       kg::fp16* v85 = v84;
-      // spec: specs/fa2_bwd.yaml:137:41
+      // spec: specs/fa2_bwd.yaml:139:41
       kg::fp16* v86 = reinterpret_cast<kg::fp16*>(smem + 0);
       #pragma unroll
       for (int e = 0; e < 32; ++e) v86[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v51[e];
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:137:41
+      // spec: specs/fa2_bwd.yaml:139:41
       float (&v87)[16] = v48;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
@@ -399,7 +399,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           for (int rn = 0; rn < 1; ++rn)
             kg::mfma_32x32x8_fp16(&v87[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:138:39
+      // spec: specs/fa2_bwd.yaml:140:39
       float v88[4];
       {
         const float* p_ = t_delta + ((int64_t)(v12) * stride_delta_0 + (int64_t)(v44) * stride_delta_1);
@@ -419,38 +419,38 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:138:39
+      // spec: specs/fa2_bwd.yaml:140:39
       float (&v89)[4] = v88;
-      // spec: specs/fa2_bwd.yaml:138:34
+      // spec: specs/fa2_bwd.yaml:140:34
       float v90[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v90[e] = v89[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-      // spec: specs/fa2_bwd.yaml:138:34
+      // spec: specs/fa2_bwd.yaml:140:34
       float v91[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v91[e] = (v58[e] - v90[e]);
-      // spec: specs/fa2_bwd.yaml:138:29
+      // spec: specs/fa2_bwd.yaml:140:29
       float v92[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v92[e] = (v82[e] * v91[e]);
-      // spec: specs/fa2_bwd.yaml:138:28
+      // spec: specs/fa2_bwd.yaml:140:28
       kg::fp16 v93[8];
       #pragma unroll
       for (int e = 0; e < 8; ++e) v93[e] = kg::cvt<kg::fp16>(v92[e]);
-      // spec: specs/fa2_bwd.yaml:139:41
+      // spec: specs/fa2_bwd.yaml:141:41
       kg::fp16* v94 = reinterpret_cast<kg::fp16*>(smem + 46080);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 8; e += 4) kg::copy_vec<4>(&v94[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((e >> 2) & 1) * 16)) * 72 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2))], &v93[e]);
 
-      // spec: specs/fa2_bwd.yaml:139:41
+      // spec: specs/fa2_bwd.yaml:141:41
       kg::fp16* v95 = v94;
-      // spec: specs/fa2_bwd.yaml:139:41
+      // spec: specs/fa2_bwd.yaml:141:41
       kg::fp16* v96 = reinterpret_cast<kg::fp16*>(smem + 0);
       #pragma unroll
       for (int e = 0; e < 32; ++e) v96[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v50[e];
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:139:41
+      // spec: specs/fa2_bwd.yaml:141:41
       float (&v97)[16] = v49;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
@@ -466,17 +466,17 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           for (int rn = 0; rn < 1; ++rn)
             kg::mfma_32x32x8_fp16(&v97[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:141:74
+      // spec: specs/fa2_bwd.yaml:143:74
       kg::fp16* v98 = reinterpret_cast<kg::fp16*>(smem + 0);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 8; ++e) v98[((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 40 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((e >> 2) & 1) * 16))] = v93[e];
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:141:74
+      // spec: specs/fa2_bwd.yaml:143:74
       float v99[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v99[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:141:74
+      // spec: specs/fa2_bwd.yaml:143:74
       float (&v100)[32] = v99;
       #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
@@ -492,11 +492,11 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           for (int rn = 0; rn < 2; ++rn)
             kg::mfma_32x32x8_fp16(&v100[(rm * 2 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:141:74
+      // spec: specs/fa2_bwd.yaml:143:74
       float v101[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v101[e] = (v100[e] * v1);
-      // spec: specs/fa2_bwd.yaml:141:27
+      // spec: specs/fa2_bwd.yaml:143:27
       if ((lane & 0) == 0 && (warp & 0) == 0) {
         float* p_ = t_dq_acc + ((int64_t)(v12) * stride_dq_acc_0 + (int64_t)(v44) * stride_dq_acc_2);
         const bool aligned_ = false;
@@ -510,7 +510,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           if (i0_ < (size_SQ)) kg::atomic_add(p_ + off_, v101[e]);
         }
       }
-      // spec: specs/fa2_bwd.yaml:141:27
+      // spec: specs/fa2_bwd.yaml:143:27
 
       float y0_[16];
       #pragma unroll
@@ -523,7 +523,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       #pragma unroll
       for (int e = 0; e < 16; ++e) v46[e] = y1_[e];
     }
-    // spec: specs/fa2_bwd.yaml:96:15
+    // spec: specs/fa2_bwd.yaml:98:15
 
     float y0_[16];
     #pragma unroll
@@ -536,15 +536,15 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
     #pragma unroll
     for (int e = 0; e < 16; ++e) v37[e] = y1_[e];
   }
-  // spec: specs/fa2_bwd.yaml:142:34
+  // spec: specs/fa2_bwd.yaml:144:34
   float v102[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v102[e] = (v37[e] * v1);
-  // spec: specs/fa2_bwd.yaml:142:33
+  // spec: specs/fa2_bwd.yaml:144:33
   kg::fp16 v103[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v103[e] = kg::cvt<kg::fp16>(v102[e]);
-  // spec: specs/fa2_bwd.yaml:142:7
+  // spec: specs/fa2_bwd.yaml:144:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_dk + ((int64_t)(v12) * stride_dk_0 + (int64_t)(v11) * stride_dk_2);
     const bool aligned_ = false;
@@ -558,11 +558,11 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       if (i0_ < (size_SK)) p_[off_] = v103[e];
     }
   }
-  // spec: specs/fa2_bwd.yaml:143:33
+  // spec: specs/fa2_bwd.yaml:145:33
   kg::fp16 v104[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v104[e] = kg::cvt<kg::fp16>(v36[e]);
-  // spec: specs/fa2_bwd.yaml:143:7
+  // spec: specs/fa2_bwd.yaml:145:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_dv + ((int64_t)(v12) * stride_dv_0 + (int64_t)(v11) * stride_dv_2);
     const bool aligned_ = false;

@@ -78,20 +78,20 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       }
     }
   }
-  // spec: specs/fa2_bwd.yaml:134:27
+  // spec: specs/fa2_bwd.yaml:136:27
   kg::fp16* v15 = reinterpret_cast<kg::fp16*>(smem + 18432);
   kg::sync();
   #pragma unroll
   for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v15[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v13[e]);
 
-  // spec: specs/fa2_bwd.yaml:134:27
+  // spec: specs/fa2_bwd.yaml:136:27
   kg::fp16* v16 = v15;
-  // spec: specs/fa2_bwd.yaml:135:28
+  // spec: specs/fa2_bwd.yaml:137:28
   kg::fp16* v17 = reinterpret_cast<kg::fp16*>(smem + 35840);
   #pragma unroll
   for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v17[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v14[e]);
   kg::sync();
-  // spec: specs/fa2_bwd.yaml:135:28
+  // spec: specs/fa2_bwd.yaml:137:28
   kg::fp16* v18 = v17;
   // spec: specs/fa2_bwd.yaml:75:29
   int v19[1];
@@ -105,39 +105,39 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
   int v22[1];
   #pragma unroll
   for (int e = 0; e < 1; ++e) v22[e] = (v21 + v19[e]);
-  // spec: specs/fa2_bwd.yaml:131:57
+  // spec: specs/fa2_bwd.yaml:133:57
   int (&v23)[1] = v22;
-  // spec: specs/fa2_bwd.yaml:133:45
+  // spec: specs/fa2_bwd.yaml:135:45
   int v24[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v24[e] = v23[0];
-  // spec: specs/fa2_bwd.yaml:93:22
+  // spec: specs/fa2_bwd.yaml:95:22
   const int v25 = 1;
-  // spec: specs/fa2_bwd.yaml:93:22
+  // spec: specs/fa2_bwd.yaml:95:22
   const int v26 = 0;
-  // spec: specs/fa2_bwd.yaml:92:35
+  // spec: specs/fa2_bwd.yaml:94:35
   const int v27 = 64;
-  // spec: specs/fa2_bwd.yaml:92:35
+  // spec: specs/fa2_bwd.yaml:94:35
   const int v28 = 63;
-  // spec: specs/fa2_bwd.yaml:92:66
+  // spec: specs/fa2_bwd.yaml:94:66
   const int v29 = (v4 - v0);
-  // spec: specs/fa2_bwd.yaml:92:40
+  // spec: specs/fa2_bwd.yaml:94:40
   const int v30 = 1;
-  // spec: specs/fa2_bwd.yaml:92:40
+  // spec: specs/fa2_bwd.yaml:94:40
   const int v31 = 64;
-  // spec: specs/fa2_bwd.yaml:92:41
+  // spec: specs/fa2_bwd.yaml:94:41
   const int v32 = 1;
-  // spec: specs/fa2_bwd.yaml:92:41
+  // spec: specs/fa2_bwd.yaml:94:41
   const int v33 = (v10 + v32);
-  // spec: specs/fa2_bwd.yaml:92:40
+  // spec: specs/fa2_bwd.yaml:94:40
   const int v34 = (v33 * v31);
-  // spec: specs/fa2_bwd.yaml:92:40
+  // spec: specs/fa2_bwd.yaml:94:40
   const int v35 = (v34 - v30);
-  // spec: specs/fa2_bwd.yaml:92:40
+  // spec: specs/fa2_bwd.yaml:94:40
   const int v36 = (v35 - v29);
-  // spec: specs/fa2_bwd.yaml:92:35
+  // spec: specs/fa2_bwd.yaml:94:35
   const int v37 = (v36 + v28);
-  // spec: specs/fa2_bwd.yaml:92:35
+  // spec: specs/fa2_bwd.yaml:94:35
   const int v38 = (kg::floordiv(v37, v27));
   // spec: specs/fa2_bwd.yaml:82:19
   const int v39 = 64;
@@ -155,7 +155,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
   const int v45 = (kg::max_(v44, v40));
   // spec: specs/fa2_bwd.yaml:82:19
   const int v46 = (kg::floordiv(v45, v39));
-  // spec: specs/fa2_bwd.yaml:92:27
+  // spec: specs/fa2_bwd.yaml:94:27
   const int v47 = (kg::max_(v38, v46));
   // spec: specs/fa2_bwd.yaml:85:13
   const int v48 = 64;
@@ -165,7 +165,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
   const int v50 = (v0 + v49);
   // spec: specs/fa2_bwd.yaml:85:13
   const int v51 = (kg::floordiv(v50, v48));
-  // spec: specs/fa2_bwd.yaml:92:19
+  // spec: specs/fa2_bwd.yaml:94:19
   const int v52 = (kg::min_(v47, v51));
   // spec: specs/fa2_bwd.yaml:84:16
   float v53[32];
@@ -181,7 +181,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
   const float v56 = (v1 * v55);
   // spec: specs/fa2_bwd.yaml:73:15
   const int v57 = (kg::floordiv(v2, v3));
-  // spec: specs/fa2_bwd.yaml:93:7
+  // spec: specs/fa2_bwd.yaml:95:7
 
   float v58[32];
   #pragma unroll
@@ -193,13 +193,13 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
     float (&v61)[32] = v58;
     float (&v62)[32] = v59;
     
-    // spec: specs/fa2_bwd.yaml:96:58
+    // spec: specs/fa2_bwd.yaml:98:58
     const int v63 = 1;
-    // spec: specs/fa2_bwd.yaml:94:15
-    const int v64 = (v11 * v57);
-    // spec: specs/fa2_bwd.yaml:94:15
-    const int v65 = (v64 + v60);
     // spec: specs/fa2_bwd.yaml:96:15
+    const int v64 = (v11 * v57);
+    // spec: specs/fa2_bwd.yaml:96:15
+    const int v65 = (v64 + v60);
+    // spec: specs/fa2_bwd.yaml:98:15
 
     float v66[32];
     #pragma unroll
@@ -211,7 +211,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       float (&v69)[32] = v66;
       float (&v70)[32] = v67;
       
-      // spec: specs/fa2_bwd.yaml:97:24
+      // spec: specs/fa2_bwd.yaml:99:24
       kg::fp16 v71[32];
       {
         const kg::fp16* p_ = t_q + ((int64_t)(v12) * stride_q_0 + (int64_t)(v65) * stride_q_2);
@@ -233,7 +233,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:98:26
+      // spec: specs/fa2_bwd.yaml:100:26
       kg::fp16 v72[32];
       {
         const kg::fp16* p_ = t_do + ((int64_t)(v12) * stride_do_0 + (int64_t)(v65) * stride_do_2);
@@ -255,7 +255,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:130:30
+      // spec: specs/fa2_bwd.yaml:132:30
       float v73[16];
       {
         const float* p_ = t_lse + ((int64_t)(v12) * stride_lse_0 + (int64_t)(v65) * stride_lse_1);
@@ -275,17 +275,17 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:134:27
+      // spec: specs/fa2_bwd.yaml:136:27
       kg::fp16* v74 = reinterpret_cast<kg::fp16*>(smem + 0);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v74[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v71[e]);
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:134:27
+      // spec: specs/fa2_bwd.yaml:136:27
       float v75[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v75[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:134:27
+      // spec: specs/fa2_bwd.yaml:136:27
       float (&v76)[16] = v75;
       #pragma unroll
       for (int ks = 0; ks < 16; ++ks) {
@@ -301,17 +301,17 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           for (int rn = 0; rn < 1; ++rn)
             kg::mfma_32x32x8_fp16(&v76[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:135:28
+      // spec: specs/fa2_bwd.yaml:137:28
       kg::fp16* v77 = reinterpret_cast<kg::fp16*>(smem + 0);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v77[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v72[e]);
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:135:28
+      // spec: specs/fa2_bwd.yaml:137:28
       float v78[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v78[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:135:28
+      // spec: specs/fa2_bwd.yaml:137:28
       float (&v79)[16] = v78;
       #pragma unroll
       for (int ks = 0; ks < 16; ++ks) {
@@ -327,124 +327,124 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           for (int rn = 0; rn < 1; ++rn)
             kg::mfma_32x32x8_fp16(&v79[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:136:27
+      // spec: specs/fa2_bwd.yaml:138:27
       const float v80 = 0.0f;
-      // spec: specs/fa2_bwd.yaml:130:30
+      // spec: specs/fa2_bwd.yaml:132:30
       const float v81 = 1.4426950408889634f;
-      // spec: specs/fa2_bwd.yaml:130:30
+      // spec: specs/fa2_bwd.yaml:132:30
       float v82[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v82[e] = (v73[e] * v81);
-      // spec: specs/fa2_bwd.yaml:136:58
+      // spec: specs/fa2_bwd.yaml:138:58
       float (&v83)[16] = v82;
-      // spec: specs/fa2_bwd.yaml:136:45
+      // spec: specs/fa2_bwd.yaml:138:45
       float v84[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v84[e] = v83[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:136:45
+      // spec: specs/fa2_bwd.yaml:138:45
       float v85[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v85[e] = (v76[e] * v56);
-      // spec: specs/fa2_bwd.yaml:136:45
+      // spec: specs/fa2_bwd.yaml:138:45
       float v86[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v86[e] = (v85[e] - v84[e]);
-      // spec: specs/fa2_bwd.yaml:136:40
+      // spec: specs/fa2_bwd.yaml:138:40
       float v87[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v87[e] = kg::exp2_(v86[e]);
-      // spec: specs/fa2_bwd.yaml:133:79
+      // spec: specs/fa2_bwd.yaml:135:79
       const int v88 = (v4 - v0);
-      // spec: specs/fa2_bwd.yaml:129:44
+      // spec: specs/fa2_bwd.yaml:131:44
       int v89[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v89[e] = (((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16);
-      // spec: specs/fa2_bwd.yaml:129:30
+      // spec: specs/fa2_bwd.yaml:131:30
       const int v90 = 64;
-      // spec: specs/fa2_bwd.yaml:129:30
+      // spec: specs/fa2_bwd.yaml:131:30
       const int v91 = (v68 * v90);
-      // spec: specs/fa2_bwd.yaml:129:30
+      // spec: specs/fa2_bwd.yaml:131:30
       int v92[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v92[e] = (v91 + v89[e]);
-      // spec: specs/fa2_bwd.yaml:133:62
+      // spec: specs/fa2_bwd.yaml:135:62
       int (&v93)[16] = v92;
-      // spec: specs/fa2_bwd.yaml:133:62
+      // spec: specs/fa2_bwd.yaml:135:62
       int v94[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v94[e] = (v93[e] + v88);
-      // spec: specs/fa2_bwd.yaml:133:45
+      // spec: specs/fa2_bwd.yaml:135:45
       int v95[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v95[e] = v94[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:133:45
+      // spec: specs/fa2_bwd.yaml:135:45
       bool v96[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v96[e] = (v24[e] <= v95[e]);
-      // spec: specs/fa2_bwd.yaml:131:82
+      // spec: specs/fa2_bwd.yaml:133:82
       const float v97 = -kg::inf();
-      // spec: specs/fa2_bwd.yaml:131:82
+      // spec: specs/fa2_bwd.yaml:133:82
       float (&v98)[16] = v82;
-      // spec: specs/fa2_bwd.yaml:131:82
+      // spec: specs/fa2_bwd.yaml:133:82
       bool v99[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v99[e] = (v98[e] > v97);
-      // spec: specs/fa2_bwd.yaml:131:31
+      // spec: specs/fa2_bwd.yaml:133:31
       bool v100[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v100[e] = v99[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:131:57
+      // spec: specs/fa2_bwd.yaml:133:57
       bool v101[1];
       #pragma unroll
       for (int e = 0; e < 1; ++e) v101[e] = (v23[e] < v4);
-      // spec: specs/fa2_bwd.yaml:131:31
+      // spec: specs/fa2_bwd.yaml:133:31
       bool v102[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v102[e] = v101[0];
-      // spec: specs/fa2_bwd.yaml:131:32
+      // spec: specs/fa2_bwd.yaml:133:32
       int (&v103)[16] = v92;
-      // spec: specs/fa2_bwd.yaml:131:32
+      // spec: specs/fa2_bwd.yaml:133:32
       bool v104[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v104[e] = (v103[e] < v0);
-      // spec: specs/fa2_bwd.yaml:131:31
+      // spec: specs/fa2_bwd.yaml:133:31
       bool v105[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v105[e] = v104[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:131:31
+      // spec: specs/fa2_bwd.yaml:133:31
       bool v106[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v106[e] = (v105[e] && v102[e]);
-      // spec: specs/fa2_bwd.yaml:131:31
+      // spec: specs/fa2_bwd.yaml:133:31
       bool v107[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v107[e] = (v106[e] && v100[e]);
-      // spec: specs/fa2_bwd.yaml:133:35
+      // spec: specs/fa2_bwd.yaml:135:35
       bool v108[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v108[e] = (v107[e] && v96[e]);
-      // spec: specs/fa2_bwd.yaml:136:27
+      // spec: specs/fa2_bwd.yaml:138:27
       float v109[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v109[e] = (v108[e] ? v87[e] : v80);
-      // spec: specs/fa2_bwd.yaml:137:45
+      // spec: specs/fa2_bwd.yaml:139:45
       kg::fp16 v110[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v110[e] = kg::cvt<kg::fp16>(v109[e]);
-      // spec: specs/fa2_bwd.yaml:137:41
+      // spec: specs/fa2_bwd.yaml:139:41
       kg::fp16* v111 = reinterpret_cast<kg::fp16*>(smem + 53248);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v111[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 72 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v110[e]);
 
-      // spec: specs/fa2_bwd.yaml:137:41
+      // spec: specs/fa2_bwd.yaml:139:41
       kg::fp16* v112 = v111;
-      // spec: specs/fa2_bwd.yaml:137:41
+      // spec: specs/fa2_bwd.yaml:139:41
       kg::fp16* v113 = reinterpret_cast<kg::fp16*>(smem + 0);
       #pragma unroll
       for (int e = 0; e < 32; ++e) v113[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v72[e];
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:137:41
+      // spec: specs/fa2_bwd.yaml:139:41
       float (&v114)[32] = v69;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
@@ -460,7 +460,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           for (int rn = 0; rn < 2; ++rn)
             kg::mfma_32x32x8_fp16(&v114[(rm * 2 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:138:39
+      // spec: specs/fa2_bwd.yaml:140:39
       float v115[16];
       {
         const float* p_ = t_delta + ((int64_t)(v12) * stride_delta_0 + (int64_t)(v65) * stride_delta_1);
@@ -480,38 +480,38 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:138:39
+      // spec: specs/fa2_bwd.yaml:140:39
       float (&v116)[16] = v115;
-      // spec: specs/fa2_bwd.yaml:138:34
+      // spec: specs/fa2_bwd.yaml:140:34
       float v117[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v117[e] = v116[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:138:34
+      // spec: specs/fa2_bwd.yaml:140:34
       float v118[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v118[e] = (v79[e] - v117[e]);
-      // spec: specs/fa2_bwd.yaml:138:29
+      // spec: specs/fa2_bwd.yaml:140:29
       float v119[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v119[e] = (v109[e] * v118[e]);
-      // spec: specs/fa2_bwd.yaml:138:28
+      // spec: specs/fa2_bwd.yaml:140:28
       kg::fp16 v120[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v120[e] = kg::cvt<kg::fp16>(v119[e]);
-      // spec: specs/fa2_bwd.yaml:139:41
+      // spec: specs/fa2_bwd.yaml:141:41
       kg::fp16* v121 = reinterpret_cast<kg::fp16*>(smem + 53248);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v121[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 72 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v120[e]);
 
-      // spec: specs/fa2_bwd.yaml:139:41
+      // spec: specs/fa2_bwd.yaml:141:41
       kg::fp16* v122 = v121;
-      // spec: specs/fa2_bwd.yaml:139:41
+      // spec: specs/fa2_bwd.yaml:141:41
       kg::fp16* v123 = reinterpret_cast<kg::fp16*>(smem + 0);
       #pragma unroll
       for (int e = 0; e < 32; ++e) v123[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v71[e];
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:139:41
+      // spec: specs/fa2_bwd.yaml:141:41
       float (&v124)[32] = v70;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
@@ -527,7 +527,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           for (int rn = 0; rn < 2; ++rn)
             kg::mfma_32x32x8_fp16(&v124[(rm * 2 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:140:26
+      // spec: specs/fa2_bwd.yaml:142:26
 
       float y0_[32];
       #pragma unroll
@@ -540,9 +540,9 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       #pragma unroll
       for (int e = 0; e < 32; ++e) v67[e] = y1_[e];
     }
-    // spec: specs/fa2_bwd.yaml:96:79
+    // spec: specs/fa2_bwd.yaml:98:79
     const int v125 = 1;
-    // spec: specs/fa2_bwd.yaml:96:15
+    // spec: specs/fa2_bwd.yaml:98:15
 
     float v126[32];
     #pragma unroll
@@ -554,7 +554,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       float (&v129)[32] = v126;
       float (&v130)[32] = v127;
       
-      // spec: specs/fa2_bwd.yaml:97:24
+      // spec: specs/fa2_bwd.yaml:99:24
       kg::fp16 v131[32];
       {
         const kg::fp16* p_ = t_q + ((int64_t)(v12) * stride_q_0 + (int64_t)(v65) * stride_q_2);
@@ -576,7 +576,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:98:26
+      // spec: specs/fa2_bwd.yaml:100:26
       kg::fp16 v132[32];
       {
         const kg::fp16* p_ = t_do + ((int64_t)(v12) * stride_do_0 + (int64_t)(v65) * stride_do_2);
@@ -598,7 +598,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:130:30
+      // spec: specs/fa2_bwd.yaml:132:30
       float v133[16];
       {
         const float* p_ = t_lse + ((int64_t)(v12) * stride_lse_0 + (int64_t)(v65) * stride_lse_1);
@@ -618,17 +618,17 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:134:27
+      // spec: specs/fa2_bwd.yaml:136:27
       kg::fp16* v134 = reinterpret_cast<kg::fp16*>(smem + 0);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v134[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v131[e]);
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:134:27
+      // spec: specs/fa2_bwd.yaml:136:27
       float v135[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v135[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:134:27
+      // spec: specs/fa2_bwd.yaml:136:27
       float (&v136)[16] = v135;
       #pragma unroll
       for (int ks = 0; ks < 16; ++ks) {
@@ -644,17 +644,17 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           for (int rn = 0; rn < 1; ++rn)
             kg::mfma_32x32x8_fp16(&v136[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:135:28
+      // spec: specs/fa2_bwd.yaml:137:28
       kg::fp16* v137 = reinterpret_cast<kg::fp16*>(smem + 0);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v137[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v132[e]);
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:135:28
+      // spec: specs/fa2_bwd.yaml:137:28
       float v138[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v138[e] = 0.0f;
-      // spec: specs/fa2_bwd.yaml:135:28
+      // spec: specs/fa2_bwd.yaml:137:28
       float (&v139)[16] = v138;
       #pragma unroll
       for (int ks = 0; ks < 16; ++ks) {
@@ -670,104 +670,104 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           for (int rn = 0; rn < 1; ++rn)
             kg::mfma_32x32x8_fp16(&v139[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:136:27
+      // spec: specs/fa2_bwd.yaml:138:27
       const float v140 = 0.0f;
-      // spec: specs/fa2_bwd.yaml:130:30
+      // spec: specs/fa2_bwd.yaml:132:30
       const float v141 = 1.4426950408889634f;
-      // spec: specs/fa2_bwd.yaml:130:30
+      // spec: specs/fa2_bwd.yaml:132:30
       float v142[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v142[e] = (v133[e] * v141);
-      // spec: specs/fa2_bwd.yaml:136:58
+      // spec: specs/fa2_bwd.yaml:138:58
       float (&v143)[16] = v142;
-      // spec: specs/fa2_bwd.yaml:136:45
+      // spec: specs/fa2_bwd.yaml:138:45
       float v144[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v144[e] = v143[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:136:45
+      // spec: specs/fa2_bwd.yaml:138:45
       float v145[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v145[e] = (v136[e] * v56);
-      // spec: specs/fa2_bwd.yaml:136:45
+      // spec: specs/fa2_bwd.yaml:138:45
       float v146[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v146[e] = (v145[e] - v144[e]);
-      // spec: specs/fa2_bwd.yaml:136:40
+      // spec: specs/fa2_bwd.yaml:138:40
       float v147[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v147[e] = kg::exp2_(v146[e]);
-      // spec: specs/fa2_bwd.yaml:131:82
+      // spec: specs/fa2_bwd.yaml:133:82
       const float v148 = -kg::inf();
-      // spec: specs/fa2_bwd.yaml:131:82
+      // spec: specs/fa2_bwd.yaml:133:82
       float (&v149)[16] = v142;
-      // spec: specs/fa2_bwd.yaml:131:82
+      // spec: specs/fa2_bwd.yaml:133:82
       bool v150[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v150[e] = (v149[e] > v148);
-      // spec: specs/fa2_bwd.yaml:131:31
+      // spec: specs/fa2_bwd.yaml:133:31
       bool v151[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v151[e] = v150[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:131:57
+      // spec: specs/fa2_bwd.yaml:133:57
       bool v152[1];
       #pragma unroll
       for (int e = 0; e < 1; ++e) v152[e] = (v23[e] < v4);
-      // spec: specs/fa2_bwd.yaml:131:31
+      // spec: specs/fa2_bwd.yaml:133:31
       bool v153[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v153[e] = v152[0];
-      // spec: specs/fa2_bwd.yaml:129:44
+      // spec: specs/fa2_bwd.yaml:131:44
       int v154[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v154[e] = (((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16);
-      // spec: specs/fa2_bwd.yaml:129:30
+      // spec: specs/fa2_bwd.yaml:131:30
       const int v155 = 64;
-      // spec: specs/fa2_bwd.yaml:129:30
+      // spec: specs/fa2_bwd.yaml:131:30
       const int v156 = (v128 * v155);
-      // spec: specs/fa2_bwd.yaml:129:30
+      // spec: specs/fa2_bwd.yaml:131:30
       int v157[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v157[e] = (v156 + v154[e]);
-      // spec: specs/fa2_bwd.yaml:131:32
+      // spec: specs/fa2_bwd.yaml:133:32
       int (&v158)[16] = v157;
-      // spec: specs/fa2_bwd.yaml:131:32
+      // spec: specs/fa2_bwd.yaml:133:32
       bool v159[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v159[e] = (v158[e] < v0);
-      // spec: specs/fa2_bwd.yaml:131:31
+      // spec: specs/fa2_bwd.yaml:133:31
       bool v160[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v160[e] = v159[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:131:31
+      // spec: specs/fa2_bwd.yaml:133:31
       bool v161[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v161[e] = (v160[e] && v153[e]);
-      // spec: specs/fa2_bwd.yaml:131:31
+      // spec: specs/fa2_bwd.yaml:133:31
       bool v162[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v162[e] = (v161[e] && v151[e]);
-      // spec: specs/fa2_bwd.yaml:136:27
+      // spec: specs/fa2_bwd.yaml:138:27
       float v163[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v163[e] = (v162[e] ? v147[e] : v140);
-      // spec: specs/fa2_bwd.yaml:137:45
+      // spec: specs/fa2_bwd.yaml:139:45
       kg::fp16 v164[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v164[e] = kg::cvt<kg::fp16>(v163[e]);
-      // spec: specs/fa2_bwd.yaml:137:41
+      // spec: specs/fa2_bwd.yaml:139:41
       kg::fp16* v165 = reinterpret_cast<kg::fp16*>(smem + 53248);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v165[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 72 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v164[e]);
 
-      // spec: specs/fa2_bwd.yaml:137:41
+      // spec: specs/fa2_bwd.yaml:139:41
       kg::fp16* v166 = v165;
-      // spec: specs/fa2_bwd.yaml:137:41
+      // spec: specs/fa2_bwd.yaml:139:41
       kg::fp16* v167 = reinterpret_cast<kg::fp16*>(smem + 0);
       #pragma unroll
       for (int e = 0; e < 32; ++e) v167[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v132[e];
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:137:41
+      // spec: specs/fa2_bwd.yaml:139:41
       float (&v168)[32] = v129;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
@@ -783,7 +783,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           for (int rn = 0; rn < 2; ++rn)
             kg::mfma_32x32x8_fp16(&v168[(rm * 2 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:138:39
+      // spec: specs/fa2_bwd.yaml:140:39
       float v169[16];
       {
         const float* p_ = t_delta + ((int64_t)(v12) * stride_delta_0 + (int64_t)(v65) * stride_delta_1);
@@ -803,38 +803,38 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:138:39
+      // spec: specs/fa2_bwd.yaml:140:39
       float (&v170)[16] = v169;
-      // spec: specs/fa2_bwd.yaml:138:34
+      // spec: specs/fa2_bwd.yaml:140:34
       float v171[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v171[e] = v170[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:138:34
+      // spec: specs/fa2_bwd.yaml:140:34
       float v172[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v172[e] = (v139[e] - v171[e]);
-      // spec: specs/fa2_bwd.yaml:138:29
+      // spec: specs/fa2_bwd.yaml:140:29
       float v173[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v173[e] = (v163[e] * v172[e]);
-      // spec: specs/fa2_bwd.yaml:138:28
+      // spec: specs/fa2_bwd.yaml:140:28
       kg::fp16 v174[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v174[e] = kg::cvt<kg::fp16>(v173[e]);
-      // spec: specs/fa2_bwd.yaml:139:41
+      // spec: specs/fa2_bwd.yaml:141:41
       kg::fp16* v175 = reinterpret_cast<kg::fp16*>(smem + 53248);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v175[(((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 72 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16))], &v174[e]);
 
-      // spec: specs/fa2_bwd.yaml:139:41
+      // spec: specs/fa2_bwd.yaml:141:41
       kg::fp16* v176 = v175;
-      // spec: specs/fa2_bwd.yaml:139:41
+      // spec: specs/fa2_bwd.yaml:141:41
       kg::fp16* v177 = reinterpret_cast<kg::fp16*>(smem + 0);
       #pragma unroll
       for (int e = 0; e < 32; ++e) v177[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 72 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32))] = v131[e];
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:139:41
+      // spec: specs/fa2_bwd.yaml:141:41
       float (&v178)[32] = v130;
       #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
@@ -850,7 +850,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
           for (int rn = 0; rn < 2; ++rn)
             kg::mfma_32x32x8_fp16(&v178[(rm * 2 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
       }
-      // spec: specs/fa2_bwd.yaml:140:26
+      // spec: specs/fa2_bwd.yaml:142:26
 
       float y0_[32];
       #pragma unroll
@@ -863,7 +863,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       #pragma unroll
       for (int e = 0; e < 32; ++e) v127[e] = y1_[e];
     }
-    // spec: specs/fa2_bwd.yaml:96:15
+    // spec: specs/fa2_bwd.yaml:98:15
 
     float y0_[32];
     #pragma unroll
@@ -876,15 +876,15 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
     #pragma unroll
     for (int e = 0; e < 32; ++e) v59[e] = y1_[e];
   }
-  // spec: specs/fa2_bwd.yaml:142:34
+  // spec: specs/fa2_bwd.yaml:144:34
   float v179[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v179[e] = (v59[e] * v1);
-  // spec: specs/fa2_bwd.yaml:142:33
+  // spec: specs/fa2_bwd.yaml:144:33
   kg::fp16 v180[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v180[e] = kg::cvt<kg::fp16>(v179[e]);
-  // spec: specs/fa2_bwd.yaml:142:7
+  // spec: specs/fa2_bwd.yaml:144:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_dk + ((int64_t)(v12) * stride_dk_0 + (int64_t)(v11) * stride_dk_2);
     const bool aligned_ = false;
@@ -898,11 +898,11 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void fa2_bwd_dk
       if (i0_ < (size_SK)) p_[off_] = v180[e];
     }
   }
-  // spec: specs/fa2_bwd.yaml:143:33
+  // spec: specs/fa2_bwd.yaml:145:33
   kg::fp16 v181[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v181[e] = kg::cvt<kg::fp16>(v58[e]);
-  // spec: specs/fa2_bwd.yaml:143:7
+  // spec: specs/fa2_bwd.yaml:145:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_dv + ((int64_t)(v12) * stride_dv_0 + (int64_t)(v11) * stride_dv_2);
     const bool aligned_ = false;

@@ -56,7 +56,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
   const int v9 = kg::block_id_y();
   // spec: specs/fa2_bwd.yaml:60:12
   const int v10 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:120:28
+  // spec: specs/fa2_bwd.yaml:122:28
   kg::bf16* v11 = reinterpret_cast<kg::bf16*>(smem + 0);
   // spec: specs/fa2_bwd.yaml:72:12
   const int v12 = (kg::mod(v9, v3));
@@ -71,10 +71,10 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
     kg::tma_load_4d(&v11[((0) / 64 * 8192 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap0_k, bar_, 0, v12, v10 * 128, v13);
     kg::tma_load_4d(&v11[((64) / 64 * 8192 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap0_k, bar_, 64, v12, v10 * 128, v13);
   }
-  // spec: specs/fa2_bwd.yaml:120:28
+  // spec: specs/fa2_bwd.yaml:122:28
   kg::mbar_wait(&kg_bars[0], 0);
   kg::sync();
-  // spec: specs/fa2_bwd.yaml:121:29
+  // spec: specs/fa2_bwd.yaml:123:29
   kg::bf16* v14 = reinterpret_cast<kg::bf16*>(smem + 32768);
   // spec: specs/fa2_bwd.yaml:77:12
   if ((true) && kg::thread_id() == 0) {
@@ -84,7 +84,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
     kg::tma_load_4d(&v14[((0) / 64 * 8192 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap1_v, bar_, 0, v12, v10 * 128, v13);
     kg::tma_load_4d(&v14[((64) / 64 * 8192 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap1_v, bar_, 64, v12, v10 * 128, v13);
   }
-  // spec: specs/fa2_bwd.yaml:121:29
+  // spec: specs/fa2_bwd.yaml:123:29
   kg::mbar_wait(&kg_bars[1], 0);
   kg::sync();
   // spec: specs/fa2_bwd.yaml:75:29
@@ -99,11 +99,11 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
   int v18[2];
   #pragma unroll
   for (int e = 0; e < 2; ++e) v18[e] = (v17 + v15[e]);
-  // spec: specs/fa2_bwd.yaml:118:39
+  // spec: specs/fa2_bwd.yaml:120:39
   int (&v19)[2] = v18;
-  // spec: specs/fa2_bwd.yaml:93:22
+  // spec: specs/fa2_bwd.yaml:95:22
   const int v20 = 1;
-  // spec: specs/fa2_bwd.yaml:93:22
+  // spec: specs/fa2_bwd.yaml:95:22
   const int v21 = 0;
   // spec: specs/fa2_bwd.yaml:85:13
   const int v22 = 64;
@@ -127,7 +127,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
   const float v29 = (v1 * v28);
   // spec: specs/fa2_bwd.yaml:73:15
   const int v30 = (kg::floordiv(v2, v3));
-  // spec: specs/fa2_bwd.yaml:93:7
+  // spec: specs/fa2_bwd.yaml:95:7
 
   float v31[64];
   #pragma unroll
@@ -139,23 +139,23 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
     float (&v34)[64] = v31;
     float (&v35)[64] = v32;
     
-    // spec: specs/fa2_bwd.yaml:121:29
+    // spec: specs/fa2_bwd.yaml:123:29
     kg::bf16* v36 = reinterpret_cast<kg::bf16*>(smem + 65536);
-    // spec: specs/fa2_bwd.yaml:120:28
+    // spec: specs/fa2_bwd.yaml:122:28
     kg::bf16* v37 = reinterpret_cast<kg::bf16*>(smem + 98304);
-    // spec: specs/fa2_bwd.yaml:96:15
+    // spec: specs/fa2_bwd.yaml:98:15
     const int v38 = 0;
-    // spec: specs/fa2_bwd.yaml:96:15
+    // spec: specs/fa2_bwd.yaml:98:15
     kg::bf16* v39 = v37 + (v38 % 2) * 8192;
-    // spec: specs/fa2_bwd.yaml:96:58
+    // spec: specs/fa2_bwd.yaml:98:58
     const int v40 = 0;
-    // spec: specs/fa2_bwd.yaml:96:15
+    // spec: specs/fa2_bwd.yaml:98:15
     const bool v41 = (v40 < v25);
-    // spec: specs/fa2_bwd.yaml:94:15
+    // spec: specs/fa2_bwd.yaml:96:15
     const int v42 = (v12 * v30);
-    // spec: specs/fa2_bwd.yaml:94:15
+    // spec: specs/fa2_bwd.yaml:96:15
     const int v43 = (v42 + v33);
-    // spec: specs/fa2_bwd.yaml:97:24
+    // spec: specs/fa2_bwd.yaml:99:24
     kg::sync();
     if ((v41) && kg::thread_id() == 0) {
       uint64_t* bar_ = &kg_bars[4 + v38 % 2];
@@ -164,9 +164,9 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       kg::tma_load_4d(&v39[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_q, bar_, 0, v43, v40 * 64, v13);
       kg::tma_load_4d(&v39[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap2_q, bar_, 64, v43, v40 * 64, v13);
     }
-    // spec: specs/fa2_bwd.yaml:96:15
+    // spec: specs/fa2_bwd.yaml:98:15
     kg::bf16* v44 = v36 + (v38 % 2) * 8192;
-    // spec: specs/fa2_bwd.yaml:98:26
+    // spec: specs/fa2_bwd.yaml:100:26
     if ((v41) && kg::thread_id() == 0) {
       uint64_t* bar_ = &kg_bars[2 + v38 % 2];
       kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
@@ -174,9 +174,9 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       kg::tma_load_4d(&v44[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap3_do, bar_, 0, v43, v40 * 64, v13);
       kg::tma_load_4d(&v44[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap3_do, bar_, 64, v43, v40 * 64, v13);
     }
-    // spec: specs/fa2_bwd.yaml:96:58
+    // spec: specs/fa2_bwd.yaml:98:58
     const int v45 = 1;
-    // spec: specs/fa2_bwd.yaml:96:15
+    // spec: specs/fa2_bwd.yaml:98:15
 
     float v46[64];
     #pragma unroll
@@ -188,15 +188,15 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       float (&v49)[64] = v46;
       float (&v50)[64] = v47;
       
-      // spec: specs/fa2_bwd.yaml:96:15
+      // spec: specs/fa2_bwd.yaml:98:15
       const int v51 = (v48 - v40);
-      // spec: specs/fa2_bwd.yaml:96:15
+      // spec: specs/fa2_bwd.yaml:98:15
       const int v52 = (kg::floordiv(v51, v45));
-      // spec: specs/fa2_bwd.yaml:96:15
+      // spec: specs/fa2_bwd.yaml:98:15
       kg::bf16* v53 = v36 + (v52 % 2) * 8192;
-      // spec: specs/fa2_bwd.yaml:96:15
+      // spec: specs/fa2_bwd.yaml:98:15
       kg::bf16* v54 = v37 + (v52 % 2) * 8192;
-      // spec: specs/fa2_bwd.yaml:111:29
+      // spec: specs/fa2_bwd.yaml:113:29
       float v55[16];
       {
         const float* p_ = t_neg_lse_s + ((int64_t)(v13) * stride_neg_lse_s_0 + (int64_t)(v43) * stride_neg_lse_s_1);
@@ -216,32 +216,32 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:113:48
+      // spec: specs/fa2_bwd.yaml:115:48
       int v56[1];
       #pragma unroll
       for (int e = 0; e < 1; ++e) v56[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0);
-      // spec: specs/fa2_bwd.yaml:113:34
+      // spec: specs/fa2_bwd.yaml:115:34
       const int v57 = 64;
-      // spec: specs/fa2_bwd.yaml:113:34
+      // spec: specs/fa2_bwd.yaml:115:34
       const int v58 = (v48 * v57);
-      // spec: specs/fa2_bwd.yaml:113:34
+      // spec: specs/fa2_bwd.yaml:115:34
       int v59[1];
       #pragma unroll
       for (int e = 0; e < 1; ++e) v59[e] = (v58 + v56[e]);
-      // spec: specs/fa2_bwd.yaml:120:28
+      // spec: specs/fa2_bwd.yaml:122:28
       kg::mbar_wait(&kg_bars[4 + v52 % 2], (v52 / 2) & 1);
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:96:15
+      // spec: specs/fa2_bwd.yaml:98:15
       const int v60 = 1;
-      // spec: specs/fa2_bwd.yaml:96:15
+      // spec: specs/fa2_bwd.yaml:98:15
       const int v61 = (v52 + v60);
-      // spec: specs/fa2_bwd.yaml:96:15
+      // spec: specs/fa2_bwd.yaml:98:15
       kg::bf16* v62 = v37 + (v61 % 2) * 8192;
-      // spec: specs/fa2_bwd.yaml:97:24
+      // spec: specs/fa2_bwd.yaml:99:24
       const int v63 = (v48 + v45);
-      // spec: specs/fa2_bwd.yaml:97:24
+      // spec: specs/fa2_bwd.yaml:99:24
       const bool v64 = (v63 < v25);
-      // spec: specs/fa2_bwd.yaml:97:24
+      // spec: specs/fa2_bwd.yaml:99:24
       if ((v64) && kg::thread_id() == 0) {
         uint64_t* bar_ = &kg_bars[4 + v61 % 2];
         kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
@@ -249,29 +249,29 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
         kg::tma_load_4d(&v62[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_q, bar_, 0, v43, v63 * 64, v13);
         kg::tma_load_4d(&v62[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap2_q, bar_, 64, v43, v63 * 64, v13);
       }
-      // spec: specs/fa2_bwd.yaml:120:28
+      // spec: specs/fa2_bwd.yaml:122:28
       kg::bf16* v65 = v54;
-      // spec: specs/fa2_bwd.yaml:111:29
+      // spec: specs/fa2_bwd.yaml:113:29
       float (&v66)[16] = v55;
-      // spec: specs/fa2_bwd.yaml:119:33
+      // spec: specs/fa2_bwd.yaml:121:33
       float v67[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v67[e] = v66[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:118:39
+      // spec: specs/fa2_bwd.yaml:120:39
       bool v68[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v68[e] = (v19[e] < v4);
-      // spec: specs/fa2_bwd.yaml:119:33
+      // spec: specs/fa2_bwd.yaml:121:33
       bool v69[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v69[e] = v68[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:119:33
+      // spec: specs/fa2_bwd.yaml:121:33
       const float v70 = -kg::inf();
-      // spec: specs/fa2_bwd.yaml:119:33
+      // spec: specs/fa2_bwd.yaml:121:33
       float v71[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v71[e] = (v69[e] ? v67[e] : v70);
-      // spec: specs/fa2_bwd.yaml:120:28
+      // spec: specs/fa2_bwd.yaml:122:28
       float (&v72)[32] = v71;
       {
         const int wg_ = (warp / 4);
@@ -291,7 +291,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
               kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v72[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 8192 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:121:49
+      // spec: specs/fa2_bwd.yaml:123:49
       float v73[16];
       {
         const float* p_ = t_delta + ((int64_t)(v13) * stride_delta_0 + (int64_t)(v43) * stride_delta_1);
@@ -311,16 +311,16 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:121:29
+      // spec: specs/fa2_bwd.yaml:123:29
       kg::mbar_wait(&kg_bars[2 + v52 % 2], (v52 / 2) & 1);
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:96:15
+      // spec: specs/fa2_bwd.yaml:98:15
       kg::bf16* v74 = v36 + (v61 % 2) * 8192;
-      // spec: specs/fa2_bwd.yaml:98:26
+      // spec: specs/fa2_bwd.yaml:100:26
       const int v75 = (v48 + v45);
-      // spec: specs/fa2_bwd.yaml:98:26
+      // spec: specs/fa2_bwd.yaml:100:26
       const bool v76 = (v75 < v25);
-      // spec: specs/fa2_bwd.yaml:98:26
+      // spec: specs/fa2_bwd.yaml:100:26
       if ((v76) && kg::thread_id() == 0) {
         uint64_t* bar_ = &kg_bars[2 + v61 % 2];
         kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
@@ -328,26 +328,26 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
         kg::tma_load_4d(&v74[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap3_do, bar_, 0, v43, v75 * 64, v13);
         kg::tma_load_4d(&v74[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap3_do, bar_, 64, v43, v75 * 64, v13);
       }
-      // spec: specs/fa2_bwd.yaml:121:29
+      // spec: specs/fa2_bwd.yaml:123:29
       kg::bf16* v77 = v53;
-      // spec: specs/fa2_bwd.yaml:121:48
+      // spec: specs/fa2_bwd.yaml:123:48
       const float v78 = -1.0f;
-      // spec: specs/fa2_bwd.yaml:121:48
+      // spec: specs/fa2_bwd.yaml:123:48
       float v79[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v79[e] = (v73[e] * v78);
-      // spec: specs/fa2_bwd.yaml:121:47
+      // spec: specs/fa2_bwd.yaml:123:47
       float (&v80)[16] = v79;
-      // spec: specs/fa2_bwd.yaml:121:29
+      // spec: specs/fa2_bwd.yaml:123:29
       float v81[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v81[e] = v80[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:120:28
+      // spec: specs/fa2_bwd.yaml:122:28
       kg::wgmma_wait<0>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v72[e]);
       float (&v82)[32] = v72;
-      // spec: specs/fa2_bwd.yaml:121:29
+      // spec: specs/fa2_bwd.yaml:123:29
       float (&v83)[32] = v81;
       {
         const int wg_ = (warp / 4);
@@ -367,19 +367,19 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
               kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v83[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 8192 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:122:33
+      // spec: specs/fa2_bwd.yaml:124:33
       float v84[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v84[e] = (v82[e] * v29);
-      // spec: specs/fa2_bwd.yaml:122:28
+      // spec: specs/fa2_bwd.yaml:124:28
       float v85[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v85[e] = kg::exp2_(v84[e]);
-      // spec: specs/fa2_bwd.yaml:123:45
+      // spec: specs/fa2_bwd.yaml:125:45
       kg::bf16 v86[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v86[e] = kg::cvt<kg::bf16>(v85[e]);
-      // spec: specs/fa2_bwd.yaml:123:41
+      // spec: specs/fa2_bwd.yaml:125:41
       float (&v87)[64] = v49;
       {
         const int wg_ = (warp / 4);
@@ -398,20 +398,20 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
               kg::wgmma_m64n128k16_bf16_rs<1>(&v87[(rm * 1 + rn) * 64], &v86[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 128 + rn * 128)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 128 + rn * 128)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 128 + rn * 128)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:121:29
+      // spec: specs/fa2_bwd.yaml:123:29
       kg::wgmma_wait<1>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v83[e]);
       float (&v88)[32] = v83;
-      // spec: specs/fa2_bwd.yaml:124:30
+      // spec: specs/fa2_bwd.yaml:126:30
       float v89[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v89[e] = (v85[e] * v88[e]);
-      // spec: specs/fa2_bwd.yaml:124:29
+      // spec: specs/fa2_bwd.yaml:126:29
       kg::bf16 v90[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v90[e] = kg::cvt<kg::bf16>(v89[e]);
-      // spec: specs/fa2_bwd.yaml:125:41
+      // spec: specs/fa2_bwd.yaml:127:41
       float (&v91)[64] = v50;
       {
         const int wg_ = (warp / 4);
@@ -430,18 +430,18 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
               kg::wgmma_m64n128k16_bf16_rs<1>(&v91[(rm * 1 + rn) * 64], &v90[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 128 + rn * 128)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 128 + rn * 128)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 128 + rn * 128)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:127:74
+      // spec: specs/fa2_bwd.yaml:129:74
       kg::bf16* v92 = reinterpret_cast<kg::bf16*>(smem + 131072);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v92[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v90[e]);
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:127:74
+      // spec: specs/fa2_bwd.yaml:129:74
       kg::bf16* v93 = v92;
-      // spec: specs/fa2_bwd.yaml:127:74
+      // spec: specs/fa2_bwd.yaml:129:74
       float v94[32];
-      // spec: specs/fa2_bwd.yaml:127:74
+      // spec: specs/fa2_bwd.yaml:129:74
       float (&v95)[32] = v94;
       {
         const int wg_ = (warp / 4);
@@ -457,30 +457,30 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
               kg::wgmma_m64n64k16_bf16_ss<1, 1>(&v95[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 2) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 2) * 64 + rm * 64)) % 8) * 2 / 16), db_ + ((((((wg_ % 2) * 64 + rn * 64)) / 64 * 8192 + ((ks * 16)) * 64 + (((((((wg_ % 2) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 2) * 64 + rn * 64)) & 7))) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:127:74
+      // spec: specs/fa2_bwd.yaml:129:74
       kg::wgmma_wait<0>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v95[e]);
       float (&v96)[32] = v95;
-      // spec: specs/fa2_bwd.yaml:123:41
+      // spec: specs/fa2_bwd.yaml:125:41
       kg::wgmma_wait<0>();
       #pragma unroll
       for (int e = 0; e < 64; ++e) kg::fence_operand(v87[e]);
       #pragma unroll
       for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v86)[e]);
       float (&v97)[64] = v87;
-      // spec: specs/fa2_bwd.yaml:125:41
+      // spec: specs/fa2_bwd.yaml:127:41
       kg::wgmma_wait<0>();
       #pragma unroll
       for (int e = 0; e < 64; ++e) kg::fence_operand(v91[e]);
       #pragma unroll
       for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v90)[e]);
       float (&v98)[64] = v91;
-      // spec: specs/fa2_bwd.yaml:127:74
+      // spec: specs/fa2_bwd.yaml:129:74
       float v99[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v99[e] = (v96[e] * v1);
-      // spec: specs/fa2_bwd.yaml:127:27
+      // spec: specs/fa2_bwd.yaml:129:27
       if ((lane & 0) == 0 && (warp & 0) == 0) {
         float* p_ = t_dq_acc + ((int64_t)(v13) * stride_dq_acc_0 + (int64_t)(v43) * stride_dq_acc_2);
         const bool aligned_ = kg::aligned(p_, 8) && stride_dq_acc_0 % 2 == 0 && stride_dq_acc_1 % 2 == 0 && stride_dq_acc_2 % 2 == 0;
@@ -500,7 +500,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:127:27
+      // spec: specs/fa2_bwd.yaml:129:27
 
       float y0_[64];
       #pragma unroll
@@ -513,7 +513,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       #pragma unroll
       for (int e = 0; e < 64; ++e) v47[e] = y1_[e];
     }
-    // spec: specs/fa2_bwd.yaml:96:15
+    // spec: specs/fa2_bwd.yaml:98:15
     if (kg::thread_id() == 0) {
       const int n_ = kg::cdiv(kg::max_(v25 - v40, 0), v45);
       if (((n_ + 1) / 2) & 1) kg::mbar_arrive(&kg_bars[4]);
@@ -521,7 +521,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       if (((n_ + 1) / 2) & 1) kg::mbar_arrive(&kg_bars[2]);
       if (((n_ + 0) / 2) & 1) kg::mbar_arrive(&kg_bars[3]);
     }
-    // spec: specs/fa2_bwd.yaml:96:15
+    // spec: specs/fa2_bwd.yaml:98:15
 
     float y0_[64];
     #pragma unroll
@@ -534,15 +534,15 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
     #pragma unroll
     for (int e = 0; e < 64; ++e) v32[e] = y1_[e];
   }
-  // spec: specs/fa2_bwd.yaml:142:34
+  // spec: specs/fa2_bwd.yaml:144:34
   float v100[64];
   #pragma unroll
   for (int e = 0; e < 64; ++e) v100[e] = (v32[e] * v1);
-  // spec: specs/fa2_bwd.yaml:142:33
+  // spec: specs/fa2_bwd.yaml:144:33
   kg::bf16 v101[64];
   #pragma unroll
   for (int e = 0; e < 64; ++e) v101[e] = kg::cvt<kg::bf16>(v100[e]);
-  // spec: specs/fa2_bwd.yaml:142:7
+  // spec: specs/fa2_bwd.yaml:144:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_dk + ((int64_t)(v13) * stride_dk_0 + (int64_t)(v12) * stride_dk_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dk_0 % 2 == 0 && stride_dk_1 % 2 == 0 && stride_dk_2 % 2 == 0;
@@ -562,11 +562,11 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       }
     }
   }
-  // spec: specs/fa2_bwd.yaml:143:33
+  // spec: specs/fa2_bwd.yaml:145:33
   kg::bf16 v102[64];
   #pragma unroll
   for (int e = 0; e < 64; ++e) v102[e] = kg::cvt<kg::bf16>(v31[e]);
-  // spec: specs/fa2_bwd.yaml:143:7
+  // spec: specs/fa2_bwd.yaml:145:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_dv + ((int64_t)(v13) * stride_dv_0 + (int64_t)(v12) * stride_dv_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dv_0 % 2 == 0 && stride_dv_1 % 2 == 0 && stride_dv_2 % 2 == 0;

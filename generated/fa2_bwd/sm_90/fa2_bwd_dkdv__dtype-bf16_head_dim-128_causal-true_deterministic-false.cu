@@ -19,7 +19,7 @@ template <int TA, int TB> KG_DEVICE void wgmma_m64n64k16_bf16_ss(float* d, uint6
 }
 }  // namespace kg
 
-KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ t_q, int64_t stride_q_0, int64_t stride_q_1, int64_t stride_q_2, const kg::bf16* __restrict__ t_k, int64_t stride_k_0, int64_t stride_k_1, int64_t stride_k_2, const kg::bf16* __restrict__ t_v, int64_t stride_v_0, int64_t stride_v_1, int64_t stride_v_2, const kg::bf16* __restrict__ t_o, int64_t stride_o_0, int64_t stride_o_1, int64_t stride_o_2, const float* __restrict__ t_lse, int64_t stride_lse_0, int64_t stride_lse_1, const kg::bf16* __restrict__ t_do, int64_t stride_do_0, int64_t stride_do_1, int64_t stride_do_2, kg::bf16* __restrict__ t_dq, int64_t stride_dq_0, int64_t stride_dq_1, int64_t stride_dq_2, kg::bf16* __restrict__ t_dk, int64_t stride_dk_0, int64_t stride_dk_1, int64_t stride_dk_2, kg::bf16* __restrict__ t_dv, int64_t stride_dv_0, int64_t stride_dv_1, int64_t stride_dv_2, float* __restrict__ t_delta, int64_t stride_delta_0, int64_t stride_delta_1, float* __restrict__ t_neg_lse_s, int64_t stride_neg_lse_s_0, int64_t stride_neg_lse_s_1, float* __restrict__ t_dq_acc, int64_t stride_dq_acc_0, int64_t stride_dq_acc_1, int64_t stride_dq_acc_2, int size_B, int size_SQ, int size_SK, int size_H, int size_HKV, float scalar_softmax_scale) {
+KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ t_q, int64_t stride_q_0, int64_t stride_q_1, int64_t stride_q_2, const kg::bf16* __restrict__ t_k, int64_t stride_k_0, int64_t stride_k_1, int64_t stride_k_2, const kg::bf16* __restrict__ t_v, int64_t stride_v_0, int64_t stride_v_1, int64_t stride_v_2, const kg::bf16* __restrict__ t_o, int64_t stride_o_0, int64_t stride_o_1, int64_t stride_o_2, const float* __restrict__ t_lse, int64_t stride_lse_0, int64_t stride_lse_1, const kg::bf16* __restrict__ t_do, int64_t stride_do_0, int64_t stride_do_1, int64_t stride_do_2, kg::bf16* __restrict__ t_dq, int64_t stride_dq_0, int64_t stride_dq_1, int64_t stride_dq_2, kg::bf16* __restrict__ t_dk, int64_t stride_dk_0, int64_t stride_dk_1, int64_t stride_dk_2, kg::bf16* __restrict__ t_dv, int64_t stride_dv_0, int64_t stride_dv_1, int64_t stride_dv_2, float* __restrict__ t_delta, int64_t stride_delta_0, int64_t stride_delta_1, float* __restrict__ t_neg_lse_s, int64_t stride_neg_lse_s_0, int64_t stride_neg_lse_s_1, float* __restrict__ t_dq_acc, int64_t stride_dq_acc_0, int64_t stride_dq_acc_1, int64_t stride_dq_acc_2, int size_B, int size_SQ, int size_SK, int size_H, int size_HKV, float scalar_softmax_scale, const __grid_constant__ kg::TensorMap tmap0_k, const __grid_constant__ kg::TensorMap tmap1_v, const __grid_constant__ kg::TensorMap tmap2_q, const __grid_constant__ kg::TensorMap tmap3_do) {
   extern __shared__ __align__(1024) char smem[];  // 1024: swizzled buffers start on a swizzle atom
   const int lane = kg::thread_id() % kg::WAVE;
   // read from lane 0: nvcc then knows the warp index is the same in every lane, so what is computed
@@ -27,6 +27,12 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
   // session: attention backward +2-4% at D=128, +8-12% at D=64 non-causal, -1-2% at D=64 causal;
   // the causal D=128 forward from 202 to 180 registers)
   const int warp = __shfl_sync(0xffffffffu, kg::thread_id() / kg::WAVE, 0);
+  uint64_t* kg_bars = reinterpret_cast<uint64_t*>(smem + 147456);  // tensor copies complete on these, one per buffer slot
+  if (kg::thread_id() == 0) {
+    for (int i = 0; i < 6; ++i) kg::mbar_init(&kg_bars[i], 1);
+    kg::fence_mbar_init();
+  }
+  kg::sync();
   
   // spec: specs/fa2_bwd.yaml:82:48
   const int v0 = size_SQ;
@@ -48,7 +54,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
   const int v8 = kg::block_id_y();
   // spec: specs/fa2_bwd.yaml:66:40
   const int v9 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:120:28
+  // spec: specs/fa2_bwd.yaml:122:28
   kg::bf16* v10 = reinterpret_cast<kg::bf16*>(smem + 0);
   // spec: specs/fa2_bwd.yaml:67:16
   const int v11 = 16;
@@ -100,453 +106,415 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
   const int v34 = (kg::floordiv(v33, v27));
   // spec: specs/fa2_bwd.yaml:76:12
   kg::sync();
-  if (true) {
-    const kg::bf16* p_ = t_k + ((int64_t)(v31) * stride_k_0 + (int64_t)(v30) * stride_k_2);
-    const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v34 * 128) * stride_k_1 + 0;
-    const int r0_ = (lane + warp * 32) / 128 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 16 * 8;
-    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_k_1 + k0_);
-  #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const int r_ = r0_ + i * 16, k_ = k0_;
-      const int i0_ = v34 * 128 + r_, i1_ = 0 + k_;
-      const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_k_1;
-      const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
-      if (aligned_) {
-        const int n_ = (i0_ < (size_SK)) * 8;
-        kg::cp_async<16>(&v10[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-      } else {
-  #pragma unroll
-        for (int v = 0; v < 8; ++v)
-          v10[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-      }
-    }
+  if ((true) && kg::thread_id() == 0) {
+    uint64_t* bar_ = &kg_bars[0];
+    kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+    kg::mbar_expect_tx(bar_, 32768);
+    kg::tma_load_4d(&v10[((0) / 64 * 8192 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap0_k, bar_, 0, v30, v34 * 128, v31);
+    kg::tma_load_4d(&v10[((64) / 64 * 8192 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap0_k, bar_, 64, v30, v34 * 128, v31);
   }
-  kg::cp_async_commit();
-  // spec: specs/fa2_bwd.yaml:120:28
-  kg::cp_async_wait<0>();
-  kg::fence_proxy_async();
+  // spec: specs/fa2_bwd.yaml:122:28
+  kg::mbar_wait(&kg_bars[0], 0);
   kg::sync();
-  // spec: specs/fa2_bwd.yaml:121:29
+  // spec: specs/fa2_bwd.yaml:123:29
   kg::bf16* v35 = reinterpret_cast<kg::bf16*>(smem + 32768);
   // spec: specs/fa2_bwd.yaml:77:12
-  if (true) {
-    const kg::bf16* p_ = t_v + ((int64_t)(v31) * stride_v_0 + (int64_t)(v30) * stride_v_2);
-    const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v34 * 128) * stride_v_1 + 0;
-    const int r0_ = (lane + warp * 32) / 128 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 16 * 8;
-    const int64_t o0_ = q_ + ((int64_t)r0_ * stride_v_1 + k0_);
-  #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const int r_ = r0_ + i * 16, k_ = k0_;
-      const int i0_ = v34 * 128 + r_, i1_ = 0 + k_;
-      const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_v_1;
-      const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
-      if (aligned_) {
-        const int n_ = (i0_ < (size_SK)) * 8;
-        kg::cp_async<16>(&v35[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-      } else {
-  #pragma unroll
-        for (int v = 0; v < 8; ++v)
-          v35[slot_ + v] = (i0_ < (size_SK) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-      }
-    }
+  if ((true) && kg::thread_id() == 0) {
+    uint64_t* bar_ = &kg_bars[1];
+    kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+    kg::mbar_expect_tx(bar_, 32768);
+    kg::tma_load_4d(&v35[((0) / 64 * 8192 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap1_v, bar_, 0, v30, v34 * 128, v31);
+    kg::tma_load_4d(&v35[((64) / 64 * 8192 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap1_v, bar_, 64, v30, v34 * 128, v31);
   }
-  kg::cp_async_commit();
-  // spec: specs/fa2_bwd.yaml:121:29
-  kg::cp_async_wait<0>();
-  kg::fence_proxy_async();
+  // spec: specs/fa2_bwd.yaml:123:29
+  kg::mbar_wait(&kg_bars[1], 0);
   kg::sync();
-  // spec: specs/fa2_bwd.yaml:93:22
+  // spec: specs/fa2_bwd.yaml:95:22
   const int v36 = 1;
-  // spec: specs/fa2_bwd.yaml:93:22
+  // spec: specs/fa2_bwd.yaml:95:22
   const int v37 = 0;
-  // spec: specs/fa2_bwd.yaml:92:35
+  // spec: specs/fa2_bwd.yaml:85:13
   const int v38 = 64;
-  // spec: specs/fa2_bwd.yaml:92:35
+  // spec: specs/fa2_bwd.yaml:85:13
   const int v39 = 63;
-  // spec: specs/fa2_bwd.yaml:92:66
-  const int v40 = (v5 - v0);
-  // spec: specs/fa2_bwd.yaml:92:40
-  const int v41 = 1;
-  // spec: specs/fa2_bwd.yaml:92:40
-  const int v42 = 128;
-  // spec: specs/fa2_bwd.yaml:92:41
-  const int v43 = 1;
-  // spec: specs/fa2_bwd.yaml:92:41
-  const int v44 = (v34 + v43);
-  // spec: specs/fa2_bwd.yaml:92:40
-  const int v45 = (v44 * v42);
-  // spec: specs/fa2_bwd.yaml:92:40
-  const int v46 = (v45 - v41);
-  // spec: specs/fa2_bwd.yaml:92:40
-  const int v47 = (v46 - v40);
-  // spec: specs/fa2_bwd.yaml:92:35
-  const int v48 = (v47 + v39);
-  // spec: specs/fa2_bwd.yaml:92:35
-  const int v49 = (kg::floordiv(v48, v38));
-  // spec: specs/fa2_bwd.yaml:82:19
-  const int v50 = 64;
-  // spec: specs/fa2_bwd.yaml:82:19
-  const int v51 = 0;
-  // spec: specs/fa2_bwd.yaml:82:43
-  const int v52 = (v5 - v0);
-  // spec: specs/fa2_bwd.yaml:82:27
-  const int v53 = 128;
-  // spec: specs/fa2_bwd.yaml:82:27
-  const int v54 = (v34 * v53);
-  // spec: specs/fa2_bwd.yaml:82:27
-  const int v55 = (v54 - v52);
-  // spec: specs/fa2_bwd.yaml:82:19
-  const int v56 = (kg::max_(v55, v51));
-  // spec: specs/fa2_bwd.yaml:82:19
-  const int v57 = (kg::floordiv(v56, v50));
-  // spec: specs/fa2_bwd.yaml:92:27
-  const int v58 = (kg::max_(v49, v57));
   // spec: specs/fa2_bwd.yaml:85:13
-  const int v59 = 64;
+  const int v40 = (v0 + v39);
   // spec: specs/fa2_bwd.yaml:85:13
-  const int v60 = 63;
-  // spec: specs/fa2_bwd.yaml:85:13
-  const int v61 = (v0 + v60);
-  // spec: specs/fa2_bwd.yaml:85:13
-  const int v62 = (kg::floordiv(v61, v59));
-  // spec: specs/fa2_bwd.yaml:92:19
-  const int v63 = (kg::min_(v58, v62));
+  const int v41 = (kg::floordiv(v40, v38));
   // spec: specs/fa2_bwd.yaml:84:16
-  float v64[64];
+  float v42[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v64[e] = 0.0f;
+  for (int e = 0; e < 64; ++e) v42[e] = 0.0f;
   // spec: specs/fa2_bwd.yaml:83:16
-  float v65[64];
+  float v43[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v65[e] = 0.0f;
+  for (int e = 0; e < 64; ++e) v43[e] = 0.0f;
+  // spec: specs/fa2_bwd.yaml:82:19
+  const int v44 = 64;
+  // spec: specs/fa2_bwd.yaml:82:19
+  const int v45 = 0;
+  // spec: specs/fa2_bwd.yaml:82:43
+  const int v46 = (v5 - v0);
+  // spec: specs/fa2_bwd.yaml:82:27
+  const int v47 = 128;
+  // spec: specs/fa2_bwd.yaml:82:27
+  const int v48 = (v34 * v47);
+  // spec: specs/fa2_bwd.yaml:82:27
+  const int v49 = (v48 - v46);
+  // spec: specs/fa2_bwd.yaml:82:19
+  const int v50 = (kg::max_(v49, v45));
+  // spec: specs/fa2_bwd.yaml:82:19
+  const int v51 = (kg::floordiv(v50, v44));
   // spec: specs/fa2_bwd.yaml:78:16
-  const float v66 = 1.4426950408889634f;
+  const float v52 = 1.4426950408889634f;
   // spec: specs/fa2_bwd.yaml:78:16
-  const float v67 = (v1 * v66);
+  const float v53 = (v1 * v52);
   // spec: specs/fa2_bwd.yaml:75:29
-  int v68[2];
+  int v54[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v68[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 8);
+  for (int e = 0; e < 2; ++e) v54[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 8);
   // spec: specs/fa2_bwd.yaml:75:14
-  const int v69 = 128;
+  const int v55 = 128;
   // spec: specs/fa2_bwd.yaml:75:14
-  const int v70 = (v34 * v69);
+  const int v56 = (v34 * v55);
   // spec: specs/fa2_bwd.yaml:75:14
-  int v71[2];
+  int v57[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v71[e] = (v70 + v68[e]);
+  for (int e = 0; e < 2; ++e) v57[e] = (v56 + v54[e]);
   // spec: specs/fa2_bwd.yaml:73:15
-  const int v72 = (kg::floordiv(v2, v3));
-  // spec: specs/fa2_bwd.yaml:93:7
+  const int v58 = (kg::floordiv(v2, v3));
+  // spec: specs/fa2_bwd.yaml:95:7
 
-  float v73[64];
+  float v59[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v73[e] = v64[e];
-  float v74[64];
+  for (int e = 0; e < 64; ++e) v59[e] = v42[e];
+  float v60[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v74[e] = v65[e];
-  for (int v75 = v37; v75 < v72; v75 += v36) {
-    float (&v76)[64] = v73;
-    float (&v77)[64] = v74;
+  for (int e = 0; e < 64; ++e) v60[e] = v43[e];
+  for (int v61 = v37; v61 < v58; v61 += v36) {
+    float (&v62)[64] = v59;
+    float (&v63)[64] = v60;
     
-    // spec: specs/fa2_bwd.yaml:121:29
-    kg::bf16* v78 = reinterpret_cast<kg::bf16*>(smem + 65536);
-    // spec: specs/fa2_bwd.yaml:120:28
-    kg::bf16* v79 = reinterpret_cast<kg::bf16*>(smem + 98304);
+    // spec: specs/fa2_bwd.yaml:123:29
+    kg::bf16* v64 = reinterpret_cast<kg::bf16*>(smem + 65536);
+    // spec: specs/fa2_bwd.yaml:122:28
+    kg::bf16* v65 = reinterpret_cast<kg::bf16*>(smem + 98304);
+    // spec: specs/fa2_bwd.yaml:98:15
+    const int v66 = 0;
+    // spec: specs/fa2_bwd.yaml:98:15
+    kg::bf16* v67 = v65 + (v66 % 2) * 8192;
+    // spec: specs/fa2_bwd.yaml:98:15
+    const bool v68 = (v51 < v41);
     // spec: specs/fa2_bwd.yaml:96:15
-    const int v80 = 0;
+    const int v69 = (v30 * v58);
     // spec: specs/fa2_bwd.yaml:96:15
-    kg::bf16* v81 = v79 + (v80 % 2) * 8192;
-    // spec: specs/fa2_bwd.yaml:96:15
-    const bool v82 = (v57 < v63);
-    // spec: specs/fa2_bwd.yaml:94:15
-    const int v83 = (v30 * v72);
-    // spec: specs/fa2_bwd.yaml:94:15
-    const int v84 = (v83 + v75);
-    // spec: specs/fa2_bwd.yaml:97:24
+    const int v70 = (v69 + v61);
+    // spec: specs/fa2_bwd.yaml:99:24
     kg::sync();
-    if (v82) {
-      const kg::bf16* p_ = t_q + ((int64_t)(v31) * stride_q_0 + (int64_t)(v84) * stride_q_2);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v57 * 64) * stride_q_1 + 0;
-      const int r0_ = (lane + warp * 32) / 128 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 16 * 8;
-      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_q_1 + k0_);
-    #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int r_ = r0_ + i * 16, k_ = k0_;
-        const int i0_ = v57 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_q_1;
-        const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
-        if (aligned_) {
-          const int n_ = (i0_ < (size_SQ)) * 8;
-          kg::cp_async<16>(&v81[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-        } else {
-    #pragma unroll
-          for (int v = 0; v < 8; ++v)
-            v81[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-        }
-      }
+    if ((v68) && kg::thread_id() == 0) {
+      uint64_t* bar_ = &kg_bars[4 + v66 % 2];
+      kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+      kg::mbar_expect_tx(bar_, 16384);
+      kg::tma_load_4d(&v67[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_q, bar_, 0, v70, v51 * 64, v31);
+      kg::tma_load_4d(&v67[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap2_q, bar_, 64, v70, v51 * 64, v31);
     }
-    kg::cp_async_commit();
-    // spec: specs/fa2_bwd.yaml:96:15
-    kg::bf16* v85 = v78 + (v80 % 2) * 8192;
-    // spec: specs/fa2_bwd.yaml:98:26
-    if (v82) {
-      const kg::bf16* p_ = t_do + ((int64_t)(v31) * stride_do_0 + (int64_t)(v84) * stride_do_2);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v57 * 64) * stride_do_1 + 0;
-      const int r0_ = (lane + warp * 32) / 128 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 16 * 8;
-      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_do_1 + k0_);
-    #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int r_ = r0_ + i * 16, k_ = k0_;
-        const int i0_ = v57 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_do_1;
-        const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
-        if (aligned_) {
-          const int n_ = (i0_ < (size_SQ)) * 8;
-          kg::cp_async<16>(&v85[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-        } else {
-    #pragma unroll
-          for (int v = 0; v < 8; ++v)
-            v85[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-        }
-      }
+    // spec: specs/fa2_bwd.yaml:98:15
+    kg::bf16* v71 = v64 + (v66 % 2) * 8192;
+    // spec: specs/fa2_bwd.yaml:100:26
+    if ((v68) && kg::thread_id() == 0) {
+      uint64_t* bar_ = &kg_bars[2 + v66 % 2];
+      kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+      kg::mbar_expect_tx(bar_, 16384);
+      kg::tma_load_4d(&v71[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap3_do, bar_, 0, v70, v51 * 64, v31);
+      kg::tma_load_4d(&v71[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap3_do, bar_, 64, v70, v51 * 64, v31);
     }
-    kg::cp_async_commit();
-    // spec: specs/fa2_bwd.yaml:96:58
-    const int v86 = 1;
-    // spec: specs/fa2_bwd.yaml:96:15
+    // spec: specs/fa2_bwd.yaml:98:58
+    const int v72 = 1;
+    // spec: specs/fa2_bwd.yaml:98:15
 
-    float v87[64];
+    float v73[64];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) v87[e] = v76[e];
-    float v88[64];
+    for (int e = 0; e < 64; ++e) v73[e] = v62[e];
+    float v74[64];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) v88[e] = v77[e];
-    for (int v89 = v57; v89 < v63; v89 += v86) {
-      float (&v90)[64] = v87;
-      float (&v91)[64] = v88;
+    for (int e = 0; e < 64; ++e) v74[e] = v63[e];
+    for (int v75 = v51; v75 < v41; v75 += v72) {
+      float (&v76)[64] = v73;
+      float (&v77)[64] = v74;
       
-      // spec: specs/fa2_bwd.yaml:96:15
-      const int v92 = (v89 - v57);
-      // spec: specs/fa2_bwd.yaml:96:15
-      const int v93 = (kg::floordiv(v92, v86));
-      // spec: specs/fa2_bwd.yaml:96:15
-      kg::bf16* v94 = v78 + (v93 % 2) * 8192;
-      // spec: specs/fa2_bwd.yaml:96:15
-      kg::bf16* v95 = v79 + (v93 % 2) * 8192;
-      // spec: specs/fa2_bwd.yaml:111:29
-      float v96[16];
+      // spec: specs/fa2_bwd.yaml:98:15
+      const int v78 = (v75 - v51);
+      // spec: specs/fa2_bwd.yaml:98:15
+      const int v79 = (kg::floordiv(v78, v72));
+      // spec: specs/fa2_bwd.yaml:98:15
+      kg::bf16* v80 = v64 + (v79 % 2) * 8192;
+      // spec: specs/fa2_bwd.yaml:98:15
+      kg::bf16* v81 = v65 + (v79 % 2) * 8192;
+      // spec: specs/fa2_bwd.yaml:113:29
+      float v82[16];
       {
-        const float* p_ = t_neg_lse_s + ((int64_t)(v31) * stride_neg_lse_s_0 + (int64_t)(v84) * stride_neg_lse_s_1);
+        const float* p_ = t_neg_lse_s + ((int64_t)(v31) * stride_neg_lse_s_0 + (int64_t)(v70) * stride_neg_lse_s_1);
         const bool aligned_ = kg::aligned(p_, 8) && stride_neg_lse_s_0 % 2 == 0 && stride_neg_lse_s_1 % 2 == 0;
-        const int t0_ = v89 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
+        const int t0_ = v75 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
       #pragma unroll
         for (int e = 0; e < 16; e += 2) {
           const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32;
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 2 <= (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<2>(&v96[e], p_ + off_);
+            kg::copy_vec<2>(&v82[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 2; ++v)
-              v96[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+              v82[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:120:28
-      kg::cp_async_wait<1>();
-      kg::fence_proxy_async();
+      // spec: specs/fa2_bwd.yaml:122:28
+      kg::mbar_wait(&kg_bars[4 + v79 % 2], (v79 / 2) & 1);
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:96:15
-      const int v97 = 1;
-      // spec: specs/fa2_bwd.yaml:96:15
-      const int v98 = (v93 + v97);
-      // spec: specs/fa2_bwd.yaml:96:15
-      kg::bf16* v99 = v79 + (v98 % 2) * 8192;
-      // spec: specs/fa2_bwd.yaml:97:24
-      const int v100 = (v89 + v86);
-      // spec: specs/fa2_bwd.yaml:97:24
-      const bool v101 = (v100 < v63);
-      // spec: specs/fa2_bwd.yaml:97:24
-      if (v101) {
-        const kg::bf16* p_ = t_q + ((int64_t)(v31) * stride_q_0 + (int64_t)(v84) * stride_q_2);
-        const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-        const int64_t q_ = (int64_t)(v100 * 64) * stride_q_1 + 0;
-        const int r0_ = (lane + warp * 32) / 128 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 16 * 8;
-        const int64_t o0_ = q_ + ((int64_t)r0_ * stride_q_1 + k0_);
+      // spec: specs/fa2_bwd.yaml:98:15
+      const int v83 = 1;
+      // spec: specs/fa2_bwd.yaml:98:15
+      const int v84 = (v79 + v83);
+      // spec: specs/fa2_bwd.yaml:98:15
+      kg::bf16* v85 = v65 + (v84 % 2) * 8192;
+      // spec: specs/fa2_bwd.yaml:99:24
+      const int v86 = (v75 + v72);
+      // spec: specs/fa2_bwd.yaml:99:24
+      const bool v87 = (v86 < v41);
+      // spec: specs/fa2_bwd.yaml:99:24
+      if ((v87) && kg::thread_id() == 0) {
+        uint64_t* bar_ = &kg_bars[4 + v84 % 2];
+        kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+        kg::mbar_expect_tx(bar_, 16384);
+        kg::tma_load_4d(&v85[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_q, bar_, 0, v70, v86 * 64, v31);
+        kg::tma_load_4d(&v85[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap2_q, bar_, 64, v70, v86 * 64, v31);
+      }
+      // spec: specs/fa2_bwd.yaml:122:28
+      kg::bf16* v88 = v81;
+      // spec: specs/fa2_bwd.yaml:113:29
+      float (&v89)[16] = v82;
+      // spec: specs/fa2_bwd.yaml:121:33
+      float v90[32];
       #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int r_ = r0_ + i * 16, k_ = k0_;
-          const int i0_ = v100 * 64 + r_, i1_ = 0 + k_;
-          const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_q_1;
-          const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
-          if (aligned_) {
-            const int n_ = (i0_ < (size_SQ)) * 8;
-            kg::cp_async<16>(&v99[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+      for (int e = 0; e < 32; ++e) v90[e] = v89[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:121:33
+      const float v91 = -kg::inf();
+      // spec: specs/fa2_bwd.yaml:115:48
+      int v92[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v92[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32);
+      // spec: specs/fa2_bwd.yaml:115:34
+      const int v93 = 64;
+      // spec: specs/fa2_bwd.yaml:115:34
+      const int v94 = (v75 * v93);
+      // spec: specs/fa2_bwd.yaml:115:34
+      int v95[16];
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) v95[e] = (v94 + v92[e]);
+      // spec: specs/fa2_bwd.yaml:118:70
+      int (&v96)[16] = v95;
+      // spec: specs/fa2_bwd.yaml:118:39
+      int v97[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v97[e] = v96[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:118:48
+      const int v98 = (v5 - v0);
+      // spec: specs/fa2_bwd.yaml:118:40
+      int v99[2];
+      #pragma unroll
+      for (int e = 0; e < 2; ++e) v99[e] = (v57[e] - v98);
+      // spec: specs/fa2_bwd.yaml:118:39
+      int (&v100)[2] = v99;
+      // spec: specs/fa2_bwd.yaml:118:39
+      int v101[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v101[e] = v100[((e >> 1) & 1) * 1];
+      // spec: specs/fa2_bwd.yaml:118:39
+      bool v102[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v102[e] = (v101[e] <= v97[e]);
+      // spec: specs/fa2_bwd.yaml:121:33
+      float v103[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v103[e] = (v102[e] ? v90[e] : v91);
+      // spec: specs/fa2_bwd.yaml:122:28
+      float (&v104)[32] = v103;
+      {
+        const int wg_ = (warp / 4);
+        const uint64_t da_ = kg::wgmma_desc(v10, 16, 1024, 1);
+        const uint64_t db_ = kg::wgmma_desc(v88, 16, 1024, 1);
+        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
+        // (ptxas would then insert a warpgroup.arrive, C7519)
+      #pragma unroll
+        for (int e = 0; e < 32; ++e) kg::fence_operand(v104[e]);
+        kg::wgmma_fence();
+      #pragma unroll
+        for (int ks = 0; ks < 8; ++ks)
+      #pragma unroll
+          for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+            for (int rn = 0; rn < 1; ++rn)
+              kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v104[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 8192 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), 1);
+        kg::wgmma_commit();
+      }
+      // spec: specs/fa2_bwd.yaml:123:49
+      float v105[16];
+      {
+        const float* p_ = t_delta + ((int64_t)(v31) * stride_delta_0 + (int64_t)(v70) * stride_delta_1);
+        const bool aligned_ = kg::aligned(p_, 8) && stride_delta_0 % 2 == 0 && stride_delta_1 % 2 == 0;
+        const int t0_ = v75 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
+      #pragma unroll
+        for (int e = 0; e < 16; e += 2) {
+          const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32;
+          const int64_t off_ = (int64_t)i0_ * 1;
+          const bool in_ = i0_ + 2 <= (size_SQ);
+          if (aligned_ && in_) {
+            kg::copy_vec<2>(&v105[e], p_ + off_);
           } else {
       #pragma unroll
-            for (int v = 0; v < 8; ++v)
-              v99[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            for (int v = 0; v < 2; ++v)
+              v105[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
-      kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:120:28
-      kg::bf16* v102 = v95;
-      // spec: specs/fa2_bwd.yaml:111:29
-      float (&v103)[16] = v96;
-      // spec: specs/fa2_bwd.yaml:119:33
-      float v104[32];
+      // spec: specs/fa2_bwd.yaml:123:29
+      kg::mbar_wait(&kg_bars[2 + v79 % 2], (v79 / 2) & 1);
+      kg::sync();
+      // spec: specs/fa2_bwd.yaml:98:15
+      kg::bf16* v106 = v64 + (v84 % 2) * 8192;
+      // spec: specs/fa2_bwd.yaml:100:26
+      const int v107 = (v75 + v72);
+      // spec: specs/fa2_bwd.yaml:100:26
+      const bool v108 = (v107 < v41);
+      // spec: specs/fa2_bwd.yaml:100:26
+      if ((v108) && kg::thread_id() == 0) {
+        uint64_t* bar_ = &kg_bars[2 + v84 % 2];
+        kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+        kg::mbar_expect_tx(bar_, 16384);
+        kg::tma_load_4d(&v106[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap3_do, bar_, 0, v70, v107 * 64, v31);
+        kg::tma_load_4d(&v106[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap3_do, bar_, 64, v70, v107 * 64, v31);
+      }
+      // spec: specs/fa2_bwd.yaml:123:29
+      kg::bf16* v109 = v80;
+      // spec: specs/fa2_bwd.yaml:123:48
+      const float v110 = -1.0f;
+      // spec: specs/fa2_bwd.yaml:123:48
+      float v111[16];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v104[e] = v103[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:119:33
-      const float v105 = -kg::inf();
-      // spec: specs/fa2_bwd.yaml:113:48
-      int v106[16];
+      for (int e = 0; e < 16; ++e) v111[e] = (v105[e] * v110);
+      // spec: specs/fa2_bwd.yaml:123:47
+      float (&v112)[16] = v111;
+      // spec: specs/fa2_bwd.yaml:123:29
+      float v113[32];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v106[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32);
-      // spec: specs/fa2_bwd.yaml:113:34
-      const int v107 = 64;
-      // spec: specs/fa2_bwd.yaml:113:34
-      const int v108 = (v89 * v107);
-      // spec: specs/fa2_bwd.yaml:113:34
-      int v109[16];
+      for (int e = 0; e < 32; ++e) v113[e] = v112[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:122:28
+      kg::wgmma_wait<0>();
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v109[e] = (v108 + v106[e]);
-      // spec: specs/fa2_bwd.yaml:116:70
-      int (&v110)[16] = v109;
-      // spec: specs/fa2_bwd.yaml:116:39
-      int v111[32];
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v104[e]);
+      float (&v114)[32] = v104;
+      // spec: specs/fa2_bwd.yaml:123:29
+      float (&v115)[32] = v113;
+      {
+        const int wg_ = (warp / 4);
+        const uint64_t da_ = kg::wgmma_desc(v35, 16, 1024, 1);
+        const uint64_t db_ = kg::wgmma_desc(v109, 16, 1024, 1);
+        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
+        // (ptxas would then insert a warpgroup.arrive, C7519)
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v111[e] = v110[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:116:48
-      const int v112 = (v5 - v0);
-      // spec: specs/fa2_bwd.yaml:116:40
-      int v113[2];
+        for (int e = 0; e < 32; ++e) kg::fence_operand(v115[e]);
+        kg::wgmma_fence();
       #pragma unroll
-      for (int e = 0; e < 2; ++e) v113[e] = (v71[e] - v112);
-      // spec: specs/fa2_bwd.yaml:116:39
-      int (&v114)[2] = v113;
-      // spec: specs/fa2_bwd.yaml:116:39
-      int v115[32];
+        for (int ks = 0; ks < 8; ++ks)
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v115[e] = v114[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:116:39
-      bool v116[32];
+          for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v116[e] = (v115[e] <= v111[e]);
-      // spec: specs/fa2_bwd.yaml:119:33
+            for (int rn = 0; rn < 1; ++rn)
+              kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v115[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 8192 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), 1);
+        kg::wgmma_commit();
+      }
+      // spec: specs/fa2_bwd.yaml:124:33
+      float v116[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v116[e] = (v114[e] * v53);
+      // spec: specs/fa2_bwd.yaml:124:28
       float v117[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v117[e] = (v116[e] ? v104[e] : v105);
-      // spec: specs/fa2_bwd.yaml:120:28
-      float (&v118)[32] = v117;
+      for (int e = 0; e < 32; ++e) v117[e] = kg::exp2_(v116[e]);
+      // spec: specs/fa2_bwd.yaml:125:45
+      kg::bf16 v118[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v118[e] = kg::cvt<kg::bf16>(v117[e]);
+      // spec: specs/fa2_bwd.yaml:125:41
+      float (&v119)[64] = v76;
       {
         const int wg_ = (warp / 4);
-        const uint64_t da_ = kg::wgmma_desc(v10, 128, 2048, 0);
-        const uint64_t db_ = kg::wgmma_desc(v102, 128, 2048, 0);
+        const uint64_t db_ = kg::wgmma_desc(v80, 8192, 1024, 1);
         // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
         // (ptxas would then insert a warpgroup.arrive, C7519)
       #pragma unroll
-        for (int e = 0; e < 32; ++e) kg::fence_operand(v118[e]);
+        for (int e = 0; e < 64; ++e) kg::fence_operand(v119[e]);
         kg::wgmma_fence();
       #pragma unroll
-        for (int ks = 0; ks < 8; ++ks)
+        for (int ks = 0; ks < 4; ++ks)
       #pragma unroll
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v118[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), 1);
+              kg::wgmma_m64n128k16_bf16_rs<1>(&v119[(rm * 1 + rn) * 64], &v118[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 128 + rn * 128)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 128 + rn * 128)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 128 + rn * 128)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:121:49
-      float v119[16];
+      // spec: specs/fa2_bwd.yaml:123:29
+      kg::wgmma_wait<1>();
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v115[e]);
+      float (&v120)[32] = v115;
+      // spec: specs/fa2_bwd.yaml:126:30
+      float v121[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v121[e] = (v117[e] * v120[e]);
+      // spec: specs/fa2_bwd.yaml:126:29
+      kg::bf16 v122[32];
+      #pragma unroll
+      for (int e = 0; e < 32; ++e) v122[e] = kg::cvt<kg::bf16>(v121[e]);
+      // spec: specs/fa2_bwd.yaml:127:41
+      float (&v123)[64] = v77;
       {
-        const float* p_ = t_delta + ((int64_t)(v31) * stride_delta_0 + (int64_t)(v84) * stride_delta_1);
-        const bool aligned_ = kg::aligned(p_, 8) && stride_delta_0 % 2 == 0 && stride_delta_1 % 2 == 0;
-        const int t0_ = v89 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
+        const int wg_ = (warp / 4);
+        const uint64_t db_ = kg::wgmma_desc(v81, 8192, 1024, 1);
+        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
+        // (ptxas would then insert a warpgroup.arrive, C7519)
       #pragma unroll
-        for (int e = 0; e < 16; e += 2) {
-          const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32;
-          const int64_t off_ = (int64_t)i0_ * 1;
-          const bool in_ = i0_ + 2 <= (size_SQ);
-          if (aligned_ && in_) {
-            kg::copy_vec<2>(&v119[e], p_ + off_);
-          } else {
+        for (int e = 0; e < 64; ++e) kg::fence_operand(v123[e]);
+        kg::wgmma_fence();
       #pragma unroll
-            for (int v = 0; v < 2; ++v)
-              v119[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
-          }
-        }
+        for (int ks = 0; ks < 4; ++ks)
+      #pragma unroll
+          for (int rm = 0; rm < 1; ++rm)
+      #pragma unroll
+            for (int rn = 0; rn < 1; ++rn)
+              kg::wgmma_m64n128k16_bf16_rs<1>(&v123[(rm * 1 + rn) * 64], &v122[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 128 + rn * 128)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 128 + rn * 128)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 128 + rn * 128)) & 7))) * 2 / 16), 1);
+        kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:121:29
-      kg::cp_async_wait<1>();
+      // spec: specs/fa2_bwd.yaml:129:74
+      kg::bf16* v124 = reinterpret_cast<kg::bf16*>(smem + 131072);
+      kg::sync();
+      #pragma unroll
+      for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v124[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v122[e]);
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:96:15
-      kg::bf16* v120 = v78 + (v98 % 2) * 8192;
-      // spec: specs/fa2_bwd.yaml:98:26
-      const int v121 = (v89 + v86);
-      // spec: specs/fa2_bwd.yaml:98:26
-      const bool v122 = (v121 < v63);
-      // spec: specs/fa2_bwd.yaml:98:26
-      if (v122) {
-        const kg::bf16* p_ = t_do + ((int64_t)(v31) * stride_do_0 + (int64_t)(v84) * stride_do_2);
-        const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
-        const int64_t q_ = (int64_t)(v121 * 64) * stride_do_1 + 0;
-        const int r0_ = (lane + warp * 32) / 128 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 16 * 8;
-        const int64_t o0_ = q_ + ((int64_t)r0_ * stride_do_1 + k0_);
-      #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int r_ = r0_ + i * 16, k_ = k0_;
-          const int i0_ = v121 * 64 + r_, i1_ = 0 + k_;
-          const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_do_1;
-          const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
-          if (aligned_) {
-            const int n_ = (i0_ < (size_SQ)) * 8;
-            kg::cp_async<16>(&v120[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-          } else {
-      #pragma unroll
-            for (int v = 0; v < 8; ++v)
-              v120[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-          }
-        }
-      }
-      kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:121:29
-      kg::bf16* v123 = v94;
-      // spec: specs/fa2_bwd.yaml:121:48
-      const float v124 = -1.0f;
-      // spec: specs/fa2_bwd.yaml:121:48
-      float v125[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v125[e] = (v119[e] * v124);
-      // spec: specs/fa2_bwd.yaml:121:47
-      float (&v126)[16] = v125;
-      // spec: specs/fa2_bwd.yaml:121:29
-      float v127[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v127[e] = v126[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:120:28
-      kg::wgmma_wait<0>();
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v118[e]);
-      float (&v128)[32] = v118;
-      // spec: specs/fa2_bwd.yaml:121:29
-      float (&v129)[32] = v127;
+      // spec: specs/fa2_bwd.yaml:129:74
+      kg::bf16* v125 = v124;
+      // spec: specs/fa2_bwd.yaml:129:74
+      float v126[32];
+      // spec: specs/fa2_bwd.yaml:129:74
+      float (&v127)[32] = v126;
       {
         const int wg_ = (warp / 4);
-        const uint64_t da_ = kg::wgmma_desc(v35, 128, 2048, 0);
-        const uint64_t db_ = kg::wgmma_desc(v123, 128, 2048, 0);
-        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
-        // (ptxas would then insert a warpgroup.arrive, C7519)
-      #pragma unroll
-        for (int e = 0; e < 32; ++e) kg::fence_operand(v129[e]);
+        const uint64_t da_ = kg::wgmma_desc(v125, 1024, 128, 0);
+        const uint64_t db_ = kg::wgmma_desc(v10, 16384, 1024, 1);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 8; ++ks)
@@ -554,127 +522,37 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v129[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), 1);
+              kg::wgmma_m64n64k16_bf16_ss<1, 1>(&v127[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 2) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 2) * 64 + rm * 64)) % 8) * 2 / 16), db_ + ((((((wg_ % 2) * 64 + rn * 64)) / 64 * 8192 + ((ks * 16)) * 64 + (((((((wg_ % 2) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 2) * 64 + rn * 64)) & 7))) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:122:33
-      float v130[32];
+      // spec: specs/fa2_bwd.yaml:129:74
+      kg::wgmma_wait<0>();
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v130[e] = (v128[e] * v67);
-      // spec: specs/fa2_bwd.yaml:122:28
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v127[e]);
+      float (&v128)[32] = v127;
+      // spec: specs/fa2_bwd.yaml:125:41
+      kg::wgmma_wait<0>();
+      #pragma unroll
+      for (int e = 0; e < 64; ++e) kg::fence_operand(v119[e]);
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v118)[e]);
+      float (&v129)[64] = v119;
+      // spec: specs/fa2_bwd.yaml:127:41
+      kg::wgmma_wait<0>();
+      #pragma unroll
+      for (int e = 0; e < 64; ++e) kg::fence_operand(v123[e]);
+      #pragma unroll
+      for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v122)[e]);
+      float (&v130)[64] = v123;
+      // spec: specs/fa2_bwd.yaml:129:74
       float v131[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v131[e] = kg::exp2_(v130[e]);
-      // spec: specs/fa2_bwd.yaml:123:45
-      kg::bf16 v132[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v132[e] = kg::cvt<kg::bf16>(v131[e]);
-      // spec: specs/fa2_bwd.yaml:123:41
-      float (&v133)[64] = v90;
-      {
-        const int wg_ = (warp / 4);
-        const uint64_t db_ = kg::wgmma_desc(v94, 2048, 128, 0);
-        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
-        // (ptxas would then insert a warpgroup.arrive, C7519)
-      #pragma unroll
-        for (int e = 0; e < 64; ++e) kg::fence_operand(v133[e]);
-        kg::wgmma_fence();
-      #pragma unroll
-        for (int ks = 0; ks < 4; ++ks)
-      #pragma unroll
-          for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-            for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n128k16_bf16_rs<1>(&v133[(rm * 1 + rn) * 64], &v132[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 1) * 128 + rn * 128)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 1) * 128 + rn * 128)) % 8) * 2 / 16), 1);
-        kg::wgmma_commit();
-      }
-      // spec: specs/fa2_bwd.yaml:121:29
-      kg::wgmma_wait<1>();
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v129[e]);
-      float (&v134)[32] = v129;
-      // spec: specs/fa2_bwd.yaml:124:30
-      float v135[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v135[e] = (v131[e] * v134[e]);
-      // spec: specs/fa2_bwd.yaml:124:29
-      kg::bf16 v136[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v136[e] = kg::cvt<kg::bf16>(v135[e]);
-      // spec: specs/fa2_bwd.yaml:125:41
-      float (&v137)[64] = v91;
-      {
-        const int wg_ = (warp / 4);
-        const uint64_t db_ = kg::wgmma_desc(v95, 2048, 128, 0);
-        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
-        // (ptxas would then insert a warpgroup.arrive, C7519)
-      #pragma unroll
-        for (int e = 0; e < 64; ++e) kg::fence_operand(v137[e]);
-        kg::wgmma_fence();
-      #pragma unroll
-        for (int ks = 0; ks < 4; ++ks)
-      #pragma unroll
-          for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-            for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n128k16_bf16_rs<1>(&v137[(rm * 1 + rn) * 64], &v136[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 1) * 128 + rn * 128)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 1) * 128 + rn * 128)) % 8) * 2 / 16), 1);
-        kg::wgmma_commit();
-      }
-      // spec: specs/fa2_bwd.yaml:127:74
-      kg::bf16* v138 = reinterpret_cast<kg::bf16*>(smem + 131072);
-      kg::sync();
-      #pragma unroll
-      for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v138[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v136[e]);
-      kg::fence_proxy_async();
-      kg::sync();
-      // spec: specs/fa2_bwd.yaml:127:74
-      kg::bf16* v139 = v138;
-      // spec: specs/fa2_bwd.yaml:127:74
-      float v140[32];
-      // spec: specs/fa2_bwd.yaml:127:74
-      float (&v141)[32] = v140;
-      {
-        const int wg_ = (warp / 4);
-        const uint64_t da_ = kg::wgmma_desc(v139, 1024, 128, 0);
-        const uint64_t db_ = kg::wgmma_desc(v10, 2048, 128, 0);
-        kg::wgmma_fence();
-      #pragma unroll
-        for (int ks = 0; ks < 8; ++ks)
-      #pragma unroll
-          for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-            for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_bf16_ss<1, 1>(&v141[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 2) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 2) * 64 + rm * 64)) % 8) * 2 / 16), db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 2) * 64 + rn * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 2) * 64 + rn * 64)) % 8) * 2 / 16), (ks > 0));
-        kg::wgmma_commit();
-      }
-      // spec: specs/fa2_bwd.yaml:127:74
-      kg::wgmma_wait<0>();
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v141[e]);
-      float (&v142)[32] = v141;
-      // spec: specs/fa2_bwd.yaml:123:41
-      kg::wgmma_wait<0>();
-      #pragma unroll
-      for (int e = 0; e < 64; ++e) kg::fence_operand(v133[e]);
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v132)[e]);
-      float (&v143)[64] = v133;
-      // spec: specs/fa2_bwd.yaml:125:41
-      kg::wgmma_wait<0>();
-      #pragma unroll
-      for (int e = 0; e < 64; ++e) kg::fence_operand(v137[e]);
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v136)[e]);
-      float (&v144)[64] = v137;
-      // spec: specs/fa2_bwd.yaml:127:74
-      float v145[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v145[e] = (v142[e] * v1);
-      // spec: specs/fa2_bwd.yaml:127:27
+      for (int e = 0; e < 32; ++e) v131[e] = (v128[e] * v1);
+      // spec: specs/fa2_bwd.yaml:129:27
       if ((lane & 0) == 0 && (warp & 0) == 0) {
-        float* p_ = t_dq_acc + ((int64_t)(v31) * stride_dq_acc_0 + (int64_t)(v84) * stride_dq_acc_2);
+        float* p_ = t_dq_acc + ((int64_t)(v31) * stride_dq_acc_0 + (int64_t)(v70) * stride_dq_acc_2);
         const bool aligned_ = kg::aligned(p_, 8) && stride_dq_acc_0 % 2 == 0 && stride_dq_acc_1 % 2 == 0 && stride_dq_acc_2 % 2 == 0;
-        const int t0_ = v89 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+        const int t0_ = v75 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
         const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 64;
       #pragma unroll
         for (int e = 0; e < 32; e += 2) {
@@ -682,457 +560,57 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
           const int64_t off_ = (int64_t)i0_ * stride_dq_acc_1 + (int64_t)i1_ * 1;
           if (aligned_ && i0_ < (size_SQ)) {
-            kg::atomic_add_vec<2>(p_ + off_, &v145[e]);
+            kg::atomic_add_vec<2>(p_ + off_, &v131[e]);
           } else {
       #pragma unroll
             for (int v = 0; v < 2; ++v)
-              if (i0_ < (size_SQ)) kg::atomic_add(p_ + off_ + v, v145[e + v]);
+              if (i0_ < (size_SQ)) kg::atomic_add(p_ + off_ + v, v131[e + v]);
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:127:27
+      // spec: specs/fa2_bwd.yaml:129:27
 
       float y0_[64];
       #pragma unroll
-      for (int e = 0; e < 64; ++e) y0_[e] = v143[e];
+      for (int e = 0; e < 64; ++e) y0_[e] = v129[e];
       float y1_[64];
       #pragma unroll
-      for (int e = 0; e < 64; ++e) y1_[e] = v144[e];
+      for (int e = 0; e < 64; ++e) y1_[e] = v130[e];
       #pragma unroll
-      for (int e = 0; e < 64; ++e) v87[e] = y0_[e];
+      for (int e = 0; e < 64; ++e) v73[e] = y0_[e];
       #pragma unroll
-      for (int e = 0; e < 64; ++e) v88[e] = y1_[e];
+      for (int e = 0; e < 64; ++e) v74[e] = y1_[e];
     }
-    // spec: specs/fa2_bwd.yaml:121:29
-    kg::bf16* v146 = reinterpret_cast<kg::bf16*>(smem + 65536);
-    // spec: specs/fa2_bwd.yaml:120:28
-    kg::bf16* v147 = reinterpret_cast<kg::bf16*>(smem + 98304);
-    // spec: specs/fa2_bwd.yaml:96:15
-    const int v148 = 0;
-    // spec: specs/fa2_bwd.yaml:96:15
-    kg::bf16* v149 = v147 + (v148 % 2) * 8192;
-    // spec: specs/fa2_bwd.yaml:96:15
-    const bool v150 = (v63 < v62);
-    // spec: specs/fa2_bwd.yaml:97:24
-    kg::sync();
-    if (v150) {
-      const kg::bf16* p_ = t_q + ((int64_t)(v31) * stride_q_0 + (int64_t)(v84) * stride_q_2);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v63 * 64) * stride_q_1 + 0;
-      const int r0_ = (lane + warp * 32) / 128 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 16 * 8;
-      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_q_1 + k0_);
-    #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int r_ = r0_ + i * 16, k_ = k0_;
-        const int i0_ = v63 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_q_1;
-        const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
-        if (aligned_) {
-          const int n_ = (i0_ < (size_SQ)) * 8;
-          kg::cp_async<16>(&v149[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-        } else {
-    #pragma unroll
-          for (int v = 0; v < 8; ++v)
-            v149[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-        }
-      }
+    // spec: specs/fa2_bwd.yaml:98:15
+    if (kg::thread_id() == 0) {
+      const int n_ = kg::cdiv(kg::max_(v41 - v51, 0), v72);
+      if (((n_ + 1) / 2) & 1) kg::mbar_arrive(&kg_bars[4]);
+      if (((n_ + 0) / 2) & 1) kg::mbar_arrive(&kg_bars[5]);
+      if (((n_ + 1) / 2) & 1) kg::mbar_arrive(&kg_bars[2]);
+      if (((n_ + 0) / 2) & 1) kg::mbar_arrive(&kg_bars[3]);
     }
-    kg::cp_async_commit();
-    // spec: specs/fa2_bwd.yaml:96:15
-    kg::bf16* v151 = v146 + (v148 % 2) * 8192;
-    // spec: specs/fa2_bwd.yaml:98:26
-    if (v150) {
-      const kg::bf16* p_ = t_do + ((int64_t)(v31) * stride_do_0 + (int64_t)(v84) * stride_do_2);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
-      const int64_t q_ = (int64_t)(v63 * 64) * stride_do_1 + 0;
-      const int r0_ = (lane + warp * 32) / 128 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 16 * 8;
-      const int64_t o0_ = q_ + ((int64_t)r0_ * stride_do_1 + k0_);
-    #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int r_ = r0_ + i * 16, k_ = k0_;
-        const int i0_ = v63 * 64 + r_, i1_ = 0 + k_;
-        const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_do_1;
-        const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
-        if (aligned_) {
-          const int n_ = (i0_ < (size_SQ)) * 8;
-          kg::cp_async<16>(&v151[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-        } else {
-    #pragma unroll
-          for (int v = 0; v < 8; ++v)
-            v151[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-        }
-      }
-    }
-    kg::cp_async_commit();
-    // spec: specs/fa2_bwd.yaml:96:79
-    const int v152 = 1;
-    // spec: specs/fa2_bwd.yaml:96:15
-
-    float v153[64];
-    #pragma unroll
-    for (int e = 0; e < 64; ++e) v153[e] = v87[e];
-    float v154[64];
-    #pragma unroll
-    for (int e = 0; e < 64; ++e) v154[e] = v88[e];
-    for (int v155 = v63; v155 < v62; v155 += v152) {
-      float (&v156)[64] = v153;
-      float (&v157)[64] = v154;
-      
-      // spec: specs/fa2_bwd.yaml:96:15
-      const int v158 = (v155 - v63);
-      // spec: specs/fa2_bwd.yaml:96:15
-      const int v159 = (kg::floordiv(v158, v152));
-      // spec: specs/fa2_bwd.yaml:96:15
-      kg::bf16* v160 = v146 + (v159 % 2) * 8192;
-      // spec: specs/fa2_bwd.yaml:96:15
-      kg::bf16* v161 = v147 + (v159 % 2) * 8192;
-      // spec: specs/fa2_bwd.yaml:111:29
-      float v162[16];
-      {
-        const float* p_ = t_neg_lse_s + ((int64_t)(v31) * stride_neg_lse_s_0 + (int64_t)(v84) * stride_neg_lse_s_1);
-        const bool aligned_ = kg::aligned(p_, 8) && stride_neg_lse_s_0 % 2 == 0 && stride_neg_lse_s_1 % 2 == 0;
-        const int t0_ = v155 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
-      #pragma unroll
-        for (int e = 0; e < 16; e += 2) {
-          const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32;
-          const int64_t off_ = (int64_t)i0_ * 1;
-          const bool in_ = i0_ + 2 <= (size_SQ);
-          if (aligned_ && in_) {
-            kg::copy_vec<2>(&v162[e], p_ + off_);
-          } else {
-      #pragma unroll
-            for (int v = 0; v < 2; ++v)
-              v162[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
-          }
-        }
-      }
-      // spec: specs/fa2_bwd.yaml:120:28
-      kg::cp_async_wait<1>();
-      kg::fence_proxy_async();
-      kg::sync();
-      // spec: specs/fa2_bwd.yaml:96:15
-      const int v163 = 1;
-      // spec: specs/fa2_bwd.yaml:96:15
-      const int v164 = (v159 + v163);
-      // spec: specs/fa2_bwd.yaml:96:15
-      kg::bf16* v165 = v147 + (v164 % 2) * 8192;
-      // spec: specs/fa2_bwd.yaml:97:24
-      const int v166 = (v155 + v152);
-      // spec: specs/fa2_bwd.yaml:97:24
-      const bool v167 = (v166 < v62);
-      // spec: specs/fa2_bwd.yaml:97:24
-      if (v167) {
-        const kg::bf16* p_ = t_q + ((int64_t)(v31) * stride_q_0 + (int64_t)(v84) * stride_q_2);
-        const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-        const int64_t q_ = (int64_t)(v166 * 64) * stride_q_1 + 0;
-        const int r0_ = (lane + warp * 32) / 128 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 16 * 8;
-        const int64_t o0_ = q_ + ((int64_t)r0_ * stride_q_1 + k0_);
-      #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int r_ = r0_ + i * 16, k_ = k0_;
-          const int i0_ = v166 * 64 + r_, i1_ = 0 + k_;
-          const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_q_1;
-          const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
-          if (aligned_) {
-            const int n_ = (i0_ < (size_SQ)) * 8;
-            kg::cp_async<16>(&v165[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-          } else {
-      #pragma unroll
-            for (int v = 0; v < 8; ++v)
-              v165[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-          }
-        }
-      }
-      kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:120:28
-      kg::bf16* v168 = v161;
-      // spec: specs/fa2_bwd.yaml:111:29
-      float (&v169)[16] = v162;
-      // spec: specs/fa2_bwd.yaml:120:28
-      float v170[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v170[e] = v169[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:120:28
-      float (&v171)[32] = v170;
-      {
-        const int wg_ = (warp / 4);
-        const uint64_t da_ = kg::wgmma_desc(v10, 128, 2048, 0);
-        const uint64_t db_ = kg::wgmma_desc(v168, 128, 2048, 0);
-        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
-        // (ptxas would then insert a warpgroup.arrive, C7519)
-      #pragma unroll
-        for (int e = 0; e < 32; ++e) kg::fence_operand(v171[e]);
-        kg::wgmma_fence();
-      #pragma unroll
-        for (int ks = 0; ks < 8; ++ks)
-      #pragma unroll
-          for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-            for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v171[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), 1);
-        kg::wgmma_commit();
-      }
-      // spec: specs/fa2_bwd.yaml:121:49
-      float v172[16];
-      {
-        const float* p_ = t_delta + ((int64_t)(v31) * stride_delta_0 + (int64_t)(v84) * stride_delta_1);
-        const bool aligned_ = kg::aligned(p_, 8) && stride_delta_0 % 2 == 0 && stride_delta_1 % 2 == 0;
-        const int t0_ = v155 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
-      #pragma unroll
-        for (int e = 0; e < 16; e += 2) {
-          const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32;
-          const int64_t off_ = (int64_t)i0_ * 1;
-          const bool in_ = i0_ + 2 <= (size_SQ);
-          if (aligned_ && in_) {
-            kg::copy_vec<2>(&v172[e], p_ + off_);
-          } else {
-      #pragma unroll
-            for (int v = 0; v < 2; ++v)
-              v172[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
-          }
-        }
-      }
-      // spec: specs/fa2_bwd.yaml:121:29
-      kg::cp_async_wait<1>();
-      kg::fence_proxy_async();
-      kg::sync();
-      // spec: specs/fa2_bwd.yaml:96:15
-      kg::bf16* v173 = v146 + (v164 % 2) * 8192;
-      // spec: specs/fa2_bwd.yaml:98:26
-      const int v174 = (v155 + v152);
-      // spec: specs/fa2_bwd.yaml:98:26
-      const bool v175 = (v174 < v62);
-      // spec: specs/fa2_bwd.yaml:98:26
-      if (v175) {
-        const kg::bf16* p_ = t_do + ((int64_t)(v31) * stride_do_0 + (int64_t)(v84) * stride_do_2);
-        const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
-        const int64_t q_ = (int64_t)(v174 * 64) * stride_do_1 + 0;
-        const int r0_ = (lane + warp * 32) / 128 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 16 * 8;
-        const int64_t o0_ = q_ + ((int64_t)r0_ * stride_do_1 + k0_);
-      #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int r_ = r0_ + i * 16, k_ = k0_;
-          const int i0_ = v174 * 64 + r_, i1_ = 0 + k_;
-          const int64_t off_ = o0_ + (int64_t)(i * 16) * stride_do_1;
-          const int slot_ = ((r_) / 8 * 16 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
-          if (aligned_) {
-            const int n_ = (i0_ < (size_SQ)) * 8;
-            kg::cp_async<16>(&v173[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
-          } else {
-      #pragma unroll
-            for (int v = 0; v < 8; ++v)
-              v173[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (128)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
-          }
-        }
-      }
-      kg::cp_async_commit();
-      // spec: specs/fa2_bwd.yaml:121:29
-      kg::bf16* v176 = v160;
-      // spec: specs/fa2_bwd.yaml:121:48
-      const float v177 = -1.0f;
-      // spec: specs/fa2_bwd.yaml:121:48
-      float v178[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v178[e] = (v172[e] * v177);
-      // spec: specs/fa2_bwd.yaml:121:47
-      float (&v179)[16] = v178;
-      // spec: specs/fa2_bwd.yaml:121:29
-      float v180[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v180[e] = v179[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:120:28
-      kg::wgmma_wait<0>();
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v171[e]);
-      float (&v181)[32] = v171;
-      // spec: specs/fa2_bwd.yaml:121:29
-      float (&v182)[32] = v180;
-      {
-        const int wg_ = (warp / 4);
-        const uint64_t da_ = kg::wgmma_desc(v35, 128, 2048, 0);
-        const uint64_t db_ = kg::wgmma_desc(v176, 128, 2048, 0);
-        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
-        // (ptxas would then insert a warpgroup.arrive, C7519)
-      #pragma unroll
-        for (int e = 0; e < 32; ++e) kg::fence_operand(v182[e]);
-        kg::wgmma_fence();
-      #pragma unroll
-        for (int ks = 0; ks < 8; ++ks)
-      #pragma unroll
-          for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-            for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v182[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 8 * 16 + ((ks * 16)) / 8) * 64 + (((wg_ % 1) * 64 + rn * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), 1);
-        kg::wgmma_commit();
-      }
-      // spec: specs/fa2_bwd.yaml:122:33
-      float v183[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v183[e] = (v181[e] * v67);
-      // spec: specs/fa2_bwd.yaml:122:28
-      float v184[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v184[e] = kg::exp2_(v183[e]);
-      // spec: specs/fa2_bwd.yaml:123:45
-      kg::bf16 v185[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v185[e] = kg::cvt<kg::bf16>(v184[e]);
-      // spec: specs/fa2_bwd.yaml:123:41
-      float (&v186)[64] = v156;
-      {
-        const int wg_ = (warp / 4);
-        const uint64_t db_ = kg::wgmma_desc(v160, 2048, 128, 0);
-        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
-        // (ptxas would then insert a warpgroup.arrive, C7519)
-      #pragma unroll
-        for (int e = 0; e < 64; ++e) kg::fence_operand(v186[e]);
-        kg::wgmma_fence();
-      #pragma unroll
-        for (int ks = 0; ks < 4; ++ks)
-      #pragma unroll
-          for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-            for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n128k16_bf16_rs<1>(&v186[(rm * 1 + rn) * 64], &v185[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 1) * 128 + rn * 128)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 1) * 128 + rn * 128)) % 8) * 2 / 16), 1);
-        kg::wgmma_commit();
-      }
-      // spec: specs/fa2_bwd.yaml:121:29
-      kg::wgmma_wait<1>();
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v182[e]);
-      float (&v187)[32] = v182;
-      // spec: specs/fa2_bwd.yaml:124:30
-      float v188[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v188[e] = (v184[e] * v187[e]);
-      // spec: specs/fa2_bwd.yaml:124:29
-      kg::bf16 v189[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v189[e] = kg::cvt<kg::bf16>(v188[e]);
-      // spec: specs/fa2_bwd.yaml:125:41
-      float (&v190)[64] = v157;
-      {
-        const int wg_ = (warp / 4);
-        const uint64_t db_ = kg::wgmma_desc(v161, 2048, 128, 0);
-        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
-        // (ptxas would then insert a warpgroup.arrive, C7519)
-      #pragma unroll
-        for (int e = 0; e < 64; ++e) kg::fence_operand(v190[e]);
-        kg::wgmma_fence();
-      #pragma unroll
-        for (int ks = 0; ks < 4; ++ks)
-      #pragma unroll
-          for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-            for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n128k16_bf16_rs<1>(&v190[(rm * 1 + rn) * 64], &v189[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 1) * 128 + rn * 128)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 1) * 128 + rn * 128)) % 8) * 2 / 16), 1);
-        kg::wgmma_commit();
-      }
-      // spec: specs/fa2_bwd.yaml:127:74
-      kg::bf16* v191 = reinterpret_cast<kg::bf16*>(smem + 131072);
-      kg::sync();
-      #pragma unroll
-      for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v191[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v189[e]);
-      kg::fence_proxy_async();
-      kg::sync();
-      // spec: specs/fa2_bwd.yaml:127:74
-      kg::bf16* v192 = v191;
-      // spec: specs/fa2_bwd.yaml:127:74
-      float v193[32];
-      // spec: specs/fa2_bwd.yaml:127:74
-      float (&v194)[32] = v193;
-      {
-        const int wg_ = (warp / 4);
-        const uint64_t da_ = kg::wgmma_desc(v192, 1024, 128, 0);
-        const uint64_t db_ = kg::wgmma_desc(v10, 2048, 128, 0);
-        kg::wgmma_fence();
-      #pragma unroll
-        for (int ks = 0; ks < 8; ++ks)
-      #pragma unroll
-          for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-            for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_bf16_ss<1, 1>(&v194[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 2) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 2) * 64 + rm * 64)) % 8) * 2 / 16), db_ + (((((ks * 16)) / 8 * 16 + (((wg_ % 2) * 64 + rn * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ % 2) * 64 + rn * 64)) % 8) * 2 / 16), (ks > 0));
-        kg::wgmma_commit();
-      }
-      // spec: specs/fa2_bwd.yaml:127:74
-      kg::wgmma_wait<0>();
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v194[e]);
-      float (&v195)[32] = v194;
-      // spec: specs/fa2_bwd.yaml:123:41
-      kg::wgmma_wait<0>();
-      #pragma unroll
-      for (int e = 0; e < 64; ++e) kg::fence_operand(v186[e]);
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v185)[e]);
-      float (&v196)[64] = v186;
-      // spec: specs/fa2_bwd.yaml:125:41
-      kg::wgmma_wait<0>();
-      #pragma unroll
-      for (int e = 0; e < 64; ++e) kg::fence_operand(v190[e]);
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v189)[e]);
-      float (&v197)[64] = v190;
-      // spec: specs/fa2_bwd.yaml:127:74
-      float v198[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v198[e] = (v195[e] * v1);
-      // spec: specs/fa2_bwd.yaml:127:27
-      if ((lane & 0) == 0 && (warp & 0) == 0) {
-        float* p_ = t_dq_acc + ((int64_t)(v31) * stride_dq_acc_0 + (int64_t)(v84) * stride_dq_acc_2);
-        const bool aligned_ = kg::aligned(p_, 8) && stride_dq_acc_0 % 2 == 0 && stride_dq_acc_1 % 2 == 0 && stride_dq_acc_2 % 2 == 0;
-        const int t0_ = v155 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
-        const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 64;
-      #pragma unroll
-        for (int e = 0; e < 32; e += 2) {
-          const int i0_ = t0_ + ((e >> 1) & 1) * 8;
-          const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
-          const int64_t off_ = (int64_t)i0_ * stride_dq_acc_1 + (int64_t)i1_ * 1;
-          if (aligned_ && i0_ < (size_SQ)) {
-            kg::atomic_add_vec<2>(p_ + off_, &v198[e]);
-          } else {
-      #pragma unroll
-            for (int v = 0; v < 2; ++v)
-              if (i0_ < (size_SQ)) kg::atomic_add(p_ + off_ + v, v198[e + v]);
-          }
-        }
-      }
-      // spec: specs/fa2_bwd.yaml:127:27
-
-      float y0_[64];
-      #pragma unroll
-      for (int e = 0; e < 64; ++e) y0_[e] = v196[e];
-      float y1_[64];
-      #pragma unroll
-      for (int e = 0; e < 64; ++e) y1_[e] = v197[e];
-      #pragma unroll
-      for (int e = 0; e < 64; ++e) v153[e] = y0_[e];
-      #pragma unroll
-      for (int e = 0; e < 64; ++e) v154[e] = y1_[e];
-    }
-    // spec: specs/fa2_bwd.yaml:96:15
+    // spec: specs/fa2_bwd.yaml:98:15
 
     float y0_[64];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) y0_[e] = v153[e];
+    for (int e = 0; e < 64; ++e) y0_[e] = v73[e];
     float y1_[64];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) y1_[e] = v154[e];
+    for (int e = 0; e < 64; ++e) y1_[e] = v74[e];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) v73[e] = y0_[e];
+    for (int e = 0; e < 64; ++e) v59[e] = y0_[e];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) v74[e] = y1_[e];
+    for (int e = 0; e < 64; ++e) v60[e] = y1_[e];
   }
-  // spec: specs/fa2_bwd.yaml:142:34
-  float v199[64];
+  // spec: specs/fa2_bwd.yaml:144:34
+  float v132[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v199[e] = (v74[e] * v1);
-  // spec: specs/fa2_bwd.yaml:142:33
-  kg::bf16 v200[64];
+  for (int e = 0; e < 64; ++e) v132[e] = (v60[e] * v1);
+  // spec: specs/fa2_bwd.yaml:144:33
+  kg::bf16 v133[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v200[e] = kg::cvt<kg::bf16>(v199[e]);
-  // spec: specs/fa2_bwd.yaml:142:7
+  for (int e = 0; e < 64; ++e) v133[e] = kg::cvt<kg::bf16>(v132[e]);
+  // spec: specs/fa2_bwd.yaml:144:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_dk + ((int64_t)(v31) * stride_dk_0 + (int64_t)(v30) * stride_dk_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dk_0 % 2 == 0 && stride_dk_1 % 2 == 0 && stride_dk_2 % 2 == 0;
@@ -1144,19 +622,19 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32 + ((e >> 5) & 1) * 64;
       const int64_t off_ = (int64_t)i0_ * stride_dk_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SK)) {
-        kg::copy_vec<2>(p_ + off_, &v200[e]);
+        kg::copy_vec<2>(p_ + off_, &v133[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SK)) p_[off_ + v] = v200[e + v];
+          if (i0_ < (size_SK)) p_[off_ + v] = v133[e + v];
       }
     }
   }
-  // spec: specs/fa2_bwd.yaml:143:33
-  kg::bf16 v201[64];
+  // spec: specs/fa2_bwd.yaml:145:33
+  kg::bf16 v134[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v201[e] = kg::cvt<kg::bf16>(v73[e]);
-  // spec: specs/fa2_bwd.yaml:143:7
+  for (int e = 0; e < 64; ++e) v134[e] = kg::cvt<kg::bf16>(v59[e]);
+  // spec: specs/fa2_bwd.yaml:145:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_dv + ((int64_t)(v31) * stride_dv_0 + (int64_t)(v30) * stride_dv_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dv_0 % 2 == 0 && stride_dv_1 % 2 == 0 && stride_dv_2 % 2 == 0;
@@ -1168,11 +646,11 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32 + ((e >> 5) & 1) * 64;
       const int64_t off_ = (int64_t)i0_ * stride_dv_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SK)) {
-        kg::copy_vec<2>(p_ + off_, &v201[e]);
+        kg::copy_vec<2>(p_ + off_, &v134[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SK)) p_[off_ + v] = v201[e + v];
+          if (i0_ < (size_SK)) p_[off_ + v] = v134[e + v];
       }
     }
   }

@@ -29,7 +29,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
   const int warp = __shfl_sync(0xffffffffu, kg::thread_id() / kg::WAVE, 0);
   uint64_t* kg_bars = reinterpret_cast<uint64_t*>(smem + 131072);  // tensor copies complete on these, one per buffer slot
   if (kg::thread_id() == 0) {
-    for (int i = 0; i < 10; ++i) kg::mbar_init(&kg_bars[i], 1);
+    for (int i = 0; i < 6; ++i) kg::mbar_init(&kg_bars[i], 1);
     kg::fence_mbar_init();
   }
   kg::sync();
@@ -54,7 +54,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
   const int v8 = kg::block_id_y();
   // spec: specs/fa2_bwd.yaml:66:40
   const int v9 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:120:28
+  // spec: specs/fa2_bwd.yaml:122:28
   kg::bf16* v10 = reinterpret_cast<kg::bf16*>(smem + 0);
   // spec: specs/fa2_bwd.yaml:67:16
   const int v11 = 16;
@@ -113,10 +113,10 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
     kg::tma_load_4d(&v10[((0) / 64 * 8192 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap0_k, bar_, 0, v30, v34 * 128, v31);
     kg::tma_load_4d(&v10[((64) / 64 * 8192 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap0_k, bar_, 64, v30, v34 * 128, v31);
   }
-  // spec: specs/fa2_bwd.yaml:120:28
+  // spec: specs/fa2_bwd.yaml:122:28
   kg::mbar_wait(&kg_bars[0], 0);
   kg::sync();
-  // spec: specs/fa2_bwd.yaml:121:29
+  // spec: specs/fa2_bwd.yaml:123:29
   kg::bf16* v35 = reinterpret_cast<kg::bf16*>(smem + 32768);
   // spec: specs/fa2_bwd.yaml:77:12
   if ((true) && kg::thread_id() == 0) {
@@ -126,257 +126,229 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
     kg::tma_load_4d(&v35[((0) / 64 * 8192 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap1_v, bar_, 0, v30, v34 * 128, v31);
     kg::tma_load_4d(&v35[((64) / 64 * 8192 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap1_v, bar_, 64, v30, v34 * 128, v31);
   }
-  // spec: specs/fa2_bwd.yaml:121:29
+  // spec: specs/fa2_bwd.yaml:123:29
   kg::mbar_wait(&kg_bars[1], 0);
   kg::sync();
-  // spec: specs/fa2_bwd.yaml:93:22
+  // spec: specs/fa2_bwd.yaml:95:22
   const int v36 = 1;
-  // spec: specs/fa2_bwd.yaml:93:22
+  // spec: specs/fa2_bwd.yaml:95:22
   const int v37 = 0;
-  // spec: specs/fa2_bwd.yaml:92:35
+  // spec: specs/fa2_bwd.yaml:85:13
   const int v38 = 64;
-  // spec: specs/fa2_bwd.yaml:92:35
+  // spec: specs/fa2_bwd.yaml:85:13
   const int v39 = 63;
-  // spec: specs/fa2_bwd.yaml:92:66
-  const int v40 = (v5 - v0);
-  // spec: specs/fa2_bwd.yaml:92:40
-  const int v41 = 1;
-  // spec: specs/fa2_bwd.yaml:92:40
-  const int v42 = 128;
-  // spec: specs/fa2_bwd.yaml:92:41
-  const int v43 = 1;
-  // spec: specs/fa2_bwd.yaml:92:41
-  const int v44 = (v34 + v43);
-  // spec: specs/fa2_bwd.yaml:92:40
-  const int v45 = (v44 * v42);
-  // spec: specs/fa2_bwd.yaml:92:40
-  const int v46 = (v45 - v41);
-  // spec: specs/fa2_bwd.yaml:92:40
-  const int v47 = (v46 - v40);
-  // spec: specs/fa2_bwd.yaml:92:35
-  const int v48 = (v47 + v39);
-  // spec: specs/fa2_bwd.yaml:92:35
-  const int v49 = (kg::floordiv(v48, v38));
-  // spec: specs/fa2_bwd.yaml:82:19
-  const int v50 = 64;
-  // spec: specs/fa2_bwd.yaml:82:19
-  const int v51 = 0;
-  // spec: specs/fa2_bwd.yaml:82:43
-  const int v52 = (v5 - v0);
-  // spec: specs/fa2_bwd.yaml:82:27
-  const int v53 = 128;
-  // spec: specs/fa2_bwd.yaml:82:27
-  const int v54 = (v34 * v53);
-  // spec: specs/fa2_bwd.yaml:82:27
-  const int v55 = (v54 - v52);
-  // spec: specs/fa2_bwd.yaml:82:19
-  const int v56 = (kg::max_(v55, v51));
-  // spec: specs/fa2_bwd.yaml:82:19
-  const int v57 = (kg::floordiv(v56, v50));
-  // spec: specs/fa2_bwd.yaml:92:27
-  const int v58 = (kg::max_(v49, v57));
   // spec: specs/fa2_bwd.yaml:85:13
-  const int v59 = 64;
+  const int v40 = (v0 + v39);
   // spec: specs/fa2_bwd.yaml:85:13
-  const int v60 = 63;
-  // spec: specs/fa2_bwd.yaml:85:13
-  const int v61 = (v0 + v60);
-  // spec: specs/fa2_bwd.yaml:85:13
-  const int v62 = (kg::floordiv(v61, v59));
-  // spec: specs/fa2_bwd.yaml:92:19
-  const int v63 = (kg::min_(v58, v62));
+  const int v41 = (kg::floordiv(v40, v38));
   // spec: specs/fa2_bwd.yaml:84:16
-  float v64[64];
+  float v42[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v64[e] = 0.0f;
+  for (int e = 0; e < 64; ++e) v42[e] = 0.0f;
   // spec: specs/fa2_bwd.yaml:83:16
-  float v65[64];
+  float v43[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v65[e] = 0.0f;
+  for (int e = 0; e < 64; ++e) v43[e] = 0.0f;
+  // spec: specs/fa2_bwd.yaml:82:19
+  const int v44 = 64;
+  // spec: specs/fa2_bwd.yaml:82:19
+  const int v45 = 0;
+  // spec: specs/fa2_bwd.yaml:82:43
+  const int v46 = (v5 - v0);
+  // spec: specs/fa2_bwd.yaml:82:27
+  const int v47 = 128;
+  // spec: specs/fa2_bwd.yaml:82:27
+  const int v48 = (v34 * v47);
+  // spec: specs/fa2_bwd.yaml:82:27
+  const int v49 = (v48 - v46);
+  // spec: specs/fa2_bwd.yaml:82:19
+  const int v50 = (kg::max_(v49, v45));
+  // spec: specs/fa2_bwd.yaml:82:19
+  const int v51 = (kg::floordiv(v50, v44));
   // spec: specs/fa2_bwd.yaml:78:16
-  const float v66 = 1.4426950408889634f;
+  const float v52 = 1.4426950408889634f;
   // spec: specs/fa2_bwd.yaml:78:16
-  const float v67 = (v1 * v66);
+  const float v53 = (v1 * v52);
   // spec: specs/fa2_bwd.yaml:75:29
-  int v68[2];
+  int v54[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v68[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 8);
+  for (int e = 0; e < 2; ++e) v54[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64) + ((e & 1) * 8);
   // spec: specs/fa2_bwd.yaml:75:14
-  const int v69 = 128;
+  const int v55 = 128;
   // spec: specs/fa2_bwd.yaml:75:14
-  const int v70 = (v34 * v69);
+  const int v56 = (v34 * v55);
   // spec: specs/fa2_bwd.yaml:75:14
-  int v71[2];
+  int v57[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v71[e] = (v70 + v68[e]);
+  for (int e = 0; e < 2; ++e) v57[e] = (v56 + v54[e]);
   // spec: specs/fa2_bwd.yaml:73:15
-  const int v72 = (kg::floordiv(v2, v3));
-  // spec: specs/fa2_bwd.yaml:93:7
+  const int v58 = (kg::floordiv(v2, v3));
+  // spec: specs/fa2_bwd.yaml:95:7
 
-  float v73[64];
+  float v59[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v73[e] = v64[e];
-  float v74[64];
+  for (int e = 0; e < 64; ++e) v59[e] = v42[e];
+  float v60[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v74[e] = v65[e];
-  for (int v75 = v37; v75 < v72; v75 += v36) {
-    float (&v76)[64] = v73;
-    float (&v77)[64] = v74;
+  for (int e = 0; e < 64; ++e) v60[e] = v43[e];
+  for (int v61 = v37; v61 < v58; v61 += v36) {
+    float (&v62)[64] = v59;
+    float (&v63)[64] = v60;
     
-    // spec: specs/fa2_bwd.yaml:121:29
-    kg::bf16* v78 = reinterpret_cast<kg::bf16*>(smem + 65536);
-    // spec: specs/fa2_bwd.yaml:120:28
-    kg::bf16* v79 = reinterpret_cast<kg::bf16*>(smem + 98304);
+    // spec: specs/fa2_bwd.yaml:123:29
+    kg::bf16* v64 = reinterpret_cast<kg::bf16*>(smem + 65536);
+    // spec: specs/fa2_bwd.yaml:122:28
+    kg::bf16* v65 = reinterpret_cast<kg::bf16*>(smem + 98304);
+    // spec: specs/fa2_bwd.yaml:98:15
+    const int v66 = 0;
+    // spec: specs/fa2_bwd.yaml:98:15
+    kg::bf16* v67 = v65 + (v66 % 2) * 8192;
+    // spec: specs/fa2_bwd.yaml:98:15
+    const bool v68 = (v51 < v41);
     // spec: specs/fa2_bwd.yaml:96:15
-    const int v80 = 0;
+    const int v69 = (v30 * v58);
     // spec: specs/fa2_bwd.yaml:96:15
-    kg::bf16* v81 = v79 + (v80 % 2) * 8192;
-    // spec: specs/fa2_bwd.yaml:96:15
-    const bool v82 = (v57 < v63);
-    // spec: specs/fa2_bwd.yaml:94:15
-    const int v83 = (v30 * v72);
-    // spec: specs/fa2_bwd.yaml:94:15
-    const int v84 = (v83 + v75);
-    // spec: specs/fa2_bwd.yaml:97:24
+    const int v70 = (v69 + v61);
+    // spec: specs/fa2_bwd.yaml:99:24
     kg::sync();
-    if ((v82) && kg::thread_id() == 0) {
-      uint64_t* bar_ = &kg_bars[4 + v80 % 2];
+    if ((v68) && kg::thread_id() == 0) {
+      uint64_t* bar_ = &kg_bars[4 + v66 % 2];
       kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
       kg::mbar_expect_tx(bar_, 16384);
-      kg::tma_load_4d(&v81[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_q, bar_, 0, v84, v57 * 64, v31);
-      kg::tma_load_4d(&v81[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap2_q, bar_, 64, v84, v57 * 64, v31);
+      kg::tma_load_4d(&v67[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_q, bar_, 0, v70, v51 * 64, v31);
+      kg::tma_load_4d(&v67[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap2_q, bar_, 64, v70, v51 * 64, v31);
     }
-    // spec: specs/fa2_bwd.yaml:96:15
-    kg::bf16* v85 = v78 + (v80 % 2) * 8192;
-    // spec: specs/fa2_bwd.yaml:98:26
-    if ((v82) && kg::thread_id() == 0) {
-      uint64_t* bar_ = &kg_bars[2 + v80 % 2];
+    // spec: specs/fa2_bwd.yaml:98:15
+    kg::bf16* v71 = v64 + (v66 % 2) * 8192;
+    // spec: specs/fa2_bwd.yaml:100:26
+    if ((v68) && kg::thread_id() == 0) {
+      uint64_t* bar_ = &kg_bars[2 + v66 % 2];
       kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
       kg::mbar_expect_tx(bar_, 16384);
-      kg::tma_load_4d(&v85[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap3_do, bar_, 0, v84, v57 * 64, v31);
-      kg::tma_load_4d(&v85[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap3_do, bar_, 64, v84, v57 * 64, v31);
+      kg::tma_load_4d(&v71[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap3_do, bar_, 0, v70, v51 * 64, v31);
+      kg::tma_load_4d(&v71[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap3_do, bar_, 64, v70, v51 * 64, v31);
     }
-    // spec: specs/fa2_bwd.yaml:96:58
-    const int v86 = 1;
-    // spec: specs/fa2_bwd.yaml:96:15
+    // spec: specs/fa2_bwd.yaml:98:58
+    const int v72 = 1;
+    // spec: specs/fa2_bwd.yaml:98:15
 
-    float v87[64];
+    float v73[64];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) v87[e] = v76[e];
-    float v88[64];
+    for (int e = 0; e < 64; ++e) v73[e] = v62[e];
+    float v74[64];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) v88[e] = v77[e];
-    for (int v89 = v57; v89 < v63; v89 += v86) {
-      float (&v90)[64] = v87;
-      float (&v91)[64] = v88;
+    for (int e = 0; e < 64; ++e) v74[e] = v63[e];
+    for (int v75 = v51; v75 < v41; v75 += v72) {
+      float (&v76)[64] = v73;
+      float (&v77)[64] = v74;
       
-      // spec: specs/fa2_bwd.yaml:96:15
-      const int v92 = (v89 - v57);
-      // spec: specs/fa2_bwd.yaml:96:15
-      const int v93 = (kg::floordiv(v92, v86));
-      // spec: specs/fa2_bwd.yaml:96:15
-      kg::bf16* v94 = v78 + (v93 % 2) * 8192;
-      // spec: specs/fa2_bwd.yaml:96:15
-      kg::bf16* v95 = v79 + (v93 % 2) * 8192;
-      // spec: specs/fa2_bwd.yaml:111:29
-      float v96[16];
+      // spec: specs/fa2_bwd.yaml:98:15
+      const int v78 = (v75 - v51);
+      // spec: specs/fa2_bwd.yaml:98:15
+      const int v79 = (kg::floordiv(v78, v72));
+      // spec: specs/fa2_bwd.yaml:98:15
+      kg::bf16* v80 = v64 + (v79 % 2) * 8192;
+      // spec: specs/fa2_bwd.yaml:98:15
+      kg::bf16* v81 = v65 + (v79 % 2) * 8192;
+      // spec: specs/fa2_bwd.yaml:113:29
+      float v82[16];
       {
-        const float* p_ = t_neg_lse_s + ((int64_t)(v31) * stride_neg_lse_s_0 + (int64_t)(v84) * stride_neg_lse_s_1);
+        const float* p_ = t_neg_lse_s + ((int64_t)(v31) * stride_neg_lse_s_0 + (int64_t)(v70) * stride_neg_lse_s_1);
         const bool aligned_ = kg::aligned(p_, 8) && stride_neg_lse_s_0 % 2 == 0 && stride_neg_lse_s_1 % 2 == 0;
-        const int t0_ = v89 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
+        const int t0_ = v75 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
       #pragma unroll
         for (int e = 0; e < 16; e += 2) {
           const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32;
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 2 <= (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<2>(&v96[e], p_ + off_);
+            kg::copy_vec<2>(&v82[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 2; ++v)
-              v96[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+              v82[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:120:28
-      kg::mbar_wait(&kg_bars[4 + v93 % 2], (v93 / 2) & 1);
+      // spec: specs/fa2_bwd.yaml:122:28
+      kg::mbar_wait(&kg_bars[4 + v79 % 2], (v79 / 2) & 1);
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:96:15
-      const int v97 = 1;
-      // spec: specs/fa2_bwd.yaml:96:15
-      const int v98 = (v93 + v97);
-      // spec: specs/fa2_bwd.yaml:96:15
-      kg::bf16* v99 = v79 + (v98 % 2) * 8192;
-      // spec: specs/fa2_bwd.yaml:97:24
-      const int v100 = (v89 + v86);
-      // spec: specs/fa2_bwd.yaml:97:24
-      const bool v101 = (v100 < v63);
-      // spec: specs/fa2_bwd.yaml:97:24
-      if ((v101) && kg::thread_id() == 0) {
-        uint64_t* bar_ = &kg_bars[4 + v98 % 2];
+      // spec: specs/fa2_bwd.yaml:98:15
+      const int v83 = 1;
+      // spec: specs/fa2_bwd.yaml:98:15
+      const int v84 = (v79 + v83);
+      // spec: specs/fa2_bwd.yaml:98:15
+      kg::bf16* v85 = v65 + (v84 % 2) * 8192;
+      // spec: specs/fa2_bwd.yaml:99:24
+      const int v86 = (v75 + v72);
+      // spec: specs/fa2_bwd.yaml:99:24
+      const bool v87 = (v86 < v41);
+      // spec: specs/fa2_bwd.yaml:99:24
+      if ((v87) && kg::thread_id() == 0) {
+        uint64_t* bar_ = &kg_bars[4 + v84 % 2];
         kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
         kg::mbar_expect_tx(bar_, 16384);
-        kg::tma_load_4d(&v99[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_q, bar_, 0, v84, v100 * 64, v31);
-        kg::tma_load_4d(&v99[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap2_q, bar_, 64, v84, v100 * 64, v31);
+        kg::tma_load_4d(&v85[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_q, bar_, 0, v70, v86 * 64, v31);
+        kg::tma_load_4d(&v85[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap2_q, bar_, 64, v70, v86 * 64, v31);
       }
-      // spec: specs/fa2_bwd.yaml:120:28
-      kg::bf16* v102 = v95;
-      // spec: specs/fa2_bwd.yaml:111:29
-      float (&v103)[16] = v96;
-      // spec: specs/fa2_bwd.yaml:119:33
-      float v104[32];
+      // spec: specs/fa2_bwd.yaml:122:28
+      kg::bf16* v88 = v81;
+      // spec: specs/fa2_bwd.yaml:113:29
+      float (&v89)[16] = v82;
+      // spec: specs/fa2_bwd.yaml:121:33
+      float v90[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v104[e] = v103[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:119:33
-      const float v105 = -kg::inf();
-      // spec: specs/fa2_bwd.yaml:113:48
-      int v106[16];
+      for (int e = 0; e < 32; ++e) v90[e] = v89[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:121:33
+      const float v91 = -kg::inf();
+      // spec: specs/fa2_bwd.yaml:115:48
+      int v92[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v106[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32);
-      // spec: specs/fa2_bwd.yaml:113:34
-      const int v107 = 64;
-      // spec: specs/fa2_bwd.yaml:113:34
-      const int v108 = (v89 * v107);
-      // spec: specs/fa2_bwd.yaml:113:34
-      int v109[16];
+      for (int e = 0; e < 16; ++e) v92[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32);
+      // spec: specs/fa2_bwd.yaml:115:34
+      const int v93 = 64;
+      // spec: specs/fa2_bwd.yaml:115:34
+      const int v94 = (v75 * v93);
+      // spec: specs/fa2_bwd.yaml:115:34
+      int v95[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v109[e] = (v108 + v106[e]);
-      // spec: specs/fa2_bwd.yaml:116:70
-      int (&v110)[16] = v109;
-      // spec: specs/fa2_bwd.yaml:116:39
-      int v111[32];
+      for (int e = 0; e < 16; ++e) v95[e] = (v94 + v92[e]);
+      // spec: specs/fa2_bwd.yaml:118:70
+      int (&v96)[16] = v95;
+      // spec: specs/fa2_bwd.yaml:118:39
+      int v97[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v111[e] = v110[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:116:48
-      const int v112 = (v5 - v0);
-      // spec: specs/fa2_bwd.yaml:116:40
-      int v113[2];
+      for (int e = 0; e < 32; ++e) v97[e] = v96[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:118:48
+      const int v98 = (v5 - v0);
+      // spec: specs/fa2_bwd.yaml:118:40
+      int v99[2];
       #pragma unroll
-      for (int e = 0; e < 2; ++e) v113[e] = (v71[e] - v112);
-      // spec: specs/fa2_bwd.yaml:116:39
-      int (&v114)[2] = v113;
-      // spec: specs/fa2_bwd.yaml:116:39
-      int v115[32];
+      for (int e = 0; e < 2; ++e) v99[e] = (v57[e] - v98);
+      // spec: specs/fa2_bwd.yaml:118:39
+      int (&v100)[2] = v99;
+      // spec: specs/fa2_bwd.yaml:118:39
+      int v101[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v115[e] = v114[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:116:39
-      bool v116[32];
+      for (int e = 0; e < 32; ++e) v101[e] = v100[((e >> 1) & 1) * 1];
+      // spec: specs/fa2_bwd.yaml:118:39
+      bool v102[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v116[e] = (v115[e] <= v111[e]);
-      // spec: specs/fa2_bwd.yaml:119:33
-      float v117[32];
+      for (int e = 0; e < 32; ++e) v102[e] = (v101[e] <= v97[e]);
+      // spec: specs/fa2_bwd.yaml:121:33
+      float v103[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v117[e] = (v116[e] ? v104[e] : v105);
-      // spec: specs/fa2_bwd.yaml:120:28
-      float (&v118)[32] = v117;
+      for (int e = 0; e < 32; ++e) v103[e] = (v102[e] ? v90[e] : v91);
+      // spec: specs/fa2_bwd.yaml:122:28
+      float (&v104)[32] = v103;
       {
         const int wg_ = (warp / 4);
         const uint64_t da_ = kg::wgmma_desc(v10, 16, 1024, 1);
-        const uint64_t db_ = kg::wgmma_desc(v102, 16, 1024, 1);
+        const uint64_t db_ = kg::wgmma_desc(v88, 16, 1024, 1);
         // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
         // (ptxas would then insert a warpgroup.arrive, C7519)
       #pragma unroll
-        for (int e = 0; e < 32; ++e) kg::fence_operand(v118[e]);
+        for (int e = 0; e < 32; ++e) kg::fence_operand(v104[e]);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 8; ++ks)
@@ -384,75 +356,75 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v118[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 8192 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), 1);
+              kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v104[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 8192 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:121:49
-      float v119[16];
+      // spec: specs/fa2_bwd.yaml:123:49
+      float v105[16];
       {
-        const float* p_ = t_delta + ((int64_t)(v31) * stride_delta_0 + (int64_t)(v84) * stride_delta_1);
+        const float* p_ = t_delta + ((int64_t)(v31) * stride_delta_0 + (int64_t)(v70) * stride_delta_1);
         const bool aligned_ = kg::aligned(p_, 8) && stride_delta_0 % 2 == 0 && stride_delta_1 % 2 == 0;
-        const int t0_ = v89 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
+        const int t0_ = v75 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
       #pragma unroll
         for (int e = 0; e < 16; e += 2) {
           const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32;
           const int64_t off_ = (int64_t)i0_ * 1;
           const bool in_ = i0_ + 2 <= (size_SQ);
           if (aligned_ && in_) {
-            kg::copy_vec<2>(&v119[e], p_ + off_);
+            kg::copy_vec<2>(&v105[e], p_ + off_);
           } else {
       #pragma unroll
             for (int v = 0; v < 2; ++v)
-              v119[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+              v105[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:121:29
-      kg::mbar_wait(&kg_bars[2 + v93 % 2], (v93 / 2) & 1);
+      // spec: specs/fa2_bwd.yaml:123:29
+      kg::mbar_wait(&kg_bars[2 + v79 % 2], (v79 / 2) & 1);
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:96:15
-      kg::bf16* v120 = v78 + (v98 % 2) * 8192;
-      // spec: specs/fa2_bwd.yaml:98:26
-      const int v121 = (v89 + v86);
-      // spec: specs/fa2_bwd.yaml:98:26
-      const bool v122 = (v121 < v63);
-      // spec: specs/fa2_bwd.yaml:98:26
-      if ((v122) && kg::thread_id() == 0) {
-        uint64_t* bar_ = &kg_bars[2 + v98 % 2];
+      // spec: specs/fa2_bwd.yaml:98:15
+      kg::bf16* v106 = v64 + (v84 % 2) * 8192;
+      // spec: specs/fa2_bwd.yaml:100:26
+      const int v107 = (v75 + v72);
+      // spec: specs/fa2_bwd.yaml:100:26
+      const bool v108 = (v107 < v41);
+      // spec: specs/fa2_bwd.yaml:100:26
+      if ((v108) && kg::thread_id() == 0) {
+        uint64_t* bar_ = &kg_bars[2 + v84 % 2];
         kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
         kg::mbar_expect_tx(bar_, 16384);
-        kg::tma_load_4d(&v120[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap3_do, bar_, 0, v84, v121 * 64, v31);
-        kg::tma_load_4d(&v120[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap3_do, bar_, 64, v84, v121 * 64, v31);
+        kg::tma_load_4d(&v106[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap3_do, bar_, 0, v70, v107 * 64, v31);
+        kg::tma_load_4d(&v106[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap3_do, bar_, 64, v70, v107 * 64, v31);
       }
-      // spec: specs/fa2_bwd.yaml:121:29
-      kg::bf16* v123 = v94;
-      // spec: specs/fa2_bwd.yaml:121:48
-      const float v124 = -1.0f;
-      // spec: specs/fa2_bwd.yaml:121:48
-      float v125[16];
+      // spec: specs/fa2_bwd.yaml:123:29
+      kg::bf16* v109 = v80;
+      // spec: specs/fa2_bwd.yaml:123:48
+      const float v110 = -1.0f;
+      // spec: specs/fa2_bwd.yaml:123:48
+      float v111[16];
       #pragma unroll
-      for (int e = 0; e < 16; ++e) v125[e] = (v119[e] * v124);
-      // spec: specs/fa2_bwd.yaml:121:47
-      float (&v126)[16] = v125;
-      // spec: specs/fa2_bwd.yaml:121:29
-      float v127[32];
+      for (int e = 0; e < 16; ++e) v111[e] = (v105[e] * v110);
+      // spec: specs/fa2_bwd.yaml:123:47
+      float (&v112)[16] = v111;
+      // spec: specs/fa2_bwd.yaml:123:29
+      float v113[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v127[e] = v126[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:120:28
+      for (int e = 0; e < 32; ++e) v113[e] = v112[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+      // spec: specs/fa2_bwd.yaml:122:28
       kg::wgmma_wait<0>();
       #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v118[e]);
-      float (&v128)[32] = v118;
-      // spec: specs/fa2_bwd.yaml:121:29
-      float (&v129)[32] = v127;
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v104[e]);
+      float (&v114)[32] = v104;
+      // spec: specs/fa2_bwd.yaml:123:29
+      float (&v115)[32] = v113;
       {
         const int wg_ = (warp / 4);
         const uint64_t da_ = kg::wgmma_desc(v35, 16, 1024, 1);
-        const uint64_t db_ = kg::wgmma_desc(v123, 16, 1024, 1);
+        const uint64_t db_ = kg::wgmma_desc(v109, 16, 1024, 1);
         // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
         // (ptxas would then insert a warpgroup.arrive, C7519)
       #pragma unroll
-        for (int e = 0; e < 32; ++e) kg::fence_operand(v129[e]);
+        for (int e = 0; e < 32; ++e) kg::fence_operand(v115[e]);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 8; ++ks)
@@ -460,30 +432,30 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v129[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 8192 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), 1);
+              kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v115[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 8192 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:122:33
-      float v130[32];
+      // spec: specs/fa2_bwd.yaml:124:33
+      float v116[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v130[e] = (v128[e] * v67);
-      // spec: specs/fa2_bwd.yaml:122:28
-      float v131[32];
+      for (int e = 0; e < 32; ++e) v116[e] = (v114[e] * v53);
+      // spec: specs/fa2_bwd.yaml:124:28
+      float v117[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v131[e] = kg::exp2_(v130[e]);
-      // spec: specs/fa2_bwd.yaml:123:45
-      kg::bf16 v132[32];
+      for (int e = 0; e < 32; ++e) v117[e] = kg::exp2_(v116[e]);
+      // spec: specs/fa2_bwd.yaml:125:45
+      kg::bf16 v118[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v132[e] = kg::cvt<kg::bf16>(v131[e]);
-      // spec: specs/fa2_bwd.yaml:123:41
-      float (&v133)[64] = v90;
+      for (int e = 0; e < 32; ++e) v118[e] = kg::cvt<kg::bf16>(v117[e]);
+      // spec: specs/fa2_bwd.yaml:125:41
+      float (&v119)[64] = v76;
       {
         const int wg_ = (warp / 4);
-        const uint64_t db_ = kg::wgmma_desc(v94, 8192, 1024, 1);
+        const uint64_t db_ = kg::wgmma_desc(v80, 8192, 1024, 1);
         // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
         // (ptxas would then insert a warpgroup.arrive, C7519)
       #pragma unroll
-        for (int e = 0; e < 64; ++e) kg::fence_operand(v133[e]);
+        for (int e = 0; e < 64; ++e) kg::fence_operand(v119[e]);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 4; ++ks)
@@ -491,31 +463,31 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n128k16_bf16_rs<1>(&v133[(rm * 1 + rn) * 64], &v132[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 128 + rn * 128)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 128 + rn * 128)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 128 + rn * 128)) & 7))) * 2 / 16), 1);
+              kg::wgmma_m64n128k16_bf16_rs<1>(&v119[(rm * 1 + rn) * 64], &v118[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 128 + rn * 128)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 128 + rn * 128)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 128 + rn * 128)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:121:29
+      // spec: specs/fa2_bwd.yaml:123:29
       kg::wgmma_wait<1>();
       #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v129[e]);
-      float (&v134)[32] = v129;
-      // spec: specs/fa2_bwd.yaml:124:30
-      float v135[32];
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v115[e]);
+      float (&v120)[32] = v115;
+      // spec: specs/fa2_bwd.yaml:126:30
+      float v121[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v135[e] = (v131[e] * v134[e]);
-      // spec: specs/fa2_bwd.yaml:124:29
-      kg::bf16 v136[32];
+      for (int e = 0; e < 32; ++e) v121[e] = (v117[e] * v120[e]);
+      // spec: specs/fa2_bwd.yaml:126:29
+      kg::bf16 v122[32];
       #pragma unroll
-      for (int e = 0; e < 32; ++e) v136[e] = kg::cvt<kg::bf16>(v135[e]);
-      // spec: specs/fa2_bwd.yaml:125:41
-      float (&v137)[64] = v91;
+      for (int e = 0; e < 32; ++e) v122[e] = kg::cvt<kg::bf16>(v121[e]);
+      // spec: specs/fa2_bwd.yaml:127:41
+      float (&v123)[64] = v77;
       {
         const int wg_ = (warp / 4);
-        const uint64_t db_ = kg::wgmma_desc(v95, 8192, 1024, 1);
+        const uint64_t db_ = kg::wgmma_desc(v81, 8192, 1024, 1);
         // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
         // (ptxas would then insert a warpgroup.arrive, C7519)
       #pragma unroll
-        for (int e = 0; e < 64; ++e) kg::fence_operand(v137[e]);
+        for (int e = 0; e < 64; ++e) kg::fence_operand(v123[e]);
         kg::wgmma_fence();
       #pragma unroll
         for (int ks = 0; ks < 4; ++ks)
@@ -523,360 +495,66 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           for (int rm = 0; rm < 1; ++rm)
       #pragma unroll
             for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n128k16_bf16_rs<1>(&v137[(rm * 1 + rn) * 64], &v136[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 128 + rn * 128)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 128 + rn * 128)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 128 + rn * 128)) & 7))) * 2 / 16), 1);
+              kg::wgmma_m64n128k16_bf16_rs<1>(&v123[(rm * 1 + rn) * 64], &v122[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 128 + rn * 128)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 128 + rn * 128)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 128 + rn * 128)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:123:41
+      // spec: specs/fa2_bwd.yaml:125:41
       kg::wgmma_wait<1>();
       #pragma unroll
-      for (int e = 0; e < 64; ++e) kg::fence_operand(v133[e]);
+      for (int e = 0; e < 64; ++e) kg::fence_operand(v119[e]);
       #pragma unroll
-      for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v132)[e]);
-      float (&v138)[64] = v133;
-      // spec: specs/fa2_bwd.yaml:125:41
+      for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v118)[e]);
+      float (&v124)[64] = v119;
+      // spec: specs/fa2_bwd.yaml:127:41
       kg::wgmma_wait<0>();
       #pragma unroll
-      for (int e = 0; e < 64; ++e) kg::fence_operand(v137[e]);
+      for (int e = 0; e < 64; ++e) kg::fence_operand(v123[e]);
       #pragma unroll
-      for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v136)[e]);
-      float (&v139)[64] = v137;
-      // spec: specs/fa2_bwd.yaml:126:26
+      for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v122)[e]);
+      float (&v125)[64] = v123;
+      // spec: specs/fa2_bwd.yaml:128:26
 
       float y0_[64];
       #pragma unroll
-      for (int e = 0; e < 64; ++e) y0_[e] = v138[e];
+      for (int e = 0; e < 64; ++e) y0_[e] = v124[e];
       float y1_[64];
       #pragma unroll
-      for (int e = 0; e < 64; ++e) y1_[e] = v139[e];
+      for (int e = 0; e < 64; ++e) y1_[e] = v125[e];
       #pragma unroll
-      for (int e = 0; e < 64; ++e) v87[e] = y0_[e];
+      for (int e = 0; e < 64; ++e) v73[e] = y0_[e];
       #pragma unroll
-      for (int e = 0; e < 64; ++e) v88[e] = y1_[e];
+      for (int e = 0; e < 64; ++e) v74[e] = y1_[e];
     }
-    // spec: specs/fa2_bwd.yaml:96:15
+    // spec: specs/fa2_bwd.yaml:98:15
     if (kg::thread_id() == 0) {
-      const int n_ = kg::cdiv(kg::max_(v63 - v57, 0), v86);
+      const int n_ = kg::cdiv(kg::max_(v41 - v51, 0), v72);
       if (((n_ + 1) / 2) & 1) kg::mbar_arrive(&kg_bars[4]);
       if (((n_ + 0) / 2) & 1) kg::mbar_arrive(&kg_bars[5]);
       if (((n_ + 1) / 2) & 1) kg::mbar_arrive(&kg_bars[2]);
       if (((n_ + 0) / 2) & 1) kg::mbar_arrive(&kg_bars[3]);
     }
-    // spec: specs/fa2_bwd.yaml:121:29
-    kg::bf16* v140 = reinterpret_cast<kg::bf16*>(smem + 65536);
-    // spec: specs/fa2_bwd.yaml:120:28
-    kg::bf16* v141 = reinterpret_cast<kg::bf16*>(smem + 98304);
-    // spec: specs/fa2_bwd.yaml:96:15
-    const int v142 = 0;
-    // spec: specs/fa2_bwd.yaml:96:15
-    kg::bf16* v143 = v141 + (v142 % 2) * 8192;
-    // spec: specs/fa2_bwd.yaml:96:15
-    const bool v144 = (v63 < v62);
-    // spec: specs/fa2_bwd.yaml:97:24
-    kg::sync();
-    if ((v144) && kg::thread_id() == 0) {
-      uint64_t* bar_ = &kg_bars[8 + v142 % 2];
-      kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
-      kg::mbar_expect_tx(bar_, 16384);
-      kg::tma_load_4d(&v143[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_q, bar_, 0, v84, v63 * 64, v31);
-      kg::tma_load_4d(&v143[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap2_q, bar_, 64, v84, v63 * 64, v31);
-    }
-    // spec: specs/fa2_bwd.yaml:96:15
-    kg::bf16* v145 = v140 + (v142 % 2) * 8192;
-    // spec: specs/fa2_bwd.yaml:98:26
-    if ((v144) && kg::thread_id() == 0) {
-      uint64_t* bar_ = &kg_bars[6 + v142 % 2];
-      kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
-      kg::mbar_expect_tx(bar_, 16384);
-      kg::tma_load_4d(&v145[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap3_do, bar_, 0, v84, v63 * 64, v31);
-      kg::tma_load_4d(&v145[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap3_do, bar_, 64, v84, v63 * 64, v31);
-    }
-    // spec: specs/fa2_bwd.yaml:96:79
-    const int v146 = 1;
-    // spec: specs/fa2_bwd.yaml:96:15
-
-    float v147[64];
-    #pragma unroll
-    for (int e = 0; e < 64; ++e) v147[e] = v87[e];
-    float v148[64];
-    #pragma unroll
-    for (int e = 0; e < 64; ++e) v148[e] = v88[e];
-    for (int v149 = v63; v149 < v62; v149 += v146) {
-      float (&v150)[64] = v147;
-      float (&v151)[64] = v148;
-      
-      // spec: specs/fa2_bwd.yaml:96:15
-      const int v152 = (v149 - v63);
-      // spec: specs/fa2_bwd.yaml:96:15
-      const int v153 = (kg::floordiv(v152, v146));
-      // spec: specs/fa2_bwd.yaml:96:15
-      kg::bf16* v154 = v140 + (v153 % 2) * 8192;
-      // spec: specs/fa2_bwd.yaml:96:15
-      kg::bf16* v155 = v141 + (v153 % 2) * 8192;
-      // spec: specs/fa2_bwd.yaml:111:29
-      float v156[16];
-      {
-        const float* p_ = t_neg_lse_s + ((int64_t)(v31) * stride_neg_lse_s_0 + (int64_t)(v84) * stride_neg_lse_s_1);
-        const bool aligned_ = kg::aligned(p_, 8) && stride_neg_lse_s_0 % 2 == 0 && stride_neg_lse_s_1 % 2 == 0;
-        const int t0_ = v149 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
-      #pragma unroll
-        for (int e = 0; e < 16; e += 2) {
-          const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32;
-          const int64_t off_ = (int64_t)i0_ * 1;
-          const bool in_ = i0_ + 2 <= (size_SQ);
-          if (aligned_ && in_) {
-            kg::copy_vec<2>(&v156[e], p_ + off_);
-          } else {
-      #pragma unroll
-            for (int v = 0; v < 2; ++v)
-              v156[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
-          }
-        }
-      }
-      // spec: specs/fa2_bwd.yaml:120:28
-      kg::mbar_wait(&kg_bars[8 + v153 % 2], (v153 / 2) & 1);
-      kg::sync();
-      // spec: specs/fa2_bwd.yaml:96:15
-      const int v157 = 1;
-      // spec: specs/fa2_bwd.yaml:96:15
-      const int v158 = (v153 + v157);
-      // spec: specs/fa2_bwd.yaml:96:15
-      kg::bf16* v159 = v141 + (v158 % 2) * 8192;
-      // spec: specs/fa2_bwd.yaml:97:24
-      const int v160 = (v149 + v146);
-      // spec: specs/fa2_bwd.yaml:97:24
-      const bool v161 = (v160 < v62);
-      // spec: specs/fa2_bwd.yaml:97:24
-      if ((v161) && kg::thread_id() == 0) {
-        uint64_t* bar_ = &kg_bars[8 + v158 % 2];
-        kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
-        kg::mbar_expect_tx(bar_, 16384);
-        kg::tma_load_4d(&v159[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_q, bar_, 0, v84, v160 * 64, v31);
-        kg::tma_load_4d(&v159[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap2_q, bar_, 64, v84, v160 * 64, v31);
-      }
-      // spec: specs/fa2_bwd.yaml:120:28
-      kg::bf16* v162 = v155;
-      // spec: specs/fa2_bwd.yaml:111:29
-      float (&v163)[16] = v156;
-      // spec: specs/fa2_bwd.yaml:120:28
-      float v164[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v164[e] = v163[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:120:28
-      float (&v165)[32] = v164;
-      {
-        const int wg_ = (warp / 4);
-        const uint64_t da_ = kg::wgmma_desc(v10, 16, 1024, 1);
-        const uint64_t db_ = kg::wgmma_desc(v162, 16, 1024, 1);
-        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
-        // (ptxas would then insert a warpgroup.arrive, C7519)
-      #pragma unroll
-        for (int e = 0; e < 32; ++e) kg::fence_operand(v165[e]);
-        kg::wgmma_fence();
-      #pragma unroll
-        for (int ks = 0; ks < 8; ++ks)
-      #pragma unroll
-          for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-            for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v165[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 8192 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), 1);
-        kg::wgmma_commit();
-      }
-      // spec: specs/fa2_bwd.yaml:121:49
-      float v166[16];
-      {
-        const float* p_ = t_delta + ((int64_t)(v31) * stride_delta_0 + (int64_t)(v84) * stride_delta_1);
-        const bool aligned_ = kg::aligned(p_, 8) && stride_delta_0 % 2 == 0 && stride_delta_1 % 2 == 0;
-        const int t0_ = v149 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
-      #pragma unroll
-        for (int e = 0; e < 16; e += 2) {
-          const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32;
-          const int64_t off_ = (int64_t)i0_ * 1;
-          const bool in_ = i0_ + 2 <= (size_SQ);
-          if (aligned_ && in_) {
-            kg::copy_vec<2>(&v166[e], p_ + off_);
-          } else {
-      #pragma unroll
-            for (int v = 0; v < 2; ++v)
-              v166[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
-          }
-        }
-      }
-      // spec: specs/fa2_bwd.yaml:121:29
-      kg::mbar_wait(&kg_bars[6 + v153 % 2], (v153 / 2) & 1);
-      kg::sync();
-      // spec: specs/fa2_bwd.yaml:96:15
-      kg::bf16* v167 = v140 + (v158 % 2) * 8192;
-      // spec: specs/fa2_bwd.yaml:98:26
-      const int v168 = (v149 + v146);
-      // spec: specs/fa2_bwd.yaml:98:26
-      const bool v169 = (v168 < v62);
-      // spec: specs/fa2_bwd.yaml:98:26
-      if ((v169) && kg::thread_id() == 0) {
-        uint64_t* bar_ = &kg_bars[6 + v158 % 2];
-        kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
-        kg::mbar_expect_tx(bar_, 16384);
-        kg::tma_load_4d(&v167[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap3_do, bar_, 0, v84, v168 * 64, v31);
-        kg::tma_load_4d(&v167[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap3_do, bar_, 64, v84, v168 * 64, v31);
-      }
-      // spec: specs/fa2_bwd.yaml:121:29
-      kg::bf16* v170 = v154;
-      // spec: specs/fa2_bwd.yaml:121:48
-      const float v171 = -1.0f;
-      // spec: specs/fa2_bwd.yaml:121:48
-      float v172[16];
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) v172[e] = (v166[e] * v171);
-      // spec: specs/fa2_bwd.yaml:121:47
-      float (&v173)[16] = v172;
-      // spec: specs/fa2_bwd.yaml:121:29
-      float v174[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v174[e] = v173[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:120:28
-      kg::wgmma_wait<0>();
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v165[e]);
-      float (&v175)[32] = v165;
-      // spec: specs/fa2_bwd.yaml:121:29
-      float (&v176)[32] = v174;
-      {
-        const int wg_ = (warp / 4);
-        const uint64_t da_ = kg::wgmma_desc(v35, 16, 1024, 1);
-        const uint64_t db_ = kg::wgmma_desc(v170, 16, 1024, 1);
-        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
-        // (ptxas would then insert a warpgroup.arrive, C7519)
-      #pragma unroll
-        for (int e = 0; e < 32; ++e) kg::fence_operand(v176[e]);
-        kg::wgmma_fence();
-      #pragma unroll
-        for (int ks = 0; ks < 8; ++ks)
-      #pragma unroll
-          for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-            for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v176[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 8192 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), 1);
-        kg::wgmma_commit();
-      }
-      // spec: specs/fa2_bwd.yaml:122:33
-      float v177[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v177[e] = (v175[e] * v67);
-      // spec: specs/fa2_bwd.yaml:122:28
-      float v178[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v178[e] = kg::exp2_(v177[e]);
-      // spec: specs/fa2_bwd.yaml:123:45
-      kg::bf16 v179[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v179[e] = kg::cvt<kg::bf16>(v178[e]);
-      // spec: specs/fa2_bwd.yaml:123:41
-      float (&v180)[64] = v150;
-      {
-        const int wg_ = (warp / 4);
-        const uint64_t db_ = kg::wgmma_desc(v154, 8192, 1024, 1);
-        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
-        // (ptxas would then insert a warpgroup.arrive, C7519)
-      #pragma unroll
-        for (int e = 0; e < 64; ++e) kg::fence_operand(v180[e]);
-        kg::wgmma_fence();
-      #pragma unroll
-        for (int ks = 0; ks < 4; ++ks)
-      #pragma unroll
-          for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-            for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n128k16_bf16_rs<1>(&v180[(rm * 1 + rn) * 64], &v179[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 128 + rn * 128)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 128 + rn * 128)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 128 + rn * 128)) & 7))) * 2 / 16), 1);
-        kg::wgmma_commit();
-      }
-      // spec: specs/fa2_bwd.yaml:121:29
-      kg::wgmma_wait<1>();
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v176[e]);
-      float (&v181)[32] = v176;
-      // spec: specs/fa2_bwd.yaml:124:30
-      float v182[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v182[e] = (v178[e] * v181[e]);
-      // spec: specs/fa2_bwd.yaml:124:29
-      kg::bf16 v183[32];
-      #pragma unroll
-      for (int e = 0; e < 32; ++e) v183[e] = kg::cvt<kg::bf16>(v182[e]);
-      // spec: specs/fa2_bwd.yaml:125:41
-      float (&v184)[64] = v151;
-      {
-        const int wg_ = (warp / 4);
-        const uint64_t db_ = kg::wgmma_desc(v155, 8192, 1024, 1);
-        // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
-        // (ptxas would then insert a warpgroup.arrive, C7519)
-      #pragma unroll
-        for (int e = 0; e < 64; ++e) kg::fence_operand(v184[e]);
-        kg::wgmma_fence();
-      #pragma unroll
-        for (int ks = 0; ks < 4; ++ks)
-      #pragma unroll
-          for (int rm = 0; rm < 1; ++rm)
-      #pragma unroll
-            for (int rn = 0; rn < 1; ++rn)
-              kg::wgmma_m64n128k16_bf16_rs<1>(&v184[(rm * 1 + rn) * 64], &v183[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 128 + rn * 128)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 128 + rn * 128)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 128 + rn * 128)) & 7))) * 2 / 16), 1);
-        kg::wgmma_commit();
-      }
-      // spec: specs/fa2_bwd.yaml:123:41
-      kg::wgmma_wait<1>();
-      #pragma unroll
-      for (int e = 0; e < 64; ++e) kg::fence_operand(v180[e]);
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v179)[e]);
-      float (&v185)[64] = v180;
-      // spec: specs/fa2_bwd.yaml:125:41
-      kg::wgmma_wait<0>();
-      #pragma unroll
-      for (int e = 0; e < 64; ++e) kg::fence_operand(v184[e]);
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v183)[e]);
-      float (&v186)[64] = v184;
-      // spec: specs/fa2_bwd.yaml:126:26
-
-      float y0_[64];
-      #pragma unroll
-      for (int e = 0; e < 64; ++e) y0_[e] = v185[e];
-      float y1_[64];
-      #pragma unroll
-      for (int e = 0; e < 64; ++e) y1_[e] = v186[e];
-      #pragma unroll
-      for (int e = 0; e < 64; ++e) v147[e] = y0_[e];
-      #pragma unroll
-      for (int e = 0; e < 64; ++e) v148[e] = y1_[e];
-    }
-    // spec: specs/fa2_bwd.yaml:96:15
-    if (kg::thread_id() == 0) {
-      const int n_ = kg::cdiv(kg::max_(v62 - v63, 0), v146);
-      if (((n_ + 1) / 2) & 1) kg::mbar_arrive(&kg_bars[8]);
-      if (((n_ + 0) / 2) & 1) kg::mbar_arrive(&kg_bars[9]);
-      if (((n_ + 1) / 2) & 1) kg::mbar_arrive(&kg_bars[6]);
-      if (((n_ + 0) / 2) & 1) kg::mbar_arrive(&kg_bars[7]);
-    }
-    // spec: specs/fa2_bwd.yaml:96:15
+    // spec: specs/fa2_bwd.yaml:98:15
 
     float y0_[64];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) y0_[e] = v147[e];
+    for (int e = 0; e < 64; ++e) y0_[e] = v73[e];
     float y1_[64];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) y1_[e] = v148[e];
+    for (int e = 0; e < 64; ++e) y1_[e] = v74[e];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) v73[e] = y0_[e];
+    for (int e = 0; e < 64; ++e) v59[e] = y0_[e];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) v74[e] = y1_[e];
+    for (int e = 0; e < 64; ++e) v60[e] = y1_[e];
   }
-  // spec: specs/fa2_bwd.yaml:142:34
-  float v187[64];
+  // spec: specs/fa2_bwd.yaml:144:34
+  float v126[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v187[e] = (v74[e] * v1);
-  // spec: specs/fa2_bwd.yaml:142:33
-  kg::bf16 v188[64];
+  for (int e = 0; e < 64; ++e) v126[e] = (v60[e] * v1);
+  // spec: specs/fa2_bwd.yaml:144:33
+  kg::bf16 v127[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v188[e] = kg::cvt<kg::bf16>(v187[e]);
-  // spec: specs/fa2_bwd.yaml:142:7
+  for (int e = 0; e < 64; ++e) v127[e] = kg::cvt<kg::bf16>(v126[e]);
+  // spec: specs/fa2_bwd.yaml:144:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_dk + ((int64_t)(v31) * stride_dk_0 + (int64_t)(v30) * stride_dk_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dk_0 % 2 == 0 && stride_dk_1 % 2 == 0 && stride_dk_2 % 2 == 0;
@@ -888,19 +566,19 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32 + ((e >> 5) & 1) * 64;
       const int64_t off_ = (int64_t)i0_ * stride_dk_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SK)) {
-        kg::copy_vec<2>(p_ + off_, &v188[e]);
+        kg::copy_vec<2>(p_ + off_, &v127[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SK)) p_[off_ + v] = v188[e + v];
+          if (i0_ < (size_SK)) p_[off_ + v] = v127[e + v];
       }
     }
   }
-  // spec: specs/fa2_bwd.yaml:143:33
-  kg::bf16 v189[64];
+  // spec: specs/fa2_bwd.yaml:145:33
+  kg::bf16 v128[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v189[e] = kg::cvt<kg::bf16>(v73[e]);
-  // spec: specs/fa2_bwd.yaml:143:7
+  for (int e = 0; e < 64; ++e) v128[e] = kg::cvt<kg::bf16>(v59[e]);
+  // spec: specs/fa2_bwd.yaml:145:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_dv + ((int64_t)(v31) * stride_dv_0 + (int64_t)(v30) * stride_dv_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dv_0 % 2 == 0 && stride_dv_1 % 2 == 0 && stride_dv_2 % 2 == 0;
@@ -912,11 +590,11 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32 + ((e >> 5) & 1) * 64;
       const int64_t off_ = (int64_t)i0_ * stride_dv_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_SK)) {
-        kg::copy_vec<2>(p_ + off_, &v189[e]);
+        kg::copy_vec<2>(p_ + off_, &v128[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_SK)) p_[off_ + v] = v189[e + v];
+          if (i0_ < (size_SK)) p_[off_ + v] = v128[e + v];
       }
     }
   }

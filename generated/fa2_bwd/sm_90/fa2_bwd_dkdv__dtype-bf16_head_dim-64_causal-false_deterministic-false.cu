@@ -56,7 +56,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
   const int v9 = kg::block_id_y();
   // spec: specs/fa2_bwd.yaml:60:12
   const int v10 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:134:27
+  // spec: specs/fa2_bwd.yaml:136:27
   kg::bf16* v11 = reinterpret_cast<kg::bf16*>(smem + 32768);
   // spec: specs/fa2_bwd.yaml:72:12
   const int v12 = (kg::mod(v9, v3));
@@ -70,12 +70,12 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
     kg::mbar_expect_tx(bar_, 8192);
     kg::tma_load_4d(&v11[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap0_k, bar_, 0, v12, v10 * 64, v13);
   }
-  // spec: specs/fa2_bwd.yaml:134:27
+  // spec: specs/fa2_bwd.yaml:136:27
   kg::mbar_wait(&kg_bars[0], 0);
   kg::sync();
-  // spec: specs/fa2_bwd.yaml:134:27
+  // spec: specs/fa2_bwd.yaml:136:27
   kg::bf16* v14 = v11;
-  // spec: specs/fa2_bwd.yaml:135:28
+  // spec: specs/fa2_bwd.yaml:137:28
   kg::bf16* v15 = reinterpret_cast<kg::bf16*>(smem + 40960);
   // spec: specs/fa2_bwd.yaml:77:12
   if ((true) && kg::thread_id() == 0) {
@@ -84,10 +84,10 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
     kg::mbar_expect_tx(bar_, 8192);
     kg::tma_load_4d(&v15[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap1_v, bar_, 0, v12, v10 * 64, v13);
   }
-  // spec: specs/fa2_bwd.yaml:135:28
+  // spec: specs/fa2_bwd.yaml:137:28
   kg::mbar_wait(&kg_bars[1], 0);
   kg::sync();
-  // spec: specs/fa2_bwd.yaml:135:28
+  // spec: specs/fa2_bwd.yaml:137:28
   kg::bf16* v16 = v15;
   // spec: specs/fa2_bwd.yaml:75:29
   int v17[16];
@@ -101,11 +101,11 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
   int v20[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v20[e] = (v19 + v17[e]);
-  // spec: specs/fa2_bwd.yaml:131:57
+  // spec: specs/fa2_bwd.yaml:133:57
   int (&v21)[16] = v20;
-  // spec: specs/fa2_bwd.yaml:93:22
+  // spec: specs/fa2_bwd.yaml:95:22
   const int v22 = 1;
-  // spec: specs/fa2_bwd.yaml:93:22
+  // spec: specs/fa2_bwd.yaml:95:22
   const int v23 = 0;
   // spec: specs/fa2_bwd.yaml:85:13
   const int v24 = 64;
@@ -129,7 +129,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
   const float v31 = (v1 * v30);
   // spec: specs/fa2_bwd.yaml:73:15
   const int v32 = (kg::floordiv(v2, v3));
-  // spec: specs/fa2_bwd.yaml:93:7
+  // spec: specs/fa2_bwd.yaml:95:7
 
   float v33[32];
   #pragma unroll
@@ -141,23 +141,23 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
     float (&v36)[32] = v33;
     float (&v37)[32] = v34;
     
-    // spec: specs/fa2_bwd.yaml:135:28
+    // spec: specs/fa2_bwd.yaml:137:28
     kg::bf16* v38 = reinterpret_cast<kg::bf16*>(smem + 0);
-    // spec: specs/fa2_bwd.yaml:134:27
+    // spec: specs/fa2_bwd.yaml:136:27
     kg::bf16* v39 = reinterpret_cast<kg::bf16*>(smem + 16384);
-    // spec: specs/fa2_bwd.yaml:96:15
+    // spec: specs/fa2_bwd.yaml:98:15
     const int v40 = 0;
-    // spec: specs/fa2_bwd.yaml:96:15
+    // spec: specs/fa2_bwd.yaml:98:15
     kg::bf16* v41 = v39 + (v40 % 2) * 4096;
-    // spec: specs/fa2_bwd.yaml:96:58
+    // spec: specs/fa2_bwd.yaml:98:58
     const int v42 = 0;
-    // spec: specs/fa2_bwd.yaml:96:15
+    // spec: specs/fa2_bwd.yaml:98:15
     const bool v43 = (v42 < v27);
-    // spec: specs/fa2_bwd.yaml:94:15
+    // spec: specs/fa2_bwd.yaml:96:15
     const int v44 = (v12 * v32);
-    // spec: specs/fa2_bwd.yaml:94:15
+    // spec: specs/fa2_bwd.yaml:96:15
     const int v45 = (v44 + v35);
-    // spec: specs/fa2_bwd.yaml:97:24
+    // spec: specs/fa2_bwd.yaml:99:24
     kg::sync();
     if ((v43) && kg::thread_id() == 0) {
       uint64_t* bar_ = &kg_bars[4 + v40 % 2];
@@ -165,18 +165,18 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       kg::mbar_expect_tx(bar_, 8192);
       kg::tma_load_4d(&v41[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_q, bar_, 0, v45, v42 * 64, v13);
     }
-    // spec: specs/fa2_bwd.yaml:96:15
+    // spec: specs/fa2_bwd.yaml:98:15
     kg::bf16* v46 = v38 + (v40 % 2) * 4096;
-    // spec: specs/fa2_bwd.yaml:98:26
+    // spec: specs/fa2_bwd.yaml:100:26
     if ((v43) && kg::thread_id() == 0) {
       uint64_t* bar_ = &kg_bars[2 + v40 % 2];
       kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
       kg::mbar_expect_tx(bar_, 8192);
       kg::tma_load_4d(&v46[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap3_do, bar_, 0, v45, v42 * 64, v13);
     }
-    // spec: specs/fa2_bwd.yaml:96:58
+    // spec: specs/fa2_bwd.yaml:98:58
     const int v47 = 1;
-    // spec: specs/fa2_bwd.yaml:96:15
+    // spec: specs/fa2_bwd.yaml:98:15
 
     float v48[32];
     #pragma unroll
@@ -188,15 +188,15 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       float (&v51)[32] = v48;
       float (&v52)[32] = v49;
       
-      // spec: specs/fa2_bwd.yaml:96:15
+      // spec: specs/fa2_bwd.yaml:98:15
       const int v53 = (v50 - v42);
-      // spec: specs/fa2_bwd.yaml:96:15
+      // spec: specs/fa2_bwd.yaml:98:15
       const int v54 = (kg::floordiv(v53, v47));
-      // spec: specs/fa2_bwd.yaml:96:15
+      // spec: specs/fa2_bwd.yaml:98:15
       kg::bf16* v55 = v38 + (v54 % 2) * 4096;
-      // spec: specs/fa2_bwd.yaml:96:15
+      // spec: specs/fa2_bwd.yaml:98:15
       kg::bf16* v56 = v39 + (v54 % 2) * 4096;
-      // spec: specs/fa2_bwd.yaml:130:30
+      // spec: specs/fa2_bwd.yaml:132:30
       float v57[2];
       {
         const float* p_ = t_lse + ((int64_t)(v13) * stride_lse_0 + (int64_t)(v45) * stride_lse_1);
@@ -216,29 +216,29 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:134:27
+      // spec: specs/fa2_bwd.yaml:136:27
       kg::mbar_wait(&kg_bars[4 + v54 % 2], (v54 / 2) & 1);
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:96:15
+      // spec: specs/fa2_bwd.yaml:98:15
       const int v58 = 1;
-      // spec: specs/fa2_bwd.yaml:96:15
+      // spec: specs/fa2_bwd.yaml:98:15
       const int v59 = (v54 + v58);
-      // spec: specs/fa2_bwd.yaml:96:15
+      // spec: specs/fa2_bwd.yaml:98:15
       kg::bf16* v60 = v39 + (v59 % 2) * 4096;
-      // spec: specs/fa2_bwd.yaml:97:24
+      // spec: specs/fa2_bwd.yaml:99:24
       const int v61 = (v50 + v47);
-      // spec: specs/fa2_bwd.yaml:97:24
+      // spec: specs/fa2_bwd.yaml:99:24
       const bool v62 = (v61 < v27);
-      // spec: specs/fa2_bwd.yaml:97:24
+      // spec: specs/fa2_bwd.yaml:99:24
       if ((v62) && kg::thread_id() == 0) {
         uint64_t* bar_ = &kg_bars[4 + v59 % 2];
         kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
         kg::mbar_expect_tx(bar_, 8192);
         kg::tma_load_4d(&v60[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_q, bar_, 0, v45, v61 * 64, v13);
       }
-      // spec: specs/fa2_bwd.yaml:134:27
+      // spec: specs/fa2_bwd.yaml:136:27
       float v63[32];
-      // spec: specs/fa2_bwd.yaml:134:27
+      // spec: specs/fa2_bwd.yaml:136:27
       float (&v64)[32] = v63;
       {
         const int wg_ = 0;
@@ -254,25 +254,25 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
               kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v64[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:135:28
+      // spec: specs/fa2_bwd.yaml:137:28
       kg::mbar_wait(&kg_bars[2 + v54 % 2], (v54 / 2) & 1);
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:96:15
+      // spec: specs/fa2_bwd.yaml:98:15
       kg::bf16* v65 = v38 + (v59 % 2) * 4096;
-      // spec: specs/fa2_bwd.yaml:98:26
+      // spec: specs/fa2_bwd.yaml:100:26
       const int v66 = (v50 + v47);
-      // spec: specs/fa2_bwd.yaml:98:26
+      // spec: specs/fa2_bwd.yaml:100:26
       const bool v67 = (v66 < v27);
-      // spec: specs/fa2_bwd.yaml:98:26
+      // spec: specs/fa2_bwd.yaml:100:26
       if ((v67) && kg::thread_id() == 0) {
         uint64_t* bar_ = &kg_bars[2 + v59 % 2];
         kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
         kg::mbar_expect_tx(bar_, 8192);
         kg::tma_load_4d(&v65[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap3_do, bar_, 0, v45, v66 * 64, v13);
       }
-      // spec: specs/fa2_bwd.yaml:135:28
+      // spec: specs/fa2_bwd.yaml:137:28
       float v68[32];
-      // spec: specs/fa2_bwd.yaml:135:28
+      // spec: specs/fa2_bwd.yaml:137:28
       float (&v69)[32] = v68;
       {
         const int wg_ = 0;
@@ -288,105 +288,105 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
               kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v69[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:136:27
+      // spec: specs/fa2_bwd.yaml:138:27
       const float v70 = 0.0f;
-      // spec: specs/fa2_bwd.yaml:130:30
+      // spec: specs/fa2_bwd.yaml:132:30
       const float v71 = 1.4426950408889634f;
-      // spec: specs/fa2_bwd.yaml:130:30
+      // spec: specs/fa2_bwd.yaml:132:30
       float v72[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v72[e] = (v57[e] * v71);
-      // spec: specs/fa2_bwd.yaml:136:58
+      // spec: specs/fa2_bwd.yaml:138:58
       float (&v73)[2] = v72;
-      // spec: specs/fa2_bwd.yaml:136:45
+      // spec: specs/fa2_bwd.yaml:138:45
       float v74[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v74[e] = v73[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:134:27
+      // spec: specs/fa2_bwd.yaml:136:27
       kg::wgmma_wait<1>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v64[e]);
       float (&v75)[32] = v64;
-      // spec: specs/fa2_bwd.yaml:136:45
+      // spec: specs/fa2_bwd.yaml:138:45
       float v76[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v76[e] = (v75[e] * v31);
-      // spec: specs/fa2_bwd.yaml:136:45
+      // spec: specs/fa2_bwd.yaml:138:45
       float v77[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v77[e] = (v76[e] - v74[e]);
-      // spec: specs/fa2_bwd.yaml:136:40
+      // spec: specs/fa2_bwd.yaml:138:40
       float v78[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v78[e] = kg::exp2_(v77[e]);
-      // spec: specs/fa2_bwd.yaml:131:82
+      // spec: specs/fa2_bwd.yaml:133:82
       const float v79 = -kg::inf();
-      // spec: specs/fa2_bwd.yaml:131:82
+      // spec: specs/fa2_bwd.yaml:133:82
       float (&v80)[2] = v72;
-      // spec: specs/fa2_bwd.yaml:131:82
+      // spec: specs/fa2_bwd.yaml:133:82
       bool v81[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v81[e] = (v80[e] > v79);
-      // spec: specs/fa2_bwd.yaml:131:31
+      // spec: specs/fa2_bwd.yaml:133:31
       bool v82[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v82[e] = v81[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:131:57
+      // spec: specs/fa2_bwd.yaml:133:57
       bool v83[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v83[e] = (v21[e] < v4);
-      // spec: specs/fa2_bwd.yaml:131:31
+      // spec: specs/fa2_bwd.yaml:133:31
       bool v84[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v84[e] = v83[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:129:44
+      // spec: specs/fa2_bwd.yaml:131:44
       int v85[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v85[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8);
-      // spec: specs/fa2_bwd.yaml:129:30
+      // spec: specs/fa2_bwd.yaml:131:30
       const int v86 = 64;
-      // spec: specs/fa2_bwd.yaml:129:30
+      // spec: specs/fa2_bwd.yaml:131:30
       const int v87 = (v50 * v86);
-      // spec: specs/fa2_bwd.yaml:129:30
+      // spec: specs/fa2_bwd.yaml:131:30
       int v88[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v88[e] = (v87 + v85[e]);
-      // spec: specs/fa2_bwd.yaml:131:32
+      // spec: specs/fa2_bwd.yaml:133:32
       int (&v89)[2] = v88;
-      // spec: specs/fa2_bwd.yaml:131:32
+      // spec: specs/fa2_bwd.yaml:133:32
       bool v90[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v90[e] = (v89[e] < v0);
-      // spec: specs/fa2_bwd.yaml:131:31
+      // spec: specs/fa2_bwd.yaml:133:31
       bool v91[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v91[e] = v90[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:131:31
+      // spec: specs/fa2_bwd.yaml:133:31
       bool v92[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v92[e] = (v91[e] && v84[e]);
-      // spec: specs/fa2_bwd.yaml:131:31
+      // spec: specs/fa2_bwd.yaml:133:31
       bool v93[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v93[e] = (v92[e] && v82[e]);
-      // spec: specs/fa2_bwd.yaml:136:27
+      // spec: specs/fa2_bwd.yaml:138:27
       float v94[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v94[e] = (v93[e] ? v78[e] : v70);
-      // spec: specs/fa2_bwd.yaml:137:45
+      // spec: specs/fa2_bwd.yaml:139:45
       kg::bf16 v95[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v95[e] = kg::cvt<kg::bf16>(v94[e]);
-      // spec: specs/fa2_bwd.yaml:137:41
+      // spec: specs/fa2_bwd.yaml:139:41
       kg::bf16* v96 = reinterpret_cast<kg::bf16*>(smem + 49152);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v96[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v95[e]);
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:137:41
+      // spec: specs/fa2_bwd.yaml:139:41
       kg::bf16* v97 = v96;
-      // spec: specs/fa2_bwd.yaml:137:41
+      // spec: specs/fa2_bwd.yaml:139:41
       float (&v98)[32] = v51;
       {
         const int wg_ = 0;
@@ -406,7 +406,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
               kg::wgmma_m64n64k16_bf16_ss<1, 1>(&v98[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:138:39
+      // spec: specs/fa2_bwd.yaml:140:39
       float v99[2];
       {
         const float* p_ = t_delta + ((int64_t)(v13) * stride_delta_0 + (int64_t)(v45) * stride_delta_1);
@@ -426,39 +426,39 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:138:39
+      // spec: specs/fa2_bwd.yaml:140:39
       float (&v100)[2] = v99;
-      // spec: specs/fa2_bwd.yaml:138:34
+      // spec: specs/fa2_bwd.yaml:140:34
       float v101[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v101[e] = v100[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:135:28
+      // spec: specs/fa2_bwd.yaml:137:28
       kg::wgmma_wait<1>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v69[e]);
       float (&v102)[32] = v69;
-      // spec: specs/fa2_bwd.yaml:138:34
+      // spec: specs/fa2_bwd.yaml:140:34
       float v103[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v103[e] = (v102[e] - v101[e]);
-      // spec: specs/fa2_bwd.yaml:138:29
+      // spec: specs/fa2_bwd.yaml:140:29
       float v104[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v104[e] = (v94[e] * v103[e]);
-      // spec: specs/fa2_bwd.yaml:138:28
+      // spec: specs/fa2_bwd.yaml:140:28
       kg::bf16 v105[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v105[e] = kg::cvt<kg::bf16>(v104[e]);
-      // spec: specs/fa2_bwd.yaml:139:41
+      // spec: specs/fa2_bwd.yaml:141:41
       kg::bf16* v106 = reinterpret_cast<kg::bf16*>(smem + 57344);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v106[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v105[e]);
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:139:41
+      // spec: specs/fa2_bwd.yaml:141:41
       kg::bf16* v107 = v106;
-      // spec: specs/fa2_bwd.yaml:139:41
+      // spec: specs/fa2_bwd.yaml:141:41
       float (&v108)[32] = v52;
       {
         const int wg_ = 0;
@@ -478,9 +478,9 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
               kg::wgmma_m64n64k16_bf16_ss<1, 1>(&v108[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:141:74
+      // spec: specs/fa2_bwd.yaml:143:74
       float v109[32];
-      // spec: specs/fa2_bwd.yaml:141:74
+      // spec: specs/fa2_bwd.yaml:143:74
       float (&v110)[32] = v109;
       {
         const int wg_ = 0;
@@ -495,28 +495,28 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
               kg::wgmma_m64n64k16_bf16_rs<1>(&v110[(rm * 1 + rn) * 32], &v105[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:141:74
+      // spec: specs/fa2_bwd.yaml:143:74
       kg::wgmma_wait<0>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v110[e]);
       #pragma unroll
       for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v105)[e]);
       float (&v111)[32] = v110;
-      // spec: specs/fa2_bwd.yaml:137:41
+      // spec: specs/fa2_bwd.yaml:139:41
       kg::wgmma_wait<0>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v98[e]);
       float (&v112)[32] = v98;
-      // spec: specs/fa2_bwd.yaml:139:41
+      // spec: specs/fa2_bwd.yaml:141:41
       kg::wgmma_wait<0>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v108[e]);
       float (&v113)[32] = v108;
-      // spec: specs/fa2_bwd.yaml:141:74
+      // spec: specs/fa2_bwd.yaml:143:74
       float v114[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v114[e] = (v111[e] * v1);
-      // spec: specs/fa2_bwd.yaml:141:27
+      // spec: specs/fa2_bwd.yaml:143:27
       if ((lane & 0) == 0 && (warp & 0) == 0) {
         float* p_ = t_dq_acc + ((int64_t)(v13) * stride_dq_acc_0 + (int64_t)(v45) * stride_dq_acc_2);
         const bool aligned_ = kg::aligned(p_, 8) && stride_dq_acc_0 % 2 == 0 && stride_dq_acc_1 % 2 == 0 && stride_dq_acc_2 % 2 == 0;
@@ -536,7 +536,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:141:27
+      // spec: specs/fa2_bwd.yaml:143:27
 
       float y0_[32];
       #pragma unroll
@@ -549,7 +549,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       #pragma unroll
       for (int e = 0; e < 32; ++e) v49[e] = y1_[e];
     }
-    // spec: specs/fa2_bwd.yaml:96:15
+    // spec: specs/fa2_bwd.yaml:98:15
     if (kg::thread_id() == 0) {
       const int n_ = kg::cdiv(kg::max_(v27 - v42, 0), v47);
       if (((n_ + 1) / 2) & 1) kg::mbar_arrive(&kg_bars[4]);
@@ -557,7 +557,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       if (((n_ + 1) / 2) & 1) kg::mbar_arrive(&kg_bars[2]);
       if (((n_ + 0) / 2) & 1) kg::mbar_arrive(&kg_bars[3]);
     }
-    // spec: specs/fa2_bwd.yaml:96:15
+    // spec: specs/fa2_bwd.yaml:98:15
 
     float y0_[32];
     #pragma unroll
@@ -570,15 +570,15 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
     #pragma unroll
     for (int e = 0; e < 32; ++e) v34[e] = y1_[e];
   }
-  // spec: specs/fa2_bwd.yaml:142:34
+  // spec: specs/fa2_bwd.yaml:144:34
   float v115[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v115[e] = (v34[e] * v1);
-  // spec: specs/fa2_bwd.yaml:142:33
+  // spec: specs/fa2_bwd.yaml:144:33
   kg::bf16 v116[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v116[e] = kg::cvt<kg::bf16>(v115[e]);
-  // spec: specs/fa2_bwd.yaml:142:7
+  // spec: specs/fa2_bwd.yaml:144:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_dk + ((int64_t)(v13) * stride_dk_0 + (int64_t)(v12) * stride_dk_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dk_0 % 2 == 0 && stride_dk_1 % 2 == 0 && stride_dk_2 % 2 == 0;
@@ -598,11 +598,11 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       }
     }
   }
-  // spec: specs/fa2_bwd.yaml:143:33
+  // spec: specs/fa2_bwd.yaml:145:33
   kg::bf16 v117[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v117[e] = kg::cvt<kg::bf16>(v33[e]);
-  // spec: specs/fa2_bwd.yaml:143:7
+  // spec: specs/fa2_bwd.yaml:145:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_dv + ((int64_t)(v13) * stride_dv_0 + (int64_t)(v12) * stride_dv_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dv_0 % 2 == 0 && stride_dv_1 % 2 == 0 && stride_dv_2 % 2 == 0;

@@ -56,7 +56,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
   const int v9 = kg::block_id_y();
   // spec: specs/fa2_bwd.yaml:60:12
   const int v10 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:134:27
+  // spec: specs/fa2_bwd.yaml:136:27
   kg::bf16* v11 = reinterpret_cast<kg::bf16*>(smem + 51200);
   // spec: specs/fa2_bwd.yaml:72:12
   const int v12 = (kg::mod(v9, v3));
@@ -70,12 +70,12 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
     kg::mbar_expect_tx(bar_, 8192);
     kg::tma_load_4d(&v11[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap0_k, bar_, 0, v12, v10 * 64, v13);
   }
-  // spec: specs/fa2_bwd.yaml:134:27
+  // spec: specs/fa2_bwd.yaml:136:27
   kg::mbar_wait(&kg_bars[0], 0);
   kg::sync();
-  // spec: specs/fa2_bwd.yaml:134:27
+  // spec: specs/fa2_bwd.yaml:136:27
   kg::bf16* v14 = v11;
-  // spec: specs/fa2_bwd.yaml:135:28
+  // spec: specs/fa2_bwd.yaml:137:28
   kg::bf16* v15 = reinterpret_cast<kg::bf16*>(smem + 59392);
   // spec: specs/fa2_bwd.yaml:77:12
   if ((true) && kg::thread_id() == 0) {
@@ -84,10 +84,10 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
     kg::mbar_expect_tx(bar_, 8192);
     kg::tma_load_4d(&v15[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap1_v, bar_, 0, v12, v10 * 64, v13);
   }
-  // spec: specs/fa2_bwd.yaml:135:28
+  // spec: specs/fa2_bwd.yaml:137:28
   kg::mbar_wait(&kg_bars[1], 0);
   kg::sync();
-  // spec: specs/fa2_bwd.yaml:135:28
+  // spec: specs/fa2_bwd.yaml:137:28
   kg::bf16* v16 = v15;
   // spec: specs/fa2_bwd.yaml:75:29
   int v17[16];
@@ -101,39 +101,39 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
   int v20[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v20[e] = (v19 + v17[e]);
-  // spec: specs/fa2_bwd.yaml:131:57
+  // spec: specs/fa2_bwd.yaml:133:57
   int (&v21)[16] = v20;
-  // spec: specs/fa2_bwd.yaml:133:45
+  // spec: specs/fa2_bwd.yaml:135:45
   int v22[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v22[e] = v21[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-  // spec: specs/fa2_bwd.yaml:93:22
+  // spec: specs/fa2_bwd.yaml:95:22
   const int v23 = 1;
-  // spec: specs/fa2_bwd.yaml:93:22
+  // spec: specs/fa2_bwd.yaml:95:22
   const int v24 = 0;
-  // spec: specs/fa2_bwd.yaml:92:35
+  // spec: specs/fa2_bwd.yaml:94:35
   const int v25 = 64;
-  // spec: specs/fa2_bwd.yaml:92:35
+  // spec: specs/fa2_bwd.yaml:94:35
   const int v26 = 63;
-  // spec: specs/fa2_bwd.yaml:92:66
+  // spec: specs/fa2_bwd.yaml:94:66
   const int v27 = (v4 - v0);
-  // spec: specs/fa2_bwd.yaml:92:40
+  // spec: specs/fa2_bwd.yaml:94:40
   const int v28 = 1;
-  // spec: specs/fa2_bwd.yaml:92:40
+  // spec: specs/fa2_bwd.yaml:94:40
   const int v29 = 64;
-  // spec: specs/fa2_bwd.yaml:92:41
+  // spec: specs/fa2_bwd.yaml:94:41
   const int v30 = 1;
-  // spec: specs/fa2_bwd.yaml:92:41
+  // spec: specs/fa2_bwd.yaml:94:41
   const int v31 = (v10 + v30);
-  // spec: specs/fa2_bwd.yaml:92:40
+  // spec: specs/fa2_bwd.yaml:94:40
   const int v32 = (v31 * v29);
-  // spec: specs/fa2_bwd.yaml:92:40
+  // spec: specs/fa2_bwd.yaml:94:40
   const int v33 = (v32 - v28);
-  // spec: specs/fa2_bwd.yaml:92:40
+  // spec: specs/fa2_bwd.yaml:94:40
   const int v34 = (v33 - v27);
-  // spec: specs/fa2_bwd.yaml:92:35
+  // spec: specs/fa2_bwd.yaml:94:35
   const int v35 = (v34 + v26);
-  // spec: specs/fa2_bwd.yaml:92:35
+  // spec: specs/fa2_bwd.yaml:94:35
   const int v36 = (kg::floordiv(v35, v25));
   // spec: specs/fa2_bwd.yaml:82:19
   const int v37 = 64;
@@ -151,7 +151,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
   const int v43 = (kg::max_(v42, v38));
   // spec: specs/fa2_bwd.yaml:82:19
   const int v44 = (kg::floordiv(v43, v37));
-  // spec: specs/fa2_bwd.yaml:92:27
+  // spec: specs/fa2_bwd.yaml:94:27
   const int v45 = (kg::max_(v36, v44));
   // spec: specs/fa2_bwd.yaml:85:13
   const int v46 = 64;
@@ -161,7 +161,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
   const int v48 = (v0 + v47);
   // spec: specs/fa2_bwd.yaml:85:13
   const int v49 = (kg::floordiv(v48, v46));
-  // spec: specs/fa2_bwd.yaml:92:19
+  // spec: specs/fa2_bwd.yaml:94:19
   const int v50 = (kg::min_(v45, v49));
   // spec: specs/fa2_bwd.yaml:84:16
   float v51[32];
@@ -177,7 +177,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
   const float v54 = (v1 * v53);
   // spec: specs/fa2_bwd.yaml:73:15
   const int v55 = (kg::floordiv(v2, v3));
-  // spec: specs/fa2_bwd.yaml:93:7
+  // spec: specs/fa2_bwd.yaml:95:7
 
   float v56[32];
   #pragma unroll
@@ -189,21 +189,21 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
     float (&v59)[32] = v56;
     float (&v60)[32] = v57;
     
-    // spec: specs/fa2_bwd.yaml:135:28
+    // spec: specs/fa2_bwd.yaml:137:28
     kg::bf16* v61 = reinterpret_cast<kg::bf16*>(smem + 18432);
-    // spec: specs/fa2_bwd.yaml:134:27
+    // spec: specs/fa2_bwd.yaml:136:27
     kg::bf16* v62 = reinterpret_cast<kg::bf16*>(smem + 34816);
-    // spec: specs/fa2_bwd.yaml:96:15
+    // spec: specs/fa2_bwd.yaml:98:15
     const int v63 = 0;
-    // spec: specs/fa2_bwd.yaml:96:15
+    // spec: specs/fa2_bwd.yaml:98:15
     kg::bf16* v64 = v62 + (v63 % 2) * 4096;
-    // spec: specs/fa2_bwd.yaml:96:15
+    // spec: specs/fa2_bwd.yaml:98:15
     const bool v65 = (v44 < v50);
-    // spec: specs/fa2_bwd.yaml:94:15
+    // spec: specs/fa2_bwd.yaml:96:15
     const int v66 = (v12 * v55);
-    // spec: specs/fa2_bwd.yaml:94:15
+    // spec: specs/fa2_bwd.yaml:96:15
     const int v67 = (v66 + v58);
-    // spec: specs/fa2_bwd.yaml:97:24
+    // spec: specs/fa2_bwd.yaml:99:24
     kg::sync();
     if ((v65) && kg::thread_id() == 0) {
       uint64_t* bar_ = &kg_bars[4 + v63 % 2];
@@ -211,18 +211,18 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       kg::mbar_expect_tx(bar_, 8192);
       kg::tma_load_4d(&v64[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_q, bar_, 0, v67, v44 * 64, v13);
     }
-    // spec: specs/fa2_bwd.yaml:96:15
+    // spec: specs/fa2_bwd.yaml:98:15
     kg::bf16* v68 = v61 + (v63 % 2) * 4096;
-    // spec: specs/fa2_bwd.yaml:98:26
+    // spec: specs/fa2_bwd.yaml:100:26
     if ((v65) && kg::thread_id() == 0) {
       uint64_t* bar_ = &kg_bars[2 + v63 % 2];
       kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
       kg::mbar_expect_tx(bar_, 8192);
       kg::tma_load_4d(&v68[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap3_do, bar_, 0, v67, v44 * 64, v13);
     }
-    // spec: specs/fa2_bwd.yaml:96:58
+    // spec: specs/fa2_bwd.yaml:98:58
     const int v69 = 1;
-    // spec: specs/fa2_bwd.yaml:96:15
+    // spec: specs/fa2_bwd.yaml:98:15
 
     float v70[32];
     #pragma unroll
@@ -234,15 +234,15 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       float (&v73)[32] = v70;
       float (&v74)[32] = v71;
       
-      // spec: specs/fa2_bwd.yaml:96:15
+      // spec: specs/fa2_bwd.yaml:98:15
       const int v75 = (v72 - v44);
-      // spec: specs/fa2_bwd.yaml:96:15
+      // spec: specs/fa2_bwd.yaml:98:15
       const int v76 = (kg::floordiv(v75, v69));
-      // spec: specs/fa2_bwd.yaml:96:15
+      // spec: specs/fa2_bwd.yaml:98:15
       kg::bf16* v77 = v61 + (v76 % 2) * 4096;
-      // spec: specs/fa2_bwd.yaml:96:15
+      // spec: specs/fa2_bwd.yaml:98:15
       kg::bf16* v78 = v62 + (v76 % 2) * 4096;
-      // spec: specs/fa2_bwd.yaml:130:30
+      // spec: specs/fa2_bwd.yaml:132:30
       float v79[2];
       {
         const float* p_ = t_lse + ((int64_t)(v13) * stride_lse_0 + (int64_t)(v67) * stride_lse_1);
@@ -262,29 +262,29 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:134:27
+      // spec: specs/fa2_bwd.yaml:136:27
       kg::mbar_wait(&kg_bars[4 + v76 % 2], (v76 / 2) & 1);
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:96:15
+      // spec: specs/fa2_bwd.yaml:98:15
       const int v80 = 1;
-      // spec: specs/fa2_bwd.yaml:96:15
+      // spec: specs/fa2_bwd.yaml:98:15
       const int v81 = (v76 + v80);
-      // spec: specs/fa2_bwd.yaml:96:15
+      // spec: specs/fa2_bwd.yaml:98:15
       kg::bf16* v82 = v62 + (v81 % 2) * 4096;
-      // spec: specs/fa2_bwd.yaml:97:24
+      // spec: specs/fa2_bwd.yaml:99:24
       const int v83 = (v72 + v69);
-      // spec: specs/fa2_bwd.yaml:97:24
+      // spec: specs/fa2_bwd.yaml:99:24
       const bool v84 = (v83 < v50);
-      // spec: specs/fa2_bwd.yaml:97:24
+      // spec: specs/fa2_bwd.yaml:99:24
       if ((v84) && kg::thread_id() == 0) {
         uint64_t* bar_ = &kg_bars[4 + v81 % 2];
         kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
         kg::mbar_expect_tx(bar_, 8192);
         kg::tma_load_4d(&v82[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_q, bar_, 0, v67, v83 * 64, v13);
       }
-      // spec: specs/fa2_bwd.yaml:134:27
+      // spec: specs/fa2_bwd.yaml:136:27
       float v85[32];
-      // spec: specs/fa2_bwd.yaml:134:27
+      // spec: specs/fa2_bwd.yaml:136:27
       float (&v86)[32] = v85;
       {
         const int wg_ = 0;
@@ -300,25 +300,25 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
               kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v86[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:135:28
+      // spec: specs/fa2_bwd.yaml:137:28
       kg::mbar_wait(&kg_bars[2 + v76 % 2], (v76 / 2) & 1);
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:96:15
+      // spec: specs/fa2_bwd.yaml:98:15
       kg::bf16* v87 = v61 + (v81 % 2) * 4096;
-      // spec: specs/fa2_bwd.yaml:98:26
+      // spec: specs/fa2_bwd.yaml:100:26
       const int v88 = (v72 + v69);
-      // spec: specs/fa2_bwd.yaml:98:26
+      // spec: specs/fa2_bwd.yaml:100:26
       const bool v89 = (v88 < v50);
-      // spec: specs/fa2_bwd.yaml:98:26
+      // spec: specs/fa2_bwd.yaml:100:26
       if ((v89) && kg::thread_id() == 0) {
         uint64_t* bar_ = &kg_bars[2 + v81 % 2];
         kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
         kg::mbar_expect_tx(bar_, 8192);
         kg::tma_load_4d(&v87[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap3_do, bar_, 0, v67, v88 * 64, v13);
       }
-      // spec: specs/fa2_bwd.yaml:135:28
+      // spec: specs/fa2_bwd.yaml:137:28
       float v90[32];
-      // spec: specs/fa2_bwd.yaml:135:28
+      // spec: specs/fa2_bwd.yaml:137:28
       float (&v91)[32] = v90;
       {
         const int wg_ = 0;
@@ -334,125 +334,125 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
               kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v91[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:136:27
+      // spec: specs/fa2_bwd.yaml:138:27
       const float v92 = 0.0f;
-      // spec: specs/fa2_bwd.yaml:130:30
+      // spec: specs/fa2_bwd.yaml:132:30
       const float v93 = 1.4426950408889634f;
-      // spec: specs/fa2_bwd.yaml:130:30
+      // spec: specs/fa2_bwd.yaml:132:30
       float v94[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v94[e] = (v79[e] * v93);
-      // spec: specs/fa2_bwd.yaml:136:58
+      // spec: specs/fa2_bwd.yaml:138:58
       float (&v95)[2] = v94;
-      // spec: specs/fa2_bwd.yaml:136:45
+      // spec: specs/fa2_bwd.yaml:138:45
       float v96[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v96[e] = v95[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:134:27
+      // spec: specs/fa2_bwd.yaml:136:27
       kg::wgmma_wait<1>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v86[e]);
       float (&v97)[32] = v86;
-      // spec: specs/fa2_bwd.yaml:136:45
+      // spec: specs/fa2_bwd.yaml:138:45
       float v98[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v98[e] = (v97[e] * v54);
-      // spec: specs/fa2_bwd.yaml:136:45
+      // spec: specs/fa2_bwd.yaml:138:45
       float v99[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v99[e] = (v98[e] - v96[e]);
-      // spec: specs/fa2_bwd.yaml:136:40
+      // spec: specs/fa2_bwd.yaml:138:40
       float v100[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v100[e] = kg::exp2_(v99[e]);
-      // spec: specs/fa2_bwd.yaml:133:79
+      // spec: specs/fa2_bwd.yaml:135:79
       const int v101 = (v4 - v0);
-      // spec: specs/fa2_bwd.yaml:129:44
+      // spec: specs/fa2_bwd.yaml:131:44
       int v102[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v102[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8);
-      // spec: specs/fa2_bwd.yaml:129:30
+      // spec: specs/fa2_bwd.yaml:131:30
       const int v103 = 64;
-      // spec: specs/fa2_bwd.yaml:129:30
+      // spec: specs/fa2_bwd.yaml:131:30
       const int v104 = (v72 * v103);
-      // spec: specs/fa2_bwd.yaml:129:30
+      // spec: specs/fa2_bwd.yaml:131:30
       int v105[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v105[e] = (v104 + v102[e]);
-      // spec: specs/fa2_bwd.yaml:133:62
+      // spec: specs/fa2_bwd.yaml:135:62
       int (&v106)[2] = v105;
-      // spec: specs/fa2_bwd.yaml:133:62
+      // spec: specs/fa2_bwd.yaml:135:62
       int v107[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v107[e] = (v106[e] + v101);
-      // spec: specs/fa2_bwd.yaml:133:45
+      // spec: specs/fa2_bwd.yaml:135:45
       int v108[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v108[e] = v107[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:133:45
+      // spec: specs/fa2_bwd.yaml:135:45
       bool v109[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v109[e] = (v22[e] <= v108[e]);
-      // spec: specs/fa2_bwd.yaml:131:82
+      // spec: specs/fa2_bwd.yaml:133:82
       const float v110 = -kg::inf();
-      // spec: specs/fa2_bwd.yaml:131:82
+      // spec: specs/fa2_bwd.yaml:133:82
       float (&v111)[2] = v94;
-      // spec: specs/fa2_bwd.yaml:131:82
+      // spec: specs/fa2_bwd.yaml:133:82
       bool v112[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v112[e] = (v111[e] > v110);
-      // spec: specs/fa2_bwd.yaml:131:31
+      // spec: specs/fa2_bwd.yaml:133:31
       bool v113[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v113[e] = v112[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:131:57
+      // spec: specs/fa2_bwd.yaml:133:57
       bool v114[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v114[e] = (v21[e] < v4);
-      // spec: specs/fa2_bwd.yaml:131:31
+      // spec: specs/fa2_bwd.yaml:133:31
       bool v115[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v115[e] = v114[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:131:32
+      // spec: specs/fa2_bwd.yaml:133:32
       int (&v116)[2] = v105;
-      // spec: specs/fa2_bwd.yaml:131:32
+      // spec: specs/fa2_bwd.yaml:133:32
       bool v117[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v117[e] = (v116[e] < v0);
-      // spec: specs/fa2_bwd.yaml:131:31
+      // spec: specs/fa2_bwd.yaml:133:31
       bool v118[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v118[e] = v117[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:131:31
+      // spec: specs/fa2_bwd.yaml:133:31
       bool v119[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v119[e] = (v118[e] && v115[e]);
-      // spec: specs/fa2_bwd.yaml:131:31
+      // spec: specs/fa2_bwd.yaml:133:31
       bool v120[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v120[e] = (v119[e] && v113[e]);
-      // spec: specs/fa2_bwd.yaml:133:35
+      // spec: specs/fa2_bwd.yaml:135:35
       bool v121[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v121[e] = (v120[e] && v109[e]);
-      // spec: specs/fa2_bwd.yaml:136:27
+      // spec: specs/fa2_bwd.yaml:138:27
       float v122[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v122[e] = (v121[e] ? v100[e] : v92);
-      // spec: specs/fa2_bwd.yaml:137:45
+      // spec: specs/fa2_bwd.yaml:139:45
       kg::bf16 v123[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v123[e] = kg::cvt<kg::bf16>(v122[e]);
-      // spec: specs/fa2_bwd.yaml:137:41
+      // spec: specs/fa2_bwd.yaml:139:41
       kg::bf16* v124 = reinterpret_cast<kg::bf16*>(smem + 67584);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v124[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v123[e]);
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:137:41
+      // spec: specs/fa2_bwd.yaml:139:41
       kg::bf16* v125 = v124;
-      // spec: specs/fa2_bwd.yaml:137:41
+      // spec: specs/fa2_bwd.yaml:139:41
       float (&v126)[32] = v73;
       {
         const int wg_ = 0;
@@ -472,7 +472,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
               kg::wgmma_m64n64k16_bf16_ss<1, 1>(&v126[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:138:39
+      // spec: specs/fa2_bwd.yaml:140:39
       float v127[2];
       {
         const float* p_ = t_delta + ((int64_t)(v13) * stride_delta_0 + (int64_t)(v67) * stride_delta_1);
@@ -492,39 +492,39 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:138:39
+      // spec: specs/fa2_bwd.yaml:140:39
       float (&v128)[2] = v127;
-      // spec: specs/fa2_bwd.yaml:138:34
+      // spec: specs/fa2_bwd.yaml:140:34
       float v129[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v129[e] = v128[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:135:28
+      // spec: specs/fa2_bwd.yaml:137:28
       kg::wgmma_wait<1>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v91[e]);
       float (&v130)[32] = v91;
-      // spec: specs/fa2_bwd.yaml:138:34
+      // spec: specs/fa2_bwd.yaml:140:34
       float v131[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v131[e] = (v130[e] - v129[e]);
-      // spec: specs/fa2_bwd.yaml:138:29
+      // spec: specs/fa2_bwd.yaml:140:29
       float v132[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v132[e] = (v122[e] * v131[e]);
-      // spec: specs/fa2_bwd.yaml:138:28
+      // spec: specs/fa2_bwd.yaml:140:28
       kg::bf16 v133[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v133[e] = kg::cvt<kg::bf16>(v132[e]);
-      // spec: specs/fa2_bwd.yaml:139:41
+      // spec: specs/fa2_bwd.yaml:141:41
       kg::bf16* v134 = reinterpret_cast<kg::bf16*>(smem + 75776);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v134[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v133[e]);
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:139:41
+      // spec: specs/fa2_bwd.yaml:141:41
       kg::bf16* v135 = v134;
-      // spec: specs/fa2_bwd.yaml:139:41
+      // spec: specs/fa2_bwd.yaml:141:41
       float (&v136)[32] = v74;
       {
         const int wg_ = 0;
@@ -544,9 +544,9 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
               kg::wgmma_m64n64k16_bf16_ss<1, 1>(&v136[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:141:74
+      // spec: specs/fa2_bwd.yaml:143:74
       float v137[32];
-      // spec: specs/fa2_bwd.yaml:141:74
+      // spec: specs/fa2_bwd.yaml:143:74
       float (&v138)[32] = v137;
       {
         const int wg_ = 0;
@@ -561,28 +561,28 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
               kg::wgmma_m64n64k16_bf16_rs<1>(&v138[(rm * 1 + rn) * 32], &v133[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:141:74
+      // spec: specs/fa2_bwd.yaml:143:74
       kg::wgmma_wait<0>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v138[e]);
       #pragma unroll
       for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v133)[e]);
       float (&v139)[32] = v138;
-      // spec: specs/fa2_bwd.yaml:137:41
+      // spec: specs/fa2_bwd.yaml:139:41
       kg::wgmma_wait<0>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v126[e]);
       float (&v140)[32] = v126;
-      // spec: specs/fa2_bwd.yaml:139:41
+      // spec: specs/fa2_bwd.yaml:141:41
       kg::wgmma_wait<0>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v136[e]);
       float (&v141)[32] = v136;
-      // spec: specs/fa2_bwd.yaml:141:74
+      // spec: specs/fa2_bwd.yaml:143:74
       float v142[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v142[e] = (v139[e] * v1);
-      // spec: specs/fa2_bwd.yaml:141:27
+      // spec: specs/fa2_bwd.yaml:143:27
       {
         float* p_ = t_dq_acc + ((int64_t)(v13) * stride_dq_acc_0 + (int64_t)(v67) * stride_dq_acc_2);
         float* st_ = reinterpret_cast<float*>(smem + 0) + warp * 1152;
@@ -600,7 +600,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
         }
         kg::bulk_commit();
       }
-      // spec: specs/fa2_bwd.yaml:141:27
+      // spec: specs/fa2_bwd.yaml:143:27
 
       float y0_[32];
       #pragma unroll
@@ -613,7 +613,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       #pragma unroll
       for (int e = 0; e < 32; ++e) v71[e] = y1_[e];
     }
-    // spec: specs/fa2_bwd.yaml:96:15
+    // spec: specs/fa2_bwd.yaml:98:15
     if (kg::thread_id() == 0) {
       const int n_ = kg::cdiv(kg::max_(v50 - v44, 0), v69);
       if (((n_ + 1) / 2) & 1) kg::mbar_arrive(&kg_bars[4]);
@@ -621,17 +621,17 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       if (((n_ + 1) / 2) & 1) kg::mbar_arrive(&kg_bars[2]);
       if (((n_ + 0) / 2) & 1) kg::mbar_arrive(&kg_bars[3]);
     }
-    // spec: specs/fa2_bwd.yaml:135:28
+    // spec: specs/fa2_bwd.yaml:137:28
     kg::bf16* v143 = reinterpret_cast<kg::bf16*>(smem + 18432);
-    // spec: specs/fa2_bwd.yaml:134:27
+    // spec: specs/fa2_bwd.yaml:136:27
     kg::bf16* v144 = reinterpret_cast<kg::bf16*>(smem + 34816);
-    // spec: specs/fa2_bwd.yaml:96:15
+    // spec: specs/fa2_bwd.yaml:98:15
     const int v145 = 0;
-    // spec: specs/fa2_bwd.yaml:96:15
+    // spec: specs/fa2_bwd.yaml:98:15
     kg::bf16* v146 = v144 + (v145 % 2) * 4096;
-    // spec: specs/fa2_bwd.yaml:96:15
+    // spec: specs/fa2_bwd.yaml:98:15
     const bool v147 = (v50 < v49);
-    // spec: specs/fa2_bwd.yaml:97:24
+    // spec: specs/fa2_bwd.yaml:99:24
     kg::sync();
     if ((v147) && kg::thread_id() == 0) {
       uint64_t* bar_ = &kg_bars[8 + v145 % 2];
@@ -639,18 +639,18 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       kg::mbar_expect_tx(bar_, 8192);
       kg::tma_load_4d(&v146[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_q, bar_, 0, v67, v50 * 64, v13);
     }
-    // spec: specs/fa2_bwd.yaml:96:15
+    // spec: specs/fa2_bwd.yaml:98:15
     kg::bf16* v148 = v143 + (v145 % 2) * 4096;
-    // spec: specs/fa2_bwd.yaml:98:26
+    // spec: specs/fa2_bwd.yaml:100:26
     if ((v147) && kg::thread_id() == 0) {
       uint64_t* bar_ = &kg_bars[6 + v145 % 2];
       kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
       kg::mbar_expect_tx(bar_, 8192);
       kg::tma_load_4d(&v148[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap3_do, bar_, 0, v67, v50 * 64, v13);
     }
-    // spec: specs/fa2_bwd.yaml:96:79
+    // spec: specs/fa2_bwd.yaml:98:79
     const int v149 = 1;
-    // spec: specs/fa2_bwd.yaml:96:15
+    // spec: specs/fa2_bwd.yaml:98:15
 
     float v150[32];
     #pragma unroll
@@ -662,15 +662,15 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       float (&v153)[32] = v150;
       float (&v154)[32] = v151;
       
-      // spec: specs/fa2_bwd.yaml:96:15
+      // spec: specs/fa2_bwd.yaml:98:15
       const int v155 = (v152 - v50);
-      // spec: specs/fa2_bwd.yaml:96:15
+      // spec: specs/fa2_bwd.yaml:98:15
       const int v156 = (kg::floordiv(v155, v149));
-      // spec: specs/fa2_bwd.yaml:96:15
+      // spec: specs/fa2_bwd.yaml:98:15
       kg::bf16* v157 = v143 + (v156 % 2) * 4096;
-      // spec: specs/fa2_bwd.yaml:96:15
+      // spec: specs/fa2_bwd.yaml:98:15
       kg::bf16* v158 = v144 + (v156 % 2) * 4096;
-      // spec: specs/fa2_bwd.yaml:130:30
+      // spec: specs/fa2_bwd.yaml:132:30
       float v159[2];
       {
         const float* p_ = t_lse + ((int64_t)(v13) * stride_lse_0 + (int64_t)(v67) * stride_lse_1);
@@ -690,29 +690,29 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:134:27
+      // spec: specs/fa2_bwd.yaml:136:27
       kg::mbar_wait(&kg_bars[8 + v156 % 2], (v156 / 2) & 1);
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:96:15
+      // spec: specs/fa2_bwd.yaml:98:15
       const int v160 = 1;
-      // spec: specs/fa2_bwd.yaml:96:15
+      // spec: specs/fa2_bwd.yaml:98:15
       const int v161 = (v156 + v160);
-      // spec: specs/fa2_bwd.yaml:96:15
+      // spec: specs/fa2_bwd.yaml:98:15
       kg::bf16* v162 = v144 + (v161 % 2) * 4096;
-      // spec: specs/fa2_bwd.yaml:97:24
+      // spec: specs/fa2_bwd.yaml:99:24
       const int v163 = (v152 + v149);
-      // spec: specs/fa2_bwd.yaml:97:24
+      // spec: specs/fa2_bwd.yaml:99:24
       const bool v164 = (v163 < v49);
-      // spec: specs/fa2_bwd.yaml:97:24
+      // spec: specs/fa2_bwd.yaml:99:24
       if ((v164) && kg::thread_id() == 0) {
         uint64_t* bar_ = &kg_bars[8 + v161 % 2];
         kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
         kg::mbar_expect_tx(bar_, 8192);
         kg::tma_load_4d(&v162[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_q, bar_, 0, v67, v163 * 64, v13);
       }
-      // spec: specs/fa2_bwd.yaml:134:27
+      // spec: specs/fa2_bwd.yaml:136:27
       float v165[32];
-      // spec: specs/fa2_bwd.yaml:134:27
+      // spec: specs/fa2_bwd.yaml:136:27
       float (&v166)[32] = v165;
       {
         const int wg_ = 0;
@@ -728,25 +728,25 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
               kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v166[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:135:28
+      // spec: specs/fa2_bwd.yaml:137:28
       kg::mbar_wait(&kg_bars[6 + v156 % 2], (v156 / 2) & 1);
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:96:15
+      // spec: specs/fa2_bwd.yaml:98:15
       kg::bf16* v167 = v143 + (v161 % 2) * 4096;
-      // spec: specs/fa2_bwd.yaml:98:26
+      // spec: specs/fa2_bwd.yaml:100:26
       const int v168 = (v152 + v149);
-      // spec: specs/fa2_bwd.yaml:98:26
+      // spec: specs/fa2_bwd.yaml:100:26
       const bool v169 = (v168 < v49);
-      // spec: specs/fa2_bwd.yaml:98:26
+      // spec: specs/fa2_bwd.yaml:100:26
       if ((v169) && kg::thread_id() == 0) {
         uint64_t* bar_ = &kg_bars[6 + v161 % 2];
         kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
         kg::mbar_expect_tx(bar_, 8192);
         kg::tma_load_4d(&v167[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap3_do, bar_, 0, v67, v168 * 64, v13);
       }
-      // spec: specs/fa2_bwd.yaml:135:28
+      // spec: specs/fa2_bwd.yaml:137:28
       float v170[32];
-      // spec: specs/fa2_bwd.yaml:135:28
+      // spec: specs/fa2_bwd.yaml:137:28
       float (&v171)[32] = v170;
       {
         const int wg_ = 0;
@@ -762,105 +762,105 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
               kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v171[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:136:27
+      // spec: specs/fa2_bwd.yaml:138:27
       const float v172 = 0.0f;
-      // spec: specs/fa2_bwd.yaml:130:30
+      // spec: specs/fa2_bwd.yaml:132:30
       const float v173 = 1.4426950408889634f;
-      // spec: specs/fa2_bwd.yaml:130:30
+      // spec: specs/fa2_bwd.yaml:132:30
       float v174[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v174[e] = (v159[e] * v173);
-      // spec: specs/fa2_bwd.yaml:136:58
+      // spec: specs/fa2_bwd.yaml:138:58
       float (&v175)[2] = v174;
-      // spec: specs/fa2_bwd.yaml:136:45
+      // spec: specs/fa2_bwd.yaml:138:45
       float v176[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v176[e] = v175[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:134:27
+      // spec: specs/fa2_bwd.yaml:136:27
       kg::wgmma_wait<1>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v166[e]);
       float (&v177)[32] = v166;
-      // spec: specs/fa2_bwd.yaml:136:45
+      // spec: specs/fa2_bwd.yaml:138:45
       float v178[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v178[e] = (v177[e] * v54);
-      // spec: specs/fa2_bwd.yaml:136:45
+      // spec: specs/fa2_bwd.yaml:138:45
       float v179[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v179[e] = (v178[e] - v176[e]);
-      // spec: specs/fa2_bwd.yaml:136:40
+      // spec: specs/fa2_bwd.yaml:138:40
       float v180[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v180[e] = kg::exp2_(v179[e]);
-      // spec: specs/fa2_bwd.yaml:131:82
+      // spec: specs/fa2_bwd.yaml:133:82
       const float v181 = -kg::inf();
-      // spec: specs/fa2_bwd.yaml:131:82
+      // spec: specs/fa2_bwd.yaml:133:82
       float (&v182)[2] = v174;
-      // spec: specs/fa2_bwd.yaml:131:82
+      // spec: specs/fa2_bwd.yaml:133:82
       bool v183[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v183[e] = (v182[e] > v181);
-      // spec: specs/fa2_bwd.yaml:131:31
+      // spec: specs/fa2_bwd.yaml:133:31
       bool v184[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v184[e] = v183[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:131:57
+      // spec: specs/fa2_bwd.yaml:133:57
       bool v185[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v185[e] = (v21[e] < v4);
-      // spec: specs/fa2_bwd.yaml:131:31
+      // spec: specs/fa2_bwd.yaml:133:31
       bool v186[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v186[e] = v185[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:129:44
+      // spec: specs/fa2_bwd.yaml:131:44
       int v187[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v187[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8);
-      // spec: specs/fa2_bwd.yaml:129:30
+      // spec: specs/fa2_bwd.yaml:131:30
       const int v188 = 64;
-      // spec: specs/fa2_bwd.yaml:129:30
+      // spec: specs/fa2_bwd.yaml:131:30
       const int v189 = (v152 * v188);
-      // spec: specs/fa2_bwd.yaml:129:30
+      // spec: specs/fa2_bwd.yaml:131:30
       int v190[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v190[e] = (v189 + v187[e]);
-      // spec: specs/fa2_bwd.yaml:131:32
+      // spec: specs/fa2_bwd.yaml:133:32
       int (&v191)[2] = v190;
-      // spec: specs/fa2_bwd.yaml:131:32
+      // spec: specs/fa2_bwd.yaml:133:32
       bool v192[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v192[e] = (v191[e] < v0);
-      // spec: specs/fa2_bwd.yaml:131:31
+      // spec: specs/fa2_bwd.yaml:133:31
       bool v193[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v193[e] = v192[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:131:31
+      // spec: specs/fa2_bwd.yaml:133:31
       bool v194[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v194[e] = (v193[e] && v186[e]);
-      // spec: specs/fa2_bwd.yaml:131:31
+      // spec: specs/fa2_bwd.yaml:133:31
       bool v195[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v195[e] = (v194[e] && v184[e]);
-      // spec: specs/fa2_bwd.yaml:136:27
+      // spec: specs/fa2_bwd.yaml:138:27
       float v196[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v196[e] = (v195[e] ? v180[e] : v172);
-      // spec: specs/fa2_bwd.yaml:137:45
+      // spec: specs/fa2_bwd.yaml:139:45
       kg::bf16 v197[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v197[e] = kg::cvt<kg::bf16>(v196[e]);
-      // spec: specs/fa2_bwd.yaml:137:41
+      // spec: specs/fa2_bwd.yaml:139:41
       kg::bf16* v198 = reinterpret_cast<kg::bf16*>(smem + 67584);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v198[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v197[e]);
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:137:41
+      // spec: specs/fa2_bwd.yaml:139:41
       kg::bf16* v199 = v198;
-      // spec: specs/fa2_bwd.yaml:137:41
+      // spec: specs/fa2_bwd.yaml:139:41
       float (&v200)[32] = v153;
       {
         const int wg_ = 0;
@@ -880,7 +880,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
               kg::wgmma_m64n64k16_bf16_ss<1, 1>(&v200[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:138:39
+      // spec: specs/fa2_bwd.yaml:140:39
       float v201[2];
       {
         const float* p_ = t_delta + ((int64_t)(v13) * stride_delta_0 + (int64_t)(v67) * stride_delta_1);
@@ -900,39 +900,39 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:138:39
+      // spec: specs/fa2_bwd.yaml:140:39
       float (&v202)[2] = v201;
-      // spec: specs/fa2_bwd.yaml:138:34
+      // spec: specs/fa2_bwd.yaml:140:34
       float v203[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v203[e] = v202[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:135:28
+      // spec: specs/fa2_bwd.yaml:137:28
       kg::wgmma_wait<1>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v171[e]);
       float (&v204)[32] = v171;
-      // spec: specs/fa2_bwd.yaml:138:34
+      // spec: specs/fa2_bwd.yaml:140:34
       float v205[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v205[e] = (v204[e] - v203[e]);
-      // spec: specs/fa2_bwd.yaml:138:29
+      // spec: specs/fa2_bwd.yaml:140:29
       float v206[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v206[e] = (v196[e] * v205[e]);
-      // spec: specs/fa2_bwd.yaml:138:28
+      // spec: specs/fa2_bwd.yaml:140:28
       kg::bf16 v207[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v207[e] = kg::cvt<kg::bf16>(v206[e]);
-      // spec: specs/fa2_bwd.yaml:139:41
+      // spec: specs/fa2_bwd.yaml:141:41
       kg::bf16* v208 = reinterpret_cast<kg::bf16*>(smem + 75776);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v208[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v207[e]);
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:139:41
+      // spec: specs/fa2_bwd.yaml:141:41
       kg::bf16* v209 = v208;
-      // spec: specs/fa2_bwd.yaml:139:41
+      // spec: specs/fa2_bwd.yaml:141:41
       float (&v210)[32] = v154;
       {
         const int wg_ = 0;
@@ -952,9 +952,9 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
               kg::wgmma_m64n64k16_bf16_ss<1, 1>(&v210[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:141:74
+      // spec: specs/fa2_bwd.yaml:143:74
       float v211[32];
-      // spec: specs/fa2_bwd.yaml:141:74
+      // spec: specs/fa2_bwd.yaml:143:74
       float (&v212)[32] = v211;
       {
         const int wg_ = 0;
@@ -969,28 +969,28 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
               kg::wgmma_m64n64k16_bf16_rs<1>(&v212[(rm * 1 + rn) * 32], &v207[(rm * 4 + ks) * 8], db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:141:74
+      // spec: specs/fa2_bwd.yaml:143:74
       kg::wgmma_wait<0>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v212[e]);
       #pragma unroll
       for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v207)[e]);
       float (&v213)[32] = v212;
-      // spec: specs/fa2_bwd.yaml:137:41
+      // spec: specs/fa2_bwd.yaml:139:41
       kg::wgmma_wait<0>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v200[e]);
       float (&v214)[32] = v200;
-      // spec: specs/fa2_bwd.yaml:139:41
+      // spec: specs/fa2_bwd.yaml:141:41
       kg::wgmma_wait<0>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v210[e]);
       float (&v215)[32] = v210;
-      // spec: specs/fa2_bwd.yaml:141:74
+      // spec: specs/fa2_bwd.yaml:143:74
       float v216[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v216[e] = (v213[e] * v1);
-      // spec: specs/fa2_bwd.yaml:141:27
+      // spec: specs/fa2_bwd.yaml:143:27
       {
         float* p_ = t_dq_acc + ((int64_t)(v13) * stride_dq_acc_0 + (int64_t)(v67) * stride_dq_acc_2);
         float* st_ = reinterpret_cast<float*>(smem + 0) + warp * 1152;
@@ -1008,7 +1008,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
         }
         kg::bulk_commit();
       }
-      // spec: specs/fa2_bwd.yaml:141:27
+      // spec: specs/fa2_bwd.yaml:143:27
 
       float y0_[32];
       #pragma unroll
@@ -1021,7 +1021,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       #pragma unroll
       for (int e = 0; e < 32; ++e) v151[e] = y1_[e];
     }
-    // spec: specs/fa2_bwd.yaml:96:15
+    // spec: specs/fa2_bwd.yaml:98:15
     if (kg::thread_id() == 0) {
       const int n_ = kg::cdiv(kg::max_(v49 - v50, 0), v149);
       if (((n_ + 1) / 2) & 1) kg::mbar_arrive(&kg_bars[8]);
@@ -1029,7 +1029,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       if (((n_ + 1) / 2) & 1) kg::mbar_arrive(&kg_bars[6]);
       if (((n_ + 0) / 2) & 1) kg::mbar_arrive(&kg_bars[7]);
     }
-    // spec: specs/fa2_bwd.yaml:96:15
+    // spec: specs/fa2_bwd.yaml:98:15
 
     float y0_[32];
     #pragma unroll
@@ -1042,15 +1042,15 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
     #pragma unroll
     for (int e = 0; e < 32; ++e) v57[e] = y1_[e];
   }
-  // spec: specs/fa2_bwd.yaml:142:34
+  // spec: specs/fa2_bwd.yaml:144:34
   float v217[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v217[e] = (v57[e] * v1);
-  // spec: specs/fa2_bwd.yaml:142:33
+  // spec: specs/fa2_bwd.yaml:144:33
   kg::bf16 v218[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v218[e] = kg::cvt<kg::bf16>(v217[e]);
-  // spec: specs/fa2_bwd.yaml:142:7
+  // spec: specs/fa2_bwd.yaml:144:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_dk + ((int64_t)(v13) * stride_dk_0 + (int64_t)(v12) * stride_dk_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dk_0 % 2 == 0 && stride_dk_1 % 2 == 0 && stride_dk_2 % 2 == 0;
@@ -1070,11 +1070,11 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
       }
     }
   }
-  // spec: specs/fa2_bwd.yaml:143:33
+  // spec: specs/fa2_bwd.yaml:145:33
   kg::bf16 v219[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v219[e] = kg::cvt<kg::bf16>(v56[e]);
-  // spec: specs/fa2_bwd.yaml:143:7
+  // spec: specs/fa2_bwd.yaml:145:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_dv + ((int64_t)(v13) * stride_dv_0 + (int64_t)(v12) * stride_dv_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dv_0 % 2 == 0 && stride_dv_1 % 2 == 0 && stride_dv_2 % 2 == 0;

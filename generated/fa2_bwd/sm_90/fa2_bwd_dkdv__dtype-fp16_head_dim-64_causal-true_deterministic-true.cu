@@ -49,7 +49,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
   const int v9 = kg::block_id_y();
   // spec: specs/fa2_bwd.yaml:60:12
   const int v10 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:134:27
+  // spec: specs/fa2_bwd.yaml:136:27
   kg::fp16* v11 = reinterpret_cast<kg::fp16*>(smem + 32768);
   // spec: specs/fa2_bwd.yaml:72:12
   const int v12 = (kg::mod(v9, v3));
@@ -63,12 +63,12 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
     kg::mbar_expect_tx(bar_, 8192);
     kg::tma_load_4d(&v11[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap0_k, bar_, 0, v12, v10 * 64, v13);
   }
-  // spec: specs/fa2_bwd.yaml:134:27
+  // spec: specs/fa2_bwd.yaml:136:27
   kg::mbar_wait(&kg_bars[0], 0);
   kg::sync();
-  // spec: specs/fa2_bwd.yaml:134:27
+  // spec: specs/fa2_bwd.yaml:136:27
   kg::fp16* v14 = v11;
-  // spec: specs/fa2_bwd.yaml:135:28
+  // spec: specs/fa2_bwd.yaml:137:28
   kg::fp16* v15 = reinterpret_cast<kg::fp16*>(smem + 40960);
   // spec: specs/fa2_bwd.yaml:77:12
   if ((true) && kg::thread_id() == 0) {
@@ -77,10 +77,10 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
     kg::mbar_expect_tx(bar_, 8192);
     kg::tma_load_4d(&v15[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap1_v, bar_, 0, v12, v10 * 64, v13);
   }
-  // spec: specs/fa2_bwd.yaml:135:28
+  // spec: specs/fa2_bwd.yaml:137:28
   kg::mbar_wait(&kg_bars[1], 0);
   kg::sync();
-  // spec: specs/fa2_bwd.yaml:135:28
+  // spec: specs/fa2_bwd.yaml:137:28
   kg::fp16* v16 = v15;
   // spec: specs/fa2_bwd.yaml:75:29
   int v17[16];
@@ -94,39 +94,39 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
   int v20[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v20[e] = (v19 + v17[e]);
-  // spec: specs/fa2_bwd.yaml:131:57
+  // spec: specs/fa2_bwd.yaml:133:57
   int (&v21)[16] = v20;
-  // spec: specs/fa2_bwd.yaml:133:45
+  // spec: specs/fa2_bwd.yaml:135:45
   int v22[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v22[e] = v21[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-  // spec: specs/fa2_bwd.yaml:93:22
+  // spec: specs/fa2_bwd.yaml:95:22
   const int v23 = 1;
-  // spec: specs/fa2_bwd.yaml:93:22
+  // spec: specs/fa2_bwd.yaml:95:22
   const int v24 = 0;
-  // spec: specs/fa2_bwd.yaml:92:35
+  // spec: specs/fa2_bwd.yaml:94:35
   const int v25 = 64;
-  // spec: specs/fa2_bwd.yaml:92:35
+  // spec: specs/fa2_bwd.yaml:94:35
   const int v26 = 63;
-  // spec: specs/fa2_bwd.yaml:92:66
+  // spec: specs/fa2_bwd.yaml:94:66
   const int v27 = (v4 - v0);
-  // spec: specs/fa2_bwd.yaml:92:40
+  // spec: specs/fa2_bwd.yaml:94:40
   const int v28 = 1;
-  // spec: specs/fa2_bwd.yaml:92:40
+  // spec: specs/fa2_bwd.yaml:94:40
   const int v29 = 64;
-  // spec: specs/fa2_bwd.yaml:92:41
+  // spec: specs/fa2_bwd.yaml:94:41
   const int v30 = 1;
-  // spec: specs/fa2_bwd.yaml:92:41
+  // spec: specs/fa2_bwd.yaml:94:41
   const int v31 = (v10 + v30);
-  // spec: specs/fa2_bwd.yaml:92:40
+  // spec: specs/fa2_bwd.yaml:94:40
   const int v32 = (v31 * v29);
-  // spec: specs/fa2_bwd.yaml:92:40
+  // spec: specs/fa2_bwd.yaml:94:40
   const int v33 = (v32 - v28);
-  // spec: specs/fa2_bwd.yaml:92:40
+  // spec: specs/fa2_bwd.yaml:94:40
   const int v34 = (v33 - v27);
-  // spec: specs/fa2_bwd.yaml:92:35
+  // spec: specs/fa2_bwd.yaml:94:35
   const int v35 = (v34 + v26);
-  // spec: specs/fa2_bwd.yaml:92:35
+  // spec: specs/fa2_bwd.yaml:94:35
   const int v36 = (kg::floordiv(v35, v25));
   // spec: specs/fa2_bwd.yaml:82:19
   const int v37 = 64;
@@ -144,7 +144,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
   const int v43 = (kg::max_(v42, v38));
   // spec: specs/fa2_bwd.yaml:82:19
   const int v44 = (kg::floordiv(v43, v37));
-  // spec: specs/fa2_bwd.yaml:92:27
+  // spec: specs/fa2_bwd.yaml:94:27
   const int v45 = (kg::max_(v36, v44));
   // spec: specs/fa2_bwd.yaml:85:13
   const int v46 = 64;
@@ -154,7 +154,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
   const int v48 = (v0 + v47);
   // spec: specs/fa2_bwd.yaml:85:13
   const int v49 = (kg::floordiv(v48, v46));
-  // spec: specs/fa2_bwd.yaml:92:19
+  // spec: specs/fa2_bwd.yaml:94:19
   const int v50 = (kg::min_(v45, v49));
   // spec: specs/fa2_bwd.yaml:84:16
   float v51[32];
@@ -170,7 +170,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
   const float v54 = (v1 * v53);
   // spec: specs/fa2_bwd.yaml:73:15
   const int v55 = (kg::floordiv(v2, v3));
-  // spec: specs/fa2_bwd.yaml:93:7
+  // spec: specs/fa2_bwd.yaml:95:7
 
   float v56[32];
   #pragma unroll
@@ -182,21 +182,21 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
     float (&v59)[32] = v56;
     float (&v60)[32] = v57;
     
-    // spec: specs/fa2_bwd.yaml:135:28
+    // spec: specs/fa2_bwd.yaml:137:28
     kg::fp16* v61 = reinterpret_cast<kg::fp16*>(smem + 0);
-    // spec: specs/fa2_bwd.yaml:134:27
+    // spec: specs/fa2_bwd.yaml:136:27
     kg::fp16* v62 = reinterpret_cast<kg::fp16*>(smem + 16384);
-    // spec: specs/fa2_bwd.yaml:96:15
+    // spec: specs/fa2_bwd.yaml:98:15
     const int v63 = 0;
-    // spec: specs/fa2_bwd.yaml:96:15
+    // spec: specs/fa2_bwd.yaml:98:15
     kg::fp16* v64 = v62 + (v63 % 2) * 4096;
-    // spec: specs/fa2_bwd.yaml:96:15
+    // spec: specs/fa2_bwd.yaml:98:15
     const bool v65 = (v44 < v50);
-    // spec: specs/fa2_bwd.yaml:94:15
+    // spec: specs/fa2_bwd.yaml:96:15
     const int v66 = (v12 * v55);
-    // spec: specs/fa2_bwd.yaml:94:15
+    // spec: specs/fa2_bwd.yaml:96:15
     const int v67 = (v66 + v58);
-    // spec: specs/fa2_bwd.yaml:97:24
+    // spec: specs/fa2_bwd.yaml:99:24
     kg::sync();
     if ((v65) && kg::thread_id() == 0) {
       uint64_t* bar_ = &kg_bars[4 + v63 % 2];
@@ -204,18 +204,18 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       kg::mbar_expect_tx(bar_, 8192);
       kg::tma_load_4d(&v64[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_q, bar_, 0, v67, v44 * 64, v13);
     }
-    // spec: specs/fa2_bwd.yaml:96:15
+    // spec: specs/fa2_bwd.yaml:98:15
     kg::fp16* v68 = v61 + (v63 % 2) * 4096;
-    // spec: specs/fa2_bwd.yaml:98:26
+    // spec: specs/fa2_bwd.yaml:100:26
     if ((v65) && kg::thread_id() == 0) {
       uint64_t* bar_ = &kg_bars[2 + v63 % 2];
       kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
       kg::mbar_expect_tx(bar_, 8192);
       kg::tma_load_4d(&v68[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap3_do, bar_, 0, v67, v44 * 64, v13);
     }
-    // spec: specs/fa2_bwd.yaml:96:58
+    // spec: specs/fa2_bwd.yaml:98:58
     const int v69 = 1;
-    // spec: specs/fa2_bwd.yaml:96:15
+    // spec: specs/fa2_bwd.yaml:98:15
 
     float v70[32];
     #pragma unroll
@@ -227,15 +227,15 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       float (&v73)[32] = v70;
       float (&v74)[32] = v71;
       
-      // spec: specs/fa2_bwd.yaml:96:15
+      // spec: specs/fa2_bwd.yaml:98:15
       const int v75 = (v72 - v44);
-      // spec: specs/fa2_bwd.yaml:96:15
+      // spec: specs/fa2_bwd.yaml:98:15
       const int v76 = (kg::floordiv(v75, v69));
-      // spec: specs/fa2_bwd.yaml:96:15
+      // spec: specs/fa2_bwd.yaml:98:15
       kg::fp16* v77 = v61 + (v76 % 2) * 4096;
-      // spec: specs/fa2_bwd.yaml:96:15
+      // spec: specs/fa2_bwd.yaml:98:15
       kg::fp16* v78 = v62 + (v76 % 2) * 4096;
-      // spec: specs/fa2_bwd.yaml:130:30
+      // spec: specs/fa2_bwd.yaml:132:30
       float v79[2];
       {
         const float* p_ = t_lse + ((int64_t)(v13) * stride_lse_0 + (int64_t)(v67) * stride_lse_1);
@@ -255,29 +255,29 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:134:27
+      // spec: specs/fa2_bwd.yaml:136:27
       kg::mbar_wait(&kg_bars[4 + v76 % 2], (v76 / 2) & 1);
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:96:15
+      // spec: specs/fa2_bwd.yaml:98:15
       const int v80 = 1;
-      // spec: specs/fa2_bwd.yaml:96:15
+      // spec: specs/fa2_bwd.yaml:98:15
       const int v81 = (v76 + v80);
-      // spec: specs/fa2_bwd.yaml:96:15
+      // spec: specs/fa2_bwd.yaml:98:15
       kg::fp16* v82 = v62 + (v81 % 2) * 4096;
-      // spec: specs/fa2_bwd.yaml:97:24
+      // spec: specs/fa2_bwd.yaml:99:24
       const int v83 = (v72 + v69);
-      // spec: specs/fa2_bwd.yaml:97:24
+      // spec: specs/fa2_bwd.yaml:99:24
       const bool v84 = (v83 < v50);
-      // spec: specs/fa2_bwd.yaml:97:24
+      // spec: specs/fa2_bwd.yaml:99:24
       if ((v84) && kg::thread_id() == 0) {
         uint64_t* bar_ = &kg_bars[4 + v81 % 2];
         kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
         kg::mbar_expect_tx(bar_, 8192);
         kg::tma_load_4d(&v82[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_q, bar_, 0, v67, v83 * 64, v13);
       }
-      // spec: specs/fa2_bwd.yaml:134:27
+      // spec: specs/fa2_bwd.yaml:136:27
       float v85[32];
-      // spec: specs/fa2_bwd.yaml:134:27
+      // spec: specs/fa2_bwd.yaml:136:27
       float (&v86)[32] = v85;
       {
         const int wg_ = 0;
@@ -293,25 +293,25 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
               kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v86[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:135:28
+      // spec: specs/fa2_bwd.yaml:137:28
       kg::mbar_wait(&kg_bars[2 + v76 % 2], (v76 / 2) & 1);
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:96:15
+      // spec: specs/fa2_bwd.yaml:98:15
       kg::fp16* v87 = v61 + (v81 % 2) * 4096;
-      // spec: specs/fa2_bwd.yaml:98:26
+      // spec: specs/fa2_bwd.yaml:100:26
       const int v88 = (v72 + v69);
-      // spec: specs/fa2_bwd.yaml:98:26
+      // spec: specs/fa2_bwd.yaml:100:26
       const bool v89 = (v88 < v50);
-      // spec: specs/fa2_bwd.yaml:98:26
+      // spec: specs/fa2_bwd.yaml:100:26
       if ((v89) && kg::thread_id() == 0) {
         uint64_t* bar_ = &kg_bars[2 + v81 % 2];
         kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
         kg::mbar_expect_tx(bar_, 8192);
         kg::tma_load_4d(&v87[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap3_do, bar_, 0, v67, v88 * 64, v13);
       }
-      // spec: specs/fa2_bwd.yaml:135:28
+      // spec: specs/fa2_bwd.yaml:137:28
       float v90[32];
-      // spec: specs/fa2_bwd.yaml:135:28
+      // spec: specs/fa2_bwd.yaml:137:28
       float (&v91)[32] = v90;
       {
         const int wg_ = 0;
@@ -327,125 +327,125 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
               kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v91[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:136:27
+      // spec: specs/fa2_bwd.yaml:138:27
       const float v92 = 0.0f;
-      // spec: specs/fa2_bwd.yaml:130:30
+      // spec: specs/fa2_bwd.yaml:132:30
       const float v93 = 1.4426950408889634f;
-      // spec: specs/fa2_bwd.yaml:130:30
+      // spec: specs/fa2_bwd.yaml:132:30
       float v94[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v94[e] = (v79[e] * v93);
-      // spec: specs/fa2_bwd.yaml:136:58
+      // spec: specs/fa2_bwd.yaml:138:58
       float (&v95)[2] = v94;
-      // spec: specs/fa2_bwd.yaml:136:45
+      // spec: specs/fa2_bwd.yaml:138:45
       float v96[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v96[e] = v95[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:134:27
+      // spec: specs/fa2_bwd.yaml:136:27
       kg::wgmma_wait<1>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v86[e]);
       float (&v97)[32] = v86;
-      // spec: specs/fa2_bwd.yaml:136:45
+      // spec: specs/fa2_bwd.yaml:138:45
       float v98[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v98[e] = (v97[e] * v54);
-      // spec: specs/fa2_bwd.yaml:136:45
+      // spec: specs/fa2_bwd.yaml:138:45
       float v99[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v99[e] = (v98[e] - v96[e]);
-      // spec: specs/fa2_bwd.yaml:136:40
+      // spec: specs/fa2_bwd.yaml:138:40
       float v100[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v100[e] = kg::exp2_(v99[e]);
-      // spec: specs/fa2_bwd.yaml:133:79
+      // spec: specs/fa2_bwd.yaml:135:79
       const int v101 = (v4 - v0);
-      // spec: specs/fa2_bwd.yaml:129:44
+      // spec: specs/fa2_bwd.yaml:131:44
       int v102[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v102[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8);
-      // spec: specs/fa2_bwd.yaml:129:30
+      // spec: specs/fa2_bwd.yaml:131:30
       const int v103 = 64;
-      // spec: specs/fa2_bwd.yaml:129:30
+      // spec: specs/fa2_bwd.yaml:131:30
       const int v104 = (v72 * v103);
-      // spec: specs/fa2_bwd.yaml:129:30
+      // spec: specs/fa2_bwd.yaml:131:30
       int v105[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v105[e] = (v104 + v102[e]);
-      // spec: specs/fa2_bwd.yaml:133:62
+      // spec: specs/fa2_bwd.yaml:135:62
       int (&v106)[2] = v105;
-      // spec: specs/fa2_bwd.yaml:133:62
+      // spec: specs/fa2_bwd.yaml:135:62
       int v107[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v107[e] = (v106[e] + v101);
-      // spec: specs/fa2_bwd.yaml:133:45
+      // spec: specs/fa2_bwd.yaml:135:45
       int v108[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v108[e] = v107[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:133:45
+      // spec: specs/fa2_bwd.yaml:135:45
       bool v109[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v109[e] = (v22[e] <= v108[e]);
-      // spec: specs/fa2_bwd.yaml:131:82
+      // spec: specs/fa2_bwd.yaml:133:82
       const float v110 = -kg::inf();
-      // spec: specs/fa2_bwd.yaml:131:82
+      // spec: specs/fa2_bwd.yaml:133:82
       float (&v111)[2] = v94;
-      // spec: specs/fa2_bwd.yaml:131:82
+      // spec: specs/fa2_bwd.yaml:133:82
       bool v112[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v112[e] = (v111[e] > v110);
-      // spec: specs/fa2_bwd.yaml:131:31
+      // spec: specs/fa2_bwd.yaml:133:31
       bool v113[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v113[e] = v112[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:131:57
+      // spec: specs/fa2_bwd.yaml:133:57
       bool v114[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v114[e] = (v21[e] < v4);
-      // spec: specs/fa2_bwd.yaml:131:31
+      // spec: specs/fa2_bwd.yaml:133:31
       bool v115[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v115[e] = v114[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:131:32
+      // spec: specs/fa2_bwd.yaml:133:32
       int (&v116)[2] = v105;
-      // spec: specs/fa2_bwd.yaml:131:32
+      // spec: specs/fa2_bwd.yaml:133:32
       bool v117[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v117[e] = (v116[e] < v0);
-      // spec: specs/fa2_bwd.yaml:131:31
+      // spec: specs/fa2_bwd.yaml:133:31
       bool v118[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v118[e] = v117[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:131:31
+      // spec: specs/fa2_bwd.yaml:133:31
       bool v119[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v119[e] = (v118[e] && v115[e]);
-      // spec: specs/fa2_bwd.yaml:131:31
+      // spec: specs/fa2_bwd.yaml:133:31
       bool v120[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v120[e] = (v119[e] && v113[e]);
-      // spec: specs/fa2_bwd.yaml:133:35
+      // spec: specs/fa2_bwd.yaml:135:35
       bool v121[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v121[e] = (v120[e] && v109[e]);
-      // spec: specs/fa2_bwd.yaml:136:27
+      // spec: specs/fa2_bwd.yaml:138:27
       float v122[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v122[e] = (v121[e] ? v100[e] : v92);
-      // spec: specs/fa2_bwd.yaml:137:45
+      // spec: specs/fa2_bwd.yaml:139:45
       kg::fp16 v123[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v123[e] = kg::cvt<kg::fp16>(v122[e]);
-      // spec: specs/fa2_bwd.yaml:137:41
+      // spec: specs/fa2_bwd.yaml:139:41
       kg::fp16* v124 = reinterpret_cast<kg::fp16*>(smem + 49152);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v124[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v123[e]);
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:137:41
+      // spec: specs/fa2_bwd.yaml:139:41
       kg::fp16* v125 = v124;
-      // spec: specs/fa2_bwd.yaml:137:41
+      // spec: specs/fa2_bwd.yaml:139:41
       float (&v126)[32] = v73;
       {
         const int wg_ = 0;
@@ -465,7 +465,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
               kg::wgmma_m64n64k16_fp16_ss<1, 1>(&v126[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:138:39
+      // spec: specs/fa2_bwd.yaml:140:39
       float v127[2];
       {
         const float* p_ = t_delta + ((int64_t)(v13) * stride_delta_0 + (int64_t)(v67) * stride_delta_1);
@@ -485,39 +485,39 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:138:39
+      // spec: specs/fa2_bwd.yaml:140:39
       float (&v128)[2] = v127;
-      // spec: specs/fa2_bwd.yaml:138:34
+      // spec: specs/fa2_bwd.yaml:140:34
       float v129[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v129[e] = v128[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:135:28
+      // spec: specs/fa2_bwd.yaml:137:28
       kg::wgmma_wait<1>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v91[e]);
       float (&v130)[32] = v91;
-      // spec: specs/fa2_bwd.yaml:138:34
+      // spec: specs/fa2_bwd.yaml:140:34
       float v131[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v131[e] = (v130[e] - v129[e]);
-      // spec: specs/fa2_bwd.yaml:138:29
+      // spec: specs/fa2_bwd.yaml:140:29
       float v132[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v132[e] = (v122[e] * v131[e]);
-      // spec: specs/fa2_bwd.yaml:138:28
+      // spec: specs/fa2_bwd.yaml:140:28
       kg::fp16 v133[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v133[e] = kg::cvt<kg::fp16>(v132[e]);
-      // spec: specs/fa2_bwd.yaml:139:41
+      // spec: specs/fa2_bwd.yaml:141:41
       kg::fp16* v134 = reinterpret_cast<kg::fp16*>(smem + 57344);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v134[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v133[e]);
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:139:41
+      // spec: specs/fa2_bwd.yaml:141:41
       kg::fp16* v135 = v134;
-      // spec: specs/fa2_bwd.yaml:139:41
+      // spec: specs/fa2_bwd.yaml:141:41
       float (&v136)[32] = v74;
       {
         const int wg_ = 0;
@@ -537,17 +537,17 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
               kg::wgmma_m64n64k16_fp16_ss<1, 1>(&v136[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:137:41
+      // spec: specs/fa2_bwd.yaml:139:41
       kg::wgmma_wait<1>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v126[e]);
       float (&v137)[32] = v126;
-      // spec: specs/fa2_bwd.yaml:139:41
+      // spec: specs/fa2_bwd.yaml:141:41
       kg::wgmma_wait<0>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v136[e]);
       float (&v138)[32] = v136;
-      // spec: specs/fa2_bwd.yaml:140:26
+      // spec: specs/fa2_bwd.yaml:142:26
 
       float y0_[32];
       #pragma unroll
@@ -560,7 +560,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       #pragma unroll
       for (int e = 0; e < 32; ++e) v71[e] = y1_[e];
     }
-    // spec: specs/fa2_bwd.yaml:96:15
+    // spec: specs/fa2_bwd.yaml:98:15
     if (kg::thread_id() == 0) {
       const int n_ = kg::cdiv(kg::max_(v50 - v44, 0), v69);
       if (((n_ + 1) / 2) & 1) kg::mbar_arrive(&kg_bars[4]);
@@ -568,17 +568,17 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       if (((n_ + 1) / 2) & 1) kg::mbar_arrive(&kg_bars[2]);
       if (((n_ + 0) / 2) & 1) kg::mbar_arrive(&kg_bars[3]);
     }
-    // spec: specs/fa2_bwd.yaml:135:28
+    // spec: specs/fa2_bwd.yaml:137:28
     kg::fp16* v139 = reinterpret_cast<kg::fp16*>(smem + 0);
-    // spec: specs/fa2_bwd.yaml:134:27
+    // spec: specs/fa2_bwd.yaml:136:27
     kg::fp16* v140 = reinterpret_cast<kg::fp16*>(smem + 16384);
-    // spec: specs/fa2_bwd.yaml:96:15
+    // spec: specs/fa2_bwd.yaml:98:15
     const int v141 = 0;
-    // spec: specs/fa2_bwd.yaml:96:15
+    // spec: specs/fa2_bwd.yaml:98:15
     kg::fp16* v142 = v140 + (v141 % 2) * 4096;
-    // spec: specs/fa2_bwd.yaml:96:15
+    // spec: specs/fa2_bwd.yaml:98:15
     const bool v143 = (v50 < v49);
-    // spec: specs/fa2_bwd.yaml:97:24
+    // spec: specs/fa2_bwd.yaml:99:24
     kg::sync();
     if ((v143) && kg::thread_id() == 0) {
       uint64_t* bar_ = &kg_bars[8 + v141 % 2];
@@ -586,18 +586,18 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       kg::mbar_expect_tx(bar_, 8192);
       kg::tma_load_4d(&v142[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_q, bar_, 0, v67, v50 * 64, v13);
     }
-    // spec: specs/fa2_bwd.yaml:96:15
+    // spec: specs/fa2_bwd.yaml:98:15
     kg::fp16* v144 = v139 + (v141 % 2) * 4096;
-    // spec: specs/fa2_bwd.yaml:98:26
+    // spec: specs/fa2_bwd.yaml:100:26
     if ((v143) && kg::thread_id() == 0) {
       uint64_t* bar_ = &kg_bars[6 + v141 % 2];
       kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
       kg::mbar_expect_tx(bar_, 8192);
       kg::tma_load_4d(&v144[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap3_do, bar_, 0, v67, v50 * 64, v13);
     }
-    // spec: specs/fa2_bwd.yaml:96:79
+    // spec: specs/fa2_bwd.yaml:98:79
     const int v145 = 1;
-    // spec: specs/fa2_bwd.yaml:96:15
+    // spec: specs/fa2_bwd.yaml:98:15
 
     float v146[32];
     #pragma unroll
@@ -609,15 +609,15 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       float (&v149)[32] = v146;
       float (&v150)[32] = v147;
       
-      // spec: specs/fa2_bwd.yaml:96:15
+      // spec: specs/fa2_bwd.yaml:98:15
       const int v151 = (v148 - v50);
-      // spec: specs/fa2_bwd.yaml:96:15
+      // spec: specs/fa2_bwd.yaml:98:15
       const int v152 = (kg::floordiv(v151, v145));
-      // spec: specs/fa2_bwd.yaml:96:15
+      // spec: specs/fa2_bwd.yaml:98:15
       kg::fp16* v153 = v139 + (v152 % 2) * 4096;
-      // spec: specs/fa2_bwd.yaml:96:15
+      // spec: specs/fa2_bwd.yaml:98:15
       kg::fp16* v154 = v140 + (v152 % 2) * 4096;
-      // spec: specs/fa2_bwd.yaml:130:30
+      // spec: specs/fa2_bwd.yaml:132:30
       float v155[2];
       {
         const float* p_ = t_lse + ((int64_t)(v13) * stride_lse_0 + (int64_t)(v67) * stride_lse_1);
@@ -637,29 +637,29 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:134:27
+      // spec: specs/fa2_bwd.yaml:136:27
       kg::mbar_wait(&kg_bars[8 + v152 % 2], (v152 / 2) & 1);
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:96:15
+      // spec: specs/fa2_bwd.yaml:98:15
       const int v156 = 1;
-      // spec: specs/fa2_bwd.yaml:96:15
+      // spec: specs/fa2_bwd.yaml:98:15
       const int v157 = (v152 + v156);
-      // spec: specs/fa2_bwd.yaml:96:15
+      // spec: specs/fa2_bwd.yaml:98:15
       kg::fp16* v158 = v140 + (v157 % 2) * 4096;
-      // spec: specs/fa2_bwd.yaml:97:24
+      // spec: specs/fa2_bwd.yaml:99:24
       const int v159 = (v148 + v145);
-      // spec: specs/fa2_bwd.yaml:97:24
+      // spec: specs/fa2_bwd.yaml:99:24
       const bool v160 = (v159 < v49);
-      // spec: specs/fa2_bwd.yaml:97:24
+      // spec: specs/fa2_bwd.yaml:99:24
       if ((v160) && kg::thread_id() == 0) {
         uint64_t* bar_ = &kg_bars[8 + v157 % 2];
         kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
         kg::mbar_expect_tx(bar_, 8192);
         kg::tma_load_4d(&v158[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_q, bar_, 0, v67, v159 * 64, v13);
       }
-      // spec: specs/fa2_bwd.yaml:134:27
+      // spec: specs/fa2_bwd.yaml:136:27
       float v161[32];
-      // spec: specs/fa2_bwd.yaml:134:27
+      // spec: specs/fa2_bwd.yaml:136:27
       float (&v162)[32] = v161;
       {
         const int wg_ = 0;
@@ -675,25 +675,25 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
               kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v162[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:135:28
+      // spec: specs/fa2_bwd.yaml:137:28
       kg::mbar_wait(&kg_bars[6 + v152 % 2], (v152 / 2) & 1);
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:96:15
+      // spec: specs/fa2_bwd.yaml:98:15
       kg::fp16* v163 = v139 + (v157 % 2) * 4096;
-      // spec: specs/fa2_bwd.yaml:98:26
+      // spec: specs/fa2_bwd.yaml:100:26
       const int v164 = (v148 + v145);
-      // spec: specs/fa2_bwd.yaml:98:26
+      // spec: specs/fa2_bwd.yaml:100:26
       const bool v165 = (v164 < v49);
-      // spec: specs/fa2_bwd.yaml:98:26
+      // spec: specs/fa2_bwd.yaml:100:26
       if ((v165) && kg::thread_id() == 0) {
         uint64_t* bar_ = &kg_bars[6 + v157 % 2];
         kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
         kg::mbar_expect_tx(bar_, 8192);
         kg::tma_load_4d(&v163[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap3_do, bar_, 0, v67, v164 * 64, v13);
       }
-      // spec: specs/fa2_bwd.yaml:135:28
+      // spec: specs/fa2_bwd.yaml:137:28
       float v166[32];
-      // spec: specs/fa2_bwd.yaml:135:28
+      // spec: specs/fa2_bwd.yaml:137:28
       float (&v167)[32] = v166;
       {
         const int wg_ = 0;
@@ -709,105 +709,105 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
               kg::wgmma_m64n64k16_fp16_ss<0, 0>(&v167[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:136:27
+      // spec: specs/fa2_bwd.yaml:138:27
       const float v168 = 0.0f;
-      // spec: specs/fa2_bwd.yaml:130:30
+      // spec: specs/fa2_bwd.yaml:132:30
       const float v169 = 1.4426950408889634f;
-      // spec: specs/fa2_bwd.yaml:130:30
+      // spec: specs/fa2_bwd.yaml:132:30
       float v170[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v170[e] = (v155[e] * v169);
-      // spec: specs/fa2_bwd.yaml:136:58
+      // spec: specs/fa2_bwd.yaml:138:58
       float (&v171)[2] = v170;
-      // spec: specs/fa2_bwd.yaml:136:45
+      // spec: specs/fa2_bwd.yaml:138:45
       float v172[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v172[e] = v171[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:134:27
+      // spec: specs/fa2_bwd.yaml:136:27
       kg::wgmma_wait<1>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v162[e]);
       float (&v173)[32] = v162;
-      // spec: specs/fa2_bwd.yaml:136:45
+      // spec: specs/fa2_bwd.yaml:138:45
       float v174[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v174[e] = (v173[e] * v54);
-      // spec: specs/fa2_bwd.yaml:136:45
+      // spec: specs/fa2_bwd.yaml:138:45
       float v175[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v175[e] = (v174[e] - v172[e]);
-      // spec: specs/fa2_bwd.yaml:136:40
+      // spec: specs/fa2_bwd.yaml:138:40
       float v176[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v176[e] = kg::exp2_(v175[e]);
-      // spec: specs/fa2_bwd.yaml:131:82
+      // spec: specs/fa2_bwd.yaml:133:82
       const float v177 = -kg::inf();
-      // spec: specs/fa2_bwd.yaml:131:82
+      // spec: specs/fa2_bwd.yaml:133:82
       float (&v178)[2] = v170;
-      // spec: specs/fa2_bwd.yaml:131:82
+      // spec: specs/fa2_bwd.yaml:133:82
       bool v179[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v179[e] = (v178[e] > v177);
-      // spec: specs/fa2_bwd.yaml:131:31
+      // spec: specs/fa2_bwd.yaml:133:31
       bool v180[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v180[e] = v179[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:131:57
+      // spec: specs/fa2_bwd.yaml:133:57
       bool v181[16];
       #pragma unroll
       for (int e = 0; e < 16; ++e) v181[e] = (v21[e] < v4);
-      // spec: specs/fa2_bwd.yaml:131:31
+      // spec: specs/fa2_bwd.yaml:133:31
       bool v182[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v182[e] = v181[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-      // spec: specs/fa2_bwd.yaml:129:44
+      // spec: specs/fa2_bwd.yaml:131:44
       int v183[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v183[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8);
-      // spec: specs/fa2_bwd.yaml:129:30
+      // spec: specs/fa2_bwd.yaml:131:30
       const int v184 = 64;
-      // spec: specs/fa2_bwd.yaml:129:30
+      // spec: specs/fa2_bwd.yaml:131:30
       const int v185 = (v148 * v184);
-      // spec: specs/fa2_bwd.yaml:129:30
+      // spec: specs/fa2_bwd.yaml:131:30
       int v186[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v186[e] = (v185 + v183[e]);
-      // spec: specs/fa2_bwd.yaml:131:32
+      // spec: specs/fa2_bwd.yaml:133:32
       int (&v187)[2] = v186;
-      // spec: specs/fa2_bwd.yaml:131:32
+      // spec: specs/fa2_bwd.yaml:133:32
       bool v188[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) v188[e] = (v187[e] < v0);
-      // spec: specs/fa2_bwd.yaml:131:31
+      // spec: specs/fa2_bwd.yaml:133:31
       bool v189[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v189[e] = v188[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:131:31
+      // spec: specs/fa2_bwd.yaml:133:31
       bool v190[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v190[e] = (v189[e] && v182[e]);
-      // spec: specs/fa2_bwd.yaml:131:31
+      // spec: specs/fa2_bwd.yaml:133:31
       bool v191[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v191[e] = (v190[e] && v180[e]);
-      // spec: specs/fa2_bwd.yaml:136:27
+      // spec: specs/fa2_bwd.yaml:138:27
       float v192[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v192[e] = (v191[e] ? v176[e] : v168);
-      // spec: specs/fa2_bwd.yaml:137:45
+      // spec: specs/fa2_bwd.yaml:139:45
       kg::fp16 v193[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v193[e] = kg::cvt<kg::fp16>(v192[e]);
-      // spec: specs/fa2_bwd.yaml:137:41
+      // spec: specs/fa2_bwd.yaml:139:41
       kg::fp16* v194 = reinterpret_cast<kg::fp16*>(smem + 49152);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v194[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v193[e]);
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:137:41
+      // spec: specs/fa2_bwd.yaml:139:41
       kg::fp16* v195 = v194;
-      // spec: specs/fa2_bwd.yaml:137:41
+      // spec: specs/fa2_bwd.yaml:139:41
       float (&v196)[32] = v149;
       {
         const int wg_ = 0;
@@ -827,7 +827,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
               kg::wgmma_m64n64k16_fp16_ss<1, 1>(&v196[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:138:39
+      // spec: specs/fa2_bwd.yaml:140:39
       float v197[2];
       {
         const float* p_ = t_delta + ((int64_t)(v13) * stride_delta_0 + (int64_t)(v67) * stride_delta_1);
@@ -847,39 +847,39 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
           }
         }
       }
-      // spec: specs/fa2_bwd.yaml:138:39
+      // spec: specs/fa2_bwd.yaml:140:39
       float (&v198)[2] = v197;
-      // spec: specs/fa2_bwd.yaml:138:34
+      // spec: specs/fa2_bwd.yaml:140:34
       float v199[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v199[e] = v198[((e >> 1) & 1) * 1];
-      // spec: specs/fa2_bwd.yaml:135:28
+      // spec: specs/fa2_bwd.yaml:137:28
       kg::wgmma_wait<1>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v167[e]);
       float (&v200)[32] = v167;
-      // spec: specs/fa2_bwd.yaml:138:34
+      // spec: specs/fa2_bwd.yaml:140:34
       float v201[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v201[e] = (v200[e] - v199[e]);
-      // spec: specs/fa2_bwd.yaml:138:29
+      // spec: specs/fa2_bwd.yaml:140:29
       float v202[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v202[e] = (v192[e] * v201[e]);
-      // spec: specs/fa2_bwd.yaml:138:28
+      // spec: specs/fa2_bwd.yaml:140:28
       kg::fp16 v203[32];
       #pragma unroll
       for (int e = 0; e < 32; ++e) v203[e] = kg::cvt<kg::fp16>(v202[e]);
-      // spec: specs/fa2_bwd.yaml:139:41
+      // spec: specs/fa2_bwd.yaml:141:41
       kg::fp16* v204 = reinterpret_cast<kg::fp16*>(smem + 57344);
       kg::sync();
       #pragma unroll
       for (int e = 0; e < 32; e += 2) kg::copy_vec<2>(&v204[(((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) / 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) / 8) * 64 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + (((e >> 1) & 1) * 8)) % 8 * 8 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) % 8], &v203[e]);
       kg::fence_proxy_async();
       kg::sync();
-      // spec: specs/fa2_bwd.yaml:139:41
+      // spec: specs/fa2_bwd.yaml:141:41
       kg::fp16* v205 = v204;
-      // spec: specs/fa2_bwd.yaml:139:41
+      // spec: specs/fa2_bwd.yaml:141:41
       float (&v206)[32] = v150;
       {
         const int wg_ = 0;
@@ -899,17 +899,17 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
               kg::wgmma_m64n64k16_fp16_ss<1, 1>(&v206[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) / 8) * 64 + ((ks * 16)) % 8 * 8 + (((wg_ / 1) * 64 + rm * 64)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 4096 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
         kg::wgmma_commit();
       }
-      // spec: specs/fa2_bwd.yaml:137:41
+      // spec: specs/fa2_bwd.yaml:139:41
       kg::wgmma_wait<1>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v196[e]);
       float (&v207)[32] = v196;
-      // spec: specs/fa2_bwd.yaml:139:41
+      // spec: specs/fa2_bwd.yaml:141:41
       kg::wgmma_wait<0>();
       #pragma unroll
       for (int e = 0; e < 32; ++e) kg::fence_operand(v206[e]);
       float (&v208)[32] = v206;
-      // spec: specs/fa2_bwd.yaml:140:26
+      // spec: specs/fa2_bwd.yaml:142:26
 
       float y0_[32];
       #pragma unroll
@@ -922,7 +922,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       #pragma unroll
       for (int e = 0; e < 32; ++e) v147[e] = y1_[e];
     }
-    // spec: specs/fa2_bwd.yaml:96:15
+    // spec: specs/fa2_bwd.yaml:98:15
     if (kg::thread_id() == 0) {
       const int n_ = kg::cdiv(kg::max_(v49 - v50, 0), v145);
       if (((n_ + 1) / 2) & 1) kg::mbar_arrive(&kg_bars[8]);
@@ -930,7 +930,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       if (((n_ + 1) / 2) & 1) kg::mbar_arrive(&kg_bars[6]);
       if (((n_ + 0) / 2) & 1) kg::mbar_arrive(&kg_bars[7]);
     }
-    // spec: specs/fa2_bwd.yaml:96:15
+    // spec: specs/fa2_bwd.yaml:98:15
 
     float y0_[32];
     #pragma unroll
@@ -943,15 +943,15 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
     #pragma unroll
     for (int e = 0; e < 32; ++e) v57[e] = y1_[e];
   }
-  // spec: specs/fa2_bwd.yaml:142:34
+  // spec: specs/fa2_bwd.yaml:144:34
   float v209[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v209[e] = (v57[e] * v1);
-  // spec: specs/fa2_bwd.yaml:142:33
+  // spec: specs/fa2_bwd.yaml:144:33
   kg::fp16 v210[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v210[e] = kg::cvt<kg::fp16>(v209[e]);
-  // spec: specs/fa2_bwd.yaml:142:7
+  // spec: specs/fa2_bwd.yaml:144:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_dk + ((int64_t)(v13) * stride_dk_0 + (int64_t)(v12) * stride_dk_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dk_0 % 2 == 0 && stride_dk_1 % 2 == 0 && stride_dk_2 % 2 == 0;
@@ -971,11 +971,11 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
       }
     }
   }
-  // spec: specs/fa2_bwd.yaml:143:33
+  // spec: specs/fa2_bwd.yaml:145:33
   kg::fp16 v211[32];
   #pragma unroll
   for (int e = 0; e < 32; ++e) v211[e] = kg::cvt<kg::fp16>(v56[e]);
-  // spec: specs/fa2_bwd.yaml:143:7
+  // spec: specs/fa2_bwd.yaml:145:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::fp16* p_ = t_dv + ((int64_t)(v13) * stride_dv_0 + (int64_t)(v12) * stride_dv_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dv_0 % 2 == 0 && stride_dv_1 % 2 == 0 && stride_dv_2 % 2 == 0;

@@ -23,31 +23,31 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_state_pass(const kg::bf16* __restr
   // spec: specs/ssd_fwd.yaml:117:20
   const int v4 = kg::block_id_x();
   // spec: specs/ssd_fwd.yaml:117:20
-  const int v5 = 4;
+  const int v5 = 2;
   // spec: specs/ssd_fwd.yaml:117:20
   const int v6 = (kg::mod(v4, v5));
   // spec: specs/ssd_fwd.yaml:116:11
-  const int v7 = 4;
+  const int v7 = 2;
   // spec: specs/ssd_fwd.yaml:116:11
   const int v8 = (kg::floordiv(v3, v7));
   // spec: specs/ssd_fwd.yaml:116:11
   const int v9 = (kg::mod(v8, v1));
   // spec: specs/ssd_fwd.yaml:115:11
-  const int v10 = 4;
+  const int v10 = 2;
   // spec: specs/ssd_fwd.yaml:115:11
   const int v11 = (kg::floordiv(v2, v10));
   // spec: specs/ssd_fwd.yaml:115:11
   const int v12 = (kg::floordiv(v11, v1));
   // spec: specs/ssd_fwd.yaml:118:12
-  float v13[32];
+  float v13[64];
   {
     const float* p_ = t_initial_states + ((int64_t)(v12) * stride_initial_states_0 + (int64_t)(v9) * stride_initial_states_1);
     const bool aligned_ = kg::aligned(p_, 16) && stride_initial_states_0 % 4 == 0 && stride_initial_states_1 % 4 == 0 && stride_initial_states_2 % 4 == 0;
-    const int t0_ = v6 * 32 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+    const int t0_ = v6 * 64 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
     const int t1_ = 0 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64;
   #pragma unroll
-    for (int e = 0; e < 32; e += 4) {
-      const int i0_ = t0_ + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8 + ((e >> 4) & 1) * 16;
+    for (int e = 0; e < 64; e += 4) {
+      const int i0_ = t0_ + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8 + ((e >> 4) & 1) * 16 + ((e >> 5) & 1) * 32;
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
       const int64_t off_ = (int64_t)i0_ * stride_initial_states_2 + (int64_t)i1_ * 1;
       const bool in_ = i0_ < (128);
@@ -74,25 +74,25 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_state_pass(const kg::bf16* __restr
   const int v19 = (kg::floordiv(v18, v16));
   // spec: specs/ssd_fwd.yaml:119:7
 
-  float v20[32];
+  float v20[64];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v20[e] = v13[e];
+  for (int e = 0; e < 64; ++e) v20[e] = v13[e];
   for (int v21 = v15; v21 < v19; v21 += v14) {
-    float (&v22)[32] = v20;
+    float (&v22)[64] = v20;
     
     // spec: specs/ssd_fwd.yaml:120:48
-    kg::bf16 v23[32];
+    kg::bf16 v23[64];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v23[e] = kg::cvt<kg::bf16>(v22[e]);
+    for (int e = 0; e < 64; ++e) v23[e] = kg::cvt<kg::bf16>(v22[e]);
     // spec: specs/ssd_fwd.yaml:120:11
     if ((lane & 0) == 0 && (warp & 0) == 0) {
       kg::bf16* p_ = t_prev_states + ((int64_t)(v12) * stride_prev_states_0 + (int64_t)(v21) * stride_prev_states_1 + (int64_t)(v9) * stride_prev_states_2);
       const bool aligned_ = kg::aligned(p_, 8) && stride_prev_states_0 % 4 == 0 && stride_prev_states_1 % 4 == 0 && stride_prev_states_2 % 4 == 0 && stride_prev_states_3 % 4 == 0;
-      const int t0_ = v6 * 32 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+      const int t0_ = v6 * 64 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
       const int t1_ = 0 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64;
     #pragma unroll
-      for (int e = 0; e < 32; e += 4) {
-        const int i0_ = t0_ + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8 + ((e >> 4) & 1) * 16;
+      for (int e = 0; e < 64; e += 4) {
+        const int i0_ = t0_ + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8 + ((e >> 4) & 1) * 16 + ((e >> 5) & 1) * 32;
         const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
         const int64_t off_ = (int64_t)i0_ * stride_prev_states_3 + (int64_t)i1_ * 1;
         if (aligned_ && i0_ < (128)) {
@@ -109,15 +109,15 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_state_pass(const kg::bf16* __restr
     // spec: specs/ssd_fwd.yaml:121:23
     const float v25 = *(t_dA_cumsum + (int64_t)(v12) * stride_dA_cumsum_0 + (int64_t)(v9) * stride_dA_cumsum_1 + (int64_t)(v21) * stride_dA_cumsum_2 + (int64_t)(v24) * 1);
     // spec: specs/ssd_fwd.yaml:122:29
-    float v26[32];
+    float v26[64];
     {
       const float* p_ = t_states + ((int64_t)(v12) * stride_states_0 + (int64_t)(v21) * stride_states_1 + (int64_t)(v9) * stride_states_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_states_0 % 4 == 0 && stride_states_1 % 4 == 0 && stride_states_2 % 4 == 0 && stride_states_3 % 4 == 0;
-      const int t0_ = v6 * 32 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+      const int t0_ = v6 * 64 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
       const int t1_ = 0 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64;
     #pragma unroll
-      for (int e = 0; e < 32; e += 4) {
-        const int i0_ = t0_ + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8 + ((e >> 4) & 1) * 16;
+      for (int e = 0; e < 64; e += 4) {
+        const int i0_ = t0_ + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8 + ((e >> 4) & 1) * 16 + ((e >> 5) & 1) * 32;
         const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
         const int64_t off_ = (int64_t)i0_ * stride_states_3 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (128);
@@ -133,30 +133,30 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_state_pass(const kg::bf16* __restr
     // spec: specs/ssd_fwd.yaml:121:19
     const float v27 = kg::exp_(v25);
     // spec: specs/ssd_fwd.yaml:122:16
-    float v28[32];
+    float v28[64];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v28[e] = (v22[e] * v27);
+    for (int e = 0; e < 64; ++e) v28[e] = (v22[e] * v27);
     // spec: specs/ssd_fwd.yaml:122:16
-    float v29[32];
+    float v29[64];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v29[e] = (v28[e] + v26[e]);
+    for (int e = 0; e < 64; ++e) v29[e] = (v28[e] + v26[e]);
     // spec: specs/ssd_fwd.yaml:122:16
 
-    float y0_[32];
+    float y0_[64];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y0_[e] = v29[e];
+    for (int e = 0; e < 64; ++e) y0_[e] = v29[e];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v20[e] = y0_[e];
+    for (int e = 0; e < 64; ++e) v20[e] = y0_[e];
   }
   // spec: specs/ssd_fwd.yaml:123:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     float* p_ = t_final_states + ((int64_t)(v12) * stride_final_states_0 + (int64_t)(v9) * stride_final_states_1);
     const bool aligned_ = kg::aligned(p_, 16) && stride_final_states_0 % 4 == 0 && stride_final_states_1 % 4 == 0 && stride_final_states_2 % 4 == 0;
-    const int t0_ = v6 * 32 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
+    const int t0_ = v6 * 64 + (warp & 1) * 1 + ((warp >> 1) & 1) * 2;
     const int t1_ = 0 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64;
   #pragma unroll
-    for (int e = 0; e < 32; e += 4) {
-      const int i0_ = t0_ + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8 + ((e >> 4) & 1) * 16;
+    for (int e = 0; e < 64; e += 4) {
+      const int i0_ = t0_ + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8 + ((e >> 4) & 1) * 16 + ((e >> 5) & 1) * 32;
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
       const int64_t off_ = (int64_t)i0_ * stride_final_states_2 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (128)) {
