@@ -12,7 +12,7 @@ import torch
 
 from ..errors import LaunchError
 
-HEAD_DIMS = (64, 128)
+HEAD_DIMS = (32, 64, 128)
 DTYPES = (torch.bfloat16, torch.float16)
 
 

@@ -30,7 +30,7 @@ def _qkv(b=1, sq=5, sk=7, h=2, hkv=1, d=64, dtype=torch.bfloat16, grad=False):
     (lambda q, k, v: (q.float(), k, v), "flash_attn_func: 'q' has dtype torch.float32; accepted: torch.bfloat16, torch.float16"),
     (lambda q, k, v: (q, k.half(), v), "flash_attn_func: q, k and v must share one dtype, got torch.bfloat16, torch.float16, torch.bfloat16"),
     (lambda q, k, v: (q[0], k, v), "flash_attn_func: 'q' has shape (5, 2, 64); expected 4 dims (batch, seqlen, heads, head_dim)"),
-    (lambda q, k, v: (q[..., :32], k[..., :32], v[..., :32]), "flash_attn_func: head_dim 32 is not supported; accepted: 64, 128"),
+    (lambda q, k, v: (q[..., :48], k[..., :48], v[..., :48]), "flash_attn_func: head_dim 48 is not supported; accepted: 32, 64, 128"),
     (lambda q, k, v: (q, k, v[:, :3]), "flash_attn_func: k has shape (1, 7, 1, 64) and v (1, 3, 1, 64); they must match"),
     (lambda q, k, v: (torch.cat([q, q[:, :, :1]], 2), torch.cat([k, k], 2), torch.cat([v, v], 2)),
      "flash_attn_func: q has 3 heads and k 2; the query heads must be a multiple of the key/value heads"),
@@ -65,6 +65,7 @@ def test_batch_mismatch_is_named():
     # under the mask the programs are ordered longest first over groups of 16 heads: 36 query
     # heads and 18 key heads make full groups and a partial one, over several blocks
     (True, False, dict(b=2, sq=130, sk=300, h=18, hkv=9)),
+    (True, False, dict(sq=70, sk=70, h=2, hkv=1, d=32)),  # head_dim 32: 32-key blocks in the backward
 ])
 def test_cpu_forward_and_backward_match_float64(causal, deterministic, shape):
     q, k, v = _qkv(**shape, grad=True)

@@ -33,7 +33,7 @@ RATIOS = [(8, 1), (8, 2), (8, 8)]  # (H, HKV): MQA, GQA (4 query heads per key h
 def _cases():
     i = 0
     for sq, sk in [(s, s) for s in SEQLENS] + PAIRS:
-        for d in (64, 128):
+        for d in (32, 64, 128):
             for causal in (False, True):
                 h, hkv = RATIOS[i % len(RATIOS)]
                 b = 1 + i % 4 if sq * sk <= 1025 * 1025 else 1 + i % 2
