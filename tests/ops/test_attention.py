@@ -65,7 +65,7 @@ def test_batch_mismatch_is_named():
     # under the mask the programs are ordered longest first over groups of 16 heads: 36 query
     # heads and 18 key heads make full groups and a partial one, over several blocks
     (True, False, dict(b=2, sq=130, sk=300, h=18, hkv=9)),
-    (True, False, dict(sq=70, sk=70, h=2, hkv=1, d=32)),  # head_dim 32: 32-key blocks in the backward
+    (True, False, dict(sq=70, sk=70, h=2, hkv=1, d=32)),  # head_dim 32: 64-key blocks, more keys than head_dim
 ])
 def test_cpu_forward_and_backward_match_float64(causal, deterministic, shape):
     q, k, v = _qkv(**shape, grad=True)
