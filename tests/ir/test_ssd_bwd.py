@@ -112,7 +112,7 @@ CASES = [
     # 19 row blocks, SHARE_PROGRAMS 38: db and dc split the 3 heads into 2 shares (2 heads, 1)
     (128, 64, True, {"batch": 1, "seqlen": 300, "nheads": 3, "ngroups": 1}, {"dt_max": 0.5},
      {"BLOCK_S": 32, "BLOCK_M": 16, "BLOCK_K": 32, "BLOCK_R": 2, "SHARE_PROGRAMS": 38}),
-    (64, 64, False, {"batch": 2, "seqlen": 64, "nheads": 2, "ngroups": 2}, {}, {"BLOCK_M": 32, "BLOCK_K": 16}),
+    (64, 64, False, {"batch": 2, "seqlen": 64, "nheads": 2, "ngroups": 2}, {}, {"BLOCK_M": 32, "BLOCK_K": 16, "BLOCK_T": 16}),
 ]
 
 
