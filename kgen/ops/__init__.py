@@ -14,6 +14,7 @@ from typing import Any
 from ..paths import shipped_specs_dir
 from .attention import _register as _register_attention
 from .attention import flash_attn_func
+from .ssd import _register as _register_ssd
 from .ssd import mamba_chunk_scan_combined
 
 
@@ -35,6 +36,7 @@ def available() -> list[str]:
 
 
 _register_attention()
+_register_ssd()
 
 
 __all__ = ["available", "flash_attn_func", "mamba_chunk_scan_combined"]

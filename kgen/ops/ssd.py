@@ -6,9 +6,11 @@ it does take: D=None, dt_bias=None and initial_states=None become zeros (the spe
 dt_bias and starts from initial_states either way), and a D of shape (nheads,) becomes the
 (nheads, headdim) the spec takes, by an expand whose gradient sums over headdim. z gates the
 output as mamba-ssm does (y * silu(z), in float32, rounded to x's dtype), applied here by PyTorch
-after the scan: one more pass over y and z that mamba-ssm fuses into its output kernel. What the
-spec cannot express yet is refused with one sentence before any launch: seq_idx and cu_seqlens
-(packed sequences). docs/SSD.md has the plan for each.
+after the scan: one more pass over y and z that mamba-ssm fuses into its output kernel. seq_idx
+(several sequences packed in each row) selects the specs' packed variants; without it the
+unpacked ones run, which never read seq_idx (a zero tensor is passed in its place). What the
+spec cannot express yet is refused with one sentence before any launch: cu_seqlens (mamba-ssm's
+varlen states). docs/SSD.md has the plan.
 
 Gradients come from ssd_bwd (paired in ssd_fwd's `autograd:`): y and final_states are
 differentiable with respect to x, dt, A, B, C, D, dt_bias and initial_states (through the float32
@@ -35,6 +37,27 @@ SOFTPLUS_BELOW = 20.0
 def _refuse(name: str, value, why: str) -> None:
     if value is not None:
         raise LaunchError(f"mamba_chunk_scan_combined: '{name}' is not supported yet ({why}); pass {name}=None")
+
+
+def _check_seq_idx(seq_idx, x) -> None:
+    """seq_idx as mamba-ssm takes it: int32 (batch, seqlen) on x's device, each row non-decreasing
+    (sequences packed one after another). In eager mode the values are read here, once per call
+    (one device synchronisation), so that a bad one is refused before any launch; under
+    torch.compile they are not (reading them would break the graph), only shape, dtype and
+    device."""
+    b, seqlen = x.shape[:2]
+    if not isinstance(seq_idx, torch.Tensor) or seq_idx.dtype != torch.int32 or tuple(seq_idx.shape) != (b, seqlen):
+        got = f"{tuple(seq_idx.shape)} {seq_idx.dtype}" if isinstance(seq_idx, torch.Tensor) else type(seq_idx).__name__
+        raise LaunchError(f"mamba_chunk_scan_combined: 'seq_idx' must be a torch.int32 tensor of shape ({b}, {seqlen}) "
+                          f"(batch, seqlen) or None, got {got}")
+    if seq_idx.device != x.device:
+        raise LaunchError(f"mamba_chunk_scan_combined: 'seq_idx' is on {seq_idx.device} but x is on {x.device}; "
+                          f"every tensor must be on x's device")
+    if torch.compiler.is_compiling():
+        return
+    if bool((seq_idx[:, 1:] < seq_idx[:, :-1]).any()) or bool((seq_idx[:, :1] < 0).any()):
+        raise LaunchError("mamba_chunk_scan_combined: 'seq_idx' must be non-negative and non-decreasing along each row "
+                          "(the sequences packed one after another)")
 
 
 def _check(x, dt, A, B, C, chunk_size, D, dt_bias, initial_states, z) -> None:
@@ -102,10 +125,13 @@ def mamba_chunk_scan_combined(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor
     and y_t = h_t C_t + D x_t; B and C (batch, seqlen, ngroups, dstate) are shared by
     nheads / ngroups heads. With return_final_states, (y, h after the last position) with the
     state (batch, nheads, headdim, dstate) in float32. initial_states (same shape) is h before the
-    first position; D may be (nheads,) or (nheads, headdim); with z (x's shape), y * silu(z)."""
-    _refuse("seq_idx", seq_idx, "packed sequences need a variant that resets the state")
-    _refuse("cu_seqlens", cu_seqlens, "packed sequences need a variant that resets the state")
+    first position; D may be (nheads,) or (nheads, headdim); with z (x's shape), y * silu(z).
+    seq_idx (batch, seqlen), int32, non-decreasing: the index of the sequence each position
+    belongs to; the state starts from zero where it changes (initial_states is sequence 0's)."""
+    _refuse("cu_seqlens", cu_seqlens, "the varlen final states it asks for are not built; seq_idx packs sequences")
     _check(x, dt, A, B, C, chunk_size, D, dt_bias, initial_states, z)
+    if seq_idx is not None:
+        _check_seq_idx(seq_idx, x)
     if not (isinstance(dt_limit, (tuple, list)) and len(dt_limit) == 2):
         raise LaunchError(f"mamba_chunk_scan_combined: dt_limit must be a pair (min, max), got {dt_limit!r}")
     b, _, nheads, headdim = x.shape
@@ -117,11 +143,23 @@ def mamba_chunk_scan_combined(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor
     bias32 = torch.zeros(nheads, dtype=torch.float32, device=x.device) if dt_bias is None else dt_bias.float()
     h0 = (torch.zeros(b, nheads, headdim, dstate, dtype=torch.float32, device=x.device) if initial_states is None
           else initial_states.float())
-    from . import _op
-
-    y, final_states = _op("ssd_fwd")(x, dt, A.float(), B, C, D32, bias32, h0, dt_min=float(dt_limit[0]),
-                                     dt_max=float(dt_limit[1]), chunk_size=int(chunk_size), headdim=x.shape[3],
-                                     dstate=B.shape[3], softplus_below=SOFTPLUS_BELOW if dt_softplus else -math.inf)
+    packed = seq_idx is not None
+    if not packed:  # the unpacked kernels never read it
+        seq_idx = torch.zeros(x.shape[:2], dtype=torch.int32, device=x.device)
+    # the op's schema: inputs, scalars (dt_min, dt_max, softplus_below), then variant options;
+    # called through torch.ops (registered at import, _register) so that torch.compile traces it
+    y, final_states = torch.ops.kgen.ssd_fwd(x, dt, A.float(), B, C, D32, bias32, h0, seq_idx.contiguous(),
+                                             float(dt_limit[0]), float(dt_limit[1]),
+                                             SOFTPLUS_BELOW if dt_softplus else -math.inf,
+                                             int(chunk_size), x.shape[3], B.shape[3], packed)
     if z is not None:  # mamba-ssm's gating: y * silu(z), computed in float32
         y = (y.float() * torch.nn.functional.silu(z.float())).to(x.dtype)
     return (y, final_states) if return_final_states else y
+
+
+def _register() -> None:
+    """Define kgen::ssd_fwd (and its backward) now, outside any torch.compile trace: loading a
+    spec reads files, which dynamo cannot trace."""
+    from . import _op
+
+    _op("ssd_fwd")

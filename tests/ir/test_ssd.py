@@ -6,7 +6,8 @@ the values are far from what a model feeds in. Here the inputs are shaped like M
 (dt = softplus(.) > 0, A = -exp(.) < 0, so every decay is in (0, 1)), and the sequence lengths
 cover one position, a chunk less one, a partial second chunk and several chunks, with the spec's
 blocks and with blocks that differ from each other (BLOCK_M != BLOCK_K) so that the output
-loop's bound at the diagonal is exercised.
+loop's bound at the diagonal is exercised. Two cases pack several sequences into each row
+(seq_idx), with starts inside chunks, on a chunk's first position and on its last.
 """
 from __future__ import annotations
 
@@ -39,17 +40,20 @@ def _mamba_like_inputs(ls, variant, env, seed, softplus):
     return inputs
 
 
-@pytest.mark.parametrize("chunk_size, dstate, seqlen, nheads, ngroups, blocks, softplus, limits", [
-    (64, 64, 1, 4, 2, "spec", False, {}),
-    (64, 64, 63, 4, 2, "spec", True, {}),
-    (64, 128, 100, 4, 2, "spec", True, {"dt_min": 0.2, "dt_max": 0.9}),
-    (64, 64, 100, 3, 1, "small", False, {"dt_max": 0.5}),
-    (128, 64, 200, 2, 2, "small", True, {}),
-    (64, 64, 17, 2, 1, "small", True, {}),
+@pytest.mark.parametrize("chunk_size, dstate, seqlen, nheads, ngroups, blocks, softplus, limits, starts", [
+    (64, 64, 1, 4, 2, "spec", False, {}, ()),
+    (64, 64, 63, 4, 2, "spec", True, {}, ()),
+    (64, 128, 100, 4, 2, "spec", True, {"dt_min": 0.2, "dt_max": 0.9}, ()),
+    (64, 64, 100, 3, 1, "small", False, {"dt_max": 0.5}, ()),
+    (128, 64, 200, 2, 2, "small", True, {}, ()),
+    (64, 64, 17, 2, 1, "small", True, {}, ()),
+    (64, 64, 150, 2, 1, "spec", True, {}, (40, 64, 130)),
+    (128, 64, 300, 4, 2, "small", True, {}, (100, 127, 256)),
 ])
-def test_ssd_fwd_matches_sequential_recurrence(chunk_size, dstate, seqlen, nheads, ngroups, blocks, softplus, limits):
+def test_ssd_fwd_matches_sequential_recurrence(chunk_size, dstate, seqlen, nheads, ngroups, blocks, softplus, limits,
+                                                starts):
     ls = load_spec(SPEC)
-    variant = {"dtype": "bf16", "chunk_size": chunk_size, "headdim": 64, "dstate": dstate}
+    variant = {"dtype": "bf16", "chunk_size": chunk_size, "headdim": 64, "dstate": dstate, "packed": bool(starts)}
     limits = {**limits, "softplus_below": SOFTPLUS_BELOW} if softplus else limits
     tunables = helpers.default_tunables(ls)
     if blocks == "small":
@@ -57,6 +61,7 @@ def test_ssd_fwd_matches_sequential_recurrence(chunk_size, dstate, seqlen, nhead
     sizes = {"batch": 2, "seqlen": seqlen, "nheads": nheads, "ngroups": ngroups}
     inputs = _mamba_like_inputs(ls, variant, {**variant, **tunables, **sizes}, seed=seqlen + 7 * nheads,
                                 softplus=softplus)
+    inputs["seq_idx"] = (torch.arange(seqlen)[:, None] >= torch.tensor(starts or [seqlen])).sum(-1).to(torch.int32).expand(2, seqlen).contiguous()
 
     got = helpers.run_spec_cpu(ls, variant, dict(inputs), sizes, limits, tunables)
     scalars = helpers.scalar_values(ls.spec, limits)
@@ -75,7 +80,7 @@ def test_ssd_fwd_matches_sequential_recurrence(chunk_size, dstate, seqlen, nhead
 def test_reference_agrees_with_closed_form_for_one_position():
     # one position: h = exp(dt A) h0 + dt x B^T, y = h C: pins the reference the kernels are held to
     ls = load_spec(SPEC)
-    variant = {"dtype": "bf16", "chunk_size": 64, "headdim": 64, "dstate": 64}
+    variant = {"dtype": "bf16", "chunk_size": 64, "headdim": 64, "dstate": 64, "packed": False}
     sizes = {"batch": 1, "seqlen": 1, "nheads": 2, "ngroups": 1}
     inputs = _mamba_like_inputs(ls, variant, {**variant, **sizes}, seed=3, softplus=False)
     inputs["dt_bias"] = torch.zeros_like(inputs["dt_bias"])

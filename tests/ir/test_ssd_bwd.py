@@ -1,7 +1,9 @@
 """specs/ssd_bwd.yaml (the Mamba-2 scan's backward) on the CPU interpreter against torch autograd
 through a float64 quadratic form of the forward written here (not the spec's reference, which is
 the sequential recurrence): y_t = sum_{s<=t} (C_t . B_s) exp(a_t - a_s) dt'_s x_s + D x_t, with
-a the cumsum of dt' A over the whole sequence, and the final state likewise.
+a the cumsum of dt' A over the whole sequence, and the final state likewise. With packed
+sequences (seq_idx) every term between positions of different sequences is dropped, and the
+initial state reaches only sequence 0.
 
 Tolerance: every gradient within 1% of its largest |value| (max norm), about 2.5 bf16 steps at
 that value. The kernels round each dot operand to bf16 (8 significant bits, steps of 0.4% to
@@ -32,8 +34,9 @@ FWD_INPUTS = ("x", "dt", "A", "B", "C", "D", "dt_bias", "initial_states")
 TOL = 0.01
 
 
-def _inputs(variant, sizes, seed, softplus):
-    """Mamba-2's domain: A = -exp(.) < 0; dt raw with softplus, already positive without it."""
+def _inputs(variant, sizes, seed, softplus, starts=()):
+    """Mamba-2's domain: A = -exp(.) < 0; dt raw with softplus, already positive without it.
+    `starts`: the positions where a new packed sequence starts (seq_idx steps up by one there)."""
     g = torch.Generator().manual_seed(seed)
     b, L, H, G = sizes["batch"], sizes["seqlen"], sizes["nheads"], sizes["ngroups"]
     P, N = variant["headdim"], variant["dstate"]
@@ -45,7 +48,9 @@ def _inputs(variant, sizes, seed, softplus):
             "B": torch.randn(b, L, G, N, generator=g).bfloat16(), "C": torch.randn(b, L, G, N, generator=g).bfloat16(),
             "D": torch.randn(H, P, generator=g), "dt_bias": 0.1 * torch.randn(H, generator=g),
             "initial_states": torch.randn(b, H, P, N, generator=g),
-            "dy": torch.randn(b, L, H, P, generator=g).bfloat16(), "dfinal_states": torch.randn(b, H, P, N, generator=g)}
+            "dy": torch.randn(b, L, H, P, generator=g).bfloat16(), "dfinal_states": torch.randn(b, H, P, N, generator=g),
+            "seq_idx": (torch.arange(L)[None, :, None] >= torch.tensor(starts or [L], dtype=torch.long)).sum(-1)
+            .to(torch.int32).expand(b, L).contiguous()}
 
 
 def _quadratic_grads(inp, softplus, dt_min, dt_max, chunk_size, drop=None):
@@ -68,13 +73,17 @@ def _quadratic_grads(inp, softplus, dt_min, dt_max, chunk_size, drop=None):
     da = v * A                                              # (b, L, H)
     a = _chunk_split(da, torch.arange(L) // chunk_size) if drop == "chunk_decay" else da.cumsum(1)
     diff = a[:, :, None, :] - a[:, None, :, :]              # (b, t, s, H)
-    causal = (torch.arange(L)[:, None] >= torch.arange(L)[None, :])[None, :, :, None]
+    seq = inp["seq_idx"].long()
+    same = (seq[:, :, None] == seq[:, None, :])[..., None]  # (b, t, s, 1): no term crosses sequences
+    causal = (torch.arange(L)[:, None] >= torch.arange(L)[None, :])[None, :, :, None] & same
     decay = torch.where(causal, torch.exp(torch.where(causal, diff, 0.0)), 0.0)
     cb = torch.einsum("btgn,bsgn->btsg", Ch, Bh)           # heads already repeated: g is the head
     y = torch.einsum("btsh,bsh,bshp->bthp", cb * decay, v, x) + D[None, None] * x
-    y = y + torch.einsum("bth,bhpn,bthn->bthp", torch.exp(a), h0, Ch)  # the initial state, decayed to t
-    last = torch.exp(a[:, -1:, :] - a)                       # (b, s, H)
-    h = torch.einsum("bsh,bshp,bshn->bhpn", last * v, x, Bh) + torch.exp(a[:, -1])[:, :, None, None] * h0
+    first = (seq == 0).to(a.dtype)[:, :, None]              # the initial state belongs to sequence 0
+    y = y + torch.einsum("bth,bhpn,bthn->bthp", torch.exp(a) * first, h0, Ch)  # decayed to t
+    in_last = (seq == seq[:, -1:]).to(a.dtype)[:, :, None]  # the final state: the last sequence's positions
+    last = torch.exp(a[:, -1:, :] - a) * in_last             # (b, s, H)
+    h = torch.einsum("bsh,bshp,bshn->bhpn", last * v, x, Bh) + (torch.exp(a[:, -1]) * first[:, -1])[:, :, None, None] * h0
     torch.autograd.backward([y, h], [inp["dy"].double(), inp["dfinal_states"].double()])
     return {"d" + n: leaves[n].grad for n in FWD_INPUTS}
 
@@ -89,13 +98,13 @@ def _chunk_split(da, chunk):
     return torch.cat(parts, 1)
 
 
-def _run(chunk_size, dstate, softplus, sizes, limits, blocks, seed):
+def _run(chunk_size, dstate, softplus, sizes, limits, blocks, seed, starts=()):
     ls = load_spec(SPEC)
-    variant = {"dtype": "bf16", "chunk_size": chunk_size, "headdim": 64, "dstate": dstate}
+    variant = {"dtype": "bf16", "chunk_size": chunk_size, "headdim": 64, "dstate": dstate, "packed": bool(starts)}
     limits = {**limits, "softplus_below": SOFTPLUS_BELOW} if softplus else limits
     tunables = helpers.default_tunables(ls, variant)
     tunables.update(blocks)
-    inp = _inputs(variant, sizes, seed, softplus)
+    inp = _inputs(variant, sizes, seed, softplus, starts)
     got = helpers.run_spec_cpu(ls, variant, dict(inp), sizes, limits, tunables)
     scalars = helpers.scalar_values(ls.spec, limits)
     return inp, got, scalars
@@ -105,20 +114,24 @@ def _rel_err(got, ref):
     return helpers.max_err(got, ref) / float(ref.abs().max())
 
 
+SMALL = {"BLOCK_S": 32, "BLOCK_M": 16, "BLOCK_K": 32, "BLOCK_R": 2, "SHARE_PROGRAMS": 38}
 CASES = [
-    # chunk, dstate, softplus, sizes, limits, blocks
-    (64, 64, True, {"batch": 2, "seqlen": 150, "nheads": 2, "ngroups": 1}, {}, {}),
-    (64, 128, False, {"batch": 1, "seqlen": 100, "nheads": 4, "ngroups": 2}, {"dt_min": 0.2, "dt_max": 0.9}, {}),
+    # chunk, dstate, softplus, sizes, limits, blocks, starts of packed sequences
+    (64, 64, True, {"batch": 2, "seqlen": 150, "nheads": 2, "ngroups": 1}, {}, {}, ()),
+    (64, 128, False, {"batch": 1, "seqlen": 100, "nheads": 4, "ngroups": 2}, {"dt_min": 0.2, "dt_max": 0.9}, {}, ()),
     # 19 row blocks, SHARE_PROGRAMS 38: db and dc split the 3 heads into 2 shares (2 heads, 1)
-    (128, 64, True, {"batch": 1, "seqlen": 300, "nheads": 3, "ngroups": 1}, {"dt_max": 0.5},
-     {"BLOCK_S": 32, "BLOCK_M": 16, "BLOCK_K": 32, "BLOCK_R": 2, "SHARE_PROGRAMS": 38}),
-    (64, 64, False, {"batch": 2, "seqlen": 64, "nheads": 2, "ngroups": 2}, {}, {"BLOCK_M": 32, "BLOCK_K": 16, "BLOCK_T": 16}),
+    (128, 64, True, {"batch": 1, "seqlen": 300, "nheads": 3, "ngroups": 1}, {"dt_max": 0.5}, SMALL, ()),
+    (64, 64, False, {"batch": 2, "seqlen": 64, "nheads": 2, "ngroups": 2}, {}, {"BLOCK_M": 32, "BLOCK_K": 16, "BLOCK_T": 16}, ()),
+    # packed sequences: starts inside chunks, on a chunk's first position (64, 256) and on a
+    # chunk's last (127: the initial state never leaves chunk 0)
+    (64, 64, True, {"batch": 2, "seqlen": 150, "nheads": 2, "ngroups": 1}, {}, {}, (40, 64, 130)),
+    (128, 64, True, {"batch": 1, "seqlen": 300, "nheads": 3, "ngroups": 1}, {"dt_max": 0.5}, SMALL, (100, 127, 256)),
 ]
 
 
-@pytest.mark.parametrize("chunk_size, dstate, softplus, sizes, limits, blocks", CASES)
-def test_gradients_match_float64_autograd(chunk_size, dstate, softplus, sizes, limits, blocks):
-    inp, got, sc = _run(chunk_size, dstate, softplus, sizes, limits, blocks, seed=sizes["seqlen"] + chunk_size)
+@pytest.mark.parametrize("chunk_size, dstate, softplus, sizes, limits, blocks, starts", CASES)
+def test_gradients_match_float64_autograd(chunk_size, dstate, softplus, sizes, limits, blocks, starts):
+    inp, got, sc = _run(chunk_size, dstate, softplus, sizes, limits, blocks, seed=sizes["seqlen"] + chunk_size, starts=starts)
     ref = _quadratic_grads(inp, softplus, sc["dt_min"], sc["dt_max"], chunk_size)
     for name in GRADS:
         assert got[name].dtype == (torch.float32 if name in ("dA", "dD", "ddt_bias", "dinitial_states") else torch.bfloat16)
@@ -130,7 +143,7 @@ def test_gradients_match_float64_autograd(chunk_size, dstate, softplus, sizes, l
 def test_a_dropped_term_is_seen(drop, names):
     # the kernels against a reference that lacks one term: far outside the bound, while the
     # full reference is inside it (test above); so the bound can tell the two apart
-    chunk_size, dstate, softplus, sizes, limits, blocks = CASES[0]
+    chunk_size, dstate, softplus, sizes, limits, blocks, _ = CASES[0]
     inp, got, sc = _run(chunk_size, dstate, softplus, sizes, limits, blocks, seed=5)
     full = _quadratic_grads(inp, softplus, sc["dt_min"], sc["dt_max"], chunk_size)
     ablated = _quadratic_grads(inp, softplus, sc["dt_min"], sc["dt_max"], chunk_size, drop=drop)
@@ -144,11 +157,27 @@ def test_quadratic_form_agrees_with_the_spec_reference():
     # the test's float64 reference and the spec's (autograd through the sequential recurrence)
     # are independent formulations; they agree to float64 rounding
     ls = load_spec(SPEC)
-    variant = {"dtype": "bf16", "chunk_size": 64, "headdim": 64, "dstate": 64}
+    variant = {"dtype": "bf16", "chunk_size": 64, "headdim": 64, "dstate": 64, "packed": True}
     sizes = {"batch": 1, "seqlen": 70, "nheads": 2, "ngroups": 1}
-    inp = _inputs(variant, sizes, seed=9, softplus=True)
+    inp = _inputs(variant, sizes, seed=9, softplus=True, starts=(20, 63))
     sc = helpers.scalar_values(ls.spec, {"dt_max": 0.8, "softplus_below": SOFTPLUS_BELOW})
     spec_ref = helpers.reference(ls, {**inp, **sc}, variant=variant)
     mine = _quadratic_grads(inp, True, sc["dt_min"], sc["dt_max"], 64)
     for name in GRADS:
         assert _rel_err(mine[name], spec_ref[name]) < 1e-10, name
+
+
+def test_packed_sequences_are_seen():
+    # the same inputs through the unpacked kernels (seq_idx ignored) land outside 3x the bound
+    # around the packed reference, for every gradient: the packed cases above test the resets
+    chunk_size, dstate, softplus, sizes, limits, blocks, starts = CASES[4]
+    inp, got, sc = _run(chunk_size, dstate, softplus, sizes, limits, blocks, seed=7, starts=starts)
+    ref = _quadratic_grads(inp, softplus, sc["dt_min"], sc["dt_max"], chunk_size)
+    _, unpacked, _ = _run(chunk_size, dstate, softplus, sizes, limits, blocks, seed=7)
+    for name in GRADS:
+        # D x_t does not cross positions; the initial state's weight has decayed by the first
+        # start (position 40) either way
+        if name in ("dD", "dinitial_states"):
+            continue
+        assert _rel_err(got[name], ref[name]) <= TOL, name
+        assert _rel_err(unpacked[name], ref[name]) > 3 * TOL, f"{name}: ignoring seq_idx changes it by less than 3x the bound"

@@ -27,7 +27,8 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_NO_GPU is not None, reason=st
 
 # (batch, seqlen, nheads, ngroups, dstate, chunk, D, dt_bias, softplus, dt_limit); D: None, "head"
 # (nheads,) or "channel" (nheads, headdim); "+h0" adds initial states, "+z" the gate z, "+p128"
-# makes headdim 128 (64 otherwise)
+# makes headdim 128 (64 otherwise), "+packed" packs sequences into each row (seq_idx: starts at
+# seqlen/7, a chunk's first position, a chunk's last, and 3 seqlen/4)
 CASES = [
     (2, 1, 4, 1, 64, 64, "head+h0", True, True, (0.0, math.inf)),
     (2, 63, 4, 2, 128, 64, None, False, False, (0.001, 0.1)),
@@ -40,6 +41,9 @@ CASES = [
     (1, 63, 8, 2, 64, 64, "channel+h0+z", False, True, (0.0, math.inf)),
     (2, 1000, 4, 1, 128, 256, "channel+h0+p128", True, True, (0.0, math.inf)),
     (1, 4097, 8, 2, 64, 64, "head+p128", True, True, (0.0, math.inf)),
+    (2, 1000, 8, 1, 128, 256, "head+h0+packed", True, True, (0.0, math.inf)),
+    (1, 4097, 8, 2, 64, 64, "channel+packed+p128", True, True, (0.0, math.inf)),
+    (3, 512, 8, 4, 128, 128, "head+packed", True, False, (0.0, math.inf)),
 ]
 
 
@@ -64,6 +68,17 @@ def _inputs(batch, seqlen, nheads, ngroups, dstate, seed, d_kind):
     return x, dt, A, B, C, D, bias, h0, z
 
 
+def _seq_idx(batch, seqlen, chunk):
+    """Sequences packed into each row: starts at seqlen/7, on a chunk's first position, on a
+    chunk's last and at 3 seqlen/4 (those inside the row); the second row one chunk later."""
+    pos = torch.arange(seqlen, device="cuda")
+    rows = []
+    for r in range(batch):
+        starts = {seqlen // 7, chunk * (1 + r), chunk * (2 + r) - 1, 3 * seqlen // 4}
+        rows.append(sum((pos >= s).int() for s in starts if 0 < s < seqlen))
+    return torch.stack(rows).to(torch.int32)
+
+
 def _close(name, got, ref, lowp):
     helpers.check_close(name, got, ref, lowp)
     # plus check_close's floor: a gradient that is 0 exactly (dA at length 1) is met by rounding noise
@@ -79,9 +94,10 @@ def test_matches_float64(batch, seqlen, nheads, ngroups, dstate, chunk, d_kind, 
     seed = zlib.crc32(f"{batch}{seqlen}{nheads}{ngroups}{dstate}{chunk}".encode())
     x, dt, A, B, C, D, bias, h0, z = _inputs(batch, seqlen, nheads, ngroups, dstate, seed, d_kind or "")
     D, bias = (D if d_kind else None), (bias if with_bias else None)
+    seq_idx = _seq_idx(batch, seqlen, chunk) if "packed" in (d_kind or "") else None
     names = ("x", "dt", "A", "B", "C", "D", "dt_bias", "initial_states", "z")
     leaves = {n: t for n, t in zip(names, (x, dt, A, B, C, D, bias, h0, z)) if t is not None}
-    kw = dict(dt_softplus=softplus, dt_limit=limit)
+    kw = dict(dt_softplus=softplus, dt_limit=limit, seq_idx=seq_idx)
     g = torch.Generator(device="cuda").manual_seed(seed + 1)
     dy = torch.randn(x.shape, device="cuda", generator=g).bfloat16()
     dh = torch.randn(batch, nheads, x.shape[3], dstate, device="cuda", generator=g)

@@ -14,7 +14,7 @@ from kgen.errors import LaunchError
 from kgen.ops import mamba_chunk_scan_combined
 
 
-def _recurrence(x, dt, A, B, C, D, dt_bias, softplus, limit, h0=None, z=None):
+def _recurrence(x, dt, A, B, C, D, dt_bias, softplus, limit, h0=None, z=None, seq_idx=None):
     x, dt, A, B, C = (t.double() for t in (x, dt, A, B, C))
     b, seqlen, nheads, headdim = x.shape
     dt = dt + (0 if dt_bias is None else dt_bias.double())
@@ -26,7 +26,10 @@ def _recurrence(x, dt, A, B, C, D, dt_bias, softplus, limit, h0=None, z=None):
     h = torch.zeros(b, nheads, headdim, B.shape[3], dtype=torch.float64) if h0 is None else h0.double()
     ys = []
     for t in range(seqlen):
-        h = h * torch.exp(dt[:, t] * A)[..., None, None] + dt[:, t, :, None, None] * x[:, t, :, :, None] * Bh[:, t, :, None, :]
+        keep = torch.exp(dt[:, t] * A)
+        if seq_idx is not None:  # a new sequence (seq_idx changes; it is 0 before the first position) starts from zero
+            keep = keep * (seq_idx[:, t] == (seq_idx[:, t - 1] if t else 0)).double()[:, None]
+        h = h * keep[..., None, None] + dt[:, t, :, None, None] * x[:, t, :, :, None] * Bh[:, t, :, None, :]
         y = (h * Ch[:, t, :, None, :]).sum(-1)
         if D is not None:  # per head (nheads,) or per channel (nheads, headdim)
             y = y + (D.double()[None, :, None] if D.dim() == 1 else D.double()[None]) * x[:, t]
@@ -98,9 +101,31 @@ def test_z_gates_the_output_as_mamba_ssm_does():
     assert float((y.double() - ungated).abs().max()) > 0.1 * scale  # the gate changes the output
 
 
+def test_packed_sequences_restart_from_zero():
+    # three sequences in each row of two (starts at 20 and 64 in the first row, 50 in the
+    # second), with initial states (sequence 0's) and final states (the last sequence's)
+    x, dt, A, B, C, D, dt_bias = _inputs(seed=19, b=2, seqlen=100)
+    _, h0 = _extras(20, x, B.shape[3])
+    pos = torch.arange(100)
+    seq_idx = torch.stack([(pos >= 20).int() + (pos >= 64).int(), (pos >= 50).int()]).to(torch.int32)
+    y, final = mamba_chunk_scan_combined(x, dt, A, B, C, 64, D=D, dt_bias=dt_bias, initial_states=h0, seq_idx=seq_idx,
+                                         dt_softplus=True, return_final_states=True)
+    ref_y, ref_h = _recurrence(x, dt, A, B, C, D, dt_bias, True, (0.0, math.inf), h0, seq_idx=seq_idx)
+    for name, got, ref in (("y", y, ref_y), ("final_states", final, ref_h)):
+        err = float((got.double() - ref).abs().max())
+        scale = float(ref.abs().max())
+        assert err <= 0.02 * scale, f"{name}: max error {err:.3g} over 2% of max |ref| {scale:.3g}"
+    # one unpacked row gives another output
+    whole, _ = _recurrence(x, dt, A, B, C, D, dt_bias, True, (0.0, math.inf), h0)
+    assert float((whole - ref_y).abs().max()) > 0.1 * float(ref_y.abs().max())
+
+
 @pytest.mark.parametrize("kwargs, words", [
     ({"z": "zeros"}, "'z' must be a tensor like x ((1, 5, 2, 64) torch.bfloat16 on cpu) or None, got (1,) torch.float32 on cpu"),
-    ({"seq_idx": "zeros"}, "'seq_idx' is not supported yet"),
+    ({"seq_idx": "zeros"}, "'seq_idx' must be a torch.int32 tensor of shape (1, 5) (batch, seqlen) or None, got (1,) torch.float32"),
+    ({"seq_idx": "decreasing"}, "'seq_idx' must be non-negative and non-decreasing along each row"),
+    ({"seq_idx": "negative"}, "'seq_idx' must be non-negative and non-decreasing along each row"),
+    ({"cu_seqlens": "zeros"}, "'cu_seqlens' is not supported yet"),
     ({"initial_states": "zeros"}, "'initial_states' must be a tensor of shape (1, 2, 64, 64)"),
     ({"chunk_size": 100}, "chunk_size=100 is not supported; accepted: 64, 128, 256"),
     ({"D": "three"}, "'D' must be a tensor of shape (2,) (one value per head) or (2, 64) (per channel)"),
@@ -109,7 +134,9 @@ def test_unsupported_arguments_are_one_sentence(kwargs, words):
     x, dt, A, B, C, D, dt_bias = _inputs(seed=3, seqlen=5)
     args = {"chunk_size": 64}
     for k, v in kwargs.items():
-        args[k] = {"x": x, "zeros": torch.zeros(1), "three": torch.zeros(3)}.get(v, v)
+        args[k] = {"x": x, "zeros": torch.zeros(1), "three": torch.zeros(3),
+                   "decreasing": torch.tensor([[0, 1, 1, 0, 2]], dtype=torch.int32),
+                   "negative": torch.tensor([[-1, 0, 0, 1, 1]], dtype=torch.int32)}.get(v, v)
     with pytest.raises(LaunchError, match="^mamba_chunk_scan_combined: ") as e:
         mamba_chunk_scan_combined(x, dt, A, B, C, **args)
     assert words in str(e.value) and "\n" not in str(e.value)
@@ -147,6 +174,7 @@ def test_wrong_dtype_and_headdim_are_refused():
     # cs_last_grad's shares added atomically)
     (True, True, (0.0, math.inf), 1, True, "p128"),
     (False, True, (0.1, 0.6), 2, False, "p128"),
+    (True, True, (0.0, math.inf), 2, True, "packed"),  # sequences starting at 20 and 64, initial states
 ])
 def test_gradients_match_float64_autograd(with_d, with_bias, limit, ngroups, use_final, extras):
     # .backward() through the op (ssd_bwd on the interpreter) against autograd through the
@@ -156,9 +184,12 @@ def test_gradients_match_float64_autograd(with_d, with_bias, limit, ngroups, use
     sizes = {"p128": {"headdim": 128, "dstate": 128}}.get(extras, {})
     x, dt, A, B, C, D, dt_bias = _inputs(seed=21 + with_d, nheads=4, ngroups=ngroups, **sizes)
     D, dt_bias = (D if with_d else None), (dt_bias if with_bias else None)
-    h0 = z = None
-    if extras is True:
+    h0 = z = seq_idx = None
+    if extras is True or extras == "packed":
         D, h0 = _extras(31, x, B.shape[3])
+    if extras == "packed":
+        pos = torch.arange(x.shape[1])
+        seq_idx = ((pos >= 20).int() + (pos >= 64).int()).to(torch.int32)[None].expand(x.shape[0], -1).contiguous()
     if extras == "z":
         z = torch.randn(x.shape, generator=torch.Generator().manual_seed(41)).bfloat16()
     leaves = {n: t for n, t in (("x", x), ("dt", dt), ("A", A), ("B", B), ("C", C), ("D", D), ("dt_bias", dt_bias),
@@ -170,12 +201,13 @@ def test_gradients_match_float64_autograd(with_d, with_bias, limit, ngroups, use
     mine = {n: t.clone().requires_grad_() for n, t in leaves.items()}
     y, final = mamba_chunk_scan_combined(mine["x"], mine["dt"], mine["A"], mine["B"], mine["C"], 64, D=mine.get("D"),
                                          dt_bias=mine.get("dt_bias"), initial_states=mine.get("initial_states"),
-                                         z=mine.get("z"), dt_softplus=True, dt_limit=limit, return_final_states=True)
+                                         z=mine.get("z"), seq_idx=seq_idx, dt_softplus=True, dt_limit=limit,
+                                         return_final_states=True)
     torch.autograd.backward([y, final] if use_final else [y], [dy, dh] if use_final else [dy])
 
     ref = {n: t.double().requires_grad_() for n, t in leaves.items()}
     ref_y, ref_h = _recurrence(ref["x"], ref["dt"], ref["A"], ref["B"], ref["C"], ref.get("D"), ref.get("dt_bias"),
-                               True, limit, ref.get("initial_states"), ref.get("z"))
+                               True, limit, ref.get("initial_states"), ref.get("z"), seq_idx)
     torch.autograd.backward([ref_y, ref_h] if use_final else [ref_y],
                             [dy.double(), dh.double()] if use_final else [dy.double()])
     for n in leaves:
@@ -184,3 +216,39 @@ def test_gradients_match_float64_autograd(with_d, with_bias, limit, ngroups, use
         err = float((got.double() - want).abs().max())
         scale = float(want.abs().max())
         assert err <= 0.01 * scale, f"d{n}: max error {err:.3g} over 1% of max |ref| {scale:.3g}"
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_opcheck_forward(packed):
+    from kgen.ops import _op
+
+    x, dt, A, B, C, D, dt_bias = _inputs(seed=23, seqlen=40)
+    b, seqlen, nheads, headdim = x.shape
+    seq_idx = (torch.arange(seqlen) >= 15).to(torch.int32)[None].expand(b, -1).contiguous()
+    tensors = (x.requires_grad_(), dt, A, B, C, D[:, None].expand(nheads, headdim).contiguous(), dt_bias,
+               torch.zeros(b, nheads, headdim, B.shape[3]), seq_idx)
+    op = _op("ssd_fwd")
+    args = op._positional(tensors, {"chunk_size": 64, "headdim": headdim, "dstate": B.shape[3], "packed": packed,
+                                    "softplus_below": 20.0})
+    torch.library.opcheck(torch.ops.kgen.ssd_fwd.default, tuple(args))
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_torch_compile_has_no_graph_break(packed):
+    x, dt, A, B, C, D, dt_bias = _inputs(seed=29, seqlen=70)
+    seq_idx = (torch.arange(70) >= 30).to(torch.int32)[None].contiguous() if packed else None
+    x.requires_grad_()
+    B.requires_grad_()
+
+    def loss(x, B):
+        y = mamba_chunk_scan_combined(x, dt, A, B, C, 64, D=D, dt_bias=dt_bias, seq_idx=seq_idx, dt_softplus=True)
+        return y.float().square().sum()
+
+    compiled = torch.compile(loss, fullgraph=True, backend="aot_eager")
+    got = compiled(x, B)
+    grads = torch.autograd.grad(got, (x, B))
+    want = loss(x, B)
+    want_grads = torch.autograd.grad(want, (x, B))
+    assert torch.equal(got, want)
+    for a, b in zip(grads, want_grads):
+        assert torch.equal(a, b)
