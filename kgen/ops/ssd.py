@@ -16,7 +16,7 @@ Gradients come from ssd_bwd (paired in ssd_fwd's `autograd:`): y and final_state
 differentiable with respect to x, dt, A, B, C, D, dt_bias and initial_states (through the float32
 copies made here; those passed as None get none). Checked on the CPU interpreter
 (tests/ops/test_ssd_ops.py, tests/ir/test_ssd_bwd.py) and on an H200 against float64
-(tests/ops/test_ssd_gpu.py).
+(tests/ops/test_ssd_gpu.py; its packed cases have not run on a GPU yet).
 """
 from __future__ import annotations
 
