@@ -120,6 +120,13 @@ def random_inputs(spec: Spec | LoadedSpec, variant: dict[str, Any], env: dict[st
     return out
 
 
+def packed_seq_idx(batch: int, seqlen: int, starts=()) -> torch.Tensor:
+    """seq_idx (batch, seqlen) int32 for sequences packed one after another, the same in every
+    row: 0 up to the first of `starts`, one more at each start (all 0 without starts)."""
+    pos = torch.arange(seqlen)[:, None]
+    return (pos >= torch.tensor(list(starts) or [seqlen])).sum(-1).to(torch.int32).expand(batch, seqlen).contiguous()
+
+
 def allocate(spec: Spec | LoadedSpec, variant: dict[str, Any], env: dict[str, Any]) -> dict[str, torch.Tensor]:
     """Outputs and scratch: zeros where the spec says `init: zeros`, else NaN (so that an element
     no kernel writes, or a scratch element read before it is written, shows up)."""

@@ -8,7 +8,7 @@ dt_bias and starts from initial_states either way), and a D of shape (nheads,) b
 output as mamba-ssm does (y * silu(z), in float32, rounded to x's dtype), applied here by PyTorch
 after the scan: one more pass over y and z that mamba-ssm fuses into its output kernel. seq_idx
 (several sequences packed in each row) selects the specs' packed variants; without it the
-unpacked ones run, which never read seq_idx (a zero tensor is passed in its place). What the
+unpacked ones run, which never read seq_idx (an unfilled tensor is passed in its place). What the
 spec cannot express yet is refused with one sentence before any launch: cu_seqlens (mamba-ssm's
 varlen states). docs/SSD.md has the plan.
 
@@ -144,8 +144,8 @@ def mamba_chunk_scan_combined(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor
     h0 = (torch.zeros(b, nheads, headdim, dstate, dtype=torch.float32, device=x.device) if initial_states is None
           else initial_states.float())
     packed = seq_idx is not None
-    if not packed:  # the unpacked kernels never read it
-        seq_idx = torch.zeros(x.shape[:2], dtype=torch.int32, device=x.device)
+    if not packed:  # the unpacked kernels never read it: no fill on every call
+        seq_idx = torch.empty(x.shape[:2], dtype=torch.int32, device=x.device)
     # the op's schema: inputs, scalars (dt_min, dt_max, softplus_below), then variant options;
     # called through torch.ops (registered at import, _register) so that torch.compile traces it
     y, final_states = torch.ops.kgen.ssd_fwd(x, dt, A.float(), B, C, D32, bias32, h0, seq_idx.contiguous(),

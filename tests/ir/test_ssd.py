@@ -61,7 +61,7 @@ def test_ssd_fwd_matches_sequential_recurrence(chunk_size, dstate, seqlen, nhead
     sizes = {"batch": 2, "seqlen": seqlen, "nheads": nheads, "ngroups": ngroups}
     inputs = _mamba_like_inputs(ls, variant, {**variant, **tunables, **sizes}, seed=seqlen + 7 * nheads,
                                 softplus=softplus)
-    inputs["seq_idx"] = (torch.arange(seqlen)[:, None] >= torch.tensor(starts or [seqlen])).sum(-1).to(torch.int32).expand(2, seqlen).contiguous()
+    inputs["seq_idx"] = helpers.packed_seq_idx(2, seqlen, starts)
 
     got = helpers.run_spec_cpu(ls, variant, dict(inputs), sizes, limits, tunables)
     scalars = helpers.scalar_values(ls.spec, limits)

@@ -49,8 +49,7 @@ def _inputs(variant, sizes, seed, softplus, starts=()):
             "D": torch.randn(H, P, generator=g), "dt_bias": 0.1 * torch.randn(H, generator=g),
             "initial_states": torch.randn(b, H, P, N, generator=g),
             "dy": torch.randn(b, L, H, P, generator=g).bfloat16(), "dfinal_states": torch.randn(b, H, P, N, generator=g),
-            "seq_idx": (torch.arange(L)[None, :, None] >= torch.tensor(starts or [L], dtype=torch.long)).sum(-1)
-            .to(torch.int32).expand(b, L).contiguous()}
+            "seq_idx": helpers.packed_seq_idx(b, L, starts)}
 
 
 def _quadratic_grads(inp, softplus, dt_min, dt_max, chunk_size, drop=None):
