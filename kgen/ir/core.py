@@ -122,7 +122,7 @@ class Kernel:
     constants: dict[str, Any]  # variant values and tunables bound into this kernel
     shared_bytes: int = 0
     notes: dict[str, Any] = field(default_factory=dict)  # decisions recorded for the manifest
-    prefetch_loads: bool = False  # the spec's per-kernel choice (passes/prefetch.py)
+    prefetch_loads: bool | int = False  # the spec's per-kernel choice: off, on, or a register budget (passes/prefetch.py)
     bulk_reductions: bool = False  # the spec's per-kernel choice, for this variant (passes/bulk_reduce.py)
     tma_barriers: int = 0  # mbarriers of tensor copies (passes/async_copy.py), 8 bytes each, in shared memory at notes["tma_barrier_offset"]
 

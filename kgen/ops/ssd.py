@@ -14,9 +14,11 @@ varlen states). docs/SSD.md has the plan.
 
 Gradients come from ssd_bwd (paired in ssd_fwd's `autograd:`): y and final_states are
 differentiable with respect to x, dt, A, B, C, D, dt_bias and initial_states (through the float32
-copies made here; those passed as None get none). Checked on the CPU interpreter
+copies made here; those passed as None get none). The forward saves, besides its inputs, the
+state entering each chunk in x's dtype (dstate / chunk_size of x's size), which the backward
+would otherwise recompute. Checked on the CPU interpreter
 (tests/ops/test_ssd_ops.py, tests/ir/test_ssd_bwd.py) and on an H200 against float64
-(tests/ops/test_ssd_gpu.py; its packed cases have not run on a GPU yet).
+(tests/ops/test_ssd_gpu.py).
 """
 from __future__ import annotations
 
@@ -148,10 +150,11 @@ def mamba_chunk_scan_combined(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor
         seq_idx = torch.empty(x.shape[:2], dtype=torch.int32, device=x.device)
     # the op's schema: inputs, scalars (dt_min, dt_max, softplus_below), then variant options;
     # called through torch.ops (registered at import, _register) so that torch.compile traces it
-    y, final_states = torch.ops.kgen.ssd_fwd(x, dt, A.float(), B, C, D32, bias32, h0, seq_idx.contiguous(),
-                                             float(dt_limit[0]), float(dt_limit[1]),
-                                             SOFTPLUS_BELOW if dt_softplus else -math.inf,
-                                             int(chunk_size), x.shape[3], B.shape[3], packed)
+    # prev_states (the state entering each chunk) is saved for the backward, not returned
+    y, final_states, _ = torch.ops.kgen.ssd_fwd(x, dt, A.float(), B, C, D32, bias32, h0, seq_idx.contiguous(),
+                                                float(dt_limit[0]), float(dt_limit[1]),
+                                                SOFTPLUS_BELOW if dt_softplus else -math.inf,
+                                                int(chunk_size), x.shape[3], B.shape[3], packed)
     if z is not None:  # mamba-ssm's gating: y * silu(z), computed in float32
         y = (y.float() * torch.nn.functional.silu(z.float())).to(x.dtype)
     return (y, final_states) if return_final_states else y

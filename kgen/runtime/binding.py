@@ -70,6 +70,7 @@ def bind(ls: LoadedSpec, tensors: dict[str, torch.Tensor], variant: dict[str, An
     spec = ls.spec
     sizes: dict[str, int] = {}
     static = dict(variant)
+    derived = []  # shape entries that are expressions, checked once every size is bound
     for name in spec.inputs():
         t, p = tensors[name], spec.tensors[name]
         if not isinstance(t, torch.Tensor):
@@ -82,7 +83,9 @@ def bind(ls: LoadedSpec, tensors: dict[str, torch.Tensor], variant: dict[str, An
         if t.dim() != len(p.shape):
             raise LaunchError(f"{spec.name}: '{name}' has {t.dim()} dims {tuple(t.shape)}; expected {len(p.shape)} dims {p.shape}")
         for d, (want_dim, got) in enumerate(zip(p.shape, t.shape)):
-            if isinstance(want_dim, int) or want_dim in static:
+            if isinstance(want_dim, str) and not want_dim.isidentifier():
+                derived.append((name, d, want_dim, got))
+            elif isinstance(want_dim, int) or want_dim in static:
                 exp = want_dim if isinstance(want_dim, int) else static[want_dim]
                 if got != exp:
                     raise LaunchError(f"{spec.name}: '{name}' dim {d} is {got}; expected {want_dim} = {exp}")
@@ -98,6 +101,10 @@ def bind(ls: LoadedSpec, tensors: dict[str, torch.Tensor], variant: dict[str, An
         if s not in sizes:
             raise LaunchError(f"{spec.name}: size {s} is not given by any input tensor")
     env = {**static, **sizes}
+    for name, d, want_dim, got in derived:
+        exp = eval_expr(want_dim, env)
+        if got != exp:
+            raise LaunchError(f"{spec.name}: '{name}' dim {d} is {got}; expected {want_dim} = {exp}")
     on_tunables = tunable_constraints(spec)
     for c in (c for c in spec.constraints if c not in on_tunables):
         if not eval_expr(c, env):

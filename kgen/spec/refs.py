@@ -85,12 +85,18 @@ def _check_tensors(spec: "Spec", known: list[str], dtype_names: tuple[str, ...])
             if t.role != "input":
                 _expr_at(path, d, known)
             elif isinstance(d, str) and d not in known:
-                # the sizes are read off the inputs' shapes at call time, so an input's entries are plain names
                 accepted = f"{', '.join(known)} or an integer" if known else "an integer"
                 if d.isidentifier():
                     raise FieldError(path, f"'{d}' is not a size, tunable or integer variant axis; accepted: {accepted}")
-                raise FieldError(path, f"'{d}' is an expression, which only output and scratch shapes may use; "
-                                 f"accepted in an input's shape: {accepted}")
+                # the sizes are read off the inputs' plain entries at call time and an expression
+                # is checked against them after (a saved forward output: ssd_bwd's prev_states),
+                # so it may name sizes and variant axes, not tunables, which are chosen later
+                tunables = sorted(names_in(d) & set(spec.tunables))
+                if tunables:
+                    raise FieldError(path, f"'{d}' names the tunables {', '.join(tunables)}, which an input's shape "
+                                     "may not use (they are chosen after the inputs are checked); accepted: sizes, "
+                                     "integer variant axes and integers")
+                _expr_at(path, d, known)
 
 
 def _check_warps(spec: "Spec", i: int, warps: int | str) -> None:

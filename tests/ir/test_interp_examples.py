@@ -17,7 +17,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for helpers
 import helpers  # noqa: E402
 
+from kgen.spec.expr import eval_expr  # noqa: E402
 from kgen.spec.load import load_spec, variant_id  # noqa: E402
+from kgen.spec.refs import tunable_constraints  # noqa: E402
 
 SPECS = Path(__file__).resolve().parents[2] / "specs"
 # no size is a multiple of 8 or more (every block tunable is 8 or more, except BLOCK_M = 4 of
@@ -57,8 +59,12 @@ def _cases():
 
 def _tunables(ls, variant, blocks: str) -> dict[str, int]:
     t = helpers.default_tunables(ls, variant)
-    if blocks == "small":
-        t = {k: (min(v, SMALL_BLOCK) if k.startswith("BLOCK") else v) for k, v in t.items()}
+    if blocks == "small":  # each block tunable made small where the spec's constraints allow it
+        rules = tunable_constraints(ls.spec)
+        for k, v in t.items():
+            small = {**t, k: min(v, SMALL_BLOCK)}
+            if k.startswith("BLOCK") and all(eval_expr(c, {**variant, **small}) for c in rules):
+                t = small
     return t
 
 

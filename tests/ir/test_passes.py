@@ -201,11 +201,30 @@ def test_small_loads_in_loops_are_issued_an_iteration_ahead(target):
     assert not any(op.attrs.get("pred") for op in ops(dc, "load"))
 
 
+@pytest.mark.parametrize("target", ["sm_90", "gfx942"])
+def test_a_prefetch_budget_moves_larger_tiles(target):
+    """dx asks for `prefetch_loads: 32`: its loop's 32x64 fp32 CB block (16 elements per thread
+    on sm_90's 4 warps, 8 on gfx942's 4 waves of 64), over true's limit on sm_90, is loaded an
+    iteration ahead beside the cumsum row; the moved tiles stay within the budget."""
+    from kgen.ir.passes.prefetch import MAX_TILE_REGS
+
+    variant = {"dtype": "bf16", "chunk_size": 256, "headdim": 64, "dstate": 128, "packed": False}
+    k = lower("specs/ssd_bwd.yaml", _kernel_index("specs/ssd_bwd.yaml", "dx"), variant, {**SSD_BWD, "BLOCK_T": 32}, target)
+    loop = ops(k, "for")[0]
+    pred = [op for op in loop.body.ops if op.kind == "load" and op.attrs.get("pred")]
+    # (gfx942, without asynchronous copies, loads dy's block into registers too, and moves it)
+    assert {"CB", "dA_cumsum"} <= {op.attrs["tensor"] for op in pred}
+    regs = [op.result.layout.nregs for op in pred]
+    assert sum(regs) <= 32
+    if target == "sm_90":
+        assert max(regs) > MAX_TILE_REGS  # what `true` would have left in place
+
+
 def test_a_load_of_a_tensor_the_kernel_writes_stays_in_place():
-    """chunk_state stores dA_cumsum and dt_eff and loads dt, B and x in its loops: the loads
-    it moves ahead are never of a tensor it writes."""
+    """chunk_state stores the chunk states and loads the cumsum, dt, B and x in its loop: the
+    loads it moves ahead are never of a tensor it writes."""
     variant = {"dtype": "bf16", "chunk_size": 128, "headdim": 64, "dstate": 64, "packed": False}
-    k = lower("specs/ssd_bwd.yaml", _kernel_index("specs/ssd_bwd.yaml", "chunk_state"), variant, SSD_BWD, "sm_90")
+    k = lower("specs/ssd_fwd.yaml", _kernel_index("specs/ssd_fwd.yaml", "chunk_state"), variant, SSD_BWD, "sm_90")
     written = {op.attrs["tensor"] for op in walk(k.body) if op.kind in ("store", "atomic_add")}
     moved = {op.attrs["tensor"] for op in ops(k, "load") if op.attrs.get("pred")}
     assert moved and not moved & written

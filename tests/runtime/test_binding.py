@@ -45,3 +45,26 @@ def test_options_are_checked_by_value_and_type(fa2_fwd, kwargs, message):
     with pytest.raises(LaunchError) as e:
         fa2_fwd(q, k, k, softmax_scale=0.1, **kwargs)
     assert str(e.value) == message
+
+
+def test_an_input_shape_expression_is_checked_against_the_bound_sizes():
+    """ssd_bwd's prev_states (batch, cdiv(seqlen, chunk_size), nheads, headdim, dstate), saved by
+    the forward: seqlen comes from x, and a prev_states with another number of chunks is named."""
+    from kgen.runtime.binding import bind, choose_variant
+
+    from kgen.spec.load import load_spec
+
+    ls = load_spec(SPECS / "ssd_bwd.yaml")
+    b, L, h, p, g, n, q = 1, 130, 2, 64, 1, 64, 64
+    bf, f32 = torch.bfloat16, torch.float32
+    t = {"x": torch.randn(b, L, h, p, dtype=bf), "dt": torch.randn(b, L, h, dtype=bf), "A": torch.randn(h),
+         "B": torch.randn(b, L, g, n, dtype=bf), "C": torch.randn(b, L, g, n, dtype=bf), "D": torch.randn(h, p),
+         "dt_bias": torch.randn(h), "initial_states": torch.randn(b, h, p, n), "seq_idx": torch.zeros(b, L, dtype=torch.int32),
+         "dy": torch.randn(b, L, h, p, dtype=bf), "dfinal_states": torch.randn(b, h, p, n, dtype=f32),
+         "prev_states": torch.randn(b, 3, h, p, n, dtype=bf)}
+    variant = choose_variant(ls, t, {"chunk_size": q, "headdim": p, "dstate": n, "packed": False})
+    assert bind(ls, t, variant, torch.device("cpu"))["seqlen"] == L  # 3 = cdiv(130, 64) chunks
+    t["prev_states"] = torch.randn(b, 2, h, p, n, dtype=bf)
+    with pytest.raises(LaunchError) as e:
+        bind(ls, t, variant, torch.device("cpu"))
+    assert str(e.value) == "ssd_bwd: 'prev_states' dim 1 is 2; expected cdiv(seqlen, chunk_size) = 3"

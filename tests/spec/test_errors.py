@@ -170,10 +170,18 @@ def test_output_shape_expression_is_checked_at_load(tmp_path):
                       "or integer variant axis; accepted: M, N, BLOCK_M, BLOCK_N")
 
 
-def test_input_shape_takes_no_expression(tmp_path):
-    p, e = error_of(tmp_path, BASE.replace("x: {shape: [M, N]", 'x: {shape: [M, "N * 2"]'))
-    assert str(e) == (f"{p}:8:18: tensors.x.shape.1: 'N * 2' is an expression, which only output and scratch shapes "
-                      "may use; accepted in an input's shape: M, N, BLOCK_M, BLOCK_N or an integer")
+def test_input_shape_expression_takes_no_tunable(tmp_path):
+    # sizes and variant axes are known when the inputs are checked; tunables are chosen after
+    p, e = error_of(tmp_path, BASE.replace("x: {shape: [M, N]", 'x: {shape: [M, "N * BLOCK_N"]'))
+    assert str(e) == (f"{p}:8:18: tensors.x.shape.1: 'N * BLOCK_N' names the tunables BLOCK_N, which an input's "
+                      "shape may not use (they are chosen after the inputs are checked); accepted: sizes, integer "
+                      "variant axes and integers")
+
+
+def test_input_shape_expression_is_checked_at_load(tmp_path):
+    p, e = error_of(tmp_path, BASE.replace("x: {shape: [M, N]", 'x: {shape: [M, "cdiv(N, K)"]'))
+    assert str(e) == (f"{p}:8:18: tensors.x.shape.1: 'cdiv(N, K)' uses 'K', which is not a size, tunable or "
+                      "integer variant axis; accepted: M, N, BLOCK_M, BLOCK_N")
 
 
 def test_warps_naming_no_tunable(tmp_path):
@@ -389,3 +397,10 @@ def test_cumsum_needs_an_axis_and_a_number_tile(tmp_path):
         store(y[rows, block(0, BLOCK_N)], cumsum(t > 0.0, axis=1).to(dtype))
     """))
     assert str(e) == f"{p}:17:41: cumsum() takes a float or int32 tile, got bool; cast it with .to(int32) first"
+
+
+@pytest.mark.parametrize("value", [0, 65])
+def test_prefetch_budget_out_of_range(tmp_path, value):
+    p, e = error_of(tmp_path, BASE.replace("    program: |\n", f"    prefetch_loads: {value}\n    program: |\n"))
+    assert str(e) == (f"{p}:14:21: kernels.0.prefetch_loads: prefetch_loads {value} is out of range; accepted: true, "
+                      "false or an integer from 1 to 64 (elements per thread one loop may prefetch)")

@@ -42,24 +42,26 @@ MAX_LOOP_REGS = 16
 
 
 def prefetch_loads(k: Kernel, target: Target) -> Kernel:
-    if not k.prefetch_loads:
+    if k.prefetch_loads is False:
         return k
+    # true: the default limits; an integer: the spec's budget for both (a kernel whose
+    # registers have room, whose loop waits on a larger tile: dx's 32x64 fp32 CB block)
+    tile, loop_regs = (MAX_TILE_REGS, MAX_LOOP_REGS) if k.prefetch_loads is True else (k.prefetch_loads,) * 2
     written = {op.attrs["tensor"] for op in walk(k.body) if op.kind in ("store", "atomic_add")}
     for loop, parent in [(op, b) for b in list(blocks(k.body)) for op in b.ops if op.kind == "for"]:
-        _prefetch(loop, parent, written)
+        _prefetch(loop, parent, written, tile, loop_regs)
     return k
 
 
-def _prefetch(loop: Op, parent: Block, written: set[str]) -> None:
+def _prefetch(loop: Op, parent: Block, written: set[str], tile: int, budget: int) -> None:
     body = loop.body
     iv = body.args[0]
     start, stop, step = loop.operands[:3]
     inside = {id(v) for v in body.args} | {id(r) for op in walk(body) for r in op.results}
-    budget = MAX_LOOP_REGS
     plans = []
     for load in [op for op in body.ops if op.kind == "load" and not op.attrs.get("pred")]:
         regs = 1 if load.result.is_scalar else load.result.layout.nregs
-        if load.attrs["tensor"] in written or regs > MAX_TILE_REGS or regs > budget:
+        if load.attrs["tensor"] in written or regs > tile or regs > budget:
             continue
         chain = index_chain(load.operands, body, iv, inside)
         if chain is None:
