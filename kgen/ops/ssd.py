@@ -30,7 +30,7 @@ from ..errors import LaunchError
 
 CHUNK_SIZES = (64, 128, 256)
 HEADDIMS = (64, 128)
-DSTATES = (64, 128)
+DSTATES = (64, 128, 256)
 # dt_softplus=True applies softplus where dt + dt_bias <= 20 and passes larger values through,
 # as mamba-ssm does (softplus(20) is 20 in fp32)
 SOFTPLUS_BELOW = 20.0

@@ -20,6 +20,8 @@ BWD = {"BLOCK_M": 64, "BLOCK_N": 64, "WARPS": 8}
 
 
 def lower(spec, kernel, variant, tunables, target):
+    if "dstate" in variant:  # the chunked scan's state columns per step: all of them, as the spec's first choice
+        tunables = {"BLOCK_N": variant["dstate"], **tunables}
     return compile_kernel(load_spec(ROOT / spec), kernel, variant, tunables, load_target(target))
 
 

@@ -24,7 +24,8 @@ from kgen.ops.ssd import SOFTPLUS_BELOW  # noqa: E402
 from kgen.spec.load import load_spec  # noqa: E402
 
 SPEC = Path(__file__).resolve().parents[2] / "specs" / "ssd_fwd.yaml"
-SMALL_BLOCKS = {"BLOCK_S": 16, "BLOCK_M": 16, "BLOCK_K": 32}
+# BLOCK_N 32: the state columns in blocks, as gfx942 takes them at dstate 256
+SMALL_BLOCKS = {"BLOCK_S": 16, "BLOCK_M": 16, "BLOCK_K": 32, "BLOCK_N": 32}
 
 
 def _mamba_like_inputs(ls, variant, env, seed, softplus):
@@ -49,13 +50,15 @@ def _mamba_like_inputs(ls, variant, env, seed, softplus):
     (64, 64, 17, 2, 1, "small", True, {}, ()),
     (64, 64, 150, 2, 1, "spec", True, {}, (40, 64, 130)),
     (128, 64, 300, 4, 2, "small", True, {}, (100, 127, 256)),
+    (64, 256, 90, 2, 1, "spec", True, {}, ()),
+    (64, 256, 90, 2, 1, "small", True, {}, (50,)),
 ])
 def test_ssd_fwd_matches_sequential_recurrence(chunk_size, dstate, seqlen, nheads, ngroups, blocks, softplus, limits,
                                                 starts):
     ls = load_spec(SPEC)
     variant = {"dtype": "bf16", "chunk_size": chunk_size, "headdim": 64, "dstate": dstate, "packed": bool(starts)}
     limits = {**limits, "softplus_below": SOFTPLUS_BELOW} if softplus else limits
-    tunables = helpers.default_tunables(ls)
+    tunables = helpers.default_tunables(ls, variant)
     if blocks == "small":
         tunables.update(SMALL_BLOCKS)
     sizes = {"batch": 2, "seqlen": seqlen, "nheads": nheads, "ngroups": ngroups}

@@ -127,6 +127,9 @@ CASES = [
     # chunk's last (127: the initial state never leaves chunk 0)
     (64, 64, True, {"batch": 2, "seqlen": 150, "nheads": 2, "ngroups": 1}, {}, {}, (40, 64, 130)),
     (128, 64, True, {"batch": 1, "seqlen": 300, "nheads": 3, "ngroups": 1}, {"dt_max": 0.5}, SMALL, (100, 127, 256)),
+    # dstate 256, whole and in 64-column blocks (gfx942's form: BLOCK_N < dstate), packed
+    (64, 256, True, {"batch": 1, "seqlen": 140, "nheads": 2, "ngroups": 1}, {}, {}, ()),
+    (64, 256, True, {"batch": 1, "seqlen": 140, "nheads": 2, "ngroups": 1}, {}, {"BLOCK_N": 64, "BLOCK_P": 16}, (70,)),
 ]
 
 

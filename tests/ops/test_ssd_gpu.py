@@ -44,6 +44,9 @@ CASES = [
     (2, 1000, 8, 1, 128, 256, "head+h0+packed", True, True, (0.0, math.inf)),
     (1, 4097, 8, 2, 64, 64, "channel+packed+p128", True, True, (0.0, math.inf)),
     (3, 512, 8, 4, 128, 128, "head+packed", True, False, (0.0, math.inf)),
+    (2, 1000, 4, 1, 256, 256, "channel+h0", True, True, (0.0, math.inf)),
+    (1, 4097, 8, 2, 256, 128, "head+h0+p128", True, True, (0.0, math.inf)),
+    (2, 1000, 8, 1, 256, 64, "head+packed", True, True, (0.0, math.inf)),
 ]
 
 

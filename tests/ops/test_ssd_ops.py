@@ -163,6 +163,9 @@ def test_wrong_dtype_and_headdim_are_refused():
         mamba_chunk_scan_combined(x.half(), dt.half(), A, B.half(), C.half(), 64)
     with pytest.raises(LaunchError, match="headdim 32 is not supported; accepted: 64, 128"):
         mamba_chunk_scan_combined(x[..., :32].contiguous(), dt, A, B, C, 64)
+    wide = torch.cat([B] * 8, dim=-1)  # dstate 512
+    with pytest.raises(LaunchError, match="dstate 512 is not supported; accepted: 64, 128, 256$"):
+        mamba_chunk_scan_combined(x, dt, A, wide, wide, 64)
 
 
 @pytest.mark.parametrize("with_d, with_bias, limit, ngroups, use_final, extras", [

@@ -3,28 +3,28 @@
 #include "kgen_hip.h"
 #include "kgen_tile.h"
 
-KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_bwd_cb(const kg::bf16* __restrict__ t_x, int64_t stride_x_0, int64_t stride_x_1, int64_t stride_x_2, const kg::bf16* __restrict__ t_dt, int64_t stride_dt_0, int64_t stride_dt_1, const float* __restrict__ t_A, const kg::bf16* __restrict__ t_B, int64_t stride_B_0, int64_t stride_B_1, int64_t stride_B_2, const kg::bf16* __restrict__ t_C, int64_t stride_C_0, int64_t stride_C_1, int64_t stride_C_2, const float* __restrict__ t_D, int64_t stride_D_0, const float* __restrict__ t_dt_bias, const float* __restrict__ t_initial_states, int64_t stride_initial_states_0, int64_t stride_initial_states_1, int64_t stride_initial_states_2, const int* __restrict__ t_seq_idx, int64_t stride_seq_idx_0, const kg::bf16* __restrict__ t_dy, int64_t stride_dy_0, int64_t stride_dy_1, int64_t stride_dy_2, const float* __restrict__ t_dfinal_states, int64_t stride_dfinal_states_0, int64_t stride_dfinal_states_1, int64_t stride_dfinal_states_2, const kg::bf16* __restrict__ t_prev_states, int64_t stride_prev_states_0, int64_t stride_prev_states_1, int64_t stride_prev_states_2, int64_t stride_prev_states_3, kg::bf16* __restrict__ t_dx, int64_t stride_dx_0, int64_t stride_dx_1, int64_t stride_dx_2, kg::bf16* __restrict__ t_ddt, int64_t stride_ddt_0, int64_t stride_ddt_1, float* __restrict__ t_dA, kg::bf16* __restrict__ t_dB, int64_t stride_dB_0, int64_t stride_dB_1, int64_t stride_dB_2, kg::bf16* __restrict__ t_dC, int64_t stride_dC_0, int64_t stride_dC_1, int64_t stride_dC_2, float* __restrict__ t_dD, int64_t stride_dD_0, float* __restrict__ t_ddt_bias, float* __restrict__ t_dinitial_states, int64_t stride_dinitial_states_0, int64_t stride_dinitial_states_1, int64_t stride_dinitial_states_2, float* __restrict__ t_dt_eff, int64_t stride_dt_eff_0, int64_t stride_dt_eff_1, int64_t stride_dt_eff_2, float* __restrict__ t_dA_cumsum, int64_t stride_dA_cumsum_0, int64_t stride_dA_cumsum_1, int64_t stride_dA_cumsum_2, float* __restrict__ t_CB, int64_t stride_CB_0, int64_t stride_CB_1, int64_t stride_CB_2, int64_t stride_CB_3, kg::bf16* __restrict__ t_y_grad_state, int64_t stride_y_grad_state_0, int64_t stride_y_grad_state_1, int64_t stride_y_grad_state_2, int64_t stride_y_grad_state_3, kg::bf16* __restrict__ t_out_grad_state, int64_t stride_out_grad_state_0, int64_t stride_out_grad_state_1, int64_t stride_out_grad_state_2, int64_t stride_out_grad_state_3, float* __restrict__ t_cs_last_grad, int64_t stride_cs_last_grad_0, int64_t stride_cs_last_grad_1, float* __restrict__ t_cs_state_grad, int64_t stride_cs_state_grad_0, int64_t stride_cs_state_grad_1, int64_t stride_cs_state_grad_2, float* __restrict__ t_cs_src_grad, int64_t stride_cs_src_grad_0, int64_t stride_cs_src_grad_1, int64_t stride_cs_src_grad_2, float* __restrict__ t_cs_tgt_part, int64_t stride_cs_tgt_part_0, int64_t stride_cs_tgt_part_1, int64_t stride_cs_tgt_part_2, int64_t stride_cs_tgt_part_3, float* __restrict__ t_dt_src_grad, int64_t stride_dt_src_grad_0, int64_t stride_dt_src_grad_1, int64_t stride_dt_src_grad_2, float* __restrict__ t_A_part, int64_t stride_A_part_0, int64_t stride_A_part_1, float* __restrict__ t_bias_part, int64_t stride_bias_part_0, int64_t stride_bias_part_1, float* __restrict__ t_D_part, int64_t stride_D_part_0, int64_t stride_D_part_1, int64_t stride_D_part_2, float* __restrict__ t_dCB, int64_t stride_dCB_0, int64_t stride_dCB_1, int64_t stride_dCB_2, int64_t stride_dCB_3, float* __restrict__ t_dB_part, int64_t stride_dB_part_0, int64_t stride_dB_part_1, int64_t stride_dB_part_2, int64_t stride_dB_part_3, float* __restrict__ t_dC_part, int64_t stride_dC_part_0, int64_t stride_dC_part_1, int64_t stride_dC_part_2, int64_t stride_dC_part_3, int size_batch, int size_seqlen, int size_nheads, int size_ngroups, float scalar_dt_min, float scalar_dt_max, float scalar_softplus_below) {
-  KG_SHARED __attribute__((aligned(16))) char smem[18432];
+KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_bwd_cb(const kg::bf16* __restrict__ t_x, int64_t stride_x_0, int64_t stride_x_1, int64_t stride_x_2, const kg::bf16* __restrict__ t_dt, int64_t stride_dt_0, int64_t stride_dt_1, const float* __restrict__ t_A, const kg::bf16* __restrict__ t_B, int64_t stride_B_0, int64_t stride_B_1, int64_t stride_B_2, const kg::bf16* __restrict__ t_C, int64_t stride_C_0, int64_t stride_C_1, int64_t stride_C_2, const float* __restrict__ t_D, int64_t stride_D_0, const float* __restrict__ t_dt_bias, const float* __restrict__ t_initial_states, int64_t stride_initial_states_0, int64_t stride_initial_states_1, int64_t stride_initial_states_2, const int* __restrict__ t_seq_idx, int64_t stride_seq_idx_0, const kg::bf16* __restrict__ t_dy, int64_t stride_dy_0, int64_t stride_dy_1, int64_t stride_dy_2, const float* __restrict__ t_dfinal_states, int64_t stride_dfinal_states_0, int64_t stride_dfinal_states_1, int64_t stride_dfinal_states_2, const kg::bf16* __restrict__ t_prev_states, int64_t stride_prev_states_0, int64_t stride_prev_states_1, int64_t stride_prev_states_2, int64_t stride_prev_states_3, kg::bf16* __restrict__ t_dx, int64_t stride_dx_0, int64_t stride_dx_1, int64_t stride_dx_2, kg::bf16* __restrict__ t_ddt, int64_t stride_ddt_0, int64_t stride_ddt_1, float* __restrict__ t_dA, kg::bf16* __restrict__ t_dB, int64_t stride_dB_0, int64_t stride_dB_1, int64_t stride_dB_2, kg::bf16* __restrict__ t_dC, int64_t stride_dC_0, int64_t stride_dC_1, int64_t stride_dC_2, float* __restrict__ t_dD, int64_t stride_dD_0, float* __restrict__ t_ddt_bias, float* __restrict__ t_dinitial_states, int64_t stride_dinitial_states_0, int64_t stride_dinitial_states_1, int64_t stride_dinitial_states_2, float* __restrict__ t_dt_eff, int64_t stride_dt_eff_0, int64_t stride_dt_eff_1, int64_t stride_dt_eff_2, float* __restrict__ t_dA_cumsum, int64_t stride_dA_cumsum_0, int64_t stride_dA_cumsum_1, int64_t stride_dA_cumsum_2, float* __restrict__ t_CB, int64_t stride_CB_0, int64_t stride_CB_1, int64_t stride_CB_2, int64_t stride_CB_3, kg::bf16* __restrict__ t_y_grad_state, int64_t stride_y_grad_state_0, int64_t stride_y_grad_state_1, int64_t stride_y_grad_state_2, int64_t stride_y_grad_state_3, kg::bf16* __restrict__ t_out_grad_state, int64_t stride_out_grad_state_0, int64_t stride_out_grad_state_1, int64_t stride_out_grad_state_2, int64_t stride_out_grad_state_3, float* __restrict__ t_cs_last_grad, int64_t stride_cs_last_grad_0, int64_t stride_cs_last_grad_1, int64_t stride_cs_last_grad_2, float* __restrict__ t_cs_state_grad, int64_t stride_cs_state_grad_0, int64_t stride_cs_state_grad_1, int64_t stride_cs_state_grad_2, float* __restrict__ t_cs_src_grad, int64_t stride_cs_src_grad_0, int64_t stride_cs_src_grad_1, int64_t stride_cs_src_grad_2, float* __restrict__ t_cs_tgt_part, int64_t stride_cs_tgt_part_0, int64_t stride_cs_tgt_part_1, int64_t stride_cs_tgt_part_2, int64_t stride_cs_tgt_part_3, float* __restrict__ t_dt_src_grad, int64_t stride_dt_src_grad_0, int64_t stride_dt_src_grad_1, int64_t stride_dt_src_grad_2, float* __restrict__ t_A_part, int64_t stride_A_part_0, int64_t stride_A_part_1, float* __restrict__ t_bias_part, int64_t stride_bias_part_0, int64_t stride_bias_part_1, float* __restrict__ t_D_part, int64_t stride_D_part_0, int64_t stride_D_part_1, int64_t stride_D_part_2, float* __restrict__ t_dCB, int64_t stride_dCB_0, int64_t stride_dCB_1, int64_t stride_dCB_2, int64_t stride_dCB_3, float* __restrict__ t_dB_part, int64_t stride_dB_part_0, int64_t stride_dB_part_1, int64_t stride_dB_part_2, int64_t stride_dB_part_3, float* __restrict__ t_dC_part, int64_t stride_dC_part_0, int64_t stride_dC_part_1, int64_t stride_dC_part_2, int64_t stride_dC_part_3, int size_batch, int size_seqlen, int size_nheads, int size_ngroups, float scalar_dt_min, float scalar_dt_max, float scalar_softplus_below) {
+  KG_SHARED __attribute__((aligned(16))) char smem[13824];
   const int lane = kg::thread_id() % kg::WAVE;
   const int warp = __builtin_amdgcn_readfirstlane(kg::thread_id() / kg::WAVE);
   
-  // spec: specs/ssd_bwd.yaml:146:28
+  // spec: specs/ssd_bwd.yaml:147:28
   const int v0 = size_ngroups;
-  // spec: specs/ssd_bwd.yaml:146:11
+  // spec: specs/ssd_bwd.yaml:147:11
   const int v1 = kg::block_id_y();
-  // spec: specs/ssd_bwd.yaml:147:11
-  const int v2 = kg::block_id_y();
   // spec: specs/ssd_bwd.yaml:148:11
-  const int v3 = kg::block_id_x();
+  const int v2 = kg::block_id_y();
   // spec: specs/ssd_bwd.yaml:149:11
+  const int v3 = kg::block_id_x();
+  // spec: specs/ssd_bwd.yaml:150:11
   const int v4 = kg::block_id_x();
-  // spec: specs/ssd_bwd.yaml:150:28
+  // spec: specs/ssd_bwd.yaml:151:28
   const int v5 = kg::block_id_x();
-  // spec: specs/ssd_bwd.yaml:147:11
+  // spec: specs/ssd_bwd.yaml:148:11
   const int v6 = (kg::mod(v2, v0));
-  // spec: specs/ssd_bwd.yaml:146:11
+  // spec: specs/ssd_bwd.yaml:147:11
   const int v7 = (kg::floordiv(v1, v0));
-  // spec: specs/ssd_bwd.yaml:150:12
+  // spec: specs/ssd_bwd.yaml:151:12
   kg::bf16 v8[16];
   {
     const kg::bf16* p_ = t_C + ((int64_t)(v7) * stride_C_0 + (int64_t)(v6) * stride_C_2);
@@ -46,60 +46,60 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_bwd_cb
       }
     }
   }
-  // spec: specs/ssd_bwd.yaml:153:68
+  // spec: specs/ssd_bwd.yaml:154:68
   kg::bf16* v9 = reinterpret_cast<kg::bf16*>(smem + 0);
   kg::sync();
   #pragma unroll
   for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v9[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v8[e]);
   kg::sync();
-  // spec: specs/ssd_bwd.yaml:151:22
+  // spec: specs/ssd_bwd.yaml:152:22
   const int v10 = 1;
-  // spec: specs/ssd_bwd.yaml:151:22
+  // spec: specs/ssd_bwd.yaml:152:22
   const int v11 = 0;
-  // spec: specs/ssd_bwd.yaml:151:22
-  const int v12 = 64;
-  // spec: specs/ssd_bwd.yaml:151:22
-  const int v13 = 63;
-  // spec: specs/ssd_bwd.yaml:151:27
+  // spec: specs/ssd_bwd.yaml:152:22
+  const int v12 = 32;
+  // spec: specs/ssd_bwd.yaml:152:22
+  const int v13 = 31;
+  // spec: specs/ssd_bwd.yaml:152:27
   const int v14 = 64;
-  // spec: specs/ssd_bwd.yaml:151:28
+  // spec: specs/ssd_bwd.yaml:152:28
   const int v15 = 1;
-  // spec: specs/ssd_bwd.yaml:149:11
+  // spec: specs/ssd_bwd.yaml:150:11
   const int v16 = 1;
-  // spec: specs/ssd_bwd.yaml:149:11
+  // spec: specs/ssd_bwd.yaml:150:11
   const int v17 = (kg::mod(v4, v16));
-  // spec: specs/ssd_bwd.yaml:151:28
+  // spec: specs/ssd_bwd.yaml:152:28
   const int v18 = (v17 + v15);
-  // spec: specs/ssd_bwd.yaml:151:27
+  // spec: specs/ssd_bwd.yaml:152:27
   const int v19 = (v18 * v14);
-  // spec: specs/ssd_bwd.yaml:151:22
+  // spec: specs/ssd_bwd.yaml:152:22
   const int v20 = (v19 + v13);
-  // spec: specs/ssd_bwd.yaml:151:22
+  // spec: specs/ssd_bwd.yaml:152:22
   const int v21 = (kg::floordiv(v20, v12));
-  // spec: specs/ssd_bwd.yaml:148:11
+  // spec: specs/ssd_bwd.yaml:149:11
   const int v22 = 1;
-  // spec: specs/ssd_bwd.yaml:148:11
+  // spec: specs/ssd_bwd.yaml:149:11
   const int v23 = (kg::floordiv(v3, v22));
-  // spec: specs/ssd_bwd.yaml:151:7
+  // spec: specs/ssd_bwd.yaml:152:7
 
   for (int v24 = v11; v24 < v21; v24 += v10) {
     
-    // spec: specs/ssd_bwd.yaml:152:23
-    const int v25 = 1;
-    // spec: specs/ssd_bwd.yaml:152:23
+    // spec: specs/ssd_bwd.yaml:153:23
+    const int v25 = 2;
+    // spec: specs/ssd_bwd.yaml:153:23
     const int v26 = (v23 * v25);
-    // spec: specs/ssd_bwd.yaml:152:23
+    // spec: specs/ssd_bwd.yaml:153:23
     const int v27 = (v26 + v24);
-    // spec: specs/ssd_bwd.yaml:153:76
-    kg::bf16 v28[16];
+    // spec: specs/ssd_bwd.yaml:154:76
+    kg::bf16 v28[8];
     {
       const kg::bf16* p_ = t_B + ((int64_t)(v7) * stride_B_0 + (int64_t)(v6) * stride_B_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_B_0 % 8 == 0 && stride_B_1 % 8 == 0 && stride_B_2 % 8 == 0;
-      const int t0_ = v27 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
+      const int t0_ = v27 * 32 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
       const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
     #pragma unroll
-      for (int e = 0; e < 16; e += 8) {
-        const int i0_ = t0_ + ((e >> 3) & 1) * 32;
+      for (int e = 0; e < 8; e += 8) {
+        const int i0_ = t0_ + 0;
         const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
         const int64_t off_ = (int64_t)i0_ * stride_B_1 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_seqlen);
@@ -112,49 +112,49 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_bwd_cb
         }
       }
     }
-    // spec: specs/ssd_bwd.yaml:153:68
+    // spec: specs/ssd_bwd.yaml:154:68
     kg::bf16* v29 = reinterpret_cast<kg::bf16*>(smem + 9216);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v29[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v28[e]);
+    for (int e = 0; e < 8; e += 8) kg::copy_vec<8>(&v29[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (0)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v28[e]);
     kg::sync();
-    // spec: specs/ssd_bwd.yaml:153:68
+    // spec: specs/ssd_bwd.yaml:154:68
     kg::bf16* v30 = v29;
-    // spec: specs/ssd_bwd.yaml:153:68
-    float v31[16];
+    // spec: specs/ssd_bwd.yaml:154:68
+    float v31[8];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v31[e] = 0.0f;
-    // spec: specs/ssd_bwd.yaml:153:68
-    float (&v32)[16] = v31;
+    for (int e = 0; e < 8; ++e) v31[e] = 0.0f;
+    // spec: specs/ssd_bwd.yaml:154:68
+    float (&v32)[8] = v31;
     #pragma unroll
-    for (int ks = 0; ks < 8; ++ks) {
+    for (int ks = 0; ks < 4; ++ks) {
       alignas(16) kg::bf16 fa_[4];
     #pragma unroll
-      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v9[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
-      alignas(16) kg::bf16 fb_[4];
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v9[((warp / 1) * 16 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (0)) * 72 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      alignas(16) kg::bf16 fb_[8];
     #pragma unroll
-      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v30[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 8; i += 4) kg::copy_vec<4>(&fb_[i], &v30[((warp % 1) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((i >> 2) & 1) * 16)) * 72 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
-        for (int rn = 0; rn < 1; ++rn)
-          kg::mfma_32x32x8_bf16(&v32[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+        for (int rn = 0; rn < 2; ++rn)
+          kg::mfma_16x16x16_bf16(&v32[(rm * 2 + rn) * 4], &fa_[rm * 4], &fb_[rn * 4]);
     }
-    // spec: specs/ssd_bwd.yaml:153:11
+    // spec: specs/ssd_bwd.yaml:154:11
     if ((lane & 0) == 0 && (warp & 0) == 0) {
       float* p_ = t_CB + ((int64_t)(v7) * stride_CB_0 + (int64_t)(v23) * stride_CB_1 + (int64_t)(v6) * stride_CB_2);
       const bool aligned_ = false;
-      const int t0_ = v17 * 64 + ((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32;
-      const int t1_ = v24 * 64 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32;
+      const int t0_ = v17 * 64 + ((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+      const int t1_ = v24 * 32 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8;
     #pragma unroll
-      for (int e = 0; e < 16; e += 1) {
-        const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
-        const int i1_ = t1_ + 0;
+      for (int e = 0; e < 8; e += 1) {
+        const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
+        const int i1_ = t1_ + ((e >> 2) & 1) * 16;
         const int64_t off_ = (int64_t)i0_ * stride_CB_3 + (int64_t)i1_ * 1;
         if (i0_ < (64) && i1_ + 1 <= (64)) p_[off_] = v32[e];
       }
     }
-    // spec: specs/ssd_bwd.yaml:153:11
+    // spec: specs/ssd_bwd.yaml:154:11
 
   }
 }

@@ -4,15 +4,15 @@
 #include "kgen_tile.h"
 
 namespace kg {
-template <int TA, int TB> KG_DEVICE void wgmma_m64n64k16_bf16_ss(float* d, uint64_t da, uint64_t db, int scale_d) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %35, %36;\n}\n"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+template <int TA, int TB> KG_DEVICE void wgmma_m64n32k16_bf16_ss(float* d, uint64_t da, uint64_t db, int scale_d) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, %19, %20;\n}\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
                : "l"(da), "l"(db), "r"(scale_d), "n"(TA), "n"(TB));
 }
 }  // namespace kg
 
-KG_KERNEL void __launch_bounds__(128) ssd_bwd_cb(const kg::bf16* __restrict__ t_x, int64_t stride_x_0, int64_t stride_x_1, int64_t stride_x_2, const kg::bf16* __restrict__ t_dt, int64_t stride_dt_0, int64_t stride_dt_1, const float* __restrict__ t_A, const kg::bf16* __restrict__ t_B, int64_t stride_B_0, int64_t stride_B_1, int64_t stride_B_2, const kg::bf16* __restrict__ t_C, int64_t stride_C_0, int64_t stride_C_1, int64_t stride_C_2, const float* __restrict__ t_D, int64_t stride_D_0, const float* __restrict__ t_dt_bias, const float* __restrict__ t_initial_states, int64_t stride_initial_states_0, int64_t stride_initial_states_1, int64_t stride_initial_states_2, const int* __restrict__ t_seq_idx, int64_t stride_seq_idx_0, const kg::bf16* __restrict__ t_dy, int64_t stride_dy_0, int64_t stride_dy_1, int64_t stride_dy_2, const float* __restrict__ t_dfinal_states, int64_t stride_dfinal_states_0, int64_t stride_dfinal_states_1, int64_t stride_dfinal_states_2, const kg::bf16* __restrict__ t_prev_states, int64_t stride_prev_states_0, int64_t stride_prev_states_1, int64_t stride_prev_states_2, int64_t stride_prev_states_3, kg::bf16* __restrict__ t_dx, int64_t stride_dx_0, int64_t stride_dx_1, int64_t stride_dx_2, kg::bf16* __restrict__ t_ddt, int64_t stride_ddt_0, int64_t stride_ddt_1, float* __restrict__ t_dA, kg::bf16* __restrict__ t_dB, int64_t stride_dB_0, int64_t stride_dB_1, int64_t stride_dB_2, kg::bf16* __restrict__ t_dC, int64_t stride_dC_0, int64_t stride_dC_1, int64_t stride_dC_2, float* __restrict__ t_dD, int64_t stride_dD_0, float* __restrict__ t_ddt_bias, float* __restrict__ t_dinitial_states, int64_t stride_dinitial_states_0, int64_t stride_dinitial_states_1, int64_t stride_dinitial_states_2, float* __restrict__ t_dt_eff, int64_t stride_dt_eff_0, int64_t stride_dt_eff_1, int64_t stride_dt_eff_2, float* __restrict__ t_dA_cumsum, int64_t stride_dA_cumsum_0, int64_t stride_dA_cumsum_1, int64_t stride_dA_cumsum_2, float* __restrict__ t_CB, int64_t stride_CB_0, int64_t stride_CB_1, int64_t stride_CB_2, int64_t stride_CB_3, kg::bf16* __restrict__ t_y_grad_state, int64_t stride_y_grad_state_0, int64_t stride_y_grad_state_1, int64_t stride_y_grad_state_2, int64_t stride_y_grad_state_3, kg::bf16* __restrict__ t_out_grad_state, int64_t stride_out_grad_state_0, int64_t stride_out_grad_state_1, int64_t stride_out_grad_state_2, int64_t stride_out_grad_state_3, float* __restrict__ t_cs_last_grad, int64_t stride_cs_last_grad_0, int64_t stride_cs_last_grad_1, float* __restrict__ t_cs_state_grad, int64_t stride_cs_state_grad_0, int64_t stride_cs_state_grad_1, int64_t stride_cs_state_grad_2, float* __restrict__ t_cs_src_grad, int64_t stride_cs_src_grad_0, int64_t stride_cs_src_grad_1, int64_t stride_cs_src_grad_2, float* __restrict__ t_cs_tgt_part, int64_t stride_cs_tgt_part_0, int64_t stride_cs_tgt_part_1, int64_t stride_cs_tgt_part_2, int64_t stride_cs_tgt_part_3, float* __restrict__ t_dt_src_grad, int64_t stride_dt_src_grad_0, int64_t stride_dt_src_grad_1, int64_t stride_dt_src_grad_2, float* __restrict__ t_A_part, int64_t stride_A_part_0, int64_t stride_A_part_1, float* __restrict__ t_bias_part, int64_t stride_bias_part_0, int64_t stride_bias_part_1, float* __restrict__ t_D_part, int64_t stride_D_part_0, int64_t stride_D_part_1, int64_t stride_D_part_2, float* __restrict__ t_dCB, int64_t stride_dCB_0, int64_t stride_dCB_1, int64_t stride_dCB_2, int64_t stride_dCB_3, float* __restrict__ t_dB_part, int64_t stride_dB_part_0, int64_t stride_dB_part_1, int64_t stride_dB_part_2, int64_t stride_dB_part_3, float* __restrict__ t_dC_part, int64_t stride_dC_part_0, int64_t stride_dC_part_1, int64_t stride_dC_part_2, int64_t stride_dC_part_3, int size_batch, int size_seqlen, int size_nheads, int size_ngroups, float scalar_dt_min, float scalar_dt_max, float scalar_softplus_below, const __grid_constant__ kg::TensorMap tmap0_C, const __grid_constant__ kg::TensorMap tmap1_B) {
+KG_KERNEL void __launch_bounds__(128) ssd_bwd_cb(const kg::bf16* __restrict__ t_x, int64_t stride_x_0, int64_t stride_x_1, int64_t stride_x_2, const kg::bf16* __restrict__ t_dt, int64_t stride_dt_0, int64_t stride_dt_1, const float* __restrict__ t_A, const kg::bf16* __restrict__ t_B, int64_t stride_B_0, int64_t stride_B_1, int64_t stride_B_2, const kg::bf16* __restrict__ t_C, int64_t stride_C_0, int64_t stride_C_1, int64_t stride_C_2, const float* __restrict__ t_D, int64_t stride_D_0, const float* __restrict__ t_dt_bias, const float* __restrict__ t_initial_states, int64_t stride_initial_states_0, int64_t stride_initial_states_1, int64_t stride_initial_states_2, const int* __restrict__ t_seq_idx, int64_t stride_seq_idx_0, const kg::bf16* __restrict__ t_dy, int64_t stride_dy_0, int64_t stride_dy_1, int64_t stride_dy_2, const float* __restrict__ t_dfinal_states, int64_t stride_dfinal_states_0, int64_t stride_dfinal_states_1, int64_t stride_dfinal_states_2, const kg::bf16* __restrict__ t_prev_states, int64_t stride_prev_states_0, int64_t stride_prev_states_1, int64_t stride_prev_states_2, int64_t stride_prev_states_3, kg::bf16* __restrict__ t_dx, int64_t stride_dx_0, int64_t stride_dx_1, int64_t stride_dx_2, kg::bf16* __restrict__ t_ddt, int64_t stride_ddt_0, int64_t stride_ddt_1, float* __restrict__ t_dA, kg::bf16* __restrict__ t_dB, int64_t stride_dB_0, int64_t stride_dB_1, int64_t stride_dB_2, kg::bf16* __restrict__ t_dC, int64_t stride_dC_0, int64_t stride_dC_1, int64_t stride_dC_2, float* __restrict__ t_dD, int64_t stride_dD_0, float* __restrict__ t_ddt_bias, float* __restrict__ t_dinitial_states, int64_t stride_dinitial_states_0, int64_t stride_dinitial_states_1, int64_t stride_dinitial_states_2, float* __restrict__ t_dt_eff, int64_t stride_dt_eff_0, int64_t stride_dt_eff_1, int64_t stride_dt_eff_2, float* __restrict__ t_dA_cumsum, int64_t stride_dA_cumsum_0, int64_t stride_dA_cumsum_1, int64_t stride_dA_cumsum_2, float* __restrict__ t_CB, int64_t stride_CB_0, int64_t stride_CB_1, int64_t stride_CB_2, int64_t stride_CB_3, kg::bf16* __restrict__ t_y_grad_state, int64_t stride_y_grad_state_0, int64_t stride_y_grad_state_1, int64_t stride_y_grad_state_2, int64_t stride_y_grad_state_3, kg::bf16* __restrict__ t_out_grad_state, int64_t stride_out_grad_state_0, int64_t stride_out_grad_state_1, int64_t stride_out_grad_state_2, int64_t stride_out_grad_state_3, float* __restrict__ t_cs_last_grad, int64_t stride_cs_last_grad_0, int64_t stride_cs_last_grad_1, int64_t stride_cs_last_grad_2, float* __restrict__ t_cs_state_grad, int64_t stride_cs_state_grad_0, int64_t stride_cs_state_grad_1, int64_t stride_cs_state_grad_2, float* __restrict__ t_cs_src_grad, int64_t stride_cs_src_grad_0, int64_t stride_cs_src_grad_1, int64_t stride_cs_src_grad_2, float* __restrict__ t_cs_tgt_part, int64_t stride_cs_tgt_part_0, int64_t stride_cs_tgt_part_1, int64_t stride_cs_tgt_part_2, int64_t stride_cs_tgt_part_3, float* __restrict__ t_dt_src_grad, int64_t stride_dt_src_grad_0, int64_t stride_dt_src_grad_1, int64_t stride_dt_src_grad_2, float* __restrict__ t_A_part, int64_t stride_A_part_0, int64_t stride_A_part_1, float* __restrict__ t_bias_part, int64_t stride_bias_part_0, int64_t stride_bias_part_1, float* __restrict__ t_D_part, int64_t stride_D_part_0, int64_t stride_D_part_1, int64_t stride_D_part_2, float* __restrict__ t_dCB, int64_t stride_dCB_0, int64_t stride_dCB_1, int64_t stride_dCB_2, int64_t stride_dCB_3, float* __restrict__ t_dB_part, int64_t stride_dB_part_0, int64_t stride_dB_part_1, int64_t stride_dB_part_2, int64_t stride_dB_part_3, float* __restrict__ t_dC_part, int64_t stride_dC_part_0, int64_t stride_dC_part_1, int64_t stride_dC_part_2, int64_t stride_dC_part_3, int size_batch, int size_seqlen, int size_nheads, int size_ngroups, float scalar_dt_min, float scalar_dt_max, float scalar_softplus_below, const __grid_constant__ kg::TensorMap tmap0_C, const __grid_constant__ kg::TensorMap tmap1_B) {
   extern __shared__ __align__(1024) char smem[];  // 1024: swizzled buffers start on a swizzle atom
   const int lane = kg::thread_id() % kg::WAVE;
   // read from lane 0: nvcc then knows the warp index is the same in every lane, so what is computed
@@ -20,32 +20,32 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_cb(const kg::bf16* __restrict__ t_
   // session: attention backward +2-4% at D=128, +8-12% at D=64 non-causal, -1-2% at D=64 causal;
   // the causal D=128 forward from 202 to 180 registers)
   const int warp = __shfl_sync(0xffffffffu, kg::thread_id() / kg::WAVE, 0);
-  uint64_t* kg_bars = reinterpret_cast<uint64_t*>(smem + 24576);  // tensor copies complete on these, one per buffer slot
+  uint64_t* kg_bars = reinterpret_cast<uint64_t*>(smem + 16384);  // tensor copies complete on these, one per buffer slot
   if (kg::thread_id() == 0) {
     for (int i = 0; i < 3; ++i) kg::mbar_init(&kg_bars[i], 1);
     kg::fence_mbar_init();
   }
   kg::sync();
   
-  // spec: specs/ssd_bwd.yaml:146:28
+  // spec: specs/ssd_bwd.yaml:147:28
   const int v0 = size_ngroups;
-  // spec: specs/ssd_bwd.yaml:146:11
+  // spec: specs/ssd_bwd.yaml:147:11
   const int v1 = kg::block_id_y();
-  // spec: specs/ssd_bwd.yaml:147:11
-  const int v2 = kg::block_id_y();
   // spec: specs/ssd_bwd.yaml:148:11
-  const int v3 = kg::block_id_x();
+  const int v2 = kg::block_id_y();
   // spec: specs/ssd_bwd.yaml:149:11
+  const int v3 = kg::block_id_x();
+  // spec: specs/ssd_bwd.yaml:150:11
   const int v4 = kg::block_id_x();
-  // spec: specs/ssd_bwd.yaml:150:28
+  // spec: specs/ssd_bwd.yaml:151:28
   const int v5 = kg::block_id_x();
-  // spec: specs/ssd_bwd.yaml:153:68
-  kg::bf16* v6 = reinterpret_cast<kg::bf16*>(smem + 16384);
-  // spec: specs/ssd_bwd.yaml:147:11
+  // spec: specs/ssd_bwd.yaml:154:68
+  kg::bf16* v6 = reinterpret_cast<kg::bf16*>(smem + 0);
+  // spec: specs/ssd_bwd.yaml:148:11
   const int v7 = (kg::mod(v2, v0));
-  // spec: specs/ssd_bwd.yaml:146:11
+  // spec: specs/ssd_bwd.yaml:147:11
   const int v8 = (kg::floordiv(v1, v0));
-  // spec: specs/ssd_bwd.yaml:150:12
+  // spec: specs/ssd_bwd.yaml:151:12
   kg::sync();
   if ((true) && kg::thread_id() == 0) {
     uint64_t* bar_ = &kg_bars[0];
@@ -53,106 +53,106 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_cb(const kg::bf16* __restrict__ t_
     kg::mbar_expect_tx(bar_, 8192);
     kg::tma_load_4d(&v6[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap0_C, bar_, 0, v7, v5 * 64, v8);
   }
-  // spec: specs/ssd_bwd.yaml:153:68
+  // spec: specs/ssd_bwd.yaml:154:68
   kg::mbar_wait(&kg_bars[0], 0);
   kg::sync();
-  // spec: specs/ssd_bwd.yaml:153:68
-  kg::bf16* v9 = reinterpret_cast<kg::bf16*>(smem + 0);
-  // spec: specs/ssd_bwd.yaml:151:7
+  // spec: specs/ssd_bwd.yaml:154:68
+  kg::bf16* v9 = reinterpret_cast<kg::bf16*>(smem + 8192);
+  // spec: specs/ssd_bwd.yaml:152:7
   const int v10 = 0;
-  // spec: specs/ssd_bwd.yaml:151:7
-  kg::bf16* v11 = v9 + (v10 % 2) * 4096;
-  // spec: specs/ssd_bwd.yaml:152:23
-  const int v12 = 2;
-  // spec: specs/ssd_bwd.yaml:148:11
+  // spec: specs/ssd_bwd.yaml:152:7
+  kg::bf16* v11 = v9 + (v10 % 2) * 2048;
+  // spec: specs/ssd_bwd.yaml:153:23
+  const int v12 = 4;
+  // spec: specs/ssd_bwd.yaml:149:11
   const int v13 = 2;
-  // spec: specs/ssd_bwd.yaml:148:11
+  // spec: specs/ssd_bwd.yaml:149:11
   const int v14 = (kg::floordiv(v3, v13));
-  // spec: specs/ssd_bwd.yaml:152:23
+  // spec: specs/ssd_bwd.yaml:153:23
   const int v15 = (v14 * v12);
-  // spec: specs/ssd_bwd.yaml:151:22
+  // spec: specs/ssd_bwd.yaml:152:22
   const int v16 = 0;
-  // spec: specs/ssd_bwd.yaml:152:23
+  // spec: specs/ssd_bwd.yaml:153:23
   const int v17 = (v15 + v16);
-  // spec: specs/ssd_bwd.yaml:151:22
-  const int v18 = 64;
-  // spec: specs/ssd_bwd.yaml:151:22
-  const int v19 = 63;
-  // spec: specs/ssd_bwd.yaml:151:27
+  // spec: specs/ssd_bwd.yaml:152:22
+  const int v18 = 32;
+  // spec: specs/ssd_bwd.yaml:152:22
+  const int v19 = 31;
+  // spec: specs/ssd_bwd.yaml:152:27
   const int v20 = 64;
-  // spec: specs/ssd_bwd.yaml:151:28
+  // spec: specs/ssd_bwd.yaml:152:28
   const int v21 = 1;
-  // spec: specs/ssd_bwd.yaml:149:11
+  // spec: specs/ssd_bwd.yaml:150:11
   const int v22 = 2;
-  // spec: specs/ssd_bwd.yaml:149:11
+  // spec: specs/ssd_bwd.yaml:150:11
   const int v23 = (kg::mod(v4, v22));
-  // spec: specs/ssd_bwd.yaml:151:28
+  // spec: specs/ssd_bwd.yaml:152:28
   const int v24 = (v23 + v21);
-  // spec: specs/ssd_bwd.yaml:151:27
+  // spec: specs/ssd_bwd.yaml:152:27
   const int v25 = (v24 * v20);
-  // spec: specs/ssd_bwd.yaml:151:22
+  // spec: specs/ssd_bwd.yaml:152:22
   const int v26 = (v25 + v19);
-  // spec: specs/ssd_bwd.yaml:151:22
+  // spec: specs/ssd_bwd.yaml:152:22
   const int v27 = (kg::floordiv(v26, v18));
-  // spec: specs/ssd_bwd.yaml:151:7
+  // spec: specs/ssd_bwd.yaml:152:7
   const bool v28 = (v16 < v27);
-  // spec: specs/ssd_bwd.yaml:153:76
+  // spec: specs/ssd_bwd.yaml:154:76
   if ((v28) && kg::thread_id() == 0) {
     uint64_t* bar_ = &kg_bars[1 + v10 % 2];
     kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
-    kg::mbar_expect_tx(bar_, 8192);
-    kg::tma_load_4d(&v11[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap1_B, bar_, 0, v7, v17 * 64, v8);
+    kg::mbar_expect_tx(bar_, 4096);
+    kg::tma_load_4d(&v11[((0) / 64 * 2048 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap1_B, bar_, 0, v7, v17 * 32, v8);
   }
-  // spec: specs/ssd_bwd.yaml:151:22
+  // spec: specs/ssd_bwd.yaml:152:22
   const int v29 = 1;
-  // spec: specs/ssd_bwd.yaml:151:7
+  // spec: specs/ssd_bwd.yaml:152:7
 
   for (int v30 = v16; v30 < v27; v30 += v29) {
     
-    // spec: specs/ssd_bwd.yaml:151:7
+    // spec: specs/ssd_bwd.yaml:152:7
     const int v31 = (v30 - v16);
-    // spec: specs/ssd_bwd.yaml:151:7
+    // spec: specs/ssd_bwd.yaml:152:7
     const int v32 = (kg::floordiv(v31, v29));
-    // spec: specs/ssd_bwd.yaml:151:7
-    kg::bf16* v33 = v9 + (v32 % 2) * 4096;
-    // spec: specs/ssd_bwd.yaml:152:23
-    const int v34 = 2;
-    // spec: specs/ssd_bwd.yaml:152:23
+    // spec: specs/ssd_bwd.yaml:152:7
+    kg::bf16* v33 = v9 + (v32 % 2) * 2048;
+    // spec: specs/ssd_bwd.yaml:153:23
+    const int v34 = 4;
+    // spec: specs/ssd_bwd.yaml:153:23
     const int v35 = (v14 * v34);
-    // spec: specs/ssd_bwd.yaml:152:23
+    // spec: specs/ssd_bwd.yaml:153:23
     const int v36 = (v35 + v30);
-    // spec: specs/ssd_bwd.yaml:153:68
+    // spec: specs/ssd_bwd.yaml:154:68
     kg::mbar_wait(&kg_bars[1 + v32 % 2], (v32 / 2) & 1);
     kg::sync();
-    // spec: specs/ssd_bwd.yaml:151:7
+    // spec: specs/ssd_bwd.yaml:152:7
     const int v37 = 1;
-    // spec: specs/ssd_bwd.yaml:151:7
+    // spec: specs/ssd_bwd.yaml:152:7
     const int v38 = (v32 + v37);
-    // spec: specs/ssd_bwd.yaml:151:7
-    kg::bf16* v39 = v9 + (v38 % 2) * 4096;
-    // spec: specs/ssd_bwd.yaml:152:23
-    const int v40 = 2;
-    // spec: specs/ssd_bwd.yaml:152:23
+    // spec: specs/ssd_bwd.yaml:152:7
+    kg::bf16* v39 = v9 + (v38 % 2) * 2048;
+    // spec: specs/ssd_bwd.yaml:153:23
+    const int v40 = 4;
+    // spec: specs/ssd_bwd.yaml:153:23
     const int v41 = (v14 * v40);
-    // spec: specs/ssd_bwd.yaml:153:76
+    // spec: specs/ssd_bwd.yaml:154:76
     const int v42 = (v30 + v29);
-    // spec: specs/ssd_bwd.yaml:152:23
+    // spec: specs/ssd_bwd.yaml:153:23
     const int v43 = (v41 + v42);
-    // spec: specs/ssd_bwd.yaml:153:76
+    // spec: specs/ssd_bwd.yaml:154:76
     const bool v44 = (v42 < v27);
-    // spec: specs/ssd_bwd.yaml:153:76
+    // spec: specs/ssd_bwd.yaml:154:76
     if ((v44) && kg::thread_id() == 0) {
       uint64_t* bar_ = &kg_bars[1 + v38 % 2];
       kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
-      kg::mbar_expect_tx(bar_, 8192);
-      kg::tma_load_4d(&v39[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap1_B, bar_, 0, v7, v43 * 64, v8);
+      kg::mbar_expect_tx(bar_, 4096);
+      kg::tma_load_4d(&v39[((0) / 64 * 2048 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap1_B, bar_, 0, v7, v43 * 32, v8);
     }
-    // spec: specs/ssd_bwd.yaml:153:68
+    // spec: specs/ssd_bwd.yaml:154:68
     kg::bf16* v45 = v33;
-    // spec: specs/ssd_bwd.yaml:153:68
-    float v46[32];
-    // spec: specs/ssd_bwd.yaml:153:68
-    float (&v47)[32] = v46;
+    // spec: specs/ssd_bwd.yaml:154:68
+    float v46[16];
+    // spec: specs/ssd_bwd.yaml:154:68
+    float (&v47)[16] = v46;
     {
       const int wg_ = 0;
       const uint64_t da_ = kg::wgmma_desc(v6, 16, 1024, 1);
@@ -164,24 +164,24 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_cb(const kg::bf16* __restrict__ t_
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v47[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
+            kg::wgmma_m64n32k16_bf16_ss<0, 0>(&v47[(rm * 1 + rn) * 16], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 2048 + (((wg_ % 1) * 32 + rn * 32)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 32 + rn * 32)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
       kg::wgmma_commit();
     }
-    // spec: specs/ssd_bwd.yaml:153:68
+    // spec: specs/ssd_bwd.yaml:154:68
     kg::wgmma_wait<0>();
     #pragma unroll
-    for (int e = 0; e < 32; ++e) kg::fence_operand(v47[e]);
-    float (&v48)[32] = v47;
-    // spec: specs/ssd_bwd.yaml:153:11
+    for (int e = 0; e < 16; ++e) kg::fence_operand(v47[e]);
+    float (&v48)[16] = v47;
+    // spec: specs/ssd_bwd.yaml:154:11
     if ((lane & 0) == 0 && (warp & 0) == 0) {
       float* p_ = t_CB + ((int64_t)(v8) * stride_CB_0 + (int64_t)(v14) * stride_CB_1 + (int64_t)(v7) * stride_CB_2);
       const bool aligned_ = kg::aligned(p_, 8) && stride_CB_0 % 2 == 0 && stride_CB_1 % 2 == 0 && stride_CB_2 % 2 == 0 && stride_CB_3 % 2 == 0;
       const int t0_ = v23 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
-      const int t1_ = v30 * 64 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
+      const int t1_ = v30 * 32 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
     #pragma unroll
-      for (int e = 0; e < 32; e += 2) {
+      for (int e = 0; e < 16; e += 2) {
         const int i0_ = t0_ + ((e >> 1) & 1) * 8;
-        const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
+        const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
         const int64_t off_ = (int64_t)i0_ * stride_CB_3 + (int64_t)i1_ * 1;
         if (aligned_ && i0_ < (128) && i1_ + 2 <= (128)) {
           kg::copy_vec<2>(p_ + off_, &v48[e]);
@@ -192,10 +192,10 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_cb(const kg::bf16* __restrict__ t_
         }
       }
     }
-    // spec: specs/ssd_bwd.yaml:153:11
+    // spec: specs/ssd_bwd.yaml:154:11
 
   }
-  // spec: specs/ssd_bwd.yaml:151:7
+  // spec: specs/ssd_bwd.yaml:152:7
   if (kg::thread_id() == 0) {
     const int n_ = kg::cdiv(kg::max_(v27 - v16, 0), v29);
     if (((n_ + 1) / 2) & 1) kg::mbar_arrive(&kg_bars[1]);
