@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from kgen.build import tunable_candidates
 from kgen.hw.descriptor import load_target
 from kgen.ir.core import walk
 from kgen.ir.passes.accumulate import MAX_REGS
@@ -20,9 +21,10 @@ BWD = {"BLOCK_M": 64, "BLOCK_N": 64, "WARPS": 8}
 
 
 def lower(spec, kernel, variant, tunables, target):
-    if "dstate" in variant:  # the chunked scan's state columns per step: all of them, as the spec's first choice
-        tunables = {"BLOCK_N": variant["dstate"], **tunables}
-    return compile_kernel(load_spec(ROOT / spec), kernel, variant, tunables, load_target(target))
+    """The kernel's IR with `tunables`; those not given take the variant's first allowed choice."""
+    ls = load_spec(ROOT / spec)
+    tunables = {**tunable_candidates(ls, variant)[0], **tunables}
+    return compile_kernel(ls, kernel, variant, tunables, load_target(target))
 
 
 def ops(k, kind):
