@@ -174,6 +174,7 @@ class Emitter:
             warp_bits = src.layout.bits_along(axis)["warp"]
             others = [sum(1 << b for i, b in enumerate(warp_bits) if s >> i & 1) for s in range(1 << len(warp_bits))]
             ctx.update(offset=op.attrs["smem_offset"], nslice=_numel(out.shape), warp_xors=others,
+                       sync_before=op.attrs.get("sync_before", True),
                        slot="0" if out.is_scalar else self._flat(out, "e"))
         return ctx
 
@@ -211,7 +212,7 @@ class Emitter:
     def op_convert(self, op):
         src, out = op.operands[0], op.result
         return {"out": self.decl(out), "src": name(src), "offset": op.attrs["smem_offset"], "ctype": CTYPE[out.dtype],
-                "n_in": src.layout.nregs, "slot_in": self._flat(src, "e"), "slot_out": self._flat(out, "e")}
+                "sync_before": op.attrs.get("sync_before", True), "n_in": src.layout.nregs, "slot_in": self._flat(src, "e"), "slot_out": self._flat(out, "e")}
 
     def op_stage(self, op):
         src, inner = op.operands[0], op.attrs["inner"]
@@ -385,9 +386,11 @@ class Emitter:
         return tma.reset_ctx(self, op, name)
 
     def op_wait_async(self, op):
+        barrier = op.attrs.get("barrier", True)
         if op.attrs.get("tma"):
-            return tma.wait_ctx(self, op, name)
-        return {"pending": op.attrs["pending"], "proxy_fence": self._async_read(self.stage_of(op.operands[0]))}
+            return {**tma.wait_ctx(self, op, name), "barrier": barrier}
+        return {"pending": op.attrs["pending"], "proxy_fence": self._async_read(self.stage_of(op.operands[0])),
+                "barrier": barrier}
 
     def _async_read(self, buf_op) -> bool:
         """Whether a matrix instruction reads this buffer through a descriptor (async proxy)."""

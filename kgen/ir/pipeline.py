@@ -7,12 +7,14 @@
       -> place_dot_operands   each dot operand read from registers, or staged in shared memory
       -> hoist_invariant_stages  copies of loop-invariant operands moved out of their loops
       -> use_async_copies     global tiles copied straight to shared memory, prefetched in loops
+      -> issue_copies_early   one-shot copies issued as soon as their operands allow, together
       -> prefetch_loads       register loads in loops issued one iteration ahead
       -> sink_to_first_use    register arithmetic moved down to just before its first reader
       -> overlap_async_dots   an asynchronous dot (wgmma) waited for where its result is read
       -> plan_bulk_reductions tile atomic adds through shared memory, one bulk reduction per row
       -> merge_stage_barriers    barriers only where a shared write could overtake a read
       -> plan_shared_memory   offsets from the interference graph; the descriptor's limit checked
+      -> drop_scratch_barriers  no barrier before a scratch write that no pending read overlaps
 
 The verifier runs after each pass. `kgen inspect` prints the IR after each of them.
 """
@@ -29,12 +31,14 @@ from .passes.async_copy import use_async_copies
 from .passes.barriers import merge_stage_barriers
 from .passes.bulk_reduce import plan_bulk_reductions
 from .passes.dot_tiling import choose_dot_tiling
+from .passes.early_copies import issue_copies_early
 from .passes.hoist import hoist_invariant_stages
 from .passes.layouts import assign_layouts
 from .passes.memory import plan_shared_memory
 from .passes.operands import place_dot_operands
 from .passes.overlap import overlap_async_dots
 from .passes.prefetch import prefetch_loads
+from .passes.scratch_barriers import drop_scratch_barriers
 from .passes.sink import sink_to_first_use
 from .verify import verify
 
@@ -46,12 +50,14 @@ PASSES: list[tuple[str, Pass]] = [
     ("place_dot_operands", place_dot_operands),
     ("hoist_invariant_stages", hoist_invariant_stages),
     ("use_async_copies", use_async_copies),
+    ("issue_copies_early", issue_copies_early),
     ("prefetch_loads", prefetch_loads),
     ("sink_to_first_use", sink_to_first_use),
     ("overlap_async_dots", overlap_async_dots),
     ("plan_bulk_reductions", plan_bulk_reductions),
     ("merge_stage_barriers", merge_stage_barriers),
     ("plan_shared_memory", plan_shared_memory),
+    ("drop_scratch_barriers", drop_scratch_barriers),
 ]
 
 

@@ -113,9 +113,6 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
     kg::tma_load_4d(&v10[((0) / 64 * 8192 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap0_k, bar_, 0, v30, v34 * 128, v31);
     kg::tma_load_4d(&v10[((64) / 64 * 8192 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap0_k, bar_, 64, v30, v34 * 128, v31);
   }
-  // spec: specs/fa2_bwd.yaml:124:28
-  kg::mbar_wait(&kg_bars[0], 0);
-  kg::sync();
   // spec: specs/fa2_bwd.yaml:125:29
   kg::bf16* v35 = reinterpret_cast<kg::bf16*>(smem + 32768);
   // spec: specs/fa2_bwd.yaml:79:12
@@ -126,6 +123,8 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::bf16* __restrict__ 
     kg::tma_load_4d(&v35[((0) / 64 * 8192 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap1_v, bar_, 0, v30, v34 * 128, v31);
     kg::tma_load_4d(&v35[((64) / 64 * 8192 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap1_v, bar_, 64, v30, v34 * 128, v31);
   }
+  // spec: specs/fa2_bwd.yaml:124:28
+  kg::mbar_wait(&kg_bars[0], 0);
   // spec: specs/fa2_bwd.yaml:125:29
   kg::mbar_wait(&kg_bars[1], 0);
   kg::sync();

@@ -71,9 +71,6 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
     kg::tma_load_4d(&v11[((0) / 64 * 8192 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap0_k, bar_, 0, v12, v10 * 128, v13);
     kg::tma_load_4d(&v11[((64) / 64 * 8192 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap0_k, bar_, 64, v12, v10 * 128, v13);
   }
-  // spec: specs/fa2_bwd.yaml:124:28
-  kg::mbar_wait(&kg_bars[0], 0);
-  kg::sync();
   // spec: specs/fa2_bwd.yaml:125:29
   kg::fp16* v14 = reinterpret_cast<kg::fp16*>(smem + 32768);
   // spec: specs/fa2_bwd.yaml:79:12
@@ -84,6 +81,8 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg::fp16* __restrict__ 
     kg::tma_load_4d(&v14[((0) / 64 * 8192 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap1_v, bar_, 0, v12, v10 * 128, v13);
     kg::tma_load_4d(&v14[((64) / 64 * 8192 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap1_v, bar_, 64, v12, v10 * 128, v13);
   }
+  // spec: specs/fa2_bwd.yaml:124:28
+  kg::mbar_wait(&kg_bars[0], 0);
   // spec: specs/fa2_bwd.yaml:125:29
   kg::mbar_wait(&kg_bars[1], 0);
   kg::sync();

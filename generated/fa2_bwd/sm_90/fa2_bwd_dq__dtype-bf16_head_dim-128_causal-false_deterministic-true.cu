@@ -41,88 +41,87 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::bf16* __restrict__ t_
   const int v5 = kg::block_id_y();
   // spec: specs/fa2_bwd.yaml:154:23
   const int v6 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:157:18
-  const int v7 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:157:44
-  int v8[1];
-  #pragma unroll
-  for (int e = 0; e < 1; ++e) v8[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0);
-  // spec: specs/fa2_bwd.yaml:157:18
-  const int v9 = 64;
-  // spec: specs/fa2_bwd.yaml:157:18
-  const int v10 = (v7 * v9);
-  // spec: specs/fa2_bwd.yaml:157:18
-  int v11[1];
-  #pragma unroll
-  for (int e = 0; e < 1; ++e) v11[e] = (v10 + v8[e]);
-  // spec: specs/fa2_bwd.yaml:153:11
-  const int v12 = (kg::mod(v5, v3));
-  // spec: specs/fa2_bwd.yaml:152:11
-  const int v13 = (kg::floordiv(v4, v3));
-  // spec: specs/fa2_bwd.yaml:160:18
-  float v14[2];
-  {
-    const float* p_ = t_lse + ((int64_t)(v13) * stride_lse_0 + (int64_t)(v12) * stride_lse_1);
-    const bool aligned_ = false;
-    const int t0_ = v6 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
-  #pragma unroll
-    for (int e = 0; e < 2; e += 1) {
-      const int i0_ = t0_ + (e & 1) * 8;
-      const int64_t off_ = (int64_t)i0_ * 1;
-      const bool in_ = i0_ + 1 <= (size_SQ);
-      if (aligned_ && in_) {
-        kg::copy_vec<1>(&v14[e], p_ + off_);
-      } else {
-  #pragma unroll
-        for (int v = 0; v < 1; ++v)
-          v14[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
-      }
-    }
-  }
-  // spec: specs/fa2_bwd.yaml:161:17
-  float v15[2];
-  {
-    const float* p_ = t_delta + ((int64_t)(v13) * stride_delta_0 + (int64_t)(v12) * stride_delta_1);
-    const bool aligned_ = false;
-    const int t0_ = v6 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
-  #pragma unroll
-    for (int e = 0; e < 2; e += 1) {
-      const int i0_ = t0_ + (e & 1) * 8;
-      const int64_t off_ = (int64_t)i0_ * 1;
-      const bool in_ = i0_ + 1 <= (size_SQ);
-      if (aligned_ && in_) {
-        kg::copy_vec<1>(&v15[e], p_ + off_);
-      } else {
-  #pragma unroll
-        for (int v = 0; v < 1; ++v)
-          v15[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
-      }
-    }
-  }
   // spec: specs/fa2_bwd.yaml:173:19
-  kg::bf16* v16 = reinterpret_cast<kg::bf16*>(smem + 131072);
+  kg::bf16* v7 = reinterpret_cast<kg::bf16*>(smem + 131072);
+  // spec: specs/fa2_bwd.yaml:153:11
+  const int v8 = (kg::mod(v5, v3));
+  // spec: specs/fa2_bwd.yaml:152:11
+  const int v9 = (kg::floordiv(v4, v3));
   // spec: specs/fa2_bwd.yaml:158:16
   kg::sync();
   if ((true) && kg::thread_id() == 0) {
     uint64_t* bar_ = &kg_bars[0];
     kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
     kg::mbar_expect_tx(bar_, 16384);
-    kg::tma_load_4d(&v16[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap0_q, bar_, 0, v12, v6 * 64, v13);
-    kg::tma_load_4d(&v16[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap0_q, bar_, 64, v12, v6 * 64, v13);
+    kg::tma_load_4d(&v7[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap0_q, bar_, 0, v8, v6 * 64, v9);
+    kg::tma_load_4d(&v7[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap0_q, bar_, 64, v8, v6 * 64, v9);
   }
-  // spec: specs/fa2_bwd.yaml:173:19
-  kg::mbar_wait(&kg_bars[0], 0);
-  kg::sync();
   // spec: specs/fa2_bwd.yaml:174:20
-  kg::bf16* v17 = reinterpret_cast<kg::bf16*>(smem + 147456);
+  kg::bf16* v10 = reinterpret_cast<kg::bf16*>(smem + 147456);
   // spec: specs/fa2_bwd.yaml:159:18
   if ((true) && kg::thread_id() == 0) {
     uint64_t* bar_ = &kg_bars[1];
     kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
     kg::mbar_expect_tx(bar_, 16384);
-    kg::tma_load_4d(&v17[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap1_do, bar_, 0, v12, v6 * 64, v13);
-    kg::tma_load_4d(&v17[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap1_do, bar_, 64, v12, v6 * 64, v13);
+    kg::tma_load_4d(&v10[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap1_do, bar_, 0, v8, v6 * 64, v9);
+    kg::tma_load_4d(&v10[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap1_do, bar_, 64, v8, v6 * 64, v9);
   }
+  // spec: specs/fa2_bwd.yaml:157:18
+  const int v11 = kg::block_id_x();
+  // spec: specs/fa2_bwd.yaml:157:44
+  int v12[1];
+  #pragma unroll
+  for (int e = 0; e < 1; ++e) v12[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0);
+  // spec: specs/fa2_bwd.yaml:157:18
+  const int v13 = 64;
+  // spec: specs/fa2_bwd.yaml:157:18
+  const int v14 = (v11 * v13);
+  // spec: specs/fa2_bwd.yaml:157:18
+  int v15[1];
+  #pragma unroll
+  for (int e = 0; e < 1; ++e) v15[e] = (v14 + v12[e]);
+  // spec: specs/fa2_bwd.yaml:160:18
+  float v16[2];
+  {
+    const float* p_ = t_lse + ((int64_t)(v9) * stride_lse_0 + (int64_t)(v8) * stride_lse_1);
+    const bool aligned_ = false;
+    const int t0_ = v6 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+  #pragma unroll
+    for (int e = 0; e < 2; e += 1) {
+      const int i0_ = t0_ + (e & 1) * 8;
+      const int64_t off_ = (int64_t)i0_ * 1;
+      const bool in_ = i0_ + 1 <= (size_SQ);
+      if (aligned_ && in_) {
+        kg::copy_vec<1>(&v16[e], p_ + off_);
+      } else {
+  #pragma unroll
+        for (int v = 0; v < 1; ++v)
+          v16[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+      }
+    }
+  }
+  // spec: specs/fa2_bwd.yaml:161:17
+  float v17[2];
+  {
+    const float* p_ = t_delta + ((int64_t)(v9) * stride_delta_0 + (int64_t)(v8) * stride_delta_1);
+    const bool aligned_ = false;
+    const int t0_ = v6 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+  #pragma unroll
+    for (int e = 0; e < 2; e += 1) {
+      const int i0_ = t0_ + (e & 1) * 8;
+      const int64_t off_ = (int64_t)i0_ * 1;
+      const bool in_ = i0_ + 1 <= (size_SQ);
+      if (aligned_ && in_) {
+        kg::copy_vec<1>(&v17[e], p_ + off_);
+      } else {
+  #pragma unroll
+        for (int v = 0; v < 1; ++v)
+          v17[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+      }
+    }
+  }
+  // spec: specs/fa2_bwd.yaml:173:19
+  kg::mbar_wait(&kg_bars[0], 0);
   // spec: specs/fa2_bwd.yaml:174:20
   kg::mbar_wait(&kg_bars[1], 0);
   kg::sync();
@@ -149,14 +148,14 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::bf16* __restrict__ t_
   // spec: specs/fa2_bwd.yaml:156:22
   const int v28 = (kg::floordiv(v3, v2));
   // spec: specs/fa2_bwd.yaml:156:16
-  const int v29 = (kg::floordiv(v12, v28));
+  const int v29 = (kg::floordiv(v8, v28));
   // spec: specs/fa2_bwd.yaml:168:20
   if ((v27) && kg::thread_id() == 0) {
     uint64_t* bar_ = &kg_bars[4 + v20 % 2];
     kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
     kg::mbar_expect_tx(bar_, 32768);
-    kg::tma_load_4d(&v21[((0) / 64 * 8192 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_k, bar_, 0, v29, v22 * 128, v13);
-    kg::tma_load_4d(&v21[((64) / 64 * 8192 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap2_k, bar_, 64, v29, v22 * 128, v13);
+    kg::tma_load_4d(&v21[((0) / 64 * 8192 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_k, bar_, 0, v29, v22 * 128, v9);
+    kg::tma_load_4d(&v21[((64) / 64 * 8192 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap2_k, bar_, 64, v29, v22 * 128, v9);
   }
   // spec: specs/fa2_bwd.yaml:167:11
   kg::bf16* v30 = v18 + (v20 % 2) * 16384;
@@ -165,11 +164,11 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::bf16* __restrict__ t_
     uint64_t* bar_ = &kg_bars[2 + v20 % 2];
     kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
     kg::mbar_expect_tx(bar_, 32768);
-    kg::tma_load_4d(&v30[((0) / 64 * 8192 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap3_v, bar_, 0, v29, v22 * 128, v13);
-    kg::tma_load_4d(&v30[((64) / 64 * 8192 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap3_v, bar_, 64, v29, v22 * 128, v13);
+    kg::tma_load_4d(&v30[((0) / 64 * 8192 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap3_v, bar_, 0, v29, v22 * 128, v9);
+    kg::tma_load_4d(&v30[((64) / 64 * 8192 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap3_v, bar_, 64, v29, v22 * 128, v9);
   }
   // spec: specs/fa2_bwd.yaml:176:42
-  float (&v31)[2] = v15;
+  float (&v31)[2] = v17;
   // spec: specs/fa2_bwd.yaml:176:37
   float v32[32];
   #pragma unroll
@@ -179,7 +178,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::bf16* __restrict__ t_
   // spec: specs/fa2_bwd.yaml:160:18
   float v34[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v34[e] = (v14[e] * v33);
+  for (int e = 0; e < 2; ++e) v34[e] = (v16[e] * v33);
   // spec: specs/fa2_bwd.yaml:170:49
   float (&v35)[2] = v34;
   // spec: specs/fa2_bwd.yaml:175:37
@@ -230,8 +229,8 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::bf16* __restrict__ t_
       uint64_t* bar_ = &kg_bars[4 + v49 % 2];
       kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
       kg::mbar_expect_tx(bar_, 32768);
-      kg::tma_load_4d(&v50[((0) / 64 * 8192 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_k, bar_, 0, v29, v51 * 128, v13);
-      kg::tma_load_4d(&v50[((64) / 64 * 8192 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap2_k, bar_, 64, v29, v51 * 128, v13);
+      kg::tma_load_4d(&v50[((0) / 64 * 8192 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_k, bar_, 0, v29, v51 * 128, v9);
+      kg::tma_load_4d(&v50[((64) / 64 * 8192 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap2_k, bar_, 64, v29, v51 * 128, v9);
     }
     // spec: specs/fa2_bwd.yaml:173:19
     kg::bf16* v53 = v47;
@@ -241,7 +240,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::bf16* __restrict__ t_
     float (&v55)[32] = v54;
     {
       const int wg_ = (warp / 4);
-      const uint64_t da_ = kg::wgmma_desc(v16, 16, 1024, 1);
+      const uint64_t da_ = kg::wgmma_desc(v7, 16, 1024, 1);
       const uint64_t db_ = kg::wgmma_desc(v53, 16, 1024, 1);
       kg::wgmma_fence();
     #pragma unroll
@@ -267,8 +266,8 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::bf16* __restrict__ t_
       uint64_t* bar_ = &kg_bars[2 + v49 % 2];
       kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
       kg::mbar_expect_tx(bar_, 32768);
-      kg::tma_load_4d(&v56[((0) / 64 * 8192 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap3_v, bar_, 0, v29, v57 * 128, v13);
-      kg::tma_load_4d(&v56[((64) / 64 * 8192 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap3_v, bar_, 64, v29, v57 * 128, v13);
+      kg::tma_load_4d(&v56[((0) / 64 * 8192 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap3_v, bar_, 0, v29, v57 * 128, v9);
+      kg::tma_load_4d(&v56[((64) / 64 * 8192 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap3_v, bar_, 64, v29, v57 * 128, v9);
     }
     // spec: specs/fa2_bwd.yaml:174:20
     kg::bf16* v59 = v46;
@@ -278,7 +277,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::bf16* __restrict__ t_
     float (&v61)[32] = v60;
     {
       const int wg_ = (warp / 4);
-      const uint64_t da_ = kg::wgmma_desc(v17, 16, 1024, 1);
+      const uint64_t da_ = kg::wgmma_desc(v10, 16, 1024, 1);
       const uint64_t db_ = kg::wgmma_desc(v59, 16, 1024, 1);
       kg::wgmma_fence();
     #pragma unroll
@@ -424,7 +423,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::bf16* __restrict__ t_
   for (int e = 0; e < 32; ++e) v87[e] = kg::cvt<kg::bf16>(v86[e]);
   // spec: specs/fa2_bwd.yaml:177:11
   if ((lane & 0) == 0 && (warp & 0) == 0) {
-    kg::bf16* p_ = t_dq + ((int64_t)(v13) * stride_dq_0 + (int64_t)(v12) * stride_dq_2);
+    kg::bf16* p_ = t_dq + ((int64_t)(v9) * stride_dq_0 + (int64_t)(v8) * stride_dq_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dq_0 % 2 == 0 && stride_dq_1 % 2 == 0 && stride_dq_2 % 2 == 0;
     const int t0_ = v6 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
     const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4 + ((warp >> 2) & 1) * 64;

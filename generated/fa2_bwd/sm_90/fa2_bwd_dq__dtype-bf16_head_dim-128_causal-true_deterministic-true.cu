@@ -43,14 +43,35 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::bf16* __restrict__ t_
   const int v6 = kg::block_id_y();
   // spec: specs/fa2_bwd.yaml:154:23
   const int v7 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:157:18
-  const int v8 = kg::block_id_x();
+  // spec: specs/fa2_bwd.yaml:173:19
+  kg::bf16* v8 = reinterpret_cast<kg::bf16*>(smem + 131072);
   // spec: specs/fa2_bwd.yaml:153:11
   const int v9 = (kg::mod(v6, v4));
   // spec: specs/fa2_bwd.yaml:152:11
   const int v10 = (kg::floordiv(v5, v4));
+  // spec: specs/fa2_bwd.yaml:158:16
+  kg::sync();
+  if ((true) && kg::thread_id() == 0) {
+    uint64_t* bar_ = &kg_bars[0];
+    kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+    kg::mbar_expect_tx(bar_, 16384);
+    kg::tma_load_4d(&v8[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap0_q, bar_, 0, v9, v7 * 64, v10);
+    kg::tma_load_4d(&v8[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap0_q, bar_, 64, v9, v7 * 64, v10);
+  }
+  // spec: specs/fa2_bwd.yaml:174:20
+  kg::bf16* v11 = reinterpret_cast<kg::bf16*>(smem + 147456);
+  // spec: specs/fa2_bwd.yaml:159:18
+  if ((true) && kg::thread_id() == 0) {
+    uint64_t* bar_ = &kg_bars[1];
+    kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+    kg::mbar_expect_tx(bar_, 16384);
+    kg::tma_load_4d(&v11[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap1_do, bar_, 0, v9, v7 * 64, v10);
+    kg::tma_load_4d(&v11[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap1_do, bar_, 64, v9, v7 * 64, v10);
+  }
+  // spec: specs/fa2_bwd.yaml:157:18
+  const int v12 = kg::block_id_x();
   // spec: specs/fa2_bwd.yaml:160:18
-  float v11[2];
+  float v13[2];
   {
     const float* p_ = t_lse + ((int64_t)(v10) * stride_lse_0 + (int64_t)(v9) * stride_lse_1);
     const bool aligned_ = false;
@@ -61,16 +82,16 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::bf16* __restrict__ t_
       const int64_t off_ = (int64_t)i0_ * 1;
       const bool in_ = i0_ + 1 <= (size_SQ);
       if (aligned_ && in_) {
-        kg::copy_vec<1>(&v11[e], p_ + off_);
+        kg::copy_vec<1>(&v13[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          v11[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+          v13[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
       }
     }
   }
   // spec: specs/fa2_bwd.yaml:161:17
-  float v12[2];
+  float v14[2];
   {
     const float* p_ = t_delta + ((int64_t)(v10) * stride_delta_0 + (int64_t)(v9) * stride_delta_1);
     const bool aligned_ = false;
@@ -81,40 +102,18 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::bf16* __restrict__ t_
       const int64_t off_ = (int64_t)i0_ * 1;
       const bool in_ = i0_ + 1 <= (size_SQ);
       if (aligned_ && in_) {
-        kg::copy_vec<1>(&v12[e], p_ + off_);
+        kg::copy_vec<1>(&v14[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          v12[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+          v14[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
       }
     }
   }
   // spec: specs/fa2_bwd.yaml:165:42
-  const int v13 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:173:19
-  kg::bf16* v14 = reinterpret_cast<kg::bf16*>(smem + 131072);
-  // spec: specs/fa2_bwd.yaml:158:16
-  kg::sync();
-  if ((true) && kg::thread_id() == 0) {
-    uint64_t* bar_ = &kg_bars[0];
-    kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
-    kg::mbar_expect_tx(bar_, 16384);
-    kg::tma_load_4d(&v14[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap0_q, bar_, 0, v9, v7 * 64, v10);
-    kg::tma_load_4d(&v14[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap0_q, bar_, 64, v9, v7 * 64, v10);
-  }
+  const int v15 = kg::block_id_x();
   // spec: specs/fa2_bwd.yaml:173:19
   kg::mbar_wait(&kg_bars[0], 0);
-  kg::sync();
-  // spec: specs/fa2_bwd.yaml:174:20
-  kg::bf16* v15 = reinterpret_cast<kg::bf16*>(smem + 147456);
-  // spec: specs/fa2_bwd.yaml:159:18
-  if ((true) && kg::thread_id() == 0) {
-    uint64_t* bar_ = &kg_bars[1];
-    kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
-    kg::mbar_expect_tx(bar_, 16384);
-    kg::tma_load_4d(&v15[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap1_do, bar_, 0, v9, v7 * 64, v10);
-    kg::tma_load_4d(&v15[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap1_do, bar_, 64, v9, v7 * 64, v10);
-  }
   // spec: specs/fa2_bwd.yaml:174:20
   kg::mbar_wait(&kg_bars[1], 0);
   kg::sync();
@@ -137,7 +136,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::bf16* __restrict__ t_
   // spec: specs/fa2_bwd.yaml:165:42
   const int v24 = 1;
   // spec: specs/fa2_bwd.yaml:165:42
-  const int v25 = (v13 + v24);
+  const int v25 = (v15 + v24);
   // spec: specs/fa2_bwd.yaml:165:41
   const int v26 = (v25 * v23);
   // spec: specs/fa2_bwd.yaml:165:41
@@ -183,7 +182,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::bf16* __restrict__ t_
     kg::tma_load_4d(&v39[((64) / 64 * 8192 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap3_v, bar_, 64, v38, v20 * 128, v10);
   }
   // spec: specs/fa2_bwd.yaml:176:42
-  float (&v40)[2] = v12;
+  float (&v40)[2] = v14;
   // spec: specs/fa2_bwd.yaml:176:37
   float v41[32];
   #pragma unroll
@@ -193,7 +192,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::bf16* __restrict__ t_
   // spec: specs/fa2_bwd.yaml:160:18
   float v43[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v43[e] = (v11[e] * v42);
+  for (int e = 0; e < 2; ++e) v43[e] = (v13[e] * v42);
   // spec: specs/fa2_bwd.yaml:170:49
   float (&v44)[2] = v43;
   // spec: specs/fa2_bwd.yaml:175:37
@@ -207,7 +206,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::bf16* __restrict__ t_
   // spec: specs/fa2_bwd.yaml:157:18
   const int v47 = 64;
   // spec: specs/fa2_bwd.yaml:157:18
-  const int v48 = (v8 * v47);
+  const int v48 = (v12 * v47);
   // spec: specs/fa2_bwd.yaml:157:18
   int v49[2];
   #pragma unroll
@@ -269,7 +268,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::bf16* __restrict__ t_
     float (&v69)[32] = v68;
     {
       const int wg_ = (warp / 4);
-      const uint64_t da_ = kg::wgmma_desc(v14, 16, 1024, 1);
+      const uint64_t da_ = kg::wgmma_desc(v8, 16, 1024, 1);
       const uint64_t db_ = kg::wgmma_desc(v67, 16, 1024, 1);
       kg::wgmma_fence();
     #pragma unroll
@@ -306,7 +305,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg::bf16* __restrict__ t_
     float (&v75)[32] = v74;
     {
       const int wg_ = (warp / 4);
-      const uint64_t da_ = kg::wgmma_desc(v15, 16, 1024, 1);
+      const uint64_t da_ = kg::wgmma_desc(v11, 16, 1024, 1);
       const uint64_t db_ = kg::wgmma_desc(v73, 16, 1024, 1);
       kg::wgmma_fence();
     #pragma unroll

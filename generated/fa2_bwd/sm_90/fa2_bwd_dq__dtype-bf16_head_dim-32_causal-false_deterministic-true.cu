@@ -42,70 +42,16 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::bf16* __restrict__ t_
   const int v5 = kg::block_id_y();
   // spec: specs/fa2_bwd.yaml:154:23
   const int v6 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:157:18
-  const int v7 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:157:44
-  int v8[1];
-  #pragma unroll
-  for (int e = 0; e < 1; ++e) v8[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0);
-  // spec: specs/fa2_bwd.yaml:157:18
-  const int v9 = 64;
-  // spec: specs/fa2_bwd.yaml:157:18
-  const int v10 = (v7 * v9);
-  // spec: specs/fa2_bwd.yaml:157:18
-  int v11[1];
-  #pragma unroll
-  for (int e = 0; e < 1; ++e) v11[e] = (v10 + v8[e]);
-  // spec: specs/fa2_bwd.yaml:153:11
-  const int v12 = (kg::mod(v5, v3));
-  // spec: specs/fa2_bwd.yaml:152:11
-  const int v13 = (kg::floordiv(v4, v3));
-  // spec: specs/fa2_bwd.yaml:160:18
-  float v14[2];
-  {
-    const float* p_ = t_lse + ((int64_t)(v13) * stride_lse_0 + (int64_t)(v12) * stride_lse_1);
-    const bool aligned_ = false;
-    const int t0_ = v6 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
-  #pragma unroll
-    for (int e = 0; e < 2; e += 1) {
-      const int i0_ = t0_ + (e & 1) * 8;
-      const int64_t off_ = (int64_t)i0_ * 1;
-      const bool in_ = i0_ + 1 <= (size_SQ);
-      if (aligned_ && in_) {
-        kg::copy_vec<1>(&v14[e], p_ + off_);
-      } else {
-  #pragma unroll
-        for (int v = 0; v < 1; ++v)
-          v14[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
-      }
-    }
-  }
-  // spec: specs/fa2_bwd.yaml:161:17
-  float v15[2];
-  {
-    const float* p_ = t_delta + ((int64_t)(v13) * stride_delta_0 + (int64_t)(v12) * stride_delta_1);
-    const bool aligned_ = false;
-    const int t0_ = v6 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
-  #pragma unroll
-    for (int e = 0; e < 2; e += 1) {
-      const int i0_ = t0_ + (e & 1) * 8;
-      const int64_t off_ = (int64_t)i0_ * 1;
-      const bool in_ = i0_ + 1 <= (size_SQ);
-      if (aligned_ && in_) {
-        kg::copy_vec<1>(&v15[e], p_ + off_);
-      } else {
-  #pragma unroll
-        for (int v = 0; v < 1; ++v)
-          v15[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
-      }
-    }
-  }
   // spec: specs/fa2_bwd.yaml:173:19
-  kg::bf16* v16 = reinterpret_cast<kg::bf16*>(smem + 16384);
+  kg::bf16* v7 = reinterpret_cast<kg::bf16*>(smem + 16384);
+  // spec: specs/fa2_bwd.yaml:153:11
+  const int v8 = (kg::mod(v5, v3));
+  // spec: specs/fa2_bwd.yaml:152:11
+  const int v9 = (kg::floordiv(v4, v3));
   // spec: specs/fa2_bwd.yaml:158:16
   kg::sync();
   if (true) {
-    const kg::bf16* p_ = t_q + ((int64_t)(v13) * stride_q_0 + (int64_t)(v12) * stride_q_2);
+    const kg::bf16* p_ = t_q + ((int64_t)(v9) * stride_q_0 + (int64_t)(v8) * stride_q_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
     const int64_t q_ = (int64_t)(v6 * 64) * stride_q_1 + 0;
     const int r0_ = (lane + warp * 32) / 32 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 4 * 8;
@@ -118,24 +64,20 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::bf16* __restrict__ t_
       const int slot_ = ((r_) / 8 * 4 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
       if (aligned_) {
         const int n_ = (i0_ < (size_SQ)) * 8;
-        kg::cp_async<16>(&v16[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        kg::cp_async<16>(&v7[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v16[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (32)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v7[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (32)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_bwd.yaml:173:19
-  kg::cp_async_wait<0>();
-  kg::fence_proxy_async();
-  kg::sync();
   // spec: specs/fa2_bwd.yaml:174:20
-  kg::bf16* v17 = reinterpret_cast<kg::bf16*>(smem + 20480);
+  kg::bf16* v10 = reinterpret_cast<kg::bf16*>(smem + 20480);
   // spec: specs/fa2_bwd.yaml:159:18
   if (true) {
-    const kg::bf16* p_ = t_do + ((int64_t)(v13) * stride_do_0 + (int64_t)(v12) * stride_do_2);
+    const kg::bf16* p_ = t_do + ((int64_t)(v9) * stride_do_0 + (int64_t)(v8) * stride_do_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_do_0 % 8 == 0 && stride_do_1 % 8 == 0 && stride_do_2 % 8 == 0;
     const int64_t q_ = (int64_t)(v6 * 64) * stride_do_1 + 0;
     const int r0_ = (lane + warp * 32) / 32 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 4 * 8;
@@ -148,15 +90,73 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::bf16* __restrict__ t_
       const int slot_ = ((r_) / 8 * 4 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
       if (aligned_) {
         const int n_ = (i0_ < (size_SQ)) * 8;
-        kg::cp_async<16>(&v17[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        kg::cp_async<16>(&v10[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v17[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (32)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v10[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (32)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
   kg::cp_async_commit();
+  // spec: specs/fa2_bwd.yaml:157:18
+  const int v11 = kg::block_id_x();
+  // spec: specs/fa2_bwd.yaml:157:44
+  int v12[1];
+  #pragma unroll
+  for (int e = 0; e < 1; ++e) v12[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0);
+  // spec: specs/fa2_bwd.yaml:157:18
+  const int v13 = 64;
+  // spec: specs/fa2_bwd.yaml:157:18
+  const int v14 = (v11 * v13);
+  // spec: specs/fa2_bwd.yaml:157:18
+  int v15[1];
+  #pragma unroll
+  for (int e = 0; e < 1; ++e) v15[e] = (v14 + v12[e]);
+  // spec: specs/fa2_bwd.yaml:160:18
+  float v16[2];
+  {
+    const float* p_ = t_lse + ((int64_t)(v9) * stride_lse_0 + (int64_t)(v8) * stride_lse_1);
+    const bool aligned_ = false;
+    const int t0_ = v6 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+  #pragma unroll
+    for (int e = 0; e < 2; e += 1) {
+      const int i0_ = t0_ + (e & 1) * 8;
+      const int64_t off_ = (int64_t)i0_ * 1;
+      const bool in_ = i0_ + 1 <= (size_SQ);
+      if (aligned_ && in_) {
+        kg::copy_vec<1>(&v16[e], p_ + off_);
+      } else {
+  #pragma unroll
+        for (int v = 0; v < 1; ++v)
+          v16[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+      }
+    }
+  }
+  // spec: specs/fa2_bwd.yaml:161:17
+  float v17[2];
+  {
+    const float* p_ = t_delta + ((int64_t)(v9) * stride_delta_0 + (int64_t)(v8) * stride_delta_1);
+    const bool aligned_ = false;
+    const int t0_ = v6 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+  #pragma unroll
+    for (int e = 0; e < 2; e += 1) {
+      const int i0_ = t0_ + (e & 1) * 8;
+      const int64_t off_ = (int64_t)i0_ * 1;
+      const bool in_ = i0_ + 1 <= (size_SQ);
+      if (aligned_ && in_) {
+        kg::copy_vec<1>(&v17[e], p_ + off_);
+      } else {
+  #pragma unroll
+        for (int v = 0; v < 1; ++v)
+          v17[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+      }
+    }
+  }
+  // spec: specs/fa2_bwd.yaml:173:19
+  kg::cp_async_wait<1>();
+  kg::fence_proxy_async();
+
   // spec: specs/fa2_bwd.yaml:174:20
   kg::cp_async_wait<0>();
   kg::fence_proxy_async();
@@ -184,10 +184,10 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::bf16* __restrict__ t_
   // spec: specs/fa2_bwd.yaml:156:22
   const int v28 = (kg::floordiv(v3, v2));
   // spec: specs/fa2_bwd.yaml:156:16
-  const int v29 = (kg::floordiv(v12, v28));
+  const int v29 = (kg::floordiv(v8, v28));
   // spec: specs/fa2_bwd.yaml:168:20
   if (v27) {
-    const kg::bf16* p_ = t_k + ((int64_t)(v13) * stride_k_0 + (int64_t)(v29) * stride_k_2);
+    const kg::bf16* p_ = t_k + ((int64_t)(v9) * stride_k_0 + (int64_t)(v29) * stride_k_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
     const int64_t q_ = (int64_t)(v22 * 64) * stride_k_1 + 0;
     const int r0_ = (lane + warp * 32) / 32 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 4 * 8;
@@ -213,7 +213,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::bf16* __restrict__ t_
   kg::bf16* v30 = v18 + (v20 % 2) * 2048;
   // spec: specs/fa2_bwd.yaml:174:30
   if (v27) {
-    const kg::bf16* p_ = t_v + ((int64_t)(v13) * stride_v_0 + (int64_t)(v29) * stride_v_2);
+    const kg::bf16* p_ = t_v + ((int64_t)(v9) * stride_v_0 + (int64_t)(v29) * stride_v_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
     const int64_t q_ = (int64_t)(v22 * 64) * stride_v_1 + 0;
     const int r0_ = (lane + warp * 32) / 32 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 4 * 8;
@@ -236,7 +236,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::bf16* __restrict__ t_
   }
   kg::cp_async_commit();
   // spec: specs/fa2_bwd.yaml:176:42
-  float (&v31)[2] = v15;
+  float (&v31)[2] = v17;
   // spec: specs/fa2_bwd.yaml:176:37
   float v32[32];
   #pragma unroll
@@ -246,7 +246,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::bf16* __restrict__ t_
   // spec: specs/fa2_bwd.yaml:160:18
   float v34[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v34[e] = (v14[e] * v33);
+  for (int e = 0; e < 2; ++e) v34[e] = (v16[e] * v33);
   // spec: specs/fa2_bwd.yaml:170:49
   float (&v35)[2] = v34;
   // spec: specs/fa2_bwd.yaml:175:37
@@ -295,7 +295,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::bf16* __restrict__ t_
     const bool v52 = (v51 < v26);
     // spec: specs/fa2_bwd.yaml:168:20
     if (v52) {
-      const kg::bf16* p_ = t_k + ((int64_t)(v13) * stride_k_0 + (int64_t)(v29) * stride_k_2);
+      const kg::bf16* p_ = t_k + ((int64_t)(v9) * stride_k_0 + (int64_t)(v29) * stride_k_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
       const int64_t q_ = (int64_t)(v51 * 64) * stride_k_1 + 0;
       const int r0_ = (lane + warp * 32) / 32 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 4 * 8;
@@ -325,7 +325,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::bf16* __restrict__ t_
     float (&v55)[32] = v54;
     {
       const int wg_ = 0;
-      const uint64_t da_ = kg::wgmma_desc(v16, 128, 512, 0);
+      const uint64_t da_ = kg::wgmma_desc(v7, 128, 512, 0);
       const uint64_t db_ = kg::wgmma_desc(v53, 128, 512, 0);
       kg::wgmma_fence();
     #pragma unroll
@@ -349,7 +349,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::bf16* __restrict__ t_
     const bool v58 = (v57 < v26);
     // spec: specs/fa2_bwd.yaml:174:30
     if (v58) {
-      const kg::bf16* p_ = t_v + ((int64_t)(v13) * stride_v_0 + (int64_t)(v29) * stride_v_2);
+      const kg::bf16* p_ = t_v + ((int64_t)(v9) * stride_v_0 + (int64_t)(v29) * stride_v_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
       const int64_t q_ = (int64_t)(v57 * 64) * stride_v_1 + 0;
       const int r0_ = (lane + warp * 32) / 32 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 4 * 8;
@@ -379,7 +379,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::bf16* __restrict__ t_
     float (&v61)[32] = v60;
     {
       const int wg_ = 0;
-      const uint64_t da_ = kg::wgmma_desc(v17, 128, 512, 0);
+      const uint64_t da_ = kg::wgmma_desc(v10, 128, 512, 0);
       const uint64_t db_ = kg::wgmma_desc(v59, 128, 512, 0);
       kg::wgmma_fence();
     #pragma unroll
@@ -511,7 +511,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::bf16* __restrict__ t_
   for (int e = 0; e < 16; ++e) v86[e] = kg::cvt<kg::bf16>(v85[e]);
   // spec: specs/fa2_bwd.yaml:177:11
   if ((lane & 0) == 0 && (warp & 0) == 0) {
-    kg::bf16* p_ = t_dq + ((int64_t)(v13) * stride_dq_0 + (int64_t)(v12) * stride_dq_2);
+    kg::bf16* p_ = t_dq + ((int64_t)(v9) * stride_dq_0 + (int64_t)(v8) * stride_dq_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dq_0 % 2 == 0 && stride_dq_1 % 2 == 0 && stride_dq_2 % 2 == 0;
     const int t0_ = v6 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
     const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;

@@ -44,56 +44,12 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::bf16* __restrict__ t_
   const int v6 = kg::block_id_y();
   // spec: specs/fa2_bwd.yaml:154:23
   const int v7 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:157:18
-  const int v8 = kg::block_id_x();
+  // spec: specs/fa2_bwd.yaml:173:19
+  kg::bf16* v8 = reinterpret_cast<kg::bf16*>(smem + 16384);
   // spec: specs/fa2_bwd.yaml:153:11
   const int v9 = (kg::mod(v6, v4));
   // spec: specs/fa2_bwd.yaml:152:11
   const int v10 = (kg::floordiv(v5, v4));
-  // spec: specs/fa2_bwd.yaml:160:18
-  float v11[2];
-  {
-    const float* p_ = t_lse + ((int64_t)(v10) * stride_lse_0 + (int64_t)(v9) * stride_lse_1);
-    const bool aligned_ = false;
-    const int t0_ = v7 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
-  #pragma unroll
-    for (int e = 0; e < 2; e += 1) {
-      const int i0_ = t0_ + (e & 1) * 8;
-      const int64_t off_ = (int64_t)i0_ * 1;
-      const bool in_ = i0_ + 1 <= (size_SQ);
-      if (aligned_ && in_) {
-        kg::copy_vec<1>(&v11[e], p_ + off_);
-      } else {
-  #pragma unroll
-        for (int v = 0; v < 1; ++v)
-          v11[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
-      }
-    }
-  }
-  // spec: specs/fa2_bwd.yaml:161:17
-  float v12[2];
-  {
-    const float* p_ = t_delta + ((int64_t)(v10) * stride_delta_0 + (int64_t)(v9) * stride_delta_1);
-    const bool aligned_ = false;
-    const int t0_ = v7 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
-  #pragma unroll
-    for (int e = 0; e < 2; e += 1) {
-      const int i0_ = t0_ + (e & 1) * 8;
-      const int64_t off_ = (int64_t)i0_ * 1;
-      const bool in_ = i0_ + 1 <= (size_SQ);
-      if (aligned_ && in_) {
-        kg::copy_vec<1>(&v12[e], p_ + off_);
-      } else {
-  #pragma unroll
-        for (int v = 0; v < 1; ++v)
-          v12[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
-      }
-    }
-  }
-  // spec: specs/fa2_bwd.yaml:165:42
-  const int v13 = kg::block_id_x();
-  // spec: specs/fa2_bwd.yaml:173:19
-  kg::bf16* v14 = reinterpret_cast<kg::bf16*>(smem + 16384);
   // spec: specs/fa2_bwd.yaml:158:16
   kg::sync();
   if (true) {
@@ -110,21 +66,17 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::bf16* __restrict__ t_
       const int slot_ = ((r_) / 8 * 4 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
       if (aligned_) {
         const int n_ = (i0_ < (size_SQ)) * 8;
-        kg::cp_async<16>(&v14[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        kg::cp_async<16>(&v8[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v14[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (32)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v8[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (32)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
   kg::cp_async_commit();
-  // spec: specs/fa2_bwd.yaml:173:19
-  kg::cp_async_wait<0>();
-  kg::fence_proxy_async();
-  kg::sync();
   // spec: specs/fa2_bwd.yaml:174:20
-  kg::bf16* v15 = reinterpret_cast<kg::bf16*>(smem + 20480);
+  kg::bf16* v11 = reinterpret_cast<kg::bf16*>(smem + 20480);
   // spec: specs/fa2_bwd.yaml:159:18
   if (true) {
     const kg::bf16* p_ = t_do + ((int64_t)(v10) * stride_do_0 + (int64_t)(v9) * stride_do_2);
@@ -140,15 +92,63 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::bf16* __restrict__ t_
       const int slot_ = ((r_) / 8 * 4 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
       if (aligned_) {
         const int n_ = (i0_ < (size_SQ)) * 8;
-        kg::cp_async<16>(&v15[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        kg::cp_async<16>(&v11[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v15[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (32)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v11[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (32)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
   kg::cp_async_commit();
+  // spec: specs/fa2_bwd.yaml:157:18
+  const int v12 = kg::block_id_x();
+  // spec: specs/fa2_bwd.yaml:160:18
+  float v13[2];
+  {
+    const float* p_ = t_lse + ((int64_t)(v10) * stride_lse_0 + (int64_t)(v9) * stride_lse_1);
+    const bool aligned_ = false;
+    const int t0_ = v7 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+  #pragma unroll
+    for (int e = 0; e < 2; e += 1) {
+      const int i0_ = t0_ + (e & 1) * 8;
+      const int64_t off_ = (int64_t)i0_ * 1;
+      const bool in_ = i0_ + 1 <= (size_SQ);
+      if (aligned_ && in_) {
+        kg::copy_vec<1>(&v13[e], p_ + off_);
+      } else {
+  #pragma unroll
+        for (int v = 0; v < 1; ++v)
+          v13[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+      }
+    }
+  }
+  // spec: specs/fa2_bwd.yaml:161:17
+  float v14[2];
+  {
+    const float* p_ = t_delta + ((int64_t)(v10) * stride_delta_0 + (int64_t)(v9) * stride_delta_1);
+    const bool aligned_ = false;
+    const int t0_ = v7 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+  #pragma unroll
+    for (int e = 0; e < 2; e += 1) {
+      const int i0_ = t0_ + (e & 1) * 8;
+      const int64_t off_ = (int64_t)i0_ * 1;
+      const bool in_ = i0_ + 1 <= (size_SQ);
+      if (aligned_ && in_) {
+        kg::copy_vec<1>(&v14[e], p_ + off_);
+      } else {
+  #pragma unroll
+        for (int v = 0; v < 1; ++v)
+          v14[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+      }
+    }
+  }
+  // spec: specs/fa2_bwd.yaml:165:42
+  const int v15 = kg::block_id_x();
+  // spec: specs/fa2_bwd.yaml:173:19
+  kg::cp_async_wait<1>();
+  kg::fence_proxy_async();
+
   // spec: specs/fa2_bwd.yaml:174:20
   kg::cp_async_wait<0>();
   kg::fence_proxy_async();
@@ -172,7 +172,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::bf16* __restrict__ t_
   // spec: specs/fa2_bwd.yaml:165:42
   const int v24 = 1;
   // spec: specs/fa2_bwd.yaml:165:42
-  const int v25 = (v13 + v24);
+  const int v25 = (v15 + v24);
   // spec: specs/fa2_bwd.yaml:165:41
   const int v26 = (v25 * v23);
   // spec: specs/fa2_bwd.yaml:165:41
@@ -250,7 +250,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::bf16* __restrict__ t_
   }
   kg::cp_async_commit();
   // spec: specs/fa2_bwd.yaml:176:42
-  float (&v40)[2] = v12;
+  float (&v40)[2] = v14;
   // spec: specs/fa2_bwd.yaml:176:37
   float v41[32];
   #pragma unroll
@@ -260,7 +260,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::bf16* __restrict__ t_
   // spec: specs/fa2_bwd.yaml:160:18
   float v43[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v43[e] = (v11[e] * v42);
+  for (int e = 0; e < 2; ++e) v43[e] = (v13[e] * v42);
   // spec: specs/fa2_bwd.yaml:170:49
   float (&v44)[2] = v43;
   // spec: specs/fa2_bwd.yaml:175:37
@@ -274,7 +274,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::bf16* __restrict__ t_
   // spec: specs/fa2_bwd.yaml:157:18
   const int v47 = 64;
   // spec: specs/fa2_bwd.yaml:157:18
-  const int v48 = (v8 * v47);
+  const int v48 = (v12 * v47);
   // spec: specs/fa2_bwd.yaml:157:18
   int v49[2];
   #pragma unroll
@@ -353,7 +353,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::bf16* __restrict__ t_
     float (&v69)[32] = v68;
     {
       const int wg_ = 0;
-      const uint64_t da_ = kg::wgmma_desc(v14, 128, 512, 0);
+      const uint64_t da_ = kg::wgmma_desc(v8, 128, 512, 0);
       const uint64_t db_ = kg::wgmma_desc(v67, 128, 512, 0);
       kg::wgmma_fence();
     #pragma unroll
@@ -407,7 +407,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dq(const kg::bf16* __restrict__ t_
     float (&v75)[32] = v74;
     {
       const int wg_ = 0;
-      const uint64_t da_ = kg::wgmma_desc(v15, 128, 512, 0);
+      const uint64_t da_ = kg::wgmma_desc(v11, 128, 512, 0);
       const uint64_t db_ = kg::wgmma_desc(v73, 128, 512, 0);
       kg::wgmma_fence();
     #pragma unroll

@@ -42,63 +42,63 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::bf16* __restrict__ t
   const int v5 = kg::block_id_y();
   // spec: specs/fa2_fwd.yaml:45:23
   const int v6 = kg::block_id_x();
-  // spec: specs/fa2_fwd.yaml:62:29
-  int v7[1];
-  #pragma unroll
-  for (int e = 0; e < 1; ++e) v7[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32 + ((warp >> 1) & 1) * 64) + (0);
-  // spec: specs/fa2_fwd.yaml:62:14
-  const int v8 = 128;
-  // spec: specs/fa2_fwd.yaml:45:12
-  const int v9 = 1;
-  // spec: specs/fa2_fwd.yaml:43:14
-  const int v10 = 128;
-  // spec: specs/fa2_fwd.yaml:43:14
-  const int v11 = 127;
-  // spec: specs/fa2_fwd.yaml:43:14
-  const int v12 = (v4 + v11);
-  // spec: specs/fa2_fwd.yaml:43:14
-  const int v13 = (kg::floordiv(v12, v10));
-  // spec: specs/fa2_fwd.yaml:45:12
-  const int v14 = (v13 - v9);
-  // spec: specs/fa2_fwd.yaml:45:12
-  const int v15 = (v14 - v6);
-  // spec: specs/fa2_fwd.yaml:62:14
-  const int v16 = (v15 * v8);
-  // spec: specs/fa2_fwd.yaml:62:14
-  int v17[1];
-  #pragma unroll
-  for (int e = 0; e < 1; ++e) v17[e] = (v16 + v7[e]);
   // spec: specs/fa2_fwd.yaml:78:19
-  kg::bf16* v18 = reinterpret_cast<kg::bf16*>(smem + 0);
+  kg::bf16* v7 = reinterpret_cast<kg::bf16*>(smem + 0);
   // spec: specs/fa2_fwd.yaml:60:11
-  const int v19 = (kg::mod(v5, v3));
+  const int v8 = (kg::mod(v5, v3));
   // spec: specs/fa2_fwd.yaml:59:11
-  const int v20 = (kg::floordiv(v5, v3));
+  const int v9 = (kg::floordiv(v5, v3));
+  // spec: specs/fa2_fwd.yaml:45:12
+  const int v10 = 1;
+  // spec: specs/fa2_fwd.yaml:43:14
+  const int v11 = 128;
+  // spec: specs/fa2_fwd.yaml:43:14
+  const int v12 = 127;
+  // spec: specs/fa2_fwd.yaml:43:14
+  const int v13 = (v4 + v12);
+  // spec: specs/fa2_fwd.yaml:43:14
+  const int v14 = (kg::floordiv(v13, v11));
+  // spec: specs/fa2_fwd.yaml:45:12
+  const int v15 = (v14 - v10);
+  // spec: specs/fa2_fwd.yaml:45:12
+  const int v16 = (v15 - v6);
   // spec: specs/fa2_fwd.yaml:63:12
   kg::sync();
   if (true) {
-    const kg::bf16* p_ = t_q + ((int64_t)(v20) * stride_q_0 + (int64_t)(v19) * stride_q_2);
+    const kg::bf16* p_ = t_q + ((int64_t)(v9) * stride_q_0 + (int64_t)(v8) * stride_q_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_q_0 % 8 == 0 && stride_q_1 % 8 == 0 && stride_q_2 % 8 == 0;
-    const int64_t q_ = (int64_t)(v15 * 128) * stride_q_1 + 0;
+    const int64_t q_ = (int64_t)(v16 * 128) * stride_q_1 + 0;
     const int r0_ = (lane + warp * 32) / 32 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 4 * 8;
     const int64_t o0_ = q_ + ((int64_t)r0_ * stride_q_1 + k0_);
   #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int r_ = r0_ + i * 64, k_ = k0_;
-      const int i0_ = v15 * 128 + r_, i1_ = 0 + k_;
+      const int i0_ = v16 * 128 + r_, i1_ = 0 + k_;
       const int64_t off_ = o0_ + (int64_t)(i * 64) * stride_q_1;
       const int slot_ = ((r_) / 8 * 4 + (k_) / 8) * 64 + (r_) % 8 * 8 + (k_) % 8;
       if (aligned_) {
         const int n_ = (i0_ < (size_SQ)) * 8;
-        kg::cp_async<16>(&v18[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
+        kg::cp_async<16>(&v7[slot_], n_ > 0 ? p_ + off_ : p_, n_ * 2);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v18[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (32)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v7[slot_ + v] = (i0_ < (size_SQ) && i1_ + v < (32)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
   kg::cp_async_commit();
+  // spec: specs/fa2_fwd.yaml:62:29
+  int v17[1];
+  #pragma unroll
+  for (int e = 0; e < 1; ++e) v17[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32 + ((warp >> 1) & 1) * 64) + (0);
+  // spec: specs/fa2_fwd.yaml:62:14
+  const int v18 = 128;
+  // spec: specs/fa2_fwd.yaml:62:14
+  const int v19 = (v16 * v18);
+  // spec: specs/fa2_fwd.yaml:62:14
+  int v20[1];
+  #pragma unroll
+  for (int e = 0; e < 1; ++e) v20[e] = (v19 + v17[e]);
   // spec: specs/fa2_fwd.yaml:78:19
   kg::cp_async_wait<0>();
   kg::fence_proxy_async();
@@ -126,10 +126,10 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::bf16* __restrict__ t
   // spec: specs/fa2_fwd.yaml:61:18
   const int v31 = (kg::floordiv(v3, v2));
   // spec: specs/fa2_fwd.yaml:61:12
-  const int v32 = (kg::floordiv(v19, v31));
+  const int v32 = (kg::floordiv(v8, v31));
   // spec: specs/fa2_fwd.yaml:78:27
   if (v30) {
-    const kg::bf16* p_ = t_k + ((int64_t)(v20) * stride_k_0 + (int64_t)(v32) * stride_k_2);
+    const kg::bf16* p_ = t_k + ((int64_t)(v9) * stride_k_0 + (int64_t)(v32) * stride_k_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
     const int64_t q_ = (int64_t)(v25 * 64) * stride_k_1 + 0;
     const int r0_ = (lane + warp * 32) / 32 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 4 * 8;
@@ -163,7 +163,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::bf16* __restrict__ t
   const int v37 = (kg::max_(v36, v34));
   // spec: specs/fa2_fwd.yaml:79:34
   if (v30) {
-    const kg::bf16* p_ = t_v + ((int64_t)(v20) * stride_v_0 + (int64_t)(v32) * stride_v_2);
+    const kg::bf16* p_ = t_v + ((int64_t)(v9) * stride_v_0 + (int64_t)(v32) * stride_v_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
     const int64_t q_ = (int64_t)(v37 * 64) * stride_v_1 + 0;
     const int r0_ = (lane + warp * 32) / 32 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 4 * 8;
@@ -251,7 +251,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::bf16* __restrict__ t
     const bool v62 = (v61 < v29);
     // spec: specs/fa2_fwd.yaml:78:27
     if (v62) {
-      const kg::bf16* p_ = t_k + ((int64_t)(v20) * stride_k_0 + (int64_t)(v32) * stride_k_2);
+      const kg::bf16* p_ = t_k + ((int64_t)(v9) * stride_k_0 + (int64_t)(v32) * stride_k_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_k_0 % 8 == 0 && stride_k_1 % 8 == 0 && stride_k_2 % 8 == 0;
       const int64_t q_ = (int64_t)(v61 * 64) * stride_k_1 + 0;
       const int r0_ = (lane + warp * 32) / 32 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 4 * 8;
@@ -281,7 +281,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::bf16* __restrict__ t
     float (&v65)[32] = v64;
     {
       const int wg_ = (warp / 4);
-      const uint64_t da_ = kg::wgmma_desc(v18, 128, 512, 0);
+      const uint64_t da_ = kg::wgmma_desc(v7, 128, 512, 0);
       const uint64_t db_ = kg::wgmma_desc(v63, 128, 512, 0);
       kg::wgmma_fence();
     #pragma unroll
@@ -321,7 +321,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::bf16* __restrict__ t
     const bool v76 = (v73 < v29);
     // spec: specs/fa2_fwd.yaml:79:34
     if (v76) {
-      const kg::bf16* p_ = t_v + ((int64_t)(v20) * stride_v_0 + (int64_t)(v32) * stride_v_2);
+      const kg::bf16* p_ = t_v + ((int64_t)(v9) * stride_v_0 + (int64_t)(v32) * stride_v_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
       const int64_t q_ = (int64_t)(v75 * 64) * stride_v_1 + 0;
       const int r0_ = (lane + warp * 32) / 32 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 4 * 8;
@@ -546,7 +546,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::bf16* __restrict__ t
   // spec: specs/fa2_fwd.yaml:96:26
   kg::sync();
   if (true) {
-    const kg::bf16* p_ = t_v + ((int64_t)(v20) * stride_v_0 + (int64_t)(v32) * stride_v_2);
+    const kg::bf16* p_ = t_v + ((int64_t)(v9) * stride_v_0 + (int64_t)(v32) * stride_v_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_v_0 % 8 == 0 && stride_v_1 % 8 == 0 && stride_v_2 % 8 == 0;
     const int64_t q_ = (int64_t)(v115 * 64) * stride_v_1 + 0;
     const int r0_ = (lane + warp * 32) / 32 * 8 + (lane + warp * 32) % 8, k0_ = (lane + warp * 32) / 8 % 4 * 8;
@@ -626,9 +626,9 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::bf16* __restrict__ t
   for (int e = 0; e < 16; ++e) v125[e] = kg::cvt<kg::bf16>(v124[e]);
   // spec: specs/fa2_fwd.yaml:99:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
-    kg::bf16* p_ = t_o + ((int64_t)(v20) * stride_o_0 + (int64_t)(v19) * stride_o_2);
+    kg::bf16* p_ = t_o + ((int64_t)(v9) * stride_o_0 + (int64_t)(v8) * stride_o_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_o_0 % 2 == 0 && stride_o_1 % 2 == 0 && stride_o_2 % 2 == 0;
-    const int t0_ = v15 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
+    const int t0_ = v16 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
     const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
   #pragma unroll
     for (int e = 0; e < 16; e += 2) {
@@ -676,9 +676,9 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::bf16* __restrict__ t
   for (int e = 0; e < 2; ++e) v134[e] = (v133[e] ? v126 : v131[e]);
   // spec: specs/fa2_fwd.yaml:100:7
   if ((lane & 3) == 0 && (warp & 0) == 0) {
-    float* p_ = t_lse + ((int64_t)(v20) * stride_lse_0 + (int64_t)(v19) * stride_lse_1);
+    float* p_ = t_lse + ((int64_t)(v9) * stride_lse_0 + (int64_t)(v8) * stride_lse_1);
     const bool aligned_ = false;
-    const int t0_ = v15 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
+    const int t0_ = v16 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
   #pragma unroll
     for (int e = 0; e < 2; e += 1) {
       const int i0_ = t0_ + (e & 1) * 8;

@@ -48,46 +48,46 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
   const int v5 = kg::block_id_y();
   // spec: specs/fa2_fwd.yaml:45:23
   const int v6 = kg::block_id_x();
-  // spec: specs/fa2_fwd.yaml:62:29
-  int v7[1];
-  #pragma unroll
-  for (int e = 0; e < 1; ++e) v7[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32 + ((warp >> 1) & 1) * 64) + (0);
-  // spec: specs/fa2_fwd.yaml:62:14
-  const int v8 = 128;
-  // spec: specs/fa2_fwd.yaml:45:12
-  const int v9 = 1;
-  // spec: specs/fa2_fwd.yaml:43:14
-  const int v10 = 128;
-  // spec: specs/fa2_fwd.yaml:43:14
-  const int v11 = 127;
-  // spec: specs/fa2_fwd.yaml:43:14
-  const int v12 = (v4 + v11);
-  // spec: specs/fa2_fwd.yaml:43:14
-  const int v13 = (kg::floordiv(v12, v10));
-  // spec: specs/fa2_fwd.yaml:45:12
-  const int v14 = (v13 - v9);
-  // spec: specs/fa2_fwd.yaml:45:12
-  const int v15 = (v14 - v6);
-  // spec: specs/fa2_fwd.yaml:62:14
-  const int v16 = (v15 * v8);
-  // spec: specs/fa2_fwd.yaml:62:14
-  int v17[1];
-  #pragma unroll
-  for (int e = 0; e < 1; ++e) v17[e] = (v16 + v7[e]);
   // spec: specs/fa2_fwd.yaml:78:19
-  kg::fp16* v18 = reinterpret_cast<kg::fp16*>(smem + 0);
+  kg::fp16* v7 = reinterpret_cast<kg::fp16*>(smem + 0);
   // spec: specs/fa2_fwd.yaml:60:11
-  const int v19 = (kg::mod(v5, v3));
+  const int v8 = (kg::mod(v5, v3));
   // spec: specs/fa2_fwd.yaml:59:11
-  const int v20 = (kg::floordiv(v5, v3));
+  const int v9 = (kg::floordiv(v5, v3));
+  // spec: specs/fa2_fwd.yaml:45:12
+  const int v10 = 1;
+  // spec: specs/fa2_fwd.yaml:43:14
+  const int v11 = 128;
+  // spec: specs/fa2_fwd.yaml:43:14
+  const int v12 = 127;
+  // spec: specs/fa2_fwd.yaml:43:14
+  const int v13 = (v4 + v12);
+  // spec: specs/fa2_fwd.yaml:43:14
+  const int v14 = (kg::floordiv(v13, v11));
+  // spec: specs/fa2_fwd.yaml:45:12
+  const int v15 = (v14 - v10);
+  // spec: specs/fa2_fwd.yaml:45:12
+  const int v16 = (v15 - v6);
   // spec: specs/fa2_fwd.yaml:63:12
   kg::sync();
   if ((true) && kg::thread_id() == 0) {
     uint64_t* bar_ = &kg_bars[0];
     kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
     kg::mbar_expect_tx(bar_, 16384);
-    kg::tma_load_4d(&v18[((0) / 64 * 8192 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap0_q, bar_, 0, v19, v15 * 128, v20);
+    kg::tma_load_4d(&v7[((0) / 64 * 8192 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap0_q, bar_, 0, v8, v16 * 128, v9);
   }
+  // spec: specs/fa2_fwd.yaml:62:29
+  int v17[1];
+  #pragma unroll
+  for (int e = 0; e < 1; ++e) v17[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32 + ((warp >> 1) & 1) * 64) + (0);
+  // spec: specs/fa2_fwd.yaml:62:14
+  const int v18 = 128;
+  // spec: specs/fa2_fwd.yaml:62:14
+  const int v19 = (v16 * v18);
+  // spec: specs/fa2_fwd.yaml:62:14
+  int v20[1];
+  #pragma unroll
+  for (int e = 0; e < 1; ++e) v20[e] = (v19 + v17[e]);
   // spec: specs/fa2_fwd.yaml:78:19
   kg::mbar_wait(&kg_bars[0], 0);
   kg::sync();
@@ -114,13 +114,13 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
   // spec: specs/fa2_fwd.yaml:61:18
   const int v31 = (kg::floordiv(v3, v2));
   // spec: specs/fa2_fwd.yaml:61:12
-  const int v32 = (kg::floordiv(v19, v31));
+  const int v32 = (kg::floordiv(v8, v31));
   // spec: specs/fa2_fwd.yaml:78:27
   if ((v30) && kg::thread_id() == 0) {
     uint64_t* bar_ = &kg_bars[3 + v23 % 2];
     kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
     kg::mbar_expect_tx(bar_, 8192);
-    kg::tma_load_4d(&v24[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap1_k, bar_, 0, v32, v25 * 64, v20);
+    kg::tma_load_4d(&v24[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap1_k, bar_, 0, v32, v25 * 64, v9);
   }
   // spec: specs/fa2_fwd.yaml:77:11
   kg::fp16* v33 = v21 + (v23 % 2) * 4096;
@@ -137,7 +137,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
     uint64_t* bar_ = &kg_bars[1 + v23 % 2];
     kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
     kg::mbar_expect_tx(bar_, 8192);
-    kg::tma_load_4d(&v33[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_v, bar_, 0, v32, v37 * 64, v20);
+    kg::tma_load_4d(&v33[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_v, bar_, 0, v32, v37 * 64, v9);
   }
   // spec: specs/fa2_fwd.yaml:77:51
   const int v38 = 1;
@@ -207,7 +207,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
       uint64_t* bar_ = &kg_bars[3 + v59 % 2];
       kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
       kg::mbar_expect_tx(bar_, 8192);
-      kg::tma_load_4d(&v60[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap1_k, bar_, 0, v32, v61 * 64, v20);
+      kg::tma_load_4d(&v60[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap1_k, bar_, 0, v32, v61 * 64, v9);
     }
     // spec: specs/fa2_fwd.yaml:78:19
     kg::fp16* v63 = v57;
@@ -217,7 +217,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
     float (&v65)[32] = v64;
     {
       const int wg_ = (warp / 4);
-      const uint64_t da_ = kg::wgmma_desc(v18, 16, 1024, 1);
+      const uint64_t da_ = kg::wgmma_desc(v7, 16, 1024, 1);
       const uint64_t db_ = kg::wgmma_desc(v63, 16, 1024, 1);
       kg::wgmma_fence();
     #pragma unroll
@@ -259,7 +259,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
       uint64_t* bar_ = &kg_bars[1 + v59 % 2];
       kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
       kg::mbar_expect_tx(bar_, 8192);
-      kg::tma_load_4d(&v70[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_v, bar_, 0, v32, v75 * 64, v20);
+      kg::tma_load_4d(&v70[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_v, bar_, 0, v32, v75 * 64, v9);
     }
     // spec: specs/fa2_fwd.yaml:79:27
     float (&v77)[32] = v50;
@@ -475,7 +475,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
     uint64_t* bar_ = &kg_bars[5];
     kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
     kg::mbar_expect_tx(bar_, 8192);
-    kg::tma_load_4d(&v111[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_v, bar_, 0, v32, v115 * 64, v20);
+    kg::tma_load_4d(&v111[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_v, bar_, 0, v32, v115 * 64, v9);
   }
   // spec: specs/fa2_fwd.yaml:96:19
   kg::mbar_wait(&kg_bars[5], 0);
@@ -534,9 +534,9 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
   for (int e = 0; e < 32; ++e) v125[e] = kg::cvt<kg::fp16>(v124[e]);
   // spec: specs/fa2_fwd.yaml:99:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
-    kg::fp16* p_ = t_o + ((int64_t)(v20) * stride_o_0 + (int64_t)(v19) * stride_o_2);
+    kg::fp16* p_ = t_o + ((int64_t)(v9) * stride_o_0 + (int64_t)(v8) * stride_o_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_o_0 % 2 == 0 && stride_o_1 % 2 == 0 && stride_o_2 % 2 == 0;
-    const int t0_ = v15 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
+    const int t0_ = v16 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
     const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
   #pragma unroll
     for (int e = 0; e < 32; e += 2) {
@@ -584,9 +584,9 @@ KG_KERNEL void __launch_bounds__(256) fa2_fwd_fwd(const kg::fp16* __restrict__ t
   for (int e = 0; e < 2; ++e) v134[e] = (v133[e] ? v126 : v131[e]);
   // spec: specs/fa2_fwd.yaml:100:7
   if ((lane & 3) == 0 && (warp & 0) == 0) {
-    float* p_ = t_lse + ((int64_t)(v20) * stride_lse_0 + (int64_t)(v19) * stride_lse_1);
+    float* p_ = t_lse + ((int64_t)(v9) * stride_lse_0 + (int64_t)(v8) * stride_lse_1);
     const bool aligned_ = false;
-    const int t0_ = v15 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
+    const int t0_ = v16 * 128 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32 + ((warp >> 2) & 1) * 64;
   #pragma unroll
     for (int e = 0; e < 2; e += 1) {
       const int i0_ = t0_ + (e & 1) * 8;

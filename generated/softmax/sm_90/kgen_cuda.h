@@ -27,11 +27,15 @@ template <class T> KG_DEVICE T cvt(float x) { return (T)x; }
 template <> KG_DEVICE bf16 cvt<bf16>(float x) { return __float2bfloat16_rn(x); }
 template <> KG_DEVICE fp16 cvt<fp16>(float x) { return __float2half_rn(x); }
 
-KG_DEVICE float exp_(float x) { return expf(x); }
 // ex2.approx.ftz (PTX ISA, "ex2"): one MUFU.EX2. Without .ftz ptxas adds a range test and two
 // multiplies to produce subnormal results; kgen flushes them to zero, as FlashAttention's
 // --use_fast_math build does (results below 2^-126 only).
 KG_DEVICE float exp2_(float x) { float y; asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x)); return y; }
+// exp(x) as exp2(x log2(e)), as Triton lowers tl.exp: a multiply and one MUFU.EX2 where expf's
+// range reduction is several more instructions; the error adds the product's rounding (relative
+// |x| 2^-24 in the exponent) to ex2.approx's own, far below bf16's 2^-8. The chunked scan's
+// exp(cs_t - cs_s) runs once per element of every (rows x positions) tile.
+KG_DEVICE float exp_(float x) { return exp2_(x * 1.4426950408889634f); }
 KG_DEVICE float log_(float x) { return logf(x); }
 KG_DEVICE float log2_(float x) { return log2f(x); }
 KG_DEVICE float sqrt_(float x) { return sqrtf(x); }

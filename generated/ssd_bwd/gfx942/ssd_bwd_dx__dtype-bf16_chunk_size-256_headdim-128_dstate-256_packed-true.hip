@@ -375,7 +375,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_bwd_dx
   float v61[4];
   #pragma unroll
   for (int e = 0; e < 4; ++e) v61[e] = 0.0f;
-  // spec: specs/ssd_bwd.yaml:246:7
+  // spec: specs/ssd_bwd.yaml:247:7
   float v62[16];
   {
     float* scratch_ = reinterpret_cast<float*>(smem + 0);
@@ -386,543 +386,554 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_bwd_dx
   #pragma unroll
     for (int e = 0; e < 16; ++e) v62[e] = scratch_[((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1];
   }
-  // spec: specs/ssd_bwd.yaml:262:17
-  kg::bf16* v63 = reinterpret_cast<kg::bf16*>(smem + 0);
+  // spec: specs/ssd_bwd.yaml:258:33
+  int (&v63)[16] = v19;
+  // spec: specs/ssd_bwd.yaml:258:33
+  int v64[4];
+  {
+    int* scratch_ = reinterpret_cast<int*>(smem + 0);
+    kg::sync();
+  #pragma unroll
+    for (int e = 0; e < 16; ++e) scratch_[((0) + (0)) * 1 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = v63[e];
+    kg::sync();
+  #pragma unroll
+    for (int e = 0; e < 4; ++e) v64[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1];
+  }
+  // spec: specs/ssd_bwd.yaml:246:15
+  const float v65 = 1.4426950408889634f;
+  // spec: specs/ssd_bwd.yaml:246:15
+  float v66[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v66[e] = (v15[e] * v65);
+  // spec: specs/ssd_bwd.yaml:261:77
+  float (&v67)[16] = v66;
+  // spec: specs/ssd_bwd.yaml:261:40
+  float v68[4];
+  {
+    float* scratch_ = reinterpret_cast<float*>(smem + 0);
+    kg::sync();
+  #pragma unroll
+    for (int e = 0; e < 16; ++e) scratch_[((0) + (0)) * 1 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = v67[e];
+    kg::sync();
+  #pragma unroll
+    for (int e = 0; e < 4; ++e) v68[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1];
+  }
+  // spec: specs/ssd_bwd.yaml:265:17
+  kg::bf16* v69 = reinterpret_cast<kg::bf16*>(smem + 0);
   kg::sync();
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v63[((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 136 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 64) + (((e >> 4) & 1) * 32))] = v10[e];
+  for (int e = 0; e < 32; ++e) v69[((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 136 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 64) + (((e >> 4) & 1) * 32))] = v10[e];
   kg::sync();
-  // spec: specs/ssd_bwd.yaml:247:23
-  const int v64 = 8;
-  // spec: specs/ssd_bwd.yaml:247:23
-  const int v65 = (v14 * v64);
-  // spec: specs/ssd_bwd.yaml:246:22
-  const int v66 = 32;
-  // spec: specs/ssd_bwd.yaml:246:22
-  const int v67 = 64;
-  // spec: specs/ssd_bwd.yaml:246:22
-  const int v68 = (v12 * v67);
-  // spec: specs/ssd_bwd.yaml:246:22
-  const int v69 = (kg::floordiv(v68, v66));
-  // spec: specs/ssd_bwd.yaml:247:23
-  const int v70 = (v65 + v69);
-  // spec: specs/ssd_bwd.yaml:246:46
-  const int v71 = 32;
-  // spec: specs/ssd_bwd.yaml:246:46
-  const int v72 = 31;
-  // spec: specs/ssd_bwd.yaml:246:51
-  const int v73 = 256;
-  // spec: specs/ssd_bwd.yaml:246:68
-  const int v74 = 256;
-  // spec: specs/ssd_bwd.yaml:246:68
-  const int v75 = (v14 * v74);
-  // spec: specs/ssd_bwd.yaml:246:59
-  const int v76 = (v0 - v75);
-  // spec: specs/ssd_bwd.yaml:246:51
-  const int v77 = (kg::min_(v76, v73));
-  // spec: specs/ssd_bwd.yaml:246:46
-  const int v78 = (v77 + v72);
-  // spec: specs/ssd_bwd.yaml:246:46
-  const int v79 = (kg::floordiv(v78, v71));
-  // spec: specs/ssd_bwd.yaml:246:7
-  const bool v80 = (v69 < v79);
-  // spec: specs/ssd_bwd.yaml:249:17
-  kg::bf16 v81[16];
+  // spec: specs/ssd_bwd.yaml:267:71
+  float (&v70)[16] = v16;
+  // spec: specs/ssd_bwd.yaml:267:65
+  float v71[4];
+  {
+    float* scratch_ = reinterpret_cast<float*>(smem + 17408);
+  #pragma unroll
+    for (int e = 0; e < 16; ++e) scratch_[((0) + (0)) * 1 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = v70[e];
+    kg::sync();
+  #pragma unroll
+    for (int e = 0; e < 4; ++e) v71[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1];
+  }
+  // spec: specs/ssd_bwd.yaml:248:23
+  const int v72 = 8;
+  // spec: specs/ssd_bwd.yaml:248:23
+  const int v73 = (v14 * v72);
+  // spec: specs/ssd_bwd.yaml:247:22
+  const int v74 = 32;
+  // spec: specs/ssd_bwd.yaml:247:22
+  const int v75 = 64;
+  // spec: specs/ssd_bwd.yaml:247:22
+  const int v76 = (v12 * v75);
+  // spec: specs/ssd_bwd.yaml:247:22
+  const int v77 = (kg::floordiv(v76, v74));
+  // spec: specs/ssd_bwd.yaml:248:23
+  const int v78 = (v73 + v77);
+  // spec: specs/ssd_bwd.yaml:247:46
+  const int v79 = 32;
+  // spec: specs/ssd_bwd.yaml:247:46
+  const int v80 = 31;
+  // spec: specs/ssd_bwd.yaml:247:51
+  const int v81 = 256;
+  // spec: specs/ssd_bwd.yaml:247:68
+  const int v82 = 256;
+  // spec: specs/ssd_bwd.yaml:247:68
+  const int v83 = (v14 * v82);
+  // spec: specs/ssd_bwd.yaml:247:59
+  const int v84 = (v0 - v83);
+  // spec: specs/ssd_bwd.yaml:247:51
+  const int v85 = (kg::min_(v84, v81));
+  // spec: specs/ssd_bwd.yaml:247:46
+  const int v86 = (v85 + v80);
+  // spec: specs/ssd_bwd.yaml:247:46
+  const int v87 = (kg::floordiv(v86, v79));
+  // spec: specs/ssd_bwd.yaml:247:7
+  const bool v88 = (v77 < v87);
+  // spec: specs/ssd_bwd.yaml:250:17
+  kg::bf16 v89[16];
   {
     const kg::bf16* p_ = t_dy + ((int64_t)(v9) * stride_dy_0 + (int64_t)(v8) * stride_dy_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_dy_0 % 8 == 0 && stride_dy_1 % 8 == 0 && stride_dy_2 % 8 == 0;
-    const int t0_ = v70 * 32 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
+    const int t0_ = v78 * 32 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
     const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
   #pragma unroll
     for (int e = 0; e < 16; e += 8) {
       const int i0_ = t0_ + ((e >> 3) & 1) * 16;
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
       const int64_t off_ = (int64_t)i0_ * stride_dy_1 + (int64_t)i1_ * 1;
-      const bool in_ = v80 && i0_ < (size_seqlen);
+      const bool in_ = v88 && i0_ < (size_seqlen);
       if (aligned_ && in_) {
-        kg::copy_vec<8>(&v81[e], p_ + off_);
+        kg::copy_vec<8>(&v89[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v81[e + v] = (v80 && i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v89[e + v] = (v88 && i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
-  // spec: specs/ssd_bwd.yaml:250:18
-  float v82[2];
+  // spec: specs/ssd_bwd.yaml:251:18
+  float v90[2];
   {
     const float* p_ = t_dA_cumsum + ((int64_t)(v9) * stride_dA_cumsum_0 + (int64_t)(v8) * stride_dA_cumsum_1 + (int64_t)(v14) * stride_dA_cumsum_2);
     const bool aligned_ = false;
-    const int t0_ = v69 * 32 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8;
+    const int t0_ = v77 * 32 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8;
   #pragma unroll
     for (int e = 0; e < 2; e += 1) {
       const int i0_ = t0_ + (e & 1) * 16;
       const int64_t off_ = (int64_t)i0_ * 1;
-      const bool in_ = v80 && i0_ + 1 <= (256);
+      const bool in_ = v88 && i0_ + 1 <= (256);
       if (aligned_ && in_) {
-        kg::copy_vec<1>(&v82[e], p_ + off_);
+        kg::copy_vec<1>(&v90[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          v82[e + v] = (v80 && i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
+          v90[e + v] = (v88 && i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
       }
     }
   }
-  // spec: specs/ssd_bwd.yaml:254:17
-  float v83[8];
+  // spec: specs/ssd_bwd.yaml:255:17
+  float v91[8];
   {
     const float* p_ = t_CB + ((int64_t)(v9) * stride_CB_0 + (int64_t)(v14) * stride_CB_1 + (int64_t)(v32) * stride_CB_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_CB_0 % 4 == 0 && stride_CB_1 % 4 == 0 && stride_CB_2 % 4 == 0 && stride_CB_3 % 4 == 0;
-    const int t0_ = v69 * 32 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8;
+    const int t0_ = v77 * 32 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8;
     const int t1_ = v12 * 64 + ((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
   #pragma unroll
     for (int e = 0; e < 8; e += 4) {
       const int i0_ = t0_ + ((e >> 2) & 1) * 16;
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
       const int64_t off_ = (int64_t)i0_ * stride_CB_3 + (int64_t)i1_ * 1;
-      const bool in_ = v80 && i0_ < (256) && i1_ + 4 <= (256);
+      const bool in_ = v88 && i0_ < (256) && i1_ + 4 <= (256);
       if (aligned_ && in_) {
-        kg::copy_vec<4>(&v83[e], p_ + off_);
+        kg::copy_vec<4>(&v91[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 4; ++v)
-          v83[e + v] = (v80 && i0_ < (256) && i1_ + v < (256)) ? p_[off_ + v] : 0.0f;
+          v91[e + v] = (v88 && i0_ < (256) && i1_ + v < (256)) ? p_[off_ + v] : 0.0f;
       }
     }
   }
-  // spec: specs/ssd_bwd.yaml:247:23
-  const int v84 = 8;
-  // spec: specs/ssd_bwd.yaml:247:23
-  const int v85 = (v14 * v84);
-  // spec: specs/ssd_bwd.yaml:247:23
-  const int v86 = (v85 + v69);
-  // spec: specs/ssd_bwd.yaml:257:51
-  int v87[2];
+  // spec: specs/ssd_bwd.yaml:248:23
+  const int v92 = 8;
+  // spec: specs/ssd_bwd.yaml:248:23
+  const int v93 = (v14 * v92);
+  // spec: specs/ssd_bwd.yaml:248:23
+  const int v94 = (v93 + v77);
+  // spec: specs/ssd_bwd.yaml:258:51
+  int v95[2];
   {
     const int* p_ = t_seq_idx + ((int64_t)(v9) * stride_seq_idx_0);
     const bool aligned_ = false;
-    const int t0_ = v86 * 32 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8;
+    const int t0_ = v94 * 32 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8;
   #pragma unroll
     for (int e = 0; e < 2; e += 1) {
       const int i0_ = t0_ + (e & 1) * 16;
       const int64_t off_ = (int64_t)i0_ * 1;
-      const bool in_ = v80 && i0_ + 1 <= (size_seqlen);
+      const bool in_ = v88 && i0_ + 1 <= (size_seqlen);
       if (aligned_ && in_) {
-        kg::copy_vec<1>(&v87[e], p_ + off_);
+        kg::copy_vec<1>(&v95[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          v87[e + v] = (v80 && i0_ + v < (size_seqlen)) ? p_[off_ + v] : 0;
+          v95[e + v] = (v88 && i0_ + v < (size_seqlen)) ? p_[off_ + v] : 0;
       }
     }
   }
-  // spec: specs/ssd_bwd.yaml:264:71
-  float (&v88)[16] = v16;
-  // spec: specs/ssd_bwd.yaml:258:55
-  float (&v89)[16] = v15;
-  // spec: specs/ssd_bwd.yaml:257:33
-  int (&v90)[16] = v19;
+  // spec: specs/ssd_bwd.yaml:267:65
+  float v96[8];
+  #pragma unroll
+  for (int e = 0; e < 8; ++e) v96[e] = v71[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
+  // spec: specs/ssd_bwd.yaml:261:40
+  float v97[8];
+  #pragma unroll
+  for (int e = 0; e < 8; ++e) v97[e] = v68[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
+  // spec: specs/ssd_bwd.yaml:258:33
+  int v98[8];
+  #pragma unroll
+  for (int e = 0; e < 8; ++e) v98[e] = v64[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
   // spec: specs/ssd_bwd.yaml:226:34
-  int v91[4];
+  int v99[4];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v91[e] = (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2);
+  for (int e = 0; e < 4; ++e) v99[e] = (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2);
   // spec: specs/ssd_bwd.yaml:226:20
-  const int v92 = 64;
+  const int v100 = 64;
   // spec: specs/ssd_bwd.yaml:226:20
-  const int v93 = (v12 * v92);
+  const int v101 = (v12 * v100);
   // spec: specs/ssd_bwd.yaml:226:20
-  int v94[4];
+  int v102[4];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v94[e] = (v93 + v91[e]);
-  // spec: specs/ssd_bwd.yaml:255:19
-  int (&v95)[4] = v94;
-  // spec: specs/ssd_bwd.yaml:255:19
-  int v96[8];
+  for (int e = 0; e < 4; ++e) v102[e] = (v101 + v99[e]);
+  // spec: specs/ssd_bwd.yaml:256:19
+  int (&v103)[4] = v102;
+  // spec: specs/ssd_bwd.yaml:256:19
+  int v104[8];
   #pragma unroll
-  for (int e = 0; e < 8; ++e) v96[e] = v95[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-  // spec: specs/ssd_bwd.yaml:246:46
-  const int v97 = 1;
-  // spec: specs/ssd_bwd.yaml:246:7
+  for (int e = 0; e < 8; ++e) v104[e] = v103[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
+  // spec: specs/ssd_bwd.yaml:247:46
+  const int v105 = 1;
+  // spec: specs/ssd_bwd.yaml:247:7
 
-  float v98[32];
+  float v106[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v98[e] = v57[e];
-  float v99[16];
+  for (int e = 0; e < 32; ++e) v106[e] = v57[e];
+  float v107[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v99[e] = v62[e];
-  kg::bf16 v100[16];
+  for (int e = 0; e < 16; ++e) v107[e] = v62[e];
+  kg::bf16 v108[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v100[e] = v81[e];
-  float v101[2];
+  for (int e = 0; e < 16; ++e) v108[e] = v89[e];
+  float v109[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v101[e] = v82[e];
-  float v102[8];
+  for (int e = 0; e < 2; ++e) v109[e] = v90[e];
+  float v110[8];
   #pragma unroll
-  for (int e = 0; e < 8; ++e) v102[e] = v83[e];
-  int v103[2];
+  for (int e = 0; e < 8; ++e) v110[e] = v91[e];
+  int v111[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v103[e] = v87[e];
-  for (int v104 = v69; v104 < v79; v104 += v97) {
-    float (&v105)[32] = v98;
-    float (&v106)[16] = v99;
-    kg::bf16 (&v107)[16] = v100;
-    float (&v108)[2] = v101;
-    float (&v109)[8] = v102;
-    int (&v110)[2] = v103;
+  for (int e = 0; e < 2; ++e) v111[e] = v95[e];
+  for (int v112 = v77; v112 < v87; v112 += v105) {
+    float (&v113)[32] = v106;
+    float (&v114)[16] = v107;
+    kg::bf16 (&v115)[16] = v108;
+    float (&v116)[2] = v109;
+    float (&v117)[8] = v110;
+    int (&v118)[2] = v111;
     
-    // spec: specs/ssd_bwd.yaml:247:23
-    const int v111 = 8;
-    // spec: specs/ssd_bwd.yaml:247:23
-    const int v112 = (v14 * v111);
-    // spec: specs/ssd_bwd.yaml:247:23
-    const int v113 = (v112 + v104);
-    // spec: specs/ssd_bwd.yaml:247:23
-    const int v114 = 8;
-    // spec: specs/ssd_bwd.yaml:247:23
-    const int v115 = (v14 * v114);
-    // spec: specs/ssd_bwd.yaml:249:17
-    const int v116 = (v104 + v97);
-    // spec: specs/ssd_bwd.yaml:247:23
-    const int v117 = (v115 + v116);
-    // spec: specs/ssd_bwd.yaml:249:17
-    const bool v118 = (v116 < v79);
-    // spec: specs/ssd_bwd.yaml:249:17
-    kg::bf16 v119[16];
+    // spec: specs/ssd_bwd.yaml:248:23
+    const int v119 = 8;
+    // spec: specs/ssd_bwd.yaml:248:23
+    const int v120 = (v14 * v119);
+    // spec: specs/ssd_bwd.yaml:248:23
+    const int v121 = (v120 + v112);
+    // spec: specs/ssd_bwd.yaml:248:23
+    const int v122 = 8;
+    // spec: specs/ssd_bwd.yaml:248:23
+    const int v123 = (v14 * v122);
+    // spec: specs/ssd_bwd.yaml:250:17
+    const int v124 = (v112 + v105);
+    // spec: specs/ssd_bwd.yaml:248:23
+    const int v125 = (v123 + v124);
+    // spec: specs/ssd_bwd.yaml:250:17
+    const bool v126 = (v124 < v87);
+    // spec: specs/ssd_bwd.yaml:250:17
+    kg::bf16 v127[16];
     {
       const kg::bf16* p_ = t_dy + ((int64_t)(v9) * stride_dy_0 + (int64_t)(v8) * stride_dy_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dy_0 % 8 == 0 && stride_dy_1 % 8 == 0 && stride_dy_2 % 8 == 0;
-      const int t0_ = v117 * 32 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
+      const int t0_ = v125 * 32 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
       const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
     #pragma unroll
       for (int e = 0; e < 16; e += 8) {
         const int i0_ = t0_ + ((e >> 3) & 1) * 16;
         const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
         const int64_t off_ = (int64_t)i0_ * stride_dy_1 + (int64_t)i1_ * 1;
-        const bool in_ = v118 && i0_ < (size_seqlen);
+        const bool in_ = v126 && i0_ < (size_seqlen);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v119[e], p_ + off_);
+          kg::copy_vec<8>(&v127[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v119[e + v] = (v118 && i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v127[e + v] = (v126 && i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
-    // spec: specs/ssd_bwd.yaml:250:18
-    const int v120 = (v104 + v97);
-    // spec: specs/ssd_bwd.yaml:250:18
-    const bool v121 = (v120 < v79);
-    // spec: specs/ssd_bwd.yaml:250:18
-    float v122[2];
+    // spec: specs/ssd_bwd.yaml:251:18
+    const int v128 = (v112 + v105);
+    // spec: specs/ssd_bwd.yaml:251:18
+    const bool v129 = (v128 < v87);
+    // spec: specs/ssd_bwd.yaml:251:18
+    float v130[2];
     {
       const float* p_ = t_dA_cumsum + ((int64_t)(v9) * stride_dA_cumsum_0 + (int64_t)(v8) * stride_dA_cumsum_1 + (int64_t)(v14) * stride_dA_cumsum_2);
       const bool aligned_ = false;
-      const int t0_ = v120 * 32 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8;
+      const int t0_ = v128 * 32 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8;
     #pragma unroll
       for (int e = 0; e < 2; e += 1) {
         const int i0_ = t0_ + (e & 1) * 16;
         const int64_t off_ = (int64_t)i0_ * 1;
-        const bool in_ = v121 && i0_ + 1 <= (256);
+        const bool in_ = v129 && i0_ + 1 <= (256);
         if (aligned_ && in_) {
-          kg::copy_vec<1>(&v122[e], p_ + off_);
+          kg::copy_vec<1>(&v130[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 1; ++v)
-            v122[e + v] = (v121 && i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
+            v130[e + v] = (v129 && i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
-    // spec: specs/ssd_bwd.yaml:254:17
-    const int v123 = (v104 + v97);
-    // spec: specs/ssd_bwd.yaml:254:17
-    const bool v124 = (v123 < v79);
-    // spec: specs/ssd_bwd.yaml:254:17
-    float v125[8];
+    // spec: specs/ssd_bwd.yaml:255:17
+    const int v131 = (v112 + v105);
+    // spec: specs/ssd_bwd.yaml:255:17
+    const bool v132 = (v131 < v87);
+    // spec: specs/ssd_bwd.yaml:255:17
+    float v133[8];
     {
       const float* p_ = t_CB + ((int64_t)(v9) * stride_CB_0 + (int64_t)(v14) * stride_CB_1 + (int64_t)(v32) * stride_CB_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_CB_0 % 4 == 0 && stride_CB_1 % 4 == 0 && stride_CB_2 % 4 == 0 && stride_CB_3 % 4 == 0;
-      const int t0_ = v123 * 32 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8;
+      const int t0_ = v131 * 32 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8;
       const int t1_ = v12 * 64 + ((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
     #pragma unroll
       for (int e = 0; e < 8; e += 4) {
         const int i0_ = t0_ + ((e >> 2) & 1) * 16;
         const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
         const int64_t off_ = (int64_t)i0_ * stride_CB_3 + (int64_t)i1_ * 1;
-        const bool in_ = v124 && i0_ < (256) && i1_ + 4 <= (256);
+        const bool in_ = v132 && i0_ < (256) && i1_ + 4 <= (256);
         if (aligned_ && in_) {
-          kg::copy_vec<4>(&v125[e], p_ + off_);
+          kg::copy_vec<4>(&v133[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 4; ++v)
-            v125[e + v] = (v124 && i0_ < (256) && i1_ + v < (256)) ? p_[off_ + v] : 0.0f;
+            v133[e + v] = (v132 && i0_ < (256) && i1_ + v < (256)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
-    // spec: specs/ssd_bwd.yaml:247:23
-    const int v126 = 8;
-    // spec: specs/ssd_bwd.yaml:247:23
-    const int v127 = (v14 * v126);
-    // spec: specs/ssd_bwd.yaml:257:51
-    const int v128 = (v104 + v97);
-    // spec: specs/ssd_bwd.yaml:247:23
-    const int v129 = (v127 + v128);
-    // spec: specs/ssd_bwd.yaml:257:51
-    const bool v130 = (v128 < v79);
-    // spec: specs/ssd_bwd.yaml:257:51
-    int v131[2];
+    // spec: specs/ssd_bwd.yaml:248:23
+    const int v134 = 8;
+    // spec: specs/ssd_bwd.yaml:248:23
+    const int v135 = (v14 * v134);
+    // spec: specs/ssd_bwd.yaml:258:51
+    const int v136 = (v112 + v105);
+    // spec: specs/ssd_bwd.yaml:248:23
+    const int v137 = (v135 + v136);
+    // spec: specs/ssd_bwd.yaml:258:51
+    const bool v138 = (v136 < v87);
+    // spec: specs/ssd_bwd.yaml:258:51
+    int v139[2];
     {
       const int* p_ = t_seq_idx + ((int64_t)(v9) * stride_seq_idx_0);
       const bool aligned_ = false;
-      const int t0_ = v129 * 32 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8;
+      const int t0_ = v137 * 32 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8;
     #pragma unroll
       for (int e = 0; e < 2; e += 1) {
         const int i0_ = t0_ + (e & 1) * 16;
         const int64_t off_ = (int64_t)i0_ * 1;
-        const bool in_ = v130 && i0_ + 1 <= (size_seqlen);
+        const bool in_ = v138 && i0_ + 1 <= (size_seqlen);
         if (aligned_ && in_) {
-          kg::copy_vec<1>(&v131[e], p_ + off_);
+          kg::copy_vec<1>(&v139[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 1; ++v)
-            v131[e + v] = (v130 && i0_ + v < (size_seqlen)) ? p_[off_ + v] : 0;
+            v139[e + v] = (v138 && i0_ + v < (size_seqlen)) ? p_[off_ + v] : 0;
         }
       }
     }
-    // spec: specs/ssd_bwd.yaml:257:33
-    int v132[4];
-    {
-      int* scratch_ = reinterpret_cast<int*>(smem + 17408);
-      kg::sync();
+    // spec: specs/ssd_bwd.yaml:261:16
+    const float v140 = 0.0f;
+    // spec: specs/ssd_bwd.yaml:261:40
+    const float v141 = 1.4426950408889634f;
+    // spec: specs/ssd_bwd.yaml:261:40
+    float (&v142)[2] = v116;
+    // spec: specs/ssd_bwd.yaml:261:40
+    float v143[2];
     #pragma unroll
-      for (int e = 0; e < 16; ++e) scratch_[((0) + (0)) * 1 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = v90[e];
-      kg::sync();
+    for (int e = 0; e < 2; ++e) v143[e] = (v142[e] * v141);
+    // spec: specs/ssd_bwd.yaml:261:40
+    float v144[8];
     #pragma unroll
-      for (int e = 0; e < 4; ++e) v132[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1];
-    }
-    // spec: specs/ssd_bwd.yaml:258:39
-    float v133[4];
-    {
-      float* scratch_ = reinterpret_cast<float*>(smem + 17408);
-      kg::sync();
+    for (int e = 0; e < 8; ++e) v144[e] = v143[((e >> 2) & 1) * 1];
+    // spec: specs/ssd_bwd.yaml:261:40
+    float v145[8];
     #pragma unroll
-      for (int e = 0; e < 16; ++e) scratch_[((0) + (0)) * 1 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = v89[e];
-      kg::sync();
+    for (int e = 0; e < 8; ++e) v145[e] = (v144[e] - v97[e]);
+    // spec: specs/ssd_bwd.yaml:261:35
+    float v146[8];
     #pragma unroll
-      for (int e = 0; e < 4; ++e) v133[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1];
-    }
-    // spec: specs/ssd_bwd.yaml:258:16
-    const float v134 = 0.0f;
-    // spec: specs/ssd_bwd.yaml:258:39
-    float v135[8];
+    for (int e = 0; e < 8; ++e) v146[e] = kg::exp2_(v145[e]);
+    // spec: specs/ssd_bwd.yaml:255:17
+    float (&v147)[8] = v117;
+    // spec: specs/ssd_bwd.yaml:261:29
+    float v148[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v135[e] = v133[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-    // spec: specs/ssd_bwd.yaml:258:39
-    float (&v136)[2] = v108;
-    // spec: specs/ssd_bwd.yaml:258:39
-    float v137[8];
+    for (int e = 0; e < 8; ++e) v148[e] = (v147[e] * v146[e]);
+    // spec: specs/ssd_bwd.yaml:258:51
+    int (&v149)[2] = v118;
+    // spec: specs/ssd_bwd.yaml:258:33
+    int v150[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v137[e] = v136[((e >> 2) & 1) * 1];
-    // spec: specs/ssd_bwd.yaml:258:39
-    float v138[8];
+    for (int e = 0; e < 8; ++e) v150[e] = v149[((e >> 2) & 1) * 1];
+    // spec: specs/ssd_bwd.yaml:258:33
+    bool v151[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v138[e] = (v137[e] - v135[e]);
-    // spec: specs/ssd_bwd.yaml:258:35
-    float v139[8];
+    for (int e = 0; e < 8; ++e) v151[e] = (v98[e] == v150[e]);
+    // spec: specs/ssd_bwd.yaml:256:97
+    const int v152 = 256;
+    // spec: specs/ssd_bwd.yaml:256:97
+    const int v153 = (v14 * v152);
+    // spec: specs/ssd_bwd.yaml:256:88
+    const int v154 = (v0 - v153);
+    // spec: specs/ssd_bwd.yaml:249:38
+    int v155[2];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v139[e] = kg::exp_(v138[e]);
-    // spec: specs/ssd_bwd.yaml:254:17
-    float (&v140)[8] = v109;
-    // spec: specs/ssd_bwd.yaml:258:29
-    float v141[8];
+    for (int e = 0; e < 2; ++e) v155[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + ((e & 1) * 16);
+    // spec: specs/ssd_bwd.yaml:249:24
+    const int v156 = 32;
+    // spec: specs/ssd_bwd.yaml:249:24
+    const int v157 = (v112 * v156);
+    // spec: specs/ssd_bwd.yaml:249:24
+    int v158[2];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v141[e] = (v140[e] * v139[e]);
-    // spec: specs/ssd_bwd.yaml:257:51
-    int (&v142)[2] = v110;
-    // spec: specs/ssd_bwd.yaml:257:33
-    int v143[8];
+    for (int e = 0; e < 2; ++e) v158[e] = (v157 + v155[e]);
+    // spec: specs/ssd_bwd.yaml:256:66
+    int (&v159)[2] = v158;
+    // spec: specs/ssd_bwd.yaml:256:66
+    bool v160[2];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v143[e] = v142[((e >> 2) & 1) * 1];
-    // spec: specs/ssd_bwd.yaml:257:33
-    int v144[8];
+    for (int e = 0; e < 2; ++e) v160[e] = (v159[e] < v154);
+    // spec: specs/ssd_bwd.yaml:256:19
+    bool v161[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v144[e] = v132[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-    // spec: specs/ssd_bwd.yaml:257:33
-    bool v145[8];
+    for (int e = 0; e < 8; ++e) v161[e] = v160[((e >> 2) & 1) * 1];
+    // spec: specs/ssd_bwd.yaml:256:42
+    int (&v162)[2] = v158;
+    // spec: specs/ssd_bwd.yaml:256:19
+    int v163[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v145[e] = (v144[e] == v143[e]);
-    // spec: specs/ssd_bwd.yaml:255:97
-    const int v146 = 256;
-    // spec: specs/ssd_bwd.yaml:255:97
-    const int v147 = (v14 * v146);
-    // spec: specs/ssd_bwd.yaml:255:88
-    const int v148 = (v0 - v147);
-    // spec: specs/ssd_bwd.yaml:248:38
-    int v149[2];
+    for (int e = 0; e < 8; ++e) v163[e] = v162[((e >> 2) & 1) * 1];
+    // spec: specs/ssd_bwd.yaml:256:19
+    bool v164[8];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v149[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + ((e & 1) * 16);
-    // spec: specs/ssd_bwd.yaml:248:24
-    const int v150 = 32;
-    // spec: specs/ssd_bwd.yaml:248:24
-    const int v151 = (v104 * v150);
-    // spec: specs/ssd_bwd.yaml:248:24
-    int v152[2];
+    for (int e = 0; e < 8; ++e) v164[e] = (v104[e] <= v163[e]);
+    // spec: specs/ssd_bwd.yaml:256:19
+    bool v165[8];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v152[e] = (v151 + v149[e]);
-    // spec: specs/ssd_bwd.yaml:255:66
-    int (&v153)[2] = v152;
-    // spec: specs/ssd_bwd.yaml:255:66
-    bool v154[2];
+    for (int e = 0; e < 8; ++e) v165[e] = (v164[e] && v161[e]);
+    // spec: specs/ssd_bwd.yaml:258:23
+    bool v166[8];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v154[e] = (v153[e] < v148);
-    // spec: specs/ssd_bwd.yaml:255:19
-    bool v155[8];
+    for (int e = 0; e < 8; ++e) v166[e] = (v165[e] && v151[e]);
+    // spec: specs/ssd_bwd.yaml:261:16
+    float v167[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v155[e] = v154[((e >> 2) & 1) * 1];
-    // spec: specs/ssd_bwd.yaml:255:42
-    int (&v156)[2] = v152;
-    // spec: specs/ssd_bwd.yaml:255:19
-    int v157[8];
+    for (int e = 0; e < 8; ++e) v167[e] = (v166[e] ? v148[e] : v140);
+    // spec: specs/ssd_bwd.yaml:262:21
+    kg::bf16 v168[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v157[e] = v156[((e >> 2) & 1) * 1];
-    // spec: specs/ssd_bwd.yaml:255:19
-    bool v158[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v158[e] = (v96[e] <= v157[e]);
-    // spec: specs/ssd_bwd.yaml:255:19
-    bool v159[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v159[e] = (v158[e] && v155[e]);
-    // spec: specs/ssd_bwd.yaml:257:23
-    bool v160[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v160[e] = (v159[e] && v145[e]);
-    // spec: specs/ssd_bwd.yaml:258:16
-    float v161[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v161[e] = (v160[e] ? v141[e] : v134);
-    // spec: specs/ssd_bwd.yaml:259:21
-    kg::bf16 v162[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v162[e] = kg::cvt<kg::bf16>(v161[e]);
-    // spec: specs/ssd_bwd.yaml:259:17
-    kg::bf16* v163 = reinterpret_cast<kg::bf16*>(smem + 27648);
+    for (int e = 0; e < 8; ++e) v168[e] = kg::cvt<kg::bf16>(v167[e]);
+    // spec: specs/ssd_bwd.yaml:262:17
+    kg::bf16* v169 = reinterpret_cast<kg::bf16*>(smem + 27648);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v163[((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 40 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((e >> 2) & 1) * 16))] = v162[e];
+    for (int e = 0; e < 8; ++e) v169[((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 40 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((e >> 2) & 1) * 16))] = v168[e];
 
-    // spec: specs/ssd_bwd.yaml:259:17
-    kg::bf16* v164 = reinterpret_cast<kg::bf16*>(smem + 17408);
+    // spec: specs/ssd_bwd.yaml:262:17
+    kg::bf16* v170 = reinterpret_cast<kg::bf16*>(smem + 17408);
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v164[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 40 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16))] = v107[e];
+    for (int e = 0; e < 16; ++e) v170[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 40 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16))] = v115[e];
     kg::sync();
-    // spec: specs/ssd_bwd.yaml:259:17
-    float (&v165)[32] = v105;
+    // spec: specs/ssd_bwd.yaml:262:17
+    float (&v171)[32] = v113;
     #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
       alignas(16) kg::bf16 fa_[4];
     #pragma unroll
-      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v163[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v169[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       alignas(16) kg::bf16 fb_[8];
     #pragma unroll
-      for (int i = 0; i < 8; i += 4) kg::copy_vec<4>(&fb_[i], &v164[((warp % 2) * 64 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (((i >> 2) & 1) * 32)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 8; i += 4) kg::copy_vec<4>(&fb_[i], &v170[((warp % 2) * 64 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (((i >> 2) & 1) * 32)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 2; ++rn)
-          kg::mfma_32x32x8_bf16(&v165[(rm * 2 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+          kg::mfma_32x32x8_bf16(&v171[(rm * 2 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
     }
-    // spec: specs/ssd_bwd.yaml:262:17
-    kg::bf16* v166 = reinterpret_cast<kg::bf16*>(smem + 17408);
+    // spec: specs/ssd_bwd.yaml:265:17
+    kg::bf16* v172 = reinterpret_cast<kg::bf16*>(smem + 17408);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v166[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v107[e]);
+    for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v172[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v115[e]);
     kg::sync();
-    // spec: specs/ssd_bwd.yaml:262:17
-    kg::bf16* v167 = v166;
-    // spec: specs/ssd_bwd.yaml:262:17
-    float v168[8];
+    // spec: specs/ssd_bwd.yaml:265:17
+    kg::bf16* v173 = v172;
+    // spec: specs/ssd_bwd.yaml:265:17
+    float v174[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v168[e] = 0.0f;
-    // spec: specs/ssd_bwd.yaml:262:17
-    float (&v169)[8] = v168;
+    for (int e = 0; e < 8; ++e) v174[e] = 0.0f;
+    // spec: specs/ssd_bwd.yaml:265:17
+    float (&v175)[8] = v174;
     #pragma unroll
     for (int ks = 0; ks < 8; ++ks) {
       alignas(16) kg::bf16 fa_[4];
     #pragma unroll
-      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v63[((warp / 1) * 16 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (0)) * 136 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v69[((warp / 1) * 16 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (0)) * 136 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       alignas(16) kg::bf16 fb_[8];
     #pragma unroll
-      for (int i = 0; i < 8; i += 4) kg::copy_vec<4>(&fb_[i], &v167[((warp % 1) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((i >> 2) & 1) * 16)) * 136 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 8; i += 4) kg::copy_vec<4>(&fb_[i], &v173[((warp % 1) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((i >> 2) & 1) * 16)) * 136 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 2; ++rn)
-          kg::mfma_16x16x16_bf16(&v169[(rm * 2 + rn) * 4], &fa_[rm * 4], &fb_[rn * 4]);
+          kg::mfma_16x16x16_bf16(&v175[(rm * 2 + rn) * 4], &fa_[rm * 4], &fb_[rn * 4]);
     }
-    // spec: specs/ssd_bwd.yaml:262:17
-    float v170[8];
+    // spec: specs/ssd_bwd.yaml:265:17
+    float v176[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v170[e] = (v169[e] * v161[e]);
-    // spec: specs/ssd_bwd.yaml:263:23
-    float v171[4];
+    for (int e = 0; e < 8; ++e) v176[e] = (v175[e] * v167[e]);
+    // spec: specs/ssd_bwd.yaml:266:23
+    float v177[4];
     {
-      float r171[4];
+      float r177[4];
     #pragma unroll
-      for (int e = 0; e < 4; ++e) r171[e] = 0.0f;
+      for (int e = 0; e < 4; ++e) r177[e] = 0.0f;
     #pragma unroll
       for (int e = 0; e < 8; ++e) {
-        const float a_ = r171[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2], b_ = (float)(v170[e]);
-        r171[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2] = a_ + b_;
+        const float a_ = r177[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2], b_ = (float)(v176[e]);
+        r177[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2] = a_ + b_;
       }
     #pragma unroll
-      for (int e = 0; e < 4; ++e) { const float a_ = r171[e], b_ = kg::shfl_xor(a_, 1); r171[e] = a_ + b_; }
+      for (int e = 0; e < 4; ++e) { const float a_ = r177[e], b_ = kg::shfl_xor(a_, 1); r177[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 4; ++e) { const float a_ = r171[e], b_ = kg::shfl_xor(a_, 2); r171[e] = a_ + b_; }
+      for (int e = 0; e < 4; ++e) { const float a_ = r177[e], b_ = kg::shfl_xor(a_, 2); r177[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 4; ++e) { const float a_ = r171[e], b_ = kg::shfl_xor(a_, 4); r171[e] = a_ + b_; }
+      for (int e = 0; e < 4; ++e) { const float a_ = r177[e], b_ = kg::shfl_xor(a_, 4); r177[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 4; ++e) { const float a_ = r171[e], b_ = kg::shfl_xor(a_, 8); r171[e] = a_ + b_; }
+      for (int e = 0; e < 4; ++e) { const float a_ = r177[e], b_ = kg::shfl_xor(a_, 8); r177[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 4; ++e) v171[e] = kg::cvt<float>(r171[e]);
+      for (int e = 0; e < 4; ++e) v177[e] = kg::cvt<float>(r177[e]);
     }
-    // spec: specs/ssd_bwd.yaml:264:65
-    float v172[4];
+    // spec: specs/ssd_bwd.yaml:267:65
+    float v178[8];
+    #pragma unroll
+    for (int e = 0; e < 8; ++e) v178[e] = (v176[e] * v96[e]);
+    // spec: specs/ssd_bwd.yaml:267:61
+    float v179[2];
     {
+      float r179[2];
+    #pragma unroll
+      for (int e = 0; e < 2; ++e) r179[e] = 0.0f;
+    #pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const float a_ = r179[((e >> 2) & 1) * 1], b_ = (float)(v178[e]);
+        r179[((e >> 2) & 1) * 1] = a_ + b_;
+      }
+    #pragma unroll
+      for (int e = 0; e < 2; ++e) { const float a_ = r179[e], b_ = kg::shfl_xor(a_, 16); r179[e] = a_ + b_; }
+    #pragma unroll
+      for (int e = 0; e < 2; ++e) { const float a_ = r179[e], b_ = kg::shfl_xor(a_, 32); r179[e] = a_ + b_; }
       float* scratch_ = reinterpret_cast<float*>(smem + 17408);
       kg::sync();
     #pragma unroll
-      for (int e = 0; e < 16; ++e) scratch_[((0) + (0)) * 1 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = v88[e];
-      kg::sync();
-    #pragma unroll
-      for (int e = 0; e < 4; ++e) v172[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1];
-    }
-    // spec: specs/ssd_bwd.yaml:264:65
-    float v173[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v173[e] = v172[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-    // spec: specs/ssd_bwd.yaml:264:65
-    float v174[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v174[e] = (v170[e] * v173[e]);
-    // spec: specs/ssd_bwd.yaml:264:61
-    float v175[2];
-    {
-      float r175[2];
-    #pragma unroll
-      for (int e = 0; e < 2; ++e) r175[e] = 0.0f;
-    #pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const float a_ = r175[((e >> 2) & 1) * 1], b_ = (float)(v174[e]);
-        r175[((e >> 2) & 1) * 1] = a_ + b_;
-      }
-    #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r175[e], b_ = kg::shfl_xor(a_, 16); r175[e] = a_ + b_; }
-    #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r175[e], b_ = kg::shfl_xor(a_, 32); r175[e] = a_ + b_; }
-      float* scratch_ = reinterpret_cast<float*>(smem + 17408);
-      kg::sync();
-    #pragma unroll
-      for (int e = 0; e < 2; ++e) scratch_[warp * 32 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + ((e & 1) * 16)) * 1] = r175[e];
+      for (int e = 0; e < 2; ++e) scratch_[warp * 32 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + ((e & 1) * 16)) * 1] = r179[e];
       kg::sync();
     #pragma unroll
       for (int e = 0; e < 2; ++e) {
@@ -930,104 +941,104 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_bwd_dx
         { const float b_ = scratch_[(warp ^ 1) * 32 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + ((e & 1) * 16)) * 1]; a_ = a_ + b_; }
         { const float b_ = scratch_[(warp ^ 2) * 32 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + ((e & 1) * 16)) * 1]; a_ = a_ + b_; }
         { const float b_ = scratch_[(warp ^ 3) * 32 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + ((e & 1) * 16)) * 1]; a_ = a_ + b_; }
-        r175[e] = a_;
+        r179[e] = a_;
       }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) v175[e] = kg::cvt<float>(r175[e]);
+      for (int e = 0; e < 2; ++e) v179[e] = kg::cvt<float>(r179[e]);
     }
-    // spec: specs/ssd_bwd.yaml:264:11
+    // spec: specs/ssd_bwd.yaml:267:11
     if ((lane & 48) == 0 && (warp & 3) == 0) {
       float* p_ = t_cs_tgt_part + ((int64_t)(v9) * stride_cs_tgt_part_0 + (int64_t)(v8) * stride_cs_tgt_part_1 + (int64_t)(v14) * stride_cs_tgt_part_2 + (int64_t)(v12) * stride_cs_tgt_part_3);
       const bool aligned_ = false;
-      const int t0_ = v104 * 32 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8;
+      const int t0_ = v112 * 32 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8;
     #pragma unroll
       for (int e = 0; e < 2; e += 1) {
         const int i0_ = t0_ + (e & 1) * 16;
         const int64_t off_ = (int64_t)i0_ * 1;
-        if (i0_ + 1 <= (256)) p_[off_] = v175[e];
+        if (i0_ + 1 <= (256)) p_[off_] = v179[e];
       }
     }
-    // spec: specs/ssd_bwd.yaml:263:17
-    float v176[4];
+    // spec: specs/ssd_bwd.yaml:266:17
+    float v180[4];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v176[e] = (v106[e] - v171[e]);
-    // spec: specs/ssd_bwd.yaml:264:11
+    for (int e = 0; e < 4; ++e) v180[e] = (v114[e] - v177[e]);
+    // spec: specs/ssd_bwd.yaml:267:11
 
     float y0_[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y0_[e] = v165[e];
+    for (int e = 0; e < 32; ++e) y0_[e] = v171[e];
     float y1_[4];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) y1_[e] = v176[e];
+    for (int e = 0; e < 4; ++e) y1_[e] = v180[e];
     kg::bf16 y2_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y2_[e] = v119[e];
+    for (int e = 0; e < 16; ++e) y2_[e] = v127[e];
     float y3_[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) y3_[e] = v122[e];
+    for (int e = 0; e < 2; ++e) y3_[e] = v130[e];
     float y4_[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) y4_[e] = v125[e];
+    for (int e = 0; e < 8; ++e) y4_[e] = v133[e];
     int y5_[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) y5_[e] = v131[e];
+    for (int e = 0; e < 2; ++e) y5_[e] = v139[e];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v98[e] = y0_[e];
+    for (int e = 0; e < 32; ++e) v106[e] = y0_[e];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v99[e] = y1_[e];
+    for (int e = 0; e < 4; ++e) v107[e] = y1_[e];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v100[e] = y2_[e];
+    for (int e = 0; e < 16; ++e) v108[e] = y2_[e];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v101[e] = y3_[e];
+    for (int e = 0; e < 2; ++e) v109[e] = y3_[e];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v102[e] = y4_[e];
+    for (int e = 0; e < 8; ++e) v110[e] = y4_[e];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v103[e] = y5_[e];
+    for (int e = 0; e < 2; ++e) v111[e] = y5_[e];
   }
-  // spec: specs/ssd_bwd.yaml:265:64
-  float v177[32];
+  // spec: specs/ssd_bwd.yaml:268:64
+  float v181[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v177[e] = kg::cvt<float>(kg::f32(v10[e]));
-  // spec: specs/ssd_bwd.yaml:265:58
-  float v178[32];
+  for (int e = 0; e < 32; ++e) v181[e] = kg::cvt<float>(kg::f32(v10[e]));
+  // spec: specs/ssd_bwd.yaml:268:58
+  float v182[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v178[e] = (v98[e] * v177[e]);
-  // spec: specs/ssd_bwd.yaml:265:54
-  float v179[16];
+  for (int e = 0; e < 32; ++e) v182[e] = (v106[e] * v181[e]);
+  // spec: specs/ssd_bwd.yaml:268:54
+  float v183[16];
   {
-    float r179[16];
+    float r183[16];
   #pragma unroll
-    for (int e = 0; e < 16; ++e) r179[e] = 0.0f;
+    for (int e = 0; e < 16; ++e) r183[e] = 0.0f;
   #pragma unroll
     for (int e = 0; e < 32; ++e) {
-      const float a_ = r179[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8], b_ = (float)(v178[e]);
-      r179[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8] = a_ + b_;
+      const float a_ = r183[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8], b_ = (float)(v182[e]);
+      r183[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8] = a_ + b_;
     }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) { const float a_ = r179[e], b_ = kg::shfl_xor(a_, 1); r179[e] = a_ + b_; }
+    for (int e = 0; e < 16; ++e) { const float a_ = r183[e], b_ = kg::shfl_xor(a_, 1); r183[e] = a_ + b_; }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) { const float a_ = r179[e], b_ = kg::shfl_xor(a_, 2); r179[e] = a_ + b_; }
+    for (int e = 0; e < 16; ++e) { const float a_ = r183[e], b_ = kg::shfl_xor(a_, 2); r183[e] = a_ + b_; }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) { const float a_ = r179[e], b_ = kg::shfl_xor(a_, 4); r179[e] = a_ + b_; }
+    for (int e = 0; e < 16; ++e) { const float a_ = r183[e], b_ = kg::shfl_xor(a_, 4); r183[e] = a_ + b_; }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) { const float a_ = r179[e], b_ = kg::shfl_xor(a_, 8); r179[e] = a_ + b_; }
+    for (int e = 0; e < 16; ++e) { const float a_ = r183[e], b_ = kg::shfl_xor(a_, 8); r183[e] = a_ + b_; }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) { const float a_ = r179[e], b_ = kg::shfl_xor(a_, 16); r179[e] = a_ + b_; }
+    for (int e = 0; e < 16; ++e) { const float a_ = r183[e], b_ = kg::shfl_xor(a_, 16); r183[e] = a_ + b_; }
     float* scratch_ = reinterpret_cast<float*>(smem + 0);
     kg::sync();
   #pragma unroll
-    for (int e = 0; e < 16; ++e) scratch_[warp * 64 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = r179[e];
+    for (int e = 0; e < 16; ++e) scratch_[warp * 64 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = r183[e];
     kg::sync();
   #pragma unroll
     for (int e = 0; e < 16; ++e) {
       float a_ = scratch_[(warp ^ 0) * 64 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1];
       { const float b_ = scratch_[(warp ^ 1) * 64 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1]; a_ = a_ + b_; }
-      r179[e] = a_;
+      r183[e] = a_;
     }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) v179[e] = kg::cvt<float>(r179[e]);
+    for (int e = 0; e < 16; ++e) v183[e] = kg::cvt<float>(r183[e]);
   }
-  // spec: specs/ssd_bwd.yaml:265:7
+  // spec: specs/ssd_bwd.yaml:268:7
   if ((lane & 31) == 0 && (warp & 1) == 0) {
     float* p_ = t_dt_src_grad + ((int64_t)(v9) * stride_dt_src_grad_0 + (int64_t)(v8) * stride_dt_src_grad_1 + (int64_t)(v14) * stride_dt_src_grad_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_dt_src_grad_0 % 4 == 0 && stride_dt_src_grad_1 % 4 == 0 && stride_dt_src_grad_2 % 4 == 0;
@@ -1037,16 +1048,16 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_bwd_dx
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
       const int64_t off_ = (int64_t)i0_ * 1;
       if (aligned_ && i0_ + 4 <= (256)) {
-        kg::copy_vec<4>(p_ + off_, &v179[e]);
+        kg::copy_vec<4>(p_ + off_, &v183[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 4; ++v)
-          if (i0_ + v < (256)) p_[off_ + v] = v179[e + v];
+          if (i0_ + v < (256)) p_[off_ + v] = v183[e + v];
       }
     }
   }
-  // spec: specs/ssd_bwd.yaml:266:13
-  kg::bf16 v180[32];
+  // spec: specs/ssd_bwd.yaml:269:13
+  kg::bf16 v184[32];
   {
     const kg::bf16* p_ = t_dy + ((int64_t)(v9) * stride_dy_0 + (int64_t)(v8) * stride_dy_2);
     const bool aligned_ = false;
@@ -1059,107 +1070,107 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_bwd_dx
       const int64_t off_ = (int64_t)i0_ * stride_dy_1 + (int64_t)i1_ * 1;
       const bool in_ = i0_ < (size_seqlen);
       if (aligned_ && in_) {
-        kg::copy_vec<1>(&v180[e], p_ + off_);
+        kg::copy_vec<1>(&v184[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          v180[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v184[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
-  // spec: specs/ssd_bwd.yaml:270:65
-  const int v181 = 0;
-  // spec: specs/ssd_bwd.yaml:270:73
-  const int v182 = 1;
-  // spec: specs/ssd_bwd.yaml:270:73
-  const int v183 = 256;
-  // spec: specs/ssd_bwd.yaml:270:73
-  const int v184 = (v14 * v183);
-  // spec: specs/ssd_bwd.yaml:270:73
-  const int v185 = (v184 - v182);
-  // spec: specs/ssd_bwd.yaml:270:65
-  const int v186 = (kg::max_(v185, v181));
-  // spec: specs/ssd_bwd.yaml:270:49
-  const int v187 = *(t_seq_idx + (int64_t)(v9) * stride_seq_idx_0 + (int64_t)(v186) * 1);
-  // spec: specs/ssd_bwd.yaml:275:27
-  const int v188 = 2;
-  // spec: specs/ssd_bwd.yaml:275:27
-  const int v189 = 0;
-  // spec: specs/ssd_bwd.yaml:275:11
-  const bool v190 = (v189 < v188);
-  // spec: specs/ssd_bwd.yaml:276:24
-  kg::bf16 v191[32];
+  // spec: specs/ssd_bwd.yaml:273:65
+  const int v185 = 0;
+  // spec: specs/ssd_bwd.yaml:273:73
+  const int v186 = 1;
+  // spec: specs/ssd_bwd.yaml:273:73
+  const int v187 = 256;
+  // spec: specs/ssd_bwd.yaml:273:73
+  const int v188 = (v14 * v187);
+  // spec: specs/ssd_bwd.yaml:273:73
+  const int v189 = (v188 - v186);
+  // spec: specs/ssd_bwd.yaml:273:65
+  const int v190 = (kg::max_(v189, v185));
+  // spec: specs/ssd_bwd.yaml:273:49
+  const int v191 = *(t_seq_idx + (int64_t)(v9) * stride_seq_idx_0 + (int64_t)(v190) * 1);
+  // spec: specs/ssd_bwd.yaml:278:27
+  const int v192 = 2;
+  // spec: specs/ssd_bwd.yaml:278:27
+  const int v193 = 0;
+  // spec: specs/ssd_bwd.yaml:278:11
+  const bool v194 = (v193 < v192);
+  // spec: specs/ssd_bwd.yaml:279:24
+  kg::bf16 v195[32];
   {
     const kg::bf16* p_ = t_C + ((int64_t)(v9) * stride_C_0 + (int64_t)(v32) * stride_C_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_C_0 % 8 == 0 && stride_C_1 % 8 == 0 && stride_C_2 % 8 == 0;
     const int t0_ = v7 * 64 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
-    const int t1_ = v189 * 128 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
+    const int t1_ = v193 * 128 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
   #pragma unroll
     for (int e = 0; e < 32; e += 8) {
       const int i0_ = t0_ + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
       const int64_t off_ = (int64_t)i0_ * stride_C_1 + (int64_t)i1_ * 1;
-      const bool in_ = v190 && i0_ < (size_seqlen) && i1_ + 8 <= (256);
+      const bool in_ = v194 && i0_ < (size_seqlen) && i1_ + 8 <= (256);
       if (aligned_ && in_) {
-        kg::copy_vec<8>(&v191[e], p_ + off_);
+        kg::copy_vec<8>(&v195[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v191[e + v] = (v190 && i0_ < (size_seqlen) && i1_ + v < (256)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v195[e + v] = (v194 && i0_ < (size_seqlen) && i1_ + v < (256)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
-  // spec: specs/ssd_bwd.yaml:275:27
-  const int v192 = 1;
-  // spec: specs/ssd_bwd.yaml:274:16
-  float v193[32];
+  // spec: specs/ssd_bwd.yaml:278:27
+  const int v196 = 1;
+  // spec: specs/ssd_bwd.yaml:277:16
+  float v197[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v193[e] = 0.0f;
-  // spec: specs/ssd_bwd.yaml:275:11
+  for (int e = 0; e < 32; ++e) v197[e] = 0.0f;
+  // spec: specs/ssd_bwd.yaml:278:11
 
-  float v194[32];
+  float v198[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v194[e] = v193[e];
-  kg::bf16 v195[32];
+  for (int e = 0; e < 32; ++e) v198[e] = v197[e];
+  kg::bf16 v199[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v195[e] = v191[e];
-  for (int v196 = v189; v196 < v188; v196 += v192) {
-    float (&v197)[32] = v194;
-    kg::bf16 (&v198)[32] = v195;
+  for (int e = 0; e < 32; ++e) v199[e] = v195[e];
+  for (int v200 = v193; v200 < v192; v200 += v196) {
+    float (&v201)[32] = v198;
+    kg::bf16 (&v202)[32] = v199;
     
-    // spec: specs/ssd_bwd.yaml:276:24
-    const int v199 = (v196 + v192);
-    // spec: specs/ssd_bwd.yaml:276:24
-    const bool v200 = (v199 < v188);
-    // spec: specs/ssd_bwd.yaml:276:24
-    kg::bf16 v201[32];
+    // spec: specs/ssd_bwd.yaml:279:24
+    const int v203 = (v200 + v196);
+    // spec: specs/ssd_bwd.yaml:279:24
+    const bool v204 = (v203 < v192);
+    // spec: specs/ssd_bwd.yaml:279:24
+    kg::bf16 v205[32];
     {
       const kg::bf16* p_ = t_C + ((int64_t)(v9) * stride_C_0 + (int64_t)(v32) * stride_C_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_C_0 % 8 == 0 && stride_C_1 % 8 == 0 && stride_C_2 % 8 == 0;
       const int t0_ = v7 * 64 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
-      const int t1_ = v199 * 128 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
+      const int t1_ = v203 * 128 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
     #pragma unroll
       for (int e = 0; e < 32; e += 8) {
         const int i0_ = t0_ + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
         const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
         const int64_t off_ = (int64_t)i0_ * stride_C_1 + (int64_t)i1_ * 1;
-        const bool in_ = v200 && i0_ < (size_seqlen) && i1_ + 8 <= (256);
+        const bool in_ = v204 && i0_ < (size_seqlen) && i1_ + 8 <= (256);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v201[e], p_ + off_);
+          kg::copy_vec<8>(&v205[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v201[e + v] = (v200 && i0_ < (size_seqlen) && i1_ + v < (256)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v205[e + v] = (v204 && i0_ < (size_seqlen) && i1_ + v < (256)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
-    // spec: specs/ssd_bwd.yaml:276:65
-    kg::bf16 v202[64];
+    // spec: specs/ssd_bwd.yaml:279:65
+    kg::bf16 v206[64];
     {
       const kg::bf16* p_ = t_prev_states + ((int64_t)(v9) * stride_prev_states_0 + (int64_t)(v14) * stride_prev_states_1 + (int64_t)(v8) * stride_prev_states_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_prev_states_0 % 8 == 0 && stride_prev_states_1 % 8 == 0 && stride_prev_states_2 % 8 == 0 && stride_prev_states_3 % 8 == 0;
       const int t0_ = 0 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
-      const int t1_ = v196 * 128 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
+      const int t1_ = v200 * 128 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
     #pragma unroll
       for (int e = 0; e < 64; e += 8) {
         const int i0_ = t0_ + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32 + ((e >> 5) & 1) * 64;
@@ -1167,134 +1178,134 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_bwd_dx
         const int64_t off_ = (int64_t)i0_ * stride_prev_states_3 + (int64_t)i1_ * 1;
         const bool in_ = i1_ + 8 <= (256);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v202[e], p_ + off_);
+          kg::copy_vec<8>(&v206[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v202[e + v] = (i1_ + v < (256)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v206[e + v] = (i1_ + v < (256)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
-    // spec: specs/ssd_bwd.yaml:276:20
-    kg::bf16* v203 = reinterpret_cast<kg::bf16*>(smem + 34816);
+    // spec: specs/ssd_bwd.yaml:279:20
+    kg::bf16* v207 = reinterpret_cast<kg::bf16*>(smem + 34816);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v203[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v198[e]);
+    for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v207[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v202[e]);
 
-    // spec: specs/ssd_bwd.yaml:276:20
-    kg::bf16* v204 = reinterpret_cast<kg::bf16*>(smem + 0);
+    // spec: specs/ssd_bwd.yaml:279:20
+    kg::bf16* v208 = reinterpret_cast<kg::bf16*>(smem + 0);
     #pragma unroll
-    for (int e = 0; e < 64; e += 8) kg::copy_vec<8>(&v204[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32 + ((e >> 5) & 1) * 64)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v202[e]);
+    for (int e = 0; e < 64; e += 8) kg::copy_vec<8>(&v208[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32 + ((e >> 5) & 1) * 64)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v206[e]);
     kg::sync();
-    // spec: specs/ssd_bwd.yaml:276:20
-    kg::bf16* v205 = v204;
-    // spec: specs/ssd_bwd.yaml:276:20
-    float (&v206)[32] = v197;
+    // spec: specs/ssd_bwd.yaml:279:20
+    kg::bf16* v209 = v208;
+    // spec: specs/ssd_bwd.yaml:279:20
+    float (&v210)[32] = v201;
     #pragma unroll
     for (int ks = 0; ks < 16; ++ks) {
       alignas(16) kg::bf16 fa_[4];
     #pragma unroll
-      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v203[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 136 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v207[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 136 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       alignas(16) kg::bf16 fb_[8];
     #pragma unroll
-      for (int i = 0; i < 8; i += 4) kg::copy_vec<4>(&fb_[i], &v205[((warp % 2) * 64 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (((i >> 2) & 1) * 32)) * 136 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 8; i += 4) kg::copy_vec<4>(&fb_[i], &v209[((warp % 2) * 64 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (((i >> 2) & 1) * 32)) * 136 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 2; ++rn)
-          kg::mfma_32x32x8_bf16(&v206[(rm * 2 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+          kg::mfma_32x32x8_bf16(&v210[(rm * 2 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
     }
-    // spec: specs/ssd_bwd.yaml:276:20
+    // spec: specs/ssd_bwd.yaml:279:20
 
     float y0_[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y0_[e] = v206[e];
+    for (int e = 0; e < 32; ++e) y0_[e] = v210[e];
     kg::bf16 y1_[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y1_[e] = v201[e];
+    for (int e = 0; e < 32; ++e) y1_[e] = v205[e];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v194[e] = y0_[e];
+    for (int e = 0; e < 32; ++e) v198[e] = y0_[e];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v195[e] = y1_[e];
+    for (int e = 0; e < 32; ++e) v199[e] = y1_[e];
   }
-  // spec: specs/ssd_bwd.yaml:277:28
-  float v207[32];
+  // spec: specs/ssd_bwd.yaml:280:28
+  float v211[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v207[e] = kg::cvt<float>(kg::f32(v180[e]));
-  // spec: specs/ssd_bwd.yaml:277:23
-  float v208[32];
+  for (int e = 0; e < 32; ++e) v211[e] = kg::cvt<float>(kg::f32(v184[e]));
+  // spec: specs/ssd_bwd.yaml:280:23
+  float v212[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v208[e] = (v194[e] * v207[e]);
-  // spec: specs/ssd_bwd.yaml:277:19
-  float v209[16];
+  for (int e = 0; e < 32; ++e) v212[e] = (v198[e] * v211[e]);
+  // spec: specs/ssd_bwd.yaml:280:19
+  float v213[16];
   {
-    float r209[16];
+    float r213[16];
   #pragma unroll
-    for (int e = 0; e < 16; ++e) r209[e] = 0.0f;
+    for (int e = 0; e < 16; ++e) r213[e] = 0.0f;
   #pragma unroll
     for (int e = 0; e < 32; ++e) {
-      const float a_ = r209[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8], b_ = (float)(v208[e]);
-      r209[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8] = a_ + b_;
+      const float a_ = r213[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8], b_ = (float)(v212[e]);
+      r213[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8] = a_ + b_;
     }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) { const float a_ = r209[e], b_ = kg::shfl_xor(a_, 1); r209[e] = a_ + b_; }
+    for (int e = 0; e < 16; ++e) { const float a_ = r213[e], b_ = kg::shfl_xor(a_, 1); r213[e] = a_ + b_; }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) { const float a_ = r209[e], b_ = kg::shfl_xor(a_, 2); r209[e] = a_ + b_; }
+    for (int e = 0; e < 16; ++e) { const float a_ = r213[e], b_ = kg::shfl_xor(a_, 2); r213[e] = a_ + b_; }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) { const float a_ = r209[e], b_ = kg::shfl_xor(a_, 4); r209[e] = a_ + b_; }
+    for (int e = 0; e < 16; ++e) { const float a_ = r213[e], b_ = kg::shfl_xor(a_, 4); r213[e] = a_ + b_; }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) { const float a_ = r209[e], b_ = kg::shfl_xor(a_, 8); r209[e] = a_ + b_; }
+    for (int e = 0; e < 16; ++e) { const float a_ = r213[e], b_ = kg::shfl_xor(a_, 8); r213[e] = a_ + b_; }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) { const float a_ = r209[e], b_ = kg::shfl_xor(a_, 16); r209[e] = a_ + b_; }
+    for (int e = 0; e < 16; ++e) { const float a_ = r213[e], b_ = kg::shfl_xor(a_, 16); r213[e] = a_ + b_; }
     float* scratch_ = reinterpret_cast<float*>(smem + 0);
     kg::sync();
   #pragma unroll
-    for (int e = 0; e < 16; ++e) scratch_[warp * 64 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = r209[e];
+    for (int e = 0; e < 16; ++e) scratch_[warp * 64 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = r213[e];
     kg::sync();
   #pragma unroll
     for (int e = 0; e < 16; ++e) {
       float a_ = scratch_[(warp ^ 0) * 64 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1];
       { const float b_ = scratch_[(warp ^ 1) * 64 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1]; a_ = a_ + b_; }
-      r209[e] = a_;
+      r213[e] = a_;
     }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) v209[e] = kg::cvt<float>(r209[e]);
+    for (int e = 0; e < 16; ++e) v213[e] = kg::cvt<float>(r213[e]);
   }
-  // spec: specs/ssd_bwd.yaml:278:54
-  float v210[16];
+  // spec: specs/ssd_bwd.yaml:281:54
+  float v214[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v210[e] = (v99[e] * v16[e]);
-  // spec: specs/ssd_bwd.yaml:270:21
-  const float v211 = 0.0f;
-  // spec: specs/ssd_bwd.yaml:270:36
-  const int v212 = 0;
-  // spec: specs/ssd_bwd.yaml:270:42
-  const int v213 = 0;
-  // spec: specs/ssd_bwd.yaml:270:42
-  const bool v214 = (v14 > v213);
-  // spec: specs/ssd_bwd.yaml:270:36
-  const int v215 = (v214 ? v187 : v212);
-  // spec: specs/ssd_bwd.yaml:270:27
-  bool v216[16];
+  for (int e = 0; e < 16; ++e) v214[e] = (v107[e] * v16[e]);
+  // spec: specs/ssd_bwd.yaml:273:21
+  const float v215 = 0.0f;
+  // spec: specs/ssd_bwd.yaml:273:36
+  const int v216 = 0;
+  // spec: specs/ssd_bwd.yaml:273:42
+  const int v217 = 0;
+  // spec: specs/ssd_bwd.yaml:273:42
+  const bool v218 = (v14 > v217);
+  // spec: specs/ssd_bwd.yaml:273:36
+  const int v219 = (v218 ? v191 : v216);
+  // spec: specs/ssd_bwd.yaml:273:27
+  bool v220[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v216[e] = (v19[e] == v215);
-  // spec: specs/ssd_bwd.yaml:268:17
-  float v217[16];
+  for (int e = 0; e < 16; ++e) v220[e] = (v19[e] == v219);
+  // spec: specs/ssd_bwd.yaml:271:17
+  float v221[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v217[e] = kg::exp_(v15[e]);
-  // spec: specs/ssd_bwd.yaml:270:21
-  float v218[16];
+  for (int e = 0; e < 16; ++e) v221[e] = kg::exp_(v15[e]);
+  // spec: specs/ssd_bwd.yaml:273:21
+  float v222[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v218[e] = (v216[e] ? v217[e] : v211);
-  // spec: specs/ssd_bwd.yaml:277:19
-  float v219[16];
+  for (int e = 0; e < 16; ++e) v222[e] = (v220[e] ? v221[e] : v215);
+  // spec: specs/ssd_bwd.yaml:280:19
+  float v223[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v219[e] = (v209[e] * v218[e]);
-  // spec: specs/ssd_bwd.yaml:278:54
-  float v220[16];
+  for (int e = 0; e < 16; ++e) v223[e] = (v213[e] * v222[e]);
+  // spec: specs/ssd_bwd.yaml:281:54
+  float v224[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v220[e] = (v210[e] + v219[e]);
-  // spec: specs/ssd_bwd.yaml:278:7
+  for (int e = 0; e < 16; ++e) v224[e] = (v214[e] + v223[e]);
+  // spec: specs/ssd_bwd.yaml:281:7
   if ((lane & 31) == 0 && (warp & 1) == 0) {
     float* p_ = t_cs_src_grad + ((int64_t)(v9) * stride_cs_src_grad_0 + (int64_t)(v8) * stride_cs_src_grad_1 + (int64_t)(v14) * stride_cs_src_grad_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_cs_src_grad_0 % 4 == 0 && stride_cs_src_grad_1 % 4 == 0 && stride_cs_src_grad_2 % 4 == 0;
@@ -1304,69 +1315,69 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_bwd_dx
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
       const int64_t off_ = (int64_t)i0_ * 1;
       if (aligned_ && i0_ + 4 <= (256)) {
-        kg::copy_vec<4>(p_ + off_, &v220[e]);
+        kg::copy_vec<4>(p_ + off_, &v224[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 4; ++v)
-          if (i0_ + v < (256)) p_[off_ + v] = v220[e + v];
+          if (i0_ + v < (256)) p_[off_ + v] = v224[e + v];
       }
     }
   }
-  // spec: specs/ssd_bwd.yaml:279:64
-  float v221[32];
+  // spec: specs/ssd_bwd.yaml:282:64
+  float v225[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v221[e] = kg::cvt<float>(kg::f32(v10[e]));
-  // spec: specs/ssd_bwd.yaml:279:49
-  float v222[32];
+  for (int e = 0; e < 32; ++e) v225[e] = kg::cvt<float>(kg::f32(v10[e]));
+  // spec: specs/ssd_bwd.yaml:282:49
+  float v226[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v222[e] = kg::cvt<float>(kg::f32(v180[e]));
-  // spec: specs/ssd_bwd.yaml:279:49
-  float v223[32];
+  for (int e = 0; e < 32; ++e) v226[e] = kg::cvt<float>(kg::f32(v184[e]));
+  // spec: specs/ssd_bwd.yaml:282:49
+  float v227[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v223[e] = (v222[e] * v221[e]);
-  // spec: specs/ssd_bwd.yaml:279:45
-  float v224[2];
+  for (int e = 0; e < 32; ++e) v227[e] = (v226[e] * v225[e]);
+  // spec: specs/ssd_bwd.yaml:282:45
+  float v228[2];
   {
-    float r224[2];
+    float r228[2];
   #pragma unroll
-    for (int e = 0; e < 2; ++e) r224[e] = 0.0f;
+    for (int e = 0; e < 2; ++e) r228[e] = 0.0f;
   #pragma unroll
     for (int e = 0; e < 32; ++e) {
-      const float a_ = r224[((e >> 4) & 1) * 1], b_ = (float)(v223[e]);
-      r224[((e >> 4) & 1) * 1] = a_ + b_;
+      const float a_ = r228[((e >> 4) & 1) * 1], b_ = (float)(v227[e]);
+      r228[((e >> 4) & 1) * 1] = a_ + b_;
     }
   #pragma unroll
-    for (int e = 0; e < 2; ++e) { const float a_ = r224[e], b_ = kg::shfl_xor(a_, 32); r224[e] = a_ + b_; }
+    for (int e = 0; e < 2; ++e) { const float a_ = r228[e], b_ = kg::shfl_xor(a_, 32); r228[e] = a_ + b_; }
     float* scratch_ = reinterpret_cast<float*>(smem + 0);
     kg::sync();
   #pragma unroll
-    for (int e = 0; e < 2; ++e) scratch_[warp * 128 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 64) + ((e & 1) * 32)) * 1] = r224[e];
+    for (int e = 0; e < 2; ++e) scratch_[warp * 128 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 64) + ((e & 1) * 32)) * 1] = r228[e];
     kg::sync();
   #pragma unroll
     for (int e = 0; e < 2; ++e) {
       float a_ = scratch_[(warp ^ 0) * 128 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 64) + ((e & 1) * 32)) * 1];
       { const float b_ = scratch_[(warp ^ 2) * 128 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 64) + ((e & 1) * 32)) * 1]; a_ = a_ + b_; }
-      r224[e] = a_;
+      r228[e] = a_;
     }
   #pragma unroll
-    for (int e = 0; e < 2; ++e) v224[e] = kg::cvt<float>(r224[e]);
+    for (int e = 0; e < 2; ++e) v228[e] = kg::cvt<float>(r228[e]);
   }
-  // spec: specs/ssd_bwd.yaml:279:26
-  const int v225 = kg::block_id_x();
-  // spec: specs/ssd_bwd.yaml:279:7
+  // spec: specs/ssd_bwd.yaml:282:26
+  const int v229 = kg::block_id_x();
+  // spec: specs/ssd_bwd.yaml:282:7
   if ((lane & 32) == 0 && (warp & 2) == 0) {
-    float* p_ = t_D_part + ((int64_t)(v9) * stride_D_part_0 + (int64_t)(v8) * stride_D_part_1 + (int64_t)(v225) * stride_D_part_2);
+    float* p_ = t_D_part + ((int64_t)(v9) * stride_D_part_0 + (int64_t)(v8) * stride_D_part_1 + (int64_t)(v229) * stride_D_part_2);
     const bool aligned_ = false;
     const int t0_ = 0 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 64;
   #pragma unroll
     for (int e = 0; e < 2; e += 1) {
       const int i0_ = t0_ + (e & 1) * 32;
       const int64_t off_ = (int64_t)i0_ * 1;
-      if (true) p_[off_] = v224[e];
+      if (true) p_[off_] = v228[e];
     }
   }
-  // spec: specs/ssd_bwd.yaml:280:29
-  float v226[2];
+  // spec: specs/ssd_bwd.yaml:283:29
+  float v230[2];
   {
     const float* p_ = t_D + ((int64_t)(v8) * stride_D_0);
     const bool aligned_ = false;
@@ -1377,47 +1388,47 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_bwd_dx
       const int64_t off_ = (int64_t)i0_ * 1;
       const bool in_ = true;
       if (aligned_ && in_) {
-        kg::copy_vec<1>(&v226[e], p_ + off_);
+        kg::copy_vec<1>(&v230[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          v226[e + v] = (true) ? p_[off_ + v] : 0.0f;
+          v230[e + v] = (true) ? p_[off_ + v] : 0.0f;
       }
     }
   }
-  // spec: specs/ssd_bwd.yaml:281:39
-  float (&v227)[16] = v16;
-  // spec: specs/ssd_bwd.yaml:281:33
-  float v228[32];
-  #pragma unroll
-  for (int e = 0; e < 32; ++e) v228[e] = v227[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-  // spec: specs/ssd_bwd.yaml:281:33
-  float v229[32];
-  #pragma unroll
-  for (int e = 0; e < 32; ++e) v229[e] = (v98[e] * v228[e]);
-  // spec: specs/ssd_bwd.yaml:280:29
-  float (&v230)[2] = v226;
-  // spec: specs/ssd_bwd.yaml:280:14
-  float v231[32];
-  #pragma unroll
-  for (int e = 0; e < 32; ++e) v231[e] = v230[((e >> 4) & 1) * 1];
-  // spec: specs/ssd_bwd.yaml:280:14
+  // spec: specs/ssd_bwd.yaml:284:39
+  float (&v231)[16] = v16;
+  // spec: specs/ssd_bwd.yaml:284:33
   float v232[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v232[e] = kg::cvt<float>(kg::f32(v180[e]));
-  // spec: specs/ssd_bwd.yaml:280:14
+  for (int e = 0; e < 32; ++e) v232[e] = v231[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+  // spec: specs/ssd_bwd.yaml:284:33
   float v233[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v233[e] = (v232[e] * v231[e]);
-  // spec: specs/ssd_bwd.yaml:281:33
-  float v234[32];
+  for (int e = 0; e < 32; ++e) v233[e] = (v106[e] * v232[e]);
+  // spec: specs/ssd_bwd.yaml:283:29
+  float (&v234)[2] = v230;
+  // spec: specs/ssd_bwd.yaml:283:14
+  float v235[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v234[e] = (v229[e] + v233[e]);
-  // spec: specs/ssd_bwd.yaml:281:32
-  kg::bf16 v235[32];
+  for (int e = 0; e < 32; ++e) v235[e] = v234[((e >> 4) & 1) * 1];
+  // spec: specs/ssd_bwd.yaml:283:14
+  float v236[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v235[e] = kg::cvt<kg::bf16>(v234[e]);
-  // spec: specs/ssd_bwd.yaml:281:7
+  for (int e = 0; e < 32; ++e) v236[e] = kg::cvt<float>(kg::f32(v184[e]));
+  // spec: specs/ssd_bwd.yaml:283:14
+  float v237[32];
+  #pragma unroll
+  for (int e = 0; e < 32; ++e) v237[e] = (v236[e] * v235[e]);
+  // spec: specs/ssd_bwd.yaml:284:33
+  float v238[32];
+  #pragma unroll
+  for (int e = 0; e < 32; ++e) v238[e] = (v233[e] + v237[e]);
+  // spec: specs/ssd_bwd.yaml:284:32
+  kg::bf16 v239[32];
+  #pragma unroll
+  for (int e = 0; e < 32; ++e) v239[e] = kg::cvt<kg::bf16>(v238[e]);
+  // spec: specs/ssd_bwd.yaml:284:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_dx + ((int64_t)(v9) * stride_dx_0 + (int64_t)(v8) * stride_dx_2);
     const bool aligned_ = false;
@@ -1428,7 +1439,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_bwd_dx
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
       const int i1_ = t1_ + ((e >> 4) & 1) * 32;
       const int64_t off_ = (int64_t)i0_ * stride_dx_1 + (int64_t)i1_ * 1;
-      if (i0_ < (size_seqlen)) p_[off_] = v235[e];
+      if (i0_ < (size_seqlen)) p_[off_] = v239[e];
     }
   }
 }

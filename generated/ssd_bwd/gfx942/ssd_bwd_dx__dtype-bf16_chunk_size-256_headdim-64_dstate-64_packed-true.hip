@@ -316,7 +316,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_bwd_dx
   float v49[4];
   #pragma unroll
   for (int e = 0; e < 4; ++e) v49[e] = 0.0f;
-  // spec: specs/ssd_bwd.yaml:246:7
+  // spec: specs/ssd_bwd.yaml:247:7
   float v50[16];
   {
     float* scratch_ = reinterpret_cast<float*>(smem + 0);
@@ -327,543 +327,554 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_bwd_dx
   #pragma unroll
     for (int e = 0; e < 16; ++e) v50[e] = scratch_[((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1];
   }
-  // spec: specs/ssd_bwd.yaml:262:17
-  kg::bf16* v51 = reinterpret_cast<kg::bf16*>(smem + 0);
+  // spec: specs/ssd_bwd.yaml:258:33
+  int (&v51)[16] = v19;
+  // spec: specs/ssd_bwd.yaml:258:33
+  int v52[4];
+  {
+    int* scratch_ = reinterpret_cast<int*>(smem + 0);
+    kg::sync();
+  #pragma unroll
+    for (int e = 0; e < 16; ++e) scratch_[((0) + (0)) * 1 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = v51[e];
+    kg::sync();
+  #pragma unroll
+    for (int e = 0; e < 4; ++e) v52[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1];
+  }
+  // spec: specs/ssd_bwd.yaml:246:15
+  const float v53 = 1.4426950408889634f;
+  // spec: specs/ssd_bwd.yaml:246:15
+  float v54[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v54[e] = (v15[e] * v53);
+  // spec: specs/ssd_bwd.yaml:261:77
+  float (&v55)[16] = v54;
+  // spec: specs/ssd_bwd.yaml:261:40
+  float v56[4];
+  {
+    float* scratch_ = reinterpret_cast<float*>(smem + 0);
+    kg::sync();
+  #pragma unroll
+    for (int e = 0; e < 16; ++e) scratch_[((0) + (0)) * 1 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = v55[e];
+    kg::sync();
+  #pragma unroll
+    for (int e = 0; e < 4; ++e) v56[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1];
+  }
+  // spec: specs/ssd_bwd.yaml:265:17
+  kg::bf16* v57 = reinterpret_cast<kg::bf16*>(smem + 0);
   kg::sync();
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v51[((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 72 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0))] = v10[e];
+  for (int e = 0; e < 16; ++e) v57[((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 72 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0))] = v10[e];
   kg::sync();
-  // spec: specs/ssd_bwd.yaml:247:23
-  const int v52 = 8;
-  // spec: specs/ssd_bwd.yaml:247:23
-  const int v53 = (v14 * v52);
-  // spec: specs/ssd_bwd.yaml:246:22
-  const int v54 = 32;
-  // spec: specs/ssd_bwd.yaml:246:22
-  const int v55 = 64;
-  // spec: specs/ssd_bwd.yaml:246:22
-  const int v56 = (v12 * v55);
-  // spec: specs/ssd_bwd.yaml:246:22
-  const int v57 = (kg::floordiv(v56, v54));
-  // spec: specs/ssd_bwd.yaml:247:23
-  const int v58 = (v53 + v57);
-  // spec: specs/ssd_bwd.yaml:246:46
-  const int v59 = 32;
-  // spec: specs/ssd_bwd.yaml:246:46
-  const int v60 = 31;
-  // spec: specs/ssd_bwd.yaml:246:51
-  const int v61 = 256;
-  // spec: specs/ssd_bwd.yaml:246:68
-  const int v62 = 256;
-  // spec: specs/ssd_bwd.yaml:246:68
-  const int v63 = (v14 * v62);
-  // spec: specs/ssd_bwd.yaml:246:59
-  const int v64 = (v0 - v63);
-  // spec: specs/ssd_bwd.yaml:246:51
-  const int v65 = (kg::min_(v64, v61));
-  // spec: specs/ssd_bwd.yaml:246:46
-  const int v66 = (v65 + v60);
-  // spec: specs/ssd_bwd.yaml:246:46
-  const int v67 = (kg::floordiv(v66, v59));
-  // spec: specs/ssd_bwd.yaml:246:7
-  const bool v68 = (v57 < v67);
-  // spec: specs/ssd_bwd.yaml:249:17
-  kg::bf16 v69[8];
+  // spec: specs/ssd_bwd.yaml:267:71
+  float (&v58)[16] = v16;
+  // spec: specs/ssd_bwd.yaml:267:65
+  float v59[4];
+  {
+    float* scratch_ = reinterpret_cast<float*>(smem + 9216);
+  #pragma unroll
+    for (int e = 0; e < 16; ++e) scratch_[((0) + (0)) * 1 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = v58[e];
+    kg::sync();
+  #pragma unroll
+    for (int e = 0; e < 4; ++e) v59[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1];
+  }
+  // spec: specs/ssd_bwd.yaml:248:23
+  const int v60 = 8;
+  // spec: specs/ssd_bwd.yaml:248:23
+  const int v61 = (v14 * v60);
+  // spec: specs/ssd_bwd.yaml:247:22
+  const int v62 = 32;
+  // spec: specs/ssd_bwd.yaml:247:22
+  const int v63 = 64;
+  // spec: specs/ssd_bwd.yaml:247:22
+  const int v64 = (v12 * v63);
+  // spec: specs/ssd_bwd.yaml:247:22
+  const int v65 = (kg::floordiv(v64, v62));
+  // spec: specs/ssd_bwd.yaml:248:23
+  const int v66 = (v61 + v65);
+  // spec: specs/ssd_bwd.yaml:247:46
+  const int v67 = 32;
+  // spec: specs/ssd_bwd.yaml:247:46
+  const int v68 = 31;
+  // spec: specs/ssd_bwd.yaml:247:51
+  const int v69 = 256;
+  // spec: specs/ssd_bwd.yaml:247:68
+  const int v70 = 256;
+  // spec: specs/ssd_bwd.yaml:247:68
+  const int v71 = (v14 * v70);
+  // spec: specs/ssd_bwd.yaml:247:59
+  const int v72 = (v0 - v71);
+  // spec: specs/ssd_bwd.yaml:247:51
+  const int v73 = (kg::min_(v72, v69));
+  // spec: specs/ssd_bwd.yaml:247:46
+  const int v74 = (v73 + v68);
+  // spec: specs/ssd_bwd.yaml:247:46
+  const int v75 = (kg::floordiv(v74, v67));
+  // spec: specs/ssd_bwd.yaml:247:7
+  const bool v76 = (v65 < v75);
+  // spec: specs/ssd_bwd.yaml:250:17
+  kg::bf16 v77[8];
   {
     const kg::bf16* p_ = t_dy + ((int64_t)(v9) * stride_dy_0 + (int64_t)(v8) * stride_dy_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_dy_0 % 8 == 0 && stride_dy_1 % 8 == 0 && stride_dy_2 % 8 == 0;
-    const int t0_ = v58 * 32 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
+    const int t0_ = v66 * 32 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
     const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
   #pragma unroll
     for (int e = 0; e < 8; e += 8) {
       const int i0_ = t0_ + 0;
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
       const int64_t off_ = (int64_t)i0_ * stride_dy_1 + (int64_t)i1_ * 1;
-      const bool in_ = v68 && i0_ < (size_seqlen);
+      const bool in_ = v76 && i0_ < (size_seqlen);
       if (aligned_ && in_) {
-        kg::copy_vec<8>(&v69[e], p_ + off_);
+        kg::copy_vec<8>(&v77[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v69[e + v] = (v68 && i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v77[e + v] = (v76 && i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
-  // spec: specs/ssd_bwd.yaml:250:18
-  float v70[2];
+  // spec: specs/ssd_bwd.yaml:251:18
+  float v78[2];
   {
     const float* p_ = t_dA_cumsum + ((int64_t)(v9) * stride_dA_cumsum_0 + (int64_t)(v8) * stride_dA_cumsum_1 + (int64_t)(v14) * stride_dA_cumsum_2);
     const bool aligned_ = false;
-    const int t0_ = v57 * 32 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8;
+    const int t0_ = v65 * 32 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8;
   #pragma unroll
     for (int e = 0; e < 2; e += 1) {
       const int i0_ = t0_ + (e & 1) * 16;
       const int64_t off_ = (int64_t)i0_ * 1;
-      const bool in_ = v68 && i0_ + 1 <= (256);
+      const bool in_ = v76 && i0_ + 1 <= (256);
       if (aligned_ && in_) {
-        kg::copy_vec<1>(&v70[e], p_ + off_);
+        kg::copy_vec<1>(&v78[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          v70[e + v] = (v68 && i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
+          v78[e + v] = (v76 && i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
       }
     }
   }
-  // spec: specs/ssd_bwd.yaml:254:17
-  float v71[8];
+  // spec: specs/ssd_bwd.yaml:255:17
+  float v79[8];
   {
     const float* p_ = t_CB + ((int64_t)(v9) * stride_CB_0 + (int64_t)(v14) * stride_CB_1 + (int64_t)(v29) * stride_CB_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_CB_0 % 4 == 0 && stride_CB_1 % 4 == 0 && stride_CB_2 % 4 == 0 && stride_CB_3 % 4 == 0;
-    const int t0_ = v57 * 32 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8;
+    const int t0_ = v65 * 32 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8;
     const int t1_ = v12 * 64 + ((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
   #pragma unroll
     for (int e = 0; e < 8; e += 4) {
       const int i0_ = t0_ + ((e >> 2) & 1) * 16;
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
       const int64_t off_ = (int64_t)i0_ * stride_CB_3 + (int64_t)i1_ * 1;
-      const bool in_ = v68 && i0_ < (256) && i1_ + 4 <= (256);
+      const bool in_ = v76 && i0_ < (256) && i1_ + 4 <= (256);
       if (aligned_ && in_) {
-        kg::copy_vec<4>(&v71[e], p_ + off_);
+        kg::copy_vec<4>(&v79[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 4; ++v)
-          v71[e + v] = (v68 && i0_ < (256) && i1_ + v < (256)) ? p_[off_ + v] : 0.0f;
+          v79[e + v] = (v76 && i0_ < (256) && i1_ + v < (256)) ? p_[off_ + v] : 0.0f;
       }
     }
   }
-  // spec: specs/ssd_bwd.yaml:247:23
-  const int v72 = 8;
-  // spec: specs/ssd_bwd.yaml:247:23
-  const int v73 = (v14 * v72);
-  // spec: specs/ssd_bwd.yaml:247:23
-  const int v74 = (v73 + v57);
-  // spec: specs/ssd_bwd.yaml:257:51
-  int v75[2];
+  // spec: specs/ssd_bwd.yaml:248:23
+  const int v80 = 8;
+  // spec: specs/ssd_bwd.yaml:248:23
+  const int v81 = (v14 * v80);
+  // spec: specs/ssd_bwd.yaml:248:23
+  const int v82 = (v81 + v65);
+  // spec: specs/ssd_bwd.yaml:258:51
+  int v83[2];
   {
     const int* p_ = t_seq_idx + ((int64_t)(v9) * stride_seq_idx_0);
     const bool aligned_ = false;
-    const int t0_ = v74 * 32 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8;
+    const int t0_ = v82 * 32 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8;
   #pragma unroll
     for (int e = 0; e < 2; e += 1) {
       const int i0_ = t0_ + (e & 1) * 16;
       const int64_t off_ = (int64_t)i0_ * 1;
-      const bool in_ = v68 && i0_ + 1 <= (size_seqlen);
+      const bool in_ = v76 && i0_ + 1 <= (size_seqlen);
       if (aligned_ && in_) {
-        kg::copy_vec<1>(&v75[e], p_ + off_);
+        kg::copy_vec<1>(&v83[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          v75[e + v] = (v68 && i0_ + v < (size_seqlen)) ? p_[off_ + v] : 0;
+          v83[e + v] = (v76 && i0_ + v < (size_seqlen)) ? p_[off_ + v] : 0;
       }
     }
   }
-  // spec: specs/ssd_bwd.yaml:264:71
-  float (&v76)[16] = v16;
-  // spec: specs/ssd_bwd.yaml:258:55
-  float (&v77)[16] = v15;
-  // spec: specs/ssd_bwd.yaml:257:33
-  int (&v78)[16] = v19;
+  // spec: specs/ssd_bwd.yaml:267:65
+  float v84[8];
+  #pragma unroll
+  for (int e = 0; e < 8; ++e) v84[e] = v59[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
+  // spec: specs/ssd_bwd.yaml:261:40
+  float v85[8];
+  #pragma unroll
+  for (int e = 0; e < 8; ++e) v85[e] = v56[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
+  // spec: specs/ssd_bwd.yaml:258:33
+  int v86[8];
+  #pragma unroll
+  for (int e = 0; e < 8; ++e) v86[e] = v52[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
   // spec: specs/ssd_bwd.yaml:226:34
-  int v79[4];
+  int v87[4];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v79[e] = (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2);
+  for (int e = 0; e < 4; ++e) v87[e] = (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2);
   // spec: specs/ssd_bwd.yaml:226:20
-  const int v80 = 64;
+  const int v88 = 64;
   // spec: specs/ssd_bwd.yaml:226:20
-  const int v81 = (v12 * v80);
+  const int v89 = (v12 * v88);
   // spec: specs/ssd_bwd.yaml:226:20
-  int v82[4];
+  int v90[4];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v82[e] = (v81 + v79[e]);
-  // spec: specs/ssd_bwd.yaml:255:19
-  int (&v83)[4] = v82;
-  // spec: specs/ssd_bwd.yaml:255:19
-  int v84[8];
+  for (int e = 0; e < 4; ++e) v90[e] = (v89 + v87[e]);
+  // spec: specs/ssd_bwd.yaml:256:19
+  int (&v91)[4] = v90;
+  // spec: specs/ssd_bwd.yaml:256:19
+  int v92[8];
   #pragma unroll
-  for (int e = 0; e < 8; ++e) v84[e] = v83[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-  // spec: specs/ssd_bwd.yaml:246:46
-  const int v85 = 1;
-  // spec: specs/ssd_bwd.yaml:246:7
+  for (int e = 0; e < 8; ++e) v92[e] = v91[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
+  // spec: specs/ssd_bwd.yaml:247:46
+  const int v93 = 1;
+  // spec: specs/ssd_bwd.yaml:247:7
 
-  float v86[16];
+  float v94[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v86[e] = v45[e];
-  float v87[16];
+  for (int e = 0; e < 16; ++e) v94[e] = v45[e];
+  float v95[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v87[e] = v50[e];
-  kg::bf16 v88[8];
+  for (int e = 0; e < 16; ++e) v95[e] = v50[e];
+  kg::bf16 v96[8];
   #pragma unroll
-  for (int e = 0; e < 8; ++e) v88[e] = v69[e];
-  float v89[2];
+  for (int e = 0; e < 8; ++e) v96[e] = v77[e];
+  float v97[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v89[e] = v70[e];
-  float v90[8];
+  for (int e = 0; e < 2; ++e) v97[e] = v78[e];
+  float v98[8];
   #pragma unroll
-  for (int e = 0; e < 8; ++e) v90[e] = v71[e];
-  int v91[2];
+  for (int e = 0; e < 8; ++e) v98[e] = v79[e];
+  int v99[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v91[e] = v75[e];
-  for (int v92 = v57; v92 < v67; v92 += v85) {
-    float (&v93)[16] = v86;
-    float (&v94)[16] = v87;
-    kg::bf16 (&v95)[8] = v88;
-    float (&v96)[2] = v89;
-    float (&v97)[8] = v90;
-    int (&v98)[2] = v91;
+  for (int e = 0; e < 2; ++e) v99[e] = v83[e];
+  for (int v100 = v65; v100 < v75; v100 += v93) {
+    float (&v101)[16] = v94;
+    float (&v102)[16] = v95;
+    kg::bf16 (&v103)[8] = v96;
+    float (&v104)[2] = v97;
+    float (&v105)[8] = v98;
+    int (&v106)[2] = v99;
     
-    // spec: specs/ssd_bwd.yaml:247:23
-    const int v99 = 8;
-    // spec: specs/ssd_bwd.yaml:247:23
-    const int v100 = (v14 * v99);
-    // spec: specs/ssd_bwd.yaml:247:23
-    const int v101 = (v100 + v92);
-    // spec: specs/ssd_bwd.yaml:247:23
-    const int v102 = 8;
-    // spec: specs/ssd_bwd.yaml:247:23
-    const int v103 = (v14 * v102);
-    // spec: specs/ssd_bwd.yaml:249:17
-    const int v104 = (v92 + v85);
-    // spec: specs/ssd_bwd.yaml:247:23
-    const int v105 = (v103 + v104);
-    // spec: specs/ssd_bwd.yaml:249:17
-    const bool v106 = (v104 < v67);
-    // spec: specs/ssd_bwd.yaml:249:17
-    kg::bf16 v107[8];
+    // spec: specs/ssd_bwd.yaml:248:23
+    const int v107 = 8;
+    // spec: specs/ssd_bwd.yaml:248:23
+    const int v108 = (v14 * v107);
+    // spec: specs/ssd_bwd.yaml:248:23
+    const int v109 = (v108 + v100);
+    // spec: specs/ssd_bwd.yaml:248:23
+    const int v110 = 8;
+    // spec: specs/ssd_bwd.yaml:248:23
+    const int v111 = (v14 * v110);
+    // spec: specs/ssd_bwd.yaml:250:17
+    const int v112 = (v100 + v93);
+    // spec: specs/ssd_bwd.yaml:248:23
+    const int v113 = (v111 + v112);
+    // spec: specs/ssd_bwd.yaml:250:17
+    const bool v114 = (v112 < v75);
+    // spec: specs/ssd_bwd.yaml:250:17
+    kg::bf16 v115[8];
     {
       const kg::bf16* p_ = t_dy + ((int64_t)(v9) * stride_dy_0 + (int64_t)(v8) * stride_dy_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dy_0 % 8 == 0 && stride_dy_1 % 8 == 0 && stride_dy_2 % 8 == 0;
-      const int t0_ = v105 * 32 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
+      const int t0_ = v113 * 32 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
       const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
     #pragma unroll
       for (int e = 0; e < 8; e += 8) {
         const int i0_ = t0_ + 0;
         const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
         const int64_t off_ = (int64_t)i0_ * stride_dy_1 + (int64_t)i1_ * 1;
-        const bool in_ = v106 && i0_ < (size_seqlen);
+        const bool in_ = v114 && i0_ < (size_seqlen);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v107[e], p_ + off_);
+          kg::copy_vec<8>(&v115[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v107[e + v] = (v106 && i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v115[e + v] = (v114 && i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
-    // spec: specs/ssd_bwd.yaml:250:18
-    const int v108 = (v92 + v85);
-    // spec: specs/ssd_bwd.yaml:250:18
-    const bool v109 = (v108 < v67);
-    // spec: specs/ssd_bwd.yaml:250:18
-    float v110[2];
+    // spec: specs/ssd_bwd.yaml:251:18
+    const int v116 = (v100 + v93);
+    // spec: specs/ssd_bwd.yaml:251:18
+    const bool v117 = (v116 < v75);
+    // spec: specs/ssd_bwd.yaml:251:18
+    float v118[2];
     {
       const float* p_ = t_dA_cumsum + ((int64_t)(v9) * stride_dA_cumsum_0 + (int64_t)(v8) * stride_dA_cumsum_1 + (int64_t)(v14) * stride_dA_cumsum_2);
       const bool aligned_ = false;
-      const int t0_ = v108 * 32 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8;
+      const int t0_ = v116 * 32 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8;
     #pragma unroll
       for (int e = 0; e < 2; e += 1) {
         const int i0_ = t0_ + (e & 1) * 16;
         const int64_t off_ = (int64_t)i0_ * 1;
-        const bool in_ = v109 && i0_ + 1 <= (256);
+        const bool in_ = v117 && i0_ + 1 <= (256);
         if (aligned_ && in_) {
-          kg::copy_vec<1>(&v110[e], p_ + off_);
+          kg::copy_vec<1>(&v118[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 1; ++v)
-            v110[e + v] = (v109 && i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
+            v118[e + v] = (v117 && i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
-    // spec: specs/ssd_bwd.yaml:254:17
-    const int v111 = (v92 + v85);
-    // spec: specs/ssd_bwd.yaml:254:17
-    const bool v112 = (v111 < v67);
-    // spec: specs/ssd_bwd.yaml:254:17
-    float v113[8];
+    // spec: specs/ssd_bwd.yaml:255:17
+    const int v119 = (v100 + v93);
+    // spec: specs/ssd_bwd.yaml:255:17
+    const bool v120 = (v119 < v75);
+    // spec: specs/ssd_bwd.yaml:255:17
+    float v121[8];
     {
       const float* p_ = t_CB + ((int64_t)(v9) * stride_CB_0 + (int64_t)(v14) * stride_CB_1 + (int64_t)(v29) * stride_CB_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_CB_0 % 4 == 0 && stride_CB_1 % 4 == 0 && stride_CB_2 % 4 == 0 && stride_CB_3 % 4 == 0;
-      const int t0_ = v111 * 32 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8;
+      const int t0_ = v119 * 32 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8;
       const int t1_ = v12 * 64 + ((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
     #pragma unroll
       for (int e = 0; e < 8; e += 4) {
         const int i0_ = t0_ + ((e >> 2) & 1) * 16;
         const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
         const int64_t off_ = (int64_t)i0_ * stride_CB_3 + (int64_t)i1_ * 1;
-        const bool in_ = v112 && i0_ < (256) && i1_ + 4 <= (256);
+        const bool in_ = v120 && i0_ < (256) && i1_ + 4 <= (256);
         if (aligned_ && in_) {
-          kg::copy_vec<4>(&v113[e], p_ + off_);
+          kg::copy_vec<4>(&v121[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 4; ++v)
-            v113[e + v] = (v112 && i0_ < (256) && i1_ + v < (256)) ? p_[off_ + v] : 0.0f;
+            v121[e + v] = (v120 && i0_ < (256) && i1_ + v < (256)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
-    // spec: specs/ssd_bwd.yaml:247:23
-    const int v114 = 8;
-    // spec: specs/ssd_bwd.yaml:247:23
-    const int v115 = (v14 * v114);
-    // spec: specs/ssd_bwd.yaml:257:51
-    const int v116 = (v92 + v85);
-    // spec: specs/ssd_bwd.yaml:247:23
-    const int v117 = (v115 + v116);
-    // spec: specs/ssd_bwd.yaml:257:51
-    const bool v118 = (v116 < v67);
-    // spec: specs/ssd_bwd.yaml:257:51
-    int v119[2];
+    // spec: specs/ssd_bwd.yaml:248:23
+    const int v122 = 8;
+    // spec: specs/ssd_bwd.yaml:248:23
+    const int v123 = (v14 * v122);
+    // spec: specs/ssd_bwd.yaml:258:51
+    const int v124 = (v100 + v93);
+    // spec: specs/ssd_bwd.yaml:248:23
+    const int v125 = (v123 + v124);
+    // spec: specs/ssd_bwd.yaml:258:51
+    const bool v126 = (v124 < v75);
+    // spec: specs/ssd_bwd.yaml:258:51
+    int v127[2];
     {
       const int* p_ = t_seq_idx + ((int64_t)(v9) * stride_seq_idx_0);
       const bool aligned_ = false;
-      const int t0_ = v117 * 32 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8;
+      const int t0_ = v125 * 32 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8;
     #pragma unroll
       for (int e = 0; e < 2; e += 1) {
         const int i0_ = t0_ + (e & 1) * 16;
         const int64_t off_ = (int64_t)i0_ * 1;
-        const bool in_ = v118 && i0_ + 1 <= (size_seqlen);
+        const bool in_ = v126 && i0_ + 1 <= (size_seqlen);
         if (aligned_ && in_) {
-          kg::copy_vec<1>(&v119[e], p_ + off_);
+          kg::copy_vec<1>(&v127[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 1; ++v)
-            v119[e + v] = (v118 && i0_ + v < (size_seqlen)) ? p_[off_ + v] : 0;
+            v127[e + v] = (v126 && i0_ + v < (size_seqlen)) ? p_[off_ + v] : 0;
         }
       }
     }
-    // spec: specs/ssd_bwd.yaml:257:33
-    int v120[4];
-    {
-      int* scratch_ = reinterpret_cast<int*>(smem + 9216);
-      kg::sync();
+    // spec: specs/ssd_bwd.yaml:261:16
+    const float v128 = 0.0f;
+    // spec: specs/ssd_bwd.yaml:261:40
+    const float v129 = 1.4426950408889634f;
+    // spec: specs/ssd_bwd.yaml:261:40
+    float (&v130)[2] = v104;
+    // spec: specs/ssd_bwd.yaml:261:40
+    float v131[2];
     #pragma unroll
-      for (int e = 0; e < 16; ++e) scratch_[((0) + (0)) * 1 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = v78[e];
-      kg::sync();
+    for (int e = 0; e < 2; ++e) v131[e] = (v130[e] * v129);
+    // spec: specs/ssd_bwd.yaml:261:40
+    float v132[8];
     #pragma unroll
-      for (int e = 0; e < 4; ++e) v120[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1];
-    }
-    // spec: specs/ssd_bwd.yaml:258:39
-    float v121[4];
-    {
-      float* scratch_ = reinterpret_cast<float*>(smem + 9216);
-      kg::sync();
+    for (int e = 0; e < 8; ++e) v132[e] = v131[((e >> 2) & 1) * 1];
+    // spec: specs/ssd_bwd.yaml:261:40
+    float v133[8];
     #pragma unroll
-      for (int e = 0; e < 16; ++e) scratch_[((0) + (0)) * 1 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = v77[e];
-      kg::sync();
+    for (int e = 0; e < 8; ++e) v133[e] = (v132[e] - v85[e]);
+    // spec: specs/ssd_bwd.yaml:261:35
+    float v134[8];
     #pragma unroll
-      for (int e = 0; e < 4; ++e) v121[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1];
-    }
-    // spec: specs/ssd_bwd.yaml:258:16
-    const float v122 = 0.0f;
-    // spec: specs/ssd_bwd.yaml:258:39
-    float v123[8];
+    for (int e = 0; e < 8; ++e) v134[e] = kg::exp2_(v133[e]);
+    // spec: specs/ssd_bwd.yaml:255:17
+    float (&v135)[8] = v105;
+    // spec: specs/ssd_bwd.yaml:261:29
+    float v136[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v123[e] = v121[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-    // spec: specs/ssd_bwd.yaml:258:39
-    float (&v124)[2] = v96;
-    // spec: specs/ssd_bwd.yaml:258:39
-    float v125[8];
+    for (int e = 0; e < 8; ++e) v136[e] = (v135[e] * v134[e]);
+    // spec: specs/ssd_bwd.yaml:258:51
+    int (&v137)[2] = v106;
+    // spec: specs/ssd_bwd.yaml:258:33
+    int v138[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v125[e] = v124[((e >> 2) & 1) * 1];
-    // spec: specs/ssd_bwd.yaml:258:39
-    float v126[8];
+    for (int e = 0; e < 8; ++e) v138[e] = v137[((e >> 2) & 1) * 1];
+    // spec: specs/ssd_bwd.yaml:258:33
+    bool v139[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v126[e] = (v125[e] - v123[e]);
-    // spec: specs/ssd_bwd.yaml:258:35
-    float v127[8];
+    for (int e = 0; e < 8; ++e) v139[e] = (v86[e] == v138[e]);
+    // spec: specs/ssd_bwd.yaml:256:97
+    const int v140 = 256;
+    // spec: specs/ssd_bwd.yaml:256:97
+    const int v141 = (v14 * v140);
+    // spec: specs/ssd_bwd.yaml:256:88
+    const int v142 = (v0 - v141);
+    // spec: specs/ssd_bwd.yaml:249:38
+    int v143[2];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v127[e] = kg::exp_(v126[e]);
-    // spec: specs/ssd_bwd.yaml:254:17
-    float (&v128)[8] = v97;
-    // spec: specs/ssd_bwd.yaml:258:29
-    float v129[8];
+    for (int e = 0; e < 2; ++e) v143[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + ((e & 1) * 16);
+    // spec: specs/ssd_bwd.yaml:249:24
+    const int v144 = 32;
+    // spec: specs/ssd_bwd.yaml:249:24
+    const int v145 = (v100 * v144);
+    // spec: specs/ssd_bwd.yaml:249:24
+    int v146[2];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v129[e] = (v128[e] * v127[e]);
-    // spec: specs/ssd_bwd.yaml:257:51
-    int (&v130)[2] = v98;
-    // spec: specs/ssd_bwd.yaml:257:33
-    int v131[8];
+    for (int e = 0; e < 2; ++e) v146[e] = (v145 + v143[e]);
+    // spec: specs/ssd_bwd.yaml:256:66
+    int (&v147)[2] = v146;
+    // spec: specs/ssd_bwd.yaml:256:66
+    bool v148[2];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v131[e] = v130[((e >> 2) & 1) * 1];
-    // spec: specs/ssd_bwd.yaml:257:33
-    int v132[8];
+    for (int e = 0; e < 2; ++e) v148[e] = (v147[e] < v142);
+    // spec: specs/ssd_bwd.yaml:256:19
+    bool v149[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v132[e] = v120[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-    // spec: specs/ssd_bwd.yaml:257:33
-    bool v133[8];
+    for (int e = 0; e < 8; ++e) v149[e] = v148[((e >> 2) & 1) * 1];
+    // spec: specs/ssd_bwd.yaml:256:42
+    int (&v150)[2] = v146;
+    // spec: specs/ssd_bwd.yaml:256:19
+    int v151[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v133[e] = (v132[e] == v131[e]);
-    // spec: specs/ssd_bwd.yaml:255:97
-    const int v134 = 256;
-    // spec: specs/ssd_bwd.yaml:255:97
-    const int v135 = (v14 * v134);
-    // spec: specs/ssd_bwd.yaml:255:88
-    const int v136 = (v0 - v135);
-    // spec: specs/ssd_bwd.yaml:248:38
-    int v137[2];
+    for (int e = 0; e < 8; ++e) v151[e] = v150[((e >> 2) & 1) * 1];
+    // spec: specs/ssd_bwd.yaml:256:19
+    bool v152[8];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v137[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + ((e & 1) * 16);
-    // spec: specs/ssd_bwd.yaml:248:24
-    const int v138 = 32;
-    // spec: specs/ssd_bwd.yaml:248:24
-    const int v139 = (v92 * v138);
-    // spec: specs/ssd_bwd.yaml:248:24
-    int v140[2];
+    for (int e = 0; e < 8; ++e) v152[e] = (v92[e] <= v151[e]);
+    // spec: specs/ssd_bwd.yaml:256:19
+    bool v153[8];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v140[e] = (v139 + v137[e]);
-    // spec: specs/ssd_bwd.yaml:255:66
-    int (&v141)[2] = v140;
-    // spec: specs/ssd_bwd.yaml:255:66
-    bool v142[2];
+    for (int e = 0; e < 8; ++e) v153[e] = (v152[e] && v149[e]);
+    // spec: specs/ssd_bwd.yaml:258:23
+    bool v154[8];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v142[e] = (v141[e] < v136);
-    // spec: specs/ssd_bwd.yaml:255:19
-    bool v143[8];
+    for (int e = 0; e < 8; ++e) v154[e] = (v153[e] && v139[e]);
+    // spec: specs/ssd_bwd.yaml:261:16
+    float v155[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v143[e] = v142[((e >> 2) & 1) * 1];
-    // spec: specs/ssd_bwd.yaml:255:42
-    int (&v144)[2] = v140;
-    // spec: specs/ssd_bwd.yaml:255:19
-    int v145[8];
+    for (int e = 0; e < 8; ++e) v155[e] = (v154[e] ? v136[e] : v128);
+    // spec: specs/ssd_bwd.yaml:262:21
+    kg::bf16 v156[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v145[e] = v144[((e >> 2) & 1) * 1];
-    // spec: specs/ssd_bwd.yaml:255:19
-    bool v146[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v146[e] = (v84[e] <= v145[e]);
-    // spec: specs/ssd_bwd.yaml:255:19
-    bool v147[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v147[e] = (v146[e] && v143[e]);
-    // spec: specs/ssd_bwd.yaml:257:23
-    bool v148[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v148[e] = (v147[e] && v133[e]);
-    // spec: specs/ssd_bwd.yaml:258:16
-    float v149[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v149[e] = (v148[e] ? v129[e] : v122);
-    // spec: specs/ssd_bwd.yaml:259:21
-    kg::bf16 v150[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v150[e] = kg::cvt<kg::bf16>(v149[e]);
-    // spec: specs/ssd_bwd.yaml:259:17
-    kg::bf16* v151 = reinterpret_cast<kg::bf16*>(smem + 9216);
+    for (int e = 0; e < 8; ++e) v156[e] = kg::cvt<kg::bf16>(v155[e]);
+    // spec: specs/ssd_bwd.yaml:262:17
+    kg::bf16* v157 = reinterpret_cast<kg::bf16*>(smem + 9216);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v151[((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 40 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((e >> 2) & 1) * 16))] = v150[e];
+    for (int e = 0; e < 8; ++e) v157[((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 40 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((e >> 2) & 1) * 16))] = v156[e];
 
-    // spec: specs/ssd_bwd.yaml:259:17
-    kg::bf16* v152 = reinterpret_cast<kg::bf16*>(smem + 14336);
+    // spec: specs/ssd_bwd.yaml:262:17
+    kg::bf16* v158 = reinterpret_cast<kg::bf16*>(smem + 14336);
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v152[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 40 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (0))] = v95[e];
+    for (int e = 0; e < 8; ++e) v158[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 40 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (0))] = v103[e];
     kg::sync();
-    // spec: specs/ssd_bwd.yaml:259:17
-    float (&v153)[16] = v93;
+    // spec: specs/ssd_bwd.yaml:262:17
+    float (&v159)[16] = v101;
     #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
       alignas(16) kg::bf16 fa_[4];
     #pragma unroll
-      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v151[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v157[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       alignas(16) kg::bf16 fb_[4];
     #pragma unroll
-      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v152[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v158[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 1; ++rn)
-          kg::mfma_32x32x8_bf16(&v153[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+          kg::mfma_32x32x8_bf16(&v159[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
     }
-    // spec: specs/ssd_bwd.yaml:262:17
-    kg::bf16* v154 = reinterpret_cast<kg::bf16*>(smem + 9216);
+    // spec: specs/ssd_bwd.yaml:265:17
+    kg::bf16* v160 = reinterpret_cast<kg::bf16*>(smem + 9216);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 8; e += 8) kg::copy_vec<8>(&v154[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (0)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v95[e]);
+    for (int e = 0; e < 8; e += 8) kg::copy_vec<8>(&v160[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (0)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v103[e]);
     kg::sync();
-    // spec: specs/ssd_bwd.yaml:262:17
-    kg::bf16* v155 = v154;
-    // spec: specs/ssd_bwd.yaml:262:17
-    float v156[8];
+    // spec: specs/ssd_bwd.yaml:265:17
+    kg::bf16* v161 = v160;
+    // spec: specs/ssd_bwd.yaml:265:17
+    float v162[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v156[e] = 0.0f;
-    // spec: specs/ssd_bwd.yaml:262:17
-    float (&v157)[8] = v156;
+    for (int e = 0; e < 8; ++e) v162[e] = 0.0f;
+    // spec: specs/ssd_bwd.yaml:265:17
+    float (&v163)[8] = v162;
     #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
       alignas(16) kg::bf16 fa_[4];
     #pragma unroll
-      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v51[((warp / 1) * 16 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (0)) * 72 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v57[((warp / 1) * 16 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (0)) * 72 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       alignas(16) kg::bf16 fb_[8];
     #pragma unroll
-      for (int i = 0; i < 8; i += 4) kg::copy_vec<4>(&fb_[i], &v155[((warp % 1) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((i >> 2) & 1) * 16)) * 72 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 8; i += 4) kg::copy_vec<4>(&fb_[i], &v161[((warp % 1) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((i >> 2) & 1) * 16)) * 72 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 2; ++rn)
-          kg::mfma_16x16x16_bf16(&v157[(rm * 2 + rn) * 4], &fa_[rm * 4], &fb_[rn * 4]);
+          kg::mfma_16x16x16_bf16(&v163[(rm * 2 + rn) * 4], &fa_[rm * 4], &fb_[rn * 4]);
     }
-    // spec: specs/ssd_bwd.yaml:262:17
-    float v158[8];
+    // spec: specs/ssd_bwd.yaml:265:17
+    float v164[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v158[e] = (v157[e] * v149[e]);
-    // spec: specs/ssd_bwd.yaml:263:23
-    float v159[4];
+    for (int e = 0; e < 8; ++e) v164[e] = (v163[e] * v155[e]);
+    // spec: specs/ssd_bwd.yaml:266:23
+    float v165[4];
     {
-      float r159[4];
+      float r165[4];
     #pragma unroll
-      for (int e = 0; e < 4; ++e) r159[e] = 0.0f;
+      for (int e = 0; e < 4; ++e) r165[e] = 0.0f;
     #pragma unroll
       for (int e = 0; e < 8; ++e) {
-        const float a_ = r159[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2], b_ = (float)(v158[e]);
-        r159[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2] = a_ + b_;
+        const float a_ = r165[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2], b_ = (float)(v164[e]);
+        r165[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2] = a_ + b_;
       }
     #pragma unroll
-      for (int e = 0; e < 4; ++e) { const float a_ = r159[e], b_ = kg::shfl_xor(a_, 1); r159[e] = a_ + b_; }
+      for (int e = 0; e < 4; ++e) { const float a_ = r165[e], b_ = kg::shfl_xor(a_, 1); r165[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 4; ++e) { const float a_ = r159[e], b_ = kg::shfl_xor(a_, 2); r159[e] = a_ + b_; }
+      for (int e = 0; e < 4; ++e) { const float a_ = r165[e], b_ = kg::shfl_xor(a_, 2); r165[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 4; ++e) { const float a_ = r159[e], b_ = kg::shfl_xor(a_, 4); r159[e] = a_ + b_; }
+      for (int e = 0; e < 4; ++e) { const float a_ = r165[e], b_ = kg::shfl_xor(a_, 4); r165[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 4; ++e) { const float a_ = r159[e], b_ = kg::shfl_xor(a_, 8); r159[e] = a_ + b_; }
+      for (int e = 0; e < 4; ++e) { const float a_ = r165[e], b_ = kg::shfl_xor(a_, 8); r165[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 4; ++e) v159[e] = kg::cvt<float>(r159[e]);
+      for (int e = 0; e < 4; ++e) v165[e] = kg::cvt<float>(r165[e]);
     }
-    // spec: specs/ssd_bwd.yaml:264:65
-    float v160[4];
+    // spec: specs/ssd_bwd.yaml:267:65
+    float v166[8];
+    #pragma unroll
+    for (int e = 0; e < 8; ++e) v166[e] = (v164[e] * v84[e]);
+    // spec: specs/ssd_bwd.yaml:267:61
+    float v167[2];
     {
+      float r167[2];
+    #pragma unroll
+      for (int e = 0; e < 2; ++e) r167[e] = 0.0f;
+    #pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const float a_ = r167[((e >> 2) & 1) * 1], b_ = (float)(v166[e]);
+        r167[((e >> 2) & 1) * 1] = a_ + b_;
+      }
+    #pragma unroll
+      for (int e = 0; e < 2; ++e) { const float a_ = r167[e], b_ = kg::shfl_xor(a_, 16); r167[e] = a_ + b_; }
+    #pragma unroll
+      for (int e = 0; e < 2; ++e) { const float a_ = r167[e], b_ = kg::shfl_xor(a_, 32); r167[e] = a_ + b_; }
       float* scratch_ = reinterpret_cast<float*>(smem + 9216);
       kg::sync();
     #pragma unroll
-      for (int e = 0; e < 16; ++e) scratch_[((0) + (0)) * 1 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = v76[e];
-      kg::sync();
-    #pragma unroll
-      for (int e = 0; e < 4; ++e) v160[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1];
-    }
-    // spec: specs/ssd_bwd.yaml:264:65
-    float v161[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v161[e] = v160[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-    // spec: specs/ssd_bwd.yaml:264:65
-    float v162[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v162[e] = (v158[e] * v161[e]);
-    // spec: specs/ssd_bwd.yaml:264:61
-    float v163[2];
-    {
-      float r163[2];
-    #pragma unroll
-      for (int e = 0; e < 2; ++e) r163[e] = 0.0f;
-    #pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const float a_ = r163[((e >> 2) & 1) * 1], b_ = (float)(v162[e]);
-        r163[((e >> 2) & 1) * 1] = a_ + b_;
-      }
-    #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r163[e], b_ = kg::shfl_xor(a_, 16); r163[e] = a_ + b_; }
-    #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r163[e], b_ = kg::shfl_xor(a_, 32); r163[e] = a_ + b_; }
-      float* scratch_ = reinterpret_cast<float*>(smem + 9216);
-      kg::sync();
-    #pragma unroll
-      for (int e = 0; e < 2; ++e) scratch_[warp * 32 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + ((e & 1) * 16)) * 1] = r163[e];
+      for (int e = 0; e < 2; ++e) scratch_[warp * 32 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + ((e & 1) * 16)) * 1] = r167[e];
       kg::sync();
     #pragma unroll
       for (int e = 0; e < 2; ++e) {
@@ -871,104 +882,104 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_bwd_dx
         { const float b_ = scratch_[(warp ^ 1) * 32 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + ((e & 1) * 16)) * 1]; a_ = a_ + b_; }
         { const float b_ = scratch_[(warp ^ 2) * 32 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + ((e & 1) * 16)) * 1]; a_ = a_ + b_; }
         { const float b_ = scratch_[(warp ^ 3) * 32 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + ((e & 1) * 16)) * 1]; a_ = a_ + b_; }
-        r163[e] = a_;
+        r167[e] = a_;
       }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) v163[e] = kg::cvt<float>(r163[e]);
+      for (int e = 0; e < 2; ++e) v167[e] = kg::cvt<float>(r167[e]);
     }
-    // spec: specs/ssd_bwd.yaml:264:11
+    // spec: specs/ssd_bwd.yaml:267:11
     if ((lane & 48) == 0 && (warp & 3) == 0) {
       float* p_ = t_cs_tgt_part + ((int64_t)(v9) * stride_cs_tgt_part_0 + (int64_t)(v8) * stride_cs_tgt_part_1 + (int64_t)(v14) * stride_cs_tgt_part_2 + (int64_t)(v12) * stride_cs_tgt_part_3);
       const bool aligned_ = false;
-      const int t0_ = v92 * 32 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8;
+      const int t0_ = v100 * 32 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8;
     #pragma unroll
       for (int e = 0; e < 2; e += 1) {
         const int i0_ = t0_ + (e & 1) * 16;
         const int64_t off_ = (int64_t)i0_ * 1;
-        if (i0_ + 1 <= (256)) p_[off_] = v163[e];
+        if (i0_ + 1 <= (256)) p_[off_] = v167[e];
       }
     }
-    // spec: specs/ssd_bwd.yaml:263:17
-    float v164[4];
+    // spec: specs/ssd_bwd.yaml:266:17
+    float v168[4];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v164[e] = (v94[e] - v159[e]);
-    // spec: specs/ssd_bwd.yaml:264:11
+    for (int e = 0; e < 4; ++e) v168[e] = (v102[e] - v165[e]);
+    // spec: specs/ssd_bwd.yaml:267:11
 
     float y0_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y0_[e] = v153[e];
+    for (int e = 0; e < 16; ++e) y0_[e] = v159[e];
     float y1_[4];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) y1_[e] = v164[e];
+    for (int e = 0; e < 4; ++e) y1_[e] = v168[e];
     kg::bf16 y2_[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) y2_[e] = v107[e];
+    for (int e = 0; e < 8; ++e) y2_[e] = v115[e];
     float y3_[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) y3_[e] = v110[e];
+    for (int e = 0; e < 2; ++e) y3_[e] = v118[e];
     float y4_[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) y4_[e] = v113[e];
+    for (int e = 0; e < 8; ++e) y4_[e] = v121[e];
     int y5_[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) y5_[e] = v119[e];
+    for (int e = 0; e < 2; ++e) y5_[e] = v127[e];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v86[e] = y0_[e];
+    for (int e = 0; e < 16; ++e) v94[e] = y0_[e];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v87[e] = y1_[e];
+    for (int e = 0; e < 4; ++e) v95[e] = y1_[e];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v88[e] = y2_[e];
+    for (int e = 0; e < 8; ++e) v96[e] = y2_[e];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v89[e] = y3_[e];
+    for (int e = 0; e < 2; ++e) v97[e] = y3_[e];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v90[e] = y4_[e];
+    for (int e = 0; e < 8; ++e) v98[e] = y4_[e];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v91[e] = y5_[e];
+    for (int e = 0; e < 2; ++e) v99[e] = y5_[e];
   }
-  // spec: specs/ssd_bwd.yaml:265:64
-  float v165[16];
+  // spec: specs/ssd_bwd.yaml:268:64
+  float v169[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v165[e] = kg::cvt<float>(kg::f32(v10[e]));
-  // spec: specs/ssd_bwd.yaml:265:58
-  float v166[16];
+  for (int e = 0; e < 16; ++e) v169[e] = kg::cvt<float>(kg::f32(v10[e]));
+  // spec: specs/ssd_bwd.yaml:268:58
+  float v170[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v166[e] = (v86[e] * v165[e]);
-  // spec: specs/ssd_bwd.yaml:265:54
-  float v167[16];
+  for (int e = 0; e < 16; ++e) v170[e] = (v94[e] * v169[e]);
+  // spec: specs/ssd_bwd.yaml:268:54
+  float v171[16];
   {
-    float r167[16];
+    float r171[16];
   #pragma unroll
-    for (int e = 0; e < 16; ++e) r167[e] = 0.0f;
+    for (int e = 0; e < 16; ++e) r171[e] = 0.0f;
   #pragma unroll
     for (int e = 0; e < 16; ++e) {
-      const float a_ = r167[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8], b_ = (float)(v166[e]);
-      r167[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8] = a_ + b_;
+      const float a_ = r171[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8], b_ = (float)(v170[e]);
+      r171[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8] = a_ + b_;
     }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) { const float a_ = r167[e], b_ = kg::shfl_xor(a_, 1); r167[e] = a_ + b_; }
+    for (int e = 0; e < 16; ++e) { const float a_ = r171[e], b_ = kg::shfl_xor(a_, 1); r171[e] = a_ + b_; }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) { const float a_ = r167[e], b_ = kg::shfl_xor(a_, 2); r167[e] = a_ + b_; }
+    for (int e = 0; e < 16; ++e) { const float a_ = r171[e], b_ = kg::shfl_xor(a_, 2); r171[e] = a_ + b_; }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) { const float a_ = r167[e], b_ = kg::shfl_xor(a_, 4); r167[e] = a_ + b_; }
+    for (int e = 0; e < 16; ++e) { const float a_ = r171[e], b_ = kg::shfl_xor(a_, 4); r171[e] = a_ + b_; }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) { const float a_ = r167[e], b_ = kg::shfl_xor(a_, 8); r167[e] = a_ + b_; }
+    for (int e = 0; e < 16; ++e) { const float a_ = r171[e], b_ = kg::shfl_xor(a_, 8); r171[e] = a_ + b_; }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) { const float a_ = r167[e], b_ = kg::shfl_xor(a_, 16); r167[e] = a_ + b_; }
+    for (int e = 0; e < 16; ++e) { const float a_ = r171[e], b_ = kg::shfl_xor(a_, 16); r171[e] = a_ + b_; }
     float* scratch_ = reinterpret_cast<float*>(smem + 0);
     kg::sync();
   #pragma unroll
-    for (int e = 0; e < 16; ++e) scratch_[warp * 64 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = r167[e];
+    for (int e = 0; e < 16; ++e) scratch_[warp * 64 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = r171[e];
     kg::sync();
   #pragma unroll
     for (int e = 0; e < 16; ++e) {
       float a_ = scratch_[(warp ^ 0) * 64 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1];
       { const float b_ = scratch_[(warp ^ 1) * 64 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1]; a_ = a_ + b_; }
-      r167[e] = a_;
+      r171[e] = a_;
     }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) v167[e] = kg::cvt<float>(r167[e]);
+    for (int e = 0; e < 16; ++e) v171[e] = kg::cvt<float>(r171[e]);
   }
-  // spec: specs/ssd_bwd.yaml:265:7
+  // spec: specs/ssd_bwd.yaml:268:7
   if ((lane & 31) == 0 && (warp & 1) == 0) {
     float* p_ = t_dt_src_grad + ((int64_t)(v9) * stride_dt_src_grad_0 + (int64_t)(v8) * stride_dt_src_grad_1 + (int64_t)(v14) * stride_dt_src_grad_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_dt_src_grad_0 % 4 == 0 && stride_dt_src_grad_1 % 4 == 0 && stride_dt_src_grad_2 % 4 == 0;
@@ -978,16 +989,16 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_bwd_dx
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
       const int64_t off_ = (int64_t)i0_ * 1;
       if (aligned_ && i0_ + 4 <= (256)) {
-        kg::copy_vec<4>(p_ + off_, &v167[e]);
+        kg::copy_vec<4>(p_ + off_, &v171[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 4; ++v)
-          if (i0_ + v < (256)) p_[off_ + v] = v167[e + v];
+          if (i0_ + v < (256)) p_[off_ + v] = v171[e + v];
       }
     }
   }
-  // spec: specs/ssd_bwd.yaml:266:13
-  kg::bf16 v168[16];
+  // spec: specs/ssd_bwd.yaml:269:13
+  kg::bf16 v172[16];
   {
     const kg::bf16* p_ = t_dy + ((int64_t)(v9) * stride_dy_0 + (int64_t)(v8) * stride_dy_2);
     const bool aligned_ = false;
@@ -1000,30 +1011,30 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_bwd_dx
       const int64_t off_ = (int64_t)i0_ * stride_dy_1 + (int64_t)i1_ * 1;
       const bool in_ = i0_ < (size_seqlen);
       if (aligned_ && in_) {
-        kg::copy_vec<1>(&v168[e], p_ + off_);
+        kg::copy_vec<1>(&v172[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          v168[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v172[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
-  // spec: specs/ssd_bwd.yaml:270:65
-  const int v169 = 0;
-  // spec: specs/ssd_bwd.yaml:270:73
-  const int v170 = 1;
-  // spec: specs/ssd_bwd.yaml:270:73
-  const int v171 = 256;
-  // spec: specs/ssd_bwd.yaml:270:73
-  const int v172 = (v14 * v171);
-  // spec: specs/ssd_bwd.yaml:270:73
-  const int v173 = (v172 - v170);
-  // spec: specs/ssd_bwd.yaml:270:65
-  const int v174 = (kg::max_(v173, v169));
-  // spec: specs/ssd_bwd.yaml:270:49
-  const int v175 = *(t_seq_idx + (int64_t)(v9) * stride_seq_idx_0 + (int64_t)(v174) * 1);
-  // spec: specs/ssd_bwd.yaml:272:20
-  kg::bf16 v176[16];
+  // spec: specs/ssd_bwd.yaml:273:65
+  const int v173 = 0;
+  // spec: specs/ssd_bwd.yaml:273:73
+  const int v174 = 1;
+  // spec: specs/ssd_bwd.yaml:273:73
+  const int v175 = 256;
+  // spec: specs/ssd_bwd.yaml:273:73
+  const int v176 = (v14 * v175);
+  // spec: specs/ssd_bwd.yaml:273:73
+  const int v177 = (v176 - v174);
+  // spec: specs/ssd_bwd.yaml:273:65
+  const int v178 = (kg::max_(v177, v173));
+  // spec: specs/ssd_bwd.yaml:273:49
+  const int v179 = *(t_seq_idx + (int64_t)(v9) * stride_seq_idx_0 + (int64_t)(v178) * 1);
+  // spec: specs/ssd_bwd.yaml:275:20
+  kg::bf16 v180[16];
   {
     const kg::bf16* p_ = t_C + ((int64_t)(v9) * stride_C_0 + (int64_t)(v29) * stride_C_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_C_0 % 8 == 0 && stride_C_1 % 8 == 0 && stride_C_2 % 8 == 0;
@@ -1036,16 +1047,16 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_bwd_dx
       const int64_t off_ = (int64_t)i0_ * stride_C_1 + (int64_t)i1_ * 1;
       const bool in_ = i0_ < (size_seqlen);
       if (aligned_ && in_) {
-        kg::copy_vec<8>(&v176[e], p_ + off_);
+        kg::copy_vec<8>(&v180[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v176[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v180[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
-  // spec: specs/ssd_bwd.yaml:272:44
-  kg::bf16 v177[16];
+  // spec: specs/ssd_bwd.yaml:275:44
+  kg::bf16 v181[16];
   {
     const kg::bf16* p_ = t_prev_states + ((int64_t)(v9) * stride_prev_states_0 + (int64_t)(v14) * stride_prev_states_1 + (int64_t)(v8) * stride_prev_states_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_prev_states_0 % 8 == 0 && stride_prev_states_1 % 8 == 0 && stride_prev_states_2 % 8 == 0 && stride_prev_states_3 % 8 == 0;
@@ -1058,125 +1069,125 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_bwd_dx
       const int64_t off_ = (int64_t)i0_ * stride_prev_states_3 + (int64_t)i1_ * 1;
       const bool in_ = true;
       if (aligned_ && in_) {
-        kg::copy_vec<8>(&v177[e], p_ + off_);
+        kg::copy_vec<8>(&v181[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v177[e + v] = (true) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v181[e + v] = (true) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
-  // spec: specs/ssd_bwd.yaml:272:16
-  kg::bf16* v178 = reinterpret_cast<kg::bf16*>(smem + 0);
+  // spec: specs/ssd_bwd.yaml:275:16
+  kg::bf16* v182 = reinterpret_cast<kg::bf16*>(smem + 0);
   kg::sync();
   #pragma unroll
-  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v178[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v176[e]);
+  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v182[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v180[e]);
 
-  // spec: specs/ssd_bwd.yaml:272:16
-  kg::bf16* v179 = reinterpret_cast<kg::bf16*>(smem + 9216);
+  // spec: specs/ssd_bwd.yaml:275:16
+  kg::bf16* v183 = reinterpret_cast<kg::bf16*>(smem + 9216);
   #pragma unroll
-  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v179[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v177[e]);
+  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v183[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v181[e]);
   kg::sync();
-  // spec: specs/ssd_bwd.yaml:272:16
-  kg::bf16* v180 = v179;
-  // spec: specs/ssd_bwd.yaml:272:16
-  float v181[16];
+  // spec: specs/ssd_bwd.yaml:275:16
+  kg::bf16* v184 = v183;
+  // spec: specs/ssd_bwd.yaml:275:16
+  float v185[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v181[e] = 0.0f;
-  // spec: specs/ssd_bwd.yaml:272:16
-  float (&v182)[16] = v181;
+  for (int e = 0; e < 16; ++e) v185[e] = 0.0f;
+  // spec: specs/ssd_bwd.yaml:275:16
+  float (&v186)[16] = v185;
   #pragma unroll
   for (int ks = 0; ks < 8; ++ks) {
     alignas(16) kg::bf16 fa_[4];
   #pragma unroll
-    for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v178[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+    for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v182[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     alignas(16) kg::bf16 fb_[4];
   #pragma unroll
-    for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v180[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+    for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v184[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
   #pragma unroll
     for (int rm = 0; rm < 1; ++rm)
   #pragma unroll
       for (int rn = 0; rn < 1; ++rn)
-        kg::mfma_32x32x8_bf16(&v182[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+        kg::mfma_32x32x8_bf16(&v186[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
   }
-  // spec: specs/ssd_bwd.yaml:277:28
-  float v183[16];
+  // spec: specs/ssd_bwd.yaml:280:28
+  float v187[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v183[e] = kg::cvt<float>(kg::f32(v168[e]));
-  // spec: specs/ssd_bwd.yaml:277:23
-  float v184[16];
+  for (int e = 0; e < 16; ++e) v187[e] = kg::cvt<float>(kg::f32(v172[e]));
+  // spec: specs/ssd_bwd.yaml:280:23
+  float v188[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v184[e] = (v182[e] * v183[e]);
-  // spec: specs/ssd_bwd.yaml:277:19
-  float v185[16];
+  for (int e = 0; e < 16; ++e) v188[e] = (v186[e] * v187[e]);
+  // spec: specs/ssd_bwd.yaml:280:19
+  float v189[16];
   {
-    float r185[16];
+    float r189[16];
   #pragma unroll
-    for (int e = 0; e < 16; ++e) r185[e] = 0.0f;
+    for (int e = 0; e < 16; ++e) r189[e] = 0.0f;
   #pragma unroll
     for (int e = 0; e < 16; ++e) {
-      const float a_ = r185[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8], b_ = (float)(v184[e]);
-      r185[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8] = a_ + b_;
+      const float a_ = r189[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8], b_ = (float)(v188[e]);
+      r189[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8] = a_ + b_;
     }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) { const float a_ = r185[e], b_ = kg::shfl_xor(a_, 1); r185[e] = a_ + b_; }
+    for (int e = 0; e < 16; ++e) { const float a_ = r189[e], b_ = kg::shfl_xor(a_, 1); r189[e] = a_ + b_; }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) { const float a_ = r185[e], b_ = kg::shfl_xor(a_, 2); r185[e] = a_ + b_; }
+    for (int e = 0; e < 16; ++e) { const float a_ = r189[e], b_ = kg::shfl_xor(a_, 2); r189[e] = a_ + b_; }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) { const float a_ = r185[e], b_ = kg::shfl_xor(a_, 4); r185[e] = a_ + b_; }
+    for (int e = 0; e < 16; ++e) { const float a_ = r189[e], b_ = kg::shfl_xor(a_, 4); r189[e] = a_ + b_; }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) { const float a_ = r185[e], b_ = kg::shfl_xor(a_, 8); r185[e] = a_ + b_; }
+    for (int e = 0; e < 16; ++e) { const float a_ = r189[e], b_ = kg::shfl_xor(a_, 8); r189[e] = a_ + b_; }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) { const float a_ = r185[e], b_ = kg::shfl_xor(a_, 16); r185[e] = a_ + b_; }
+    for (int e = 0; e < 16; ++e) { const float a_ = r189[e], b_ = kg::shfl_xor(a_, 16); r189[e] = a_ + b_; }
     float* scratch_ = reinterpret_cast<float*>(smem + 0);
     kg::sync();
   #pragma unroll
-    for (int e = 0; e < 16; ++e) scratch_[warp * 64 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = r185[e];
+    for (int e = 0; e < 16; ++e) scratch_[warp * 64 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = r189[e];
     kg::sync();
   #pragma unroll
     for (int e = 0; e < 16; ++e) {
       float a_ = scratch_[(warp ^ 0) * 64 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1];
       { const float b_ = scratch_[(warp ^ 1) * 64 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1]; a_ = a_ + b_; }
-      r185[e] = a_;
+      r189[e] = a_;
     }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) v185[e] = kg::cvt<float>(r185[e]);
+    for (int e = 0; e < 16; ++e) v189[e] = kg::cvt<float>(r189[e]);
   }
-  // spec: specs/ssd_bwd.yaml:278:54
-  float v186[16];
+  // spec: specs/ssd_bwd.yaml:281:54
+  float v190[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v186[e] = (v87[e] * v16[e]);
-  // spec: specs/ssd_bwd.yaml:270:21
-  const float v187 = 0.0f;
-  // spec: specs/ssd_bwd.yaml:270:36
-  const int v188 = 0;
-  // spec: specs/ssd_bwd.yaml:270:42
-  const int v189 = 0;
-  // spec: specs/ssd_bwd.yaml:270:42
-  const bool v190 = (v14 > v189);
-  // spec: specs/ssd_bwd.yaml:270:36
-  const int v191 = (v190 ? v175 : v188);
-  // spec: specs/ssd_bwd.yaml:270:27
-  bool v192[16];
+  for (int e = 0; e < 16; ++e) v190[e] = (v95[e] * v16[e]);
+  // spec: specs/ssd_bwd.yaml:273:21
+  const float v191 = 0.0f;
+  // spec: specs/ssd_bwd.yaml:273:36
+  const int v192 = 0;
+  // spec: specs/ssd_bwd.yaml:273:42
+  const int v193 = 0;
+  // spec: specs/ssd_bwd.yaml:273:42
+  const bool v194 = (v14 > v193);
+  // spec: specs/ssd_bwd.yaml:273:36
+  const int v195 = (v194 ? v179 : v192);
+  // spec: specs/ssd_bwd.yaml:273:27
+  bool v196[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v192[e] = (v19[e] == v191);
-  // spec: specs/ssd_bwd.yaml:268:17
-  float v193[16];
+  for (int e = 0; e < 16; ++e) v196[e] = (v19[e] == v195);
+  // spec: specs/ssd_bwd.yaml:271:17
+  float v197[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v193[e] = kg::exp_(v15[e]);
-  // spec: specs/ssd_bwd.yaml:270:21
-  float v194[16];
+  for (int e = 0; e < 16; ++e) v197[e] = kg::exp_(v15[e]);
+  // spec: specs/ssd_bwd.yaml:273:21
+  float v198[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v194[e] = (v192[e] ? v193[e] : v187);
-  // spec: specs/ssd_bwd.yaml:277:19
-  float v195[16];
+  for (int e = 0; e < 16; ++e) v198[e] = (v196[e] ? v197[e] : v191);
+  // spec: specs/ssd_bwd.yaml:280:19
+  float v199[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v195[e] = (v185[e] * v194[e]);
-  // spec: specs/ssd_bwd.yaml:278:54
-  float v196[16];
+  for (int e = 0; e < 16; ++e) v199[e] = (v189[e] * v198[e]);
+  // spec: specs/ssd_bwd.yaml:281:54
+  float v200[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v196[e] = (v186[e] + v195[e]);
-  // spec: specs/ssd_bwd.yaml:278:7
+  for (int e = 0; e < 16; ++e) v200[e] = (v190[e] + v199[e]);
+  // spec: specs/ssd_bwd.yaml:281:7
   if ((lane & 31) == 0 && (warp & 1) == 0) {
     float* p_ = t_cs_src_grad + ((int64_t)(v9) * stride_cs_src_grad_0 + (int64_t)(v8) * stride_cs_src_grad_1 + (int64_t)(v14) * stride_cs_src_grad_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_cs_src_grad_0 % 4 == 0 && stride_cs_src_grad_1 % 4 == 0 && stride_cs_src_grad_2 % 4 == 0;
@@ -1186,69 +1197,69 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_bwd_dx
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
       const int64_t off_ = (int64_t)i0_ * 1;
       if (aligned_ && i0_ + 4 <= (256)) {
-        kg::copy_vec<4>(p_ + off_, &v196[e]);
+        kg::copy_vec<4>(p_ + off_, &v200[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 4; ++v)
-          if (i0_ + v < (256)) p_[off_ + v] = v196[e + v];
+          if (i0_ + v < (256)) p_[off_ + v] = v200[e + v];
       }
     }
   }
-  // spec: specs/ssd_bwd.yaml:279:64
-  float v197[16];
+  // spec: specs/ssd_bwd.yaml:282:64
+  float v201[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v197[e] = kg::cvt<float>(kg::f32(v10[e]));
-  // spec: specs/ssd_bwd.yaml:279:49
-  float v198[16];
+  for (int e = 0; e < 16; ++e) v201[e] = kg::cvt<float>(kg::f32(v10[e]));
+  // spec: specs/ssd_bwd.yaml:282:49
+  float v202[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v198[e] = kg::cvt<float>(kg::f32(v168[e]));
-  // spec: specs/ssd_bwd.yaml:279:49
-  float v199[16];
+  for (int e = 0; e < 16; ++e) v202[e] = kg::cvt<float>(kg::f32(v172[e]));
+  // spec: specs/ssd_bwd.yaml:282:49
+  float v203[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v199[e] = (v198[e] * v197[e]);
-  // spec: specs/ssd_bwd.yaml:279:45
-  float v200[1];
+  for (int e = 0; e < 16; ++e) v203[e] = (v202[e] * v201[e]);
+  // spec: specs/ssd_bwd.yaml:282:45
+  float v204[1];
   {
-    float r200[1];
+    float r204[1];
   #pragma unroll
-    for (int e = 0; e < 1; ++e) r200[e] = 0.0f;
+    for (int e = 0; e < 1; ++e) r204[e] = 0.0f;
   #pragma unroll
     for (int e = 0; e < 16; ++e) {
-      const float a_ = r200[0], b_ = (float)(v199[e]);
-      r200[0] = a_ + b_;
+      const float a_ = r204[0], b_ = (float)(v203[e]);
+      r204[0] = a_ + b_;
     }
   #pragma unroll
-    for (int e = 0; e < 1; ++e) { const float a_ = r200[e], b_ = kg::shfl_xor(a_, 32); r200[e] = a_ + b_; }
+    for (int e = 0; e < 1; ++e) { const float a_ = r204[e], b_ = kg::shfl_xor(a_, 32); r204[e] = a_ + b_; }
     float* scratch_ = reinterpret_cast<float*>(smem + 0);
     kg::sync();
   #pragma unroll
-    for (int e = 0; e < 1; ++e) scratch_[warp * 64 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 1] = r200[e];
+    for (int e = 0; e < 1; ++e) scratch_[warp * 64 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 1] = r204[e];
     kg::sync();
   #pragma unroll
     for (int e = 0; e < 1; ++e) {
       float a_ = scratch_[(warp ^ 0) * 64 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 1];
       { const float b_ = scratch_[(warp ^ 2) * 64 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 1]; a_ = a_ + b_; }
-      r200[e] = a_;
+      r204[e] = a_;
     }
   #pragma unroll
-    for (int e = 0; e < 1; ++e) v200[e] = kg::cvt<float>(r200[e]);
+    for (int e = 0; e < 1; ++e) v204[e] = kg::cvt<float>(r204[e]);
   }
-  // spec: specs/ssd_bwd.yaml:279:26
-  const int v201 = kg::block_id_x();
-  // spec: specs/ssd_bwd.yaml:279:7
+  // spec: specs/ssd_bwd.yaml:282:26
+  const int v205 = kg::block_id_x();
+  // spec: specs/ssd_bwd.yaml:282:7
   if ((lane & 32) == 0 && (warp & 2) == 0) {
-    float* p_ = t_D_part + ((int64_t)(v9) * stride_D_part_0 + (int64_t)(v8) * stride_D_part_1 + (int64_t)(v201) * stride_D_part_2);
+    float* p_ = t_D_part + ((int64_t)(v9) * stride_D_part_0 + (int64_t)(v8) * stride_D_part_1 + (int64_t)(v205) * stride_D_part_2);
     const bool aligned_ = false;
     const int t0_ = 0 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32;
   #pragma unroll
     for (int e = 0; e < 1; e += 1) {
       const int i0_ = t0_ + 0;
       const int64_t off_ = (int64_t)i0_ * 1;
-      if (true) p_[off_] = v200[e];
+      if (true) p_[off_] = v204[e];
     }
   }
-  // spec: specs/ssd_bwd.yaml:280:29
-  float v202[1];
+  // spec: specs/ssd_bwd.yaml:283:29
+  float v206[1];
   {
     const float* p_ = t_D + ((int64_t)(v8) * stride_D_0);
     const bool aligned_ = false;
@@ -1259,47 +1270,47 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_bwd_dx
       const int64_t off_ = (int64_t)i0_ * 1;
       const bool in_ = true;
       if (aligned_ && in_) {
-        kg::copy_vec<1>(&v202[e], p_ + off_);
+        kg::copy_vec<1>(&v206[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          v202[e + v] = (true) ? p_[off_ + v] : 0.0f;
+          v206[e + v] = (true) ? p_[off_ + v] : 0.0f;
       }
     }
   }
-  // spec: specs/ssd_bwd.yaml:281:39
-  float (&v203)[16] = v16;
-  // spec: specs/ssd_bwd.yaml:281:33
-  float v204[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v204[e] = v203[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-  // spec: specs/ssd_bwd.yaml:281:33
-  float v205[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v205[e] = (v86[e] * v204[e]);
-  // spec: specs/ssd_bwd.yaml:280:29
-  float (&v206)[1] = v202;
-  // spec: specs/ssd_bwd.yaml:280:14
-  float v207[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v207[e] = v206[0];
-  // spec: specs/ssd_bwd.yaml:280:14
+  // spec: specs/ssd_bwd.yaml:284:39
+  float (&v207)[16] = v16;
+  // spec: specs/ssd_bwd.yaml:284:33
   float v208[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v208[e] = kg::cvt<float>(kg::f32(v168[e]));
-  // spec: specs/ssd_bwd.yaml:280:14
+  for (int e = 0; e < 16; ++e) v208[e] = v207[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+  // spec: specs/ssd_bwd.yaml:284:33
   float v209[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v209[e] = (v208[e] * v207[e]);
-  // spec: specs/ssd_bwd.yaml:281:33
-  float v210[16];
+  for (int e = 0; e < 16; ++e) v209[e] = (v94[e] * v208[e]);
+  // spec: specs/ssd_bwd.yaml:283:29
+  float (&v210)[1] = v206;
+  // spec: specs/ssd_bwd.yaml:283:14
+  float v211[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v210[e] = (v205[e] + v209[e]);
-  // spec: specs/ssd_bwd.yaml:281:32
-  kg::bf16 v211[16];
+  for (int e = 0; e < 16; ++e) v211[e] = v210[0];
+  // spec: specs/ssd_bwd.yaml:283:14
+  float v212[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v211[e] = kg::cvt<kg::bf16>(v210[e]);
-  // spec: specs/ssd_bwd.yaml:281:7
+  for (int e = 0; e < 16; ++e) v212[e] = kg::cvt<float>(kg::f32(v172[e]));
+  // spec: specs/ssd_bwd.yaml:283:14
+  float v213[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v213[e] = (v212[e] * v211[e]);
+  // spec: specs/ssd_bwd.yaml:284:33
+  float v214[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v214[e] = (v209[e] + v213[e]);
+  // spec: specs/ssd_bwd.yaml:284:32
+  kg::bf16 v215[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v215[e] = kg::cvt<kg::bf16>(v214[e]);
+  // spec: specs/ssd_bwd.yaml:284:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_dx + ((int64_t)(v9) * stride_dx_0 + (int64_t)(v8) * stride_dx_2);
     const bool aligned_ = false;
@@ -1310,7 +1321,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_bwd_dx
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
       const int i1_ = t1_ + 0;
       const int64_t off_ = (int64_t)i0_ * stride_dx_1 + (int64_t)i1_ * 1;
-      if (i0_ < (size_seqlen)) p_[off_] = v211[e];
+      if (i0_ < (size_seqlen)) p_[off_] = v215[e];
     }
   }
 }

@@ -8,7 +8,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_bwd_dx
   const int lane = kg::thread_id() % kg::WAVE;
   const int warp = __builtin_amdgcn_readfirstlane(kg::thread_id() / kg::WAVE);
   
-  // spec: specs/ssd_bwd.yaml:246:59
+  // spec: specs/ssd_bwd.yaml:247:59
   const int v0 = size_seqlen;
   // spec: specs/ssd_bwd.yaml:222:27
   const int v1 = size_ngroups;
@@ -329,7 +329,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_bwd_dx
   float v49[4];
   #pragma unroll
   for (int e = 0; e < 4; ++e) v49[e] = 0.0f;
-  // spec: specs/ssd_bwd.yaml:246:7
+  // spec: specs/ssd_bwd.yaml:247:7
   float v50[16];
   {
     float* scratch_ = reinterpret_cast<float*>(smem + 0);
@@ -340,452 +340,463 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_bwd_dx
   #pragma unroll
     for (int e = 0; e < 16; ++e) v50[e] = scratch_[((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1];
   }
-  // spec: specs/ssd_bwd.yaml:262:17
-  kg::bf16* v51 = reinterpret_cast<kg::bf16*>(smem + 0);
+  // spec: specs/ssd_bwd.yaml:246:15
+  const float v51 = 1.4426950408889634f;
+  // spec: specs/ssd_bwd.yaml:246:15
+  float v52[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v52[e] = (v15[e] * v51);
+  // spec: specs/ssd_bwd.yaml:261:77
+  float (&v53)[16] = v52;
+  // spec: specs/ssd_bwd.yaml:261:40
+  float v54[4];
+  {
+    float* scratch_ = reinterpret_cast<float*>(smem + 0);
+    kg::sync();
+  #pragma unroll
+    for (int e = 0; e < 16; ++e) scratch_[((0) + (0)) * 1 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = v53[e];
+    kg::sync();
+  #pragma unroll
+    for (int e = 0; e < 4; ++e) v54[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1];
+  }
+  // spec: specs/ssd_bwd.yaml:265:17
+  kg::bf16* v55 = reinterpret_cast<kg::bf16*>(smem + 0);
   kg::sync();
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v51[((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 136 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 64) + (((e >> 4) & 1) * 32))] = v10[e];
+  for (int e = 0; e < 32; ++e) v55[((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 136 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 64) + (((e >> 4) & 1) * 32))] = v10[e];
   kg::sync();
-  // spec: specs/ssd_bwd.yaml:247:23
-  const int v52 = 2;
-  // spec: specs/ssd_bwd.yaml:247:23
-  const int v53 = (v14 * v52);
-  // spec: specs/ssd_bwd.yaml:246:22
-  const int v54 = 32;
-  // spec: specs/ssd_bwd.yaml:246:22
-  const int v55 = 64;
-  // spec: specs/ssd_bwd.yaml:246:22
-  const int v56 = (v12 * v55);
-  // spec: specs/ssd_bwd.yaml:246:22
-  const int v57 = (kg::floordiv(v56, v54));
-  // spec: specs/ssd_bwd.yaml:247:23
-  const int v58 = (v53 + v57);
-  // spec: specs/ssd_bwd.yaml:246:46
-  const int v59 = 32;
-  // spec: specs/ssd_bwd.yaml:246:46
-  const int v60 = 31;
-  // spec: specs/ssd_bwd.yaml:246:51
+  // spec: specs/ssd_bwd.yaml:267:71
+  float (&v56)[16] = v16;
+  // spec: specs/ssd_bwd.yaml:267:65
+  float v57[4];
+  {
+    float* scratch_ = reinterpret_cast<float*>(smem + 17408);
+  #pragma unroll
+    for (int e = 0; e < 16; ++e) scratch_[((0) + (0)) * 1 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = v56[e];
+    kg::sync();
+  #pragma unroll
+    for (int e = 0; e < 4; ++e) v57[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1];
+  }
+  // spec: specs/ssd_bwd.yaml:248:23
+  const int v58 = 2;
+  // spec: specs/ssd_bwd.yaml:248:23
+  const int v59 = (v14 * v58);
+  // spec: specs/ssd_bwd.yaml:247:22
+  const int v60 = 32;
+  // spec: specs/ssd_bwd.yaml:247:22
   const int v61 = 64;
-  // spec: specs/ssd_bwd.yaml:246:68
-  const int v62 = 64;
-  // spec: specs/ssd_bwd.yaml:246:68
-  const int v63 = (v14 * v62);
-  // spec: specs/ssd_bwd.yaml:246:59
-  const int v64 = (v0 - v63);
-  // spec: specs/ssd_bwd.yaml:246:51
-  const int v65 = (kg::min_(v64, v61));
-  // spec: specs/ssd_bwd.yaml:246:46
-  const int v66 = (v65 + v60);
-  // spec: specs/ssd_bwd.yaml:246:46
-  const int v67 = (kg::floordiv(v66, v59));
-  // spec: specs/ssd_bwd.yaml:246:7
-  const bool v68 = (v57 < v67);
-  // spec: specs/ssd_bwd.yaml:249:17
-  kg::bf16 v69[16];
+  // spec: specs/ssd_bwd.yaml:247:22
+  const int v62 = (v12 * v61);
+  // spec: specs/ssd_bwd.yaml:247:22
+  const int v63 = (kg::floordiv(v62, v60));
+  // spec: specs/ssd_bwd.yaml:248:23
+  const int v64 = (v59 + v63);
+  // spec: specs/ssd_bwd.yaml:247:46
+  const int v65 = 32;
+  // spec: specs/ssd_bwd.yaml:247:46
+  const int v66 = 31;
+  // spec: specs/ssd_bwd.yaml:247:51
+  const int v67 = 64;
+  // spec: specs/ssd_bwd.yaml:247:68
+  const int v68 = 64;
+  // spec: specs/ssd_bwd.yaml:247:68
+  const int v69 = (v14 * v68);
+  // spec: specs/ssd_bwd.yaml:247:59
+  const int v70 = (v0 - v69);
+  // spec: specs/ssd_bwd.yaml:247:51
+  const int v71 = (kg::min_(v70, v67));
+  // spec: specs/ssd_bwd.yaml:247:46
+  const int v72 = (v71 + v66);
+  // spec: specs/ssd_bwd.yaml:247:46
+  const int v73 = (kg::floordiv(v72, v65));
+  // spec: specs/ssd_bwd.yaml:247:7
+  const bool v74 = (v63 < v73);
+  // spec: specs/ssd_bwd.yaml:250:17
+  kg::bf16 v75[16];
   {
     const kg::bf16* p_ = t_dy + ((int64_t)(v9) * stride_dy_0 + (int64_t)(v8) * stride_dy_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_dy_0 % 8 == 0 && stride_dy_1 % 8 == 0 && stride_dy_2 % 8 == 0;
-    const int t0_ = v58 * 32 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
+    const int t0_ = v64 * 32 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
     const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
   #pragma unroll
     for (int e = 0; e < 16; e += 8) {
       const int i0_ = t0_ + ((e >> 3) & 1) * 16;
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
       const int64_t off_ = (int64_t)i0_ * stride_dy_1 + (int64_t)i1_ * 1;
-      const bool in_ = v68 && i0_ < (size_seqlen);
+      const bool in_ = v74 && i0_ < (size_seqlen);
       if (aligned_ && in_) {
-        kg::copy_vec<8>(&v69[e], p_ + off_);
+        kg::copy_vec<8>(&v75[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v69[e + v] = (v68 && i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v75[e + v] = (v74 && i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
-  // spec: specs/ssd_bwd.yaml:250:18
-  float v70[2];
+  // spec: specs/ssd_bwd.yaml:251:18
+  float v76[2];
   {
     const float* p_ = t_dA_cumsum + ((int64_t)(v9) * stride_dA_cumsum_0 + (int64_t)(v8) * stride_dA_cumsum_1 + (int64_t)(v14) * stride_dA_cumsum_2);
     const bool aligned_ = false;
-    const int t0_ = v57 * 32 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8;
+    const int t0_ = v63 * 32 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8;
   #pragma unroll
     for (int e = 0; e < 2; e += 1) {
       const int i0_ = t0_ + (e & 1) * 16;
       const int64_t off_ = (int64_t)i0_ * 1;
-      const bool in_ = v68 && i0_ + 1 <= (64);
+      const bool in_ = v74 && i0_ + 1 <= (64);
       if (aligned_ && in_) {
-        kg::copy_vec<1>(&v70[e], p_ + off_);
+        kg::copy_vec<1>(&v76[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          v70[e + v] = (v68 && i0_ + v < (64)) ? p_[off_ + v] : 0.0f;
+          v76[e + v] = (v74 && i0_ + v < (64)) ? p_[off_ + v] : 0.0f;
       }
     }
   }
-  // spec: specs/ssd_bwd.yaml:254:17
-  float v71[8];
+  // spec: specs/ssd_bwd.yaml:255:17
+  float v77[8];
   {
     const float* p_ = t_CB + ((int64_t)(v9) * stride_CB_0 + (int64_t)(v14) * stride_CB_1 + (int64_t)(v23) * stride_CB_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_CB_0 % 4 == 0 && stride_CB_1 % 4 == 0 && stride_CB_2 % 4 == 0 && stride_CB_3 % 4 == 0;
-    const int t0_ = v57 * 32 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8;
+    const int t0_ = v63 * 32 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8;
     const int t1_ = v12 * 64 + ((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
   #pragma unroll
     for (int e = 0; e < 8; e += 4) {
       const int i0_ = t0_ + ((e >> 2) & 1) * 16;
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
       const int64_t off_ = (int64_t)i0_ * stride_CB_3 + (int64_t)i1_ * 1;
-      const bool in_ = v68 && i0_ < (64) && i1_ + 4 <= (64);
+      const bool in_ = v74 && i0_ < (64) && i1_ + 4 <= (64);
       if (aligned_ && in_) {
-        kg::copy_vec<4>(&v71[e], p_ + off_);
+        kg::copy_vec<4>(&v77[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 4; ++v)
-          v71[e + v] = (v68 && i0_ < (64) && i1_ + v < (64)) ? p_[off_ + v] : 0.0f;
+          v77[e + v] = (v74 && i0_ < (64) && i1_ + v < (64)) ? p_[off_ + v] : 0.0f;
       }
     }
   }
-  // spec: specs/ssd_bwd.yaml:264:71
-  float (&v72)[16] = v16;
-  // spec: specs/ssd_bwd.yaml:258:55
-  float (&v73)[16] = v15;
+  // spec: specs/ssd_bwd.yaml:267:65
+  float v78[8];
+  #pragma unroll
+  for (int e = 0; e < 8; ++e) v78[e] = v57[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
+  // spec: specs/ssd_bwd.yaml:261:40
+  float v79[8];
+  #pragma unroll
+  for (int e = 0; e < 8; ++e) v79[e] = v54[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
   // spec: specs/ssd_bwd.yaml:226:34
-  int v74[4];
+  int v80[4];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v74[e] = (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2);
+  for (int e = 0; e < 4; ++e) v80[e] = (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2);
   // spec: specs/ssd_bwd.yaml:226:20
-  const int v75 = 64;
+  const int v81 = 64;
   // spec: specs/ssd_bwd.yaml:226:20
-  const int v76 = (v12 * v75);
+  const int v82 = (v12 * v81);
   // spec: specs/ssd_bwd.yaml:226:20
-  int v77[4];
+  int v83[4];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v77[e] = (v76 + v74[e]);
-  // spec: specs/ssd_bwd.yaml:255:19
-  int (&v78)[4] = v77;
-  // spec: specs/ssd_bwd.yaml:255:19
-  int v79[8];
+  for (int e = 0; e < 4; ++e) v83[e] = (v82 + v80[e]);
+  // spec: specs/ssd_bwd.yaml:256:19
+  int (&v84)[4] = v83;
+  // spec: specs/ssd_bwd.yaml:256:19
+  int v85[8];
   #pragma unroll
-  for (int e = 0; e < 8; ++e) v79[e] = v78[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-  // spec: specs/ssd_bwd.yaml:246:46
-  const int v80 = 1;
-  // spec: specs/ssd_bwd.yaml:246:7
+  for (int e = 0; e < 8; ++e) v85[e] = v84[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
+  // spec: specs/ssd_bwd.yaml:247:46
+  const int v86 = 1;
+  // spec: specs/ssd_bwd.yaml:247:7
 
-  float v81[32];
+  float v87[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v81[e] = v45[e];
-  float v82[16];
+  for (int e = 0; e < 32; ++e) v87[e] = v45[e];
+  float v88[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v82[e] = v50[e];
-  kg::bf16 v83[16];
+  for (int e = 0; e < 16; ++e) v88[e] = v50[e];
+  kg::bf16 v89[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v83[e] = v69[e];
-  float v84[2];
+  for (int e = 0; e < 16; ++e) v89[e] = v75[e];
+  float v90[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v84[e] = v70[e];
-  float v85[8];
+  for (int e = 0; e < 2; ++e) v90[e] = v76[e];
+  float v91[8];
   #pragma unroll
-  for (int e = 0; e < 8; ++e) v85[e] = v71[e];
-  for (int v86 = v57; v86 < v67; v86 += v80) {
-    float (&v87)[32] = v81;
-    float (&v88)[16] = v82;
-    kg::bf16 (&v89)[16] = v83;
-    float (&v90)[2] = v84;
-    float (&v91)[8] = v85;
+  for (int e = 0; e < 8; ++e) v91[e] = v77[e];
+  for (int v92 = v63; v92 < v73; v92 += v86) {
+    float (&v93)[32] = v87;
+    float (&v94)[16] = v88;
+    kg::bf16 (&v95)[16] = v89;
+    float (&v96)[2] = v90;
+    float (&v97)[8] = v91;
     
-    // spec: specs/ssd_bwd.yaml:247:23
-    const int v92 = 2;
-    // spec: specs/ssd_bwd.yaml:247:23
-    const int v93 = (v14 * v92);
-    // spec: specs/ssd_bwd.yaml:247:23
-    const int v94 = (v93 + v86);
-    // spec: specs/ssd_bwd.yaml:247:23
-    const int v95 = 2;
-    // spec: specs/ssd_bwd.yaml:247:23
-    const int v96 = (v14 * v95);
-    // spec: specs/ssd_bwd.yaml:249:17
-    const int v97 = (v86 + v80);
-    // spec: specs/ssd_bwd.yaml:247:23
-    const int v98 = (v96 + v97);
-    // spec: specs/ssd_bwd.yaml:249:17
-    const bool v99 = (v97 < v67);
-    // spec: specs/ssd_bwd.yaml:249:17
-    kg::bf16 v100[16];
+    // spec: specs/ssd_bwd.yaml:248:23
+    const int v98 = 2;
+    // spec: specs/ssd_bwd.yaml:248:23
+    const int v99 = (v14 * v98);
+    // spec: specs/ssd_bwd.yaml:248:23
+    const int v100 = (v99 + v92);
+    // spec: specs/ssd_bwd.yaml:248:23
+    const int v101 = 2;
+    // spec: specs/ssd_bwd.yaml:248:23
+    const int v102 = (v14 * v101);
+    // spec: specs/ssd_bwd.yaml:250:17
+    const int v103 = (v92 + v86);
+    // spec: specs/ssd_bwd.yaml:248:23
+    const int v104 = (v102 + v103);
+    // spec: specs/ssd_bwd.yaml:250:17
+    const bool v105 = (v103 < v73);
+    // spec: specs/ssd_bwd.yaml:250:17
+    kg::bf16 v106[16];
     {
       const kg::bf16* p_ = t_dy + ((int64_t)(v9) * stride_dy_0 + (int64_t)(v8) * stride_dy_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dy_0 % 8 == 0 && stride_dy_1 % 8 == 0 && stride_dy_2 % 8 == 0;
-      const int t0_ = v98 * 32 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
+      const int t0_ = v104 * 32 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
       const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
     #pragma unroll
       for (int e = 0; e < 16; e += 8) {
         const int i0_ = t0_ + ((e >> 3) & 1) * 16;
         const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
         const int64_t off_ = (int64_t)i0_ * stride_dy_1 + (int64_t)i1_ * 1;
-        const bool in_ = v99 && i0_ < (size_seqlen);
+        const bool in_ = v105 && i0_ < (size_seqlen);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v100[e], p_ + off_);
+          kg::copy_vec<8>(&v106[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v100[e + v] = (v99 && i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v106[e + v] = (v105 && i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
-    // spec: specs/ssd_bwd.yaml:250:18
-    const int v101 = (v86 + v80);
-    // spec: specs/ssd_bwd.yaml:250:18
-    const bool v102 = (v101 < v67);
-    // spec: specs/ssd_bwd.yaml:250:18
-    float v103[2];
+    // spec: specs/ssd_bwd.yaml:251:18
+    const int v107 = (v92 + v86);
+    // spec: specs/ssd_bwd.yaml:251:18
+    const bool v108 = (v107 < v73);
+    // spec: specs/ssd_bwd.yaml:251:18
+    float v109[2];
     {
       const float* p_ = t_dA_cumsum + ((int64_t)(v9) * stride_dA_cumsum_0 + (int64_t)(v8) * stride_dA_cumsum_1 + (int64_t)(v14) * stride_dA_cumsum_2);
       const bool aligned_ = false;
-      const int t0_ = v101 * 32 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8;
+      const int t0_ = v107 * 32 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8;
     #pragma unroll
       for (int e = 0; e < 2; e += 1) {
         const int i0_ = t0_ + (e & 1) * 16;
         const int64_t off_ = (int64_t)i0_ * 1;
-        const bool in_ = v102 && i0_ + 1 <= (64);
+        const bool in_ = v108 && i0_ + 1 <= (64);
         if (aligned_ && in_) {
-          kg::copy_vec<1>(&v103[e], p_ + off_);
+          kg::copy_vec<1>(&v109[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 1; ++v)
-            v103[e + v] = (v102 && i0_ + v < (64)) ? p_[off_ + v] : 0.0f;
+            v109[e + v] = (v108 && i0_ + v < (64)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
-    // spec: specs/ssd_bwd.yaml:254:17
-    const int v104 = (v86 + v80);
-    // spec: specs/ssd_bwd.yaml:254:17
-    const bool v105 = (v104 < v67);
-    // spec: specs/ssd_bwd.yaml:254:17
-    float v106[8];
+    // spec: specs/ssd_bwd.yaml:255:17
+    const int v110 = (v92 + v86);
+    // spec: specs/ssd_bwd.yaml:255:17
+    const bool v111 = (v110 < v73);
+    // spec: specs/ssd_bwd.yaml:255:17
+    float v112[8];
     {
       const float* p_ = t_CB + ((int64_t)(v9) * stride_CB_0 + (int64_t)(v14) * stride_CB_1 + (int64_t)(v23) * stride_CB_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_CB_0 % 4 == 0 && stride_CB_1 % 4 == 0 && stride_CB_2 % 4 == 0 && stride_CB_3 % 4 == 0;
-      const int t0_ = v104 * 32 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8;
+      const int t0_ = v110 * 32 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8;
       const int t1_ = v12 * 64 + ((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
     #pragma unroll
       for (int e = 0; e < 8; e += 4) {
         const int i0_ = t0_ + ((e >> 2) & 1) * 16;
         const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
         const int64_t off_ = (int64_t)i0_ * stride_CB_3 + (int64_t)i1_ * 1;
-        const bool in_ = v105 && i0_ < (64) && i1_ + 4 <= (64);
+        const bool in_ = v111 && i0_ < (64) && i1_ + 4 <= (64);
         if (aligned_ && in_) {
-          kg::copy_vec<4>(&v106[e], p_ + off_);
+          kg::copy_vec<4>(&v112[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 4; ++v)
-            v106[e + v] = (v105 && i0_ < (64) && i1_ + v < (64)) ? p_[off_ + v] : 0.0f;
+            v112[e + v] = (v111 && i0_ < (64) && i1_ + v < (64)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
-    // spec: specs/ssd_bwd.yaml:258:39
-    float v107[4];
-    {
-      float* scratch_ = reinterpret_cast<float*>(smem + 17408);
-      kg::sync();
+    // spec: specs/ssd_bwd.yaml:261:16
+    const float v113 = 0.0f;
+    // spec: specs/ssd_bwd.yaml:261:40
+    const float v114 = 1.4426950408889634f;
+    // spec: specs/ssd_bwd.yaml:261:40
+    float (&v115)[2] = v96;
+    // spec: specs/ssd_bwd.yaml:261:40
+    float v116[2];
     #pragma unroll
-      for (int e = 0; e < 16; ++e) scratch_[((0) + (0)) * 1 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = v73[e];
-      kg::sync();
+    for (int e = 0; e < 2; ++e) v116[e] = (v115[e] * v114);
+    // spec: specs/ssd_bwd.yaml:261:40
+    float v117[8];
     #pragma unroll
-      for (int e = 0; e < 4; ++e) v107[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1];
-    }
-    // spec: specs/ssd_bwd.yaml:258:16
-    const float v108 = 0.0f;
-    // spec: specs/ssd_bwd.yaml:258:39
-    float v109[8];
+    for (int e = 0; e < 8; ++e) v117[e] = v116[((e >> 2) & 1) * 1];
+    // spec: specs/ssd_bwd.yaml:261:40
+    float v118[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v109[e] = v107[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-    // spec: specs/ssd_bwd.yaml:258:39
-    float (&v110)[2] = v90;
-    // spec: specs/ssd_bwd.yaml:258:39
-    float v111[8];
+    for (int e = 0; e < 8; ++e) v118[e] = (v117[e] - v79[e]);
+    // spec: specs/ssd_bwd.yaml:261:35
+    float v119[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v111[e] = v110[((e >> 2) & 1) * 1];
-    // spec: specs/ssd_bwd.yaml:258:39
-    float v112[8];
+    for (int e = 0; e < 8; ++e) v119[e] = kg::exp2_(v118[e]);
+    // spec: specs/ssd_bwd.yaml:255:17
+    float (&v120)[8] = v97;
+    // spec: specs/ssd_bwd.yaml:261:29
+    float v121[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v112[e] = (v111[e] - v109[e]);
-    // spec: specs/ssd_bwd.yaml:258:35
-    float v113[8];
+    for (int e = 0; e < 8; ++e) v121[e] = (v120[e] * v119[e]);
+    // spec: specs/ssd_bwd.yaml:256:97
+    const int v122 = 64;
+    // spec: specs/ssd_bwd.yaml:256:97
+    const int v123 = (v14 * v122);
+    // spec: specs/ssd_bwd.yaml:256:88
+    const int v124 = (v0 - v123);
+    // spec: specs/ssd_bwd.yaml:249:38
+    int v125[2];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v113[e] = kg::exp_(v112[e]);
-    // spec: specs/ssd_bwd.yaml:254:17
-    float (&v114)[8] = v91;
-    // spec: specs/ssd_bwd.yaml:258:29
-    float v115[8];
+    for (int e = 0; e < 2; ++e) v125[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + ((e & 1) * 16);
+    // spec: specs/ssd_bwd.yaml:249:24
+    const int v126 = 32;
+    // spec: specs/ssd_bwd.yaml:249:24
+    const int v127 = (v92 * v126);
+    // spec: specs/ssd_bwd.yaml:249:24
+    int v128[2];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v115[e] = (v114[e] * v113[e]);
-    // spec: specs/ssd_bwd.yaml:255:97
-    const int v116 = 64;
-    // spec: specs/ssd_bwd.yaml:255:97
-    const int v117 = (v14 * v116);
-    // spec: specs/ssd_bwd.yaml:255:88
-    const int v118 = (v0 - v117);
-    // spec: specs/ssd_bwd.yaml:248:38
-    int v119[2];
+    for (int e = 0; e < 2; ++e) v128[e] = (v127 + v125[e]);
+    // spec: specs/ssd_bwd.yaml:256:66
+    int (&v129)[2] = v128;
+    // spec: specs/ssd_bwd.yaml:256:66
+    bool v130[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v119[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + ((e & 1) * 16);
-    // spec: specs/ssd_bwd.yaml:248:24
-    const int v120 = 32;
-    // spec: specs/ssd_bwd.yaml:248:24
-    const int v121 = (v86 * v120);
-    // spec: specs/ssd_bwd.yaml:248:24
-    int v122[2];
+    for (int e = 0; e < 2; ++e) v130[e] = (v129[e] < v124);
+    // spec: specs/ssd_bwd.yaml:256:19
+    bool v131[8];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v122[e] = (v121 + v119[e]);
-    // spec: specs/ssd_bwd.yaml:255:66
-    int (&v123)[2] = v122;
-    // spec: specs/ssd_bwd.yaml:255:66
-    bool v124[2];
+    for (int e = 0; e < 8; ++e) v131[e] = v130[((e >> 2) & 1) * 1];
+    // spec: specs/ssd_bwd.yaml:256:42
+    int (&v132)[2] = v128;
+    // spec: specs/ssd_bwd.yaml:256:19
+    int v133[8];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v124[e] = (v123[e] < v118);
-    // spec: specs/ssd_bwd.yaml:255:19
-    bool v125[8];
+    for (int e = 0; e < 8; ++e) v133[e] = v132[((e >> 2) & 1) * 1];
+    // spec: specs/ssd_bwd.yaml:256:19
+    bool v134[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v125[e] = v124[((e >> 2) & 1) * 1];
-    // spec: specs/ssd_bwd.yaml:255:42
-    int (&v126)[2] = v122;
-    // spec: specs/ssd_bwd.yaml:255:19
-    int v127[8];
+    for (int e = 0; e < 8; ++e) v134[e] = (v85[e] <= v133[e]);
+    // spec: specs/ssd_bwd.yaml:256:19
+    bool v135[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v127[e] = v126[((e >> 2) & 1) * 1];
-    // spec: specs/ssd_bwd.yaml:255:19
-    bool v128[8];
+    for (int e = 0; e < 8; ++e) v135[e] = (v134[e] && v131[e]);
+    // spec: specs/ssd_bwd.yaml:261:16
+    float v136[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v128[e] = (v79[e] <= v127[e]);
-    // spec: specs/ssd_bwd.yaml:255:19
-    bool v129[8];
+    for (int e = 0; e < 8; ++e) v136[e] = (v135[e] ? v121[e] : v113);
+    // spec: specs/ssd_bwd.yaml:262:21
+    kg::bf16 v137[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v129[e] = (v128[e] && v125[e]);
-    // spec: specs/ssd_bwd.yaml:258:16
-    float v130[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v130[e] = (v129[e] ? v115[e] : v108);
-    // spec: specs/ssd_bwd.yaml:259:21
-    kg::bf16 v131[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v131[e] = kg::cvt<kg::bf16>(v130[e]);
-    // spec: specs/ssd_bwd.yaml:259:17
-    kg::bf16* v132 = reinterpret_cast<kg::bf16*>(smem + 27648);
+    for (int e = 0; e < 8; ++e) v137[e] = kg::cvt<kg::bf16>(v136[e]);
+    // spec: specs/ssd_bwd.yaml:262:17
+    kg::bf16* v138 = reinterpret_cast<kg::bf16*>(smem + 27648);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v132[((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 40 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((e >> 2) & 1) * 16))] = v131[e];
+    for (int e = 0; e < 8; ++e) v138[((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 40 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((e >> 2) & 1) * 16))] = v137[e];
 
-    // spec: specs/ssd_bwd.yaml:259:17
-    kg::bf16* v133 = reinterpret_cast<kg::bf16*>(smem + 17408);
+    // spec: specs/ssd_bwd.yaml:262:17
+    kg::bf16* v139 = reinterpret_cast<kg::bf16*>(smem + 17408);
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v133[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 40 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16))] = v89[e];
+    for (int e = 0; e < 16; ++e) v139[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 40 + ((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16))] = v95[e];
     kg::sync();
-    // spec: specs/ssd_bwd.yaml:259:17
-    float (&v134)[32] = v87;
+    // spec: specs/ssd_bwd.yaml:262:17
+    float (&v140)[32] = v93;
     #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
       alignas(16) kg::bf16 fa_[4];
     #pragma unroll
-      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v132[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v138[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       alignas(16) kg::bf16 fb_[8];
     #pragma unroll
-      for (int i = 0; i < 8; i += 4) kg::copy_vec<4>(&fb_[i], &v133[((warp % 2) * 64 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (((i >> 2) & 1) * 32)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 8; i += 4) kg::copy_vec<4>(&fb_[i], &v139[((warp % 2) * 64 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (((i >> 2) & 1) * 32)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 2; ++rn)
-          kg::mfma_32x32x8_bf16(&v134[(rm * 2 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+          kg::mfma_32x32x8_bf16(&v140[(rm * 2 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
     }
-    // spec: specs/ssd_bwd.yaml:262:17
-    kg::bf16* v135 = reinterpret_cast<kg::bf16*>(smem + 17408);
+    // spec: specs/ssd_bwd.yaml:265:17
+    kg::bf16* v141 = reinterpret_cast<kg::bf16*>(smem + 17408);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v135[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v89[e]);
+    for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v141[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v95[e]);
     kg::sync();
-    // spec: specs/ssd_bwd.yaml:262:17
-    kg::bf16* v136 = v135;
-    // spec: specs/ssd_bwd.yaml:262:17
-    float v137[8];
+    // spec: specs/ssd_bwd.yaml:265:17
+    kg::bf16* v142 = v141;
+    // spec: specs/ssd_bwd.yaml:265:17
+    float v143[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v137[e] = 0.0f;
-    // spec: specs/ssd_bwd.yaml:262:17
-    float (&v138)[8] = v137;
+    for (int e = 0; e < 8; ++e) v143[e] = 0.0f;
+    // spec: specs/ssd_bwd.yaml:265:17
+    float (&v144)[8] = v143;
     #pragma unroll
     for (int ks = 0; ks < 8; ++ks) {
       alignas(16) kg::bf16 fa_[4];
     #pragma unroll
-      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v51[((warp / 1) * 16 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (0)) * 136 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v55[((warp / 1) * 16 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (0)) * 136 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       alignas(16) kg::bf16 fb_[8];
     #pragma unroll
-      for (int i = 0; i < 8; i += 4) kg::copy_vec<4>(&fb_[i], &v136[((warp % 1) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((i >> 2) & 1) * 16)) * 136 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 8; i += 4) kg::copy_vec<4>(&fb_[i], &v142[((warp % 1) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((i >> 2) & 1) * 16)) * 136 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 2; ++rn)
-          kg::mfma_16x16x16_bf16(&v138[(rm * 2 + rn) * 4], &fa_[rm * 4], &fb_[rn * 4]);
+          kg::mfma_16x16x16_bf16(&v144[(rm * 2 + rn) * 4], &fa_[rm * 4], &fb_[rn * 4]);
     }
-    // spec: specs/ssd_bwd.yaml:262:17
-    float v139[8];
+    // spec: specs/ssd_bwd.yaml:265:17
+    float v145[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v139[e] = (v138[e] * v130[e]);
-    // spec: specs/ssd_bwd.yaml:263:23
-    float v140[4];
+    for (int e = 0; e < 8; ++e) v145[e] = (v144[e] * v136[e]);
+    // spec: specs/ssd_bwd.yaml:266:23
+    float v146[4];
     {
-      float r140[4];
+      float r146[4];
     #pragma unroll
-      for (int e = 0; e < 4; ++e) r140[e] = 0.0f;
+      for (int e = 0; e < 4; ++e) r146[e] = 0.0f;
     #pragma unroll
       for (int e = 0; e < 8; ++e) {
-        const float a_ = r140[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2], b_ = (float)(v139[e]);
-        r140[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2] = a_ + b_;
+        const float a_ = r146[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2], b_ = (float)(v145[e]);
+        r146[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2] = a_ + b_;
       }
     #pragma unroll
-      for (int e = 0; e < 4; ++e) { const float a_ = r140[e], b_ = kg::shfl_xor(a_, 1); r140[e] = a_ + b_; }
+      for (int e = 0; e < 4; ++e) { const float a_ = r146[e], b_ = kg::shfl_xor(a_, 1); r146[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 4; ++e) { const float a_ = r140[e], b_ = kg::shfl_xor(a_, 2); r140[e] = a_ + b_; }
+      for (int e = 0; e < 4; ++e) { const float a_ = r146[e], b_ = kg::shfl_xor(a_, 2); r146[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 4; ++e) { const float a_ = r140[e], b_ = kg::shfl_xor(a_, 4); r140[e] = a_ + b_; }
+      for (int e = 0; e < 4; ++e) { const float a_ = r146[e], b_ = kg::shfl_xor(a_, 4); r146[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 4; ++e) { const float a_ = r140[e], b_ = kg::shfl_xor(a_, 8); r140[e] = a_ + b_; }
+      for (int e = 0; e < 4; ++e) { const float a_ = r146[e], b_ = kg::shfl_xor(a_, 8); r146[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 4; ++e) v140[e] = kg::cvt<float>(r140[e]);
+      for (int e = 0; e < 4; ++e) v146[e] = kg::cvt<float>(r146[e]);
     }
-    // spec: specs/ssd_bwd.yaml:264:65
-    float v141[4];
+    // spec: specs/ssd_bwd.yaml:267:65
+    float v147[8];
+    #pragma unroll
+    for (int e = 0; e < 8; ++e) v147[e] = (v145[e] * v78[e]);
+    // spec: specs/ssd_bwd.yaml:267:61
+    float v148[2];
     {
+      float r148[2];
+    #pragma unroll
+      for (int e = 0; e < 2; ++e) r148[e] = 0.0f;
+    #pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const float a_ = r148[((e >> 2) & 1) * 1], b_ = (float)(v147[e]);
+        r148[((e >> 2) & 1) * 1] = a_ + b_;
+      }
+    #pragma unroll
+      for (int e = 0; e < 2; ++e) { const float a_ = r148[e], b_ = kg::shfl_xor(a_, 16); r148[e] = a_ + b_; }
+    #pragma unroll
+      for (int e = 0; e < 2; ++e) { const float a_ = r148[e], b_ = kg::shfl_xor(a_, 32); r148[e] = a_ + b_; }
       float* scratch_ = reinterpret_cast<float*>(smem + 17408);
       kg::sync();
     #pragma unroll
-      for (int e = 0; e < 16; ++e) scratch_[((0) + (0)) * 1 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = v72[e];
-      kg::sync();
-    #pragma unroll
-      for (int e = 0; e < 4; ++e) v141[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1];
-    }
-    // spec: specs/ssd_bwd.yaml:264:65
-    float v142[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v142[e] = v141[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-    // spec: specs/ssd_bwd.yaml:264:65
-    float v143[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v143[e] = (v139[e] * v142[e]);
-    // spec: specs/ssd_bwd.yaml:264:61
-    float v144[2];
-    {
-      float r144[2];
-    #pragma unroll
-      for (int e = 0; e < 2; ++e) r144[e] = 0.0f;
-    #pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const float a_ = r144[((e >> 2) & 1) * 1], b_ = (float)(v143[e]);
-        r144[((e >> 2) & 1) * 1] = a_ + b_;
-      }
-    #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r144[e], b_ = kg::shfl_xor(a_, 16); r144[e] = a_ + b_; }
-    #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r144[e], b_ = kg::shfl_xor(a_, 32); r144[e] = a_ + b_; }
-      float* scratch_ = reinterpret_cast<float*>(smem + 17408);
-      kg::sync();
-    #pragma unroll
-      for (int e = 0; e < 2; ++e) scratch_[warp * 32 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + ((e & 1) * 16)) * 1] = r144[e];
+      for (int e = 0; e < 2; ++e) scratch_[warp * 32 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + ((e & 1) * 16)) * 1] = r148[e];
       kg::sync();
     #pragma unroll
       for (int e = 0; e < 2; ++e) {
@@ -793,99 +804,99 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_bwd_dx
         { const float b_ = scratch_[(warp ^ 1) * 32 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + ((e & 1) * 16)) * 1]; a_ = a_ + b_; }
         { const float b_ = scratch_[(warp ^ 2) * 32 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + ((e & 1) * 16)) * 1]; a_ = a_ + b_; }
         { const float b_ = scratch_[(warp ^ 3) * 32 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + ((e & 1) * 16)) * 1]; a_ = a_ + b_; }
-        r144[e] = a_;
+        r148[e] = a_;
       }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) v144[e] = kg::cvt<float>(r144[e]);
+      for (int e = 0; e < 2; ++e) v148[e] = kg::cvt<float>(r148[e]);
     }
-    // spec: specs/ssd_bwd.yaml:264:11
+    // spec: specs/ssd_bwd.yaml:267:11
     if ((lane & 48) == 0 && (warp & 3) == 0) {
       float* p_ = t_cs_tgt_part + ((int64_t)(v9) * stride_cs_tgt_part_0 + (int64_t)(v8) * stride_cs_tgt_part_1 + (int64_t)(v14) * stride_cs_tgt_part_2 + (int64_t)(v12) * stride_cs_tgt_part_3);
       const bool aligned_ = false;
-      const int t0_ = v86 * 32 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8;
+      const int t0_ = v92 * 32 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8;
     #pragma unroll
       for (int e = 0; e < 2; e += 1) {
         const int i0_ = t0_ + (e & 1) * 16;
         const int64_t off_ = (int64_t)i0_ * 1;
-        if (i0_ + 1 <= (64)) p_[off_] = v144[e];
+        if (i0_ + 1 <= (64)) p_[off_] = v148[e];
       }
     }
-    // spec: specs/ssd_bwd.yaml:263:17
-    float v145[4];
+    // spec: specs/ssd_bwd.yaml:266:17
+    float v149[4];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v145[e] = (v88[e] - v140[e]);
-    // spec: specs/ssd_bwd.yaml:264:11
+    for (int e = 0; e < 4; ++e) v149[e] = (v94[e] - v146[e]);
+    // spec: specs/ssd_bwd.yaml:267:11
 
     float y0_[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y0_[e] = v134[e];
+    for (int e = 0; e < 32; ++e) y0_[e] = v140[e];
     float y1_[4];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) y1_[e] = v145[e];
+    for (int e = 0; e < 4; ++e) y1_[e] = v149[e];
     kg::bf16 y2_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y2_[e] = v100[e];
+    for (int e = 0; e < 16; ++e) y2_[e] = v106[e];
     float y3_[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) y3_[e] = v103[e];
+    for (int e = 0; e < 2; ++e) y3_[e] = v109[e];
     float y4_[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) y4_[e] = v106[e];
+    for (int e = 0; e < 8; ++e) y4_[e] = v112[e];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v81[e] = y0_[e];
+    for (int e = 0; e < 32; ++e) v87[e] = y0_[e];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v82[e] = y1_[e];
+    for (int e = 0; e < 4; ++e) v88[e] = y1_[e];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v83[e] = y2_[e];
+    for (int e = 0; e < 16; ++e) v89[e] = y2_[e];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v84[e] = y3_[e];
+    for (int e = 0; e < 2; ++e) v90[e] = y3_[e];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v85[e] = y4_[e];
+    for (int e = 0; e < 8; ++e) v91[e] = y4_[e];
   }
-  // spec: specs/ssd_bwd.yaml:265:64
-  float v146[32];
+  // spec: specs/ssd_bwd.yaml:268:64
+  float v150[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v146[e] = kg::cvt<float>(kg::f32(v10[e]));
-  // spec: specs/ssd_bwd.yaml:265:58
-  float v147[32];
+  for (int e = 0; e < 32; ++e) v150[e] = kg::cvt<float>(kg::f32(v10[e]));
+  // spec: specs/ssd_bwd.yaml:268:58
+  float v151[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v147[e] = (v81[e] * v146[e]);
-  // spec: specs/ssd_bwd.yaml:265:54
-  float v148[16];
+  for (int e = 0; e < 32; ++e) v151[e] = (v87[e] * v150[e]);
+  // spec: specs/ssd_bwd.yaml:268:54
+  float v152[16];
   {
-    float r148[16];
+    float r152[16];
   #pragma unroll
-    for (int e = 0; e < 16; ++e) r148[e] = 0.0f;
+    for (int e = 0; e < 16; ++e) r152[e] = 0.0f;
   #pragma unroll
     for (int e = 0; e < 32; ++e) {
-      const float a_ = r148[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8], b_ = (float)(v147[e]);
-      r148[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8] = a_ + b_;
+      const float a_ = r152[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8], b_ = (float)(v151[e]);
+      r152[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8] = a_ + b_;
     }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) { const float a_ = r148[e], b_ = kg::shfl_xor(a_, 1); r148[e] = a_ + b_; }
+    for (int e = 0; e < 16; ++e) { const float a_ = r152[e], b_ = kg::shfl_xor(a_, 1); r152[e] = a_ + b_; }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) { const float a_ = r148[e], b_ = kg::shfl_xor(a_, 2); r148[e] = a_ + b_; }
+    for (int e = 0; e < 16; ++e) { const float a_ = r152[e], b_ = kg::shfl_xor(a_, 2); r152[e] = a_ + b_; }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) { const float a_ = r148[e], b_ = kg::shfl_xor(a_, 4); r148[e] = a_ + b_; }
+    for (int e = 0; e < 16; ++e) { const float a_ = r152[e], b_ = kg::shfl_xor(a_, 4); r152[e] = a_ + b_; }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) { const float a_ = r148[e], b_ = kg::shfl_xor(a_, 8); r148[e] = a_ + b_; }
+    for (int e = 0; e < 16; ++e) { const float a_ = r152[e], b_ = kg::shfl_xor(a_, 8); r152[e] = a_ + b_; }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) { const float a_ = r148[e], b_ = kg::shfl_xor(a_, 16); r148[e] = a_ + b_; }
+    for (int e = 0; e < 16; ++e) { const float a_ = r152[e], b_ = kg::shfl_xor(a_, 16); r152[e] = a_ + b_; }
     float* scratch_ = reinterpret_cast<float*>(smem + 0);
     kg::sync();
   #pragma unroll
-    for (int e = 0; e < 16; ++e) scratch_[warp * 64 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = r148[e];
+    for (int e = 0; e < 16; ++e) scratch_[warp * 64 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = r152[e];
     kg::sync();
   #pragma unroll
     for (int e = 0; e < 16; ++e) {
       float a_ = scratch_[(warp ^ 0) * 64 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1];
       { const float b_ = scratch_[(warp ^ 1) * 64 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1]; a_ = a_ + b_; }
-      r148[e] = a_;
+      r152[e] = a_;
     }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) v148[e] = kg::cvt<float>(r148[e]);
+    for (int e = 0; e < 16; ++e) v152[e] = kg::cvt<float>(r152[e]);
   }
-  // spec: specs/ssd_bwd.yaml:265:7
+  // spec: specs/ssd_bwd.yaml:268:7
   if ((lane & 31) == 0 && (warp & 1) == 0) {
     float* p_ = t_dt_src_grad + ((int64_t)(v9) * stride_dt_src_grad_0 + (int64_t)(v8) * stride_dt_src_grad_1 + (int64_t)(v14) * stride_dt_src_grad_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_dt_src_grad_0 % 4 == 0 && stride_dt_src_grad_1 % 4 == 0 && stride_dt_src_grad_2 % 4 == 0;
@@ -895,16 +906,16 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_bwd_dx
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
       const int64_t off_ = (int64_t)i0_ * 1;
       if (aligned_ && i0_ + 4 <= (64)) {
-        kg::copy_vec<4>(p_ + off_, &v148[e]);
+        kg::copy_vec<4>(p_ + off_, &v152[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 4; ++v)
-          if (i0_ + v < (64)) p_[off_ + v] = v148[e + v];
+          if (i0_ + v < (64)) p_[off_ + v] = v152[e + v];
       }
     }
   }
-  // spec: specs/ssd_bwd.yaml:266:13
-  kg::bf16 v149[32];
+  // spec: specs/ssd_bwd.yaml:269:13
+  kg::bf16 v153[32];
   {
     const kg::bf16* p_ = t_dy + ((int64_t)(v9) * stride_dy_0 + (int64_t)(v8) * stride_dy_2);
     const bool aligned_ = false;
@@ -917,93 +928,93 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_bwd_dx
       const int64_t off_ = (int64_t)i0_ * stride_dy_1 + (int64_t)i1_ * 1;
       const bool in_ = i0_ < (size_seqlen);
       if (aligned_ && in_) {
-        kg::copy_vec<1>(&v149[e], p_ + off_);
+        kg::copy_vec<1>(&v153[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          v149[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v153[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
-  // spec: specs/ssd_bwd.yaml:275:27
-  const int v150 = 2;
-  // spec: specs/ssd_bwd.yaml:275:27
-  const int v151 = 0;
-  // spec: specs/ssd_bwd.yaml:275:11
-  const bool v152 = (v151 < v150);
-  // spec: specs/ssd_bwd.yaml:276:24
-  kg::bf16 v153[32];
+  // spec: specs/ssd_bwd.yaml:278:27
+  const int v154 = 2;
+  // spec: specs/ssd_bwd.yaml:278:27
+  const int v155 = 0;
+  // spec: specs/ssd_bwd.yaml:278:11
+  const bool v156 = (v155 < v154);
+  // spec: specs/ssd_bwd.yaml:279:24
+  kg::bf16 v157[32];
   {
     const kg::bf16* p_ = t_C + ((int64_t)(v9) * stride_C_0 + (int64_t)(v23) * stride_C_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_C_0 % 8 == 0 && stride_C_1 % 8 == 0 && stride_C_2 % 8 == 0;
     const int t0_ = v7 * 64 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
-    const int t1_ = v151 * 128 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
+    const int t1_ = v155 * 128 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
   #pragma unroll
     for (int e = 0; e < 32; e += 8) {
       const int i0_ = t0_ + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
       const int64_t off_ = (int64_t)i0_ * stride_C_1 + (int64_t)i1_ * 1;
-      const bool in_ = v152 && i0_ < (size_seqlen) && i1_ + 8 <= (256);
+      const bool in_ = v156 && i0_ < (size_seqlen) && i1_ + 8 <= (256);
       if (aligned_ && in_) {
-        kg::copy_vec<8>(&v153[e], p_ + off_);
+        kg::copy_vec<8>(&v157[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v153[e + v] = (v152 && i0_ < (size_seqlen) && i1_ + v < (256)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v157[e + v] = (v156 && i0_ < (size_seqlen) && i1_ + v < (256)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
-  // spec: specs/ssd_bwd.yaml:275:27
-  const int v154 = 1;
-  // spec: specs/ssd_bwd.yaml:274:16
-  float v155[32];
+  // spec: specs/ssd_bwd.yaml:278:27
+  const int v158 = 1;
+  // spec: specs/ssd_bwd.yaml:277:16
+  float v159[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v155[e] = 0.0f;
-  // spec: specs/ssd_bwd.yaml:275:11
+  for (int e = 0; e < 32; ++e) v159[e] = 0.0f;
+  // spec: specs/ssd_bwd.yaml:278:11
 
-  float v156[32];
+  float v160[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v156[e] = v155[e];
-  kg::bf16 v157[32];
+  for (int e = 0; e < 32; ++e) v160[e] = v159[e];
+  kg::bf16 v161[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v157[e] = v153[e];
-  for (int v158 = v151; v158 < v150; v158 += v154) {
-    float (&v159)[32] = v156;
-    kg::bf16 (&v160)[32] = v157;
+  for (int e = 0; e < 32; ++e) v161[e] = v157[e];
+  for (int v162 = v155; v162 < v154; v162 += v158) {
+    float (&v163)[32] = v160;
+    kg::bf16 (&v164)[32] = v161;
     
-    // spec: specs/ssd_bwd.yaml:276:24
-    const int v161 = (v158 + v154);
-    // spec: specs/ssd_bwd.yaml:276:24
-    const bool v162 = (v161 < v150);
-    // spec: specs/ssd_bwd.yaml:276:24
-    kg::bf16 v163[32];
+    // spec: specs/ssd_bwd.yaml:279:24
+    const int v165 = (v162 + v158);
+    // spec: specs/ssd_bwd.yaml:279:24
+    const bool v166 = (v165 < v154);
+    // spec: specs/ssd_bwd.yaml:279:24
+    kg::bf16 v167[32];
     {
       const kg::bf16* p_ = t_C + ((int64_t)(v9) * stride_C_0 + (int64_t)(v23) * stride_C_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_C_0 % 8 == 0 && stride_C_1 % 8 == 0 && stride_C_2 % 8 == 0;
       const int t0_ = v7 * 64 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
-      const int t1_ = v161 * 128 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
+      const int t1_ = v165 * 128 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
     #pragma unroll
       for (int e = 0; e < 32; e += 8) {
         const int i0_ = t0_ + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
         const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
         const int64_t off_ = (int64_t)i0_ * stride_C_1 + (int64_t)i1_ * 1;
-        const bool in_ = v162 && i0_ < (size_seqlen) && i1_ + 8 <= (256);
+        const bool in_ = v166 && i0_ < (size_seqlen) && i1_ + 8 <= (256);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v163[e], p_ + off_);
+          kg::copy_vec<8>(&v167[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v163[e + v] = (v162 && i0_ < (size_seqlen) && i1_ + v < (256)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v167[e + v] = (v166 && i0_ < (size_seqlen) && i1_ + v < (256)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
-    // spec: specs/ssd_bwd.yaml:276:65
-    kg::bf16 v164[64];
+    // spec: specs/ssd_bwd.yaml:279:65
+    kg::bf16 v168[64];
     {
       const kg::bf16* p_ = t_prev_states + ((int64_t)(v9) * stride_prev_states_0 + (int64_t)(v14) * stride_prev_states_1 + (int64_t)(v8) * stride_prev_states_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_prev_states_0 % 8 == 0 && stride_prev_states_1 % 8 == 0 && stride_prev_states_2 % 8 == 0 && stride_prev_states_3 % 8 == 0;
       const int t0_ = 0 + ((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
-      const int t1_ = v158 * 128 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
+      const int t1_ = v162 * 128 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64;
     #pragma unroll
       for (int e = 0; e < 64; e += 8) {
         const int i0_ = t0_ + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32 + ((e >> 5) & 1) * 64;
@@ -1011,116 +1022,116 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_bwd_dx
         const int64_t off_ = (int64_t)i0_ * stride_prev_states_3 + (int64_t)i1_ * 1;
         const bool in_ = i1_ + 8 <= (256);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v164[e], p_ + off_);
+          kg::copy_vec<8>(&v168[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v164[e + v] = (i1_ + v < (256)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v168[e + v] = (i1_ + v < (256)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
-    // spec: specs/ssd_bwd.yaml:276:20
-    kg::bf16* v165 = reinterpret_cast<kg::bf16*>(smem + 34816);
+    // spec: specs/ssd_bwd.yaml:279:20
+    kg::bf16* v169 = reinterpret_cast<kg::bf16*>(smem + 34816);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v165[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v160[e]);
+    for (int e = 0; e < 32; e += 8) kg::copy_vec<8>(&v169[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v164[e]);
 
-    // spec: specs/ssd_bwd.yaml:276:20
-    kg::bf16* v166 = reinterpret_cast<kg::bf16*>(smem + 0);
+    // spec: specs/ssd_bwd.yaml:279:20
+    kg::bf16* v170 = reinterpret_cast<kg::bf16*>(smem + 0);
     #pragma unroll
-    for (int e = 0; e < 64; e += 8) kg::copy_vec<8>(&v166[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32 + ((e >> 5) & 1) * 64)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v164[e]);
+    for (int e = 0; e < 64; e += 8) kg::copy_vec<8>(&v170[((((lane >> 4) & 1) * 1 + ((lane >> 5) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32 + ((e >> 5) & 1) * 64)) * 136 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v168[e]);
     kg::sync();
-    // spec: specs/ssd_bwd.yaml:276:20
-    kg::bf16* v167 = v166;
-    // spec: specs/ssd_bwd.yaml:276:20
-    float (&v168)[32] = v159;
+    // spec: specs/ssd_bwd.yaml:279:20
+    kg::bf16* v171 = v170;
+    // spec: specs/ssd_bwd.yaml:279:20
+    float (&v172)[32] = v163;
     #pragma unroll
     for (int ks = 0; ks < 16; ++ks) {
       alignas(16) kg::bf16 fa_[4];
     #pragma unroll
-      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v165[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 136 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v169[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 136 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       alignas(16) kg::bf16 fb_[8];
     #pragma unroll
-      for (int i = 0; i < 8; i += 4) kg::copy_vec<4>(&fb_[i], &v167[((warp % 2) * 64 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (((i >> 2) & 1) * 32)) * 136 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 8; i += 4) kg::copy_vec<4>(&fb_[i], &v171[((warp % 2) * 64 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (((i >> 2) & 1) * 32)) * 136 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 2; ++rn)
-          kg::mfma_32x32x8_bf16(&v168[(rm * 2 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+          kg::mfma_32x32x8_bf16(&v172[(rm * 2 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
     }
-    // spec: specs/ssd_bwd.yaml:276:20
+    // spec: specs/ssd_bwd.yaml:279:20
 
     float y0_[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y0_[e] = v168[e];
+    for (int e = 0; e < 32; ++e) y0_[e] = v172[e];
     kg::bf16 y1_[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y1_[e] = v163[e];
+    for (int e = 0; e < 32; ++e) y1_[e] = v167[e];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v156[e] = y0_[e];
+    for (int e = 0; e < 32; ++e) v160[e] = y0_[e];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v157[e] = y1_[e];
+    for (int e = 0; e < 32; ++e) v161[e] = y1_[e];
   }
-  // spec: specs/ssd_bwd.yaml:277:28
-  float v169[32];
+  // spec: specs/ssd_bwd.yaml:280:28
+  float v173[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v169[e] = kg::cvt<float>(kg::f32(v149[e]));
-  // spec: specs/ssd_bwd.yaml:277:23
-  float v170[32];
+  for (int e = 0; e < 32; ++e) v173[e] = kg::cvt<float>(kg::f32(v153[e]));
+  // spec: specs/ssd_bwd.yaml:280:23
+  float v174[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v170[e] = (v156[e] * v169[e]);
-  // spec: specs/ssd_bwd.yaml:277:19
-  float v171[16];
+  for (int e = 0; e < 32; ++e) v174[e] = (v160[e] * v173[e]);
+  // spec: specs/ssd_bwd.yaml:280:19
+  float v175[16];
   {
-    float r171[16];
+    float r175[16];
   #pragma unroll
-    for (int e = 0; e < 16; ++e) r171[e] = 0.0f;
+    for (int e = 0; e < 16; ++e) r175[e] = 0.0f;
   #pragma unroll
     for (int e = 0; e < 32; ++e) {
-      const float a_ = r171[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8], b_ = (float)(v170[e]);
-      r171[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8] = a_ + b_;
+      const float a_ = r175[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8], b_ = (float)(v174[e]);
+      r175[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8] = a_ + b_;
     }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) { const float a_ = r171[e], b_ = kg::shfl_xor(a_, 1); r171[e] = a_ + b_; }
+    for (int e = 0; e < 16; ++e) { const float a_ = r175[e], b_ = kg::shfl_xor(a_, 1); r175[e] = a_ + b_; }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) { const float a_ = r171[e], b_ = kg::shfl_xor(a_, 2); r171[e] = a_ + b_; }
+    for (int e = 0; e < 16; ++e) { const float a_ = r175[e], b_ = kg::shfl_xor(a_, 2); r175[e] = a_ + b_; }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) { const float a_ = r171[e], b_ = kg::shfl_xor(a_, 4); r171[e] = a_ + b_; }
+    for (int e = 0; e < 16; ++e) { const float a_ = r175[e], b_ = kg::shfl_xor(a_, 4); r175[e] = a_ + b_; }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) { const float a_ = r171[e], b_ = kg::shfl_xor(a_, 8); r171[e] = a_ + b_; }
+    for (int e = 0; e < 16; ++e) { const float a_ = r175[e], b_ = kg::shfl_xor(a_, 8); r175[e] = a_ + b_; }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) { const float a_ = r171[e], b_ = kg::shfl_xor(a_, 16); r171[e] = a_ + b_; }
+    for (int e = 0; e < 16; ++e) { const float a_ = r175[e], b_ = kg::shfl_xor(a_, 16); r175[e] = a_ + b_; }
     float* scratch_ = reinterpret_cast<float*>(smem + 0);
     kg::sync();
   #pragma unroll
-    for (int e = 0; e < 16; ++e) scratch_[warp * 64 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = r171[e];
+    for (int e = 0; e < 16; ++e) scratch_[warp * 64 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = r175[e];
     kg::sync();
   #pragma unroll
     for (int e = 0; e < 16; ++e) {
       float a_ = scratch_[(warp ^ 0) * 64 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1];
       { const float b_ = scratch_[(warp ^ 1) * 64 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1]; a_ = a_ + b_; }
-      r171[e] = a_;
+      r175[e] = a_;
     }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) v171[e] = kg::cvt<float>(r171[e]);
+    for (int e = 0; e < 16; ++e) v175[e] = kg::cvt<float>(r175[e]);
   }
-  // spec: specs/ssd_bwd.yaml:278:54
-  float v172[16];
+  // spec: specs/ssd_bwd.yaml:281:54
+  float v176[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v172[e] = (v82[e] * v16[e]);
-  // spec: specs/ssd_bwd.yaml:268:17
-  float v173[16];
+  for (int e = 0; e < 16; ++e) v176[e] = (v88[e] * v16[e]);
+  // spec: specs/ssd_bwd.yaml:271:17
+  float v177[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v173[e] = kg::exp_(v15[e]);
-  // spec: specs/ssd_bwd.yaml:277:19
-  float v174[16];
+  for (int e = 0; e < 16; ++e) v177[e] = kg::exp_(v15[e]);
+  // spec: specs/ssd_bwd.yaml:280:19
+  float v178[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v174[e] = (v171[e] * v173[e]);
-  // spec: specs/ssd_bwd.yaml:278:54
-  float v175[16];
+  for (int e = 0; e < 16; ++e) v178[e] = (v175[e] * v177[e]);
+  // spec: specs/ssd_bwd.yaml:281:54
+  float v179[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v175[e] = (v172[e] + v174[e]);
-  // spec: specs/ssd_bwd.yaml:278:7
+  for (int e = 0; e < 16; ++e) v179[e] = (v176[e] + v178[e]);
+  // spec: specs/ssd_bwd.yaml:281:7
   if ((lane & 31) == 0 && (warp & 1) == 0) {
     float* p_ = t_cs_src_grad + ((int64_t)(v9) * stride_cs_src_grad_0 + (int64_t)(v8) * stride_cs_src_grad_1 + (int64_t)(v14) * stride_cs_src_grad_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_cs_src_grad_0 % 4 == 0 && stride_cs_src_grad_1 % 4 == 0 && stride_cs_src_grad_2 % 4 == 0;
@@ -1130,69 +1141,69 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_bwd_dx
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
       const int64_t off_ = (int64_t)i0_ * 1;
       if (aligned_ && i0_ + 4 <= (64)) {
-        kg::copy_vec<4>(p_ + off_, &v175[e]);
+        kg::copy_vec<4>(p_ + off_, &v179[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 4; ++v)
-          if (i0_ + v < (64)) p_[off_ + v] = v175[e + v];
+          if (i0_ + v < (64)) p_[off_ + v] = v179[e + v];
       }
     }
   }
-  // spec: specs/ssd_bwd.yaml:279:64
-  float v176[32];
+  // spec: specs/ssd_bwd.yaml:282:64
+  float v180[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v176[e] = kg::cvt<float>(kg::f32(v10[e]));
-  // spec: specs/ssd_bwd.yaml:279:49
-  float v177[32];
+  for (int e = 0; e < 32; ++e) v180[e] = kg::cvt<float>(kg::f32(v10[e]));
+  // spec: specs/ssd_bwd.yaml:282:49
+  float v181[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v177[e] = kg::cvt<float>(kg::f32(v149[e]));
-  // spec: specs/ssd_bwd.yaml:279:49
-  float v178[32];
+  for (int e = 0; e < 32; ++e) v181[e] = kg::cvt<float>(kg::f32(v153[e]));
+  // spec: specs/ssd_bwd.yaml:282:49
+  float v182[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v178[e] = (v177[e] * v176[e]);
-  // spec: specs/ssd_bwd.yaml:279:45
-  float v179[2];
+  for (int e = 0; e < 32; ++e) v182[e] = (v181[e] * v180[e]);
+  // spec: specs/ssd_bwd.yaml:282:45
+  float v183[2];
   {
-    float r179[2];
+    float r183[2];
   #pragma unroll
-    for (int e = 0; e < 2; ++e) r179[e] = 0.0f;
+    for (int e = 0; e < 2; ++e) r183[e] = 0.0f;
   #pragma unroll
     for (int e = 0; e < 32; ++e) {
-      const float a_ = r179[((e >> 4) & 1) * 1], b_ = (float)(v178[e]);
-      r179[((e >> 4) & 1) * 1] = a_ + b_;
+      const float a_ = r183[((e >> 4) & 1) * 1], b_ = (float)(v182[e]);
+      r183[((e >> 4) & 1) * 1] = a_ + b_;
     }
   #pragma unroll
-    for (int e = 0; e < 2; ++e) { const float a_ = r179[e], b_ = kg::shfl_xor(a_, 32); r179[e] = a_ + b_; }
+    for (int e = 0; e < 2; ++e) { const float a_ = r183[e], b_ = kg::shfl_xor(a_, 32); r183[e] = a_ + b_; }
     float* scratch_ = reinterpret_cast<float*>(smem + 0);
     kg::sync();
   #pragma unroll
-    for (int e = 0; e < 2; ++e) scratch_[warp * 128 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 64) + ((e & 1) * 32)) * 1] = r179[e];
+    for (int e = 0; e < 2; ++e) scratch_[warp * 128 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 64) + ((e & 1) * 32)) * 1] = r183[e];
     kg::sync();
   #pragma unroll
     for (int e = 0; e < 2; ++e) {
       float a_ = scratch_[(warp ^ 0) * 128 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 64) + ((e & 1) * 32)) * 1];
       { const float b_ = scratch_[(warp ^ 2) * 128 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 64) + ((e & 1) * 32)) * 1]; a_ = a_ + b_; }
-      r179[e] = a_;
+      r183[e] = a_;
     }
   #pragma unroll
-    for (int e = 0; e < 2; ++e) v179[e] = kg::cvt<float>(r179[e]);
+    for (int e = 0; e < 2; ++e) v183[e] = kg::cvt<float>(r183[e]);
   }
-  // spec: specs/ssd_bwd.yaml:279:26
-  const int v180 = kg::block_id_x();
-  // spec: specs/ssd_bwd.yaml:279:7
+  // spec: specs/ssd_bwd.yaml:282:26
+  const int v184 = kg::block_id_x();
+  // spec: specs/ssd_bwd.yaml:282:7
   if ((lane & 32) == 0 && (warp & 2) == 0) {
-    float* p_ = t_D_part + ((int64_t)(v9) * stride_D_part_0 + (int64_t)(v8) * stride_D_part_1 + (int64_t)(v180) * stride_D_part_2);
+    float* p_ = t_D_part + ((int64_t)(v9) * stride_D_part_0 + (int64_t)(v8) * stride_D_part_1 + (int64_t)(v184) * stride_D_part_2);
     const bool aligned_ = false;
     const int t0_ = 0 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 64;
   #pragma unroll
     for (int e = 0; e < 2; e += 1) {
       const int i0_ = t0_ + (e & 1) * 32;
       const int64_t off_ = (int64_t)i0_ * 1;
-      if (true) p_[off_] = v179[e];
+      if (true) p_[off_] = v183[e];
     }
   }
-  // spec: specs/ssd_bwd.yaml:280:29
-  float v181[2];
+  // spec: specs/ssd_bwd.yaml:283:29
+  float v185[2];
   {
     const float* p_ = t_D + ((int64_t)(v8) * stride_D_0);
     const bool aligned_ = false;
@@ -1203,47 +1214,47 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_bwd_dx
       const int64_t off_ = (int64_t)i0_ * 1;
       const bool in_ = true;
       if (aligned_ && in_) {
-        kg::copy_vec<1>(&v181[e], p_ + off_);
+        kg::copy_vec<1>(&v185[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          v181[e + v] = (true) ? p_[off_ + v] : 0.0f;
+          v185[e + v] = (true) ? p_[off_ + v] : 0.0f;
       }
     }
   }
-  // spec: specs/ssd_bwd.yaml:281:39
-  float (&v182)[16] = v16;
-  // spec: specs/ssd_bwd.yaml:281:33
-  float v183[32];
-  #pragma unroll
-  for (int e = 0; e < 32; ++e) v183[e] = v182[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-  // spec: specs/ssd_bwd.yaml:281:33
-  float v184[32];
-  #pragma unroll
-  for (int e = 0; e < 32; ++e) v184[e] = (v81[e] * v183[e]);
-  // spec: specs/ssd_bwd.yaml:280:29
-  float (&v185)[2] = v181;
-  // spec: specs/ssd_bwd.yaml:280:14
-  float v186[32];
-  #pragma unroll
-  for (int e = 0; e < 32; ++e) v186[e] = v185[((e >> 4) & 1) * 1];
-  // spec: specs/ssd_bwd.yaml:280:14
+  // spec: specs/ssd_bwd.yaml:284:39
+  float (&v186)[16] = v16;
+  // spec: specs/ssd_bwd.yaml:284:33
   float v187[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v187[e] = kg::cvt<float>(kg::f32(v149[e]));
-  // spec: specs/ssd_bwd.yaml:280:14
+  for (int e = 0; e < 32; ++e) v187[e] = v186[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+  // spec: specs/ssd_bwd.yaml:284:33
   float v188[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v188[e] = (v187[e] * v186[e]);
-  // spec: specs/ssd_bwd.yaml:281:33
-  float v189[32];
+  for (int e = 0; e < 32; ++e) v188[e] = (v87[e] * v187[e]);
+  // spec: specs/ssd_bwd.yaml:283:29
+  float (&v189)[2] = v185;
+  // spec: specs/ssd_bwd.yaml:283:14
+  float v190[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v189[e] = (v184[e] + v188[e]);
-  // spec: specs/ssd_bwd.yaml:281:32
-  kg::bf16 v190[32];
+  for (int e = 0; e < 32; ++e) v190[e] = v189[((e >> 4) & 1) * 1];
+  // spec: specs/ssd_bwd.yaml:283:14
+  float v191[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v190[e] = kg::cvt<kg::bf16>(v189[e]);
-  // spec: specs/ssd_bwd.yaml:281:7
+  for (int e = 0; e < 32; ++e) v191[e] = kg::cvt<float>(kg::f32(v153[e]));
+  // spec: specs/ssd_bwd.yaml:283:14
+  float v192[32];
+  #pragma unroll
+  for (int e = 0; e < 32; ++e) v192[e] = (v191[e] * v190[e]);
+  // spec: specs/ssd_bwd.yaml:284:33
+  float v193[32];
+  #pragma unroll
+  for (int e = 0; e < 32; ++e) v193[e] = (v188[e] + v192[e]);
+  // spec: specs/ssd_bwd.yaml:284:32
+  kg::bf16 v194[32];
+  #pragma unroll
+  for (int e = 0; e < 32; ++e) v194[e] = kg::cvt<kg::bf16>(v193[e]);
+  // spec: specs/ssd_bwd.yaml:284:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_dx + ((int64_t)(v9) * stride_dx_0 + (int64_t)(v8) * stride_dx_2);
     const bool aligned_ = false;
@@ -1254,7 +1265,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_bwd_dx
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
       const int i1_ = t1_ + ((e >> 4) & 1) * 32;
       const int64_t off_ = (int64_t)i0_ * stride_dx_1 + (int64_t)i1_ * 1;
-      if (i0_ < (size_seqlen)) p_[off_] = v190[e];
+      if (i0_ < (size_seqlen)) p_[off_] = v194[e];
     }
   }
 }

@@ -8,7 +8,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_bwd_dx
   const int lane = kg::thread_id() % kg::WAVE;
   const int warp = __builtin_amdgcn_readfirstlane(kg::thread_id() / kg::WAVE);
   
-  // spec: specs/ssd_bwd.yaml:246:59
+  // spec: specs/ssd_bwd.yaml:247:59
   const int v0 = size_seqlen;
   // spec: specs/ssd_bwd.yaml:222:27
   const int v1 = size_ngroups;
@@ -270,7 +270,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_bwd_dx
   float v37[4];
   #pragma unroll
   for (int e = 0; e < 4; ++e) v37[e] = 0.0f;
-  // spec: specs/ssd_bwd.yaml:246:7
+  // spec: specs/ssd_bwd.yaml:247:7
   float v38[16];
   {
     float* scratch_ = reinterpret_cast<float*>(smem + 0);
@@ -281,452 +281,463 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_bwd_dx
   #pragma unroll
     for (int e = 0; e < 16; ++e) v38[e] = scratch_[((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1];
   }
-  // spec: specs/ssd_bwd.yaml:262:17
-  kg::bf16* v39 = reinterpret_cast<kg::bf16*>(smem + 0);
+  // spec: specs/ssd_bwd.yaml:246:15
+  const float v39 = 1.4426950408889634f;
+  // spec: specs/ssd_bwd.yaml:246:15
+  float v40[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v40[e] = (v15[e] * v39);
+  // spec: specs/ssd_bwd.yaml:261:77
+  float (&v41)[16] = v40;
+  // spec: specs/ssd_bwd.yaml:261:40
+  float v42[4];
+  {
+    float* scratch_ = reinterpret_cast<float*>(smem + 0);
+    kg::sync();
+  #pragma unroll
+    for (int e = 0; e < 16; ++e) scratch_[((0) + (0)) * 1 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = v41[e];
+    kg::sync();
+  #pragma unroll
+    for (int e = 0; e < 4; ++e) v42[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1];
+  }
+  // spec: specs/ssd_bwd.yaml:265:17
+  kg::bf16* v43 = reinterpret_cast<kg::bf16*>(smem + 0);
   kg::sync();
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v39[((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 72 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0))] = v10[e];
+  for (int e = 0; e < 16; ++e) v43[((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 72 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0))] = v10[e];
   kg::sync();
-  // spec: specs/ssd_bwd.yaml:247:23
-  const int v40 = 2;
-  // spec: specs/ssd_bwd.yaml:247:23
-  const int v41 = (v14 * v40);
-  // spec: specs/ssd_bwd.yaml:246:22
-  const int v42 = 32;
-  // spec: specs/ssd_bwd.yaml:246:22
-  const int v43 = 64;
-  // spec: specs/ssd_bwd.yaml:246:22
-  const int v44 = (v12 * v43);
-  // spec: specs/ssd_bwd.yaml:246:22
-  const int v45 = (kg::floordiv(v44, v42));
-  // spec: specs/ssd_bwd.yaml:247:23
-  const int v46 = (v41 + v45);
-  // spec: specs/ssd_bwd.yaml:246:46
-  const int v47 = 32;
-  // spec: specs/ssd_bwd.yaml:246:46
-  const int v48 = 31;
-  // spec: specs/ssd_bwd.yaml:246:51
+  // spec: specs/ssd_bwd.yaml:267:71
+  float (&v44)[16] = v16;
+  // spec: specs/ssd_bwd.yaml:267:65
+  float v45[4];
+  {
+    float* scratch_ = reinterpret_cast<float*>(smem + 9216);
+  #pragma unroll
+    for (int e = 0; e < 16; ++e) scratch_[((0) + (0)) * 1 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = v44[e];
+    kg::sync();
+  #pragma unroll
+    for (int e = 0; e < 4; ++e) v45[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1];
+  }
+  // spec: specs/ssd_bwd.yaml:248:23
+  const int v46 = 2;
+  // spec: specs/ssd_bwd.yaml:248:23
+  const int v47 = (v14 * v46);
+  // spec: specs/ssd_bwd.yaml:247:22
+  const int v48 = 32;
+  // spec: specs/ssd_bwd.yaml:247:22
   const int v49 = 64;
-  // spec: specs/ssd_bwd.yaml:246:68
-  const int v50 = 64;
-  // spec: specs/ssd_bwd.yaml:246:68
-  const int v51 = (v14 * v50);
-  // spec: specs/ssd_bwd.yaml:246:59
-  const int v52 = (v0 - v51);
-  // spec: specs/ssd_bwd.yaml:246:51
-  const int v53 = (kg::min_(v52, v49));
-  // spec: specs/ssd_bwd.yaml:246:46
-  const int v54 = (v53 + v48);
-  // spec: specs/ssd_bwd.yaml:246:46
-  const int v55 = (kg::floordiv(v54, v47));
-  // spec: specs/ssd_bwd.yaml:246:7
-  const bool v56 = (v45 < v55);
-  // spec: specs/ssd_bwd.yaml:249:17
-  kg::bf16 v57[8];
+  // spec: specs/ssd_bwd.yaml:247:22
+  const int v50 = (v12 * v49);
+  // spec: specs/ssd_bwd.yaml:247:22
+  const int v51 = (kg::floordiv(v50, v48));
+  // spec: specs/ssd_bwd.yaml:248:23
+  const int v52 = (v47 + v51);
+  // spec: specs/ssd_bwd.yaml:247:46
+  const int v53 = 32;
+  // spec: specs/ssd_bwd.yaml:247:46
+  const int v54 = 31;
+  // spec: specs/ssd_bwd.yaml:247:51
+  const int v55 = 64;
+  // spec: specs/ssd_bwd.yaml:247:68
+  const int v56 = 64;
+  // spec: specs/ssd_bwd.yaml:247:68
+  const int v57 = (v14 * v56);
+  // spec: specs/ssd_bwd.yaml:247:59
+  const int v58 = (v0 - v57);
+  // spec: specs/ssd_bwd.yaml:247:51
+  const int v59 = (kg::min_(v58, v55));
+  // spec: specs/ssd_bwd.yaml:247:46
+  const int v60 = (v59 + v54);
+  // spec: specs/ssd_bwd.yaml:247:46
+  const int v61 = (kg::floordiv(v60, v53));
+  // spec: specs/ssd_bwd.yaml:247:7
+  const bool v62 = (v51 < v61);
+  // spec: specs/ssd_bwd.yaml:250:17
+  kg::bf16 v63[8];
   {
     const kg::bf16* p_ = t_dy + ((int64_t)(v9) * stride_dy_0 + (int64_t)(v8) * stride_dy_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_dy_0 % 8 == 0 && stride_dy_1 % 8 == 0 && stride_dy_2 % 8 == 0;
-    const int t0_ = v46 * 32 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
+    const int t0_ = v52 * 32 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
     const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
   #pragma unroll
     for (int e = 0; e < 8; e += 8) {
       const int i0_ = t0_ + 0;
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
       const int64_t off_ = (int64_t)i0_ * stride_dy_1 + (int64_t)i1_ * 1;
-      const bool in_ = v56 && i0_ < (size_seqlen);
+      const bool in_ = v62 && i0_ < (size_seqlen);
       if (aligned_ && in_) {
-        kg::copy_vec<8>(&v57[e], p_ + off_);
+        kg::copy_vec<8>(&v63[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v57[e + v] = (v56 && i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v63[e + v] = (v62 && i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
-  // spec: specs/ssd_bwd.yaml:250:18
-  float v58[2];
+  // spec: specs/ssd_bwd.yaml:251:18
+  float v64[2];
   {
     const float* p_ = t_dA_cumsum + ((int64_t)(v9) * stride_dA_cumsum_0 + (int64_t)(v8) * stride_dA_cumsum_1 + (int64_t)(v14) * stride_dA_cumsum_2);
     const bool aligned_ = false;
-    const int t0_ = v45 * 32 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8;
+    const int t0_ = v51 * 32 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8;
   #pragma unroll
     for (int e = 0; e < 2; e += 1) {
       const int i0_ = t0_ + (e & 1) * 16;
       const int64_t off_ = (int64_t)i0_ * 1;
-      const bool in_ = v56 && i0_ + 1 <= (64);
+      const bool in_ = v62 && i0_ + 1 <= (64);
       if (aligned_ && in_) {
-        kg::copy_vec<1>(&v58[e], p_ + off_);
+        kg::copy_vec<1>(&v64[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          v58[e + v] = (v56 && i0_ + v < (64)) ? p_[off_ + v] : 0.0f;
+          v64[e + v] = (v62 && i0_ + v < (64)) ? p_[off_ + v] : 0.0f;
       }
     }
   }
-  // spec: specs/ssd_bwd.yaml:254:17
-  float v59[8];
+  // spec: specs/ssd_bwd.yaml:255:17
+  float v65[8];
   {
     const float* p_ = t_CB + ((int64_t)(v9) * stride_CB_0 + (int64_t)(v14) * stride_CB_1 + (int64_t)(v20) * stride_CB_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_CB_0 % 4 == 0 && stride_CB_1 % 4 == 0 && stride_CB_2 % 4 == 0 && stride_CB_3 % 4 == 0;
-    const int t0_ = v45 * 32 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8;
+    const int t0_ = v51 * 32 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8;
     const int t1_ = v12 * 64 + ((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
   #pragma unroll
     for (int e = 0; e < 8; e += 4) {
       const int i0_ = t0_ + ((e >> 2) & 1) * 16;
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
       const int64_t off_ = (int64_t)i0_ * stride_CB_3 + (int64_t)i1_ * 1;
-      const bool in_ = v56 && i0_ < (64) && i1_ + 4 <= (64);
+      const bool in_ = v62 && i0_ < (64) && i1_ + 4 <= (64);
       if (aligned_ && in_) {
-        kg::copy_vec<4>(&v59[e], p_ + off_);
+        kg::copy_vec<4>(&v65[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 4; ++v)
-          v59[e + v] = (v56 && i0_ < (64) && i1_ + v < (64)) ? p_[off_ + v] : 0.0f;
+          v65[e + v] = (v62 && i0_ < (64) && i1_ + v < (64)) ? p_[off_ + v] : 0.0f;
       }
     }
   }
-  // spec: specs/ssd_bwd.yaml:264:71
-  float (&v60)[16] = v16;
-  // spec: specs/ssd_bwd.yaml:258:55
-  float (&v61)[16] = v15;
+  // spec: specs/ssd_bwd.yaml:267:65
+  float v66[8];
+  #pragma unroll
+  for (int e = 0; e < 8; ++e) v66[e] = v45[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
+  // spec: specs/ssd_bwd.yaml:261:40
+  float v67[8];
+  #pragma unroll
+  for (int e = 0; e < 8; ++e) v67[e] = v42[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
   // spec: specs/ssd_bwd.yaml:226:34
-  int v62[4];
+  int v68[4];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v62[e] = (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2);
+  for (int e = 0; e < 4; ++e) v68[e] = (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2);
   // spec: specs/ssd_bwd.yaml:226:20
-  const int v63 = 64;
+  const int v69 = 64;
   // spec: specs/ssd_bwd.yaml:226:20
-  const int v64 = (v12 * v63);
+  const int v70 = (v12 * v69);
   // spec: specs/ssd_bwd.yaml:226:20
-  int v65[4];
+  int v71[4];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v65[e] = (v64 + v62[e]);
-  // spec: specs/ssd_bwd.yaml:255:19
-  int (&v66)[4] = v65;
-  // spec: specs/ssd_bwd.yaml:255:19
-  int v67[8];
+  for (int e = 0; e < 4; ++e) v71[e] = (v70 + v68[e]);
+  // spec: specs/ssd_bwd.yaml:256:19
+  int (&v72)[4] = v71;
+  // spec: specs/ssd_bwd.yaml:256:19
+  int v73[8];
   #pragma unroll
-  for (int e = 0; e < 8; ++e) v67[e] = v66[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-  // spec: specs/ssd_bwd.yaml:246:46
-  const int v68 = 1;
-  // spec: specs/ssd_bwd.yaml:246:7
+  for (int e = 0; e < 8; ++e) v73[e] = v72[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
+  // spec: specs/ssd_bwd.yaml:247:46
+  const int v74 = 1;
+  // spec: specs/ssd_bwd.yaml:247:7
 
-  float v69[16];
+  float v75[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v69[e] = v33[e];
-  float v70[16];
+  for (int e = 0; e < 16; ++e) v75[e] = v33[e];
+  float v76[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v70[e] = v38[e];
-  kg::bf16 v71[8];
+  for (int e = 0; e < 16; ++e) v76[e] = v38[e];
+  kg::bf16 v77[8];
   #pragma unroll
-  for (int e = 0; e < 8; ++e) v71[e] = v57[e];
-  float v72[2];
+  for (int e = 0; e < 8; ++e) v77[e] = v63[e];
+  float v78[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v72[e] = v58[e];
-  float v73[8];
+  for (int e = 0; e < 2; ++e) v78[e] = v64[e];
+  float v79[8];
   #pragma unroll
-  for (int e = 0; e < 8; ++e) v73[e] = v59[e];
-  for (int v74 = v45; v74 < v55; v74 += v68) {
-    float (&v75)[16] = v69;
-    float (&v76)[16] = v70;
-    kg::bf16 (&v77)[8] = v71;
-    float (&v78)[2] = v72;
-    float (&v79)[8] = v73;
+  for (int e = 0; e < 8; ++e) v79[e] = v65[e];
+  for (int v80 = v51; v80 < v61; v80 += v74) {
+    float (&v81)[16] = v75;
+    float (&v82)[16] = v76;
+    kg::bf16 (&v83)[8] = v77;
+    float (&v84)[2] = v78;
+    float (&v85)[8] = v79;
     
-    // spec: specs/ssd_bwd.yaml:247:23
-    const int v80 = 2;
-    // spec: specs/ssd_bwd.yaml:247:23
-    const int v81 = (v14 * v80);
-    // spec: specs/ssd_bwd.yaml:247:23
-    const int v82 = (v81 + v74);
-    // spec: specs/ssd_bwd.yaml:247:23
-    const int v83 = 2;
-    // spec: specs/ssd_bwd.yaml:247:23
-    const int v84 = (v14 * v83);
-    // spec: specs/ssd_bwd.yaml:249:17
-    const int v85 = (v74 + v68);
-    // spec: specs/ssd_bwd.yaml:247:23
-    const int v86 = (v84 + v85);
-    // spec: specs/ssd_bwd.yaml:249:17
-    const bool v87 = (v85 < v55);
-    // spec: specs/ssd_bwd.yaml:249:17
-    kg::bf16 v88[8];
+    // spec: specs/ssd_bwd.yaml:248:23
+    const int v86 = 2;
+    // spec: specs/ssd_bwd.yaml:248:23
+    const int v87 = (v14 * v86);
+    // spec: specs/ssd_bwd.yaml:248:23
+    const int v88 = (v87 + v80);
+    // spec: specs/ssd_bwd.yaml:248:23
+    const int v89 = 2;
+    // spec: specs/ssd_bwd.yaml:248:23
+    const int v90 = (v14 * v89);
+    // spec: specs/ssd_bwd.yaml:250:17
+    const int v91 = (v80 + v74);
+    // spec: specs/ssd_bwd.yaml:248:23
+    const int v92 = (v90 + v91);
+    // spec: specs/ssd_bwd.yaml:250:17
+    const bool v93 = (v91 < v61);
+    // spec: specs/ssd_bwd.yaml:250:17
+    kg::bf16 v94[8];
     {
       const kg::bf16* p_ = t_dy + ((int64_t)(v9) * stride_dy_0 + (int64_t)(v8) * stride_dy_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dy_0 % 8 == 0 && stride_dy_1 % 8 == 0 && stride_dy_2 % 8 == 0;
-      const int t0_ = v86 * 32 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
+      const int t0_ = v92 * 32 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
       const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
     #pragma unroll
       for (int e = 0; e < 8; e += 8) {
         const int i0_ = t0_ + 0;
         const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4;
         const int64_t off_ = (int64_t)i0_ * stride_dy_1 + (int64_t)i1_ * 1;
-        const bool in_ = v87 && i0_ < (size_seqlen);
+        const bool in_ = v93 && i0_ < (size_seqlen);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v88[e], p_ + off_);
+          kg::copy_vec<8>(&v94[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v88[e + v] = (v87 && i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v94[e + v] = (v93 && i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
-    // spec: specs/ssd_bwd.yaml:250:18
-    const int v89 = (v74 + v68);
-    // spec: specs/ssd_bwd.yaml:250:18
-    const bool v90 = (v89 < v55);
-    // spec: specs/ssd_bwd.yaml:250:18
-    float v91[2];
+    // spec: specs/ssd_bwd.yaml:251:18
+    const int v95 = (v80 + v74);
+    // spec: specs/ssd_bwd.yaml:251:18
+    const bool v96 = (v95 < v61);
+    // spec: specs/ssd_bwd.yaml:251:18
+    float v97[2];
     {
       const float* p_ = t_dA_cumsum + ((int64_t)(v9) * stride_dA_cumsum_0 + (int64_t)(v8) * stride_dA_cumsum_1 + (int64_t)(v14) * stride_dA_cumsum_2);
       const bool aligned_ = false;
-      const int t0_ = v89 * 32 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8;
+      const int t0_ = v95 * 32 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8;
     #pragma unroll
       for (int e = 0; e < 2; e += 1) {
         const int i0_ = t0_ + (e & 1) * 16;
         const int64_t off_ = (int64_t)i0_ * 1;
-        const bool in_ = v90 && i0_ + 1 <= (64);
+        const bool in_ = v96 && i0_ + 1 <= (64);
         if (aligned_ && in_) {
-          kg::copy_vec<1>(&v91[e], p_ + off_);
+          kg::copy_vec<1>(&v97[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 1; ++v)
-            v91[e + v] = (v90 && i0_ + v < (64)) ? p_[off_ + v] : 0.0f;
+            v97[e + v] = (v96 && i0_ + v < (64)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
-    // spec: specs/ssd_bwd.yaml:254:17
-    const int v92 = (v74 + v68);
-    // spec: specs/ssd_bwd.yaml:254:17
-    const bool v93 = (v92 < v55);
-    // spec: specs/ssd_bwd.yaml:254:17
-    float v94[8];
+    // spec: specs/ssd_bwd.yaml:255:17
+    const int v98 = (v80 + v74);
+    // spec: specs/ssd_bwd.yaml:255:17
+    const bool v99 = (v98 < v61);
+    // spec: specs/ssd_bwd.yaml:255:17
+    float v100[8];
     {
       const float* p_ = t_CB + ((int64_t)(v9) * stride_CB_0 + (int64_t)(v14) * stride_CB_1 + (int64_t)(v20) * stride_CB_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_CB_0 % 4 == 0 && stride_CB_1 % 4 == 0 && stride_CB_2 % 4 == 0 && stride_CB_3 % 4 == 0;
-      const int t0_ = v92 * 32 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8;
+      const int t0_ = v98 * 32 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8;
       const int t1_ = v12 * 64 + ((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
     #pragma unroll
       for (int e = 0; e < 8; e += 4) {
         const int i0_ = t0_ + ((e >> 2) & 1) * 16;
         const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
         const int64_t off_ = (int64_t)i0_ * stride_CB_3 + (int64_t)i1_ * 1;
-        const bool in_ = v93 && i0_ < (64) && i1_ + 4 <= (64);
+        const bool in_ = v99 && i0_ < (64) && i1_ + 4 <= (64);
         if (aligned_ && in_) {
-          kg::copy_vec<4>(&v94[e], p_ + off_);
+          kg::copy_vec<4>(&v100[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 4; ++v)
-            v94[e + v] = (v93 && i0_ < (64) && i1_ + v < (64)) ? p_[off_ + v] : 0.0f;
+            v100[e + v] = (v99 && i0_ < (64) && i1_ + v < (64)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
-    // spec: specs/ssd_bwd.yaml:258:39
-    float v95[4];
-    {
-      float* scratch_ = reinterpret_cast<float*>(smem + 9216);
-      kg::sync();
+    // spec: specs/ssd_bwd.yaml:261:16
+    const float v101 = 0.0f;
+    // spec: specs/ssd_bwd.yaml:261:40
+    const float v102 = 1.4426950408889634f;
+    // spec: specs/ssd_bwd.yaml:261:40
+    float (&v103)[2] = v84;
+    // spec: specs/ssd_bwd.yaml:261:40
+    float v104[2];
     #pragma unroll
-      for (int e = 0; e < 16; ++e) scratch_[((0) + (0)) * 1 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = v61[e];
-      kg::sync();
+    for (int e = 0; e < 2; ++e) v104[e] = (v103[e] * v102);
+    // spec: specs/ssd_bwd.yaml:261:40
+    float v105[8];
     #pragma unroll
-      for (int e = 0; e < 4; ++e) v95[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1];
-    }
-    // spec: specs/ssd_bwd.yaml:258:16
-    const float v96 = 0.0f;
-    // spec: specs/ssd_bwd.yaml:258:39
-    float v97[8];
+    for (int e = 0; e < 8; ++e) v105[e] = v104[((e >> 2) & 1) * 1];
+    // spec: specs/ssd_bwd.yaml:261:40
+    float v106[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v97[e] = v95[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-    // spec: specs/ssd_bwd.yaml:258:39
-    float (&v98)[2] = v78;
-    // spec: specs/ssd_bwd.yaml:258:39
-    float v99[8];
+    for (int e = 0; e < 8; ++e) v106[e] = (v105[e] - v67[e]);
+    // spec: specs/ssd_bwd.yaml:261:35
+    float v107[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v99[e] = v98[((e >> 2) & 1) * 1];
-    // spec: specs/ssd_bwd.yaml:258:39
-    float v100[8];
+    for (int e = 0; e < 8; ++e) v107[e] = kg::exp2_(v106[e]);
+    // spec: specs/ssd_bwd.yaml:255:17
+    float (&v108)[8] = v85;
+    // spec: specs/ssd_bwd.yaml:261:29
+    float v109[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v100[e] = (v99[e] - v97[e]);
-    // spec: specs/ssd_bwd.yaml:258:35
-    float v101[8];
+    for (int e = 0; e < 8; ++e) v109[e] = (v108[e] * v107[e]);
+    // spec: specs/ssd_bwd.yaml:256:97
+    const int v110 = 64;
+    // spec: specs/ssd_bwd.yaml:256:97
+    const int v111 = (v14 * v110);
+    // spec: specs/ssd_bwd.yaml:256:88
+    const int v112 = (v0 - v111);
+    // spec: specs/ssd_bwd.yaml:249:38
+    int v113[2];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v101[e] = kg::exp_(v100[e]);
-    // spec: specs/ssd_bwd.yaml:254:17
-    float (&v102)[8] = v79;
-    // spec: specs/ssd_bwd.yaml:258:29
-    float v103[8];
+    for (int e = 0; e < 2; ++e) v113[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + ((e & 1) * 16);
+    // spec: specs/ssd_bwd.yaml:249:24
+    const int v114 = 32;
+    // spec: specs/ssd_bwd.yaml:249:24
+    const int v115 = (v80 * v114);
+    // spec: specs/ssd_bwd.yaml:249:24
+    int v116[2];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v103[e] = (v102[e] * v101[e]);
-    // spec: specs/ssd_bwd.yaml:255:97
-    const int v104 = 64;
-    // spec: specs/ssd_bwd.yaml:255:97
-    const int v105 = (v14 * v104);
-    // spec: specs/ssd_bwd.yaml:255:88
-    const int v106 = (v0 - v105);
-    // spec: specs/ssd_bwd.yaml:248:38
-    int v107[2];
+    for (int e = 0; e < 2; ++e) v116[e] = (v115 + v113[e]);
+    // spec: specs/ssd_bwd.yaml:256:66
+    int (&v117)[2] = v116;
+    // spec: specs/ssd_bwd.yaml:256:66
+    bool v118[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v107[e] = ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + ((e & 1) * 16);
-    // spec: specs/ssd_bwd.yaml:248:24
-    const int v108 = 32;
-    // spec: specs/ssd_bwd.yaml:248:24
-    const int v109 = (v74 * v108);
-    // spec: specs/ssd_bwd.yaml:248:24
-    int v110[2];
+    for (int e = 0; e < 2; ++e) v118[e] = (v117[e] < v112);
+    // spec: specs/ssd_bwd.yaml:256:19
+    bool v119[8];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v110[e] = (v109 + v107[e]);
-    // spec: specs/ssd_bwd.yaml:255:66
-    int (&v111)[2] = v110;
-    // spec: specs/ssd_bwd.yaml:255:66
-    bool v112[2];
+    for (int e = 0; e < 8; ++e) v119[e] = v118[((e >> 2) & 1) * 1];
+    // spec: specs/ssd_bwd.yaml:256:42
+    int (&v120)[2] = v116;
+    // spec: specs/ssd_bwd.yaml:256:19
+    int v121[8];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v112[e] = (v111[e] < v106);
-    // spec: specs/ssd_bwd.yaml:255:19
-    bool v113[8];
+    for (int e = 0; e < 8; ++e) v121[e] = v120[((e >> 2) & 1) * 1];
+    // spec: specs/ssd_bwd.yaml:256:19
+    bool v122[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v113[e] = v112[((e >> 2) & 1) * 1];
-    // spec: specs/ssd_bwd.yaml:255:42
-    int (&v114)[2] = v110;
-    // spec: specs/ssd_bwd.yaml:255:19
-    int v115[8];
+    for (int e = 0; e < 8; ++e) v122[e] = (v73[e] <= v121[e]);
+    // spec: specs/ssd_bwd.yaml:256:19
+    bool v123[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v115[e] = v114[((e >> 2) & 1) * 1];
-    // spec: specs/ssd_bwd.yaml:255:19
-    bool v116[8];
+    for (int e = 0; e < 8; ++e) v123[e] = (v122[e] && v119[e]);
+    // spec: specs/ssd_bwd.yaml:261:16
+    float v124[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v116[e] = (v67[e] <= v115[e]);
-    // spec: specs/ssd_bwd.yaml:255:19
-    bool v117[8];
+    for (int e = 0; e < 8; ++e) v124[e] = (v123[e] ? v109[e] : v101);
+    // spec: specs/ssd_bwd.yaml:262:21
+    kg::bf16 v125[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v117[e] = (v116[e] && v113[e]);
-    // spec: specs/ssd_bwd.yaml:258:16
-    float v118[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v118[e] = (v117[e] ? v103[e] : v96);
-    // spec: specs/ssd_bwd.yaml:259:21
-    kg::bf16 v119[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v119[e] = kg::cvt<kg::bf16>(v118[e]);
-    // spec: specs/ssd_bwd.yaml:259:17
-    kg::bf16* v120 = reinterpret_cast<kg::bf16*>(smem + 9216);
+    for (int e = 0; e < 8; ++e) v125[e] = kg::cvt<kg::bf16>(v124[e]);
+    // spec: specs/ssd_bwd.yaml:262:17
+    kg::bf16* v126 = reinterpret_cast<kg::bf16*>(smem + 9216);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v120[((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 40 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((e >> 2) & 1) * 16))] = v119[e];
+    for (int e = 0; e < 8; ++e) v126[((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 40 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((e >> 2) & 1) * 16))] = v125[e];
 
-    // spec: specs/ssd_bwd.yaml:259:17
-    kg::bf16* v121 = reinterpret_cast<kg::bf16*>(smem + 14336);
+    // spec: specs/ssd_bwd.yaml:262:17
+    kg::bf16* v127 = reinterpret_cast<kg::bf16*>(smem + 14336);
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v121[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 40 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (0))] = v77[e];
+    for (int e = 0; e < 8; ++e) v127[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 40 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (0))] = v83[e];
     kg::sync();
-    // spec: specs/ssd_bwd.yaml:259:17
-    float (&v122)[16] = v75;
+    // spec: specs/ssd_bwd.yaml:262:17
+    float (&v128)[16] = v81;
     #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
       alignas(16) kg::bf16 fa_[4];
     #pragma unroll
-      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v120[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v126[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       alignas(16) kg::bf16 fb_[4];
     #pragma unroll
-      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v121[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v127[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 1; ++rn)
-          kg::mfma_32x32x8_bf16(&v122[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+          kg::mfma_32x32x8_bf16(&v128[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
     }
-    // spec: specs/ssd_bwd.yaml:262:17
-    kg::bf16* v123 = reinterpret_cast<kg::bf16*>(smem + 9216);
+    // spec: specs/ssd_bwd.yaml:265:17
+    kg::bf16* v129 = reinterpret_cast<kg::bf16*>(smem + 9216);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 8; e += 8) kg::copy_vec<8>(&v123[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (0)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v77[e]);
+    for (int e = 0; e < 8; e += 8) kg::copy_vec<8>(&v129[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (0)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v83[e]);
     kg::sync();
-    // spec: specs/ssd_bwd.yaml:262:17
-    kg::bf16* v124 = v123;
-    // spec: specs/ssd_bwd.yaml:262:17
-    float v125[8];
+    // spec: specs/ssd_bwd.yaml:265:17
+    kg::bf16* v130 = v129;
+    // spec: specs/ssd_bwd.yaml:265:17
+    float v131[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v125[e] = 0.0f;
-    // spec: specs/ssd_bwd.yaml:262:17
-    float (&v126)[8] = v125;
+    for (int e = 0; e < 8; ++e) v131[e] = 0.0f;
+    // spec: specs/ssd_bwd.yaml:265:17
+    float (&v132)[8] = v131;
     #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
       alignas(16) kg::bf16 fa_[4];
     #pragma unroll
-      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v39[((warp / 1) * 16 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (0)) * 72 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v43[((warp / 1) * 16 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (0)) * 72 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       alignas(16) kg::bf16 fb_[8];
     #pragma unroll
-      for (int i = 0; i < 8; i += 4) kg::copy_vec<4>(&fb_[i], &v124[((warp % 1) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((i >> 2) & 1) * 16)) * 72 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 8; i += 4) kg::copy_vec<4>(&fb_[i], &v130[((warp % 1) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + (((i >> 2) & 1) * 16)) * 72 + ks * 16 + (((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 2; ++rn)
-          kg::mfma_16x16x16_bf16(&v126[(rm * 2 + rn) * 4], &fa_[rm * 4], &fb_[rn * 4]);
+          kg::mfma_16x16x16_bf16(&v132[(rm * 2 + rn) * 4], &fa_[rm * 4], &fb_[rn * 4]);
     }
-    // spec: specs/ssd_bwd.yaml:262:17
-    float v127[8];
+    // spec: specs/ssd_bwd.yaml:265:17
+    float v133[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v127[e] = (v126[e] * v118[e]);
-    // spec: specs/ssd_bwd.yaml:263:23
-    float v128[4];
+    for (int e = 0; e < 8; ++e) v133[e] = (v132[e] * v124[e]);
+    // spec: specs/ssd_bwd.yaml:266:23
+    float v134[4];
     {
-      float r128[4];
+      float r134[4];
     #pragma unroll
-      for (int e = 0; e < 4; ++e) r128[e] = 0.0f;
+      for (int e = 0; e < 4; ++e) r134[e] = 0.0f;
     #pragma unroll
       for (int e = 0; e < 8; ++e) {
-        const float a_ = r128[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2], b_ = (float)(v127[e]);
-        r128[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2] = a_ + b_;
+        const float a_ = r134[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2], b_ = (float)(v133[e]);
+        r134[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2] = a_ + b_;
       }
     #pragma unroll
-      for (int e = 0; e < 4; ++e) { const float a_ = r128[e], b_ = kg::shfl_xor(a_, 1); r128[e] = a_ + b_; }
+      for (int e = 0; e < 4; ++e) { const float a_ = r134[e], b_ = kg::shfl_xor(a_, 1); r134[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 4; ++e) { const float a_ = r128[e], b_ = kg::shfl_xor(a_, 2); r128[e] = a_ + b_; }
+      for (int e = 0; e < 4; ++e) { const float a_ = r134[e], b_ = kg::shfl_xor(a_, 2); r134[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 4; ++e) { const float a_ = r128[e], b_ = kg::shfl_xor(a_, 4); r128[e] = a_ + b_; }
+      for (int e = 0; e < 4; ++e) { const float a_ = r134[e], b_ = kg::shfl_xor(a_, 4); r134[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 4; ++e) { const float a_ = r128[e], b_ = kg::shfl_xor(a_, 8); r128[e] = a_ + b_; }
+      for (int e = 0; e < 4; ++e) { const float a_ = r134[e], b_ = kg::shfl_xor(a_, 8); r134[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 4; ++e) v128[e] = kg::cvt<float>(r128[e]);
+      for (int e = 0; e < 4; ++e) v134[e] = kg::cvt<float>(r134[e]);
     }
-    // spec: specs/ssd_bwd.yaml:264:65
-    float v129[4];
+    // spec: specs/ssd_bwd.yaml:267:65
+    float v135[8];
+    #pragma unroll
+    for (int e = 0; e < 8; ++e) v135[e] = (v133[e] * v66[e]);
+    // spec: specs/ssd_bwd.yaml:267:61
+    float v136[2];
     {
+      float r136[2];
+    #pragma unroll
+      for (int e = 0; e < 2; ++e) r136[e] = 0.0f;
+    #pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const float a_ = r136[((e >> 2) & 1) * 1], b_ = (float)(v135[e]);
+        r136[((e >> 2) & 1) * 1] = a_ + b_;
+      }
+    #pragma unroll
+      for (int e = 0; e < 2; ++e) { const float a_ = r136[e], b_ = kg::shfl_xor(a_, 16); r136[e] = a_ + b_; }
+    #pragma unroll
+      for (int e = 0; e < 2; ++e) { const float a_ = r136[e], b_ = kg::shfl_xor(a_, 32); r136[e] = a_ + b_; }
       float* scratch_ = reinterpret_cast<float*>(smem + 9216);
       kg::sync();
     #pragma unroll
-      for (int e = 0; e < 16; ++e) scratch_[((0) + (0)) * 1 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = v60[e];
-      kg::sync();
-    #pragma unroll
-      for (int e = 0; e < 4; ++e) v129[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 4) & 1) * 4 + ((lane >> 5) & 1) * 8 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) * 1];
-    }
-    // spec: specs/ssd_bwd.yaml:264:65
-    float v130[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v130[e] = v129[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-    // spec: specs/ssd_bwd.yaml:264:65
-    float v131[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v131[e] = (v127[e] * v130[e]);
-    // spec: specs/ssd_bwd.yaml:264:61
-    float v132[2];
-    {
-      float r132[2];
-    #pragma unroll
-      for (int e = 0; e < 2; ++e) r132[e] = 0.0f;
-    #pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const float a_ = r132[((e >> 2) & 1) * 1], b_ = (float)(v131[e]);
-        r132[((e >> 2) & 1) * 1] = a_ + b_;
-      }
-    #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r132[e], b_ = kg::shfl_xor(a_, 16); r132[e] = a_ + b_; }
-    #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r132[e], b_ = kg::shfl_xor(a_, 32); r132[e] = a_ + b_; }
-      float* scratch_ = reinterpret_cast<float*>(smem + 9216);
-      kg::sync();
-    #pragma unroll
-      for (int e = 0; e < 2; ++e) scratch_[warp * 32 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + ((e & 1) * 16)) * 1] = r132[e];
+      for (int e = 0; e < 2; ++e) scratch_[warp * 32 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + ((e & 1) * 16)) * 1] = r136[e];
       kg::sync();
     #pragma unroll
       for (int e = 0; e < 2; ++e) {
@@ -734,99 +745,99 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_bwd_dx
         { const float b_ = scratch_[(warp ^ 1) * 32 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + ((e & 1) * 16)) * 1]; a_ = a_ + b_; }
         { const float b_ = scratch_[(warp ^ 2) * 32 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + ((e & 1) * 16)) * 1]; a_ = a_ + b_; }
         { const float b_ = scratch_[(warp ^ 3) * 32 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8) + ((e & 1) * 16)) * 1]; a_ = a_ + b_; }
-        r132[e] = a_;
+        r136[e] = a_;
       }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) v132[e] = kg::cvt<float>(r132[e]);
+      for (int e = 0; e < 2; ++e) v136[e] = kg::cvt<float>(r136[e]);
     }
-    // spec: specs/ssd_bwd.yaml:264:11
+    // spec: specs/ssd_bwd.yaml:267:11
     if ((lane & 48) == 0 && (warp & 3) == 0) {
       float* p_ = t_cs_tgt_part + ((int64_t)(v9) * stride_cs_tgt_part_0 + (int64_t)(v8) * stride_cs_tgt_part_1 + (int64_t)(v14) * stride_cs_tgt_part_2 + (int64_t)(v12) * stride_cs_tgt_part_3);
       const bool aligned_ = false;
-      const int t0_ = v74 * 32 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8;
+      const int t0_ = v80 * 32 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8;
     #pragma unroll
       for (int e = 0; e < 2; e += 1) {
         const int i0_ = t0_ + (e & 1) * 16;
         const int64_t off_ = (int64_t)i0_ * 1;
-        if (i0_ + 1 <= (64)) p_[off_] = v132[e];
+        if (i0_ + 1 <= (64)) p_[off_] = v136[e];
       }
     }
-    // spec: specs/ssd_bwd.yaml:263:17
-    float v133[4];
+    // spec: specs/ssd_bwd.yaml:266:17
+    float v137[4];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v133[e] = (v76[e] - v128[e]);
-    // spec: specs/ssd_bwd.yaml:264:11
+    for (int e = 0; e < 4; ++e) v137[e] = (v82[e] - v134[e]);
+    // spec: specs/ssd_bwd.yaml:267:11
 
     float y0_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y0_[e] = v122[e];
+    for (int e = 0; e < 16; ++e) y0_[e] = v128[e];
     float y1_[4];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) y1_[e] = v133[e];
+    for (int e = 0; e < 4; ++e) y1_[e] = v137[e];
     kg::bf16 y2_[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) y2_[e] = v88[e];
+    for (int e = 0; e < 8; ++e) y2_[e] = v94[e];
     float y3_[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) y3_[e] = v91[e];
+    for (int e = 0; e < 2; ++e) y3_[e] = v97[e];
     float y4_[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) y4_[e] = v94[e];
+    for (int e = 0; e < 8; ++e) y4_[e] = v100[e];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v69[e] = y0_[e];
+    for (int e = 0; e < 16; ++e) v75[e] = y0_[e];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v70[e] = y1_[e];
+    for (int e = 0; e < 4; ++e) v76[e] = y1_[e];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v71[e] = y2_[e];
+    for (int e = 0; e < 8; ++e) v77[e] = y2_[e];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v72[e] = y3_[e];
+    for (int e = 0; e < 2; ++e) v78[e] = y3_[e];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v73[e] = y4_[e];
+    for (int e = 0; e < 8; ++e) v79[e] = y4_[e];
   }
-  // spec: specs/ssd_bwd.yaml:265:64
-  float v134[16];
+  // spec: specs/ssd_bwd.yaml:268:64
+  float v138[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v134[e] = kg::cvt<float>(kg::f32(v10[e]));
-  // spec: specs/ssd_bwd.yaml:265:58
-  float v135[16];
+  for (int e = 0; e < 16; ++e) v138[e] = kg::cvt<float>(kg::f32(v10[e]));
+  // spec: specs/ssd_bwd.yaml:268:58
+  float v139[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v135[e] = (v69[e] * v134[e]);
-  // spec: specs/ssd_bwd.yaml:265:54
-  float v136[16];
+  for (int e = 0; e < 16; ++e) v139[e] = (v75[e] * v138[e]);
+  // spec: specs/ssd_bwd.yaml:268:54
+  float v140[16];
   {
-    float r136[16];
+    float r140[16];
   #pragma unroll
-    for (int e = 0; e < 16; ++e) r136[e] = 0.0f;
+    for (int e = 0; e < 16; ++e) r140[e] = 0.0f;
   #pragma unroll
     for (int e = 0; e < 16; ++e) {
-      const float a_ = r136[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8], b_ = (float)(v135[e]);
-      r136[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8] = a_ + b_;
+      const float a_ = r140[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8], b_ = (float)(v139[e]);
+      r140[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8] = a_ + b_;
     }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) { const float a_ = r136[e], b_ = kg::shfl_xor(a_, 1); r136[e] = a_ + b_; }
+    for (int e = 0; e < 16; ++e) { const float a_ = r140[e], b_ = kg::shfl_xor(a_, 1); r140[e] = a_ + b_; }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) { const float a_ = r136[e], b_ = kg::shfl_xor(a_, 2); r136[e] = a_ + b_; }
+    for (int e = 0; e < 16; ++e) { const float a_ = r140[e], b_ = kg::shfl_xor(a_, 2); r140[e] = a_ + b_; }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) { const float a_ = r136[e], b_ = kg::shfl_xor(a_, 4); r136[e] = a_ + b_; }
+    for (int e = 0; e < 16; ++e) { const float a_ = r140[e], b_ = kg::shfl_xor(a_, 4); r140[e] = a_ + b_; }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) { const float a_ = r136[e], b_ = kg::shfl_xor(a_, 8); r136[e] = a_ + b_; }
+    for (int e = 0; e < 16; ++e) { const float a_ = r140[e], b_ = kg::shfl_xor(a_, 8); r140[e] = a_ + b_; }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) { const float a_ = r136[e], b_ = kg::shfl_xor(a_, 16); r136[e] = a_ + b_; }
+    for (int e = 0; e < 16; ++e) { const float a_ = r140[e], b_ = kg::shfl_xor(a_, 16); r140[e] = a_ + b_; }
     float* scratch_ = reinterpret_cast<float*>(smem + 0);
     kg::sync();
   #pragma unroll
-    for (int e = 0; e < 16; ++e) scratch_[warp * 64 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = r136[e];
+    for (int e = 0; e < 16; ++e) scratch_[warp * 64 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = r140[e];
     kg::sync();
   #pragma unroll
     for (int e = 0; e < 16; ++e) {
       float a_ = scratch_[(warp ^ 0) * 64 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1];
       { const float b_ = scratch_[(warp ^ 1) * 64 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1]; a_ = a_ + b_; }
-      r136[e] = a_;
+      r140[e] = a_;
     }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) v136[e] = kg::cvt<float>(r136[e]);
+    for (int e = 0; e < 16; ++e) v140[e] = kg::cvt<float>(r140[e]);
   }
-  // spec: specs/ssd_bwd.yaml:265:7
+  // spec: specs/ssd_bwd.yaml:268:7
   if ((lane & 31) == 0 && (warp & 1) == 0) {
     float* p_ = t_dt_src_grad + ((int64_t)(v9) * stride_dt_src_grad_0 + (int64_t)(v8) * stride_dt_src_grad_1 + (int64_t)(v14) * stride_dt_src_grad_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_dt_src_grad_0 % 4 == 0 && stride_dt_src_grad_1 % 4 == 0 && stride_dt_src_grad_2 % 4 == 0;
@@ -836,16 +847,16 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_bwd_dx
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
       const int64_t off_ = (int64_t)i0_ * 1;
       if (aligned_ && i0_ + 4 <= (64)) {
-        kg::copy_vec<4>(p_ + off_, &v136[e]);
+        kg::copy_vec<4>(p_ + off_, &v140[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 4; ++v)
-          if (i0_ + v < (64)) p_[off_ + v] = v136[e + v];
+          if (i0_ + v < (64)) p_[off_ + v] = v140[e + v];
       }
     }
   }
-  // spec: specs/ssd_bwd.yaml:266:13
-  kg::bf16 v137[16];
+  // spec: specs/ssd_bwd.yaml:269:13
+  kg::bf16 v141[16];
   {
     const kg::bf16* p_ = t_dy + ((int64_t)(v9) * stride_dy_0 + (int64_t)(v8) * stride_dy_2);
     const bool aligned_ = false;
@@ -858,16 +869,16 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_bwd_dx
       const int64_t off_ = (int64_t)i0_ * stride_dy_1 + (int64_t)i1_ * 1;
       const bool in_ = i0_ < (size_seqlen);
       if (aligned_ && in_) {
-        kg::copy_vec<1>(&v137[e], p_ + off_);
+        kg::copy_vec<1>(&v141[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          v137[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v141[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
-  // spec: specs/ssd_bwd.yaml:272:20
-  kg::bf16 v138[16];
+  // spec: specs/ssd_bwd.yaml:275:20
+  kg::bf16 v142[16];
   {
     const kg::bf16* p_ = t_C + ((int64_t)(v9) * stride_C_0 + (int64_t)(v20) * stride_C_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_C_0 % 8 == 0 && stride_C_1 % 8 == 0 && stride_C_2 % 8 == 0;
@@ -880,16 +891,16 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_bwd_dx
       const int64_t off_ = (int64_t)i0_ * stride_C_1 + (int64_t)i1_ * 1;
       const bool in_ = i0_ < (size_seqlen);
       if (aligned_ && in_) {
-        kg::copy_vec<8>(&v138[e], p_ + off_);
+        kg::copy_vec<8>(&v142[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v138[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v142[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
-  // spec: specs/ssd_bwd.yaml:272:44
-  kg::bf16 v139[16];
+  // spec: specs/ssd_bwd.yaml:275:44
+  kg::bf16 v143[16];
   {
     const kg::bf16* p_ = t_prev_states + ((int64_t)(v9) * stride_prev_states_0 + (int64_t)(v14) * stride_prev_states_1 + (int64_t)(v8) * stride_prev_states_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_prev_states_0 % 8 == 0 && stride_prev_states_1 % 8 == 0 && stride_prev_states_2 % 8 == 0 && stride_prev_states_3 % 8 == 0;
@@ -902,107 +913,107 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_bwd_dx
       const int64_t off_ = (int64_t)i0_ * stride_prev_states_3 + (int64_t)i1_ * 1;
       const bool in_ = true;
       if (aligned_ && in_) {
-        kg::copy_vec<8>(&v139[e], p_ + off_);
+        kg::copy_vec<8>(&v143[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 8; ++v)
-          v139[e + v] = (true) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v143[e + v] = (true) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
-  // spec: specs/ssd_bwd.yaml:272:16
-  kg::bf16* v140 = reinterpret_cast<kg::bf16*>(smem + 0);
+  // spec: specs/ssd_bwd.yaml:275:16
+  kg::bf16* v144 = reinterpret_cast<kg::bf16*>(smem + 0);
   kg::sync();
   #pragma unroll
-  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v140[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v138[e]);
+  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v144[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v142[e]);
 
-  // spec: specs/ssd_bwd.yaml:272:16
-  kg::bf16* v141 = reinterpret_cast<kg::bf16*>(smem + 9216);
+  // spec: specs/ssd_bwd.yaml:275:16
+  kg::bf16* v145 = reinterpret_cast<kg::bf16*>(smem + 9216);
   #pragma unroll
-  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v141[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v139[e]);
+  for (int e = 0; e < 16; e += 8) kg::copy_vec<8>(&v145[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 3) & 1) * 32)) * 72 + (((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4))], &v143[e]);
   kg::sync();
-  // spec: specs/ssd_bwd.yaml:272:16
-  kg::bf16* v142 = v141;
-  // spec: specs/ssd_bwd.yaml:272:16
-  float v143[16];
+  // spec: specs/ssd_bwd.yaml:275:16
+  kg::bf16* v146 = v145;
+  // spec: specs/ssd_bwd.yaml:275:16
+  float v147[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v143[e] = 0.0f;
-  // spec: specs/ssd_bwd.yaml:272:16
-  float (&v144)[16] = v143;
+  for (int e = 0; e < 16; ++e) v147[e] = 0.0f;
+  // spec: specs/ssd_bwd.yaml:275:16
+  float (&v148)[16] = v147;
   #pragma unroll
   for (int ks = 0; ks < 8; ++ks) {
     alignas(16) kg::bf16 fa_[4];
   #pragma unroll
-    for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v140[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+    for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v144[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     alignas(16) kg::bf16 fb_[4];
   #pragma unroll
-    for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v142[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+    for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v146[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 72 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
   #pragma unroll
     for (int rm = 0; rm < 1; ++rm)
   #pragma unroll
       for (int rn = 0; rn < 1; ++rn)
-        kg::mfma_32x32x8_bf16(&v144[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+        kg::mfma_32x32x8_bf16(&v148[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
   }
-  // spec: specs/ssd_bwd.yaml:277:28
-  float v145[16];
+  // spec: specs/ssd_bwd.yaml:280:28
+  float v149[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v145[e] = kg::cvt<float>(kg::f32(v137[e]));
-  // spec: specs/ssd_bwd.yaml:277:23
-  float v146[16];
+  for (int e = 0; e < 16; ++e) v149[e] = kg::cvt<float>(kg::f32(v141[e]));
+  // spec: specs/ssd_bwd.yaml:280:23
+  float v150[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v146[e] = (v144[e] * v145[e]);
-  // spec: specs/ssd_bwd.yaml:277:19
-  float v147[16];
+  for (int e = 0; e < 16; ++e) v150[e] = (v148[e] * v149[e]);
+  // spec: specs/ssd_bwd.yaml:280:19
+  float v151[16];
   {
-    float r147[16];
+    float r151[16];
   #pragma unroll
-    for (int e = 0; e < 16; ++e) r147[e] = 0.0f;
+    for (int e = 0; e < 16; ++e) r151[e] = 0.0f;
   #pragma unroll
     for (int e = 0; e < 16; ++e) {
-      const float a_ = r147[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8], b_ = (float)(v146[e]);
-      r147[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8] = a_ + b_;
+      const float a_ = r151[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8], b_ = (float)(v150[e]);
+      r151[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8] = a_ + b_;
     }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) { const float a_ = r147[e], b_ = kg::shfl_xor(a_, 1); r147[e] = a_ + b_; }
+    for (int e = 0; e < 16; ++e) { const float a_ = r151[e], b_ = kg::shfl_xor(a_, 1); r151[e] = a_ + b_; }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) { const float a_ = r147[e], b_ = kg::shfl_xor(a_, 2); r147[e] = a_ + b_; }
+    for (int e = 0; e < 16; ++e) { const float a_ = r151[e], b_ = kg::shfl_xor(a_, 2); r151[e] = a_ + b_; }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) { const float a_ = r147[e], b_ = kg::shfl_xor(a_, 4); r147[e] = a_ + b_; }
+    for (int e = 0; e < 16; ++e) { const float a_ = r151[e], b_ = kg::shfl_xor(a_, 4); r151[e] = a_ + b_; }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) { const float a_ = r147[e], b_ = kg::shfl_xor(a_, 8); r147[e] = a_ + b_; }
+    for (int e = 0; e < 16; ++e) { const float a_ = r151[e], b_ = kg::shfl_xor(a_, 8); r151[e] = a_ + b_; }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) { const float a_ = r147[e], b_ = kg::shfl_xor(a_, 16); r147[e] = a_ + b_; }
+    for (int e = 0; e < 16; ++e) { const float a_ = r151[e], b_ = kg::shfl_xor(a_, 16); r151[e] = a_ + b_; }
     float* scratch_ = reinterpret_cast<float*>(smem + 0);
     kg::sync();
   #pragma unroll
-    for (int e = 0; e < 16; ++e) scratch_[warp * 64 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = r147[e];
+    for (int e = 0; e < 16; ++e) scratch_[warp * 64 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = r151[e];
     kg::sync();
   #pragma unroll
     for (int e = 0; e < 16; ++e) {
       float a_ = scratch_[(warp ^ 0) * 64 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1];
       { const float b_ = scratch_[(warp ^ 1) * 64 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1]; a_ = a_ + b_; }
-      r147[e] = a_;
+      r151[e] = a_;
     }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) v147[e] = kg::cvt<float>(r147[e]);
+    for (int e = 0; e < 16; ++e) v151[e] = kg::cvt<float>(r151[e]);
   }
-  // spec: specs/ssd_bwd.yaml:278:54
-  float v148[16];
+  // spec: specs/ssd_bwd.yaml:281:54
+  float v152[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v148[e] = (v70[e] * v16[e]);
-  // spec: specs/ssd_bwd.yaml:268:17
-  float v149[16];
+  for (int e = 0; e < 16; ++e) v152[e] = (v76[e] * v16[e]);
+  // spec: specs/ssd_bwd.yaml:271:17
+  float v153[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v149[e] = kg::exp_(v15[e]);
-  // spec: specs/ssd_bwd.yaml:277:19
-  float v150[16];
+  for (int e = 0; e < 16; ++e) v153[e] = kg::exp_(v15[e]);
+  // spec: specs/ssd_bwd.yaml:280:19
+  float v154[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v150[e] = (v147[e] * v149[e]);
-  // spec: specs/ssd_bwd.yaml:278:54
-  float v151[16];
+  for (int e = 0; e < 16; ++e) v154[e] = (v151[e] * v153[e]);
+  // spec: specs/ssd_bwd.yaml:281:54
+  float v155[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v151[e] = (v148[e] + v150[e]);
-  // spec: specs/ssd_bwd.yaml:278:7
+  for (int e = 0; e < 16; ++e) v155[e] = (v152[e] + v154[e]);
+  // spec: specs/ssd_bwd.yaml:281:7
   if ((lane & 31) == 0 && (warp & 1) == 0) {
     float* p_ = t_cs_src_grad + ((int64_t)(v9) * stride_cs_src_grad_0 + (int64_t)(v8) * stride_cs_src_grad_1 + (int64_t)(v14) * stride_cs_src_grad_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_cs_src_grad_0 % 4 == 0 && stride_cs_src_grad_1 % 4 == 0 && stride_cs_src_grad_2 % 4 == 0;
@@ -1012,69 +1023,69 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_bwd_dx
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
       const int64_t off_ = (int64_t)i0_ * 1;
       if (aligned_ && i0_ + 4 <= (64)) {
-        kg::copy_vec<4>(p_ + off_, &v151[e]);
+        kg::copy_vec<4>(p_ + off_, &v155[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 4; ++v)
-          if (i0_ + v < (64)) p_[off_ + v] = v151[e + v];
+          if (i0_ + v < (64)) p_[off_ + v] = v155[e + v];
       }
     }
   }
-  // spec: specs/ssd_bwd.yaml:279:64
-  float v152[16];
+  // spec: specs/ssd_bwd.yaml:282:64
+  float v156[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v152[e] = kg::cvt<float>(kg::f32(v10[e]));
-  // spec: specs/ssd_bwd.yaml:279:49
-  float v153[16];
+  for (int e = 0; e < 16; ++e) v156[e] = kg::cvt<float>(kg::f32(v10[e]));
+  // spec: specs/ssd_bwd.yaml:282:49
+  float v157[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v153[e] = kg::cvt<float>(kg::f32(v137[e]));
-  // spec: specs/ssd_bwd.yaml:279:49
-  float v154[16];
+  for (int e = 0; e < 16; ++e) v157[e] = kg::cvt<float>(kg::f32(v141[e]));
+  // spec: specs/ssd_bwd.yaml:282:49
+  float v158[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v154[e] = (v153[e] * v152[e]);
-  // spec: specs/ssd_bwd.yaml:279:45
-  float v155[1];
+  for (int e = 0; e < 16; ++e) v158[e] = (v157[e] * v156[e]);
+  // spec: specs/ssd_bwd.yaml:282:45
+  float v159[1];
   {
-    float r155[1];
+    float r159[1];
   #pragma unroll
-    for (int e = 0; e < 1; ++e) r155[e] = 0.0f;
+    for (int e = 0; e < 1; ++e) r159[e] = 0.0f;
   #pragma unroll
     for (int e = 0; e < 16; ++e) {
-      const float a_ = r155[0], b_ = (float)(v154[e]);
-      r155[0] = a_ + b_;
+      const float a_ = r159[0], b_ = (float)(v158[e]);
+      r159[0] = a_ + b_;
     }
   #pragma unroll
-    for (int e = 0; e < 1; ++e) { const float a_ = r155[e], b_ = kg::shfl_xor(a_, 32); r155[e] = a_ + b_; }
+    for (int e = 0; e < 1; ++e) { const float a_ = r159[e], b_ = kg::shfl_xor(a_, 32); r159[e] = a_ + b_; }
     float* scratch_ = reinterpret_cast<float*>(smem + 0);
     kg::sync();
   #pragma unroll
-    for (int e = 0; e < 1; ++e) scratch_[warp * 64 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 1] = r155[e];
+    for (int e = 0; e < 1; ++e) scratch_[warp * 64 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 1] = r159[e];
     kg::sync();
   #pragma unroll
     for (int e = 0; e < 1; ++e) {
       float a_ = scratch_[(warp ^ 0) * 64 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 1];
       { const float b_ = scratch_[(warp ^ 2) * 64 + (((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32) + (0)) * 1]; a_ = a_ + b_; }
-      r155[e] = a_;
+      r159[e] = a_;
     }
   #pragma unroll
-    for (int e = 0; e < 1; ++e) v155[e] = kg::cvt<float>(r155[e]);
+    for (int e = 0; e < 1; ++e) v159[e] = kg::cvt<float>(r159[e]);
   }
-  // spec: specs/ssd_bwd.yaml:279:26
-  const int v156 = kg::block_id_x();
-  // spec: specs/ssd_bwd.yaml:279:7
+  // spec: specs/ssd_bwd.yaml:282:26
+  const int v160 = kg::block_id_x();
+  // spec: specs/ssd_bwd.yaml:282:7
   if ((lane & 32) == 0 && (warp & 2) == 0) {
-    float* p_ = t_D_part + ((int64_t)(v9) * stride_D_part_0 + (int64_t)(v8) * stride_D_part_1 + (int64_t)(v156) * stride_D_part_2);
+    float* p_ = t_D_part + ((int64_t)(v9) * stride_D_part_0 + (int64_t)(v8) * stride_D_part_1 + (int64_t)(v160) * stride_D_part_2);
     const bool aligned_ = false;
     const int t0_ = 0 + (lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16 + (warp & 1) * 32;
   #pragma unroll
     for (int e = 0; e < 1; e += 1) {
       const int i0_ = t0_ + 0;
       const int64_t off_ = (int64_t)i0_ * 1;
-      if (true) p_[off_] = v155[e];
+      if (true) p_[off_] = v159[e];
     }
   }
-  // spec: specs/ssd_bwd.yaml:280:29
-  float v157[1];
+  // spec: specs/ssd_bwd.yaml:283:29
+  float v161[1];
   {
     const float* p_ = t_D + ((int64_t)(v8) * stride_D_0);
     const bool aligned_ = false;
@@ -1085,47 +1096,47 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_bwd_dx
       const int64_t off_ = (int64_t)i0_ * 1;
       const bool in_ = true;
       if (aligned_ && in_) {
-        kg::copy_vec<1>(&v157[e], p_ + off_);
+        kg::copy_vec<1>(&v161[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          v157[e + v] = (true) ? p_[off_ + v] : 0.0f;
+          v161[e + v] = (true) ? p_[off_ + v] : 0.0f;
       }
     }
   }
-  // spec: specs/ssd_bwd.yaml:281:39
-  float (&v158)[16] = v16;
-  // spec: specs/ssd_bwd.yaml:281:33
-  float v159[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v159[e] = v158[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-  // spec: specs/ssd_bwd.yaml:281:33
-  float v160[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v160[e] = (v69[e] * v159[e]);
-  // spec: specs/ssd_bwd.yaml:280:29
-  float (&v161)[1] = v157;
-  // spec: specs/ssd_bwd.yaml:280:14
-  float v162[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v162[e] = v161[0];
-  // spec: specs/ssd_bwd.yaml:280:14
+  // spec: specs/ssd_bwd.yaml:284:39
+  float (&v162)[16] = v16;
+  // spec: specs/ssd_bwd.yaml:284:33
   float v163[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v163[e] = kg::cvt<float>(kg::f32(v137[e]));
-  // spec: specs/ssd_bwd.yaml:280:14
+  for (int e = 0; e < 16; ++e) v163[e] = v162[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+  // spec: specs/ssd_bwd.yaml:284:33
   float v164[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v164[e] = (v163[e] * v162[e]);
-  // spec: specs/ssd_bwd.yaml:281:33
-  float v165[16];
+  for (int e = 0; e < 16; ++e) v164[e] = (v75[e] * v163[e]);
+  // spec: specs/ssd_bwd.yaml:283:29
+  float (&v165)[1] = v161;
+  // spec: specs/ssd_bwd.yaml:283:14
+  float v166[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v165[e] = (v160[e] + v164[e]);
-  // spec: specs/ssd_bwd.yaml:281:32
-  kg::bf16 v166[16];
+  for (int e = 0; e < 16; ++e) v166[e] = v165[0];
+  // spec: specs/ssd_bwd.yaml:283:14
+  float v167[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v166[e] = kg::cvt<kg::bf16>(v165[e]);
-  // spec: specs/ssd_bwd.yaml:281:7
+  for (int e = 0; e < 16; ++e) v167[e] = kg::cvt<float>(kg::f32(v141[e]));
+  // spec: specs/ssd_bwd.yaml:283:14
+  float v168[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v168[e] = (v167[e] * v166[e]);
+  // spec: specs/ssd_bwd.yaml:284:33
+  float v169[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v169[e] = (v164[e] + v168[e]);
+  // spec: specs/ssd_bwd.yaml:284:32
+  kg::bf16 v170[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v170[e] = kg::cvt<kg::bf16>(v169[e]);
+  // spec: specs/ssd_bwd.yaml:284:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_dx + ((int64_t)(v9) * stride_dx_0 + (int64_t)(v8) * stride_dx_2);
     const bool aligned_ = false;
@@ -1136,7 +1147,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_bwd_dx
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
       const int i1_ = t1_ + 0;
       const int64_t off_ = (int64_t)i0_ * stride_dx_1 + (int64_t)i1_ * 1;
-      if (i0_ < (size_seqlen)) p_[off_] = v166[e];
+      if (i0_ < (size_seqlen)) p_[off_] = v170[e];
     }
   }
 }

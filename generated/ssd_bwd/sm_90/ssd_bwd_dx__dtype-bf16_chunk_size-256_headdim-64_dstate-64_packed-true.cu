@@ -57,14 +57,41 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dx(const kg::bf16* __restrict__ t_
   const int v6 = kg::block_id_x();
   // spec: specs/ssd_bwd.yaml:225:20
   const int v7 = kg::block_id_x();
+  // spec: specs/ssd_bwd.yaml:235:17
+  kg::bf16* v8 = reinterpret_cast<kg::bf16*>(smem + 0);
+  // spec: specs/ssd_bwd.yaml:222:17
+  const int v9 = (kg::floordiv(v2, v1));
   // spec: specs/ssd_bwd.yaml:221:11
-  const int v8 = (kg::mod(v4, v2));
+  const int v10 = (kg::mod(v4, v2));
+  // spec: specs/ssd_bwd.yaml:222:11
+  const int v11 = (kg::floordiv(v10, v9));
   // spec: specs/ssd_bwd.yaml:220:11
-  const int v9 = (kg::floordiv(v3, v2));
+  const int v12 = (kg::floordiv(v3, v2));
+  // spec: specs/ssd_bwd.yaml:235:21
+  kg::sync();
+  if ((true) && kg::thread_id() == 0) {
+    uint64_t* bar_ = &kg_bars[0];
+    kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+    kg::mbar_expect_tx(bar_, 8192);
+    kg::tma_load_4d(&v8[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap0_B, bar_, 0, v11, v7 * 64, v12);
+  }
+  // spec: specs/ssd_bwd.yaml:235:17
+  kg::bf16* v13 = reinterpret_cast<kg::bf16*>(smem + 8192);
+  // spec: specs/ssd_bwd.yaml:223:11
+  const int v14 = 4;
+  // spec: specs/ssd_bwd.yaml:223:11
+  const int v15 = (kg::floordiv(v5, v14));
+  // spec: specs/ssd_bwd.yaml:235:45
+  if ((true) && kg::thread_id() == 0) {
+    uint64_t* bar_ = &kg_bars[1];
+    kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+    kg::mbar_expect_tx(bar_, 8192);
+    kg::tma_load_5d(&v13[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap1_out_grad_state, bar_, 0, 0, v10, v15, v12);
+  }
   // spec: specs/ssd_bwd.yaml:227:12
-  kg::bf16 v10[32];
+  kg::bf16 v16[32];
   {
-    const kg::bf16* p_ = t_x + ((int64_t)(v9) * stride_x_0 + (int64_t)(v8) * stride_x_2);
+    const kg::bf16* p_ = t_x + ((int64_t)(v12) * stride_x_0 + (int64_t)(v10) * stride_x_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_x_0 % 2 == 0 && stride_x_1 % 2 == 0 && stride_x_2 % 2 == 0;
     const int t0_ = v7 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
     const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
@@ -75,70 +102,66 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dx(const kg::bf16* __restrict__ t_
       const int64_t off_ = (int64_t)i0_ * stride_x_1 + (int64_t)i1_ * 1;
       const bool in_ = i0_ < (size_seqlen);
       if (aligned_ && in_) {
-        kg::copy_vec<2>(&v10[e], p_ + off_);
+        kg::copy_vec<2>(&v16[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          v10[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v16[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
   // spec: specs/ssd_bwd.yaml:224:11
-  const int v11 = 4;
+  const int v17 = 4;
   // spec: specs/ssd_bwd.yaml:224:11
-  const int v12 = (kg::mod(v6, v11));
-  // spec: specs/ssd_bwd.yaml:223:11
-  const int v13 = 4;
-  // spec: specs/ssd_bwd.yaml:223:11
-  const int v14 = (kg::floordiv(v5, v13));
+  const int v18 = (kg::mod(v6, v17));
   // spec: specs/ssd_bwd.yaml:228:14
-  float v15[2];
+  float v19[2];
   {
-    const float* p_ = t_dA_cumsum + ((int64_t)(v9) * stride_dA_cumsum_0 + (int64_t)(v8) * stride_dA_cumsum_1 + (int64_t)(v14) * stride_dA_cumsum_2);
+    const float* p_ = t_dA_cumsum + ((int64_t)(v12) * stride_dA_cumsum_0 + (int64_t)(v10) * stride_dA_cumsum_1 + (int64_t)(v15) * stride_dA_cumsum_2);
     const bool aligned_ = false;
-    const int t0_ = v12 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+    const int t0_ = v18 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
   #pragma unroll
     for (int e = 0; e < 2; e += 1) {
       const int i0_ = t0_ + (e & 1) * 8;
       const int64_t off_ = (int64_t)i0_ * 1;
       const bool in_ = i0_ + 1 <= (256);
       if (aligned_ && in_) {
-        kg::copy_vec<1>(&v15[e], p_ + off_);
+        kg::copy_vec<1>(&v19[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          v15[e + v] = (i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
+          v19[e + v] = (i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
       }
     }
   }
   // spec: specs/ssd_bwd.yaml:229:14
-  float v16[2];
+  float v20[2];
   {
-    const float* p_ = t_dt_eff + ((int64_t)(v9) * stride_dt_eff_0 + (int64_t)(v8) * stride_dt_eff_1 + (int64_t)(v14) * stride_dt_eff_2);
+    const float* p_ = t_dt_eff + ((int64_t)(v12) * stride_dt_eff_0 + (int64_t)(v10) * stride_dt_eff_1 + (int64_t)(v15) * stride_dt_eff_2);
     const bool aligned_ = false;
-    const int t0_ = v12 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+    const int t0_ = v18 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
   #pragma unroll
     for (int e = 0; e < 2; e += 1) {
       const int i0_ = t0_ + (e & 1) * 8;
       const int64_t off_ = (int64_t)i0_ * 1;
       const bool in_ = i0_ + 1 <= (256);
       if (aligned_ && in_) {
-        kg::copy_vec<1>(&v16[e], p_ + off_);
+        kg::copy_vec<1>(&v20[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          v16[e + v] = (i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
+          v20[e + v] = (i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
       }
     }
   }
   // spec: specs/ssd_bwd.yaml:230:43
-  const int v17 = 255;
+  const int v21 = 255;
   // spec: specs/ssd_bwd.yaml:230:19
-  const float v18 = *(t_dA_cumsum + (int64_t)(v9) * stride_dA_cumsum_0 + (int64_t)(v8) * stride_dA_cumsum_1 + (int64_t)(v14) * stride_dA_cumsum_2 + (int64_t)(v17) * 1);
+  const float v22 = *(t_dA_cumsum + (int64_t)(v12) * stride_dA_cumsum_0 + (int64_t)(v10) * stride_dA_cumsum_1 + (int64_t)(v15) * stride_dA_cumsum_2 + (int64_t)(v21) * 1);
   // spec: specs/ssd_bwd.yaml:232:19
-  int v19[2];
+  int v23[2];
   {
-    const int* p_ = t_seq_idx + ((int64_t)(v9) * stride_seq_idx_0);
+    const int* p_ = t_seq_idx + ((int64_t)(v12) * stride_seq_idx_0);
     const bool aligned_ = false;
     const int t0_ = v7 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
   #pragma unroll
@@ -147,68 +170,44 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dx(const kg::bf16* __restrict__ t_
       const int64_t off_ = (int64_t)i0_ * 1;
       const bool in_ = i0_ + 1 <= (size_seqlen);
       if (aligned_ && in_) {
-        kg::copy_vec<1>(&v19[e], p_ + off_);
+        kg::copy_vec<1>(&v23[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          v19[e + v] = (i0_ + v < (size_seqlen)) ? p_[off_ + v] : 0;
+          v23[e + v] = (i0_ + v < (size_seqlen)) ? p_[off_ + v] : 0;
       }
     }
   }
   // spec: specs/ssd_bwd.yaml:233:50
-  const int v20 = 1;
+  const int v24 = 1;
   // spec: specs/ssd_bwd.yaml:233:58
-  const int v21 = 256;
+  const int v25 = 256;
   // spec: specs/ssd_bwd.yaml:233:59
-  const int v22 = 1;
+  const int v26 = 1;
   // spec: specs/ssd_bwd.yaml:233:59
-  const int v23 = (v14 + v22);
+  const int v27 = (v15 + v26);
   // spec: specs/ssd_bwd.yaml:233:58
-  const int v24 = (v23 * v21);
+  const int v28 = (v27 * v25);
   // spec: specs/ssd_bwd.yaml:233:50
-  const int v25 = (kg::min_(v24, v0));
+  const int v29 = (kg::min_(v28, v0));
   // spec: specs/ssd_bwd.yaml:233:50
-  const int v26 = (v25 - v20);
+  const int v30 = (v29 - v24);
   // spec: specs/ssd_bwd.yaml:233:34
-  const int v27 = *(t_seq_idx + (int64_t)(v9) * stride_seq_idx_0 + (int64_t)(v26) * 1);
-  // spec: specs/ssd_bwd.yaml:235:17
-  kg::bf16* v28 = reinterpret_cast<kg::bf16*>(smem + 0);
-  // spec: specs/ssd_bwd.yaml:222:17
-  const int v29 = (kg::floordiv(v2, v1));
-  // spec: specs/ssd_bwd.yaml:222:11
-  const int v30 = (kg::floordiv(v8, v29));
-  // spec: specs/ssd_bwd.yaml:235:21
-  kg::sync();
-  if ((true) && kg::thread_id() == 0) {
-    uint64_t* bar_ = &kg_bars[0];
-    kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
-    kg::mbar_expect_tx(bar_, 8192);
-    kg::tma_load_4d(&v28[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap0_B, bar_, 0, v30, v7 * 64, v9);
-  }
+  const int v31 = *(t_seq_idx + (int64_t)(v12) * stride_seq_idx_0 + (int64_t)(v30) * 1);
   // spec: specs/ssd_bwd.yaml:235:17
   kg::mbar_wait(&kg_bars[0], 0);
-  kg::sync();
-  // spec: specs/ssd_bwd.yaml:235:17
-  kg::bf16* v31 = reinterpret_cast<kg::bf16*>(smem + 8192);
-  // spec: specs/ssd_bwd.yaml:235:45
-  if ((true) && kg::thread_id() == 0) {
-    uint64_t* bar_ = &kg_bars[1];
-    kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
-    kg::mbar_expect_tx(bar_, 8192);
-    kg::tma_load_5d(&v31[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap1_out_grad_state, bar_, 0, 0, v8, v14, v9);
-  }
   // spec: specs/ssd_bwd.yaml:235:17
   kg::mbar_wait(&kg_bars[1], 0);
   kg::sync();
   // spec: specs/ssd_bwd.yaml:235:17
-  kg::bf16* v32 = v31;
+  kg::bf16* v32 = v13;
   // spec: specs/ssd_bwd.yaml:235:17
   float v33[32];
   // spec: specs/ssd_bwd.yaml:235:17
   float (&v34)[32] = v33;
   {
     const int wg_ = 0;
-    const uint64_t da_ = kg::wgmma_desc(v28, 16, 1024, 1);
+    const uint64_t da_ = kg::wgmma_desc(v8, 16, 1024, 1);
     const uint64_t db_ = kg::wgmma_desc(v32, 16, 1024, 1);
     kg::wgmma_fence();
   #pragma unroll
@@ -223,17 +222,17 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dx(const kg::bf16* __restrict__ t_
   // spec: specs/ssd_bwd.yaml:244:66
   float v35[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v35[e] = kg::cvt<float>(kg::f32(v10[e]));
+  for (int e = 0; e < 32; ++e) v35[e] = kg::cvt<float>(kg::f32(v16[e]));
   // spec: specs/ssd_bwd.yaml:233:19
   const float v36 = 0.0f;
   // spec: specs/ssd_bwd.yaml:233:25
   bool v37[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v37[e] = (v19[e] == v27);
+  for (int e = 0; e < 2; ++e) v37[e] = (v23[e] == v31);
   // spec: specs/ssd_bwd.yaml:230:19
   float v38[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v38[e] = (v18 - v15[e]);
+  for (int e = 0; e < 2; ++e) v38[e] = (v22 - v19[e]);
   // spec: specs/ssd_bwd.yaml:230:15
   float v39[2];
   #pragma unroll
@@ -282,12 +281,12 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dx(const kg::bf16* __restrict__ t_
   // spec: specs/ssd_bwd.yaml:244:56
   float v47[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v47[e] = (v46[e] * v16[e]);
+  for (int e = 0; e < 2; ++e) v47[e] = (v46[e] * v20[e]);
   // spec: specs/ssd_bwd.yaml:244:7
   if ((lane & 3) == 0 && (warp & 0) == 0) {
-    float* p_ = t_cs_state_grad + ((int64_t)(v9) * stride_cs_state_grad_0 + (int64_t)(v8) * stride_cs_state_grad_1 + (int64_t)(v14) * stride_cs_state_grad_2);
+    float* p_ = t_cs_state_grad + ((int64_t)(v12) * stride_cs_state_grad_0 + (int64_t)(v10) * stride_cs_state_grad_1 + (int64_t)(v15) * stride_cs_state_grad_2);
     const bool aligned_ = false;
-    const int t0_ = v12 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+    const int t0_ = v18 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
   #pragma unroll
     for (int e = 0; e < 2; e += 1) {
       const int i0_ = t0_ + (e & 1) * 8;
@@ -295,60 +294,60 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dx(const kg::bf16* __restrict__ t_
       if (i0_ + 1 <= (256)) p_[off_] = v47[e];
     }
   }
-  // spec: specs/ssd_bwd.yaml:259:17
+  // spec: specs/ssd_bwd.yaml:262:17
   kg::bf16* v48 = reinterpret_cast<kg::bf16*>(smem + 0);
-  // spec: specs/ssd_bwd.yaml:246:7
+  // spec: specs/ssd_bwd.yaml:247:7
   const int v49 = 0;
-  // spec: specs/ssd_bwd.yaml:246:7
+  // spec: specs/ssd_bwd.yaml:247:7
   kg::bf16* v50 = v48 + (v49 % 2) * 2048;
-  // spec: specs/ssd_bwd.yaml:247:23
+  // spec: specs/ssd_bwd.yaml:248:23
   const int v51 = 8;
-  // spec: specs/ssd_bwd.yaml:247:23
-  const int v52 = (v14 * v51);
-  // spec: specs/ssd_bwd.yaml:246:22
+  // spec: specs/ssd_bwd.yaml:248:23
+  const int v52 = (v15 * v51);
+  // spec: specs/ssd_bwd.yaml:247:22
   const int v53 = 32;
-  // spec: specs/ssd_bwd.yaml:246:22
+  // spec: specs/ssd_bwd.yaml:247:22
   const int v54 = 64;
-  // spec: specs/ssd_bwd.yaml:246:22
-  const int v55 = (v12 * v54);
-  // spec: specs/ssd_bwd.yaml:246:22
+  // spec: specs/ssd_bwd.yaml:247:22
+  const int v55 = (v18 * v54);
+  // spec: specs/ssd_bwd.yaml:247:22
   const int v56 = (kg::floordiv(v55, v53));
-  // spec: specs/ssd_bwd.yaml:247:23
+  // spec: specs/ssd_bwd.yaml:248:23
   const int v57 = (v52 + v56);
-  // spec: specs/ssd_bwd.yaml:246:46
+  // spec: specs/ssd_bwd.yaml:247:46
   const int v58 = 32;
-  // spec: specs/ssd_bwd.yaml:246:46
+  // spec: specs/ssd_bwd.yaml:247:46
   const int v59 = 31;
-  // spec: specs/ssd_bwd.yaml:246:51
+  // spec: specs/ssd_bwd.yaml:247:51
   const int v60 = 256;
-  // spec: specs/ssd_bwd.yaml:246:68
+  // spec: specs/ssd_bwd.yaml:247:68
   const int v61 = 256;
-  // spec: specs/ssd_bwd.yaml:246:68
-  const int v62 = (v14 * v61);
-  // spec: specs/ssd_bwd.yaml:246:59
+  // spec: specs/ssd_bwd.yaml:247:68
+  const int v62 = (v15 * v61);
+  // spec: specs/ssd_bwd.yaml:247:59
   const int v63 = (v0 - v62);
-  // spec: specs/ssd_bwd.yaml:246:51
+  // spec: specs/ssd_bwd.yaml:247:51
   const int v64 = (kg::min_(v63, v60));
-  // spec: specs/ssd_bwd.yaml:246:46
+  // spec: specs/ssd_bwd.yaml:247:46
   const int v65 = (v64 + v59);
-  // spec: specs/ssd_bwd.yaml:246:46
+  // spec: specs/ssd_bwd.yaml:247:46
   const int v66 = (kg::floordiv(v65, v58));
-  // spec: specs/ssd_bwd.yaml:246:7
+  // spec: specs/ssd_bwd.yaml:247:7
   const bool v67 = (v56 < v66);
-  // spec: specs/ssd_bwd.yaml:249:17
+  // spec: specs/ssd_bwd.yaml:250:17
   kg::sync();
   if ((v67) && kg::thread_id() == 0) {
     uint64_t* bar_ = &kg_bars[2 + v49 % 2];
     kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
     kg::mbar_expect_tx(bar_, 4096);
-    kg::tma_load_4d(&v50[((0) / 64 * 2048 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_dy, bar_, 0, v8, v57 * 32, v9);
+    kg::tma_load_4d(&v50[((0) / 64 * 2048 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_dy, bar_, 0, v10, v57 * 32, v12);
   }
-  // spec: specs/ssd_bwd.yaml:246:7
+  // spec: specs/ssd_bwd.yaml:247:7
   const bool v68 = (v56 < v66);
-  // spec: specs/ssd_bwd.yaml:250:18
+  // spec: specs/ssd_bwd.yaml:251:18
   float v69[8];
   {
-    const float* p_ = t_dA_cumsum + ((int64_t)(v9) * stride_dA_cumsum_0 + (int64_t)(v8) * stride_dA_cumsum_1 + (int64_t)(v14) * stride_dA_cumsum_2);
+    const float* p_ = t_dA_cumsum + ((int64_t)(v12) * stride_dA_cumsum_0 + (int64_t)(v10) * stride_dA_cumsum_1 + (int64_t)(v15) * stride_dA_cumsum_2);
     const bool aligned_ = kg::aligned(p_, 8) && stride_dA_cumsum_0 % 2 == 0 && stride_dA_cumsum_1 % 2 == 0 && stride_dA_cumsum_2 % 2 == 0;
     const int t0_ = v56 * 32 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
   #pragma unroll
@@ -365,13 +364,13 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dx(const kg::bf16* __restrict__ t_
       }
     }
   }
-  // spec: specs/ssd_bwd.yaml:254:17
+  // spec: specs/ssd_bwd.yaml:255:17
   float v70[16];
   {
-    const float* p_ = t_CB + ((int64_t)(v9) * stride_CB_0 + (int64_t)(v14) * stride_CB_1 + (int64_t)(v30) * stride_CB_2);
+    const float* p_ = t_CB + ((int64_t)(v12) * stride_CB_0 + (int64_t)(v15) * stride_CB_1 + (int64_t)(v11) * stride_CB_2);
     const bool aligned_ = false;
     const int t0_ = v56 * 32 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
-    const int t1_ = v12 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+    const int t1_ = v18 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
   #pragma unroll
     for (int e = 0; e < 16; e += 1) {
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
@@ -387,16 +386,16 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dx(const kg::bf16* __restrict__ t_
       }
     }
   }
-  // spec: specs/ssd_bwd.yaml:247:23
+  // spec: specs/ssd_bwd.yaml:248:23
   const int v71 = 8;
-  // spec: specs/ssd_bwd.yaml:247:23
-  const int v72 = (v14 * v71);
-  // spec: specs/ssd_bwd.yaml:247:23
+  // spec: specs/ssd_bwd.yaml:248:23
+  const int v72 = (v15 * v71);
+  // spec: specs/ssd_bwd.yaml:248:23
   const int v73 = (v72 + v56);
-  // spec: specs/ssd_bwd.yaml:257:51
+  // spec: specs/ssd_bwd.yaml:258:51
   int v74[8];
   {
-    const int* p_ = t_seq_idx + ((int64_t)(v9) * stride_seq_idx_0);
+    const int* p_ = t_seq_idx + ((int64_t)(v12) * stride_seq_idx_0);
     const bool aligned_ = kg::aligned(p_, 8) && stride_seq_idx_0 % 2 == 0;
     const int t0_ = v73 * 32 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
   #pragma unroll
@@ -413,285 +412,297 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dx(const kg::bf16* __restrict__ t_
       }
     }
   }
-  // spec: specs/ssd_bwd.yaml:264:71
-  float (&v75)[2] = v16;
-  // spec: specs/ssd_bwd.yaml:264:65
+  // spec: specs/ssd_bwd.yaml:267:71
+  float (&v75)[2] = v20;
+  // spec: specs/ssd_bwd.yaml:267:65
   float v76[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v76[e] = v75[((e >> 1) & 1) * 1];
-  // spec: specs/ssd_bwd.yaml:258:55
-  float (&v77)[2] = v15;
-  // spec: specs/ssd_bwd.yaml:258:39
-  float v78[16];
+  // spec: specs/ssd_bwd.yaml:246:15
+  const float v77 = 1.4426950408889634f;
+  // spec: specs/ssd_bwd.yaml:246:15
+  float v78[2];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v78[e] = v77[((e >> 1) & 1) * 1];
-  // spec: specs/ssd_bwd.yaml:257:33
-  int (&v79)[2] = v19;
-  // spec: specs/ssd_bwd.yaml:257:33
-  int v80[16];
+  for (int e = 0; e < 2; ++e) v78[e] = (v19[e] * v77);
+  // spec: specs/ssd_bwd.yaml:261:77
+  float (&v79)[2] = v78;
+  // spec: specs/ssd_bwd.yaml:261:40
+  float v80[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v80[e] = v79[((e >> 1) & 1) * 1];
+  // spec: specs/ssd_bwd.yaml:258:33
+  int (&v81)[2] = v23;
+  // spec: specs/ssd_bwd.yaml:258:33
+  int v82[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v82[e] = v81[((e >> 1) & 1) * 1];
   // spec: specs/ssd_bwd.yaml:226:34
-  int v81[2];
+  int v83[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v81[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8);
+  for (int e = 0; e < 2; ++e) v83[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8);
   // spec: specs/ssd_bwd.yaml:226:20
-  const int v82 = 64;
+  const int v84 = 64;
   // spec: specs/ssd_bwd.yaml:226:20
-  const int v83 = (v12 * v82);
+  const int v85 = (v18 * v84);
   // spec: specs/ssd_bwd.yaml:226:20
-  int v84[2];
+  int v86[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v84[e] = (v83 + v81[e]);
-  // spec: specs/ssd_bwd.yaml:255:19
-  int (&v85)[2] = v84;
-  // spec: specs/ssd_bwd.yaml:255:19
-  int v86[16];
+  for (int e = 0; e < 2; ++e) v86[e] = (v85 + v83[e]);
+  // spec: specs/ssd_bwd.yaml:256:19
+  int (&v87)[2] = v86;
+  // spec: specs/ssd_bwd.yaml:256:19
+  int v88[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v86[e] = v85[((e >> 1) & 1) * 1];
-  // spec: specs/ssd_bwd.yaml:246:46
-  const int v87 = 1;
+  for (int e = 0; e < 16; ++e) v88[e] = v87[((e >> 1) & 1) * 1];
+  // spec: specs/ssd_bwd.yaml:247:46
+  const int v89 = 1;
   // spec: specs/ssd_bwd.yaml:245:13
-  float v88[2];
-  #pragma unroll
-  for (int e = 0; e < 2; ++e) v88[e] = 0.0f;
-  // spec: specs/ssd_bwd.yaml:246:7
-
-  float v89[32];
-  #pragma unroll
-  for (int e = 0; e < 32; ++e) v89[e] = v44[e];
   float v90[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v90[e] = v88[e];
-  float v91[8];
+  for (int e = 0; e < 2; ++e) v90[e] = 0.0f;
+  // spec: specs/ssd_bwd.yaml:247:7
+
+  float v91[32];
   #pragma unroll
-  for (int e = 0; e < 8; ++e) v91[e] = v69[e];
-  float v92[16];
+  for (int e = 0; e < 32; ++e) v91[e] = v44[e];
+  float v92[2];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v92[e] = v70[e];
-  int v93[8];
+  for (int e = 0; e < 2; ++e) v92[e] = v90[e];
+  float v93[8];
   #pragma unroll
-  for (int e = 0; e < 8; ++e) v93[e] = v74[e];
-  for (int v94 = v56; v94 < v66; v94 += v87) {
-    float (&v95)[32] = v89;
-    float (&v96)[2] = v90;
-    float (&v97)[8] = v91;
-    float (&v98)[16] = v92;
-    int (&v99)[8] = v93;
+  for (int e = 0; e < 8; ++e) v93[e] = v69[e];
+  float v94[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v94[e] = v70[e];
+  int v95[8];
+  #pragma unroll
+  for (int e = 0; e < 8; ++e) v95[e] = v74[e];
+  for (int v96 = v56; v96 < v66; v96 += v89) {
+    float (&v97)[32] = v91;
+    float (&v98)[2] = v92;
+    float (&v99)[8] = v93;
+    float (&v100)[16] = v94;
+    int (&v101)[8] = v95;
     
-    // spec: specs/ssd_bwd.yaml:246:7
-    const int v100 = (v94 - v56);
-    // spec: specs/ssd_bwd.yaml:246:7
-    const int v101 = (kg::floordiv(v100, v87));
-    // spec: specs/ssd_bwd.yaml:246:7
-    kg::bf16* v102 = v48 + (v101 % 2) * 2048;
-    // spec: specs/ssd_bwd.yaml:247:23
-    const int v103 = 8;
-    // spec: specs/ssd_bwd.yaml:247:23
-    const int v104 = (v14 * v103);
-    // spec: specs/ssd_bwd.yaml:247:23
-    const int v105 = (v104 + v94);
-    // spec: specs/ssd_bwd.yaml:250:18
-    const int v106 = (v94 + v87);
-    // spec: specs/ssd_bwd.yaml:250:18
-    const bool v107 = (v106 < v66);
-    // spec: specs/ssd_bwd.yaml:250:18
-    float v108[8];
+    // spec: specs/ssd_bwd.yaml:247:7
+    const int v102 = (v96 - v56);
+    // spec: specs/ssd_bwd.yaml:247:7
+    const int v103 = (kg::floordiv(v102, v89));
+    // spec: specs/ssd_bwd.yaml:247:7
+    kg::bf16* v104 = v48 + (v103 % 2) * 2048;
+    // spec: specs/ssd_bwd.yaml:248:23
+    const int v105 = 8;
+    // spec: specs/ssd_bwd.yaml:248:23
+    const int v106 = (v15 * v105);
+    // spec: specs/ssd_bwd.yaml:248:23
+    const int v107 = (v106 + v96);
+    // spec: specs/ssd_bwd.yaml:251:18
+    const int v108 = (v96 + v89);
+    // spec: specs/ssd_bwd.yaml:251:18
+    const bool v109 = (v108 < v66);
+    // spec: specs/ssd_bwd.yaml:251:18
+    float v110[8];
     {
-      const float* p_ = t_dA_cumsum + ((int64_t)(v9) * stride_dA_cumsum_0 + (int64_t)(v8) * stride_dA_cumsum_1 + (int64_t)(v14) * stride_dA_cumsum_2);
+      const float* p_ = t_dA_cumsum + ((int64_t)(v12) * stride_dA_cumsum_0 + (int64_t)(v10) * stride_dA_cumsum_1 + (int64_t)(v15) * stride_dA_cumsum_2);
       const bool aligned_ = kg::aligned(p_, 8) && stride_dA_cumsum_0 % 2 == 0 && stride_dA_cumsum_1 % 2 == 0 && stride_dA_cumsum_2 % 2 == 0;
-      const int t0_ = v106 * 32 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
+      const int t0_ = v108 * 32 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
     #pragma unroll
       for (int e = 0; e < 8; e += 2) {
         const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16;
         const int64_t off_ = (int64_t)i0_ * 1;
-        const bool in_ = v107 && i0_ + 2 <= (256);
+        const bool in_ = v109 && i0_ + 2 <= (256);
         if (aligned_ && in_) {
-          kg::copy_vec<2>(&v108[e], p_ + off_);
+          kg::copy_vec<2>(&v110[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 2; ++v)
-            v108[e + v] = (v107 && i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
+            v110[e + v] = (v109 && i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
-    // spec: specs/ssd_bwd.yaml:254:17
-    const int v109 = (v94 + v87);
-    // spec: specs/ssd_bwd.yaml:254:17
-    const bool v110 = (v109 < v66);
-    // spec: specs/ssd_bwd.yaml:254:17
-    float v111[16];
+    // spec: specs/ssd_bwd.yaml:255:17
+    const int v111 = (v96 + v89);
+    // spec: specs/ssd_bwd.yaml:255:17
+    const bool v112 = (v111 < v66);
+    // spec: specs/ssd_bwd.yaml:255:17
+    float v113[16];
     {
-      const float* p_ = t_CB + ((int64_t)(v9) * stride_CB_0 + (int64_t)(v14) * stride_CB_1 + (int64_t)(v30) * stride_CB_2);
+      const float* p_ = t_CB + ((int64_t)(v12) * stride_CB_0 + (int64_t)(v15) * stride_CB_1 + (int64_t)(v11) * stride_CB_2);
       const bool aligned_ = false;
-      const int t0_ = v109 * 32 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
-      const int t1_ = v12 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+      const int t0_ = v111 * 32 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
+      const int t1_ = v18 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
     #pragma unroll
       for (int e = 0; e < 16; e += 1) {
         const int i0_ = t0_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
         const int i1_ = t1_ + ((e >> 1) & 1) * 8;
         const int64_t off_ = (int64_t)i0_ * stride_CB_3 + (int64_t)i1_ * 1;
-        const bool in_ = v110 && i0_ < (256) && i1_ + 1 <= (256);
+        const bool in_ = v112 && i0_ < (256) && i1_ + 1 <= (256);
         if (aligned_ && in_) {
-          kg::copy_vec<1>(&v111[e], p_ + off_);
+          kg::copy_vec<1>(&v113[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 1; ++v)
-            v111[e + v] = (v110 && i0_ < (256) && i1_ + v < (256)) ? p_[off_ + v] : 0.0f;
+            v113[e + v] = (v112 && i0_ < (256) && i1_ + v < (256)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
-    // spec: specs/ssd_bwd.yaml:247:23
-    const int v112 = 8;
-    // spec: specs/ssd_bwd.yaml:247:23
-    const int v113 = (v14 * v112);
-    // spec: specs/ssd_bwd.yaml:257:51
-    const int v114 = (v94 + v87);
-    // spec: specs/ssd_bwd.yaml:247:23
-    const int v115 = (v113 + v114);
-    // spec: specs/ssd_bwd.yaml:257:51
-    const bool v116 = (v114 < v66);
-    // spec: specs/ssd_bwd.yaml:257:51
-    int v117[8];
+    // spec: specs/ssd_bwd.yaml:248:23
+    const int v114 = 8;
+    // spec: specs/ssd_bwd.yaml:248:23
+    const int v115 = (v15 * v114);
+    // spec: specs/ssd_bwd.yaml:258:51
+    const int v116 = (v96 + v89);
+    // spec: specs/ssd_bwd.yaml:248:23
+    const int v117 = (v115 + v116);
+    // spec: specs/ssd_bwd.yaml:258:51
+    const bool v118 = (v116 < v66);
+    // spec: specs/ssd_bwd.yaml:258:51
+    int v119[8];
     {
-      const int* p_ = t_seq_idx + ((int64_t)(v9) * stride_seq_idx_0);
+      const int* p_ = t_seq_idx + ((int64_t)(v12) * stride_seq_idx_0);
       const bool aligned_ = kg::aligned(p_, 8) && stride_seq_idx_0 % 2 == 0;
-      const int t0_ = v115 * 32 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
+      const int t0_ = v117 * 32 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
     #pragma unroll
       for (int e = 0; e < 8; e += 2) {
         const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16;
         const int64_t off_ = (int64_t)i0_ * 1;
-        const bool in_ = v116 && i0_ + 2 <= (size_seqlen);
+        const bool in_ = v118 && i0_ + 2 <= (size_seqlen);
         if (aligned_ && in_) {
-          kg::copy_vec<2>(&v117[e], p_ + off_);
+          kg::copy_vec<2>(&v119[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 2; ++v)
-            v117[e + v] = (v116 && i0_ + v < (size_seqlen)) ? p_[off_ + v] : 0;
+            v119[e + v] = (v118 && i0_ + v < (size_seqlen)) ? p_[off_ + v] : 0;
         }
       }
     }
-    // spec: specs/ssd_bwd.yaml:259:17
-    kg::mbar_wait(&kg_bars[2 + v101 % 2], (v101 / 2) & 1);
+    // spec: specs/ssd_bwd.yaml:262:17
+    kg::mbar_wait(&kg_bars[2 + v103 % 2], (v103 / 2) & 1);
     kg::sync();
-    // spec: specs/ssd_bwd.yaml:246:7
-    const int v118 = 1;
-    // spec: specs/ssd_bwd.yaml:246:7
-    const int v119 = (v101 + v118);
-    // spec: specs/ssd_bwd.yaml:246:7
-    kg::bf16* v120 = v48 + (v119 % 2) * 2048;
-    // spec: specs/ssd_bwd.yaml:247:23
-    const int v121 = 8;
-    // spec: specs/ssd_bwd.yaml:247:23
-    const int v122 = (v14 * v121);
-    // spec: specs/ssd_bwd.yaml:249:17
-    const int v123 = (v94 + v87);
-    // spec: specs/ssd_bwd.yaml:247:23
-    const int v124 = (v122 + v123);
-    // spec: specs/ssd_bwd.yaml:249:17
-    const bool v125 = (v123 < v66);
-    // spec: specs/ssd_bwd.yaml:249:17
-    if ((v125) && kg::thread_id() == 0) {
-      uint64_t* bar_ = &kg_bars[2 + v119 % 2];
+    // spec: specs/ssd_bwd.yaml:247:7
+    const int v120 = 1;
+    // spec: specs/ssd_bwd.yaml:247:7
+    const int v121 = (v103 + v120);
+    // spec: specs/ssd_bwd.yaml:247:7
+    kg::bf16* v122 = v48 + (v121 % 2) * 2048;
+    // spec: specs/ssd_bwd.yaml:248:23
+    const int v123 = 8;
+    // spec: specs/ssd_bwd.yaml:248:23
+    const int v124 = (v15 * v123);
+    // spec: specs/ssd_bwd.yaml:250:17
+    const int v125 = (v96 + v89);
+    // spec: specs/ssd_bwd.yaml:248:23
+    const int v126 = (v124 + v125);
+    // spec: specs/ssd_bwd.yaml:250:17
+    const bool v127 = (v125 < v66);
+    // spec: specs/ssd_bwd.yaml:250:17
+    if ((v127) && kg::thread_id() == 0) {
+      uint64_t* bar_ = &kg_bars[2 + v121 % 2];
       kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
       kg::mbar_expect_tx(bar_, 4096);
-      kg::tma_load_4d(&v120[((0) / 64 * 2048 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_dy, bar_, 0, v8, v124 * 32, v9);
+      kg::tma_load_4d(&v122[((0) / 64 * 2048 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_dy, bar_, 0, v10, v126 * 32, v12);
     }
-    // spec: specs/ssd_bwd.yaml:258:16
-    const float v126 = 0.0f;
-    // spec: specs/ssd_bwd.yaml:258:39
-    float (&v127)[8] = v97;
-    // spec: specs/ssd_bwd.yaml:258:39
-    float v128[16];
+    // spec: specs/ssd_bwd.yaml:261:16
+    const float v128 = 0.0f;
+    // spec: specs/ssd_bwd.yaml:261:40
+    const float v129 = 1.4426950408889634f;
+    // spec: specs/ssd_bwd.yaml:261:40
+    float (&v130)[8] = v99;
+    // spec: specs/ssd_bwd.yaml:261:40
+    float v131[8];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v128[e] = v127[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4];
-    // spec: specs/ssd_bwd.yaml:258:39
-    float v129[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v129[e] = (v128[e] - v78[e]);
-    // spec: specs/ssd_bwd.yaml:258:35
-    float v130[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v130[e] = kg::exp_(v129[e]);
-    // spec: specs/ssd_bwd.yaml:254:17
-    float (&v131)[16] = v98;
-    // spec: specs/ssd_bwd.yaml:258:29
+    for (int e = 0; e < 8; ++e) v131[e] = (v130[e] * v129);
+    // spec: specs/ssd_bwd.yaml:261:40
     float v132[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v132[e] = (v131[e] * v130[e]);
-    // spec: specs/ssd_bwd.yaml:257:51
-    int (&v133)[8] = v99;
-    // spec: specs/ssd_bwd.yaml:257:33
-    int v134[16];
+    for (int e = 0; e < 16; ++e) v132[e] = v131[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4];
+    // spec: specs/ssd_bwd.yaml:261:40
+    float v133[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v134[e] = v133[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4];
-    // spec: specs/ssd_bwd.yaml:257:33
-    bool v135[16];
+    for (int e = 0; e < 16; ++e) v133[e] = (v132[e] - v80[e]);
+    // spec: specs/ssd_bwd.yaml:261:35
+    float v134[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v135[e] = (v80[e] == v134[e]);
-    // spec: specs/ssd_bwd.yaml:255:97
-    const int v136 = 256;
-    // spec: specs/ssd_bwd.yaml:255:97
-    const int v137 = (v14 * v136);
-    // spec: specs/ssd_bwd.yaml:255:88
-    const int v138 = (v0 - v137);
-    // spec: specs/ssd_bwd.yaml:248:38
-    int v139[8];
+    for (int e = 0; e < 16; ++e) v134[e] = kg::exp2_(v133[e]);
+    // spec: specs/ssd_bwd.yaml:255:17
+    float (&v135)[16] = v100;
+    // spec: specs/ssd_bwd.yaml:261:29
+    float v136[16];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v139[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16);
-    // spec: specs/ssd_bwd.yaml:248:24
-    const int v140 = 32;
-    // spec: specs/ssd_bwd.yaml:248:24
-    const int v141 = (v94 * v140);
-    // spec: specs/ssd_bwd.yaml:248:24
-    int v142[8];
+    for (int e = 0; e < 16; ++e) v136[e] = (v135[e] * v134[e]);
+    // spec: specs/ssd_bwd.yaml:258:51
+    int (&v137)[8] = v101;
+    // spec: specs/ssd_bwd.yaml:258:33
+    int v138[16];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v142[e] = (v141 + v139[e]);
-    // spec: specs/ssd_bwd.yaml:255:66
-    int (&v143)[8] = v142;
-    // spec: specs/ssd_bwd.yaml:255:66
-    bool v144[8];
+    for (int e = 0; e < 16; ++e) v138[e] = v137[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4];
+    // spec: specs/ssd_bwd.yaml:258:33
+    bool v139[16];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v144[e] = (v143[e] < v138);
-    // spec: specs/ssd_bwd.yaml:255:19
-    bool v145[16];
+    for (int e = 0; e < 16; ++e) v139[e] = (v82[e] == v138[e]);
+    // spec: specs/ssd_bwd.yaml:256:97
+    const int v140 = 256;
+    // spec: specs/ssd_bwd.yaml:256:97
+    const int v141 = (v15 * v140);
+    // spec: specs/ssd_bwd.yaml:256:88
+    const int v142 = (v0 - v141);
+    // spec: specs/ssd_bwd.yaml:249:38
+    int v143[8];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v145[e] = v144[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4];
-    // spec: specs/ssd_bwd.yaml:255:42
-    int (&v146)[8] = v142;
-    // spec: specs/ssd_bwd.yaml:255:19
-    int v147[16];
+    for (int e = 0; e < 8; ++e) v143[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16);
+    // spec: specs/ssd_bwd.yaml:249:24
+    const int v144 = 32;
+    // spec: specs/ssd_bwd.yaml:249:24
+    const int v145 = (v96 * v144);
+    // spec: specs/ssd_bwd.yaml:249:24
+    int v146[8];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v147[e] = v146[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4];
-    // spec: specs/ssd_bwd.yaml:255:19
-    bool v148[16];
+    for (int e = 0; e < 8; ++e) v146[e] = (v145 + v143[e]);
+    // spec: specs/ssd_bwd.yaml:256:66
+    int (&v147)[8] = v146;
+    // spec: specs/ssd_bwd.yaml:256:66
+    bool v148[8];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v148[e] = (v86[e] <= v147[e]);
-    // spec: specs/ssd_bwd.yaml:255:19
+    for (int e = 0; e < 8; ++e) v148[e] = (v147[e] < v142);
+    // spec: specs/ssd_bwd.yaml:256:19
     bool v149[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v149[e] = (v148[e] && v145[e]);
-    // spec: specs/ssd_bwd.yaml:257:23
-    bool v150[16];
+    for (int e = 0; e < 16; ++e) v149[e] = v148[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4];
+    // spec: specs/ssd_bwd.yaml:256:42
+    int (&v150)[8] = v146;
+    // spec: specs/ssd_bwd.yaml:256:19
+    int v151[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v150[e] = (v149[e] && v135[e]);
-    // spec: specs/ssd_bwd.yaml:258:16
-    float v151[16];
+    for (int e = 0; e < 16; ++e) v151[e] = v150[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4];
+    // spec: specs/ssd_bwd.yaml:256:19
+    bool v152[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v151[e] = (v150[e] ? v132[e] : v126);
-    // spec: specs/ssd_bwd.yaml:259:21
-    kg::bf16 v152[16];
+    for (int e = 0; e < 16; ++e) v152[e] = (v88[e] <= v151[e]);
+    // spec: specs/ssd_bwd.yaml:256:19
+    bool v153[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v152[e] = kg::cvt<kg::bf16>(v151[e]);
-    // spec: specs/ssd_bwd.yaml:259:17
-    float (&v153)[32] = v95;
+    for (int e = 0; e < 16; ++e) v153[e] = (v152[e] && v149[e]);
+    // spec: specs/ssd_bwd.yaml:258:23
+    bool v154[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v154[e] = (v153[e] && v139[e]);
+    // spec: specs/ssd_bwd.yaml:261:16
+    float v155[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v155[e] = (v154[e] ? v136[e] : v128);
+    // spec: specs/ssd_bwd.yaml:262:21
+    kg::bf16 v156[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v156[e] = kg::cvt<kg::bf16>(v155[e]);
+    // spec: specs/ssd_bwd.yaml:262:17
+    float (&v157)[32] = v97;
     {
       const int wg_ = 0;
-      const uint64_t db_ = kg::wgmma_desc(v102, 4096, 1024, 1);
+      const uint64_t db_ = kg::wgmma_desc(v104, 4096, 1024, 1);
       // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
       // (ptxas would then insert a warpgroup.arrive, C7519)
     #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v153[e]);
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v157[e]);
       kg::wgmma_fence();
     #pragma unroll
       for (int ks = 0; ks < 2; ++ks)
@@ -699,18 +710,18 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dx(const kg::bf16* __restrict__ t_
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n64k16_bf16_rs<1>(&v153[(rm * 1 + rn) * 32], &v152[(rm * 2 + ks) * 8], db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 2048 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
+            kg::wgmma_m64n64k16_bf16_rs<1>(&v157[(rm * 1 + rn) * 32], &v156[(rm * 2 + ks) * 8], db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 2048 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
       kg::wgmma_commit();
     }
-    // spec: specs/ssd_bwd.yaml:262:17
-    kg::bf16* v154 = v102;
-    // spec: specs/ssd_bwd.yaml:262:17
-    float v155[16];
-    // spec: specs/ssd_bwd.yaml:262:17
-    float (&v156)[16] = v155;
+    // spec: specs/ssd_bwd.yaml:265:17
+    kg::bf16* v158 = v104;
+    // spec: specs/ssd_bwd.yaml:265:17
+    float v159[16];
+    // spec: specs/ssd_bwd.yaml:265:17
+    float (&v160)[16] = v159;
     {
       const int wg_ = 0;
-      const uint64_t db_ = kg::wgmma_desc(v154, 16, 1024, 1);
+      const uint64_t db_ = kg::wgmma_desc(v158, 16, 1024, 1);
       kg::wgmma_fence();
     #pragma unroll
       for (int ks = 0; ks < 4; ++ks)
@@ -718,70 +729,69 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dx(const kg::bf16* __restrict__ t_
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n32k16_bf16_rs<0>(&v156[(rm * 1 + rn) * 16], &v10[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 64 * 2048 + (((wg_ % 1) * 32 + rn * 32)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 32 + rn * 32)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
+            kg::wgmma_m64n32k16_bf16_rs<0>(&v160[(rm * 1 + rn) * 16], &v16[(rm * 4 + ks) * 8], db_ + (((((ks * 16)) / 64 * 2048 + (((wg_ % 1) * 32 + rn * 32)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 32 + rn * 32)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
       kg::wgmma_commit();
     }
+    // spec: specs/ssd_bwd.yaml:265:17
+    kg::wgmma_wait<0>();
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) kg::fence_operand(v160[e]);
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v16)[e]);
+    float (&v161)[16] = v160;
     // spec: specs/ssd_bwd.yaml:262:17
     kg::wgmma_wait<0>();
     #pragma unroll
-    for (int e = 0; e < 16; ++e) kg::fence_operand(v156[e]);
+    for (int e = 0; e < 32; ++e) kg::fence_operand(v157[e]);
     #pragma unroll
-    for (int e = 0; e < 16; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v10)[e]);
-    float (&v157)[16] = v156;
-    // spec: specs/ssd_bwd.yaml:259:17
-    kg::wgmma_wait<0>();
+    for (int e = 0; e < 8; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v156)[e]);
+    float (&v162)[32] = v157;
+    // spec: specs/ssd_bwd.yaml:265:17
+    float v163[16];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) kg::fence_operand(v153[e]);
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v152)[e]);
-    float (&v158)[32] = v153;
-    // spec: specs/ssd_bwd.yaml:262:17
-    float v159[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v159[e] = (v157[e] * v151[e]);
-    // spec: specs/ssd_bwd.yaml:263:23
-    float v160[2];
+    for (int e = 0; e < 16; ++e) v163[e] = (v161[e] * v155[e]);
+    // spec: specs/ssd_bwd.yaml:266:23
+    float v164[2];
     {
-      float r160[2];
+      float r164[2];
     #pragma unroll
-      for (int e = 0; e < 2; ++e) r160[e] = 0.0f;
+      for (int e = 0; e < 2; ++e) r164[e] = 0.0f;
     #pragma unroll
       for (int e = 0; e < 16; ++e) {
-        const float a_ = r160[((e >> 1) & 1) * 1], b_ = (float)(v159[e]);
-        r160[((e >> 1) & 1) * 1] = a_ + b_;
+        const float a_ = r164[((e >> 1) & 1) * 1], b_ = (float)(v163[e]);
+        r164[((e >> 1) & 1) * 1] = a_ + b_;
       }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r160[e], b_ = kg::shfl_xor(a_, 1); r160[e] = a_ + b_; }
+      for (int e = 0; e < 2; ++e) { const float a_ = r164[e], b_ = kg::shfl_xor(a_, 1); r164[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r160[e], b_ = kg::shfl_xor(a_, 2); r160[e] = a_ + b_; }
+      for (int e = 0; e < 2; ++e) { const float a_ = r164[e], b_ = kg::shfl_xor(a_, 2); r164[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) v160[e] = kg::cvt<float>(r160[e]);
+      for (int e = 0; e < 2; ++e) v164[e] = kg::cvt<float>(r164[e]);
     }
-    // spec: specs/ssd_bwd.yaml:264:65
-    float v161[16];
+    // spec: specs/ssd_bwd.yaml:267:65
+    float v165[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v161[e] = (v159[e] * v76[e]);
-    // spec: specs/ssd_bwd.yaml:264:61
-    float v162[8];
+    for (int e = 0; e < 16; ++e) v165[e] = (v163[e] * v76[e]);
+    // spec: specs/ssd_bwd.yaml:267:61
+    float v166[8];
     {
-      float r162[8];
+      float r166[8];
     #pragma unroll
-      for (int e = 0; e < 8; ++e) r162[e] = 0.0f;
+      for (int e = 0; e < 8; ++e) r166[e] = 0.0f;
     #pragma unroll
       for (int e = 0; e < 16; ++e) {
-        const float a_ = r162[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4], b_ = (float)(v161[e]);
-        r162[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4] = a_ + b_;
+        const float a_ = r166[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4], b_ = (float)(v165[e]);
+        r166[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4] = a_ + b_;
       }
     #pragma unroll
-      for (int e = 0; e < 8; ++e) { const float a_ = r162[e], b_ = kg::shfl_xor(a_, 4); r162[e] = a_ + b_; }
+      for (int e = 0; e < 8; ++e) { const float a_ = r166[e], b_ = kg::shfl_xor(a_, 4); r166[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 8; ++e) { const float a_ = r162[e], b_ = kg::shfl_xor(a_, 8); r162[e] = a_ + b_; }
+      for (int e = 0; e < 8; ++e) { const float a_ = r166[e], b_ = kg::shfl_xor(a_, 8); r166[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 8; ++e) { const float a_ = r162[e], b_ = kg::shfl_xor(a_, 16); r162[e] = a_ + b_; }
+      for (int e = 0; e < 8; ++e) { const float a_ = r166[e], b_ = kg::shfl_xor(a_, 16); r166[e] = a_ + b_; }
       float* scratch_ = reinterpret_cast<float*>(smem + 8192);
-      kg::sync();
     #pragma unroll
-      for (int e = 0; e < 8; ++e) scratch_[warp * 32 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16)) * 1] = r162[e];
+      for (int e = 0; e < 8; ++e) scratch_[warp * 32 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16)) * 1] = r166[e];
       kg::sync();
     #pragma unroll
       for (int e = 0; e < 8; ++e) {
@@ -789,109 +799,128 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dx(const kg::bf16* __restrict__ t_
         { const float b_ = scratch_[(warp ^ 1) * 32 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16)) * 1]; a_ = a_ + b_; }
         { const float b_ = scratch_[(warp ^ 2) * 32 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16)) * 1]; a_ = a_ + b_; }
         { const float b_ = scratch_[(warp ^ 3) * 32 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16)) * 1]; a_ = a_ + b_; }
-        r162[e] = a_;
+        r166[e] = a_;
       }
     #pragma unroll
-      for (int e = 0; e < 8; ++e) v162[e] = kg::cvt<float>(r162[e]);
+      for (int e = 0; e < 8; ++e) v166[e] = kg::cvt<float>(r166[e]);
     }
-    // spec: specs/ssd_bwd.yaml:264:11
+    // spec: specs/ssd_bwd.yaml:267:11
     if ((lane & 28) == 0 && (warp & 3) == 0) {
-      float* p_ = t_cs_tgt_part + ((int64_t)(v9) * stride_cs_tgt_part_0 + (int64_t)(v8) * stride_cs_tgt_part_1 + (int64_t)(v14) * stride_cs_tgt_part_2 + (int64_t)(v12) * stride_cs_tgt_part_3);
+      float* p_ = t_cs_tgt_part + ((int64_t)(v12) * stride_cs_tgt_part_0 + (int64_t)(v10) * stride_cs_tgt_part_1 + (int64_t)(v15) * stride_cs_tgt_part_2 + (int64_t)(v18) * stride_cs_tgt_part_3);
       const bool aligned_ = kg::aligned(p_, 8) && stride_cs_tgt_part_0 % 2 == 0 && stride_cs_tgt_part_1 % 2 == 0 && stride_cs_tgt_part_2 % 2 == 0 && stride_cs_tgt_part_3 % 2 == 0;
-      const int t0_ = v94 * 32 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
+      const int t0_ = v96 * 32 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
     #pragma unroll
       for (int e = 0; e < 8; e += 2) {
         const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16;
         const int64_t off_ = (int64_t)i0_ * 1;
         if (aligned_ && i0_ + 2 <= (256)) {
-          kg::copy_vec<2>(p_ + off_, &v162[e]);
+          kg::copy_vec<2>(p_ + off_, &v166[e]);
         } else {
     #pragma unroll
           for (int v = 0; v < 2; ++v)
-            if (i0_ + v < (256)) p_[off_ + v] = v162[e + v];
+            if (i0_ + v < (256)) p_[off_ + v] = v166[e + v];
         }
       }
     }
-    // spec: specs/ssd_bwd.yaml:263:17
-    float v163[2];
+    // spec: specs/ssd_bwd.yaml:266:17
+    float v167[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v163[e] = (v96[e] - v160[e]);
-    // spec: specs/ssd_bwd.yaml:264:11
+    for (int e = 0; e < 2; ++e) v167[e] = (v98[e] - v164[e]);
+    // spec: specs/ssd_bwd.yaml:267:11
 
     float y0_[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y0_[e] = v158[e];
+    for (int e = 0; e < 32; ++e) y0_[e] = v162[e];
     float y1_[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) y1_[e] = v163[e];
+    for (int e = 0; e < 2; ++e) y1_[e] = v167[e];
     float y2_[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) y2_[e] = v108[e];
+    for (int e = 0; e < 8; ++e) y2_[e] = v110[e];
     float y3_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y3_[e] = v111[e];
+    for (int e = 0; e < 16; ++e) y3_[e] = v113[e];
     int y4_[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) y4_[e] = v117[e];
+    for (int e = 0; e < 8; ++e) y4_[e] = v119[e];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v89[e] = y0_[e];
+    for (int e = 0; e < 32; ++e) v91[e] = y0_[e];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v90[e] = y1_[e];
+    for (int e = 0; e < 2; ++e) v92[e] = y1_[e];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v91[e] = y2_[e];
+    for (int e = 0; e < 8; ++e) v93[e] = y2_[e];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v92[e] = y3_[e];
+    for (int e = 0; e < 16; ++e) v94[e] = y3_[e];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v93[e] = y4_[e];
+    for (int e = 0; e < 8; ++e) v95[e] = y4_[e];
   }
-  // spec: specs/ssd_bwd.yaml:246:7
+  // spec: specs/ssd_bwd.yaml:247:7
   if (kg::thread_id() == 0) {
-    const int n_ = kg::cdiv(kg::max_(v66 - v56, 0), v87);
+    const int n_ = kg::cdiv(kg::max_(v66 - v56, 0), v89);
     if (((n_ + 1) / 2) & 1) kg::mbar_arrive(&kg_bars[2]);
     if (((n_ + 0) / 2) & 1) kg::mbar_arrive(&kg_bars[3]);
   }
-  // spec: specs/ssd_bwd.yaml:265:64
-  float v164[32];
+  // spec: specs/ssd_bwd.yaml:275:16
+  kg::bf16* v168 = reinterpret_cast<kg::bf16*>(smem + 0);
+  // spec: specs/ssd_bwd.yaml:275:20
+  kg::sync();
+  if ((true) && kg::thread_id() == 0) {
+    uint64_t* bar_ = &kg_bars[4];
+    kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+    kg::mbar_expect_tx(bar_, 8192);
+    kg::tma_load_4d(&v168[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap3_C, bar_, 0, v11, v7 * 64, v12);
+  }
+  // spec: specs/ssd_bwd.yaml:275:16
+  kg::bf16* v169 = reinterpret_cast<kg::bf16*>(smem + 8192);
+  // spec: specs/ssd_bwd.yaml:275:44
+  if ((true) && kg::thread_id() == 0) {
+    uint64_t* bar_ = &kg_bars[5];
+    kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+    kg::mbar_expect_tx(bar_, 8192);
+    kg::tma_load_5d(&v169[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap4_prev_states, bar_, 0, 0, v10, v15, v12);
+  }
+  // spec: specs/ssd_bwd.yaml:268:64
+  float v170[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v164[e] = kg::cvt<float>(kg::f32(v10[e]));
-  // spec: specs/ssd_bwd.yaml:265:58
-  float v165[32];
+  for (int e = 0; e < 32; ++e) v170[e] = kg::cvt<float>(kg::f32(v16[e]));
+  // spec: specs/ssd_bwd.yaml:268:58
+  float v171[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v165[e] = (v89[e] * v164[e]);
-  // spec: specs/ssd_bwd.yaml:265:54
-  float v166[2];
+  for (int e = 0; e < 32; ++e) v171[e] = (v91[e] * v170[e]);
+  // spec: specs/ssd_bwd.yaml:268:54
+  float v172[2];
   {
-    float r166[2];
+    float r172[2];
   #pragma unroll
-    for (int e = 0; e < 2; ++e) r166[e] = 0.0f;
+    for (int e = 0; e < 2; ++e) r172[e] = 0.0f;
   #pragma unroll
     for (int e = 0; e < 32; ++e) {
-      const float a_ = r166[((e >> 1) & 1) * 1], b_ = (float)(v165[e]);
-      r166[((e >> 1) & 1) * 1] = a_ + b_;
+      const float a_ = r172[((e >> 1) & 1) * 1], b_ = (float)(v171[e]);
+      r172[((e >> 1) & 1) * 1] = a_ + b_;
     }
   #pragma unroll
-    for (int e = 0; e < 2; ++e) { const float a_ = r166[e], b_ = kg::shfl_xor(a_, 1); r166[e] = a_ + b_; }
+    for (int e = 0; e < 2; ++e) { const float a_ = r172[e], b_ = kg::shfl_xor(a_, 1); r172[e] = a_ + b_; }
   #pragma unroll
-    for (int e = 0; e < 2; ++e) { const float a_ = r166[e], b_ = kg::shfl_xor(a_, 2); r166[e] = a_ + b_; }
+    for (int e = 0; e < 2; ++e) { const float a_ = r172[e], b_ = kg::shfl_xor(a_, 2); r172[e] = a_ + b_; }
   #pragma unroll
-    for (int e = 0; e < 2; ++e) v166[e] = kg::cvt<float>(r166[e]);
+    for (int e = 0; e < 2; ++e) v172[e] = kg::cvt<float>(r172[e]);
   }
-  // spec: specs/ssd_bwd.yaml:265:7
+  // spec: specs/ssd_bwd.yaml:268:7
   if ((lane & 3) == 0 && (warp & 0) == 0) {
-    float* p_ = t_dt_src_grad + ((int64_t)(v9) * stride_dt_src_grad_0 + (int64_t)(v8) * stride_dt_src_grad_1 + (int64_t)(v14) * stride_dt_src_grad_2);
+    float* p_ = t_dt_src_grad + ((int64_t)(v12) * stride_dt_src_grad_0 + (int64_t)(v10) * stride_dt_src_grad_1 + (int64_t)(v15) * stride_dt_src_grad_2);
     const bool aligned_ = false;
-    const int t0_ = v12 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+    const int t0_ = v18 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
   #pragma unroll
     for (int e = 0; e < 2; e += 1) {
       const int i0_ = t0_ + (e & 1) * 8;
       const int64_t off_ = (int64_t)i0_ * 1;
-      if (i0_ + 1 <= (256)) p_[off_] = v166[e];
+      if (i0_ + 1 <= (256)) p_[off_] = v172[e];
     }
   }
-  // spec: specs/ssd_bwd.yaml:266:13
-  kg::bf16 v167[32];
+  // spec: specs/ssd_bwd.yaml:269:13
+  kg::bf16 v173[32];
   {
-    const kg::bf16* p_ = t_dy + ((int64_t)(v9) * stride_dy_0 + (int64_t)(v8) * stride_dy_2);
+    const kg::bf16* p_ = t_dy + ((int64_t)(v12) * stride_dy_0 + (int64_t)(v10) * stride_dy_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dy_0 % 2 == 0 && stride_dy_1 % 2 == 0 && stride_dy_2 % 2 == 0;
     const int t0_ = v7 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
     const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
@@ -902,63 +931,43 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dx(const kg::bf16* __restrict__ t_
       const int64_t off_ = (int64_t)i0_ * stride_dy_1 + (int64_t)i1_ * 1;
       const bool in_ = i0_ < (size_seqlen);
       if (aligned_ && in_) {
-        kg::copy_vec<2>(&v167[e], p_ + off_);
+        kg::copy_vec<2>(&v173[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          v167[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v173[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
-  // spec: specs/ssd_bwd.yaml:270:65
-  const int v168 = 0;
-  // spec: specs/ssd_bwd.yaml:270:73
-  const int v169 = 1;
-  // spec: specs/ssd_bwd.yaml:270:73
-  const int v170 = 256;
-  // spec: specs/ssd_bwd.yaml:270:73
-  const int v171 = (v14 * v170);
-  // spec: specs/ssd_bwd.yaml:270:73
-  const int v172 = (v171 - v169);
-  // spec: specs/ssd_bwd.yaml:270:65
-  const int v173 = (kg::max_(v172, v168));
-  // spec: specs/ssd_bwd.yaml:270:49
-  const int v174 = *(t_seq_idx + (int64_t)(v9) * stride_seq_idx_0 + (int64_t)(v173) * 1);
-  // spec: specs/ssd_bwd.yaml:272:16
-  kg::bf16* v175 = reinterpret_cast<kg::bf16*>(smem + 0);
-  // spec: specs/ssd_bwd.yaml:272:20
-  kg::sync();
-  if ((true) && kg::thread_id() == 0) {
-    uint64_t* bar_ = &kg_bars[4];
-    kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
-    kg::mbar_expect_tx(bar_, 8192);
-    kg::tma_load_4d(&v175[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap3_C, bar_, 0, v30, v7 * 64, v9);
-  }
-  // spec: specs/ssd_bwd.yaml:272:16
+  // spec: specs/ssd_bwd.yaml:273:65
+  const int v174 = 0;
+  // spec: specs/ssd_bwd.yaml:273:73
+  const int v175 = 1;
+  // spec: specs/ssd_bwd.yaml:273:73
+  const int v176 = 256;
+  // spec: specs/ssd_bwd.yaml:273:73
+  const int v177 = (v15 * v176);
+  // spec: specs/ssd_bwd.yaml:273:73
+  const int v178 = (v177 - v175);
+  // spec: specs/ssd_bwd.yaml:273:65
+  const int v179 = (kg::max_(v178, v174));
+  // spec: specs/ssd_bwd.yaml:273:49
+  const int v180 = *(t_seq_idx + (int64_t)(v12) * stride_seq_idx_0 + (int64_t)(v179) * 1);
+  // spec: specs/ssd_bwd.yaml:275:16
   kg::mbar_wait(&kg_bars[4], 0);
-  kg::sync();
-  // spec: specs/ssd_bwd.yaml:272:16
-  kg::bf16* v176 = reinterpret_cast<kg::bf16*>(smem + 8192);
-  // spec: specs/ssd_bwd.yaml:272:44
-  if ((true) && kg::thread_id() == 0) {
-    uint64_t* bar_ = &kg_bars[5];
-    kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
-    kg::mbar_expect_tx(bar_, 8192);
-    kg::tma_load_5d(&v176[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap4_prev_states, bar_, 0, 0, v8, v14, v9);
-  }
-  // spec: specs/ssd_bwd.yaml:272:16
+  // spec: specs/ssd_bwd.yaml:275:16
   kg::mbar_wait(&kg_bars[5], 0);
   kg::sync();
-  // spec: specs/ssd_bwd.yaml:272:16
-  kg::bf16* v177 = v176;
-  // spec: specs/ssd_bwd.yaml:272:16
-  float v178[32];
-  // spec: specs/ssd_bwd.yaml:272:16
-  float (&v179)[32] = v178;
+  // spec: specs/ssd_bwd.yaml:275:16
+  kg::bf16* v181 = v169;
+  // spec: specs/ssd_bwd.yaml:275:16
+  float v182[32];
+  // spec: specs/ssd_bwd.yaml:275:16
+  float (&v183)[32] = v182;
   {
     const int wg_ = 0;
-    const uint64_t da_ = kg::wgmma_desc(v175, 16, 1024, 1);
-    const uint64_t db_ = kg::wgmma_desc(v177, 16, 1024, 1);
+    const uint64_t da_ = kg::wgmma_desc(v168, 16, 1024, 1);
+    const uint64_t db_ = kg::wgmma_desc(v181, 16, 1024, 1);
     kg::wgmma_fence();
   #pragma unroll
     for (int ks = 0; ks < 4; ++ks)
@@ -966,119 +975,119 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dx(const kg::bf16* __restrict__ t_
       for (int rm = 0; rm < 1; ++rm)
   #pragma unroll
         for (int rn = 0; rn < 1; ++rn)
-          kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v179[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
+          kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v183[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
     kg::wgmma_commit();
   }
-  // spec: specs/ssd_bwd.yaml:277:28
-  float v180[32];
+  // spec: specs/ssd_bwd.yaml:280:28
+  float v184[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v180[e] = kg::cvt<float>(kg::f32(v167[e]));
-  // spec: specs/ssd_bwd.yaml:272:16
+  for (int e = 0; e < 32; ++e) v184[e] = kg::cvt<float>(kg::f32(v173[e]));
+  // spec: specs/ssd_bwd.yaml:275:16
   kg::wgmma_wait<0>();
   #pragma unroll
-  for (int e = 0; e < 32; ++e) kg::fence_operand(v179[e]);
-  float (&v181)[32] = v179;
-  // spec: specs/ssd_bwd.yaml:277:23
-  float v182[32];
+  for (int e = 0; e < 32; ++e) kg::fence_operand(v183[e]);
+  float (&v185)[32] = v183;
+  // spec: specs/ssd_bwd.yaml:280:23
+  float v186[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v182[e] = (v181[e] * v180[e]);
-  // spec: specs/ssd_bwd.yaml:277:19
-  float v183[2];
+  for (int e = 0; e < 32; ++e) v186[e] = (v185[e] * v184[e]);
+  // spec: specs/ssd_bwd.yaml:280:19
+  float v187[2];
   {
-    float r183[2];
+    float r187[2];
   #pragma unroll
-    for (int e = 0; e < 2; ++e) r183[e] = 0.0f;
+    for (int e = 0; e < 2; ++e) r187[e] = 0.0f;
   #pragma unroll
     for (int e = 0; e < 32; ++e) {
-      const float a_ = r183[((e >> 1) & 1) * 1], b_ = (float)(v182[e]);
-      r183[((e >> 1) & 1) * 1] = a_ + b_;
+      const float a_ = r187[((e >> 1) & 1) * 1], b_ = (float)(v186[e]);
+      r187[((e >> 1) & 1) * 1] = a_ + b_;
     }
   #pragma unroll
-    for (int e = 0; e < 2; ++e) { const float a_ = r183[e], b_ = kg::shfl_xor(a_, 1); r183[e] = a_ + b_; }
+    for (int e = 0; e < 2; ++e) { const float a_ = r187[e], b_ = kg::shfl_xor(a_, 1); r187[e] = a_ + b_; }
   #pragma unroll
-    for (int e = 0; e < 2; ++e) { const float a_ = r183[e], b_ = kg::shfl_xor(a_, 2); r183[e] = a_ + b_; }
+    for (int e = 0; e < 2; ++e) { const float a_ = r187[e], b_ = kg::shfl_xor(a_, 2); r187[e] = a_ + b_; }
   #pragma unroll
-    for (int e = 0; e < 2; ++e) v183[e] = kg::cvt<float>(r183[e]);
+    for (int e = 0; e < 2; ++e) v187[e] = kg::cvt<float>(r187[e]);
   }
-  // spec: specs/ssd_bwd.yaml:278:54
-  float v184[2];
+  // spec: specs/ssd_bwd.yaml:281:54
+  float v188[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v184[e] = (v90[e] * v16[e]);
-  // spec: specs/ssd_bwd.yaml:270:21
-  const float v185 = 0.0f;
-  // spec: specs/ssd_bwd.yaml:270:36
-  const int v186 = 0;
-  // spec: specs/ssd_bwd.yaml:270:42
-  const int v187 = 0;
-  // spec: specs/ssd_bwd.yaml:270:42
-  const bool v188 = (v14 > v187);
-  // spec: specs/ssd_bwd.yaml:270:36
-  const int v189 = (v188 ? v174 : v186);
-  // spec: specs/ssd_bwd.yaml:270:27
-  bool v190[2];
+  for (int e = 0; e < 2; ++e) v188[e] = (v92[e] * v20[e]);
+  // spec: specs/ssd_bwd.yaml:273:21
+  const float v189 = 0.0f;
+  // spec: specs/ssd_bwd.yaml:273:36
+  const int v190 = 0;
+  // spec: specs/ssd_bwd.yaml:273:42
+  const int v191 = 0;
+  // spec: specs/ssd_bwd.yaml:273:42
+  const bool v192 = (v15 > v191);
+  // spec: specs/ssd_bwd.yaml:273:36
+  const int v193 = (v192 ? v180 : v190);
+  // spec: specs/ssd_bwd.yaml:273:27
+  bool v194[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v190[e] = (v19[e] == v189);
-  // spec: specs/ssd_bwd.yaml:268:17
-  float v191[2];
+  for (int e = 0; e < 2; ++e) v194[e] = (v23[e] == v193);
+  // spec: specs/ssd_bwd.yaml:271:17
+  float v195[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v191[e] = kg::exp_(v15[e]);
-  // spec: specs/ssd_bwd.yaml:270:21
-  float v192[2];
+  for (int e = 0; e < 2; ++e) v195[e] = kg::exp_(v19[e]);
+  // spec: specs/ssd_bwd.yaml:273:21
+  float v196[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v192[e] = (v190[e] ? v191[e] : v185);
-  // spec: specs/ssd_bwd.yaml:277:19
-  float v193[2];
+  for (int e = 0; e < 2; ++e) v196[e] = (v194[e] ? v195[e] : v189);
+  // spec: specs/ssd_bwd.yaml:280:19
+  float v197[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v193[e] = (v183[e] * v192[e]);
-  // spec: specs/ssd_bwd.yaml:278:54
-  float v194[2];
+  for (int e = 0; e < 2; ++e) v197[e] = (v187[e] * v196[e]);
+  // spec: specs/ssd_bwd.yaml:281:54
+  float v198[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v194[e] = (v184[e] + v193[e]);
-  // spec: specs/ssd_bwd.yaml:278:7
+  for (int e = 0; e < 2; ++e) v198[e] = (v188[e] + v197[e]);
+  // spec: specs/ssd_bwd.yaml:281:7
   if ((lane & 3) == 0 && (warp & 0) == 0) {
-    float* p_ = t_cs_src_grad + ((int64_t)(v9) * stride_cs_src_grad_0 + (int64_t)(v8) * stride_cs_src_grad_1 + (int64_t)(v14) * stride_cs_src_grad_2);
+    float* p_ = t_cs_src_grad + ((int64_t)(v12) * stride_cs_src_grad_0 + (int64_t)(v10) * stride_cs_src_grad_1 + (int64_t)(v15) * stride_cs_src_grad_2);
     const bool aligned_ = false;
-    const int t0_ = v12 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+    const int t0_ = v18 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
   #pragma unroll
     for (int e = 0; e < 2; e += 1) {
       const int i0_ = t0_ + (e & 1) * 8;
       const int64_t off_ = (int64_t)i0_ * 1;
-      if (i0_ + 1 <= (256)) p_[off_] = v194[e];
+      if (i0_ + 1 <= (256)) p_[off_] = v198[e];
     }
   }
-  // spec: specs/ssd_bwd.yaml:279:64
-  float v195[32];
+  // spec: specs/ssd_bwd.yaml:282:64
+  float v199[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v195[e] = kg::cvt<float>(kg::f32(v10[e]));
-  // spec: specs/ssd_bwd.yaml:279:49
-  float v196[32];
+  for (int e = 0; e < 32; ++e) v199[e] = kg::cvt<float>(kg::f32(v16[e]));
+  // spec: specs/ssd_bwd.yaml:282:49
+  float v200[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v196[e] = kg::cvt<float>(kg::f32(v167[e]));
-  // spec: specs/ssd_bwd.yaml:279:49
-  float v197[32];
+  for (int e = 0; e < 32; ++e) v200[e] = kg::cvt<float>(kg::f32(v173[e]));
+  // spec: specs/ssd_bwd.yaml:282:49
+  float v201[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v197[e] = (v196[e] * v195[e]);
-  // spec: specs/ssd_bwd.yaml:279:45
-  float v198[16];
+  for (int e = 0; e < 32; ++e) v201[e] = (v200[e] * v199[e]);
+  // spec: specs/ssd_bwd.yaml:282:45
+  float v202[16];
   {
-    float r198[16];
+    float r202[16];
   #pragma unroll
-    for (int e = 0; e < 16; ++e) r198[e] = 0.0f;
+    for (int e = 0; e < 16; ++e) r202[e] = 0.0f;
   #pragma unroll
     for (int e = 0; e < 32; ++e) {
-      const float a_ = r198[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8], b_ = (float)(v197[e]);
-      r198[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8] = a_ + b_;
+      const float a_ = r202[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8], b_ = (float)(v201[e]);
+      r202[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8] = a_ + b_;
     }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) { const float a_ = r198[e], b_ = kg::shfl_xor(a_, 4); r198[e] = a_ + b_; }
+    for (int e = 0; e < 16; ++e) { const float a_ = r202[e], b_ = kg::shfl_xor(a_, 4); r202[e] = a_ + b_; }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) { const float a_ = r198[e], b_ = kg::shfl_xor(a_, 8); r198[e] = a_ + b_; }
+    for (int e = 0; e < 16; ++e) { const float a_ = r202[e], b_ = kg::shfl_xor(a_, 8); r202[e] = a_ + b_; }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) { const float a_ = r198[e], b_ = kg::shfl_xor(a_, 16); r198[e] = a_ + b_; }
+    for (int e = 0; e < 16; ++e) { const float a_ = r202[e], b_ = kg::shfl_xor(a_, 16); r202[e] = a_ + b_; }
     float* scratch_ = reinterpret_cast<float*>(smem + 0);
     kg::sync();
   #pragma unroll
-    for (int e = 0; e < 16; ++e) scratch_[warp * 64 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32)) * 1] = r198[e];
+    for (int e = 0; e < 16; ++e) scratch_[warp * 64 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32)) * 1] = r202[e];
     kg::sync();
   #pragma unroll
     for (int e = 0; e < 16; ++e) {
@@ -1086,16 +1095,16 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dx(const kg::bf16* __restrict__ t_
       { const float b_ = scratch_[(warp ^ 1) * 64 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32)) * 1]; a_ = a_ + b_; }
       { const float b_ = scratch_[(warp ^ 2) * 64 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32)) * 1]; a_ = a_ + b_; }
       { const float b_ = scratch_[(warp ^ 3) * 64 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32)) * 1]; a_ = a_ + b_; }
-      r198[e] = a_;
+      r202[e] = a_;
     }
   #pragma unroll
-    for (int e = 0; e < 16; ++e) v198[e] = kg::cvt<float>(r198[e]);
+    for (int e = 0; e < 16; ++e) v202[e] = kg::cvt<float>(r202[e]);
   }
-  // spec: specs/ssd_bwd.yaml:279:26
-  const int v199 = kg::block_id_x();
-  // spec: specs/ssd_bwd.yaml:279:7
+  // spec: specs/ssd_bwd.yaml:282:26
+  const int v203 = kg::block_id_x();
+  // spec: specs/ssd_bwd.yaml:282:7
   if ((lane & 28) == 0 && (warp & 3) == 0) {
-    float* p_ = t_D_part + ((int64_t)(v9) * stride_D_part_0 + (int64_t)(v8) * stride_D_part_1 + (int64_t)(v199) * stride_D_part_2);
+    float* p_ = t_D_part + ((int64_t)(v12) * stride_D_part_0 + (int64_t)(v10) * stride_D_part_1 + (int64_t)(v203) * stride_D_part_2);
     const bool aligned_ = kg::aligned(p_, 8) && stride_D_part_0 % 2 == 0 && stride_D_part_1 % 2 == 0 && stride_D_part_2 % 2 == 0;
     const int t0_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
   #pragma unroll
@@ -1103,18 +1112,18 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dx(const kg::bf16* __restrict__ t_
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32;
       const int64_t off_ = (int64_t)i0_ * 1;
       if (aligned_ && true) {
-        kg::copy_vec<2>(p_ + off_, &v198[e]);
+        kg::copy_vec<2>(p_ + off_, &v202[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (true) p_[off_ + v] = v198[e + v];
+          if (true) p_[off_ + v] = v202[e + v];
       }
     }
   }
-  // spec: specs/ssd_bwd.yaml:280:29
-  float v200[16];
+  // spec: specs/ssd_bwd.yaml:283:29
+  float v204[16];
   {
-    const float* p_ = t_D + ((int64_t)(v8) * stride_D_0);
+    const float* p_ = t_D + ((int64_t)(v10) * stride_D_0);
     const bool aligned_ = kg::aligned(p_, 8) && stride_D_0 % 2 == 0;
     const int t0_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
   #pragma unroll
@@ -1123,49 +1132,49 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dx(const kg::bf16* __restrict__ t_
       const int64_t off_ = (int64_t)i0_ * 1;
       const bool in_ = true;
       if (aligned_ && in_) {
-        kg::copy_vec<2>(&v200[e], p_ + off_);
+        kg::copy_vec<2>(&v204[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          v200[e + v] = (true) ? p_[off_ + v] : 0.0f;
+          v204[e + v] = (true) ? p_[off_ + v] : 0.0f;
       }
     }
   }
-  // spec: specs/ssd_bwd.yaml:281:39
-  float (&v201)[2] = v16;
-  // spec: specs/ssd_bwd.yaml:281:33
-  float v202[32];
-  #pragma unroll
-  for (int e = 0; e < 32; ++e) v202[e] = v201[((e >> 1) & 1) * 1];
-  // spec: specs/ssd_bwd.yaml:281:33
-  float v203[32];
-  #pragma unroll
-  for (int e = 0; e < 32; ++e) v203[e] = (v89[e] * v202[e]);
-  // spec: specs/ssd_bwd.yaml:280:29
-  float (&v204)[16] = v200;
-  // spec: specs/ssd_bwd.yaml:280:14
-  float v205[32];
-  #pragma unroll
-  for (int e = 0; e < 32; ++e) v205[e] = v204[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-  // spec: specs/ssd_bwd.yaml:280:14
+  // spec: specs/ssd_bwd.yaml:284:39
+  float (&v205)[2] = v20;
+  // spec: specs/ssd_bwd.yaml:284:33
   float v206[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v206[e] = kg::cvt<float>(kg::f32(v167[e]));
-  // spec: specs/ssd_bwd.yaml:280:14
+  for (int e = 0; e < 32; ++e) v206[e] = v205[((e >> 1) & 1) * 1];
+  // spec: specs/ssd_bwd.yaml:284:33
   float v207[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v207[e] = (v206[e] * v205[e]);
-  // spec: specs/ssd_bwd.yaml:281:33
-  float v208[32];
+  for (int e = 0; e < 32; ++e) v207[e] = (v91[e] * v206[e]);
+  // spec: specs/ssd_bwd.yaml:283:29
+  float (&v208)[16] = v204;
+  // spec: specs/ssd_bwd.yaml:283:14
+  float v209[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v208[e] = (v203[e] + v207[e]);
-  // spec: specs/ssd_bwd.yaml:281:32
-  kg::bf16 v209[32];
+  for (int e = 0; e < 32; ++e) v209[e] = v208[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+  // spec: specs/ssd_bwd.yaml:283:14
+  float v210[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v209[e] = kg::cvt<kg::bf16>(v208[e]);
-  // spec: specs/ssd_bwd.yaml:281:7
+  for (int e = 0; e < 32; ++e) v210[e] = kg::cvt<float>(kg::f32(v173[e]));
+  // spec: specs/ssd_bwd.yaml:283:14
+  float v211[32];
+  #pragma unroll
+  for (int e = 0; e < 32; ++e) v211[e] = (v210[e] * v209[e]);
+  // spec: specs/ssd_bwd.yaml:284:33
+  float v212[32];
+  #pragma unroll
+  for (int e = 0; e < 32; ++e) v212[e] = (v207[e] + v211[e]);
+  // spec: specs/ssd_bwd.yaml:284:32
+  kg::bf16 v213[32];
+  #pragma unroll
+  for (int e = 0; e < 32; ++e) v213[e] = kg::cvt<kg::bf16>(v212[e]);
+  // spec: specs/ssd_bwd.yaml:284:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
-    kg::bf16* p_ = t_dx + ((int64_t)(v9) * stride_dx_0 + (int64_t)(v8) * stride_dx_2);
+    kg::bf16* p_ = t_dx + ((int64_t)(v12) * stride_dx_0 + (int64_t)(v10) * stride_dx_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dx_0 % 2 == 0 && stride_dx_1 % 2 == 0 && stride_dx_2 % 2 == 0;
     const int t0_ = v7 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
     const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
@@ -1175,11 +1184,11 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dx(const kg::bf16* __restrict__ t_
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
       const int64_t off_ = (int64_t)i0_ * stride_dx_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_seqlen)) {
-        kg::copy_vec<2>(p_ + off_, &v209[e]);
+        kg::copy_vec<2>(p_ + off_, &v213[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_seqlen)) p_[off_ + v] = v209[e + v];
+          if (i0_ < (size_seqlen)) p_[off_ + v] = v213[e + v];
       }
     }
   }

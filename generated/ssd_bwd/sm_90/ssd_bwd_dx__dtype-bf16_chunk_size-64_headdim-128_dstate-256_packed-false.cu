@@ -41,7 +41,7 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dx(const kg::bf16* __restrict__ t_
   }
   kg::sync();
   
-  // spec: specs/ssd_bwd.yaml:246:59
+  // spec: specs/ssd_bwd.yaml:247:59
   const int v0 = size_seqlen;
   // spec: specs/ssd_bwd.yaml:222:27
   const int v1 = size_ngroups;
@@ -57,14 +57,47 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dx(const kg::bf16* __restrict__ t_
   const int v6 = kg::block_id_x();
   // spec: specs/ssd_bwd.yaml:225:20
   const int v7 = kg::block_id_x();
+  // spec: specs/ssd_bwd.yaml:235:17
+  kg::bf16* v8 = reinterpret_cast<kg::bf16*>(smem + 65536);
+  // spec: specs/ssd_bwd.yaml:222:17
+  const int v9 = (kg::floordiv(v2, v1));
   // spec: specs/ssd_bwd.yaml:221:11
-  const int v8 = (kg::mod(v4, v2));
+  const int v10 = (kg::mod(v4, v2));
+  // spec: specs/ssd_bwd.yaml:222:11
+  const int v11 = (kg::floordiv(v10, v9));
   // spec: specs/ssd_bwd.yaml:220:11
-  const int v9 = (kg::floordiv(v3, v2));
+  const int v12 = (kg::floordiv(v3, v2));
+  // spec: specs/ssd_bwd.yaml:235:21
+  kg::sync();
+  if ((true) && kg::thread_id() == 0) {
+    uint64_t* bar_ = &kg_bars[0];
+    kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+    kg::mbar_expect_tx(bar_, 32768);
+    kg::tma_load_4d(&v8[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap0_B, bar_, 0, v11, v7 * 64, v12);
+    kg::tma_load_4d(&v8[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap0_B, bar_, 64, v11, v7 * 64, v12);
+    kg::tma_load_4d(&v8[((128) / 64 * 4096 + (0) * 64 + (((((128) >> 3) & 7) ^ ((0) & 7)) << 3) + ((128) & 7))], &tmap0_B, bar_, 128, v11, v7 * 64, v12);
+    kg::tma_load_4d(&v8[((192) / 64 * 4096 + (0) * 64 + (((((192) >> 3) & 7) ^ ((0) & 7)) << 3) + ((192) & 7))], &tmap0_B, bar_, 192, v11, v7 * 64, v12);
+  }
+  // spec: specs/ssd_bwd.yaml:235:17
+  kg::bf16* v13 = reinterpret_cast<kg::bf16*>(smem + 0);
+  // spec: specs/ssd_bwd.yaml:223:11
+  const int v14 = 1;
+  // spec: specs/ssd_bwd.yaml:223:11
+  const int v15 = (kg::floordiv(v5, v14));
+  // spec: specs/ssd_bwd.yaml:235:45
+  if ((true) && kg::thread_id() == 0) {
+    uint64_t* bar_ = &kg_bars[1];
+    kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+    kg::mbar_expect_tx(bar_, 65536);
+    kg::tma_load_5d(&v13[((0) / 64 * 8192 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap1_out_grad_state, bar_, 0, 0, v10, v15, v12);
+    kg::tma_load_5d(&v13[((64) / 64 * 8192 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap1_out_grad_state, bar_, 64, 0, v10, v15, v12);
+    kg::tma_load_5d(&v13[((128) / 64 * 8192 + (0) * 64 + (((((128) >> 3) & 7) ^ ((0) & 7)) << 3) + ((128) & 7))], &tmap1_out_grad_state, bar_, 128, 0, v10, v15, v12);
+    kg::tma_load_5d(&v13[((192) / 64 * 8192 + (0) * 64 + (((((192) >> 3) & 7) ^ ((0) & 7)) << 3) + ((192) & 7))], &tmap1_out_grad_state, bar_, 192, 0, v10, v15, v12);
+  }
   // spec: specs/ssd_bwd.yaml:227:12
-  kg::bf16 v10[64];
+  kg::bf16 v16[64];
   {
-    const kg::bf16* p_ = t_x + ((int64_t)(v9) * stride_x_0 + (int64_t)(v8) * stride_x_2);
+    const kg::bf16* p_ = t_x + ((int64_t)(v12) * stride_x_0 + (int64_t)(v10) * stride_x_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_x_0 % 2 == 0 && stride_x_1 % 2 == 0 && stride_x_2 % 2 == 0;
     const int t0_ = v7 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
     const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
@@ -75,110 +108,76 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dx(const kg::bf16* __restrict__ t_
       const int64_t off_ = (int64_t)i0_ * stride_x_1 + (int64_t)i1_ * 1;
       const bool in_ = i0_ < (size_seqlen);
       if (aligned_ && in_) {
-        kg::copy_vec<2>(&v10[e], p_ + off_);
+        kg::copy_vec<2>(&v16[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          v10[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v16[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
   // spec: specs/ssd_bwd.yaml:224:11
-  const int v11 = 1;
+  const int v17 = 1;
   // spec: specs/ssd_bwd.yaml:224:11
-  const int v12 = (kg::mod(v6, v11));
-  // spec: specs/ssd_bwd.yaml:223:11
-  const int v13 = 1;
-  // spec: specs/ssd_bwd.yaml:223:11
-  const int v14 = (kg::floordiv(v5, v13));
+  const int v18 = (kg::mod(v6, v17));
   // spec: specs/ssd_bwd.yaml:228:14
-  float v15[2];
+  float v19[2];
   {
-    const float* p_ = t_dA_cumsum + ((int64_t)(v9) * stride_dA_cumsum_0 + (int64_t)(v8) * stride_dA_cumsum_1 + (int64_t)(v14) * stride_dA_cumsum_2);
+    const float* p_ = t_dA_cumsum + ((int64_t)(v12) * stride_dA_cumsum_0 + (int64_t)(v10) * stride_dA_cumsum_1 + (int64_t)(v15) * stride_dA_cumsum_2);
     const bool aligned_ = false;
-    const int t0_ = v12 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+    const int t0_ = v18 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
   #pragma unroll
     for (int e = 0; e < 2; e += 1) {
       const int i0_ = t0_ + (e & 1) * 8;
       const int64_t off_ = (int64_t)i0_ * 1;
       const bool in_ = i0_ + 1 <= (64);
       if (aligned_ && in_) {
-        kg::copy_vec<1>(&v15[e], p_ + off_);
+        kg::copy_vec<1>(&v19[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          v15[e + v] = (i0_ + v < (64)) ? p_[off_ + v] : 0.0f;
+          v19[e + v] = (i0_ + v < (64)) ? p_[off_ + v] : 0.0f;
       }
     }
   }
   // spec: specs/ssd_bwd.yaml:229:14
-  float v16[2];
+  float v20[2];
   {
-    const float* p_ = t_dt_eff + ((int64_t)(v9) * stride_dt_eff_0 + (int64_t)(v8) * stride_dt_eff_1 + (int64_t)(v14) * stride_dt_eff_2);
+    const float* p_ = t_dt_eff + ((int64_t)(v12) * stride_dt_eff_0 + (int64_t)(v10) * stride_dt_eff_1 + (int64_t)(v15) * stride_dt_eff_2);
     const bool aligned_ = false;
-    const int t0_ = v12 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+    const int t0_ = v18 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
   #pragma unroll
     for (int e = 0; e < 2; e += 1) {
       const int i0_ = t0_ + (e & 1) * 8;
       const int64_t off_ = (int64_t)i0_ * 1;
       const bool in_ = i0_ + 1 <= (64);
       if (aligned_ && in_) {
-        kg::copy_vec<1>(&v16[e], p_ + off_);
+        kg::copy_vec<1>(&v20[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          v16[e + v] = (i0_ + v < (64)) ? p_[off_ + v] : 0.0f;
+          v20[e + v] = (i0_ + v < (64)) ? p_[off_ + v] : 0.0f;
       }
     }
   }
   // spec: specs/ssd_bwd.yaml:230:43
-  const int v17 = 63;
+  const int v21 = 63;
   // spec: specs/ssd_bwd.yaml:230:19
-  const float v18 = *(t_dA_cumsum + (int64_t)(v9) * stride_dA_cumsum_0 + (int64_t)(v8) * stride_dA_cumsum_1 + (int64_t)(v14) * stride_dA_cumsum_2 + (int64_t)(v17) * 1);
-  // spec: specs/ssd_bwd.yaml:235:17
-  kg::bf16* v19 = reinterpret_cast<kg::bf16*>(smem + 65536);
-  // spec: specs/ssd_bwd.yaml:222:17
-  const int v20 = (kg::floordiv(v2, v1));
-  // spec: specs/ssd_bwd.yaml:222:11
-  const int v21 = (kg::floordiv(v8, v20));
-  // spec: specs/ssd_bwd.yaml:235:21
-  kg::sync();
-  if ((true) && kg::thread_id() == 0) {
-    uint64_t* bar_ = &kg_bars[0];
-    kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
-    kg::mbar_expect_tx(bar_, 32768);
-    kg::tma_load_4d(&v19[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap0_B, bar_, 0, v21, v7 * 64, v9);
-    kg::tma_load_4d(&v19[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap0_B, bar_, 64, v21, v7 * 64, v9);
-    kg::tma_load_4d(&v19[((128) / 64 * 4096 + (0) * 64 + (((((128) >> 3) & 7) ^ ((0) & 7)) << 3) + ((128) & 7))], &tmap0_B, bar_, 128, v21, v7 * 64, v9);
-    kg::tma_load_4d(&v19[((192) / 64 * 4096 + (0) * 64 + (((((192) >> 3) & 7) ^ ((0) & 7)) << 3) + ((192) & 7))], &tmap0_B, bar_, 192, v21, v7 * 64, v9);
-  }
+  const float v22 = *(t_dA_cumsum + (int64_t)(v12) * stride_dA_cumsum_0 + (int64_t)(v10) * stride_dA_cumsum_1 + (int64_t)(v15) * stride_dA_cumsum_2 + (int64_t)(v21) * 1);
   // spec: specs/ssd_bwd.yaml:235:17
   kg::mbar_wait(&kg_bars[0], 0);
-  kg::sync();
-  // spec: specs/ssd_bwd.yaml:235:17
-  kg::bf16* v22 = reinterpret_cast<kg::bf16*>(smem + 0);
-  // spec: specs/ssd_bwd.yaml:235:45
-  if ((true) && kg::thread_id() == 0) {
-    uint64_t* bar_ = &kg_bars[1];
-    kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
-    kg::mbar_expect_tx(bar_, 65536);
-    kg::tma_load_5d(&v22[((0) / 64 * 8192 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap1_out_grad_state, bar_, 0, 0, v8, v14, v9);
-    kg::tma_load_5d(&v22[((64) / 64 * 8192 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap1_out_grad_state, bar_, 64, 0, v8, v14, v9);
-    kg::tma_load_5d(&v22[((128) / 64 * 8192 + (0) * 64 + (((((128) >> 3) & 7) ^ ((0) & 7)) << 3) + ((128) & 7))], &tmap1_out_grad_state, bar_, 128, 0, v8, v14, v9);
-    kg::tma_load_5d(&v22[((192) / 64 * 8192 + (0) * 64 + (((((192) >> 3) & 7) ^ ((0) & 7)) << 3) + ((192) & 7))], &tmap1_out_grad_state, bar_, 192, 0, v8, v14, v9);
-  }
   // spec: specs/ssd_bwd.yaml:235:17
   kg::mbar_wait(&kg_bars[1], 0);
   kg::sync();
   // spec: specs/ssd_bwd.yaml:235:17
-  kg::bf16* v23 = v22;
+  kg::bf16* v23 = v13;
   // spec: specs/ssd_bwd.yaml:235:17
   float v24[64];
   // spec: specs/ssd_bwd.yaml:235:17
   float (&v25)[64] = v24;
   {
     const int wg_ = 0;
-    const uint64_t da_ = kg::wgmma_desc(v19, 16, 1024, 1);
+    const uint64_t da_ = kg::wgmma_desc(v8, 16, 1024, 1);
     const uint64_t db_ = kg::wgmma_desc(v23, 16, 1024, 1);
     kg::wgmma_fence();
   #pragma unroll
@@ -193,11 +192,11 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dx(const kg::bf16* __restrict__ t_
   // spec: specs/ssd_bwd.yaml:244:66
   float v26[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v26[e] = kg::cvt<float>(kg::f32(v10[e]));
+  for (int e = 0; e < 64; ++e) v26[e] = kg::cvt<float>(kg::f32(v16[e]));
   // spec: specs/ssd_bwd.yaml:230:19
   float v27[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v27[e] = (v18 - v15[e]);
+  for (int e = 0; e < 2; ++e) v27[e] = (v22 - v19[e]);
   // spec: specs/ssd_bwd.yaml:230:15
   float v28[2];
   #pragma unroll
@@ -242,12 +241,12 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dx(const kg::bf16* __restrict__ t_
   // spec: specs/ssd_bwd.yaml:244:56
   float v35[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v35[e] = (v34[e] * v16[e]);
+  for (int e = 0; e < 2; ++e) v35[e] = (v34[e] * v20[e]);
   // spec: specs/ssd_bwd.yaml:244:7
   if ((lane & 3) == 0 && (warp & 0) == 0) {
-    float* p_ = t_cs_state_grad + ((int64_t)(v9) * stride_cs_state_grad_0 + (int64_t)(v8) * stride_cs_state_grad_1 + (int64_t)(v14) * stride_cs_state_grad_2);
+    float* p_ = t_cs_state_grad + ((int64_t)(v12) * stride_cs_state_grad_0 + (int64_t)(v10) * stride_cs_state_grad_1 + (int64_t)(v15) * stride_cs_state_grad_2);
     const bool aligned_ = false;
-    const int t0_ = v12 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+    const int t0_ = v18 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
   #pragma unroll
     for (int e = 0; e < 2; e += 1) {
       const int i0_ = t0_ + (e & 1) * 8;
@@ -255,61 +254,61 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dx(const kg::bf16* __restrict__ t_
       if (i0_ + 1 <= (64)) p_[off_] = v35[e];
     }
   }
-  // spec: specs/ssd_bwd.yaml:259:17
+  // spec: specs/ssd_bwd.yaml:262:17
   kg::bf16* v36 = reinterpret_cast<kg::bf16*>(smem + 0);
-  // spec: specs/ssd_bwd.yaml:246:7
+  // spec: specs/ssd_bwd.yaml:247:7
   const int v37 = 0;
-  // spec: specs/ssd_bwd.yaml:246:7
+  // spec: specs/ssd_bwd.yaml:247:7
   kg::bf16* v38 = v36 + (v37 % 2) * 4096;
-  // spec: specs/ssd_bwd.yaml:247:23
+  // spec: specs/ssd_bwd.yaml:248:23
   const int v39 = 2;
-  // spec: specs/ssd_bwd.yaml:247:23
-  const int v40 = (v14 * v39);
-  // spec: specs/ssd_bwd.yaml:246:22
+  // spec: specs/ssd_bwd.yaml:248:23
+  const int v40 = (v15 * v39);
+  // spec: specs/ssd_bwd.yaml:247:22
   const int v41 = 32;
-  // spec: specs/ssd_bwd.yaml:246:22
+  // spec: specs/ssd_bwd.yaml:247:22
   const int v42 = 64;
-  // spec: specs/ssd_bwd.yaml:246:22
-  const int v43 = (v12 * v42);
-  // spec: specs/ssd_bwd.yaml:246:22
+  // spec: specs/ssd_bwd.yaml:247:22
+  const int v43 = (v18 * v42);
+  // spec: specs/ssd_bwd.yaml:247:22
   const int v44 = (kg::floordiv(v43, v41));
-  // spec: specs/ssd_bwd.yaml:247:23
+  // spec: specs/ssd_bwd.yaml:248:23
   const int v45 = (v40 + v44);
-  // spec: specs/ssd_bwd.yaml:246:46
+  // spec: specs/ssd_bwd.yaml:247:46
   const int v46 = 32;
-  // spec: specs/ssd_bwd.yaml:246:46
+  // spec: specs/ssd_bwd.yaml:247:46
   const int v47 = 31;
-  // spec: specs/ssd_bwd.yaml:246:51
+  // spec: specs/ssd_bwd.yaml:247:51
   const int v48 = 64;
-  // spec: specs/ssd_bwd.yaml:246:68
+  // spec: specs/ssd_bwd.yaml:247:68
   const int v49 = 64;
-  // spec: specs/ssd_bwd.yaml:246:68
-  const int v50 = (v14 * v49);
-  // spec: specs/ssd_bwd.yaml:246:59
+  // spec: specs/ssd_bwd.yaml:247:68
+  const int v50 = (v15 * v49);
+  // spec: specs/ssd_bwd.yaml:247:59
   const int v51 = (v0 - v50);
-  // spec: specs/ssd_bwd.yaml:246:51
+  // spec: specs/ssd_bwd.yaml:247:51
   const int v52 = (kg::min_(v51, v48));
-  // spec: specs/ssd_bwd.yaml:246:46
+  // spec: specs/ssd_bwd.yaml:247:46
   const int v53 = (v52 + v47);
-  // spec: specs/ssd_bwd.yaml:246:46
+  // spec: specs/ssd_bwd.yaml:247:46
   const int v54 = (kg::floordiv(v53, v46));
-  // spec: specs/ssd_bwd.yaml:246:7
+  // spec: specs/ssd_bwd.yaml:247:7
   const bool v55 = (v44 < v54);
-  // spec: specs/ssd_bwd.yaml:249:17
+  // spec: specs/ssd_bwd.yaml:250:17
   kg::sync();
   if ((v55) && kg::thread_id() == 0) {
     uint64_t* bar_ = &kg_bars[2 + v37 % 2];
     kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
     kg::mbar_expect_tx(bar_, 8192);
-    kg::tma_load_4d(&v38[((0) / 64 * 2048 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_dy, bar_, 0, v8, v45 * 32, v9);
-    kg::tma_load_4d(&v38[((64) / 64 * 2048 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap2_dy, bar_, 64, v8, v45 * 32, v9);
+    kg::tma_load_4d(&v38[((0) / 64 * 2048 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_dy, bar_, 0, v10, v45 * 32, v12);
+    kg::tma_load_4d(&v38[((64) / 64 * 2048 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap2_dy, bar_, 64, v10, v45 * 32, v12);
   }
-  // spec: specs/ssd_bwd.yaml:246:7
+  // spec: specs/ssd_bwd.yaml:247:7
   const bool v56 = (v44 < v54);
-  // spec: specs/ssd_bwd.yaml:250:18
+  // spec: specs/ssd_bwd.yaml:251:18
   float v57[8];
   {
-    const float* p_ = t_dA_cumsum + ((int64_t)(v9) * stride_dA_cumsum_0 + (int64_t)(v8) * stride_dA_cumsum_1 + (int64_t)(v14) * stride_dA_cumsum_2);
+    const float* p_ = t_dA_cumsum + ((int64_t)(v12) * stride_dA_cumsum_0 + (int64_t)(v10) * stride_dA_cumsum_1 + (int64_t)(v15) * stride_dA_cumsum_2);
     const bool aligned_ = kg::aligned(p_, 8) && stride_dA_cumsum_0 % 2 == 0 && stride_dA_cumsum_1 % 2 == 0 && stride_dA_cumsum_2 % 2 == 0;
     const int t0_ = v44 * 32 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
   #pragma unroll
@@ -326,13 +325,13 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dx(const kg::bf16* __restrict__ t_
       }
     }
   }
-  // spec: specs/ssd_bwd.yaml:254:17
+  // spec: specs/ssd_bwd.yaml:255:17
   float v58[16];
   {
-    const float* p_ = t_CB + ((int64_t)(v9) * stride_CB_0 + (int64_t)(v14) * stride_CB_1 + (int64_t)(v21) * stride_CB_2);
+    const float* p_ = t_CB + ((int64_t)(v12) * stride_CB_0 + (int64_t)(v15) * stride_CB_1 + (int64_t)(v11) * stride_CB_2);
     const bool aligned_ = false;
     const int t0_ = v44 * 32 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
-    const int t1_ = v12 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+    const int t1_ = v18 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
   #pragma unroll
     for (int e = 0; e < 16; e += 1) {
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
@@ -348,232 +347,244 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dx(const kg::bf16* __restrict__ t_
       }
     }
   }
-  // spec: specs/ssd_bwd.yaml:264:71
-  float (&v59)[2] = v16;
-  // spec: specs/ssd_bwd.yaml:264:65
+  // spec: specs/ssd_bwd.yaml:267:71
+  float (&v59)[2] = v20;
+  // spec: specs/ssd_bwd.yaml:267:65
   float v60[16];
   #pragma unroll
   for (int e = 0; e < 16; ++e) v60[e] = v59[((e >> 1) & 1) * 1];
-  // spec: specs/ssd_bwd.yaml:258:55
-  float (&v61)[2] = v15;
-  // spec: specs/ssd_bwd.yaml:258:39
-  float v62[16];
+  // spec: specs/ssd_bwd.yaml:246:15
+  const float v61 = 1.4426950408889634f;
+  // spec: specs/ssd_bwd.yaml:246:15
+  float v62[2];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v62[e] = v61[((e >> 1) & 1) * 1];
+  for (int e = 0; e < 2; ++e) v62[e] = (v19[e] * v61);
+  // spec: specs/ssd_bwd.yaml:261:77
+  float (&v63)[2] = v62;
+  // spec: specs/ssd_bwd.yaml:261:40
+  float v64[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v64[e] = v63[((e >> 1) & 1) * 1];
   // spec: specs/ssd_bwd.yaml:226:34
-  int v63[2];
+  int v65[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v63[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8);
+  for (int e = 0; e < 2; ++e) v65[e] = (((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8);
   // spec: specs/ssd_bwd.yaml:226:20
-  const int v64 = 64;
+  const int v66 = 64;
   // spec: specs/ssd_bwd.yaml:226:20
-  const int v65 = (v12 * v64);
+  const int v67 = (v18 * v66);
   // spec: specs/ssd_bwd.yaml:226:20
-  int v66[2];
+  int v68[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v66[e] = (v65 + v63[e]);
-  // spec: specs/ssd_bwd.yaml:255:19
-  int (&v67)[2] = v66;
-  // spec: specs/ssd_bwd.yaml:255:19
-  int v68[16];
+  for (int e = 0; e < 2; ++e) v68[e] = (v67 + v65[e]);
+  // spec: specs/ssd_bwd.yaml:256:19
+  int (&v69)[2] = v68;
+  // spec: specs/ssd_bwd.yaml:256:19
+  int v70[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v68[e] = v67[((e >> 1) & 1) * 1];
-  // spec: specs/ssd_bwd.yaml:246:46
-  const int v69 = 1;
+  for (int e = 0; e < 16; ++e) v70[e] = v69[((e >> 1) & 1) * 1];
+  // spec: specs/ssd_bwd.yaml:247:46
+  const int v71 = 1;
   // spec: specs/ssd_bwd.yaml:245:13
-  float v70[2];
-  #pragma unroll
-  for (int e = 0; e < 2; ++e) v70[e] = 0.0f;
-  // spec: specs/ssd_bwd.yaml:246:7
-
-  float v71[64];
-  #pragma unroll
-  for (int e = 0; e < 64; ++e) v71[e] = v32[e];
   float v72[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v72[e] = v70[e];
-  float v73[8];
+  for (int e = 0; e < 2; ++e) v72[e] = 0.0f;
+  // spec: specs/ssd_bwd.yaml:247:7
+
+  float v73[64];
   #pragma unroll
-  for (int e = 0; e < 8; ++e) v73[e] = v57[e];
-  float v74[16];
+  for (int e = 0; e < 64; ++e) v73[e] = v32[e];
+  float v74[2];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v74[e] = v58[e];
-  for (int v75 = v44; v75 < v54; v75 += v69) {
-    float (&v76)[64] = v71;
-    float (&v77)[2] = v72;
-    float (&v78)[8] = v73;
-    float (&v79)[16] = v74;
+  for (int e = 0; e < 2; ++e) v74[e] = v72[e];
+  float v75[8];
+  #pragma unroll
+  for (int e = 0; e < 8; ++e) v75[e] = v57[e];
+  float v76[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v76[e] = v58[e];
+  for (int v77 = v44; v77 < v54; v77 += v71) {
+    float (&v78)[64] = v73;
+    float (&v79)[2] = v74;
+    float (&v80)[8] = v75;
+    float (&v81)[16] = v76;
     
-    // spec: specs/ssd_bwd.yaml:246:7
-    const int v80 = (v75 - v44);
-    // spec: specs/ssd_bwd.yaml:246:7
-    const int v81 = (kg::floordiv(v80, v69));
-    // spec: specs/ssd_bwd.yaml:246:7
-    kg::bf16* v82 = v36 + (v81 % 2) * 4096;
-    // spec: specs/ssd_bwd.yaml:247:23
-    const int v83 = 2;
-    // spec: specs/ssd_bwd.yaml:247:23
-    const int v84 = (v14 * v83);
-    // spec: specs/ssd_bwd.yaml:247:23
-    const int v85 = (v84 + v75);
-    // spec: specs/ssd_bwd.yaml:250:18
-    const int v86 = (v75 + v69);
-    // spec: specs/ssd_bwd.yaml:250:18
-    const bool v87 = (v86 < v54);
-    // spec: specs/ssd_bwd.yaml:250:18
-    float v88[8];
+    // spec: specs/ssd_bwd.yaml:247:7
+    const int v82 = (v77 - v44);
+    // spec: specs/ssd_bwd.yaml:247:7
+    const int v83 = (kg::floordiv(v82, v71));
+    // spec: specs/ssd_bwd.yaml:247:7
+    kg::bf16* v84 = v36 + (v83 % 2) * 4096;
+    // spec: specs/ssd_bwd.yaml:248:23
+    const int v85 = 2;
+    // spec: specs/ssd_bwd.yaml:248:23
+    const int v86 = (v15 * v85);
+    // spec: specs/ssd_bwd.yaml:248:23
+    const int v87 = (v86 + v77);
+    // spec: specs/ssd_bwd.yaml:251:18
+    const int v88 = (v77 + v71);
+    // spec: specs/ssd_bwd.yaml:251:18
+    const bool v89 = (v88 < v54);
+    // spec: specs/ssd_bwd.yaml:251:18
+    float v90[8];
     {
-      const float* p_ = t_dA_cumsum + ((int64_t)(v9) * stride_dA_cumsum_0 + (int64_t)(v8) * stride_dA_cumsum_1 + (int64_t)(v14) * stride_dA_cumsum_2);
+      const float* p_ = t_dA_cumsum + ((int64_t)(v12) * stride_dA_cumsum_0 + (int64_t)(v10) * stride_dA_cumsum_1 + (int64_t)(v15) * stride_dA_cumsum_2);
       const bool aligned_ = kg::aligned(p_, 8) && stride_dA_cumsum_0 % 2 == 0 && stride_dA_cumsum_1 % 2 == 0 && stride_dA_cumsum_2 % 2 == 0;
-      const int t0_ = v86 * 32 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
+      const int t0_ = v88 * 32 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
     #pragma unroll
       for (int e = 0; e < 8; e += 2) {
         const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16;
         const int64_t off_ = (int64_t)i0_ * 1;
-        const bool in_ = v87 && i0_ + 2 <= (64);
+        const bool in_ = v89 && i0_ + 2 <= (64);
         if (aligned_ && in_) {
-          kg::copy_vec<2>(&v88[e], p_ + off_);
+          kg::copy_vec<2>(&v90[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 2; ++v)
-            v88[e + v] = (v87 && i0_ + v < (64)) ? p_[off_ + v] : 0.0f;
+            v90[e + v] = (v89 && i0_ + v < (64)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
-    // spec: specs/ssd_bwd.yaml:254:17
-    const int v89 = (v75 + v69);
-    // spec: specs/ssd_bwd.yaml:254:17
-    const bool v90 = (v89 < v54);
-    // spec: specs/ssd_bwd.yaml:254:17
-    float v91[16];
+    // spec: specs/ssd_bwd.yaml:255:17
+    const int v91 = (v77 + v71);
+    // spec: specs/ssd_bwd.yaml:255:17
+    const bool v92 = (v91 < v54);
+    // spec: specs/ssd_bwd.yaml:255:17
+    float v93[16];
     {
-      const float* p_ = t_CB + ((int64_t)(v9) * stride_CB_0 + (int64_t)(v14) * stride_CB_1 + (int64_t)(v21) * stride_CB_2);
+      const float* p_ = t_CB + ((int64_t)(v12) * stride_CB_0 + (int64_t)(v15) * stride_CB_1 + (int64_t)(v11) * stride_CB_2);
       const bool aligned_ = false;
-      const int t0_ = v89 * 32 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
-      const int t1_ = v12 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+      const int t0_ = v91 * 32 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
+      const int t1_ = v18 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
     #pragma unroll
       for (int e = 0; e < 16; e += 1) {
         const int i0_ = t0_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
         const int i1_ = t1_ + ((e >> 1) & 1) * 8;
         const int64_t off_ = (int64_t)i0_ * stride_CB_3 + (int64_t)i1_ * 1;
-        const bool in_ = v90 && i0_ < (64) && i1_ + 1 <= (64);
+        const bool in_ = v92 && i0_ < (64) && i1_ + 1 <= (64);
         if (aligned_ && in_) {
-          kg::copy_vec<1>(&v91[e], p_ + off_);
+          kg::copy_vec<1>(&v93[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 1; ++v)
-            v91[e + v] = (v90 && i0_ < (64) && i1_ + v < (64)) ? p_[off_ + v] : 0.0f;
+            v93[e + v] = (v92 && i0_ < (64) && i1_ + v < (64)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
-    // spec: specs/ssd_bwd.yaml:259:17
-    kg::mbar_wait(&kg_bars[2 + v81 % 2], (v81 / 2) & 1);
+    // spec: specs/ssd_bwd.yaml:262:17
+    kg::mbar_wait(&kg_bars[2 + v83 % 2], (v83 / 2) & 1);
     kg::sync();
-    // spec: specs/ssd_bwd.yaml:246:7
-    const int v92 = 1;
-    // spec: specs/ssd_bwd.yaml:246:7
-    const int v93 = (v81 + v92);
-    // spec: specs/ssd_bwd.yaml:246:7
-    kg::bf16* v94 = v36 + (v93 % 2) * 4096;
-    // spec: specs/ssd_bwd.yaml:247:23
-    const int v95 = 2;
-    // spec: specs/ssd_bwd.yaml:247:23
-    const int v96 = (v14 * v95);
-    // spec: specs/ssd_bwd.yaml:249:17
-    const int v97 = (v75 + v69);
-    // spec: specs/ssd_bwd.yaml:247:23
-    const int v98 = (v96 + v97);
-    // spec: specs/ssd_bwd.yaml:249:17
-    const bool v99 = (v97 < v54);
-    // spec: specs/ssd_bwd.yaml:249:17
-    if ((v99) && kg::thread_id() == 0) {
-      uint64_t* bar_ = &kg_bars[2 + v93 % 2];
+    // spec: specs/ssd_bwd.yaml:247:7
+    const int v94 = 1;
+    // spec: specs/ssd_bwd.yaml:247:7
+    const int v95 = (v83 + v94);
+    // spec: specs/ssd_bwd.yaml:247:7
+    kg::bf16* v96 = v36 + (v95 % 2) * 4096;
+    // spec: specs/ssd_bwd.yaml:248:23
+    const int v97 = 2;
+    // spec: specs/ssd_bwd.yaml:248:23
+    const int v98 = (v15 * v97);
+    // spec: specs/ssd_bwd.yaml:250:17
+    const int v99 = (v77 + v71);
+    // spec: specs/ssd_bwd.yaml:248:23
+    const int v100 = (v98 + v99);
+    // spec: specs/ssd_bwd.yaml:250:17
+    const bool v101 = (v99 < v54);
+    // spec: specs/ssd_bwd.yaml:250:17
+    if ((v101) && kg::thread_id() == 0) {
+      uint64_t* bar_ = &kg_bars[2 + v95 % 2];
       kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
       kg::mbar_expect_tx(bar_, 8192);
-      kg::tma_load_4d(&v94[((0) / 64 * 2048 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_dy, bar_, 0, v8, v98 * 32, v9);
-      kg::tma_load_4d(&v94[((64) / 64 * 2048 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap2_dy, bar_, 64, v8, v98 * 32, v9);
+      kg::tma_load_4d(&v96[((0) / 64 * 2048 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_dy, bar_, 0, v10, v100 * 32, v12);
+      kg::tma_load_4d(&v96[((64) / 64 * 2048 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap2_dy, bar_, 64, v10, v100 * 32, v12);
     }
-    // spec: specs/ssd_bwd.yaml:258:16
-    const float v100 = 0.0f;
-    // spec: specs/ssd_bwd.yaml:258:39
-    float (&v101)[8] = v78;
-    // spec: specs/ssd_bwd.yaml:258:39
-    float v102[16];
+    // spec: specs/ssd_bwd.yaml:261:16
+    const float v102 = 0.0f;
+    // spec: specs/ssd_bwd.yaml:261:40
+    const float v103 = 1.4426950408889634f;
+    // spec: specs/ssd_bwd.yaml:261:40
+    float (&v104)[8] = v80;
+    // spec: specs/ssd_bwd.yaml:261:40
+    float v105[8];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v102[e] = v101[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4];
-    // spec: specs/ssd_bwd.yaml:258:39
-    float v103[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v103[e] = (v102[e] - v62[e]);
-    // spec: specs/ssd_bwd.yaml:258:35
-    float v104[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v104[e] = kg::exp_(v103[e]);
-    // spec: specs/ssd_bwd.yaml:254:17
-    float (&v105)[16] = v79;
-    // spec: specs/ssd_bwd.yaml:258:29
+    for (int e = 0; e < 8; ++e) v105[e] = (v104[e] * v103);
+    // spec: specs/ssd_bwd.yaml:261:40
     float v106[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v106[e] = (v105[e] * v104[e]);
-    // spec: specs/ssd_bwd.yaml:255:97
-    const int v107 = 64;
-    // spec: specs/ssd_bwd.yaml:255:97
-    const int v108 = (v14 * v107);
-    // spec: specs/ssd_bwd.yaml:255:88
-    const int v109 = (v0 - v108);
-    // spec: specs/ssd_bwd.yaml:248:38
-    int v110[8];
+    for (int e = 0; e < 16; ++e) v106[e] = v105[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4];
+    // spec: specs/ssd_bwd.yaml:261:40
+    float v107[16];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v110[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16);
-    // spec: specs/ssd_bwd.yaml:248:24
-    const int v111 = 32;
-    // spec: specs/ssd_bwd.yaml:248:24
-    const int v112 = (v75 * v111);
-    // spec: specs/ssd_bwd.yaml:248:24
-    int v113[8];
+    for (int e = 0; e < 16; ++e) v107[e] = (v106[e] - v64[e]);
+    // spec: specs/ssd_bwd.yaml:261:35
+    float v108[16];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v113[e] = (v112 + v110[e]);
-    // spec: specs/ssd_bwd.yaml:255:66
-    int (&v114)[8] = v113;
-    // spec: specs/ssd_bwd.yaml:255:66
-    bool v115[8];
+    for (int e = 0; e < 16; ++e) v108[e] = kg::exp2_(v107[e]);
+    // spec: specs/ssd_bwd.yaml:255:17
+    float (&v109)[16] = v81;
+    // spec: specs/ssd_bwd.yaml:261:29
+    float v110[16];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v115[e] = (v114[e] < v109);
-    // spec: specs/ssd_bwd.yaml:255:19
-    bool v116[16];
+    for (int e = 0; e < 16; ++e) v110[e] = (v109[e] * v108[e]);
+    // spec: specs/ssd_bwd.yaml:256:97
+    const int v111 = 64;
+    // spec: specs/ssd_bwd.yaml:256:97
+    const int v112 = (v15 * v111);
+    // spec: specs/ssd_bwd.yaml:256:88
+    const int v113 = (v0 - v112);
+    // spec: specs/ssd_bwd.yaml:249:38
+    int v114[8];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v116[e] = v115[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4];
-    // spec: specs/ssd_bwd.yaml:255:42
-    int (&v117)[8] = v113;
-    // spec: specs/ssd_bwd.yaml:255:19
-    int v118[16];
+    for (int e = 0; e < 8; ++e) v114[e] = ((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16);
+    // spec: specs/ssd_bwd.yaml:249:24
+    const int v115 = 32;
+    // spec: specs/ssd_bwd.yaml:249:24
+    const int v116 = (v77 * v115);
+    // spec: specs/ssd_bwd.yaml:249:24
+    int v117[8];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v118[e] = v117[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4];
-    // spec: specs/ssd_bwd.yaml:255:19
-    bool v119[16];
+    for (int e = 0; e < 8; ++e) v117[e] = (v116 + v114[e]);
+    // spec: specs/ssd_bwd.yaml:256:66
+    int (&v118)[8] = v117;
+    // spec: specs/ssd_bwd.yaml:256:66
+    bool v119[8];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v119[e] = (v68[e] <= v118[e]);
-    // spec: specs/ssd_bwd.yaml:255:19
+    for (int e = 0; e < 8; ++e) v119[e] = (v118[e] < v113);
+    // spec: specs/ssd_bwd.yaml:256:19
     bool v120[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v120[e] = (v119[e] && v116[e]);
-    // spec: specs/ssd_bwd.yaml:258:16
-    float v121[16];
+    for (int e = 0; e < 16; ++e) v120[e] = v119[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4];
+    // spec: specs/ssd_bwd.yaml:256:42
+    int (&v121)[8] = v117;
+    // spec: specs/ssd_bwd.yaml:256:19
+    int v122[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v121[e] = (v120[e] ? v106[e] : v100);
-    // spec: specs/ssd_bwd.yaml:259:21
-    kg::bf16 v122[16];
+    for (int e = 0; e < 16; ++e) v122[e] = v121[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4];
+    // spec: specs/ssd_bwd.yaml:256:19
+    bool v123[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v122[e] = kg::cvt<kg::bf16>(v121[e]);
-    // spec: specs/ssd_bwd.yaml:259:17
-    float (&v123)[64] = v76;
+    for (int e = 0; e < 16; ++e) v123[e] = (v70[e] <= v122[e]);
+    // spec: specs/ssd_bwd.yaml:256:19
+    bool v124[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v124[e] = (v123[e] && v120[e]);
+    // spec: specs/ssd_bwd.yaml:261:16
+    float v125[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v125[e] = (v124[e] ? v110[e] : v102);
+    // spec: specs/ssd_bwd.yaml:262:21
+    kg::bf16 v126[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v126[e] = kg::cvt<kg::bf16>(v125[e]);
+    // spec: specs/ssd_bwd.yaml:262:17
+    float (&v127)[64] = v78;
     {
       const int wg_ = 0;
-      const uint64_t db_ = kg::wgmma_desc(v82, 4096, 1024, 1);
+      const uint64_t db_ = kg::wgmma_desc(v84, 4096, 1024, 1);
       // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
       // (ptxas would then insert a warpgroup.arrive, C7519)
     #pragma unroll
-      for (int e = 0; e < 64; ++e) kg::fence_operand(v123[e]);
+      for (int e = 0; e < 64; ++e) kg::fence_operand(v127[e]);
       kg::wgmma_fence();
     #pragma unroll
       for (int ks = 0; ks < 2; ++ks)
@@ -581,18 +592,18 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dx(const kg::bf16* __restrict__ t_
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n128k16_bf16_rs<1>(&v123[(rm * 1 + rn) * 64], &v122[(rm * 2 + ks) * 8], db_ + ((((((wg_ % 1) * 128 + rn * 128)) / 64 * 2048 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 128 + rn * 128)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 128 + rn * 128)) & 7))) * 2 / 16), 1);
+            kg::wgmma_m64n128k16_bf16_rs<1>(&v127[(rm * 1 + rn) * 64], &v126[(rm * 2 + ks) * 8], db_ + ((((((wg_ % 1) * 128 + rn * 128)) / 64 * 2048 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 128 + rn * 128)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 128 + rn * 128)) & 7))) * 2 / 16), 1);
       kg::wgmma_commit();
     }
-    // spec: specs/ssd_bwd.yaml:262:17
-    kg::bf16* v124 = v82;
-    // spec: specs/ssd_bwd.yaml:262:17
-    float v125[16];
-    // spec: specs/ssd_bwd.yaml:262:17
-    float (&v126)[16] = v125;
+    // spec: specs/ssd_bwd.yaml:265:17
+    kg::bf16* v128 = v84;
+    // spec: specs/ssd_bwd.yaml:265:17
+    float v129[16];
+    // spec: specs/ssd_bwd.yaml:265:17
+    float (&v130)[16] = v129;
     {
       const int wg_ = 0;
-      const uint64_t db_ = kg::wgmma_desc(v124, 16, 1024, 1);
+      const uint64_t db_ = kg::wgmma_desc(v128, 16, 1024, 1);
       kg::wgmma_fence();
     #pragma unroll
       for (int ks = 0; ks < 8; ++ks)
@@ -600,70 +611,69 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dx(const kg::bf16* __restrict__ t_
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n32k16_bf16_rs<0>(&v126[(rm * 1 + rn) * 16], &v10[(rm * 8 + ks) * 8], db_ + (((((ks * 16)) / 64 * 2048 + (((wg_ % 1) * 32 + rn * 32)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 32 + rn * 32)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
+            kg::wgmma_m64n32k16_bf16_rs<0>(&v130[(rm * 1 + rn) * 16], &v16[(rm * 8 + ks) * 8], db_ + (((((ks * 16)) / 64 * 2048 + (((wg_ % 1) * 32 + rn * 32)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 32 + rn * 32)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
       kg::wgmma_commit();
     }
+    // spec: specs/ssd_bwd.yaml:265:17
+    kg::wgmma_wait<0>();
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) kg::fence_operand(v130[e]);
+    #pragma unroll
+    for (int e = 0; e < 32; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v16)[e]);
+    float (&v131)[16] = v130;
     // spec: specs/ssd_bwd.yaml:262:17
     kg::wgmma_wait<0>();
     #pragma unroll
-    for (int e = 0; e < 16; ++e) kg::fence_operand(v126[e]);
+    for (int e = 0; e < 64; ++e) kg::fence_operand(v127[e]);
     #pragma unroll
-    for (int e = 0; e < 32; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v10)[e]);
-    float (&v127)[16] = v126;
-    // spec: specs/ssd_bwd.yaml:259:17
-    kg::wgmma_wait<0>();
+    for (int e = 0; e < 8; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v126)[e]);
+    float (&v132)[64] = v127;
+    // spec: specs/ssd_bwd.yaml:265:17
+    float v133[16];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) kg::fence_operand(v123[e]);
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) kg::fence_operand(reinterpret_cast<uint32_t*>(v122)[e]);
-    float (&v128)[64] = v123;
-    // spec: specs/ssd_bwd.yaml:262:17
-    float v129[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v129[e] = (v127[e] * v121[e]);
-    // spec: specs/ssd_bwd.yaml:263:23
-    float v130[2];
+    for (int e = 0; e < 16; ++e) v133[e] = (v131[e] * v125[e]);
+    // spec: specs/ssd_bwd.yaml:266:23
+    float v134[2];
     {
-      float r130[2];
+      float r134[2];
     #pragma unroll
-      for (int e = 0; e < 2; ++e) r130[e] = 0.0f;
+      for (int e = 0; e < 2; ++e) r134[e] = 0.0f;
     #pragma unroll
       for (int e = 0; e < 16; ++e) {
-        const float a_ = r130[((e >> 1) & 1) * 1], b_ = (float)(v129[e]);
-        r130[((e >> 1) & 1) * 1] = a_ + b_;
+        const float a_ = r134[((e >> 1) & 1) * 1], b_ = (float)(v133[e]);
+        r134[((e >> 1) & 1) * 1] = a_ + b_;
       }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r130[e], b_ = kg::shfl_xor(a_, 1); r130[e] = a_ + b_; }
+      for (int e = 0; e < 2; ++e) { const float a_ = r134[e], b_ = kg::shfl_xor(a_, 1); r134[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) { const float a_ = r130[e], b_ = kg::shfl_xor(a_, 2); r130[e] = a_ + b_; }
+      for (int e = 0; e < 2; ++e) { const float a_ = r134[e], b_ = kg::shfl_xor(a_, 2); r134[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 2; ++e) v130[e] = kg::cvt<float>(r130[e]);
+      for (int e = 0; e < 2; ++e) v134[e] = kg::cvt<float>(r134[e]);
     }
-    // spec: specs/ssd_bwd.yaml:264:65
-    float v131[16];
+    // spec: specs/ssd_bwd.yaml:267:65
+    float v135[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v131[e] = (v129[e] * v60[e]);
-    // spec: specs/ssd_bwd.yaml:264:61
-    float v132[8];
+    for (int e = 0; e < 16; ++e) v135[e] = (v133[e] * v60[e]);
+    // spec: specs/ssd_bwd.yaml:267:61
+    float v136[8];
     {
-      float r132[8];
+      float r136[8];
     #pragma unroll
-      for (int e = 0; e < 8; ++e) r132[e] = 0.0f;
+      for (int e = 0; e < 8; ++e) r136[e] = 0.0f;
     #pragma unroll
       for (int e = 0; e < 16; ++e) {
-        const float a_ = r132[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4], b_ = (float)(v131[e]);
-        r132[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4] = a_ + b_;
+        const float a_ = r136[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4], b_ = (float)(v135[e]);
+        r136[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4] = a_ + b_;
       }
     #pragma unroll
-      for (int e = 0; e < 8; ++e) { const float a_ = r132[e], b_ = kg::shfl_xor(a_, 4); r132[e] = a_ + b_; }
+      for (int e = 0; e < 8; ++e) { const float a_ = r136[e], b_ = kg::shfl_xor(a_, 4); r136[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 8; ++e) { const float a_ = r132[e], b_ = kg::shfl_xor(a_, 8); r132[e] = a_ + b_; }
+      for (int e = 0; e < 8; ++e) { const float a_ = r136[e], b_ = kg::shfl_xor(a_, 8); r136[e] = a_ + b_; }
     #pragma unroll
-      for (int e = 0; e < 8; ++e) { const float a_ = r132[e], b_ = kg::shfl_xor(a_, 16); r132[e] = a_ + b_; }
+      for (int e = 0; e < 8; ++e) { const float a_ = r136[e], b_ = kg::shfl_xor(a_, 16); r136[e] = a_ + b_; }
       float* scratch_ = reinterpret_cast<float*>(smem + 16384);
-      kg::sync();
     #pragma unroll
-      for (int e = 0; e < 8; ++e) scratch_[warp * 32 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16)) * 1] = r132[e];
+      for (int e = 0; e < 8; ++e) scratch_[warp * 32 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16)) * 1] = r136[e];
       kg::sync();
     #pragma unroll
       for (int e = 0; e < 8; ++e) {
@@ -671,104 +681,129 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dx(const kg::bf16* __restrict__ t_
         { const float b_ = scratch_[(warp ^ 1) * 32 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16)) * 1]; a_ = a_ + b_; }
         { const float b_ = scratch_[(warp ^ 2) * 32 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16)) * 1]; a_ = a_ + b_; }
         { const float b_ = scratch_[(warp ^ 3) * 32 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16)) * 1]; a_ = a_ + b_; }
-        r132[e] = a_;
+        r136[e] = a_;
       }
     #pragma unroll
-      for (int e = 0; e < 8; ++e) v132[e] = kg::cvt<float>(r132[e]);
+      for (int e = 0; e < 8; ++e) v136[e] = kg::cvt<float>(r136[e]);
     }
-    // spec: specs/ssd_bwd.yaml:264:11
+    // spec: specs/ssd_bwd.yaml:267:11
     if ((lane & 28) == 0 && (warp & 3) == 0) {
-      float* p_ = t_cs_tgt_part + ((int64_t)(v9) * stride_cs_tgt_part_0 + (int64_t)(v8) * stride_cs_tgt_part_1 + (int64_t)(v14) * stride_cs_tgt_part_2 + (int64_t)(v12) * stride_cs_tgt_part_3);
+      float* p_ = t_cs_tgt_part + ((int64_t)(v12) * stride_cs_tgt_part_0 + (int64_t)(v10) * stride_cs_tgt_part_1 + (int64_t)(v15) * stride_cs_tgt_part_2 + (int64_t)(v18) * stride_cs_tgt_part_3);
       const bool aligned_ = kg::aligned(p_, 8) && stride_cs_tgt_part_0 % 2 == 0 && stride_cs_tgt_part_1 % 2 == 0 && stride_cs_tgt_part_2 % 2 == 0 && stride_cs_tgt_part_3 % 2 == 0;
-      const int t0_ = v75 * 32 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
+      const int t0_ = v77 * 32 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
     #pragma unroll
       for (int e = 0; e < 8; e += 2) {
         const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16;
         const int64_t off_ = (int64_t)i0_ * 1;
         if (aligned_ && i0_ + 2 <= (64)) {
-          kg::copy_vec<2>(p_ + off_, &v132[e]);
+          kg::copy_vec<2>(p_ + off_, &v136[e]);
         } else {
     #pragma unroll
           for (int v = 0; v < 2; ++v)
-            if (i0_ + v < (64)) p_[off_ + v] = v132[e + v];
+            if (i0_ + v < (64)) p_[off_ + v] = v136[e + v];
         }
       }
     }
-    // spec: specs/ssd_bwd.yaml:263:17
-    float v133[2];
+    // spec: specs/ssd_bwd.yaml:266:17
+    float v137[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v133[e] = (v77[e] - v130[e]);
-    // spec: specs/ssd_bwd.yaml:264:11
+    for (int e = 0; e < 2; ++e) v137[e] = (v79[e] - v134[e]);
+    // spec: specs/ssd_bwd.yaml:267:11
 
     float y0_[64];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) y0_[e] = v128[e];
+    for (int e = 0; e < 64; ++e) y0_[e] = v132[e];
     float y1_[2];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) y1_[e] = v133[e];
+    for (int e = 0; e < 2; ++e) y1_[e] = v137[e];
     float y2_[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) y2_[e] = v88[e];
+    for (int e = 0; e < 8; ++e) y2_[e] = v90[e];
     float y3_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y3_[e] = v91[e];
+    for (int e = 0; e < 16; ++e) y3_[e] = v93[e];
     #pragma unroll
-    for (int e = 0; e < 64; ++e) v71[e] = y0_[e];
+    for (int e = 0; e < 64; ++e) v73[e] = y0_[e];
     #pragma unroll
-    for (int e = 0; e < 2; ++e) v72[e] = y1_[e];
+    for (int e = 0; e < 2; ++e) v74[e] = y1_[e];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v73[e] = y2_[e];
+    for (int e = 0; e < 8; ++e) v75[e] = y2_[e];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v74[e] = y3_[e];
+    for (int e = 0; e < 16; ++e) v76[e] = y3_[e];
   }
-  // spec: specs/ssd_bwd.yaml:246:7
+  // spec: specs/ssd_bwd.yaml:247:7
   if (kg::thread_id() == 0) {
-    const int n_ = kg::cdiv(kg::max_(v54 - v44, 0), v69);
+    const int n_ = kg::cdiv(kg::max_(v54 - v44, 0), v71);
     if (((n_ + 1) / 2) & 1) kg::mbar_arrive(&kg_bars[2]);
     if (((n_ + 0) / 2) & 1) kg::mbar_arrive(&kg_bars[3]);
   }
-  // spec: specs/ssd_bwd.yaml:265:64
-  float v134[64];
+  // spec: specs/ssd_bwd.yaml:275:16
+  kg::bf16* v138 = reinterpret_cast<kg::bf16*>(smem + 65536);
+  // spec: specs/ssd_bwd.yaml:275:20
+  kg::sync();
+  if ((true) && kg::thread_id() == 0) {
+    uint64_t* bar_ = &kg_bars[4];
+    kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+    kg::mbar_expect_tx(bar_, 32768);
+    kg::tma_load_4d(&v138[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap3_C, bar_, 0, v11, v7 * 64, v12);
+    kg::tma_load_4d(&v138[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap3_C, bar_, 64, v11, v7 * 64, v12);
+    kg::tma_load_4d(&v138[((128) / 64 * 4096 + (0) * 64 + (((((128) >> 3) & 7) ^ ((0) & 7)) << 3) + ((128) & 7))], &tmap3_C, bar_, 128, v11, v7 * 64, v12);
+    kg::tma_load_4d(&v138[((192) / 64 * 4096 + (0) * 64 + (((((192) >> 3) & 7) ^ ((0) & 7)) << 3) + ((192) & 7))], &tmap3_C, bar_, 192, v11, v7 * 64, v12);
+  }
+  // spec: specs/ssd_bwd.yaml:275:16
+  kg::bf16* v139 = reinterpret_cast<kg::bf16*>(smem + 0);
+  // spec: specs/ssd_bwd.yaml:275:44
+  if ((true) && kg::thread_id() == 0) {
+    uint64_t* bar_ = &kg_bars[5];
+    kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+    kg::mbar_expect_tx(bar_, 65536);
+    kg::tma_load_5d(&v139[((0) / 64 * 8192 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap4_prev_states, bar_, 0, 0, v10, v15, v12);
+    kg::tma_load_5d(&v139[((64) / 64 * 8192 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap4_prev_states, bar_, 64, 0, v10, v15, v12);
+    kg::tma_load_5d(&v139[((128) / 64 * 8192 + (0) * 64 + (((((128) >> 3) & 7) ^ ((0) & 7)) << 3) + ((128) & 7))], &tmap4_prev_states, bar_, 128, 0, v10, v15, v12);
+    kg::tma_load_5d(&v139[((192) / 64 * 8192 + (0) * 64 + (((((192) >> 3) & 7) ^ ((0) & 7)) << 3) + ((192) & 7))], &tmap4_prev_states, bar_, 192, 0, v10, v15, v12);
+  }
+  // spec: specs/ssd_bwd.yaml:268:64
+  float v140[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v134[e] = kg::cvt<float>(kg::f32(v10[e]));
-  // spec: specs/ssd_bwd.yaml:265:58
-  float v135[64];
+  for (int e = 0; e < 64; ++e) v140[e] = kg::cvt<float>(kg::f32(v16[e]));
+  // spec: specs/ssd_bwd.yaml:268:58
+  float v141[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v135[e] = (v71[e] * v134[e]);
-  // spec: specs/ssd_bwd.yaml:265:54
-  float v136[2];
+  for (int e = 0; e < 64; ++e) v141[e] = (v73[e] * v140[e]);
+  // spec: specs/ssd_bwd.yaml:268:54
+  float v142[2];
   {
-    float r136[2];
+    float r142[2];
   #pragma unroll
-    for (int e = 0; e < 2; ++e) r136[e] = 0.0f;
+    for (int e = 0; e < 2; ++e) r142[e] = 0.0f;
   #pragma unroll
     for (int e = 0; e < 64; ++e) {
-      const float a_ = r136[((e >> 1) & 1) * 1], b_ = (float)(v135[e]);
-      r136[((e >> 1) & 1) * 1] = a_ + b_;
+      const float a_ = r142[((e >> 1) & 1) * 1], b_ = (float)(v141[e]);
+      r142[((e >> 1) & 1) * 1] = a_ + b_;
     }
   #pragma unroll
-    for (int e = 0; e < 2; ++e) { const float a_ = r136[e], b_ = kg::shfl_xor(a_, 1); r136[e] = a_ + b_; }
+    for (int e = 0; e < 2; ++e) { const float a_ = r142[e], b_ = kg::shfl_xor(a_, 1); r142[e] = a_ + b_; }
   #pragma unroll
-    for (int e = 0; e < 2; ++e) { const float a_ = r136[e], b_ = kg::shfl_xor(a_, 2); r136[e] = a_ + b_; }
+    for (int e = 0; e < 2; ++e) { const float a_ = r142[e], b_ = kg::shfl_xor(a_, 2); r142[e] = a_ + b_; }
   #pragma unroll
-    for (int e = 0; e < 2; ++e) v136[e] = kg::cvt<float>(r136[e]);
+    for (int e = 0; e < 2; ++e) v142[e] = kg::cvt<float>(r142[e]);
   }
-  // spec: specs/ssd_bwd.yaml:265:7
+  // spec: specs/ssd_bwd.yaml:268:7
   if ((lane & 3) == 0 && (warp & 0) == 0) {
-    float* p_ = t_dt_src_grad + ((int64_t)(v9) * stride_dt_src_grad_0 + (int64_t)(v8) * stride_dt_src_grad_1 + (int64_t)(v14) * stride_dt_src_grad_2);
+    float* p_ = t_dt_src_grad + ((int64_t)(v12) * stride_dt_src_grad_0 + (int64_t)(v10) * stride_dt_src_grad_1 + (int64_t)(v15) * stride_dt_src_grad_2);
     const bool aligned_ = false;
-    const int t0_ = v12 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+    const int t0_ = v18 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
   #pragma unroll
     for (int e = 0; e < 2; e += 1) {
       const int i0_ = t0_ + (e & 1) * 8;
       const int64_t off_ = (int64_t)i0_ * 1;
-      if (i0_ + 1 <= (64)) p_[off_] = v136[e];
+      if (i0_ + 1 <= (64)) p_[off_] = v142[e];
     }
   }
-  // spec: specs/ssd_bwd.yaml:266:13
-  kg::bf16 v137[64];
+  // spec: specs/ssd_bwd.yaml:269:13
+  kg::bf16 v143[64];
   {
-    const kg::bf16* p_ = t_dy + ((int64_t)(v9) * stride_dy_0 + (int64_t)(v8) * stride_dy_2);
+    const kg::bf16* p_ = t_dy + ((int64_t)(v12) * stride_dy_0 + (int64_t)(v10) * stride_dy_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dy_0 % 2 == 0 && stride_dy_1 % 2 == 0 && stride_dy_2 % 2 == 0;
     const int t0_ = v7 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
     const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
@@ -779,55 +814,29 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dx(const kg::bf16* __restrict__ t_
       const int64_t off_ = (int64_t)i0_ * stride_dy_1 + (int64_t)i1_ * 1;
       const bool in_ = i0_ < (size_seqlen);
       if (aligned_ && in_) {
-        kg::copy_vec<2>(&v137[e], p_ + off_);
+        kg::copy_vec<2>(&v143[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          v137[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v143[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
-  // spec: specs/ssd_bwd.yaml:272:16
-  kg::bf16* v138 = reinterpret_cast<kg::bf16*>(smem + 65536);
-  // spec: specs/ssd_bwd.yaml:272:20
-  kg::sync();
-  if ((true) && kg::thread_id() == 0) {
-    uint64_t* bar_ = &kg_bars[4];
-    kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
-    kg::mbar_expect_tx(bar_, 32768);
-    kg::tma_load_4d(&v138[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap3_C, bar_, 0, v21, v7 * 64, v9);
-    kg::tma_load_4d(&v138[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap3_C, bar_, 64, v21, v7 * 64, v9);
-    kg::tma_load_4d(&v138[((128) / 64 * 4096 + (0) * 64 + (((((128) >> 3) & 7) ^ ((0) & 7)) << 3) + ((128) & 7))], &tmap3_C, bar_, 128, v21, v7 * 64, v9);
-    kg::tma_load_4d(&v138[((192) / 64 * 4096 + (0) * 64 + (((((192) >> 3) & 7) ^ ((0) & 7)) << 3) + ((192) & 7))], &tmap3_C, bar_, 192, v21, v7 * 64, v9);
-  }
-  // spec: specs/ssd_bwd.yaml:272:16
+  // spec: specs/ssd_bwd.yaml:275:16
   kg::mbar_wait(&kg_bars[4], 0);
-  kg::sync();
-  // spec: specs/ssd_bwd.yaml:272:16
-  kg::bf16* v139 = reinterpret_cast<kg::bf16*>(smem + 0);
-  // spec: specs/ssd_bwd.yaml:272:44
-  if ((true) && kg::thread_id() == 0) {
-    uint64_t* bar_ = &kg_bars[5];
-    kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
-    kg::mbar_expect_tx(bar_, 65536);
-    kg::tma_load_5d(&v139[((0) / 64 * 8192 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap4_prev_states, bar_, 0, 0, v8, v14, v9);
-    kg::tma_load_5d(&v139[((64) / 64 * 8192 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap4_prev_states, bar_, 64, 0, v8, v14, v9);
-    kg::tma_load_5d(&v139[((128) / 64 * 8192 + (0) * 64 + (((((128) >> 3) & 7) ^ ((0) & 7)) << 3) + ((128) & 7))], &tmap4_prev_states, bar_, 128, 0, v8, v14, v9);
-    kg::tma_load_5d(&v139[((192) / 64 * 8192 + (0) * 64 + (((((192) >> 3) & 7) ^ ((0) & 7)) << 3) + ((192) & 7))], &tmap4_prev_states, bar_, 192, 0, v8, v14, v9);
-  }
-  // spec: specs/ssd_bwd.yaml:272:16
+  // spec: specs/ssd_bwd.yaml:275:16
   kg::mbar_wait(&kg_bars[5], 0);
   kg::sync();
-  // spec: specs/ssd_bwd.yaml:272:16
-  kg::bf16* v140 = v139;
-  // spec: specs/ssd_bwd.yaml:272:16
-  float v141[64];
-  // spec: specs/ssd_bwd.yaml:272:16
-  float (&v142)[64] = v141;
+  // spec: specs/ssd_bwd.yaml:275:16
+  kg::bf16* v144 = v139;
+  // spec: specs/ssd_bwd.yaml:275:16
+  float v145[64];
+  // spec: specs/ssd_bwd.yaml:275:16
+  float (&v146)[64] = v145;
   {
     const int wg_ = 0;
     const uint64_t da_ = kg::wgmma_desc(v138, 16, 1024, 1);
-    const uint64_t db_ = kg::wgmma_desc(v140, 16, 1024, 1);
+    const uint64_t db_ = kg::wgmma_desc(v144, 16, 1024, 1);
     kg::wgmma_fence();
   #pragma unroll
     for (int ks = 0; ks < 16; ++ks)
@@ -835,101 +844,101 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dx(const kg::bf16* __restrict__ t_
       for (int rm = 0; rm < 1; ++rm)
   #pragma unroll
         for (int rn = 0; rn < 1; ++rn)
-          kg::wgmma_m64n128k16_bf16_ss<0, 0>(&v142[(rm * 1 + rn) * 64], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 8192 + (((wg_ % 1) * 128 + rn * 128)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 128 + rn * 128)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
+          kg::wgmma_m64n128k16_bf16_ss<0, 0>(&v146[(rm * 1 + rn) * 64], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 8192 + (((wg_ % 1) * 128 + rn * 128)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 128 + rn * 128)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
     kg::wgmma_commit();
   }
-  // spec: specs/ssd_bwd.yaml:277:28
-  float v143[64];
+  // spec: specs/ssd_bwd.yaml:280:28
+  float v147[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v143[e] = kg::cvt<float>(kg::f32(v137[e]));
-  // spec: specs/ssd_bwd.yaml:272:16
+  for (int e = 0; e < 64; ++e) v147[e] = kg::cvt<float>(kg::f32(v143[e]));
+  // spec: specs/ssd_bwd.yaml:275:16
   kg::wgmma_wait<0>();
   #pragma unroll
-  for (int e = 0; e < 64; ++e) kg::fence_operand(v142[e]);
-  float (&v144)[64] = v142;
-  // spec: specs/ssd_bwd.yaml:277:23
-  float v145[64];
+  for (int e = 0; e < 64; ++e) kg::fence_operand(v146[e]);
+  float (&v148)[64] = v146;
+  // spec: specs/ssd_bwd.yaml:280:23
+  float v149[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v145[e] = (v144[e] * v143[e]);
-  // spec: specs/ssd_bwd.yaml:277:19
-  float v146[2];
+  for (int e = 0; e < 64; ++e) v149[e] = (v148[e] * v147[e]);
+  // spec: specs/ssd_bwd.yaml:280:19
+  float v150[2];
   {
-    float r146[2];
+    float r150[2];
   #pragma unroll
-    for (int e = 0; e < 2; ++e) r146[e] = 0.0f;
+    for (int e = 0; e < 2; ++e) r150[e] = 0.0f;
   #pragma unroll
     for (int e = 0; e < 64; ++e) {
-      const float a_ = r146[((e >> 1) & 1) * 1], b_ = (float)(v145[e]);
-      r146[((e >> 1) & 1) * 1] = a_ + b_;
+      const float a_ = r150[((e >> 1) & 1) * 1], b_ = (float)(v149[e]);
+      r150[((e >> 1) & 1) * 1] = a_ + b_;
     }
   #pragma unroll
-    for (int e = 0; e < 2; ++e) { const float a_ = r146[e], b_ = kg::shfl_xor(a_, 1); r146[e] = a_ + b_; }
+    for (int e = 0; e < 2; ++e) { const float a_ = r150[e], b_ = kg::shfl_xor(a_, 1); r150[e] = a_ + b_; }
   #pragma unroll
-    for (int e = 0; e < 2; ++e) { const float a_ = r146[e], b_ = kg::shfl_xor(a_, 2); r146[e] = a_ + b_; }
+    for (int e = 0; e < 2; ++e) { const float a_ = r150[e], b_ = kg::shfl_xor(a_, 2); r150[e] = a_ + b_; }
   #pragma unroll
-    for (int e = 0; e < 2; ++e) v146[e] = kg::cvt<float>(r146[e]);
+    for (int e = 0; e < 2; ++e) v150[e] = kg::cvt<float>(r150[e]);
   }
-  // spec: specs/ssd_bwd.yaml:278:54
-  float v147[2];
+  // spec: specs/ssd_bwd.yaml:281:54
+  float v151[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v147[e] = (v72[e] * v16[e]);
-  // spec: specs/ssd_bwd.yaml:268:17
-  float v148[2];
+  for (int e = 0; e < 2; ++e) v151[e] = (v74[e] * v20[e]);
+  // spec: specs/ssd_bwd.yaml:271:17
+  float v152[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v148[e] = kg::exp_(v15[e]);
-  // spec: specs/ssd_bwd.yaml:277:19
-  float v149[2];
+  for (int e = 0; e < 2; ++e) v152[e] = kg::exp_(v19[e]);
+  // spec: specs/ssd_bwd.yaml:280:19
+  float v153[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v149[e] = (v146[e] * v148[e]);
-  // spec: specs/ssd_bwd.yaml:278:54
-  float v150[2];
+  for (int e = 0; e < 2; ++e) v153[e] = (v150[e] * v152[e]);
+  // spec: specs/ssd_bwd.yaml:281:54
+  float v154[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v150[e] = (v147[e] + v149[e]);
-  // spec: specs/ssd_bwd.yaml:278:7
+  for (int e = 0; e < 2; ++e) v154[e] = (v151[e] + v153[e]);
+  // spec: specs/ssd_bwd.yaml:281:7
   if ((lane & 3) == 0 && (warp & 0) == 0) {
-    float* p_ = t_cs_src_grad + ((int64_t)(v9) * stride_cs_src_grad_0 + (int64_t)(v8) * stride_cs_src_grad_1 + (int64_t)(v14) * stride_cs_src_grad_2);
+    float* p_ = t_cs_src_grad + ((int64_t)(v12) * stride_cs_src_grad_0 + (int64_t)(v10) * stride_cs_src_grad_1 + (int64_t)(v15) * stride_cs_src_grad_2);
     const bool aligned_ = false;
-    const int t0_ = v12 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+    const int t0_ = v18 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
   #pragma unroll
     for (int e = 0; e < 2; e += 1) {
       const int i0_ = t0_ + (e & 1) * 8;
       const int64_t off_ = (int64_t)i0_ * 1;
-      if (i0_ + 1 <= (64)) p_[off_] = v150[e];
+      if (i0_ + 1 <= (64)) p_[off_] = v154[e];
     }
   }
-  // spec: specs/ssd_bwd.yaml:279:64
-  float v151[64];
+  // spec: specs/ssd_bwd.yaml:282:64
+  float v155[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v151[e] = kg::cvt<float>(kg::f32(v10[e]));
-  // spec: specs/ssd_bwd.yaml:279:49
-  float v152[64];
+  for (int e = 0; e < 64; ++e) v155[e] = kg::cvt<float>(kg::f32(v16[e]));
+  // spec: specs/ssd_bwd.yaml:282:49
+  float v156[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v152[e] = kg::cvt<float>(kg::f32(v137[e]));
-  // spec: specs/ssd_bwd.yaml:279:49
-  float v153[64];
+  for (int e = 0; e < 64; ++e) v156[e] = kg::cvt<float>(kg::f32(v143[e]));
+  // spec: specs/ssd_bwd.yaml:282:49
+  float v157[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v153[e] = (v152[e] * v151[e]);
-  // spec: specs/ssd_bwd.yaml:279:45
-  float v154[32];
+  for (int e = 0; e < 64; ++e) v157[e] = (v156[e] * v155[e]);
+  // spec: specs/ssd_bwd.yaml:282:45
+  float v158[32];
   {
-    float r154[32];
+    float r158[32];
   #pragma unroll
-    for (int e = 0; e < 32; ++e) r154[e] = 0.0f;
+    for (int e = 0; e < 32; ++e) r158[e] = 0.0f;
   #pragma unroll
     for (int e = 0; e < 64; ++e) {
-      const float a_ = r154[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8 + ((e >> 5) & 1) * 16], b_ = (float)(v153[e]);
-      r154[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8 + ((e >> 5) & 1) * 16] = a_ + b_;
+      const float a_ = r158[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8 + ((e >> 5) & 1) * 16], b_ = (float)(v157[e]);
+      r158[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8 + ((e >> 5) & 1) * 16] = a_ + b_;
     }
   #pragma unroll
-    for (int e = 0; e < 32; ++e) { const float a_ = r154[e], b_ = kg::shfl_xor(a_, 4); r154[e] = a_ + b_; }
+    for (int e = 0; e < 32; ++e) { const float a_ = r158[e], b_ = kg::shfl_xor(a_, 4); r158[e] = a_ + b_; }
   #pragma unroll
-    for (int e = 0; e < 32; ++e) { const float a_ = r154[e], b_ = kg::shfl_xor(a_, 8); r154[e] = a_ + b_; }
+    for (int e = 0; e < 32; ++e) { const float a_ = r158[e], b_ = kg::shfl_xor(a_, 8); r158[e] = a_ + b_; }
   #pragma unroll
-    for (int e = 0; e < 32; ++e) { const float a_ = r154[e], b_ = kg::shfl_xor(a_, 16); r154[e] = a_ + b_; }
+    for (int e = 0; e < 32; ++e) { const float a_ = r158[e], b_ = kg::shfl_xor(a_, 16); r158[e] = a_ + b_; }
     float* scratch_ = reinterpret_cast<float*>(smem + 0);
     kg::sync();
   #pragma unroll
-    for (int e = 0; e < 32; ++e) scratch_[warp * 128 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32 + ((e >> 4) & 1) * 64)) * 1] = r154[e];
+    for (int e = 0; e < 32; ++e) scratch_[warp * 128 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32 + ((e >> 4) & 1) * 64)) * 1] = r158[e];
     kg::sync();
   #pragma unroll
     for (int e = 0; e < 32; ++e) {
@@ -937,16 +946,16 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dx(const kg::bf16* __restrict__ t_
       { const float b_ = scratch_[(warp ^ 1) * 128 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32 + ((e >> 4) & 1) * 64)) * 1]; a_ = a_ + b_; }
       { const float b_ = scratch_[(warp ^ 2) * 128 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32 + ((e >> 4) & 1) * 64)) * 1]; a_ = a_ + b_; }
       { const float b_ = scratch_[(warp ^ 3) * 128 + (((lane & 1) * 2 + ((lane >> 1) & 1) * 4) + ((e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32 + ((e >> 4) & 1) * 64)) * 1]; a_ = a_ + b_; }
-      r154[e] = a_;
+      r158[e] = a_;
     }
   #pragma unroll
-    for (int e = 0; e < 32; ++e) v154[e] = kg::cvt<float>(r154[e]);
+    for (int e = 0; e < 32; ++e) v158[e] = kg::cvt<float>(r158[e]);
   }
-  // spec: specs/ssd_bwd.yaml:279:26
-  const int v155 = kg::block_id_x();
-  // spec: specs/ssd_bwd.yaml:279:7
+  // spec: specs/ssd_bwd.yaml:282:26
+  const int v159 = kg::block_id_x();
+  // spec: specs/ssd_bwd.yaml:282:7
   if ((lane & 28) == 0 && (warp & 3) == 0) {
-    float* p_ = t_D_part + ((int64_t)(v9) * stride_D_part_0 + (int64_t)(v8) * stride_D_part_1 + (int64_t)(v155) * stride_D_part_2);
+    float* p_ = t_D_part + ((int64_t)(v12) * stride_D_part_0 + (int64_t)(v10) * stride_D_part_1 + (int64_t)(v159) * stride_D_part_2);
     const bool aligned_ = kg::aligned(p_, 8) && stride_D_part_0 % 2 == 0 && stride_D_part_1 % 2 == 0 && stride_D_part_2 % 2 == 0;
     const int t0_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
   #pragma unroll
@@ -954,18 +963,18 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dx(const kg::bf16* __restrict__ t_
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32 + ((e >> 4) & 1) * 64;
       const int64_t off_ = (int64_t)i0_ * 1;
       if (aligned_ && true) {
-        kg::copy_vec<2>(p_ + off_, &v154[e]);
+        kg::copy_vec<2>(p_ + off_, &v158[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (true) p_[off_ + v] = v154[e + v];
+          if (true) p_[off_ + v] = v158[e + v];
       }
     }
   }
-  // spec: specs/ssd_bwd.yaml:280:29
-  float v156[32];
+  // spec: specs/ssd_bwd.yaml:283:29
+  float v160[32];
   {
-    const float* p_ = t_D + ((int64_t)(v8) * stride_D_0);
+    const float* p_ = t_D + ((int64_t)(v10) * stride_D_0);
     const bool aligned_ = kg::aligned(p_, 8) && stride_D_0 % 2 == 0;
     const int t0_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
   #pragma unroll
@@ -974,49 +983,49 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dx(const kg::bf16* __restrict__ t_
       const int64_t off_ = (int64_t)i0_ * 1;
       const bool in_ = true;
       if (aligned_ && in_) {
-        kg::copy_vec<2>(&v156[e], p_ + off_);
+        kg::copy_vec<2>(&v160[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          v156[e + v] = (true) ? p_[off_ + v] : 0.0f;
+          v160[e + v] = (true) ? p_[off_ + v] : 0.0f;
       }
     }
   }
-  // spec: specs/ssd_bwd.yaml:281:39
-  float (&v157)[2] = v16;
-  // spec: specs/ssd_bwd.yaml:281:33
-  float v158[64];
-  #pragma unroll
-  for (int e = 0; e < 64; ++e) v158[e] = v157[((e >> 1) & 1) * 1];
-  // spec: specs/ssd_bwd.yaml:281:33
-  float v159[64];
-  #pragma unroll
-  for (int e = 0; e < 64; ++e) v159[e] = (v71[e] * v158[e]);
-  // spec: specs/ssd_bwd.yaml:280:29
-  float (&v160)[32] = v156;
-  // spec: specs/ssd_bwd.yaml:280:14
-  float v161[64];
-  #pragma unroll
-  for (int e = 0; e < 64; ++e) v161[e] = v160[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8 + ((e >> 5) & 1) * 16];
-  // spec: specs/ssd_bwd.yaml:280:14
+  // spec: specs/ssd_bwd.yaml:284:39
+  float (&v161)[2] = v20;
+  // spec: specs/ssd_bwd.yaml:284:33
   float v162[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v162[e] = kg::cvt<float>(kg::f32(v137[e]));
-  // spec: specs/ssd_bwd.yaml:280:14
+  for (int e = 0; e < 64; ++e) v162[e] = v161[((e >> 1) & 1) * 1];
+  // spec: specs/ssd_bwd.yaml:284:33
   float v163[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v163[e] = (v162[e] * v161[e]);
-  // spec: specs/ssd_bwd.yaml:281:33
-  float v164[64];
+  for (int e = 0; e < 64; ++e) v163[e] = (v73[e] * v162[e]);
+  // spec: specs/ssd_bwd.yaml:283:29
+  float (&v164)[32] = v160;
+  // spec: specs/ssd_bwd.yaml:283:14
+  float v165[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v164[e] = (v159[e] + v163[e]);
-  // spec: specs/ssd_bwd.yaml:281:32
-  kg::bf16 v165[64];
+  for (int e = 0; e < 64; ++e) v165[e] = v164[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8 + ((e >> 5) & 1) * 16];
+  // spec: specs/ssd_bwd.yaml:283:14
+  float v166[64];
   #pragma unroll
-  for (int e = 0; e < 64; ++e) v165[e] = kg::cvt<kg::bf16>(v164[e]);
-  // spec: specs/ssd_bwd.yaml:281:7
+  for (int e = 0; e < 64; ++e) v166[e] = kg::cvt<float>(kg::f32(v143[e]));
+  // spec: specs/ssd_bwd.yaml:283:14
+  float v167[64];
+  #pragma unroll
+  for (int e = 0; e < 64; ++e) v167[e] = (v166[e] * v165[e]);
+  // spec: specs/ssd_bwd.yaml:284:33
+  float v168[64];
+  #pragma unroll
+  for (int e = 0; e < 64; ++e) v168[e] = (v163[e] + v167[e]);
+  // spec: specs/ssd_bwd.yaml:284:32
+  kg::bf16 v169[64];
+  #pragma unroll
+  for (int e = 0; e < 64; ++e) v169[e] = kg::cvt<kg::bf16>(v168[e]);
+  // spec: specs/ssd_bwd.yaml:284:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
-    kg::bf16* p_ = t_dx + ((int64_t)(v9) * stride_dx_0 + (int64_t)(v8) * stride_dx_2);
+    kg::bf16* p_ = t_dx + ((int64_t)(v12) * stride_dx_0 + (int64_t)(v10) * stride_dx_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_dx_0 % 2 == 0 && stride_dx_1 % 2 == 0 && stride_dx_2 % 2 == 0;
     const int t0_ = v7 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
     const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
@@ -1026,11 +1035,11 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_dx(const kg::bf16* __restrict__ t_
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32 + ((e >> 5) & 1) * 64;
       const int64_t off_ = (int64_t)i0_ * stride_dx_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_seqlen)) {
-        kg::copy_vec<2>(p_ + off_, &v165[e]);
+        kg::copy_vec<2>(p_ + off_, &v169[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_seqlen)) p_[off_ + v] = v165[e + v];
+          if (i0_ < (size_seqlen)) p_[off_ + v] = v169[e + v];
       }
     }
   }

@@ -157,241 +157,251 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_fwd_ch
     #pragma unroll
     for (int e = 0; e < 16; ++e) v20[e] = y0_[e];
   }
-  // spec: specs/ssd_fwd.yaml:189:22
-  const int v29 = 0;
-  // spec: specs/ssd_fwd.yaml:189:22
-  const int v30 = 32;
-  // spec: specs/ssd_fwd.yaml:189:22
-  const int v31 = 31;
-  // spec: specs/ssd_fwd.yaml:189:27
-  const int v32 = 64;
-  // spec: specs/ssd_fwd.yaml:189:28
-  const int v33 = 1;
-  // spec: specs/ssd_fwd.yaml:189:28
-  const int v34 = (v8 + v33);
-  // spec: specs/ssd_fwd.yaml:189:27
-  const int v35 = (v34 * v32);
-  // spec: specs/ssd_fwd.yaml:189:22
-  const int v36 = (v35 + v31);
-  // spec: specs/ssd_fwd.yaml:189:22
-  const int v37 = (kg::floordiv(v36, v30));
-  // spec: specs/ssd_fwd.yaml:189:7
-  const bool v38 = (v29 < v37);
-  // spec: specs/ssd_fwd.yaml:192:16
-  float v39[8];
+  // spec: specs/ssd_fwd.yaml:189:15
+  const float v29 = 1.4426950408889634f;
+  // spec: specs/ssd_fwd.yaml:189:15
+  float v30[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v30[e] = (v13[e] * v29);
+  // spec: specs/ssd_fwd.yaml:201:41
+  float (&v31)[16] = v30;
+  // spec: specs/ssd_fwd.yaml:201:41
+  float v32[2];
+  {
+    float* scratch_ = reinterpret_cast<float*>(smem + 0);
+    kg::sync();
+  #pragma unroll
+    for (int e = 0; e < 16; ++e) scratch_[((0) + (0)) * 1 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = v31[e];
+    kg::sync();
+  #pragma unroll
+    for (int e = 0; e < 2; ++e) v32[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + ((e & 1) * 32)) * 1];
+  }
+  // spec: specs/ssd_fwd.yaml:190:22
+  const int v33 = 0;
+  // spec: specs/ssd_fwd.yaml:190:22
+  const int v34 = 32;
+  // spec: specs/ssd_fwd.yaml:190:22
+  const int v35 = 31;
+  // spec: specs/ssd_fwd.yaml:190:27
+  const int v36 = 64;
+  // spec: specs/ssd_fwd.yaml:190:28
+  const int v37 = 1;
+  // spec: specs/ssd_fwd.yaml:190:28
+  const int v38 = (v8 + v37);
+  // spec: specs/ssd_fwd.yaml:190:27
+  const int v39 = (v38 * v36);
+  // spec: specs/ssd_fwd.yaml:190:22
+  const int v40 = (v39 + v35);
+  // spec: specs/ssd_fwd.yaml:190:22
+  const int v41 = (kg::floordiv(v40, v34));
+  // spec: specs/ssd_fwd.yaml:190:7
+  const bool v42 = (v33 < v41);
+  // spec: specs/ssd_fwd.yaml:193:16
+  float v43[8];
   {
     const float* p_ = t_CB + ((int64_t)(v12) * stride_CB_0 + (int64_t)(v10) * stride_CB_1 + (int64_t)(v19) * stride_CB_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_CB_0 % 4 == 0 && stride_CB_1 % 4 == 0 && stride_CB_2 % 4 == 0 && stride_CB_3 % 4 == 0;
     const int t0_ = v8 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
-    const int t1_ = v29 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
+    const int t1_ = v33 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
   #pragma unroll
     for (int e = 0; e < 8; e += 4) {
       const int i0_ = t0_ + ((e >> 2) & 1) * 32;
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
       const int64_t off_ = (int64_t)i0_ * stride_CB_3 + (int64_t)i1_ * 1;
-      const bool in_ = v38 && i0_ < (128) && i1_ + 4 <= (128);
+      const bool in_ = v42 && i0_ < (128) && i1_ + 4 <= (128);
       if (aligned_ && in_) {
-        kg::copy_vec<4>(&v39[e], p_ + off_);
+        kg::copy_vec<4>(&v43[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 4; ++v)
-          v39[e + v] = (v38 && i0_ < (128) && i1_ + v < (128)) ? p_[off_ + v] : 0.0f;
-      }
-    }
-  }
-  // spec: specs/ssd_fwd.yaml:193:18
-  float v40[4];
-  {
-    const float* p_ = t_dA_cumsum + ((int64_t)(v12) * stride_dA_cumsum_0 + (int64_t)(v11) * stride_dA_cumsum_1 + (int64_t)(v10) * stride_dA_cumsum_2);
-    const bool aligned_ = kg::aligned(p_, 16) && stride_dA_cumsum_0 % 4 == 0 && stride_dA_cumsum_1 % 4 == 0 && stride_dA_cumsum_2 % 4 == 0;
-    const int t0_ = v29 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
-  #pragma unroll
-    for (int e = 0; e < 4; e += 4) {
-      const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
-      const int64_t off_ = (int64_t)i0_ * 1;
-      const bool in_ = v38 && i0_ + 4 <= (128);
-      if (aligned_ && in_) {
-        kg::copy_vec<4>(&v40[e], p_ + off_);
-      } else {
-  #pragma unroll
-        for (int v = 0; v < 4; ++v)
-          v40[e + v] = (v38 && i0_ + v < (128)) ? p_[off_ + v] : 0.0f;
+          v43[e + v] = (v42 && i0_ < (128) && i1_ + v < (128)) ? p_[off_ + v] : 0.0f;
       }
     }
   }
   // spec: specs/ssd_fwd.yaml:194:18
-  float v41[4];
+  float v44[4];
   {
-    const float* p_ = t_dt_eff + ((int64_t)(v12) * stride_dt_eff_0 + (int64_t)(v11) * stride_dt_eff_1 + (int64_t)(v10) * stride_dt_eff_2);
-    const bool aligned_ = kg::aligned(p_, 16) && stride_dt_eff_0 % 4 == 0 && stride_dt_eff_1 % 4 == 0 && stride_dt_eff_2 % 4 == 0;
-    const int t0_ = v29 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
+    const float* p_ = t_dA_cumsum + ((int64_t)(v12) * stride_dA_cumsum_0 + (int64_t)(v11) * stride_dA_cumsum_1 + (int64_t)(v10) * stride_dA_cumsum_2);
+    const bool aligned_ = kg::aligned(p_, 16) && stride_dA_cumsum_0 % 4 == 0 && stride_dA_cumsum_1 % 4 == 0 && stride_dA_cumsum_2 % 4 == 0;
+    const int t0_ = v33 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
   #pragma unroll
     for (int e = 0; e < 4; e += 4) {
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
       const int64_t off_ = (int64_t)i0_ * 1;
-      const bool in_ = v38 && i0_ + 4 <= (128);
+      const bool in_ = v42 && i0_ + 4 <= (128);
       if (aligned_ && in_) {
-        kg::copy_vec<4>(&v41[e], p_ + off_);
+        kg::copy_vec<4>(&v44[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 4; ++v)
-          v41[e + v] = (v38 && i0_ + v < (128)) ? p_[off_ + v] : 0.0f;
+          v44[e + v] = (v42 && i0_ + v < (128)) ? p_[off_ + v] : 0.0f;
       }
     }
   }
-  // spec: specs/ssd_fwd.yaml:198:40
-  float (&v42)[16] = v13;
+  // spec: specs/ssd_fwd.yaml:195:18
+  float v45[4];
+  {
+    const float* p_ = t_dt_eff + ((int64_t)(v12) * stride_dt_eff_0 + (int64_t)(v11) * stride_dt_eff_1 + (int64_t)(v10) * stride_dt_eff_2);
+    const bool aligned_ = kg::aligned(p_, 16) && stride_dt_eff_0 % 4 == 0 && stride_dt_eff_1 % 4 == 0 && stride_dt_eff_2 % 4 == 0;
+    const int t0_ = v33 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
+  #pragma unroll
+    for (int e = 0; e < 4; e += 4) {
+      const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
+      const int64_t off_ = (int64_t)i0_ * 1;
+      const bool in_ = v42 && i0_ + 4 <= (128);
+      if (aligned_ && in_) {
+        kg::copy_vec<4>(&v45[e], p_ + off_);
+      } else {
+  #pragma unroll
+        for (int v = 0; v < 4; ++v)
+          v45[e + v] = (v42 && i0_ + v < (128)) ? p_[off_ + v] : 0.0f;
+      }
+    }
+  }
+  // spec: specs/ssd_fwd.yaml:201:41
+  float v46[8];
+  #pragma unroll
+  for (int e = 0; e < 8; ++e) v46[e] = v32[((e >> 2) & 1) * 1];
   // spec: specs/ssd_fwd.yaml:172:34
-  int v43[2];
+  int v47[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v43[e] = (((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + ((e & 1) * 32);
+  for (int e = 0; e < 2; ++e) v47[e] = (((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + ((e & 1) * 32);
   // spec: specs/ssd_fwd.yaml:172:20
-  const int v44 = 64;
+  const int v48 = 64;
   // spec: specs/ssd_fwd.yaml:172:20
-  const int v45 = (v8 * v44);
+  const int v49 = (v8 * v48);
   // spec: specs/ssd_fwd.yaml:172:20
-  int v46[2];
+  int v50[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v46[e] = (v45 + v43[e]);
-  // spec: specs/ssd_fwd.yaml:195:43
-  int (&v47)[2] = v46;
-  // spec: specs/ssd_fwd.yaml:195:20
-  int v48[8];
+  for (int e = 0; e < 2; ++e) v50[e] = (v49 + v47[e]);
+  // spec: specs/ssd_fwd.yaml:196:43
+  int (&v51)[2] = v50;
+  // spec: specs/ssd_fwd.yaml:196:20
+  int v52[8];
   #pragma unroll
-  for (int e = 0; e < 8; ++e) v48[e] = v47[((e >> 2) & 1) * 1];
-  // spec: specs/ssd_fwd.yaml:189:22
-  const int v49 = 1;
+  for (int e = 0; e < 8; ++e) v52[e] = v51[((e >> 2) & 1) * 1];
+  // spec: specs/ssd_fwd.yaml:190:22
+  const int v53 = 1;
   // spec: specs/ssd_fwd.yaml:175:17
-  float v50[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v50[e] = kg::exp_(v13[e]);
-  // spec: specs/ssd_fwd.yaml:187:23
-  float (&v51)[16] = v50;
-  // spec: specs/ssd_fwd.yaml:187:17
-  float v52[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v52[e] = v51[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-  // spec: specs/ssd_fwd.yaml:187:17
-  float v53[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v53[e] = (v20[e] * v52[e]);
-  // spec: specs/ssd_fwd.yaml:189:7
-
   float v54[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v54[e] = v53[e];
-  float v55[8];
+  for (int e = 0; e < 16; ++e) v54[e] = kg::exp_(v13[e]);
+  // spec: specs/ssd_fwd.yaml:187:23
+  float (&v55)[16] = v54;
+  // spec: specs/ssd_fwd.yaml:187:17
+  float v56[16];
   #pragma unroll
-  for (int e = 0; e < 8; ++e) v55[e] = v39[e];
-  float v56[4];
+  for (int e = 0; e < 16; ++e) v56[e] = v55[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+  // spec: specs/ssd_fwd.yaml:187:17
+  float v57[16];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v56[e] = v40[e];
-  float v57[4];
+  for (int e = 0; e < 16; ++e) v57[e] = (v20[e] * v56[e]);
+  // spec: specs/ssd_fwd.yaml:190:7
+
+  float v58[16];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v57[e] = v41[e];
-  for (int v58 = v29; v58 < v37; v58 += v49) {
-    float (&v59)[16] = v54;
-    float (&v60)[8] = v55;
-    float (&v61)[4] = v56;
-    float (&v62)[4] = v57;
+  for (int e = 0; e < 16; ++e) v58[e] = v57[e];
+  float v59[8];
+  #pragma unroll
+  for (int e = 0; e < 8; ++e) v59[e] = v43[e];
+  float v60[4];
+  #pragma unroll
+  for (int e = 0; e < 4; ++e) v60[e] = v44[e];
+  float v61[4];
+  #pragma unroll
+  for (int e = 0; e < 4; ++e) v61[e] = v45[e];
+  for (int v62 = v33; v62 < v41; v62 += v53) {
+    float (&v63)[16] = v58;
+    float (&v64)[8] = v59;
+    float (&v65)[4] = v60;
+    float (&v66)[4] = v61;
     
-    // spec: specs/ssd_fwd.yaml:192:16
-    const int v63 = (v58 + v49);
-    // spec: specs/ssd_fwd.yaml:192:16
-    const bool v64 = (v63 < v37);
-    // spec: specs/ssd_fwd.yaml:192:16
-    float v65[8];
+    // spec: specs/ssd_fwd.yaml:193:16
+    const int v67 = (v62 + v53);
+    // spec: specs/ssd_fwd.yaml:193:16
+    const bool v68 = (v67 < v41);
+    // spec: specs/ssd_fwd.yaml:193:16
+    float v69[8];
     {
       const float* p_ = t_CB + ((int64_t)(v12) * stride_CB_0 + (int64_t)(v10) * stride_CB_1 + (int64_t)(v19) * stride_CB_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_CB_0 % 4 == 0 && stride_CB_1 % 4 == 0 && stride_CB_2 % 4 == 0 && stride_CB_3 % 4 == 0;
       const int t0_ = v8 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
-      const int t1_ = v63 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
+      const int t1_ = v67 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
     #pragma unroll
       for (int e = 0; e < 8; e += 4) {
         const int i0_ = t0_ + ((e >> 2) & 1) * 32;
         const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
         const int64_t off_ = (int64_t)i0_ * stride_CB_3 + (int64_t)i1_ * 1;
-        const bool in_ = v64 && i0_ < (128) && i1_ + 4 <= (128);
+        const bool in_ = v68 && i0_ < (128) && i1_ + 4 <= (128);
         if (aligned_ && in_) {
-          kg::copy_vec<4>(&v65[e], p_ + off_);
+          kg::copy_vec<4>(&v69[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 4; ++v)
-            v65[e + v] = (v64 && i0_ < (128) && i1_ + v < (128)) ? p_[off_ + v] : 0.0f;
+            v69[e + v] = (v68 && i0_ < (128) && i1_ + v < (128)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
-    // spec: specs/ssd_fwd.yaml:193:18
-    const int v66 = (v58 + v49);
-    // spec: specs/ssd_fwd.yaml:193:18
-    const bool v67 = (v66 < v37);
-    // spec: specs/ssd_fwd.yaml:193:18
-    float v68[4];
+    // spec: specs/ssd_fwd.yaml:194:18
+    const int v70 = (v62 + v53);
+    // spec: specs/ssd_fwd.yaml:194:18
+    const bool v71 = (v70 < v41);
+    // spec: specs/ssd_fwd.yaml:194:18
+    float v72[4];
     {
       const float* p_ = t_dA_cumsum + ((int64_t)(v12) * stride_dA_cumsum_0 + (int64_t)(v11) * stride_dA_cumsum_1 + (int64_t)(v10) * stride_dA_cumsum_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dA_cumsum_0 % 4 == 0 && stride_dA_cumsum_1 % 4 == 0 && stride_dA_cumsum_2 % 4 == 0;
-      const int t0_ = v66 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
+      const int t0_ = v70 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
     #pragma unroll
       for (int e = 0; e < 4; e += 4) {
         const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
         const int64_t off_ = (int64_t)i0_ * 1;
-        const bool in_ = v67 && i0_ + 4 <= (128);
+        const bool in_ = v71 && i0_ + 4 <= (128);
         if (aligned_ && in_) {
-          kg::copy_vec<4>(&v68[e], p_ + off_);
+          kg::copy_vec<4>(&v72[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 4; ++v)
-            v68[e + v] = (v67 && i0_ + v < (128)) ? p_[off_ + v] : 0.0f;
+            v72[e + v] = (v71 && i0_ + v < (128)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
-    // spec: specs/ssd_fwd.yaml:194:18
-    const int v69 = (v58 + v49);
-    // spec: specs/ssd_fwd.yaml:194:18
-    const bool v70 = (v69 < v37);
-    // spec: specs/ssd_fwd.yaml:194:18
-    float v71[4];
+    // spec: specs/ssd_fwd.yaml:195:18
+    const int v73 = (v62 + v53);
+    // spec: specs/ssd_fwd.yaml:195:18
+    const bool v74 = (v73 < v41);
+    // spec: specs/ssd_fwd.yaml:195:18
+    float v75[4];
     {
       const float* p_ = t_dt_eff + ((int64_t)(v12) * stride_dt_eff_0 + (int64_t)(v11) * stride_dt_eff_1 + (int64_t)(v10) * stride_dt_eff_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dt_eff_0 % 4 == 0 && stride_dt_eff_1 % 4 == 0 && stride_dt_eff_2 % 4 == 0;
-      const int t0_ = v69 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
+      const int t0_ = v73 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
     #pragma unroll
       for (int e = 0; e < 4; e += 4) {
         const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
         const int64_t off_ = (int64_t)i0_ * 1;
-        const bool in_ = v70 && i0_ + 4 <= (128);
+        const bool in_ = v74 && i0_ + 4 <= (128);
         if (aligned_ && in_) {
-          kg::copy_vec<4>(&v71[e], p_ + off_);
+          kg::copy_vec<4>(&v75[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 4; ++v)
-            v71[e + v] = (v70 && i0_ + v < (128)) ? p_[off_ + v] : 0.0f;
+            v75[e + v] = (v74 && i0_ + v < (128)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
-    // spec: specs/ssd_fwd.yaml:198:40
-    float v72[2];
-    {
-      float* scratch_ = reinterpret_cast<float*>(smem + 0);
-      kg::sync();
-    #pragma unroll
-      for (int e = 0; e < 16; ++e) scratch_[((0) + (0)) * 1 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = v42[e];
-      kg::sync();
-    #pragma unroll
-      for (int e = 0; e < 2; ++e) v72[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + ((e & 1) * 32)) * 1];
-    }
-    // spec: specs/ssd_fwd.yaml:190:23
-    const int v73 = 4;
-    // spec: specs/ssd_fwd.yaml:190:23
-    const int v74 = (v10 * v73);
-    // spec: specs/ssd_fwd.yaml:190:23
-    const int v75 = (v74 + v58);
-    // spec: specs/ssd_fwd.yaml:199:36
-    kg::bf16 v76[8];
+    // spec: specs/ssd_fwd.yaml:191:23
+    const int v76 = 4;
+    // spec: specs/ssd_fwd.yaml:191:23
+    const int v77 = (v10 * v76);
+    // spec: specs/ssd_fwd.yaml:191:23
+    const int v78 = (v77 + v62);
+    // spec: specs/ssd_fwd.yaml:202:36
+    kg::bf16 v79[8];
     {
       const kg::bf16* p_ = t_x + ((int64_t)(v12) * stride_x_0 + (int64_t)(v11) * stride_x_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 8 == 0 && stride_x_1 % 8 == 0 && stride_x_2 % 8 == 0;
-      const int t0_ = v75 * 32 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
+      const int t0_ = v78 * 32 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
       const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
     #pragma unroll
       for (int e = 0; e < 8; e += 8) {
@@ -400,130 +410,132 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_fwd_ch
         const int64_t off_ = (int64_t)i0_ * stride_x_1 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_seqlen);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v76[e], p_ + off_);
+          kg::copy_vec<8>(&v79[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v76[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v79[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
-    // spec: specs/ssd_fwd.yaml:198:17
-    const float v77 = 0.0f;
-    // spec: specs/ssd_fwd.yaml:198:73
-    float (&v78)[4] = v62;
-    // spec: specs/ssd_fwd.yaml:198:31
-    float v79[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v79[e] = v78[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-    // spec: specs/ssd_fwd.yaml:198:56
-    float (&v80)[4] = v61;
-    // spec: specs/ssd_fwd.yaml:198:40
-    float v81[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v81[e] = v80[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-    // spec: specs/ssd_fwd.yaml:198:40
+    // spec: specs/ssd_fwd.yaml:201:17
+    const float v80 = 0.0f;
+    // spec: specs/ssd_fwd.yaml:201:96
+    float (&v81)[4] = v66;
+    // spec: specs/ssd_fwd.yaml:201:31
     float v82[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v82[e] = v72[((e >> 2) & 1) * 1];
-    // spec: specs/ssd_fwd.yaml:198:40
-    float v83[8];
+    for (int e = 0; e < 8; ++e) v82[e] = v81[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
+    // spec: specs/ssd_fwd.yaml:201:58
+    const float v83 = 1.4426950408889634f;
+    // spec: specs/ssd_fwd.yaml:201:58
+    float (&v84)[4] = v65;
+    // spec: specs/ssd_fwd.yaml:201:58
+    float v85[4];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v83[e] = (v82[e] - v81[e]);
-    // spec: specs/ssd_fwd.yaml:198:36
-    float v84[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v84[e] = kg::exp_(v83[e]);
-    // spec: specs/ssd_fwd.yaml:198:31
-    float v85[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v85[e] = (v60[e] * v84[e]);
-    // spec: specs/ssd_fwd.yaml:198:31
+    for (int e = 0; e < 4; ++e) v85[e] = (v84[e] * v83);
+    // spec: specs/ssd_fwd.yaml:201:41
     float v86[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v86[e] = (v85[e] * v79[e]);
-    // spec: specs/ssd_fwd.yaml:191:38
-    int v87[4];
+    for (int e = 0; e < 8; ++e) v86[e] = v85[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
+    // spec: specs/ssd_fwd.yaml:201:41
+    float v87[8];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v87[e] = ((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16) + ((e & 1) * 1 + ((e >> 1) & 1) * 2);
-    // spec: specs/ssd_fwd.yaml:191:24
-    const int v88 = 32;
-    // spec: specs/ssd_fwd.yaml:191:24
-    const int v89 = (v58 * v88);
-    // spec: specs/ssd_fwd.yaml:191:24
-    int v90[4];
+    for (int e = 0; e < 8; ++e) v87[e] = (v46[e] - v86[e]);
+    // spec: specs/ssd_fwd.yaml:201:36
+    float v88[8];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v90[e] = (v89 + v87[e]);
-    // spec: specs/ssd_fwd.yaml:195:20
-    int (&v91)[4] = v90;
-    // spec: specs/ssd_fwd.yaml:195:20
-    int v92[8];
+    for (int e = 0; e < 8; ++e) v88[e] = kg::exp2_(v87[e]);
+    // spec: specs/ssd_fwd.yaml:201:31
+    float v89[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v92[e] = v91[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-    // spec: specs/ssd_fwd.yaml:195:20
-    bool v93[8];
+    for (int e = 0; e < 8; ++e) v89[e] = (v64[e] * v88[e]);
+    // spec: specs/ssd_fwd.yaml:201:31
+    float v90[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v93[e] = (v92[e] <= v48[e]);
-    // spec: specs/ssd_fwd.yaml:198:17
-    float v94[8];
+    for (int e = 0; e < 8; ++e) v90[e] = (v89[e] * v82[e]);
+    // spec: specs/ssd_fwd.yaml:192:38
+    int v91[4];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v94[e] = (v93[e] ? v86[e] : v77);
-    // spec: specs/ssd_fwd.yaml:199:21
-    kg::bf16 v95[8];
+    for (int e = 0; e < 4; ++e) v91[e] = ((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16) + ((e & 1) * 1 + ((e >> 1) & 1) * 2);
+    // spec: specs/ssd_fwd.yaml:192:24
+    const int v92 = 32;
+    // spec: specs/ssd_fwd.yaml:192:24
+    const int v93 = (v62 * v92);
+    // spec: specs/ssd_fwd.yaml:192:24
+    int v94[4];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v95[e] = kg::cvt<kg::bf16>(v94[e]);
-    // spec: specs/ssd_fwd.yaml:199:17
-    kg::bf16* v96 = reinterpret_cast<kg::bf16*>(smem + 0);
+    for (int e = 0; e < 4; ++e) v94[e] = (v93 + v91[e]);
+    // spec: specs/ssd_fwd.yaml:196:20
+    int (&v95)[4] = v94;
+    // spec: specs/ssd_fwd.yaml:196:20
+    int v96[8];
+    #pragma unroll
+    for (int e = 0; e < 8; ++e) v96[e] = v95[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
+    // spec: specs/ssd_fwd.yaml:196:20
+    bool v97[8];
+    #pragma unroll
+    for (int e = 0; e < 8; ++e) v97[e] = (v96[e] <= v52[e]);
+    // spec: specs/ssd_fwd.yaml:201:17
+    float v98[8];
+    #pragma unroll
+    for (int e = 0; e < 8; ++e) v98[e] = (v97[e] ? v90[e] : v80);
+    // spec: specs/ssd_fwd.yaml:202:21
+    kg::bf16 v99[8];
+    #pragma unroll
+    for (int e = 0; e < 8; ++e) v99[e] = kg::cvt<kg::bf16>(v98[e]);
+    // spec: specs/ssd_fwd.yaml:202:17
+    kg::bf16* v100 = reinterpret_cast<kg::bf16*>(smem + 0);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 8; e += 4) kg::copy_vec<4>(&v96[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 2) & 1) * 32)) * 40 + (((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16) + ((e & 1) * 1 + ((e >> 1) & 1) * 2))], &v95[e]);
+    for (int e = 0; e < 8; e += 4) kg::copy_vec<4>(&v100[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 2) & 1) * 32)) * 40 + (((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16) + ((e & 1) * 1 + ((e >> 1) & 1) * 2))], &v99[e]);
 
-    // spec: specs/ssd_fwd.yaml:199:17
-    kg::bf16* v97 = reinterpret_cast<kg::bf16*>(smem + 5120);
+    // spec: specs/ssd_fwd.yaml:202:17
+    kg::bf16* v101 = reinterpret_cast<kg::bf16*>(smem + 5120);
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v97[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 40 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (0))] = v76[e];
+    for (int e = 0; e < 8; ++e) v101[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 40 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (0))] = v79[e];
     kg::sync();
-    // spec: specs/ssd_fwd.yaml:199:17
-    float (&v98)[16] = v59;
+    // spec: specs/ssd_fwd.yaml:202:17
+    float (&v102)[16] = v63;
     #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
       alignas(16) kg::bf16 fa_[4];
     #pragma unroll
-      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v96[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v100[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       alignas(16) kg::bf16 fb_[4];
     #pragma unroll
-      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v97[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v101[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 1; ++rn)
-          kg::mfma_32x32x8_bf16(&v98[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+          kg::mfma_32x32x8_bf16(&v102[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
     }
-    // spec: specs/ssd_fwd.yaml:199:17
+    // spec: specs/ssd_fwd.yaml:202:17
 
     float y0_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y0_[e] = v98[e];
+    for (int e = 0; e < 16; ++e) y0_[e] = v102[e];
     float y1_[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) y1_[e] = v65[e];
+    for (int e = 0; e < 8; ++e) y1_[e] = v69[e];
     float y2_[4];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) y2_[e] = v68[e];
+    for (int e = 0; e < 4; ++e) y2_[e] = v72[e];
     float y3_[4];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) y3_[e] = v71[e];
+    for (int e = 0; e < 4; ++e) y3_[e] = v75[e];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v54[e] = y0_[e];
+    for (int e = 0; e < 16; ++e) v58[e] = y0_[e];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v55[e] = y1_[e];
+    for (int e = 0; e < 8; ++e) v59[e] = y1_[e];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v56[e] = y2_[e];
+    for (int e = 0; e < 4; ++e) v60[e] = y2_[e];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v57[e] = y3_[e];
+    for (int e = 0; e < 4; ++e) v61[e] = y3_[e];
   }
-  // spec: specs/ssd_fwd.yaml:200:19
-  kg::bf16 v99[16];
+  // spec: specs/ssd_fwd.yaml:203:19
+  kg::bf16 v103[16];
   {
     const kg::bf16* p_ = t_x + ((int64_t)(v12) * stride_x_0 + (int64_t)(v11) * stride_x_2);
     const bool aligned_ = false;
@@ -536,16 +548,16 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_fwd_ch
       const int64_t off_ = (int64_t)i0_ * stride_x_1 + (int64_t)i1_ * 1;
       const bool in_ = i0_ < (size_seqlen);
       if (aligned_ && in_) {
-        kg::copy_vec<1>(&v99[e], p_ + off_);
+        kg::copy_vec<1>(&v103[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          v99[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v103[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
-  // spec: specs/ssd_fwd.yaml:200:53
-  float v100[1];
+  // spec: specs/ssd_fwd.yaml:203:53
+  float v104[1];
   {
     const float* p_ = t_D + ((int64_t)(v11) * stride_D_0);
     const bool aligned_ = false;
@@ -556,37 +568,37 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_fwd_ch
       const int64_t off_ = (int64_t)i0_ * 1;
       const bool in_ = true;
       if (aligned_ && in_) {
-        kg::copy_vec<1>(&v100[e], p_ + off_);
+        kg::copy_vec<1>(&v104[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          v100[e + v] = (true) ? p_[off_ + v] : 0.0f;
+          v104[e + v] = (true) ? p_[off_ + v] : 0.0f;
       }
     }
   }
-  // spec: specs/ssd_fwd.yaml:200:53
-  float (&v101)[1] = v100;
-  // spec: specs/ssd_fwd.yaml:200:19
-  float v102[16];
+  // spec: specs/ssd_fwd.yaml:203:53
+  float (&v105)[1] = v104;
+  // spec: specs/ssd_fwd.yaml:203:19
+  float v106[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v102[e] = v101[0];
-  // spec: specs/ssd_fwd.yaml:200:19
-  float v103[16];
+  for (int e = 0; e < 16; ++e) v106[e] = v105[0];
+  // spec: specs/ssd_fwd.yaml:203:19
+  float v107[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v103[e] = kg::cvt<float>(kg::f32(v99[e]));
-  // spec: specs/ssd_fwd.yaml:200:19
-  float v104[16];
+  for (int e = 0; e < 16; ++e) v107[e] = kg::cvt<float>(kg::f32(v103[e]));
+  // spec: specs/ssd_fwd.yaml:203:19
+  float v108[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v104[e] = (v103[e] * v102[e]);
-  // spec: specs/ssd_fwd.yaml:200:13
-  float v105[16];
+  for (int e = 0; e < 16; ++e) v108[e] = (v107[e] * v106[e]);
+  // spec: specs/ssd_fwd.yaml:203:13
+  float v109[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v105[e] = (v54[e] + v104[e]);
-  // spec: specs/ssd_fwd.yaml:201:31
-  kg::bf16 v106[16];
+  for (int e = 0; e < 16; ++e) v109[e] = (v58[e] + v108[e]);
+  // spec: specs/ssd_fwd.yaml:204:31
+  kg::bf16 v110[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v106[e] = kg::cvt<kg::bf16>(v105[e]);
-  // spec: specs/ssd_fwd.yaml:201:7
+  for (int e = 0; e < 16; ++e) v110[e] = kg::cvt<kg::bf16>(v109[e]);
+  // spec: specs/ssd_fwd.yaml:204:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_y + ((int64_t)(v12) * stride_y_0 + (int64_t)(v11) * stride_y_2);
     const bool aligned_ = false;
@@ -597,7 +609,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_fwd_ch
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
       const int i1_ = t1_ + 0;
       const int64_t off_ = (int64_t)i0_ * stride_y_1 + (int64_t)i1_ * 1;
-      if (i0_ < (size_seqlen)) p_[off_] = v106[e];
+      if (i0_ < (size_seqlen)) p_[off_] = v110[e];
     }
   }
 }

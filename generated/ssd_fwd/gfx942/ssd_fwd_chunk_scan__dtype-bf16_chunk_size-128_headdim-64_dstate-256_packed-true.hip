@@ -191,292 +191,306 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_fwd_ch
     #pragma unroll
     for (int e = 0; e < 16; ++e) v28[e] = y0_[e];
   }
-  // spec: specs/ssd_fwd.yaml:189:22
-  const int v37 = 0;
-  // spec: specs/ssd_fwd.yaml:189:22
-  const int v38 = 32;
-  // spec: specs/ssd_fwd.yaml:189:22
-  const int v39 = 31;
-  // spec: specs/ssd_fwd.yaml:189:27
-  const int v40 = 64;
-  // spec: specs/ssd_fwd.yaml:189:28
-  const int v41 = 1;
-  // spec: specs/ssd_fwd.yaml:189:28
-  const int v42 = (v8 + v41);
-  // spec: specs/ssd_fwd.yaml:189:27
-  const int v43 = (v42 * v40);
-  // spec: specs/ssd_fwd.yaml:189:22
-  const int v44 = (v43 + v39);
-  // spec: specs/ssd_fwd.yaml:189:22
-  const int v45 = (kg::floordiv(v44, v38));
-  // spec: specs/ssd_fwd.yaml:189:7
-  const bool v46 = (v37 < v45);
-  // spec: specs/ssd_fwd.yaml:192:16
-  float v47[8];
+  // spec: specs/ssd_fwd.yaml:198:69
+  int (&v37)[16] = v14;
+  // spec: specs/ssd_fwd.yaml:198:35
+  int v38[2];
+  {
+    int* scratch_ = reinterpret_cast<int*>(smem + 0);
+    kg::sync();
+  #pragma unroll
+    for (int e = 0; e < 16; ++e) scratch_[((0) + (0)) * 1 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = v37[e];
+    kg::sync();
+  #pragma unroll
+    for (int e = 0; e < 2; ++e) v38[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + ((e & 1) * 32)) * 1];
+  }
+  // spec: specs/ssd_fwd.yaml:189:15
+  const float v39 = 1.4426950408889634f;
+  // spec: specs/ssd_fwd.yaml:189:15
+  float v40[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v40[e] = (v13[e] * v39);
+  // spec: specs/ssd_fwd.yaml:201:41
+  float (&v41)[16] = v40;
+  // spec: specs/ssd_fwd.yaml:201:41
+  float v42[2];
+  {
+    float* scratch_ = reinterpret_cast<float*>(smem + 0);
+    kg::sync();
+  #pragma unroll
+    for (int e = 0; e < 16; ++e) scratch_[((0) + (0)) * 1 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = v41[e];
+    kg::sync();
+  #pragma unroll
+    for (int e = 0; e < 2; ++e) v42[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + ((e & 1) * 32)) * 1];
+  }
+  // spec: specs/ssd_fwd.yaml:190:22
+  const int v43 = 0;
+  // spec: specs/ssd_fwd.yaml:190:22
+  const int v44 = 32;
+  // spec: specs/ssd_fwd.yaml:190:22
+  const int v45 = 31;
+  // spec: specs/ssd_fwd.yaml:190:27
+  const int v46 = 64;
+  // spec: specs/ssd_fwd.yaml:190:28
+  const int v47 = 1;
+  // spec: specs/ssd_fwd.yaml:190:28
+  const int v48 = (v8 + v47);
+  // spec: specs/ssd_fwd.yaml:190:27
+  const int v49 = (v48 * v46);
+  // spec: specs/ssd_fwd.yaml:190:22
+  const int v50 = (v49 + v45);
+  // spec: specs/ssd_fwd.yaml:190:22
+  const int v51 = (kg::floordiv(v50, v44));
+  // spec: specs/ssd_fwd.yaml:190:7
+  const bool v52 = (v43 < v51);
+  // spec: specs/ssd_fwd.yaml:193:16
+  float v53[8];
   {
     const float* p_ = t_CB + ((int64_t)(v12) * stride_CB_0 + (int64_t)(v10) * stride_CB_1 + (int64_t)(v27) * stride_CB_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_CB_0 % 4 == 0 && stride_CB_1 % 4 == 0 && stride_CB_2 % 4 == 0 && stride_CB_3 % 4 == 0;
     const int t0_ = v8 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
-    const int t1_ = v37 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
+    const int t1_ = v43 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
   #pragma unroll
     for (int e = 0; e < 8; e += 4) {
       const int i0_ = t0_ + ((e >> 2) & 1) * 32;
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
       const int64_t off_ = (int64_t)i0_ * stride_CB_3 + (int64_t)i1_ * 1;
-      const bool in_ = v46 && i0_ < (128) && i1_ + 4 <= (128);
+      const bool in_ = v52 && i0_ < (128) && i1_ + 4 <= (128);
       if (aligned_ && in_) {
-        kg::copy_vec<4>(&v47[e], p_ + off_);
+        kg::copy_vec<4>(&v53[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 4; ++v)
-          v47[e + v] = (v46 && i0_ < (128) && i1_ + v < (128)) ? p_[off_ + v] : 0.0f;
-      }
-    }
-  }
-  // spec: specs/ssd_fwd.yaml:193:18
-  float v48[4];
-  {
-    const float* p_ = t_dA_cumsum + ((int64_t)(v12) * stride_dA_cumsum_0 + (int64_t)(v11) * stride_dA_cumsum_1 + (int64_t)(v10) * stride_dA_cumsum_2);
-    const bool aligned_ = kg::aligned(p_, 16) && stride_dA_cumsum_0 % 4 == 0 && stride_dA_cumsum_1 % 4 == 0 && stride_dA_cumsum_2 % 4 == 0;
-    const int t0_ = v37 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
-  #pragma unroll
-    for (int e = 0; e < 4; e += 4) {
-      const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
-      const int64_t off_ = (int64_t)i0_ * 1;
-      const bool in_ = v46 && i0_ + 4 <= (128);
-      if (aligned_ && in_) {
-        kg::copy_vec<4>(&v48[e], p_ + off_);
-      } else {
-  #pragma unroll
-        for (int v = 0; v < 4; ++v)
-          v48[e + v] = (v46 && i0_ + v < (128)) ? p_[off_ + v] : 0.0f;
+          v53[e + v] = (v52 && i0_ < (128) && i1_ + v < (128)) ? p_[off_ + v] : 0.0f;
       }
     }
   }
   // spec: specs/ssd_fwd.yaml:194:18
-  float v49[4];
+  float v54[4];
   {
-    const float* p_ = t_dt_eff + ((int64_t)(v12) * stride_dt_eff_0 + (int64_t)(v11) * stride_dt_eff_1 + (int64_t)(v10) * stride_dt_eff_2);
-    const bool aligned_ = kg::aligned(p_, 16) && stride_dt_eff_0 % 4 == 0 && stride_dt_eff_1 % 4 == 0 && stride_dt_eff_2 % 4 == 0;
-    const int t0_ = v37 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
+    const float* p_ = t_dA_cumsum + ((int64_t)(v12) * stride_dA_cumsum_0 + (int64_t)(v11) * stride_dA_cumsum_1 + (int64_t)(v10) * stride_dA_cumsum_2);
+    const bool aligned_ = kg::aligned(p_, 16) && stride_dA_cumsum_0 % 4 == 0 && stride_dA_cumsum_1 % 4 == 0 && stride_dA_cumsum_2 % 4 == 0;
+    const int t0_ = v43 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
   #pragma unroll
     for (int e = 0; e < 4; e += 4) {
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
       const int64_t off_ = (int64_t)i0_ * 1;
-      const bool in_ = v46 && i0_ + 4 <= (128);
+      const bool in_ = v52 && i0_ + 4 <= (128);
       if (aligned_ && in_) {
-        kg::copy_vec<4>(&v49[e], p_ + off_);
+        kg::copy_vec<4>(&v54[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 4; ++v)
-          v49[e + v] = (v46 && i0_ + v < (128)) ? p_[off_ + v] : 0.0f;
+          v54[e + v] = (v52 && i0_ + v < (128)) ? p_[off_ + v] : 0.0f;
       }
     }
   }
-  // spec: specs/ssd_fwd.yaml:198:40
-  float (&v50)[16] = v13;
-  // spec: specs/ssd_fwd.yaml:197:69
-  int (&v51)[16] = v14;
-  // spec: specs/ssd_fwd.yaml:172:34
-  int v52[2];
+  // spec: specs/ssd_fwd.yaml:195:18
+  float v55[4];
+  {
+    const float* p_ = t_dt_eff + ((int64_t)(v12) * stride_dt_eff_0 + (int64_t)(v11) * stride_dt_eff_1 + (int64_t)(v10) * stride_dt_eff_2);
+    const bool aligned_ = kg::aligned(p_, 16) && stride_dt_eff_0 % 4 == 0 && stride_dt_eff_1 % 4 == 0 && stride_dt_eff_2 % 4 == 0;
+    const int t0_ = v43 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v52[e] = (((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + ((e & 1) * 32);
-  // spec: specs/ssd_fwd.yaml:172:20
-  const int v53 = 64;
-  // spec: specs/ssd_fwd.yaml:172:20
-  const int v54 = (v8 * v53);
-  // spec: specs/ssd_fwd.yaml:172:20
-  int v55[2];
+    for (int e = 0; e < 4; e += 4) {
+      const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
+      const int64_t off_ = (int64_t)i0_ * 1;
+      const bool in_ = v52 && i0_ + 4 <= (128);
+      if (aligned_ && in_) {
+        kg::copy_vec<4>(&v55[e], p_ + off_);
+      } else {
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v55[e] = (v54 + v52[e]);
-  // spec: specs/ssd_fwd.yaml:195:43
-  int (&v56)[2] = v55;
-  // spec: specs/ssd_fwd.yaml:195:20
+        for (int v = 0; v < 4; ++v)
+          v55[e + v] = (v52 && i0_ + v < (128)) ? p_[off_ + v] : 0.0f;
+      }
+    }
+  }
+  // spec: specs/ssd_fwd.yaml:201:41
+  float v56[8];
+  #pragma unroll
+  for (int e = 0; e < 8; ++e) v56[e] = v42[((e >> 2) & 1) * 1];
+  // spec: specs/ssd_fwd.yaml:198:35
   int v57[8];
   #pragma unroll
-  for (int e = 0; e < 8; ++e) v57[e] = v56[((e >> 2) & 1) * 1];
-  // spec: specs/ssd_fwd.yaml:189:22
-  const int v58 = 1;
+  for (int e = 0; e < 8; ++e) v57[e] = v38[((e >> 2) & 1) * 1];
+  // spec: specs/ssd_fwd.yaml:172:34
+  int v58[2];
+  #pragma unroll
+  for (int e = 0; e < 2; ++e) v58[e] = (((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + ((e & 1) * 32);
+  // spec: specs/ssd_fwd.yaml:172:20
+  const int v59 = 64;
+  // spec: specs/ssd_fwd.yaml:172:20
+  const int v60 = (v8 * v59);
+  // spec: specs/ssd_fwd.yaml:172:20
+  int v61[2];
+  #pragma unroll
+  for (int e = 0; e < 2; ++e) v61[e] = (v60 + v58[e]);
+  // spec: specs/ssd_fwd.yaml:196:43
+  int (&v62)[2] = v61;
+  // spec: specs/ssd_fwd.yaml:196:20
+  int v63[8];
+  #pragma unroll
+  for (int e = 0; e < 8; ++e) v63[e] = v62[((e >> 2) & 1) * 1];
+  // spec: specs/ssd_fwd.yaml:190:22
+  const int v64 = 1;
   // spec: specs/ssd_fwd.yaml:180:21
-  const float v59 = 0.0f;
+  const float v65 = 0.0f;
   // spec: specs/ssd_fwd.yaml:179:22
-  const int v60 = 0;
+  const int v66 = 0;
   // spec: specs/ssd_fwd.yaml:179:28
-  const int v61 = 0;
+  const int v67 = 0;
   // spec: specs/ssd_fwd.yaml:179:28
-  const bool v62 = (v10 > v61);
+  const bool v68 = (v10 > v67);
   // spec: specs/ssd_fwd.yaml:179:22
-  const int v63 = (v62 ? v21 : v60);
+  const int v69 = (v68 ? v21 : v66);
   // spec: specs/ssd_fwd.yaml:180:27
-  bool v64[16];
+  bool v70[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v64[e] = (v14[e] == v63);
+  for (int e = 0; e < 16; ++e) v70[e] = (v14[e] == v69);
   // spec: specs/ssd_fwd.yaml:175:17
-  float v65[16];
+  float v71[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v65[e] = kg::exp_(v13[e]);
+  for (int e = 0; e < 16; ++e) v71[e] = kg::exp_(v13[e]);
   // spec: specs/ssd_fwd.yaml:180:21
-  float v66[16];
+  float v72[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v66[e] = (v64[e] ? v65[e] : v59);
+  for (int e = 0; e < 16; ++e) v72[e] = (v70[e] ? v71[e] : v65);
   // spec: specs/ssd_fwd.yaml:187:23
-  float (&v67)[16] = v66;
+  float (&v73)[16] = v72;
   // spec: specs/ssd_fwd.yaml:187:17
-  float v68[16];
+  float v74[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v68[e] = v67[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+  for (int e = 0; e < 16; ++e) v74[e] = v73[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
   // spec: specs/ssd_fwd.yaml:187:17
-  float v69[16];
+  float v75[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v69[e] = (v28[e] * v68[e]);
-  // spec: specs/ssd_fwd.yaml:189:7
+  for (int e = 0; e < 16; ++e) v75[e] = (v28[e] * v74[e]);
+  // spec: specs/ssd_fwd.yaml:190:7
 
-  float v70[16];
+  float v76[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v70[e] = v69[e];
-  float v71[8];
+  for (int e = 0; e < 16; ++e) v76[e] = v75[e];
+  float v77[8];
   #pragma unroll
-  for (int e = 0; e < 8; ++e) v71[e] = v47[e];
-  float v72[4];
+  for (int e = 0; e < 8; ++e) v77[e] = v53[e];
+  float v78[4];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v72[e] = v48[e];
-  float v73[4];
+  for (int e = 0; e < 4; ++e) v78[e] = v54[e];
+  float v79[4];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v73[e] = v49[e];
-  for (int v74 = v37; v74 < v45; v74 += v58) {
-    float (&v75)[16] = v70;
-    float (&v76)[8] = v71;
-    float (&v77)[4] = v72;
-    float (&v78)[4] = v73;
+  for (int e = 0; e < 4; ++e) v79[e] = v55[e];
+  for (int v80 = v43; v80 < v51; v80 += v64) {
+    float (&v81)[16] = v76;
+    float (&v82)[8] = v77;
+    float (&v83)[4] = v78;
+    float (&v84)[4] = v79;
     
-    // spec: specs/ssd_fwd.yaml:192:16
-    const int v79 = (v74 + v58);
-    // spec: specs/ssd_fwd.yaml:192:16
-    const bool v80 = (v79 < v45);
-    // spec: specs/ssd_fwd.yaml:192:16
-    float v81[8];
+    // spec: specs/ssd_fwd.yaml:193:16
+    const int v85 = (v80 + v64);
+    // spec: specs/ssd_fwd.yaml:193:16
+    const bool v86 = (v85 < v51);
+    // spec: specs/ssd_fwd.yaml:193:16
+    float v87[8];
     {
       const float* p_ = t_CB + ((int64_t)(v12) * stride_CB_0 + (int64_t)(v10) * stride_CB_1 + (int64_t)(v27) * stride_CB_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_CB_0 % 4 == 0 && stride_CB_1 % 4 == 0 && stride_CB_2 % 4 == 0 && stride_CB_3 % 4 == 0;
       const int t0_ = v8 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
-      const int t1_ = v79 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
+      const int t1_ = v85 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
     #pragma unroll
       for (int e = 0; e < 8; e += 4) {
         const int i0_ = t0_ + ((e >> 2) & 1) * 32;
         const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
         const int64_t off_ = (int64_t)i0_ * stride_CB_3 + (int64_t)i1_ * 1;
-        const bool in_ = v80 && i0_ < (128) && i1_ + 4 <= (128);
-        if (aligned_ && in_) {
-          kg::copy_vec<4>(&v81[e], p_ + off_);
-        } else {
-    #pragma unroll
-          for (int v = 0; v < 4; ++v)
-            v81[e + v] = (v80 && i0_ < (128) && i1_ + v < (128)) ? p_[off_ + v] : 0.0f;
-        }
-      }
-    }
-    // spec: specs/ssd_fwd.yaml:193:18
-    const int v82 = (v74 + v58);
-    // spec: specs/ssd_fwd.yaml:193:18
-    const bool v83 = (v82 < v45);
-    // spec: specs/ssd_fwd.yaml:193:18
-    float v84[4];
-    {
-      const float* p_ = t_dA_cumsum + ((int64_t)(v12) * stride_dA_cumsum_0 + (int64_t)(v11) * stride_dA_cumsum_1 + (int64_t)(v10) * stride_dA_cumsum_2);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_dA_cumsum_0 % 4 == 0 && stride_dA_cumsum_1 % 4 == 0 && stride_dA_cumsum_2 % 4 == 0;
-      const int t0_ = v82 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
-    #pragma unroll
-      for (int e = 0; e < 4; e += 4) {
-        const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
-        const int64_t off_ = (int64_t)i0_ * 1;
-        const bool in_ = v83 && i0_ + 4 <= (128);
-        if (aligned_ && in_) {
-          kg::copy_vec<4>(&v84[e], p_ + off_);
-        } else {
-    #pragma unroll
-          for (int v = 0; v < 4; ++v)
-            v84[e + v] = (v83 && i0_ + v < (128)) ? p_[off_ + v] : 0.0f;
-        }
-      }
-    }
-    // spec: specs/ssd_fwd.yaml:194:18
-    const int v85 = (v74 + v58);
-    // spec: specs/ssd_fwd.yaml:194:18
-    const bool v86 = (v85 < v45);
-    // spec: specs/ssd_fwd.yaml:194:18
-    float v87[4];
-    {
-      const float* p_ = t_dt_eff + ((int64_t)(v12) * stride_dt_eff_0 + (int64_t)(v11) * stride_dt_eff_1 + (int64_t)(v10) * stride_dt_eff_2);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_dt_eff_0 % 4 == 0 && stride_dt_eff_1 % 4 == 0 && stride_dt_eff_2 % 4 == 0;
-      const int t0_ = v85 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
-    #pragma unroll
-      for (int e = 0; e < 4; e += 4) {
-        const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
-        const int64_t off_ = (int64_t)i0_ * 1;
-        const bool in_ = v86 && i0_ + 4 <= (128);
+        const bool in_ = v86 && i0_ < (128) && i1_ + 4 <= (128);
         if (aligned_ && in_) {
           kg::copy_vec<4>(&v87[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 4; ++v)
-            v87[e + v] = (v86 && i0_ + v < (128)) ? p_[off_ + v] : 0.0f;
+            v87[e + v] = (v86 && i0_ < (128) && i1_ + v < (128)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
-    // spec: specs/ssd_fwd.yaml:190:23
-    const int v88 = 4;
-    // spec: specs/ssd_fwd.yaml:190:23
-    const int v89 = (v10 * v88);
-    // spec: specs/ssd_fwd.yaml:190:23
-    const int v90 = (v89 + v74);
-    // spec: specs/ssd_fwd.yaml:197:35
-    int v91[4];
+    // spec: specs/ssd_fwd.yaml:194:18
+    const int v88 = (v80 + v64);
+    // spec: specs/ssd_fwd.yaml:194:18
+    const bool v89 = (v88 < v51);
+    // spec: specs/ssd_fwd.yaml:194:18
+    float v90[4];
+    {
+      const float* p_ = t_dA_cumsum + ((int64_t)(v12) * stride_dA_cumsum_0 + (int64_t)(v11) * stride_dA_cumsum_1 + (int64_t)(v10) * stride_dA_cumsum_2);
+      const bool aligned_ = kg::aligned(p_, 16) && stride_dA_cumsum_0 % 4 == 0 && stride_dA_cumsum_1 % 4 == 0 && stride_dA_cumsum_2 % 4 == 0;
+      const int t0_ = v88 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
+    #pragma unroll
+      for (int e = 0; e < 4; e += 4) {
+        const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
+        const int64_t off_ = (int64_t)i0_ * 1;
+        const bool in_ = v89 && i0_ + 4 <= (128);
+        if (aligned_ && in_) {
+          kg::copy_vec<4>(&v90[e], p_ + off_);
+        } else {
+    #pragma unroll
+          for (int v = 0; v < 4; ++v)
+            v90[e + v] = (v89 && i0_ + v < (128)) ? p_[off_ + v] : 0.0f;
+        }
+      }
+    }
+    // spec: specs/ssd_fwd.yaml:195:18
+    const int v91 = (v80 + v64);
+    // spec: specs/ssd_fwd.yaml:195:18
+    const bool v92 = (v91 < v51);
+    // spec: specs/ssd_fwd.yaml:195:18
+    float v93[4];
+    {
+      const float* p_ = t_dt_eff + ((int64_t)(v12) * stride_dt_eff_0 + (int64_t)(v11) * stride_dt_eff_1 + (int64_t)(v10) * stride_dt_eff_2);
+      const bool aligned_ = kg::aligned(p_, 16) && stride_dt_eff_0 % 4 == 0 && stride_dt_eff_1 % 4 == 0 && stride_dt_eff_2 % 4 == 0;
+      const int t0_ = v91 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
+    #pragma unroll
+      for (int e = 0; e < 4; e += 4) {
+        const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
+        const int64_t off_ = (int64_t)i0_ * 1;
+        const bool in_ = v92 && i0_ + 4 <= (128);
+        if (aligned_ && in_) {
+          kg::copy_vec<4>(&v93[e], p_ + off_);
+        } else {
+    #pragma unroll
+          for (int v = 0; v < 4; ++v)
+            v93[e + v] = (v92 && i0_ + v < (128)) ? p_[off_ + v] : 0.0f;
+        }
+      }
+    }
+    // spec: specs/ssd_fwd.yaml:191:23
+    const int v94 = 4;
+    // spec: specs/ssd_fwd.yaml:191:23
+    const int v95 = (v10 * v94);
+    // spec: specs/ssd_fwd.yaml:191:23
+    const int v96 = (v95 + v80);
+    // spec: specs/ssd_fwd.yaml:198:35
+    int v97[4];
     {
       const int* p_ = t_seq_idx + ((int64_t)(v12) * stride_seq_idx_0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_seq_idx_0 % 4 == 0;
-      const int t0_ = v90 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
+      const int t0_ = v96 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
     #pragma unroll
       for (int e = 0; e < 4; e += 4) {
         const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
         const int64_t off_ = (int64_t)i0_ * 1;
         const bool in_ = i0_ + 4 <= (size_seqlen);
         if (aligned_ && in_) {
-          kg::copy_vec<4>(&v91[e], p_ + off_);
+          kg::copy_vec<4>(&v97[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 4; ++v)
-            v91[e + v] = (i0_ + v < (size_seqlen)) ? p_[off_ + v] : 0;
+            v97[e + v] = (i0_ + v < (size_seqlen)) ? p_[off_ + v] : 0;
         }
       }
     }
-    // spec: specs/ssd_fwd.yaml:197:35
-    int v92[2];
-    {
-      int* scratch_ = reinterpret_cast<int*>(smem + 0);
-      kg::sync();
-    #pragma unroll
-      for (int e = 0; e < 16; ++e) scratch_[((0) + (0)) * 1 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = v51[e];
-      kg::sync();
-    #pragma unroll
-      for (int e = 0; e < 2; ++e) v92[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + ((e & 1) * 32)) * 1];
-    }
-    // spec: specs/ssd_fwd.yaml:198:40
-    float v93[2];
-    {
-      float* scratch_ = reinterpret_cast<float*>(smem + 0);
-      kg::sync();
-    #pragma unroll
-      for (int e = 0; e < 16; ++e) scratch_[((0) + (0)) * 1 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = v50[e];
-      kg::sync();
-    #pragma unroll
-      for (int e = 0; e < 2; ++e) v93[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + ((e & 1) * 32)) * 1];
-    }
-    // spec: specs/ssd_fwd.yaml:199:36
-    kg::bf16 v94[8];
+    // spec: specs/ssd_fwd.yaml:202:36
+    kg::bf16 v98[8];
     {
       const kg::bf16* p_ = t_x + ((int64_t)(v12) * stride_x_0 + (int64_t)(v11) * stride_x_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 8 == 0 && stride_x_1 % 8 == 0 && stride_x_2 % 8 == 0;
-      const int t0_ = v90 * 32 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
+      const int t0_ = v96 * 32 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
       const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
     #pragma unroll
       for (int e = 0; e < 8; e += 8) {
@@ -485,148 +499,146 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_fwd_ch
         const int64_t off_ = (int64_t)i0_ * stride_x_1 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_seqlen);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v94[e], p_ + off_);
+          kg::copy_vec<8>(&v98[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v94[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v98[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
-    // spec: specs/ssd_fwd.yaml:198:17
-    const float v95 = 0.0f;
-    // spec: specs/ssd_fwd.yaml:198:73
-    float (&v96)[4] = v78;
-    // spec: specs/ssd_fwd.yaml:198:31
-    float v97[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v97[e] = v96[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-    // spec: specs/ssd_fwd.yaml:198:56
-    float (&v98)[4] = v77;
-    // spec: specs/ssd_fwd.yaml:198:40
-    float v99[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v99[e] = v98[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-    // spec: specs/ssd_fwd.yaml:198:40
-    float v100[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v100[e] = v93[((e >> 2) & 1) * 1];
-    // spec: specs/ssd_fwd.yaml:198:40
+    // spec: specs/ssd_fwd.yaml:201:17
+    const float v99 = 0.0f;
+    // spec: specs/ssd_fwd.yaml:201:96
+    float (&v100)[4] = v84;
+    // spec: specs/ssd_fwd.yaml:201:31
     float v101[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v101[e] = (v100[e] - v99[e]);
-    // spec: specs/ssd_fwd.yaml:198:36
-    float v102[8];
+    for (int e = 0; e < 8; ++e) v101[e] = v100[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
+    // spec: specs/ssd_fwd.yaml:201:58
+    const float v102 = 1.4426950408889634f;
+    // spec: specs/ssd_fwd.yaml:201:58
+    float (&v103)[4] = v83;
+    // spec: specs/ssd_fwd.yaml:201:58
+    float v104[4];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v102[e] = kg::exp_(v101[e]);
-    // spec: specs/ssd_fwd.yaml:198:31
-    float v103[8];
+    for (int e = 0; e < 4; ++e) v104[e] = (v103[e] * v102);
+    // spec: specs/ssd_fwd.yaml:201:41
+    float v105[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v103[e] = (v76[e] * v102[e]);
-    // spec: specs/ssd_fwd.yaml:198:31
-    float v104[8];
+    for (int e = 0; e < 8; ++e) v105[e] = v104[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
+    // spec: specs/ssd_fwd.yaml:201:41
+    float v106[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v104[e] = (v103[e] * v97[e]);
-    // spec: specs/ssd_fwd.yaml:197:35
-    int v105[8];
+    for (int e = 0; e < 8; ++e) v106[e] = (v56[e] - v105[e]);
+    // spec: specs/ssd_fwd.yaml:201:36
+    float v107[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v105[e] = v92[((e >> 2) & 1) * 1];
-    // spec: specs/ssd_fwd.yaml:197:35
-    int (&v106)[4] = v91;
-    // spec: specs/ssd_fwd.yaml:197:35
-    int v107[8];
+    for (int e = 0; e < 8; ++e) v107[e] = kg::exp2_(v106[e]);
+    // spec: specs/ssd_fwd.yaml:201:31
+    float v108[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v107[e] = v106[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-    // spec: specs/ssd_fwd.yaml:197:35
-    bool v108[8];
+    for (int e = 0; e < 8; ++e) v108[e] = (v82[e] * v107[e]);
+    // spec: specs/ssd_fwd.yaml:201:31
+    float v109[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v108[e] = (v107[e] == v105[e]);
-    // spec: specs/ssd_fwd.yaml:191:38
-    int v109[4];
+    for (int e = 0; e < 8; ++e) v109[e] = (v108[e] * v101[e]);
+    // spec: specs/ssd_fwd.yaml:198:35
+    int (&v110)[4] = v97;
+    // spec: specs/ssd_fwd.yaml:198:35
+    int v111[8];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v109[e] = ((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16) + ((e & 1) * 1 + ((e >> 1) & 1) * 2);
-    // spec: specs/ssd_fwd.yaml:191:24
-    const int v110 = 32;
-    // spec: specs/ssd_fwd.yaml:191:24
-    const int v111 = (v74 * v110);
-    // spec: specs/ssd_fwd.yaml:191:24
-    int v112[4];
+    for (int e = 0; e < 8; ++e) v111[e] = v110[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
+    // spec: specs/ssd_fwd.yaml:198:35
+    bool v112[8];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v112[e] = (v111 + v109[e]);
-    // spec: specs/ssd_fwd.yaml:195:20
-    int (&v113)[4] = v112;
-    // spec: specs/ssd_fwd.yaml:195:20
-    int v114[8];
+    for (int e = 0; e < 8; ++e) v112[e] = (v111[e] == v57[e]);
+    // spec: specs/ssd_fwd.yaml:192:38
+    int v113[4];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v114[e] = v113[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-    // spec: specs/ssd_fwd.yaml:195:20
-    bool v115[8];
+    for (int e = 0; e < 4; ++e) v113[e] = ((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16) + ((e & 1) * 1 + ((e >> 1) & 1) * 2);
+    // spec: specs/ssd_fwd.yaml:192:24
+    const int v114 = 32;
+    // spec: specs/ssd_fwd.yaml:192:24
+    const int v115 = (v80 * v114);
+    // spec: specs/ssd_fwd.yaml:192:24
+    int v116[4];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v115[e] = (v114[e] <= v57[e]);
-    // spec: specs/ssd_fwd.yaml:197:24
-    bool v116[8];
+    for (int e = 0; e < 4; ++e) v116[e] = (v115 + v113[e]);
+    // spec: specs/ssd_fwd.yaml:196:20
+    int (&v117)[4] = v116;
+    // spec: specs/ssd_fwd.yaml:196:20
+    int v118[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v116[e] = (v115[e] && v108[e]);
-    // spec: specs/ssd_fwd.yaml:198:17
-    float v117[8];
+    for (int e = 0; e < 8; ++e) v118[e] = v117[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
+    // spec: specs/ssd_fwd.yaml:196:20
+    bool v119[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v117[e] = (v116[e] ? v104[e] : v95);
-    // spec: specs/ssd_fwd.yaml:199:21
-    kg::bf16 v118[8];
+    for (int e = 0; e < 8; ++e) v119[e] = (v118[e] <= v63[e]);
+    // spec: specs/ssd_fwd.yaml:198:24
+    bool v120[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v118[e] = kg::cvt<kg::bf16>(v117[e]);
-    // spec: specs/ssd_fwd.yaml:199:17
-    kg::bf16* v119 = reinterpret_cast<kg::bf16*>(smem + 0);
+    for (int e = 0; e < 8; ++e) v120[e] = (v119[e] && v112[e]);
+    // spec: specs/ssd_fwd.yaml:201:17
+    float v121[8];
+    #pragma unroll
+    for (int e = 0; e < 8; ++e) v121[e] = (v120[e] ? v109[e] : v99);
+    // spec: specs/ssd_fwd.yaml:202:21
+    kg::bf16 v122[8];
+    #pragma unroll
+    for (int e = 0; e < 8; ++e) v122[e] = kg::cvt<kg::bf16>(v121[e]);
+    // spec: specs/ssd_fwd.yaml:202:17
+    kg::bf16* v123 = reinterpret_cast<kg::bf16*>(smem + 0);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 8; e += 4) kg::copy_vec<4>(&v119[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 2) & 1) * 32)) * 40 + (((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16) + ((e & 1) * 1 + ((e >> 1) & 1) * 2))], &v118[e]);
+    for (int e = 0; e < 8; e += 4) kg::copy_vec<4>(&v123[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 2) & 1) * 32)) * 40 + (((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16) + ((e & 1) * 1 + ((e >> 1) & 1) * 2))], &v122[e]);
 
-    // spec: specs/ssd_fwd.yaml:199:17
-    kg::bf16* v120 = reinterpret_cast<kg::bf16*>(smem + 5120);
+    // spec: specs/ssd_fwd.yaml:202:17
+    kg::bf16* v124 = reinterpret_cast<kg::bf16*>(smem + 5120);
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v120[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 40 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (0))] = v94[e];
+    for (int e = 0; e < 8; ++e) v124[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 40 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (0))] = v98[e];
     kg::sync();
-    // spec: specs/ssd_fwd.yaml:199:17
-    float (&v121)[16] = v75;
+    // spec: specs/ssd_fwd.yaml:202:17
+    float (&v125)[16] = v81;
     #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
       alignas(16) kg::bf16 fa_[4];
     #pragma unroll
-      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v119[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v123[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       alignas(16) kg::bf16 fb_[4];
     #pragma unroll
-      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v120[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v124[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 1; ++rn)
-          kg::mfma_32x32x8_bf16(&v121[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+          kg::mfma_32x32x8_bf16(&v125[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
     }
-    // spec: specs/ssd_fwd.yaml:199:17
+    // spec: specs/ssd_fwd.yaml:202:17
 
     float y0_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y0_[e] = v121[e];
+    for (int e = 0; e < 16; ++e) y0_[e] = v125[e];
     float y1_[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) y1_[e] = v81[e];
+    for (int e = 0; e < 8; ++e) y1_[e] = v87[e];
     float y2_[4];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) y2_[e] = v84[e];
+    for (int e = 0; e < 4; ++e) y2_[e] = v90[e];
     float y3_[4];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) y3_[e] = v87[e];
+    for (int e = 0; e < 4; ++e) y3_[e] = v93[e];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v70[e] = y0_[e];
+    for (int e = 0; e < 16; ++e) v76[e] = y0_[e];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v71[e] = y1_[e];
+    for (int e = 0; e < 8; ++e) v77[e] = y1_[e];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v72[e] = y2_[e];
+    for (int e = 0; e < 4; ++e) v78[e] = y2_[e];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v73[e] = y3_[e];
+    for (int e = 0; e < 4; ++e) v79[e] = y3_[e];
   }
-  // spec: specs/ssd_fwd.yaml:200:19
-  kg::bf16 v122[16];
+  // spec: specs/ssd_fwd.yaml:203:19
+  kg::bf16 v126[16];
   {
     const kg::bf16* p_ = t_x + ((int64_t)(v12) * stride_x_0 + (int64_t)(v11) * stride_x_2);
     const bool aligned_ = false;
@@ -639,16 +651,16 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_fwd_ch
       const int64_t off_ = (int64_t)i0_ * stride_x_1 + (int64_t)i1_ * 1;
       const bool in_ = i0_ < (size_seqlen);
       if (aligned_ && in_) {
-        kg::copy_vec<1>(&v122[e], p_ + off_);
+        kg::copy_vec<1>(&v126[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          v122[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v126[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
-  // spec: specs/ssd_fwd.yaml:200:53
-  float v123[1];
+  // spec: specs/ssd_fwd.yaml:203:53
+  float v127[1];
   {
     const float* p_ = t_D + ((int64_t)(v11) * stride_D_0);
     const bool aligned_ = false;
@@ -659,37 +671,37 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_fwd_ch
       const int64_t off_ = (int64_t)i0_ * 1;
       const bool in_ = true;
       if (aligned_ && in_) {
-        kg::copy_vec<1>(&v123[e], p_ + off_);
+        kg::copy_vec<1>(&v127[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          v123[e + v] = (true) ? p_[off_ + v] : 0.0f;
+          v127[e + v] = (true) ? p_[off_ + v] : 0.0f;
       }
     }
   }
-  // spec: specs/ssd_fwd.yaml:200:53
-  float (&v124)[1] = v123;
-  // spec: specs/ssd_fwd.yaml:200:19
-  float v125[16];
+  // spec: specs/ssd_fwd.yaml:203:53
+  float (&v128)[1] = v127;
+  // spec: specs/ssd_fwd.yaml:203:19
+  float v129[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v125[e] = v124[0];
-  // spec: specs/ssd_fwd.yaml:200:19
-  float v126[16];
+  for (int e = 0; e < 16; ++e) v129[e] = v128[0];
+  // spec: specs/ssd_fwd.yaml:203:19
+  float v130[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v126[e] = kg::cvt<float>(kg::f32(v122[e]));
-  // spec: specs/ssd_fwd.yaml:200:19
-  float v127[16];
+  for (int e = 0; e < 16; ++e) v130[e] = kg::cvt<float>(kg::f32(v126[e]));
+  // spec: specs/ssd_fwd.yaml:203:19
+  float v131[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v127[e] = (v126[e] * v125[e]);
-  // spec: specs/ssd_fwd.yaml:200:13
-  float v128[16];
+  for (int e = 0; e < 16; ++e) v131[e] = (v130[e] * v129[e]);
+  // spec: specs/ssd_fwd.yaml:203:13
+  float v132[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v128[e] = (v70[e] + v127[e]);
-  // spec: specs/ssd_fwd.yaml:201:31
-  kg::bf16 v129[16];
+  for (int e = 0; e < 16; ++e) v132[e] = (v76[e] + v131[e]);
+  // spec: specs/ssd_fwd.yaml:204:31
+  kg::bf16 v133[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v129[e] = kg::cvt<kg::bf16>(v128[e]);
-  // spec: specs/ssd_fwd.yaml:201:7
+  for (int e = 0; e < 16; ++e) v133[e] = kg::cvt<kg::bf16>(v132[e]);
+  // spec: specs/ssd_fwd.yaml:204:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_y + ((int64_t)(v12) * stride_y_0 + (int64_t)(v11) * stride_y_2);
     const bool aligned_ = false;
@@ -700,7 +712,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_fwd_ch
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
       const int i1_ = t1_ + 0;
       const int64_t off_ = (int64_t)i0_ * stride_y_1 + (int64_t)i1_ * 1;
-      if (i0_ < (size_seqlen)) p_[off_] = v129[e];
+      if (i0_ < (size_seqlen)) p_[off_] = v133[e];
     }
   }
 }

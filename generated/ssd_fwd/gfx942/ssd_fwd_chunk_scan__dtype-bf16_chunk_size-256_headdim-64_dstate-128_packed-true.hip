@@ -169,292 +169,306 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_fwd_ch
       for (int rn = 0; rn < 1; ++rn)
         kg::mfma_32x32x8_bf16(&v30[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
   }
-  // spec: specs/ssd_fwd.yaml:189:22
-  const int v31 = 0;
-  // spec: specs/ssd_fwd.yaml:189:22
-  const int v32 = 32;
-  // spec: specs/ssd_fwd.yaml:189:22
-  const int v33 = 31;
-  // spec: specs/ssd_fwd.yaml:189:27
-  const int v34 = 64;
-  // spec: specs/ssd_fwd.yaml:189:28
-  const int v35 = 1;
-  // spec: specs/ssd_fwd.yaml:189:28
-  const int v36 = (v8 + v35);
-  // spec: specs/ssd_fwd.yaml:189:27
-  const int v37 = (v36 * v34);
-  // spec: specs/ssd_fwd.yaml:189:22
-  const int v38 = (v37 + v33);
-  // spec: specs/ssd_fwd.yaml:189:22
-  const int v39 = (kg::floordiv(v38, v32));
-  // spec: specs/ssd_fwd.yaml:189:7
-  const bool v40 = (v31 < v39);
-  // spec: specs/ssd_fwd.yaml:192:16
-  float v41[8];
+  // spec: specs/ssd_fwd.yaml:198:69
+  int (&v31)[16] = v14;
+  // spec: specs/ssd_fwd.yaml:198:35
+  int v32[2];
+  {
+    int* scratch_ = reinterpret_cast<int*>(smem + 0);
+    kg::sync();
+  #pragma unroll
+    for (int e = 0; e < 16; ++e) scratch_[((0) + (0)) * 1 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = v31[e];
+    kg::sync();
+  #pragma unroll
+    for (int e = 0; e < 2; ++e) v32[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + ((e & 1) * 32)) * 1];
+  }
+  // spec: specs/ssd_fwd.yaml:189:15
+  const float v33 = 1.4426950408889634f;
+  // spec: specs/ssd_fwd.yaml:189:15
+  float v34[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v34[e] = (v13[e] * v33);
+  // spec: specs/ssd_fwd.yaml:201:41
+  float (&v35)[16] = v34;
+  // spec: specs/ssd_fwd.yaml:201:41
+  float v36[2];
+  {
+    float* scratch_ = reinterpret_cast<float*>(smem + 0);
+    kg::sync();
+  #pragma unroll
+    for (int e = 0; e < 16; ++e) scratch_[((0) + (0)) * 1 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = v35[e];
+    kg::sync();
+  #pragma unroll
+    for (int e = 0; e < 2; ++e) v36[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + ((e & 1) * 32)) * 1];
+  }
+  // spec: specs/ssd_fwd.yaml:190:22
+  const int v37 = 0;
+  // spec: specs/ssd_fwd.yaml:190:22
+  const int v38 = 32;
+  // spec: specs/ssd_fwd.yaml:190:22
+  const int v39 = 31;
+  // spec: specs/ssd_fwd.yaml:190:27
+  const int v40 = 64;
+  // spec: specs/ssd_fwd.yaml:190:28
+  const int v41 = 1;
+  // spec: specs/ssd_fwd.yaml:190:28
+  const int v42 = (v8 + v41);
+  // spec: specs/ssd_fwd.yaml:190:27
+  const int v43 = (v42 * v40);
+  // spec: specs/ssd_fwd.yaml:190:22
+  const int v44 = (v43 + v39);
+  // spec: specs/ssd_fwd.yaml:190:22
+  const int v45 = (kg::floordiv(v44, v38));
+  // spec: specs/ssd_fwd.yaml:190:7
+  const bool v46 = (v37 < v45);
+  // spec: specs/ssd_fwd.yaml:193:16
+  float v47[8];
   {
     const float* p_ = t_CB + ((int64_t)(v12) * stride_CB_0 + (int64_t)(v10) * stride_CB_1 + (int64_t)(v23) * stride_CB_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_CB_0 % 4 == 0 && stride_CB_1 % 4 == 0 && stride_CB_2 % 4 == 0 && stride_CB_3 % 4 == 0;
     const int t0_ = v8 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
-    const int t1_ = v31 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
+    const int t1_ = v37 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
   #pragma unroll
     for (int e = 0; e < 8; e += 4) {
       const int i0_ = t0_ + ((e >> 2) & 1) * 32;
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
       const int64_t off_ = (int64_t)i0_ * stride_CB_3 + (int64_t)i1_ * 1;
-      const bool in_ = v40 && i0_ < (256) && i1_ + 4 <= (256);
+      const bool in_ = v46 && i0_ < (256) && i1_ + 4 <= (256);
       if (aligned_ && in_) {
-        kg::copy_vec<4>(&v41[e], p_ + off_);
+        kg::copy_vec<4>(&v47[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 4; ++v)
-          v41[e + v] = (v40 && i0_ < (256) && i1_ + v < (256)) ? p_[off_ + v] : 0.0f;
-      }
-    }
-  }
-  // spec: specs/ssd_fwd.yaml:193:18
-  float v42[4];
-  {
-    const float* p_ = t_dA_cumsum + ((int64_t)(v12) * stride_dA_cumsum_0 + (int64_t)(v11) * stride_dA_cumsum_1 + (int64_t)(v10) * stride_dA_cumsum_2);
-    const bool aligned_ = kg::aligned(p_, 16) && stride_dA_cumsum_0 % 4 == 0 && stride_dA_cumsum_1 % 4 == 0 && stride_dA_cumsum_2 % 4 == 0;
-    const int t0_ = v31 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
-  #pragma unroll
-    for (int e = 0; e < 4; e += 4) {
-      const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
-      const int64_t off_ = (int64_t)i0_ * 1;
-      const bool in_ = v40 && i0_ + 4 <= (256);
-      if (aligned_ && in_) {
-        kg::copy_vec<4>(&v42[e], p_ + off_);
-      } else {
-  #pragma unroll
-        for (int v = 0; v < 4; ++v)
-          v42[e + v] = (v40 && i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
+          v47[e + v] = (v46 && i0_ < (256) && i1_ + v < (256)) ? p_[off_ + v] : 0.0f;
       }
     }
   }
   // spec: specs/ssd_fwd.yaml:194:18
-  float v43[4];
+  float v48[4];
   {
-    const float* p_ = t_dt_eff + ((int64_t)(v12) * stride_dt_eff_0 + (int64_t)(v11) * stride_dt_eff_1 + (int64_t)(v10) * stride_dt_eff_2);
-    const bool aligned_ = kg::aligned(p_, 16) && stride_dt_eff_0 % 4 == 0 && stride_dt_eff_1 % 4 == 0 && stride_dt_eff_2 % 4 == 0;
-    const int t0_ = v31 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
+    const float* p_ = t_dA_cumsum + ((int64_t)(v12) * stride_dA_cumsum_0 + (int64_t)(v11) * stride_dA_cumsum_1 + (int64_t)(v10) * stride_dA_cumsum_2);
+    const bool aligned_ = kg::aligned(p_, 16) && stride_dA_cumsum_0 % 4 == 0 && stride_dA_cumsum_1 % 4 == 0 && stride_dA_cumsum_2 % 4 == 0;
+    const int t0_ = v37 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
   #pragma unroll
     for (int e = 0; e < 4; e += 4) {
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
       const int64_t off_ = (int64_t)i0_ * 1;
-      const bool in_ = v40 && i0_ + 4 <= (256);
+      const bool in_ = v46 && i0_ + 4 <= (256);
       if (aligned_ && in_) {
-        kg::copy_vec<4>(&v43[e], p_ + off_);
+        kg::copy_vec<4>(&v48[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 4; ++v)
-          v43[e + v] = (v40 && i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
+          v48[e + v] = (v46 && i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
       }
     }
   }
-  // spec: specs/ssd_fwd.yaml:198:40
-  float (&v44)[16] = v13;
-  // spec: specs/ssd_fwd.yaml:197:69
-  int (&v45)[16] = v14;
-  // spec: specs/ssd_fwd.yaml:172:34
-  int v46[2];
+  // spec: specs/ssd_fwd.yaml:195:18
+  float v49[4];
+  {
+    const float* p_ = t_dt_eff + ((int64_t)(v12) * stride_dt_eff_0 + (int64_t)(v11) * stride_dt_eff_1 + (int64_t)(v10) * stride_dt_eff_2);
+    const bool aligned_ = kg::aligned(p_, 16) && stride_dt_eff_0 % 4 == 0 && stride_dt_eff_1 % 4 == 0 && stride_dt_eff_2 % 4 == 0;
+    const int t0_ = v37 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v46[e] = (((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + ((e & 1) * 32);
-  // spec: specs/ssd_fwd.yaml:172:20
-  const int v47 = 64;
-  // spec: specs/ssd_fwd.yaml:172:20
-  const int v48 = (v8 * v47);
-  // spec: specs/ssd_fwd.yaml:172:20
-  int v49[2];
+    for (int e = 0; e < 4; e += 4) {
+      const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
+      const int64_t off_ = (int64_t)i0_ * 1;
+      const bool in_ = v46 && i0_ + 4 <= (256);
+      if (aligned_ && in_) {
+        kg::copy_vec<4>(&v49[e], p_ + off_);
+      } else {
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v49[e] = (v48 + v46[e]);
-  // spec: specs/ssd_fwd.yaml:195:43
-  int (&v50)[2] = v49;
-  // spec: specs/ssd_fwd.yaml:195:20
+        for (int v = 0; v < 4; ++v)
+          v49[e + v] = (v46 && i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
+      }
+    }
+  }
+  // spec: specs/ssd_fwd.yaml:201:41
+  float v50[8];
+  #pragma unroll
+  for (int e = 0; e < 8; ++e) v50[e] = v36[((e >> 2) & 1) * 1];
+  // spec: specs/ssd_fwd.yaml:198:35
   int v51[8];
   #pragma unroll
-  for (int e = 0; e < 8; ++e) v51[e] = v50[((e >> 2) & 1) * 1];
-  // spec: specs/ssd_fwd.yaml:189:22
-  const int v52 = 1;
+  for (int e = 0; e < 8; ++e) v51[e] = v32[((e >> 2) & 1) * 1];
+  // spec: specs/ssd_fwd.yaml:172:34
+  int v52[2];
+  #pragma unroll
+  for (int e = 0; e < 2; ++e) v52[e] = (((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + ((e & 1) * 32);
+  // spec: specs/ssd_fwd.yaml:172:20
+  const int v53 = 64;
+  // spec: specs/ssd_fwd.yaml:172:20
+  const int v54 = (v8 * v53);
+  // spec: specs/ssd_fwd.yaml:172:20
+  int v55[2];
+  #pragma unroll
+  for (int e = 0; e < 2; ++e) v55[e] = (v54 + v52[e]);
+  // spec: specs/ssd_fwd.yaml:196:43
+  int (&v56)[2] = v55;
+  // spec: specs/ssd_fwd.yaml:196:20
+  int v57[8];
+  #pragma unroll
+  for (int e = 0; e < 8; ++e) v57[e] = v56[((e >> 2) & 1) * 1];
+  // spec: specs/ssd_fwd.yaml:190:22
+  const int v58 = 1;
   // spec: specs/ssd_fwd.yaml:180:21
-  const float v53 = 0.0f;
+  const float v59 = 0.0f;
   // spec: specs/ssd_fwd.yaml:179:22
-  const int v54 = 0;
+  const int v60 = 0;
   // spec: specs/ssd_fwd.yaml:179:28
-  const int v55 = 0;
+  const int v61 = 0;
   // spec: specs/ssd_fwd.yaml:179:28
-  const bool v56 = (v10 > v55);
+  const bool v62 = (v10 > v61);
   // spec: specs/ssd_fwd.yaml:179:22
-  const int v57 = (v56 ? v21 : v54);
+  const int v63 = (v62 ? v21 : v60);
   // spec: specs/ssd_fwd.yaml:180:27
-  bool v58[16];
+  bool v64[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v58[e] = (v14[e] == v57);
+  for (int e = 0; e < 16; ++e) v64[e] = (v14[e] == v63);
   // spec: specs/ssd_fwd.yaml:175:17
-  float v59[16];
+  float v65[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v59[e] = kg::exp_(v13[e]);
+  for (int e = 0; e < 16; ++e) v65[e] = kg::exp_(v13[e]);
   // spec: specs/ssd_fwd.yaml:180:21
-  float v60[16];
+  float v66[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v60[e] = (v58[e] ? v59[e] : v53);
+  for (int e = 0; e < 16; ++e) v66[e] = (v64[e] ? v65[e] : v59);
   // spec: specs/ssd_fwd.yaml:182:83
-  float (&v61)[16] = v60;
+  float (&v67)[16] = v66;
   // spec: specs/ssd_fwd.yaml:182:17
-  float v62[16];
+  float v68[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v62[e] = v61[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+  for (int e = 0; e < 16; ++e) v68[e] = v67[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
   // spec: specs/ssd_fwd.yaml:182:17
-  float v63[16];
+  float v69[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v63[e] = (v30[e] * v62[e]);
-  // spec: specs/ssd_fwd.yaml:189:7
+  for (int e = 0; e < 16; ++e) v69[e] = (v30[e] * v68[e]);
+  // spec: specs/ssd_fwd.yaml:190:7
 
-  float v64[16];
+  float v70[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v64[e] = v63[e];
-  float v65[8];
+  for (int e = 0; e < 16; ++e) v70[e] = v69[e];
+  float v71[8];
   #pragma unroll
-  for (int e = 0; e < 8; ++e) v65[e] = v41[e];
-  float v66[4];
+  for (int e = 0; e < 8; ++e) v71[e] = v47[e];
+  float v72[4];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v66[e] = v42[e];
-  float v67[4];
+  for (int e = 0; e < 4; ++e) v72[e] = v48[e];
+  float v73[4];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v67[e] = v43[e];
-  for (int v68 = v31; v68 < v39; v68 += v52) {
-    float (&v69)[16] = v64;
-    float (&v70)[8] = v65;
-    float (&v71)[4] = v66;
-    float (&v72)[4] = v67;
+  for (int e = 0; e < 4; ++e) v73[e] = v49[e];
+  for (int v74 = v37; v74 < v45; v74 += v58) {
+    float (&v75)[16] = v70;
+    float (&v76)[8] = v71;
+    float (&v77)[4] = v72;
+    float (&v78)[4] = v73;
     
-    // spec: specs/ssd_fwd.yaml:192:16
-    const int v73 = (v68 + v52);
-    // spec: specs/ssd_fwd.yaml:192:16
-    const bool v74 = (v73 < v39);
-    // spec: specs/ssd_fwd.yaml:192:16
-    float v75[8];
+    // spec: specs/ssd_fwd.yaml:193:16
+    const int v79 = (v74 + v58);
+    // spec: specs/ssd_fwd.yaml:193:16
+    const bool v80 = (v79 < v45);
+    // spec: specs/ssd_fwd.yaml:193:16
+    float v81[8];
     {
       const float* p_ = t_CB + ((int64_t)(v12) * stride_CB_0 + (int64_t)(v10) * stride_CB_1 + (int64_t)(v23) * stride_CB_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_CB_0 % 4 == 0 && stride_CB_1 % 4 == 0 && stride_CB_2 % 4 == 0 && stride_CB_3 % 4 == 0;
       const int t0_ = v8 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
-      const int t1_ = v73 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
+      const int t1_ = v79 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
     #pragma unroll
       for (int e = 0; e < 8; e += 4) {
         const int i0_ = t0_ + ((e >> 2) & 1) * 32;
         const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
         const int64_t off_ = (int64_t)i0_ * stride_CB_3 + (int64_t)i1_ * 1;
-        const bool in_ = v74 && i0_ < (256) && i1_ + 4 <= (256);
-        if (aligned_ && in_) {
-          kg::copy_vec<4>(&v75[e], p_ + off_);
-        } else {
-    #pragma unroll
-          for (int v = 0; v < 4; ++v)
-            v75[e + v] = (v74 && i0_ < (256) && i1_ + v < (256)) ? p_[off_ + v] : 0.0f;
-        }
-      }
-    }
-    // spec: specs/ssd_fwd.yaml:193:18
-    const int v76 = (v68 + v52);
-    // spec: specs/ssd_fwd.yaml:193:18
-    const bool v77 = (v76 < v39);
-    // spec: specs/ssd_fwd.yaml:193:18
-    float v78[4];
-    {
-      const float* p_ = t_dA_cumsum + ((int64_t)(v12) * stride_dA_cumsum_0 + (int64_t)(v11) * stride_dA_cumsum_1 + (int64_t)(v10) * stride_dA_cumsum_2);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_dA_cumsum_0 % 4 == 0 && stride_dA_cumsum_1 % 4 == 0 && stride_dA_cumsum_2 % 4 == 0;
-      const int t0_ = v76 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
-    #pragma unroll
-      for (int e = 0; e < 4; e += 4) {
-        const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
-        const int64_t off_ = (int64_t)i0_ * 1;
-        const bool in_ = v77 && i0_ + 4 <= (256);
-        if (aligned_ && in_) {
-          kg::copy_vec<4>(&v78[e], p_ + off_);
-        } else {
-    #pragma unroll
-          for (int v = 0; v < 4; ++v)
-            v78[e + v] = (v77 && i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
-        }
-      }
-    }
-    // spec: specs/ssd_fwd.yaml:194:18
-    const int v79 = (v68 + v52);
-    // spec: specs/ssd_fwd.yaml:194:18
-    const bool v80 = (v79 < v39);
-    // spec: specs/ssd_fwd.yaml:194:18
-    float v81[4];
-    {
-      const float* p_ = t_dt_eff + ((int64_t)(v12) * stride_dt_eff_0 + (int64_t)(v11) * stride_dt_eff_1 + (int64_t)(v10) * stride_dt_eff_2);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_dt_eff_0 % 4 == 0 && stride_dt_eff_1 % 4 == 0 && stride_dt_eff_2 % 4 == 0;
-      const int t0_ = v79 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
-    #pragma unroll
-      for (int e = 0; e < 4; e += 4) {
-        const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
-        const int64_t off_ = (int64_t)i0_ * 1;
-        const bool in_ = v80 && i0_ + 4 <= (256);
+        const bool in_ = v80 && i0_ < (256) && i1_ + 4 <= (256);
         if (aligned_ && in_) {
           kg::copy_vec<4>(&v81[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 4; ++v)
-            v81[e + v] = (v80 && i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
+            v81[e + v] = (v80 && i0_ < (256) && i1_ + v < (256)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
-    // spec: specs/ssd_fwd.yaml:190:23
-    const int v82 = 8;
-    // spec: specs/ssd_fwd.yaml:190:23
-    const int v83 = (v10 * v82);
-    // spec: specs/ssd_fwd.yaml:190:23
-    const int v84 = (v83 + v68);
-    // spec: specs/ssd_fwd.yaml:197:35
-    int v85[4];
+    // spec: specs/ssd_fwd.yaml:194:18
+    const int v82 = (v74 + v58);
+    // spec: specs/ssd_fwd.yaml:194:18
+    const bool v83 = (v82 < v45);
+    // spec: specs/ssd_fwd.yaml:194:18
+    float v84[4];
+    {
+      const float* p_ = t_dA_cumsum + ((int64_t)(v12) * stride_dA_cumsum_0 + (int64_t)(v11) * stride_dA_cumsum_1 + (int64_t)(v10) * stride_dA_cumsum_2);
+      const bool aligned_ = kg::aligned(p_, 16) && stride_dA_cumsum_0 % 4 == 0 && stride_dA_cumsum_1 % 4 == 0 && stride_dA_cumsum_2 % 4 == 0;
+      const int t0_ = v82 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
+    #pragma unroll
+      for (int e = 0; e < 4; e += 4) {
+        const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
+        const int64_t off_ = (int64_t)i0_ * 1;
+        const bool in_ = v83 && i0_ + 4 <= (256);
+        if (aligned_ && in_) {
+          kg::copy_vec<4>(&v84[e], p_ + off_);
+        } else {
+    #pragma unroll
+          for (int v = 0; v < 4; ++v)
+            v84[e + v] = (v83 && i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
+        }
+      }
+    }
+    // spec: specs/ssd_fwd.yaml:195:18
+    const int v85 = (v74 + v58);
+    // spec: specs/ssd_fwd.yaml:195:18
+    const bool v86 = (v85 < v45);
+    // spec: specs/ssd_fwd.yaml:195:18
+    float v87[4];
+    {
+      const float* p_ = t_dt_eff + ((int64_t)(v12) * stride_dt_eff_0 + (int64_t)(v11) * stride_dt_eff_1 + (int64_t)(v10) * stride_dt_eff_2);
+      const bool aligned_ = kg::aligned(p_, 16) && stride_dt_eff_0 % 4 == 0 && stride_dt_eff_1 % 4 == 0 && stride_dt_eff_2 % 4 == 0;
+      const int t0_ = v85 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
+    #pragma unroll
+      for (int e = 0; e < 4; e += 4) {
+        const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
+        const int64_t off_ = (int64_t)i0_ * 1;
+        const bool in_ = v86 && i0_ + 4 <= (256);
+        if (aligned_ && in_) {
+          kg::copy_vec<4>(&v87[e], p_ + off_);
+        } else {
+    #pragma unroll
+          for (int v = 0; v < 4; ++v)
+            v87[e + v] = (v86 && i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
+        }
+      }
+    }
+    // spec: specs/ssd_fwd.yaml:191:23
+    const int v88 = 8;
+    // spec: specs/ssd_fwd.yaml:191:23
+    const int v89 = (v10 * v88);
+    // spec: specs/ssd_fwd.yaml:191:23
+    const int v90 = (v89 + v74);
+    // spec: specs/ssd_fwd.yaml:198:35
+    int v91[4];
     {
       const int* p_ = t_seq_idx + ((int64_t)(v12) * stride_seq_idx_0);
       const bool aligned_ = kg::aligned(p_, 16) && stride_seq_idx_0 % 4 == 0;
-      const int t0_ = v84 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
+      const int t0_ = v90 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
     #pragma unroll
       for (int e = 0; e < 4; e += 4) {
         const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
         const int64_t off_ = (int64_t)i0_ * 1;
         const bool in_ = i0_ + 4 <= (size_seqlen);
         if (aligned_ && in_) {
-          kg::copy_vec<4>(&v85[e], p_ + off_);
+          kg::copy_vec<4>(&v91[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 4; ++v)
-            v85[e + v] = (i0_ + v < (size_seqlen)) ? p_[off_ + v] : 0;
+            v91[e + v] = (i0_ + v < (size_seqlen)) ? p_[off_ + v] : 0;
         }
       }
     }
-    // spec: specs/ssd_fwd.yaml:197:35
-    int v86[2];
-    {
-      int* scratch_ = reinterpret_cast<int*>(smem + 0);
-      kg::sync();
-    #pragma unroll
-      for (int e = 0; e < 16; ++e) scratch_[((0) + (0)) * 1 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = v45[e];
-      kg::sync();
-    #pragma unroll
-      for (int e = 0; e < 2; ++e) v86[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + ((e & 1) * 32)) * 1];
-    }
-    // spec: specs/ssd_fwd.yaml:198:40
-    float v87[2];
-    {
-      float* scratch_ = reinterpret_cast<float*>(smem + 0);
-      kg::sync();
-    #pragma unroll
-      for (int e = 0; e < 16; ++e) scratch_[((0) + (0)) * 1 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = v44[e];
-      kg::sync();
-    #pragma unroll
-      for (int e = 0; e < 2; ++e) v87[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + ((e & 1) * 32)) * 1];
-    }
-    // spec: specs/ssd_fwd.yaml:199:36
-    kg::bf16 v88[8];
+    // spec: specs/ssd_fwd.yaml:202:36
+    kg::bf16 v92[8];
     {
       const kg::bf16* p_ = t_x + ((int64_t)(v12) * stride_x_0 + (int64_t)(v11) * stride_x_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 8 == 0 && stride_x_1 % 8 == 0 && stride_x_2 % 8 == 0;
-      const int t0_ = v84 * 32 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
+      const int t0_ = v90 * 32 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
       const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
     #pragma unroll
       for (int e = 0; e < 8; e += 8) {
@@ -463,148 +477,146 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_fwd_ch
         const int64_t off_ = (int64_t)i0_ * stride_x_1 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_seqlen);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v88[e], p_ + off_);
+          kg::copy_vec<8>(&v92[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v88[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v92[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
-    // spec: specs/ssd_fwd.yaml:198:17
-    const float v89 = 0.0f;
-    // spec: specs/ssd_fwd.yaml:198:73
-    float (&v90)[4] = v72;
-    // spec: specs/ssd_fwd.yaml:198:31
-    float v91[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v91[e] = v90[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-    // spec: specs/ssd_fwd.yaml:198:56
-    float (&v92)[4] = v71;
-    // spec: specs/ssd_fwd.yaml:198:40
-    float v93[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v93[e] = v92[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-    // spec: specs/ssd_fwd.yaml:198:40
-    float v94[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v94[e] = v87[((e >> 2) & 1) * 1];
-    // spec: specs/ssd_fwd.yaml:198:40
+    // spec: specs/ssd_fwd.yaml:201:17
+    const float v93 = 0.0f;
+    // spec: specs/ssd_fwd.yaml:201:96
+    float (&v94)[4] = v78;
+    // spec: specs/ssd_fwd.yaml:201:31
     float v95[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v95[e] = (v94[e] - v93[e]);
-    // spec: specs/ssd_fwd.yaml:198:36
-    float v96[8];
+    for (int e = 0; e < 8; ++e) v95[e] = v94[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
+    // spec: specs/ssd_fwd.yaml:201:58
+    const float v96 = 1.4426950408889634f;
+    // spec: specs/ssd_fwd.yaml:201:58
+    float (&v97)[4] = v77;
+    // spec: specs/ssd_fwd.yaml:201:58
+    float v98[4];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v96[e] = kg::exp_(v95[e]);
-    // spec: specs/ssd_fwd.yaml:198:31
-    float v97[8];
+    for (int e = 0; e < 4; ++e) v98[e] = (v97[e] * v96);
+    // spec: specs/ssd_fwd.yaml:201:41
+    float v99[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v97[e] = (v70[e] * v96[e]);
-    // spec: specs/ssd_fwd.yaml:198:31
-    float v98[8];
+    for (int e = 0; e < 8; ++e) v99[e] = v98[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
+    // spec: specs/ssd_fwd.yaml:201:41
+    float v100[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v98[e] = (v97[e] * v91[e]);
-    // spec: specs/ssd_fwd.yaml:197:35
-    int v99[8];
+    for (int e = 0; e < 8; ++e) v100[e] = (v50[e] - v99[e]);
+    // spec: specs/ssd_fwd.yaml:201:36
+    float v101[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v99[e] = v86[((e >> 2) & 1) * 1];
-    // spec: specs/ssd_fwd.yaml:197:35
-    int (&v100)[4] = v85;
-    // spec: specs/ssd_fwd.yaml:197:35
-    int v101[8];
+    for (int e = 0; e < 8; ++e) v101[e] = kg::exp2_(v100[e]);
+    // spec: specs/ssd_fwd.yaml:201:31
+    float v102[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v101[e] = v100[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-    // spec: specs/ssd_fwd.yaml:197:35
-    bool v102[8];
+    for (int e = 0; e < 8; ++e) v102[e] = (v76[e] * v101[e]);
+    // spec: specs/ssd_fwd.yaml:201:31
+    float v103[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v102[e] = (v101[e] == v99[e]);
-    // spec: specs/ssd_fwd.yaml:191:38
-    int v103[4];
+    for (int e = 0; e < 8; ++e) v103[e] = (v102[e] * v95[e]);
+    // spec: specs/ssd_fwd.yaml:198:35
+    int (&v104)[4] = v91;
+    // spec: specs/ssd_fwd.yaml:198:35
+    int v105[8];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v103[e] = ((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16) + ((e & 1) * 1 + ((e >> 1) & 1) * 2);
-    // spec: specs/ssd_fwd.yaml:191:24
-    const int v104 = 32;
-    // spec: specs/ssd_fwd.yaml:191:24
-    const int v105 = (v68 * v104);
-    // spec: specs/ssd_fwd.yaml:191:24
-    int v106[4];
+    for (int e = 0; e < 8; ++e) v105[e] = v104[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
+    // spec: specs/ssd_fwd.yaml:198:35
+    bool v106[8];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v106[e] = (v105 + v103[e]);
-    // spec: specs/ssd_fwd.yaml:195:20
-    int (&v107)[4] = v106;
-    // spec: specs/ssd_fwd.yaml:195:20
-    int v108[8];
+    for (int e = 0; e < 8; ++e) v106[e] = (v105[e] == v51[e]);
+    // spec: specs/ssd_fwd.yaml:192:38
+    int v107[4];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v108[e] = v107[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-    // spec: specs/ssd_fwd.yaml:195:20
-    bool v109[8];
+    for (int e = 0; e < 4; ++e) v107[e] = ((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16) + ((e & 1) * 1 + ((e >> 1) & 1) * 2);
+    // spec: specs/ssd_fwd.yaml:192:24
+    const int v108 = 32;
+    // spec: specs/ssd_fwd.yaml:192:24
+    const int v109 = (v74 * v108);
+    // spec: specs/ssd_fwd.yaml:192:24
+    int v110[4];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v109[e] = (v108[e] <= v51[e]);
-    // spec: specs/ssd_fwd.yaml:197:24
-    bool v110[8];
+    for (int e = 0; e < 4; ++e) v110[e] = (v109 + v107[e]);
+    // spec: specs/ssd_fwd.yaml:196:20
+    int (&v111)[4] = v110;
+    // spec: specs/ssd_fwd.yaml:196:20
+    int v112[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v110[e] = (v109[e] && v102[e]);
-    // spec: specs/ssd_fwd.yaml:198:17
-    float v111[8];
+    for (int e = 0; e < 8; ++e) v112[e] = v111[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
+    // spec: specs/ssd_fwd.yaml:196:20
+    bool v113[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v111[e] = (v110[e] ? v98[e] : v89);
-    // spec: specs/ssd_fwd.yaml:199:21
-    kg::bf16 v112[8];
+    for (int e = 0; e < 8; ++e) v113[e] = (v112[e] <= v57[e]);
+    // spec: specs/ssd_fwd.yaml:198:24
+    bool v114[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v112[e] = kg::cvt<kg::bf16>(v111[e]);
-    // spec: specs/ssd_fwd.yaml:199:17
-    kg::bf16* v113 = reinterpret_cast<kg::bf16*>(smem + 0);
+    for (int e = 0; e < 8; ++e) v114[e] = (v113[e] && v106[e]);
+    // spec: specs/ssd_fwd.yaml:201:17
+    float v115[8];
+    #pragma unroll
+    for (int e = 0; e < 8; ++e) v115[e] = (v114[e] ? v103[e] : v93);
+    // spec: specs/ssd_fwd.yaml:202:21
+    kg::bf16 v116[8];
+    #pragma unroll
+    for (int e = 0; e < 8; ++e) v116[e] = kg::cvt<kg::bf16>(v115[e]);
+    // spec: specs/ssd_fwd.yaml:202:17
+    kg::bf16* v117 = reinterpret_cast<kg::bf16*>(smem + 0);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 8; e += 4) kg::copy_vec<4>(&v113[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 2) & 1) * 32)) * 40 + (((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16) + ((e & 1) * 1 + ((e >> 1) & 1) * 2))], &v112[e]);
+    for (int e = 0; e < 8; e += 4) kg::copy_vec<4>(&v117[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 2) & 1) * 32)) * 40 + (((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16) + ((e & 1) * 1 + ((e >> 1) & 1) * 2))], &v116[e]);
 
-    // spec: specs/ssd_fwd.yaml:199:17
-    kg::bf16* v114 = reinterpret_cast<kg::bf16*>(smem + 5120);
+    // spec: specs/ssd_fwd.yaml:202:17
+    kg::bf16* v118 = reinterpret_cast<kg::bf16*>(smem + 5120);
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v114[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 40 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (0))] = v88[e];
+    for (int e = 0; e < 8; ++e) v118[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 40 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (0))] = v92[e];
     kg::sync();
-    // spec: specs/ssd_fwd.yaml:199:17
-    float (&v115)[16] = v69;
+    // spec: specs/ssd_fwd.yaml:202:17
+    float (&v119)[16] = v75;
     #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
       alignas(16) kg::bf16 fa_[4];
     #pragma unroll
-      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v113[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v117[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       alignas(16) kg::bf16 fb_[4];
     #pragma unroll
-      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v114[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v118[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 1; ++rn)
-          kg::mfma_32x32x8_bf16(&v115[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+          kg::mfma_32x32x8_bf16(&v119[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
     }
-    // spec: specs/ssd_fwd.yaml:199:17
+    // spec: specs/ssd_fwd.yaml:202:17
 
     float y0_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y0_[e] = v115[e];
+    for (int e = 0; e < 16; ++e) y0_[e] = v119[e];
     float y1_[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) y1_[e] = v75[e];
+    for (int e = 0; e < 8; ++e) y1_[e] = v81[e];
     float y2_[4];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) y2_[e] = v78[e];
+    for (int e = 0; e < 4; ++e) y2_[e] = v84[e];
     float y3_[4];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) y3_[e] = v81[e];
+    for (int e = 0; e < 4; ++e) y3_[e] = v87[e];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v64[e] = y0_[e];
+    for (int e = 0; e < 16; ++e) v70[e] = y0_[e];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v65[e] = y1_[e];
+    for (int e = 0; e < 8; ++e) v71[e] = y1_[e];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v66[e] = y2_[e];
+    for (int e = 0; e < 4; ++e) v72[e] = y2_[e];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v67[e] = y3_[e];
+    for (int e = 0; e < 4; ++e) v73[e] = y3_[e];
   }
-  // spec: specs/ssd_fwd.yaml:200:19
-  kg::bf16 v116[16];
+  // spec: specs/ssd_fwd.yaml:203:19
+  kg::bf16 v120[16];
   {
     const kg::bf16* p_ = t_x + ((int64_t)(v12) * stride_x_0 + (int64_t)(v11) * stride_x_2);
     const bool aligned_ = false;
@@ -617,16 +629,16 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_fwd_ch
       const int64_t off_ = (int64_t)i0_ * stride_x_1 + (int64_t)i1_ * 1;
       const bool in_ = i0_ < (size_seqlen);
       if (aligned_ && in_) {
-        kg::copy_vec<1>(&v116[e], p_ + off_);
+        kg::copy_vec<1>(&v120[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          v116[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v120[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
-  // spec: specs/ssd_fwd.yaml:200:53
-  float v117[1];
+  // spec: specs/ssd_fwd.yaml:203:53
+  float v121[1];
   {
     const float* p_ = t_D + ((int64_t)(v11) * stride_D_0);
     const bool aligned_ = false;
@@ -637,37 +649,37 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_fwd_ch
       const int64_t off_ = (int64_t)i0_ * 1;
       const bool in_ = true;
       if (aligned_ && in_) {
-        kg::copy_vec<1>(&v117[e], p_ + off_);
+        kg::copy_vec<1>(&v121[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          v117[e + v] = (true) ? p_[off_ + v] : 0.0f;
+          v121[e + v] = (true) ? p_[off_ + v] : 0.0f;
       }
     }
   }
-  // spec: specs/ssd_fwd.yaml:200:53
-  float (&v118)[1] = v117;
-  // spec: specs/ssd_fwd.yaml:200:19
-  float v119[16];
+  // spec: specs/ssd_fwd.yaml:203:53
+  float (&v122)[1] = v121;
+  // spec: specs/ssd_fwd.yaml:203:19
+  float v123[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v119[e] = v118[0];
-  // spec: specs/ssd_fwd.yaml:200:19
-  float v120[16];
+  for (int e = 0; e < 16; ++e) v123[e] = v122[0];
+  // spec: specs/ssd_fwd.yaml:203:19
+  float v124[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v120[e] = kg::cvt<float>(kg::f32(v116[e]));
-  // spec: specs/ssd_fwd.yaml:200:19
-  float v121[16];
+  for (int e = 0; e < 16; ++e) v124[e] = kg::cvt<float>(kg::f32(v120[e]));
+  // spec: specs/ssd_fwd.yaml:203:19
+  float v125[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v121[e] = (v120[e] * v119[e]);
-  // spec: specs/ssd_fwd.yaml:200:13
-  float v122[16];
+  for (int e = 0; e < 16; ++e) v125[e] = (v124[e] * v123[e]);
+  // spec: specs/ssd_fwd.yaml:203:13
+  float v126[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v122[e] = (v64[e] + v121[e]);
-  // spec: specs/ssd_fwd.yaml:201:31
-  kg::bf16 v123[16];
+  for (int e = 0; e < 16; ++e) v126[e] = (v70[e] + v125[e]);
+  // spec: specs/ssd_fwd.yaml:204:31
+  kg::bf16 v127[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v123[e] = kg::cvt<kg::bf16>(v122[e]);
-  // spec: specs/ssd_fwd.yaml:201:7
+  for (int e = 0; e < 16; ++e) v127[e] = kg::cvt<kg::bf16>(v126[e]);
+  // spec: specs/ssd_fwd.yaml:204:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_y + ((int64_t)(v12) * stride_y_0 + (int64_t)(v11) * stride_y_2);
     const bool aligned_ = false;
@@ -678,7 +690,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_fwd_ch
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
       const int i1_ = t1_ + 0;
       const int64_t off_ = (int64_t)i0_ * stride_y_1 + (int64_t)i1_ * 1;
-      if (i0_ < (size_seqlen)) p_[off_] = v123[e];
+      if (i0_ < (size_seqlen)) p_[off_] = v127[e];
     }
   }
 }

@@ -135,241 +135,251 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_fwd_ch
       for (int rn = 0; rn < 1; ++rn)
         kg::mfma_32x32x8_bf16(&v22[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
   }
-  // spec: specs/ssd_fwd.yaml:189:22
-  const int v23 = 0;
-  // spec: specs/ssd_fwd.yaml:189:22
-  const int v24 = 32;
-  // spec: specs/ssd_fwd.yaml:189:22
-  const int v25 = 31;
-  // spec: specs/ssd_fwd.yaml:189:27
-  const int v26 = 64;
-  // spec: specs/ssd_fwd.yaml:189:28
-  const int v27 = 1;
-  // spec: specs/ssd_fwd.yaml:189:28
-  const int v28 = (v8 + v27);
-  // spec: specs/ssd_fwd.yaml:189:27
-  const int v29 = (v28 * v26);
-  // spec: specs/ssd_fwd.yaml:189:22
-  const int v30 = (v29 + v25);
-  // spec: specs/ssd_fwd.yaml:189:22
-  const int v31 = (kg::floordiv(v30, v24));
-  // spec: specs/ssd_fwd.yaml:189:7
-  const bool v32 = (v23 < v31);
-  // spec: specs/ssd_fwd.yaml:192:16
-  float v33[8];
+  // spec: specs/ssd_fwd.yaml:189:15
+  const float v23 = 1.4426950408889634f;
+  // spec: specs/ssd_fwd.yaml:189:15
+  float v24[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v24[e] = (v13[e] * v23);
+  // spec: specs/ssd_fwd.yaml:201:41
+  float (&v25)[16] = v24;
+  // spec: specs/ssd_fwd.yaml:201:41
+  float v26[2];
+  {
+    float* scratch_ = reinterpret_cast<float*>(smem + 0);
+    kg::sync();
+  #pragma unroll
+    for (int e = 0; e < 16; ++e) scratch_[((0) + (0)) * 1 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = v25[e];
+    kg::sync();
+  #pragma unroll
+    for (int e = 0; e < 2; ++e) v26[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + ((e & 1) * 32)) * 1];
+  }
+  // spec: specs/ssd_fwd.yaml:190:22
+  const int v27 = 0;
+  // spec: specs/ssd_fwd.yaml:190:22
+  const int v28 = 32;
+  // spec: specs/ssd_fwd.yaml:190:22
+  const int v29 = 31;
+  // spec: specs/ssd_fwd.yaml:190:27
+  const int v30 = 64;
+  // spec: specs/ssd_fwd.yaml:190:28
+  const int v31 = 1;
+  // spec: specs/ssd_fwd.yaml:190:28
+  const int v32 = (v8 + v31);
+  // spec: specs/ssd_fwd.yaml:190:27
+  const int v33 = (v32 * v30);
+  // spec: specs/ssd_fwd.yaml:190:22
+  const int v34 = (v33 + v29);
+  // spec: specs/ssd_fwd.yaml:190:22
+  const int v35 = (kg::floordiv(v34, v28));
+  // spec: specs/ssd_fwd.yaml:190:7
+  const bool v36 = (v27 < v35);
+  // spec: specs/ssd_fwd.yaml:193:16
+  float v37[8];
   {
     const float* p_ = t_CB + ((int64_t)(v12) * stride_CB_0 + (int64_t)(v10) * stride_CB_1 + (int64_t)(v15) * stride_CB_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_CB_0 % 4 == 0 && stride_CB_1 % 4 == 0 && stride_CB_2 % 4 == 0 && stride_CB_3 % 4 == 0;
     const int t0_ = v8 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
-    const int t1_ = v23 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
+    const int t1_ = v27 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
   #pragma unroll
     for (int e = 0; e < 8; e += 4) {
       const int i0_ = t0_ + ((e >> 2) & 1) * 32;
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
       const int64_t off_ = (int64_t)i0_ * stride_CB_3 + (int64_t)i1_ * 1;
-      const bool in_ = v32 && i0_ < (256) && i1_ + 4 <= (256);
+      const bool in_ = v36 && i0_ < (256) && i1_ + 4 <= (256);
       if (aligned_ && in_) {
-        kg::copy_vec<4>(&v33[e], p_ + off_);
+        kg::copy_vec<4>(&v37[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 4; ++v)
-          v33[e + v] = (v32 && i0_ < (256) && i1_ + v < (256)) ? p_[off_ + v] : 0.0f;
-      }
-    }
-  }
-  // spec: specs/ssd_fwd.yaml:193:18
-  float v34[4];
-  {
-    const float* p_ = t_dA_cumsum + ((int64_t)(v12) * stride_dA_cumsum_0 + (int64_t)(v11) * stride_dA_cumsum_1 + (int64_t)(v10) * stride_dA_cumsum_2);
-    const bool aligned_ = kg::aligned(p_, 16) && stride_dA_cumsum_0 % 4 == 0 && stride_dA_cumsum_1 % 4 == 0 && stride_dA_cumsum_2 % 4 == 0;
-    const int t0_ = v23 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
-  #pragma unroll
-    for (int e = 0; e < 4; e += 4) {
-      const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
-      const int64_t off_ = (int64_t)i0_ * 1;
-      const bool in_ = v32 && i0_ + 4 <= (256);
-      if (aligned_ && in_) {
-        kg::copy_vec<4>(&v34[e], p_ + off_);
-      } else {
-  #pragma unroll
-        for (int v = 0; v < 4; ++v)
-          v34[e + v] = (v32 && i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
+          v37[e + v] = (v36 && i0_ < (256) && i1_ + v < (256)) ? p_[off_ + v] : 0.0f;
       }
     }
   }
   // spec: specs/ssd_fwd.yaml:194:18
-  float v35[4];
+  float v38[4];
   {
-    const float* p_ = t_dt_eff + ((int64_t)(v12) * stride_dt_eff_0 + (int64_t)(v11) * stride_dt_eff_1 + (int64_t)(v10) * stride_dt_eff_2);
-    const bool aligned_ = kg::aligned(p_, 16) && stride_dt_eff_0 % 4 == 0 && stride_dt_eff_1 % 4 == 0 && stride_dt_eff_2 % 4 == 0;
-    const int t0_ = v23 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
+    const float* p_ = t_dA_cumsum + ((int64_t)(v12) * stride_dA_cumsum_0 + (int64_t)(v11) * stride_dA_cumsum_1 + (int64_t)(v10) * stride_dA_cumsum_2);
+    const bool aligned_ = kg::aligned(p_, 16) && stride_dA_cumsum_0 % 4 == 0 && stride_dA_cumsum_1 % 4 == 0 && stride_dA_cumsum_2 % 4 == 0;
+    const int t0_ = v27 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
   #pragma unroll
     for (int e = 0; e < 4; e += 4) {
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
       const int64_t off_ = (int64_t)i0_ * 1;
-      const bool in_ = v32 && i0_ + 4 <= (256);
+      const bool in_ = v36 && i0_ + 4 <= (256);
       if (aligned_ && in_) {
-        kg::copy_vec<4>(&v35[e], p_ + off_);
+        kg::copy_vec<4>(&v38[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 4; ++v)
-          v35[e + v] = (v32 && i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
+          v38[e + v] = (v36 && i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
       }
     }
   }
-  // spec: specs/ssd_fwd.yaml:198:40
-  float (&v36)[16] = v13;
+  // spec: specs/ssd_fwd.yaml:195:18
+  float v39[4];
+  {
+    const float* p_ = t_dt_eff + ((int64_t)(v12) * stride_dt_eff_0 + (int64_t)(v11) * stride_dt_eff_1 + (int64_t)(v10) * stride_dt_eff_2);
+    const bool aligned_ = kg::aligned(p_, 16) && stride_dt_eff_0 % 4 == 0 && stride_dt_eff_1 % 4 == 0 && stride_dt_eff_2 % 4 == 0;
+    const int t0_ = v27 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
+  #pragma unroll
+    for (int e = 0; e < 4; e += 4) {
+      const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
+      const int64_t off_ = (int64_t)i0_ * 1;
+      const bool in_ = v36 && i0_ + 4 <= (256);
+      if (aligned_ && in_) {
+        kg::copy_vec<4>(&v39[e], p_ + off_);
+      } else {
+  #pragma unroll
+        for (int v = 0; v < 4; ++v)
+          v39[e + v] = (v36 && i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
+      }
+    }
+  }
+  // spec: specs/ssd_fwd.yaml:201:41
+  float v40[8];
+  #pragma unroll
+  for (int e = 0; e < 8; ++e) v40[e] = v26[((e >> 2) & 1) * 1];
   // spec: specs/ssd_fwd.yaml:172:34
-  int v37[2];
+  int v41[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v37[e] = (((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + ((e & 1) * 32);
+  for (int e = 0; e < 2; ++e) v41[e] = (((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + ((e & 1) * 32);
   // spec: specs/ssd_fwd.yaml:172:20
-  const int v38 = 64;
+  const int v42 = 64;
   // spec: specs/ssd_fwd.yaml:172:20
-  const int v39 = (v8 * v38);
+  const int v43 = (v8 * v42);
   // spec: specs/ssd_fwd.yaml:172:20
-  int v40[2];
+  int v44[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v40[e] = (v39 + v37[e]);
-  // spec: specs/ssd_fwd.yaml:195:43
-  int (&v41)[2] = v40;
-  // spec: specs/ssd_fwd.yaml:195:20
-  int v42[8];
+  for (int e = 0; e < 2; ++e) v44[e] = (v43 + v41[e]);
+  // spec: specs/ssd_fwd.yaml:196:43
+  int (&v45)[2] = v44;
+  // spec: specs/ssd_fwd.yaml:196:20
+  int v46[8];
   #pragma unroll
-  for (int e = 0; e < 8; ++e) v42[e] = v41[((e >> 2) & 1) * 1];
-  // spec: specs/ssd_fwd.yaml:189:22
-  const int v43 = 1;
+  for (int e = 0; e < 8; ++e) v46[e] = v45[((e >> 2) & 1) * 1];
+  // spec: specs/ssd_fwd.yaml:190:22
+  const int v47 = 1;
   // spec: specs/ssd_fwd.yaml:175:17
-  float v44[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v44[e] = kg::exp_(v13[e]);
-  // spec: specs/ssd_fwd.yaml:182:83
-  float (&v45)[16] = v44;
-  // spec: specs/ssd_fwd.yaml:182:17
-  float v46[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v46[e] = v45[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
-  // spec: specs/ssd_fwd.yaml:182:17
-  float v47[16];
-  #pragma unroll
-  for (int e = 0; e < 16; ++e) v47[e] = (v22[e] * v46[e]);
-  // spec: specs/ssd_fwd.yaml:189:7
-
   float v48[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v48[e] = v47[e];
-  float v49[8];
+  for (int e = 0; e < 16; ++e) v48[e] = kg::exp_(v13[e]);
+  // spec: specs/ssd_fwd.yaml:182:83
+  float (&v49)[16] = v48;
+  // spec: specs/ssd_fwd.yaml:182:17
+  float v50[16];
   #pragma unroll
-  for (int e = 0; e < 8; ++e) v49[e] = v33[e];
-  float v50[4];
+  for (int e = 0; e < 16; ++e) v50[e] = v49[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8];
+  // spec: specs/ssd_fwd.yaml:182:17
+  float v51[16];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v50[e] = v34[e];
-  float v51[4];
+  for (int e = 0; e < 16; ++e) v51[e] = (v22[e] * v50[e]);
+  // spec: specs/ssd_fwd.yaml:190:7
+
+  float v52[16];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v51[e] = v35[e];
-  for (int v52 = v23; v52 < v31; v52 += v43) {
-    float (&v53)[16] = v48;
-    float (&v54)[8] = v49;
-    float (&v55)[4] = v50;
-    float (&v56)[4] = v51;
+  for (int e = 0; e < 16; ++e) v52[e] = v51[e];
+  float v53[8];
+  #pragma unroll
+  for (int e = 0; e < 8; ++e) v53[e] = v37[e];
+  float v54[4];
+  #pragma unroll
+  for (int e = 0; e < 4; ++e) v54[e] = v38[e];
+  float v55[4];
+  #pragma unroll
+  for (int e = 0; e < 4; ++e) v55[e] = v39[e];
+  for (int v56 = v27; v56 < v35; v56 += v47) {
+    float (&v57)[16] = v52;
+    float (&v58)[8] = v53;
+    float (&v59)[4] = v54;
+    float (&v60)[4] = v55;
     
-    // spec: specs/ssd_fwd.yaml:192:16
-    const int v57 = (v52 + v43);
-    // spec: specs/ssd_fwd.yaml:192:16
-    const bool v58 = (v57 < v31);
-    // spec: specs/ssd_fwd.yaml:192:16
-    float v59[8];
+    // spec: specs/ssd_fwd.yaml:193:16
+    const int v61 = (v56 + v47);
+    // spec: specs/ssd_fwd.yaml:193:16
+    const bool v62 = (v61 < v35);
+    // spec: specs/ssd_fwd.yaml:193:16
+    float v63[8];
     {
       const float* p_ = t_CB + ((int64_t)(v12) * stride_CB_0 + (int64_t)(v10) * stride_CB_1 + (int64_t)(v15) * stride_CB_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_CB_0 % 4 == 0 && stride_CB_1 % 4 == 0 && stride_CB_2 % 4 == 0 && stride_CB_3 % 4 == 0;
       const int t0_ = v8 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
-      const int t1_ = v57 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
+      const int t1_ = v61 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
     #pragma unroll
       for (int e = 0; e < 8; e += 4) {
         const int i0_ = t0_ + ((e >> 2) & 1) * 32;
         const int i1_ = t1_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
         const int64_t off_ = (int64_t)i0_ * stride_CB_3 + (int64_t)i1_ * 1;
-        const bool in_ = v58 && i0_ < (256) && i1_ + 4 <= (256);
+        const bool in_ = v62 && i0_ < (256) && i1_ + 4 <= (256);
         if (aligned_ && in_) {
-          kg::copy_vec<4>(&v59[e], p_ + off_);
+          kg::copy_vec<4>(&v63[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 4; ++v)
-            v59[e + v] = (v58 && i0_ < (256) && i1_ + v < (256)) ? p_[off_ + v] : 0.0f;
+            v63[e + v] = (v62 && i0_ < (256) && i1_ + v < (256)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
-    // spec: specs/ssd_fwd.yaml:193:18
-    const int v60 = (v52 + v43);
-    // spec: specs/ssd_fwd.yaml:193:18
-    const bool v61 = (v60 < v31);
-    // spec: specs/ssd_fwd.yaml:193:18
-    float v62[4];
+    // spec: specs/ssd_fwd.yaml:194:18
+    const int v64 = (v56 + v47);
+    // spec: specs/ssd_fwd.yaml:194:18
+    const bool v65 = (v64 < v35);
+    // spec: specs/ssd_fwd.yaml:194:18
+    float v66[4];
     {
       const float* p_ = t_dA_cumsum + ((int64_t)(v12) * stride_dA_cumsum_0 + (int64_t)(v11) * stride_dA_cumsum_1 + (int64_t)(v10) * stride_dA_cumsum_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dA_cumsum_0 % 4 == 0 && stride_dA_cumsum_1 % 4 == 0 && stride_dA_cumsum_2 % 4 == 0;
-      const int t0_ = v60 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
+      const int t0_ = v64 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
     #pragma unroll
       for (int e = 0; e < 4; e += 4) {
         const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
         const int64_t off_ = (int64_t)i0_ * 1;
-        const bool in_ = v61 && i0_ + 4 <= (256);
+        const bool in_ = v65 && i0_ + 4 <= (256);
         if (aligned_ && in_) {
-          kg::copy_vec<4>(&v62[e], p_ + off_);
+          kg::copy_vec<4>(&v66[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 4; ++v)
-            v62[e + v] = (v61 && i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
+            v66[e + v] = (v65 && i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
-    // spec: specs/ssd_fwd.yaml:194:18
-    const int v63 = (v52 + v43);
-    // spec: specs/ssd_fwd.yaml:194:18
-    const bool v64 = (v63 < v31);
-    // spec: specs/ssd_fwd.yaml:194:18
-    float v65[4];
+    // spec: specs/ssd_fwd.yaml:195:18
+    const int v67 = (v56 + v47);
+    // spec: specs/ssd_fwd.yaml:195:18
+    const bool v68 = (v67 < v35);
+    // spec: specs/ssd_fwd.yaml:195:18
+    float v69[4];
     {
       const float* p_ = t_dt_eff + ((int64_t)(v12) * stride_dt_eff_0 + (int64_t)(v11) * stride_dt_eff_1 + (int64_t)(v10) * stride_dt_eff_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_dt_eff_0 % 4 == 0 && stride_dt_eff_1 % 4 == 0 && stride_dt_eff_2 % 4 == 0;
-      const int t0_ = v63 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
+      const int t0_ = v67 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
     #pragma unroll
       for (int e = 0; e < 4; e += 4) {
         const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
         const int64_t off_ = (int64_t)i0_ * 1;
-        const bool in_ = v64 && i0_ + 4 <= (256);
+        const bool in_ = v68 && i0_ + 4 <= (256);
         if (aligned_ && in_) {
-          kg::copy_vec<4>(&v65[e], p_ + off_);
+          kg::copy_vec<4>(&v69[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 4; ++v)
-            v65[e + v] = (v64 && i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
+            v69[e + v] = (v68 && i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
-    // spec: specs/ssd_fwd.yaml:198:40
-    float v66[2];
-    {
-      float* scratch_ = reinterpret_cast<float*>(smem + 0);
-      kg::sync();
-    #pragma unroll
-      for (int e = 0; e < 16; ++e) scratch_[((0) + (0)) * 1 + ((((lane >> 5) & 1) * 4 + ((warp >> 1) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16)) * 1] = v36[e];
-      kg::sync();
-    #pragma unroll
-      for (int e = 0; e < 2; ++e) v66[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + ((e & 1) * 32)) * 1];
-    }
-    // spec: specs/ssd_fwd.yaml:190:23
-    const int v67 = 8;
-    // spec: specs/ssd_fwd.yaml:190:23
-    const int v68 = (v10 * v67);
-    // spec: specs/ssd_fwd.yaml:190:23
-    const int v69 = (v68 + v52);
-    // spec: specs/ssd_fwd.yaml:199:36
-    kg::bf16 v70[8];
+    // spec: specs/ssd_fwd.yaml:191:23
+    const int v70 = 8;
+    // spec: specs/ssd_fwd.yaml:191:23
+    const int v71 = (v10 * v70);
+    // spec: specs/ssd_fwd.yaml:191:23
+    const int v72 = (v71 + v56);
+    // spec: specs/ssd_fwd.yaml:202:36
+    kg::bf16 v73[8];
     {
       const kg::bf16* p_ = t_x + ((int64_t)(v12) * stride_x_0 + (int64_t)(v11) * stride_x_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_x_0 % 8 == 0 && stride_x_1 % 8 == 0 && stride_x_2 % 8 == 0;
-      const int t0_ = v69 * 32 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
+      const int t0_ = v72 * 32 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16;
       const int t1_ = 0 + (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32;
     #pragma unroll
       for (int e = 0; e < 8; e += 8) {
@@ -378,130 +388,132 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_fwd_ch
         const int64_t off_ = (int64_t)i0_ * stride_x_1 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (size_seqlen);
         if (aligned_ && in_) {
-          kg::copy_vec<8>(&v70[e], p_ + off_);
+          kg::copy_vec<8>(&v73[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 8; ++v)
-            v70[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+            v73[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
         }
       }
     }
-    // spec: specs/ssd_fwd.yaml:198:17
-    const float v71 = 0.0f;
-    // spec: specs/ssd_fwd.yaml:198:73
-    float (&v72)[4] = v56;
-    // spec: specs/ssd_fwd.yaml:198:31
-    float v73[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v73[e] = v72[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-    // spec: specs/ssd_fwd.yaml:198:56
-    float (&v74)[4] = v55;
-    // spec: specs/ssd_fwd.yaml:198:40
-    float v75[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v75[e] = v74[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-    // spec: specs/ssd_fwd.yaml:198:40
+    // spec: specs/ssd_fwd.yaml:201:17
+    const float v74 = 0.0f;
+    // spec: specs/ssd_fwd.yaml:201:96
+    float (&v75)[4] = v60;
+    // spec: specs/ssd_fwd.yaml:201:31
     float v76[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v76[e] = v66[((e >> 2) & 1) * 1];
-    // spec: specs/ssd_fwd.yaml:198:40
-    float v77[8];
+    for (int e = 0; e < 8; ++e) v76[e] = v75[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
+    // spec: specs/ssd_fwd.yaml:201:58
+    const float v77 = 1.4426950408889634f;
+    // spec: specs/ssd_fwd.yaml:201:58
+    float (&v78)[4] = v59;
+    // spec: specs/ssd_fwd.yaml:201:58
+    float v79[4];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v77[e] = (v76[e] - v75[e]);
-    // spec: specs/ssd_fwd.yaml:198:36
-    float v78[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v78[e] = kg::exp_(v77[e]);
-    // spec: specs/ssd_fwd.yaml:198:31
-    float v79[8];
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) v79[e] = (v54[e] * v78[e]);
-    // spec: specs/ssd_fwd.yaml:198:31
+    for (int e = 0; e < 4; ++e) v79[e] = (v78[e] * v77);
+    // spec: specs/ssd_fwd.yaml:201:41
     float v80[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v80[e] = (v79[e] * v73[e]);
-    // spec: specs/ssd_fwd.yaml:191:38
-    int v81[4];
+    for (int e = 0; e < 8; ++e) v80[e] = v79[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
+    // spec: specs/ssd_fwd.yaml:201:41
+    float v81[8];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v81[e] = ((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16) + ((e & 1) * 1 + ((e >> 1) & 1) * 2);
-    // spec: specs/ssd_fwd.yaml:191:24
-    const int v82 = 32;
-    // spec: specs/ssd_fwd.yaml:191:24
-    const int v83 = (v52 * v82);
-    // spec: specs/ssd_fwd.yaml:191:24
-    int v84[4];
+    for (int e = 0; e < 8; ++e) v81[e] = (v40[e] - v80[e]);
+    // spec: specs/ssd_fwd.yaml:201:36
+    float v82[8];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v84[e] = (v83 + v81[e]);
-    // spec: specs/ssd_fwd.yaml:195:20
-    int (&v85)[4] = v84;
-    // spec: specs/ssd_fwd.yaml:195:20
-    int v86[8];
+    for (int e = 0; e < 8; ++e) v82[e] = kg::exp2_(v81[e]);
+    // spec: specs/ssd_fwd.yaml:201:31
+    float v83[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v86[e] = v85[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-    // spec: specs/ssd_fwd.yaml:195:20
-    bool v87[8];
+    for (int e = 0; e < 8; ++e) v83[e] = (v58[e] * v82[e]);
+    // spec: specs/ssd_fwd.yaml:201:31
+    float v84[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v87[e] = (v86[e] <= v42[e]);
-    // spec: specs/ssd_fwd.yaml:198:17
-    float v88[8];
+    for (int e = 0; e < 8; ++e) v84[e] = (v83[e] * v76[e]);
+    // spec: specs/ssd_fwd.yaml:192:38
+    int v85[4];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v88[e] = (v87[e] ? v80[e] : v71);
-    // spec: specs/ssd_fwd.yaml:199:21
-    kg::bf16 v89[8];
+    for (int e = 0; e < 4; ++e) v85[e] = ((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16) + ((e & 1) * 1 + ((e >> 1) & 1) * 2);
+    // spec: specs/ssd_fwd.yaml:192:24
+    const int v86 = 32;
+    // spec: specs/ssd_fwd.yaml:192:24
+    const int v87 = (v56 * v86);
+    // spec: specs/ssd_fwd.yaml:192:24
+    int v88[4];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v89[e] = kg::cvt<kg::bf16>(v88[e]);
-    // spec: specs/ssd_fwd.yaml:199:17
-    kg::bf16* v90 = reinterpret_cast<kg::bf16*>(smem + 0);
+    for (int e = 0; e < 4; ++e) v88[e] = (v87 + v85[e]);
+    // spec: specs/ssd_fwd.yaml:196:20
+    int (&v89)[4] = v88;
+    // spec: specs/ssd_fwd.yaml:196:20
+    int v90[8];
+    #pragma unroll
+    for (int e = 0; e < 8; ++e) v90[e] = v89[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
+    // spec: specs/ssd_fwd.yaml:196:20
+    bool v91[8];
+    #pragma unroll
+    for (int e = 0; e < 8; ++e) v91[e] = (v90[e] <= v46[e]);
+    // spec: specs/ssd_fwd.yaml:201:17
+    float v92[8];
+    #pragma unroll
+    for (int e = 0; e < 8; ++e) v92[e] = (v91[e] ? v84[e] : v74);
+    // spec: specs/ssd_fwd.yaml:202:21
+    kg::bf16 v93[8];
+    #pragma unroll
+    for (int e = 0; e < 8; ++e) v93[e] = kg::cvt<kg::bf16>(v92[e]);
+    // spec: specs/ssd_fwd.yaml:202:17
+    kg::bf16* v94 = reinterpret_cast<kg::bf16*>(smem + 0);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 8; e += 4) kg::copy_vec<4>(&v90[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 2) & 1) * 32)) * 40 + (((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16) + ((e & 1) * 1 + ((e >> 1) & 1) * 2))], &v89[e]);
+    for (int e = 0; e < 8; e += 4) kg::copy_vec<4>(&v94[((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (((e >> 2) & 1) * 32)) * 40 + (((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16) + ((e & 1) * 1 + ((e >> 1) & 1) * 2))], &v93[e]);
 
-    // spec: specs/ssd_fwd.yaml:199:17
-    kg::bf16* v91 = reinterpret_cast<kg::bf16*>(smem + 5120);
+    // spec: specs/ssd_fwd.yaml:202:17
+    kg::bf16* v95 = reinterpret_cast<kg::bf16*>(smem + 5120);
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v91[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 40 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (0))] = v70[e];
+    for (int e = 0; e < 8; ++e) v95[(((lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32) + ((e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4)) * 40 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + ((lane >> 5) & 1) * 4 + (warp & 1) * 8 + ((warp >> 1) & 1) * 16) + (0))] = v73[e];
     kg::sync();
-    // spec: specs/ssd_fwd.yaml:199:17
-    float (&v92)[16] = v53;
+    // spec: specs/ssd_fwd.yaml:202:17
+    float (&v96)[16] = v57;
     #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
       alignas(16) kg::bf16 fa_[4];
     #pragma unroll
-      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v90[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fa_[i], &v94[((warp / 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
       alignas(16) kg::bf16 fb_[4];
     #pragma unroll
-      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v91[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
+      for (int i = 0; i < 4; i += 4) kg::copy_vec<4>(&fb_[i], &v95[((warp % 2) * 32 + ((lane & 1) * 1 + ((lane >> 1) & 1) * 2 + ((lane >> 2) & 1) * 4 + ((lane >> 3) & 1) * 8 + ((lane >> 4) & 1) * 16) + (0)) * 40 + ks * 8 + (((lane >> 5) & 1) * 4) + ((i & 1) * 1 + ((i >> 1) & 1) * 2)]);
     #pragma unroll
       for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
         for (int rn = 0; rn < 1; ++rn)
-          kg::mfma_32x32x8_bf16(&v92[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
+          kg::mfma_32x32x8_bf16(&v96[(rm * 1 + rn) * 16], &fa_[rm * 4], &fb_[rn * 4]);
     }
-    // spec: specs/ssd_fwd.yaml:199:17
+    // spec: specs/ssd_fwd.yaml:202:17
 
     float y0_[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) y0_[e] = v92[e];
+    for (int e = 0; e < 16; ++e) y0_[e] = v96[e];
     float y1_[8];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) y1_[e] = v59[e];
+    for (int e = 0; e < 8; ++e) y1_[e] = v63[e];
     float y2_[4];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) y2_[e] = v62[e];
+    for (int e = 0; e < 4; ++e) y2_[e] = v66[e];
     float y3_[4];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) y3_[e] = v65[e];
+    for (int e = 0; e < 4; ++e) y3_[e] = v69[e];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v48[e] = y0_[e];
+    for (int e = 0; e < 16; ++e) v52[e] = y0_[e];
     #pragma unroll
-    for (int e = 0; e < 8; ++e) v49[e] = y1_[e];
+    for (int e = 0; e < 8; ++e) v53[e] = y1_[e];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v50[e] = y2_[e];
+    for (int e = 0; e < 4; ++e) v54[e] = y2_[e];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v51[e] = y3_[e];
+    for (int e = 0; e < 4; ++e) v55[e] = y3_[e];
   }
-  // spec: specs/ssd_fwd.yaml:200:19
-  kg::bf16 v93[16];
+  // spec: specs/ssd_fwd.yaml:203:19
+  kg::bf16 v97[16];
   {
     const kg::bf16* p_ = t_x + ((int64_t)(v12) * stride_x_0 + (int64_t)(v11) * stride_x_2);
     const bool aligned_ = false;
@@ -514,16 +526,16 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_fwd_ch
       const int64_t off_ = (int64_t)i0_ * stride_x_1 + (int64_t)i1_ * 1;
       const bool in_ = i0_ < (size_seqlen);
       if (aligned_ && in_) {
-        kg::copy_vec<1>(&v93[e], p_ + off_);
+        kg::copy_vec<1>(&v97[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          v93[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v97[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
-  // spec: specs/ssd_fwd.yaml:200:53
-  float v94[1];
+  // spec: specs/ssd_fwd.yaml:203:53
+  float v98[1];
   {
     const float* p_ = t_D + ((int64_t)(v11) * stride_D_0);
     const bool aligned_ = false;
@@ -534,37 +546,37 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_fwd_ch
       const int64_t off_ = (int64_t)i0_ * 1;
       const bool in_ = true;
       if (aligned_ && in_) {
-        kg::copy_vec<1>(&v94[e], p_ + off_);
+        kg::copy_vec<1>(&v98[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          v94[e + v] = (true) ? p_[off_ + v] : 0.0f;
+          v98[e + v] = (true) ? p_[off_ + v] : 0.0f;
       }
     }
   }
-  // spec: specs/ssd_fwd.yaml:200:53
-  float (&v95)[1] = v94;
-  // spec: specs/ssd_fwd.yaml:200:19
-  float v96[16];
+  // spec: specs/ssd_fwd.yaml:203:53
+  float (&v99)[1] = v98;
+  // spec: specs/ssd_fwd.yaml:203:19
+  float v100[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v96[e] = v95[0];
-  // spec: specs/ssd_fwd.yaml:200:19
-  float v97[16];
+  for (int e = 0; e < 16; ++e) v100[e] = v99[0];
+  // spec: specs/ssd_fwd.yaml:203:19
+  float v101[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v97[e] = kg::cvt<float>(kg::f32(v93[e]));
-  // spec: specs/ssd_fwd.yaml:200:19
-  float v98[16];
+  for (int e = 0; e < 16; ++e) v101[e] = kg::cvt<float>(kg::f32(v97[e]));
+  // spec: specs/ssd_fwd.yaml:203:19
+  float v102[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v98[e] = (v97[e] * v96[e]);
-  // spec: specs/ssd_fwd.yaml:200:13
-  float v99[16];
+  for (int e = 0; e < 16; ++e) v102[e] = (v101[e] * v100[e]);
+  // spec: specs/ssd_fwd.yaml:203:13
+  float v103[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v99[e] = (v48[e] + v98[e]);
-  // spec: specs/ssd_fwd.yaml:201:31
-  kg::bf16 v100[16];
+  for (int e = 0; e < 16; ++e) v103[e] = (v52[e] + v102[e]);
+  // spec: specs/ssd_fwd.yaml:204:31
+  kg::bf16 v104[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v100[e] = kg::cvt<kg::bf16>(v99[e]);
-  // spec: specs/ssd_fwd.yaml:201:7
+  for (int e = 0; e < 16; ++e) v104[e] = kg::cvt<kg::bf16>(v103[e]);
+  // spec: specs/ssd_fwd.yaml:204:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
     kg::bf16* p_ = t_y + ((int64_t)(v12) * stride_y_0 + (int64_t)(v11) * stride_y_2);
     const bool aligned_ = false;
@@ -575,7 +587,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void ssd_fwd_ch
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16;
       const int i1_ = t1_ + 0;
       const int64_t off_ = (int64_t)i0_ * stride_y_1 + (int64_t)i1_ * 1;
-      if (i0_ < (size_seqlen)) p_[off_] = v100[e];
+      if (i0_ < (size_seqlen)) p_[off_] = v104[e];
     }
   }
 }

@@ -41,82 +41,81 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_chunk_scan(const kg::bf16* __restr
   const int v5 = kg::block_id_x();
   // spec: specs/ssd_fwd.yaml:171:20
   const int v6 = kg::block_id_x();
-  // spec: specs/ssd_fwd.yaml:170:11
-  const int v7 = 2;
-  // spec: specs/ssd_fwd.yaml:170:11
-  const int v8 = (kg::mod(v5, v7));
-  // spec: specs/ssd_fwd.yaml:169:11
-  const int v9 = 2;
-  // spec: specs/ssd_fwd.yaml:169:11
-  const int v10 = (kg::floordiv(v4, v9));
-  // spec: specs/ssd_fwd.yaml:167:11
-  const int v11 = (kg::mod(v3, v1));
-  // spec: specs/ssd_fwd.yaml:166:11
-  const int v12 = (kg::floordiv(v2, v1));
-  // spec: specs/ssd_fwd.yaml:173:14
-  float v13[2];
-  {
-    const float* p_ = t_dA_cumsum + ((int64_t)(v12) * stride_dA_cumsum_0 + (int64_t)(v11) * stride_dA_cumsum_1 + (int64_t)(v10) * stride_dA_cumsum_2);
-    const bool aligned_ = false;
-    const int t0_ = v8 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
-  #pragma unroll
-    for (int e = 0; e < 2; e += 1) {
-      const int i0_ = t0_ + (e & 1) * 8;
-      const int64_t off_ = (int64_t)i0_ * 1;
-      const bool in_ = i0_ + 1 <= (128);
-      if (aligned_ && in_) {
-        kg::copy_vec<1>(&v13[e], p_ + off_);
-      } else {
-  #pragma unroll
-        for (int v = 0; v < 1; ++v)
-          v13[e + v] = (i0_ + v < (128)) ? p_[off_ + v] : 0.0f;
-      }
-    }
-  }
   // spec: specs/ssd_fwd.yaml:182:17
-  kg::bf16* v14 = reinterpret_cast<kg::bf16*>(smem + 0);
+  kg::bf16* v7 = reinterpret_cast<kg::bf16*>(smem + 0);
   // spec: specs/ssd_fwd.yaml:168:17
-  const int v15 = (kg::floordiv(v1, v0));
+  const int v8 = (kg::floordiv(v1, v0));
+  // spec: specs/ssd_fwd.yaml:167:11
+  const int v9 = (kg::mod(v3, v1));
   // spec: specs/ssd_fwd.yaml:168:11
-  const int v16 = (kg::floordiv(v11, v15));
+  const int v10 = (kg::floordiv(v9, v8));
+  // spec: specs/ssd_fwd.yaml:166:11
+  const int v11 = (kg::floordiv(v2, v1));
   // spec: specs/ssd_fwd.yaml:182:21
   kg::sync();
   if ((true) && kg::thread_id() == 0) {
     uint64_t* bar_ = &kg_bars[0];
     kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
     kg::mbar_expect_tx(bar_, 32768);
-    kg::tma_load_4d(&v14[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap0_C, bar_, 0, v16, v6 * 64, v12);
-    kg::tma_load_4d(&v14[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap0_C, bar_, 64, v16, v6 * 64, v12);
-    kg::tma_load_4d(&v14[((128) / 64 * 4096 + (0) * 64 + (((((128) >> 3) & 7) ^ ((0) & 7)) << 3) + ((128) & 7))], &tmap0_C, bar_, 128, v16, v6 * 64, v12);
-    kg::tma_load_4d(&v14[((192) / 64 * 4096 + (0) * 64 + (((((192) >> 3) & 7) ^ ((0) & 7)) << 3) + ((192) & 7))], &tmap0_C, bar_, 192, v16, v6 * 64, v12);
+    kg::tma_load_4d(&v7[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap0_C, bar_, 0, v10, v6 * 64, v11);
+    kg::tma_load_4d(&v7[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap0_C, bar_, 64, v10, v6 * 64, v11);
+    kg::tma_load_4d(&v7[((128) / 64 * 4096 + (0) * 64 + (((((128) >> 3) & 7) ^ ((0) & 7)) << 3) + ((128) & 7))], &tmap0_C, bar_, 128, v10, v6 * 64, v11);
+    kg::tma_load_4d(&v7[((192) / 64 * 4096 + (0) * 64 + (((((192) >> 3) & 7) ^ ((0) & 7)) << 3) + ((192) & 7))], &tmap0_C, bar_, 192, v10, v6 * 64, v11);
   }
   // spec: specs/ssd_fwd.yaml:182:17
-  kg::mbar_wait(&kg_bars[0], 0);
-  kg::sync();
-  // spec: specs/ssd_fwd.yaml:182:17
-  kg::bf16* v17 = reinterpret_cast<kg::bf16*>(smem + 32768);
+  kg::bf16* v12 = reinterpret_cast<kg::bf16*>(smem + 32768);
+  // spec: specs/ssd_fwd.yaml:169:11
+  const int v13 = 2;
+  // spec: specs/ssd_fwd.yaml:169:11
+  const int v14 = (kg::floordiv(v4, v13));
   // spec: specs/ssd_fwd.yaml:182:45
   if ((true) && kg::thread_id() == 0) {
     uint64_t* bar_ = &kg_bars[1];
     kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
     kg::mbar_expect_tx(bar_, 32768);
-    kg::tma_load_5d(&v17[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap1_prev_states, bar_, 0, 0, v11, v10, v12);
-    kg::tma_load_5d(&v17[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap1_prev_states, bar_, 64, 0, v11, v10, v12);
-    kg::tma_load_5d(&v17[((128) / 64 * 4096 + (0) * 64 + (((((128) >> 3) & 7) ^ ((0) & 7)) << 3) + ((128) & 7))], &tmap1_prev_states, bar_, 128, 0, v11, v10, v12);
-    kg::tma_load_5d(&v17[((192) / 64 * 4096 + (0) * 64 + (((((192) >> 3) & 7) ^ ((0) & 7)) << 3) + ((192) & 7))], &tmap1_prev_states, bar_, 192, 0, v11, v10, v12);
+    kg::tma_load_5d(&v12[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap1_prev_states, bar_, 0, 0, v9, v14, v11);
+    kg::tma_load_5d(&v12[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap1_prev_states, bar_, 64, 0, v9, v14, v11);
+    kg::tma_load_5d(&v12[((128) / 64 * 4096 + (0) * 64 + (((((128) >> 3) & 7) ^ ((0) & 7)) << 3) + ((128) & 7))], &tmap1_prev_states, bar_, 128, 0, v9, v14, v11);
+    kg::tma_load_5d(&v12[((192) / 64 * 4096 + (0) * 64 + (((((192) >> 3) & 7) ^ ((0) & 7)) << 3) + ((192) & 7))], &tmap1_prev_states, bar_, 192, 0, v9, v14, v11);
   }
+  // spec: specs/ssd_fwd.yaml:170:11
+  const int v15 = 2;
+  // spec: specs/ssd_fwd.yaml:170:11
+  const int v16 = (kg::mod(v5, v15));
+  // spec: specs/ssd_fwd.yaml:173:14
+  float v17[2];
+  {
+    const float* p_ = t_dA_cumsum + ((int64_t)(v11) * stride_dA_cumsum_0 + (int64_t)(v9) * stride_dA_cumsum_1 + (int64_t)(v14) * stride_dA_cumsum_2);
+    const bool aligned_ = false;
+    const int t0_ = v16 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+  #pragma unroll
+    for (int e = 0; e < 2; e += 1) {
+      const int i0_ = t0_ + (e & 1) * 8;
+      const int64_t off_ = (int64_t)i0_ * 1;
+      const bool in_ = i0_ + 1 <= (128);
+      if (aligned_ && in_) {
+        kg::copy_vec<1>(&v17[e], p_ + off_);
+      } else {
+  #pragma unroll
+        for (int v = 0; v < 1; ++v)
+          v17[e + v] = (i0_ + v < (128)) ? p_[off_ + v] : 0.0f;
+      }
+    }
+  }
+  // spec: specs/ssd_fwd.yaml:182:17
+  kg::mbar_wait(&kg_bars[0], 0);
   // spec: specs/ssd_fwd.yaml:182:17
   kg::mbar_wait(&kg_bars[1], 0);
   kg::sync();
   // spec: specs/ssd_fwd.yaml:182:17
-  kg::bf16* v18 = v17;
+  kg::bf16* v18 = v12;
   // spec: specs/ssd_fwd.yaml:182:17
   float v19[32];
   // spec: specs/ssd_fwd.yaml:182:17
   float (&v20)[32] = v19;
   {
     const int wg_ = 0;
-    const uint64_t da_ = kg::wgmma_desc(v14, 16, 1024, 1);
+    const uint64_t da_ = kg::wgmma_desc(v7, 16, 1024, 1);
     const uint64_t db_ = kg::wgmma_desc(v18, 16, 1024, 1);
     kg::wgmma_fence();
   #pragma unroll
@@ -128,164 +127,184 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_chunk_scan(const kg::bf16* __restr
           kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v20[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
     kg::wgmma_commit();
   }
-  // spec: specs/ssd_fwd.yaml:199:17
-  kg::bf16* v21 = reinterpret_cast<kg::bf16*>(smem + 65536);
-  // spec: specs/ssd_fwd.yaml:189:7
-  const int v22 = 0;
-  // spec: specs/ssd_fwd.yaml:189:7
-  kg::bf16* v23 = v21 + (v22 % 2) * 2048;
-  // spec: specs/ssd_fwd.yaml:190:23
-  const int v24 = 4;
-  // spec: specs/ssd_fwd.yaml:190:23
-  const int v25 = (v10 * v24);
-  // spec: specs/ssd_fwd.yaml:189:22
+  // spec: specs/ssd_fwd.yaml:189:15
+  const float v21 = 1.4426950408889634f;
+  // spec: specs/ssd_fwd.yaml:189:15
+  float v22[2];
+  #pragma unroll
+  for (int e = 0; e < 2; ++e) v22[e] = (v17[e] * v21);
+  // spec: specs/ssd_fwd.yaml:201:41
+  float (&v23)[2] = v22;
+  // spec: specs/ssd_fwd.yaml:201:41
+  float v24[4];
+  {
+    float* scratch_ = reinterpret_cast<float*>(smem + 65536);
+  #pragma unroll
+    for (int e = 0; e < 2; ++e) scratch_[((0) + (0)) * 1 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8)) * 1] = v23[e];
+    kg::sync();
+  #pragma unroll
+    for (int e = 0; e < 4; ++e) v24[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + ((e & 1) * 16 + ((e >> 1) & 1) * 32)) * 1];
+  }
+  // spec: specs/ssd_fwd.yaml:202:17
+  kg::bf16* v25 = reinterpret_cast<kg::bf16*>(smem + 65536);
+  // spec: specs/ssd_fwd.yaml:190:7
   const int v26 = 0;
-  // spec: specs/ssd_fwd.yaml:190:23
-  const int v27 = (v25 + v26);
-  // spec: specs/ssd_fwd.yaml:189:22
-  const int v28 = 32;
-  // spec: specs/ssd_fwd.yaml:189:22
-  const int v29 = 31;
-  // spec: specs/ssd_fwd.yaml:189:27
-  const int v30 = 64;
-  // spec: specs/ssd_fwd.yaml:189:28
-  const int v31 = 1;
-  // spec: specs/ssd_fwd.yaml:189:28
-  const int v32 = (v8 + v31);
-  // spec: specs/ssd_fwd.yaml:189:27
-  const int v33 = (v32 * v30);
-  // spec: specs/ssd_fwd.yaml:189:22
-  const int v34 = (v33 + v29);
-  // spec: specs/ssd_fwd.yaml:189:22
-  const int v35 = (kg::floordiv(v34, v28));
-  // spec: specs/ssd_fwd.yaml:189:7
-  const bool v36 = (v26 < v35);
-  // spec: specs/ssd_fwd.yaml:199:36
+  // spec: specs/ssd_fwd.yaml:190:7
+  kg::bf16* v27 = v25 + (v26 % 2) * 2048;
+  // spec: specs/ssd_fwd.yaml:191:23
+  const int v28 = 4;
+  // spec: specs/ssd_fwd.yaml:191:23
+  const int v29 = (v14 * v28);
+  // spec: specs/ssd_fwd.yaml:190:22
+  const int v30 = 0;
+  // spec: specs/ssd_fwd.yaml:191:23
+  const int v31 = (v29 + v30);
+  // spec: specs/ssd_fwd.yaml:190:22
+  const int v32 = 32;
+  // spec: specs/ssd_fwd.yaml:190:22
+  const int v33 = 31;
+  // spec: specs/ssd_fwd.yaml:190:27
+  const int v34 = 64;
+  // spec: specs/ssd_fwd.yaml:190:28
+  const int v35 = 1;
+  // spec: specs/ssd_fwd.yaml:190:28
+  const int v36 = (v16 + v35);
+  // spec: specs/ssd_fwd.yaml:190:27
+  const int v37 = (v36 * v34);
+  // spec: specs/ssd_fwd.yaml:190:22
+  const int v38 = (v37 + v33);
+  // spec: specs/ssd_fwd.yaml:190:22
+  const int v39 = (kg::floordiv(v38, v32));
+  // spec: specs/ssd_fwd.yaml:190:7
+  const bool v40 = (v30 < v39);
+  // spec: specs/ssd_fwd.yaml:202:36
   kg::sync();
-  if ((v36) && kg::thread_id() == 0) {
-    uint64_t* bar_ = &kg_bars[2 + v22 % 2];
+  if ((v40) && kg::thread_id() == 0) {
+    uint64_t* bar_ = &kg_bars[2 + v26 % 2];
     kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
     kg::mbar_expect_tx(bar_, 4096);
-    kg::tma_load_4d(&v23[((0) / 64 * 2048 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_x, bar_, 0, v11, v27 * 32, v12);
+    kg::tma_load_4d(&v27[((0) / 64 * 2048 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_x, bar_, 0, v9, v31 * 32, v11);
   }
-  // spec: specs/ssd_fwd.yaml:189:7
-  const bool v37 = (v26 < v35);
-  // spec: specs/ssd_fwd.yaml:193:18
-  float v38[4];
-  {
-    const float* p_ = t_dA_cumsum + ((int64_t)(v12) * stride_dA_cumsum_0 + (int64_t)(v11) * stride_dA_cumsum_1 + (int64_t)(v10) * stride_dA_cumsum_2);
-    const bool aligned_ = kg::aligned(p_, 16) && stride_dA_cumsum_0 % 4 == 0 && stride_dA_cumsum_1 % 4 == 0 && stride_dA_cumsum_2 % 4 == 0;
-    const int t0_ = v26 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
-  #pragma unroll
-    for (int e = 0; e < 4; e += 4) {
-      const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
-      const int64_t off_ = (int64_t)i0_ * 1;
-      const bool in_ = v37 && i0_ + 4 <= (128);
-      if (aligned_ && in_) {
-        kg::copy_vec<4>(&v38[e], p_ + off_);
-      } else {
-  #pragma unroll
-        for (int v = 0; v < 4; ++v)
-          v38[e + v] = (v37 && i0_ + v < (128)) ? p_[off_ + v] : 0.0f;
-      }
-    }
-  }
+  // spec: specs/ssd_fwd.yaml:190:7
+  const bool v41 = (v30 < v39);
   // spec: specs/ssd_fwd.yaml:194:18
-  float v39[4];
+  float v42[4];
   {
-    const float* p_ = t_dt_eff + ((int64_t)(v12) * stride_dt_eff_0 + (int64_t)(v11) * stride_dt_eff_1 + (int64_t)(v10) * stride_dt_eff_2);
-    const bool aligned_ = kg::aligned(p_, 16) && stride_dt_eff_0 % 4 == 0 && stride_dt_eff_1 % 4 == 0 && stride_dt_eff_2 % 4 == 0;
-    const int t0_ = v26 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
+    const float* p_ = t_dA_cumsum + ((int64_t)(v11) * stride_dA_cumsum_0 + (int64_t)(v9) * stride_dA_cumsum_1 + (int64_t)(v14) * stride_dA_cumsum_2);
+    const bool aligned_ = kg::aligned(p_, 16) && stride_dA_cumsum_0 % 4 == 0 && stride_dA_cumsum_1 % 4 == 0 && stride_dA_cumsum_2 % 4 == 0;
+    const int t0_ = v30 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
   #pragma unroll
     for (int e = 0; e < 4; e += 4) {
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
       const int64_t off_ = (int64_t)i0_ * 1;
-      const bool in_ = v37 && i0_ + 4 <= (128);
+      const bool in_ = v41 && i0_ + 4 <= (128);
       if (aligned_ && in_) {
-        kg::copy_vec<4>(&v39[e], p_ + off_);
+        kg::copy_vec<4>(&v42[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 4; ++v)
-          v39[e + v] = (v37 && i0_ + v < (128)) ? p_[off_ + v] : 0.0f;
+          v42[e + v] = (v41 && i0_ + v < (128)) ? p_[off_ + v] : 0.0f;
       }
     }
   }
-  // spec: specs/ssd_fwd.yaml:198:40
-  float (&v40)[2] = v13;
+  // spec: specs/ssd_fwd.yaml:195:18
+  float v43[4];
+  {
+    const float* p_ = t_dt_eff + ((int64_t)(v11) * stride_dt_eff_0 + (int64_t)(v9) * stride_dt_eff_1 + (int64_t)(v14) * stride_dt_eff_2);
+    const bool aligned_ = kg::aligned(p_, 16) && stride_dt_eff_0 % 4 == 0 && stride_dt_eff_1 % 4 == 0 && stride_dt_eff_2 % 4 == 0;
+    const int t0_ = v30 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
+  #pragma unroll
+    for (int e = 0; e < 4; e += 4) {
+      const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
+      const int64_t off_ = (int64_t)i0_ * 1;
+      const bool in_ = v41 && i0_ + 4 <= (128);
+      if (aligned_ && in_) {
+        kg::copy_vec<4>(&v43[e], p_ + off_);
+      } else {
+  #pragma unroll
+        for (int v = 0; v < 4; ++v)
+          v43[e + v] = (v41 && i0_ + v < (128)) ? p_[off_ + v] : 0.0f;
+      }
+    }
+  }
+  // spec: specs/ssd_fwd.yaml:201:41
+  float v44[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v44[e] = v24[((e >> 2) & 1) * 1 + ((e >> 3) & 1) * 2];
   // spec: specs/ssd_fwd.yaml:172:34
-  int v41[4];
+  int v45[4];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v41[e] = (((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + ((e & 1) * 16 + ((e >> 1) & 1) * 32);
+  for (int e = 0; e < 4; ++e) v45[e] = (((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + ((e & 1) * 16 + ((e >> 1) & 1) * 32);
   // spec: specs/ssd_fwd.yaml:172:20
-  const int v42 = 64;
+  const int v46 = 64;
   // spec: specs/ssd_fwd.yaml:172:20
-  const int v43 = (v8 * v42);
+  const int v47 = (v16 * v46);
   // spec: specs/ssd_fwd.yaml:172:20
-  int v44[4];
+  int v48[4];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v44[e] = (v43 + v41[e]);
-  // spec: specs/ssd_fwd.yaml:195:43
-  int (&v45)[4] = v44;
-  // spec: specs/ssd_fwd.yaml:195:20
-  int v46[16];
+  for (int e = 0; e < 4; ++e) v48[e] = (v47 + v45[e]);
+  // spec: specs/ssd_fwd.yaml:196:43
+  int (&v49)[4] = v48;
+  // spec: specs/ssd_fwd.yaml:196:20
+  int v50[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v46[e] = v45[((e >> 2) & 1) * 1 + ((e >> 3) & 1) * 2];
-  // spec: specs/ssd_fwd.yaml:189:22
-  const int v47 = 1;
+  for (int e = 0; e < 16; ++e) v50[e] = v49[((e >> 2) & 1) * 1 + ((e >> 3) & 1) * 2];
+  // spec: specs/ssd_fwd.yaml:190:22
+  const int v51 = 1;
   // spec: specs/ssd_fwd.yaml:175:17
-  float v48[2];
+  float v52[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v48[e] = kg::exp_(v13[e]);
+  for (int e = 0; e < 2; ++e) v52[e] = kg::exp_(v17[e]);
   // spec: specs/ssd_fwd.yaml:182:83
-  float (&v49)[2] = v48;
+  float (&v53)[2] = v52;
   // spec: specs/ssd_fwd.yaml:182:17
-  float v50[32];
+  float v54[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v50[e] = v49[((e >> 1) & 1) * 1];
+  for (int e = 0; e < 32; ++e) v54[e] = v53[((e >> 1) & 1) * 1];
   // spec: specs/ssd_fwd.yaml:182:17
   kg::wgmma_wait<0>();
   #pragma unroll
   for (int e = 0; e < 32; ++e) kg::fence_operand(v20[e]);
-  float (&v51)[32] = v20;
+  float (&v55)[32] = v20;
   // spec: specs/ssd_fwd.yaml:182:17
-  float v52[32];
+  float v56[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v52[e] = (v51[e] * v50[e]);
-  // spec: specs/ssd_fwd.yaml:189:7
+  for (int e = 0; e < 32; ++e) v56[e] = (v55[e] * v54[e]);
+  // spec: specs/ssd_fwd.yaml:190:7
 
-  float v53[32];
+  float v57[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v53[e] = v52[e];
-  float v54[4];
+  for (int e = 0; e < 32; ++e) v57[e] = v56[e];
+  float v58[4];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v54[e] = v38[e];
-  float v55[4];
+  for (int e = 0; e < 4; ++e) v58[e] = v42[e];
+  float v59[4];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v55[e] = v39[e];
-  for (int v56 = v26; v56 < v35; v56 += v47) {
-    float (&v57)[32] = v53;
-    float (&v58)[4] = v54;
-    float (&v59)[4] = v55;
+  for (int e = 0; e < 4; ++e) v59[e] = v43[e];
+  for (int v60 = v30; v60 < v39; v60 += v51) {
+    float (&v61)[32] = v57;
+    float (&v62)[4] = v58;
+    float (&v63)[4] = v59;
     
-    // spec: specs/ssd_fwd.yaml:189:7
-    const int v60 = (v56 - v26);
-    // spec: specs/ssd_fwd.yaml:189:7
-    const int v61 = (kg::floordiv(v60, v47));
-    // spec: specs/ssd_fwd.yaml:189:7
-    kg::bf16* v62 = v21 + (v61 % 2) * 2048;
-    // spec: specs/ssd_fwd.yaml:190:23
-    const int v63 = 4;
-    // spec: specs/ssd_fwd.yaml:190:23
-    const int v64 = (v10 * v63);
-    // spec: specs/ssd_fwd.yaml:190:23
-    const int v65 = (v64 + v56);
-    // spec: specs/ssd_fwd.yaml:192:16
-    float v66[16];
+    // spec: specs/ssd_fwd.yaml:190:7
+    const int v64 = (v60 - v30);
+    // spec: specs/ssd_fwd.yaml:190:7
+    const int v65 = (kg::floordiv(v64, v51));
+    // spec: specs/ssd_fwd.yaml:190:7
+    kg::bf16* v66 = v25 + (v65 % 2) * 2048;
+    // spec: specs/ssd_fwd.yaml:191:23
+    const int v67 = 4;
+    // spec: specs/ssd_fwd.yaml:191:23
+    const int v68 = (v14 * v67);
+    // spec: specs/ssd_fwd.yaml:191:23
+    const int v69 = (v68 + v60);
+    // spec: specs/ssd_fwd.yaml:193:16
+    float v70[16];
     {
-      const float* p_ = t_CB + ((int64_t)(v12) * stride_CB_0 + (int64_t)(v10) * stride_CB_1 + (int64_t)(v16) * stride_CB_2);
+      const float* p_ = t_CB + ((int64_t)(v11) * stride_CB_0 + (int64_t)(v14) * stride_CB_1 + (int64_t)(v10) * stride_CB_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_CB_0 % 4 == 0 && stride_CB_1 % 4 == 0 && stride_CB_2 % 4 == 0 && stride_CB_3 % 4 == 0;
-      const int t0_ = v8 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
-      const int t1_ = v56 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
+      const int t0_ = v16 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
+      const int t1_ = v60 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
     #pragma unroll
       for (int e = 0; e < 16; e += 4) {
         const int i0_ = t0_ + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32;
@@ -293,180 +312,171 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_chunk_scan(const kg::bf16* __restr
         const int64_t off_ = (int64_t)i0_ * stride_CB_3 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (128) && i1_ + 4 <= (128);
         if (aligned_ && in_) {
-          kg::copy_vec<4>(&v66[e], p_ + off_);
+          kg::copy_vec<4>(&v70[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 4; ++v)
-            v66[e + v] = (i0_ < (128) && i1_ + v < (128)) ? p_[off_ + v] : 0.0f;
-        }
-      }
-    }
-    // spec: specs/ssd_fwd.yaml:193:18
-    const int v67 = (v56 + v47);
-    // spec: specs/ssd_fwd.yaml:193:18
-    const bool v68 = (v67 < v35);
-    // spec: specs/ssd_fwd.yaml:193:18
-    float v69[4];
-    {
-      const float* p_ = t_dA_cumsum + ((int64_t)(v12) * stride_dA_cumsum_0 + (int64_t)(v11) * stride_dA_cumsum_1 + (int64_t)(v10) * stride_dA_cumsum_2);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_dA_cumsum_0 % 4 == 0 && stride_dA_cumsum_1 % 4 == 0 && stride_dA_cumsum_2 % 4 == 0;
-      const int t0_ = v67 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
-    #pragma unroll
-      for (int e = 0; e < 4; e += 4) {
-        const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
-        const int64_t off_ = (int64_t)i0_ * 1;
-        const bool in_ = v68 && i0_ + 4 <= (128);
-        if (aligned_ && in_) {
-          kg::copy_vec<4>(&v69[e], p_ + off_);
-        } else {
-    #pragma unroll
-          for (int v = 0; v < 4; ++v)
-            v69[e + v] = (v68 && i0_ + v < (128)) ? p_[off_ + v] : 0.0f;
+            v70[e + v] = (i0_ < (128) && i1_ + v < (128)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
     // spec: specs/ssd_fwd.yaml:194:18
-    const int v70 = (v56 + v47);
+    const int v71 = (v60 + v51);
     // spec: specs/ssd_fwd.yaml:194:18
-    const bool v71 = (v70 < v35);
+    const bool v72 = (v71 < v39);
     // spec: specs/ssd_fwd.yaml:194:18
-    float v72[4];
-    {
-      const float* p_ = t_dt_eff + ((int64_t)(v12) * stride_dt_eff_0 + (int64_t)(v11) * stride_dt_eff_1 + (int64_t)(v10) * stride_dt_eff_2);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_dt_eff_0 % 4 == 0 && stride_dt_eff_1 % 4 == 0 && stride_dt_eff_2 % 4 == 0;
-      const int t0_ = v70 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
-    #pragma unroll
-      for (int e = 0; e < 4; e += 4) {
-        const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
-        const int64_t off_ = (int64_t)i0_ * 1;
-        const bool in_ = v71 && i0_ + 4 <= (128);
-        if (aligned_ && in_) {
-          kg::copy_vec<4>(&v72[e], p_ + off_);
-        } else {
-    #pragma unroll
-          for (int v = 0; v < 4; ++v)
-            v72[e + v] = (v71 && i0_ + v < (128)) ? p_[off_ + v] : 0.0f;
-        }
-      }
-    }
-    // spec: specs/ssd_fwd.yaml:198:40
     float v73[4];
     {
-      float* scratch_ = reinterpret_cast<float*>(smem + 0);
-      kg::sync();
+      const float* p_ = t_dA_cumsum + ((int64_t)(v11) * stride_dA_cumsum_0 + (int64_t)(v9) * stride_dA_cumsum_1 + (int64_t)(v14) * stride_dA_cumsum_2);
+      const bool aligned_ = kg::aligned(p_, 16) && stride_dA_cumsum_0 % 4 == 0 && stride_dA_cumsum_1 % 4 == 0 && stride_dA_cumsum_2 % 4 == 0;
+      const int t0_ = v71 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
     #pragma unroll
-      for (int e = 0; e < 2; ++e) scratch_[((0) + (0)) * 1 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8)) * 1] = v40[e];
-      kg::sync();
+      for (int e = 0; e < 4; e += 4) {
+        const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
+        const int64_t off_ = (int64_t)i0_ * 1;
+        const bool in_ = v72 && i0_ + 4 <= (128);
+        if (aligned_ && in_) {
+          kg::copy_vec<4>(&v73[e], p_ + off_);
+        } else {
     #pragma unroll
-      for (int e = 0; e < 4; ++e) v73[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + ((e & 1) * 16 + ((e >> 1) & 1) * 32)) * 1];
+          for (int v = 0; v < 4; ++v)
+            v73[e + v] = (v72 && i0_ + v < (128)) ? p_[off_ + v] : 0.0f;
+        }
+      }
     }
-    // spec: specs/ssd_fwd.yaml:198:17
-    const float v74 = 0.0f;
-    // spec: specs/ssd_fwd.yaml:198:73
-    float (&v75)[4] = v59;
-    // spec: specs/ssd_fwd.yaml:198:31
-    float v76[16];
+    // spec: specs/ssd_fwd.yaml:195:18
+    const int v74 = (v60 + v51);
+    // spec: specs/ssd_fwd.yaml:195:18
+    const bool v75 = (v74 < v39);
+    // spec: specs/ssd_fwd.yaml:195:18
+    float v76[4];
+    {
+      const float* p_ = t_dt_eff + ((int64_t)(v11) * stride_dt_eff_0 + (int64_t)(v9) * stride_dt_eff_1 + (int64_t)(v14) * stride_dt_eff_2);
+      const bool aligned_ = kg::aligned(p_, 16) && stride_dt_eff_0 % 4 == 0 && stride_dt_eff_1 % 4 == 0 && stride_dt_eff_2 % 4 == 0;
+      const int t0_ = v74 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v76[e] = v75[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-    // spec: specs/ssd_fwd.yaml:198:56
-    float (&v77)[4] = v58;
-    // spec: specs/ssd_fwd.yaml:198:40
-    float v78[16];
+      for (int e = 0; e < 4; e += 4) {
+        const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
+        const int64_t off_ = (int64_t)i0_ * 1;
+        const bool in_ = v75 && i0_ + 4 <= (128);
+        if (aligned_ && in_) {
+          kg::copy_vec<4>(&v76[e], p_ + off_);
+        } else {
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v78[e] = v77[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-    // spec: specs/ssd_fwd.yaml:198:40
+          for (int v = 0; v < 4; ++v)
+            v76[e + v] = (v75 && i0_ + v < (128)) ? p_[off_ + v] : 0.0f;
+        }
+      }
+    }
+    // spec: specs/ssd_fwd.yaml:201:17
+    const float v77 = 0.0f;
+    // spec: specs/ssd_fwd.yaml:201:96
+    float (&v78)[4] = v63;
+    // spec: specs/ssd_fwd.yaml:201:31
     float v79[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v79[e] = v73[((e >> 2) & 1) * 1 + ((e >> 3) & 1) * 2];
-    // spec: specs/ssd_fwd.yaml:198:40
-    float v80[16];
+    for (int e = 0; e < 16; ++e) v79[e] = v78[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
+    // spec: specs/ssd_fwd.yaml:201:58
+    const float v80 = 1.4426950408889634f;
+    // spec: specs/ssd_fwd.yaml:201:58
+    float (&v81)[4] = v62;
+    // spec: specs/ssd_fwd.yaml:201:58
+    float v82[4];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v80[e] = (v79[e] - v78[e]);
-    // spec: specs/ssd_fwd.yaml:198:36
-    float v81[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v81[e] = kg::exp_(v80[e]);
-    // spec: specs/ssd_fwd.yaml:198:31
-    float v82[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v82[e] = (v66[e] * v81[e]);
-    // spec: specs/ssd_fwd.yaml:198:31
+    for (int e = 0; e < 4; ++e) v82[e] = (v81[e] * v80);
+    // spec: specs/ssd_fwd.yaml:201:41
     float v83[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v83[e] = (v82[e] * v76[e]);
-    // spec: specs/ssd_fwd.yaml:191:38
-    int v84[4];
+    for (int e = 0; e < 16; ++e) v83[e] = v82[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
+    // spec: specs/ssd_fwd.yaml:201:41
+    float v84[16];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v84[e] = ((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16) + ((e & 1) * 1 + ((e >> 1) & 1) * 2);
-    // spec: specs/ssd_fwd.yaml:191:24
-    const int v85 = 32;
-    // spec: specs/ssd_fwd.yaml:191:24
-    const int v86 = (v56 * v85);
-    // spec: specs/ssd_fwd.yaml:191:24
-    int v87[4];
+    for (int e = 0; e < 16; ++e) v84[e] = (v44[e] - v83[e]);
+    // spec: specs/ssd_fwd.yaml:201:36
+    float v85[16];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v87[e] = (v86 + v84[e]);
-    // spec: specs/ssd_fwd.yaml:195:20
-    int (&v88)[4] = v87;
-    // spec: specs/ssd_fwd.yaml:195:20
-    int v89[16];
+    for (int e = 0; e < 16; ++e) v85[e] = kg::exp2_(v84[e]);
+    // spec: specs/ssd_fwd.yaml:201:31
+    float v86[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v89[e] = v88[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-    // spec: specs/ssd_fwd.yaml:195:20
-    bool v90[16];
+    for (int e = 0; e < 16; ++e) v86[e] = (v70[e] * v85[e]);
+    // spec: specs/ssd_fwd.yaml:201:31
+    float v87[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v90[e] = (v89[e] <= v46[e]);
-    // spec: specs/ssd_fwd.yaml:198:17
-    float v91[16];
+    for (int e = 0; e < 16; ++e) v87[e] = (v86[e] * v79[e]);
+    // spec: specs/ssd_fwd.yaml:192:38
+    int v88[4];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v91[e] = (v90[e] ? v83[e] : v74);
-    // spec: specs/ssd_fwd.yaml:199:21
-    kg::bf16 v92[16];
+    for (int e = 0; e < 4; ++e) v88[e] = ((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16) + ((e & 1) * 1 + ((e >> 1) & 1) * 2);
+    // spec: specs/ssd_fwd.yaml:192:24
+    const int v89 = 32;
+    // spec: specs/ssd_fwd.yaml:192:24
+    const int v90 = (v60 * v89);
+    // spec: specs/ssd_fwd.yaml:192:24
+    int v91[4];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v92[e] = kg::cvt<kg::bf16>(v91[e]);
-    // spec: specs/ssd_fwd.yaml:199:17
-    kg::bf16* v93 = reinterpret_cast<kg::bf16*>(smem + 0);
+    for (int e = 0; e < 4; ++e) v91[e] = (v90 + v88[e]);
+    // spec: specs/ssd_fwd.yaml:196:20
+    int (&v92)[4] = v91;
+    // spec: specs/ssd_fwd.yaml:196:20
+    int v93[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v93[e] = v92[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
+    // spec: specs/ssd_fwd.yaml:196:20
+    bool v94[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v94[e] = (v93[e] <= v50[e]);
+    // spec: specs/ssd_fwd.yaml:201:17
+    float v95[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v95[e] = (v94[e] ? v87[e] : v77);
+    // spec: specs/ssd_fwd.yaml:202:21
+    kg::bf16 v96[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v96[e] = kg::cvt<kg::bf16>(v95[e]);
+    // spec: specs/ssd_fwd.yaml:202:17
+    kg::bf16* v97 = reinterpret_cast<kg::bf16*>(smem + 0);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v93[(((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32)) / 8 * 4 + (((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) / 8) * 64 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32)) % 8 * 8 + (((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) % 8], &v92[e]);
+    for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v97[(((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32)) / 8 * 4 + (((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) / 8) * 64 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32)) % 8 * 8 + (((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) % 8], &v96[e]);
     kg::fence_proxy_async();
 
-    // spec: specs/ssd_fwd.yaml:199:17
-    kg::mbar_wait(&kg_bars[2 + v61 % 2], (v61 / 2) & 1);
+    // spec: specs/ssd_fwd.yaml:202:17
+    kg::mbar_wait(&kg_bars[2 + v65 % 2], (v65 / 2) & 1);
     kg::sync();
-    // spec: specs/ssd_fwd.yaml:189:7
-    const int v94 = 1;
-    // spec: specs/ssd_fwd.yaml:189:7
-    const int v95 = (v61 + v94);
-    // spec: specs/ssd_fwd.yaml:189:7
-    kg::bf16* v96 = v21 + (v95 % 2) * 2048;
-    // spec: specs/ssd_fwd.yaml:190:23
-    const int v97 = 4;
-    // spec: specs/ssd_fwd.yaml:190:23
-    const int v98 = (v10 * v97);
-    // spec: specs/ssd_fwd.yaml:199:36
-    const int v99 = (v56 + v47);
-    // spec: specs/ssd_fwd.yaml:190:23
-    const int v100 = (v98 + v99);
-    // spec: specs/ssd_fwd.yaml:199:36
-    const bool v101 = (v99 < v35);
-    // spec: specs/ssd_fwd.yaml:199:36
-    if ((v101) && kg::thread_id() == 0) {
-      uint64_t* bar_ = &kg_bars[2 + v95 % 2];
+    // spec: specs/ssd_fwd.yaml:190:7
+    const int v98 = 1;
+    // spec: specs/ssd_fwd.yaml:190:7
+    const int v99 = (v65 + v98);
+    // spec: specs/ssd_fwd.yaml:190:7
+    kg::bf16* v100 = v25 + (v99 % 2) * 2048;
+    // spec: specs/ssd_fwd.yaml:191:23
+    const int v101 = 4;
+    // spec: specs/ssd_fwd.yaml:191:23
+    const int v102 = (v14 * v101);
+    // spec: specs/ssd_fwd.yaml:202:36
+    const int v103 = (v60 + v51);
+    // spec: specs/ssd_fwd.yaml:191:23
+    const int v104 = (v102 + v103);
+    // spec: specs/ssd_fwd.yaml:202:36
+    const bool v105 = (v103 < v39);
+    // spec: specs/ssd_fwd.yaml:202:36
+    if ((v105) && kg::thread_id() == 0) {
+      uint64_t* bar_ = &kg_bars[2 + v99 % 2];
       kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
       kg::mbar_expect_tx(bar_, 4096);
-      kg::tma_load_4d(&v96[((0) / 64 * 2048 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_x, bar_, 0, v11, v100 * 32, v12);
+      kg::tma_load_4d(&v100[((0) / 64 * 2048 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_x, bar_, 0, v9, v104 * 32, v11);
     }
-    // spec: specs/ssd_fwd.yaml:199:17
-    float (&v102)[32] = v57;
+    // spec: specs/ssd_fwd.yaml:202:17
+    float (&v106)[32] = v61;
     {
       const int wg_ = 0;
-      const uint64_t da_ = kg::wgmma_desc(v93, 128, 512, 0);
-      const uint64_t db_ = kg::wgmma_desc(v62, 4096, 1024, 1);
+      const uint64_t da_ = kg::wgmma_desc(v97, 128, 512, 0);
+      const uint64_t db_ = kg::wgmma_desc(v66, 4096, 1024, 1);
       // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
       // (ptxas would then insert a warpgroup.arrive, C7519)
     #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v102[e]);
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v106[e]);
       kg::wgmma_fence();
     #pragma unroll
       for (int ks = 0; ks < 2; ++ks)
@@ -474,42 +484,42 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_chunk_scan(const kg::bf16* __restr
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n64k16_bf16_ss<0, 1>(&v102[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 8 * 4 + ((ks * 16)) / 8) * 64 + (((wg_ / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 2048 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
+            kg::wgmma_m64n64k16_bf16_ss<0, 1>(&v106[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 8 * 4 + ((ks * 16)) / 8) * 64 + (((wg_ / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 2048 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
       kg::wgmma_commit();
     }
-    // spec: specs/ssd_fwd.yaml:199:17
+    // spec: specs/ssd_fwd.yaml:202:17
     kg::wgmma_wait<0>();
     #pragma unroll
-    for (int e = 0; e < 32; ++e) kg::fence_operand(v102[e]);
-    float (&v103)[32] = v102;
-    // spec: specs/ssd_fwd.yaml:199:17
+    for (int e = 0; e < 32; ++e) kg::fence_operand(v106[e]);
+    float (&v107)[32] = v106;
+    // spec: specs/ssd_fwd.yaml:202:17
 
     float y0_[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y0_[e] = v103[e];
+    for (int e = 0; e < 32; ++e) y0_[e] = v107[e];
     float y1_[4];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) y1_[e] = v69[e];
+    for (int e = 0; e < 4; ++e) y1_[e] = v73[e];
     float y2_[4];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) y2_[e] = v72[e];
+    for (int e = 0; e < 4; ++e) y2_[e] = v76[e];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v53[e] = y0_[e];
+    for (int e = 0; e < 32; ++e) v57[e] = y0_[e];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v54[e] = y1_[e];
+    for (int e = 0; e < 4; ++e) v58[e] = y1_[e];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v55[e] = y2_[e];
+    for (int e = 0; e < 4; ++e) v59[e] = y2_[e];
   }
-  // spec: specs/ssd_fwd.yaml:189:7
+  // spec: specs/ssd_fwd.yaml:190:7
   if (kg::thread_id() == 0) {
-    const int n_ = kg::cdiv(kg::max_(v35 - v26, 0), v47);
+    const int n_ = kg::cdiv(kg::max_(v39 - v30, 0), v51);
     if (((n_ + 1) / 2) & 1) kg::mbar_arrive(&kg_bars[2]);
     if (((n_ + 0) / 2) & 1) kg::mbar_arrive(&kg_bars[3]);
   }
-  // spec: specs/ssd_fwd.yaml:200:19
-  kg::bf16 v104[32];
+  // spec: specs/ssd_fwd.yaml:203:19
+  kg::bf16 v108[32];
   {
-    const kg::bf16* p_ = t_x + ((int64_t)(v12) * stride_x_0 + (int64_t)(v11) * stride_x_2);
+    const kg::bf16* p_ = t_x + ((int64_t)(v11) * stride_x_0 + (int64_t)(v9) * stride_x_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_x_0 % 2 == 0 && stride_x_1 % 2 == 0 && stride_x_2 % 2 == 0;
     const int t0_ = v6 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
     const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
@@ -520,18 +530,18 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_chunk_scan(const kg::bf16* __restr
       const int64_t off_ = (int64_t)i0_ * stride_x_1 + (int64_t)i1_ * 1;
       const bool in_ = i0_ < (size_seqlen);
       if (aligned_ && in_) {
-        kg::copy_vec<2>(&v104[e], p_ + off_);
+        kg::copy_vec<2>(&v108[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          v104[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v108[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
-  // spec: specs/ssd_fwd.yaml:200:53
-  float v105[16];
+  // spec: specs/ssd_fwd.yaml:203:53
+  float v109[16];
   {
-    const float* p_ = t_D + ((int64_t)(v11) * stride_D_0);
+    const float* p_ = t_D + ((int64_t)(v9) * stride_D_0);
     const bool aligned_ = kg::aligned(p_, 8) && stride_D_0 % 2 == 0;
     const int t0_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
   #pragma unroll
@@ -540,39 +550,39 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_chunk_scan(const kg::bf16* __restr
       const int64_t off_ = (int64_t)i0_ * 1;
       const bool in_ = true;
       if (aligned_ && in_) {
-        kg::copy_vec<2>(&v105[e], p_ + off_);
+        kg::copy_vec<2>(&v109[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          v105[e + v] = (true) ? p_[off_ + v] : 0.0f;
+          v109[e + v] = (true) ? p_[off_ + v] : 0.0f;
       }
     }
   }
-  // spec: specs/ssd_fwd.yaml:200:53
-  float (&v106)[16] = v105;
-  // spec: specs/ssd_fwd.yaml:200:19
-  float v107[32];
+  // spec: specs/ssd_fwd.yaml:203:53
+  float (&v110)[16] = v109;
+  // spec: specs/ssd_fwd.yaml:203:19
+  float v111[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v107[e] = v106[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-  // spec: specs/ssd_fwd.yaml:200:19
-  float v108[32];
+  for (int e = 0; e < 32; ++e) v111[e] = v110[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+  // spec: specs/ssd_fwd.yaml:203:19
+  float v112[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v108[e] = kg::cvt<float>(kg::f32(v104[e]));
-  // spec: specs/ssd_fwd.yaml:200:19
-  float v109[32];
+  for (int e = 0; e < 32; ++e) v112[e] = kg::cvt<float>(kg::f32(v108[e]));
+  // spec: specs/ssd_fwd.yaml:203:19
+  float v113[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v109[e] = (v108[e] * v107[e]);
-  // spec: specs/ssd_fwd.yaml:200:13
-  float v110[32];
+  for (int e = 0; e < 32; ++e) v113[e] = (v112[e] * v111[e]);
+  // spec: specs/ssd_fwd.yaml:203:13
+  float v114[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v110[e] = (v53[e] + v109[e]);
-  // spec: specs/ssd_fwd.yaml:201:31
-  kg::bf16 v111[32];
+  for (int e = 0; e < 32; ++e) v114[e] = (v57[e] + v113[e]);
+  // spec: specs/ssd_fwd.yaml:204:31
+  kg::bf16 v115[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v111[e] = kg::cvt<kg::bf16>(v110[e]);
-  // spec: specs/ssd_fwd.yaml:201:7
+  for (int e = 0; e < 32; ++e) v115[e] = kg::cvt<kg::bf16>(v114[e]);
+  // spec: specs/ssd_fwd.yaml:204:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
-    kg::bf16* p_ = t_y + ((int64_t)(v12) * stride_y_0 + (int64_t)(v11) * stride_y_2);
+    kg::bf16* p_ = t_y + ((int64_t)(v11) * stride_y_0 + (int64_t)(v9) * stride_y_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_y_0 % 2 == 0 && stride_y_1 % 2 == 0 && stride_y_2 % 2 == 0;
     const int t0_ = v6 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
     const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
@@ -582,11 +592,11 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_chunk_scan(const kg::bf16* __restr
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
       const int64_t off_ = (int64_t)i0_ * stride_y_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_seqlen)) {
-        kg::copy_vec<2>(p_ + off_, &v111[e]);
+        kg::copy_vec<2>(p_ + off_, &v115[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_seqlen)) p_[off_ + v] = v111[e + v];
+          if (i0_ < (size_seqlen)) p_[off_ + v] = v115[e + v];
       }
     }
   }

@@ -41,42 +41,67 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_chunk_scan(const kg::bf16* __restr
   const int v5 = kg::block_id_x();
   // spec: specs/ssd_fwd.yaml:171:20
   const int v6 = kg::block_id_x();
-  // spec: specs/ssd_fwd.yaml:170:11
-  const int v7 = 4;
-  // spec: specs/ssd_fwd.yaml:170:11
-  const int v8 = (kg::mod(v5, v7));
-  // spec: specs/ssd_fwd.yaml:169:11
-  const int v9 = 4;
-  // spec: specs/ssd_fwd.yaml:169:11
-  const int v10 = (kg::floordiv(v4, v9));
+  // spec: specs/ssd_fwd.yaml:182:17
+  kg::bf16* v7 = reinterpret_cast<kg::bf16*>(smem + 0);
+  // spec: specs/ssd_fwd.yaml:168:17
+  const int v8 = (kg::floordiv(v1, v0));
   // spec: specs/ssd_fwd.yaml:167:11
-  const int v11 = (kg::mod(v3, v1));
+  const int v9 = (kg::mod(v3, v1));
+  // spec: specs/ssd_fwd.yaml:168:11
+  const int v10 = (kg::floordiv(v9, v8));
   // spec: specs/ssd_fwd.yaml:166:11
-  const int v12 = (kg::floordiv(v2, v1));
+  const int v11 = (kg::floordiv(v2, v1));
+  // spec: specs/ssd_fwd.yaml:182:21
+  kg::sync();
+  if ((true) && kg::thread_id() == 0) {
+    uint64_t* bar_ = &kg_bars[0];
+    kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+    kg::mbar_expect_tx(bar_, 16384);
+    kg::tma_load_4d(&v7[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap0_C, bar_, 0, v10, v6 * 64, v11);
+    kg::tma_load_4d(&v7[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap0_C, bar_, 64, v10, v6 * 64, v11);
+  }
+  // spec: specs/ssd_fwd.yaml:182:17
+  kg::bf16* v12 = reinterpret_cast<kg::bf16*>(smem + 16384);
+  // spec: specs/ssd_fwd.yaml:169:11
+  const int v13 = 4;
+  // spec: specs/ssd_fwd.yaml:169:11
+  const int v14 = (kg::floordiv(v4, v13));
+  // spec: specs/ssd_fwd.yaml:182:45
+  if ((true) && kg::thread_id() == 0) {
+    uint64_t* bar_ = &kg_bars[1];
+    kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
+    kg::mbar_expect_tx(bar_, 16384);
+    kg::tma_load_5d(&v12[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap1_prev_states, bar_, 0, 0, v9, v14, v11);
+    kg::tma_load_5d(&v12[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap1_prev_states, bar_, 64, 0, v9, v14, v11);
+  }
+  // spec: specs/ssd_fwd.yaml:170:11
+  const int v15 = 4;
+  // spec: specs/ssd_fwd.yaml:170:11
+  const int v16 = (kg::mod(v5, v15));
   // spec: specs/ssd_fwd.yaml:173:14
-  float v13[2];
+  float v17[2];
   {
-    const float* p_ = t_dA_cumsum + ((int64_t)(v12) * stride_dA_cumsum_0 + (int64_t)(v11) * stride_dA_cumsum_1 + (int64_t)(v10) * stride_dA_cumsum_2);
+    const float* p_ = t_dA_cumsum + ((int64_t)(v11) * stride_dA_cumsum_0 + (int64_t)(v9) * stride_dA_cumsum_1 + (int64_t)(v14) * stride_dA_cumsum_2);
     const bool aligned_ = false;
-    const int t0_ = v8 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
+    const int t0_ = v16 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
   #pragma unroll
     for (int e = 0; e < 2; e += 1) {
       const int i0_ = t0_ + (e & 1) * 8;
       const int64_t off_ = (int64_t)i0_ * 1;
       const bool in_ = i0_ + 1 <= (256);
       if (aligned_ && in_) {
-        kg::copy_vec<1>(&v13[e], p_ + off_);
+        kg::copy_vec<1>(&v17[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          v13[e + v] = (i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
+          v17[e + v] = (i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
       }
     }
   }
   // spec: specs/ssd_fwd.yaml:178:19
-  int v14[2];
+  int v18[2];
   {
-    const int* p_ = t_seq_idx + ((int64_t)(v12) * stride_seq_idx_0);
+    const int* p_ = t_seq_idx + ((int64_t)(v11) * stride_seq_idx_0);
     const bool aligned_ = false;
     const int t0_ = v6 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
   #pragma unroll
@@ -85,68 +110,42 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_chunk_scan(const kg::bf16* __restr
       const int64_t off_ = (int64_t)i0_ * 1;
       const bool in_ = i0_ + 1 <= (size_seqlen);
       if (aligned_ && in_) {
-        kg::copy_vec<1>(&v14[e], p_ + off_);
+        kg::copy_vec<1>(&v18[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 1; ++v)
-          v14[e + v] = (i0_ + v < (size_seqlen)) ? p_[off_ + v] : 0;
+          v18[e + v] = (i0_ + v < (size_seqlen)) ? p_[off_ + v] : 0;
       }
     }
   }
   // spec: specs/ssd_fwd.yaml:179:51
-  const int v15 = 0;
+  const int v19 = 0;
   // spec: specs/ssd_fwd.yaml:179:59
-  const int v16 = 1;
+  const int v20 = 1;
   // spec: specs/ssd_fwd.yaml:179:59
-  const int v17 = 256;
+  const int v21 = 256;
   // spec: specs/ssd_fwd.yaml:179:59
-  const int v18 = (v10 * v17);
+  const int v22 = (v14 * v21);
   // spec: specs/ssd_fwd.yaml:179:59
-  const int v19 = (v18 - v16);
+  const int v23 = (v22 - v20);
   // spec: specs/ssd_fwd.yaml:179:51
-  const int v20 = (kg::max_(v19, v15));
+  const int v24 = (kg::max_(v23, v19));
   // spec: specs/ssd_fwd.yaml:179:35
-  const int v21 = *(t_seq_idx + (int64_t)(v12) * stride_seq_idx_0 + (int64_t)(v20) * 1);
-  // spec: specs/ssd_fwd.yaml:182:17
-  kg::bf16* v22 = reinterpret_cast<kg::bf16*>(smem + 0);
-  // spec: specs/ssd_fwd.yaml:168:17
-  const int v23 = (kg::floordiv(v1, v0));
-  // spec: specs/ssd_fwd.yaml:168:11
-  const int v24 = (kg::floordiv(v11, v23));
-  // spec: specs/ssd_fwd.yaml:182:21
-  kg::sync();
-  if ((true) && kg::thread_id() == 0) {
-    uint64_t* bar_ = &kg_bars[0];
-    kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
-    kg::mbar_expect_tx(bar_, 16384);
-    kg::tma_load_4d(&v22[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap0_C, bar_, 0, v24, v6 * 64, v12);
-    kg::tma_load_4d(&v22[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap0_C, bar_, 64, v24, v6 * 64, v12);
-  }
+  const int v25 = *(t_seq_idx + (int64_t)(v11) * stride_seq_idx_0 + (int64_t)(v24) * 1);
   // spec: specs/ssd_fwd.yaml:182:17
   kg::mbar_wait(&kg_bars[0], 0);
-  kg::sync();
-  // spec: specs/ssd_fwd.yaml:182:17
-  kg::bf16* v25 = reinterpret_cast<kg::bf16*>(smem + 16384);
-  // spec: specs/ssd_fwd.yaml:182:45
-  if ((true) && kg::thread_id() == 0) {
-    uint64_t* bar_ = &kg_bars[1];
-    kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
-    kg::mbar_expect_tx(bar_, 16384);
-    kg::tma_load_5d(&v25[((0) / 64 * 4096 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap1_prev_states, bar_, 0, 0, v11, v10, v12);
-    kg::tma_load_5d(&v25[((64) / 64 * 4096 + (0) * 64 + (((((64) >> 3) & 7) ^ ((0) & 7)) << 3) + ((64) & 7))], &tmap1_prev_states, bar_, 64, 0, v11, v10, v12);
-  }
   // spec: specs/ssd_fwd.yaml:182:17
   kg::mbar_wait(&kg_bars[1], 0);
   kg::sync();
   // spec: specs/ssd_fwd.yaml:182:17
-  kg::bf16* v26 = v25;
+  kg::bf16* v26 = v12;
   // spec: specs/ssd_fwd.yaml:182:17
   float v27[32];
   // spec: specs/ssd_fwd.yaml:182:17
   float (&v28)[32] = v27;
   {
     const int wg_ = 0;
-    const uint64_t da_ = kg::wgmma_desc(v22, 16, 1024, 1);
+    const uint64_t da_ = kg::wgmma_desc(v7, 16, 1024, 1);
     const uint64_t db_ = kg::wgmma_desc(v26, 16, 1024, 1);
     kg::wgmma_fence();
   #pragma unroll
@@ -158,214 +157,249 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_chunk_scan(const kg::bf16* __restr
           kg::wgmma_m64n64k16_bf16_ss<0, 0>(&v28[(rm * 1 + rn) * 32], da_ + (((((ks * 16)) / 64 * 4096 + (((wg_ / 1) * 64 + rm * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ / 1) * 64 + rm * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), db_ + (((((ks * 16)) / 64 * 4096 + (((wg_ % 1) * 64 + rn * 64)) * 64 + ((((((ks * 16)) >> 3) & 7) ^ ((((wg_ % 1) * 64 + rn * 64)) & 7)) << 3) + (((ks * 16)) & 7))) * 2 / 16), (ks > 0));
     kg::wgmma_commit();
   }
-  // spec: specs/ssd_fwd.yaml:199:17
-  kg::bf16* v29 = reinterpret_cast<kg::bf16*>(smem + 32768);
-  // spec: specs/ssd_fwd.yaml:189:7
-  const int v30 = 0;
-  // spec: specs/ssd_fwd.yaml:189:7
-  kg::bf16* v31 = v29 + (v30 % 2) * 2048;
-  // spec: specs/ssd_fwd.yaml:190:23
-  const int v32 = 8;
-  // spec: specs/ssd_fwd.yaml:190:23
-  const int v33 = (v10 * v32);
-  // spec: specs/ssd_fwd.yaml:189:22
-  const int v34 = 0;
-  // spec: specs/ssd_fwd.yaml:190:23
-  const int v35 = (v33 + v34);
-  // spec: specs/ssd_fwd.yaml:189:22
-  const int v36 = 32;
-  // spec: specs/ssd_fwd.yaml:189:22
-  const int v37 = 31;
-  // spec: specs/ssd_fwd.yaml:189:27
-  const int v38 = 64;
-  // spec: specs/ssd_fwd.yaml:189:28
-  const int v39 = 1;
-  // spec: specs/ssd_fwd.yaml:189:28
-  const int v40 = (v8 + v39);
-  // spec: specs/ssd_fwd.yaml:189:27
-  const int v41 = (v40 * v38);
-  // spec: specs/ssd_fwd.yaml:189:22
-  const int v42 = (v41 + v37);
-  // spec: specs/ssd_fwd.yaml:189:22
-  const int v43 = (kg::floordiv(v42, v36));
-  // spec: specs/ssd_fwd.yaml:189:7
-  const bool v44 = (v34 < v43);
-  // spec: specs/ssd_fwd.yaml:199:36
+  // spec: specs/ssd_fwd.yaml:198:69
+  int (&v29)[2] = v18;
+  // spec: specs/ssd_fwd.yaml:198:35
+  int v30[4];
+  {
+    int* scratch_ = reinterpret_cast<int*>(smem + 32768);
+  #pragma unroll
+    for (int e = 0; e < 2; ++e) scratch_[((0) + (0)) * 1 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8)) * 1] = v29[e];
+    kg::sync();
+  #pragma unroll
+    for (int e = 0; e < 4; ++e) v30[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + ((e & 1) * 16 + ((e >> 1) & 1) * 32)) * 1];
+  }
+  // spec: specs/ssd_fwd.yaml:189:15
+  const float v31 = 1.4426950408889634f;
+  // spec: specs/ssd_fwd.yaml:189:15
+  float v32[2];
+  #pragma unroll
+  for (int e = 0; e < 2; ++e) v32[e] = (v17[e] * v31);
+  // spec: specs/ssd_fwd.yaml:201:41
+  float (&v33)[2] = v32;
+  // spec: specs/ssd_fwd.yaml:201:41
+  float v34[4];
+  {
+    float* scratch_ = reinterpret_cast<float*>(smem + 32768);
+    kg::sync();
+  #pragma unroll
+    for (int e = 0; e < 2; ++e) scratch_[((0) + (0)) * 1 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8)) * 1] = v33[e];
+    kg::sync();
+  #pragma unroll
+    for (int e = 0; e < 4; ++e) v34[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + ((e & 1) * 16 + ((e >> 1) & 1) * 32)) * 1];
+  }
+  // spec: specs/ssd_fwd.yaml:202:17
+  kg::bf16* v35 = reinterpret_cast<kg::bf16*>(smem + 32768);
+  // spec: specs/ssd_fwd.yaml:190:7
+  const int v36 = 0;
+  // spec: specs/ssd_fwd.yaml:190:7
+  kg::bf16* v37 = v35 + (v36 % 2) * 2048;
+  // spec: specs/ssd_fwd.yaml:191:23
+  const int v38 = 8;
+  // spec: specs/ssd_fwd.yaml:191:23
+  const int v39 = (v14 * v38);
+  // spec: specs/ssd_fwd.yaml:190:22
+  const int v40 = 0;
+  // spec: specs/ssd_fwd.yaml:191:23
+  const int v41 = (v39 + v40);
+  // spec: specs/ssd_fwd.yaml:190:22
+  const int v42 = 32;
+  // spec: specs/ssd_fwd.yaml:190:22
+  const int v43 = 31;
+  // spec: specs/ssd_fwd.yaml:190:27
+  const int v44 = 64;
+  // spec: specs/ssd_fwd.yaml:190:28
+  const int v45 = 1;
+  // spec: specs/ssd_fwd.yaml:190:28
+  const int v46 = (v16 + v45);
+  // spec: specs/ssd_fwd.yaml:190:27
+  const int v47 = (v46 * v44);
+  // spec: specs/ssd_fwd.yaml:190:22
+  const int v48 = (v47 + v43);
+  // spec: specs/ssd_fwd.yaml:190:22
+  const int v49 = (kg::floordiv(v48, v42));
+  // spec: specs/ssd_fwd.yaml:190:7
+  const bool v50 = (v40 < v49);
+  // spec: specs/ssd_fwd.yaml:202:36
   kg::sync();
-  if ((v44) && kg::thread_id() == 0) {
-    uint64_t* bar_ = &kg_bars[2 + v30 % 2];
+  if ((v50) && kg::thread_id() == 0) {
+    uint64_t* bar_ = &kg_bars[2 + v36 % 2];
     kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
     kg::mbar_expect_tx(bar_, 4096);
-    kg::tma_load_4d(&v31[((0) / 64 * 2048 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_x, bar_, 0, v11, v35 * 32, v12);
+    kg::tma_load_4d(&v37[((0) / 64 * 2048 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_x, bar_, 0, v9, v41 * 32, v11);
   }
-  // spec: specs/ssd_fwd.yaml:189:7
-  const bool v45 = (v34 < v43);
-  // spec: specs/ssd_fwd.yaml:193:18
-  float v46[4];
-  {
-    const float* p_ = t_dA_cumsum + ((int64_t)(v12) * stride_dA_cumsum_0 + (int64_t)(v11) * stride_dA_cumsum_1 + (int64_t)(v10) * stride_dA_cumsum_2);
-    const bool aligned_ = kg::aligned(p_, 16) && stride_dA_cumsum_0 % 4 == 0 && stride_dA_cumsum_1 % 4 == 0 && stride_dA_cumsum_2 % 4 == 0;
-    const int t0_ = v34 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
-  #pragma unroll
-    for (int e = 0; e < 4; e += 4) {
-      const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
-      const int64_t off_ = (int64_t)i0_ * 1;
-      const bool in_ = v45 && i0_ + 4 <= (256);
-      if (aligned_ && in_) {
-        kg::copy_vec<4>(&v46[e], p_ + off_);
-      } else {
-  #pragma unroll
-        for (int v = 0; v < 4; ++v)
-          v46[e + v] = (v45 && i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
-      }
-    }
-  }
+  // spec: specs/ssd_fwd.yaml:190:7
+  const bool v51 = (v40 < v49);
   // spec: specs/ssd_fwd.yaml:194:18
-  float v47[4];
+  float v52[4];
   {
-    const float* p_ = t_dt_eff + ((int64_t)(v12) * stride_dt_eff_0 + (int64_t)(v11) * stride_dt_eff_1 + (int64_t)(v10) * stride_dt_eff_2);
+    const float* p_ = t_dA_cumsum + ((int64_t)(v11) * stride_dA_cumsum_0 + (int64_t)(v9) * stride_dA_cumsum_1 + (int64_t)(v14) * stride_dA_cumsum_2);
+    const bool aligned_ = kg::aligned(p_, 16) && stride_dA_cumsum_0 % 4 == 0 && stride_dA_cumsum_1 % 4 == 0 && stride_dA_cumsum_2 % 4 == 0;
+    const int t0_ = v40 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
+  #pragma unroll
+    for (int e = 0; e < 4; e += 4) {
+      const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
+      const int64_t off_ = (int64_t)i0_ * 1;
+      const bool in_ = v51 && i0_ + 4 <= (256);
+      if (aligned_ && in_) {
+        kg::copy_vec<4>(&v52[e], p_ + off_);
+      } else {
+  #pragma unroll
+        for (int v = 0; v < 4; ++v)
+          v52[e + v] = (v51 && i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
+      }
+    }
+  }
+  // spec: specs/ssd_fwd.yaml:195:18
+  float v53[4];
+  {
+    const float* p_ = t_dt_eff + ((int64_t)(v11) * stride_dt_eff_0 + (int64_t)(v9) * stride_dt_eff_1 + (int64_t)(v14) * stride_dt_eff_2);
     const bool aligned_ = kg::aligned(p_, 16) && stride_dt_eff_0 % 4 == 0 && stride_dt_eff_1 % 4 == 0 && stride_dt_eff_2 % 4 == 0;
-    const int t0_ = v34 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
+    const int t0_ = v40 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
   #pragma unroll
     for (int e = 0; e < 4; e += 4) {
       const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
       const int64_t off_ = (int64_t)i0_ * 1;
-      const bool in_ = v45 && i0_ + 4 <= (256);
+      const bool in_ = v51 && i0_ + 4 <= (256);
       if (aligned_ && in_) {
-        kg::copy_vec<4>(&v47[e], p_ + off_);
+        kg::copy_vec<4>(&v53[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 4; ++v)
-          v47[e + v] = (v45 && i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
+          v53[e + v] = (v51 && i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
       }
     }
   }
-  // spec: specs/ssd_fwd.yaml:190:23
-  const int v48 = 8;
-  // spec: specs/ssd_fwd.yaml:190:23
-  const int v49 = (v10 * v48);
-  // spec: specs/ssd_fwd.yaml:190:23
-  const int v50 = (v49 + v34);
-  // spec: specs/ssd_fwd.yaml:197:35
-  int v51[4];
-  {
-    const int* p_ = t_seq_idx + ((int64_t)(v12) * stride_seq_idx_0);
-    const bool aligned_ = kg::aligned(p_, 16) && stride_seq_idx_0 % 4 == 0;
-    const int t0_ = v50 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
-  #pragma unroll
-    for (int e = 0; e < 4; e += 4) {
-      const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
-      const int64_t off_ = (int64_t)i0_ * 1;
-      const bool in_ = v45 && i0_ + 4 <= (size_seqlen);
-      if (aligned_ && in_) {
-        kg::copy_vec<4>(&v51[e], p_ + off_);
-      } else {
-  #pragma unroll
-        for (int v = 0; v < 4; ++v)
-          v51[e + v] = (v45 && i0_ + v < (size_seqlen)) ? p_[off_ + v] : 0;
-      }
-    }
-  }
-  // spec: specs/ssd_fwd.yaml:198:40
-  float (&v52)[2] = v13;
-  // spec: specs/ssd_fwd.yaml:197:69
-  int (&v53)[2] = v14;
-  // spec: specs/ssd_fwd.yaml:172:34
-  int v54[4];
-  #pragma unroll
-  for (int e = 0; e < 4; ++e) v54[e] = (((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + ((e & 1) * 16 + ((e >> 1) & 1) * 32);
-  // spec: specs/ssd_fwd.yaml:172:20
-  const int v55 = 64;
-  // spec: specs/ssd_fwd.yaml:172:20
-  const int v56 = (v8 * v55);
-  // spec: specs/ssd_fwd.yaml:172:20
+  // spec: specs/ssd_fwd.yaml:191:23
+  const int v54 = 8;
+  // spec: specs/ssd_fwd.yaml:191:23
+  const int v55 = (v14 * v54);
+  // spec: specs/ssd_fwd.yaml:191:23
+  const int v56 = (v55 + v40);
+  // spec: specs/ssd_fwd.yaml:198:35
   int v57[4];
+  {
+    const int* p_ = t_seq_idx + ((int64_t)(v11) * stride_seq_idx_0);
+    const bool aligned_ = kg::aligned(p_, 16) && stride_seq_idx_0 % 4 == 0;
+    const int t0_ = v56 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v57[e] = (v56 + v54[e]);
-  // spec: specs/ssd_fwd.yaml:195:43
-  int (&v58)[4] = v57;
-  // spec: specs/ssd_fwd.yaml:195:20
+    for (int e = 0; e < 4; e += 4) {
+      const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
+      const int64_t off_ = (int64_t)i0_ * 1;
+      const bool in_ = v51 && i0_ + 4 <= (size_seqlen);
+      if (aligned_ && in_) {
+        kg::copy_vec<4>(&v57[e], p_ + off_);
+      } else {
+  #pragma unroll
+        for (int v = 0; v < 4; ++v)
+          v57[e + v] = (v51 && i0_ + v < (size_seqlen)) ? p_[off_ + v] : 0;
+      }
+    }
+  }
+  // spec: specs/ssd_fwd.yaml:201:41
+  float v58[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v58[e] = v34[((e >> 2) & 1) * 1 + ((e >> 3) & 1) * 2];
+  // spec: specs/ssd_fwd.yaml:198:35
   int v59[16];
   #pragma unroll
-  for (int e = 0; e < 16; ++e) v59[e] = v58[((e >> 2) & 1) * 1 + ((e >> 3) & 1) * 2];
-  // spec: specs/ssd_fwd.yaml:189:22
-  const int v60 = 1;
+  for (int e = 0; e < 16; ++e) v59[e] = v30[((e >> 2) & 1) * 1 + ((e >> 3) & 1) * 2];
+  // spec: specs/ssd_fwd.yaml:172:34
+  int v60[4];
+  #pragma unroll
+  for (int e = 0; e < 4; ++e) v60[e] = (((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + ((e & 1) * 16 + ((e >> 1) & 1) * 32);
+  // spec: specs/ssd_fwd.yaml:172:20
+  const int v61 = 64;
+  // spec: specs/ssd_fwd.yaml:172:20
+  const int v62 = (v16 * v61);
+  // spec: specs/ssd_fwd.yaml:172:20
+  int v63[4];
+  #pragma unroll
+  for (int e = 0; e < 4; ++e) v63[e] = (v62 + v60[e]);
+  // spec: specs/ssd_fwd.yaml:196:43
+  int (&v64)[4] = v63;
+  // spec: specs/ssd_fwd.yaml:196:20
+  int v65[16];
+  #pragma unroll
+  for (int e = 0; e < 16; ++e) v65[e] = v64[((e >> 2) & 1) * 1 + ((e >> 3) & 1) * 2];
+  // spec: specs/ssd_fwd.yaml:190:22
+  const int v66 = 1;
   // spec: specs/ssd_fwd.yaml:180:21
-  const float v61 = 0.0f;
+  const float v67 = 0.0f;
   // spec: specs/ssd_fwd.yaml:179:22
-  const int v62 = 0;
+  const int v68 = 0;
   // spec: specs/ssd_fwd.yaml:179:28
-  const int v63 = 0;
+  const int v69 = 0;
   // spec: specs/ssd_fwd.yaml:179:28
-  const bool v64 = (v10 > v63);
+  const bool v70 = (v14 > v69);
   // spec: specs/ssd_fwd.yaml:179:22
-  const int v65 = (v64 ? v21 : v62);
+  const int v71 = (v70 ? v25 : v68);
   // spec: specs/ssd_fwd.yaml:180:27
-  bool v66[2];
+  bool v72[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v66[e] = (v14[e] == v65);
+  for (int e = 0; e < 2; ++e) v72[e] = (v18[e] == v71);
   // spec: specs/ssd_fwd.yaml:175:17
-  float v67[2];
+  float v73[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v67[e] = kg::exp_(v13[e]);
+  for (int e = 0; e < 2; ++e) v73[e] = kg::exp_(v17[e]);
   // spec: specs/ssd_fwd.yaml:180:21
-  float v68[2];
+  float v74[2];
   #pragma unroll
-  for (int e = 0; e < 2; ++e) v68[e] = (v66[e] ? v67[e] : v61);
+  for (int e = 0; e < 2; ++e) v74[e] = (v72[e] ? v73[e] : v67);
   // spec: specs/ssd_fwd.yaml:182:83
-  float (&v69)[2] = v68;
+  float (&v75)[2] = v74;
   // spec: specs/ssd_fwd.yaml:182:17
-  float v70[32];
+  float v76[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v70[e] = v69[((e >> 1) & 1) * 1];
+  for (int e = 0; e < 32; ++e) v76[e] = v75[((e >> 1) & 1) * 1];
   // spec: specs/ssd_fwd.yaml:182:17
   kg::wgmma_wait<0>();
   #pragma unroll
   for (int e = 0; e < 32; ++e) kg::fence_operand(v28[e]);
-  float (&v71)[32] = v28;
+  float (&v77)[32] = v28;
   // spec: specs/ssd_fwd.yaml:182:17
-  float v72[32];
+  float v78[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v72[e] = (v71[e] * v70[e]);
-  // spec: specs/ssd_fwd.yaml:189:7
+  for (int e = 0; e < 32; ++e) v78[e] = (v77[e] * v76[e]);
+  // spec: specs/ssd_fwd.yaml:190:7
 
-  float v73[32];
+  float v79[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v73[e] = v72[e];
-  float v74[4];
+  for (int e = 0; e < 32; ++e) v79[e] = v78[e];
+  float v80[4];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v74[e] = v46[e];
-  float v75[4];
+  for (int e = 0; e < 4; ++e) v80[e] = v52[e];
+  float v81[4];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v75[e] = v47[e];
-  int v76[4];
+  for (int e = 0; e < 4; ++e) v81[e] = v53[e];
+  int v82[4];
   #pragma unroll
-  for (int e = 0; e < 4; ++e) v76[e] = v51[e];
-  for (int v77 = v34; v77 < v43; v77 += v60) {
-    float (&v78)[32] = v73;
-    float (&v79)[4] = v74;
-    float (&v80)[4] = v75;
-    int (&v81)[4] = v76;
+  for (int e = 0; e < 4; ++e) v82[e] = v57[e];
+  for (int v83 = v40; v83 < v49; v83 += v66) {
+    float (&v84)[32] = v79;
+    float (&v85)[4] = v80;
+    float (&v86)[4] = v81;
+    int (&v87)[4] = v82;
     
-    // spec: specs/ssd_fwd.yaml:189:7
-    const int v82 = (v77 - v34);
-    // spec: specs/ssd_fwd.yaml:189:7
-    const int v83 = (kg::floordiv(v82, v60));
-    // spec: specs/ssd_fwd.yaml:189:7
-    kg::bf16* v84 = v29 + (v83 % 2) * 2048;
-    // spec: specs/ssd_fwd.yaml:190:23
-    const int v85 = 8;
-    // spec: specs/ssd_fwd.yaml:190:23
-    const int v86 = (v10 * v85);
-    // spec: specs/ssd_fwd.yaml:190:23
-    const int v87 = (v86 + v77);
-    // spec: specs/ssd_fwd.yaml:192:16
-    float v88[16];
+    // spec: specs/ssd_fwd.yaml:190:7
+    const int v88 = (v83 - v40);
+    // spec: specs/ssd_fwd.yaml:190:7
+    const int v89 = (kg::floordiv(v88, v66));
+    // spec: specs/ssd_fwd.yaml:190:7
+    kg::bf16* v90 = v35 + (v89 % 2) * 2048;
+    // spec: specs/ssd_fwd.yaml:191:23
+    const int v91 = 8;
+    // spec: specs/ssd_fwd.yaml:191:23
+    const int v92 = (v14 * v91);
+    // spec: specs/ssd_fwd.yaml:191:23
+    const int v93 = (v92 + v83);
+    // spec: specs/ssd_fwd.yaml:193:16
+    float v94[16];
     {
-      const float* p_ = t_CB + ((int64_t)(v12) * stride_CB_0 + (int64_t)(v10) * stride_CB_1 + (int64_t)(v24) * stride_CB_2);
+      const float* p_ = t_CB + ((int64_t)(v11) * stride_CB_0 + (int64_t)(v14) * stride_CB_1 + (int64_t)(v10) * stride_CB_2);
       const bool aligned_ = kg::aligned(p_, 16) && stride_CB_0 % 4 == 0 && stride_CB_1 % 4 == 0 && stride_CB_2 % 4 == 0 && stride_CB_3 % 4 == 0;
-      const int t0_ = v8 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
-      const int t1_ = v77 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
+      const int t0_ = v16 * 64 + ((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8;
+      const int t1_ = v83 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
     #pragma unroll
       for (int e = 0; e < 16; e += 4) {
         const int i0_ = t0_ + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32;
@@ -373,239 +407,215 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_chunk_scan(const kg::bf16* __restr
         const int64_t off_ = (int64_t)i0_ * stride_CB_3 + (int64_t)i1_ * 1;
         const bool in_ = i0_ < (256) && i1_ + 4 <= (256);
         if (aligned_ && in_) {
-          kg::copy_vec<4>(&v88[e], p_ + off_);
-        } else {
-    #pragma unroll
-          for (int v = 0; v < 4; ++v)
-            v88[e + v] = (i0_ < (256) && i1_ + v < (256)) ? p_[off_ + v] : 0.0f;
-        }
-      }
-    }
-    // spec: specs/ssd_fwd.yaml:193:18
-    const int v89 = (v77 + v60);
-    // spec: specs/ssd_fwd.yaml:193:18
-    const bool v90 = (v89 < v43);
-    // spec: specs/ssd_fwd.yaml:193:18
-    float v91[4];
-    {
-      const float* p_ = t_dA_cumsum + ((int64_t)(v12) * stride_dA_cumsum_0 + (int64_t)(v11) * stride_dA_cumsum_1 + (int64_t)(v10) * stride_dA_cumsum_2);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_dA_cumsum_0 % 4 == 0 && stride_dA_cumsum_1 % 4 == 0 && stride_dA_cumsum_2 % 4 == 0;
-      const int t0_ = v89 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
-    #pragma unroll
-      for (int e = 0; e < 4; e += 4) {
-        const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
-        const int64_t off_ = (int64_t)i0_ * 1;
-        const bool in_ = v90 && i0_ + 4 <= (256);
-        if (aligned_ && in_) {
-          kg::copy_vec<4>(&v91[e], p_ + off_);
-        } else {
-    #pragma unroll
-          for (int v = 0; v < 4; ++v)
-            v91[e + v] = (v90 && i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
-        }
-      }
-    }
-    // spec: specs/ssd_fwd.yaml:194:18
-    const int v92 = (v77 + v60);
-    // spec: specs/ssd_fwd.yaml:194:18
-    const bool v93 = (v92 < v43);
-    // spec: specs/ssd_fwd.yaml:194:18
-    float v94[4];
-    {
-      const float* p_ = t_dt_eff + ((int64_t)(v12) * stride_dt_eff_0 + (int64_t)(v11) * stride_dt_eff_1 + (int64_t)(v10) * stride_dt_eff_2);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_dt_eff_0 % 4 == 0 && stride_dt_eff_1 % 4 == 0 && stride_dt_eff_2 % 4 == 0;
-      const int t0_ = v92 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
-    #pragma unroll
-      for (int e = 0; e < 4; e += 4) {
-        const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
-        const int64_t off_ = (int64_t)i0_ * 1;
-        const bool in_ = v93 && i0_ + 4 <= (256);
-        if (aligned_ && in_) {
           kg::copy_vec<4>(&v94[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 4; ++v)
-            v94[e + v] = (v93 && i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
+            v94[e + v] = (i0_ < (256) && i1_ + v < (256)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
-    // spec: specs/ssd_fwd.yaml:190:23
-    const int v95 = 8;
-    // spec: specs/ssd_fwd.yaml:190:23
-    const int v96 = (v10 * v95);
-    // spec: specs/ssd_fwd.yaml:197:35
-    const int v97 = (v77 + v60);
-    // spec: specs/ssd_fwd.yaml:190:23
-    const int v98 = (v96 + v97);
-    // spec: specs/ssd_fwd.yaml:197:35
-    const bool v99 = (v97 < v43);
-    // spec: specs/ssd_fwd.yaml:197:35
-    int v100[4];
+    // spec: specs/ssd_fwd.yaml:194:18
+    const int v95 = (v83 + v66);
+    // spec: specs/ssd_fwd.yaml:194:18
+    const bool v96 = (v95 < v49);
+    // spec: specs/ssd_fwd.yaml:194:18
+    float v97[4];
     {
-      const int* p_ = t_seq_idx + ((int64_t)(v12) * stride_seq_idx_0);
-      const bool aligned_ = kg::aligned(p_, 16) && stride_seq_idx_0 % 4 == 0;
+      const float* p_ = t_dA_cumsum + ((int64_t)(v11) * stride_dA_cumsum_0 + (int64_t)(v9) * stride_dA_cumsum_1 + (int64_t)(v14) * stride_dA_cumsum_2);
+      const bool aligned_ = kg::aligned(p_, 16) && stride_dA_cumsum_0 % 4 == 0 && stride_dA_cumsum_1 % 4 == 0 && stride_dA_cumsum_2 % 4 == 0;
+      const int t0_ = v95 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
+    #pragma unroll
+      for (int e = 0; e < 4; e += 4) {
+        const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
+        const int64_t off_ = (int64_t)i0_ * 1;
+        const bool in_ = v96 && i0_ + 4 <= (256);
+        if (aligned_ && in_) {
+          kg::copy_vec<4>(&v97[e], p_ + off_);
+        } else {
+    #pragma unroll
+          for (int v = 0; v < 4; ++v)
+            v97[e + v] = (v96 && i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
+        }
+      }
+    }
+    // spec: specs/ssd_fwd.yaml:195:18
+    const int v98 = (v83 + v66);
+    // spec: specs/ssd_fwd.yaml:195:18
+    const bool v99 = (v98 < v49);
+    // spec: specs/ssd_fwd.yaml:195:18
+    float v100[4];
+    {
+      const float* p_ = t_dt_eff + ((int64_t)(v11) * stride_dt_eff_0 + (int64_t)(v9) * stride_dt_eff_1 + (int64_t)(v14) * stride_dt_eff_2);
+      const bool aligned_ = kg::aligned(p_, 16) && stride_dt_eff_0 % 4 == 0 && stride_dt_eff_1 % 4 == 0 && stride_dt_eff_2 % 4 == 0;
       const int t0_ = v98 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
     #pragma unroll
       for (int e = 0; e < 4; e += 4) {
         const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
         const int64_t off_ = (int64_t)i0_ * 1;
-        const bool in_ = v99 && i0_ + 4 <= (size_seqlen);
+        const bool in_ = v99 && i0_ + 4 <= (256);
         if (aligned_ && in_) {
           kg::copy_vec<4>(&v100[e], p_ + off_);
         } else {
     #pragma unroll
           for (int v = 0; v < 4; ++v)
-            v100[e + v] = (v99 && i0_ + v < (size_seqlen)) ? p_[off_ + v] : 0;
+            v100[e + v] = (v99 && i0_ + v < (256)) ? p_[off_ + v] : 0.0f;
         }
       }
     }
-    // spec: specs/ssd_fwd.yaml:197:35
-    int v101[4];
+    // spec: specs/ssd_fwd.yaml:191:23
+    const int v101 = 8;
+    // spec: specs/ssd_fwd.yaml:191:23
+    const int v102 = (v14 * v101);
+    // spec: specs/ssd_fwd.yaml:198:35
+    const int v103 = (v83 + v66);
+    // spec: specs/ssd_fwd.yaml:191:23
+    const int v104 = (v102 + v103);
+    // spec: specs/ssd_fwd.yaml:198:35
+    const bool v105 = (v103 < v49);
+    // spec: specs/ssd_fwd.yaml:198:35
+    int v106[4];
     {
-      int* scratch_ = reinterpret_cast<int*>(smem + 0);
-      kg::sync();
+      const int* p_ = t_seq_idx + ((int64_t)(v11) * stride_seq_idx_0);
+      const bool aligned_ = kg::aligned(p_, 16) && stride_seq_idx_0 % 4 == 0;
+      const int t0_ = v104 * 32 + (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16;
     #pragma unroll
-      for (int e = 0; e < 2; ++e) scratch_[((0) + (0)) * 1 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8)) * 1] = v53[e];
-      kg::sync();
+      for (int e = 0; e < 4; e += 4) {
+        const int i0_ = t0_ + (e & 1) * 1 + ((e >> 1) & 1) * 2;
+        const int64_t off_ = (int64_t)i0_ * 1;
+        const bool in_ = v105 && i0_ + 4 <= (size_seqlen);
+        if (aligned_ && in_) {
+          kg::copy_vec<4>(&v106[e], p_ + off_);
+        } else {
     #pragma unroll
-      for (int e = 0; e < 4; ++e) v101[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + ((e & 1) * 16 + ((e >> 1) & 1) * 32)) * 1];
+          for (int v = 0; v < 4; ++v)
+            v106[e + v] = (v105 && i0_ + v < (size_seqlen)) ? p_[off_ + v] : 0;
+        }
+      }
     }
-    // spec: specs/ssd_fwd.yaml:198:40
-    float v102[4];
-    {
-      float* scratch_ = reinterpret_cast<float*>(smem + 0);
-      kg::sync();
-    #pragma unroll
-      for (int e = 0; e < 2; ++e) scratch_[((0) + (0)) * 1 + ((((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32) + ((e & 1) * 8)) * 1] = v52[e];
-      kg::sync();
-    #pragma unroll
-      for (int e = 0; e < 4; ++e) v102[e] = scratch_[((0) + (0)) * 1 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + ((e & 1) * 16 + ((e >> 1) & 1) * 32)) * 1];
-    }
-    // spec: specs/ssd_fwd.yaml:198:17
-    const float v103 = 0.0f;
-    // spec: specs/ssd_fwd.yaml:198:73
-    float (&v104)[4] = v80;
-    // spec: specs/ssd_fwd.yaml:198:31
-    float v105[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v105[e] = v104[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-    // spec: specs/ssd_fwd.yaml:198:56
-    float (&v106)[4] = v79;
-    // spec: specs/ssd_fwd.yaml:198:40
-    float v107[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v107[e] = v106[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-    // spec: specs/ssd_fwd.yaml:198:40
-    float v108[16];
-    #pragma unroll
-    for (int e = 0; e < 16; ++e) v108[e] = v102[((e >> 2) & 1) * 1 + ((e >> 3) & 1) * 2];
-    // spec: specs/ssd_fwd.yaml:198:40
+    // spec: specs/ssd_fwd.yaml:201:17
+    const float v107 = 0.0f;
+    // spec: specs/ssd_fwd.yaml:201:96
+    float (&v108)[4] = v86;
+    // spec: specs/ssd_fwd.yaml:201:31
     float v109[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v109[e] = (v108[e] - v107[e]);
-    // spec: specs/ssd_fwd.yaml:198:36
-    float v110[16];
+    for (int e = 0; e < 16; ++e) v109[e] = v108[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
+    // spec: specs/ssd_fwd.yaml:201:58
+    const float v110 = 1.4426950408889634f;
+    // spec: specs/ssd_fwd.yaml:201:58
+    float (&v111)[4] = v85;
+    // spec: specs/ssd_fwd.yaml:201:58
+    float v112[4];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v110[e] = kg::exp_(v109[e]);
-    // spec: specs/ssd_fwd.yaml:198:31
-    float v111[16];
+    for (int e = 0; e < 4; ++e) v112[e] = (v111[e] * v110);
+    // spec: specs/ssd_fwd.yaml:201:41
+    float v113[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v111[e] = (v88[e] * v110[e]);
-    // spec: specs/ssd_fwd.yaml:198:31
-    float v112[16];
+    for (int e = 0; e < 16; ++e) v113[e] = v112[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
+    // spec: specs/ssd_fwd.yaml:201:41
+    float v114[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v112[e] = (v111[e] * v105[e]);
-    // spec: specs/ssd_fwd.yaml:197:35
-    int v113[16];
+    for (int e = 0; e < 16; ++e) v114[e] = (v58[e] - v113[e]);
+    // spec: specs/ssd_fwd.yaml:201:36
+    float v115[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v113[e] = v101[((e >> 2) & 1) * 1 + ((e >> 3) & 1) * 2];
-    // spec: specs/ssd_fwd.yaml:197:35
-    int (&v114)[4] = v81;
-    // spec: specs/ssd_fwd.yaml:197:35
-    int v115[16];
+    for (int e = 0; e < 16; ++e) v115[e] = kg::exp2_(v114[e]);
+    // spec: specs/ssd_fwd.yaml:201:31
+    float v116[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v115[e] = v114[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-    // spec: specs/ssd_fwd.yaml:197:35
-    bool v116[16];
+    for (int e = 0; e < 16; ++e) v116[e] = (v94[e] * v115[e]);
+    // spec: specs/ssd_fwd.yaml:201:31
+    float v117[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v116[e] = (v115[e] == v113[e]);
-    // spec: specs/ssd_fwd.yaml:191:38
-    int v117[4];
+    for (int e = 0; e < 16; ++e) v117[e] = (v116[e] * v109[e]);
+    // spec: specs/ssd_fwd.yaml:198:35
+    int (&v118)[4] = v87;
+    // spec: specs/ssd_fwd.yaml:198:35
+    int v119[16];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v117[e] = ((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16) + ((e & 1) * 1 + ((e >> 1) & 1) * 2);
-    // spec: specs/ssd_fwd.yaml:191:24
-    const int v118 = 32;
-    // spec: specs/ssd_fwd.yaml:191:24
-    const int v119 = (v77 * v118);
-    // spec: specs/ssd_fwd.yaml:191:24
-    int v120[4];
+    for (int e = 0; e < 16; ++e) v119[e] = v118[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
+    // spec: specs/ssd_fwd.yaml:198:35
+    bool v120[16];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v120[e] = (v119 + v117[e]);
-    // spec: specs/ssd_fwd.yaml:195:20
-    int (&v121)[4] = v120;
-    // spec: specs/ssd_fwd.yaml:195:20
-    int v122[16];
+    for (int e = 0; e < 16; ++e) v120[e] = (v119[e] == v59[e]);
+    // spec: specs/ssd_fwd.yaml:192:38
+    int v121[4];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v122[e] = v121[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
-    // spec: specs/ssd_fwd.yaml:195:20
-    bool v123[16];
+    for (int e = 0; e < 4; ++e) v121[e] = ((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16) + ((e & 1) * 1 + ((e >> 1) & 1) * 2);
+    // spec: specs/ssd_fwd.yaml:192:24
+    const int v122 = 32;
+    // spec: specs/ssd_fwd.yaml:192:24
+    const int v123 = (v83 * v122);
+    // spec: specs/ssd_fwd.yaml:192:24
+    int v124[4];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v123[e] = (v122[e] <= v59[e]);
-    // spec: specs/ssd_fwd.yaml:197:24
-    bool v124[16];
+    for (int e = 0; e < 4; ++e) v124[e] = (v123 + v121[e]);
+    // spec: specs/ssd_fwd.yaml:196:20
+    int (&v125)[4] = v124;
+    // spec: specs/ssd_fwd.yaml:196:20
+    int v126[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v124[e] = (v123[e] && v116[e]);
-    // spec: specs/ssd_fwd.yaml:198:17
-    float v125[16];
+    for (int e = 0; e < 16; ++e) v126[e] = v125[((e >> 0) & 1) * 1 + ((e >> 1) & 1) * 2];
+    // spec: specs/ssd_fwd.yaml:196:20
+    bool v127[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v125[e] = (v124[e] ? v112[e] : v103);
-    // spec: specs/ssd_fwd.yaml:199:21
-    kg::bf16 v126[16];
+    for (int e = 0; e < 16; ++e) v127[e] = (v126[e] <= v65[e]);
+    // spec: specs/ssd_fwd.yaml:198:24
+    bool v128[16];
     #pragma unroll
-    for (int e = 0; e < 16; ++e) v126[e] = kg::cvt<kg::bf16>(v125[e]);
-    // spec: specs/ssd_fwd.yaml:199:17
-    kg::bf16* v127 = reinterpret_cast<kg::bf16*>(smem + 0);
+    for (int e = 0; e < 16; ++e) v128[e] = (v127[e] && v120[e]);
+    // spec: specs/ssd_fwd.yaml:201:17
+    float v129[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v129[e] = (v128[e] ? v117[e] : v107);
+    // spec: specs/ssd_fwd.yaml:202:21
+    kg::bf16 v130[16];
+    #pragma unroll
+    for (int e = 0; e < 16; ++e) v130[e] = kg::cvt<kg::bf16>(v129[e]);
+    // spec: specs/ssd_fwd.yaml:202:17
+    kg::bf16* v131 = reinterpret_cast<kg::bf16*>(smem + 0);
     kg::sync();
     #pragma unroll
-    for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v127[(((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32)) / 8 * 4 + (((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) / 8) * 64 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32)) % 8 * 8 + (((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) % 8], &v126[e]);
+    for (int e = 0; e < 16; e += 4) kg::copy_vec<4>(&v131[(((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32)) / 8 * 4 + (((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) / 8) * 64 + ((((lane >> 3) & 1) * 1 + ((lane >> 4) & 1) * 2 + (warp & 1) * 4 + ((warp >> 1) & 1) * 8) + (((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32)) % 8 * 8 + (((lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16) + ((e & 1) * 1 + ((e >> 1) & 1) * 2)) % 8], &v130[e]);
     kg::fence_proxy_async();
 
-    // spec: specs/ssd_fwd.yaml:199:17
-    kg::mbar_wait(&kg_bars[2 + v83 % 2], (v83 / 2) & 1);
+    // spec: specs/ssd_fwd.yaml:202:17
+    kg::mbar_wait(&kg_bars[2 + v89 % 2], (v89 / 2) & 1);
     kg::sync();
-    // spec: specs/ssd_fwd.yaml:189:7
-    const int v128 = 1;
-    // spec: specs/ssd_fwd.yaml:189:7
-    const int v129 = (v83 + v128);
-    // spec: specs/ssd_fwd.yaml:189:7
-    kg::bf16* v130 = v29 + (v129 % 2) * 2048;
-    // spec: specs/ssd_fwd.yaml:190:23
-    const int v131 = 8;
-    // spec: specs/ssd_fwd.yaml:190:23
-    const int v132 = (v10 * v131);
-    // spec: specs/ssd_fwd.yaml:199:36
-    const int v133 = (v77 + v60);
-    // spec: specs/ssd_fwd.yaml:190:23
-    const int v134 = (v132 + v133);
-    // spec: specs/ssd_fwd.yaml:199:36
-    const bool v135 = (v133 < v43);
-    // spec: specs/ssd_fwd.yaml:199:36
-    if ((v135) && kg::thread_id() == 0) {
-      uint64_t* bar_ = &kg_bars[2 + v129 % 2];
+    // spec: specs/ssd_fwd.yaml:190:7
+    const int v132 = 1;
+    // spec: specs/ssd_fwd.yaml:190:7
+    const int v133 = (v89 + v132);
+    // spec: specs/ssd_fwd.yaml:190:7
+    kg::bf16* v134 = v35 + (v133 % 2) * 2048;
+    // spec: specs/ssd_fwd.yaml:191:23
+    const int v135 = 8;
+    // spec: specs/ssd_fwd.yaml:191:23
+    const int v136 = (v14 * v135);
+    // spec: specs/ssd_fwd.yaml:202:36
+    const int v137 = (v83 + v66);
+    // spec: specs/ssd_fwd.yaml:191:23
+    const int v138 = (v136 + v137);
+    // spec: specs/ssd_fwd.yaml:202:36
+    const bool v139 = (v137 < v49);
+    // spec: specs/ssd_fwd.yaml:202:36
+    if ((v139) && kg::thread_id() == 0) {
+      uint64_t* bar_ = &kg_bars[2 + v133 % 2];
       kg::fence_proxy_async();  // earlier reads of this slot (generic proxy) before the copy engine's writes
       kg::mbar_expect_tx(bar_, 4096);
-      kg::tma_load_4d(&v130[((0) / 64 * 2048 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_x, bar_, 0, v11, v134 * 32, v12);
+      kg::tma_load_4d(&v134[((0) / 64 * 2048 + (0) * 64 + (((((0) >> 3) & 7) ^ ((0) & 7)) << 3) + ((0) & 7))], &tmap2_x, bar_, 0, v9, v138 * 32, v11);
     }
-    // spec: specs/ssd_fwd.yaml:199:17
-    float (&v136)[32] = v78;
+    // spec: specs/ssd_fwd.yaml:202:17
+    float (&v140)[32] = v84;
     {
       const int wg_ = 0;
-      const uint64_t da_ = kg::wgmma_desc(v127, 128, 512, 0);
-      const uint64_t db_ = kg::wgmma_desc(v84, 4096, 1024, 1);
+      const uint64_t da_ = kg::wgmma_desc(v131, 128, 512, 0);
+      const uint64_t db_ = kg::wgmma_desc(v90, 4096, 1024, 1);
       // the accumulator's value is final before the fence: nvcc may not sink its last writes past it
       // (ptxas would then insert a warpgroup.arrive, C7519)
     #pragma unroll
-      for (int e = 0; e < 32; ++e) kg::fence_operand(v136[e]);
+      for (int e = 0; e < 32; ++e) kg::fence_operand(v140[e]);
       kg::wgmma_fence();
     #pragma unroll
       for (int ks = 0; ks < 2; ++ks)
@@ -613,47 +623,47 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_chunk_scan(const kg::bf16* __restr
         for (int rm = 0; rm < 1; ++rm)
     #pragma unroll
           for (int rn = 0; rn < 1; ++rn)
-            kg::wgmma_m64n64k16_bf16_ss<0, 1>(&v136[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 8 * 4 + ((ks * 16)) / 8) * 64 + (((wg_ / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 2048 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
+            kg::wgmma_m64n64k16_bf16_ss<0, 1>(&v140[(rm * 1 + rn) * 32], da_ + ((((((wg_ / 1) * 64 + rm * 64)) / 8 * 4 + ((ks * 16)) / 8) * 64 + (((wg_ / 1) * 64 + rm * 64)) % 8 * 8 + ((ks * 16)) % 8) * 2 / 16), db_ + ((((((wg_ % 1) * 64 + rn * 64)) / 64 * 2048 + ((ks * 16)) * 64 + (((((((wg_ % 1) * 64 + rn * 64)) >> 3) & 7) ^ (((ks * 16)) & 7)) << 3) + ((((wg_ % 1) * 64 + rn * 64)) & 7))) * 2 / 16), 1);
       kg::wgmma_commit();
     }
-    // spec: specs/ssd_fwd.yaml:199:17
+    // spec: specs/ssd_fwd.yaml:202:17
     kg::wgmma_wait<0>();
     #pragma unroll
-    for (int e = 0; e < 32; ++e) kg::fence_operand(v136[e]);
-    float (&v137)[32] = v136;
-    // spec: specs/ssd_fwd.yaml:199:17
+    for (int e = 0; e < 32; ++e) kg::fence_operand(v140[e]);
+    float (&v141)[32] = v140;
+    // spec: specs/ssd_fwd.yaml:202:17
 
     float y0_[32];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) y0_[e] = v137[e];
+    for (int e = 0; e < 32; ++e) y0_[e] = v141[e];
     float y1_[4];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) y1_[e] = v91[e];
+    for (int e = 0; e < 4; ++e) y1_[e] = v97[e];
     float y2_[4];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) y2_[e] = v94[e];
+    for (int e = 0; e < 4; ++e) y2_[e] = v100[e];
     int y3_[4];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) y3_[e] = v100[e];
+    for (int e = 0; e < 4; ++e) y3_[e] = v106[e];
     #pragma unroll
-    for (int e = 0; e < 32; ++e) v73[e] = y0_[e];
+    for (int e = 0; e < 32; ++e) v79[e] = y0_[e];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v74[e] = y1_[e];
+    for (int e = 0; e < 4; ++e) v80[e] = y1_[e];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v75[e] = y2_[e];
+    for (int e = 0; e < 4; ++e) v81[e] = y2_[e];
     #pragma unroll
-    for (int e = 0; e < 4; ++e) v76[e] = y3_[e];
+    for (int e = 0; e < 4; ++e) v82[e] = y3_[e];
   }
-  // spec: specs/ssd_fwd.yaml:189:7
+  // spec: specs/ssd_fwd.yaml:190:7
   if (kg::thread_id() == 0) {
-    const int n_ = kg::cdiv(kg::max_(v43 - v34, 0), v60);
+    const int n_ = kg::cdiv(kg::max_(v49 - v40, 0), v66);
     if (((n_ + 1) / 2) & 1) kg::mbar_arrive(&kg_bars[2]);
     if (((n_ + 0) / 2) & 1) kg::mbar_arrive(&kg_bars[3]);
   }
-  // spec: specs/ssd_fwd.yaml:200:19
-  kg::bf16 v138[32];
+  // spec: specs/ssd_fwd.yaml:203:19
+  kg::bf16 v142[32];
   {
-    const kg::bf16* p_ = t_x + ((int64_t)(v12) * stride_x_0 + (int64_t)(v11) * stride_x_2);
+    const kg::bf16* p_ = t_x + ((int64_t)(v11) * stride_x_0 + (int64_t)(v9) * stride_x_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_x_0 % 2 == 0 && stride_x_1 % 2 == 0 && stride_x_2 % 2 == 0;
     const int t0_ = v6 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
     const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
@@ -664,18 +674,18 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_chunk_scan(const kg::bf16* __restr
       const int64_t off_ = (int64_t)i0_ * stride_x_1 + (int64_t)i1_ * 1;
       const bool in_ = i0_ < (size_seqlen);
       if (aligned_ && in_) {
-        kg::copy_vec<2>(&v138[e], p_ + off_);
+        kg::copy_vec<2>(&v142[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          v138[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
+          v142[e + v] = (i0_ < (size_seqlen)) ? p_[off_ + v] : kg::cvt<kg::bf16>(0.0f);
       }
     }
   }
-  // spec: specs/ssd_fwd.yaml:200:53
-  float v139[16];
+  // spec: specs/ssd_fwd.yaml:203:53
+  float v143[16];
   {
-    const float* p_ = t_D + ((int64_t)(v11) * stride_D_0);
+    const float* p_ = t_D + ((int64_t)(v9) * stride_D_0);
     const bool aligned_ = kg::aligned(p_, 8) && stride_D_0 % 2 == 0;
     const int t0_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
   #pragma unroll
@@ -684,39 +694,39 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_chunk_scan(const kg::bf16* __restr
       const int64_t off_ = (int64_t)i0_ * 1;
       const bool in_ = true;
       if (aligned_ && in_) {
-        kg::copy_vec<2>(&v139[e], p_ + off_);
+        kg::copy_vec<2>(&v143[e], p_ + off_);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          v139[e + v] = (true) ? p_[off_ + v] : 0.0f;
+          v143[e + v] = (true) ? p_[off_ + v] : 0.0f;
       }
     }
   }
-  // spec: specs/ssd_fwd.yaml:200:53
-  float (&v140)[16] = v139;
-  // spec: specs/ssd_fwd.yaml:200:19
-  float v141[32];
+  // spec: specs/ssd_fwd.yaml:203:53
+  float (&v144)[16] = v143;
+  // spec: specs/ssd_fwd.yaml:203:19
+  float v145[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v141[e] = v140[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-  // spec: specs/ssd_fwd.yaml:200:19
-  float v142[32];
+  for (int e = 0; e < 32; ++e) v145[e] = v144[((e >> 0) & 1) * 1 + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+  // spec: specs/ssd_fwd.yaml:203:19
+  float v146[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v142[e] = kg::cvt<float>(kg::f32(v138[e]));
-  // spec: specs/ssd_fwd.yaml:200:19
-  float v143[32];
+  for (int e = 0; e < 32; ++e) v146[e] = kg::cvt<float>(kg::f32(v142[e]));
+  // spec: specs/ssd_fwd.yaml:203:19
+  float v147[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v143[e] = (v142[e] * v141[e]);
-  // spec: specs/ssd_fwd.yaml:200:13
-  float v144[32];
+  for (int e = 0; e < 32; ++e) v147[e] = (v146[e] * v145[e]);
+  // spec: specs/ssd_fwd.yaml:203:13
+  float v148[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v144[e] = (v73[e] + v143[e]);
-  // spec: specs/ssd_fwd.yaml:201:31
-  kg::bf16 v145[32];
+  for (int e = 0; e < 32; ++e) v148[e] = (v79[e] + v147[e]);
+  // spec: specs/ssd_fwd.yaml:204:31
+  kg::bf16 v149[32];
   #pragma unroll
-  for (int e = 0; e < 32; ++e) v145[e] = kg::cvt<kg::bf16>(v144[e]);
-  // spec: specs/ssd_fwd.yaml:201:7
+  for (int e = 0; e < 32; ++e) v149[e] = kg::cvt<kg::bf16>(v148[e]);
+  // spec: specs/ssd_fwd.yaml:204:7
   if ((lane & 0) == 0 && (warp & 0) == 0) {
-    kg::bf16* p_ = t_y + ((int64_t)(v12) * stride_y_0 + (int64_t)(v11) * stride_y_2);
+    kg::bf16* p_ = t_y + ((int64_t)(v11) * stride_y_0 + (int64_t)(v9) * stride_y_2);
     const bool aligned_ = kg::aligned(p_, 4) && stride_y_0 % 2 == 0 && stride_y_1 % 2 == 0 && stride_y_2 % 2 == 0;
     const int t0_ = v6 * 64 + ((lane >> 2) & 1) * 1 + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32;
     const int t1_ = 0 + (lane & 1) * 2 + ((lane >> 1) & 1) * 4;
@@ -726,11 +736,11 @@ KG_KERNEL void __launch_bounds__(128) ssd_fwd_chunk_scan(const kg::bf16* __restr
       const int i1_ = t1_ + (e & 1) * 1 + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32;
       const int64_t off_ = (int64_t)i0_ * stride_y_1 + (int64_t)i1_ * 1;
       if (aligned_ && i0_ < (size_seqlen)) {
-        kg::copy_vec<2>(p_ + off_, &v145[e]);
+        kg::copy_vec<2>(p_ + off_, &v149[e]);
       } else {
   #pragma unroll
         for (int v = 0; v < 2; ++v)
-          if (i0_ < (size_seqlen)) p_[off_ + v] = v145[e + v];
+          if (i0_ < (size_seqlen)) p_[off_ + v] = v149[e + v];
       }
     }
   }

@@ -7,8 +7,9 @@ which place their own barriers; a nested loop counts as both. Walking a block in
   - a write needs a barrier before it only if some warp may still be reading since the last
     barrier (the buffer may be the one just read: plan_shared_memory reuses dead buffers);
   - a run of stages needs one barrier after its last write, before the first read;
-  - `wait_async` always ends in a barrier (the copies of every thread become visible), which
-    also clears the reads before it.
+  - `wait_async` ends in a barrier (the copies of every thread become visible), which also
+    clears the reads before it; a wait right before another wait leaves it to that one
+    (`barrier`: two copies issued together, passes/early_copies.py, are waited for with one).
 
 In a loop body the previous iteration's reads are in flight at the top, so the first write
 there has its barrier. Attention's forward thus has four barriers per key block: after each
@@ -36,7 +37,7 @@ def _reads_shared(op: Op) -> bool:
 def _place(block: Block) -> None:
     reads_since_sync = True  # conservatively: whatever ran before this block may still read
     unsynced_stage: Op | None = None  # the last stage whose writes no barrier has published yet
-    for op in block.ops:
+    for i, op in enumerate(block.ops):
         if op.body is not None:
             _place(op.body)
         if op.kind in ("stage", "copy_async"):
@@ -47,6 +48,8 @@ def _place(block: Block) -> None:
                 op.attrs["sync_after"] = False
                 unsynced_stage = op
         elif op.kind == "wait_async":
+            following = block.ops[i + 1] if i + 1 < len(block.ops) else None
+            op.attrs["barrier"] = following is None or following.kind != "wait_async"
             reads_since_sync, unsynced_stage = False, None
         elif _reads_shared(op):
             if unsynced_stage is not None:

@@ -20,8 +20,11 @@ from __future__ import annotations
 from ...hw.descriptor import Target
 from ..core import Block, Kernel, Op, Value, rename_operands, walk
 
-# ops that only relabel which lane holds what: free to compute anywhere, no memory access
-MOVABLE = ("trans", "expand", "broadcast", "stage", "view_shared")
+# ops that only relabel which lane holds what: free to compute anywhere, no memory access; and
+# `convert`, which moves an invariant tile to another layout through shared memory with two
+# barriers: done once before the loop instead of every iteration (the chunked scan's cumsum
+# column, converted for its (rows x sources) weights, was converted again for each source block)
+MOVABLE = ("trans", "expand", "broadcast", "stage", "view_shared", "convert")
 
 
 def hoist_invariant_stages(k: Kernel, target: Target) -> Kernel:
