@@ -1,5 +1,16 @@
+"""kgen: YAML op specs -> tile IR -> HIP or CUDA -> PyTorch ops with autograd.
+
+`kgen.load` is imported on first use, so that the command line (which mostly needs no torch)
+starts without importing torch.
+"""
 __version__ = "0.1.0"
 
-from .runtime.op import load  # noqa: E402
-
 __all__ = ["load", "__version__"]
+
+
+def __getattr__(name: str):
+    if name == "load":
+        from .runtime.op import load
+
+        return load
+    raise AttributeError(f"module 'kgen' has no attribute {name!r}")

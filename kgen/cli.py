@@ -1,176 +1,339 @@
-"""The `kgen` command: build, warm, list, targets, inspect. User errors print one line, no traceback."""
+"""The `kgen` command: build, warm, inspect, list, targets, cache.
+
+Every mistake a user can make prints one line to stderr, `error: <what was wrong; what is
+accepted>`, and exits non-zero with no traceback: 2 for a usage error (a missing or malformed
+argument, an unknown command, option, target or variant axis), 1 for the rest (a malformed spec, a
+missing compiler, a folder that cannot be written), 130 after Ctrl-C. Everything a command
+checks (spec, target, variants, --out, the compiler) is checked before anything is built, so a
+failed command writes nothing.
+
+The parsers are argparse's, with our own one-line messages for required arguments and values;
+the commands import the compiler only when they run, so `kgen --help` starts in milliseconds.
+"""
 from __future__ import annotations
 
+import argparse
+import os
 import sys
+import tempfile
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, NoReturn, Sequence
 
-import typer
-from rich.console import Console
-from rich.progress import Progress
-from rich.table import Table
+from . import __version__
+from .errors import KgenError, UsageError
 
-from .errors import KgenError
-
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="kgen: YAML op specs -> HIP (gfx942) / CUDA (sm_90) kernels -> PyTorch ops.")
-console = Console(width=None if sys.stdout.isatty() else 160)
-
-
-def _variants(ls, pairs: list[str]):
-    wanted = {}
-    for p in pairs or []:
-        if "=" not in p:
-            raise KgenError(f"--variant takes axis=value, got '{p}'")
-        a, v = p.split("=", 1)
-        wanted[a.strip()] = v.strip().lower()
-    return ls.select_variant(wanted)
+COMMANDS = {
+    "build": "generate, compile and report every (selected) variant of a spec for a target",
+    "warm": "compile every (selected) variant of specs into the kernel cache, in parallel",
+    "inspect": "print the IR of one variant's kernel after each pass",
+    "list": "list specs with their variants and kernels",
+    "targets": "the hardware descriptors kgen knows",
+    "cache": "where the kernel cache is and what it holds (info), or empty it (clear)",
+}
+INTERRUPTED = 130  # the shell's code for a command ended by SIGINT
 
 
-@app.command()
-def build(spec: Path, target: str = typer.Option(..., "--target", "-t", help="gfx942, gfx90a, sm_90 or sm_80"),
-          variant: Optional[List[str]] = typer.Option(None, "--variant", "-v", help="axis=value; repeat to select"),
-          out: Path = typer.Option(Path("generated"), "--out", "-o", help="where sources and manifest.json go"),
-          no_compile: bool = typer.Option(False, "--no-compile", help="generate sources only")):
-    """Generate, compile and report every variant of SPEC for TARGET."""
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage mistake raised as one UsageError instead of usage text and exit."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
+def _target_name(text: str) -> str:
+    from .hw.descriptor import load_target
+
+    try:
+        return load_target(text).name
+    except KgenError as e:
+        raise argparse.ArgumentTypeError(e.message) from None
+
+
+def _variant_pair(text: str) -> tuple[str, str]:
+    axis, eq, value = text.partition("=")
+    if not eq or not axis.strip() or not value.strip():
+        raise argparse.ArgumentTypeError(f"takes axis=value (e.g. dtype=bf16), got '{text}'")
+    return axis.strip(), value.strip().lower()
+
+
+def _positive_int(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"takes a positive whole number, got '{text}'")
+    return n
+
+
+def _parser() -> _Parser:
+    top = _Parser(prog="kgen", description="kgen: YAML op specs -> HIP (gfx942) / CUDA (sm_90) kernels -> PyTorch ops.")
+    top.add_argument("--version", action="version", version=f"kgen {__version__}")
+    sub = top.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    target_help = "gfx942, gfx90a, sm_90 or sm_80 (or a product name: MI300X, H100, ...)"
+    variant_help = "axis=value; repeat to select (default: every variant)"
+
+    p = sub.add_parser("build", help=COMMANDS["build"], description=COMMANDS["build"] + ".")
+    p.add_argument("spec", nargs="?", type=Path, metavar="SPEC")
+    p.add_argument("--target", "-t", type=_target_name, help=target_help)
+    p.add_argument("--variant", "-v", type=_variant_pair, action="append", default=[], help=variant_help)
+    p.add_argument("--out", "-o", type=Path, default=Path("generated"), help="where sources and manifest.json go (default: generated)")
+    p.add_argument("--no-compile", action="store_true", help="write the sources only, without compiling them")
+
+    p = sub.add_parser("warm", help=COMMANDS["warm"], description=COMMANDS["warm"] + ", so that ops load warm on first use.")
+    p.add_argument("specs", nargs="*", type=Path, metavar="SPEC")
+    p.add_argument("--target", "-t", type=_target_name, help=target_help + "; default: this machine's GPU")
+    p.add_argument("--variant", "-v", type=_variant_pair, action="append", default=[],
+                   help=variant_help + "; an axis selects in the specs that have it")
+    p.add_argument("--jobs", "-j", type=_positive_int, default=None, help="parallel builds (default: one per CPU core)")
+
+    p = sub.add_parser("inspect", help=COMMANDS["inspect"], description=COMMANDS["inspect"] + ".")
+    p.add_argument("spec", nargs="?", type=Path, metavar="SPEC")
+    p.add_argument("--target", "-t", type=_target_name, help=target_help)
+    p.add_argument("--variant", "-v", type=_variant_pair, action="append", default=[], help="axis=value (default: the first variant)")
+    p.add_argument("--kernel", "-k", default="0", help="which kernel of the spec: its 0-based index or its name (default: 0)")
+
+    p = sub.add_parser("list", help=COMMANDS["list"], description=COMMANDS["list"] + ".")
+    p.add_argument("directory", nargs="?", type=Path, metavar="FOLDER", help="a folder of specs (default: the shipped ones)")
+
+    sub.add_parser("targets", help=COMMANDS["targets"], description=COMMANDS["targets"] + ".")
+
+    p = sub.add_parser("cache", help=COMMANDS["cache"], description=COMMANDS["cache"] + ". KGEN_CACHE_DIR moves it.")
+    p.add_argument("action", nargs="?", metavar="info|clear")
+    return top
+
+
+def _console():
+    from rich.console import Console
+
+    return Console(width=None if sys.stdout.isatty() else 160)
+
+
+def _need(value: Any, message: str) -> Any:
+    if value is None:
+        raise UsageError(message)
+    return value
+
+
+def _accepted_targets() -> str:
+    from .hw.descriptor import target_names
+
+    return ", ".join(target_names())
+
+
+def _check_out(out: Path) -> None:
+    """--out must be a folder kgen can write into (or create): checked before anything compiles."""
+    if out.exists() and not out.is_dir():
+        raise KgenError(f"--out {out} is a file, not a folder; give a folder to write the sources into")
+    probe = out
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if not probe.is_dir():
+        raise KgenError(f"cannot create --out {out}: {probe} is a file, not a folder")
+    try:
+        fd, name = tempfile.mkstemp(prefix=".kgen-probe-", dir=probe)
+        os.close(fd)
+        os.unlink(name)
+    except OSError as e:
+        raise KgenError(f"cannot write into --out {out}: {e.strerror} ({probe}); give a folder you can write to") from None
+
+
+def _check_compiler(tg, what: str) -> None:
+    from .toolchain import find_compiler
+
+    try:
+        find_compiler(tg.backend)
+    except KgenError as e:
+        raise KgenError(f"cannot compile for {tg.name}: {e.message}; {what}") from None
+
+
+def _selected(ls, pairs: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    return ls.select_variant(dict(pairs))
+
+
+def cmd_build(a: argparse.Namespace) -> int:
+    from rich.progress import Progress
+
     from .build import build_spec, write_build
     from .hw.descriptor import load_target
     from .spec.load import load_spec
-    from .toolchain import available
 
+    spec = _need(a.spec, "kgen build needs a spec file: kgen build SPEC --target TARGET")
+    target = _need(a.target, f"kgen build needs --target; accepted: {_accepted_targets()}")
     ls = load_spec(spec)
     tg = load_target(target)
-    variants = _variants(ls, variant or [])
-    compile_ = not no_compile and available(tg.backend)
-    if not no_compile and not compile_:
-        from .toolchain import find_compiler
-
-        try:
-            find_compiler(tg.backend)
-        except KgenError as e:
-            console.print(f"[yellow]note:[/] sources only: {e.message}")
+    variants = _selected(ls, a.variant)
+    _check_out(a.out)
+    if not a.no_compile:
+        _check_compiler(tg, "pass --no-compile to write the sources only")
+    console = _console()
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task(f"{ls.spec.name} -> {tg.name}", total=len(variants))
-        built = build_spec(ls, tg, variants, compile=compile_, on_variant=lambda bv: progress.advance(task))
-    where = write_build(out, ls, tg, built)
-    console.print(_report(built, tg, compile_))
+        built = build_spec(ls, tg, variants, compile=not a.no_compile, on_variant=lambda bv: progress.advance(task))
+    where = write_build(a.out, ls, tg, built)
+    from .report import build_table
+
+    console.print(build_table(built, tg, compiled=not a.no_compile))
     console.print(f"wrote {where}")
+    return 0
 
 
-def _report(built, tg, compiled: bool) -> Table:
-    amd = tg.backend == "hip"
-    t = Table(title=f"{tg.name} ({tg.backend})")
-    for col in ["variant", "kernel", "threads", "tunables"] + (
-            (["VGPR", "AGPR", "LDS", "scratch", "occupancy", "MFMA"] if amd else ["regs", "smem", "spills", "HMMA"]) if compiled else ["planned smem"]):
-        t.add_column(col)
-    for bv in built:
-        for k in bv.kernels:
-            row = [bv.id, k.name, str(k.threads), ",".join(f"{a}={v}" for a, v in bv.tunables.items())]
-            r = k.resources or {}
-            if not compiled:
-                row.append(str(k.shared_bytes))
-            elif amd:
-                row += [str(r.get("registers")), str(r.get("agprs")), str(r.get("shared_bytes")), str(r.get("spill_bytes")),
-                        str(r.get("occupancy")), " ".join(r.get("matrix_instrs") or []) or "-"]
-            else:
-                row += [str(r.get("registers")), str(max(k.shared_bytes, r.get("shared_bytes") or 0)), str(r.get("spill_bytes")),
-                        " ".join(r.get("matrix_instrs") or []) or ("-" if r.get("disasm_tool") else "n/a")]
-            t.add_row(*row)
-    return t
-
-
-@app.command("list")
-def list_specs(directory: Path = typer.Argument(None, help="a folder of specs (default: the shipped ones)")):
-    """List specs with their variants and kernels."""
-    from .paths import shipped_specs_dir
-    from .spec.load import load_spec
-
-    t = Table()
-    for col in ("spec", "summary", "variants", "kernels", "backward"):
-        t.add_column(col)
-    for p in sorted((directory or shipped_specs_dir()).glob("*.yaml")):
-        ls = load_spec(p)
-        s = ls.spec
-        t.add_row(p.name, s.summary, str(len(ls.variants())), ", ".join(k.name for k in s.kernels),
-                  s.autograd.backward if s.autograd else "-")
-    console.print(t)
-
-
-@app.command()
-def warm(specs: List[Path], target: Optional[str] = typer.Option(None, "--target", "-t", help="default: this machine's GPU"),
-         variant: Optional[List[str]] = typer.Option(None, "--variant", "-v", help="axis=value; repeat to select"),
-         jobs: int = typer.Option(0, "--jobs", "-j", help="parallel builds (default: one per CPU core)")):
-    """Compile every (selected) variant of SPECS into the kernel cache, in parallel, so that the
-    ops load warm on first use."""
-    import os
+def cmd_warm(a: argparse.Namespace) -> int:
+    from rich.progress import Progress
 
     from .hw.descriptor import load_target
     from .runtime.compiled import warm_cache
     from .spec.load import load_spec
 
-    if target is None:
-        import torch
-
-        from .runtime.op import device_target
-
-        if not torch.cuda.is_available():
-            raise KgenError("kgen warm needs --target on a machine without a GPU; accepted: gfx942, gfx90a, sm_90, sm_80")
-        tg = device_target(torch.device("cuda"))
-    else:
-        tg = load_target(target)
-    work = []
-    for spec in specs:
-        ls = load_spec(spec)
-        # an axis given with --variant selects in the specs that have it (fa2_bwd's
-        # deterministic) and is ignored by the others
-        pairs = [p for p in variant or [] if p.split("=", 1)[0].strip() in ls.spec.variants]
-        work += [(ls, v) for v in _variants(ls, pairs)]
+    if not a.specs:
+        raise UsageError("kgen warm needs at least one spec file: kgen warm SPEC... [--target TARGET]")
+    tg = load_target(a.target) if a.target else _local_target()
+    loaded = [load_spec(s) for s in a.specs]
+    axes = {axis for ls in loaded for axis in ls.spec.variants}
+    unknown = [axis for axis, _ in a.variant if axis not in axes]
+    if unknown:
+        raise UsageError(f"unknown variant axis '{unknown[0]}'; axes of the given specs: {', '.join(sorted(axes)) or 'none'}")
+    _check_compiler(tg, "kgen warm compiles; install the compiler first")
+    # an axis given with --variant selects in the specs that have it (fa2_bwd's deterministic)
+    work = [(ls, v) for ls in loaded for v in _selected(ls, [(x, y) for x, y in a.variant if x in ls.spec.variants])]
+    console = _console()
     with Progress(console=console) as progress:
         task = progress.add_task(f"warming {len(work)} variants for {tg.name}", total=len(work))
-        warm_cache(work, tg, jobs or os.cpu_count() or 1, on_done=lambda ls, v: progress.advance(task))
+        warm_cache(work, tg, a.jobs or os.cpu_count() or 1, on_done=lambda ls, v: progress.advance(task))
     console.print(f"{len(work)} variants cached for {tg.name}")
+    return 0
 
 
-@app.command()
-def targets():
-    """The hardware descriptors kgen knows."""
-    from .hw.descriptor import targets_table
+def _local_target():
+    import warnings
 
-    console.print(targets_table())
+    with warnings.catch_warnings():  # torch's CPU wheel warns on import when numpy is absent; kgen needs no numpy
+        warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+        import torch
+    from .runtime.op import device_target
+
+    if not torch.cuda.is_available():
+        raise UsageError(f"kgen warm needs --target on a machine without a GPU; accepted: {_accepted_targets()}")
+    return device_target(torch.device("cuda"))
 
 
-@app.command()
-def inspect(spec: Path, target: str = typer.Option(..., "--target", "-t"),
-            variant: Optional[List[str]] = typer.Option(None, "--variant", "-v"),
-            kernel: int = typer.Option(0, "--kernel", "-k", help="which kernel of the spec (0-based)")):
-    """Print the IR of one variant's kernel after each pass."""
+def cmd_inspect(a: argparse.Namespace) -> int:
     from .build import lower_variant
     from .hw.descriptor import load_target
     from .ir.pipeline import compile_kernel
     from .spec.load import load_spec
 
+    spec = _need(a.spec, "kgen inspect needs a spec file: kgen inspect SPEC --target TARGET")
+    target = _need(a.target, f"kgen inspect needs --target; accepted: {_accepted_targets()}")
     ls = load_spec(spec)
     tg = load_target(target)
-    v = _variants(ls, variant or [])[0]
+    names = [k.name for k in ls.spec.kernels]
+    if a.kernel in names:
+        index = names.index(a.kernel)
+    elif a.kernel.isdigit() and int(a.kernel) < len(names):
+        index = int(a.kernel)
+    else:
+        indices = "0" if len(names) == 1 else f"0-{len(names) - 1}"
+        raise UsageError(f"--kernel {a.kernel} is not a kernel of {ls.spec.name}; accepted: {indices} or a name: {', '.join(names)}")
+    variants = _selected(ls, a.variant)
+    if not variants:
+        raise UsageError(f"no variant of {ls.spec.name} matches {' '.join(f'{x}={y}' for x, y in a.variant)} (some are excluded)")
+    v = variants[0]
     tunables, _ = lower_variant(ls, v, tg)
+    console = _console()
     console.print(f"[bold]{ls.spec.name}[/] variant {v} tunables {tunables} on {tg.name}")
-    compile_kernel(ls, kernel, v, tunables, tg, trace=lambda name, text: console.print(f"[bold cyan]== after {name}[/]\n{text}", markup=True, highlight=False))
+    compile_kernel(ls, index, v, tunables, tg,
+                   trace=lambda name, text: console.print(f"[bold cyan]== after {name}[/]\n{text}", markup=True, highlight=False))
+    return 0
 
 
-def main() -> None:
+def cmd_list(a: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from .paths import shipped_specs_dir
+    from .spec.load import load_spec
+
+    folder = a.directory or shipped_specs_dir()
+    if not folder.is_dir():
+        raise KgenError(f"{folder} is not a folder; give a folder of .yaml specs")
+    t = Table()
+    for col in ("spec", "summary", "variants", "kernels", "backward"):
+        t.add_column(col)
+    for p in sorted(folder.glob("*.yaml")):
+        ls = load_spec(p)
+        s = ls.spec
+        t.add_row(p.name, s.summary, str(len(ls.variants())), ", ".join(k.name for k in s.kernels),
+                  s.autograd.backward if s.autograd else "-")
+    _console().print(t)
+    return 0
+
+
+def cmd_targets(a: argparse.Namespace) -> int:
+    from .hw.descriptor import targets_table
+
+    _console().print(targets_table())
+    return 0
+
+
+def cmd_cache(a: argparse.Namespace) -> int:
+    from .runtime.cache import Cache
+
+    if a.action not in ("info", "clear"):
+        got = f", got '{a.action}'" if a.action else ""
+        raise UsageError(f"kgen cache takes info or clear{got}")
+    cache = Cache()
+    if a.action == "clear":
+        print(f"removed {cache.clear()} entries from {cache.root}")
+        return 0
+    info = cache.info()
+    print(f"root     {info['root']}  (KGEN_CACHE_DIR moves it)")
+    print(f"entries  {info['entries']}, {info['entries_bytes'] / 2**20:.1f} MiB")
+    print(f"leftover {(info['tmp_bytes'] + info['trash_bytes']) / 2**20:.1f} MiB in tmp/ and trash/ (removed by the next build)")
+    return 0
+
+
+HANDLERS = {"build": cmd_build, "warm": cmd_warm, "inspect": cmd_inspect, "list": cmd_list,
+            "targets": cmd_targets, "cache": cmd_cache}
+
+
+def run(argv: Sequence[str]) -> int:
+    """Parse and run one command; raises KgenError (UsageError for usage mistakes)."""
+    argv = list(argv)
+    if not argv:
+        raise UsageError(f"kgen needs a command; accepted: {', '.join(COMMANDS)} (see kgen --help)")
+    if not argv[0].startswith("-") and argv[0] not in COMMANDS:
+        raise UsageError(f"unknown command '{argv[0]}'; accepted: {', '.join(COMMANDS)} (see kgen --help)")
+    args, extra = _parser().parse_known_args(argv)
+    if extra:
+        prog = f"kgen {args.command}" if args.command else "kgen"
+        raise UsageError(f"{prog}: unrecognized arguments: {' '.join(extra)} (see {prog} --help)")
+    if args.command is None:
+        raise UsageError(f"kgen needs a command; accepted: {', '.join(COMMANDS)} (see kgen --help)")
+    return HANDLERS[args.command](args)
+
+
+def _say(message: str) -> None:
+    print(f"error: {' '.join(message.split())}", file=sys.stderr)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
     try:
-        app(standalone_mode=False)
+        code = run(sys.argv[1:] if argv is None else argv)
     except KgenError as e:
-        Console(stderr=True).print(f"[red]error:[/] {e}", markup=True, highlight=False)
-        sys.exit(1)
-    except typer.Abort:
-        sys.exit(1)
-    except Exception as e:  # click usage errors
-        import click
-
-        if isinstance(e, click.ClickException):
-            e.show()
-            sys.exit(e.exit_code)
-        raise
+        _say(str(e))
+        code = e.exit_code
+    except KeyboardInterrupt:
+        _say("interrupted; the builds in progress were stopped and nothing half-built was kept")
+        code = INTERRUPTED
+    except BrokenPipeError:  # `kgen list | head`: the reader left
+        code = 0
+    except OSError as e:
+        _say(f"{e.strerror or e}" + (f": {e.filename}" if e.filename else ""))
+        code = 1
+    sys.stdout.flush()
+    sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -23,10 +23,18 @@ class SourceLoc:
 class KgenError(Exception):
     """Base of every error kgen reports to a user."""
 
+    exit_code = 1  # what the command line exits with (kgen.cli)
+
     def __init__(self, message: str, where: SourceLoc | None = None):
         self.message = message
         self.where = where
         super().__init__(f"{where}: {message}" if where else message)
+
+
+class UsageError(KgenError):
+    """A command-line mistake: a missing or malformed argument, an unknown option or variant axis."""
+
+    exit_code = 2
 
 
 class SpecError(KgenError):

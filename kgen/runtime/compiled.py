@@ -72,10 +72,17 @@ def compiled_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target) ->
     memo_key = (str(ls.path), ls.yaml.text, tuple(variant.items()), target.name)
     hit = _memo.get(memo_key)
     if hit is None:
-        cache = Cache()
-        entry = cache.get_or_build(cache_key(key_parts(ls, variant, target)), _build_into(ls, variant, target))
-        hit = _memo[memo_key] = _load_entry(str(entry), target.backend)
+        hit = _memo[memo_key] = _load_entry(str(_entry(ls, variant, target)), target.backend)
     return hit
+
+
+# the fields _load_entry reads: an entry without them is corrupt and rebuilt (kgen.runtime.cache)
+MANIFEST_FIELDS = ("tunables", "kernels")
+
+
+def _entry(ls: LoadedSpec, variant: dict[str, Any], target: Target) -> Path:
+    return Cache().get_or_build(cache_key(key_parts(ls, variant, target)), _build_into(ls, variant, target),
+                                required=MANIFEST_FIELDS)
 
 
 def _warm_one(path: str, variant: dict[str, Any], target_name: str) -> str:
@@ -83,22 +90,16 @@ def _warm_one(path: str, variant: dict[str, Any], target_name: str) -> str:
     from ..spec.load import load_spec
 
     ls, target = load_spec(path), load_target(target_name)
-    entry = Cache().get_or_build(cache_key(key_parts(ls, variant, target)), _build_into(ls, variant, target))
-    return str(entry)
+    return str(_entry(ls, variant, target))
 
 
 def warm_cache(jobs: list[tuple[LoadedSpec, dict[str, Any]]], target: Target, workers: int,
                on_done: Any = None) -> None:
     """Build variants into the cache in parallel processes (each compile is one process of nvcc
     or clang, and a variant's kernels compile one after another), so that the first calls of
-    an op find them warm. Entries already cached are not rebuilt."""
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-    import multiprocessing
+    an op find them warm. Entries already cached are not rebuilt. The workers stop with this
+    process (kgen.runtime.pool)."""
+    from .pool import run_in_workers
 
-    ctx = multiprocessing.get_context("spawn")  # torch may be loaded: no fork
-    with ProcessPoolExecutor(max_workers=max(1, workers), mp_context=ctx) as pool:
-        futures = {pool.submit(_warm_one, str(ls.path), v, target.name): (ls, v) for ls, v in jobs}
-        for f in as_completed(futures):
-            f.result()
-            if on_done:
-                on_done(*futures[f])
+    work = [(str(ls.path), v, target.name) for ls, v in jobs]
+    run_in_workers(_warm_one, work, workers, on_done=(lambda i, _: on_done(*jobs[i])) if on_done else None)

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from ..errors import SourceLoc, SpecError
+from ..errors import SourceLoc, SpecError, UsageError
 from .model import Scalar, Spec
 from .refs import FieldError
 from .yamlpos import PositionedYaml, read_yaml
@@ -38,10 +38,10 @@ class LoadedSpec:
         """The variants matching `wanted` (axis -> value as text, from the command line)."""
         for axis, text in wanted.items():
             if axis not in self.spec.variants:
-                raise SpecError(f"unknown variant axis '{axis}'; axes of {self.spec.name}: {', '.join(self.spec.variants) or 'none'}")
+                raise UsageError(f"unknown variant axis '{axis}'; axes of {self.spec.name}: {', '.join(self.spec.variants) or 'none'}")
             if text not in [str(x).lower() for x in self.spec.variants[axis]]:
                 accepted = ", ".join(str(x).lower() for x in self.spec.variants[axis])
-                raise SpecError(f"unknown value '{text}' for variant axis '{axis}'; accepted: {accepted}")
+                raise UsageError(f"unknown value '{text}' for variant axis '{axis}'; accepted: {accepted}")
         return [v for v in self.variants() if all(str(v[a]).lower() == t for a, t in wanted.items())]
 
 

@@ -38,8 +38,13 @@ class PositionedYaml:
         if isinstance(node, yaml.ScalarNode) and node.style in ("|", ">"):
             self.block_scalars[path] = node.start_mark.line + 2
         if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, SourceLoc] = {}
             for key, value in node.value:
                 k = key.value
+                here = SourceLoc(self.file, key.start_mark.line + 1, key.start_mark.column + 1)
+                if k in seen:  # PyYAML keeps the last silently; a spec means one of them
+                    raise SpecError(f"duplicate key '{k}' (first given at line {seen[k].line}); give each key once", here)
+                seen[k] = here
                 self._walk(value, path + (k,))
                 self.positions[path + (k, "<key>")] = SourceLoc(self.file, key.start_mark.line + 1, key.start_mark.column + 1)
         elif isinstance(node, yaml.SequenceNode):
@@ -70,7 +75,13 @@ class PositionedYaml:
 
 def read_yaml(path: Path) -> PositionedYaml:
     try:
-        text = path.read_text()
+        data = path.read_bytes()
     except OSError as e:
         raise SpecError(f"cannot read spec file {path}: {e.strerror}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[:e.start].count(b"\n") + 1
+        col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        raise SpecError(f"a spec must be UTF-8 text; byte 0x{data[e.start]:02x} is not", SourceLoc(str(path), line, col)) from None
     return PositionedYaml(str(path), text)

@@ -160,3 +160,57 @@ def test_cache_dir_knob(tmp_path, monkeypatch):
 def test_bad_key_is_refused(tmp_path):
     with pytest.raises(KgenError, match="hex"):
         Cache(tmp_path).get_or_build("../../etc", write_files)
+
+
+@pytest.mark.parametrize("damage", ["missing_required_field", "other_key"])
+def test_manifest_without_what_the_builder_needs_is_rebuilt(tmp_path, damage):
+    """A manifest that parses but lacks a field its reader needs (or holds another entry's key)
+    is corrupt: rebuilt, not served."""
+    cache = Cache(tmp_path)
+    calls = []
+
+    def build(tmp: Path) -> None:
+        calls.append(1)
+        write_files(tmp)
+        (tmp / "manifest.json").write_text(json.dumps({"kernels": [], "tunables": {}}))
+
+    entry = cache.get_or_build(KEY, build, required=("kernels", "tunables"))
+    manifest = read_manifest(entry)
+    if damage == "missing_required_field":
+        del manifest["kernels"]
+    else:
+        manifest["key"] = "0" * 32
+    (entry / "manifest.json").write_text(json.dumps(manifest))
+    assert cache.get(KEY, required=("kernels", "tunables")) is None
+    assert cache.get_or_build(KEY, build, required=("kernels", "tunables")) == entry
+    assert len(calls) == 2 and "kernels" in read_manifest(entry)
+
+
+def test_stale_tmp_folders_are_removed_by_the_next_build(tmp_path):
+    import os
+
+    from kgen.runtime.cache import STALE_TMP_SECONDS
+
+    cache = Cache(tmp_path)
+    (tmp_path / "tmp").mkdir()
+    stale, fresh = tmp_path / "tmp" / "a.killed", tmp_path / "tmp" / "b.running"
+    for d in (stale, fresh):
+        d.mkdir()
+        (d / "kernel.cubin").write_bytes(b"half")
+    old = time.time() - STALE_TMP_SECONDS - 60
+    os.utime(stale, (old, old))
+    cache.get_or_build(KEY, write_files)
+    assert not stale.exists()
+    assert fresh.exists()  # another process may still be building into it
+
+
+def test_info_and_clear(tmp_path):
+    cache = Cache(tmp_path)
+    assert cache.info()["entries"] == 0
+    cache.get_or_build(KEY, write_files)
+    cache.get_or_build(cache_key({"other": 1}), write_files)
+    info = cache.info()
+    assert info["entries"] == 2 and info["entries_bytes"] > 0 and info["root"] == str(tmp_path)
+    assert cache.clear() == 2
+    assert cache.info()["entries"] == 0 and cache.get(KEY) is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

@@ -1,0 +1,92 @@
+"""`kgen warm` as a process: Ctrl-C stops it at once, a killed parent leaves no orphan workers.
+
+The compiler is a stand-in (KGEN_HIP_CLANG) that answers --version and otherwise records its pid
+and sleeps, so every worker is busy in a "compile" when the signal comes, on any machine.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def slow_compiler(tmp_path):
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    clang = tmp_path / "slow-clang"
+    clang.write_text(textwrap.dedent(f"""\
+        #!/bin/sh
+        if [ "$1" = "--version" ]; then echo "clang version 19.1.7 (stand-in)"; exit 0; fi
+        echo $$ > {pids}/$$
+        sleep 120
+        """))
+    clang.chmod(0o755)
+    return clang, pids
+
+
+def _start_warm(tmp_path, clang: Path) -> subprocess.Popen:
+    env = {**os.environ, "KGEN_HIP_CLANG": str(clang), "KGEN_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(REPO)}
+    # a session of its own, as a shell puts a foreground job in its own process group
+    return subprocess.Popen([sys.executable, "-m", "kgen", "warm", "specs/matmul.yaml", "specs/softmax.yaml", "-t", "gfx942", "-j", "2"],
+                            cwd=REPO, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for(pids: Path, n: int, timeout: float = 90.0) -> list[int]:
+    end = time.time() + timeout
+    while time.time() < end:
+        found = [int(p.name) for p in pids.iterdir()]
+        if len(found) >= n:
+            return found
+        time.sleep(0.1)
+    raise AssertionError(f"fewer than {n} compiles started in {timeout} s")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _gone_within(pids: list[int], seconds: float) -> bool:
+    end = time.time() + seconds
+    while time.time() < end:
+        if not any(_alive(p) for p in pids):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
+def test_ctrl_c_stops_warm_and_its_compilers(tmp_path, slow_compiler):
+    clang, pids = slow_compiler
+    proc = _start_warm(tmp_path, clang)
+    compilers = _wait_for(pids, 2)
+    start = time.time()
+    os.killpg(proc.pid, signal.SIGINT)  # what the terminal sends the foreground job on Ctrl-C
+    _, err = proc.communicate(timeout=10)
+    assert time.time() - start < 2.0
+    assert proc.returncode == 130
+    assert err == "error: interrupted; the builds in progress were stopped and nothing half-built was kept\n"
+    assert _gone_within(compilers, 2.0)
+    assert not list((tmp_path / "cache" / "entries").rglob("manifest.json")) if (tmp_path / "cache" / "entries").exists() else True
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
+def test_killed_parent_leaves_no_orphans(tmp_path, slow_compiler):
+    clang, pids = slow_compiler
+    proc = _start_warm(tmp_path, clang)
+    compilers = _wait_for(pids, 2)
+    proc.kill()
+    proc.communicate(timeout=10)
+    assert _gone_within(compilers, 3.0), "the workers' compilers outlived their killed parent"

@@ -1,0 +1,12 @@
+"""Suite-wide settings.
+
+Under pytest-xdist (the README's `-n auto`) each worker is one process per core, and
+tests/test_build.py runs its builds in more: torch's intra-op threads would then oversubscribe the
+cores (each worker's torch starts one thread per core), so every worker computes on one thread.
+"""
+import os
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    import torch
+
+    torch.set_num_threads(1)
