@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -22,15 +21,14 @@ REPO = Path(__file__).resolve().parents[2]
 def slow_compiler(tmp_path):
     pids = tmp_path / "pids"
     pids.mkdir()
-    clang = tmp_path / "slow-clang"
-    clang.write_text(textwrap.dedent(f"""\
-        #!/bin/sh
-        if [ "$1" = "--version" ]; then echo "clang version 19.1.7 (stand-in)"; exit 0; fi
-        echo $$ > {pids}/$$
-        sleep 120
-        """))
+    return _stand_in(tmp_path, f"echo $$ > {pids}/$$\nsleep 120\n"), pids
+
+
+def _stand_in(tmp_path, body: str) -> Path:
+    clang = tmp_path / "stand-in-clang"
+    clang.write_text("#!/bin/sh\n" 'if [ "$1" = "--version" ]; then echo "clang version 19.1.7 (stand-in)"; exit 0; fi\n' + body)
     clang.chmod(0o755)
-    return clang, pids
+    return clang
 
 
 def _start_warm(tmp_path, clang: Path) -> subprocess.Popen:
@@ -90,3 +88,12 @@ def test_killed_parent_leaves_no_orphans(tmp_path, slow_compiler):
     proc.kill()
     proc.communicate(timeout=10)
     assert _gone_within(compilers, 3.0), "the workers' compilers outlived their killed parent"
+
+
+def test_a_worker_killed_mid_build_is_one_line(tmp_path):
+    """The stand-in compiler kills the worker that runs it, as the OOM killer would."""
+    proc = _start_warm(tmp_path, _stand_in(tmp_path, "kill -KILL $PPID\nsleep 5\n"))
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1
+    assert err.startswith("error: a build worker died (killed by a signal, perhaps out of memory); ") and err.count("\n") == 1
+    assert err.endswith("builds did not finish; try fewer parallel builds with --jobs\n")
