@@ -1,8 +1,9 @@
 """`kgen build`: a spec, a target and its variants -> sources, code objects and a manifest.
 
     build_spec(spec, target)                       one BuiltVariant per variant
-      choose_tunables   the first candidate combination whose IR fits the target (descriptor limits)
-                        and, when compiled, does not spill
+      choose_tunables   the first candidate combination whose IR fits the target (descriptor limits;
+                        a pass raises DoesNotFit otherwise) and, when compiled, does not spill
+                        (spill_retry_options: the CompileOptions a spilling kernel is retried with)
       compile_kernel    the pass pipeline (kgen.ir.pipeline)
       render_kernel     templates -> HIP or CUDA source
       compile_source    the toolchain -> .hsaco / .cubin and its resource report
@@ -18,17 +19,19 @@ import json
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
 from . import __version__
-from .codegen.render import HEADERS, SUFFIX, kernel_params, render_kernel, template_hash
+from .backends import backend
+from .codegen.render import kernel_params, render_kernel, template_hash
 from .codegen.tma import tensor_maps
-from .errors import KgenError, SpecError
+from .errors import DoesNotFit, KgenError, SpecError
 from .hw.descriptor import Target
 from .ir.core import Kernel
 from .ir.pipeline import compile_kernel
+from .options import DEFAULT, CompileOptions
 from .paths import templates_dir
 from .spec.expr import eval_expr
 from .spec.load import LoadedSpec, variant_id
@@ -81,14 +84,12 @@ def tunable_candidates(ls: LoadedSpec, variant: dict[str, Any] | None = None) ->
 def lower_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target,
                   candidates: list[dict[str, int]] | None = None) -> tuple[dict[str, int], list[Kernel]]:
     """The IR of every kernel with the first tunables that fit the target; the reasons the
-    others did not fit are kept for the error message."""
+    others did not fit (DoesNotFit, raised by the passes) are kept for the error message."""
     failures = []
     for tunables in tunable_candidates(ls, variant) if candidates is None else candidates:
         try:
             kernels = [compile_kernel(ls, i, variant, tunables, target) for i in range(len(ls.spec.kernels))]
-        except SpecError as e:
-            if not any(m in e.message for m in ("shared memory", "fits no matrix instruction", "cannot be split over")):
-                raise
+        except DoesNotFit as e:
             failures.append(f"{tunables}: {e.message}")
             continue
         return tunables, kernels
@@ -98,10 +99,10 @@ def lower_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target,
 def build_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target, compile: bool) -> BuiltVariant:
     """Lower, render and (optionally) compile one variant. Candidates are tried in the spec's
     order: the first whose IR fits the target's limits is rendered; when compiling, a kernel
-    that spills registers (or needs scratch) is retried alone with plain (unswizzled) shared
-    layouts, then also with per-chunk copy addresses (render.render_kernel's stepped_copies);
-    the other kernels of the variant keep their first form. A candidate with a kernel that spills
-    in every form gives way to the next one, and only if every candidate spills is the first kept."""
+    that spills registers (or needs scratch) is retried alone with the options of
+    `spill_retry_options` in turn; the other kernels of the variant keep their first form. A
+    candidate with a kernel that spills in every form gives way to the next one, and only if
+    every candidate spills is the first kept."""
     candidates = tunable_candidates(ls, variant)
     first: BuiltVariant | None = None
     while candidates:
@@ -117,7 +118,7 @@ def build_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target, compi
             return out
         for bk in out.kernels:
             compile_built(bk, target)
-        built = _without_spills(ls, variant, target, tunables, out)
+        built = _without_spills(ls, variant, target, tunables, kernels, out)
         if built is not None:
             return built
         first = first or out
@@ -125,51 +126,50 @@ def build_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target, compi
     return first
 
 
-def _without_spills(ls: LoadedSpec, variant: dict[str, Any], target: Target, tunables: dict[str, int],
-                    out: BuiltVariant) -> BuiltVariant | None:
-    """`out` with each kernel that spills replaced by its first form that does not: the same
-    code compiled with the target's frugal register flags (also without bulk reductions), then
-    plain core matrices (fewer address registers), then also per-chunk copy addresses (fewer
-    registers kept across loops), then both again with atomic adds per element instead of bulk
-    reductions (passes/bulk_reduce.py: the causal D=128 dkdv has two, and spills with them);
-    None if one spills in every form."""
-    plain = _without_swizzle(target)
-    frugal = list(target.frugal_register_flags)
+def spill_retry_options(target: Target) -> list[CompileOptions]:
+    """The forms a spilling kernel is retried in, in order: the same code with the target's
+    frugal register flags (also without bulk reductions); then plain core matrices instead of
+    the swizzle (fewer address registers), then also per-chunk copy addresses (fewer registers
+    kept across loops); then both again with atomic adds per element instead of bulk reductions
+    (passes/bulk_reduce.py: the causal D=128 dkdv has two, and spills with them). A form that
+    would build the same code as the default on this target is left out."""
+    frugal = tuple(target.frugal_register_flags)
+    bulk = target.shared_bulk_fp32_add
+    plain = CompileOptions(swizzle=False) if any(mi.shared_swizzle for mi in target.matrix_instrs) else DEFAULT
     forms = []
     if frugal:
-        forms.append((target, True, frugal))
-        if target.shared_bulk_fp32_add:
-            forms.append((target.model_copy(update={"shared_bulk_fp32_add": False}), True, frugal))
-    forms += [(plain, True, []), (plain, False, [])]
-    if target.shared_bulk_fp32_add:
-        per_element = plain.model_copy(update={"shared_bulk_fp32_add": False})
-        forms += [(per_element, True, []), (per_element, False, [])]
+        forms.append(CompileOptions(register_flags=frugal))
+        if bulk:
+            forms.append(CompileOptions(bulk_reductions=False, register_flags=frugal))
+    forms += [plain, replace(plain, stepped_copies=False)]
+    if bulk:
+        forms += [replace(plain, bulk_reductions=False), replace(plain, bulk_reductions=False, stepped_copies=False)]
+    return [f for f in forms if f != DEFAULT]
+
+
+def _without_spills(ls: LoadedSpec, variant: dict[str, Any], target: Target, tunables: dict[str, int],
+                    kernels: list[Kernel], out: BuiltVariant) -> BuiltVariant | None:
+    """`out` with each kernel that spills replaced by its first form (spill_retry_options) that
+    does not; None if one spills in every form. A kernel is lowered once per distinct lowering
+    choice (swizzle, bulk reductions): forms that differ in flags or copy addresses alone
+    re-render and recompile the same IR."""
     for i, bk in enumerate(out.kernels):
         if not _spills(bk):
             continue
-        for lowered_for, stepped, flags in forms:
-            if lowered_for is target and stepped and not flags:
-                continue
-            kernel = compile_kernel(ls, i, variant, tunables, lowered_for)
-            retry = _render_variant(ls, variant, target, tunables, [kernel], stepped_copies=stepped, first_index=i).kernels[0]
-            compile_built(retry, target, flags)
+        lowered = {(DEFAULT.swizzle, DEFAULT.bulk_reductions): kernels[i]}
+        for options in spill_retry_options(target):
+            how = (options.swizzle, options.bulk_reductions)
+            if how not in lowered:
+                lowered[how] = compile_kernel(ls, i, variant, tunables, target, options=options)
+            retry = _render_variant(ls, variant, target, tunables, [lowered[how]], stepped_copies=options.stepped_copies,
+                                    first_index=i).kernels[0]
+            compile_built(retry, target, list(options.register_flags))
             if not _spills(retry):
                 out.kernels[i] = retry
                 break
         else:
             return None
     return out
-
-
-def _without_swizzle(target: Target) -> Target:
-    """The target with its matrix instructions reading plain core matrices only. Swizzled
-    buffers cost address registers (an XOR per fragment column or copy); where that makes a
-    kernel of 255 registers spill (sm_90 D=128 dkdv: 16-172 bytes), the plain layout is tried
-    with the same tunables before smaller tiles (which measured far slower there)."""
-    if not any(mi.shared_swizzle for mi in target.matrix_instrs):
-        return target
-    instrs = tuple(mi.model_copy(update={"shared_swizzle": ()}) for mi in target.matrix_instrs)
-    return target.model_copy(update={"matrix_instrs": instrs})
 
 
 def _spills(bk: BuiltKernel) -> bool:
@@ -188,7 +188,7 @@ def _render_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target, tun
                               stepped_copies=stepped_copies)
         _, sig = kernel_params(k, variant)
         out.kernels.append(BuiltKernel(
-            name=k.name, source=source, file=f"{k.name}__{vid}{SUFFIX[target.backend]}", grid=list(ls.spec.kernels[i].grid),
+            name=k.name, source=source, file=f"{k.name}__{vid}{backend(target.backend).source_suffix}", grid=list(ls.spec.kernels[i].grid),
             threads=k.num_warps * target.wave_size, shared_bytes=k.shared_bytes, signature=sig, notes=dict(k.notes),
             tensor_maps=[{"tensor": t, "box": list(box)} for t, box in tensor_maps(k)]))
     return out
@@ -197,14 +197,13 @@ def _render_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target, tun
 def compile_built(bk: BuiltKernel, target: Target, extra_flags: list[str] = ()) -> None:
     """Compile one generated source in a private folder with the headers beside it (and
     `extra_flags` on the compiler's command line, recorded in bk.command)."""
-    from .toolchain import compile_cuda, compile_hip
-
+    be = backend(target.backend)
     with tempfile.TemporaryDirectory(prefix="kgen-src-") as tmp:
         src = Path(tmp) / bk.file
         src.write_text(bk.source)
-        for h in HEADERS[target.backend]:
+        for h in be.headers:
             shutil.copy(templates_dir() / h, Path(tmp) / Path(h).name)
-        fn = compile_cuda if target.backend == "cuda" else compile_hip
+        fn = be.compile
         cwd = os.getcwd()
         os.chdir(tmp)  # so the recorded command names the source as it sits beside its headers
         try:
@@ -252,13 +251,14 @@ def write_build(out_dir: Path, ls: LoadedSpec, target: Target, built: list[Built
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=final.parent))
     try:
-        for h in HEADERS[target.backend]:
+        be = backend(target.backend)
+        for h in be.headers:
             shutil.copy(templates_dir() / h, tmp / Path(h).name)
         for bv in built:
             for k in bv.kernels:
                 (tmp / k.file).write_text(k.source)
                 if keep_binaries and k.binary:
-                    (tmp / (k.file.rsplit(".", 1)[0] + (".cubin" if target.backend == "cuda" else ".hsaco"))).write_bytes(k.binary)
+                    (tmp / (k.file.rsplit(".", 1)[0] + be.binary_suffix)).write_bytes(k.binary)
         (tmp / "manifest.json").write_text(json.dumps(manifest(ls, target, built), indent=1, sort_keys=False) + "\n")
         if final.exists():
             old = final.with_name(f".{target.name}-old")

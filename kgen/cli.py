@@ -141,7 +141,7 @@ def _check_out(out: Path) -> None:
 
 
 def _check_compiler(tg, what: str) -> None:
-    from .toolchain import find_compiler
+    from .backends import find_compiler
 
     try:
         find_compiler(tg.backend)

@@ -30,6 +30,9 @@ class KgenError(Exception):
         self.where = where
         super().__init__(f"{where}: {message}" if where else message)
 
+    def __reduce__(self):  # pickles whole (a build worker's error reaches the parent with its fields)
+        return (type(self), (self.message, self.where), dict(self.__dict__))
+
 
 class UsageError(KgenError):
     """A command-line mistake: a missing or malformed argument, an unknown option or variant axis."""
@@ -39,6 +42,18 @@ class UsageError(KgenError):
 
 class SpecError(KgenError):
     """A spec is malformed: bad YAML, a wrong field, a tile program that does not type-check."""
+
+
+class DoesNotFit(SpecError):
+    """A tunable choice the target cannot hold: the tuning search (kgen.build) takes the next one.
+
+    `resource` names what ran out ("shared_memory", "matrix_instruction", "warp_split"); `needed`
+    and `available` are its amounts where it has them (bytes of shared memory)."""
+
+    def __init__(self, message: str, where: SourceLoc | None = None, *, resource: str = "",
+                 needed: int | None = None, available: int | None = None):
+        super().__init__(message, where)
+        self.resource, self.needed, self.available = resource, needed, available
 
 
 class TargetError(KgenError):

@@ -1,26 +1,37 @@
-"""The table `kgen build` prints: each kernel's threads, tunables and compiled resources."""
+"""The table `kgen build` prints: each kernel's threads, tunables and compiled resources, in the
+columns of its backend (kgen.backends: registers, shared memory or LDS, spills, matrix
+instructions)."""
 from __future__ import annotations
 
 from rich.table import Table
 
+from .backends import backend
+
+# a column's title -> the resource it shows; "shared" is the larger of the planned and the reported
+COLUMN_KEYS = {"regs": "registers", "VGPR": "registers", "AGPR": "agprs", "smem": "shared", "LDS": "shared",
+               "spills": "spill_bytes", "scratch": "spill_bytes", "occupancy": "occupancy",
+               "HMMA": "matrix_instrs", "MFMA": "matrix_instrs"}
+
+
+def _cell(k, r: dict, key: str) -> str:
+    if key == "shared":
+        return str(max(k.shared_bytes, r.get("shared_bytes") or 0))
+    if key == "matrix_instrs":
+        return " ".join(r.get("matrix_instrs") or []) or ("-" if r.get("disasm_tool") else "n/a")
+    return str(r.get(key))
+
 
 def build_table(built, tg, compiled: bool) -> Table:
-    amd = tg.backend == "hip"
+    columns = backend(tg.backend).report_columns if compiled else ("planned smem",)
     t = Table(title=f"{tg.name} ({tg.backend})")
-    for col in ["variant", "kernel", "threads", "tunables"] + (
-            (["VGPR", "AGPR", "LDS", "scratch", "occupancy", "MFMA"] if amd else ["regs", "smem", "spills", "HMMA"]) if compiled else ["planned smem"]):
+    for col in ("variant", "kernel", "threads", "tunables", *columns):
         t.add_column(col)
     for bv in built:
         for k in bv.kernels:
             row = [bv.id, k.name, str(k.threads), ",".join(f"{a}={v}" for a, v in bv.tunables.items())]
-            r = k.resources or {}
-            if not compiled:
-                row.append(str(k.shared_bytes))
-            elif amd:
-                row += [str(r.get("registers")), str(r.get("agprs")), str(r.get("shared_bytes")), str(r.get("spill_bytes")),
-                        str(r.get("occupancy")), " ".join(r.get("matrix_instrs") or []) or "-"]
+            if compiled:
+                row += [_cell(k, k.resources or {}, COLUMN_KEYS[c]) for c in columns]
             else:
-                row += [str(r.get("registers")), str(max(k.shared_bytes, r.get("shared_bytes") or 0)), str(r.get("spill_bytes")),
-                        " ".join(r.get("matrix_instrs") or []) or ("-" if r.get("disasm_tool") else "n/a")]
+                row.append(str(k.shared_bytes))
             t.add_row(*row)
     return t

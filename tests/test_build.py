@@ -25,15 +25,14 @@ import pytest
 
 import kgen.build
 import kgen.ir.core
-import kgen.toolchain
+import kgen.backends
 from kgen.build import BuiltVariant, build_spec, manifest
-from kgen.codegen.render import HEADERS
 from kgen.hw.descriptor import Target, load_target
 from kgen.ir.core import walk
 from kgen.knobs import knobs
 from kgen.paths import templates_dir
 from kgen.spec.load import load_spec
-from kgen.toolchain import available
+from kgen.backends import available
 from kgen.toolchain.cuda import compile_cuda_ptx
 from kgen.toolchain.resources import parse_resource_remarks
 
@@ -115,8 +114,8 @@ def _build(spec_file: str, target_name: str) -> Build:
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(REPO)  # generated files name the spec relative to the working directory
         mp.setattr(kgen.build, "lower_variant", lower)
-        mp.setattr(kgen.toolchain, "compile_cuda", logged(_compile_once(kgen.toolchain.compile_cuda, seen)))
-        mp.setattr(kgen.toolchain, "compile_hip", logged(_compile_once(kgen.toolchain.compile_hip, seen)))
+        for name, be in list(kgen.backends.BACKENDS.items()):
+            mp.setitem(kgen.backends.BACKENDS, name, dataclasses.replace(be, compile=logged(_compile_once(be.compile, seen))))
         ls = load_spec(Path("specs") / spec_file)
         target = load_target(target_name)
         compiled = available(target.backend)
@@ -149,21 +148,27 @@ def _builds_wanted(session: pytest.Session) -> list[tuple[str, str]]:
     return wanted
 
 
+def _kernel_count(key: tuple[str, str]) -> int:
+    """How many kernels a build renders: what its time grows with."""
+    ls = load_spec(REPO / "specs" / key[0])
+    return len(ls.variants()) * len(ls.spec.kernels)
+
+
 @pytest.fixture(scope="module")
 def built(request):
     """get(spec_file, target) -> Build, each built once. Builds run in forked workers, one per
-    core: compiles are single-threaded and most of this module's time. Asking for one build
-    starts the next ones the selected tests need too, so the other cores work ahead."""
+    core: compiles are single-threaded and most of this module's time. Every build the selected
+    tests need is submitted at once, the largest first (so the longest one does not start last
+    and run alone), and a test waits only for its own."""
     wanted = _builds_wanted(request.session)
-    futures: dict[tuple[str, str], Future] = {}
     pool = ProcessPoolExecutor(_cores(), mp_context=multiprocessing.get_context("fork"))
+    futures: dict[tuple[str, str], Future] = {
+        k: pool.submit(_build_or_error, *k) for k in sorted(wanted, key=_kernel_count, reverse=True)}
 
     def get(spec_file: str, target: str) -> Build:
         key = (spec_file, target)
-        ahead = wanted[wanted.index(key):][:_cores()] if key in wanted else [key]
-        for k in ahead:
-            if k not in futures:
-                futures[k] = pool.submit(_build_or_error, *k)
+        if key not in futures:
+            futures[key] = pool.submit(_build_or_error, *key)
         result = futures[key].result()
         if isinstance(result, str):
             pytest.fail(f"kgen build specs/{spec_file} --target {target} fails:\n{result}")
@@ -242,7 +247,7 @@ def test_generated_matches_build(built, spec_file, target):
     fix = f"regenerate with: {regenerate_command(spec_file, target)}"
     if not folder.is_dir():
         pytest.fail(f"{where} does not exist; {fix}")
-    expected = {Path(h).name: (templates_dir() / h).read_bytes() for h in HEADERS[b.target.backend]}
+    expected = {Path(h).name: (templates_dir() / h).read_bytes() for h in kgen.backends.backend(b.target.backend).headers}
     expected.update({k.file: k.source.encode() for bv in b.variants for k in bv.kernels})
     problems = []
     for name, content in expected.items():
@@ -321,7 +326,7 @@ def test_sm90_kernels_fit(built, spec_file, target, tmp_path):
     require_compiler("cuda")
     b = built(spec_file, target)
     limit = b.target.lds_bytes_per_block
-    for h in HEADERS["cuda"]:
+    for h in kgen.backends.CUDA.headers:
         shutil.copy(templates_dir() / h, tmp_path / Path(h).name)
     problems, need_ptx = [], []
     for label, k in _kernels(b):

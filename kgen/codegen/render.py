@@ -9,6 +9,7 @@ from typing import Any
 import jinja2
 
 from .. import __version__
+from ..backends import backend
 from ..hw.descriptor import Target
 from ..ir.core import Kernel, walk
 from ..lang import resolve_dtype
@@ -18,9 +19,6 @@ from .emit import CTYPE, Emitter
 from .tma import map_param, tensor_maps
 
 C_FUNCS = {"cdiv": "kg::cdiv", "min": "kg::min_", "max": "kg::max_"}  # a size expression's functions in C
-SKELETON = {"cuda": "cuda/kernel.cu.j2", "hip": "hip/kernel.hip.j2"}
-SUFFIX = {"cuda": ".cu", "hip": ".hip"}
-HEADERS = {"cuda": ["cuda/kgen_cuda.h", "common/kgen_tile.h"], "hip": ["hip/kgen_hip.h", "common/kgen_tile.h"]}
 
 
 @lru_cache(maxsize=1)
@@ -36,11 +34,12 @@ def _template_failure(message: str) -> None:
     raise jinja2.TemplateRuntimeError(f"{message} (templates in {templates_dir()})")
 
 
-def template_hash(backend: str) -> str:
+def template_hash(backend_name: str) -> str:
     """Hash of every template file the backend uses (part of the cache key)."""
     h = hashlib.sha256()
     root = templates_dir()
-    for rel in sorted([SKELETON[backend], "common/ops.j2"] + HEADERS[backend]):
+    b = backend(backend_name)
+    for rel in sorted([b.skeleton, "common/ops.j2", *b.headers]):
         h.update(rel.encode())
         h.update((root / rel).read_bytes())
     return h.hexdigest()[:16]
@@ -121,7 +120,7 @@ def render_kernel(k: Kernel, target: Target, *, spec_file: str, program_line: in
     emitter = Emitter(k, target, tensor_dims(k), stepped_copies=stepped_copies)
     body = emitter.ops(k.body)
     vid = ",".join(f"{a}={v}" for a, v in variant.items()) or "default"
-    return environment().get_template(SKELETON[target.backend]).render(
+    return environment().get_template(backend(target.backend).skeleton).render(
         version=__version__, spec_file=spec_file, kernel=k.name, variant=vid, target=target.name,
         program_line=program_line, threads=k.num_warps * target.wave_size, params=params, body=body,
         shared_bytes=k.shared_bytes, helpers=[emitter.helpers[n] for n in sorted(emitter.helpers)],

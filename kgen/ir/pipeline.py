@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 from ..hw.descriptor import Target
 from ..lang import kernel_ir
+from ..options import DEFAULT, CompileOptions
 from ..spec.load import LoadedSpec
 from .core import Kernel, print_kernel
 from .passes.accumulate import accumulate_into_dots
@@ -42,7 +43,7 @@ from .passes.scratch_barriers import drop_scratch_barriers
 from .passes.sink import sink_to_first_use
 from .verify import verify
 
-Pass = Callable[[Kernel, Target], Kernel]
+Pass = Callable[[Kernel, Target, CompileOptions], Kernel]  # facts and choices, never a doctored Target
 PASSES: list[tuple[str, Pass]] = [
     ("choose_dot_tiling", choose_dot_tiling),
     ("assign_layouts", assign_layouts),
@@ -62,14 +63,15 @@ PASSES: list[tuple[str, Pass]] = [
 
 
 def compile_kernel(ls: LoadedSpec, kernel_index: int, variant: dict[str, Any], tunables: dict[str, int],
-                   target: Target, trace: Callable[[str, str], None] | None = None) -> Kernel:
+                   target: Target, trace: Callable[[str, str], None] | None = None,
+                   options: CompileOptions = DEFAULT) -> Kernel:
     k = kernel_ir(ls, kernel_index, variant, tunables)
     verify(k, "parse")
     if trace:
         trace("parse", print_kernel(k))
     layouts = False
     for name, run in PASSES:
-        k = run(k, target)
+        k = run(k, target, options)
         layouts = layouts or name == "assign_layouts"
         verify(k, name, layouts=layouts)
         if trace:

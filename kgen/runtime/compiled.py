@@ -1,8 +1,10 @@
 """Compiled variants, through the cache: the code objects of one (spec, variant, target), loaded.
 
 The cache key covers everything that changes the code object: the spec's text, the variant,
-the target, kgen's version, the templates' hash, the compiler's identity and flags. A warm load
-is a manifest read plus the code objects' bytes; nothing is compiled or rendered.
+the target's whole descriptor (not only its name), kgen's version and the fingerprint of its own
+compiler source, templates and headers (kgen.runtime.fingerprint; the compile flags live there
+and in the descriptor), and the compiler's identity. A warm load is a manifest read plus the code
+objects' bytes; nothing is compiled or rendered.
 """
 from __future__ import annotations
 
@@ -14,10 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..codegen.render import template_hash
+from ..backends import backend
 from ..hw.descriptor import Target
 from ..spec.load import LoadedSpec
 from .cache import Cache, cache_key
+from .fingerprint import kgen_fingerprint
 from .launcher import LoadedKernel
 
 
@@ -32,11 +35,23 @@ class ReadyKernel:
 
 
 def key_parts(ls: LoadedSpec, variant: dict[str, Any], target: Target) -> dict[str, Any]:
-    from ..toolchain import compiler_identity
+    from ..backends import compiler_identity
 
     return {"spec": hashlib.sha256(ls.yaml.text.encode()).hexdigest(), "variant": variant, "target": target.name,
-            "kgen": __version__, "templates": template_hash(target.backend), "compiler": compiler_identity(target.backend),
-            "arch": target.compiler_arch}
+            "descriptor": descriptor_digest(target), "kgen": __version__, "source": kgen_fingerprint(),
+            "compiler": compiler_identity(target.backend), "arch": target.compiler_arch}
+
+
+_digests: dict[int, tuple[Target, str]] = {}  # id -> (the target, kept alive so its id is not reused; digest)
+
+
+def descriptor_digest(target: Target) -> str:
+    """Every fact of the descriptor (a frozen Target): one changed in any field is another key.
+    Memoised per Target object, since dumping one costs ~0.14 ms."""
+    hit = _digests.get(id(target))
+    if hit is None or hit[0] is not target:
+        hit = _digests[id(target)] = (target, hashlib.sha256(target.model_dump_json().encode()).hexdigest())
+    return hit[1]
 
 
 def _build_into(ls: LoadedSpec, variant: dict[str, Any], target: Target):
@@ -46,7 +61,7 @@ def _build_into(ls: LoadedSpec, variant: dict[str, Any], target: Target):
         bv = build_variant(ls, variant, target, compile=True)
         kernels = []
         for k in bv.kernels:
-            obj = k.file.rsplit(".", 1)[0] + (".cubin" if target.backend == "cuda" else ".hsaco")
+            obj = k.file.rsplit(".", 1)[0] + backend(target.backend).binary_suffix
             (tmp / obj).write_bytes(k.binary)
             kernels.append({"name": k.name, "object": obj, "grid": k.grid, "threads": k.threads,
                             "shared_bytes": k.shared_bytes, "signature": k.signature, "resources": k.resources,
@@ -69,7 +84,7 @@ _memo: dict[tuple, tuple[tuple[ReadyKernel, ...], dict[str, int]]] = {}
 
 def compiled_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target) -> tuple[tuple[ReadyKernel, ...], dict[str, int]]:
     """The loaded kernels of a variant and the tunables they were built with (memoised per process)."""
-    memo_key = (str(ls.path), ls.yaml.text, tuple(variant.items()), target.name)
+    memo_key = (str(ls.path), ls.yaml.text, tuple(variant.items()), descriptor_digest(target))
     hit = _memo.get(memo_key)
     if hit is None:
         hit = _memo[memo_key] = _load_entry(str(_entry(ls, variant, target)), target.backend)

@@ -19,6 +19,7 @@ from ..knobs import knobs
 from ..lang import kernel_ir, resolve_dtype
 from ..spec.expr import eval_expr
 from ..spec.load import LoadedSpec, load_spec
+from ..spec.pairing import check_pairing
 from .binding import TORCH, axis_from_shape, bind, check_option, choose_variant, dtype_axes, output_shape
 
 _ops: dict[str, "KgenOp"] = {}
@@ -288,6 +289,7 @@ def load(path: str | Path) -> KgenOp:
         _forbid_backward(op)
     else:
         bwd_ls = load_spec(ls.path.parent / ls.spec.autograd.backward)
+        check_pairing(ls, bwd_ls)
         passed = {}
         for i, axis in enumerate(ls.spec.autograd.options):
             if axis not in bwd_ls.spec.variants or axis in ls.spec.variants:

@@ -198,7 +198,7 @@ def test_commands_that_need_no_torch_do_not_import_it(tmp_path):
 def test_warm_fills_the_cache(capsys, tmp_path):
     """The real thing, with the real compiler: two variants built by two workers, then cached."""
     from kgen.knobs import knobs
-    from kgen.toolchain import available
+    from kgen.backends import available
 
     if not available("hip"):
         if knobs().ci:

@@ -38,13 +38,16 @@ def _start_warm(tmp_path, clang: Path) -> subprocess.Popen:
                             cwd=REPO, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _wait_for(pids: Path, n: int, timeout: float = 90.0) -> list[int]:
+def _wait_for(pids: Path, n: int, proc: subprocess.Popen, timeout: float = 120.0) -> list[int]:
     end = time.time() + timeout
     while time.time() < end:
         found = [int(p.name) for p in pids.iterdir()]
         if len(found) >= n:
             return found
+        if proc.poll() is not None:
+            raise AssertionError(f"kgen warm ended ({proc.returncode}) before {n} compiles started: {proc.stderr.read()}")
         time.sleep(0.1)
+    proc.kill()
     raise AssertionError(f"fewer than {n} compiles started in {timeout} s")
 
 
@@ -69,7 +72,7 @@ def _gone_within(pids: list[int], seconds: float) -> bool:
 def test_ctrl_c_stops_warm_and_its_compilers(tmp_path, slow_compiler):
     clang, pids = slow_compiler
     proc = _start_warm(tmp_path, clang)
-    compilers = _wait_for(pids, 2)
+    compilers = _wait_for(pids, 2, proc)
     start = time.time()
     os.killpg(proc.pid, signal.SIGINT)  # what the terminal sends the foreground job on Ctrl-C
     _, err = proc.communicate(timeout=10)
@@ -84,7 +87,7 @@ def test_ctrl_c_stops_warm_and_its_compilers(tmp_path, slow_compiler):
 def test_killed_parent_leaves_no_orphans(tmp_path, slow_compiler):
     clang, pids = slow_compiler
     proc = _start_warm(tmp_path, clang)
-    compilers = _wait_for(pids, 2)
+    compilers = _wait_for(pids, 2, proc)
     proc.kill()
     proc.communicate(timeout=10)
     assert _gone_within(compilers, 3.0), "the workers' compilers outlived their killed parent"

@@ -17,7 +17,7 @@ import helpers  # noqa: E402
 from kgen.build import build_variant  # noqa: E402
 from kgen.hw.descriptor import load_target  # noqa: E402
 from kgen.knobs import knobs  # noqa: E402
-from kgen.toolchain import available  # noqa: E402
+from kgen.backends import available  # noqa: E402
 from kgen.spec.load import load_spec  # noqa: E402
 
 SPEC = HERE / "specs" / "scalar_ops.yaml"

@@ -26,7 +26,7 @@ from kgen.hw.descriptor import load_target, target_names  # noqa: E402
 from kgen.ir.pipeline import compile_kernel  # noqa: E402
 from kgen.knobs import knobs  # noqa: E402
 from kgen.spec.load import load_spec  # noqa: E402
-from kgen.toolchain import available  # noqa: E402
+from kgen.backends import available  # noqa: E402
 
 SPEC = HERE / "specs" / "scan.yaml"
 SIZES = [(1, 1), (100, 40), (128, 64)]  # one element, ragged blocks, whole blocks

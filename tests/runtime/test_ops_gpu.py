@@ -25,7 +25,7 @@ import example_ops  # noqa: E402
 from example_ops import SPECS, helpers  # noqa: E402
 
 import kgen  # noqa: E402
-from kgen import toolchain  # noqa: E402
+from kgen import backends  # noqa: E402
 from kgen.errors import LaunchError  # noqa: E402
 from kgen.knobs import knobs  # noqa: E402
 from kgen.runtime import compiled  # noqa: E402
@@ -60,7 +60,7 @@ def kgen_env(tmp_path_factory):
     not per cache, so the memo starts empty here (and is put back afterwards). The launcher
     extension, if this process already loaded it, is kept: it holds no kernel code."""
     backend = device_target(torch.device("cuda")).backend
-    if not toolchain.available(backend):
+    if not backends.available(backend):
         if knobs().ci:
             pytest.fail(f"CI=true but no {backend} compiler was found")
         pytest.skip(f"no {backend} compiler found (KGEN_NVCC / KGEN_HIP_CLANG)")

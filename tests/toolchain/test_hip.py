@@ -10,7 +10,8 @@ import pytest
 
 from kgen.errors import SourceLoc, TargetError, ToolchainError
 from kgen.knobs import knobs
-from kgen.toolchain import available, compile_hip, compiler_identity
+from kgen.backends import available, compiler_identity
+from kgen.toolchain import compile_hip
 from kgen.toolchain import hip
 
 

@@ -20,6 +20,7 @@ unfolded sum would keep a second accumulator of the output's size live.
 from __future__ import annotations
 
 from ...hw.descriptor import Target
+from ...options import CompileOptions
 from ..core import Block, Kernel, Op, Value, blocks, use_counts
 from .dot_tiling import instr_of
 
@@ -32,7 +33,7 @@ def is_lone_zero(producer: Op | None, v: Value, uses: dict[int, int]) -> bool:
     return producer is not None and producer.kind == "full" and producer.attrs["value"] == 0 and uses.get(id(v)) == 1
 
 
-def accumulate_into_dots(k: Kernel, target: Target) -> Kernel:
+def accumulate_into_dots(k: Kernel, target: Target, options: CompileOptions) -> Kernel:
     uses = use_counts(k.body)
     for block in blocks(k.body):
         _fold(block, uses, target)

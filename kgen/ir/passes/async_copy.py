@@ -40,6 +40,7 @@ phase, then the same block barrier as a cp.async wait (a slot's next copy relies
 from __future__ import annotations
 
 from ...hw.descriptor import Target
+from ...options import CompileOptions
 from ..core import ELEM_BYTES, Block, Kernel, Op, Value, blocks, use_counts, walk
 from .memory import views_of
 
@@ -52,7 +53,7 @@ SLOTS = 2
 PURE_SCALAR = ("const", "binary", "unary", "cast", "where")
 
 
-def use_async_copies(k: Kernel, target: Target) -> Kernel:
+def use_async_copies(k: Kernel, target: Target, options: CompileOptions) -> Kernel:
     if "cp.async" not in target.async_copy:
         return k
     defs = {id(r): (op, block) for block in blocks(k.body) for op in block.ops for r in op.results}

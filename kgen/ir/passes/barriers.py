@@ -18,11 +18,12 @@ wait, and before each prefetch that overwrites a buffer the iteration has just r
 from __future__ import annotations
 
 from ...hw.descriptor import Target
+from ...options import CompileOptions
 from ..core import Block, Kernel, Op
 from .memory import scratch_bytes
 
 
-def merge_stage_barriers(k: Kernel, target: Target) -> Kernel:
+def merge_stage_barriers(k: Kernel, target: Target, options: CompileOptions) -> Kernel:
     _place(k.body)
     return k
 

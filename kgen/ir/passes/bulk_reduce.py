@@ -23,13 +23,14 @@ write its op's inputs), which the op allocates contiguous, and the last dim is t
 from __future__ import annotations
 
 from ...hw.descriptor import Target
+from ...options import CompileOptions
 from ..core import Kernel, Op, walk
 
 BULK_ALIGN = 16  # bytes: the bulk copy's address and size granule (PTX ISA, cp.reduce.async.bulk)
 
 
-def plan_bulk_reductions(k: Kernel, target: Target) -> Kernel:
-    if not (k.bulk_reductions and target.shared_bulk_fp32_add):
+def plan_bulk_reductions(k: Kernel, target: Target, options: CompileOptions) -> Kernel:
+    if not (k.bulk_reductions and target.shared_bulk_fp32_add and options.bulk_reductions):
         return k
     for op in walk(k.body):
         if op.kind == "atomic_add" and not op.operands[0].is_scalar:

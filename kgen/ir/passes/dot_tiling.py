@@ -9,13 +9,14 @@ different strip of A). `warps_m` x `warps_n` counts those groups.
 """
 from __future__ import annotations
 
-from ...errors import SpecError
+from ...errors import DoesNotFit
 from ...hw.descriptor import Target
+from ...options import CompileOptions
 from ..core import Kernel, walk
 from ..layout import Layout, log2
 
 
-def choose_dot_tiling(k: Kernel, target: Target) -> Kernel:
+def choose_dot_tiling(k: Kernel, target: Target, options: CompileOptions) -> Kernel:
     for op in walk(k.body):
         if op.kind != "dot" or "instr" in op.attrs:
             continue
@@ -25,11 +26,13 @@ def choose_dot_tiling(k: Kernel, target: Target) -> Kernel:
                 and k.num_warps % i.warps == 0]
         if not fits:
             shapes = ", ".join(f"{i.m}x{i.n}x{i.k}" for i in target.matrix_instrs if i.ab_dtype == a.dtype)
-            raise SpecError(f"dot of {m_}x{k_} by {k_}x{n_} {a.dtype} tiles fits no matrix instruction of {target.name} ({shapes}); use tile sizes that are multiples of one", op.loc)
+            raise DoesNotFit(f"dot of {m_}x{k_} by {k_}x{n_} {a.dtype} tiles fits no matrix instruction of {target.name} ({shapes}); use tile sizes that are multiples of one", op.loc,
+                             resource="matrix_instruction")
         splits = [(i, _split(i, m_, n_, k.num_warps // i.warps)) for i in sorted(fits, key=lambda i: -(i.m * i.n * i.k))]
         splits = [(i, s) for i, s in splits if s is not None]
         if not splits:
-            raise SpecError(f"dot of {m_}x{n_} cannot be split over {k.num_warps} warps with any matrix instruction of {target.name}; use fewer warps or a larger tile", op.loc)
+            raise DoesNotFit(f"dot of {m_}x{n_} cannot be split over {k.num_warps} warps with any matrix instruction of {target.name}; use fewer warps or a larger tile", op.loc,
+                             resource="warp_split")
         instr, (warps_m, warps_n) = splits[0]
         op.attrs.update(instr=instr.name, warps_m=warps_m, warps_n=warps_n,
                         reps_m=m_ // (instr.m * warps_m), reps_n=n_ // (instr.n * warps_n))

@@ -20,6 +20,7 @@ only for its own group: `pending` counts the groups committed after its copy.
 from __future__ import annotations
 
 from ...hw.descriptor import Target
+from ...options import CompileOptions
 from ..core import Kernel, Op
 from .memory import scratch_bytes
 
@@ -28,7 +29,7 @@ CROSSABLE = ("const", "size", "scalar_arg", "program_id", "arange", "full", "una
              "cast", "expand", "broadcast", "trans", "cdiv", "reduce", "scan", "load", "wait_async")
 
 
-def issue_copies_early(k: Kernel, target: Target) -> Kernel:
+def issue_copies_early(k: Kernel, target: Target, options: CompileOptions) -> Kernel:
     ops = k.body.ops
     for copy in [op for op in ops if op.kind == "copy_async" and not op.attrs.get("pred")]:
         alloc = next((op for op in ops if op.kind == "alloc_shared" and op.result is copy.operands[0]), None)

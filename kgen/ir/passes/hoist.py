@@ -18,6 +18,7 @@ readers it was no longer copied asynchronously (passes/async_copy.py converts si
 from __future__ import annotations
 
 from ...hw.descriptor import Target
+from ...options import CompileOptions
 from ..core import Block, Kernel, Op, Value, rename_operands, walk
 
 # ops that only relabel which lane holds what: free to compute anywhere, no memory access; and
@@ -27,7 +28,7 @@ from ..core import Block, Kernel, Op, Value, rename_operands, walk
 MOVABLE = ("trans", "expand", "broadcast", "stage", "view_shared", "convert")
 
 
-def hoist_invariant_stages(k: Kernel, target: Target) -> Kernel:
+def hoist_invariant_stages(k: Kernel, target: Target, options: CompileOptions) -> Kernel:
     _hoist_block(k.body)
     return k
 

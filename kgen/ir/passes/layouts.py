@@ -11,6 +11,7 @@ slice of the C layout. Any constraint still broken after that is mended with a `
 from __future__ import annotations
 
 from ...hw.descriptor import Target
+from ...options import CompileOptions
 from ..core import Block, Kernel, Op, Value, blocks, walk
 from ..layout import Layout, blocked, blocked1d, expand, squeeze_broadcast, transpose
 from .dot_tiling import acc_layout
@@ -20,7 +21,7 @@ ELEMENTWISE = ("unary", "binary", "where", "cast")
 SAME_LAYOUT = ELEMENTWISE + ("scan",)
 
 
-def assign_layouts(k: Kernel, target: Target) -> Kernel:
+def assign_layouts(k: Kernel, target: Target, options: CompileOptions) -> Kernel:
     ops = list(walk(k.body))
     for op in ops:
         if op.kind == "dot":

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import networkx as nx
 
-from ...errors import SpecError
+from ...errors import DoesNotFit
 from ...hw.descriptor import Target
+from ...options import CompileOptions
 from ..core import Block, Kernel, Op, Value, walk
 from .operands import SWIZZLE_ATOM_BYTES
 
@@ -38,7 +39,7 @@ def scratch_bytes(op: Op) -> int:
     return 0
 
 
-def plan_shared_memory(k: Kernel, target: Target) -> Kernel:
+def plan_shared_memory(k: Kernel, target: Target, options: CompileOptions) -> Kernel:
     order = {id(op): i for i, op in enumerate(walk(k.body))}
     spans = _loop_spans(k.body, order)
     buffers: dict[int, tuple[Op, int, int, int]] = {}  # id -> (op, bytes, start, end)
@@ -85,8 +86,9 @@ def plan_shared_memory(k: Kernel, target: Target) -> Kernel:
         k.shared_bytes += 8 * k.tma_barriers
     k.notes["shared_bytes"] = k.shared_bytes
     if k.shared_bytes > target.lds_bytes_per_block:
-        raise SpecError(f"kernel {k.name} needs {k.shared_bytes} bytes of shared memory, more than {target.name}'s "
-                        f"{target.lds_bytes_per_block} per block; use smaller tiles")
+        raise DoesNotFit(f"kernel {k.name} needs {k.shared_bytes} bytes of shared memory, more than {target.name}'s "
+                         f"{target.lds_bytes_per_block} per block; use smaller tiles", resource="shared_memory",
+                         needed=k.shared_bytes, available=target.lds_bytes_per_block)
     return k
 
 

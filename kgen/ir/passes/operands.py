@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from ...errors import SpecError
 from ...hw.descriptor import Target
+from ...options import CompileOptions
 from ..core import ELEM_BYTES, Block, Kernel, Op, Value, blocks, walk
 from ..layout import Layout, log2, vector_width
 from .dot_tiling import instr_of
@@ -102,7 +103,7 @@ def matrix_load_fits(target: Target, view: Layout, dtype: str) -> bool:
     return all(r % ml.rows == 0 and c % ml.rows == 0 for r, c in view.reg[n:])
 
 
-def place_dot_operands(k: Kernel, target: Target) -> Kernel:
+def place_dot_operands(k: Kernel, target: Target, options: CompileOptions) -> Kernel:
     defs = {id(r): op for op in walk(k.body) for r in op.results}
     for block in blocks(k.body):
         staged: dict[tuple[int, int], Value] = {}  # (id of the tile, its contiguous dim) -> buffer
@@ -110,7 +111,7 @@ def place_dot_operands(k: Kernel, target: Target) -> Kernel:
         for op in block.ops:
             if op.kind == "dot":
                 for i, role in ((0, "a"), (1, "b")):
-                    new_ops += _place(op, i, role, target, defs, staged)
+                    new_ops += _place(op, i, role, target, options, defs, staged)
             new_ops.append(op)
         block.ops[:] = new_ops
     _drop_unused_transposes(k.body)
@@ -118,13 +119,13 @@ def place_dot_operands(k: Kernel, target: Target) -> Kernel:
 
 
 def _place_cores(op: Op, i: int, role: str, base: Value, bk: int, flipped: bool, defs: dict, staged: dict,
-                 instr) -> list[Op]:
+                 instr, swizzle: bool) -> list[Op]:
     """Stage `base` as core matrices (or reuse its buffer) for an instruction that reads shared
     memory through a descriptor. The contiguous dim: a global tile's last dim (it is copied as
     it lies), else the dim the registers run along. A tile loaded from global memory takes the
     128-byte swizzle (`sw128`) when the instruction can read it and every reader's instructions
-    start on whole swizzled rows (`_swizzle_fits`); a later reader that cannot turns it back to
-    plain cores."""
+    start on whole swizzled rows (`_swizzle_fits`) and the options allow it; a later reader that
+    cannot turns it back to plain cores."""
     v = op.operands[i]
     src = defs.get(id(base))
     inner = 1 if src is None or src.kind == "load" or vector_width(base.layout, 1) >= vector_width(base.layout, 0) else 0
@@ -140,7 +141,7 @@ def _place_cores(op: Op, i: int, role: str, base: Value, bk: int, flipped: bool,
         # copies; a tile staged from registers keeps plain cores, whose slots are one register
         # plus immediates (with the XOR, one per fragment column: the D=128 dkdv spilled)
         copied = src is None or src.kind == "load"
-        layout = "sw128" if (copied and 128 in instr.shared_swizzle and rows % CORE_ROWS == 0
+        layout = "sw128" if (swizzle and copied and 128 in instr.shared_swizzle and rows % CORE_ROWS == 0
                              and (cols * elem) % SWIZZLE_BYTES == 0) else "cores"
         stage = Op("stage", [base], [buf], {"role": role, "inner": inner, "rows": rows, "ld": cols, "smem_layout": layout,
                                             "bytes": rows * cols * elem}, loc=op.loc)
@@ -183,7 +184,7 @@ def _drop_unused_transposes(body: Block) -> None:
         block.ops[:] = [op for op in block.ops if not (op.kind == "trans" and id(op.result) not in used)]
 
 
-def _place(op: Op, i: int, role: str, target: Target, defs: dict, staged: dict) -> list[Op]:
+def _place(op: Op, i: int, role: str, target: Target, options: CompileOptions, defs: dict, staged: dict) -> list[Op]:
     """Decide operand i of a dot; return the ops to insert before it (a stage, a view).
 
     The tile staged is the operand, or the tile it transposes (`k.T` stages `k`), so that two
@@ -200,7 +201,7 @@ def _place(op: Op, i: int, role: str, target: Target, defs: dict, staged: dict) 
     bk = 1 - kdim if flipped else kdim  # the dim of `base` that is this dot's K
     instr = instr_of(target, op.attrs["instr"])
     if "shared" in (instr.a_from if role == "a" else instr.b_from):
-        return _place_cores(op, i, role, base, bk, flipped, defs, staged, instr)
+        return _place_cores(op, i, role, base, bk, flipped, defs, staged, instr, options.swizzle)
     fits = matrix_load_fits(target, fragment_view(target, op.attrs, role), v.dtype)
     can_trans = fits and target.shared_matrix_load.transposed
     usable = [bk, 1 - bk] if can_trans else [bk]  # contiguous dims of base this dot can read

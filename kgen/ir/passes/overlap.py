@@ -29,13 +29,14 @@ until the wait).
 from __future__ import annotations
 
 from ...hw.descriptor import Target
+from ...options import CompileOptions
 from ..core import Block, Kernel, Op, Value, blocks, rename_operands, use_counts, walk
 from .accumulate import is_lone_zero
 
 WRITES_SHARED = ("stage", "copy_async")
 
 
-def overlap_async_dots(k: Kernel, target: Target) -> Kernel:
+def overlap_async_dots(k: Kernel, target: Target, options: CompileOptions) -> Kernel:
     producer = {id(r): op for op in walk(k.body) for r in op.results}
     uses = use_counts(k.body)
     for block in list(blocks(k.body)):

@@ -31,6 +31,7 @@ live registers stay small beside the accumulators (numbers below).
 from __future__ import annotations
 
 from ...hw.descriptor import Target
+from ...options import CompileOptions
 from ..core import Block, Kernel, Op, Value, blocks, walk
 from .async_copy import index_chain, recompute_chain
 
@@ -41,7 +42,7 @@ MAX_TILE_REGS = 8
 MAX_LOOP_REGS = 16
 
 
-def prefetch_loads(k: Kernel, target: Target) -> Kernel:
+def prefetch_loads(k: Kernel, target: Target, options: CompileOptions) -> Kernel:
     if k.prefetch_loads is False:
         return k
     # true: the default limits; an integer: the spec's budget for both (a kernel whose

@@ -20,13 +20,14 @@ wait, so the planner never places a scratch over it.
 from __future__ import annotations
 
 from ...hw.descriptor import Target
+from ...options import CompileOptions
 from ..core import Block, Kernel, Op, walk
 from .memory import scratch_bytes, views_of
 
 Ranges = list[tuple[int, int]] | None  # byte ranges read since the last barrier; None: anything
 
 
-def drop_scratch_barriers(k: Kernel, target: Target) -> Kernel:
+def drop_scratch_barriers(k: Kernel, target: Target, options: CompileOptions) -> Kernel:
     buffers = {}
     for op in walk(k.body):
         if op.kind in ("stage", "alloc_shared"):

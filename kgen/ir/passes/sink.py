@@ -16,12 +16,13 @@ a value first used inside a loop is placed just before that loop.
 from __future__ import annotations
 
 from ...hw.descriptor import Target
+from ...options import CompileOptions
 from ..core import Block, Kernel, Op, walk
 
 MOVABLE = ("const", "unary", "binary", "where", "cast", "expand", "broadcast", "full", "arange", "trans")
 
 
-def sink_to_first_use(k: Kernel, target: Target) -> Kernel:
+def sink_to_first_use(k: Kernel, target: Target, options: CompileOptions) -> Kernel:
     _sink_block(k.body)
     return k
 

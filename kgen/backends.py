@@ -1,0 +1,63 @@
+"""The code generation backends, in one registry: what differs between CUDA and HIP output.
+
+A descriptor names its backend (`backend: cuda` in kgen/hw/data/sm_90.yaml); everything that
+depends on it is a field of that backend's `Backend`, so that no other module branches on the
+name. A new backend (an emulator, a new GPU family) is one more entry here, plus its templates
+and its toolchain module; passes and the driver are untouched.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from .errors import TargetError, ToolchainError
+from .toolchain.cuda import compile_cuda, find_nvcc
+from .toolchain.hip import compile_hip, find_hip_clang
+from .toolchain.resources import CompileResult, version_line
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str  # the descriptors' `backend` field, and the launcher extension's backend argument
+    skeleton: str  # the kernel template, under templates/
+    headers: tuple[str, ...]  # templates/ files every kernel includes, copied beside its source
+    source_suffix: str
+    binary_suffix: str
+    find_compiler: Callable[[], Path]  # ToolchainError when there is none
+    compile: Callable[..., CompileResult]  # (source, arch, include_dirs=, extra_flags=)
+    report_columns: tuple[str, ...]  # `kgen build`'s resource columns (kgen.report)
+
+
+CUDA = Backend("cuda", "cuda/kernel.cu.j2", ("cuda/kgen_cuda.h", "common/kgen_tile.h"), ".cu", ".cubin",
+               find_nvcc, compile_cuda, ("regs", "smem", "spills", "HMMA"))
+HIP = Backend("hip", "hip/kernel.hip.j2", ("hip/kgen_hip.h", "common/kgen_tile.h"), ".hip", ".hsaco",
+              find_hip_clang, compile_hip, ("VGPR", "AGPR", "LDS", "scratch", "occupancy", "MFMA"))
+BACKENDS = {b.name: b for b in (CUDA, HIP)}
+
+
+def backend(name: str) -> Backend:
+    try:
+        return BACKENDS[name]
+    except KeyError:
+        raise TargetError(f"unknown backend {name!r}; accepted: {', '.join(BACKENDS)}") from None
+
+
+def find_compiler(name: str) -> Path:
+    """The compiler backend `name` would use; ToolchainError if there is none."""
+    return backend(name).find_compiler()
+
+
+def available(name: str) -> bool:
+    """Whether backend `name` has a compiler here (it may still lack a disassembler)."""
+    try:
+        find_compiler(name)
+    except ToolchainError:
+        return False
+    return True
+
+
+def compiler_identity(name: str) -> str:
+    """"<path> <version line>": part of cache keys, so a compiler upgrade rebuilds everything."""
+    path = find_compiler(name)
+    return f"{path} {version_line(path)}"

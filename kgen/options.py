@@ -1,0 +1,27 @@
+"""Choices of how a kernel is built, kept apart from the facts about the hardware.
+
+A `Target` (kgen.hw.descriptor) says what a GPU has; a `CompileOptions` says which of the ways
+kgen can build for it a given build takes. The tuning search in kgen.build picks them (a kernel
+that spills is retried with other options), passes and the renderer read them, and they are
+hashable, so that they can key a cache. A pass never reads a Target altered to express a choice.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    swizzle: bool = True
+    """Stage copied dot operands in the 128-byte swizzle where the matrix instruction reads it
+    (passes/operands.py); plain core matrices need fewer address registers."""
+    bulk_reductions: bool = True
+    """Tile atomic adds as bulk reductions from shared memory where the target has them
+    (passes/bulk_reduce.py); off, one atomic per element group."""
+    stepped_copies: bool = True
+    """Async copy addresses advanced per chunk rather than recomputed (codegen/render.py)."""
+    register_flags: tuple[str, ...] = ()
+    """Extra compiler flags: the descriptor's frugal register flags when a kernel spills."""
+
+
+DEFAULT = CompileOptions()
