@@ -53,6 +53,7 @@ class BuiltKernel:
     resources: dict[str, Any] | None = None
     command: list[str] | None = None
     compiler: str | None = None
+    options: CompileOptions = DEFAULT  # how it was lowered, rendered and compiled (`kgen inspect` shows that IR)
 
 
 @dataclass
@@ -161,8 +162,7 @@ def _without_spills(ls: LoadedSpec, variant: dict[str, Any], target: Target, tun
             how = (options.swizzle, options.bulk_reductions)
             if how not in lowered:
                 lowered[how] = compile_kernel(ls, i, variant, tunables, target, options=options)
-            retry = _render_variant(ls, variant, target, tunables, [lowered[how]], stepped_copies=options.stepped_copies,
-                                    first_index=i).kernels[0]
+            retry = _render_variant(ls, variant, target, tunables, [lowered[how]], options, first_index=i).kernels[0]
             compile_built(retry, target, list(options.register_flags))
             if not _spills(retry):
                 out.kernels[i] = retry
@@ -178,19 +178,19 @@ def _spills(bk: BuiltKernel) -> bool:
 
 
 def _render_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target, tunables: dict[str, int],
-                    kernels: list[Kernel], stepped_copies: bool = True, first_index: int = 0) -> BuiltVariant:
-    """Sources of `kernels`, the spec's kernels from index `first_index` on."""
+                    kernels: list[Kernel], options: CompileOptions = DEFAULT, first_index: int = 0) -> BuiltVariant:
+    """Sources of `kernels` (lowered with `options`), the spec's kernels from index `first_index` on."""
     out = BuiltVariant(variant, tunables)
     vid = variant_id(variant)
     for i, k in enumerate(kernels, start=first_index):
         line, _ = ls.yaml.block_origin(("kernels", i, "program"))
         source = render_kernel(k, target, spec_file=_display(ls.path), program_line=line, variant=variant,
-                              stepped_copies=stepped_copies)
+                              stepped_copies=options.stepped_copies)
         _, sig = kernel_params(k, variant)
         out.kernels.append(BuiltKernel(
             name=k.name, source=source, file=f"{k.name}__{vid}{backend(target.backend).source_suffix}", grid=list(ls.spec.kernels[i].grid),
             threads=k.num_warps * target.wave_size, shared_bytes=k.shared_bytes, signature=sig, notes=dict(k.notes),
-            tensor_maps=[{"tensor": t, "box": list(box)} for t, box in tensor_maps(k)]))
+            tensor_maps=[{"tensor": t, "box": list(box)} for t, box in tensor_maps(k)], options=options))
     return out
 
 

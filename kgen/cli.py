@@ -220,7 +220,12 @@ def _local_target():
 
 
 def cmd_inspect(a: argparse.Namespace) -> int:
-    from .build import lower_variant
+    """The IR of the kernel as it ships: the variant is built as `kgen build` builds it (compiled
+    when the target's compiler is here, since a kernel that spills is rebuilt with other options),
+    then that kernel is lowered again with the tunables and options it shipped with, printing the
+    IR after each pass."""
+    from .backends import available
+    from .build import build_variant
     from .hw.descriptor import load_target
     from .ir.pipeline import compile_kernel
     from .spec.load import load_spec
@@ -241,10 +246,14 @@ def cmd_inspect(a: argparse.Namespace) -> int:
     if not variants:
         raise UsageError(f"no variant of {ls.spec.name} matches {' '.join(f'{x}={y}' for x, y in a.variant)} (some are excluded)")
     v = variants[0]
-    tunables, _ = lower_variant(ls, v, tg)
+    compiled = available(tg.backend)
+    shipped = build_variant(ls, v, tg, compile=compiled)
+    options = shipped.kernels[index].options
     console = _console()
-    console.print(f"[bold]{ls.spec.name}[/] variant {v} tunables {tunables} on {tg.name}")
-    compile_kernel(ls, index, v, tunables, tg,
+    how = "as compiled here" if compiled else f"sources only: no {tg.backend} compiler here, so spill retries are not known"
+    console.print(f"[bold]{ls.spec.name}[/] variant {v} tunables {shipped.tunables} options {options} on {tg.name} ({how})",
+                  markup=True, highlight=False)
+    compile_kernel(ls, index, v, shipped.tunables, tg, options=options,
                    trace=lambda name, text: console.print(f"[bold cyan]== after {name}[/]\n{text}", markup=True, highlight=False))
     return 0
 

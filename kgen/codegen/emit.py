@@ -12,7 +12,7 @@ from typing import Any
 from ..hw.descriptor import Target
 from ..ir.core import ELEM_BYTES, Kernel, Op, Value, use_counts, walk
 from ..ir.layout import broadcast_reg_map, vector_width
-from ..ir.passes.accumulate import is_lone_zero
+from ..ir.analysis import is_lone_zero
 from ..ir.passes.dot_tiling import instr_of
 from ..ir.passes.operands import CORE_ROWS, fragment_view
 from . import tma, wgmma

@@ -208,3 +208,29 @@ def test_warm_fills_the_cache(capsys, tmp_path):
     assert (code, err) == (0, "") and out.splitlines()[-1] == "2 variants cached for gfx942"
     code, out, _ = kgen(capsys, "cache", "info")
     assert "entries  2," in out
+
+
+def test_inspect_prints_the_form_that_ships(capsys, monkeypatch):
+    """A kernel that spills ships in another form (plain layouts here: a stand-in compiler says
+    every swizzled source spills); inspect prints that form's IR, not the first lowering's."""
+    import re
+
+    from kgen import backends, build
+
+    swizzled = re.compile(r"wgmma_desc\([^;]*, 1\);")
+
+    def fake_compile(bk, target, extra_flags=()):
+        bk.resources = {"spill_bytes": 64 if swizzled.search(bk.source) else 0}
+
+    monkeypatch.setattr(build, "compile_built", fake_compile)
+    monkeypatch.setattr(backends, "available", lambda name: True)
+    spec = str(REPO / "specs" / "fa2_fwd.yaml")
+    code, out, err = kgen(capsys, "inspect", spec, "-t", "sm_90", "-v", "dtype=bf16", "-v", "head_dim=64", "-v", "causal=false")
+    assert (code, err) == (0, "")
+    header = " ".join(out.split("== after parse")[0].split())
+    assert "swizzle=False" in header and "(as compiled here)" in header
+    assert "sw128" not in out.split("== after place_dot_operands")[1]
+    monkeypatch.setattr(backends, "available", lambda name: False)  # no compiler: the sources-only form
+    code, out, _ = kgen(capsys, "inspect", spec, "-t", "sm_90", "-v", "dtype=bf16", "-v", "head_dim=64", "-v", "causal=false")
+    assert code == 0 and "swizzle=True" in " ".join(out.split("== after parse")[0].split())
+    assert "sw128" in out.split("== after place_dot_operands")[1]

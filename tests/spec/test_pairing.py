@@ -2,7 +2,6 @@
 when the forward loads, at the backward's tensor, naming what was expected."""
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest

@@ -21,16 +21,11 @@ from __future__ import annotations
 
 from ...hw.descriptor import Target
 from ...options import CompileOptions
-from ..core import Block, Kernel, Op, Value, blocks, use_counts
+from ..analysis import is_lone_zero, producers
+from ..core import Block, Kernel, blocks, use_counts
 from .dot_tiling import instr_of
 
 MAX_REGS = 32
-
-
-def is_lone_zero(producer: Op | None, v: Value, uses: dict[int, int]) -> bool:
-    """`v` is a zero tile (made by `producer`) that one operand reads: a dot's accumulator that can
-    be replaced (here) or never written (a warpgroup dot's first k-step ignores it)."""
-    return producer is not None and producer.kind == "full" and producer.attrs["value"] == 0 and uses.get(id(v)) == 1
 
 
 def accumulate_into_dots(k: Kernel, target: Target, options: CompileOptions) -> Kernel:
@@ -41,7 +36,7 @@ def accumulate_into_dots(k: Kernel, target: Target, options: CompileOptions) -> 
 
 
 def _fold(block: Block, uses: dict[int, int], target: Target) -> None:
-    defs = {id(r): op for op in block.ops for r in op.results}
+    defs = producers(block, deep=False)
     for add in [op for op in block.ops if op.kind == "binary" and op.attrs["fn"] == "add"]:
         for i in (0, 1):
             d, x = add.operands[i], add.operands[1 - i]

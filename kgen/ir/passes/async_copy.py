@@ -41,8 +41,8 @@ from __future__ import annotations
 
 from ...hw.descriptor import Target
 from ...options import CompileOptions
+from ..analysis import index_chain, recompute_chain, views_of
 from ..core import ELEM_BYTES, Block, Kernel, Op, Value, blocks, use_counts, walk
-from .memory import views_of
 
 CHUNK_BYTES = 16  # cp.async.cg moves 16 bytes per instruction (PTX ISA, "cp.async")
 # a tensor copy's box: at most 256 elements along each dim, at most 5 dims (CUDA driver API,
@@ -50,7 +50,6 @@ CHUNK_BYTES = 16  # cp.async.cg moves 16 bytes per instruction (PTX ISA, "cp.asy
 TMA_BOX_MAX, TMA_RANK_MAX = 256, 5
 SLOTS = 2
 # scalar ops without memory access or side effects: safe to recompute for another iteration
-PURE_SCALAR = ("const", "binary", "unary", "cast", "where")
 
 
 def use_async_copies(k: Kernel, target: Target, options: CompileOptions) -> Kernel:
@@ -232,36 +231,6 @@ def _slot(buf: Value, count: Value, alloc: Op, loop: Op) -> Op:
     """A view of slot `count % slots` of a slotted buffer."""
     view = Value(buf.shape, buf.dtype, place="shared")
     return Op("slot", [buf, count], [view], {"slots": alloc.attrs["slots"], "slot_bytes": alloc.attrs["slot_bytes"]}, loc=loop.loc)
-
-
-def index_chain(operands: list[Value], body: Block, iv: Value, inside: set[int]) -> list[Op] | None:
-    """The ops of `body` (top level, in body order) that compute `operands` from the induction
-    variable and values defined before the loop, all pure scalar arithmetic; None if an operand
-    depends on anything else (a load, a value carried around the loop, a nested loop's result),
-    since that cannot be recomputed for another iteration."""
-    producer = {id(r): op for op in body.ops for r in op.results}
-    chain: set[int] = set()
-    todo = [v for v in operands if id(v) in inside and v is not iv]
-    while todo:
-        op = producer.get(id(todo.pop()))
-        if op is None or op.kind not in PURE_SCALAR or op.body is not None or any(r.shape != () for r in op.results):
-            return None
-        if id(op) not in chain:
-            chain.add(id(op))
-            todo += [v for v in op.operands if id(v) in inside and v is not iv]
-    return [op for op in body.ops if id(op) in chain]
-
-
-def recompute_chain(chain: list[Op], iv: Value, at: Value, operands: list[Value]) -> tuple[list[Op], list[Value]]:
-    """`chain` recomputed for the iteration whose induction variable is `at`: the new ops, and
-    `operands` with every value of the chain (and the induction variable) replaced."""
-    new = {id(iv): at}
-    ops = []
-    for op in chain:
-        results = [Value(r.shape, r.dtype, place=r.place, layout=r.layout) for r in op.results]
-        ops.append(Op(op.kind, [new.get(id(v), v) for v in op.operands], results, dict(op.attrs), loc=op.loc))
-        new.update((id(r), n) for r, n in zip(op.results, results))
-    return ops, [new.get(id(v), v) for v in operands]
 
 
 def _copy_at(copy: Op, chain: list[Op], iv: Value, at: Value, pred: Value, dst: Value | None = None) -> list[Op]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from ...hw.descriptor import Target
 from ...options import CompileOptions
 from ..core import Block, Kernel, Op
-from .memory import scratch_bytes
+from ..analysis import scratch_bytes
 
 
 def merge_stage_barriers(k: Kernel, target: Target, options: CompileOptions) -> Kernel:

@@ -22,7 +22,7 @@ from __future__ import annotations
 from ...hw.descriptor import Target
 from ...options import CompileOptions
 from ..core import Kernel, Op
-from .memory import scratch_bytes
+from ..analysis import scratch_bytes
 
 # register-only ops (no memory, no barrier), loads, and other copies' waits
 CROSSABLE = ("const", "size", "scalar_arg", "program_id", "arange", "full", "unary", "binary", "where",

@@ -12,31 +12,9 @@ import networkx as nx
 from ...errors import DoesNotFit
 from ...hw.descriptor import Target
 from ...options import CompileOptions
+from ..analysis import scratch_bytes, views_of
 from ..core import Block, Kernel, Op, Value, walk
 from .operands import SWIZZLE_ATOM_BYTES
-
-
-def scratch_bytes(op: Op) -> int:
-    """Shared memory an op needs while it runs (besides staged operands)."""
-    if op.kind == "reduce":
-        src = op.operands[0]
-        if src.layout is not None and src.layout.reduce_plan(op.attrs["axis"]).cross_warp:
-            n = 1
-            for s in op.result.shape or (1,):
-                n *= s
-            return 4 * n * src.layout.nwarps
-    if op.kind == "scan":
-        src = op.operands[0]
-        if src.layout is not None and src.layout.reduce_plan(op.attrs["axis"]).cross_warp:
-            return 4 * src.layout.nregs * src.layout.nlanes * src.layout.nwarps  # a slot per thread and register
-    if op.kind == "atomic_add" and "bulk" in op.attrs:  # a slice per warp (passes/bulk_reduce.py)
-        return op.attrs["bulk"]["bytes"]
-    if op.kind == "convert":
-        n = 1
-        for s in op.result.shape:
-            n *= s
-        return 4 * n
-    return 0
 
 
 def plan_shared_memory(k: Kernel, target: Target, options: CompileOptions) -> Kernel:
@@ -90,16 +68,6 @@ def plan_shared_memory(k: Kernel, target: Target, options: CompileOptions) -> Ke
                          f"{target.lds_bytes_per_block} per block; use smaller tiles", resource="shared_memory",
                          needed=k.shared_bytes, available=target.lds_bytes_per_block)
     return k
-
-
-def views_of(block: Block, buf: Value) -> list[Value]:
-    """The buffer and every view_shared or slot of it (reads through a view keep the buffer
-    alive)."""
-    out = [buf]
-    for op in walk(block):
-        if op.kind in ("view_shared", "slot") and op.operands[0] in out:
-            out.append(op.result)
-    return out
 
 
 def _align(n: int, to: int = 16) -> int:

@@ -36,6 +36,7 @@ from __future__ import annotations
 from ...errors import SpecError
 from ...hw.descriptor import Target
 from ...options import CompileOptions
+from ..analysis import producers
 from ..core import ELEM_BYTES, Block, Kernel, Op, Value, blocks, walk
 from ..layout import Layout, log2, vector_width
 from .dot_tiling import instr_of
@@ -104,7 +105,7 @@ def matrix_load_fits(target: Target, view: Layout, dtype: str) -> bool:
 
 
 def place_dot_operands(k: Kernel, target: Target, options: CompileOptions) -> Kernel:
-    defs = {id(r): op for op in walk(k.body) for r in op.results}
+    defs = producers(k.body)
     for block in blocks(k.body):
         staged: dict[tuple[int, int], Value] = {}  # (id of the tile, its contiguous dim) -> buffer
         new_ops: list[Op] = []

@@ -30,14 +30,14 @@ from __future__ import annotations
 
 from ...hw.descriptor import Target
 from ...options import CompileOptions
-from ..core import Block, Kernel, Op, Value, blocks, rename_operands, use_counts, walk
-from .accumulate import is_lone_zero
+from ..analysis import is_lone_zero, producers
+from ..core import Block, Kernel, Op, Value, blocks, rename_operands, use_counts
 
 WRITES_SHARED = ("stage", "copy_async")
 
 
 def overlap_async_dots(k: Kernel, target: Target, options: CompileOptions) -> Kernel:
-    producer = {id(r): op for op in walk(k.body) for r in op.results}
+    producer = producers(k.body)
     uses = use_counts(k.body)
     for block in list(blocks(k.body)):
         _defer_waits(block, target, producer, uses)

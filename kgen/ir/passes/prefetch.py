@@ -33,7 +33,7 @@ from __future__ import annotations
 from ...hw.descriptor import Target
 from ...options import CompileOptions
 from ..core import Block, Kernel, Op, Value, blocks, walk
-from .async_copy import index_chain, recompute_chain
+from ..analysis import index_chain, recompute_chain
 
 # elements per thread of one prefetched tile, and of all of one loop's: a cumulative-sum row
 # fits; a 64x64 fp32 block over 8 warps (16) does not. At 16 per tile the attention backward's

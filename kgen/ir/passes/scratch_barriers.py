@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from ...hw.descriptor import Target
 from ...options import CompileOptions
-from ..core import Block, Kernel, Op, walk
-from .memory import scratch_bytes, views_of
+from ..core import Block, Kernel, walk
+from ..analysis import scratch_bytes, views_of
 
 Ranges = list[tuple[int, int]] | None  # byte ranges read since the last barrier; None: anything
 

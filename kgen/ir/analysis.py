@@ -1,0 +1,85 @@
+"""Analyses that several passes (and the code generator) read: who produces a value, what a
+buffer is seen through, how much scratch an op needs, which scalar ops compute a loop's index.
+
+They compute facts about the IR and change nothing; a pass that needs one imports it from here,
+never from another pass.
+"""
+from __future__ import annotations
+
+from .core import Block, Op, Value, walk
+
+PURE_SCALAR = ("const", "binary", "unary", "cast", "where")  # scalar ops a copy's index may be recomputed through
+
+
+def producers(block: Block, deep: bool = True) -> dict[int, Op]:
+    """id of each value -> the op that makes it, in `block` and (deep) every block inside it."""
+    return {id(r): op for op in (walk(block) if deep else block.ops) for r in op.results}
+
+
+def scratch_bytes(op: Op) -> int:
+    """Shared memory an op needs while it runs (besides staged operands)."""
+    if op.kind == "reduce":
+        src = op.operands[0]
+        if src.layout is not None and src.layout.reduce_plan(op.attrs["axis"]).cross_warp:
+            n = 1
+            for s in op.result.shape or (1,):
+                n *= s
+            return 4 * n * src.layout.nwarps
+    if op.kind == "scan":
+        src = op.operands[0]
+        if src.layout is not None and src.layout.reduce_plan(op.attrs["axis"]).cross_warp:
+            return 4 * src.layout.nregs * src.layout.nlanes * src.layout.nwarps  # a slot per thread and register
+    if op.kind == "atomic_add" and "bulk" in op.attrs:  # a slice per warp (passes/bulk_reduce.py)
+        return op.attrs["bulk"]["bytes"]
+    if op.kind == "convert":
+        n = 1
+        for s in op.result.shape:
+            n *= s
+        return 4 * n
+    return 0
+
+
+def views_of(block: Block, buf: Value) -> list[Value]:
+    """The buffer and every view_shared or slot of it (reads through a view keep the buffer
+    alive)."""
+    out = [buf]
+    for op in walk(block):
+        if op.kind in ("view_shared", "slot") and op.operands[0] in out:
+            out.append(op.result)
+    return out
+
+
+def index_chain(operands: list[Value], body: Block, iv: Value, inside: set[int]) -> list[Op] | None:
+    """The ops of `body` (top level, in body order) that compute `operands` from the induction
+    variable and values defined before the loop, all pure scalar arithmetic; None if an operand
+    depends on anything else (a load, a value carried around the loop, a nested loop's result),
+    since that cannot be recomputed for another iteration."""
+    producer = producers(body, deep=False)
+    chain: set[int] = set()
+    todo = [v for v in operands if id(v) in inside and v is not iv]
+    while todo:
+        op = producer.get(id(todo.pop()))
+        if op is None or op.kind not in PURE_SCALAR or op.body is not None or any(r.shape != () for r in op.results):
+            return None
+        if id(op) not in chain:
+            chain.add(id(op))
+            todo += [v for v in op.operands if id(v) in inside and v is not iv]
+    return [op for op in body.ops if id(op) in chain]
+
+
+def recompute_chain(chain: list[Op], iv: Value, at: Value, operands: list[Value]) -> tuple[list[Op], list[Value]]:
+    """`chain` recomputed for the iteration whose induction variable is `at`: the new ops, and
+    `operands` with every value of the chain (and the induction variable) replaced."""
+    new = {id(iv): at}
+    ops = []
+    for op in chain:
+        results = [Value(r.shape, r.dtype, place=r.place, layout=r.layout) for r in op.results]
+        ops.append(Op(op.kind, [new.get(id(v), v) for v in op.operands], results, dict(op.attrs), loc=op.loc))
+        new.update((id(r), n) for r, n in zip(op.results, results))
+    return ops, [new.get(id(v), v) for v in operands]
+
+
+def is_lone_zero(producer: Op | None, v: Value, uses: dict[int, int]) -> bool:
+    """`v` is a zero tile (made by `producer`) that one operand reads: a dot's accumulator that can
+    be replaced (here) or never written (a warpgroup dot's first k-step ignores it)."""
+    return producer is not None and producer.kind == "full" and producer.attrs["value"] == 0 and uses.get(id(v)) == 1
