@@ -30,7 +30,7 @@ from .codegen.tma import tensor_maps
 from .errors import DoesNotFit, KgenError, SpecError
 from .hw.descriptor import Target
 from .ir.core import Kernel
-from .ir.pipeline import compile_kernel
+from .driver import compile_kernel
 from .options import DEFAULT, CompileOptions
 from .paths import templates_dir
 from .spec.expr import eval_expr

@@ -227,7 +227,7 @@ def cmd_inspect(a: argparse.Namespace) -> int:
     from .backends import available
     from .build import build_variant
     from .hw.descriptor import load_target
-    from .ir.pipeline import compile_kernel
+    from .driver import compile_kernel
     from .spec.load import load_spec
 
     spec = _need(a.spec, "kgen inspect needs a spec file: kgen inspect SPEC --target TARGET")

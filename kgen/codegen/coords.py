@@ -1,13 +1,13 @@
 """C++ expressions for layouts: which tile coordinate a thread's register holds.
 
 A layout's coordinate is the sum of the basis vectors of the set bits of (reg, lane, warp)
-(kgen.ir.layout; our layouts use disjoint single-bit bases, so XOR is a sum). The lane/warp
+(kgen.layout; our layouts use disjoint single-bit bases, so XOR is a sum). The lane/warp
 part is computed once per thread; the register part is a constant once loops over `e` are
 unrolled, so the compiler folds it into address offsets.
 """
 from __future__ import annotations
 
-from ..ir.layout import Layout
+from ..layout import Layout
 
 
 def _is_disjoint(layout: Layout) -> bool:

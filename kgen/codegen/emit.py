@@ -11,7 +11,7 @@ from typing import Any
 
 from ..hw.descriptor import Target
 from ..ir.core import ELEM_BYTES, Kernel, Op, Value, use_counts, walk
-from ..ir.layout import broadcast_reg_map, vector_width
+from ..layout import broadcast_reg_map, vector_width
 from ..ir.analysis import is_lone_zero
 from ..ir.passes.dot_tiling import instr_of
 from ..ir.passes.operands import CORE_ROWS, fragment_view
@@ -180,7 +180,7 @@ class Emitter:
 
     def op_scan(self, op):
         """Inclusive prefix sum along an axis, over the axis's layout bits from the lightest
-        (kgen.ir.layout: each bit moves a distinct power of two along the axis): every element
+        (kgen.layout: each bit moves a distinct power of two along the axis): every element
         keeps its prefix and its block's total; at each bit it adds the partner block's total
         (the register, lane or warp with that bit flipped) to both totals, and to its prefix when
         its bit is set. Registers pair in-thread, lanes by xor-shuffle, warps through shared

@@ -3,7 +3,7 @@
 A `Target` says what a GPU offers (compute units, LDS, registers, caches, peaks, async copies) and
 which matrix instructions it has. Every number carries its source in `sources`, so a reader can
 check it; the validator refuses a file where one is missing. A `MatrixInstr` carries the operand
-fragments as linear layouts (kgen.ir.layout.Layout): for each bit of the per-lane element index
+fragments as linear layouts (kgen.layout.Layout): for each bit of the per-lane element index
 and of the lane index, the tile coordinate it moves to. Codegen, the interpreter and the
 lane-level tests all read the fragments from here, so there is one statement of each layout.
 """
@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 from rich.table import Table
 
 from kgen.errors import TargetError
-from kgen.ir.layout import Layout, is_pow2, log2
+from kgen.layout import Layout, is_pow2, log2
 
 DATA_DIR = Path(__file__).with_name("data")
 

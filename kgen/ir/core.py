@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import SourceLoc
-from .layout import Layout
+from ..layout import Layout
 
 DTYPES = ("bf16", "fp16", "fp32", "int32", "bool")
 FLOAT_DTYPES = ("bf16", "fp16", "fp32")

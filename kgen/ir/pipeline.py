@@ -1,7 +1,7 @@
-"""The compiler in one function: a spec's kernel, one variant, one target -> IR ready for codegen.
+"""The pass list: a parsed kernel's IR (kgen.lang), one target, one set of options -> IR ready
+for codegen. kgen.driver runs the parse and then these, in this order:
 
-    parse (kgen.lang: variant and tunables bound, shapes and dtypes inferred)
-      -> choose_dot_tiling    matrix instruction and warp split per dot, from the descriptor
+         choose_dot_tiling    matrix instruction and warp split per dot, from the descriptor
       -> assign_layouts       which lane holds which element (linear layouts), converts inserted
       -> accumulate_into_dots x + dot(a, b) becomes dot(a, b, x) for small accumulators
       -> place_dot_operands   each dot operand read from registers, or staged in shared memory
@@ -20,12 +20,10 @@ The verifier runs after each pass. `kgen inspect` prints the IR after each of th
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 from ..hw.descriptor import Target
-from ..lang import kernel_ir
 from ..options import DEFAULT, CompileOptions
-from ..spec.load import LoadedSpec
 from .core import Kernel, print_kernel
 from .passes.accumulate import accumulate_into_dots
 from .passes.async_copy import use_async_copies
@@ -62,10 +60,10 @@ PASSES: list[tuple[str, Pass]] = [
 ]
 
 
-def compile_kernel(ls: LoadedSpec, kernel_index: int, variant: dict[str, Any], tunables: dict[str, int],
-                   target: Target, trace: Callable[[str, str], None] | None = None,
-                   options: CompileOptions = DEFAULT) -> Kernel:
-    k = kernel_ir(ls, kernel_index, variant, tunables)
+def run_passes(k: Kernel, target: Target, options: CompileOptions = DEFAULT,
+               trace: Callable[[str, str], None] | None = None) -> Kernel:
+    """Every pass of PASSES on a parsed kernel, the verifier after each (layouts checked from
+    assign_layouts on); trace(name, IR text) after the parse and after each pass."""
     verify(k, "parse")
     if trace:
         trace("parse", print_kernel(k))

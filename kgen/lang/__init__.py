@@ -7,7 +7,8 @@ from ..errors import SpecError
 from ..ir.core import Kernel
 from ..spec.expr import eval_expr
 from ..spec.load import LoadedSpec
-from .parse import Origin, TensorRef, parse_program
+from .parse import Origin, parse_program
+from .terms import TensorRef
 
 
 def resolve_dtype(spec_dtype: str, variant: dict[str, Any]) -> str:

@@ -6,10 +6,13 @@ dim); everything else works on tiles and scalars.
 from __future__ import annotations
 
 import ast
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..ir.core import Value
-from .parse import UNARY_FNS, BlockIndex, TensorRef, _DType, _Parser
+from .terms import UNARY_FNS, BlockIndex, TensorRef, _DType
+
+if TYPE_CHECKING:  # the parser hands itself to call(); only its type is named here
+    from .parse import _Parser
 
 REDUCE = ("sum", "max", "min")
 

@@ -13,27 +13,13 @@ from typing import Any
 from ..errors import SourceLoc, SpecError
 from ..ir.core import DTYPES, Block, Op, Value
 from .builder import Builder, Operand
+from .calls import call
+from .terms import TensorRef, _DType
+
 
 BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div", ast.FloorDiv: "floordiv",
           ast.Mod: "mod", ast.Pow: "pow"}
 CMPOPS = {ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge", ast.Eq: "eq", ast.NotEq: "ne"}
-UNARY_FNS = ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs")
-
-
-@dataclass(frozen=True)
-class TensorRef:
-    name: str
-    dims: tuple[int | None, ...]  # static size of each dim, None when it is a runtime size
-    dtype: str
-    writable: bool = True  # outputs and scratch; a kernel must not write its op's inputs
-
-
-@dataclass(frozen=True)
-class BlockIndex:
-    index: Operand
-    size: int
-
-
 @dataclass(frozen=True)
 class Origin:
     """Where the program text starts in the spec file, to turn ast positions into file:line:col."""
@@ -233,8 +219,6 @@ class _Parser:
         if isinstance(node, ast.Subscript):
             return self.subscript(node)
         if isinstance(node, ast.Call):
-            from .calls import call
-
             return call(self, node)
         if isinstance(node, ast.Tuple):
             return tuple(self.expr(e) for e in node.elts)
@@ -278,10 +262,6 @@ class _Parser:
         if axis != len(out.shape):
             raise self.fail(node, f"index has {axis} entries for a {len(out.shape)}D result")
         return out
-
-
-class _DType(str):
-    """A dtype name used as a value (fp32, or a variant axis whose value is a dtype)."""
 
 
 def _assigned_names(body: list[ast.stmt]) -> list[str]:

@@ -80,7 +80,7 @@ def run_in_workers(fn: Callable[..., Any], jobs: Sequence[tuple], workers: int,
                 on_done(i, results[i])
     except BaseException:
         _kill_workers()
-        pool.shutdown(wait=False, cancel_futures=True)
+        pool.shutdown(wait=True, cancel_futures=True)  # joins the pool's manager thread: no wake-up at exit on a closed pipe
         raise
     pool.shutdown(wait=True)
     return results

@@ -22,7 +22,7 @@ import lane_sim  # noqa: E402
 from kgen.codegen.emit import Emitter  # noqa: E402
 from kgen.codegen.render import number_values, render_kernel, tensor_dims  # noqa: E402
 from kgen.hw.descriptor import load_target, target_names  # noqa: E402
-from kgen.ir.pipeline import compile_kernel  # noqa: E402
+from kgen.driver import compile_kernel  # noqa: E402
 from kgen.spec.load import load_spec  # noqa: E402
 
 SPEC = HERE / "specs" / "atomic_dot.yaml"

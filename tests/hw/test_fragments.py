@@ -1,7 +1,7 @@
 """Lane-level simulation of every matrix instruction of every target, on the CPU.
 
 Two independent statements have to agree here: the fragment layouts in kgen/hw/data/*.yaml (read
-through kgen.ir.layout.Layout) and the ISA's own index formulas, written out below as plain
+through kgen.layout.Layout) and the ISA's own index formulas, written out below as plain
 arithmetic. Each lane's A and B registers are filled through the YAML layouts; an emulator that
 knows only the ISA formulas computes D = A @ B from those registers and writes D into lane
 registers; D is gathered back through the YAML's C layout and compared with torch's matmul.
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from kgen.hw.descriptor import all_targets, load_target
-from kgen.ir.layout import Layout
+from kgen.layout import Layout
 
 # --- ISA formulas: (lane, element index within the lane) -> (row, col) of the matrix ----------
 

@@ -11,7 +11,7 @@ import pytest
 from kgen.errors import SpecError
 from kgen.hw.descriptor import load_target
 from kgen.ir.core import walk
-from kgen.ir.pipeline import compile_kernel
+from kgen.driver import compile_kernel
 from kgen.spec.load import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]

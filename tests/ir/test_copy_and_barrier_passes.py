@@ -8,7 +8,7 @@ from kgen.hw.descriptor import load_target
 from kgen.ir.core import Op, Value, walk
 from kgen.ir.passes.early_copies import _crossable
 from kgen.ir.analysis import scratch_bytes
-from kgen.ir.pipeline import compile_kernel
+from kgen.driver import compile_kernel
 from kgen.spec.load import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,7 +12,7 @@ from kgen.build import tunable_candidates
 from kgen.hw.descriptor import load_target
 from kgen.ir.core import walk
 from kgen.ir.passes.accumulate import MAX_REGS
-from kgen.ir.pipeline import compile_kernel
+from kgen.driver import compile_kernel
 from kgen.spec.load import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,7 +13,7 @@ from ...errors import DoesNotFit
 from ...hw.descriptor import Target
 from ...options import CompileOptions
 from ..core import Kernel, walk
-from ..layout import Layout, log2
+from ...layout import Layout, log2
 
 
 def choose_dot_tiling(k: Kernel, target: Target, options: CompileOptions) -> Kernel:

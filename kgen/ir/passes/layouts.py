@@ -13,7 +13,7 @@ from __future__ import annotations
 from ...hw.descriptor import Target
 from ...options import CompileOptions
 from ..core import Block, Kernel, Op, Value, blocks, walk
-from ..layout import Layout, blocked, blocked1d, expand, squeeze_broadcast, transpose
+from ...layout import Layout, blocked, blocked1d, expand, squeeze_broadcast, transpose
 from .dot_tiling import acc_layout
 
 ELEMENTWISE = ("unary", "binary", "where", "cast")

@@ -38,7 +38,7 @@ from ...hw.descriptor import Target
 from ...options import CompileOptions
 from ..analysis import producers
 from ..core import ELEM_BYTES, Block, Kernel, Op, Value, blocks, walk
-from ..layout import Layout, log2, vector_width
+from ...layout import Layout, log2, vector_width
 from .dot_tiling import instr_of
 
 PAD_BYTES = 16

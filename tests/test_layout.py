@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from kgen.ir.layout import Layout
+from kgen.layout import Layout
 
 
 def _enumerated(lay: Layout) -> bool:
