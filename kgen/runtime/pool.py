@@ -45,11 +45,14 @@ def _start_worker(parent: int) -> None:
 
 
 def _kill_workers() -> None:
+    """Each worker's process group (the worker and its compiler), and the worker itself in case
+    it has not reached setsid yet (then its group is still ours and it has no compiler)."""
     for child in multiprocessing.active_children():
-        try:
-            os.killpg(child.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        for kill, target in ((os.killpg, child.pid), (os.kill, child.pid)):
+            try:
+                kill(target, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
 
 
 def run_in_workers(fn: Callable[..., Any], jobs: Sequence[tuple], workers: int,
