@@ -6,7 +6,12 @@
                         (spill_retry_options: the CompileOptions a spilling kernel is retried with)
       compile_kernel    the pass pipeline (kgen.ir.pipeline)
       render_kernel     templates -> HIP or CUDA source
-      compile_source    the toolchain -> .hsaco / .cubin and its resource report
+      CodeObjects       the toolchain -> .hsaco / .cubin and its resource report, once per
+                        distinct source and flags (kgen.codeobjects: variants share kernels)
+
+A kernel's file is named by its content (`<kernel>__<digest>.cu`), so a kernel several variants
+share is one file; the manifest lists each distinct kernel once and each variant by the files
+it launches, with the tunable candidates it passed over and why.
 
 Sources go to `out/<spec>/<target>/` with the headers they include copied beside them, so each
 compiles standalone with the command its manifest records. Every file is written to a temporary
@@ -16,7 +21,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import shutil
 import tempfile
 from dataclasses import dataclass, field, replace
@@ -27,6 +31,7 @@ from . import __version__
 from .backends import backend
 from .codegen.render import kernel_params, render_kernel, template_hash
 from .codegen.tma import tensor_maps
+from .codeobjects import CodeObjects, source_digest
 from .errors import DoesNotFit, KgenError, SpecError
 from .hw.descriptor import Target
 from .ir.core import Kernel
@@ -48,6 +53,7 @@ class BuiltKernel:
     shared_bytes: int
     signature: str
     notes: dict[str, Any]
+    arguments: dict[str, list[str]] = field(default_factory=dict)  # {"tensors", "sizes", "scalars"} it takes, in order
     tensor_maps: list[dict[str, Any]] = field(default_factory=list)  # {"tensor", "box"}: the kernel's 'T' args
     binary: bytes | None = None
     resources: dict[str, Any] | None = None
@@ -61,6 +67,7 @@ class BuiltVariant:
     variant: dict[str, Any]
     tunables: dict[str, int]
     kernels: list[BuiltKernel] = field(default_factory=list)
+    rejected: list[dict[str, Any]] = field(default_factory=list)  # {"tunables", "why"}: candidates passed over
 
     @property
     def id(self) -> str:
@@ -83,45 +90,56 @@ def tunable_candidates(ls: LoadedSpec, variant: dict[str, Any] | None = None) ->
 
 
 def lower_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target,
-                  candidates: list[dict[str, int]] | None = None) -> tuple[dict[str, int], list[Kernel]]:
-    """The IR of every kernel with the first tunables that fit the target; the reasons the
-    others did not fit (DoesNotFit, raised by the passes) are kept for the error message."""
+                  candidates: list[dict[str, int]] | None = None,
+                  rejected: list[dict[str, Any]] | None = None) -> tuple[dict[str, int], list[Kernel]]:
+    """The IR of every kernel with the first tunables that fit the target. Each candidate that
+    does not (a pass raised DoesNotFit) is appended to `rejected` with the reason, and the
+    reasons make the error if none fits."""
     failures = []
     for tunables in tunable_candidates(ls, variant) if candidates is None else candidates:
         try:
             kernels = [compile_kernel(ls, i, variant, tunables, target) for i in range(len(ls.spec.kernels))]
         except DoesNotFit as e:
             failures.append(f"{tunables}: {e.message}")
+            if rejected is not None:
+                rejected.append({"tunables": tunables, "why": e.message})
             continue
         return tunables, kernels
     raise SpecError(f"no tunable choice fits {target.name}: " + "; ".join(failures), ls.where("tunables"))
 
 
-def build_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target, compile: bool) -> BuiltVariant:
+def build_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target, compile: bool,
+                  objects: CodeObjects | None = None) -> BuiltVariant:
     """Lower, render and (optionally) compile one variant. Candidates are tried in the spec's
     order: the first whose IR fits the target's limits is rendered; when compiling, a kernel
     that spills registers (or needs scratch) is retried alone with the options of
     `spill_retry_options` in turn; the other kernels of the variant keep their first form. A
     candidate with a kernel that spills in every form gives way to the next one, and only if
-    every candidate spills is the first kept."""
+    every candidate spills is the first kept. `objects` compiles (a fresh CodeObjects if None:
+    pass one to share compiles between variants)."""
+    objects = objects if objects is not None else CodeObjects()
     candidates = tunable_candidates(ls, variant)
     first: BuiltVariant | None = None
+    rejected: list[dict[str, Any]] = []
     while candidates:
         try:
-            tunables, kernels = lower_variant(ls, variant, target, candidates)
+            tunables, kernels = lower_variant(ls, variant, target, candidates, rejected)
         except SpecError:
             if first is None:
                 raise
             break  # no later candidate fits at all: keep the first, spills and all
         candidates = candidates[candidates.index(tunables) + 1:]
         out = _render_variant(ls, variant, target, tunables, kernels)
+        out.rejected = rejected
         if not compile:
             return out
         for bk in out.kernels:
-            compile_built(bk, target)
-        built = _without_spills(ls, variant, target, tunables, kernels, out)
+            compile_built(bk, target, objects=objects)
+        built = _without_spills(ls, variant, target, tunables, kernels, out, objects)
         if built is not None:
             return built
+        spilled = [f"{bk.name} spills {_spill_bytes(bk)} bytes in every form" for bk in out.kernels if _spills(bk)]
+        rejected.append({"tunables": tunables, "why": "; ".join(spilled)})
         first = first or out
     assert first is not None
     return first
@@ -149,7 +167,7 @@ def spill_retry_options(target: Target) -> list[CompileOptions]:
 
 
 def _without_spills(ls: LoadedSpec, variant: dict[str, Any], target: Target, tunables: dict[str, int],
-                    kernels: list[Kernel], out: BuiltVariant) -> BuiltVariant | None:
+                    kernels: list[Kernel], out: BuiltVariant, objects: CodeObjects) -> BuiltVariant | None:
     """`out` with each kernel that spills replaced by its first form (spill_retry_options) that
     does not; None if one spills in every form. A kernel is lowered once per distinct lowering
     choice (swizzle, bulk reductions): forms that differ in flags or copy addresses alone
@@ -163,7 +181,7 @@ def _without_spills(ls: LoadedSpec, variant: dict[str, Any], target: Target, tun
             if how not in lowered:
                 lowered[how] = compile_kernel(ls, i, variant, tunables, target, options=options)
             retry = _render_variant(ls, variant, target, tunables, [lowered[how]], options, first_index=i).kernels[0]
-            compile_built(retry, target, list(options.register_flags))
+            compile_built(retry, target, list(options.register_flags), objects=objects)
             if not _spills(retry):
                 out.kernels[i] = retry
                 break
@@ -172,59 +190,49 @@ def _without_spills(ls: LoadedSpec, variant: dict[str, Any], target: Target, tun
     return out
 
 
-def _spills(bk: BuiltKernel) -> bool:
+def _spill_bytes(bk: BuiltKernel) -> int:
     r = bk.resources or {}
-    return bool(r.get("spill_bytes") or r.get("stack_bytes"))
+    return int(r.get("spill_bytes") or 0) + int(r.get("stack_bytes") or 0)
+
+
+def _spills(bk: BuiltKernel) -> bool:
+    return _spill_bytes(bk) > 0
 
 
 def _render_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target, tunables: dict[str, int],
                     kernels: list[Kernel], options: CompileOptions = DEFAULT, first_index: int = 0) -> BuiltVariant:
-    """Sources of `kernels` (lowered with `options`), the spec's kernels from index `first_index` on."""
+    """Sources of `kernels` (lowered with `options`), the spec's kernels from index `first_index` on,
+    each in a file named by its content and the flags it compiles with."""
     out = BuiltVariant(variant, tunables)
-    vid = variant_id(variant)
+    suffix = backend(target.backend).source_suffix
     for i, k in enumerate(kernels, start=first_index):
         line, _ = ls.yaml.block_origin(("kernels", i, "program"))
         source = render_kernel(k, target, spec_file=_display(ls.path), program_line=line, variant=variant,
                               stepped_copies=options.stepped_copies)
         _, sig = kernel_params(k, variant)
         out.kernels.append(BuiltKernel(
-            name=k.name, source=source, file=f"{k.name}__{vid}{backend(target.backend).source_suffix}", grid=list(ls.spec.kernels[i].grid),
-            threads=k.num_warps * target.wave_size, shared_bytes=k.shared_bytes, signature=sig, notes=dict(k.notes),
-            tensor_maps=[{"tensor": t, "box": list(box)} for t, box in tensor_maps(k)], options=options))
+            name=k.name, source=source, file=f"{k.name}__{source_digest(source, options.register_flags)}{suffix}",
+            grid=list(ls.spec.kernels[i].grid), threads=k.num_warps * target.wave_size, shared_bytes=k.shared_bytes,
+            signature=sig, arguments={"tensors": list(k.tensors), "sizes": list(k.sizes), "scalars": list(k.scalars)},
+            notes=dict(k.notes), tensor_maps=[{"tensor": t, "box": list(box)} for t, box in tensor_maps(k)],
+            options=options))
     return out
 
 
-def compile_built(bk: BuiltKernel, target: Target, extra_flags: list[str] = ()) -> None:
-    """Compile one generated source in a private folder with the headers beside it (and
-    `extra_flags` on the compiler's command line, recorded in bk.command)."""
-    be = backend(target.backend)
-    with tempfile.TemporaryDirectory(prefix="kgen-src-") as tmp:
-        src = Path(tmp) / bk.file
-        src.write_text(bk.source)
-        for h in be.headers:
-            shutil.copy(templates_dir() / h, Path(tmp) / Path(h).name)
-        fn = be.compile
-        cwd = os.getcwd()
-        os.chdir(tmp)  # so the recorded command names the source as it sits beside its headers
-        try:
-            res = fn(Path(bk.file), target.compiler_arch, include_dirs=[], extra_flags=list(extra_flags))
-        finally:
-            os.chdir(cwd)
-    bk.binary = res.binary
-    # record the command as it runs standalone beside the source: no temporary output path
-    obj = bk.file.rsplit(".", 1)[0] + res.binary_suffix
-    cmd = [Path(res.command[0]).name] + list(res.command[1:])
-    bk.command = [obj if i > 0 and cmd[i - 1] == "-o" else c for i, c in enumerate(cmd)]
-    bk.compiler = res.compiler_version
-    r = res.resources.get(bk.name)
-    bk.resources = r.as_dict() if r else None
+def compile_built(bk: BuiltKernel, target: Target, extra_flags: list[str] = (), *, objects: CodeObjects | None = None) -> None:
+    """Compile one generated source (through `objects`: once per distinct source and flags) and
+    record its code object, command, compiler and resources on `bk`."""
+    obj = (objects or CodeObjects()).get(bk.source, bk.file, target, tuple(extra_flags))
+    bk.binary, bk.command, bk.compiler = obj.binary, list(obj.command), obj.compiler
+    bk.resources = obj.resources.get(bk.name)
 
 
 def build_spec(ls: LoadedSpec, target: Target, variants: list[dict[str, Any]], *, compile: bool = True,
                on_variant: Callable[[BuiltVariant], None] | None = None) -> list[BuiltVariant]:
-    built = []
+    """Every variant, built in order; a kernel the variants share is compiled once."""
+    built, objects = [], CodeObjects()
     for v in variants:
-        bv = build_variant(ls, v, target, compile)
+        bv = build_variant(ls, v, target, compile, objects)
         built.append(bv)
         if on_variant:
             on_variant(bv)
@@ -232,15 +240,21 @@ def build_spec(ls: LoadedSpec, target: Target, variants: list[dict[str, Any]], *
 
 
 def manifest(ls: LoadedSpec, target: Target, built: list[BuiltVariant]) -> dict[str, Any]:
+    """The build's record: each distinct kernel once (by its file), then each variant with its
+    tunables, the files it launches in order, and the candidates it passed over."""
+    kernels: dict[str, dict[str, Any]] = {}
+    for bv in built:
+        for k in bv.kernels:
+            kernels.setdefault(k.file, {
+                "name": k.name, "grid": k.grid, "threads": k.threads, "shared_bytes": k.shared_bytes,
+                "signature": k.signature, "arguments": k.arguments, "tensor_maps": k.tensor_maps, "decisions": k.notes,
+                "command": k.command, "compiler": k.compiler, "resources": k.resources})
     return {
         "kgen": __version__, "spec": _display(ls.path), "op": ls.spec.name, "target": target.name,
         "backend": target.backend, "compiler_arch": target.compiler_arch, "templates": template_hash(target.backend),
-        "variants": [{
-            "variant": bv.variant, "id": bv.id, "tunables": bv.tunables,
-            "kernels": [{"name": k.name, "source": k.file, "grid": k.grid, "threads": k.threads,
-                         "shared_bytes": k.shared_bytes, "signature": k.signature, "tensor_maps": k.tensor_maps, "decisions": k.notes,
-                         "command": k.command, "compiler": k.compiler, "resources": k.resources}
-                        for k in bv.kernels]} for bv in built],
+        "kernels": kernels,
+        "variants": [{"variant": bv.variant, "id": bv.id, "tunables": bv.tunables,
+                      "kernels": [k.file for k in bv.kernels], "rejected": bv.rejected} for bv in built],
     }
 
 
@@ -255,7 +269,7 @@ def write_build(out_dir: Path, ls: LoadedSpec, target: Target, built: list[Built
         for h in be.headers:
             shutil.copy(templates_dir() / h, tmp / Path(h).name)
         for bv in built:
-            for k in bv.kernels:
+            for k in bv.kernels:  # a shared kernel is the same file for each variant
                 (tmp / k.file).write_text(k.source)
                 if keep_binaries and k.binary:
                     (tmp / (k.file.rsplit(".", 1)[0] + be.binary_suffix)).write_bytes(k.binary)

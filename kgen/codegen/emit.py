@@ -33,7 +33,8 @@ REDUCE_INIT_INT = {"sum": "0", "max": "(-2147483647 - 1)", "min": "2147483647"}
 
 
 def name(v: Value) -> str:
-    return f"v{v.id}"
+    """The value in C: its name from the spec or v<id> (render.name_values), or a constant's literal."""
+    return v.cname or f"v{v.id}"
 
 
 def elem(v: Value, idx: str = "e") -> str:
@@ -49,7 +50,7 @@ def literal(value: Any, dtype: str) -> str:
     if dtype == "bool":
         return "true" if value else "false"
     if dtype == "int32":
-        return str(int(value))
+        return str(int(value)) if value >= 0 else f"({int(value)})"
     value = float(value)
     if math.isinf(value):
         text = "kg::inf()" if value > 0 else "-kg::inf()"
@@ -75,11 +76,18 @@ class Emitter:
                 self.producer[id(r)] = o
 
     def ops(self, block) -> list[dict]:
-        out = []
+        """The contexts of a block's ops. A constant has none: its uses spell its literal
+        (render.name_values). An op from the same spec position as the op before it shares that
+        op's `// spec:` comment."""
+        out, last_loc = [], None
         for op in block.ops:
+            if op.kind == "const":
+                continue
             ctx = getattr(self, "op_" + op.kind)(op)
             ctx.setdefault("macro", op.kind)
-            ctx["loc"] = str(op.loc) if op.loc else ""
+            loc = str(op.loc) if op.loc else ""
+            ctx["loc"] = "" if loc == last_loc else loc
+            last_loc = loc
             out.append(ctx)
         return out
 
@@ -87,9 +95,6 @@ class Emitter:
         return {"name": name(v), "ctype": CTYPE[v.dtype], "n": 0 if v.is_scalar else v.layout.nregs}
 
     # --- scalars and fills ---------------------------------------------------------------------
-    def op_const(self, op):
-        return {"macro": "scalar", "out": self.decl(op.result), "expr": literal(op.attrs["value"], op.result.dtype)}
-
     def op_size(self, op):
         return {"macro": "scalar", "out": self.decl(op.result), "expr": f"size_{op.attrs['name']}"}
 
@@ -434,6 +439,8 @@ class Emitter:
         if coords and coords[-1]["last"]:
             vec = vector_width(lay, len(coords) - 1, widest or max(1, 16 // elem_bytes))
         lane_dup, warp_dup = dup_masks(lay)
+        # a store's writers: one thread of each group holding the same elements (none repeat: all)
+        tests = [f"(lane & {lane_dup}) == 0"] * bool(lane_dup) + [f"(warp & {warp_dup}) == 0"] * bool(warp_dup)
         align_checks = [f"stride_{t}_{d} % {vec} == 0" for d in range(len(dims) - 1)]
         in_vec, in_elem = [], []
         for i, c in enumerate(coords):
@@ -444,6 +451,7 @@ class Emitter:
             in_elem.append(f"i{i}_ + v < {c['bound']}" if last else f"i{i}_ < {c['bound']}")
         return {"tensor": t, "ptr": tensor_param(t), "ctype": CTYPE[tile.dtype], "n": lay.nregs, "base": " + ".join(base) or "0",
                 "dims": coords, "vec": vec, "lane_dup": lane_dup, "warp_dup": warp_dup,
+                "writer": f"if ({' && '.join(tests)}) " if tests else "",
                 "in_vec": " && ".join(in_vec) or "true", "in_elem": " && ".join(in_elem) or "true",
                 "aligned": " && ".join([f"kg::aligned(p_, {vec * elem_bytes})"] + align_checks) if vec > 1 else "false"}
 
@@ -489,7 +497,7 @@ class Emitter:
     def _bulk(self, op, ctx: dict) -> dict:
         """A warp's rows and columns: the lane and register bits of the layout locate an element
         in the warp's slice, the warp bits the slice's corner in the tile."""
-        geo, lay, t = op.attrs["bulk"], op.operands[0].layout, op.attrs["tensor"]
+        geo, lay = op.attrs["bulk"], op.operands[0].layout
         rows, cols = ctx["dims"]
         # a kernel adds only into outputs and scratch (it may not write its op's inputs), which the
         # op allocates contiguous and aligned (kgen/runtime/op.py): every row is 16-byte aligned

@@ -92,19 +92,61 @@ def c_expr(text: str | int, k: Kernel) -> str:
     return "(" + ast.unparse(tree) + ")"
 
 
-def number_values(k: Kernel) -> None:
-    """Renumber the kernel's values 0, 1, ... in program order. C names come from these numbers
-    (v12), and the numbers the IR was built with depend on everything the process built before:
-    renumbering makes the source a function of the kernel alone, so generated/ and the cache
-    see the same text whichever process renders it."""
+# C++ keywords and the CUDA/HIP built-in variables; and the names the kernel skeletons and op
+# macros declare themselves (templates/): a spec name among them is spelled with a suffix.
+_CPP_WORDS = frozenset("""alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t char16_t
+char32_t class compl concept const consteval constexpr constinit const_cast continue co_await co_return co_yield
+decltype default delete do double dynamic_cast else enum explicit export extern false float for friend goto if inline
+int long mutable namespace new noexcept not not_eq nullptr operator or or_eq private protected public register
+reinterpret_cast requires return short signed sizeof static static_assert static_cast struct switch template this
+thread_local throw true try typedef typeid typename union unsigned using virtual void volatile wchar_t while xor xor_eq
+threadIdx blockIdx blockDim gridDim warpSize int64_t uint32_t uint64_t NULL""".split())
+_TEMPLATE_LOCALS = frozenset("e g i v ks lane warp rm rn smem kg kg_bars".split())
+_ARG_PREFIXES = ("t_", "stride_", "size_", "scalar_", "map_", "kg_")
+
+
+def _spellable(name: str) -> bool:
+    """A spec name usable as it is: not a keyword or template local, no clash with the kernel's
+    arguments (t_q, size_H, ...), the unnamed values (v12) or the macros' temporaries (a_, y0_)."""
+    return (name.isidentifier() and name.isascii() and not name.startswith("_") and not name.endswith("_")
+            and "__" not in name and name not in _CPP_WORDS and name not in _TEMPLATE_LOCALS
+            and not name.startswith(_ARG_PREFIXES) and not (name[0] == "v" and name[1:].isdigit()))
+
+
+def name_values(k: Kernel) -> None:
+    """Number the kernel's values 0, 1, ... in program order and give each its C spelling: a
+    constant its literal; a value the spec named (an assignment's target, a loop's variable or
+    carried value) that name, with _2, _3, ... for its later values; any other v<number>. The
+    numbers the IR was built with depend on everything the process built before: renumbering
+    makes the source a function of the kernel alone, so generated/ and the cache see the same
+    text whichever process renders it."""
+    from .emit import literal
+
     counter = itertools.count()
+    taken: set[str] = set()
+
+    def spell(v, producer=None) -> None:
+        v.id = next(counter)
+        if producer is not None and producer.kind == "const":
+            v.cname = literal(producer.attrs["value"], v.dtype)
+            return
+        base = v.name if _spellable(v.name) else ""
+        if not base:
+            v.cname = f"v{v.id}"
+            return
+        cname, n = base, 1
+        while cname in taken:
+            n += 1
+            cname = f"{base}_{n}"
+        taken.add(cname)
+        v.cname = cname
 
     def visit(block) -> None:
         for v in block.args:
-            v.id = next(counter)
+            spell(v)
         for op in block.ops:
             for v in op.results:
-                v.id = next(counter)
+                spell(v, op)
             if op.body is not None:
                 visit(op.body)
 
@@ -115,14 +157,13 @@ def render_kernel(k: Kernel, target: Target, *, spec_file: str, program_line: in
                   stepped_copies: bool = True) -> str:
     """The kernel's source. stepped_copies: each thread's copy addresses as a first chunk plus
     whole steps (Emitter._copy_steps); the build turns it off for a kernel that spills with it."""
-    number_values(k)
+    name_values(k)
     params, _ = kernel_params(k, variant)
     emitter = Emitter(k, target, tensor_dims(k), stepped_copies=stepped_copies)
     body = emitter.ops(k.body)
-    vid = ",".join(f"{a}={v}" for a, v in variant.items()) or "default"
     return environment().get_template(backend(target.backend).skeleton).render(
-        version=__version__, spec_file=spec_file, kernel=k.name, variant=vid, target=target.name,
+        version=__version__, spec_file=spec_file, kernel=k.name, target=target.name,
         program_line=program_line, threads=k.num_warps * target.wave_size, params=params, body=body,
         shared_bytes=k.shared_bytes, helpers=[emitter.helpers[n] for n in sorted(emitter.helpers)],
         bulk_wait=any("bulk" in op.attrs for op in walk(k.body)),  # bulk reductions: waited for at the end
-        tma_barriers=k.tma_barriers, tma_barrier_offset=k.notes.get("tma_barrier_offset", 0))
+        tma_barriers=k.tma_barriers, tma_barrier_offset=k.tma_barrier_offset)

@@ -73,6 +73,7 @@ class Value:
     place: str = "reg"  # reg | shared
     layout: Layout | None = None
     id: int = field(default_factory=lambda: next(_ids))
+    cname: str = ""  # how generated source spells it (kgen.codegen.render.name_values)
 
     @property
     def is_scalar(self) -> bool:
@@ -124,7 +125,8 @@ class Kernel:
     notes: dict[str, Any] = field(default_factory=dict)  # decisions recorded for the manifest
     prefetch_loads: bool | int = False  # the spec's per-kernel choice: off, on, or a register budget (passes/prefetch.py)
     bulk_reductions: bool = False  # the spec's per-kernel choice, for this variant (passes/bulk_reduce.py)
-    tma_barriers: int = 0  # mbarriers of tensor copies (passes/async_copy.py), 8 bytes each, in shared memory at notes["tma_barrier_offset"]
+    tma_barriers: int = 0  # mbarriers of tensor copies (passes/async_copy.py), 8 bytes each, in shared memory
+    tma_barrier_offset: int = 0  # where those mbarriers start in shared memory (passes/memory.py)
 
 
 def walk(block: Block):

@@ -15,6 +15,7 @@ for codegen. kgen.driver runs the parse and then these, in this order:
       -> merge_stage_barriers    barriers only where a shared write could overtake a read
       -> plan_shared_memory   offsets from the interference graph; the descriptor's limit checked
       -> drop_scratch_barriers  no barrier before a scratch write that no pending read overlaps
+      -> keep_used_arguments  the kernel takes only the tensors, sizes and scalars it reads
 
 The verifier runs after each pass. `kgen inspect` prints the IR after each of them.
 """
@@ -26,6 +27,7 @@ from ..hw.descriptor import Target
 from ..options import DEFAULT, CompileOptions
 from .core import Kernel, print_kernel
 from .passes.accumulate import accumulate_into_dots
+from .passes.arguments import keep_used_arguments
 from .passes.async_copy import use_async_copies
 from .passes.barriers import merge_stage_barriers
 from .passes.bulk_reduce import plan_bulk_reductions
@@ -57,6 +59,7 @@ PASSES: list[tuple[str, Pass]] = [
     ("merge_stage_barriers", merge_stage_barriers),
     ("plan_shared_memory", plan_shared_memory),
     ("drop_scratch_barriers", drop_scratch_barriers),
+    ("keep_used_arguments", keep_used_arguments),
 ]
 
 

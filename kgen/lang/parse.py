@@ -66,12 +66,17 @@ class _Parser:
             if isinstance(s, ast.Assign):
                 if len(s.targets) != 1 or not isinstance(s.targets[0], ast.Name):
                     raise self.fail(s, "assign to one plain name at a time (no tuples, attributes or subscripts)")
-                self.env[s.targets[0].id] = self.expr(s.value)
+                value = self.expr(s.value)
+                if isinstance(value, Value) and not value.name:  # the generated source calls it so
+                    value.name = s.targets[0].id
+                self.env[s.targets[0].id] = value
             elif isinstance(s, ast.AugAssign) and isinstance(s.target, ast.Name):
                 op = BINOPS.get(type(s.op))
                 if op is None:
                     raise self.fail(s, "this augmented assignment is not supported; use + - * / // %")
-                self.env[s.target.id] = self.b.binary(op, self.name(s.target), self.expr(s.value))
+                value = self.env[s.target.id] = self.b.binary(op, self.name(s.target), self.expr(s.value))
+                if isinstance(value, Value) and not value.name:
+                    value.name = s.target.id
             elif isinstance(s, ast.Expr) and isinstance(s.value, ast.Call):
                 self.expr(s.value)
             elif isinstance(s, ast.For):

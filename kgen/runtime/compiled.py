@@ -4,7 +4,9 @@ The cache key covers everything that changes the code object: the spec's text, t
 the target's whole descriptor (not only its name), kgen's version and the fingerprint of its own
 compiler source, templates and headers (kgen.runtime.fingerprint; the compile flags live there
 and in the descriptor), and the compiler's identity. A warm load is a manifest read plus the code
-objects' bytes; nothing is compiled or rendered.
+objects' bytes; nothing is compiled or rendered. A variant's kernels compile through
+CachedCodeObjects, entries keyed by the source's content: a kernel that several variants share
+is compiled once, whichever process asks first.
 """
 from __future__ import annotations
 
@@ -17,9 +19,10 @@ from typing import Any
 
 from .. import __version__
 from ..backends import backend
+from ..codeobjects import CodeObject, CodeObjects, compile_source
 from ..hw.descriptor import Target
 from ..spec.load import LoadedSpec
-from .cache import Cache, cache_key
+from .cache import Cache, cache_key, read_manifest
 from .fingerprint import kgen_fingerprint
 from .launcher import LoadedKernel
 
@@ -31,6 +34,9 @@ class ReadyKernel:
     threads: int
     shared_bytes: int
     signature: str
+    tensors: tuple[str, ...]  # the arguments it takes, in order: each tensor's pointer and strides,
+    sizes: tuple[str, ...]  # then sizes, then scalars (kgen.ir.passes.arguments)
+    scalars: tuple[str, ...]
     tensor_maps: tuple[tuple[str, tuple[int, ...]], ...] = ()  # (tensor, box innermost first): 'T' args
 
 
@@ -54,17 +60,43 @@ def descriptor_digest(target: Target) -> str:
     return hit[1]
 
 
+# the fields CachedCodeObjects reads from a code object's entry
+OBJECT_FIELDS = ("command", "compiler", "resources", "log")
+
+
+class CachedCodeObjects(CodeObjects):
+    """CodeObjects that also keeps each one in the on-disk cache, keyed by everything that goes
+    into the compiler: the source, its file name, the flags, the arch, the compiler's identity
+    and kgen's fingerprint (which covers the headers the source includes)."""
+
+    def compile(self, source: str, file: str, target: Target, flags: tuple[str, ...]) -> CodeObject:
+        from ..backends import compiler_identity
+
+        key = cache_key({"code_object": hashlib.sha256(source.encode()).hexdigest(), "file": file, "flags": list(flags),
+                         "backend": target.backend, "arch": target.compiler_arch,
+                         "compiler": compiler_identity(target.backend), "source": kgen_fingerprint()})
+
+        def build(tmp: Path) -> None:
+            obj = compile_source(source, file, target, flags)
+            (tmp / "object").write_bytes(obj.binary)
+            (tmp / "manifest.json").write_text(json.dumps({"command": obj.command, "compiler": obj.compiler,
+                                                           "resources": obj.resources, "log": obj.log}))
+        entry = Cache().get_or_build(key, build, required=OBJECT_FIELDS)
+        meta = read_manifest(entry)
+        return CodeObject((entry / "object").read_bytes(), meta["command"], meta["compiler"], meta["resources"], meta["log"])
+
+
 def _build_into(ls: LoadedSpec, variant: dict[str, Any], target: Target):
     def build(tmp: Path) -> None:
         from ..build import build_variant
 
-        bv = build_variant(ls, variant, target, compile=True)
+        bv = build_variant(ls, variant, target, compile=True, objects=CachedCodeObjects())
         kernels = []
         for k in bv.kernels:
             obj = k.file.rsplit(".", 1)[0] + backend(target.backend).binary_suffix
             (tmp / obj).write_bytes(k.binary)
             kernels.append({"name": k.name, "object": obj, "grid": k.grid, "threads": k.threads,
-                            "shared_bytes": k.shared_bytes, "signature": k.signature, "resources": k.resources,
+                            "shared_bytes": k.shared_bytes, "signature": k.signature, "arguments": k.arguments, "resources": k.resources,
                             "tensor_maps": k.tensor_maps})
         (tmp / "manifest.json").write_text(json.dumps({"tunables": bv.tunables, "kernels": kernels}))
     return build
@@ -75,6 +107,7 @@ def _load_entry(entry: str, backend: str) -> tuple[tuple[ReadyKernel, ...], dict
     meta = json.loads((Path(entry) / "manifest.json").read_text())
     ready = tuple(ReadyKernel(LoadedKernel(backend, (Path(entry) / k["object"]).read_bytes(), k["name"], k["shared_bytes"]),
                               tuple(k["grid"]), k["threads"], k["shared_bytes"], k["signature"],
+                              tuple(k["arguments"]["tensors"]), tuple(k["arguments"]["sizes"]), tuple(k["arguments"]["scalars"]),
                               tuple((m["tensor"], tuple(m["box"])) for m in k["tensor_maps"])) for k in meta["kernels"])
     return ready, meta["tunables"]
 

@@ -43,10 +43,10 @@ def device_target(device: torch.device) -> Target:
 
 class _Plan(NamedTuple):
     """What a GPU call needs besides pointers and scalars: kernels with their grids, outputs
-    (name, shape, dtype, zero-filled) and the size arguments."""
+    (name, shape, dtype, zero-filled) and the sizes by name."""
     kernels: tuple
     outputs: tuple
-    sizes: tuple
+    sizes: dict
     mapped: tuple = ()  # inputs some kernel reads through a tensor map (tensor copies)
 
 
@@ -129,19 +129,19 @@ class KgenOp:
         stream = torch.cuda.current_stream().cuda_stream
         for name in plan.mapped:
             all_t[name] = _tensor_map_ready(all_t[name])
-        launch_args: list[Any] = []
-        for name in self.spec.tensors:
-            x = all_t[name]
-            launch_args.append(x.data_ptr())
-            launch_args.extend(x.stride()[:-1])
-        launch_args.extend(plan.sizes)
-        launch_args.extend(float(scalars[s]) for s in self.spec.scalars)
         maps: dict[tuple, bytes] = {}  # each (tensor, box) encoded once per call, whichever kernels read it
-        for rk, grid in plan.kernels:
+        for rk, grid in plan.kernels:  # each kernel takes the arguments it reads (ir/passes/arguments.py)
+            args: list[Any] = []
+            for name in rk.tensors:
+                x = all_t[name]
+                args.append(x.data_ptr())
+                args.extend(x.stride()[:-1])
+            args.extend(plan.sizes[s] for s in rk.sizes)
+            args.extend(float(scalars[s]) for s in rk.scalars)
             for key in rk.tensor_maps:
                 if key not in maps:
                     maps[key] = _tensor_map(all_t[key[0]], key[1])
-            args = launch_args + [maps[key] for key in rk.tensor_maps] if rk.tensor_maps else launch_args
+                args.append(maps[key])
             rk.kernel(grid, (rk.threads, 1, 1), rk.shared_bytes, stream, rk.signature, args)
         return tuple(all_t[n] for n in self.outputs)
 
@@ -154,7 +154,7 @@ class KgenOp:
         env = {**variant, **sizes, **tunables}
         grids = tuple((rk, tuple(eval_expr(g, env) for g in rk.grid) + (1,) * (3 - len(rk.grid))) for rk in kernels)
         mapped = tuple(sorted({t for rk in kernels for t, _ in rk.tensor_maps if t in self.inputs}))
-        return _Plan(grids, self._output_specs(variant, env), tuple(sizes[s] for s in self.spec.sizes), mapped)
+        return _Plan(grids, self._output_specs(variant, env), {s: sizes[s] for s in self.spec.sizes}, mapped)
 
     def _output_specs(self, variant, env) -> tuple[tuple[str, list[int], torch.dtype, bool], ...]:
         return tuple((name, [eval_expr(d, env) for d in output_shape(self.ls, name, env)],

@@ -207,7 +207,7 @@ def test_warm_fills_the_cache(capsys, tmp_path):
     code, out, err = kgen(capsys, "warm", MATMUL, "-t", "gfx942", "-j", "2")
     assert (code, err) == (0, "") and out.splitlines()[-1] == "2 variants cached for gfx942"
     code, out, _ = kgen(capsys, "cache", "info")
-    assert "entries  2," in out
+    assert "entries  4," in out  # the 2 variants and the 2 code objects (kgen.codeobjects) they launch
 
 
 def test_inspect_prints_the_form_that_ships(capsys, monkeypatch):
@@ -219,7 +219,7 @@ def test_inspect_prints_the_form_that_ships(capsys, monkeypatch):
 
     swizzled = re.compile(r"wgmma_desc\([^;]*, 1\);")
 
-    def fake_compile(bk, target, extra_flags=()):
+    def fake_compile(bk, target, extra_flags=(), objects=None):
         bk.resources = {"spill_bytes": 64 if swizzled.search(bk.source) else 0}
 
     monkeypatch.setattr(build, "compile_built", fake_compile)

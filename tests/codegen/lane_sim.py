@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from kgen.codegen.emit import name as c_name
 from kgen.hw.descriptor import Target, load_target
 from kgen.ir.core import ELEM_BYTES, Kernel, walk
 from lane_sim_copies import AsyncCopySim, SimError, TensorCopySim  # noqa: F401  (SimError: raised here, caught by the tests)
@@ -43,8 +44,10 @@ from lane_sim_copies import AsyncCopySim, SimError, TensorCopySim  # noqa: F401 
 _CAST = re.compile(r"\(int64_t\)")
 _CVT = re.compile(r"kg::cvt<[^<>]*>")
 _FLOAT = re.compile(r"\b(\d+\.\d*(?:e[-+]?\d+)?)f\b")
-_ELEM = re.compile(r"\b(v\d+)\[e\]")
-_GATHER = re.compile(r"\b(v\d+)\[([^\[\]]+)\]")  # vN[f(e)]: a broadcast's register map
+# a register array: v12 or a name from the spec (acc, m_new_2), never a macro temporary (p_)
+_ARRAY = r"\b([A-Za-z](?:\w*[A-Za-z0-9])?)"
+_ELEM = re.compile(_ARRAY + r"\[e\]")
+_GATHER = re.compile(_ARRAY + r"\[([^\[\]]+)\]")  # x[f(e)]: a broadcast's register map
 _OPS = (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod, ast.RShift, ast.LShift, ast.BitAnd, ast.BitOr,
         ast.BitXor, ast.USub, ast.UAdd)
 _NODES = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Constant, ast.Name, ast.Load, ast.Call, ast.Compare,
@@ -251,7 +254,7 @@ class ProgramSim(WarpgroupSim, AsyncCopySim, TensorCopySim):
         for name, arr in tensors.items():
             for d in range(arr.ndim - 1):
                 self.fixed[f"stride_{name}_{d}"] = int(np.prod(arr.shape[d + 1:]))
-        self.staged = {f"v{op.result.id}": op for op in walk(k.body) if op.kind in ("stage", "alloc_shared")}
+        self.staged = {c_name(op.result): op for op in walk(k.body) if op.kind in ("stage", "alloc_shared")}
         self.snippets: set[str] = set()  # every composed line evaluated, as the template writes it
         self.dots_run = 0
 
@@ -334,11 +337,11 @@ class ProgramSim(WarpgroupSim, AsyncCopySim, TensorCopySim):
         for x in c["carried"]:
             res, init = x["res"]["name"], x["init"]
             if x["scalar"]:
-                self.scalars[res] = self.scalars[init]
+                self.scalars[res] = self.ev(init)
             else:
                 self.regs[res] = self.regs[init].copy()
         self.note(f"for (int {c['iv']} = {c['start']}; {c['iv']} < {c['stop']}; {c['iv']} += {c['step']})")
-        for it in range(int(self.scalars[c["start"]]), int(self.scalars[c["stop"]]), int(self.scalars[c["step"]])):
+        for it in range(int(self.ev(c["start"])), int(self.ev(c["stop"])), int(self.ev(c["step"]))):
             self.scalars[c["iv"]] = it
             for x in c["carried"]:
                 store = self.scalars if x["scalar"] else self.regs
@@ -346,7 +349,7 @@ class ProgramSim(WarpgroupSim, AsyncCopySim, TensorCopySim):
             self.run(c["body"])
 
     def op_yield_values(self, c):
-        values = [self.scalars[y["src"]] if y["scalar"] else self.regs[y["src"]].copy() for y in c["values"]]
+        values = [self.ev(y["src"]) if y["scalar"] else self.regs[y["src"]].copy() for y in c["values"]]
         for y, value, target in zip(c["values"], values, c["targets"]):
             if y["scalar"]:
                 self.scalars[target] = value
@@ -387,8 +390,11 @@ class ProgramSim(WarpgroupSim, AsyncCopySim, TensorCopySim):
 
     def op_load(self, c):
         n, name, flat = c["out"]["n"], c["out"]["name"], self.tensors[c["tensor"]].reshape(-1)
-        self.note(f"kg::copy_vec<{c['vec']}>(&{name}[e], p_ + off_);")
-        self.note(c["in_elem"])
+        if c["vec"] > 1:
+            self.note(f"kg::copy_vec<{c['vec']}>(&{name}[e], p_ + off_);")
+            self.note(c["in_elem"])
+        else:  # vec 1: one test, in_vec's form
+            self.note(f"{name}[e] = ({c['in_vec']}) ? p_[off_] : {c['other']};")
         e, off, masks = self._addresses(c, n)
         other = float(self.ev(c["other"]))
         out = np.full((self.W, self.L, n), np.nan)
@@ -399,7 +405,7 @@ class ProgramSim(WarpgroupSim, AsyncCopySim, TensorCopySim):
 
     def op_store(self, c):
         n, src, flat = c["n"], self.regs[c["src"]], self.tensors[c["tensor"]].reshape(-1)
-        self.note(f"if ((lane & {c['lane_dup']}) == 0 && (warp & {c['warp_dup']}) == 0)")
+        self.note(f"{c['writer']}{{")
         self.note(c["in_elem"] if c["vec"] > 1 else c["in_vec"])  # vec 1: one test, in_vec's form
         if c["vec"] > 1:
             self.note(f"kg::{'atomic_add_vec' if c['atomic'] else 'copy_vec'}<{c['vec']}>(p_ + off_, &{c['src']}[e]);")

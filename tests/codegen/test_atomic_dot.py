@@ -20,7 +20,7 @@ import helpers  # noqa: E402
 import lane_sim  # noqa: E402
 
 from kgen.codegen.emit import Emitter  # noqa: E402
-from kgen.codegen.render import number_values, render_kernel, tensor_dims  # noqa: E402
+from kgen.codegen.render import name_values, render_kernel, tensor_dims  # noqa: E402
 from kgen.hw.descriptor import load_target, target_names  # noqa: E402
 from kgen.driver import compile_kernel  # noqa: E402
 from kgen.spec.load import load_spec  # noqa: E402
@@ -40,7 +40,7 @@ def _inputs(device: str = "cpu") -> dict[str, torch.Tensor]:
 def _simulate(target: str, warps: int, ctx_edit=None) -> tuple[np.ndarray, np.ndarray, list[dict]]:
     ls, tg = load_spec(SPEC), load_target(target)
     k = compile_kernel(ls, 0, VARIANT, {"BLOCK_M": 64, "BLOCK_K": 32, "WARPS": warps}, tg)
-    number_values(k)
+    name_values(k)
     ctxs = Emitter(k, tg, tensor_dims(k)).ops(k.body)
     if ctx_edit:
         ctx_edit(ctxs)

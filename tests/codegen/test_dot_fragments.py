@@ -35,7 +35,7 @@ import helpers  # noqa: E402
 import lane_sim  # noqa: E402
 
 from kgen.codegen.emit import Emitter  # noqa: E402
-from kgen.codegen.render import number_values, render_kernel, tensor_dims  # noqa: E402
+from kgen.codegen.render import name_values, render_kernel, tensor_dims  # noqa: E402
 from kgen.hw.descriptor import load_target, target_names  # noqa: E402
 from kgen.ir.core import walk  # noqa: E402
 from kgen.driver import compile_kernel  # noqa: E402
@@ -127,7 +127,7 @@ def simulate(case, perturb=None, land="at_wait"):
     sizes = {"M": 2 * tile["BLOCK_M"], "N": 2 * tile["BLOCK_N"], "K": 2 * tile["BLOCK_K"], "P": 2 * tile["BLOCK_N"]}
     sizes = {n: sizes[n] for n in spec.sizes}
     env = {**variant, **tile, **sizes}
-    number_values(k)  # as render_kernel does, so the names match the rendered source
+    name_values(k)  # as render_kernel does, so the names match the rendered source
     ctxs = Emitter(k, tg, tensor_dims(k)).ops(k.body)
     if perturb:
         perturb(ctxs)

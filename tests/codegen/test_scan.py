@@ -21,7 +21,7 @@ import lane_sim  # noqa: E402
 
 from kgen.build import build_variant  # noqa: E402
 from kgen.codegen.emit import Emitter  # noqa: E402
-from kgen.codegen.render import number_values, render_kernel, tensor_dims  # noqa: E402
+from kgen.codegen.render import name_values, render_kernel, tensor_dims  # noqa: E402
 from kgen.hw.descriptor import load_target, target_names  # noqa: E402
 from kgen.driver import compile_kernel  # noqa: E402
 from kgen.knobs import knobs  # noqa: E402
@@ -61,7 +61,7 @@ def test_emitted_scan_computes_the_cumsum(target, warps):
     ls, tg = load_spec(SPEC), load_target(target)
     tunables = {"BLOCK_M": 64, "BLOCK_N": 32, "WARPS": warps}
     k = compile_kernel(ls, 0, {"dtype": "fp32"}, tunables, tg)
-    number_values(k)
+    name_values(k)
     ctxs = Emitter(k, tg, tensor_dims(k)).ops(k.body)
     m, n = 128, 64
     inputs = {name: t.double().numpy() for name, t in _inputs(m, n, "fp32").items()}
@@ -82,7 +82,7 @@ def test_simulation_catches_a_wrong_level():
     """The check has teeth: dropping one level of a scan must break the result."""
     ls, tg = load_spec(SPEC), load_target("sm_90")
     k = compile_kernel(ls, 0, {"dtype": "fp32"}, {"BLOCK_M": 64, "BLOCK_N": 32, "WARPS": 4}, tg)
-    number_values(k)
+    name_values(k)
     ctxs = Emitter(k, tg, tensor_dims(k)).ops(k.body)
     scan = next(c for c in ctxs if c["macro"] == "scan")
     scan["levels"] = scan["levels"][:-1]

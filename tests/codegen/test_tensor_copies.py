@@ -22,7 +22,7 @@ import helpers  # noqa: E402
 import lane_sim  # noqa: E402
 
 from kgen.codegen.emit import Emitter  # noqa: E402
-from kgen.codegen.render import number_values, render_kernel, tensor_dims  # noqa: E402
+from kgen.codegen.render import name_values, render_kernel, tensor_dims  # noqa: E402
 from kgen.hw.descriptor import load_target, target_names  # noqa: E402
 from kgen.ir.core import walk  # noqa: E402
 from kgen.driver import compile_kernel  # noqa: E402
@@ -57,7 +57,7 @@ def _flat(ctxs):
 def _simulate(target: str, edit=None, land: str = "at_wait"):
     ls, tg = load_spec(SPEC), load_target(target)
     k = compile_kernel(ls, 0, VARIANT, {"BLOCK_M": 64, "BLOCK_N": 64, "WARPS": 4}, tg)
-    number_values(k)
+    name_values(k)
     ctxs = Emitter(k, tg, tensor_dims(k)).ops(k.body)
     if edit:
         edit(list(_flat(ctxs)))

@@ -60,7 +60,7 @@ def plan_shared_memory(k: Kernel, target: Target, options: CompileOptions) -> Ke
         op.attrs["smem_offset"] = bulk[0].attrs["smem_offset"]
     k.shared_bytes = max((hi for _, hi in placed.values()), default=0)
     if k.tma_barriers:  # the tensor copies' mbarriers, 8 bytes each, after the buffers
-        k.notes["tma_barrier_offset"] = k.shared_bytes = _align(k.shared_bytes, 8)
+        k.tma_barrier_offset = k.shared_bytes = _align(k.shared_bytes, 8)
         k.shared_bytes += 8 * k.tma_barriers
     k.notes["shared_bytes"] = k.shared_bytes
     if k.shared_bytes > target.lds_bytes_per_block:

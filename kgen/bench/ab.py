@@ -1,0 +1,154 @@
+"""A/B of two builds of kgen's kernels in one process: the attention and SSD benchmarks' kgen
+calls, timed with this checkout's code objects (B) and with another checkout's (A), interleaved.
+
+    # in the other checkout (A), its own cache, after its `kgen warm`:
+    python -m kgen.bench.ab --dump entries.json
+    # here (B):
+    python -m kgen.bench.ab --before entries.json [--json out.json]
+
+`--dump` runs each benchmark shape once (building what is missing) and writes which cache
+entry served each (spec, variant): the code objects and the launch records of that build. The
+A/B run loads them in place of this checkout's for the A side (kgen.runtime.compiled's
+compiled_variant is swapped), so both sides run the same Python, inputs and timer; only the
+code objects differ. A build whose kernels take every argument of the spec (before
+ir/passes/arguments.py) is launched that way. Times: median CUDA-event time of many runs
+(triton.testing.do_bench), each side measured twice in A B A B order.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+from pathlib import Path
+
+import torch
+
+ATTENTION = [(d, causal, s) for d in (64, 128) for causal in (False, True) for s in (2048, 8192)]
+SSD = [("g1", 64, 1, s) for s in (2048, 8192)] + [("g8", 128, 8, s) for s in (2048, 8192)]
+
+
+def _bench(fn) -> float:
+    from triton.testing import do_bench
+
+    return do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+
+def cases():
+    """(label, forward thunk, backward thunk) for every shape: inputs made once per shape."""
+    from kgen.bench.ssd import _inputs
+    from kgen.ops import flash_attn_func, mamba_chunk_scan_combined
+
+    torch.manual_seed(0)
+    for d, causal, s in ATTENTION:
+        b, h = 16384 // s, 2048 // d
+        q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+        dout = torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16)
+        fwd = lambda q=q, k=k, v=v, c=causal: flash_attn_func(q, k, v, causal=c)  # noqa: E731
+        yield f"attention D={d} S={s} causal={causal}", fwd, (lambda fwd=fwd, q=q, k=k, v=v, g=dout:
+                                                              torch.autograd.grad(fwd(), (q, k, v), g))
+    for label, h, g, s in SSD:
+        b, p, n, chunk = 16384 // s, 64, 128, 256
+        ins = _inputs(b, s, h, p, g, n)
+        dy = torch.randn(b, s, h, p, device="cuda", dtype=torch.bfloat16)
+        fwd = lambda ins=ins, c=chunk: mamba_chunk_scan_combined(*ins[:5], c, D=ins[5], dt_bias=ins[6], dt_softplus=True)  # noqa: E731
+        yield f"ssd {label} S={s}", fwd, (lambda fwd=fwd, ins=ins, g=dy: torch.autograd.grad(fwd(), ins, g))
+
+
+def dump(path: Path) -> None:
+    """Run every case once with this checkout's kgen; record the entry of each variant used."""
+    from kgen.runtime import compiled
+    from kgen.spec.load import variant_id
+
+    used: dict[str, str] = {}
+    real = compiled._entry
+
+    def entry(ls, variant, target):
+        e = real(ls, variant, target)
+        used[f"{ls.spec.name}/{variant_id(variant)}"] = str(e)
+        return e
+    compiled._entry = entry
+    for label, fwd, bwd in cases():
+        bwd()
+        torch.cuda.synchronize()
+        print(label, "ok", flush=True)
+    path.write_text(json.dumps(used, indent=1))
+
+
+def _old_kernels(entry: str, ls, backend: str):
+    """The ReadyKernels of another build's cache entry; kernels without an argument list take
+    all of the spec's arguments."""
+    from kgen.runtime.compiled import ReadyKernel
+    from kgen.runtime.launcher import LoadedKernel
+
+    meta = json.loads((Path(entry) / "manifest.json").read_text())
+    spec = ls.spec
+    out = []
+    for k in meta["kernels"]:
+        args = k.get("arguments") or {"tensors": list(spec.tensors), "sizes": list(spec.sizes), "scalars": list(spec.scalars)}
+        out.append(ReadyKernel(LoadedKernel(backend, (Path(entry) / k["object"]).read_bytes(), k["name"], k["shared_bytes"]),
+                               tuple(k["grid"]), k["threads"], k["shared_bytes"], k["signature"], tuple(args["tensors"]),
+                               tuple(args["sizes"]), tuple(args["scalars"]),
+                               tuple((m["tensor"], tuple(m["box"])) for m in k["tensor_maps"])))
+    return tuple(out), meta["tunables"]
+
+
+def ab(before: Path, out: Path | None) -> None:
+    from kgen.runtime import compiled
+    from kgen.runtime.op import KgenOp
+    from kgen.spec.load import variant_id
+
+    entries = json.loads(before.read_text())
+    real = compiled.compiled_variant
+    side = {"now": "B"}
+    old: dict[str, tuple] = {}
+
+    def swapped(ls, variant, target):
+        if side["now"] == "B":
+            return real(ls, variant, target)
+        key = f"{ls.spec.name}/{variant_id(variant)}"
+        if key not in old:
+            old[key] = _old_kernels(entries[key], ls, target.backend)
+        return old[key]
+    compiled.compiled_variant = swapped
+
+    def use(s: str) -> None:  # the ops' launch plans hold their kernels: drop them on a switch
+        side["now"] = s
+        for o in gc.get_objects():
+            if isinstance(o, KgenOp):
+                o._plans.clear()
+
+    rows = []
+    for label, fwd, bwd in cases():
+        times = {("A", "fwd"): [], ("A", "bwd"): [], ("B", "fwd"): [], ("B", "bwd"): []}
+        for s in ("A", "B", "A", "B"):
+            use(s)
+            bwd()  # plans made and checked before timing
+            times[(s, "fwd")].append(_bench(fwd))
+            times[(s, "bwd")].append(_bench(bwd))
+        row = {"case": label, **{f"{s}_{w}_ms": v for (s, w), v in times.items()}}
+        row["B_over_A_fwd"] = min(times[("B", "fwd")]) / min(times[("A", "fwd")])
+        row["B_over_A_fwd_bwd"] = min(times[("B", "bwd")]) / min(times[("A", "bwd")])
+        rows.append(row)
+        print(f"{label}: fwd A {times[('A', 'fwd')]} B {times[('B', 'fwd')]} -> B/A {row['B_over_A_fwd']:.3f}; "
+              f"fwd+bwd A {times[('A', 'bwd')]} B {times[('B', 'bwd')]} -> B/A {row['B_over_A_fwd_bwd']:.3f}", flush=True)
+    use("B")
+    if out:
+        out.write_text(json.dumps({"device": torch.cuda.get_device_name(), "rows": rows}, indent=1))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--dump", type=Path, help="write the cache entries this checkout's build uses")
+    ap.add_argument("--before", type=Path, help="the entries another checkout dumped: the A side")
+    ap.add_argument("--json", type=Path, default=None)
+    a = ap.parse_args()
+    if a.dump:
+        dump(a.dump)
+    elif a.before:
+        ab(a.before, a.json)
+    else:
+        ap.error("give --dump FILE or --before FILE")
+
+
+if __name__ == "__main__":
+    main()
