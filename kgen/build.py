@@ -29,37 +29,17 @@ from typing import Any, Callable
 
 from . import __version__
 from .backends import backend
-from .codegen.render import kernel_params, render_kernel, template_hash
-from .codegen.tma import tensor_maps
-from .codeobjects import CodeObjects, source_digest
+from .codegen.render import template_hash
+from .codeobjects import CodeObjects
 from .errors import DoesNotFit, KgenError, SpecError
 from .hw.descriptor import Target
 from .ir.core import Kernel
-from .driver import compile_kernel
+from .driver import BuiltKernel, build_kernel, compile_kernel, display_path
 from .options import DEFAULT, CompileOptions
 from .paths import templates_dir
 from .spec.expr import eval_expr
 from .spec.load import LoadedSpec, variant_id
 from .spec.refs import tunable_constraints
-
-
-@dataclass
-class BuiltKernel:
-    name: str
-    source: str  # the generated text
-    file: str  # file name of the source
-    grid: list[str | int]
-    threads: int
-    shared_bytes: int
-    signature: str
-    notes: dict[str, Any]
-    arguments: dict[str, list[str]] = field(default_factory=dict)  # {"tensors", "sizes", "scalars"} it takes, in order
-    tensor_maps: list[dict[str, Any]] = field(default_factory=list)  # {"tensor", "box"}: the kernel's 'T' args
-    binary: bytes | None = None
-    resources: dict[str, Any] | None = None
-    command: list[str] | None = None
-    compiler: str | None = None
-    options: CompileOptions = DEFAULT  # how it was lowered, rendered and compiled (`kgen inspect` shows that IR)
 
 
 @dataclass
@@ -129,12 +109,11 @@ def build_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target, compi
                 raise
             break  # no later candidate fits at all: keep the first, spills and all
         candidates = candidates[candidates.index(tunables) + 1:]
-        out = _render_variant(ls, variant, target, tunables, kernels)
-        out.rejected = rejected
+        out = BuiltVariant(variant, tunables, [build_kernel(ls, i, variant, tunables, target, lowered=k,
+                                                            objects=objects if compile else None)
+                                               for i, k in enumerate(kernels)], rejected)
         if not compile:
             return out
-        for bk in out.kernels:
-            compile_built(bk, target, objects=objects)
         built = _without_spills(ls, variant, target, tunables, kernels, out, objects)
         if built is not None:
             return built
@@ -170,18 +149,17 @@ def _without_spills(ls: LoadedSpec, variant: dict[str, Any], target: Target, tun
                     kernels: list[Kernel], out: BuiltVariant, objects: CodeObjects) -> BuiltVariant | None:
     """`out` with each kernel that spills replaced by its first form (spill_retry_options) that
     does not; None if one spills in every form. A kernel is lowered once per distinct lowering
-    choice (swizzle, bulk reductions): forms that differ in flags or copy addresses alone
-    re-render and recompile the same IR."""
+    choice (swizzle, bulk reductions, stepped copies): forms that differ in compiler flags alone
+    recompile the same source."""
     for i, bk in enumerate(out.kernels):
         if not _spills(bk):
             continue
-        lowered = {(DEFAULT.swizzle, DEFAULT.bulk_reductions): kernels[i]}
+        lowered = {replace(DEFAULT, register_flags=()): kernels[i]}
         for options in spill_retry_options(target):
-            how = (options.swizzle, options.bulk_reductions)
+            how = replace(options, register_flags=())
             if how not in lowered:
                 lowered[how] = compile_kernel(ls, i, variant, tunables, target, options=options)
-            retry = _render_variant(ls, variant, target, tunables, [lowered[how]], options, first_index=i).kernels[0]
-            compile_built(retry, target, list(options.register_flags), objects=objects)
+            retry = build_kernel(ls, i, variant, tunables, target, options, lowered=lowered[how], objects=objects)
             if not _spills(retry):
                 out.kernels[i] = retry
                 break
@@ -197,34 +175,6 @@ def _spill_bytes(bk: BuiltKernel) -> int:
 
 def _spills(bk: BuiltKernel) -> bool:
     return _spill_bytes(bk) > 0
-
-
-def _render_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target, tunables: dict[str, int],
-                    kernels: list[Kernel], options: CompileOptions = DEFAULT, first_index: int = 0) -> BuiltVariant:
-    """Sources of `kernels` (lowered with `options`), the spec's kernels from index `first_index` on,
-    each in a file named by its content and the flags it compiles with."""
-    out = BuiltVariant(variant, tunables)
-    suffix = backend(target.backend).source_suffix
-    for i, k in enumerate(kernels, start=first_index):
-        line, _ = ls.yaml.block_origin(("kernels", i, "program"))
-        source = render_kernel(k, target, spec_file=_display(ls.path), program_line=line, variant=variant,
-                              stepped_copies=options.stepped_copies)
-        _, sig = kernel_params(k, variant)
-        out.kernels.append(BuiltKernel(
-            name=k.name, source=source, file=f"{k.name}__{source_digest(source, options.register_flags)}{suffix}",
-            grid=list(ls.spec.kernels[i].grid), threads=k.num_warps * target.wave_size, shared_bytes=k.shared_bytes,
-            signature=sig, arguments={"tensors": list(k.tensors), "sizes": list(k.sizes), "scalars": list(k.scalars)},
-            notes=dict(k.notes), tensor_maps=[{"tensor": t, "box": list(box)} for t, box in tensor_maps(k)],
-            options=options))
-    return out
-
-
-def compile_built(bk: BuiltKernel, target: Target, extra_flags: list[str] = (), *, objects: CodeObjects | None = None) -> None:
-    """Compile one generated source (through `objects`: once per distinct source and flags) and
-    record its code object, command, compiler and resources on `bk`."""
-    obj = (objects or CodeObjects()).get(bk.source, bk.file, target, tuple(extra_flags))
-    bk.binary, bk.command, bk.compiler = obj.binary, list(obj.command), obj.compiler
-    bk.resources = obj.resources.get(bk.name)
 
 
 def build_spec(ls: LoadedSpec, target: Target, variants: list[dict[str, Any]], *, compile: bool = True,
@@ -250,7 +200,7 @@ def manifest(ls: LoadedSpec, target: Target, built: list[BuiltVariant]) -> dict[
                 "signature": k.signature, "arguments": k.arguments, "tensor_maps": k.tensor_maps, "decisions": k.notes,
                 "command": k.command, "compiler": k.compiler, "resources": k.resources})
     return {
-        "kgen": __version__, "spec": _display(ls.path), "op": ls.spec.name, "target": target.name,
+        "kgen": __version__, "spec": display_path(ls.path), "op": ls.spec.name, "target": target.name,
         "backend": target.backend, "compiler_arch": target.compiler_arch, "templates": template_hash(target.backend),
         "kernels": kernels,
         "variants": [{"variant": bv.variant, "id": bv.id, "tunables": bv.tunables,
@@ -286,15 +236,6 @@ def write_build(out_dir: Path, ls: LoadedSpec, target: Target, built: list[Built
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return final
-
-
-def _display(path: Path) -> str:
-    """The spec's path as written in generated files: relative to the working directory when
-    under it, so generated/ does not depend on where the repository is checked out."""
-    try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
 
 
 __all__ = ["BuiltKernel", "BuiltVariant", "KgenError", "build_spec", "lower_variant", "manifest", "write_build"]

@@ -1,22 +1,30 @@
-"""The pipeline, stage by stage, for one kernel of one variant on one target.
+"""The pipeline, stage by stage, for one kernel of one variant on one target: `build_kernel`.
 
-    load_spec(path)                     kgen.spec        YAML -> validated Spec, file:line:col errors
-    select variant, tunables            kgen.build       the tuning search: candidates in order
-    compile_kernel(...)                 here             tile program -> IR -> the pass list
-        kernel_ir                       kgen.lang        parse, bind the variant and tunables, type
-        run_passes                      kgen.ir.pipeline every pass, the verifier between them
-    render_kernel(...)                  kgen.codegen     IR -> HIP or CUDA source (the backend's templates)
-    backend.compile(...)                kgen.backends    nvcc / clang -> code object + resources
-    spill check, retry with options     kgen.build       spill_retry_options (CompileOptions)
-    write_build / cache entry           kgen.build, kgen.runtime.compiled
+    load_spec(path)                        kgen.spec        YAML -> validated Spec, file:line:col errors
+    variant, tunables                      kgen.build       the tuning search picks them (candidates in order)
+    build_kernel(...)                      here             one kernel, through every stage:
+        compile_kernel                     here             parse (kgen.lang) + the pass list (kgen.ir.pipeline),
+                                                            the verifier between passes; DoesNotFit if it cannot fit
+        render_kernel                      kgen.codegen     IR -> HIP or CUDA source through the backend's templates
+        BuiltKernel                        here             the record: file named by content, grid, signature, ...
+        compile_built                      here             CodeObjects: compiled once per distinct source and
+                                                            flags (kgen.codeobjects), the code object's resources
+    spill check, retry with options        kgen.build       spill_retry_options (CompileOptions)
+    write_build / cache entry              kgen.build, kgen.runtime.compiled
 
-`kgen build`, `kgen warm`, `kgen inspect` and the runtime all lower through compile_kernel, so
-what inspect prints is what ships.
+`kgen build`, `kgen warm`, `kgen inspect` and the runtime all build through build_kernel (via
+kgen.build.build_variant), so what inspect prints is the IR of what ships.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
+from .backends import backend
+from .codegen.render import kernel_params, render_kernel
+from .codegen.tma import tensor_maps
+from .codeobjects import CodeObjects, source_digest
 from .hw.descriptor import Target
 from .ir.core import Kernel
 from .ir.pipeline import run_passes
@@ -25,9 +33,68 @@ from .options import DEFAULT, CompileOptions
 from .spec.load import LoadedSpec
 
 
+@dataclass
+class BuiltKernel:
+    name: str
+    source: str  # the generated text
+    file: str  # file name of the source: <kernel>__<digest of source and flags><suffix>
+    grid: list[str | int]
+    threads: int
+    shared_bytes: int
+    signature: str
+    notes: dict[str, Any]
+    arguments: dict[str, list[str]] = field(default_factory=dict)  # {"tensors", "sizes", "scalars"} it takes, in order
+    tensor_maps: list[dict[str, Any]] = field(default_factory=list)  # {"tensor", "box"}: the kernel's 'T' args
+    binary: bytes | None = None
+    resources: dict[str, Any] | None = None
+    command: list[str] | None = None
+    compiler: str | None = None
+    options: CompileOptions = DEFAULT  # how it was lowered and compiled (`kgen inspect` shows that IR)
+
+
+def build_kernel(ls: LoadedSpec, index: int, variant: dict[str, Any], tunables: dict[str, int], target: Target,
+                 options: CompileOptions = DEFAULT, *, objects: CodeObjects | None = None,
+                 lowered: Kernel | None = None) -> BuiltKernel:
+    """Kernel `index` of a spec for one variant, tunables, target and options: lowered (or
+    `lowered`, the same kernel already lowered with these options), rendered, packaged and, with
+    `objects`, compiled."""
+    kernel = lowered if lowered is not None else compile_kernel(ls, index, variant, tunables, target, options=options)
+    line, _ = ls.yaml.block_origin(("kernels", index, "program"))
+    source = render_kernel(kernel, target, spec_file=display_path(ls.path), program_line=line, variant=variant)
+    _, signature = kernel_params(kernel, variant)
+    built = BuiltKernel(
+        name=kernel.name, source=source,
+        file=f"{kernel.name}__{source_digest(source, options.register_flags)}{backend(target.backend).source_suffix}",
+        grid=list(ls.spec.kernels[index].grid), threads=kernel.num_warps * target.wave_size,
+        shared_bytes=kernel.shared_bytes, signature=signature,
+        arguments={"tensors": list(kernel.tensors), "sizes": list(kernel.sizes), "scalars": list(kernel.scalars)},
+        notes=dict(kernel.notes), tensor_maps=[{"tensor": t, "box": list(box)} for t, box in tensor_maps(kernel)],
+        options=options)
+    if objects is not None:
+        compile_built(built, target, list(options.register_flags), objects=objects)
+    return built
+
+
 def compile_kernel(ls: LoadedSpec, kernel_index: int, variant: dict[str, Any], tunables: dict[str, int],
                    target: Target, trace: Callable[[str, str], None] | None = None,
                    options: CompileOptions = DEFAULT) -> Kernel:
     """Kernel `kernel_index` of a spec, for one variant, tunables, target and options: parsed,
     then lowered through every pass; trace(stage, IR text) after each stage."""
     return run_passes(kernel_ir(ls, kernel_index, variant, tunables), target, options, trace)
+
+
+def compile_built(bk: BuiltKernel, target: Target, extra_flags: list[str] = (), *, objects: CodeObjects | None = None) -> None:
+    """Compile one generated source (through `objects`: once per distinct source and flags) and
+    record its code object, command, compiler and resources on `bk`."""
+    obj = (objects or CodeObjects()).get(bk.source, bk.file, target, tuple(extra_flags))
+    bk.binary, bk.command, bk.compiler = obj.binary, list(obj.command), obj.compiler
+    bk.resources = obj.resources.get(bk.name)
+
+
+def display_path(path: Path) -> str:
+    """The spec's path as written in generated files: relative to the working directory when
+    under it, so generated/ does not depend on where the repository is checked out."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)

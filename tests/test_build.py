@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 import kgen.build
+import kgen.driver
 import kgen.ir.core
 import kgen.backends
 from kgen.build import BuiltVariant, build_spec, manifest
@@ -404,7 +405,7 @@ def test_a_spilling_swizzled_variant_is_retried_with_plain_layouts(monkeypatch):
         seen.append((bool(swizzled.search(bk.source)), tuple(extra_flags)))
         bk.resources = {"spill_bytes": 64 if seen[-1][0] else 0}
 
-    monkeypatch.setattr(kgen.build, "compile_built", fake_compile)
+    monkeypatch.setattr(kgen.driver, "compile_built", fake_compile)
     ls = load_spec(REPO / "specs" / "fa2_fwd.yaml")
     variant = {"dtype": "bf16", "head_dim": 64, "causal": False}
     hopper = load_target("sm_90")

@@ -12,9 +12,10 @@ from typing import Any
 from ..hw.descriptor import Target
 from ..ir.core import ELEM_BYTES, Kernel, Op, Value, use_counts, walk
 from ..layout import broadcast_reg_map, vector_width
-from ..ir.analysis import is_lone_zero
+from ..ir.analysis import producers
+from ..ir.attrs import attr
 from ..ir.passes.dot_tiling import instr_of
-from ..ir.passes.operands import CORE_ROWS, fragment_view
+from ..ir.passes.operands import fragment_view
 from . import tma, wgmma
 from .coords import (dup_masks, lane_coord, reg_coord, reg_map_expr, register_operand_ptr, shared_slot, tensor_param,
                      thread_coord, warp_coord)
@@ -62,32 +63,25 @@ def literal(value: Any, dtype: str) -> str:
 
 
 class Emitter:
-    def __init__(self, k: Kernel, target: Target, tensor_dims: dict[str, list[str]], stepped_copies: bool = True):
+    def __init__(self, k: Kernel, target: Target, tensor_dims: dict[str, list[str]]):
         self.k, self.target, self.dims = k, target, tensor_dims
-        self.stepped_copies = stepped_copies
         self.helpers: dict[str, str] = {}  # C++ functions the kernel needs (wgmma wrappers), by name
         self.use_counts = use_counts(k.body)
-        self.first_user: dict[int, Op] = {}
-        self.producer: dict[int, Op] = {}
-        for o in walk(k.body):
-            for x in o.operands:
-                self.first_user.setdefault(id(x), o)
-            for r in o.results:
-                self.producer[id(r)] = o
+        self.producer = producers(k.body)
 
     def ops(self, block) -> list[dict]:
         """The contexts of a block's ops. A constant has none: its uses spell its literal
-        (render.name_values). An op from the same spec position as the op before it shares that
-        op's `// spec:` comment."""
-        out, last_loc = [], None
+        (render.name_values). An op from the same spec line as the op before it shares that op's
+        `// spec: file:line:col` comment."""
+        out, last_line = [], None
         for op in block.ops:
             if op.kind == "const":
                 continue
             ctx = getattr(self, "op_" + op.kind)(op)
             ctx.setdefault("macro", op.kind)
-            loc = str(op.loc) if op.loc else ""
-            ctx["loc"] = "" if loc == last_loc else loc
-            last_loc = loc
+            line = (op.loc.file, op.loc.line) if op.loc else None
+            ctx["loc"] = str(op.loc) if op.loc and line != last_line else ""
+            last_line = line
             out.append(ctx)
         return out
 
@@ -105,21 +99,9 @@ class Emitter:
         return {"macro": "scalar", "out": self.decl(op.result), "expr": f"kg::block_id_{'xyz'[op.attrs['axis']]}()"}
 
     def op_full(self, op):
-        if self._zero_start(op.result):
+        if attr(op, "unwritten"):  # a warpgroup dot starts from zero instead (passes/zero_starts.py)
             return {"macro": "declare", "out": self.decl(op.result)}
         return {"macro": "elementwise", "out": self.decl(op.result), "expr": literal(op.attrs["value"], op.result.dtype)}
-
-    def _zero_start(self, acc: Value) -> bool:
-        """A zero tile read only as the accumulator of one warpgroup dot is never written: the
-        dot's first k-step runs with scale-d = 0 (D = A B). Zeroing the registers would put
-        ordinary writes to accumulators between the wgmma instructions of a dot with repeats
-        (nvcc orders them so), and ptxas then serialises the instructions (its C7517/C7519 notes)."""
-        user = self.first_user.get(id(acc))
-        if user is None or user.kind != "dot" or user.operands[2] is not acc:
-            return False
-        if not is_lone_zero(self.producer.get(id(acc)), acc, self.use_counts):
-            return False
-        return instr_of(self.target, user.attrs["instr"]).scope == "warpgroup"
 
     def op_arange(self, op):
         lay = op.result.layout
@@ -179,7 +161,7 @@ class Emitter:
             warp_bits = src.layout.bits_along(axis)["warp"]
             others = [sum(1 << b for i, b in enumerate(warp_bits) if s >> i & 1) for s in range(1 << len(warp_bits))]
             ctx.update(offset=op.attrs["smem_offset"], nslice=_numel(out.shape), warp_xors=others,
-                       sync_before=op.attrs.get("sync_before", True),
+                       sync_before=attr(op, "sync_before"),
                        slot="0" if out.is_scalar else self._flat(out, "e"))
         return ctx
 
@@ -203,7 +185,7 @@ class Emitter:
         return {"out": self.decl(out), "n": lay.nregs, "acc_ctype": "int" if integer else "float",
                 "src_val": elem(src) if integer else as_compute(src), "finish": "" if integer else f"kg::cvt<{CTYPE[out.dtype]}>",
                 "levels": [{"kind": kind, "mask": m} for _, kind, m in sorted(levels)],
-                "offset": op.attrs.get("smem_offset", 0)}
+                "offset": (attr(op, "smem_offset") or 0)}
 
     def _flat(self, v: Value, idx: str) -> str:
         """Row-major element number of register `idx` of a register tile (for scratch buffers)."""
@@ -217,7 +199,7 @@ class Emitter:
     def op_convert(self, op):
         src, out = op.operands[0], op.result
         return {"out": self.decl(out), "src": name(src), "offset": op.attrs["smem_offset"], "ctype": CTYPE[out.dtype],
-                "sync_before": op.attrs.get("sync_before", True), "n_in": src.layout.nregs, "slot_in": self._flat(src, "e"), "slot_out": self._flat(out, "e")}
+                "sync_before": attr(op, "sync_before"), "n_in": src.layout.nregs, "slot_in": self._flat(src, "e"), "slot_out": self._flat(out, "e")}
 
     def op_stage(self, op):
         src, inner = op.operands[0], op.attrs["inner"]
@@ -230,7 +212,7 @@ class Emitter:
         vec = vector_width(lay, inner, 16 // ELEM_BYTES[src.dtype])
         return {"out": {"name": name(op.result)}, "src": name(src), "n": lay.nregs, "offset": op.attrs["smem_offset"],
                 "ctype": CTYPE[src.dtype], "slot": slot, "vec": vec, "proxy_fence": self._async_read(op),
-                "sync_before": op.attrs.get("sync_before", True), "sync_after": op.attrs.get("sync_after", True)}
+                "sync_before": attr(op, "sync_before"), "sync_after": attr(op, "sync_after")}
 
     def op_dot(self, op):
         a, b, acc = op.operands
@@ -245,8 +227,8 @@ class Emitter:
             "nc": instr.layout("c").nregs,
         }
         if instr.scope == "warpgroup":
-            ctx["deferred"] = bool(op.attrs.get("deferred"))
-            ctx["zero_start"] = self._zero_start(acc)
+            ctx["deferred"] = bool(attr(op, "deferred"))
+            ctx["zero_start"] = attr(op, "zero_start")
             ctx["scale_d"] = "(ks > 0)" if ctx["zero_start"] else "1"
             return {**ctx, **wgmma.dot_ctx(self, op, instr, name)}
         return {**ctx, "a": self._operand(op, "a", instr, ksteps), "b": self._operand(op, "b", instr, ksteps)}
@@ -313,7 +295,7 @@ class Emitter:
         """Thread t copies 16-byte chunks t, t + threads, ...; chunk c covers the row and columns
         `_chunk_coords` says, stored where the buffer's layout puts them (shared_slot). A tensor
         copy: one thread, one box per column panel (kgen.codegen.tma)."""
-        if op.attrs.get("tma"):
+        if attr(op, "tma"):
             return tma.copy_ctx(self, op, name)
         t = op.attrs["tensor"]
         dims, (rows, cols) = self.dims[t], op.attrs["shape"]
@@ -342,39 +324,29 @@ class Emitter:
                 # columns never run past the tensor when the tile starts at column 0 and spans it
                 "count": f"(i0_ < {bounds[0]}) * {vec}" if starts[1] == "0" and bounds[1] == f"({cols})"
                 else f"(i0_ < {bounds[0]}) * kg::min_(kg::max_({bounds[1]} - i1_, 0), {vec})",
-                "slot": self._copy_slot(op.attrs, per_row, vec, threads, elem), "bound0": bounds[0], "bound1": bounds[1],
-                "zero": literal(0.0, buf.dtype), "sync_before": op.attrs.get("sync_before", True),
-                "stepped": self._copy_steps(op.attrs, per_row, vec, threads, chunks, strides[0])}
+                "slot": self._copy_slot(op, per_row, vec, threads, elem), "bound0": bounds[0], "bound1": bounds[1],
+                "zero": literal(0.0, buf.dtype), "sync_before": attr(op, "sync_before"),
+                "stepped": self._copy_steps(op, per_row, vec, threads, strides[0])}
 
-    def _copy_steps(self, attrs: dict, per_row: int, vec: int, threads: int, chunks: int, row_stride: str) -> dict | None:
-        """Each thread's chunks as a first chunk plus i whole steps, where every iteration of
-        the copy loop moves all threads the same number of rows down (columns unchanged): the
-        thread's row, column and global offset are computed once and chunk i adds i steps.
-        Written per chunk as (int64_t)r_ * stride, nvcc kept a 64-bit multiply per chunk (the
-        D=128 dkdv's copies: about 12 integer instructions per 16-byte chunk, H200 profile of
-        the eleventh session)."""
-        rows_per_iter = threads // per_row
-        cores = attrs.get("smem_layout", "rows") not in ("rows", "sw128")
-        if not self.stepped_copies or threads % (8 * per_row if cores else per_row) or chunks % threads:
+    def _copy_steps(self, op, per_row: int, vec: int, threads: int, row_stride: str) -> dict | None:
+        """The stepped form's first chunk and step (passes/copy_addressing.py chose it)."""
+        if not attr(op, "stepped"):
             return None
-        first = self._chunk_coords(attrs, per_row, vec, self._first_chunk())
-        return {"row0": first["row"], "col0": first["col"], "rows": rows_per_iter, "stride": row_stride}
+        first = self._chunk_coords(op.attrs, per_row, vec, self._first_chunk())
+        return {"row0": first["row"], "col0": first["col"], "rows": threads // per_row, "stride": row_stride}
 
     def _first_chunk(self) -> str:
         """The chunk a thread copies first (the copy loop's i = 0)."""
         return f"(lane + warp * {self.target.wave_size})"
 
-    def _copy_slot(self, attrs: dict, per_row: int, vec: int, threads: int, elem: int) -> str:
-        """Where chunk c_ lands. Swizzled, when each iteration moves all threads a whole number
-        of 8-row atoms down: the slot of the thread's first chunk plus i atoms' worth, so that
-        nvcc computes the XOR once (from `r_` it could not tell that rows 8 apart share it: the
-        D=128 dkdv spilled)."""
-        rows_per_iter = threads // per_row
-        if attrs.get("smem_layout") != "sw128" or threads % per_row or rows_per_iter % CORE_ROWS:
-            return shared_slot(attrs, "r_", "k_", elem)
+    def _copy_slot(self, op, per_row: int, vec: int, threads: int, elem: int) -> str:
+        """Where chunk c_ lands: from its row and column, or (`slot_steps`, passes/copy_addressing.py)
+        the slot of the thread's first chunk plus i swizzle atoms' worth."""
+        if not attr(op, "slot_steps"):
+            return shared_slot(op.attrs, "r_", "k_", elem)
         c0 = self._first_chunk()
-        first = shared_slot(attrs, f"({c0} / {per_row})", f"({c0} % {per_row} * {vec})", elem)
-        return f"{first} + i * {rows_per_iter * (128 // elem)}"
+        first = shared_slot(op.attrs, f"({c0} / {per_row})", f"({c0} % {per_row} * {vec})", elem)
+        return f"{first} + i * {threads // per_row * (128 // elem)}"
 
     @staticmethod
     def _chunk_coords(attrs: dict, per_row: int, vec: int, c: str = "c_") -> dict:
@@ -391,15 +363,15 @@ class Emitter:
         return tma.reset_ctx(self, op, name)
 
     def op_wait_async(self, op):
-        barrier = op.attrs.get("barrier", True)
-        if op.attrs.get("tma"):
+        barrier = attr(op, "barrier")
+        if attr(op, "tma"):
             return {**tma.wait_ctx(self, op, name), "barrier": barrier}
         return {"pending": op.attrs["pending"], "proxy_fence": self._async_read(self.stage_of(op.operands[0])),
                 "barrier": barrier}
 
     def _async_read(self, buf_op) -> bool:
         """Whether a matrix instruction reads this buffer through a descriptor (async proxy)."""
-        return buf_op.attrs.get("smem_layout") in ("cores", "sw128")
+        return attr(buf_op, "smem_layout") in ("cores", "sw128")
 
     def _uses(self, v: Value) -> int:
         return self.use_counts.get(id(v), 0)
@@ -416,8 +388,9 @@ class Emitter:
     def _access(self, op, value_first: bool, widest: int | None = None) -> dict:
         """What the load/store macros need: the tile's base pointer, per tile dim its start and
         thread/register coordinates, the vector width (at most `widest` elements, 16 bytes by
-        default) and the bounds tests of one vector (`in_vec`) and of element v (`in_elem`). A
-        dim the tile spans whole (index `:` of a static dim) needs no test."""
+        default) and the bounds tests of one vector (`in_vec`) and of element v (`in_elem`), split
+        for kg::load_vec/store_vec into the other dims' tests (`ok`) and the elements the row has
+        left (`left`). A dim the tile spans whole (index `:` of a static dim) needs no test."""
         t = op.attrs["tensor"]
         dims = self.dims[t]
         tile = op.operands[0] if value_first else op.result
@@ -442,17 +415,22 @@ class Emitter:
         # a store's writers: one thread of each group holding the same elements (none repeat: all)
         tests = [f"(lane & {lane_dup}) == 0"] * bool(lane_dup) + [f"(warp & {warp_dup}) == 0"] * bool(warp_dup)
         align_checks = [f"stride_{t}_{d} % {vec} == 0" for d in range(len(dims) - 1)]
-        in_vec, in_elem = [], []
+        in_vec, in_elem, ok, left = [], [], [], str(vec)
         for i, c in enumerate(coords):
             if c["whole"]:
                 continue
             last = c["last"]
             in_vec.append(f"i{i}_ + {vec} <= {c['bound']}" if last else f"i{i}_ < {c['bound']}")
             in_elem.append(f"i{i}_ + v < {c['bound']}" if last else f"i{i}_ < {c['bound']}")
+            if last:  # a vector runs along the contiguous dim: how much of the row is left
+                left = f"{c['bound']} - i{i}_"
+            else:
+                ok.append(f"i{i}_ < {c['bound']}")
         return {"tensor": t, "ptr": tensor_param(t), "ctype": CTYPE[tile.dtype], "n": lay.nregs, "base": " + ".join(base) or "0",
                 "dims": coords, "vec": vec, "lane_dup": lane_dup, "warp_dup": warp_dup,
                 "writer": f"if ({' && '.join(tests)}) " if tests else "",
                 "in_vec": " && ".join(in_vec) or "true", "in_elem": " && ".join(in_elem) or "true",
+                "ok": " && ".join(ok) or "true", "left": left,
                 "aligned": " && ".join([f"kg::aligned(p_, {vec * elem_bytes})"] + align_checks) if vec > 1 else "false"}
 
     def _element(self, op) -> str:
@@ -466,14 +444,14 @@ class Emitter:
 
     def op_load(self, op):
         other = literal(op.attrs["other"], op.result.dtype)
-        pred = name(op.operands[-1]) if op.attrs.get("pred") else None  # prefetch_loads: off -> `other`
+        pred = name(op.operands[-1]) if attr(op, "pred") else None  # prefetch_loads: off -> `other`
         if op.result.is_scalar:  # every thread reads the element
             expr = f"kg::load_if({pred}, {self._element(op)}, {other})" if pred else f"*({self._element(op)})"
             return {"macro": "scalar", "out": self.decl(op.result), "expr": expr}
         ctx = self._access(op, False)
         if pred:
-            ctx["in_vec"] = pred if ctx["in_vec"] == "true" else f"{pred} && {ctx['in_vec']}"
-            ctx["in_elem"] = pred if ctx["in_elem"] == "true" else f"{pred} && {ctx['in_elem']}"
+            for test in ("in_vec", "in_elem", "ok"):
+                ctx[test] = pred if ctx[test] == "true" else f"{pred} && {ctx[test]}"
         ctx.update(out=self.decl(op.result), other=other)
         return ctx
 

@@ -153,13 +153,11 @@ def name_values(k: Kernel) -> None:
     visit(k.body)
 
 
-def render_kernel(k: Kernel, target: Target, *, spec_file: str, program_line: int, variant: dict[str, Any],
-                  stepped_copies: bool = True) -> str:
-    """The kernel's source. stepped_copies: each thread's copy addresses as a first chunk plus
-    whole steps (Emitter._copy_steps); the build turns it off for a kernel that spills with it."""
+def render_kernel(k: Kernel, target: Target, *, spec_file: str, program_line: int, variant: dict[str, Any]) -> str:
+    """The kernel's source: the IR as the passes left it, every choice already recorded in it."""
     name_values(k)
     params, _ = kernel_params(k, variant)
-    emitter = Emitter(k, target, tensor_dims(k), stepped_copies=stepped_copies)
+    emitter = Emitter(k, target, tensor_dims(k))
     body = emitter.ops(k.body)
     return environment().get_template(backend(target.backend).skeleton).render(
         version=__version__, spec_file=spec_file, kernel=k.name, target=target.name,

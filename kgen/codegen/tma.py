@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from ..ir.core import ELEM_BYTES, Kernel, Op, walk
 from .coords import shared_slot
+from ..ir.attrs import attr
 
 PANEL_BYTES = 128  # the swizzle's row: a box's inner extent
 
@@ -34,7 +35,7 @@ def tensor_maps(k: Kernel) -> list[tuple[str, tuple[int, ...]]]:
     """(tensor, box) of each tensor map the kernel takes, in order of first use."""
     out: list[tuple[str, tuple[int, ...]]] = []
     for op in walk(k.body):
-        if op.kind == "copy_async" and op.attrs.get("tma"):
+        if op.kind == "copy_async" and attr(op, "tma"):
             key = (op.attrs["tensor"], box_of(op))
             if key not in out:
                 out.append(key)
@@ -72,7 +73,7 @@ def copy_ctx(emitter, op: Op, name_of) -> dict:
     return {"macro": "tma_copy", "tensor": op.attrs["tensor"], "box": list(box), "elem": elem,
             "dst": name_of(buf), "map": map_param(i, op.attrs["tensor"]), "rank": len(coords),
             "bar": barrier(emitter, buf, name_of), "bytes": rows * cols * elem, "boxes": boxes,
-            "pred": name_of(op.operands[-1]) if op.attrs["pred"] else "true", "sync_before": op.attrs.get("sync_before", True)}
+            "pred": name_of(op.operands[-1]) if op.attrs["pred"] else "true", "sync_before": attr(op, "sync_before")}
 
 
 def barrier(emitter, buf, name_of) -> str:
@@ -84,7 +85,7 @@ def barrier(emitter, buf, name_of) -> str:
 
 def slot_barrier(alloc: Op, count: str | None) -> str:
     """The mbarrier of the slot iteration `count` uses (None: the buffer's only one)."""
-    bar, slots = alloc.attrs["bar"], alloc.attrs.get("slots", 1)
+    bar, slots = alloc.attrs["bar"], attr(alloc, "slots")
     return f"{bar} + {count} % {slots}" if count is not None and slots > 1 else str(bar)
 
 
@@ -96,7 +97,7 @@ def wait_ctx(emitter, op: Op, name_of) -> dict:
     if len(op.operands) == 1:
         return {"macro": "tma_wait", "bar": slot_barrier(alloc, None), "parity": "0"}
     n = name_of(op.operands[1])
-    return {"macro": "tma_wait", "bar": slot_barrier(alloc, n), "parity": f"({n} / {alloc.attrs.get('slots', 1)}) & 1"}
+    return {"macro": "tma_wait", "bar": slot_barrier(alloc, n), "parity": f"({n} / {attr(alloc, 'slots')}) & 1"}
 
 
 def reset_ctx(emitter, op: Op, name_of) -> dict:
@@ -108,6 +109,6 @@ def reset_ctx(emitter, op: Op, name_of) -> dict:
     flips = []
     for buf in op.operands[3:]:
         alloc = emitter.stage_of(buf)
-        slots = alloc.attrs.get("slots", 1)
+        slots = attr(alloc, "slots")
         flips += [{"bar": alloc.attrs["bar"] + s, "uses": f"(n_ + {slots - 1 - s}) / {slots}"} for s in range(slots)]
     return {"macro": "tma_reset", "n": f"kg::cdiv(kg::max_({stop} - {start}, 0), {step})", "flips": flips}

@@ -4,7 +4,8 @@ Values are tiles (shape, dtype, place) or scalars (shape ()). An Op has operands
 attributes, an optional body (for `for`), and the spec location it came from, so that every
 error and every block of generated source can point back at the user's YAML.
 
-Op vocabulary (attrs in brackets):
+Op vocabulary (main attrs in brackets; kgen/ir/attrs.py declares every attribute of each kind,
+its type and default, and the verifier holds each op to it):
   const [value]                    a compile-time scalar (int, float or bool)
   size [name]                      a runtime size of the spec (int32 kernel argument)
   scalar_arg [name]                a runtime scalar argument of the spec (fp32)
@@ -44,6 +45,9 @@ Op vocabulary (attrs in brackets):
   wait_async [pending]             (inserted by a pass) wait for all but `pending` later groups
                                    (`tma`: for the copy's mbarrier; operand 1, if any, is the
                                    iteration count whose slot it waits for)
+  tma_reset                        (inserted by a pass) after a loop of tensor copies: the
+                                   mbarrier phases its iterations left (operands: the loop's
+                                   bounds, then the buffers)
 
 `index` of a load/store is a tuple with one entry per tensor dim: ("at", operand#), a scalar
 index; ("block", operand#, size), the block [i*size, (i+1)*size); or ("all", size), the whole

@@ -14,6 +14,7 @@ import torch
 
 from ..errors import LaunchError
 from .core import Block, Kernel, Op, Value
+from .attrs import attr
 
 TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32,
                 "int32": torch.int32, "bool": torch.bool}
@@ -151,7 +152,7 @@ class _Program:
         return t, tuple(full), mask
 
     def op_load(self, op, a, env):
-        if op.attrs.get("pred") and not bool(a[-1]):  # a prefetch for no iteration: no access
+        if attr(op, "pred") and not bool(a[-1]):  # a prefetch for no iteration: no access
             shape = op.results[0].shape
             return [torch.full(shape, float(op.attrs["other"]), dtype=TORCH_DTYPES[op.results[0].dtype])]
         t, index, mask = self._indices(op, a, 0)

@@ -15,6 +15,8 @@ for codegen. kgen.driver runs the parse and then these, in this order:
       -> merge_stage_barriers    barriers only where a shared write could overtake a read
       -> plan_shared_memory   offsets from the interference graph; the descriptor's limit checked
       -> drop_scratch_barriers  no barrier before a scratch write that no pending read overlaps
+      -> choose_copy_addressing  how each thread steps through its chunks of a cp.async copy
+      -> mark_zero_starts     warpgroup dots that start from zero, their accumulators unwritten
       -> keep_used_arguments  the kernel takes only the tensors, sizes and scalars it reads
 
 The verifier runs after each pass. `kgen inspect` prints the IR after each of them.
@@ -30,6 +32,7 @@ from .passes.accumulate import accumulate_into_dots
 from .passes.arguments import keep_used_arguments
 from .passes.async_copy import use_async_copies
 from .passes.barriers import merge_stage_barriers
+from .passes.copy_addressing import choose_copy_addressing
 from .passes.bulk_reduce import plan_bulk_reductions
 from .passes.dot_tiling import choose_dot_tiling
 from .passes.early_copies import issue_copies_early
@@ -41,6 +44,7 @@ from .passes.overlap import overlap_async_dots
 from .passes.prefetch import prefetch_loads
 from .passes.scratch_barriers import drop_scratch_barriers
 from .passes.sink import sink_to_first_use
+from .passes.zero_starts import mark_zero_starts
 from .verify import verify
 
 Pass = Callable[[Kernel, Target, CompileOptions], Kernel]  # facts and choices, never a doctored Target
@@ -59,22 +63,24 @@ PASSES: list[tuple[str, Pass]] = [
     ("merge_stage_barriers", merge_stage_barriers),
     ("plan_shared_memory", plan_shared_memory),
     ("drop_scratch_barriers", drop_scratch_barriers),
+    ("choose_copy_addressing", choose_copy_addressing),
+    ("mark_zero_starts", mark_zero_starts),
     ("keep_used_arguments", keep_used_arguments),
 ]
 
 
 def run_passes(k: Kernel, target: Target, options: CompileOptions = DEFAULT,
                trace: Callable[[str, str], None] | None = None) -> Kernel:
-    """Every pass of PASSES on a parsed kernel, the verifier after each (layouts checked from
+    """Every pass of PASSES on a parsed kernel, the verifier after each (its layouts checked from
     assign_layouts on); trace(name, IR text) after the parse and after each pass."""
     verify(k, "parse")
     if trace:
         trace("parse", print_kernel(k))
-    layouts = False
+    done: set[str] = set()
     for name, run in PASSES:
         k = run(k, target, options)
-        layouts = layouts or name == "assign_layouts"
-        verify(k, name, layouts=layouts)
+        done.add(name)
+        verify(k, name, frozenset(done))
         if trace:
             trace(name, print_kernel(k))
     return k

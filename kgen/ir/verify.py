@@ -1,8 +1,11 @@
 """The IR verifier, run after every pass: every operand is defined before use, in scope; types
-agree where an op says they must; layouts, once assigned, cover their tiles."""
+agree where an op says they must; every op's attributes are those its kind declares, of their
+types (kgen/ir/attrs.py); layouts, once assigned, cover their tiles; buffers, once placed, have
+their offsets."""
 from __future__ import annotations
 
 from ..errors import KgenError
+from .attrs import problems
 from .core import Block, Kernel, Op, Value
 
 
@@ -10,27 +13,32 @@ class VerifyError(KgenError):
     """A pass produced malformed IR: a bug in kgen, not in the spec."""
 
 
-def verify(k: Kernel, after: str, layouts: bool = False) -> None:
-    _block(k.body, set(), after, layouts, k.num_warps)
+def verify(k: Kernel, after: str, done: frozenset[str] = frozenset()) -> None:
+    """`done`: the passes run so far (`after` among them). From assign_layouts on every register
+    tile has a layout; an attribute a pass decides is required once it ran (kgen/ir/attrs.py)."""
+    _block(k.body, set(), after, "assign_layouts" in done, k.num_warps, frozenset(done))
 
 
 def _fail(after: str, op: Op, msg: str) -> VerifyError:
     return VerifyError(f"IR verification failed after pass '{after}' at {op.kind} ({op.loc}): {msg}")
 
 
-def _block(block: Block, defined: set[int], after: str, layouts: bool, warps: int) -> None:
+def _block(block: Block, defined: set[int], after: str, layouts: bool, warps: int, done: frozenset[str]) -> None:
     scope = set(defined) | {v.id for v in block.args}
     for op in block.ops:
         for v in op.operands:
             if v.id not in scope:
                 raise _fail(after, op, f"operand {v!r} is used before it is defined")
+        wrong = problems(op, done)
+        if wrong:
+            raise _fail(after, op, "; ".join(wrong))
         if op.kind == "for":
             inits, args, results = op.operands[3:], op.body.args[1:], op.results
             if not (len(inits) == len(args) == len(results) == len(op.body.ops[-1].operands)):
                 raise _fail(after, op, "loop-carried values, block arguments and results differ in number")
             if not op.body.ops or op.body.ops[-1].kind != "yield":
                 raise _fail(after, op, "a loop body must end in yield")
-            _block(op.body, scope, after, layouts, warps)
+            _block(op.body, scope, after, layouts, warps, done)
         for r in op.results:
             if layouts and r.place == "reg" and not r.is_scalar:
                 _check_layout(after, op, r, warps)

@@ -215,14 +215,14 @@ def test_inspect_prints_the_form_that_ships(capsys, monkeypatch):
     every swizzled source spills); inspect prints that form's IR, not the first lowering's."""
     import re
 
-    from kgen import backends, build
+    from kgen import backends, driver
 
     swizzled = re.compile(r"wgmma_desc\([^;]*, 1\);")
 
     def fake_compile(bk, target, extra_flags=(), objects=None):
         bk.resources = {"spill_bytes": 64 if swizzled.search(bk.source) else 0}
 
-    monkeypatch.setattr(build, "compile_built", fake_compile)
+    monkeypatch.setattr(driver, "compile_built", fake_compile)
     monkeypatch.setattr(backends, "available", lambda name: True)
     spec = str(REPO / "specs" / "fa2_fwd.yaml")
     code, out, err = kgen(capsys, "inspect", spec, "-t", "sm_90", "-v", "dtype=bf16", "-v", "head_dim=64", "-v", "causal=false")

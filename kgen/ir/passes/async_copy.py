@@ -43,6 +43,7 @@ from ...hw.descriptor import Target
 from ...options import CompileOptions
 from ..analysis import index_chain, recompute_chain, views_of
 from ..core import ELEM_BYTES, Block, Kernel, Op, Value, blocks, use_counts, walk
+from ..attrs import attr
 
 CHUNK_BYTES = 16  # cp.async.cg moves 16 bytes per instruction (PTX ISA, "cp.async")
 # a tensor copy's box: at most 256 elements along each dim, at most 5 dims (CUDA driver API,
@@ -83,14 +84,14 @@ def _convert(st: Op, block: Block, defs, uses, tma: bool) -> None:
     index = load.attrs["index"]
     tile = [e for e in index if e[0] != "at"]
     elem = ELEM_BYTES[load.result.dtype]
-    if (len(tile) != 2 or index[-1][0] == "at" or st.attrs["inner"] != 1 or load.attrs.get("other", 0) != 0
+    if (len(tile) != 2 or index[-1][0] == "at" or st.attrs["inner"] != 1 or attr(load, "other") != 0
             or (load.result.shape[1] * elem) % CHUNK_BYTES or (st.attrs["ld"] * elem) % CHUNK_BYTES):
         return
     buf = st.result
     alloc = Op("alloc_shared", [], [buf], dict(st.attrs), loc=st.loc)
     copy = Op("copy_async", [buf] + list(load.operands), [],
               {"tensor": load.attrs["tensor"], "index": _shift(index, 1), "shape": load.result.shape,
-               "ld": st.attrs["ld"], "rows": st.attrs.get("rows"), "smem_layout": st.attrs.get("smem_layout", "rows"),
+               "ld": st.attrs["ld"], "rows": attr(st, "rows"), "smem_layout": attr(st, "smem_layout"),
                "pred": False}, loc=load.loc)
     wait = Op("wait_async", [buf], [], {"pending": 0}, loc=st.loc)
     if tma and _is_box(index, load.result.shape, st.attrs):
@@ -117,7 +118,7 @@ def _untensor_uncounted(k: Kernel) -> None:
     back = set()
     for loop in walk(k.body):
         if loop.kind == "for":
-            back |= {id(w.operands[0]) for w in loop.body.ops if w.kind == "wait_async" and w.attrs.get("tma") and len(w.operands) == 1}
+            back |= {id(w.operands[0]) for w in loop.body.ops if w.kind == "wait_async" and attr(w, "tma") and len(w.operands) == 1}
     for op in walk(k.body):
         if op.kind in ("alloc_shared", "copy_async", "wait_async") and id(op.result if op.kind == "alloc_shared" else op.operands[0]) in back:
             op.attrs.pop("tma", None)
@@ -127,9 +128,9 @@ def _number_barriers(k: Kernel) -> None:
     """One mbarrier per slot of each buffer that tensor copies fill: `bar` is the first's index."""
     n = 0
     for op in walk(k.body):
-        if op.kind == "alloc_shared" and op.attrs.get("tma"):
+        if op.kind == "alloc_shared" and attr(op, "tma"):
             op.attrs["bar"] = n
-            n += op.attrs.get("slots", 1)
+            n += attr(op, "slots")
     k.tma_barriers = n
 
 
@@ -168,7 +169,7 @@ def _pipeline(loop: Op, parent: Block, k: Kernel, target: Target) -> None:
     go = Value((), "bool")
     prologue.append(Op("binary", [start, stop], [go], {"fn": "lt"}, loc=loop.loc))
     first = count = nxt_count = None
-    tma = [copy for copy in copies if copy.attrs.get("tma")]
+    tma = [copy for copy in copies if attr(copy, "tma")]
     if slotted or tma:  # iteration number (iv - start) / step, and the next one
         off, count, nxt_count, one = Value((), "int32"), Value((), "int32"), Value((), "int32"), Value((), "int32")
         counters = [Op("binary", [iv, start], [off], {"fn": "sub"}, loc=loop.loc),
@@ -260,10 +261,10 @@ def _count_loop(body: Block) -> None:
     if any(o.kind == "copy_async" for op in body.ops if op.body for o in walk(op.body)):
         return
     # tensor copies commit no group: only cp.async copies count
-    copies = [i for i, op in enumerate(body.ops) if op.kind == "copy_async" and not op.attrs.get("tma")]
+    copies = [i for i, op in enumerate(body.ops) if op.kind == "copy_async" and not attr(op, "tma")]
     slot_of = {id(op.result): op.operands[0] for op in body.ops if op.kind == "slot"}
     for w, op in enumerate(body.ops):
-        if op.kind != "wait_async" or op.attrs.get("tma"):
+        if op.kind != "wait_async" or attr(op, "tma"):
             continue
         mine = [i for i in copies if slot_of.get(id(body.ops[i].operands[0]), body.ops[i].operands[0]) is op.operands[0]]
         if len(mine) != 1 or mine[0] < w:  # copied in this iteration before the wait: not pipelined

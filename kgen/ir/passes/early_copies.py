@@ -23,6 +23,7 @@ from ...hw.descriptor import Target
 from ...options import CompileOptions
 from ..core import Kernel, Op
 from ..analysis import scratch_bytes
+from ..attrs import attr
 
 # register-only ops (no memory, no barrier), loads, and other copies' waits
 CROSSABLE = ("const", "size", "scalar_arg", "program_id", "arange", "full", "unary", "binary", "where",
@@ -31,7 +32,7 @@ CROSSABLE = ("const", "size", "scalar_arg", "program_id", "arange", "full", "una
 
 def issue_copies_early(k: Kernel, target: Target, options: CompileOptions) -> Kernel:
     ops = k.body.ops
-    for copy in [op for op in ops if op.kind == "copy_async" and not op.attrs.get("pred")]:
+    for copy in [op for op in ops if op.kind == "copy_async" and not attr(op, "pred")]:
         alloc = next((op for op in ops if op.kind == "alloc_shared" and op.result is copy.operands[0]), None)
         if alloc is None:
             continue
@@ -61,8 +62,8 @@ def _count_top_level_pending(k: Kernel) -> None:
     for op in ops:
         if op.body is not None:
             committed.clear()  # a loop's groups: wait for everything, as before
-        elif op.kind == "copy_async" and not op.attrs.get("tma"):
+        elif op.kind == "copy_async" and not attr(op, "tma"):
             committed.append(op)
-        elif op.kind == "wait_async" and not op.attrs.get("tma"):
+        elif op.kind == "wait_async" and not attr(op, "tma"):
             mine = [i for i, c in enumerate(committed) if c.operands[0] is op.operands[0]]
             op.attrs["pending"] = len(committed) - 1 - mine[-1] if mine else 0

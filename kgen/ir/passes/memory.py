@@ -46,7 +46,7 @@ def plan_shared_memory(k: Kernel, target: Target, options: CompileOptions) -> Ke
     for node in sorted(buffers, key=lambda n: -buffers[n][1]):
         size = _align(buffers[node][1])
         # a swizzled buffer starts on a 1024-byte atom: the hardware swizzles address bits
-        align = SWIZZLE_ATOM_BYTES if buffers[node][0].attrs.get("smem_layout") == "sw128" else 16
+        align = SWIZZLE_ATOM_BYTES if buffers[node][0].attrs.get("smem_layout") == "sw128" else 16  # scratch has none
         taken = sorted(placed[n] for n in g.neighbors(node) if n in placed)
         offset = 0
         for lo, hi in taken:

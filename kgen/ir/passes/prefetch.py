@@ -34,6 +34,7 @@ from ...hw.descriptor import Target
 from ...options import CompileOptions
 from ..core import Block, Kernel, Op, Value, blocks, walk
 from ..analysis import index_chain, recompute_chain
+from ..attrs import attr
 
 # elements per thread of one prefetched tile, and of all of one loop's: a cumulative-sum row
 # fits; a 64x64 fp32 block over 8 warps (16) does not. At 16 per tile the attention backward's
@@ -60,7 +61,7 @@ def _prefetch(loop: Op, parent: Block, written: set[str], tile: int, budget: int
     start, stop, step = loop.operands[:3]
     inside = {id(v) for v in body.args} | {id(r) for op in walk(body) for r in op.results}
     plans = []
-    for load in [op for op in body.ops if op.kind == "load" and not op.attrs.get("pred")]:
+    for load in [op for op in body.ops if op.kind == "load" and not attr(op, "pred")]:
         regs = 1 if load.result.is_scalar else load.result.layout.nregs
         if load.attrs["tensor"] in written or regs > tile or regs > budget:
             continue

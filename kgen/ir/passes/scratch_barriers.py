@@ -23,6 +23,7 @@ from ...hw.descriptor import Target
 from ...options import CompileOptions
 from ..core import Block, Kernel, walk
 from ..analysis import scratch_bytes, views_of
+from ..attrs import attr
 
 Ranges = list[tuple[int, int]] | None  # byte ranges read since the last barrier; None: anything
 
@@ -44,11 +45,11 @@ def _walk(block: Block, read: Ranges, buffers: dict) -> Ranges:
             _walk(op.body, None, buffers)
             read = None
         elif op.kind == "wait_async":
-            read = [] if op.attrs.get("barrier", True) else read
+            read = [] if attr(op, "barrier") else read
         elif op.kind in ("stage", "copy_async"):
-            if op.attrs.get("sync_before", True):
+            if attr(op, "sync_before"):
                 read = []
-            if op.kind == "stage" and op.attrs.get("sync_after", True):
+            if op.kind == "stage" and attr(op, "sync_after"):
                 read = []
         elif op.kind in ("dot", "dot_wait"):
             spans = [buffers[id(v)] for v in op.operands if id(v) in buffers]
