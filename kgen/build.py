@@ -1,19 +1,19 @@
 """`kgen build`: a spec, a target and its variants -> sources, code objects and a manifest.
 
-    build_spec(spec, target)                       one BuiltVariant per variant
-      choose_tunables   the first candidate combination whose IR fits the target (descriptor limits;
-                        a pass raises DoesNotFit otherwise) and, when compiled, does not spill
-                        (spill_retry_options: the CompileOptions a spilling kernel is retried with)
-      compile_kernel    the pass pipeline (kgen.ir.pipeline)
-      render_kernel     templates -> HIP or CUDA source
-      CodeObjects       the toolchain -> .hsaco / .cubin and its resource report, once per
-                        distinct source and flags (kgen.codeobjects: variants share kernels)
+    build_spec(spec, target)      one BuiltVariant per variant (build_variant), compiles shared
+      build_variant               the tuning search: lower_variant gives the first candidate
+                                  whose kernels all fit the target (a pass raises DoesNotFit
+                                  otherwise); each kernel goes through kgen.driver.build_kernel
+                                  (render, package, compile once per distinct source); a kernel
+                                  that spills is retried with spill_retry_options, and a
+                                  candidate with a kernel that spills in every form gives way
+                                  to the next
 
 A kernel's file is named by its content (`<kernel>__<digest>.cu`), so a kernel several variants
 share is one file; the manifest lists each distinct kernel once and each variant by the files
 it launches, with the tunable candidates it passed over and why.
 
-Sources go to `out/<spec>/<target>/` with the headers they include copied beside them, so each
+Sources go to `<out>/<op>/<target>/` (write_build) with the headers they include copied beside them, so each
 compiles standalone with the command its manifest records. Every file is written to a temporary
 name and renamed, so a failed build leaves no half-written file.
 """

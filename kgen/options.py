@@ -19,7 +19,8 @@ class CompileOptions:
     """Tile atomic adds as bulk reductions from shared memory where the target has them
     (passes/bulk_reduce.py); off, one atomic per element group."""
     stepped_copies: bool = True
-    """Async copy addresses advanced per chunk rather than recomputed (codegen/render.py)."""
+    """cp.async copy addresses advanced by whole steps where the geometry allows, rather than
+    recomputed per chunk (ir/passes/copy_addressing.py)."""
     register_flags: tuple[str, ...] = ()
     """Extra compiler flags: the descriptor's frugal register flags when a kernel spills."""
 

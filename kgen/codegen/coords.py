@@ -22,24 +22,7 @@ def _is_disjoint(layout: Layout) -> bool:
 
 
 def _bits_expr(var: str, bases, dim: int) -> str:
-    return _weighted_bits(var, [(b, v[dim]) for b, v in enumerate(bases) if v[dim]])
-
-
-def _weighted_bits(var: str, bits: list[tuple[int, int]]) -> str:
-    """The sum over (bit, weight) of bit `bit` of `var` times `weight`, weights powers of two. A
-    run of consecutive bits whose weights double along it is one field: bits 2-4 of lane with
-    weights 1, 2, 4 are `((lane >> 2) & 7)`, not three terms."""
-    runs: list[list[int]] = []  # [first bit, bits in the run, weight of the first]
-    for b, w in bits:
-        if runs and b == runs[-1][0] + runs[-1][1] and w == runs[-1][2] << runs[-1][1]:
-            runs[-1][1] += 1
-        else:
-            runs.append([b, 1, w])
-    terms = []
-    for b, n, w in runs:
-        field = f"({var} >> {b})" if b else var
-        term = f"({field} & {(1 << n) - 1})"
-        terms.append(term if w == 1 else f"{term} * {w}")
+    terms = [f"(({var} >> {b}) & 1) * {v[dim]}" if b else f"({var} & 1) * {v[dim]}" for b, v in enumerate(bases) if v[dim]]
     return " + ".join(terms) if terms else "0"
 
 
@@ -69,7 +52,12 @@ def reg_map_expr(mapping: list[int], var: str = "e") -> str:
     """An expression in `var` computing mapping[var] when the mapping keeps a subset of bits."""
     n = len(mapping)
     bits = n.bit_length() - 1
-    expr = _weighted_bits(var, [(b, mapping[1 << b]) for b in range(bits) if mapping[1 << b]])
+    terms = []
+    for b in range(bits):
+        tgt = mapping[1 << b]
+        if tgt:
+            terms.append(f"(({var} >> {b}) & 1) * {tgt}")
+    expr = " + ".join(terms) if terms else "0"
     for r in range(n):  # the mapping must be linear in the bits of r, as slices are
         assert mapping[r] == sum(mapping[1 << b] for b in range(bits) if r >> b & 1), mapping
     return expr

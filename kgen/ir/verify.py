@@ -1,5 +1,5 @@
-"""The IR verifier, run after every pass: every operand is defined before use, in scope; types
-agree where an op says they must; every op's attributes are those its kind declares, of their
+"""The IR verifier, run after every pass: every operand is defined before use, in scope; loops
+carry as many values as they yield; every op's attributes are those its kind declares, of their
 types (kgen/ir/attrs.py); layouts, once assigned, cover their tiles; buffers, once placed, have
 their offsets."""
 from __future__ import annotations
