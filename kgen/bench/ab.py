@@ -74,24 +74,6 @@ def dump(path: Path) -> None:
     path.write_text(json.dumps(used, indent=1))
 
 
-def _old_kernels(entry: str, ls, backend: str):
-    """The ReadyKernels of another build's cache entry; kernels without an argument list take
-    all of the spec's arguments."""
-    from kgen.runtime.compiled import ReadyKernel
-    from kgen.runtime.launcher import LoadedKernel
-
-    meta = json.loads((Path(entry) / "manifest.json").read_text())
-    spec = ls.spec
-    out = []
-    for k in meta["kernels"]:
-        args = k.get("arguments") or {"tensors": list(spec.tensors), "sizes": list(spec.sizes), "scalars": list(spec.scalars)}
-        out.append(ReadyKernel(LoadedKernel(backend, (Path(entry) / k["object"]).read_bytes(), k["name"], k["shared_bytes"]),
-                               tuple(k["grid"]), k["threads"], k["shared_bytes"], k["signature"], tuple(args["tensors"]),
-                               tuple(args["sizes"]), tuple(args["scalars"]),
-                               tuple((m["tensor"], tuple(m["box"])) for m in k["tensor_maps"])))
-    return tuple(out), meta["tunables"]
-
-
 def ab(before: Path, out: Path | None) -> None:
     from kgen.runtime import compiled
     from kgen.runtime.op import KgenOp
@@ -107,7 +89,9 @@ def ab(before: Path, out: Path | None) -> None:
             return real(ls, variant, target)
         key = f"{ls.spec.name}/{variant_id(variant)}"
         if key not in old:
-            old[key] = _old_kernels(entries[key], ls, target.backend)
+            spec = ls.spec
+            every = {"tensors": list(spec.tensors), "sizes": list(spec.sizes), "scalars": list(spec.scalars)}
+            old[key] = compiled.load_entry(Path(entries[key]), target.backend, every)
         return old[key]
     compiled.compiled_variant = swapped
 

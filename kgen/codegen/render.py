@@ -15,7 +15,7 @@ from ..ir.core import Kernel, walk
 from ..lang import resolve_dtype
 from ..paths import templates_dir
 from .coords import tensor_param
-from .emit import CTYPE, Emitter
+from .emit import CTYPE, Emitter, literal
 from .tma import map_param, tensor_maps
 
 C_FUNCS = {"cdiv": "kg::cdiv", "min": "kg::min_", "max": "kg::max_"}  # a size expression's functions in C
@@ -120,8 +120,6 @@ def name_values(k: Kernel) -> None:
     numbers the IR was built with depend on everything the process built before: renumbering
     makes the source a function of the kernel alone, so generated/ and the cache see the same
     text whichever process renders it."""
-    from .emit import literal
-
     counter = itertools.count()
     taken: set[str] = set()
 

@@ -104,12 +104,23 @@ def _build_into(ls: LoadedSpec, variant: dict[str, Any], target: Target):
 
 @lru_cache(maxsize=None)
 def _load_entry(entry: str, backend: str) -> tuple[tuple[ReadyKernel, ...], dict[str, int]]:
-    meta = json.loads((Path(entry) / "manifest.json").read_text())
-    ready = tuple(ReadyKernel(LoadedKernel(backend, (Path(entry) / k["object"]).read_bytes(), k["name"], k["shared_bytes"]),
-                              tuple(k["grid"]), k["threads"], k["shared_bytes"], k["signature"],
-                              tuple(k["arguments"]["tensors"]), tuple(k["arguments"]["sizes"]), tuple(k["arguments"]["scalars"]),
-                              tuple((m["tensor"], tuple(m["box"])) for m in k["tensor_maps"])) for k in meta["kernels"])
-    return ready, meta["tunables"]
+    return load_entry(Path(entry), backend)
+
+
+def load_entry(entry: Path, backend: str, all_arguments: dict[str, list[str]] | None = None
+               ) -> tuple[tuple[ReadyKernel, ...], dict[str, int]]:
+    """The kernels of a cache entry, loaded, and their tunables. `all_arguments`: what a kernel
+    without an argument list takes (an entry built before ir/passes/arguments.py, which
+    kgen.bench.ab loads: every tensor, size and scalar of its spec)."""
+    meta = json.loads((entry / "manifest.json").read_text())
+    ready = []
+    for k in meta["kernels"]:
+        args = k.get("arguments") or all_arguments
+        ready.append(ReadyKernel(LoadedKernel(backend, (entry / k["object"]).read_bytes(), k["name"], k["shared_bytes"]),
+                                 tuple(k["grid"]), k["threads"], k["shared_bytes"], k["signature"],
+                                 tuple(args["tensors"]), tuple(args["sizes"]), tuple(args["scalars"]),
+                                 tuple((m["tensor"], tuple(m["box"])) for m in k["tensor_maps"])))
+    return tuple(ready), meta["tunables"]
 
 
 _memo: dict[tuple, tuple[tuple[ReadyKernel, ...], dict[str, int]]] = {}

@@ -129,13 +129,12 @@ class KgenOp:
         stream = torch.cuda.current_stream().cuda_stream
         for name in plan.mapped:
             all_t[name] = _tensor_map_ready(all_t[name])
-        maps: dict[tuple, bytes] = {}  # each (tensor, box) encoded once per call, whichever kernels read it
-        for rk, grid in plan.kernels:  # each kernel takes the arguments it reads (ir/passes/arguments.py)
-            args: list[Any] = []
-            for name in rk.tensors:
-                x = all_t[name]
-                args.append(x.data_ptr())
-                args.extend(x.stride()[:-1])
+        # each tensor's pointer and strides, and each (tensor, box)'s map, once per call whichever
+        # kernels take them; each kernel takes the arguments it reads (ir/passes/arguments.py)
+        pointers = {name: (x.data_ptr(), *x.stride()[:-1]) for name, x in all_t.items()}
+        maps: dict[tuple, bytes] = {}
+        for rk, grid in plan.kernels:
+            args: list[Any] = [a for name in rk.tensors for a in pointers[name]]
             args.extend(plan.sizes[s] for s in rk.sizes)
             args.extend(float(scalars[s]) for s in rk.scalars)
             for key in rk.tensor_maps:
