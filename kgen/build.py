@@ -190,22 +190,79 @@ def build_spec(ls: LoadedSpec, target: Target, variants: list[dict[str, Any]], *
 
 
 def manifest(ls: LoadedSpec, target: Target, built: list[BuiltVariant]) -> dict[str, Any]:
-    """The build's record: each distinct kernel once (by its file), then each variant with its
-    tunables, the files it launches in order, and the candidates it passed over."""
+    """The build's record: how its kernels were compiled (`compile`: the compiler and its command,
+    with {flags}, {source} and {object} for what differs per kernel), each distinct kernel once (by
+    its file, with its extra flags), then each variant with its tunables, the files it launches in
+    order and the candidates it passed over."""
     kernels: dict[str, dict[str, Any]] = {}
+    shared = _shared_command([k for bv in built for k in bv.kernels])
     for bv in built:
         for k in bv.kernels:
-            kernels.setdefault(k.file, {
-                "name": k.name, "grid": k.grid, "threads": k.threads, "shared_bytes": k.shared_bytes,
-                "signature": k.signature, "arguments": k.arguments, "tensor_maps": k.tensor_maps, "decisions": k.notes,
-                "command": k.command, "compiler": k.compiler, "resources": k.resources})
+            entry = {"name": k.name, "grid": k.grid, "threads": k.threads, "shared_bytes": k.shared_bytes,
+                     "signature": k.signature, "arguments": k.arguments, "tensor_maps": k.tensor_maps,
+                     "decisions": k.notes, "flags": list(k.options.register_flags)}
+            if k.command is not None and (shared is None or kernel_command(shared, k.file, entry) != k.command):
+                entry["command"] = k.command  # not of the shared form: recorded as it ran
+            if k.compiler is not None and (shared is None or k.compiler != shared["compiler"]):
+                entry["compiler"] = k.compiler
+            entry["resources"] = None if k.resources is None else {
+                key: v for key, v in k.resources.items() if v is not None and key != "name"}
+            kernels.setdefault(k.file, entry)
     return {
         "kgen": __version__, "spec": display_path(ls.path), "op": ls.spec.name, "target": target.name,
         "backend": target.backend, "compiler_arch": target.compiler_arch, "templates": template_hash(target.backend),
+        "compile": shared,
         "kernels": kernels,
         "variants": [{"variant": bv.variant, "id": bv.id, "tunables": bv.tunables,
                       "kernels": [k.file for k in bv.kernels], "rejected": bv.rejected} for bv in built],
     }
+
+
+def kernel_command(compile: dict[str, Any], file: str, entry: dict[str, Any]) -> list[str]:
+    """The command that compiled kernel `file` of a manifest, from its `compile` record."""
+    if "command" in entry:
+        return entry["command"]
+    obj = file.rsplit(".", 1)[0] + compile["object_suffix"]
+    out: list[str] = []
+    for arg in compile["command"]:
+        out += entry.get("flags", []) if arg == "{flags}" else [{"{source}": file, "{object}": obj}.get(arg, arg)]
+    return out
+
+
+def _shared_command(kernels: list[BuiltKernel]) -> dict[str, Any] | None:
+    """The compile record of a build: its compiler and the command of a kernel compiled without
+    extra flags, the names of its source and object as placeholders (None when nothing compiled)."""
+    plain = next((k for k in kernels if k.command is not None and not k.options.register_flags), None)
+    if plain is None:
+        return None
+    src = plain.command.index(plain.file)
+    obj = plain.command[plain.command.index("-o") + 1]
+    cmd = [*plain.command[:src], "{flags}", "{source}", *["{object}" if a == obj else a for a in plain.command[src + 1:]]]
+    return {"compiler": plain.compiler, "command": cmd, "object_suffix": obj[len(plain.file.rsplit(".", 1)[0]):]}
+
+
+def manifest_text(obj: Any, indent: str = "", width: int = 100, lead: int = 0) -> str:
+    """JSON that reads as a table: a list or object on one line when it fits in `width` columns
+    (`lead`: what precedes it on its line); one of scalars flows over as few lines as it needs;
+    any other has one item per line."""
+    flat = json.dumps(obj, separators=(", ", ": "))
+    if not isinstance(obj, (dict, list)) or len(indent) + lead + len(flat) <= width:
+        return flat
+    inner = indent + " "
+    pairs = obj.items() if isinstance(obj, dict) else ((None, v) for v in obj)
+    items = [(v, "" if k is None else json.dumps(k) + ": ") for k, v in pairs]
+    open_, close = "{}" if isinstance(obj, dict) else "[]"
+    if all(not v or not isinstance(v, (dict, list)) for v, _ in items):
+        lines, line = [], ""
+        for v, key in items:
+            item = key + json.dumps(v)
+            if line and len(inner) + len(line) + len(item) + 2 > width:
+                lines.append(line + ",")
+                line = ""
+            line = f"{line}, {item}" if line else item
+        return open_ + "\n" + "\n".join(inner + x for x in lines + [line]) + "\n" + indent + close
+    body = ",\n".join(inner + key + manifest_text(v, inner, width, len(key)) for v, key in items)
+    return open_ + "\n" + body + "\n" + indent + close
 
 
 def write_build(out_dir: Path, ls: LoadedSpec, target: Target, built: list[BuiltVariant], keep_binaries: bool = False) -> Path:
@@ -223,7 +280,7 @@ def write_build(out_dir: Path, ls: LoadedSpec, target: Target, built: list[Built
                 (tmp / k.file).write_text(k.source)
                 if keep_binaries and k.binary:
                     (tmp / (k.file.rsplit(".", 1)[0] + be.binary_suffix)).write_bytes(k.binary)
-        (tmp / "manifest.json").write_text(json.dumps(manifest(ls, target, built), indent=1, sort_keys=False) + "\n")
+        (tmp / "manifest.json").write_text(manifest_text(manifest(ls, target, built)) + "\n")
         if final.exists():
             old = final.with_name(f".{target.name}-old")
             shutil.rmtree(old, ignore_errors=True)

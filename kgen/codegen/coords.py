@@ -8,6 +8,7 @@ unrolled, so the compiler folds it into address offsets.
 from __future__ import annotations
 
 from ..layout import Layout
+from .cexpr import Expr, add, band, bxor, cat, div, expr, lit, mod, mul, shl, shr, sym, total
 
 
 def _is_disjoint(layout: Layout) -> bool:
@@ -21,46 +22,40 @@ def _is_disjoint(layout: Layout) -> bool:
     return True
 
 
-def _bits_expr(var: str, bases, dim: int) -> str:
-    terms = [f"(({var} >> {b}) & 1) * {v[dim]}" if b else f"({var} & 1) * {v[dim]}" for b, v in enumerate(bases) if v[dim]]
-    return " + ".join(terms) if terms else "0"
+def _bits_expr(var: str, bases, dim: int) -> Expr:
+    v = sym(var)
+    return total(mul(band(shr(v, b), 1), base[dim]) for b, base in enumerate(bases) if base[dim])
 
 
-def thread_coord(layout: Layout, dim: int) -> str:
+def thread_coord(layout: Layout, dim: int) -> Expr:
     """The lane/warp part of the coordinate along `dim` (variables `lane`, `warp`)."""
     assert _is_disjoint(layout), layout
-    parts = [p for p in (_bits_expr("lane", layout.lane, dim), _bits_expr("warp", layout.warp, dim)) if p != "0"]
-    return " + ".join(parts) if parts else "0"
+    return cat(_bits_expr("lane", layout.lane, dim), _bits_expr("warp", layout.warp, dim))
 
 
-def lane_coord(layout: Layout, dim: int) -> str:
+def lane_coord(layout: Layout, dim: int) -> Expr:
     """The lane part of the coordinate along `dim` (variable `lane`)."""
     return _bits_expr("lane", layout.lane, dim)
 
 
-def warp_coord(layout: Layout, dim: int) -> str:
+def warp_coord(layout: Layout, dim: int) -> Expr:
     """The warp part of the coordinate along `dim` (variable `warp`)."""
     return _bits_expr("warp", layout.warp, dim)
 
 
-def reg_coord(layout: Layout, dim: int, var: str = "e") -> str:
+def reg_coord(layout: Layout, dim: int, var: str = "e") -> Expr:
     """The register part of the coordinate along `dim`, an expression in `var`."""
     return _bits_expr(var, layout.reg, dim)
 
 
-def reg_map_expr(mapping: list[int], var: str = "e") -> str:
+def reg_map_expr(mapping: list[int], var: str = "e") -> Expr:
     """An expression in `var` computing mapping[var] when the mapping keeps a subset of bits."""
     n = len(mapping)
     bits = n.bit_length() - 1
-    terms = []
-    for b in range(bits):
-        tgt = mapping[1 << b]
-        if tgt:
-            terms.append(f"(({var} >> {b}) & 1) * {tgt}")
-    expr = " + ".join(terms) if terms else "0"
     for r in range(n):  # the mapping must be linear in the bits of r, as slices are
         assert mapping[r] == sum(mapping[1 << b] for b in range(bits) if r >> b & 1), mapping
-    return expr
+    v = sym(var)
+    return total(mul(band(shr(v, b), 1), mapping[1 << b]) for b in range(bits) if mapping[1 << b])
 
 
 def dup_masks(layout: Layout) -> tuple[int, int]:
@@ -86,21 +81,39 @@ def shared_slot(attrs: dict, outer: str, inner: str, elem_bytes: int) -> str:
     row r at chunk c ^ (r % 8) (the 128-byte swizzle; the buffer is 1024-byte aligned, so this
     is the XOR the hardware applies to address bits 4-6 from bits 7-9)."""
     layout = attrs.get("smem_layout", "rows")
+    outer, inner = expr(outer), expr(inner)
     if layout == "rows":
-        return f"({outer}) * {attrs['ld']} + ({inner})"
+        return add(mul(outer, attrs["ld"]), inner)
     t = 16 // elem_bytes
     if layout == "sw128":
         # bit operations, not % and /: nvcc then sees that rows 8 apart (the copy's iterations,
         # a fragment's registers) share the XOR and folds their offsets to immediates; with
         # signed % it kept one per chunk, and the D=128 dkdv spilled
         e, lt = 128 // elem_bytes, (16 // elem_bytes).bit_length() - 1
-        return (f"(({inner}) / {e} * {attrs['rows'] * e} + ({outer}) * {e}"
-                f" + ((((({inner}) >> {lt}) & 7) ^ (({outer}) & 7)) << {lt}) + (({inner}) & {t - 1}))")
+        return total([mul(div(inner, e), attrs["rows"] * e), mul(outer, e),
+                      shl(bxor(band(shr(inner, lt), 7), band(outer, 7)), lt), band(inner, t - 1)])
     per_row = attrs["ld"] // t
-    return f"(({outer}) / 8 * {per_row} + ({inner}) / {t}) * {8 * t} + ({outer}) % 8 * {t} + ({inner}) % {t}"
+    return total([mul(add(mul(div(outer, 8), per_row), div(inner, t)), 8 * t), mul(mod(outer, 8), t), mod(inner, t)])
 
 
-def register_operand_ptr(array: str, rep: str, ksteps: int, n: int) -> str:
+def rep_index(var: str, reps: int) -> Expr:
+    """A dot's repeat index along M (`rm`) or N (`rn`): the constant 0 when there is one repeat
+    (kgen.codegen.emit.rep_loops then makes no loop)."""
+    return sym(var) if reps > 1 else lit(0)
+
+
+def register_operand_ptr(array: str, rep: Expr, ksteps: int, n: int) -> str:
     """The fragment of a dot operand read from registers for repeat `rep` and k-step `ks`:
     element (rep * ksteps + ks) * n (kgen.ir.passes.operands.operand_layout)."""
-    return f"&{array}[({rep} * {ksteps} + ks) * {n}]"
+    return f"&{array}[{mul(add(mul(rep, ksteps), sym('ks')), n)}]"
+
+
+def rep_loops(reps_m: int, reps_n: int) -> dict:
+    """The loops over a dot's instruction repeats along M (`rm`) and N (`rn`), nested, and where
+    repeat (rm, rn)'s accumulator registers start (`acc_at`, in units of one instruction's): a
+    count of one is no loop, its index the constant 0 (coords.rep_index). `rep_indent` is the
+    instruction's indent inside them."""
+    loops = [(v, n) for v, n in (("rm", reps_m), ("rn", reps_n)) if n > 1]
+    lines = ["  " * i + f"KG_UNROLL for (int {v} = 0; {v} < {n}; ++{v})" for i, (v, n) in enumerate(loops)]
+    at = add(mul(rep_index("rm", reps_m), reps_n), rep_index("rn", reps_n))
+    return {"rep_loops": lines, "rep_indent": "  " * len(loops), "acc_at": at}

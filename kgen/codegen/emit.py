@@ -17,7 +17,8 @@ from ..ir.attrs import attr
 from ..ir.passes.dot_tiling import instr_of
 from ..ir.passes.operands import fragment_view
 from . import tma, wgmma
-from .coords import (dup_masks, lane_coord, reg_coord, reg_map_expr, register_operand_ptr, shared_slot, tensor_param,
+from .cexpr import Expr, add, cat, div, lit, mod, mul, sym, total, wide
+from .coords import (dup_masks, lane_coord, reg_coord, reg_map_expr, register_operand_ptr, rep_index, rep_loops, shared_slot, tensor_param,
                      thread_coord, warp_coord)
 
 CTYPE = {"bf16": "kg::bf16", "fp16": "kg::fp16", "fp32": "float", "int32": "int", "bool": "bool"}
@@ -85,6 +86,13 @@ class Emitter:
             out.append(ctx)
         return out
 
+    def thread(self, layout, dim: int) -> Expr:
+        """This thread's coordinate along `dim` of a layout (its lane and warp part), spelled at
+        each use: named once at the top of the kernel instead, it is computed apart from the
+        corners and register parts it is added to, and nvcc then combines it with them
+        differently (other instructions and registers)."""
+        return thread_coord(layout, dim)
+
     def decl(self, v: Value) -> dict:
         return {"name": name(v), "ctype": CTYPE[v.dtype], "n": 0 if v.is_scalar else v.layout.nregs}
 
@@ -105,7 +113,7 @@ class Emitter:
 
     def op_arange(self, op):
         lay = op.result.layout
-        return {"macro": "elementwise", "out": self.decl(op.result), "expr": f"({thread_coord(lay, 0)}) + ({reg_coord(lay, 0)})"}
+        return {"macro": "elementwise", "out": self.decl(op.result), "expr": str(add(self.thread(lay, 0), reg_coord(lay, 0)))}
 
     # --- elementwise -----------------------------------------------------------------------------
     def _ew(self, op, expr: str):
@@ -154,7 +162,7 @@ class Emitter:
         ctx = {"out": self.decl(out), "acc": f"r{out.id}", "n_in": src.layout.nregs, "n_out": 1 if out.is_scalar else out.layout.nregs,
                "acc_ctype": "int" if integer else "float", "scalar_out": out.is_scalar,
                "finish": "" if integer else f"kg::cvt<{CTYPE[out.dtype]}>",
-               "map": reg_map_expr(src.layout.slice_reg_map(axis)), "init": init,
+               "map": str(reg_map_expr(src.layout.slice_reg_map(axis))), "init": init,
                "combine": combine.format(a="{a}", b="{b}"), "src": name(src), "src_f32": elem(src) if integer else as_compute(src),
                "masks": list(plan.lane_xor_masks), "cross_warp": plan.cross_warp}
         if plan.cross_warp:
@@ -192,9 +200,9 @@ class Emitter:
         lay, parts = v.layout, []
         stride = 1
         for d in reversed(range(len(v.shape))):
-            parts.append(f"(({thread_coord(lay, d)}) + ({reg_coord(lay, d, idx)})) * {stride}")
+            parts.append(mul(add(self.thread(lay, d), reg_coord(lay, d, idx)), stride))
             stride *= v.shape[d]
-        return " + ".join(parts) if parts else "0"
+        return str(total(parts))
 
     def op_convert(self, op):
         src, out = op.operands[0], op.result
@@ -204,8 +212,8 @@ class Emitter:
     def op_stage(self, op):
         src, inner = op.operands[0], op.attrs["inner"]
         lay = src.layout
-        coord = [f"({thread_coord(lay, d)}) + ({reg_coord(lay, d)})" for d in (0, 1)]
-        slot = shared_slot(op.attrs, coord[1 - inner], coord[inner], ELEM_BYTES[src.dtype])
+        coord = [add(self.thread(lay, d), reg_coord(lay, d)) for d in (0, 1)]
+        slot = str(shared_slot(op.attrs, coord[1 - inner], coord[inner], ELEM_BYTES[src.dtype]))
         # registers that run along the contiguous dim are stored as one vector of up to 16 bytes
         # (rows are padded to 16 bytes, or are 16-byte rows of core matrices; buffers are
         # 16-byte aligned, so such a vector never straddles)
@@ -224,8 +232,9 @@ class Emitter:
             # acc, else into a copy
             "copy_acc": self._uses(acc) > 1,
             "ctype": CTYPE[a.dtype], "ksteps": ksteps, "reps_m": op.attrs["reps_m"], "reps_n": op.attrs["reps_n"],
-            "nc": instr.layout("c").nregs,
+            "nc": instr.layout("c").nregs, **rep_loops(op.attrs["reps_m"], op.attrs["reps_n"]),
         }
+        ctx["acc_at"] = str(mul(ctx["acc_at"], ctx["nc"]))
         if instr.scope == "warpgroup":
             ctx["deferred"] = bool(attr(op, "deferred"))
             ctx["zero_start"] = attr(op, "zero_start")
@@ -245,36 +254,38 @@ class Emitter:
         """How the dot gets operand `role`'s fragments for k-step `ks` and repeat `rep`
         (rm or rn): `ptr`, the fragment the instruction reads, and what fills it."""
         v = op.operands[0 if role == "a" else 1]
-        rep, n = ("rm", instr.layout("a").nregs) if role == "a" else ("rn", instr.layout("b").nregs)
         reps = op.attrs["reps_m" if role == "a" else "reps_n"]
+        rep, n = (rep_index("rm", reps), instr.layout("a").nregs) if role == "a" else (rep_index("rn", reps), instr.layout("b").nregs)
         kind = op.attrs[f"{role}_load"]
         if kind == "reg":
             return {"kind": kind, "ptr": register_operand_ptr(name(v), rep, ksteps, n), "n": n, "reps": reps}
         st = self.stage_of(v)
         view = fragment_view(self.target, op.attrs, role)
         wn = op.attrs["warps_n"]
-        base = f"(warp / {wn}) * {view.shape[0]}" if role == "a" else f"(warp % {wn}) * {view.shape[0]}"
+        base = mul(div(sym("warp"), wn) if role == "a" else mod(sym("warp"), wn), view.shape[0])
         frag = f"f{role}_"
         ctx = {"kind": kind, "src": name(v), "frag": frag, "n": n, "reps": reps, "total": n * reps,
-               "ptr": f"&{frag}[{rep} * {n}]"}
+               "ptr": f"&{frag}[{mul(rep, n)}]"}
         if kind == "vec":  # element i of the fragment: (row, k) from the view's lane and register bits
             pack = vector_width(view, 1, 8)
-            row = f"{base} + ({thread_coord(view, 0)}) + ({reg_coord(view, 0, 'i')})"
-            col = f"ks * {instr.k} + ({thread_coord(view, 1)}) + ({reg_coord(view, 1, 'i')})"
-            ctx.update(pack=pack, addr=f"({row}) * {st.attrs['ld']} + {col}")
+            row = add(add(base, self.thread(view, 0)), reg_coord(view, 0, "i"))
+            col = add(add(mul(sym("ks"), instr.k), self.thread(view, 1)), reg_coord(view, 1, "i"))
+            ctx.update(pack=pack, addr=str(cat(mul(row, st.attrs["ld"]), col)))
             return ctx
         # matrix loads: lane l gives the address of row l % rows of matrix l / rows of group g;
         # matrix j of group g holds the view's elements from 2 * (count * g + j) on
         ml = self.target.shared_matrix_load
         per_reg = 4 // ml.elem_bytes
         count = min(ml.max_matrices, n * reps // per_reg)
-        first = f"({per_reg * count} * g + {per_reg} * ((lane / {ml.rows}) % {count}))"
-        row = f"{base} + ({reg_coord(view, 0, first)})"
-        col = f"ks * {instr.k} + ({reg_coord(view, 1, first)})"
+        first = str(add(mul(per_reg * count, sym("g")), mul(per_reg, mod(div(sym("lane"), ml.rows), count))))
+        row = add(base, reg_coord(view, 0, f"({first})"))
+        col = add(mul(sym("ks"), instr.k), reg_coord(view, 1, f"({first})"))
+        lane_row = mod(sym("lane"), ml.rows)
         if kind == "matrix":  # rows of the view are rows in memory
-            addr = f"({row} + lane % {ml.rows}) * {st.attrs['ld']} + {col}"
+            addr = cat(mul(add(row, lane_row), st.attrs["ld"]), col)
         else:  # transposed: K runs down the rows in memory
-            addr = f"({col} + lane % {ml.rows}) * {st.attrs['ld']} + {row}"
+            addr = cat(mul(add(col, lane_row), st.attrs["ld"]), row)
+        addr = str(addr)
         ctx.update(count=count, groups=n * reps // (per_reg * count), per_group=per_reg * count, addr=addr,
                    fn=f"ldmatrix_x{count}" + ("_trans" if kind == "matrix_trans" else ""))
         return ctx
@@ -285,8 +296,9 @@ class Emitter:
     def op_slot(self, op):
         buf, count = op.operands
         elems = op.attrs["slot_bytes"] // ELEM_BYTES[buf.dtype]
-        return {"out": {"name": name(op.result)}, "ctype": CTYPE[buf.dtype], "src": name(buf),
-                "offset": f"({name(count)} % {op.attrs['slots']}) * {elems}"}
+        offset = mul(mod(sym(name(count)), op.attrs["slots"]), elems)
+        return {"out": {"name": name(op.result)}, "ctype": CTYPE[buf.dtype], "src": name(buf), "offset": str(offset),
+                "ptr": str(add(sym(name(buf)), offset))}
 
     def op_alloc_shared(self, op):
         return {"out": {"name": name(op.result)}, "ctype": CTYPE[op.result.dtype], "offset": op.attrs["smem_offset"]}
@@ -308,21 +320,21 @@ class Emitter:
         for d, entry in enumerate(op.attrs["index"]):
             stride = "1" if d == len(dims) - 1 else f"stride_{t}_{d}"
             if entry[0] == "at":
-                base.append(f"(int64_t)({name(op.operands[entry[1]])}) * {stride}")
+                base.append(mul(wide(name(op.operands[entry[1]])), sym(stride)))
             else:
-                starts.append(f"{name(op.operands[entry[1]])} * {entry[2]}" if entry[0] == "block" else "0")
+                starts.append(mul(sym(name(op.operands[entry[1]])), entry[2]) if entry[0] == "block" else lit(0))
                 strides.append(stride)
                 bounds.append(dims[d])
         align = " && ".join([f"kg::aligned(p_, {vec * elem})"] + [f"stride_{t}_{d} % {vec} == 0" for d in range(len(dims) - 1)])
-        return {"tensor": t, "src": name(buf), "ctype": CTYPE[buf.dtype], "ptr": tensor_param(t), "base": " + ".join(base) or "0",
+        return {"tensor": t, "src": name(buf), "ctype": CTYPE[buf.dtype], "ptr": tensor_param(t), "base": str(total(base)),
                 "aligned": align, "pred": name(op.operands[-1]) if op.attrs["pred"] else "true",
                 "iters": -(-chunks // threads), "guard": chunks % threads != 0, "chunks": chunks, "threads": threads,
                 "chunk": f"lane + warp * {self.target.wave_size} + i * {threads}", **self._chunk_coords(op.attrs, per_row, vec), "vec": vec, "bytes": vec * elem,
                 # the tile's corner once per copy; per chunk only its row and column within the tile
-                "corner": f"(int64_t)({starts[0]}) * {strides[0]} + {starts[1]}",
-                "i0": f"{starts[0]} + r_", "i1": f"{starts[1]} + k_", "off": f"q_ + ((int64_t)r_ * {strides[0]} + k_)",
+                "corner": str(add(mul(sym(f"(int64_t)({starts[0]})") if starts[0].value is None else starts[0], strides[0]), starts[1])),
+                "i0": str(add(starts[0], sym("r_"))), "i1": str(add(starts[1], sym("k_"))), "off": f"q_ + ((int64_t)r_ * {strides[0]} + k_)",
                 # columns never run past the tensor when the tile starts at column 0 and spans it
-                "count": f"(i0_ < {bounds[0]}) * {vec}" if starts[1] == "0" and bounds[1] == f"({cols})"
+                "count": f"(i0_ < {bounds[0]}) * {vec}" if starts[1].value == 0 and bounds[1] == f"({cols})"
                 else f"(i0_ < {bounds[0]}) * kg::min_(kg::max_({bounds[1]} - i1_, 0), {vec})",
                 "slot": self._copy_slot(op, per_row, vec, threads, elem), "bound0": bounds[0], "bound1": bounds[1],
                 "zero": literal(0.0, buf.dtype), "sync_before": attr(op, "sync_before"),
@@ -343,10 +355,10 @@ class Emitter:
         """Where chunk c_ lands: from its row and column, or (`slot_steps`, passes/copy_addressing.py)
         the slot of the thread's first chunk plus i swizzle atoms' worth."""
         if not attr(op, "slot_steps"):
-            return shared_slot(op.attrs, "r_", "k_", elem)
-        c0 = self._first_chunk()
-        first = shared_slot(op.attrs, f"({c0} / {per_row})", f"({c0} % {per_row} * {vec})", elem)
-        return f"{first} + i * {threads // per_row * (128 // elem)}"
+            return str(shared_slot(op.attrs, "r_", "k_", elem))
+        c0 = sym(self._first_chunk())
+        first = shared_slot(op.attrs, div(c0, per_row), mul(mod(c0, per_row), vec), elem)
+        return str(add(first, mul(sym("i"), threads // per_row * (128 // elem))))
 
     @staticmethod
     def _chunk_coords(attrs: dict, per_row: int, vec: int, c: str = "c_") -> dict:
@@ -355,9 +367,10 @@ class Emitter:
         threads write consecutive 16-byte slots (no bank conflicts), a warp reading 8 rows x
         4 chunks of global memory (whole 32-byte sectors). Swizzled buffers: along the row, each
         8 lanes writing one 128-byte row of the swizzle, all banks once."""
+        c = sym(c)
         if attrs.get("smem_layout", "rows") in ("rows", "sw128"):  # sw128: 8 lanes fill one swizzled 128-byte row
-            return {"row": f"{c} / {per_row}", "col": f"({c} % {per_row}) * {vec}"}
-        return {"row": f"{c} / {8 * per_row} * 8 + {c} % 8", "col": f"{c} / 8 % {per_row} * {vec}"}
+            return {"row": str(div(c, per_row)), "col": str(mul(mod(c, per_row), vec))}
+        return {"row": str(add(mul(div(c, 8 * per_row), 8), mod(c, 8))), "col": str(mul(mod(div(c, 8), per_row), vec))}
 
     def op_tma_reset(self, op):
         return tma.reset_ctx(self, op, name)
@@ -399,14 +412,16 @@ class Emitter:
         for d, entry in enumerate(op.attrs["index"]):
             stride = "1" if d == len(dims) - 1 else f"stride_{t}_{d}"
             if entry[0] == "at":
-                base.append(f"(int64_t)({name(op.operands[entry[1]])}) * {stride}")
+                base.append(mul(wide(name(op.operands[entry[1]])), sym(stride)))
             else:
-                start = f"{name(op.operands[entry[1]])} * {entry[2]}" if entry[0] == "block" else "0"
+                start = mul(sym(name(op.operands[entry[1]])), entry[2]) if entry[0] == "block" else lit(0)
                 tile_dims.append({"start": start, "stride": stride, "bound": dims[d], "last": d == len(dims) - 1,
                                   "whole": entry[0] == "all"})
         coords = []
         for i, td in enumerate(tile_dims):
-            coords.append({**td, "thread": thread_coord(lay, i), "reg": reg_coord(lay, i)})
+            # t<i>_: the thread's first coordinate (start + thread part); i<i>_: register e's
+            coords.append({**td, "first": str(cat(td["start"], self.thread(lay, i))),
+                           "at": str(cat(sym(f"t{i}_"), reg_coord(lay, i)))})
         elem_bytes = ELEM_BYTES[tile.dtype]
         vec = 1
         if coords and coords[-1]["last"]:
@@ -425,8 +440,9 @@ class Emitter:
                 left = f"{c['bound']} - i{i}_"
             else:
                 ok.append(f"i{i}_ < {c['bound']}")
-        return {"tensor": t, "ptr": tensor_param(t), "ctype": CTYPE[tile.dtype], "n": lay.nregs, "base": " + ".join(base) or "0",
-                "dims": coords, "vec": vec, "lane_dup": lane_dup, "warp_dup": warp_dup,
+        off = total(mul(sym(f"(int64_t)i{i}_"), c["stride"]) for i, c in enumerate(coords))
+        return {"tensor": t, "ptr": tensor_param(t), "ctype": CTYPE[tile.dtype], "n": lay.nregs, "base": str(total(base)),
+                "dims": coords, "off": str(off), "vec": vec, "lane_dup": lane_dup, "warp_dup": warp_dup,
                 "writer": f"if ({' && '.join(tests)}) " if tests else "",
                 "in_vec": " && ".join(in_vec) or "true",
                 "ok": " && ".join(ok) or "true", "left": left,
@@ -437,9 +453,9 @@ class Emitter:
         is in range, as the interpreter checks; scalars are the same in every thread)."""
         t = op.attrs["tensor"]
         dims = self.dims[t]
-        terms = [f"(int64_t)({name(op.operands[e[1]])}) * {'1' if d == len(dims) - 1 else f'stride_{t}_{d}'}"
+        terms = [mul(wide(name(op.operands[e[1]])), 1 if d == len(dims) - 1 else sym(f"stride_{t}_{d}"))
                  for d, e in enumerate(op.attrs["index"])]
-        return f"{tensor_param(t)} + " + " + ".join(terms)
+        return f"{tensor_param(t)} + {total(terms)}"
 
     def op_load(self, op):
         other = literal(op.attrs["other"], op.result.dtype)
@@ -479,8 +495,8 @@ class Emitter:
         # a kernel adds only into outputs and scratch (it may not write its op's inputs), which the
         # op allocates contiguous and aligned (kgen/runtime/op.py): every row is 16-byte aligned
         return {**geo, "offset": op.attrs["smem_offset"], "slice": geo["rows"] * geo["ld"],
-                "row": f"{lane_coord(lay, 0)} + {reg_coord(lay, 0)}", "col": f"{lane_coord(lay, 1)} + {reg_coord(lay, 1)}",
-                "row0": f"{rows['start']} + {warp_coord(lay, 0)}", "col0": f"{cols['start']} + {warp_coord(lay, 1)}",
+                "row": str(cat(lane_coord(lay, 0), reg_coord(lay, 0))), "col": str(cat(lane_coord(lay, 1), reg_coord(lay, 1))),
+                "row0": str(cat(rows["start"], warp_coord(lay, 0))), "col0": str(cat(cols["start"], warp_coord(lay, 1))),
                 "stride": rows["stride"], "in_row": "true" if rows["whole"] else f"i0_ < {rows['bound']}",
                 "row_bytes": geo["cols"] * 4}
 

@@ -12,6 +12,7 @@ the `sw128` layout, kgen.codegen.coords.shared_slot).
 from __future__ import annotations
 
 from ..ir.core import ELEM_BYTES, Kernel, Op, walk
+from .cexpr import add, mod, sym
 from .coords import shared_slot
 from ..ir.attrs import attr
 
@@ -69,7 +70,7 @@ def copy_ctx(emitter, op: Op, name_of) -> dict:
     for p in range(cols // panel):
         c = list(coords)
         c[-1] = str(p * panel)
-        boxes.append({"slot": shared_slot(alloc.attrs, "0", str(p * panel), elem), "coords": list(reversed(c))})
+        boxes.append({"slot": str(shared_slot(alloc.attrs, 0, p * panel, elem)), "coords": list(reversed(c))})
     return {"macro": "tma_copy", "tensor": op.attrs["tensor"], "box": list(box), "elem": elem,
             "dst": name_of(buf), "map": map_param(i, op.attrs["tensor"]), "rank": len(coords),
             "bar": barrier(emitter, buf, name_of), "bytes": rows * cols * elem, "boxes": boxes,
@@ -86,7 +87,7 @@ def barrier(emitter, buf, name_of) -> str:
 def slot_barrier(alloc: Op, count: str | None) -> str:
     """The mbarrier of the slot iteration `count` uses (None: the buffer's only one)."""
     bar, slots = alloc.attrs["bar"], attr(alloc, "slots")
-    return f"{bar} + {count} % {slots}" if count is not None and slots > 1 else str(bar)
+    return str(add(bar, mod(sym(count), slots))) if count is not None and slots > 1 else str(bar)
 
 
 def wait_ctx(emitter, op: Op, name_of) -> dict:

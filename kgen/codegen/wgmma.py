@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from ..ir.core import ELEM_BYTES
 from ..ir.passes.operands import CORE_BYTES, CORE_ROWS, SWIZZLE_ATOM_BYTES, SWIZZLE_BYTES
-from .coords import register_operand_ptr, shared_slot
+from .cexpr import add, div, lit, mod, mul, sym
+from .coords import register_operand_ptr, rep_index, shared_slot
 
 
 def descriptor_strides(stage_attrs: dict, major: str, elem_bytes: int) -> tuple[int, int]:
@@ -51,23 +52,24 @@ def operand_ctx(emitter, op, role: str, instr, name_of) -> dict:
     kind = op.attrs[f"{role}_load"]
     ksteps = op.operands[0].shape[1] // instr.k
     if kind == "reg":
-        return {"kind": "reg", "ptr": register_operand_ptr(name_of(v), "rm", ksteps, instr.layout("a").nregs), "trans": 0}
+        return {"kind": "reg", "ptr": register_operand_ptr(name_of(v), rep_index("rm", op.attrs["reps_m"]), ksteps,
+                                                           instr.layout("a").nregs), "trans": 0}
     st = emitter.stage_of(v)
     elem = ELEM_BYTES[v.dtype]
     major = op.attrs[f"{role}_major"]
     lead, stride = descriptor_strides(st.attrs, major, elem)
     # the group's strip along M (A) or N (B): groups are numbered M-major (dot_tiling.acc_layout);
     # `wg_` is the group index (group_index: the constant 0 when the kernel has one group)
-    group = "wg_"
+    group = lit(0) if group_index(emitter.k.num_warps, instr) == "0" else sym("wg_")
     wn = op.attrs["warps_n"]
     if role == "a":
-        step, reps, rep, gidx = instr.m, op.attrs["reps_m"], "rm", f"({group} / {wn})"
+        step, reps, rep, gidx = instr.m, op.attrs["reps_m"], "rm", div(group, wn)
     else:
-        step, reps, rep, gidx = instr.n, op.attrs["reps_n"], "rn", f"({group} % {wn})"
-    mn0 = f"({gidx} * {step * reps} + {rep} * {step})"
-    k0 = f"(ks * {instr.k})"
+        step, reps, rep, gidx = instr.n, op.attrs["reps_n"], "rn", mod(group, wn)
+    mn0 = add(mul(gidx, step * reps), mul(rep_index(rep, reps), step))
+    k0 = mul(sym("ks"), instr.k)
     outer, inner = (mn0, k0) if major == "k" else (k0, mn0)
-    offset = f"(({shared_slot(st.attrs, outer, inner, elem)}) * {elem} / 16)"
+    offset = f"({div(mul(shared_slot(st.attrs, outer, inner, elem), elem), 16)})"
     return {"kind": "desc", "desc": f"d{role}_", "src": name_of(v), "lead": lead, "stride": stride,
             "mode": swizzle_mode(st.attrs), "offset": offset, "trans": int(major == "mn")}
 
@@ -77,13 +79,15 @@ def wrapper_name(instr, a_kind: str) -> str:
 
 
 def wrapper_source(instr, a_kind: str) -> str:
-    """The C++ function issuing one instruction: D (n / 2 floats per thread, in place), A as
+    """The C++ function issuing one instruction: D (n / 2 floats per thread, in place: `nd`, a
+    multiple of 4 since n is of 8), A as
     4 registers or a descriptor, B a descriptor, scale-d a runtime flag (0: D = A B, the first
     k-step of a dot from zero; 1: D += A B); no negation; the transpose bits are template
     arguments (immediates in PTX)."""
     nd = instr.n // 2
     d_list = ", ".join(f"%{i}" for i in range(nd))
-    outs = ", ".join(f'"+f"(d[{i}])' for i in range(nd))
+    # the D operands by 16 and by 4 (KG_D16 / KG_D4 in kgen_cuda.h; n is a multiple of 8)
+    outs = ", ".join([f"KG_D16({i})" for i in range(0, nd - nd % 16, 16)] + [f"KG_D4({i})" for i in range(nd - nd % 16, nd, 4)])
     if a_kind == "reg":
         a_ops, a_text, first = '"r"(A[0]), "r"(A[1]), "r"(A[2]), "r"(A[3])', f"{{%{nd}, %{nd + 1}, %{nd + 2}, %{nd + 3}}}", nd + 4
         b_text, one, imm = f"%{first}", first + 1, f"p, 1, 1, %{first + 2}"

@@ -36,6 +36,7 @@ from .passes.copy_addressing import choose_copy_addressing
 from .passes.bulk_reduce import plan_bulk_reductions
 from .passes.dot_tiling import choose_dot_tiling
 from .passes.early_copies import issue_copies_early
+from .passes.fold_constants import fold_constants
 from .passes.hoist import hoist_invariant_stages
 from .passes.layouts import assign_layouts
 from .passes.memory import plan_shared_memory
@@ -65,6 +66,7 @@ PASSES: list[tuple[str, Pass]] = [
     ("drop_scratch_barriers", drop_scratch_barriers),
     ("choose_copy_addressing", choose_copy_addressing),
     ("mark_zero_starts", mark_zero_starts),
+    ("fold_constants", fold_constants),
     ("keep_used_arguments", keep_used_arguments),
 ]
 

@@ -183,7 +183,7 @@ class WarpgroupSim:
         the shared memory of that moment: a write that overtook the instruction's reads shows
         as a different product there."""
         out, acc = c["out"]["name"], self.accumulator(c)
-        acc_text = f"(rm * {c['reps_n']} + rn) * {c['nc']}"
+        acc_text = c["acc_at"]
         a_text = c["a"]["ptr"] if c["a"]["kind"] == "reg" else f"{c['a']['desc']} + {c['a']['offset']}"
         self.note(f"kg::{c['fn']}{c['targs']}(&{out}[{acc_text}], {a_text}, {c['b']['desc']} + {c['b']['offset']}, {c['scale_d']});")
         for f in (c["a"], c["b"]):
@@ -191,7 +191,8 @@ class WarpgroupSim:
                 self.note(f"const uint64_t {f['desc']} = kg::wgmma_desc({f['src']}, {f['lead']}, {f['stride']}, {f['mode']});")
         if not c.get("deferred"):
             self.note("kg::wgmma_wait<0>();")
-        self.note(f"const int wg_ = {c['group']};")
+        if c["group"] != "0":
+            self.note(f"const int wg_ = {c['group']};")
         before = acc.copy()
         self._wgmma_apply(c, acc, acc_text)
         if c.get("deferred"):
@@ -366,12 +367,11 @@ class ProgramSim(WarpgroupSim, AsyncCopySim, TensorCopySim):
         e = np.arange(0, n, c["vec"]).reshape(1, 1, -1)
         idx = {}
         for d, dim in enumerate(c["dims"]):
-            t_line = f"{dim['start']} + {dim['thread']}"
-            self.note(f"const int t{d}_ = {t_line};")
-            t = self.ev(t_line)
-            self.note(f"const int i{d}_ = t{d}_ + {dim['reg']};")
-            idx[f"i{d}_"] = self.grid_shape(self.ev(f"t{d}_ + {dim['reg']}", e=e, **{f"t{d}_": t}), e.shape[-1])
-        off_line = " + ".join(f"(int64_t)i{d}_ * {dim['stride']}" for d, dim in enumerate(c["dims"]))
+            self.note(f"const int t{d}_ = {dim['first']};")
+            t = self.ev(dim["first"])
+            self.note(f"const int i{d}_ = {dim['at']};")
+            idx[f"i{d}_"] = self.grid_shape(self.ev(dim["at"], e=e, **{f"t{d}_": t}), e.shape[-1])
+        off_line = c["off"]
         self.note(f"const int64_t off_ = {off_line};")
         off = self.ev(c["base"]) + self.grid_shape(self.ev(off_line, **idx), e.shape[-1])
         # the template's own per-element test (it leaves out dims the tile spans whole); an
@@ -496,7 +496,7 @@ class ProgramSim(WarpgroupSim, AsyncCopySim, TensorCopySim):
         self.staged[c["out"]["name"]] = self.staged[c["src"]]
 
     def op_slot(self, c):  # a view of one slot of a buffer: writes through it land in the buffer
-        self.note(f"{c['ctype']}* {c['out']['name']} = {c['src']} + {c['offset']};")
+        self.note(f"{c['ctype']}* {c['out']['name']} = {c['ptr']};")
         start = int(self.ev(c["offset"]))
         op = self.staged[c["src"]]
         n = op.attrs["slot_bytes"] // ELEM_BYTES[op.result.dtype]
@@ -570,11 +570,11 @@ class ProgramSim(WarpgroupSim, AsyncCopySim, TensorCopySim):
 
     def op_dot(self, c):
         out, acc = c["out"]["name"], self.accumulator(c)
-        acc_text = f"(rm * {c['reps_n']} + rn) * {c['nc']}"
+        acc_text = c["acc_at"]
         self.note(f"for (int ks = 0; ks < {c['ksteps']}; ++ks) {{")
         self.note(f"kg::{c['instr']}(&{out}[{acc_text}], {c['a']['ptr']}, {c['b']['ptr']});")
-        self.note(f"for (int rm = 0; rm < {c['reps_m']}; ++rm)")
-        self.note(f"for (int rn = 0; rn < {c['reps_n']}; ++rn)")
+        for line in c["rep_loops"]:
+            self.note(line.strip())
         for ks in range(c["ksteps"]):
             fa = self._fragment(c, "a", ks)
             fb = self._fragment(c, "b", ks)

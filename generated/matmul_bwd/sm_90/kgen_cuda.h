@@ -121,6 +121,10 @@ KG_DEVICE uint64_t wgmma_desc(const void* p, int lead_bytes, int stride_bytes, i
   return (uint64_t)((smem_addr(p) & 0x3FFFF) >> 4) | ((uint64_t)(lead_bytes >> 4) << 16) | ((uint64_t)(stride_bytes >> 4) << 32) |
          ((uint64_t)swizzle_mode << 62);
 }
+// A wgmma wrapper's accumulator operands (kgen/codegen/wgmma.py): the floats d[i] .. d[i + 3]
+// (or .. d[i + 15]) read and written in place, in the order of the instruction's D registers.
+#define KG_D4(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
+#define KG_D16(i) KG_D4(i), KG_D4(i + 4), KG_D4(i + 8), KG_D4(i + 12)
 KG_DEVICE void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 KG_DEVICE void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 template <int N> KG_DEVICE void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory"); }

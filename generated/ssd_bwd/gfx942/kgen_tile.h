@@ -4,6 +4,10 @@
 // the matrix instruction wrappers. What follows is written once, in terms of those.
 #pragma once
 
+// Loops over a tile's registers, written `KG_UNROLL for (...)`: unrolled, so that every register
+// index is a constant and the tile stays in registers rather than local memory.
+#define KG_UNROLL _Pragma("unroll")
+
 namespace kg {
 
 KG_DEVICE float inf() { return __builtin_huge_valf(); }
