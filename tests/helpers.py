@@ -239,7 +239,7 @@ def reference(loaded_spec: LoadedSpec | Spec, inputs: dict[str, Any], *, exact: 
 
 def max_err(got: torch.Tensor, ref: torch.Tensor) -> float:
     """Max |got - ref|, with equal infinities (a logsumexp of a fully masked row) counting as 0."""
-    got, ref = got.double(), ref.double()
+    got, ref = got.detach().double(), ref.detach().double()
     d = (got - ref).abs()
     d[got == ref] = 0.0
     return float(d.max()) if got.numel() else 0.0

@@ -401,8 +401,8 @@ class Emitter:
     def _access(self, op, value_first: bool, widest: int | None = None) -> dict:
         """What the load/store macros need: the tile's base pointer, per tile dim its start and
         thread/register coordinates, the vector width (at most `widest` elements, 16 bytes by
-        default) and the bounds test of one vector (`in_vec`), split for kg::load_vec/store_vec
-        into the other dims' tests (`ok`) and the elements the row has left (`left`). A dim the
+        default) and the bounds tests of one vector (`in_vec`) and of its element v (`in_elem`,
+        the per-element path when the vector is not whole or not aligned). A dim the
         tile spans whole (index `:` of a static dim) needs no test."""
         t = op.attrs["tensor"]
         dims = self.dims[t]
@@ -430,22 +430,18 @@ class Emitter:
         # a store's writers: one thread of each group holding the same elements (none repeat: all)
         tests = [f"(lane & {lane_dup}) == 0"] * bool(lane_dup) + [f"(warp & {warp_dup}) == 0"] * bool(warp_dup)
         align_checks = [f"stride_{t}_{d} % {vec} == 0" for d in range(len(dims) - 1)]
-        in_vec, ok, left = [], [], str(vec)
+        in_vec, in_elem = [], []
         for i, c in enumerate(coords):
             if c["whole"]:
                 continue
             last = c["last"]
             in_vec.append(f"i{i}_ + {vec} <= {c['bound']}" if last else f"i{i}_ < {c['bound']}")
-            if last:  # a vector runs along the contiguous dim: how much of the row is left
-                left = f"{c['bound']} - i{i}_"
-            else:
-                ok.append(f"i{i}_ < {c['bound']}")
+            in_elem.append(f"i{i}_ + v < {c['bound']}" if last else f"i{i}_ < {c['bound']}")
         off = total(mul(sym(f"(int64_t)i{i}_"), c["stride"]) for i, c in enumerate(coords))
         return {"tensor": t, "ptr": tensor_param(t), "ctype": CTYPE[tile.dtype], "n": lay.nregs, "base": str(total(base)),
                 "dims": coords, "off": str(off), "vec": vec, "lane_dup": lane_dup, "warp_dup": warp_dup,
                 "writer": f"if ({' && '.join(tests)}) " if tests else "",
-                "in_vec": " && ".join(in_vec) or "true",
-                "ok": " && ".join(ok) or "true", "left": left,
+                "in_vec": " && ".join(in_vec) or "true", "in_elem": " && ".join(in_elem) or "true",
                 "aligned": " && ".join([f"kg::aligned(p_, {vec * elem_bytes})"] + align_checks) if vec > 1 else "false"}
 
     def _element(self, op) -> str:
@@ -465,7 +461,7 @@ class Emitter:
             return {"macro": "scalar", "out": self.decl(op.result), "expr": expr}
         ctx = self._access(op, False)
         if pred:
-            for test in ("in_vec", "ok"):
+            for test in ("in_vec", "in_elem"):
                 ctx[test] = pred if ctx[test] == "true" else f"{pred} && {ctx[test]}"
         ctx.update(out=self.decl(op.result), other=other)
         return ctx

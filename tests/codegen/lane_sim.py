@@ -379,13 +379,8 @@ class ProgramSim(WarpgroupSim, AsyncCopySim, TensorCopySim):
         masks = []
         for v in range(c["vec"]):
             mask = np.ones((self.W, self.L, e.shape[-1]), dtype=bool)
-            if c["vec"] == 1:
-                for part in c["in_vec"].split(" && "):
-                    mask &= self.grid_shape(self.ev(part, **idx), e.shape[-1])
-            else:  # kg::load_vec / store_vec: the other dims' tests, then v against what the row has left
-                for part in c["ok"].split(" && "):
-                    mask &= self.grid_shape(self.ev(part, **idx), e.shape[-1])
-                mask &= self.grid_shape(v < self.ev(c["left"], **idx), e.shape[-1])
+            for part in c["in_elem"].split(" && "):
+                mask &= self.grid_shape(self.ev(part, v=v, **idx), e.shape[-1])
             masks.append(mask)
         return e.reshape(-1), off, masks
 
@@ -396,7 +391,8 @@ class ProgramSim(WarpgroupSim, AsyncCopySim, TensorCopySim):
     def op_load(self, c):
         n, name, flat = c["out"]["n"], c["out"]["name"], self.tensors[c["tensor"]].reshape(-1)
         if c["vec"] > 1:
-            self.note(f"kg::load_vec<{c['vec']}>(&{name}[e], p_ + off_, aligned_, {c['ok']}, {c['left']}, {c['other']});")
+            self.note(f"kg::copy_vec<{c['vec']}>(&{name}[e], p_ + off_);")
+            self.note(c["in_elem"])
         else:  # vec 1: one test, in_vec's form
             self.note(f"{name}[e] = ({c['in_vec']}) ? p_[off_] : {c['other']};")
         e, off, masks = self._addresses(c, n)
@@ -410,10 +406,10 @@ class ProgramSim(WarpgroupSim, AsyncCopySim, TensorCopySim):
     def op_store(self, c):
         n, src, flat = c["n"], self.regs[c["src"]], self.tensors[c["tensor"]].reshape(-1)
         self.note(f"{c['writer']}{{")
+        self.note(c["in_elem"] if c["vec"] > 1 else c["in_vec"])  # vec 1: one test, in_vec's form
         if c["vec"] > 1:
-            self.note(f"kg::{'add_vec' if c['atomic'] else 'store_vec'}<{c['vec']}>(p_ + off_, &{c['src']}[e], aligned_, {c['ok']}, {c['left']});")
+            self.note(f"kg::{'atomic_add_vec' if c['atomic'] else 'copy_vec'}<{c['vec']}>(p_ + off_, &{c['src']}[e]);")
         else:
-            self.note(c["in_vec"])  # vec 1: one test
             self.note(f"kg::atomic_add(p_ + off_, {c['src']}[e])" if c["atomic"] else f"p_[off_] = {c['src']}[e]")
         e, off, masks = self._addresses(c, n)
         writer = ((self.lane & c["lane_dup"]) == 0) & ((self.warp & c["warp_dup"]) == 0)

@@ -74,7 +74,7 @@ def test_simulation_catches_a_dropped_row_test(target):
     """The check has teeth: without the row bound the last block's adds run past the tensor."""
     def drop(ctxs):
         add = next(c for c in ctxs if c.get("atomic"))
-        add["in_vec"] = add["ok"] = "true"
+        add["in_elem"] = add["in_vec"] = "true"
         if "bulk" in add:
             add["bulk"]["in_row"] = "true"
     with pytest.raises(lane_sim.SimError, match="touches element"):

@@ -56,36 +56,4 @@ template <int N, class T> KG_DEVICE void copy_vec(T* dst, const T* src) {
   *reinterpret_cast<W*>(dst) = *reinterpret_cast<const W*>(src);
 }
 
-// One vector of a tile access, N consecutive elements along a tensor's contiguous dim: `ok`
-// says the rest of its index is in range (and the access wanted), `left` how many elements the
-// row still has from here. All N in range and the address aligned: one access; else element by
-// element, a load giving `other` past the end.
-template <int N, class T, class U> KG_DEVICE void load_vec(T* dst, const T* src, bool aligned, bool ok, int left, U other) {
-  if (aligned && ok && left >= N) {
-    copy_vec<N>(dst, src);
-  } else {
-#pragma unroll
-    for (int v = 0; v < N; ++v) dst[v] = (ok && v < left) ? src[v] : static_cast<T>(other);
-  }
-}
-template <int N, class T> KG_DEVICE void store_vec(T* dst, const T* src, bool aligned, bool ok, int left) {
-  if (aligned && ok && left >= N) {
-    copy_vec<N>(dst, src);
-  } else {
-#pragma unroll
-    for (int v = 0; v < N; ++v)
-      if (ok && v < left) dst[v] = src[v];
-  }
-}
-// fp32 added into global memory: one vector reduction (the backend's atomic_add_vec) or per element
-template <int N> KG_DEVICE void add_vec(float* dst, const float* src, bool aligned, bool ok, int left) {
-  if (aligned && ok && left >= N) {
-    atomic_add_vec<N>(dst, src);
-  } else {
-#pragma unroll
-    for (int v = 0; v < N; ++v)
-      if (ok && v < left) atomic_add(dst + v, src[v]);
-  }
-}
-
 }  // namespace kg
