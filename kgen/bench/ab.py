@@ -12,7 +12,9 @@ A/B run loads them in place of this checkout's for the A side (kgen.runtime.comp
 compiled_variant is swapped), so both sides run the same Python, inputs and timer; only the
 code objects differ. A build whose kernels take every argument of the spec (before
 ir/passes/arguments.py) is launched that way. Times: median CUDA-event time of many runs
-(triton.testing.do_bench), each side measured twice in A B A B order.
+(triton.testing.do_bench), each side measured twice in A B A B order. `--kernels MATCH` gives,
+for a host-bound case, the host's time per call and the kernels' own time (torch.profiler) of
+each side instead.
 """
 from __future__ import annotations
 
@@ -25,6 +27,8 @@ import torch
 
 ATTENTION = [(d, causal, s) for d in (64, 128) for causal in (False, True) for s in (2048, 8192)]
 # (label, heads, groups, seqlen, headdim): headdim 128 takes the dx kernel near the register limit
+# the profiler's names of kgen's kernels in these cases (the spec names prefix them)
+KGEN_KERNELS = ("fa2_", "ssd_")
 SSD = ([("g1", 64, 1, s, 64) for s in (2048, 8192)] + [("g8", 128, 8, s, 64) for s in (2048, 8192)]
        + [("g8 p128", 64, 8, 8192, 128)])
 
@@ -76,7 +80,8 @@ def dump(path: Path) -> None:
     path.write_text(json.dumps(used, indent=1))
 
 
-def ab(before: Path, out: Path | None) -> None:
+def sides(before: Path):
+    """`use("A")` / `use("B")`: which build's code objects the kgen ops launch from now on."""
     from kgen.runtime import compiled
     from kgen.runtime.op import KgenOp
     from kgen.spec.load import variant_id
@@ -102,7 +107,48 @@ def ab(before: Path, out: Path | None) -> None:
         for o in gc.get_objects():
             if isinstance(o, KgenOp):
                 o._plans.clear()
+    return use
 
+
+def _kernel_ms(fn, calls: int = 20) -> float:
+    """kgen's kernels' own CUDA time per call of fn (torch.profiler), launch gaps left out."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    return sum(e.device_time_total for e in prof.key_averages() if e.key.startswith(KGEN_KERNELS)) / calls / 1e3
+
+
+def kernels(before: Path, match: str) -> None:
+    """For the cases whose label contains `match`: the host's time per forward call and the
+    kernels' time per forward and per forward + backward, each side twice. Where the host takes
+    longer per call than the kernels, the case is host-bound and its CUDA-event times are the
+    host's; the kernel times are then the A/B."""
+    import time
+
+    use = sides(before)
+    for label, fwd, bwd in cases():
+        if match not in label:
+            continue
+        for s in ("A", "B", "A", "B"):
+            use(s)
+            for _ in range(10):
+                bwd()
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(100):
+                fwd()
+            host = (time.perf_counter() - t0) * 10  # ms per call
+            torch.cuda.synchronize()
+            print(f"{label} {s}: host {host:.3f} ms per forward call; kernels {_kernel_ms(fwd):.3f} ms forward, "
+                  f"{_kernel_ms(bwd):.3f} ms forward + backward", flush=True)
+    use("B")
+
+
+def ab(before: Path, out: Path | None) -> None:
+    use = sides(before)
     rows = []
     for label, fwd, bwd in cases():
         times = {("A", "fwd"): [], ("A", "bwd"): [], ("B", "fwd"): [], ("B", "bwd"): []}
@@ -127,9 +173,13 @@ def main() -> None:
     ap.add_argument("--dump", type=Path, help="write the cache entries this checkout's build uses")
     ap.add_argument("--before", type=Path, help="the entries another checkout dumped: the A side")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--kernels", metavar="MATCH", help="with --before: host and kernel times of the cases "
+                    "whose label contains MATCH (for host-bound cases, e.g. 'ssd g1')")
     a = ap.parse_args()
     if a.dump:
         dump(a.dump)
+    elif a.before and a.kernels:
+        kernels(a.before, a.kernels)
     elif a.before:
         ab(a.before, a.json)
     else:

@@ -34,9 +34,9 @@ from .passes.async_copy import use_async_copies
 from .passes.barriers import merge_stage_barriers
 from .passes.copy_addressing import choose_copy_addressing
 from .passes.bulk_reduce import plan_bulk_reductions
+from .passes.dead_code import drop_dead_code
 from .passes.dot_tiling import choose_dot_tiling
 from .passes.early_copies import issue_copies_early
-from .passes.fold_constants import fold_constants
 from .passes.hoist import hoist_invariant_stages
 from .passes.layouts import assign_layouts
 from .passes.memory import plan_shared_memory
@@ -66,7 +66,7 @@ PASSES: list[tuple[str, Pass]] = [
     ("drop_scratch_barriers", drop_scratch_barriers),
     ("choose_copy_addressing", choose_copy_addressing),
     ("mark_zero_starts", mark_zero_starts),
-    ("fold_constants", fold_constants),
+    ("drop_dead_code", drop_dead_code),
     ("keep_used_arguments", keep_used_arguments),
 ]
 
