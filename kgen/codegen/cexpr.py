@@ -5,8 +5,9 @@ parts that are often constants: a tile's corner at 0, one warpgroup (`wg_` 0), a
 constructors here fold what is known (0 + x, x * 1, 0 * x, x / 1, constants combined) and print
 with the parentheses C's precedence needs, so that the source says `ks * 16` where it would say
 `((0 / 1) * 64 + (ks * 16))`. Only identities and constant arithmetic are folded (C's truncating
-division and remainder on constants of either sign); nothing is reassociated, so the compiler
-sees the same computation.
+division and remainder on constants of either sign); nothing is reassociated (`cat` continues a
+sum the way its sites always spelled it), so the compiler is given the same additions in the
+same order.
 """
 from __future__ import annotations
 
@@ -27,18 +28,6 @@ class Expr:
 
     def __str__(self) -> str:
         return self.text
-
-    def __add__(self, other): return add(self, other)
-    def __radd__(self, other): return add(other, self)
-    def __sub__(self, other): return sub(self, other)
-    def __mul__(self, other): return mul(self, other)
-    def __rmul__(self, other): return mul(other, self)
-    def __floordiv__(self, other): return div(self, other)
-    def __mod__(self, other): return mod(self, other)
-    def __rshift__(self, other): return shr(self, other)
-    def __lshift__(self, other): return shl(self, other)
-    def __and__(self, other): return band(self, other)
-    def __xor__(self, other): return bxor(self, other)
 
 
 def lit(v: int) -> Expr:
