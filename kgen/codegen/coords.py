@@ -28,7 +28,10 @@ def _bits_expr(var: str, bases, dim: int) -> Expr:
 
 
 def thread_coord(layout: Layout, dim: int) -> Expr:
-    """The lane/warp part of the coordinate along `dim` (variables `lane`, `warp`)."""
+    """The lane/warp part of the coordinate along `dim` (variables `lane`, `warp`), spelled at
+    each use: named once at the top of the kernel instead, it is computed apart from the corners
+    and register parts it is added to, and nvcc combines it with them differently (other
+    instructions and registers in every kernel, kgen.bench.machine_code)."""
     assert _is_disjoint(layout), layout
     return cat(_bits_expr("lane", layout.lane, dim), _bits_expr("warp", layout.warp, dim))
 

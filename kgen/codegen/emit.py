@@ -17,7 +17,7 @@ from ..ir.attrs import attr
 from ..ir.passes.dot_tiling import instr_of
 from ..ir.passes.operands import fragment_view
 from . import tma, wgmma
-from .cexpr import Expr, add, cat, div, lit, mod, mul, sym, total, wide
+from .cexpr import add, cat, div, lit, mod, mul, sym, total, wide
 from .coords import (dup_masks, lane_coord, reg_coord, reg_map_expr, register_operand_ptr, rep_index, rep_loops, shared_slot, tensor_param,
                      thread_coord, warp_coord)
 
@@ -86,13 +86,6 @@ class Emitter:
             out.append(ctx)
         return out
 
-    def thread(self, layout, dim: int) -> Expr:
-        """This thread's coordinate along `dim` of a layout (its lane and warp part), spelled at
-        each use: named once at the top of the kernel instead, it is computed apart from the
-        corners and register parts it is added to, and nvcc then combines it with them
-        differently (other instructions and registers)."""
-        return thread_coord(layout, dim)
-
     def decl(self, v: Value) -> dict:
         return {"name": name(v), "ctype": CTYPE[v.dtype], "n": 0 if v.is_scalar else v.layout.nregs}
 
@@ -113,7 +106,7 @@ class Emitter:
 
     def op_arange(self, op):
         lay = op.result.layout
-        return {"macro": "elementwise", "out": self.decl(op.result), "expr": str(add(self.thread(lay, 0), reg_coord(lay, 0)))}
+        return {"macro": "elementwise", "out": self.decl(op.result), "expr": str(add(thread_coord(lay, 0), reg_coord(lay, 0)))}
 
     # --- elementwise -----------------------------------------------------------------------------
     def _ew(self, op, expr: str):
@@ -200,7 +193,7 @@ class Emitter:
         lay, parts = v.layout, []
         stride = 1
         for d in reversed(range(len(v.shape))):
-            parts.append(mul(add(self.thread(lay, d), reg_coord(lay, d, idx)), stride))
+            parts.append(mul(add(thread_coord(lay, d), reg_coord(lay, d, idx)), stride))
             stride *= v.shape[d]
         return str(total(parts))
 
@@ -212,7 +205,7 @@ class Emitter:
     def op_stage(self, op):
         src, inner = op.operands[0], op.attrs["inner"]
         lay = src.layout
-        coord = [add(self.thread(lay, d), reg_coord(lay, d)) for d in (0, 1)]
+        coord = [add(thread_coord(lay, d), reg_coord(lay, d)) for d in (0, 1)]
         slot = str(shared_slot(op.attrs, coord[1 - inner], coord[inner], ELEM_BYTES[src.dtype]))
         # registers that run along the contiguous dim are stored as one vector of up to 16 bytes
         # (rows are padded to 16 bytes, or are 16-byte rows of core matrices; buffers are
@@ -268,8 +261,8 @@ class Emitter:
                "ptr": f"&{frag}[{mul(rep, n)}]"}
         if kind == "vec":  # element i of the fragment: (row, k) from the view's lane and register bits
             pack = vector_width(view, 1, 8)
-            row = add(add(base, self.thread(view, 0)), reg_coord(view, 0, "i"))
-            col = add(add(mul(sym("ks"), instr.k), self.thread(view, 1)), reg_coord(view, 1, "i"))
+            row = add(add(base, thread_coord(view, 0)), reg_coord(view, 0, "i"))
+            col = add(add(mul(sym("ks"), instr.k), thread_coord(view, 1)), reg_coord(view, 1, "i"))
             ctx.update(pack=pack, addr=str(cat(mul(row, st.attrs["ld"]), col)))
             return ctx
         # matrix loads: lane l gives the address of row l % rows of matrix l / rows of group g;
@@ -420,7 +413,7 @@ class Emitter:
         coords = []
         for i, td in enumerate(tile_dims):
             # t<i>_: the thread's first coordinate (start + thread part); i<i>_: register e's
-            coords.append({**td, "first": str(cat(td["start"], self.thread(lay, i))),
+            coords.append({**td, "first": str(cat(td["start"], thread_coord(lay, i))),
                            "at": str(cat(sym(f"t{i}_"), reg_coord(lay, i)))})
         elem_bytes = ELEM_BYTES[tile.dtype]
         vec = 1
