@@ -23,15 +23,16 @@ class Backend:
     skeleton: str  # the kernel template, under templates/
     headers: tuple[str, ...]  # templates/ files every kernel includes, copied beside its source
     source_suffix: str
+    body_suffix: str  # a body shared by several sources, which they include (kgen.codegen.render.render_unit)
     binary_suffix: str
     find_compiler: Callable[[], Path]  # ToolchainError when there is none
     compile: Callable[..., CompileResult]  # (source, arch, include_dirs=, extra_flags=)
     report_columns: tuple[str, ...]  # `kgen build`'s resource columns (kgen.report)
 
 
-CUDA = Backend("cuda", "cuda/kernel.cu.j2", ("cuda/kgen_cuda.h", "common/kgen_tile.h"), ".cu", ".cubin",
+CUDA = Backend("cuda", "cuda/kernel.cu.j2", ("cuda/kgen_cuda.h", "common/kgen_tile.h"), ".cu", ".cuh", ".cubin",
                find_nvcc, compile_cuda, ("regs", "smem", "spills", "HMMA"))
-HIP = Backend("hip", "hip/kernel.hip.j2", ("hip/kgen_hip.h", "common/kgen_tile.h"), ".hip", ".hsaco",
+HIP = Backend("hip", "hip/kernel.hip.j2", ("hip/kgen_hip.h", "common/kgen_tile.h"), ".hip", ".h", ".hsaco",
               find_hip_clang, compile_hip, ("VGPR", "AGPR", "LDS", "scratch", "occupancy", "MFMA"))
 BACKENDS = {b.name: b for b in (CUDA, HIP)}
 

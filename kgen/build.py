@@ -13,7 +13,7 @@ A kernel's file is named by its content (`<kernel>__<digest>.cu`), so a kernel s
 share is one file; the manifest lists each distinct kernel once and each variant by the files
 it launches, with the tunable candidates it passed over and why.
 
-Sources go to `<out>/<op>/<target>/` (write_build) with the headers they include copied beside them, so each
+Sources go to `<out>/<op>/<target>/` (write_build) with the bodies and headers they include beside them, so each
 compiles standalone with the command its manifest records. Every file is written to a temporary
 name and renamed, so a failed build leaves no half-written file.
 """
@@ -198,15 +198,18 @@ def manifest(ls: LoadedSpec, target: Target, built: list[BuiltVariant]) -> dict[
     shared = _shared_command([k for bv in built for k in bv.kernels])
     for bv in built:
         for k in bv.kernels:
+            # empty lists and the decisions the fields above already give are left out
+            decisions = {key: v for key, v in k.notes.items() if key != "shared_bytes"}
             entry = {"name": k.name, "grid": k.grid, "threads": k.threads, "shared_bytes": k.shared_bytes,
                      "signature": k.signature, "arguments": k.arguments, "tensor_maps": k.tensor_maps,
-                     "decisions": k.notes, "flags": list(k.options.register_flags)}
+                     "decisions": decisions, "flags": list(k.options.register_flags)}
+            entry = {key: v for key, v in entry.items() if v or key not in ("tensor_maps", "decisions", "flags")}
             if k.command is not None and (shared is None or kernel_command(shared, k.file, entry) != k.command):
                 entry["command"] = k.command  # not of the shared form: recorded as it ran
             if k.compiler is not None and (shared is None or k.compiler != shared["compiler"]):
                 entry["compiler"] = k.compiler
-            entry["resources"] = None if k.resources is None else {
-                key: v for key, v in k.resources.items() if v is not None and key != "name"}
+            entry["resources"] = None if k.resources is None else {  # no spill: no spill_bytes
+                key: v for key, v in k.resources.items() if v not in (None, 0, [], ()) and key != "name"}
             kernels.setdefault(k.file, entry)
     return {
         "kgen": __version__, "spec": display_path(ls.path), "op": ls.spec.name, "target": target.name,
@@ -278,6 +281,8 @@ def write_build(out_dir: Path, ls: LoadedSpec, target: Target, built: list[Built
         for bv in built:
             for k in bv.kernels:  # a shared kernel is the same file for each variant
                 (tmp / k.file).write_text(k.source)
+                for name, text in k.includes:  # a body several variants' sources include
+                    (tmp / name).write_text(text)
                 if keep_binaries and k.binary:
                     (tmp / (k.file.rsplit(".", 1)[0] + be.binary_suffix)).write_bytes(k.binary)
         (tmp / "manifest.json").write_text(manifest_text(manifest(ls, target, built)) + "\n")

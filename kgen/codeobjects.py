@@ -42,22 +42,28 @@ class CodeObjects:
     def __init__(self) -> None:
         self._memo: dict[tuple, CodeObject] = {}
 
-    def get(self, source: str, file: str, target: Target, flags: tuple[str, ...] = ()) -> CodeObject:
-        key = (source, file, target.backend, target.compiler_arch, flags)
+    def get(self, source: str, file: str, target: Target, flags: tuple[str, ...] = (),
+            includes: tuple[tuple[str, str], ...] = ()) -> CodeObject:
+        key = (source, file, target.backend, target.compiler_arch, flags, includes)
         hit = self._memo.get(key)
         if hit is None:
-            hit = self._memo[key] = self.compile(source, file, target, flags)
+            hit = self._memo[key] = self.compile(source, file, target, flags, includes)
         return hit
 
-    def compile(self, source: str, file: str, target: Target, flags: tuple[str, ...]) -> CodeObject:
-        return compile_source(source, file, target, flags)
+    def compile(self, source: str, file: str, target: Target, flags: tuple[str, ...],
+                includes: tuple[tuple[str, str], ...] = ()) -> CodeObject:
+        return compile_source(source, file, target, flags, includes)
 
 
-def compile_source(source: str, file: str, target: Target, flags: tuple[str, ...] = ()) -> CodeObject:
-    """Compile one generated source in a private folder with the headers beside it."""
+def compile_source(source: str, file: str, target: Target, flags: tuple[str, ...] = (),
+                   includes: tuple[tuple[str, str], ...] = ()) -> CodeObject:
+    """Compile one generated source in a private folder with the headers and the generated
+    files it includes (`includes`: (file, text)) beside it."""
     be = backend(target.backend)
     with tempfile.TemporaryDirectory(prefix="kgen-src-") as tmp:
         (Path(tmp) / file).write_text(source)
+        for name, text in includes:
+            (Path(tmp) / name).write_text(text)
         for h in be.headers:
             shutil.copy(templates_dir() / h, Path(tmp) / Path(h).name)
         cwd = os.getcwd()

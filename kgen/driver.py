@@ -22,13 +22,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .backends import backend
-from .codegen.render import kernel_params, render_kernel
+from .codegen.render import kernel_params, render_kernel, render_unit
 from .codegen.tma import tensor_maps
 from .codeobjects import CodeObjects, source_digest
 from .hw.descriptor import Target
-from .ir.core import Kernel
+from .ir.core import Kernel, walk
 from .ir.pipeline import run_passes
-from .lang import kernel_ir
+from .lang import kernel_ir, resolve_dtype
 from .options import DEFAULT, CompileOptions
 from .spec.load import LoadedSpec
 
@@ -50,6 +50,14 @@ class BuiltKernel:
     command: list[str] | None = None
     compiler: str | None = None
     options: CompileOptions = DEFAULT  # how it was lowered and compiled (`kgen inspect` shows that IR)
+    # the bodies the source includes, (file, text): a body written for any 16-bit float type,
+    # shared by the sources of the variants that differ only in that type (shared_half)
+    includes: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def text(self) -> str:
+        """The source and the bodies it includes: all the kernel's text (for searching it)."""
+        return "\n".join([self.source, *(t for _, t in self.includes)])
 
 
 def build_kernel(ls: LoadedSpec, index: int, variant: dict[str, Any], tunables: dict[str, int], target: Target,
@@ -60,11 +68,22 @@ def build_kernel(ls: LoadedSpec, index: int, variant: dict[str, Any], tunables: 
     `objects`, compiled."""
     kernel = lowered if lowered is not None else compile_kernel(ls, index, variant, tunables, target, options=options)
     line, _ = ls.yaml.block_origin(("kernels", index, "program"))
-    source = render_kernel(kernel, target, spec_file=display_path(ls.path), program_line=line, variant=variant)
+    be, spec_file, half = backend(target.backend), display_path(ls.path), shared_half(ls, kernel, variant)
+    source = render_kernel(kernel, target, spec_file=spec_file, program_line=line, variant=variant, half=half)
+    includes: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def text(self) -> str:
+        """The source and the bodies it includes: all the kernel's text (for searching it)."""
+        return "\n".join([self.source, *(t for _, t in self.includes)])
+    if half is not None:  # the body, named by its content, and the unit that compiles it for `half`
+        body_file = f"{kernel.name}__{source_digest(source)}{be.body_suffix}"
+        includes = ((body_file, source),)
+        source = render_unit(kernel.name, target, spec_file=spec_file, half=half, body_file=body_file)
     _, signature = kernel_params(kernel, variant)
     built = BuiltKernel(
-        name=kernel.name, source=source,
-        file=f"{kernel.name}__{source_digest(source, options.register_flags)}{backend(target.backend).source_suffix}",
+        name=kernel.name, source=source, includes=includes,
+        file=f"{kernel.name}__{source_digest(source, options.register_flags)}{be.source_suffix}",
         grid=list(ls.spec.kernels[index].grid), threads=kernel.num_warps * target.wave_size,
         shared_bytes=kernel.shared_bytes, signature=signature,
         arguments={"tensors": list(kernel.tensors), "sizes": list(kernel.sizes), "scalars": list(kernel.scalars)},
@@ -73,6 +92,22 @@ def build_kernel(ls: LoadedSpec, index: int, variant: dict[str, Any], tunables: 
     if objects is not None:
         compile_built(built, target, list(options.register_flags), objects=objects)
     return built
+
+
+HALVES = frozenset(("bf16", "fp16"))
+
+
+def shared_half(ls: LoadedSpec, kernel: Kernel, variant: dict[str, Any]) -> str | None:
+    """The 16-bit float type whose kernels share one body, or None. A spec whose variants span
+    bf16 and fp16 has kernels that differ in that type alone; one that computes in exactly one
+    of them is written for either (kgen.codegen.render: HALF_TYPE), and a unit per type includes
+    it, so that the body is rendered, stored and read once."""
+    if not any(HALVES <= {str(x) for x in values} for values in ls.spec.variants.values()):
+        return None
+    used = {v.dtype for op in walk(kernel.body) for v in (*op.results, *op.operands)}
+    used |= {resolve_dtype(t.dtype, variant) for t in kernel.tensors.values()}
+    used &= HALVES
+    return used.pop() if len(used) == 1 else None
 
 
 def compile_kernel(ls: LoadedSpec, kernel_index: int, variant: dict[str, Any], tunables: dict[str, int],
@@ -86,7 +121,7 @@ def compile_kernel(ls: LoadedSpec, kernel_index: int, variant: dict[str, Any], t
 def compile_built(bk: BuiltKernel, target: Target, extra_flags: list[str] = (), *, objects: CodeObjects | None = None) -> None:
     """Compile one generated source (through `objects`: once per distinct source and flags) and
     record its code object, command, compiler and resources on `bk`."""
-    obj = (objects or CodeObjects()).get(bk.source, bk.file, target, tuple(extra_flags))
+    obj = (objects or CodeObjects()).get(bk.source, bk.file, target, tuple(extra_flags), bk.includes)
     bk.binary, bk.command, bk.compiler = obj.binary, list(obj.command), obj.compiler
     bk.resources = obj.resources.get(bk.name)
 

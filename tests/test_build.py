@@ -234,6 +234,7 @@ def test_generated_matches_build(built, spec_file, target):
         pytest.fail(f"{where} does not exist; {fix}")
     expected = {Path(h).name: (templates_dir() / h).read_bytes() for h in kgen.backends.backend(b.target.backend).headers}
     expected.update({k.file: k.source.encode() for bv in b.variants for k in bv.kernels})
+    expected.update({name: body.encode() for bv in b.variants for k in bv.kernels for name, body in k.includes})
     problems = []
     for name, content in expected.items():
         path = folder / name
@@ -313,7 +314,7 @@ def test_sm90_kernels_fit(built, spec_file, target, tmp_path):
     limit = b.target.lds_bytes_per_block
     for h in kgen.backends.CUDA.headers:
         shutil.copy(templates_dir() / h, tmp_path / Path(h).name)
-    problems, need_ptx = [], []
+    problems, need_ptx, included = [], [], {}
     for label, k in _kernels(b):
         r = k.resources
         if r is None:
@@ -336,6 +337,9 @@ def test_sm90_kernels_fit(built, spec_file, target, tmp_path):
                                 f"({r['matrix_instrs']})")
         else:  # no cuobjdump / nvdisasm here: the PTX still shows the instruction chosen
             (tmp_path / k.file).write_text(k.source)
+            for name, body in k.includes:
+                (tmp_path / name).write_text(body)
+            included[k.file] = [tmp_path / name for name, _ in k.includes]
             need_ptx.append((label, tmp_path / k.file))
     # compile_cuda_ptx leaves the working directory alone, so threads can run nvcc side by side;
     # one compile per distinct source (variants share kernel files)
@@ -351,7 +355,7 @@ def test_sm90_kernels_fit(built, spec_file, target, tmp_path):
     # the fragment loads, async copies and warpgroup instructions the source asks for survive
     # into the PTX
     for (label, src), ptx in zip(need_ptx, ptxs):
-        text = src.read_text()
+        text = "\n".join(f.read_text() for f in [src, *included[src.name]])  # the source and its body
         for asked, instr in (("kg::ldmatrix_", "ldmatrix.sync.aligned.m8n8"), ("kg::cp_async<", "cp.async.cg.shared.global"),
                              ("kg::wgmma_m64n", "wgmma.mma_async.sync.aligned.m64n"), ("kg::fence_proxy_async", "fence.proxy.async"),
                              ("kg::tma_load_", "cp.async.bulk.tensor"), ("kg::mbar_wait", "mbarrier.try_wait.parity"),
@@ -410,7 +414,7 @@ def test_a_spilling_swizzled_variant_is_retried_with_plain_layouts(monkeypatch):
     seen: list[tuple[bool, tuple[str, ...]]] = []
 
     def fake_compile(bk, target, extra_flags=(), objects=None):
-        seen.append((bool(swizzled.search(bk.source)), tuple(extra_flags)))
+        seen.append((bool(swizzled.search(bk.text)), tuple(extra_flags)))
         bk.resources = {"spill_bytes": 64 if seen[-1][0] else 0}
 
     monkeypatch.setattr(kgen.driver, "compile_built", fake_compile)
@@ -421,7 +425,7 @@ def test_a_spilling_swizzled_variant_is_retried_with_plain_layouts(monkeypatch):
     assert out.tunables == kgen.build.tunable_candidates(ls, variant)[0]
     frugal = hopper.frugal_register_flags
     assert seen == [(True, ()), (True, frugal), (True, frugal), (False, ())]
-    assert not any(swizzled.search(bk.source) for bk in out.kernels)
+    assert not any(swizzled.search(bk.text) for bk in out.kernels)
 
 
 def test_the_causal_dkdv_takes_tensor_copies_through_the_frugal_register_flags():
@@ -436,5 +440,5 @@ def test_the_causal_dkdv_takes_tensor_copies_through_the_frugal_register_flags()
     causal_cmd = kgen.build.kernel_command(m["compile"], causal_file, causal)
     plain_cmd = kgen.build.kernel_command(m["compile"], plain_file, plain)
     assert flags and all(f in causal_cmd for f in flags) and len(causal["tensor_maps"]) == 4
-    assert not causal["resources"]["spill_bytes"] and not causal["resources"].get("stack_bytes")
+    assert not causal["resources"].get("spill_bytes") and not causal["resources"].get("stack_bytes")
     assert not any(f in plain_cmd for f in flags[1:]) and len(plain["tensor_maps"]) == 4

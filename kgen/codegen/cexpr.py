@@ -207,6 +207,13 @@ def cat(a, b) -> Expr:
     return add(a, b)
 
 
+def spelled(text: str, e: Expr) -> Expr:
+    """`e` written as `text`, a macro that expands to e's own text: it keeps e's precedence,
+    so the operators around it are parenthesised as they would be around e and the expansion
+    is token for token what writing e out gives."""
+    return Expr(text, e.prec, e.value)
+
+
 def total(terms) -> Expr:
     """The sum of `terms`, left to right."""
     out = lit(0)
@@ -218,5 +225,7 @@ def total(terms) -> Expr:
 def wide(index: str) -> Expr:
     """An index as a 64-bit offset term: the constant itself, or the value cast to int64_t."""
     e = sym(index)
-    return e if e.value is not None else sym(f"(int64_t)({index})")
+    if e.value is not None:
+        return e
+    return sym(f"(int64_t){index}" if _NAME.fullmatch(index.strip()) else f"(int64_t)({index})")
 

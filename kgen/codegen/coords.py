@@ -8,7 +8,9 @@ unrolled, so the compiler folds it into address offsets.
 from __future__ import annotations
 
 from ..layout import Layout
-from .cexpr import Expr, add, band, bxor, cat, div, expr, lit, mod, mul, shl, shr, sym, total
+import re
+
+from .cexpr import Expr, add, band, bxor, cat, div, expr, lit, mod, mul, shl, shr, spelled, sym, total
 
 
 def _is_disjoint(layout: Layout) -> bool:
@@ -49,6 +51,45 @@ def warp_coord(layout: Layout, dim: int) -> Expr:
 def reg_coord(layout: Layout, dim: int, var: str = "e") -> Expr:
     """The register part of the coordinate along `dim`, an expression in `var`."""
     return _bits_expr(var, layout.reg, dim)
+
+
+class CoordMacros:
+    """A kernel's layout coordinates, a sum of two or more bit terms each written by a macro the
+    kernel defines once: `tcN_` for a thread's part (lane and warp bits), `rcN_(e)` for register
+    e's. A macro expands to the very sum it replaces, unparenthesised, and stands with the sum's
+    precedence (cexpr.spelled), so the compiler reads the expression it read written out
+    (kgen.bench.machine_code: the same instructions)."""
+
+    def __init__(self) -> None:
+        self._names: dict[tuple[str, str], str] = {}  # (kind, text in `e`) -> name
+
+    def thread(self, layout: Layout, dim: int) -> Expr:
+        return self._spell("tc", thread_coord(layout, dim))
+
+    def lane(self, layout: Layout, dim: int) -> Expr:
+        return self._spell("tc", lane_coord(layout, dim))
+
+    def warp(self, layout: Layout, dim: int) -> Expr:
+        return self._spell("tc", warp_coord(layout, dim))
+
+    def reg(self, layout: Layout, dim: int, var: str = "e") -> Expr:
+        return self._spell("rc", reg_coord(layout, dim, var), reg_coord(layout, dim, "e"), var)
+
+    def _spell(self, kind: str, actual: Expr, body: Expr | None = None, var: str | None = None) -> Expr:
+        body = body or actual
+        if " + " not in body.text:  # one term: as short written out
+            return actual
+        key = (kind, body.text)
+        if key not in self._names:
+            self._names[key] = f"{kind}{sum(k == kind for k, _ in self._names)}_"
+        call = self._names[key] + (f"({var})" if var is not None else "")
+        expansion = body.text if var is None else re.sub(r"\be\b", var, body.text)
+        assert expansion == actual.text, (call, expansion, actual.text)
+        return spelled(call, actual)
+
+    def definitions(self) -> list[dict]:
+        """{"name", "body"} of each macro used, in the order of first use."""
+        return [{"name": name + ("(e)" if kind == "rc" else ""), "body": body} for (kind, body), name in self._names.items()]
 
 
 def reg_map_expr(mapping: list[int], var: str = "e") -> Expr:
@@ -117,6 +158,6 @@ def rep_loops(reps_m: int, reps_n: int) -> dict:
     count of one is no loop, its index the constant 0 (coords.rep_index). `rep_indent` is the
     instruction's indent inside them."""
     loops = [(v, n) for v, n in (("rm", reps_m), ("rn", reps_n)) if n > 1]
-    lines = ["  " * i + f"KG_UNROLL for (int {v} = 0; {v} < {n}; ++{v})" for i, (v, n) in enumerate(loops)]
+    lines = ["  " * i + f"KG_FOR({v}, {n})" for i, (v, n) in enumerate(loops)]
     at = add(mul(rep_index("rm", reps_m), reps_n), rep_index("rn", reps_n))
     return {"rep_loops": lines, "rep_indent": "  " * len(loops), "acc_at": at}

@@ -1,12 +1,14 @@
 """IR -> the context the templates render: one small dict per op, every expression computed here.
 
 Templates (templates/common/ops.j2 and the per-backend kernel skeletons) only place these
-strings; nothing in a template decides anything. Each op's block carries the spec location it
-came from as a `// spec: file:line:col` comment.
+strings; nothing in a template decides anything. The first line of each op's text ends with the
+spec location it came from, `// spec: line:col` (`file:line:col` when the op comes from another
+file than the kernel's spec).
 """
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 from ..hw.descriptor import Target
@@ -18,9 +20,13 @@ from ..ir.passes.dot_tiling import instr_of
 from ..ir.passes.operands import fragment_view
 from . import tma, wgmma
 from .cexpr import add, cat, div, lit, mod, mul, sym, total, wide
-from .coords import (dup_masks, lane_coord, reg_coord, reg_map_expr, register_operand_ptr, rep_index, rep_loops, shared_slot, tensor_param,
-                     thread_coord, warp_coord)
+from .coords import CoordMacros, dup_masks, reg_map_expr, register_operand_ptr, rep_index, rep_loops, shared_slot, tensor_param
 
+MAX_STRIDES_MACRO = 7  # KG_STRIDES<n> and KG_STRIDES_MULTIPLE<n>, n = 1..7, in templates/common/kgen_tile.h
+# ops whose result is its operand's registers seen with another shape or axis order: no code,
+# the result is read by the operand's name (render.name_values)
+VIEWS = ("expand", "trans")
+HALF_TYPE = "kg_half"  # the typedef a shared source's unit gives its 16-bit float type (templates/*/kernel.*.j2)
 CTYPE = {"bf16": "kg::bf16", "fp16": "kg::fp16", "fp32": "float", "int32": "int", "bool": "bool"}
 FLOAT = ("bf16", "fp16", "fp32")
 BIN_C = {"add": "{a} + {b}", "sub": "{a} - {b}", "mul": "{a} * {b}", "div": "{a} / {b}", "floordiv": "kg::floordiv({a}, {b})",
@@ -48,7 +54,13 @@ def as_compute(v: Value, idx: str = "e") -> str:
     return f"kg::f32({elem(v, idx)})" if v.dtype in ("bf16", "fp16") else elem(v, idx)
 
 
-def literal(value: Any, dtype: str) -> str:
+def ctype(dtype: str, half: str | None = None) -> str:
+    """The C type of a dtype; the kernel's 16-bit float type `half` as HALF_TYPE (a source
+    shared by the bf16 and fp16 variants, kgen.codegen.render)."""
+    return HALF_TYPE if dtype == half else CTYPE[dtype]
+
+
+def literal(value: Any, dtype: str, half: str | None = None) -> str:
     if dtype == "bool":
         return "true" if value else "false"
     if dtype == "int32":
@@ -60,34 +72,52 @@ def literal(value: Any, dtype: str) -> str:
         text = "kg::nan()"
     else:
         text = repr(value) + "f"
-    return text if dtype == "fp32" else f"kg::cvt<{CTYPE[dtype]}>({text})"
+    return text if dtype == "fp32" else f"kg::cvt<{ctype(dtype, half)}>({text})"
 
 
 class Emitter:
-    def __init__(self, k: Kernel, target: Target, tensor_dims: dict[str, list[str]]):
+    def __init__(self, k: Kernel, target: Target, tensor_dims: dict[str, list[str]], spec_file: str = "",
+                 half: str | None = None):
         self.k, self.target, self.dims = k, target, tensor_dims
+        self.half = half  # the 16-bit float type spelled HALF_TYPE, in a source shared across types
+        self.spec_file = Path(spec_file).resolve() if spec_file else None  # named in the kernel's first line
         self.helpers: dict[str, str] = {}  # C++ functions the kernel needs (wgmma wrappers), by name
         self.use_counts = use_counts(k.body)
+        self.coords = CoordMacros()  # layout coordinates, spelled by macros the kernel defines
         self.producer = producers(k.body)
 
     def ops(self, block) -> list[dict]:
         """The contexts of a block's ops. A constant has none: its uses spell its literal
         (render.name_values). An op from the same spec line as the op before it shares that op's
-        `// spec: file:line:col` comment."""
+        `// spec:` comment."""
         out, last_line = [], None
         for op in block.ops:
-            if op.kind == "const":
+            if op.kind == "const" or op.kind in VIEWS:
                 continue
             ctx = getattr(self, "op_" + op.kind)(op)
             ctx.setdefault("macro", op.kind)
             line = (op.loc.file, op.loc.line) if op.loc else None
-            ctx["loc"] = str(op.loc) if op.loc and line != last_line else ""
+            ctx["loc"] = self.where(op.loc) if op.loc and line != last_line else ""
             last_line = line
             out.append(ctx)
         return out
 
+    def macros(self) -> list[dict]:
+        """The kernel's coordinate macros (coords.CoordMacros), in the order it first uses them."""
+        return self.coords.definitions()
+
+    def where(self, loc) -> str:
+        """An op's spec position as its comment gives it: `line:col` in the spec the kernel's
+        first line names, `file:line:col` in any other (kgen.toolchain.resources reads both)."""
+        if self.spec_file is not None and Path(loc.file).resolve() == self.spec_file:
+            return f"{loc.line}:{loc.col}"
+        return str(loc)
+
+    def ctype(self, dtype: str) -> str:
+        return ctype(dtype, self.half)
+
     def decl(self, v: Value) -> dict:
-        return {"name": name(v), "ctype": CTYPE[v.dtype], "n": 0 if v.is_scalar else v.layout.nregs}
+        return {"name": name(v), "ctype": self.ctype(v.dtype), "n": 0 if v.is_scalar else v.layout.nregs}
 
     # --- scalars and fills ---------------------------------------------------------------------
     def op_size(self, op):
@@ -102,42 +132,39 @@ class Emitter:
     def op_full(self, op):
         if attr(op, "unwritten"):  # a warpgroup dot starts from zero instead (passes/zero_starts.py)
             return {"macro": "declare", "out": self.decl(op.result)}
-        return {"macro": "elementwise", "out": self.decl(op.result), "expr": literal(op.attrs["value"], op.result.dtype)}
+        return {"macro": "elementwise", "out": self.decl(op.result), "expr": literal(op.attrs["value"], op.result.dtype, self.half)}
 
     def op_arange(self, op):
         lay = op.result.layout
-        return {"macro": "elementwise", "out": self.decl(op.result), "expr": str(add(thread_coord(lay, 0), reg_coord(lay, 0)))}
+        return {"macro": "elementwise", "out": self.decl(op.result), "expr": str(add(self.coords.thread(lay, 0), self.coords.reg(lay, 0)))}
 
     # --- elementwise -----------------------------------------------------------------------------
     def _ew(self, op, expr: str):
+        """An elementwise op: `expr` is the whole right-hand side of its statement (its operands
+        are names and elements), or the argument of the conversion to a narrow float."""
         out = op.result
         if out.dtype in FLOAT and out.dtype != "fp32":
-            expr = f"kg::cvt<{CTYPE[out.dtype]}>({expr})"
+            expr = f"kg::cvt<{self.ctype(out.dtype)}>({expr})"
         return {"macro": "scalar" if out.is_scalar else "elementwise", "out": self.decl(out), "expr": expr}
 
     def op_binary(self, op):
         a, b = op.operands
-        return self._ew(op, "(" + BIN_C[op.attrs["fn"]].format(a=as_compute(a), b=as_compute(b)) + ")")
+        return self._ew(op, BIN_C[op.attrs["fn"]].format(a=as_compute(a), b=as_compute(b)))
 
     def op_unary(self, op):
         (a,) = op.operands
         if op.attrs["fn"] == "neg":
-            return self._ew(op, f"(-{as_compute(a)})")
+            return self._ew(op, f"-{as_compute(a)}")
         return self._ew(op, UN_C[op.attrs["fn"]].format(a=as_compute(a)))
 
     def op_where(self, op):
         c, a, b = op.operands
-        return self._ew(op, f"({elem(c)} ? {as_compute(a)} : {as_compute(b)})")
+        return self._ew(op, f"{elem(c)} ? {as_compute(a)} : {as_compute(b)}")
 
     def op_cast(self, op):
         (a,) = op.operands
         return {"macro": "scalar" if a.is_scalar else "elementwise", "out": self.decl(op.result),
-                "expr": f"kg::cvt<{CTYPE[op.result.dtype]}>({as_compute(a)})"}
-
-    def op_expand(self, op):
-        return {"macro": "alias", "out": self.decl(op.result), "src": name(op.operands[0])}
-
-    op_trans = op_expand
+                "expr": f"kg::cvt<{self.ctype(op.result.dtype)}>({as_compute(a)})"}
 
     def op_broadcast(self, op):
         src = op.operands[0]
@@ -154,7 +181,7 @@ class Emitter:
             init = REDUCE_INIT_INT[op.attrs["fn"]]
         ctx = {"out": self.decl(out), "acc": f"r{out.id}", "n_in": src.layout.nregs, "n_out": 1 if out.is_scalar else out.layout.nregs,
                "acc_ctype": "int" if integer else "float", "scalar_out": out.is_scalar,
-               "finish": "" if integer else f"kg::cvt<{CTYPE[out.dtype]}>",
+               "finish": "" if integer else f"kg::cvt<{self.ctype(out.dtype)}>",
                "map": str(reg_map_expr(src.layout.slice_reg_map(axis))), "init": init,
                "combine": combine.format(a="{a}", b="{b}"), "src": name(src), "src_f32": elem(src) if integer else as_compute(src),
                "masks": list(plan.lane_xor_masks), "cross_warp": plan.cross_warp}
@@ -184,7 +211,7 @@ class Emitter:
                     levels.append((v[axis], kind, 1 << b))
         integer = src.dtype == "int32"
         return {"out": self.decl(out), "n": lay.nregs, "acc_ctype": "int" if integer else "float",
-                "src_val": elem(src) if integer else as_compute(src), "finish": "" if integer else f"kg::cvt<{CTYPE[out.dtype]}>",
+                "src_val": elem(src) if integer else as_compute(src), "finish": "" if integer else f"kg::cvt<{self.ctype(out.dtype)}>",
                 "levels": [{"kind": kind, "mask": m} for _, kind, m in sorted(levels)],
                 "offset": (attr(op, "smem_offset") or 0)}
 
@@ -193,26 +220,26 @@ class Emitter:
         lay, parts = v.layout, []
         stride = 1
         for d in reversed(range(len(v.shape))):
-            parts.append(mul(add(thread_coord(lay, d), reg_coord(lay, d, idx)), stride))
+            parts.append(mul(add(self.coords.thread(lay, d), self.coords.reg(lay, d, idx)), stride))
             stride *= v.shape[d]
         return str(total(parts))
 
     def op_convert(self, op):
         src, out = op.operands[0], op.result
-        return {"out": self.decl(out), "src": name(src), "offset": op.attrs["smem_offset"], "ctype": CTYPE[out.dtype],
+        return {"out": self.decl(out), "src": name(src), "offset": op.attrs["smem_offset"], "ctype": self.ctype(out.dtype),
                 "sync_before": attr(op, "sync_before"), "n_in": src.layout.nregs, "slot_in": self._flat(src, "e"), "slot_out": self._flat(out, "e")}
 
     def op_stage(self, op):
         src, inner = op.operands[0], op.attrs["inner"]
         lay = src.layout
-        coord = [add(thread_coord(lay, d), reg_coord(lay, d)) for d in (0, 1)]
+        coord = [add(self.coords.thread(lay, d), self.coords.reg(lay, d)) for d in (0, 1)]
         slot = str(shared_slot(op.attrs, coord[1 - inner], coord[inner], ELEM_BYTES[src.dtype]))
         # registers that run along the contiguous dim are stored as one vector of up to 16 bytes
         # (rows are padded to 16 bytes, or are 16-byte rows of core matrices; buffers are
         # 16-byte aligned, so such a vector never straddles)
         vec = vector_width(lay, inner, 16 // ELEM_BYTES[src.dtype])
         return {"out": {"name": name(op.result)}, "src": name(src), "n": lay.nregs, "offset": op.attrs["smem_offset"],
-                "ctype": CTYPE[src.dtype], "slot": slot, "vec": vec, "proxy_fence": self._async_read(op),
+                "ctype": self.ctype(src.dtype), "slot": slot, "vec": vec, "proxy_fence": self._async_read(op),
                 "sync_before": attr(op, "sync_before"), "sync_after": attr(op, "sync_after")}
 
     def op_dot(self, op):
@@ -220,11 +247,11 @@ class Emitter:
         instr = instr_of(self.target, op.attrs["instr"])
         ksteps = a.shape[1] // instr.k
         ctx = {
-            "out": self.decl(op.result), "acc": name(acc), "n_acc": acc.layout.nregs, "instr": instr.name,
+            "out": self.decl(op.result), "acc": name(acc), "n_acc": acc.layout.nregs, "instr": instr.name, "call": instr.call,
             # the instruction accumulates in place: into acc's registers when nothing else reads
             # acc, else into a copy
             "copy_acc": self._uses(acc) > 1,
-            "ctype": CTYPE[a.dtype], "ksteps": ksteps, "reps_m": op.attrs["reps_m"], "reps_n": op.attrs["reps_n"],
+            "ctype": self.ctype(a.dtype), "ksteps": ksteps, "reps_m": op.attrs["reps_m"], "reps_n": op.attrs["reps_n"],
             "nc": instr.layout("c").nregs, **rep_loops(op.attrs["reps_m"], op.attrs["reps_n"]),
         }
         ctx["acc_at"] = str(mul(ctx["acc_at"], ctx["nc"]))
@@ -261,8 +288,8 @@ class Emitter:
                "ptr": f"&{frag}[{mul(rep, n)}]"}
         if kind == "vec":  # element i of the fragment: (row, k) from the view's lane and register bits
             pack = vector_width(view, 1, 8)
-            row = add(add(base, thread_coord(view, 0)), reg_coord(view, 0, "i"))
-            col = add(add(mul(sym("ks"), instr.k), thread_coord(view, 1)), reg_coord(view, 1, "i"))
+            row = add(add(base, self.coords.thread(view, 0)), self.coords.reg(view, 0, "i"))
+            col = add(add(mul(sym("ks"), instr.k), self.coords.thread(view, 1)), self.coords.reg(view, 1, "i"))
             ctx.update(pack=pack, addr=str(cat(mul(row, st.attrs["ld"]), col)))
             return ctx
         # matrix loads: lane l gives the address of row l % rows of matrix l / rows of group g;
@@ -271,8 +298,8 @@ class Emitter:
         per_reg = 4 // ml.elem_bytes
         count = min(ml.max_matrices, n * reps // per_reg)
         first = str(add(mul(per_reg * count, sym("g")), mul(per_reg, mod(div(sym("lane"), ml.rows), count))))
-        row = add(base, reg_coord(view, 0, f"({first})"))
-        col = add(mul(sym("ks"), instr.k), reg_coord(view, 1, f"({first})"))
+        row = add(base, self.coords.reg(view, 0, f"({first})"))
+        col = add(mul(sym("ks"), instr.k), self.coords.reg(view, 1, f"({first})"))
         lane_row = mod(sym("lane"), ml.rows)
         if kind == "matrix":  # rows of the view are rows in memory
             addr = cat(mul(add(row, lane_row), st.attrs["ld"]), col)
@@ -284,17 +311,17 @@ class Emitter:
         return ctx
 
     def op_view_shared(self, op):
-        return {"out": {"name": name(op.result)}, "ctype": CTYPE[op.result.dtype], "src": name(op.operands[0])}
+        return {"out": {"name": name(op.result)}, "ctype": self.ctype(op.result.dtype), "src": name(op.operands[0])}
 
     def op_slot(self, op):
         buf, count = op.operands
         elems = op.attrs["slot_bytes"] // ELEM_BYTES[buf.dtype]
         offset = mul(mod(sym(name(count)), op.attrs["slots"]), elems)
-        return {"out": {"name": name(op.result)}, "ctype": CTYPE[buf.dtype], "src": name(buf), "offset": str(offset),
+        return {"out": {"name": name(op.result)}, "ctype": self.ctype(buf.dtype), "src": name(buf), "offset": str(offset),
                 "ptr": str(add(sym(name(buf)), offset))}
 
     def op_alloc_shared(self, op):
-        return {"out": {"name": name(op.result)}, "ctype": CTYPE[op.result.dtype], "offset": op.attrs["smem_offset"]}
+        return {"out": {"name": name(op.result)}, "ctype": self.ctype(op.result.dtype), "offset": op.attrs["smem_offset"]}
 
     def op_copy_async(self, op):
         """Thread t copies 16-byte chunks t, t + threads, ...; chunk c covers the row and columns
@@ -318,8 +345,8 @@ class Emitter:
                 starts.append(mul(sym(name(op.operands[entry[1]])), entry[2]) if entry[0] == "block" else lit(0))
                 strides.append(stride)
                 bounds.append(dims[d])
-        align = " && ".join([f"kg::aligned(p_, {vec * elem})"] + [f"stride_{t}_{d} % {vec} == 0" for d in range(len(dims) - 1)])
-        return {"tensor": t, "src": name(buf), "ctype": CTYPE[buf.dtype], "ptr": tensor_param(t), "base": str(total(base)),
+        align = " && ".join([f"kg::aligned(p_, {vec * elem})", *strides_multiple_of(t, len(dims) - 1, vec)])
+        return {"tensor": t, "src": name(buf), "ctype": self.ctype(buf.dtype), "ptr": tensor_param(t), "base": str(total(base)),
                 "aligned": align, "pred": name(op.operands[-1]) if op.attrs["pred"] else "true",
                 "iters": -(-chunks // threads), "guard": chunks % threads != 0, "chunks": chunks, "threads": threads,
                 "chunk": f"lane + warp * {self.target.wave_size} + i * {threads}", **self._chunk_coords(op.attrs, per_row, vec), "vec": vec, "bytes": vec * elem,
@@ -330,7 +357,7 @@ class Emitter:
                 "count": f"(i0_ < {bounds[0]}) * {vec}" if starts[1].value == 0 and bounds[1] == f"({cols})"
                 else f"(i0_ < {bounds[0]}) * kg::min_(kg::max_({bounds[1]} - i1_, 0), {vec})",
                 "slot": self._copy_slot(op, per_row, vec, threads, elem), "bound0": bounds[0], "bound1": bounds[1],
-                "zero": literal(0.0, buf.dtype), "sync_before": attr(op, "sync_before"),
+                "zero": literal(0.0, buf.dtype, self.half), "sync_before": attr(op, "sync_before"),
                 "stepped": self._copy_steps(op, per_row, vec, threads, strides[0])}
 
     def _copy_steps(self, op, per_row: int, vec: int, threads: int, row_stride: str) -> dict | None:
@@ -413,8 +440,8 @@ class Emitter:
         coords = []
         for i, td in enumerate(tile_dims):
             # t<i>_: the thread's first coordinate (start + thread part); i<i>_: register e's
-            coords.append({**td, "first": str(cat(td["start"], thread_coord(lay, i))),
-                           "at": str(cat(sym(f"t{i}_"), reg_coord(lay, i)))})
+            coords.append({**td, "first": str(cat(td["start"], self.coords.thread(lay, i))),
+                           "at": str(cat(sym(f"t{i}_"), self.coords.reg(lay, i)))})
         elem_bytes = ELEM_BYTES[tile.dtype]
         vec = 1
         if coords and coords[-1]["last"]:
@@ -422,7 +449,7 @@ class Emitter:
         lane_dup, warp_dup = dup_masks(lay)
         # a store's writers: one thread of each group holding the same elements (none repeat: all)
         tests = [f"(lane & {lane_dup}) == 0"] * bool(lane_dup) + [f"(warp & {warp_dup}) == 0"] * bool(warp_dup)
-        align_checks = [f"stride_{t}_{d} % {vec} == 0" for d in range(len(dims) - 1)]
+        align_checks = strides_multiple_of(t, len(dims) - 1, vec)
         in_vec, in_elem = [], []
         for i, c in enumerate(coords):
             if c["whole"]:
@@ -431,7 +458,7 @@ class Emitter:
             in_vec.append(f"i{i}_ + {vec} <= {c['bound']}" if last else f"i{i}_ < {c['bound']}")
             in_elem.append(f"i{i}_ + v < {c['bound']}" if last else f"i{i}_ < {c['bound']}")
         off = total(mul(sym(f"(int64_t)i{i}_"), c["stride"]) for i, c in enumerate(coords))
-        return {"tensor": t, "ptr": tensor_param(t), "ctype": CTYPE[tile.dtype], "n": lay.nregs, "base": str(total(base)),
+        return {"tensor": t, "ptr": tensor_param(t), "ctype": self.ctype(tile.dtype), "n": lay.nregs, "base": str(total(base)),
                 "dims": coords, "off": str(off), "vec": vec, "lane_dup": lane_dup, "warp_dup": warp_dup,
                 "writer": f"if ({' && '.join(tests)}) " if tests else "",
                 "in_vec": " && ".join(in_vec) or "true", "in_elem": " && ".join(in_elem) or "true",
@@ -447,7 +474,7 @@ class Emitter:
         return f"{tensor_param(t)} + {total(terms)}"
 
     def op_load(self, op):
-        other = literal(op.attrs["other"], op.result.dtype)
+        other = literal(op.attrs["other"], op.result.dtype, self.half)
         pred = name(op.operands[-1]) if attr(op, "pred") else None  # prefetch_loads: off -> `other`
         if op.result.is_scalar:  # every thread reads the element
             expr = f"kg::load_if({pred}, {self._element(op)}, {other})" if pred else f"*({self._element(op)})"
@@ -484,8 +511,8 @@ class Emitter:
         # a kernel adds only into outputs and scratch (it may not write its op's inputs), which the
         # op allocates contiguous and aligned (kgen/runtime/op.py): every row is 16-byte aligned
         return {**geo, "offset": op.attrs["smem_offset"], "slice": geo["rows"] * geo["ld"],
-                "row": str(cat(lane_coord(lay, 0), reg_coord(lay, 0))), "col": str(cat(lane_coord(lay, 1), reg_coord(lay, 1))),
-                "row0": str(cat(rows["start"], warp_coord(lay, 0))), "col0": str(cat(cols["start"], warp_coord(lay, 1))),
+                "row": str(cat(self.coords.lane(lay, 0), self.coords.reg(lay, 0))), "col": str(cat(self.coords.lane(lay, 1), self.coords.reg(lay, 1))),
+                "row0": str(cat(rows["start"], self.coords.warp(lay, 0))), "col0": str(cat(cols["start"], self.coords.warp(lay, 1))),
                 "stride": rows["stride"], "in_row": "true" if rows["whole"] else f"i0_ < {rows['bound']}",
                 "row_bytes": geo["cols"] * 4}
 
@@ -501,7 +528,17 @@ class Emitter:
 
     def op_yield(self, op):
         return {"macro": "yield_values", "values": [{"src": name(v), "scalar": v.is_scalar, "n": 0 if v.is_scalar else v.layout.nregs,
-                            "ctype": CTYPE[v.dtype], "i": i} for i, v in enumerate(op.operands)]}
+                            "ctype": self.ctype(v.dtype), "i": i} for i, v in enumerate(op.operands)]}
+
+
+def strides_multiple_of(tensor: str, strides: int, m: int) -> list[str]:
+    """The tests that each of a tensor's `strides` leading strides is a multiple of m, joined by
+    &&: one KG_STRIDES_MULTIPLE<n> macro (templates/common/kgen_tile.h, which writes them out)."""
+    if not strides:
+        return []
+    if strides <= MAX_STRIDES_MACRO:
+        return [f"KG_STRIDES_MULTIPLE{strides}({tensor}, {m})"]
+    return [f"stride_{tensor}_{d} % {m} == 0" for d in range(strides)]
 
 
 def _numel(shape) -> int:

@@ -15,8 +15,9 @@ from ..ir.core import Kernel, walk
 from ..lang import resolve_dtype
 from ..paths import templates_dir
 from .coords import tensor_param
-from .emit import CTYPE, Emitter, literal
+from .emit import HALF_TYPE, MAX_STRIDES_MACRO, VIEWS, Emitter, ctype, literal
 from .tma import map_param, tensor_maps
+from .wgmma import HALF_PTX, PTX_TYPE
 
 C_FUNCS = {"cdiv": "kg::cdiv", "min": "kg::min_", "max": "kg::max_"}  # a size expression's functions in C
 
@@ -39,24 +40,27 @@ def template_hash(backend_name: str) -> str:
     h = hashlib.sha256()
     root = templates_dir()
     b = backend(backend_name)
-    for rel in sorted([b.skeleton, "common/ops.j2", *b.headers]):
+    for rel in sorted([b.skeleton, "common/ops.j2", "common/unit.j2", *b.headers]):
         h.update(rel.encode())
         h.update((root / rel).read_bytes())
     return h.hexdigest()[:16]
 
 
-def kernel_params(k: Kernel, variant: dict[str, Any]) -> tuple[list[str], str]:
+def kernel_params(k: Kernel, variant: dict[str, Any], half: str | None = None) -> tuple[list[str], str]:
     """The C parameter list and the launcher's signature string ('p' pointer, 'l' int64,
     'i' int32, 'f' float, 'T' tensor map), in the order kgen.runtime passes arguments."""
     params, sig = [], ""
     for name, t in k.tensors.items():
-        ctype = CTYPE[resolve_dtype(t.dtype, variant)]
+        ctype_ = ctype(resolve_dtype(t.dtype, variant), half)
         const = "const " if t.role == "input" else ""
-        params.append(f"{const}{ctype}* __restrict__ {tensor_param(name)}")
+        params.append(f"{const}{ctype_}* __restrict__ {tensor_param(name)}")
         sig += "p"
-        for d in range(len(t.shape) - 1):
-            params.append(f"int64_t stride_{name}_{d}")
-            sig += "l"
+        strides = len(t.shape) - 1
+        if 0 < strides <= MAX_STRIDES_MACRO:  # int64_t stride_<name>_0, ... (templates/common/kgen_tile.h)
+            params.append(f"KG_STRIDES{strides}({name})")
+        else:
+            params += [f"int64_t stride_{name}_{d}" for d in range(strides)]
+        sig += "l" * strides
     for s in k.sizes:
         params.append(f"int size_{s}")
         sig += "i"
@@ -113,9 +117,9 @@ def _spellable(name: str) -> bool:
             and not name.startswith(_ARG_PREFIXES) and not (name[0] == "v" and name[1:].isdigit()))
 
 
-def name_values(k: Kernel) -> None:
+def name_values(k: Kernel, half: str | None = None) -> None:
     """Number the kernel's values 0, 1, ... in program order and give each its C spelling: a
-    constant its literal; a value the spec named (an assignment's target, a loop's variable or
+    constant its literal; a view (expand, trans) its operand's name; a value the spec named (an assignment's target, a loop's variable or
     carried value) that name, with _2, _3, ... for its later values; any other v<number>. The
     numbers the IR was built with depend on everything the process built before: renumbering
     makes the source a function of the kernel alone, so generated/ and the cache see the same
@@ -126,7 +130,10 @@ def name_values(k: Kernel) -> None:
     def spell(v, producer=None) -> None:
         v.id = next(counter)
         if producer is not None and producer.kind == "const":
-            v.cname = literal(producer.attrs["value"], v.dtype)
+            v.cname = literal(producer.attrs["value"], v.dtype, half)
+            return
+        if producer is not None and producer.kind in VIEWS:  # the same registers, read by the same name
+            v.cname = producer.operands[0].cname
             return
         base = v.name if _spellable(v.name) else ""
         if not base:
@@ -151,15 +158,30 @@ def name_values(k: Kernel) -> None:
     visit(k.body)
 
 
-def render_kernel(k: Kernel, target: Target, *, spec_file: str, program_line: int, variant: dict[str, Any]) -> str:
-    """The kernel's source: the IR as the passes left it, every choice already recorded in it."""
-    name_values(k)
-    params, _ = kernel_params(k, variant)
-    emitter = Emitter(k, target, tensor_dims(k))
+def render_kernel(k: Kernel, target: Target, *, spec_file: str, program_line: int, variant: dict[str, Any],
+                  half: str | None = None) -> str:
+    """The kernel's source: the IR as the passes left it, every choice already recorded in it.
+    With `half`, the source is written for any 16-bit float type, spelled HALF_TYPE where the
+    kernel's `half` values are (a body that render_unit's units include, one per type)."""
+    name_values(k, half)
+    params, _ = kernel_params(k, variant, half)
+    emitter = Emitter(k, target, tensor_dims(k), spec_file, half)
     body = emitter.ops(k.body)
     return environment().get_template(backend(target.backend).skeleton).render(
         version=__version__, spec_file=spec_file, kernel=k.name, target=target.name,
         program_line=program_line, threads=k.num_warps * target.wave_size, params=params, body=body,
         shared_bytes=k.shared_bytes, helpers=[emitter.helpers[n] for n in sorted(emitter.helpers)],
         bulk_wait=any("bulk" in op.attrs for op in walk(k.body)),  # bulk reductions: waited for at the end
-        tma_barriers=k.tma_barriers, tma_barrier_offset=k.tma_barrier_offset)
+        tma_barriers=k.tma_barriers, tma_barrier_offset=k.tma_barrier_offset, coord_macros=emitter.macros(),
+        half_type=HALF_TYPE if half else "")
+
+
+def render_unit(kernel: str, target: Target, *, spec_file: str, half: str, body_file: str) -> str:
+    """The source compiled for one 16-bit float type of a body written for any (render_kernel
+    with `half`): the type's names, then the body."""
+    be = backend(target.backend)
+    return environment().get_template("common/unit.j2").render(
+        version=__version__, spec_file=spec_file, kernel=kernel, target=target.name, half=half,
+        headers=[h.rsplit("/", 1)[-1] for h in be.headers],
+        half_type=HALF_TYPE, half_ctype=ctype(half), half_ptx=PTX_TYPE[half] if target.backend == "cuda" else "",
+        half_ptx_macro=HALF_PTX, body_file=body_file)

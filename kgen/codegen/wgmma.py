@@ -74,11 +74,28 @@ def operand_ctx(emitter, op, role: str, instr, name_of) -> dict:
             "mode": swizzle_mode(st.attrs), "offset": offset, "trans": int(major == "mn")}
 
 
+# PTX's names of the element types (PTX ISA, "Fundamental types")
+PTX_TYPE = {"bf16": "bf16", "fp16": "f16"}
+HALF_PTX = "KG_HALF_PTX"  # a shared source's unit defines it: the PTX name of its 16-bit type
+
+
 def wrapper_name(instr, a_kind: str) -> str:
-    return f"{instr.name}_{'rs' if a_kind == 'reg' else 'ss'}"
+    return f"{instr.call}_{'rs' if a_kind == 'reg' else 'ss'}"
 
 
-def wrapper_source(instr, a_kind: str) -> str:
+def spelling(instr, half: str | None) -> str:
+    """The instruction as the wrapper's asm string writes it: the descriptor's spelling, or in a
+    source shared across 16-bit types, the same text with the types from KG_HALF_PTX (string
+    literals the compiler joins back into the descriptor's spelling)."""
+    if half is None:
+        return instr.spelling
+    text = f'wgmma.mma_async.sync.aligned.m{instr.m}n{instr.n}k{instr.k}.f32." {HALF_PTX} "." {HALF_PTX} "'
+    joined = text.replace(f'" {HALF_PTX} "', PTX_TYPE[instr.ab_dtype])
+    assert joined == instr.spelling, (joined, instr.spelling)
+    return text
+
+
+def wrapper_source(instr, a_kind: str, half: str | None = None) -> str:
     """The C++ function issuing one instruction: D (n / 2 floats per thread, in place: `nd`, a
     multiple of 4 since n is of 8), A as
     4 registers or a descriptor, B a descriptor, scale-d a runtime flag (0: D = A B, the first
@@ -100,7 +117,7 @@ def wrapper_source(instr, a_kind: str) -> str:
         head, sig, pre = "template <int TA, int TB>", "float* d, uint64_t da, uint64_t db, int scale_d", ""
     return (f"{head} KG_DEVICE void {wrapper_name(instr, a_kind)}({sig}) {{\n{pre}"
             f'  asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{one}, 0;\\n"\n'
-            f'               "{instr.spelling} {{{d_list}}}, {a_text}, {b_text}, {imm};\\n}}\\n"\n'
+            f'               "{spelling(instr, half)} {{{d_list}}}, {a_text}, {b_text}, {imm};\\n}}\\n"\n'
             f"               : {outs}\n"
             f"               : {ins});\n}}\n")
 
@@ -117,7 +134,7 @@ def group_index(num_warps: int, instr) -> str:
 def dot_ctx(emitter, op, instr, name_of) -> dict:
     a = operand_ctx(emitter, op, "a", instr, name_of)
     b = operand_ctx(emitter, op, "b", instr, name_of)
-    emitter.helpers.setdefault(wrapper_name(instr, a["kind"]), wrapper_source(instr, a["kind"]))
+    emitter.helpers.setdefault(wrapper_name(instr, a["kind"]), wrapper_source(instr, a["kind"], emitter.half))
     return {"macro": "wgmma_dot", "fn": wrapper_name(instr, a["kind"]), "a": a, "b": b,
             "group": group_index(emitter.k.num_warps, instr),
             "targs": f"<{b['trans']}>" if a["kind"] == "reg" else f"<{a['trans']}, {b['trans']}>"}

@@ -91,6 +91,12 @@ class MatrixInstr(_Frozen):
         """Warps that issue one instruction together (1, or 4 for a warpgroup)."""
         return 1 << len(self.c.warp)
 
+    @property
+    def call(self) -> str:
+        """The name the generated source calls it by: its name less the element type, which the
+        backend headers and kgen.codegen.wgmma overload on (one source can serve bf16 and fp16)."""
+        return self.name.removesuffix("_" + self.ab_dtype)
+
     def layout(self, operand: Operand) -> Layout:
         """The fragment of operand 'a', 'b' or 'c' ('d' shares the layout of 'c')."""
         if operand not in ("a", "b", "c", "d"):
@@ -102,6 +108,8 @@ class MatrixInstr(_Frozen):
 
     @model_validator(mode="after")
     def _check_fragments(self) -> "MatrixInstr":
+        if not self.name.endswith("_" + self.ab_dtype):  # `call` takes the type off the name
+            raise ValueError(f"{self.name}: an instruction's name ends with its element type, _{self.ab_dtype}")
         if ("reg" in self.b_from) != (self.b is not None):
             raise ValueError(f"{self.name}.b: a fragment layout is given exactly when b_from has 'reg'")
         nwarp = {"warp": 0, "warpgroup": 2}[self.scope]

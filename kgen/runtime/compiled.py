@@ -69,15 +69,19 @@ class CachedCodeObjects(CodeObjects):
     into the compiler: the source, its file name, the flags, the arch, the compiler's identity
     and kgen's fingerprint (which covers the headers the source includes)."""
 
-    def compile(self, source: str, file: str, target: Target, flags: tuple[str, ...]) -> CodeObject:
+    def compile(self, source: str, file: str, target: Target, flags: tuple[str, ...],
+                includes: tuple[tuple[str, str], ...] = ()) -> CodeObject:
         from ..backends import compiler_identity
 
-        key = cache_key({"code_object": hashlib.sha256(source.encode()).hexdigest(), "file": file, "flags": list(flags),
+        # an included body is named by its content's digest, which the source's text names: the
+        # source's hash covers it; its own hash is added all the same
+        text = "\0".join([source, *(t for _, t in includes)])
+        key = cache_key({"code_object": hashlib.sha256(text.encode()).hexdigest(), "file": file, "flags": list(flags),
                          "backend": target.backend, "arch": target.compiler_arch,
                          "compiler": compiler_identity(target.backend), "source": kgen_fingerprint()})
 
         def build(tmp: Path) -> None:
-            obj = compile_source(source, file, target, flags)
+            obj = compile_source(source, file, target, flags, includes)
             (tmp / "object").write_bytes(obj.binary)
             (tmp / "manifest.json").write_text(json.dumps({"command": obj.command, "compiler": obj.compiler,
                                                            "resources": obj.resources, "log": obj.log}))
@@ -119,7 +123,7 @@ def load_entry(entry: Path, backend: str, all_arguments: dict[str, list[str]] | 
         ready.append(ReadyKernel(LoadedKernel(backend, (entry / k["object"]).read_bytes(), k["name"], k["shared_bytes"]),
                                  tuple(k["grid"]), k["threads"], k["shared_bytes"], k["signature"],
                                  tuple(args["tensors"]), tuple(args["sizes"]), tuple(args["scalars"]),
-                                 tuple((m["tensor"], tuple(m["box"])) for m in k["tensor_maps"])))
+                                 tuple((m["tensor"], tuple(m["box"])) for m in k.get("tensor_maps", ()))))
     return tuple(ready), meta["tunables"]
 
 

@@ -220,7 +220,7 @@ def test_inspect_prints_the_form_that_ships(capsys, monkeypatch):
     swizzled = re.compile(r"wgmma_desc\([^;]*, 1\);")
 
     def fake_compile(bk, target, extra_flags=(), objects=None):
-        bk.resources = {"spill_bytes": 64 if swizzled.search(bk.source) else 0}
+        bk.resources = {"spill_bytes": 64 if swizzled.search(bk.text) else 0}
 
     monkeypatch.setattr(driver, "compile_built", fake_compile)
     monkeypatch.setattr(backends, "available", lambda name: True)

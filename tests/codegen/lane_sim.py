@@ -33,6 +33,7 @@ from kgen.codegen.emit import name as c_name
 from kgen.hw.descriptor import Target, load_target
 from kgen.ir.core import ELEM_BYTES, Kernel, walk
 from lane_sim_copies import AsyncCopySim, SimError, TensorCopySim  # noqa: F401  (SimError: raised here, caught by the tests)
+from lane_sim_macros import expand_all, expand_macros  # noqa: F401  (expand_all: for the tests)
 
 
 
@@ -242,8 +243,9 @@ class ProgramSim(WarpgroupSim, AsyncCopySim, TensorCopySim):
     """
 
     def __init__(self, k: Kernel, target: Target, tensors: dict[str, np.ndarray], sizes: dict[str, int],
-                 land: str = "at_wait"):
+                 land: str = "at_wait", macros: list[dict] = ()):
         self.k, self.target, self.tensors = k, target, tensors
+        self.macros = list(macros)  # the kernel's coordinate macros (Emitter.macros), expanded before evaluation
         # when an async copy's data reaches shared memory: "at_wait" (as late as the wait allows:
         # catches a wait that lets a read run too early) or "at_issue" (at once: catches a
         # prefetch that overwrites a buffer before its last reader ran)
@@ -264,7 +266,7 @@ class ProgramSim(WarpgroupSim, AsyncCopySim, TensorCopySim):
         env = {**KG_FUNCS, **self.fixed, **self.scalars, **self.regs, "lane": self.lane, "warp": self.warp,
                "kg_block_id_x": lambda: self.block[0], "kg_block_id_y": lambda: self.block[1],
                "kg_block_id_z": lambda: self.block[2], **idx}
-        return eval(compile_c(text), {"__builtins__": {}}, env)
+        return eval(compile_c(expand_macros(text, self.macros)), {"__builtins__": {}}, env)
 
     def grid_shape(self, value, n: int) -> np.ndarray:
         """An index expression's value for every (warp, lane, one of n registers)."""
@@ -304,7 +306,7 @@ class ProgramSim(WarpgroupSim, AsyncCopySim, TensorCopySim):
 
     def op_elementwise(self, c):
         n = c["out"]["n"]
-        self.note(f"for (int e = 0; e < {n}; ++e) {c['out']['name']}[e] = {c['expr']};")
+        self.note(f"KG_FOR(e, {n}) {c['out']['name']}[e] = {c['expr']};")
         value = self.ev(c["expr"], e=np.arange(n).reshape(1, 1, n))
         self.regs[c["out"]["name"]] = np.array(self.grid_shape(value, n), dtype=np.float64)
 
@@ -312,7 +314,7 @@ class ProgramSim(WarpgroupSim, AsyncCopySim, TensorCopySim):
         """The template's prefix sum: per level, the partner register, lane or warp's block total
         is added to both totals, and to the prefix where the element's bit is set."""
         n, src = c["n"], c["src_val"]
-        self.note(f"for (int e = 0; e < {n}; ++e) p_[e] = t_[e] = ({c['acc_ctype']})({src});")
+        self.note(f"KG_FOR(e, {n}) p_[e] = t_[e] = ({c['acc_ctype']})({src});")
         p = self.grid_shape(self.ev(src, e=np.arange(n).reshape(1, 1, n)), n).astype(np.float64).copy()
         t = p.copy()
         e = np.arange(n)
@@ -329,10 +331,6 @@ class ProgramSim(WarpgroupSim, AsyncCopySim, TensorCopySim):
                 p = np.where((self.warp & m) != 0, p + other, p)
             t = t + other
         self.regs[c["out"]["name"]] = p
-
-    def op_alias(self, c):  # a C reference to the same register array (expand, trans)
-        self.note(f"{c['out']['ctype']} (&{c['out']['name']})[{c['out']['n']}] = {c['src']};")
-        self.regs[c["out"]["name"]] = self.regs[c["src"]]
 
     def op_for_loop(self, c):
         for x in c["carried"]:
@@ -363,7 +361,7 @@ class ProgramSim(WarpgroupSim, AsyncCopySim, TensorCopySim):
         e = 0, vec, 2 vec, ... (arrays over (warp, lane, e)), and for each v < vec whether
         element e + v is in bounds, as the template's `off_` and masks compute them."""
         self.note(f"{c['ctype']}* p_ = {c['ptr']} + ({c['base']});")
-        self.note(f"for (int e = 0; e < {n}; e += {c['vec']})")
+        self.note(f"KG_FOR_STEP(e, {n}, {c['vec']})")
         e = np.arange(0, n, c["vec"]).reshape(1, 1, -1)
         idx = {}
         for d, dim in enumerate(c["dims"]):
@@ -469,14 +467,14 @@ class ProgramSim(WarpgroupSim, AsyncCopySim, TensorCopySim):
         vec = c["vec"]
         buf = np.full(size, np.nan)  # NaN: a slot this round does not write cannot pass for data
         if vec == 1:
-            self.note(f"for (int e = 0; e < {n}; ++e) {name}[{c['slot']}] = {c['src']}[e];")
+            self.note(f"KG_FOR(e, {n}) {name}[{c['slot']}] = {c['src']}[e];")
             slot = self.grid_shape(self.ev(c["slot"], e=np.arange(n).reshape(1, 1, n)), n)
             self._check_range(f"stage {name}", slot, size)
             buf[slot] = src
         else:
             # copy_vec<vec>: registers e .. e+vec-1 go to vec consecutive slots from slot(e),
             # which must be aligned to the vector
-            self.note(f"for (int e = 0; e < {n}; e += {vec}) kg::copy_vec<{vec}>(&{name}[{c['slot']}], &{c['src']}[e]);")
+            self.note(f"KG_FOR_STEP(e, {n}, {vec}) kg::copy_vec<{vec}>(&{name}[{c['slot']}], &{c['src']}[e]);")
             starts = np.arange(0, n, vec)
             slot = self.grid_shape(self.ev(c["slot"], e=starts.reshape(1, 1, -1)), len(starts))
             if (slot % vec).any():
@@ -524,7 +522,7 @@ class ProgramSim(WarpgroupSim, AsyncCopySim, TensorCopySim):
         flat = np.full((self.W, self.L, f["total"]), np.nan)
         if f["kind"] == "vec":
             pack = f["pack"]
-            self.note(f"for (int i = 0; i < {f['total']}; i += {pack}) kg::copy_vec<{pack}>(&{f['frag']}[i], &{f['src']}[{f['addr']}]);")
+            self.note(f"KG_FOR_STEP(i, {f['total']}, {pack}) kg::copy_vec<{pack}>(&{f['frag']}[i], &{f['src']}[{f['addr']}]);")
             i = np.arange(0, f["total"], pack)
             addr = self.grid_shape(self.ev(f["addr"], ks=ks, i=i.reshape(1, 1, -1)), i.size)
             if ((offset + addr * elem) % (pack * elem)).any():
@@ -533,7 +531,7 @@ class ProgramSim(WarpgroupSim, AsyncCopySim, TensorCopySim):
                 self._check_range(f"fragment read of {f['src']}", addr + v, buf.size)
                 flat[:, :, i + v] = buf[addr + v]
         else:
-            self.note(f"for (int g = 0; g < {f['groups']}; ++g) kg::{f['fn']}(&{f['frag']}[g * {f['per_group']}], &{f['src']}[{f['addr']}]);")
+            self.note(f"KG_FOR(g, {f['groups']}) kg::{f['fn']}(&{f['frag']}[g * {f['per_group']}], &{f['src']}[{f['addr']}]);")
             trans = f["fn"].endswith("_trans")
             t = np.arange(self.L)
             for g in range(f["groups"]):
@@ -557,7 +555,7 @@ class ProgramSim(WarpgroupSim, AsyncCopySim, TensorCopySim):
         when acc is read elsewhere."""
         out, acc = c["out"]["name"], self.regs[c["acc"]]
         if c["copy_acc"]:
-            self.note(f"for (int e = 0; e < {c['out']['n']}; ++e) {out}[e] = {c['acc']}[e];")
+            self.note(f"KG_FOR(e, {c['out']['n']}) {out}[e] = {c['acc']}[e];")
             acc = acc.copy()
         else:
             self.note(f"float (&{out})[{c['out']['n']}] = {c['acc']};")
@@ -567,8 +565,8 @@ class ProgramSim(WarpgroupSim, AsyncCopySim, TensorCopySim):
     def op_dot(self, c):
         out, acc = c["out"]["name"], self.accumulator(c)
         acc_text = c["acc_at"]
-        self.note(f"for (int ks = 0; ks < {c['ksteps']}; ++ks) {{")
-        self.note(f"kg::{c['instr']}(&{out}[{acc_text}], {c['a']['ptr']}, {c['b']['ptr']});")
+        self.note(f"KG_FOR(ks, {c['ksteps']}) {{")
+        self.note(f"kg::{c['call']}(&{out}[{acc_text}], {c['a']['ptr']}, {c['b']['ptr']});")
         for line in c["rep_loops"]:
             self.note(line.strip())
         for ks in range(c["ksteps"]):

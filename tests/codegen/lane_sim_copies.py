@@ -23,9 +23,9 @@ class AsyncCopySim:
         st = c["stepped"]
         chunk_lines = ((f"const int r0_ = {st['row0']}, k0_ = {st['col0']};",
                         f"const int64_t o0_ = q_ + ((int64_t)r0_ * {st['stride']} + k0_);",
-                        f"for (int i = 0; i < {c['iters']}; ++i) {{", f"const int r_ = r0_ + i * {st['rows']}, k_ = k0_;",
+                        f"KG_FOR(i, {c['iters']}) {{", f"const int r_ = r0_ + i * {st['rows']}, k_ = k0_;",
                         f"const int64_t off_ = o0_ + (int64_t)(i * {st['rows']}) * {st['stride']};") if st else
-                       (f"for (int i = 0; i < {c['iters']}; ++i) {{", f"const int c_ = {c['chunk']};",
+                       (f"KG_FOR(i, {c['iters']}) {{", f"const int c_ = {c['chunk']};",
                         f"const int r_ = {c['row']}, k_ = {c['col']};", f"const int64_t off_ = {c['off']};"))
         for line in (f"if ({c['pred']}) {{", f"const {c['ctype']}* p_ = {c['ptr']} + ({c['base']});",
                      f"const int64_t q_ = {c['corner']};", *chunk_lines, f"const int i0_ = {c['i0']}, i1_ = {c['i1']};",

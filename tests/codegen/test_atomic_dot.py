@@ -41,12 +41,13 @@ def _simulate(target: str, warps: int, ctx_edit=None) -> tuple[np.ndarray, np.nd
     ls, tg = load_spec(SPEC), load_target(target)
     k = compile_kernel(ls, 0, VARIANT, {"BLOCK_M": 64, "BLOCK_K": 32, "WARPS": warps}, tg)
     name_values(k)
-    ctxs = Emitter(k, tg, tensor_dims(k)).ops(k.body)
+    emitter = Emitter(k, tg, tensor_dims(k))
+    ctxs = emitter.ops(k.body)
     if ctx_edit:
         ctx_edit(ctxs)
     inputs = {name: t.double().numpy() for name, t in _inputs().items()}
     out = np.zeros((M, 64))
-    sim = lane_sim.ProgramSim(k, tg, {**inputs, "out": out}, {"M": M, "K": K})
+    sim = lane_sim.ProgramSim(k, tg, {**inputs, "out": out}, {"M": M, "K": K}, macros=emitter.macros())
     for block in product(range(2), range(3), range(1)):
         sim.run_block(block, ctxs)
     source = render_kernel(k, tg, spec_file="tests/codegen/specs/atomic_dot.yaml", program_line=1, variant=VARIANT)

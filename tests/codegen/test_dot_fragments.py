@@ -128,15 +128,18 @@ def simulate(case, perturb=None, land="at_wait"):
     sizes = {n: sizes[n] for n in spec.sizes}
     env = {**variant, **tile, **sizes}
     name_values(k)  # as render_kernel does, so the names match the rendered source
-    ctxs = Emitter(k, tg, tensor_dims(k)).ops(k.body)
-    if perturb:
+    emitter = Emitter(k, tg, tensor_dims(k))
+    ctxs = emitter.ops(k.body)
+    macros = emitter.macros()
+    if perturb:  # on the expressions written out, so that the variables the macros hold can be perturbed
+        ctxs, macros = lane_sim.expand_all(ctxs, macros), []
         perturb(ctxs)
 
     rng = np.random.default_rng(zlib.crc32(case_id(case).encode()))
     inputs = {n: rng.integers(-4, 5, helpers.tensor_shape(spec, n, env)).astype(np.float64) for n in spec.inputs()}
     outputs = {n: np.full(helpers.tensor_shape(spec, n, env), np.nan) for n in spec.outputs()}
     tensors = {**inputs, **outputs}
-    sim = lane_sim.ProgramSim(k, tg, {n: tensors[n] for n in k.tensors}, sizes, land=land)
+    sim = lane_sim.ProgramSim(k, tg, {n: tensors[n] for n in k.tensors}, sizes, land=land, macros=macros)
     grid = [int(eval_expr(g, env)) for g in spec.kernels[kernel_index].grid]
     for block in product(*(range(g) for g in grid + [1] * (3 - len(grid)))):
         sim.run_block(block, ctxs)

@@ -62,11 +62,12 @@ def test_emitted_scan_computes_the_cumsum(target, warps):
     tunables = {"BLOCK_M": 64, "BLOCK_N": 32, "WARPS": warps}
     k = compile_kernel(ls, 0, {"dtype": "fp32"}, tunables, tg)
     name_values(k)
-    ctxs = Emitter(k, tg, tensor_dims(k)).ops(k.body)
+    emitter = Emitter(k, tg, tensor_dims(k))
+    ctxs = emitter.ops(k.body)
     m, n = 128, 64
     inputs = {name: t.double().numpy() for name, t in _inputs(m, n, "fp32").items()}
     outputs = {"down": np.full((m, n), np.nan), "across": np.full((m, n), np.nan), "running": np.full(m, np.nan)}
-    sim = lane_sim.ProgramSim(k, tg, {**inputs, **outputs}, {"M": m, "N": n})
+    sim = lane_sim.ProgramSim(k, tg, {**inputs, **outputs}, {"M": m, "N": n}, macros=emitter.macros())
     for block in product(range(2), range(2), range(1)):
         sim.run_block(block, ctxs)
     source = render_kernel(k, tg, spec_file="tests/codegen/specs/scan.yaml", program_line=1, variant={"dtype": "fp32"})
@@ -83,12 +84,13 @@ def test_simulation_catches_a_wrong_level():
     ls, tg = load_spec(SPEC), load_target("sm_90")
     k = compile_kernel(ls, 0, {"dtype": "fp32"}, {"BLOCK_M": 64, "BLOCK_N": 32, "WARPS": 4}, tg)
     name_values(k)
-    ctxs = Emitter(k, tg, tensor_dims(k)).ops(k.body)
+    emitter = Emitter(k, tg, tensor_dims(k))
+    ctxs = emitter.ops(k.body)
     scan = next(c for c in ctxs if c["macro"] == "scan")
     scan["levels"] = scan["levels"][:-1]
     inputs = {name: t.double().numpy() for name, t in _inputs(64, 32, "fp32").items()}
     outputs = {"down": np.full((64, 32), np.nan), "across": np.full((64, 32), np.nan), "running": np.full(64, np.nan)}
-    sim = lane_sim.ProgramSim(k, tg, {**inputs, **outputs}, {"M": 64, "N": 32})
+    sim = lane_sim.ProgramSim(k, tg, {**inputs, **outputs}, {"M": 64, "N": 32}, macros=emitter.macros())
     sim.run_block((0, 0, 0), ctxs)
     want = helpers.reference(ls, {name: torch.from_numpy(v) for name, v in inputs.items()}, variant={"dtype": "fp32"})
     assert not np.array_equal(outputs["down"], want["down"].numpy())

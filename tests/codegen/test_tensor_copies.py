@@ -58,12 +58,13 @@ def _simulate(target: str, edit=None, land: str = "at_wait"):
     ls, tg = load_spec(SPEC), load_target(target)
     k = compile_kernel(ls, 0, VARIANT, {"BLOCK_M": 64, "BLOCK_N": 64, "WARPS": 4}, tg)
     name_values(k)
-    ctxs = Emitter(k, tg, tensor_dims(k)).ops(k.body)
+    emitter = Emitter(k, tg, tensor_dims(k))
+    ctxs = emitter.ops(k.body)
     if edit:
         edit(list(_flat(ctxs)))
     inputs = {name: t.double().numpy() for name, t in _inputs().items()}
     out = np.full((M, 128), np.nan)
-    sim = lane_sim.ProgramSim(k, tg, {**inputs, "out": out}, {"M": M, "N": N, "G": G}, land=land)
+    sim = lane_sim.ProgramSim(k, tg, {**inputs, "out": out}, {"M": M, "N": N, "G": G}, land=land, macros=emitter.macros())
     for block in ((0, 0, 0), (1, 0, 0)):
         sim.run_block(block, ctxs)
     if edit is None:  # the simulation ran the lines the source has

@@ -60,6 +60,7 @@ KG_DEVICE float fmin_nan(float a, float b) { float r; asm("min.NaN.f32 %0, %1, %
 // mma.sync.m16n8k16, fp32 accumulate (PTX ISA, "Matrix Fragments for mma.m16n8k16"): A is 8
 // 16-bit values per lane (4 registers), B is 4 (2 registers), C/D 4 floats; the element order
 // in each array is the descriptor's register order (kgen/hw/data/sm_90.yaml).
+// One name, overloaded on the element type (a kernel's source can then serve both).
 #define KG_MMA_16816(NAME, T, PTXT)                                                                   \
   KG_DEVICE void NAME(float* d, const T* a, const T* b) {                                             \
     const uint32_t* A = reinterpret_cast<const uint32_t*>(a);                                         \
@@ -69,8 +70,8 @@ KG_DEVICE float fmin_nan(float a, float b) { float r; asm("min.NaN.f32 %0, %1, %
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                     \
                  : "r"(A[0]), "r"(A[1]), "r"(A[2]), "r"(A[3]), "r"(B[0]), "r"(B[1]));                 \
   }
-KG_MMA_16816(mma_m16n8k16_bf16, bf16, "bf16")
-KG_MMA_16816(mma_m16n8k16_fp16, fp16, "f16")
+KG_MMA_16816(mma_m16n8k16, bf16, "bf16")
+KG_MMA_16816(mma_m16n8k16, fp16, "f16")
 
 // ldmatrix (PTX ISA, "Warp-level matrix load instruction: ldmatrix"): COUNT 8x8 matrices of
 // 16-bit elements; lanes 8j..8j+7 give the shared addresses of matrix j's rows, and each lane

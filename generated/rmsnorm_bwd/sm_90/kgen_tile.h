@@ -4,9 +4,31 @@
 // the matrix instruction wrappers. What follows is written once, in terms of those.
 #pragma once
 
-// Loops over a tile's registers, written `KG_UNROLL for (...)`: unrolled, so that every register
-// index is a constant and the tile stays in registers rather than local memory.
+// Loops over a tile's registers (`KG_FOR(e, 16) x[e] = ...;`), unrolled, so that every register
+// index is a constant and the tile stays in registers rather than local memory. KG_FOR_STEP
+// takes `s` registers at a time (one vector access).
 #define KG_UNROLL _Pragma("unroll")
+#define KG_FOR(i, n) KG_UNROLL for (int i = 0; i < (n); ++i)
+#define KG_FOR_STEP(i, n, s) KG_UNROLL for (int i = 0; i < (n); i += (s))
+
+// A tensor argument's strides in elements, of every dim but the last (which is contiguous):
+// KG_STRIDES3(x) is `int64_t stride_x_0, int64_t stride_x_1, int64_t stride_x_2`.
+#define KG_STRIDES1(t) int64_t stride_##t##_0
+#define KG_STRIDES2(t) KG_STRIDES1(t), int64_t stride_##t##_1
+#define KG_STRIDES3(t) KG_STRIDES2(t), int64_t stride_##t##_2
+#define KG_STRIDES4(t) KG_STRIDES3(t), int64_t stride_##t##_3
+#define KG_STRIDES5(t) KG_STRIDES4(t), int64_t stride_##t##_4
+#define KG_STRIDES6(t) KG_STRIDES5(t), int64_t stride_##t##_5
+#define KG_STRIDES7(t) KG_STRIDES6(t), int64_t stride_##t##_6
+// Whether each of those strides is a multiple of m (a vector access then stays aligned):
+// KG_STRIDES_MULTIPLE2(x, 4) is `stride_x_0 % 4 == 0 && stride_x_1 % 4 == 0`.
+#define KG_STRIDES_MULTIPLE1(t, m) stride_##t##_0 % m == 0
+#define KG_STRIDES_MULTIPLE2(t, m) KG_STRIDES_MULTIPLE1(t, m) && stride_##t##_1 % m == 0
+#define KG_STRIDES_MULTIPLE3(t, m) KG_STRIDES_MULTIPLE2(t, m) && stride_##t##_2 % m == 0
+#define KG_STRIDES_MULTIPLE4(t, m) KG_STRIDES_MULTIPLE3(t, m) && stride_##t##_3 % m == 0
+#define KG_STRIDES_MULTIPLE5(t, m) KG_STRIDES_MULTIPLE4(t, m) && stride_##t##_4 % m == 0
+#define KG_STRIDES_MULTIPLE6(t, m) KG_STRIDES_MULTIPLE5(t, m) && stride_##t##_5 % m == 0
+#define KG_STRIDES_MULTIPLE7(t, m) KG_STRIDES_MULTIPLE6(t, m) && stride_##t##_6 % m == 0
 
 namespace kg {
 

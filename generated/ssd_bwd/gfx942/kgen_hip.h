@@ -71,6 +71,7 @@ template <int N> KG_DEVICE void atomic_add_vec(float* p, const float* v) {
 
 // MFMA wrappers (CDNA3 ISA, "Matrix fused multiply-add"): each lane passes 4 16-bit values of A
 // and of B, in the descriptor's register order (kgen/hw/data/gfx942.yaml), and its C registers.
+// One name per shape, overloaded on the element type (a kernel's source can then serve both).
 typedef short short4_ __attribute__((ext_vector_type(4)));
 typedef _Float16 half4_ __attribute__((ext_vector_type(4)));
 typedef float float16_ __attribute__((ext_vector_type(16)));
@@ -83,8 +84,8 @@ typedef float float4_ __attribute__((ext_vector_type(4)));
     c = BUILTIN(*reinterpret_cast<const VT*>(a), *reinterpret_cast<const VT*>(b), c, 0, 0, 0); \
     for (int i = 0; i < N; ++i) d[i] = c[i];                                       \
   }
-KG_MFMA(mfma_32x32x8_bf16, bf16, short4_, float16_, 16, __builtin_amdgcn_mfma_f32_32x32x8bf16_1k)
-KG_MFMA(mfma_16x16x16_bf16, bf16, short4_, float4_, 4, __builtin_amdgcn_mfma_f32_16x16x16bf16_1k)
-KG_MFMA(mfma_32x32x8_fp16, fp16, half4_, float16_, 16, __builtin_amdgcn_mfma_f32_32x32x8f16)
-KG_MFMA(mfma_16x16x16_fp16, fp16, half4_, float4_, 4, __builtin_amdgcn_mfma_f32_16x16x16f16)
+KG_MFMA(mfma_32x32x8, bf16, short4_, float16_, 16, __builtin_amdgcn_mfma_f32_32x32x8bf16_1k)
+KG_MFMA(mfma_16x16x16, bf16, short4_, float4_, 4, __builtin_amdgcn_mfma_f32_16x16x16bf16_1k)
+KG_MFMA(mfma_32x32x8, fp16, half4_, float16_, 16, __builtin_amdgcn_mfma_f32_32x32x8f16)
+KG_MFMA(mfma_16x16x16, fp16, half4_, float4_, 4, __builtin_amdgcn_mfma_f32_16x16x16f16)
 }  // namespace kg

@@ -1,10 +1,11 @@
-"""Read each launch value once and drop the pure ops nothing reads.
+"""Compute each scalar value once and drop the pure ops nothing reads.
 
-A spec may read a size, a scalar argument or a program id on several lines (`pid1` twice in the
-SSD backward's dx kernel); later reads are renamed to the first, in the kernel's outer block.
+A spec may compute the same scalar on several lines (`pid1` read twice in the SSD backward's dx
+kernel, `c * chunk_size` in each load's index); a pure scalar op that repeats an earlier one of
+its scope or an enclosing scope (same kind, attributes and operands) is renamed to that one.
 Specialisation and the passes leave ops whose results nobody reads (a row index only a dropped
 mask used); any op without effects whose results have no reader is removed, until none is left.
-The compiler drops them too: this is how the source reads, not what runs.
+The compiler does both too: this is how the source reads, not what runs.
 
 Integer arithmetic on constants (`floordiv(j - 0, 1)`) is left to nvcc: folded here, the D=128
 attention backward's dkdv went from 255 registers to spilling at ptxas's defaults (the build then
@@ -14,34 +15,38 @@ from __future__ import annotations
 
 from ...hw.descriptor import Target
 from ...options import CompileOptions
-from ..core import Block, Kernel, Value, rename_operands, use_counts
+from ..core import Block, Kernel, Value, use_counts
 
 # ops with no effect but their results: removable when nothing reads them
 PURE = ("const", "size", "scalar_arg", "program_id", "unary", "binary", "where", "cast", "expand", "broadcast",
         "full", "arange", "trans")
 
 
+# scalar ops whose result depends only on their kind, attributes and operands
+SHAREABLE = ("const", "size", "scalar_arg", "program_id", "unary", "binary", "where", "cast")
+
+
 def drop_dead_code(k: Kernel, target: Target, options: CompileOptions) -> Kernel:
-    renamed = _repeated_reads(k.body)
-    for op in k.body.ops:
-        rename_operands(op, renamed)
+    _share_repeats(k.body, {}, {})
     _drop_unread(k.body)
     return k
 
 
-def _repeated_reads(block: Block) -> dict[int, Value]:
-    """A size, scalar argument or program id read again in the kernel's outer block: the later
-    reads renamed to the first (they read the same launch-wide value)."""
-    first: dict[tuple, Value] = {}
-    renamed: dict[int, Value] = {}
+def _share_repeats(block: Block, seen: dict[tuple, Value], renamed: dict[int, Value]) -> None:
+    """Rename each repeat of a shareable scalar op to its first computation in this block or an
+    enclosing one (`seen`: what those computed before this block); a loop body sees what came
+    before the loop, never what an inner block computed."""
+    seen = dict(seen)
     for op in block.ops:
-        if op.kind in ("size", "scalar_arg", "program_id"):
-            key = (op.kind, tuple(sorted(op.attrs.items())))
-            if key in first:
-                renamed[id(op.result)] = first[key]
+        op.operands = [renamed.get(id(v), v) for v in op.operands]
+        if op.body is not None:
+            _share_repeats(op.body, seen, renamed)
+        elif op.kind in SHAREABLE and len(op.results) == 1 and op.result.is_scalar:
+            key = (op.kind, op.result.dtype, repr(sorted(op.attrs.items())), tuple(id(v) for v in op.operands))
+            if key in seen:
+                renamed[id(op.result)] = seen[key]
             else:
-                first[key] = op.result
-    return renamed
+                seen[key] = op.result
 
 
 def _drop_unread(block: Block) -> None:
