@@ -12,7 +12,8 @@ A/B run loads them in place of this checkout's for the A side (kgen.runtime.comp
 compiled_variant is swapped), so both sides run the same Python, inputs and timer; only the
 code objects differ. A build whose kernels take every argument of the spec (before
 ir/passes/arguments.py) is launched that way. Times: median CUDA-event time of many runs
-(triton.testing.do_bench), each side measured twice in A B A B order. `--kernels MATCH` gives,
+(triton.testing.do_bench), each side measured twice in A B A B order (`--rounds N`: N times;
+`--only MATCH`: the cases whose label contains MATCH). `--kernels MATCH` gives,
 for a host-bound case, the host's time per call and the kernels' own time (torch.profiler) of
 each side instead.
 """
@@ -147,12 +148,15 @@ def kernels(before: Path, match: str) -> None:
     use("B")
 
 
-def ab(before: Path, out: Path | None) -> None:
+def ab(before: Path, out: Path | None, only: str | None = None, rounds: int = 2) -> None:
+    """Each case (those whose label contains `only`) timed `rounds` times per side, A B A B ..."""
     use = sides(before)
     rows = []
     for label, fwd, bwd in cases():
+        if only and only not in label:
+            continue
         times = {("A", "fwd"): [], ("A", "bwd"): [], ("B", "fwd"): [], ("B", "bwd"): []}
-        for s in ("A", "B", "A", "B"):
+        for s in ("A", "B") * rounds:
             use(s)
             bwd()  # plans made and checked before timing
             times[(s, "fwd")].append(_bench(fwd))
@@ -173,6 +177,8 @@ def main() -> None:
     ap.add_argument("--dump", type=Path, help="write the cache entries this checkout's build uses")
     ap.add_argument("--before", type=Path, help="the entries another checkout dumped: the A side")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--only", metavar="MATCH", help="with --before: time only the cases whose label contains MATCH")
+    ap.add_argument("--rounds", type=int, default=2, help="with --before: timings per side, alternating (default 2)")
     ap.add_argument("--kernels", metavar="MATCH", help="with --before: host and kernel times of the cases "
                     "whose label contains MATCH (for host-bound cases, e.g. 'ssd g1')")
     a = ap.parse_args()
@@ -181,7 +187,7 @@ def main() -> None:
     elif a.before and a.kernels:
         kernels(a.before, a.kernels)
     elif a.before:
-        ab(a.before, a.json)
+        ab(a.before, a.json, a.only, a.rounds)
     else:
         ap.error("give --dump FILE or --before FILE")
 
