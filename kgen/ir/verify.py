@@ -7,6 +7,7 @@ from __future__ import annotations
 from ..errors import KgenError
 from .attrs import problems
 from .core import Block, Kernel, Op, Value
+from .passes.layouts import SAME_LAYOUT
 
 
 class VerifyError(KgenError):
@@ -38,7 +39,18 @@ def _block(block: Block, defined: set[int], after: str, layouts: bool, warps: in
                 raise _fail(after, op, "loop-carried values, block arguments and results differ in number")
             if not op.body.ops or op.body.ops[-1].kind != "yield":
                 raise _fail(after, op, "a loop body must end in yield")
+            if layouts:
+                yields = op.body.ops[-1].operands
+                for group in zip(inits, args, yields, results):
+                    if not group[0].is_scalar and len({v.layout for v in group}) > 1:
+                        raise _fail(after, op, f"the loop-carried {group[3]!r} has other layouts as its initial value, "
+                                               "block argument, yielded value and result: one set of registers needs one")
             _block(op.body, scope, after, layouts, warps, done)
+        if layouts and op.kind in SAME_LAYOUT:
+            for v in op.operands:
+                if v.shape == op.result.shape and not v.is_scalar and v.layout != op.result.layout:
+                    raise _fail(after, op, f"operand {v!r} is not in its result's layout: an elementwise op reads "
+                                           "its operands' registers as its own")
         for r in op.results:
             if layouts and r.place == "reg" and not r.is_scalar:
                 _check_layout(after, op, r, warps)

@@ -4,9 +4,12 @@
 // tile operations on these.
 #pragma once
 
+// (kgen/emulate compiles the same source for the host CPU with its own definitions of these)
+#ifndef KG_DEVICE
 #define KG_DEVICE __attribute__((device)) __attribute__((always_inline)) inline
 #define KG_KERNEL extern "C" __attribute__((global))
 #define KG_SHARED __attribute__((shared))
+#endif
 
 typedef unsigned int uint32_t;
 typedef unsigned short uint16_t;

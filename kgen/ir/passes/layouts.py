@@ -138,6 +138,13 @@ def _legalise(block: Block, warps: int, wave: int) -> None:
                 op.operands[i] = conv
         new_ops.append(op)
         if op.kind == "for":
+            # a carried value is one set of registers: its block argument takes the result's
+            # layout (flow can leave them apart when each was set from its own uses first, e.g.
+            # a sum's slice inside the loop and a product with a load after it); the body, which
+            # is legalised after this block, then converts from it where it needs another
+            for arg, res in zip(op.body.args[1:], op.results):
+                if not arg.is_scalar:
+                    arg.layout = res.layout
             y = op.body.ops[-1]
             for i, (arg, yv) in enumerate(zip(op.body.args[1:], list(y.operands))):
                 if yv.layout != arg.layout and not yv.is_scalar:

@@ -1,0 +1,195 @@
+// Host runtime of the wave64 emulation: every thread of a workgroup is a fiber (ucontext); a
+// cross-lane builtin or a barrier is a rendezvous of the wave's or the workgroup's fibers.
+#include <ucontext.h>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+namespace {
+constexpr int WAVE = 64;
+constexpr size_t STACK = 1 << 22;
+struct Fiber { ucontext_t ctx; bool done = false; bool waiting = false; };
+struct Wave { int arrived = 0; unsigned gen = 0; long long slot[WAVE]; };
+struct Group { int arrived = 0; unsigned gen = 0; };
+std::vector<Fiber> fibers;
+std::vector<char*> stacks;
+std::vector<Wave> waves;
+Group group;
+ucontext_t sched;
+int cur = 0, nthreads = 0, wg[3];
+void (*body)(void*) = nullptr;
+void* body_arg = nullptr;
+long long progress = 0;
+char error[512];
+
+void fail(const char* what) {
+  if (!error[0]) std::snprintf(error, sizeof error, "%s (thread %d of workgroup %d,%d,%d)", what, cur, wg[0], wg[1], wg[2]);
+}
+void yield() { swapcontext(&fibers[cur].ctx, &sched); }
+void entry() { body(body_arg); fibers[cur].done = true; swapcontext(&fibers[cur].ctx, &sched); }
+int lanes_of(int w) { int n = nthreads - w * WAVE; return n < WAVE ? n : WAVE; }
+void wave_sync() {
+  Wave& w = waves[cur / WAVE];
+  unsigned g = w.gen;
+  ++progress;
+  if (++w.arrived == lanes_of(cur / WAVE)) { w.arrived = 0; ++w.gen; return; }
+  fibers[cur].waiting = true;
+  while (w.gen == g && !error[0]) yield();
+  fibers[cur].waiting = false;
+}
+}  // namespace
+
+int __builtin_amdgcn_workitem_id_x() { return cur; }
+int __builtin_amdgcn_workgroup_id_x() { return wg[0]; }
+int __builtin_amdgcn_workgroup_id_y() { return wg[1]; }
+int __builtin_amdgcn_workgroup_id_z() { return wg[2]; }
+void __builtin_amdgcn_s_barrier() {
+  unsigned g = group.gen;
+  ++progress;
+  if (++group.arrived == nthreads) { group.arrived = 0; ++group.gen; return; }
+  fibers[cur].waiting = true;
+  while (group.gen == g && !error[0]) yield();
+  fibers[cur].waiting = false;
+}
+// V_MBCNT_LO/HI_U32_B32 (CDNA3 ISA): src1 plus the set bits of src0 among the lanes below this one
+unsigned __builtin_amdgcn_mbcnt_lo(unsigned mask, unsigned acc) {
+  int lane = cur % WAVE;
+  unsigned below = lane >= 32 ? 0xffffffffu : ((1u << lane) - 1u);
+  return acc + __builtin_popcount(mask & below);
+}
+unsigned __builtin_amdgcn_mbcnt_hi(unsigned mask, unsigned acc) {
+  int lane = cur % WAVE;
+  unsigned below = lane < 32 ? 0u : (lane == 63 ? 0x7fffffffu : ((1u << (lane - 32)) - 1u));
+  return acc + __builtin_popcount(mask & below);
+}
+// DS_BPERMUTE_B32 (CDNA3 ISA): this lane reads the value lane (addr / 4) % 64 supplied
+int __builtin_amdgcn_ds_bpermute(int addr, int v) {
+  Wave& w = waves[cur / WAVE];
+  w.slot[cur % WAVE] = v;
+  wave_sync();
+  int r = (int)w.slot[(addr >> 2) & (WAVE - 1)];
+  wave_sync();
+  return r;
+}
+// V_READFIRSTLANE_B32: the value of the wave's first active lane (all lanes are active here)
+int __builtin_amdgcn_readfirstlane(int v) {
+  Wave& w = waves[cur / WAVE];
+  w.slot[cur % WAVE] = v;
+  wave_sync();
+  int r = (int)w.slot[0];
+  for (int l = 0; l < lanes_of(cur / WAVE); ++l)
+    if ((int)w.slot[l] != r) fail("readfirstlane of a value that differs between the lanes of a wave");
+  wave_sync();
+  return r;
+}
+
+// MFMA (CDNA3 ISA, "Matrix fused multiply-add", and AMD's matrix instruction calculator for
+// the register layouts). A and B: 4 values per lane; for an m x n x k instruction with m = n =
+// 32 (k = 8) or 16 (k = 16), lane l holds A[l % m][4 * (l / m) + v] and B[4 * (l / n) + v][l % n];
+// D: lane l register r holds D[i][l % n] with i = 8 * (r / 4) + 4 * (l / 32) + r % 4 (32x32x8)
+// or i = 4 * (l / 16) + r (16x16x16). Products are exact in float; sums in float.
+typedef short short4 __attribute__((ext_vector_type(4)));
+typedef _Float16 half4 __attribute__((ext_vector_type(4)));
+typedef float float16v __attribute__((ext_vector_type(16)));
+typedef float float4v __attribute__((ext_vector_type(4)));
+namespace {
+struct MfmaSlots { float a[WAVE][4], b[WAVE][4], c[WAVE][16], d[WAVE][16]; };
+std::vector<MfmaSlots> mfma_slots;
+float bf16f(short v) { unsigned u = (unsigned)(unsigned short)v << 16; float f; std::memcpy(&f, &u, 4); return f; }
+template <int M> void mfma(const float* a, const float* b, float* d_out, const float* c_in, int nregs) {
+  MfmaSlots& s = mfma_slots[cur / WAVE];
+  const int lane = cur % WAVE;
+  std::memcpy(s.a[lane], a, sizeof(float) * 4);
+  std::memcpy(s.b[lane], b, sizeof(float) * 4);
+  std::memcpy(s.c[lane], c_in, sizeof(float) * nregs);
+  wave_sync();
+  if (lane == 0) {  // one lane computes the whole product for the wave
+    const int K = M == 32 ? 8 : 16;
+    float A[32][16], B[16][32];
+    for (int l = 0; l < WAVE; ++l)
+      for (int v = 0; v < 4; ++v) { A[l % M][4 * (l / M) + v] = s.a[l][v]; B[4 * (l / M) + v][l % M] = s.b[l][v]; }
+    for (int l = 0; l < WAVE; ++l)
+      for (int r = 0; r < nregs; ++r) {
+        const int i = M == 32 ? 8 * (r / 4) + 4 * (l / 32) + r % 4 : 4 * (l / 16) + r, j = l % M;
+        float acc = s.c[l][r];
+        for (int k = 0; k < K; ++k) acc += A[i][k] * B[k][j];
+        s.d[l][r] = acc;
+      }
+  }
+  wave_sync();
+  std::memcpy(d_out, s.d[lane], sizeof(float) * nregs);
+  wave_sync();
+}
+}  // namespace
+float16v __builtin_amdgcn_mfma_f32_32x32x8bf16_1k(short4 a, short4 b, float16v c, int, int, int) {
+  float fa[4], fb[4], fc[16], fd[16];
+  for (int v = 0; v < 4; ++v) { fa[v] = bf16f(a[v]); fb[v] = bf16f(b[v]); }
+  for (int r = 0; r < 16; ++r) fc[r] = c[r];
+  mfma<32>(fa, fb, fd, fc, 16);
+  float16v d; for (int r = 0; r < 16; ++r) d[r] = fd[r];
+  return d;
+}
+float4v __builtin_amdgcn_mfma_f32_16x16x16bf16_1k(short4 a, short4 b, float4v c, int, int, int) {
+  float fa[4], fb[4], fc[16], fd[16];
+  for (int v = 0; v < 4; ++v) { fa[v] = bf16f(a[v]); fb[v] = bf16f(b[v]); }
+  for (int r = 0; r < 4; ++r) fc[r] = c[r];
+  mfma<16>(fa, fb, fd, fc, 4);
+  float4v d; for (int r = 0; r < 4; ++r) d[r] = fd[r];
+  return d;
+}
+float16v __builtin_amdgcn_mfma_f32_32x32x8f16(half4 a, half4 b, float16v c, int, int, int) {
+  float fa[4], fb[4], fc[16], fd[16];
+  for (int v = 0; v < 4; ++v) { fa[v] = (float)a[v]; fb[v] = (float)b[v]; }
+  for (int r = 0; r < 16; ++r) fc[r] = c[r];
+  mfma<32>(fa, fb, fd, fc, 16);
+  float16v d; for (int r = 0; r < 16; ++r) d[r] = fd[r];
+  return d;
+}
+float4v __builtin_amdgcn_mfma_f32_16x16x16f16(half4 a, half4 b, float4v c, int, int, int) {
+  float fa[4], fb[4], fc[16], fd[16];
+  for (int v = 0; v < 4; ++v) { fa[v] = (float)a[v]; fb[v] = (float)b[v]; }
+  for (int r = 0; r < 4; ++r) fc[r] = c[r];
+  mfma<16>(fa, fb, fd, fc, 4);
+  float4v d; for (int r = 0; r < 4; ++r) d[r] = fd[r];
+  return d;
+}
+
+extern "C" const char* kgemu_launch(int gx, int gy, int gz, int threads, void (*fn)(void*), void* arg) {
+  error[0] = 0;
+  body = fn; body_arg = arg; nthreads = threads;
+  fibers.assign(threads, Fiber{});
+  while ((int)stacks.size() < threads) stacks.push_back((char*)std::malloc(STACK));
+  waves.assign((threads + WAVE - 1) / WAVE, Wave{});
+  mfma_slots.assign((threads + WAVE - 1) / WAVE, MfmaSlots{});
+  for (wg[2] = 0; wg[2] < gz; ++wg[2])
+    for (wg[1] = 0; wg[1] < gy; ++wg[1])
+      for (wg[0] = 0; wg[0] < gx; ++wg[0]) {
+        group = Group{};
+        for (int t = 0; t < threads; ++t) {
+          fibers[t] = Fiber{};
+          getcontext(&fibers[t].ctx);
+          fibers[t].ctx.uc_stack.ss_sp = stacks[t];
+          fibers[t].ctx.uc_stack.ss_size = STACK;
+          fibers[t].ctx.uc_link = nullptr;
+          makecontext(&fibers[t].ctx, entry, 0);
+        }
+        for (;;) {
+          long long before = progress;
+          int live = 0;
+          for (cur = 0; cur < threads; ++cur)
+            if (!fibers[cur].done) { ++live; swapcontext(&sched, &fibers[cur].ctx); }
+          if (error[0]) return error;
+          if (!live) break;
+          bool any_waiting = false, any_done = false;
+          for (auto& f : fibers) { any_waiting |= f.waiting; any_done |= f.done; }
+          if (progress == before && any_waiting) {
+            cur = 0;
+            fail(any_done ? "a barrier or cross-lane op that some threads of the workgroup never reach"
+                          : "no thread can go on: a barrier or cross-lane op is waited for in a different order");
+            return error;
+          }
+        }
+      }
+  return nullptr;
+}

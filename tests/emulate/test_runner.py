@@ -1,0 +1,120 @@
+"""kgen/emulate/runner.py: gfx942 kernels, as they ship, run on the CPU in 64-lane waves.
+
+The emulator's MFMA follows the CDNA3 ISA's register layouts (templates/emu/kgen_emu_rt.cpp);
+the generated kernels place their fragments by the descriptor's (kgen/hw/data/gfx942.yaml). A
+dot that matches its float64 reference is the two readings agreeing. Kernels that hang on the
+hardware (a barrier some threads never reach) or break the rules the emulator checks
+(readfirstlane of a value that differs between lanes) fail with EmulationError."""
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for helpers
+import helpers  # noqa: E402
+from kgen.backends import available
+from kgen.build import build_variant
+from kgen.driver import build_kernel
+from kgen.emulate.runner import EmulationError, run_kernel
+from kgen.hw.descriptor import load_target
+from kgen.knobs import knobs
+from kgen.spec.expr import eval_expr
+from kgen.spec.load import load_spec
+
+TORCH = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+@pytest.fixture(autouse=True)
+def _clang():
+    if not available("hip"):
+        if knobs().ci:
+            pytest.fail("CI=true but no clang for HIP was found")
+        pytest.skip("no clang for HIP found")
+
+
+def _spec(name: str):
+    return load_spec(Path(__file__).resolve().parents[2] / "specs" / f"{name}.yaml")
+
+
+def _run_spec(ls, variant, sizes, inputs, tunables=None):
+    """Every kernel of one variant, in order, on CPU tensors; outputs start as NaN."""
+    target = load_target("gfx942")
+    if tunables is None:
+        bv = build_variant(ls, variant, target, compile=False)
+        kernels, tunables = bv.kernels, bv.tunables
+    else:
+        kernels = [build_kernel(ls, i, variant, tunables, target) for i in range(len(ls.spec.kernels))]
+    env = {**variant, **tunables, **sizes}
+    tensors = dict(inputs)
+    for name in ls.spec.outputs():
+        shape = helpers.tensor_shape(ls, name, env)
+        tensors[name] = torch.full(shape, float("nan"), dtype=helpers.torch_dtype(ls, name, variant))
+    for ks, bk in zip(ls.spec.kernels, kernels):
+        grid = tuple(int(eval_expr(g, env)) for g in ks.grid)
+        run_kernel(bk, grid, tensors, sizes, {})
+    return tensors
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
+def test_softmax_runs_and_matches(dtype):
+    ls = _spec("softmax")
+    torch.manual_seed(1)
+    x = torch.randn(9, 1500).to(TORCH[dtype])  # ragged: 9 rows of 4-row blocks, 1500 of 1024-wide
+    out = _run_spec(ls, {"dtype": dtype}, {"M": 9, "N": 1500}, {"x": x})
+    ref, ref_lowp = helpers.reference(ls, {"x": x}), helpers.reference(ls, {"x": x}, exact=False)
+    helpers.check_close("y", out["y"], ref["y"], ref_lowp["y"])
+
+
+@pytest.mark.parametrize("dtype, tiles", [("bf16", None), ("fp16", None),
+                                          ("fp16", {"BLOCK_M": 64, "BLOCK_N": 32, "BLOCK_K": 16, "WARPS": 8}),
+                                          ("bf16", {"BLOCK_M": 64, "BLOCK_N": 32, "BLOCK_K": 16, "WARPS": 8})])
+def test_matmul_on_mfma_matches(dtype, tiles):
+    """The default tiles take v_mfma_f32_32x32x8; 64x32x16 on 8 warps takes 16x16x16."""
+    ls = _spec("matmul")
+    torch.manual_seed(2)
+    m, n, k = 100, 70, 96  # ragged in M and N, several blocks each way
+    a, b = torch.randn(m, k).to(TORCH[dtype]), torch.randn(k, n).to(TORCH[dtype])
+    out = _run_spec(ls, {"dtype": dtype}, {"M": m, "N": n, "K": k}, {"a": a, "b": b}, tiles)
+    ref, ref_lowp = helpers.reference(ls, {"a": a, "b": b}), helpers.reference(ls, {"a": a, "b": b}, exact=False)
+    helpers.check_close("c", out["c"], ref["c"], ref_lowp["c"])
+
+
+def _kernel(body: str, signature: str = "pi", threads: int = 128) -> SimpleNamespace:
+    """A hand-written kernel in the generated sources' dialect (kgen_hip.h, kgen_tile.h)."""
+    source = ('#include "kgen_hip.h"\n#include "kgen_tile.h"\n'
+              f"KG_KERNEL void probe(int* __restrict__ t_out, int n) {{\n  const int tid = kg::thread_id();\n{body}\n}}\n")
+    return SimpleNamespace(source=source, file=f"probe_{random.getrandbits(32):08x}.hip", name="probe", includes=(),
+                           signature=signature, threads=threads,
+                           arguments={"tensors": ["out"], "sizes": ["n"], "scalars": []})
+
+
+def test_cross_lane_and_barrier_semantics():
+    """shfl_xor (ds_bpermute over mbcnt's lane ids) pairs lanes of a 64-lane wave; a barrier
+    orders LDS between the waves of a workgroup."""
+    k = _kernel("""
+  KG_SHARED int lds[128];
+  lds[tid] = tid * 3;
+  kg::sync();
+  const int other = lds[127 - tid];
+  t_out[tid] = kg::shfl_xor(tid, 5) * 1000 + other;""")
+    out = torch.full((128,), -1, dtype=torch.int32)
+    run_kernel(k, (1,), {"out": out}, {"n": 128}, {})
+    tid = torch.arange(128)
+    assert torch.equal(out, ((tid ^ 5) * 1000 + (127 - tid) * 3).int())
+
+
+def test_a_barrier_some_threads_skip_is_an_error():
+    k = _kernel("  if (tid < 64) kg::sync();\n  t_out[tid] = 1;")
+    with pytest.raises(EmulationError, match="probe.*never reach"):
+        run_kernel(k, (1,), {"out": torch.zeros(128, dtype=torch.int32)}, {"n": 128}, {})
+
+
+def test_readfirstlane_of_a_value_that_differs_between_lanes_is_an_error():
+    k = _kernel("  t_out[tid] = __builtin_amdgcn_readfirstlane(tid);")
+    with pytest.raises(EmulationError, match="readfirstlane of a value that differs"):
+        run_kernel(k, (1,), {"out": torch.zeros(128, dtype=torch.int32)}, {"n": 128}, {})
