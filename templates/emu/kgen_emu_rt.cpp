@@ -122,38 +122,24 @@ template <int M> void mfma(const float* a, const float* b, float* d_out, const f
   wave_sync();
 }
 }  // namespace
-float16v __builtin_amdgcn_mfma_f32_32x32x8bf16_1k(short4 a, short4 b, float16v c, int, int, int) {
+namespace {
+float elem(short v) { return bf16f(v); }  // bf16, kept as its bits
+float elem(_Float16 v) { return (float)v; }
+// one lane's MFMA: its 4 A and 4 B values widened to float, its C registers in, D out
+template <int M, int NREGS, class In, class Acc> Acc mfma_lane(In a, In b, Acc c) {
   float fa[4], fb[4], fc[16], fd[16];
-  for (int v = 0; v < 4; ++v) { fa[v] = bf16f(a[v]); fb[v] = bf16f(b[v]); }
-  for (int r = 0; r < 16; ++r) fc[r] = c[r];
-  mfma<32>(fa, fb, fd, fc, 16);
-  float16v d; for (int r = 0; r < 16; ++r) d[r] = fd[r];
+  for (int v = 0; v < 4; ++v) { fa[v] = elem(a[v]); fb[v] = elem(b[v]); }
+  for (int r = 0; r < NREGS; ++r) fc[r] = c[r];
+  mfma<M>(fa, fb, fd, fc, NREGS);
+  Acc d;
+  for (int r = 0; r < NREGS; ++r) d[r] = fd[r];
   return d;
 }
-float4v __builtin_amdgcn_mfma_f32_16x16x16bf16_1k(short4 a, short4 b, float4v c, int, int, int) {
-  float fa[4], fb[4], fc[16], fd[16];
-  for (int v = 0; v < 4; ++v) { fa[v] = bf16f(a[v]); fb[v] = bf16f(b[v]); }
-  for (int r = 0; r < 4; ++r) fc[r] = c[r];
-  mfma<16>(fa, fb, fd, fc, 4);
-  float4v d; for (int r = 0; r < 4; ++r) d[r] = fd[r];
-  return d;
-}
-float16v __builtin_amdgcn_mfma_f32_32x32x8f16(half4 a, half4 b, float16v c, int, int, int) {
-  float fa[4], fb[4], fc[16], fd[16];
-  for (int v = 0; v < 4; ++v) { fa[v] = (float)a[v]; fb[v] = (float)b[v]; }
-  for (int r = 0; r < 16; ++r) fc[r] = c[r];
-  mfma<32>(fa, fb, fd, fc, 16);
-  float16v d; for (int r = 0; r < 16; ++r) d[r] = fd[r];
-  return d;
-}
-float4v __builtin_amdgcn_mfma_f32_16x16x16f16(half4 a, half4 b, float4v c, int, int, int) {
-  float fa[4], fb[4], fc[16], fd[16];
-  for (int v = 0; v < 4; ++v) { fa[v] = (float)a[v]; fb[v] = (float)b[v]; }
-  for (int r = 0; r < 4; ++r) fc[r] = c[r];
-  mfma<16>(fa, fb, fd, fc, 4);
-  float4v d; for (int r = 0; r < 4; ++r) d[r] = fd[r];
-  return d;
-}
+}  // namespace
+float16v __builtin_amdgcn_mfma_f32_32x32x8bf16_1k(short4 a, short4 b, float16v c, int, int, int) { return mfma_lane<32, 16>(a, b, c); }
+float4v __builtin_amdgcn_mfma_f32_16x16x16bf16_1k(short4 a, short4 b, float4v c, int, int, int) { return mfma_lane<16, 4>(a, b, c); }
+float16v __builtin_amdgcn_mfma_f32_32x32x8f16(half4 a, half4 b, float16v c, int, int, int) { return mfma_lane<32, 16>(a, b, c); }
+float4v __builtin_amdgcn_mfma_f32_16x16x16f16(half4 a, half4 b, float4v c, int, int, int) { return mfma_lane<16, 4>(a, b, c); }
 
 extern "C" const char* kgemu_launch(int gx, int gy, int gz, int threads, void (*fn)(void*), void* arg) {
   error[0] = 0;
