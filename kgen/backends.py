@@ -28,10 +28,14 @@ class Backend:
     find_compiler: Callable[[], Path]  # ToolchainError when there is none
     compile: Callable[..., CompileResult]  # (source, arch, include_dirs=, extra_flags=)
     report_columns: tuple[str, ...]  # `kgen build`'s resource columns (kgen.report)
+    # the inline assembly's names of the 16-bit float types (a shared body's unit defines the
+    # one it is for, kgen.codegen.render.render_unit); empty where the kernels write no assembly
+    asm_type_names: tuple[tuple[str, str], ...] = ()
 
 
 CUDA = Backend("cuda", "cuda/kernel.cu.j2", ("cuda/kgen_cuda.h", "common/kgen_tile.h"), ".cu", ".cuh", ".cubin",
-               find_nvcc, compile_cuda, ("regs", "smem", "spills", "HMMA"))
+               find_nvcc, compile_cuda, ("regs", "smem", "spills", "HMMA"),
+               (("bf16", "bf16"), ("fp16", "f16")))  # PTX ISA, "Fundamental types"
 HIP = Backend("hip", "hip/kernel.hip.j2", ("hip/kgen_hip.h", "common/kgen_tile.h"), ".hip", ".h", ".hsaco",
               find_hip_clang, compile_hip, ("VGPR", "AGPR", "LDS", "scratch", "occupancy", "MFMA"))
 BACKENDS = {b.name: b for b in (CUDA, HIP)}

@@ -71,11 +71,6 @@ def build_kernel(ls: LoadedSpec, index: int, variant: dict[str, Any], tunables: 
     be, spec_file, half = backend(target.backend), display_path(ls.path), shared_half(ls, kernel, variant)
     source = render_kernel(kernel, target, spec_file=spec_file, program_line=line, variant=variant, half=half)
     includes: tuple[tuple[str, str], ...] = ()
-
-    @property
-    def text(self) -> str:
-        """The source and the bodies it includes: all the kernel's text (for searching it)."""
-        return "\n".join([self.source, *(t for _, t in self.includes)])
     if half is not None:  # the body, named by its content, and the unit that compiles it for `half`
         body_file = f"{kernel.name}__{source_digest(source)}{be.body_suffix}"
         includes = ((body_file, source),)

@@ -17,7 +17,7 @@ from ..paths import templates_dir
 from .coords import tensor_param
 from .emit import HALF_TYPE, MAX_STRIDES_MACRO, VIEWS, Emitter, ctype, literal
 from .tma import map_param, tensor_maps
-from .wgmma import HALF_PTX, PTX_TYPE
+from .wgmma import HALF_PTX
 
 C_FUNCS = {"cdiv": "kg::cdiv", "min": "kg::min_", "max": "kg::max_"}  # a size expression's functions in C
 
@@ -183,5 +183,5 @@ def render_unit(kernel: str, target: Target, *, spec_file: str, half: str, body_
     return environment().get_template("common/unit.j2").render(
         version=__version__, spec_file=spec_file, kernel=kernel, target=target.name, half=half,
         headers=[h.rsplit("/", 1)[-1] for h in be.headers],
-        half_type=HALF_TYPE, half_ctype=ctype(half), half_ptx=PTX_TYPE[half] if target.backend == "cuda" else "",
+        half_type=HALF_TYPE, half_ctype=ctype(half), half_ptx=dict(be.asm_type_names).get(half, ""),
         half_ptx_macro=HALF_PTX, body_file=body_file)

@@ -21,6 +21,7 @@ in the writing threads before the barrier (templates: stage, wait_async).
 """
 from __future__ import annotations
 
+from ..backends import CUDA
 from ..ir.core import ELEM_BYTES
 from ..ir.passes.operands import CORE_BYTES, CORE_ROWS, SWIZZLE_ATOM_BYTES, SWIZZLE_BYTES
 from .cexpr import add, div, lit, mod, mul, sym
@@ -74,8 +75,7 @@ def operand_ctx(emitter, op, role: str, instr, name_of) -> dict:
             "mode": swizzle_mode(st.attrs), "offset": offset, "trans": int(major == "mn")}
 
 
-# PTX's names of the element types (PTX ISA, "Fundamental types")
-PTX_TYPE = {"bf16": "bf16", "fp16": "f16"}
+PTX_TYPE = dict(CUDA.asm_type_names)  # PTX's names of the element types
 HALF_PTX = "KG_HALF_PTX"  # a shared source's unit defines it: the PTX name of its 16-bit type
 
 
