@@ -2,20 +2,26 @@
 
 The source and the bodies it includes are compiled as they ship, with the real kgen_hip.h and
 kgen_tile.h; `-include kgen_emu_prelude.h` first defines what the GPU compile gets from clang:
-the kernel attributes as host C++ (LDS as one static array per kernel, shared by the fibers of
+the kernel attributes as host C++ (LDS as static arrays in one section, shared by the fibers of
 the workgroup that runs) and the builtins as calls into templates/emu/kgen_emu_rt.cpp. There
 every thread of a workgroup is a fiber; a cross-lane builtin (ds_bpermute, readfirstlane, MFMA)
 is a rendezvous of its wave's 64 lanes, `s_barrier` one of the workgroup's threads, and
-workgroups run one after another. A rendezvous some threads never reach, or readfirstlane of a
-value that differs between lanes, is an EmulationError naming the kernel and the thread.
+workgroups run one after another. Every load and store of the kernel's code is checked
+(kgen_emu_memcheck.cpp): against the launch's tensors, the LDS allocation and the thread's
+private memory, and in LDS for races between barriers and reads of bytes never written.
+A rendezvous some threads never reach, readfirstlane of a value that differs between lanes, or
+a failed memory check is an EmulationError naming the kernel, the thread and, through the
+library's line tables, the generated line and its spec position.
 """
 from __future__ import annotations
 
 import ctypes
 import hashlib
+import re
 import shutil
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -24,11 +30,20 @@ import jinja2
 
 from ..errors import KgenError
 from ..paths import templates_dir
-from ..toolchain.hip import find_hip_clang
+from ..toolchain.hip import find_hip_clang, find_llvm_tool
+from ..toolchain.resources import spec_location_for
 
-HEADERS = ("hip/kgen_hip.h", "common/kgen_tile.h", "emu/kgen_emu_prelude.h")
-RUNTIME = "emu/kgen_emu_rt.cpp"
+HEADERS = ("hip/kgen_hip.h", "common/kgen_tile.h", "emu/kgen_emu_prelude.h", "emu/kgen_emu_rt.h")
+RUNTIME = ("emu/kgen_emu_rt.cpp", "emu/kgen_emu_memcheck.cpp")
 C_TYPES = {"p": ctypes.c_void_p, "l": ctypes.c_longlong, "i": ctypes.c_int, "f": ctypes.c_float}
+# The kernel's own code calls the memory checks (kgen_emu_memcheck.cpp) before every load, store
+# and block copy: AddressSanitizer's instrumentation as calls, without its shadow memory, stack
+# or global redzones, or runtime (LLVM's AddressSanitizer.cpp options)
+INSTRUMENT = ("-fsanitize=address", "-fsanitize-address-use-after-return=never",
+              "-mllvm", "-asan-instrumentation-with-call-threshold=0",
+              "-mllvm", "-asan-stack=0", "-mllvm", "-asan-globals=0",
+              # also the accesses it can prove in bounds of a global (LDS at a constant offset)
+              "-mllvm", "-asan-opt-globals=0")
 
 
 class EmulationError(KgenError):
@@ -38,8 +53,43 @@ class EmulationError(KgenError):
 _workdir = tempfile.TemporaryDirectory(prefix="kgen-emu-")
 
 
+def _compile(cmd: list[str], cwd: Path, what: str) -> None:
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise EmulationError(f"{what}: the host compile for emulation failed: "
+                             f"{(proc.stderr.strip().splitlines() or ['no message'])[0]}")
+
+
+def _copy_headers(folder: Path) -> None:
+    for rel in (*HEADERS, *RUNTIME):
+        shutil.copy(templates_dir() / rel, folder / Path(rel).name)
+
+
 @lru_cache(maxsize=None)
-def compiled(source: str, file: str, kernel: str, includes: tuple[tuple[str, str], ...] = ()) -> ctypes.CDLL:
+def _runtime_objects() -> tuple[Path, ...]:
+    """The emulation runtime, compiled once per process, without the instrumentation."""
+    folder = Path(_workdir.name) / "runtime"
+    folder.mkdir(exist_ok=True)
+    _copy_headers(folder)
+    objects = []
+    for rel in RUNTIME:
+        obj = folder / (Path(rel).stem + ".o")
+        _compile([str(find_hip_clang()), "-x", "c++", "-std=c++17", "-O1", "-fPIC", "-fvisibility=hidden",
+                  "-w", "-c", Path(rel).name, "-o", obj.name], folder, rel)
+        objects.append(obj)
+    return tuple(objects)
+
+
+@dataclass
+class Library:
+    """A kernel built for the host: the loaded library and what its errors are read against."""
+    lib: ctypes.CDLL
+    path: Path
+    sources: dict[str, str]  # file name -> text: the kernel's source and the bodies it includes
+
+
+@lru_cache(maxsize=None)
+def compiled(source: str, file: str, kernel: str, includes: tuple[tuple[str, str], ...] = ()) -> Library:
     """The kernel's source (and the bodies it includes) built into a shared library with the
     emulation runtime; once per process and content."""
     digest = hashlib.sha256("\0".join([source, file, kernel, *(t for _, t in includes)]).encode()).hexdigest()[:16]
@@ -48,34 +98,78 @@ def compiled(source: str, file: str, kernel: str, includes: tuple[tuple[str, str
     (folder / file).write_text(source)
     for name, text in includes:
         (folder / name).write_text(text)
-    for rel in (*HEADERS, RUNTIME):
-        shutil.copy(templates_dir() / rel, folder / Path(rel).name)
+    _copy_headers(folder)
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())), undefined=jinja2.StrictUndefined)
     (folder / "launch.cpp").write_text(env.get_template("emu/launch.cpp.j2").render(source=file, kernel=kernel))
     library = folder / f"{kernel}.so"
-    cmd = [str(find_hip_clang()), "-x", "c++", "-std=c++17", "-O1", "-fPIC", "-shared", "-w",
-           "-include", "kgen_emu_prelude.h", "launch.cpp", Path(RUNTIME).name, "-o", library.name]
-    proc = subprocess.run(cmd, cwd=folder, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise EmulationError(f"{file}: the host compile for emulation failed: "
-                             f"{(proc.stderr.strip().splitlines() or ['no message'])[0]}")
+    # line tables, so that an error names the generated line (and through it the spec's)
+    _compile([str(find_hip_clang()), "-x", "c++", "-std=c++17", "-O1", "-fPIC", "-shared", "-w", "-gline-tables-only",
+              *INSTRUMENT, "-include", "kgen_emu_prelude.h", "launch.cpp",
+              "-x", "none", *map(str, _runtime_objects()), "-o", library.name], folder, file)
     lib = ctypes.CDLL(str(library))
     lib.kgemu_run.restype = ctypes.c_char_p
-    lib.kgemu_run.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
-    return lib
+    lib.kgemu_run.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                              ctypes.c_int, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_void_p),
+                              ctypes.POINTER(ctypes.c_longlong)]
+    lib.kgemu_error_pc.restype = ctypes.c_void_p
+    return Library(lib, library, {file: source, **dict(includes)})
 
 
-def launch(bk: Any, grid: tuple[int, ...], args: list[Any]) -> None:
+def _where(built: Library) -> str:
+    """' at FILE:LINE (spec L:C)' for the kernel code the last error arose in, when the
+    symbolizer can tell."""
+    pc = built.lib.kgemu_error_pc()
+    symbolizer = find_llvm_tool("llvm-symbolizer", find_hip_clang())
+    if not pc or symbolizer is None:
+        return ""
+    base = _load_base(built.path)
+    if base is None:
+        return ""
+    proc = subprocess.run([str(symbolizer), f"--obj={built.path}", "--inlining", hex(pc - base - 1)],
+                          capture_output=True, text=True)
+    for line in proc.stdout.splitlines():  # innermost frame first: the first in a generated file
+        m = re.match(r"(.+):(\d+):\d+$", line.strip())
+        if m and Path(m.group(1)).name in built.sources and int(m.group(2)) > 0:
+            name, number = Path(m.group(1)).name, int(m.group(2))
+            spec = spec_location_for(built.sources[name], number)
+            return f" at {name}:{number}" + (f" (spec {spec})" if spec else "")
+    return ""
+
+
+def _load_base(path: Path) -> int | None:
+    """Where the dynamic loader put the library (its first mapping, /proc/self/maps)."""
+    try:
+        maps = Path("/proc/self/maps").read_text().splitlines()
+    except OSError:
+        return None
+    starts = [int(line.split("-")[0], 16) for line in maps if line.endswith(str(path.resolve()))]
+    return min(starts) if starts else None
+
+
+def launch(bk: Any, grid: tuple[int, ...], args: list[Any], regions: dict[str, tuple[int, int]] | None = None) -> None:
     """Run kernel `bk` (a kgen.driver.BuiltKernel for a HIP target) over `grid` workgroups with
-    `args` in its signature's order (pointers as integers)."""
+    `args` in its signature's order (pointers as integers). `regions`: name -> (address, bytes)
+    of the memory the kernel may access besides its LDS and private memory."""
     if len(args) != len(bk.signature):
         raise EmulationError(f"{bk.file}: {len(args)} arguments for a signature of {len(bk.signature)} ({bk.signature})")
     values = [C_TYPES[kind](a) for kind, a in zip(bk.signature, args)]
     argv = (ctypes.c_void_p * len(values))(*[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in values])
+    regions = regions or {}
+    names = (ctypes.c_char_p * max(1, len(regions)))(*[n.encode() for n in regions])
+    ptrs = (ctypes.c_void_p * max(1, len(regions)))(*[a for a, _ in regions.values()])
+    sizes = (ctypes.c_longlong * max(1, len(regions)))(*[b for _, b in regions.values()])
     gx, gy, gz = (*grid, 1, 1)[:3]
-    error = compiled(bk.source, bk.file, bk.name, tuple(bk.includes)).kgemu_run(argv, gx, gy, gz, bk.threads)
+    built = compiled(bk.source, bk.file, bk.name, tuple(bk.includes))
+    error = built.lib.kgemu_run(argv, gx, gy, gz, bk.threads, len(regions), names, ptrs, sizes)
     if error:
-        raise EmulationError(f"{bk.name} ({bk.file}): {error.decode()}")
+        raise EmulationError(f"{bk.name} ({bk.file}): {error.decode()}{_where(built)}")
+
+
+def extent(x: Any) -> int:
+    """The bytes a strided tensor's elements span, from its first to past its last."""
+    if x.numel() == 0:
+        return 0
+    return (1 + sum((n - 1) * abs(st) for n, st in zip(x.shape, x.stride()))) * x.element_size()
 
 
 def run_kernel(bk: Any, grid: tuple[int, ...], tensors: dict[str, Any], sizes: dict[str, int],
@@ -83,9 +177,11 @@ def run_kernel(bk: Any, grid: tuple[int, ...], tensors: dict[str, Any], sizes: d
     """Launch `bk` on CPU tensors (contiguous or strided), its arguments taken as a GPU launch
     takes them (kgen.runtime.op): each tensor's pointer and leading strides, then sizes, scalars."""
     args: list[Any] = []
+    regions = {}
     for name in bk.arguments["tensors"]:
         x = tensors[name]
         args += [x.data_ptr(), *x.stride()[:-1]]
+        regions[name] = (x.data_ptr(), extent(x))
     args += [int(sizes[s]) for s in bk.arguments["sizes"]]
     args += [float(scalars[s]) for s in bk.arguments["scalars"]]
-    launch(bk, grid, args)
+    launch(bk, grid, args, regions)

@@ -1,9 +1,11 @@
 // What the host C++ compile of a kgen HIP source sees in place of the GPU: the attributes as
 // host C++, the builtins as calls into the emulation runtime (kgen_emu_rt.cpp).
 #pragma once
-#define KG_DEVICE inline
+#define KG_DEVICE __attribute__((always_inline)) inline  // as on the GPU: an error names the kernel line
 #define KG_KERNEL extern "C"
-#define KG_SHARED static
+// LDS: static arrays in one section, whose bounds the memory checks read (kgen_emu_memcheck.cpp);
+// `used`, so that the optimizer takes their contents as unknown, as LDS is on the GPU
+#define KG_SHARED static __attribute__((section("kgemu_lds"), used))
 #define __HIP_MEMORY_SCOPE_AGENT 3
 // the kernel attribute that bounds the workgroup size, empty on the host
 #define amdgpu_flat_work_group_size(lo, hi)

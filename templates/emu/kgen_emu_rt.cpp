@@ -1,55 +1,73 @@
 // Host runtime of the wave64 emulation: every thread of a workgroup is a fiber (ucontext); a
 // cross-lane builtin or a barrier is a rendezvous of the wave's or the workgroup's fibers.
-#include <ucontext.h>
+// Fibers switch only there, so between two rendezvous a thread runs alone.
+#include "kgen_emu_rt.h"
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <vector>
 
-namespace {
-constexpr int WAVE = 64;
-constexpr size_t STACK = 1 << 22;
-struct Fiber { ucontext_t ctx; bool done = false; bool waiting = false; };
-struct Wave { int arrived = 0; unsigned gen = 0; long long slot[WAVE]; };
-struct Group { int arrived = 0; unsigned gen = 0; };
+namespace kgemu {
 std::vector<Fiber> fibers;
 std::vector<char*> stacks;
+int cur = 0, nthreads = 0, wg[3];
+unsigned epoch = 0, wg_epoch = 0;
+char error[1024];
+const void* error_pc = nullptr;
+namespace {
+struct Wave { int arrived = 0; unsigned gen = 0; long long slot[WAVE]; };
+struct Group { int arrived = 0; unsigned gen = 0; };
 std::vector<Wave> waves;
 Group group;
 ucontext_t sched;
-int cur = 0, nthreads = 0, wg[3];
 void (*body)(void*) = nullptr;
 void* body_arg = nullptr;
 long long progress = 0;
-char error[512];
+std::vector<const void*> wait_pc;  // where each waiting thread waits
 
-void fail(const char* what) {
-  if (!error[0]) std::snprintf(error, sizeof error, "%s (thread %d of workgroup %d,%d,%d)", what, cur, wg[0], wg[1], wg[2]);
+void record(const char* what, int t, const void* pc) {
+  if (error[0]) return;
+  std::snprintf(error, sizeof error, "%s (thread %d of workgroup %d,%d,%d)", what, t, wg[0], wg[1], wg[2]);
+  error_pc = pc;
 }
 void yield() { swapcontext(&fibers[cur].ctx, &sched); }
-void entry() { body(body_arg); fibers[cur].done = true; swapcontext(&fibers[cur].ctx, &sched); }
+void entry() { body(body_arg); settle(); fibers[cur].done = true; swapcontext(&fibers[cur].ctx, &sched); }
 int lanes_of(int w) { int n = nthreads - w * WAVE; return n < WAVE ? n : WAVE; }
-void wave_sync() {
+void wave_sync(const void* pc) {
+  settle();
   Wave& w = waves[cur / WAVE];
   unsigned g = w.gen;
   ++progress;
   if (++w.arrived == lanes_of(cur / WAVE)) { w.arrived = 0; ++w.gen; return; }
   fibers[cur].waiting = true;
-  while (w.gen == g && !error[0]) yield();
+  wait_pc[cur] = pc;
+  while (w.gen == g) yield();
   fibers[cur].waiting = false;
 }
 }  // namespace
 
+void fail(const char* what, const void* pc) {
+  record(what, cur, pc);
+  fibers[cur].done = true;  // never resumed: the launch ends with the error
+  swapcontext(&fibers[cur].ctx, &sched);
+  std::abort();
+}
+}  // namespace kgemu
+
+using namespace kgemu;
+#define PC __builtin_return_address(0)
 int __builtin_amdgcn_workitem_id_x() { return cur; }
 int __builtin_amdgcn_workgroup_id_x() { return wg[0]; }
 int __builtin_amdgcn_workgroup_id_y() { return wg[1]; }
 int __builtin_amdgcn_workgroup_id_z() { return wg[2]; }
+// S_BARRIER: every wave of the workgroup arrives before any goes on; a new LDS interval begins
 void __builtin_amdgcn_s_barrier() {
+  settle();
   unsigned g = group.gen;
   ++progress;
-  if (++group.arrived == nthreads) { group.arrived = 0; ++group.gen; return; }
+  if (++group.arrived == nthreads) { group.arrived = 0; ++group.gen; ++epoch; return; }
   fibers[cur].waiting = true;
-  while (group.gen == g && !error[0]) yield();
+  wait_pc[cur] = PC;
+  while (group.gen == g) yield();
   fibers[cur].waiting = false;
 }
 // V_MBCNT_LO/HI_U32_B32 (CDNA3 ISA): src1 plus the set bits of src0 among the lanes below this one
@@ -67,20 +85,20 @@ unsigned __builtin_amdgcn_mbcnt_hi(unsigned mask, unsigned acc) {
 int __builtin_amdgcn_ds_bpermute(int addr, int v) {
   Wave& w = waves[cur / WAVE];
   w.slot[cur % WAVE] = v;
-  wave_sync();
+  wave_sync(PC);
   int r = (int)w.slot[(addr >> 2) & (WAVE - 1)];
-  wave_sync();
+  wave_sync(PC);
   return r;
 }
 // V_READFIRSTLANE_B32: the value of the wave's first active lane (all lanes are active here)
 int __builtin_amdgcn_readfirstlane(int v) {
   Wave& w = waves[cur / WAVE];
   w.slot[cur % WAVE] = v;
-  wave_sync();
+  wave_sync(PC);
   int r = (int)w.slot[0];
   for (int l = 0; l < lanes_of(cur / WAVE); ++l)
-    if ((int)w.slot[l] != r) fail("readfirstlane of a value that differs between the lanes of a wave");
-  wave_sync();
+    if ((int)w.slot[l] != r) fail("readfirstlane of a value that differs between the lanes of a wave", PC);
+  wave_sync(PC);
   return r;
 }
 
@@ -97,13 +115,13 @@ namespace {
 struct MfmaSlots { float a[WAVE][4], b[WAVE][4], c[WAVE][16], d[WAVE][16]; };
 std::vector<MfmaSlots> mfma_slots;
 float bf16f(short v) { unsigned u = (unsigned)(unsigned short)v << 16; float f; std::memcpy(&f, &u, 4); return f; }
-template <int M> void mfma(const float* a, const float* b, float* d_out, const float* c_in, int nregs) {
+template <int M> void mfma(const float* a, const float* b, float* d_out, const float* c_in, int nregs, const void* pc) {
   MfmaSlots& s = mfma_slots[cur / WAVE];
   const int lane = cur % WAVE;
   std::memcpy(s.a[lane], a, sizeof(float) * 4);
   std::memcpy(s.b[lane], b, sizeof(float) * 4);
   std::memcpy(s.c[lane], c_in, sizeof(float) * nregs);
-  wave_sync();
+  wave_sync(pc);
   if (lane == 0) {  // one lane computes the whole product for the wave
     const int K = M == 32 ? 8 : 16;
     float A[32][16], B[16][32];
@@ -117,34 +135,40 @@ template <int M> void mfma(const float* a, const float* b, float* d_out, const f
         s.d[l][r] = acc;
       }
   }
-  wave_sync();
+  wave_sync(pc);
   std::memcpy(d_out, s.d[lane], sizeof(float) * nregs);
-  wave_sync();
+  wave_sync(pc);
 }
 }  // namespace
 namespace {
 float elem(short v) { return bf16f(v); }  // bf16, kept as its bits
 float elem(_Float16 v) { return (float)v; }
 // one lane's MFMA: its 4 A and 4 B values widened to float, its C registers in, D out
-template <int M, int NREGS, class In, class Acc> Acc mfma_lane(In a, In b, Acc c) {
+template <int M, int NREGS, class In, class Acc> Acc mfma_lane(In a, In b, Acc c, const void* pc) {
   float fa[4], fb[4], fc[16], fd[16];
   for (int v = 0; v < 4; ++v) { fa[v] = elem(a[v]); fb[v] = elem(b[v]); }
   for (int r = 0; r < NREGS; ++r) fc[r] = c[r];
-  mfma<M>(fa, fb, fd, fc, NREGS);
+  mfma<M>(fa, fb, fd, fc, NREGS, pc);
   Acc d;
   for (int r = 0; r < NREGS; ++r) d[r] = fd[r];
   return d;
 }
 }  // namespace
-float16v __builtin_amdgcn_mfma_f32_32x32x8bf16_1k(short4 a, short4 b, float16v c, int, int, int) { return mfma_lane<32, 16>(a, b, c); }
-float4v __builtin_amdgcn_mfma_f32_16x16x16bf16_1k(short4 a, short4 b, float4v c, int, int, int) { return mfma_lane<16, 4>(a, b, c); }
-float16v __builtin_amdgcn_mfma_f32_32x32x8f16(half4 a, half4 b, float16v c, int, int, int) { return mfma_lane<32, 16>(a, b, c); }
-float4v __builtin_amdgcn_mfma_f32_16x16x16f16(half4 a, half4 b, float4v c, int, int, int) { return mfma_lane<16, 4>(a, b, c); }
+float16v __builtin_amdgcn_mfma_f32_32x32x8bf16_1k(short4 a, short4 b, float16v c, int, int, int) { return mfma_lane<32, 16>(a, b, c, PC); }
+float4v __builtin_amdgcn_mfma_f32_16x16x16bf16_1k(short4 a, short4 b, float4v c, int, int, int) { return mfma_lane<16, 4>(a, b, c, PC); }
+float16v __builtin_amdgcn_mfma_f32_32x32x8f16(half4 a, half4 b, float16v c, int, int, int) { return mfma_lane<32, 16>(a, b, c, PC); }
+float4v __builtin_amdgcn_mfma_f32_16x16x16f16(half4 a, half4 b, float4v c, int, int, int) { return mfma_lane<16, 4>(a, b, c, PC); }
 
-extern "C" const char* kgemu_launch(int gx, int gy, int gz, int threads, void (*fn)(void*), void* arg) {
+extern "C" __attribute__((visibility("default"))) const void* kgemu_error_pc() { return error_pc; }
+extern "C" __attribute__((visibility("default"))) const char* kgemu_launch(
+    int gx, int gy, int gz, int threads, void (*fn)(void*), void* arg,
+    int nregions, const char* const* names, void* const* ptrs, const long long* bytes) {
   error[0] = 0;
+  error_pc = nullptr;
+  set_regions(nregions, names, ptrs, bytes);
   body = fn; body_arg = arg; nthreads = threads;
   fibers.assign(threads, Fiber{});
+  wait_pc.assign(threads, nullptr);
   while ((int)stacks.size() < threads) stacks.push_back((char*)std::malloc(STACK));
   waves.assign((threads + WAVE - 1) / WAVE, Wave{});
   mfma_slots.assign((threads + WAVE - 1) / WAVE, MfmaSlots{});
@@ -152,6 +176,7 @@ extern "C" const char* kgemu_launch(int gx, int gy, int gz, int threads, void (*
     for (wg[1] = 0; wg[1] < gy; ++wg[1])
       for (wg[0] = 0; wg[0] < gx; ++wg[0]) {
         group = Group{};
+        begin_workgroup();
         for (int t = 0; t < threads; ++t) {
           fibers[t] = Fiber{};
           getcontext(&fibers[t].ctx);
@@ -164,15 +189,22 @@ extern "C" const char* kgemu_launch(int gx, int gy, int gz, int threads, void (*
           long long before = progress;
           int live = 0;
           for (cur = 0; cur < threads; ++cur)
-            if (!fibers[cur].done) { ++live; swapcontext(&sched, &fibers[cur].ctx); }
-          if (error[0]) return error;
+            if (!fibers[cur].done) {
+              ++live;
+              swapcontext(&sched, &fibers[cur].ctx);
+              if (error[0]) return error;
+            }
           if (!live) break;
-          bool any_waiting = false, any_done = false;
-          for (auto& f : fibers) { any_waiting |= f.waiting; any_done |= f.done; }
-          if (progress == before && any_waiting) {
-            cur = 0;
-            fail(any_done ? "a barrier or cross-lane op that some threads of the workgroup never reach"
-                          : "no thread can go on: a barrier or cross-lane op is waited for in a different order");
+          int waiter = -1;
+          bool any_done = false;
+          for (int t = 0; t < threads; ++t) {
+            if (fibers[t].waiting && waiter < 0) waiter = t;
+            any_done |= fibers[t].done;
+          }
+          if (progress == before && waiter >= 0) {
+            record(any_done ? "a barrier or cross-lane op that some threads of the workgroup never reach"
+                            : "no thread can go on: a barrier or cross-lane op is waited for in a different order",
+                   waiter, wait_pc[waiter]);
             return error;
           }
         }

@@ -118,3 +118,35 @@ def test_readfirstlane_of_a_value_that_differs_between_lanes_is_an_error():
     k = _kernel("  t_out[tid] = __builtin_amdgcn_readfirstlane(tid);")
     with pytest.raises(EmulationError, match="readfirstlane of a value that differs"):
         run_kernel(k, (1,), {"out": torch.zeros(128, dtype=torch.int32)}, {"n": 128}, {})
+
+
+# Memory checks (templates/emu/kgen_emu_memcheck.cpp): like compute-sanitizer's memcheck,
+# racecheck and initcheck, an error names the kernel, the thread, the address and the line.
+@pytest.mark.parametrize("body, message", [
+    ("  t_out[tid + 1] = 1;", r"out-of-bounds 4-byte write at 0x[0-9a-f]+, 0 bytes past the end of tensor 'out' \(512 bytes\) "
+                              r"\(thread 127 of workgroup 0,0,0\) at probe_\w+\.hip:5"),
+    ("  t_out[tid] = t_out[tid - 2];", r"out-of-bounds 4-byte read at 0x[0-9a-f]+, 8 bytes before the start of tensor 'out'"),
+    ("  t_out[tid + (1 << 24)] = 1;", r"out-of-bounds 4-byte write .*not in any tensor argument"),
+    ("  KG_SHARED int lds[64];\n  lds[tid] = 1;", r"out-of-bounds 4-byte write .*past the end of the LDS allocation \(256 bytes\)"),
+    # a barrier missing between a write and another thread's read of it (read after write)
+    ("  KG_SHARED int lds[128];\n  lds[tid] = tid;\n  t_out[tid] = lds[tid > 0 ? tid - 1 : 0];",
+     r"reads LDS byte \d+ that thread \d+ \(wave \d, lane \d+\) wrote since the last barrier \(a race"),
+    # a write over what another thread read since the last barrier (write after read)
+    ("  KG_SHARED int lds[129];\n  lds[tid] = tid;\n  lds[128] = 0;\n  kg::sync();\n  const int v = lds[tid + 1];\n  lds[tid] = v + 1;\n  t_out[tid] = v;",
+     r"overwrites LDS byte \d+ that thread \d+ \(wave \d, lane \d+\) read since the last barrier"),
+    ("  KG_SHARED int lds[128];\n  lds[tid & 1] = tid;\n  kg::sync();\n  t_out[tid] = lds[0];",
+     r"writes another value into LDS byte \d+ that thread \d+ .* wrote since the last barrier"),
+    ("  KG_SHARED int lds[128];\n  t_out[tid] = lds[tid];", r"reads, before any thread of the workgroup wrote it, LDS byte 0 "),
+])
+def test_memory_checks_find_the_error(body, message):
+    k = _kernel(body)
+    with pytest.raises(EmulationError, match="probe .*" + message):
+        run_kernel(k, (1,), {"out": torch.zeros(128, dtype=torch.int32)}, {"n": 128}, {})
+
+
+def test_threads_that_store_one_value_to_one_place_do_not_race():
+    """Copies of one value (a tile replicated across waves) all stored to LDS: no order matters."""
+    k = _kernel("  KG_SHARED int lds[4];\n  lds[tid & 3] = (tid & 3) * 7;\n  kg::sync();\n  t_out[tid] = lds[3 - (tid & 3)];")
+    out = torch.zeros(128, dtype=torch.int32)
+    run_kernel(k, (1,), {"out": out}, {"n": 128}, {})
+    assert torch.equal(out, (3 - (torch.arange(128) & 3)).int() * 7)
