@@ -31,13 +31,25 @@ class Backend:
     # the inline assembly's names of the 16-bit float types (a shared body's unit defines the
     # one it is for, kgen.codegen.render.render_unit); empty where the kernels write no assembly
     asm_type_names: tuple[tuple[str, str], ...] = ()
+    # runs one of its kernels on CPU tensors in an emulation of the hardware, (kernel, grid,
+    # tensors, sizes, scalars); None where there is none
+    emulate: Callable[..., None] | None = None
 
 
 CUDA = Backend("cuda", "cuda/kernel.cu.j2", ("cuda/kgen_cuda.h", "common/kgen_tile.h"), ".cu", ".cuh", ".cubin",
                find_nvcc, compile_cuda, ("regs", "smem", "spills", "HMMA"),
                (("bf16", "bf16"), ("fp16", "f16")))  # PTX ISA, "Fundamental types"
+
+
+def _emulate_wave64(bk, grid, tensors, sizes, scalars) -> None:
+    from .emulate.runner import run_kernel  # ctypes and a host compile: only when emulating
+
+    run_kernel(bk, grid, tensors, sizes, scalars)
+
+
 HIP = Backend("hip", "hip/kernel.hip.j2", ("hip/kgen_hip.h", "common/kgen_tile.h"), ".hip", ".h", ".hsaco",
-              find_hip_clang, compile_hip, ("VGPR", "AGPR", "LDS", "scratch", "occupancy", "MFMA"))
+              find_hip_clang, compile_hip, ("VGPR", "AGPR", "LDS", "scratch", "occupancy", "MFMA"),
+              emulate=_emulate_wave64)
 BACKENDS = {b.name: b for b in (CUDA, HIP)}
 
 
@@ -46,6 +58,17 @@ def backend(name: str) -> Backend:
         return BACKENDS[name]
     except KeyError:
         raise TargetError(f"unknown backend {name!r}; accepted: {', '.join(BACKENDS)}") from None
+
+
+def emulator(target) -> Callable[..., None]:
+    """How kernels of `target` run in emulation; a TargetError naming the targets that can."""
+    b = backend(target.backend)
+    if b.emulate is None:
+        from .hw.descriptor import load_target, target_names
+
+        can = [n for n in target_names() if backend(load_target(n).backend).emulate is not None]
+        raise TargetError(f"no emulation for {target.name} (a {b.name} target); accepted: {', '.join(can)}")
+    return b.emulate
 
 
 def find_compiler(name: str) -> Path:

@@ -1,4 +1,4 @@
-"""The `kgen` command: build, warm, inspect, list, targets, cache.
+"""The `kgen` command: build, warm, check, inspect, list, targets, cache.
 
 Every mistake a user can make prints one line to stderr, `error: <what was wrong; what is
 accepted>`, and exits non-zero with no traceback: 2 for a usage error (a missing or malformed
@@ -25,6 +25,7 @@ from .errors import KgenError, UsageError
 COMMANDS = {
     "build": "generate, compile and report every (selected) variant of a spec for a target",
     "warm": "compile every (selected) variant of specs into the kernel cache, in parallel",
+    "check": "run every (selected) variant's kernels in emulation against the spec's reference",
     "inspect": "print the IR of one variant's kernel after each pass",
     "list": "list specs with their variants and kernels",
     "targets": "the hardware descriptors kgen knows",
@@ -54,6 +55,13 @@ def _variant_pair(text: str) -> tuple[str, str]:
     if not eq or not axis.strip() or not value.strip():
         raise argparse.ArgumentTypeError(f"takes axis=value (e.g. dtype=bf16), got '{text}'")
     return axis.strip(), value.strip().lower()
+
+
+def _size_pair(text: str) -> tuple[str, int]:
+    name, eq, value = text.partition("=")
+    if not eq or not name.strip() or not value.strip().isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"takes NAME=VALUE with a positive whole number (e.g. seqlen=100), got '{text}'")
+    return name.strip(), int(value)
 
 
 def _positive_int(text: str) -> int:
@@ -86,6 +94,17 @@ def _parser() -> _Parser:
     p.add_argument("--variant", "-v", type=_variant_pair, action="append", default=[],
                    help=variant_help + "; an axis selects in the specs that have it")
     p.add_argument("--jobs", "-j", type=_positive_int, default=None, help="parallel builds (default: one per CPU core)")
+
+    p = sub.add_parser("check", help=COMMANDS["check"], description=COMMANDS["check"] + ": small random inputs of "
+                       "the spec's domains, ragged sizes, every output within the GPU tests' tolerance, memory and races "
+                       "checked. Exits 1 on any mismatch or emulation error.")
+    p.add_argument("spec", nargs="?", type=Path, metavar="SPEC")
+    p.add_argument("--target", "-t", type=_target_name, help="an emulated target: gfx942 or gfx90a")
+    p.add_argument("--emulate", action="store_true", help="run the kernels in the CPU emulation of the target (required)")
+    p.add_argument("--variant", "-v", type=_variant_pair, action="append", default=[], help=variant_help)
+    p.add_argument("--size", "-s", type=_size_pair, action="append", default=[],
+                   help="NAME=VALUE; repeat (default: ragged sizes spanning two of the largest tiles)")
+    p.add_argument("--jobs", "-j", type=_positive_int, default=None, help="variants checked in parallel (default: one per CPU core)")
 
     p = sub.add_parser("inspect", help=COMMANDS["inspect"], description=COMMANDS["inspect"] + ".")
     p.add_argument("spec", nargs="?", type=Path, metavar="SPEC")
@@ -219,6 +238,57 @@ def _local_target():
     return device_target(torch.device("cuda"))
 
 
+def cmd_check(a: argparse.Namespace) -> int:
+    from .backends import emulator
+    from .hw.descriptor import load_target
+    from .report import check_table
+    from .spec.load import load_spec
+
+    spec = _need(a.spec, "kgen check needs a spec file: kgen check SPEC --target gfx942 --emulate")
+    target = _need(a.target, "kgen check needs --target; accepted: gfx942, gfx90a (with --emulate)")
+    if not a.emulate:
+        raise UsageError("kgen check runs kernels in emulation only: add --emulate (the GPU tests run them on hardware)")
+    ls = load_spec(spec)
+    tg = load_target(target)
+    emulator(tg)
+    sizes = dict(a.size)
+    unknown = [n for n in sizes if n not in ls.spec.sizes]
+    if unknown:
+        raise UsageError(f"--size {unknown[0]} is not a size of {ls.spec.name}; accepted: {', '.join(ls.spec.sizes) or 'none'}")
+    variants = _selected(ls, a.variant)
+    if not variants:
+        raise UsageError(f"no variant of {ls.spec.name} matches {' '.join(f'{x}={y}' for x, y in a.variant)} (some are excluded)")
+    _check_compiler(tg, "the emulation compiles the kernels for this CPU with it")
+    rows = _check_rows(ls.path, tg.name, variants, sizes, a.jobs or os.cpu_count() or 1)
+    console = _console()
+    console.print(check_table(ls.spec.name, tg.name, rows))
+    bad = [r for r in rows if not r.ok]
+    for r in bad:
+        print(f"{r.variant} {r.output}: {r.detail}", file=sys.stderr)
+    print(f"{len(variants) - len({r.variant for r in bad})} of {len(variants)} variants passed", file=sys.stderr)
+    return 1 if bad else 0
+
+
+def _check_one(path: Path, target: str, variant: dict[str, Any], sizes: dict[str, int]) -> list:
+    from .check.emulated import check_variant
+    from .hw.descriptor import load_target
+    from .spec.load import load_spec
+
+    return check_variant(load_spec(path), variant, load_target(target), sizes)
+
+
+def _check_rows(path: Path, target: str, variants: list[dict[str, Any]], sizes: dict[str, int], jobs: int) -> list:
+    """Each variant's rows, in variant order; in `jobs` processes (each compiles its own kernels)."""
+    if jobs == 1 or len(variants) == 1:
+        return [r for v in variants for r in _check_one(path, target, v, sizes)]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(min(jobs, len(variants)), mp_context=multiprocessing.get_context("spawn")) as pool:
+        results = list(pool.map(_check_one, *zip(*[(path, target, v, sizes) for v in variants])))
+    return [r for rows in results for r in rows]
+
+
 def cmd_inspect(a: argparse.Namespace) -> int:
     """The IR of the kernel as it ships: the variant is built as `kgen build` builds it (compiled
     when the target's compiler is here, since a kernel that spills is rebuilt with other options),
@@ -303,7 +373,7 @@ def cmd_cache(a: argparse.Namespace) -> int:
     return 0
 
 
-HANDLERS = {"build": cmd_build, "warm": cmd_warm, "inspect": cmd_inspect, "list": cmd_list,
+HANDLERS = {"build": cmd_build, "warm": cmd_warm, "check": cmd_check, "inspect": cmd_inspect, "list": cmd_list,
             "targets": cmd_targets, "cache": cmd_cache}
 
 

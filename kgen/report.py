@@ -1,6 +1,6 @@
-"""The table `kgen build` prints: each kernel's threads, tunables and compiled resources, in the
-columns of its backend (kgen.backends: registers, shared memory or LDS, spills, matrix
-instructions)."""
+"""The tables the commands print: `kgen build`'s, each kernel's threads, tunables and compiled
+resources in the columns of its backend (kgen.backends: registers, shared memory or LDS, spills,
+matrix instructions); `kgen check`'s, each output's error against its tolerance."""
 from __future__ import annotations
 
 from rich.table import Table
@@ -34,4 +34,16 @@ def build_table(built, tg, compiled: bool) -> Table:
             else:
                 row.append(str(k.shared_bytes))
             t.add_row(*row)
+    return t
+
+
+def check_table(spec: str, target: str, rows) -> Table:
+    """One row per variant and output (kgen.check.emulated.Row): the kernels that write it, its
+    max error against the float64 reference, the tolerance and the verdict."""
+    t = Table(title=f"{spec} on {target}, in emulation")
+    for col in ("variant", "output", "kernels", "max error", "tolerance", "verdict"):
+        t.add_column(col)
+    for r in rows:
+        t.add_row(r.variant, r.output, r.kernels, "-" if r.error is None else f"{r.error:.3g}",
+                  "-" if r.tolerance is None else f"{r.tolerance:.3g}", r.verdict)
     return t

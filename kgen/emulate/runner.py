@@ -16,11 +16,8 @@ library's line tables, the generated line and its spec position.
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import re
-import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -28,10 +25,12 @@ from typing import Any
 
 import jinja2
 
+from ..backends import compiler_identity
 from ..errors import KgenError
 from ..paths import templates_dir
+from ..runtime.cache import Cache, cache_key
 from ..toolchain.hip import find_hip_clang, find_llvm_tool
-from ..toolchain.resources import spec_location_for
+from ..toolchain.resources import first_error, spec_location_for
 
 HEADERS = ("hip/kgen_hip.h", "common/kgen_tile.h", "emu/kgen_emu_prelude.h", "emu/kgen_emu_rt.h")
 RUNTIME = ("emu/kgen_emu_rt.cpp", "emu/kgen_emu_memcheck.cpp")
@@ -50,75 +49,81 @@ class EmulationError(KgenError):
     """A kernel did something the hardware would hang on or that the emulation checks refuse."""
 
 
-_workdir = tempfile.TemporaryDirectory(prefix="kgen-emu-")
-
-
 def _compile(cmd: list[str], cwd: Path, what: str) -> None:
     proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise EmulationError(f"{what}: the host compile for emulation failed: "
-                             f"{(proc.stderr.strip().splitlines() or ['no message'])[0]}")
+        raise EmulationError(f"{what}: the host compile for emulation failed: {first_error(proc.stderr).text}")
 
 
-def _copy_headers(folder: Path) -> None:
-    for rel in (*HEADERS, *RUNTIME):
-        shutil.copy(templates_dir() / rel, folder / Path(rel).name)
+def _texts(files: tuple[str, ...]) -> dict[str, str]:
+    return {Path(rel).name: (templates_dir() / rel).read_text() for rel in files}
 
 
 @lru_cache(maxsize=None)
-def _runtime_objects() -> tuple[Path, ...]:
-    """The emulation runtime, compiled once per process, without the instrumentation."""
-    folder = Path(_workdir.name) / "runtime"
-    folder.mkdir(exist_ok=True)
-    _copy_headers(folder)
-    objects = []
-    for rel in RUNTIME:
-        obj = folder / (Path(rel).stem + ".o")
-        _compile([str(find_hip_clang()), "-x", "c++", "-std=c++17", "-O1", "-fPIC", "-fvisibility=hidden",
-                  "-w", "-c", Path(rel).name, "-o", obj.name], folder, rel)
-        objects.append(obj)
-    return tuple(objects)
+def _compiler() -> tuple[str, str]:
+    """The host compiler (the HIP backend's clang) and its identity, for the cache keys."""
+    return str(find_hip_clang()), compiler_identity("hip")
+
+
+def _cached(parts: dict[str, Any], files: dict[str, str], cmd: list[str], what: str, output: str) -> Path:
+    """`output`, built by `cmd` in a folder holding `files`, through kgen's on-disk cache (keyed
+    by every input): each library is compiled once, whichever process (a pytest-xdist worker, a
+    later `kgen check`) asks first."""
+    def build(folder: Path) -> None:
+        for name, text in files.items():
+            (folder / name).write_text(text)
+        _compile(cmd, folder, what)
+
+    key = cache_key({"emulation": parts, "files": files, "command": cmd, "compiler": _compiler()[1]})
+    return Cache().get_or_build(key, build) / output
+
+
+@lru_cache(maxsize=None)
+def _runtime() -> ctypes.CDLL:
+    """The emulation runtime (the builtins, the memory checks' entry points, the scheduler) as one
+    library, compiled without the instrumentation, and loaded with its symbols global: every
+    kernel's library takes them from it, so its state (the threads' stacks) is one."""
+    cmd = [_compiler()[0], "-x", "c++", "-std=c++17", "-O1", "-fPIC", "-shared", "-w",
+           *(Path(rel).name for rel in RUNTIME), "-o", "libkgemu.so"]
+    library = _cached({"runtime": 1}, _texts((*HEADERS, *RUNTIME)), cmd, "the emulation runtime", "libkgemu.so")
+    return ctypes.CDLL(str(library), mode=ctypes.RTLD_GLOBAL)
 
 
 @dataclass
 class Library:
     """A kernel built for the host: the loaded library and what its errors are read against."""
     lib: ctypes.CDLL
+    runtime: ctypes.CDLL  # libkgemu.so, which the kernel's library calls
     path: Path
     sources: dict[str, str]  # file name -> text: the kernel's source and the bodies it includes
 
 
 @lru_cache(maxsize=None)
 def compiled(source: str, file: str, kernel: str, includes: tuple[tuple[str, str], ...] = ()) -> Library:
-    """The kernel's source (and the bodies it includes) built into a shared library with the
-    emulation runtime; once per process and content."""
-    digest = hashlib.sha256("\0".join([source, file, kernel, *(t for _, t in includes)]).encode()).hexdigest()[:16]
-    folder = Path(_workdir.name) / digest
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / file).write_text(source)
-    for name, text in includes:
-        (folder / name).write_text(text)
-    _copy_headers(folder)
+    """The kernel's source (and the bodies it includes; a header given there replaces kgen's own)
+    built into a shared library that calls the emulation runtime; once per content."""
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())), undefined=jinja2.StrictUndefined)
-    (folder / "launch.cpp").write_text(env.get_template("emu/launch.cpp.j2").render(source=file, kernel=kernel))
-    library = folder / f"{kernel}.so"
-    # line tables, so that an error names the generated line (and through it the spec's)
-    _compile([str(find_hip_clang()), "-x", "c++", "-std=c++17", "-O1", "-fPIC", "-shared", "-w", "-gline-tables-only",
-              *INSTRUMENT, "-include", "kgen_emu_prelude.h", "launch.cpp",
-              "-x", "none", *map(str, _runtime_objects()), "-o", library.name], folder, file)
+    files = {**_texts(HEADERS), file: source, **dict(includes),
+             "launch.cpp": env.get_template("emu/launch.cpp.j2").render(source=file, kernel=kernel)}
+    # -O0: a fifth of -O1's compile time, which bounds a check, and as fast to run. Line tables,
+    # so that an error names the generated line (and through it the spec's).
+    cmd = [_compiler()[0], "-x", "c++", "-std=c++17", "-O0", "-fPIC", "-shared", "-w", "-gline-tables-only",
+           *INSTRUMENT, "-include", "kgen_emu_prelude.h", "launch.cpp", "-o", f"{kernel}.so"]
+    library = _cached({"kernel": kernel}, files, cmd, file, f"{kernel}.so")
+    runtime = _runtime()
     lib = ctypes.CDLL(str(library))
     lib.kgemu_run.restype = ctypes.c_char_p
     lib.kgemu_run.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
                               ctypes.c_int, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_void_p),
                               ctypes.POINTER(ctypes.c_longlong)]
-    lib.kgemu_error_pc.restype = ctypes.c_void_p
-    return Library(lib, library, {file: source, **dict(includes)})
+    runtime.kgemu_error_pc.restype = ctypes.c_void_p
+    return Library(lib, runtime, library, {file: source, **dict(includes)})
 
 
 def _where(built: Library) -> str:
     """' at FILE:LINE (spec L:C)' for the kernel code the last error arose in, when the
     symbolizer can tell."""
-    pc = built.lib.kgemu_error_pc()
+    pc = built.runtime.kgemu_error_pc()
     symbolizer = find_llvm_tool("llvm-symbolizer", find_hip_clang())
     if not pc or symbolizer is None:
         return ""

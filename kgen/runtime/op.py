@@ -3,8 +3,10 @@
 `kgen.load(path)` returns a KgenOp. Calling it checks the inputs, picks the variant from their
 dtypes (and keyword options for the other axes), allocates the outputs and runs the spec's
 kernels in order: on a GPU from the compiled code objects (kgen.runtime.compiled), on the CPU
-through the IR interpreter (slow; for tests and debugging). The op is registered as
-`kgen::<name>` so that torch.compile sees one opaque node and `torch.library.opcheck` applies.
+through the IR interpreter (slow; for tests and debugging), or, loaded with emulate=True, on the
+CPU as a target's own kernels in its emulation (kgen.emulate: gfx942's HIP, wave64). The op is
+registered as `kgen::<name>` (`kgen::<name>_emulated_<target>`) so that torch.compile sees one
+opaque node and `torch.library.opcheck` applies.
 """
 from __future__ import annotations
 
@@ -51,8 +53,11 @@ class _Plan(NamedTuple):
 
 
 class KgenOp:
-    def __init__(self, ls: LoadedSpec, passed: dict[str, list[Any]] | None = None):
+    def __init__(self, ls: LoadedSpec, passed: dict[str, list[Any]] | None = None, emulated: Target | None = None):
         self.ls, self.spec = ls, ls.spec
+        self.emulated = emulated  # the target whose kernels run in emulation on CPU tensors, or None
+        self.opname = ls.spec.name + (f"_emulated_{emulated.name}" if emulated else "")
+        self._emulated_builds: dict[str, Any] = {}
         self.inputs = ls.spec.inputs()
         self.outputs = ls.spec.outputs()
         self.options = [a for a in ls.spec.variants if a not in dtype_axes(ls)]
@@ -60,13 +65,13 @@ class KgenOp:
         # backward (autograd.options), with the values the backward accepts
         self.passed = dict(passed or {})
         self.backward_op: KgenOp | None = None
-        self.qualname = f"kgen::{self.spec.name}"
+        self.qualname = f"kgen::{self.opname}"
         self._plans: dict[tuple, _Plan] = {}
         self._register()
 
     # --- calling --------------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any):
-        out = getattr(torch.ops.kgen, self.spec.name)(*self._positional(args, kwargs))
+        out = getattr(torch.ops.kgen, self.opname)(*self._positional(args, kwargs))
         return out
 
     def _positional(self, args, kwargs) -> list[Any]:
@@ -104,6 +109,9 @@ class KgenOp:
             check_option(self.spec.name, axis, value, self.passed[axis])
         device = next(iter(tensors.values())).device
         kn = knobs()
+        if self.emulated is not None and device.type != "cpu":
+            raise LaunchError(f"{self.opname} runs {self.emulated.name}'s kernels in emulation on the CPU; "
+                              f"pass CPU tensors, got them on {device}")
         if device.type == "cpu":
             return self._run_on_cpu(tensors, scalars, options, device, kn.poison)
         # Everything but the pointers and scalars follows from the inputs' shapes, strides,
@@ -165,7 +173,11 @@ class KgenOp:
 
         variant = choose_variant(self.ls, tensors, options)
         sizes = bind(self.ls, tensors, variant, device)
-        tunables = tunable_candidates(self.ls, variant)[0]
+        if self.emulated is not None:
+            built = self._emulated_build(variant)
+            tunables = built.tunables
+        else:
+            tunables = tunable_candidates(self.ls, variant)[0]
         env = {**variant, **sizes, **tunables}
         all_t = dict(tensors)
         for name, shape, dt, zeros in self._output_specs(variant, env):
@@ -175,8 +187,28 @@ class KgenOp:
                 all_t[name] = torch.full(shape, float("nan"), dtype=dt, device=device)
             else:
                 all_t[name] = torch.empty(shape, dtype=dt, device=device)
-        self._run_cpu(all_t, sizes, scalars, variant, tunables, env)
+        if self.emulated is not None:
+            self._run_emulated(built.kernels, all_t, sizes, scalars, env)
+        else:
+            self._run_cpu(all_t, sizes, scalars, variant, tunables, env)
         return tuple(all_t[n] for n in self.outputs)
+
+    def _emulated_build(self, variant):
+        """The variant's kernels as `kgen build` writes them for the emulated target."""
+        from ..build import build_variant
+        from ..spec.load import variant_id
+
+        key = variant_id(variant)
+        if key not in self._emulated_builds:
+            self._emulated_builds[key] = build_variant(self.ls, variant, self.emulated, compile=False)
+        return self._emulated_builds[key]
+
+    def _run_emulated(self, kernels, tensors, sizes, scalars, env) -> None:
+        from ..backends import emulator
+
+        run = emulator(self.emulated)
+        for ks, bk in zip(self.spec.kernels, kernels):
+            run(bk, tuple(int(eval_expr(g, env)) for g in ks.grid), tensors, sizes, {k: float(v) for k, v in scalars.items()})
 
     def _run_cpu(self, tensors, sizes, scalars, variant, tunables, env) -> None:
         from ..ir.interp import run_kernel
@@ -196,7 +228,7 @@ class KgenOp:
         return f"({', '.join(params)}) -> " + (outs if len(self.outputs) == 1 else f"({outs})")
 
     def _register(self) -> None:
-        name = self.spec.name
+        name = self.opname
         if not hasattr(torch.ops.kgen, name) or name not in _ops:
             if not _op_defined(name):
                 _lib.define(name + self._schema())
@@ -237,7 +269,7 @@ class KgenOp:
             register(self, bwd)
             _autograd_done.add(self.qualname)
         self.backward_op = bwd
-        _ops[bwd.spec.name] = bwd
+        _ops[bwd.opname] = bwd
 
 
 def _tensor_map_ready(x: torch.Tensor) -> torch.Tensor:
@@ -280,11 +312,23 @@ def _forbid_backward(op: KgenOp) -> None:
         _autograd_done.add(op.qualname)
 
 
-def load(path: str | Path) -> KgenOp:
-    """The op of a spec file (and of its backward spec, for autograd), ready to call."""
+def load(path: str | Path, *, target: str | None = None, emulate: bool = False) -> KgenOp:
+    """The op of a spec file (and of its backward spec, for autograd), ready to call. With
+    emulate=True it runs `target`'s kernels (gfx942, gfx90a) in emulation on CPU tensors."""
     ls = load_spec(path)
+    emulated = None
+    if emulate or target is not None:
+        from ..backends import emulator
+
+        if not emulate:
+            raise LaunchError(f"load({str(path)!r}, target={target!r}) picks a target for emulation only; add emulate=True "
+                              "(on a GPU the op runs the kernels of the GPU it is given)")
+        if target is None:
+            raise LaunchError("load(..., emulate=True) needs the target to emulate: target='gfx942' or 'gfx90a'")
+        emulated = load_target(target)
+        emulator(emulated)
     if ls.spec.autograd is None:
-        op = KgenOp(ls)
+        op = KgenOp(ls, emulated=emulated)
         _forbid_backward(op)
     else:
         bwd_ls = load_spec(ls.path.parent / ls.spec.autograd.backward)
@@ -295,7 +339,7 @@ def load(path: str | Path) -> KgenOp:
                 raise SpecError(f"autograd.options: '{axis}' must be a variant axis of {bwd_ls.path.name} and not of this spec; "
                                 f"the backward's axes: {', '.join(bwd_ls.spec.variants) or 'none'}", ls.where("autograd", "options", i))
             passed[axis] = bwd_ls.spec.variants[axis]
-        op = KgenOp(ls, passed)
-        op.attach_backward(KgenOp(bwd_ls))
+        op = KgenOp(ls, passed, emulated)
+        op.attach_backward(KgenOp(bwd_ls, emulated=emulated))
         _forbid_backward(op.backward_op)
     return op

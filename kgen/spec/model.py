@@ -23,12 +23,34 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class IntRange(Strict):
+    """Integer inputs drawn uniformly from [low, high) (expressions of sizes and variant axes)."""
+    range: list[Union[str, int]] = Field(min_length=2, max_length=2, description="[low, high): high excluded")
+    sorted: bool = Field(False, description="non-decreasing along the last dim (sequence numbers of packed rows)")
+
+
+class Offsets(Strict):
+    """Integer inputs that are offsets into a packed dim: 0 first, `offsets` last, non-decreasing
+    between (cu_seqlens of varlen attention)."""
+    offsets: Union[str, int] = Field(description="the last offset: the packed dim's length")
+
+
+FloatDomain = Literal["normal", "positive", "negative"]
+
+
 class TensorParam(Strict):
     shape: list[Union[str, int]] = Field(description="sizes, variant axes or integers, outermost first")
     dtype: str = Field(description="bf16, fp16, fp32, int32, or $axis for a variant axis")
     role: Literal["input", "output", "scratch"] = "input"
     grad: bool = Field(True, description="outputs: whether autograd flows through it; inputs: whether a gradient is returned")
     init: Literal["empty", "zeros"] = Field("empty", description="outputs and scratch: initial contents")
+    domain: Union[FloatDomain, IntRange, Offsets, None] = Field(
+        None, description="inputs: the values a check draws (kgen check, the tests): normal (torch.randn, the "
+        "default for floats), positive (exp of it), negative (minus that); integers: {range: [low, high], sorted} or "
+        "{offsets: total}; integers without one are drawn from [-100, 100)")
+    scale_tolerance: float | None = Field(
+        None, gt=0, description="outputs: also accepted when the max error is within this fraction of the reference's "
+        "largest magnitude (a gradient summed over every position, whose PyTorch error can cancel far below its terms')")
 
     @field_validator("dtype")
     @classmethod

@@ -97,6 +97,31 @@ def _check_tensors(spec: "Spec", known: list[str], dtype_names: tuple[str, ...])
                                      "may not use (they are chosen after the inputs are checked); accepted: sizes, "
                                      "integer variant axes and integers")
                 _expr_at(path, d, known)
+        _check_domain(spec, tname, known)
+
+
+def _check_domain(spec: "Spec", tname: str, known: list[str]) -> None:
+    """A tensor's domain (the values a check draws) suits its role and dtype; scale_tolerance is
+    an output's."""
+    t = spec.tensors[tname]
+    if t.scale_tolerance is not None and t.role != "output":
+        raise FieldError(("tensors", tname, "scale_tolerance"), "only outputs take scale_tolerance (how far their check may go)")
+    if t.domain is None:
+        return
+    path = ("tensors", tname, "domain")
+    if t.role != "input":
+        raise FieldError(path, "only inputs take a domain (the values a check draws for them)")
+    integer = t.dtype == "int32"
+    if integer and isinstance(t.domain, str):
+        raise FieldError(path, f"'{t.domain}' is for float inputs; an int32 input takes {{range: [low, high]}} "
+                         "(optionally with sorted: true) or {offsets: total}")
+    if not integer and not isinstance(t.domain, str):
+        raise FieldError(path, f"a {t.dtype} input takes normal, positive or negative; {{range: ...}} and "
+                         "{offsets: ...} are for int32 inputs")
+    for k, e in enumerate(getattr(t.domain, "range", [])):
+        _expr_at((*path, "range", k), e, known)
+    if hasattr(t.domain, "offsets"):
+        _expr_at((*path, "offsets"), t.domain.offsets, known)
 
 
 def _check_warps(spec: "Spec", i: int, warps: int | str) -> None:

@@ -5,8 +5,9 @@
 // 16-byte vector copy is one) a call __asan_memcpy, all defined here (LLVM's
 // AddressSanitizer.cpp names them); its stack and global redzones are off. An access is
 // allowed in the thread's own private memory (its fiber's stack), in a tensor argument of the
-// launch, or in the kernel's LDS (KG_SHARED puts every LDS array in the section kgemu_lds,
-// whose bounds the linker gives as __start_/__stop_kgemu_lds). In LDS, each byte remembers who
+// launch, or in the kernel's LDS (KG_SHARED puts every LDS array in the section kgemu_lds, whose
+// bounds the linker gives the kernel's library as __start_/__stop_kgemu_lds, and its launch
+// passes here: set_lds). In LDS, each byte remembers who
 // last wrote and read it and in which barrier interval: a thread that reads or writes a byte
 // another thread wrote in the same interval, or writes one another thread read in it, races
 // (no barrier orders the two), unless the write leaves the byte as it was (threads that hold
@@ -20,9 +21,6 @@
 #include <cstring>
 #include <string>
 
-extern "C" char __start_kgemu_lds[] __attribute__((weak));
-extern "C" char __stop_kgemu_lds[] __attribute__((weak));
-
 namespace kgemu {
 namespace {
 struct Region { std::string name; uintptr_t lo, hi; };
@@ -33,9 +31,15 @@ std::vector<LdsByte> shadow;
 // a write that races unless it stores what the byte held: checked once the store is done
 struct Pending { const unsigned char* p; unsigned char before; size_t off; int other; bool after_write; const void* pc; };
 std::vector<Pending> pending;
+// reads of bytes no thread of the workgroup had written: an error at the interval's end unless a
+// thread wrote them meanwhile, which the write-after-read check then reports as the race it is
+struct Unwritten { size_t off; int reader; const void* pc; };
+std::vector<Unwritten> unwritten;
 
-uintptr_t lds_lo() { return (uintptr_t)__start_kgemu_lds; }
-uintptr_t lds_hi() { return (uintptr_t)__stop_kgemu_lds; }
+char* lds_begin = nullptr;  // the running kernel's LDS
+char* lds_end = nullptr;
+uintptr_t lds_lo() { return (uintptr_t)lds_begin; }
+uintptr_t lds_hi() { return (uintptr_t)lds_end; }
 
 std::string who(int t) {
   return "thread " + std::to_string(t) + " (wave " + std::to_string(t / WAVE) + ", lane " + std::to_string(t % WAVE) + ")";
@@ -84,13 +88,14 @@ void lds_access(size_t off, int n, bool write, const void* pc) {
     LdsByte& b = shadow[off + i];
     const bool written_now = b.w_epoch == epoch && b.writer != cur;
     if (write) {
-      const unsigned char* p = (const unsigned char*)__start_kgemu_lds + off + i;
+      const unsigned char* p = (const unsigned char*)lds_begin + off + i;
       if (written_now) pending.push_back({p, *p, off + i, b.writer, true, pc});
       else if (b.r_epoch == epoch && b.reader != cur) pending.push_back({p, *p, off + i, b.reader, false, pc});
       b.w_epoch = epoch;
       b.writer = cur;
     } else {
-      if (b.w_epoch < wg_epoch) lds_error("reads, before any thread of the workgroup wrote it,", off + i, -1, pc);
+      if (b.w_epoch < wg_epoch && (unwritten.empty() || unwritten.back().off != off + i - 1 || unwritten.back().reader != cur))
+        unwritten.push_back({off + i, cur, pc});  // one entry for a run of bytes a thread reads
       if (written_now) lds_error("reads", off + i, b.writer, pc);
       if (b.r_epoch != epoch) { b.r_epoch = epoch; b.reader = cur; }
       else if (b.reader != cur) b.reader = MANY;
@@ -115,6 +120,18 @@ void access(const void* p, int n, bool write, const void* pc) {
 }
 }  // namespace
 
+bool unwritten_reads() {
+  for (const Unwritten& u : unwritten)
+    if (shadow[u.off].w_epoch < wg_epoch) {
+      const std::string what = "reads LDS byte " + std::to_string(u.off) + " before any thread of the workgroup wrote it";
+      record(what.c_str(), u.reader, u.pc);
+      unwritten.clear();
+      return true;
+    }
+  unwritten.clear();
+  return false;
+}
+
 void settle() {
   for (const Pending& w : pending)
     if (*w.p != w.before) {
@@ -122,6 +139,11 @@ void settle() {
       lds_error(w.after_write ? "writes another value into" : "overwrites", w.off, w.other, w.pc);
     }
   pending.clear();
+}
+
+void set_lds(char* begin, char* end) {
+  lds_begin = begin;
+  lds_end = end;
 }
 
 void set_regions(int n, const char* const* names, void* const* ptrs, const long long* bytes) {
@@ -132,8 +154,9 @@ void set_regions(int n, const char* const* names, void* const* ptrs, const long 
 
 void begin_workgroup() {
   pending.clear();
+  unwritten.clear();
   wg_epoch = ++epoch;
-  if (lds_hi() > lds_lo()) std::memset(__start_kgemu_lds, 0xff, lds_hi() - lds_lo());  // NaN in every float type
+  if (lds_hi() > lds_lo()) std::memset(lds_begin, 0xff, lds_hi() - lds_lo());  // NaN in every float type
 }
 }  // namespace kgemu
 

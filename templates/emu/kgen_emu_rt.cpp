@@ -18,38 +18,54 @@ struct Wave { int arrived = 0; unsigned gen = 0; long long slot[WAVE]; };
 struct Group { int arrived = 0; unsigned gen = 0; };
 std::vector<Wave> waves;
 Group group;
-ucontext_t sched;
+jmp_buf sched;
 void (*body)(void*) = nullptr;
 void* body_arg = nullptr;
-long long progress = 0;
 std::vector<const void*> wait_pc;  // where each waiting thread waits
 
+}  // namespace
 void record(const char* what, int t, const void* pc) {
   if (error[0]) return;
   std::snprintf(error, sizeof error, "%s (thread %d of workgroup %d,%d,%d)", what, t, wg[0], wg[1], wg[2]);
   error_pc = pc;
 }
-void yield() { swapcontext(&fibers[cur].ctx, &sched); }
-void entry() { body(body_arg); settle(); fibers[cur].done = true; swapcontext(&fibers[cur].ctx, &sched); }
+namespace {
+[[noreturn]] void to_scheduler() { _longjmp(sched, 1); }
+// wait until *gen moves from its value now (a rendezvous completes)
+void wait_for(const unsigned* gen, const void* pc) {
+  Fiber& f = fibers[cur];
+  f.waiting = true;
+  f.wait_gen = gen;
+  f.wait_val = *gen;
+  wait_pc[cur] = pc;
+  while (*gen == f.wait_val)
+    if (!_setjmp(f.jb)) to_scheduler();
+  f.waiting = false;
+}
+void entry() { body(body_arg); settle(); fibers[cur].done = true; to_scheduler(); }
+// run thread t until it waits or ends (a function of its own: the _setjmp frame holds nothing else)
+__attribute__((noinline)) void resume(int t) {
+  if (_setjmp(sched)) return;
+  Fiber& f = fibers[t];
+  if (!f.started) {
+    f.started = true;
+    setcontext(&f.ctx);
+  }
+  _longjmp(f.jb, 1);
+}
 int lanes_of(int w) { int n = nthreads - w * WAVE; return n < WAVE ? n : WAVE; }
 void wave_sync(const void* pc) {
   settle();
   Wave& w = waves[cur / WAVE];
-  unsigned g = w.gen;
-  ++progress;
   if (++w.arrived == lanes_of(cur / WAVE)) { w.arrived = 0; ++w.gen; return; }
-  fibers[cur].waiting = true;
-  wait_pc[cur] = pc;
-  while (w.gen == g) yield();
-  fibers[cur].waiting = false;
+  wait_for(&w.gen, pc);
 }
 }  // namespace
 
 void fail(const char* what, const void* pc) {
   record(what, cur, pc);
   fibers[cur].done = true;  // never resumed: the launch ends with the error
-  swapcontext(&fibers[cur].ctx, &sched);
-  std::abort();
+  to_scheduler();
 }
 }  // namespace kgemu
 
@@ -62,13 +78,14 @@ int __builtin_amdgcn_workgroup_id_z() { return wg[2]; }
 // S_BARRIER: every wave of the workgroup arrives before any goes on; a new LDS interval begins
 void __builtin_amdgcn_s_barrier() {
   settle();
-  unsigned g = group.gen;
-  ++progress;
-  if (++group.arrived == nthreads) { group.arrived = 0; ++group.gen; ++epoch; return; }
-  fibers[cur].waiting = true;
-  wait_pc[cur] = PC;
-  while (group.gen == g) yield();
-  fibers[cur].waiting = false;
+  if (++group.arrived == nthreads) {
+    group.arrived = 0;
+    ++group.gen;
+    if (unwritten_reads()) fail(error, PC);  // recorded for the reading thread
+    ++epoch;
+    return;
+  }
+  wait_for(&group.gen, PC);
 }
 // V_MBCNT_LO/HI_U32_B32 (CDNA3 ISA): src1 plus the set bits of src0 among the lanes below this one
 unsigned __builtin_amdgcn_mbcnt_lo(unsigned mask, unsigned acc) {
@@ -159,13 +176,14 @@ float4v __builtin_amdgcn_mfma_f32_16x16x16bf16_1k(short4 a, short4 b, float4v c,
 float16v __builtin_amdgcn_mfma_f32_32x32x8f16(half4 a, half4 b, float16v c, int, int, int) { return mfma_lane<32, 16>(a, b, c, PC); }
 float4v __builtin_amdgcn_mfma_f32_16x16x16f16(half4 a, half4 b, float4v c, int, int, int) { return mfma_lane<16, 4>(a, b, c, PC); }
 
-extern "C" __attribute__((visibility("default"))) const void* kgemu_error_pc() { return error_pc; }
-extern "C" __attribute__((visibility("default"))) const char* kgemu_launch(
-    int gx, int gy, int gz, int threads, void (*fn)(void*), void* arg,
-    int nregions, const char* const* names, void* const* ptrs, const long long* bytes) {
+extern "C" const void* kgemu_error_pc() { return error_pc; }
+extern "C" const char* kgemu_launch(int gx, int gy, int gz, int threads, void (*fn)(void*), void* arg, char* lds_begin,
+                                    char* lds_end, int nregions, const char* const* names, void* const* ptrs,
+                                    const long long* bytes) {
   error[0] = 0;
   error_pc = nullptr;
   set_regions(nregions, names, ptrs, bytes);
+  set_lds(lds_begin, lds_end);
   body = fn; body_arg = arg; nthreads = threads;
   fibers.assign(threads, Fiber{});
   wait_pc.assign(threads, nullptr);
@@ -186,22 +204,27 @@ extern "C" __attribute__((visibility("default"))) const char* kgemu_launch(
           makecontext(&fibers[t].ctx, entry, 0);
         }
         for (;;) {
-          long long before = progress;
-          int live = 0;
-          for (cur = 0; cur < threads; ++cur)
-            if (!fibers[cur].done) {
-              ++live;
-              swapcontext(&sched, &fibers[cur].ctx);
-              if (error[0]) return error;
-            }
-          if (!live) break;
-          int waiter = -1;
-          bool any_done = false;
-          for (int t = 0; t < threads; ++t) {
-            if (fibers[t].waiting && waiter < 0) waiter = t;
-            any_done |= fibers[t].done;
+          int live = 0, ran = 0;
+          for (cur = 0; cur < threads; ++cur) {
+            Fiber& f = fibers[cur];
+            if (f.done) continue;
+            ++live;
+            if (f.waiting && *f.wait_gen == f.wait_val) continue;  // its rendezvous is not complete
+            ++ran;
+            resume(cur);
+            if (error[0]) return error;
           }
-          if (progress == before && waiter >= 0) {
+          if (!live) {
+            if (unwritten_reads()) return error;
+            break;
+          }
+          if (!ran) {  // every live thread waits for one that ended or waits elsewhere
+            int waiter = 0;
+            bool any_done = false;
+            for (int t = threads - 1; t >= 0; --t) {
+              if (!fibers[t].done) waiter = t;
+              any_done |= fibers[t].done;
+            }
             record(any_done ? "a barrier or cross-lane op that some threads of the workgroup never reach"
                             : "no thread can go on: a barrier or cross-lane op is waited for in a different order",
                    waiter, wait_pc[waiter]);

@@ -136,7 +136,7 @@ def test_readfirstlane_of_a_value_that_differs_between_lanes_is_an_error():
      r"overwrites LDS byte \d+ that thread \d+ \(wave \d, lane \d+\) read since the last barrier"),
     ("  KG_SHARED int lds[128];\n  lds[tid & 1] = tid;\n  kg::sync();\n  t_out[tid] = lds[0];",
      r"writes another value into LDS byte \d+ that thread \d+ .* wrote since the last barrier"),
-    ("  KG_SHARED int lds[128];\n  t_out[tid] = lds[tid];", r"reads, before any thread of the workgroup wrote it, LDS byte 0 "),
+    ("  KG_SHARED int lds[128];\n  t_out[tid] = lds[tid];", r"reads LDS byte 0 before any thread of the workgroup wrote it \(thread 0 of"),
 ])
 def test_memory_checks_find_the_error(body, message):
     k = _kernel(body)

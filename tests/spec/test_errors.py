@@ -83,7 +83,7 @@ def test_tab_in_yaml(tmp_path):
 
 def test_unknown_field_lists_the_accepted_ones(tmp_path):
     p, e = error_of(tmp_path, BASE.replace("dtype: $dtype}", "dtype: $dtype, layout: row}", 1))
-    assert str(e) == f"{p}:8:37: unknown field 'layout'; accepted: shape, dtype, role, grad, init"
+    assert str(e) == f"{p}:8:37: unknown field 'layout'; accepted: shape, dtype, role, grad, init, domain, scale_tolerance"
 
 
 def test_unknown_top_level_field(tmp_path):
@@ -404,3 +404,23 @@ def test_prefetch_budget_out_of_range(tmp_path, value):
     p, e = error_of(tmp_path, BASE.replace("    program: |\n", f"    prefetch_loads: {value}\n    program: |\n"))
     assert str(e) == (f"{p}:14:21: kernels.0.prefetch_loads: prefetch_loads {value} is out of range; accepted: true, "
                       "false or an integer from 1 to 64 (elements per thread one loop may prefetch)")
+
+
+@pytest.mark.parametrize("tensor, message", [
+    ("x: {shape: [M, N], dtype: $dtype, domain: positive}", None),
+    ("x: {shape: [M, N], dtype: $dtype, domain: {range: [0, 3]}}",
+     "tensors.x.domain: a $dtype input takes normal, positive or negative; {range: ...} and {offsets: ...} are for int32 inputs"),
+    ("x: {shape: [M, N], dtype: int32, domain: negative}",
+     "tensors.x.domain: 'negative' is for float inputs; an int32 input takes {range: [low, high]} (optionally with "
+     "sorted: true) or {offsets: total}"),
+    ("x: {shape: [M, N], dtype: int32, domain: {range: [0, V]}}", "tensors.x.domain.range.1: "),
+    ("x: {shape: [M, N], dtype: $dtype, scale_tolerance: 0.01}", "tensors.x.scale_tolerance: only outputs take scale_tolerance"),
+])
+def test_domains_suit_the_tensor(tmp_path, tensor, message):
+    text = BASE.replace(BASE[BASE.index("  x: {"):BASE.index("\n", BASE.index("  x: {"))], "  " + tensor, 1)
+    if message is None:
+        (tmp_path / "demo.yaml").write_text(text)
+        load_spec(tmp_path / "demo.yaml")
+        return
+    p, e = error_of(tmp_path, text)
+    assert message in str(e), str(e)

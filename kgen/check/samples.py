@@ -1,0 +1,162 @@
+"""Sizes and tensors for checking a spec: sizes small enough to run in emulation that still take
+every code path (ragged edges, several blocks), inputs drawn from each input's declared domain,
+outputs poisoned with NaN."""
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+import torch
+
+from ..ir.core import walk
+from ..ir.interp import TORCH_DTYPES
+from ..lang import kernel_ir, resolve_dtype
+from ..spec.expr import eval_expr, names_in
+from ..spec.load import LoadedSpec
+from ..spec.model import IntRange, Offsets, Spec
+
+
+def _spec(spec: Spec | LoadedSpec) -> Spec:
+    return spec.spec if isinstance(spec, LoadedSpec) else spec
+
+
+def torch_dtype(spec: Spec | LoadedSpec, name: str, variant: dict[str, Any]) -> torch.dtype:
+    return TORCH_DTYPES[resolve_dtype(_spec(spec).tensors[name].dtype, variant)]
+
+
+def tensor_shape(spec: Spec | LoadedSpec, name: str, env: dict[str, Any]) -> tuple[int, ...]:
+    """The shape of tensor `name` with sizes, variant values and tunables from `env` (entries of
+    outputs and scratch may be expressions, as in [cdiv(M, BLOCK_M), N])."""
+    return tuple(int(eval_expr(d, env)) for d in _spec(spec).tensors[name].shape)
+
+
+def tile_extents(ls: LoadedSpec, variant: dict[str, Any], tunables: dict[str, int]) -> dict[str, int]:
+    """For each size, the largest tile any kernel loads or stores along a dim of that size (1 for
+    a size only indexed at a point, as a batch or head index is)."""
+    spec = ls.spec
+    extents = {s: 1 for s in spec.sizes}
+    for i in range(len(spec.kernels)):
+        for op in walk(kernel_ir(ls, i, variant, tunables).body):
+            if "tensor" not in op.attrs or "index" not in op.attrs:
+                continue
+            shape = spec.tensors[op.attrs["tensor"]].shape
+            for dim, entry in zip(shape, op.attrs["index"]):
+                if entry[0] == "block" and isinstance(dim, str) and dim in extents:
+                    extents[dim] = max(extents[dim], int(entry[2]))
+    return extents
+
+
+def check_sizes(ls: LoadedSpec, variant: dict[str, Any], tunables: dict[str, int],
+                given: dict[str, int] | None = None) -> dict[str, int]:
+    """Sizes for a check: `given`, and for each other size of tile extent b > 1 the ragged
+    b + b // 2 + 1 (two blocks of the largest tile, the second partial; more of smaller ones),
+    2 for a size only indexed at a point; `A % B == 0` between two such sizes makes A = 2 B
+    (grouped heads), `NAME == expr` defines NAME. Then the spec's constraints must hold."""
+    spec = ls.spec
+    sizes = dict(given or {})
+    for s, b in tile_extents(ls, variant, tunables).items():
+        sizes.setdefault(s, b + b // 2 + 1 if b > 1 else 2)
+    env = {**variant, **tunables}
+    for c in spec.constraints:
+        node = ast.parse(c, mode="eval").body
+        if (isinstance(node, ast.Compare) and isinstance(node.ops[0], ast.Eq) and isinstance(node.left, ast.BinOp)
+                and isinstance(node.left.op, ast.Mod) and isinstance(node.left.left, ast.Name)
+                and isinstance(node.left.right, ast.Name) and node.left.left.id in spec.sizes
+                and node.left.left.id not in (given or {})):
+            sizes[node.left.left.id] = 2 * sizes[node.left.right.id]
+    sizes = derive_sizes(spec, {s: v for s, v in sizes.items() if s not in _defined(spec) or s in (given or {})}, env)
+    check_constraints(spec, {**env, **sizes})
+    return sizes
+
+
+def _defined(spec: Spec) -> set[str]:
+    """Sizes that a constraint `NAME == expr` defines."""
+    out = set()
+    for c in spec.constraints:
+        node = ast.parse(c, mode="eval").body
+        if (isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.Eq)
+                and isinstance(node.left, ast.Name) and node.left.id in spec.sizes):
+            out.add(node.left.id)
+    return out
+
+
+def derive_sizes(spec: Spec | LoadedSpec, sizes: dict[str, int], constants: dict[str, Any]) -> dict[str, int]:
+    """`sizes` plus the sizes that constraints of the form `NAME == expr` define (rmsnorm_bwd's
+    MB == cdiv(M, BLOCK_M): a shape entry of an input cannot be an expression of tunables)."""
+    s = _spec(spec)
+    out = dict(sizes)
+    for c in s.constraints:
+        node = ast.parse(c, mode="eval").body
+        if (isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.Eq)
+                and isinstance(node.left, ast.Name) and node.left.id in s.sizes and node.left.id not in out):
+            out[node.left.id] = int(eval_expr(ast.unparse(node.comparators[0]), {**constants, **out}))
+    return out
+
+
+def check_constraints(spec: Spec | LoadedSpec, env: dict[str, Any]) -> None:
+    s = _spec(spec)
+    for c in s.constraints:
+        if names_in(c) <= set(env) and not eval_expr(c, env):
+            shown = {k: env[k] for k in sorted(names_in(c))}
+            raise ValueError(f"{s.name}: the sizes break the constraint '{c}' ({shown})")
+
+
+def _draw(t, dt: torch.dtype, shape: tuple[int, ...], env: dict[str, Any], generator) -> torch.Tensor:
+    d = t.domain
+    if dt.is_floating_point:
+        x = torch.randn(shape, generator=generator, dtype=torch.float32)
+        x = x.exp() if d == "positive" else -x.exp() if d == "negative" else x
+        return x.to(dt)
+    if isinstance(d, IntRange):
+        low, high = (int(eval_expr(e, env)) for e in d.range)
+        x = torch.randint(low, high, shape, generator=generator, dtype=torch.int64)
+        return (x.sort(dim=-1).values if d.sorted and x.dim() else x).to(dt)
+    if isinstance(d, Offsets):
+        total, n = int(eval_expr(d.offsets, env)), shape[-1] if shape else 1
+        inner = torch.randint(0, total + 1, (*shape[:-1], max(n - 2, 0)), generator=generator, dtype=torch.int64)
+        ends = [torch.zeros((*shape[:-1], 1), dtype=torch.int64), torch.full((*shape[:-1], 1), total, dtype=torch.int64)]
+        x = torch.cat([ends[0], inner.sort(dim=-1).values, ends[1]], dim=-1)[..., :n]
+        return x.to(dt)
+    return torch.randint(-100, 100, shape, generator=generator, dtype=torch.int32).to(dt)
+
+
+def random_inputs(spec: Spec | LoadedSpec, variant: dict[str, Any], env: dict[str, Any],
+                  generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
+    """Fresh random inputs from each input's domain (never zeros: zeros hide missing loads and
+    masks): floats torch.randn (or its exp, or minus that), integers as declared."""
+    s = _spec(spec)
+    return {name: _draw(s.tensors[name], torch_dtype(s, name, variant), tensor_shape(s, name, env), env, generator)
+            for name in s.inputs()}
+
+
+def allocate(spec: Spec | LoadedSpec, variant: dict[str, Any], env: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """Outputs and scratch: zeros where the spec says `init: zeros`, else NaN (so that an element
+    no kernel writes, or a scratch element read before it is written, shows up)."""
+    s = _spec(spec)
+    out = {}
+    for name, t in s.tensors.items():
+        if t.role == "input":
+            continue
+        dt = torch_dtype(s, name, variant)
+        shape = tensor_shape(s, name, env)
+        if t.init == "zeros":
+            out[name] = torch.zeros(shape, dtype=dt)
+        elif dt.is_floating_point:
+            out[name] = torch.full(shape, float("nan"), dtype=dt)
+        else:
+            out[name] = torch.full(shape, -(2**31), dtype=dt)
+    return out
+
+
+def scalar_values(spec: Spec | LoadedSpec, scalars: dict[str, float]) -> dict[str, float]:
+    """`scalars` with the spec's defaults filled in."""
+    s = _spec(spec)
+    out = {}
+    for name, p in s.scalars.items():
+        if name in scalars:
+            out[name] = float(scalars[name])
+        elif p.default is not None:
+            out[name] = float(p.default)
+        else:
+            raise ValueError(f"{s.name}: scalar '{name}' has no default; pass a value")
+    return out

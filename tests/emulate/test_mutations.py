@@ -1,0 +1,97 @@
+"""The check fails on broken kernels: each test breaks a shipped gfx942 kernel in one way a
+compiler bug could (a wrong lane in a cross-lane exchange, a missing barrier, an LDS index off by
+one, MFMA operands swapped) and expects `kgen check`'s verdict to say so."""
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+
+from kgen.backends import available
+from kgen.check.emulated import check_variant
+from kgen.hw.descriptor import load_target
+from kgen.knobs import knobs
+from kgen.paths import templates_dir
+from kgen.spec.load import load_spec
+
+SPECS = Path(__file__).resolve().parents[2] / "specs"
+
+
+@pytest.fixture(autouse=True)
+def _clang():
+    if not available("hip"):
+        if knobs().ci:
+            pytest.fail("CI=true but no clang for HIP was found")
+        pytest.skip("no clang for HIP found")
+
+
+def _rewrite(edit):
+    """A mutate hook applying `edit` (text -> text) to each kernel's source and bodies; it must
+    change at least one kernel."""
+    def mutate(kernels):
+        out, changed = [], False
+        for bk in kernels:
+            source = edit(bk.source)
+            includes = tuple((name, edit(text)) for name, text in bk.includes)
+            changed |= source != bk.source or includes != bk.includes
+            out.append(dataclasses.replace(bk, source=source, includes=includes))
+        assert changed, "the mutation applies to no kernel"
+        return out
+    return mutate
+
+
+def _check(spec: str, variant: dict, mutate) -> list:
+    rows = check_variant(load_spec(SPECS / f"{spec}.yaml"), variant, load_target("gfx942"), mutate=mutate)
+    return [r for r in rows if not r.ok]
+
+
+def test_unmutated_kernels_pass():
+    assert _check("matmul", {"dtype": "bf16"}, None) == []
+
+
+def test_wrong_lane_order_in_ds_bpermute():
+    """shfl_xor asks ds_bpermute for lane ^ mask; asking for lane ^ mask ^ 1 breaks softmax's
+    row reductions."""
+    header = (templates_dir() / "hip" / "kgen_hip.h").read_text()
+    wrong = header.replace("((lane ^ mask) << 2", "((lane ^ mask ^ 1) << 2")
+    assert wrong != header
+
+    def mutate(kernels):
+        return [dataclasses.replace(bk, includes=(*bk.includes, ("kgen_hip.h", wrong))) for bk in kernels]
+    bad = _check("softmax", {"dtype": "fp32"}, mutate)
+    assert bad and all(r.verdict == "mismatch" for r in bad), bad
+
+
+def test_removed_barrier_is_a_race():
+    """matmul writes its A and B tiles to LDS and waits at a barrier before the MFMA reads them;
+    without that barrier a wave reads what another wrote in the same interval."""
+    def drop_second_sync(text):
+        # the barrier that follows the tile writes: the second kg::sync() in the loop body
+        first = text.find("kg::sync();")
+        second = text.find("kg::sync();", first + 1)
+        return text if second < 0 else text[:second] + text[second + len("kg::sync();"):]
+    bad = _check("matmul", {"dtype": "bf16"}, _rewrite(drop_second_sync))
+    assert len(bad) == 1 and bad[0].verdict == "error" and "race" in bad[0].detail, bad
+
+
+def test_lds_index_off_by_one():
+    """The first store into an LDS view (a buffer carved out of smem) one element further on:
+    a slot the readers expect stays unwritten, or a neighbour's is overwritten."""
+    def shift(text):
+        views = re.findall(r"(\w+) = reinterpret_cast<[^>]+>\(smem \+ \d+\);", text)
+        for v in views:
+            m = re.search(rf"\b{v}\[(.+?)\] = ", text)
+            if m:
+                return text[:m.start()] + f"{v}[{m.group(1)} + 1] = " + text[m.end():]
+        return text
+    bad = _check("matmul", {"dtype": "bf16"}, _rewrite(shift))
+    assert bad and bad[0].verdict in ("error", "mismatch"), bad
+
+
+def test_mfma_operands_swapped():
+    def swap(text):
+        return re.sub(r"(kg::mfma_\w+\(&\w+\[0\]), (&\w+\[0\]), (&\w+\[0\])\)", r"\1, \3, \2)", text)
+    bad = _check("matmul", {"dtype": "bf16"}, _rewrite(swap))
+    assert bad and all(r.verdict == "mismatch" for r in bad), bad
