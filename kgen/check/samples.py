@@ -50,8 +50,9 @@ def check_sizes(ls: LoadedSpec, variant: dict[str, Any], tunables: dict[str, int
                 given: dict[str, int] | None = None) -> dict[str, int]:
     """Sizes for a check: `given`, and for each other size of tile extent b > 1 the ragged
     b + b // 2 + 1 (two blocks of the largest tile, the second partial; more of smaller ones),
-    2 for a size only indexed at a point; `A % B == 0` between two such sizes makes A = 2 B
-    (grouped heads), `NAME == expr` defines NAME. Then the spec's constraints must hold."""
+    2 for a size only indexed at a point; `A % B == 0` makes A = 2 B between two sizes (grouped
+    heads) and rounds A up to a multiple of a constant B; `NAME == expr` defines NAME. Then the
+    spec's constraints must hold (a ValueError naming the one that does not)."""
     spec = ls.spec
     sizes = dict(given or {})
     for s, b in tile_extents(ls, variant, tunables).items():
@@ -61,9 +62,13 @@ def check_sizes(ls: LoadedSpec, variant: dict[str, Any], tunables: dict[str, int
         node = ast.parse(c, mode="eval").body
         if (isinstance(node, ast.Compare) and isinstance(node.ops[0], ast.Eq) and isinstance(node.left, ast.BinOp)
                 and isinstance(node.left.op, ast.Mod) and isinstance(node.left.left, ast.Name)
-                and isinstance(node.left.right, ast.Name) and node.left.left.id in spec.sizes
-                and node.left.left.id not in (given or {})):
-            sizes[node.left.left.id] = 2 * sizes[node.left.right.id]
+                and node.left.left.id in spec.sizes and node.left.left.id not in (given or {})):
+            name, divisor = node.left.left.id, node.left.right
+            if isinstance(divisor, ast.Name) and divisor.id in spec.sizes:
+                sizes[name] = 2 * sizes[divisor.id]  # A % B == 0 between sizes: two of B per A
+            elif names_in(ast.unparse(divisor)) <= set(env):  # a multiple of a constant: round up
+                k = int(eval_expr(ast.unparse(divisor), env))
+                sizes[name] = -(-sizes[name] // k) * k if k > 0 else sizes[name]
     sizes = derive_sizes(spec, {s: v for s, v in sizes.items() if s not in _defined(spec) or s in (given or {})}, env)
     check_constraints(spec, {**env, **sizes})
     return sizes
