@@ -7,7 +7,6 @@ import dataclasses
 import re
 from pathlib import Path
 
-
 from kgen.check.emulated import check_variant
 from kgen.hw.descriptor import load_target
 from kgen.paths import templates_dir
