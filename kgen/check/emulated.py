@@ -61,7 +61,10 @@ def check_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target, sizes
                   mutate: Callable[[list[Any]], list[Any]] | None = None) -> list[Row]:
     spec, vid = ls.spec, variant_id(variant)
     run = emulator(target)
-    built = build_variant(ls, variant, target, compile=False)
+    try:
+        built = build_variant(ls, variant, target, compile=False)
+    except KgenError as e:  # no tunable candidate fits the target: this variant's row says so
+        return [Row(vid, "-", "-", None, None, "error", str(e))]
     kernels = mutate(list(built.kernels)) if mutate else built.kernels
     try:
         sizes = check_sizes(ls, variant, built.tunables, sizes)

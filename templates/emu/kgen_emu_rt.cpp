@@ -98,12 +98,14 @@ unsigned __builtin_amdgcn_mbcnt_hi(unsigned mask, unsigned acc) {
   unsigned below = lane < 32 ? 0u : (lane == 63 ? 0x7fffffffu : ((1u << (lane - 32)) - 1u));
   return acc + __builtin_popcount(mask & below);
 }
-// DS_BPERMUTE_B32 (CDNA3 ISA): this lane reads the value lane (addr / 4) % 64 supplied
+// DS_BPERMUTE_B32 (CDNA3 ISA): this lane reads the value lane (addr / 4) % 64 supplied, 0 from
+// a lane that is not active (past the workgroup's last thread in a partial wave)
 int __builtin_amdgcn_ds_bpermute(int addr, int v) {
   Wave& w = waves[cur / WAVE];
   w.slot[cur % WAVE] = v;
   wave_sync(PC);
-  int r = (int)w.slot[(addr >> 2) & (WAVE - 1)];
+  const int from = (addr >> 2) & (WAVE - 1);
+  int r = from < lanes_of(cur / WAVE) ? (int)w.slot[from] : 0;
   wave_sync(PC);
   return r;
 }
@@ -189,6 +191,8 @@ extern "C" const char* kgemu_launch(int gx, int gy, int gz, int threads, void (*
   wait_pc.assign(threads, nullptr);
   while ((int)stacks.size() < threads) stacks.push_back((char*)std::malloc(STACK));
   waves.assign((threads + WAVE - 1) / WAVE, Wave{});
+  for (int w = 0; w < (int)waves.size(); ++w)  // inactive lanes hold no value: poison, never read
+    for (int l = lanes_of(w); l < WAVE; ++l) waves[w].slot[l] = 0x7eadbeef;
   mfma_slots.assign((threads + WAVE - 1) / WAVE, MfmaSlots{});
   for (wg[2] = 0; wg[2] < gz; ++wg[2])
     for (wg[1] = 0; wg[1] < gy; ++wg[1])

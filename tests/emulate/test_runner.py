@@ -98,6 +98,20 @@ def test_cross_lane_and_barrier_semantics():
     assert torch.equal(out, ((tid ^ 5) * 1000 + (127 - tid) * 3).int())
 
 
+def test_ds_bpermute_wraps_byte_addresses_and_reads_zero_from_inactive_lanes():
+    """96 threads: wave 1 has 32 active lanes. Lane l asks for lane l + 32 through the byte
+    address 4 * (l + 32) + 256 (the lane number is taken modulo 64, the low two bits dropped)."""
+    k = _kernel("  const int lane = tid % 64;\n"
+                "  t_out[tid] = __builtin_amdgcn_ds_bpermute(4 * (lane + 32) + 256 + 3, tid + 1000);", threads=96)
+    out = torch.full((96,), -1, dtype=torch.int32)
+    run_kernel(k, (1,), {"out": out}, {"n": 96}, {})
+    tid = torch.arange(96)
+    lane = tid % 64
+    source = (tid - lane) + (lane + 32) % 64
+    expect = torch.where(source < 96, source + 1000, 0)
+    assert torch.equal(out, expect.int())
+
+
 def test_a_barrier_some_threads_skip_is_an_error():
     k = _kernel("  if (tid < 64) kg::sync();\n  t_out[tid] = 1;")
     with pytest.raises(EmulationError, match="probe.*never reach"):
