@@ -32,7 +32,9 @@ def _stand_in(tmp_path, body: str) -> Path:
 
 
 def _start_warm(tmp_path, clang: Path) -> subprocess.Popen:
-    env = {**os.environ, "KGEN_HIP_CLANG": str(clang), "KGEN_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(REPO)}
+    # PYTHONFAULTHANDLER: a SIGABRT makes it print every thread's stack (_hung, when it hangs)
+    env = {**os.environ, "KGEN_HIP_CLANG": str(clang), "KGEN_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(REPO),
+           "PYTHONFAULTHANDLER": "1"}
     # a session of its own, as a shell puts a foreground job in its own process group
     return subprocess.Popen([sys.executable, "-m", "kgen", "warm", "specs/matmul.yaml", "specs/softmax.yaml", "-t", "gfx942", "-j", "2"],
                             cwd=REPO, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -49,6 +51,26 @@ def _wait_for(pids: Path, n: int, proc: subprocess.Popen, timeout: float = 120.0
         time.sleep(0.1)
     proc.kill()
     raise AssertionError(f"fewer than {n} compiles started in {timeout} s")
+
+
+def _hung(proc: subprocess.Popen) -> str:
+    """What a kgen warm that did not stop is doing: its signal masks and threads' wait channels,
+    then (SIGABRT through faulthandler) every Python thread's stack."""
+    lines = []
+    try:
+        status = Path(f"/proc/{proc.pid}/status").read_text().splitlines()
+        lines += [s for s in status if s.split(":")[0] in ("State", "Threads", "SigBlk", "SigIgn", "SigCgt")]
+        for task in sorted(Path(f"/proc/{proc.pid}/task").iterdir()):
+            lines.append(f"task {task.name}: {(task / 'comm').read_text().strip()} wchan={(task / 'wchan').read_text()}")
+    except OSError as e:
+        lines.append(f"/proc unreadable: {e}")
+    os.kill(proc.pid, signal.SIGABRT)
+    try:
+        _, err = proc.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        err = "(no stacks: it did not die of SIGABRT either)"
+    return "kgen warm did not stop within 10 s of SIGINT:\n" + "\n".join(lines) + "\n" + err
 
 
 def _alive(pid: int) -> bool:
@@ -75,7 +97,10 @@ def test_ctrl_c_stops_warm_and_its_compilers(tmp_path, slow_compiler):
     compilers = _wait_for(pids, 2, proc)
     start = time.time()
     os.killpg(proc.pid, signal.SIGINT)  # what the terminal sends the foreground job on Ctrl-C
-    _, err = proc.communicate(timeout=10)
+    try:
+        _, err = proc.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(_hung(proc)) from None
     assert time.time() - start < 2.0
     assert proc.returncode == 130
     assert err == "error: interrupted; the builds in progress were stopped and nothing half-built was kept\n"
