@@ -35,9 +35,13 @@ def _start_warm(tmp_path, clang: Path) -> subprocess.Popen:
     # PYTHONFAULTHANDLER: a SIGABRT makes it print every thread's stack (_hung, when it hangs)
     env = {**os.environ, "KGEN_HIP_CLANG": str(clang), "KGEN_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(REPO),
            "PYTHONFAULTHANDLER": "1"}
-    # a session of its own, as a shell puts a foreground job in its own process group
+    # a session of its own, as a shell puts a foreground job in its own process group, and SIGINT
+    # at its default, as a foreground job has it: the suite may run as a background job of a
+    # shell without job control, whose children inherit SIGINT ignored (POSIX, "Shell Command
+    # Language", asynchronous lists), and Python then installs no KeyboardInterrupt handler
     return subprocess.Popen([sys.executable, "-m", "kgen", "warm", "specs/matmul.yaml", "specs/softmax.yaml", "-t", "gfx942", "-j", "2"],
-                            cwd=REPO, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=REPO, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def _wait_for(pids: Path, n: int, proc: subprocess.Popen, timeout: float = 120.0) -> list[int]:
