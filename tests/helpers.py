@@ -21,7 +21,7 @@ from kgen.build import tunable_candidates
 from kgen.check.compare import FLOOR, compare, max_err  # noqa: F401 (re-exported for the tests)
 from kgen.check.reference import bind_sizes, consistent_with_forward, forward_of, reference  # noqa: F401
 from kgen.check.samples import (allocate, check_constraints, derive_sizes, random_inputs,  # noqa: F401
-                                scalar_values, tensor_shape, torch_dtype)
+                                scalar_values, spec_of, tensor_shape, torch_dtype)
 from kgen.ir.interp import run_kernel
 from kgen.lang import kernel_ir
 from kgen.spec.expr import eval_expr
@@ -29,16 +29,12 @@ from kgen.spec.load import LoadedSpec
 from kgen.spec.model import Spec
 
 
-def _spec(spec: Spec | LoadedSpec) -> Spec:
-    return spec.spec if isinstance(spec, LoadedSpec) else spec
-
-
 def default_tunables(spec: Spec | LoadedSpec, variant: dict[str, Any] | None = None) -> dict[str, int]:
     """The spec's tunables, taking the first (preferred) candidate of each list; with a variant
     (and a loaded spec), the first candidate its constraints on tunables allow."""
     if variant is not None and isinstance(spec, LoadedSpec):
         return tunable_candidates(spec, variant)[0]
-    return {k: (v[0] if isinstance(v, list) else v) for k, v in _spec(spec).tunables.items()}
+    return {k: (v[0] if isinstance(v, list) else v) for k, v in spec_of(spec).tunables.items()}
 
 
 def packed_seq_idx(batch: int, seqlen: int, starts=()) -> torch.Tensor:

@@ -13,11 +13,7 @@ import torch
 from ..errors import KgenError
 from ..spec.load import LoadedSpec, load_spec
 from ..spec.model import Spec
-from .samples import scalar_values
-
-
-def _spec(spec: Spec | LoadedSpec) -> Spec:
-    return spec.spec if isinstance(spec, LoadedSpec) else spec
+from .samples import scalar_values, spec_of
 
 
 def bind_sizes(spec: Spec | LoadedSpec, tensors: dict[str, torch.Tensor]) -> dict[str, int]:
@@ -26,7 +22,7 @@ def bind_sizes(spec: Spec | LoadedSpec, tensors: dict[str, torch.Tensor]) -> dic
     Sizes that no given tensor mentions are left out; shape entries that are variant axes or
     tunables are not checked here (they need a variant and tunables to compare with).
     """
-    s = _spec(spec)
+    s = spec_of(spec)
     sizes: dict[str, int] = {}
     for name, t in tensors.items():
         if name not in s.tensors:
@@ -54,7 +50,7 @@ def reference(loaded_spec: LoadedSpec | Spec, inputs: dict[str, Any], *, exact: 
     same computation in that precision. The namespace also has `torch`, `math`, the variant's
     values (as in `if causal:`) and the sizes bound from the input shapes.
     """
-    s = _spec(loaded_spec)
+    s = spec_of(loaded_spec)
     tensors = {k: v for k, v in inputs.items() if isinstance(v, torch.Tensor)}
     ns: dict[str, Any] = {"torch": torch, "math": math, **(variant or {}), **bind_sizes(s, tensors)}
     ns.update(scalar_values(s, {k: v for k, v in inputs.items() if k in s.scalars}))

@@ -16,18 +16,18 @@ from ..spec.load import LoadedSpec
 from ..spec.model import IntRange, Offsets, Spec
 
 
-def _spec(spec: Spec | LoadedSpec) -> Spec:
+def spec_of(spec: Spec | LoadedSpec) -> Spec:
     return spec.spec if isinstance(spec, LoadedSpec) else spec
 
 
 def torch_dtype(spec: Spec | LoadedSpec, name: str, variant: dict[str, Any]) -> torch.dtype:
-    return TORCH_DTYPES[resolve_dtype(_spec(spec).tensors[name].dtype, variant)]
+    return TORCH_DTYPES[resolve_dtype(spec_of(spec).tensors[name].dtype, variant)]
 
 
 def tensor_shape(spec: Spec | LoadedSpec, name: str, env: dict[str, Any]) -> tuple[int, ...]:
     """The shape of tensor `name` with sizes, variant values and tunables from `env` (entries of
     outputs and scratch may be expressions, as in [cdiv(M, BLOCK_M), N])."""
-    return tuple(int(eval_expr(d, env)) for d in _spec(spec).tensors[name].shape)
+    return tuple(int(eval_expr(d, env)) for d in spec_of(spec).tensors[name].shape)
 
 
 def tile_extents(ls: LoadedSpec, variant: dict[str, Any], tunables: dict[str, int]) -> dict[str, int]:
@@ -69,37 +69,35 @@ def check_sizes(ls: LoadedSpec, variant: dict[str, Any], tunables: dict[str, int
             elif names_in(ast.unparse(divisor)) <= set(env):  # a multiple of a constant: round up
                 k = int(eval_expr(ast.unparse(divisor), env))
                 sizes[name] = -(-sizes[name] // k) * k if k > 0 else sizes[name]
-    sizes = derive_sizes(spec, {s: v for s, v in sizes.items() if s not in _defined(spec) or s in (given or {})}, env)
+    defined = _definitions(spec)
+    sizes = derive_sizes(spec, {s: v for s, v in sizes.items() if s not in defined or s in (given or {})}, env)
     check_constraints(spec, {**env, **sizes})
     return sizes
 
 
-def _defined(spec: Spec) -> set[str]:
-    """Sizes that a constraint `NAME == expr` defines."""
-    out = set()
+def _definitions(spec: Spec) -> dict[str, str]:
+    """Size -> expression, for the constraints of the form `NAME == expr` that define a size."""
+    out = {}
     for c in spec.constraints:
         node = ast.parse(c, mode="eval").body
         if (isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.Eq)
                 and isinstance(node.left, ast.Name) and node.left.id in spec.sizes):
-            out.add(node.left.id)
+            out.setdefault(node.left.id, ast.unparse(node.comparators[0]))
     return out
 
 
 def derive_sizes(spec: Spec | LoadedSpec, sizes: dict[str, int], constants: dict[str, Any]) -> dict[str, int]:
     """`sizes` plus the sizes that constraints of the form `NAME == expr` define (rmsnorm_bwd's
     MB == cdiv(M, BLOCK_M): a shape entry of an input cannot be an expression of tunables)."""
-    s = _spec(spec)
     out = dict(sizes)
-    for c in s.constraints:
-        node = ast.parse(c, mode="eval").body
-        if (isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.Eq)
-                and isinstance(node.left, ast.Name) and node.left.id in s.sizes and node.left.id not in out):
-            out[node.left.id] = int(eval_expr(ast.unparse(node.comparators[0]), {**constants, **out}))
+    for name, expr in _definitions(spec_of(spec)).items():
+        if name not in out:
+            out[name] = int(eval_expr(expr, {**constants, **out}))
     return out
 
 
 def check_constraints(spec: Spec | LoadedSpec, env: dict[str, Any]) -> None:
-    s = _spec(spec)
+    s = spec_of(spec)
     for c in s.constraints:
         if names_in(c) <= set(env) and not eval_expr(c, env):
             shown = {k: env[k] for k in sorted(names_in(c))}
@@ -129,7 +127,7 @@ def random_inputs(spec: Spec | LoadedSpec, variant: dict[str, Any], env: dict[st
                   generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
     """Fresh random inputs from each input's domain (never zeros: zeros hide missing loads and
     masks): floats torch.randn (or its exp, or minus that), integers as declared."""
-    s = _spec(spec)
+    s = spec_of(spec)
     return {name: _draw(s.tensors[name], torch_dtype(s, name, variant), tensor_shape(s, name, env), env, generator)
             for name in s.inputs()}
 
@@ -137,7 +135,7 @@ def random_inputs(spec: Spec | LoadedSpec, variant: dict[str, Any], env: dict[st
 def allocate(spec: Spec | LoadedSpec, variant: dict[str, Any], env: dict[str, Any]) -> dict[str, torch.Tensor]:
     """Outputs and scratch: zeros where the spec says `init: zeros`, else NaN (so that an element
     no kernel writes, or a scratch element read before it is written, shows up)."""
-    s = _spec(spec)
+    s = spec_of(spec)
     out = {}
     for name, t in s.tensors.items():
         if t.role == "input":
@@ -155,7 +153,7 @@ def allocate(spec: Spec | LoadedSpec, variant: dict[str, Any], env: dict[str, An
 
 def scalar_values(spec: Spec | LoadedSpec, scalars: dict[str, float]) -> dict[str, float]:
     """`scalars` with the spec's defaults filled in."""
-    s = _spec(spec)
+    s = spec_of(spec)
     out = {}
     for name, p in s.scalars.items():
         if name in scalars:
