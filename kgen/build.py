@@ -124,9 +124,11 @@ def build_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target, compi
     return first
 
 
-def spill_retry_options(target: Target) -> list[CompileOptions]:
-    """The forms a spilling kernel is retried in, in order: the same code with the target's
-    frugal register flags (also without bulk reductions); then plain core matrices instead of
+def spill_retry_options(target: Target, specialized: bool = False) -> list[CompileOptions]:
+    """The forms a spilling kernel is retried in, in order: a `specialized` kernel (one with a
+    producer warpgroup, whose computing warps get at most the registers the producer leaves
+    them) without it; the same code with the
+    target's frugal register flags (also without bulk reductions); then plain core matrices instead of
     the swizzle (fewer address registers), then also per-chunk copy addresses (fewer registers
     kept across loops); then both again with atomic adds per element instead of bulk reductions
     (passes/bulk_reduce.py: the causal D=128 dkdv has two, and spills with them). A form that
@@ -134,7 +136,7 @@ def spill_retry_options(target: Target) -> list[CompileOptions]:
     frugal = tuple(target.frugal_register_flags)
     bulk = target.shared_bulk_fp32_add
     plain = CompileOptions(swizzle=False) if any(mi.shared_swizzle for mi in target.matrix_instrs) else DEFAULT
-    forms = []
+    forms = [CompileOptions(warp_specialize=False)] if specialized else []
     if frugal:
         forms.append(CompileOptions(register_flags=frugal))
         if bulk:
@@ -155,7 +157,7 @@ def _without_spills(ls: LoadedSpec, variant: dict[str, Any], target: Target, tun
         if not _spills(bk):
             continue
         lowered = {replace(DEFAULT, register_flags=()): kernels[i]}
-        for options in spill_retry_options(target):
+        for options in spill_retry_options(target, specialized=kernels[i].producer_warps > 0):
             how = replace(options, register_flags=())
             if how not in lowered:
                 lowered[how] = compile_kernel(ls, i, variant, tunables, target, options=options)

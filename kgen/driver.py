@@ -79,7 +79,7 @@ def build_kernel(ls: LoadedSpec, index: int, variant: dict[str, Any], tunables: 
     built = BuiltKernel(
         name=kernel.name, source=source, includes=includes,
         file=f"{kernel.name}__{source_digest(source, options.register_flags)}{be.source_suffix}",
-        grid=list(ls.spec.kernels[index].grid), threads=kernel.num_warps * target.wave_size,
+        grid=list(ls.spec.kernels[index].grid), threads=(kernel.num_warps + kernel.producer_warps) * target.wave_size,
         shared_bytes=kernel.shared_bytes, signature=signature,
         arguments={"tensors": list(kernel.tensors), "sizes": list(kernel.sizes), "scalars": list(kernel.scalars)},
         notes=dict(kernel.notes), tensor_maps=[{"tensor": t, "box": list(box)} for t, box in tensor_maps(kernel)],

@@ -21,6 +21,10 @@ class CompileOptions:
     stepped_copies: bool = True
     """cp.async copy addresses advanced by whole steps where the geometry allows, rather than
     recomputed per chunk (ir/passes/copy_addressing.py)."""
+    warp_specialize: bool = True
+    """Loops of tensor copies fed by a producer warpgroup through a ring of mbarriers, the
+    consumers' registers raised (ir/passes/specialize.py), where the target can move registers
+    between warpgroups; off, the consumers issue their own copies behind block barriers."""
     register_flags: tuple[str, ...] = ()
     """Extra compiler flags: the descriptor's frugal register flags when a kernel spills."""
 

@@ -442,6 +442,23 @@ def test_a_spilling_swizzled_variant_is_retried_with_plain_layouts(monkeypatch):
     assert not any(swizzled.search(bk.text) for bk in out.kernels)
 
 
+def test_a_specialized_kernel_that_spills_is_retried_without_its_producer_first(monkeypatch):
+    """The forward at head_dim 128 has a producer warpgroup (its spec asks for one); told that it
+    spills, the search builds it again without one before any other form."""
+    seen: list[tuple[bool, tuple[str, ...]]] = []
+
+    def fake_compile(bk, target, extra_flags=(), objects=None):
+        seen.append(("setmaxnreg" in bk.text, tuple(extra_flags)))
+        bk.resources = {"spill_bytes": 64 if seen[-1][0] else 0}
+
+    monkeypatch.setattr(kgen.driver, "compile_built", fake_compile)
+    ls = load_spec(REPO / "specs" / "fa2_fwd.yaml")
+    variant = {"dtype": "bf16", "head_dim": 128, "causal": False}
+    out = kgen.build.build_variant(ls, variant, load_target("sm_90"), compile=True)
+    assert seen == [(True, ()), (False, ())]
+    assert out.tunables == kgen.build.tunable_candidates(ls, variant)[0] and out.kernels[0].threads == 256
+
+
 def test_the_causal_dkdv_takes_tensor_copies_through_the_frugal_register_flags():
     """The golden set's causal D=128 dkdv (atomics) spills at ptxas's default register usage in
     the tensor-copy form; the build retries it with the descriptor's frugal flags, and that form

@@ -13,7 +13,7 @@ compiled_variant is swapped), so both sides run the same Python, inputs and time
 code objects differ. A build whose kernels take every argument of the spec (before
 ir/passes/arguments.py) is launched that way. Times: median CUDA-event time of many runs
 (triton.testing.do_bench), each side measured twice in A B A B order (`--rounds N`: N times;
-`--only MATCH`: the cases whose label contains MATCH). `--kernels MATCH` gives,
+`--only MATCH`: the cases whose label contains MATCH, with --dump too). `--kernels MATCH` gives,
 for a host-bound case, the host's time per call and the kernels' own time (torch.profiler) of
 each side instead.
 """
@@ -61,8 +61,9 @@ def cases():
         yield f"ssd {label} S={s}", fwd, (lambda fwd=fwd, ins=ins, g=dy: torch.autograd.grad(fwd(), ins, g))
 
 
-def dump(path: Path) -> None:
-    """Run every case once with this checkout's kgen; record the entry of each variant used."""
+def dump(path: Path, only: str | None = None) -> None:
+    """Run every case (those whose label contains `only`) once with this checkout's kgen; record
+    the entry of each variant used."""
     from kgen.runtime import compiled
     from kgen.spec.load import variant_id
 
@@ -75,6 +76,8 @@ def dump(path: Path) -> None:
         return e
     compiled._entry = entry
     for label, fwd, bwd in cases():
+        if only and only not in label:
+            continue
         bwd()
         torch.cuda.synchronize()
         print(label, "ok", flush=True)
@@ -177,13 +180,13 @@ def main() -> None:
     ap.add_argument("--dump", type=Path, help="write the cache entries this checkout's build uses")
     ap.add_argument("--before", type=Path, help="the entries another checkout dumped: the A side")
     ap.add_argument("--json", type=Path, default=None)
-    ap.add_argument("--only", metavar="MATCH", help="with --before: time only the cases whose label contains MATCH")
+    ap.add_argument("--only", metavar="MATCH", help="only the cases whose label contains MATCH")
     ap.add_argument("--rounds", type=int, default=2, help="with --before: timings per side, alternating (default 2)")
     ap.add_argument("--kernels", metavar="MATCH", help="with --before: host and kernel times of the cases "
                     "whose label contains MATCH (for host-bound cases, e.g. 'ssd g1')")
     a = ap.parse_args()
     if a.dump:
-        dump(a.dump)
+        dump(a.dump, a.only)
     elif a.before and a.kernels:
         kernels(a.before, a.kernels)
     elif a.before:

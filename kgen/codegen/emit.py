@@ -85,6 +85,7 @@ class Emitter:
         self.use_counts = use_counts(k.body)
         self.coords = CoordMacros()  # layout coordinates, spelled by macros the kernel defines
         self.producer = producers(k.body)
+        self.in_producer = False  # rendering a producer warpgroup's program (tma.producer_ctx)
 
     def ops(self, block) -> list[dict]:
         """The contexts of a block's ops. A constant has none: its uses spell its literal
@@ -394,6 +395,15 @@ class Emitter:
 
     def op_tma_reset(self, op):
         return tma.reset_ctx(self, op, name)
+
+    def op_producer(self, op):
+        return tma.producer_ctx(self, op)
+
+    def op_acquire(self, op):
+        return tma.ring_ctx(self, op, name)
+
+    def op_release(self, op):
+        return tma.ring_ctx(self, op, name)
 
     def op_wait_async(self, op):
         barrier = attr(op, "barrier")

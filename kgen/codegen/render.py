@@ -169,11 +169,19 @@ def render_kernel(k: Kernel, target: Target, *, spec_file: str, program_line: in
     body = emitter.ops(k.body)
     return environment().get_template(backend(target.backend).skeleton).render(
         version=__version__, spec_file=spec_file, kernel=k.name, target=target.name,
-        program_line=program_line, threads=k.num_warps * target.wave_size, params=params, body=body,
+        program_line=program_line, threads=(k.num_warps + k.producer_warps) * target.wave_size, params=params, body=body,
         shared_bytes=k.shared_bytes, helpers=[emitter.helpers[n] for n in sorted(emitter.helpers)],
         bulk_wait=any("bulk" in op.attrs for op in walk(k.body)),  # bulk reductions: waited for at the end
         tma_barriers=k.tma_barriers, tma_barrier_offset=k.tma_barrier_offset, coord_macros=emitter.macros(),
+        release_barriers=k.release_barriers, release_arrivals=k.num_warps, blocks_per_sm=_blocks_per_sm(k),
+        # a block barrier: every thread's, or with a producer warpgroup the computing warps' own
+        block_sync=f"kg::sync_named(1, {k.num_warps * target.wave_size});" if k.producer_warps else "kg::sync();",
         half_type=HALF_TYPE if half else "")
+
+
+def _blocks_per_sm(k: Kernel) -> int:
+    """The blocks per multiprocessor a producer's registers were planned for, 0 without one."""
+    return next((op.attrs["blocks_per_sm"] for op in walk(k.body) if op.kind == "producer"), 0)
 
 
 def render_unit(kernel: str, target: Target, *, spec_file: str, half: str, body_file: str) -> str:

@@ -74,7 +74,17 @@ def copy_ctx(emitter, op: Op, name_of) -> dict:
     return {"macro": "tma_copy", "tensor": op.attrs["tensor"], "box": list(box), "elem": elem,
             "dst": name_of(buf), "map": map_param(i, op.attrs["tensor"]), "rank": len(coords),
             "bar": barrier(emitter, buf, name_of), "bytes": rows * cols * elem, "boxes": boxes,
-            "pred": name_of(op.operands[-1]) if op.attrs["pred"] else "true", "sync_before": attr(op, "sync_before")}
+            "pred": name_of(op.operands[-1]) if op.attrs["pred"] else "true",
+            "guard": _issue_guard(name_of(op.operands[-1]) if op.attrs["pred"] else "true", emitter.in_producer),
+            "sync_before": attr(op, "sync_before")}
+
+
+def _issue_guard(pred: str, in_producer: bool) -> str:
+    """When the copy is issued: by thread 0 where its predicate holds; in a producer's program,
+    which one thread runs already (producer_ctx), where the predicate holds."""
+    if in_producer:
+        return pred
+    return f"({pred}) && kg::thread_id() == 0"
 
 
 def barrier(emitter, buf, name_of) -> str:
@@ -113,3 +123,26 @@ def reset_ctx(emitter, op: Op, name_of) -> dict:
         slots = attr(alloc, "slots")
         flips += [{"bar": alloc.attrs["bar"] + s, "uses": f"(n_ + {slots - 1 - s}) / {slots}"} for s in range(slots)]
     return {"macro": "tma_reset", "n": f"kg::cdiv(kg::max_({stop} - {start}, 0), {step})", "flips": flips}
+
+
+def ring_ctx(emitter, op: Op, name_of) -> dict:
+    """A ring slot's side (kgen.ir.passes.specialize): iteration n's slot is n % slots, its
+    empty barrier `empty_bar` + that, used for the (n // slots)-th time. The producer (acquire)
+    waits for the phase before that use, parity ((n // slots) & 1) ^ 1, which a fresh barrier
+    reports complete; the consumers (release) arrive once per warp."""
+    alloc = emitter.stage_of(op.operands[0])
+    n, slots = name_of(op.operands[1]), attr(alloc, "slots")
+    return {"macro": op.kind, "bar": str(add(alloc.attrs["empty_bar"], mod(sym(n), slots))),
+            "parity": f"(({n} / {slots}) & 1) ^ 1"}
+
+
+def producer_ctx(emitter, op: Op) -> dict:
+    """The producer warpgroup's branch: its registers dropped, one thread running its program,
+    the other warps done; the consumers' registers raised after it (PTX ISA, setmaxnreg)."""
+    emitter.in_producer = True
+    try:
+        body = emitter.ops(op.body)
+    finally:
+        emitter.in_producer = False
+    return {"macro": "producer", "first_warp": emitter.k.num_warps, "regs": op.attrs["regs"],
+            "consumer_regs": op.attrs["consumer_regs"], "body": body}

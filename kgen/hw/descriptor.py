@@ -201,6 +201,9 @@ class Target(_Frozen):
     # compiler flags for a kernel that spills: the back end's register-frugal mode, tried (kgen.build)
     # before plainer layouts and smaller tiles
     frugal_register_flags: tuple[str, ...] = ()
+    # per-warpgroup register counts a running kernel may move to (sm_90 setmaxnreg): (least,
+    # most, step); () where warps cannot give registers to one another
+    register_reallocation: tuple[int, ...] = ()
     workgroup_dispatch: Literal["round_robin_xcd", "single"]
     matrix_instrs: tuple[MatrixInstr, ...]
     shared_matrix_load: SharedMatrixLoad | None = None

@@ -75,14 +75,21 @@ SCHEMA: dict[str, dict[str, Attr]] = {
     "convert": {"smem_offset": Attr((int,), None), "sync_before": Attr((bool,), True)},
     "view_shared": {},
     "alloc_shared": {**_BUFFER, "slots": Attr((int,), 1), "slot_bytes": Attr((int,), None),
-                     "tma": Attr((bool,), False), "bar": Attr((int,), None)},
+                     "tma": Attr((bool,), False), "bar": Attr((int,), None), "empty_bar": Attr((int,), None)},
     "slot": {"slots": Attr((int,)), "slot_bytes": Attr((int,))},
     "copy_async": {"tensor": Attr((str,)), "index": _INDEX, "shape": Attr((tuple,)), "ld": Attr((int,)),
                    "rows": Attr((int,)), "smem_layout": Attr((str,), "rows", _LAYOUTS), "pred": Attr((bool,), False),
                    "sync_before": Attr((bool,), True), "tma": Attr((bool,), False),
                    "stepped": Attr((bool,), False), "slot_steps": Attr((bool,), False)},
-    "wait_async": {"pending": Attr((int,)), "barrier": Attr((bool,), True), "tma": Attr((bool,), False)},
+    "wait_async": {"pending": Attr((int,)), "barrier": Attr((bool,), True), "tma": Attr((bool,), False),
+                   "ring": Attr((bool,), False)},
     "tma_reset": {},
+    # warp specialization (passes/specialize.py): the producer warpgroup's program, and the ring's
+    # two sides: a slot taken by the producer, given back by the consumers
+    "producer": {"warps": Attr((int,)), "regs": Attr((int,)), "consumer_regs": Attr((int,)),
+                 "blocks_per_sm": Attr((int,))},
+    "acquire": {},
+    "release": {},
 }
 
 # ops that own shared memory once plan_shared_memory has placed it (passes/memory.py)

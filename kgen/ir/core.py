@@ -48,6 +48,12 @@ its type and default, and the verifier holds each op to it):
   tma_reset                        (inserted by a pass) after a loop of tensor copies: the
                                    mbarrier phases its iterations left (operands: the loop's
                                    bounds, then the buffers)
+  producer [warps, regs, ...]      (inserted by a pass) a body that a warpgroup of its own runs
+                                   instead of the rest of the kernel: the loops of tensor copies
+                                   that feed the consumers' rings (passes/specialize.py)
+  acquire                          (inserted by a pass) the producer waits until the consumers
+                                   have given back the slot of iteration operand 1 of ring operand 0
+  release                          (inserted by a pass) the consumers give that slot back
 
 `index` of a load/store is a tuple with one entry per tensor dim: ("at", operand#), a scalar
 index; ("block", operand#, size), the block [i*size, (i+1)*size); or ("all", size), the whole
@@ -129,8 +135,11 @@ class Kernel:
     notes: dict[str, Any] = field(default_factory=dict)  # decisions recorded for the manifest
     prefetch_loads: bool | int = False  # the spec's per-kernel choice: off, on, or a register budget (passes/prefetch.py)
     bulk_reductions: bool = False  # the spec's per-kernel choice, for this variant (passes/bulk_reduce.py)
+    warp_specialize: bool = False  # the spec's per-kernel choice, for this variant (passes/specialize.py)
     tma_barriers: int = 0  # mbarriers of tensor copies (passes/async_copy.py), 8 bytes each, in shared memory
     tma_barrier_offset: int = 0  # where those mbarriers start in shared memory (passes/memory.py)
+    release_barriers: int = 0  # mbarriers the consumers give ring slots back on, after the tma_barriers
+    producer_warps: int = 0  # warps of a producer warpgroup beside the num_warps that compute (passes/specialize.py)
 
 
 def walk(block: Block):

@@ -11,6 +11,7 @@ for codegen. kgen.driver runs the parse and then these, in this order:
       -> prefetch_loads       register loads in loops issued one iteration ahead
       -> sink_to_first_use    register arithmetic moved down to just before its first reader
       -> overlap_async_dots   an asynchronous dot (wgmma) waited for where its result is read
+      -> specialize_warps     loops of tensor copies fed by a producer warpgroup through rings
       -> plan_bulk_reductions tile atomic adds through shared memory, one bulk reduction per row
       -> merge_stage_barriers    barriers only where a shared write could overtake a read
       -> plan_shared_memory   offsets from the interference graph; the descriptor's limit checked
@@ -45,6 +46,7 @@ from .passes.overlap import overlap_async_dots
 from .passes.prefetch import prefetch_loads
 from .passes.scratch_barriers import drop_scratch_barriers
 from .passes.sink import sink_to_first_use
+from .passes.specialize import specialize_warps
 from .passes.zero_starts import mark_zero_starts
 from .verify import verify
 
@@ -60,6 +62,7 @@ PASSES: list[tuple[str, Pass]] = [
     ("prefetch_loads", prefetch_loads),
     ("sink_to_first_use", sink_to_first_use),
     ("overlap_async_dots", overlap_async_dots),
+    ("specialize_warps", specialize_warps),
     ("plan_bulk_reductions", plan_bulk_reductions),
     ("merge_stage_barriers", merge_stage_barriers),
     ("plan_shared_memory", plan_shared_memory),

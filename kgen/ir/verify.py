@@ -46,6 +46,8 @@ def _block(block: Block, defined: set[int], after: str, layouts: bool, warps: in
                         raise _fail(after, op, f"the loop-carried {group[3]!r} has other layouts as its initial value, "
                                                "block argument, yielded value and result: one set of registers needs one")
             _block(op.body, scope, after, layouts, warps, done)
+        elif op.body is not None:  # a producer's program (passes/specialize.py) sees what came before it
+            _block(op.body, scope, after, layouts, warps, done)
         if layouts and op.kind in SAME_LAYOUT:
             for v in op.operands:
                 if v.shape == op.result.shape and not v.is_scalar and v.layout != op.result.layout:

@@ -30,13 +30,20 @@ def kernel_ir(ls: LoadedSpec, kernel_index: int, variant: dict[str, Any], tunabl
     warps = ks.warps if isinstance(ks.warps, int) else constants.get(ks.warps)
     if not isinstance(warps, int) or warps <= 0 or warps & (warps - 1):
         raise SpecError(f"warps must be a power of two or a tunable's name, got {ks.warps!r}", ls.where("kernels", kernel_index, "warps"))
-    bulk = ks.bulk_reductions
-    if isinstance(bulk, str):
-        try:
-            bulk = eval_expr(bulk, constants)
-        except Exception as e:  # an unknown name or a malformed expression
-            raise SpecError(f"bulk_reductions must be true, false or an expression of the variant axes and tunables; "
-                            f"'{ks.bulk_reductions}' could not be evaluated ({e})", ls.where("kernels", kernel_index, "bulk_reductions")) from None
+    bulk, specialize = (_per_variant(ls, kernel_index, field, constants) for field in ("bulk_reductions", "warp_specialize"))
     return Kernel(name=f"{spec.name}_{ks.name}", body=body, tensors=dict(spec.tensors), sizes=list(spec.sizes),
                   scalars=list(spec.scalars), num_warps=warps, constants=constants, prefetch_loads=ks.prefetch_loads,
-                  bulk_reductions=bool(bulk))
+                  bulk_reductions=bulk, warp_specialize=specialize)
+
+
+def _per_variant(ls: LoadedSpec, kernel_index: int, field: str, constants: dict[str, Any]) -> bool:
+    """A kernel's per-variant choice: true, false or an expression of the variant axes and
+    tunables, evaluated for this variant."""
+    value = getattr(ls.spec.kernels[kernel_index], field)
+    if isinstance(value, str):
+        try:
+            value = eval_expr(value, constants)
+        except Exception as e:  # an unknown name or a malformed expression
+            raise SpecError(f"{field} must be true, false or an expression of the variant axes and tunables; "
+                            f"'{value}' could not be evaluated ({e})", ls.where("kernels", kernel_index, field)) from None
+    return bool(value)

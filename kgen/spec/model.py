@@ -88,6 +88,10 @@ class KernelSpec(Strict):
     bulk_reductions: bool | str = Field(False, description="fp32 tile atomic adds through shared memory, one bulk "
                                         "reduction per row, where the target has them (kgen/ir/passes/bulk_reduce.py): "
                                         "true, false or an expression of the variant axes and tunables")
+    warp_specialize: bool | str = Field(False, description="loops of tensor copies fed by a producer warpgroup through "
+                                        "rings of mbarriers, the computing warps' registers raised, where the target "
+                                        "can (kgen/ir/passes/specialize.py): true, false or an expression of the variant "
+                                        "axes and tunables")
 
 
     @field_validator("grid", mode="before")

@@ -6,7 +6,7 @@ and `warp` are broadcast index arrays, so one evaluation covers the whole block)
 them exactly as templates/common/ops.j2 does, and records each composed line in `snippets` so
 that a test can check that the text it evaluated is the text the generated source contains.
 
-Only what the matmul kernels need is simulated: scalars, fills and casts, aliases, global
+Only what the matmul kernels need is simulated (and a producer warpgroup's rings): scalars, fills and casts, aliases, global
 loads and stores, staging to shared memory, async copies into one- or two-slot buffers, dot
 (the fragment reads from shared memory, the matrix instruction, the accumulator registers) and
 loops. The matrix instruction is applied through the hardware descriptor's fragment layouts
@@ -32,7 +32,7 @@ import numpy as np
 from kgen.codegen.emit import name as c_name
 from kgen.hw.descriptor import Target, load_target
 from kgen.ir.core import ELEM_BYTES, Kernel, walk
-from lane_sim_copies import AsyncCopySim, SimError, TensorCopySim  # noqa: F401  (SimError: raised here, caught by the tests)
+from lane_sim_copies import AsyncCopySim, RingSim, SimError, TensorCopySim  # noqa: F401  (SimError: raised here, caught by the tests)
 from lane_sim_macros import expand_all, expand_macros  # noqa: F401  (expand_all: for the tests)
 
 
@@ -235,7 +235,7 @@ class WarpgroupSim:
 
 
 # --- one program (block) ---------------------------------------------------------------------------
-class ProgramSim(WarpgroupSim, AsyncCopySim, TensorCopySim):
+class ProgramSim(WarpgroupSim, AsyncCopySim, TensorCopySim, RingSim):
     """Executes emitted op contexts for one block at a time, all its threads together.
 
     `tensors`: name -> float64 array (outputs start as NaN); `sizes`: the spec's size values.
@@ -286,7 +286,9 @@ class ProgramSim(WarpgroupSim, AsyncCopySim, TensorCopySim):
         # tensor copies: phases completed and waited for per barrier, and each copy's writes
         self.tma_done, self.tma_waited, self.tma_pending = {}, {}, {}
         self.in_flight: dict[str, tuple] = {}  # deferred dots by result name, until their dot_wait
+        self.start_rings()
         self.run(ctxs)
+        self.finish_rings()
 
     def run(self, ctxs: list[dict]) -> None:
         for c in ctxs:

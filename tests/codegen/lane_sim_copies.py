@@ -89,7 +89,7 @@ class TensorCopySim:
         return self.tma_done, self.tma_waited, self.tma_pending
 
     def op_tma_copy(self, c):
-        lines = [f"if (({c['pred']}) && kg::thread_id() == 0) {{", f"uint64_t* bar_ = &kg_bars[{c['bar']}];",
+        lines = [f"if ({c['guard']}) {{", f"uint64_t* bar_ = &kg_bars[{c['bar']}];",
                  f"kg::mbar_expect_tx(bar_, {c['bytes']});"]
         lines += [f"kg::tma_load_{c['rank']}d(&{c['dst']}[{b['slot']}], &{c['map']}, bar_, {', '.join(b['coords'])});"
                   for b in c["boxes"]]
@@ -116,7 +116,7 @@ class TensorCopySim:
             addr = start + np.arange(at.shape[1]) * elem
             addr = addr ^ (((addr >> 7) & 7) << 4)
             self._check_range(f"tensor copy into {c['dst']}", addr // elem, buf.size)
-            writes.append((c["dst"], addr // elem, values))
+            writes.append((buf, addr // elem, values))  # the slot itself: a producer may rebind the name before it lands
             moved += at.shape[1] * elem
         if moved != c["bytes"]:
             raise SimError(f"tensor copy of {c['tensor']} expects {c['bytes']} bytes but its boxes move {moved}: the wait would hang")
@@ -127,12 +127,14 @@ class TensorCopySim:
 
     def _tma_land(self, bar: int) -> None:
         for buf, slot, value in self.tma_pending[bar].pop(0):
-            self.smem[buf][slot] = value
+            buf[slot] = value
 
     def op_tma_wait(self, c):
         self.note(f"kg::mbar_wait(&kg_bars[{c['bar']}], {c['parity']});")
         done, waited, pending = self._tma_state()
         bar, parity = int(self.ev(c["bar"])), int(self.ev(c["parity"]))
+        if waited.get(bar, 0) >= done.get(bar, 0):
+            self.advance_producer(bar)  # a ring's copies come from the producer (RingSim)
         if waited.get(bar, 0) >= done.get(bar, 0):
             raise SimError(f"wait on barrier {bar} with no copy in flight: it would hang")
         if parity != waited.get(bar, 0) % 2:
@@ -152,3 +154,76 @@ class TensorCopySim:
                 if waited.get(bar, 0) != done.get(bar, 0):
                     raise SimError(f"arrival on barrier {bar} while a copy it counts is not waited for")
                 done[bar] = waited[bar] = done.get(bar, 0) + 1
+
+
+class RingSim:
+    """Warp specialization (kgen/ir/passes/specialize.py): the producer warpgroup's program runs
+    as a coroutine beside the computing warps, which the simulation runs together. It is stepped
+    when they wait on a full barrier no copy has completed yet and whenever they give a slot
+    back, and runs until an acquire blocks or it ends. Each ring slot's empty barrier counts its completed phases, one per release (every
+    computing warp arrives at once here); an acquire passes as mbarrier.try_wait.parity does, when
+    the phase of the parity it names is the last completed one: the current phase's parity
+    differs. A copy landing at issue (`land="at_issue"`) then shows a release placed before the
+    slot's last read, a wrong acquire parity either a copy over a slot still in use or a hang, and
+    the block's end a producer still blocked or copies nobody waited for."""
+
+    def start_rings(self) -> None:  # per block: ProgramSim.run_block
+        self.producer, self.released = None, {}
+
+    def op_producer(self, c):
+        for line in (f"if (warp >= {c['first_warp']}) {{", f"kg::setmaxnreg_dec<{c['regs']}>();",
+                     f"if (warp == {c['first_warp']} && lane == 0) {{", f"kg::setmaxnreg_inc<{c['consumer_regs']}>();"):
+            self.note(line)
+        self.producer = self._produce(c["body"])
+
+    def _produce(self, ctxs):
+        """The producer's program, yielding wherever an acquire cannot pass yet."""
+        for c in ctxs:
+            if c["macro"] == "for_loop":
+                self.note(f"for (int {c['iv']} = {c['start']}; {c['iv']} < {c['stop']}; {c['iv']} += {c['step']})")
+                for it in range(int(self.ev(c["start"])), int(self.ev(c["stop"])), int(self.ev(c["step"]))):
+                    self.scalars[c["iv"]] = it
+                    yield from self._produce(c["body"])
+            elif c["macro"] == "acquire":
+                self.note(f"kg::mbar_wait(&kg_bars[{c['bar']}], {c['parity']});")
+                bar, parity = int(self.ev(c["bar"])), int(self.ev(c["parity"]))
+                while self.released.get(bar, 0) % 2 == parity:
+                    yield bar
+            elif c["macro"] != "yield_values":
+                getattr(self, "op_" + c["macro"])(c)
+
+    def advance_producer(self, bar: int) -> None:
+        """Run the producer until the computing warps' wait on `bar` can pass, it blocks, or it ends."""
+        while self.producer is not None and self.tma_waited.get(bar, 0) >= self.tma_done.get(bar, 0):
+            try:
+                next(self.producer)
+            except StopIteration:
+                self.producer = None
+                return
+            if self.tma_waited.get(bar, 0) >= self.tma_done.get(bar, 0):
+                return  # blocked on an acquire that only the computing warps can release: a hang
+
+    def op_acquire(self, c):
+        raise SimError("an acquire outside a producer's program")
+
+    def op_release(self, c):
+        self.note("kg::sync_warp();")
+        self.note(f"if (lane == 0) kg::mbar_arrive(&kg_bars[{c['bar']}]);")
+        bar = int(self.ev(c["bar"]))
+        self.released[bar] = self.released.get(bar, 0) + 1
+        # the producer refills the slot at once, the earliest the hardware may: a copy landing at
+        # issue then overwrites what a release placed before the last read still has to read
+        if self.producer is not None:
+            try:
+                next(self.producer)
+            except StopIteration:
+                self.producer = None
+
+    def finish_rings(self) -> None:
+        """The block's end: the producer must end too, every copy waited for."""
+        if self.producer is not None:
+            for _ in self.producer:
+                raise SimError("the producer is still waiting for a slot at the block's end: it would hang")
+        left = {b: n - self.tma_waited.get(b, 0) for b, n in self.tma_done.items() if n != self.tma_waited.get(b, 0)}
+        if left:
+            raise SimError(f"copies nobody waited for at the block's end (barrier: count) {left}")

@@ -9,7 +9,8 @@ which place their own barriers; a nested loop counts as both. Walking a block in
   - a run of stages needs one barrier after its last write, before the first read;
   - `wait_async` ends in a barrier (the copies of every thread become visible), which also
     clears the reads before it; a wait right before another wait leaves it to that one
-    (`barrier`: two copies issued together, passes/early_copies.py, are waited for with one).
+    (`barrier`: two copies issued together, passes/early_copies.py, are waited for with one);
+  - a ring's wait (passes/specialize.py) is its slot's mbarrier alone: no barrier, nothing cleared.
 
 In a loop body the previous iteration's reads are in flight at the top, so the first write
 there has its barrier. Attention's forward thus has four barriers per key block: after each
@@ -21,6 +22,7 @@ from ...hw.descriptor import Target
 from ...options import CompileOptions
 from ..core import Block, Kernel, Op
 from ..analysis import scratch_bytes
+from ..attrs import attr
 
 
 def merge_stage_barriers(k: Kernel, target: Target, options: CompileOptions) -> Kernel:
@@ -39,6 +41,8 @@ def _place(block: Block) -> None:
     reads_since_sync = True  # conservatively: whatever ran before this block may still read
     unsynced_stage: Op | None = None  # the last stage whose writes no barrier has published yet
     for i, op in enumerate(block.ops):
+        if op.kind == "producer":  # its copies wait for their ring slots, not for block barriers
+            continue
         if op.body is not None:
             _place(op.body)
         if op.kind in ("stage", "copy_async"):
@@ -48,6 +52,8 @@ def _place(block: Block) -> None:
             if op.kind == "stage":
                 op.attrs["sync_after"] = False
                 unsynced_stage = op
+        elif op.kind == "wait_async" and attr(op, "ring"):
+            continue  # a ring slot's full barrier alone (passes/specialize.py): no block barrier
         elif op.kind == "wait_async":
             following = block.ops[i + 1] if i + 1 < len(block.ops) else None
             op.attrs["barrier"] = following is None or following.kind != "wait_async"

@@ -59,9 +59,9 @@ def plan_shared_memory(k: Kernel, target: Target, options: CompileOptions) -> Ke
     for op in bulk[1:]:
         op.attrs["smem_offset"] = bulk[0].attrs["smem_offset"]
     k.shared_bytes = max((hi for _, hi in placed.values()), default=0)
-    if k.tma_barriers:  # the tensor copies' mbarriers, 8 bytes each, after the buffers
+    if k.tma_barriers:  # the tensor copies' mbarriers and the rings' release ones, 8 bytes each, after the buffers
         k.tma_barrier_offset = k.shared_bytes = _align(k.shared_bytes, 8)
-        k.shared_bytes += 8 * k.tma_barriers
+        k.shared_bytes += 8 * (k.tma_barriers + k.release_barriers)
     k.notes["shared_bytes"] = k.shared_bytes
     if k.shared_bytes > target.lds_bytes_per_block:
         raise DoesNotFit(f"kernel {k.name} needs {k.shared_bytes} bytes of shared memory, more than {target.name}'s "
