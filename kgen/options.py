@@ -25,6 +25,15 @@ class CompileOptions:
     """Loops of tensor copies fed by a producer warpgroup through a ring of mbarriers, the
     consumers' registers raised (ir/passes/specialize.py), where the target can move registers
     between warpgroups; off, the consumers issue their own copies behind block barriers."""
+    ring_slots: int = 2
+    """Slots of each ring a producer warpgroup fills (ir/passes/specialize.py), where shared
+    memory allows without losing a block per multiprocessor. Two by default: three measured no
+    faster on the attention forward (docs/PERFORMANCE.md)."""
+    pingpong: bool = False
+    """Two computing warpgroups of a warp-specialized kernel take turns issuing their products
+    in its ring loops (ir/passes/pingpong.py), so that one's elementwise work overlaps the
+    other's products. Off by default: on the attention forward it measured no faster
+    (docs/PERFORMANCE.md)."""
     register_flags: tuple[str, ...] = ()
     """Extra compiler flags: the descriptor's frugal register flags when a kernel spills."""
 

@@ -399,6 +399,12 @@ class Emitter:
     def op_producer(self, op):
         return tma.producer_ctx(self, op)
 
+    def op_turn(self, op):
+        """A named barrier per computing warpgroup (2 and 3; 0 is the block's, 1 the computing
+        warps'), counting both warpgroups' threads: its owner syncs, the other arrives."""
+        return {"macro": "turn", "step": op.attrs["step"], "threads": self.k.num_warps * self.target.wave_size,
+                "warpgroup": "(warp >> 2)"}
+
     def op_acquire(self, op):
         return tma.ring_ctx(self, op, name)
 

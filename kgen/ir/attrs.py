@@ -90,6 +90,8 @@ SCHEMA: dict[str, dict[str, Attr]] = {
                  "blocks_per_sm": Attr((int,))},
     "acquire": {},
     "release": {},
+    # ping-pong of two computing warpgroups (passes/pingpong.py)
+    "turn": {"step": Attr((str,), choices=("start", "take", "give", "finish"))},
 }
 
 # ops that own shared memory once plan_shared_memory has placed it (passes/memory.py)

@@ -54,6 +54,8 @@ its type and default, and the verifier holds each op to it):
   acquire                          (inserted by a pass) the producer waits until the consumers
                                    have given back the slot of iteration operand 1 of ring operand 0
   release                          (inserted by a pass) the consumers give that slot back
+  turn [step]                      (inserted by a pass) two computing warpgroups take turns
+                                   issuing their dots (passes/pingpong.py)
 
 `index` of a load/store is a tuple with one entry per tensor dim: ("at", operand#), a scalar
 index; ("block", operand#, size), the block [i*size, (i+1)*size); or ("all", size), the whole

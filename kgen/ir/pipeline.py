@@ -12,6 +12,7 @@ for codegen. kgen.driver runs the parse and then these, in this order:
       -> sink_to_first_use    register arithmetic moved down to just before its first reader
       -> overlap_async_dots   an asynchronous dot (wgmma) waited for where its result is read
       -> specialize_warps     loops of tensor copies fed by a producer warpgroup through rings
+      -> alternate_warpgroups two computing warpgroups take turns issuing their products
       -> plan_bulk_reductions tile atomic adds through shared memory, one bulk reduction per row
       -> merge_stage_barriers    barriers only where a shared write could overtake a read
       -> plan_shared_memory   offsets from the interference graph; the descriptor's limit checked
@@ -43,6 +44,7 @@ from .passes.layouts import assign_layouts
 from .passes.memory import plan_shared_memory
 from .passes.operands import place_dot_operands
 from .passes.overlap import overlap_async_dots
+from .passes.pingpong import alternate_warpgroups
 from .passes.prefetch import prefetch_loads
 from .passes.scratch_barriers import drop_scratch_barriers
 from .passes.sink import sink_to_first_use
@@ -63,6 +65,7 @@ PASSES: list[tuple[str, Pass]] = [
     ("sink_to_first_use", sink_to_first_use),
     ("overlap_async_dots", overlap_async_dots),
     ("specialize_warps", specialize_warps),
+    ("alternate_warpgroups", alternate_warpgroups),
     ("plan_bulk_reductions", plan_bulk_reductions),
     ("merge_stage_barriers", merge_stage_barriers),
     ("plan_shared_memory", plan_shared_memory),

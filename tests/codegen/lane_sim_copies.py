@@ -168,7 +168,44 @@ class RingSim:
     the block's end a producer still blocked or copies nobody waited for."""
 
     def start_rings(self) -> None:  # per block: ProgramSim.run_block
-        self.producer, self.released = None, {}
+        self.producer, self.released, self.turns = None, {}, []
+
+    def op_turn(self, c):
+        """Ping-pong's turns (kgen/ir/passes/pingpong.py), recorded in order: the computing
+        warpgroups run them in lockstep here, so finish_rings replays each warpgroup's sequence
+        as its own process against the named barriers."""
+        lines = {"start": f"if ({c['warpgroup']} == 1) kg::arrive_named(2, {c['threads']});",
+                 "take": f"kg::sync_named(2 + {c['warpgroup']}, {c['threads']});",
+                 "give": f"kg::arrive_named(3 - {c['warpgroup']}, {c['threads']});",
+                 "finish": f"if ({c['warpgroup']} == 0) kg::sync_named(2, {c['threads']});"}
+        self.note(lines[c["step"]])
+        self.turns.append(c["step"])
+
+    def _replay_turns(self) -> None:
+        """Warpgroup g's turn is barrier g: its take consumes an arrival of the other warpgroup's
+        there (its give, or start's), finish consumes the last. Interleaved as far as each can
+        go, both must reach the end with no arrival left over."""
+        if not self.turns:
+            return
+        pending = [0, 0]  # arrivals at barrier g not yet consumed by warpgroup g's sync
+        pos = [0, 0]
+        while pos != [len(self.turns)] * 2:
+            moved = False
+            for g in (0, 1):
+                while pos[g] < len(self.turns):
+                    step = self.turns[pos[g]]
+                    if step == "start" and g == 1 or step == "give":
+                        pending[1 - g] += 1
+                    elif step == "take" or step == "finish" and g == 0:
+                        if not pending[g]:
+                            break
+                        pending[g] -= 1
+                    pos[g] += 1
+                    moved = True
+            if not moved:
+                raise SimError(f"the warpgroups' turns deadlock (warpgroup 0 at {pos[0]}, 1 at {pos[1]} of {self.turns})")
+        if pending != [0, 0]:
+            raise SimError(f"turns left half-arrived at the block's end: {pending}")
 
     def op_producer(self, c):
         for line in (f"if (warp >= {c['first_warp']}) {{", f"kg::setmaxnreg_dec<{c['regs']}>();",
@@ -220,7 +257,8 @@ class RingSim:
                 self.producer = None
 
     def finish_rings(self) -> None:
-        """The block's end: the producer must end too, every copy waited for."""
+        """The block's end: the producer must end too, every copy waited for, the turns balanced."""
+        self._replay_turns()
         if self.producer is not None:
             for _ in self.producer:
                 raise SimError("the producer is still waiting for a slot at the block's end: it would hang")

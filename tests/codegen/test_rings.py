@@ -57,13 +57,16 @@ def _flat(ctxs):
             yield from _flat(c["body"])
 
 
-def _lower(warps: int, options: CompileOptions = CompileOptions()):
+PINGPONG = CompileOptions(pingpong=True)  # off by default (measured no faster); simulated here
+
+
+def _lower(warps: int, options: CompileOptions = PINGPONG):
     return compile_kernel(load_spec(SPEC), 0, _variant(warps), TUNABLES, load_target("sm_90"), options=options)
 
 
-def _simulate(warps: int, edit=None, land: str = "at_wait"):
+def _simulate(warps: int, edit=None, land: str = "at_wait", options: CompileOptions = PINGPONG):
     tg = load_target("sm_90")
-    k = _lower(warps)
+    k = _lower(warps, options)
     name_values(k)
     emitter = Emitter(k, tg, tensor_dims(k))
     ctxs = emitter.ops(k.body)
@@ -85,6 +88,23 @@ def _simulate(warps: int, edit=None, land: str = "at_wait"):
 def test_the_producer_fills_every_slot_the_consumers_read(warps, land):
     out, want, k = _simulate(warps, land=land)
     assert np.array_equal(out, want)
+
+
+@pytest.mark.parametrize("land", ["at_wait", "at_issue"])
+@pytest.mark.parametrize("warps", [4, 8])
+def test_rings_of_three_slots(warps, land):
+    """ring_slots=3: 5 key blocks wrap each ring once, the barriers numbered one per slot. With
+    one computing warpgroup (two blocks per multiprocessor) only the first ring gets a third
+    slot: a second one would leave room for one block."""
+    options = CompileOptions(pingpong=True, ring_slots=3)
+    out, want, k = _simulate(warps, land=land, options=options)
+    assert np.array_equal(out, want)
+    rings = [op for op in k.body.ops if op.kind == "alloc_shared" and op.attrs.get("empty_bar") is not None]
+    slots = [3, 3] if warps == 8 else [3, 2]
+    assert [op.attrs["slots"] for op in rings] == slots and k.release_barriers == sum(slots)
+    bars = sorted(b for op in walk(k.body) if op.kind == "alloc_shared" and op.attrs.get("tma")
+                  for b in range(op.attrs["bar"], op.attrs["bar"] + op.attrs.get("slots", 1)))
+    assert bars == list(range(k.tma_barriers)) == list(range(1 + sum(slots)))  # q's, then one per slot, each once
 
 
 @pytest.mark.parametrize("warps, consumer_regs, blocks", [(4, 232, 2), (8, 240, 1)])
@@ -138,6 +158,30 @@ def test_an_expression_that_cannot_be_evaluated_is_named(tmp_path):
     with pytest.raises(SpecError, match=r"warp_specialize must be true, false or an expression.*'no_such_axis'") as e:
         compile_kernel(load_spec(path), 0, _variant(4), TUNABLES, load_target("sm_90"))
     assert "rings.yaml:" in str(e.value)
+
+
+def test_two_computing_warpgroups_take_turns_at_their_products():
+    k = _lower(8)
+    (loop,) = [op for op in k.body.ops if op.kind == "for"]
+    body = [op.attrs["step"] if op.kind == "turn" else op.kind for op in loop.body.ops if op.kind in ("turn", "dot")]
+    assert body == ["take", "dot", "dot", "give"]
+    top = [op.attrs["step"] for op in k.body.ops if op.kind == "turn"]
+    assert top == ["start", "finish"] and k.body.ops.index(loop) - 1 == [op.kind for op in k.body.ops].index("turn")
+    assert not [op for op in walk(_lower(4).body) if op.kind == "turn"]  # one warpgroup: no one to alternate with
+    assert not [op for op in walk(_lower(8, CompileOptions()).body) if op.kind == "turn"]  # the default
+
+
+def _drop_turn(step):
+    def edit(ctxs):
+        for block in [ctxs] + [c["body"] for c in _flat(ctxs) if "body" in c]:
+            block[:] = [c for c in block if not (c["macro"] == "turn" and c["step"] == step)]
+    return edit
+
+
+@pytest.mark.parametrize("step, error", [("start", "deadlock"), ("finish", "half-arrived"), ("give", "deadlock")])
+def test_simulation_catches_unbalanced_turns(step, error):
+    with pytest.raises(lane_sim.SimError, match=error):
+        _simulate(8, _drop_turn(step))
 
 
 def _first(ctxs, macro, n=0):

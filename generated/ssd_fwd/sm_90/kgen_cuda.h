@@ -18,6 +18,13 @@ KG_DEVICE int block_id_x() { return blockIdx.x; }
 KG_DEVICE int block_id_y() { return blockIdx.y; }
 KG_DEVICE int block_id_z() { return blockIdx.z; }
 KG_DEVICE void sync() { __syncthreads(); }
+// barrier `id` among `threads` threads, whole warps (PTX ISA, bar.sync; id 0 is __syncthreads')
+KG_DEVICE void sync_named(int id, int threads) { asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory"); }
+// arrive at barrier `id` without waiting (PTX ISA, bar.arrive): the `threads` count the syncing ones too
+KG_DEVICE void arrive_named(int id, int threads) { asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory"); }
+// a warpgroup's registers per thread moved to N (PTX ISA, setmaxnreg; sm_90a, every warp of the group)
+template <int N> KG_DEVICE void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N)); }
+template <int N> KG_DEVICE void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(N)); }
 KG_DEVICE float shfl_xor(float v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
 KG_DEVICE int shfl_xor(int v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
 

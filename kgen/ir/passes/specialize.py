@@ -18,7 +18,8 @@ CUTLASS's warp-specialized kernels have one:
       release(buf, n)              each warp's lane 0 arrives on the slot's empty barrier
 
 A ring's buffer then lives for the whole kernel (the producer fills it ahead of the consumers),
-so its memory is its own. Iteration n uses slot n % slots for the (n // slots)-th time: the
+so its memory is its own. It keeps the two slots use_async_copies gave it, or takes
+`ring_slots` (CompileOptions) where shared memory allows. Iteration n uses slot n % slots for the (n // slots)-th time: the
 consumers wait for parity (n // slots) & 1 of its full barrier, the producer for the phase
 before that of its empty barrier, parity ((n // slots) & 1) ^ 1, which a fresh barrier reports
 complete (PTX ISA, "mbarrier.try_wait": the phase preceding the current one), so the first
@@ -73,6 +74,7 @@ def specialize_warps(k: Kernel, target: Target, options: CompileOptions) -> Kern
     producer = Op("producer", [], [], {"warps": PRODUCER_WARPS, "regs": regs, "consumer_regs": consumer_regs,
                                        "blocks_per_sm": blocks}, body=program, loc=rings[0].loc)
     k.body.ops[0:0] = [*rings, producer]
+    _deepen(k, rings, options.ring_slots, target, blocks)
     n = k.tma_barriers
     for alloc in rings:
         alloc.attrs["empty_bar"] = n
@@ -82,6 +84,31 @@ def specialize_warps(k: Kernel, target: Target, options: CompileOptions) -> Kern
     k.notes["warp_specialized"] = (f"a producer warpgroup ({regs} registers) fills {len(rings)} rings; "
                                    f"{k.num_warps} warps compute ({consumer_regs} registers), {blocks} block(s) per SM")
     return k
+
+
+def _deepen(k: Kernel, rings: list[Op], slots: int, target: Target, blocks: int) -> None:
+    """Give each ring up to `slots` slots while every buffer still fits at once in the block's
+    share of shared memory (`blocks` per multiprocessor, as _registers planned), then number the
+    tensor copies' barriers again, one per slot (as use_async_copies did)."""
+    budget = min(target.lds_bytes_per_block, target.lds_bytes_per_cu // blocks) - 1024
+    deeper = False
+    for alloc in rings:
+        extra = alloc.attrs["slot_bytes"] * (slots - attr(alloc, "slots"))
+        total = sum(op.attrs["bytes"] for op in walk(k.body) if op.kind in ("stage", "alloc_shared"))
+        if extra <= 0 or total + extra > budget:
+            continue
+        alloc.attrs.update(slots=slots, bytes=alloc.attrs["slot_bytes"] * slots)
+        for op in walk(k.body):
+            if op.kind == "slot" and op.operands[0] is alloc.result:
+                op.attrs["slots"] = slots
+        deeper = True
+    if deeper:
+        n = 0
+        for op in walk(k.body):
+            if op.kind == "alloc_shared" and attr(op, "tma"):
+                op.attrs["bar"] = n
+                n += attr(op, "slots")
+        k.tma_barriers = n
 
 
 def _fits(k: Kernel, target: Target) -> bool:
