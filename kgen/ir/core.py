@@ -144,6 +144,17 @@ class Kernel:
     producer_warps: int = 0  # warps of a producer warpgroup beside the num_warps that compute (passes/specialize.py)
 
 
+def number_tma_barriers(k: Kernel) -> None:
+    """One mbarrier per slot of each buffer that tensor copies fill, in program order: `bar` is
+    the first's index, k.tma_barriers their number (passes/async_copy.py, passes/specialize.py)."""
+    n = 0
+    for op in walk(k.body):
+        if op.kind == "alloc_shared" and op.attrs.get("tma"):
+            op.attrs["bar"] = n
+            n += op.attrs.get("slots", 1)
+    k.tma_barriers = n
+
+
 def walk(block: Block):
     """Every op in a block, depth first, bodies after their op."""
     for op in block.ops:

@@ -582,3 +582,21 @@ class ProgramSim(WarpgroupSim, AsyncCopySim, TensorCopySim, RingSim):
                     apply_instr(self.target, c["instr"], acc[:, :, first:first + c["nc"]], fa[rm], fb[rn])
         self.dots_run += 1
 
+
+
+def simulate(k: Kernel, target: Target, tensors: dict[str, np.ndarray], sizes: dict[str, int],
+             blocks: list[tuple[int, int, int]], edit=None, land: str = "at_wait") -> tuple[ProgramSim, list[dict]]:
+    """Render a lowered kernel's op contexts (kgen.codegen.emit), let `edit` change them (a
+    mutation test), and run them for each of `blocks`: the simulation and the contexts."""
+    from kgen.codegen.emit import Emitter
+    from kgen.codegen.render import name_values, tensor_dims
+
+    name_values(k)
+    emitter = Emitter(k, target, tensor_dims(k))
+    ctxs = emitter.ops(k.body)
+    if edit:
+        edit(ctxs)
+    sim = ProgramSim(k, target, tensors, sizes, land=land, macros=emitter.macros())
+    for block in blocks:
+        sim.run_block(block, ctxs)
+    return sim, ctxs

@@ -19,8 +19,7 @@ sys.path.insert(0, str(HERE))  # for lane_sim
 import helpers  # noqa: E402
 import lane_sim  # noqa: E402
 
-from kgen.codegen.emit import Emitter  # noqa: E402
-from kgen.codegen.render import name_values, render_kernel, tensor_dims  # noqa: E402
+from kgen.codegen.render import render_kernel  # noqa: E402
 from kgen.driver import compile_kernel  # noqa: E402
 from kgen.errors import SpecError  # noqa: E402
 from kgen.hw.descriptor import load_target  # noqa: E402
@@ -67,16 +66,9 @@ def _lower(warps: int, options: CompileOptions = PINGPONG):
 def _simulate(warps: int, edit=None, land: str = "at_wait", options: CompileOptions = PINGPONG):
     tg = load_target("sm_90")
     k = _lower(warps, options)
-    name_values(k)
-    emitter = Emitter(k, tg, tensor_dims(k))
-    ctxs = emitter.ops(k.body)
-    if edit:
-        edit(ctxs)
     inputs = {name: t.double().numpy() for name, t in _inputs().items()}
     out = np.full((M, 128), np.nan)
-    sim = lane_sim.ProgramSim(k, tg, {**inputs, "out": out}, {"M": M, "N": N}, land=land, macros=emitter.macros())
-    for block in ((0, 0, 0), (1, 0, 0)):
-        sim.run_block(block, ctxs)
+    sim, _ = lane_sim.simulate(k, tg, {**inputs, "out": out}, {"M": M, "N": N}, [(0, 0, 0), (1, 0, 0)], edit, land)
     if edit is None:  # the simulation ran the lines the source has
         source = render_kernel(k, tg, spec_file="tests/codegen/specs/rings.yaml", program_line=1, variant=_variant(warps))
         assert not [s for s in sim.snippets if s not in source]

@@ -42,7 +42,7 @@ from __future__ import annotations
 from ...hw.descriptor import Target
 from ...options import CompileOptions
 from ..analysis import index_chain, recompute_chain, views_of
-from ..core import ELEM_BYTES, Block, Kernel, Op, Value, blocks, use_counts, walk
+from ..core import ELEM_BYTES, Block, Kernel, Op, Value, blocks, number_tma_barriers, use_counts, walk
 from ..attrs import attr
 
 CHUNK_BYTES = 16  # cp.async.cg moves 16 bytes per instruction (PTX ISA, "cp.async")
@@ -65,7 +65,7 @@ def use_async_copies(k: Kernel, target: Target, options: CompileOptions) -> Kern
         _pipeline(loop, parent, k, target)
     _untensor_uncounted(k)
     _count_pending(k.body)
-    _number_barriers(k)
+    number_tma_barriers(k)
     return k
 
 
@@ -122,16 +122,6 @@ def _untensor_uncounted(k: Kernel) -> None:
     for op in walk(k.body):
         if op.kind in ("alloc_shared", "copy_async", "wait_async") and id(op.result if op.kind == "alloc_shared" else op.operands[0]) in back:
             op.attrs.pop("tma", None)
-
-
-def _number_barriers(k: Kernel) -> None:
-    """One mbarrier per slot of each buffer that tensor copies fill: `bar` is the first's index."""
-    n = 0
-    for op in walk(k.body):
-        if op.kind == "alloc_shared" and attr(op, "tma"):
-            op.attrs["bar"] = n
-            n += attr(op, "slots")
-    k.tma_barriers = n
 
 
 def _shift(index, by: int):

@@ -41,7 +41,7 @@ from ...hw.descriptor import Target
 from ...options import CompileOptions
 from ..analysis import producers, views_of
 from ..attrs import attr
-from ..core import Block, Kernel, Op, Value, walk
+from ..core import Block, Kernel, Op, Value, number_tma_barriers, walk
 
 PRODUCER_WARPS = 4  # setmaxnreg acts on a whole warpgroup (4 warps)
 # scalar ops the producer may recompute: no memory access, no effect but the result
@@ -103,12 +103,7 @@ def _deepen(k: Kernel, rings: list[Op], slots: int, target: Target, blocks: int)
                 op.attrs["slots"] = slots
         deeper = True
     if deeper:
-        n = 0
-        for op in walk(k.body):
-            if op.kind == "alloc_shared" and attr(op, "tma"):
-                op.attrs["bar"] = n
-                n += attr(op, "slots")
-        k.tma_barriers = n
+        number_tma_barriers(k)
 
 
 def _fits(k: Kernel, target: Target) -> bool:
