@@ -127,8 +127,8 @@ def build_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target, compi
 def spill_retry_options(target: Target, specialized: bool = False) -> list[CompileOptions]:
     """The forms a spilling kernel is retried in, in order: a `specialized` kernel (one with a
     producer warpgroup, whose computing warps get at most the registers the producer leaves
-    them) without it; the same code with the
-    target's frugal register flags (also without bulk reductions); then plain core matrices instead of
+    them) without it; the same code with the target's frugal register flags (also without bulk
+    reductions); then plain core matrices instead of
     the swizzle (fewer address registers), then also per-chunk copy addresses (fewer registers
     kept across loops); then both again with atomic adds per element instead of bulk reductions
     (passes/bulk_reduce.py: the causal D=128 dkdv has two, and spills with them). A form that

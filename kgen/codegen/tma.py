@@ -66,6 +66,7 @@ def copy_ctx(emitter, op: Op, name_of) -> dict:
         else:
             coords.append("0")
     panel = PANEL_BYTES // elem
+    pred = name_of(op.operands[-1]) if op.attrs["pred"] else "true"
     boxes = []
     for p in range(cols // panel):
         c = list(coords)
@@ -74,8 +75,7 @@ def copy_ctx(emitter, op: Op, name_of) -> dict:
     return {"macro": "tma_copy", "tensor": op.attrs["tensor"], "box": list(box), "elem": elem,
             "dst": name_of(buf), "map": map_param(i, op.attrs["tensor"]), "rank": len(coords),
             "bar": barrier(emitter, buf, name_of), "bytes": rows * cols * elem, "boxes": boxes,
-            "pred": name_of(op.operands[-1]) if op.attrs["pred"] else "true",
-            "guard": _issue_guard(name_of(op.operands[-1]) if op.attrs["pred"] else "true", emitter.in_producer),
+            "pred": pred, "guard": _issue_guard(pred, emitter.in_producer),
             "sync_before": attr(op, "sync_before")}
 
 

@@ -39,6 +39,12 @@ def scratch_bytes(op: Op) -> int:
     return 0
 
 
+def buffer_bytes(block: Block) -> int:
+    """Shared memory of every staged operand and allocated buffer in `block`, as if all were
+    live at once (an upper bound on what the planner places)."""
+    return sum(op.attrs["bytes"] for op in walk(block) if op.kind in ("stage", "alloc_shared"))
+
+
 def views_of(block: Block, buf: Value) -> list[Value]:
     """The buffer and every view_shared or slot of it (reads through a view keep the buffer
     alive)."""

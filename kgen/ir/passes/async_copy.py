@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from ...hw.descriptor import Target
 from ...options import CompileOptions
-from ..analysis import index_chain, recompute_chain, views_of
+from ..analysis import buffer_bytes, index_chain, recompute_chain, views_of
 from ..core import ELEM_BYTES, Block, Kernel, Op, Value, blocks, number_tma_barriers, use_counts, walk
 from ..attrs import attr
 
@@ -67,10 +67,6 @@ def use_async_copies(k: Kernel, target: Target, options: CompileOptions) -> Kern
     _count_pending(k.body)
     number_tma_barriers(k)
     return k
-
-
-def _buffer_bytes(k: Kernel) -> int:
-    return sum(op.attrs["bytes"] for op in walk(k.body) if op.kind in ("stage", "alloc_shared"))
 
 
 def _convert(st: Op, block: Block, defs, uses, tma: bool) -> None:
@@ -150,7 +146,7 @@ def _pipeline(loop: Op, parent: Block, k: Kernel, target: Target) -> None:
     allocs = {id(copy): next(op for op in body.ops if op.kind == "alloc_shared" and op.result is copy.operands[0])
               for copy, _, _ in plans}
     extra = sum(a.attrs["bytes"] * (SLOTS - 1) for a in allocs.values())
-    slotted = _buffer_bytes(k) + extra <= target.lds_bytes_per_block
+    slotted = buffer_bytes(k.body) + extra <= target.lds_bytes_per_block
     # the copy follows its wait (two slots) or the last read of its buffer (one)
     anchors = {id(copy): body.ops[wait if slotted else last] for copy, last, wait in plans}
     copies = sorted((copy for copy, _, _ in plans), key=lambda c: body.ops.index(anchors[id(c)]))

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from ...hw.descriptor import Target
 from ...options import CompileOptions
-from ..analysis import producers, views_of
+from ..analysis import buffer_bytes, producers, views_of
 from ..attrs import attr
 from ..core import Block, Kernel, Op, Value, number_tma_barriers, walk
 
@@ -94,8 +94,7 @@ def _deepen(k: Kernel, rings: list[Op], slots: int, target: Target, blocks: int)
     deeper = False
     for alloc in rings:
         extra = alloc.attrs["slot_bytes"] * (slots - attr(alloc, "slots"))
-        total = sum(op.attrs["bytes"] for op in walk(k.body) if op.kind in ("stage", "alloc_shared"))
-        if extra <= 0 or total + extra > budget:
+        if extra <= 0 or buffer_bytes(k.body) + extra > budget:
             continue
         alloc.attrs.update(slots=slots, bytes=alloc.attrs["slot_bytes"] * slots)
         for op in walk(k.body):
@@ -111,7 +110,7 @@ def _fits(k: Kernel, target: Target) -> bool:
     buffers in shared memory if none shared memory with another (a ring lives for the whole
     kernel, so the planner may place fewer together than before)."""
     threads = (k.num_warps + PRODUCER_WARPS) * target.wave_size
-    buffers = sum(op.attrs["bytes"] for op in walk(k.body) if op.kind in ("stage", "alloc_shared"))
+    buffers = buffer_bytes(k.body)
     return threads <= target.max_threads_per_block and buffers + 1024 <= target.lds_bytes_per_block
 
 
@@ -248,7 +247,7 @@ def _registers(k: Kernel, target: Target) -> tuple[int, int, int]:
     allocate); the producer takes the fewest the target allows, the consumers what is left, up
     to the most."""
     least, most, step = target.register_reallocation
-    buffers = sum(op.attrs["bytes"] for op in walk(k.body) if op.kind in ("stage", "alloc_shared"))
+    buffers = buffer_bytes(k.body)
     one_group = k.num_warps * target.wave_size <= PRODUCER_WARPS * target.wave_size
     blocks = 2 if one_group and 2 * (buffers + 1024) <= target.lds_bytes_per_cu else 1
     producer_threads = PRODUCER_WARPS * target.wave_size
