@@ -33,7 +33,7 @@ from .codegen.render import template_hash
 from .codeobjects import CodeObjects
 from .errors import DoesNotFit, KgenError, SpecError
 from .hw.descriptor import Target
-from .ir.core import Kernel
+from .ir.core import Kernel, walk
 from .driver import BuiltKernel, build_kernel, compile_kernel, display_path
 from .options import DEFAULT, CompileOptions
 from .paths import templates_dir
@@ -124,10 +124,11 @@ def build_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target, compi
     return first
 
 
-def spill_retry_options(target: Target, specialized: bool = False) -> list[CompileOptions]:
+def spill_retry_options(target: Target, specialized: bool = False, staged: bool = False) -> list[CompileOptions]:
     """The forms a spilling kernel is retried in, in order: a `specialized` kernel (one with a
     producer warpgroup, whose computing warps get at most the registers the producer leaves
-    them) without it; the same code with the target's frugal register flags (also without bulk
+    them) without it; a `staged` one (loads of the next iteration held in registers across the
+    loop body, ir/passes/staged_loads.py) without those; the same code with the target's frugal register flags (also without bulk
     reductions); then plain core matrices instead of
     the swizzle (fewer address registers), then also per-chunk copy addresses (fewer registers
     kept across loops); then both again with atomic adds per element instead of bulk reductions
@@ -137,6 +138,8 @@ def spill_retry_options(target: Target, specialized: bool = False) -> list[Compi
     bulk = target.shared_bulk_fp32_add
     plain = CompileOptions(swizzle=False) if any(mi.shared_swizzle for mi in target.matrix_instrs) else DEFAULT
     forms = [CompileOptions(warp_specialize=False)] if specialized else []
+    if staged:
+        forms.append(CompileOptions(register_pipeline=False))
     if frugal:
         forms.append(CompileOptions(register_flags=frugal))
         if bulk:
@@ -157,7 +160,8 @@ def _without_spills(ls: LoadedSpec, variant: dict[str, Any], target: Target, tun
         if not _spills(bk):
             continue
         lowered = {replace(DEFAULT, register_flags=()): kernels[i]}
-        for options in spill_retry_options(target, specialized=kernels[i].producer_warps > 0):
+        staged = any(op.kind == "stage_into" for op in walk(kernels[i].body))
+        for options in spill_retry_options(target, specialized=kernels[i].producer_warps > 0, staged=staged):
             how = replace(options, register_flags=())
             if how not in lowered:
                 lowered[how] = compile_kernel(ls, i, variant, tunables, target, options=options)

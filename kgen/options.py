@@ -34,6 +34,10 @@ class CompileOptions:
     in its ring loops (ir/passes/pingpong.py), so that one's elementwise work overlaps the
     other's products. Off by default: on the attention forward it measured no faster
     (docs/PERFORMANCE.md)."""
+    register_pipeline: bool = True
+    """A staged load in a loop issued one iteration ahead into registers and written into the
+    other slot of a two-slot buffer after the body's compute (ir/passes/staged_loads.py); off,
+    each iteration loads, writes and waits before its dots read."""
     register_flags: tuple[str, ...] = ()
     """Extra compiler flags: the descriptor's frugal register flags when a kernel spills."""
 

@@ -231,7 +231,15 @@ class Emitter:
                 "sync_before": attr(op, "sync_before"), "n_in": src.layout.nregs, "slot_in": self._flat(src, "e"), "slot_out": self._flat(out, "e")}
 
     def op_stage(self, op):
-        src, inner = op.operands[0], op.attrs["inner"]
+        return {**self._stage_write(op, op.operands[0]), "out": {"name": name(op.result)}, "dst": name(op.result),
+                "offset": op.attrs["smem_offset"]}
+
+    def op_stage_into(self, op):
+        return {**self._stage_write(op, op.operands[1]), "dst": name(op.operands[0])}
+
+    def _stage_write(self, op, src: Value) -> dict:
+        """How each thread writes its registers of `src` where the buffer's layout puts them."""
+        inner = op.attrs["inner"]
         lay = src.layout
         coord = [add(self.coords.thread(lay, d), self.coords.reg(lay, d)) for d in (0, 1)]
         slot = str(shared_slot(op.attrs, coord[1 - inner], coord[inner], ELEM_BYTES[src.dtype]))
@@ -239,8 +247,8 @@ class Emitter:
         # (rows are padded to 16 bytes, or are 16-byte rows of core matrices; buffers are
         # 16-byte aligned, so such a vector never straddles)
         vec = vector_width(lay, inner, 16 // ELEM_BYTES[src.dtype])
-        return {"out": {"name": name(op.result)}, "src": name(src), "n": lay.nregs, "offset": op.attrs["smem_offset"],
-                "ctype": self.ctype(src.dtype), "slot": slot, "vec": vec, "proxy_fence": self._async_read(op),
+        return {"src": name(src), "n": lay.nregs, "ctype": self.ctype(src.dtype), "slot": slot, "vec": vec,
+                "proxy_fence": self._async_read(op),
                 "sync_before": attr(op, "sync_before"), "sync_after": attr(op, "sync_after")}
 
     def op_dot(self, op):

@@ -72,6 +72,10 @@ SCHEMA: dict[str, dict[str, Attr]] = {
     "for": {},
     "yield": {},
     "stage": {**_BUFFER, "sync_before": Attr((bool,), True), "sync_after": Attr((bool,), True)},
+    # registers -> a slot of a buffer allocated before its loop (passes/staged_loads.py); `ahead`:
+    # the slot the next iteration reads, which no read of this iteration touches
+    "stage_into": {**{a: _BUFFER[a] for a in ("role", "inner", "rows", "ld", "smem_layout")},
+                   "sync_before": Attr((bool,), True), "sync_after": Attr((bool,), True), "ahead": Attr((bool,), False)},
     "convert": {"smem_offset": Attr((int,), None), "sync_before": Attr((bool,), True)},
     "view_shared": {},
     "alloc_shared": {**_BUFFER, "slots": Attr((int,), 1), "slot_bytes": Attr((int,), None),

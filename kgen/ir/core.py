@@ -34,6 +34,9 @@ its type and default, and the verifier holds each op to it):
   for                              body has block args (iv, carried...) and ends in `yield`
   yield                            the carried values of the next iteration
   stage [role]                     (inserted by a pass) a register tile copied to shared memory
+  stage_into [ahead]               (inserted by a pass) register tile operand 1 written into the
+                                   buffer (or slot) operand 0; `ahead`: into the slot the next
+                                   iteration reads (passes/staged_loads.py)
   convert                          (inserted by a pass) a register tile moved to another layout
   view_shared                      (inserted by a pass) a staged buffer read as its transpose
   alloc_shared [slots]             (inserted by a pass) a shared buffer that copy_async fills

@@ -7,6 +7,7 @@ for codegen. kgen.driver runs the parse and then these, in this order:
       -> place_dot_operands   each dot operand read from registers, or staged in shared memory
       -> hoist_invariant_stages  copies of loop-invariant operands moved out of their loops
       -> use_async_copies     global tiles copied straight to shared memory, prefetched in loops
+      -> pipeline_staged_loads   staged loads still in loops issued one iteration ahead, into slots
       -> issue_copies_early   one-shot copies issued as soon as their operands allow, together
       -> prefetch_loads       register loads in loops issued one iteration ahead
       -> sink_to_first_use    register arithmetic moved down to just before its first reader
@@ -48,6 +49,7 @@ from .passes.pingpong import alternate_warpgroups
 from .passes.prefetch import prefetch_loads
 from .passes.scratch_barriers import drop_scratch_barriers
 from .passes.sink import sink_to_first_use
+from .passes.staged_loads import pipeline_staged_loads
 from .passes.specialize import specialize_warps
 from .passes.zero_starts import mark_zero_starts
 from .verify import verify
@@ -60,6 +62,7 @@ PASSES: list[tuple[str, Pass]] = [
     ("place_dot_operands", place_dot_operands),
     ("hoist_invariant_stages", hoist_invariant_stages),
     ("use_async_copies", use_async_copies),
+    ("pipeline_staged_loads", pipeline_staged_loads),
     ("issue_copies_early", issue_copies_early),
     ("prefetch_loads", prefetch_loads),
     ("sink_to_first_use", sink_to_first_use),

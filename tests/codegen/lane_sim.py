@@ -462,12 +462,21 @@ class ProgramSim(WarpgroupSim, AsyncCopySim, TensorCopySim, RingSim):
 
     # shared memory and the matrix instruction ----------------------------------------------------
     def op_stage(self, c):
-        name, n, src = c["out"]["name"], c["n"], self.regs[c["src"]]
+        name = c["out"]["name"]
         op = self.staged[name]
-        size = op.attrs["bytes"] // ELEM_BYTES[op.result.dtype]
         self.note(f"{c['ctype']}* {name} = reinterpret_cast<{c['ctype']}*>(smem + {c['offset']});")
-        vec = c["vec"]
-        buf = np.full(size, np.nan)  # NaN: a slot this round does not write cannot pass for data
+        # NaN: a slot this round does not write cannot pass for data
+        self.smem[name] = np.full(op.attrs["bytes"] // ELEM_BYTES[op.result.dtype], np.nan)
+        self._write_registers(c, name)
+
+    def op_stage_into(self, c):  # into a buffer (or a slot of one) allocated before, in place
+        self._write_registers(c, c["dst"])
+
+    def _write_registers(self, c, name: str) -> None:
+        """Each lane's registers of c["src"] written where c["slot"] says, into smem[name]."""
+        n, src, vec = c["n"], self.regs[c["src"]], c["vec"]
+        buf = self.smem[name]
+        size = buf.size
         if vec == 1:
             self.note(f"KG_FOR(e, {n}) {name}[{c['slot']}] = {c['src']}[e];")
             slot = self.grid_shape(self.ev(c["slot"], e=np.arange(n).reshape(1, 1, n)), n)
@@ -484,7 +493,6 @@ class ProgramSim(WarpgroupSim, AsyncCopySim, TensorCopySim, RingSim):
             for v in range(vec):
                 self._check_range(f"stage {name}", slot + v, size)
                 buf[slot + v] = src[:, :, starts + v]
-        self.smem[name] = buf
 
     def op_view_shared(self, c):  # another name for the same buffer
         self.note(f"{c['ctype']}* {c['out']['name']} = {c['src']};")

@@ -53,10 +53,11 @@ def test_wrong_lane_order_in_ds_bpermute():
 
 
 def test_removed_barrier_is_a_race():
-    """matmul writes its A and B tiles to LDS and waits at a barrier before the MFMA reads them;
-    without that barrier a wave reads what another wrote in the same interval."""
+    """matmul writes the next A and B tiles to its one LDS buffer each after the MFMAs of this
+    iteration read them, behind a barrier; without it a wave overwrites what another still reads."""
     def drop_second_sync(text):
-        # the barrier that follows the tile writes: the second kg::sync() in the loop body
+        # the first is the one after the tiles written before the loop; the second, the loop
+        # body's barrier before its writes
         first = text.find("kg::sync();")
         second = text.find("kg::sync();", first + 1)
         return text if second < 0 else text[:second] + text[second + len("kg::sync();"):]
@@ -83,3 +84,15 @@ def test_mfma_operands_swapped():
         return re.sub(r"(kg::mfma_\w+\(&\w+\[0\]), (&\w+\[0\]), (&\w+\[0\])\)", r"\1, \3, \2)", text)
     bad = _check("matmul", {"dtype": "bf16"}, _rewrite(swap))
     assert bad and all(r.verdict == "mismatch" for r in bad), bad
+
+
+def test_a_tile_written_ahead_into_the_slot_being_read():
+    """The forward at head_dim 64 loads each key block an iteration ahead and writes it into the
+    other slot of k's buffer (kgen/ir/passes/staged_loads.py); written into this iteration's slot
+    instead, the next iteration reads a slot no one wrote, or stale keys."""
+    def same_slot(text):
+        # `next = count + 1;` then the ahead slot `buf + next % 2 * ...`: make it `count % 2`
+        return re.sub(r"(const int (v\d+) = (v\d+) \+ 1;[^\n]*\n\s*kg_half\* v\d+ = v\d+ \+ )\2 % 2",
+                      r"\1\3 % 2", text)
+    bad = _check("fa2_fwd", {"dtype": "bf16", "head_dim": 64, "causal": False}, _rewrite(same_slot))
+    assert bad and all(r.verdict in ("error", "mismatch") for r in bad), bad

@@ -93,3 +93,12 @@ def test_a_scratch_write_no_pending_read_overlaps_needs_no_barrier_first():
     span = (after[0].attrs["smem_offset"], after[0].attrs["smem_offset"] + scratch_bytes(after[0]))
     assert _overlaps(span, (c_tile.attrs["smem_offset"], c_tile.attrs["smem_offset"] + c_tile.attrs["bytes"]))
 
+
+
+def test_the_first_shared_write_of_a_kernel_needs_no_barrier():
+    """Nothing has read shared memory when a kernel starts: dx's first copy (sm_90) and its first
+    register write into a buffer (gfx942, passes/staged_loads.py) go without a barrier before."""
+    for target in ("sm_90", "gfx942"):
+        k = lower("ssd_bwd.yaml", "dx", target)
+        first = next(op for op in walk(k.body) if op.kind in ("stage", "stage_into", "copy_async"))
+        assert first.attrs["sync_before"] is False, target

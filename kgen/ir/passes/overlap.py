@@ -33,7 +33,7 @@ from ...options import CompileOptions
 from ..analysis import is_lone_zero, producers
 from ..core import Block, Kernel, Op, Value, blocks, rename_operands, use_counts
 
-WRITES_SHARED = ("stage", "copy_async")
+WRITES_SHARED = ("stage", "stage_into", "copy_async")
 
 
 def overlap_async_dots(k: Kernel, target: Target, options: CompileOptions) -> Kernel:

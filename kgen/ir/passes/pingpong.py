@@ -57,5 +57,5 @@ def _takes_turns(loop: Op, target: Target) -> bool:
     dots = [op for op in loop.body.ops if op.kind == "dot"]
     return (any(op.kind == "wait_async" and attr(op, "ring") for op in ops) and bool(dots)
             and all(instr_of(target, d.attrs["instr"]).scope == "warpgroup" and d.attrs["warps_n"] == 1 for d in dots)
-            and not any(op.kind == "stage" or op.body is not None or (scratch_bytes(op) and op.kind != "atomic_add")
+            and not any(op.kind in ("stage", "stage_into") or op.body is not None or (scratch_bytes(op) and op.kind != "atomic_add")
                         for op in ops))

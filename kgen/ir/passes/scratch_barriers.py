@@ -46,10 +46,10 @@ def _walk(block: Block, read: Ranges, buffers: dict) -> Ranges:
             read = None
         elif op.kind == "wait_async":
             read = [] if attr(op, "barrier") else read
-        elif op.kind in ("stage", "copy_async"):
+        elif op.kind in ("stage", "stage_into", "copy_async"):
             if attr(op, "sync_before"):
                 read = []
-            if op.kind == "stage" and attr(op, "sync_after"):
+            if op.kind != "copy_async" and attr(op, "sync_after"):
                 read = []
         elif op.kind in ("dot", "dot_wait"):
             spans = [buffers[id(v)] for v in op.operands if id(v) in buffers]
