@@ -183,6 +183,19 @@ def rename_operands(op: "Op", renamed: dict[int, Value]) -> None:
             rename_operands(inner, renamed)
 
 
+
+def slot_view(buf: Value, count: Value, alloc: "Op", loop: "Op") -> "Op":
+    """A view of slot `count % slots` of a slotted buffer (`alloc` made it; passes/async_copy.py,
+    passes/staged_loads.py)."""
+    view = Value(buf.shape, buf.dtype, place="shared")
+    return Op("slot", [buf, count], [view], {"slots": alloc.attrs["slots"], "slot_bytes": alloc.attrs["slot_bytes"]}, loc=loop.loc)
+
+
+def predicated_load(load: "Op", operands: list[Value], pred: Value) -> "Op":
+    """`load` again with other index operands, skipped (giving `other`) when `pred` is false."""
+    out = Value(load.result.shape, load.result.dtype, place=load.result.place, layout=load.result.layout)
+    return Op("load", list(operands) + [pred], [out], {**load.attrs, "pred": True}, loc=load.loc)
+
 def blocks(block: Block):
     """The block and every loop body nested in it, outermost first."""
     yield block

@@ -42,7 +42,7 @@ from __future__ import annotations
 from ...hw.descriptor import Target
 from ...options import CompileOptions
 from ..analysis import buffer_bytes, index_chain, recompute_chain, views_of
-from ..core import ELEM_BYTES, Block, Kernel, Op, Value, blocks, number_tma_barriers, use_counts, walk
+from ..core import ELEM_BYTES, Block, Kernel, Op, Value, blocks, number_tma_barriers, slot_view, use_counts, walk
 from ..attrs import attr
 
 CHUNK_BYTES = 16  # cp.async.cg moves 16 bytes per instruction (PTX ISA, "cp.async")
@@ -178,12 +178,12 @@ def _pipeline(loop: Op, parent: Block, k: Kernel, target: Target) -> None:
         if slotted:
             slot_bytes = alloc.attrs["bytes"]
             alloc.attrs.update(bytes=slot_bytes * SLOTS, slots=SLOTS, slot_bytes=slot_bytes)
-            cur = _slot(buf, count, alloc, loop)
+            cur = slot_view(buf, count, alloc, loop)
             for op in walk(body):  # every read of this iteration reads the current slot
                 if op.kind not in ("copy_async", "wait_async"):
                     op.operands = [cur.result if v is buf else v for v in op.operands]
             body.ops.insert(len(counters), cur)
-            dst = _slot(buf, first, alloc, loop)
+            dst = slot_view(buf, first, alloc, loop)
             prologue += [dst, *_copy_at(copy, chains[id(copy)], iv, start, go, dst.result)]
         else:
             prologue += _copy_at(copy, chains[id(copy)], iv, start, go)
@@ -202,7 +202,7 @@ def _pipeline(loop: Op, parent: Block, k: Kernel, target: Target) -> None:
         ops = [Op("binary", [iv, step], [nxt], {"fn": "add"}, loc=copy.loc),
                Op("binary", [nxt, stop], [more], {"fn": "lt"}, loc=copy.loc)]
         if slotted:
-            dst = _slot(copy.operands[0], nxt_count, allocs[id(copy)], loop)
+            dst = slot_view(copy.operands[0], nxt_count, allocs[id(copy)], loop)
             ops += [dst, *_copy_at(copy, chains[id(copy)], iv, nxt, more, dst.result)]
         else:
             ops += _copy_at(copy, chains[id(copy)], iv, nxt, more)
@@ -212,12 +212,6 @@ def _pipeline(loop: Op, parent: Block, k: Kernel, target: Target) -> None:
         new_ops.append(op)
         new_ops.extend(after.get(id(op), []))
     body.ops[:] = new_ops
-
-
-def _slot(buf: Value, count: Value, alloc: Op, loop: Op) -> Op:
-    """A view of slot `count % slots` of a slotted buffer."""
-    view = Value(buf.shape, buf.dtype, place="shared")
-    return Op("slot", [buf, count], [view], {"slots": alloc.attrs["slots"], "slot_bytes": alloc.attrs["slot_bytes"]}, loc=loop.loc)
 
 
 def _copy_at(copy: Op, chain: list[Op], iv: Value, at: Value, pred: Value, dst: Value | None = None) -> list[Op]:

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from ...hw.descriptor import Target
 from ...options import CompileOptions
-from ..core import Block, Kernel, Op, Value, blocks, walk
+from ..core import Block, Kernel, Op, Value, blocks, predicated_load, walk
 from ..analysis import index_chain, recompute_chain
 from ..attrs import attr
 
@@ -77,7 +77,7 @@ def _prefetch(loop: Op, parent: Block, written: set[str], tile: int, budget: int
     yield_op = body.ops[-1]
     for load, chain in plans:
         ops, operands = recompute_chain(chain, iv, start, load.operands)
-        prologue += ops + [_predicated(load, operands, go)]
+        prologue += ops + [predicated_load(load, operands, go)]
         init = prologue[-1].result
         cur = _like(load.result)
         body.args.append(cur)
@@ -89,7 +89,7 @@ def _prefetch(loop: Op, parent: Block, written: set[str], tile: int, budget: int
         ahead = [Op("binary", [iv, step], [nxt], {"fn": "add"}, loc=load.loc),
                  Op("binary", [nxt, stop], [more], {"fn": "lt"}, loc=load.loc)]
         ops, operands = recompute_chain(chain, iv, nxt, load.operands)
-        ahead += ops + [_predicated(load, operands, more)]
+        ahead += ops + [predicated_load(load, operands, more)]
         at = body.ops.index(load)
         body.ops[at:at + 1] = ahead
         yield_op.operands.append(ahead[-1].result)
@@ -100,6 +100,3 @@ def _prefetch(loop: Op, parent: Block, written: set[str], tile: int, budget: int
 def _like(v: Value) -> Value:
     return Value(v.shape, v.dtype, place=v.place, layout=v.layout)
 
-
-def _predicated(load: Op, operands: list[Value], pred: Value) -> Op:
-    return Op("load", list(operands) + [pred], [_like(load.result)], {**load.attrs, "pred": True}, loc=load.loc)

@@ -44,7 +44,7 @@ import copy
 from ...hw.descriptor import Target
 from ...options import CompileOptions
 from ..analysis import index_chain, recompute_chain
-from ..core import Block, Kernel, Op, Value, blocks, use_counts, walk
+from ..core import Block, Kernel, Op, Value, blocks, predicated_load, slot_view, use_counts, walk
 from ..placement import place_shared, with_barriers
 
 SLOTS = 2
@@ -126,13 +126,13 @@ def _pipeline(st: Op, loop: Op, parent: Block, slots: int) -> None:
     go = Value((), "bool")
     prologue = [Op("binary", [start, stop], [go], {"fn": "lt"}, loc=loop.loc), alloc]
     ops, operands = recompute_chain(chain, iv, start, load.operands)
-    prologue += ops + [_predicated(load, operands, go)]
+    prologue += ops + [predicated_load(load, operands, go)]
     first_tile = prologue[-1].result
     nxt, more = Value((), "int32"), Value((), "bool")
     ahead = [Op("binary", [iv, step], [nxt], {"fn": "add"}, loc=load.loc),
              Op("binary", [nxt, stop], [more], {"fn": "lt"}, loc=load.loc)]
     ops, operands = recompute_chain(chain, iv, nxt, load.operands)
-    ahead += ops + [_predicated(load, operands, more)]
+    ahead += ops + [predicated_load(load, operands, more)]
     next_tile = ahead[-1].result
     at = body.ops.index(load)
     body.ops[at:at + 1] = ahead
@@ -143,32 +143,21 @@ def _pipeline(st: Op, loop: Op, parent: Block, slots: int) -> None:
     else:
         zero = Value((), "int32")
         prologue.append(Op("const", [], [zero], {"value": 0}, loc=loop.loc))
-        first_slot = _slot(buf, zero, alloc, loop)
+        first_slot = slot_view(buf, zero, alloc, loop)
         prologue += [first_slot, _stage_into(first_slot.result, first_tile, layout, st)]
         off, count, one, count_next = (Value((), "int32") for _ in range(4))
         counters = [Op("binary", [iv, start], [off], {"fn": "sub"}, loc=loop.loc),
                     Op("binary", [off, step], [count], {"fn": "floordiv"}, loc=loop.loc),
                     Op("const", [], [one], {"value": 1}, loc=loop.loc),
                     Op("binary", [count, one], [count_next], {"fn": "add"}, loc=loop.loc)]
-        cur = _slot(buf, count, alloc, loop)
+        cur = slot_view(buf, count, alloc, loop)
         for op in walk(body):  # this iteration reads slot n
             op.operands = [cur.result if v is buf else v for v in op.operands]
         body.ops[0:0] = counters + [cur]
-        dst = _slot(buf, count_next, alloc, loop)
+        dst = slot_view(buf, count_next, alloc, loop)
         body.ops[len(body.ops) - 1:len(body.ops) - 1] = [dst, _stage_into(dst.result, next_tile, layout, st, ahead=True)]
     at = parent.ops.index(loop)
     parent.ops[at:at] = prologue
-
-
-def _predicated(load: Op, operands: list[Value], pred: Value) -> Op:
-    out = Value(load.result.shape, load.result.dtype, layout=load.result.layout)
-    return Op("load", list(operands) + [pred], [out], {**load.attrs, "pred": True}, loc=load.loc)
-
-
-def _slot(buf: Value, count: Value, alloc: Op, loop: Op) -> Op:
-    view = Value(buf.shape, buf.dtype, place="shared")
-    return Op("slot", [buf, count], [view], {"slots": alloc.attrs["slots"], "slot_bytes": alloc.attrs["slot_bytes"]},
-              loc=loop.loc)
 
 
 def _stage_into(dst: Value, src: Value, layout: dict, st: Op, ahead: bool = False) -> Op:
