@@ -124,10 +124,12 @@ def build_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target, compi
     return first
 
 
-def spill_retry_options(target: Target, specialized: bool = False, staged: bool = False) -> list[CompileOptions]:
+def spill_retry_options(target: Target, specialized: bool = False, staged: bool = False,
+                        together: bool = False) -> list[CompileOptions]:
     """The forms a spilling kernel is retried in, in order: a `specialized` kernel (one with a
     producer warpgroup, whose computing warps get at most the registers the producer leaves
-    them) without it; a `staged` one (loads of the next iteration held in registers across the
+    them) without it; one with a dot's start computed `together` with an earlier dot (live one
+    dot longer, ir/passes/dot_issue.py) without that; a `staged` one (loads of the next iteration held in registers across the
     loop body, ir/passes/staged_loads.py) without those; the same code with the target's frugal register flags (also without bulk
     reductions); then plain core matrices instead of
     the swizzle (fewer address registers), then also per-chunk copy addresses (fewer registers
@@ -138,6 +140,8 @@ def spill_retry_options(target: Target, specialized: bool = False, staged: bool 
     bulk = target.shared_bulk_fp32_add
     plain = CompileOptions(swizzle=False) if any(mi.shared_swizzle for mi in target.matrix_instrs) else DEFAULT
     forms = [CompileOptions(warp_specialize=False)] if specialized else []
+    if together:
+        forms.append(CompileOptions(dots_together=False))
     if staged:
         forms.append(CompileOptions(register_pipeline=False))
     if frugal:
@@ -161,7 +165,9 @@ def _without_spills(ls: LoadedSpec, variant: dict[str, Any], target: Target, tun
             continue
         lowered = {replace(DEFAULT, register_flags=()): kernels[i]}
         staged = any(op.kind == "stage_into" for op in walk(kernels[i].body))
-        for options in spill_retry_options(target, specialized=kernels[i].producer_warps > 0, staged=staged):
+        together = any(op.kind == "dot" and op.attrs.get("early_start") for op in walk(kernels[i].body))
+        for options in spill_retry_options(target, specialized=kernels[i].producer_warps > 0, staged=staged,
+                                           together=together):
             how = replace(options, register_flags=())
             if how not in lowered:
                 lowered[how] = compile_kernel(ls, i, variant, tunables, target, options=options)

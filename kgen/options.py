@@ -38,6 +38,10 @@ class CompileOptions:
     """A staged load in a loop issued one iteration ahead into registers and written into the
     other slot of a two-slot buffer after the body's compute (ir/passes/staged_loads.py); off,
     each iteration loads, writes and waits before its dots read."""
+    dots_together: bool = True
+    """An asynchronous dot whose start ordinary instructions write has that start computed before
+    the asynchronous dot issued ahead of it, so that both are in flight at once
+    (ir/passes/dot_issue.py); off, it waits for the earlier one."""
     register_flags: tuple[str, ...] = ()
     """Extra compiler flags: the descriptor's frugal register flags when a kernel spills."""
 

@@ -86,6 +86,9 @@ class Emitter:
         self.coords = CoordMacros()  # layout coordinates, spelled by macros the kernel defines
         self.producer = producers(k.body)
         self.in_producer = False  # rendering a producer warpgroup's program (tma.producer_ctx)
+        # starts of dots computed before an earlier dot's issue (passes/dot_issue.py): pinned where
+        # they are made, or nvcc materializes them (copies of repeated elements) at the dot
+        self.pinned = {id(op.operands[2]) for op in walk(k.body) if op.kind == "dot" and attr(op, "early_start")}
 
     def ops(self, block) -> list[dict]:
         """The contexts of a block's ops. A constant has none: its uses spell its literal
@@ -101,6 +104,7 @@ class Emitter:
             ctx["loc"] = self.where(op.loc) if op.loc and line != last_line else ""
             last_line = line
             out.append(ctx)
+            out += [{"macro": "pin", "out": self.decl(r), "loc": ""} for r in op.results if id(r) in self.pinned]
         return out
 
     def macros(self) -> list[dict]:

@@ -63,7 +63,9 @@ SCHEMA: dict[str, dict[str, Attr]] = {
             "reps_m": Attr((int,), by=_TILING), "reps_n": Attr((int,), by=_TILING),
             "a_load": Attr((str,), choices=_LOADS, by=_OPERANDS), "b_load": Attr((str,), choices=_LOADS, by=_OPERANDS),
             "a_major": Attr((str,), None, ("k", "mn")), "b_major": Attr((str,), None, ("k", "mn")),
-            "deferred": Attr((bool,), False), "zero_start": Attr((bool,), False)},
+            "deferred": Attr((bool,), False), "zero_start": Attr((bool,), False),
+            # its start is computed before the asynchronous dot issued ahead of it (passes/dot_issue.py)
+            "early_start": Attr((bool,), False)},
     "dot_wait": {"pending": Attr((int,))},
     "load": {"tensor": Attr((str,)), "index": _INDEX, "other": Attr(NUMBER, 0), "pred": Attr((bool,), False)},
     "store": {"tensor": Attr((str,)), "index": _INDEX},

@@ -11,6 +11,7 @@ for codegen. kgen.driver runs the parse and then these, in this order:
       -> issue_copies_early   one-shot copies issued as soon as their operands allow, together
       -> prefetch_loads       register loads in loops issued one iteration ahead
       -> sink_to_first_use    register arithmetic moved down to just before its first reader
+      -> issue_dots_together  a later asynchronous dot's start computed before the earlier dot
       -> overlap_async_dots   an asynchronous dot (wgmma) waited for where its result is read
       -> specialize_warps     loops of tensor copies fed by a producer warpgroup through rings
       -> alternate_warpgroups two computing warpgroups take turns issuing their products
@@ -39,6 +40,7 @@ from .passes.copy_addressing import choose_copy_addressing
 from .passes.bulk_reduce import plan_bulk_reductions
 from .passes.dead_code import drop_dead_code
 from .passes.dot_tiling import choose_dot_tiling
+from .passes.dot_issue import issue_dots_together
 from .passes.early_copies import issue_copies_early
 from .passes.hoist import hoist_invariant_stages
 from .passes.layouts import assign_layouts
@@ -66,6 +68,7 @@ PASSES: list[tuple[str, Pass]] = [
     ("issue_copies_early", issue_copies_early),
     ("prefetch_loads", prefetch_loads),
     ("sink_to_first_use", sink_to_first_use),
+    ("issue_dots_together", issue_dots_together),
     ("overlap_async_dots", overlap_async_dots),
     ("specialize_warps", specialize_warps),
     ("alternate_warpgroups", alternate_warpgroups),

@@ -306,6 +306,11 @@ class ProgramSim(WarpgroupSim, AsyncCopySim, TensorCopySim, RingSim):
         self.note(f"{c['out']['ctype']} {c['out']['name']}[{c['out']['n']}];")
         self.regs[c["out"]["name"]] = np.full((self.W, self.L, c["out"]["n"]), np.nan)
 
+    def op_pin(self, c):  # registers fixed where they are: no value changes
+        self.note(f"KG_FOR(e, {c['out']['n']}) kg::fence_operand({c['out']['name']}[e]);")
+        if c["out"]["name"] not in self.regs:
+            raise SimError(f"pin of {c['out']['name']}, which nothing wrote")
+
     def op_elementwise(self, c):
         n = c["out"]["n"]
         self.note(f"KG_FOR(e, {n}) {c['out']['name']}[e] = {c['expr']};")

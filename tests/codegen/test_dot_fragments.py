@@ -71,7 +71,7 @@ BWD_CASES += [(kernel, "sm_90", dtype, (64, 64, 64, 4)) for kernel, dtype in ((0
 CHAIN_TILES = [((64, 32, 32, 4), "bf16"), ((64, 32, 16, 2), "fp16")]
 SPEC_FILES = {"matmul": SPECS / "matmul.yaml", "matmul_bwd": SPECS / "matmul_bwd.yaml", "chain": HERE / "specs" / "chain.yaml",
               "chain_t": HERE / "specs" / "chain_t.yaml", "matmul_rev": HERE / "specs" / "matmul_rev.yaml",
-              "scaled_rev": HERE / "specs" / "scaled_rev.yaml"}
+              "scaled_rev": HERE / "specs" / "scaled_rev.yaml", "two_starts": HERE / "specs" / "two_starts.yaml"}
 
 
 def _cases():
@@ -91,6 +91,10 @@ def _cases():
     # scaled_rev.yaml: register loads in the loop (a block of a, a row of scales), prefetched
     for target, dtype in (("gfx942", "bf16"), ("sm_80", "fp16"), ("sm_90", "bf16")):
         yield ("scaled_rev", 0, target, dtype, (64, 64, 16, 4))
+    # two_starts.yaml: on sm_90 the second dot's start computed before the first dot issues
+    # (passes/dot_issue.py), both in flight at once; K = 2 * 2 groups
+    for target, dtype in (("sm_80", "fp16"), ("sm_90", "bf16")):
+        yield ("two_starts", 0, target, dtype, (64, 64, 2, 4))
 
 
 CASES = list(_cases())

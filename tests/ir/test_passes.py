@@ -167,14 +167,16 @@ def _late_arithmetic(k) -> list[str]:
 
 def test_register_arithmetic_is_computed_right_before_its_first_use(monkeypatch):
     """The backward's mask (built from row and column indices before the dot it masks, in the
-    spec) is computed after that dot, so that its registers are free during the dot."""
+    spec) is computed after that dot, so that its registers are free during the dot. (Without
+    issue_dots_together, which moves dp^T's start above s^T on purpose: tests/ir/test_dot_issue.py.)"""
     import kgen.ir.pipeline as pipeline
 
     variant = {"dtype": "bf16", "head_dim": 128, "causal": True, "deterministic": False}
     tunables = {"BLOCK_M": 64, "BLOCK_N": 128, "WARPS": 8}
-    assert _late_arithmetic(lower("specs/fa2_bwd.yaml", 1, variant, tunables, "sm_90")) == []
+    apart = CompileOptions(dots_together=False)
+    assert _late_arithmetic(lower("specs/fa2_bwd.yaml", 1, variant, tunables, "sm_90", apart)) == []
     monkeypatch.setattr(pipeline, "PASSES", [p for p in pipeline.PASSES if p[0] != "sink_to_first_use"])
-    assert _late_arithmetic(lower("specs/fa2_bwd.yaml", 1, variant, tunables, "sm_90"))
+    assert _late_arithmetic(lower("specs/fa2_bwd.yaml", 1, variant, tunables, "sm_90", apart))
 
 
 SSD_BWD = {"BLOCK_S": 64, "BLOCK_M": 64, "BLOCK_K": 64, "BLOCK_R": 16, "WARPS": 4, "WIDE_WARPS": 8, "STATE_WARPS": 4, "BLOCK_P": 64,
@@ -245,10 +247,10 @@ def test_a_load_of_a_tensor_the_kernel_writes_stays_in_place():
 
 
 @lru_cache(maxsize=None)
-def _dkdv_128():
-    """fa2_bwd's dkdv at head_dim 128 on sm_90, lowered once for the tests that read it."""
+def _dkdv_128(options=DEFAULT):
+    """fa2_bwd's dkdv at head_dim 128 on sm_90."""
     variant = {"dtype": "bf16", "head_dim": 128, "causal": False, "deterministic": False}
-    return lower("specs/fa2_bwd.yaml", 1, variant, {"BLOCK_M": 64, "BLOCK_N": 128, "WARPS": 8}, "sm_90")
+    return lower("specs/fa2_bwd.yaml", 1, variant, {"BLOCK_M": 64, "BLOCK_N": 128, "WARPS": 8}, "sm_90", options)
 
 
 def _schedule(block) -> list[tuple[str, int | None]]:
@@ -256,18 +258,27 @@ def _schedule(block) -> list[tuple[str, int | None]]:
 
 
 def test_asynchronous_dots_are_waited_for_where_their_results_are_read():
-    """dkdv at head_dim 128 on sm_90: s^T is waited for before dp^T (whose accumulator, -delta,
-    ordinary instructions write); dp^T runs while exp2 makes p^T and dv issues; dk and dq issue
-    before anything waits again, and dq's wait completes dv and dk too. No op but its wait reads
-    a deferred dot's result."""
+    """dkdv at head_dim 128 on sm_90: s^T and dp^T issue back to back (dp^T's start, -delta, is
+    written before s^T issues, passes/dot_issue.py); s^T is waited for with dp^T in flight, which
+    runs while exp2 makes p^T and dv issues; dk and dq issue before anything waits again, and
+    dq's wait completes dv and dk too. No op but its wait reads a deferred dot's result."""
     k = _dkdv_128()
     body = ops(k, "for")[-1].body
-    assert _schedule(body) == [("dot", None), ("dot_wait", 0), ("dot", None), ("dot", None), ("dot_wait", 1),
+    assert _schedule(body) == [("dot", None), ("dot", None), ("dot_wait", 1), ("dot", None), ("dot_wait", 1),
                                ("dot", None), ("stage", None), ("dot", None),
                                ("dot_wait", 0), ("dot_wait", 0), ("dot_wait", 0)]
     for dot in (op for op in walk(k.body) if op.kind == "dot"):
         readers = [op for op in walk(k.body) if dot.result in op.operands]
         assert dot.attrs["deferred"] and [r.kind for r in readers] == ["dot_wait"]
+
+
+def test_a_dot_whose_start_is_written_after_an_earlier_dot_issues_waits_for_it():
+    """Without issue_dots_together, dp^T's start (-delta) is written after s^T issues: writing
+    accumulator registers with a matrix instruction in flight makes ptxas wait (C7517), so s^T
+    is waited for in full before dp^T."""
+    body = ops(_dkdv_128(CompileOptions(dots_together=False)), "for")[-1].body
+    assert _schedule(body)[:4] == [("dot", None), ("dot_wait", 0), ("dot", None), ("dot", None)]
+    assert not any(op.attrs.get("early_start") for op in walk(body))
 
 
 def test_a_dot_is_waited_for_before_its_shared_operand_is_overwritten():

@@ -32,6 +32,7 @@ from ...hw.descriptor import Target
 from ...options import CompileOptions
 from ..analysis import is_lone_zero, producers
 from ..core import Block, Kernel, Op, Value, blocks, rename_operands, use_counts
+from .dot_issue import is_async_dot
 
 WRITES_SHARED = ("stage", "stage_into", "copy_async")
 
@@ -44,26 +45,26 @@ def overlap_async_dots(k: Kernel, target: Target, options: CompileOptions) -> Ke
     return k
 
 
-def _is_async(op: Op, target: Target) -> bool:
-    return op.kind == "dot" and "instr" in op.attrs and target.matrix_instr(op.attrs["instr"]).asynchronous
-
-
-def _written_accumulator(dot: Op, producer: dict, uses: dict) -> bool:
-    """Whether ordinary instructions write the dot's accumulator registers before it issues:
-    not for a zero tile read only here (declared, never written: codegen's zero start), a loop-
-    carried value (block argument) or another dot's result."""
+def _written_accumulator(dot: Op, producer: dict, uses: dict, before: dict[int, bool]) -> bool:
+    """Whether ordinary instructions write the dot's accumulator registers while the dot being
+    deferred may be in flight: not for a zero tile read only here (declared, never written:
+    codegen's zero start), a loop-carried value (block argument), another dot's result, or a
+    tile made in this block before the deferred dot was issued and read only here (`before`: op
+    id -> True; passes/dot_issue.py moves starts there)."""
     if len(dot.operands) < 3:
         return False
     acc = dot.operands[2]
     op = producer.get(id(acc))
     if op is None or op.kind in ("dot", "dot_wait", "for"):
         return False
+    if before.get(id(op)) and uses.get(id(acc)) == 1:  # read only here: the dot takes its registers
+        return False
     return not is_lone_zero(op, acc, uses)
 
 
 def _defer_waits(block: Block, target: Target, producer: dict, uses: dict) -> None:
     ops = block.ops
-    dots = [i for i, op in enumerate(ops) if _is_async(op, target)]
+    dots = [i for i, op in enumerate(ops) if is_async_dot(op, target)]
     # a wait goes before op `at`, after the waits already there (`seq` orders them); dots are
     # taken last to first, so that every later dot's wait is placed when an earlier one looks
     # whether such a wait already completes it
@@ -72,8 +73,9 @@ def _defer_waits(block: Block, target: Target, producer: dict, uses: dict) -> No
         dot = ops[i]
         res = dot.result
         shared = [v for v in dot.operands[:2] if v.place == "shared"]
+        before = {id(op): True for op in ops[:i]}
         at = next((j for j in range(i + 1, len(ops)) if _must_wait(ops[j], res, shared, producer)
-                   or (_is_async(ops[j], target) and _written_accumulator(ops[j], producer, uses))), len(ops))
+                   or (is_async_dot(ops[j], target) and _written_accumulator(ops[j], producer, uses, before))), len(ops))
         seq, pending = 0, _issued(dots, i, at)
         # commit groups complete in order: a later dot's `wait_group n` with at least n dots
         # issued after this one completes this one too; its registers are free from there

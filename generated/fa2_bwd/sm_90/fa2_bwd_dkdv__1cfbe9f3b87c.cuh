@@ -109,54 +109,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg_half* __restrict__ t
       float (&dv_acc_5)[64] = dv_acc_4;
       float (&dk_acc_5)[64] = dk_acc_4;
       
-      const int v44 = v41 - 0;  // spec: 100:15
-      const int v45 = kg::floordiv(v44, 1);
-      kg_half* v46 = v32 + v45 % 2 * 8192;
-      kg_half* v47 = v33 + v45 % 2 * 8192;
-      float v48[16];  // spec: 115:29
-      {
-        const float* p_ = t_neg_lse_s + ((int64_t)b * stride_neg_lse_s_0 + (int64_t)h * stride_neg_lse_s_1);
-        const bool aligned_ = kg::aligned(p_, 8) && KG_STRIDES_MULTIPLE2(neg_lse_s, 2);
-        const int t0_ = v41 * 64 + tc1_;
-        KG_FOR_STEP(e, 16, 2) {
-          const int i0_ = t0_ + rc0_(e);
-          const int64_t off_ = (int64_t)i0_;
-          const bool in_ = i0_ + 2 <= (size_SQ);
-          if (aligned_ && in_) kg::copy_vec<2>(&v48[e], p_ + off_);
-          else KG_FOR(v, 2) v48[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
-        }
-      }
-      kg::mbar_wait(&kg_bars[4 + v45 % 2], (v45 / 2) & 1);  // spec: 124:28
-      kg::sync();
-      const int v49 = v45 + 1;  // spec: 100:15
-      kg_half* v50 = v33 + v49 % 2 * 8192;
-      const int v51 = v41 + 1;  // spec: 101:24
-      const bool v52 = v51 < n_q;
-      if ((v52) && kg::thread_id() == 0) {
-        uint64_t* bar_ = &kg_bars[4 + v49 % 2];
-        kg::fence_proxy_async();
-        kg::mbar_expect_tx(bar_, 16384);
-        kg::tma_load_4d(&v50[0], &tmap2_q, bar_, 0, h, v51 * 64, b);
-        kg::tma_load_4d(&v50[4096], &tmap2_q, bar_, 64, h, v51 * 64, b);
-      }
-      kg_half* v53 = v47;  // spec: 124:28
-      float v55[32]; KG_FOR(e, 32) v55[e] = v48[(e & 1) + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];  // spec: 123:33
-      bool valid[2]; KG_FOR(e, 2) valid[e] = cols[e] < SK;  // spec: 122:39
-      bool v57[32]; KG_FOR(e, 32) v57[e] = valid[(e >> 1) & 1];  // spec: 123:33
-      float st0[32]; KG_FOR(e, 32) st0[e] = v57[e] ? v55[e] : -kg::inf();
-      float (&st)[32] = st0;  // spec: 124:28
-      {
-        const int wg_ = (warp / 4);
-        const uint64_t da_ = kg::wgmma_desc(v8, 16, 1024, 1);
-        const uint64_t db_ = kg::wgmma_desc(v53, 16, 1024, 1);
-        KG_FOR(e, 32) kg::fence_operand(st[e]);
-        kg::wgmma_fence();
-        KG_FOR(ks, 8) {
-          kg::wgmma_m64n64k16_ss<0, 0>(&st[0], da_ + ((ks * 16 / 64 * 8192 + wg_ * 64 * 64 + (((((ks * 16) >> 3) & 7) ^ ((wg_ * 64) & 7)) << 3) + ((ks * 16) & 7)) * 2 / 16), db_ + ((ks * 16 / 64 * 4096 + ((((ks * 16) >> 3) & 7) << 3) + ((ks * 16) & 7)) * 2 / 16), 1);
-        }
-        kg::wgmma_commit();
-      }
-      float v61[16];  // spec: 125:49
+      float v44[16];  // spec: 125:49
       {
         const float* p_ = t_delta + ((int64_t)b * stride_delta_0 + (int64_t)h * stride_delta_1);
         const bool aligned_ = kg::aligned(p_, 8) && KG_STRIDES_MULTIPLE2(delta, 2);
@@ -165,31 +118,76 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg_half* __restrict__ t
           const int i0_ = t0_ + rc0_(e);
           const int64_t off_ = (int64_t)i0_;
           const bool in_ = i0_ + 2 <= (size_SQ);
-          if (aligned_ && in_) kg::copy_vec<2>(&v61[e], p_ + off_);
-          else KG_FOR(v, 2) v61[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+          if (aligned_ && in_) kg::copy_vec<2>(&v44[e], p_ + off_);
+          else KG_FOR(v, 2) v44[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
         }
       }
-      kg::mbar_wait(&kg_bars[2 + v45 % 2], (v45 / 2) & 1);
+      const int v45 = v41 - 0;  // spec: 100:15
+      const int v46 = kg::floordiv(v45, 1);
+      kg_half* v47 = v32 + v46 % 2 * 8192;
+      kg_half* v48 = v33 + v46 % 2 * 8192;
+      float v49[16];  // spec: 115:29
+      {
+        const float* p_ = t_neg_lse_s + ((int64_t)b * stride_neg_lse_s_0 + (int64_t)h * stride_neg_lse_s_1);
+        const bool aligned_ = kg::aligned(p_, 8) && KG_STRIDES_MULTIPLE2(neg_lse_s, 2);
+        const int t0_ = v41 * 64 + tc1_;
+        KG_FOR_STEP(e, 16, 2) {
+          const int i0_ = t0_ + rc0_(e);
+          const int64_t off_ = (int64_t)i0_;
+          const bool in_ = i0_ + 2 <= (size_SQ);
+          if (aligned_ && in_) kg::copy_vec<2>(&v49[e], p_ + off_);
+          else KG_FOR(v, 2) v49[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+        }
+      }
+      kg::mbar_wait(&kg_bars[4 + v46 % 2], (v46 / 2) & 1);  // spec: 124:28
       kg::sync();
-      kg_half* v62 = v32 + v49 % 2 * 8192;  // spec: 100:15
-      if ((v52) && kg::thread_id() == 0) {  // spec: 102:26
-        uint64_t* bar_ = &kg_bars[2 + v49 % 2];
+      const int v50 = v46 + 1;  // spec: 100:15
+      kg_half* v51 = v33 + v50 % 2 * 8192;
+      const int v52 = v41 + 1;  // spec: 101:24
+      const bool v53 = v52 < n_q;
+      if ((v53) && kg::thread_id() == 0) {
+        uint64_t* bar_ = &kg_bars[4 + v50 % 2];
         kg::fence_proxy_async();
         kg::mbar_expect_tx(bar_, 16384);
-        kg::tma_load_4d(&v62[0], &tmap3_do, bar_, 0, h, v51 * 64, b);
-        kg::tma_load_4d(&v62[4096], &tmap3_do, bar_, 64, h, v51 * 64, b);
+        kg::tma_load_4d(&v51[0], &tmap2_q, bar_, 0, h, v52 * 64, b);
+        kg::tma_load_4d(&v51[4096], &tmap2_q, bar_, 64, h, v52 * 64, b);
       }
-      kg_half* v63 = v46;  // spec: 125:29
-      float v65[16]; KG_FOR(e, 16) v65[e] = v61[e] * -1.0f;
-      float v67[32]; KG_FOR(e, 32) v67[e] = v65[(e & 1) + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-      kg::wgmma_wait<0>();  // spec: 124:28
-      KG_FOR(e, 32) kg::fence_operand(st[e]);
-      float (&v68)[32] = st;
-      float (&dpt)[32] = v67;  // spec: 125:29
+      kg_half* v54 = v48;  // spec: 124:28
+      float v56[32]; KG_FOR(e, 32) v56[e] = v49[(e & 1) + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];  // spec: 123:33
+      bool valid[2]; KG_FOR(e, 2) valid[e] = cols[e] < SK;  // spec: 122:39
+      bool v58[32]; KG_FOR(e, 32) v58[e] = valid[(e >> 1) & 1];  // spec: 123:33
+      float st0[32]; KG_FOR(e, 32) st0[e] = v58[e] ? v56[e] : -kg::inf();
+      float v62[16]; KG_FOR(e, 16) v62[e] = v44[e] * -1.0f;  // spec: 125:48
+      float v64[32]; KG_FOR(e, 32) v64[e] = v62[(e & 1) + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+      KG_FOR(e, 32) kg::fence_operand(v64[e]);
+      float (&st)[32] = st0;  // spec: 124:28
+      {
+        const int wg_ = (warp / 4);
+        const uint64_t da_ = kg::wgmma_desc(v8, 16, 1024, 1);
+        const uint64_t db_ = kg::wgmma_desc(v54, 16, 1024, 1);
+        KG_FOR(e, 32) kg::fence_operand(st[e]);
+        kg::wgmma_fence();
+        KG_FOR(ks, 8) {
+          kg::wgmma_m64n64k16_ss<0, 0>(&st[0], da_ + ((ks * 16 / 64 * 8192 + wg_ * 64 * 64 + (((((ks * 16) >> 3) & 7) ^ ((wg_ * 64) & 7)) << 3) + ((ks * 16) & 7)) * 2 / 16), db_ + ((ks * 16 / 64 * 4096 + ((((ks * 16) >> 3) & 7) << 3) + ((ks * 16) & 7)) * 2 / 16), 1);
+        }
+        kg::wgmma_commit();
+      }
+      kg::mbar_wait(&kg_bars[2 + v46 % 2], (v46 / 2) & 1);  // spec: 125:29
+      kg::sync();
+      kg_half* v66 = v32 + v50 % 2 * 8192;  // spec: 100:15
+      if ((v53) && kg::thread_id() == 0) {  // spec: 102:26
+        uint64_t* bar_ = &kg_bars[2 + v50 % 2];
+        kg::fence_proxy_async();
+        kg::mbar_expect_tx(bar_, 16384);
+        kg::tma_load_4d(&v66[0], &tmap3_do, bar_, 0, h, v52 * 64, b);
+        kg::tma_load_4d(&v66[4096], &tmap3_do, bar_, 64, h, v52 * 64, b);
+      }
+      kg_half* v67 = v47;  // spec: 125:29
+      float (&dpt)[32] = v64;
       {
         const int wg_ = (warp / 4);
         const uint64_t da_ = kg::wgmma_desc(v11, 16, 1024, 1);
-        const uint64_t db_ = kg::wgmma_desc(v63, 16, 1024, 1);
+        const uint64_t db_ = kg::wgmma_desc(v67, 16, 1024, 1);
         KG_FOR(e, 32) kg::fence_operand(dpt[e]);
         kg::wgmma_fence();
         KG_FOR(ks, 8) {
@@ -197,13 +195,16 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg_half* __restrict__ t
         }
         kg::wgmma_commit();
       }
-      float v70[32]; KG_FOR(e, 32) v70[e] = v68[e] * scale2;  // spec: 126:33
+      kg::wgmma_wait<1>();  // spec: 124:28
+      KG_FOR(e, 32) kg::fence_operand(st[e]);
+      float (&v69)[32] = st;
+      float v70[32]; KG_FOR(e, 32) v70[e] = v69[e] * scale2;  // spec: 126:33
       float pt[32]; KG_FOR(e, 32) pt[e] = kg::exp2_(v70[e]);
       kg_half v72[32]; KG_FOR(e, 32) v72[e] = kg::cvt<kg_half>(pt[e]);  // spec: 127:45
       float (&dv_acc_6)[64] = dv_acc_5;
       {
         const int wg_ = (warp / 4);
-        const uint64_t db_ = kg::wgmma_desc(v46, 8192, 1024, 1);
+        const uint64_t db_ = kg::wgmma_desc(v47, 8192, 1024, 1);
         KG_FOR(e, 64) kg::fence_operand(dv_acc_6[e]);
         kg::wgmma_fence();
         KG_FOR(ks, 4) {
@@ -219,7 +220,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg_half* __restrict__ t
       float (&dk_acc_6)[64] = dk_acc_5;  // spec: 129:41
       {
         const int wg_ = (warp / 4);
-        const uint64_t db_ = kg::wgmma_desc(v47, 8192, 1024, 1);
+        const uint64_t db_ = kg::wgmma_desc(v48, 8192, 1024, 1);
         KG_FOR(e, 64) kg::fence_operand(dk_acc_6[e]);
         kg::wgmma_fence();
         KG_FOR(ks, 4) {

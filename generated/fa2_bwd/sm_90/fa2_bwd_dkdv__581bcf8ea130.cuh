@@ -129,59 +129,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg_half* __restrict__ t
       float (&dv_acc_5)[64] = dv_acc_4;
       float (&dk_acc_5)[64] = dk_acc_4;
       
-      const int v65 = v62 - first;  // spec: 100:15
-      const int v66 = kg::floordiv(v65, 1);
-      kg_half* v67 = v53 + v66 % 2 * 8192;
-      kg_half* v68 = v54 + v66 % 2 * 8192;
-      float v69[16];  // spec: 115:29
-      {
-        const float* p_ = t_neg_lse_s + ((int64_t)b * stride_neg_lse_s_0 + (int64_t)h * stride_neg_lse_s_1);
-        const bool aligned_ = kg::aligned(p_, 8) && KG_STRIDES_MULTIPLE2(neg_lse_s, 2);
-        const int t0_ = v62 * 64 + tc1_;
-        KG_FOR_STEP(e, 16, 2) {
-          const int i0_ = t0_ + rc0_(e);
-          const int64_t off_ = (int64_t)i0_;
-          const bool in_ = i0_ + 2 <= (size_SQ);
-          if (aligned_ && in_) kg::copy_vec<2>(&v69[e], p_ + off_);
-          else KG_FOR(v, 2) v69[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
-        }
-      }
-      kg::mbar_wait(&kg_bars[4 + v66 % 2], (v66 / 2) & 1);  // spec: 124:28
-      kg::sync();
-      const int v70 = v66 + 1;  // spec: 100:15
-      kg_half* v71 = v54 + v70 % 2 * 8192;
-      const int v72 = v62 + 1;  // spec: 101:24
-      const bool v73 = v72 < n_q;
-      if ((v73) && kg::thread_id() == 0) {
-        uint64_t* bar_ = &kg_bars[4 + v70 % 2];
-        kg::fence_proxy_async();
-        kg::mbar_expect_tx(bar_, 16384);
-        kg::tma_load_4d(&v71[0], &tmap2_q, bar_, 0, h, v72 * 64, b);
-        kg::tma_load_4d(&v71[4096], &tmap2_q, bar_, 64, h, v72 * 64, b);
-      }
-      kg_half* v74 = v68;  // spec: 124:28
-      float v76[32]; KG_FOR(e, 32) v76[e] = v69[(e & 1) + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];  // spec: 123:33
-      int v78[16]; KG_FOR(e, 16) v78[e] = tc1_ + (rc0_(e));  // spec: 117:48
-      const int v79 = v62 * 64;
-      int rows[16]; KG_FOR(e, 16) rows[e] = v79 + v78[e];
-      int v82[32]; KG_FOR(e, 32) v82[e] = rows[(e & 1) + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];  // spec: 120:39
-      int v83[2]; KG_FOR(e, 2) v83[e] = cols[e] - v38;
-      int v85[32]; KG_FOR(e, 32) v85[e] = v83[(e >> 1) & 1];
-      bool valid[32]; KG_FOR(e, 32) valid[e] = v85[e] <= v82[e];
-      float st0[32]; KG_FOR(e, 32) st0[e] = valid[e] ? v76[e] : -kg::inf();  // spec: 123:33
-      float (&st)[32] = st0;  // spec: 124:28
-      {
-        const int wg_ = (warp / 4);
-        const uint64_t da_ = kg::wgmma_desc(v8, 16, 1024, 1);
-        const uint64_t db_ = kg::wgmma_desc(v74, 16, 1024, 1);
-        KG_FOR(e, 32) kg::fence_operand(st[e]);
-        kg::wgmma_fence();
-        KG_FOR(ks, 8) {
-          kg::wgmma_m64n64k16_ss<0, 0>(&st[0], da_ + ((ks * 16 / 64 * 8192 + wg_ * 64 * 64 + (((((ks * 16) >> 3) & 7) ^ ((wg_ * 64) & 7)) << 3) + ((ks * 16) & 7)) * 2 / 16), db_ + ((ks * 16 / 64 * 4096 + ((((ks * 16) >> 3) & 7) << 3) + ((ks * 16) & 7)) * 2 / 16), 1);
-        }
-        kg::wgmma_commit();
-      }
-      float v89[16];  // spec: 125:49
+      float v65[16];  // spec: 125:49
       {
         const float* p_ = t_delta + ((int64_t)b * stride_delta_0 + (int64_t)h * stride_delta_1);
         const bool aligned_ = kg::aligned(p_, 8) && KG_STRIDES_MULTIPLE2(delta, 2);
@@ -190,31 +138,81 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg_half* __restrict__ t
           const int i0_ = t0_ + rc0_(e);
           const int64_t off_ = (int64_t)i0_;
           const bool in_ = i0_ + 2 <= (size_SQ);
-          if (aligned_ && in_) kg::copy_vec<2>(&v89[e], p_ + off_);
-          else KG_FOR(v, 2) v89[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+          if (aligned_ && in_) kg::copy_vec<2>(&v65[e], p_ + off_);
+          else KG_FOR(v, 2) v65[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
         }
       }
-      kg::mbar_wait(&kg_bars[2 + v66 % 2], (v66 / 2) & 1);
+      const int v66 = v62 - first;  // spec: 100:15
+      const int v67 = kg::floordiv(v66, 1);
+      kg_half* v68 = v53 + v67 % 2 * 8192;
+      kg_half* v69 = v54 + v67 % 2 * 8192;
+      float v70[16];  // spec: 115:29
+      {
+        const float* p_ = t_neg_lse_s + ((int64_t)b * stride_neg_lse_s_0 + (int64_t)h * stride_neg_lse_s_1);
+        const bool aligned_ = kg::aligned(p_, 8) && KG_STRIDES_MULTIPLE2(neg_lse_s, 2);
+        const int t0_ = v62 * 64 + tc1_;
+        KG_FOR_STEP(e, 16, 2) {
+          const int i0_ = t0_ + rc0_(e);
+          const int64_t off_ = (int64_t)i0_;
+          const bool in_ = i0_ + 2 <= (size_SQ);
+          if (aligned_ && in_) kg::copy_vec<2>(&v70[e], p_ + off_);
+          else KG_FOR(v, 2) v70[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+        }
+      }
+      kg::mbar_wait(&kg_bars[4 + v67 % 2], (v67 / 2) & 1);  // spec: 124:28
       kg::sync();
-      kg_half* v90 = v53 + v70 % 2 * 8192;  // spec: 100:15
-      if ((v73) && kg::thread_id() == 0) {  // spec: 102:26
-        uint64_t* bar_ = &kg_bars[2 + v70 % 2];
+      const int v71 = v67 + 1;  // spec: 100:15
+      kg_half* v72 = v54 + v71 % 2 * 8192;
+      const int v73 = v62 + 1;  // spec: 101:24
+      const bool v74 = v73 < n_q;
+      if ((v74) && kg::thread_id() == 0) {
+        uint64_t* bar_ = &kg_bars[4 + v71 % 2];
         kg::fence_proxy_async();
         kg::mbar_expect_tx(bar_, 16384);
-        kg::tma_load_4d(&v90[0], &tmap3_do, bar_, 0, h, v72 * 64, b);
-        kg::tma_load_4d(&v90[4096], &tmap3_do, bar_, 64, h, v72 * 64, b);
+        kg::tma_load_4d(&v72[0], &tmap2_q, bar_, 0, h, v73 * 64, b);
+        kg::tma_load_4d(&v72[4096], &tmap2_q, bar_, 64, h, v73 * 64, b);
       }
-      kg_half* v91 = v67;  // spec: 125:29
-      float v93[16]; KG_FOR(e, 16) v93[e] = v89[e] * -1.0f;
-      float v95[32]; KG_FOR(e, 32) v95[e] = v93[(e & 1) + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-      kg::wgmma_wait<0>();  // spec: 124:28
-      KG_FOR(e, 32) kg::fence_operand(st[e]);
-      float (&v96)[32] = st;
-      float (&dpt)[32] = v95;  // spec: 125:29
+      kg_half* v75 = v69;  // spec: 124:28
+      float v77[32]; KG_FOR(e, 32) v77[e] = v70[(e & 1) + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];  // spec: 123:33
+      int v79[16]; KG_FOR(e, 16) v79[e] = tc1_ + (rc0_(e));  // spec: 117:48
+      const int v80 = v62 * 64;
+      int rows[16]; KG_FOR(e, 16) rows[e] = v80 + v79[e];
+      int v83[32]; KG_FOR(e, 32) v83[e] = rows[(e & 1) + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];  // spec: 120:39
+      int v84[2]; KG_FOR(e, 2) v84[e] = cols[e] - v38;
+      int v86[32]; KG_FOR(e, 32) v86[e] = v84[(e >> 1) & 1];
+      bool valid[32]; KG_FOR(e, 32) valid[e] = v86[e] <= v83[e];
+      float st0[32]; KG_FOR(e, 32) st0[e] = valid[e] ? v77[e] : -kg::inf();  // spec: 123:33
+      float v90[16]; KG_FOR(e, 16) v90[e] = v65[e] * -1.0f;  // spec: 125:48
+      float v92[32]; KG_FOR(e, 32) v92[e] = v90[(e & 1) + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+      KG_FOR(e, 32) kg::fence_operand(v92[e]);
+      float (&st)[32] = st0;  // spec: 124:28
+      {
+        const int wg_ = (warp / 4);
+        const uint64_t da_ = kg::wgmma_desc(v8, 16, 1024, 1);
+        const uint64_t db_ = kg::wgmma_desc(v75, 16, 1024, 1);
+        KG_FOR(e, 32) kg::fence_operand(st[e]);
+        kg::wgmma_fence();
+        KG_FOR(ks, 8) {
+          kg::wgmma_m64n64k16_ss<0, 0>(&st[0], da_ + ((ks * 16 / 64 * 8192 + wg_ * 64 * 64 + (((((ks * 16) >> 3) & 7) ^ ((wg_ * 64) & 7)) << 3) + ((ks * 16) & 7)) * 2 / 16), db_ + ((ks * 16 / 64 * 4096 + ((((ks * 16) >> 3) & 7) << 3) + ((ks * 16) & 7)) * 2 / 16), 1);
+        }
+        kg::wgmma_commit();
+      }
+      kg::mbar_wait(&kg_bars[2 + v67 % 2], (v67 / 2) & 1);  // spec: 125:29
+      kg::sync();
+      kg_half* v94 = v53 + v71 % 2 * 8192;  // spec: 100:15
+      if ((v74) && kg::thread_id() == 0) {  // spec: 102:26
+        uint64_t* bar_ = &kg_bars[2 + v71 % 2];
+        kg::fence_proxy_async();
+        kg::mbar_expect_tx(bar_, 16384);
+        kg::tma_load_4d(&v94[0], &tmap3_do, bar_, 0, h, v73 * 64, b);
+        kg::tma_load_4d(&v94[4096], &tmap3_do, bar_, 64, h, v73 * 64, b);
+      }
+      kg_half* v95 = v68;  // spec: 125:29
+      float (&dpt)[32] = v92;
       {
         const int wg_ = (warp / 4);
         const uint64_t da_ = kg::wgmma_desc(v29, 16, 1024, 1);
-        const uint64_t db_ = kg::wgmma_desc(v91, 16, 1024, 1);
+        const uint64_t db_ = kg::wgmma_desc(v95, 16, 1024, 1);
         KG_FOR(e, 32) kg::fence_operand(dpt[e]);
         kg::wgmma_fence();
         KG_FOR(ks, 8) {
@@ -222,13 +220,16 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg_half* __restrict__ t
         }
         kg::wgmma_commit();
       }
-      float v98[32]; KG_FOR(e, 32) v98[e] = v96[e] * scale2;  // spec: 126:33
+      kg::wgmma_wait<1>();  // spec: 124:28
+      KG_FOR(e, 32) kg::fence_operand(st[e]);
+      float (&v97)[32] = st;
+      float v98[32]; KG_FOR(e, 32) v98[e] = v97[e] * scale2;  // spec: 126:33
       float pt[32]; KG_FOR(e, 32) pt[e] = kg::exp2_(v98[e]);
       kg_half v100[32]; KG_FOR(e, 32) v100[e] = kg::cvt<kg_half>(pt[e]);  // spec: 127:45
       float (&dv_acc_6)[64] = dv_acc_5;
       {
         const int wg_ = (warp / 4);
-        const uint64_t db_ = kg::wgmma_desc(v67, 8192, 1024, 1);
+        const uint64_t db_ = kg::wgmma_desc(v68, 8192, 1024, 1);
         KG_FOR(e, 64) kg::fence_operand(dv_acc_6[e]);
         kg::wgmma_fence();
         KG_FOR(ks, 4) {
@@ -244,7 +245,7 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg_half* __restrict__ t
       float (&dk_acc_6)[64] = dk_acc_5;  // spec: 129:41
       {
         const int wg_ = (warp / 4);
-        const uint64_t db_ = kg::wgmma_desc(v68, 8192, 1024, 1);
+        const uint64_t db_ = kg::wgmma_desc(v69, 8192, 1024, 1);
         KG_FOR(e, 64) kg::fence_operand(dk_acc_6[e]);
         kg::wgmma_fence();
         KG_FOR(ks, 4) {

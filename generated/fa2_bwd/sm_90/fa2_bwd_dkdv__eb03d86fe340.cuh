@@ -35,117 +35,158 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg_half* __restrict__ t
   }
   kg::sync();
   
-  const int SQ = size_SQ;  // spec: 87:18
+  const int SQ = size_SQ;  // spec: 84:48
   const float softmax_scale = scalar_softmax_scale;  // spec: 80:16
   const int H = size_H;  // spec: 75:15
-  const int HKV = size_HKV;  // spec: 73:17
+  const int HKV = size_HKV;  // spec: 70:35
+  const int B = size_B;
   const int SK = size_SK;  // spec: 60:19
   const int pid1 = kg::block_id_y();  // spec: 61:12
   const int pid0 = kg::block_id_x();  // spec: 62:12
   kg_half* v8 = reinterpret_cast<kg_half*>(smem + 0);  // spec: 124:28
-  const int hk = kg::mod(pid1, HKV);  // spec: 74:12
-  const int b = kg::floordiv(pid1, HKV);  // spec: 73:11
+  const int v12 = SK + 127;  // spec: 60:14
+  const int n_kb = kg::floordiv(v12, 128);
+  const int v14 = 16 * n_kb;  // spec: 69:24
+  const int v15 = pid1 * n_kb;  // spec: 68:17
+  const int pos = v15 + pid0;
+  const int v17 = kg::floordiv(pos, v14);  // spec: 69:16
+  const int g0 = v17 * 16;
+  const int v19 = g0 * n_kb;  // spec: 71:28
+  const int v20 = pos - v19;
+  const int v21 = B * HKV;  // spec: 70:31
+  const int v22 = v21 - g0;
+  const int heads = kg::min_(16, v22);
+  const int v24 = kg::mod(v20, heads);  // spec: 71:21
+  const int bh = g0 + v24;
+  const int hk = kg::mod(bh, HKV);  // spec: 74:12
+  const int b = kg::floordiv(bh, HKV);  // spec: 73:11
+  const int kb = kg::floordiv(v20, heads);  // spec: 72:16
   if ((true) && kg::thread_id() == 0) {  // spec: 78:12
     uint64_t* bar_ = &kg_bars[0];
     kg::fence_proxy_async();
     kg::mbar_expect_tx(bar_, 32768);
-    kg::tma_load_4d(&v8[0], &tmap0_k, bar_, 0, hk, pid0 * 128, b);
-    kg::tma_load_4d(&v8[8192], &tmap0_k, bar_, 64, hk, pid0 * 128, b);
+    kg::tma_load_4d(&v8[0], &tmap0_k, bar_, 0, hk, kb * 128, b);
+    kg::tma_load_4d(&v8[8192], &tmap0_k, bar_, 64, hk, kb * 128, b);
   }
-  kg_half* v11 = reinterpret_cast<kg_half*>(smem + 32768);  // spec: 125:29
+  kg_half* v29 = reinterpret_cast<kg_half*>(smem + 32768);  // spec: 125:29
   if ((true) && kg::thread_id() == 0) {  // spec: 79:12
     uint64_t* bar_ = &kg_bars[1];
     kg::fence_proxy_async();
     kg::mbar_expect_tx(bar_, 32768);
-    kg::tma_load_4d(&v11[0], &tmap1_v, bar_, 0, hk, pid0 * 128, b);
-    kg::tma_load_4d(&v11[8192], &tmap1_v, bar_, 64, hk, pid0 * 128, b);
+    kg::tma_load_4d(&v29[0], &tmap1_v, bar_, 0, hk, kb * 128, b);
+    kg::tma_load_4d(&v29[8192], &tmap1_v, bar_, 64, hk, kb * 128, b);
   }
   kg::mbar_wait(&kg_bars[0], 0);  // spec: 124:28
   kg::mbar_wait(&kg_bars[1], 0);  // spec: 125:29
   kg::sync();
-  int v12[2]; KG_FOR(e, 2) v12[e] = tc0_ + (e & 1) * 8;  // spec: 77:29
-  const int v13 = pid0 * 128;
-  int cols[2]; KG_FOR(e, 2) cols[e] = v13 + v12[e];
-  const int v20 = SQ + 63;  // spec: 87:13
-  const int n_q = kg::floordiv(v20, 64);
+  const int v34 = SQ + 63;  // spec: 87:13
+  const int n_q = kg::floordiv(v34, 64);
   float dv_acc[64]; KG_FOR(e, 64) dv_acc[e] = 0.0f;  // spec: 86:16
   float dk_acc[64]; KG_FOR(e, 64) dk_acc[e] = 0.0f;  // spec: 85:16
+  const int v38 = SK - SQ;  // spec: 84:43
+  const int v39 = kb * 128;
+  const int v40 = v39 - v38;
+  const int v41 = kg::max_(v40, 0);
+  const int first = kg::floordiv(v41, 64);
   const float scale2 = softmax_scale * 1.4426950408889634f;  // spec: 80:16
+  int v45[2]; KG_FOR(e, 2) v45[e] = tc0_ + (e & 1) * 8;  // spec: 77:29
+  int cols[2]; KG_FOR(e, 2) cols[e] = v39 + v45[e];
   const int group = kg::floordiv(H, HKV);  // spec: 75:15
   float dv_acc_2[64]; KG_FOR(e, 64) dv_acc_2[e] = dv_acc[e];  // spec: 97:7
   float dk_acc_2[64]; KG_FOR(e, 64) dk_acc_2[e] = dk_acc[e];
-  for (int v29 = 0; v29 < group; v29 += 1) {
+  for (int v50 = 0; v50 < group; v50 += 1) {
     float (&dv_acc_3)[64] = dv_acc_2;
     float (&dk_acc_3)[64] = dk_acc_2;
     
-    kg_half* v32 = reinterpret_cast<kg_half*>(smem + 65536);  // spec: 125:29
-    kg_half* v33 = reinterpret_cast<kg_half*>(smem + 98304);  // spec: 124:28
-    kg_half* v34 = v33;  // spec: 100:15
-    const bool v35 = 0 < n_q;
-    const int v36 = hk * group;  // spec: 98:15
-    const int h = v36 + v29;
+    kg_half* v53 = reinterpret_cast<kg_half*>(smem + 65536);  // spec: 125:29
+    kg_half* v54 = reinterpret_cast<kg_half*>(smem + 98304);  // spec: 124:28
+    kg_half* v55 = v54;  // spec: 100:15
+    const bool v56 = first < n_q;
+    const int v57 = hk * group;  // spec: 98:15
+    const int h = v57 + v50;
     kg::sync();  // spec: 101:24
-    if ((v35) && kg::thread_id() == 0) {
+    if ((v56) && kg::thread_id() == 0) {
       uint64_t* bar_ = &kg_bars[4];
       kg::fence_proxy_async();
       kg::mbar_expect_tx(bar_, 16384);
-      kg::tma_load_4d(&v34[0], &tmap2_q, bar_, 0, h, 0 * 64, b);
-      kg::tma_load_4d(&v34[4096], &tmap2_q, bar_, 64, h, 0 * 64, b);
+      kg::tma_load_4d(&v55[0], &tmap2_q, bar_, 0, h, first * 64, b);
+      kg::tma_load_4d(&v55[4096], &tmap2_q, bar_, 64, h, first * 64, b);
     }
-    kg_half* v38 = v32;  // spec: 100:15
-    if ((v35) && kg::thread_id() == 0) {  // spec: 102:26
+    kg_half* v59 = v53;  // spec: 100:15
+    if ((v56) && kg::thread_id() == 0) {  // spec: 102:26
       uint64_t* bar_ = &kg_bars[2];
       kg::fence_proxy_async();
       kg::mbar_expect_tx(bar_, 16384);
-      kg::tma_load_4d(&v38[0], &tmap3_do, bar_, 0, h, 0 * 64, b);
-      kg::tma_load_4d(&v38[4096], &tmap3_do, bar_, 64, h, 0 * 64, b);
+      kg::tma_load_4d(&v59[0], &tmap3_do, bar_, 0, h, first * 64, b);
+      kg::tma_load_4d(&v59[4096], &tmap3_do, bar_, 64, h, first * 64, b);
     }
     float dv_acc_4[64]; KG_FOR(e, 64) dv_acc_4[e] = dv_acc_3[e];  // spec: 100:15
     float dk_acc_4[64]; KG_FOR(e, 64) dk_acc_4[e] = dk_acc_3[e];
-    for (int v41 = 0; v41 < n_q; v41 += 1) {
+    for (int v62 = first; v62 < n_q; v62 += 1) {
       float (&dv_acc_5)[64] = dv_acc_4;
       float (&dk_acc_5)[64] = dk_acc_4;
       
-      const int v44 = v41 - 0;  // spec: 100:15
-      const int v45 = kg::floordiv(v44, 1);
-      kg_half* v46 = v32 + v45 % 2 * 8192;
-      kg_half* v47 = v33 + v45 % 2 * 8192;
-      float v48[16];  // spec: 115:29
+      float v65[16];  // spec: 125:49
       {
-        const float* p_ = t_neg_lse_s + ((int64_t)b * stride_neg_lse_s_0 + (int64_t)h * stride_neg_lse_s_1);
-        const bool aligned_ = kg::aligned(p_, 8) && KG_STRIDES_MULTIPLE2(neg_lse_s, 2);
-        const int t0_ = v41 * 64 + tc1_;
+        const float* p_ = t_delta + ((int64_t)b * stride_delta_0 + (int64_t)h * stride_delta_1);
+        const bool aligned_ = kg::aligned(p_, 8) && KG_STRIDES_MULTIPLE2(delta, 2);
+        const int t0_ = v62 * 64 + tc1_;
         KG_FOR_STEP(e, 16, 2) {
           const int i0_ = t0_ + rc0_(e);
           const int64_t off_ = (int64_t)i0_;
           const bool in_ = i0_ + 2 <= (size_SQ);
-          if (aligned_ && in_) kg::copy_vec<2>(&v48[e], p_ + off_);
-          else KG_FOR(v, 2) v48[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+          if (aligned_ && in_) kg::copy_vec<2>(&v65[e], p_ + off_);
+          else KG_FOR(v, 2) v65[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
         }
       }
-      kg::mbar_wait(&kg_bars[4 + v45 % 2], (v45 / 2) & 1);  // spec: 124:28
+      const int v66 = v62 - first;  // spec: 100:15
+      const int v67 = kg::floordiv(v66, 1);
+      kg_half* v68 = v53 + v67 % 2 * 8192;
+      kg_half* v69 = v54 + v67 % 2 * 8192;
+      float v70[16];  // spec: 115:29
+      {
+        const float* p_ = t_neg_lse_s + ((int64_t)b * stride_neg_lse_s_0 + (int64_t)h * stride_neg_lse_s_1);
+        const bool aligned_ = kg::aligned(p_, 8) && KG_STRIDES_MULTIPLE2(neg_lse_s, 2);
+        const int t0_ = v62 * 64 + tc1_;
+        KG_FOR_STEP(e, 16, 2) {
+          const int i0_ = t0_ + rc0_(e);
+          const int64_t off_ = (int64_t)i0_;
+          const bool in_ = i0_ + 2 <= (size_SQ);
+          if (aligned_ && in_) kg::copy_vec<2>(&v70[e], p_ + off_);
+          else KG_FOR(v, 2) v70[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
+        }
+      }
+      kg::mbar_wait(&kg_bars[4 + v67 % 2], (v67 / 2) & 1);  // spec: 124:28
       kg::sync();
-      const int v49 = v45 + 1;  // spec: 100:15
-      kg_half* v50 = v33 + v49 % 2 * 8192;
-      const int v51 = v41 + 1;  // spec: 101:24
-      const bool v52 = v51 < n_q;
-      if ((v52) && kg::thread_id() == 0) {
-        uint64_t* bar_ = &kg_bars[4 + v49 % 2];
+      const int v71 = v67 + 1;  // spec: 100:15
+      kg_half* v72 = v54 + v71 % 2 * 8192;
+      const int v73 = v62 + 1;  // spec: 101:24
+      const bool v74 = v73 < n_q;
+      if ((v74) && kg::thread_id() == 0) {
+        uint64_t* bar_ = &kg_bars[4 + v71 % 2];
         kg::fence_proxy_async();
         kg::mbar_expect_tx(bar_, 16384);
-        kg::tma_load_4d(&v50[0], &tmap2_q, bar_, 0, h, v51 * 64, b);
-        kg::tma_load_4d(&v50[4096], &tmap2_q, bar_, 64, h, v51 * 64, b);
+        kg::tma_load_4d(&v72[0], &tmap2_q, bar_, 0, h, v73 * 64, b);
+        kg::tma_load_4d(&v72[4096], &tmap2_q, bar_, 64, h, v73 * 64, b);
       }
-      kg_half* v53 = v47;  // spec: 124:28
-      float v55[32]; KG_FOR(e, 32) v55[e] = v48[(e & 1) + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];  // spec: 123:33
-      bool valid[2]; KG_FOR(e, 2) valid[e] = cols[e] < SK;  // spec: 122:39
-      bool v57[32]; KG_FOR(e, 32) v57[e] = valid[(e >> 1) & 1];  // spec: 123:33
-      float st0[32]; KG_FOR(e, 32) st0[e] = v57[e] ? v55[e] : -kg::inf();
+      kg_half* v75 = v69;  // spec: 124:28
+      float v77[32]; KG_FOR(e, 32) v77[e] = v70[(e & 1) + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];  // spec: 123:33
+      int v79[16]; KG_FOR(e, 16) v79[e] = tc1_ + (rc0_(e));  // spec: 117:48
+      const int v80 = v62 * 64;
+      int rows[16]; KG_FOR(e, 16) rows[e] = v80 + v79[e];
+      int v83[32]; KG_FOR(e, 32) v83[e] = rows[(e & 1) + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];  // spec: 120:39
+      int v84[2]; KG_FOR(e, 2) v84[e] = cols[e] - v38;
+      int v86[32]; KG_FOR(e, 32) v86[e] = v84[(e >> 1) & 1];
+      bool valid[32]; KG_FOR(e, 32) valid[e] = v86[e] <= v83[e];
+      float st0[32]; KG_FOR(e, 32) st0[e] = valid[e] ? v77[e] : -kg::inf();  // spec: 123:33
+      float v90[16]; KG_FOR(e, 16) v90[e] = v65[e] * -1.0f;  // spec: 125:48
+      float v92[32]; KG_FOR(e, 32) v92[e] = v90[(e & 1) + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+      KG_FOR(e, 32) kg::fence_operand(v92[e]);
       float (&st)[32] = st0;  // spec: 124:28
       {
         const int wg_ = (warp / 4);
         const uint64_t da_ = kg::wgmma_desc(v8, 16, 1024, 1);
-        const uint64_t db_ = kg::wgmma_desc(v53, 16, 1024, 1);
+        const uint64_t db_ = kg::wgmma_desc(v75, 16, 1024, 1);
         KG_FOR(e, 32) kg::fence_operand(st[e]);
         kg::wgmma_fence();
         KG_FOR(ks, 8) {
@@ -153,40 +194,22 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg_half* __restrict__ t
         }
         kg::wgmma_commit();
       }
-      float v61[16];  // spec: 125:49
-      {
-        const float* p_ = t_delta + ((int64_t)b * stride_delta_0 + (int64_t)h * stride_delta_1);
-        const bool aligned_ = kg::aligned(p_, 8) && KG_STRIDES_MULTIPLE2(delta, 2);
-        const int t0_ = v41 * 64 + tc1_;
-        KG_FOR_STEP(e, 16, 2) {
-          const int i0_ = t0_ + rc0_(e);
-          const int64_t off_ = (int64_t)i0_;
-          const bool in_ = i0_ + 2 <= (size_SQ);
-          if (aligned_ && in_) kg::copy_vec<2>(&v61[e], p_ + off_);
-          else KG_FOR(v, 2) v61[e + v] = (i0_ + v < (size_SQ)) ? p_[off_ + v] : 0.0f;
-        }
-      }
-      kg::mbar_wait(&kg_bars[2 + v45 % 2], (v45 / 2) & 1);
+      kg::mbar_wait(&kg_bars[2 + v67 % 2], (v67 / 2) & 1);  // spec: 125:29
       kg::sync();
-      kg_half* v62 = v32 + v49 % 2 * 8192;  // spec: 100:15
-      if ((v52) && kg::thread_id() == 0) {  // spec: 102:26
-        uint64_t* bar_ = &kg_bars[2 + v49 % 2];
+      kg_half* v94 = v53 + v71 % 2 * 8192;  // spec: 100:15
+      if ((v74) && kg::thread_id() == 0) {  // spec: 102:26
+        uint64_t* bar_ = &kg_bars[2 + v71 % 2];
         kg::fence_proxy_async();
         kg::mbar_expect_tx(bar_, 16384);
-        kg::tma_load_4d(&v62[0], &tmap3_do, bar_, 0, h, v51 * 64, b);
-        kg::tma_load_4d(&v62[4096], &tmap3_do, bar_, 64, h, v51 * 64, b);
+        kg::tma_load_4d(&v94[0], &tmap3_do, bar_, 0, h, v73 * 64, b);
+        kg::tma_load_4d(&v94[4096], &tmap3_do, bar_, 64, h, v73 * 64, b);
       }
-      kg_half* v63 = v46;  // spec: 125:29
-      float v65[16]; KG_FOR(e, 16) v65[e] = v61[e] * -1.0f;
-      float v67[32]; KG_FOR(e, 32) v67[e] = v65[(e & 1) + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-      kg::wgmma_wait<0>();  // spec: 124:28
-      KG_FOR(e, 32) kg::fence_operand(st[e]);
-      float (&v68)[32] = st;
-      float (&dpt)[32] = v67;  // spec: 125:29
+      kg_half* v95 = v68;  // spec: 125:29
+      float (&dpt)[32] = v92;
       {
         const int wg_ = (warp / 4);
-        const uint64_t da_ = kg::wgmma_desc(v11, 16, 1024, 1);
-        const uint64_t db_ = kg::wgmma_desc(v63, 16, 1024, 1);
+        const uint64_t da_ = kg::wgmma_desc(v29, 16, 1024, 1);
+        const uint64_t db_ = kg::wgmma_desc(v95, 16, 1024, 1);
         KG_FOR(e, 32) kg::fence_operand(dpt[e]);
         kg::wgmma_fence();
         KG_FOR(ks, 8) {
@@ -194,29 +217,32 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg_half* __restrict__ t
         }
         kg::wgmma_commit();
       }
-      float v70[32]; KG_FOR(e, 32) v70[e] = v68[e] * scale2;  // spec: 126:33
-      float pt[32]; KG_FOR(e, 32) pt[e] = kg::exp2_(v70[e]);
-      kg_half v72[32]; KG_FOR(e, 32) v72[e] = kg::cvt<kg_half>(pt[e]);  // spec: 127:45
+      kg::wgmma_wait<1>();  // spec: 124:28
+      KG_FOR(e, 32) kg::fence_operand(st[e]);
+      float (&v97)[32] = st;
+      float v98[32]; KG_FOR(e, 32) v98[e] = v97[e] * scale2;  // spec: 126:33
+      float pt[32]; KG_FOR(e, 32) pt[e] = kg::exp2_(v98[e]);
+      kg_half v100[32]; KG_FOR(e, 32) v100[e] = kg::cvt<kg_half>(pt[e]);  // spec: 127:45
       float (&dv_acc_6)[64] = dv_acc_5;
       {
         const int wg_ = (warp / 4);
-        const uint64_t db_ = kg::wgmma_desc(v46, 8192, 1024, 1);
+        const uint64_t db_ = kg::wgmma_desc(v68, 8192, 1024, 1);
         KG_FOR(e, 64) kg::fence_operand(dv_acc_6[e]);
         kg::wgmma_fence();
         KG_FOR(ks, 4) {
-          kg::wgmma_m64n128k16_rs<1>(&dv_acc_6[0], &v72[ks * 8], db_ + ((ks * 16 * 64 + (((ks * 16) & 7) << 3)) * 2 / 16), 1);
+          kg::wgmma_m64n128k16_rs<1>(&dv_acc_6[0], &v100[ks * 8], db_ + ((ks * 16 * 64 + (((ks * 16) & 7) << 3)) * 2 / 16), 1);
         }
         kg::wgmma_commit();
       }
       kg::wgmma_wait<1>();  // spec: 125:29
       KG_FOR(e, 32) kg::fence_operand(dpt[e]);
-      float (&v74)[32] = dpt;
-      float v75[32]; KG_FOR(e, 32) v75[e] = pt[e] * v74[e];  // spec: 128:30
-      kg_half dst[32]; KG_FOR(e, 32) dst[e] = kg::cvt<kg_half>(v75[e]);
+      float (&v102)[32] = dpt;
+      float v103[32]; KG_FOR(e, 32) v103[e] = pt[e] * v102[e];  // spec: 128:30
+      kg_half dst[32]; KG_FOR(e, 32) dst[e] = kg::cvt<kg_half>(v103[e]);
       float (&dk_acc_6)[64] = dk_acc_5;  // spec: 129:41
       {
         const int wg_ = (warp / 4);
-        const uint64_t db_ = kg::wgmma_desc(v47, 8192, 1024, 1);
+        const uint64_t db_ = kg::wgmma_desc(v69, 8192, 1024, 1);
         KG_FOR(e, 64) kg::fence_operand(dk_acc_6[e]);
         kg::wgmma_fence();
         KG_FOR(ks, 4) {
@@ -226,19 +252,19 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg_half* __restrict__ t
       }
       kg::wgmma_wait<1>();  // spec: 127:41
       KG_FOR(e, 64) kg::fence_operand(dv_acc_6[e]);
-      KG_FOR(e, 16) kg::fence_operand(reinterpret_cast<uint32_t*>(v72)[e]);
-      float (&v78)[64] = dv_acc_6;
+      KG_FOR(e, 16) kg::fence_operand(reinterpret_cast<uint32_t*>(v100)[e]);
+      float (&v106)[64] = dv_acc_6;
       kg::wgmma_wait<0>();  // spec: 129:41
       KG_FOR(e, 64) kg::fence_operand(dk_acc_6[e]);
       KG_FOR(e, 16) kg::fence_operand(reinterpret_cast<uint32_t*>(dst)[e]);
-      float (&v79)[64] = dk_acc_6;
-      float y0_[64]; KG_FOR(e, 64) y0_[e] = v78[e];  // spec: 130:26
-      float y1_[64]; KG_FOR(e, 64) y1_[e] = v79[e];
+      float (&v107)[64] = dk_acc_6;
+      float y0_[64]; KG_FOR(e, 64) y0_[e] = v106[e];  // spec: 130:26
+      float y1_[64]; KG_FOR(e, 64) y1_[e] = v107[e];
       KG_FOR(e, 64) dv_acc_4[e] = y0_[e];
       KG_FOR(e, 64) dk_acc_4[e] = y1_[e];
     }
     if (kg::thread_id() == 0) {
-      const int n_ = kg::cdiv(kg::max_(n_q - 0, 0), 1);
+      const int n_ = kg::cdiv(kg::max_(n_q - first, 0), 1);
       if (((n_ + 1) / 2) & 1) kg::mbar_arrive(&kg_bars[4]);
       if (((n_ + 0) / 2) & 1) kg::mbar_arrive(&kg_bars[5]);
       if (((n_ + 1) / 2) & 1) kg::mbar_arrive(&kg_bars[2]);
@@ -250,33 +276,33 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg_half* __restrict__ t
     KG_FOR(e, 64) dv_acc_2[e] = y0_[e];
     KG_FOR(e, 64) dk_acc_2[e] = y1_[e];
   }
-  float v80[64]; KG_FOR(e, 64) v80[e] = dk_acc_2[e] * softmax_scale;  // spec: 146:34
-  kg_half v81[64]; KG_FOR(e, 64) v81[e] = kg::cvt<kg_half>(v80[e]);
+  float v108[64]; KG_FOR(e, 64) v108[e] = dk_acc_2[e] * softmax_scale;  // spec: 146:34
+  kg_half v109[64]; KG_FOR(e, 64) v109[e] = kg::cvt<kg_half>(v108[e]);
   {
     kg_half* p_ = t_dk + ((int64_t)b * stride_dk_0 + (int64_t)hk * stride_dk_2);
     const bool aligned_ = kg::aligned(p_, 4) && KG_STRIDES_MULTIPLE3(dk, 2);
-    const int t0_ = pid0 * 128 + tc0_;
+    const int t0_ = kb * 128 + tc0_;
     const int t1_ = tc1_;
     KG_FOR_STEP(e, 64, 2) {
       const int i0_ = t0_ + ((e >> 1) & 1) * 8;
       const int i1_ = t1_ + rc1_(e);
       const int64_t off_ = (int64_t)i0_ * stride_dk_1 + (int64_t)i1_;
-      if (aligned_ && i0_ < (size_SK)) kg::copy_vec<2>(p_ + off_, &v81[e]);
-      else KG_FOR(v, 2) if (i0_ < (size_SK)) p_[off_ + v] = v81[e + v];
+      if (aligned_ && i0_ < (size_SK)) kg::copy_vec<2>(p_ + off_, &v109[e]);
+      else KG_FOR(v, 2) if (i0_ < (size_SK)) p_[off_ + v] = v109[e + v];
     }
   }
-  kg_half v82[64]; KG_FOR(e, 64) v82[e] = kg::cvt<kg_half>(dv_acc_2[e]);  // spec: 147:33
+  kg_half v110[64]; KG_FOR(e, 64) v110[e] = kg::cvt<kg_half>(dv_acc_2[e]);  // spec: 147:33
   {
     kg_half* p_ = t_dv + ((int64_t)b * stride_dv_0 + (int64_t)hk * stride_dv_2);
     const bool aligned_ = kg::aligned(p_, 4) && KG_STRIDES_MULTIPLE3(dv, 2);
-    const int t0_ = pid0 * 128 + tc0_;
+    const int t0_ = kb * 128 + tc0_;
     const int t1_ = tc1_;
     KG_FOR_STEP(e, 64, 2) {
       const int i0_ = t0_ + ((e >> 1) & 1) * 8;
       const int i1_ = t1_ + rc1_(e);
       const int64_t off_ = (int64_t)i0_ * stride_dv_1 + (int64_t)i1_;
-      if (aligned_ && i0_ < (size_SK)) kg::copy_vec<2>(p_ + off_, &v82[e]);
-      else KG_FOR(v, 2) if (i0_ < (size_SK)) p_[off_ + v] = v82[e + v];
+      if (aligned_ && i0_ < (size_SK)) kg::copy_vec<2>(p_ + off_, &v110[e]);
+      else KG_FOR(v, 2) if (i0_ < (size_SK)) p_[off_ + v] = v110[e + v];
     }
   }
 }
