@@ -129,13 +129,14 @@ def spill_retry_options(target: Target, specialized: bool = False, staged: bool 
     """The forms a spilling kernel is retried in, in order: a `specialized` kernel (one with a
     producer warpgroup, whose computing warps get at most the registers the producer leaves
     them) without it; one with a dot's start computed `together` with an earlier dot (live one
-    dot longer, ir/passes/dot_issue.py) without that; a `staged` one (loads of the next iteration held in registers across the
-    loop body, ir/passes/staged_loads.py) without those; the same code with the target's frugal register flags (also without bulk
-    reductions); then plain core matrices instead of
-    the swizzle (fewer address registers), then also per-chunk copy addresses (fewer registers
-    kept across loops); then both again with atomic adds per element instead of bulk reductions
-    (passes/bulk_reduce.py: the causal D=128 dkdv has two, and spills with them). A form that
-    would build the same code as the default on this target is left out."""
+    dot longer, ir/passes/dot_issue.py) without that; a `staged` one (loads of the next
+    iteration held in registers across the loop body, ir/passes/staged_loads.py) without those;
+    the same code with the target's frugal register flags (also without bulk reductions); then
+    plain core matrices instead of the swizzle (fewer address registers), then also per-chunk
+    copy addresses (fewer registers kept across loops); then both again with atomic adds per
+    element instead of bulk reductions (passes/bulk_reduce.py: the causal D=128 dkdv has two,
+    and spills with them). A form that would build the same code as the default on this target
+    is left out."""
     frugal = tuple(target.frugal_register_flags)
     bulk = target.shared_bulk_fp32_add
     plain = CompileOptions(swizzle=False) if any(mi.shared_swizzle for mi in target.matrix_instrs) else DEFAULT

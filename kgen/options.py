@@ -38,6 +38,12 @@ class CompileOptions:
     """A staged load in a loop issued one iteration ahead into registers and written into the
     other slot of a two-slot buffer after the body's compute (ir/passes/staged_loads.py); off,
     each iteration loads, writes and waits before its dots read."""
+    shared_row_loads: bool = False
+    """A register load in a loop that is too large to prefetch in registers is copied an
+    iteration ahead into shared memory and read from there (ir/passes/row_loads.py), where the
+    target has cp.async. Off by default: on the H200 it measured slower on the attention
+    backward at head_dim 64 and the chunked scan, and at head_dim 128 it spills
+    (docs/PERFORMANCE.md)."""
     dots_together: bool = True
     """An asynchronous dot whose start ordinary instructions write has that start computed before
     the asynchronous dot issued ahead of it, so that both are in flight at once

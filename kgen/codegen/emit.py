@@ -238,6 +238,17 @@ class Emitter:
         return {**self._stage_write(op, op.operands[0]), "out": {"name": name(op.result)}, "dst": name(op.result),
                 "offset": op.attrs["smem_offset"]}
 
+    def op_read_shared(self, op):
+        """Each thread reads its registers' elements of the staged tile where the buffer's
+        layout put them (a row: at its column)."""
+        buf, out = op.operands[0], op.result
+        lay = out.layout
+        coord = [add(self.coords.thread(lay, d), self.coords.reg(lay, d)) for d in range(len(out.shape))]
+        row, col = (lit(0), coord[0]) if len(coord) == 1 else coord
+        st = self.stage_of(buf)
+        return {"out": self.decl(out), "src": name(buf),
+                "slot": str(shared_slot(st.attrs, row, col, ELEM_BYTES[out.dtype]))}
+
     def op_stage_into(self, op):
         return {**self._stage_write(op, op.operands[1]), "dst": name(op.operands[0])}
 
@@ -358,6 +369,8 @@ class Emitter:
                 starts.append(mul(sym(name(op.operands[entry[1]])), entry[2]) if entry[0] == "block" else lit(0))
                 strides.append(stride)
                 bounds.append(dims[d])
+        if len(starts) == 1:  # a row (passes/row_loads.py): one row of a one-row tile
+            starts, strides, bounds = [lit(0), *starts], ["0", *strides], ["1", *bounds]
         align = " && ".join([f"kg::aligned(p_, {vec * elem})", *strides_multiple_of(t, len(dims) - 1, vec)])
         return {"tensor": t, "src": name(buf), "ctype": self.ctype(buf.dtype), "ptr": tensor_param(t), "base": str(total(base)),
                 "aligned": align, "pred": name(op.operands[-1]) if op.attrs["pred"] else "true",

@@ -78,6 +78,8 @@ SCHEMA: dict[str, dict[str, Attr]] = {
     # the slot the next iteration reads, which no read of this iteration touches
     "stage_into": {**{a: _BUFFER[a] for a in ("role", "inner", "rows", "ld", "smem_layout")},
                    "sync_before": Attr((bool,), True), "sync_after": Attr((bool,), True), "ahead": Attr((bool,), False)},
+    # a register tile read from a staged buffer (or slot) in its layout (passes/row_loads.py)
+    "read_shared": {},
     "convert": {"smem_offset": Attr((int,), None), "sync_before": Attr((bool,), True)},
     "view_shared": {},
     "alloc_shared": {**_BUFFER, "slots": Attr((int,), 1), "slot_bytes": Attr((int,), None),

@@ -37,6 +37,8 @@ its type and default, and the verifier holds each op to it):
   stage_into [ahead]               (inserted by a pass) register tile operand 1 written into the
                                    buffer (or slot) operand 0; `ahead`: into the slot the next
                                    iteration reads (passes/staged_loads.py)
+  read_shared                      (inserted by a pass) a register tile read from the shared
+                                   buffer (or slot) operand 0, in its own layout (passes/row_loads.py)
   convert                          (inserted by a pass) a register tile moved to another layout
   view_shared                      (inserted by a pass) a staged buffer read as its transpose
   alloc_shared [slots]             (inserted by a pass) a shared buffer that copy_async fills

@@ -6,6 +6,7 @@ for codegen. kgen.driver runs the parse and then these, in this order:
       -> accumulate_into_dots x + dot(a, b) becomes dot(a, b, x) for small accumulators
       -> place_dot_operands   each dot operand read from registers, or staged in shared memory
       -> hoist_invariant_stages  copies of loop-invariant operands moved out of their loops
+      -> copy_row_loads       loop loads too large to prefetch in registers staged, read from shared memory
       -> use_async_copies     global tiles copied straight to shared memory, prefetched in loops
       -> pipeline_staged_loads   staged loads still in loops issued one iteration ahead, into slots
       -> issue_copies_early   one-shot copies issued as soon as their operands allow, together
@@ -49,6 +50,7 @@ from .passes.operands import place_dot_operands
 from .passes.overlap import overlap_async_dots
 from .passes.pingpong import alternate_warpgroups
 from .passes.prefetch import prefetch_loads
+from .passes.row_loads import copy_row_loads
 from .passes.scratch_barriers import drop_scratch_barriers
 from .passes.sink import sink_to_first_use
 from .passes.staged_loads import pipeline_staged_loads
@@ -63,6 +65,7 @@ PASSES: list[tuple[str, Pass]] = [
     ("accumulate_into_dots", accumulate_into_dots),
     ("place_dot_operands", place_dot_operands),
     ("hoist_invariant_stages", hoist_invariant_stages),
+    ("copy_row_loads", copy_row_loads),
     ("use_async_copies", use_async_copies),
     ("pipeline_staged_loads", pipeline_staged_loads),
     ("issue_copies_early", issue_copies_early),

@@ -39,6 +39,7 @@ from kgen.codegen.render import name_values, render_kernel, tensor_dims  # noqa:
 from kgen.hw.descriptor import load_target, target_names  # noqa: E402
 from kgen.ir.core import walk  # noqa: E402
 from kgen.driver import compile_kernel  # noqa: E402
+from kgen.options import DEFAULT, CompileOptions  # noqa: E402
 from kgen.spec.expr import eval_expr  # noqa: E402
 from kgen.spec.load import load_spec  # noqa: E402
 
@@ -71,7 +72,11 @@ BWD_CASES += [(kernel, "sm_90", dtype, (64, 64, 64, 4)) for kernel, dtype in ((0
 CHAIN_TILES = [((64, 32, 32, 4), "bf16"), ((64, 32, 16, 2), "fp16")]
 SPEC_FILES = {"matmul": SPECS / "matmul.yaml", "matmul_bwd": SPECS / "matmul_bwd.yaml", "chain": HERE / "specs" / "chain.yaml",
               "chain_t": HERE / "specs" / "chain_t.yaml", "matmul_rev": HERE / "specs" / "matmul_rev.yaml",
-              "scaled_rev": HERE / "specs" / "scaled_rev.yaml", "two_starts": HERE / "specs" / "two_starts.yaml"}
+              "scaled_rev": HERE / "specs" / "scaled_rev.yaml", "two_starts": HERE / "specs" / "two_starts.yaml",
+              "two_starts_rows": HERE / "specs" / "two_starts.yaml"}
+# cases lowered with other than the default options: two_starts with its rows copied through
+# shared memory (ir/passes/row_loads.py)
+SPEC_OPTIONS = {"two_starts_rows": CompileOptions(shared_row_loads=True)}
 
 
 def _cases():
@@ -95,6 +100,7 @@ def _cases():
     # (passes/dot_issue.py), both in flight at once; K = 2 * 2 groups
     for target, dtype in (("sm_80", "fp16"), ("sm_90", "bf16")):
         yield ("two_starts", 0, target, dtype, (64, 64, 2, 4))
+        yield ("two_starts_rows", 0, target, dtype, (64, 64, 2, 4))
 
 
 CASES = list(_cases())
@@ -112,7 +118,8 @@ def lowered(case):
     ls = load_spec(SPEC_FILES[spec])
     tg = load_target(target)
     variant = {"dtype": dtype}
-    return ls, compile_kernel(ls, kernel, variant, dict(zip(TUNABLES, tile)), tg), tg, variant
+    options = SPEC_OPTIONS.get(spec, DEFAULT)
+    return ls, compile_kernel(ls, kernel, variant, dict(zip(TUNABLES, tile)), tg, options=options), tg, variant
 
 
 def _flat(ctxs):
@@ -400,6 +407,23 @@ def test_a_write_that_overtakes_a_dot_in_flight_is_caught():
 
     with pytest.raises(lane_sim.SimError, match="changed between its issue and its wait"):
         simulate(case, overtake, land="at_issue")
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90"])
+def test_a_copied_row_read_before_its_copy_lands_is_caught(target):
+    """two_starts' rows of u and w go through shared memory (passes/row_loads.py), each read
+    after the wait for its copy; moved above the body's first wait, the read of w in the second
+    iteration meets a slot no copy has filled yet."""
+    case = ("two_starts_rows", 0, target, "bf16" if target == "sm_90" else "fp16", (64, 64, 2, 4))
+    assert sum(op.kind == "read_shared" for op in walk(lowered(case)[1].body)) == 2
+
+    def early(ctxs):
+        body = next(c for c in _flat(ctxs) if c["macro"] == "for_loop")["body"]
+        reads = [i for i, c in enumerate(body) if c["macro"] == "read_shared"]
+        body.insert(min(i for i, c in enumerate(body) if c["macro"] == "wait_async"), body.pop(reads[-1]))
+
+    with pytest.raises(lane_sim.SimError, match="reads a slot nothing wrote"):
+        simulate(case, early)
 
 
 SWIZZLED = ("matmul", 0, "sm_90", "bf16", (128, 128, 128, 8))  # A K-major, B N-major, two 128-byte column blocks each

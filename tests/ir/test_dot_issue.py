@@ -15,6 +15,7 @@ from kgen.spec.load import load_spec
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = ROOT / "tests/codegen/specs/two_starts.yaml"
 TILES = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 2, "WARPS": 4}
+ROWS_COPIED = CompileOptions(shared_row_loads=True)
 
 
 def lower(path=SPEC, target="sm_90", options=DEFAULT):
@@ -40,6 +41,26 @@ def test_the_second_start_is_computed_before_the_first_dot_and_both_are_in_fligh
     # the loads of both starts come first, ahead of the copies' waits
     kinds = [(op.kind, op.attrs.get("tensor")) for op in body.ops if op.kind in ("load", "wait_async")]
     assert kinds[:2] == [("load", "w"), ("load", "u")] and kinds[2][0] == "wait_async"
+
+
+def test_a_copied_row_moves_with_the_wait_of_its_copy():
+    """With u and w copied through shared memory (passes/row_loads.py), w's read and the wait
+    for its copy move up with the start: the wait beside the body's first wait, the read after
+    it; the waits' group counts are counted again for their new places."""
+    body = loop_of(lower(options=ROWS_COPIED))
+    assert schedule(body)[:3] == [("dot", None, False), ("dot", None, True), ("dot_wait", 1, False)]
+    root = {id(op.result): op.operands[0] for op in body.ops if op.kind == "slot"}
+    tensor_of = {id(root.get(id(op.operands[0]), op.operands[0])): op.attrs["tensor"]
+                 for op in walk(body) if op.kind == "copy_async"}
+    seq = [(op.kind, tensor_of.get(id(root.get(id(op.operands[0]), op.operands[0])))) for op in body.ops
+           if op.kind in ("wait_async", "read_shared", "dot")]
+    assert seq[:2] == [("wait_async", "w"), ("wait_async", "u")]
+    assert seq.index(("read_shared", "w")) < seq.index(("dot", None))
+    waits = {t: op.attrs["pending"] for op in body.ops if op.kind == "wait_async"
+             for t in [tensor_of[id(op.operands[0])]]}
+    # w's next copy moved up with its wait, after u's: copies in body order u, w, b, c (one group
+    # each), so w waits with b and c in flight, u with three
+    assert waits == {"w": 2, "u": 3, "b": 3, "c": 3}
 
 
 def test_off_the_first_dot_is_waited_for_before_the_second_start_is_written():

@@ -3,6 +3,7 @@
 Correctness of the emitted code is checked lane by lane in tests/codegen and on the GPU in
 tests/ops; these tests pin the decisions themselves, so that a change in a pass shows up here
 with a name rather than as a slower kernel."""
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -20,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FWD = {"BLOCK_M": 128, "BLOCK_N": 64, "WARPS": 8}
 BWD = {"BLOCK_M": 64, "BLOCK_N": 64, "WARPS": 8}
 UNSPECIALIZED = CompileOptions(warp_specialize=False)
+NO_ROWS = CompileOptions(shared_row_loads=False)  # lse and delta loaded, not copied (tests/ir/test_row_loads.py)
 
 
 def lower(spec, kernel, variant, tunables, target, options=DEFAULT):
@@ -108,7 +110,8 @@ def test_a_tile_read_both_ways_is_staged_once():
     """dkdv at head_dim 64 reads k as kt.T (scores) and as kt (dq), q and do both ways too: one
     buffer each, filled by an async copy, the transposed reads through views (kt.T, vt.T, and
     p.T and ds.T of the staged register tiles p and ds; ds, cast once, is staged once)."""
-    k = lower("specs/fa2_bwd.yaml", 1, {"dtype": "bf16", "head_dim": 64, "causal": False, "deterministic": False}, BWD, "sm_90")
+    k = lower("specs/fa2_bwd.yaml", 1, {"dtype": "bf16", "head_dim": 64, "causal": False, "deterministic": False}, BWD, "sm_90",
+              NO_ROWS)
     assert sorted({op.attrs["tensor"] for op in ops(k, "copy_async")}) == ["do", "k", "q", "v"]
     assert len(ops(k, "alloc_shared")) == 4
     views = ops(k, "view_shared")
@@ -247,8 +250,9 @@ def test_a_load_of_a_tensor_the_kernel_writes_stays_in_place():
 
 
 @lru_cache(maxsize=None)
-def _dkdv_128(options=DEFAULT):
-    """fa2_bwd's dkdv at head_dim 128 on sm_90."""
+def _dkdv_128(options=NO_ROWS):
+    """fa2_bwd's dkdv at head_dim 128 on sm_90 (as built: lse and delta loaded, the copies of
+    their rows spill there)."""
     variant = {"dtype": "bf16", "head_dim": 128, "causal": False, "deterministic": False}
     return lower("specs/fa2_bwd.yaml", 1, variant, {"BLOCK_M": 64, "BLOCK_N": 128, "WARPS": 8}, "sm_90", options)
 
@@ -276,7 +280,7 @@ def test_a_dot_whose_start_is_written_after_an_earlier_dot_issues_waits_for_it()
     """Without issue_dots_together, dp^T's start (-delta) is written after s^T issues: writing
     accumulator registers with a matrix instruction in flight makes ptxas wait (C7517), so s^T
     is waited for in full before dp^T."""
-    body = ops(_dkdv_128(CompileOptions(dots_together=False)), "for")[-1].body
+    body = ops(_dkdv_128(replace(NO_ROWS, dots_together=False)), "for")[-1].body
     assert _schedule(body)[:4] == [("dot", None), ("dot_wait", 0), ("dot", None), ("dot", None)]
     assert not any(op.attrs.get("early_start") for op in walk(body))
 
@@ -315,7 +319,7 @@ def test_box_tiles_become_tensor_copies_with_a_barrier_per_slot():
     so every copy is a tensor copy. The barriers are numbered per slot, and after each inner
     loop a tma_reset makes the phases even for the next run (the next head of the group)."""
     k = lower("specs/fa2_bwd.yaml", 1, {"dtype": "bf16", "head_dim": 128, "causal": False, "deterministic": False},
-              {"BLOCK_M": 64, "BLOCK_N": 128, "WARPS": 8}, "sm_90")
+              {"BLOCK_M": 64, "BLOCK_N": 128, "WARPS": 8}, "sm_90", NO_ROWS)
     copies = ops(k, "copy_async")
     assert {c.attrs["tensor"] for c in copies} == {"q", "k", "v", "do"} and all(c.attrs["tma"] for c in copies)
     allocs = [a for a in ops(k, "alloc_shared") if a.attrs.get("tma")]
@@ -332,7 +336,8 @@ def test_box_tiles_become_tensor_copies_with_a_barrier_per_slot():
     hopper = load_target("sm_90")
     plain = compile_kernel(load_spec(ROOT / "specs/fa2_bwd.yaml"), 1,
                            {"dtype": "bf16", "head_dim": 128, "causal": False, "deterministic": False},
-                           {"BLOCK_M": 64, "BLOCK_N": 128, "WARPS": 8}, hopper.model_copy(update={"async_copy": ("cp.async",)}))
+                           {"BLOCK_M": 64, "BLOCK_N": 128, "WARPS": 8}, hopper.model_copy(update={"async_copy": ("cp.async",)}),
+                           options=NO_ROWS)
     assert ops(plain, "copy_async") and not any(c.attrs.get("tma") for c in ops(plain, "copy_async"))
     assert plain.tma_barriers == 0 and not ops(plain, "tma_reset")
 

@@ -64,7 +64,7 @@ def use_async_copies(k: Kernel, target: Target, options: CompileOptions) -> Kern
     for loop, parent in [(op, b) for b in list(blocks(k.body)) for op in b.ops if op.kind == "for"]:
         _pipeline(loop, parent, k, target)
     _untensor_uncounted(k)
-    _count_pending(k.body)
+    count_pending(k.body)
     number_tma_barriers(k)
     return k
 
@@ -80,17 +80,19 @@ def _convert(st: Op, block: Block, defs, uses, tma: bool) -> None:
     index = load.attrs["index"]
     tile = [e for e in index if e[0] != "at"]
     elem = ELEM_BYTES[load.result.dtype]
-    if (len(tile) != 2 or index[-1][0] == "at" or st.attrs["inner"] != 1 or attr(load, "other") != 0
-            or (load.result.shape[1] * elem) % CHUNK_BYTES or (st.attrs["ld"] * elem) % CHUNK_BYTES):
+    # a row (passes/row_loads.py) is copied as a tile of one row
+    shape = (1, *load.result.shape) if len(tile) == 1 else load.result.shape
+    if (len(tile) not in (1, 2) or index[-1][0] == "at" or st.attrs["inner"] != 1 or attr(load, "other") != 0
+            or (shape[1] * elem) % CHUNK_BYTES or (st.attrs["ld"] * elem) % CHUNK_BYTES):
         return
     buf = st.result
     alloc = Op("alloc_shared", [], [buf], dict(st.attrs), loc=st.loc)
     copy = Op("copy_async", [buf] + list(load.operands), [],
-              {"tensor": load.attrs["tensor"], "index": _shift(index, 1), "shape": load.result.shape,
+              {"tensor": load.attrs["tensor"], "index": _shift(index, 1), "shape": shape,
                "ld": st.attrs["ld"], "rows": attr(st, "rows"), "smem_layout": attr(st, "smem_layout"),
                "pred": False}, loc=load.loc)
     wait = Op("wait_async", [buf], [], {"pending": 0}, loc=st.loc)
-    if tma and _is_box(index, load.result.shape, st.attrs):
+    if tma and _is_box(index, shape, st.attrs):
         copy.attrs["tma"] = alloc.attrs["tma"] = wait.attrs["tma"] = True
     i = block.ops.index(st)
     block.ops[i:i + 1] = [alloc, copy, wait]
@@ -227,13 +229,13 @@ def _reads(op: Op, bufs: list[Value]) -> bool:
     return any(b in o.operands for o in [op] + (list(walk(op.body)) if op.body else []) for b in bufs)
 
 
-def _count_pending(block: Block) -> None:
+def count_pending(block: Block) -> None:
     """For each wait in a loop body, the groups committed after its buffer's copy: copies later
     in the body (previous iteration) plus copies before the wait (this iteration). A wait
     outside loops, or in a body whose nested loops also copy, waits for everything (0)."""
     for op in block.ops:
         if op.body is not None:
-            _count_pending(op.body)
+            count_pending(op.body)
             _count_loop(op.body)
 
 

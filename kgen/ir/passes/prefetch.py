@@ -43,12 +43,20 @@ MAX_TILE_REGS = 8
 MAX_LOOP_REGS = 16
 
 
+def prefetch_budget(k: Kernel) -> tuple[int, int]:
+    """Registers per thread of one prefetched tile and of one loop's: none where the spec does
+    not ask for prefetching; true: the default limits; an integer: the spec's budget for both (a
+    kernel whose registers have room, whose loop waits on a larger tile: dx's 32x64 fp32 CB
+    block)."""
+    if k.prefetch_loads is False:
+        return 0, 0
+    return (MAX_TILE_REGS, MAX_LOOP_REGS) if k.prefetch_loads is True else (k.prefetch_loads,) * 2
+
+
 def prefetch_loads(k: Kernel, target: Target, options: CompileOptions) -> Kernel:
     if k.prefetch_loads is False:
         return k
-    # true: the default limits; an integer: the spec's budget for both (a kernel whose
-    # registers have room, whose loop waits on a larger tile: dx's 32x64 fp32 CB block)
-    tile, loop_regs = (MAX_TILE_REGS, MAX_LOOP_REGS) if k.prefetch_loads is True else (k.prefetch_loads,) * 2
+    tile, loop_regs = prefetch_budget(k)
     written = {op.attrs["tensor"] for op in walk(k.body) if op.kind in ("store", "atomic_add")}
     for loop, parent in [(op, b) for b in list(blocks(k.body)) for op in b.ops if op.kind == "for"]:
         _prefetch(loop, parent, written, tile, loop_regs)

@@ -173,7 +173,6 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dkdv(const kg_half* __restrict__ t
         kg::wgmma_commit();
       }
       kg::mbar_wait(&kg_bars[2 + v46 % 2], (v46 / 2) & 1);  // spec: 125:29
-      kg::sync();
       kg_half* v66 = v32 + v50 % 2 * 8192;  // spec: 100:15
       if ((v53) && kg::thread_id() == 0) {  // spec: 102:26
         uint64_t* bar_ = &kg_bars[2 + v50 % 2];

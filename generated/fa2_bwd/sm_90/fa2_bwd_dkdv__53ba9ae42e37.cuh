@@ -3,6 +3,13 @@
 // Written for any 16-bit float type, kg_half: the source that includes this one names it.
 
 namespace kg {
+template <int TB> KG_DEVICE void wgmma_m64n64k16_rs(float* d, const void* a, uint64_t db, int scale_d) {
+  const uint32_t* A = reinterpret_cast<const uint32_t*>(a);
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32." KG_HALF_PTX "." KG_HALF_PTX " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
+               : KG_D16(0), KG_D16(16)
+               : "r"(A[0]), "r"(A[1]), "r"(A[2]), "r"(A[3]), "l"(db), "r"(scale_d), "n"(TB));
+}
 template <int TA, int TB> KG_DEVICE void wgmma_m64n64k16_ss(float* d, uint64_t da, uint64_t db, int scale_d) {
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
                "wgmma.mma_async.sync.aligned.m64n64k16.f32." KG_HALF_PTX "." KG_HALF_PTX " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %35, %36;\n}\n"
@@ -16,12 +23,14 @@ template <int TA, int TB> KG_DEVICE void wgmma_m64n64k16_ss(float* d, uint64_t d
 #define rc0_(e) (e & 1) + ((e >> 1) & 1) * 8 + ((e >> 2) & 1) * 16 + ((e >> 3) & 1) * 32
 #define tc1_ ((lane >> 2) & 1) + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32
 #define rc1_(e) (e & 1) + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32
+#define tc2_ ((lane >> 2) & 1) + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4
+#define tc3_ (warp & 1) * 16 + ((warp >> 1) & 1) * 32
 
-KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg_half* __restrict__ t_q, KG_STRIDES3(q), const kg_half* __restrict__ t_k, KG_STRIDES3(k), const kg_half* __restrict__ t_v, KG_STRIDES3(v), const float* __restrict__ t_lse, KG_STRIDES2(lse), const kg_half* __restrict__ t_do, KG_STRIDES3(do), kg_half* __restrict__ t_dk, KG_STRIDES3(dk), kg_half* __restrict__ t_dv, KG_STRIDES3(dv), float* __restrict__ t_delta, KG_STRIDES2(delta), int size_B, int size_SQ, int size_SK, int size_H, int size_HKV, float scalar_softmax_scale, const __grid_constant__ kg::TensorMap tmap0_k, const __grid_constant__ kg::TensorMap tmap1_v, const __grid_constant__ kg::TensorMap tmap2_q, const __grid_constant__ kg::TensorMap tmap3_do) {
+KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg_half* __restrict__ t_q, KG_STRIDES3(q), const kg_half* __restrict__ t_k, KG_STRIDES3(k), const kg_half* __restrict__ t_v, KG_STRIDES3(v), const float* __restrict__ t_lse, KG_STRIDES2(lse), const kg_half* __restrict__ t_do, KG_STRIDES3(do), kg_half* __restrict__ t_dk, KG_STRIDES3(dk), kg_half* __restrict__ t_dv, KG_STRIDES3(dv), float* __restrict__ t_delta, KG_STRIDES2(delta), float* __restrict__ t_dq_acc, KG_STRIDES3(dq_acc), int size_B, int size_SQ, int size_SK, int size_H, int size_HKV, float scalar_softmax_scale, const __grid_constant__ kg::TensorMap tmap0_k, const __grid_constant__ kg::TensorMap tmap1_v, const __grid_constant__ kg::TensorMap tmap2_q, const __grid_constant__ kg::TensorMap tmap3_do) {
   extern __shared__ __align__(1024) char smem[];
   const int lane = kg::thread_id() % kg::WAVE;
   const int warp = __shfl_sync(0xffffffffu, kg::thread_id() / kg::WAVE, 0);
-  uint64_t* kg_bars = reinterpret_cast<uint64_t*>(smem + 65536);
+  uint64_t* kg_bars = reinterpret_cast<uint64_t*>(smem + 83968);
   if (kg::thread_id() == 0) {
     for (int i = 0; i < 10; ++i) kg::mbar_init(&kg_bars[i], 1);
     kg::fence_mbar_init();
@@ -35,7 +44,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg_half* __restrict__ t
   const int SK = size_SK;  // spec: 60:19
   const int pid1 = kg::block_id_y();  // spec: 61:12
   const int pid0 = kg::block_id_x();  // spec: 62:12
-  kg_half* v9 = reinterpret_cast<kg_half*>(smem + 32768);  // spec: 138:27
+  kg_half* v9 = reinterpret_cast<kg_half*>(smem + 51200);  // spec: 138:27
   const int hk = kg::mod(pid1, HKV);  // spec: 74:12
   const int b = kg::floordiv(pid1, HKV);  // spec: 73:11
   if ((true) && kg::thread_id() == 0) {  // spec: 78:12
@@ -47,7 +56,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg_half* __restrict__ t
   kg::mbar_wait(&kg_bars[0], 0);  // spec: 138:27
   kg::sync();
   kg_half* v12 = v9;
-  kg_half* v13 = reinterpret_cast<kg_half*>(smem + 40960);  // spec: 139:28
+  kg_half* v13 = reinterpret_cast<kg_half*>(smem + 59392);  // spec: 139:28
   if ((true) && kg::thread_id() == 0) {  // spec: 79:12
     uint64_t* bar_ = &kg_bars[1];
     kg::fence_proxy_async();
@@ -85,8 +94,8 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg_half* __restrict__ t
     float (&dv_acc_3)[32] = dv_acc_2;
     float (&dk_acc_3)[32] = dk_acc_2;
     
-    kg_half* v46 = reinterpret_cast<kg_half*>(smem + 0);  // spec: 139:28
-    kg_half* v47 = reinterpret_cast<kg_half*>(smem + 16384);  // spec: 138:27
+    kg_half* v46 = reinterpret_cast<kg_half*>(smem + 18432);  // spec: 139:28
+    kg_half* v47 = reinterpret_cast<kg_half*>(smem + 34816);  // spec: 138:27
     kg_half* v48 = v47;  // spec: 100:15
     const bool v49 = first < whole;
     const int v50 = hk * group;  // spec: 98:15
@@ -149,7 +158,6 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg_half* __restrict__ t
         kg::wgmma_commit();
       }
       kg::mbar_wait(&kg_bars[2 + v59 % 2], (v59 / 2) & 1);  // spec: 139:28
-      kg::sync();
       kg_half* v69 = v46 + v63 % 2 * 4096;  // spec: 100:15
       if ((v66) && kg::thread_id() == 0) {  // spec: 102:26
         uint64_t* bar_ = &kg_bars[2 + v63 % 2];
@@ -193,7 +201,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg_half* __restrict__ t
       bool valid_2[32]; KG_FOR(e, 32) valid_2[e] = valid[e] && v86[e];  // spec: 137:35
       float p[32]; KG_FOR(e, 32) p[e] = valid_2[e] ? v79[e] : 0.0f;  // spec: 140:27
       kg_half v100[32]; KG_FOR(e, 32) v100[e] = kg::cvt<kg_half>(p[e]);  // spec: 141:45
-      kg_half* v101 = reinterpret_cast<kg_half*>(smem + 49152);
+      kg_half* v101 = reinterpret_cast<kg_half*>(smem + 67584);
       kg::sync();
       KG_FOR_STEP(e, 32, 2) kg::copy_vec<2>(&v101[((tc1_ + ((e >> 1) & 1) * 8) / 8 * 8 + (tc0_ + (rc1_(e))) / 8) * 64 + (tc1_ + ((e >> 1) & 1) * 8) % 8 * 8 + (tc0_ + (rc1_(e))) % 8], &v100[e]);
       kg::fence_proxy_async();
@@ -227,7 +235,7 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg_half* __restrict__ t
       float v108[32]; KG_FOR(e, 32) v108[e] = v107[e] - v106[e];  // spec: 142:34
       float v109[32]; KG_FOR(e, 32) v109[e] = p[e] * v108[e];
       kg_half ds[32]; KG_FOR(e, 32) ds[e] = kg::cvt<kg_half>(v109[e]);
-      kg_half* v111 = reinterpret_cast<kg_half*>(smem + 57344);  // spec: 143:41
+      kg_half* v111 = reinterpret_cast<kg_half*>(smem + 75776);  // spec: 143:41
       kg::sync();
       KG_FOR_STEP(e, 32, 2) kg::copy_vec<2>(&v111[((tc1_ + ((e >> 1) & 1) * 8) / 8 * 8 + (tc0_ + (rc1_(e))) / 8) * 64 + (tc1_ + ((e >> 1) & 1) * 8) % 8 * 8 + (tc0_ + (rc1_(e))) % 8], &ds[e]);
       kg::fence_proxy_async();
@@ -244,14 +252,46 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg_half* __restrict__ t
         }
         kg::wgmma_commit();
       }
-      kg::wgmma_wait<1>();  // spec: 141:41
+      float v114[32];  // spec: 145:74
+      float (&v115)[32] = v114;
+      {
+        const uint64_t db_ = kg::wgmma_desc(v9, 8192, 1024, 1);
+        kg::wgmma_fence();
+        KG_FOR(ks, 4) {
+          kg::wgmma_m64n64k16_rs<1>(&v115[0], &ds[ks * 8], db_ + ((ks * 16 * 64 + (((ks * 16) & 7) << 3)) * 2 / 16), (ks > 0));
+        }
+        kg::wgmma_commit();
+      }
+      kg::wgmma_wait<0>();
+      KG_FOR(e, 32) kg::fence_operand(v115[e]);
+      KG_FOR(e, 16) kg::fence_operand(reinterpret_cast<uint32_t*>(ds)[e]);
+      float (&v116)[32] = v115;
+      kg::wgmma_wait<0>();  // spec: 141:41
       KG_FOR(e, 32) kg::fence_operand(dv_acc_6[e]);
-      float (&v114)[32] = dv_acc_6;
+      float (&v117)[32] = dv_acc_6;
       kg::wgmma_wait<0>();  // spec: 143:41
       KG_FOR(e, 32) kg::fence_operand(dk_acc_6[e]);
-      float (&v115)[32] = dk_acc_6;
-      float y0_[32]; KG_FOR(e, 32) y0_[e] = v114[e];  // spec: 144:26
-      float y1_[32]; KG_FOR(e, 32) y1_[e] = v115[e];
+      float (&v118)[32] = dk_acc_6;
+      float v119[32]; KG_FOR(e, 32) v119[e] = v116[e] * softmax_scale;  // spec: 145:74
+      {
+        float* p_ = t_dq_acc + ((int64_t)b * stride_dq_acc_0 + (int64_t)h * stride_dq_acc_2);
+        float* st_ = reinterpret_cast<float*>(smem + 0) + warp * 1152;
+        kg::bulk_wait_read();  // this warp's previous reductions have read its slice
+        kg::sync_warp();
+        KG_FOR_STEP(e, 32, 2)
+          kg::copy_vec<2>(&st_[(tc2_ + ((e >> 1) & 1) * 8) * 72 + tc0_ + rc1_(e)], &v119[e]);
+        kg::fence_proxy_async();  // the slice's writes, visible to the copy engine
+        kg::sync_warp();
+        for (int r_ = lane; r_ < 16; r_ += kg::WAVE) {
+          const int i0_ = v55 * 64 + tc3_ + r_;
+          if (i0_ < (size_SQ))
+            kg::bulk_add_f32(p_ + ((int64_t)i0_ * stride_dq_acc_1 + 0), st_ + r_ * 72, 256);
+        }
+        kg::bulk_commit();
+      }
+
+      float y0_[32]; KG_FOR(e, 32) y0_[e] = v117[e];
+      float y1_[32]; KG_FOR(e, 32) y1_[e] = v118[e];
       KG_FOR(e, 32) dv_acc_4[e] = y0_[e];
       KG_FOR(e, 32) dk_acc_4[e] = y1_[e];
     }
@@ -262,60 +302,60 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg_half* __restrict__ t
       if (((n_ + 1) / 2) & 1) kg::mbar_arrive(&kg_bars[2]);
       if (((n_ + 0) / 2) & 1) kg::mbar_arrive(&kg_bars[3]);
     }
-    kg_half* v116 = reinterpret_cast<kg_half*>(smem + 0);  // spec: 139:28
-    kg_half* v117 = reinterpret_cast<kg_half*>(smem + 16384);  // spec: 138:27
-    kg_half* v118 = v117;  // spec: 100:15
-    const bool v119 = whole < n_q;
+    kg_half* v120 = reinterpret_cast<kg_half*>(smem + 18432);  // spec: 139:28
+    kg_half* v121 = reinterpret_cast<kg_half*>(smem + 34816);  // spec: 138:27
+    kg_half* v122 = v121;  // spec: 100:15
+    const bool v123 = whole < n_q;
     kg::sync();  // spec: 101:24
-    if ((v119) && kg::thread_id() == 0) {
+    if ((v123) && kg::thread_id() == 0) {
       uint64_t* bar_ = &kg_bars[8];
       kg::fence_proxy_async();
       kg::mbar_expect_tx(bar_, 8192);
-      kg::tma_load_4d(&v118[0], &tmap2_q, bar_, 0, h, whole * 64, b);
+      kg::tma_load_4d(&v122[0], &tmap2_q, bar_, 0, h, whole * 64, b);
     }
-    kg_half* v120 = v116;  // spec: 100:15
-    if ((v119) && kg::thread_id() == 0) {  // spec: 102:26
+    kg_half* v124 = v120;  // spec: 100:15
+    if ((v123) && kg::thread_id() == 0) {  // spec: 102:26
       uint64_t* bar_ = &kg_bars[6];
       kg::fence_proxy_async();
       kg::mbar_expect_tx(bar_, 8192);
-      kg::tma_load_4d(&v120[0], &tmap3_do, bar_, 0, h, whole * 64, b);
+      kg::tma_load_4d(&v124[0], &tmap3_do, bar_, 0, h, whole * 64, b);
     }
     float dv_acc_7[32]; KG_FOR(e, 32) dv_acc_7[e] = dv_acc_4[e];  // spec: 100:15
     float dk_acc_7[32]; KG_FOR(e, 32) dk_acc_7[e] = dk_acc_4[e];
-    for (int v123 = whole; v123 < n_q; v123 += 1) {
+    for (int v127 = whole; v127 < n_q; v127 += 1) {
       float (&dv_acc_8)[32] = dv_acc_7;
       float (&dk_acc_8)[32] = dk_acc_7;
       
-      const int v126 = v123 - whole;  // spec: 100:15
-      const int v127 = kg::floordiv(v126, 1);
-      kg_half* v128 = v116 + v127 % 2 * 4096;
-      kg_half* v129 = v117 + v127 % 2 * 4096;
-      float v130[2];  // spec: 134:30
+      const int v130 = v127 - whole;  // spec: 100:15
+      const int v131 = kg::floordiv(v130, 1);
+      kg_half* v132 = v120 + v131 % 2 * 4096;
+      kg_half* v133 = v121 + v131 % 2 * 4096;
+      float v134[2];  // spec: 134:30
       {
         const float* p_ = t_lse + ((int64_t)b * stride_lse_0 + (int64_t)h * stride_lse_1);
-        const int t0_ = v123 * 64 + tc1_;
+        const int t0_ = v127 * 64 + tc1_;
         KG_FOR_STEP(e, 2, 1) {
           const int i0_ = t0_ + (e & 1) * 8;
           const int64_t off_ = (int64_t)i0_;
-          v130[e] = (i0_ + 1 <= (size_SQ)) ? p_[off_] : 0.0f;
+          v134[e] = (i0_ + 1 <= (size_SQ)) ? p_[off_] : 0.0f;
         }
       }
-      kg::mbar_wait(&kg_bars[8 + v127 % 2], (v127 / 2) & 1);  // spec: 138:27
+      kg::mbar_wait(&kg_bars[8 + v131 % 2], (v131 / 2) & 1);  // spec: 138:27
       kg::sync();
-      const int v131 = v127 + 1;  // spec: 100:15
-      kg_half* v132 = v117 + v131 % 2 * 4096;
-      const int v133 = v123 + 1;  // spec: 101:24
-      const bool v134 = v133 < n_q;
-      if ((v134) && kg::thread_id() == 0) {
-        uint64_t* bar_ = &kg_bars[8 + v131 % 2];
+      const int v135 = v131 + 1;  // spec: 100:15
+      kg_half* v136 = v121 + v135 % 2 * 4096;
+      const int v137 = v127 + 1;  // spec: 101:24
+      const bool v138 = v137 < n_q;
+      if ((v138) && kg::thread_id() == 0) {
+        uint64_t* bar_ = &kg_bars[8 + v135 % 2];
         kg::fence_proxy_async();
         kg::mbar_expect_tx(bar_, 8192);
-        kg::tma_load_4d(&v132[0], &tmap2_q, bar_, 0, h, v133 * 64, b);
+        kg::tma_load_4d(&v136[0], &tmap2_q, bar_, 0, h, v137 * 64, b);
       }
-      float v135[32];  // spec: 138:27
-      float (&s_2)[32] = v135;
+      float v139[32];  // spec: 138:27
+      float (&s_2)[32] = v139;
       {
-        const uint64_t da_ = kg::wgmma_desc(v129, 16, 1024, 1);
+        const uint64_t da_ = kg::wgmma_desc(v133, 16, 1024, 1);
         const uint64_t db_ = kg::wgmma_desc(v12, 16, 1024, 1);
         kg::wgmma_fence();
         KG_FOR(ks, 4) {
@@ -323,19 +363,18 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg_half* __restrict__ t
         }
         kg::wgmma_commit();
       }
-      kg::mbar_wait(&kg_bars[6 + v127 % 2], (v127 / 2) & 1);  // spec: 139:28
-      kg::sync();
-      kg_half* v137 = v116 + v131 % 2 * 4096;  // spec: 100:15
-      if ((v134) && kg::thread_id() == 0) {  // spec: 102:26
-        uint64_t* bar_ = &kg_bars[6 + v131 % 2];
+      kg::mbar_wait(&kg_bars[6 + v131 % 2], (v131 / 2) & 1);  // spec: 139:28
+      kg_half* v141 = v120 + v135 % 2 * 4096;  // spec: 100:15
+      if ((v138) && kg::thread_id() == 0) {  // spec: 102:26
+        uint64_t* bar_ = &kg_bars[6 + v135 % 2];
         kg::fence_proxy_async();
         kg::mbar_expect_tx(bar_, 8192);
-        kg::tma_load_4d(&v137[0], &tmap3_do, bar_, 0, h, v133 * 64, b);
+        kg::tma_load_4d(&v141[0], &tmap3_do, bar_, 0, h, v137 * 64, b);
       }
-      float v138[32];  // spec: 139:28
-      float (&dp_2)[32] = v138;
+      float v142[32];  // spec: 139:28
+      float (&dp_2)[32] = v142;
       {
-        const uint64_t da_ = kg::wgmma_desc(v128, 16, 1024, 1);
+        const uint64_t da_ = kg::wgmma_desc(v132, 16, 1024, 1);
         const uint64_t db_ = kg::wgmma_desc(v14, 16, 1024, 1);
         kg::wgmma_fence();
         KG_FOR(ks, 4) {
@@ -343,37 +382,37 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg_half* __restrict__ t
         }
         kg::wgmma_commit();
       }
-      float lse2_2[2]; KG_FOR(e, 2) lse2_2[e] = v130[e] * 1.4426950408889634f;  // spec: 134:30
-      float v143[32]; KG_FOR(e, 32) v143[e] = lse2_2[(e >> 1) & 1];  // spec: 140:45
+      float lse2_2[2]; KG_FOR(e, 2) lse2_2[e] = v134[e] * 1.4426950408889634f;  // spec: 134:30
+      float v147[32]; KG_FOR(e, 32) v147[e] = lse2_2[(e >> 1) & 1];  // spec: 140:45
       kg::wgmma_wait<1>();  // spec: 138:27
       KG_FOR(e, 32) kg::fence_operand(s_2[e]);
-      float (&v144)[32] = s_2;
-      float v145[32]; KG_FOR(e, 32) v145[e] = v144[e] * scale2;  // spec: 140:45
-      float v146[32]; KG_FOR(e, 32) v146[e] = v145[e] - v143[e];
-      float v147[32]; KG_FOR(e, 32) v147[e] = kg::exp2_(v146[e]);
-      bool v150[2]; KG_FOR(e, 2) v150[e] = lse2_2[e] > -kg::inf();  // spec: 135:82
-      bool v151[32]; KG_FOR(e, 32) v151[e] = v150[(e >> 1) & 1];
-      bool v152[16]; KG_FOR(e, 16) v152[e] = cols[e] < SK;
-      bool v153[32]; KG_FOR(e, 32) v153[e] = v152[(e & 1) + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-      int v154[2]; KG_FOR(e, 2) v154[e] = tc1_ + (e & 1) * 8;  // spec: 133:44
-      const int v155 = v123 * 64;
-      int rows_2[2]; KG_FOR(e, 2) rows_2[e] = v155 + v154[e];
-      bool v158[2]; KG_FOR(e, 2) v158[e] = rows_2[e] < SQ;  // spec: 135:32
-      bool v159[32]; KG_FOR(e, 32) v159[e] = v158[(e >> 1) & 1];
-      bool v160[32]; KG_FOR(e, 32) v160[e] = v159[e] && v153[e];
-      bool valid_3[32]; KG_FOR(e, 32) valid_3[e] = v160[e] && v151[e];
-      float p_2[32]; KG_FOR(e, 32) p_2[e] = valid_3[e] ? v147[e] : 0.0f;  // spec: 140:27
-      kg_half v163[32]; KG_FOR(e, 32) v163[e] = kg::cvt<kg_half>(p_2[e]);  // spec: 141:45
-      kg_half* v164 = reinterpret_cast<kg_half*>(smem + 49152);
+      float (&v148)[32] = s_2;
+      float v149[32]; KG_FOR(e, 32) v149[e] = v148[e] * scale2;  // spec: 140:45
+      float v150[32]; KG_FOR(e, 32) v150[e] = v149[e] - v147[e];
+      float v151[32]; KG_FOR(e, 32) v151[e] = kg::exp2_(v150[e]);
+      bool v154[2]; KG_FOR(e, 2) v154[e] = lse2_2[e] > -kg::inf();  // spec: 135:82
+      bool v155[32]; KG_FOR(e, 32) v155[e] = v154[(e >> 1) & 1];
+      bool v156[16]; KG_FOR(e, 16) v156[e] = cols[e] < SK;
+      bool v157[32]; KG_FOR(e, 32) v157[e] = v156[(e & 1) + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+      int v158[2]; KG_FOR(e, 2) v158[e] = tc1_ + (e & 1) * 8;  // spec: 133:44
+      const int v159 = v127 * 64;
+      int rows_2[2]; KG_FOR(e, 2) rows_2[e] = v159 + v158[e];
+      bool v162[2]; KG_FOR(e, 2) v162[e] = rows_2[e] < SQ;  // spec: 135:32
+      bool v163[32]; KG_FOR(e, 32) v163[e] = v162[(e >> 1) & 1];
+      bool v164[32]; KG_FOR(e, 32) v164[e] = v163[e] && v157[e];
+      bool valid_3[32]; KG_FOR(e, 32) valid_3[e] = v164[e] && v155[e];
+      float p_2[32]; KG_FOR(e, 32) p_2[e] = valid_3[e] ? v151[e] : 0.0f;  // spec: 140:27
+      kg_half v167[32]; KG_FOR(e, 32) v167[e] = kg::cvt<kg_half>(p_2[e]);  // spec: 141:45
+      kg_half* v168 = reinterpret_cast<kg_half*>(smem + 67584);
       kg::sync();
-      KG_FOR_STEP(e, 32, 2) kg::copy_vec<2>(&v164[((tc1_ + ((e >> 1) & 1) * 8) / 8 * 8 + (tc0_ + (rc1_(e))) / 8) * 64 + (tc1_ + ((e >> 1) & 1) * 8) % 8 * 8 + (tc0_ + (rc1_(e))) % 8], &v163[e]);
+      KG_FOR_STEP(e, 32, 2) kg::copy_vec<2>(&v168[((tc1_ + ((e >> 1) & 1) * 8) / 8 * 8 + (tc0_ + (rc1_(e))) / 8) * 64 + (tc1_ + ((e >> 1) & 1) * 8) % 8 * 8 + (tc0_ + (rc1_(e))) % 8], &v167[e]);
       kg::fence_proxy_async();
       kg::sync();
-      kg_half* v165 = v164;
+      kg_half* v169 = v168;
       float (&dv_acc_9)[32] = dv_acc_8;
       {
-        const uint64_t da_ = kg::wgmma_desc(v165, 1024, 128, 0);
-        const uint64_t db_ = kg::wgmma_desc(v128, 8192, 1024, 1);
+        const uint64_t da_ = kg::wgmma_desc(v169, 1024, 128, 0);
+        const uint64_t db_ = kg::wgmma_desc(v132, 8192, 1024, 1);
         KG_FOR(e, 32) kg::fence_operand(dv_acc_9[e]);
         kg::wgmma_fence();
         KG_FOR(ks, 4) {
@@ -381,33 +420,33 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg_half* __restrict__ t
         }
         kg::wgmma_commit();
       }
-      float v167[2];  // spec: 142:39
+      float v171[2];  // spec: 142:39
       {
         const float* p_ = t_delta + ((int64_t)b * stride_delta_0 + (int64_t)h * stride_delta_1);
-        const int t0_ = v123 * 64 + tc1_;
+        const int t0_ = v127 * 64 + tc1_;
         KG_FOR_STEP(e, 2, 1) {
           const int i0_ = t0_ + (e & 1) * 8;
           const int64_t off_ = (int64_t)i0_;
-          v167[e] = (i0_ + 1 <= (size_SQ)) ? p_[off_] : 0.0f;
+          v171[e] = (i0_ + 1 <= (size_SQ)) ? p_[off_] : 0.0f;
         }
       }
-      float v169[32]; KG_FOR(e, 32) v169[e] = v167[(e >> 1) & 1];
+      float v173[32]; KG_FOR(e, 32) v173[e] = v171[(e >> 1) & 1];
       kg::wgmma_wait<1>();  // spec: 139:28
       KG_FOR(e, 32) kg::fence_operand(dp_2[e]);
-      float (&v170)[32] = dp_2;
-      float v171[32]; KG_FOR(e, 32) v171[e] = v170[e] - v169[e];  // spec: 142:34
-      float v172[32]; KG_FOR(e, 32) v172[e] = p_2[e] * v171[e];
-      kg_half ds_2[32]; KG_FOR(e, 32) ds_2[e] = kg::cvt<kg_half>(v172[e]);
-      kg_half* v174 = reinterpret_cast<kg_half*>(smem + 57344);  // spec: 143:41
+      float (&v174)[32] = dp_2;
+      float v175[32]; KG_FOR(e, 32) v175[e] = v174[e] - v173[e];  // spec: 142:34
+      float v176[32]; KG_FOR(e, 32) v176[e] = p_2[e] * v175[e];
+      kg_half ds_2[32]; KG_FOR(e, 32) ds_2[e] = kg::cvt<kg_half>(v176[e]);
+      kg_half* v178 = reinterpret_cast<kg_half*>(smem + 75776);  // spec: 143:41
       kg::sync();
-      KG_FOR_STEP(e, 32, 2) kg::copy_vec<2>(&v174[((tc1_ + ((e >> 1) & 1) * 8) / 8 * 8 + (tc0_ + (rc1_(e))) / 8) * 64 + (tc1_ + ((e >> 1) & 1) * 8) % 8 * 8 + (tc0_ + (rc1_(e))) % 8], &ds_2[e]);
+      KG_FOR_STEP(e, 32, 2) kg::copy_vec<2>(&v178[((tc1_ + ((e >> 1) & 1) * 8) / 8 * 8 + (tc0_ + (rc1_(e))) / 8) * 64 + (tc1_ + ((e >> 1) & 1) * 8) % 8 * 8 + (tc0_ + (rc1_(e))) % 8], &ds_2[e]);
       kg::fence_proxy_async();
       kg::sync();
-      kg_half* v175 = v174;
+      kg_half* v179 = v178;
       float (&dk_acc_9)[32] = dk_acc_8;
       {
-        const uint64_t da_ = kg::wgmma_desc(v175, 1024, 128, 0);
-        const uint64_t db_ = kg::wgmma_desc(v129, 8192, 1024, 1);
+        const uint64_t da_ = kg::wgmma_desc(v179, 1024, 128, 0);
+        const uint64_t db_ = kg::wgmma_desc(v133, 8192, 1024, 1);
         KG_FOR(e, 32) kg::fence_operand(dk_acc_9[e]);
         kg::wgmma_fence();
         KG_FOR(ks, 4) {
@@ -415,14 +454,46 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg_half* __restrict__ t
         }
         kg::wgmma_commit();
       }
-      kg::wgmma_wait<1>();  // spec: 141:41
+      float v181[32];  // spec: 145:74
+      float (&v182)[32] = v181;
+      {
+        const uint64_t db_ = kg::wgmma_desc(v9, 8192, 1024, 1);
+        kg::wgmma_fence();
+        KG_FOR(ks, 4) {
+          kg::wgmma_m64n64k16_rs<1>(&v182[0], &ds_2[ks * 8], db_ + ((ks * 16 * 64 + (((ks * 16) & 7) << 3)) * 2 / 16), (ks > 0));
+        }
+        kg::wgmma_commit();
+      }
+      kg::wgmma_wait<0>();
+      KG_FOR(e, 32) kg::fence_operand(v182[e]);
+      KG_FOR(e, 16) kg::fence_operand(reinterpret_cast<uint32_t*>(ds_2)[e]);
+      float (&v183)[32] = v182;
+      kg::wgmma_wait<0>();  // spec: 141:41
       KG_FOR(e, 32) kg::fence_operand(dv_acc_9[e]);
-      float (&v177)[32] = dv_acc_9;
+      float (&v184)[32] = dv_acc_9;
       kg::wgmma_wait<0>();  // spec: 143:41
       KG_FOR(e, 32) kg::fence_operand(dk_acc_9[e]);
-      float (&v178)[32] = dk_acc_9;
-      float y0_[32]; KG_FOR(e, 32) y0_[e] = v177[e];  // spec: 144:26
-      float y1_[32]; KG_FOR(e, 32) y1_[e] = v178[e];
+      float (&v185)[32] = dk_acc_9;
+      float v186[32]; KG_FOR(e, 32) v186[e] = v183[e] * softmax_scale;  // spec: 145:74
+      {
+        float* p_ = t_dq_acc + ((int64_t)b * stride_dq_acc_0 + (int64_t)h * stride_dq_acc_2);
+        float* st_ = reinterpret_cast<float*>(smem + 0) + warp * 1152;
+        kg::bulk_wait_read();  // this warp's previous reductions have read its slice
+        kg::sync_warp();
+        KG_FOR_STEP(e, 32, 2)
+          kg::copy_vec<2>(&st_[(tc2_ + ((e >> 1) & 1) * 8) * 72 + tc0_ + rc1_(e)], &v186[e]);
+        kg::fence_proxy_async();  // the slice's writes, visible to the copy engine
+        kg::sync_warp();
+        for (int r_ = lane; r_ < 16; r_ += kg::WAVE) {
+          const int i0_ = v127 * 64 + tc3_ + r_;
+          if (i0_ < (size_SQ))
+            kg::bulk_add_f32(p_ + ((int64_t)i0_ * stride_dq_acc_1 + 0), st_ + r_ * 72, 256);
+        }
+        kg::bulk_commit();
+      }
+
+      float y0_[32]; KG_FOR(e, 32) y0_[e] = v184[e];
+      float y1_[32]; KG_FOR(e, 32) y1_[e] = v185[e];
       KG_FOR(e, 32) dv_acc_7[e] = y0_[e];
       KG_FOR(e, 32) dk_acc_7[e] = y1_[e];
     }
@@ -439,8 +510,8 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg_half* __restrict__ t
     KG_FOR(e, 32) dv_acc_2[e] = y0_[e];
     KG_FOR(e, 32) dk_acc_2[e] = y1_[e];
   }
-  float v179[32]; KG_FOR(e, 32) v179[e] = dk_acc_2[e] * softmax_scale;  // spec: 146:34
-  kg_half v180[32]; KG_FOR(e, 32) v180[e] = kg::cvt<kg_half>(v179[e]);
+  float v187[32]; KG_FOR(e, 32) v187[e] = dk_acc_2[e] * softmax_scale;  // spec: 146:34
+  kg_half v188[32]; KG_FOR(e, 32) v188[e] = kg::cvt<kg_half>(v187[e]);
   {
     kg_half* p_ = t_dk + ((int64_t)b * stride_dk_0 + (int64_t)hk * stride_dk_2);
     const bool aligned_ = kg::aligned(p_, 4) && KG_STRIDES_MULTIPLE3(dk, 2);
@@ -450,11 +521,11 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg_half* __restrict__ t
       const int i0_ = t0_ + ((e >> 1) & 1) * 8;
       const int i1_ = t1_ + rc1_(e);
       const int64_t off_ = (int64_t)i0_ * stride_dk_1 + (int64_t)i1_;
-      if (aligned_ && i0_ < (size_SK)) kg::copy_vec<2>(p_ + off_, &v180[e]);
-      else KG_FOR(v, 2) if (i0_ < (size_SK)) p_[off_ + v] = v180[e + v];
+      if (aligned_ && i0_ < (size_SK)) kg::copy_vec<2>(p_ + off_, &v188[e]);
+      else KG_FOR(v, 2) if (i0_ < (size_SK)) p_[off_ + v] = v188[e + v];
     }
   }
-  kg_half v181[32]; KG_FOR(e, 32) v181[e] = kg::cvt<kg_half>(dv_acc_2[e]);  // spec: 147:33
+  kg_half v189[32]; KG_FOR(e, 32) v189[e] = kg::cvt<kg_half>(dv_acc_2[e]);  // spec: 147:33
   {
     kg_half* p_ = t_dv + ((int64_t)b * stride_dv_0 + (int64_t)hk * stride_dv_2);
     const bool aligned_ = kg::aligned(p_, 4) && KG_STRIDES_MULTIPLE3(dv, 2);
@@ -464,8 +535,9 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg_half* __restrict__ t
       const int i0_ = t0_ + ((e >> 1) & 1) * 8;
       const int i1_ = t1_ + rc1_(e);
       const int64_t off_ = (int64_t)i0_ * stride_dv_1 + (int64_t)i1_;
-      if (aligned_ && i0_ < (size_SK)) kg::copy_vec<2>(p_ + off_, &v181[e]);
-      else KG_FOR(v, 2) if (i0_ < (size_SK)) p_[off_ + v] = v181[e + v];
+      if (aligned_ && i0_ < (size_SK)) kg::copy_vec<2>(p_ + off_, &v189[e]);
+      else KG_FOR(v, 2) if (i0_ < (size_SK)) p_[off_ + v] = v189[e + v];
     }
   }
+  kg::bulk_wait_all();  // the bulk reductions read shared memory until they complete
 }

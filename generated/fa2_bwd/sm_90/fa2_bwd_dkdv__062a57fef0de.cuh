@@ -3,6 +3,13 @@
 // Written for any 16-bit float type, kg_half: the source that includes this one names it.
 
 namespace kg {
+template <int TB> KG_DEVICE void wgmma_m64n64k16_rs(float* d, const void* a, uint64_t db, int scale_d) {
+  const uint32_t* A = reinterpret_cast<const uint32_t*>(a);
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32." KG_HALF_PTX "." KG_HALF_PTX " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
+               : KG_D16(0), KG_D16(16)
+               : "r"(A[0]), "r"(A[1]), "r"(A[2]), "r"(A[3]), "l"(db), "r"(scale_d), "n"(TB));
+}
 template <int TA, int TB> KG_DEVICE void wgmma_m64n64k16_ss(float* d, uint64_t da, uint64_t db, int scale_d) {
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
                "wgmma.mma_async.sync.aligned.m64n64k16.f32." KG_HALF_PTX "." KG_HALF_PTX " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %35, %36;\n}\n"
@@ -17,7 +24,7 @@ template <int TA, int TB> KG_DEVICE void wgmma_m64n64k16_ss(float* d, uint64_t d
 #define tc1_ ((lane >> 2) & 1) + ((lane >> 3) & 1) * 2 + ((lane >> 4) & 1) * 4 + (warp & 1) * 16 + ((warp >> 1) & 1) * 32
 #define rc1_(e) (e & 1) + ((e >> 2) & 1) * 8 + ((e >> 3) & 1) * 16 + ((e >> 4) & 1) * 32
 
-KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg_half* __restrict__ t_q, KG_STRIDES3(q), const kg_half* __restrict__ t_k, KG_STRIDES3(k), const kg_half* __restrict__ t_v, KG_STRIDES3(v), const float* __restrict__ t_lse, KG_STRIDES2(lse), const kg_half* __restrict__ t_do, KG_STRIDES3(do), kg_half* __restrict__ t_dk, KG_STRIDES3(dk), kg_half* __restrict__ t_dv, KG_STRIDES3(dv), float* __restrict__ t_delta, KG_STRIDES2(delta), int size_B, int size_SQ, int size_SK, int size_H, int size_HKV, float scalar_softmax_scale, const __grid_constant__ kg::TensorMap tmap0_k, const __grid_constant__ kg::TensorMap tmap1_v, const __grid_constant__ kg::TensorMap tmap2_q, const __grid_constant__ kg::TensorMap tmap3_do) {
+KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg_half* __restrict__ t_q, KG_STRIDES3(q), const kg_half* __restrict__ t_k, KG_STRIDES3(k), const kg_half* __restrict__ t_v, KG_STRIDES3(v), const float* __restrict__ t_lse, KG_STRIDES2(lse), const kg_half* __restrict__ t_do, KG_STRIDES3(do), kg_half* __restrict__ t_dk, KG_STRIDES3(dk), kg_half* __restrict__ t_dv, KG_STRIDES3(dv), float* __restrict__ t_delta, KG_STRIDES2(delta), float* __restrict__ t_dq_acc, KG_STRIDES3(dq_acc), int size_B, int size_SQ, int size_SK, int size_H, int size_HKV, float scalar_softmax_scale, const __grid_constant__ kg::TensorMap tmap0_k, const __grid_constant__ kg::TensorMap tmap1_v, const __grid_constant__ kg::TensorMap tmap2_q, const __grid_constant__ kg::TensorMap tmap3_do) {
   extern __shared__ __align__(1024) char smem[];
   const int lane = kg::thread_id() % kg::WAVE;
   const int warp = __shfl_sync(0xffffffffu, kg::thread_id() / kg::WAVE, 0);
@@ -136,7 +143,6 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg_half* __restrict__ t
         kg::wgmma_commit();
       }
       kg::mbar_wait(&kg_bars[2 + v46 % 2], (v46 / 2) & 1);  // spec: 139:28
-      kg::sync();
       kg_half* v56 = v33 + v50 % 2 * 4096;  // spec: 100:15
       if ((v53) && kg::thread_id() == 0) {  // spec: 102:26
         uint64_t* bar_ = &kg_bars[2 + v50 % 2];
@@ -227,14 +233,43 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg_half* __restrict__ t
         }
         kg::wgmma_commit();
       }
-      kg::wgmma_wait<1>();  // spec: 141:41
+      float v96[32];  // spec: 145:74
+      float (&v97)[32] = v96;
+      {
+        const uint64_t db_ = kg::wgmma_desc(v9, 8192, 1024, 1);
+        kg::wgmma_fence();
+        KG_FOR(ks, 4) {
+          kg::wgmma_m64n64k16_rs<1>(&v97[0], &ds[ks * 8], db_ + ((ks * 16 * 64 + (((ks * 16) & 7) << 3)) * 2 / 16), (ks > 0));
+        }
+        kg::wgmma_commit();
+      }
+      kg::wgmma_wait<0>();
+      KG_FOR(e, 32) kg::fence_operand(v97[e]);
+      KG_FOR(e, 16) kg::fence_operand(reinterpret_cast<uint32_t*>(ds)[e]);
+      float (&v98)[32] = v97;
+      kg::wgmma_wait<0>();  // spec: 141:41
       KG_FOR(e, 32) kg::fence_operand(dv_acc_6[e]);
-      float (&v96)[32] = dv_acc_6;
+      float (&v99)[32] = dv_acc_6;
       kg::wgmma_wait<0>();  // spec: 143:41
       KG_FOR(e, 32) kg::fence_operand(dk_acc_6[e]);
-      float (&v97)[32] = dk_acc_6;
-      float y0_[32]; KG_FOR(e, 32) y0_[e] = v96[e];  // spec: 144:26
-      float y1_[32]; KG_FOR(e, 32) y1_[e] = v97[e];
+      float (&v100)[32] = dk_acc_6;
+      float v101[32]; KG_FOR(e, 32) v101[e] = v98[e] * softmax_scale;  // spec: 145:74
+      {
+        float* p_ = t_dq_acc + ((int64_t)b * stride_dq_acc_0 + (int64_t)h * stride_dq_acc_2);
+        const bool aligned_ = kg::aligned(p_, 8) && KG_STRIDES_MULTIPLE3(dq_acc, 2);
+        const int t0_ = v42 * 64 + tc1_;
+        const int t1_ = tc0_;
+        KG_FOR_STEP(e, 32, 2) {
+          const int i0_ = t0_ + ((e >> 1) & 1) * 8;
+          const int i1_ = t1_ + rc1_(e);
+          const int64_t off_ = (int64_t)i0_ * stride_dq_acc_1 + (int64_t)i1_;
+          if (aligned_ && i0_ < (size_SQ)) kg::atomic_add_vec<2>(p_ + off_, &v101[e]);
+          else KG_FOR(v, 2) if (i0_ < (size_SQ)) kg::atomic_add(p_ + off_ + v, v101[e + v]);
+        }
+      }
+
+      float y0_[32]; KG_FOR(e, 32) y0_[e] = v99[e];
+      float y1_[32]; KG_FOR(e, 32) y1_[e] = v100[e];
       KG_FOR(e, 32) dv_acc_4[e] = y0_[e];
       KG_FOR(e, 32) dk_acc_4[e] = y1_[e];
     }
@@ -251,8 +286,8 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg_half* __restrict__ t
     KG_FOR(e, 32) dv_acc_2[e] = y0_[e];
     KG_FOR(e, 32) dk_acc_2[e] = y1_[e];
   }
-  float v98[32]; KG_FOR(e, 32) v98[e] = dk_acc_2[e] * softmax_scale;  // spec: 146:34
-  kg_half v99[32]; KG_FOR(e, 32) v99[e] = kg::cvt<kg_half>(v98[e]);
+  float v102[32]; KG_FOR(e, 32) v102[e] = dk_acc_2[e] * softmax_scale;  // spec: 146:34
+  kg_half v103[32]; KG_FOR(e, 32) v103[e] = kg::cvt<kg_half>(v102[e]);
   {
     kg_half* p_ = t_dk + ((int64_t)b * stride_dk_0 + (int64_t)hk * stride_dk_2);
     const bool aligned_ = kg::aligned(p_, 4) && KG_STRIDES_MULTIPLE3(dk, 2);
@@ -262,11 +297,11 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg_half* __restrict__ t
       const int i0_ = t0_ + ((e >> 1) & 1) * 8;
       const int i1_ = t1_ + rc1_(e);
       const int64_t off_ = (int64_t)i0_ * stride_dk_1 + (int64_t)i1_;
-      if (aligned_ && i0_ < (size_SK)) kg::copy_vec<2>(p_ + off_, &v99[e]);
-      else KG_FOR(v, 2) if (i0_ < (size_SK)) p_[off_ + v] = v99[e + v];
+      if (aligned_ && i0_ < (size_SK)) kg::copy_vec<2>(p_ + off_, &v103[e]);
+      else KG_FOR(v, 2) if (i0_ < (size_SK)) p_[off_ + v] = v103[e + v];
     }
   }
-  kg_half v100[32]; KG_FOR(e, 32) v100[e] = kg::cvt<kg_half>(dv_acc_2[e]);  // spec: 147:33
+  kg_half v104[32]; KG_FOR(e, 32) v104[e] = kg::cvt<kg_half>(dv_acc_2[e]);  // spec: 147:33
   {
     kg_half* p_ = t_dv + ((int64_t)b * stride_dv_0 + (int64_t)hk * stride_dv_2);
     const bool aligned_ = kg::aligned(p_, 4) && KG_STRIDES_MULTIPLE3(dv, 2);
@@ -276,8 +311,8 @@ KG_KERNEL void __launch_bounds__(128) fa2_bwd_dkdv(const kg_half* __restrict__ t
       const int i0_ = t0_ + ((e >> 1) & 1) * 8;
       const int i1_ = t1_ + rc1_(e);
       const int64_t off_ = (int64_t)i0_ * stride_dv_1 + (int64_t)i1_;
-      if (aligned_ && i0_ < (size_SK)) kg::copy_vec<2>(p_ + off_, &v100[e]);
-      else KG_FOR(v, 2) if (i0_ < (size_SK)) p_[off_ + v] = v100[e + v];
+      if (aligned_ && i0_ < (size_SK)) kg::copy_vec<2>(p_ + off_, &v104[e]);
+      else KG_FOR(v, 2) if (i0_ < (size_SK)) p_[off_ + v] = v104[e + v];
     }
   }
 }

@@ -28,38 +28,39 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg_half* __restrict__ t_q
   }
   kg::sync();
   
+  const int SQ = size_SQ;  // spec: 165:78
   const int SK = size_SK;  // spec: 163:23
   const float softmax_scale = scalar_softmax_scale;  // spec: 162:20
   const int HKV = size_HKV;  // spec: 156:27
   const int H = size_H;  // spec: 152:28
   const int pid1 = kg::block_id_y();
   const int pid0 = kg::block_id_x();  // spec: 154:23
-  kg_half* v6 = reinterpret_cast<kg_half*>(smem + 131072);  // spec: 173:19
+  kg_half* v7 = reinterpret_cast<kg_half*>(smem + 131072);  // spec: 173:19
   const int h = kg::mod(pid1, H);  // spec: 153:11
   const int b = kg::floordiv(pid1, H);  // spec: 152:11
   if ((true) && kg::thread_id() == 0) {  // spec: 158:16
     uint64_t* bar_ = &kg_bars[0];
     kg::fence_proxy_async();
     kg::mbar_expect_tx(bar_, 16384);
-    kg::tma_load_4d(&v6[0], &tmap0_q, bar_, 0, h, pid0 * 64, b);
-    kg::tma_load_4d(&v6[4096], &tmap0_q, bar_, 64, h, pid0 * 64, b);
+    kg::tma_load_4d(&v7[0], &tmap0_q, bar_, 0, h, pid0 * 64, b);
+    kg::tma_load_4d(&v7[4096], &tmap0_q, bar_, 64, h, pid0 * 64, b);
   }
-  kg_half* v9 = reinterpret_cast<kg_half*>(smem + 147456);  // spec: 174:20
+  kg_half* v10 = reinterpret_cast<kg_half*>(smem + 147456);  // spec: 174:20
   if ((true) && kg::thread_id() == 0) {  // spec: 159:18
     uint64_t* bar_ = &kg_bars[1];
     kg::fence_proxy_async();
     kg::mbar_expect_tx(bar_, 16384);
-    kg::tma_load_4d(&v9[0], &tmap1_do, bar_, 0, h, pid0 * 64, b);
-    kg::tma_load_4d(&v9[4096], &tmap1_do, bar_, 64, h, pid0 * 64, b);
+    kg::tma_load_4d(&v10[0], &tmap1_do, bar_, 0, h, pid0 * 64, b);
+    kg::tma_load_4d(&v10[4096], &tmap1_do, bar_, 64, h, pid0 * 64, b);
   }
-  float v10[2];  // spec: 160:18
+  float v11[2];  // spec: 160:18
   {
     const float* p_ = t_lse + ((int64_t)b * stride_lse_0 + (int64_t)h * stride_lse_1);
     const int t0_ = pid0 * 64 + tc0_;
     KG_FOR_STEP(e, 2, 1) {
       const int i0_ = t0_ + (e & 1) * 8;
       const int64_t off_ = (int64_t)i0_;
-      v10[e] = (i0_ + 1 <= (size_SQ)) ? p_[off_] : 0.0f;
+      v11[e] = (i0_ + 1 <= (size_SQ)) ? p_[off_] : 0.0f;
     }
   }
   float dlt[2];  // spec: 161:17
@@ -75,85 +76,94 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg_half* __restrict__ t_q
   kg::mbar_wait(&kg_bars[0], 0);  // spec: 173:19
   kg::mbar_wait(&kg_bars[1], 0);  // spec: 174:20
   kg::sync();
-  kg_half* v12 = reinterpret_cast<kg_half*>(smem + 0);
-  kg_half* v13 = reinterpret_cast<kg_half*>(smem + 65536);  // spec: 173:19
-  kg_half* v15 = v13;  // spec: 167:11
-  const int v18 = SK + 127;  // spec: 163:18
-  const int n_kv = kg::floordiv(v18, 128);
-  const bool v20 = 0 < n_kv;  // spec: 167:11
-  const int v21 = kg::floordiv(H, HKV);  // spec: 156:22
-  const int hk = kg::floordiv(h, v21);
-  if ((v20) && kg::thread_id() == 0) {  // spec: 168:20
+  kg_half* v13 = reinterpret_cast<kg_half*>(smem + 0);
+  kg_half* v14 = reinterpret_cast<kg_half*>(smem + 65536);  // spec: 173:19
+  kg_half* v16 = v14;  // spec: 167:11
+  const int v21 = pid0 + 1;  // spec: 165:42
+  const int v22 = v21 * 64;
+  const int v23 = v22 + SK;
+  const int v24 = v23 - SQ;
+  const int v25 = v24 + 127;
+  const int v26 = kg::floordiv(v25, 128);
+  const int v27 = SK + 127;  // spec: 163:18
+  const int n_kv = kg::floordiv(v27, 128);
+  const int n_kv_2 = kg::min_(n_kv, v26);  // spec: 165:22
+  const bool v30 = 0 < n_kv_2;  // spec: 167:11
+  const int v31 = kg::floordiv(H, HKV);  // spec: 156:22
+  const int hk = kg::floordiv(h, v31);
+  if ((v30) && kg::thread_id() == 0) {  // spec: 168:20
     uint64_t* bar_ = &kg_bars[4];
     kg::fence_proxy_async();
     kg::mbar_expect_tx(bar_, 32768);
-    kg::tma_load_4d(&v15[0], &tmap2_k, bar_, 0, hk, 0 * 128, b);
-    kg::tma_load_4d(&v15[8192], &tmap2_k, bar_, 64, hk, 0 * 128, b);
+    kg::tma_load_4d(&v16[0], &tmap2_k, bar_, 0, hk, 0 * 128, b);
+    kg::tma_load_4d(&v16[8192], &tmap2_k, bar_, 64, hk, 0 * 128, b);
   }
-  kg_half* v23 = v12;  // spec: 167:11
-  if ((v20) && kg::thread_id() == 0) {  // spec: 174:30
+  kg_half* v33 = v13;  // spec: 167:11
+  if ((v30) && kg::thread_id() == 0) {  // spec: 174:30
     uint64_t* bar_ = &kg_bars[2];
     kg::fence_proxy_async();
     kg::mbar_expect_tx(bar_, 32768);
-    kg::tma_load_4d(&v23[0], &tmap3_v, bar_, 0, hk, 0 * 128, b);
-    kg::tma_load_4d(&v23[8192], &tmap3_v, bar_, 64, hk, 0 * 128, b);
+    kg::tma_load_4d(&v33[0], &tmap3_v, bar_, 0, hk, 0 * 128, b);
+    kg::tma_load_4d(&v33[8192], &tmap3_v, bar_, 64, hk, 0 * 128, b);
   }
-  float v25[32]; KG_FOR(e, 32) v25[e] = dlt[(e >> 1) & 1];  // spec: 176:37
-  float lse2[2]; KG_FOR(e, 2) lse2[e] = v10[e] * 1.4426950408889634f;  // spec: 160:18
-  float v29[32]; KG_FOR(e, 32) v29[e] = lse2[(e >> 1) & 1];  // spec: 175:37
+  float v35[32]; KG_FOR(e, 32) v35[e] = dlt[(e >> 1) & 1];  // spec: 176:37
+  float lse2[2]; KG_FOR(e, 2) lse2[e] = v11[e] * 1.4426950408889634f;  // spec: 160:18
+  float v39[32]; KG_FOR(e, 32) v39[e] = lse2[(e >> 1) & 1];  // spec: 175:37
+  int v40[2]; KG_FOR(e, 2) v40[e] = tc0_ + (e & 1) * 8;  // spec: 157:44
+  const int v41 = pid0 * 64;
+  int rows[2]; KG_FOR(e, 2) rows[e] = v41 + v40[e];
   float acc[32]; KG_FOR(e, 32) acc[e] = 0.0f;  // spec: 166:17
   const float scale2 = softmax_scale * 1.4426950408889634f;  // spec: 162:20
   float acc_2[32]; KG_FOR(e, 32) acc_2[e] = acc[e];  // spec: 167:11
-  for (int j = 0; j < n_kv; j += 1) {
+  for (int j = 0; j < n_kv_2; j += 1) {
     float (&acc_3)[32] = acc_2;
     
-    const int v36 = j - 0;  // spec: 167:11
-    const int v37 = kg::floordiv(v36, 1);
-    kg_half* v38 = v12 + v37 % 2 * 16384;
-    kg_half* v39 = v13 + v37 % 2 * 16384;
-    kg::mbar_wait(&kg_bars[4 + v37 % 2], (v37 / 2) & 1);  // spec: 173:19
+    const int v49 = j - 0;  // spec: 167:11
+    const int v50 = kg::floordiv(v49, 1);
+    kg_half* v51 = v13 + v50 % 2 * 16384;
+    kg_half* v52 = v14 + v50 % 2 * 16384;
+    kg::mbar_wait(&kg_bars[4 + v50 % 2], (v50 / 2) & 1);  // spec: 173:19
     kg::sync();
-    const int v40 = v37 + 1;  // spec: 167:11
-    kg_half* v41 = v13 + v40 % 2 * 16384;
-    const int v42 = j + 1;  // spec: 168:20
-    const bool v43 = v42 < n_kv;
-    if ((v43) && kg::thread_id() == 0) {
-      uint64_t* bar_ = &kg_bars[4 + v40 % 2];
+    const int v53 = v50 + 1;  // spec: 167:11
+    kg_half* v54 = v14 + v53 % 2 * 16384;
+    const int v55 = j + 1;  // spec: 168:20
+    const bool v56 = v55 < n_kv_2;
+    if ((v56) && kg::thread_id() == 0) {
+      uint64_t* bar_ = &kg_bars[4 + v53 % 2];
       kg::fence_proxy_async();
       kg::mbar_expect_tx(bar_, 32768);
-      kg::tma_load_4d(&v41[0], &tmap2_k, bar_, 0, hk, v42 * 128, b);
-      kg::tma_load_4d(&v41[8192], &tmap2_k, bar_, 64, hk, v42 * 128, b);
+      kg::tma_load_4d(&v54[0], &tmap2_k, bar_, 0, hk, v55 * 128, b);
+      kg::tma_load_4d(&v54[8192], &tmap2_k, bar_, 64, hk, v55 * 128, b);
     }
-    kg_half* v44 = v39;  // spec: 173:19
-    float v45[32];
-    float (&s)[32] = v45;
+    kg_half* v57 = v52;  // spec: 173:19
+    float v58[32];
+    float (&s)[32] = v58;
     {
       const int wg_ = (warp / 4);
-      const uint64_t da_ = kg::wgmma_desc(v6, 16, 1024, 1);
-      const uint64_t db_ = kg::wgmma_desc(v44, 16, 1024, 1);
+      const uint64_t da_ = kg::wgmma_desc(v7, 16, 1024, 1);
+      const uint64_t db_ = kg::wgmma_desc(v57, 16, 1024, 1);
       kg::wgmma_fence();
       KG_FOR(ks, 8) {
         kg::wgmma_m64n64k16_ss<0, 0>(&s[0], da_ + ((ks * 16 / 64 * 4096 + wg_ / 2 * 64 * 64 + (((((ks * 16) >> 3) & 7) ^ ((wg_ / 2 * 64) & 7)) << 3) + ((ks * 16) & 7)) * 2 / 16), db_ + ((ks * 16 / 64 * 8192 + wg_ % 2 * 64 * 64 + (((((ks * 16) >> 3) & 7) ^ ((wg_ % 2 * 64) & 7)) << 3) + ((ks * 16) & 7)) * 2 / 16), (ks > 0));
       }
       kg::wgmma_commit();
     }
-    kg::mbar_wait(&kg_bars[2 + v37 % 2], (v37 / 2) & 1);  // spec: 174:20
-    kg::sync();
-    kg_half* v47 = v12 + v40 % 2 * 16384;  // spec: 167:11
-    if ((v43) && kg::thread_id() == 0) {  // spec: 174:30
-      uint64_t* bar_ = &kg_bars[2 + v40 % 2];
+    kg::mbar_wait(&kg_bars[2 + v50 % 2], (v50 / 2) & 1);  // spec: 174:20
+    kg_half* v60 = v13 + v53 % 2 * 16384;  // spec: 167:11
+    if ((v56) && kg::thread_id() == 0) {  // spec: 174:30
+      uint64_t* bar_ = &kg_bars[2 + v53 % 2];
       kg::fence_proxy_async();
       kg::mbar_expect_tx(bar_, 32768);
-      kg::tma_load_4d(&v47[0], &tmap3_v, bar_, 0, hk, v42 * 128, b);
-      kg::tma_load_4d(&v47[8192], &tmap3_v, bar_, 64, hk, v42 * 128, b);
+      kg::tma_load_4d(&v60[0], &tmap3_v, bar_, 0, hk, v55 * 128, b);
+      kg::tma_load_4d(&v60[8192], &tmap3_v, bar_, 64, hk, v55 * 128, b);
     }
-    kg_half* v48 = v38;
-    float v49[32];
-    float (&dp)[32] = v49;
+    kg_half* v61 = v51;
+    float v62[32];
+    float (&dp)[32] = v62;
     {
       const int wg_ = (warp / 4);
-      const uint64_t da_ = kg::wgmma_desc(v9, 16, 1024, 1);
-      const uint64_t db_ = kg::wgmma_desc(v48, 16, 1024, 1);
+      const uint64_t da_ = kg::wgmma_desc(v10, 16, 1024, 1);
+      const uint64_t db_ = kg::wgmma_desc(v61, 16, 1024, 1);
       kg::wgmma_fence();
       KG_FOR(ks, 8) {
         kg::wgmma_m64n64k16_ss<0, 0>(&dp[0], da_ + ((ks * 16 / 64 * 4096 + wg_ / 2 * 64 * 64 + (((((ks * 16) >> 3) & 7) ^ ((wg_ / 2 * 64) & 7)) << 3) + ((ks * 16) & 7)) * 2 / 16), db_ + ((ks * 16 / 64 * 8192 + wg_ % 2 * 64 * 64 + (((((ks * 16) >> 3) & 7) ^ ((wg_ % 2 * 64) & 7)) << 3) + ((ks * 16) & 7)) * 2 / 16), (ks > 0));
@@ -162,35 +172,41 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg_half* __restrict__ t_q
     }
     kg::wgmma_wait<0>();
     KG_FOR(e, 32) kg::fence_operand(dp[e]);
-    float (&v51)[32] = dp;
+    float (&v64)[32] = dp;
     kg::wgmma_wait<0>();  // spec: 173:19
     KG_FOR(e, 32) kg::fence_operand(s[e]);
-    float (&v52)[32] = s;
-    float v53[32]; KG_FOR(e, 32) v53[e] = v51[e] - v25[e];  // spec: 176:37
-    float v55[32]; KG_FOR(e, 32) v55[e] = v52[e] * scale2;  // spec: 175:37
-    float v56[32]; KG_FOR(e, 32) v56[e] = v55[e] - v29[e];
-    float v57[32]; KG_FOR(e, 32) v57[e] = kg::exp2_(v56[e]);
-    bool v59[2]; KG_FOR(e, 2) v59[e] = lse2[e] > -kg::inf();  // spec: 170:49
-    bool v60[32]; KG_FOR(e, 32) v60[e] = v59[(e >> 1) & 1];
-    int v61[16]; KG_FOR(e, 16) v61[e] = tc1_ + (rc0_(e));  // spec: 169:36
-    const int v62 = j * 128;
-    int cols[16]; KG_FOR(e, 16) cols[e] = v62 + v61[e];
-    bool v65[16]; KG_FOR(e, 16) v65[e] = cols[e] < SK;  // spec: 170:24
-    bool v66[32]; KG_FOR(e, 32) v66[e] = v65[(e & 1) + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
-    bool valid[32]; KG_FOR(e, 32) valid[e] = v66[e] && v60[e];
-    float p[32]; KG_FOR(e, 32) p[e] = valid[e] ? v57[e] : 0.0f;  // spec: 175:19
-    float v69[32]; KG_FOR(e, 32) v69[e] = p[e] * v53[e];  // spec: 176:32
-    kg_half v70[32]; KG_FOR(e, 32) v70[e] = kg::cvt<kg_half>(v69[e]);
-    kg_half* v71 = reinterpret_cast<kg_half*>(smem + 163840);
+    float (&v65)[32] = s;
+    float v66[32]; KG_FOR(e, 32) v66[e] = v64[e] - v35[e];  // spec: 176:37
+    float v68[32]; KG_FOR(e, 32) v68[e] = v65[e] * scale2;  // spec: 175:37
+    float v69[32]; KG_FOR(e, 32) v69[e] = v68[e] - v39[e];
+    float v70[32]; KG_FOR(e, 32) v70[e] = kg::exp2_(v69[e]);
+    const int v71 = SK - SQ;  // spec: 172:71
+    int v72[2]; KG_FOR(e, 2) v72[e] = rows[e] + v71;
+    int v73[32]; KG_FOR(e, 32) v73[e] = v72[(e >> 1) & 1];
+    int v74[16]; KG_FOR(e, 16) v74[e] = tc1_ + (rc0_(e));  // spec: 169:36
+    const int v75 = j * 128;
+    int cols[16]; KG_FOR(e, 16) cols[e] = v75 + v74[e];
+    int v78[32]; KG_FOR(e, 32) v78[e] = cols[(e & 1) + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];  // spec: 172:37
+    bool v79[32]; KG_FOR(e, 32) v79[e] = v78[e] <= v73[e];
+    bool v81[2]; KG_FOR(e, 2) v81[e] = lse2[e] > -kg::inf();  // spec: 170:49
+    bool v82[32]; KG_FOR(e, 32) v82[e] = v81[(e >> 1) & 1];
+    bool v84[16]; KG_FOR(e, 16) v84[e] = cols[e] < SK;
+    bool v85[32]; KG_FOR(e, 32) v85[e] = v84[(e & 1) + ((e >> 2) & 1) * 2 + ((e >> 3) & 1) * 4 + ((e >> 4) & 1) * 8];
+    bool valid[32]; KG_FOR(e, 32) valid[e] = v85[e] && v82[e];
+    bool valid_2[32]; KG_FOR(e, 32) valid_2[e] = valid[e] && v79[e];  // spec: 172:27
+    float p[32]; KG_FOR(e, 32) p[e] = valid_2[e] ? v70[e] : 0.0f;  // spec: 175:19
+    float v89[32]; KG_FOR(e, 32) v89[e] = p[e] * v66[e];  // spec: 176:32
+    kg_half v90[32]; KG_FOR(e, 32) v90[e] = kg::cvt<kg_half>(v89[e]);
+    kg_half* v91 = reinterpret_cast<kg_half*>(smem + 163840);
     kg::sync();
-    KG_FOR_STEP(e, 32, 2) kg::copy_vec<2>(&v71[((tc0_ + ((e >> 1) & 1) * 8) / 8 * 16 + (tc1_ + (rc1_(e))) / 8) * 64 + (tc0_ + ((e >> 1) & 1) * 8) % 8 * 8 + (tc1_ + (rc1_(e))) % 8], &v70[e]);
+    KG_FOR_STEP(e, 32, 2) kg::copy_vec<2>(&v91[((tc0_ + ((e >> 1) & 1) * 8) / 8 * 16 + (tc1_ + (rc1_(e))) / 8) * 64 + (tc0_ + ((e >> 1) & 1) * 8) % 8 * 8 + (tc1_ + (rc1_(e))) % 8], &v90[e]);
     kg::fence_proxy_async();
     kg::sync();
     float (&acc_4)[32] = acc_3;
     {
       const int wg_ = (warp / 4);
-      const uint64_t da_ = kg::wgmma_desc(v71, 128, 2048, 0);
-      const uint64_t db_ = kg::wgmma_desc(v39, 16384, 1024, 1);
+      const uint64_t da_ = kg::wgmma_desc(v91, 128, 2048, 0);
+      const uint64_t db_ = kg::wgmma_desc(v52, 16384, 1024, 1);
       KG_FOR(e, 32) kg::fence_operand(acc_4[e]);
       kg::wgmma_fence();
       KG_FOR(ks, 8) {
@@ -200,20 +216,20 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg_half* __restrict__ t_q
     }
     kg::wgmma_wait<0>();
     KG_FOR(e, 32) kg::fence_operand(acc_4[e]);
-    float (&v73)[32] = acc_4;
+    float (&v93)[32] = acc_4;
 
-    float y0_[32]; KG_FOR(e, 32) y0_[e] = v73[e];
+    float y0_[32]; KG_FOR(e, 32) y0_[e] = v93[e];
     KG_FOR(e, 32) acc_2[e] = y0_[e];
   }
   if (kg::thread_id() == 0) {
-    const int n_ = kg::cdiv(kg::max_(n_kv - 0, 0), 1);
+    const int n_ = kg::cdiv(kg::max_(n_kv_2 - 0, 0), 1);
     if (((n_ + 1) / 2) & 1) kg::mbar_arrive(&kg_bars[4]);
     if (((n_ + 0) / 2) & 1) kg::mbar_arrive(&kg_bars[5]);
     if (((n_ + 1) / 2) & 1) kg::mbar_arrive(&kg_bars[2]);
     if (((n_ + 0) / 2) & 1) kg::mbar_arrive(&kg_bars[3]);
   }
-  float v74[32]; KG_FOR(e, 32) v74[e] = acc_2[e] * softmax_scale;  // spec: 177:40
-  kg_half v75[32]; KG_FOR(e, 32) v75[e] = kg::cvt<kg_half>(v74[e]);
+  float v94[32]; KG_FOR(e, 32) v94[e] = acc_2[e] * softmax_scale;  // spec: 177:40
+  kg_half v95[32]; KG_FOR(e, 32) v95[e] = kg::cvt<kg_half>(v94[e]);
   {
     kg_half* p_ = t_dq + ((int64_t)b * stride_dq_0 + (int64_t)h * stride_dq_2);
     const bool aligned_ = kg::aligned(p_, 4) && KG_STRIDES_MULTIPLE3(dq, 2);
@@ -223,8 +239,8 @@ KG_KERNEL void __launch_bounds__(256) fa2_bwd_dq(const kg_half* __restrict__ t_q
       const int i0_ = t0_ + ((e >> 1) & 1) * 8;
       const int i1_ = t1_ + rc1_(e);
       const int64_t off_ = (int64_t)i0_ * stride_dq_1 + (int64_t)i1_;
-      if (aligned_ && i0_ < (size_SQ)) kg::copy_vec<2>(p_ + off_, &v75[e]);
-      else KG_FOR(v, 2) if (i0_ < (size_SQ)) p_[off_ + v] = v75[e + v];
+      if (aligned_ && i0_ < (size_SQ)) kg::copy_vec<2>(p_ + off_, &v95[e]);
+      else KG_FOR(v, 2) if (i0_ < (size_SQ)) p_[off_ + v] = v95[e + v];
     }
   }
 }

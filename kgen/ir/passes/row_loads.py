@@ -1,0 +1,140 @@
+"""Register loads of a loop body that are too large to prefetch in registers go through shared
+memory, copied a whole iteration ahead.
+
+A loop body that loads a row into registers and computes with it right away waits for global
+memory every iteration. prefetch_loads issues such a load one iteration early into registers,
+but only for tiles of a few registers per thread: attention's backward reads a 64-float row of
+lse and of delta per query block, 16 registers per thread in a wgmma accumulator's column
+layout, and its D=128 dkdv has no 32 registers to spare (docs/PERFORMANCE.md). The load's
+latency then sat in front of every iteration's first product (Nsight Compute: long-scoreboard
+stalls, the kernel's largest). FlashAttention-3 copies these rows into shared memory with the
+tiles they go with.
+
+Where the target copies global memory to shared memory asynchronously (`cp.async`), such a load
+becomes `stage(load)` and a `read_shared` of the staged buffer into the load's layout, at the
+load's place: use_async_copies then makes the stage an asynchronous copy, pipelined one
+iteration ahead into two slots as it does for dot operands, and the read costs one shared load
+per element instead of a global one. The registers are live exactly as before; the buffer
+costs two slots of the row's bytes.
+
+A load qualifies when it is not staged for a dot already (use_async_copies copies those), when
+prefetch_loads would not take it (more registers per thread than its
+tile budget), it sits directly in a loop body with an index the loop can recompute for another
+iteration (async_copy.index_chain), its tensor is not written by the kernel, its tile is one or
+two dims with the tensor's last dim contiguous and whole 16-byte chunks, and it reads zeros out
+of bounds; and when its two slots leave the kernel within the descriptor's shared memory per
+block and holding as many blocks per multiprocessor (the passes up to plan_shared_memory run on
+a copy of the kernel).
+
+It runs only with CompileOptions.shared_row_loads, off by default: on the H200 the attention
+backward at head_dim 64 (whose rows are read after the scores' dot, their latency already
+behind it) and the chunked scan ran 1-3% slower with it, each copy adding a wait and a barrier
+to the loop; at head_dim 128, where lse is the scores' start, the copies' addresses make the
+dkdv kernel spill and the build drops them (docs/PERFORMANCE.md). A producer warpgroup that
+issues the copies would take them off the computing warps' registers.
+"""
+from __future__ import annotations
+
+import copy
+
+from ...hw.descriptor import Target
+from ...options import CompileOptions
+from ..analysis import index_chain
+from ..attrs import attr
+from ..core import ELEM_BYTES, Kernel, Op, Value, walk
+from ...errors import DoesNotFit
+from .async_copy import CHUNK_BYTES
+from .prefetch import prefetch_budget
+
+
+def copy_row_loads(k: Kernel, target: Target, options: CompileOptions) -> Kernel:
+    if not options.shared_row_loads or "cp.async" not in target.async_copy:
+        return k
+    # one at a time, kept where the kernel still fits and holds as many blocks per multiprocessor
+    # as before once the later passes have made their slots and scratch
+    candidates = _candidates(k)
+    if not candidates:
+        return k
+    base = _shared_after_copies(k, target, options)
+    blocks_now = target.lds_bytes_per_cu // max(base, 1)
+    chosen: list[int] = []
+    for at in candidates:
+        trial = copy.deepcopy(k)
+        _apply(trial, chosen + [at])
+        need = _shared_after_copies(trial, target, options)
+        if need <= target.lds_bytes_per_block and target.lds_bytes_per_cu // need >= blocks_now:
+            chosen.append(at)
+    _apply(k, chosen)
+    return k
+
+
+def _shared_after_copies(k: Kernel, target: Target, options: CompileOptions) -> int:
+    """The block's shared bytes as planned by the passes from use_async_copies through
+    plan_shared_memory, run on a copy of the kernel (they add slots, rings and scratch); beyond
+    any limit where the planner refuses it."""
+    from ..pipeline import PASSES  # the pass list imports this pass
+
+    trial, started = copy.deepcopy(k), False
+    for name, run in PASSES:
+        started = started or name == "use_async_copies"
+        if started:
+            try:
+                trial = run(trial, target, options)
+            except DoesNotFit:
+                return target.lds_bytes_per_block + 1
+        if name == "plan_shared_memory":
+            return trial.shared_bytes
+    raise AssertionError("plan_shared_memory is not in the pass list")
+
+
+def _candidates(k: Kernel) -> list[int]:
+    """Walk positions of the loads this pass may copy (_qualifies), loop by loop."""
+    tile_budget, _ = prefetch_budget(k)
+    written = {op.attrs["tensor"] for op in walk(k.body) if op.kind in ("store", "atomic_add")}
+    order = {id(op): i for i, op in enumerate(walk(k.body))}
+    out = []
+    for loop in [op for op in walk(k.body) if op.kind == "for"]:
+        body = loop.body
+        iv = body.args[0]
+        inside = {id(v) for v in body.args} | {id(r) for op in walk(body) for r in op.results}
+        staged = {id(op.operands[0]) for op in walk(body) if op.kind == "stage"}  # use_async_copies' own
+        for load in [op for op in body.ops if op.kind == "load" and id(op.result) not in staged]:
+            if _qualifies(load, written, tile_budget) and index_chain(load.operands, body, iv, inside) is not None:
+                out.append(order[id(load)])
+    return out
+
+
+def _apply(k: Kernel, positions: list[int]) -> None:
+    ops = list(walk(k.body))
+    where = {id(op): loop.body for loop in ops if loop.kind == "for" for op in loop.body.ops}
+    for load in [ops[at] for at in positions]:
+        _through_shared(load, where[id(load)])
+        k.notes.setdefault("row_loads", []).append(
+            f"{load.attrs['tensor']} {'x'.join(map(str, load.result.shape))}: copied an iteration ahead into shared memory")
+
+
+def _qualifies(load: Op, written: set[str], tile_budget: int) -> bool:
+    v = load.result
+    if v.is_scalar or attr(load, "pred") or attr(load, "other") != 0 or load.attrs["tensor"] in written:
+        return False
+    if v.layout.nregs <= tile_budget:  # prefetch_loads holds it in registers instead
+        return False
+    index = load.attrs["index"]
+    tile = [e for e in index if e[0] != "at"]
+    return (len(tile) in (1, 2) and index[-1][0] != "at" and len(v.shape) == len(tile)
+            and (v.shape[-1] * ELEM_BYTES[v.dtype]) % CHUNK_BYTES == 0)
+
+
+def _through_shared(load: Op, body) -> None:
+    """load -> stage(load) and read_shared, the readers reading the read's value."""
+    v = load.result
+    rows, cols = (1, v.shape[0]) if len(v.shape) == 1 else v.shape
+    buf = Value(v.shape, v.dtype, place="shared")
+    stage = Op("stage", [v], [buf], {"role": "row", "inner": 1, "rows": rows, "ld": cols,
+                                     "bytes": rows * cols * ELEM_BYTES[v.dtype], "smem_layout": "rows"}, loc=load.loc)
+    out = Value(v.shape, v.dtype, place="reg", layout=v.layout)
+    read = Op("read_shared", [buf], [out], {}, loc=load.loc)
+    for op in walk(body):
+        op.operands = [out if x is v else x for x in op.operands]
+    at = body.ops.index(load)
+    body.ops[at + 1:at + 1] = [stage, read]

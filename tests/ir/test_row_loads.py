@@ -1,0 +1,94 @@
+"""copy_row_loads (kgen/ir/passes/row_loads.py): loop loads too large to prefetch in registers
+copied an iteration ahead into shared memory and read from there; and the barriers
+(passes/barriers.py) that copies into the next slot and tensor-copy waits no longer need. What
+the kernels compute is checked lane by lane (tests/codegen/test_dot_fragments.py, two_starts)
+and on the GPU by the attention tests."""
+from pathlib import Path
+
+from kgen.driver import compile_kernel
+from kgen.hw.descriptor import load_target
+from kgen.ir.core import walk
+from kgen.options import DEFAULT, CompileOptions
+from kgen.spec.load import load_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+BWD = {"dtype": "bf16", "head_dim": 64, "causal": False, "deterministic": False}
+ROWS = CompileOptions(shared_row_loads=True)
+TILES = {"BLOCK_M": 64, "BLOCK_N": 64, "WARPS": 4}
+
+
+def dkdv(target="sm_90", options=ROWS, variant=BWD, tiles=TILES):
+    return compile_kernel(load_spec(ROOT / "specs/fa2_bwd.yaml"), 1, variant, tiles, load_target(target), options=options)
+
+
+def inner_loop(k):
+    return [op for op in walk(k.body) if op.kind == "for"][-1]
+
+
+def tensor_of(k):
+    """buffer (or slot view) id -> the tensor its copies read."""
+    root = {id(op.result): op.operands[0] for op in walk(k.body) if op.kind == "slot"}
+    copied = {id(root.get(id(op.operands[0]), op.operands[0])): op.attrs["tensor"] for op in walk(k.body) if op.kind == "copy_async"}
+    return lambda v: copied.get(id(root.get(id(v), v)))
+
+
+def test_the_backward_copies_its_lse_and_delta_rows_an_iteration_ahead():
+    k = dkdv()
+    name = tensor_of(k)
+    loop = inner_loop(k)
+    reads = [name(op.operands[0]) for op in loop.body.ops if op.kind == "read_shared"]
+    assert sorted(reads) == ["delta", "lse"] and not any(op.kind == "load" for op in loop.body.ops)
+    rows = [op for op in walk(k.body) if op.kind == "copy_async" and op.attrs["tensor"] in ("lse", "delta")]
+    # one copy of each before the loop (the first query block) and one in it (the next)
+    assert sorted(c.attrs["tensor"] for c in rows) == ["delta", "delta", "lse", "lse"]
+    assert all(c.attrs["shape"] == (1, 64) and c.attrs["pred"] and not c.attrs.get("tma") for c in rows)
+    allocs = [op for op in walk(k.body) if op.kind == "alloc_shared" and name(op.result) in ("lse", "delta")]
+    assert [(a.attrs["slots"], a.attrs["slot_bytes"]) for a in allocs] == [(2, 256), (2, 256)]
+    assert k.notes["row_loads"] == ["lse 64: copied an iteration ahead into shared memory",
+                                    "delta 64: copied an iteration ahead into shared memory"]
+
+
+def test_each_row_is_read_after_the_wait_for_its_copy():
+    k = dkdv()
+    name = tensor_of(k)
+    body = inner_loop(k).body.ops
+    for read in (op for op in body if op.kind == "read_shared"):
+        waits = [i for i, op in enumerate(body[:body.index(read)]) if op.kind == "wait_async" and name(op.operands[0]) == name(read.operands[0])]
+        assert waits, f"no wait for {name(read.operands[0])} before its read"
+
+
+def test_rows_stay_loads_where_there_is_no_async_copy_or_by_default():
+    for k in (dkdv("gfx942", tiles={"BLOCK_M": 64, "BLOCK_N": 32, "WARPS": 4}), dkdv(options=DEFAULT)):
+        assert not any(op.kind == "read_shared" for op in walk(k.body))
+        loads = {op.attrs["tensor"] for op in inner_loop(k).body.ops if op.kind == "load"}
+        assert {"delta", "lse"} <= loads  # (on gfx942 q and do are loaded too, staged_loads.py)
+
+
+def test_loads_that_prefetch_takes_stay_in_registers():
+    """scaled_rev asks for prefetch_loads: its row of scales (4 registers per thread) is issued an
+    iteration ahead into registers, not copied."""
+    ls = load_spec(ROOT / "tests/codegen/specs/scaled_rev.yaml")
+    k = compile_kernel(ls, 0, {"dtype": "bf16"}, {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 16, "WARPS": 4}, load_target("sm_90"),
+                       options=ROWS)
+    assert not any(op.kind == "read_shared" for op in walk(k.body))
+    assert any(op.kind == "load" and op.attrs["tensor"] == "s" and op.attrs.get("pred") for op in walk(k.body))
+
+
+def test_copies_into_the_next_slot_need_no_barrier_after_one_in_the_iteration():
+    """dkdv at head_dim 64: the first wait of the body ends the previous iteration's reads; every
+    copy into the next iteration's slot after it goes without a barrier of its own, reads of
+    this iteration's rows and tiles in between notwithstanding."""
+    k = dkdv()
+    body = inner_loop(k).body.ops
+    first = next(i for i, op in enumerate(body) if op.kind == "wait_async" and op.attrs["barrier"])
+    later = [op for op in body[first:] if op.kind == "copy_async"]
+    assert len(later) == 4 and not any(op.attrs["sync_before"] for op in later)
+
+
+def test_tensor_copy_waits_after_a_barrier_keep_none_but_the_last_keeps_one_if_nothing_follows():
+    """At head_dim 128 (rows loaded, the default) the q wait has the body's first barrier; the do
+    wait after it needs none (each thread waits on the mbarrier itself). The body has barriers
+    after it (the staged ds), so none is added back."""
+    k = dkdv(options=DEFAULT, tiles={"BLOCK_M": 64, "BLOCK_N": 128, "WARPS": 8}, variant={**BWD, "head_dim": 128})
+    waits = [op for op in inner_loop(k).body.ops if op.kind == "wait_async"]
+    assert [(w.attrs["tma"], w.attrs["barrier"]) for w in waits] == [(True, True), (True, False)]
