@@ -122,7 +122,7 @@ def _wait_of(block: Block, read: Op, n: int) -> int | None:
 def _movable(op: Op, written: set[str]) -> bool:
     if op.kind == "load":
         return op.attrs["tensor"] not in written
-    if op.kind in ("read_shared", "wait_async", "copy_async", "slot"):  # a row's read, its copy's wait and next copy
+    if op.kind in ("read_shared", "slot"):  # a copied row's read (its wait and next copy come along, above)
         return True
     return op.kind in MOVABLE and all(r.place == "reg" for r in op.results)
 
