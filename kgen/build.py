@@ -125,24 +125,27 @@ def build_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target, compi
 
 
 def spill_retry_options(target: Target, specialized: bool = False, staged: bool = False,
-                        together: bool = False) -> list[CompileOptions]:
+                        together: bool = False, bulk: bool = False) -> list[CompileOptions]:
     """The forms a spilling kernel is retried in, in order: a `specialized` kernel (one with a
     producer warpgroup, whose computing warps get at most the registers the producer leaves
-    them) without it; one with a dot's start computed `together` with an earlier dot (live one
-    dot longer, ir/passes/dot_issue.py) without that; a `staged` one (loads of the next
-    iteration held in registers across the loop body, ir/passes/staged_loads.py) without those;
-    the same code with the target's frugal register flags (also without bulk reductions); then
-    plain core matrices instead of the swizzle (fewer address registers), then also per-chunk
-    copy addresses (fewer registers kept across loops); then both again with atomic adds per
-    element instead of bulk reductions (passes/bulk_reduce.py: the causal D=128 dkdv has two,
-    and spills with them). A form that would build the same code as the default on this target
-    is left out."""
+    them) without it; one with `bulk` reductions (passes/bulk_reduce.py: the staged tile and its
+    address live across the add) with per-element atomics; one with a dot's start computed
+    `together` with an earlier dot (live one dot longer, ir/passes/dot_issue.py) without that; a
+    `staged` one (loads of the next iteration held in registers across the loop body,
+    ir/passes/staged_loads.py) without those; the same code with the target's frugal register
+    flags; then plain core matrices instead of the swizzle (fewer address registers), then also
+    per-chunk copy addresses (fewer registers kept across loops); then those without bulk
+    reductions. A form that would build the same code as the default on this target is left
+    out."""
     frugal = tuple(target.frugal_register_flags)
-    bulk = target.shared_bulk_fp32_add
     plain = CompileOptions(swizzle=False) if any(mi.shared_swizzle for mi in target.matrix_instrs) else DEFAULT
     forms = [CompileOptions(warp_specialize=False)] if specialized else []
+    if bulk:
+        forms.append(CompileOptions(bulk_reductions=False))
     if together:
         forms.append(CompileOptions(dots_together=False))
+        if bulk:
+            forms.append(CompileOptions(dots_together=False, bulk_reductions=False))
     if staged:
         forms.append(CompileOptions(register_pipeline=False))
     if frugal:
@@ -167,8 +170,9 @@ def _without_spills(ls: LoadedSpec, variant: dict[str, Any], target: Target, tun
         lowered = {replace(DEFAULT, register_flags=()): kernels[i]}
         staged = any(op.kind == "stage_into" for op in walk(kernels[i].body))
         together = any(op.kind == "dot" and op.attrs.get("early_start") for op in walk(kernels[i].body))
+        bulk = any(op.kind == "atomic_add" and "bulk" in op.attrs for op in walk(kernels[i].body))
         for options in spill_retry_options(target, specialized=kernels[i].producer_warps > 0, staged=staged,
-                                           together=together):
+                                           together=together, bulk=bulk):
             how = replace(options, register_flags=())
             if how not in lowered:
                 lowered[how] = compile_kernel(ls, i, variant, tunables, target, options=options)

@@ -1,6 +1,6 @@
-"""One forward and one backward of kgen's flash_attn_func and of SDPA's flash backend on the same
-inputs, between cudaProfilerStart and cudaProfilerStop, for a profiler that starts collecting
-there:
+"""One forward and one backward of kgen's flash_attn_func and of SDPA's flash and cuDNN backends on
+the same inputs, between cudaProfilerStart and cudaProfilerStop, for a profiler that starts
+collecting there:
 
     ncu --clock-control none --profile-from-start off --set full -o fa \\
         python -m kgen.bench.attention_profile [--head-dim 128] [--seqlen 4096] [--causal]
@@ -33,18 +33,20 @@ def main() -> None:
     def kgen_round():
         flash_attn_func(q, k, v, causal=args.causal).backward(dout)
 
-    def fa2_round():
-        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+    def sdpa_round(backend):
+        with sdpa_kernel(backend):
             out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=args.causal)
             out.backward(dout.transpose(1, 2))
 
+    rounds = [kgen_round, lambda: sdpa_round(SDPBackend.FLASH_ATTENTION), lambda: sdpa_round(SDPBackend.CUDNN_ATTENTION)]
+
     for _ in range(3):
-        kgen_round()
-        fa2_round()
+        for r in rounds:
+            r()
     torch.cuda.synchronize()
     torch.cuda.profiler.start()
-    kgen_round()
-    fa2_round()
+    for r in rounds:
+        r()
     torch.cuda.synchronize()
     torch.cuda.profiler.stop()
 

@@ -198,6 +198,11 @@ class Target(_Frozen):
     global_fp32_atomic_add: bool
     global_fp32_atomic_vector: int  # most consecutive fp32 elements one global atomic add takes
     shared_bulk_fp32_add: bool = False  # the copy engine adds fp32 rows from shared to global memory
+    # fp32 bytes per second (TB/s) each reduction path adds into global memory on the whole device,
+    # "atomic" (per-element red/atomic) and "bulk" (shared_bulk_fp32_add), measured under the
+    # contention of the attention backward's dq (kgen/bench/reductions.py); the byte model of
+    # ir/passes/bulk_reduce.py compares them. Empty where not measured.
+    fp32_reduce_tbps: dict[str, float] = {}
     # compiler flags for a kernel that spills: the back end's register-frugal mode, tried (kgen.build)
     # before plainer layouts and smaller tiles
     frugal_register_flags: tuple[str, ...] = ()

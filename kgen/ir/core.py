@@ -141,7 +141,7 @@ class Kernel:
     shared_bytes: int = 0
     notes: dict[str, Any] = field(default_factory=dict)  # decisions recorded for the manifest
     prefetch_loads: bool | int = False  # the spec's per-kernel choice: off, on, or a register budget (passes/prefetch.py)
-    bulk_reductions: bool = False  # the spec's per-kernel choice, for this variant (passes/bulk_reduce.py)
+    bulk_reductions: bool | None = None  # the spec's per-kernel choice for this variant; None: passes/bulk_reduce.py's model
     warp_specialize: bool = False  # the spec's per-kernel choice, for this variant (passes/specialize.py)
     tma_barriers: int = 0  # mbarriers of tensor copies (passes/async_copy.py), 8 bytes each, in shared memory
     tma_barrier_offset: int = 0  # where those mbarriers start in shared memory (passes/memory.py)

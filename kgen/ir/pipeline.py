@@ -28,8 +28,10 @@ The verifier runs after each pass. `kgen inspect` prints the IR after each of th
 """
 from __future__ import annotations
 
+import copy
 from typing import Callable
 
+from ..errors import DoesNotFit
 from ..hw.descriptor import Target
 from ..options import DEFAULT, CompileOptions
 from .core import Kernel, print_kernel
@@ -84,6 +86,23 @@ PASSES: list[tuple[str, Pass]] = [
     ("drop_dead_code", drop_dead_code),
     ("keep_used_arguments", keep_used_arguments),
 ]
+
+
+def planned_shared_bytes(k: Kernel, target: Target, options: CompileOptions, first: str) -> int:
+    """The block's shared bytes as plan_shared_memory places them, the passes from `first` on
+    run on a copy of `k` (a pass that weighs adding shared memory asks this); beyond the
+    target's limit per block where the planner refuses it."""
+    trial, started = copy.deepcopy(k), False
+    for name, run in PASSES:
+        started = started or name == first
+        if started:
+            try:
+                trial = run(trial, target, options)
+            except DoesNotFit:
+                return target.lds_bytes_per_block + 1
+        if name == "plan_shared_memory":
+            return trial.shared_bytes
+    raise AssertionError("plan_shared_memory is not in the pass list")
 
 
 def run_passes(k: Kernel, target: Target, options: CompileOptions = DEFAULT,

@@ -36,10 +36,12 @@ def kernel_ir(ls: LoadedSpec, kernel_index: int, variant: dict[str, Any], tunabl
                   bulk_reductions=bulk, warp_specialize=specialize)
 
 
-def _per_variant(ls: LoadedSpec, kernel_index: int, field: str, constants: dict[str, Any]) -> bool:
+def _per_variant(ls: LoadedSpec, kernel_index: int, field: str, constants: dict[str, Any]) -> bool | None:
     """A kernel's per-variant choice: true, false or an expression of the variant axes and
-    tunables, evaluated for this variant."""
+    tunables, evaluated for this variant; None where the spec leaves it to kgen."""
     value = getattr(ls.spec.kernels[kernel_index], field)
+    if value is None:
+        return None
     if isinstance(value, str):
         try:
             value = eval_expr(value, constants)

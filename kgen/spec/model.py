@@ -85,9 +85,10 @@ class KernelSpec(Strict):
             raise ValueError(f"prefetch_loads {v} is out of range; accepted: true, false or an integer from 1 to 64 "
                              "(elements per thread one loop may prefetch)")
         return v
-    bulk_reductions: bool | str = Field(False, description="fp32 tile atomic adds through shared memory, one bulk "
-                                        "reduction per row, where the target has them (kgen/ir/passes/bulk_reduce.py): "
-                                        "true, false or an expression of the variant axes and tunables")
+    bulk_reductions: bool | str | None = Field(None, description="fp32 tile atomic adds through shared memory, one bulk "
+                                               "reduction per row, where the target has them (kgen/ir/passes/bulk_reduce.py): "
+                                               "true, false or an expression of the variant axes and tunables; absent, "
+                                               "the descriptor's byte model decides per add")
     warp_specialize: bool | str = Field(False, description="loops of tensor copies fed by a producer warpgroup through "
                                         "rings of mbarriers, the computing warps' registers raised, where the target "
                                         "can (kgen/ir/passes/specialize.py): true, false or an expression of the variant "

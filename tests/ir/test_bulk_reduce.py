@@ -1,7 +1,8 @@
 """kgen/ir/passes/bulk_reduce.py: which atomic adds become bulk reductions (the spec's per-kernel
-choice, the target's descriptor), the one shared buffer they get, and the spec error for an
-expression that cannot be evaluated. The emitted code is simulated in
-tests/codegen/test_atomic_dot.py and run on the GPU there and in tests/ops."""
+choice, else the byte model: the descriptor's measured rates and the shared memory the staging
+costs), the one shared buffer they get, and the spec error for an expression that cannot be
+evaluated. The emitted code is simulated in tests/codegen/test_atomic_dot.py and run on the GPU
+there and in tests/ops."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -50,8 +51,37 @@ def test_the_causal_backward_shares_one_buffer_between_its_two_passes():
     adds = _adds(k)
     assert len(adds) == 2 and all("bulk" in a.attrs for a in adds)
     assert adds[0].attrs["smem_offset"] == adds[1].attrs["smem_offset"]
-    plain = compile_kernel(ls, 1, {**variant, "causal": False}, {"BLOCK_M": 64, "BLOCK_N": 64, "WARPS": 4}, load_target("sm_90"))
-    assert not any("bulk" in a.attrs for a in _adds(plain))  # `bulk_reductions: causal`
+
+
+def _unasked(tmp_path, target, **facts):
+    """atomic_dot without the spec's choice, compiled for `target` with `facts` changed."""
+    tg = load_target(target)
+    if facts:
+        tg = tg.model_copy(update=facts)
+    path = tmp_path / "atomic_dot.yaml"
+    path.write_text(ATOMIC_DOT.read_text().replace("    bulk_reductions: true  # where the target has them (sm_90)\n", ""))
+    k = compile_kernel(load_spec(path), 0, {"dtype": "bf16", "n": 64}, TUNABLES, tg)
+    (add,) = _adds(k)
+    return add, k.notes.get("reductions", [])
+
+
+def test_without_the_spec_s_choice_the_faster_path_is_taken(tmp_path):
+    add, why = _unasked(tmp_path, "sm_90")  # the descriptor's measured rates: bulk is faster
+    assert "bulk" in add.attrs and why == ["out (16 rows x 64 fp32 per warp): bulk, 2.62 TB/s against atomics 1.93 TB/s"]
+    add, why = _unasked(tmp_path, "sm_90", fp32_reduce_tbps={"atomic": 3.0, "bulk": 2.5})
+    assert "bulk" not in add.attrs and why == ["out (16 rows x 64 fp32 per warp): atomics, 3.0 TB/s against bulk 2.5 TB/s"]
+    add, why = _unasked(tmp_path, "sm_90", fp32_reduce_tbps={})
+    assert "bulk" not in add.attrs and "no measured rate" in why[0]
+
+
+def test_a_staging_buffer_that_costs_a_block_per_multiprocessor_is_refused(tmp_path):
+    # 4 warps at up to 256 registers: the register file holds 2 blocks. Beside the operands the
+    # 18 KiB staging buffer leaves room for 2 blocks in 64 KiB per multiprocessor (kept), for 1
+    # in 48 KiB, where at least 2 fit without it (refused).
+    add, _ = _unasked(tmp_path, "sm_90", lds_bytes_per_cu=64 * 1024, lds_bytes_per_block=64 * 1024)
+    assert "bulk" in add.attrs
+    add, why = _unasked(tmp_path, "sm_90", lds_bytes_per_cu=48 * 1024, lds_bytes_per_block=48 * 1024)
+    assert "bulk" not in add.attrs and "leaves shared memory for 1 block(s) per multiprocessor, 2 without it" in why[0]
 
 
 def test_an_expression_that_cannot_be_evaluated_is_named(tmp_path):

@@ -42,7 +42,6 @@ from ...options import CompileOptions
 from ..analysis import index_chain
 from ..attrs import attr
 from ..core import ELEM_BYTES, Kernel, Op, Value, walk
-from ...errors import DoesNotFit
 from .async_copy import CHUNK_BYTES
 from .prefetch import prefetch_budget
 
@@ -69,22 +68,11 @@ def copy_row_loads(k: Kernel, target: Target, options: CompileOptions) -> Kernel
 
 
 def _shared_after_copies(k: Kernel, target: Target, options: CompileOptions) -> int:
-    """The block's shared bytes as planned by the passes from use_async_copies through
-    plan_shared_memory, run on a copy of the kernel (they add slots, rings and scratch); beyond
-    any limit where the planner refuses it."""
-    from ..pipeline import PASSES  # the pass list imports this pass
+    """The block's shared bytes once the passes from use_async_copies on have added their slots,
+    rings and scratch (kgen/ir/pipeline.py `planned_shared_bytes`)."""
+    from ..pipeline import planned_shared_bytes  # the pass list imports this pass
 
-    trial, started = copy.deepcopy(k), False
-    for name, run in PASSES:
-        started = started or name == "use_async_copies"
-        if started:
-            try:
-                trial = run(trial, target, options)
-            except DoesNotFit:
-                return target.lds_bytes_per_block + 1
-        if name == "plan_shared_memory":
-            return trial.shared_bytes
-    raise AssertionError("plan_shared_memory is not in the pass list")
+    return planned_shared_bytes(k, target, options, "use_async_copies")
 
 
 def _candidates(k: Kernel) -> list[int]:
