@@ -420,8 +420,9 @@ reference: |
 def test_a_spilling_swizzled_variant_is_retried_with_plain_layouts(monkeypatch):
     """The first tunable choice, swizzled, 'spills' (a stand-in compiler says so for any source
     with a swizzled descriptor, whatever the flags); the build tries the same code with the
-    target's frugal register flags (also without bulk reductions), then keeps those tunables and
-    drops the swizzle rather than moving on to smaller tiles."""
+    target's frugal register flags (not also without bulk reductions: the forward has no atomic
+    adds), then keeps those tunables and drops the swizzle rather than moving on to smaller
+    tiles."""
     import re
 
     swizzled = re.compile(r"wgmma_desc\([^;]*, 1\);")
@@ -438,8 +439,26 @@ def test_a_spilling_swizzled_variant_is_retried_with_plain_layouts(monkeypatch):
     out = kgen.build.build_variant(ls, variant, hopper, compile=True)
     assert out.tunables == kgen.build.tunable_candidates(ls, variant)[0]
     frugal = hopper.frugal_register_flags
-    assert seen == [(True, ()), (True, frugal), (True, frugal), (False, ())]
+    assert seen == [(True, ()), (True, frugal), (False, ())]
     assert not any(swizzled.search(bk.text) for bk in out.kernels)
+
+
+def test_a_kernel_that_spills_with_bulk_reductions_is_retried_with_atomics_first(monkeypatch):
+    """The D=64 dkdv takes bulk reductions by the descriptor's byte model; told that it spills
+    with them, the search builds it again with atomics (the same flags) before any other form."""
+    seen: list[tuple[bool, tuple[str, ...]]] = []
+
+    def fake_compile(bk, target, extra_flags=(), objects=None):
+        seen.append(("bulk_wait_all" in bk.text, tuple(extra_flags)))
+        bk.resources = {"spill_bytes": 64 if seen[-1][0] else 0}
+
+    monkeypatch.setattr(kgen.driver, "compile_built", fake_compile)
+    ls = load_spec(REPO / "specs" / "fa2_bwd.yaml")
+    variant = {"dtype": "bf16", "head_dim": 64, "causal": False, "deterministic": False}
+    out = kgen.build.build_variant(ls, variant, load_target("sm_90"), compile=True)
+    # delta, dkdv and dq as built, then dkdv's retry
+    assert seen == [(False, ()), (True, ()), (False, ()), (False, ())]
+    assert [bk.options.bulk_reductions for bk in out.kernels] == [True, False, True]  # dkdv's retry took atomics
 
 
 def test_a_specialized_kernel_that_spills_is_retried_without_its_producer_first(monkeypatch):
