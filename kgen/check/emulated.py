@@ -28,6 +28,7 @@ from .samples import allocate, check_sizes, random_inputs, scalar_values
 
 # a scalar without a default gets this (softmax_scale-like: away from 0 and 1, which hide errors)
 SCALAR = 0.17
+INT_SCALAR = 3  # an int32 scalar without a default (a window, an offset)
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,8 @@ def check_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target, sizes
     env = {**variant, **built.tunables, **sizes}
     gen = torch.Generator().manual_seed(zlib.crc32(f"{spec.name}-{vid}".encode()))
     inputs = random_inputs(spec, variant, env, gen)
-    scalars = scalar_values(spec, {n: SCALAR for n, p in spec.scalars.items() if p.default is None})
+    scalars = scalar_values(spec, {n: INT_SCALAR if p.dtype == "int32" else SCALAR for n, p in spec.scalars.items()
+                                   if p.default is None})
     inputs = consistent_with_forward(ls, inputs, scalars, variant)
     tensors = {**allocate(spec, variant, env), **inputs}
     copies = {n: t.clone() for n, t in inputs.items()}

@@ -151,15 +151,15 @@ def allocate(spec: Spec | LoadedSpec, variant: dict[str, Any], env: dict[str, An
     return out
 
 
-def scalar_values(spec: Spec | LoadedSpec, scalars: dict[str, float]) -> dict[str, float]:
-    """`scalars` with the spec's defaults filled in."""
+def scalar_values(spec: Spec | LoadedSpec, scalars: dict[str, float]) -> dict[str, float | int]:
+    """`scalars` with the spec's defaults filled in, as the kernels take them (int32 as ints)."""
     s = spec_of(spec)
     out = {}
     for name, p in s.scalars.items():
         if name in scalars:
-            out[name] = float(scalars[name])
+            out[name] = p.value(scalars[name])
         elif p.default is not None:
-            out[name] = float(p.default)
+            out[name] = p.value(p.default)
         else:
             raise ValueError(f"{s.name}: scalar '{name}' has no default; pass a value")
     return out

@@ -34,7 +34,8 @@ BIN_C = {"add": "{a} + {b}", "sub": "{a} - {b}", "mul": "{a} * {b}", "div": "{a}
          "lt": "{a} < {b}", "le": "{a} <= {b}", "gt": "{a} > {b}", "ge": "{a} >= {b}", "eq": "{a} == {b}", "ne": "{a} != {b}",
          "and": "{a} && {b}", "or": "{a} || {b}"}
 UN_C = {"exp": "kg::exp_({a})", "exp2": "kg::exp2_({a})", "log": "kg::log_({a})", "log2": "kg::log2_({a})",
-        "sqrt": "kg::sqrt_({a})", "rsqrt": "kg::rsqrt_({a})", "abs": "kg::abs_({a})", "not": "!{a}"}
+        "sqrt": "kg::sqrt_({a})", "rsqrt": "kg::rsqrt_({a})", "abs": "kg::abs_({a})", "not": "!{a}",
+        **{fn: f"kg::{fn}_({{a}})" for fn in ("sigmoid", "tanh", "erf", "sin", "cos", "floor", "ceil")}}
 REDUCE_C = {"sum": ("0.0f", "{a} + {b}"), "max": ("-kg::inf()", "kg::max_({a}, {b})"), "min": ("kg::inf()", "kg::min_({a}, {b})")}
 # int32 tiles reduce in int (exact): the identities of sum, max and min
 REDUCE_INIT_INT = {"sum": "0", "max": "(-2147483647 - 1)", "min": "2147483647"}

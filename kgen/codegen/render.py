@@ -64,9 +64,11 @@ def kernel_params(k: Kernel, variant: dict[str, Any], half: str | None = None) -
     for s in k.sizes:
         params.append(f"int size_{s}")
         sig += "i"
+    scalar_dtypes = {op.attrs["name"]: op.result.dtype for op in walk(k.body) if op.kind == "scalar_arg"}
     for s in k.scalars:
-        params.append(f"float scalar_{s}")
-        sig += "f"
+        is_int = scalar_dtypes.get(s) == "int32"
+        params.append(f"{'int' if is_int else 'float'} scalar_{s}")
+        sig += "i" if is_int else "f"
     for i, (t, _) in enumerate(tensor_maps(k)):  # encoded by the launcher (kgen.codegen.tma)
         params.append(f"const __grid_constant__ kg::TensorMap {map_param(i, t)}")
         sig += "T"

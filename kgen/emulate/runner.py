@@ -178,7 +178,7 @@ def extent(x: Any) -> int:
 
 
 def run_kernel(bk: Any, grid: tuple[int, ...], tensors: dict[str, Any], sizes: dict[str, int],
-               scalars: dict[str, float]) -> None:
+               scalars: dict[str, float | int]) -> None:
     """Launch `bk` on CPU tensors (contiguous or strided), its arguments taken as a GPU launch
     takes them (kgen.runtime.op): each tensor's pointer and leading strides, then sizes, scalars."""
     args: list[Any] = []
@@ -188,5 +188,6 @@ def run_kernel(bk: Any, grid: tuple[int, ...], tensors: dict[str, Any], sizes: d
         args += [x.data_ptr(), *x.stride()[:-1]]
         regions[name] = (x.data_ptr(), extent(x))
     args += [int(sizes[s]) for s in bk.arguments["sizes"]]
-    args += [float(scalars[s]) for s in bk.arguments["scalars"]]
+    at = len(args)  # the scalars' signature letters: 'i' for int32, 'f' for fp32
+    args += [int(scalars[s]) if bk.signature[at + j] == "i" else float(scalars[s]) for j, s in enumerate(bk.arguments["scalars"])]
     launch(bk, grid, args, regions)

@@ -28,7 +28,8 @@ class Attr:
         return self.default is REQUIRED
 
 
-_FN_UNARY = ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "neg", "not")
+_FN_UNARY = ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "neg", "not", "sigmoid", "tanh", "erf", "sin", "cos",
+             "floor", "ceil")
 _FN_BINARY = ("add", "sub", "mul", "div", "floordiv", "mod", "max", "min", "lt", "le", "gt", "ge", "eq", "ne",
               "and", "or", "pow")
 _LAYOUTS = ("rows", "cores", "sw128")  # staged rows padded by 16 bytes, core matrices, 128-byte swizzle

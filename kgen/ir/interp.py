@@ -20,7 +20,8 @@ TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.flo
                 "int32": torch.int32, "bool": torch.bool}
 
 _UNARY = {"exp": torch.exp, "exp2": torch.exp2, "log": torch.log, "log2": torch.log2, "sqrt": torch.sqrt,
-          "rsqrt": torch.rsqrt, "abs": torch.abs, "not": torch.logical_not}
+          "rsqrt": torch.rsqrt, "abs": torch.abs, "not": torch.logical_not, "sigmoid": torch.sigmoid, "tanh": torch.tanh,
+          "erf": torch.erf, "sin": torch.sin, "cos": torch.cos, "floor": torch.floor, "ceil": torch.ceil}
 _BINARY = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div, "pow": torch.pow,
            "floordiv": lambda a, b: torch.div(a, b, rounding_mode="floor"), "mod": torch.remainder,
            "max": torch.maximum, "min": torch.minimum, "lt": torch.lt, "le": torch.le, "gt": torch.gt,
@@ -56,7 +57,8 @@ class _Program:
         return [torch.tensor(self.sizes[op.attrs["name"]], dtype=torch.int32)]
 
     def op_scalar_arg(self, op, a, env):
-        return [torch.tensor(float(self.scalars[op.attrs["name"]]), dtype=torch.float32)]
+        v = self.scalars[op.attrs["name"]]
+        return [torch.tensor(int(v) if op.result.dtype == "int32" else float(v), dtype=TORCH_DTYPES[op.result.dtype])]
 
     def op_program_id(self, op, a, env):
         return [torch.tensor(self.pid[op.attrs["axis"]], dtype=torch.int32)]

@@ -26,7 +26,7 @@ def kernel_ir(ls: LoadedSpec, kernel_index: int, variant: dict[str, Any], tunabl
         tensors[name] = TensorRef(name, dims, resolve_dtype(t.dtype, variant), writable=t.role != "input")
     line, col = ls.yaml.block_origin(("kernels", kernel_index, "program"))
     body = parse_program(ks.program, Origin(str(ls.path), line, col), constants=constants,
-                         sizes=list(spec.sizes), scalars=list(spec.scalars), tensors=tensors)
+                         sizes=list(spec.sizes), scalars={n: p.dtype for n, p in spec.scalars.items()}, tensors=tensors)
     warps = ks.warps if isinstance(ks.warps, int) else constants.get(ks.warps)
     if not isinstance(warps, int) or warps <= 0 or warps & (warps - 1):
         raise SpecError(f"warps must be a power of two or a tunable's name, got {ks.warps!r}", ls.where("kernels", kernel_index, "warps"))

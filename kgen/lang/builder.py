@@ -14,7 +14,7 @@ from .types import broadcast_shapes, promote
 
 Operand = Union[Value, int, float, bool]
 
-UNARY_FLOAT = {"exp", "exp2", "log", "log2", "sqrt", "rsqrt"}
+UNARY_FLOAT = {"exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sigmoid", "tanh", "erf", "sin", "cos", "floor", "ceil"}
 COMPARE = {"lt", "le", "gt", "ge", "eq", "ne"}
 
 
@@ -189,6 +189,9 @@ def _fold(fn: str, a: Any, b: Any, builder: Builder) -> Any:
         "neg": lambda: -a, "not": lambda: not a, "abs": lambda: abs(a),
         "exp": lambda: math.exp(a), "exp2": lambda: 2.0 ** a, "log": lambda: math.log(a),
         "log2": lambda: math.log2(a), "sqrt": lambda: math.sqrt(a), "rsqrt": lambda: 1 / math.sqrt(a),
+        "sigmoid": lambda: 0.5 * (1 + math.tanh(a / 2)), "tanh": lambda: math.tanh(a), "erf": lambda: math.erf(a),
+        "sin": lambda: math.sin(a), "cos": lambda: math.cos(a), "floor": lambda: float(math.floor(a)),
+        "ceil": lambda: float(math.ceil(a)),
     }
     try:
         return table[fn]()

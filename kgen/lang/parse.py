@@ -1,7 +1,7 @@
 """The tile language: a tile program (Python syntax, parsed with `ast`, never executed) -> IR.
 
 A program sees: its kernel's compile-time constants (variant values, tunables, dtype names,
-`inf`), the spec's runtime sizes (int32) and scalars (fp32), and its tensors, which are only
+`inf`), the spec's runtime sizes (int32) and scalars (fp32 or int32), and its tensors, which are only
 indexed inside load/store/atomic_add. docs/SPEC_LANGUAGE.md describes the language.
 """
 from __future__ import annotations
@@ -30,7 +30,7 @@ class Origin:
 
 
 def parse_program(source: str, origin: Origin, *, constants: dict[str, Any], sizes: list[str],
-                  scalars: list[str], tensors: dict[str, TensorRef]) -> Block:
+                  scalars: dict[str, str], tensors: dict[str, TensorRef]) -> Block:
     try:
         tree = ast.parse(source)
     except SyntaxError as e:
@@ -165,7 +165,7 @@ class _Parser:
             return self.runtime[n]
         if n in self.scalars:
             if n not in self.runtime:
-                self.runtime[n] = self._top_level("scalar_arg", Value((), "fp32", name=n), name=n)
+                self.runtime[n] = self._top_level("scalar_arg", Value((), self.scalars[n], name=n), name=n)
             return self.runtime[n]
         if n in self.tensors:
             return self.tensors[n]

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from .builder import Operand
 
-UNARY_FNS = ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs")
+UNARY_FNS = ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "sigmoid", "tanh", "erf", "sin", "cos", "floor", "ceil")
 
 
 @dataclass(frozen=True)

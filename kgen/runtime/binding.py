@@ -77,7 +77,9 @@ def bind(ls: LoadedSpec, tensors: dict[str, torch.Tensor], variant: dict[str, An
             raise LaunchError(f"{spec.name}: '{name}' must be a tensor, got {type(t).__name__}")
         want = TORCH[resolve_dtype(p.dtype, variant)]
         if t.dtype != want:
-            raise LaunchError(f"{spec.name}: '{name}' has dtype {t.dtype}; this call needs {want} (the dtype of the other inputs)")
+            why = (f"its dtype is the variant axis {p.dtype[1:]}, which '{dtype_axes(ls).get(p.dtype[1:])}' sets"
+                   if p.dtype.startswith("$") else f"the spec declares it {p.dtype}")
+            raise LaunchError(f"{spec.name}: '{name}' has dtype {t.dtype}; this call needs {want} ({why})")
         if t.device != device:
             raise LaunchError(f"{spec.name}: '{name}' is on {t.device}, the other inputs on {device}; put all inputs on one device")
         if t.dim() != len(p.shape):

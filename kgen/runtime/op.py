@@ -88,7 +88,12 @@ class KgenOp:
             values = self.spec.variants.get(n) or self.passed.get(n)
             if n in bound and values is not None:
                 check_option(self.spec.name, n, bound[n], values)  # here: the schema would turn 1 into True
-            if n in bound:
+            if n in bound and n in self.spec.scalars:
+                try:  # here: the schema's int or float would turn it into its own error
+                    out.append(self.spec.scalars[n].value(bound[n]))
+                except ValueError as e:
+                    raise LaunchError(f"{self.spec.name}: scalar '{n}' {e}") from None
+            elif n in bound:
                 out.append(bound[n])
             elif n in self.spec.scalars and self.spec.scalars[n].default is not None:
                 out.append(self.spec.scalars[n].default)
@@ -144,7 +149,7 @@ class KgenOp:
         for rk, grid in plan.kernels:
             args: list[Any] = [a for name in rk.tensors for a in pointers[name]]
             args.extend(plan.sizes[s] for s in rk.sizes)
-            args.extend(float(scalars[s]) for s in rk.scalars)
+            args.extend(self.spec.scalars[s].value(scalars[s]) for s in rk.scalars)
             for key in rk.tensor_maps:
                 if key not in maps:
                     maps[key] = _tensor_map(all_t[key[0]], key[1])
@@ -219,7 +224,8 @@ class KgenOp:
 
     # --- torch.library ---------------------------------------------------------------------------
     def _schema(self) -> str:
-        params = [f"Tensor {n}" for n in self.inputs] + [f"float {n}" for n in self.spec.scalars]
+        params = [f"Tensor {n}" for n in self.inputs]
+        params += [f"{'int' if p.dtype == 'int32' else 'float'} {n}" for n, p in self.spec.scalars.items()]
         for a in self.options + list(self.passed):
             v = (self.spec.variants[a] if a in self.options else self.passed[a])[0]
             kind = "bool" if isinstance(v, bool) else "int" if isinstance(v, int) else "float" if isinstance(v, float) else "str"

@@ -8,7 +8,7 @@ axis that does not exist, a shape naming an undeclared size) run in Spec's model
 from __future__ import annotations
 
 import re
-from typing import Literal, Union
+from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -64,8 +64,23 @@ class TensorParam(Strict):
 
 
 class ScalarParam(Strict):
-    dtype: Literal["fp32"] = "fp32"
-    default: float | None = None
+    dtype: Literal["fp32", "int32"] = "fp32"
+    default: float | int | None = None
+
+    @model_validator(mode="after")
+    def _integral_default(self) -> "ScalarParam":
+        if self.dtype == "int32" and self.default is not None and (isinstance(self.default, bool) or self.default != int(self.default)):
+            raise ValueError(f"an int32 scalar's default must be an integer, got {self.default!r}")
+        return self
+
+    def value(self, given: Any) -> float | int:
+        """`given` as the kernel receives it: an int for an int32 scalar (an integral float is
+        accepted), else a float."""
+        if self.dtype == "int32":
+            if isinstance(given, bool) or not isinstance(given, (int, float)) or given != int(given) or not -2**31 <= given < 2**31:
+                raise ValueError(f"must be an int32 integer, got {given!r}")
+            return int(given)
+        return float(given)
 
 
 class KernelSpec(Strict):

@@ -201,7 +201,8 @@ BAD_CALLS = [
                  "matmul: 'a' has dtype torch.float32; accepted: torch.bfloat16, torch.float16",
                  id="dtype-not-built"),
     pytest.param("rmsnorm", lambda: (_t(5, 37), _t(37, dtype=torch.float16)), {},
-                 "rmsnorm: 'w' has dtype torch.float16; this call needs torch.float32 (the dtype of the other inputs)",
+                 "rmsnorm: 'w' has dtype torch.float16; this call needs torch.float32 (its dtype is the variant axis dtype, "
+                 "which 'x' sets)",
                  id="dtypes-disagree"),
     pytest.param("softmax", lambda: (_t(2, 5, 37),), {},
                  "softmax: 'x' has 3 dims (2, 5, 37); expected 2 dims ['M', 'N']",
@@ -236,6 +237,16 @@ def test_bad_input_is_one_clear_sentence(ops, name, make_args, kwargs, message):
     with pytest.raises(LaunchError) as err:
         ops[name](*make_args(), **kwargs)
     assert str(err.value) == message
+
+
+def test_an_input_of_a_declared_dtype_names_the_declaration():
+    """An int64 index where the spec declares int32 (the error once blamed the other inputs)."""
+    op = kgen.load(Path(__file__).resolve().parents[1] / "codegen" / "specs" / "scalar_ops.yaml")
+    x, scale = torch.randn(5), torch.tensor([1.0, -1.5])
+    with pytest.raises(LaunchError) as err:
+        op(x, torch.arange(5), scale)
+    assert str(err.value) == ("scalar_ops: 'c' has dtype torch.int64; this call needs torch.int32 "
+                              "(the spec declares it int32)")
 
 
 def test_a_tensor_a_map_cannot_describe_is_copied_first():

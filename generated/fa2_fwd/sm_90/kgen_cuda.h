@@ -48,6 +48,14 @@ KG_DEVICE float log2_(float x) { return log2f(x); }
 KG_DEVICE float sqrt_(float x) { return sqrtf(x); }
 KG_DEVICE float rsqrt_(float x) { return rsqrtf(x); }
 KG_DEVICE float pow_(float a, float b) { return powf(a, b); }
+// CUDA's own single-precision functions (2 ulp at most for tanhf and erff; CUDA C++ Programming
+// Guide, "Mathematical Functions"; kgen compiles without --use_fast_math; sin and cos are in
+// kgen_tile.h); sigmoid as 1 / (1 + exp(-x)) with exp_ above: 1 at large x (exp flushes to 0).
+KG_DEVICE float sigmoid_(float x) { return 1.0f / (1.0f + exp_(-x)); }
+KG_DEVICE float tanh_(float x) { return tanhf(x); }
+KG_DEVICE float erf_(float x) { return erff(x); }
+KG_DEVICE float floor_(float x) { return floorf(x); }
+KG_DEVICE float ceil_(float x) { return ceilf(x); }
 KG_DEVICE void atomic_add(float* p, float v) { atomicAdd(p, v); }
 // N consecutive floats (8- or 16-byte aligned) added by one red.global.add.vN.f32 (PTX ISA, red:
 // vector forms need .global and sm_90); the descriptor's global_fp32_atomic_vector allows N > 1

@@ -55,6 +55,62 @@ KG_DEVICE float log_(float x) { return __builtin_logf(x); }
 KG_DEVICE float log2_(float x) { return __builtin_log2f(x); }
 KG_DEVICE float sqrt_(float x) { return __builtin_sqrtf(x); }
 KG_DEVICE float rsqrt_(float x) { return 1.0f / __builtin_sqrtf(x); }
+// No device library is linked (-nogpulib): floor and ceil are the instructions LLVM lowers its
+// intrinsics to (V_FLOOR_F32, V_CEIL_F32); sigmoid, tanh and erf are built from exp (sin and cos
+// are in kgen_tile.h).
+KG_DEVICE float floor_(float x) { return __builtin_floorf(x); }
+KG_DEVICE float ceil_(float x) { return __builtin_ceilf(x); }
+KG_DEVICE float sigmoid_(float x) { return 1.0f / (1.0f + __builtin_expf(-x)); }
+// tanh: below |x| = 0.625 its odd Taylor series to x^21 (coefficients 2^2n (2^2n - 1) B_2n / (2n)!,
+// truncation below 2^-27 relative), above it 1 - 2 / (exp(2|x|) + 1) with x's sign; at most 1.5
+// ulp from tanh in a float32 model of these steps (tests/codegen/test_math.py).
+KG_DEVICE float tanh_(float x) {
+  const float a = __builtin_fabsf(x);
+  if (a < 0.625f) {
+    const float z = x * x;
+    float p = 9.691537956929451e-05f;
+    p = p * z - 0.00023912911424355248f;
+    p = p * z + 0.000590027440945586f;
+    p = p * z - 0.0014558343870513183f;
+    p = p * z + 0.003592128036572481f;
+    p = p * z - 0.008863235529902197f;
+    p = p * z + 0.021869488536155203f;
+    p = p * z - 0.05396825396825397f;
+    p = p * z + 0.13333333333333333f;
+    p = p * z - 0.3333333333333333f;
+    return x * (p * z + 1.0f);
+  }
+  const float r = 1.0f - 2.0f / (__builtin_expf(2.0f * a) + 1.0f);
+  return x < 0.0f ? -r : r;
+}
+// erf: below |x| = 1 its Maclaurin series to x^21 (2 / sqrt(pi) (-1)^n / (n! (2n + 1))), above it
+// 1 - t (a1 + ... + a5 t^4) exp(-x^2), t = 1 / (1 + p |x|) (Abramowitz and Stegun 7.1.26, absolute
+// error 1.5e-7), with x's sign; at most 3 ulp in a float32 model (tests/codegen/test_math.py).
+KG_DEVICE float erf_(float x) {
+  const float a = __builtin_fabsf(x);
+  if (a < 1.0f) {
+    const float z = x * x;
+    float p = 1.4807192815879218e-08f;
+    p = p * z - 1.6365844691234924e-07f;
+    p = p * z + 1.6462114365889246e-06f;
+    p = p * z - 1.492565035840625e-05f;
+    p = p * z + 0.00012055332981789664f;
+    p = p * z - 0.0008548327023450852f;
+    p = p * z + 0.005223977625442188f;
+    p = p * z - 0.026866170645131252f;
+    p = p * z + 0.11283791670955126f;
+    p = p * z - 0.37612638903183754f;
+    return x * (p * z + 1.1283791670955126f);
+  }
+  const float t = 1.0f / (1.0f + 0.3275911f * a);
+  float p = 1.061405429f;
+  p = p * t - 1.453152027f;
+  p = p * t + 1.421413741f;
+  p = p * t - 0.284496736f;
+  p = p * t + 0.254829592f;
+  const float r = 1.0f - p * t * __builtin_expf(-a * a);
+  return x < 0.0f ? -r : r;
+}
 // a ** b as exp2(b * log2 |a|), with C's powf rules for the rest: a negative base takes an
 // integer exponent (odd ones keep the sign; any other exponent gives NaN), and 0 ** 0 is 1
 KG_DEVICE float pow_(float a, float b) {
