@@ -30,6 +30,7 @@ from .ir.core import Kernel, walk
 from .ir.pipeline import run_passes
 from .lang import kernel_ir, resolve_dtype
 from .options import DEFAULT, CompileOptions
+from .paths import display_path
 from .spec.load import LoadedSpec
 
 
@@ -69,7 +70,9 @@ def build_kernel(ls: LoadedSpec, index: int, variant: dict[str, Any], tunables: 
     kernel = lowered if lowered is not None else compile_kernel(ls, index, variant, tunables, target, options=options)
     line, _ = ls.yaml.block_origin(("kernels", index, "program"))
     be, spec_file, half = backend(target.backend), display_path(ls.path), shared_half(ls, kernel, variant)
-    source = render_kernel(kernel, target, spec_file=spec_file, program_line=line, variant=variant, half=half)
+    program_file = display_path(Path(ls.where("kernels", index, "program").file))
+    program_line = line if program_file == spec_file else f"{line} of {program_file}"  # a program the spec extends
+    source = render_kernel(kernel, target, spec_file=spec_file, program_line=program_line, variant=variant, half=half)
     includes: tuple[tuple[str, str], ...] = ()
     if half is not None:  # the body, named by its content, and the unit that compiles it for `half`
         body_file = f"{kernel.name}__{source_digest(source)}{be.body_suffix}"
@@ -121,10 +124,3 @@ def compile_built(bk: BuiltKernel, target: Target, extra_flags: list[str] = (), 
     bk.resources = obj.resources.get(bk.name)
 
 
-def display_path(path: Path) -> str:
-    """The spec's path as written in generated files: relative to the working directory when
-    under it, so generated/ does not depend on where the repository is checked out."""
-    try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)

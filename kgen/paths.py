@@ -24,3 +24,12 @@ def templates_dir() -> Path:
 
 def shipped_specs_dir() -> Path:
     return _packaged("kgen._specs", "specs")
+
+
+def display_path(path: Path) -> str:
+    """A spec's path as written in generated files: relative to the working directory when
+    under it, so generated/ does not depend on where the repository is checked out."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)

@@ -14,6 +14,7 @@ from ..errors import KgenError
 from ..spec.load import LoadedSpec, load_spec
 from ..spec.model import Spec
 from .samples import scalar_values, spec_of
+from .torch_hooks import torch_hooks
 
 
 def bind_sizes(spec: Spec | LoadedSpec, tensors: dict[str, torch.Tensor]) -> dict[str, int]:
@@ -48,7 +49,8 @@ def reference(loaded_spec: LoadedSpec | Spec, inputs: dict[str, Any], *, exact: 
     the others). exact=True converts floating inputs to float64 first (the ground truth);
     exact=False runs the code on the inputs in their own dtype: what PyTorch itself gets for the
     same computation in that precision. The namespace also has `torch`, `math`, the variant's
-    values (as in `if causal:`) and the sizes bound from the input shapes.
+    values (as in `if causal:`), the sizes bound from the input shapes and the spec's hooks as
+    torch functions (kgen/check/torch_hooks.py).
     """
     s = spec_of(loaded_spec)
     tensors = {k: v for k, v in inputs.items() if isinstance(v, torch.Tensor)}
@@ -56,8 +58,16 @@ def reference(loaded_spec: LoadedSpec | Spec, inputs: dict[str, Any], *, exact: 
     ns.update(scalar_values(s, {k: v for k, v in inputs.items() if k in s.scalars}))
     for k, v in tensors.items():
         ns[k] = v.double() if exact and v.dtype.is_floating_point else v
-    with torch.no_grad():
-        exec(compile(s.reference, f"<{s.name} reference>", "exec"), ns)
+    ns.update(torch_hooks(s, ns))
+    # exact: float64 also where torch picks its default dtype (a 0-d float tensor times an integer
+    # tensor, a new tensor made without a dtype)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64 if exact else default)
+    try:
+        with torch.no_grad():
+            exec(compile(s.reference, f"<{s.name} reference>", "exec"), ns)
+    finally:
+        torch.set_default_dtype(default)
     out = {}
     for name in s.outputs():
         if name not in ns or not isinstance(ns[name], torch.Tensor):

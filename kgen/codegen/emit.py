@@ -14,6 +14,7 @@ from typing import Any
 from ..hw.descriptor import Target
 from ..ir.core import ELEM_BYTES, Kernel, Op, Value, use_counts, walk
 from ..layout import broadcast_reg_map, vector_width
+from ..paths import display_path
 from ..ir.analysis import producers
 from ..ir.attrs import attr
 from ..ir.passes.dot_tiling import instr_of
@@ -117,7 +118,7 @@ class Emitter:
         first line names, `file:line:col` in any other (kgen.toolchain.resources reads both)."""
         if self.spec_file is not None and Path(loc.file).resolve() == self.spec_file:
             return f"{loc.line}:{loc.col}"
-        return str(loc)
+        return f"{display_path(Path(loc.file))}:{loc.line}:{loc.col}"
 
     def ctype(self, dtype: str) -> str:
         return ctype(dtype, self.half)

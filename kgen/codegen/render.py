@@ -160,7 +160,7 @@ def name_values(k: Kernel, half: str | None = None) -> None:
     visit(k.body)
 
 
-def render_kernel(k: Kernel, target: Target, *, spec_file: str, program_line: int, variant: dict[str, Any],
+def render_kernel(k: Kernel, target: Target, *, spec_file: str, program_line: int | str, variant: dict[str, Any],
                   half: str | None = None) -> str:
     """The kernel's source: the IR as the passes left it, every choice already recorded in it.
     With `half`, the source is written for any 16-bit float type, spelled HALF_TYPE where the

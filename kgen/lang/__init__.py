@@ -7,7 +7,7 @@ from ..errors import SpecError
 from ..ir.core import Kernel
 from ..spec.expr import eval_expr
 from ..spec.load import LoadedSpec
-from .parse import Origin, parse_program
+from .parse import Hook, Origin, parse_program
 from .terms import TensorRef
 
 
@@ -25,8 +25,10 @@ def kernel_ir(ls: LoadedSpec, kernel_index: int, variant: dict[str, Any], tunabl
         dims = tuple(d if isinstance(d, int) else constants.get(d) for d in t.shape)
         tensors[name] = TensorRef(name, dims, resolve_dtype(t.dtype, variant), writable=t.role != "input")
     line, col = ls.yaml.block_origin(("kernels", kernel_index, "program"))
-    body = parse_program(ks.program, Origin(str(ls.path), line, col), constants=constants,
-                         sizes=list(spec.sizes), scalars={n: p.dtype for n, p in spec.scalars.items()}, tensors=tensors)
+    file = ls.where("kernels", kernel_index, "program").file  # the base's, for a program a spec extends
+    body = parse_program(ks.program, Origin(file, line, col), constants=constants,
+                         sizes=list(spec.sizes), scalars={n: p.dtype for n, p in spec.scalars.items()}, tensors=tensors,
+                         hooks=hooks_of(ls))
     warps = ks.warps if isinstance(ks.warps, int) else constants.get(ks.warps)
     if not isinstance(warps, int) or warps <= 0 or warps & (warps - 1):
         raise SpecError(f"warps must be a power of two or a tunable's name, got {ks.warps!r}", ls.where("kernels", kernel_index, "warps"))
@@ -34,6 +36,20 @@ def kernel_ir(ls: LoadedSpec, kernel_index: int, variant: dict[str, Any], tunabl
     return Kernel(name=f"{spec.name}_{ks.name}", body=body, tensors=dict(spec.tensors), sizes=list(spec.sizes),
                   scalars=list(spec.scalars), num_warps=warps, constants=constants, prefetch_loads=ks.prefetch_loads,
                   bulk_reductions=bulk, warp_specialize=specialize)
+
+
+def hooks_of(ls: LoadedSpec) -> dict[str, Hook]:
+    """The spec's hooks, each with the place of its body (in the file that gave it)."""
+    out = {}
+    for name, h in ls.spec.hooks.items():
+        path = ("hooks", name, "body")
+        loc = ls.where(*path)
+        if path in ls.yaml.block_scalars:
+            line, col = ls.yaml.block_origin(path)
+        else:  # a one-line body: where its text starts (0-based column, as a block's indent)
+            line, col = loc.line, loc.col - 1
+        out[name] = Hook(tuple(h.args), h.body, Origin(loc.file, line, col))
+    return out
 
 
 def _per_variant(ls: LoadedSpec, kernel_index: int, field: str, constants: dict[str, Any]) -> bool | None:

@@ -253,3 +253,8 @@ _HANDLERS = {
     **{fn: _unary(fn) for fn in UNARY_FNS},
     **{fn: _reduce(fn) for fn in REDUCE},
 }
+
+
+def is_builtin(name: str) -> bool:
+    """Whether `name` is a function of the tile language (a hook may not take its name)."""
+    return name in _HANDLERS or name in ("load", "store", "atomic_add", "range")

@@ -13,7 +13,7 @@ from typing import Any
 from ..errors import SourceLoc, SpecError
 from ..ir.core import DTYPES, Block, Op, Value
 from .builder import Builder, Operand
-from .calls import call
+from .calls import call, is_builtin
 from .terms import TensorRef, _DType
 
 
@@ -29,19 +29,30 @@ class Origin:
     col: int
 
 
+@dataclass(frozen=True)
+class Hook:
+    """A spec's hook (docs/SPEC_LANGUAGE.md, "Hooks and extends"): inlined at each call, its body
+    seeing its arguments and the program's constants, sizes, scalars and tensors, never the
+    caller's other names."""
+
+    args: tuple[str, ...]
+    body: str
+    origin: Origin
+
+
 def parse_program(source: str, origin: Origin, *, constants: dict[str, Any], sizes: list[str],
-                  scalars: dict[str, str], tensors: dict[str, TensorRef]) -> Block:
+                  scalars: dict[str, str], tensors: dict[str, TensorRef], hooks: dict[str, Hook] | None = None) -> Block:
     try:
         tree = ast.parse(source)
     except SyntaxError as e:
         raise SpecError(f"tile program: {e.msg}", SourceLoc(origin.file, origin.line + (e.lineno or 1) - 1, origin.col + (e.offset or 1))) from None
-    p = _Parser(origin, constants, sizes, scalars, tensors)
+    p = _Parser(origin, constants, sizes, scalars, tensors, hooks or {})
     p.statements(tree.body)
     return p.b.blocks[0]
 
 
 class _Parser:
-    def __init__(self, origin: Origin, constants, sizes, scalars, tensors):
+    def __init__(self, origin: Origin, constants, sizes, scalars, tensors, hooks: dict[str, Hook]):
         self.b = Builder()
         self.origin = origin
         self.env: dict[str, Any] = {"inf": float("inf"), "True": True, "False": False}
@@ -49,6 +60,12 @@ class _Parser:
         self.env.update({k: (_DType(v) if isinstance(v, str) and v in DTYPES else v) for k, v in constants.items()})
         self.sizes, self.scalars, self.tensors = sizes, scalars, tensors
         self.runtime: dict[str, Value] = {}
+        self.globals = dict(self.env)  # what a hook's body sees besides its arguments
+        self.hooks, self.inlining = hooks, []
+        for name, hook in hooks.items():
+            if is_builtin(name):
+                raise SpecError(f"hook '{name}' has the name of a function of the tile language; give it another",
+                                SourceLoc(hook.origin.file, hook.origin.line, hook.origin.col + 1))
 
     # --- positions -------------------------------------------------------------------------------
     def at(self, node: ast.AST) -> None:
@@ -224,10 +241,36 @@ class _Parser:
         if isinstance(node, ast.Subscript):
             return self.subscript(node)
         if isinstance(node, ast.Call):
+            if isinstance(node.func, ast.Name) and node.func.id in self.hooks and node.func.id not in self.env:
+                return self.call_hook(node)
             return call(self, node)
         if isinstance(node, ast.Tuple):
             return tuple(self.expr(e) for e in node.elts)
         raise self.fail(node, f"'{type(node).__name__}' expressions are not part of the tile language")
+
+    def call_hook(self, node: ast.Call) -> Any:
+        """A hook's body inlined: its arguments evaluated here, its statements and `return`
+        expression parsed at the hook's own place in the spec."""
+        name = node.func.id
+        hook = self.hooks[name]
+        if node.keywords or len(node.args) != len(hook.args):
+            raise self.fail(node, f"{name} takes {len(hook.args)} arguments ({', '.join(hook.args)}), got "
+                                  f"{len(node.args) + len(node.keywords)}")
+        if name in self.inlining:
+            raise self.fail(node, f"hook {name} calls itself (through {' -> '.join(self.inlining)})")
+        values = [self.expr(a) for a in node.args]
+        body = _hook_body(name, hook)
+        saved = (self.env, self.origin)
+        self.env, self.origin = {**self.globals, **dict(zip(hook.args, values))}, hook.origin
+        self.inlining.append(name)
+        try:
+            self.statements(body[:-1])
+            self.at(body[-1])
+            return self.expr(body[-1].value)
+        finally:
+            self.env, self.origin = saved
+            self.inlining.pop()
+            self.at(node)
 
     def operand(self, node: ast.expr, x: Any) -> Operand:
         if isinstance(x, (_DType, TensorRef, tuple)):
@@ -267,6 +310,32 @@ class _Parser:
         if axis != len(out.shape):
             raise self.fail(node, f"index has {axis} entries for a {len(out.shape)}D result")
         return out
+
+
+def _hook_body(name: str, hook: Hook) -> list[ast.stmt]:
+    """A hook's statements, the last a `return`: an expression body becomes `return <it>`."""
+    def at(line: int, col: int) -> SourceLoc:
+        return SourceLoc(hook.origin.file, hook.origin.line + line - 1, hook.origin.col + col)
+    try:
+        expr = ast.parse(hook.body.strip(), mode="eval")
+        ret = ast.Return(value=expr.body)
+        ast.copy_location(ret, expr.body)
+        return [ret]
+    except SyntaxError:
+        pass
+    try:
+        stmts = ast.parse(hook.body).body
+    except SyntaxError as e:
+        raise SpecError(f"hook {name}: {e.msg}", at(e.lineno or 1, e.offset or 1)) from None
+    if not stmts or not isinstance(stmts[-1], ast.Return) or stmts[-1].value is None:
+        last = stmts[-1] if stmts else None
+        raise SpecError(f"hook {name}: a body of statements ends with `return <expression>`",
+                        at(getattr(last, "lineno", 1), getattr(last, "col_offset", 0) + 1))
+    for s in stmts[:-1]:
+        for sub in ast.walk(s):
+            if isinstance(sub, ast.Return):
+                raise SpecError(f"hook {name}: `return` only as the body's last statement", at(sub.lineno, sub.col_offset + 1))
+    return stmts
 
 
 def _assigned_names(body: list[ast.stmt]) -> list[str]:

@@ -45,9 +45,13 @@ class LoadedSpec:
         return [v for v in self.variants() if all(str(v[a]).lower() == t for a, t in wanted.items())]
 
 
+# the fields a spec that extends another merges key by key with its base's; the others replace
+MERGED_FIELDS = ("variants", "tensors", "scalars", "tunables", "hooks", "autograd")
+
+
 def load_spec(path: str | Path) -> LoadedSpec:
     path = Path(path)
-    doc = read_yaml(path)
+    doc = _read_extended(path, ())
     if not isinstance(doc.data, dict):
         raise SpecError("a spec must be a YAML mapping with the fields kgen, name, summary, tensors, kernels, reference", doc.where(()))
     try:
@@ -55,6 +59,52 @@ def load_spec(path: str | Path) -> LoadedSpec:
     except ValidationError as e:
         raise _spec_error(e, doc) from None
     return LoadedSpec(spec=spec, path=path, yaml=doc)
+
+
+def _read_extended(path: Path, chain: tuple[Path, ...]) -> PositionedYaml:
+    """The spec file's YAML, merged onto its base's (and theirs) where it has `extends:`."""
+    doc = read_yaml(path)
+    data = doc.data
+    if not isinstance(data, dict) or "extends" not in data:
+        return doc
+    base_name, where = data["extends"], doc.where(("extends",))
+    if not isinstance(base_name, str) or not base_name.endswith((".yaml", ".yml")):
+        raise SpecError(f"extends: give the base spec's file, relative to this one, got {base_name!r}", where)
+    base_path = path.parent / base_name
+    if base_path.resolve() == path.resolve() or base_path.resolve() in chain:
+        raise SpecError(f"extends: {base_name} extends itself", where)
+    if not base_path.is_file():
+        raise SpecError(f"extends: cannot read {base_name} (no such file beside this spec)", where)
+    if "name" not in data:
+        raise SpecError("a spec that extends another needs its own name (its op's name)", doc.where(()))
+    base = _read_extended(base_path, chain + (path.resolve(),))
+    if not isinstance(base.data, dict):
+        raise SpecError(f"extends: {base_name} is not a spec (a YAML mapping)", where)
+    _complete_hooks(doc, base, base_name)
+    return doc.merged_onto(base, MERGED_FIELDS)
+
+
+def _complete_hooks(doc: PositionedYaml, base: PositionedYaml, base_name: str) -> None:
+    """A derived spec's hook overrides as full declarations: `name: body` (or a mapping without
+    `args`) takes the base's args; a hook the base does not declare, or other args, is an error."""
+    hooks = doc.data.get("hooks")
+    if not isinstance(hooks, dict):
+        return
+    declared = base.data.get("hooks") if isinstance(base.data.get("hooks"), dict) else {}
+    for name, value in hooks.items():
+        here = doc.where(("hooks", name, "<key>"))
+        if name not in declared:
+            known = ", ".join(declared) or "none"
+            raise SpecError(f"hooks: '{name}' is not a hook of {base_name}; its hooks: {known}", here)
+        args = declared[name].get("args") if isinstance(declared[name], dict) else None
+        if isinstance(value, str):
+            hooks[name] = {"args": args, "body": value}
+            doc.alias(("hooks", name), ("hooks", name, "body"))
+        elif isinstance(value, dict):
+            if "args" in value and value["args"] != args:
+                shown = ", ".join(map(str, args or []))
+                raise SpecError(f"hooks: '{name}' takes ({shown}) in {base_name}; an override keeps them", here)
+            hooks[name] = {"args": args, **value}
 
 
 def variant_id(variant: dict[str, Scalar]) -> str:

@@ -125,6 +125,25 @@ class KernelSpec(Strict):
         return v
 
 
+class HookSpec(Strict):
+    """A named function the spec's programs call and a spec that extends it may override
+    (docs/SPEC_LANGUAGE.md, "Hooks and extends")."""
+
+    args: list[str] = Field(description="its parameters' names")
+    body: str = Field(min_length=1, description="a tile-language expression, or statements that end in "
+                      "`return <expression>`, over its parameters and the spec's sizes, scalars, tensors and constants")
+
+    @field_validator("args")
+    @classmethod
+    def _args(cls, v: list[str]) -> list[str]:
+        for a in v:
+            if not re.match(IDENT, a):
+                raise ValueError(f"hook argument '{a}' is not an identifier")
+        if len(set(v)) != len(v):
+            raise ValueError(f"hook arguments repeat: {', '.join(v)}")
+        return v
+
+
 class Autograd(Strict):
     backward: str = Field(description="the backward spec's file, relative to this spec")
     saves: list[str] = Field(default_factory=list, description="tensors of the forward that the backward reads")
@@ -146,6 +165,10 @@ class Spec(Strict):
     kernels: list[KernelSpec] = Field(min_length=1)
     reference: str = Field(description="PyTorch code computing the outputs from the inputs, for tests")
     autograd: Autograd | None = None
+    hooks: dict[str, HookSpec] = Field(default_factory=dict, description="named functions the programs and the "
+                                       "reference call, which a spec that extends this one may override")
+    extends: str | None = Field(None, description="the spec this one extends (a path relative to this file); "
+                                "kgen.spec.load merges the two before validating")
 
     @field_validator("variants")
     @classmethod

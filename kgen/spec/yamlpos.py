@@ -22,7 +22,8 @@ class PositionedYaml:
         self.text = text
         self.lines = text.splitlines()
         self.positions: dict[Path_, SourceLoc] = {}
-        self.block_scalars: dict[Path_, int] = {}  # path -> first content line (1-based) of `|` blocks
+        # path -> (first content line (1-based) of a `|` block, the lines of the file it is in)
+        self.block_scalars: dict[Path_, tuple[int, list[str]]] = {}
         try:
             node = yaml.compose(text, Loader=yaml.SafeLoader)
             self.data = yaml.safe_load(text)
@@ -36,7 +37,7 @@ class PositionedYaml:
     def _walk(self, node: yaml.Node, path: Path_) -> None:
         self.positions[path] = SourceLoc(self.file, node.start_mark.line + 1, node.start_mark.column + 1)
         if isinstance(node, yaml.ScalarNode) and node.style in ("|", ">"):
-            self.block_scalars[path] = node.start_mark.line + 2
+            self.block_scalars[path] = (node.start_mark.line + 2, self.lines)
         if isinstance(node, yaml.MappingNode):
             seen: dict[Any, SourceLoc] = {}
             for key, value in node.value:
@@ -51,6 +52,36 @@ class PositionedYaml:
             for i, item in enumerate(node.value):
                 self._walk(item, path + (i,))
 
+    def merged_onto(self, base: "PositionedYaml", maps: tuple[str, ...]) -> "PositionedYaml":
+        """This document over `base` (a spec that extends another): each top-level field of this
+        one replaces the base's, except the `maps`, merged key by key (this one's keys win). Every
+        value keeps the position in the file it came from; `text` is both files', so that a
+        change to either is a change to the spec."""
+        out = PositionedYaml.__new__(PositionedYaml)
+        out.file, out.lines = self.file, self.lines
+        out.text = f"{base.text}\n# extended by {self.file}\n{self.text}"
+        data, replaced = dict(base.data), []
+        for key, value in self.data.items():
+            if key in maps and isinstance(value, dict) and isinstance(data.get(key), dict):
+                data[key] = {**data[key], **value}
+                replaced += [(key, k) for k in value]
+            else:
+                data[key] = value
+                replaced.append((key,))
+        out.data = data
+
+        def kept(table: dict) -> dict:
+            return {p: v for p, v in table.items() if not any(p[:len(r)] == r for r in replaced)}
+        out.positions = {**kept(base.positions), **self.positions}
+        out.block_scalars = {**kept(base.block_scalars), **self.block_scalars}
+        return out
+
+    def alias(self, src: Path_, dst: Path_) -> None:
+        """Record `src`'s position (and block) also for `dst`: a value the loader moved."""
+        for table in (self.positions, self.block_scalars):
+            for p in [p for p in table if p[:len(src)] == src]:
+                table[dst + p[len(src):]] = table[p]
+
     def where(self, path: Path_) -> SourceLoc | None:
         """The position of `path`, or of its closest recorded ancestor."""
         path = tuple(path)
@@ -63,10 +94,10 @@ class PositionedYaml:
     def block_origin(self, path: Path_) -> tuple[int, int]:
         """(line, col) in the file of line 1, col 0 of a block scalar's content (`program: |`)."""
         if path in self.block_scalars:
-            first = self.block_scalars[path]
-            while first <= len(self.lines) and not self.lines[first - 1].strip():
+            first, lines = self.block_scalars[path]
+            while first <= len(lines) and not lines[first - 1].strip():
                 first += 1
-            text = self.lines[first - 1] if first <= len(self.lines) else ""
+            text = lines[first - 1] if first <= len(lines) else ""
             indent = len(text) - len(text.lstrip(" "))
             return first, indent
         loc = self.where(path)

@@ -89,7 +89,7 @@ def test_unknown_field_lists_the_accepted_ones(tmp_path):
 def test_unknown_top_level_field(tmp_path):
     p, e = error_of(tmp_path, BASE.replace("sizes: [M, N]\n", "sizes: [M, N]\nsize: [K]\n"))
     assert str(e) == (f"{p}:7:1: unknown field 'size'; accepted: kgen, name, summary, variants, exclude, sizes, "
-                      "scalars, tensors, constraints, tunables, kernels, reference, autograd")
+                      "scalars, tensors, constraints, tunables, kernels, reference, autograd, hooks, extends")
 
 
 def test_missing_field(tmp_path):
@@ -261,8 +261,8 @@ def test_unknown_function(tmp_path):
         store(y[rows, block(0, BLOCK_N)], softmax(t).to(dtype))
     """))
     assert str(e) == (f"{p}:17:41: unknown function 'softmax'; the tile language has: abs, arange, atomic_add, "
-                      "block, cdiv, cumsum, dot, exp, exp2, full, load, log, log2, max, maximum, min, minimum, program_id, "
-                      "rsqrt, sqrt, store, sum, where, zeros")
+                      "block, cdiv, ceil, cos, cumsum, dot, erf, exp, exp2, floor, full, load, log, log2, max, maximum, min, "
+                      "minimum, program_id, rsqrt, sigmoid, sin, sqrt, store, sum, tanh, where, zeros")
 
 
 def test_unknown_name(tmp_path):
