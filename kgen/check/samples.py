@@ -49,12 +49,17 @@ def tile_extents(ls: LoadedSpec, variant: dict[str, Any], tunables: dict[str, in
 def check_sizes(ls: LoadedSpec, variant: dict[str, Any], tunables: dict[str, int],
                 given: dict[str, int] | None = None) -> dict[str, int]:
     """Sizes for a check: `given`, and for each other size of tile extent b > 1 the ragged
-    b + b // 2 + 1 (two blocks of the largest tile, the second partial; more of smaller ones),
+    b + b // 2 + 1 (two blocks of the largest tile, the second partial; more of smaller ones), a
+    size a variant axis buckets (`buckets`) three quarters of the way into the variant's bucket,
     2 for a size only indexed at a point; `A % B == 0` makes A = 2 B between two sizes (grouped
     heads) and rounds A up to a multiple of a constant B; `NAME == expr` defines NAME. Then the
     spec's constraints must hold (a ValueError naming the one that does not)."""
     spec = ls.spec
     sizes = dict(given or {})
+    for axis, s in spec.buckets.items():  # inside this variant's bucket, above the one before it
+        values = spec.variants[axis]
+        below = max([v for v in values if v < variant[axis]], default=0)
+        sizes.setdefault(s, max(below + 1, variant[axis] * 3 // 4 + 1))
     for s, b in tile_extents(ls, variant, tunables).items():
         sizes.setdefault(s, b + b // 2 + 1 if b > 1 else 2)
     env = {**variant, **tunables}

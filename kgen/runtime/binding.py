@@ -29,7 +29,9 @@ def choose_variant(ls: LoadedSpec, tensors: dict[str, torch.Tensor], options: di
     variant = {}
     for axis, values in spec.variants.items():
         decider = dtype_axes(ls).get(axis)
-        if decider is not None:
+        if axis in spec.buckets:
+            variant[axis] = bucket_of(ls, tensors, axis)
+        elif decider is not None:
             dt = NAMES.get(tensors[decider].dtype)
             if dt not in values:
                 raise LaunchError(f"{spec.name}: '{decider}' has dtype {tensors[decider].dtype}; accepted: "
@@ -46,6 +48,20 @@ def choose_variant(ls: LoadedSpec, tensors: dict[str, torch.Tensor], options: di
         if all(variant[a] == v for a, v in ex.items()):
             raise LaunchError(f"{spec.name}: the combination {ex} is not built")
     return variant
+
+
+def bucket_of(ls: LoadedSpec, tensors: dict[str, torch.Tensor], axis: str) -> int:
+    """The value of a bucketed axis (the spec's `buckets`) for the inputs: its smallest value at
+    least the size, read off the first input dim of that size."""
+    spec, size = ls.spec, ls.spec.buckets[axis]
+    n = axis_from_shape(spec, tensors, size, None)
+    if n is None:
+        raise LaunchError(f"{spec.name}: size {size} is not given by any input tensor")
+    for v in spec.variants[axis]:
+        if n <= v:
+            return v
+    raise LaunchError(f"{spec.name}: {size} = {n} is above the largest bucket of {axis}; accepted: {size} <= "
+                      f"{spec.variants[axis][-1]}")
 
 
 def check_option(op: str, axis: str, value: Any, values: list[Any]) -> None:

@@ -60,7 +60,8 @@ class KgenOp:
         self._emulated_builds: dict[str, Any] = {}
         self.inputs = ls.spec.inputs()
         self.outputs = ls.spec.outputs()
-        self.options = [a for a in ls.spec.variants if a not in dtype_axes(ls)]
+        # the variant axes a call may name: not those an input's dtype or a size's bucket decides
+        self.options = [a for a in ls.spec.variants if a not in dtype_axes(ls) and a not in ls.spec.buckets]
         # backward variant axes this forward takes as arguments only to hand them to its
         # backward (autograd.options), with the values the backward accepts
         self.passed = dict(passed or {})

@@ -165,6 +165,9 @@ class Spec(Strict):
     kernels: list[KernelSpec] = Field(min_length=1)
     reference: str = Field(description="PyTorch code computing the outputs from the inputs, for tests")
     autograd: Autograd | None = None
+    buckets: dict[str, str] = Field(default_factory=dict, description="variant axis -> size: at a call the axis "
+                                    "takes its smallest value at least the size (integers, ascending), so that "
+                                    "programs may size tiles by it (a row in registers up to the bucket)")
     hooks: dict[str, HookSpec] = Field(default_factory=dict, description="named functions the programs and the "
                                        "reference call, which a spec that extends this one may override")
     extends: str | None = Field(None, description="the spec this one extends (a path relative to this file); "
@@ -184,6 +187,16 @@ class Spec(Strict):
     def _cross_refs(self) -> "Spec":
         if not any(t.role == "output" for t in self.tensors.values()):
             raise FieldError(("tensors",), "a spec needs at least one tensor with role: output")
+        for axis, size in self.buckets.items():
+            values = self.variants.get(axis)
+            if values is None:
+                raise FieldError(("buckets", axis, "<key>"), f"buckets: '{axis}' is not a variant axis; axes: "
+                                 f"{', '.join(self.variants) or 'none'}")
+            if size not in self.sizes:
+                raise FieldError(("buckets", axis), f"buckets: '{size}' is not a size; sizes: {', '.join(self.sizes) or 'none'}")
+            if any(isinstance(v, bool) or not isinstance(v, int) or v <= 0 for v in values) or values != sorted(set(values)):
+                raise FieldError(("variants", axis), f"variant axis '{axis}' buckets size {size}: its values must be "
+                                 f"positive integers in ascending order, got {values}")
         check_references(self, DTYPE_NAMES)
         return self
 
