@@ -14,7 +14,7 @@ from ..errors import KgenError
 from ..spec.load import LoadedSpec, load_spec
 from ..spec.model import Spec
 from .samples import scalar_values, spec_of
-from .torch_hooks import torch_hooks
+from .torch_hooks import grad, torch_hooks
 
 
 def bind_sizes(spec: Spec | LoadedSpec, tensors: dict[str, torch.Tensor]) -> dict[str, int]:
@@ -50,7 +50,7 @@ def reference(loaded_spec: LoadedSpec | Spec, inputs: dict[str, Any], *, exact: 
     exact=False runs the code on the inputs in their own dtype: what PyTorch itself gets for the
     same computation in that precision. The namespace also has `torch`, `math`, the variant's
     values (as in `if causal:`), the sizes bound from the input shapes and the spec's hooks as
-    torch functions (kgen/check/torch_hooks.py).
+    torch functions, with `grad(hook, i)` (kgen/check/torch_hooks.py).
     """
     s = spec_of(loaded_spec)
     tensors = {k: v for k, v in inputs.items() if isinstance(v, torch.Tensor)}
@@ -58,7 +58,8 @@ def reference(loaded_spec: LoadedSpec | Spec, inputs: dict[str, Any], *, exact: 
     ns.update(scalar_values(s, {k: v for k, v in inputs.items() if k in s.scalars}))
     for k, v in tensors.items():
         ns[k] = v.double() if exact and v.dtype.is_floating_point else v
-    ns.update(torch_hooks(s, ns))
+    if s.hooks:
+        ns.update(torch_hooks(s, ns), grad=grad)
     # exact: float64 also where torch picks its default dtype (a 0-d float tensor times an integer
     # tensor, a new tensor made without a dtype)
     default = torch.get_default_dtype()

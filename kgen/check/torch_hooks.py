@@ -4,7 +4,8 @@ same body text, read with torch's meaning of the tile language's functions.
 A hook body is Python syntax over tiles (docs/SPEC_LANGUAGE.md, "Hooks and extends"); on torch
 tensors `and`, `or` and `not` are the elementwise &, | and ~ the tile language means, `load(t[i])`
 is `t[i]` (the reference holds whole tensors, so an index tensor gathers), each function is its
-torch namesake, and a hook returns a tensor even where its body is a constant.
+torch namesake, a hook returns a tensor even where its body is a constant, and `grad(hook, i)` is
+torch.autograd's derivative.
 """
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ LANGUAGE = {
     "cdiv": lambda a, b: -(-a // b), "rsqrt": _unary(torch.rsqrt), "abs": _unary(torch.abs),
     **{fn: _unary(getattr(torch, fn)) for fn in ("exp", "exp2", "log", "log2", "sqrt", "sigmoid", "tanh", "erf", "sin",
                                                   "cos", "floor", "ceil")},
+    "grad": lambda fn, wrt: grad(fn, wrt),
     "inf": math.inf, "fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "int32": torch.int32,
 }
 
@@ -71,9 +73,29 @@ def torch_hooks(spec: Spec, namespace: dict[str, Any]) -> dict[str, Callable]:
         module = ast.fix_missing_locations(_Elementwise().visit(ast.Module(body=[fn], type_ignores=[])))
         exec(compile(module, f"<{spec.name} hook {name}>", "exec"), scope)
         out[name] = _tensor_result(scope[name])
+        out[name].args = tuple(hook.args)
+    scope.update(out)  # hooks call hooks
     return out
+
+
+def grad(fn: Callable, wrt: int | str) -> Callable:
+    """The tile language's `grad(hook, i)` in a reference: the derivative by torch.autograd (not by
+    kgen/lang/derivative.py, which it checks), elementwise at the arguments' shapes."""
+    i = fn.args.index(wrt) if isinstance(wrt, str) else wrt
+
+    def d(*args):
+        args = list(args)
+        x = _t(args[i]).detach().double().requires_grad_(True)
+        args[i] = x
+        with torch.enable_grad():
+            y = _t(fn(*args))
+            g = torch.autograd.grad(y.sum(), x, allow_unused=True)[0] if y.requires_grad else None
+        return torch.zeros_like(x) if g is None else g
+    return d
 
 
 def _tensor_result(fn: Callable) -> Callable:
     """`fn` returning a tensor even where its body is a constant (`mask_mod: "True"`)."""
-    return lambda *args: _t(fn(*args))
+    def hook(*args):
+        return _t(fn(*args))
+    return hook

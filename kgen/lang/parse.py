@@ -14,6 +14,7 @@ from ..errors import SourceLoc, SpecError
 from ..ir.core import DTYPES, Block, Op, Value
 from .builder import Builder, Operand
 from .calls import call, is_builtin
+from .derivative import NotDifferentiable, derivative_body
 from .terms import TensorRef, _DType
 
 
@@ -243,6 +244,8 @@ class _Parser:
         if isinstance(node, ast.Call):
             if isinstance(node.func, ast.Name) and node.func.id in self.hooks and node.func.id not in self.env:
                 return self.call_hook(node)
+            if isinstance(node.func, ast.Call) and isinstance(node.func.func, ast.Name) and node.func.func.id == "grad":
+                return self.call_grad(node)
             return call(self, node)
         if isinstance(node, ast.Tuple):
             return tuple(self.expr(e) for e in node.elts)
@@ -252,14 +255,38 @@ class _Parser:
         """A hook's body inlined: its arguments evaluated here, its statements and `return`
         expression parsed at the hook's own place in the spec."""
         name = node.func.id
+        return self.inline(node, name, self.hooks[name], _hook_body(name, self.hooks[name]))
+
+    def call_grad(self, node: ast.Call) -> Any:
+        """`grad(hook, i)(args)`: the derivative of a hook with respect to its argument i (an
+        index or the argument's name), inlined as a hook (kgen/lang/derivative.py)."""
+        spec = node.func
+        if (spec.keywords or len(spec.args) != 2 or not isinstance(spec.args[0], ast.Name)
+                or spec.args[0].id not in self.hooks or not isinstance(spec.args[1], ast.Constant)):
+            raise self.fail(spec, "grad() takes a hook and the index or name of one of its arguments: "
+                                  f"grad(score_mod, 0); hooks: {', '.join(self.hooks) or 'none'}")
+        name, which = spec.args[0].id, spec.args[1].value
         hook = self.hooks[name]
+        wrt = hook.args.index(which) if which in hook.args else which
+        if isinstance(wrt, bool) or not isinstance(wrt, int) or not 0 <= wrt < len(hook.args):
+            raise self.fail(spec, f"grad({name}, {which!r}): {name} takes ({', '.join(hook.args)}); give an index "
+                                  f"from 0 to {len(hook.args) - 1} or one of those names")
+        try:
+            body = derivative_body(_hook_body(name, hook), hook.args, wrt, set(self.hooks))
+        except NotDifferentiable as e:
+            self.origin = hook.origin
+            raise self.fail(e.node, f"grad({name}, {which!r}): {e}") from None
+        return self.inline(node, f"grad({name}, {wrt})", hook, body)
+
+    def inline(self, node: ast.Call, name: str, hook: Hook, body: list[ast.stmt]) -> Any:
+        """`body` (statements ending in `return`) evaluated with `hook`'s arguments bound to the
+        call's, at the hook's place in the spec."""
         if node.keywords or len(node.args) != len(hook.args):
             raise self.fail(node, f"{name} takes {len(hook.args)} arguments ({', '.join(hook.args)}), got "
                                   f"{len(node.args) + len(node.keywords)}")
         if name in self.inlining:
             raise self.fail(node, f"hook {name} calls itself (through {' -> '.join(self.inlining)})")
         values = [self.expr(a) for a in node.args]
-        body = _hook_body(name, hook)
         saved = (self.env, self.origin)
         self.env, self.origin = {**self.globals, **dict(zip(hook.args, values))}, hook.origin
         self.inlining.append(name)
