@@ -53,6 +53,10 @@ class Builder:
     def binary(self, fn: str, a: Operand, b: Operand) -> Operand:
         if not isinstance(a, Value) and not isinstance(b, Value):
             return _fold(fn, a, b, self)
+        # `t and True`, `t or False`: t itself (a hook that is true everywhere adds no op)
+        for x, y in ((a, b), (b, a)):
+            if isinstance(y, bool) and isinstance(x, Value) and x.dtype == "bool" and y == (fn == "and") and fn in ("and", "or"):
+                return x
         da = a.dtype if isinstance(a, Value) else None
         db = b.dtype if isinstance(b, Value) else None
         a = self.as_value(a, db)

@@ -148,15 +148,16 @@ def test_prefetches_keep_the_prologue_order():
 
 
 def _late_arithmetic(k) -> list[str]:
-    """Register arithmetic with something other than register arithmetic between it and its
-    first reader in the same block (a dot, load, copy or barrier it could have waited behind)."""
+    """Tile arithmetic in registers with something other than register arithmetic between it and
+    its first reader in the same block (a dot, load, copy or barrier it could have waited behind).
+    Scalars (loop bounds derived from a mask) hold one register each and are left out."""
     from kgen.ir.core import blocks
     from kgen.ir.passes.sink import MOVABLE, _reads
 
     found = []
     for block in blocks(k.body):
         for i, op in enumerate(block.ops):
-            if op.kind not in MOVABLE or any(r.place != "reg" for r in op.results):
+            if op.kind not in MOVABLE or any(r.place != "reg" for r in op.results) or all(not r.shape for r in op.results):
                 continue
             mine = {r.id for r in op.results}
             for later in block.ops[i + 1:]:

@@ -1,0 +1,81 @@
+"""block_phases' interval analysis (kgen/lang/mask_bounds.py) against brute force: for masks in
+the shapes attention variants take (causal, windows, prefix-LM, equality, negation, conditions
+on one index alone, terms it cannot bound), every visible position lies in a block the phases
+cover, every block called whole is visible for every row of the span, and for the affine masks
+the covered blocks are exactly the visible ones."""
+from __future__ import annotations
+
+import ast
+import itertools
+import random
+
+import pytest
+
+from kgen.lang import mask_bounds as mb
+
+SCALARS = {"SQ": 50, "SK": 70, "window": 9, "prefix": 13}
+
+
+def _eval(e: ast.expr | None, env: dict) -> int:
+    fns = {"minimum": min, "maximum": max, "where": lambda c, a, b: a if c else b, "cdiv": lambda a, b: -(-a // b),
+           "load": lambda x: 0}
+    return eval(compile(ast.Expression(ast.fix_missing_locations(e)), "<bound>", "eval"), fns, dict(env))
+
+
+def _static(e: ast.expr):
+    try:
+        v = _eval(e, dict(SCALARS, causal=True))
+    except NameError:
+        return None
+    return v if isinstance(v, (int, bool)) else None
+
+
+MASKS = {  # name: (body over q, k; exact: the covered blocks are exactly those with a visible pair)
+    "all": ("True", True),
+    "causal": ("k <= q + (SK - SQ)", True),
+    "causal_if": ("k <= q + (SK - SQ) if causal else True", True),
+    "window": ("k <= q and q - k <= window", True),
+    "two_sided": ("k >= q - window and k <= q + 3", True),
+    "prefix_lm": ("k <= q or k < prefix", True),
+    "equal": ("k == q", True),
+    "not_causal": ("not (k > q)", True),
+    "not_equal": ("k != q", False),
+    "rows_after": ("q >= prefix and k <= q", False),
+    "scaled": ("2 * k <= q", False),
+    "loaded": ("load(k) == load(q)", False),
+    "negated_window": ("not (k > q or q - k > window)", True),
+}
+
+
+def _visible(body: str, q: int, k: int) -> bool:
+    return bool(eval(body, {"load": lambda x: x // 16}, dict(SCALARS, causal=True, q=q, k=k)))
+
+
+@pytest.mark.parametrize("name", sorted(MASKS))
+@pytest.mark.parametrize("free", ["k", "q"])
+def test_phases_cover_every_visible_pair_and_whole_blocks_are_whole(name, free):
+    body, exact = MASKS[name]
+    fixed = "q" if free == "k" else "k"
+    expr = mb.expand([ast.Return(value=ast.parse(body, mode="eval").body)],
+                     {free: ast.Name(id=mb.FREE, ctx=ast.Load()), fixed: ast.Name(id=mb.FIXED, ctx=ast.Load())}, {}, _static)
+    possible, sure = mb.visible(expr, _static)
+    rng = random.Random(len(name))
+    n = SCALARS["SK"] if free == "k" else SCALARS["SQ"]
+    n_fixed = SCALARS["SQ"] if free == "k" else SCALARS["SK"]
+    for block, span_len in itertools.product((8, 16), (1, 8, 16)):
+        ends = mb.block_range(possible, sure, block, ast.Name(id="N", ctx=ast.Load()))
+        for lo in [0, n_fixed - span_len] + [rng.randrange(0, n_fixed - span_len + 1) for _ in range(6)]:
+            env = {mb.FIXED_LO: lo, mb.FIXED_HI: lo + span_len - 1, "N": n, **SCALARS}
+            got = {k: _eval(e, env) for k, e in ends.items()}
+            first, end = got["first"], got["end"]
+            # no full_end: no whole blocks; no full_first: they start at first
+            full_first, full_end = (got.get("full_first", first), got["full_end"]) if "full_end" in got else (first, first)
+            assert 0 <= first <= end <= -(-n // block) and first <= full_first <= full_end <= end
+            ys = range(lo, lo + span_len)
+            pair = (lambda x, y: _visible(body, y, x)) if free == "k" else (lambda x, y: _visible(body, x, y))
+            seen_blocks = {x // block for x in range(n) if any(pair(x, y) for y in ys)}
+            assert all(first <= j < end for j in seen_blocks), (name, lo, block, got, sorted(seen_blocks))
+            for j in range(full_first, full_end):
+                assert (j + 1) * block <= n and all(pair(x, y) for x in range(j * block, (j + 1) * block) for y in ys), (name, lo, j, got)
+            if exact and seen_blocks:
+                assert (first, end) == (min(seen_blocks), max(seen_blocks) + 1), (name, lo, block, got)
