@@ -25,6 +25,18 @@ def _op(name: str):
     return load(shipped_specs_dir() / f"{name}.yaml")
 
 
+@lru_cache(maxsize=None)
+def _variant(op_name: str):
+    """The op of a spec in specs/variants, by its op name."""
+    from ..runtime.op import load
+    from ..spec.load import load_spec
+
+    for path in sorted((shipped_specs_dir() / "variants").glob("*.yaml")):
+        if load_spec(path).spec.name == op_name:
+            return load(path)
+    raise AttributeError(f"kgen.ops: no spec in specs/variants is named '{op_name}'")
+
+
 def __getattr__(name: str) -> Any:
     if name.startswith("_") or not (shipped_specs_dir() / f"{name}.yaml").is_file():
         raise AttributeError(f"kgen.ops has no op '{name}'; shipped: {', '.join(available())}")

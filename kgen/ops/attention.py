@@ -1,12 +1,15 @@
-"""`flash_attn_func`: attention with flash-attn's calling convention over the fa2_fwd spec.
+"""`flash_attn_func`: attention with flash-attn's calling convention over the fa2_fwd spec and
+the variants that extend it (specs/variants: window_size, softcap, alibi_slopes).
 
-Checks the arguments (one sentence per mistake, before any launch), picks the variant from the
-head dim and the flags, and calls the spec's op; autograd comes from the spec's pairing with
-fa2_bwd, which receives `deterministic` through the forward (spec field autograd.options).
+Checks the arguments (one sentence per mistake, before any launch), picks the spec from the
+keywords and the variant from the head dim and the flags, and calls the spec's op; autograd
+comes from the spec's pairing with fa2_bwd (a variant's backward is derived from it with the
+same hooks), which receives `deterministic` through the forward (spec field autograd.options).
 """
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
@@ -43,23 +46,78 @@ def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         raise LaunchError(f"flash_attn_func: q has {h} heads and k {k.shape[2]}; the query heads must be a multiple of the key/value heads")
 
 
+VARIANTS = ("fa2_window", "fa2_softcap", "fa2_alibi")  # specs/variants, by op name
+
+
+def _window(window_size: Any, causal: bool, sq: int, sk: int) -> tuple[int, int] | None:
+    """flash-attn's window_size=(left, right) as the window spec's scalars (-1: no limit, which
+    the mask bounds by every key; causal: right = 0), or None for no window."""
+    if (not isinstance(window_size, (tuple, list)) or len(window_size) != 2
+            or any(isinstance(w, bool) or not isinstance(w, int) or w < -1 for w in window_size)):
+        raise LaunchError(f"flash_attn_func: window_size is {window_size!r}; accepted: (left, right), each -1 (no limit) "
+                          "or a number of keys >= 0")
+    left, right = window_size
+    if causal:
+        right = 0 if right == -1 else min(right, 0)
+    if left == -1 and right == -1:
+        return None
+    if causal and left == -1:
+        return None  # the causal mask itself
+    unlimited = sq + sk
+    return (unlimited if left == -1 else left), (unlimited if right == -1 else right)
+
+
+def _slopes(alibi_slopes: Any, q: torch.Tensor) -> torch.Tensor:
+    b, h = q.shape[0], q.shape[2]
+    if not isinstance(alibi_slopes, torch.Tensor) or alibi_slopes.dtype != torch.float32 or tuple(alibi_slopes.shape) not in ((h,), (b, h)):
+        got = f"{alibi_slopes.dtype} {tuple(alibi_slopes.shape)}" if isinstance(alibi_slopes, torch.Tensor) else type(alibi_slopes).__name__
+        raise LaunchError(f"flash_attn_func: alibi_slopes is {got}; accepted: a torch.float32 tensor of shape ({h},) or ({b}, {h})")
+    if alibi_slopes.device != q.device:
+        raise LaunchError(f"flash_attn_func: alibi_slopes is on {alibi_slopes.device} and q on {q.device}; they must be on one device")
+    return alibi_slopes.expand(b, h).contiguous()
+
+
 def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-                    softmax_scale: float | None = None, deterministic: bool = False) -> torch.Tensor:
+                    softmax_scale: float | None = None, deterministic: bool = False,
+                    window_size: tuple[int, int] = (-1, -1), softcap: float = 0.0,
+                    alibi_slopes: torch.Tensor | None = None) -> torch.Tensor:
     """softmax(q k^T * softmax_scale) v for q (B, SQ, H, D), k and v (B, SK, HKV, D); returns
-    (B, SQ, H, D). softmax_scale defaults to 1/sqrt(D); causal masks align to the bottom-right."""
+    (B, SQ, H, D). softmax_scale defaults to 1/sqrt(D); causal masks align to the bottom-right.
+    As flash-attn: window_size=(left, right) lets query i see keys i + SK - SQ - left to
+    i + SK - SQ + right (-1: no limit); softcap > 0 maps each scaled score s to
+    softcap * tanh(s / softcap); alibi_slopes (H,) or (B, H) fp32 adds -slope * |i + SK - SQ - j|.
+    One of the three at a time."""
     _check(q, k, v)
     d = q.shape[-1]
     scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(d)
     if not (scale > 0 and math.isfinite(scale)):  # the spec takes row maxima of unscaled scores
         raise LaunchError(f"flash_attn_func: softmax_scale is {softmax_scale}; accepted: a positive finite number (default 1/sqrt(head_dim))")
-    # the op's schema: inputs, scalars, variant options, then what autograd hands the backward
-    o, _lse = torch.ops.kgen.fa2_fwd(q, k, v, scale, d, bool(causal), bool(deterministic))
+    window = _window(window_size, bool(causal), q.shape[1], k.shape[1])
+    if isinstance(softcap, bool) or not isinstance(softcap, (int, float)) or not (softcap >= 0 and math.isfinite(softcap)):
+        raise LaunchError(f"flash_attn_func: softcap is {softcap!r}; accepted: 0 (none) or a positive finite number")
+    asked = [n for n, on in (("window_size", window is not None), ("softcap", softcap > 0), ("alibi_slopes", alibi_slopes is not None)) if on]
+    if len(asked) > 1:
+        raise LaunchError(f"flash_attn_func: {' and '.join(asked)} together are not built yet; pass one of them "
+                          "(each is a spec in specs/variants)")
+    # each op's schema: inputs, scalars, variant options, then what autograd hands the backward
+    common = dict(softmax_scale=scale, head_dim=d, causal=bool(causal), deterministic=bool(deterministic))
+    if window is not None:
+        common["causal"] = False  # the window's right edge is the causal mask
+        o, _lse = torch.ops.kgen.fa2_window(q, k, v, window_left=window[0], window_right=window[1], **common)
+    elif softcap > 0:
+        o, _lse = torch.ops.kgen.fa2_softcap(q, k, v, softcap=float(softcap), **common)
+    elif alibi_slopes is not None:
+        o, _lse = torch.ops.kgen.fa2_alibi(q, k, v, _slopes(alibi_slopes, q), **common)
+    else:
+        o, _lse = torch.ops.kgen.fa2_fwd(q, k, v, scale, d, bool(causal), bool(deterministic))
     return o
 
 
 def _register() -> None:
     """Define kgen::fa2_fwd (and its backward) now, outside any torch.compile trace: loading a
     spec reads files, which dynamo cannot trace."""
-    from . import _op
+    from . import _op, _variant
 
     _op("fa2_fwd")
+    for name in VARIANTS:
+        _variant(name)

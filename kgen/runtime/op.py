@@ -20,7 +20,7 @@ from ..hw.descriptor import Target, load_target
 from ..knobs import knobs
 from ..lang import kernel_ir, resolve_dtype
 from ..spec.expr import eval_expr
-from ..spec.load import LoadedSpec, load_spec
+from ..spec.load import LoadedSpec, backward_spec, load_spec
 from ..spec.pairing import check_pairing
 from .binding import TORCH, axis_from_shape, bind, check_option, choose_variant, dtype_axes, output_shape
 
@@ -338,7 +338,7 @@ def load(path: str | Path, *, target: str | None = None, emulate: bool = False) 
         op = KgenOp(ls, emulated=emulated)
         _forbid_backward(op)
     else:
-        bwd_ls = load_spec(ls.path.parent / ls.spec.autograd.backward)
+        bwd_ls = backward_spec(ls)
         check_pairing(ls, bwd_ls)
         passed = {}
         for i, axis in enumerate(ls.spec.autograd.options):

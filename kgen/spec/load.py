@@ -81,7 +81,71 @@ def _read_extended(path: Path, chain: tuple[Path, ...]) -> PositionedYaml:
     if not isinstance(base.data, dict):
         raise SpecError(f"extends: {base_name} is not a spec (a YAML mapping)", where)
     _complete_hooks(doc, base, base_name)
-    return doc.merged_onto(base, MERGED_FIELDS)
+    merged = doc.merged_onto(base, MERGED_FIELDS)
+    autograd = merged.data.get("autograd")
+    if "autograd" not in data and isinstance(autograd, dict) and isinstance(autograd.get("saves"), list):
+        # the base's backward, derived for this spec (backward_spec), receives the inputs it adds
+        added = [n for n in _added_inputs(doc, base) if n not in autograd["saves"]]
+        merged.data["autograd"] = {**autograd, "saves": autograd["saves"] + added}
+    return merged
+
+
+def _added_inputs(doc: PositionedYaml, base: PositionedYaml) -> list[str]:
+    tensors = doc.data.get("tensors") if isinstance(doc.data.get("tensors"), dict) else {}
+    have = base.data.get("tensors") if isinstance(base.data.get("tensors"), dict) else {}
+    return [n for n, t in tensors.items() if n not in have and isinstance(t, dict) and t.get("role", "input") == "input"]
+
+
+def backward_spec(ls: LoadedSpec) -> LoadedSpec:
+    """The backward spec of `ls` (which has `autograd`): the file `autograd.backward` names,
+    relative to the file that gave it. When that file is a base `ls` extends, the backward is
+    derived: the base's backward extended by what the files between add (docs/SPEC_LANGUAGE.md,
+    "Attention variants"): their hook bodies, scalars, input tensors and values of the variant
+    axes the backward has, under the name `<name>_bwd`. So a variant is one file, forward and
+    backward taking the same hooks."""
+    given = ls.where("autograd", "backward")
+    giver = Path(given.file) if given is not None else ls.path
+    path = giver.parent / ls.spec.autograd.backward
+    overlays: list[PositionedYaml] = []
+    here = ls.path
+    while here.resolve() != giver.resolve():
+        doc = read_yaml(here)
+        overlays.insert(0, doc)
+        here = here.parent / doc.data["extends"]
+    if not overlays:
+        return load_spec(path)
+    if not path.is_file():
+        raise SpecError(f"autograd.backward: cannot read {ls.spec.autograd.backward} (no such file beside "
+                        f"{giver.name})", given)
+    merged = _read_extended(path, ())
+    for doc in overlays:
+        merged = _backward_overlay(doc, merged, ls.spec.name).merged_onto(merged, MERGED_FIELDS)
+    try:
+        spec = Spec.model_validate(merged.data)
+    except ValidationError as e:
+        raise _spec_error(e, merged) from None
+    return LoadedSpec(spec=spec, path=ls.path, yaml=merged)
+
+
+def _backward_overlay(doc: PositionedYaml, backward: PositionedYaml, name: str) -> PositionedYaml:
+    """The part of a derived forward's file that its derived backward takes."""
+    bwd = backward.data
+    mine = doc.data
+    out = PositionedYaml.__new__(PositionedYaml)
+    out.file, out.text, out.lines = doc.file, doc.text, doc.lines
+    out.positions, out.block_scalars = dict(doc.positions), dict(doc.block_scalars)
+    data: dict[str, Any] = {"name": f"{name}_bwd", "summary": f"The backward of {name}, derived from {Path(backward.file).name}."}
+    if isinstance(mine.get("hooks"), dict) and isinstance(bwd.get("hooks"), dict):
+        data["hooks"] = {k: v for k, v in mine["hooks"].items() if k in bwd["hooks"]}
+    if isinstance(mine.get("scalars"), dict):
+        data["scalars"] = dict(mine["scalars"])
+    if isinstance(mine.get("tensors"), dict):
+        data["tensors"] = {k: v for k, v in mine["tensors"].items() if isinstance(v, dict) and v.get("role", "input") == "input"}
+    if isinstance(mine.get("variants"), dict) and isinstance(bwd.get("variants"), dict):
+        data["variants"] = {k: v for k, v in mine["variants"].items() if k in bwd["variants"]}
+    out.data = data
+    _complete_hooks(out, backward, Path(backward.file).name)
+    return out
 
 
 def _complete_hooks(doc: PositionedYaml, base: PositionedYaml, base_name: str) -> None:

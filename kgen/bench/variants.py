@@ -1,0 +1,115 @@
+"""Benchmark kgen's attention variants (specs/variants, through flash_attn_func's keywords)
+against FlexAttention on the same masks and score modifications, in one process.
+
+    python -m kgen.bench.variants [--json out.json] [--seqlens 2048,8192] [--head-dims 64,128]
+
+bf16, B*S = 16384 tokens, H*D = 2048, as kgen.bench.attention. FlexAttention is compiled with
+torch.compile, its block mask made by create_block_mask once per shape (outside the timing), its
+score_mod the same function. Times: median CUDA-event time (triton.testing.do_bench), the
+backward as torch.autograd.grad(out, (q, k, v), dout). FLOPs count only the visible (query, key)
+pairs: 4*D per pair forward, 2.5x that backward. Before timing, kgen's output and gradients are
+compared with Flex's (relative error).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+import torch
+
+from .attention import _bench, rel_err
+
+WINDOW = (1024, 0)  # left, right: a causal window of 1024 keys, as Mistral's
+SOFTCAP = 30.0  # Gemma 2's attention softcap
+PREFIX = 0.25  # prefix-LM: the first quarter of the sequence is seen by every query
+
+
+def cases(s: int, h: int):
+    """(label, kgen keywords, causal, Flex mask_mod or None, Flex score_mod or None, visible(i, j))."""
+    slopes = torch.tensor([2 ** (-8 * (i + 1) / h) for i in range(h)], device="cuda", dtype=torch.float32)
+    left, right = WINDOW
+    prefix = int(s * PREFIX)
+    return [
+        ("window", {"window_size": WINDOW}, False,
+         lambda b, hh, i, j: (j >= i - left) & (j <= i + right), None,
+         lambda i, j: (j >= i - left) & (j <= i + right)),
+        ("softcap causal", {"softcap": SOFTCAP}, True, lambda b, hh, i, j: j <= i,
+         lambda score, b, hh, i, j: SOFTCAP * torch.tanh(score / SOFTCAP), lambda i, j: j <= i),
+        ("alibi causal", {"alibi_slopes": slopes}, True, lambda b, hh, i, j: j <= i,
+         lambda score, b, hh, i, j: score - slopes[hh] * (i - j).abs(), lambda i, j: j <= i),
+        ("prefix-lm", {"window_size": (-1, -1), "_prefix": prefix}, False,
+         lambda b, hh, i, j: (j < prefix) | (j <= i), None, lambda i, j: (j < prefix) | (j <= i)),
+    ]
+
+
+def _visible_pairs(visible, s: int) -> int:
+    i = torch.arange(s, device="cuda")[:, None]
+    total = 0
+    for j0 in range(0, s, 4096):  # in slabs, not an S x S tensor at once
+        j = torch.arange(j0, min(j0 + 4096, s), device="cuda")[None, :]
+        total += int(visible(i, j).sum())
+    return total
+
+
+def _kgen(kw: dict, causal: bool):
+    from kgen.ops import _variant, flash_attn_func
+
+    if "_prefix" in kw:  # not a flash-attn keyword: the prefix-LM spec's op directly
+        op, prefix = _variant("fa2_prefix_lm"), kw["_prefix"]
+        return lambda q, k, v: op(q, k, v, softmax_scale=1 / math.sqrt(q.shape[-1]), prefix=prefix)[0]
+    return lambda q, k, v: flash_attn_func(q, k, v, causal=causal, **kw)
+
+
+def _flex(mask_mod, score_mod, s: int):
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    torch._dynamo.config.cache_size_limit = 256
+    compiled = torch.compile(flex_attention, dynamic=False)
+    block_mask = create_block_mask(mask_mod, None, None, s, s)
+    return lambda q, k, v: compiled(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), score_mod=score_mod,
+                                    block_mask=block_mask).transpose(1, 2)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--seqlens", default="2048,8192")
+    ap.add_argument("--head-dims", default="64,128")
+    args = ap.parse_args()
+    rows = []
+    print(f"{'case':16} {'D':>4} {'S':>6}  {'kgen fwd':>9} {'flex fwd':>9} {'ratio':>6}  {'kgen bwd':>9} {'flex bwd':>9} {'ratio':>6}"
+          "  (TFLOP/s on visible pairs; ratio = Flex time / kgen time)")
+    for d in map(int, args.head_dims.split(",")):
+        for s in map(int, args.seqlens.split(",")):
+            b, h = 16384 // s, 2048 // d
+            gen = torch.Generator(device="cuda").manual_seed(0)
+            q, k, v, dout = (torch.randn(b, s, h, d, device="cuda", generator=gen, dtype=torch.bfloat16) for _ in range(4))
+            q, k, v = (t.requires_grad_() for t in (q, k, v))
+            for label, kw, causal, mask_mod, score_mod, visible in cases(s, h):
+                flops = 4 * b * h * d * _visible_pairs(visible, s)
+                row = {"case": label, "head_dim": d, "seqlen": s}
+                outs = {}
+                for name, fn in (("kgen", _kgen(kw, causal)), ("flex", _flex(mask_mod, score_mod, s))):
+                    out = fn(q, k, v)
+                    outs[name] = (out, torch.autograd.grad(out, (q, k, v), dout, retain_graph=True))
+                    row[f"{name}_fwd_ms"] = _bench(lambda: fn(q, k, v))
+                    row[f"{name}_bwd_ms"] = _bench(lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True))
+                row["rel_err_out"] = rel_err(outs["kgen"][0], outs["flex"][0])
+                row["rel_err_grads"] = max(rel_err(a, b_) for a, b_ in zip(outs["kgen"][1], outs["flex"][1]))
+                for side in ("fwd", "bwd"):
+                    f = flops * (2.5 if side == "bwd" else 1.0)
+                    for name in ("kgen", "flex"):
+                        row[f"{name}_{side}_tflops"] = f / row[f"{name}_{side}_ms"] * 1e-9
+                    row[f"{side}_ratio"] = row[f"flex_{side}_ms"] / row[f"kgen_{side}_ms"]
+                rows.append(row)
+                print(f"{label:16} {d:>4} {s:>6}  {row['kgen_fwd_tflops']:9.1f} {row['flex_fwd_tflops']:9.1f} {row['fwd_ratio']:6.2f}"
+                      f"  {row['kgen_bwd_tflops']:9.1f} {row['flex_bwd_tflops']:9.1f} {row['bwd_ratio']:6.2f}"
+                      f"  err {row['rel_err_out']:.1e}/{row['rel_err_grads']:.1e}", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps({"rows": rows, "window": WINDOW, "softcap": SOFTCAP, "prefix": PREFIX}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
