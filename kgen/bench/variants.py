@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from functools import lru_cache
 from pathlib import Path
 
 import torch
@@ -24,6 +25,24 @@ from .attention import _bench, rel_err
 WINDOW = (1024, 0)  # left, right: a causal window of 1024 keys, as Mistral's
 SOFTCAP = 30.0  # Gemma 2's attention softcap
 PREFIX = 0.25  # prefix-LM: the first quarter of the sequence is seen by every query
+DOCUMENTS = 8  # document masking: this many packed documents per row, lengths drawn once (seed 0)
+
+
+@lru_cache(maxsize=None)
+def _documents(s: int):
+    """(seg (S,), starts (N + 1,)) int32 on the GPU: DOCUMENTS packed documents of random lengths."""
+    gen = torch.Generator().manual_seed(0)
+    cuts = torch.sort(torch.randperm(s - 1, generator=gen)[:DOCUMENTS - 1] + 1).values
+    starts = torch.cat([torch.zeros(1, dtype=torch.long), cuts, torch.tensor([s])])
+    seg = torch.bucketize(torch.arange(s), cuts, right=True)
+    return seg.to(torch.int32).cuda(), starts.to(torch.int32).cuda()
+
+
+@lru_cache(maxsize=None)
+def _document_rows(s: int, b: int):
+    """seg and starts for each of b rows, made once (outside the timing)."""
+    seg, starts = _documents(s)
+    return seg.expand(b, -1).contiguous(), starts.expand(b, -1).contiguous()
 
 
 def cases(s: int, h: int):
@@ -31,6 +50,7 @@ def cases(s: int, h: int):
     slopes = torch.tensor([2 ** (-8 * (i + 1) / h) for i in range(h)], device="cuda", dtype=torch.float32)
     left, right = WINDOW
     prefix = int(s * PREFIX)
+    seg, _ = _documents(s)
     return [
         ("window", {"window_size": WINDOW}, False,
          lambda b, hh, i, j: (j >= i - left) & (j <= i + right), None,
@@ -41,6 +61,8 @@ def cases(s: int, h: int):
          lambda score, b, hh, i, j: score - slopes[hh] * (i - j).abs(), lambda i, j: j <= i),
         ("prefix-lm", {"window_size": (-1, -1), "_prefix": prefix}, False,
          lambda b, hh, i, j: (j < prefix) | (j <= i), None, lambda i, j: (j < prefix) | (j <= i)),
+        ("document causal", {"_document": True}, True,
+         lambda b, hh, i, j: (seg[i] == seg[j]) & (j <= i), None, lambda i, j: (seg[i] == seg[j]) & (j <= i)),
     ]
 
 
@@ -56,6 +78,13 @@ def _visible_pairs(visible, s: int) -> int:
 def _kgen(kw: dict, causal: bool):
     from kgen.ops import _variant, flash_attn_func
 
+    if "_document" in kw:  # the document spec's op: seg and starts for every row of the batch
+        op = _variant("fa2_document")
+
+        def run(q, k, v):
+            seg, starts = _document_rows(q.shape[1], q.shape[0])
+            return op(q, k, v, seg, starts, softmax_scale=1 / math.sqrt(q.shape[-1]), causal=causal)[0]
+        return run
     if "_prefix" in kw:  # not a flash-attn keyword: the prefix-LM spec's op directly
         op, prefix = _variant("fa2_prefix_lm"), kw["_prefix"]
         return lambda q, k, v: op(q, k, v, softmax_scale=1 / math.sqrt(q.shape[-1]), prefix=prefix)[0]

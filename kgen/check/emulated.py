@@ -18,7 +18,7 @@ from ..backends import emulator
 from ..build import build_variant
 from ..errors import KgenError
 from ..hw.descriptor import Target
-from ..ir.core import walk
+from ..ir.core import WRITES, walk
 from ..lang import kernel_ir
 from ..spec.expr import eval_expr
 from ..spec.load import LoadedSpec, variant_id
@@ -51,7 +51,7 @@ def writers(ls: LoadedSpec, variant: dict[str, Any], tunables: dict[str, int]) -
     out: dict[str, list[str]] = {n: [] for n in ls.spec.outputs()}
     for i, ks in enumerate(ls.spec.kernels):
         stored = {op.attrs.get("tensor") for op in walk(kernel_ir(ls, i, variant, tunables).body)
-                  if op.kind in ("store", "atomic_add")}
+                  if op.kind in WRITES}
         for name in out:
             if name in stored:
                 out[name].append(ks.name)

@@ -21,7 +21,9 @@ from ..spec.model import Spec
 def _t(x: Any) -> torch.Tensor:
     if isinstance(x, torch.Tensor):
         return x
-    return torch.tensor(x) if isinstance(x, bool) else torch.tensor(x, dtype=torch.float64)
+    if isinstance(x, (bool, int)):  # an int stays one: hook results index tensors (a document's start)
+        return torch.tensor(x)
+    return torch.tensor(x, dtype=torch.float64)
 
 
 def _unary(fn: Callable) -> Callable:

@@ -70,6 +70,8 @@ SCHEMA: dict[str, dict[str, Attr]] = {
     "dot_wait": {"pending": Attr((int,))},
     "load": {"tensor": Attr((str,)), "index": _INDEX, "other": Attr(NUMBER, 0), "pred": Attr((bool,), False)},
     "store": {"tensor": Attr((str,)), "index": _INDEX},
+    "gather": {"tensor": Attr((str,)), "index": _INDEX, "other": Attr(NUMBER, 0)},
+    "scatter": {"tensor": Attr((str,)), "index": _INDEX, "atomic": Attr((bool,), False)},
     "atomic_add": {"tensor": Attr((str,)), "index": _INDEX, "bulk": Attr((dict,), None),
                    "smem_offset": Attr((int,), None)},
     "for": {},

@@ -30,6 +30,11 @@ its type and default, and the verifier holds each op to it):
                                    the load gives `other` and touches no memory
   store [tensor, index]            write a tile; out-of-bounds elements are skipped
   atomic_add [tensor, index]       fp32 add into a global tensor
+  gather [tensor, index, other]    read one element per element of the index tiles (`index`
+                                   entries ("tile", operand#) or ("at", operand#)); an index out
+                                   of its dim gives `other`
+  scatter [tensor, index, atomic]  write (or, atomic, fp32-add) operand 0 element by element at
+                                   the index tiles' positions; out-of-range elements are skipped
   cdiv                             ceil-division of two ints (scalars)
   for                              body has block args (iv, carried...) and ends in `yield`
   yield                            the carried values of the next iteration
@@ -78,6 +83,7 @@ from ..layout import Layout
 DTYPES = ("bf16", "fp16", "fp32", "int32", "bool")
 FLOAT_DTYPES = ("bf16", "fp16", "fp32")
 ELEM_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "int32": 4, "bool": 1}
+WRITES = ("store", "atomic_add", "scatter")  # the ops that write a global tensor
 
 _ids = itertools.count()
 

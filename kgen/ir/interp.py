@@ -161,6 +161,34 @@ class _Program:
         vals = t[index]
         return [torch.where(mask, vals, torch.tensor(op.attrs["other"], dtype=vals.dtype))]
 
+    def _gathered(self, op: Op, a: list[torch.Tensor]):
+        """The tensor, per dim a long index tensor (of the tiles' shape) clamped into range, and
+        the mask of elements whose every index is in range."""
+        t = self.tensors[op.attrs["tensor"]]
+        tiles = [a[e[1]] for e in op.attrs["index"] if e[0] == "tile"]
+        shape = tiles[0].shape
+        idx, mask = [], torch.ones(shape, dtype=torch.bool)
+        for d, e in enumerate(op.attrs["index"]):
+            i = a[e[1]].long() if e[0] == "tile" else torch.full(shape, int(a[e[1]]), dtype=torch.long)
+            mask &= (i >= 0) & (i < t.shape[d])
+            idx.append(i.clamp(0, max(t.shape[d] - 1, 0)))
+        return t, tuple(idx), mask
+
+    def op_gather(self, op, a, env):
+        t, idx, mask = self._gathered(op, a)
+        vals = t[idx]
+        return [torch.where(mask, vals, torch.tensor(op.attrs["other"], dtype=vals.dtype))]
+
+    def op_scatter(self, op, a, env):
+        t, idx, mask = self._gathered(op, a)
+        value = a[0].to(t.dtype).expand(mask.shape)
+        sel = tuple(i[mask] for i in idx)
+        if op.attrs["atomic"]:
+            t.index_put_(sel, value[mask], accumulate=True)
+        else:
+            t[sel] = value[mask]
+        return []
+
     def op_store(self, op, a, env):
         t, index, mask = self._indices(op, a, 1)
         value = a[0].to(t.dtype)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..ir.core import Value
 from .terms import UNARY_FNS, BlockIndex, TensorRef, _DType
+from .types import broadcast_shapes
 
 if TYPE_CHECKING:  # the parser hands itself to call(); only its type is named here
     from .parse import _Parser
@@ -200,7 +201,7 @@ def _memory(p: _Parser, node: ast.Call, fn: str) -> Any:
         p.at(node)
         value = p.b.as_value(value)
         operands.append(value)
-    index, shape = [], []
+    index, shape, evaluated = [], [], []
     for d, (it, static) in enumerate(zip(items, t.dims)):
         if isinstance(it, ast.Slice):
             if it.lower or it.upper or it.step:
@@ -212,6 +213,12 @@ def _memory(p: _Parser, node: ast.Call, fn: str) -> Any:
             shape.append(size)
             continue
         x = p.expr(it)
+        evaluated.append(x)
+        if isinstance(x, Value) and not x.is_scalar:  # an index tile: a gather or scatter
+            if any(isinstance(i, ast.Slice) for i in items):
+                raise p.fail(ref, f"{fn}() indexed by a tile takes integer tiles and scalars in every dim, not ':'")
+            rest = [p.expr(i) for i in items[d + 1:]]
+            return _gather_scatter(p, node, fn, t, items, evaluated + rest, operands[:1] if fn != "load" else [], value)
         if isinstance(x, BlockIndex):
             operands.append(p.b.as_value(x.index, "int32"))
             if x.size <= 0 or x.size & (x.size - 1):
@@ -243,6 +250,53 @@ def _memory(p: _Parser, node: ast.Call, fn: str) -> Any:
         value = p.b.binary("add", p.b.full(tuple(shape), 0, dtype), value)
     operands[0] = value
     p.b.emit(fn, operands, [], **attrs)
+    return None
+
+
+def _gather_scatter(p: _Parser, node: ast.Call, fn: str, t: TensorRef, items: list, evaluated: list,
+                    operands: list[Value], value: Value | None) -> Any:
+    """A tensor indexed by integer tiles (and scalars): one element per element of the tiles'
+    broadcast shape, read (`gather`) or written (`scatter`; atomic_add: fp32 adds), an index
+    outside its dim reading `other` or writing nothing."""
+    shape: tuple[int, ...] = ()
+    for it, x in zip(items, evaluated):
+        if isinstance(x, BlockIndex):
+            raise p.fail(it, f"{fn}() indexed by a tile takes integer tiles and scalars, not block(i, size), in every dim")
+        v = p.b.as_value(p.operand(it, x), "int32")
+        if v.dtype != "int32":
+            raise p.fail(it, f"a tensor index must be an integer scalar, an integer tile or block(i, size), got {v.type_str()}")
+        if not v.is_scalar:
+            joined = broadcast_shapes(shape, v.shape)
+            if joined is None:
+                raise p.fail(it, f"the index tiles' shapes {list(shape)} and {list(v.shape)} do not broadcast")
+            shape = joined
+    if len(shape) > 2:
+        raise p.fail(node, "a tile has at most two dimensions")
+    index = []
+    for it, x in zip(items, evaluated):
+        v = p.b.as_value(x, "int32")
+        if v.is_scalar:
+            operands.append(v)
+            index.append(("at", len(operands) - 1))
+        else:
+            p.at(it)
+            operands.append(p.b.broadcast(v, shape) if v.shape != shape else v)
+            index.append(("tile", len(operands) - 1))
+    p.at(node)
+    if fn == "load":
+        return p.b.emit("gather", operands, [Value(shape, t.dtype)], tensor=t.name, index=tuple(index),
+                        other=_kw(p, node, "other", 0)).result
+    if not t.writable:
+        raise p.fail(node, f"{fn}() writes into '{t.name}', an input of the op; write outputs and scratch tensors only")
+    if fn == "atomic_add" and t.dtype != "fp32":
+        raise p.fail(node, f"atomic_add() needs an fp32 tensor; '{t.name}' is {t.dtype}")
+    if value.shape not in (shape, ()) and broadcast_shapes(value.shape, shape) != shape:
+        raise p.fail(node, f"{fn}(): the value has shape {list(value.shape)}, the index tiles {list(shape)}")
+    value = p.b.cast(value, t.dtype)
+    if value.shape != shape:  # a scalar as a tile of the index's shape; a smaller tile broadcast
+        value = p.b.broadcast(value, shape) if value.shape else p.b.binary("add", p.b.full(shape, 0, t.dtype), value)
+    operands[0] = value
+    p.b.emit("scatter", operands, [], tensor=t.name, index=tuple(index), atomic=fn == "atomic_add")
     return None
 
 

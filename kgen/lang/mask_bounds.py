@@ -4,8 +4,10 @@
 `block_phases(mask_mod(b, h, span(lo, hi), ...), BLOCK, N)` asks, for every value of the spanned
 argument y in [lo, hi], which values x of the `...` argument the mask may make true. The body is
 expanded into one boolean expression (locals and other hooks substituted, compile-time `if`
-chosen) and each comparison that is affine in x with coefficient +-1 and affine in y becomes a
-bound x <= g(y), x >= g(y) or x == g(y). Two intervals come out, as tile-language expressions:
+chosen) and each comparison that is affine in x with coefficient +-1 and monotone in y (affine
+in it, or through loads from tensors whose `domain` says they are sorted along the indexed last
+dim, as a document's start offset is along the positions) becomes a bound x <= g(y), x >= g(y)
+or x == g(y), g taken at the span's ends. Two intervals come out, as tile-language expressions:
   - `possible`, a superset of every x that is visible for some y of the span (its hull);
   - `sure`, a subset of the x that are visible for every y of the span.
 `and` intersects both; `or` takes the hull of `possible` and, of `sure`, the union where the two
@@ -210,46 +212,81 @@ def _names(e: ast.AST) -> set[str]:
 
 @dataclass(frozen=True)
 class _Affine:
-    """cx * x + cy * y + rest, cx and cy integers, rest free of x and y (None for 0)."""
+    """cx * x + rest, cx an integer and rest free of x (None for 0), rest monotone in y in the
+    direction `mono`: 0 (free of y), +1 (non-decreasing) or -1 (non-increasing). y itself is
+    non-decreasing in y, and so is a load from a sorted tensor at an index that is."""
 
     cx: int
-    cy: int
     rest: ast.expr | None
+    mono: int
 
     def scaled(self, k: int) -> _Affine:
         rest = (None if self.rest is None or k == 0 else self.rest if k == 1 else _neg(self.rest) if k == -1
                 else ast.BinOp(left=_num(k), op=ast.Mult(), right=self.rest))
-        return _Affine(self.cx * k, self.cy * k, rest)
+        return _Affine(self.cx * k, rest, 0 if k == 0 else self.mono * (1 if k > 0 else -1))
 
-    def plus(self, o: _Affine, sign: int = 1) -> _Affine:
+    def plus(self, o: _Affine, sign: int = 1) -> _Affine | None:
+        mono = {self.mono, sign * o.mono} - {0}
+        if len(mono) > 1:  # rising plus falling: no direction known
+            return None
         if o.rest is None:
             rest = self.rest
         elif self.rest is None:
             rest = o.rest if sign > 0 else _neg(o.rest)
         else:
             rest = ast.BinOp(left=self.rest, op=ast.Add() if sign > 0 else ast.Sub(), right=o.rest)
-        return _Affine(self.cx + sign * o.cx, self.cy + sign * o.cy, rest)
+        return _Affine(self.cx + sign * o.cx, rest, mono.pop() if mono else 0)
 
 
-def _affine(e: ast.expr, static: Callable[[ast.expr], Any]) -> _Affine | None:
+def _affine(e: ast.expr, static: Callable[[ast.expr], Any], ordered: frozenset[str]) -> _Affine | None:
     names = _names(e)
     if FREE not in names and FIXED not in names:
-        return _Affine(0, 0, e)
+        return _Affine(0, e, 0)
     if isinstance(e, ast.Name):
-        return _Affine(1, 0, None) if e.id == FREE else _Affine(0, 1, None)
+        return _Affine(1, None, 0) if e.id == FREE else _Affine(0, e, 1)
     if isinstance(e, ast.UnaryOp) and isinstance(e.op, (ast.USub, ast.UAdd)):
-        a = _affine(e.operand, static)
+        a = _affine(e.operand, static, ordered)
         return None if a is None else a.scaled(-1 if isinstance(e.op, ast.USub) else 1)
     if isinstance(e, ast.BinOp) and isinstance(e.op, (ast.Add, ast.Sub)):
-        a, b = _affine(e.left, static), _affine(e.right, static)
+        a, b = _affine(e.left, static, ordered), _affine(e.right, static, ordered)
         return None if a is None or b is None else a.plus(b, 1 if isinstance(e.op, ast.Add) else -1)
     if isinstance(e, ast.BinOp) and isinstance(e.op, ast.Mult):
         for k_side, other in ((e.left, e.right), (e.right, e.left)):
             k = static(k_side) if not ({FREE, FIXED} & _names(k_side)) else None
             if isinstance(k, int) and not isinstance(k, bool):
-                a = _affine(other, static)
+                a = _affine(other, static, ordered)
                 return None if a is None else a.scaled(k)
+    if (isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id in ("maximum", "minimum")
+            and len(e.args) == 2 and FREE not in names):
+        parts = [_affine(a, static, ordered) for a in e.args]
+        mono = {p.mono for p in parts if p is not None} - {0}
+        if None not in parts and len(mono) <= 1:  # the max or min of two rising terms rises
+            return _Affine(0, e, mono.pop() if mono else 0)
+    sub = _sorted_load(e, ordered)
+    if sub is not None and FREE not in names:
+        *outer, last = sub
+        inner = _affine(last, static, ordered)
+        if inner is not None and inner.cx == 0 and not any({FREE, FIXED} & _names(o) for o in outer):
+            return _Affine(0, e, inner.mono)  # the tensor rises along its last dim, as its index does
     return None
+
+
+def _sorted_load(e: ast.expr, ordered: frozenset[str]) -> list[ast.expr] | None:
+    """The indices of `load(t[...])` where t is non-decreasing along its last dim, else None."""
+    if not (isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "load" and len(e.args) == 1
+            and isinstance(e.args[0], ast.Subscript) and isinstance(e.args[0].value, ast.Name)
+            and e.args[0].value.id in ordered):
+        return None
+    index = e.args[0].slice
+    return list(index.elts) if isinstance(index, ast.Tuple) else [index]
+
+
+def _at(e: ast.expr, end: str) -> ast.expr:
+    """e with the spanned index at one end of its span."""
+    class At(ast.NodeTransformer):
+        def visit_Name(self, node: ast.Name) -> ast.expr:
+            return ast.Name(id=end, ctx=ast.Load()) if node.id == FIXED else node
+    return At().visit(copy.deepcopy(e))
 
 
 _FLIP = {ast.Lt: ast.Gt, ast.LtE: ast.GtE, ast.Gt: ast.Lt, ast.GtE: ast.LtE, ast.Eq: ast.Eq, ast.NotEq: ast.NotEq}
@@ -257,8 +294,8 @@ _NEGATE = {ast.Lt: ast.GtE, ast.LtE: ast.Gt, ast.Gt: ast.LtE, ast.GtE: ast.Lt, a
 
 
 class _Analysis:
-    def __init__(self, static: Callable[[ast.expr], Any]):
-        self.static = static
+    def __init__(self, static: Callable[[ast.expr], Any], ordered: frozenset[str]):
+        self.static, self.ordered = static, ordered
 
     def spans(self, e: ast.expr, negate: bool = False) -> tuple[Interval, Interval]:
         """(possible, sure) for the boolean expression e (or for `not e`)."""
@@ -294,43 +331,34 @@ class _Analysis:
         if op is ast.NotEq:  # x != g is x < g or x > g
             lt, gt = self.compare(left, ast.Lt, right), self.compare(left, ast.Gt, right)
             return hull(lt[0], gt[0]), union_within(lt[1], gt[1])
-        a, b = _affine(left, self.static), _affine(right, self.static)
-        if a is None or b is None:
+        a, b = _affine(left, self.static, self.ordered), _affine(right, self.static, self.ordered)
+        d = None if a is None or b is None else a.plus(b, -1)  # cx x + rest(y)  op  0
+        if d is None:
             return ALL, EMPTY
-        d = a.plus(b, -1)  # cx x + cy y + rest  op  0
         rest = d.rest if d.rest is not None else _num(0)
         if d.cx == 0:
             # a condition on y alone: true for some y of the span / for every y of it
-            lo_y, hi_y = (ast.Name(id=FIXED_LO, ctx=ast.Load()), ast.Name(id=FIXED_HI, ctx=ast.Load()))
-            at_lo = ast.BinOp(left=ast.BinOp(left=_num(d.cy), op=ast.Mult(), right=lo_y), op=ast.Add(), right=rest)
-            at_hi = ast.BinOp(left=ast.BinOp(left=_num(d.cy), op=ast.Mult(), right=hi_y), op=ast.Add(), right=rest)
-            small, large = (at_lo, at_hi) if d.cy >= 0 else (at_hi, at_lo)
+            small, large = _at(rest, FIXED_LO), _at(rest, FIXED_HI)
+            if d.mono < 0:
+                small, large = large, small
             zero = _num(0)
             if op in (ast.Lt, ast.LtE):
                 return _when(_call_cmp(small, op(), zero)), _when(_call_cmp(large, op(), zero))
             if op in (ast.Gt, ast.GtE):
                 return _when(_call_cmp(large, op(), zero)), _when(_call_cmp(small, op(), zero))
-            # y-affine == 0: possible where 0 lies between the ends, sure only where both are 0
+            # == 0: possible where 0 lies between the ends, sure only where both are 0
             possible = ast.BoolOp(op=ast.And(), values=[_call_cmp(small, ast.LtE(), zero), _call_cmp(large, ast.GtE(), zero)])
             sure = ast.BoolOp(op=ast.And(), values=[_call_cmp(small, ast.Eq(), zero), _call_cmp(large, ast.Eq(), zero)])
             return _when(possible), _when(sure)
         if abs(d.cx) != 1:
             return ALL, EMPTY
-        # x op g(y): with cx = 1, g = -(cy y + rest); with cx = -1, g = cy y + rest and op flips
-        sign = -d.cx
+        # x op g(y): with cx = 1, g = -rest; with cx = -1, g = rest and op flips
+        g, g_mono = (_neg(rest), -d.mono) if d.cx == 1 else (rest, d.mono)
         if d.cx == -1:
             op = _FLIP[op]
-        g_coef = sign * d.cy
-        g_rest = rest if sign > 0 else _neg(rest)
-
-        def g_at(end: str) -> ast.expr:
-            if g_coef == 0:
-                return g_rest
-            y = ast.Name(id=end, ctx=ast.Load())
-            term = y if g_coef == 1 else ast.BinOp(left=_num(g_coef), op=ast.Mult(), right=y)
-            return ast.BinOp(left=term, op=ast.Add(), right=g_rest)
-
-        g_min, g_max = (g_at(FIXED_LO), g_at(FIXED_HI)) if g_coef >= 0 else (g_at(FIXED_HI), g_at(FIXED_LO))
+        g_min, g_max = _at(g, FIXED_LO), _at(g, FIXED_HI)
+        if g_mono < 0:
+            g_min, g_max = g_max, g_min
         if op is ast.LtE:
             return Interval(None, add(g_max, 1)), Interval(None, add(g_min, 1))
         if op is ast.Lt:
@@ -342,10 +370,11 @@ class _Analysis:
         return Interval(g_min, add(g_max, 1)), Interval(g_max, add(g_min, 1))  # ==
 
 
-def visible(expr: ast.expr, static: Callable[[ast.expr], Any]) -> tuple[Interval, Interval]:
+def visible(expr: ast.expr, static: Callable[[ast.expr], Any], ordered: frozenset[str] = frozenset()) -> tuple[Interval, Interval]:
     """(possible, sure) intervals of FREE for the expanded mask `expr`, whose spanned argument is
-    the name FIXED (ranging over [FIXED_LO, FIXED_HI])."""
-    return _Analysis(static).spans(expr)
+    the name FIXED (ranging over [FIXED_LO, FIXED_HI]); `ordered`: the tensors known to be
+    non-decreasing along their last dim (their `domain` says sorted, or offsets)."""
+    return _Analysis(static, ordered).spans(expr)
 
 
 def block_range(possible: Interval, sure: Interval, block: int, n: ast.expr) -> dict[str, ast.expr]:

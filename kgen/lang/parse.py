@@ -376,7 +376,8 @@ class _Parser:
         try:
             expanded = self._expanded(name, hook, bound)
             self.origin = hook.origin
-            possible, sure = mask_bounds.visible(expanded, self.static)
+            ordered = frozenset(n for n, t in self.tensors.items() if t.ordered)
+            possible, sure = mask_bounds.visible(expanded, self.static, ordered)
             self.env, self.origin = {**self.globals, **env}, saved[1]
             self.env["__n"] = self.expr(node.args[2])
             ends = mask_bounds.block_range(possible, sure, block, ast.Name(id="__n", ctx=ast.Load()))

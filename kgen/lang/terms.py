@@ -18,6 +18,7 @@ class TensorRef:
     dims: tuple[int | None, ...]  # static size of each dim, None when it is a runtime size
     dtype: str
     writable: bool = True  # outputs and scratch; a kernel must not write its op's inputs
+    ordered: bool = False  # non-decreasing along the last dim (its domain says so): block_phases relies on it
 
 
 @dataclass(frozen=True)

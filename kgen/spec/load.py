@@ -100,8 +100,8 @@ def backward_spec(ls: LoadedSpec) -> LoadedSpec:
     """The backward spec of `ls` (which has `autograd`): the file `autograd.backward` names,
     relative to the file that gave it. When that file is a base `ls` extends, the backward is
     derived: the base's backward extended by what the files between add (docs/SPEC_LANGUAGE.md,
-    "Attention variants"): their hook bodies, scalars, input tensors and values of the variant
-    axes the backward has, under the name `<name>_bwd`. So a variant is one file, forward and
+    "Attention variants"): their hook bodies, sizes, scalars, input tensors and values of the
+    variant axes the backward has, under the name `<name>_bwd`. So a variant is one file, forward and
     backward taking the same hooks."""
     given = ls.where("autograd", "backward")
     giver = Path(given.file) if given is not None else ls.path
@@ -139,6 +139,8 @@ def _backward_overlay(doc: PositionedYaml, backward: PositionedYaml, name: str) 
         data["hooks"] = {k: v for k, v in mine["hooks"].items() if k in bwd["hooks"]}
     if isinstance(mine.get("scalars"), dict):
         data["scalars"] = dict(mine["scalars"])
+    if isinstance(mine.get("sizes"), list) and isinstance(bwd.get("sizes"), list):  # the sizes it adds
+        data["sizes"] = bwd["sizes"] + [n for n in mine["sizes"] if n not in bwd["sizes"]]
     if isinstance(mine.get("tensors"), dict):
         data["tensors"] = {k: v for k, v in mine["tensors"].items() if isinstance(v, dict) and v.get("role", "input") == "input"}
     if isinstance(mine.get("variants"), dict) and isinstance(bwd.get("variants"), dict):

@@ -35,6 +35,10 @@ def _mask_and_bias(name: str, scalars: dict, causal: bool, slopes: torch.Tensor 
         seen = (j < scalars["prefix"]) | (j <= diag)
     elif name == "softcap":
         mod = lambda s: scalars["softcap"] * torch.tanh(s / scalars["softcap"])  # noqa: E731
+    elif name == "document":
+        doc = torch.bucketize(torch.arange(SK), torch.tensor(DOC_STARTS[1:-1]), right=True)
+        seen = doc[(i + SK - SQ).clamp(0, SK - 1)] == doc[j]
+        seen = seen & (j <= diag) if causal else seen
     elif name == "alibi":
         dist = (diag - j).abs().double()
         mod = lambda s: s - slopes.double()[:, :, None, None] * dist  # noqa: E731
@@ -48,6 +52,14 @@ def _attention(q, k, v, scale, seen, mod):
     return (torch.softmax(s, -1).nan_to_num(0.0) @ vh).transpose(1, 2), torch.logsumexp(s, -1)
 
 
+DOC_STARTS = [0, 40, 41, 150, 200, SK]  # packed documents over the SK positions (one of length 1)
+
+
+def _document_inputs() -> dict:
+    seg = torch.bucketize(torch.arange(SK), torch.tensor(DOC_STARTS[1:-1]), right=True).to(torch.int32)
+    return {"seg": seg[None].expand(B, SK).contiguous(), "starts": torch.tensor([DOC_STARTS], dtype=torch.int32).expand(B, -1).contiguous()}
+
+
 CASES = [("sliding_window", False, {"window_left": 70, "window_right": 9}),
          ("sliding_window", False, {"window_left": 0, "window_right": 0}),
          ("sliding_window", False, {"window_left": 1 << 20, "window_right": 30}),
@@ -55,7 +67,9 @@ CASES = [("sliding_window", False, {"window_left": 70, "window_right": 9}),
          ("softcap", False, {"softcap": 2.5}),
          ("softcap", True, {"softcap": 2.5}),
          ("alibi", False, {}),
-         ("alibi", True, {})]
+         ("alibi", True, {}),
+         ("document", False, {}),
+         ("document", True, {})]
 
 
 @pytest.mark.parametrize("name, causal, scalars", CASES)
@@ -63,11 +77,11 @@ def test_forward_and_backward_match_the_meaning(name, causal, scalars):
     ls = load_spec(VARIANTS / f"{name}.yaml")
     gen = torch.Generator().manual_seed(len(name) + causal)
     q, k, v = (torch.randn(B, n, h, D, generator=gen).to(torch.bfloat16) for n, h in ((SQ, H), (SK, HKV), (SK, HKV)))
-    extra = {"slopes": torch.rand(B, H, generator=gen)} if name == "alibi" else {}
+    extra = {"slopes": torch.rand(B, H, generator=gen)} if name == "alibi" else _document_inputs() if name == "document" else {}
     scale = 1 / math.sqrt(D)
     every = {"softmax_scale": scale, **scalars}
     variant = {"dtype": "bf16", "head_dim": D, "causal": causal}
-    sizes = {"B": B, "SQ": SQ, "SK": SK, "H": H, "HKV": HKV}
+    sizes = {"B": B, "SQ": SQ, "SK": SK, "H": H, "HKV": HKV, **({"N1": len(DOC_STARTS)} if name == "document" else {})}
     got = helpers.run_spec_cpu(ls, variant, {"q": q, "k": k, "v": v, **extra}, sizes, every)
     helpers.check_outputs(ls, got, {"q": q, "k": k, "v": v, **extra}, every, variant)
     seen, mod = _mask_and_bias(name, scalars, causal, extra.get("slopes"))
@@ -114,7 +128,8 @@ def _through_the_op(name: str, causal: bool, scalars: dict, device: str, **load)
     slopes = torch.rand(B, H, generator=gen) if name == "alibi" else None
     do = torch.randn(B, SQ, H, D, generator=gen).to(torch.bfloat16)
     leaves = [t.to(device).requires_grad_() for t in (q, k, v)]
-    extra = {"slopes": slopes.to(device)} if slopes is not None else {}
+    extra = ({"slopes": slopes.to(device)} if slopes is not None else
+             {k: v.to(device) for k, v in _document_inputs().items()} if name == "document" else {})
     o, lse = op(*leaves, **extra, softmax_scale=1 / math.sqrt(D), causal=causal, **scalars)
     got = [o, lse, *torch.autograd.grad(o, leaves, do.to(device))]
     seen, mod = _mask_and_bias(name, scalars, causal, slopes)

@@ -15,7 +15,7 @@ from ...hw.descriptor import Target
 from ...options import CompileOptions
 from ..core import Kernel, use_counts, walk
 
-MEMORY_OPS = ("load", "store", "atomic_add", "copy_async")
+MEMORY_OPS = ("load", "store", "atomic_add", "copy_async", "gather", "scatter")
 ARGUMENT_OPS = ("size", "scalar_arg")
 
 

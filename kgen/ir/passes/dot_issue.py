@@ -30,7 +30,7 @@ from ...hw.descriptor import Target
 from ...options import CompileOptions
 from ..analysis import is_lone_zero
 from ..attrs import attr
-from ..core import Block, Kernel, Op, blocks, use_counts, walk
+from ..core import WRITES, Block, Kernel, Op, blocks, use_counts, walk
 from .async_copy import count_pending
 from .sink import MOVABLE
 
@@ -38,7 +38,7 @@ from .sink import MOVABLE
 def issue_dots_together(k: Kernel, target: Target, options: CompileOptions) -> Kernel:
     if not options.dots_together:
         return k
-    written = {op.attrs["tensor"] for op in walk(k.body) if op.kind in ("store", "atomic_add")}
+    written = {op.attrs["tensor"] for op in walk(k.body) if op.kind in WRITES}
     uses = use_counts(k.body)
     for block in list(blocks(k.body)):
         _pair_up(block, target, written, uses)

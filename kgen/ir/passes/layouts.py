@@ -17,8 +17,9 @@ from ...layout import Layout, blocked, blocked1d, expand, squeeze_broadcast, tra
 from .dot_tiling import acc_layout
 
 ELEMENTWISE = ("unary", "binary", "where", "cast")
-# ops whose result has the layout of their same-shaped operands (a scan runs along an axis in place)
-SAME_LAYOUT = ELEMENTWISE + ("scan",)
+# ops whose result has the layout of their same-shaped operands (a scan runs along an axis in
+# place; a gather reads one element per element of its index tiles)
+SAME_LAYOUT = ELEMENTWISE + ("scan", "gather")
 
 
 def assign_layouts(k: Kernel, target: Target, options: CompileOptions) -> Kernel:
@@ -72,6 +73,11 @@ def _flow_op(op: Op) -> bool:
         known = next((v.layout for v in group if v.layout is not None), None)
         for v in group:
             ch |= _set(v, known)
+    elif op.kind == "scatter":  # the index tiles in the value's layout: one element each
+        group = [v for v in op.operands if v.shape == op.operands[0].shape]
+        known = next((v.layout for v in group if v.layout is not None), None)
+        for v in group:
+            ch |= _set(v, known)
     elif op.kind == "for":
         inits, args, results = op.operands[3:], op.body.args[1:], op.results
         yields = op.body.ops[-1].operands
@@ -108,6 +114,8 @@ def _required(op: Op) -> list[tuple[int, Layout]]:
         out = [(i, op.result.layout) for i, v in enumerate(op.operands) if v.shape == op.result.shape]
     elif op.kind == "dot":
         out = [(2, op.result.layout)]
+    elif op.kind == "scatter":
+        out = [(i, op.operands[0].layout) for i, v in enumerate(op.operands) if i and v.shape == op.operands[0].shape]
     elif op.kind == "reduce":
         pass  # the result follows the operand, by construction
     elif op.kind == "expand":

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from ...hw.descriptor import Target
 from ...options import CompileOptions
-from ..core import Block, Kernel, Op, Value, blocks, predicated_load, walk
+from ..core import WRITES, Block, Kernel, Op, Value, blocks, predicated_load, walk
 from ..analysis import index_chain, recompute_chain
 from ..attrs import attr
 
@@ -57,7 +57,7 @@ def prefetch_loads(k: Kernel, target: Target, options: CompileOptions) -> Kernel
     if k.prefetch_loads is False:
         return k
     tile, loop_regs = prefetch_budget(k)
-    written = {op.attrs["tensor"] for op in walk(k.body) if op.kind in ("store", "atomic_add")}
+    written = {op.attrs["tensor"] for op in walk(k.body) if op.kind in WRITES}
     for loop, parent in [(op, b) for b in list(blocks(k.body)) for op in b.ops if op.kind == "for"]:
         _prefetch(loop, parent, written, tile, loop_regs)
     return k

@@ -41,7 +41,7 @@ from ...hw.descriptor import Target
 from ...options import CompileOptions
 from ..analysis import index_chain
 from ..attrs import attr
-from ..core import ELEM_BYTES, Kernel, Op, Value, walk
+from ..core import ELEM_BYTES, WRITES, Kernel, Op, Value, walk
 from .async_copy import CHUNK_BYTES
 from .prefetch import prefetch_budget
 
@@ -78,7 +78,7 @@ def _shared_after_copies(k: Kernel, target: Target, options: CompileOptions) -> 
 def _candidates(k: Kernel) -> list[int]:
     """Walk positions of the loads this pass may copy (_qualifies), loop by loop."""
     tile_budget, _ = prefetch_budget(k)
-    written = {op.attrs["tensor"] for op in walk(k.body) if op.kind in ("store", "atomic_add")}
+    written = {op.attrs["tensor"] for op in walk(k.body) if op.kind in WRITES}
     order = {id(op): i for i, op in enumerate(walk(k.body))}
     out = []
     for loop in [op for op in walk(k.body) if op.kind == "for"]:

@@ -44,7 +44,7 @@ import copy
 from ...hw.descriptor import Target
 from ...options import CompileOptions
 from ..analysis import index_chain, recompute_chain
-from ..core import Block, Kernel, Op, Value, blocks, predicated_load, slot_view, use_counts, walk
+from ..core import WRITES, Block, Kernel, Op, Value, blocks, predicated_load, slot_view, use_counts, walk
 from ..placement import place_shared, with_barriers
 
 SLOTS = 2
@@ -53,7 +53,7 @@ SLOTS = 2
 def pipeline_staged_loads(k: Kernel, target: Target, options: CompileOptions) -> Kernel:
     if not options.register_pipeline:
         return k
-    written = {op.attrs["tensor"] for op in walk(k.body) if op.kind in ("store", "atomic_add")}
+    written = {op.attrs["tensor"] for op in walk(k.body) if op.kind in WRITES}
     blocks_now = _blocks_per_cu(_shared_bytes(k), target)
     chosen: list[tuple[int, int]] = []  # (the stage's position in walk order, slots)
     for at in _candidates(k, written):
