@@ -148,6 +148,12 @@ def _through_the_op(name: str, causal: bool, scalars: dict, device: str, **load)
         helpers.check_close(n, g.detach().cpu(), w.detach(), l.detach())
 
 
+@pytest.mark.parametrize("name, causal", [("document", True), ("alibi", False)])
+def test_the_op_on_the_cpu_matches_the_meaning(name, causal):
+    """Through kgen.load (forward, derived backward, autograd, the pairing check) on the interpreter."""
+    _through_the_op(name, causal, {}, "cpu")
+
+
 EMULATED = [("sliding_window", False, {"window_left": 70, "window_right": 9}), ("softcap", True, {"softcap": 2.5})]
 
 
