@@ -89,16 +89,19 @@ def lower_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target,
 
 
 def build_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target, compile: bool,
-                  objects: CodeObjects | None = None) -> BuiltVariant:
+                  objects: CodeObjects | None = None, first: dict[str, int] | None = None) -> BuiltVariant:
     """Lower, render and (optionally) compile one variant. Candidates are tried in the spec's
     order: the first whose IR fits the target's limits is rendered; when compiling, a kernel
     that spills registers (or needs scratch) is retried alone with the options of
     `spill_retry_options` in turn; the other kernels of the variant keep their first form. A
     candidate with a kernel that spills in every form gives way to the next one, and only if
     every candidate spills is the first kept. `objects` compiles (a fresh CodeObjects if None:
-    pass one to share compiles between variants)."""
+    pass one to share compiles between variants). `first`: a candidate tried before the others
+    (the tuning database's choice, kgen/runtime/tuning.py)."""
     objects = objects if objects is not None else CodeObjects()
     candidates = tunable_candidates(ls, variant)
+    if first in candidates:
+        candidates = [first] + [c for c in candidates if c != first]
     first: BuiltVariant | None = None
     rejected: list[dict[str, Any]] = []
     while candidates:

@@ -30,6 +30,7 @@ COMMANDS = {
     "list": "list specs with their variants and kernels",
     "targets": "the hardware descriptors kgen knows",
     "cache": "where the kernel cache is and what it holds (info), or empty it (clear)",
+    "tune": "time every tunable candidate on this machine's GPU for a size bucket and keep the fastest",
 }
 INTERRUPTED = 130  # the shell's code for a command ended by SIGINT
 
@@ -105,6 +106,14 @@ def _parser() -> _Parser:
     p.add_argument("--size", "-s", type=_size_pair, action="append", default=[],
                    help="NAME=VALUE; repeat (default: ragged sizes spanning two of the largest tiles)")
     p.add_argument("--jobs", "-j", type=_positive_int, default=None, help="variants checked in parallel (default: one per CPU core)")
+
+    p = sub.add_parser("tune", help=COMMANDS["tune"], description=COMMANDS["tune"] + " in the tuning database "
+                       "(<cache>/tuning.json), which calls of that bucket (each size rounded up to a power of two) then use.")
+    p.add_argument("spec", nargs="?", type=Path, metavar="SPEC")
+    p.add_argument("--size", "-s", type=_size_pair, action="append", default=[], help="NAME=VALUE for every size of the spec")
+    p.add_argument("--variant", "-v", type=_variant_pair, action="append", default=[], help=variant_help)
+    p.add_argument("--runs", type=_positive_int, default=20, help="timed calls per candidate (median; default 20)")
+    p.add_argument("--show", action="store_true", help="list the database's entries instead (every spec, or SPEC's)")
 
     p = sub.add_parser("inspect", help=COMMANDS["inspect"], description=COMMANDS["inspect"] + ".")
     p.add_argument("spec", nargs="?", type=Path, metavar="SPEC")
@@ -373,8 +382,52 @@ def cmd_cache(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_tune(a: argparse.Namespace) -> int:
+    from .report import tune_tables
+
+    if a.show:
+        from .tune import show_rows
+
+        rows = show_rows()
+        if a.spec is not None:
+            from .spec.load import load_spec
+
+            rows = [r for r in rows if r["spec"] == load_spec(a.spec).spec.name]
+        _console().print(tune_tables(rows))
+        return 0
+    spec = _need(a.spec, "kgen tune needs a spec file: kgen tune SPEC --size NAME=VALUE ... (or --show)")
+    from .spec.load import load_spec
+
+    ls = load_spec(spec)
+    sizes = dict(a.size)
+    unknown = [n for n in sizes if n not in ls.spec.sizes]
+    missing = [n for n in ls.spec.sizes if n not in sizes]
+    if unknown or missing:
+        what = f"--size {unknown[0]} is not a size of {ls.spec.name}" if unknown else f"kgen tune needs every size of {ls.spec.name}; missing {', '.join(missing)}"
+        raise UsageError(f"{what}; its sizes: {', '.join(ls.spec.sizes) or 'none'}")
+    variants = _selected(ls, a.variant)
+    if not variants:
+        raise UsageError(f"no variant of {ls.spec.name} matches {' '.join(f'{x}={y}' for x, y in a.variant)} (some are excluded)")
+    import torch
+
+    if not torch.cuda.is_available():
+        raise UsageError("kgen tune times kernels on this machine's GPU, and none was found (torch.cuda.is_available() is False)")
+    from .runtime.op import device_target, load
+    from .tune import cuda_timer, store, tune_variant
+
+    target = device_target(torch.device("cuda"))
+    _check_compiler(target, "kgen tune compiles each candidate; install the compiler first")
+    op = load(spec)
+    console = _console()
+    for variant in variants:
+        tuned = tune_variant(op, variant, target, sizes, "cuda", cuda_timer(a.runs))
+        entry = store(ls, target, tuned)
+        console.print(tune_tables([], tuned=tuned, entry=entry))
+    return 0
+
+
 HANDLERS = {"build": cmd_build, "warm": cmd_warm, "check": cmd_check, "inspect": cmd_inspect, "list": cmd_list,
-            "targets": cmd_targets, "cache": cmd_cache}
+            "targets": cmd_targets, "cache": cmd_cache, "tune": cmd_tune}
 
 
 def run(argv: Sequence[str]) -> int:

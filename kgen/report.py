@@ -47,3 +47,27 @@ def check_table(spec: str, target: str, rows) -> Table:
         t.add_row(r.variant, r.output, r.kernels, "-" if r.error is None else f"{r.error:.3g}",
                   "-" if r.tolerance is None else f"{r.tolerance:.3g}", r.verdict)
     return t
+
+
+def tune_tables(rows: list[dict], tuned=None, entry: dict | None = None) -> Table:
+    """`kgen tune`: one variant's candidates with their times (tuned), or `--show`'s entries."""
+    from .spec.load import variant_id
+
+    if tuned is not None:
+        won = tuned.winner[0] if tuned.winner else None
+        t = Table(title=f"{variant_id(tuned.variant)}: bucket {entry['bucket'] if entry else '-'}")
+        for col in ("tunables", "ms", "note"):
+            t.add_column(col)
+        for tunables, ms, note in tuned.times:
+            mark = " (fastest)" if tunables == won else " (default)" if tuned.default and tunables == tuned.default[0] else ""
+            t.add_row(",".join(f"{k}={v}" for k, v in tunables.items()) + mark, "-" if ms is None else f"{ms:.4f}", note)
+        return t
+    t = Table(title="tuning database")
+    for col in ("spec", "variant", "target", "bucket", "tunables", "ms", "default ms", "speedup", "source"):
+        t.add_column(col)
+    for r in rows:
+        bucket = ",".join(f"{k}={v}" for k, v in (r["bucket"] or {}).items())
+        t.add_row(r["spec"], r["variant"], r["target"], bucket, ",".join(f"{k}={v}" for k, v in (r["tunables"] or {}).items()),
+                  f"{r['ms']:.4f}", f"{r['default_ms']:.4f}", f"{r['speedup']:.2f}" + (" (slower)" if r["regressed"] else ""),
+                  r["source"])
+    return t

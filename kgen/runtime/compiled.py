@@ -90,11 +90,11 @@ class CachedCodeObjects(CodeObjects):
         return CodeObject((entry / "object").read_bytes(), meta["command"], meta["compiler"], meta["resources"], meta["log"])
 
 
-def _build_into(ls: LoadedSpec, variant: dict[str, Any], target: Target):
+def _build_into(ls: LoadedSpec, variant: dict[str, Any], target: Target, first: dict[str, int] | None = None):
     def build(tmp: Path) -> None:
         from ..build import build_variant
 
-        bv = build_variant(ls, variant, target, compile=True, objects=CachedCodeObjects())
+        bv = build_variant(ls, variant, target, compile=True, objects=CachedCodeObjects(), first=first)
         kernels = []
         for k in bv.kernels:
             obj = k.file.rsplit(".", 1)[0] + backend(target.backend).binary_suffix
@@ -130,12 +130,14 @@ def load_entry(entry: Path, backend: str, all_arguments: dict[str, list[str]] | 
 _memo: dict[tuple, tuple[tuple[ReadyKernel, ...], dict[str, int]]] = {}
 
 
-def compiled_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target) -> tuple[tuple[ReadyKernel, ...], dict[str, int]]:
-    """The loaded kernels of a variant and the tunables they were built with (memoised per process)."""
-    memo_key = (str(ls.path), ls.yaml.text, tuple(variant.items()), descriptor_digest(target))
+def compiled_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target,
+                     first: dict[str, int] | None = None) -> tuple[tuple[ReadyKernel, ...], dict[str, int]]:
+    """The loaded kernels of a variant and the tunables they were built with (memoised per
+    process); `first`: the candidate to try first (a tune's choice), else the spec's order."""
+    memo_key = (str(ls.path), ls.yaml.text, tuple(variant.items()), descriptor_digest(target), tuple(sorted((first or {}).items())))
     hit = _memo.get(memo_key)
     if hit is None:
-        hit = _memo[memo_key] = _load_entry(str(_entry(ls, variant, target)), target.backend)
+        hit = _memo[memo_key] = _load_entry(str(_entry(ls, variant, target, first)), target.backend)
     return hit
 
 
@@ -143,9 +145,11 @@ def compiled_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target) ->
 MANIFEST_FIELDS = ("tunables", "kernels")
 
 
-def _entry(ls: LoadedSpec, variant: dict[str, Any], target: Target) -> Path:
-    return Cache().get_or_build(cache_key(key_parts(ls, variant, target)), _build_into(ls, variant, target),
-                                required=MANIFEST_FIELDS)
+def _entry(ls: LoadedSpec, variant: dict[str, Any], target: Target, first: dict[str, int] | None = None) -> Path:
+    parts = key_parts(ls, variant, target)
+    if first:  # another build order is another build (without one, the key is what it always was)
+        parts["first"] = first
+    return Cache().get_or_build(cache_key(parts), _build_into(ls, variant, target, first), required=MANIFEST_FIELDS)
 
 
 def _warm_one(path: str, variant: dict[str, Any], target_name: str) -> str:

@@ -68,7 +68,15 @@ class KgenOp:
         self.backward_op: KgenOp | None = None
         self.qualname = f"kgen::{self.opname}"
         self._plans: dict[tuple, _Plan] = {}
+        self._forced: dict[str, int] | None = None  # kgen tune: the candidate being timed
+        self.last_tunables: dict[str, int] | None = None  # what the last planned call was built with
         self._register()
+
+    def force_tunables(self, tunables: dict[str, int] | None) -> None:
+        """Build every variant with `tunables` first (kgen tune times each candidate), or, with
+        None, go back to the tuning database's choice or the spec's order."""
+        self._forced = tunables
+        self._plans.clear()
 
     # --- calling --------------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any):
@@ -160,10 +168,14 @@ class KgenOp:
 
     def _plan(self, tensors, options, device) -> "_Plan":
         from .compiled import compiled_variant
+        from .tuning import preferred
 
         variant = choose_variant(self.ls, tensors, options)
         sizes = bind(self.ls, tensors, variant, device)
-        kernels, tunables = compiled_variant(self.ls, variant, device_target(device))
+        target = device_target(device)
+        first = self._forced or preferred(self.ls, variant, target, {s: sizes[s] for s in self.spec.sizes if s in sizes})
+        kernels, tunables = compiled_variant(self.ls, variant, target, first)
+        self.last_tunables = tunables
         env = {**variant, **sizes, **tunables}
         grids = tuple((rk, tuple(eval_expr(g, env) for g in rk.grid) + (1,) * (3 - len(rk.grid))) for rk in kernels)
         mapped = tuple(sorted({t for rk in kernels for t, _ in rk.tensor_maps if t in self.inputs}))
@@ -182,8 +194,9 @@ class KgenOp:
         if self.emulated is not None:
             built = self._emulated_build(variant)
             tunables = built.tunables
-        else:
-            tunables = tunable_candidates(self.ls, variant)[0]
+        else:  # the interpreter runs any candidate: the forced one (kgen tune), else the first
+            tunables = self._forced if self._forced in tunable_candidates(self.ls, variant) else tunable_candidates(self.ls, variant)[0]
+        self.last_tunables = tunables
         env = {**variant, **sizes, **tunables}
         all_t = dict(tensors)
         for name, shape, dt, zeros in self._output_specs(variant, env):

@@ -17,7 +17,7 @@ from kgen.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 MATMUL = str(REPO / "specs" / "matmul.yaml")
-COMMANDS = "build, warm, check, inspect, list, targets, cache"
+COMMANDS = "build, warm, check, inspect, list, targets, cache, tune"
 TARGETS = "gfx90a, gfx942, sm_80, sm_90"
 
 

@@ -1,0 +1,112 @@
+"""`kgen tune`: time a spec's tunable candidates on the local GPU for a size bucket and keep the
+winner in the tuning database (kgen/runtime/tuning.py), which the runtime then uses for that
+bucket instead of the first candidate that fits.
+
+Each candidate is built as the first choice of its variant (build_variant with it first); one
+that does not fit the target or spills in every form falls to another candidate's build and is
+reported as not fitting. The op runs the candidate's kernels on inputs drawn from the spec's
+domains at the given sizes; the time is the median of CUDA-event times of `runs` calls after a
+warm-up, every candidate on the same inputs.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from datetime import date
+from typing import Any, Callable
+
+import torch
+
+from .build import tunable_candidates
+from .check.emulated import INT_SCALAR, SCALAR
+from .check.samples import derive_sizes, random_inputs
+from .errors import LaunchError
+from .hw.descriptor import Target
+from .runtime.binding import bind
+from .runtime.tuning import entries, record, size_bucket, tuning_key
+from .spec.load import LoadedSpec, variant_id
+
+
+@dataclass
+class Tuned:
+    variant: dict[str, Any]
+    sizes: dict[str, int] = field(default_factory=dict)  # as the op binds them: the bucket's key
+    times: list[tuple[dict[str, int], float | None, str]] = field(default_factory=list)  # (tunables, ms or None, note)
+
+    @property
+    def winner(self) -> tuple[dict[str, int], float] | None:
+        timed = [(t, ms) for t, ms, _ in self.times if ms is not None]
+        return min(timed, key=lambda x: x[1]) if timed else None
+
+    @property
+    def default(self) -> tuple[dict[str, int], float] | None:
+        """The first candidate that fits: what runs without a tune."""
+        return next(((t, ms) for t, ms, _ in self.times if ms is not None), None)
+
+
+def cuda_timer(runs: int) -> Callable[[Callable[[], Any]], float]:
+    def time(fn: Callable[[], Any]) -> float:
+        for _ in range(3):
+            fn()
+        samples = []
+        for _ in range(runs):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            samples.append(start.elapsed_time(end))
+        return statistics.median(samples)
+    return time
+
+
+def tune_variant(op, variant: dict[str, Any], target: Target, sizes: dict[str, int], device: str,
+                 time: Callable[[Callable[[], Any]], float], scalars: dict[str, Any] | None = None) -> Tuned:
+    """Time every candidate of `variant` through `op` (a KgenOp of the spec) on one draw of inputs."""
+    ls: LoadedSpec = op.ls
+    env = derive_sizes(ls, sizes, variant)
+    inputs = {n: t.to(device) for n, t in random_inputs(ls, variant, {**variant, **env}).items()}
+    given = {n: INT_SCALAR if p.dtype == "int32" else SCALAR for n, p in ls.spec.scalars.items() if p.default is None}
+    args = op._positional((), {**inputs, **given, **(scalars or {}), **{a: variant[a] for a in op.options}})
+    out = Tuned(variant, {n: v for n, v in bind(ls, inputs, variant, inputs[next(iter(inputs))].device).items()
+                          if n in ls.spec.sizes})
+    for cand in tunable_candidates(ls, variant):
+        op.force_tunables(cand)
+        try:
+            op.run(*args)
+            used = op.last_tunables
+            if used != cand:
+                out.times.append((cand, None, f"does not fit {target.name} (built {used} instead)"))
+                continue
+            out.times.append((cand, time(lambda: op.run(*args)), ""))
+        except LaunchError as e:
+            out.times.append((cand, None, str(e)))
+        finally:
+            op.force_tunables(None)
+    return out
+
+
+def store(ls: LoadedSpec, target: Target, tuned: Tuned) -> dict[str, Any] | None:
+    """Record the winner of `tuned` for its size bucket; the entry (None if nothing ran)."""
+    won, default = tuned.winner, tuned.default
+    if won is None or default is None:
+        return None
+    entry = {"spec": ls.spec.name, "variant": variant_id(tuned.variant), "target": target.name,
+             "bucket": size_bucket(tuned.sizes), "sizes": dict(tuned.sizes), "tunables": won[0], "ms": won[1],
+             "default": default[0], "default_ms": default[1], "date": date.today().isoformat(),
+             "timed": [{"tunables": t, "ms": ms, "note": note} for t, ms, note in tuned.times]}
+    record(tuning_key(ls, tuned.variant, target, tuned.sizes), entry)
+    return entry
+
+
+def show_rows(target: str | None = None) -> list[dict[str, Any]]:
+    """Every entry as a row, with the speedup of the winner over the default candidate (below 1:
+    the tune made that bucket slower than no tune, e.g. timed under other load)."""
+    rows = []
+    for key, e in sorted(entries(target).items(), key=lambda kv: (kv[1].get("spec", ""), kv[1].get("variant", ""))):
+        speedup = e["default_ms"] / e["ms"] if e.get("ms") else float("nan")
+        rows.append({"key": key, "spec": e.get("spec"), "variant": e.get("variant"), "target": e.get("target"),
+                     "bucket": e.get("bucket"), "tunables": e.get("tunables"), "ms": e.get("ms"),
+                     "default_ms": e.get("default_ms"), "speedup": speedup, "source": e.get("source"),
+                     "regressed": speedup < 1.0})
+    return rows

@@ -1,0 +1,116 @@
+"""kgen tune (kgen/tune.py, kgen/runtime/tuning.py) without a GPU: each candidate timed through the
+op on the CPU interpreter with a stand-in timer, the fastest kept in the tuning database under
+the cache directory for its size bucket, the runtime's lookup of it (and of nothing else), the
+build order it sets, `kgen tune --show`, and the command's errors."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kgen.build import build_variant, tunable_candidates
+from kgen.cli import run
+from kgen.errors import UsageError
+from kgen.hw.descriptor import load_target
+from kgen.runtime import tuning
+from kgen.runtime.op import load
+from kgen.spec.load import load_spec
+from kgen.tune import show_rows, store, tune_variant
+
+SPEC = """kgen: 1
+name: scaled_rows
+summary: y = x * 2 over blocks of a row.
+variants:
+  dtype: [fp32]
+sizes: [M, N]
+tensors:
+  x: {shape: [M, N], dtype: $dtype}
+  y: {shape: [M, N], dtype: $dtype, role: output}
+tunables: {BLOCK: [64, 128, 256], WARPS: [4, 2]}
+kernels:
+  - name: scale
+    grid: M, cdiv(N, BLOCK)
+    warps: WARPS
+    program: |
+      cols = block(program_id(1), BLOCK)
+      store(y[program_id(0), cols], load(x[program_id(0), cols]) * 2.0)
+reference: |
+  y = x * 2
+"""
+
+
+@pytest.fixture
+def spec(tmp_path, monkeypatch):
+    monkeypatch.setenv("KGEN_CACHE_DIR", str(tmp_path / "cache"))
+    path = tmp_path / "scaled_rows.yaml"
+    path.write_text(SPEC)
+    return path
+
+
+def test_bucket_rounds_each_size_up_to_a_power_of_two():
+    assert tuning.size_bucket({"N": 1000, "M": 1, "K": 1024}) == {"K": 1024, "M": 1, "N": 1024}
+
+
+def test_the_fastest_candidate_is_kept_and_then_preferred(spec):
+    ls, target = load_spec(spec), load_target("sm_90")
+    op = load(spec)
+    variant = {"dtype": "fp32"}
+    want = {"BLOCK": 128, "WARPS": 2}
+    ran = []
+
+    def timer(fn):  # a stand-in for CUDA events: the candidate the op ran decides the time
+        fn()
+        ran.append(dict(op.last_tunables))
+        return 1.0 if op.last_tunables == want else 3.0
+
+    tuned = tune_variant(op, variant, target, {"M": 3, "N": 1000}, "cpu", timer)
+    assert ran == tunable_candidates(ls, variant)  # every candidate, each run as itself
+    assert tuned.winner == (want, 1.0) and tuned.default == ({"BLOCK": 64, "WARPS": 4}, 3.0)
+    assert tuned.sizes == {"M": 3, "N": 1000}
+    entry = store(ls, target, tuned)
+    assert entry["bucket"] == {"M": 4, "N": 1024} and entry["tunables"] == want
+    # the same bucket finds it, another bucket, target or spec text does not
+    assert tuning.preferred(ls, variant, target, {"M": 4, "N": 900}) == want
+    assert tuning.preferred(ls, variant, target, {"M": 4, "N": 2000}) is None
+    assert tuning.preferred(ls, variant, load_target("sm_80"), {"M": 4, "N": 900}) is None
+    spec.write_text(SPEC.replace("y = x * 2 over", "y = x * 2, over"))
+    assert tuning.preferred(load_spec(spec), variant, target, {"M": 4, "N": 900}) is None
+    (row,) = show_rows()
+    assert row["speedup"] == 3.0 and row["source"] == "local" and not row["regressed"]
+
+
+def test_the_choice_is_built_first(spec):
+    ls = load_spec(spec)
+    built = build_variant(ls, {"dtype": "fp32"}, load_target("sm_90"), compile=False, first={"BLOCK": 256, "WARPS": 2})
+    assert built.tunables == {"BLOCK": 256, "WARPS": 2}
+    assert build_variant(ls, {"dtype": "fp32"}, load_target("sm_90"), compile=False).tunables == {"BLOCK": 64, "WARPS": 4}
+
+
+def test_the_op_still_computes_with_a_forced_candidate(spec):
+    op = load(spec)
+    op.force_tunables({"BLOCK": 256, "WARPS": 2})
+    x = torch.randn(3, 1000)
+    torch.testing.assert_close(op(x), x * 2)
+    assert op.last_tunables == {"BLOCK": 256, "WARPS": 2}
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["tune"], "kgen tune needs a spec file: kgen tune SPEC --size NAME=VALUE ... (or --show)"),
+    (["tune", "{spec}", "-s", "M=4"], "kgen tune needs every size of scaled_rows; missing N; its sizes: M, N"),
+    (["tune", "{spec}", "-s", "M=4", "-s", "Q=2"], "--size Q is not a size of scaled_rows; its sizes: M, N"),
+])
+def test_usage_errors_are_one_sentence(spec, argv, message):
+    with pytest.raises(UsageError) as e:
+        run([a.format(spec=spec) for a in argv])
+    assert str(e.value) == message
+
+
+def test_without_a_gpu_tune_says_so(spec):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(UsageError, match="kgen tune times kernels on this machine's GPU, and none was found"):
+        run(["tune", str(spec), "-s", "M=4", "-s", "N=100"])
+
+
+def test_show_lists_the_database(spec, capsys):
+    assert run(["tune", "--show"]) == 0
+    assert "tuning database" in capsys.readouterr().out
