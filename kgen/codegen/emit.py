@@ -19,7 +19,7 @@ from ..ir.analysis import producers
 from ..ir.attrs import attr
 from ..ir.passes.dot_tiling import instr_of
 from ..ir.passes.operands import fragment_view
-from . import tma, wgmma
+from . import indexed, tma, wgmma
 from .cexpr import add, cat, div, lit, mod, mul, sym, total, wide
 from .coords import CoordMacros, dup_masks, reg_map_expr, register_operand_ptr, rep_index, rep_loops, shared_slot, tensor_param
 
@@ -529,32 +529,11 @@ class Emitter:
         ctx.update(out=self.decl(op.result), other=other)
         return ctx
 
-    def _gathered(self, op) -> tuple[str, str]:
-        """Element e's address and its in-range test, for a gather or scatter: each index is a
-        tile's element or a scalar; one unsigned compare per dim tests 0 <= i < size."""
-        t = op.attrs["tensor"]
-        dims = self.dims[t]
-        terms, tests = [], []
-        for d, e in enumerate(op.attrs["index"]):
-            i = elem(op.operands[e[1]])
-            terms.append(mul(wide(i), 1 if d == len(dims) - 1 else sym(f"stride_{t}_{d}")))
-            tests.append(f"(unsigned)({i}) < (unsigned)({dims[d]})")
-        return f"{tensor_param(t)}[{total(terms)}]", " && ".join(tests)
-
     def op_gather(self, op):
-        where, test = self._gathered(op)
-        return {"macro": "elementwise", "out": self.decl(op.result),
-                "expr": f"({test}) ? {where} : {literal(op.attrs['other'], op.result.dtype, self.half)}"}
+        return indexed.gather_ctx(self, op)
 
     def op_scatter(self, op):
-        """One write (or fp32 add) per element in range, by one thread of each group holding the
-        same element."""
-        where, test = self._gathered(op)
-        value = op.operands[0]
-        lane_dup, warp_dup = dup_masks(value.layout)
-        writer = [f"(lane & {lane_dup}) == 0"] * bool(lane_dup) + [f"(warp & {warp_dup}) == 0"] * bool(warp_dup)
-        write = f"kg::atomic_add(&{where}, {elem(value)})" if op.attrs["atomic"] else f"{where} = {elem(value)}"
-        return {"n": value.layout.nregs, "test": " && ".join(writer + [test]), "write": write}
+        return indexed.scatter_ctx(self, op)
 
     def op_store(self, op):
         if op.operands[0].is_scalar and all(e[0] == "at" for e in op.attrs["index"]):  # one thread writes it

@@ -7,41 +7,21 @@ indexed inside load/store/atomic_add. docs/SPEC_LANGUAGE.md describes the langua
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
 from typing import Any
 
 from ..errors import SourceLoc, SpecError
 from ..ir.core import DTYPES, Block, Op, Value
 from .builder import Builder, Operand
+from .hooks import Hook, Origin, hook_body as _hook_body
 from .calls import call, is_builtin
 from .derivative import NotDifferentiable, derivative_body
-from . import mask_bounds
+from . import phases
 from .terms import TensorRef, _DType
 
 
 BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div", ast.FloorDiv: "floordiv",
           ast.Mod: "mod", ast.Pow: "pow"}
 CMPOPS = {ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge", ast.Eq: "eq", ast.NotEq: "ne"}
-@dataclass(frozen=True)
-class Origin:
-    """Where the program text starts in the spec file, to turn ast positions into file:line:col."""
-
-    file: str
-    line: int
-    col: int
-
-
-@dataclass(frozen=True)
-class Hook:
-    """A spec's hook (docs/SPEC_LANGUAGE.md, "Hooks and extends"): inlined at each call, its body
-    seeing its arguments and the program's constants, sizes, scalars and tensors, never the
-    caller's other names."""
-
-    args: tuple[str, ...]
-    body: str
-    origin: Origin
-
-
 def parse_program(source: str, origin: Origin, *, constants: dict[str, Any], sizes: list[str],
                   scalars: dict[str, str], tensors: dict[str, TensorRef], hooks: dict[str, Hook] | None = None) -> Block:
     try:
@@ -258,7 +238,7 @@ class _Parser:
             if isinstance(node.func, ast.Call) and isinstance(node.func.func, ast.Name) and node.func.func.id == "grad":
                 return self.call_grad(node)
             if isinstance(node.func, ast.Name) and node.func.id in ("block_phases", "is_identity") and node.func.id not in self.env:
-                return self.block_phases(node) if node.func.id == "block_phases" else self.is_identity(node)
+                return (phases.block_phases if node.func.id == "block_phases" else phases.is_identity)(self, node)
             return call(self, node)
         if isinstance(node, ast.Tuple):
             return tuple(self.expr(e) for e in node.elts)
@@ -303,93 +283,6 @@ class _Parser:
         finally:
             self.b, self.runtime, self.origin = saved
         return None if isinstance(value, (Value, TensorRef, _DType, tuple)) else value
-
-    def _hook_call(self, node: ast.AST, what: str) -> tuple[str, Hook]:
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in self.hooks):
-            raise self.fail(node, f"{what} takes a call of one of the spec's hooks ({', '.join(self.hooks) or 'none'})")
-        return node.func.id, self.hooks[node.func.id]
-
-    def _expanded(self, name: str, hook: Hook, bound: dict[str, ast.expr]) -> ast.expr:
-        hooks = {n: (h.args, _hook_body(n, h)) for n, h in self.hooks.items()}
-        saved = self.origin
-        self.origin = hook.origin
-        try:
-            return mask_bounds.expand(_hook_body(name, hook), bound, hooks, self.static, (name,))
-        except mask_bounds.NotAnalyzable as e:
-            raise self.fail(e.node, f"{name}: {e}") from None
-        finally:
-            self.origin = saved
-
-    def is_identity(self, node: ast.Call) -> bool:
-        """`is_identity(hook, i)`: whether the hook returns its argument i unchanged (known when
-        the spec is read), so that a base can keep a cheaper form for the trivial hook."""
-        if node.keywords or len(node.args) != 2 or not isinstance(node.args[1], ast.Constant):
-            raise self.fail(node, "is_identity() takes a hook and the index or name of one of its arguments: "
-                                  "is_identity(score_mod, 0)")
-        if not (isinstance(node.args[0], ast.Name) and node.args[0].id in self.hooks):
-            raise self.fail(node.args[0], f"is_identity() takes a hook of the spec ({', '.join(self.hooks) or 'none'})")
-        name, which = node.args[0].id, node.args[1].value
-        hook = self.hooks[name]
-        wrt = hook.args.index(which) if which in hook.args else which
-        if isinstance(wrt, bool) or not isinstance(wrt, int) or not 0 <= wrt < len(hook.args):
-            raise self.fail(node, f"is_identity({name}, {which!r}): {name} takes ({', '.join(hook.args)})")
-        marks = {a: ast.Name(id=f"__arg{i}", ctx=ast.Load()) for i, a in enumerate(hook.args)}
-        body = self._expanded(name, hook, marks)
-        return isinstance(body, ast.Name) and body.id == f"__arg{wrt}"
-
-    def block_phases(self, node: ast.Call) -> tuple:
-        """`block_phases(mask(args with one span(lo, hi) and one ...), BLOCK, N, whole=True)`:
-        the blocks of [0, N) that the `...` argument of the mask hook can see while the spanned
-        argument runs over [lo, hi], as phases (masked, start, stop) to loop over in order:
-        blocks visible whole and below N in an unmasked phase, the others that may see something
-        in masked phases before and after it (kgen/lang/mask_bounds.py). A mask that is true
-        everywhere gives one masked phase over every block (only N masks); whole=False merges
-        the phases into one masked phase."""
-        usage = "block_phases(mask(..., span(lo, hi), ...), BLOCK, N[, whole=False])"
-        if len(node.args) != 3 or any(k.arg != "whole" for k in node.keywords):
-            raise self.fail(node, f"block_phases() is written {usage}")
-        name, hook = self._hook_call(node.args[0], "block_phases()")
-        call = node.args[0]
-        if len(call.args) != len(hook.args) or call.keywords:
-            raise self.fail(call, f"{name} takes {len(hook.args)} arguments ({', '.join(hook.args)}), got {len(call.args)}")
-        free = [i for i, a in enumerate(call.args) if isinstance(a, ast.Constant) and a.value is Ellipsis]
-        spans = [i for i, a in enumerate(call.args) if isinstance(a, ast.Call) and isinstance(a.func, ast.Name) and a.func.id == "span"]
-        if len(free) != 1 or len(spans) != 1:
-            raise self.fail(call, f"block_phases(): give {name} one argument '...' (the index whose blocks are asked "
-                                  "for) and one span(lo, hi) (the range of the other index, both ends included)")
-        span = call.args[spans[0]]
-        if len(span.args) != 2 or span.keywords:
-            raise self.fail(span, "span(lo, hi) takes the first and last value of the range")
-        block = _static(self, node.args[1], "block_phases()'s block size")
-        whole = self.static(node.keywords[0].value) if node.keywords else True
-        if not isinstance(whole, bool):
-            raise self.fail(node, "block_phases(..., whole=) takes a bool known at compile time")
-        env = {mask_bounds.FIXED_LO: self.expr(span.args[0]), mask_bounds.FIXED_HI: self.expr(span.args[1])}
-        bound: dict[str, ast.expr] = {}
-        for i, (a, arg) in enumerate(zip(hook.args, call.args)):
-            mark = mask_bounds.FREE if i == free[0] else mask_bounds.FIXED if i == spans[0] else f"__arg{i}"
-            bound[a] = ast.Name(id=mark, ctx=ast.Load())
-            if i not in (free[0], spans[0]):
-                env[mark] = self.expr(arg)
-        saved = (self.env, self.origin)
-        self.env = {**self.globals, **env}
-        try:
-            expanded = self._expanded(name, hook, bound)
-            self.origin = hook.origin
-            ordered = frozenset(n for n, t in self.tensors.items() if t.ordered)
-            possible, sure = mask_bounds.visible(expanded, self.static, ordered)
-            self.env, self.origin = {**self.globals, **env}, saved[1]
-            self.env["__n"] = self.expr(node.args[2])
-            ends = mask_bounds.block_range(possible, sure, block, ast.Name(id="__n", ctx=ast.Load()))
-            self.at(node)
-            v = {k: self.expr(_placed(e, node)) for k, e in ends.items()}
-        finally:
-            self.env, self.origin = saved
-        if possible == mask_bounds.ALL and sure == mask_bounds.ALL or not whole or "full_end" not in v:
-            return ((True, v["first"], v["end"]),)
-        phases = [] if "full_first" not in v else [(True, v["first"], v["full_first"])]
-        start = v.get("full_first", v["first"])
-        return tuple(phases + [(False, start, v["full_end"]), (True, v["full_end"], v["end"])])
 
     def inline(self, node: ast.Call, name: str, hook: Hook, body: list[ast.stmt]) -> Any:
         """`body` (statements ending in `return`) evaluated with `hook`'s arguments bound to the
@@ -450,47 +343,6 @@ class _Parser:
         if axis != len(out.shape):
             raise self.fail(node, f"index has {axis} entries for a {len(out.shape)}D result")
         return out
-
-
-def _placed(e: ast.expr, node: ast.AST) -> ast.expr:
-    """e with every node at `node`'s place: bounds derived from a hook are computed where the
-    program asks for them."""
-    for sub in ast.walk(e):
-        ast.copy_location(sub, node)
-    return e
-
-
-def _static(p: _Parser, node: ast.expr, what: str) -> int:
-    value = p.static(node)
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise p.fail(node, f"{what} must be a positive integer known at compile time")
-    return value
-
-
-def _hook_body(name: str, hook: Hook) -> list[ast.stmt]:
-    """A hook's statements, the last a `return`: an expression body becomes `return <it>`."""
-    def at(line: int, col: int) -> SourceLoc:
-        return SourceLoc(hook.origin.file, hook.origin.line + line - 1, hook.origin.col + col)
-    try:
-        expr = ast.parse(hook.body.strip(), mode="eval")
-        ret = ast.Return(value=expr.body)
-        ast.copy_location(ret, expr.body)
-        return [ret]
-    except SyntaxError:
-        pass
-    try:
-        stmts = ast.parse(hook.body).body
-    except SyntaxError as e:
-        raise SpecError(f"hook {name}: {e.msg}", at(e.lineno or 1, e.offset or 1)) from None
-    if not stmts or not isinstance(stmts[-1], ast.Return) or stmts[-1].value is None:
-        last = stmts[-1] if stmts else None
-        raise SpecError(f"hook {name}: a body of statements ends with `return <expression>`",
-                        at(getattr(last, "lineno", 1), getattr(last, "col_offset", 0) + 1))
-    for s in stmts[:-1]:
-        for sub in ast.walk(s):
-            if isinstance(sub, ast.Return):
-                raise SpecError(f"hook {name}: `return` only as the body's last statement", at(sub.lineno, sub.col_offset + 1))
-    return stmts
 
 
 def _assigned_names(body: list[ast.stmt]) -> list[str]:
