@@ -46,7 +46,7 @@ def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         raise LaunchError(f"flash_attn_func: q has {h} heads and k {k.shape[2]}; the query heads must be a multiple of the key/value heads")
 
 
-VARIANTS = ("fa2_window", "fa2_softcap", "fa2_alibi")  # specs/variants, by op name
+VARIANTS = ("fa2_window", "fa2_softcap", "fa2_alibi", "fa2_window_softcap")  # specs/variants, by op name
 
 
 def _window(window_size: Any, causal: bool, sq: int, sk: int) -> tuple[int, int] | None:
@@ -86,7 +86,7 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     As flash-attn: window_size=(left, right) lets query i see keys i + SK - SQ - left to
     i + SK - SQ + right (-1: no limit); softcap > 0 maps each scaled score s to
     softcap * tanh(s / softcap); alibi_slopes (H,) or (B, H) fp32 adds -slope * |i + SK - SQ - j|.
-    One of the three at a time."""
+    One of the three at a time, or window_size with softcap (Gemma 2's local layers)."""
     _check(q, k, v)
     d = q.shape[-1]
     scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(d)
@@ -96,14 +96,18 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     if isinstance(softcap, bool) or not isinstance(softcap, (int, float)) or not (softcap >= 0 and math.isfinite(softcap)):
         raise LaunchError(f"flash_attn_func: softcap is {softcap!r}; accepted: 0 (none) or a positive finite number")
     asked = [n for n, on in (("window_size", window is not None), ("softcap", softcap > 0), ("alibi_slopes", alibi_slopes is not None)) if on]
-    if len(asked) > 1:
-        raise LaunchError(f"flash_attn_func: {' and '.join(asked)} together are not built yet; pass one of them "
-                          "(each is a spec in specs/variants)")
+    if len(asked) > 1 and asked != ["window_size", "softcap"]:
+        raise LaunchError(f"flash_attn_func: {' and '.join(asked)} together are not built yet; pass one of them, or "
+                          "window_size with softcap (each is a spec in specs/variants)")
     # each op's schema: inputs, scalars, variant options, then what autograd hands the backward
     common = dict(softmax_scale=scale, head_dim=d, causal=bool(causal), deterministic=bool(deterministic))
     if window is not None:
         common["causal"] = False  # the window's right edge is the causal mask
-        o, _lse = torch.ops.kgen.fa2_window(q, k, v, window_left=window[0], window_right=window[1], **common)
+        if softcap > 0:
+            o, _lse = torch.ops.kgen.fa2_window_softcap(q, k, v, window_left=window[0], window_right=window[1],
+                                                        softcap=float(softcap), **common)
+        else:
+            o, _lse = torch.ops.kgen.fa2_window(q, k, v, window_left=window[0], window_right=window[1], **common)
     elif softcap > 0:
         o, _lse = torch.ops.kgen.fa2_softcap(q, k, v, softcap=float(softcap), **common)
     elif alibi_slopes is not None:

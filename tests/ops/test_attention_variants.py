@@ -31,6 +31,9 @@ def _mask_and_bias(name: str, scalars: dict, causal: bool, slopes: torch.Tensor 
     mod = lambda s: s  # noqa: E731
     if name == "sliding_window":
         seen = (j >= diag - scalars["window_left"]) & (j <= diag + scalars["window_right"])
+    elif name == "window_softcap":
+        seen = (j >= diag - scalars["window_left"]) & (j <= diag + scalars["window_right"])
+        mod = lambda s: scalars["softcap"] * torch.tanh(s / scalars["softcap"])  # noqa: E731
     elif name == "prefix_lm":
         seen = (j < scalars["prefix"]) | (j <= diag)
     elif name == "softcap":
@@ -64,6 +67,7 @@ CASES = [("sliding_window", False, {"window_left": 70, "window_right": 9}),
          ("sliding_window", False, {"window_left": 0, "window_right": 0}),
          ("sliding_window", False, {"window_left": 1 << 20, "window_right": 30}),
          ("prefix_lm", False, {"prefix": 97}),
+         ("window_softcap", False, {"window_left": 60, "window_right": 0, "softcap": 2.5}),
          ("softcap", False, {"softcap": 2.5}),
          ("softcap", True, {"softcap": 2.5}),
          ("alibi", False, {}),
@@ -204,6 +208,7 @@ def _flash_meaning(q, k, v, causal, window_size, softcap, slopes):
 
 @pytest.mark.parametrize("causal, kw", [(False, {"window_size": (6, 2)}), (True, {"window_size": (5, -1)}),
                                         (False, {"window_size": (-1, 0)}), (True, {"softcap": 3.0}),
+                                        (True, {"window_size": (7, -1), "softcap": 2.0}),
                                         (False, {"alibi": True}), (True, {"alibi": True})])
 def test_flash_attn_func_keywords_mean_what_flash_attn_says(causal, kw):
     from kgen.ops import flash_attn_func
@@ -220,7 +225,7 @@ def test_flash_attn_func_keywords_mean_what_flash_attn_says(causal, kw):
     ({"window_size": (3,)}, "flash_attn_func: window_size is (3,); accepted: (left, right), each -1 (no limit) or a number of keys >= 0"),
     ({"window_size": (-2, 4)}, "flash_attn_func: window_size is (-2, 4); accepted: (left, right), each -1 (no limit) or a number of keys >= 0"),
     ({"softcap": float("nan")}, "flash_attn_func: softcap is nan; accepted: 0 (none) or a positive finite number"),
-    ({"softcap": 2.0, "window_size": (1, 1)}, "flash_attn_func: window_size and softcap together are not built yet; pass one of them (each is a spec in specs/variants)"),
+    ({"alibi_slopes": torch.ones(2), "window_size": (1, 1)}, "flash_attn_func: window_size and alibi_slopes together are not built yet; pass one of them, or window_size with softcap (each is a spec in specs/variants)"),
     ({"alibi_slopes": torch.ones(3)}, "flash_attn_func: alibi_slopes is torch.float32 (3,); accepted: a torch.float32 tensor of shape (2,) or (1, 2)"),
     ({"alibi_slopes": torch.ones(2, dtype=torch.float64)}, "flash_attn_func: alibi_slopes is torch.float64 (2,); accepted: a torch.float32 tensor of shape (2,) or (1, 2)"),
 ])
