@@ -377,11 +377,13 @@ def visible(expr: ast.expr, static: Callable[[ast.expr], Any], ordered: frozense
     return _Analysis(static, ordered).spans(expr)
 
 
-def block_range(possible: Interval, sure: Interval, block: int, n: ast.expr) -> dict[str, ast.expr]:
+def block_range(possible: Interval, sure: Interval, block: int, n: ast.expr, bounded: bool = True) -> dict[str, ast.expr]:
     """first, full_first, full_end, end: block indices over [0, cdiv(n, block)). Blocks outside
-    [first, end) see nothing; blocks in [full_first, full_end) are visible whole and lie below n.
+    [first, end) see nothing; blocks in [full_first, full_end) are visible whole and, `bounded`,
+    lie below n (unbounded: the caller tests n itself, so the last partial block may be whole).
     A key is left out where the analysis shows the phase it bounds is empty when the spec is
-    read (no whole blocks: no full_first; nothing before the whole blocks: full_first is first)."""
+    read (no whole blocks: no full_first; nothing before the whole blocks: full_first is first;
+    nothing after them: full_end is end itself)."""
     n_blocks = _call("cdiv", n, _num(block))
     if _is_empty(possible):
         return {"first": _num(0), "end": _num(0)}
@@ -395,6 +397,11 @@ def block_range(possible: Interval, sure: Interval, block: int, n: ast.expr) -> 
     below_n = ast.BinOp(left=n, op=ast.FloorDiv(), right=_num(block))  # blocks that lie below n whole
     if sure.lo is not None:
         out["full_first"] = _call("minimum", _call("maximum", _call("cdiv", _call("maximum", sure.lo, _num(0)), _num(block)), first), end)
+    if not bounded and sure.hi is None and possible.hi is None:
+        out["full_end"] = end  # whole up to the last block: no masked phase after them
+        return out
+    if not bounded:
+        below_n = n_blocks
     cap = below_n if sure.hi is None else _call(
         "minimum", ast.BinOp(left=_call("maximum", sure.hi, _num(0)), op=ast.FloorDiv(), right=_num(block)), below_n)
     out["full_end"] = _call("maximum", _call("minimum", cap, end), out.get("full_first", first))

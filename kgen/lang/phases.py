@@ -50,15 +50,16 @@ def is_identity(p: _Parser, node: ast.Call) -> bool:
 
 
 def block_phases(p: _Parser, node: ast.Call) -> tuple:
-    """`block_phases(mask(args with one span(lo, hi) and one ...), BLOCK, N, whole=True)`:
+    """`block_phases(mask(args with one span(lo, hi) and one ...), BLOCK, N, whole=True, bounded=True)`:
     the blocks of [0, N) that the `...` argument of the mask hook can see while the spanned
     argument runs over [lo, hi], as phases (masked, start, stop) to loop over in order:
     blocks visible whole and below N in an unmasked phase, the others that may see something
     in masked phases before and after it (kgen/lang/mask_bounds.py). A mask that is true
     everywhere gives one masked phase over every block (only N masks); whole=False merges
-    the phases into one masked phase."""
-    usage = "block_phases(mask(..., span(lo, hi), ...), BLOCK, N[, whole=False])"
-    if len(node.args) != 3 or any(k.arg != "whole" for k in node.keywords):
+    the phases into one masked phase; bounded=False lets a whole block pass N (for a program
+    that tests N in every phase itself)."""
+    usage = "block_phases(mask(..., span(lo, hi), ...), BLOCK, N[, whole=False][, bounded=False])"
+    if len(node.args) != 3 or any(k.arg not in ("whole", "bounded") for k in node.keywords):
         raise p.fail(node, f"block_phases() is written {usage}")
     name, hook = _hook_call(p, node.args[0], "block_phases()")
     call = node.args[0]
@@ -73,9 +74,10 @@ def block_phases(p: _Parser, node: ast.Call) -> tuple:
     if len(span.args) != 2 or span.keywords:
         raise p.fail(span, "span(lo, hi) takes the first and last value of the range")
     block = _static(p, node.args[1], "block_phases()'s block size")
-    whole = p.static(node.keywords[0].value) if node.keywords else True
-    if not isinstance(whole, bool):
-        raise p.fail(node, "block_phases(..., whole=) takes a bool known at compile time")
+    flags = {k.arg: p.static(k.value) for k in node.keywords}
+    whole, bounded = flags.get("whole", True), flags.get("bounded", True)
+    if not isinstance(whole, bool) or not isinstance(bounded, bool):
+        raise p.fail(node, "block_phases(..., whole=, bounded=) take bools known at compile time")
     env = {mask_bounds.FIXED_LO: p.expr(span.args[0]), mask_bounds.FIXED_HI: p.expr(span.args[1])}
     bound: dict[str, ast.expr] = {}
     for i, (a, arg) in enumerate(zip(hook.args, call.args)):
@@ -92,16 +94,19 @@ def block_phases(p: _Parser, node: ast.Call) -> tuple:
         possible, sure = mask_bounds.visible(expanded, p.static, ordered)
         p.env, p.origin = {**p.globals, **env}, saved[1]
         p.env["__n"] = p.expr(node.args[2])
-        ends = mask_bounds.block_range(possible, sure, block, ast.Name(id="__n", ctx=ast.Load()))
+        ends = mask_bounds.block_range(possible, sure, block, ast.Name(id="__n", ctx=ast.Load()), bounded)
         p.at(node)
-        v = {k: p.expr(_placed(e, node)) for k, e in ends.items()}
+        v = {k: p.expr(_placed(e, node)) for k, e in ends.items() if k != "full_end" or e is not ends["end"]}
+        if "full_end" in ends and ends["full_end"] is ends["end"]:
+            v["full_end"] = v["end"]  # the same value: no phase after the whole blocks
     finally:
         p.env, p.origin = saved
     if possible == mask_bounds.ALL and sure == mask_bounds.ALL or not whole or "full_end" not in v:
         return ((True, v["first"], v["end"]),)
     phases = [] if "full_first" not in v else [(True, v["first"], v["full_first"])]
     start = v.get("full_first", v["first"])
-    return tuple(phases + [(False, start, v["full_end"]), (True, v["full_end"], v["end"])])
+    after = [] if v["full_end"] is v["end"] else [(True, v["full_end"], v["end"])]
+    return tuple(phases + [(False, start, v["full_end"])] + after)
 
 
 def _placed(e: ast.expr, node: ast.AST) -> ast.expr:
