@@ -7,7 +7,6 @@ file than the kernel's spec).
 """
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -21,15 +20,13 @@ from ..ir.passes.dot_tiling import instr_of
 from ..ir.passes.operands import fragment_view
 from . import indexed, tma, wgmma
 from .cexpr import add, cat, div, lit, mod, mul, sym, total, wide
+from .dtypes import CTYPE, FLOAT, HALF_TYPE, INTEGER, REDUCE_INIT_INT, ctype, integer_cast, literal  # noqa: F401 (re-exported)
 from .coords import CoordMacros, dup_masks, reg_map_expr, register_operand_ptr, rep_index, rep_loops, shared_slot, tensor_param
 
 MAX_STRIDES_MACRO = 7  # KG_STRIDES<n> and KG_STRIDES_MULTIPLE<n>, n = 1..7, in templates/common/kgen_tile.h
 # ops whose result is its operand's registers seen with another shape or axis order: no code,
 # the result is read by the operand's name (render.name_values)
 VIEWS = ("expand", "trans")
-HALF_TYPE = "kg_half"  # the typedef a shared source's unit gives its 16-bit float type (templates/*/kernel.*.j2)
-CTYPE = {"bf16": "kg::bf16", "fp16": "kg::fp16", "fp32": "float", "int32": "int", "bool": "bool"}
-FLOAT = ("bf16", "fp16", "fp32")
 BIN_C = {"add": "{a} + {b}", "sub": "{a} - {b}", "mul": "{a} * {b}", "div": "{a} / {b}", "floordiv": "kg::floordiv({a}, {b})",
          "mod": "kg::mod({a}, {b})", "max": "kg::max_({a}, {b})", "min": "kg::min_({a}, {b})", "pow": "kg::pow_({a}, {b})",
          "lt": "{a} < {b}", "le": "{a} <= {b}", "gt": "{a} > {b}", "ge": "{a} >= {b}", "eq": "{a} == {b}", "ne": "{a} != {b}",
@@ -38,8 +35,6 @@ UN_C = {"exp": "kg::exp_({a})", "exp2": "kg::exp2_({a})", "log": "kg::log_({a})"
         "sqrt": "kg::sqrt_({a})", "rsqrt": "kg::rsqrt_({a})", "abs": "kg::abs_({a})", "not": "!{a}",
         **{fn: f"kg::{fn}_({{a}})" for fn in ("sigmoid", "tanh", "erf", "sin", "cos", "floor", "ceil")}}
 REDUCE_C = {"sum": ("0.0f", "{a} + {b}"), "max": ("-kg::inf()", "kg::max_({a}, {b})"), "min": ("kg::inf()", "kg::min_({a}, {b})")}
-# int32 tiles reduce in int (exact): the identities of sum, max and min
-REDUCE_INIT_INT = {"sum": "0", "max": "(-2147483647 - 1)", "min": "2147483647"}
 
 
 def name(v: Value) -> str:
@@ -54,27 +49,6 @@ def elem(v: Value, idx: str = "e") -> str:
 def as_compute(v: Value, idx: str = "e") -> str:
     """The element read as the type arithmetic is done in (float for the float dtypes)."""
     return f"kg::f32({elem(v, idx)})" if v.dtype in ("bf16", "fp16") else elem(v, idx)
-
-
-def ctype(dtype: str, half: str | None = None) -> str:
-    """The C type of a dtype; the kernel's 16-bit float type `half` as HALF_TYPE (a source
-    shared by the bf16 and fp16 variants, kgen.codegen.render)."""
-    return HALF_TYPE if dtype == half else CTYPE[dtype]
-
-
-def literal(value: Any, dtype: str, half: str | None = None) -> str:
-    if dtype == "bool":
-        return "true" if value else "false"
-    if dtype == "int32":
-        return str(int(value)) if value >= 0 else f"({int(value)})"
-    value = float(value)
-    if math.isinf(value):
-        text = "kg::inf()" if value > 0 else "-kg::inf()"
-    elif math.isnan(value):
-        text = "kg::nan()"
-    else:
-        text = repr(value) + "f"
-    return text if dtype == "fp32" else f"kg::cvt<{ctype(dtype, half)}>({text})"
 
 
 class Emitter:
@@ -170,8 +144,9 @@ class Emitter:
 
     def op_cast(self, op):
         (a,) = op.operands
-        return {"macro": "scalar" if a.is_scalar else "elementwise", "out": self.decl(op.result),
-                "expr": f"kg::cvt<{self.ctype(op.result.dtype)}>({as_compute(a)})"}
+        to = self.ctype(op.result.dtype)
+        expr = f"({to})({elem(a)})" if integer_cast(a.dtype, op.result.dtype) else f"kg::cvt<{to}>({as_compute(a)})"
+        return {"macro": "scalar" if a.is_scalar else "elementwise", "out": self.decl(op.result), "expr": expr}
 
     def op_broadcast(self, op):
         src = op.operands[0]
@@ -183,11 +158,11 @@ class Emitter:
         src, out, axis = op.operands[0], op.result, op.attrs["axis"]
         plan = src.layout.reduce_plan(axis)
         init, combine = REDUCE_C[op.attrs["fn"]]
-        integer = src.dtype == "int32"
+        integer = src.dtype in INTEGER
         if integer:
-            init = REDUCE_INIT_INT[op.attrs["fn"]]
+            init = REDUCE_INIT_INT[src.dtype][op.attrs["fn"]]
         ctx = {"out": self.decl(out), "acc": f"r{out.id}", "n_in": src.layout.nregs, "n_out": 1 if out.is_scalar else out.layout.nregs,
-               "acc_ctype": "int" if integer else "float", "scalar_out": out.is_scalar,
+               "acc_ctype": CTYPE[src.dtype] if integer else "float", "scalar_out": out.is_scalar,
                "finish": "" if integer else f"kg::cvt<{self.ctype(out.dtype)}>",
                "map": str(reg_map_expr(src.layout.slice_reg_map(axis))), "init": init,
                "combine": combine.format(a="{a}", b="{b}"), "src": name(src), "src_f32": elem(src) if integer else as_compute(src),
@@ -216,8 +191,8 @@ class Emitter:
                     if any(x for d, x in enumerate(v) if d != axis):
                         raise NotImplementedError(f"cumsum along axis {axis} of a layout whose bits move along two axes ({lay})")
                     levels.append((v[axis], kind, 1 << b))
-        integer = src.dtype == "int32"
-        return {"out": self.decl(out), "n": lay.nregs, "acc_ctype": "int" if integer else "float",
+        integer = src.dtype in INTEGER
+        return {"out": self.decl(out), "n": lay.nregs, "acc_ctype": CTYPE[src.dtype] if integer else "float",
                 "src_val": elem(src) if integer else as_compute(src), "finish": "" if integer else f"kg::cvt<{self.ctype(out.dtype)}>",
                 "levels": [{"kind": kind, "mask": m} for _, kind, m in sorted(levels)],
                 "offset": (attr(op, "smem_offset") or 0)}

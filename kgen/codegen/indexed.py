@@ -22,9 +22,12 @@ def _address(em: "Emitter", op: Op) -> tuple[str, str]:
     dims = em.dims[t]
     terms, tests = [], []
     for d, e in enumerate(op.attrs["index"]):
-        i = elem(op.operands[e[1]])
+        index = op.operands[e[1]]
+        i = elem(index)
         terms.append(mul(wide(i), 1 if d == len(dims) - 1 else sym(f"stride_{t}_{d}")))
-        tests.append(f"(unsigned)({i}) < (unsigned)({dims[d]})")
+        # an int64 index compares in 64 bits: 2^32 + 1 is out of range, not 1
+        u = "unsigned long long" if index.dtype == "int64" else "unsigned"
+        tests.append(f"({u})({i}) < ({u})({dims[d]})")
     return f"{tensor_param(t)}[{total(terms)}]", " && ".join(tests)
 
 

@@ -6,7 +6,7 @@ never from another pass.
 """
 from __future__ import annotations
 
-from .core import Block, Op, Value, walk
+from .core import ELEM_BYTES, Block, Op, Value, walk
 
 PURE_SCALAR = ("const", "binary", "unary", "cast", "where")  # scalar ops a copy's index may be recomputed through
 
@@ -17,26 +17,32 @@ def producers(block: Block, deep: bool = True) -> dict[int, Op]:
 
 
 def scratch_bytes(op: Op) -> int:
-    """Shared memory an op needs while it runs (besides staged operands)."""
+    """Shared memory an op needs while it runs (besides staged operands). Its slots hold the
+    accumulator type (float or int for anything narrower, long long for int64: _slot_bytes)."""
     if op.kind == "reduce":
         src = op.operands[0]
         if src.layout is not None and src.layout.reduce_plan(op.attrs["axis"]).cross_warp:
             n = 1
             for s in op.result.shape or (1,):
                 n *= s
-            return 4 * n * src.layout.nwarps
+            return _slot_bytes(src) * n * src.layout.nwarps
     if op.kind == "scan":
         src = op.operands[0]
         if src.layout is not None and src.layout.reduce_plan(op.attrs["axis"]).cross_warp:
-            return 4 * src.layout.nregs * src.layout.nlanes * src.layout.nwarps  # a slot per thread and register
+            return _slot_bytes(src) * src.layout.nregs * src.layout.nlanes * src.layout.nwarps  # a slot per thread and register
     if op.kind == "atomic_add" and "bulk" in op.attrs:  # a slice per warp (passes/bulk_reduce.py)
         return op.attrs["bulk"]["bytes"]
     if op.kind == "convert":
         n = 1
         for s in op.result.shape:
             n *= s
-        return 4 * n
+        return _slot_bytes(op.result) * n
     return 0
+
+
+def _slot_bytes(v: Value) -> int:
+    """Bytes of one scratch slot for v's elements: 4 (narrower types are given 4 as well), 8 for int64."""
+    return max(4, ELEM_BYTES[v.dtype])
 
 
 def buffer_bytes(block: Block) -> int:

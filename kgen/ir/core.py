@@ -80,9 +80,10 @@ from typing import Any
 from ..errors import SourceLoc
 from ..layout import Layout
 
-DTYPES = ("bf16", "fp16", "fp32", "int32", "bool")
+DTYPES = ("bf16", "fp16", "fp32", "int32", "int64", "bool")
 FLOAT_DTYPES = ("bf16", "fp16", "fp32")
-ELEM_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "int32": 4, "bool": 1}
+INT_DTYPES = ("int32", "int64")
+ELEM_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "int32": 4, "int64": 8, "bool": 1}
 WRITES = ("store", "atomic_add", "scatter")  # the ops that write a global tensor
 
 _ids = itertools.count()

@@ -13,11 +13,11 @@ from typing import Any
 import torch
 
 from ..errors import LaunchError
-from .core import Block, Kernel, Op, Value
+from .core import INT_DTYPES, Block, Kernel, Op, Value
 from .attrs import attr
 
 TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32,
-                "int32": torch.int32, "bool": torch.bool}
+                "int32": torch.int32, "int64": torch.int64, "bool": torch.bool}
 
 _UNARY = {"exp": torch.exp, "exp2": torch.exp2, "log": torch.log, "log2": torch.log2, "sqrt": torch.sqrt,
           "rsqrt": torch.rsqrt, "abs": torch.abs, "not": torch.logical_not, "sigmoid": torch.sigmoid, "tanh": torch.tanh,
@@ -58,7 +58,7 @@ class _Program:
 
     def op_scalar_arg(self, op, a, env):
         v = self.scalars[op.attrs["name"]]
-        return [torch.tensor(int(v) if op.result.dtype == "int32" else float(v), dtype=TORCH_DTYPES[op.result.dtype])]
+        return [torch.tensor(int(v) if op.result.dtype in INT_DTYPES else float(v), dtype=TORCH_DTYPES[op.result.dtype])]
 
     def op_program_id(self, op, a, env):
         return [torch.tensor(self.pid[op.attrs["axis"]], dtype=torch.int32)]
@@ -102,9 +102,9 @@ class _Program:
     def op_reduce(self, op, a, env):
         return [_REDUCE[op.attrs["fn"]](_up(a[0]), op.attrs["axis"])]
 
-    def op_scan(self, op, a, env):  # accumulated in fp32 (int32 exactly), rounded once
+    def op_scan(self, op, a, env):  # accumulated in fp32 (integers exactly), rounded once
         x = a[0]
-        acc = x.to(torch.int64) if x.dtype == torch.int32 else _up(x)
+        acc = x.to(torch.int64) if x.dtype in (torch.int32, torch.int64) else _up(x)
         return [acc.cumsum(op.attrs["axis"])]
 
     def op_dot(self, op, a, env):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Union
 
 from ..errors import SourceLoc, SpecError
-from ..ir.core import FLOAT_DTYPES, Block, Op, Value
+from ..ir.core import FLOAT_DTYPES, INT_DTYPES, Block, Op, Value
 from .types import broadcast_shapes, promote
 
 Operand = Union[Value, int, float, bool]
@@ -38,14 +38,17 @@ class Builder:
     # --- constants -----------------------------------------------------------------------------
     def const(self, value: int | float | bool, dtype: str | None = None) -> Value:
         if dtype is None:
-            dtype = "bool" if isinstance(value, bool) else "int32" if isinstance(value, int) else "fp32"
+            dtype = "bool" if isinstance(value, bool) else _int_dtype(value) if isinstance(value, int) else "fp32"
         return self.emit("const", [], [Value((), dtype)], value=value).result
 
     def as_value(self, x: Operand, like: str | None = None) -> Value:
-        """Materialise a Python number, typed after its partner `like` when one is given."""
+        """Materialise a Python number, typed after its partner `like` when one is given (an
+        integer too large for int32 stays int64, as torch would not wrap it)."""
         if isinstance(x, Value):
             return x
-        if like is not None and like != "bool" and not (like == "int32" and isinstance(x, float)):
+        if like is not None and like != "bool" and not (like in INT_DTYPES and isinstance(x, float)):
+            if like == "int32" and isinstance(x, int) and not isinstance(x, bool):
+                like = _int_dtype(x)
             return self.const(x, like)
         return self.const(x)
 
@@ -67,9 +70,9 @@ class Builder:
             dtype = "bool"
         else:
             dtype = promote(a.dtype, b.dtype)
-            if fn == "div" and dtype == "int32":
+            if fn == "div" and dtype in INT_DTYPES:
                 dtype = "fp32"
-            if fn in ("floordiv", "mod") and dtype != "int32":
+            if fn in ("floordiv", "mod") and dtype not in INT_DTYPES:
                 raise self.fail(f"'{'//' if fn == 'floordiv' else '%'}' is for integers; got {dtype}")
             if "bool" in (a.dtype, b.dtype) and fn not in COMPARE:
                 raise self.fail("arithmetic on a boolean tile; cast it with .to(...) first")
@@ -144,7 +147,7 @@ class Builder:
         if not isinstance(x, Value) or x.is_scalar:
             raise self.fail(f"cum{fn}() runs along an axis of a tile; got a scalar")
         if x.dtype == "bool":
-            raise self.fail(f"cum{fn}() takes a float or int32 tile, got bool; cast it with .to(int32) first")
+            raise self.fail(f"cum{fn}() takes a float or integer tile, got bool; cast it with .to(int32) first")
         if axis < 0:
             axis += len(x.shape)
         if not 0 <= axis < len(x.shape):
@@ -179,6 +182,11 @@ class Builder:
             got = acc.type_str() if isinstance(acc, Value) else repr(acc)
             raise self.fail(f"dot(a, b, acc): acc must be an fp32 tile of shape {list(shape)}, got {got}")
         return self.emit("dot", [a, b, acc], [Value(shape, "fp32")]).result
+
+
+def _int_dtype(value: int) -> str:
+    """int32 for a Python int that fits it, else int64."""
+    return "int32" if -2**31 <= value < 2**31 else "int64"
 
 
 def _fold(fn: str, a: Any, b: Any, builder: Builder) -> Any:

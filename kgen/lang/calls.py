@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING, Any
 
-from ..ir.core import Value
+from ..ir.core import INT_DTYPES, Value
 from .terms import UNARY_FNS, BlockIndex, TensorRef, _DType
 from .types import broadcast_shapes
 
@@ -60,7 +60,7 @@ def _kw(p: _Parser, node: ast.Call, name: str, default: Any) -> Any:
 
 def _dtype(p: _Parser, node: ast.AST, dt: Any) -> str:
     if not isinstance(dt, _DType):
-        raise p.fail(node, f"expected a dtype (bf16, fp16, fp32, int32, bool), got {dt!r}")
+        raise p.fail(node, f"expected a dtype (bf16, fp16, fp32, int32, int64, bool), got {dt!r}")
     return str(dt)
 
 
@@ -99,7 +99,7 @@ def _full(p, node):
     p.at(node)
     if isinstance(value, Value):  # a runtime scalar: zeros plus the value, in the tile's dtype
         if not value.is_scalar or dt == "bool" or value.dtype == "bool":
-            raise p.fail(node.args[1], f"full(shape, value): a runtime value must be a float or int32 scalar for a float or int32 tile, got {value.type_str()} for {dt}")
+            raise p.fail(node.args[1], f"full(shape, value): a runtime value must be a float or integer scalar for a float or integer tile, got {value.type_str()} for {dt}")
         return p.b.binary("add", p.b.full(_shape(p, node, shape), 0, dt), p.b.cast(value, dt))
     return p.b.full(_shape(p, node, shape), value, dt)
 
@@ -170,10 +170,15 @@ def _cdiv(p, node):
 
 def _block(p, node):
     i, size = _args(p, node, 2, 2)
-    scalar_int = isinstance(i, Value) and i.is_scalar and i.dtype == "int32"
+    scalar_int = isinstance(i, Value) and i.is_scalar and i.dtype in INT_DTYPES
     if not (scalar_int or (isinstance(i, int) and not isinstance(i, bool))):
         got = i.type_str() if isinstance(i, Value) else repr(i)
         raise p.fail(node.args[0], f"the index of block(i, size) must be an integer scalar (which block along the dim), got {got}")
+    if isinstance(i, Value) and i.dtype != "int32":
+        # a block's first position lies in an int32 dim (sizes are int32): the block number is
+        # narrowed, as a loop bound is
+        p.at(node)
+        i = p.b.cast(i, "int32")
     return BlockIndex(i, _static_int(p, node.args[1], size, "the size of block(i, size)"))
 
 
@@ -227,7 +232,7 @@ def _memory(p: _Parser, node: ast.Call, fn: str) -> Any:
             shape.append(x.size)
         else:
             v = p.b.as_value(p.operand(it, x), "int32")
-            if v.dtype != "int32" or not v.is_scalar:
+            if v.dtype not in INT_DTYPES or not v.is_scalar:
                 raise p.fail(it, f"a tensor index must be an integer scalar or block(i, size), got {v.type_str()}")
             operands.append(v)
             index.append(("at", len(operands) - 1))
@@ -263,7 +268,7 @@ def _gather_scatter(p: _Parser, node: ast.Call, fn: str, t: TensorRef, items: li
         if isinstance(x, BlockIndex):
             raise p.fail(it, f"{fn}() indexed by a tile takes integer tiles and scalars, not block(i, size), in every dim")
         v = p.b.as_value(p.operand(it, x), "int32")
-        if v.dtype != "int32":
+        if v.dtype not in INT_DTYPES:
             raise p.fail(it, f"a tensor index must be an integer scalar, an integer tile or block(i, size), got {v.type_str()}")
         if not v.is_scalar:
             joined = broadcast_shapes(shape, v.shape)

@@ -10,7 +10,7 @@ import ast
 from typing import Any
 
 from ..errors import SourceLoc, SpecError
-from ..ir.core import DTYPES, Block, Op, Value
+from ..ir.core import DTYPES, INT_DTYPES, Block, Op, Value
 from .builder import Builder, Operand
 from .hooks import Hook, Origin, hook_body as _hook_body
 from .calls import call, is_builtin
@@ -130,8 +130,11 @@ class _Parser:
             raise self.fail(s.iter, f"range()'s step must be a positive integer known at compile time, got {step!r}")
         bounds = [self.b.as_value(x, "int32") for x in (start, stop, step)]
         for x in bounds:
-            if x.dtype != "int32" or not x.is_scalar:
+            if x.dtype not in INT_DTYPES or not x.is_scalar:
                 raise self.fail(s.iter, f"range() bounds must be integer scalars, got {x.type_str()}")
+        # loops count in int32 (a bound read from an int64 tensor, as cu_seqlens, is narrowed:
+        # sizes are int32, so a bound that means anything fits)
+        bounds = [self.b.cast(x, "int32") for x in bounds]
         assigned = _assigned_names(s.body)
         carried = [n for n in assigned if n in self.env and n != s.target.id]
         inits = []
@@ -204,7 +207,7 @@ class _Parser:
             x = self.operand(node.operand, self.expr(node.operand))
             self.at(node)
             if isinstance(node.op, ast.USub):
-                return -x if not isinstance(x, Value) else self.b.binary("sub", 0, x) if x.dtype == "int32" else self.b.binary("mul", x, -1.0)
+                return -x if not isinstance(x, Value) else self.b.binary("sub", 0, x) if x.dtype in INT_DTYPES else self.b.binary("mul", x, -1.0)
             if isinstance(node.op, ast.Not):
                 return self.b.unary("not", x)
             if isinstance(node.op, ast.UAdd):

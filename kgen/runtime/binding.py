@@ -11,7 +11,7 @@ from ..spec.expr import eval_expr
 from ..spec.load import LoadedSpec
 from ..spec.refs import tunable_constraints
 
-TORCH = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "int32": torch.int32}
+TORCH = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "int32": torch.int32, "int64": torch.int64}
 NAMES = {v: k for k, v in TORCH.items()}
 
 

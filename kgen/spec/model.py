@@ -15,7 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from .refs import FieldError, check_references
 
 IDENT = r"^[A-Za-z_][A-Za-z0-9_]*$"
-DTYPE_NAMES = ("bf16", "fp16", "fp32", "int32")
+DTYPE_NAMES = ("bf16", "fp16", "fp32", "int32", "int64")
+INT_DTYPE_NAMES = ("int32", "int64")  # integer tensors: ids, offsets, targets; they take no gradient
 Scalar = Union[bool, int, float, str]
 
 
@@ -40,7 +41,7 @@ FloatDomain = Literal["normal", "positive", "negative"]
 
 class TensorParam(Strict):
     shape: list[Union[str, int]] = Field(description="sizes, variant axes or integers, outermost first")
-    dtype: str = Field(description="bf16, fp16, fp32, int32, or $axis for a variant axis")
+    dtype: str = Field(description="bf16, fp16, fp32, int32, int64, or $axis for a variant axis")
     role: Literal["input", "output", "scratch"] = "input"
     grad: bool = Field(True, description="outputs: whether autograd flows through it; inputs: whether a gradient is returned")
     init: Literal["empty", "zeros"] = Field("empty", description="outputs and scratch: initial contents")

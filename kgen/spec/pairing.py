@@ -13,6 +13,7 @@ import difflib
 
 from ..errors import SpecError
 from .load import LoadedSpec
+from .model import INT_DTYPE_NAMES
 
 
 def _suggest(name: str, expected: list[str]) -> str:
@@ -25,7 +26,7 @@ def check_pairing(fwd: LoadedSpec, bwd: LoadedSpec) -> None:
     f, b = fwd.spec, bwd.spec
     assert f.autograd is not None
     inputs = [n for n, t in f.tensors.items() if t.role == "input"]
-    takes_grad = [n for n in inputs if f.tensors[n].grad and f.tensors[n].dtype != "int32"]  # indices have none
+    takes_grad = [n for n in inputs if f.tensors[n].grad and f.tensors[n].dtype not in INT_DTYPE_NAMES]  # indices have none
     diff_outputs = [n for n, t in f.tensors.items() if t.role == "output" and t.grad]
     saves = f.autograd.saves
     gradients = ["d" + n for n in takes_grad]

@@ -111,13 +111,13 @@ def _check_domain(spec: "Spec", tname: str, known: list[str]) -> None:
     path = ("tensors", tname, "domain")
     if t.role != "input":
         raise FieldError(path, "only inputs take a domain (the values a check draws for them)")
-    integer = t.dtype == "int32"
+    integer = t.dtype in ("int32", "int64")
     if integer and isinstance(t.domain, str):
-        raise FieldError(path, f"'{t.domain}' is for float inputs; an int32 input takes {{range: [low, high]}} "
+        raise FieldError(path, f"'{t.domain}' is for float inputs; an {t.dtype} input takes {{range: [low, high]}} "
                          "(optionally with sorted: true) or {offsets: total}")
     if not integer and not isinstance(t.domain, str):
         raise FieldError(path, f"a {t.dtype} input takes normal, positive or negative; {{range: ...}} and "
-                         "{offsets: ...} are for int32 inputs")
+                         "{offsets: ...} are for int32 and int64 inputs")
     for k, e in enumerate(getattr(t.domain, "range", [])):
         _expr_at((*path, "range", k), e, known)
     if hasattr(t.domain, "offsets"):

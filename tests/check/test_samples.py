@@ -74,10 +74,13 @@ def test_inputs_follow_their_domains(tmp_path):
         "  x: {shape: [M, N], dtype: fp32}\n  p: {shape: [M], dtype: fp32, domain: positive}\n"
         "  n: {shape: [M], dtype: fp32, domain: negative}\n"
         "  s: {shape: [M, N], dtype: int32, domain: {range: [1, N], sorted: true}}\n"
-        "  o: {shape: [M], dtype: int32, domain: {offsets: N}}\n"))
+        "  o: {shape: [M], dtype: int32, domain: {offsets: N}}\n"
+        "  c: {shape: [M, N], dtype: int64, domain: {range: [-1, M]}}\n  w: {shape: [M], dtype: int64}\n"))
     ls = load_spec(path)
     t = random_inputs(ls, {}, {"M": 9, "N": 40}, torch.Generator().manual_seed(0))
     assert t["x"].std() > 0.5 and (t["p"] > 0).all() and (t["n"] < 0).all()
     assert t["s"].dtype == torch.int32 and t["s"].min() >= 1 and t["s"].max() < 40
     assert (t["s"].diff(dim=-1) >= 0).all() and not (t["s"] == t["s"][:, :1]).all()
     assert t["o"][0] == 0 and t["o"][-1] == 40 and (t["o"].diff() >= 0).all()
+    assert t["c"].dtype == torch.int64 and t["c"].min() == -1 and t["c"].max() == 8  # int64 as int32: [low, high)
+    assert t["w"].dtype == torch.int64 and t["w"].min() >= -100 and t["w"].max() < 100

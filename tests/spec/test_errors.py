@@ -104,19 +104,19 @@ def test_missing_field_of_a_kernel(tmp_path):
 
 def test_unknown_dtype(tmp_path):
     p, e = error_of(tmp_path, BASE.replace("dtype: $dtype}", "dtype: f32}", 1))
-    assert str(e) == f"{p}:8:29: tensors.x.dtype: unknown dtype 'f32'; accepted: bf16, fp16, fp32, int32 or $axis"
+    assert str(e) == f"{p}:8:29: tensors.x.dtype: unknown dtype 'f32'; accepted: bf16, fp16, fp32, int32, int64 or $axis"
 
 
 def test_dtype_naming_no_variant_axis(tmp_path):
     p, e = error_of(tmp_path, BASE.replace("dtype: $dtype}", "dtype: $nosuchaxis}", 1))
-    assert str(e) == f"{p}:8:29: tensors.x.dtype: $nosuchaxis names no variant axis; accepted: bf16, fp16, fp32, int32, $dtype"
+    assert str(e) == f"{p}:8:29: tensors.x.dtype: $nosuchaxis names no variant axis; accepted: bf16, fp16, fp32, int32, int64, $dtype"
 
 
 def test_dtype_naming_an_axis_of_non_dtypes(tmp_path):
     p, e = error_of(tmp_path, BASE.replace("  dtype: [bf16, fp16]\n", "  dtype: [bf16, fp16]\n  split: [1, 2]\n")
                     .replace("dtype: $dtype}", "dtype: $split}", 1))
     assert str(e) == (f"{p}:9:29: tensors.x.dtype: variant axis 'split' has values that are not dtypes (1, 2); "
-                      "accepted: bf16, fp16, fp32, int32")
+                      "accepted: bf16, fp16, fp32, int32, int64")
 
 
 def test_shape_naming_an_undeclared_size(tmp_path):
@@ -396,7 +396,7 @@ def test_cumsum_needs_an_axis_and_a_number_tile(tmp_path):
         t = load(x[rows, block(0, BLOCK_N)]).to(fp32)
         store(y[rows, block(0, BLOCK_N)], cumsum(t > 0.0, axis=1).to(dtype))
     """))
-    assert str(e) == f"{p}:17:41: cumsum() takes a float or int32 tile, got bool; cast it with .to(int32) first"
+    assert str(e) == f"{p}:17:41: cumsum() takes a float or integer tile, got bool; cast it with .to(int32) first"
 
 
 @pytest.mark.parametrize("value", [0, 65])
@@ -409,11 +409,14 @@ def test_prefetch_budget_out_of_range(tmp_path, value):
 @pytest.mark.parametrize("tensor, message", [
     ("x: {shape: [M, N], dtype: $dtype, domain: positive}", None),
     ("x: {shape: [M, N], dtype: $dtype, domain: {range: [0, 3]}}",
-     "tensors.x.domain: a $dtype input takes normal, positive or negative; {range: ...} and {offsets: ...} are for int32 inputs"),
+     "tensors.x.domain: a $dtype input takes normal, positive or negative; {range: ...} and {offsets: ...} are for int32 and int64 inputs"),
     ("x: {shape: [M, N], dtype: int32, domain: negative}",
      "tensors.x.domain: 'negative' is for float inputs; an int32 input takes {range: [low, high]} (optionally with "
      "sorted: true) or {offsets: total}"),
     ("x: {shape: [M, N], dtype: int32, domain: {range: [0, V]}}", "tensors.x.domain.range.1: "),
+    ("x: {shape: [M, N], dtype: int64, domain: positive}",
+     "tensors.x.domain: 'positive' is for float inputs; an int64 input takes {range: [low, high]}"),
+    ("x: {shape: [M, N], dtype: int64, domain: {range: [0, N]}}", None),
     ("x: {shape: [M, N], dtype: $dtype, scale_tolerance: 0.01}", "tensors.x.scale_tolerance: only outputs take scale_tolerance"),
 ])
 def test_domains_suit_the_tensor(tmp_path, tensor, message):

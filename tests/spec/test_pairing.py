@@ -58,6 +58,14 @@ def test_a_gradient_the_backward_does_not_compute(pair):
                                  "add that output, or give bias grad: false in mm_pair.yaml")
 
 
+@pytest.mark.parametrize("dtype", ["int32", "int64"])
+def test_an_integer_input_takes_no_gradient(pair, dtype):
+    """Ids and targets have no gradient: the backward need not compute one, and a float input
+    added the same way would need one (the test above)."""
+    fwd, _ = pair(fwd_edit=("  b: {shape: [K, N], dtype: $dtype}", f"  b: {{shape: [K, N], dtype: $dtype}}\n  ids: {{shape: [N], dtype: {dtype}}}"))
+    kgen.load(fwd)
+
+
 def test_the_shipped_pairs_hold():
     for fwd in sorted(SPECS.glob("*.yaml")):
         if not fwd.stem.endswith("_bwd"):
