@@ -21,7 +21,7 @@ from kgen.build import tunable_candidates
 from kgen.check.compare import FLOOR, compare, max_err  # noqa: F401 (re-exported for the tests)
 from kgen.check.reference import bind_sizes, consistent_with_forward, forward_of, reference  # noqa: F401
 from kgen.check.samples import (allocate, check_constraints, derive_sizes, random_inputs,  # noqa: F401
-                                scalar_values, spec_of, tensor_shape, torch_dtype)
+                                scalar_values, spec_of, tensor_shape, torch_dtype, with_aliases)
 from kgen.ir.interp import run_kernel
 from kgen.lang import kernel_ir
 from kgen.spec.expr import eval_expr
@@ -50,13 +50,14 @@ def run_spec_cpu(loaded_spec: LoadedSpec, variant: dict[str, Any], tensors: dict
     """Run all the spec's kernels in order with the CPU interpreter.
 
     `tensors` holds at least the inputs; outputs and scratch it lacks are allocated (see
-    `allocate`). Returns every tensor by name, outputs written in place.
+    `allocate`). Returns every tensor by name, outputs written in place; an output written over
+    an input (`alias:`) is that input, so pass copies of inputs the reference needs unchanged.
     """
     s = loaded_spec.spec
     tunables = default_tunables(loaded_spec, variant) if tunables is None else tunables
     env = {**variant, **tunables, **sizes}
     check_constraints(s, env)
-    all_t = {**allocate(s, variant, env), **tensors}
+    all_t = with_aliases(s, {**allocate(s, variant, env), **tensors})
     missing = [n for n in s.tensors if n not in all_t]
     if missing:
         raise ValueError(f"{s.name}: missing tensors {missing}")

@@ -139,11 +139,12 @@ def random_inputs(spec: Spec | LoadedSpec, variant: dict[str, Any], env: dict[st
 
 def allocate(spec: Spec | LoadedSpec, variant: dict[str, Any], env: dict[str, Any]) -> dict[str, torch.Tensor]:
     """Outputs and scratch: zeros where the spec says `init: zeros`, else NaN (so that an element
-    no kernel writes, or a scratch element read before it is written, shows up)."""
+    no kernel writes, or a scratch element read before it is written, shows up). An output
+    written over an input (`alias:`) is not allocated: with_aliases binds it to the input."""
     s = spec_of(spec)
     out = {}
     for name, t in s.tensors.items():
-        if t.role == "input":
+        if t.role == "input" or t.alias is not None:
             continue
         dt = torch_dtype(s, name, variant)
         shape = tensor_shape(s, name, env)
@@ -154,6 +155,12 @@ def allocate(spec: Spec | LoadedSpec, variant: dict[str, Any], env: dict[str, An
         else:
             out[name] = torch.full(shape, -(2**31), dtype=dt)
     return out
+
+
+def with_aliases(spec: Spec | LoadedSpec, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """`tensors` with each aliased output bound to the input it is written over (one storage, as
+    the op passes it): run kernels on these, and compute the reference from copies taken before."""
+    return {**tensors, **{out: tensors[src] for out, src in spec_of(spec).aliases().items()}}
 
 
 def scalar_values(spec: Spec | LoadedSpec, scalars: dict[str, float]) -> dict[str, float | int]:

@@ -50,10 +50,15 @@ def kernel_params(k: Kernel, variant: dict[str, Any], half: str | None = None) -
     """The C parameter list and the launcher's signature string ('p' pointer, 'l' int64,
     'i' int32, 'f' float, 'T' tensor map), in the order kgen.runtime passes arguments."""
     params, sig = [], ""
+    # an output written over an input (alias:) and that input are one memory: neither pointer
+    # may promise the compiler it is the only way to it (nor allow read-only-cache loads)
+    aliases = {n: t.alias for n, t in k.tensors.items() if t.alias is not None}
+    shared = set(aliases) | set(aliases.values())
     for name, t in k.tensors.items():
         ctype_ = ctype(resolve_dtype(t.dtype, variant), half)
         const = "const " if t.role == "input" else ""
-        params.append(f"{const}{ctype_}* __restrict__ {tensor_param(name)}")
+        restrict = "" if name in shared else " __restrict__"
+        params.append(f"{const}{ctype_}*{restrict} {tensor_param(name)}")
         sig += "p"
         strides = len(t.shape) - 1
         if 0 < strides <= MAX_STRIDES_MACRO:  # int64_t stride_<name>_0, ... (templates/common/kgen_tile.h)

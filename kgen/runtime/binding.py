@@ -115,6 +115,14 @@ def bind(ls: LoadedSpec, tensors: dict[str, torch.Tensor], variant: dict[str, An
                 sizes[want_dim] = got
         if t.numel() and t.dim() and t.stride(-1) != 1 and t.shape[-1] != 1:
             raise LaunchError(f"{spec.name}: '{name}' must have a contiguous last dim (stride 1), got strides {t.stride()}")
+    for out, src in spec.aliases().items():
+        # the kernels write it as they write an output the op allocates: contiguous, 16-byte
+        # aligned (vector stores, bulk reductions: kgen/codegen/emit.py)
+        t = tensors[src]
+        if not t.is_contiguous() or t.data_ptr() % 16:
+            got = f"strides {t.stride()}" if not t.is_contiguous() else f"an address {t.data_ptr() % 16} bytes past 16-byte alignment"
+            raise LaunchError(f"{spec.name}: '{src}' is overwritten by output '{out}' (alias: {src}), so it must be contiguous "
+                              f"and 16-byte aligned, as an allocated output is; got {got}: pass {src}.clone()")
     for s in spec.sizes:
         if s not in sizes:
             raise LaunchError(f"{spec.name}: size {s} is not given by any input tensor")

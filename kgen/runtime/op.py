@@ -60,6 +60,10 @@ class KgenOp:
         self._emulated_builds: dict[str, Any] = {}
         self.inputs = ls.spec.inputs()
         self.outputs = ls.spec.outputs()
+        # outputs written over an input (`alias:`): the torch.library op mutates that input
+        # (`Tensor(a!)`) and returns the other outputs; calling the KgenOp returns them all
+        self.aliases = ls.spec.aliases()
+        self.returned = [n for n in self.outputs if n not in self.aliases]
         # the variant axes a call may name: not those an input's dtype or a size's bucket decides
         self.options = [a for a in ls.spec.variants if a not in dtype_axes(ls) and a not in ls.spec.buckets]
         # backward variant axes this forward takes as arguments only to hand them to its
@@ -80,8 +84,18 @@ class KgenOp:
 
     # --- calling --------------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any):
-        out = getattr(torch.ops.kgen, self.opname)(*self._positional(args, kwargs))
-        return out
+        positional = self._positional(args, kwargs)
+        out = getattr(torch.ops.kgen, self.opname)(*positional)
+        if not self.aliases:
+            return out
+        return self.all_outputs(positional, out if len(self.returned) != 1 else (out,))
+
+    def all_outputs(self, args, returned) -> Any:
+        """Every output in declaration order from the op's arguments and the outputs its schema
+        returns: an aliased output is the input tensor it was written over."""
+        it = iter(returned or ())
+        outs = tuple(args[self.inputs.index(self.aliases[n])] if n in self.aliases else next(it) for n in self.outputs)
+        return outs[0] if len(outs) == 1 else outs
 
     def _positional(self, args, kwargs) -> list[Any]:
         names = self.inputs + list(self.spec.scalars) + self.options + list(self.passed)
@@ -140,14 +154,7 @@ class KgenOp:
             if len(self._plans) >= 256:
                 self._plans.clear()
             self._plans[key] = plan
-        all_t = dict(tensors)
-        for name, shape, dt, zeros in plan.outputs:
-            if zeros:
-                all_t[name] = torch.zeros(shape, dtype=dt, device=device)
-            elif kn.poison and dt.is_floating_point:
-                all_t[name] = torch.full(shape, float("nan"), dtype=dt, device=device)
-            else:
-                all_t[name] = torch.empty(shape, dtype=dt, device=device)
+        all_t = self._allocate(tensors, plan.outputs, device, kn.poison)
         stream = torch.cuda.current_stream().cuda_stream
         for name in plan.mapped:
             all_t[name] = _tensor_map_ready(all_t[name])
@@ -182,9 +189,25 @@ class KgenOp:
         return _Plan(grids, self._output_specs(variant, env), {s: sizes[s] for s in self.spec.sizes}, mapped)
 
     def _output_specs(self, variant, env) -> tuple[tuple[str, list[int], torch.dtype, bool], ...]:
+        """The outputs and scratch tensors a call allocates (not those written over an input)."""
         return tuple((name, [eval_expr(d, env) for d in output_shape(self.ls, name, env)],
                       TORCH[resolve_dtype(t.dtype, variant)], t.init == "zeros")
-                     for name, t in self.spec.tensors.items() if t.role != "input")
+                     for name, t in self.spec.tensors.items() if t.role != "input" and name not in self.aliases)
+
+    def _allocate(self, tensors, specs, device, poison: bool) -> dict[str, torch.Tensor]:
+        """The inputs, each allocated output and scratch tensor (NaN with KGEN_POISON), and each
+        aliased output as the very input it is written over: never poisoned, it holds the input."""
+        all_t = dict(tensors)
+        for name, shape, dt, zeros in specs:
+            if zeros:
+                all_t[name] = torch.zeros(shape, dtype=dt, device=device)
+            elif poison and dt.is_floating_point:
+                all_t[name] = torch.full(shape, float("nan"), dtype=dt, device=device)
+            else:
+                all_t[name] = torch.empty(shape, dtype=dt, device=device)
+        for out, src in self.aliases.items():
+            all_t[out] = tensors[src]
+        return all_t
 
     def _run_on_cpu(self, tensors, scalars, options, device, poison) -> tuple[torch.Tensor, ...]:
         from ..build import tunable_candidates
@@ -198,14 +221,7 @@ class KgenOp:
             tunables = self._forced if self._forced in tunable_candidates(self.ls, variant) else tunable_candidates(self.ls, variant)[0]
         self.last_tunables = tunables
         env = {**variant, **sizes, **tunables}
-        all_t = dict(tensors)
-        for name, shape, dt, zeros in self._output_specs(variant, env):
-            if zeros:
-                all_t[name] = torch.zeros(shape, dtype=dt, device=device)
-            elif poison and dt.is_floating_point:
-                all_t[name] = torch.full(shape, float("nan"), dtype=dt, device=device)
-            else:
-                all_t[name] = torch.empty(shape, dtype=dt, device=device)
+        all_t = self._allocate(tensors, self._output_specs(variant, env), device, poison)
         if self.emulated is not None:
             self._run_emulated(built.kernels, all_t, sizes, scalars, env)
         else:
@@ -238,28 +254,35 @@ class KgenOp:
 
     # --- torch.library ---------------------------------------------------------------------------
     def _schema(self) -> str:
-        params = [f"Tensor {n}" for n in self.inputs]
+        # an input an output is written over is mutated: Tensor(a!), one alias set per input
+        letters = iter("abcdefghijklmnopqrstuvwxyz")
+        over = set(self.aliases.values())
+        params = [f"Tensor({next(letters)}!) {n}" if n in over else f"Tensor {n}" for n in self.inputs]
         params += [f"{'int' if p.dtype == 'int32' else 'float'} {n}" for n, p in self.spec.scalars.items()]
         for a in self.options + list(self.passed):
             v = (self.spec.variants[a] if a in self.options else self.passed[a])[0]
             kind = "bool" if isinstance(v, bool) else "int" if isinstance(v, int) else "float" if isinstance(v, float) else "str"
             params.append(f"{kind} {a}")
-        outs = ", ".join("Tensor" for _ in self.outputs)
-        return f"({', '.join(params)}) -> " + (outs if len(self.outputs) == 1 else f"({outs})")
+        outs = ", ".join("Tensor" for _ in self.returned)
+        return f"({', '.join(params)}) -> " + (outs if len(self.returned) == 1 else f"({outs})")
 
     def _register(self) -> None:
         name = self.opname
         if not hasattr(torch.ops.kgen, name) or name not in _ops:
             if not _op_defined(name):
                 _lib.define(name + self._schema())
-            single = len(self.outputs) == 1
+
+            def returned(op, outs):
+                """What the schema returns of every output: not those written over an input."""
+                outs = tuple(o for n, o in zip(op.outputs, outs) if n not in op.aliases)
+                return outs[0] if len(outs) == 1 else outs or None
 
             def impl(*args):
                 # the CPU interpreter computes with torch ops: without no_grad they would record a
                 # graph onto the outputs (differentiating the interpreter, not the op)
                 with torch.no_grad():
                     outs = _ops[name].run(*args)
-                return outs[0] if single else outs
+                return returned(_ops[name], outs)
 
             def fake(*args):
                 op = _ops[name]
@@ -274,19 +297,23 @@ class KgenOp:
                             env.setdefault(d, s)
                 dev = next(iter(tensors.values())).device
                 outs = tuple(torch.empty(output_shape(op.ls, n, env), dtype=TORCH[resolve_dtype(op.spec.tensors[n].dtype, variant)], device=dev)
-                             for n in op.outputs)
-                return outs[0] if single else outs
+                             if n not in op.aliases else None for n in op.outputs)
+                return returned(op, outs)
 
             _lib.impl(name, impl, "CPU")
             _lib.impl(name, impl, "CUDA")
             torch.library.register_fake(self.qualname, fake, lib=_lib)
+            if self.aliases:
+                from .autograd import register_version_bump
+
+                register_version_bump(self, _lib)
         _ops[name] = self
 
     def attach_backward(self, bwd: "KgenOp") -> None:
         from .autograd import register
 
         if self.backward_op is None and self.qualname not in _autograd_done:
-            register(self, bwd)
+            register(self, bwd, _lib)
             _autograd_done.add(self.qualname)
         self.backward_op = bwd
         _ops[bwd.opname] = bwd
@@ -328,7 +355,7 @@ def _forbid_backward(op: KgenOp) -> None:
     from .autograd import register_no_backward
 
     if op.qualname not in _autograd_done:
-        register_no_backward(op)
+        register_no_backward(op, _lib)
         _autograd_done.add(op.qualname)
 
 

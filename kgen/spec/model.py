@@ -43,6 +43,9 @@ class TensorParam(Strict):
     shape: list[Union[str, int]] = Field(description="sizes, variant axes or integers, outermost first")
     dtype: str = Field(description="bf16, fp16, fp32, int32, int64, or $axis for a variant axis")
     role: Literal["input", "output", "scratch"] = "input"
+    alias: str | None = Field(
+        None, description="outputs: an input whose storage this output is written into, in place (same shape and "
+        "dtype); the op allocates nothing for it and returns that input tensor")
     grad: bool = Field(True, description="outputs: whether autograd flows through it; inputs: whether a gradient is returned")
     init: Literal["empty", "zeros"] = Field("empty", description="outputs and scratch: initial contents")
     domain: Union[FloatDomain, IntRange, Offsets, None] = Field(
@@ -206,3 +209,7 @@ class Spec(Strict):
 
     def outputs(self) -> list[str]:
         return [n for n, t in self.tensors.items() if t.role == "output"]
+
+    def aliases(self) -> dict[str, str]:
+        """Output -> the input it is written over (`alias:`), in declaration order."""
+        return {n: t.alias for n, t in self.tensors.items() if t.alias is not None}

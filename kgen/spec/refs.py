@@ -43,12 +43,18 @@ def check_references(spec: "Spec", dtype_names: tuple[str, ...]) -> None:
                              "variant axes (checked at each call) or variant axes and tunables (which tunable choices a "
                              "variant may take), not both")
     _check_exclude(spec)
+    _check_aliases(spec)
     if spec.autograd:
         savable = [n for n, t in spec.tensors.items() if t.role != "scratch"]  # scratch is not kept
+        overwritten = {src: out for out, src in spec.aliases().items()}
         for i, s in enumerate(spec.autograd.saves):
             if s not in savable:
                 raise FieldError(("autograd", "saves", i),
                                  f"'{s}' is not an input or output of this spec; accepted: {', '.join(savable)}")
+            if s in overwritten:  # what would be saved is the output, not the input the forward read
+                raise FieldError(("autograd", "saves", i),
+                                 f"'{s}' is overwritten by output '{overwritten[s]}' (alias: {s}), so the input as the "
+                                 f"forward read it cannot be saved; save '{overwritten[s]}' or drop the alias")
     taken = {**{n: "a scalar" for n in spec.scalars}, **{n: "a tensor" for n in spec.tensors},
              **{n: "a variant axis" for n in spec.variants}, **{n: "a tunable" for n in spec.tunables}}
     for i, size in enumerate(spec.sizes):
@@ -122,6 +128,36 @@ def _check_domain(spec: "Spec", tname: str, known: list[str]) -> None:
         _expr_at((*path, "range", k), e, known)
     if hasattr(t.domain, "offsets"):
         _expr_at((*path, "offsets"), t.domain.offsets, known)
+
+
+def _check_aliases(spec: "Spec") -> None:
+    """`alias: <input>` on an output: the input exists, is an input, has the output's shape and
+    dtype as written, and no other output is written over it."""
+    inputs = [n for n, t in spec.tensors.items() if t.role == "input"]
+    taken: dict[str, str] = {}
+    for name, t in spec.tensors.items():
+        if t.alias is None:
+            continue
+        path = ("tensors", name, "alias")
+        if t.role != "output":
+            raise FieldError(path, f"only outputs take alias (an output written over an input's storage); '{name}' is {t.role}")
+        src = spec.tensors.get(t.alias)
+        if src is None or src.role != "input":
+            what = "is not a tensor of this spec" if src is None else f"is {'an output' if src.role == 'output' else 'scratch'}"
+            raise FieldError(path, f"alias: '{t.alias}' {what}; an output is written over an input: accepted: "
+                             f"{', '.join(inputs) or 'none'}")
+        if list(src.shape) != list(t.shape) or src.dtype != t.dtype:
+            shape = lambda x: f"[{', '.join(map(str, x.shape))}]"  # noqa: E731 (as the YAML writes it)
+            raise FieldError(path, f"alias: '{t.alias}' has shape {shape(src)} and dtype {src.dtype}, '{name}' "
+                             f"{shape(t)} and {t.dtype}; an output written over an input has its shape and dtype, "
+                             "written the same way")
+        if t.alias in taken:
+            raise FieldError(path, f"alias: '{t.alias}' is already written over by output '{taken[t.alias]}'; an input "
+                             "takes one aliased output at most")
+        if t.init == "zeros":  # zeroing it would destroy the input before any kernel read it
+            raise FieldError(("tensors", name, "init"), f"'{name}' is written over input '{t.alias}' (alias) and starts "
+                             "as its contents; init: zeros would erase the input, so an aliased output takes no init")
+        taken[t.alias] = name
 
 
 def _check_warps(spec: "Spec", i: int, warps: int | str) -> None:

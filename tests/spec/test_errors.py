@@ -83,7 +83,7 @@ def test_tab_in_yaml(tmp_path):
 
 def test_unknown_field_lists_the_accepted_ones(tmp_path):
     p, e = error_of(tmp_path, BASE.replace("dtype: $dtype}", "dtype: $dtype, layout: row}", 1))
-    assert str(e) == f"{p}:8:37: unknown field 'layout'; accepted: shape, dtype, role, grad, init, domain, scale_tolerance"
+    assert str(e) == f"{p}:8:37: unknown field 'layout'; accepted: shape, dtype, role, alias, grad, init, domain, scale_tolerance"
 
 
 def test_unknown_top_level_field(tmp_path):
