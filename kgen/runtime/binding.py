@@ -115,14 +115,7 @@ def bind(ls: LoadedSpec, tensors: dict[str, torch.Tensor], variant: dict[str, An
                 sizes[want_dim] = got
         if t.numel() and t.dim() and t.stride(-1) != 1 and t.shape[-1] != 1:
             raise LaunchError(f"{spec.name}: '{name}' must have a contiguous last dim (stride 1), got strides {t.stride()}")
-    for out, src in spec.aliases().items():
-        # the kernels write it as they write an output the op allocates: contiguous, 16-byte
-        # aligned (vector stores, bulk reductions: kgen/codegen/emit.py)
-        t = tensors[src]
-        if not t.is_contiguous() or t.data_ptr() % 16:
-            got = f"strides {t.stride()}" if not t.is_contiguous() else f"an address {t.data_ptr() % 16} bytes past 16-byte alignment"
-            raise LaunchError(f"{spec.name}: '{src}' is overwritten by output '{out}' (alias: {src}), so it must be contiguous "
-                              f"and 16-byte aligned, as an allocated output is; got {got}: pass {src}.clone()")
+    check_aliased(ls, tensors)
     for s in spec.sizes:
         if s not in sizes:
             raise LaunchError(f"{spec.name}: size {s} is not given by any input tensor")
@@ -136,6 +129,18 @@ def bind(ls: LoadedSpec, tensors: dict[str, torch.Tensor], variant: dict[str, An
         if not eval_expr(c, env):
             raise LaunchError(f"{spec.name}: the inputs break the constraint '{c}' (with {', '.join(f'{k}={v}' for k, v in sizes.items())})")
     return sizes
+
+
+def check_aliased(ls: LoadedSpec, tensors: dict[str, torch.Tensor]) -> None:
+    """An input an output is written over (`alias:`) is written by the kernels as an output the
+    op allocates: contiguous and 16-byte aligned (vector stores, bulk reductions:
+    kgen/codegen/emit.py). Checked at every call: a call plan is cached by strides, not addresses."""
+    for out, src in ls.spec.aliases().items():
+        t = tensors[src]
+        if not t.is_contiguous() or t.data_ptr() % 16:
+            got = f"strides {t.stride()}" if not t.is_contiguous() else f"an address {t.data_ptr() % 16} bytes past 16-byte alignment"
+            raise LaunchError(f"{ls.spec.name}: '{src}' is overwritten by output '{out}' (alias: {src}), so it must be "
+                              f"contiguous and 16-byte aligned, as an allocated output is; got {got}: pass {src}.clone()")
 
 
 def output_shape(ls: LoadedSpec, name: str, env: dict[str, Any]) -> list[Any]:

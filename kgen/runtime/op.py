@@ -22,7 +22,7 @@ from ..lang import kernel_ir, resolve_dtype
 from ..spec.expr import eval_expr
 from ..spec.load import LoadedSpec, backward_spec, load_spec
 from ..spec.pairing import check_pairing
-from .binding import TORCH, axis_from_shape, bind, check_option, choose_variant, dtype_axes, output_shape
+from .binding import TORCH, axis_from_shape, bind, check_aliased, check_option, choose_variant, dtype_axes, output_shape
 
 _ops: dict[str, "KgenOp"] = {}
 _autograd_done: set[str] = set()
@@ -149,6 +149,8 @@ class KgenOp:
         key = (tuple((tuple(t.shape), t.stride(), t.dtype, t.device) if isinstance(t, torch.Tensor) else None
                      for t in tensors.values()), tuple(options.items()), kn.target)
         plan = self._plans.get(key)
+        if self.aliases:  # addresses are not in the key
+            check_aliased(self.ls, tensors)
         if plan is None:
             plan = self._plan(tensors, options, device)
             if len(self._plans) >= 256:
