@@ -1,7 +1,7 @@
 """int64 tensors (cross-entropy targets, token ids as PyTorch passes them): tests/codegen/specs/
-int64_pick.yaml gathers each row's target logit by an int64 tile, keeps 64-bit keys beyond int32
-(and splits them again by // and %, negative ones included), sums and scans them across warps
-and indexes by an int64 scalar; on the CPU interpreter against the reference and an independent
+int64_pick.yaml gathers each row's target logit by an int64 tile (and scatter-adds a count at
+it), keeps 64-bit keys beyond int32 (and splits them again by // and %, negative ones included),
+sums and scans them across warps and indexes by an int64 scalar; on the CPU interpreter against the reference and an independent
 computation, in the gfx942 emulation, through both compilers and (marked gpu) on the GPU with
 NaN-poisoned outputs. Then the language's rules for int64 and the call-time dtype error."""
 from __future__ import annotations
@@ -27,7 +27,7 @@ from kgen.ir.core import walk  # noqa: E402
 from kgen.spec.load import load_spec  # noqa: E402
 
 SPEC = HERE / "specs" / "int64_pick.yaml"
-OUTPUTS = ("picked", "keys", "halves", "running", "block_sum", "first")
+OUTPUTS = ("picked", "keys", "halves", "running", "block_sum", "first", "hits")
 DT = {"fp32": torch.float32, "bf16": torch.bfloat16}
 BLOCK_M = 512  # the spec's tunable: the block that sums and scans
 
@@ -53,13 +53,15 @@ def _want(ins: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     first = [float(logits[i, min(max(target[i], 0), v - 1)]) for i in range(0, m, BLOCK_M)]
     return {"picked": torch.tensor(picked, dtype=torch.float64), "keys": torch.tensor(keys),
             "halves": torch.tensor(halves), "running": torch.tensor(running),
-            "block_sum": torch.tensor([sum(b) for b in blocks]), "first": torch.tensor(first, dtype=torch.float64)}
+            "block_sum": torch.tensor([sum(b) for b in blocks]), "first": torch.tensor(first, dtype=torch.float64),
+            "hits": torch.tensor([float(target.count(c)) for c in range(v)], dtype=torch.float64)}
 
 
 def _check(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor]) -> None:
     assert got["keys"].dtype == torch.int64 and got["block_sum"].dtype == torch.int64 and got["halves"].dtype == torch.int32
     for name in ("keys", "halves", "running", "block_sum"):  # integers: exact
         assert torch.equal(got[name].cpu().long(), want[name]), name
+    assert torch.equal(got["hits"].cpu().double(), want["hits"]) and want["hits"].sum() < len(want["keys"])  # -1, V skipped
     for name in ("picked", "first"):  # an fp32 sum of a 16-bit logit and a small integer
         torch.testing.assert_close(got[name].cpu().double(), want[name], rtol=1e-6, atol=1e-6)
     assert int(want["keys"].abs().max()) > 2**31, "the keys must need 64 bits for this test to mean anything"
