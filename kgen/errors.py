@@ -47,7 +47,7 @@ class SpecError(KgenError):
 class DoesNotFit(SpecError):
     """A tunable choice the target cannot hold: the tuning search (kgen.build) takes the next one.
 
-    `resource` names what ran out ("shared_memory", "matrix_instruction", "warp_split"); `needed`
+    `resource` names what ran out ("threads", "shared_memory", "matrix_instruction", "warp_split"); `needed`
     and `available` are its amounts where it has them (bytes of shared memory)."""
 
     def __init__(self, message: str, where: SourceLoc | None = None, *, resource: str = "",

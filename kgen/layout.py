@@ -200,16 +200,20 @@ def blocked(shape: tuple[int, int], *, vec: int, lanes: int, warps: int) -> Layo
     return Layout(shape=(rows, cols), reg=tuple(reg), lane=tuple(lane), warp=tuple(warp))
 
 
-def blocked1d(n: int, *, lanes: int, warps: int) -> Layout:
-    """A 1D tile spread over lanes then warps; threads past the tile hold copies."""
-    lane, warp, used = [], [], 1
+def blocked1d(n: int, *, lanes: int, warps: int, vec: int = 1) -> Layout:
+    """A 1D tile spread over lanes then warps, each thread holding `vec` consecutive elements (one
+    vector access) as long as that leaves no thread idle (Triton's coalescing takes the same
+    width: at most 16 bytes, at most the tile over the threads); threads past the tile hold
+    copies."""
+    vec = max(1, min(vec, n // (lanes * warps)))
+    reg: list[Coord] = [(1 << b,) for b in range(log2(vec))]
+    lane, warp, used = [], [], vec
     for _ in range(log2(lanes)):
         lane.append((used,) if used < n else (0,))
         used = used * 2 if used < n else used
     for _ in range(log2(warps)):
         warp.append((used,) if used < n else (0,))
         used = used * 2 if used < n else used
-    reg = []
     while used < n:
         reg.append((used,))
         used *= 2

@@ -33,6 +33,7 @@ from kgen.ir.core import walk
 from kgen.knobs import knobs
 from kgen.paths import templates_dir
 from kgen.spec.load import load_spec
+from kgen.errors import SpecError
 from kgen.backends import available
 from kgen.toolchain.cuda import compile_cuda_ptx
 from kgen.toolchain.resources import parse_resource_remarks
@@ -415,6 +416,37 @@ reference: |
     ls = load_spec(spec)
     tunables, kernels = kgen.build.lower_variant(ls, {}, load_target("sm_90"))
     assert tunables == {"WARPS": 4} and kernels[0].num_warps == 4
+
+
+def test_a_block_the_target_cannot_launch_does_not_fit(tmp_path):
+    """32 warps are 1024 threads on sm_90, 2048 on gfx942 (64-wide waves): there the next
+    candidate is taken, and with none left the error names the limit."""
+    spec = tmp_path / "rows.yaml"
+    spec.write_text("""\
+kgen: 1
+name: rows
+summary: y = x * 2, one row a program
+sizes: [M, N]
+tensors:
+  x: {shape: [M, N], dtype: fp32}
+  y: {shape: [M, N], dtype: fp32, role: output}
+tunables: {WARPS: WARPS_LIST}
+kernels:
+  - name: main
+    grid: M
+    warps: WARPS
+    program: |
+      store(y[program_id(0), block(0, 4096)], load(x[program_id(0), block(0, 4096)]) * 2.0)
+reference: |
+  y = x * 2
+""".replace("WARPS_LIST", "[32, 16]"))
+    ls = load_spec(spec)
+    assert kgen.build.lower_variant(ls, {}, load_target("sm_90"))[0] == {"WARPS": 32}
+    assert kgen.build.lower_variant(ls, {}, load_target("gfx942"))[0] == {"WARPS": 16}
+    spec.write_text(spec.read_text().replace("[32, 16]", "[32]"))
+    with pytest.raises(SpecError, match="kernel rows_main has 32 warps of 64 threads, 2048 threads, more than gfx942's "
+                                        "1024 per block; use fewer warps"):
+        kgen.build.lower_variant(load_spec(spec), {}, load_target("gfx942"))
 
 
 def test_a_spilling_swizzled_variant_is_retried_with_plain_layouts(monkeypatch):

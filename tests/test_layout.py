@@ -1,11 +1,12 @@
-"""Layout.covers_tile (a rank test over GF(2)) against counting every owner's coordinate."""
+"""Layout.covers_tile (a rank test over GF(2)) against counting every owner's coordinate; the
+default 1-D layout's vector width."""
 from __future__ import annotations
 
 import random
 
 import pytest
 
-from kgen.layout import Layout
+from kgen.layout import Layout, blocked1d, vector_width
 
 
 def _enumerated(lay: Layout) -> bool:
@@ -58,3 +59,16 @@ def test_small_cases(bases, covers):
     lay = Layout((2, 2), bases, (), ())
     assert lay.covers_tile() is covers
     assert _enumerated(lay) is covers
+
+
+@pytest.mark.parametrize("n, threads, vec, want", [
+    (4096, 128, 8, 8),   # a 16-bit row over 4 warps: 16-byte vectors, twice
+    (1024, 128, 4, 4),   # fp32: 4 a vector
+    (512, 128, 8, 4),    # only 4 elements a thread: narrower, every thread keeps one
+    (64, 128, 8, 1),     # fewer elements than threads: one each, the rest copies
+])
+def test_a_1d_tile_takes_vectors_while_every_thread_keeps_an_element(n, threads, vec, want):
+    lay = blocked1d(n, lanes=32, warps=threads // 32, vec=vec)
+    assert vector_width(lay, 0) == want
+    assert lay.covers_tile()
+    assert lay.nregs == max(1, n // threads)

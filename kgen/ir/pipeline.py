@@ -24,7 +24,8 @@ for codegen. kgen.driver runs the parse and then these, in this order:
       -> mark_zero_starts     warpgroup dots that start from zero, their accumulators unwritten
       -> keep_used_arguments  the kernel takes only the tensors, sizes and scalars it reads
 
-The verifier runs after each pass. `kgen inspect` prints the IR after each of them.
+Before them, a block of more threads than the target launches does not fit (DoesNotFit). The
+verifier runs after each pass. `kgen inspect` prints the IR after each of them.
 """
 from __future__ import annotations
 
@@ -112,6 +113,11 @@ def run_passes(k: Kernel, target: Target, options: CompileOptions = DEFAULT,
     verify(k, "parse")
     if trace:
         trace("parse", print_kernel(k))
+    threads = k.num_warps * target.wave_size
+    if threads > target.max_threads_per_block:  # a launch of more fails at run time, on every target
+        raise DoesNotFit(f"kernel {k.name} has {k.num_warps} warps of {target.wave_size} threads, {threads} threads, more "
+                         f"than {target.name}'s {target.max_threads_per_block} per block; use fewer warps", resource="threads",
+                         needed=threads, available=target.max_threads_per_block)
     done: set[str] = set()
     for name, run in PASSES:
         k = run(k, target, options)

@@ -44,9 +44,9 @@ def assign_layouts(k: Kernel, target: Target, options: CompileOptions) -> Kernel
 
 
 def default_layout(v: Value, warps: int, wave: int) -> Layout:
-    if len(v.shape) == 1:
-        return blocked1d(v.shape[0], lanes=wave, warps=warps)
     elem_bytes = 2 if v.dtype in ("bf16", "fp16") else 1 if v.dtype == "bool" else 4
+    if len(v.shape) == 1:
+        return blocked1d(v.shape[0], lanes=wave, warps=warps, vec=max(1, 16 // elem_bytes))
     return blocked(v.shape, vec=max(1, 16 // elem_bytes), lanes=wave, warps=warps)
 
 
