@@ -408,6 +408,15 @@ def cmd_tune(a: argparse.Namespace) -> int:
     variants = _selected(ls, a.variant)
     if not variants:
         raise UsageError(f"no variant of {ls.spec.name} matches {' '.join(f'{x}={y}' for x, y in a.variant)} (some are excluded)")
+    # a bucketed axis is not chosen but follows its size: only the variants of these sizes' buckets run
+    buckets = {axis: next((v for v in ls.spec.variants[axis] if sizes[size] <= v), None) for axis, size in ls.spec.buckets.items()}
+    for axis, value in buckets.items():
+        if value is None:
+            size = ls.spec.buckets[axis]
+            raise UsageError(f"--size {size}={sizes[size]} is above the largest bucket of {axis}; accepted: {size} <= {ls.spec.variants[axis][-1]}")
+    variants = [v for v in variants if all(v[axis] == value for axis, value in buckets.items())]
+    if not variants:
+        raise UsageError(f"no selected variant of {ls.spec.name} is in the buckets of these sizes ({', '.join(f'{x}={y}' for x, y in buckets.items())})")
     import torch
 
     if not torch.cuda.is_available():

@@ -114,3 +114,68 @@ def test_without_a_gpu_tune_says_so(spec):
 def test_show_lists_the_database(spec, capsys):
     assert run(["tune", "--show"]) == 0
     assert "tuning database" in capsys.readouterr().out
+
+
+BUCKETED = """kgen: 1
+name: bucketed_rows
+summary: y = x * 2, a whole row a program.
+variants:
+  ROW: [64, 256]
+buckets: {ROW: N}
+sizes: [M, N]
+tensors:
+  x: {shape: [M, N], dtype: fp32}
+  y: {shape: [M, N], dtype: fp32, role: output}
+tunables: {WARPS: [4, 2]}
+kernels:
+  - name: scale
+    grid: M
+    warps: WARPS
+    program: |
+      cols = block(0, ROW)
+      store(y[program_id(0), cols], load(x[program_id(0), cols]) * 2.0)
+reference: |
+  y = x * 2
+"""
+
+
+@pytest.mark.parametrize("sizes, message", [
+    (["-s", "M=4", "-s", "N=300"], "--size N=300 is above the largest bucket of ROW; accepted: N <= 256"),
+    (["-s", "M=4", "-s", "N=100", "-v", "ROW=64"],
+     "no selected variant of bucketed_rows is in the buckets of these sizes (ROW=256)"),
+])
+def test_tune_runs_only_the_buckets_of_its_sizes(tmp_path, monkeypatch, sizes, message):
+    """A bucketed axis follows its size at a call, so a tune of other buckets' variants would time
+    kernels no call of these sizes runs (and record them under the wrong variant)."""
+    monkeypatch.setenv("KGEN_CACHE_DIR", str(tmp_path / "cache"))
+    path = tmp_path / "bucketed_rows.yaml"
+    path.write_text(BUCKETED)
+    with pytest.raises(UsageError) as e:
+        run(["tune", str(path), *sizes])
+    assert str(e.value) == message
+
+
+def test_the_timer_does_not_wait_between_calls(monkeypatch):
+    """cuda_timer issues the timed calls back to back and synchronises once, so that a call's time
+    is its kernels' and not the host's path to them (a stand-in for torch.cuda's events)."""
+    import kgen.tune as tune_mod
+
+    log = []
+
+    class Event:
+        def __init__(self, enable_timing):
+            self.at = None
+
+        def record(self):
+            log.append("record")
+            self.at = len(log)
+
+        def elapsed_time(self, end):
+            return float(end.at - self.at)
+
+    monkeypatch.setattr(tune_mod.torch.cuda, "Event", Event)
+    monkeypatch.setattr(tune_mod.torch.cuda, "synchronize", lambda: log.append("sync"))
+    ms = tune_mod.cuda_timer(5)(lambda: log.append("call"))
+    assert log.count("sync") == 1 and log[-1] == "sync"
+    assert log.count("call") == 3 + 5
+    assert ms == 2.0  # record, call, record

@@ -106,7 +106,9 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--seqlens", default="2048,8192")
     ap.add_argument("--head-dims", default="64,128")
+    ap.add_argument("--cases", default=None, help="comma-separated case labels to run (default: all)")
     args = ap.parse_args()
+    only = None if args.cases is None else set(args.cases.split(","))
     rows = []
     print(f"{'case':16} {'D':>4} {'S':>6}  {'kgen fwd':>9} {'flex fwd':>9} {'ratio':>6}  {'kgen bwd':>9} {'flex bwd':>9} {'ratio':>6}"
           "  (TFLOP/s on visible pairs; ratio = Flex time / kgen time)")
@@ -117,6 +119,8 @@ def main() -> None:
             q, k, v, dout = (torch.randn(b, s, h, d, device="cuda", generator=gen, dtype=torch.bfloat16) for _ in range(4))
             q, k, v = (t.requires_grad_() for t in (q, k, v))
             for label, kw, causal, mask_mod, score_mod, visible in cases(s, h):
+                if only is not None and label not in only:
+                    continue
                 flops = 4 * b * h * d * _visible_pairs(visible, s)
                 row = {"case": label, "head_dim": d, "seqlen": s}
                 outs = {}

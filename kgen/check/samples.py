@@ -60,6 +60,8 @@ def check_sizes(ls: LoadedSpec, variant: dict[str, Any], tunables: dict[str, int
         values = spec.variants[axis]
         below = max([v for v in values if v < variant[axis]], default=0)
         sizes.setdefault(s, max(below + 1, variant[axis] * 3 // 4 + 1))
+        if not below < sizes[s] <= variant[axis]:  # a given size of another bucket: a call never runs this variant there
+            raise ValueError(f"{s} = {sizes[s]} is not in the bucket of {axis}={variant[axis]} ({below} < {s} <= {variant[axis]})")
     for s, b in tile_extents(ls, variant, tunables).items():
         sizes.setdefault(s, b + b // 2 + 1 if b > 1 else 2)
     env = {**variant, **tunables}

@@ -84,3 +84,14 @@ def test_inputs_follow_their_domains(tmp_path):
     assert t["o"][0] == 0 and t["o"][-1] == 40 and (t["o"].diff() >= 0).all()
     assert t["c"].dtype == torch.int64 and t["c"].min() == -1 and t["c"].max() == 8  # int64 as int32: [low, high)
     assert t["w"].dtype == torch.int64 and t["w"].min() >= -100 and t["w"].max() < 100
+
+
+def test_a_given_size_outside_the_variants_bucket_is_named():
+    """A bucketed variant runs only for sizes in its bucket: checking it at another size would
+    compare a kernel that no call runs there (a 1024-wide row tile for N = 3000)."""
+    ls = load_spec(SPECS / "rmsnorm.yaml")
+    variant = {"dtype": "fp32", "ROW": 1024}
+    assert 0 < _sizes(ls, variant)["N"] <= 1024
+    with pytest.raises(ValueError, match=r"N = 3000 is not in the bucket of ROW=1024 \(0 < N <= 1024\)"):
+        _sizes(ls, variant, {"N": 3000})
+    assert 1024 < _sizes(ls, {"dtype": "fp32", "ROW": 4096}, {"N": 3000})["N"] <= 4096
