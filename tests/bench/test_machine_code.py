@@ -20,7 +20,7 @@ pytestmark = pytest.mark.skipif(not available("hip"), reason="needs clang with t
 
 def _build(out: Path) -> Path:
     subprocess.run([sys.executable, "-m", "kgen", "build", "specs/softmax.yaml", "--target", "gfx942",
-                    "--variant", "dtype=fp32", "--no-compile", "--out", str(out)], cwd=REPO, check=True,
+                    "--variant", "dtype=fp32", "--variant", "ROW=1024", "--no-compile", "--out", str(out)], cwd=REPO, check=True,
                    capture_output=True)
     return out / "softmax" / "gfx942"
 
@@ -46,7 +46,7 @@ def test_same_instructions_pass_and_a_changed_computation_fails(tmp_path, capsys
     assert main([str(tmp_path / "a"), str(respelled)]) == 0
     assert "1 new source with the same instructions, 0 differ" in capsys.readouterr().out
     assert main([str(tmp_path / "a"), str(changed)]) == 1
-    assert "differs: softmax gfx942 dtype-fp32 softmax_fwd" in capsys.readouterr().out
+    assert "differs: softmax gfx942 dtype-fp32_ROW-1024 softmax_fwd" in capsys.readouterr().out
     assert before.exists()
 
 

@@ -1,4 +1,4 @@
-"""The example ops (specs/softmax, rmsnorm, matmul) as PyTorch computes them, and the check of a
+"""The example ops (specs/softmax, rmsnorm, layernorm, swiglu, matmul) as PyTorch computes them, and the check of a
 kgen op's forward and backward against them; shared by test_op.py (CPU) and test_ops_gpu.py.
 
 `TORCH_FNS[name](**inputs)` returns the spec's outputs by name, computed with differentiable torch
@@ -18,8 +18,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for help
 import helpers  # noqa: E402
 
 SPECS = Path(__file__).resolve().parents[2] / "specs"
-FORWARD_OPS = ("softmax", "rmsnorm", "matmul")
+FORWARD_OPS = ("softmax", "rmsnorm", "layernorm", "swiglu", "matmul")
 RMSNORM_EPS = 1e-6  # rmsnorm.yaml's default eps
+LAYERNORM_EPS = 1e-5  # layernorm.yaml's default eps
 
 
 def softmax(x):
@@ -31,11 +32,21 @@ def rmsnorm(x, w):
     return {"y": x * rstd[:, None] * w, "rstd": rstd}
 
 
+def layernorm(x, w, b):
+    mean = x.mean(dim=-1)
+    rstd = torch.rsqrt(x.var(dim=-1, unbiased=False) + LAYERNORM_EPS)
+    return {"y": torch.nn.functional.layer_norm(x, x.shape[-1:], w, b, LAYERNORM_EPS), "mean": mean, "rstd": rstd}
+
+
+def swiglu(a, b):
+    return {"y": torch.nn.functional.silu(a) * b}
+
+
 def matmul(a, b):
     return {"c": a @ b}
 
 
-TORCH_FNS = {"softmax": softmax, "rmsnorm": rmsnorm, "matmul": matmul}
+TORCH_FNS = {"softmax": softmax, "rmsnorm": rmsnorm, "layernorm": layernorm, "swiglu": swiglu, "matmul": matmul}
 
 
 def check_forward_backward(op, inputs: dict[str, torch.Tensor], generator: torch.Generator) -> None:

@@ -36,6 +36,11 @@ KG_DEVICE int shfl_xor(int v, int mask) {
   return __builtin_amdgcn_ds_bpermute((lane ^ mask) << 2, v);
 }
 KG_DEVICE float shfl_xor(float v, int mask) { return __builtin_bit_cast(float, shfl_xor(__builtin_bit_cast(int, v), mask)); }
+// ds_bpermute moves 32 bits: an int64 goes as its two halves
+KG_DEVICE long long shfl_xor(long long v, int mask) {
+  const unsigned long long lo = (unsigned)shfl_xor((int)v, mask), hi = (unsigned)shfl_xor((int)(v >> 32), mask);
+  return (long long)(hi << 32 | lo);
+}
 
 KG_DEVICE float f32(bf16 x) { return __builtin_bit_cast(float, (uint32_t)x.bits << 16); }
 KG_DEVICE float f32(fp16 x) { return (float)x; }

@@ -27,6 +27,7 @@ template <int N> KG_DEVICE void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.
 template <int N> KG_DEVICE void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(N)); }
 KG_DEVICE float shfl_xor(float v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
 KG_DEVICE int shfl_xor(int v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
+KG_DEVICE long long shfl_xor(long long v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
 
 KG_DEVICE float f32(bf16 x) { return __bfloat162float(x); }
 KG_DEVICE float f32(fp16 x) { return __half2float(x); }

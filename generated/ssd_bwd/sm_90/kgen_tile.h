@@ -52,8 +52,12 @@ KG_DEVICE float min_(float a, float b) { return (a != a || b != b) ? a + b : (a 
 KG_DEVICE int cdiv(int a, int b) { return (a + b - 1) / b; }
 KG_DEVICE int floordiv(int a, int b) { int q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }
 KG_DEVICE int mod(int a, int b) { int r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+// int64 tiles stay 64-bit (kgen spells int64 `long long` on both backends)
+KG_DEVICE long long floordiv(long long a, long long b) { long long q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }
+KG_DEVICE long long mod(long long a, long long b) { long long r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
 KG_DEVICE float abs_(float x) { return __builtin_fabsf(x); }
 KG_DEVICE int abs_(int x) { return x < 0 ? -x : x; }
+KG_DEVICE long long abs_(long long x) { return x < 0 ? -x : x; }
 
 // sin and cos: x reduced by the nearest multiple k of pi / 2 (pi / 2 split into three floats,
 // the first two with trailing zero bits, so that k times each is exact for |k| < 2^16: Cody and
