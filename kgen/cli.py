@@ -409,7 +409,9 @@ def cmd_tune(a: argparse.Namespace) -> int:
     if not variants:
         raise UsageError(f"no variant of {ls.spec.name} matches {' '.join(f'{x}={y}' for x, y in a.variant)} (some are excluded)")
     # a bucketed axis is not chosen but follows its size: only the variants of these sizes' buckets run
-    buckets = {axis: next((v for v in ls.spec.variants[axis] if sizes[size] <= v), None) for axis, size in ls.spec.buckets.items()}
+    from .runtime.binding import bucket_value
+
+    buckets = {axis: bucket_value(ls.spec, axis, sizes[size]) for axis, size in ls.spec.buckets.items()}
     for axis, value in buckets.items():
         if value is None:
             size = ls.spec.buckets[axis]

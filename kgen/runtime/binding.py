@@ -57,11 +57,17 @@ def bucket_of(ls: LoadedSpec, tensors: dict[str, torch.Tensor], axis: str) -> in
     n = axis_from_shape(spec, tensors, size, None)
     if n is None:
         raise LaunchError(f"{spec.name}: size {size} is not given by any input tensor")
-    for v in spec.variants[axis]:
-        if n <= v:
-            return v
+    value = bucket_value(spec, axis, n)
+    if value is not None:
+        return value
     raise LaunchError(f"{spec.name}: {size} = {n} is above the largest bucket of {axis}; accepted: {size} <= "
                       f"{spec.variants[axis][-1]}")
+
+
+def bucket_value(spec, axis: str, n: int) -> int | None:
+    """The bucket of size value `n` on the bucketed axis: its smallest value at least n (None
+    above the largest)."""
+    return next((v for v in spec.variants[axis] if n <= v), None)
 
 
 def check_option(op: str, axis: str, value: Any, values: list[Any]) -> None:
