@@ -50,7 +50,8 @@ def reference(loaded_spec: LoadedSpec | Spec, inputs: dict[str, Any], *, exact: 
     exact=False runs the code on the inputs in their own dtype: what PyTorch itself gets for the
     same computation in that precision. The namespace also has `torch`, `math`, the variant's
     values (as in `if causal:`), the sizes bound from the input shapes and the spec's hooks as
-    torch functions, with `grad(hook, i)` (kgen/check/torch_hooks.py).
+    torch functions, with `grad(hook, i)` (kgen/check/torch_hooks.py), and `grad_inputs`: the
+    floating inputs whose gradient the spec writes (d<name>) by name.
     """
     s = spec_of(loaded_spec)
     tensors = {k: v for k, v in inputs.items() if isinstance(v, torch.Tensor)}
@@ -58,6 +59,11 @@ def reference(loaded_spec: LoadedSpec | Spec, inputs: dict[str, Any], *, exact: 
     ns.update(scalar_values(s, {k: v for k, v in inputs.items() if k in s.scalars}))
     for k, v in tensors.items():
         ns[k] = v.double() if exact and v.dtype.is_floating_point else v
+    # the floating inputs whose gradient the spec writes (d<name>), as tensors of their own that
+    # the code and the hooks both see, so that a backward's reference may differentiate through
+    # them with torch.autograd
+    ns["grad_inputs"] = {k: ns[k].detach() for k in tensors if f"d{k}" in s.outputs() and ns[k].dtype.is_floating_point}
+    ns.update(ns["grad_inputs"])
     if s.hooks:
         ns.update(torch_hooks(s, ns), grad=grad)
     # exact: float64 also where torch picks its default dtype (a 0-d float tensor times an integer

@@ -9,10 +9,16 @@ loads and everything that does not depend on the argument have derivative 0, kep
 that the result carries no multiplications by 0 or 1. A call of another hook differentiates
 through `grad(other, i)` for each argument that depends on ours. Anything else is an error
 naming it.
+
+`tensor_grads(hook, g)(args)` (load_derivative_bodies) differentiates the same way with respect
+to one load of a tensor in the body: the loaded value becomes a local the derivative is seeded
+at, and the body returns that derivative with the load's indices, for the caller to add g times
+it into the tensor's gradient.
 """
 from __future__ import annotations
 
 import ast
+import copy
 import math
 from typing import Callable
 
@@ -38,6 +44,82 @@ def derivative_body(stmts: list[ast.stmt], args: tuple[str, ...], wrt: int, hook
         out += d.statement(s)
     ret = ast.Return(value=_zero_to_number(d.expr(stmts[-1].value)))
     return out + [ast.fix_missing_locations(ast.copy_location(ret, stmts[-1]))]
+
+
+LOADED, INDEX = "__tg_load", "__tg_index"
+
+
+def load_derivative_bodies(stmts: list[ast.stmt], wanted: Callable[[str], bool],
+                           hooks: set[str]) -> list[tuple[str, list[ast.stmt]]]:
+    """For each load in `stmts` (a hook's body, its last a `return`) of a tensor T that
+    `wanted(T)`, in source order: (T, statements returning `(d f / d load, index_0, ...)`), the
+    load's indices evaluated where the load is. A load the result does not depend on (one
+    under a comparison) is left out."""
+    sites = [n for n in _walk(stmts) if _wanted_load(n, wanted)]
+    out = []
+    for k, site in enumerate(sites):
+        body = copy.deepcopy(stmts)
+        mine = [n for n in _walk(body) if _wanted_load(n, wanted)][k]
+        ref = mine.args[0]
+        items = ref.slice.elts if isinstance(ref.slice, ast.Tuple) else [ref.slice]
+        if any(isinstance(i, ast.Slice) for i in items):
+            raise NotDifferentiable(site, f"cannot differentiate with respect to '{ast.unparse(site)}': a load that "
+                                          "takes a gradient is indexed element by element, without ':'")
+        names = [f"{INDEX}{j}" for j in range(len(items))]
+        before = [ast.Assign(targets=[ast.Name(id=n, ctx=ast.Store())], value=i) for n, i in zip(names, items)]
+        indexed = ast.Subscript(value=ref.value, slice=ast.Tuple(elts=[ast.Name(id=n, ctx=ast.Load()) for n in names],
+                                                                  ctx=ast.Load()), ctx=ast.Load())
+        before.append(ast.Assign(targets=[ast.Name(id=LOADED, ctx=ast.Store())],
+                                 value=ast.Call(func=mine.func, args=[indexed], keywords=mine.keywords)))
+        for b in before:
+            ast.copy_location(b, mine)
+        if not _replace(body, mine, before):
+            continue
+        d = _Forward(LOADED, hooks, seeded=True)
+        lowered = []
+        try:
+            for s in body[:-1]:
+                lowered += d.statement(s)
+            grad = d.expr(body[-1].value)
+        except NotDifferentiable as e:  # named as written, not by the local it became
+            raise NotDifferentiable(e.node, str(e).replace(LOADED, ast.unparse(site))) from None
+        if grad is None:
+            continue
+        ret = ast.Return(value=ast.Tuple(elts=[grad] + [ast.Name(id=n, ctx=ast.Load()) for n in names], ctx=ast.Load()))
+        out.append((ref.value.id, lowered + [ast.fix_missing_locations(ast.copy_location(ret, body[-1]))]))
+    return out
+
+
+def _wanted_load(n: ast.AST, wanted: Callable[[str], bool]) -> bool:
+    return (isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "load" and len(n.args) == 1
+            and isinstance(n.args[0], ast.Subscript) and isinstance(n.args[0].value, ast.Name) and wanted(n.args[0].value.id))
+
+
+def _walk(stmts: list[ast.stmt]) -> list[ast.AST]:
+    return [n for s in stmts for n in ast.walk(s)]
+
+
+def _replace(stmts: list[ast.stmt], site: ast.Call, before: list[ast.stmt]) -> bool:
+    """`site` replaced by the loaded local, `before` inserted ahead of the innermost statement
+    that holds it (inside a compile-time if's branch where it is there)."""
+    for i, s in enumerate(stmts):
+        if isinstance(s, ast.If) and (_replace(s.body, site, before) or _replace(s.orelse, site, before)):
+            return True
+        if any(n is site for n in ast.walk(s)):
+            _Substitute(site).visit(s)
+            stmts[i:i] = before
+            return True
+    return False
+
+
+class _Substitute(ast.NodeTransformer):
+    def __init__(self, site: ast.AST):
+        self.site = site
+
+    def visit(self, node: ast.AST) -> ast.AST:
+        if node is self.site:
+            return ast.copy_location(ast.Name(id=LOADED, ctx=ast.Load()), node)
+        return super().visit(node)
 
 
 def _num(v: float) -> ast.expr:
@@ -80,14 +162,15 @@ def _call(fn: str, *args: ast.expr) -> ast.expr:
 
 
 class _Forward:
-    def __init__(self, wrt: str, hooks: set[str]):
-        self.wrt, self.hooks = wrt, hooks
+    def __init__(self, wrt: str, hooks: set[str], seeded: bool = False):
+        """seeded: `wrt` is a local whose assignment the derivative starts at (a loaded value)."""
+        self.wrt, self.hooks, self.seeded = wrt, hooks, seeded
         self.tangent: dict[str, str | None] = {}  # assigned name -> its derivative's name (None: 0)
 
     def statement(self, s: ast.stmt) -> list[ast.stmt]:
         if isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name):
             name = s.targets[0].id
-            d = self.expr(s.value)
+            d = _num(1.0) if self.seeded and name == self.wrt else self.expr(s.value)
             if d is None:
                 self.tangent[name] = None
                 return [s]

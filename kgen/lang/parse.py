@@ -14,7 +14,7 @@ from ..ir.core import DTYPES, INT_DTYPES, Block, Op, Value
 from .builder import Builder, Operand
 from .hooks import Hook, Origin, hook_body as _hook_body
 from .calls import call, is_builtin
-from .derivative import NotDifferentiable, derivative_body
+from .derivative import NotDifferentiable, derivative_body, load_derivative_bodies
 from . import phases
 from .terms import TensorRef, _DType
 
@@ -240,6 +240,8 @@ class _Parser:
                 return self.call_hook(node)
             if isinstance(node.func, ast.Call) and isinstance(node.func.func, ast.Name) and node.func.func.id == "grad":
                 return self.call_grad(node)
+            if isinstance(node.func, ast.Call) and isinstance(node.func.func, ast.Name) and node.func.func.id == "tensor_grads":
+                return self.call_tensor_grads(node)
             if isinstance(node.func, ast.Name) and node.func.id in ("block_phases", "is_identity") and node.func.id not in self.env:
                 return (phases.block_phases if node.func.id == "block_phases" else phases.is_identity)(self, node)
             return call(self, node)
@@ -273,6 +275,69 @@ class _Parser:
             self.origin = hook.origin
             raise self.fail(e.node, f"grad({name}, {which!r}): {e}") from None
         return self.inline(node, f"grad({name}, {wrt})", hook, body)
+
+    def call_tensor_grads(self, node: ast.Call) -> None:
+        """`tensor_grads(hook, g)(args)`, a statement: for each load in the hook's body of a tensor
+        T whose gradient the spec writes (a tensor named d<T>), adds g times the derivative of
+        the hook with respect to the loaded value into d<T> at the load's indices (atomic adds,
+        summed first over the axes along which the indices do not change)."""
+        spec = node.func
+        if spec.keywords or len(spec.args) != 2 or not isinstance(spec.args[0], ast.Name) or spec.args[0].id not in self.hooks:
+            raise self.fail(spec, "tensor_grads() takes a hook and the gradient of its result: "
+                                  f"tensor_grads(score_mod, ds)(args...); hooks: {', '.join(self.hooks) or 'none'}")
+        name = spec.args[0].id
+        hook = self.hooks[name]
+        g = self.operand(spec.args[1], self.expr(spec.args[1]))
+
+        def wanted(t: str) -> bool:
+            grad = self.tensors.get(f"d{t}")
+            return t in self.tensors and grad is not None and grad.writable
+
+        self._no_grads_below(name, wanted, spec)
+        try:
+            sites = load_derivative_bodies(_hook_body(name, hook), wanted, set(self.hooks))
+        except NotDifferentiable as e:
+            self.origin = hook.origin
+            raise self.fail(e.node, f"tensor_grads({name}): {e}") from None
+        for tensor, body in sites:
+            coeff, *index = self.inline(node, f"tensor_grads({name})", hook, body)
+            self.at(node)
+            value = self.b.as_value(self.b.binary("mul", g, coeff), "fp32")
+            shape: tuple[int, ...] = ()
+            for i in index:
+                if isinstance(i, Value) and not i.is_scalar:
+                    shape = tuple(max(a, b) for a, b in zip((1,) * (len(i.shape) - len(shape)) + shape,
+                                                              (1,) * (len(shape) - len(i.shape)) + i.shape))
+            shape = (1,) * (len(value.shape) - len(shape)) + shape if shape else shape
+            if len(shape) == len(value.shape) or not shape:
+                for axis in reversed(range(len(value.shape))):  # the axes the indices do not follow
+                    if not shape or shape[axis] == 1 and value.shape[axis] != 1:
+                        value = self.b.reduce("sum", value, axis)
+                        if shape:
+                            value = self.b.expand(value, axis)
+            temps = {f"__tg_i{j}": i for j, i in enumerate(index)}
+            saved = self.env
+            self.env = {**self.env, **temps, "__tg_value": value}
+            target = ast.Subscript(value=ast.Name(id=f"d{tensor}", ctx=ast.Load()),
+                                   slice=ast.Tuple(elts=[ast.Name(id=n, ctx=ast.Load()) for n in temps], ctx=ast.Load()),
+                                   ctx=ast.Load())
+            add = ast.Call(func=ast.Name(id="atomic_add", ctx=ast.Load()), args=[target, ast.Name(id="__tg_value", ctx=ast.Load())], keywords=[])
+            try:
+                self.expr(ast.fix_missing_locations(ast.copy_location(add, node)))
+            finally:
+                self.env = saved
+
+    def _no_grads_below(self, name: str, wanted, node: ast.AST, seen: tuple[str, ...] = ()) -> None:
+        """A load that takes a gradient in a hook the hook calls is an error, not a gradient left out."""
+        for n in (x for s in _hook_body(name, self.hooks[name]) for x in ast.walk(s)):
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in self.hooks and n.func.id not in seen + (name,):
+                inner = n.func.id
+                for m in (x for s in _hook_body(inner, self.hooks[inner]) for x in ast.walk(s)):
+                    if (isinstance(m, ast.Call) and isinstance(m.func, ast.Name) and m.func.id == "load" and m.args
+                            and isinstance(m.args[0], ast.Subscript) and isinstance(m.args[0].value, ast.Name) and wanted(m.args[0].value.id)):
+                        raise self.fail(node, f"tensor_grads({name}): hook {inner}, which {name} calls, loads "
+                                              f"'{m.args[0].value.id}', whose gradient this spec writes; write that load in {name} itself")
+                self._no_grads_below(inner, wanted, node, seen + (name,))
 
     def static(self, node: ast.expr) -> Any:
         """node's value when it is known at compile time (a number or bool), else None; nothing

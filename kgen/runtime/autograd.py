@@ -46,6 +46,7 @@ def _formulas(fwd, bwd):
         ctx.set_materialize_grads(False)
         ctx.out_like = {n: (o.shape, o.dtype, o.device) for n, o in zip(fwd.outputs, outs) if n in diff_outputs}
         ctx.extra = list(inputs[len(fwd.inputs):])
+        ctx.in_dtypes = [x.dtype if isinstance(x, torch.Tensor) else None for x in inputs[:len(fwd.inputs)]]
         # an output written over an input is the input itself, rebased onto this op (mark_dirty);
         # marking it non-differentiable as well would leave it the input's old history
         nondiff = [o for n, o in zip(fwd.outputs, outs) if not fwd.spec.tensors[n].grad and n not in fwd.aliases]
@@ -76,8 +77,14 @@ def _formulas(fwd, bwd):
         outs = bwd(**args)
         outs = outs if isinstance(outs, tuple) else (outs,)
         by_name = dict(zip(bwd.outputs, outs))
-        # an input marked grad: false gets no gradient even if the backward computes one
-        return tuple(by_name.get("d" + n) if fwd.spec.tensors[n].grad else None for n in fwd.inputs) + tuple(None for _ in ctx.extra)
+        # an input marked grad: false gets no gradient even if the backward computes one; a
+        # gradient the backward adds up in fp32 (a hook's tensor: tensor_grads) comes back in the
+        # input's dtype
+        out = []
+        for n, dtype in zip(fwd.inputs, ctx.in_dtypes):
+            g = by_name.get("d" + n) if fwd.spec.tensors[n].grad else None
+            out.append(g.to(dtype) if g is not None and dtype is not None and g.dtype != dtype else g)
+        return tuple(out) + tuple(None for _ in ctx.extra)
 
     return setup_context, backward
 

@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from ..errors import SourceLoc, SpecError, UsageError
-from .model import Scalar, Spec
+from .model import INT_DTYPE_NAMES, Scalar, Spec
 from .refs import FieldError
 from .yamlpos import PositionedYaml, read_yaml
 
@@ -120,6 +120,18 @@ def backward_spec(ls: LoadedSpec) -> LoadedSpec:
     merged = _read_extended(path, ())
     for doc in overlays:
         merged = _backward_overlay(doc, merged, ls.spec.name).merged_onto(merged, MERGED_FIELDS)
+    # an added floating input that takes a gradient gets it as an fp32 output d<name>, which the
+    # base's `tensor_grads` statements add into (the autograd glue returns it in the input's dtype).
+    # It sums the score gradient over many scores, each through delta = rowsum(do * o) of the
+    # saved, rounded o: that rounding, times the hook's derivative (ALiBi's: the distance), adds
+    # up where PyTorch's own low-precision answer cancels, so its check also accepts 2% of the
+    # largest value (as ssd_bwd's dA, summed over positions, accepts 1%)
+    tensors = merged.data["tensors"] = dict(merged.data.get("tensors") or {})
+    for name, t in ls.spec.tensors.items():
+        if (name in tensors and f"d{name}" not in tensors and t.role == "input"
+                and t.grad and t.dtype not in INT_DTYPE_NAMES):
+            tensors[f"d{name}"] = {"shape": list(t.shape), "dtype": "fp32", "role": "output", "init": "zeros",
+                                   "scale_tolerance": 0.02}
     try:
         spec = Spec.model_validate(merged.data)
     except ValidationError as e:
