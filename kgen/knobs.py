@@ -50,3 +50,17 @@ def knobs() -> Knobs:
         poison=_flag("KGEN_POISON"),
         ci=_flag("CI"),
     )
+
+
+@dataclass(frozen=True)
+class CallKnobs:
+    target: str | None
+    """KGEN_TARGET, as in Knobs."""
+    poison: bool
+    """KGEN_POISON, as in Knobs."""
+
+
+def call_knobs() -> CallKnobs:
+    """The two knobs every op call reads, without the paths knobs() parses: on the H200 knobs()
+    was about a quarter of an op call's host time (cProfile, docs/PERFORMANCE.md)."""
+    return CallKnobs(target=os.environ.get("KGEN_TARGET") or None, poison=_flag("KGEN_POISON"))

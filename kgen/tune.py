@@ -11,6 +11,7 @@ warm-up, every candidate on the same inputs.
 from __future__ import annotations
 
 import statistics
+from time import perf_counter
 from dataclasses import dataclass, field
 from datetime import date
 from typing import Any, Callable
@@ -46,13 +47,23 @@ class Tuned:
 
 def cuda_timer(runs: int) -> Callable[[Callable[[], Any]], float]:
     """The median of `runs` calls, each between two CUDA events, issued back to back with no
-    synchronisation between them (as triton.testing.do_bench): the device runs ahead of the
-    host's launches, so a call's time is its kernels' and not the host's path to them, which
-    for a kernel of a few tens of microseconds is as long as the kernel itself."""
+    synchronisation between them (as triton.testing.do_bench), behind a device-side wait
+    (torch.cuda._sleep) as long as the host takes to issue them all: the device then starts the
+    first only when the last is queued, so a call's time is its kernels' and not the host's path
+    to them. Without the wait, a kgen call's ~80 us of Python at the H200's row-op sizes (as long
+    as the kernels) made the same candidate 1.8x apart in two tunes (docs/PERFORMANCE.md)."""
     def time(fn: Callable[[], Any]) -> float:
         for _ in range(3):
             fn()
+        torch.cuda.synchronize()
+        started = perf_counter()
+        fn()
+        host = perf_counter() - started
+        torch.cuda.synchronize()
         pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(runs)]
+        sleep = getattr(torch.cuda, "_sleep", None)
+        if sleep is not None:  # cycles at up to 3 GHz, for 1.5x the host's time and 1 ms
+            sleep(int(3e9 * (1.5 * host * runs + 1e-3)))
         for start, end in pairs:
             start.record()
             fn()

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 
 # C operator precedence, higher binds tighter (cppreference, "C++ Operator Precedence")
-_PREC = {"*": 13, "/": 13, "%": 13, "+": 12, "-": 12, "<<": 11, ">>": 11, "&": 8, "^": 7, "|": 6}
+PREC = {"*": 13, "/": 13, "%": 13, "+": 12, "-": 12, "<<": 11, ">>": 11, "&": 8, "^": 7, "|": 6}
 ATOM = 100
 _BITWISE = {11, 8, 7, 6}
 
@@ -84,7 +84,7 @@ def expr(x) -> Expr:
 
 
 def _bin(op: str, a: Expr, b: Expr) -> Expr:
-    p = _PREC[op]
+    p = PREC[op]
 
     def clear(x: Expr, right: bool) -> bool:
         if x.prec >= ATOM:
@@ -201,9 +201,9 @@ def cat(a, b) -> Expr:
         return b
     if b.value == 0:
         return a
-    if b.prec == _PREC["+"] and a.value is None:
-        left = a.text if a.prec >= _PREC["+"] and a.prec not in _BITWISE else f"({a.text})"
-        return Expr(f"{left} + {b.text}", _PREC["+"])
+    if b.prec == PREC["+"] and a.value is None:
+        left = a.text if a.prec >= PREC["+"] and a.prec not in _BITWISE else f"({a.text})"
+        return Expr(f"{left} + {b.text}", PREC["+"])
     return add(a, b)
 
 

@@ -19,7 +19,7 @@ from ..ir.attrs import attr
 from ..ir.passes.dot_tiling import instr_of
 from ..ir.passes.operands import fragment_view
 from . import indexed, tma, wgmma
-from .cexpr import add, cat, div, lit, mod, mul, sym, total, wide
+from .cexpr import PREC, add, cat, div, lit, mod, mul, sym, total, wide
 from .dtypes import CTYPE, FLOAT, HALF_TYPE, INTEGER, REDUCE_INIT_INT, ctype, integer_cast, literal  # noqa: F401 (re-exported)
 from .coords import CoordMacros, dup_masks, reg_map_expr, register_operand_ptr, rep_index, rep_loops, shared_slot, tensor_param
 
@@ -172,7 +172,7 @@ class Emitter:
             others = [sum(1 << b for i, b in enumerate(warp_bits) if s >> i & 1) for s in range(1 << len(warp_bits))]
             ctx.update(offset=op.attrs["smem_offset"], nslice=_numel(out.shape), warp_xors=others,
                        sync_before=attr(op, "sync_before"),
-                       slot="0" if out.is_scalar else self._flat(out, "e"))
+                       slot="0" if out.is_scalar else self._flat(out, "e", operand_of="+"))
         return ctx
 
     def op_scan(self, op):
@@ -197,14 +197,17 @@ class Emitter:
                 "levels": [{"kind": kind, "mask": m} for _, kind, m in sorted(levels)],
                 "offset": (attr(op, "smem_offset") or 0)}
 
-    def _flat(self, v: Value, idx: str) -> str:
-        """Row-major element number of register `idx` of a register tile (for scratch buffers)."""
+    def _flat(self, v: Value, idx: str, operand_of: str | None = None) -> str:
+        """Row-major element number of register `idx` of a register tile (for scratch buffers);
+        `operand_of`: the operator the template writes it after, which it must bind tighter than
+        (a row taken from the warp's bits, `warp & 1`, after `warp * 2 +`)."""
         lay, parts = v.layout, []
         stride = 1
         for d in reversed(range(len(v.shape))):
             parts.append(mul(add(self.coords.thread(lay, d), self.coords.reg(lay, d, idx)), stride))
             stride *= v.shape[d]
-        return str(total(parts))
+        e = total(parts)
+        return f"({e})" if operand_of is not None and e.prec < PREC[operand_of] else str(e)
 
     def op_convert(self, op):
         src, out = op.operands[0], op.result

@@ -17,7 +17,7 @@ import torch
 
 from ..errors import LaunchError, SpecError, TargetError
 from ..hw.descriptor import Target, load_target
-from ..knobs import knobs
+from ..knobs import call_knobs, knobs
 from ..lang import kernel_ir, resolve_dtype
 from ..spec.expr import eval_expr
 from ..spec.load import LoadedSpec, backward_spec, load_spec
@@ -136,7 +136,7 @@ class KgenOp:
         for axis, value in zip(self.passed, args[n_fixed + len(self.options):]):
             check_option(self.spec.name, axis, value, self.passed[axis])
         device = next(iter(tensors.values())).device
-        kn = knobs()
+        kn = call_knobs()
         if self.emulated is not None and device.type != "cpu":
             raise LaunchError(f"{self.opname} runs {self.emulated.name}'s kernels in emulation on the CPU; "
                               f"pass CPU tensors, got them on {device}")
@@ -157,7 +157,7 @@ class KgenOp:
                 self._plans.clear()
             self._plans[key] = plan
         all_t = self._allocate(tensors, plan.outputs, device, kn.poison)
-        stream = torch.cuda.current_stream().cuda_stream
+        stream = _current_stream(device)
         for name in plan.mapped:
             all_t[name] = _tensor_map_ready(all_t[name])
         # each tensor's pointer and strides, and each (tensor, box)'s map, once per call whichever
@@ -319,6 +319,15 @@ class KgenOp:
             _autograd_done.add(self.qualname)
         self.backward_op = bwd
         _ops[bwd.opname] = bwd
+
+
+def _current_stream(device: torch.device) -> int:
+    """The handle of the device's current stream: torch's raw getter where it has one (what Triton's
+    launcher calls), as torch.cuda.current_stream() builds a Stream object per call, about a
+    tenth of an op call's host time on the H200 (cProfile, docs/PERFORMANCE.md)."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return raw(index) if raw is not None else torch.cuda.current_stream(index).cuda_stream
 
 
 def _tensor_map_ready(x: torch.Tensor) -> torch.Tensor:
