@@ -1,7 +1,8 @@
 """Gradients of the tensors an attention hook loads (docs/SPEC_LANGUAGE.md, "Gradients of a hook's
 tensors"): tests/ops/specs/alibi_grad.yaml (ALiBi whose slopes take a gradient: one number per
-batch and head, summed over every score) and learned_bias.yaml (a bias per head and score in the
-input dtype: a scatter-add over the batch). The derived backward writes d<tensor> through
+batch and head, summed over every score), learned_bias.yaml (a bias per head and score in the
+input dtype: a scatter-add over the batch) and rel_bias.yaml (a bias per head and distance: a
+scatter-add of many scores into each entry). The derived backward writes d<tensor> through
 fa2_bwd's `tensor_grads` statements; here it is checked against the meaning written out in
 float64 with torch.autograd, on the CPU interpreter, through the op's autograd, in the gfx942
 emulation and on the GPU."""
@@ -27,6 +28,7 @@ B, SQ, SK, H, HKV = 2, 70, 90, 2, 1
 def _inputs(name: str, gen: torch.Generator, D: int, dtype=torch.bfloat16) -> dict[str, torch.Tensor]:
     q, k, v = (torch.randn(B, n, h, D, generator=gen).to(dtype) for n, h in ((SQ, H), (SK, HKV), (SK, HKV)))
     extra = ({"slopes": torch.rand(B, H, generator=gen)} if name == "alibi_grad"
+             else {"rel": torch.randn(H, SQ + SK - 1, generator=gen)} if name == "rel_bias"
              else {"bias": torch.randn(H, SQ, SK, generator=gen).to(dtype)})
     return {"q": q, "k": k, "v": v, **extra}
 
@@ -41,6 +43,8 @@ def _meaning(name: str, t: dict[str, torch.Tensor], causal: bool, scale: float):
     s = qh @ kh.transpose(-1, -2) * scale
     if name == "alibi_grad":
         s = s - leaves["slopes"][:, :, None, None] * (diag - j).abs().double()
+    elif name == "rel_bias":
+        s = s + leaves["rel"][:, j - i + SQ - 1][None]
     else:
         s = s + leaves["bias"][None]
     s = torch.where(j <= diag, s, -math.inf) if causal else s
@@ -48,20 +52,21 @@ def _meaning(name: str, t: dict[str, torch.Tensor], causal: bool, scale: float):
 
 
 # head_dim 128 takes fa2_bwd's transposed form (128-key blocks), 32 the other
-CASES = [("alibi_grad", False, 32), ("alibi_grad", True, 128), ("learned_bias", False, 128), ("learned_bias", True, 32)]
+CASES = [("alibi_grad", False, 32), ("alibi_grad", True, 128), ("learned_bias", False, 128), ("learned_bias", True, 32),
+         ("rel_bias", True, 64)]
 
 
 @pytest.mark.parametrize("name, causal, D", CASES)
 def test_the_derived_backward_writes_the_hook_tensors_gradient(name, causal, D):
     ls = load_spec(SPECS / f"{name}.yaml")
     bwd = backward_spec(ls)
-    extra = "slopes" if name == "alibi_grad" else "bias"
+    extra = {"alibi_grad": "slopes", "rel_bias": "rel"}.get(name, "bias")
     assert bwd.spec.tensors[f"d{extra}"].dtype == "fp32" and bwd.spec.tensors[f"d{extra}"].role == "output"
     gen = torch.Generator().manual_seed(11 + causal)
     t = _inputs(name, gen, D)
     scale = 1 / math.sqrt(D)
     variant = {"dtype": "bf16", "head_dim": D, "causal": causal}
-    sizes = {"B": B, "SQ": SQ, "SK": SK, "H": H, "HKV": HKV}
+    sizes = {"B": B, "SQ": SQ, "SK": SK, "H": H, "HKV": HKV, **({"R": SQ + SK - 1} if name == "rel_bias" else {})}
     fwd = helpers.run_spec_cpu(ls, variant, dict(t), sizes, {"softmax_scale": scale})
     do = torch.randn(B, SQ, H, D, generator=gen).to(torch.bfloat16)
     saved = {**t, "o": fwd["o"], "lse": fwd["lse"], "do": do}
