@@ -55,11 +55,11 @@ def load_derivative_bodies(stmts: list[ast.stmt], wanted: Callable[[str], bool],
     `wanted(T)`, in source order: (T, statements returning `(d f / d load, index_0, ...)`), the
     load's indices evaluated where the load is. A load the result does not depend on (one
     under a comparison) is left out."""
-    sites = [n for n in _walk(stmts) if _wanted_load(n, wanted)]
+    sites = [n for n in _walk(stmts) if wanted_load(n, wanted)]
     out = []
     for k, site in enumerate(sites):
         body = copy.deepcopy(stmts)
-        mine = [n for n in _walk(body) if _wanted_load(n, wanted)][k]
+        mine = [n for n in _walk(body) if wanted_load(n, wanted)][k]
         ref = mine.args[0]
         items = ref.slice.elts if isinstance(ref.slice, ast.Tuple) else [ref.slice]
         if any(isinstance(i, ast.Slice) for i in items):
@@ -90,7 +90,8 @@ def load_derivative_bodies(stmts: list[ast.stmt], wanted: Callable[[str], bool],
     return out
 
 
-def _wanted_load(n: ast.AST, wanted: Callable[[str], bool]) -> bool:
+def wanted_load(n: ast.AST, wanted: Callable[[str], bool]) -> bool:
+    """Whether `n` is `load(T[...])` of a tensor T that `wanted(T)`."""
     return (isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "load" and len(n.args) == 1
             and isinstance(n.args[0], ast.Subscript) and isinstance(n.args[0].value, ast.Name) and wanted(n.args[0].value.id))
 

@@ -14,7 +14,7 @@ from ..ir.core import DTYPES, INT_DTYPES, Block, Op, Value
 from .builder import Builder, Operand
 from .hooks import Hook, Origin, hook_body as _hook_body
 from .calls import call, is_builtin
-from .derivative import NotDifferentiable, derivative_body, load_derivative_bodies
+from .derivative import NotDifferentiable, derivative_body, load_derivative_bodies, wanted_load
 from . import phases
 from .terms import TensorRef, _DType
 
@@ -333,8 +333,7 @@ class _Parser:
             if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in self.hooks and n.func.id not in seen + (name,):
                 inner = n.func.id
                 for m in (x for s in _hook_body(inner, self.hooks[inner]) for x in ast.walk(s)):
-                    if (isinstance(m, ast.Call) and isinstance(m.func, ast.Name) and m.func.id == "load" and m.args
-                            and isinstance(m.args[0], ast.Subscript) and isinstance(m.args[0].value, ast.Name) and wanted(m.args[0].value.id)):
+                    if wanted_load(m, wanted):
                         raise self.fail(node, f"tensor_grads({name}): hook {inner}, which {name} calls, loads "
                                               f"'{m.args[0].value.id}', whose gradient this spec writes; write that load in {name} itself")
                 self._no_grads_below(inner, wanted, node, seen + (name,))

@@ -321,13 +321,15 @@ class KgenOp:
         _ops[bwd.opname] = bwd
 
 
+_RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # absent from CPU-only builds
+
+
 def _current_stream(device: torch.device) -> int:
     """The handle of the device's current stream: torch's raw getter where it has one (what Triton's
     launcher calls), as torch.cuda.current_stream() builds a Stream object per call, about a
     tenth of an op call's host time on the H200 (cProfile, docs/PERFORMANCE.md)."""
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
     index = device.index if device.index is not None else torch.cuda.current_device()
-    return raw(index) if raw is not None else torch.cuda.current_stream(index).cuda_stream
+    return _RAW_STREAM(index) if _RAW_STREAM is not None else torch.cuda.current_stream(index).cuda_stream
 
 
 def _tensor_map_ready(x: torch.Tensor) -> torch.Tensor:
