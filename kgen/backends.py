@@ -14,7 +14,7 @@ from typing import Callable
 from .errors import TargetError, ToolchainError
 from .toolchain.cuda import compile_cuda, find_nvcc
 from .toolchain.hip import compile_hip, find_hip_clang
-from .toolchain.resources import CompileResult, version_line
+from .toolchain.resources import UNKNOWN_VERSION, CompileResult, version_line
 
 
 @dataclass(frozen=True)
@@ -86,6 +86,11 @@ def available(name: str) -> bool:
 
 
 def compiler_identity(name: str) -> str:
-    """"<path> <version line>": part of cache keys, so a compiler upgrade rebuilds everything."""
+    """The compiler's version line, part of cache keys, so that a compiler upgrade rebuilds
+    everything. Not its path: one release installed at two paths (a wrapper in /usr/local/bin
+    here, /usr/local/cuda/bin on the H200 machine) makes the same code objects, and with the path
+    in the key a cache filled on one machine missed on the other. A compiler whose version cannot
+    be read is keyed by its path as well."""
     path = find_compiler(name)
-    return f"{path} {version_line(path)}"
+    version = version_line(path)
+    return version if version != UNKNOWN_VERSION else f"{path} {version}"

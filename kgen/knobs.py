@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 
 def _path(name: str) -> Path | None:
@@ -15,8 +16,12 @@ def _path(name: str) -> Path | None:
     return Path(value).expanduser() if value else None
 
 
+_TRUE = frozenset({"1", "true", "yes", "on"})
+
+
 def _flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in {"1", "true", "yes", "on"}
+    value = os.environ.get(name)
+    return value is not None and value.strip().lower() in _TRUE
 
 
 @dataclass(frozen=True)
@@ -52,8 +57,7 @@ def knobs() -> Knobs:
     )
 
 
-@dataclass(frozen=True)
-class CallKnobs:
+class CallKnobs(NamedTuple):
     target: str | None
     """KGEN_TARGET, as in Knobs."""
     poison: bool
@@ -61,6 +65,7 @@ class CallKnobs:
 
 
 def call_knobs() -> CallKnobs:
-    """The two knobs every op call reads, without the paths knobs() parses: on the H200 knobs()
-    was about a quarter of an op call's host time (cProfile, docs/PERFORMANCE.md)."""
-    return CallKnobs(target=os.environ.get("KGEN_TARGET") or None, poison=_flag("KGEN_POISON"))
+    """The two knobs every op call reads, without the paths knobs() parses (on the H200 knobs()
+    was about a quarter of an op call's host time, cProfile, docs/PERFORMANCE.md); a named tuple,
+    as a frozen dataclass's __init__ costs more than the two reads."""
+    return CallKnobs(os.environ.get("KGEN_TARGET") or None, _flag("KGEN_POISON"))

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from ..errors import LaunchError
+from ..runtime.op import call_op
 
 HEAD_DIMS = (32, 64, 128)
 DTYPES = (torch.bfloat16, torch.float16)
@@ -104,16 +105,16 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     if window is not None:
         common["causal"] = False  # the window's right edge is the causal mask
         if softcap > 0:
-            o, _lse = torch.ops.kgen.fa2_window_softcap(q, k, v, window_left=window[0], window_right=window[1],
+            o, _lse = call_op("fa2_window_softcap", q, k, v, window_left=window[0], window_right=window[1],
                                                         softcap=float(softcap), **common)
         else:
-            o, _lse = torch.ops.kgen.fa2_window(q, k, v, window_left=window[0], window_right=window[1], **common)
+            o, _lse = call_op("fa2_window", q, k, v, window_left=window[0], window_right=window[1], **common)
     elif softcap > 0:
-        o, _lse = torch.ops.kgen.fa2_softcap(q, k, v, softcap=float(softcap), **common)
+        o, _lse = call_op("fa2_softcap", q, k, v, softcap=float(softcap), **common)
     elif alibi_slopes is not None:
-        o, _lse = torch.ops.kgen.fa2_alibi(q, k, v, _slopes(alibi_slopes, q), **common)
+        o, _lse = call_op("fa2_alibi", q, k, v, _slopes(alibi_slopes, q), **common)
     else:
-        o, _lse = torch.ops.kgen.fa2_fwd(q, k, v, scale, d, bool(causal), bool(deterministic))
+        o, _lse = call_op("fa2_fwd", q, k, v, scale, d, bool(causal), bool(deterministic))
     return o
 
 

@@ -27,6 +27,7 @@ import math
 import torch
 
 from ..errors import LaunchError
+from ..runtime.op import call_op
 
 CHUNK_SIZES = (64, 128, 256)
 HEADDIMS = (64, 128)
@@ -149,9 +150,9 @@ def mamba_chunk_scan_combined(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor
     if not packed:  # the unpacked kernels never read it: no fill on every call
         seq_idx = torch.empty(x.shape[:2], dtype=torch.int32, device=x.device)
     # the op's schema: inputs, scalars (dt_min, dt_max, softplus_below), then variant options;
-    # called through torch.ops (registered at import, _register) so that torch.compile traces it
+    # through call_op: the op registered at import (_register), as torch.compile traces it
     # prev_states (the state entering each chunk) is saved for the backward, not returned
-    y, final_states, _ = torch.ops.kgen.ssd_fwd(x, dt, A.float(), B, C, D32, bias32, h0, seq_idx.contiguous(),
+    y, final_states, _ = call_op("ssd_fwd", x, dt, A.float(), B, C, D32, bias32, h0, seq_idx.contiguous(),
                                                 float(dt_limit[0]), float(dt_limit[1]),
                                                 SOFTPLUS_BELOW if dt_softplus else -math.inf,
                                                 int(chunk_size), x.shape[3], B.shape[3], packed)

@@ -29,62 +29,85 @@ def register(fwd, bwd, lib) -> None:
         torch.library.register_autograd(fwd.qualname, backward, setup_context=setup_context)
 
 
+def direct_function(fwd, bwd) -> type[torch.autograd.Function]:
+    """The autograd.Function of a call that skips the dispatcher (KgenOp.__call__ on plain CUDA
+    tensors): the same formulas as the registered autograd kernel, around the op's run."""
+    setup_context, backward = _formulas(fwd, bwd)
+
+    def forward(ctx, *args):
+        outs = fwd.run(*args)
+        output = outs[0] if len(outs) == 1 else outs
+        setup_context(ctx, args, output)
+        return output
+
+    # forward(ctx, ...) rather than a setup_context method: Function.apply binds a separate
+    # setup_context's arguments through inspect.signature on every call
+    return type(f"{fwd.opname}_direct", (torch.autograd.Function,), {
+        "forward": staticmethod(forward), "backward": staticmethod(backward)})
+
+
 def _formulas(fwd, bwd):
     """setup_context(ctx, inputs, outputs) and backward(ctx, *grads), over every output of the
-    forward in declaration order."""
-    saves = fwd.spec.autograd.saves
-    diff_outputs = [n for n in fwd.outputs if fwd.spec.tensors[n].grad]
+    forward in declaration order. Names are resolved to positions here, once: these run on every
+    call that records a graph and on every backward (host time, docs/PERFORMANCE.md)."""
+    n_in = len(fwd.inputs)
+    by_position = list(fwd.inputs) + list(fwd.outputs)  # setup_context's inputs, then outputs
+    saved_at = [by_position.index(n) for n in fwd.spec.autograd.saves]
+    diff_outputs = [j for j, n in enumerate(fwd.outputs) if fwd.spec.tensors[n].grad]
+    # an output written over an input is the input itself, rebased onto this op (mark_dirty);
+    # marking it non-differentiable as well would leave it the input's old history
+    nondiff = [j for j, n in enumerate(fwd.outputs) if not fwd.spec.tensors[n].grad and n not in fwd.aliases]
+    saves = list(fwd.spec.autograd.saves)
+    # each backward input: a saved tensor (its index in saved_tensors) or an output's gradient
+    from_saved = [(n, saves.index(n)) for n in bwd.inputs if n in saves]
+    from_grad = [(n, fwd.outputs.index(n[1:])) for n in bwd.inputs
+                 if n not in saves and n.startswith("d") and n[1:] in fwd.outputs]
+    # a backward that writes over one of its inputs gets a copy: a saved tensor serves every
+    # backward through this graph (retain_graph), and an incoming gradient is autograd's
+    copied = sorted(set(bwd.aliases.values()) & {n for n, _ in from_saved + from_grad})
+    extra_names = list(fwd.spec.scalars) + fwd.options + list(fwd.passed)
+    extra_to = [(n, extra_names.index(n)) for n in list(bwd.spec.scalars) + bwd.options if n in extra_names]
+    # an input marked grad: false gets no gradient even if the backward computes one
+    grad_from = [bwd.outputs.index("d" + n) if fwd.spec.tensors[n].grad and "d" + n in bwd.outputs else None
+                 for n in fwd.inputs]
 
     def setup_context(ctx, inputs, output):
         outs = output if isinstance(output, tuple) else (output,)
-        by_name = {**dict(zip(fwd.inputs, inputs)), **dict(zip(fwd.outputs, outs))}
-        ctx.save_for_backward(*(by_name[n] for n in saves))
+        every = list(inputs[:n_in]) + list(outs)
+        ctx.save_for_backward(*(every[i] for i in saved_at))
         # an output the loss does not use gets None, not a zero tensor: PyTorch would otherwise
         # fill one for every output, non-differentiable ones included (ssd_fwd's prev_states,
         # half of x's size: 0.02-0.04 ms of the Mamba-2 backward on the H200); zeros are made
         # below only for the gradients the backward reads
         ctx.set_materialize_grads(False)
-        ctx.out_like = {n: (o.shape, o.dtype, o.device) for n, o in zip(fwd.outputs, outs) if n in diff_outputs}
-        ctx.extra = list(inputs[len(fwd.inputs):])
-        ctx.in_dtypes = [x.dtype if isinstance(x, torch.Tensor) else None for x in inputs[:len(fwd.inputs)]]
-        # an output written over an input is the input itself, rebased onto this op (mark_dirty);
-        # marking it non-differentiable as well would leave it the input's old history
-        nondiff = [o for n, o in zip(fwd.outputs, outs) if not fwd.spec.tensors[n].grad and n not in fwd.aliases]
+        ctx.out_like = {j: (outs[j].shape, outs[j].dtype, outs[j].device) for j in diff_outputs}
+        ctx.extra = inputs[n_in:]
+        ctx.in_dtypes = [x.dtype if isinstance(x, torch.Tensor) else None for x in inputs[:n_in]]
         if nondiff:
-            ctx.mark_non_differentiable(*nondiff)
+            ctx.mark_non_differentiable(*(outs[j] for j in nondiff))
 
     def backward(ctx, *grads):
-        saved = dict(zip(saves, ctx.saved_tensors))
-        grad_of = dict(zip(fwd.outputs, grads))
-        args: dict[str, Any] = {}
-        for n in bwd.inputs:
-            if n in saved:
-                args[n] = saved[n]
-            elif n.startswith("d") and n[1:] in grad_of:
-                g = grad_of[n[1:]]
-                if g is None:
-                    shape, dtype, device = ctx.out_like[n[1:]]
-                    g = torch.zeros(shape, dtype=dtype, device=device)
-                args[n] = g.contiguous()
-        # a backward that writes over one of its inputs gets a copy: a saved tensor serves every
-        # backward through this graph (retain_graph), and an incoming gradient is autograd's
-        for n in set(bwd.aliases.values()) & set(args):
+        saved = ctx.saved_tensors
+        args: dict[str, Any] = {n: saved[k] for n, k in from_saved}
+        for n, j in from_grad:
+            g = grads[j]
+            if g is None:
+                shape, dtype, device = ctx.out_like[j]
+                g = torch.zeros(shape, dtype=dtype, device=device)
+            args[n] = g.contiguous()
+        for n in copied:
             args[n] = args[n].clone()
-        extra = dict(zip(list(fwd.spec.scalars) + fwd.options + list(fwd.passed), ctx.extra))
-        for n in list(bwd.spec.scalars) + bwd.options:
-            if n in extra:
-                args[n] = extra[n]
+        for n, k in extra_to:
+            args[n] = ctx.extra[k]
         outs = bwd(**args)
         outs = outs if isinstance(outs, tuple) else (outs,)
-        by_name = dict(zip(bwd.outputs, outs))
-        # an input marked grad: false gets no gradient even if the backward computes one; a
-        # gradient the backward adds up in fp32 (a hook's tensor: tensor_grads) comes back in the
-        # input's dtype
-        out = []
-        for n, dtype in zip(fwd.inputs, ctx.in_dtypes):
-            g = by_name.get("d" + n) if fwd.spec.tensors[n].grad else None
-            out.append(g.to(dtype) if g is not None and dtype is not None and g.dtype != dtype else g)
-        return tuple(out) + tuple(None for _ in ctx.extra)
+        # a gradient the backward adds up in fp32 (a hook's tensor: tensor_grads) comes back in
+        # the input's dtype
+        result = []
+        for k, dtype in zip(grad_from, ctx.in_dtypes):
+            g = None if k is None else outs[k]
+            result.append(g.to(dtype) if g is not None and dtype is not None and g.dtype != dtype else g)
+        return tuple(result) + (None,) * len(ctx.extra)
 
     return setup_context, backward
 

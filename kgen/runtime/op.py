@@ -11,7 +11,7 @@ opaque node and `torch.library.opcheck` applies.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 
@@ -23,6 +23,7 @@ from ..spec.expr import eval_expr
 from ..spec.load import LoadedSpec, backward_spec, load_spec
 from ..spec.pairing import check_pairing
 from .binding import TORCH, axis_from_shape, bind, check_aliased, check_option, choose_variant, dtype_axes, output_shape
+from .plan import Plan, launch, make_plan
 
 _ops: dict[str, "KgenOp"] = {}
 _autograd_done: set[str] = set()
@@ -41,15 +42,6 @@ def device_target(device: torch.device) -> Target:
         return load_target(f"sm_{major}{minor}")
     except TargetError:
         raise TargetError(f"this GPU is sm_{major}{minor}; kgen builds for gfx90a, gfx942, sm_80 and sm_90") from None
-
-
-class _Plan(NamedTuple):
-    """What a GPU call needs besides pointers and scalars: kernels with their grids, outputs
-    (name, shape, dtype, zero-filled) and the sizes by name."""
-    kernels: tuple
-    outputs: tuple
-    sizes: dict
-    mapped: tuple = ()  # inputs some kernel reads through a tensor map (tensor copies)
 
 
 class KgenOp:
@@ -71,7 +63,11 @@ class KgenOp:
         self.passed = dict(passed or {})
         self.backward_op: KgenOp | None = None
         self.qualname = f"kgen::{self.opname}"
-        self._plans: dict[tuple, _Plan] = {}
+        # each argument a call takes, in schema order: (name, the values an axis accepts, the scalar)
+        self._names = self.inputs + list(self.spec.scalars) + self.options + list(self.passed)
+        self._kinds = {n: (n, self.spec.variants.get(n) or self.passed.get(n), self.spec.scalars.get(n)) for n in self._names}
+        self._plans: dict[tuple, Plan] = {}
+        self._direct_fn: type[torch.autograd.Function] | None = None  # autograd of a direct call
         self._forced: dict[str, int] | None = None  # kgen tune: the candidate being timed
         self.last_tunables: dict[str, int] | None = None  # what the last planned call was built with
         self._register()
@@ -85,10 +81,38 @@ class KgenOp:
     # --- calling --------------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any):
         positional = self._positional(args, kwargs)
+        direct = self._direct(positional)
+        if direct is not None:
+            return direct
         out = getattr(torch.ops.kgen, self.opname)(*positional)
         if not self.aliases:
             return out
         return self.all_outputs(positional, out if len(self.returned) != 1 else (out,))
+
+    def _direct(self, positional: list[Any]):
+        """The outputs of a call that skips the dispatcher, or None where it must not.
+
+        On the H200 the path through torch.ops (dispatcher, torch.library's autograd kernel,
+        the dispatcher again, the Python kernel) was most of an op call's host time, as long as
+        the kernels of a 4096-wide row op (docs/PERFORMANCE.md). A call on plain CUDA tensors
+        outside torch.compile, functorch transforms, torch function and dispatch modes and the
+        profiler sees nothing of the dispatcher but its checks, which run() repeats, so it runs
+        directly (on CPU tensors too, so that the CPU tests take the path GPU calls take), through autograd.Function where a gradient is wanted; every other call (and
+        every op that writes over an input or has no backward while a gradient is wanted) takes
+        the registered op."""
+        inputs = positional[:len(self.inputs)]
+        if (self.aliases or not inputs or torch.compiler.is_compiling() or _functorch_stack() is not None
+                or _dispatch_modes() or _function_modes() or _profiling()):
+            return None
+        for t in inputs:
+            if type(t) is not torch.Tensor or not (t.is_cuda or t.is_cpu):
+                return None
+        if torch.is_grad_enabled() and any(t.requires_grad for t in inputs):
+            if self._direct_fn is None:
+                return None
+            return self._direct_fn.apply(*positional)
+        outs = self.run(*positional)
+        return outs[0] if len(outs) == 1 else outs
 
     def all_outputs(self, args, returned) -> Any:
         """Every output in declaration order from the op's arguments and the outputs its schema
@@ -98,30 +122,29 @@ class KgenOp:
         return outs[0] if len(outs) == 1 else outs
 
     def _positional(self, args, kwargs) -> list[Any]:
-        names = self.inputs + list(self.spec.scalars) + self.options + list(self.passed)
+        names = self._names
         if len(args) > len(names):
             raise LaunchError(f"{self.spec.name}() takes {len(names)} arguments ({', '.join(names)}), got {len(args)}")
-        bound = dict(zip(names, args))
-        for k, v in kwargs.items():
-            if k not in names:
+        for k in kwargs:
+            if k not in self._kinds:
                 raise LaunchError(f"{self.spec.name}() got an unknown argument '{k}'; accepted: {', '.join(names)}")
-            bound[k] = v
         out = []
-        for n in names:
-            values = self.spec.variants.get(n) or self.passed.get(n)
-            if n in bound and values is not None:
-                check_option(self.spec.name, n, bound[n], values)  # here: the schema would turn 1 into True
-            if n in bound and n in self.spec.scalars:
+        for i, (n, values, scalar) in enumerate(self._kinds.values()):
+            given = i < len(args) or n in kwargs
+            v = args[i] if i < len(args) else kwargs.get(n)
+            if given and values is not None:
+                check_option(self.spec.name, n, v, values)  # here: the schema would turn 1 into True
+            if given and scalar is not None:
                 try:  # here: the schema's int or float would turn it into its own error
-                    out.append(self.spec.scalars[n].value(bound[n]))
+                    out.append(scalar.value(v))
                 except ValueError as e:
                     raise LaunchError(f"{self.spec.name}: scalar '{n}' {e}") from None
-            elif n in bound:
-                out.append(bound[n])
-            elif n in self.spec.scalars and self.spec.scalars[n].default is not None:
-                out.append(self.spec.scalars[n].default)
+            elif given:
+                out.append(v)
+            elif scalar is not None and scalar.default is not None:
+                out.append(scalar.default)
             elif n in self.options:  # an axis that sizes an input is read off its shape
-                out.append(axis_from_shape(self.spec, bound, n, self.spec.variants[n][0]))
+                out.append(axis_from_shape(self.spec, dict(zip(names, args), **kwargs), n, self.spec.variants[n][0]))
             elif n in self.passed:
                 out.append(self.passed[n][0])
             else:
@@ -129,66 +152,38 @@ class KgenOp:
         return out
 
     def run(self, *args: Any) -> tuple[torch.Tensor, ...]:
-        tensors = dict(zip(self.inputs, args))
-        scalars = dict(zip(self.spec.scalars, args[len(self.inputs):]))
-        n_fixed = len(self.inputs) + len(self.spec.scalars)
-        options = dict(zip(self.options, args[n_fixed:n_fixed + len(self.options)]))
+        """The op's outputs in declaration order, from its arguments in schema order (inputs,
+        scalars, options, passed axes): what the registered op's kernels call."""
+        n_in, n_fixed = len(self.inputs), len(self.inputs) + len(self.spec.scalars)
+        inputs = args[:n_in]
+        options = args[n_fixed:n_fixed + len(self.options)]
         for axis, value in zip(self.passed, args[n_fixed + len(self.options):]):
             check_option(self.spec.name, axis, value, self.passed[axis])
-        device = next(iter(tensors.values())).device
+        device = inputs[0].device
         kn = call_knobs()
-        if self.emulated is not None and device.type != "cpu":
-            raise LaunchError(f"{self.opname} runs {self.emulated.name}'s kernels in emulation on the CPU; "
-                              f"pass CPU tensors, got them on {device}")
-        if device.type == "cpu":
-            return self._run_on_cpu(tensors, scalars, options, device, kn.poison)
-        # Everything but the pointers and scalars follows from the inputs' shapes, strides,
-        # dtypes and device and the options: the checks, the variant, the loaded kernels, the
-        # grids and the output shapes are worked out once per such key (host time per call was
-        # hundreds of microseconds, as long as the kernels at small sizes).
-        key = (tuple((tuple(t.shape), t.stride(), t.dtype, t.device) if isinstance(t, torch.Tensor) else None
-                     for t in tensors.values()), tuple(options.items()), kn.target)
+        if device.type == "cpu" or self.emulated is not None:
+            if device.type != "cpu":
+                raise LaunchError(f"{self.opname} runs {self.emulated.name}'s kernels in emulation on the CPU; "
+                                  f"pass CPU tensors, got them on {device}")
+            # the interpreter computes with torch ops: without no_grad they would record a graph
+            # onto the outputs (differentiating the interpreter, not the op)
+            with torch.no_grad():
+                return self._run_on_cpu(dict(zip(self.inputs, inputs)), dict(zip(self.spec.scalars, args[n_in:n_fixed])),
+                                        dict(zip(self.options, options)), device, kn.poison)
+        # everything but the addresses and scalars follows from this key (kgen.runtime.plan)
+        key = (tuple((t.shape, t.stride(), t.dtype) for t in inputs), device.index, options, kn.target)
         plan = self._plans.get(key)
         if self.aliases:  # addresses are not in the key
-            check_aliased(self.ls, tensors)
+            check_aliased(self.ls, dict(zip(self.inputs, inputs)))
         if plan is None:
-            plan = self._plan(tensors, options, device)
+            target = device_target(device)
+            plan = make_plan(self, dict(zip(self.inputs, inputs)), dict(zip(self.options, options)), device, target, self._forced)
             if len(self._plans) >= 256:
                 self._plans.clear()
             self._plans[key] = plan
-        all_t = self._allocate(tensors, plan.outputs, device, kn.poison)
-        stream = _current_stream(device)
-        for name in plan.mapped:
-            all_t[name] = _tensor_map_ready(all_t[name])
-        # each tensor's pointer and strides, and each (tensor, box)'s map, once per call whichever
-        # kernels take them; each kernel takes the arguments it reads (ir/passes/arguments.py)
-        pointers = {name: (x.data_ptr(), *x.stride()[:-1]) for name, x in all_t.items()}
-        maps: dict[tuple, bytes] = {}
-        for rk, grid in plan.kernels:
-            args: list[Any] = [a for name in rk.tensors for a in pointers[name]]
-            args.extend(plan.sizes[s] for s in rk.sizes)
-            args.extend(self.spec.scalars[s].value(scalars[s]) for s in rk.scalars)
-            for key in rk.tensor_maps:
-                if key not in maps:
-                    maps[key] = _tensor_map(all_t[key[0]], key[1])
-                args.append(maps[key])
-            rk.kernel(grid, (rk.threads, 1, 1), rk.shared_bytes, stream, rk.signature, args)
-        return tuple(all_t[n] for n in self.outputs)
-
-    def _plan(self, tensors, options, device) -> "_Plan":
-        from .compiled import compiled_variant
-        from .tuning import preferred
-
-        variant = choose_variant(self.ls, tensors, options)
-        sizes = bind(self.ls, tensors, variant, device)
-        target = device_target(device)
-        first = self._forced or preferred(self.ls, variant, target, {s: sizes[s] for s in self.spec.sizes if s in sizes})
-        kernels, tunables = compiled_variant(self.ls, variant, target, first)
-        self.last_tunables = tunables
-        env = {**variant, **sizes, **tunables}
-        grids = tuple((rk, tuple(eval_expr(g, env) for g in rk.grid) + (1,) * (3 - len(rk.grid))) for rk in kernels)
-        mapped = tuple(sorted({t for rk in kernels for t, _ in rk.tensor_maps if t in self.inputs}))
-        return _Plan(grids, self._output_specs(variant, env), {s: sizes[s] for s in self.spec.sizes}, mapped)
+        self.last_tunables = plan.tunables
+        all_t = launch(plan, inputs, args[n_in:n_fixed], device, kn.poison)
+        return tuple(all_t[i] for i in plan.returned)
 
     def _output_specs(self, variant, env) -> tuple[tuple[str, list[int], torch.dtype, bool], ...]:
         """The outputs and scratch tensors a call allocates (not those written over an input)."""
@@ -280,11 +275,7 @@ class KgenOp:
                 return outs[0] if len(outs) == 1 else outs or None
 
             def impl(*args):
-                # the CPU interpreter computes with torch ops: without no_grad they would record a
-                # graph onto the outputs (differentiating the interpreter, not the op)
-                with torch.no_grad():
-                    outs = _ops[name].run(*args)
-                return returned(_ops[name], outs)
+                return returned(_ops[name], _ops[name].run(*args))
 
             def fake(*args):
                 op = _ops[name]
@@ -312,48 +303,33 @@ class KgenOp:
         _ops[name] = self
 
     def attach_backward(self, bwd: "KgenOp") -> None:
-        from .autograd import register
+        from .autograd import direct_function, register
 
         if self.backward_op is None and self.qualname not in _autograd_done:
             register(self, bwd, _lib)
             _autograd_done.add(self.qualname)
+        if not self.aliases:
+            self._direct_fn = direct_function(self, bwd)
         self.backward_op = bwd
         _ops[bwd.opname] = bwd
 
 
-_RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # absent from CPU-only builds
+def call_op(name: str, *args: Any, **kwargs: Any) -> Any:
+    """The registered op kgen::<name> called as torch.ops calls it (keywords by schema name, the
+    outputs the schema returns): through its KgenOp, which skips the dispatcher where it may
+    (KgenOp._direct), or through torch.ops while torch.compile traces, so that dynamo records
+    the op as one node instead of tracing kgen's Python."""
+    op = _ops.get(name)
+    if op is None or op.aliases or torch.compiler.is_compiling():
+        return getattr(torch.ops.kgen, name)(*args, **kwargs)
+    return op(*args, **kwargs)
 
 
-def _current_stream(device: torch.device) -> int:
-    """The handle of the device's current stream: torch's raw getter where it has one (what Triton's
-    launcher calls), as torch.cuda.current_stream() builds a Stream object per call, about a
-    tenth of an op call's host time on the H200 (cProfile, docs/PERFORMANCE.md)."""
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    return _RAW_STREAM(index) if _RAW_STREAM is not None else torch.cuda.current_stream(index).cuda_stream
-
-
-def _tensor_map_ready(x: torch.Tensor) -> torch.Tensor:
-    """`x`, or a contiguous copy of it where a tensor map could not describe it: the copy engine
-    needs a 16-byte aligned address and byte strides that are multiples of 16 (CUDA driver API,
-    cuTensorMapEncodeTiled), and kgen asks for strides that shrink towards the last dim. Outputs
-    and scratch are allocated contiguous, and kernels copy only tiles that span the (static) last
-    dim, so a copy always qualifies."""
-    e = x.element_size()
-    strides = x.stride()[:-1]
-    if (x.data_ptr() % 16 == 0 and all(s * e % 16 == 0 for s in strides)
-            and all(a >= b for a, b in zip(strides, strides[1:]))):
-        return x
-    return torch.empty_like(x, memory_format=torch.contiguous_format).copy_(x)
-
-
-def _tensor_map(x: torch.Tensor, box: tuple[int, ...]) -> bytes:
-    """The 'T' argument of a kernel's tensor copies of `x` (kgen.codegen.tma): dims and byte
-    strides innermost first."""
-    from .launcher import get_launcher
-
-    e = x.element_size()
-    return get_launcher().encode_tensor_map(x.data_ptr(), e, list(reversed(x.shape)),
-                                            [s * e for s in reversed(x.stride()[:-1])], list(box))
+# what decides whether a call may skip the dispatcher (KgenOp._direct)
+_functorch_stack = torch._C._functorch.peek_interpreter_stack
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+_function_modes = torch._C._is_torch_function_mode_enabled
+_profiling = torch._C._autograd._profiler_enabled
 
 
 def _op_defined(name: str) -> bool:

@@ -330,19 +330,22 @@ def run_tool(argv: list[str], cwd: Path, timeout: float = 900) -> tuple[int, str
     return proc.returncode, proc.stdout.decode(errors="replace")
 
 
+UNKNOWN_VERSION = "unknown version"
+
+
 @functools.lru_cache(maxsize=32)
 def _version_line(path: str, _mtime_ns: int) -> str:
     try:
         _, out = run_tool([path, "--version"], Path.cwd(), timeout=60)
     except ToolchainError:
-        return "unknown version"
+        return UNKNOWN_VERSION
     lines = [line.strip() for line in out.splitlines() if line.strip()]
     # nvcc's first line is "nvcc: NVIDIA (R) Cuda compiler driver" for every release, which is
     # useless in a cache key: take its "Cuda compilation tools, release 13.0, V13.0.88" line.
     for line in lines:
         if "release" in line and "V" in line:
             return line
-    return lines[0] if lines else "unknown version"
+    return lines[0] if lines else UNKNOWN_VERSION
 
 
 def version_line(path: Path) -> str:

@@ -252,7 +252,7 @@ def test_an_input_of_a_declared_dtype_names_the_declaration():
 def test_a_tensor_a_map_cannot_describe_is_copied_first():
     """Tensor copies need a 16-byte aligned address, byte strides that are multiples of 16, and
     (kgen's rule) strides shrinking towards the last dim; anything else is copied contiguous."""
-    from kgen.runtime.op import _tensor_map_ready
+    from kgen.runtime.plan import _tensor_map_ready
 
     x = torch.randn(4, 6, 64, dtype=torch.bfloat16)
     flat = x.view(-1)

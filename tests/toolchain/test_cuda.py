@@ -3,6 +3,7 @@ the one-sentence message for a missing nvcc. No GPU is needed: nothing is run.""
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from pathlib import Path
 
@@ -165,10 +166,22 @@ def test_no_nvcc_anywhere(tmp_path, monkeypatch):
         f"{tmp_path / 'cuda' / 'bin' / 'nvcc'}); install the CUDA toolkit or set KGEN_NVCC")
 
 
-def test_identity_names_path_and_release():
+def test_identity_is_the_release_wherever_nvcc_lives(tmp_path, monkeypatch):
+    """The same nvcc at another path (a wrapper, another install prefix) keys caches alike, so
+    that a cache filled on one machine serves another; one whose version cannot be read is
+    keyed by its path too."""
     require_nvcc()
     identity = compiler_identity("cuda")
-    assert identity.startswith(str(cuda.find_nvcc())) and "release" in identity
+    assert "release" in identity and str(cuda.find_nvcc()) not in identity
+    wrapper = tmp_path / "bin" / "nvcc"
+    wrapper.parent.mkdir()
+    wrapper.write_text(f'#!/bin/sh\nexec "{cuda.find_nvcc()}" "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("KGEN_NVCC", str(wrapper))
+    assert compiler_identity("cuda") == identity
+    wrapper.write_text("#!/bin/sh\nexit 0\n")  # prints no version
+    os.utime(wrapper, ns=(wrapper.stat().st_atime_ns, wrapper.stat().st_mtime_ns + 10**9))  # the version memo is per mtime
+    assert compiler_identity("cuda") == f"{wrapper} unknown version"
 
 
 @pytest.mark.parametrize("arch,flag", [("sm_90a", "-gencode=arch=compute_90a,code=sm_90a"),

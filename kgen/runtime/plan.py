@@ -1,0 +1,181 @@
+"""A GPU call's plan, and its launch: everything but the addresses and scalars, worked out once.
+
+A GPU call of an op depends on the inputs' shapes, strides, dtypes and device and on the options
+for everything but the tensors' addresses and the scalars' values: the checks, the variant, the
+loaded kernels, their grids, the outputs' shapes and each kernel's argument list. `make_plan`
+works those out once per such key; `launch` then allocates the outputs, writes the addresses
+(and scalars) into each kernel's argument template and launches. The host time of a call bounds
+the op wherever its kernels are shorter than it (docs/PERFORMANCE.md, "where a call's time
+goes"), so `launch` does no lookups by name.
+"""
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import torch
+
+from ..lang import resolve_dtype
+from ..spec.expr import eval_expr
+from .binding import TORCH, bind, choose_variant, output_shape
+
+# torch's getter of a device's current stream handle (what Triton's launcher calls);
+# torch.cuda.current_stream() builds a Stream object per call. Absent from CPU-only builds.
+_RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+class Launch(NamedTuple):
+    """One kernel's launch: its argument list with every address left as a hole.
+
+    `holes`: (position, tensor index, which) to fill per call, which = -1 for the address, k for
+    the tensor's k-th stride (only tensors whose strides may change per call: a tensor-copy
+    input may be replaced by a contiguous copy); `scalar_holes`: (position, scalar index, int or
+    float); `map_holes`: (position, tensor index, box) for tensor maps."""
+    kernel: Any
+    grid: tuple[int, int, int]
+    threads: int
+    shared_bytes: int
+    signature: str
+    template: tuple
+    holes: tuple[tuple[int, int, int], ...]
+    scalar_holes: tuple[tuple[int, int, type], ...]
+    map_holes: tuple[tuple[int, int, tuple[int, ...]], ...]
+
+
+class Plan(NamedTuple):
+    """`outputs`: (shape, dtype, zero-filled) of each tensor a call allocates, which come after
+    the inputs in the call's tensor list; `aliased`: the input index of each output written over
+    an input, in the same order after them; `returned`: the tensor-list index of each of the op's
+    outputs in declaration order; `mapped`: indices of inputs read through tensor maps."""
+    launches: tuple[Launch, ...]
+    outputs: tuple[tuple[list[int], torch.dtype, bool], ...]
+    aliased: tuple[int, ...]
+    returned: tuple[int, ...]
+    mapped: tuple[int, ...]
+    tunables: dict
+
+
+def make_plan(op, tensors: dict[str, torch.Tensor], options: dict[str, Any], device: torch.device, target, first) -> Plan:
+    """The plan of a call of `op` (a KgenOp) on these inputs. `first`: the tunables to try first
+    (a forced candidate), else the tuning database's choice."""
+    from .compiled import compiled_variant
+    from .tuning import preferred
+
+    ls, spec = op.ls, op.spec
+    variant = choose_variant(ls, tensors, options)
+    sizes = bind(ls, tensors, variant, device)
+    first = first or preferred(ls, variant, target, {s: sizes[s] for s in spec.sizes if s in sizes})
+    kernels, tunables = compiled_variant(ls, variant, target, first)
+    env = {**variant, **sizes, **tunables}
+
+    allocated = [n for n, t in spec.tensors.items() if t.role != "input" and n not in op.aliases]
+    order = list(op.inputs) + allocated + list(op.aliases)
+    index = {n: i for i, n in enumerate(order)}
+    outputs = tuple(([eval_expr(d, env) for d in output_shape(ls, n, env)], TORCH[resolve_dtype(spec.tensors[n].dtype, variant)],
+                     spec.tensors[n].init == "zeros") for n in allocated)
+    mapped = tuple(sorted({op.inputs.index(t) for rk in kernels for t, _ in rk.tensor_maps if t in op.inputs}))
+    # the strides of every tensor but a mapped input are fixed by the key (inputs) or the plan
+    # (outputs are allocated contiguous; an aliased output is its input)
+    strides: dict[str, tuple[int, ...]] = {n: tuple(tensors[n].stride()) for n in op.inputs}
+    for n, (shape, _, _) in zip(allocated, outputs):
+        strides[n] = _contiguous_strides(shape)
+    for out, src in op.aliases.items():
+        strides[out] = strides[src]
+    scalar_names = list(spec.scalars)
+
+    launches = []
+    for rk in kernels:
+        template: list[Any] = []
+        holes, scalar_holes, map_holes = [], [], []
+        for name in rk.tensors:
+            ti = index[name]
+            holes.append((len(template), ti, -1))
+            template.append(0)
+            for k, s in enumerate(strides[name][:-1]):
+                if ti in mapped:
+                    holes.append((len(template), ti, k))
+                template.append(s)
+        template.extend(sizes[s] for s in rk.sizes)
+        for s in rk.scalars:
+            scalar_holes.append((len(template), scalar_names.index(s), int if spec.scalars[s].dtype == "int32" else float))
+            template.append(0)
+        for t, box in rk.tensor_maps:
+            map_holes.append((len(template), index[t], box))
+            template.append(b"")
+        grid = tuple(int(eval_expr(g, env)) for g in rk.grid) + (1,) * (3 - len(rk.grid))
+        launches.append(Launch(rk.kernel, grid, rk.threads, rk.shared_bytes, rk.signature, tuple(template),
+                               tuple(holes), tuple(scalar_holes), tuple(map_holes)))
+    return Plan(tuple(launches), outputs, tuple(op.inputs.index(src) for src in op.aliases.values()),
+                tuple(index[n] for n in op.outputs), mapped, tunables)
+
+
+def launch(plan: Plan, inputs: tuple, scalars: tuple, device: torch.device, poison: bool) -> list[torch.Tensor]:
+    """Allocate the outputs, launch the plan's kernels on the device's current stream; the call's
+    tensors in plan order (inputs, allocated outputs, aliased outputs)."""
+    all_t = list(inputs)
+    for i in plan.mapped:
+        all_t[i] = _tensor_map_ready(all_t[i])
+    for shape, dt, zeros in plan.outputs:
+        if zeros:
+            all_t.append(torch.zeros(shape, dtype=dt, device=device))
+        elif poison and dt.is_floating_point:
+            all_t.append(torch.full(shape, float("nan"), dtype=dt, device=device))
+        else:
+            all_t.append(torch.empty(shape, dtype=dt, device=device))
+    for i in plan.aliased:
+        all_t.append(inputs[i])
+    stream = current_stream(device)
+    maps: dict[tuple, bytes] = {}
+    for ln in plan.launches:
+        args = list(ln.template)
+        for pos, ti, k in ln.holes:
+            t = all_t[ti]
+            args[pos] = t.data_ptr() if k < 0 else t.stride(k)
+        for pos, si, conv in ln.scalar_holes:
+            args[pos] = conv(scalars[si])
+        for pos, ti, box in ln.map_holes:
+            key = (ti, box)
+            if key not in maps:
+                maps[key] = _tensor_map(all_t[ti], box)
+            args[pos] = maps[key]
+        ln.kernel(ln.grid, (ln.threads, 1, 1), ln.shared_bytes, stream, ln.signature, args)
+    return all_t
+
+
+def current_stream(device: torch.device) -> int:
+    """The handle of the device's current stream: torch.cuda.current_stream() builds a Stream
+    object per call, about a tenth of an op call's host time on the H200 (cProfile,
+    docs/PERFORMANCE.md)."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return _RAW_STREAM(index) if _RAW_STREAM is not None else torch.cuda.current_stream(index).cuda_stream
+
+
+def _contiguous_strides(shape: list[int]) -> tuple[int, ...]:
+    out, step = [], 1
+    for d in reversed(shape):
+        out.append(step)
+        step *= max(d, 1)
+    return tuple(reversed(out))
+
+
+def _tensor_map_ready(x: torch.Tensor) -> torch.Tensor:
+    """`x`, or a contiguous copy of it where a tensor map could not describe it: the copy engine
+    needs a 16-byte aligned address and byte strides that are multiples of 16 (CUDA driver API,
+    cuTensorMapEncodeTiled), and kgen asks for strides that shrink towards the last dim. Outputs
+    and scratch are allocated contiguous, and kernels copy only tiles that span the (static) last
+    dim, so a copy always qualifies."""
+    e = x.element_size()
+    strides = x.stride()[:-1]
+    if (x.data_ptr() % 16 == 0 and all(s * e % 16 == 0 for s in strides)
+            and all(a >= b for a, b in zip(strides, strides[1:]))):
+        return x
+    return torch.empty_like(x, memory_format=torch.contiguous_format).copy_(x)
+
+
+def _tensor_map(x: torch.Tensor, box: tuple[int, ...]) -> bytes:
+    """The 'T' argument of a kernel's tensor copies of `x` (kgen.codegen.tma): dims and byte
+    strides innermost first."""
+    from .launcher import get_launcher
+
+    e = x.element_size()
+    return get_launcher().encode_tensor_map(x.data_ptr(), e, list(reversed(x.shape)),
+                                            [s * e for s in reversed(x.stride()[:-1])], list(box))
