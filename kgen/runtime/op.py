@@ -95,14 +95,14 @@ class KgenOp:
         On the H200 the path through torch.ops (dispatcher, torch.library's autograd kernel,
         the dispatcher again, the Python kernel) was most of an op call's host time, as long as
         the kernels of a 4096-wide row op (docs/PERFORMANCE.md). A call on plain CUDA tensors
-        outside torch.compile, functorch transforms, torch function and dispatch modes and the
-        profiler sees nothing of the dispatcher but its checks, which run() repeats, so it runs
+        outside torch.compile, torch.jit.trace, functorch transforms, torch function and dispatch
+        modes and the profiler sees nothing of the dispatcher but its checks, which run() repeats, so it runs
         directly (on CPU tensors too, so that the CPU tests take the path GPU calls take), through autograd.Function where a gradient is wanted; every other call (and
         every op that writes over an input or has no backward while a gradient is wanted) takes
         the registered op."""
         inputs = positional[:len(self.inputs)]
         if (self.aliases or not inputs or torch.compiler.is_compiling() or _functorch_stack() is not None
-                or _dispatch_modes() or _function_modes() or _profiling()):
+                or _dispatch_modes() or _function_modes() or _profiling() or _jit_tracing()):
             return None
         for t in inputs:
             if type(t) is not torch.Tensor or not (t.is_cuda or t.is_cpu):
@@ -330,6 +330,7 @@ _functorch_stack = torch._C._functorch.peek_interpreter_stack
 _dispatch_modes = torch._C._len_torch_dispatch_stack
 _function_modes = torch._C._is_torch_function_mode_enabled
 _profiling = torch._C._autograd._profiler_enabled
+_jit_tracing = torch._C._is_tracing
 
 
 def _op_defined(name: str) -> bool:

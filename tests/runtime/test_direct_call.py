@@ -1,7 +1,7 @@
 """A call of a KgenOp that skips the dispatcher (KgenOp._direct, autograd.direct_function).
 
-On plain tensors, outside torch.compile, functorch, torch function and dispatch modes and the
-profiler, `op(...)` runs the op directly (through an autograd.Function when a gradient is
+On plain tensors, outside torch.compile, torch.jit.trace, functorch, torch function and dispatch
+modes and the profiler, `op(...)` runs the op directly (through an autograd.Function when a gradient is
 wanted); everywhere else it takes the registered torch.library op. Both paths must give the same
 outputs, the same gradients, the same requires_grad flags and the same refusal of a double
 backward; this runs both on the CPU interpreter, whose results are bitwise reproducible.
@@ -90,7 +90,7 @@ def test_double_backward_through_the_direct_call_is_refused(ops):
         gx.sum().backward()
 
 
-@pytest.mark.parametrize("context", ["function mode", "dispatch mode", "profiler", "vmap", "subclass"])
+@pytest.mark.parametrize("context", ["function mode", "dispatch mode", "profiler", "vmap", "jit trace", "subclass"])
 def test_calls_the_dispatcher_must_see_take_the_registered_op(ops, context):
     op = ops["softmax"]
     (x,) = _inputs(op, requires_grad=False).values()
@@ -113,6 +113,9 @@ def test_calls_the_dispatcher_must_see_take_the_registered_op(ops, context):
     elif context == "vmap":
         out = torch.func.vmap(probe)(x[None].expand(2, -1, -1).contiguous())
         assert torch.equal(out[0], op(x))
+    elif context == "jit trace":  # the trace records the op, as it records any torch.ops call
+        traced = torch.jit.trace(probe, (x,), check_trace=False)
+        assert "kgen::softmax" in str(traced.graph)
     else:
         class Sub(torch.Tensor):
             pass
