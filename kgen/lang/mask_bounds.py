@@ -296,6 +296,11 @@ _NEGATE = {ast.Lt: ast.GtE, ast.LtE: ast.Gt, ast.Gt: ast.LtE, ast.GtE: ast.Lt, a
 class _Analysis:
     def __init__(self, static: Callable[[ast.expr], Any], ordered: frozenset[str]):
         self.static, self.ordered = static, ordered
+        self.unknown = False  # a term that names x met no rule: its answer is (ALL, EMPTY)
+
+    def _unknown(self) -> tuple[Interval, Interval]:
+        self.unknown = True
+        return ALL, EMPTY
 
     def spans(self, e: ast.expr, negate: bool = False) -> tuple[Interval, Interval]:
         """(possible, sure) for the boolean expression e (or for `not e`)."""
@@ -325,7 +330,7 @@ class _Analysis:
             rewritten = ast.BoolOp(op=ast.Or(), values=[ast.BoolOp(op=ast.And(), values=[c, a]),
                                                          ast.BoolOp(op=ast.And(), values=[ast.UnaryOp(op=ast.Not(), operand=c), b])])
             return self.spans(rewritten, negate)
-        return ALL, EMPTY
+        return self._unknown()
 
     def compare(self, left: ast.expr, op: type, right: ast.expr) -> tuple[Interval, Interval]:
         if op is ast.NotEq:  # x != g is x < g or x > g
@@ -334,7 +339,7 @@ class _Analysis:
         a, b = _affine(left, self.static, self.ordered), _affine(right, self.static, self.ordered)
         d = None if a is None or b is None else a.plus(b, -1)  # cx x + rest(y)  op  0
         if d is None:
-            return ALL, EMPTY
+            return self._unknown()
         rest = d.rest if d.rest is not None else _num(0)
         if d.cx == 0:
             # a condition on y alone: true for some y of the span / for every y of it
@@ -351,7 +356,7 @@ class _Analysis:
             sure = ast.BoolOp(op=ast.And(), values=[_call_cmp(small, ast.Eq(), zero), _call_cmp(large, ast.Eq(), zero)])
             return _when(possible), _when(sure)
         if abs(d.cx) != 1:
-            return ALL, EMPTY
+            return self._unknown()
         # x op g(y): with cx = 1, g = -rest; with cx = -1, g = rest and op flips
         g, g_mono = (_neg(rest), -d.mono) if d.cx == 1 else (rest, d.mono)
         if d.cx == -1:
@@ -374,7 +379,17 @@ def visible(expr: ast.expr, static: Callable[[ast.expr], Any], ordered: frozense
     """(possible, sure) intervals of FREE for the expanded mask `expr`, whose spanned argument is
     the name FIXED (ranging over [FIXED_LO, FIXED_HI]); `ordered`: the tensors known to be
     non-decreasing along their last dim (their `domain` says sorted, or offsets)."""
-    return _Analysis(static, ordered).spans(expr)
+    return analyse(expr, static, ordered)[:2]
+
+
+def analyse(expr: ast.expr, static: Callable[[ast.expr], Any], ordered: frozenset[str] = frozenset()
+            ) -> tuple[Interval, Interval, bool]:
+    """visible()'s intervals, and whether some term of the mask met no rule (so that the
+    intervals may be far wider than the visible set: a block table computed at run time can
+    do better, kgen/lang/phases.py block_table)."""
+    a = _Analysis(static, ordered)
+    possible, sure = a.spans(expr)
+    return possible, sure, a.unknown
 
 
 def block_range(possible: Interval, sure: Interval, block: int, n: ast.expr, bounded: bool = True) -> dict[str, ast.expr]:

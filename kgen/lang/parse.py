@@ -33,6 +33,10 @@ def parse_program(source: str, origin: Origin, *, constants: dict[str, Any], siz
     return p.b.blocks[0]
 
 
+# the calls answered by kgen/lang/phases.py, with the parser
+_QUESTIONS = {"block_phases": phases.block_phases, "is_identity": phases.is_identity}
+
+
 class _Parser:
     def __init__(self, origin: Origin, constants, sizes, scalars, tensors, hooks: dict[str, Hook]):
         self.b = Builder()
@@ -242,8 +246,8 @@ class _Parser:
                 return self.call_grad(node)
             if isinstance(node.func, ast.Call) and isinstance(node.func.func, ast.Name) and node.func.func.id == "tensor_grads":
                 return self.call_tensor_grads(node)
-            if isinstance(node.func, ast.Name) and node.func.id in ("block_phases", "is_identity") and node.func.id not in self.env:
-                return (phases.block_phases if node.func.id == "block_phases" else phases.is_identity)(self, node)
+            if isinstance(node.func, ast.Name) and node.func.id in _QUESTIONS and node.func.id not in self.env:
+                return _QUESTIONS[node.func.id](self, node)
             return call(self, node)
         if isinstance(node, ast.Tuple):
             return tuple(self.expr(e) for e in node.elts)

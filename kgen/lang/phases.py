@@ -4,7 +4,8 @@ the other index's span see, by kgen/lang/mask_bounds.py). Called by the parser w
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING
+import copy
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import mask_bounds
 from .hooks import Hook, hook_body as _hook_body
@@ -49,6 +50,69 @@ def is_identity(p: _Parser, node: ast.Call) -> bool:
     return isinstance(body, ast.Name) and body.id == f"__arg{wrt}"
 
 
+class _Site(NamedTuple):
+    """A call `block_phases(mask(..., span(lo, hi), ...), BLOCK, N, ...)` taken apart: the
+    hook, the call's arguments, which of them is the free index (`...`) and which the span, the
+    block size, N, and the keywords."""
+    name: str
+    hook: Hook
+    call: ast.Call
+    free: int
+    span: int
+    block: int
+    n: ast.expr
+    keywords: dict[str, ast.expr]
+
+
+def _site(p: _Parser, node: ast.Call, what: str, usage: str, n_args: int, keywords: tuple[str, ...]) -> _Site:
+    if len(node.args) != n_args or any(k.arg not in keywords for k in node.keywords):
+        raise p.fail(node, f"{what} is written {usage}")
+    name, hook = _hook_call(p, node.args[0], what)
+    call = node.args[0]
+    if len(call.args) != len(hook.args) or call.keywords:
+        raise p.fail(call, f"{name} takes {len(hook.args)} arguments ({', '.join(hook.args)}), got {len(call.args)}")
+    free = [i for i, a in enumerate(call.args) if isinstance(a, ast.Constant) and a.value is Ellipsis]
+    spans = [i for i, a in enumerate(call.args) if isinstance(a, ast.Call) and isinstance(a.func, ast.Name) and a.func.id == "span"]
+    if len(free) != 1 or len(spans) != 1:
+        raise p.fail(call, f"{what}: give {name} one argument '...' (the index whose blocks are asked "
+                           "for) and one span(lo, hi) (the range of the other index, both ends included)")
+    span = call.args[spans[0]]
+    if len(span.args) != 2 or span.keywords:
+        raise p.fail(span, "span(lo, hi) takes the first and last value of the range")
+    block = _static(p, node.args[1], f"{what}'s block size")
+    return _Site(name, hook, call, free[0], spans[0], block, node.args[2], {k.arg: k.value for k in node.keywords})
+
+
+def _analysed(p: _Parser, site: _Site, node: ast.Call, bounded: bool) -> tuple[dict[str, Any], bool, bool]:
+    """The site's block ends as parsed values (first, end, and full_first / full_end where the
+    analysis has them), whether the mask is true everywhere, and whether a term met no rule."""
+    span = site.call.args[site.span]
+    env = {mask_bounds.FIXED_LO: p.expr(span.args[0]), mask_bounds.FIXED_HI: p.expr(span.args[1])}
+    bound: dict[str, ast.expr] = {}
+    for i, (a, arg) in enumerate(zip(site.hook.args, site.call.args)):
+        mark = mask_bounds.FREE if i == site.free else mask_bounds.FIXED if i == site.span else f"__arg{i}"
+        bound[a] = ast.Name(id=mark, ctx=ast.Load())
+        if i not in (site.free, site.span):
+            env[mark] = p.expr(arg)
+    saved = (p.env, p.origin)
+    p.env = {**p.globals, **env}
+    try:
+        expanded = _expanded(p, site.name, site.hook, bound)
+        p.origin = site.hook.origin
+        ordered = frozenset(n for n, t in p.tensors.items() if t.ordered)
+        possible, sure, unknown = mask_bounds.analyse(expanded, p.static, ordered)
+        p.env, p.origin = {**p.globals, **env}, saved[1]
+        p.env["__n"] = p.expr(site.n)
+        ends = mask_bounds.block_range(possible, sure, site.block, ast.Name(id="__n", ctx=ast.Load()), bounded)
+        p.at(node)
+        v = {k: p.expr(_placed(e, node)) for k, e in ends.items() if k != "full_end" or e is not ends["end"]}
+        if "full_end" in ends and ends["full_end"] is ends["end"]:
+            v["full_end"] = v["end"]  # the same value: no phase after the whole blocks
+    finally:
+        p.env, p.origin = saved
+    return v, possible == mask_bounds.ALL and sure == mask_bounds.ALL, unknown
+
+
 def block_phases(p: _Parser, node: ast.Call) -> tuple:
     """`block_phases(mask(args with one span(lo, hi) and one ...), BLOCK, N, whole=True, bounded=True)`:
     the blocks of [0, N) that the `...` argument of the mask hook can see while the spanned
@@ -57,56 +121,101 @@ def block_phases(p: _Parser, node: ast.Call) -> tuple:
     in masked phases before and after it (kgen/lang/mask_bounds.py). A mask that is true
     everywhere gives one masked phase over every block (only N masks); whole=False merges
     the phases into one masked phase; bounded=False lets a whole block pass N (for a program
-    that tests N in every phase itself)."""
+    that tests N in every phase itself). Where a term of the mask meets no rule of the analysis,
+    the program first measures the blocks within the analysis's bounds at run time
+    (_measured_ends)."""
     usage = "block_phases(mask(..., span(lo, hi), ...), BLOCK, N[, whole=False][, bounded=False])"
-    if len(node.args) != 3 or any(k.arg not in ("whole", "bounded") for k in node.keywords):
-        raise p.fail(node, f"block_phases() is written {usage}")
-    name, hook = _hook_call(p, node.args[0], "block_phases()")
-    call = node.args[0]
-    if len(call.args) != len(hook.args) or call.keywords:
-        raise p.fail(call, f"{name} takes {len(hook.args)} arguments ({', '.join(hook.args)}), got {len(call.args)}")
-    free = [i for i, a in enumerate(call.args) if isinstance(a, ast.Constant) and a.value is Ellipsis]
-    spans = [i for i, a in enumerate(call.args) if isinstance(a, ast.Call) and isinstance(a.func, ast.Name) and a.func.id == "span"]
-    if len(free) != 1 or len(spans) != 1:
-        raise p.fail(call, f"block_phases(): give {name} one argument '...' (the index whose blocks are asked "
-                              "for) and one span(lo, hi) (the range of the other index, both ends included)")
-    span = call.args[spans[0]]
-    if len(span.args) != 2 or span.keywords:
-        raise p.fail(span, "span(lo, hi) takes the first and last value of the range")
-    block = _static(p, node.args[1], "block_phases()'s block size")
-    flags = {k.arg: p.static(k.value) for k in node.keywords}
+    site = _site(p, node, "block_phases()", usage, 3, ("whole", "bounded"))
+    flags = {k: p.static(v) for k, v in site.keywords.items()}
     whole, bounded = flags.get("whole", True), flags.get("bounded", True)
     if not isinstance(whole, bool) or not isinstance(bounded, bool):
         raise p.fail(node, "block_phases(..., whole=, bounded=) take bools known at compile time")
-    env = {mask_bounds.FIXED_LO: p.expr(span.args[0]), mask_bounds.FIXED_HI: p.expr(span.args[1])}
-    bound: dict[str, ast.expr] = {}
-    for i, (a, arg) in enumerate(zip(hook.args, call.args)):
-        mark = mask_bounds.FREE if i == free[0] else mask_bounds.FIXED if i == spans[0] else f"__arg{i}"
-        bound[a] = ast.Name(id=mark, ctx=ast.Load())
-        if i not in (free[0], spans[0]):
-            env[mark] = p.expr(arg)
-    saved = (p.env, p.origin)
-    p.env = {**p.globals, **env}
-    try:
-        expanded = _expanded(p, name, hook, bound)
-        p.origin = hook.origin
-        ordered = frozenset(n for n, t in p.tensors.items() if t.ordered)
-        possible, sure = mask_bounds.visible(expanded, p.static, ordered)
-        p.env, p.origin = {**p.globals, **env}, saved[1]
-        p.env["__n"] = p.expr(node.args[2])
-        ends = mask_bounds.block_range(possible, sure, block, ast.Name(id="__n", ctx=ast.Load()), bounded)
-        p.at(node)
-        v = {k: p.expr(_placed(e, node)) for k, e in ends.items() if k != "full_end" or e is not ends["end"]}
-        if "full_end" in ends and ends["full_end"] is ends["end"]:
-            v["full_end"] = v["end"]  # the same value: no phase after the whole blocks
-    finally:
-        p.env, p.origin = saved
-    if possible == mask_bounds.ALL and sure == mask_bounds.ALL or not whole or "full_end" not in v:
+    v, everything, unknown = _analysed(p, site, node, bounded)
+    if unknown:
+        first, full_first, full_end, end = _measured_ends(p, site, node, v["first"], v["end"])
+        if not whole:
+            return ((True, first, end),)
+        return ((True, first, full_first), (False, full_first, full_end), (True, full_end, end))
+    if everything or not whole or "full_end" not in v:
         return ((True, v["first"], v["end"]),)
     phases = [] if "full_first" not in v else [(True, v["first"], v["full_first"])]
     start = v.get("full_first", v["first"])
     after = [] if v["full_end"] is v["end"] else [(True, v["full_end"], v["end"])]
     return tuple(phases + [(False, start, v["full_end"])] + after)
+
+
+# The loop a program runs where the analysis cannot bound the mask: for each block j of the
+# free index within the analysis's bounds [j0, j1), whether the mask shows any of it (a) and
+# all of it below N (w) to the span's positions, taken CHUNK positions of the span at a time;
+# then the hull of the blocks with any, and the longest run of blocks with all (the first of
+# equal runs). Names start with __bt_, which no spec may use (the parser's own).
+_MEASURE = """
+__bt_first = __bt_j1
+__bt_end = __bt_j0
+__bt_ff = __bt_j0
+__bt_fe = __bt_j0
+__bt_rs = __bt_j0
+for __bt_j in range(__bt_j0, __bt_j1):
+    __bt_cols = __bt_j * __bt_BLOCK + arange(__bt_BLOCK)
+    __bt_any = zeros((__bt_CHUNK, __bt_BLOCK), int32)
+    __bt_all = full((__bt_CHUNK, __bt_BLOCK), 1, int32)
+    for __bt_c in range(cdiv(__bt_hi - __bt_lo + 1, __bt_CHUNK)):
+        __bt_rows = __bt_lo + __bt_c * __bt_CHUNK + arange(__bt_CHUNK)
+        __bt_in = (__bt_rows <= __bt_hi)[:, None]
+        __bt_vis = where(__bt_cols[None, :] < __bt_N and __bt_MASK, 1, 0)
+        __bt_any = maximum(__bt_any, where(__bt_in, __bt_vis, 0))
+        __bt_all = minimum(__bt_all, where(__bt_in, __bt_vis, 1))
+    __bt_a = max(max(__bt_any, axis=1), axis=0) > 0
+    __bt_w = min(min(__bt_all, axis=1), axis=0) > 0
+    __bt_first = minimum(__bt_first, where(__bt_a, __bt_j, __bt_j1))
+    __bt_end = where(__bt_a, __bt_j + 1, __bt_end)
+    __bt_rs = where(__bt_w, __bt_rs, __bt_j + 1)
+    __bt_longer = __bt_w and __bt_j + 1 - __bt_rs > __bt_fe - __bt_ff
+    __bt_ff = where(__bt_longer, __bt_rs, __bt_ff)
+    __bt_fe = where(__bt_longer, __bt_j + 1, __bt_fe)
+__bt_first = minimum(__bt_first, __bt_end)
+__bt_whole = __bt_fe > __bt_ff
+__bt_ff = where(__bt_whole, __bt_ff, __bt_end)
+__bt_fe = where(__bt_whole, __bt_fe, __bt_end)
+"""
+MEASURE_CHUNK = 16  # span positions a step: a (16, BLOCK) tile of the mask at a time
+
+
+def _measured_ends(p: _Parser, site: _Site, node: ast.Call, j0: Any, j1: Any) -> tuple[Any, Any, Any, Any]:
+    """A block mask computed at run time, as FlexAttention's create_block_mask, for one span:
+    the program evaluates the mask over its span and the blocks [j0, j1) the analysis leaves
+    (a superset of the visible ones), and returns, as run-time values, the first block any of
+    whose positions is visible, the first and end of the longest run of blocks visible whole
+    below N, and the end of the visible ones (with no such run both are the end). Computed in
+    each program that asks, on each call, not cached: it costs one evaluation of the mask per
+    (span position, free position) of those blocks, without the dots."""
+    span = site.call.args[site.span]
+    mask_args = [ast.Subscript(value=ast.Name(id="__bt_cols", ctx=ast.Load()), slice=_NEW_ROW, ctx=ast.Load()) if i == site.free
+                 else ast.Subscript(value=ast.Name(id="__bt_rows", ctx=ast.Load()), slice=_NEW_COL, ctx=ast.Load()) if i == site.span
+                 else arg for i, arg in enumerate(site.call.args)]
+    names = {"__bt_MASK": ast.Call(func=ast.Name(id=site.name, ctx=ast.Load()), args=mask_args, keywords=[]),
+             "__bt_lo": span.args[0], "__bt_hi": span.args[1], "__bt_N": site.n,
+             "__bt_BLOCK": ast.Constant(site.block), "__bt_CHUNK": ast.Constant(MEASURE_CHUNK)}
+
+    class Fill(ast.NodeTransformer):
+        def visit_Name(self, n: ast.Name) -> ast.expr:
+            return copy.deepcopy(names[n.id]) if n.id in names else n
+
+    body = [Fill().visit(s) for s in ast.parse(_MEASURE).body]
+    for s in body:
+        for sub in ast.walk(s):
+            ast.copy_location(sub, node)
+    saved = p.env
+    p.env = {**saved, "__bt_j0": j0, "__bt_j1": j1}
+    try:
+        p.statements(body)
+        return tuple(p.env[n] for n in ("__bt_first", "__bt_ff", "__bt_fe", "__bt_end"))
+    finally:
+        p.env = saved
+
+
+_NEW_ROW = ast.Tuple(elts=[ast.Constant(None), ast.Slice()], ctx=ast.Load())  # [None, :]
+_NEW_COL = ast.Tuple(elts=[ast.Slice(), ast.Constant(None)], ctx=ast.Load())  # [:, None]
 
 
 def _placed(e: ast.expr, node: ast.AST) -> ast.expr:

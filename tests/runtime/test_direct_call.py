@@ -90,6 +90,7 @@ def test_double_backward_through_the_direct_call_is_refused(ops):
         gx.sum().backward()
 
 
+@pytest.mark.filterwarnings("ignore:`torch.jit.trace` is deprecated:DeprecationWarning")
 @pytest.mark.parametrize("context", ["function mode", "dispatch mode", "profiler", "vmap", "jit trace", "subclass"])
 def test_calls_the_dispatcher_must_see_take_the_registered_op(ops, context):
     op = ops["softmax"]
