@@ -94,12 +94,13 @@ class KgenOp:
 
         On the H200 the path through torch.ops (dispatcher, torch.library's autograd kernel,
         the dispatcher again, the Python kernel) was most of an op call's host time, as long as
-        the kernels of a 4096-wide row op (docs/PERFORMANCE.md). A call on plain CUDA tensors
-        outside torch.compile, torch.jit.trace, functorch transforms, torch function and dispatch
-        modes and the profiler sees nothing of the dispatcher but its checks, which run() repeats, so it runs
-        directly (on CPU tensors too, so that the CPU tests take the path GPU calls take), through autograd.Function where a gradient is wanted; every other call (and
-        every op that writes over an input or has no backward while a gradient is wanted) takes
-        the registered op."""
+        the kernels of a 4096-wide row op (docs/PERFORMANCE.md). A call on plain tensors outside
+        torch.compile, torch.jit.trace, functorch transforms, torch function and dispatch modes
+        and the profiler sees nothing of the dispatcher but its checks, which run() repeats, so
+        it runs directly, through autograd.Function where a gradient is wanted (on CPU tensors
+        too, so that the CPU tests take the path GPU calls take). Every other call, and every op
+        that writes over an input or has no backward while a gradient is wanted, takes the
+        registered op."""
         inputs = positional[:len(self.inputs)]
         if (self.aliases or not inputs or torch.compiler.is_compiling() or _functorch_stack() is not None
                 or _dispatch_modes() or _function_modes() or _profiling() or _jit_tracing()):
@@ -170,8 +171,9 @@ class KgenOp:
             with torch.no_grad():
                 return self._run_on_cpu(dict(zip(self.inputs, inputs)), dict(zip(self.spec.scalars, args[n_in:n_fixed])),
                                         dict(zip(self.options, options)), device, kn.poison)
-        # everything but the addresses and scalars follows from this key (kgen.runtime.plan)
-        key = (tuple((t.shape, t.stride(), t.dtype) for t in inputs), device.index, options, kn.target)
+        # everything but the addresses and scalars follows from this key (kgen.runtime.plan);
+        # each input's device is in it, so that bind()'s one-device check runs for a new mix
+        key = (tuple((t.shape, t.stride(), t.dtype, t.get_device()) for t in inputs), options, kn.target)
         plan = self._plans.get(key)
         if self.aliases:  # addresses are not in the key
             check_aliased(self.ls, dict(zip(self.inputs, inputs)))
