@@ -64,8 +64,10 @@ class _Site(NamedTuple):
     keywords: dict[str, ast.expr]
 
 
-def _site(p: _Parser, node: ast.Call, what: str, usage: str, n_args: int, keywords: tuple[str, ...]) -> _Site:
-    if len(node.args) != n_args or any(k.arg not in keywords for k in node.keywords):
+def _site(p: _Parser, node: ast.Call) -> _Site:
+    what = "block_phases()"
+    usage = "block_phases(mask(..., span(lo, hi), ...), BLOCK, N[, whole=False][, bounded=False])"
+    if len(node.args) != 3 or any(k.arg not in ("whole", "bounded") for k in node.keywords):
         raise p.fail(node, f"{what} is written {usage}")
     name, hook = _hook_call(p, node.args[0], what)
     call = node.args[0]
@@ -124,8 +126,7 @@ def block_phases(p: _Parser, node: ast.Call) -> tuple:
     that tests N in every phase itself). Where a term of the mask meets no rule of the analysis,
     the program first measures the blocks within the analysis's bounds at run time
     (_measured_ends)."""
-    usage = "block_phases(mask(..., span(lo, hi), ...), BLOCK, N[, whole=False][, bounded=False])"
-    site = _site(p, node, "block_phases()", usage, 3, ("whole", "bounded"))
+    site = _site(p, node)
     flags = {k: p.static(v) for k, v in site.keywords.items()}
     whole, bounded = flags.get("whole", True), flags.get("bounded", True)
     if not isinstance(whole, bool) or not isinstance(bounded, bool):

@@ -23,7 +23,7 @@ from ..spec.expr import eval_expr
 from ..spec.load import LoadedSpec, backward_spec, load_spec
 from ..spec.pairing import check_pairing
 from .binding import TORCH, axis_from_shape, bind, check_aliased, check_option, choose_variant, dtype_axes, output_shape
-from .plan import Plan, launch, make_plan
+from .plan import Plan, allocated, launch, make_plan, new_tensor
 
 _ops: dict[str, "KgenOp"] = {}
 _autograd_done: set[str] = set()
@@ -187,23 +187,12 @@ class KgenOp:
         all_t = launch(plan, inputs, args[n_in:n_fixed], device, kn.poison)
         return tuple(all_t[i] for i in plan.returned)
 
-    def _output_specs(self, variant, env) -> tuple[tuple[str, list[int], torch.dtype, bool], ...]:
-        """The outputs and scratch tensors a call allocates (not those written over an input)."""
-        return tuple((name, [eval_expr(d, env) for d in output_shape(self.ls, name, env)],
-                      TORCH[resolve_dtype(t.dtype, variant)], t.init == "zeros")
-                     for name, t in self.spec.tensors.items() if t.role != "input" and name not in self.aliases)
-
     def _allocate(self, tensors, specs, device, poison: bool) -> dict[str, torch.Tensor]:
         """The inputs, each allocated output and scratch tensor (NaN with KGEN_POISON), and each
         aliased output as the very input it is written over: never poisoned, it holds the input."""
         all_t = dict(tensors)
         for name, shape, dt, zeros in specs:
-            if zeros:
-                all_t[name] = torch.zeros(shape, dtype=dt, device=device)
-            elif poison and dt.is_floating_point:
-                all_t[name] = torch.full(shape, float("nan"), dtype=dt, device=device)
-            else:
-                all_t[name] = torch.empty(shape, dtype=dt, device=device)
+            all_t[name] = new_tensor(shape, dt, zeros, poison, device)
         for out, src in self.aliases.items():
             all_t[out] = tensors[src]
         return all_t
@@ -220,7 +209,7 @@ class KgenOp:
             tunables = self._forced if self._forced in tunable_candidates(self.ls, variant) else tunable_candidates(self.ls, variant)[0]
         self.last_tunables = tunables
         env = {**variant, **sizes, **tunables}
-        all_t = self._allocate(tensors, self._output_specs(variant, env), device, poison)
+        all_t = self._allocate(tensors, allocated(self, variant, env), device, poison)
         if self.emulated is not None:
             self._run_emulated(built.kernels, all_t, sizes, scalars, env)
         else:

@@ -67,16 +67,15 @@ def make_plan(op, tensors: dict[str, torch.Tensor], options: dict[str, Any], dev
     kernels, tunables = compiled_variant(ls, variant, target, first)
     env = {**variant, **sizes, **tunables}
 
-    allocated = [n for n, t in spec.tensors.items() if t.role != "input" and n not in op.aliases]
-    order = list(op.inputs) + allocated + list(op.aliases)
+    specs = allocated(op, variant, env)
+    order = list(op.inputs) + [n for n, *_ in specs] + list(op.aliases)
     index = {n: i for i, n in enumerate(order)}
-    outputs = tuple(([eval_expr(d, env) for d in output_shape(ls, n, env)], TORCH[resolve_dtype(spec.tensors[n].dtype, variant)],
-                     spec.tensors[n].init == "zeros") for n in allocated)
+    outputs = tuple((shape, dt, zeros) for _, shape, dt, zeros in specs)
     mapped = tuple(sorted({op.inputs.index(t) for rk in kernels for t, _ in rk.tensor_maps if t in op.inputs}))
     # the strides of every tensor but a mapped input are fixed by the key (inputs) or the plan
     # (outputs are allocated contiguous; an aliased output is its input)
     strides: dict[str, tuple[int, ...]] = {n: tuple(tensors[n].stride()) for n in op.inputs}
-    for n, (shape, _, _) in zip(allocated, outputs):
+    for n, shape, _, _ in specs:
         strides[n] = _contiguous_strides(shape)
     for out, src in op.aliases.items():
         strides[out] = strides[src]
@@ -114,13 +113,7 @@ def launch(plan: Plan, inputs: tuple, scalars: tuple, device: torch.device, pois
     all_t = list(inputs)
     for i in plan.mapped:
         all_t[i] = _tensor_map_ready(all_t[i])
-    for shape, dt, zeros in plan.outputs:
-        if zeros:
-            all_t.append(torch.zeros(shape, dtype=dt, device=device))
-        elif poison and dt.is_floating_point:
-            all_t.append(torch.full(shape, float("nan"), dtype=dt, device=device))
-        else:
-            all_t.append(torch.empty(shape, dtype=dt, device=device))
+    all_t.extend(new_tensor(shape, dt, zeros, poison, device) for shape, dt, zeros in plan.outputs)
     for i in plan.aliased:
         all_t.append(inputs[i])
     stream = current_stream(device)
@@ -139,6 +132,24 @@ def launch(plan: Plan, inputs: tuple, scalars: tuple, device: torch.device, pois
             args[pos] = maps[key]
         ln.kernel(ln.grid, (ln.threads, 1, 1), ln.shared_bytes, stream, ln.signature, args)
     return all_t
+
+
+def allocated(op, variant: dict[str, Any], env: dict[str, Any]) -> tuple[tuple[str, list[int], torch.dtype, bool], ...]:
+    """(name, shape, dtype, zero-filled) of each output and scratch tensor a call of `op`
+    allocates (not those written over an input), in declaration order."""
+    spec = op.spec
+    return tuple((name, [eval_expr(d, env) for d in output_shape(op.ls, name, env)], TORCH[resolve_dtype(t.dtype, variant)],
+                  t.init == "zeros") for name, t in spec.tensors.items() if t.role != "input" and name not in op.aliases)
+
+
+def new_tensor(shape: list[int], dtype: torch.dtype, zeros: bool, poison: bool, device: torch.device) -> torch.Tensor:
+    """An output or scratch tensor: zero-filled where the spec says so, else NaN with
+    KGEN_POISON (floating dtypes), else uninitialised."""
+    if zeros:
+        return torch.zeros(shape, dtype=dtype, device=device)
+    if poison and dtype.is_floating_point:
+        return torch.full(shape, float("nan"), dtype=dtype, device=device)
+    return torch.empty(shape, dtype=dtype, device=device)
 
 
 def current_stream(device: torch.device) -> int:
