@@ -215,9 +215,11 @@ def manifest(ls: LoadedSpec, target: Target, built: list[BuiltVariant]) -> dict[
     its file, with its extra flags), then each variant with its tunables, the files it launches in
     order and the candidates it passed over."""
     kernels: dict[str, dict[str, Any]] = {}
-    shared = _shared_command([k for bv in built for k in bv.kernels])
+    shared = _shared_command([k for bv in built for k in bv.kernels if not k.empty])
     for bv in built:
         for k in bv.kernels:
+            if k.empty:  # not compiled, not launched
+                continue
             # empty lists and the decisions the fields above already give are left out
             decisions = {key: v for key, v in k.notes.items() if key != "shared_bytes"}
             entry = {"name": k.name, "grid": k.grid, "threads": k.threads, "shared_bytes": k.shared_bytes,
@@ -237,7 +239,7 @@ def manifest(ls: LoadedSpec, target: Target, built: list[BuiltVariant]) -> dict[
         "compile": shared,
         "kernels": kernels,
         "variants": [{"variant": bv.variant, "id": bv.id, "tunables": bv.tunables,
-                      "kernels": [k.file for k in bv.kernels], "rejected": bv.rejected} for bv in built],
+                      "kernels": [k.file for k in bv.kernels if not k.empty], "rejected": bv.rejected} for bv in built],
     }
 
 
@@ -300,6 +302,8 @@ def write_build(out_dir: Path, ls: LoadedSpec, target: Target, built: list[Built
             shutil.copy(templates_dir() / h, tmp / Path(h).name)
         for bv in built:
             for k in bv.kernels:  # a shared kernel is the same file for each variant
+                if k.empty:
+                    continue
                 (tmp / k.file).write_text(k.source)
                 for name, text in k.includes:  # a body several variants' sources include
                     (tmp / name).write_text(text)

@@ -119,7 +119,8 @@ def _parser() -> _Parser:
     p.add_argument("spec", nargs="?", type=Path, metavar="SPEC")
     p.add_argument("--target", "-t", type=_target_name, help=target_help)
     p.add_argument("--variant", "-v", type=_variant_pair, action="append", default=[], help="axis=value (default: the first variant)")
-    p.add_argument("--kernel", "-k", default="0", help="which kernel of the spec: its 0-based index or its name (default: 0)")
+    p.add_argument("--kernel", "-k", default=None, help="which kernel of the spec: its 0-based index or its name "
+                                                         "(default: the first the variant launches)")
 
     p = sub.add_parser("list", help=COMMANDS["list"], description=COMMANDS["list"] + ".")
     p.add_argument("directory", nargs="?", type=Path, metavar="FOLDER", help="a folder of specs (default: the shipped ones)")
@@ -314,7 +315,10 @@ def cmd_inspect(a: argparse.Namespace) -> int:
     ls = load_spec(spec)
     tg = load_target(target)
     names = [k.name for k in ls.spec.kernels]
-    if a.kernel in names:
+    index = None
+    if a.kernel is None:
+        pass  # the first kernel the variant launches, known once it is built
+    elif a.kernel in names:
         index = names.index(a.kernel)
     elif a.kernel.isdigit() and int(a.kernel) < len(names):
         index = int(a.kernel)
@@ -327,6 +331,8 @@ def cmd_inspect(a: argparse.Namespace) -> int:
     v = variants[0]
     compiled = available(tg.backend)
     shipped = build_variant(ls, v, tg, compile=compiled)
+    if index is None:  # an empty kernel (BuiltKernel.empty) is neither compiled nor launched
+        index = next((i for i, k in enumerate(shipped.kernels) if not k.empty), 0)
     options = shipped.kernels[index].options
     console = _console()
     how = "as compiled here" if compiled else f"sources only: no {tg.backend} compiler here, so spill retries are not known"

@@ -26,7 +26,7 @@ from .codegen.render import kernel_params, render_kernel, render_unit
 from .codegen.tma import tensor_maps
 from .codeobjects import CodeObjects, source_digest
 from .hw.descriptor import Target
-from .ir.core import Kernel, walk
+from .ir.core import WRITES, Kernel, walk
 from .ir.pipeline import run_passes
 from .lang import kernel_ir, resolve_dtype
 from .options import DEFAULT, CompileOptions
@@ -46,6 +46,7 @@ class BuiltKernel:
     notes: dict[str, Any]
     arguments: dict[str, list[str]] = field(default_factory=dict)  # {"tensors", "sizes", "scalars"} it takes, in order
     tensor_maps: list[dict[str, Any]] = field(default_factory=list)  # {"tensor", "box"}: the kernel's 'T' args
+    writes: list[str] = field(default_factory=list)  # the tensors it stores into (the others it takes it reads)
     binary: bytes | None = None
     resources: dict[str, Any] | None = None
     command: list[str] | None = None
@@ -54,6 +55,13 @@ class BuiltKernel:
     # the bodies the source includes, (file, text): a body written for any 16-bit float type,
     # shared by the sources of the variants that differ only in that type (shared_half)
     includes: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        """Whether it takes no tensor: nothing it does can be seen (its program was emptied by a
+        compile-time choice, as a block table the interval analysis makes needless), so it is
+        neither compiled nor launched."""
+        return not self.arguments.get("tensors")
 
     @property
     def text(self) -> str:
@@ -85,9 +93,10 @@ def build_kernel(ls: LoadedSpec, index: int, variant: dict[str, Any], tunables: 
         grid=list(ls.spec.kernels[index].grid), threads=(kernel.num_warps + kernel.producer_warps) * target.wave_size,
         shared_bytes=kernel.shared_bytes, signature=signature,
         arguments={"tensors": list(kernel.tensors), "sizes": list(kernel.sizes), "scalars": list(kernel.scalars)},
-        notes=dict(kernel.notes), tensor_maps=[{"tensor": t, "box": list(box)} for t, box in tensor_maps(kernel)],
+        notes=dict(kernel.notes), writes=sorted({op.attrs["tensor"] for op in walk(kernel.body) if op.kind in WRITES}),
+        tensor_maps=[{"tensor": t, "box": list(box)} for t, box in tensor_maps(kernel)],
         options=options)
-    if objects is not None:
+    if objects is not None and not built.empty:
         compile_built(built, target, list(options.register_flags), objects=objects)
     return built
 

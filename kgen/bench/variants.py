@@ -8,7 +8,9 @@ torch.compile, its block mask made by create_block_mask once per shape (outside 
 score_mod the same function. Times: median CUDA-event time (triton.testing.do_bench), the
 backward as torch.autograd.grad(out, (q, k, v), dout). FLOPs count only the visible (query, key)
 pairs: 4*D per pair forward, 2.5x that backward. Before timing, kgen's output and gradients are
-compared with Flex's (relative error).
+compared with Flex's (relative error). The measured cases (a spec whose block table is measured
+at run time) also time kgen's forward with the table measured on every call, as a training step
+with new segment ids would; otherwise it is kept between calls, as Flex's block mask is here.
 """
 from __future__ import annotations
 
@@ -26,6 +28,9 @@ WINDOW = (1024, 0)  # left, right: a causal window of 1024 keys, as Mistral's
 SOFTCAP = 30.0  # Gemma 2's attention softcap
 PREFIX = 0.25  # prefix-LM: the first quarter of the sequence is seen by every query
 DOCUMENTS = 8  # document masking: this many packed documents per row, lengths drawn once (seed 0)
+RUNS = 512  # shuffled segments: runs of this many positions, each given one of SEGMENT_IDS ids at random
+SEGMENT_IDS = 4
+SEGMENT_SPEC = Path(__file__).resolve().parent / "specs" / "segment_eq.yaml"  # a mask the analysis cannot bound
 
 
 @lru_cache(maxsize=None)
@@ -36,6 +41,15 @@ def _documents(s: int):
     starts = torch.cat([torch.zeros(1, dtype=torch.long), cuts, torch.tensor([s])])
     seg = torch.bucketize(torch.arange(s), cuts, right=True)
     return seg.to(torch.int32).cuda(), starts.to(torch.int32).cuda()
+
+
+@lru_cache(maxsize=None)
+def _shuffled(s: int):
+    """seg (S,) int32 on the GPU: runs of RUNS positions, each a random one of SEGMENT_IDS ids (seed 0),
+    so that a query sees several runs of keys apart from each other."""
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, SEGMENT_IDS, (-(-s // RUNS),), generator=gen)
+    return ids.repeat_interleave(RUNS)[:s].to(torch.int32).cuda()
 
 
 @lru_cache(maxsize=None)
@@ -51,6 +65,7 @@ def cases(s: int, h: int):
     left, right = WINDOW
     prefix = int(s * PREFIX)
     seg, _ = _documents(s)
+    shuffled = _shuffled(s)
     return [
         ("window", {"window_size": WINDOW}, False,
          lambda b, hh, i, j: (j >= i - left) & (j <= i + right), None,
@@ -63,6 +78,12 @@ def cases(s: int, h: int):
          lambda b, hh, i, j: (j < prefix) | (j <= i), None, lambda i, j: (j < prefix) | (j <= i)),
         ("document causal", {"_document": True}, True,
          lambda b, hh, i, j: (seg[i] == seg[j]) & (j <= i), None, lambda i, j: (seg[i] == seg[j]) & (j <= i)),
+        # the same mask as "document causal", through a spec whose programs measure their blocks
+        ("measured docs", {"_segments": seg}, True,
+         lambda b, hh, i, j: (seg[i] == seg[j]) & (j <= i), None, lambda i, j: (seg[i] == seg[j]) & (j <= i)),
+        ("measured shuffled", {"_segments": shuffled}, True,
+         lambda b, hh, i, j: (shuffled[i] == shuffled[j]) & (j <= i), None,
+         lambda i, j: (shuffled[i] == shuffled[j]) & (j <= i)),
     ]
 
 
@@ -85,6 +106,20 @@ def _kgen(kw: dict, causal: bool):
             seg, starts = _document_rows(q.shape[1], q.shape[0])
             return op(q, k, v, seg, starts, softmax_scale=1 / math.sqrt(q.shape[-1]), causal=causal)[0]
         return run
+    if "_segments" in kw:  # segment ids compared: the bench's own spec, measured at run time
+        from kgen.runtime.op import load
+
+        op, seg, rows = load(SEGMENT_SPEC), kw["_segments"], {}
+
+        def measured(q, k, v, fresh: bool = False):
+            if q.shape[0] not in rows:  # made once, outside the timing
+                rows[q.shape[0]] = seg.expand(q.shape[0], -1).contiguous()
+            ids = rows[q.shape[0]]
+            # fresh: another tensor object over the same ids each call, so that the block table
+            # kept for the last call's seg (kgen/runtime/plan.py) is not reused but measured again
+            return op(q, k, v, ids.view_as(ids) if fresh else ids, softmax_scale=1 / math.sqrt(q.shape[-1]),
+                      causal=causal)[0]
+        return measured
     if "_prefix" in kw:  # not a flash-attn keyword: the prefix-LM spec's op directly
         op, prefix = _variant("fa2_prefix_lm"), kw["_prefix"]
         return lambda q, k, v: op(q, k, v, softmax_scale=1 / math.sqrt(q.shape[-1]), prefix=prefix)[0]
@@ -129,6 +164,8 @@ def main() -> None:
                     outs[name] = (out, torch.autograd.grad(out, (q, k, v), dout, retain_graph=True))
                     row[f"{name}_fwd_ms"] = _bench(lambda: fn(q, k, v))
                     row[f"{name}_bwd_ms"] = _bench(lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True))
+                    if name == "kgen" and "_segments" in kw:  # the forward with its table measured every call
+                        row["kgen_fwd_measuring_ms"] = _bench(lambda: fn(q, k, v, fresh=True))
                 row["rel_err_out"] = rel_err(outs["kgen"][0], outs["flex"][0])
                 row["rel_err_grads"] = max(rel_err(a, b_) for a, b_ in zip(outs["kgen"][1], outs["flex"][1]))
                 for side in ("fwd", "bwd"):
@@ -137,9 +174,13 @@ def main() -> None:
                         row[f"{name}_{side}_tflops"] = f / row[f"{name}_{side}_ms"] * 1e-9
                     row[f"{side}_ratio"] = row[f"flex_{side}_ms"] / row[f"kgen_{side}_ms"]
                 rows.append(row)
+                measuring = ""
+                if "kgen_fwd_measuring_ms" in row:
+                    row["fwd_measuring_ratio"] = row["flex_fwd_ms"] / row["kgen_fwd_measuring_ms"]
+                    measuring = f"  fwd measuring its table: {row['fwd_measuring_ratio']:.2f}"
                 print(f"{label:16} {d:>4} {s:>6}  {row['kgen_fwd_tflops']:9.1f} {row['flex_fwd_tflops']:9.1f} {row['fwd_ratio']:6.2f}"
                       f"  {row['kgen_bwd_tflops']:9.1f} {row['flex_bwd_tflops']:9.1f} {row['bwd_ratio']:6.2f}"
-                      f"  err {row['rel_err_out']:.1e}/{row['rel_err_grads']:.1e}", flush=True)
+                      f"  err {row['rel_err_out']:.1e}/{row['rel_err_grads']:.1e}{measuring}", flush=True)
     if args.json:
         args.json.write_text(json.dumps({"rows": rows, "window": WINDOW, "softcap": SOFTCAP, "prefix": PREFIX}, indent=1))
 

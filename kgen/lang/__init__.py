@@ -16,9 +16,12 @@ def resolve_dtype(spec_dtype: str, variant: dict[str, Any]) -> str:
     return str(variant[spec_dtype[1:]]) if spec_dtype.startswith("$") else spec_dtype
 
 
-def kernel_ir(ls: LoadedSpec, kernel_index: int, variant: dict[str, Any], tunables: dict[str, int]) -> Kernel:
-    """Parse one kernel's tile program with the variant's values and the tunables bound."""
+def kernel_ir(ls: LoadedSpec, kernel_index: int | str, variant: dict[str, Any], tunables: dict[str, int]) -> Kernel:
+    """Parse one kernel's tile program (by index, or by name) with the variant's values and the
+    tunables bound."""
     spec = ls.spec
+    if isinstance(kernel_index, str):
+        kernel_index = [k.name for k in spec.kernels].index(kernel_index)
     ks = spec.kernels[kernel_index]
     constants = {**variant, **tunables}
     tensors = {}

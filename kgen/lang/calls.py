@@ -316,4 +316,5 @@ _HANDLERS = {
 
 def is_builtin(name: str) -> bool:
     """Whether `name` is a function of the tile language (a hook may not take its name)."""
-    return name in _HANDLERS or name in ("load", "store", "atomic_add", "range", "grad", "tensor_grads", "block_phases", "span", "is_identity")
+    return name in _HANDLERS or name in ("load", "store", "atomic_add", "range", "grad", "tensor_grads", "block_phases", "block_table",
+                                               "span", "is_identity", "uses")

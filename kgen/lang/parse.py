@@ -34,7 +34,8 @@ def parse_program(source: str, origin: Origin, *, constants: dict[str, Any], siz
 
 
 # the calls answered by kgen/lang/phases.py, with the parser
-_QUESTIONS = {"block_phases": phases.block_phases, "is_identity": phases.is_identity}
+_QUESTIONS = {"block_phases": phases.block_phases, "block_table": phases.block_table, "is_identity": phases.is_identity,
+              "uses": phases.uses}
 
 
 class _Parser:

@@ -1,6 +1,9 @@
 """The tile language's questions about a hook, answered when the spec is read: `is_identity`
-(does it return an argument unchanged) and `block_phases` (which blocks of an index a mask lets
-the other index's span see, by kgen/lang/mask_bounds.py). Called by the parser with itself."""
+(does it return an argument unchanged), `uses` (does its body read an argument) and
+`block_phases` (which blocks of an index a mask lets the other index's span see, by
+kgen/lang/mask_bounds.py), with `block_table`, the statement that measures at run time what the
+analysis cannot bound, into a table a later kernel's block_phases reads. Called by the parser
+with itself."""
 from __future__ import annotations
 
 import ast
@@ -35,19 +38,36 @@ def _expanded(p: _Parser, name: str, hook: Hook, bound: dict[str, ast.expr]) -> 
 def is_identity(p: _Parser, node: ast.Call) -> bool:
     """`is_identity(hook, i)`: whether the hook returns its argument i unchanged (known when
     the spec is read), so that a base can keep a cheaper form for the trivial hook."""
+    name, wrt = _hook_argument(p, node, "is_identity", "is_identity(score_mod, 0)")
+    hook = p.hooks[name]
+    marks = {a: ast.Name(id=f"__arg{i}", ctx=ast.Load()) for i, a in enumerate(hook.args)}
+    body = _expanded(p, name, hook, marks)
+    return isinstance(body, ast.Name) and body.id == f"__arg{wrt}"
+
+
+def uses(p: _Parser, node: ast.Call) -> bool:
+    """`uses(hook, i)`: whether the hook's body (other hooks it calls expanded, compile-time
+    choices made) reads its argument i, so that a table measured from a mask that ignores the
+    head is measured once for every head (FlexAttention's create_block_mask with H=None)."""
+    name, wrt = _hook_argument(p, node, "uses", "uses(mask_mod, 'h')")
+    hook = p.hooks[name]
+    marks = {a: ast.Name(id=f"__arg{i}", ctx=ast.Load()) for i, a in enumerate(hook.args)}
+    body = _expanded(p, name, hook, marks)
+    return any(isinstance(n, ast.Name) and n.id == f"__arg{wrt}" for n in ast.walk(body))
+
+
+def _hook_argument(p: _Parser, node: ast.Call, what: str, example: str) -> tuple[str, int]:
+    """The hook and the position of the argument that `what(hook, i)` names (by position or name)."""
     if node.keywords or len(node.args) != 2 or not isinstance(node.args[1], ast.Constant):
-        raise p.fail(node, "is_identity() takes a hook and the index or name of one of its arguments: "
-                              "is_identity(score_mod, 0)")
+        raise p.fail(node, f"{what}() takes a hook and the index or name of one of its arguments: {example}")
     if not (isinstance(node.args[0], ast.Name) and node.args[0].id in p.hooks):
-        raise p.fail(node.args[0], f"is_identity() takes a hook of the spec ({', '.join(p.hooks) or 'none'})")
+        raise p.fail(node.args[0], f"{what}() takes a hook of the spec ({', '.join(p.hooks) or 'none'})")
     name, which = node.args[0].id, node.args[1].value
     hook = p.hooks[name]
     wrt = hook.args.index(which) if which in hook.args else which
     if isinstance(wrt, bool) or not isinstance(wrt, int) or not 0 <= wrt < len(hook.args):
-        raise p.fail(node, f"is_identity({name}, {which!r}): {name} takes ({', '.join(hook.args)})")
-    marks = {a: ast.Name(id=f"__arg{i}", ctx=ast.Load()) for i, a in enumerate(hook.args)}
-    body = _expanded(p, name, hook, marks)
-    return isinstance(body, ast.Name) and body.id == f"__arg{wrt}"
+        raise p.fail(node, f"{what}({name}, {which!r}): {name} takes ({', '.join(hook.args)})")
+    return name, wrt
 
 
 class _Site(NamedTuple):
@@ -66,8 +86,8 @@ class _Site(NamedTuple):
 
 def _site(p: _Parser, node: ast.Call) -> _Site:
     what = "block_phases()"
-    usage = "block_phases(mask(..., span(lo, hi), ...), BLOCK, N[, whole=False][, bounded=False])"
-    if len(node.args) != 3 or any(k.arg not in ("whole", "bounded") for k in node.keywords):
+    usage = "block_phases(mask(..., span(lo, hi), ...), BLOCK, N[, whole=False][, bounded=False][, table=t[i, ..., :]])"
+    if len(node.args) != 3 or any(k.arg not in ("whole", "bounded", "table") for k in node.keywords):
         raise p.fail(node, f"{what} is written {usage}")
     name, hook = _hook_call(p, node.args[0], what)
     call = node.args[0]
@@ -125,15 +145,19 @@ def block_phases(p: _Parser, node: ast.Call) -> tuple:
     the phases into one masked phase; bounded=False lets a whole block pass N (for a program
     that tests N in every phase itself). Where a term of the mask meets no rule of the analysis,
     the program first measures the blocks within the analysis's bounds at run time
-    (_measured_ends)."""
+    (_measured_ends), or, with table=t[..., :], reads what block_table measured there."""
     site = _site(p, node)
-    flags = {k: p.static(v) for k, v in site.keywords.items()}
+    flags = {k: p.static(v) for k, v in site.keywords.items() if k != "table"}
     whole, bounded = flags.get("whole", True), flags.get("bounded", True)
     if not isinstance(whole, bool) or not isinstance(bounded, bool):
         raise p.fail(node, "block_phases(..., whole=, bounded=) take bools known at compile time")
     v, everything, unknown = _analysed(p, site, node, bounded)
     if unknown:
-        first, full_first, full_end, end = _measured_ends(p, site, node, v["first"], v["end"])
+        table = site.keywords.get("table")
+        if table is not None:  # measured by an earlier kernel's block_table into this row
+            first, full_first, full_end, end = (_table_entry(p, table, k) for k in range(4))
+        else:
+            first, full_first, full_end, end = _measured_ends(p, site, node, v["first"], v["end"])
         if not whole:
             return ((True, first, end),)
         return ((True, first, full_first), (False, full_first, full_end), (True, full_end, end))
@@ -143,6 +167,87 @@ def block_phases(p: _Parser, node: ast.Call) -> tuple:
     start = v.get("full_first", v["first"])
     after = [] if v["full_end"] is v["end"] else [(True, v["full_end"], v["end"])]
     return tuple(phases + [(False, start, v["full_end"])] + after)
+
+
+def block_table(p: _Parser, node: ast.Call) -> None:
+    """`block_table(t[i, ..., :], mask(..., span(lo, hi), ...), BLOCK, N[, when=c])`: a statement
+    that measures, where a term of the mask meets no rule of the interval analysis, the blocks
+    block_phases would measure for the same question (_measured_ends) and stores the four ends
+    (first, full_first, full_end, end) in the row t[i, ..., 0:4] (int32), for a later kernel's
+    `block_phases(..., table=t[i, ..., :])`: FlexAttention's create_block_mask, launched once
+    before the kernels that walk the blocks instead of measured in each of their programs.
+    Where the analysis bounds the mask it emits nothing (block_phases does not read the table,
+    and a kernel left with no work is not launched). `when`, a run-time condition: where false
+    the program measures nothing and stores nothing (the rows a mask that ignores an index
+    would repeat)."""
+    usage = "block_table(t[i, ..., :], mask(..., span(lo, hi), ...), BLOCK, N[, when=c])"
+    if len(node.args) != 4 or any(k.arg != "when" for k in node.keywords):
+        raise p.fail(node, f"block_table() is written {usage}")
+    site = _site(p, ast.copy_location(ast.Call(func=node.func, args=node.args[1:], keywords=[]), node))
+    _table_row(p, node.args[0])
+    v, _, unknown = _analysed(p, site, node, True)
+    if not unknown:
+        return
+    when = next((k.value for k in node.keywords), None)
+    j0, j1 = v["first"], v["end"]
+    saved = p.env
+    p.env = {**saved, "__bt_j0": j0, "__bt_j1": j1}
+    try:
+        if when is not None:  # where false: no block measured, and the indices below are past the row
+            p.env["__bt_when"] = p.expr(when)
+        body = ast.parse(_STORE_GUARDED if when is not None else _STORE).body
+        _, measure = _measure_body(site, node, TABLE_CHUNK)
+        row = copy.deepcopy(node.args[0])
+        items = row.slice.elts if isinstance(row.slice, ast.Tuple) else None
+        if items is None:
+            row.slice = ast.Name(id="__bt_k", ctx=ast.Load())
+        else:
+            items[-1] = ast.Name(id="__bt_k", ctx=ast.Load())
+        store = body[-1].value
+        store.args[0] = row
+        for s_ in body:
+            for sub in ast.walk(s_):
+                ast.copy_location(sub, node)
+        p.statements(body[:-1] + measure + body[-1:] if when is None else body[:1] + measure + body[1:])
+    finally:
+        p.env = saved
+
+
+# block_table's store: the four ends as one (4,) tile scattered into the row (an index past the
+# row writes nothing: kgen/lang/calls.py _gather_scatter), after _MEASURE has run
+_STORE = """
+__bt_k = arange(4)
+store(__bt_ROW, where(__bt_k == 0, __bt_first, where(__bt_k == 1, __bt_ff, where(__bt_k == 2, __bt_fe, __bt_end))))
+"""
+_STORE_GUARDED = """
+__bt_j1 = where(__bt_when, __bt_j1, __bt_j0)
+__bt_k = where(__bt_when, arange(4), 4)
+store(__bt_ROW, where(__bt_k == 0, __bt_first, where(__bt_k == 1, __bt_ff, where(__bt_k == 2, __bt_fe, __bt_end))))
+"""
+
+
+def _table_row(p: _Parser, ref: ast.expr, k: int | None = None) -> ast.Subscript:
+    """The table row `t[i, ..., :]` checked (a tensor of the spec, int32, its last index ':'),
+    or, with k, the subscript of its entry k."""
+    if not (isinstance(ref, ast.Subscript) and isinstance(ref.value, ast.Name) and ref.value.id in p.tensors):
+        raise p.fail(ref, "a block table is a row of an int32 tensor of the spec, written t[i, ..., :]")
+    items = list(ref.slice.elts) if isinstance(ref.slice, ast.Tuple) else [ref.slice]
+    t = p.tensors[ref.value.id]
+    last = items[-1]
+    if (not isinstance(last, ast.Slice) or last.lower or last.upper or last.step or any(isinstance(i, ast.Slice) for i in items[:-1])
+            or t.dtype != "int32" or len(items) != len(t.dims) or t.dims[-1] != 4):
+        raise p.fail(ref, f"a block table row is t[i, ..., :] of an int32 tensor whose last dim is 4 (first, "
+                          f"full_first, full_end, end); '{ast.unparse(ref)}' is not")
+    if k is None:
+        return ref
+    out = copy.deepcopy(ref)
+    out.slice = ast.Tuple(elts=[*copy.deepcopy(items[:-1]), ast.Constant(k)], ctx=ast.Load())
+    return out
+
+
+def _table_entry(p: _Parser, ref: ast.expr, k: int) -> Any:
+    load = ast.Call(func=ast.Name(id="load", ctx=ast.Load()), args=[_table_row(p, ref, k)], keywords=[])
+    return p.expr(_placed(load, ref))
 
 
 # The loop a program runs where the analysis cannot bound the mask: for each block j of the
@@ -180,6 +285,9 @@ __bt_ff = where(__bt_whole, __bt_ff, __bt_end)
 __bt_fe = where(__bt_whole, __bt_fe, __bt_end)
 """
 MEASURE_CHUNK = 16  # span positions a step: a (16, BLOCK) tile of the mask at a time
+# block_table's, in a kernel of its own whose registers no attention tile holds: four times
+# fewer steps, each a (64, BLOCK) tile across the program's threads
+TABLE_CHUNK = 64
 
 
 def _measured_ends(p: _Parser, site: _Site, node: ast.Call, j0: Any, j1: Any) -> tuple[Any, Any, Any, Any]:
@@ -190,13 +298,27 @@ def _measured_ends(p: _Parser, site: _Site, node: ast.Call, j0: Any, j1: Any) ->
     below N, and the end of the visible ones (with no such run both are the end). Computed in
     each program that asks, on each call, not cached: it costs one evaluation of the mask per
     (span position, free position) of those blocks, without the dots."""
+    _, body = _measure_body(site, node, MEASURE_CHUNK)
+    saved = p.env
+    p.env = {**saved, "__bt_j0": j0, "__bt_j1": j1}
+    try:
+        p.statements(body)
+        return tuple(p.env[n] for n in ("__bt_first", "__bt_ff", "__bt_fe", "__bt_end"))
+    finally:
+        p.env = saved
+
+
+def _measure_body(site: _Site, node: ast.Call, chunk: int) -> tuple[dict[str, ast.expr], list[ast.stmt]]:
+    """_MEASURE for one site, its placeholders filled, every node at `node`'s place; it reads
+    __bt_j0 and __bt_j1 (the blocks to measure) and leaves the ends in __bt_first, __bt_ff,
+    __bt_fe and __bt_end."""
     span = site.call.args[site.span]
     mask_args = [ast.Subscript(value=ast.Name(id="__bt_cols", ctx=ast.Load()), slice=_NEW_ROW, ctx=ast.Load()) if i == site.free
                  else ast.Subscript(value=ast.Name(id="__bt_rows", ctx=ast.Load()), slice=_NEW_COL, ctx=ast.Load()) if i == site.span
                  else arg for i, arg in enumerate(site.call.args)]
     names = {"__bt_MASK": ast.Call(func=ast.Name(id=site.name, ctx=ast.Load()), args=mask_args, keywords=[]),
              "__bt_lo": span.args[0], "__bt_hi": span.args[1], "__bt_N": site.n,
-             "__bt_BLOCK": ast.Constant(site.block), "__bt_CHUNK": ast.Constant(MEASURE_CHUNK)}
+             "__bt_BLOCK": ast.Constant(site.block), "__bt_CHUNK": ast.Constant(chunk)}
 
     class Fill(ast.NodeTransformer):
         def visit_Name(self, n: ast.Name) -> ast.expr:
@@ -206,13 +328,7 @@ def _measured_ends(p: _Parser, site: _Site, node: ast.Call, j0: Any, j1: Any) ->
     for s in body:
         for sub in ast.walk(s):
             ast.copy_location(sub, node)
-    saved = p.env
-    p.env = {**saved, "__bt_j0": j0, "__bt_j1": j1}
-    try:
-        p.statements(body)
-        return tuple(p.env[n] for n in ("__bt_first", "__bt_ff", "__bt_fe", "__bt_end"))
-    finally:
-        p.env = saved
+    return names, body
 
 
 _NEW_ROW = ast.Tuple(elts=[ast.Constant(None), ast.Slice()], ctx=ast.Load())  # [None, :]

@@ -29,7 +29,7 @@ from .launcher import LoadedKernel
 
 @dataclass(frozen=True)
 class ReadyKernel:
-    kernel: LoadedKernel
+    kernel: LoadedKernel | None  # None: an empty kernel (BuiltKernel.empty), never launched
     grid: tuple[Any, ...]
     threads: int
     shared_bytes: int
@@ -38,6 +38,7 @@ class ReadyKernel:
     sizes: tuple[str, ...]  # then sizes, then scalars (kgen.ir.passes.arguments)
     scalars: tuple[str, ...]
     tensor_maps: tuple[tuple[str, tuple[int, ...]], ...] = ()  # (tensor, box innermost first): 'T' args
+    writes: tuple[str, ...] = ()  # the tensors it stores into (unknown, and so none, in an older entry)
 
 
 def key_parts(ls: LoadedSpec, variant: dict[str, Any], target: Target) -> dict[str, Any]:
@@ -97,11 +98,12 @@ def _build_into(ls: LoadedSpec, variant: dict[str, Any], target: Target, first: 
         bv = build_variant(ls, variant, target, compile=True, objects=CachedCodeObjects(), first=first)
         kernels = []
         for k in bv.kernels:
-            obj = k.file.rsplit(".", 1)[0] + backend(target.backend).binary_suffix
-            (tmp / obj).write_bytes(k.binary)
+            obj = None if k.empty else k.file.rsplit(".", 1)[0] + backend(target.backend).binary_suffix
+            if obj is not None:
+                (tmp / obj).write_bytes(k.binary)
             kernels.append({"name": k.name, "object": obj, "grid": k.grid, "threads": k.threads,
                             "shared_bytes": k.shared_bytes, "signature": k.signature, "arguments": k.arguments, "resources": k.resources,
-                            "tensor_maps": k.tensor_maps})
+                            "tensor_maps": k.tensor_maps, "writes": k.writes})
         (tmp / "manifest.json").write_text(json.dumps({"tunables": bv.tunables, "kernels": kernels}))
     return build
 
@@ -120,10 +122,12 @@ def load_entry(entry: Path, backend: str, all_arguments: dict[str, list[str]] | 
     ready = []
     for k in meta["kernels"]:
         args = k.get("arguments") or all_arguments
-        ready.append(ReadyKernel(LoadedKernel(backend, (entry / k["object"]).read_bytes(), k["name"], k["shared_bytes"]),
+        loaded = None if k["object"] is None else LoadedKernel(backend, (entry / k["object"]).read_bytes(), k["name"], k["shared_bytes"])
+        ready.append(ReadyKernel(loaded,
                                  tuple(k["grid"]), k["threads"], k["shared_bytes"], k["signature"],
                                  tuple(args["tensors"]), tuple(args["sizes"]), tuple(args["scalars"]),
-                                 tuple((m["tensor"], tuple(m["box"])) for m in k.get("tensor_maps", ()))))
+                                 tuple((m["tensor"], tuple(m["box"])) for m in k.get("tensor_maps", ())),
+                                 tuple(k.get("writes", ()))))
     return tuple(ready), meta["tunables"]
 
 

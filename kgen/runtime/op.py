@@ -19,6 +19,7 @@ from ..errors import LaunchError, SpecError, TargetError
 from ..hw.descriptor import Target, load_target
 from ..knobs import call_knobs, knobs
 from ..lang import kernel_ir, resolve_dtype
+from ..ir.core import WRITES, walk
 from ..spec.expr import eval_expr
 from ..spec.load import LoadedSpec, backward_spec, load_spec
 from ..spec.pairing import check_pairing
@@ -231,6 +232,8 @@ class KgenOp:
 
         run = emulator(self.emulated)
         for ks, bk in zip(self.spec.kernels, kernels):
+            if bk.empty:
+                continue
             run(bk, tuple(int(eval_expr(g, env)) for g in ks.grid), tensors, sizes, {k: float(v) for k, v in scalars.items()})
 
     def _run_cpu(self, tensors, sizes, scalars, variant, tunables, env) -> None:
@@ -238,6 +241,8 @@ class KgenOp:
 
         for i, ks in enumerate(self.spec.kernels):
             k = kernel_ir(self.ls, i, variant, tunables)
+            if not any(op.kind in WRITES for op in walk(k.body)):  # an empty kernel (BuiltKernel.empty)
+                continue
             run_kernel(k, tuple(eval_expr(g, env) for g in ks.grid), tensors, sizes, scalars)
 
     # --- torch.library ---------------------------------------------------------------------------

@@ -7,9 +7,17 @@ works those out once per such key; `launch` then allocates the outputs, writes t
 (and scalars) into each kernel's argument template and launches. The host time of a call bounds
 the op wherever its kernels are shorter than it (docs/PERFORMANCE.md, "where a call's time
 goes"), so `launch` does no lookups by name.
+
+A launch that writes only scratch, which no other kernel writes, from inputs alone (a block
+table: specs/fa2_fwd.yaml's kernel blocks) is kept: its scratch is reused, and the launch
+skipped, while the same input tensors come back unchanged (the same objects at the same
+version, as torch counts in-place writes) with the same scalars, as FlexAttention's block mask
+is made once and reused. Not while a CUDA graph is being captured, whose replays may see other
+values at the same addresses.
 """
 from __future__ import annotations
 
+import weakref
 from typing import Any, NamedTuple
 
 import torch
@@ -41,6 +49,16 @@ class Launch(NamedTuple):
     map_holes: tuple[tuple[int, int, tuple[int, ...]], ...]
 
 
+class Kept(NamedTuple):
+    """A launch whose scratch is reused between calls (the module's docstring): `launch` its
+    index, `reads` the input indices it takes, `scalars` the scalar indices, `writes` the
+    indices of its scratch in the call's tensor list."""
+    launch: int
+    reads: tuple[int, ...]
+    scalars: tuple[int, ...]
+    writes: tuple[int, ...]
+
+
 class Plan(NamedTuple):
     """`outputs`: (shape, dtype, zero-filled) of each tensor a call allocates, which come after
     the inputs in the call's tensor list; `aliased`: the input index of each output written over
@@ -52,6 +70,8 @@ class Plan(NamedTuple):
     returned: tuple[int, ...]
     mapped: tuple[int, ...]
     tunables: dict
+    kept: tuple[Kept, ...] = ()
+    memo: dict | None = None  # launch index -> (stream, what it read, its scratch): the last call's
 
 
 def make_plan(op, tensors: dict[str, torch.Tensor], options: dict[str, Any], device: torch.device, target, first) -> Plan:
@@ -65,9 +85,12 @@ def make_plan(op, tensors: dict[str, torch.Tensor], options: dict[str, Any], dev
     sizes = bind(ls, tensors, variant, device)
     first = first or preferred(ls, variant, target, {s: sizes[s] for s in spec.sizes if s in sizes})
     kernels, tunables = compiled_variant(ls, variant, target, first)
+    kernels = tuple(rk for rk in kernels if rk.kernel is not None)  # an empty kernel is not launched
     env = {**variant, **sizes, **tunables}
 
-    specs = allocated(op, variant, env)
+    # scratch no launched kernel takes (a block table the analysis made needless) is not allocated
+    taken = {t for rk in kernels for t in rk.tensors}
+    specs = tuple(s for s in allocated(op, variant, env) if s[0] in taken or spec.tensors[s[0]].role == "output")
     order = list(op.inputs) + [n for n, *_ in specs] + list(op.aliases)
     index = {n: i for i, n in enumerate(order)}
     outputs = tuple((shape, dt, zeros) for _, shape, dt, zeros in specs)
@@ -104,7 +127,25 @@ def make_plan(op, tensors: dict[str, torch.Tensor], options: dict[str, Any], dev
         launches.append(Launch(rk.kernel, grid, rk.threads, rk.shared_bytes, rk.signature, tuple(template),
                                tuple(holes), tuple(scalar_holes), tuple(map_holes)))
     return Plan(tuple(launches), outputs, tuple(op.inputs.index(src) for src in op.aliases.values()),
-                tuple(index[n] for n in op.outputs), mapped, tunables)
+                tuple(index[n] for n in op.outputs), mapped, tunables, _kept(op, kernels, index, scalar_names), {})
+
+
+def _kept(op, kernels, index: dict[str, int], scalar_names: list[str]) -> tuple[Kept, ...]:
+    """The launches whose scratch can be reused between calls: each writes scratch tensors
+    (not zero-filled: nothing accumulates into them) that no other kernel writes, and takes no
+    tensor but those and inputs."""
+    spec, out = op.spec, []
+    for i, rk in enumerate(kernels):
+        written = set(rk.writes)
+        others = {t for j, other in enumerate(kernels) if j != i for t in other.writes}
+        if not written or written & others or any(spec.tensors[t].role != "scratch" or spec.tensors[t].init == "zeros"
+                                                  for t in written):
+            continue
+        if any(t not in written and t not in op.inputs for t in rk.tensors) or set(op.aliases.values()) & set(rk.tensors):
+            continue
+        out.append(Kept(i, tuple(index[t] for t in rk.tensors if t in op.inputs), tuple(scalar_names.index(s) for s in rk.scalars),
+                        tuple(index[t] for t in rk.tensors if t in written)))
+    return tuple(out)
 
 
 def launch(plan: Plan, inputs: tuple, scalars: tuple, device: torch.device, poison: bool) -> list[torch.Tensor]:
@@ -113,12 +154,17 @@ def launch(plan: Plan, inputs: tuple, scalars: tuple, device: torch.device, pois
     all_t = list(inputs)
     for i in plan.mapped:
         all_t[i] = _tensor_map_ready(all_t[i])
-    all_t.extend(new_tensor(shape, dt, zeros, poison, device) for shape, dt, zeros in plan.outputs)
+    stream = current_stream(device)
+    skipped, reused = _reusable(plan, inputs, scalars, stream) if plan.kept else ((), {})
+    base = len(all_t)
+    all_t.extend(reused.get(base + i) if base + i in reused else new_tensor(shape, dt, zeros, poison, device)
+                 for i, (shape, dt, zeros) in enumerate(plan.outputs))
     for i in plan.aliased:
         all_t.append(inputs[i])
-    stream = current_stream(device)
     maps: dict[tuple, bytes] = {}
-    for ln in plan.launches:
+    for li, ln in enumerate(plan.launches):
+        if li in skipped:
+            continue
         args = list(ln.template)
         for pos, ti, k in ln.holes:
             t = all_t[ti]
@@ -131,8 +177,32 @@ def launch(plan: Plan, inputs: tuple, scalars: tuple, device: torch.device, pois
                 maps[key] = _tensor_map(all_t[ti], box)
             args[pos] = maps[key]
         ln.kernel(ln.grid, (ln.threads, 1, 1), ln.shared_bytes, stream, ln.signature, args)
+    if plan.kept and not _capturing():
+        for kp in plan.kept:
+            if kp.launch not in skipped:
+                plan.memo[kp.launch] = (stream, tuple((weakref.ref(inputs[i]), inputs[i]._version) for i in kp.reads),
+                                        tuple(scalars[s] for s in kp.scalars), tuple(all_t[t] for t in kp.writes))
     return all_t
 
+
+def _reusable(plan: Plan, inputs: tuple, scalars: tuple, stream: int) -> tuple[set[int], dict[int, torch.Tensor]]:
+    """The kept launches this call can skip, and the scratch they leave (by tensor index): those
+    whose inputs are the last call's objects at the same version, with the same scalars, on the
+    same stream (another stream would not wait for the kernel that wrote the scratch)."""
+    skipped: set[int] = set()
+    reused: dict[int, torch.Tensor] = {}
+    if _capturing():
+        return skipped, reused
+    for kp in plan.kept:
+        hit = plan.memo.get(kp.launch)
+        if hit is None:
+            continue
+        on, reads, values, kept = hit
+        if (on == stream and all(ref() is inputs[i] and version == inputs[i]._version for (ref, version), i in zip(reads, kp.reads))
+                and values == tuple(scalars[s] for s in kp.scalars)):
+            skipped.add(kp.launch)
+            reused.update(zip(kp.writes, kept))
+    return skipped, reused
 
 def allocated(op, variant: dict[str, Any], env: dict[str, Any]) -> tuple[tuple[str, list[int], torch.dtype, bool], ...]:
     """(name, shape, dtype, zero-filled) of each output and scratch tensor a call of `op`
@@ -150,6 +220,15 @@ def new_tensor(shape: list[int], dtype: torch.dtype, zeros: bool, poison: bool, 
     if poison and dtype.is_floating_point:
         return torch.full(shape, float("nan"), dtype=dtype, device=device)
     return torch.empty(shape, dtype=dtype, device=device)
+
+
+def _capturing() -> bool:
+    """Whether the current stream is capturing a CUDA graph (never, in a CPU-only build of torch,
+    whose stand-in raises)."""
+    try:
+        return torch.cuda.is_current_stream_capturing()
+    except RuntimeError:
+        return False
 
 
 def current_stream(device: torch.device) -> int:

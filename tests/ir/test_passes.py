@@ -40,7 +40,7 @@ def test_small_accumulators_are_accumulated_in_place(target, head_dim, folded):
     """acc * alpha + dot(p, v): with 8 warps over 128 rows on mma.sync, head_dim 64 is 32 fp32
     registers per thread (folded), 128 is 64 (left alone: measured slower folded, see
     accumulate.py). wgmma (sm_90) always accumulates in place."""
-    k = lower("specs/fa2_fwd.yaml", 0, {"dtype": "bf16", "head_dim": head_dim, "causal": False}, FWD, target)
+    k = lower("specs/fa2_fwd.yaml", "fwd", {"dtype": "bf16", "head_dim": head_dim, "causal": False}, FWD, target)
     pv = ops(k, "dot")[1:]  # p @ v: the loop's second dot, and the last block's after the loop
     assert len(pv) == 2 and all(d.result.shape == (128, head_dim) for d in pv)
     for d in pv:
@@ -53,9 +53,9 @@ def test_small_accumulators_are_accumulated_in_place(target, head_dim, folded):
 
 def test_the_forward_reads_p_from_registers_on_mma_and_wgmma_and_stages_it_on_mfma():
     variant = {"dtype": "bf16", "head_dim": 64, "causal": False}
-    hopper = lower("specs/fa2_fwd.yaml", 0, variant, FWD, "sm_90")
-    ampere = lower("specs/fa2_fwd.yaml", 0, variant, FWD, "sm_80")
-    amd = lower("specs/fa2_fwd.yaml", 0, variant, {"BLOCK_M": 64, "BLOCK_N": 64, "WARPS": 4}, "gfx942")
+    hopper = lower("specs/fa2_fwd.yaml", "fwd", variant, FWD, "sm_90")
+    ampere = lower("specs/fa2_fwd.yaml", "fwd", variant, FWD, "sm_80")
+    amd = lower("specs/fa2_fwd.yaml", "fwd", variant, {"BLOCK_M": 64, "BLOCK_N": 64, "WARPS": 4}, "gfx942")
     # q k^T and p v in the loop, and the last block's p v after it
     assert [d.attrs["instr"] for d in ops(hopper, "dot")] == ["wgmma_m64n64k16_bf16"] * 3
     assert [(d.attrs["a_load"], d.attrs["b_load"]) for d in ops(hopper, "dot")] == [("desc", "desc")] + [("reg", "desc")] * 2
@@ -68,7 +68,7 @@ def test_the_forward_reads_p_from_registers_on_mma_and_wgmma_and_stages_it_on_mf
 @pytest.mark.parametrize("target", ["sm_80", "sm_90"])
 def test_the_forward_prefetches_k_and_v_a_whole_iteration_ahead_into_a_second_slot(target):
     # the consumers' own copies, as a kernel without a producer warpgroup has them (passes/specialize.py)
-    k = lower("specs/fa2_fwd.yaml", 0, {"dtype": "bf16", "head_dim": 128, "causal": True}, FWD, target, UNSPECIALIZED)
+    k = lower("specs/fa2_fwd.yaml", "fwd", {"dtype": "bf16", "head_dim": 128, "causal": True}, FWD, target, UNSPECIALIZED)
     loops = ops(k, "for")
     assert len(loops) == 2  # causal: the key blocks every row sees whole, then the diagonal ones
     # sm_80 has room for a second slot in the first loop only (every buffer counted as live)
@@ -89,14 +89,14 @@ def test_the_forward_prefetches_k_and_v_a_whole_iteration_ahead_into_a_second_sl
     # each loop's first copies are issued before it, in the same order, and the last block's v after
     inner = [op for loop in loops for op in loop.body.ops if op.kind == "copy_async"]
     assert [op.attrs["tensor"] for op in ops(k, "copy_async") if op not in inner] == ["q", "k", "v", "k", "v", "v"]
-    amd = lower("specs/fa2_fwd.yaml", 0, {"dtype": "bf16", "head_dim": 128, "causal": True},
+    amd = lower("specs/fa2_fwd.yaml", "fwd", {"dtype": "bf16", "head_dim": 128, "causal": True},
                 {"BLOCK_M": 64, "BLOCK_N": 64, "WARPS": 4}, "gfx942")
     assert not ops(amd, "copy_async")  # the descriptor lists no cp.async
 
 
 def test_without_room_for_a_second_slot_the_prefetch_follows_the_last_read():
     small = load_target("sm_90").model_copy(update={"lds_bytes_per_block": 80 * 1024})
-    k = compile_kernel(load_spec(ROOT / "specs/fa2_fwd.yaml"), 0, {"dtype": "bf16", "head_dim": 128, "causal": True}, FWD, small)
+    k = compile_kernel(load_spec(ROOT / "specs/fa2_fwd.yaml"), "fwd", {"dtype": "bf16", "head_dim": 128, "causal": True}, FWD, small)
     loop = ops(k, "for")[0]
     assert not ops(k, "slot")
     body = [op.kind if op.kind != "copy_async" else op.attrs["tensor"] for op in loop.body.ops
@@ -110,7 +110,7 @@ def test_a_tile_read_both_ways_is_staged_once():
     """dkdv at head_dim 64 reads k as kt.T (scores) and as kt (dq), q and do both ways too: one
     buffer each, filled by an async copy, the transposed reads through views (kt.T, vt.T, and
     p.T and ds.T of the staged register tiles p and ds; ds, cast once, is staged once)."""
-    k = lower("specs/fa2_bwd.yaml", 1, {"dtype": "bf16", "head_dim": 64, "causal": False, "deterministic": False}, BWD, "sm_90",
+    k = lower("specs/fa2_bwd.yaml", "dkdv", {"dtype": "bf16", "head_dim": 64, "causal": False, "deterministic": False}, BWD, "sm_90",
               NO_ROWS)
     assert sorted({op.attrs["tensor"] for op in ops(k, "copy_async")}) == ["do", "k", "q", "v"]
     assert len(ops(k, "alloc_shared")) == 4
@@ -125,7 +125,7 @@ def test_the_transposed_backward_keeps_p_and_ds_in_registers():
     and dk dots straight from registers; only ds^T is staged (for dq, read as its transpose),
     and the lse and delta terms start the two score dots (no zero accumulators)."""
     variant = {"dtype": "bf16", "head_dim": 128, "causal": True, "deterministic": False}
-    k = lower("specs/fa2_bwd.yaml", 1, variant, {"BLOCK_M": 64, "BLOCK_N": 128, "WARPS": 8}, "sm_90")
+    k = lower("specs/fa2_bwd.yaml", "dkdv", variant, {"BLOCK_M": 64, "BLOCK_N": 128, "WARPS": 8}, "sm_90")
     dots = ops(k, "dot")
     # s^T, dp^T (issued together), dv, dk, dq: one masked pass (the 128-key form has no unmasked
     # second pass, fa2_bwd.yaml)
@@ -178,9 +178,9 @@ def test_register_arithmetic_is_computed_right_before_its_first_use(monkeypatch)
     variant = {"dtype": "bf16", "head_dim": 128, "causal": True, "deterministic": False}
     tunables = {"BLOCK_M": 64, "BLOCK_N": 128, "WARPS": 8}
     apart = CompileOptions(dots_together=False)
-    assert _late_arithmetic(lower("specs/fa2_bwd.yaml", 1, variant, tunables, "sm_90", apart)) == []
+    assert _late_arithmetic(lower("specs/fa2_bwd.yaml", "dkdv", variant, tunables, "sm_90", apart)) == []
     monkeypatch.setattr(pipeline, "PASSES", [p for p in pipeline.PASSES if p[0] != "sink_to_first_use"])
-    assert _late_arithmetic(lower("specs/fa2_bwd.yaml", 1, variant, tunables, "sm_90", apart))
+    assert _late_arithmetic(lower("specs/fa2_bwd.yaml", "dkdv", variant, tunables, "sm_90", apart))
 
 
 SSD_BWD = {"BLOCK_S": 64, "BLOCK_M": 64, "BLOCK_K": 64, "BLOCK_R": 16, "WARPS": 4, "WIDE_WARPS": 8, "STATE_WARPS": 4, "BLOCK_P": 64,
@@ -255,7 +255,7 @@ def _dkdv_128(options=NO_ROWS):
     """fa2_bwd's dkdv at head_dim 128 on sm_90 (as built: lse and delta loaded, the copies of
     their rows spill there)."""
     variant = {"dtype": "bf16", "head_dim": 128, "causal": False, "deterministic": False}
-    return lower("specs/fa2_bwd.yaml", 1, variant, {"BLOCK_M": 64, "BLOCK_N": 128, "WARPS": 8}, "sm_90", options)
+    return lower("specs/fa2_bwd.yaml", "dkdv", variant, {"BLOCK_M": 64, "BLOCK_N": 128, "WARPS": 8}, "sm_90", options)
 
 
 def _schedule(block) -> list[tuple[str, int | None]]:
@@ -311,7 +311,7 @@ def test_synchronous_matrix_instructions_get_no_waits():
     """gfx942's MFMA (and sm_80's mma.sync) complete in order: no dot is deferred there."""
     variant = {"dtype": "bf16", "head_dim": 128, "causal": False, "deterministic": False}
     for target in ("gfx942", "sm_80"):
-        k = lower("specs/fa2_bwd.yaml", 1, variant, {"BLOCK_M": 64, "BLOCK_N": 32, "WARPS": 4}, target)
+        k = lower("specs/fa2_bwd.yaml", "dkdv", variant, {"BLOCK_M": 64, "BLOCK_N": 32, "WARPS": 4}, target)
         assert not ops(k, "dot_wait") and not any(op.attrs.get("deferred") for op in ops(k, "dot"))
 
 
@@ -319,7 +319,7 @@ def test_box_tiles_become_tensor_copies_with_a_barrier_per_slot():
     """sm_90's dkdv: k and v once, q and do pipelined in two slots; every tile spans head_dim,
     so every copy is a tensor copy. The barriers are numbered per slot, and after each inner
     loop a tma_reset makes the phases even for the next run (the next head of the group)."""
-    k = lower("specs/fa2_bwd.yaml", 1, {"dtype": "bf16", "head_dim": 128, "causal": False, "deterministic": False},
+    k = lower("specs/fa2_bwd.yaml", "dkdv", {"dtype": "bf16", "head_dim": 128, "causal": False, "deterministic": False},
               {"BLOCK_M": 64, "BLOCK_N": 128, "WARPS": 8}, "sm_90", NO_ROWS)
     copies = ops(k, "copy_async")
     assert {c.attrs["tensor"] for c in copies} == {"q", "k", "v", "do"} and all(c.attrs["tma"] for c in copies)
@@ -335,7 +335,7 @@ def test_box_tiles_become_tensor_copies_with_a_barrier_per_slot():
     assert len(waits) == 2 and all(w.attrs["tma"] and len(w.operands) == 2 for w in waits)
     # the same kernel without the copy engine: cp.async, no barriers
     hopper = load_target("sm_90")
-    plain = compile_kernel(load_spec(ROOT / "specs/fa2_bwd.yaml"), 1,
+    plain = compile_kernel(load_spec(ROOT / "specs/fa2_bwd.yaml"), "dkdv",
                            {"dtype": "bf16", "head_dim": 128, "causal": False, "deterministic": False},
                            {"BLOCK_M": 64, "BLOCK_N": 128, "WARPS": 8}, hopper.model_copy(update={"async_copy": ("cp.async",)}),
                            options=NO_ROWS)

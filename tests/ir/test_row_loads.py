@@ -18,7 +18,7 @@ TILES = {"BLOCK_M": 64, "BLOCK_N": 64, "WARPS": 4}
 
 
 def dkdv(target="sm_90", options=ROWS, variant=BWD, tiles=TILES):
-    return compile_kernel(load_spec(ROOT / "specs/fa2_bwd.yaml"), 1, variant, tiles, load_target(target), options=options)
+    return compile_kernel(load_spec(ROOT / "specs/fa2_bwd.yaml"), "dkdv", variant, tiles, load_target(target), options=options)
 
 
 def inner_loop(k):

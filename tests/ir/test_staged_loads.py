@@ -18,7 +18,7 @@ ATTENTION = {"dtype": "bf16", "head_dim": 64, "causal": False}
 def lower(spec, variant, target="gfx942", options=DEFAULT, tunables=None):
     ls = load_spec(ROOT / "specs" / spec)
     t = load_target(target) if isinstance(target, str) else target
-    return compile_kernel(ls, 0, variant, {**tunable_candidates(ls, variant)[0], **(tunables or {})}, t, options=options)
+    return compile_kernel(ls, ls.spec.kernels[-1].name, variant, {**tunable_candidates(ls, variant)[0], **(tunables or {})}, t, options=options)
 
 
 def kinds(block, *wanted):

@@ -1,5 +1,5 @@
-"""Attention under a mask the interval analysis cannot bound (tests/ops/specs/segment_eq.yaml:
-segment ids compared, in any order), whose programs measure their blocks at run time, forward and
+"""Attention under a mask the interval analysis cannot bound (segment ids compared, in any order:
+kgen/bench/specs/segment_eq.yaml, which kgen.bench.variants also times), whose programs measure their blocks at run time, forward and
 backward (fa2_bwd's 64- and 128-key forms measure the transposed question), against the meaning
 written out in float64 with torch.autograd: on the CPU interpreter through the op's autograd, in
 the gfx942 emulation and on the GPU."""
@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 import helpers  # noqa: E402
 
-SPEC = Path(__file__).resolve().parent / "specs" / "segment_eq.yaml"
+SPEC = ROOT / "kgen" / "bench" / "specs" / "segment_eq.yaml"
 B, SQ, SK, H, HKV = 2, 70, 150, 2, 1
 
 
@@ -77,3 +77,35 @@ def test_gfx942_emulation_matches_the_meaning():
 @pytest.mark.parametrize("causal, D", [(False, 64), (True, 128), (False, 128), (True, 32)])
 def test_gpu_matches_the_meaning(causal, D):
     _through_the_op(causal, D, "cuda")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(helpers.no_gpu_reason() is not None, reason=str(helpers.no_gpu_reason()))
+def test_gpu_block_table_is_kept_while_the_ids_are_unchanged():
+    """The blocks kernel's table (kgen/runtime/plan.py, kept launches) is reused by a call with
+    the same seg object at the same version, and measured again after seg is written in place or
+    replaced: shown by spoiling the kept table, which the next call with the same seg then reads
+    (its output changes), and which a call after seg.copy_() does not (its output is right)."""
+    import kgen
+
+    op = kgen.load(SPEC)
+    D, scale = 64, 1 / math.sqrt(64)
+    gen = torch.Generator().manual_seed(11)
+    t, other = _inputs(gen, D), _inputs(gen, D)
+    qkv = [t[n].cuda() for n in "qkv"]
+    seg = t["seg"].cuda()
+    first, _ = op(*qkv, seg, softmax_scale=scale, causal=True)
+    (plan,) = [p for p in op._plans.values() if p.kept]
+    (kept,) = plan.kept
+    tables = plan.memo[kept.launch][-1]
+    again, _ = op(*qkv, seg, softmax_scale=scale, causal=True)
+    assert torch.equal(first, again)
+    for table in tables:  # every block ends at 0: no key is walked, so every output row is 0
+        table.zero_()
+    spoiled, _ = op(*qkv, seg, softmax_scale=scale, causal=True)
+    assert not torch.equal(spoiled, first), "a call with the same seg did not reuse the kept table"
+    seg.copy_(other["seg"].cuda())  # in place: torch counts a new version
+    o, _ = op(*qkv, seg, softmax_scale=scale, causal=True)
+    want, _ = _meaning({**{n: t[n] for n in "qkv"}, "seg": other["seg"]}, True, scale)
+    err = (o.double().cpu() - want.detach()).abs().max() / want.detach().abs().max()
+    assert err < 2e-2, f"after seg.copy_(): max error {err:.2e} of its largest value"

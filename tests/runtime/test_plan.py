@@ -33,9 +33,10 @@ def recorded(monkeypatch):
 
     def fake_compiled_variant(ls, variant, target, first=None):
         bv = build_variant(ls, variant, target, first=first, compile=False)
-        return tuple(compiled.ReadyKernel(_Recording(k.name, calls), tuple(k.grid), k.threads, k.shared_bytes, k.signature,
-                                          tuple(k.arguments["tensors"]), tuple(k.arguments["sizes"]), tuple(k.arguments["scalars"]),
-                                          tuple((m["tensor"], tuple(m["box"])) for m in k.tensor_maps))
+        return tuple(compiled.ReadyKernel(None if k.empty else _Recording(k.name, calls), tuple(k.grid), k.threads,
+                                          k.shared_bytes, k.signature, tuple(k.arguments["tensors"]),
+                                          tuple(k.arguments["sizes"]), tuple(k.arguments["scalars"]),
+                                          tuple((m["tensor"], tuple(m["box"])) for m in k.tensor_maps), tuple(k.writes))
                      for k in bv.kernels), bv.tunables
 
     monkeypatch.setattr(compiled, "compiled_variant", fake_compiled_variant)
@@ -83,3 +84,47 @@ def test_a_second_call_writes_new_addresses(recorded):
     assert y1.data_ptr() != y2.data_ptr() and torch.isnan(y2).all()  # poisoned, as KGEN_POISON asks
     assert x1.data_ptr() in first and y1.data_ptr() in first
     assert x2.data_ptr() in second and y2.data_ptr() in second and x1.data_ptr() not in second
+
+
+def _attention_inputs(seg: bool):
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 96, 2, 64, generator=gen).to(torch.bfloat16) for _ in range(3))
+    out = {"q": q, "k": k, "v": v}
+    if seg:
+        out["seg"] = torch.randint(0, 3, (2, 96), generator=gen, dtype=torch.int32)
+    return out
+
+
+def test_a_block_table_the_analysis_makes_needless_is_neither_launched_nor_allocated(recorded):
+    op = load(SPECS / "fa2_fwd.yaml")
+    inputs = _attention_inputs(seg=False)
+    # gfx942: no tensor maps, which only a driver encodes
+    p = plan.make_plan(op, inputs, {"causal": True}, torch.device("cpu"), load_target("gfx942"), None)
+    assert len(p.launches) == 1 and p.kept == ()
+    assert len(p.outputs) == 2  # o and lse: no key_blocks
+    plan.launch(p, tuple(inputs.values()), (0.125,), torch.device("cpu"), poison=False)
+    assert [c[0] for c in recorded] == ["fa2_fwd_fwd"]
+
+
+def test_a_block_table_is_measured_again_only_when_its_inputs_change(recorded):
+    op = load(Path(__file__).resolve().parents[2] / "kgen" / "bench" / "specs" / "segment_eq.yaml")
+    inputs = _attention_inputs(seg=True)
+    cpu = torch.device("cpu")
+    p = plan.make_plan(op, inputs, {"causal": True}, cpu, load_target("gfx942"), None)
+    assert [ln.kernel.name for ln in p.launches] == ["fa2_segment_eq_blocks", "fa2_segment_eq_fwd"]
+    assert [kp.launch for kp in p.kept] == [0]
+
+    def launched(seg, scale=0.125):
+        recorded.clear()
+        all_t = plan.launch(p, (inputs["q"], inputs["k"], inputs["v"], seg), (scale,), cpu, poison=False)
+        table = all_t[p.kept[0].writes[0]]
+        return [c[0] for c in recorded], table.data_ptr()
+
+    seg = inputs["seg"]
+    names, table = launched(seg)
+    assert names == ["fa2_segment_eq_blocks", "fa2_segment_eq_fwd"]
+    names, again = launched(seg, scale=0.5)  # softmax_scale is not the mask's: the table is kept
+    assert names == ["fa2_segment_eq_fwd"] and again == table
+    seg.add_(0)  # an in-place write, whatever it changes, is a new version
+    assert launched(seg)[0] == ["fa2_segment_eq_blocks", "fa2_segment_eq_fwd"]
+    assert launched(seg.clone())[0] == ["fa2_segment_eq_blocks", "fa2_segment_eq_fwd"]  # another object
