@@ -39,9 +39,7 @@ def is_identity(p: _Parser, node: ast.Call) -> bool:
     """`is_identity(hook, i)`: whether the hook returns its argument i unchanged (known when
     the spec is read), so that a base can keep a cheaper form for the trivial hook."""
     name, wrt = _hook_argument(p, node, "is_identity", "is_identity(score_mod, 0)")
-    hook = p.hooks[name]
-    marks = {a: ast.Name(id=f"__arg{i}", ctx=ast.Load()) for i, a in enumerate(hook.args)}
-    body = _expanded(p, name, hook, marks)
+    body = _marked_body(p, name)
     return isinstance(body, ast.Name) and body.id == f"__arg{wrt}"
 
 
@@ -50,10 +48,14 @@ def uses(p: _Parser, node: ast.Call) -> bool:
     choices made) reads its argument i, so that a table measured from a mask that ignores the
     head is measured once for every head (FlexAttention's create_block_mask with H=None)."""
     name, wrt = _hook_argument(p, node, "uses", "uses(mask_mod, 'h')")
+    return any(isinstance(n, ast.Name) and n.id == f"__arg{wrt}" for n in ast.walk(_marked_body(p, name)))
+
+
+def _marked_body(p: _Parser, name: str) -> ast.expr:
+    """The hook's body as one expression with its argument i written __arg{i}."""
     hook = p.hooks[name]
     marks = {a: ast.Name(id=f"__arg{i}", ctx=ast.Load()) for i, a in enumerate(hook.args)}
-    body = _expanded(p, name, hook, marks)
-    return any(isinstance(n, ast.Name) and n.id == f"__arg{wrt}" for n in ast.walk(body))
+    return _expanded(p, name, hook, marks)
 
 
 def _hook_argument(p: _Parser, node: ast.Call, what: str, example: str) -> tuple[str, int]:
@@ -196,15 +198,8 @@ def block_table(p: _Parser, node: ast.Call) -> None:
         if when is not None:  # where false: no block measured, and the indices below are past the row
             p.env["__bt_when"] = p.expr(when)
         body = ast.parse(_STORE_GUARDED if when is not None else _STORE).body
-        _, measure = _measure_body(site, node, TABLE_CHUNK)
-        row = copy.deepcopy(node.args[0])
-        items = row.slice.elts if isinstance(row.slice, ast.Tuple) else None
-        if items is None:
-            row.slice = ast.Name(id="__bt_k", ctx=ast.Load())
-        else:
-            items[-1] = ast.Name(id="__bt_k", ctx=ast.Load())
-        store = body[-1].value
-        store.args[0] = row
+        measure = _measure_body(site, node, TABLE_CHUNK)
+        body[-1].value.args[0] = _table_row(p, node.args[0], ast.Name(id="__bt_k", ctx=ast.Load()))
         for s_ in body:
             for sub in ast.walk(s_):
                 ast.copy_location(sub, node)
@@ -226,9 +221,9 @@ store(__bt_ROW, where(__bt_k == 0, __bt_first, where(__bt_k == 1, __bt_ff, where
 """
 
 
-def _table_row(p: _Parser, ref: ast.expr, k: int | None = None) -> ast.Subscript:
+def _table_row(p: _Parser, ref: ast.expr, k: int | ast.expr | None = None) -> ast.Subscript:
     """The table row `t[i, ..., :]` checked (a tensor of the spec, int32, its last index ':'),
-    or, with k, the subscript of its entry k."""
+    or, with k (an entry, or an expression of the entries), the subscript that takes it."""
     if not (isinstance(ref, ast.Subscript) and isinstance(ref.value, ast.Name) and ref.value.id in p.tensors):
         raise p.fail(ref, "a block table is a row of an int32 tensor of the spec, written t[i, ..., :]")
     items = list(ref.slice.elts) if isinstance(ref.slice, ast.Tuple) else [ref.slice]
@@ -241,7 +236,7 @@ def _table_row(p: _Parser, ref: ast.expr, k: int | None = None) -> ast.Subscript
     if k is None:
         return ref
     out = copy.deepcopy(ref)
-    out.slice = ast.Tuple(elts=[*copy.deepcopy(items[:-1]), ast.Constant(k)], ctx=ast.Load())
+    out.slice = ast.Tuple(elts=[*copy.deepcopy(items[:-1]), ast.Constant(k) if isinstance(k, int) else k], ctx=ast.Load())
     return out
 
 
@@ -298,7 +293,7 @@ def _measured_ends(p: _Parser, site: _Site, node: ast.Call, j0: Any, j1: Any) ->
     below N, and the end of the visible ones (with no such run both are the end). Computed in
     each program that asks, on each call, not cached: it costs one evaluation of the mask per
     (span position, free position) of those blocks, without the dots."""
-    _, body = _measure_body(site, node, MEASURE_CHUNK)
+    body = _measure_body(site, node, MEASURE_CHUNK)
     saved = p.env
     p.env = {**saved, "__bt_j0": j0, "__bt_j1": j1}
     try:
@@ -308,7 +303,7 @@ def _measured_ends(p: _Parser, site: _Site, node: ast.Call, j0: Any, j1: Any) ->
         p.env = saved
 
 
-def _measure_body(site: _Site, node: ast.Call, chunk: int) -> tuple[dict[str, ast.expr], list[ast.stmt]]:
+def _measure_body(site: _Site, node: ast.Call, chunk: int) -> list[ast.stmt]:
     """_MEASURE for one site, its placeholders filled, every node at `node`'s place; it reads
     __bt_j0 and __bt_j1 (the blocks to measure) and leaves the ends in __bt_first, __bt_ff,
     __bt_fe and __bt_end."""
@@ -328,7 +323,7 @@ def _measure_body(site: _Site, node: ast.Call, chunk: int) -> tuple[dict[str, as
     for s in body:
         for sub in ast.walk(s):
             ast.copy_location(sub, node)
-    return names, body
+    return body
 
 
 _NEW_ROW = ast.Tuple(elts=[ast.Constant(None), ast.Slice()], ctx=ast.Load())  # [None, :]
