@@ -13,7 +13,7 @@ from ..ir.interp import TORCH_DTYPES
 from ..lang import kernel_ir, resolve_dtype
 from ..spec.expr import eval_expr, names_in
 from ..spec.load import LoadedSpec
-from ..spec.model import IntRange, Offsets, Spec
+from ..spec.model import IntRange, Offsets, Segments, Spec
 
 
 def spec_of(spec: Spec | LoadedSpec) -> Spec:
@@ -135,8 +135,20 @@ def random_inputs(spec: Spec | LoadedSpec, variant: dict[str, Any], env: dict[st
     """Fresh random inputs from each input's domain (never zeros: zeros hide missing loads and
     masks): floats torch.randn (or its exp, or minus that), integers as declared."""
     s = spec_of(spec)
-    return {name: _draw(s.tensors[name], torch_dtype(s, name, variant), tensor_shape(s, name, env), env, generator)
-            for name in s.inputs()}
+    out = {name: _draw(s.tensors[name], torch_dtype(s, name, variant), tensor_shape(s, name, env), env, generator)
+           for name in s.inputs() if not isinstance(s.tensors[name].domain, Segments)}
+    for name in s.inputs():  # segment ids follow the starts drawn for them
+        if isinstance(s.tensors[name].domain, Segments):
+            out[name] = segment_ids(out[s.tensors[name].domain.segments], tensor_shape(s, name, env)[-1]).to(
+                torch_dtype(s, name, variant))
+    return {name: out[name] for name in s.inputs()}
+
+
+def segment_ids(starts: torch.Tensor, n: int) -> torch.Tensor:
+    """The id of each of n positions along the last dim: the d with starts[..., d] <= i <
+    starts[..., d + 1] (the last such d where runs are empty), int64."""
+    positions = torch.arange(n, dtype=starts.dtype).expand(*starts.shape[:-1], n).contiguous()
+    return torch.searchsorted(starts.contiguous(), positions, right=True).to(torch.int64) - 1
 
 
 def allocate(spec: Spec | LoadedSpec, variant: dict[str, Any], env: dict[str, Any]) -> dict[str, torch.Tensor]:

@@ -7,7 +7,7 @@ from ..errors import SpecError
 from ..ir.core import Kernel
 from ..spec.expr import eval_expr
 from ..spec.load import LoadedSpec
-from ..spec.model import IntRange, Offsets
+from ..spec.model import IntRange, Offsets, Segments
 from .parse import Hook, Origin, parse_program
 from .terms import TensorRef
 
@@ -27,8 +27,10 @@ def kernel_ir(ls: LoadedSpec, kernel_index: int | str, variant: dict[str, Any], 
     tensors = {}
     for name, t in spec.tensors.items():
         dims = tuple(d if isinstance(d, int) else constants.get(d) for d in t.shape)
-        ordered = isinstance(t.domain, Offsets) or (isinstance(t.domain, IntRange) and t.domain.sorted)
-        tensors[name] = TensorRef(name, dims, resolve_dtype(t.dtype, variant), writable=t.role != "input", ordered=ordered)
+        ordered = isinstance(t.domain, (Offsets, Segments)) or (isinstance(t.domain, IntRange) and t.domain.sorted)
+        runs = t.domain.segments if isinstance(t.domain, Segments) else None
+        tensors[name] = TensorRef(name, dims, resolve_dtype(t.dtype, variant), writable=t.role != "input", ordered=ordered,
+                                  runs=runs)
     line, col = ls.yaml.block_origin(("kernels", kernel_index, "program"))
     file = ls.where("kernels", kernel_index, "program").file  # the base's, for a program a spec extends
     body = parse_program(ks.program, Origin(file, line, col), constants=constants,

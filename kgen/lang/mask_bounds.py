@@ -7,7 +7,11 @@ expanded into one boolean expression (locals and other hooks substituted, compil
 chosen) and each comparison that is affine in x with coefficient +-1 and monotone in y (affine
 in it, or through loads from tensors whose `domain` says they are sorted along the indexed last
 dim, as a document's start offset is along the positions) becomes a bound x <= g(y), x >= g(y)
-or x == g(y), g taken at the span's ends. Two intervals come out, as tile-language expressions:
+or x == g(y), g taken at the span's ends. An equality of two loads from a tensor of segment ids
+(its `domain` says `segments: starts`: id d along the last dim from starts[..., d] up to
+starts[..., d + 1]), one indexed by x (plus a term free of both, possibly clamped by
+maximum/minimum) and one monotone in y, bounds x to the runs of the ids the span's ends have
+(FlexAttention's document_id[q] == document_id[kv]). Two intervals come out, as tile-language expressions:
   - `possible`, a superset of every x that is visible for some y of the span (its hull);
   - `sure`, a subset of the x that are visible for every y of the span.
 `and` intersects both; `or` takes the hull of `possible` and, of `sure`, the union where the two
@@ -294,8 +298,8 @@ _NEGATE = {ast.Lt: ast.GtE, ast.LtE: ast.Gt, ast.Gt: ast.LtE, ast.GtE: ast.Lt, a
 
 
 class _Analysis:
-    def __init__(self, static: Callable[[ast.expr], Any], ordered: frozenset[str]):
-        self.static, self.ordered = static, ordered
+    def __init__(self, static: Callable[[ast.expr], Any], ordered: frozenset[str], segments: dict[str, str]):
+        self.static, self.ordered, self.segments = static, ordered, segments
         self.unknown = False  # a term that names x met no rule: its answer is (ALL, EMPTY)
 
     def _unknown(self) -> tuple[Interval, Interval]:
@@ -333,6 +337,10 @@ class _Analysis:
         return self._unknown()
 
     def compare(self, left: ast.expr, op: type, right: ast.expr) -> tuple[Interval, Interval]:
+        if op is ast.Eq:
+            same = self._same_segment(left, right)
+            if same is not None:
+                return same
         if op is ast.NotEq:  # x != g is x < g or x > g
             lt, gt = self.compare(left, ast.Lt, right), self.compare(left, ast.Gt, right)
             return hull(lt[0], gt[0]), union_within(lt[1], gt[1])
@@ -375,19 +383,94 @@ class _Analysis:
         return Interval(g_min, add(g_max, 1)), Interval(g_max, add(g_min, 1))  # ==
 
 
-def visible(expr: ast.expr, static: Callable[[ast.expr], Any], ordered: frozenset[str] = frozenset()) -> tuple[Interval, Interval]:
+    def _same_segment(self, left: ast.expr, right: ast.expr) -> tuple[Interval, Interval] | None:
+        """`load(seg[o..., i(x)]) == load(seg[o..., j(y)])` (either way round) for a tensor of
+        segment ids whose runs start at starts[o..., d]: where j is monotone in y, the span's ids
+        lie in [d_lo, d_hi] (its ends' ids), so i(x) lies in [starts[d_lo], starts[d_hi + 1])
+        where some y sees x, and in [starts[d_hi], starts[d_lo + 1]) where every y does (empty
+        unless d_lo == d_hi). None where the terms are not of that form."""
+        sides = [_segment_load(e, self.segments) for e in (left, right)]
+        if None in sides or sides[0][0] != sides[1][0] or ast.dump(sides[0][1]) != ast.dump(sides[1][1]):
+            return None
+        (tensor, outer, a), (_, _, b) = sides
+        if any({FREE, FIXED} & _names(o) for o in outer.elts):
+            return None
+        if FREE in _names(b):
+            a, b = b, a
+        if FREE not in _names(a) or FIXED in _names(a) or FREE in _names(b):
+            return None
+        j = _affine(b, self.static, self.ordered)
+        if j is None or j.cx != 0:
+            return None
+        j_lo, j_hi = _at(b, FIXED_LO), _at(b, FIXED_HI)
+        if j.mono < 0:
+            j_lo, j_hi = j_hi, j_lo
+        runs = self.segments[tensor]
+
+        def at(t: str, index: ast.expr) -> ast.expr:
+            return _call("load", ast.Subscript(value=ast.Name(id=t, ctx=ast.Load()),
+                                               slice=ast.Tuple(elts=[*copy.deepcopy(outer.elts), index], ctx=ast.Load())
+                                               if outer.elts else index, ctx=ast.Load()))
+        d_lo, d_hi = at(tensor, j_lo), at(tensor, j_hi)
+        possible = _inverse(a, Interval(at(runs, d_lo), at(runs, add(d_hi, 1))), True, self.static, self.ordered)
+        sure = _inverse(a, Interval(at(runs, copy.deepcopy(d_hi)), at(runs, add(copy.deepcopy(d_lo), 1))), False,
+                        self.static, self.ordered)
+        return None if possible is None or sure is None else (possible, sure)
+
+
+def _segment_load(e: ast.expr, segments: dict[str, str]) -> tuple[str, ast.Tuple, ast.expr] | None:
+    """(tensor, its outer indices, its last index) of `load(t[...])` for a tensor of segment ids."""
+    if not (isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "load" and len(e.args) == 1
+            and not e.keywords and isinstance(e.args[0], ast.Subscript) and isinstance(e.args[0].value, ast.Name)
+            and e.args[0].value.id in segments):
+        return None
+    index = e.args[0].slice
+    items = list(index.elts) if isinstance(index, ast.Tuple) else [index]
+    if any(isinstance(i, ast.Slice) for i in items):
+        return None
+    return e.args[0].value.id, ast.Tuple(elts=items[:-1], ctx=ast.Load()), items[-1]
+
+
+def _inverse(e: ast.expr, target: Interval, possible: bool, static, ordered) -> Interval | None:
+    """The x for which e(x) lies in target: a superset of them (possible) or a subset (not
+    possible), for e = x + c (c free of x and y) under any maximum(., a) / minimum(., b) with a
+    and b free of both; None for any other e."""
+    if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id in ("maximum", "minimum") and len(e.args) == 2:
+        inner, edge = e.args if FREE in _names(e.args[0]) else e.args[::-1]
+        if {FREE, FIXED} & _names(edge):
+            return None
+        lo, hi = _lo(target.lo), _hi(target.hi)
+        if e.func.id == "maximum":  # max(inner, a) in [lo, hi): inner in it, or inner < a with a in it
+            inner_target = (Interval(_where(_call_cmp(edge, ast.GtE(), lo), _num(_NEG), lo), hi) if possible
+                            else Interval(_call("maximum", lo, edge), hi))
+        else:  # min(inner, b) in [lo, hi): inner in it, or inner > b with b in it
+            inner_target = (Interval(lo, _where(_call_cmp(edge, ast.Lt(), hi), _num(_POS), hi)) if possible
+                            else Interval(lo, _call("minimum", hi, add(edge, 1))))
+        return _inverse(inner, inner_target, possible, static, ordered)
+    a = _affine(e, static, ordered)
+    if a is None or a.cx != 1 or a.mono != 0:
+        return None
+    if a.rest is None:
+        return target
+    shift = lambda end: None if end is None else ast.BinOp(left=end, op=ast.Sub(), right=copy.deepcopy(a.rest))  # noqa: E731
+    return Interval(shift(target.lo), shift(target.hi))
+
+
+def visible(expr: ast.expr, static: Callable[[ast.expr], Any], ordered: frozenset[str] = frozenset(),
+            segments: dict[str, str] | None = None) -> tuple[Interval, Interval]:
     """(possible, sure) intervals of FREE for the expanded mask `expr`, whose spanned argument is
     the name FIXED (ranging over [FIXED_LO, FIXED_HI]); `ordered`: the tensors known to be
-    non-decreasing along their last dim (their `domain` says sorted, or offsets)."""
-    return analyse(expr, static, ordered)[:2]
+    non-decreasing along their last dim (their `domain` says sorted, offsets or segments);
+    `segments`: each tensor of segment ids and the tensor of its runs' starts."""
+    return analyse(expr, static, ordered, segments)[:2]
 
 
-def analyse(expr: ast.expr, static: Callable[[ast.expr], Any], ordered: frozenset[str] = frozenset()
-            ) -> tuple[Interval, Interval, bool]:
+def analyse(expr: ast.expr, static: Callable[[ast.expr], Any], ordered: frozenset[str] = frozenset(),
+            segments: dict[str, str] | None = None) -> tuple[Interval, Interval, bool]:
     """visible()'s intervals, and whether some term of the mask met no rule (so that the
     intervals may be far wider than the visible set: a block table computed at run time can
     do better, kgen/lang/phases.py block_table)."""
-    a = _Analysis(static, ordered)
+    a = _Analysis(static, ordered, dict(segments or {}))
     possible, sure = a.spans(expr)
     return possible, sure, a.unknown
 

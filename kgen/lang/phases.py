@@ -124,7 +124,8 @@ def _analysed(p: _Parser, site: _Site, node: ast.Call, bounded: bool) -> tuple[d
         expanded = _expanded(p, site.name, site.hook, bound)
         p.origin = site.hook.origin
         ordered = frozenset(n for n, t in p.tensors.items() if t.ordered)
-        possible, sure, unknown = mask_bounds.analyse(expanded, p.static, ordered)
+        segments = {n: t.runs for n, t in p.tensors.items() if t.runs is not None}
+        possible, sure, unknown = mask_bounds.analyse(expanded, p.static, ordered, segments)
         p.env, p.origin = {**p.globals, **env}, saved[1]
         p.env["__n"] = p.expr(site.n)
         ends = mask_bounds.block_range(possible, sure, site.block, ast.Name(id="__n", ctx=ast.Load()), bounded)

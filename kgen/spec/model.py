@@ -36,6 +36,13 @@ class Offsets(Strict):
     offsets: Union[str, int] = Field(description="the last offset: the packed dim's length")
 
 
+class Segments(Strict):
+    """Integer inputs that number segments along the last dim (packed documents' ids): id d
+    from starts[..., d] up to starts[..., d + 1], where `segments` names the input of those
+    starts (an offsets input with the same outer dims). Non-decreasing; drawn from the starts."""
+    segments: str = Field(description="the offsets input whose entries start each id's run")
+
+
 FloatDomain = Literal["normal", "positive", "negative"]
 
 
@@ -48,10 +55,10 @@ class TensorParam(Strict):
         "dtype); the op allocates nothing for it and returns that input tensor")
     grad: bool = Field(True, description="outputs: whether autograd flows through it; inputs: whether a gradient is returned")
     init: Literal["empty", "zeros"] = Field("empty", description="outputs and scratch: initial contents")
-    domain: Union[FloatDomain, IntRange, Offsets, None] = Field(
+    domain: Union[FloatDomain, IntRange, Offsets, Segments, None] = Field(
         None, description="inputs: the values a check draws (kgen check, the tests): normal (torch.randn, the "
         "default for floats), positive (exp of it), negative (minus that); integers: {range: [low, high], sorted} or "
-        "{offsets: total}; integers without one are drawn from [-100, 100)")
+        "{offsets: total} or {segments: <offsets input>}; integers without one are drawn from [-100, 100)")
     scale_tolerance: float | None = Field(
         None, gt=0, description="outputs: also accepted when the max error is within this fraction of the reference's "
         "largest magnitude (a gradient summed over every position, whose PyTorch error can cancel far below its terms')")

@@ -120,14 +120,30 @@ def _check_domain(spec: "Spec", tname: str, known: list[str]) -> None:
     integer = t.dtype in ("int32", "int64")
     if integer and isinstance(t.domain, str):
         raise FieldError(path, f"'{t.domain}' is for float inputs; an {t.dtype} input takes {{range: [low, high]}} "
-                         "(optionally with sorted: true) or {offsets: total}")
+                         "(optionally with sorted: true), {offsets: total} or {segments: <offsets input>}")
     if not integer and not isinstance(t.domain, str):
-        raise FieldError(path, f"a {t.dtype} input takes normal, positive or negative; {{range: ...}} and "
-                         "{offsets: ...} are for int32 and int64 inputs")
+        raise FieldError(path, f"a {t.dtype} input takes normal, positive or negative; {{range: ...}}, "
+                         "{offsets: ...} and {segments: ...} are for int32 and int64 inputs")
     for k, e in enumerate(getattr(t.domain, "range", [])):
         _expr_at((*path, "range", k), e, known)
     if hasattr(t.domain, "offsets"):
         _expr_at((*path, "offsets"), t.domain.offsets, known)
+    if hasattr(t.domain, "segments"):
+        _check_segments(spec, tname, path)
+
+
+def _check_segments(spec: "Spec", tname: str, path: tuple) -> None:
+    """`segments: starts`: starts is an offsets input over this tensor's last dim, with its outer dims."""
+    t, name = spec.tensors[tname], spec.tensors[tname].domain.segments
+    offsets = [n for n, u in spec.tensors.items() if u.role == "input" and hasattr(u.domain, "offsets")]
+    runs = spec.tensors.get(name)
+    if runs is None or name not in offsets:
+        raise FieldError((*path, "segments"), f"'{name}' is not an input with an offsets domain; accepted: "
+                         f"{', '.join(offsets) or 'none (declare the starts as {offsets: total})'}")
+    if [str(d) for d in runs.shape[:-1]] != [str(d) for d in t.shape[:-1]] or str(runs.domain.offsets) != str(t.shape[-1]):
+        raise FieldError((*path, "segments"), f"the ids of '{tname}' {list(t.shape)} run along its last dim, so '{name}' "
+                         f"must have its outer dims {list(t.shape[:-1])} and offsets up to {t.shape[-1]}; it has shape "
+                         f"{list(runs.shape)} and offsets up to {runs.domain.offsets}")
 
 
 def _check_aliases(spec: "Spec") -> None:

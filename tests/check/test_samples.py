@@ -75,7 +75,9 @@ def test_inputs_follow_their_domains(tmp_path):
         "  n: {shape: [M], dtype: fp32, domain: negative}\n"
         "  s: {shape: [M, N], dtype: int32, domain: {range: [1, N], sorted: true}}\n"
         "  o: {shape: [M], dtype: int32, domain: {offsets: N}}\n"
-        "  c: {shape: [M, N], dtype: int64, domain: {range: [-1, M]}}\n  w: {shape: [M], dtype: int64}\n"))
+        "  c: {shape: [M, N], dtype: int64, domain: {range: [-1, M]}}\n  w: {shape: [M], dtype: int64}\n"
+        "  ids: {shape: [M, N], dtype: int32, domain: {segments: st}}\n"
+        "  st: {shape: [M, 6], dtype: int32, domain: {offsets: N}}\n"))
     ls = load_spec(path)
     t = random_inputs(ls, {}, {"M": 9, "N": 40}, torch.Generator().manual_seed(0))
     assert t["x"].std() > 0.5 and (t["p"] > 0).all() and (t["n"] < 0).all()
@@ -84,6 +86,10 @@ def test_inputs_follow_their_domains(tmp_path):
     assert t["o"][0] == 0 and t["o"][-1] == 40 and (t["o"].diff() >= 0).all()
     assert t["c"].dtype == torch.int64 and t["c"].min() == -1 and t["c"].max() == 8  # int64 as int32: [low, high)
     assert t["w"].dtype == torch.int64 and t["w"].min() >= -100 and t["w"].max() < 100
+    ids, st = t["ids"].long(), t["st"].long()  # each position's id d: st[d] <= i < st[d + 1]
+    assert t["ids"].dtype == torch.int32 and (ids.diff(dim=-1) >= 0).all() and ids.max() > ids.min()
+    i = torch.arange(40).expand(9, 40)
+    assert (st.gather(1, ids) <= i).all() and (i < st.gather(1, ids + 1)).all()
 
 
 def test_a_given_size_outside_the_variants_bucket_is_named():

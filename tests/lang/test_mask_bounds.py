@@ -18,12 +18,16 @@ SCALARS = {"SQ": 50, "SK": 70, "window": 9, "prefix": 13}
 _CUTS = [0, 11, 12, 30, 58, 70]
 START = [max(c for c in _CUTS if c <= p) for p in range(70)]
 END = [min(c for c in _CUTS if c > p) for p in range(70)]
-ORDERED = frozenset({"start", "end"})
+# segment ids over the 70 positions (domain segments: runs), one run empty: id d from RUNS[d] up to RUNS[d + 1]
+RUNS = [0, 11, 12, 12, 30, 58, 70]
+DOC = [max(d for d, r in enumerate(RUNS[:-1]) if r <= p) for p in range(70)]
+ORDERED = frozenset({"start", "end", "doc"})
+SEGMENTS = {"doc": "runs"}
 
 
 def _eval(e: ast.expr | None, env: dict) -> int:
     fns = {"minimum": min, "maximum": max, "where": lambda c, a, b: a if c else b, "cdiv": lambda a, b: -(-a // b),
-           "load": lambda x: x, "start": START, "end": END}
+           "load": lambda x: x, "start": START, "end": END, "doc": DOC, "runs": RUNS}
     return eval(compile(ast.Expression(ast.fix_missing_locations(e)), "<bound>", "eval"), fns, dict(env))
 
 
@@ -53,11 +57,16 @@ MASKS = {  # name: (body over q, k; exact: the covered blocks are exactly those 
     "document_causal": ("k >= load(start[q]) and k <= q", "k"),
     "document_falling": ("k >= 69 - load(end[q]) + 1", "k"),
     "negated_window": ("not (k > q or q - k > window)", True),
+    "same_segment": ("load(doc[k]) == load(doc[q])", True),
+    "same_segment_causal": ("load(doc[minimum(maximum(q + (SK - SQ), 0), SK - 1)]) == load(doc[k]) and k <= q + (SK - SQ)", True),
+    "same_segment_shifted": ("load(doc[maximum(q - 7, 0)]) == load(doc[minimum(k + 5, SK - 1)])", True),
+    "different_segment": ("load(doc[k]) != load(doc[q])", False),
 }
 
 
 def _visible(body: str, q: int, k: int) -> bool:
-    return bool(eval(body, {"load": lambda x: x}, dict(SCALARS, causal=True, q=q, k=k, start=START, end=END)))
+    return bool(eval(body, {"load": lambda x: x, "minimum": min, "maximum": max},
+                     dict(SCALARS, causal=True, q=q, k=k, start=START, end=END, doc=DOC)))
 
 
 @pytest.mark.parametrize("name", sorted(MASKS))
@@ -67,7 +76,7 @@ def test_phases_cover_every_visible_pair_and_whole_blocks_are_whole(name, free):
     fixed = "q" if free == "k" else "k"
     expr = mb.expand([ast.Return(value=ast.parse(body, mode="eval").body)],
                      {free: ast.Name(id=mb.FREE, ctx=ast.Load()), fixed: ast.Name(id=mb.FIXED, ctx=ast.Load())}, {}, _static)
-    possible, sure = mb.visible(expr, _static, ORDERED)
+    possible, sure = mb.visible(expr, _static, ORDERED, SEGMENTS)
     rng = random.Random(len(name))
     n = SCALARS["SK"] if free == "k" else SCALARS["SQ"]
     n_fixed = SCALARS["SQ"] if free == "k" else SCALARS["SK"]

@@ -409,10 +409,11 @@ def test_prefetch_budget_out_of_range(tmp_path, value):
 @pytest.mark.parametrize("tensor, message", [
     ("x: {shape: [M, N], dtype: $dtype, domain: positive}", None),
     ("x: {shape: [M, N], dtype: $dtype, domain: {range: [0, 3]}}",
-     "tensors.x.domain: a $dtype input takes normal, positive or negative; {range: ...} and {offsets: ...} are for int32 and int64 inputs"),
+     "tensors.x.domain: a $dtype input takes normal, positive or negative; {range: ...}, {offsets: ...} and {segments: ...} "
+     "are for int32 and int64 inputs"),
     ("x: {shape: [M, N], dtype: int32, domain: negative}",
      "tensors.x.domain: 'negative' is for float inputs; an int32 input takes {range: [low, high]} (optionally with "
-     "sorted: true) or {offsets: total}"),
+     "sorted: true), {offsets: total} or {segments: <offsets input>}"),
     ("x: {shape: [M, N], dtype: int32, domain: {range: [0, V]}}", "tensors.x.domain.range.1: "),
     ("x: {shape: [M, N], dtype: int64, domain: positive}",
      "tensors.x.domain: 'positive' is for float inputs; an int64 input takes {range: [low, high]}"),
@@ -426,4 +427,28 @@ def test_domains_suit_the_tensor(tmp_path, tensor, message):
         load_spec(tmp_path / "demo.yaml")
         return
     p, e = error_of(tmp_path, text)
+    assert message in str(e), str(e)
+
+
+@pytest.mark.parametrize("tensors, message", [
+    ("  s: {shape: [M, N], dtype: int32, domain: {segments: st}}\n"
+     "  st: {shape: [M, 5], dtype: int32, domain: {offsets: N}}\n", None),
+    ("  s: {shape: [M, N], dtype: int32, domain: {segments: x}}\n",
+     "tensors.s.domain.segments: 'x' is not an input with an offsets domain; accepted: none (declare the starts "
+     "as {offsets: total})"),
+    ("  s: {shape: [M, N], dtype: int32, domain: {segments: st}}\n"
+     "  st: {shape: [N, 5], dtype: int32, domain: {offsets: M}}\n",
+     "tensors.s.domain.segments: the ids of 's' ['M', 'N'] run along its last dim, so 'st' must have its outer dims "
+     "['M'] and offsets up to N; it has shape ['N', 5] and offsets up to M"),
+])
+def test_segments_name_their_starts(tmp_path, tensors, message):
+    """A segments domain names an offsets input over the ids' last dim with the same outer dims."""
+    at = BASE.index("  y: {")
+    text = BASE[:at] + tensors + BASE[at:]
+    if message is None:
+        (tmp_path / "demo.yaml").write_text(text)
+        load_spec(tmp_path / "demo.yaml")
+        return
+    p, e = error_of(tmp_path, text)
+    assert str(e).startswith(str(p) + ":9:"), str(e)
     assert message in str(e), str(e)
