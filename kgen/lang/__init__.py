@@ -28,7 +28,8 @@ def kernel_ir(ls: LoadedSpec, kernel_index: int | str, variant: dict[str, Any], 
     for name, t in spec.tensors.items():
         dims = tuple(d if isinstance(d, int) else constants.get(d) for d in t.shape)
         ordered = isinstance(t.domain, (Offsets, Segments)) or (isinstance(t.domain, IntRange) and t.domain.sorted)
-        runs = t.domain.segments if isinstance(t.domain, Segments) else None
+        runs = ((t.domain.segments, tuple(str(d) for d in spec.tensors[t.domain.segments].shape))
+                if isinstance(t.domain, Segments) else None)
         tensors[name] = TensorRef(name, dims, resolve_dtype(t.dtype, variant), writable=t.role != "input", ordered=ordered,
                                   runs=runs)
     line, col = ls.yaml.block_origin(("kernels", kernel_index, "program"))

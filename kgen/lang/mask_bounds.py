@@ -298,7 +298,7 @@ _NEGATE = {ast.Lt: ast.GtE, ast.LtE: ast.Gt, ast.Gt: ast.LtE, ast.GtE: ast.Lt, a
 
 
 class _Analysis:
-    def __init__(self, static: Callable[[ast.expr], Any], ordered: frozenset[str], segments: dict[str, str]):
+    def __init__(self, static: Callable[[ast.expr], Any], ordered: frozenset[str], segments: dict[str, tuple[str, tuple]]):
         self.static, self.ordered, self.segments = static, ordered, segments
         self.unknown = False  # a term that names x met no rule: its answer is (ALL, EMPTY)
 
@@ -384,19 +384,24 @@ class _Analysis:
 
 
     def _same_segment(self, left: ast.expr, right: ast.expr) -> tuple[Interval, Interval] | None:
-        """`load(seg[o..., i(x)]) == load(seg[o..., j(y)])` (either way round) for a tensor of
-        segment ids whose runs start at starts[o..., d]: where j is monotone in y, the span's ids
-        lie in [d_lo, d_hi] (its ends' ids), so i(x) lies in [starts[d_lo], starts[d_hi + 1])
-        where some y sees x, and in [starts[d_hi], starts[d_lo + 1]) where every y does (empty
-        unless d_lo == d_hi). None where the terms are not of that form."""
+        """`load(seg[o..., i(x)]) == load(ids[o..., j(y)])` (either way round) for tensors of
+        segment ids, seg's runs starting at starts[o..., d] (ids the same tensor, or one of the
+        same numbering: its starts declared with the same shape, as a varlen query's and key's
+        cu_seqlens): where j is monotone in y, the span's ids lie in [d_lo, d_hi] (its ends'
+        ids in `ids`), so i(x) lies in [starts[d_lo], starts[d_hi + 1]) where some y sees x, and
+        in [starts[d_hi], starts[d_lo + 1]) where every y does (empty unless d_lo == d_hi).
+        None where the terms are not of that form."""
         sides = [_segment_load(e, self.segments) for e in (left, right)]
-        if None in sides or sides[0][0] != sides[1][0] or ast.dump(sides[0][1]) != ast.dump(sides[1][1]):
+        if None in sides or ast.dump(sides[0][1]) != ast.dump(sides[1][1]):
             return None
-        (tensor, outer, a), (_, _, b) = sides
+        if FREE in _names(sides[1][2]):
+            sides.reverse()
+        (tensor, outer, a), (y_tensor, _, b) = sides
+        runs, y_runs = self.segments[tensor], self.segments[y_tensor]
+        if runs[1] != y_runs[1]:  # ids of one numbering: their starts have the same declared shape
+            return None
         if any({FREE, FIXED} & _names(o) for o in outer.elts):
             return None
-        if FREE in _names(b):
-            a, b = b, a
         if FREE not in _names(a) or FIXED in _names(a) or FREE in _names(b):
             return None
         j = _affine(b, self.static, self.ordered)
@@ -405,20 +410,20 @@ class _Analysis:
         j_lo, j_hi = _at(b, FIXED_LO), _at(b, FIXED_HI)
         if j.mono < 0:
             j_lo, j_hi = j_hi, j_lo
-        runs = self.segments[tensor]
 
         def at(t: str, index: ast.expr) -> ast.expr:
             return _call("load", ast.Subscript(value=ast.Name(id=t, ctx=ast.Load()),
                                                slice=ast.Tuple(elts=[*copy.deepcopy(outer.elts), index], ctx=ast.Load())
                                                if outer.elts else index, ctx=ast.Load()))
-        d_lo, d_hi = at(tensor, j_lo), at(tensor, j_hi)
-        possible = _inverse(a, Interval(at(runs, d_lo), at(runs, add(d_hi, 1))), True, self.static, self.ordered)
-        sure = _inverse(a, Interval(at(runs, copy.deepcopy(d_hi)), at(runs, add(copy.deepcopy(d_lo), 1))), False,
+        d_lo, d_hi = at(y_tensor, j_lo), at(y_tensor, j_hi)
+        starts = runs[0]
+        possible = _inverse(a, Interval(at(starts, d_lo), at(starts, add(d_hi, 1))), True, self.static, self.ordered)
+        sure = _inverse(a, Interval(at(starts, copy.deepcopy(d_hi)), at(starts, add(copy.deepcopy(d_lo), 1))), False,
                         self.static, self.ordered)
         return None if possible is None or sure is None else (possible, sure)
 
 
-def _segment_load(e: ast.expr, segments: dict[str, str]) -> tuple[str, ast.Tuple, ast.expr] | None:
+def _segment_load(e: ast.expr, segments: dict) -> tuple[str, ast.Tuple, ast.expr] | None:
     """(tensor, its outer indices, its last index) of `load(t[...])` for a tensor of segment ids."""
     if not (isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "load" and len(e.args) == 1
             and not e.keywords and isinstance(e.args[0], ast.Subscript) and isinstance(e.args[0].value, ast.Name)
@@ -457,16 +462,17 @@ def _inverse(e: ast.expr, target: Interval, possible: bool, static, ordered) -> 
 
 
 def visible(expr: ast.expr, static: Callable[[ast.expr], Any], ordered: frozenset[str] = frozenset(),
-            segments: dict[str, str] | None = None) -> tuple[Interval, Interval]:
+            segments: dict[str, tuple[str, tuple]] | None = None) -> tuple[Interval, Interval]:
     """(possible, sure) intervals of FREE for the expanded mask `expr`, whose spanned argument is
     the name FIXED (ranging over [FIXED_LO, FIXED_HI]); `ordered`: the tensors known to be
     non-decreasing along their last dim (their `domain` says sorted, offsets or segments);
-    `segments`: each tensor of segment ids and the tensor of its runs' starts."""
+    `segments`: each tensor of segment ids, as (the tensor of its runs' starts, that
+    tensor's declared shape)."""
     return analyse(expr, static, ordered, segments)[:2]
 
 
 def analyse(expr: ast.expr, static: Callable[[ast.expr], Any], ordered: frozenset[str] = frozenset(),
-            segments: dict[str, str] | None = None) -> tuple[Interval, Interval, bool]:
+            segments: dict[str, tuple[str, tuple]] | None = None) -> tuple[Interval, Interval, bool]:
     """visible()'s intervals, and whether some term of the mask met no rule (so that the
     intervals may be far wider than the visible set: a block table computed at run time can
     do better, kgen/lang/phases.py block_table)."""

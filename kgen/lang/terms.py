@@ -19,7 +19,8 @@ class TensorRef:
     dtype: str
     writable: bool = True  # outputs and scratch; a kernel must not write its op's inputs
     ordered: bool = False  # non-decreasing along the last dim (its domain says so): block_phases relies on it
-    runs: str | None = None  # segment ids: the input holding each id's first position (domain segments:)
+    # segment ids: the input holding each id's first position (domain segments:) and its declared shape
+    runs: tuple[str, tuple[str, ...]] | None = None
 
 
 @dataclass(frozen=True)

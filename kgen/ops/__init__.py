@@ -1,10 +1,11 @@
 """kgen's shipped ops, built from specs/ for the local GPU on first use and cached.
 
-    from kgen.ops import flash_attn_func, mamba_chunk_scan_combined, softmax, rmsnorm, matmul
+    from kgen.ops import flash_attn_func, flash_attn_varlen_func, mamba_chunk_scan_combined, softmax, rmsnorm, matmul
 
 Every shipped spec with a forward role is an attribute (its KgenOp, with autograd when the spec
-pairs a backward); `flash_attn_func` is the flash-attn style entry point over fa2_fwd/fa2_bwd,
-`mamba_chunk_scan_combined` mamba-ssm's over ssd_fwd and ssd_bwd.
+pairs a backward); `flash_attn_func` and `flash_attn_varlen_func` are the flash-attn style
+entry points over fa2_fwd/fa2_bwd and their variants, `mamba_chunk_scan_combined` mamba-ssm's
+over ssd_fwd and ssd_bwd.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from .attention import _register as _register_attention
 from .attention import flash_attn_func
 from .ssd import _register as _register_ssd
 from .ssd import mamba_chunk_scan_combined
+from .varlen import flash_attn_varlen_func
 
 
 @lru_cache(maxsize=None)
@@ -51,4 +53,4 @@ _register_attention()
 _register_ssd()
 
 
-__all__ = ["available", "flash_attn_func", "mamba_chunk_scan_combined"]
+__all__ = ["available", "flash_attn_func", "flash_attn_varlen_func", "mamba_chunk_scan_combined"]

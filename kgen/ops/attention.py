@@ -1,5 +1,6 @@
 """`flash_attn_func`: attention with flash-attn's calling convention over the fa2_fwd spec and
-the variants that extend it (specs/variants: window_size, softcap, alibi_slopes).
+the variants that extend it (specs/variants: window_size, softcap, alibi_slopes); the argument
+checks that kgen/ops/varlen.py's `flash_attn_varlen_func` shares.
 
 Checks the arguments (one sentence per mistake, before any launch), picks the spec from the
 keywords and the variant from the head dim and the flags, and calls the spec's op; autograd
@@ -20,34 +21,52 @@ HEAD_DIMS = (32, 64, 128)
 DTYPES = (torch.bfloat16, torch.float16)
 
 
-def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, fn: str = "flash_attn_func") -> None:
+    """q, k, v as `fn` takes them: (batch, seqlen, heads, head_dim), or for the varlen entry
+    point (total, heads, head_dim)."""
+    dims, layout = (3, "(total, heads, head_dim)") if fn == "flash_attn_varlen_func" else (4, "(batch, seqlen, heads, head_dim)")
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
-            raise LaunchError(f"flash_attn_func: '{name}' must be a torch.Tensor, got {type(t).__name__}")
-        if t.dim() != 4:
-            raise LaunchError(f"flash_attn_func: '{name}' has shape {tuple(t.shape)}; expected 4 dims (batch, seqlen, heads, head_dim)")
+            raise LaunchError(f"{fn}: '{name}' must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != dims:
+            raise LaunchError(f"{fn}: '{name}' has shape {tuple(t.shape)}; expected {dims} dims {layout}")
         if t.dtype not in DTYPES:
-            raise LaunchError(f"flash_attn_func: '{name}' has dtype {t.dtype}; accepted: torch.bfloat16, torch.float16")
+            raise LaunchError(f"{fn}: '{name}' has dtype {t.dtype}; accepted: torch.bfloat16, torch.float16")
         if t.numel() == 0:
-            raise LaunchError(f"flash_attn_func: '{name}' is empty (shape {tuple(t.shape)}); every dim must be at least 1")
+            raise LaunchError(f"{fn}: '{name}' is empty (shape {tuple(t.shape)}); every dim must be at least 1")
         if t.stride(-1) != 1:
-            raise LaunchError(f"flash_attn_func: '{name}' must have a contiguous last dim (stride 1), got strides {t.stride()}")
+            raise LaunchError(f"{fn}: '{name}' must have a contiguous last dim (stride 1), got strides {t.stride()}")
     if not (q.dtype == k.dtype == v.dtype):
-        raise LaunchError(f"flash_attn_func: q, k and v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+        raise LaunchError(f"{fn}: q, k and v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     if not (q.device == k.device == v.device):
-        raise LaunchError(f"flash_attn_func: q, k and v must be on one device, got {q.device}, {k.device}, {v.device}")
+        raise LaunchError(f"{fn}: q, k and v must be on one device, got {q.device}, {k.device}, {v.device}")
     if k.shape != v.shape:
-        raise LaunchError(f"flash_attn_func: k has shape {tuple(k.shape)} and v {tuple(v.shape)}; they must match")
-    b, _, h, d = q.shape
-    if k.shape[0] != b or k.shape[3] != d:
-        raise LaunchError(f"flash_attn_func: q is {tuple(q.shape)} and k is {tuple(k.shape)}; batch and head_dim must match")
+        raise LaunchError(f"{fn}: k has shape {tuple(k.shape)} and v {tuple(v.shape)}; they must match")
+    h, d = q.shape[-2:]
+    if (dims == 4 and k.shape[0] != q.shape[0]) or k.shape[-1] != d:
+        what = "batch and head_dim" if dims == 4 else "head_dim"
+        raise LaunchError(f"{fn}: q is {tuple(q.shape)} and k is {tuple(k.shape)}; {what} must match")
     if d not in HEAD_DIMS:
-        raise LaunchError(f"flash_attn_func: head_dim {d} is not supported; accepted: {', '.join(map(str, HEAD_DIMS))}")
-    if h % k.shape[2]:
-        raise LaunchError(f"flash_attn_func: q has {h} heads and k {k.shape[2]}; the query heads must be a multiple of the key/value heads")
+        raise LaunchError(f"{fn}: head_dim {d} is not supported; accepted: {', '.join(map(str, HEAD_DIMS))}")
+    if h % k.shape[-2]:
+        raise LaunchError(f"{fn}: q has {h} heads and k {k.shape[-2]}; the query heads must be a multiple of the key/value heads")
 
 
-VARIANTS = ("fa2_window", "fa2_softcap", "fa2_alibi", "fa2_window_softcap")  # specs/variants, by op name
+def check_scale(softmax_scale: Any, d: int, fn: str) -> float:
+    scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(d)
+    if not (scale > 0 and math.isfinite(scale)):  # the spec takes row maxima of unscaled scores
+        raise LaunchError(f"{fn}: softmax_scale is {softmax_scale}; accepted: a positive finite number (default 1/sqrt(head_dim))")
+    return scale
+
+
+def check_dropout(dropout_p: Any, fn: str) -> None:
+    """flash-attn's dropout_p, accepted at 0 (the value models pass outside training, and most
+    LLM training); dropout itself is not built yet."""
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or dropout_p != 0:
+        raise LaunchError(f"{fn}: dropout_p is {dropout_p!r}; dropout is not built yet, accepted: 0.0")
+
+
+VARIANTS = ("fa2_window", "fa2_softcap", "fa2_alibi", "fa2_window_softcap", "fa2_document", "fa2_varlen")  # specs/variants, by op name
 
 
 def _window(window_size: Any, causal: bool, sq: int, sk: int) -> tuple[int, int] | None:
@@ -78,44 +97,49 @@ def _slopes(alibi_slopes: Any, q: torch.Tensor) -> torch.Tensor:
     return alibi_slopes.expand(b, h).contiguous()
 
 
-def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-                    softmax_scale: float | None = None, deterministic: bool = False,
+def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float = 0.0,
+                    softmax_scale: float | None = None, causal: bool = False,
                     window_size: tuple[int, int] = (-1, -1), softcap: float = 0.0,
-                    alibi_slopes: torch.Tensor | None = None) -> torch.Tensor:
+                    alibi_slopes: torch.Tensor | None = None, deterministic: bool = False,
+                    return_attn_probs: bool = False) -> Any:
     """softmax(q k^T * softmax_scale) v for q (B, SQ, H, D), k and v (B, SK, HKV, D); returns
-    (B, SQ, H, D). softmax_scale defaults to 1/sqrt(D); causal masks align to the bottom-right.
+    (B, SQ, H, D). The arguments in flash-attn's order. softmax_scale defaults to 1/sqrt(D);
+    causal masks align to the bottom-right.
     As flash-attn: window_size=(left, right) lets query i see keys i + SK - SQ - left to
     i + SK - SQ + right (-1: no limit); softcap > 0 maps each scaled score s to
     softcap * tanh(s / softcap); alibi_slopes (H,) or (B, H) fp32 adds -slope * |i + SK - SQ - j|.
-    One of the three at a time, or window_size with softcap (Gemma 2's local layers)."""
-    _check(q, k, v)
+    One of the three at a time, or window_size with softcap (Gemma 2's local layers).
+    return_attn_probs=True returns (out, softmax_lse (B, H, SQ) fp32, None): the natural-log
+    logsumexp of each query row's scaled scores (-inf for a row that sees no key), without a
+    gradient, as flash-attn's; the third, flash-attn's dropout mask, is None (no dropout)."""
+    fn = "flash_attn_func"
+    check_qkv(q, k, v)
+    check_dropout(dropout_p, fn)
     d = q.shape[-1]
-    scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(d)
-    if not (scale > 0 and math.isfinite(scale)):  # the spec takes row maxima of unscaled scores
-        raise LaunchError(f"flash_attn_func: softmax_scale is {softmax_scale}; accepted: a positive finite number (default 1/sqrt(head_dim))")
+    scale = check_scale(softmax_scale, d, fn)
     window = _window(window_size, bool(causal), q.shape[1], k.shape[1])
     if isinstance(softcap, bool) or not isinstance(softcap, (int, float)) or not (softcap >= 0 and math.isfinite(softcap)):
-        raise LaunchError(f"flash_attn_func: softcap is {softcap!r}; accepted: 0 (none) or a positive finite number")
+        raise LaunchError(f"{fn}: softcap is {softcap!r}; accepted: 0 (none) or a positive finite number")
     asked = [n for n, on in (("window_size", window is not None), ("softcap", softcap > 0), ("alibi_slopes", alibi_slopes is not None)) if on]
     if len(asked) > 1 and asked != ["window_size", "softcap"]:
-        raise LaunchError(f"flash_attn_func: {' and '.join(asked)} together are not built yet; pass one of them, or "
+        raise LaunchError(f"{fn}: {' and '.join(asked)} together are not built yet; pass one of them, or "
                           "window_size with softcap (each is a spec in specs/variants)")
     # each op's schema: inputs, scalars, variant options, then what autograd hands the backward
     common = dict(softmax_scale=scale, head_dim=d, causal=bool(causal), deterministic=bool(deterministic))
     if window is not None:
         common["causal"] = False  # the window's right edge is the causal mask
         if softcap > 0:
-            o, _lse = call_op("fa2_window_softcap", q, k, v, window_left=window[0], window_right=window[1],
-                                                        softcap=float(softcap), **common)
+            o, lse = call_op("fa2_window_softcap", q, k, v, window_left=window[0], window_right=window[1],
+                                                       softcap=float(softcap), **common)
         else:
-            o, _lse = call_op("fa2_window", q, k, v, window_left=window[0], window_right=window[1], **common)
+            o, lse = call_op("fa2_window", q, k, v, window_left=window[0], window_right=window[1], **common)
     elif softcap > 0:
-        o, _lse = call_op("fa2_softcap", q, k, v, softcap=float(softcap), **common)
+        o, lse = call_op("fa2_softcap", q, k, v, softcap=float(softcap), **common)
     elif alibi_slopes is not None:
-        o, _lse = call_op("fa2_alibi", q, k, v, _slopes(alibi_slopes, q), **common)
+        o, lse = call_op("fa2_alibi", q, k, v, _slopes(alibi_slopes, q), **common)
     else:
-        o, _lse = call_op("fa2_fwd", q, k, v, scale, d, bool(causal), bool(deterministic))
-    return o
+        o, lse = call_op("fa2_fwd", q, k, v, scale, d, bool(causal), bool(deterministic))
+    return (o, lse, None) if return_attn_probs else o
 
 
 def _register() -> None:

@@ -21,13 +21,21 @@ END = [min(c for c in _CUTS if c > p) for p in range(70)]
 # segment ids over the 70 positions (domain segments: runs), one run empty: id d from RUNS[d] up to RUNS[d + 1]
 RUNS = [0, 11, 12, 12, 30, 58, 70]
 DOC = [max(d for d, r in enumerate(RUNS[:-1]) if r <= p) for p in range(70)]
-ORDERED = frozenset({"start", "end", "doc"})
-SEGMENTS = {"doc": "runs"}
+# a second numbering of the same documents over the 50 query positions (a varlen query's
+# cu_seqlens beside the key's): its starts declared with the same shape as RUNS
+QRUNS = [0, 5, 5, 9, 20, 44, 50]
+QDOC = [max(d for d, r in enumerate(QRUNS[:-1]) if r <= p) for p in range(50)]
+# ids of another numbering (starts of another shape): comparing them with doc bounds nothing
+ORUNS = [0, 10, 30, 50]
+OTHER = [max(d for d, r in enumerate(ORUNS[:-1]) if r <= p) for p in range(50)]
+ORDERED = frozenset({"start", "end", "doc", "qdoc", "other"})
+SEGMENTS = {"doc": ("runs", ("B", "N1")), "qdoc": ("qruns", ("B", "N1")), "other": ("oruns", ("B", "N2"))}
+LISTS = {"start": START, "end": END, "doc": DOC, "runs": RUNS, "qdoc": QDOC, "qruns": QRUNS, "other": OTHER, "oruns": ORUNS}
 
 
 def _eval(e: ast.expr | None, env: dict) -> int:
     fns = {"minimum": min, "maximum": max, "where": lambda c, a, b: a if c else b, "cdiv": lambda a, b: -(-a // b),
-           "load": lambda x: x, "start": START, "end": END, "doc": DOC, "runs": RUNS}
+           "load": lambda x: x, **LISTS}
     return eval(compile(ast.Expression(ast.fix_missing_locations(e)), "<bound>", "eval"), fns, dict(env))
 
 
@@ -61,12 +69,15 @@ MASKS = {  # name: (body over q, k; exact: the covered blocks are exactly those 
     "same_segment_causal": ("load(doc[minimum(maximum(q + (SK - SQ), 0), SK - 1)]) == load(doc[k]) and k <= q + (SK - SQ)", True),
     "same_segment_shifted": ("load(doc[maximum(q - 7, 0)]) == load(doc[minimum(k + 5, SK - 1)])", True),
     "different_segment": ("load(doc[k]) != load(doc[q])", False),
+    "varlen": ("load(qdoc[q]) == load(doc[k])", True),
+    "varlen_causal": ("load(qdoc[q]) == load(doc[k]) and k <= q + load(runs[load(qdoc[q]) + 1]) - load(qruns[load(qdoc[q]) + 1])", False),
+    "other_numbering": ("load(other[q]) == load(doc[k])", False),
 }
 
 
 def _visible(body: str, q: int, k: int) -> bool:
     return bool(eval(body, {"load": lambda x: x, "minimum": min, "maximum": max},
-                     dict(SCALARS, causal=True, q=q, k=k, start=START, end=END, doc=DOC)))
+                     dict(SCALARS, causal=True, q=q, k=k, **LISTS)))
 
 
 @pytest.mark.parametrize("name", sorted(MASKS))

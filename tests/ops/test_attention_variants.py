@@ -42,6 +42,12 @@ def _mask_and_bias(name: str, scalars: dict, causal: bool, slopes: torch.Tensor 
         doc = torch.bucketize(torch.arange(SK), torch.tensor(DOC_STARTS[1:-1]), right=True)
         seen = doc[(i + SK - SQ).clamp(0, SK - 1)] == doc[j]
         seen = seen & (j <= diag) if causal else seen
+    elif name == "varlen":  # sequence d: queries from Q_STARTS[d], keys from DOC_STARTS[d]
+        dq = torch.bucketize(torch.arange(SQ), torch.tensor(Q_STARTS[1:-1]), right=True)[:, None]
+        dk = torch.bucketize(torch.arange(SK), torch.tensor(DOC_STARTS[1:-1]), right=True)[None, :]
+        seen = dq == dk
+        if causal:  # bottom-right within each sequence
+            seen = seen & (j - torch.tensor(DOC_STARTS)[dq + 1] <= i - torch.tensor(Q_STARTS)[dq + 1])
     elif name == "alibi":
         dist = (diag - j).abs().double()
         mod = lambda s: s - slopes.double()[:, :, None, None] * dist  # noqa: E731
@@ -56,6 +62,18 @@ def _attention(q, k, v, scale, seen, mod):
 
 
 DOC_STARTS = [0, 40, 41, 150, 200, SK]  # packed documents over the SK positions (one of length 1)
+Q_STARTS = [0, 30, 30, 120, 170, SQ]  # varlen: the same sequences' queries (one with none, one with a key)
+
+
+def _varlen_inputs() -> dict:
+    ids = {n: torch.bucketize(torch.arange(total), torch.tensor(starts[1:-1]), right=True).to(torch.int32)[None].contiguous()
+           for n, total, starts in (("seq_q", SQ, Q_STARTS), ("seq_k", SK, DOC_STARTS))}
+    return {**ids, "cu_seqlens_q": torch.tensor([Q_STARTS], dtype=torch.int32),
+            "cu_seqlens_k": torch.tensor([DOC_STARTS], dtype=torch.int32)}
+
+
+def _extra_inputs(name: str) -> dict:
+    return _document_inputs() if name == "document" else _varlen_inputs() if name == "varlen" else {}
 
 
 def _document_inputs() -> dict:
@@ -73,7 +91,9 @@ CASES = [("sliding_window", False, {"window_left": 70, "window_right": 9}),
          ("alibi", False, {}),
          ("alibi", True, {}),
          ("document", False, {}),
-         ("document", True, {})]
+         ("document", True, {}),
+         ("varlen", False, {}),
+         ("varlen", True, {})]
 
 
 @pytest.mark.parametrize("name, causal, scalars", CASES)
@@ -81,11 +101,11 @@ def test_forward_and_backward_match_the_meaning(name, causal, scalars):
     ls = load_spec(VARIANTS / f"{name}.yaml")
     gen = torch.Generator().manual_seed(len(name) + causal)
     q, k, v = (torch.randn(B, n, h, D, generator=gen).to(torch.bfloat16) for n, h in ((SQ, H), (SK, HKV), (SK, HKV)))
-    extra = {"slopes": torch.rand(B, H, generator=gen)} if name == "alibi" else _document_inputs() if name == "document" else {}
+    extra = {"slopes": torch.rand(B, H, generator=gen)} if name == "alibi" else _extra_inputs(name)
     scale = 1 / math.sqrt(D)
     every = {"softmax_scale": scale, **scalars}
     variant = {"dtype": "bf16", "head_dim": D, "causal": causal}
-    sizes = {"B": B, "SQ": SQ, "SK": SK, "H": H, "HKV": HKV, **({"N1": len(DOC_STARTS)} if name == "document" else {})}
+    sizes = {"B": B, "SQ": SQ, "SK": SK, "H": H, "HKV": HKV, **({"N1": len(DOC_STARTS)} if name in ("document", "varlen") else {})}
     got = helpers.run_spec_cpu(ls, variant, {"q": q, "k": k, "v": v, **extra}, sizes, every)
     helpers.check_outputs(ls, got, {"q": q, "k": k, "v": v, **extra}, every, variant)
     seen, mod = _mask_and_bias(name, scalars, causal, extra.get("slopes"))
@@ -134,7 +154,7 @@ def _through_the_op(name: str, causal: bool, scalars: dict, device: str, **load)
     do = torch.randn(B, SQ, H, D, generator=gen).to(torch.bfloat16)
     leaves = [t.to(device).requires_grad_() for t in (q, k, v)]
     extra = ({"slopes": slopes.to(device)} if slopes is not None else
-             {k: v.to(device) for k, v in _document_inputs().items()} if name == "document" else {})
+             {k: v.to(device) for k, v in _extra_inputs(name).items()})
     o, lse = op(*leaves, **extra, softmax_scale=1 / math.sqrt(D), causal=causal, **scalars)
     got = [o, lse, *torch.autograd.grad(o, leaves, do.to(device))]
     seen, mod = _mask_and_bias(name, scalars, causal, slopes)
@@ -153,7 +173,7 @@ def _through_the_op(name: str, causal: bool, scalars: dict, device: str, **load)
         helpers.check_close(n, g.detach().cpu(), w.detach(), l.detach())
 
 
-@pytest.mark.parametrize("name, causal", [("document", True), ("alibi", False)])
+@pytest.mark.parametrize("name, causal", [("document", True), ("varlen", True), ("alibi", False)])
 def test_the_op_on_the_cpu_matches_the_meaning(name, causal):
     """Through kgen.load (forward, derived backward, autograd, the pairing check) on the interpreter."""
     _through_the_op(name, causal, {}, "cpu")
