@@ -1,13 +1,14 @@
 """Benchmark kgen.ops.flash_attn_varlen_func on packed sequences against FlexAttention's
-document mask and SDPA on jagged nested tensors (PyTorch's flash-attn varlen path), in one
-process, on the same inputs.
+document mask, PyTorch's FlashAttention-2 varlen kernel (aten::_flash_attention_forward) and
+SDPA on jagged nested tensors (the public route to that kernel), in one process, on the same
+inputs.
 
     python -m kgen.bench.varlen [--json out.json] [--head-dims 64,128] [--mean-lens 512,2048]
 
 16384 packed tokens (B = 1), H*D = 2048, bf16, causal; sequence lengths drawn once per mean
 (seed 0, uniform in [mean/4, 7*mean/4], the last cut to fill). Two kgen rows: one cu_seqlens
-tensor for queries and keys (fa2_document: bounded by the sequence ids), and two equal ones
-(fa2_varlen: its bottom-right causal term measured once per cu_seqlens, then kept). Times:
+tensor for queries and keys, and two tensors of equal values (both run fa2_document, bounded by
+the sequence ids: the second row shows that equal values are recognised). Times:
 median CUDA-event time, the backward as torch.autograd.grad(out, (q, k, v), dout). FLOPs count
 the visible pairs (4*D per pair forward, 2.5x backward). Outputs and gradients are compared
 with Flex's before timing.
@@ -57,6 +58,14 @@ def _sdpa_jagged(cu: torch.Tensor):
     return run
 
 
+def _fa2_varlen(cu: torch.Tensor, longest: int):
+    # PyTorch's own FlashAttention-2 varlen kernel, the one its jagged SDPA dispatches to, called
+    # without the nested-tensor wrapping (aten::_flash_attention_forward has its derivative).
+    def run(q, k, v):
+        return torch.ops.aten._flash_attention_forward(q, k, v, cu, cu, longest, longest, 0.0, True, False)[0]
+    return run
+
+
 def main() -> None:
     from kgen.ops import flash_attn_varlen_func
 
@@ -82,8 +91,9 @@ def main() -> None:
             q, k, v = (t.requires_grad_() for t in (q, k, v))
             providers = {
                 "kgen": lambda q, k, v: flash_attn_varlen_func(q, k, v, cu, cu, longest, longest, causal=True),
-                "kgen 2 cu": lambda q, k, v: flash_attn_varlen_func(q, k, v, cu, cu_k, longest, longest, causal=True),
+                "kgen equal cu": lambda q, k, v: flash_attn_varlen_func(q, k, v, cu, cu_k, longest, longest, causal=True),
                 "flex": _flex(seg),
+                "fa2 varlen": _fa2_varlen(cu, longest),
                 "sdpa jagged": _sdpa_jagged(cu),
             }
             times, outs = {}, {}

@@ -4,7 +4,7 @@ q (total_q, H, D), k and v (total_k, HKV, D) hold sequences one after another; c
 cu_seqlens_k (int32, nseq + 1) their first positions and the totals. They run as one row of the
 variant specs (B = 1, views of the caller's tensors, no copy): fa2_document where the query and
 key sequences are the same (one cu_seqlens tensor passed for both, the usual self-attention of
-packed training), its mask bounded by the sequence ids alone; fa2_varlen otherwise, where the
+packed training, or two of equal values), its mask bounded by the sequence ids alone; fa2_varlen otherwise, where the
 per-sequence bottom-right causal term is measured (docs/SPEC_LANGUAGE.md, "Block phases").
 
 The sequence ids the masks read are made from cu_seqlens on the device, once per cu_seqlens
@@ -29,31 +29,32 @@ FN = "flash_attn_varlen_func"
 
 class _Ids:
     """Per cu_seqlens tensor: its sequence ids over `total` positions (int32, (1, total)), the
-    tensor as one row (1, nseq + 1), and the longest sequence. The row is kept too: a new view
+    tensor as one row (1, nseq + 1), the longest sequence, and its values on the host. The row is kept too: a new view
     each call would be a new input object, and the block table measured from it would be
     measured again on every call."""
 
     def __init__(self) -> None:
         self._kept: dict[int, tuple[weakref.ref, int, int, tuple[torch.Tensor, torch.Tensor, int]]] = {}
 
-    def get(self, cu: torch.Tensor, total: int, name: str) -> tuple[torch.Tensor, torch.Tensor, int]:
+    def get(self, cu: torch.Tensor, total: int, name: str) -> tuple[torch.Tensor, torch.Tensor, int, tuple[int, ...]]:
         hit = self._kept.get(id(cu))
         if hit is not None and hit[0]() is cu and hit[1] == cu._version and hit[2] == total:
             return hit[3]
-        longest = _check_cu(cu, total, name)
+        host = _check_cu(cu, total, name)
         positions = torch.arange(total, device=cu.device, dtype=torch.int32)
         ids = (torch.searchsorted(cu, positions, right=True) - 1).to(torch.int32).view(1, total)
         self._kept = {k: e for k, e in self._kept.items() if e[0]() is not None}  # forget freed tensors
-        self._kept[id(cu)] = (weakref.ref(cu), cu._version, total, (ids, cu.view(1, -1), longest))
+        longest = max(b - a for a, b in zip(host, host[1:]))
+        self._kept[id(cu)] = (weakref.ref(cu), cu._version, total, (ids, cu.view(1, -1), longest, host))
         return self._kept[id(cu)][3]
 
 
 _ids = _Ids()
 
 
-def _check_cu(cu: Any, total: int, name: str) -> int:
+def _check_cu(cu: Any, total: int, name: str) -> tuple[int, ...]:
     """cu_seqlens as flash-attn takes it (int32, 1-D, 0 first, non-decreasing, the total last);
-    returns the longest sequence. Reads the tensor on the host."""
+    returns its values, read on the host."""
     if not isinstance(cu, torch.Tensor):
         raise LaunchError(f"{FN}: '{name}' must be a torch.Tensor, got {type(cu).__name__}")
     if cu.dtype != torch.int32 or cu.dim() != 1 or cu.numel() < 2:
@@ -64,7 +65,7 @@ def _check_cu(cu: Any, total: int, name: str) -> int:
         shown = host if len(host) <= 8 else [*host[:4], "...", *host[-3:]]
         raise LaunchError(f"{FN}: '{name}' is {shown}; accepted: offsets starting at 0, non-decreasing, ending at the "
                           f"packed length {total}")
-    return max(b - a for a, b in zip(host, host[1:]))
+    return tuple(host)
 
 
 def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
@@ -88,9 +89,12 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
     for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
         if isinstance(cu, torch.Tensor) and cu.device != q.device:
             raise LaunchError(f"{FN}: {name} is on {cu.device} and q on {q.device}; they must be on one device")
-    seq_q, row_q, longest_q = _ids.get(cu_seqlens_q, q.shape[0], "cu_seqlens_q")
-    same = cu_seqlens_k is cu_seqlens_q and k.shape[0] == q.shape[0]  # one packing for queries and keys
-    seq_k, row_k, longest_k = (seq_q, row_q, longest_q) if same else _ids.get(cu_seqlens_k, k.shape[0], "cu_seqlens_k")
+    seq_q, row_q, longest_q, host_q = _ids.get(cu_seqlens_q, q.shape[0], "cu_seqlens_q")
+    seq_k, row_k, longest_k, host_k = ((seq_q, row_q, longest_q, host_q) if cu_seqlens_k is cu_seqlens_q
+                                       else _ids.get(cu_seqlens_k, k.shape[0], "cu_seqlens_k"))
+    # one packing for queries and keys (one tensor, or two of equal values): every sequence is as
+    # long in keys as in queries, so bottom-right causal is fa2_document's top-left one
+    same = host_k == host_q
     if cu_seqlens_k.shape != cu_seqlens_q.shape:
         raise LaunchError(f"{FN}: cu_seqlens_q has {cu_seqlens_q.numel() - 1} sequences and cu_seqlens_k "
                           f"{cu_seqlens_k.numel() - 1}; they must match")

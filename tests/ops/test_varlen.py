@@ -90,15 +90,27 @@ def test_gpu_varlen_matches_each_sequence_on_its_own(same, causal):
 
 def test_sequence_ids_are_kept_per_cu_seqlens_tensor_and_remade_when_it_changes():
     cu = torch.tensor([0, 3, 8], dtype=torch.int32)
-    first, row, longest = varlen_module._ids.get(cu, 8, "cu_seqlens_q")
+    first, row, longest, host = varlen_module._ids.get(cu, 8, "cu_seqlens_q")
     assert first.tolist() == [[0, 0, 0, 1, 1, 1, 1, 1]] and row.tolist() == [[0, 3, 8]] and longest == 5
+    assert host == (0, 3, 8)
     kept = varlen_module._ids.get(cu, 8, "cu_seqlens_q")  # the same tensor, unchanged: the same objects
     assert kept[0] is first and kept[1] is row
     cu[1] = 6  # in place: its version moves on
-    again, _, longest = varlen_module._ids.get(cu, 8, "cu_seqlens_q")
+    again, _, longest, _ = varlen_module._ids.get(cu, 8, "cu_seqlens_q")
     assert again is not first and again.tolist() == [[0] * 6 + [1] * 2] and longest == 6
     equal = cu.clone()  # another tensor with the same values is measured (and checked) on its own
     assert varlen_module._ids.get(equal, 8, "cu_seqlens_q")[0] is not again
+
+
+@pytest.mark.parametrize("packing", ["one_tensor", "equal_values", "other_values"])
+def test_one_packing_runs_the_document_spec_and_two_the_varlen_spec(monkeypatch, packing):
+    ran = []
+    monkeypatch.setattr(varlen_module, "call_op", lambda name, q, *rest, **kw: ran.append(name) or (q, q[..., 0]))
+    cu = torch.tensor([0, 3, 8], dtype=torch.int32)
+    cu_k = {"one_tensor": cu, "equal_values": cu.clone(), "other_values": torch.tensor([0, 5, 8], dtype=torch.int32)}[packing]
+    q = torch.randn(8, 2, 32).to(torch.bfloat16)
+    flash_attn_varlen_func(q, q, q, cu, cu_k, 5, 5, causal=True)
+    assert ran == ["fa2_varlen" if packing == "other_values" else "fa2_document"]
 
 
 def test_flash_attn_func_takes_flash_attns_positional_order_and_returns_the_lse():
