@@ -1,6 +1,6 @@
 """Benchmark kgen's FlashAttention-2 against PyTorch's attention backends, in one process.
 
-    python -m kgen.bench.attention [--json out.json] [--plot out.png] [--quick]
+    python -m kgen.bench.attention [--json out.json] [--plot out.png] [--quick] [--head-dims 96] [--seqlens 2048,4096]
 
 Grid and conventions as in FlashAttention's benchmarks: bf16, B*S = 16384 tokens, H*D = 2048,
 S from 1k to 16k, D 64 and 128, causal and not; median CUDA-event time of many runs
@@ -97,18 +97,24 @@ def main() -> None:
     ap.add_argument("--plot", type=Path, default=None)
     ap.add_argument("--quick", action="store_true", help="D=128, S in {2k, 4k, 8k} only")
     ap.add_argument("--providers", default="kgen,fa2,cudnn,efficient,flex")
+    ap.add_argument("--head-dims", default=None, help="comma-separated head_dims (default 64,128; --quick 128)")
+    ap.add_argument("--seqlens", default=None, help="comma-separated sequence lengths (default 1k-16k; --quick 2k-8k)")
     args = ap.parse_args()
     torch.manual_seed(0)
     dev = "cuda"
     provs = {k: v for k, v in providers().items() if k in args.providers.split(",")}
     seqs = [2048, 4096, 8192] if args.quick else [1024, 2048, 4096, 8192, 16384]
     dims = [128] if args.quick else [64, 128]
+    if args.head_dims:
+        dims = [int(x) for x in args.head_dims.split(",")]
+    if args.seqlens:
+        seqs = [int(x) for x in args.seqlens.split(",")]
     rows = []
     t_build = time.perf_counter()
     for d in dims:
         for causal in (False, True):
             for s in seqs:
-                b, h = 16384 // s, 2048 // d
+                b, h = max(1, 16384 // s), max(1, 2048 // d)
                 q, k, v = (torch.randn(b, s, h, d, device=dev, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
                 dout = torch.randn(b, s, h, d, device=dev, dtype=torch.bfloat16)
                 flops = 4 * b * h * s * s * d / (2 if causal else 1)

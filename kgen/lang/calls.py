@@ -1,7 +1,7 @@
 """The tile language's functions: one small handler per name.
 
 load/store/atomic_add take a tensor indexed by scalars, block(i, size) and ':' (a whole static
-dim); everything else works on tiles and scalars.
+dim, in a tile of the next power of two); everything else works on tiles and scalars.
 """
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import ast
 from typing import TYPE_CHECKING, Any
 
 from ..ir.core import INT_DTYPES, Value
+from ..spec.expr import pow2
 from .terms import UNARY_FNS, BlockIndex, TensorRef, _DType
 from .types import broadcast_shapes
 
@@ -168,6 +169,11 @@ def _cdiv(p, node):
     return p.b.binary("floordiv", p.b.binary("add", a, p.b.binary("sub", b, 1)), b)
 
 
+def _pow2(p, node):
+    (n,) = _args(p, node, 1, 1)
+    return pow2(_static_int(p, node.args[0], n, "the argument of pow2(n)"))
+
+
 def _block(p, node):
     i, size = _args(p, node, 2, 2)
     scalar_int = isinstance(i, Value) and i.is_scalar and i.dtype in INT_DTYPES
@@ -213,8 +219,14 @@ def _memory(p: _Parser, node: ast.Call, fn: str) -> Any:
                 raise p.fail(it, "write a block of a dim as block(i, size); ':' takes the whole dim")
             if static is None:
                 raise p.fail(it, f"dim {d} of '{t.name}' is a runtime size; take it in blocks with block(i, size)")
-            size = 1 << (static - 1).bit_length()
-            index.append(("all", size))
+            size = pow2(static)
+            if size == static:
+                index.append(("all", size))
+            else:
+                # a tile the next power of two wide (Triton's padded head dims): the block at 0,
+                # so its columns past the dim are bound-tested (loads read 0 there, stores skip them)
+                operands.append(p.b.as_value(0, "int32"))
+                index.append(("block", len(operands) - 1, size))
             shape.append(size)
             continue
         x = p.expr(it)
@@ -307,7 +319,7 @@ def _gather_scatter(p: _Parser, node: ast.Call, fn: str, t: TensorRef, items: li
 
 _HANDLERS = {
     "program_id": _program_id, "arange": _arange, "full": _full, "zeros": _zeros,
-    "where": _where, "dot": _dot, "cumsum": _cumsum, "cdiv": _cdiv, "block": _block,
+    "where": _where, "dot": _dot, "cumsum": _cumsum, "cdiv": _cdiv, "pow2": _pow2, "block": _block,
     "maximum": _binary("max"), "minimum": _binary("min"),
     **{fn: _unary(fn) for fn in UNARY_FNS},
     **{fn: _reduce(fn) for fn in REDUCE},

@@ -17,7 +17,9 @@ import torch
 from ..errors import LaunchError
 from ..runtime.op import call_op
 
-HEAD_DIMS = (32, 64, 128)
+# every multiple of 8 in this range (specs/fa2_fwd.yaml open_variants: other than 32, 64 and
+# 128 the tiles are the next power of two wide, built at the first call)
+HEAD_DIM_RANGE = (16, 128)
 DTYPES = (torch.bfloat16, torch.float16)
 
 
@@ -46,8 +48,9 @@ def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, fn: str = "flas
     if (dims == 4 and k.shape[0] != q.shape[0]) or k.shape[-1] != d:
         what = "batch and head_dim" if dims == 4 else "head_dim"
         raise LaunchError(f"{fn}: q is {tuple(q.shape)} and k is {tuple(k.shape)}; {what} must match")
-    if d not in HEAD_DIMS:
-        raise LaunchError(f"{fn}: head_dim {d} is not supported; accepted: {', '.join(map(str, HEAD_DIMS))}")
+    lo, hi = HEAD_DIM_RANGE
+    if d % 8 or not lo <= d <= hi:
+        raise LaunchError(f"{fn}: head_dim {d} is not supported; accepted: a multiple of 8 from {lo} to {hi}")
     if h % k.shape[-2]:
         raise LaunchError(f"{fn}: q has {h} heads and k {k.shape[-2]}; the query heads must be a multiple of the key/value heads")
 

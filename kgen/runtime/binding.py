@@ -42,7 +42,7 @@ def choose_variant(ls: LoadedSpec, tensors: dict[str, torch.Tensor], options: di
             if value is None:
                 # an axis that sizes an input (fa2's head_dim) is read off that input's shape
                 value = axis_from_shape(spec, tensors, axis, values[0])
-            check_option(spec.name, axis, value, values)
+            check_option(spec.name, axis, value, values, spec.open_variants.get(axis))
             variant[axis] = value
     for ex in spec.exclude:
         if all(variant[a] == v for a, v in ex.items()):
@@ -70,10 +70,15 @@ def bucket_value(spec, axis: str, n: int) -> int | None:
     return next((v for v in spec.variants[axis] if n <= v), None)
 
 
-def check_option(op: str, axis: str, value: Any, values: list[Any]) -> None:
-    """An option must be one of its axis' values, and of the same type (1 is not True)."""
-    if isinstance(values[0], bool) != isinstance(value, bool) or value not in values:
-        raise LaunchError(f"{op}: {axis}={value!r} is not supported; accepted: {', '.join(map(repr, values))}")
+def check_option(op: str, axis: str, value: Any, values: list[Any], also: str | None = None) -> None:
+    """An option must be one of its axis' values, and of the same type (1 is not True), or an
+    integer meeting the axis' open_variants condition `also` (built at its first call)."""
+    if isinstance(values[0], bool) == isinstance(value, bool) and value in values:
+        return
+    if also is not None and isinstance(value, int) and not isinstance(value, bool) and eval_expr(also, {axis: value}):
+        return
+    accepted = ", ".join(map(repr, values)) + (f", or an integer with {also}" if also else "")
+    raise LaunchError(f"{op}: {axis}={value!r} is not supported; accepted: {accepted}")
 
 
 def axis_from_shape(spec, tensors: dict[str, torch.Tensor], axis: str, default: Any) -> Any:

@@ -135,7 +135,7 @@ class KgenOp:
             given = i < len(args) or n in kwargs
             v = args[i] if i < len(args) else kwargs.get(n)
             if given and values is not None:
-                check_option(self.spec.name, n, v, values)  # here: the schema would turn 1 into True
+                check_option(self.spec.name, n, v, values, self.spec.open_variants.get(n))  # here: the schema would turn 1 into True
             if given and scalar is not None:
                 try:  # here: the schema's int or float would turn it into its own error
                     out.append(scalar.value(v))

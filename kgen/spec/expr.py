@@ -12,7 +12,14 @@ _BIN = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, as
         ast.Mod: operator.mod, ast.Pow: operator.pow}
 _CMP = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
         ast.Eq: operator.eq, ast.NotEq: operator.ne}
-_FN = {"cdiv": lambda a, b: -(-a // b), "min": min, "max": max}
+
+
+def pow2(n: int) -> int:
+    """The smallest power of two at least n (1 for n <= 1): the tile that holds n."""
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+_FN = {"cdiv": lambda a, b: -(-a // b), "min": min, "max": max, "pow2": pow2}
 
 
 @lru_cache(maxsize=512)
@@ -46,7 +53,7 @@ def check_expr(text: str | int, known: list[str]) -> None:
 
 
 # the arity of each function, as (fewest, most) arguments
-_FN_ARITY = {"cdiv": (2, 2), "min": (2, None), "max": (2, None)}
+_FN_ARITY = {"cdiv": (2, 2), "min": (2, None), "max": (2, None), "pow2": (1, 1)}
 
 
 def _check(node: ast.expr, known: list[str], text: str) -> None:
@@ -104,4 +111,4 @@ def _eval(node: ast.expr, env: dict[str, Any], text: str) -> Any:
 
 
 _ONLY = ("'{text}' is not a size expression; accepted: integers, names, + - * // % **, comparisons, "
-         "and/or/not, cdiv, min and max")
+         "and/or/not, cdiv, min, max and pow2")

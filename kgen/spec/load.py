@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 import typing
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from ..errors import SourceLoc, SpecError, UsageError
+from .expr import eval_expr
 from .model import INT_DTYPE_NAMES, Scalar, Spec
 from .refs import FieldError
 from .yamlpos import PositionedYaml, read_yaml
@@ -24,11 +26,13 @@ class LoadedSpec:
     def where(self, *path: Any) -> SourceLoc | None:
         return self.yaml.where(path)
 
-    def variants(self) -> list[dict[str, Scalar]]:
-        """The product of the variant axes, less the excluded combinations, in declaration order."""
+    def variants(self, values: dict[str, list[Scalar]] | None = None) -> list[dict[str, Scalar]]:
+        """The product of the variant axes (`values` replacing some axes' lists), less the
+        excluded combinations, in declaration order."""
         axes = list(self.spec.variants)
+        lists = {**self.spec.variants, **(values or {})}
         out = []
-        for combo in itertools.product(*(self.spec.variants[a] for a in axes)):
+        for combo in itertools.product(*(lists[a] for a in axes)):
             v = dict(zip(axes, combo))
             if not any(all(v[a] == x for a, x in ex.items()) for ex in self.spec.exclude):
                 out.append(v)
@@ -36,17 +40,23 @@ class LoadedSpec:
 
     def select_variant(self, wanted: dict[str, str]) -> list[dict[str, Scalar]]:
         """The variants matching `wanted` (axis -> value as text, from the command line)."""
+        opened: dict[str, list[Scalar]] = {}
         for axis, text in wanted.items():
             if axis not in self.spec.variants:
                 raise UsageError(f"unknown variant axis '{axis}'; axes of {self.spec.name}: {', '.join(self.spec.variants) or 'none'}")
-            if text not in [str(x).lower() for x in self.spec.variants[axis]]:
-                accepted = ", ".join(str(x).lower() for x in self.spec.variants[axis])
-                raise UsageError(f"unknown value '{text}' for variant axis '{axis}'; accepted: {accepted}")
-        return [v for v in self.variants() if all(str(v[a]).lower() == t for a, t in wanted.items())]
+            if text in [str(x).lower() for x in self.spec.variants[axis]]:
+                continue
+            also = self.spec.open_variants.get(axis)
+            if also is not None and re.fullmatch(r"-?[0-9]+", text) and eval_expr(also, {axis: int(text)}):
+                opened[axis] = [int(text)]  # an open axis' value that is not built ahead
+                continue
+            accepted = ", ".join(str(x).lower() for x in self.spec.variants[axis]) + (f", or an integer with {also}" if also else "")
+            raise UsageError(f"unknown value '{text}' for variant axis '{axis}'; accepted: {accepted}")
+        return [v for v in self.variants(opened) if all(str(v[a]).lower() == t for a, t in wanted.items())]
 
 
 # the fields a spec that extends another merges key by key with its base's; the others replace
-MERGED_FIELDS = ("variants", "tensors", "scalars", "tunables", "hooks", "autograd")
+MERGED_FIELDS = ("variants", "open_variants", "tensors", "scalars", "tunables", "hooks", "autograd")
 
 
 def load_spec(path: str | Path) -> LoadedSpec:

@@ -12,7 +12,7 @@ from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from .refs import FieldError, check_references
+from .refs import FieldError, check_references, expr_at
 
 IDENT = r"^[A-Za-z_][A-Za-z0-9_]*$"
 DTYPE_NAMES = ("bf16", "fp16", "fp32", "int32", "int64")
@@ -167,6 +167,9 @@ class Spec(Strict):
     name: str = Field(pattern=IDENT)
     summary: str
     variants: dict[str, list[Scalar]] = Field(default_factory=dict)
+    open_variants: dict[str, str] = Field(default_factory=dict, description="variant axis -> a condition on it: "
+                                          "the axis also takes, at a call, any integer meeting it (built at its first "
+                                          "call); its listed values are those built ahead (kgen build, the checks)")
     exclude: list[dict[str, Scalar]] = Field(default_factory=list, description="variant combinations to leave out")
     sizes: list[str] = Field(default_factory=list)
     scalars: dict[str, ScalarParam] = Field(default_factory=dict)
@@ -208,6 +211,15 @@ class Spec(Strict):
             if any(isinstance(v, bool) or not isinstance(v, int) or v <= 0 for v in values) or values != sorted(set(values)):
                 raise FieldError(("variants", axis), f"variant axis '{axis}' buckets size {size}: its values must be "
                                  f"positive integers in ascending order, got {values}")
+        for axis, condition in self.open_variants.items():
+            values = self.variants.get(axis)
+            if values is None:
+                raise FieldError(("open_variants", axis, "<key>"), f"'{axis}' is not a variant axis; axes: "
+                                 f"{', '.join(self.variants) or 'none'}")
+            if any(isinstance(v, bool) or not isinstance(v, int) for v in values):
+                raise FieldError(("variants", axis), f"variant axis '{axis}' is open (open_variants): its values must be "
+                                 f"integers, got {values}")
+            expr_at(("open_variants", axis), condition, [axis])
         check_references(self, DTYPE_NAMES)
         return self
 

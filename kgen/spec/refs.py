@@ -32,10 +32,10 @@ def check_references(spec: "Spec", dtype_names: tuple[str, ...]) -> None:
     _check_tensors(spec, known, dtype_names)
     for i, ks in enumerate(spec.kernels):
         for j, g in enumerate(ks.grid):
-            _expr_at(("kernels", i, "grid", j), g, known)
+            expr_at(("kernels", i, "grid", j), g, known)
         _check_warps(spec, i, ks.warps)
     for i, c in enumerate(spec.constraints):
-        _expr_at(("constraints", i), c, known)
+        expr_at(("constraints", i), c, known)
         used = names_in(c)
         if used & set(spec.tunables) and used & set(spec.sizes):
             raise FieldError(("constraints", i), f"'{c}' names sizes ({', '.join(sorted(used & set(spec.sizes)))}) and "
@@ -89,7 +89,7 @@ def _check_tensors(spec: "Spec", known: list[str], dtype_names: tuple[str, ...])
         for k, d in enumerate(t.shape):
             path = ("tensors", tname, "shape", k)
             if t.role != "input":
-                _expr_at(path, d, known)
+                expr_at(path, d, known)
             elif isinstance(d, str) and d not in known:
                 accepted = f"{', '.join(known)} or an integer" if known else "an integer"
                 if d.isidentifier():
@@ -102,7 +102,7 @@ def _check_tensors(spec: "Spec", known: list[str], dtype_names: tuple[str, ...])
                     raise FieldError(path, f"'{d}' names the tunables {', '.join(tunables)}, which an input's shape "
                                      "may not use (they are chosen after the inputs are checked); accepted: sizes, "
                                      "integer variant axes and integers")
-                _expr_at(path, d, known)
+                expr_at(path, d, known)
         _check_domain(spec, tname, known)
 
 
@@ -125,9 +125,9 @@ def _check_domain(spec: "Spec", tname: str, known: list[str]) -> None:
         raise FieldError(path, f"a {t.dtype} input takes normal, positive or negative; {{range: ...}}, "
                          "{offsets: ...} and {segments: ...} are for int32 and int64 inputs")
     for k, e in enumerate(getattr(t.domain, "range", [])):
-        _expr_at((*path, "range", k), e, known)
+        expr_at((*path, "range", k), e, known)
     if hasattr(t.domain, "offsets"):
-        _expr_at((*path, "offsets"), t.domain.offsets, known)
+        expr_at((*path, "offsets"), t.domain.offsets, known)
     if hasattr(t.domain, "segments"):
         _check_segments(spec, tname, path)
 
@@ -207,7 +207,7 @@ def _check_exclude(spec: "Spec") -> None:
                 raise FieldError(("exclude", i, axis), f"{value!r} is not a value of variant axis '{axis}'; accepted: {accepted}")
 
 
-def _expr_at(path: Path_, text: str | int, known: list[str]) -> None:
+def expr_at(path: Path_, text: str | int, known: list[str]) -> None:
     try:
         check_expr(text, known)
     except SpecError as e:

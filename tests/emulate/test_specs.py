@@ -18,10 +18,19 @@ from kgen.spec.load import load_spec, variant_id  # noqa: E402
 REPO = Path(__file__).resolve().parents[2]
 
 
+# values of open variant axes (open_variants), which the listed variants do not cover: one
+# padded head_dim per attention spec, each dtype once
+OPEN = [("fa2_fwd.yaml", {"dtype": "fp16", "head_dim": 96, "causal": True}),
+        ("fa2_bwd.yaml", {"dtype": "bf16", "head_dim": 40, "causal": True, "deterministic": False}),
+        ("fa2_bwd.yaml", {"dtype": "fp16", "head_dim": 96, "causal": False, "deterministic": True})]
+
+
 def _cases():
     for path in sorted((REPO / "specs").glob("*.yaml")):
         for variant in load_spec(path).variants():
             yield pytest.param(path, variant, id=f"{path.stem}-{variant_id(variant)}")
+    for name, variant in OPEN:
+        yield pytest.param(REPO / "specs" / name, variant, id=f"{Path(name).stem}-{variant_id(variant)}")
 
 
 @pytest.mark.parametrize("path, variant", list(_cases()))

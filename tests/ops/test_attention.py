@@ -30,7 +30,10 @@ def _qkv(b=1, sq=5, sk=7, h=2, hkv=1, d=64, dtype=torch.bfloat16, grad=False):
     (lambda q, k, v: (q.float(), k, v), "flash_attn_func: 'q' has dtype torch.float32; accepted: torch.bfloat16, torch.float16"),
     (lambda q, k, v: (q, k.half(), v), "flash_attn_func: q, k and v must share one dtype, got torch.bfloat16, torch.float16, torch.bfloat16"),
     (lambda q, k, v: (q[0], k, v), "flash_attn_func: 'q' has shape (5, 2, 64); expected 4 dims (batch, seqlen, heads, head_dim)"),
-    (lambda q, k, v: (q[..., :48], k[..., :48], v[..., :48]), "flash_attn_func: head_dim 48 is not supported; accepted: 32, 64, 128"),
+    (lambda q, k, v: (q[..., :36], k[..., :36], v[..., :36]),
+     "flash_attn_func: head_dim 36 is not supported; accepted: a multiple of 8 from 16 to 128"),
+    (lambda q, k, v: (q[..., :8], k[..., :8], v[..., :8]),
+     "flash_attn_func: head_dim 8 is not supported; accepted: a multiple of 8 from 16 to 128"),
     (lambda q, k, v: (q, k, v[:, :3]), "flash_attn_func: k has shape (1, 7, 1, 64) and v (1, 3, 1, 64); they must match"),
     (lambda q, k, v: (torch.cat([q, q[:, :, :1]], 2), torch.cat([k, k], 2), torch.cat([v, v], 2)),
      "flash_attn_func: q has 3 heads and k 2; the query heads must be a multiple of the key/value heads"),
@@ -66,6 +69,10 @@ def test_batch_mismatch_is_named():
     # heads and 18 key heads make full groups and a partial one, over several blocks
     (True, False, dict(b=2, sq=130, sk=300, h=18, hkv=9)),
     (True, False, dict(sq=70, sk=70, h=2, hkv=1, d=32)),  # head_dim 32: 64-key blocks, more keys than head_dim
+    # head_dims built at their first call, in tiles of the next power of two (columns past D masked)
+    (True, False, dict(sq=70, sk=75, h=2, hkv=1, d=96)),
+    (False, False, dict(sq=33, sk=40, h=2, hkv=2, d=40)),
+    (True, True, dict(sq=20, sk=20, h=2, hkv=1, d=24)),
 ])
 def test_cpu_forward_and_backward_match_float64(causal, deterministic, shape):
     q, k, v = _qkv(**shape, grad=True)

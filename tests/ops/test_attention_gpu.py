@@ -65,15 +65,16 @@ def test_flash_attn_matches_float64(b, sq, sk, h, hkv, d, causal, dtype):
         helpers.check_close(name, g, r, lo)
 
 
+@pytest.mark.parametrize("d", [128, 96])  # 96: a padded tile
 @pytest.mark.parametrize("causal", [False, True])
-def test_deterministic_gradients_are_bitwise_equal(causal):
+def test_deterministic_gradients_are_bitwise_equal(causal, d):
     from kgen.ops import flash_attn_func
 
     gen = torch.Generator(device="cuda").manual_seed(7)
-    q = torch.randn(2, 1025, 8, 128, device="cuda", generator=gen).bfloat16().requires_grad_()
-    k = torch.randn(2, 1025, 2, 128, device="cuda", generator=gen).bfloat16().requires_grad_()
-    v = torch.randn(2, 1025, 2, 128, device="cuda", generator=gen).bfloat16().requires_grad_()
-    dout = torch.randn(2, 1025, 8, 128, device="cuda", generator=gen).bfloat16()
+    q = torch.randn(2, 1025, 8, d, device="cuda", generator=gen).bfloat16().requires_grad_()
+    k = torch.randn(2, 1025, 2, d, device="cuda", generator=gen).bfloat16().requires_grad_()
+    v = torch.randn(2, 1025, 2, d, device="cuda", generator=gen).bfloat16().requires_grad_()
+    dout = torch.randn(2, 1025, 8, d, device="cuda", generator=gen).bfloat16()
     first = None
     for _ in range(20):
         out = flash_attn_func(q, k, v, causal=causal, deterministic=True)
@@ -87,3 +88,20 @@ def test_deterministic_gradients_are_bitwise_equal(causal):
         else:
             for name, a, b in zip(("dq", "dk", "dv"), first, grads):
                 assert torch.equal(a, b), f"{name} differs between deterministic runs"
+
+
+def _padded_cases():
+    # head_dims built at their first call, in tiles of the next power of two: ragged lengths,
+    # both masks, both dtypes, GQA and MHA
+    shapes = [(2, 97, 255, 8, 2), (1, 1025, 1025, 8, 8), (3, 255, 17, 8, 1)]
+    for i, d in enumerate((16, 24, 40, 72, 80, 96, 120)):
+        for j, causal in enumerate((False, True)):
+            b, sq, sk, h, hkv = shapes[(i + j) % len(shapes)]
+            dtype = (torch.bfloat16, torch.float16)[(i + j) % 2]
+            yield pytest.param(b, sq, sk, h, hkv, d, causal, dtype,
+                               id=f"b{b}-sq{sq}-sk{sk}-h{h}:{hkv}-d{d}-{'causal' if causal else 'full'}-{str(dtype)[6:]}")
+
+
+@pytest.mark.parametrize("b, sq, sk, h, hkv, d, causal, dtype", list(_padded_cases()))
+def test_padded_head_dims_match_float64(b, sq, sk, h, hkv, d, causal, dtype):
+    test_flash_attn_matches_float64(b, sq, sk, h, hkv, d, causal, dtype)

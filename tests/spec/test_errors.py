@@ -88,7 +88,7 @@ def test_unknown_field_lists_the_accepted_ones(tmp_path):
 
 def test_unknown_top_level_field(tmp_path):
     p, e = error_of(tmp_path, BASE.replace("sizes: [M, N]\n", "sizes: [M, N]\nsize: [K]\n"))
-    assert str(e) == (f"{p}:7:1: unknown field 'size'; accepted: kgen, name, summary, variants, exclude, sizes, "
+    assert str(e) == (f"{p}:7:1: unknown field 'size'; accepted: kgen, name, summary, variants, open_variants, exclude, sizes, "
                       "scalars, tensors, constraints, tunables, kernels, reference, autograd, buckets, hooks, extends")
 
 
@@ -151,9 +151,9 @@ def test_warps_not_a_power_of_two(tmp_path):
      "variant axis; accepted: M, N, BLOCK_M, BLOCK_N"),
     ('["cdiv(M, "]', "13:12", "'cdiv(M, ' is not an expression ('(' was never closed); write one like cdiv(M, BLOCK_M)"),
     ('["ceil(M / BLOCK_M)"]', "13:12", "'ceil(M / BLOCK_M)' calls 'ceil', which is not a function of size "
-     "expressions; accepted: cdiv, min, max"),
+     "expressions; accepted: cdiv, min, max, pow2"),
     ('["M / BLOCK_M"]', "13:12", "'M / BLOCK_M' is not a size expression; accepted: integers, names, + - * // % **, "
-     "comparisons, and/or/not, cdiv, min and max"),
+     "comparisons, and/or/not, cdiv, min, max and pow2"),
     ('["cdiv(M)"]', "13:12", "'cdiv(M)': cdiv() takes 2 arguments, got 1"),
     # a grid written as one string has no position per entry: the error points at the string
     ("cdiv(M, BLOCK_M), max(N)", "13:11", "'max(N)': max() takes at least 2 arguments, got 1"),
@@ -262,7 +262,7 @@ def test_unknown_function(tmp_path):
     """))
     assert str(e) == (f"{p}:17:41: unknown function 'softmax'; the tile language has: abs, arange, atomic_add, "
                       "block, cdiv, ceil, cos, cumsum, dot, erf, exp, exp2, floor, full, load, log, log2, max, maximum, min, "
-                      "minimum, program_id, rsqrt, sigmoid, sin, sqrt, store, sum, tanh, where, zeros")
+                      "minimum, pow2, program_id, rsqrt, sigmoid, sin, sqrt, store, sum, tanh, where, zeros")
 
 
 def test_unknown_name(tmp_path):
@@ -452,3 +452,28 @@ def test_segments_name_their_starts(tmp_path, tensors, message):
     p, e = error_of(tmp_path, text)
     assert str(e).startswith(str(p) + ":9:"), str(e)
     assert message in str(e), str(e)
+
+
+def test_open_variants_names_a_variant_axis(tmp_path):
+    p, e = error_of(tmp_path, BASE + "open_variants: {width: \"width % 8 == 0\"}\n")
+    assert str(e) == f"{p}:20:17: open_variants.width: 'width' is not a variant axis; axes: dtype"
+
+
+def test_open_variants_condition_names_only_its_axis(tmp_path):
+    text = BASE.replace("  dtype: [bf16, fp16]\n", "  dtype: [bf16, fp16]\n  W: [64]\n") + "open_variants: {W: \"W % N == 0\"}\n"
+    p, e = error_of(tmp_path, text)
+    assert str(e) == (f"{p}:21:20: open_variants.W: 'W % N == 0' uses 'N', which is not a size, tunable or integer "
+                      "variant axis; accepted: W")
+
+
+def test_an_open_axis_takes_a_value_that_meets_its_condition_from_the_command_line(tmp_path):
+    from kgen.errors import UsageError
+
+    path = tmp_path / "demo.yaml"
+    path.write_text(BASE.replace("  dtype: [bf16, fp16]\n", "  dtype: [bf16, fp16]\n  W: [64]\n") + "open_variants: {W: \"W % 8 == 0\"}\n")
+    ls = load_spec(path)
+    assert ls.select_variant({"W": "40", "dtype": "bf16"}) == [{"dtype": "bf16", "W": 40}]
+    assert ls.select_variant({"W": "64"}) == [{"dtype": "bf16", "W": 64}, {"dtype": "fp16", "W": 64}]
+    with pytest.raises(UsageError) as e:
+        ls.select_variant({"W": "41"})
+    assert str(e.value) == "unknown value '41' for variant axis 'W'; accepted: 64, or an integer with W % 8 == 0"

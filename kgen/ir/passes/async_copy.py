@@ -28,7 +28,8 @@ read in the previous iteration, before the barrier that ends this iteration's wa
 slot the copy must wait for the last read, behind a barrier, and has half an iteration to land.
 
 On a target whose descriptor lists `tma` (sm_90), a copy into the 128-byte swizzle whose tile is
-a box of its tensor (scalar indices, one block or whole dim of rows, the whole static last dim)
+a box of its tensor (scalar indices, one block or whole dim of rows, the whole static last dim,
+or its padded tile)
 becomes a tensor-memory-access copy (`tma`): one thread issues a cp.async.bulk.tensor per
 128-byte column panel, the copy engine writes the swizzle and fills rows past the tensor's end
 with zeros, and completion is counted on an mbarrier (one per slot, `bar` on the alloc) instead of
@@ -60,7 +61,7 @@ def use_async_copies(k: Kernel, target: Target, options: CompileOptions) -> Kern
     uses = use_counts(k.body)
     for block in list(blocks(k.body)):
         for st in [op for op in block.ops if op.kind == "stage"]:
-            _convert(st, block, defs, uses, "tma" in target.async_copy)
+            _convert(st, block, defs, uses, "tma" in target.async_copy, k)
     for loop, parent in [(op, b) for b in list(blocks(k.body)) for op in b.ops if op.kind == "for"]:
         _pipeline(loop, parent, k, target)
     _untensor_uncounted(k)
@@ -69,7 +70,7 @@ def use_async_copies(k: Kernel, target: Target, options: CompileOptions) -> Kern
     return k
 
 
-def _convert(st: Op, block: Block, defs, uses, tma: bool) -> None:
+def _convert(st: Op, block: Block, defs, uses, tma: bool, k: Kernel) -> None:
     """stage(load) -> alloc_shared, copy_async, wait_async. (place_dot_operands stages the tile a
     transpose reads, never the transpose, so a staged load is its own operand.)"""
     src = st.operands[0]
@@ -92,7 +93,7 @@ def _convert(st: Op, block: Block, defs, uses, tma: bool) -> None:
                "ld": st.attrs["ld"], "rows": attr(st, "rows"), "smem_layout": attr(st, "smem_layout"),
                "pred": False}, loc=load.loc)
     wait = Op("wait_async", [buf], [], {"pending": 0}, loc=st.loc)
-    if tma and _is_box(index, shape, st.attrs):
+    if tma and _is_box(index, shape, st.attrs) and _spans_last_dim(load, defs, k):
         copy.attrs["tma"] = alloc.attrs["tma"] = wait.attrs["tma"] = True
     i = block.ops.index(st)
     block.ops[i:i + 1] = [alloc, copy, wait]
@@ -102,11 +103,28 @@ def _convert(st: Op, block: Block, defs, uses, tma: bool) -> None:
 def _is_box(index, shape: tuple[int, ...], attrs: dict) -> bool:
     """Whether a copy can be one tensor copy per column panel: into the 128-byte swizzle (whole
     8-row atoms), rows along a block or a whole dim of at most 256, every other dim a scalar
-    index but the last, which the tile spans whole (static, so that a contiguous copy of the
-    tensor always meets the copy engine's 16-byte stride rule)."""
+    index but the last, which the tile spans (_spans_last_dim)."""
     rows = [e for e in index[:-1] if e[0] != "at"]
     return (attrs.get("smem_layout") == "sw128" and attrs["rows"] % 8 == 0 and len(index) <= TMA_RANK_MAX
-            and index[-1][0] == "all" and len(rows) == 1 and shape[0] <= TMA_BOX_MAX)
+            and index[-1][0] != "at" and len(rows) == 1 and shape[0] <= TMA_BOX_MAX)
+
+
+def _spans_last_dim(load: Op, defs, k: Kernel) -> bool:
+    """Whether the load's tile spans its tensor's static last dim: `:` of it, or the padded `:`
+    of a dim narrower than the tile (the block at 0, kgen.lang.calls), whose columns past the
+    dim the copy engine fills with zeros as the load's bound test did (CUDA driver API,
+    cuTensorMapEncodeTiled: out-of-bound elements are zero-filled). Static, with rows a multiple
+    of 16 bytes, so that a contiguous copy of the tensor always meets the copy engine's 16-byte
+    stride rule."""
+    last = load.attrs["index"][-1]
+    if last[0] == "all":
+        return True
+    extent = k.tensors[load.attrs["tensor"]].shape[-1]
+    extent = k.constants.get(extent, extent) if isinstance(extent, str) else extent
+    start = defs.get(id(load.operands[last[1]]))
+    return (isinstance(extent, int) and (extent * ELEM_BYTES[load.result.dtype]) % CHUNK_BYTES == 0
+            and last[2] == 1 << (extent - 1).bit_length() and start is not None and start[0].kind == "const"
+            and start[0].attrs.get("value") == 0)
 
 
 def _untensor_uncounted(k: Kernel) -> None:
