@@ -80,13 +80,16 @@ def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).norm() / b.norm().clamp_min(1e-30))
 
 
-def _inputs(b, s, h, p, g, n):
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def _inputs(b, s, h, p, g, n, dtype=torch.bfloat16, dt_dtype=torch.bfloat16):
     dev = "cuda"
-    x = torch.randn(b, s, h, p, device=dev, dtype=torch.bfloat16)
-    dt = (torch.rand(b, s, h, device=dev) * 2 - 3).bfloat16()
+    x = torch.randn(b, s, h, p, device=dev, dtype=dtype)
+    dt = (torch.rand(b, s, h, device=dev) * 2 - 3).to(dt_dtype)
     A = -torch.exp(torch.rand(h, device=dev) * 2)
-    B = torch.randn(b, s, g, n, device=dev, dtype=torch.bfloat16)
-    C = torch.randn(b, s, g, n, device=dev, dtype=torch.bfloat16)
+    B = torch.randn(b, s, g, n, device=dev, dtype=dtype)
+    C = torch.randn(b, s, g, n, device=dev, dtype=dtype)
     D = torch.randn(h, device=dev)
     bias = 0.5 * torch.randn(h, device=dev)
     return [t.requires_grad_() for t in (x, dt, A, B, C, D, bias)]
@@ -116,7 +119,10 @@ def main() -> None:
     ap.add_argument("--plot", type=Path, default=None)
     ap.add_argument("--quick", action="store_true", help="S in {2k, 8k}, one group only")
     ap.add_argument("--providers", default="kgen,mamba_ssm,torch")
+    ap.add_argument("--dtype", default="bf16", choices=list(DTYPES), help="x, B and C")
+    ap.add_argument("--dt-dtype", default="bf16", choices=list(DTYPES))
     args = ap.parse_args()
+    dtype, dt_dtype = DTYPES[args.dtype], DTYPES[args.dt_dtype]
     torch.manual_seed(0)
     provs = {k: v for k, v in providers(args.mamba_ssm).items() if k in args.providers.split(",")}
     shapes = [("g1", 64, 1), ("g8", 128, 8)][: 1 if args.quick else 2]
@@ -125,11 +131,12 @@ def main() -> None:
     for label, h, g in shapes:
         for s in seqs:
             b, p, n, chunk = 16384 // s, 64, 128, 256
-            ins = _inputs(b, s, h, p, g, n)
-            dy = torch.randn(b, s, h, p, device="cuda", dtype=torch.bfloat16)
+            ins = _inputs(b, s, h, p, g, n, dtype, dt_dtype)
+            dy = torch.randn(b, s, h, p, device="cuda", dtype=dtype)
             fwd_bytes, bwd_bytes = traffic(b, s, h, p, g, n)
             fl = flops(b, s, h, p, g, n, chunk)
             rec = {"shape": label, "S": s, "b": b, "h": h, "p": p, "g": g, "n": n, "chunk": chunk,
+                   "dtype": args.dtype, "dt_dtype": args.dt_dtype,
                    "fwd_bytes": fwd_bytes, "bwd_bytes": bwd_bytes, "fwd_flops": fl}
             if "kgen" in provs and "mamba_ssm" in provs:
                 res = []

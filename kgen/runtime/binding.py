@@ -8,7 +8,7 @@ import torch
 from ..errors import LaunchError
 from ..lang import resolve_dtype
 from ..spec.expr import eval_expr
-from ..spec.load import LoadedSpec
+from ..spec.load import LoadedSpec, accepted_values
 from ..spec.refs import tunable_constraints
 
 TORCH = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "int32": torch.int32, "int64": torch.int64}
@@ -33,16 +33,16 @@ def choose_variant(ls: LoadedSpec, tensors: dict[str, torch.Tensor], options: di
             variant[axis] = bucket_of(ls, tensors, axis)
         elif decider is not None:
             dt = NAMES.get(tensors[decider].dtype)
-            if dt not in values:
-                raise LaunchError(f"{spec.name}: '{decider}' has dtype {tensors[decider].dtype}; accepted: "
-                                  f"{', '.join('torch.' + str(TORCH[v]).split('.')[-1] for v in values)}")
+            if dt not in values and not (dt is not None and spec.opens(axis, dt)):
+                accepted = accepted_values(spec, axis, lambda v: "torch." + str(TORCH[v]).split(".")[-1])
+                raise LaunchError(f"{spec.name}: '{decider}' has dtype {tensors[decider].dtype}; accepted: {accepted}")
             variant[axis] = dt
         else:
             value = options.get(axis)
             if value is None:
                 # an axis that sizes an input (fa2's head_dim) is read off that input's shape
                 value = axis_from_shape(spec, tensors, axis, values[0])
-            check_option(spec.name, axis, value, values, spec.open_variants.get(axis))
+            check_option(spec, axis, value)
             variant[axis] = value
     for ex in spec.exclude:
         if all(variant[a] == v for a, v in ex.items()):
@@ -70,15 +70,16 @@ def bucket_value(spec, axis: str, n: int) -> int | None:
     return next((v for v in spec.variants[axis] if n <= v), None)
 
 
-def check_option(op: str, axis: str, value: Any, values: list[Any], also: str | None = None) -> None:
-    """An option must be one of its axis' values, and of the same type (1 is not True), or an
-    integer meeting the axis' open_variants condition `also` (built at its first call)."""
+def check_option(spec, axis: str, value: Any, op: str | None = None) -> None:
+    """An option must be one of its axis' values, and of the same type (1 is not True), or one
+    of its open values (open_variants: built at its first call). `op` names the op called when
+    the axis is its backward's (autograd.options)."""
+    values = spec.variants[axis]
     if isinstance(values[0], bool) == isinstance(value, bool) and value in values:
         return
-    if also is not None and isinstance(value, int) and not isinstance(value, bool) and eval_expr(also, {axis: value}):
+    if spec.opens(axis, value):
         return
-    accepted = ", ".join(map(repr, values)) + (f", or an integer with {also}" if also else "")
-    raise LaunchError(f"{op}: {axis}={value!r} is not supported; accepted: {accepted}")
+    raise LaunchError(f"{op or spec.name}: {axis}={value!r} is not supported; accepted: {accepted_values(spec, axis, repr)}")
 
 
 def axis_from_shape(spec, tensors: dict[str, torch.Tensor], axis: str, default: Any) -> Any:

@@ -135,7 +135,7 @@ class KgenOp:
             given = i < len(args) or n in kwargs
             v = args[i] if i < len(args) else kwargs.get(n)
             if given and values is not None:
-                check_option(self.spec.name, n, v, values, self.spec.open_variants.get(n))  # here: the schema would turn 1 into True
+                check_option(self.spec if n in self.spec.variants else self.backward_op.spec, n, v, self.spec.name)  # here: the schema would turn 1 into True
             if given and scalar is not None:
                 try:  # here: the schema's int or float would turn it into its own error
                     out.append(scalar.value(v))
@@ -160,7 +160,7 @@ class KgenOp:
         inputs = args[:n_in]
         options = args[n_fixed:n_fixed + len(self.options)]
         for axis, value in zip(self.passed, args[n_fixed + len(self.options):]):
-            check_option(self.spec.name, axis, value, self.passed[axis])
+            check_option(self.backward_op.spec, axis, value, self.spec.name)
         device = inputs[0].device
         kn = call_knobs()
         if device.type == "cpu" or self.emulated is not None:

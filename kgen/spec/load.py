@@ -47,12 +47,22 @@ class LoadedSpec:
             if text in [str(x).lower() for x in self.spec.variants[axis]]:
                 continue
             also = self.spec.open_variants.get(axis)
-            if also is not None and re.fullmatch(r"-?[0-9]+", text) and eval_expr(also, {axis: int(text)}):
+            if isinstance(also, list) and text in [str(x).lower() for x in also]:
+                opened[axis] = [x for x in also if str(x).lower() == text]  # an open value, not built ahead
+                continue
+            if isinstance(also, str) and re.fullmatch(r"-?[0-9]+", text) and eval_expr(also, {axis: int(text)}):
                 opened[axis] = [int(text)]  # an open axis' value that is not built ahead
                 continue
-            accepted = ", ".join(str(x).lower() for x in self.spec.variants[axis]) + (f", or an integer with {also}" if also else "")
-            raise UsageError(f"unknown value '{text}' for variant axis '{axis}'; accepted: {accepted}")
+            raise UsageError(f"unknown value '{text}' for variant axis '{axis}'; accepted: {accepted_values(self.spec, axis)}")
         return [v for v in self.variants(opened) if all(str(v[a]).lower() == t for a, t in wanted.items())]
+
+
+def accepted_values(spec, axis: str, show=lambda x: str(x).lower()) -> str:
+    """The values a variant axis takes, for an error message: the listed ones, then the open
+    ones (open_variants)."""
+    also = spec.open_variants.get(axis)
+    listed = ", ".join(show(x) for x in [*spec.variants[axis], *(also if isinstance(also, list) else [])])
+    return listed + (f", or an integer with {also}" if isinstance(also, str) else "")
 
 
 # the fields a spec that extends another merges key by key with its base's; the others replace

@@ -12,6 +12,7 @@ from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .expr import eval_expr
 from .refs import FieldError, check_references, expr_at
 
 IDENT = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -167,9 +168,10 @@ class Spec(Strict):
     name: str = Field(pattern=IDENT)
     summary: str
     variants: dict[str, list[Scalar]] = Field(default_factory=dict)
-    open_variants: dict[str, str] = Field(default_factory=dict, description="variant axis -> a condition on it: "
-                                          "the axis also takes, at a call, any integer meeting it (built at its first "
-                                          "call); its listed values are those built ahead (kgen build, the checks)")
+    open_variants: dict[str, Union[str, list[Scalar]]] = Field(
+        default_factory=dict, description="variant axis -> a condition on it (the axis also takes, at a call, any "
+        "integer meeting it) or a list of further values (a dtype axis' other types): built at their first call; the "
+        "axis' listed values are those built ahead (kgen build, the checks)")
     exclude: list[dict[str, Scalar]] = Field(default_factory=list, description="variant combinations to leave out")
     sizes: list[str] = Field(default_factory=list)
     scalars: dict[str, ScalarParam] = Field(default_factory=dict)
@@ -216,12 +218,28 @@ class Spec(Strict):
             if values is None:
                 raise FieldError(("open_variants", axis, "<key>"), f"'{axis}' is not a variant axis; axes: "
                                  f"{', '.join(self.variants) or 'none'}")
+            if isinstance(condition, list):
+                again = [str(v) for v in condition if v in values]
+                if not condition or again:
+                    raise FieldError(("open_variants", axis), f"open_variants.{axis} lists the values the axis takes "
+                                     f"beyond its listed ones ({', '.join(map(str, values))}); got "
+                                     f"{', '.join(again) + ' again' if again else 'none'}")
+                continue
             if any(isinstance(v, bool) or not isinstance(v, int) for v in values):
                 raise FieldError(("variants", axis), f"variant axis '{axis}' is open (open_variants): its values must be "
                                  f"integers, got {values}")
             expr_at(("open_variants", axis), condition, [axis])
         check_references(self, DTYPE_NAMES)
         return self
+
+    def opens(self, axis: str, value: Scalar) -> bool:
+        """Whether `value`, not among the axis' listed values, is one of its open ones
+        (open_variants): built at its first call."""
+        condition = self.open_variants.get(axis)
+        if isinstance(condition, list):
+            return any(type(v) is type(value) and v == value for v in condition)
+        return (condition is not None and isinstance(value, int) and not isinstance(value, bool)
+                and bool(eval_expr(condition, {axis: value})))
 
     def inputs(self) -> list[str]:
         return [n for n, t in self.tensors.items() if t.role == "input"]

@@ -82,7 +82,9 @@ def _check_tensors(spec: "Spec", known: list[str], dtype_names: tuple[str, ...])
             if axis not in spec.variants:
                 accepted = ", ".join([*dtype_names, *(f"${a}" for a in spec.variants)])
                 raise FieldError(("tensors", tname, "dtype"), f"{t.dtype} names no variant axis; accepted: {accepted}")
-            bad = [str(v) for v in spec.variants[axis] if v not in dtype_names]
+            opened = spec.open_variants.get(axis)
+            bad = [str(v) for v in [*spec.variants[axis], *(opened if isinstance(opened, list) else [])]
+                   if v not in dtype_names]
             if bad:
                 raise FieldError(("tensors", tname, "dtype"), f"variant axis '{axis}' has values that are not dtypes "
                                  f"({', '.join(bad)}); accepted: {', '.join(dtype_names)}")

@@ -56,7 +56,7 @@ def _mamba_like_inputs(ls, variant, env, seed, softplus):
 def test_ssd_fwd_matches_sequential_recurrence(chunk_size, dstate, seqlen, nheads, ngroups, blocks, softplus, limits,
                                                 starts):
     ls = load_spec(SPEC)
-    variant = {"dtype": "bf16", "chunk_size": chunk_size, "headdim": 64, "dstate": dstate, "packed": bool(starts)}
+    variant = {"dtype": "bf16", "chunk_size": chunk_size, "headdim": 64, "dstate": dstate, "packed": bool(starts), "dt_dtype": "bf16"}
     limits = {**limits, "softplus_below": SOFTPLUS_BELOW} if softplus else limits
     tunables = helpers.default_tunables(ls, variant)
     if blocks == "small":
@@ -83,7 +83,7 @@ def test_ssd_fwd_matches_sequential_recurrence(chunk_size, dstate, seqlen, nhead
 def test_reference_agrees_with_closed_form_for_one_position():
     # one position: h = exp(dt A) h0 + dt x B^T, y = h C: pins the reference the kernels are held to
     ls = load_spec(SPEC)
-    variant = {"dtype": "bf16", "chunk_size": 64, "headdim": 64, "dstate": 64, "packed": False}
+    variant = {"dtype": "bf16", "chunk_size": 64, "headdim": 64, "dstate": 64, "packed": False, "dt_dtype": "bf16"}
     sizes = {"batch": 1, "seqlen": 1, "nheads": 2, "ngroups": 1}
     inputs = _mamba_like_inputs(ls, variant, {**variant, **sizes}, seed=3, softplus=False)
     inputs["dt_bias"] = torch.zeros_like(inputs["dt_bias"])

@@ -99,7 +99,7 @@ def _chunk_split(da, chunk):
 
 def _run(chunk_size, dstate, softplus, sizes, limits, blocks, seed, starts=()):
     ls = load_spec(SPEC)
-    variant = {"dtype": "bf16", "chunk_size": chunk_size, "headdim": 64, "dstate": dstate, "packed": bool(starts)}
+    variant = {"dtype": "bf16", "chunk_size": chunk_size, "headdim": 64, "dstate": dstate, "packed": bool(starts), "dt_dtype": "bf16"}
     limits = {**limits, "softplus_below": SOFTPLUS_BELOW} if softplus else limits
     tunables = helpers.default_tunables(ls, variant)
     tunables.update(blocks)
@@ -161,7 +161,7 @@ def test_quadratic_form_agrees_with_the_spec_reference():
     # the test's float64 reference and the spec's (autograd through the sequential recurrence)
     # are independent formulations; they agree to float64 rounding
     ls = load_spec(SPEC)
-    variant = {"dtype": "bf16", "chunk_size": 64, "headdim": 64, "dstate": 64, "packed": True}
+    variant = {"dtype": "bf16", "chunk_size": 64, "headdim": 64, "dstate": 64, "packed": True, "dt_dtype": "bf16"}
     sizes = {"batch": 1, "seqlen": 70, "nheads": 2, "ngroups": 1}
     inp = _inputs(variant, sizes, seed=9, softplus=True, starts=(20, 63))
     sc = helpers.scalar_values(ls.spec, {"dt_max": 0.8, "softplus_below": SOFTPLUS_BELOW})

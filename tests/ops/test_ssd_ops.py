@@ -125,7 +125,6 @@ def test_packed_sequences_restart_from_zero():
     ({"seq_idx": "zeros"}, "'seq_idx' must be a torch.int32 tensor of shape (1, 5) (batch, seqlen) or None, got (1,) torch.float32"),
     ({"seq_idx": "decreasing"}, "'seq_idx' must be non-negative and non-decreasing along each row"),
     ({"seq_idx": "negative"}, "'seq_idx' must be non-negative and non-decreasing along each row"),
-    ({"cu_seqlens": "zeros"}, "'cu_seqlens' is not supported yet"),
     ({"initial_states": "zeros"}, "'initial_states' must be a tensor of shape (1, 2, 64, 64)"),
     ({"chunk_size": 100}, "chunk_size=100 is not supported; accepted: 64, 128, 256"),
     ({"D": "three"}, "'D' must be a tensor of shape (2,) (one value per head) or (2, 64) (per channel)"),
@@ -159,12 +158,16 @@ def test_wrong_device_or_parameter_dtype_is_one_sentence(name, change, words):
 
 def test_wrong_dtype_and_headdim_are_refused():
     x, dt, A, B, C, *_ = _inputs(seed=4, seqlen=5)
-    with pytest.raises(LaunchError, match="must be torch.bfloat16"):
-        mamba_chunk_scan_combined(x.half(), dt.half(), A, B.half(), C.half(), 64)
+    with pytest.raises(LaunchError, match="x, B and C must share one dtype of torch.bfloat16, torch.float16 or "
+                                          r"torch.float32 \(got torch.float16, torch.bfloat16, torch.bfloat16\)$"):
+        mamba_chunk_scan_combined(x.half(), dt, A, B, C, 64)
+    with pytest.raises(LaunchError, match="'dt' has dtype torch.int32; accepted: torch.float32, torch.bfloat16 or "
+                                          "torch.float16$"):
+        mamba_chunk_scan_combined(x, dt.int(), A, B, C, 64)
     with pytest.raises(LaunchError, match="headdim 32 is not supported; accepted: 64, 128"):
         mamba_chunk_scan_combined(x[..., :32].contiguous(), dt, A, B, C, 64)
     wide = torch.cat([B] * 8, dim=-1)  # dstate 512
-    with pytest.raises(LaunchError, match="dstate 512 is not supported; accepted: 64, 128, 256$"):
+    with pytest.raises(LaunchError, match="dstate 512 is not supported; accepted: 16, 32, 64, 128, 256$"):
         mamba_chunk_scan_combined(x, dt, A, wide, wide, 64)
 
 
