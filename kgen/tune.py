@@ -79,7 +79,7 @@ def tune_variant(op, variant: dict[str, Any], target: Target, sizes: dict[str, i
     ls: LoadedSpec = op.ls
     env = derive_sizes(ls, sizes, variant)
     inputs = {n: t.to(device) for n, t in random_inputs(ls, variant, {**variant, **env}).items()}
-    given = {n: INT_SCALAR if p.dtype == "int32" else SCALAR for n, p in ls.spec.scalars.items() if p.default is None}
+    given = {n: INT_SCALAR if p.dtype != "fp32" else SCALAR for n, p in ls.spec.scalars.items() if p.default is None}
     args = op._positional((), {**inputs, **given, **(scalars or {}), **{a: variant[a] for a in op.options}})
     out = Tuned(variant, {n: v for n, v in bind(ls, inputs, variant, inputs[next(iter(inputs))].device).items()
                           if n in ls.spec.sizes})

@@ -74,7 +74,7 @@ def check_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target, sizes
     env = {**variant, **built.tunables, **sizes}
     gen = torch.Generator().manual_seed(zlib.crc32(f"{spec.name}-{vid}".encode()))
     inputs = random_inputs(spec, variant, env, gen)
-    scalars = scalar_values(spec, {n: INT_SCALAR if p.dtype == "int32" else SCALAR for n, p in spec.scalars.items()
+    scalars = scalar_values(spec, {n: INT_SCALAR if p.dtype != "fp32" else SCALAR for n, p in spec.scalars.items()
                                    if p.default is None})
     inputs = consistent_with_forward(ls, inputs, scalars, variant)
     tensors = with_aliases(spec, {**allocate(spec, variant, env), **inputs})

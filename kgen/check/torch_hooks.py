@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 import torch
 
+from ..ir import philox
 from ..spec.model import Spec
 
 
@@ -36,6 +37,7 @@ LANGUAGE = {
     "cdiv": lambda a, b: -(-a // b), "rsqrt": _unary(torch.rsqrt), "abs": _unary(torch.abs),
     **{fn: _unary(getattr(torch, fn)) for fn in ("exp", "exp2", "log", "log2", "sqrt", "sigmoid", "tanh", "erf", "sin",
                                                   "cos", "floor", "ceil")},
+    "rand": lambda seed, offset: philox.rand(seed, offset),
     "grad": lambda fn, wrt: grad(fn, wrt),
     "inf": math.inf, "fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "int32": torch.int32, "int64": torch.int64,
 }

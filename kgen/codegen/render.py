@@ -71,9 +71,9 @@ def kernel_params(k: Kernel, variant: dict[str, Any], half: str | None = None) -
         sig += "i"
     scalar_dtypes = {op.attrs["name"]: op.result.dtype for op in walk(k.body) if op.kind == "scalar_arg"}
     for s in k.scalars:
-        is_int = scalar_dtypes.get(s) == "int32"
-        params.append(f"{'int' if is_int else 'float'} scalar_{s}")
-        sig += "i" if is_int else "f"
+        ctype_, letter = {"int32": ("int", "i"), "int64": ("long long", "l")}.get(scalar_dtypes.get(s), ("float", "f"))
+        params.append(f"{ctype_} scalar_{s}")
+        sig += letter
     for i, (t, _) in enumerate(tensor_maps(k)):  # encoded by the launcher (kgen.codegen.tma)
         params.append(f"const __grid_constant__ kg::TensorMap {map_param(i, t)}")
         sig += "T"

@@ -188,6 +188,6 @@ def run_kernel(bk: Any, grid: tuple[int, ...], tensors: dict[str, Any], sizes: d
         args += [x.data_ptr(), *x.stride()[:-1]]
         regions[name] = (x.data_ptr(), extent(x))
     args += [int(sizes[s]) for s in bk.arguments["sizes"]]
-    at = len(args)  # the scalars' signature letters: 'i' for int32, 'f' for fp32
-    args += [int(scalars[s]) if bk.signature[at + j] == "i" else float(scalars[s]) for j, s in enumerate(bk.arguments["scalars"])]
+    at = len(args)  # the scalars' signature letters: 'i' int32, 'l' int64, 'f' fp32
+    args += [float(scalars[s]) if bk.signature[at + j] == "f" else int(scalars[s]) for j, s in enumerate(bk.arguments["scalars"])]
     launch(bk, grid, args, regions)

@@ -8,7 +8,7 @@ Op vocabulary (main attrs in brackets; kgen/ir/attrs.py declares every attribute
 its type and default, and the verifier holds each op to it):
   const [value]                    a compile-time scalar (int, float or bool)
   size [name]                      a runtime size of the spec (int32 kernel argument)
-  scalar_arg [name]                a runtime scalar argument of the spec (fp32 or int32, the result's dtype)
+  scalar_arg [name]                a runtime scalar argument of the spec (fp32, int32 or int64, the result's dtype)
   program_id [axis]                the program's index along a grid axis
   arange [n]                       the 1D tile 0..n-1 (int32)
   full [shape, value]              a tile filled with one value

@@ -14,6 +14,7 @@ import torch
 
 from ..errors import LaunchError
 from .core import INT_DTYPES, Block, Kernel, Op, Value
+from . import philox
 from .attrs import attr
 
 TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32,
@@ -25,7 +26,8 @@ _UNARY = {"exp": torch.exp, "exp2": torch.exp2, "log": torch.log, "log2": torch.
 _BINARY = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div, "pow": torch.pow,
            "floordiv": lambda a, b: torch.div(a, b, rounding_mode="floor"), "mod": torch.remainder,
            "max": torch.maximum, "min": torch.minimum, "lt": torch.lt, "le": torch.le, "gt": torch.gt,
-           "ge": torch.ge, "eq": torch.eq, "ne": torch.ne, "and": torch.logical_and, "or": torch.logical_or}
+           "ge": torch.ge, "eq": torch.eq, "ne": torch.ne, "and": torch.logical_and, "or": torch.logical_or,
+           "rand": philox.rand}
 _REDUCE = {"sum": lambda x, a: x.sum(a), "max": lambda x, a: x.amax(a), "min": lambda x, a: x.amin(a)}
 
 

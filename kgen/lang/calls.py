@@ -129,6 +129,12 @@ def _binary(fn):
     return handler
 
 
+def _rand(p, node):
+    seed, offset = _args(p, node, 2, 2)
+    p.at(node)
+    return p.b.rand(p.operand(node.args[0], seed), p.operand(node.args[1], offset))
+
+
 def _reduce(fn):
     def handler(p, node):
         args = _args(p, node, 1, 2, ("axis",))
@@ -320,7 +326,7 @@ def _gather_scatter(p: _Parser, node: ast.Call, fn: str, t: TensorRef, items: li
 _HANDLERS = {
     "program_id": _program_id, "arange": _arange, "full": _full, "zeros": _zeros,
     "where": _where, "dot": _dot, "cumsum": _cumsum, "cdiv": _cdiv, "pow2": _pow2, "block": _block,
-    "maximum": _binary("max"), "minimum": _binary("min"),
+    "maximum": _binary("max"), "minimum": _binary("min"), "rand": _rand,
     **{fn: _unary(fn) for fn in UNARY_FNS},
     **{fn: _reduce(fn) for fn in REDUCE},
 }

@@ -1,7 +1,7 @@
 """The tile language: a tile program (Python syntax, parsed with `ast`, never executed) -> IR.
 
 A program sees: its kernel's compile-time constants (variant values, tunables, dtype names,
-`inf`), the spec's runtime sizes (int32) and scalars (fp32 or int32), and its tensors, which are only
+`inf`), the spec's runtime sizes (int32) and scalars (fp32, int32 or int64), and its tensors, which are only
 indexed inside load/store/atomic_add. docs/SPEC_LANGUAGE.md describes the language.
 """
 from __future__ import annotations

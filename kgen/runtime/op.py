@@ -234,7 +234,7 @@ class KgenOp:
         for ks, bk in zip(self.spec.kernels, kernels):
             if bk.empty:
                 continue
-            run(bk, tuple(int(eval_expr(g, env)) for g in ks.grid), tensors, sizes, {k: float(v) for k, v in scalars.items()})
+            run(bk, tuple(int(eval_expr(g, env)) for g in ks.grid), tensors, sizes, scalars)
 
     def _run_cpu(self, tensors, sizes, scalars, variant, tunables, env) -> None:
         from ..ir.interp import run_kernel
@@ -251,7 +251,7 @@ class KgenOp:
         letters = iter("abcdefghijklmnopqrstuvwxyz")
         over = set(self.aliases.values())
         params = [f"Tensor({next(letters)}!) {n}" if n in over else f"Tensor {n}" for n in self.inputs]
-        params += [f"{'int' if p.dtype == 'int32' else 'float'} {n}" for n, p in self.spec.scalars.items()]
+        params += [f"{'float' if p.dtype == 'fp32' else 'int'} {n}" for n, p in self.spec.scalars.items()]
         for a in self.options + list(self.passed):
             v = (self.spec.variants[a] if a in self.options else self.passed[a])[0]
             kind = "bool" if isinstance(v, bool) else "int" if isinstance(v, int) else "float" if isinstance(v, float) else "str"

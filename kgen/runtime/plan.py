@@ -118,7 +118,7 @@ def make_plan(op, tensors: dict[str, torch.Tensor], options: dict[str, Any], dev
                 template.append(s)
         template.extend(sizes[s] for s in rk.sizes)
         for s in rk.scalars:
-            scalar_holes.append((len(template), scalar_names.index(s), int if spec.scalars[s].dtype == "int32" else float))
+            scalar_holes.append((len(template), scalar_names.index(s), int if spec.scalars[s].dtype != "fp32" else float))
             template.append(0)
         for t, box in rk.tensor_maps:
             map_holes.append((len(template), index[t], box))

@@ -76,21 +76,22 @@ class TensorParam(Strict):
 
 
 class ScalarParam(Strict):
-    dtype: Literal["fp32", "int32"] = "fp32"
+    dtype: Literal["fp32", "int32", "int64"] = "fp32"
     default: float | int | None = None
 
     @model_validator(mode="after")
     def _integral_default(self) -> "ScalarParam":
-        if self.dtype == "int32" and self.default is not None and (isinstance(self.default, bool) or self.default != int(self.default)):
-            raise ValueError(f"an int32 scalar's default must be an integer, got {self.default!r}")
+        if self.dtype != "fp32" and self.default is not None and (isinstance(self.default, bool) or self.default != int(self.default)):
+            raise ValueError(f"an {self.dtype} scalar's default must be an integer, got {self.default!r}")
         return self
 
     def value(self, given: Any) -> float | int:
         """`given` as the kernel receives it: an int for an int32 scalar (an integral float is
         accepted), else a float."""
-        if self.dtype == "int32":
-            if isinstance(given, bool) or not isinstance(given, (int, float)) or given != int(given) or not -2**31 <= given < 2**31:
-                raise ValueError(f"must be an int32 integer, got {given!r}")
+        if self.dtype != "fp32":
+            bits = 32 if self.dtype == "int32" else 64
+            if isinstance(given, bool) or not isinstance(given, (int, float)) or given != int(given) or not -2**(bits - 1) <= given < 2**(bits - 1):
+                raise ValueError(f"must be an {self.dtype} integer, got {given!r}")
             return int(given)
         return float(given)
 
