@@ -1,5 +1,5 @@
 """`flash_attn_func`: attention with flash-attn's calling convention over the fa2_fwd spec and
-the variants that extend it (specs/variants: window_size, softcap, alibi_slopes); the argument
+the variants that extend it (specs/variants: window_size, softcap, alibi_slopes, dropout_p); the argument
 checks that kgen/ops/varlen.py's `flash_attn_varlen_func` shares.
 
 Checks the arguments (one sentence per mistake, before any launch), picks the spec from the
@@ -63,13 +63,26 @@ def check_scale(softmax_scale: Any, d: int, fn: str) -> float:
 
 
 def check_dropout(dropout_p: Any, fn: str) -> None:
-    """flash-attn's dropout_p, accepted at 0 (the value models pass outside training, and most
-    LLM training); dropout itself is not built yet."""
+    """flash-attn's dropout_p where only 0 is built (the packed-sequence call)."""
     if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or dropout_p != 0:
-        raise LaunchError(f"{fn}: dropout_p is {dropout_p!r}; dropout is not built yet, accepted: 0.0")
+        raise LaunchError(f"{fn}: dropout_p is {dropout_p!r}; {fn} takes only 0.0 so far "
+                          "(flash_attn_func takes 0 <= dropout_p < 1)")
 
 
-VARIANTS = ("fa2_window", "fa2_softcap", "fa2_alibi", "fa2_window_softcap", "fa2_document", "fa2_varlen")  # specs/variants, by op name
+def dropout_rate(dropout_p: Any, fn: str) -> float:
+    """flash-attn's dropout_p: a probability in [0, 1)."""
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or not 0 <= dropout_p < 1:
+        raise LaunchError(f"{fn}: dropout_p is {dropout_p!r}; accepted: a number with 0 <= dropout_p < 1")
+    return float(dropout_p)
+
+
+def dropout_seed() -> int:
+    """The int64 seed of one call's dropout mask, drawn from torch's default (CPU) generator, so
+    that torch.manual_seed makes a run repeat; the backward reuses it (specs/variants/dropout.yaml)."""
+    return int(torch.randint(-2**63, 2**63 - 1, (), dtype=torch.int64))
+
+
+VARIANTS = ("fa2_window", "fa2_softcap", "fa2_alibi", "fa2_window_softcap", "fa2_document", "fa2_varlen", "fa2_dropout")  # specs/variants, by op name
 
 
 def _window(window_size: Any, causal: bool, sq: int, sk: int) -> tuple[int, int] | None:
@@ -112,18 +125,24 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p
     i + SK - SQ + right (-1: no limit); softcap > 0 maps each scaled score s to
     softcap * tanh(s / softcap); alibi_slopes (H,) or (B, H) fp32 adds -slope * |i + SK - SQ - j|.
     One of the three at a time, or window_size with softcap (Gemma 2's local layers).
+    dropout_p > 0 drops each probability with that chance (the rest scaled by 1 / (1 - dropout_p))
+    by a Philox mask drawn from a seed of torch's default generator (torch.manual_seed repeats
+    it) and regenerated in the backward; with none of the three keywords above.
     return_attn_probs=True returns (out, softmax_lse (B, H, SQ) fp32, None): the natural-log
     logsumexp of each query row's scaled scores (-inf for a row that sees no key), without a
-    gradient, as flash-attn's; the third, flash-attn's dropout mask, is None (no dropout)."""
+    gradient, as flash-attn's; the third, flash-attn's dropout mask, is None (not returned)."""
     fn = "flash_attn_func"
     check_qkv(q, k, v)
-    check_dropout(dropout_p, fn)
+    rate = dropout_rate(dropout_p, fn)
     d = q.shape[-1]
     scale = check_scale(softmax_scale, d, fn)
     window = _window(window_size, bool(causal), q.shape[1], k.shape[1])
     if isinstance(softcap, bool) or not isinstance(softcap, (int, float)) or not (softcap >= 0 and math.isfinite(softcap)):
         raise LaunchError(f"{fn}: softcap is {softcap!r}; accepted: 0 (none) or a positive finite number")
     asked = [n for n, on in (("window_size", window is not None), ("softcap", softcap > 0), ("alibi_slopes", alibi_slopes is not None)) if on]
+    if rate > 0 and asked:
+        raise LaunchError(f"{fn}: dropout_p with {' and '.join(asked)} is not built yet; dropout takes dense or causal "
+                          "attention (specs/variants/dropout.yaml)")
     if len(asked) > 1 and asked != ["window_size", "softcap"]:
         raise LaunchError(f"{fn}: {' and '.join(asked)} together are not built yet; pass one of them, or "
                           "window_size with softcap (each is a spec in specs/variants)")
@@ -140,6 +159,8 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p
         o, lse = call_op("fa2_softcap", q, k, v, softcap=float(softcap), **common)
     elif alibi_slopes is not None:
         o, lse = call_op("fa2_alibi", q, k, v, _slopes(alibi_slopes, q), **common)
+    elif rate > 0:
+        o, lse = call_op("fa2_dropout", q, k, v, dropout_p=rate, seed=dropout_seed(), **common)
     else:
         o, lse = call_op("fa2_fwd", q, k, v, scale, d, bool(causal), bool(deterministic))
     return (o, lse, None) if return_attn_probs else o

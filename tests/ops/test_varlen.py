@@ -141,7 +141,8 @@ def _bad(**change):
     ({"cu_seqlens_q": torch.tensor([0, 4, 9], dtype=torch.int32)}, "flash_attn_varlen_func: 'cu_seqlens_q' is [0, 4, 9]; accepted: offsets starting at 0, non-decreasing, ending at the packed length 10"),
     ({"max_seqlen_q": 5}, "flash_attn_varlen_func: max_seqlen_q is 5 but the longest sequence has 6; accepted: an int >= 6"),
     ({"cu_seqlens_k": torch.tensor([0, 10], dtype=torch.int32)}, "flash_attn_varlen_func: cu_seqlens_q has 2 sequences and cu_seqlens_k 1; they must match"),
-    ({"dropout_p": 0.1}, "flash_attn_varlen_func: dropout_p is 0.1; dropout is not built yet, accepted: 0.0"),
+    ({"dropout_p": 0.1}, "flash_attn_varlen_func: dropout_p is 0.1; flash_attn_varlen_func takes only 0.0 so far "
+     "(flash_attn_func takes 0 <= dropout_p < 1)"),
     ({"window_size": (8, 0)}, "flash_attn_varlen_func: window_size, softcap and alibi_slopes are not built for packed sequences yet; accepted: their defaults ((-1, -1), 0.0, None)"),
     ({"q": torch.randn(1, 10, H, D).to(torch.bfloat16)}, "flash_attn_varlen_func: 'q' has shape (1, 10, 4, 32); expected 3 dims (total, heads, head_dim)"),
 ])
