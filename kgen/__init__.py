@@ -5,7 +5,7 @@ starts without importing torch.
 """
 __version__ = "0.1.0"
 
-__all__ = ["load", "__version__"]
+__all__ = ["load", "compose", "__version__"]
 
 
 def __getattr__(name: str):
@@ -13,4 +13,8 @@ def __getattr__(name: str):
         from .runtime.op import load
 
         return load
+    if name == "compose":
+        from .runtime.compose import compose
+
+        return compose
     raise AttributeError(f"module 'kgen' has no attribute {name!r}")

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from ..errors import LaunchError
-from ..runtime.op import call_op
+from .variants import SHIPPED, Part, attend
 
 # every multiple of 8 in this range (specs/fa2_fwd.yaml open_variants: other than 32, 64 and
 # 128 the tiles are the next power of two wide, built at the first call)
@@ -62,13 +62,6 @@ def check_scale(softmax_scale: Any, d: int, fn: str) -> float:
     return scale
 
 
-def check_dropout(dropout_p: Any, fn: str) -> None:
-    """flash-attn's dropout_p where only 0 is built (the packed-sequence call)."""
-    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or dropout_p != 0:
-        raise LaunchError(f"{fn}: dropout_p is {dropout_p!r}; {fn} takes only 0.0 so far "
-                          "(flash_attn_func takes 0 <= dropout_p < 1)")
-
-
 def dropout_rate(dropout_p: Any, fn: str) -> float:
     """flash-attn's dropout_p: a probability in [0, 1)."""
     if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or not 0 <= dropout_p < 1:
@@ -82,15 +75,12 @@ def dropout_seed() -> int:
     return int(torch.randint(-2**63, 2**63 - 1, (), dtype=torch.int64))
 
 
-VARIANTS = ("fa2_window", "fa2_softcap", "fa2_alibi", "fa2_window_softcap", "fa2_document", "fa2_varlen", "fa2_dropout")  # specs/variants, by op name
-
-
-def _window(window_size: Any, causal: bool, sq: int, sk: int) -> tuple[int, int] | None:
+def _window(window_size: Any, causal: bool, sq: int, sk: int, fn: str) -> tuple[int, int] | None:
     """flash-attn's window_size=(left, right) as the window spec's scalars (-1: no limit, which
     the mask bounds by every key; causal: right = 0), or None for no window."""
     if (not isinstance(window_size, (tuple, list)) or len(window_size) != 2
             or any(isinstance(w, bool) or not isinstance(w, int) or w < -1 for w in window_size)):
-        raise LaunchError(f"flash_attn_func: window_size is {window_size!r}; accepted: (left, right), each -1 (no limit) "
+        raise LaunchError(f"{fn}: window_size is {window_size!r}; accepted: (left, right), each -1 (no limit) "
                           "or a number of keys >= 0")
     left, right = window_size
     if causal:
@@ -103,13 +93,19 @@ def _window(window_size: Any, causal: bool, sq: int, sk: int) -> tuple[int, int]
     return (unlimited if left == -1 else left), (unlimited if right == -1 else right)
 
 
-def _slopes(alibi_slopes: Any, q: torch.Tensor) -> torch.Tensor:
-    b, h = q.shape[0], q.shape[2]
-    if not isinstance(alibi_slopes, torch.Tensor) or alibi_slopes.dtype != torch.float32 or tuple(alibi_slopes.shape) not in ((h,), (b, h)):
+def _slopes(alibi_slopes: Any, q: torch.Tensor, fn: str) -> torch.Tensor:
+    """alibi_slopes as the (B, H) fp32 tensor specs/variants/alibi.yaml loads: (H,) for every
+    batch row, or (B, H) (flash_attn_func only: the packed call's one row holds every sequence)."""
+    b, h = q.shape[0], q.shape[-2]
+    shapes = ((h,), (b, h)) if q.dim() == 4 else ((h,),)
+    if not isinstance(alibi_slopes, torch.Tensor) or alibi_slopes.dtype != torch.float32 or tuple(alibi_slopes.shape) not in shapes:
         got = f"{alibi_slopes.dtype} {tuple(alibi_slopes.shape)}" if isinstance(alibi_slopes, torch.Tensor) else type(alibi_slopes).__name__
-        raise LaunchError(f"flash_attn_func: alibi_slopes is {got}; accepted: a torch.float32 tensor of shape ({h},) or ({b}, {h})")
+        accepted = f"({h},) or ({b}, {h})" if q.dim() == 4 else f"({h},) (one slope per head for every sequence)"
+        raise LaunchError(f"{fn}: alibi_slopes is {got}; accepted: a torch.float32 tensor of shape {accepted}")
     if alibi_slopes.device != q.device:
-        raise LaunchError(f"flash_attn_func: alibi_slopes is on {alibi_slopes.device} and q on {q.device}; they must be on one device")
+        raise LaunchError(f"{fn}: alibi_slopes is on {alibi_slopes.device} and q on {q.device}; they must be on one device")
+    if q.dim() == 3:
+        return alibi_slopes.view(1, h)
     return alibi_slopes.expand(b, h).contiguous()
 
 
@@ -123,11 +119,11 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p
     causal masks align to the bottom-right.
     As flash-attn: window_size=(left, right) lets query i see keys i + SK - SQ - left to
     i + SK - SQ + right (-1: no limit); softcap > 0 maps each scaled score s to
-    softcap * tanh(s / softcap); alibi_slopes (H,) or (B, H) fp32 adds -slope * |i + SK - SQ - j|.
-    One of the three at a time, or window_size with softcap (Gemma 2's local layers).
-    dropout_p > 0 drops each probability with that chance (the rest scaled by 1 / (1 - dropout_p))
-    by a Philox mask drawn from a seed of torch's default generator (torch.manual_seed repeats
-    it) and regenerated in the backward; with none of the three keywords above.
+    softcap * tanh(s / softcap); alibi_slopes (H,) or (B, H) fp32 adds -slope * |i + SK - SQ - j|
+    (to the capped score, as flash-attn); dropout_p > 0 drops each probability with that chance
+    (the rest scaled by 1 / (1 - dropout_p)) by a Philox mask drawn from a seed of torch's default
+    generator (torch.manual_seed repeats it) and regenerated in the backward. Any of them together:
+    one runs its spec in specs/variants, several their composition (kgen/ops/variants.py).
     return_attn_probs=True returns (out, softmax_lse (B, H, SQ) fp32, None): the natural-log
     logsumexp of each query row's scaled scores (-inf for a row that sees no key), without a
     gradient, as flash-attn's; the third, flash-attn's dropout mask, is None (not returned)."""
@@ -136,34 +132,30 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p
     rate = dropout_rate(dropout_p, fn)
     d = q.shape[-1]
     scale = check_scale(softmax_scale, d, fn)
-    window = _window(window_size, bool(causal), q.shape[1], k.shape[1])
+    window = _window(window_size, bool(causal), q.shape[1], k.shape[1], fn)
+    parts = keyword_parts(fn, window, softcap, _slopes(alibi_slopes, q, fn) if alibi_slopes is not None else None, rate)
+    # the window's right edge is the causal mask
+    o, lse = attend(parts, q, k, v, softmax_scale=scale, head_dim=d, causal=bool(causal) and window is None,
+                    deterministic=bool(deterministic))
+    return (o, lse, None) if return_attn_probs else o
+
+
+def keyword_parts(fn: str, window: tuple[int, int] | None, softcap: Any, slopes: torch.Tensor | None,
+                  rate: float) -> list[Part]:
+    """The variant files (kgen/ops/variants.py) that flash-attn's keywords ask for, each with what
+    it adds to the call; any of them together."""
     if isinstance(softcap, bool) or not isinstance(softcap, (int, float)) or not (softcap >= 0 and math.isfinite(softcap)):
         raise LaunchError(f"{fn}: softcap is {softcap!r}; accepted: 0 (none) or a positive finite number")
-    asked = [n for n, on in (("window_size", window is not None), ("softcap", softcap > 0), ("alibi_slopes", alibi_slopes is not None)) if on]
-    if rate > 0 and asked:
-        raise LaunchError(f"{fn}: dropout_p with {' and '.join(asked)} is not built yet; dropout takes dense or causal "
-                          "attention (specs/variants/dropout.yaml)")
-    if len(asked) > 1 and asked != ["window_size", "softcap"]:
-        raise LaunchError(f"{fn}: {' and '.join(asked)} together are not built yet; pass one of them, or "
-                          "window_size with softcap (each is a spec in specs/variants)")
-    # each op's schema: inputs, scalars, variant options, then what autograd hands the backward
-    common = dict(softmax_scale=scale, head_dim=d, causal=bool(causal), deterministic=bool(deterministic))
+    parts: list[Part] = []
     if window is not None:
-        common["causal"] = False  # the window's right edge is the causal mask
-        if softcap > 0:
-            o, lse = call_op("fa2_window_softcap", q, k, v, window_left=window[0], window_right=window[1],
-                                                       softcap=float(softcap), **common)
-        else:
-            o, lse = call_op("fa2_window", q, k, v, window_left=window[0], window_right=window[1], **common)
-    elif softcap > 0:
-        o, lse = call_op("fa2_softcap", q, k, v, softcap=float(softcap), **common)
-    elif alibi_slopes is not None:
-        o, lse = call_op("fa2_alibi", q, k, v, _slopes(alibi_slopes, q), **common)
-    elif rate > 0:
-        o, lse = call_op("fa2_dropout", q, k, v, dropout_p=rate, seed=dropout_seed(), **common)
-    else:
-        o, lse = call_op("fa2_fwd", q, k, v, scale, d, bool(causal), bool(deterministic))
-    return (o, lse, None) if return_attn_probs else o
+        parts.append(("sliding_window", {"window_left": window[0], "window_right": window[1]}))
+    if softcap > 0:
+        parts.append(("softcap", {"softcap": float(softcap)}))
+    if slopes is not None:
+        parts.append(("alibi", {"slopes": slopes}))
+    if rate > 0:
+        parts.append(("dropout", {"dropout_p": rate, "seed": dropout_seed()}))
+    return parts
 
 
 def _register() -> None:
@@ -172,5 +164,6 @@ def _register() -> None:
     from . import _op, _variant
 
     _op("fa2_fwd")
-    for name in VARIANTS:
-        _variant(name)
+    for name in SHIPPED.values():
+        if name != "fa2_fwd":
+            _variant(name)

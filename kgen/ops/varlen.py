@@ -21,8 +21,8 @@ from typing import Any
 import torch
 
 from ..errors import LaunchError
-from ..runtime.op import call_op
-from .attention import check_dropout, check_qkv, check_scale
+from .attention import _slopes, _window, check_qkv, check_scale, dropout_rate, keyword_parts
+from .variants import attend
 
 FN = "flash_attn_varlen_func"
 
@@ -79,13 +79,13 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
     causal aligns each sequence's mask to its bottom-right. Returns (total_q, H, D), or with
     return_attn_probs=True (out, softmax_lse (H, total_q) fp32, None). max_seqlen_q/k must be
     at least the longest sequence (they are checked, not needed: the kernels walk the packed
-    rows). window_size, softcap and alibi_slopes are not built for packed sequences yet."""
+    rows). window_size, softcap, alibi_slopes ((H,): one slope per head) and dropout_p as
+    flash_attn_func's, each sequence's window and ALiBi distance aligned to its own bottom-right."""
     check_qkv(q, k, v, FN)
-    check_dropout(dropout_p, FN)
+    rate = dropout_rate(dropout_p, FN)
     scale = check_scale(softmax_scale, q.shape[-1], FN)
-    if tuple(window_size) != (-1, -1) or softcap != 0 or alibi_slopes is not None:
-        raise LaunchError(f"{FN}: window_size, softcap and alibi_slopes are not built for packed sequences yet; "
-                          "accepted: their defaults ((-1, -1), 0.0, None)")
+    window = _window(window_size, bool(causal), q.shape[0], k.shape[0], FN)
+    parts = keyword_parts(FN, window, softcap, _slopes(alibi_slopes, q, FN) if alibi_slopes is not None else None, rate)
     for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
         if isinstance(cu, torch.Tensor) and cu.device != q.device:
             raise LaunchError(f"{FN}: {name} is on {cu.device} and q on {q.device}; they must be on one device")
@@ -101,10 +101,10 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
     for name, given, longest in (("max_seqlen_q", max_seqlen_q, longest_q), ("max_seqlen_k", max_seqlen_k, longest_k)):
         if isinstance(given, bool) or not isinstance(given, int) or given < longest:
             raise LaunchError(f"{FN}: {name} is {given!r} but the longest sequence has {longest}; accepted: an int >= {longest}")
-    common = dict(softmax_scale=scale, head_dim=q.shape[-1], causal=bool(causal), deterministic=bool(deterministic))
-    q1, k1, v1 = q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0)
     if same:
-        o, lse = call_op("fa2_document", q1, k1, v1, seq_k, row_q, **common)
+        parts.append(("document", {"seg": seq_k, "starts": row_q}))
     else:
-        o, lse = call_op("fa2_varlen", q1, k1, v1, seq_q, seq_k, row_q, row_k, **common)
+        parts.append(("varlen", {"seq_q": seq_q, "seq_k": seq_k, "cu_seqlens_q": row_q, "cu_seqlens_k": row_k}))
+    o, lse = attend(parts, q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), softmax_scale=scale, head_dim=q.shape[-1],
+                    causal=bool(causal) and window is None, deterministic=bool(deterministic))
     return (o[0], lse[0], None) if return_attn_probs else o[0]

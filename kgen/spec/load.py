@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from ..errors import SourceLoc, SpecError, UsageError
+from .compose import compose
 from .expr import eval_expr
 from .model import INT_DTYPE_NAMES, Scalar, Spec
 from .refs import FieldError
@@ -87,17 +88,22 @@ def _read_extended(path: Path, chain: tuple[Path, ...]) -> PositionedYaml:
     data = doc.data
     if not isinstance(data, dict) or "extends" not in data:
         return doc
-    base_name, where = data["extends"], doc.where(("extends",))
-    if not isinstance(base_name, str) or not base_name.endswith((".yaml", ".yml")):
-        raise SpecError(f"extends: give the base spec's file, relative to this one, got {base_name!r}", where)
-    base_path = path.parent / base_name
-    if base_path.resolve() == path.resolve() or base_path.resolve() in chain:
-        raise SpecError(f"extends: {base_name} extends itself", where)
-    if not base_path.is_file():
-        raise SpecError(f"extends: cannot read {base_name} (no such file beside this spec)", where)
+    where = doc.where(("extends",))
     if "name" not in data:
         raise SpecError("a spec that extends another needs its own name (its op's name)", doc.where(()))
-    base = _read_extended(base_path, chain + (path.resolve(),))
+    if isinstance(data["extends"], list):  # several variants of one base, composed
+        if len(data["extends"]) < 2:
+            raise SpecError("extends: a list names two or more specs that extend one base; one spec is given "
+                            "as its file alone", where)
+        parents = [_read_extended(_base_path(path, name, where, chain), chain + (path.resolve(),)) for name in data["extends"]]
+        roots = [_root_path(path.parent / name) for name in data["extends"]]
+        if len(set(roots)) > 1:
+            raise SpecError(f"extends: {', '.join(data['extends'])} do not extend one base (their bases: "
+                            f"{', '.join(sorted({r.name for r in roots}))}); composed specs share one", where)
+        base, base_name = compose(parents, read_yaml(roots[0]), where), roots[0].name
+    else:
+        base_name = data["extends"]
+        base = _read_extended(_base_path(path, base_name, where, chain), chain + (path.resolve(),))
     if not isinstance(base.data, dict):
         raise SpecError(f"extends: {base_name} is not a spec (a YAML mapping)", where)
     _complete_hooks(doc, base, base_name)
@@ -108,6 +114,31 @@ def _read_extended(path: Path, chain: tuple[Path, ...]) -> PositionedYaml:
         added = [n for n in _added_inputs(doc, base) if n not in autograd["saves"]]
         merged.data["autograd"] = {**autograd, "saves": autograd["saves"] + added}
     return merged
+
+
+def _base_path(path: Path, base_name: Any, where: SourceLoc | None, chain: tuple[Path, ...]) -> Path:
+    if not isinstance(base_name, str) or not base_name.endswith((".yaml", ".yml")):
+        raise SpecError(f"extends: give the base spec's file (or a list of them), relative to this one, got {base_name!r}", where)
+    base_path = path.parent / base_name
+    if base_path.resolve() == path.resolve() or base_path.resolve() in chain:
+        raise SpecError(f"extends: {base_name} extends itself", where)
+    if not base_path.is_file():
+        raise SpecError(f"extends: cannot read {base_name} (no such file beside this spec)", where)
+    return base_path
+
+
+def _root_path(path: Path) -> Path:
+    """The file at the end of `path`'s extends chain (through the first of a list)."""
+    seen: set[Path] = set()
+    while path.resolve() not in seen:
+        seen.add(path.resolve())
+        data = read_yaml(path).data
+        ext = data.get("extends") if isinstance(data, dict) else None
+        ext = ext[0] if isinstance(ext, list) and ext else ext
+        if not isinstance(ext, str):
+            break
+        path = path.parent / ext
+    return path.resolve()
 
 
 def _added_inputs(doc: PositionedYaml, base: PositionedYaml) -> list[str]:
@@ -126,20 +157,12 @@ def backward_spec(ls: LoadedSpec) -> LoadedSpec:
     given = ls.where("autograd", "backward")
     giver = Path(given.file) if given is not None else ls.path
     path = giver.parent / ls.spec.autograd.backward
-    overlays: list[PositionedYaml] = []
-    here = ls.path
-    while here.resolve() != giver.resolve():
-        doc = read_yaml(here)
-        overlays.insert(0, doc)
-        here = here.parent / doc.data["extends"]
-    if not overlays:
+    if ls.path.resolve() == giver.resolve():
         return load_spec(path)
     if not path.is_file():
         raise SpecError(f"autograd.backward: cannot read {ls.spec.autograd.backward} (no such file beside "
                         f"{giver.name})", given)
-    merged = _read_extended(path, ())
-    for doc in overlays:
-        merged = _backward_overlay(doc, merged, ls.spec.name).merged_onto(merged, MERGED_FIELDS)
+    merged = _derived_backward(ls.path, giver, path, ls.spec.name)
     # an added floating input that takes a gradient gets it as an fp32 output d<name>, which the
     # base's `tensor_grads` statements add into (the autograd glue returns it in the input's dtype).
     # It sums the score gradient over many scores, each through delta = rowsum(do * o) of the
@@ -157,6 +180,22 @@ def backward_spec(ls: LoadedSpec) -> LoadedSpec:
     except ValidationError as e:
         raise _spec_error(e, merged) from None
     return LoadedSpec(spec=spec, path=ls.path, yaml=merged)
+
+
+def _derived_backward(here: Path, giver: Path, backward: Path, name: str) -> PositionedYaml:
+    """The backward of the spec in `here`, which extends (through any chain, or composes) the
+    spec in `giver` whose backward is the file `backward`: that file, each file between extending
+    it by what it adds, compositions composed as their forwards are."""
+    if here.resolve() == giver.resolve():
+        return _read_extended(backward, ())
+    doc = read_yaml(here)
+    bases = doc.data["extends"]
+    if isinstance(bases, list):
+        root = _read_extended(backward, ())
+        base = compose([_derived_backward(here.parent / b, giver, backward, name) for b in bases], root, doc.where(("extends",)))
+    else:
+        base = _derived_backward(here.parent / bases, giver, backward, name)
+    return _backward_overlay(doc, base, name).merged_onto(base, MERGED_FIELDS)
 
 
 def _backward_overlay(doc: PositionedYaml, backward: PositionedYaml, name: str) -> PositionedYaml:

@@ -145,6 +145,11 @@ class HookSpec(Strict):
     args: list[str] = Field(description="its parameters' names")
     body: str = Field(min_length=1, description="a tile-language expression, or statements that end in "
                       "`return <expression>`, over its parameters and the spec's sizes, scalars, tensors and constants")
+    combine: Literal["all", "any", "chain"] | None = Field(
+        None, description="how a spec that extends several specs at once joins their overrides of this hook: all "
+        "(each must hold, as FlexAttention's and_masks), any (one must hold), chain (each applied to the previous "
+        "one's result, the first argument threaded, in the order extends lists them); without it two overrides "
+        "are an error")
 
     @field_validator("args")
     @classmethod
@@ -187,8 +192,9 @@ class Spec(Strict):
                                     "programs may size tiles by it (a row in registers up to the bucket)")
     hooks: dict[str, HookSpec] = Field(default_factory=dict, description="named functions the programs and the "
                                        "reference call, which a spec that extends this one may override")
-    extends: str | None = Field(None, description="the spec this one extends (a path relative to this file); "
-                                "kgen.spec.load merges the two before validating")
+    extends: str | list[str] | None = Field(
+        None, description="the spec this one extends (a path relative to this file), or several that extend one "
+        "base (composed: kgen/spec/compose.py); kgen.spec.load merges them before validating")
 
     @field_validator("variants")
     @classmethod

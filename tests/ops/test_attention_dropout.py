@@ -127,8 +127,6 @@ def test_flash_attn_func_dropout_repeats_under_manual_seed():
     ({"dropout_p": 1.0}, "flash_attn_func: dropout_p is 1.0; accepted: a number with 0 <= dropout_p < 1"),
     ({"dropout_p": -0.1}, "flash_attn_func: dropout_p is -0.1; accepted: a number with 0 <= dropout_p < 1"),
     ({"dropout_p": "0.1"}, "flash_attn_func: dropout_p is '0.1'; accepted: a number with 0 <= dropout_p < 1"),
-    ({"dropout_p": 0.1, "softcap": 2.0}, "flash_attn_func: dropout_p with softcap is not built yet; dropout takes dense or "
-                                         "causal attention (specs/variants/dropout.yaml)"),
 ])
 def test_bad_dropout_is_named(kw, message):
     from kgen.errors import LaunchError

@@ -246,7 +246,6 @@ def test_flash_attn_func_keywords_mean_what_flash_attn_says(causal, kw):
     ({"window_size": (3,)}, "flash_attn_func: window_size is (3,); accepted: (left, right), each -1 (no limit) or a number of keys >= 0"),
     ({"window_size": (-2, 4)}, "flash_attn_func: window_size is (-2, 4); accepted: (left, right), each -1 (no limit) or a number of keys >= 0"),
     ({"softcap": float("nan")}, "flash_attn_func: softcap is nan; accepted: 0 (none) or a positive finite number"),
-    ({"alibi_slopes": torch.ones(2), "window_size": (1, 1)}, "flash_attn_func: window_size and alibi_slopes together are not built yet; pass one of them, or window_size with softcap (each is a spec in specs/variants)"),
     ({"alibi_slopes": torch.ones(3)}, "flash_attn_func: alibi_slopes is torch.float32 (3,); accepted: a torch.float32 tensor of shape (2,) or (1, 2)"),
     ({"alibi_slopes": torch.ones(2, dtype=torch.float64)}, "flash_attn_func: alibi_slopes is torch.float64 (2,); accepted: a torch.float32 tensor of shape (2,) or (1, 2)"),
 ])

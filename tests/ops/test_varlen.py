@@ -17,6 +17,7 @@ import helpers  # noqa: E402
 from kgen.errors import LaunchError  # noqa: E402
 from kgen.ops import flash_attn_func, flash_attn_varlen_func  # noqa: E402
 from kgen.ops import varlen as varlen_module  # noqa: E402
+from kgen.ops import variants as variants_module  # noqa: E402
 
 H, HKV, D = 4, 2, 32
 CU_Q = [0, 37, 37, 90, 150, 151]  # an empty sequence, one of a single query
@@ -105,7 +106,7 @@ def test_sequence_ids_are_kept_per_cu_seqlens_tensor_and_remade_when_it_changes(
 @pytest.mark.parametrize("packing", ["one_tensor", "equal_values", "other_values"])
 def test_one_packing_runs_the_document_spec_and_two_the_varlen_spec(monkeypatch, packing):
     ran = []
-    monkeypatch.setattr(varlen_module, "call_op", lambda name, q, *rest, **kw: ran.append(name) or (q, q[..., 0]))
+    monkeypatch.setattr(variants_module, "call_op", lambda name, q, *rest, **kw: ran.append(name) or (q, q[..., 0]))
     cu = torch.tensor([0, 3, 8], dtype=torch.int32)
     cu_k = {"one_tensor": cu, "equal_values": cu.clone(), "other_values": torch.tensor([0, 5, 8], dtype=torch.int32)}[packing]
     q = torch.randn(8, 2, 32).to(torch.bfloat16)
@@ -141,9 +142,8 @@ def _bad(**change):
     ({"cu_seqlens_q": torch.tensor([0, 4, 9], dtype=torch.int32)}, "flash_attn_varlen_func: 'cu_seqlens_q' is [0, 4, 9]; accepted: offsets starting at 0, non-decreasing, ending at the packed length 10"),
     ({"max_seqlen_q": 5}, "flash_attn_varlen_func: max_seqlen_q is 5 but the longest sequence has 6; accepted: an int >= 6"),
     ({"cu_seqlens_k": torch.tensor([0, 10], dtype=torch.int32)}, "flash_attn_varlen_func: cu_seqlens_q has 2 sequences and cu_seqlens_k 1; they must match"),
-    ({"dropout_p": 0.1}, "flash_attn_varlen_func: dropout_p is 0.1; flash_attn_varlen_func takes only 0.0 so far "
-     "(flash_attn_func takes 0 <= dropout_p < 1)"),
-    ({"window_size": (8, 0)}, "flash_attn_varlen_func: window_size, softcap and alibi_slopes are not built for packed sequences yet; accepted: their defaults ((-1, -1), 0.0, None)"),
+    ({"dropout_p": 1.5}, "flash_attn_varlen_func: dropout_p is 1.5; accepted: a number with 0 <= dropout_p < 1"),
+    ({"window_size": (8,)}, "flash_attn_varlen_func: window_size is (8,); accepted: (left, right), each -1 (no limit) or a number of keys >= 0"),
     ({"q": torch.randn(1, 10, H, D).to(torch.bfloat16)}, "flash_attn_varlen_func: 'q' has shape (1, 10, 4, 32); expected 3 dims (total, heads, head_dim)"),
 ])
 def test_bad_arguments_are_named(change, message):
