@@ -30,9 +30,9 @@ SPECS = Path(__file__).resolve().parents[2] / "specs"
 # covers several chunks with Mamba-like inputs.
 SIZES = {
     "spec": {"M": 37, "N": 100, "K": 76, "B": 2, "SQ": 45, "SK": 37, "H": 2, "HKV": 2,
-             "batch": 2, "seqlen": 45, "nheads": 2, "ngroups": 1, "nbounds": 4},
+             "batch": 2, "seqlen": 45, "nheads": 2, "ngroups": 1, "nbounds": 4, "dim": 150},
     "small": {"M": 37, "N": 100, "K": 76, "B": 1, "SQ": 37, "SK": 45, "H": 4, "HKV": 2,
-              "batch": 1, "seqlen": 37, "nheads": 4, "ngroups": 2, "nbounds": 3},
+              "batch": 1, "seqlen": 37, "nheads": 4, "ngroups": 2, "nbounds": 3, "dim": 21},
 }
 SCALARS = {"softmax_scale": 0.17}  # scalars without a default in their spec
 SMALL_BLOCK = 8

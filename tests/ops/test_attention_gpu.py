@@ -65,7 +65,7 @@ def test_flash_attn_matches_float64(b, sq, sk, h, hkv, d, causal, dtype):
         helpers.check_close(name, g, r, lo)
 
 
-@pytest.mark.parametrize("d", [128, 96])  # 96: a padded tile
+@pytest.mark.parametrize("d", [128, 96, 256])  # 96: a padded tile; 256: dk/dv split by columns
 @pytest.mark.parametrize("causal", [False, True])
 def test_deterministic_gradients_are_bitwise_equal(causal, d):
     from kgen.ops import flash_attn_func
@@ -94,7 +94,7 @@ def _padded_cases():
     # head_dims built at their first call, in tiles of the next power of two: ragged lengths,
     # both masks, both dtypes, GQA and MHA
     shapes = [(2, 97, 255, 8, 2), (1, 1025, 1025, 8, 8), (3, 255, 17, 8, 1)]
-    for i, d in enumerate((16, 24, 40, 72, 80, 96, 120)):
+    for i, d in enumerate((16, 24, 40, 72, 80, 96, 120, 136, 192, 200, 256)):
         for j, causal in enumerate((False, True)):
             b, sq, sk, h, hkv = shapes[(i + j) % len(shapes)]
             dtype = (torch.bfloat16, torch.float16)[(i + j) % 2]

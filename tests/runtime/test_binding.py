@@ -33,13 +33,13 @@ def test_unsupported_axis_value_read_off_a_shape_is_named(fa2_fwd):
     q, k = _qk(36)  # not a multiple of 8: outside the axis' open_variants condition
     with pytest.raises(LaunchError) as e:
         fa2_fwd(q, k, k, softmax_scale=0.1)
-    assert str(e.value) == "fa2_fwd: head_dim=36 is not supported; accepted: 32, 64, 128, or an integer with head_dim % 8 == 0 and head_dim >= 16 and head_dim <= 128"
+    assert str(e.value) == "fa2_fwd: head_dim=36 is not supported; accepted: 32, 64, 128, or an integer with head_dim % 8 == 0 and head_dim >= 16 and head_dim <= 256"
 
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"causal": 1}, "fa2_fwd: causal=1 is not supported; accepted: False, True"),
     ({"deterministic": "yes"}, "fa2_fwd: deterministic='yes' is not supported; accepted: False, True"),
-    ({"head_dim": 100}, "fa2_fwd: head_dim=100 is not supported; accepted: 32, 64, 128, or an integer with head_dim % 8 == 0 and head_dim >= 16 and head_dim <= 128"),
+    ({"head_dim": 100}, "fa2_fwd: head_dim=100 is not supported; accepted: 32, 64, 128, or an integer with head_dim % 8 == 0 and head_dim >= 16 and head_dim <= 256"),
 ])
 def test_options_are_checked_by_value_and_type(fa2_fwd, kwargs, message):
     q, k = _qk(64)

@@ -103,6 +103,22 @@ KG_DEVICE float cos_(float x) {
   return ((q + 1) & 2) ? -v : v;
 }
 
+// rand(seed, offset): Philox4x32-10 (Salmon et al., SC 2011) keyed by the seed's 64 bits, its
+// counter the offset's 64 bits and two zero words; the first word's top 24 bits as a float on
+// [0, 1). kgen/ir/philox.py computes the same bits for the interpreter and the references. The
+// 32 x 32 -> 64-bit products compile to one wide multiply (mul.wide.u32, v_mad_u64_u32).
+KG_DEVICE float rand_(long long seed, long long offset) {
+  unsigned int c0 = (unsigned int)offset, c1 = (unsigned int)((unsigned long long)offset >> 32), c2 = 0u, c3 = 0u;
+  unsigned int k0 = (unsigned int)seed, k1 = (unsigned int)((unsigned long long)seed >> 32);
+#pragma unroll
+  for (int r = 0; r < 10; ++r) {
+    if (r) { k0 += 0x9E3779B9u; k1 += 0xBB67AE85u; }
+    unsigned long long p0 = (unsigned long long)0xD2511F53u * c0, p1 = (unsigned long long)0xCD9E8D57u * c2;
+    unsigned int n0 = (unsigned int)(p1 >> 32) ^ c1 ^ k0, n2 = (unsigned int)(p0 >> 32) ^ c3 ^ k1;
+    c1 = (unsigned int)p1; c3 = (unsigned int)p0; c0 = n0; c2 = n2;
+  }
+  return (float)(c0 >> 8) * 5.9604644775390625e-08f;  // 2^-24
+}
 template <class T> KG_DEVICE bool aligned(const T* p, int bytes) {
   return (reinterpret_cast<unsigned long long>(p) & (unsigned long long)(bytes - 1)) == 0;
 }
