@@ -5,8 +5,9 @@ The spec has no optional tensors, so this wrapper maps mamba-ssm's optional argu
 it does take: D=None, dt_bias=None and initial_states=None become zeros (the spec adds D x and
 dt_bias and starts from initial_states either way), and a D of shape (nheads,) becomes the
 (nheads, headdim) the spec takes, by an expand whose gradient sums over headdim. z gates the
-output as mamba-ssm does (y * silu(z), in float32, rounded to x's dtype), applied here by PyTorch
-after the scan: one more pass over y and z that mamba-ssm fuses into its output kernel. seq_idx
+output as mamba-ssm does (y * silu(z), in float32, rounded to x's dtype), applied after the scan
+by the swiglu spec's kernel (silu(a) * b with a = z, b = y; its backward gives dz and dy in one
+pass): one more pass over y and z that mamba-ssm fuses into its output kernel. seq_idx
 (several sequences packed in each row) selects the specs' packed variants; without it the
 unpacked ones run, which never read seq_idx (an unfilled tensor is passed in its place). With
 return_varlen_states, the ssd_varlen_states spec takes each sequence's state at its end from the
@@ -168,9 +169,10 @@ def mamba_chunk_scan_combined(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor
     # varlen states
     y, final_states, prev_states = call_op("ssd_fwd", x, dt, A.float(), B, C, D32, bias32, h0, seq_idx.contiguous(),
                                            *limits, int(chunk_size), headdim, dstate, packed)
-    if z is not None:  # mamba-ssm's gating: y * silu(z), computed in float32
-        y = (y.float() * torch.nn.functional.silu(z.float())).to(out_dtype)
     y = y.to(out_dtype)
+    if z is not None:  # mamba-ssm's gating y * silu(z) (fp32 arithmetic, one rounding): the swiglu spec's kernels
+        rows = y.shape[0] * y.shape[1]
+        y = call_op("swiglu", z.reshape(rows, -1), y.reshape(rows, -1)).view(y.shape)
     out = (y, final_states) if return_final_states else (y,)
     if return_varlen_states:
         # not differentiable, as in mamba-ssm; y and final_states still are
@@ -216,3 +218,4 @@ def _register() -> None:
 
     _op("ssd_fwd")
     _op("ssd_varlen_states")
+    _op("swiglu")  # the gate z
