@@ -19,7 +19,7 @@ from kgen.spec.load import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 FWD = {"BLOCK_M": 128, "BLOCK_N": 64, "WARPS": 8}
-BWD = {"BLOCK_M": 64, "BLOCK_N": 64, "WARPS": 8}
+BWD = {"BLOCK_M": 64, "BLOCK_N": 64, "WARPS": 8, "DSPLIT": 1}
 UNSPECIALIZED = CompileOptions(warp_specialize=False)
 NO_ROWS = CompileOptions(shared_row_loads=False)  # lse and delta loaded, not copied (tests/ir/test_row_loads.py)
 
@@ -125,7 +125,7 @@ def test_the_transposed_backward_keeps_p_and_ds_in_registers():
     and dk dots straight from registers; only ds^T is staged (for dq, read as its transpose),
     and the lse and delta terms start the two score dots (no zero accumulators)."""
     variant = {"dtype": "bf16", "head_dim": 128, "causal": True, "deterministic": False}
-    k = lower("specs/fa2_bwd.yaml", "dkdv", variant, {"BLOCK_M": 64, "BLOCK_N": 128, "WARPS": 8}, "sm_90")
+    k = lower("specs/fa2_bwd.yaml", "dkdv", variant, {"BLOCK_M": 64, "BLOCK_N": 128, "WARPS": 8, "DSPLIT": 1}, "sm_90")
     dots = ops(k, "dot")
     # s^T, dp^T (issued together), dv, dk, dq: one masked pass (the 128-key form has no unmasked
     # second pass, fa2_bwd.yaml)
@@ -176,7 +176,7 @@ def test_register_arithmetic_is_computed_right_before_its_first_use(monkeypatch)
     import kgen.ir.pipeline as pipeline
 
     variant = {"dtype": "bf16", "head_dim": 128, "causal": True, "deterministic": False}
-    tunables = {"BLOCK_M": 64, "BLOCK_N": 128, "WARPS": 8}
+    tunables = {"BLOCK_M": 64, "BLOCK_N": 128, "WARPS": 8, "DSPLIT": 1}
     apart = CompileOptions(dots_together=False)
     assert _late_arithmetic(lower("specs/fa2_bwd.yaml", "dkdv", variant, tunables, "sm_90", apart)) == []
     monkeypatch.setattr(pipeline, "PASSES", [p for p in pipeline.PASSES if p[0] != "sink_to_first_use"])
@@ -255,7 +255,7 @@ def _dkdv_128(options=NO_ROWS):
     """fa2_bwd's dkdv at head_dim 128 on sm_90 (as built: lse and delta loaded, the copies of
     their rows spill there)."""
     variant = {"dtype": "bf16", "head_dim": 128, "causal": False, "deterministic": False}
-    return lower("specs/fa2_bwd.yaml", "dkdv", variant, {"BLOCK_M": 64, "BLOCK_N": 128, "WARPS": 8}, "sm_90", options)
+    return lower("specs/fa2_bwd.yaml", "dkdv", variant, {"BLOCK_M": 64, "BLOCK_N": 128, "WARPS": 8, "DSPLIT": 1}, "sm_90", options)
 
 
 def _schedule(block) -> list[tuple[str, int | None]]:
@@ -311,7 +311,7 @@ def test_synchronous_matrix_instructions_get_no_waits():
     """gfx942's MFMA (and sm_80's mma.sync) complete in order: no dot is deferred there."""
     variant = {"dtype": "bf16", "head_dim": 128, "causal": False, "deterministic": False}
     for target in ("gfx942", "sm_80"):
-        k = lower("specs/fa2_bwd.yaml", "dkdv", variant, {"BLOCK_M": 64, "BLOCK_N": 32, "WARPS": 4}, target)
+        k = lower("specs/fa2_bwd.yaml", "dkdv", variant, {"BLOCK_M": 64, "BLOCK_N": 32, "WARPS": 4, "DSPLIT": 1}, target)
         assert not ops(k, "dot_wait") and not any(op.attrs.get("deferred") for op in ops(k, "dot"))
 
 
@@ -320,7 +320,7 @@ def test_box_tiles_become_tensor_copies_with_a_barrier_per_slot():
     so every copy is a tensor copy. The barriers are numbered per slot, and after each inner
     loop a tma_reset makes the phases even for the next run (the next head of the group)."""
     k = lower("specs/fa2_bwd.yaml", "dkdv", {"dtype": "bf16", "head_dim": 128, "causal": False, "deterministic": False},
-              {"BLOCK_M": 64, "BLOCK_N": 128, "WARPS": 8}, "sm_90", NO_ROWS)
+              {"BLOCK_M": 64, "BLOCK_N": 128, "WARPS": 8, "DSPLIT": 1}, "sm_90", NO_ROWS)
     copies = ops(k, "copy_async")
     assert {c.attrs["tensor"] for c in copies} == {"q", "k", "v", "do"} and all(c.attrs["tma"] for c in copies)
     allocs = [a for a in ops(k, "alloc_shared") if a.attrs.get("tma")]
@@ -337,7 +337,7 @@ def test_box_tiles_become_tensor_copies_with_a_barrier_per_slot():
     hopper = load_target("sm_90")
     plain = compile_kernel(load_spec(ROOT / "specs/fa2_bwd.yaml"), "dkdv",
                            {"dtype": "bf16", "head_dim": 128, "causal": False, "deterministic": False},
-                           {"BLOCK_M": 64, "BLOCK_N": 128, "WARPS": 8}, hopper.model_copy(update={"async_copy": ("cp.async",)}),
+                           {"BLOCK_M": 64, "BLOCK_N": 128, "WARPS": 8, "DSPLIT": 1}, hopper.model_copy(update={"async_copy": ("cp.async",)}),
                            options=NO_ROWS)
     assert ops(plain, "copy_async") and not any(c.attrs.get("tma") for c in ops(plain, "copy_async"))
     assert plain.tma_barriers == 0 and not ops(plain, "tma_reset")

@@ -14,7 +14,7 @@ from kgen.spec.load import load_spec
 ROOT = Path(__file__).resolve().parents[2]
 BWD = {"dtype": "bf16", "head_dim": 64, "causal": False, "deterministic": False}
 ROWS = CompileOptions(shared_row_loads=True)
-TILES = {"BLOCK_M": 64, "BLOCK_N": 64, "WARPS": 4}
+TILES = {"BLOCK_M": 64, "BLOCK_N": 64, "WARPS": 4, "DSPLIT": 1}
 
 
 def dkdv(target="sm_90", options=ROWS, variant=BWD, tiles=TILES):
@@ -58,7 +58,7 @@ def test_each_row_is_read_after_the_wait_for_its_copy():
 
 
 def test_rows_stay_loads_where_there_is_no_async_copy_or_by_default():
-    for k in (dkdv("gfx942", tiles={"BLOCK_M": 64, "BLOCK_N": 32, "WARPS": 4}), dkdv(options=DEFAULT)):
+    for k in (dkdv("gfx942", tiles={"BLOCK_M": 64, "BLOCK_N": 32, "WARPS": 4, "DSPLIT": 1}), dkdv(options=DEFAULT)):
         assert not any(op.kind == "read_shared" for op in walk(k.body))
         loads = {op.attrs["tensor"] for op in inner_loop(k).body.ops if op.kind == "load"}
         assert {"delta", "lse"} <= loads  # (on gfx942 q and do are loaded too, staged_loads.py)
@@ -89,6 +89,6 @@ def test_tensor_copy_waits_after_a_barrier_keep_none_but_the_last_keeps_one_if_n
     """At head_dim 128 (rows loaded, the default) the q wait has the body's first barrier; the do
     wait after it needs none (each thread waits on the mbarrier itself). The body has barriers
     after it (the staged ds), so none is added back."""
-    k = dkdv(options=DEFAULT, tiles={"BLOCK_M": 64, "BLOCK_N": 128, "WARPS": 8}, variant={**BWD, "head_dim": 128})
+    k = dkdv(options=DEFAULT, tiles={"BLOCK_M": 64, "BLOCK_N": 128, "WARPS": 8, "DSPLIT": 1}, variant={**BWD, "head_dim": 128})
     waits = [op for op in inner_loop(k).body.ops if op.kind == "wait_async"]
     assert [(w.attrs["tma"], w.attrs["barrier"]) for w in waits] == [(True, True), (True, False)]
