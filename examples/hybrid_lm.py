@@ -4,12 +4,14 @@ hybrids) trained on packed documents, with kgen's ops or the peers' ops.
     python examples/hybrid_lm.py --ops kgen --steps 300 --png loss_kgen.png --json kgen.json
     python examples/hybrid_lm.py --ops peers --steps 300 --png loss_peers.png --json peers.json \\
         [--mamba-ssm DIR]   # an unpacked mamba-ssm source tree (docs: ../shared/PEERS.md)
+    torchrun --nproc-per-node 2 examples/hybrid_lm.py --parallel ddp   # or fsdp (FSDP2); rank 0 reports
 
 Documents of random lengths are packed into one row of --tokens tokens per step. The attention
 blocks see each document alone through cu_seqlens (kgen.ops.flash_attn_varlen_func; the peers:
 PyTorch's FlashAttention-2 varlen kernel on a GPU, SDPA with a block-diagonal causal mask on the
 CPU); the Mamba-2 blocks restart their state at each document through seq_idx, in their causal
-convolution and in the scan (kgen.ops.mamba_chunk_scan_combined; the peers: mamba-ssm's, or
+convolution (kgen's causal_conv1d spec; the peers: PyTorch) and in the scan
+(kgen.ops.mamba_chunk_scan_combined; the peers: mamba-ssm's, or
 kgen.bench.ssd_torch's PyTorch chunked scan without --mamba-ssm). Both runs draw the same
 weights and the same documents from --seed, so their loss curves can be laid over each other.
 The text is a synthetic language: each token follows from the two before it by a fixed sparse
@@ -38,10 +40,12 @@ class SyntheticText:
     """Documents of a synthetic language: token t follows (t-2, t-1) by a fixed table of
     `branches` likely successors each (drawn once from the seed), with 5% uniform noise."""
 
-    def __init__(self, vocab: int, branches: int, seed: int):
+    def __init__(self, vocab: int, branches: int, seed: int, stream: int = 0):
         g = torch.Generator().manual_seed(seed)
         self.vocab, self.g = vocab, g
         self.table = torch.randint(0, vocab, (vocab, vocab, branches), generator=g)
+        if stream:  # another rank's documents of the same language
+            self.g.manual_seed(seed + 7919 * stream)
 
     def document(self, length: int) -> torch.Tensor:
         out = torch.randint(0, self.vocab, (length,), generator=self.g)
@@ -81,9 +85,11 @@ def _mamba_ssm(tree: Path):
 
 
 def ops(which: str, mamba_tree: Path | None):
-    """(attention(q, k, v, cu, longest), scan(x, dt, A, B, C, chunk, D, z, dt_bias, seq_idx), names)."""
+    """(attention(q, k, v, cu, longest), scan(x, dt, A, B, C, chunk, D, z, dt_bias, seq_idx),
+    conv(x, weight, bias, seq_idx): silu of the causal convolution, names)."""
     if which == "kgen":
         from kgen.ops import flash_attn_varlen_func, mamba_chunk_scan_combined
+        from kgen.ops.conv import conv_channel_last
 
         def attention(q, k, v, cu, longest):
             return flash_attn_varlen_func(q, k, v, cu, cu, longest, longest, causal=True)
@@ -91,7 +97,13 @@ def ops(which: str, mamba_tree: Path | None):
         def scan(x, dt, A, B, C, chunk, D, z, dt_bias, seq_idx):
             return mamba_chunk_scan_combined(x, dt, A, B, C, chunk, D=D, z=z, dt_bias=dt_bias, seq_idx=seq_idx,
                                              dt_softplus=True)
-        return attention, scan, ("kgen flash_attn_varlen_func", "kgen mamba_chunk_scan_combined")
+
+        def conv(x, weight, bias, seq_idx):
+            return conv_channel_last(x[None], weight, bias, seq_idx[None], True)[0]
+        return attention, scan, conv, ("kgen flash_attn_varlen_func", "kgen mamba_chunk_scan_combined")
+
+    def conv(x, weight, bias, seq_idx):
+        return F.silu(causal_conv(x, weight.to(x.dtype), bias.to(x.dtype), seq_idx))
 
     def attention(q, k, v, cu, longest):
         if q.is_cuda:  # PyTorch's FlashAttention-2 varlen kernel (what its jagged SDPA runs)
@@ -116,8 +128,8 @@ def ops(which: str, mamba_tree: Path | None):
                                dtype=torch.float32)
             return (y * F.silu(z.float())).to(x.dtype)
         scan_name = "PyTorch chunked scan (kgen.bench.ssd_torch)"
-    return attention, scan, ("PyTorch FA2 varlen" if torch.cuda.is_available() else "SDPA, block-diagonal mask",
-                             scan_name)
+    return attention, scan, conv, ("PyTorch FA2 varlen" if torch.cuda.is_available() else "SDPA, block-diagonal mask",
+                                   scan_name)
 
 
 # --- the model --------------------------------------------------------------------------------
@@ -164,10 +176,10 @@ class Mamba2Block(nn.Module):
         self.out_norm = RMSNorm(self.d_inner)
         self.out_proj = nn.Linear(self.d_inner, d_model, bias=False)
 
-    def forward(self, h, seq_idx, scan):
+    def forward(self, h, seq_idx, scan, conv):
         L = h.shape[0]
         z, xbc, dt = self.in_proj(self.norm(h)).split([self.d_inner, self.d_inner + 2 * self.d_state, self.nheads], -1)
-        xbc = F.silu(causal_conv(xbc, self.conv_weight.to(xbc.dtype), self.conv_bias.to(xbc.dtype), seq_idx))
+        xbc = conv(xbc, self.conv_weight, self.conv_bias, seq_idx)
         x, B, C = xbc.split([self.d_inner, self.d_state, self.d_state], -1)
         y = scan(x.reshape(1, L, self.nheads, self.headdim).contiguous(), dt[None].contiguous(), -torch.exp(self.A_log),
                  B.reshape(1, L, 1, self.d_state).contiguous(), C.reshape(1, L, 1, self.d_state).contiguous(),
@@ -204,10 +216,10 @@ class HybridLM(nn.Module):
                                     else AttentionBlock(d_model, head_dim) for c in pattern)
         self.norm = RMSNorm(d_model)
 
-    def forward(self, ids, cu, seq_idx, longest, attention, scan):
+    def forward(self, ids, cu, seq_idx, longest, attention, scan, conv):
         h = self.embed(ids)
         for block in self.blocks:
-            h = block(h, seq_idx, scan) if isinstance(block, Mamba2Block) else block(h, cu, longest, attention)
+            h = block(h, seq_idx, scan, conv) if isinstance(block, Mamba2Block) else block(h, cu, longest, attention)
         return self.norm(h) @ self.embed.weight.T.to(h.dtype)
 
 
@@ -274,17 +286,34 @@ def train(args) -> dict:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     device = torch.device(args.device)
-    torch.manual_seed(args.seed)
-    data = SyntheticText(args.vocab, 4, args.seed)
+    world, rank = 1, 0
+    if args.parallel != "none":  # under torchrun: its environment names this process's rank
+        import torch.distributed as dist
+
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        world, rank = dist.get_world_size(), dist.get_rank()
+        if device.type == "cuda":
+            device = torch.device("cuda", rank % torch.cuda.device_count())
+            torch.cuda.set_device(device)
+    torch.manual_seed(args.seed)  # the same weights on every rank
+    data = SyntheticText(args.vocab, 4, args.seed, stream=rank)  # each rank its own documents
     model = HybridLM(args.vocab, args.d_model, args.pattern, args.head_dim, args.headdim, args.d_state,
                      args.chunk).to(device)
-    attention, scan, names = ops(args.ops, args.mamba_ssm)
+    if args.parallel == "ddp":
+        model = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    elif args.parallel == "fsdp":  # FSDP2: each block's parameters sharded over the ranks, then the rest
+        from torch.distributed.fsdp import fully_shard
+
+        for block in model.blocks:
+            fully_shard(block)
+        fully_shard(model)
+    attention, scan, conv, names = ops(args.ops, args.mamba_ssm)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.1)
     dtype = torch.bfloat16
     losses, step_s = [], []
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("loss {task.fields[loss]:.3f}  {task.fields[tps]:,.0f} tok/s"), TimeRemainingColumn())
-    with Progress(*columns, disable=args.quiet) as bar:
+    with Progress(*columns, disable=args.quiet or rank != 0) as bar:
         task = bar.add_task(args.ops, total=args.steps, loss=math.nan, tps=0.0)
         for step in range(args.steps):
             ids, labels, cu, seq_idx, longest = (t.to(device) if isinstance(t, torch.Tensor) else t
@@ -293,23 +322,30 @@ def train(args) -> dict:
                 torch.cuda.synchronize()
             t0 = time.perf_counter()
             with torch.autocast(device.type, dtype=dtype):
-                logits = model(ids, cu, seq_idx, longest, attention, scan)
+                logits = model(ids, cu, seq_idx, longest, attention, scan, conv)
             loss = F.cross_entropy(logits.float(), labels, ignore_index=-100)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
-            value = float(loss.detach())  # synchronises
+            mean = loss.detach()
+            if world > 1:  # the loss over every rank's tokens
+                dist.all_reduce(mean)
+                mean = mean / world
+            value = float(mean)  # synchronises
             step_s.append(time.perf_counter() - t0)
             losses.append(value)
             timed = step_s[min(args.warmup, len(step_s) - 1):]
-            bar.update(task, advance=1, loss=value, tps=args.tokens * len(timed) / sum(timed))
+            bar.update(task, advance=1, loss=value, tps=world * args.tokens * len(timed) / sum(timed))
     timed = sorted(step_s[min(args.warmup, len(step_s) - 1):])
+    if world > 1:
+        dist.destroy_process_group()
     result = {"ops": args.ops, "attention": names[0], "scan": names[1], "device": str(device),
+              "parallel": args.parallel, "world": world, "rank": rank,
               "gpu": torch.cuda.get_device_name() if device.type == "cuda" else None,
               "config": json.loads(json.dumps(vars(args), default=str)),
               "losses": losses, "final_loss": sum(losses[-10:]) / len(losses[-10:]),
-              "tokens_per_s": args.tokens / timed[len(timed) // 2], "median_step_ms": 1e3 * timed[len(timed) // 2]}
+              "tokens_per_s": world * args.tokens / timed[len(timed) // 2], "median_step_ms": 1e3 * timed[len(timed) // 2]}
     return result
 
 
@@ -337,6 +373,8 @@ def parse(argv=None):
     ap.add_argument("--compare", type=Path, action="append", default=[],
                     help="another run's --json, whose loss curve the PNG also draws (repeatable)")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
+    ap.add_argument("--parallel", choices=["none", "ddp", "fsdp"], default="none",
+                    help="under torchrun: DistributedDataParallel or FSDP2 (fully_shard), each rank its own documents")
     args = ap.parse_args(argv)
     if args.ops == "kgen" and args.mamba_ssm is not None:
         ap.error("--mamba-ssm names the peers' scan; it goes with --ops peers")
@@ -362,6 +400,8 @@ def main(argv=None) -> int:
     except Exception as e:  # kgen's LaunchError and the peers' errors: one sentence, no traceback
         print(f"hybrid_lm: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", file=sys.stderr)
         return 1
+    if result["rank"] != 0:  # rank 0 reports for all
+        return 0
     print(f"{args.ops}: final loss {result['final_loss']:.3f} (log vocab {math.log(args.vocab):.3f}), "
           f"{result['tokens_per_s']:,.0f} tokens/s, median step {result['median_step_ms']:.1f} ms "
           f"({result['attention']}; {result['scan']})")

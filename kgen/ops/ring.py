@@ -81,17 +81,24 @@ def _blocks(step: int, src: int, rank: int, s: int, causal: bool) -> list[tuple[
     return [(whole, first, False)] if src < rank else [(second, whole, False)]
 
 
-def _ring_exchange(sends: list[torch.Tensor], group: Any) -> list[torch.Tensor]:
-    """Each tensor sent to the next rank and the previous rank's received, at once."""
-    w, r = dist.get_world_size(group), dist.get_rank(group)
-    nxt, prv = (r + 1) % w, (r - 1) % w
-    if group is not None:
-        nxt, prv = dist.get_global_rank(group, nxt), dist.get_global_rank(group, prv)
-    recvs = [torch.empty_like(t) for t in sends]
-    ops = [dist.P2POp(dist.isend, t, nxt, group) for t in sends] + [dist.P2POp(dist.irecv, t, prv, group) for t in recvs]
-    for req in dist.batch_isend_irecv(ops):
-        req.wait()
-    return recvs
+class _Exchange:
+    """Each tensor sent to the next rank and the previous rank's received, started now (so that
+    the step's kernels run meanwhile) and waited for by `done()`."""
+
+    def __init__(self, sends: list[torch.Tensor], group: Any):
+        w, r = dist.get_world_size(group), dist.get_rank(group)
+        nxt, prv = (r + 1) % w, (r - 1) % w
+        if group is not None:
+            nxt, prv = dist.get_global_rank(group, nxt), dist.get_global_rank(group, prv)
+        self.recvs = [torch.empty_like(t) for t in sends]
+        ops = ([dist.P2POp(dist.isend, t, nxt, group) for t in sends]
+               + [dist.P2POp(dist.irecv, t, prv, group) for t in self.recvs])
+        self.reqs = dist.batch_isend_irecv(ops)
+
+    def done(self) -> list[torch.Tensor]:
+        for req in self.reqs:
+            req.wait()
+        return self.recvs
 
 
 class _Ring(torch.autograd.Function):
@@ -103,12 +110,12 @@ class _Ring(torch.autograd.Function):
         lse = torch.full((b, h, s), -math.inf, dtype=torch.float32, device=q.device)
         kv = torch.stack([k, v]).contiguous()
         for step in range(w):
-            ahead = _ring_exchange([kv], group) if step < w - 1 else None
+            ahead = _Exchange([kv], group) if step < w - 1 else None  # the next slice arrives meanwhile
             for rows, keys, masked in _blocks(step, (r - step) % w, r, s, causal):
                 o_i, lse_i = call_op("fa2_fwd", q[:, rows], kv[0][:, keys], kv[1][:, keys], scale, d, masked, False)
                 _merge(out, lse, rows, o_i, lse_i)
             if ahead is not None:
-                kv = ahead[0]
+                kv = ahead.done()[0]
         out = out.to(q.dtype)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.scale, ctx.causal, ctx.group = scale, causal, group
@@ -125,14 +132,18 @@ class _Ring(torch.autograd.Function):
         kv = torch.stack([k, v]).contiguous()
         dkv = torch.zeros(kv.shape, dtype=torch.float32, device=q.device)
         for step in range(w):
+            # the slice goes on while its gradient is formed here; the gradient follows it after
+            ahead = _Exchange([kv], group) if step < w - 1 else None
             for rows, keys, masked in _blocks(step, (r - step) % w, r, s, ctx.causal):
                 dq_i, dk_i, dv_i = call_op("fa2_bwd", q[:, rows], kv[0][:, keys], kv[1][:, keys], out[:, rows],
                                            lse[:, :, rows].contiguous(), dout[:, rows], ctx.scale, d, masked, False)
                 dq[:, rows] += dq_i.float()
                 dkv[0][:, keys] += dk_i.float()
                 dkv[1][:, keys] += dv_i.float()
-            # the keys' gradient travels with them; after the last step it reaches their owner
-            kv, dkv = _ring_exchange([kv, dkv], group) if step < w - 1 else (kv, _ring_exchange([dkv], group)[0])
+            # the keys' gradient travels one step behind them; after the last step it reaches their owner
+            dkv = _Exchange([dkv], group).done()[0]
+            if ahead is not None:
+                kv = ahead.done()[0]
         return dq.to(q.dtype), dkv[0].to(k.dtype), dkv[1].to(v.dtype), None, None, None
 
 

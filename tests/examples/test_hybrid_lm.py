@@ -1,6 +1,7 @@
 """examples/hybrid_lm.py on the CPU at a tiny size: kgen's ops (interpreter) and the peers'
 (SDPA with a block-diagonal mask, PyTorch's chunked scan) from the same seed give the same
-first loss and close curves; the JSON and PNG are written; bad arguments exit with one line."""
+first loss and close curves; the JSON and PNG are written; bad arguments exit with one line;
+under two torchrun-style CPU processes (gloo) DDP and FSDP2 average the ranks as one run would."""
 from __future__ import annotations
 
 import importlib.util
@@ -47,3 +48,53 @@ def test_bad_arguments_are_one_line(args, words, capsys):
     with pytest.raises(SystemExit) as e:
         _example().parse([*TINY, *args])
     assert e.value.code == 2 and words in capsys.readouterr().err
+
+
+def _torchrun_rank(rank: int, world: int, port: int, argv: list[str]) -> None:
+    """One process as torchrun starts it: its rank and the rendezvous in the environment."""
+    import os
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
+                      WORLD_SIZE=str(world))
+    assert _example().main(argv) == 0
+
+
+def _first_loss(mod, stream: int) -> float:
+    """The loss of the initial weights on rank `stream`'s first row, as the training computes it."""
+    import torch
+    import torch.nn.functional as F
+
+    args = mod.parse([*TINY, "--ops", "kgen"])
+    torch.manual_seed(args.seed)
+    model = mod.HybridLM(args.vocab, args.d_model, args.pattern, args.head_dim, args.headdim, args.d_state, args.chunk)
+    ids, labels, cu, seq_idx, longest = mod.SyntheticText(args.vocab, 4, args.seed, stream=stream).packed(
+        args.tokens, args.min_doc, args.max_doc)
+    attention, scan, conv, _ = mod.ops("kgen", None)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = model(ids, cu, seq_idx, longest, attention, scan, conv)
+    return float(F.cross_entropy(logits.float(), labels, ignore_index=-100))
+
+
+def test_ddp_and_fsdp2_on_two_cpu_ranks(tmp_path):
+    """`--parallel ddp` and `fsdp` under two torchrun-style processes (gloo, kgen's ops through the
+    interpreter): the first loss is the mean of the two ranks' own first losses (each rank its own
+    documents, the same weights), the two wrappers train alike, and rank 0 writes the JSON."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    runs = {}
+    for parallel in ("ddp", "fsdp"):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        out = tmp_path / f"{parallel}.json"
+        mp.spawn(_torchrun_rank, args=(2, port, [*TINY, "--ops", "kgen", "--parallel", parallel, "--json", str(out)]),
+                 nprocs=2)
+        runs[parallel] = json.loads(out.read_text())
+    mod = _example()
+    want = (_first_loss(mod, 0) + _first_loss(mod, 1)) / 2
+    ddp, fsdp = runs["ddp"], runs["fsdp"]
+    assert ddp["world"] == fsdp["world"] == 2 and ddp["parallel"] == "ddp" and ddp["tokens_per_s"] > 0
+    assert abs(ddp["losses"][0] - want) < 1e-3 * want and abs(fsdp["losses"][0] - want) < 1e-3 * want
+    assert max(abs(a - b) for a, b in zip(ddp["losses"], fsdp["losses"])) < 2e-2 * want
