@@ -6,6 +6,9 @@ variant specs (B = 1, views of the caller's tensors, no copy): fa2_document wher
 key sequences are the same (one cu_seqlens tensor passed for both, the usual self-attention of
 packed training, or two of equal values), its mask bounded by the sequence ids alone; fa2_varlen otherwise, where the
 per-sequence bottom-right causal term is measured (docs/SPEC_LANGUAGE.md, "Block phases").
+window_size, softcap, alibi_slopes and dropout_p compose their variant files with that one
+(kgen/ops/variants.py); varlen.yaml's `diagonal` hook aligns the window and ALiBi's distance to
+each sequence's bottom-right.
 
 The sequence ids the masks read are made from cu_seqlens on the device, once per cu_seqlens
 tensor: kept while the caller passes the same tensor object at the same version (every layer of
