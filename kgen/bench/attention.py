@@ -1,6 +1,7 @@
 """Benchmark kgen's FlashAttention-2 against PyTorch's attention backends, in one process.
 
     python -m kgen.bench.attention [--json out.json] [--plot out.png] [--quick] [--head-dims 96] [--seqlens 2048,4096]
+        [--dropout 0.1]
 
 Grid and conventions as in FlashAttention's benchmarks: bf16, B*S = 16384 tokens, H*D = 2048,
 S from 1k to 16k, D 64 and 128, causal and not; median CUDA-event time of many runs
@@ -27,13 +28,13 @@ def _bench(fn) -> float:
     return do_bench(fn, warmup=25, rep=100, return_mode="median")
 
 
-def _sdpa(backend):
+def _sdpa(backend, dropout_p: float = 0.0):
     from torch.nn.attention import sdpa_kernel
 
     def run(q, k, v, causal):
         with sdpa_kernel(backend):
             return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                                  is_causal=causal).transpose(1, 2)
+                                                  is_causal=causal, dropout_p=dropout_p).transpose(1, 2)
     return run
 
 
@@ -59,18 +60,23 @@ def _flex(q, k, v, causal):
     return _flex_cache["fn"](q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), block_mask=mask).transpose(1, 2)
 
 
-def providers():
+def providers(dropout_p: float = 0.0):
+    """Each provider as fn(q, k, v, causal); with dropout_p > 0 FlexAttention is left out (it has
+    no dropout) and every other provider drops with that probability from its own RNG stream."""
     from torch.nn.attention import SDPBackend
 
     from kgen.ops import flash_attn_func
 
-    return {
-        "kgen": lambda q, k, v, causal: flash_attn_func(q, k, v, causal=causal),
-        "fa2": _sdpa(SDPBackend.FLASH_ATTENTION),
-        "cudnn": _sdpa(SDPBackend.CUDNN_ATTENTION),
-        "efficient": _sdpa(SDPBackend.EFFICIENT_ATTENTION),
+    provs = {
+        "kgen": lambda q, k, v, causal: flash_attn_func(q, k, v, causal=causal, dropout_p=dropout_p),
+        "fa2": _sdpa(SDPBackend.FLASH_ATTENTION, dropout_p),
+        "cudnn": _sdpa(SDPBackend.CUDNN_ATTENTION, dropout_p),
+        "efficient": _sdpa(SDPBackend.EFFICIENT_ATTENTION, dropout_p),
         "flex": _flex,
     }
+    if dropout_p > 0:
+        del provs["flex"]
+    return provs
 
 
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -99,10 +105,13 @@ def main() -> None:
     ap.add_argument("--providers", default="kgen,fa2,cudnn,efficient,flex")
     ap.add_argument("--head-dims", default=None, help="comma-separated head_dims (default 64,128; --quick 128)")
     ap.add_argument("--seqlens", default=None, help="comma-separated sequence lengths (default 1k-16k; --quick 2k-8k)")
+    ap.add_argument("--dropout", type=float, default=0.0,
+                    help="dropout_p for every provider (Flex left out); outputs then differ by RNG, so the "
+                         "comparison with FA2 before timing is skipped (tests/ops/test_attention_dropout.py checks it)")
     args = ap.parse_args()
     torch.manual_seed(0)
     dev = "cuda"
-    provs = {k: v for k, v in providers().items() if k in args.providers.split(",")}
+    provs = {k: v for k, v in providers(args.dropout).items() if k in args.providers.split(",")}
     seqs = [2048, 4096, 8192] if args.quick else [1024, 2048, 4096, 8192, 16384]
     dims = [128] if args.quick else [64, 128]
     if args.head_dims:
@@ -118,8 +127,8 @@ def main() -> None:
                 q, k, v = (torch.randn(b, s, h, d, device=dev, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
                 dout = torch.randn(b, s, h, d, device=dev, dtype=torch.bfloat16)
                 flops = 4 * b * h * s * s * d / (2 if causal else 1)
-                rec = {"D": d, "S": s, "B": b, "H": h, "causal": causal}
-                if "kgen" in provs and "fa2" in provs:
+                rec = {"D": d, "S": s, "B": b, "H": h, "causal": causal, "dropout_p": args.dropout}
+                if "kgen" in provs and "fa2" in provs and args.dropout == 0:
                     o1 = provs["kgen"](q, k, v, causal)
                     g1 = torch.autograd.grad(o1, (q, k, v), dout)
                     o2 = provs["fa2"](q, k, v, causal)

@@ -88,6 +88,11 @@ def tensor_dims(k: Kernel) -> dict[str, list[str]]:
     return out
 
 
+def _c_constant(value: object) -> str:
+    """A variant value or tunable as a C literal: a bool axis counts as 0 or 1 in size expressions."""
+    return str(int(value)) if isinstance(value, bool) else str(value)
+
+
 def c_expr(text: str | int, k: Kernel) -> str:
     """A spec size expression as C: sizes become their arguments, constants their values."""
     import ast
@@ -97,7 +102,7 @@ def c_expr(text: str | int, k: Kernel) -> str:
     tree = ast.parse(str(text), mode="eval")
     for node in ast.walk(tree):
         if isinstance(node, ast.Name):
-            node.id = f"size_{node.id}" if node.id in k.sizes else (C_FUNCS.get(node.id) or str(k.constants.get(node.id, node.id)))
+            node.id = f"size_{node.id}" if node.id in k.sizes else (C_FUNCS.get(node.id) or _c_constant(k.constants.get(node.id, node.id)))
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.FloorDiv):
             node.op = ast.Div()  # sizes are non-negative: C's division is floor division
     return "(" + ast.unparse(tree) + ")"

@@ -5,9 +5,9 @@ The spec has no optional tensors, so this wrapper maps mamba-ssm's optional argu
 it does take: D=None, dt_bias=None and initial_states=None become zeros (the spec adds D x and
 dt_bias and starts from initial_states either way), and a D of shape (nheads,) becomes the
 (nheads, headdim) the spec takes, by an expand whose gradient sums over headdim. z gates the
-output as mamba-ssm does (y * silu(z), in float32, rounded to x's dtype), applied after the scan
-by the swiglu spec's kernel (silu(a) * b with a = z, b = y; its backward gives dz and dy in one
-pass): one more pass over y and z that mamba-ssm fuses into its output kernel. seq_idx
+output as mamba-ssm does, inside the output kernel (the specs' `gated` variants): y * silu(z) in
+float32 from the unrounded sum, the ungated y kept for the backward, whose first kernel writes dz
+and the gated dy the others read (an ungated call passes a z with no positions). seq_idx
 (several sequences packed in each row) selects the specs' packed variants; without it the
 unpacked ones run, which never read seq_idx (an unfilled tensor is passed in its place). With
 return_varlen_states, the ssd_varlen_states spec takes each sequence's state at its end from the
@@ -167,12 +167,14 @@ def mamba_chunk_scan_combined(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor
     # through call_op: the op registered at import (_register), as torch.compile traces it
     # prev_states (the state entering each chunk) is saved for the backward and read by the
     # varlen states
-    y, final_states, prev_states = call_op("ssd_fwd", x, dt, A.float(), B, C, D32, bias32, h0, seq_idx.contiguous(),
-                                           *limits, int(chunk_size), headdim, dstate, packed)
+    gated = z is not None
+    if gated:  # mamba-ssm's gating y * silu(z), fused into the output kernel (the gated variants)
+        z = z.to(x.dtype).contiguous()
+    else:  # the ungated kernels read no z: a tensor with no positions
+        z = x.new_empty((b, 0, nheads, headdim))
+    y, _, final_states, prev_states = call_op("ssd_fwd", x, dt, A.float(), B, C, D32, bias32, h0, seq_idx.contiguous(),
+                                              z, *limits, int(chunk_size), headdim, dstate, packed, gated)
     y = y.to(out_dtype)
-    if z is not None:  # mamba-ssm's gating y * silu(z) (fp32 arithmetic, one rounding): the swiglu spec's kernels
-        rows = y.shape[0] * y.shape[1]
-        y = call_op("swiglu", z.reshape(rows, -1), y.reshape(rows, -1)).view(y.shape)
     out = (y, final_states) if return_final_states else (y,)
     if return_varlen_states:
         # not differentiable, as in mamba-ssm; y and final_states still are
@@ -218,4 +220,3 @@ def _register() -> None:
 
     _op("ssd_fwd")
     _op("ssd_varlen_states")
-    _op("swiglu")  # the gate z

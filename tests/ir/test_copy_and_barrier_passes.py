@@ -12,7 +12,7 @@ from kgen.driver import compile_kernel
 from kgen.spec.load import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
-VARIANT = {"dtype": "bf16", "chunk_size": 256, "headdim": 64, "dstate": 128, "packed": False, "dt_dtype": "bf16"}
+VARIANT = {"dtype": "bf16", "chunk_size": 256, "headdim": 64, "dstate": 128, "packed": False, "dt_dtype": "bf16", "gated": False}
 
 
 def lower(spec: str, kernel: str, target="sm_90"):

@@ -199,7 +199,7 @@ def test_small_loads_in_loops_are_issued_an_iteration_ahead(target):
     per thread over 4 warps, over the limit) is not; dc, which does not ask, is left alone."""
     from kgen.ir.passes.prefetch import MAX_TILE_REGS
 
-    variant = {"dtype": "bf16", "chunk_size": 256, "headdim": 64, "dstate": 128, "packed": False, "dt_dtype": "bf16"}
+    variant = {"dtype": "bf16", "chunk_size": 256, "headdim": 64, "dstate": 128, "packed": False, "dt_dtype": "bf16", "gated": False}
     tunables = {"BLOCK_S": 64, "BLOCK_M": 64, "BLOCK_K": 64, "WARPS": 4}
     k = lower("specs/ssd_fwd.yaml", _kernel_index("specs/ssd_fwd.yaml", "chunk_scan"), variant, tunables, target)
     loop = ops(k, "for")[0]
@@ -228,7 +228,7 @@ def test_a_prefetch_budget_moves_larger_tiles(target):
     iteration ahead beside the cumsum row; the moved tiles stay within the budget."""
     from kgen.ir.passes.prefetch import MAX_TILE_REGS
 
-    variant = {"dtype": "bf16", "chunk_size": 256, "headdim": 64, "dstate": 128, "packed": False, "dt_dtype": "bf16"}
+    variant = {"dtype": "bf16", "chunk_size": 256, "headdim": 64, "dstate": 128, "packed": False, "dt_dtype": "bf16", "gated": False}
     k = lower("specs/ssd_bwd.yaml", _kernel_index("specs/ssd_bwd.yaml", "dx"), variant, {**SSD_BWD, "BLOCK_T": 32}, target)
     loop = ops(k, "for")[0]
     pred = [op for op in loop.body.ops if op.kind == "load" and op.attrs.get("pred")]
@@ -243,7 +243,7 @@ def test_a_prefetch_budget_moves_larger_tiles(target):
 def test_a_load_of_a_tensor_the_kernel_writes_stays_in_place():
     """chunk_state stores the chunk states and loads the cumsum, dt, B and x in its loop: the
     loads it moves ahead are never of a tensor it writes."""
-    variant = {"dtype": "bf16", "chunk_size": 128, "headdim": 64, "dstate": 64, "packed": False, "dt_dtype": "bf16"}
+    variant = {"dtype": "bf16", "chunk_size": 128, "headdim": 64, "dstate": 64, "packed": False, "dt_dtype": "bf16", "gated": False}
     k = lower("specs/ssd_fwd.yaml", _kernel_index("specs/ssd_fwd.yaml", "chunk_state"), variant, SSD_BWD, "sm_90")
     written = {op.attrs["tensor"] for op in walk(k.body) if op.kind in ("store", "atomic_add")}
     moved = {op.attrs["tensor"] for op in ops(k, "load") if op.attrs.get("pred")}

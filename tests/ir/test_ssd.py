@@ -56,7 +56,7 @@ def _mamba_like_inputs(ls, variant, env, seed, softplus):
 def test_ssd_fwd_matches_sequential_recurrence(chunk_size, dstate, seqlen, nheads, ngroups, blocks, softplus, limits,
                                                 starts):
     ls = load_spec(SPEC)
-    variant = {"dtype": "bf16", "chunk_size": chunk_size, "headdim": 64, "dstate": dstate, "packed": bool(starts), "dt_dtype": "bf16"}
+    variant = {"dtype": "bf16", "chunk_size": chunk_size, "headdim": 64, "dstate": dstate, "packed": bool(starts), "dt_dtype": "bf16", "gated": False}
     limits = {**limits, "softplus_below": SOFTPLUS_BELOW} if softplus else limits
     tunables = helpers.default_tunables(ls, variant)
     if blocks == "small":
@@ -83,7 +83,7 @@ def test_ssd_fwd_matches_sequential_recurrence(chunk_size, dstate, seqlen, nhead
 def test_reference_agrees_with_closed_form_for_one_position():
     # one position: h = exp(dt A) h0 + dt x B^T, y = h C: pins the reference the kernels are held to
     ls = load_spec(SPEC)
-    variant = {"dtype": "bf16", "chunk_size": 64, "headdim": 64, "dstate": 64, "packed": False, "dt_dtype": "bf16"}
+    variant = {"dtype": "bf16", "chunk_size": 64, "headdim": 64, "dstate": 64, "packed": False, "dt_dtype": "bf16", "gated": False}
     sizes = {"batch": 1, "seqlen": 1, "nheads": 2, "ngroups": 1}
     inputs = _mamba_like_inputs(ls, variant, {**variant, **sizes}, seed=3, softplus=False)
     inputs["dt_bias"] = torch.zeros_like(inputs["dt_bias"])
@@ -95,3 +95,25 @@ def test_reference_agrees_with_closed_form_for_one_position():
     assert torch.allclose(ref["y"][0, 0], want, rtol=1e-12, atol=1e-12)
     want_state = decay[:, None, None] * h0[0] + dt[0, 0, :, None, None] * x[0, 0, :, :, None] * B[0, 0, 0][None, None, :]
     assert torch.allclose(ref["final_states"][0], want_state, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("starts", [(), (50,)])
+def test_gated_output_matches_the_recurrence(starts):
+    # gated=true: chunk_scan gates its fp32 sum by silu(z) and stores the ungated sum to out_x
+    ls = load_spec(SPEC)
+    variant = {"dtype": "bf16", "chunk_size": 64, "headdim": 64, "dstate": 64, "packed": bool(starts), "dt_dtype": "bf16",
+               "gated": True}
+    limits = {"softplus_below": SOFTPLUS_BELOW}
+    tunables = helpers.default_tunables(ls, variant)
+    sizes = {"batch": 2, "seqlen": 90, "nheads": 2, "ngroups": 1}
+    inputs = _mamba_like_inputs(ls, variant, {**variant, **tunables, **sizes}, seed=31, softplus=True)
+    inputs["seq_idx"] = helpers.packed_seq_idx(2, 90, starts)
+    assert inputs["z"].shape == inputs["x"].shape
+    got = helpers.run_spec_cpu(ls, variant, dict(inputs), sizes, limits, tunables)
+    scalars = helpers.scalar_values(ls.spec, limits)
+    ref = helpers.reference(ls, {**inputs, **scalars}, variant=variant)
+    ref_lowp = helpers.reference(ls, {**inputs, **scalars}, exact=False, variant=variant)
+    for name in ("y", "out_x", "final_states"):
+        helpers.check_close(name, got[name], ref[name], ref_lowp[name])
+    # the gate changes y far beyond the bound: the ungated sum is not what y holds
+    assert helpers.max_err(ref["out_x"], ref["y"]) > 10 * helpers.max_err(got["y"], ref["y"])

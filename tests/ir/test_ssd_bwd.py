@@ -49,7 +49,11 @@ def _inputs(variant, sizes, seed, softplus, starts=()):
             "D": torch.randn(H, P, generator=g), "dt_bias": 0.1 * torch.randn(H, generator=g),
             "initial_states": torch.randn(b, H, P, N, generator=g),
             "dy": torch.randn(b, L, H, P, generator=g).bfloat16(), "dfinal_states": torch.randn(b, H, P, N, generator=g),
-            "seq_idx": helpers.packed_seq_idx(b, L, starts)}
+            "seq_idx": helpers.packed_seq_idx(b, L, starts),
+            # the gate and the ungated output (no positions when ungated; out_x filled from the
+            # forward's reference by consistent_with_forward)
+            "z": torch.randn(b, L * variant["gated"], H, P, generator=g).bfloat16(),
+            "out_x": torch.empty(b, L * variant["gated"], H, P, dtype=torch.bfloat16)}
 
 
 def _quadratic_grads(inp, softplus, dt_min, dt_max, chunk_size, drop=None):
@@ -99,7 +103,7 @@ def _chunk_split(da, chunk):
 
 def _run(chunk_size, dstate, softplus, sizes, limits, blocks, seed, starts=()):
     ls = load_spec(SPEC)
-    variant = {"dtype": "bf16", "chunk_size": chunk_size, "headdim": 64, "dstate": dstate, "packed": bool(starts), "dt_dtype": "bf16"}
+    variant = {"dtype": "bf16", "chunk_size": chunk_size, "headdim": 64, "dstate": dstate, "packed": bool(starts), "dt_dtype": "bf16", "gated": False}
     limits = {**limits, "softplus_below": SOFTPLUS_BELOW} if softplus else limits
     tunables = helpers.default_tunables(ls, variant)
     tunables.update(blocks)
@@ -161,7 +165,7 @@ def test_quadratic_form_agrees_with_the_spec_reference():
     # the test's float64 reference and the spec's (autograd through the sequential recurrence)
     # are independent formulations; they agree to float64 rounding
     ls = load_spec(SPEC)
-    variant = {"dtype": "bf16", "chunk_size": 64, "headdim": 64, "dstate": 64, "packed": True, "dt_dtype": "bf16"}
+    variant = {"dtype": "bf16", "chunk_size": 64, "headdim": 64, "dstate": 64, "packed": True, "dt_dtype": "bf16", "gated": False}
     sizes = {"batch": 1, "seqlen": 70, "nheads": 2, "ngroups": 1}
     inp = _inputs(variant, sizes, seed=9, softplus=True, starts=(20, 63))
     sc = helpers.scalar_values(ls.spec, {"dt_max": 0.8, "softplus_below": SOFTPLUS_BELOW})
@@ -185,3 +189,26 @@ def test_packed_sequences_are_seen():
             continue
         assert _rel_err(got[name], ref[name]) <= TOL, name
         assert _rel_err(unpacked[name], ref[name]) > 3 * TOL, f"{name}: ignoring seq_idx changes it by less than 3x the bound"
+
+
+@pytest.mark.parametrize("starts", [(), (40, 64, 130)])
+def test_gated_gradients_match_the_reference(starts):
+    # gated=true: `gate` writes dz and dy * silu(z), which every later kernel reads; each gradient
+    # against the spec's float64 reference (autograd through the recurrence and the gate)
+    ls = load_spec(SPEC)
+    variant = {"dtype": "bf16", "chunk_size": 64, "headdim": 64, "dstate": 64, "packed": bool(starts), "dt_dtype": "bf16",
+               "gated": True}
+    sizes = {"batch": 2, "seqlen": 150, "nheads": 2, "ngroups": 1}
+    limits = {"softplus_below": SOFTPLUS_BELOW}
+    tunables = helpers.default_tunables(ls, variant)
+    scalars = helpers.scalar_values(ls.spec, limits)
+    inp = _inputs(variant, sizes, 11, True, starts)
+    inp = helpers.consistent_with_forward(ls, {**inp, "prev_states": torch.empty(0, dtype=torch.bfloat16)}, scalars, variant)
+    got = helpers.run_spec_cpu(ls, variant, dict(inp), sizes, limits, tunables)
+    ref = helpers.reference(ls, {**inp, **scalars}, variant=variant)
+    ungated = helpers.reference(ls, {**inp, **scalars}, variant={**variant, "gated": False})
+    for name in (*GRADS, "dz"):
+        err = _rel_err(got[name], ref[name])
+        assert err <= TOL, f"{name}: max error {err:.3g} of max |ref| = {float(ref[name].abs().max()):.3g} (bound {TOL})"
+    for name in ("dx", "dB", "dC"):  # the gate reaches every gradient through dy
+        assert _rel_err(ungated[name], ref[name]) > 5 * TOL, name

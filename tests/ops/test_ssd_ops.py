@@ -224,18 +224,19 @@ def test_gradients_match_float64_autograd(with_d, with_bias, limit, ngroups, use
         assert err <= 0.01 * scale, f"d{n}: max error {err:.3g} over 1% of max |ref| {scale:.3g}"
 
 
-@pytest.mark.parametrize("packed", [False, True])
-def test_opcheck_forward(packed):
+@pytest.mark.parametrize("packed,gated", [(False, False), (True, False), (False, True)])
+def test_opcheck_forward(packed, gated):
     from kgen.ops import _op
 
     x, dt, A, B, C, D, dt_bias = _inputs(seed=23, seqlen=40)
     b, seqlen, nheads, headdim = x.shape
     seq_idx = (torch.arange(seqlen) >= 15).to(torch.int32)[None].expand(b, -1).contiguous()
+    z = torch.randn_like(x) if gated else x.new_empty((b, 0, nheads, headdim))  # ungated: no positions
     tensors = (x.requires_grad_(), dt, A, B, C, D[:, None].expand(nheads, headdim).contiguous(), dt_bias,
-               torch.zeros(b, nheads, headdim, B.shape[3]), seq_idx)
+               torch.zeros(b, nheads, headdim, B.shape[3]), seq_idx, z.requires_grad_(gated))
     op = _op("ssd_fwd")
     args = op._positional(tensors, {"chunk_size": 64, "headdim": headdim, "dstate": B.shape[3], "packed": packed,
-                                    "softplus_below": 20.0})
+                                    "gated": gated, "softplus_below": 20.0})
     torch.library.opcheck(torch.ops.kgen.ssd_fwd.default, tuple(args))
 
 
