@@ -62,10 +62,17 @@ def test_an_input_shape_expression_is_checked_against_the_bound_sizes():
          "B": torch.randn(b, L, g, n, dtype=bf), "C": torch.randn(b, L, g, n, dtype=bf), "D": torch.randn(h, p),
          "dt_bias": torch.randn(h), "initial_states": torch.randn(b, h, p, n), "seq_idx": torch.zeros(b, L, dtype=torch.int32),
          "dy": torch.randn(b, L, h, p, dtype=bf), "dfinal_states": torch.randn(b, h, p, n, dtype=f32),
-         "prev_states": torch.randn(b, 3, h, p, n, dtype=bf)}
-    variant = choose_variant(ls, t, {"chunk_size": q, "headdim": p, "dstate": n, "packed": False})
+         "prev_states": torch.randn(b, 3, h, p, n, dtype=bf),
+         # ungated: the gate's tensors have seqlen * gated = 0 positions
+         "z": torch.empty(b, 0, h, p, dtype=bf), "out_x": torch.empty(b, 0, h, p, dtype=bf)}
+    variant = choose_variant(ls, t, {"chunk_size": q, "headdim": p, "dstate": n, "packed": False, "gated": False})
     assert bind(ls, t, variant, torch.device("cpu"))["seqlen"] == L  # 3 = cdiv(130, 64) chunks
     t["prev_states"] = torch.randn(b, 2, h, p, n, dtype=bf)
     with pytest.raises(LaunchError) as e:
         bind(ls, t, variant, torch.device("cpu"))
     assert str(e.value) == "ssd_bwd: 'prev_states' dim 1 is 2; expected cdiv(seqlen, chunk_size) = 3"
+    t["prev_states"] = torch.randn(b, 3, h, p, n, dtype=bf)
+    t["z"] = torch.randn(b, L, h, p, dtype=bf)  # a gate given to an ungated variant
+    with pytest.raises(LaunchError) as e:
+        bind(ls, t, variant, torch.device("cpu"))
+    assert str(e.value) == f"ssd_bwd: 'z' dim 1 is {L}; expected seqlen * gated = 0"
