@@ -240,22 +240,24 @@ def test_opcheck_forward(packed, gated):
     torch.library.opcheck(torch.ops.kgen.ssd_fwd.default, tuple(args))
 
 
-@pytest.mark.parametrize("packed", [False, True])
-def test_torch_compile_has_no_graph_break(packed):
+@pytest.mark.parametrize("packed,gated", [(False, False), (True, False), (False, True)])
+def test_torch_compile_has_no_graph_break(packed, gated):
     x, dt, A, B, C, D, dt_bias = _inputs(seed=29, seqlen=70)
     seq_idx = (torch.arange(70) >= 30).to(torch.int32)[None].contiguous() if packed else None
+    z = torch.randn_like(x).requires_grad_() if gated else None
     x.requires_grad_()
     B.requires_grad_()
+    wrt = (x, B, z) if gated else (x, B)
 
-    def loss(x, B):
-        y = mamba_chunk_scan_combined(x, dt, A, B, C, 64, D=D, dt_bias=dt_bias, seq_idx=seq_idx, dt_softplus=True)
+    def loss(x, B, z):
+        y = mamba_chunk_scan_combined(x, dt, A, B, C, 64, D=D, z=z, dt_bias=dt_bias, seq_idx=seq_idx, dt_softplus=True)
         return y.float().square().sum()
 
     compiled = torch.compile(loss, fullgraph=True, backend="aot_eager")
-    got = compiled(x, B)
-    grads = torch.autograd.grad(got, (x, B))
-    want = loss(x, B)
-    want_grads = torch.autograd.grad(want, (x, B))
+    got = compiled(x, B, z)
+    grads = torch.autograd.grad(got, wrt)
+    want = loss(x, B, z)
+    want_grads = torch.autograd.grad(want, wrt)
     assert torch.equal(got, want)
     for a, b in zip(grads, want_grads):
         assert torch.equal(a, b)
