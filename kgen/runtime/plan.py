@@ -85,8 +85,10 @@ def make_plan(op, tensors: dict[str, torch.Tensor], options: dict[str, Any], dev
     sizes = bind(ls, tensors, variant, device)
     first = first or preferred(ls, variant, target, {s: sizes[s] for s in spec.sizes if s in sizes})
     kernels, tunables = compiled_variant(ls, variant, target, first)
-    kernels = tuple(rk for rk in kernels if rk.kernel is not None)  # an empty kernel is not launched
     env = {**variant, **sizes, **tunables}
+    # an empty kernel, or one whose grid has no programs (a size expression of 0: ssd_bwd's
+    # `gate` when ungated), is not launched
+    kernels = tuple(rk for rk in kernels if rk.kernel is not None and all(int(eval_expr(g, env)) > 0 for g in rk.grid))
 
     # scratch no launched kernel takes (a block table the analysis made needless) is not allocated
     taken = {t for rk in kernels for t in rk.tensors}
@@ -163,7 +165,7 @@ def launch(plan: Plan, inputs: tuple, scalars: tuple, device: torch.device, pois
         all_t.append(inputs[i])
     maps: dict[tuple, bytes] = {}
     for li, ln in enumerate(plan.launches):
-        if li in skipped or 0 in ln.grid:  # a grid of no programs (a size expression of 0): nothing to run
+        if li in skipped:
             continue
         args = list(ln.template)
         for pos, ti, k in ln.holes:
