@@ -6,7 +6,7 @@ never from another pass.
 """
 from __future__ import annotations
 
-from .core import ELEM_BYTES, Block, Op, Value, walk
+from .core import ELEM_BYTES, WRITES, Block, Kernel, Op, Value, walk
 
 PURE_SCALAR = ("const", "binary", "unary", "cast", "where")  # scalar ops a copy's index may be recomputed through
 
@@ -61,17 +61,33 @@ def views_of(block: Block, buf: Value) -> list[Value]:
     return out
 
 
-def index_chain(operands: list[Value], body: Block, iv: Value, inside: set[int]) -> list[Op] | None:
+def read_only(k: Kernel) -> frozenset[str]:
+    """The tensors no op of the kernel writes: a scalar read of one gives the same value wherever
+    and however often it is made (a block list another kernel wrote, cu_seqlens)."""
+    return frozenset(k.tensors) - {op.attrs["tensor"] for op in walk(k.body) if op.kind in WRITES}
+
+
+def recomputable(op: Op, reads: frozenset[str]) -> bool:
+    """Whether a scalar op may be made again elsewhere with the same result: pure arithmetic, or a
+    scalar load, unpredicated, of a tensor in `reads` (read_only)."""
+    if op.body is not None or any(r.shape != () for r in op.results):
+        return False
+    return op.kind in PURE_SCALAR or (op.kind == "load" and op.attrs["tensor"] in reads and not op.attrs.get("pred"))
+
+
+def index_chain(operands: list[Value], body: Block, iv: Value, inside: set[int],
+                reads: frozenset[str] = frozenset()) -> list[Op] | None:
     """The ops of `body` (top level, in body order) that compute `operands` from the induction
-    variable and values defined before the loop, all pure scalar arithmetic; None if an operand
-    depends on anything else (a load, a value carried around the loop, a nested loop's result),
-    since that cannot be recomputed for another iteration."""
+    variable and values defined before the loop, all pure scalar arithmetic or scalar loads of
+    `reads` (recomputable); None if an operand depends on anything else (another load, a value
+    carried around the loop, a nested loop's result), since that cannot be recomputed for
+    another iteration."""
     producer = producers(body, deep=False)
     chain: set[int] = set()
     todo = [v for v in operands if id(v) in inside and v is not iv]
     while todo:
         op = producer.get(id(todo.pop()))
-        if op is None or op.kind not in PURE_SCALAR or op.body is not None or any(r.shape != () for r in op.results):
+        if op is None or not recomputable(op, reads):
             return None
         if id(op) not in chain:
             chain.add(id(op))

@@ -101,11 +101,16 @@ class _Parser:
         in their bounds and in a compile-time `if` (the causal attention's masked and unmasked
         query blocks)."""
         values = self.expr(s.iter)
-        if isinstance(s.target, ast.Tuple):  # for masked, start, stop in block_phases(...)
+        if isinstance(s.target, ast.Tuple):  # for masked, start, stop[, at] in block_phases(...)
             names = [t.id if isinstance(t, ast.Name) else None for t in s.target.elts]
+            if isinstance(values, tuple) and len(names) == 3 and all(isinstance(v, tuple) and len(v) == 4 for v in values):
+                if not all(v[3].identity for v in values):
+                    raise self.fail(s, "this block table lists blocks: unpack 'for masked, start, stop, at in "
+                                       "block_phases(...)' and take the block at position i as at(i)")
+                values = tuple(v[:3] for v in values)
             if None in names or not isinstance(values, tuple) or any(not isinstance(v, tuple) or len(v) != len(names) for v in values):
                 raise self.fail(s, f"'for {ast.unparse(s.target)} in ...' unpacks tuples of {len(names)} values "
-                                   "(each a name), as block_phases() gives")
+                                   "(each a name), as block_phases() gives (masked, start, stop[, at])")
             for value in values:
                 self.env.update(zip(names, value))
                 self.statements(s.body)
@@ -247,6 +252,8 @@ class _Parser:
                 return self.call_grad(node)
             if isinstance(node.func, ast.Call) and isinstance(node.func.func, ast.Name) and node.func.func.id == "tensor_grads":
                 return self.call_tensor_grads(node)
+            if isinstance(node.func, ast.Name) and isinstance(self.env.get(node.func.id), phases.BlockAt):
+                return self.env[node.func.id](self, node)
             if isinstance(node.func, ast.Name) and node.func.id in _QUESTIONS and node.func.id not in self.env:
                 return _QUESTIONS[node.func.id](self, node)
             return call(self, node)

@@ -138,17 +138,56 @@ def _analysed(p: _Parser, site: _Site, node: ast.Call, bounded: bool) -> tuple[d
     return v, possible == mask_bounds.ALL and sure == mask_bounds.ALL, unknown
 
 
+class BlockAt:
+    """The fourth value of a phase: the block at position i of the walk. For ends (measured or
+    bounded) position i is block i; for a table of block lists (block_table with a row of
+    2 + cdiv(N, BLOCK) entries) it is the list's i-th entry, the phases' positions running
+    over the blocks with any but not all visible first and then those with all, so that
+    at(i - 1) is the block walked before at(i) across phases too. A position past the lists
+    reads an entry of the same row; every block read is clamped to [0, NB) (an entry never
+    written is never walked, but a pipelined copy may read it ahead)."""
+
+    def __init__(self, row: ast.expr | None = None, masked: Any = None, nb: Any = None):
+        self.row, self.masked, self.nb = row, masked, nb
+
+    @property
+    def identity(self) -> bool:
+        return self.row is None
+
+    def __call__(self, p: _Parser, node: ast.Call) -> Any:
+        if len(node.args) != 1 or node.keywords:
+            raise p.fail(node, "a phase's at() takes one position of the walk: at(i)")
+        if self.identity:
+            return p.expr(node.args[0])
+        saved = p.env
+        p.env = {**saved, "__bt_i": p.expr(node.args[0]), "__bt_nm": self.masked, "__bt_NB": self.nb}
+        try:
+            slot = _placed(ast.parse(f"where(__bt_i < __bt_nm, {LIST_HEAD} + __bt_i, __bt_NB + {LIST_HEAD - 1} - __bt_i + __bt_nm)",
+                                     mode="eval").body, node)
+            entry = ast.Call(func=ast.Name(id="load", ctx=ast.Load()), args=[_table_row(p, self.row, slot)], keywords=[])
+            clamped = ast.parse("minimum(maximum(__bt_e, 0), __bt_NB - 1)", mode="eval").body
+            clamped.args[0].args[0] = entry
+            return p.expr(_placed(clamped, node))
+        finally:
+            p.env = saved
+
+
+IDENTITY = BlockAt()
+
+
 def block_phases(p: _Parser, node: ast.Call) -> tuple:
     """`block_phases(mask(args with one span(lo, hi) and one ...), BLOCK, N, whole=True, bounded=True)`:
     the blocks of [0, N) that the `...` argument of the mask hook can see while the spanned
-    argument runs over [lo, hi], as phases (masked, start, stop) to loop over in order:
-    blocks visible whole and below N in an unmasked phase, the others that may see something
-    in masked phases before and after it (kgen/lang/mask_bounds.py). A mask that is true
-    everywhere gives one masked phase over every block (only N masks); whole=False merges
-    the phases into one masked phase; bounded=False lets a whole block pass N (for a program
-    that tests N in every phase itself). Where a term of the mask meets no rule of the analysis,
-    the program first measures the blocks within the analysis's bounds at run time
-    (_measured_ends), or, with table=t[..., :], reads what block_table measured there."""
+    argument runs over [lo, hi], as phases (masked, start, stop, at) to loop over in order,
+    positions i in range(start, stop) of block at(i): blocks visible whole and below N in an
+    unmasked phase, the others that may see something in masked phases before and after it
+    (kgen/lang/mask_bounds.py). A mask that is true everywhere gives one masked phase over
+    every block (only N masks); whole=False merges the phases into one masked phase;
+    bounded=False lets a whole block pass N (for a program that tests N in every phase
+    itself). Where a term of the mask meets no rule of the analysis, the program first
+    measures the blocks within the analysis's bounds at run time (_measured_ends), or, with
+    table=t[..., :], reads what block_table measured there: four ends, or lists of blocks
+    (BlockAt). Except with lists, at(i) is i, and a loop may unpack the first three only."""
     site = _site(p, node)
     flags = {k: p.static(v) for k, v in site.keywords.items() if k != "table"}
     whole, bounded = flags.get("whole", True), flags.get("bounded", True)
@@ -157,26 +196,34 @@ def block_phases(p: _Parser, node: ast.Call) -> tuple:
     v, everything, unknown = _analysed(p, site, node, bounded)
     if unknown:
         table = site.keywords.get("table")
+        if table is not None and _lists(p, table):  # lists measured by an earlier kernel's block_table
+            masked, full = (_table_entry(p, table, k) for k in range(2))
+            p.at(node)
+            at = BlockAt(table, masked, p.expr(_placed(_blocks_of(site), node)))
+            total = p.b.binary("add", masked, full)
+            return ((True, 0, total, at),) if not whole else ((True, 0, masked, at), (False, masked, total, at))
         if table is not None:  # measured by an earlier kernel's block_table into this row
             first, full_first, full_end, end = (_table_entry(p, table, k) for k in range(4))
         else:
             first, full_first, full_end, end = _measured_ends(p, site, node, v["first"], v["end"])
         if not whole:
-            return ((True, first, end),)
-        return ((True, first, full_first), (False, full_first, full_end), (True, full_end, end))
+            return ((True, first, end, IDENTITY),)
+        return ((True, first, full_first, IDENTITY), (False, full_first, full_end, IDENTITY), (True, full_end, end, IDENTITY))
     if everything or not whole or "full_end" not in v:
-        return ((True, v["first"], v["end"]),)
-    phases = [] if "full_first" not in v else [(True, v["first"], v["full_first"])]
+        return ((True, v["first"], v["end"], IDENTITY),)
+    phases = [] if "full_first" not in v else [(True, v["first"], v["full_first"], IDENTITY)]
     start = v.get("full_first", v["first"])
-    after = [] if v["full_end"] is v["end"] else [(True, v["full_end"], v["end"])]
-    return tuple(phases + [(False, start, v["full_end"])] + after)
+    after = [] if v["full_end"] is v["end"] else [(True, v["full_end"], v["end"], IDENTITY)]
+    return tuple(phases + [(False, start, v["full_end"], IDENTITY)] + after)
 
 
 def block_table(p: _Parser, node: ast.Call) -> None:
     """`block_table(t[i, ..., :], mask(..., span(lo, hi), ...), BLOCK, N[, when=c])`: a statement
     that measures, where a term of the mask meets no rule of the interval analysis, the blocks
     block_phases would measure for the same question (_measured_ends) and stores the four ends
-    (first, full_first, full_end, end) in the row t[i, ..., 0:4] (int32), for a later kernel's
+    (first, full_first, full_end, end) in the row t[i, ..., 0:4] (int32), or, where the row has
+    2 + cdiv(N, BLOCK) entries (its dim a run-time size), the lists of blocks (_MEASURE_LISTS,
+    BlockAt), for a later kernel's
     `block_phases(..., table=t[i, ..., :])`: FlexAttention's create_block_mask, launched once
     before the kernels that walk the blocks instead of measured in each of their programs.
     Where the analysis bounds the mask it emits nothing (block_phases does not read the table,
@@ -198,6 +245,13 @@ def block_table(p: _Parser, node: ast.Call) -> None:
     try:
         if when is not None:  # where false: no block measured, and the indices below are past the row
             p.env["__bt_when"] = p.expr(when)
+        if _lists(p, node.args[0]):
+            p.env["__bt_j1"] = p.expr(_placed(ast.parse("where(__bt_when, __bt_j1, __bt_j0)", mode="eval").body, node)) if when is not None else j1
+            p.env.setdefault("__bt_when", True)
+            rows = {"__bt_AT": _table_row(p, node.args[0], ast.Name(id="__bt_at", ctx=ast.Load())),
+                    "__bt_ROW": _table_row(p, node.args[0], ast.Name(id="__bt_slot", ctx=ast.Load()))}
+            p.statements(_measure_body(site, node, TABLE_CHUNK, _MEASURE_LISTS, rows))
+            return
         body = ast.parse(_STORE_GUARDED if when is not None else _STORE).body
         measure = _measure_body(site, node, TABLE_CHUNK)
         body[-1].value.args[0] = _table_row(p, node.args[0], ast.Name(id="__bt_k", ctx=ast.Load()))
@@ -231,14 +285,25 @@ def _table_row(p: _Parser, ref: ast.expr, k: int | ast.expr | None = None) -> as
     t = p.tensors[ref.value.id]
     last = items[-1]
     if (not isinstance(last, ast.Slice) or last.lower or last.upper or last.step or any(isinstance(i, ast.Slice) for i in items[:-1])
-            or t.dtype != "int32" or len(items) != len(t.dims) or t.dims[-1] != 4):
-        raise p.fail(ref, f"a block table row is t[i, ..., :] of an int32 tensor whose last dim is 4 (first, "
-                          f"full_first, full_end, end); '{ast.unparse(ref)}' is not")
+            or t.dtype != "int32" or len(items) != len(t.dims) or t.dims[-1] not in (4, None)):
+        raise p.fail(ref, f"a block table row is t[i, ..., :] of an int32 tensor whose last dim is 4 (the ends first, "
+                          f"full_first, full_end, end) or 2 + cdiv(N, BLOCK) (block lists); '{ast.unparse(ref)}' is not")
     if k is None:
         return ref
     out = copy.deepcopy(ref)
     out.slice = ast.Tuple(elts=[*copy.deepcopy(items[:-1]), ast.Constant(k) if isinstance(k, int) else k], ctx=ast.Load())
     return out
+
+
+def _lists(p: _Parser, ref: ast.expr) -> bool:
+    """Whether the table row holds block lists (its last dim a run-time size, 2 + cdiv(N, BLOCK))
+    rather than four ends (last dim 4)."""
+    return p.tensors[_table_row(p, ref).value.id].dims[-1] is None
+
+
+def _blocks_of(site: _Site) -> ast.expr:
+    """cdiv(N, BLOCK): the blocks of the free index, as the lists' length."""
+    return ast.Call(func=ast.Name(id="cdiv", ctx=ast.Load()), args=[copy.deepcopy(site.n), ast.Constant(site.block)], keywords=[])
 
 
 def _table_entry(p: _Parser, ref: ast.expr, k: int) -> Any:
@@ -248,15 +313,9 @@ def _table_entry(p: _Parser, ref: ast.expr, k: int) -> Any:
 
 # The loop a program runs where the analysis cannot bound the mask: for each block j of the
 # free index within the analysis's bounds [j0, j1), whether the mask shows any of it (a) and
-# all of it below N (w) to the span's positions, taken CHUNK positions of the span at a time;
-# then the hull of the blocks with any, and the longest run of blocks with all (the first of
-# equal runs). Names start with __bt_, which no spec may use (the parser's own).
-_MEASURE = """
-__bt_first = __bt_j1
-__bt_end = __bt_j0
-__bt_ff = __bt_j0
-__bt_fe = __bt_j0
-__bt_rs = __bt_j0
+# all of it below N (w) to the span's positions, taken CHUNK positions of the span at a time.
+# Names start with __bt_, which no spec may use (the parser's own).
+_VISIBILITY = """
 for __bt_j in range(__bt_j0, __bt_j1):
     __bt_cols = __bt_j * __bt_BLOCK + arange(__bt_BLOCK)
     __bt_any = zeros((__bt_CHUNK, __bt_BLOCK), int32)
@@ -269,6 +328,16 @@ for __bt_j in range(__bt_j0, __bt_j1):
         __bt_all = minimum(__bt_all, where(__bt_in, __bt_vis, 1))
     __bt_a = max(max(__bt_any, axis=1), axis=0) > 0
     __bt_w = min(min(__bt_all, axis=1), axis=0) > 0
+"""
+# ends: the hull of the blocks with any, and the longest run of blocks with all (the first of
+# equal runs)
+_MEASURE = """
+__bt_first = __bt_j1
+__bt_end = __bt_j0
+__bt_ff = __bt_j0
+__bt_fe = __bt_j0
+__bt_rs = __bt_j0
+""" + _VISIBILITY + """
     __bt_first = minimum(__bt_first, where(__bt_a, __bt_j, __bt_j1))
     __bt_end = where(__bt_a, __bt_j + 1, __bt_end)
     __bt_rs = where(__bt_w, __bt_rs, __bt_j + 1)
@@ -280,6 +349,24 @@ __bt_whole = __bt_fe > __bt_ff
 __bt_ff = where(__bt_whole, __bt_ff, __bt_end)
 __bt_fe = where(__bt_whole, __bt_fe, __bt_end)
 """
+# lists (a table row of LIST_HEAD + NB entries, NB the blocks of [0, N)): the blocks with any
+# but not all in rising order from entry LIST_HEAD, those with all from the row's last entry
+# down, and their two counts in entries 0 and 1 (stored after the loop, with __bt_ROW);
+# an index of -1 writes nothing (kgen/lang/calls.py _gather_scatter)
+_MEASURE_LISTS = """
+__bt_nm = 0
+__bt_nw = 0
+""" + _VISIBILITY + """
+    __bt_part = __bt_a and not __bt_w
+    __bt_slot = arange(2)
+    __bt_at = where(__bt_slot == 0, where(__bt_part, 2 + __bt_nm, -1), where(__bt_w, __bt_NB + 1 - __bt_nw, -1))
+    store(__bt_AT, __bt_j)
+    __bt_nm = __bt_nm + where(__bt_part, 1, 0)
+    __bt_nw = __bt_nw + where(__bt_w, 1, 0)
+__bt_slot = where(__bt_when, arange(2), -1)
+store(__bt_ROW, where(__bt_slot == 0, __bt_nm, __bt_nw))
+"""
+LIST_HEAD = 2  # a list row's entries before its blocks: the two counts
 MEASURE_CHUNK = 16  # span positions a step: a (16, BLOCK) tile of the mask at a time
 # block_table's, in a kernel of its own whose registers no attention tile holds: four times
 # fewer steps, each a (64, BLOCK) tile across the program's threads
@@ -304,23 +391,26 @@ def _measured_ends(p: _Parser, site: _Site, node: ast.Call, j0: Any, j1: Any) ->
         p.env = saved
 
 
-def _measure_body(site: _Site, node: ast.Call, chunk: int) -> list[ast.stmt]:
-    """_MEASURE for one site, its placeholders filled, every node at `node`'s place; it reads
-    __bt_j0 and __bt_j1 (the blocks to measure) and leaves the ends in __bt_first, __bt_ff,
-    __bt_fe and __bt_end."""
+def _measure_body(site: _Site, node: ast.Call, chunk: int, template: str = _MEASURE,
+                  rows: dict[str, ast.expr] | None = None) -> list[ast.stmt]:
+    """A measuring template (_MEASURE, or _MEASURE_LISTS with the table's subscripts `rows`) for
+    one site, its placeholders filled, every node at `node`'s place; it reads __bt_j0 and
+    __bt_j1 (the blocks to measure) and leaves the ends in __bt_first, __bt_ff, __bt_fe and
+    __bt_end (_MEASURE) or stores the lists (_MEASURE_LISTS)."""
     span = site.call.args[site.span]
     mask_args = [ast.Subscript(value=ast.Name(id="__bt_cols", ctx=ast.Load()), slice=_NEW_ROW, ctx=ast.Load()) if i == site.free
                  else ast.Subscript(value=ast.Name(id="__bt_rows", ctx=ast.Load()), slice=_NEW_COL, ctx=ast.Load()) if i == site.span
                  else arg for i, arg in enumerate(site.call.args)]
     names = {"__bt_MASK": ast.Call(func=ast.Name(id=site.name, ctx=ast.Load()), args=mask_args, keywords=[]),
              "__bt_lo": span.args[0], "__bt_hi": span.args[1], "__bt_N": site.n,
-             "__bt_BLOCK": ast.Constant(site.block), "__bt_CHUNK": ast.Constant(chunk)}
+             "__bt_BLOCK": ast.Constant(site.block), "__bt_CHUNK": ast.Constant(chunk),
+             "__bt_NB": _blocks_of(site), **(rows or {})}
 
     class Fill(ast.NodeTransformer):
         def visit_Name(self, n: ast.Name) -> ast.expr:
             return copy.deepcopy(names[n.id]) if n.id in names else n
 
-    body = [Fill().visit(s) for s in ast.parse(_MEASURE).body]
+    body = [Fill().visit(s) for s in ast.parse(template).body]
     for s in body:
         for sub in ast.walk(s):
             ast.copy_location(sub, node)

@@ -101,3 +101,65 @@ def test_gpu_matches_the_interpreter(segments):
     expected = helpers.run_spec_cpu(ls, {"segments": segments}, dict(ins), {"B": 3, "S": s}, {})
     count, walked = load(BASE)(ins["seg"].cuda(), segments=segments)
     assert torch.equal(count.cpu(), expected["count"]) and torch.equal(walked.cpu(), expected["walked"])
+
+
+LISTS = HERE / "specs" / "block_lists.yaml"
+
+
+@pytest.mark.parametrize("s", [37, 128, 203, 400])
+def test_block_lists_walk_each_visible_block_once(s):
+    """block_table into a row of 2 + cdiv(S, BLOCK) entries lists the blocks: every visible
+    position counted, each block with some visible walked masked and each whole one unmasked,
+    once, and at(i - 1) the block walked before across the two phases."""
+    ls = load_spec(LISTS)
+    gen = torch.Generator().manual_seed(s)
+    ins = {"seg": _segments(2, s, gen, ids=16, longest=80)}
+    got = helpers.run_spec_cpu(ls, {}, dict(ins), {"B": 2, "S": s}, {})
+    helpers.check_outputs(ls, got, ins, {}, {})
+    if s == 400:  # not a list of every block: some skipped, some whole
+        w = got["walked"]
+        assert (w[..., :2].sum(-1) < -(-s // 16)).any() and (w[..., 1] > 0).any()
+
+
+def test_a_list_table_read_as_three_names_is_refused():
+    text = LISTS.read_text().replace("for masked, start, stop, at in", "for masked, start, stop in").replace(
+        "j = at(i)", "j = i").replace("at(i - 1) != last", "i - 1 != last")
+    path = HERE / "specs" / "_three_names.yaml"
+    path.write_text(text)
+    try:
+        with pytest.raises(SpecError, match="unpack 'for masked, start, stop, at in"):
+            build_variant(load_spec(path), {}, load_target("sm_90"), compile=False)
+    finally:
+        path.unlink()
+
+
+@pytest.mark.parametrize("target", ["sm_90", "gfx942"])
+def test_block_lists_compile_for_both_targets(target):
+    bv = build_variant(load_spec(LISTS), {}, load_target(target), compile=True)
+    assert all(k.resources["spill_bytes"] == 0 for k in bv.kernels)
+
+
+def test_block_lists_in_gfx942_emulation_match_the_interpreter():
+    from kgen.runtime.op import load
+
+    ls = load_spec(LISTS)
+    gen = torch.Generator().manual_seed(9)
+    s = 150
+    ins = {"seg": _segments(2, s, gen, ids=16, longest=80)}
+    expected = helpers.run_spec_cpu(ls, {}, dict(ins), {"B": 2, "S": s}, {})
+    count, walked = load(LISTS, target="gfx942", emulate=True)(ins["seg"])
+    assert torch.equal(count, expected["count"]) and torch.equal(walked, expected["walked"])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(helpers.no_gpu_reason() is not None, reason=str(helpers.no_gpu_reason()))
+def test_gpu_block_lists_match_the_interpreter():
+    from kgen.runtime.op import load
+
+    ls = load_spec(LISTS)
+    gen = torch.Generator().manual_seed(13)
+    s = 333
+    ins = {"seg": _segments(3, s, gen, ids=16, longest=80)}
+    expected = helpers.run_spec_cpu(ls, {}, dict(ins), {"B": 3, "S": s}, {})
+    count, walked = load(LISTS)(ins["seg"].cuda())
+    assert torch.equal(count.cpu(), expected["count"]) and torch.equal(walked.cpu(), expected["walked"])

@@ -139,7 +139,7 @@ def test_the_window_skips_blocks_and_finds_whole_ones():
                               load_target("sm_90"), compile=False).kernels
     assert blocks.empty  # the window is bounded by the analysis: no block table
     body = k.text.split("__global__")[-1]
-    assert body.count("for (int j") == 3 and "scalar_window_left" in k.text
+    assert body.count("for (int pos") == 3 and "scalar_window_left" in k.text
 
 
 def _through_the_op(name: str, causal: bool, scalars: dict, device: str, **load):

@@ -100,7 +100,7 @@ def test_gpu_block_table_is_kept_while_the_ids_are_unchanged():
     tables = plan.memo[kept.launch][-1]
     again, _ = op(*qkv, seg, softmax_scale=scale, causal=True)
     assert torch.equal(first, again)
-    for table in tables:  # every block ends at 0: no key is walked, so every output row is 0
+    for table in tables:  # every list empty: no key is walked, so every output row is 0
         table.zero_()
     spoiled, _ = op(*qkv, seg, softmax_scale=scale, causal=True)
     assert not torch.equal(spoiled, first), "a call with the same seg did not reuse the kept table"

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 from ...hw.descriptor import Target
 from ...options import CompileOptions
-from ..analysis import buffer_bytes, index_chain, recompute_chain, views_of
+from ..analysis import buffer_bytes, index_chain, read_only, recompute_chain, views_of
 from ..core import ELEM_BYTES, Block, Kernel, Op, Value, blocks, number_tma_barriers, slot_view, use_counts, walk
 from ..attrs import attr
 
@@ -153,7 +153,7 @@ def _pipeline(loop: Op, parent: Block, k: Kernel, target: Target) -> None:
     chains: dict[int, list[Op]] = {}
     for copy in [op for op in body.ops if op.kind == "copy_async"]:
         buf = copy.operands[0]
-        chain = index_chain(copy.operands[1:], body, iv, inside)
+        chain = index_chain(copy.operands[1:], body, iv, inside, read_only(k))
         if chain is None:
             continue
         chains[id(copy)] = chain

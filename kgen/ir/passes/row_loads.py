@@ -39,7 +39,7 @@ import copy
 
 from ...hw.descriptor import Target
 from ...options import CompileOptions
-from ..analysis import index_chain
+from ..analysis import index_chain, read_only
 from ..attrs import attr
 from ..core import ELEM_BYTES, WRITES, Kernel, Op, Value, walk
 from .async_copy import CHUNK_BYTES
@@ -87,7 +87,7 @@ def _candidates(k: Kernel) -> list[int]:
         inside = {id(v) for v in body.args} | {id(r) for op in walk(body) for r in op.results}
         staged = {id(op.operands[0]) for op in walk(body) if op.kind == "stage"}  # use_async_copies' own
         for load in [op for op in body.ops if op.kind == "load" and id(op.result) not in staged]:
-            if _qualifies(load, written, tile_budget) and index_chain(load.operands, body, iv, inside) is not None:
+            if _qualifies(load, written, tile_budget) and index_chain(load.operands, body, iv, inside, read_only(k)) is not None:
                 out.append(order[id(load)])
     return out
 

@@ -26,8 +26,9 @@ complete (PTX ISA, "mbarrier.try_wait": the phase preceding the current one), so
 `slots` copies go at once. Each loop runs once (top level), so no phase is left to reset.
 
 The index arithmetic of each copy and the loop's bounds are pure scalar functions of sizes,
-scalars and the program's position, so the producer recomputes them; a loop whose copies need
-anything else (a loaded index, a nested loop's value) keeps its copies.
+scalars, the program's position and scalars read from tensors the kernel does not write (a
+block list), so the producer recomputes them; a loop whose copies need anything else (a value
+the kernel writes, a nested loop's value) keeps its copies.
 
 Registers (PTX ISA, setmaxnreg): the producer warpgroup drops to the fewest the target allows
 and the computing warpgroups take what that frees. The kernel is compiled for `blocks_per_sm`
@@ -39,12 +40,13 @@ from __future__ import annotations
 
 from ...hw.descriptor import Target
 from ...options import CompileOptions
-from ..analysis import buffer_bytes, producers, views_of
+from ..analysis import buffer_bytes, producers, read_only, recomputable, views_of
 from ..attrs import attr
 from ..core import Block, Kernel, Op, Value, number_tma_barriers, walk
 
 PRODUCER_WARPS = 4  # setmaxnreg acts on a whole warpgroup (4 warps)
-# scalar ops the producer may recompute: no memory access, no effect but the result
+# scalar ops the producer may recompute: no memory access, no effect but the result (and the
+# scalar loads analysis.recomputable allows)
 RECOMPUTABLE = ("const", "size", "scalar_arg", "program_id", "binary", "unary", "cast", "where", "cdiv")
 
 
@@ -61,7 +63,7 @@ def specialize_warps(k: Kernel, target: Target, options: CompileOptions) -> Kern
         plan = _ring_plan(loop, k.body)
         if plan is None:
             continue
-        produced = _producer_loop(loop, plan, defs, memo, program)
+        produced = _producer_loop(loop, plan, defs, memo, program, read_only(k))
         if produced is None:
             continue
         _consume(loop, plan, k)
@@ -137,14 +139,15 @@ def _ring_plan(loop: Op, top: Block) -> list[tuple[Op, Op, Op]] | None:
     return plan or None
 
 
-def _producer_loop(loop: Op, plan, defs: dict[int, Op], memo: dict[int, Value], program: Block) -> Op | None:
+def _producer_loop(loop: Op, plan, defs: dict[int, Op], memo: dict[int, Value], program: Block,
+                   reads: frozenset[str]) -> Op | None:
     """Append to `program` the producer's copy of `loop`: the same range, and per buffer the
     acquire and the copy for its own iteration. The consumers' copy is for the next iteration,
     its index computed from `nxt` = iv + step (passes/async_copy.py); here `nxt` is the
     producer's own induction variable. None (program unchanged) if some index is not
     recomputable."""
     outer: list[Op] = []
-    before = _Recompute(defs, memo, outer)
+    before = _Recompute(defs, memo, outer, reads)
     bounds = [before.value(v) for v in loop.operands[:3]]
     if any(b is None for b in bounds):
         return None
@@ -157,7 +160,7 @@ def _producer_loop(loop: Op, plan, defs: dict[int, Op], memo: dict[int, Value], 
         more = inner_defs.get(id(copy.operands[-1]))
         if more is None or more.kind != "binary" or more.attrs["fn"] != "lt":
             return None
-        inside = _Recompute(inner_defs, {id(more.operands[0]): iv}, [], before)  # nxt -> this iteration
+        inside = _Recompute(inner_defs, {id(more.operands[0]): iv}, [], reads, before)  # nxt -> this iteration
         index = [inside.value(v) for v in copy.operands[1:-1]]
         if any(v is None for v in index):
             return None
@@ -178,8 +181,9 @@ class _Recompute:
     ops only), each once (`done`: original id -> new value, seeded with substitutions), the new
     ops appended to `ops` in dependence order; a value `defs` does not know goes to `outer`."""
 
-    def __init__(self, defs: dict[int, Op], done: dict[int, Value], ops: list[Op], outer: "_Recompute | None" = None):
-        self.defs, self.done, self.ops, self.outer = defs, done, ops, outer
+    def __init__(self, defs: dict[int, Op], done: dict[int, Value], ops: list[Op], reads: frozenset[str],
+                 outer: "_Recompute | None" = None):
+        self.defs, self.done, self.ops, self.reads, self.outer = defs, done, ops, reads, outer
 
     def value(self, v: Value) -> Value | None:
         if id(v) in self.done:
@@ -187,7 +191,9 @@ class _Recompute:
         op = self.defs.get(id(v))
         if op is None:
             return self.outer.value(v) if self.outer is not None else None
-        if op.kind not in RECOMPUTABLE or op.body is not None or any(r.shape != () for r in op.results):
+        if op.body is not None or any(r.shape != () for r in op.results):
+            return None
+        if op.kind not in RECOMPUTABLE and not recomputable(op, self.reads):
             return None
         operands = [self.value(o) for o in op.operands]
         if any(o is None for o in operands):

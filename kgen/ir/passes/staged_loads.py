@@ -43,7 +43,7 @@ import copy
 
 from ...hw.descriptor import Target
 from ...options import CompileOptions
-from ..analysis import index_chain, recompute_chain
+from ..analysis import index_chain, read_only, recompute_chain
 from ..core import WRITES, Block, Kernel, Op, Value, blocks, predicated_load, slot_view, use_counts, walk
 from ..placement import place_shared, with_barriers
 
@@ -92,7 +92,7 @@ def _candidates(k: Kernel, written: set[str]) -> list[int]:
         for st in [op for op in body.ops if op.kind == "stage"]:
             load = loads.get(id(st.operands[0]))
             if (load is None or uses.get(id(load.result)) != 1 or load.attrs["tensor"] in written
-                    or load.attrs.get("pred") or index_chain(load.operands, body, iv, inside) is None):
+                    or load.attrs.get("pred") or index_chain(load.operands, body, iv, inside, read_only(k)) is None):
                 continue
             out.append(order[id(st)])
     return out
@@ -109,16 +109,16 @@ def _apply(k: Kernel, plans: list[tuple[int, int]]) -> None:
         k.notes.setdefault("staged_loads", []).append(
             f"{load.attrs['tensor']} {'x'.join(map(str, load.result.shape))}: loaded an iteration ahead into "
             + ("the other of 2 slots" if slots > 1 else "registers, 1 slot"))
-        _pipeline(st, loop, parent, slots)
+        _pipeline(st, loop, parent, slots, read_only(k))
 
 
-def _pipeline(st: Op, loop: Op, parent: Block, slots: int) -> None:
+def _pipeline(st: Op, loop: Op, parent: Block, slots: int, reads: frozenset[str]) -> None:
     body = loop.body
     iv = body.args[0]
     start, stop, step = loop.operands[:3]
     inside = {id(v) for v in body.args} | {id(r) for op in walk(body) for r in op.results}
     load = next(op for op in body.ops if op.kind == "load" and op.result is st.operands[0])
-    chain = index_chain(load.operands, body, iv, inside)
+    chain = index_chain(load.operands, body, iv, inside, reads)
     buf = st.result
     layout = {a: st.attrs[a] for a in ("role", "inner", "rows", "ld", "smem_layout") if a in st.attrs}
     alloc = Op("alloc_shared", [], [buf], {**layout, "bytes": st.attrs["bytes"] * slots, "slots": slots,
