@@ -3,7 +3,9 @@ _measured_ends), on tests/lang/specs/block_table.yaml, on the CPU interpreter: e
 of visible columns through the measured phases against the mask itself (so that the whole
 blocks are whole and no visible block is left out), and the masked and whole blocks walked
 against the hull and the longest whole run worked out by brute force; a mask the analysis
-bounds measures nothing; rendered and compiled for both targets; gfx942's kernel in emulation."""
+bounds measures nothing; rendered and compiled for both targets; gfx942's kernel in emulation.
+The same measured by block_table into a row of four ends (intervals) or of lists of blocks
+(tests/lang/specs/block_lists.yaml)."""
 from __future__ import annotations
 
 import sys
@@ -37,14 +39,17 @@ def _segments(b: int, s: int, gen: torch.Generator, ids: int = 4, longest: int =
     return out
 
 
+@pytest.mark.parametrize("table", [False, True])
 @pytest.mark.parametrize("segments", [True, False])
 @pytest.mark.parametrize("s", [37, 128, 203])
-def test_the_counts_and_the_blocks_walked_match_brute_force(segments, s):
+def test_the_counts_and_the_blocks_walked_match_brute_force(segments, s, table):
+    """Measured in the program, or (table) by block_table into a row of four ends."""
     ls = load_spec(BASE)
     gen = torch.Generator().manual_seed(s)
     ins = {"seg": _segments(2, s, gen)}
-    got = helpers.run_spec_cpu(ls, {"segments": segments}, dict(ins), {"B": 2, "S": s}, {})
-    helpers.check_outputs(ls, got, ins, {}, {"segments": segments})
+    variant = {"segments": segments, "table": table}
+    got = helpers.run_spec_cpu(ls, variant, dict(ins), {"B": 2, "S": s}, {})
+    helpers.check_outputs(ls, got, ins, {}, variant)
 
 
 def test_the_measured_phases_leave_out_blocks_and_find_whole_ones():
@@ -54,23 +59,24 @@ def test_the_measured_phases_leave_out_blocks_and_find_whole_ones():
     gen = torch.Generator().manual_seed(5)
     s = 400
     ins = {"seg": _segments(2, s, gen, ids=16, longest=80)}
-    got = helpers.run_spec_cpu(ls, {"segments": True}, dict(ins), {"B": 2, "S": s}, {})
-    helpers.check_outputs(ls, got, ins, {}, {"segments": True})
+    got = helpers.run_spec_cpu(ls, {"segments": True, "table": False}, dict(ins), {"B": 2, "S": s}, {})
+    helpers.check_outputs(ls, got, ins, {}, {"segments": True, "table": False})
     w = got["walked"]
     assert (w.sum(-1) < -(-s // 16)).any() and (w[..., 1] > 0).any()
 
 
 def test_a_mask_the_analysis_bounds_measures_nothing():
-    (causal,) = build_variant(load_spec(BASE), {"segments": False}, load_target("sm_90"), compile=False).kernels
-    (segments,) = build_variant(load_spec(BASE), {"segments": True}, load_target("sm_90"), compile=False).kernels
+    empty, causal = build_variant(load_spec(BASE), {"segments": False, "table": True}, load_target("sm_90"), compile=False).kernels
+    assert empty.empty  # block_table emits nothing where the analysis bounds the mask
+    _, segments = build_variant(load_spec(BASE), {"segments": True, "table": False}, load_target("sm_90"), compile=False).kernels
     # causal: a whole and a masked phase; segments: the two measuring loops, then three phases
     assert causal.text.count("for (") == 2 and segments.text.count("for (") == 2 + 3
 
 
 @pytest.mark.parametrize("target", ["sm_90", "gfx942"])
 def test_it_compiles_for_both_targets(target):
-    bv = build_variant(load_spec(BASE), {"segments": True}, load_target(target), compile=True)
-    assert bv.kernels[0].resources["spill_bytes"] == 0
+    bv = build_variant(load_spec(BASE), {"segments": True, "table": True}, load_target(target), compile=True)
+    assert all(k.resources["spill_bytes"] == 0 for k in bv.kernels)
 
 
 def test_gfx942_emulation_matches_the_interpreter():
@@ -81,9 +87,9 @@ def test_gfx942_emulation_matches_the_interpreter():
     gen = torch.Generator().manual_seed(7)
     s = 150
     ins = {"seg": _segments(2, s, gen, ids=16, longest=80)}
-    expected = helpers.run_spec_cpu(ls, {"segments": True}, dict(ins), {"B": 2, "S": s}, {})
+    expected = helpers.run_spec_cpu(ls, {"segments": True, "table": False}, dict(ins), {"B": 2, "S": s}, {})
     op = load(BASE, target="gfx942", emulate=True)
-    count, walked = op(ins["seg"], segments=True)
+    count, walked = op(ins["seg"], segments=True, table=False)
     assert torch.equal(count, expected["count"]) and torch.equal(walked, expected["walked"])
 
 
@@ -98,8 +104,8 @@ def test_gpu_matches_the_interpreter(segments):
     gen = torch.Generator().manual_seed(11)
     s = 333
     ins = {"seg": _segments(3, s, gen, ids=16, longest=80)}
-    expected = helpers.run_spec_cpu(ls, {"segments": segments}, dict(ins), {"B": 3, "S": s}, {})
-    count, walked = load(BASE)(ins["seg"].cuda(), segments=segments)
+    expected = helpers.run_spec_cpu(ls, {"segments": segments, "table": False}, dict(ins), {"B": 3, "S": s}, {})
+    count, walked = load(BASE)(ins["seg"].cuda(), segments=segments, table=False)
     assert torch.equal(count.cpu(), expected["count"]) and torch.equal(walked.cpu(), expected["walked"])
 
 
