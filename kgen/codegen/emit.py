@@ -130,6 +130,10 @@ class Emitter:
 
     def op_binary(self, op):
         a, b = op.operands
+        if op.attrs["fn"] == "rand" and not op.result.is_scalar:
+            # the tile's registers in order through one memo (kg::RandMemo): a Philox call per
+            # run of registers that share a counter, not per element
+            return {"macro": "rand", "out": self.decl(op.result), "seed": as_compute(a), "offset": as_compute(b)}
         return self._ew(op, BIN_C[op.attrs["fn"]].format(a=as_compute(a), b=as_compute(b)))
 
     def op_unary(self, op):

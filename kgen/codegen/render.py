@@ -117,7 +117,7 @@ int long mutable namespace new noexcept not not_eq nullptr operator or or_eq pri
 reinterpret_cast requires return short signed sizeof static static_assert static_cast struct switch template this
 thread_local throw true try typedef typeid typename union unsigned using virtual void volatile wchar_t while xor xor_eq
 threadIdx blockIdx blockDim gridDim warpSize int64_t uint32_t uint64_t NULL""".split())
-_TEMPLATE_LOCALS = frozenset("e g i v ks lane warp rm rn smem kg kg_bars".split())
+_TEMPLATE_LOCALS = frozenset("e g i v ks lane warp rm rn smem kg kg_bars memo".split())
 _ARG_PREFIXES = ("t_", "stride_", "size_", "scalar_", "map_", "kg_")
 
 

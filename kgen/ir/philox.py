@@ -5,8 +5,10 @@ Philox4x32-10 (Salmon, Moraes, Dror and Shaw, "Parallel random numbers: as easy 
 SC 2011): a counter-based generator, so every element draws its number from its own counter
 with no state carried between elements, programs or kernels, and a backward regenerates a
 forward's numbers from the same (seed, offset). The key is the seed's 64 bits (low word first),
-the counter the offset's 64 bits and two zero words; the first output word's top 24 bits give
-a float32 uniform on [0, 1) (exactly representable: k * 2^-24).
+the counter the offset's 64 bits shifted right by two (unsigned) and two zero words; output
+word offset % 4's top 24 bits give a float32 uniform on [0, 1) (exactly representable: k *
+2^-24). Four consecutive offsets share a call, so that a program whose thread holds two or more
+of them (kg::RandMemo) draws one call for them.
 
 Unsigned 32-bit arithmetic is done in int64 tensors: a 32 x 32-bit product is split in 16-bit
 halves so that no partial product leaves int64's range.
@@ -51,10 +53,13 @@ def philox4x32(counter: tuple[torch.Tensor, ...], key: tuple[torch.Tensor, torch
 
 def rand(seed: torch.Tensor | int, offset: torch.Tensor | int) -> torch.Tensor:
     """Uniform float32 numbers on [0, 1), one per element of seed and offset broadcast (integers,
-    read as their 64-bit two's complement)."""
+    read as their 64-bit two's complement): word offset % 4 of Philox4x32-10 at the counter
+    offset // 4 (unsigned), so that four consecutive offsets share one call."""
     seed = torch.as_tensor(seed).to(torch.int64)
     offset = torch.as_tensor(offset).to(torch.int64)
     seed, offset = torch.broadcast_tensors(seed, offset)
+    counter = (offset >> 2) & 0x3FFFFFFFFFFFFFFF  # the unsigned 64-bit offset shifted right by 2
     zero = torch.zeros_like(offset)
-    word, *_ = philox4x32((offset & MASK, (offset >> 32) & MASK, zero, zero), (seed & MASK, (seed >> 32) & MASK))
+    words = philox4x32((counter & MASK, (counter >> 32) & MASK, zero, zero), (seed & MASK, (seed >> 32) & MASK))
+    word = torch.gather(torch.stack(words, -1), -1, (offset & 3).unsqueeze(-1)).squeeze(-1)
     return (word >> 8).to(torch.float32) * 2.0 ** -24

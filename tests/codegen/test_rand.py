@@ -78,7 +78,7 @@ def test_compiles_without_spills(target):
         pytest.skip(f"no {backend} compiler found")
     (k,) = build_variant(load_spec(SPEC), {}, load_target(target), compile=True).kernels
     assert k.resources["spill_bytes"] == 0 and k.resources["stack_bytes"] == 0, k.resources
-    assert "long long scalar_seed" in k.source and "kg::rand_(seed, " in k.source
+    assert "long long scalar_seed" in k.source and "memo.uniform(seed, " in k.source
 
 
 def _spec(tmp_path, line: str) -> Path:

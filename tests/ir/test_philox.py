@@ -35,13 +35,17 @@ def test_mulhilo_matches_python_integers():
         assert hi.tolist() == [(m * x) >> 32 for x in xs] and lo.tolist() == [(m * x) & 0xFFFFFFFF for x in xs]
 
 
-def test_rand_is_the_first_word_in_24_bits():
-    seed, offsets = -(2**62) + 12345, torch.tensor([0, 1, 2**32 + 5, -1], dtype=torch.int64)
+def test_rand_is_word_offset_mod_4_of_the_call_at_offset_div_4_in_24_bits():
+    seed = -(2**62) + 12345
+    offsets = torch.tensor([0, 1, 2, 3, 4, 7, 2**32 + 5, 2**34 + 2, -1, -4], dtype=torch.int64)
     u = philox.rand(seed, offsets)
     assert u.dtype == torch.float32
     for o, got in zip(offsets.tolist(), u.tolist()):
-        word = philox.philox4x32(_t(o & 0xFFFFFFFF, (o >> 32) & 0xFFFFFFFF, 0, 0), _t(seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF))[0]
-        assert got == (int(word) >> 8) / 2**24
+        c = (o % 2**64) >> 2  # the offset as an unsigned 64-bit number, shifted
+        words = philox.philox4x32(_t(c & 0xFFFFFFFF, c >> 32, 0, 0), _t(seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF))
+        assert got == (int(words[o % 4]) >> 8) / 2**24
+    # four consecutive offsets are the four words of one call
+    assert len(set(philox.rand(seed, torch.arange(8, 12)).tolist())) == 4
 
 
 def test_rand_uniform_on_unit_interval():

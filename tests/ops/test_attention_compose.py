@@ -54,7 +54,9 @@ def _attend(q, k, v, scale, *, causal, window, softcap, slopes, p, seed, lowp, s
     lse = torch.logsumexp(s, -1)
     prob = torch.softmax(s, -1).nan_to_num(0.0)
     if p:
-        at = ((torch.arange(b).view(-1, 1, 1, 1) * h + torch.arange(h).view(1, -1, 1, 1)) * sq + i) * sk + j
+        # 2 x 2 blocks of (i, j) numbered in turn, each the four words of one Philox call
+        blk = ((torch.arange(b).view(-1, 1, 1, 1) * h + torch.arange(h).view(1, -1, 1, 1)) * -(-sq // 2) + i // 2) * -(-sk // 2) + j // 2
+        at = blk * 4 + i % 2 * 2 + j % 2
         prob = prob * torch.where(rand(seed, at) >= p, 1.0 / (1.0 - p), 0.0)
     if lowp:
         return (prob.to(torch.bfloat16) @ vh.to(torch.bfloat16)).transpose(1, 2), lse

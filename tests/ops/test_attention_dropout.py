@@ -26,9 +26,13 @@ SEED = -(2**62) + 977  # both key words in use
 
 
 def _keep(b: int, h: int, sq: int, sk: int, p: float, seed: int) -> torch.Tensor:
-    """(B, H, SQ, SK) factors: 1 / (1 - p) where rand(seed, ((b H + h) SQ + i) SK + j) >= p, else 0."""
-    at = (((torch.arange(b).view(-1, 1, 1, 1) * h + torch.arange(h).view(1, -1, 1, 1)) * sq
-           + torch.arange(sq).view(1, 1, -1, 1)) * sk + torch.arange(sk).view(1, 1, 1, -1))
+    """(B, H, SQ, SK) factors: 1 / (1 - p) where rand(seed, offset) >= p, else 0, the offset
+    numbering 2 x 2 blocks of (i, j) in turn: ((b H + h) ceil(SQ/2) + i // 2) ceil(SK/2) + j // 2
+    times 4, plus 2 (i % 2) + j % 2."""
+    i, j = torch.arange(sq).view(1, 1, -1, 1), torch.arange(sk).view(1, 1, 1, -1)
+    blk = (((torch.arange(b).view(-1, 1, 1, 1) * h + torch.arange(h).view(1, -1, 1, 1)) * -(-sq // 2)
+            + i // 2) * -(-sk // 2) + j // 2)
+    at = blk * 4 + i % 2 * 2 + j % 2
     return torch.where(rand(seed, at) >= p, 1.0 / (1.0 - p), 0.0).double()
 
 
