@@ -104,20 +104,38 @@ KG_DEVICE float cos_(float x) {
 }
 
 // rand(seed, offset): Philox4x32-10 (Salmon et al., SC 2011) keyed by the seed's 64 bits, its
-// counter the offset's 64 bits and two zero words; the first word's top 24 bits as a float on
-// [0, 1). kgen/ir/philox.py computes the same bits for the interpreter and the references. The
-// 32 x 32 -> 64-bit products compile to one wide multiply (mul.wide.u32, v_mad_u64_u32).
-KG_DEVICE float rand_(long long seed, long long offset) {
-  unsigned int c0 = (unsigned int)offset, c1 = (unsigned int)((unsigned long long)offset >> 32), c2 = 0u, c3 = 0u;
-  unsigned int k0 = (unsigned int)seed, k1 = (unsigned int)((unsigned long long)seed >> 32);
+// counter the offset's 64 bits shifted right by two (unsigned) and two zero words; word
+// offset % 4's top 24 bits as a float on [0, 1). kgen/ir/philox.py computes the same bits for
+// the interpreter and the references. The 32 x 32 -> 64-bit products compile to one wide
+// multiply (mul.wide.u32, v_mad_u64_u32). A RandMemo keeps the last call's four words: a tile's
+// registers drawn in order through one memo call Philox once for neighbours that share a counter
+// (the memo's test is per thread; its words are selected, not indexed, so they stay in registers).
+struct RandMemo {
+  unsigned long long counter = ~0ull;  // no call yet: offset >> 2 never reaches it
+  long long key = 0;
+  unsigned int w0 = 0u, w1 = 0u, w2 = 0u, w3 = 0u;
+  KG_DEVICE void call(long long seed, unsigned long long c) {
+    unsigned int c0 = (unsigned int)c, c1 = (unsigned int)(c >> 32), c2 = 0u, c3 = 0u;
+    unsigned int k0 = (unsigned int)seed, k1 = (unsigned int)((unsigned long long)seed >> 32);
 #pragma unroll
-  for (int r = 0; r < 10; ++r) {
-    if (r) { k0 += 0x9E3779B9u; k1 += 0xBB67AE85u; }
-    unsigned long long p0 = (unsigned long long)0xD2511F53u * c0, p1 = (unsigned long long)0xCD9E8D57u * c2;
-    unsigned int n0 = (unsigned int)(p1 >> 32) ^ c1 ^ k0, n2 = (unsigned int)(p0 >> 32) ^ c3 ^ k1;
-    c1 = (unsigned int)p1; c3 = (unsigned int)p0; c0 = n0; c2 = n2;
+    for (int r = 0; r < 10; ++r) {
+      if (r) { k0 += 0x9E3779B9u; k1 += 0xBB67AE85u; }
+      unsigned long long p0 = (unsigned long long)0xD2511F53u * c0, p1 = (unsigned long long)0xCD9E8D57u * c2;
+      unsigned int n0 = (unsigned int)(p1 >> 32) ^ c1 ^ k0, n2 = (unsigned int)(p0 >> 32) ^ c3 ^ k1;
+      c1 = (unsigned int)p1; c3 = (unsigned int)p0; c0 = n0; c2 = n2;
+    }
+    w0 = c0; w1 = c1; w2 = c2; w3 = c3; counter = c; key = seed;
   }
-  return (float)(c0 >> 8) * 5.9604644775390625e-08f;  // 2^-24
+  KG_DEVICE float uniform(long long seed, long long offset) {
+    const unsigned long long c = (unsigned long long)offset >> 2;
+    if (c != counter || seed != key) call(seed, c);
+    const unsigned int w = (offset & 2) ? ((offset & 1) ? w3 : w2) : ((offset & 1) ? w1 : w0);
+    return (float)(w >> 8) * 5.9604644775390625e-08f;  // 2^-24
+  }
+};
+KG_DEVICE float rand_(long long seed, long long offset) {
+  RandMemo m;
+  return m.uniform(seed, offset);
 }
 template <class T> KG_DEVICE bool aligned(const T* p, int bytes) {
   return (reinterpret_cast<unsigned long long>(p) & (unsigned long long)(bytes - 1)) == 0;
