@@ -164,10 +164,8 @@ class BlockAt:
         try:
             slot = _placed(ast.parse(f"where(__bt_i < __bt_nm, {LIST_HEAD} + __bt_i, __bt_NB + {LIST_HEAD - 1} - __bt_i + __bt_nm)",
                                      mode="eval").body, node)
-            entry = ast.Call(func=ast.Name(id="load", ctx=ast.Load()), args=[_table_row(p, self.row, slot)], keywords=[])
-            clamped = ast.parse("minimum(maximum(__bt_e, 0), __bt_NB - 1)", mode="eval").body
-            clamped.args[0].args[0] = entry
-            return p.expr(_placed(clamped, node))
+            p.env["__bt_e"] = _table_entry(p, self.row, slot, node)
+            return p.expr(_placed(ast.parse("minimum(maximum(__bt_e, 0), __bt_NB - 1)", mode="eval").body, node))
         finally:
             p.env = saved
 
@@ -306,9 +304,10 @@ def _blocks_of(site: _Site) -> ast.expr:
     return ast.Call(func=ast.Name(id="cdiv", ctx=ast.Load()), args=[copy.deepcopy(site.n), ast.Constant(site.block)], keywords=[])
 
 
-def _table_entry(p: _Parser, ref: ast.expr, k: int) -> Any:
+def _table_entry(p: _Parser, ref: ast.expr, k: int | ast.expr, where: ast.AST | None = None) -> Any:
+    """Entry k of the table row, loaded where `where` (else the row) stands in the spec."""
     load = ast.Call(func=ast.Name(id="load", ctx=ast.Load()), args=[_table_row(p, ref, k)], keywords=[])
-    return p.expr(_placed(load, ref))
+    return p.expr(_placed(load, where if where is not None else ref))
 
 
 # The loop a program runs where the analysis cannot bound the mask: for each block j of the

@@ -33,7 +33,7 @@ from __future__ import annotations
 from ...hw.descriptor import Target
 from ...options import CompileOptions
 from ..core import WRITES, Block, Kernel, Op, Value, blocks, predicated_load, walk
-from ..analysis import index_chain, read_only, recompute_chain
+from ..analysis import index_chain, recompute_chain
 from ..attrs import attr
 
 # elements per thread of one prefetched tile, and of all of one loop's: a cumulative-sum row
@@ -59,7 +59,7 @@ def prefetch_loads(k: Kernel, target: Target, options: CompileOptions) -> Kernel
     tile, loop_regs = prefetch_budget(k)
     written = {op.attrs["tensor"] for op in walk(k.body) if op.kind in WRITES}
     for loop, parent in [(op, b) for b in list(blocks(k.body)) for op in b.ops if op.kind == "for"]:
-        _prefetch(loop, parent, written, tile, loop_regs, read_only(k))
+        _prefetch(loop, parent, written, tile, loop_regs, frozenset(k.tensors) - written)
     return k
 
 

@@ -83,6 +83,7 @@ def _candidates(k: Kernel, written: set[str]) -> list[int]:
     arithmetic recomputable for the next iteration."""
     order = {id(op): i for i, op in enumerate(walk(k.body))}
     uses = use_counts(k.body)
+    reads = frozenset(k.tensors) - written  # the tensors a recomputed index may read (analysis.read_only)
     out = []
     for loop in [op for op in walk(k.body) if op.kind == "for"]:
         body = loop.body
@@ -92,7 +93,7 @@ def _candidates(k: Kernel, written: set[str]) -> list[int]:
         for st in [op for op in body.ops if op.kind == "stage"]:
             load = loads.get(id(st.operands[0]))
             if (load is None or uses.get(id(load.result)) != 1 or load.attrs["tensor"] in written
-                    or load.attrs.get("pred") or index_chain(load.operands, body, iv, inside, read_only(k)) is None):
+                    or load.attrs.get("pred") or index_chain(load.operands, body, iv, inside, reads) is None):
                 continue
             out.append(order[id(st)])
     return out
@@ -103,13 +104,14 @@ def _apply(k: Kernel, plans: list[tuple[int, int]]) -> None:
     stages = [(ops[at], slots) for at, slots in plans]
     where = {id(op): (loop, parent) for parent in blocks(k.body) for loop in parent.ops if loop.kind == "for"
              for op in loop.body.ops}
+    reads = read_only(k)
     for st, slots in stages:
         loop, parent = where[id(st)]
         load = next(op for op in loop.body.ops if op.kind == "load" and op.result is st.operands[0])
         k.notes.setdefault("staged_loads", []).append(
             f"{load.attrs['tensor']} {'x'.join(map(str, load.result.shape))}: loaded an iteration ahead into "
             + ("the other of 2 slots" if slots > 1 else "registers, 1 slot"))
-        _pipeline(st, loop, parent, slots, read_only(k))
+        _pipeline(st, loop, parent, slots, reads)
 
 
 def _pipeline(st: Op, loop: Op, parent: Block, slots: int, reads: frozenset[str]) -> None:
