@@ -90,6 +90,24 @@ def test_cpu_forward_and_backward_match_float64(causal, deterministic, shape):
         helpers.check_close(name, g, r, lo)
 
 
+@pytest.mark.parametrize("d", [256, 200, 136])
+@pytest.mark.parametrize("target, first", [("sm_90", {"BLOCK_M": 32, "BLOCK_N": 128, "WARPS": 8, "DSPLIT": 2}),
+                                           ("gfx942", {"BLOCK_M": 32, "BLOCK_N": 32, "WARPS": 4, "DSPLIT": 2})])
+def test_wide_head_dims_take_32_query_rows_in_the_backward(target, first, d):
+    """Above head_dim 128 the backward's first fitting form is 32 query rows, dk and dv split in
+    two (fa2_bwd.yaml's constraints): with 128 keys over 8 warps on sm_90 (the form `kgen tune`
+    timed fastest at D=256, docs/PERFORMANCE.md session 34), with 32 keys in gfx942's 64 KiB of
+    LDS. (That neither spills is checked where nvcc and clang run: the GPU tests, kgen build.)"""
+    from kgen.build import lower_variant
+    from kgen.hw.descriptor import load_target
+    from kgen.spec.load import load_spec
+
+    ls = load_spec(Path(__file__).resolve().parents[2] / "specs" / "fa2_bwd.yaml")
+    for causal in (False, True):
+        tunables, _ = lower_variant(ls, {"dtype": "bf16", "head_dim": d, "causal": causal, "deterministic": False}, load_target(target))
+        assert tunables == first, (causal, tunables)
+
+
 @pytest.mark.parametrize("d, causal, deterministic, sq, sk", [(256, True, False, 70, 75), (200, False, True, 40, 33)])
 def test_gfx942_emulation_of_wide_head_dims(d, causal, deterministic, sq, sk):
     """Tiles of 256 as gfx942 builds them (the backward's column split in 32 query rows, to fit
