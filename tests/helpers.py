@@ -102,3 +102,21 @@ def no_gpu_reason() -> str | None:
     except TargetError as e:
         return str(e)
     return None
+
+
+def dropout_factors(b: int, h: int, sq: int, sk: int, p: float, seed: int) -> torch.Tensor:
+    """(B, H, SQ, SK) float64 factors of specs/variants/dropout.yaml: 1 / kept where rand8(seed,
+    offset) >= p, else 0, kept = 1 - ceil(256 p) / 256; the offset numbers 16 x 16 tiles of (i, j)
+    in turn, sixteen calls of sixteen bytes a tile, call (i % 8 // 2, j % 8 // 2), byte
+    (i % 2, i // 8 % 2, j % 2, j // 8 % 2)."""
+    import math
+
+    from kgen.ir.philox import rand8
+
+    i, j = torch.arange(sq).view(1, 1, -1, 1), torch.arange(sk).view(1, 1, 1, -1)
+    bh = torch.arange(b).view(-1, 1, 1, 1) * h + torch.arange(h).view(1, -1, 1, 1)
+    tile = (bh * -(-sq // 16) + i // 16) * -(-sk // 16) + j // 16
+    call = i % 8 // 2 * 4 + j % 8 // 2
+    byte = i % 2 * 8 + i // 8 % 2 * 4 + j % 2 * 2 + j // 8 % 2
+    scale = torch.tensor(1.0 / (1.0 - math.ceil(p * 256.0) / 256.0), dtype=torch.float64)
+    return torch.where(rand8(seed, (tile * 16 + call) * 16 + byte) >= p, scale, 0.0)

@@ -38,6 +38,7 @@ LANGUAGE = {
     **{fn: _unary(getattr(torch, fn)) for fn in ("exp", "exp2", "log", "log2", "sqrt", "sigmoid", "tanh", "erf", "sin",
                                                   "cos", "floor", "ceil")},
     "rand": lambda seed, offset: philox.rand(seed, offset),
+    "rand8": lambda seed, offset: philox.rand8(seed, offset),
     "grad": lambda fn, wrt: grad(fn, wrt),
     "inf": math.inf, "fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "int32": torch.int32, "int64": torch.int64,
 }

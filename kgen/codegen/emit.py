@@ -30,7 +30,8 @@ VIEWS = ("expand", "trans")
 BIN_C = {"add": "{a} + {b}", "sub": "{a} - {b}", "mul": "{a} * {b}", "div": "{a} / {b}", "floordiv": "kg::floordiv({a}, {b})",
          "mod": "kg::mod({a}, {b})", "max": "kg::max_({a}, {b})", "min": "kg::min_({a}, {b})", "pow": "kg::pow_({a}, {b})",
          "lt": "{a} < {b}", "le": "{a} <= {b}", "gt": "{a} > {b}", "ge": "{a} >= {b}", "eq": "{a} == {b}", "ne": "{a} != {b}",
-         "and": "{a} && {b}", "or": "{a} || {b}", "rand": "kg::rand_({a}, {b})"}
+         "and": "{a} && {b}", "or": "{a} || {b}", "rand": "kg::rand_({a}, {b})",
+         "rand8": "kg::rand8_({a}, {b})"}
 UN_C = {"exp": "kg::exp_({a})", "exp2": "kg::exp2_({a})", "log": "kg::log_({a})", "log2": "kg::log2_({a})",
         "sqrt": "kg::sqrt_({a})", "rsqrt": "kg::rsqrt_({a})", "abs": "kg::abs_({a})", "not": "!{a}",
         **{fn: f"kg::{fn}_({{a}})" for fn in ("sigmoid", "tanh", "erf", "sin", "cos", "floor", "ceil")}}
@@ -130,10 +131,11 @@ class Emitter:
 
     def op_binary(self, op):
         a, b = op.operands
-        if op.attrs["fn"] == "rand" and not op.result.is_scalar:
+        if op.attrs["fn"] in ("rand", "rand8") and not op.result.is_scalar:
             # the tile's registers in order through one memo (kg::RandMemo): a Philox call per
             # run of registers that share a counter, not per element
-            return {"macro": "rand", "out": self.decl(op.result), "seed": as_compute(a), "offset": as_compute(b)}
+            return {"macro": "rand", "out": self.decl(op.result), "seed": as_compute(a), "offset": as_compute(b),
+                    "draw": {"rand": "uniform", "rand8": "uniform8"}[op.attrs["fn"]]}
         return self._ew(op, BIN_C[op.attrs["fn"]].format(a=as_compute(a), b=as_compute(b)))
 
     def op_unary(self, op):

@@ -31,7 +31,7 @@ class Attr:
 _FN_UNARY = ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "neg", "not", "sigmoid", "tanh", "erf", "sin", "cos",
              "floor", "ceil")
 _FN_BINARY = ("add", "sub", "mul", "div", "floordiv", "mod", "max", "min", "lt", "le", "gt", "ge", "eq", "ne",
-              "and", "or", "pow", "rand")
+              "and", "or", "pow", "rand", "rand8")
 _LAYOUTS = ("rows", "cores", "sw128")  # staged rows padded by 16 bytes, core matrices, 128-byte swizzle
 # how a dot reads an operand (passes/operands.py): from its registers, by fragment loads from a
 # staged buffer (transposing or not), by vector reads of one, or by a matrix descriptor (wgmma)

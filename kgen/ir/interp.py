@@ -27,7 +27,7 @@ _BINARY = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.di
            "floordiv": lambda a, b: torch.div(a, b, rounding_mode="floor"), "mod": torch.remainder,
            "max": torch.maximum, "min": torch.minimum, "lt": torch.lt, "le": torch.le, "gt": torch.gt,
            "ge": torch.ge, "eq": torch.eq, "ne": torch.ne, "and": torch.logical_and, "or": torch.logical_or,
-           "rand": philox.rand}
+           "rand": philox.rand, "rand8": philox.rand8}
 _REDUCE = {"sum": lambda x, a: x.sum(a), "max": lambda x, a: x.amax(a), "min": lambda x, a: x.amin(a)}
 
 

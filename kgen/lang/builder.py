@@ -83,22 +83,23 @@ class Builder:
         out = "bool" if fn in COMPARE else dtype
         return self.emit("binary", [a, b], [Value(shape, out)], fn=fn).result
 
-    def rand(self, seed: Operand, offset: Operand) -> Operand:
+    def rand(self, seed: Operand, offset: Operand, fn: str = "rand") -> Operand:
         """rand(seed, offset): a uniform fp32 number on [0, 1) per element, Philox4x32-10 keyed by
-        the seed's 64 bits at counter offset (kgen/ir/philox.py); both integers, taken as int64."""
+        the seed's 64 bits at counter offset (kgen/ir/philox.py); both integers, taken as int64.
+        fn="rand8": the same in steps of 1/256, sixteen offsets per Philox call."""
         for what, x in (("seed", seed), ("offset", offset)):
             dtype = x.dtype if isinstance(x, Value) else "bool" if isinstance(x, bool) else "int64" if isinstance(x, int) else "fp32"
             if dtype not in INT_DTYPES:
-                raise self.fail(f"rand(seed, offset) takes an integer {what} (int32 or int64 scalar or tile), got {dtype}")
+                raise self.fail(f"{fn}(seed, offset) takes an integer {what} (int32 or int64 scalar or tile), got {dtype}")
         if not isinstance(seed, Value) and not isinstance(offset, Value):
-            from ..ir.philox import rand
+            from ..ir import philox
 
-            return float(rand(seed, offset))
+            return float(getattr(philox, fn)(seed, offset))
         a, b = self.cast(self.as_value(seed, "int64"), "int64"), self.cast(self.as_value(offset, "int64"), "int64")
         shape = broadcast_shapes(a.shape, b.shape)
         if shape is None:
-            raise self.fail(f"rand(seed, offset): shapes {list(a.shape)} and {list(b.shape)} do not broadcast")
-        return self.emit("binary", [self.broadcast(a, shape), self.broadcast(b, shape)], [Value(shape, "fp32")], fn="rand").result
+            raise self.fail(f"{fn}(seed, offset): shapes {list(a.shape)} and {list(b.shape)} do not broadcast")
+        return self.emit("binary", [self.broadcast(a, shape), self.broadcast(b, shape)], [Value(shape, "fp32")], fn=fn).result
 
     def unary(self, fn: str, x: Operand) -> Operand:
         if not isinstance(x, Value):

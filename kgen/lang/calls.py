@@ -129,10 +129,12 @@ def _binary(fn):
     return handler
 
 
-def _rand(p, node):
-    seed, offset = _args(p, node, 2, 2)
-    p.at(node)
-    return p.b.rand(p.operand(node.args[0], seed), p.operand(node.args[1], offset))
+def _rand(fn):
+    def handler(p, node):
+        seed, offset = _args(p, node, 2, 2)
+        p.at(node)
+        return p.b.rand(p.operand(node.args[0], seed), p.operand(node.args[1], offset), fn)
+    return handler
 
 
 def _reduce(fn):
@@ -326,7 +328,7 @@ def _gather_scatter(p: _Parser, node: ast.Call, fn: str, t: TensorRef, items: li
 _HANDLERS = {
     "program_id": _program_id, "arange": _arange, "full": _full, "zeros": _zeros,
     "where": _where, "dot": _dot, "cumsum": _cumsum, "cdiv": _cdiv, "pow2": _pow2, "block": _block,
-    "maximum": _binary("max"), "minimum": _binary("min"), "rand": _rand,
+    "maximum": _binary("max"), "minimum": _binary("min"), "rand": _rand("rand"), "rand8": _rand("rand8"),
     **{fn: _unary(fn) for fn in UNARY_FNS},
     **{fn: _reduce(fn) for fn in REDUCE},
 }

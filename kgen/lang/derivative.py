@@ -26,7 +26,7 @@ LN2 = math.log(2.0)
 TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 # functions whose derivative is 0 everywhere it exists (piecewise constant) or that make no
 # number from the argument (indices, sizes)
-FLAT = ("floor", "ceil", "rand", "cdiv", "program_id", "arange", "load", "zeros", "full", "block")
+FLAT = ("floor", "ceil", "rand", "rand8", "cdiv", "program_id", "arange", "load", "zeros", "full", "block")
 
 
 class NotDifferentiable(ValueError):

@@ -120,9 +120,10 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p
     As flash-attn: window_size=(left, right) lets query i see keys i + SK - SQ - left to
     i + SK - SQ + right (-1: no limit); softcap > 0 maps each scaled score s to
     softcap * tanh(s / softcap); alibi_slopes (H,) or (B, H) fp32 adds -slope * |i + SK - SQ - j|
-    (to the capped score, as flash-attn); dropout_p > 0 drops each probability with that chance
-    (the rest scaled by 1 / (1 - dropout_p)) by a Philox mask drawn from a seed of torch's default
-    generator (torch.manual_seed repeats it) and regenerated in the backward. Any of them together:
+    (to the capped score, as flash-attn); dropout_p > 0 drops each probability where a Philox
+    byte is below 256 dropout_p (as flash-attn, the rate kept is 1 - ceil(256 dropout_p) / 256;
+    the rest are scaled by its inverse), the mask drawn from a seed of torch's default generator
+    (torch.manual_seed repeats it) and regenerated in the backward. Any of them together:
     one runs its spec in specs/variants, several their composition (kgen/ops/variants.py).
     return_attn_probs=True returns (out, softmax_lse (B, H, SQ) fp32, None): the natural-log
     logsumexp of each query row's scaled scores (-inf for a row that sees no key), without a

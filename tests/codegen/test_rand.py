@@ -1,5 +1,5 @@
-"""rand(seed, offset) in programs (tests/codegen/specs/rand_fill.yaml): int64 seed and offset
-scalars past 32 bits, a 2D tile of numbers and dropout by them; bit for bit kgen/ir/philox.py on
+"""rand(seed, offset) and rand8(seed, offset) in programs (tests/codegen/specs/rand_fill.yaml):
+int64 seed and offset scalars past 32 bits, a 2D tile of numbers and dropout by them; bit for bit kgen/ir/philox.py on
 the CPU interpreter, in the gfx942 emulation and (marked gpu) on the GPU, through both compilers
 without spills; the keep rate, and independence across rows, columns and seeds. Then the
 language's rules for rand."""
@@ -20,7 +20,7 @@ from kgen.backends import available  # noqa: E402
 from kgen.build import build_variant  # noqa: E402
 from kgen.errors import SpecError  # noqa: E402
 from kgen.hw.descriptor import load_target  # noqa: E402
-from kgen.ir.philox import rand  # noqa: E402
+from kgen.ir.philox import rand, rand8  # noqa: E402
 from kgen.knobs import knobs  # noqa: E402
 from kgen.spec.load import load_spec  # noqa: E402
 
@@ -28,9 +28,9 @@ SPEC = HERE / "specs" / "rand_fill.yaml"
 SCALARS = {"seed": -(2**62) + 12345, "base": 2**33 + 7, "p": 0.3}  # both words of seed and counter used
 
 
-def _want(x: torch.Tensor, seed: int, base: int, p: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _want(x: torch.Tensor, seed: int, base: int, p: float, bytes: bool) -> tuple[torch.Tensor, torch.Tensor]:
     m, n = x.shape
-    u = rand(seed, base + torch.arange(m).view(-1, 1) * n + torch.arange(n).view(1, -1))
+    u = (rand8 if bytes else rand)(seed, base + torch.arange(m).view(-1, 1) * n + torch.arange(n).view(1, -1))
     return u, torch.where(u >= p, x / (1.0 - p), 0.0)
 
 
@@ -40,45 +40,58 @@ def _check(u: torch.Tensor, y: torch.Tensor, x: torch.Tensor, **scalars) -> None
     torch.testing.assert_close(y.cpu(), want_y, rtol=1e-6, atol=0)
 
 
-def test_interpreter_matches_reference_and_philox():
+@pytest.mark.parametrize("bytes", [False, True])
+def test_interpreter_matches_reference_and_philox(bytes):
     ls, x = load_spec(SPEC), torch.randn(37, 100)  # partial blocks on both axes
-    got = helpers.run_spec_cpu(ls, {}, {"x": x}, {"M": 37, "N": 100}, SCALARS)
-    helpers.check_outputs(ls, got, {"x": x}, SCALARS, {})
-    _check(got["u"], got["y"], x, **SCALARS)
+    got = helpers.run_spec_cpu(ls, {"bytes": bytes}, {"x": x}, {"M": 37, "N": 100}, SCALARS)
+    helpers.check_outputs(ls, got, {"x": x}, SCALARS, {"bytes": bytes})
+    _check(got["u"], got["y"], x, **SCALARS, bytes=bytes)
 
 
-def test_keep_rate_and_independence():
+def test_rand8_is_the_bytes_of_the_words():
+    """rand8's sixteen offsets of a counter are the bytes, low first, of rand's four words there."""
+    seed, base = SCALARS["seed"], SCALARS["base"] * 16
+    words = (rand(seed, base // 4 + torch.arange(4)) * 2.0**24).to(torch.int64)  # each word's top 24 bits
+    got = (rand8(seed, base + torch.arange(16)) * 256).to(torch.int64).view(4, 4)
+    assert torch.equal(got[:, 1:], torch.stack([(words >> (8 * i)) & 0xFF for i in range(3)], 1))
+
+
+@pytest.mark.parametrize("bytes, kept", [(False, 0.7), (True, (256 - 77) / 256)])  # rand8: k / 256 >= 0.3 for k >= 77
+def test_keep_rate_and_independence(bytes, kept):
     x = torch.ones(256, 256)
-    u, y = kgen.load(SPEC)(x, **SCALARS)
+    u, y = kgen.load(SPEC)(x, **SCALARS, bytes=bytes)
     keep = (y != 0).float()
     n = keep.numel()
-    assert abs(float(keep.mean()) - 0.7) < 4 * (0.21 / n) ** 0.5  # binomial, 4 standard deviations
+    assert abs(float(keep.mean()) - kept) < 4 * (kept * (1 - kept) / n) ** 0.5  # binomial, 4 standard deviations
     assert torch.allclose(y[y != 0], torch.full_like(y[y != 0], 1 / 0.7))
     # neighbouring rows and columns, and the same offsets under another seed, are uncorrelated
-    for a, b in ((u[1:], u[:-1]), (u[:, 1:], u[:, :-1]), (u, kgen.load(SPEC)(x, seed=SCALARS["seed"] + 1, base=SCALARS["base"], p=0.3)[0])):
+    other = kgen.load(SPEC)(x, seed=SCALARS["seed"] + 1, base=SCALARS["base"], p=0.3, bytes=bytes)[0]
+    for a, b in ((u[1:], u[:-1]), (u[:, 1:], u[:, :-1]), (u, other)):
         r = torch.corrcoef(torch.stack([a.flatten(), b.flatten()]))[0, 1]
         assert abs(float(r)) < 4 / a.numel() ** 0.5, float(r)
 
 
-def test_gfx942_emulation_matches():
+@pytest.mark.parametrize("bytes", [False, True])
+def test_gfx942_emulation_matches(bytes):
     if not available("hip"):
         if knobs().ci:
             pytest.fail("CI=true but no hip compiler was found")
         pytest.skip("no hip compiler found")
     x = torch.randn(37, 100)
-    _check(*kgen.load(SPEC, target="gfx942", emulate=True)(x, **SCALARS), x, **SCALARS)
+    _check(*kgen.load(SPEC, target="gfx942", emulate=True)(x, **SCALARS, bytes=bytes), x, **SCALARS, bytes=bytes)
 
 
+@pytest.mark.parametrize("bytes", [False, True])
 @pytest.mark.parametrize("target", ["sm_90", "gfx942"])
-def test_compiles_without_spills(target):
+def test_compiles_without_spills(target, bytes):
     backend = load_target(target).backend
     if not available(backend):
         if knobs().ci:
             pytest.fail(f"CI=true but no {backend} compiler was found")
         pytest.skip(f"no {backend} compiler found")
-    (k,) = build_variant(load_spec(SPEC), {}, load_target(target), compile=True).kernels
+    (k,) = build_variant(load_spec(SPEC), {"bytes": bytes}, load_target(target), compile=True).kernels
     assert k.resources["spill_bytes"] == 0 and k.resources["stack_bytes"] == 0, k.resources
-    assert "long long scalar_seed" in k.source and "memo.uniform(seed, " in k.source
+    assert "long long scalar_seed" in k.source and f"memo.uniform{'8' if bytes else ''}(seed, " in k.source
 
 
 def _spec(tmp_path, line: str) -> Path:
@@ -106,6 +119,7 @@ reference: y = torch.zeros(N)
     ("r = rand(f, arange(16))", "rand(seed, offset) takes an integer seed (int32 or int64 scalar or tile), got fp32"),
     ("r = rand(3, arange(16).to(fp32))", "rand(seed, offset) takes an integer offset (int32 or int64 scalar or tile), got fp32"),
     ("r = rand(3, 0.5)", "takes an integer offset"),
+    ("r = rand8(f, arange(16))", "rand8(seed, offset) takes an integer seed (int32 or int64 scalar or tile), got fp32"),
 ])
 def test_rand_errors(tmp_path, line, message):
     from kgen.lang import kernel_ir
@@ -119,17 +133,18 @@ def test_rand_of_constants_folds(tmp_path):
     from kgen.ir.core import walk
     from kgen.lang import kernel_ir
 
-    k = kernel_ir(load_spec(_spec(tmp_path, "r = full((16,), rand(3, 5), fp32)")), 0, {}, {})
+    k = kernel_ir(load_spec(_spec(tmp_path, "r = full((16,), rand(3, 5) + rand8(3, 5), fp32)")), 0, {}, {})
     fulls = [op for op in walk(k.body) if op.kind == "full"]
-    assert fulls and fulls[0].attrs["value"] == float(rand(3, 5))
+    assert fulls and fulls[0].attrs["value"] == float(rand(3, 5)) + float(rand8(3, 5))
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(helpers.no_gpu_reason() is not None, reason=str(helpers.no_gpu_reason()))
-def test_gpu_matches(monkeypatch, tmp_path):
+@pytest.mark.parametrize("bytes", [False, True])
+def test_gpu_matches(monkeypatch, tmp_path, bytes):
     monkeypatch.setenv("KGEN_POISON", "1")  # outputs start as NaN: an unwritten element fails
     monkeypatch.setenv("KGEN_CACHE_DIR", str(tmp_path))
     x = torch.randn(1000, 3000)
-    u, y = kgen.load(SPEC)(x.cuda(), **SCALARS)
+    u, y = kgen.load(SPEC)(x.cuda(), **SCALARS, bytes=bytes)
     assert u.is_cuda
-    _check(u, y, x, **SCALARS)
+    _check(u, y, x, **SCALARS, bytes=bytes)

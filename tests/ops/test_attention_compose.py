@@ -17,7 +17,6 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 import helpers  # noqa: E402
 
-from kgen.ir.philox import rand  # noqa: E402
 
 D = 32
 
@@ -54,10 +53,7 @@ def _attend(q, k, v, scale, *, causal, window, softcap, slopes, p, seed, lowp, s
     lse = torch.logsumexp(s, -1)
     prob = torch.softmax(s, -1).nan_to_num(0.0)
     if p:
-        # 2 x 2 blocks of (i, j) numbered in turn, each the four words of one Philox call
-        blk = ((torch.arange(b).view(-1, 1, 1, 1) * h + torch.arange(h).view(1, -1, 1, 1)) * -(-sq // 2) + i // 2) * -(-sk // 2) + j // 2
-        at = blk * 4 + i % 2 * 2 + j % 2
-        prob = prob * torch.where(rand(seed, at) >= p, 1.0 / (1.0 - p), 0.0)
+        prob = prob * helpers.dropout_factors(b, h, sq, sk, p, seed).to(prob.dtype)
     if lowp:
         return (prob.to(torch.bfloat16) @ vh.to(torch.bfloat16)).transpose(1, 2), lse
     return (prob @ vh).transpose(1, 2), lse

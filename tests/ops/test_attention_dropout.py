@@ -1,7 +1,7 @@
-"""Dropout in attention (specs/variants/dropout.yaml: fa2_fwd's prob_mod hook with rand(), the
+"""Dropout in attention (specs/variants/dropout.yaml: fa2_fwd's prob_mod hook with rand8(), the
 backward derived with the same hook): forward and backward on the CPU interpreter against the
-spec's reference and against the meaning written out here from kgen/ir/philox.py's numbers
-(flash-attn's: p * keep / (1 - dropout_p), the lse of the undropped scores); the keep rate and
+spec's reference and against the meaning written out from kgen/ir/philox.py's numbers
+(helpers.dropout_factors: p * keep / kept, the lse of the undropped scores); the keep rate and
 independence across heads, rows and seeds, read off the kernel's own output; flash_attn_func's
 dropout_p (repeatable under torch.manual_seed, its errors); the gfx942 emulation; the GPU."""
 from __future__ import annotations
@@ -17,23 +17,11 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 import helpers  # noqa: E402
 
-from kgen.ir.philox import rand  # noqa: E402
 from kgen.spec.load import backward_spec, load_spec  # noqa: E402
 
 SPEC = ROOT / "specs" / "variants" / "dropout.yaml"
 B, SQ, SK, H, HKV, D = 2, 150, 200, 2, 1, 32
 SEED = -(2**62) + 977  # both key words in use
-
-
-def _keep(b: int, h: int, sq: int, sk: int, p: float, seed: int) -> torch.Tensor:
-    """(B, H, SQ, SK) factors: 1 / (1 - p) where rand(seed, offset) >= p, else 0, the offset
-    numbering 2 x 2 blocks of (i, j) in turn: ((b H + h) ceil(SQ/2) + i // 2) ceil(SK/2) + j // 2
-    times 4, plus 2 (i % 2) + j % 2."""
-    i, j = torch.arange(sq).view(1, 1, -1, 1), torch.arange(sk).view(1, 1, 1, -1)
-    blk = (((torch.arange(b).view(-1, 1, 1, 1) * h + torch.arange(h).view(1, -1, 1, 1)) * -(-sq // 2)
-            + i // 2) * -(-sk // 2) + j // 2)
-    at = blk * 4 + i % 2 * 2 + j % 2
-    return torch.where(rand(seed, at) >= p, 1.0 / (1.0 - p), 0.0).double()
 
 
 def _meaning(q, k, v, scale, causal, p, seed):
@@ -45,7 +33,7 @@ def _meaning(q, k, v, scale, causal, p, seed):
     if causal:
         s = s.masked_fill(torch.arange(sk)[None, :] > torch.arange(sq)[:, None] + sk - sq, -math.inf)
     prob = torch.softmax(s, -1).nan_to_num(0.0)
-    return ((prob * _keep(b, h, sq, sk, p, seed)) @ vh).transpose(1, 2), torch.logsumexp(s, -1)
+    return ((prob * helpers.dropout_factors(b, h, sq, sk, p, seed)) @ vh).transpose(1, 2), torch.logsumexp(s, -1)
 
 
 def _qkv(gen, b=B, sq=SQ, sk=SK, h=H, hkv=HKV):
@@ -95,8 +83,9 @@ def test_keep_rate_and_independence():
     o, _ = op(q, k, v, softmax_scale=1.0, dropout_p=p, seed=SEED, causal=False)
     kept = (o != 0).transpose(1, 2).float()  # (b, h, sq, D)
     n = kept.numel()
-    assert abs(float(kept.mean()) - (1 - p)) < 4 * (p * (1 - p) / n) ** 0.5
-    assert torch.equal(kept.bool(), _keep(b, h, sq, D, p, SEED) > 0)
+    rate = 1 - math.ceil(256 * p) / 256  # rand8 >= p: bytes k >= 256 p
+    assert abs(float(kept.mean()) - rate) < 4 * (rate * (1 - rate) / n) ** 0.5
+    assert torch.equal(kept.bool(), helpers.dropout_factors(b, h, sq, D, p, SEED) > 0)
     other = (op(q, k, v, softmax_scale=1.0, dropout_p=p, seed=SEED + 1, causal=False)[0] != 0).transpose(1, 2).float()
     for x, y in ((kept[:, 0], kept[:, 1]), (kept[0], kept[1]), (kept[:, :, 1:], kept[:, :, :-1]), (kept, other)):
         r = float(torch.corrcoef(torch.stack([x.flatten(), y.flatten()]))[0, 1])

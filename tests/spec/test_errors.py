@@ -262,7 +262,7 @@ def test_unknown_function(tmp_path):
     """))
     assert str(e) == (f"{p}:17:41: unknown function 'softmax'; the tile language has: abs, arange, atomic_add, "
                       "block, cdiv, ceil, cos, cumsum, dot, erf, exp, exp2, floor, full, load, log, log2, max, maximum, min, "
-                      "minimum, pow2, program_id, rand, rsqrt, sigmoid, sin, sqrt, store, sum, tanh, where, zeros")
+                      "minimum, pow2, program_id, rand, rand8, rsqrt, sigmoid, sin, sqrt, store, sum, tanh, where, zeros")
 
 
 def test_unknown_name(tmp_path):
