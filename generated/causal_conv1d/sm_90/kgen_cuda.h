@@ -28,6 +28,12 @@ template <int N> KG_DEVICE void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.
 KG_DEVICE float shfl_xor(float v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
 KG_DEVICE int shfl_xor(int v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
 KG_DEVICE long long shfl_xor(long long v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
+// The 64-bit product of two 32-bit words, from the high and low halves' multiplies. Written as one
+// 64-bit product, a chain of them (Philox's rounds, kgen_tile.h) had its words widened to 64 bits
+// by LLVM's combining and multiplied with mul.lo.s64, several instructions each.
+KG_DEVICE unsigned long long mul_wide_u32(uint32_t a, uint32_t b) {
+  return (unsigned long long)__umulhi(a, b) << 32 | (a * b);
+}
 
 KG_DEVICE float f32(bf16 x) { return __bfloat162float(x); }
 KG_DEVICE float f32(fp16 x) { return __half2float(x); }
