@@ -8,7 +8,8 @@ S from 1k to 16k, D 64 and 128, causal and not; median CUDA-event time of many r
 (triton.testing.do_bench); the backward is timed as torch.autograd.grad(out, (q, k, v), dout).
 FLOPs: 4*B*H*S*S*D forward (half when causal), 2.5x that backward. Peers run on the same inputs
 right after kgen: SDPA's flash, cuDNN and memory-efficient backends, and FlexAttention compiled
-with torch.compile (`--providers kgen,kgen-det,flex` adds kgen's deterministic backward). Before timing, kgen's output and gradients are compared with SDPA flash's.
+with torch.compile (`--providers kgen,kgen-det,flex` adds kgen's deterministic backward). Before
+timing, kgen's output and gradients are compared with SDPA flash's.
 """
 from __future__ import annotations
 
@@ -71,7 +72,8 @@ def providers(dropout_p: float = 0.0):
         "kgen": lambda q, k, v, causal: flash_attn_func(q, k, v, causal=causal, dropout_p=dropout_p),
         # on request only: the backward without atomics (dq recomputes p and dp per query block, as
         # FlexAttention's backward does), against the default's atomic dq
-        "kgen-det": lambda q, k, v, causal: flash_attn_func(q, k, v, causal=causal, dropout_p=dropout_p, deterministic=True),
+        "kgen-det": lambda q, k, v, causal: flash_attn_func(q, k, v, causal=causal, dropout_p=dropout_p,
+                                                            deterministic=True),
         "fa2": _sdpa(SDPBackend.FLASH_ATTENTION, dropout_p),
         "cudnn": _sdpa(SDPBackend.CUDNN_ATTENTION, dropout_p),
         "efficient": _sdpa(SDPBackend.EFFICIENT_ATTENTION, dropout_p),

@@ -49,15 +49,16 @@ def reference(loaded_spec: LoadedSpec | Spec, inputs: dict[str, Any], *, exact: 
     `inputs`: the input tensors by name, and optionally scalar values (defaults are used for
     the others). exact=True converts floating inputs to float64 first (the ground truth);
     exact=False runs the code on the inputs in their own dtype: what PyTorch itself gets for the
-    same computation in that precision. The namespace also has `torch`, `math`, `rand` and `rand8` (the
-    tile language's, kgen/ir/philox.py), the variant's
-    values (as in `if causal:`), the sizes bound from the input shapes and the spec's hooks as
-    torch functions, with `grad(hook, i)` (kgen/check/torch_hooks.py), and `grad_inputs`: the
-    floating inputs whose gradient the spec writes (d<name>) by name.
+    same computation in that precision. The namespace also has `torch`, `math`, `rand` and
+    `rand8` (the tile language's, kgen/ir/philox.py), the variant's values (as in `if causal:`),
+    the sizes bound from the input shapes and the spec's hooks as torch functions, with
+    `grad(hook, i)` (kgen/check/torch_hooks.py), and `grad_inputs`: the floating inputs whose
+    gradient the spec writes (d<name>) by name.
     """
     s = spec_of(loaded_spec)
     tensors = {k: v for k, v in inputs.items() if isinstance(v, torch.Tensor)}
-    ns: dict[str, Any] = {"torch": torch, "math": math, "rand": philox.rand, "rand8": philox.rand8, **(variant or {}), **bind_sizes(s, tensors)}
+    ns: dict[str, Any] = {"torch": torch, "math": math, "rand": philox.rand, "rand8": philox.rand8, **(variant or {}),
+                          **bind_sizes(s, tensors)}
     ns.update(scalar_values(s, {k: v for k, v in inputs.items() if k in s.scalars}))
     for k, v in tensors.items():
         ns[k] = v.double() if exact and v.dtype.is_floating_point else v

@@ -1,5 +1,6 @@
-"""The tile language's `rand(seed, offset)` and `rand8(seed, offset)` in torch: the interpreter's, the references' and the
-compile-time fold's, bit for bit what kg::rand_ (templates/common/kgen_tile.h) computes.
+"""The tile language's `rand(seed, offset)` and `rand8(seed, offset)` in torch: the interpreter's,
+the references' and the compile-time fold's, bit for bit what kg::rand_ and kg::rand8_
+(templates/common/kgen_tile.h) compute.
 
 Philox4x32-10 (Salmon, Moraes, Dror and Shaw, "Parallel random numbers: as easy as 1, 2, 3",
 SC 2011): a counter-based generator, so every element draws its number from its own counter
