@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from .core import ELEM_BYTES, WRITES, Block, Kernel, Op, Value, walk
 
-PURE_SCALAR = ("const", "binary", "unary", "cast", "where")  # scalar ops a copy's index may be recomputed through
+PURE_SCALAR = ("const", "binary", "unary", "cast", "where", "program_id", "size", "scalar_arg", "cdiv")  # scalar ops a copy's index may be recomputed through
 
 
 def producers(block: Block, deep: bool = True) -> dict[int, Op]:

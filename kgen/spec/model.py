@@ -117,6 +117,11 @@ class KernelSpec(Strict):
                                                "reduction per row, where the target has them (kgen/ir/passes/bulk_reduce.py): "
                                                "true, false or an expression of the variant axes and tunables; absent, "
                                                "the descriptor's byte model decides per add")
+    shared_row_loads: bool | str | None = Field(None, description="a loop body's register loads too large to prefetch "
+                                                "in registers copied an iteration ahead into shared memory and read "
+                                                "from there, where the target has cp.async (kgen/ir/passes/row_loads.py): "
+                                                "true, false or an expression of the variant axes and tunables; absent, "
+                                                "the compile options decide (off by default)")
     warp_specialize: bool | str = Field(False, description="loops of tensor copies fed by a producer warpgroup through "
                                         "rings of mbarriers, the computing warps' registers raised, where the target "
                                         "can (kgen/ir/passes/specialize.py): true, false or an expression of the variant "

@@ -5,7 +5,10 @@ the kernels compute is checked lane by lane (tests/codegen/test_dot_fragments.py
 and on the GPU by the attention tests."""
 from pathlib import Path
 
+import pytest
+
 from kgen.driver import compile_kernel
+from kgen.errors import SpecError
 from kgen.hw.descriptor import load_target
 from kgen.ir.core import walk
 from kgen.options import DEFAULT, CompileOptions
@@ -92,3 +95,38 @@ def test_tensor_copy_waits_after_a_barrier_keep_none_but_the_last_keeps_one_if_n
     k = dkdv(options=DEFAULT, tiles={"BLOCK_M": 64, "BLOCK_N": 128, "WARPS": 8, "DSPLIT": 1}, variant={**BWD, "head_dim": 128})
     waits = [op for op in inner_loop(k).body.ops if op.kind == "wait_async"]
     assert [(w.attrs["tma"], w.attrs["barrier"]) for w in waits] == [(True, True), (True, False)]
+
+
+def row_walk(stage, target="sm_90"):
+    ls = load_spec(ROOT / "tests/codegen/specs/row_walk.yaml")
+    return compile_kernel(ls, 0, {"dtype": "bf16", "ROW": 1024}, {"ROWS": 4, "STAGE": stage}, load_target(target))
+
+
+def test_a_kernel_that_asks_copies_its_rows_whatever_the_blocks_per_multiprocessor():
+    """row_walk asks (`shared_row_loads: STAGE == 1`): its x row is copied though the copies cut
+    the blocks a multiprocessor's shared memory holds (the rule for the options' copies); w, the
+    same tile every iteration, stays a load."""
+    k = row_walk(1)
+    assert k.notes["row_loads"] == ["x 1x1024: copied an iteration ahead into shared memory"]
+    assert sorted(op.attrs["tensor"] for op in walk(k.body) if op.kind == "copy_async") == ["x", "x"]
+    assert any(op.kind == "load" and op.attrs["tensor"] == "w" for op in walk(k.body))
+    assert k.shared_bytes >= 2 * 1024 * 2  # two slots of a bf16 row
+
+
+def test_a_kernel_that_declines_or_a_target_without_async_copies_keeps_its_loads():
+    for k in (row_walk(0), row_walk(1, "gfx942")):
+        assert "row_loads" not in k.notes and not any(op.kind == "copy_async" for op in walk(k.body))
+    # the spec's `false` wins over options that ask for the copies everywhere
+    ls = load_spec(ROOT / "tests/codegen/specs/row_walk.yaml")
+    k = compile_kernel(ls, 0, {"dtype": "bf16", "ROW": 1024}, {"ROWS": 4, "STAGE": 0}, load_target("sm_90"), options=ROWS)
+    assert "row_loads" not in k.notes
+
+
+def test_an_expression_that_names_nothing_known_is_an_error_at_its_place(tmp_path):
+    text = (ROOT / "tests/codegen/specs/row_walk.yaml").read_text().replace("STAGE == 1", "STAGES == 1")
+    (tmp_path / "bad.yaml").write_text(text)
+    ls = load_spec(tmp_path / "bad.yaml")
+    with pytest.raises(SpecError) as e:
+        compile_kernel(ls, 0, {"dtype": "bf16", "ROW": 1024}, {"ROWS": 4, "STAGE": 1}, load_target("sm_90"))
+    line = text.splitlines().index("    shared_row_loads: STAGES == 1") + 1
+    assert f"bad.yaml:{line}:" in str(e.value) and "shared_row_loads must be true, false or an expression" in str(e.value)

@@ -26,7 +26,8 @@ of bounds; and when its two slots leave the kernel within the descriptor's share
 block and holding as many blocks per multiprocessor (the passes up to plan_shared_memory run on
 a copy of the kernel).
 
-It runs only with CompileOptions.shared_row_loads, off by default: on the H200 the attention
+It runs where the spec asks (the kernel's `shared_row_loads`), else with
+CompileOptions.shared_row_loads, off by default: on the H200 the attention
 backward at head_dim 64 (whose rows are read after the scores' dot, their latency already
 behind it) and the chunked scan ran 1-3% slower with it, each copy adding a wait and a barrier
 to the loop; at head_dim 128, where lse is the scores' start, the copies' addresses make the
@@ -47,10 +48,12 @@ from .prefetch import prefetch_budget
 
 
 def copy_row_loads(k: Kernel, target: Target, options: CompileOptions) -> Kernel:
-    if not options.shared_row_loads or "cp.async" not in target.async_copy:
+    asked = k.shared_row_loads  # the spec's choice for this kernel, else the options'
+    if not (options.shared_row_loads if asked is None else asked) or "cp.async" not in target.async_copy:
         return k
-    # one at a time, kept where the kernel still fits and holds as many blocks per multiprocessor
-    # as before once the later passes have made their slots and scratch
+    # one at a time, kept where the kernel still fits and, unless the spec asked for the copies,
+    # holds as many blocks per multiprocessor as before once the later passes have made their
+    # slots and scratch (a spec that asks, as the row ops' tunables do, has its forms timed)
     candidates = _candidates(k)
     if not candidates:
         return k
@@ -61,7 +64,7 @@ def copy_row_loads(k: Kernel, target: Target, options: CompileOptions) -> Kernel
         trial = copy.deepcopy(k)
         _apply(trial, chosen + [at])
         need = _shared_after_copies(trial, target, options)
-        if need <= target.lds_bytes_per_block and target.lds_bytes_per_cu // need >= blocks_now:
+        if need <= target.lds_bytes_per_block and (asked or target.lds_bytes_per_cu // need >= blocks_now):
             chosen.append(at)
     _apply(k, chosen)
     return k
@@ -87,9 +90,16 @@ def _candidates(k: Kernel) -> list[int]:
         inside = {id(v) for v in body.args} | {id(r) for op in walk(body) for r in op.results}
         staged = {id(op.operands[0]) for op in walk(body) if op.kind == "stage"}  # use_async_copies' own
         for load in [op for op in body.ops if op.kind == "load" and id(op.result) not in staged]:
-            if _qualifies(load, written, tile_budget) and index_chain(load.operands, body, iv, inside, read_only(k)) is not None:
+            chain = index_chain(load.operands, body, iv, inside, read_only(k))
+            if _qualifies(load, written, tile_budget) and chain is not None and _varies(load, chain, iv):
                 out.append(order[id(load)])
     return out
+
+
+def _varies(load: Op, chain: list[Op], iv: Value) -> bool:
+    """Whether the load's index depends on the induction variable: a load of the same tile every
+    iteration (a row op's weights) gains nothing from a copy an iteration ahead."""
+    return any(v is iv for op in (load, *chain) for v in op.operands)
 
 
 def _apply(k: Kernel, positions: list[int]) -> None:
