@@ -114,6 +114,8 @@ def _parser() -> _Parser:
     p.add_argument("--variant", "-v", type=_variant_pair, action="append", default=[], help=variant_help)
     p.add_argument("--runs", type=_positive_int, default=20, help="timed calls per candidate (median; default 20)")
     p.add_argument("--show", action="store_true", help="list the database's entries instead (every spec, or SPEC's)")
+    p.add_argument("--backward", action="store_true", help="tune the spec's backward (autograd.backward, or the backward "
+                   "a variant derives from its base's) instead of the spec")
 
     p = sub.add_parser("inspect", help=COMMANDS["inspect"], description=COMMANDS["inspect"] + ".")
     p.add_argument("spec", nargs="?", type=Path, metavar="SPEC")
@@ -398,13 +400,11 @@ def cmd_tune(a: argparse.Namespace) -> int:
         if a.spec is not None:
             from .spec.load import load_spec
 
-            rows = [r for r in rows if r["spec"] == load_spec(a.spec).spec.name]
+            rows = [r for r in rows if r["spec"] == _tuned_spec(a.spec, a.backward).spec.name]
         _console().print(tune_tables(rows))
         return 0
     spec = _need(a.spec, "kgen tune needs a spec file: kgen tune SPEC --size NAME=VALUE ... (or --show)")
-    from .spec.load import load_spec
-
-    ls = load_spec(spec)
+    ls = _tuned_spec(spec, a.backward)
     sizes = dict(a.size)
     unknown = [n for n in sizes if n not in ls.spec.sizes]
     missing = [n for n in ls.spec.sizes if n not in sizes]
@@ -435,12 +435,27 @@ def cmd_tune(a: argparse.Namespace) -> int:
     target = device_target(torch.device("cuda"))
     _check_compiler(target, "kgen tune compiles each candidate; install the compiler first")
     op = load(spec)
+    if a.backward:
+        op = op.backward_op
     console = _console()
     for variant in variants:
         tuned = tune_variant(op, variant, target, sizes, "cuda", cuda_timer(a.runs))
         entry = store(ls, target, tuned)
         console.print(tune_tables([], tuned=tuned, entry=entry))
     return 0
+
+
+def _tuned_spec(spec: Path, backward: bool):
+    """The spec `kgen tune` times: SPEC, or with --backward the backward its calls run."""
+    from .spec.load import backward_spec, load_spec
+
+    ls = load_spec(spec)
+    if not backward:
+        return ls
+    if ls.spec.autograd is None:
+        raise UsageError(f"--backward: {ls.spec.name} has no backward (no autograd in {spec}); "
+                         "tune the spec itself, or its backward's own file")
+    return backward_spec(ls)
 
 
 HANDLERS = {"build": cmd_build, "warm": cmd_warm, "check": cmd_check, "inspect": cmd_inspect, "list": cmd_list,

@@ -4,6 +4,8 @@ the cache directory for its size bucket, the runtime's lookup of it (and of noth
 build order it sets, `kgen tune --show`, and the command's errors."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -16,6 +18,7 @@ from kgen.runtime.op import load
 from kgen.spec.load import load_spec
 from kgen.tune import show_rows, store, tune_variant
 
+ROOT = Path(__file__).resolve().parents[1]
 SPEC = """kgen: 1
 name: scaled_rows
 summary: y = x * 2 over blocks of a row.
@@ -78,6 +81,24 @@ def test_the_fastest_candidate_is_kept_and_then_preferred(spec):
     assert row["speedup"] == 3.0 and row["spec"] == "scaled_rows" and not row["regressed"]
 
 
+def test_a_backward_tuned_is_what_the_backward_of_the_op_then_builds(tmp_path, monkeypatch):
+    """--backward tunes the op's backward (here the one specs/variants/softcap.yaml derives from
+    fa2_bwd): the entry stored for its bucket is the one the backward op's builds then take."""
+    monkeypatch.setenv("KGEN_CACHE_DIR", str(tmp_path / "cache"))
+    from kgen.cli import _tuned_spec
+
+    bwd = load(ROOT / "specs/variants/softcap.yaml").backward_op
+    ls, target = _tuned_spec(ROOT / "specs/variants/softcap.yaml", True), load_target("sm_90")
+    assert ls.spec.name == bwd.ls.spec.name == "fa2_softcap_bwd" and ls.yaml.text == bwd.ls.yaml.text
+    variant = {"dtype": "bf16", "head_dim": 64, "causal": True, "deterministic": False}
+    want = tunable_candidates(ls, variant)[-1]
+    sizes = {"B": 1, "SQ": 64, "SK": 64, "H": 2, "HKV": 2}
+    tuned = tune_variant(bwd, variant, target, sizes, "cpu", lambda fn: 1.0 if bwd.last_tunables == want else 2.0)
+    assert tuned.winner == (want, 1.0)
+    store(ls, target, tuned)
+    assert tuning.preferred(bwd.ls, variant, target, sizes) == want
+
+
 def test_the_choice_is_built_first(spec):
     ls = load_spec(spec)
     built = build_variant(ls, {"dtype": "fp32"}, load_target("sm_90"), compile=False, first={"BLOCK": 256, "WARPS": 2})
@@ -97,11 +118,15 @@ def test_the_op_still_computes_with_a_forced_candidate(spec):
     (["tune"], "kgen tune needs a spec file: kgen tune SPEC --size NAME=VALUE ... (or --show)"),
     (["tune", "{spec}", "-s", "M=4"], "kgen tune needs every size of scaled_rows; missing N; its sizes: M, N"),
     (["tune", "{spec}", "-s", "M=4", "-s", "Q=2"], "--size Q is not a size of scaled_rows; its sizes: M, N"),
+    (["tune", "{spec}", "--backward", "-s", "M=4", "-s", "N=8"],
+     "--backward: scaled_rows has no backward (no autograd in {spec}); tune the spec itself, or its backward's own file"),
+    (["tune", "{root}/specs/variants/document.yaml", "--backward", "-s", "B=1"],
+     "kgen tune needs every size of fa2_document_bwd; missing SQ, SK, H, HKV, N1; its sizes: B, SQ, SK, H, HKV, N1"),
 ])
 def test_usage_errors_are_one_sentence(spec, argv, message):
     with pytest.raises(UsageError) as e:
-        run([a.format(spec=spec) for a in argv])
-    assert str(e.value) == message
+        run([a.format(spec=spec, root=ROOT) for a in argv])
+    assert str(e.value) == message.format(spec=spec)
 
 
 def test_without_a_gpu_tune_says_so(spec):
