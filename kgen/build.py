@@ -7,7 +7,8 @@
                                   (render, package, compile once per distinct source); a kernel
                                   that spills is retried with spill_retry_options, and a
                                   candidate with a kernel that spills in every form gives way
-                                  to the next
+                                  to the next (unless the kernel asked for an occupancy its
+                                  registers do not allow: its least-spilling form is kept)
 
 A kernel's file is named by its content (`<kernel>__<digest>.cu`), so a kernel several variants
 share is one file; the manifest lists each distinct kernel once and each variant by the files
@@ -170,6 +171,7 @@ def _without_spills(ls: LoadedSpec, variant: dict[str, Any], target: Target, tun
     for i, bk in enumerate(out.kernels):
         if not _spills(bk):
             continue
+        least = bk  # the form that spills least, kept where the spec asked for the spills (occupancy)
         lowered = {replace(DEFAULT, register_flags=()): kernels[i]}
         staged = any(op.kind == "stage_into" for op in walk(kernels[i].body))
         together = any(op.kind == "dot" and op.attrs.get("early_start") for op in walk(kernels[i].body))
@@ -183,8 +185,14 @@ def _without_spills(ls: LoadedSpec, variant: dict[str, Any], target: Target, tun
             if not _spills(retry):
                 out.kernels[i] = retry
                 break
+            least = retry if _spill_bytes(retry) < _spill_bytes(least) else least
         else:
-            return None
+            # a kernel that asks for more programs a multiprocessor than its registers allow
+            # trades spills for them: kept in its least-spilling form (kgen tune times whether
+            # that pays); any other gives way to the next candidate
+            if kernels[i].occupancy <= 1:
+                return None
+            out.kernels[i] = least
     return out
 
 

@@ -192,8 +192,10 @@ def render_kernel(k: Kernel, target: Target, *, spec_file: str, program_line: in
 
 
 def _blocks_per_sm(k: Kernel) -> int:
-    """The blocks per multiprocessor a producer's registers were planned for, 0 without one."""
-    return next((op.attrs["blocks_per_sm"] for op in walk(k.body) if op.kind == "producer"), 0)
+    """The least blocks per multiprocessor the compiler is to fit (its registers capped for them):
+    those a producer's registers were planned for, or the spec's occupancy; 0 for neither."""
+    planned = next((op.attrs["blocks_per_sm"] for op in walk(k.body) if op.kind == "producer"), 0)
+    return max(planned, k.occupancy if k.occupancy > 1 else 0)
 
 
 def render_unit(kernel: str, target: Target, *, spec_file: str, half: str, body_file: str) -> str:

@@ -42,9 +42,10 @@ def kernel_ir(ls: LoadedSpec, kernel_index: int | str, variant: dict[str, Any], 
         raise SpecError(f"warps must be a power of two or a tunable's name, got {ks.warps!r}", ls.where("kernels", kernel_index, "warps"))
     bulk, specialize, row_loads = (_per_variant(ls, kernel_index, field, constants)
                                    for field in ("bulk_reductions", "warp_specialize", "shared_row_loads"))
+    occupancy = _occupancy(ls, kernel_index, constants)
     return Kernel(name=f"{spec.name}_{ks.name}", body=body, tensors=dict(spec.tensors), sizes=list(spec.sizes),
                   scalars=list(spec.scalars), num_warps=warps, constants=constants, prefetch_loads=ks.prefetch_loads,
-                  bulk_reductions=bulk, warp_specialize=specialize, shared_row_loads=row_loads)
+                  bulk_reductions=bulk, warp_specialize=specialize, shared_row_loads=row_loads, occupancy=occupancy)
 
 
 def hooks_of(ls: LoadedSpec) -> dict[str, Hook]:
@@ -59,6 +60,22 @@ def hooks_of(ls: LoadedSpec) -> dict[str, Hook]:
             line, col = loc.line, loc.col - 1
         out[name] = Hook(tuple(h.args), h.body, Origin(loc.file, line, col))
     return out
+
+
+def _occupancy(ls: LoadedSpec, kernel_index: int, constants: dict[str, Any]) -> int:
+    """The programs per multiprocessor the kernel asks for, evaluated for this variant: a
+    positive integer."""
+    value = ls.spec.kernels[kernel_index].occupancy
+    where = ls.where("kernels", kernel_index, "occupancy")
+    if isinstance(value, str):
+        try:
+            value = eval_expr(value, constants)
+        except Exception as e:  # an unknown name or a malformed expression
+            raise SpecError(f"occupancy must be a positive integer or an expression of the variant axes and tunables; "
+                            f"'{value}' could not be evaluated ({e})", where) from None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SpecError(f"occupancy must be a positive integer (programs a multiprocessor holds at once), got {value!r}", where)
+    return value
 
 
 def _per_variant(ls: LoadedSpec, kernel_index: int, field: str, constants: dict[str, Any]) -> bool | None:

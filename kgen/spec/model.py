@@ -117,6 +117,10 @@ class KernelSpec(Strict):
                                                "reduction per row, where the target has them (kgen/ir/passes/bulk_reduce.py): "
                                                "true, false or an expression of the variant axes and tunables; absent, "
                                                "the descriptor's byte model decides per add")
+    occupancy: int | str = Field(1, description="programs a multiprocessor (CU) is to hold at once at least: the "
+                                 "compiler caps each thread's registers so that this many fit (CUDA: "
+                                 "__launch_bounds__'s minimum blocks), spilling where it must; an integer, or an "
+                                 "expression of the variant axes and tunables (a tunable lets kgen tune time it)")
     shared_row_loads: bool | str | None = Field(None, description="a loop body's register loads too large to prefetch "
                                                 "in registers copied an iteration ahead into shared memory and read "
                                                 "from there, where the target has cp.async (kgen/ir/passes/row_loads.py): "

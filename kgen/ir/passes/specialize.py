@@ -256,6 +256,7 @@ def _registers(k: Kernel, target: Target) -> tuple[int, int, int]:
     buffers = buffer_bytes(k.body)
     one_group = k.num_warps * target.wave_size <= PRODUCER_WARPS * target.wave_size
     blocks = 2 if one_group and 2 * (buffers + 1024) <= target.lds_bytes_per_cu else 1
+    blocks = max(blocks, k.occupancy)  # the spec may ask for more programs a multiprocessor
     producer_threads = PRODUCER_WARPS * target.wave_size
     consumer_threads = k.num_warps * target.wave_size
     entry = target.regs_per_cu // (blocks * (producer_threads + consumer_threads)) // step * step
