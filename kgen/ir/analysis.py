@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from .core import ELEM_BYTES, WRITES, Block, Kernel, Op, Value, walk
 
-PURE_SCALAR = ("const", "binary", "unary", "cast", "where", "program_id", "size", "scalar_arg", "cdiv")  # scalar ops a copy's index may be recomputed through
+# scalar ops a copy's index may be recomputed through: pure functions of their operands, the
+# program's position, sizes and scalar arguments
+PURE_SCALAR = ("const", "binary", "unary", "cast", "where", "program_id", "size", "scalar_arg", "cdiv")
 
 
 def producers(block: Block, deep: bool = True) -> dict[int, Op]:

@@ -150,8 +150,8 @@ class Kernel:
     prefetch_loads: bool | int = False  # the spec's per-kernel choice: off, on, or a register budget (passes/prefetch.py)
     bulk_reductions: bool | None = None  # the spec's per-kernel choice for this variant; None: passes/bulk_reduce.py's model
     warp_specialize: bool = False  # the spec's per-kernel choice, for this variant (passes/specialize.py)
-    shared_row_loads: bool | None = None  # the spec's per-kernel choice; None: CompileOptions.shared_row_loads (passes/row_loads.py)
-    occupancy: int = 1  # the spec's least programs per multiprocessor: registers capped so that they fit (render.py)
+    shared_row_loads: bool | None = None  # the spec's choice (passes/row_loads.py); None: the CompileOptions'
+    occupancy: int = 1  # the spec's least programs a multiprocessor: registers capped to fit them (render.py)
     tma_barriers: int = 0  # mbarriers of tensor copies (passes/async_copy.py), 8 bytes each, in shared memory
     tma_barrier_offset: int = 0  # where those mbarriers start in shared memory (passes/memory.py)
     release_barriers: int = 0  # mbarriers the consumers give ring slots back on, after the tma_barriers

@@ -74,7 +74,8 @@ def _occupancy(ls: LoadedSpec, kernel_index: int, constants: dict[str, Any]) -> 
             raise SpecError(f"occupancy must be a positive integer or an expression of the variant axes and tunables; "
                             f"'{value}' could not be evaluated ({e})", where) from None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise SpecError(f"occupancy must be a positive integer (programs a multiprocessor holds at once), got {value!r}", where)
+        raise SpecError(f"occupancy must be a positive integer (programs a multiprocessor holds at once), "
+                        f"got {value!r}", where)
     return value
 
 

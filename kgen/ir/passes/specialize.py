@@ -248,7 +248,8 @@ def _registers(k: Kernel, target: Target) -> tuple[int, int, int]:
     """(producer, consumer registers per thread, blocks per multiprocessor). One warpgroup of
     consumers gets a second block beside it where shared memory allows (as the unspecialized
     kernels, to overlap one block's waits with the other's work); two or more share the
-    multiprocessor alone, as FlashAttention-3's 1 + 2 warpgroups. The block's registers at entry
+    multiprocessor alone, as FlashAttention-3's 1 + 2 warpgroups; a spec's `occupancy` may ask
+    for more. The block's registers at entry
     are its share of the register file (a multiple of the step, as __launch_bounds__ makes ptxas
     allocate); the producer takes the fewest the target allows, the consumers what is left, up
     to the most."""
