@@ -65,30 +65,28 @@ def hooks_of(ls: LoadedSpec) -> dict[str, Hook]:
 def _occupancy(ls: LoadedSpec, kernel_index: int, constants: dict[str, Any]) -> int:
     """The programs per multiprocessor the kernel asks for, evaluated for this variant: a
     positive integer."""
-    value = ls.spec.kernels[kernel_index].occupancy
-    where = ls.where("kernels", kernel_index, "occupancy")
-    if isinstance(value, str):
-        try:
-            value = eval_expr(value, constants)
-        except Exception as e:  # an unknown name or a malformed expression
-            raise SpecError(f"occupancy must be a positive integer or an expression of the variant axes and tunables; "
-                            f"'{value}' could not be evaluated ({e})", where) from None
+    value = _evaluated(ls, kernel_index, "occupancy", constants, "a positive integer")
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise SpecError(f"occupancy must be a positive integer (programs a multiprocessor holds at once), "
-                        f"got {value!r}", where)
+                        f"got {value!r}", ls.where("kernels", kernel_index, "occupancy"))
     return value
 
 
 def _per_variant(ls: LoadedSpec, kernel_index: int, field: str, constants: dict[str, Any]) -> bool | None:
     """A kernel's per-variant choice: true, false or an expression of the variant axes and
     tunables, evaluated for this variant; None where the spec leaves it to kgen."""
+    value = _evaluated(ls, kernel_index, field, constants, "true, false")
+    return None if value is None else bool(value)
+
+
+def _evaluated(ls: LoadedSpec, kernel_index: int, field: str, constants: dict[str, Any], accepted: str) -> Any:
+    """A kernel field as given, or, given as an expression, its value for this variant's axes and
+    tunables; an expression that cannot be evaluated is an error at the field's place."""
     value = getattr(ls.spec.kernels[kernel_index], field)
-    if value is None:
-        return None
-    if isinstance(value, str):
-        try:
-            value = eval_expr(value, constants)
-        except Exception as e:  # an unknown name or a malformed expression
-            raise SpecError(f"{field} must be true, false or an expression of the variant axes and tunables; "
-                            f"'{value}' could not be evaluated ({e})", ls.where("kernels", kernel_index, field)) from None
-    return bool(value)
+    if not isinstance(value, str):
+        return value
+    try:
+        return eval_expr(value, constants)
+    except Exception as e:  # an unknown name or a malformed expression
+        raise SpecError(f"{field} must be {accepted} or an expression of the variant axes and tunables; "
+                        f"'{value}' could not be evaluated ({e})", ls.where("kernels", kernel_index, field)) from None
