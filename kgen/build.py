@@ -234,6 +234,8 @@ def manifest(ls: LoadedSpec, target: Target, built: list[BuiltVariant]) -> dict[
                      "signature": k.signature, "arguments": k.arguments, "tensor_maps": k.tensor_maps,
                      "decisions": decisions, "flags": list(k.options.register_flags)}
             entry = {key: v for key, v in entry.items() if v or key not in ("tensor_maps", "decisions", "flags")}
+            if k.occupancy > 1:  # asked for by the spec (its registers capped for it, spills accepted)
+                entry["occupancy"] = k.occupancy
             if k.command is not None and (shared is None or kernel_command(shared, k.file, entry) != k.command):
                 entry["command"] = k.command  # not of the shared form: recorded as it ran
             if k.compiler is not None and (shared is None or k.compiler != shared["compiler"]):

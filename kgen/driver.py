@@ -52,6 +52,7 @@ class BuiltKernel:
     command: list[str] | None = None
     compiler: str | None = None
     options: CompileOptions = DEFAULT  # how it was lowered and compiled (`kgen inspect` shows that IR)
+    occupancy: int = 1  # the spec's least programs a multiprocessor (spills accepted for them: build.py)
     # the bodies the source includes, (file, text): a body written for any 16-bit float type,
     # shared by the sources of the variants that differ only in that type (shared_half)
     includes: tuple[tuple[str, str], ...] = ()
@@ -95,7 +96,7 @@ def build_kernel(ls: LoadedSpec, index: int, variant: dict[str, Any], tunables: 
         arguments={"tensors": list(kernel.tensors), "sizes": list(kernel.sizes), "scalars": list(kernel.scalars)},
         notes=dict(kernel.notes), writes=sorted({op.attrs["tensor"] for op in walk(kernel.body) if op.kind in WRITES}),
         tensor_maps=[{"tensor": t, "box": list(box)} for t, box in tensor_maps(kernel)],
-        options=options)
+        options=options, occupancy=kernel.occupancy)
     if objects is not None and not built.empty:
         compile_built(built, target, list(options.register_flags), objects=objects)
     return built

@@ -63,11 +63,11 @@ def tune_tables(rows: list[dict], tuned=None, entry: dict | None = None) -> Tabl
             t.add_row(",".join(f"{k}={v}" for k, v in tunables.items()) + mark, "-" if ms is None else f"{ms:.4f}", note)
         return t
     t = Table(title="tuning database")
-    for col in ("spec", "variant", "target", "bucket", "tunables", "ms", "default ms", "speedup", "source"):
+    for col in ("spec", "variant", "target", "bucket", "tunables", "ms", "default ms", "speedup", "source", "timed on"):
         t.add_column(col)
     for r in rows:
         bucket = ",".join(f"{k}={v}" for k, v in (r["bucket"] or {}).items())
         t.add_row(r["spec"], r["variant"], r["target"], bucket, ",".join(f"{k}={v}" for k, v in (r["tunables"] or {}).items()),
                   f"{r['ms']:.4f}", f"{r['default_ms']:.4f}", f"{r['speedup']:.2f}" + (" (slower)" if r["regressed"] else ""),
-                  r["source"])
+                  r["source"], r["device"] or "-")
     return t

@@ -107,6 +107,7 @@ def store(ls: LoadedSpec, target: Target, tuned: Tuned) -> dict[str, Any] | None
     entry = {"spec": ls.spec.name, "variant": variant_id(tuned.variant), "target": target.name,
              "bucket": size_bucket(tuned.sizes), "sizes": dict(tuned.sizes), "tunables": won[0], "ms": won[1],
              "default": default[0], "default_ms": default[1], "date": date.today().isoformat(),
+             "device": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
              "timed": [{"tunables": t, "ms": ms, "note": note} for t, ms, note in tuned.times]}
     record(tuning_key(ls, tuned.variant, target, tuned.sizes), entry)
     return entry
@@ -120,6 +121,6 @@ def show_rows(target: str | None = None) -> list[dict[str, Any]]:
         speedup = e["default_ms"] / e["ms"] if e.get("ms") else float("nan")
         rows.append({"key": key, "spec": e.get("spec"), "variant": e.get("variant"), "target": e.get("target"),
                      "bucket": e.get("bucket"), "tunables": e.get("tunables"), "ms": e.get("ms"),
-                     "default_ms": e.get("default_ms"), "speedup": speedup, "source": e.get("source"),
+                     "default_ms": e.get("default_ms"), "speedup": speedup, "source": e.get("source"), "device": e.get("device"),
                      "regressed": speedup < 1.0})
     return rows

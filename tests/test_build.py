@@ -342,7 +342,9 @@ def test_sm90_kernels_fit(built, spec_file, target, tmp_path):
         if r["shared_bytes"] + k.shared_bytes > limit:
             problems.append(f"{label}: shared memory {r['shared_bytes']} static + {k.shared_bytes} "
                             f"dynamic bytes > {limit}")
-        if r["spill_bytes"] != 0 or r["stack_bytes"] != 0:
+        # a kernel whose spec asks for more programs a multiprocessor than its registers allow
+        # trades spills for them (build.py: _without_spills keeps its least-spilling form)
+        if (r["spill_bytes"] != 0 or r["stack_bytes"] != 0) and k.occupancy <= 1:
             problems.append(f"{label}: {r['spill_bytes']} bytes spilled, {r['stack_bytes']} bytes "
                             "stack, expected 0")
         if r.get("mma_notes"):  # ptxas serialised wgmma or injected waits into a dot

@@ -60,7 +60,8 @@ def test_softmax_runs_and_matches(dtype):
     helpers.check_close("y", out["y"], ref["y"], ref_lowp["y"])
 
 
-@pytest.mark.parametrize("name, tiles", [("layernorm", {"BLOCK_M": 2, "WARPS": 8}), ("softmax", {"BLOCK_M": 4, "WARPS": 16})])
+@pytest.mark.parametrize("name, tiles", [("layernorm", {"BLOCK_M": 2, "WARPS": 8, "OCC": 1}),
+                                         ("softmax", {"BLOCK_M": 4, "WARPS": 16, "OCC": 1})])
 def test_row_sums_across_warps_of_several_rows_match(name, tiles):
     """Rows split over warps (BLOCK_M rows a program): each row's sum goes through shared memory at
     a slot of its own, the row taken from the warp's bits (once written `warp * 2 + warp & 1`,
