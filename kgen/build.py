@@ -20,7 +20,6 @@ name and renamed, so a failed build leaves no half-written file.
 """
 from __future__ import annotations
 
-import itertools
 import json
 import shutil
 import tempfile
@@ -38,9 +37,8 @@ from .ir.core import Kernel, walk
 from .driver import BuiltKernel, build_kernel, compile_kernel, display_path
 from .options import DEFAULT, CompileOptions
 from .paths import templates_dir
-from .spec.expr import eval_expr
 from .spec.load import LoadedSpec, variant_id
-from .spec.refs import tunable_constraints
+from .spec.candidates import complete_tunables, tunable_candidates  # noqa: F401 (kgen.build's names)
 
 
 @dataclass
@@ -53,21 +51,6 @@ class BuiltVariant:
     @property
     def id(self) -> str:
         return variant_id(self.variant)
-
-
-def tunable_candidates(ls: LoadedSpec, variant: dict[str, Any] | None = None) -> list[dict[str, int]]:
-    """Every combination of tunable values, in order; with a variant, those its constraints on
-    tunables allow (refs.tunable_constraints)."""
-    names = list(ls.spec.tunables)
-    lists = [v if isinstance(v, list) else [v] for v in ls.spec.tunables.values()]
-    combos = [dict(zip(names, combo)) for combo in itertools.product(*lists)]
-    if variant is None:
-        return combos
-    rules = tunable_constraints(ls.spec)
-    allowed = [t for t in combos if all(eval_expr(c, {**variant, **t}) for c in rules)]
-    if not allowed:
-        raise SpecError(f"no tunable choice of variant {variant} meets the constraints {', '.join(rules)}", ls.where("constraints"))
-    return allowed
 
 
 def lower_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target,
@@ -101,6 +84,7 @@ def build_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target, compi
     (the tuning database's choice, kgen/runtime/tuning.py)."""
     objects = objects if objects is not None else CodeObjects()
     candidates = tunable_candidates(ls, variant)
+    first = None if first is None else complete_tunables(ls, variant, first)
     if first in candidates:
         candidates = [first] + [c for c in candidates if c != first]
     first: BuiltVariant | None = None

@@ -31,6 +31,7 @@ from .ir.pipeline import run_passes
 from .lang import kernel_ir, resolve_dtype
 from .options import DEFAULT, CompileOptions
 from .paths import display_path
+from .spec.candidates import complete_tunables
 from .spec.load import LoadedSpec
 
 
@@ -122,7 +123,9 @@ def compile_kernel(ls: LoadedSpec, kernel_index: int, variant: dict[str, Any], t
                    target: Target, trace: Callable[[str, str], None] | None = None,
                    options: CompileOptions = DEFAULT) -> Kernel:
     """Kernel `kernel_index` of a spec, for one variant, tunables, target and options: parsed,
-    then lowered through every pass; trace(stage, IR text) after each stage."""
+    then lowered through every pass; trace(stage, IR text) after each stage. `tunables` may
+    name only some of the spec's (spec/candidates.py completes them)."""
+    tunables = complete_tunables(ls, variant, tunables)
     return run_passes(kernel_ir(ls, kernel_index, variant, tunables), target, options, trace)
 
 

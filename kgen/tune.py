@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import torch
 
-from .build import tunable_candidates
+from .spec.candidates import tunable_candidates
 from .check.emulated import INT_SCALAR, SCALAR
 from .check.samples import derive_sizes, random_inputs
 from .errors import LaunchError

@@ -199,7 +199,7 @@ class KgenOp:
         return all_t
 
     def _run_on_cpu(self, tensors, scalars, options, device, poison) -> tuple[torch.Tensor, ...]:
-        from ..build import tunable_candidates
+        from ..spec.candidates import tunable_candidates
 
         variant = choose_variant(self.ls, tensors, options)
         sizes = bind(self.ls, tensors, variant, device)

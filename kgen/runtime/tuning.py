@@ -77,7 +77,7 @@ def record(key: str, entry: dict[str, Any], path: Path | None = None) -> None:
 def preferred(ls: LoadedSpec, variant: dict[str, Any], target: Target, sizes: dict[str, int]) -> dict[str, int] | None:
     """The tunables a tune chose for this variant, target and size bucket, if any and if they
     are still among the spec's candidates (a spec whose tunables changed has another key anyway)."""
-    from ..build import tunable_candidates
+    from ..spec.candidates import tunable_candidates
 
     hit = entries(target.name).get(tuning_key(ls, variant, target, sizes))
     if hit is None or hit.get("tunables") not in tunable_candidates(ls, variant):

@@ -105,7 +105,7 @@ def test_wide_head_dims_take_32_query_rows_in_the_backward(target, first, d):
     ls = load_spec(Path(__file__).resolve().parents[2] / "specs" / "fa2_bwd.yaml")
     for causal in (False, True):
         tunables, _ = lower_variant(ls, {"dtype": "bf16", "head_dim": d, "causal": causal, "deterministic": False}, load_target(target))
-        assert tunables == first, (causal, tunables)
+        assert tunables == {**first, "RECOMPUTE_DQ": 0}, (causal, tunables)  # dq by atomics first
 
 
 @pytest.mark.parametrize("d, causal, deterministic, sq, sk", [(256, True, False, 70, 75), (200, False, True, 40, 33)])

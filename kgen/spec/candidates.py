@@ -1,0 +1,46 @@
+"""A spec's tunable candidates, in the order the build tries them, and the completion of a
+choice that names only some tunables.
+
+A choice written before a spec gained a tunable (a test's tiles, a caller's forced tunables, a
+tuning entry) names fewer tunables than the spec has; it is completed with the first candidate,
+in the spec's order and within its constraints, that agrees with what it names: what the spec
+would have taken for the tunables it leaves out (fa2_bwd's RECOMPUTE_DQ takes 1 where
+deterministic is set and 0 otherwise). A spec's order lists its previous behaviour first, so
+that such a choice keeps meaning what it meant.
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from ..errors import SpecError
+from .expr import eval_expr
+from .load import LoadedSpec
+from .refs import tunable_constraints
+
+
+def tunable_candidates(ls: LoadedSpec, variant: dict[str, Any] | None = None) -> list[dict[str, int]]:
+    """Every combination of tunable values, in order; with a variant, those its constraints on
+    tunables allow (refs.tunable_constraints)."""
+    names = list(ls.spec.tunables)
+    lists = [v if isinstance(v, list) else [v] for v in ls.spec.tunables.values()]
+    combos = [dict(zip(names, combo)) for combo in itertools.product(*lists)]
+    if variant is None:
+        return combos
+    rules = tunable_constraints(ls.spec)
+    allowed = [t for t in combos if all(eval_expr(c, {**variant, **t}) for c in rules)]
+    if not allowed:
+        raise SpecError(f"no tunable choice of variant {variant} meets the constraints {', '.join(rules)}", ls.where("constraints"))
+    return allowed
+
+
+def complete_tunables(ls: LoadedSpec, variant: dict[str, Any], given: dict[str, int]) -> dict[str, int]:
+    """`given` with the tunables it leaves out taken from the first candidate that agrees with
+    it; `given` itself where it names every tunable or where no candidate agrees (a choice
+    outside the constraints stays the caller's, checked where it is used)."""
+    if set(given) >= set(ls.spec.tunables):
+        return given
+    for candidate in tunable_candidates(ls, variant):
+        if all(candidate.get(name) == value for name, value in given.items()):
+            return candidate
+    return given

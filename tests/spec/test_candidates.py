@@ -1,0 +1,41 @@
+"""A choice of tunables that names only some of a spec's (kgen/spec/candidates.py) is completed
+with the first candidate that agrees with it, so that tiles written before the spec gained a
+tunable keep meaning the kernels they meant."""
+from pathlib import Path
+
+from kgen.build import build_variant
+from kgen.hw.descriptor import load_target
+from kgen.spec.candidates import complete_tunables, tunable_candidates
+from kgen.spec.load import load_spec
+
+FA2_BWD = Path(__file__).resolve().parents[2] / "specs" / "fa2_bwd.yaml"
+TILES = {"BLOCK_M": 64, "BLOCK_N": 64, "WARPS": 4, "DSPLIT": 1}
+
+
+def _variant(deterministic):
+    return {"dtype": "bf16", "head_dim": 128, "causal": True, "deterministic": deterministic}
+
+
+def test_the_left_out_tunable_takes_the_first_agreeing_candidate():
+    ls = load_spec(FA2_BWD)
+    # deterministic takes only the recomputed dq (a constraint); otherwise the atomic form is first
+    assert complete_tunables(ls, _variant(True), TILES) == {**TILES, "RECOMPUTE_DQ": 1}
+    assert complete_tunables(ls, _variant(False), TILES) == {**TILES, "RECOMPUTE_DQ": 0}
+    assert complete_tunables(ls, _variant(False), {"RECOMPUTE_DQ": 1})["RECOMPUTE_DQ"] == 1
+
+
+def test_a_whole_choice_and_one_no_candidate_agrees_with_stay_as_given():
+    ls = load_spec(FA2_BWD)
+    whole = tunable_candidates(ls, _variant(False))[3]
+    assert complete_tunables(ls, _variant(False), whole) is whole
+    odd = {"BLOCK_M": 48}
+    assert complete_tunables(ls, _variant(False), odd) == odd
+
+
+def test_the_build_takes_a_partial_first_choice():
+    ls = load_spec(FA2_BWD)
+    built = build_variant(ls, _variant(True), load_target("sm_90"), compile=False, first=TILES)
+    assert built.tunables == {**TILES, "RECOMPUTE_DQ": 1}
+    # and the recomputed form's dkdv adds nothing to dq_acc
+    dkdv = next(k for k in built.kernels if k.name.endswith("dkdv"))
+    assert "dq_acc" not in dkdv.arguments["tensors"]
