@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from kgen.build import tunable_candidates
+from kgen.spec.candidates import complete_tunables
 from kgen.hw.descriptor import load_target
 from kgen.ir.core import walk
 from kgen.ir.passes.accumulate import MAX_REGS
@@ -25,9 +26,10 @@ NO_ROWS = CompileOptions(shared_row_loads=False)  # lse and delta loaded, not co
 
 
 def lower(spec, kernel, variant, tunables, target, options=DEFAULT):
-    """The kernel's IR with `tunables`; those not given take the variant's first allowed choice."""
+    """The kernel's IR with `tunables`; those not given take the first allowed choice that agrees
+    with them (kgen/spec/candidates.py), else the variant's first allowed choice."""
     ls = load_spec(ROOT / spec)
-    tunables = {**tunable_candidates(ls, variant)[0], **tunables}
+    tunables = {**tunable_candidates(ls, variant)[0], **complete_tunables(ls, variant, tunables)}
     return compile_kernel(ls, kernel, variant, tunables, load_target(target), options=options)
 
 

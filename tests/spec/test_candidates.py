@@ -12,16 +12,19 @@ FA2_BWD = Path(__file__).resolve().parents[2] / "specs" / "fa2_bwd.yaml"
 TILES = {"BLOCK_M": 64, "BLOCK_N": 64, "WARPS": 4, "DSPLIT": 1}
 
 
-def _variant(deterministic):
-    return {"dtype": "bf16", "head_dim": 128, "causal": True, "deterministic": deterministic}
+def _variant(deterministic, head_dim=128):
+    return {"dtype": "bf16", "head_dim": head_dim, "causal": True, "deterministic": deterministic}
 
 
 def test_the_left_out_tunable_takes_the_first_agreeing_candidate():
     ls = load_spec(FA2_BWD)
-    # deterministic takes only the recomputed dq (a constraint); otherwise the atomic form is first
-    assert complete_tunables(ls, _variant(True), TILES) == {**TILES, "RECOMPUTE_DQ": 1}
-    assert complete_tunables(ls, _variant(False), TILES) == {**TILES, "RECOMPUTE_DQ": 0}
-    assert complete_tunables(ls, _variant(False), {"RECOMPUTE_DQ": 1})["RECOMPUTE_DQ"] == 1
+    # deterministic takes only the recomputed dq (a constraint); at head_dim 64 the other variant
+    # takes the atomic form
+    assert complete_tunables(ls, _variant(True, 64), TILES) == {**TILES, "RECOMPUTE_DQ": 1}
+    assert complete_tunables(ls, _variant(False, 64), TILES) == {**TILES, "RECOMPUTE_DQ": 0}
+    # what is given is kept: the first candidate of the given scheme, whatever the order puts first
+    first = complete_tunables(ls, _variant(False), {"RECOMPUTE_DQ": 0})
+    assert first == next(c for c in tunable_candidates(ls, _variant(False)) if c["RECOMPUTE_DQ"] == 0)
 
 
 def test_a_whole_choice_and_one_no_candidate_agrees_with_stay_as_given():
