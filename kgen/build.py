@@ -38,7 +38,7 @@ from .driver import BuiltKernel, build_kernel, compile_kernel, display_path
 from .options import DEFAULT, CompileOptions
 from .paths import templates_dir
 from .spec.load import LoadedSpec, variant_id
-from .spec.candidates import complete_tunables, tunable_candidates  # noqa: F401 (kgen.build's names)
+from .spec.candidates import complete_tunables, tunable_candidates
 
 
 @dataclass

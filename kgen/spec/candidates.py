@@ -1,8 +1,8 @@
 """A spec's tunable candidates, in the order the build tries them, and the completion of a
 choice that names only some tunables.
 
-A choice written before a spec gained a tunable (a test's tiles, a caller's forced tunables, a
-tuning entry) names fewer tunables than the spec has; it is completed with the first candidate,
+A choice written before a spec gained a tunable (a test's tiles, a caller's forced tunables)
+names fewer tunables than the spec has (a tuning entry cannot: its key is the spec's text); it is completed with the first candidate,
 in the spec's order and within its constraints, that agrees with what it names: what the spec
 would have taken for the tunables it leaves out (fa2_bwd's RECOMPUTE_DQ takes 1 where
 deterministic is set and 0 otherwise). A spec's order lists its previous behaviour first, so
