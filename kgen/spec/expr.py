@@ -1,4 +1,9 @@
-"""Size expressions of a spec (grids, constraints): parsed with `ast`, evaluated on integers."""
+"""Size expressions of a spec (grids, constraints): parsed with `ast`, evaluated on integers.
+
+A preference (`prefer:`) may also ask `is_identity(hook, i)`: whether the hook's body, as
+written, is its argument i (the tile language's question of the same name, answered here
+without expanding other hooks or compile-time choices, so a body that only reaches its argument
+through them reads as not the identity). eval_expr answers it with the env's `HOOKS` entry."""
 from __future__ import annotations
 
 import ast
@@ -20,6 +25,18 @@ def pow2(n: int) -> int:
 
 
 _FN = {"cdiv": lambda a, b: -(-a // b), "min": min, "max": max, "pow2": pow2}
+# the env key under which eval_expr finds the hooks is_identity asks about: name -> (args, body)
+HOOKS = "__hooks__"
+
+
+def hook_is_identity(hooks: dict[str, tuple[list[str], str]], name: str, which: int | str) -> bool:
+    args, body = hooks[name]
+    arg = args[which] if isinstance(which, int) else which
+    try:
+        tree = ast.parse(body.strip(), mode="eval").body
+    except SyntaxError:  # a body of statements: not the bare argument
+        return False
+    return isinstance(tree, ast.Name) and tree.id == arg
 
 
 @lru_cache(maxsize=512)
@@ -42,21 +59,46 @@ def names_in(text: str | int) -> frozenset[str]:
     """The names an expression uses (cached: ops ask at every call)."""
     if isinstance(text, int):
         return frozenset()
-    return frozenset(n.id for n in ast.walk(compile_expr(text)) if isinstance(n, ast.Name)) - set(_FN)
+    tree = compile_expr(text)
+    hooks = {id(c.args[0]) for c in ast.walk(tree) if _is_identity_call(c) and c.args}
+    return frozenset(n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and id(n) not in hooks) - set(_FN)
 
 
-def check_expr(text: str | int, known: list[str]) -> None:
+def _is_identity_call(node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "is_identity"
+
+
+def check_expr(text: str | int, known: list[str], hooks: dict[str, list[str]] | None = None) -> None:
     """Raise SpecError unless `text` is an expression that eval_expr can evaluate over the names
-    `known`: checked when a spec is loaded, so a typo in a grid is not found at the first call."""
+    `known` (and, where `hooks` is given, asks is_identity of them): checked when a spec is
+    loaded, so a typo in a grid is not found at the first call."""
     if not isinstance(text, int):
-        _check(compile_expr(text), known, text)
+        _check(compile_expr(text), known, text, hooks)
 
 
 # the arity of each function, as (fewest, most) arguments
 _FN_ARITY = {"cdiv": (2, 2), "min": (2, None), "max": (2, None), "pow2": (1, 1)}
 
 
-def _check(node: ast.expr, known: list[str], text: str) -> None:
+def _check_is_identity(node: ast.Call, text: str, hooks: dict[str, list[str]] | None) -> None:
+    if hooks is None:
+        raise SpecError(f"'{text}': is_identity() is asked only in prefer:, where the spec's hooks are known")
+    if (node.keywords or len(node.args) != 2 or not isinstance(node.args[0], ast.Name)
+            or not isinstance(node.args[1], ast.Constant)):
+        raise SpecError(f"'{text}': is_identity() takes a hook and the index or name of one of its arguments, "
+                        "as is_identity(score_mod, 0)")
+    name, which = node.args[0].id, node.args[1].value
+    if name not in hooks:
+        raise SpecError(f"'{text}': '{name}' is not a hook of the spec; hooks: {', '.join(hooks) or 'none'}")
+    args = hooks[name]
+    if not (which in args or (isinstance(which, int) and not isinstance(which, bool) and 0 <= which < len(args))):
+        raise SpecError(f"'{text}': {name} takes ({', '.join(args)}); name one of them or its index")
+
+
+def _check(node: ast.expr, known: list[str], text: str, hooks: dict[str, list[str]] | None = None) -> None:
+    if _is_identity_call(node):
+        _check_is_identity(node, text, hooks)
+        return
     if isinstance(node, ast.Constant) and isinstance(node.value, (int, bool)):
         return
     if isinstance(node, ast.Name):
@@ -84,7 +126,7 @@ def _check(node: ast.expr, known: list[str], text: str) -> None:
     else:
         raise SpecError(_ONLY.format(text=text))
     for child in children:
-        _check(child, known, text)
+        _check(child, known, text, hooks)
 
 
 def _eval(node: ast.expr, env: dict[str, Any], text: str) -> Any:
@@ -105,6 +147,8 @@ def _eval(node: ast.expr, env: dict[str, Any], text: str) -> Any:
     if isinstance(node, ast.BoolOp):
         vals = [_eval(v, env, text) for v in node.values]
         return all(vals) if isinstance(node.op, ast.And) else any(vals)
+    if _is_identity_call(node) and HOOKS in env:
+        return hook_is_identity(env[HOOKS], node.args[0].id, node.args[1].value)
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FN and not node.keywords:
         return _FN[node.func.id](*(_eval(a, env, text) for a in node.args))
     raise SpecError(_ONLY.format(text=text))

@@ -193,6 +193,9 @@ class Spec(Strict):
     tensors: dict[str, TensorParam]
     constraints: list[str] = Field(default_factory=list, description="conditions on sizes, checked at call time")
     tunables: dict[str, Union[int, list[int]]] = Field(default_factory=dict, description="a value, or candidates in order of preference")
+    prefer: list[str] = Field(default_factory=list, description="conditions on variant axes and tunables that order "
+                              "the candidates per variant: those meeting the first come first, then the second's, "
+                              "the rest last, each group in the tunables' order")
     kernels: list[KernelSpec] = Field(min_length=1)
     reference: str = Field(description="PyTorch code computing the outputs from the inputs, for tests")
     autograd: Autograd | None = None

@@ -42,6 +42,13 @@ def check_references(spec: "Spec", dtype_names: tuple[str, ...]) -> None:
                              f"tunables ({', '.join(sorted(used & set(spec.tunables)))}); a constraint relates sizes and "
                              "variant axes (checked at each call) or variant axes and tunables (which tunable choices a "
                              "variant may take), not both")
+    for i, c in enumerate(spec.prefer):
+        expr_at(("prefer", i), c, known, {n: h.args for n, h in spec.hooks.items()})
+        used = names_in(c)
+        if used & set(spec.sizes) or not used & set(spec.tunables):
+            raise FieldError(("prefer", i), f"'{c}' must name tunables and no sizes (a preference orders a "
+                             "variant's tunable choices; sizes are not known when they are ordered); "
+                             f"tunables: {', '.join(spec.tunables) or 'none'}")
     _check_exclude(spec)
     _check_aliases(spec)
     if spec.autograd:
@@ -209,8 +216,8 @@ def _check_exclude(spec: "Spec") -> None:
                 raise FieldError(("exclude", i, axis), f"{value!r} is not a value of variant axis '{axis}'; accepted: {accepted}")
 
 
-def expr_at(path: Path_, text: str | int, known: list[str]) -> None:
+def expr_at(path: Path_, text: str | int, known: list[str], hooks: dict[str, list[str]] | None = None) -> None:
     try:
-        check_expr(text, known)
+        check_expr(text, known, hooks)
     except SpecError as e:
         raise FieldError(path, e.message) from None

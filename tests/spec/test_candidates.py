@@ -6,7 +6,7 @@ from pathlib import Path
 from kgen.build import build_variant
 from kgen.hw.descriptor import load_target
 from kgen.spec.candidates import complete_tunables, tunable_candidates
-from kgen.spec.load import load_spec
+from kgen.spec.load import backward_spec, load_spec
 
 FA2_BWD = Path(__file__).resolve().parents[2] / "specs" / "fa2_bwd.yaml"
 TILES = {"BLOCK_M": 64, "BLOCK_N": 64, "WARPS": 4, "DSPLIT": 1}
@@ -18,13 +18,29 @@ def _variant(deterministic, head_dim=128):
 
 def test_the_left_out_tunable_takes_the_first_agreeing_candidate():
     ls = load_spec(FA2_BWD)
-    # deterministic takes only the recomputed dq (a constraint); at head_dim 64 the other variant
+    # deterministic takes only the recomputed dq (a constraint); at head_dim 32 the other variant
     # takes the atomic form
-    assert complete_tunables(ls, _variant(True, 64), TILES) == {**TILES, "RECOMPUTE_DQ": 1}
-    assert complete_tunables(ls, _variant(False, 64), TILES) == {**TILES, "RECOMPUTE_DQ": 0}
+    assert complete_tunables(ls, _variant(True, 32), TILES) == {**TILES, "RECOMPUTE_DQ": 1}
+    assert complete_tunables(ls, _variant(False, 32), TILES) == {**TILES, "RECOMPUTE_DQ": 0}
+    # at head_dims 33-128 the preference puts the recomputed form over 64 keys first; 128 keys keep
+    # the atomic form, which the product order puts first among the rest
+    assert complete_tunables(ls, _variant(False), TILES) == {**TILES, "RECOMPUTE_DQ": 1}
+    wide = {**TILES, "BLOCK_N": 128, "WARPS": 8}
+    assert complete_tunables(ls, _variant(False), wide) == {**wide, "RECOMPUTE_DQ": 0}
     # what is given is kept: the first candidate of the given scheme, whatever the order puts first
     first = complete_tunables(ls, _variant(False), {"RECOMPUTE_DQ": 0})
     assert first == next(c for c in tunable_candidates(ls, _variant(False)) if c["RECOMPUTE_DQ"] == 0)
+
+
+def test_variants_that_rewrite_scores_or_probabilities_keep_the_atomic_form_first():
+    # the preference asks is_identity of score_mod and prob_mod in each derived backward
+    root = FA2_BWD.parent
+    for spec, recomputed in (("fa2_fwd.yaml", 1), ("variants/document.yaml", 1), ("variants/softcap.yaml", 0),
+                             ("variants/dropout.yaml", 0)):
+        ls = backward_spec(load_spec(root / spec))
+        variant = {axis: values[0] for axis, values in ls.spec.variants.items()}
+        first = tunable_candidates(ls, {**variant, "head_dim": 128, "deterministic": False})[0]
+        assert first["RECOMPUTE_DQ"] == recomputed, spec
 
 
 def test_a_whole_choice_and_one_no_candidate_agrees_with_stay_as_given():

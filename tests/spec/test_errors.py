@@ -89,7 +89,7 @@ def test_unknown_field_lists_the_accepted_ones(tmp_path):
 def test_unknown_top_level_field(tmp_path):
     p, e = error_of(tmp_path, BASE.replace("sizes: [M, N]\n", "sizes: [M, N]\nsize: [K]\n"))
     assert str(e) == (f"{p}:7:1: unknown field 'size'; accepted: kgen, name, summary, variants, open_variants, exclude, sizes, "
-                      "scalars, tensors, constraints, tunables, kernels, reference, autograd, buckets, hooks, extends")
+                      "scalars, tensors, constraints, tunables, prefer, kernels, reference, autograd, buckets, hooks, extends")
 
 
 def test_missing_field(tmp_path):

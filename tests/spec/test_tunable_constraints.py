@@ -53,3 +53,60 @@ def test_the_call_checks_only_the_size_constraints(spec_file):
     op = kgen.load(spec_file)
     x = torch.randn(100)
     torch.testing.assert_close(op(x, chunk=64), x * 2)
+
+
+def _with(spec_file: Path, old: str, new: str) -> Path:
+    spec_file.write_text(SPEC.replace(old, new))
+    return spec_file
+
+
+def test_preferences_reorder_a_variants_candidates_and_keep_them_all(spec_file):
+    _with(spec_file, "tunables: {BLOCK: [128, 64], WARPS: 4}",
+          'prefer: ["BLOCK == 32 and chunk == 64", "BLOCK == 64"]\ntunables: {BLOCK: [128, 64, 32], WARPS: 4}')
+    ls = load_spec(spec_file)
+    # chunk 128: the first condition holds for none, the second moves 64 ahead; none is dropped
+    assert [c["BLOCK"] for c in tunable_candidates(ls, {"chunk": 128})] == [64, 128, 32]
+    assert [c["BLOCK"] for c in tunable_candidates(ls, {"chunk": 64})] == [32, 64]
+    assert [c["BLOCK"] for c in tunable_candidates(ls, {"chunk": 32})] == [32]
+
+
+@pytest.mark.parametrize("prefer", ['"N > 4 and BLOCK == 64"', '"chunk == 64"'])
+def test_a_preference_without_tunables_or_with_sizes_is_refused(spec_file, prefer):
+    _with(spec_file, "tunables:", f"prefer: [{prefer}]\ntunables:")
+    with pytest.raises(SpecError, match=r"chunked.yaml:\d+:\d+: .*must name tunables and no sizes"):
+        load_spec(spec_file)
+
+
+HOOKED = SPEC.replace("reference:", """hooks:
+  scale:
+    args: [v, i]
+    body: v
+reference:""")
+
+
+def test_a_preference_may_ask_whether_a_hook_is_the_identity(spec_file):
+    ask = 'prefer: ["BLOCK == 64 and is_identity(scale, 0)"]\ntunables:'
+    spec_file.write_text(HOOKED.replace("tunables:", ask))
+    assert [c["BLOCK"] for c in tunable_candidates(load_spec(spec_file), {"chunk": 128})] == [64, 128]
+    spec_file.write_text(HOOKED.replace("tunables:", ask).replace("body: v", "body: v * 2.0"))
+    assert [c["BLOCK"] for c in tunable_candidates(load_spec(spec_file), {"chunk": 128})] == [128, 64]
+    # by name as by position; a body that is another argument is not the identity of v
+    spec_file.write_text(HOOKED.replace("tunables:", ask.replace("scale, 0", "scale, 'v'")).replace("body: v", "body: i"))
+    assert [c["BLOCK"] for c in tunable_candidates(load_spec(spec_file), {"chunk": 128})] == [128, 64]
+
+
+@pytest.mark.parametrize("ask, message", [
+    ("is_identity(shift, 0)", "'shift' is not a hook of the spec; hooks: scale"),
+    ("is_identity(scale, 2)", r"scale takes \(v, i\); name one of them or its index"),
+    ("is_identity(scale)", r"is_identity\(\) takes a hook and the index or name of one of its arguments"),
+])
+def test_is_identity_names_a_hook_and_one_of_its_arguments(spec_file, ask, message):
+    spec_file.write_text(HOOKED.replace("tunables:", f'prefer: ["BLOCK == 64 and {ask}"]\ntunables:'))
+    with pytest.raises(SpecError, match=r"chunked.yaml:\d+:\d+: prefer.0: .*" + message):
+        load_spec(spec_file)
+
+
+def test_is_identity_is_asked_only_in_preferences(spec_file):
+    spec_file.write_text(HOOKED.replace('"N > 0"', '"N > 0", "BLOCK == 64 or is_identity(scale, 0)"'))
+    with pytest.raises(SpecError, match=r"is_identity\(\) is asked only in prefer:"):
+        load_spec(spec_file)
