@@ -47,7 +47,8 @@ def test_the_spec_and_the_descriptor_decide(tmp_path, target, choice, bulk):
 def test_the_causal_backward_shares_one_buffer_between_its_passes():
     ls = load_spec(ROOT / "specs/fa2_bwd.yaml")
     variant = {"dtype": "bf16", "head_dim": 64, "causal": True, "deterministic": False}
-    k = compile_kernel(ls, "dkdv", variant, {"BLOCK_M": 64, "BLOCK_N": 64, "WARPS": 4, "DSPLIT": 1}, load_target("sm_90"))
+    atomic = {"RECOMPUTE_DQ": 0, "BLOCK_M": 64, "BLOCK_N": 64, "WARPS": 4, "DSPLIT": 1}
+    k = compile_kernel(ls, "dkdv", variant, atomic, load_target("sm_90"))
     adds = _adds(k)
     # masked before the whole blocks, then the whole blocks (the last partial one among them)
     assert len(adds) == 2 and all("bulk" in a.attrs for a in adds)
