@@ -20,7 +20,7 @@ import itertools
 from typing import Any
 
 from ..errors import SpecError
-from .expr import HOOKS, eval_expr
+from .expr import eval_expr
 from .load import LoadedSpec
 from .refs import tunable_constraints
 
@@ -44,7 +44,7 @@ def tunable_candidates(ls: LoadedSpec, variant: dict[str, Any] | None = None) ->
     hooks = {name: (h.args, h.body) for name, h in ls.spec.hooks.items()}
 
     def rank(t: dict[str, int]) -> int:
-        return next((i for i, c in enumerate(prefer) if eval_expr(c, {**variant, **t, HOOKS: hooks})), len(prefer))
+        return next((i for i, c in enumerate(prefer) if eval_expr(c, {**variant, **t}, hooks)), len(prefer))
     return sorted(allowed, key=rank)  # stable: each group keeps the product order
 
 

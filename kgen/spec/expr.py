@@ -3,7 +3,7 @@
 A preference (`prefer:`) may also ask `is_identity(hook, i)`: whether the hook's body, as
 written, is its argument i (the tile language's question of the same name, answered here
 without expanding other hooks or compile-time choices, so a body that only reaches its argument
-through them reads as not the identity). eval_expr answers it with the env's `HOOKS` entry."""
+through them reads as not the identity). eval_expr answers it from the hooks it is given."""
 from __future__ import annotations
 
 import ast
@@ -25,11 +25,11 @@ def pow2(n: int) -> int:
 
 
 _FN = {"cdiv": lambda a, b: -(-a // b), "min": min, "max": max, "pow2": pow2}
-# the env key under which eval_expr finds the hooks is_identity asks about: name -> (args, body)
-HOOKS = "__hooks__"
+# what is_identity asks about: each hook's name -> (its arguments, its body)
+Hooks = dict[str, tuple[list[str], str]]
 
 
-def hook_is_identity(hooks: dict[str, tuple[list[str], str]], name: str, which: int | str) -> bool:
+def _hook_is_identity(hooks: Hooks, name: str, which: int | str) -> bool:
     args, body = hooks[name]
     arg = args[which] if isinstance(which, int) else which
     try:
@@ -47,11 +47,12 @@ def compile_expr(text: str) -> ast.expr:
         raise SpecError(f"'{text}' is not an expression ({e.msg}); write one like cdiv(M, BLOCK_M)") from None
 
 
-def eval_expr(text: str | int, env: dict[str, Any]) -> Any:
-    """Evaluate an integer expression over `env` (sizes, variant values, tunables)."""
+def eval_expr(text: str | int, env: dict[str, Any], hooks: Hooks | None = None) -> Any:
+    """Evaluate an integer expression over `env` (sizes, variant values, tunables), asking
+    is_identity of `hooks`."""
     if isinstance(text, int):
         return text
-    return _eval(compile_expr(text), env, text)
+    return _eval(compile_expr(text), env, text, hooks)
 
 
 @lru_cache(maxsize=512)
@@ -129,7 +130,7 @@ def _check(node: ast.expr, known: list[str], text: str, hooks: dict[str, list[st
         _check(child, known, text, hooks)
 
 
-def _eval(node: ast.expr, env: dict[str, Any], text: str) -> Any:
+def _eval(node: ast.expr, env: dict[str, Any], text: str, hooks: Hooks | None = None) -> Any:
     if isinstance(node, ast.Constant) and isinstance(node.value, (int, bool)):
         return node.value
     if isinstance(node, ast.Name):
@@ -137,20 +138,20 @@ def _eval(node: ast.expr, env: dict[str, Any], text: str) -> Any:
             raise SpecError(f"'{text}' uses '{node.id}', which is not a size, variant axis or tunable")
         return env[node.id]
     if isinstance(node, ast.BinOp) and type(node.op) in _BIN:
-        return _BIN[type(node.op)](_eval(node.left, env, text), _eval(node.right, env, text))
+        return _BIN[type(node.op)](_eval(node.left, env, text, hooks), _eval(node.right, env, text, hooks))
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        return -_eval(node.operand, env, text)
+        return -_eval(node.operand, env, text, hooks)
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-        return not _eval(node.operand, env, text)
+        return not _eval(node.operand, env, text, hooks)
     if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _CMP:
-        return _CMP[type(node.ops[0])](_eval(node.left, env, text), _eval(node.comparators[0], env, text))
+        return _CMP[type(node.ops[0])](_eval(node.left, env, text, hooks), _eval(node.comparators[0], env, text, hooks))
     if isinstance(node, ast.BoolOp):
-        vals = [_eval(v, env, text) for v in node.values]
+        vals = [_eval(v, env, text, hooks) for v in node.values]
         return all(vals) if isinstance(node.op, ast.And) else any(vals)
-    if _is_identity_call(node) and HOOKS in env:
-        return hook_is_identity(env[HOOKS], node.args[0].id, node.args[1].value)
+    if _is_identity_call(node) and hooks is not None:
+        return _hook_is_identity(hooks, node.args[0].id, node.args[1].value)
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FN and not node.keywords:
-        return _FN[node.func.id](*(_eval(a, env, text) for a in node.args))
+        return _FN[node.func.id](*(_eval(a, env, text, hooks) for a in node.args))
     raise SpecError(_ONLY.format(text=text))
 
 
