@@ -19,6 +19,8 @@ from ..ir.attrs import attr
 from ..ir.passes.dot_tiling import instr_of
 from ..ir.passes.operands import fragment_view
 from . import indexed, tma, wgmma
+from .int_forms import RegisterForms
+from .rand_draw import rand_context
 from .cexpr import PREC, add, cat, div, lit, mod, mul, sym, total, wide
 from .dtypes import CTYPE, FLOAT, HALF_TYPE, INTEGER, REDUCE_INIT_INT, ctype, integer_cast, literal  # noqa: F401 (re-exported)
 from .coords import CoordMacros, dup_masks, reg_map_expr, register_operand_ptr, rep_index, rep_loops, shared_slot, tensor_param
@@ -62,6 +64,7 @@ class Emitter:
         self.use_counts = use_counts(k.body)
         self.coords = CoordMacros()  # layout coordinates, spelled by macros the kernel defines
         self.producer = producers(k.body)
+        self.forms = RegisterForms(self.producer)  # integer tiles register by register (int_forms.py)
         self.in_producer = False  # rendering a producer warpgroup's program (tma.producer_ctx)
         # starts of dots computed before an earlier dot's issue (passes/dot_issue.py): pinned where
         # they are made, or nvcc materializes them (copies of repeated elements) at the dot
@@ -132,10 +135,8 @@ class Emitter:
     def op_binary(self, op):
         a, b = op.operands
         if op.attrs["fn"] in ("rand", "rand8") and not op.result.is_scalar:
-            # the tile's registers in order through one memo (kg::RandMemo): a Philox call per
-            # run of registers that share a counter, not per element
-            return {"macro": "rand", "out": self.decl(op.result), "seed": as_compute(a), "offset": as_compute(b),
-                    "draw": {"rand": "uniform", "rand8": "uniform8"}[op.attrs["fn"]]}
+            # one Philox call per counter the tile's registers share (rand_draw.py)
+            return rand_context(op, self.forms, as_compute(a), lambda e: as_compute(b, str(e)), self.decl(op.result))
         return self._ew(op, BIN_C[op.attrs["fn"]].format(a=as_compute(a), b=as_compute(b)))
 
     def op_unary(self, op):

@@ -28,9 +28,12 @@ SPEC = HERE / "specs" / "rand_fill.yaml"
 SCALARS = {"seed": -(2**62) + 12345, "base": 2**33 + 7, "p": 0.3}  # both words of seed and counter used
 
 
-def _want(x: torch.Tensor, seed: int, base: int, p: float, bytes: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def _want(x: torch.Tensor, seed: int, base: int, p: float, bytes: bool, tiled: bool = False
+          ) -> tuple[torch.Tensor, torch.Tensor]:
     m, n = x.shape
-    u = (rand8 if bytes else rand)(seed, base + torch.arange(m).view(-1, 1) * n + torch.arange(n).view(1, -1))
+    i, j = torch.arange(m).view(-1, 1), torch.arange(n).view(1, -1)
+    at = (base * 16 + i // 16 * ((n + 15) // 16) + j // 16) * 256 + i % 16 * 16 + j % 16 if tiled else base + i * n + j
+    u = (rand8 if bytes else rand)(seed, at)
     return u, torch.where(u >= p, x / (1.0 - p), 0.0)
 
 
@@ -40,12 +43,14 @@ def _check(u: torch.Tensor, y: torch.Tensor, x: torch.Tensor, **scalars) -> None
     torch.testing.assert_close(y.cpu(), want_y, rtol=1e-6, atol=0)
 
 
+@pytest.mark.parametrize("tiled", [False, True])
 @pytest.mark.parametrize("bytes", [False, True])
-def test_interpreter_matches_reference_and_philox(bytes):
+def test_interpreter_matches_reference_and_philox(bytes, tiled):
     ls, x = load_spec(SPEC), torch.randn(37, 100)  # partial blocks on both axes
-    got = helpers.run_spec_cpu(ls, {"bytes": bytes}, {"x": x}, {"M": 37, "N": 100}, SCALARS)
-    helpers.check_outputs(ls, got, {"x": x}, SCALARS, {"bytes": bytes})
-    _check(got["u"], got["y"], x, **SCALARS, bytes=bytes)
+    v = {"bytes": bytes, "tiled": tiled}
+    got = helpers.run_spec_cpu(ls, v, {"x": x}, {"M": 37, "N": 100}, SCALARS)
+    helpers.check_outputs(ls, got, {"x": x}, SCALARS, v)
+    _check(got["u"], got["y"], x, **SCALARS, **v)
 
 
 def test_rand8_is_the_bytes_of_the_words():
@@ -71,27 +76,35 @@ def test_keep_rate_and_independence(bytes, kept):
         assert abs(float(r)) < 4 / a.numel() ** 0.5, float(r)
 
 
+@pytest.mark.parametrize("tiled", [False, True])
 @pytest.mark.parametrize("bytes", [False, True])
-def test_gfx942_emulation_matches(bytes):
+def test_gfx942_emulation_matches(bytes, tiled):
     if not available("hip"):
         if knobs().ci:
             pytest.fail("CI=true but no hip compiler was found")
         pytest.skip("no hip compiler found")
     x = torch.randn(37, 100)
-    _check(*kgen.load(SPEC, target="gfx942", emulate=True)(x, **SCALARS, bytes=bytes), x, **SCALARS, bytes=bytes)
+    v = {"bytes": bytes, "tiled": tiled}
+    _check(*kgen.load(SPEC, target="gfx942", emulate=True)(x, **SCALARS, **v), x, **SCALARS, **v)
 
 
+@pytest.mark.parametrize("tiled", [False, True])
 @pytest.mark.parametrize("bytes", [False, True])
 @pytest.mark.parametrize("target", ["sm_90", "gfx942"])
-def test_compiles_without_spills(target, bytes):
+def test_compiles_without_spills(target, bytes, tiled):
+    """Offsets base + i N + j: no two registers provably share a counter (base and N are any
+    integers), so the registers draw through the run-time memo; tiled offsets: a row's columns in
+    a 16-column tile share theirs, one Philox call each (kgen/codegen/rand_draw.py)."""
     backend = load_target(target).backend
     if not available(backend):
         if knobs().ci:
             pytest.fail(f"CI=true but no {backend} compiler was found")
         pytest.skip(f"no {backend} compiler found")
-    (k,) = build_variant(load_spec(SPEC), {"bytes": bytes}, load_target(target), compile=True).kernels
+    (k,) = build_variant(load_spec(SPEC), {"bytes": bytes, "tiled": tiled}, load_target(target), compile=True).kernels
     assert k.resources["spill_bytes"] == 0 and k.resources["stack_bytes"] == 0, k.resources
-    assert "long long scalar_seed" in k.source and f"memo.uniform{'8' if bytes else ''}(seed, " in k.source
+    assert "long long scalar_seed" in k.source
+    memo = f"memo.uniform{'8' if bytes else ''}(seed, " in k.source
+    assert memo != tiled and ("kg::philox4(seed, " in k.source) == tiled
 
 
 def _spec(tmp_path, line: str) -> Path:
@@ -140,11 +153,12 @@ def test_rand_of_constants_folds(tmp_path):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(helpers.no_gpu_reason() is not None, reason=str(helpers.no_gpu_reason()))
+@pytest.mark.parametrize("tiled", [False, True])
 @pytest.mark.parametrize("bytes", [False, True])
-def test_gpu_matches(monkeypatch, tmp_path, bytes):
+def test_gpu_matches(monkeypatch, tmp_path, bytes, tiled):
     monkeypatch.setenv("KGEN_POISON", "1")  # outputs start as NaN: an unwritten element fails
     monkeypatch.setenv("KGEN_CACHE_DIR", str(tmp_path))
     x = torch.randn(1000, 3000)
-    u, y = kgen.load(SPEC)(x.cuda(), **SCALARS, bytes=bytes)
+    u, y = kgen.load(SPEC)(x.cuda(), **SCALARS, bytes=bytes, tiled=tiled)
     assert u.is_cuda
-    _check(u, y, x, **SCALARS, bytes=bytes)
+    _check(u, y, x, **SCALARS, bytes=bytes, tiled=tiled)

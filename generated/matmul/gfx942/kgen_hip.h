@@ -44,6 +44,7 @@ KG_DEVICE long long shfl_xor(long long v, int mask) {
 // The 64-bit product of two 32-bit words (one v_mad_u64_u32 on gfx9).
 KG_DEVICE unsigned long long mul_wide_u32(uint32_t a, uint32_t b) { return (unsigned long long)a * b; }
 
+KG_DEVICE float float_of_bits(uint32_t u) { return __builtin_bit_cast(float, u); }
 KG_DEVICE float f32(bf16 x) { return __builtin_bit_cast(float, (uint32_t)x.bits << 16); }
 KG_DEVICE float f32(fp16 x) { return (float)x; }
 template <class T> KG_DEVICE T cvt(float x) { return (T)x; }

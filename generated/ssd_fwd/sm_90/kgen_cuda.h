@@ -35,6 +35,7 @@ KG_DEVICE unsigned long long mul_wide_u32(uint32_t a, uint32_t b) {
   return (unsigned long long)__umulhi(a, b) << 32 | (a * b);
 }
 
+KG_DEVICE float float_of_bits(uint32_t u) { return __uint_as_float(u); }
 KG_DEVICE float f32(bf16 x) { return __bfloat162float(x); }
 KG_DEVICE float f32(fp16 x) { return __half2float(x); }
 template <class T> KG_DEVICE T cvt(float x) { return (T)x; }

@@ -105,26 +105,48 @@ KG_DEVICE float cos_(float x) {
 
 // rand(seed, offset): Philox4x32-10 (Salmon et al., SC 2011) keyed by the seed's 64 bits, its
 // counter the offset's 64 bits shifted right by two (unsigned) and two zero words; word
-// offset % 4's top 24 bits as a float on [0, 1). kgen/ir/philox.py computes the same bits for
-// the interpreter and the references. The 32 x 32 -> 64-bit products are one wide multiply
-// each (mul_wide_u32: mul.wide.u32, v_mad_u64_u32). A RandMemo keeps the last call's four words: a tile's
-// registers drawn in order through one memo call Philox once for neighbours that share a counter
-// (the memo's test is per thread; its words are selected, not indexed, so they stay in registers).
+// offset % 4's top 24 bits as a float on [0, 1). rand8: byte offset % 16 of the call at counter
+// offset >> 4 (bits 8(b % 4) .. 8(b % 4) + 7 of word b / 4) in steps of 2^-8.
+// kgen/ir/philox.py computes the same bits for the interpreter and the references. The
+// 32 x 32 -> 64-bit products are one wide multiply each (mul_wide_u32: mul.wide.u32,
+// v_mad_u64_u32). A tile's registers whose counters are provably equal share one call
+// (kgen/codegen/rand_draw.py); otherwise a RandMemo keeps the last call's four words and its
+// registers, drawn in order, call Philox once for neighbours that share a counter (the memo's test
+// is per thread; its words are selected, not indexed, so they stay in registers).
+// b / 256 for a byte b, exactly: 1 + b / 256 built in a float's mantissa, less 1 (shifts and
+// an add, where a conversion instruction runs at a quarter of the float rate or less: CUDA C++
+// Programming Guide, "Arithmetic Instructions", throughput table).
+KG_DEVICE float byte_unit(unsigned int b) { return float_of_bits(0x3F800000u | (b << 15)) - 1.0f; }
+struct Philox4 {
+  unsigned int w0, w1, w2, w3;
+  KG_DEVICE float word(int i) const {
+    const unsigned int w = (i & 2) ? ((i & 1) ? w3 : w2) : ((i & 1) ? w1 : w0);
+    return (float)(w >> 8) * 5.9604644775390625e-08f;  // 2^-24
+  }
+  KG_DEVICE float byte(int i) const {
+    const unsigned long long half = (i & 8) ? ((unsigned long long)w3 << 32 | w2) : ((unsigned long long)w1 << 32 | w0);
+    return byte_unit((unsigned int)(half >> ((i & 7) * 8)) & 0xFFu);
+  }
+};
+KG_DEVICE Philox4 philox4(long long seed, unsigned long long c) {
+  unsigned int c0 = (unsigned int)c, c1 = (unsigned int)(c >> 32), c2 = 0u, c3 = 0u;
+  unsigned int k0 = (unsigned int)seed, k1 = (unsigned int)((unsigned long long)seed >> 32);
+#pragma unroll
+  for (int r = 0; r < 10; ++r) {
+    if (r) { k0 += 0x9E3779B9u; k1 += 0xBB67AE85u; }
+    const unsigned long long p0 = mul_wide_u32(0xD2511F53u, c0), p1 = mul_wide_u32(0xCD9E8D57u, c2);
+    unsigned int n0 = (unsigned int)(p1 >> 32) ^ c1 ^ k0, n2 = (unsigned int)(p0 >> 32) ^ c3 ^ k1;
+    c1 = (unsigned int)p1; c3 = (unsigned int)p0; c0 = n0; c2 = n2;
+  }
+  return Philox4{c0, c1, c2, c3};
+}
 struct RandMemo {
   unsigned long long counter = ~0ull;  // no call yet: offset >> 2 (or >> 4) never reaches it
   long long key = 0;
   unsigned int w0 = 0u, w1 = 0u, w2 = 0u, w3 = 0u;
   KG_DEVICE void call(long long seed, unsigned long long c) {
-    unsigned int c0 = (unsigned int)c, c1 = (unsigned int)(c >> 32), c2 = 0u, c3 = 0u;
-    unsigned int k0 = (unsigned int)seed, k1 = (unsigned int)((unsigned long long)seed >> 32);
-#pragma unroll
-    for (int r = 0; r < 10; ++r) {
-      if (r) { k0 += 0x9E3779B9u; k1 += 0xBB67AE85u; }
-      const unsigned long long p0 = mul_wide_u32(0xD2511F53u, c0), p1 = mul_wide_u32(0xCD9E8D57u, c2);
-      unsigned int n0 = (unsigned int)(p1 >> 32) ^ c1 ^ k0, n2 = (unsigned int)(p0 >> 32) ^ c3 ^ k1;
-      c1 = (unsigned int)p1; c3 = (unsigned int)p0; c0 = n0; c2 = n2;
-    }
-    w0 = c0; w1 = c1; w2 = c2; w3 = c3; counter = c; key = seed;
+    const Philox4 p = philox4(seed, c);
+    w0 = p.w0; w1 = p.w1; w2 = p.w2; w3 = p.w3; counter = c; key = seed;
   }
   KG_DEVICE float uniform(long long seed, long long offset) {
     const unsigned long long c = (unsigned long long)offset >> 2;
@@ -132,15 +154,14 @@ struct RandMemo {
     const unsigned int w = (offset & 2) ? ((offset & 1) ? w3 : w2) : ((offset & 1) ? w1 : w0);
     return (float)(w >> 8) * 5.9604644775390625e-08f;  // 2^-24
   }
-  // rand8: byte offset % 16 of the call at counter offset >> 4, in steps of 2^-8; the byte is
-  // shifted out of the 64-bit half that holds it (with a select of one of four words, the
-  // dropout backward's 64-key form needed registers it did not have). A memo serves one of the
-  // two (the counters differ).
+  // rand8: the byte is shifted out of the 64-bit half that holds it (with a select of one of
+  // four words, the dropout backward's 64-key form needed registers it did not have). A memo
+  // serves one of rand and rand8 (the counters differ).
   KG_DEVICE float uniform8(long long seed, long long offset) {
     const unsigned long long c = (unsigned long long)offset >> 4;
     if (c != counter || seed != key) call(seed, c);
     const unsigned long long half = (offset & 8) ? ((unsigned long long)w3 << 32 | w2) : ((unsigned long long)w1 << 32 | w0);
-    return (float)((unsigned int)(half >> ((offset & 7) * 8)) & 0xFFu) * 0.00390625f;  // 2^-8
+    return byte_unit((unsigned int)(half >> ((offset & 7) * 8)) & 0xFFu);
   }
 };
 KG_DEVICE float rand_(long long seed, long long offset) {
