@@ -430,7 +430,7 @@ def cmd_tune(a: argparse.Namespace) -> int:
     if not torch.cuda.is_available():
         raise UsageError("kgen tune times kernels on this machine's GPU, and none was found (torch.cuda.is_available() is False)")
     from .runtime.op import device_target, load
-    from .tune import cuda_timer, store, tune_variant
+    from .tune import cuda_timer, l2_flush, store, tune_variant
 
     target = device_target(torch.device("cuda"))
     _check_compiler(target, "kgen tune compiles each candidate; install the compiler first")
@@ -438,8 +438,9 @@ def cmd_tune(a: argparse.Namespace) -> int:
     if a.backward:
         op = op.backward_op
     console = _console()
+    timer = cuda_timer(a.runs, l2_flush())
     for variant in variants:
-        tuned = tune_variant(op, variant, target, sizes, "cuda", cuda_timer(a.runs))
+        tuned = tune_variant(op, variant, target, sizes, "cuda", timer)
         entry = store(ls, target, tuned)
         console.print(tune_tables([], tuned=tuned, entry=entry))
     return 0

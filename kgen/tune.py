@@ -6,7 +6,8 @@ Each candidate is built as the first choice of its variant (build_variant with i
 that does not fit the target or spills in every form falls to another candidate's build and is
 reported as not fitting. The op runs the candidate's kernels on inputs drawn from the spec's
 domains at the given sizes; the time is the median of CUDA-event times of `runs` calls after a
-warm-up, every candidate on the same inputs.
+warm-up, each after the L2 is flushed (as the benches' do_bench), every candidate on the same
+inputs.
 """
 from __future__ import annotations
 
@@ -45,18 +46,36 @@ class Tuned:
         return next(((t, ms) for t, ms, _ in self.times if ms is not None), None)
 
 
-def cuda_timer(runs: int) -> Callable[[Callable[[], Any]], float]:
+FLUSH_BYTES = 256 * 2**20  # triton.testing.do_bench's cache buffer: above every L2 kgen targets (H100/H200 50 MB)
+
+
+def l2_flush(device: str = "cuda") -> Callable[[], None]:
+    """A call that writes a buffer larger than the GPU's L2 (at least FLUSH_BYTES, twice the L2
+    torch reports), so that the next kernel finds none of its inputs there: what
+    triton.testing.do_bench (kgen.bench's timer) and Triton's autotuner do before each timed
+    call. Without it a form that rereads its inputs from the L2 between back-to-back calls times
+    faster than it runs after other work (docs/PERFORMANCE.md, session 38: head_dim 64's forward
+    on 64 x 64 tiles, 2.60 ms back to back, 3.01 ms in the bench)."""
+    l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0)
+    buf = torch.empty(max(FLUSH_BYTES, 2 * l2), dtype=torch.int8, device=device)
+    return buf.zero_
+
+
+def cuda_timer(runs: int, flush: Callable[[], Any] | None = None) -> Callable[[Callable[[], Any]], float]:
     """The median of `runs` calls, each between two CUDA events, issued back to back with no
     synchronisation between them (as triton.testing.do_bench), behind a device-side wait
     (torch.cuda._sleep) as long as the host takes to issue them all: the device then starts the
     first only when the last is queued, so a call's time is its kernels' and not the host's path
     to them. Without the wait, a kgen call's ~80 us of Python at the H200's row-op sizes (as long
-    as the kernels) made the same candidate 1.8x apart in two tunes (docs/PERFORMANCE.md)."""
+    as the kernels) made the same candidate 1.8x apart in two tunes (docs/PERFORMANCE.md).
+    `flush` (l2_flush) runs before each timed call, outside its events."""
     def time(fn: Callable[[], Any]) -> float:
         for _ in range(3):
             fn()
         torch.cuda.synchronize()
         started = perf_counter()
+        if flush is not None:
+            flush()
         fn()
         host = perf_counter() - started
         torch.cuda.synchronize()
@@ -65,6 +84,8 @@ def cuda_timer(runs: int) -> Callable[[Callable[[], Any]], float]:
         if sleep is not None:  # cycles at up to 3 GHz, for 1.5x the host's time and 1 ms
             sleep(int(3e9 * (1.5 * host * runs + 1e-3)))
         for start, end in pairs:
+            if flush is not None:
+                flush()
             start.record()
             fn()
             end.record()

@@ -208,3 +208,53 @@ def test_the_timer_does_not_wait_between_calls(monkeypatch):
     assert timed.count("sync") == 1 and timed[-1] == "sync" and "sleep" not in timed
     assert log.count("call") == 3 + 1 + 5
     assert ms == 2.0  # record, call, record
+
+
+def test_the_timer_flushes_the_l2_before_each_timed_call(monkeypatch):
+    """With a flush (kgen.tune.l2_flush), each timed call follows one, outside its events: the
+    time is the call's alone, after its inputs left the L2 (as triton.testing.do_bench)."""
+    import kgen.tune as tune_mod
+
+    log = []
+
+    class Event:
+        def __init__(self, enable_timing):
+            self.at = None
+
+        def record(self):
+            log.append("record")
+            self.at = len(log)
+
+        def elapsed_time(self, end):
+            return float(end.at - self.at)
+
+    monkeypatch.setattr(tune_mod.torch.cuda, "Event", Event)
+    monkeypatch.setattr(tune_mod.torch.cuda, "synchronize", lambda: log.append("sync"))
+    monkeypatch.setattr(tune_mod.torch.cuda, "_sleep", lambda cycles: log.append("sleep"), raising=False)
+    ms = tune_mod.cuda_timer(4, flush=lambda: log.append("flush"))(lambda: log.append("call"))
+    timed = log[log.index("sleep") + 1:-1]
+    assert timed == ["flush", "record", "call", "record"] * 4 and log[-1] == "sync"
+    assert ms == 2.0
+
+
+def test_the_flush_buffer_exceeds_the_l2(monkeypatch):
+    import kgen.tune as tune_mod
+
+    made = {}
+
+    class Props:
+        L2_cache_size = 200 * 2**20
+
+    real_empty = tune_mod.torch.empty
+
+    def empty(n, dtype, device):
+        made["n"] = n
+        return real_empty(1, dtype=dtype)
+
+    monkeypatch.setattr(tune_mod.torch.cuda, "get_device_properties", lambda device: Props)
+    monkeypatch.setattr(tune_mod.torch, "empty", empty)
+    tune_mod.l2_flush()
+    assert made["n"] == 400 * 2**20  # twice a large L2; at least triton's 256 MB otherwise
+    Props.L2_cache_size = 50 * 2**20
+    tune_mod.l2_flush()
+    assert made["n"] == tune_mod.FLUSH_BYTES
