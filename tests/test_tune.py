@@ -180,12 +180,12 @@ def test_tune_runs_only_the_buckets_of_its_sizes(tmp_path, monkeypatch, sizes, m
     assert str(e.value) == message
 
 
-def test_the_timer_does_not_wait_between_calls(monkeypatch):
-    """cuda_timer issues the timed calls back to back and synchronises once, so that a call's time
-    is its kernels' and not the host's path to them (a stand-in for torch.cuda's events)."""
+def _stand_in_device(monkeypatch) -> list[str]:
+    """torch.cuda's events, synchronize and _sleep replaced by entries in the returned log; an
+    event's time is the number of entries between its two records."""
     import kgen.tune as tune_mod
 
-    log = []
+    log: list[str] = []
 
     class Event:
         def __init__(self, enable_timing):
@@ -201,7 +201,16 @@ def test_the_timer_does_not_wait_between_calls(monkeypatch):
     monkeypatch.setattr(tune_mod.torch.cuda, "Event", Event)
     monkeypatch.setattr(tune_mod.torch.cuda, "synchronize", lambda: log.append("sync"))
     monkeypatch.setattr(tune_mod.torch.cuda, "_sleep", lambda cycles: log.append("sleep"), raising=False)
-    ms = tune_mod.cuda_timer(5)(lambda: log.append("call"))
+    return log
+
+
+def test_the_timer_does_not_wait_between_calls(monkeypatch):
+    """cuda_timer issues the timed calls back to back and synchronises once, so that a call's time
+    is its kernels' and not the host's path to them (a stand-in for torch.cuda's events)."""
+    from kgen.tune import cuda_timer
+
+    log = _stand_in_device(monkeypatch)
+    ms = cuda_timer(5)(lambda: log.append("call"))
     # warm-up, one call timed on the host, then the device waits while the timed calls are queued
     assert log[:7] == ["call"] * 3 + ["sync", "call", "sync", "sleep"]
     timed = log[7:]
@@ -213,25 +222,10 @@ def test_the_timer_does_not_wait_between_calls(monkeypatch):
 def test_the_timer_flushes_the_l2_before_each_timed_call(monkeypatch):
     """With a flush (kgen.tune.l2_flush), each timed call follows one, outside its events: the
     time is the call's alone, after its inputs left the L2 (as triton.testing.do_bench)."""
-    import kgen.tune as tune_mod
+    from kgen.tune import cuda_timer
 
-    log = []
-
-    class Event:
-        def __init__(self, enable_timing):
-            self.at = None
-
-        def record(self):
-            log.append("record")
-            self.at = len(log)
-
-        def elapsed_time(self, end):
-            return float(end.at - self.at)
-
-    monkeypatch.setattr(tune_mod.torch.cuda, "Event", Event)
-    monkeypatch.setattr(tune_mod.torch.cuda, "synchronize", lambda: log.append("sync"))
-    monkeypatch.setattr(tune_mod.torch.cuda, "_sleep", lambda cycles: log.append("sleep"), raising=False)
-    ms = tune_mod.cuda_timer(4, flush=lambda: log.append("flush"))(lambda: log.append("call"))
+    log = _stand_in_device(monkeypatch)
+    ms = cuda_timer(4, flush=lambda: log.append("flush"))(lambda: log.append("call"))
     timed = log[log.index("sleep") + 1:-1]
     assert timed == ["flush", "record", "call", "record"] * 4 and log[-1] == "sync"
     assert ms == 2.0
