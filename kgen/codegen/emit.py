@@ -136,7 +136,7 @@ class Emitter:
         a, b = op.operands
         if op.attrs["fn"] in ("rand", "rand8") and not op.result.is_scalar:
             # one Philox call per counter the tile's registers share (rand_draw.py)
-            return rand_context(op, self.forms, as_compute(a), lambda e: as_compute(b, str(e)), self.decl(op.result))
+            return rand_context(op, self.forms, lambda e: as_compute(a, str(e)), lambda e: as_compute(b, str(e)), self.decl(op.result))
         return self._ew(op, BIN_C[op.attrs["fn"]].format(a=as_compute(a), b=as_compute(b)))
 
     def op_unary(self, op):

@@ -19,26 +19,27 @@ PICK = {"rand": "word", "rand8": "byte"}
 MEMO_DRAW = {"rand": "uniform", "rand8": "uniform8"}
 
 
-def rand_context(op: Op, forms: RegisterForms, seed: str, offset_at, decl: dict) -> dict:
-    """The template context of a tile's draw: `seed` the seed in C, `offset_at(e)` the offset of
-    register e in C, `decl` the result's declaration."""
-    fn, offset = op.attrs["fn"], op.operands[1]
+def rand_context(op: Op, forms: RegisterForms, seed_at, offset_at, decl: dict) -> dict:
+    """The template context of a tile's draw: `seed_at(e)` and `offset_at(e)` the seed and the
+    offset of register e in C, `decl` the result's declaration. Registers share a call when both
+    their seeds and their counters have equal forms."""
+    fn, (seed, offset) = op.attrs["fn"], op.operands
     shift = SHIFT[fn]
     table = forms.table
     per_call = const(1 << shift)
     nregs = op.result.layout.nregs
-    offsets = forms.of(offset)
-    offsets = offsets * nregs if len(offsets) == 1 else offsets
+    seeds, offsets = ((fs * nregs if len(fs) == 1 else fs) for fs in (forms.of(seed), forms.of(offset)))
     groups: dict = {}
-    for e, f in enumerate(offsets):
-        groups.setdefault(table.floordiv(f, per_call), []).append(e)
+    for e, (s, f) in enumerate(zip(seeds, offsets)):
+        groups.setdefault((s, table.floordiv(f, per_call)), []).append(e)
     if len(groups) == nregs:
-        return {"macro": "rand", "out": decl, "seed": seed, "offset": offset_at("e"), "draw": MEMO_DRAW[fn]}
+        return {"macro": "rand", "out": decl, "seed": seed_at("e"), "offset": offset_at("e"), "draw": MEMO_DRAW[fn]}
     calls = []
     for members in groups.values():
         picks = []
         for e in members:
             index = forms.spell(table.mod(offsets[e], per_call))
             picks.append({"e": e, "index": index if index is not None else f"(int)({offset_at(e)} & {(1 << shift) - 1})"})
-        calls.append({"counter": f"(unsigned long long)({offset_at(members[0])}) >> {shift}", "picks": picks})
-    return {"macro": "rand_calls", "out": decl, "seed": seed, "calls": calls, "pick": PICK[fn]}
+        calls.append({"seed": seed_at(members[0]), "counter": f"(unsigned long long)({offset_at(members[0])}) >> {shift}",
+                      "picks": picks})
+    return {"macro": "rand_calls", "out": decl, "calls": calls, "pick": PICK[fn]}
