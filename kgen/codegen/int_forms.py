@@ -148,6 +148,10 @@ class FormTable:
         return total
 
 
+class NoForms(ValueError):
+    """A value the analysis cannot write register by register (one not held in registers)."""
+
+
 BINARY = {"add": FormTable.add, "sub": FormTable.sub, "mul": FormTable.mul, "floordiv": FormTable.floordiv,
           "mod": FormTable.mod}
 
@@ -169,6 +173,8 @@ class RegisterForms:
     def _unknown(self, v: Value) -> list[Form]:
         if v.is_scalar:
             return [self.table.opaque(("value", v.id))]
+        if v.layout is None:  # not in registers: no register to name
+            raise NoForms(f"{v!r} has no register layout")
         return [self.table.opaque(("value", v.id, e)) for e in range(v.layout.nregs)]
 
     def _compute(self, v: Value) -> list[Form]:

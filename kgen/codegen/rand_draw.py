@@ -12,7 +12,7 @@ RandMemo, which tests each counter against the last call's at run time.
 from __future__ import annotations
 
 from ..ir.core import Op
-from .int_forms import RegisterForms, const
+from .int_forms import NoForms, RegisterForms, const
 
 SHIFT = {"rand": 2, "rand8": 4}  # offset bits that index within one call: 4 words, 16 bytes
 PICK = {"rand": "word", "rand8": "byte"}
@@ -28,11 +28,14 @@ def rand_context(op: Op, forms: RegisterForms, seed_at, offset_at, decl: dict) -
     table = forms.table
     per_call = const(1 << shift)
     nregs = op.result.layout.nregs
-    seeds, offsets = ((fs * nregs if len(fs) == 1 else fs) for fs in (forms.of(seed), forms.of(offset)))
     groups: dict = {}
-    for e, (s, f) in enumerate(zip(seeds, offsets)):
-        groups.setdefault((s, table.floordiv(f, per_call)), []).append(e)
-    if len(groups) == nregs:
+    try:
+        seeds, offsets = ((fs * nregs if len(fs) == 1 else fs) for fs in (forms.of(seed), forms.of(offset)))
+        for e, (s, f) in enumerate(zip(seeds, offsets)):
+            groups.setdefault((s, table.floordiv(f, per_call)), []).append(e)
+    except NoForms:
+        groups = {}
+    if len(groups) in (0, nregs):
         return {"macro": "rand", "out": decl, "seed": seed_at("e"), "offset": offset_at("e"), "draw": MEMO_DRAW[fn]}
     calls = []
     for members in groups.values():

@@ -90,3 +90,15 @@ def test_a_run_time_size_is_not_aligned():
     b = t.add(_coordinate(t, "o", 64, [], 1), s)
     assert t.floordiv(a, const(16)) != t.floordiv(b, const(16))
     assert t.floordiv(a, const(16)) == t.floordiv(t.add(s, _coordinate(t, "o", 64, [], 0)), const(16))
+
+
+def test_a_value_outside_registers_has_no_forms():
+    """A tile with no register layout (one in shared memory) cannot be named register by register:
+    the analysis says so, and a draw over it takes the memo (kgen/codegen/rand_draw.py)."""
+    from kgen.codegen.int_forms import NoForms, RegisterForms
+    from kgen.ir.core import Value
+
+    forms = RegisterForms({})
+    with pytest.raises(NoForms):
+        forms.of(Value((16,), "int64", place="shared"))
+    assert len(forms.of(Value((), "int64"))) == 1  # a scalar: one form, the same in every register
