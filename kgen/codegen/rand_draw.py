@@ -2,8 +2,8 @@
 
 rand(seed, offset) reads word offset % 4 of the Philox call at counter offset >> 2, rand8 byte
 offset % 16 of the call at offset >> 4 (templates/common/kgen_tile.h, kgen/ir/philox.py). A
-tile's registers whose counters have equal forms (kgen.codegen.int_forms) hold equal counters in
-every thread, so they share one call made at the first one's counter, and each takes its word or
+tile's registers whose seeds and counters have equal forms (kgen.codegen.int_forms) hold equal
+ones in every thread, so they share one call made at the first one's, and each takes its word or
 byte by its own index: spelled from its form where that is a lane/warp-bit sum (the compiler then
 folds the index's known bits: a constant shift, no per-element test), else read from the offset.
 Where no two registers provably share a counter, the registers are drawn in order through a
