@@ -123,6 +123,8 @@ struct Philox4 {
     const unsigned int w = (i & 2) ? ((i & 1) ? w3 : w2) : ((i & 1) ? w1 : w0);
     return (float)(w >> 8) * 5.9604644775390625e-08f;  // 2^-24
   }
+  // the byte is shifted out of the 64-bit half that holds it (with a select of one of four
+  // words, the dropout backward's 64-key form needed registers it did not have)
   KG_DEVICE float byte(int i) const {
     const unsigned long long half = (i & 8) ? ((unsigned long long)w3 << 32 | w2) : ((unsigned long long)w1 << 32 | w0);
     return byte_unit((unsigned int)(half >> ((i & 7) * 8)) & 0xFFu);
@@ -143,25 +145,18 @@ KG_DEVICE Philox4 philox4(long long seed, unsigned long long c) {
 struct RandMemo {
   unsigned long long counter = ~0ull;  // no call yet: offset >> 2 (or >> 4) never reaches it
   long long key = 0;
-  unsigned int w0 = 0u, w1 = 0u, w2 = 0u, w3 = 0u;
+  Philox4 w{0u, 0u, 0u, 0u};
   KG_DEVICE void call(long long seed, unsigned long long c) {
-    const Philox4 p = philox4(seed, c);
-    w0 = p.w0; w1 = p.w1; w2 = p.w2; w3 = p.w3; counter = c; key = seed;
+    if (c != counter || seed != key) { w = philox4(seed, c); counter = c; key = seed; }
   }
   KG_DEVICE float uniform(long long seed, long long offset) {
-    const unsigned long long c = (unsigned long long)offset >> 2;
-    if (c != counter || seed != key) call(seed, c);
-    const unsigned int w = (offset & 2) ? ((offset & 1) ? w3 : w2) : ((offset & 1) ? w1 : w0);
-    return (float)(w >> 8) * 5.9604644775390625e-08f;  // 2^-24
+    call(seed, (unsigned long long)offset >> 2);
+    return w.word((int)(offset & 3));
   }
-  // rand8: the byte is shifted out of the 64-bit half that holds it (with a select of one of
-  // four words, the dropout backward's 64-key form needed registers it did not have). A memo
-  // serves one of rand and rand8 (the counters differ).
+  // a memo serves one of rand and rand8 (the counters differ)
   KG_DEVICE float uniform8(long long seed, long long offset) {
-    const unsigned long long c = (unsigned long long)offset >> 4;
-    if (c != counter || seed != key) call(seed, c);
-    const unsigned long long half = (offset & 8) ? ((unsigned long long)w3 << 32 | w2) : ((unsigned long long)w1 << 32 | w0);
-    return byte_unit((unsigned int)(half >> ((offset & 7) * 8)) & 0xFFu);
+    call(seed, (unsigned long long)offset >> 4);
+    return w.byte((int)(offset & 15));
   }
 };
 KG_DEVICE float rand_(long long seed, long long offset) {
