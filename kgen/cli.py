@@ -65,6 +65,17 @@ def _size_pair(text: str) -> tuple[str, int]:
     return name.strip(), int(value)
 
 
+def _scalar_pair(text: str) -> tuple[str, float]:
+    name, eq, value = text.partition("=")
+    try:
+        number = float(value)
+    except ValueError:
+        number = None
+    if not eq or not name.strip() or number is None:
+        raise argparse.ArgumentTypeError(f"takes NAME=VALUE with a number (e.g. prefix=2048), got '{text}'")
+    return name.strip(), number
+
+
 def _positive_int(text: str) -> int:
     try:
         n = int(text)
@@ -112,6 +123,8 @@ def _parser() -> _Parser:
     p.add_argument("spec", nargs="?", type=Path, metavar="SPEC")
     p.add_argument("--size", "-s", type=_size_pair, action="append", default=[], help="NAME=VALUE for every size of the spec")
     p.add_argument("--variant", "-v", type=_variant_pair, action="append", default=[], help=variant_help)
+    p.add_argument("--scalar", "-S", type=_scalar_pair, action="append", default=[],
+                   help="NAME=VALUE for a run-time scalar the calls take (default: a small fixed value); repeat")
     p.add_argument("--runs", type=_positive_int, default=20, help="timed calls per candidate (median; default 20)")
     p.add_argument("--show", action="store_true", help="list the database's entries instead (every spec, or SPEC's)")
     p.add_argument("--backward", action="store_true", help="tune the spec's backward (autograd.backward, or the backward "
@@ -411,6 +424,7 @@ def cmd_tune(a: argparse.Namespace) -> int:
     if unknown or missing:
         what = f"--size {unknown[0]} is not a size of {ls.spec.name}" if unknown else f"kgen tune needs every size of {ls.spec.name}; missing {', '.join(missing)}"
         raise UsageError(f"{what}; its sizes: {', '.join(ls.spec.sizes) or 'none'}")
+    scalars = _tune_scalars(ls, a.scalar)
     variants = _selected(ls, a.variant)
     if not variants:
         raise UsageError(f"no variant of {ls.spec.name} matches {' '.join(f'{x}={y}' for x, y in a.variant)} (some are excluded)")
@@ -440,10 +454,23 @@ def cmd_tune(a: argparse.Namespace) -> int:
     console = _console()
     timer = cuda_timer(a.runs, l2_flush())
     for variant in variants:
-        tuned = tune_variant(op, variant, target, sizes, "cuda", timer)
+        tuned = tune_variant(op, variant, target, sizes, "cuda", timer, scalars)
         entry = store(ls, target, tuned)
         console.print(tune_tables([], tuned=tuned, entry=entry))
     return 0
+
+
+def _tune_scalars(ls, given: list[tuple[str, float]]) -> dict[str, float | int]:
+    """--scalar values by the spec's scalar dtypes: whole numbers for integer scalars."""
+    out: dict[str, float | int] = {}
+    for name, value in given:
+        param = ls.spec.scalars.get(name)
+        if param is None:
+            raise UsageError(f"--scalar {name} is not a run-time scalar of {ls.spec.name}; its scalars: {', '.join(ls.spec.scalars) or 'none'}")
+        if param.dtype != "fp32" and value != int(value):
+            raise UsageError(f"--scalar {name}={value:g}: {name} is an {param.dtype} scalar of {ls.spec.name}; give a whole number")
+        out[name] = value if param.dtype == "fp32" else int(value)
+    return out
 
 
 def _tuned_spec(spec: Path, backward: bool):

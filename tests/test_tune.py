@@ -81,6 +81,26 @@ def test_the_fastest_candidate_is_kept_and_then_preferred(spec):
     assert row["speedup"] == 3.0 and row["spec"] == "scaled_rows" and not row["regressed"]
 
 
+def test_the_scalars_given_are_those_the_timed_calls_take(tmp_path, monkeypatch):
+    """--scalar: a tune of prefix-LM attention times calls with the prefix asked for (a window,
+    a prefix or a cap changes which blocks run), the others at their fixed stand-ins."""
+    monkeypatch.setenv("KGEN_CACHE_DIR", str(tmp_path / "cache"))
+    op = load(ROOT / "specs/variants/prefix_lm.yaml")
+    seen = []
+    run_op = op.run
+
+    def run(*args):
+        seen.append(args)
+        return run_op(*args)
+
+    monkeypatch.setattr(op, "run", run)
+    variant = {"dtype": "bf16", "head_dim": 32, "causal": False}
+    sizes = {"B": 1, "SQ": 32, "SK": 32, "H": 1, "HKV": 1}
+    tune_variant(op, variant, load_target("sm_90"), sizes, "cpu", lambda fn: fn() or 1.0, {"prefix": 24})
+    ints = [[a for a in args if type(a) is int] for args in seen]
+    assert ints and all(24 in i and 3 not in i for i in ints)
+
+
 def test_a_backward_tuned_is_what_the_backward_of_the_op_then_builds(tmp_path, monkeypatch):
     """--backward tunes the op's backward (here the one specs/variants/softcap.yaml derives from
     fa2_bwd): the entry stored for its bucket is the one the backward op's builds then take."""
@@ -122,6 +142,10 @@ def test_the_op_still_computes_with_a_forced_candidate(spec):
      "--backward: scaled_rows has no backward (no autograd in {spec}); tune the spec itself, or its backward's own file"),
     (["tune", "{root}/specs/variants/document.yaml", "--backward", "-s", "B=1"],
      "kgen tune needs every size of fa2_document_bwd; missing SQ, SK, H, HKV, N1; its sizes: B, SQ, SK, H, HKV, N1"),
+    (["tune", "{root}/specs/variants/prefix_lm.yaml", *"-s B=1 -s SQ=64 -s SK=64 -s H=2 -s HKV=2 -S prefx=8".split()],
+     "--scalar prefx is not a run-time scalar of fa2_prefix_lm; its scalars: softmax_scale, prefix"),
+    (["tune", "{root}/specs/variants/prefix_lm.yaml", *"--backward -s B=1 -s SQ=64 -s SK=64 -s H=2 -s HKV=2 -S prefix=2.5".split()],
+     "--scalar prefix=2.5: prefix is an int32 scalar of fa2_prefix_lm_bwd; give a whole number"),
 ])
 def test_usage_errors_are_one_sentence(spec, argv, message):
     with pytest.raises(UsageError) as e:
