@@ -61,42 +61,53 @@ def l2_flush(device: str = "cuda") -> Callable[[], None]:
     return buf.zero_
 
 
-def cuda_timer(runs: int, flush: Callable[[], Any] | None = None) -> Callable[[Callable[[], Any]], float]:
-    """The median of `runs` calls, each between two CUDA events, issued back to back with no
-    synchronisation between them (as triton.testing.do_bench), behind a device-side wait
-    (torch.cuda._sleep) as long as the host takes to issue them all: the device then starts the
-    first only when the last is queued, so a call's time is its kernels' and not the host's path
-    to them. Without the wait, a kgen call's ~80 us of Python at the H200's row-op sizes (as long
-    as the kernels) made the same candidate 1.8x apart in two tunes (docs/PERFORMANCE.md).
+def cuda_timer(runs: int, flush: Callable[[], Any] | None = None) -> Callable[[list[Callable[[], Any]]], list[float]]:
+    """Each call's median over `runs` rounds, a round calling every one of them once, in turn
+    (forward, then backward the next round), each between two CUDA events; the rounds are
+    issued back to back with no synchronisation (as triton.testing.do_bench) behind a
+    device-side wait (torch.cuda._sleep) as long as the host takes to issue them all, so that a
+    call's time is its kernels' and not the host's path to them (a kgen call's ~80 us of Python
+    at the H200's row-op sizes, as long as its kernels, made one candidate 1.8x apart in two
+    tunes). Interleaved, every candidate runs under the same clocks and power state: timed one
+    after another, each in a burst of its own after an idle wait, kernels ran 3-11% faster than
+    in the bench's sustained loop, by different amounts, and the tune ranked two tile forms and
+    two launch orders the bench timed the other way or equal (docs/PERFORMANCE.md, session 39).
     `flush` (l2_flush) runs before each timed call, outside its events."""
-    def time(fn: Callable[[], Any]) -> float:
-        for _ in range(3):
-            fn()
+    def time(fns: list[Callable[[], Any]]) -> list[float]:
+        for fn in fns:
+            for _ in range(3):
+                fn()
         torch.cuda.synchronize()
         started = perf_counter()
-        if flush is not None:
-            flush()
-        fn()
+        for fn in fns:
+            if flush is not None:
+                flush()
+            fn()
         host = perf_counter() - started
         torch.cuda.synchronize()
-        pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(runs)]
+        pairs = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in fns]
+                 for _ in range(runs)]
         sleep = getattr(torch.cuda, "_sleep", None)
         if sleep is not None:  # cycles at up to 3 GHz, for 1.5x the host's time and 1 ms
             sleep(int(3e9 * (1.5 * host * runs + 1e-3)))
-        for start, end in pairs:
-            if flush is not None:
-                flush()
-            start.record()
-            fn()
-            end.record()
+        for r, events in enumerate(pairs):
+            order = range(len(fns)) if r % 2 == 0 else range(len(fns) - 1, -1, -1)
+            for i in order:
+                if flush is not None:
+                    flush()
+                start, end = events[i]
+                start.record()
+                fns[i]()
+                end.record()
         torch.cuda.synchronize()
-        return statistics.median(start.elapsed_time(end) for start, end in pairs)
+        return [statistics.median(events[i][0].elapsed_time(events[i][1]) for events in pairs) for i in range(len(fns))]
     return time
 
 
 def tune_variant(op, variant: dict[str, Any], target: Target, sizes: dict[str, int], device: str,
-                 time: Callable[[Callable[[], Any]], float], scalars: dict[str, Any] | None = None) -> Tuned:
-    """Time every candidate of `variant` through `op` (a KgenOp of the spec) on one draw of inputs."""
+                 time: Callable[[list[Callable[[], Any]]], list[float]], scalars: dict[str, Any] | None = None) -> Tuned:
+    """Time every candidate of `variant` through `op` (a KgenOp of the spec) on one draw of
+    inputs: each built and run once, then those that fit timed together (`time`: interleaved)."""
     ls: LoadedSpec = op.ls
     env = derive_sizes(ls, sizes, variant)
     inputs = {n: t.to(device) for n, t in random_inputs(ls, variant, {**variant, **env}).items()}
@@ -104,19 +115,36 @@ def tune_variant(op, variant: dict[str, Any], target: Target, sizes: dict[str, i
     args = op._positional((), {**inputs, **given, **(scalars or {}), **{a: variant[a] for a in op.options}})
     out = Tuned(variant, {n: v for n, v in bind(ls, inputs, variant, inputs[next(iter(inputs))].device).items()
                           if n in ls.spec.sizes})
+    results: list[tuple[dict[str, int], float | None, str]] = []
+    runnable: list[int] = []
     for cand in tunable_candidates(ls, variant):
         op.force_tunables(cand)
         try:
             op.run(*args)
             used = op.last_tunables
             if used != cand:
-                out.times.append((cand, None, f"does not fit {target.name} (built {used} instead)"))
-                continue
-            out.times.append((cand, time(lambda: op.run(*args)), ""))
+                results.append((cand, None, f"does not fit {target.name} (built {used} instead)"))
+            else:
+                runnable.append(len(results))
+                results.append((cand, None, ""))
         except LaunchError as e:
-            out.times.append((cand, None, str(e)))
+            results.append((cand, None, str(e)))
         finally:
             op.force_tunables(None)
+
+    def as_forced(cand: dict[str, int]) -> Callable[[], Any]:
+        def call():
+            op.force_tunables(cand)
+            try:
+                return op.run(*args)
+            finally:
+                op.force_tunables(None)
+        return call
+
+    if runnable:
+        for at, ms in zip(runnable, time([as_forced(results[at][0]) for at in runnable])):
+            results[at] = (results[at][0], ms, "")
+    out.times.extend(results)
     return out
 
 

@@ -60,10 +60,13 @@ def test_the_fastest_candidate_is_kept_and_then_preferred(spec):
     want = {"BLOCK": 128, "WARPS": 2}
     ran = []
 
-    def timer(fn):  # a stand-in for CUDA events: the candidate the op ran decides the time
-        fn()
-        ran.append(dict(op.last_tunables))
-        return 1.0 if op.last_tunables == want else 3.0
+    def timer(fns):  # a stand-in for CUDA events: the candidate the op ran decides the time
+        times = []
+        for fn in fns:
+            fn()
+            ran.append(dict(op.last_tunables))
+            times.append(1.0 if op.last_tunables == want else 3.0)
+        return times
 
     tuned = tune_variant(op, variant, target, {"M": 3, "N": 1000}, "cpu", timer)
     assert ran == tunable_candidates(ls, variant)  # every candidate, each run as itself
@@ -96,7 +99,7 @@ def test_the_scalars_given_are_those_the_timed_calls_take(tmp_path, monkeypatch)
     monkeypatch.setattr(op, "run", run)
     variant = {"dtype": "bf16", "head_dim": 32, "causal": False}
     sizes = {"B": 1, "SQ": 32, "SK": 32, "H": 1, "HKV": 1}
-    tune_variant(op, variant, load_target("sm_90"), sizes, "cpu", lambda fn: fn() or 1.0, {"prefix": 24})
+    tune_variant(op, variant, load_target("sm_90"), sizes, "cpu", lambda fns: [fn() and 1.0 for fn in fns], {"prefix": 24})
     ints = [[a for a in args if type(a) is int] for args in seen]
     assert ints and all(24 in i and 3 not in i for i in ints)
 
@@ -113,7 +116,14 @@ def test_a_backward_tuned_is_what_the_backward_of_the_op_then_builds(tmp_path, m
     variant = {"dtype": "bf16", "head_dim": 64, "causal": True, "deterministic": False}
     want = tunable_candidates(ls, variant)[-1]
     sizes = {"B": 1, "SQ": 64, "SK": 64, "H": 2, "HKV": 2}
-    tuned = tune_variant(bwd, variant, target, sizes, "cpu", lambda fn: 1.0 if bwd.last_tunables == want else 2.0)
+    def timer(fns):
+        times = []
+        for fn in fns:
+            fn()
+            times.append(1.0 if bwd.last_tunables == want else 2.0)
+        return times
+
+    tuned = tune_variant(bwd, variant, target, sizes, "cpu", timer)
     assert tuned.winner == (want, 1.0)
     store(ls, target, tuned)
     assert tuning.preferred(bwd.ls, variant, target, sizes) == want
@@ -234,7 +244,7 @@ def test_the_timer_does_not_wait_between_calls(monkeypatch):
     from kgen.tune import cuda_timer
 
     log = _stand_in_device(monkeypatch)
-    ms = cuda_timer(5)(lambda: log.append("call"))
+    (ms,) = cuda_timer(5)([lambda: log.append("call")])
     # warm-up, one call timed on the host, then the device waits while the timed calls are queued
     assert log[:7] == ["call"] * 3 + ["sync", "call", "sync", "sleep"]
     timed = log[7:]
@@ -243,13 +253,27 @@ def test_the_timer_does_not_wait_between_calls(monkeypatch):
     assert ms == 2.0  # record, call, record
 
 
+def test_the_timer_interleaves_the_candidates(monkeypatch):
+    """Candidates are timed in rounds, each round calling every one once, in turn and then in
+    reverse (so none is always first after the wait): each sees the same clocks and power state.
+    Each call's time is its own (here one more entry for the second candidate's extra call)."""
+    from kgen.tune import cuda_timer
+
+    log = _stand_in_device(monkeypatch)
+    fns = [lambda: log.append("a"), lambda: (log.append("b"), log.append("b"))]
+    ms = cuda_timer(4)(fns)
+    timed = [e for e in log[log.index("sleep") + 1:] if e != "record"]
+    assert timed == ["a", "b", "b", "b", "b", "a"] * 2 + ["sync"]
+    assert ms == [2.0, 3.0]
+
+
 def test_the_timer_flushes_the_l2_before_each_timed_call(monkeypatch):
     """With a flush (kgen.tune.l2_flush), each timed call follows one, outside its events: the
     time is the call's alone, after its inputs left the L2 (as triton.testing.do_bench)."""
     from kgen.tune import cuda_timer
 
     log = _stand_in_device(monkeypatch)
-    ms = cuda_timer(4, flush=lambda: log.append("flush"))(lambda: log.append("call"))
+    (ms,) = cuda_timer(4, flush=lambda: log.append("flush"))([lambda: log.append("call")])
     timed = log[log.index("sleep") + 1:-1]
     assert timed == ["flush", "record", "call", "record"] * 4 and log[-1] == "sync"
     assert ms == 2.0
