@@ -13,6 +13,7 @@ the commands import the compiler only when they run, so `kgen --help` starts in 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import tempfile
@@ -71,8 +72,8 @@ def _scalar_pair(text: str) -> tuple[str, float]:
         number = float(value)
     except ValueError:
         number = None
-    if not eq or not name.strip() or number is None:
-        raise argparse.ArgumentTypeError(f"takes NAME=VALUE with a number (e.g. prefix=2048), got '{text}'")
+    if not eq or not name.strip() or number is None or not math.isfinite(number):
+        raise argparse.ArgumentTypeError(f"takes NAME=VALUE with a finite number (e.g. prefix=2048), got '{text}'")
     return name.strip(), number
 
 
@@ -467,8 +468,10 @@ def _tune_scalars(ls, given: list[tuple[str, float]]) -> dict[str, float | int]:
         param = ls.spec.scalars.get(name)
         if param is None:
             raise UsageError(f"--scalar {name} is not a run-time scalar of {ls.spec.name}; its scalars: {', '.join(ls.spec.scalars) or 'none'}")
-        if param.dtype != "fp32" and value != int(value):
-            raise UsageError(f"--scalar {name}={value:g}: {name} is an {param.dtype} scalar of {ls.spec.name}; give a whole number")
+        bits = {"int32": 31, "int64": 63}.get(param.dtype)
+        if bits is not None and (value != int(value) or not -2**bits <= value < 2**bits):
+            raise UsageError(f"--scalar {name}={value:g}: {name} is an {param.dtype} scalar of {ls.spec.name}; "
+                             f"give a whole number from {-2**bits} to {2**bits - 1}")
         out[name] = value if param.dtype == "fp32" else int(value)
     return out
 

@@ -155,7 +155,9 @@ def test_the_op_still_computes_with_a_forced_candidate(spec):
     (["tune", "{root}/specs/variants/prefix_lm.yaml", *"-s B=1 -s SQ=64 -s SK=64 -s H=2 -s HKV=2 -S prefx=8".split()],
      "--scalar prefx is not a run-time scalar of fa2_prefix_lm; its scalars: softmax_scale, prefix"),
     (["tune", "{root}/specs/variants/prefix_lm.yaml", *"--backward -s B=1 -s SQ=64 -s SK=64 -s H=2 -s HKV=2 -S prefix=2.5".split()],
-     "--scalar prefix=2.5: prefix is an int32 scalar of fa2_prefix_lm_bwd; give a whole number"),
+     "--scalar prefix=2.5: prefix is an int32 scalar of fa2_prefix_lm_bwd; give a whole number from -2147483648 to 2147483647"),
+    (["tune", "{root}/specs/variants/prefix_lm.yaml", *"-s B=1 -s SQ=64 -s SK=64 -s H=2 -s HKV=2 -S prefix=4e9".split()],
+     "--scalar prefix=4e+09: prefix is an int32 scalar of fa2_prefix_lm; give a whole number from -2147483648 to 2147483647"),
 ])
 def test_usage_errors_are_one_sentence(spec, argv, message):
     with pytest.raises(UsageError) as e:

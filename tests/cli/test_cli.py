@@ -62,6 +62,9 @@ USAGE = [
     (["warm", MATMUL, "-t", "sm_90", "-v", "dtypo=bf16"], "unknown variant axis 'dtypo'; axes of the given specs: dtype"),
     (["inspect", MATMUL, "-t", "sm_90", "-k", "5"], "--kernel 5 is not a kernel of matmul; accepted: 0 or a name: fwd"),
     (["inspect", MATMUL], f"kgen inspect needs --target; accepted: {TARGETS}"),
+    (["tune", MATMUL, "-s", "M=64", "-S", "prefix=inf"],
+     "kgen tune: argument --scalar/-S: takes NAME=VALUE with a finite number (e.g. prefix=2048), got 'prefix=inf' "
+     "(see kgen tune --help)"),
     (["cache"], "kgen cache takes info or clear"),
     (["cache", "wipe"], "kgen cache takes info or clear, got 'wipe'"),
 ]
