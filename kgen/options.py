@@ -48,6 +48,13 @@ class CompileOptions:
     """An asynchronous dot whose start ordinary instructions write has that start computed before
     the asynchronous dot issued ahead of it, so that both are in flight at once
     (ir/passes/dot_issue.py); off, it waits for the earlier one."""
+    constant_groups: bool = False
+    """Where several warpgroups issue a warpgroup dot (wgmma), each issues it in a branch of its
+    own whose group index is a constant, so that every descriptor offset folds to an immediate
+    and the descriptors stay in uniform registers (kgen/codegen/wgmma.py `group_index`). Off by
+    default: it has not run on a GPU yet. Compiled, it takes the register-bound 64 x 64 dkdv
+    of head_dim 256 from 255 registers and spills to 235 without (docs/PERFORMANCE.md,
+    session 39)."""
     register_flags: tuple[str, ...] = ()
     """Extra compiler flags: the descriptor's frugal register flags when a kernel spills."""
 

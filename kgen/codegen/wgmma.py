@@ -135,6 +135,10 @@ def dot_ctx(emitter, op, instr, name_of) -> dict:
     a = operand_ctx(emitter, op, "a", instr, name_of)
     b = operand_ctx(emitter, op, "b", instr, name_of)
     emitter.helpers.setdefault(wrapper_name(instr, a["kind"]), wrapper_source(instr, a["kind"], emitter.half))
+    group = group_index(emitter.k.num_warps, instr)
+    # with group_branches each warpgroup issues the products in a branch where `wg_` is its
+    # constant index (warp-uniform: the whole group takes it), so the offsets fold to immediates
+    branches = list(range(emitter.k.num_warps // instr.warps)) if op.attrs.get("group_branches") and group != "0" else []
     return {"macro": "wgmma_dot", "fn": wrapper_name(instr, a["kind"]), "a": a, "b": b,
-            "group": group_index(emitter.k.num_warps, instr),
+            "group": group, "branches": branches,
             "targs": f"<{b['trans']}>" if a["kind"] == "reg" else f"<{a['trans']}, {b['trans']}>"}

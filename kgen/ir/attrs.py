@@ -62,6 +62,8 @@ SCHEMA: dict[str, dict[str, Attr]] = {
     "cdiv": {},
     "dot": {"instr": Attr((str,), by=_TILING), "warps_m": Attr((int,), by=_TILING), "warps_n": Attr((int,), by=_TILING),
             "reps_m": Attr((int,), by=_TILING), "reps_n": Attr((int,), by=_TILING),
+            # each warpgroup issues it in a branch of its own, its index a constant (CompileOptions.constant_groups)
+            "group_branches": Attr((bool,), False),
             "a_load": Attr((str,), choices=_LOADS, by=_OPERANDS), "b_load": Attr((str,), choices=_LOADS, by=_OPERANDS),
             "a_major": Attr((str,), None, ("k", "mn")), "b_major": Attr((str,), None, ("k", "mn")),
             "deferred": Attr((bool,), False), "zero_start": Attr((bool,), False),

@@ -36,6 +36,8 @@ def choose_dot_tiling(k: Kernel, target: Target, options: CompileOptions) -> Ker
         instr, (warps_m, warps_n) = splits[0]
         op.attrs.update(instr=instr.name, warps_m=warps_m, warps_n=warps_n,
                         reps_m=m_ // (instr.m * warps_m), reps_n=n_ // (instr.n * warps_n))
+        if options.constant_groups and instr.warps > 1 and k.num_warps > instr.warps:
+            op.attrs["group_branches"] = True
         k.notes.setdefault("dots", []).append(
             f"{m_}x{n_}x{k_} {a.dtype}: {instr.name}, {'warps' if instr.warps == 1 else 'warpgroups'} {warps_m}x{warps_n}, "
             f"{op.attrs['reps_m']}x{op.attrs['reps_n']} instructions per warp per k-step")
