@@ -22,6 +22,7 @@ in the writing threads before the barrier (templates: stage, wait_async).
 from __future__ import annotations
 
 from ..backends import CUDA
+from ..ir.attrs import attr
 from ..ir.core import ELEM_BYTES
 from ..ir.passes.operands import CORE_BYTES, CORE_ROWS, SWIZZLE_ATOM_BYTES, SWIZZLE_BYTES
 from .cexpr import add, div, lit, mod, mul, sym
@@ -138,7 +139,8 @@ def dot_ctx(emitter, op, instr, name_of) -> dict:
     group = group_index(emitter.k.num_warps, instr)
     # with group_branches each warpgroup issues the products in a branch where `wg_` is its
     # constant index (warp-uniform: the whole group takes it), so the offsets fold to immediates
-    branches = list(range(emitter.k.num_warps // instr.warps)) if op.attrs.get("group_branches") and group != "0" else []
+    # (choose_dot_tiling sets it only where there are several groups)
+    branches = list(range(emitter.k.num_warps // instr.warps)) if attr(op, "group_branches") else []
     return {"macro": "wgmma_dot", "fn": wrapper_name(instr, a["kind"]), "a": a, "b": b,
             "group": group, "branches": branches,
             "targs": f"<{b['trans']}>" if a["kind"] == "reg" else f"<{a['trans']}, {b['trans']}>"}
