@@ -113,8 +113,10 @@ def build_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target, compi
 
 
 def spill_retry_options(target: Target, specialized: bool = False, staged: bool = False,
-                        together: bool = False, bulk: bool = False) -> list[CompileOptions]:
-    """The forms a spilling kernel is retried in, in order: a `specialized` kernel (one with a
+                        together: bool = False, bulk: bool = False, grouped: bool = False) -> list[CompileOptions]:
+    """The forms a spilling kernel is retried in, in order: one whose warpgroup dots are
+    `grouped` (several warpgroups issue each) with constant group indices (the same code, its
+    descriptor offsets immediates instead of registers); a `specialized` kernel (one with a
     producer warpgroup, whose computing warps get at most the registers the producer leaves
     them) without it; one with `bulk` reductions (passes/bulk_reduce.py: the staged tile and its
     address live across the add) with per-element atomics; one with a dot's start computed
@@ -127,7 +129,9 @@ def spill_retry_options(target: Target, specialized: bool = False, staged: bool 
     out."""
     frugal = tuple(target.frugal_register_flags)
     plain = CompileOptions(swizzle=False) if any(mi.shared_swizzle for mi in target.matrix_instrs) else DEFAULT
-    forms = [CompileOptions(warp_specialize=False)] if specialized else []
+    forms = [CompileOptions(constant_groups=True)] if grouped else []
+    if specialized:
+        forms.append(CompileOptions(warp_specialize=False))
     if bulk:
         forms.append(CompileOptions(bulk_reductions=False))
     if together:
@@ -161,7 +165,7 @@ def _without_spills(ls: LoadedSpec, variant: dict[str, Any], target: Target, tun
         together = any(op.kind == "dot" and op.attrs.get("early_start") for op in walk(kernels[i].body))
         bulk = any(op.kind == "atomic_add" and "bulk" in op.attrs for op in walk(kernels[i].body))
         for options in spill_retry_options(target, specialized=kernels[i].producer_warps > 0, staged=staged,
-                                           together=together, bulk=bulk):
+                                           together=together, bulk=bulk, grouped=_grouped_dots(kernels[i], target)):
             how = replace(options, register_flags=())
             if how not in lowered:
                 lowered[how] = compile_kernel(ls, i, variant, tunables, target, options=options)
@@ -178,6 +182,13 @@ def _without_spills(ls: LoadedSpec, variant: dict[str, Any], target: Target, tun
                 return None
             out.kernels[i] = least
     return out
+
+
+def _grouped_dots(k: Kernel, target: Target) -> bool:
+    """Whether a dot of `k` is issued by several groups of warps together (wgmma over more than
+    one warpgroup): what CompileOptions.constant_groups changes."""
+    warps = {i.name: i.warps for i in target.matrix_instrs}
+    return any(op.kind == "dot" and 1 < warps.get(op.attrs.get("instr"), 1) < k.num_warps for op in walk(k.body))
 
 
 def _spill_bytes(bk: BuiltKernel) -> int:

@@ -52,9 +52,10 @@ class CompileOptions:
     """Where several warpgroups issue a warpgroup dot (wgmma), each issues it in a branch of its
     own whose group index is a constant, so that every descriptor offset folds to an immediate
     and the descriptors stay in uniform registers (kgen/codegen/wgmma.py `group_index`). Off by
-    default: it has not run on a GPU yet. Compiled, it takes the register-bound 64 x 64 dkdv
-    of head_dim 256 from 255 registers and spills to 235 without (docs/PERFORMANCE.md,
-    session 39)."""
+    default, and the first form a spilling kernel is retried in (kgen/build.py
+    spill_retry_options): it takes head_dim 256's 64 x 64 dkdv with dk and dv whole from 255
+    registers and spills to 204-230 without, the form that made that backward 1.2-1.3x FA2
+    (docs/PERFORMANCE.md, sessions 39-40)."""
     register_flags: tuple[str, ...] = ()
     """Extra compiler flags: the descriptor's frugal register flags when a kernel spills."""
 

@@ -70,8 +70,8 @@ def dump(path: Path, only: str | None = None) -> None:
     used: dict[str, str] = {}
     real = compiled._entry
 
-    def entry(ls, variant, target):
-        e = real(ls, variant, target)
+    def entry(ls, variant, target, first=None):
+        e = real(ls, variant, target, first)
         used[f"{ls.spec.name}/{variant_id(variant)}"] = str(e)
         return e
     compiled._entry = entry

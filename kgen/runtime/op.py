@@ -50,7 +50,7 @@ class KgenOp:
         self.ls, self.spec = ls, ls.spec
         self.emulated = emulated  # the target whose kernels run in emulation on CPU tensors, or None
         self.opname = ls.spec.name + (f"_emulated_{emulated.name}" if emulated else "")
-        self._emulated_builds: dict[str, Any] = {}
+        self._emulated_builds: dict[tuple, Any] = {}
         self.inputs = ls.spec.inputs()
         self.outputs = ls.spec.outputs()
         # outputs written over an input (`alias:`): the torch.library op mutates that input
@@ -218,13 +218,14 @@ class KgenOp:
         return tuple(all_t[n] for n in self.outputs)
 
     def _emulated_build(self, variant):
-        """The variant's kernels as `kgen build` writes them for the emulated target."""
+        """The variant's kernels as `kgen build` writes them for the emulated target (with a
+        forced candidate first, as on a GPU)."""
         from ..build import build_variant
         from ..spec.load import variant_id
 
-        key = variant_id(variant)
+        key = (variant_id(variant), tuple(sorted((self._forced or {}).items())))
         if key not in self._emulated_builds:
-            self._emulated_builds[key] = build_variant(self.ls, variant, self.emulated, compile=False)
+            self._emulated_builds[key] = build_variant(self.ls, variant, self.emulated, compile=False, first=self._forced)
         return self._emulated_builds[key]
 
     def _run_emulated(self, kernels, tensors, sizes, scalars, env) -> None:

@@ -46,7 +46,7 @@ def test_each_warpgroup_issues_its_products_with_a_constant_index():
 
 def test_constant_group_indices_free_the_registers_of_the_d256_dkdv():
     """fa2_bwd's dkdv at head_dim 256 on 64 x 64 tiles over 8 warps with dk and dv whole
-    (FlashAttention-2's form, which the spec's constraints leave out because it spills): with
+    (FlashAttention-2's form, which the build takes through its constant-index retry): with
     the group index read at run time ptxas keeps per-warpgroup descriptor offsets in vector
     registers and spills; with constant indices it fits (session 39, nvcc 13.0: 255 registers
     and 688 bytes of spill against 230 and none)."""

@@ -73,8 +73,8 @@ def test_batch_mismatch_is_named():
     (True, False, dict(sq=70, sk=75, h=2, hkv=1, d=96)),
     (False, False, dict(sq=33, sk=40, h=2, hkv=2, d=40)),
     (True, True, dict(sq=20, sk=20, h=2, hkv=1, d=24)),
-    # tiles of 256: the backward's dk and dv split by columns (fa2_bwd.yaml DSPLIT), the second
-    # block ragged at 200 and 136
+    # tiles of 256: the backward's dk and dv whole (the column split, fa2_bwd.yaml DSPLIT 2:
+    # test_gfx942_emulation_of_wide_head_dims), the second 128 columns ragged at 200 and 136
     (True, False, dict(sq=70, sk=75, h=2, hkv=1, d=256)),
     (False, True, dict(sq=40, sk=33, h=2, hkv=1, d=200)),
     (True, True, dict(sq=20, sk=30, h=4, hkv=2, d=136)),
@@ -91,13 +91,14 @@ def test_cpu_forward_and_backward_match_float64(causal, deterministic, shape):
 
 
 @pytest.mark.parametrize("d", [256, 200, 136])
-@pytest.mark.parametrize("target, first", [("sm_90", {"BLOCK_M": 32, "BLOCK_N": 128, "WARPS": 8, "DSPLIT": 2}),
-                                           ("gfx942", {"BLOCK_M": 32, "BLOCK_N": 32, "WARPS": 4, "DSPLIT": 2})])
-def test_wide_head_dims_take_32_query_rows_in_the_backward(target, first, d):
-    """Above head_dim 128 the backward's first fitting form is 32 query rows, dk and dv split in
-    two (fa2_bwd.yaml's constraints): with 128 keys over 8 warps on sm_90 (the form `kgen tune`
-    timed fastest at D=256, docs/PERFORMANCE.md session 34), with 32 keys in gfx942's 64 KiB of
-    LDS. (That neither spills is checked where nvcc and clang run: the GPU tests, kgen build.)"""
+@pytest.mark.parametrize("target, first", [("sm_90", {"BLOCK_M": 64, "BLOCK_N": 64, "WARPS": 8}),
+                                           ("gfx942", {"BLOCK_M": 32, "BLOCK_N": 32, "WARPS": 4})])
+def test_wide_head_dims_hold_dk_and_dv_whole_in_the_backward(target, first, d):
+    """Above head_dim 128 the backward's first fitting form holds dk and dv whole (DSPLIT 1) with
+    the recomputed dq (fa2_bwd.yaml's constraints and preference): 64 keys over 8 warps on sm_90
+    (FA2's form; its fp32 accumulators take 128 registers a thread), 32 keys and 32 query rows in
+    gfx942's 64 KiB of LDS. (That neither spills is checked where nvcc and clang run: the GPU
+    tests, kgen build, tests/codegen/test_constant_groups.py.)"""
     from kgen.build import lower_variant
     from kgen.hw.descriptor import load_target
     from kgen.spec.load import load_spec
@@ -105,13 +106,18 @@ def test_wide_head_dims_take_32_query_rows_in_the_backward(target, first, d):
     ls = load_spec(Path(__file__).resolve().parents[2] / "specs" / "fa2_bwd.yaml")
     for causal in (False, True):
         tunables, _ = lower_variant(ls, {"dtype": "bf16", "head_dim": d, "causal": causal, "deterministic": False}, load_target(target))
-        assert tunables == {**first, "RECOMPUTE_DQ": 0}, (causal, tunables)  # dq by atomics first
+        assert tunables == {**first, "RECOMPUTE_DQ": 1, "DSPLIT": 1}, (causal, tunables)
 
 
-@pytest.mark.parametrize("d, causal, deterministic, sq, sk", [(256, True, False, 70, 75), (200, False, True, 40, 33)])
-def test_gfx942_emulation_of_wide_head_dims(d, causal, deterministic, sq, sk):
-    """Tiles of 256 as gfx942 builds them (the backward's column split in 32 query rows, to fit
-    64 KiB of LDS), run in the emulation."""
+SPLIT = {"RECOMPUTE_DQ": 0, "BLOCK_M": 32, "BLOCK_N": 32, "WARPS": 4, "DSPLIT": 2}
+
+
+@pytest.mark.parametrize("d, causal, deterministic, sq, sk, first", [(256, True, False, 70, 75, None), (200, False, True, 40, 33, None),
+                                                                     (256, False, False, 40, 67, SPLIT)])
+def test_gfx942_emulation_of_wide_head_dims(d, causal, deterministic, sq, sk, first):
+    """Tiles of 256 as gfx942 builds them (dk and dv whole over 32 keys, to fit 64 KiB of LDS),
+    and the backward's column split (DSPLIT 2, the form where no whole one fits), run in the
+    emulation."""
     import math
 
     import kgen
@@ -123,10 +129,13 @@ def test_gfx942_emulation_of_wide_head_dims(d, causal, deterministic, sq, sk):
             pytest.fail("CI=true but no hip compiler was found")
         pytest.skip("no hip compiler found")
     op = kgen.load(Path(__file__).resolve().parents[2] / "specs" / "fa2_fwd.yaml", target="gfx942", emulate=True)
+    op.backward_op.force_tunables(first)
     q, k, v = _qkv(sq=sq, sk=sk, h=2, hkv=1, d=d, grad=True)
     dout = torch.randn(q.shape).to(q.dtype)
     out, _ = op(q, k, v, softmax_scale=1 / math.sqrt(d), head_dim=d, causal=causal, deterministic=deterministic)
     got = (out, *torch.autograd.grad(out, (q, k, v), dout))
+    if first is not None:
+        assert op.backward_op.last_tunables == first
     ref = attention_ref.with_grads(q, k, v, dout, causal, torch.float64)
     low = attention_ref.with_grads(q, k, v, dout, causal, None)
     for name, g, r, lo in zip(("out", "dq", "dk", "dv"), got, ref, low):
