@@ -114,9 +114,7 @@ def build_variant(ls: LoadedSpec, variant: dict[str, Any], target: Target, compi
 
 def spill_retry_options(target: Target, specialized: bool = False, staged: bool = False,
                         together: bool = False, bulk: bool = False, grouped: bool = False) -> list[CompileOptions]:
-    """The forms a spilling kernel is retried in, in order: one whose warpgroup dots are
-    `grouped` (several warpgroups issue each) with constant group indices (the same code, its
-    descriptor offsets immediates instead of registers); a `specialized` kernel (one with a
+    """The forms a spilling kernel is retried in, in order: a `specialized` kernel (one with a
     producer warpgroup, whose computing warps get at most the registers the producer leaves
     them) without it; one with `bulk` reductions (passes/bulk_reduce.py: the staged tile and its
     address live across the add) with per-element atomics; one with a dot's start computed
@@ -125,13 +123,14 @@ def spill_retry_options(target: Target, specialized: bool = False, staged: bool 
     ir/passes/staged_loads.py) without those; the same code with the target's frugal register
     flags; then plain core matrices instead of the swizzle (fewer address registers), then also
     per-chunk copy addresses (fewer registers kept across loops); then those without bulk
-    reductions. A form that would build the same code as the default on this target is left
+    reductions; last, one whose warpgroup dots are `grouped` (several warpgroups issue each) with
+    constant group indices (the same code, its descriptor offsets immediates instead of vector
+    registers: last, so that a kernel one of the measured forms above fits keeps that form).
+    A form that would build the same code as the default on this target is left
     out."""
     frugal = tuple(target.frugal_register_flags)
     plain = CompileOptions(swizzle=False) if any(mi.shared_swizzle for mi in target.matrix_instrs) else DEFAULT
-    forms = [CompileOptions(constant_groups=True)] if grouped else []
-    if specialized:
-        forms.append(CompileOptions(warp_specialize=False))
+    forms = [CompileOptions(warp_specialize=False)] if specialized else []
     if bulk:
         forms.append(CompileOptions(bulk_reductions=False))
     if together:
@@ -147,6 +146,8 @@ def spill_retry_options(target: Target, specialized: bool = False, staged: bool 
     forms += [plain, replace(plain, stepped_copies=False)]
     if bulk:
         forms += [replace(plain, bulk_reductions=False), replace(plain, bulk_reductions=False, stepped_copies=False)]
+    if grouped:
+        forms.append(CompileOptions(constant_groups=True))
     return [f for f in forms if f != DEFAULT]
 
 

@@ -52,7 +52,7 @@ class CompileOptions:
     """Where several warpgroups issue a warpgroup dot (wgmma), each issues it in a branch of its
     own whose group index is a constant, so that every descriptor offset folds to an immediate
     and the descriptors stay in uniform registers (kgen/codegen/wgmma.py `group_index`). Off by
-    default, and the first form a spilling kernel is retried in (kgen/build.py
+    default, and the last form a spilling kernel is retried in (kgen/build.py
     spill_retry_options): it takes head_dim 256's 64 x 64 dkdv with dk and dv whole from 255
     registers and spills to 204-230 without, the form that made that backward 1.2-1.3x FA2
     (docs/PERFORMANCE.md, sessions 39-40)."""
