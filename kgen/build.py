@@ -34,6 +34,7 @@ from .codeobjects import CodeObjects
 from .errors import DoesNotFit, KgenError, SpecError
 from .hw.descriptor import Target
 from .ir.core import Kernel, walk
+from .ir.passes.dot_tiling import instr_of, several_groups
 from .driver import BuiltKernel, build_kernel, compile_kernel, display_path
 from .options import DEFAULT, CompileOptions
 from .paths import templates_dir
@@ -186,10 +187,10 @@ def _without_spills(ls: LoadedSpec, variant: dict[str, Any], target: Target, tun
 
 
 def _grouped_dots(k: Kernel, target: Target) -> bool:
-    """Whether a dot of `k` is issued by several groups of warps together (wgmma over more than
-    one warpgroup): what CompileOptions.constant_groups changes."""
-    warps = {i.name: i.warps for i in target.matrix_instrs}
-    return any(op.kind == "dot" and 1 < warps.get(op.attrs.get("instr"), 1) < k.num_warps for op in walk(k.body))
+    """Whether a dot of `k` (as dot tiling chose its instruction) is issued by several groups of
+    warps together."""
+    return any(op.kind == "dot" and "instr" in op.attrs and several_groups(k, instr_of(target, op.attrs["instr"]))
+               for op in walk(k.body))
 
 
 def _spill_bytes(bk: BuiltKernel) -> int:

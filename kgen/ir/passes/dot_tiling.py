@@ -36,7 +36,7 @@ def choose_dot_tiling(k: Kernel, target: Target, options: CompileOptions) -> Ker
         instr, (warps_m, warps_n) = splits[0]
         op.attrs.update(instr=instr.name, warps_m=warps_m, warps_n=warps_n,
                         reps_m=m_ // (instr.m * warps_m), reps_n=n_ // (instr.n * warps_n))
-        if options.constant_groups and instr.warps > 1 and k.num_warps > instr.warps:
+        if options.constant_groups and several_groups(k, instr):
             op.attrs["group_branches"] = True
         k.notes.setdefault("dots", []).append(
             f"{m_}x{n_}x{k_} {a.dtype}: {instr.name}, {'warps' if instr.warps == 1 else 'warpgroups'} {warps_m}x{warps_n}, "
@@ -52,6 +52,12 @@ def _split(instr, m: int, n: int, warps: int) -> tuple[int, int] | None:
         warps_m *= 2
     warps_n = warps // warps_m
     return (warps_m, warps_n) if n % (instr.n * warps_n) == 0 else None
+
+
+def several_groups(k: Kernel, instr) -> bool:
+    """Whether several groups of warps issue each instruction of a dot together (wgmma over more
+    than one warpgroup): what CompileOptions.constant_groups changes."""
+    return 1 < instr.warps < k.num_warps
 
 
 def instr_of(target: Target, name: str):
