@@ -95,9 +95,11 @@ def sides(before: Path):
     side = {"now": "B"}
     old: dict[str, tuple] = {}
 
-    def swapped(ls, variant, target):
+    def swapped(ls, variant, target, first=None):
+        # B: this checkout's build, with the tuning database's choice (`first`) as the op asks;
+        # A: the dumped entry, whatever was first when it was built
         if side["now"] == "B":
-            return real(ls, variant, target)
+            return real(ls, variant, target, first)
         key = f"{ls.spec.name}/{variant_id(variant)}"
         if key not in old:
             spec = ls.spec
@@ -109,7 +111,7 @@ def sides(before: Path):
     def use(s: str) -> None:  # the ops' launch plans hold their kernels: drop them on a switch
         side["now"] = s
         for o in gc.get_objects():
-            if isinstance(o, KgenOp):
+            if issubclass(type(o), KgenOp):  # type(), not isinstance: a dead weak proxy raises on the latter
                 o._plans.clear()
     return use
 

@@ -230,11 +230,26 @@ class Emitter:
         layout put them (a row: at its column)."""
         buf, out = op.operands[0], op.result
         lay = out.layout
+        st = self.stage_of(buf)
+        if attr(st, "smem_layout") == "threads":
+            vec = self._thread_vector(out)
+            return {"out": self.decl(out), "src": name(buf), "slot": self._thread_slot(vec), "vec": vec}
         coord = [add(self.coords.thread(lay, d), self.coords.reg(lay, d)) for d in range(len(out.shape))]
         row, col = (lit(0), coord[0]) if len(coord) == 1 else coord
-        st = self.stage_of(buf)
         return {"out": self.decl(out), "src": name(buf),
-                "slot": str(shared_slot(st.attrs, row, col, ELEM_BYTES[out.dtype]))}
+                "slot": str(shared_slot(st.attrs, row, col, ELEM_BYTES[out.dtype])), "vec": 1}
+
+    def _thread_vector(self, v: Value) -> int:
+        """Registers of one 16-byte vector in a buffer laid out by thread (passes/shared_sums.py)."""
+        return min(v.layout.nregs, 16 // ELEM_BYTES[v.dtype])
+
+    def _thread_slot(self, vec: int) -> str:
+        """Where register e of this thread sits in a buffer laid out by thread: vectors of `vec`
+        registers, a vector of every thread in turn (consecutive 16 bytes a lane)."""
+        threads = self.k.num_warps * self.target.wave_size
+        tid = add(sym("lane"), mul(sym("warp"), self.target.wave_size))
+        e = sym("e")
+        return str(total([mul(div(e, vec), threads * vec), mul(tid, vec), mod(e, vec)]))
 
     def op_stage_into(self, op):
         return {**self._stage_write(op, op.operands[1]), "dst": name(op.operands[0])}
@@ -243,6 +258,11 @@ class Emitter:
         """How each thread writes its registers of `src` where the buffer's layout puts them."""
         inner = op.attrs["inner"]
         lay = src.layout
+        if attr(op, "smem_layout") == "threads":
+            vec = self._thread_vector(src)
+            return {"src": name(src), "n": lay.nregs, "ctype": self.ctype(src.dtype), "slot": self._thread_slot(vec),
+                    "vec": vec, "proxy_fence": False, "sync_before": attr(op, "sync_before"),
+                    "sync_after": attr(op, "sync_after")}
         coord = [add(self.coords.thread(lay, d), self.coords.reg(lay, d)) for d in (0, 1)]
         slot = str(shared_slot(op.attrs, coord[1 - inner], coord[inner], ELEM_BYTES[src.dtype]))
         # registers that run along the contiguous dim are stored as one vector of up to 16 bytes

@@ -32,7 +32,9 @@ _FN_UNARY = ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "neg", "not",
              "floor", "ceil")
 _FN_BINARY = ("add", "sub", "mul", "div", "floordiv", "mod", "max", "min", "lt", "le", "gt", "ge", "eq", "ne",
               "and", "or", "pow", "rand", "rand8")
-_LAYOUTS = ("rows", "cores", "sw128")  # staged rows padded by 16 bytes, core matrices, 128-byte swizzle
+# staged rows padded by 16 bytes, core matrices, 128-byte swizzle; a sum kept by thread and register
+# (passes/shared_sums.py)
+_LAYOUTS = ("rows", "cores", "sw128", "threads")
 # how a dot reads an operand (passes/operands.py): from its registers, by fragment loads from a
 # staged buffer (transposing or not), by vector reads of one, or by a matrix descriptor (wgmma)
 _LOADS = ("reg", "matrix", "matrix_trans", "vec", "desc")
@@ -80,11 +82,14 @@ SCHEMA: dict[str, dict[str, Attr]] = {
     "yield": {},
     "stage": {**_BUFFER, "sync_before": Attr((bool,), True), "sync_after": Attr((bool,), True)},
     # registers -> a slot of a buffer allocated before its loop (passes/staged_loads.py); `ahead`:
-    # the slot the next iteration reads, which no read of this iteration touches
+    # the slot the next iteration reads, which no read of this iteration touches; `private`: each
+    # thread writes only what it alone reads back (passes/shared_sums.py), no barrier either side
     "stage_into": {**{a: _BUFFER[a] for a in ("role", "inner", "rows", "ld", "smem_layout")},
-                   "sync_before": Attr((bool,), True), "sync_after": Attr((bool,), True), "ahead": Attr((bool,), False)},
-    # a register tile read from a staged buffer (or slot) in its layout (passes/row_loads.py)
-    "read_shared": {},
+                   "sync_before": Attr((bool,), True), "sync_after": Attr((bool,), True), "ahead": Attr((bool,), False),
+                   "private": Attr((bool,), False)},
+    # a register tile read from a staged buffer (or slot) in its layout (passes/row_loads.py);
+    # `private`: what this thread wrote itself (passes/shared_sums.py)
+    "read_shared": {"private": Attr((bool,), False)},
     "convert": {"smem_offset": Attr((int,), None), "sync_before": Attr((bool,), True)},
     "view_shared": {},
     "alloc_shared": {**_BUFFER, "slots": Attr((int,), 1), "slot_bytes": Attr((int,), None),

@@ -42,8 +42,9 @@ its type and default, and the verifier holds each op to it):
   stage_into [ahead]               (inserted by a pass) register tile operand 1 written into the
                                    buffer (or slot) operand 0; `ahead`: into the slot the next
                                    iteration reads (passes/staged_loads.py)
-  read_shared                      (inserted by a pass) a register tile read from the shared
-                                   buffer (or slot) operand 0, in its own layout (passes/row_loads.py)
+  read_shared [private]            (inserted by a pass) a register tile read from the shared
+                                   buffer (or slot) operand 0, in its own layout (passes/row_loads.py);
+                                   `private`: what the thread wrote itself (passes/shared_sums.py)
   convert                          (inserted by a pass) a register tile moved to another layout
   view_shared                      (inserted by a pass) a staged buffer read as its transpose
   alloc_shared [slots]             (inserted by a pass) a shared buffer that copy_async fills
@@ -151,6 +152,7 @@ class Kernel:
     bulk_reductions: bool | None = None  # the spec's per-kernel choice for this variant; None: passes/bulk_reduce.py's model
     warp_specialize: bool = False  # the spec's per-kernel choice, for this variant (passes/specialize.py)
     shared_row_loads: bool | None = None  # the spec's choice (passes/row_loads.py); None: the CompileOptions'
+    shared_accumulators: bool = False  # the spec's choice for this variant (passes/shared_sums.py)
     occupancy: int = 1  # the spec's least programs a multiprocessor: registers capped to fit them (render.py)
     tma_barriers: int = 0  # mbarriers of tensor copies (passes/async_copy.py), 8 bytes each, in shared memory
     tma_barrier_offset: int = 0  # where those mbarriers start in shared memory (passes/memory.py)

@@ -4,6 +4,7 @@ for codegen. kgen.driver runs the parse and then these, in this order:
          choose_dot_tiling    matrix instruction and warp split per dot, from the descriptor
       -> assign_layouts       which lane holds which element (linear layouts), converts inserted
       -> accumulate_into_dots x + dot(a, b) becomes dot(a, b, x) for small accumulators
+      -> keep_sums_in_shared  sums a loop carries kept in shared memory, where the kernel asks
       -> place_dot_operands   each dot operand read from registers, or staged in shared memory
       -> hoist_invariant_stages  copies of loop-invariant operands moved out of their loops
       -> copy_row_loads       loop loads too large to prefetch in registers staged, read from shared memory
@@ -55,6 +56,7 @@ from .passes.pingpong import alternate_warpgroups
 from .passes.prefetch import prefetch_loads
 from .passes.row_loads import copy_row_loads
 from .passes.scratch_barriers import drop_scratch_barriers
+from .passes.shared_sums import keep_sums_in_shared
 from .passes.sink import sink_to_first_use
 from .passes.staged_loads import pipeline_staged_loads
 from .passes.specialize import specialize_warps
@@ -66,6 +68,7 @@ PASSES: list[tuple[str, Pass]] = [
     ("choose_dot_tiling", choose_dot_tiling),
     ("assign_layouts", assign_layouts),
     ("accumulate_into_dots", accumulate_into_dots),
+    ("keep_sums_in_shared", keep_sums_in_shared),
     ("place_dot_operands", place_dot_operands),
     ("hoist_invariant_stages", hoist_invariant_stages),
     ("copy_row_loads", copy_row_loads),

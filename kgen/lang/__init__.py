@@ -40,12 +40,13 @@ def kernel_ir(ls: LoadedSpec, kernel_index: int | str, variant: dict[str, Any], 
     warps = ks.warps if isinstance(ks.warps, int) else constants.get(ks.warps)
     if not isinstance(warps, int) or warps <= 0 or warps & (warps - 1):
         raise SpecError(f"warps must be a power of two or a tunable's name, got {ks.warps!r}", ls.where("kernels", kernel_index, "warps"))
-    bulk, specialize, row_loads = (_per_variant(ls, kernel_index, field, constants)
-                                   for field in ("bulk_reductions", "warp_specialize", "shared_row_loads"))
+    bulk, specialize, row_loads, sums = (_per_variant(ls, kernel_index, field, constants) for field in
+                                         ("bulk_reductions", "warp_specialize", "shared_row_loads", "shared_accumulators"))
     occupancy = _occupancy(ls, kernel_index, constants)
     return Kernel(name=f"{spec.name}_{ks.name}", body=body, tensors=dict(spec.tensors), sizes=list(spec.sizes),
                   scalars=list(spec.scalars), num_warps=warps, constants=constants, prefetch_loads=ks.prefetch_loads,
-                  bulk_reductions=bulk, warp_specialize=specialize, shared_row_loads=row_loads, occupancy=occupancy)
+                  bulk_reductions=bulk, warp_specialize=specialize, shared_row_loads=row_loads, occupancy=occupancy,
+                  shared_accumulators=bool(sums))
 
 
 def hooks_of(ls: LoadedSpec) -> dict[str, Hook]:

@@ -126,6 +126,10 @@ class KernelSpec(Strict):
                                                 "from there, where the target has cp.async (kgen/ir/passes/row_loads.py): "
                                                 "true, false or an expression of the variant axes and tunables; absent, "
                                                 "the compile options decide (off by default)")
+    shared_accumulators: bool | str = Field(False, description="the fp32 sums its loops carry (a tile added to "
+                                            "every iteration) kept in shared memory, each thread's elements its "
+                                            "own, instead of in registers (kgen/ir/passes/shared_sums.py): true, "
+                                            "false or an expression of the variant axes and tunables")
     warp_specialize: bool | str = Field(False, description="loops of tensor copies fed by a producer warpgroup through "
                                         "rings of mbarriers, the computing warps' registers raised, where the target "
                                         "can (kgen/ir/passes/specialize.py): true, false or an expression of the variant "

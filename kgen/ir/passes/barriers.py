@@ -11,6 +11,8 @@ which place their own barriers; a nested loop counts as both. Walking a block in
     clears the reads before it; a wait right before another wait leaves it to that one
     (`barrier`: two copies issued together, passes/early_copies.py, are waited for with one);
   - a ring's wait (passes/specialize.py) is its slot's mbarrier alone: no barrier, nothing cleared;
+  - a `private` stage_into or read_shared (passes/shared_sums.py) touches only the thread's own
+    elements of a buffer no other op uses meanwhile: no barrier, nothing to order;
   - a `stage_into ... ahead` (passes/staged_loads.py) writes the slot of the next iteration,
     which none of this iteration's reads touch: no barrier before it, one after;
   - so does a `copy_async` into the next iteration's slot of a two-slot buffer, once a barrier
@@ -70,7 +72,12 @@ def _place(block: Block, producer: dict, reads_since_sync: bool = True, in_loop:
             continue
         if op.body is not None:
             _place(op.body, producer)
-        if op.kind == "stage_into" and attr(op, "ahead"):
+        if op.kind in ("stage_into", "read_shared") and attr(op, "private"):
+            # a thread's own elements of a buffer live across the loop (passes/shared_sums.py):
+            # no other thread reads or writes them
+            if op.kind == "stage_into":
+                op.attrs["sync_before"], op.attrs["sync_after"] = False, False
+        elif op.kind == "stage_into" and attr(op, "ahead"):
             # into the slot the next iteration reads: its last reads were the previous
             # iteration's, before the barrier after that iteration's last write
             op.attrs["sync_before"], op.attrs["sync_after"] = False, False
