@@ -26,8 +26,6 @@ from ...hw.descriptor import Target
 from ...options import CompileOptions
 from ..core import Block, Kernel, Op, Value, blocks, rename_operands, use_counts
 
-VECTOR_BYTES = 16
-
 
 def keep_sums_in_shared(k: Kernel, target: Target, options: CompileOptions) -> Kernel:
     if not k.shared_accumulators:
