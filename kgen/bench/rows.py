@@ -7,8 +7,12 @@ Forward: the op on inputs that need no gradient. Backward: one forward with grad
 `torch.autograd.grad` of its output with a random output gradient, timed alone (retain_graph),
 for each of kgen, torch.compile (default mode: its forward and backward Triton kernels) and eager.
 Before timing, each output and input gradient is checked against float64 (rel. error; kgen must
-be within 2x the error of eager in the input dtype plus 1e-5). Times are medians of
-triton.testing.do_bench; bandwidth counts the bytes each op must move at least (every input
+be within 2x the error of eager in the input dtype plus 1e-5). Times are kernel times: kgen,
+torch.compile and eager called in turn, each round behind a device-side wait and after an L2
+flush (kgen.tune.cuda_timer, the tune's timer), medians of 100 rounds. `--timer do_bench` takes
+triton.testing.do_bench's medians instead, which hold the host's path to the kernels where it is
+longer than the flush: a kgen or compiled backward's autograd call then timed 2.3x its kernels
+in one process and not in the next (docs/PERFORMANCE.md, session 42). Bandwidth counts the bytes each op must move at least (every input
 read once, every output written once), against the copy ceiling measured in the same process
 (`copy_` of one (M, N) tensor into another: its read and write bytes over its median time).
 """
@@ -27,16 +31,25 @@ import torch.nn.functional as F
 SPECS = Path(__file__).resolve().parents[2] / "specs"
 
 
-def _bench(fn: Callable[[], object]) -> float:
+Timer = Callable[[list[Callable[[], object]]], list[float]]
+
+
+def timer(kind: str) -> Timer:
+    """Medians in ms of each of the given calls: "kernel" (interleaved, kernel time only) or
+    "do_bench" (each alone, triton.testing.do_bench)."""
+    if kind == "kernel":
+        from kgen.tune import cuda_timer, l2_flush
+
+        return cuda_timer(100, l2_flush())
     from triton.testing import do_bench
 
-    return do_bench(fn, warmup=25, rep=200, return_mode="median")
+    return lambda fns: [do_bench(fn, warmup=25, rep=200, return_mode="median") for fn in fns]
 
 
-def _copy_tbps(x: torch.Tensor) -> float:
+def _copy_tbps(x: torch.Tensor, time: Timer) -> float:
     """The device's copy ceiling at x's size: bytes read and written by `copy_` over its time."""
     dst = torch.empty_like(x)
-    return 2 * x.numel() * x.element_size() / _bench(lambda: dst.copy_(x)) / 1e9
+    return 2 * x.numel() * x.element_size() / time([lambda: dst.copy_(x)])[0] / 1e9
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -73,7 +86,7 @@ def _ops(kg: dict) -> dict[str, tuple]:
     }
 
 
-def run(shapes: list[tuple[int, int]], dtype: torch.dtype, names: list[str]) -> list[dict]:
+def run(shapes: list[tuple[int, int]], dtype: torch.dtype, names: list[str], time: Timer) -> list[dict]:
     import kgen
 
     # the backwards are timed again and again on one graph (retain_graph), which a compiled
@@ -91,7 +104,7 @@ def run(shapes: list[tuple[int, int]], dtype: torch.dtype, names: list[str]) -> 
             g = torch.Generator(device="cuda").manual_seed(M * 31 + N)
             inputs = [mk(M, N, dtype, g) for mk in makers]
             unit = M * N * inputs[0].element_size()
-            copy_tbps = _copy_tbps(inputs[0])
+            copy_tbps = _copy_tbps(inputs[0], time)
             row = {"op": name, "M": M, "N": N, "dtype": str(dtype).split(".")[-1]}
             # correctness, forward and backward, against float64 (and eager in the input dtype)
             dy = torch.randn(M, N, generator=g, device="cuda", dtype=dtype)
@@ -113,11 +126,12 @@ def run(shapes: list[tuple[int, int]], dtype: torch.dtype, names: list[str]) -> 
             row.update(ok=ok, errors=errs)
             # forward, no gradients
             plain = [t.detach() for t in inputs]
-            for who, fn in (("kgen", kg_fn), ("compile", compiled), ("eager", torch_fn)):
-                row[f"{who}_fwd_ms"] = _bench(lambda fn=fn: fn(*plain))
-            for who in ("kgen", "compile", "eager"):
-                out, _, xs = results[who]
-                row[f"{who}_bwd_ms"] = _bench(lambda out=out, xs=xs: torch.autograd.grad(out, xs, dy, retain_graph=True))
+            whos = ("kgen", "compile", "eager")
+            fwd = time([lambda fn=fn: fn(*plain) for fn in (kg_fn, compiled, torch_fn)])
+            bwd = time([lambda out=results[w][0], xs=results[w][2]: torch.autograd.grad(out, xs, dy, retain_graph=True)
+                        for w in whos])
+            for who, f, b in zip(whos, fwd, bwd):
+                row[f"{who}_fwd_ms"], row[f"{who}_bwd_ms"] = f, b
             row["kgen_fwd_tbps"] = f_fwd * unit / row["kgen_fwd_ms"] / 1e9
             row["kgen_bwd_tbps"] = f_bwd * unit / row["kgen_bwd_ms"] / 1e9
             row["copy_tbps"] = copy_tbps
@@ -143,13 +157,14 @@ def main() -> None:
     ap.add_argument("--shapes", default="16384x4096,8192x14336")
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"])
     ap.add_argument("--ops", default="rmsnorm,layernorm,softmax,swiglu")
+    ap.add_argument("--timer", default="kernel", choices=["kernel", "do_bench"])
     args = ap.parse_args()
     os.environ.setdefault("KGEN_CACHE_DIR", tempfile.mkdtemp(prefix="kgen-bench-cache-"))
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
-    rows = run(shapes, dtype, args.ops.split(","))
+    rows = run(shapes, dtype, args.ops.split(","), timer(args.timer))
     if args.json:
-        args.json.write_text(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+        args.json.write_text(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "timer": args.timer,
                                          "rows": rows}, indent=1))
 
 
