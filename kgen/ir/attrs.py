@@ -42,7 +42,10 @@ _TILING, _OPERANDS = "choose_dot_tiling", "place_dot_operands"
 _INDEX = Attr((tuple,))  # ("at", operand) | ("block", operand, size) | ("all", size) per tensor dim
 # a buffer in shared memory (passes/operands.py stages, passes/async_copy.py allocates)
 _BUFFER = {"role": Attr((str,)), "inner": Attr((int,)), "rows": Attr((int,)), "ld": Attr((int,)),
-           "bytes": Attr((int,)), "smem_offset": Attr((int,), None), "smem_layout": Attr((str,), "rows", _LAYOUTS)}
+           "bytes": Attr((int,)), "smem_offset": Attr((int,), None), "smem_layout": Attr((str,), "rows", _LAYOUTS),
+           # the slots a loop's pipelined copy into it is to have where they fit (passes/row_loads.py,
+           # a kernel's row_load_slots); None: async_copy.SLOTS
+           "slots_asked": Attr((int,), None)}
 
 SCHEMA: dict[str, dict[str, Attr]] = {
     "const": {"value": Attr(NUMBER)},

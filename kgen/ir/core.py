@@ -152,6 +152,7 @@ class Kernel:
     bulk_reductions: bool | None = None  # the spec's per-kernel choice for this variant; None: passes/bulk_reduce.py's model
     warp_specialize: bool = False  # the spec's per-kernel choice, for this variant (passes/specialize.py)
     shared_row_loads: bool | None = None  # the spec's choice (passes/row_loads.py); None: the CompileOptions'
+    row_load_slots: int = 2  # slots of the buffers those copies go into (passes/row_loads.py, async_copy.py)
     shared_accumulators: bool = False  # the spec's choice for this variant (passes/shared_sums.py)
     occupancy: int = 1  # the spec's least programs a multiprocessor: registers capped to fit them (render.py)
     tma_barriers: int = 0  # mbarriers of tensor copies (passes/async_copy.py), 8 bytes each, in shared memory

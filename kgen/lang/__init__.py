@@ -11,6 +11,10 @@ from ..spec.model import IntRange, Offsets, Segments
 from .parse import Hook, Origin, parse_program
 from .terms import TensorRef
 
+# a row buffer's slots: four slots of two 16384-wide bf16 rows fill 256 KB, more than a block's
+# shared memory on sm_90 (227 KB) or gfx942 (64 KB)
+ROW_LOAD_SLOTS_MAX = 4
+
 
 def resolve_dtype(spec_dtype: str, variant: dict[str, Any]) -> str:
     return str(variant[spec_dtype[1:]]) if spec_dtype.startswith("$") else spec_dtype
@@ -43,10 +47,14 @@ def kernel_ir(ls: LoadedSpec, kernel_index: int | str, variant: dict[str, Any], 
     bulk, specialize, row_loads, sums = (_per_variant(ls, kernel_index, field, constants) for field in
                                          ("bulk_reductions", "warp_specialize", "shared_row_loads", "shared_accumulators"))
     occupancy = _occupancy(ls, kernel_index, constants)
+    slots = _evaluated(ls, kernel_index, "row_load_slots", constants, "an integer from 2 to 4")
+    if isinstance(slots, bool) or not isinstance(slots, int) or not 2 <= slots <= ROW_LOAD_SLOTS_MAX:
+        raise SpecError(f"row_load_slots must be an integer from 2 to {ROW_LOAD_SLOTS_MAX} (slots of each buffer "
+                        f"a row is copied into), got {slots!r}", ls.where("kernels", kernel_index, "row_load_slots"))
     return Kernel(name=f"{spec.name}_{ks.name}", body=body, tensors=dict(spec.tensors), sizes=list(spec.sizes),
                   scalars=list(spec.scalars), num_warps=warps, constants=constants, prefetch_loads=ks.prefetch_loads,
                   bulk_reductions=bulk, warp_specialize=specialize, shared_row_loads=row_loads, occupancy=occupancy,
-                  shared_accumulators=bool(sums))
+                  shared_accumulators=bool(sums), row_load_slots=slots)
 
 
 def hooks_of(ls: LoadedSpec) -> dict[str, Hook]:

@@ -126,6 +126,10 @@ class KernelSpec(Strict):
                                                 "from there, where the target has cp.async (kgen/ir/passes/row_loads.py): "
                                                 "true, false or an expression of the variant axes and tunables; absent, "
                                                 "the compile options decide (off by default)")
+    row_load_slots: int | str = Field(2, description="slots of each buffer shared_row_loads copies into: iteration "
+                                      "n copies the rows of iteration n + slots - 1, so that slots - 1 "
+                                      "iterations' rows are in flight (kgen/ir/passes/async_copy.py); 2 to 4, "
+                                      "or an expression of the variant axes and tunables")
     shared_accumulators: bool | str = Field(False, description="the fp32 sums its loops carry (a tile added to "
                                             "every iteration) kept in shared memory, each thread's elements its "
                                             "own, instead of in registers (kgen/ir/passes/shared_sums.py): true, "

@@ -151,7 +151,7 @@ class ProgramSim(WarpgroupSim, AsyncCopySim, TensorCopySim, RingSim):
         self.scalars: dict[str, Any] = {}
         self.regs: dict[str, np.ndarray] = {}
         self.smem: dict[str, np.ndarray] = {}
-        self.groups: list[list[tuple[str, np.ndarray, np.ndarray]]] = []  # committed, not yet landed
+        self.groups: list[list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = []  # committed, not yet landed
         # tensor copies: phases completed and waited for per barrier, and each copy's writes
         self.tma_done, self.tma_waited, self.tma_pending = {}, {}, {}
         self.in_flight: dict[str, tuple] = {}  # deferred dots by result name, until their dot_wait

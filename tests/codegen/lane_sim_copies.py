@@ -60,7 +60,9 @@ class AsyncCopySim:
                         raise SimError(f"async copy of {c['tensor']}: its count {c['count']} disagrees with the bounds")
                     self._check_range(f"async copy of {c['tensor']}", (off + v)[inside], flat.size)
                     self._check_range(f"async copy into {c['src']}", (slot + v)[ok], buf.size)
-                    writes.append((c["src"], (slot + v)[ok], np.where(inside, flat[np.where(inside, off + v, 0)], 0.0)[ok]))
+                    # the destination as the copy's address names it now: a slot view's name is
+                    # bound again each iteration, and a copy issued S - 1 iterations ahead lands later
+                    writes.append((buf, (slot + v)[ok], np.where(inside, flat[np.where(inside, off + v, 0)], 0.0)[ok]))
         self.groups.append(writes)
         if self.land == "at_issue":
             self._land(len(self.groups))
@@ -68,7 +70,7 @@ class AsyncCopySim:
     def _land(self, n: int) -> None:
         for group in self.groups[:n]:
             for buf, slot, value in group:
-                self.smem[buf][slot] = value
+                buf[slot] = value
         self.groups = self.groups[n:]
 
     def op_wait_async(self, c):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 import sys
+import tempfile
 import zlib
 from functools import lru_cache
 from itertools import product
@@ -77,6 +78,21 @@ SPEC_FILES = {"matmul": SPECS / "matmul.yaml", "matmul_bwd": SPECS / "matmul_bwd
 # cases lowered with other than the default options: two_starts with its rows copied through
 # shared memory (ir/passes/row_loads.py)
 SPEC_OPTIONS = {"two_starts_rows": CompileOptions(shared_row_loads=True)}
+# cases whose spec is another's with kernel fields added: two_starts' rows asked for in three
+# slots (`row_load_slots`), which the loop's dot operands then share on sm_80 (sm_90's tensor
+# copies keep two)
+SPEC_FIELDS = {"two_starts_rows3": ("two_starts", "    shared_row_loads: true\n    row_load_slots: 3\n")}
+
+
+@lru_cache(maxsize=None)
+def spec_path(spec: str) -> Path:
+    if spec not in SPEC_FIELDS:
+        return SPEC_FILES[spec]
+    base, field = SPEC_FIELDS[spec]
+    text = SPEC_FILES[base].read_text().replace("    warps: WARPS\n", "    warps: WARPS\n" + field, 1)
+    path = Path(tempfile.mkdtemp(prefix="kgen-case-")) / f"{spec}.yaml"
+    path.write_text(text)
+    return path
 
 
 def _cases():
@@ -101,6 +117,7 @@ def _cases():
     for target, dtype in (("sm_80", "fp16"), ("sm_90", "bf16")):
         yield ("two_starts", 0, target, dtype, (64, 64, 2, 4))
         yield ("two_starts_rows", 0, target, dtype, (64, 64, 2, 4))
+        yield ("two_starts_rows3", 0, target, dtype, (64, 64, 2, 4))
 
 
 CASES = list(_cases())
@@ -115,7 +132,7 @@ def case_id(case) -> str:
 def lowered(case):
     """(LoadedSpec, IR after all passes, target, variant) of one case."""
     spec, kernel, target, dtype, tile = case
-    ls = load_spec(SPEC_FILES[spec])
+    ls = load_spec(spec_path(spec))
     tg = load_target(target)
     variant = {"dtype": dtype}
     options = SPEC_OPTIONS.get(spec, DEFAULT)
@@ -386,6 +403,30 @@ def test_prefetching_loops_use_two_slots_and_a_shared_slot_is_caught():
 
     got, want, _ = simulate(case, one_slot, land="at_issue")
     assert mismatch(got, want) is not None
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90"])
+def test_three_slots_keep_two_iterations_in_flight_and_a_wait_one_short_is_caught(target):
+    """two_starts' rows asked for in three slots (`row_load_slots: 3`): the prologue copies two
+    iterations, each iteration copies the one two ahead, and each wait leaves the 7 groups
+    committed after its copy in flight. Letting one more stay in flight reads a slot before its
+    copy lands."""
+    case = ("two_starts_rows3", 0, target, "bf16" if target == "sm_90" else "fp16", (64, 64, 2, 4))
+    k = lowered(case)[1]
+    rows = [op for op in walk(k.body) if op.kind == "alloc_shared" and op.attrs.get("slots_asked") == 3]
+    assert len(rows) == 2 and all(op.attrs["slots"] == 3 for op in rows)
+    loop = next(op for op in walk(k.body) if op.kind == "for")
+    before = [op for op in k.body.ops[:k.body.ops.index(loop)] if op.kind == "copy_async" and op.attrs["tensor"] in "uw"]
+    assert len(before) == 4  # u and w for iterations 0 and 1
+    assert {op.attrs["pending"] for op in loop.body.ops if op.kind == "wait_async" and not op.attrs.get("tma")} <= {6, 7}
+
+    def one_short(ctxs):
+        for c in _flat(ctxs):
+            if c["macro"] == "wait_async" and "pending" in c:
+                c["pending"] += 1
+
+    with pytest.raises(lane_sim.SimError, match="reads a slot nothing wrote"):
+        simulate(case, one_short)
 
 
 def test_a_write_that_overtakes_a_dot_in_flight_is_caught():

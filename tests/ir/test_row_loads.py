@@ -101,9 +101,9 @@ def test_tensor_copy_waits_after_a_barrier_keep_none_but_the_last_keeps_one_if_n
     assert [(w.attrs["tma"], w.attrs["barrier"]) for w in waits] == [(True, True), (True, False)]
 
 
-def row_walk(stage, target="sm_90"):
+def row_walk(stage, target="sm_90", slots=2):
     ls = load_spec(ROOT / "tests/codegen/specs/row_walk.yaml")
-    return compile_kernel(ls, 0, {"dtype": "bf16", "ROW": 1024}, {"ROWS": 4, "STAGE": stage}, load_target(target))
+    return compile_kernel(ls, 0, {"dtype": "bf16", "ROW": 1024}, {"ROWS": 4, "STAGE": stage, "SLOTS": slots}, load_target(target))
 
 
 def test_a_kernel_that_asks_copies_its_rows_whatever_the_blocks_per_multiprocessor():
@@ -122,8 +122,33 @@ def test_a_kernel_that_declines_or_a_target_without_async_copies_keeps_its_loads
         assert "row_loads" not in k.notes and not any(op.kind == "copy_async" for op in walk(k.body))
     # the spec's `false` wins over options that ask for the copies everywhere
     ls = load_spec(ROOT / "tests/codegen/specs/row_walk.yaml")
-    k = compile_kernel(ls, 0, {"dtype": "bf16", "ROW": 1024}, {"ROWS": 4, "STAGE": 0}, load_target("sm_90"), options=ROWS)
+    k = compile_kernel(ls, 0, {"dtype": "bf16", "ROW": 1024}, {"ROWS": 4, "STAGE": 0, "SLOTS": 2}, load_target("sm_90"), options=ROWS)
     assert "row_loads" not in k.notes
+
+
+@pytest.mark.parametrize("slots", [3, 4])
+def test_rows_asked_for_in_more_slots_are_copied_that_many_iterations_ahead(slots):
+    """row_walk with `row_load_slots: SLOTS`: the x row's buffer has SLOTS slots, the loop
+    copies the row SLOTS - 1 iterations ahead (the prologue the first SLOTS - 1), and its wait
+    leaves the SLOTS - 2 later copies in flight."""
+    k = row_walk(1, slots=slots)
+    alloc = next(op for op in walk(k.body) if op.kind == "alloc_shared")
+    assert (alloc.attrs["slots"], alloc.attrs["slot_bytes"]) == (slots, 1024 * 2)
+    loop = next(op for op in k.body.ops if op.kind == "for")
+    assert sum(op.kind == "copy_async" for op in k.body.ops[:k.body.ops.index(loop)]) == slots - 1
+    waits = [op for op in loop.body.ops if op.kind == "wait_async"]
+    assert [w.attrs["pending"] for w in waits] == [slots - 2]
+    assert k.shared_bytes >= slots * 1024 * 2
+
+
+def test_row_load_slots_outside_two_to_four_is_an_error_at_its_place(tmp_path):
+    text = (ROOT / "tests/codegen/specs/row_walk.yaml").read_text().replace("SLOTS: [2, 3, 4]", "SLOTS: [2, 5]")
+    (tmp_path / "bad.yaml").write_text(text)
+    with pytest.raises(SpecError) as e:
+        compile_kernel(load_spec(tmp_path / "bad.yaml"), 0, {"dtype": "bf16", "ROW": 1024}, {"ROWS": 4, "STAGE": 1, "SLOTS": 5},
+                       load_target("sm_90"))
+    line = text.splitlines().index("    row_load_slots: SLOTS") + 1
+    assert f"bad.yaml:{line}:" in str(e.value) and "row_load_slots must be an integer from 2 to 4" in str(e.value)
 
 
 def test_an_expression_that_names_nothing_known_is_an_error_at_its_place(tmp_path):
@@ -131,22 +156,24 @@ def test_an_expression_that_names_nothing_known_is_an_error_at_its_place(tmp_pat
     (tmp_path / "bad.yaml").write_text(text)
     ls = load_spec(tmp_path / "bad.yaml")
     with pytest.raises(SpecError) as e:
-        compile_kernel(ls, 0, {"dtype": "bf16", "ROW": 1024}, {"ROWS": 4, "STAGE": 1}, load_target("sm_90"))
+        compile_kernel(ls, 0, {"dtype": "bf16", "ROW": 1024}, {"ROWS": 4, "STAGE": 1, "SLOTS": 2}, load_target("sm_90"))
     line = text.splitlines().index("    shared_row_loads: STAGES == 1") + 1
     assert f"bad.yaml:{line}:" in str(e.value) and "shared_row_loads must be true, false or an expression" in str(e.value)
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(helpers.no_gpu_reason() is not None, reason=str(helpers.no_gpu_reason()))
-def test_rows_copied_through_shared_memory_compute_what_the_reference_does():
-    """row_walk with its copies (STAGE = 1, its first choice) on the GPU: 37 rows (the last
+@pytest.mark.parametrize("slots", [2, 3, 4])
+def test_rows_copied_through_shared_memory_compute_what_the_reference_does(slots):
+    """row_walk with its copies (STAGE = 1) in 2, 3 and 4 slots on the GPU: 37 rows (the last
     program's copies past M read zeros and store nothing), 1000 of 1024 columns, fresh bf16
     inputs, against float64 within twice the error of the same computation in bf16."""
     import kgen
 
     ls = load_spec(ROOT / "tests/codegen/specs/row_walk.yaml")
     op = kgen.load(ROOT / "tests/codegen/specs/row_walk.yaml")
+    op.force_tunables({"ROWS": 4, "STAGE": 1, "SLOTS": slots})
     x, w = torch.randn(37, 1000, device="cuda").bfloat16(), torch.randn(1000, device="cuda").bfloat16()
     got = op(x, w)
-    assert op.last_tunables["STAGE"] == 1
+    assert op.last_tunables == {"ROWS": 4, "STAGE": 1, "SLOTS": slots}
     helpers.check_outputs(ls, {"y": got.cpu()}, {"x": x.cpu(), "w": w.cpu()}, {"eps": 1e-6}, {"dtype": "bf16", "ROW": 1024})

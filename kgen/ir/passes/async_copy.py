@@ -26,6 +26,11 @@ iteration's copy then goes into the other slot right after this iteration's wait
 iteration ahead of its use, and needs no barrier of its own: the slot it overwrites was last
 read in the previous iteration, before the barrier that ends this iteration's wait. With one
 slot the copy must wait for the last read, behind a barrier, and has half an iteration to land.
+A loop whose copies ask for S > 2 slots (`slots_asked`, passes/row_loads.py) and are all
+cp.async copies gets S where they fit: iteration n copies for iteration n + S - 1 into slot
+(n - 1) % S, read last in iteration n - 1 as with two, and the prologue copies iterations 0 to
+S - 2, so that S - 1 iterations' copies are in flight while one computes (the bytes in flight a
+multiprocessor needs to reach its share of the bandwidth grow with it, Little's law).
 
 On a target whose descriptor lists `tma` (sm_90), a copy into the 128-byte swizzle whose tile is
 a box of its tensor (scalar indices, one block or whole dim of rows, the whole static last dim,
@@ -165,8 +170,14 @@ def _pipeline(loop: Op, parent: Block, k: Kernel, target: Target) -> None:
         return
     allocs = {id(copy): next(op for op in body.ops if op.kind == "alloc_shared" and op.result is copy.operands[0])
               for copy, _, _ in plans}
-    extra = sum(a.attrs["bytes"] * (SLOTS - 1) for a in allocs.values())
-    slotted = buffer_bytes(k.body) + extra <= target.lds_bytes_per_block
+    asked = max((attr(a, "slots_asked") or SLOTS for a in allocs.values()), default=SLOTS)
+    if any(attr(copy, "tma") for copy, _, _ in plans):
+        asked = SLOTS  # a tensor copy's barrier phases count uses of two slots (kgen/codegen/tma.py)
+    # the most slots that fit, of those asked, then two, then one
+    slots = next((n for n in dict.fromkeys((asked, SLOTS))
+                  if buffer_bytes(k.body) + sum(a.attrs["bytes"] * (n - 1) for a in allocs.values())
+                  <= target.lds_bytes_per_block), 1)
+    slotted = slots > 1
     # the copy follows its wait (two slots) or the last read of its buffer (one)
     anchors = {id(copy): body.ops[wait if slotted else last] for copy, last, wait in plans}
     copies = sorted((copy for copy, _, _ in plans), key=lambda c: body.ops.index(anchors[id(c)]))
@@ -174,18 +185,28 @@ def _pipeline(loop: Op, parent: Block, k: Kernel, target: Target) -> None:
     prologue: list[Op] = []
     go = Value((), "bool")
     prologue.append(Op("binary", [start, stop], [go], {"fn": "lt"}, loc=loop.loc))
-    first = count = nxt_count = None
+    count = nxt_count = None
     tma = [copy for copy in copies if attr(copy, "tma")]
-    if slotted or tma:  # iteration number (iv - start) / step, and the next one
+    ahead: list[tuple[Value, Value, Value]] = []  # (slot index, iteration's start, whether it runs) of the prologue's copies
+    if slotted or tma:  # iteration number (iv - start) / step, and the one slots - 1 later
         off, count, nxt_count, one = Value((), "int32"), Value((), "int32"), Value((), "int32"), Value((), "int32")
         counters = [Op("binary", [iv, start], [off], {"fn": "sub"}, loc=loop.loc),
                     Op("binary", [off, step], [count], {"fn": "floordiv"}, loc=loop.loc),
-                    Op("const", [], [one], {"value": 1}, loc=loop.loc),
+                    Op("const", [], [one], {"value": max(slots - 1, 1)}, loc=loop.loc),
                     Op("binary", [count, one], [nxt_count], {"fn": "add"}, loc=loop.loc)]
         body.ops[0:0] = counters
     if slotted:
-        first = Value((), "int32")
-        prologue.append(Op("const", [], [first], {"value": 0}, loc=loop.loc))
+        for i in range(slots - 1):
+            first = Value((), "int32")
+            prologue.append(Op("const", [], [first], {"value": i}, loc=loop.loc))
+            if i == 0:
+                ahead.append((first, start, go))
+                continue
+            at_i, by, runs = Value((), "int32"), Value((), "int32"), Value((), "bool")
+            prologue += [Op("binary", [step, first], [by], {"fn": "mul"}, loc=loop.loc),
+                         Op("binary", [start, by], [at_i], {"fn": "add"}, loc=loop.loc),
+                         Op("binary", [at_i, stop], [runs], {"fn": "lt"}, loc=loop.loc)]
+            ahead.append((first, at_i, runs))
     for copy in copies:
         buf = copy.operands[0]
         alloc = allocs[id(copy)]
@@ -197,16 +218,18 @@ def _pipeline(loop: Op, parent: Block, k: Kernel, target: Target) -> None:
                     op.operands.append(count)
         if slotted:
             slot_bytes = alloc.attrs["bytes"]
-            alloc.attrs.update(bytes=slot_bytes * SLOTS, slots=SLOTS, slot_bytes=slot_bytes)
+            alloc.attrs.update(bytes=slot_bytes * slots, slots=slots, slot_bytes=slot_bytes)
             cur = slot_view(buf, count, alloc, loop)
             for op in walk(body):  # every read of this iteration reads the current slot
                 if op.kind not in ("copy_async", "wait_async"):
                     op.operands = [cur.result if v is buf else v for v in op.operands]
             body.ops.insert(len(counters), cur)
-            dst = slot_view(buf, first, alloc, loop)
-            prologue += [dst, *_copy_at(copy, chains[id(copy)], iv, start, go, dst.result)]
         else:
             prologue += _copy_at(copy, chains[id(copy)], iv, start, go)
+    for slot, at_i, runs in ahead:  # iteration by iteration, each in the order the loop issues them
+        for copy in copies:
+            dst = slot_view(copy.operands[0], slot, allocs[id(copy)], loop)
+            prologue += [dst, *_copy_at(copy, chains[id(copy)], iv, at_i, runs, dst.result)]
     if tma:
         # the phases the loop's copies completed made even again, so that the next run of the
         # loop (an outer loop's next iteration) starts each barrier at phase 0 of its count
@@ -219,8 +242,14 @@ def _pipeline(loop: Op, parent: Block, k: Kernel, target: Target) -> None:
     for copy in copies:
         body.ops.remove(copy)
         nxt, more = Value((), "int32"), Value((), "bool")
-        ops = [Op("binary", [iv, step], [nxt], {"fn": "add"}, loc=copy.loc),
-               Op("binary", [nxt, stop], [more], {"fn": "lt"}, loc=copy.loc)]
+        ops = [Op("binary", [nxt, stop], [more], {"fn": "lt"}, loc=copy.loc)]
+        if slots > 2:  # iv + (slots - 1) * step
+            by, n = Value((), "int32"), Value((), "int32")
+            ops[0:0] = [Op("const", [], [n], {"value": slots - 1}, loc=copy.loc),
+                        Op("binary", [step, n], [by], {"fn": "mul"}, loc=copy.loc),
+                        Op("binary", [iv, by], [nxt], {"fn": "add"}, loc=copy.loc)]
+        else:
+            ops.insert(0, Op("binary", [iv, step], [nxt], {"fn": "add"}, loc=copy.loc))
         if slotted:
             dst = slot_view(copy.operands[0], nxt_count, allocs[id(copy)], loop)
             ops += [dst, *_copy_at(copy, chains[id(copy)], iv, nxt, more, dst.result)]
@@ -262,13 +291,17 @@ def _count_loop(body: Block) -> None:
         return
     # tensor copies commit no group: only cp.async copies count
     copies = [i for i, op in enumerate(body.ops) if op.kind == "copy_async" and not attr(op, "tma")]
-    slot_of = {id(op.result): op.operands[0] for op in body.ops if op.kind == "slot"}
+    slot_op = {id(op.result): op for op in body.ops if op.kind == "slot"}
+    root = {id(op.result): op.operands[0] for op in slot_op.values()}
     for w, op in enumerate(body.ops):
         if op.kind != "wait_async" or attr(op, "tma"):
             continue
-        mine = [i for i in copies if slot_of.get(id(body.ops[i].operands[0]), body.ops[i].operands[0]) is op.operands[0]]
+        mine = [i for i in copies if root.get(id(body.ops[i].operands[0]), body.ops[i].operands[0]) is op.operands[0]]
         if len(mine) != 1 or mine[0] < w:  # copied in this iteration before the wait: not pipelined
             continue
         after_mine = sum(1 for i in copies if i > mine[0])
         before_wait = sum(1 for i in copies if i < w)
-        op.attrs["pending"] = after_mine + before_wait
+        # with S slots the copy came S - 1 iterations early: the S - 2 iterations between issued theirs
+        view = slot_op.get(id(body.ops[mine[0]].operands[0]))
+        between = (view.attrs["slots"] - 2) * len(copies) if view is not None and view.attrs["slots"] > 2 else 0
+        op.attrs["pending"] = after_mine + between + before_wait

@@ -42,16 +42,17 @@ def merge_stage_barriers(k: Kernel, target: Target, options: CompileOptions) -> 
 
 
 def _into_next_slot(op: Op, producer: dict) -> bool:
-    """A copy into the slot the next iteration reads, of a two-slot buffer (passes/async_copy.py:
-    its count is this iteration's plus one): this iteration reads only the other slot."""
+    """A copy into the slot an iteration slots - 1 ahead reads, of a buffer of two or more slots
+    (passes/async_copy.py: its count is this iteration's plus slots - 1): the slot the previous
+    iteration read, not one this iteration reads."""
     view = producer.get(id(op.operands[0]))
-    if view is None or view.kind != "slot" or view.attrs["slots"] != 2:
+    if view is None or view.kind != "slot" or view.attrs["slots"] < 2:
         return False
     count = producer.get(id(view.operands[1]))
     if count is None or count.kind != "binary" or count.attrs["fn"] != "add":
         return False
     ones = [producer.get(id(v)) for v in count.operands]
-    return any(o is not None and o.kind == "const" and o.attrs["value"] == 1 for o in ones)
+    return any(o is not None and o.kind == "const" and o.attrs["value"] == view.attrs["slots"] - 1 for o in ones)
 
 
 def _reads_shared(op: Op) -> bool:

@@ -13,9 +13,9 @@ tiles they go with.
 Where the target copies global memory to shared memory asynchronously (`cp.async`), such a load
 becomes `stage(load)` and a `read_shared` of the staged buffer into the load's layout, at the
 load's place: use_async_copies then makes the stage an asynchronous copy, pipelined one
-iteration ahead into two slots as it does for dot operands, and the read costs one shared load
-per element instead of a global one. The registers are live exactly as before; the buffer
-costs two slots of the row's bytes.
+iteration ahead into two slots as it does for dot operands (or `row_load_slots` - 1 iterations
+ahead into that many), and the read costs one shared load per element instead of a global one.
+The registers are live exactly as before; the buffer costs its slots of the row's bytes.
 
 A load qualifies when it is not staged for a dot already (use_async_copies copies those), when
 prefetch_loads would not take it (more registers per thread than its
@@ -106,7 +106,7 @@ def _apply(k: Kernel, positions: list[int]) -> None:
     ops = list(walk(k.body))
     where = {id(op): loop.body for loop in ops if loop.kind == "for" for op in loop.body.ops}
     for load in [ops[at] for at in positions]:
-        _through_shared(load, where[id(load)])
+        _through_shared(load, where[id(load)], k.row_load_slots)
         k.notes.setdefault("row_loads", []).append(
             f"{load.attrs['tensor']} {'x'.join(map(str, load.result.shape))}: copied an iteration ahead into shared memory")
 
@@ -123,13 +123,15 @@ def _qualifies(load: Op, written: set[str], tile_budget: int) -> bool:
             and (v.shape[-1] * ELEM_BYTES[v.dtype]) % CHUNK_BYTES == 0)
 
 
-def _through_shared(load: Op, body) -> None:
-    """load -> stage(load) and read_shared, the readers reading the read's value."""
+def _through_shared(load: Op, body, slots: int) -> None:
+    """load -> stage(load) and read_shared, the readers reading the read's value; the buffer
+    asks use_async_copies for `slots` slots (the kernel's row_load_slots)."""
     v = load.result
     rows, cols = (1, v.shape[0]) if len(v.shape) == 1 else v.shape
     buf = Value(v.shape, v.dtype, place="shared")
     stage = Op("stage", [v], [buf], {"role": "row", "inner": 1, "rows": rows, "ld": cols,
-                                     "bytes": rows * cols * ELEM_BYTES[v.dtype], "smem_layout": "rows"}, loc=load.loc)
+                                     "bytes": rows * cols * ELEM_BYTES[v.dtype], "smem_layout": "rows",
+                                     "slots_asked": slots}, loc=load.loc)
     out = Value(v.shape, v.dtype, place="reg", layout=v.layout)
     read = Op("read_shared", [buf], [out], {}, loc=load.loc)
     for op in walk(body):
