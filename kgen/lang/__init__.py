@@ -47,7 +47,7 @@ def kernel_ir(ls: LoadedSpec, kernel_index: int | str, variant: dict[str, Any], 
     bulk, specialize, row_loads, sums = (_per_variant(ls, kernel_index, field, constants) for field in
                                          ("bulk_reductions", "warp_specialize", "shared_row_loads", "shared_accumulators"))
     occupancy = _occupancy(ls, kernel_index, constants)
-    slots = _evaluated(ls, kernel_index, "row_load_slots", constants, "an integer from 2 to 4")
+    slots = _evaluated(ls, kernel_index, "row_load_slots", constants, f"an integer from 2 to {ROW_LOAD_SLOTS_MAX}")
     if isinstance(slots, bool) or not isinstance(slots, int) or not 2 <= slots <= ROW_LOAD_SLOTS_MAX:
         raise SpecError(f"row_load_slots must be an integer from 2 to {ROW_LOAD_SLOTS_MAX} (slots of each buffer "
                         f"a row is copied into), got {slots!r}", ls.where("kernels", kernel_index, "row_load_slots"))

@@ -189,11 +189,11 @@ def _pipeline(loop: Op, parent: Block, k: Kernel, target: Target) -> None:
     tma = [copy for copy in copies if attr(copy, "tma")]
     ahead: list[tuple[Value, Value, Value]] = []  # (slot index, iteration's start, whether it runs) of the prologue's copies
     if slotted or tma:  # iteration number (iv - start) / step, and the one slots - 1 later
-        off, count, nxt_count, one = Value((), "int32"), Value((), "int32"), Value((), "int32"), Value((), "int32")
+        off, count, nxt_count, ahead_by = Value((), "int32"), Value((), "int32"), Value((), "int32"), Value((), "int32")
         counters = [Op("binary", [iv, start], [off], {"fn": "sub"}, loc=loop.loc),
                     Op("binary", [off, step], [count], {"fn": "floordiv"}, loc=loop.loc),
-                    Op("const", [], [one], {"value": max(slots - 1, 1)}, loc=loop.loc),
-                    Op("binary", [count, one], [nxt_count], {"fn": "add"}, loc=loop.loc)]
+                    Op("const", [], [ahead_by], {"value": max(slots - 1, 1)}, loc=loop.loc),
+                    Op("binary", [count, ahead_by], [nxt_count], {"fn": "add"}, loc=loop.loc)]
         body.ops[0:0] = counters
     if slotted:
         for i in range(slots - 1):
@@ -244,9 +244,8 @@ def _pipeline(loop: Op, parent: Block, k: Kernel, target: Target) -> None:
         nxt, more = Value((), "int32"), Value((), "bool")
         ops = [Op("binary", [nxt, stop], [more], {"fn": "lt"}, loc=copy.loc)]
         if slots > 2:  # iv + (slots - 1) * step
-            by, n = Value((), "int32"), Value((), "int32")
-            ops[0:0] = [Op("const", [], [n], {"value": slots - 1}, loc=copy.loc),
-                        Op("binary", [step, n], [by], {"fn": "mul"}, loc=copy.loc),
+            by = Value((), "int32")
+            ops[0:0] = [Op("binary", [step, ahead_by], [by], {"fn": "mul"}, loc=copy.loc),
                         Op("binary", [iv, by], [nxt], {"fn": "add"}, loc=copy.loc)]
         else:
             ops.insert(0, Op("binary", [iv, step], [nxt], {"fn": "add"}, loc=copy.loc))
