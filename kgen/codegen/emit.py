@@ -175,9 +175,12 @@ class Emitter:
                "combine": combine.format(a="{a}", b="{b}"), "src": name(src), "src_f32": elem(src) if integer else as_compute(src),
                "masks": list(plan.lane_xor_masks), "cross_warp": plan.cross_warp}
         if plan.cross_warp:
+            # each warp writes its partial into the slice of its position along the axis (the
+            # warp's bits that move along it); every warp adds the slices in the same order, so
+            # the copies of a result the warps hold are equal to the bit
             warp_bits = src.layout.bits_along(axis)["warp"]
-            others = [sum(1 << b for i, b in enumerate(warp_bits) if s >> i & 1) for s in range(1 << len(warp_bits))]
-            ctx.update(offset=op.attrs["smem_offset"], nslice=_numel(out.shape), warp_xors=others,
+            ctx.update(offset=op.attrs["smem_offset"], nslice=_numel(out.shape), warp_along=_bits_of("warp", warp_bits),
+                       nslices=1 << len(warp_bits),
                        sync_before=attr(op, "sync_before"),
                        slot="0" if out.is_scalar else self._flat(out, "e", operand_of="+"))
         return ctx
@@ -593,6 +596,14 @@ def strides_multiple_of(tensor: str, strides: int, m: int) -> list[str]:
     if strides <= MAX_STRIDES_MACRO:
         return [f"KG_STRIDES_MULTIPLE{strides}({tensor}, {m})"]
     return [f"stride_{tensor}_{d} % {m} == 0" for d in range(strides)]
+
+
+def _bits_of(var: str, bits: list[int]) -> str:
+    """C expression of the number made of `var`'s bits `bits` (bit i of it from bits[i])."""
+    if bits == list(range(bits[0], bits[0] + len(bits))):
+        shifted = var if bits[0] == 0 else f"({var} >> {bits[0]})"
+        return f"({shifted} & {(1 << len(bits)) - 1})"
+    return "(" + " + ".join(f"(({var} >> {b}) & 1) * {1 << i}" for i, b in enumerate(bits)) + ")"
 
 
 def _numel(shape) -> int:

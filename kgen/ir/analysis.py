@@ -24,10 +24,12 @@ def scratch_bytes(op: Op) -> int:
     if op.kind == "reduce":
         src = op.operands[0]
         if src.layout is not None and src.layout.reduce_plan(op.attrs["axis"]).cross_warp:
+            # a slice of the result per position of a warp along the axis: the warps that differ
+            # in other bits hold other elements of the result (or copies of the same partial)
             n = 1
             for s in op.result.shape or (1,):
                 n *= s
-            return _slot_bytes(src) * n * src.layout.nwarps
+            return _slot_bytes(src) * n * (1 << len(src.layout.bits_along(op.attrs["axis"])["warp"]))
     if op.kind == "scan":
         src = op.operands[0]
         if src.layout is not None and src.layout.reduce_plan(op.attrs["axis"]).cross_warp:

@@ -32,7 +32,7 @@ def _spec(name: str):
 
 
 def _run_spec(ls, variant, sizes, inputs, tunables=None):
-    """Every kernel of one variant, in order, on CPU tensors; outputs start as NaN."""
+    """Every kernel of one variant, in order, on CPU tensors; outputs and scratch start as NaN."""
     target = load_target("gfx942")
     if tunables is None:
         bv = build_variant(ls, variant, target, compile=False)
@@ -41,7 +41,7 @@ def _run_spec(ls, variant, sizes, inputs, tunables=None):
         kernels = [build_kernel(ls, i, variant, tunables, target) for i in range(len(ls.spec.kernels))]
     env = {**variant, **tunables, **sizes}
     tensors = dict(inputs)
-    for name in ls.spec.outputs():
+    for name in [n for n, t in ls.spec.tensors.items() if t.role != "input"]:
         shape = helpers.tensor_shape(ls, name, env)
         tensors[name] = torch.full(shape, float("nan"), dtype=helpers.torch_dtype(ls, name, variant))
     for ks, bk in zip(ls.spec.kernels, kernels):
@@ -173,3 +173,32 @@ def test_threads_that_store_one_value_to_one_place_do_not_race():
     out = torch.zeros(128, dtype=torch.int32)
     run_kernel(k, (1,), {"out": out}, {"n": 128}, {})
     assert torch.equal(out, (3 - (torch.arange(128) & 3)).int() * 7)
+
+
+def test_column_sums_of_rows_split_over_warps_take_a_slice_per_row_position():
+    """layernorm_bwd on two rows a program (SA 1): dw and db sum the (2 x ROW) tile over its rows,
+    which lie in different warps. Each warp writes its partial into the slice of its row (the
+    warps of one row hold other columns), so the scratch is 2 x ROW floats, not a slice per warp
+    (8 x ROW: 128 KB at 4096 wide, with the rows' copies 192 KB, one program an SM); every warp
+    adds the slices in the same order. The sums match the reference in emulation."""
+    from kgen.hw.descriptor import load_target as target_of
+    from kgen.ir.analysis import scratch_bytes
+    from kgen.ir.core import walk
+    from kgen.driver import compile_kernel
+
+    ls = _spec("layernorm_bwd")
+    tiles = {"SA": 1, "BLOCK_M": 2, "WARPS": 8, "ROWS": 16, "SPLIT": 1, "BLOCK_C": 256}
+    variant = {"dtype": "bf16", "ROW": 1024}
+    k = compile_kernel(ls, 0, variant, tiles, target_of("gfx942"))
+    column_sums = [op for op in walk(k.body) if op.kind == "reduce" and op.attrs["axis"] == 0 and scratch_bytes(op)]
+    assert len(column_sums) == 2 and all(scratch_bytes(op) == 4 * 1024 * 2 for op in column_sums)
+    torch.manual_seed(6)
+    m, n = 37, 1000  # ragged: 3 programs, the last one part full; 1000 in the 1024-wide bucket
+    x = torch.randn(m, n)
+    mean, rstd = x.mean(dim=1), torch.rsqrt(x.var(dim=1, unbiased=False) + 1e-5)
+    ins = {"x": x.to(torch.bfloat16), "w": (1 + 0.1 * torch.randn(n)).to(torch.bfloat16), "mean": mean, "rstd": rstd,
+           "dy": torch.randn(m, n).to(torch.bfloat16)}
+    out = _run_spec(ls, variant, {"M": m, "N": n}, ins, tiles)
+    ref, ref_lowp = helpers.reference(ls, ins), helpers.reference(ls, ins, exact=False)
+    for o in ls.spec.outputs():
+        helpers.check_close(o, out[o], ref[o], ref_lowp[o])
