@@ -8,7 +8,6 @@ file than the kernel's spec).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from ..hw.descriptor import Target
 from ..ir.core import ELEM_BYTES, Kernel, Op, Value, use_counts, walk
@@ -21,8 +20,10 @@ from ..ir.passes.operands import fragment_view
 from . import indexed, tma, wgmma
 from .int_forms import RegisterForms
 from .rand_draw import rand_context
+from .cnames import as_compute, elem, name  # noqa: F401 (re-exported)
+from .reductions import reduce_context, scan_context
 from .cexpr import PREC, add, cat, div, lit, mod, mul, sym, total, wide
-from .dtypes import CTYPE, FLOAT, HALF_TYPE, INTEGER, REDUCE_INIT_INT, ctype, integer_cast, literal  # noqa: F401 (re-exported)
+from .dtypes import FLOAT, HALF_TYPE, ctype, integer_cast, literal  # noqa: F401 (re-exported)
 from .coords import CoordMacros, dup_masks, reg_map_expr, register_operand_ptr, rep_index, rep_loops, shared_slot, tensor_param
 
 MAX_STRIDES_MACRO = 7  # KG_STRIDES<n> and KG_STRIDES_MULTIPLE<n>, n = 1..7, in templates/common/kgen_tile.h
@@ -37,21 +38,6 @@ BIN_C = {"add": "{a} + {b}", "sub": "{a} - {b}", "mul": "{a} * {b}", "div": "{a}
 UN_C = {"exp": "kg::exp_({a})", "exp2": "kg::exp2_({a})", "log": "kg::log_({a})", "log2": "kg::log2_({a})",
         "sqrt": "kg::sqrt_({a})", "rsqrt": "kg::rsqrt_({a})", "abs": "kg::abs_({a})", "not": "!{a}",
         **{fn: f"kg::{fn}_({{a}})" for fn in ("sigmoid", "tanh", "erf", "sin", "cos", "floor", "ceil")}}
-REDUCE_C = {"sum": ("0.0f", "{a} + {b}"), "max": ("-kg::inf()", "kg::max_({a}, {b})"), "min": ("kg::inf()", "kg::min_({a}, {b})")}
-
-
-def name(v: Value) -> str:
-    """The value in C: its name from the spec or v<id> (render.name_values), or a constant's literal."""
-    return v.cname or f"v{v.id}"
-
-
-def elem(v: Value, idx: str = "e") -> str:
-    return name(v) if v.is_scalar else f"{name(v)}[{idx}]"
-
-
-def as_compute(v: Value, idx: str = "e") -> str:
-    """The element read as the type arithmetic is done in (float for the float dtypes)."""
-    return f"kg::f32({elem(v, idx)})" if v.dtype in ("bf16", "fp16") else elem(v, idx)
 
 
 class Emitter:
@@ -162,52 +148,12 @@ class Emitter:
 
     # --- reductions and layout changes ------------------------------------------------------------
     def op_reduce(self, op):
-        src, out, axis = op.operands[0], op.result, op.attrs["axis"]
-        plan = src.layout.reduce_plan(axis)
-        init, combine = REDUCE_C[op.attrs["fn"]]
-        integer = src.dtype in INTEGER
-        if integer:
-            init = REDUCE_INIT_INT[src.dtype][op.attrs["fn"]]
-        ctx = {"out": self.decl(out), "acc": f"r{out.id}", "n_in": src.layout.nregs, "n_out": 1 if out.is_scalar else out.layout.nregs,
-               "acc_ctype": CTYPE[src.dtype] if integer else "float", "scalar_out": out.is_scalar,
-               "finish": "" if integer else f"kg::cvt<{self.ctype(out.dtype)}>",
-               "map": str(reg_map_expr(src.layout.slice_reg_map(axis))), "init": init,
-               "combine": combine.format(a="{a}", b="{b}"), "src": name(src), "src_f32": elem(src) if integer else as_compute(src),
-               "masks": list(plan.lane_xor_masks), "cross_warp": plan.cross_warp}
-        if plan.cross_warp:
-            # each warp writes its partial into the slice of its position along the axis (the
-            # warp's bits that move along it); every warp adds the slices in the same order, so
-            # the copies of a result the warps hold are equal to the bit
-            warp_bits = src.layout.bits_along(axis)["warp"]
-            ctx.update(offset=op.attrs["smem_offset"], nslice=_numel(out.shape), warp_along=_bits_of("warp", warp_bits),
-                       nslices=1 << len(warp_bits),
-                       sync_before=attr(op, "sync_before"),
-                       slot="0" if out.is_scalar else self._flat(out, "e", operand_of="+"))
-        return ctx
+        return reduce_context(self, op)
 
     def op_scan(self, op):
-        """Inclusive prefix sum along an axis, over the axis's layout bits from the lightest
-        (kgen.layout: each bit moves a distinct power of two along the axis): every element
-        keeps its prefix and its block's total; at each bit it adds the partner block's total
-        (the register, lane or warp with that bit flipped) to both totals, and to its prefix when
-        its bit is set. Registers pair in-thread, lanes by xor-shuffle, warps through shared
-        memory (a slot per thread and register)."""
-        src, out, axis = op.operands[0], op.result, op.attrs["axis"]
-        lay = src.layout
-        levels = []
-        for kind, bases in (("reg", lay.reg), ("lane", lay.lane), ("warp", lay.warp)):
-            for b, v in enumerate(bases):
-                if v[axis]:
-                    if any(x for d, x in enumerate(v) if d != axis):
-                        raise NotImplementedError(f"cumsum along axis {axis} of a layout whose bits move along two axes ({lay})")
-                    levels.append((v[axis], kind, 1 << b))
-        integer = src.dtype in INTEGER
-        return {"out": self.decl(out), "n": lay.nregs, "acc_ctype": CTYPE[src.dtype] if integer else "float",
-                "src_val": elem(src) if integer else as_compute(src), "finish": "" if integer else f"kg::cvt<{self.ctype(out.dtype)}>",
-                "levels": [{"kind": kind, "mask": m} for _, kind, m in sorted(levels)],
-                "offset": (attr(op, "smem_offset") or 0)}
+        return scan_context(self, op)
 
-    def _flat(self, v: Value, idx: str, operand_of: str | None = None) -> str:
+    def flat_index(self, v: Value, idx: str, operand_of: str | None = None) -> str:
         """Row-major element number of register `idx` of a register tile (for scratch buffers);
         `operand_of`: the operator the template writes it after, which it must bind tighter than
         (a row taken from the warp's bits, `warp & 1`, after `warp * 2 +`)."""
@@ -222,7 +168,7 @@ class Emitter:
     def op_convert(self, op):
         src, out = op.operands[0], op.result
         return {"out": self.decl(out), "src": name(src), "offset": op.attrs["smem_offset"], "ctype": self.ctype(out.dtype),
-                "sync_before": attr(op, "sync_before"), "n_in": src.layout.nregs, "slot_in": self._flat(src, "e"), "slot_out": self._flat(out, "e")}
+                "sync_before": attr(op, "sync_before"), "n_in": src.layout.nregs, "slot_in": self.flat_index(src, "e"), "slot_out": self.flat_index(out, "e")}
 
     def op_stage(self, op):
         return {**self._stage_write(op, op.operands[0]), "out": {"name": name(op.result)}, "dst": name(op.result),
@@ -596,18 +542,3 @@ def strides_multiple_of(tensor: str, strides: int, m: int) -> list[str]:
     if strides <= MAX_STRIDES_MACRO:
         return [f"KG_STRIDES_MULTIPLE{strides}({tensor}, {m})"]
     return [f"stride_{tensor}_{d} % {m} == 0" for d in range(strides)]
-
-
-def _bits_of(var: str, bits: list[int]) -> str:
-    """C expression of the number made of `var`'s bits `bits` (bit i of it from bits[i])."""
-    if bits == list(range(bits[0], bits[0] + len(bits))):
-        shifted = var if bits[0] == 0 else f"({var} >> {bits[0]})"
-        return f"({shifted} & {(1 << len(bits)) - 1})"
-    return "(" + " + ".join(f"(({var} >> {b}) & 1) * {1 << i}" for i, b in enumerate(bits)) + ")"
-
-
-def _numel(shape) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n

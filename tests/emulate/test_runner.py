@@ -202,3 +202,26 @@ def test_column_sums_of_rows_split_over_warps_take_a_slice_per_row_position():
     ref, ref_lowp = helpers.reference(ls, ins), helpers.reference(ls, ins, exact=False)
     for o in ls.spec.outputs():
         helpers.check_close(o, out[o], ref[o], ref_lowp[o])
+
+
+@pytest.mark.parametrize("warps", [8, 16])
+def test_a_row_sum_across_warps_is_added_by_the_lanes(warps):
+    """A sum with one element of result (a program's one row): each warp writes its partial to
+    the slice of its position along the row, then lane l reads slice l mod slices and an
+    xor-butterfly over those lane bits adds them, the same tree in every warp. A 4096-wide bf16
+    row is 8 waves of 64 lanes x 8 elements: on 16 waves, two hold each part of the row and
+    store equal partials into one slice (a store that leaves the bytes as they were, which the
+    race check allows). layernorm's mean and variance match the reference in emulation."""
+    ls = _spec("layernorm")
+    variant, tiles = {"dtype": "bf16", "ROW": 4096}, {"BLOCK_M": 1, "WARPS": warps, "OCC": 1}
+    bk = build_kernel(ls, 0, variant, tiles, load_target("gfx942"))
+    text = bk.source + "".join(src for _, src in bk.includes)
+    assert "scratch_[(warp & 7) * 1 + 0] = " in text and "scratch_[lane & 7]" in text
+    torch.manual_seed(8)
+    m, n = 3, 3000  # 3000 in the 4096-wide bucket: the padding is in the last waves
+    ins = {"x": (2 + torch.randn(m, n)).to(torch.bfloat16), "w": (1 + 0.1 * torch.randn(n)).to(torch.bfloat16),
+           "b": (0.1 * torch.randn(n)).to(torch.bfloat16)}
+    out = _run_spec(ls, variant, {"M": m, "N": n}, ins, tiles)
+    ref, ref_lowp = helpers.reference(ls, ins), helpers.reference(ls, ins, exact=False)
+    for o in ls.spec.outputs():
+        helpers.check_close(o, out[o], ref[o], ref_lowp[o])
