@@ -21,7 +21,7 @@ from . import indexed, tma, wgmma
 from .int_forms import RegisterForms
 from .rand_draw import rand_context
 from .cnames import as_compute, elem, name  # noqa: F401 (re-exported)
-from .reductions import reduce_context, scan_context
+from .reductions import reduce_context, reduce_group_context, scan_context
 from .cexpr import PREC, add, cat, div, lit, mod, mul, sym, total, wide
 from .dtypes import FLOAT, HALF_TYPE, ctype, integer_cast, literal  # noqa: F401 (re-exported)
 from .coords import CoordMacros, dup_masks, reg_map_expr, register_operand_ptr, rep_index, rep_loops, shared_slot, tensor_param
@@ -60,11 +60,21 @@ class Emitter:
         """The contexts of a block's ops. A constant has none: its uses spell its literal
         (render.name_values). An op from the same spec line as the op before it shares that op's
         `// spec:` comment."""
-        out, last_line = [], None
+        out, last_line, joined = [], None, []
         for op in block.ops:
             if op.kind == "const" or op.kind in VIEWS:
                 continue
-            ctx = getattr(self, "op_" + op.kind)(op)
+            if op.kind == "reduce":  # sums that share a barrier are one statement (passes/sum_groups.py)
+                part = reduce_context(self, op)
+                part["loc"] = self.where(op.loc) if op.loc else ""
+                joined.append((op, part))
+                if attr(op, "joins_next"):
+                    continue
+                op = joined[0][0]
+                ctx = reduce_group_context([p for _, p in joined])
+                joined = []
+            else:
+                ctx = getattr(self, "op_" + op.kind)(op)
             ctx.setdefault("macro", op.kind)
             line = (op.loc.file, op.loc.line) if op.loc else None
             ctx["loc"] = self.where(op.loc) if op.loc and line != last_line else ""
@@ -147,9 +157,6 @@ class Emitter:
         return {"macro": "elementwise", "out": self.decl(op.result), "expr": f"{name(src)}[{reg_map_expr(mapping)}]"}
 
     # --- reductions and layout changes ------------------------------------------------------------
-    def op_reduce(self, op):
-        return reduce_context(self, op)
-
     def op_scan(self, op):
         return scan_context(self, op)
 

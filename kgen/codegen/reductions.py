@@ -5,6 +5,8 @@ along the axis; the warps go through the scratch that kgen.ir.analysis.scratch_b
 the placement pass puts at `smem_offset`."""
 from __future__ import annotations
 
+import math
+
 from ..ir.attrs import attr
 from .cnames import as_compute, elem, name
 from .coords import reg_map_expr
@@ -13,9 +15,21 @@ from .dtypes import CTYPE, INTEGER, REDUCE_INIT_INT
 REDUCE_C = {"sum": ("0.0f", "{a} + {b}"), "max": ("-kg::inf()", "kg::max_({a}, {b})"), "min": ("kg::inf()", "kg::min_({a}, {b})")}
 
 
+def reduce_group_context(parts: list[dict]) -> dict:
+    """The one statement of sums that share a barrier (kgen/ir/passes/sum_groups.py), or of one
+    sum: every part adds in-thread and across lanes, the parts across warps write their slices,
+    the block waits once (before, too, where any part's scratch may still be read), then each
+    reads. A group's scratch pointers are named apart."""
+    cross = [p for p in parts if p["cross_warp"]]
+    for i, p in enumerate(cross):
+        p["scratch"] = "scratch_" if len(cross) == 1 else f"scratch{i}_"
+    return {"macro": "reduce", "parts": parts, "cross": cross, "sync_before": any(p["sync_before"] for p in cross)}
+
+
 def reduce_context(em, op) -> dict:
-    """A reduction along an axis: in-thread over the registers along it, an xor-butterfly over
-    its lane bits, then across the warps along it through shared memory."""
+    """One part of a `reduce` statement (reduce_group_context): a reduction along an axis,
+    in-thread over the registers along it, an xor-butterfly over its lane bits, then across
+    the warps along it through shared memory."""
     src, out, axis = op.operands[0], op.result, op.attrs["axis"]
     plan = src.layout.reduce_plan(axis)
     init, combine = REDUCE_C[op.attrs["fn"]]
@@ -27,7 +41,7 @@ def reduce_context(em, op) -> dict:
            "finish": "" if integer else f"kg::cvt<{em.ctype(out.dtype)}>",
            "map": str(reg_map_expr(src.layout.slice_reg_map(axis))), "init": init,
            "combine": combine.format(a="{a}", b="{b}"), "src": name(src), "src_f32": elem(src) if integer else as_compute(src),
-           "masks": list(plan.lane_xor_masks), "cross_warp": plan.cross_warp, "lane_reads": []}
+           "masks": list(plan.lane_xor_masks), "cross_warp": plan.cross_warp, "lane_reads": [], "sync_before": False}
     if plan.cross_warp:
         # each warp writes its partial into the slice of its position along the axis (the
         # warp's bits that move along it); every warp adds the slices in the same order, so
@@ -79,7 +93,4 @@ def _bits_of(var: str, bits: list[int]) -> str:
 
 def numel(shape) -> int:
     """Elements of a tile of `shape`."""
-    n = 1
-    for s in shape:
-        n *= s
-    return n
+    return math.prod(shape)

@@ -62,7 +62,9 @@ SCHEMA: dict[str, dict[str, Attr]] = {
     "broadcast": {"shape": Attr((tuple,))},
     "trans": {},
     "reduce": {"fn": Attr((str,), choices=("sum", "max", "min")), "axis": Attr((int,)),
-               "smem_offset": Attr((int,), None), "sync_before": Attr((bool,), True)},
+               "smem_offset": Attr((int,), None), "sync_before": Attr((bool,), True),
+               # a sum across warps that shares the next one's barrier (passes/sum_groups.py)
+               "joins_next": Attr((bool,), False)},
     "scan": {"fn": Attr((str,), choices=("sum",)), "axis": Attr((int,)), "smem_offset": Attr((int,), None)},
     "cdiv": {},
     "dot": {"instr": Attr((str,), by=_TILING), "warps_m": Attr((int,), by=_TILING), "warps_n": Attr((int,), by=_TILING),

@@ -18,6 +18,7 @@ for codegen. kgen.driver runs the parse and then these, in this order:
       -> specialize_warps     loops of tensor copies fed by a producer warpgroup through rings
       -> alternate_warpgroups two computing warpgroups take turns issuing their products
       -> plan_bulk_reductions tile atomic adds through shared memory, one bulk reduction per row
+      -> group_warp_sums      sums across warps side by side share one barrier
       -> merge_stage_barriers    barriers only where a shared write could overtake a read
       -> plan_shared_memory   offsets from the interference graph; the descriptor's limit checked
       -> drop_scratch_barriers  no barrier before a scratch write that no pending read overlaps
@@ -58,6 +59,7 @@ from .passes.row_loads import copy_row_loads
 from .passes.scratch_barriers import drop_scratch_barriers
 from .passes.shared_sums import keep_sums_in_shared
 from .passes.sink import sink_to_first_use
+from .passes.sum_groups import group_warp_sums
 from .passes.staged_loads import pipeline_staged_loads
 from .passes.specialize import specialize_warps
 from .passes.zero_starts import mark_zero_starts
@@ -82,6 +84,7 @@ PASSES: list[tuple[str, Pass]] = [
     ("specialize_warps", specialize_warps),
     ("alternate_warpgroups", alternate_warpgroups),
     ("plan_bulk_reductions", plan_bulk_reductions),
+    ("group_warp_sums", group_warp_sums),
     ("merge_stage_barriers", merge_stage_barriers),
     ("plan_shared_memory", plan_shared_memory),
     ("drop_scratch_barriers", drop_scratch_barriers),

@@ -18,7 +18,8 @@ from .passes.operands import SWIZZLE_ATOM_BYTES
 def place_shared(k: Kernel) -> tuple[dict[int, tuple[Op, int]], list[Op], int]:
     """id of each buffer's op -> (op, offset); the bulk atomic_adds that share the first one's
     buffer; the bytes the buffers span (without the mbarriers plan_shared_memory adds)."""
-    order = {id(op): i for i, op in enumerate(walk(k.body))}
+    ops = list(walk(k.body))
+    order = {id(op): i for i, op in enumerate(ops)}
     spans = _loop_spans(k.body, order)
     buffers: dict[int, tuple[Op, int, int, int]] = {}  # id -> (op, bytes, start, end)
     bulk: list[Op] = []
@@ -32,7 +33,9 @@ def place_shared(k: Kernel) -> tuple[dict[int, tuple[Op, int]], list[Op], int]:
             # every bulk atomic_add (each warp waits for its own reads before rewriting its slice)
             bulk.append(op)
         elif scratch_bytes(op):
-            buffers[id(op)] = (op, scratch_bytes(op), order[id(op)], order[id(op)])
+            # a sum that joins the next (passes/sum_groups.py) reads its slices after the group's
+            # last member writes its own: live until then
+            buffers[id(op)] = (op, scratch_bytes(op), order[id(op)], order[id(op)] + _joined(order[id(op)], ops))
     if bulk:
         buffers[id(bulk[0])] = (bulk[0], max(scratch_bytes(op) for op in bulk), 0, len(order))
     g = nx.Graph()
@@ -66,6 +69,15 @@ def with_barriers(k: Kernel, end: int) -> tuple[int | None, int]:
         return None, end
     at = align(end, 8)
     return at, at + 8 * (k.tma_barriers + k.release_barriers)
+
+
+def _joined(i: int, ops: list[Op]) -> int:
+    """How many ops after the i-th (in walk order) the group of sums it joins reaches: its
+    members are side by side in one block."""
+    n = 0
+    while ops[i + n].attrs.get("joins_next"):
+        n += 1
+    return n
 
 
 def align(n: int, to: int = 16) -> int:

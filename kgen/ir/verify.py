@@ -1,10 +1,11 @@
 """The IR verifier, run after every pass: every operand is defined before use, in scope; loops
 carry as many values as they yield; every op's attributes are those its kind declares, of their
 types (kgen/ir/attrs.py); layouts, once assigned, cover their tiles; buffers, once placed, have
-their offsets."""
+their offsets; a sum that joins the next one's barrier is followed by one it can join."""
 from __future__ import annotations
 
 from ..errors import KgenError
+from .analysis import scratch_bytes
 from .attrs import problems
 from .core import Block, Kernel, Op, Value
 from .passes.layouts import SAME_LAYOUT
@@ -26,7 +27,12 @@ def _fail(after: str, op: Op, msg: str) -> VerifyError:
 
 def _block(block: Block, defined: set[int], after: str, layouts: bool, warps: int, done: frozenset[str]) -> None:
     scope = set(defined) | {v.id for v in block.args}
-    for op in block.ops:
+    for i, op in enumerate(block.ops):
+        if op.kind == "reduce" and op.attrs.get("joins_next"):
+            nxt = block.ops[i + 1] if i + 1 < len(block.ops) else None
+            if nxt is None or nxt.kind != "reduce" or op.result.id in {v.id for v in nxt.operands} or not scratch_bytes(op) or not scratch_bytes(nxt):
+                raise _fail(after, op, "a sum that joins the next one's barrier must be a sum across warps followed "
+                                       "by one that does not read it")
         for v in op.operands:
             if v.id not in scope:
                 raise _fail(after, op, f"operand {v!r} is used before it is defined")

@@ -225,3 +225,31 @@ def test_a_row_sum_across_warps_is_added_by_the_lanes(warps):
     ref, ref_lowp = helpers.reference(ls, ins), helpers.reference(ls, ins, exact=False)
     for o in ls.spec.outputs():
         helpers.check_close(o, out[o], ref[o], ref_lowp[o])
+
+
+@pytest.mark.parametrize("tiles", [
+    {"SA": 0, "BLOCK_M": 1, "WARPS": 4, "ROWS": 4, "SPLIT": 1, "BLOCK_C": 256},  # one row over 4 waves: lanes add
+    {"SA": 0, "BLOCK_M": 2, "WARPS": 8, "ROWS": 4, "SPLIT": 1, "BLOCK_C": 256},  # two rows of 4 waves: slices read
+])
+def test_sums_that_share_a_barrier_match(tiles):
+    """layernorm_bwd's two row sums (of g and of g * xhat) grouped (kgen/ir/passes/sum_groups.py):
+    both write their slices, one barrier, both read. The race check sees a read of a slice not
+    yet written and a write over one still being read."""
+    from kgen.driver import compile_kernel
+    from kgen.ir.analysis import scratch_bytes
+    from kgen.ir.core import walk
+
+    ls = _spec("layernorm_bwd")
+    variant = {"dtype": "bf16", "ROW": 1024}
+    k = compile_kernel(ls, 0, variant, tiles, load_target("gfx942"))
+    assert any(op.attrs.get("joins_next") for op in walk(k.body) if op.kind == "reduce" and scratch_bytes(op))
+    torch.manual_seed(11)
+    m, n = 13, 1000  # ragged: the last program part full; 1000 in the 1024-wide bucket
+    x = torch.randn(m, n)
+    mean, rstd = x.mean(dim=1), torch.rsqrt(x.var(dim=1, unbiased=False) + 1e-5)
+    ins = {"x": x.to(torch.bfloat16), "w": (1 + 0.1 * torch.randn(n)).to(torch.bfloat16), "mean": mean, "rstd": rstd,
+           "dy": torch.randn(m, n).to(torch.bfloat16)}
+    out = _run_spec(ls, variant, {"M": m, "N": n}, ins, tiles)
+    ref, ref_lowp = helpers.reference(ls, ins), helpers.reference(ls, ins, exact=False)
+    for o in ls.spec.outputs():
+        helpers.check_close(o, out[o], ref[o], ref_lowp[o])

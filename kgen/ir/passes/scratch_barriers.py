@@ -16,6 +16,10 @@ Conservative where it does not know: a loop body starts with everything possibly
 previous iteration), and after a loop everything is again. Asynchronous reads (a wgmma still
 reading its operands after a barrier) need no tracking here: a buffer is live until its dot's
 wait, so the planner never places a scratch over it.
+
+A group of sums that share a barrier (passes/sum_groups.py) writes every member's slices, then
+waits once: each member is checked against the reads pending before the group, the group
+waits first if any member must, and after it the reads pending are its members' slices.
 """
 from __future__ import annotations
 
@@ -40,6 +44,7 @@ def drop_scratch_barriers(k: Kernel, target: Target, options: CompileOptions) ->
 
 
 def _walk(block: Block, read: Ranges, buffers: dict) -> Ranges:
+    group: list = []  # the sums of a group seen so far (passes/sum_groups.py), with their scratch
     for op in block.ops:
         if op.body is not None:
             _walk(op.body, None, buffers)
@@ -58,5 +63,13 @@ def _walk(block: Block, read: Ranges, buffers: dict) -> Ranges:
             mine = (op.attrs["smem_offset"], op.attrs["smem_offset"] + scratch_bytes(op))
             if op.kind != "scan":  # a scan's levels keep their barriers
                 op.attrs["sync_before"] = read is None or any(lo < mine[1] and mine[0] < hi for lo, hi in read)
-            read = [mine]
+            group.append((op, mine))
+            if op.kind == "reduce" and attr(op, "joins_next"):  # the group writes its slices, then waits once
+                continue
+            if len(group) > 1:
+                before = any(m.attrs["sync_before"] for m, _ in group)
+                for m, _ in group:
+                    m.attrs["sync_before"] = before
+            read = [span for _, span in group]
+            group = []
     return read

@@ -23,7 +23,7 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_ddt(const kg::bf16* __restrict__ t
   const float bias = *(t_dt_bias + (int64_t)h);  // spec: 491:14
   const int b = kg::floordiv(pid1, nheads);  // spec: 487:11
   float total = 0.0f;  // spec: 495:7
-  for (int r = 0; r < 2; r += 1) {
+  for (int r = 0; r < 4; r += 1) {
     float& total_2 = total;
     
     const float v18 = *(t_cs_last_grad + (int64_t)b * stride_cs_last_grad_0 + (int64_t)h * stride_cs_last_grad_1 + (int64_t)pid0 * stride_cs_last_grad_2 + (int64_t)r);  // spec: 496:27
@@ -32,11 +32,11 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_ddt(const kg::bf16* __restrict__ t
     const float y0_ = total_3;
     total = y0_;
   }
-  const int v23 = pid0 * 128;  // spec: 493:55
+  const int v23 = pid0 * 256;  // spec: 493:55
   const int v24 = seqlen - v23;
   const int v25 = v24 + 63;
   const int v26 = kg::floordiv(v25, 64);
-  const int n_sub = kg::min_(2, v26);
+  const int n_sub = kg::min_(4, v26);
   float total_4 = total;  // spec: 497:7
   for (int k = 0; k < n_sub; k += 1) {
     float& total_5 = total_4;
@@ -48,7 +48,7 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_ddt(const kg::bf16* __restrict__ t
       KG_FOR_STEP(e, 1, 1) {
         const int i0_ = t0_;
         const int64_t off_ = (int64_t)i0_;
-        v31[e] = (i0_ + 1 <= (128)) ? p_[off_] : 0.0f;
+        v31[e] = (i0_ + 1 <= (256)) ? p_[off_] : 0.0f;
       }
     }
     const int v32 = k + 1;  // spec: 501:28
@@ -70,7 +70,7 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_ddt(const kg::bf16* __restrict__ t
         KG_FOR_STEP(e, 1, 1) {
           const int i0_ = t0_;
           const int64_t off_ = (int64_t)i0_;
-          v43[e] = (i0_ + 1 <= (128)) ? p_[off_] : 0.0f;
+          v43[e] = (i0_ + 1 <= (256)) ? p_[off_] : 0.0f;
         }
       }
       const int v44 = j * 64;
@@ -82,7 +82,7 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_ddt(const kg::bf16* __restrict__ t
       KG_FOR(e, 1) v40[e] = y0_[e];
     }
     int v48[1]; KG_FOR(e, 1) v48[e] = tc0_;  // spec: 498:59
-    const int v49 = pid0 * 2;
+    const int v49 = pid0 * 4;
     const int v50 = v49 + k;
     const int v51 = v50 * 64;
     int v52[1]; KG_FOR(e, 1) v52[e] = v51 + v48[e];
@@ -133,7 +133,7 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_ddt(const kg::bf16* __restrict__ t
       KG_FOR_STEP(e, 1, 1) {
         const int i0_ = t0_;
         const int64_t off_ = (int64_t)i0_;
-        v66[e] = (i0_ + 1 <= (128)) ? p_[off_] : 0.0f;
+        v66[e] = (i0_ + 1 <= (256)) ? p_[off_] : 0.0f;
       }
     }
     const int v67 = k_2 + 1;  // spec: 513:28
@@ -155,7 +155,7 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_ddt(const kg::bf16* __restrict__ t
         KG_FOR_STEP(e, 1, 1) {
           const int i0_ = t0_;
           const int64_t off_ = (int64_t)i0_;
-          v78[e] = (i0_ + 1 <= (128)) ? p_[off_] : 0.0f;
+          v78[e] = (i0_ + 1 <= (256)) ? p_[off_] : 0.0f;
         }
       }
       const int v79 = j_2 * 64;
@@ -173,11 +173,11 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_ddt(const kg::bf16* __restrict__ t
       KG_FOR_STEP(e, 1, 1) {
         const int i0_ = t0_;
         const int64_t off_ = (int64_t)i0_;
-        v83[e] = (i0_ + 1 <= (128)) ? p_[off_] : 0.0f;
+        v83[e] = (i0_ + 1 <= (256)) ? p_[off_] : 0.0f;
       }
     }
     int v84[1]; KG_FOR(e, 1) v84[e] = tc0_;  // spec: 510:59
-    const int v85 = pid0 * 2;
+    const int v85 = pid0 * 4;
     const int v86 = v85 + k_2;
     const int v87 = v86 * 64;
     int v88[1]; KG_FOR(e, 1) v88[e] = v87 + v84[e];
@@ -220,145 +220,109 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_ddt(const kg::bf16* __restrict__ t
       }
       KG_FOR(e, 1) v93[e] = kg::cvt<float>(p_[e]);
     }
-    float v94;  // spec: 518:29
-    {
-      float r94[1]; KG_FOR(e, 1) r94[e] = 0.0f;
-      KG_FOR(e, 1) {
-        const float a_ = r94[0], b_ = (float)(v90[e]);
-        r94[0] = a_ + b_;
-      }
-      KG_FOR(e, 1) { const float a_ = r94[e], b_ = kg::shfl_xor(a_, 1); r94[e] = a_ + b_; }
-      KG_FOR(e, 1) { const float a_ = r94[e], b_ = kg::shfl_xor(a_, 2); r94[e] = a_ + b_; }
-      KG_FOR(e, 1) { const float a_ = r94[e], b_ = kg::shfl_xor(a_, 4); r94[e] = a_ + b_; }
-      KG_FOR(e, 1) { const float a_ = r94[e], b_ = kg::shfl_xor(a_, 8); r94[e] = a_ + b_; }
-      KG_FOR(e, 1) { const float a_ = r94[e], b_ = kg::shfl_xor(a_, 16); r94[e] = a_ + b_; }
-      float* scratch_ = reinterpret_cast<float*>(smem + 0);
-      kg::sync();
-      KG_FOR(e, 1) scratch_[(warp & 1) * 1 + 0] = r94[e];
-      kg::sync();
-      {
-        float a_ = scratch_[lane & 1];
-        { const float b_ = kg::shfl_xor(a_, 1); a_ = a_ + b_; }
-        r94[0] = a_;
-      }
-      v94 = kg::cvt<float>(r94[0]);
-    }
-    float v95;  // spec: 519:41
-    {
-      float r95[1]; KG_FOR(e, 1) r95[e] = 0.0f;
-      KG_FOR(e, 1) {
-        const float a_ = r95[0], b_ = (float)(p[e]);
-        r95[0] = a_ + b_;
-      }
-      KG_FOR(e, 1) { const float a_ = r95[e], b_ = kg::shfl_xor(a_, 1); r95[e] = a_ + b_; }
-      KG_FOR(e, 1) { const float a_ = r95[e], b_ = kg::shfl_xor(a_, 2); r95[e] = a_ + b_; }
-      KG_FOR(e, 1) { const float a_ = r95[e], b_ = kg::shfl_xor(a_, 4); r95[e] = a_ + b_; }
-      KG_FOR(e, 1) { const float a_ = r95[e], b_ = kg::shfl_xor(a_, 8); r95[e] = a_ + b_; }
-      KG_FOR(e, 1) { const float a_ = r95[e], b_ = kg::shfl_xor(a_, 16); r95[e] = a_ + b_; }
-      float* scratch_ = reinterpret_cast<float*>(smem + 0);
-      kg::sync();
-      KG_FOR(e, 1) scratch_[(warp & 1) * 1 + 0] = r95[e];
-      kg::sync();
-      {
-        float a_ = scratch_[lane & 1];
-        { const float b_ = kg::shfl_xor(a_, 1); a_ = a_ + b_; }
-        r95[0] = a_;
-      }
-      v95 = kg::cvt<float>(r95[0]);
-    }
-    float v96[1];  // spec: 520:31
+    float v94[1];  // spec: 520:31
     {
       const float* p_ = t_dt_eff + ((int64_t)b * stride_dt_eff_0 + (int64_t)h * stride_dt_eff_1 + (int64_t)pid0 * stride_dt_eff_2);
       const int t0_ = k_2 * 64 + tc0_;
       KG_FOR_STEP(e, 1, 1) {
         const int i0_ = t0_;
         const int64_t off_ = (int64_t)i0_;
-        v96[e] = (i0_ + 1 <= (128)) ? p_[off_] : 0.0f;
+        v94[e] = (i0_ + 1 <= (256)) ? p_[off_] : 0.0f;
       }
     }
-    const float v97 = total_4 - before_2;  // spec: 517:17
-    float v98[1]; KG_FOR(e, 1) v98[e] = v97 - v91[e];
-    float v99[1]; KG_FOR(e, 1) v99[e] = v98[e] + v90[e];
-    float v100[1]; KG_FOR(e, 1) v100[e] = v99[e] + state_before_2;
-    float v101[1]; KG_FOR(e, 1) v101[e] = v100[e] + v93[e];
-    float dda[1]; KG_FOR(e, 1) dda[e] = v101[e] - p[e];
-    float v103[1]; KG_FOR(e, 1) v103[e] = v96[e] * dda[e];  // spec: 520:31
-    float v104;
-    {
-      float r104[1]; KG_FOR(e, 1) r104[e] = 0.0f;
-      KG_FOR(e, 1) {
-        const float a_ = r104[0], b_ = (float)(v103[e]);
-        r104[0] = a_ + b_;
-      }
-      KG_FOR(e, 1) { const float a_ = r104[e], b_ = kg::shfl_xor(a_, 1); r104[e] = a_ + b_; }
-      KG_FOR(e, 1) { const float a_ = r104[e], b_ = kg::shfl_xor(a_, 2); r104[e] = a_ + b_; }
-      KG_FOR(e, 1) { const float a_ = r104[e], b_ = kg::shfl_xor(a_, 4); r104[e] = a_ + b_; }
-      KG_FOR(e, 1) { const float a_ = r104[e], b_ = kg::shfl_xor(a_, 8); r104[e] = a_ + b_; }
-      KG_FOR(e, 1) { const float a_ = r104[e], b_ = kg::shfl_xor(a_, 16); r104[e] = a_ + b_; }
-      float* scratch_ = reinterpret_cast<float*>(smem + 0);
-      kg::sync();
-      KG_FOR(e, 1) scratch_[(warp & 1) * 1 + 0] = r104[e];
-      kg::sync();
-      {
-        float a_ = scratch_[lane & 1];
-        { const float b_ = kg::shfl_xor(a_, 1); a_ = a_ + b_; }
-        r104[0] = a_;
-      }
-      v104 = kg::cvt<float>(r104[0]);
-    }
-    kg::bf16 v105[1];  // spec: 523:15
+    const float v95 = total_4 - before_2;  // spec: 517:17
+    float v96[1]; KG_FOR(e, 1) v96[e] = v95 - v91[e];
+    float v97[1]; KG_FOR(e, 1) v97[e] = v96[e] + v90[e];
+    float v98[1]; KG_FOR(e, 1) v98[e] = v97[e] + state_before_2;
+    float v99[1]; KG_FOR(e, 1) v99[e] = v98[e] + v93[e];
+    float dda[1]; KG_FOR(e, 1) dda[e] = v99[e] - p[e];
+    float v101[1]; KG_FOR(e, 1) v101[e] = v94[e] * dda[e];  // spec: 520:31
+    kg::bf16 v102[1];  // spec: 523:15
     {
       const kg::bf16* p_ = t_dt + ((int64_t)b * stride_dt_0 + (int64_t)h);
       const int t0_ = v86 * 64 + tc0_;
       KG_FOR_STEP(e, 1, 1) {
         const int i0_ = t0_;
         const int64_t off_ = (int64_t)i0_ * stride_dt_1;
-        v105[e] = (i0_ < (size_seqlen)) ? p_[off_] : kg::cvt<kg::bf16>(0.0f);
+        v102[e] = (i0_ < (size_seqlen)) ? p_[off_] : kg::cvt<kg::bf16>(0.0f);
       }
     }
-    float v106[1];  // spec: 527:29
+    float v103[1];  // spec: 527:29
     {
       const float* p_ = t_dt_src_grad + ((int64_t)b * stride_dt_src_grad_0 + (int64_t)h * stride_dt_src_grad_1 + (int64_t)pid0 * stride_dt_src_grad_2);
       const int t0_ = k_2 * 64 + tc0_;
       KG_FOR_STEP(e, 1, 1) {
         const int i0_ = t0_;
         const int64_t off_ = (int64_t)i0_;
-        v106[e] = (i0_ + 1 <= (128)) ? p_[off_] : 0.0f;
+        v103[e] = (i0_ + 1 <= (256)) ? p_[off_] : 0.0f;
       }
     }
-    float v107[1]; KG_FOR(e, 1) v107[e] = a * dda[e];
-    float v108[1]; KG_FOR(e, 1) v108[e] = v106[e] + v107[e];
-    float v111[1]; KG_FOR(e, 1) v111[e] = kg::cvt<float>(kg::f32(v105[e]));  // spec: 523:15
-    float v112[1]; KG_FOR(e, 1) v112[e] = v111[e] + bias;
-    float v113[1]; KG_FOR(e, 1) v113[e] = v112[e] * -1.0f;  // spec: 524:63
-    float v114[1]; KG_FOR(e, 1) v114[e] = kg::exp_(v113[e]);
-    float v115[1]; KG_FOR(e, 1) v115[e] = 1.0f + v114[e];
-    float v116[1]; KG_FOR(e, 1) v116[e] = 1.0f / v115[e];
-    bool v117[1]; KG_FOR(e, 1) v117[e] = v112[e] <= softplus_below;
-    float slope[1]; KG_FOR(e, 1) slope[e] = v117[e] ? v116[e] : 1.0f;
-    float v119[1]; KG_FOR(e, 1) v119[e] = v108[e] * slope[e];  // spec: 527:28
-    float v120[1]; KG_FOR(e, 1) v120[e] = kg::exp_(v112[e]);  // spec: 525:52
-    float v121[1]; KG_FOR(e, 1) v121[e] = 1.0f + v120[e];
-    float v122[1]; KG_FOR(e, 1) v122[e] = kg::log_(v121[e]);
-    bool v123[1]; KG_FOR(e, 1) v123[e] = v112[e] <= softplus_below;
-    float v124[1]; KG_FOR(e, 1) v124[e] = v123[e] ? v122[e] : v112[e];
-    bool v125[1]; KG_FOR(e, 1) v125[e] = v124[e] >= dt_min;  // spec: 526:29
-    bool v126[1]; KG_FOR(e, 1) v126[e] = inside_2[e] && v125[e];
-    bool v127[1]; KG_FOR(e, 1) v127[e] = v124[e] <= dt_max;
-    bool keep[1]; KG_FOR(e, 1) keep[e] = v126[e] && v127[e];
-    float gd[1]; KG_FOR(e, 1) gd[e] = keep[e] ? v119[e] : 0.0f;  // spec: 527:16
-    kg::bf16 v130[1]; KG_FOR(e, 1) v130[e] = kg::cvt<kg::bf16>(gd[e]);  // spec: 528:33
+    float v104[1]; KG_FOR(e, 1) v104[e] = a * dda[e];
+    float v105[1]; KG_FOR(e, 1) v105[e] = v103[e] + v104[e];
+    float v108[1]; KG_FOR(e, 1) v108[e] = kg::cvt<float>(kg::f32(v102[e]));  // spec: 523:15
+    float v109[1]; KG_FOR(e, 1) v109[e] = v108[e] + bias;
+    float v110[1]; KG_FOR(e, 1) v110[e] = v109[e] * -1.0f;  // spec: 524:63
+    float v111[1]; KG_FOR(e, 1) v111[e] = kg::exp_(v110[e]);
+    float v112[1]; KG_FOR(e, 1) v112[e] = 1.0f + v111[e];
+    float v113[1]; KG_FOR(e, 1) v113[e] = 1.0f / v112[e];
+    bool v114[1]; KG_FOR(e, 1) v114[e] = v109[e] <= softplus_below;
+    float slope[1]; KG_FOR(e, 1) slope[e] = v114[e] ? v113[e] : 1.0f;
+    float v116[1]; KG_FOR(e, 1) v116[e] = v105[e] * slope[e];  // spec: 527:28
+    float v117[1]; KG_FOR(e, 1) v117[e] = kg::exp_(v109[e]);  // spec: 525:52
+    float v118[1]; KG_FOR(e, 1) v118[e] = 1.0f + v117[e];
+    float v119[1]; KG_FOR(e, 1) v119[e] = kg::log_(v118[e]);
+    bool v120[1]; KG_FOR(e, 1) v120[e] = v109[e] <= softplus_below;
+    float v121[1]; KG_FOR(e, 1) v121[e] = v120[e] ? v119[e] : v109[e];
+    bool v122[1]; KG_FOR(e, 1) v122[e] = v121[e] >= dt_min;  // spec: 526:29
+    bool v123[1]; KG_FOR(e, 1) v123[e] = inside_2[e] && v122[e];
+    bool v124[1]; KG_FOR(e, 1) v124[e] = v121[e] <= dt_max;
+    bool keep[1]; KG_FOR(e, 1) keep[e] = v123[e] && v124[e];
+    float gd[1]; KG_FOR(e, 1) gd[e] = keep[e] ? v116[e] : 0.0f;  // spec: 527:16
+    kg::bf16 v127[1]; KG_FOR(e, 1) v127[e] = kg::cvt<kg::bf16>(gd[e]);  // spec: 528:33
     if ((warp & 2) == 0) {
       kg::bf16* p_ = t_ddt + ((int64_t)b * stride_ddt_0 + (int64_t)h);
       const int t0_ = v86 * 64 + tc0_;
       KG_FOR_STEP(e, 1, 1) {
         const int i0_ = t0_;
         const int64_t off_ = (int64_t)i0_ * stride_ddt_1;
-        if (i0_ < (size_seqlen)) p_[off_] = v130[e];
+        if (i0_ < (size_seqlen)) p_[off_] = v127[e];
       }
     }
+    float v128;  // spec: 518:29
+    float v129;  // spec: 519:41
+    float v130;  // spec: 520:27
     float v131;  // spec: 529:33
     {
+      float r128[1]; KG_FOR(e, 1) r128[e] = 0.0f;
+      KG_FOR(e, 1) {
+        const float a_ = r128[0], b_ = (float)(v90[e]);
+        r128[0] = a_ + b_;
+      }
+      KG_FOR(e, 1) { const float a_ = r128[e], b_ = kg::shfl_xor(a_, 1); r128[e] = a_ + b_; }
+      KG_FOR(e, 1) { const float a_ = r128[e], b_ = kg::shfl_xor(a_, 2); r128[e] = a_ + b_; }
+      KG_FOR(e, 1) { const float a_ = r128[e], b_ = kg::shfl_xor(a_, 4); r128[e] = a_ + b_; }
+      KG_FOR(e, 1) { const float a_ = r128[e], b_ = kg::shfl_xor(a_, 8); r128[e] = a_ + b_; }
+      KG_FOR(e, 1) { const float a_ = r128[e], b_ = kg::shfl_xor(a_, 16); r128[e] = a_ + b_; }
+      float r129[1]; KG_FOR(e, 1) r129[e] = 0.0f;
+      KG_FOR(e, 1) {
+        const float a_ = r129[0], b_ = (float)(p[e]);
+        r129[0] = a_ + b_;
+      }
+      KG_FOR(e, 1) { const float a_ = r129[e], b_ = kg::shfl_xor(a_, 1); r129[e] = a_ + b_; }
+      KG_FOR(e, 1) { const float a_ = r129[e], b_ = kg::shfl_xor(a_, 2); r129[e] = a_ + b_; }
+      KG_FOR(e, 1) { const float a_ = r129[e], b_ = kg::shfl_xor(a_, 4); r129[e] = a_ + b_; }
+      KG_FOR(e, 1) { const float a_ = r129[e], b_ = kg::shfl_xor(a_, 8); r129[e] = a_ + b_; }
+      KG_FOR(e, 1) { const float a_ = r129[e], b_ = kg::shfl_xor(a_, 16); r129[e] = a_ + b_; }
+      float r130[1]; KG_FOR(e, 1) r130[e] = 0.0f;
+      KG_FOR(e, 1) {
+        const float a_ = r130[0], b_ = (float)(v101[e]);
+        r130[0] = a_ + b_;
+      }
+      KG_FOR(e, 1) { const float a_ = r130[e], b_ = kg::shfl_xor(a_, 1); r130[e] = a_ + b_; }
+      KG_FOR(e, 1) { const float a_ = r130[e], b_ = kg::shfl_xor(a_, 2); r130[e] = a_ + b_; }
+      KG_FOR(e, 1) { const float a_ = r130[e], b_ = kg::shfl_xor(a_, 4); r130[e] = a_ + b_; }
+      KG_FOR(e, 1) { const float a_ = r130[e], b_ = kg::shfl_xor(a_, 8); r130[e] = a_ + b_; }
+      KG_FOR(e, 1) { const float a_ = r130[e], b_ = kg::shfl_xor(a_, 16); r130[e] = a_ + b_; }
       float r131[1]; KG_FOR(e, 1) r131[e] = 0.0f;
       KG_FOR(e, 1) {
         const float a_ = r131[0], b_ = (float)(gd[e]);
@@ -369,21 +333,45 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_ddt(const kg::bf16* __restrict__ t
       KG_FOR(e, 1) { const float a_ = r131[e], b_ = kg::shfl_xor(a_, 4); r131[e] = a_ + b_; }
       KG_FOR(e, 1) { const float a_ = r131[e], b_ = kg::shfl_xor(a_, 8); r131[e] = a_ + b_; }
       KG_FOR(e, 1) { const float a_ = r131[e], b_ = kg::shfl_xor(a_, 16); r131[e] = a_ + b_; }
-      float* scratch_ = reinterpret_cast<float*>(smem + 0);
+      float* scratch0_ = reinterpret_cast<float*>(smem + 0);
+      float* scratch1_ = reinterpret_cast<float*>(smem + 16);
+      float* scratch2_ = reinterpret_cast<float*>(smem + 32);
+      float* scratch3_ = reinterpret_cast<float*>(smem + 48);
       kg::sync();
-      KG_FOR(e, 1) scratch_[(warp & 1) * 1 + 0] = r131[e];
+      KG_FOR(e, 1) scratch0_[(warp & 1) * 1 + 0] = r128[e];
+      KG_FOR(e, 1) scratch1_[(warp & 1) * 1 + 0] = r129[e];
+      KG_FOR(e, 1) scratch2_[(warp & 1) * 1 + 0] = r130[e];
+      KG_FOR(e, 1) scratch3_[(warp & 1) * 1 + 0] = r131[e];
       kg::sync();
       {
-        float a_ = scratch_[lane & 1];
+        float a_ = scratch0_[lane & 1];
+        { const float b_ = kg::shfl_xor(a_, 1); a_ = a_ + b_; }
+        r128[0] = a_;
+      }
+      {
+        float a_ = scratch1_[lane & 1];
+        { const float b_ = kg::shfl_xor(a_, 1); a_ = a_ + b_; }
+        r129[0] = a_;
+      }
+      {
+        float a_ = scratch2_[lane & 1];
+        { const float b_ = kg::shfl_xor(a_, 1); a_ = a_ + b_; }
+        r130[0] = a_;
+      }
+      {
+        float a_ = scratch3_[lane & 1];
         { const float b_ = kg::shfl_xor(a_, 1); a_ = a_ + b_; }
         r131[0] = a_;
       }
+      v128 = kg::cvt<float>(r128[0]);
+      v129 = kg::cvt<float>(r129[0]);
+      v130 = kg::cvt<float>(r130[0]);
       v131 = kg::cvt<float>(r131[0]);
     }
-    const float bias_acc_3 = bias_acc_2 + v131;
-    const float a_acc_3 = a_acc_2 + v104;  // spec: 520:19
-    const float state_before_3 = state_before_2 + v95;  // spec: 519:26
-    const float before_3 = before_2 + v94;  // spec: 518:20
+    const float bias_acc_3 = bias_acc_2 + v131;  // spec: 529:22
+    const float a_acc_3 = a_acc_2 + v130;  // spec: 520:19
+    const float state_before_3 = state_before_2 + v129;  // spec: 519:26
+    const float before_3 = before_2 + v128;  // spec: 518:20
     const float y0_ = before_3;  // spec: 529:22
     const float y1_ = state_before_3;
     const float y2_ = a_acc_3;

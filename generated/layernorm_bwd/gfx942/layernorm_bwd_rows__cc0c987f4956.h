@@ -2,10 +2,10 @@
 // Do not edit: run `kgen build`. Tile program: line 44; an op's line:col ends its first line, `// spec: L:C`.
 // Written for any 16-bit float type, kg_half: the source that includes this one names it.
 // layout coordinates, sums: a thread's (tcN_), its register e's (rcN_(e))
-#define tc0_ (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128 + ((lane >> 5) & 1) * 256 + (warp & 1) * 512 + ((warp >> 1) & 1) * 1024 + ((warp >> 2) & 1) * 2048
+#define tc0_ (lane & 1) * 8 + ((lane >> 1) & 1) * 16 + ((lane >> 2) & 1) * 32 + ((lane >> 3) & 1) * 64 + ((lane >> 4) & 1) * 128 + ((lane >> 5) & 1) * 256 + (warp & 1) * 512
 #define rc0_(e) (e & 1) + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4
 
-KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void layernorm_bwd_rows(const kg_half* __restrict__ t_x, KG_STRIDES1(x), const kg_half* __restrict__ t_w, const float* __restrict__ t_mean, const float* __restrict__ t_rstd, const kg_half* __restrict__ t_dy, KG_STRIDES1(dy), kg_half* __restrict__ t_dx, KG_STRIDES1(dx), float* __restrict__ t_dw_part, KG_STRIDES1(dw_part), float* __restrict__ t_db_part, KG_STRIDES1(db_part), int size_M, int size_N) {
+KG_KERNEL __attribute__((amdgpu_flat_work_group_size(256, 256))) void layernorm_bwd_rows(const kg_half* __restrict__ t_x, KG_STRIDES1(x), const kg_half* __restrict__ t_w, const float* __restrict__ t_mean, const float* __restrict__ t_rstd, const kg_half* __restrict__ t_dy, KG_STRIDES1(dy), kg_half* __restrict__ t_dx, KG_STRIDES1(dx), float* __restrict__ t_dw_part, KG_STRIDES1(dw_part), float* __restrict__ t_db_part, KG_STRIDES1(db_part), int size_M, int size_N) {
   KG_SHARED __attribute__((aligned(16))) char smem[32];
   const int lane = kg::thread_id() % kg::WAVE;
   const int warp = __builtin_amdgcn_readfirstlane(kg::thread_id() / kg::WAVE);
@@ -49,7 +49,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void layernorm_
       const kg_half* p_ = t_dy + (0);
       const bool aligned_ = kg::aligned(p_, 16) && KG_STRIDES_MULTIPLE1(dy, 8);
       const int t0_ = v15;
-      const int t1_ = v7 * 4096 + tc0_;
+      const int t1_ = v7 * 1024 + tc0_;
       KG_FOR_STEP(e, 8, 8) {
         const int i0_ = t0_;
         const int i1_ = t1_ + rc0_(e);
@@ -64,7 +64,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void layernorm_
       const kg_half* p_ = t_x + (0);
       const bool aligned_ = kg::aligned(p_, 16) && KG_STRIDES_MULTIPLE1(x, 8);
       const int t0_ = v15;
-      const int t1_ = v7 * 4096 + tc0_;
+      const int t1_ = v7 * 1024 + tc0_;
       KG_FOR_STEP(e, 8, 8) {
         const int i0_ = t0_;
         const int i1_ = t1_ + rc0_(e);
@@ -78,7 +78,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void layernorm_
     {
       const kg_half* p_ = t_w + (0);
       const bool aligned_ = kg::aligned(p_, 16);
-      const int t0_ = v7 * 4096 + tc0_;
+      const int t0_ = v7 * 1024 + tc0_;
       KG_FOR_STEP(e, 8, 8) {
         const int i0_ = t0_ + rc0_(e);
         const int64_t off_ = (int64_t)i0_;
@@ -90,43 +90,29 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void layernorm_
     float v21[8]; KG_FOR(e, 8) v21[e] = kg::cvt<float>(kg::f32(v20[e]));
     float v23[8]; KG_FOR(e, 8) v23[e] = kg::cvt<float>(kg::f32(gy[e]));
     float v24[8]; KG_FOR(e, 8) v24[e] = v23[e] * v21[e];
+    float v26[8]; KG_FOR(e, 8) v26[e] = r[0];  // spec: 67:16
+    float v28[8]; KG_FOR(e, 8) v28[e] = mu[0];
+    float v29[8]; KG_FOR(e, 8) v29[e] = kg::cvt<float>(kg::f32(v19[e]));
+    float v30[8]; KG_FOR(e, 8) v30[e] = v29[e] - v28[e];
+    float xh[8]; KG_FOR(e, 8) xh[e] = v30[e] * v26[e];
+    float v32[8]; KG_FOR(e, 8) v32[e] = v24[e] * xh[e];  // spec: 77:24
     float c1[1];  // spec: 76:20
+    float c2[1];  // spec: 77:20
     {
-      float r25[1]; KG_FOR(e, 1) r25[e] = 0.0f;
+      float r33[1]; KG_FOR(e, 1) r33[e] = 0.0f;
       KG_FOR(e, 8) {
-        const float a_ = r25[0], b_ = (float)(v24[e]);
-        r25[0] = a_ + b_;
+        const float a_ = r33[0], b_ = (float)(v24[e]);
+        r33[0] = a_ + b_;
       }
-      KG_FOR(e, 1) { const float a_ = r25[e], b_ = kg::shfl_xor(a_, 1); r25[e] = a_ + b_; }
-      KG_FOR(e, 1) { const float a_ = r25[e], b_ = kg::shfl_xor(a_, 2); r25[e] = a_ + b_; }
-      KG_FOR(e, 1) { const float a_ = r25[e], b_ = kg::shfl_xor(a_, 4); r25[e] = a_ + b_; }
-      KG_FOR(e, 1) { const float a_ = r25[e], b_ = kg::shfl_xor(a_, 8); r25[e] = a_ + b_; }
-      KG_FOR(e, 1) { const float a_ = r25[e], b_ = kg::shfl_xor(a_, 16); r25[e] = a_ + b_; }
-      KG_FOR(e, 1) { const float a_ = r25[e], b_ = kg::shfl_xor(a_, 32); r25[e] = a_ + b_; }
-      float* scratch_ = reinterpret_cast<float*>(smem + 0);
-      kg::sync();
-      KG_FOR(e, 1) scratch_[(warp & 7) * 1 + 0] = r25[e];
-      kg::sync();
-      {
-        float a_ = scratch_[lane & 7];
-        { const float b_ = kg::shfl_xor(a_, 1); a_ = a_ + b_; }
-        { const float b_ = kg::shfl_xor(a_, 2); a_ = a_ + b_; }
-        { const float b_ = kg::shfl_xor(a_, 4); a_ = a_ + b_; }
-        r25[0] = a_;
-      }
-      KG_FOR(e, 1) c1[e] = kg::cvt<float>(r25[e]);
-    }
-    float v27[8]; KG_FOR(e, 8) v27[e] = r[0];  // spec: 67:16
-    float v29[8]; KG_FOR(e, 8) v29[e] = mu[0];
-    float v30[8]; KG_FOR(e, 8) v30[e] = kg::cvt<float>(kg::f32(v19[e]));
-    float v31[8]; KG_FOR(e, 8) v31[e] = v30[e] - v29[e];
-    float xh[8]; KG_FOR(e, 8) xh[e] = v31[e] * v27[e];
-    float v33[8]; KG_FOR(e, 8) v33[e] = v24[e] * xh[e];  // spec: 77:24
-    float c2[1];
-    {
+      KG_FOR(e, 1) { const float a_ = r33[e], b_ = kg::shfl_xor(a_, 1); r33[e] = a_ + b_; }
+      KG_FOR(e, 1) { const float a_ = r33[e], b_ = kg::shfl_xor(a_, 2); r33[e] = a_ + b_; }
+      KG_FOR(e, 1) { const float a_ = r33[e], b_ = kg::shfl_xor(a_, 4); r33[e] = a_ + b_; }
+      KG_FOR(e, 1) { const float a_ = r33[e], b_ = kg::shfl_xor(a_, 8); r33[e] = a_ + b_; }
+      KG_FOR(e, 1) { const float a_ = r33[e], b_ = kg::shfl_xor(a_, 16); r33[e] = a_ + b_; }
+      KG_FOR(e, 1) { const float a_ = r33[e], b_ = kg::shfl_xor(a_, 32); r33[e] = a_ + b_; }
       float r34[1]; KG_FOR(e, 1) r34[e] = 0.0f;
       KG_FOR(e, 8) {
-        const float a_ = r34[0], b_ = (float)(v33[e]);
+        const float a_ = r34[0], b_ = (float)(v32[e]);
         r34[0] = a_ + b_;
       }
       KG_FOR(e, 1) { const float a_ = r34[e], b_ = kg::shfl_xor(a_, 1); r34[e] = a_ + b_; }
@@ -135,17 +121,23 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void layernorm_
       KG_FOR(e, 1) { const float a_ = r34[e], b_ = kg::shfl_xor(a_, 8); r34[e] = a_ + b_; }
       KG_FOR(e, 1) { const float a_ = r34[e], b_ = kg::shfl_xor(a_, 16); r34[e] = a_ + b_; }
       KG_FOR(e, 1) { const float a_ = r34[e], b_ = kg::shfl_xor(a_, 32); r34[e] = a_ + b_; }
-      float* scratch_ = reinterpret_cast<float*>(smem + 0);
+      float* scratch0_ = reinterpret_cast<float*>(smem + 0);
+      float* scratch1_ = reinterpret_cast<float*>(smem + 16);
       kg::sync();
-      KG_FOR(e, 1) scratch_[(warp & 7) * 1 + 0] = r34[e];
+      KG_FOR(e, 1) scratch0_[(warp & 1) * 1 + 0] = r33[e];
+      KG_FOR(e, 1) scratch1_[(warp & 1) * 1 + 0] = r34[e];
       kg::sync();
       {
-        float a_ = scratch_[lane & 7];
+        float a_ = scratch0_[lane & 1];
         { const float b_ = kg::shfl_xor(a_, 1); a_ = a_ + b_; }
-        { const float b_ = kg::shfl_xor(a_, 2); a_ = a_ + b_; }
-        { const float b_ = kg::shfl_xor(a_, 4); a_ = a_ + b_; }
+        r33[0] = a_;
+      }
+      {
+        float a_ = scratch1_[lane & 1];
+        { const float b_ = kg::shfl_xor(a_, 1); a_ = a_ + b_; }
         r34[0] = a_;
       }
+      KG_FOR(e, 1) c1[e] = kg::cvt<float>(r33[e]);
       KG_FOR(e, 1) c2[e] = kg::cvt<float>(r34[e]);
     }
     float v36[8]; KG_FOR(e, 8) v36[e] = r[0];  // spec: 80:34
@@ -159,11 +151,11 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void layernorm_
     float v46[8]; KG_FOR(e, 8) v46[e] = v45[e] - v41[e];
     float v47[8]; KG_FOR(e, 8) v47[e] = v36[e] * v46[e];
     kg_half v48[8]; KG_FOR(e, 8) v48[e] = kg::cvt<kg_half>(v47[e]);
-    {
+    if ((warp & 2) == 0) {
       kg_half* p_ = t_dx + (0);
       const bool aligned_ = kg::aligned(p_, 16) && KG_STRIDES_MULTIPLE1(dx, 8);
       const int t0_ = v15;
-      const int t1_ = v7 * 4096 + tc0_;
+      const int t1_ = v7 * 1024 + tc0_;
       KG_FOR_STEP(e, 8, 8) {
         const int i0_ = t0_;
         const int i1_ = t1_ + rc0_(e);
@@ -201,10 +193,10 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void layernorm_
     KG_FOR(e, 8) db_acc_2[e] = y1_[e];
   }
   const int v56 = kg::floordiv(pid0, 1);  // spec: 84:21
-  {
+  if ((warp & 2) == 0) {
     float* p_ = t_dw_part + ((int64_t)v56 * stride_dw_part_0);
     const bool aligned_ = kg::aligned(p_, 16) && KG_STRIDES_MULTIPLE1(dw_part, 4);
-    const int t0_ = v7 * 4096 + tc0_;
+    const int t0_ = v7 * 1024 + tc0_;
     KG_FOR_STEP(e, 8, 4) {
       const int i0_ = t0_ + rc0_(e);
       const int64_t off_ = (int64_t)i0_;
@@ -212,10 +204,10 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(512, 512))) void layernorm_
       else KG_FOR(v, 4) if (i0_ + v < (size_N)) p_[off_ + v] = dw_acc_2[e + v];
     }
   }
-  {  // spec: 85:7
+  if ((warp & 2) == 0) {  // spec: 85:7
     float* p_ = t_db_part + ((int64_t)v56 * stride_db_part_0);
     const bool aligned_ = kg::aligned(p_, 16) && KG_STRIDES_MULTIPLE1(db_part, 4);
-    const int t0_ = v7 * 4096 + tc0_;
+    const int t0_ = v7 * 1024 + tc0_;
     KG_FOR_STEP(e, 8, 4) {
       const int i0_ = t0_ + rc0_(e);
       const int64_t off_ = (int64_t)i0_;

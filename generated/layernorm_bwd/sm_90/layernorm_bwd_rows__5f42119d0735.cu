@@ -4,24 +4,24 @@
 #include "kgen_tile.h"
 
 // layout coordinates, sums: a thread's (tcN_), its register e's (rcN_(e))
-#define tc0_ (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64 + (warp & 1) * 128 + ((warp >> 1) & 1) * 256
-#define rc0_(e) (e & 1) + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 512
+#define tc0_ (lane & 1) * 4 + ((lane >> 1) & 1) * 8 + ((lane >> 2) & 1) * 16 + ((lane >> 3) & 1) * 32 + ((lane >> 4) & 1) * 64 + (warp & 1) * 128 + ((warp >> 1) & 1) * 256 + ((warp >> 2) & 1) * 512
+#define rc0_(e) (e & 1) + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 1024 + ((e >> 3) & 1) * 2048
 
-KG_KERNEL void __launch_bounds__(128) layernorm_bwd_rows(const float* __restrict__ t_x, KG_STRIDES1(x), const float* __restrict__ t_w, const float* __restrict__ t_mean, const float* __restrict__ t_rstd, const float* __restrict__ t_dy, KG_STRIDES1(dy), float* __restrict__ t_dx, KG_STRIDES1(dx), float* __restrict__ t_dw_part, KG_STRIDES1(dw_part), float* __restrict__ t_db_part, KG_STRIDES1(db_part), int size_M, int size_N) {
+KG_KERNEL void __launch_bounds__(256) layernorm_bwd_rows(const float* __restrict__ t_x, KG_STRIDES1(x), const float* __restrict__ t_w, const float* __restrict__ t_mean, const float* __restrict__ t_rstd, const float* __restrict__ t_dy, KG_STRIDES1(dy), float* __restrict__ t_dx, KG_STRIDES1(dx), float* __restrict__ t_dw_part, KG_STRIDES1(dw_part), float* __restrict__ t_db_part, KG_STRIDES1(db_part), int size_M, int size_N) {
   extern __shared__ __align__(1024) char smem[];
   const int lane = kg::thread_id() % kg::WAVE;
   const int warp = __shfl_sync(0xffffffffu, kg::thread_id() / kg::WAVE, 0);
   
   const int N = size_N;  // spec: 78:21
   const int pid0 = kg::block_id_x();  // spec: 44:20
-  float db_acc[8]; KG_FOR(e, 8) db_acc[e] = 0.0f;  // spec: 46:16
-  float dw_acc[8]; KG_FOR(e, 8) dw_acc[e] = 0.0f;  // spec: 45:16
+  float db_acc[16]; KG_FOR(e, 16) db_acc[e] = 0.0f;  // spec: 46:16
+  float dw_acc[16]; KG_FOR(e, 16) dw_acc[e] = 0.0f;  // spec: 45:16
   const int v7 = kg::mod(pid0, 1);  // spec: 44:20
-  float dw_acc_2[8]; KG_FOR(e, 8) dw_acc_2[e] = dw_acc[e];  // spec: 47:7
-  float db_acc_2[8]; KG_FOR(e, 8) db_acc_2[e] = db_acc[e];
+  float dw_acc_2[16]; KG_FOR(e, 16) dw_acc_2[e] = dw_acc[e];  // spec: 47:7
+  float db_acc_2[16]; KG_FOR(e, 16) db_acc_2[e] = db_acc[e];
   for (int v10 = 0; v10 < 16; v10 += 1) {
-    float (&dw_acc_3)[8] = dw_acc_2;
-    float (&db_acc_3)[8] = db_acc_2;
+    float (&dw_acc_3)[16] = dw_acc_2;
+    float (&db_acc_3)[16] = db_acc_2;
     
     const int v13 = kg::floordiv(pid0, 1);  // spec: 48:24
     const int v14 = v13 * 16;
@@ -46,13 +46,13 @@ KG_KERNEL void __launch_bounds__(128) layernorm_bwd_rows(const float* __restrict
         mu[e] = (i0_ + 1 <= (size_M)) ? p_[off_] : 0.0f;
       }
     }
-    float gy[8];  // spec: 66:16
+    float gy[16];  // spec: 66:16
     {
       const float* p_ = t_dy + (0);
       const bool aligned_ = kg::aligned(p_, 16) && KG_STRIDES_MULTIPLE1(dy, 4);
       const int t0_ = v15;
-      const int t1_ = v7 * 1024 + tc0_;
-      KG_FOR_STEP(e, 8, 4) {
+      const int t1_ = v7 * 4096 + tc0_;
+      KG_FOR_STEP(e, 16, 4) {
         const int i0_ = t0_;
         const int i1_ = t1_ + rc0_(e);
         const int64_t off_ = (int64_t)i0_ * stride_dy_0 + (int64_t)i1_;
@@ -61,13 +61,13 @@ KG_KERNEL void __launch_bounds__(128) layernorm_bwd_rows(const float* __restrict
         else KG_FOR(v, 4) gy[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : 0.0f;
       }
     }
-    float v19[8];  // spec: 67:17
+    float v19[16];  // spec: 67:17
     {
       const float* p_ = t_x + (0);
       const bool aligned_ = kg::aligned(p_, 16) && KG_STRIDES_MULTIPLE1(x, 4);
       const int t0_ = v15;
-      const int t1_ = v7 * 1024 + tc0_;
-      KG_FOR_STEP(e, 8, 4) {
+      const int t1_ = v7 * 4096 + tc0_;
+      KG_FOR_STEP(e, 16, 4) {
         const int i0_ = t0_;
         const int i1_ = t1_ + rc0_(e);
         const int64_t off_ = (int64_t)i0_ * stride_x_0 + (int64_t)i1_;
@@ -76,12 +76,12 @@ KG_KERNEL void __launch_bounds__(128) layernorm_bwd_rows(const float* __restrict
         else KG_FOR(v, 4) v19[e + v] = (i0_ < (size_M) && i1_ + v < (size_N)) ? p_[off_ + v] : 0.0f;
       }
     }
-    float v20[8];  // spec: 68:29
+    float v20[16];  // spec: 68:29
     {
       const float* p_ = t_w + (0);
       const bool aligned_ = kg::aligned(p_, 16);
-      const int t0_ = v7 * 1024 + tc0_;
-      KG_FOR_STEP(e, 8, 4) {
+      const int t0_ = v7 * 4096 + tc0_;
+      KG_FOR_STEP(e, 16, 4) {
         const int i0_ = t0_ + rc0_(e);
         const int64_t off_ = (int64_t)i0_;
         const bool in_ = i0_ + 4 <= (size_N);
@@ -89,41 +89,28 @@ KG_KERNEL void __launch_bounds__(128) layernorm_bwd_rows(const float* __restrict
         else KG_FOR(v, 4) v20[e + v] = (i0_ + v < (size_N)) ? p_[off_ + v] : 0.0f;
       }
     }
-    float v22[8]; KG_FOR(e, 8) v22[e] = gy[e] * v20[e];
+    float v22[16]; KG_FOR(e, 16) v22[e] = gy[e] * v20[e];
+    float v24[16]; KG_FOR(e, 16) v24[e] = r[0];  // spec: 67:16
+    float v26[16]; KG_FOR(e, 16) v26[e] = mu[0];
+    float v27[16]; KG_FOR(e, 16) v27[e] = v19[e] - v26[e];
+    float xh[16]; KG_FOR(e, 16) xh[e] = v27[e] * v24[e];
+    float v29[16]; KG_FOR(e, 16) v29[e] = v22[e] * xh[e];  // spec: 77:24
     float c1[1];  // spec: 76:20
+    float c2[1];  // spec: 77:20
     {
-      float r23[1]; KG_FOR(e, 1) r23[e] = 0.0f;
-      KG_FOR(e, 8) {
-        const float a_ = r23[0], b_ = (float)(v22[e]);
-        r23[0] = a_ + b_;
+      float r30[1]; KG_FOR(e, 1) r30[e] = 0.0f;
+      KG_FOR(e, 16) {
+        const float a_ = r30[0], b_ = (float)(v22[e]);
+        r30[0] = a_ + b_;
       }
-      KG_FOR(e, 1) { const float a_ = r23[e], b_ = kg::shfl_xor(a_, 1); r23[e] = a_ + b_; }
-      KG_FOR(e, 1) { const float a_ = r23[e], b_ = kg::shfl_xor(a_, 2); r23[e] = a_ + b_; }
-      KG_FOR(e, 1) { const float a_ = r23[e], b_ = kg::shfl_xor(a_, 4); r23[e] = a_ + b_; }
-      KG_FOR(e, 1) { const float a_ = r23[e], b_ = kg::shfl_xor(a_, 8); r23[e] = a_ + b_; }
-      KG_FOR(e, 1) { const float a_ = r23[e], b_ = kg::shfl_xor(a_, 16); r23[e] = a_ + b_; }
-      float* scratch_ = reinterpret_cast<float*>(smem + 0);
-      kg::sync();
-      KG_FOR(e, 1) scratch_[(warp & 3) * 1 + 0] = r23[e];
-      kg::sync();
-      {
-        float a_ = scratch_[lane & 3];
-        { const float b_ = kg::shfl_xor(a_, 1); a_ = a_ + b_; }
-        { const float b_ = kg::shfl_xor(a_, 2); a_ = a_ + b_; }
-        r23[0] = a_;
-      }
-      KG_FOR(e, 1) c1[e] = kg::cvt<float>(r23[e]);
-    }
-    float v25[8]; KG_FOR(e, 8) v25[e] = r[0];  // spec: 67:16
-    float v27[8]; KG_FOR(e, 8) v27[e] = mu[0];
-    float v28[8]; KG_FOR(e, 8) v28[e] = v19[e] - v27[e];
-    float xh[8]; KG_FOR(e, 8) xh[e] = v28[e] * v25[e];
-    float v30[8]; KG_FOR(e, 8) v30[e] = v22[e] * xh[e];  // spec: 77:24
-    float c2[1];
-    {
+      KG_FOR(e, 1) { const float a_ = r30[e], b_ = kg::shfl_xor(a_, 1); r30[e] = a_ + b_; }
+      KG_FOR(e, 1) { const float a_ = r30[e], b_ = kg::shfl_xor(a_, 2); r30[e] = a_ + b_; }
+      KG_FOR(e, 1) { const float a_ = r30[e], b_ = kg::shfl_xor(a_, 4); r30[e] = a_ + b_; }
+      KG_FOR(e, 1) { const float a_ = r30[e], b_ = kg::shfl_xor(a_, 8); r30[e] = a_ + b_; }
+      KG_FOR(e, 1) { const float a_ = r30[e], b_ = kg::shfl_xor(a_, 16); r30[e] = a_ + b_; }
       float r31[1]; KG_FOR(e, 1) r31[e] = 0.0f;
-      KG_FOR(e, 8) {
-        const float a_ = r31[0], b_ = (float)(v30[e]);
+      KG_FOR(e, 16) {
+        const float a_ = r31[0], b_ = (float)(v29[e]);
         r31[0] = a_ + b_;
       }
       KG_FOR(e, 1) { const float a_ = r31[e], b_ = kg::shfl_xor(a_, 1); r31[e] = a_ + b_; }
@@ -131,34 +118,45 @@ KG_KERNEL void __launch_bounds__(128) layernorm_bwd_rows(const float* __restrict
       KG_FOR(e, 1) { const float a_ = r31[e], b_ = kg::shfl_xor(a_, 4); r31[e] = a_ + b_; }
       KG_FOR(e, 1) { const float a_ = r31[e], b_ = kg::shfl_xor(a_, 8); r31[e] = a_ + b_; }
       KG_FOR(e, 1) { const float a_ = r31[e], b_ = kg::shfl_xor(a_, 16); r31[e] = a_ + b_; }
-      float* scratch_ = reinterpret_cast<float*>(smem + 0);
+      float* scratch0_ = reinterpret_cast<float*>(smem + 0);
+      float* scratch1_ = reinterpret_cast<float*>(smem + 32);
       kg::sync();
-      KG_FOR(e, 1) scratch_[(warp & 3) * 1 + 0] = r31[e];
+      KG_FOR(e, 1) scratch0_[(warp & 7) * 1 + 0] = r30[e];
+      KG_FOR(e, 1) scratch1_[(warp & 7) * 1 + 0] = r31[e];
       kg::sync();
       {
-        float a_ = scratch_[lane & 3];
+        float a_ = scratch0_[lane & 7];
         { const float b_ = kg::shfl_xor(a_, 1); a_ = a_ + b_; }
         { const float b_ = kg::shfl_xor(a_, 2); a_ = a_ + b_; }
+        { const float b_ = kg::shfl_xor(a_, 4); a_ = a_ + b_; }
+        r30[0] = a_;
+      }
+      {
+        float a_ = scratch1_[lane & 7];
+        { const float b_ = kg::shfl_xor(a_, 1); a_ = a_ + b_; }
+        { const float b_ = kg::shfl_xor(a_, 2); a_ = a_ + b_; }
+        { const float b_ = kg::shfl_xor(a_, 4); a_ = a_ + b_; }
         r31[0] = a_;
       }
+      KG_FOR(e, 1) c1[e] = kg::cvt<float>(r30[e]);
       KG_FOR(e, 1) c2[e] = kg::cvt<float>(r31[e]);
     }
-    float v33[8]; KG_FOR(e, 8) v33[e] = r[0];  // spec: 80:34
+    float v33[16]; KG_FOR(e, 16) v33[e] = r[0];  // spec: 80:34
     const float v34 = kg::cvt<float>(N);  // spec: 79:16
     float c2_2[1]; KG_FOR(e, 1) c2_2[e] = c2[e] / v34;
-    float v37[8]; KG_FOR(e, 8) v37[e] = c2_2[0];  // spec: 80:66
-    float v38[8]; KG_FOR(e, 8) v38[e] = xh[e] * v37[e];
+    float v37[16]; KG_FOR(e, 16) v37[e] = c2_2[0];  // spec: 80:66
+    float v38[16]; KG_FOR(e, 16) v38[e] = xh[e] * v37[e];
     float c1_2[1]; KG_FOR(e, 1) c1_2[e] = c1[e] / v34;  // spec: 78:16
-    float v41[8]; KG_FOR(e, 8) v41[e] = c1_2[0];  // spec: 80:48
-    float v42[8]; KG_FOR(e, 8) v42[e] = v22[e] - v41[e];
-    float v43[8]; KG_FOR(e, 8) v43[e] = v42[e] - v38[e];
-    float v44[8]; KG_FOR(e, 8) v44[e] = v33[e] * v43[e];
+    float v41[16]; KG_FOR(e, 16) v41[e] = c1_2[0];  // spec: 80:48
+    float v42[16]; KG_FOR(e, 16) v42[e] = v22[e] - v41[e];
+    float v43[16]; KG_FOR(e, 16) v43[e] = v42[e] - v38[e];
+    float v44[16]; KG_FOR(e, 16) v44[e] = v33[e] * v43[e];
     {
       float* p_ = t_dx + (0);
       const bool aligned_ = kg::aligned(p_, 16) && KG_STRIDES_MULTIPLE1(dx, 4);
       const int t0_ = v15;
-      const int t1_ = v7 * 1024 + tc0_;
-      KG_FOR_STEP(e, 8, 4) {
+      const int t1_ = v7 * 4096 + tc0_;
+      KG_FOR_STEP(e, 16, 4) {
         const int i0_ = t0_;
         const int i1_ = t1_ + rc0_(e);
         const int64_t off_ = (int64_t)i0_ * stride_dx_0 + (int64_t)i1_;
@@ -166,38 +164,38 @@ KG_KERNEL void __launch_bounds__(128) layernorm_bwd_rows(const float* __restrict
         else KG_FOR(v, 4) if (i0_ < (size_M) && i1_ + v < (size_N)) p_[off_ + v] = v44[e + v];
       }
     }
-    float v45[8]; KG_FOR(e, 8) v45[e] = gy[e] * xh[e];  // spec: 82:37
-    float v46[8];
+    float v45[16]; KG_FOR(e, 16) v45[e] = gy[e] * xh[e];  // spec: 82:37
+    float v46[16];
     {
-      float r46[8]; KG_FOR(e, 8) r46[e] = 0.0f;
-      KG_FOR(e, 8) {
-        const float a_ = r46[(e & 1) + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4], b_ = (float)(v45[e]);
-        r46[(e & 1) + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4] = a_ + b_;
+      float r46[16]; KG_FOR(e, 16) r46[e] = 0.0f;
+      KG_FOR(e, 16) {
+        const float a_ = r46[(e & 1) + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8], b_ = (float)(v45[e]);
+        r46[(e & 1) + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8] = a_ + b_;
       }
-      KG_FOR(e, 8) v46[e] = kg::cvt<float>(r46[e]);
+      KG_FOR(e, 16) v46[e] = kg::cvt<float>(r46[e]);
     }
-    float v47[8];  // spec: 83:33
+    float v47[16];  // spec: 83:33
     {
-      float r47[8]; KG_FOR(e, 8) r47[e] = 0.0f;
-      KG_FOR(e, 8) {
-        const float a_ = r47[(e & 1) + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4], b_ = (float)(gy[e]);
-        r47[(e & 1) + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4] = a_ + b_;
+      float r47[16]; KG_FOR(e, 16) r47[e] = 0.0f;
+      KG_FOR(e, 16) {
+        const float a_ = r47[(e & 1) + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8], b_ = (float)(gy[e]);
+        r47[(e & 1) + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4 + ((e >> 3) & 1) * 8] = a_ + b_;
       }
-      KG_FOR(e, 8) v47[e] = kg::cvt<float>(r47[e]);
+      KG_FOR(e, 16) v47[e] = kg::cvt<float>(r47[e]);
     }
-    float db_acc_4[8]; KG_FOR(e, 8) db_acc_4[e] = db_acc_3[e] + v47[e];
-    float dw_acc_4[8]; KG_FOR(e, 8) dw_acc_4[e] = dw_acc_3[e] + v46[e];  // spec: 82:24
-    float y0_[8]; KG_FOR(e, 8) y0_[e] = dw_acc_4[e];  // spec: 83:24
-    float y1_[8]; KG_FOR(e, 8) y1_[e] = db_acc_4[e];
-    KG_FOR(e, 8) dw_acc_2[e] = y0_[e];
-    KG_FOR(e, 8) db_acc_2[e] = y1_[e];
+    float db_acc_4[16]; KG_FOR(e, 16) db_acc_4[e] = db_acc_3[e] + v47[e];
+    float dw_acc_4[16]; KG_FOR(e, 16) dw_acc_4[e] = dw_acc_3[e] + v46[e];  // spec: 82:24
+    float y0_[16]; KG_FOR(e, 16) y0_[e] = dw_acc_4[e];  // spec: 83:24
+    float y1_[16]; KG_FOR(e, 16) y1_[e] = db_acc_4[e];
+    KG_FOR(e, 16) dw_acc_2[e] = y0_[e];
+    KG_FOR(e, 16) db_acc_2[e] = y1_[e];
   }
   const int v50 = kg::floordiv(pid0, 1);  // spec: 84:21
   {
     float* p_ = t_dw_part + ((int64_t)v50 * stride_dw_part_0);
     const bool aligned_ = kg::aligned(p_, 16) && KG_STRIDES_MULTIPLE1(dw_part, 4);
-    const int t0_ = v7 * 1024 + tc0_;
-    KG_FOR_STEP(e, 8, 4) {
+    const int t0_ = v7 * 4096 + tc0_;
+    KG_FOR_STEP(e, 16, 4) {
       const int i0_ = t0_ + rc0_(e);
       const int64_t off_ = (int64_t)i0_;
       if (aligned_ && i0_ + 4 <= (size_N)) kg::copy_vec<4>(p_ + off_, &dw_acc_2[e]);
@@ -207,8 +205,8 @@ KG_KERNEL void __launch_bounds__(128) layernorm_bwd_rows(const float* __restrict
   {  // spec: 85:7
     float* p_ = t_db_part + ((int64_t)v50 * stride_db_part_0);
     const bool aligned_ = kg::aligned(p_, 16) && KG_STRIDES_MULTIPLE1(db_part, 4);
-    const int t0_ = v7 * 1024 + tc0_;
-    KG_FOR_STEP(e, 8, 4) {
+    const int t0_ = v7 * 4096 + tc0_;
+    KG_FOR_STEP(e, 16, 4) {
       const int i0_ = t0_ + rc0_(e);
       const int64_t off_ = (int64_t)i0_;
       if (aligned_ && i0_ + 4 <= (size_N)) kg::copy_vec<4>(p_ + off_, &db_acc_2[e]);

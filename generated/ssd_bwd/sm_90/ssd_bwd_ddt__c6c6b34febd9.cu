@@ -23,7 +23,7 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_ddt(const kg::bf16* __restrict__ t
   const float bias = *(t_dt_bias + (int64_t)h);  // spec: 491:14
   const int b = kg::floordiv(pid1, nheads);  // spec: 487:11
   float total = 0.0f;  // spec: 495:7
-  for (int r = 0; r < 2; r += 1) {
+  for (int r = 0; r < 4; r += 1) {
     float& total_2 = total;
     
     const float v18 = *(t_cs_last_grad + (int64_t)b * stride_cs_last_grad_0 + (int64_t)h * stride_cs_last_grad_1 + (int64_t)pid0 * stride_cs_last_grad_2 + (int64_t)r);  // spec: 496:27
@@ -32,11 +32,11 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_ddt(const kg::bf16* __restrict__ t
     const float y0_ = total_3;
     total = y0_;
   }
-  const int v24 = pid0 * 256;  // spec: 493:55
+  const int v24 = pid0 * 128;  // spec: 493:55
   const int v25 = seqlen - v24;
   const int v26 = v25 + 63;
   const int v27 = kg::floordiv(v26, 64);
-  const int n_sub = kg::min_(4, v27);
+  const int n_sub = kg::min_(2, v27);
   float total_4 = total;  // spec: 497:7
   for (int k = 0; k < n_sub; k += 1) {
     float& total_5 = total_4;
@@ -48,7 +48,7 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_ddt(const kg::bf16* __restrict__ t
       KG_FOR_STEP(e, 1, 1) {
         const int i0_ = t0_;
         const int64_t off_ = (int64_t)i0_;
-        v32[e] = (i0_ + 1 <= (256)) ? p_[off_] : 0.0f;
+        v32[e] = (i0_ + 1 <= (128)) ? p_[off_] : 0.0f;
       }
     }
     const int v33 = k + 1;  // spec: 501:28
@@ -70,7 +70,7 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_ddt(const kg::bf16* __restrict__ t
         KG_FOR_STEP(e, 1, 1) {
           const int i0_ = t0_;
           const int64_t off_ = (int64_t)i0_;
-          v44[e] = (i0_ + 1 <= (256)) ? p_[off_] : 0.0f;
+          v44[e] = (i0_ + 1 <= (128)) ? p_[off_] : 0.0f;
         }
       }
       const int v45 = j * 64;
@@ -82,7 +82,7 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_ddt(const kg::bf16* __restrict__ t
       KG_FOR(e, 1) v41[e] = y0_[e];
     }
     int v49[1]; KG_FOR(e, 1) v49[e] = tc0_;  // spec: 498:59
-    const int v50 = pid0 * 4;
+    const int v50 = pid0 * 2;
     const int v51 = v50 + k;
     const int v52 = v51 * 64;
     int v53[1]; KG_FOR(e, 1) v53[e] = v52 + v49[e];
@@ -133,7 +133,7 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_ddt(const kg::bf16* __restrict__ t
       KG_FOR_STEP(e, 1, 1) {
         const int i0_ = t0_;
         const int64_t off_ = (int64_t)i0_;
-        v67[e] = (i0_ + 1 <= (256)) ? p_[off_] : 0.0f;
+        v67[e] = (i0_ + 1 <= (128)) ? p_[off_] : 0.0f;
       }
     }
     const int v68 = k_2 + 1;  // spec: 513:28
@@ -155,7 +155,7 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_ddt(const kg::bf16* __restrict__ t
         KG_FOR_STEP(e, 1, 1) {
           const int i0_ = t0_;
           const int64_t off_ = (int64_t)i0_;
-          v79[e] = (i0_ + 1 <= (256)) ? p_[off_] : 0.0f;
+          v79[e] = (i0_ + 1 <= (128)) ? p_[off_] : 0.0f;
         }
       }
       const int v80 = j_2 * 64;
@@ -173,11 +173,11 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_ddt(const kg::bf16* __restrict__ t
       KG_FOR_STEP(e, 1, 1) {
         const int i0_ = t0_;
         const int64_t off_ = (int64_t)i0_;
-        v84[e] = (i0_ + 1 <= (256)) ? p_[off_] : 0.0f;
+        v84[e] = (i0_ + 1 <= (128)) ? p_[off_] : 0.0f;
       }
     }
     int v85[1]; KG_FOR(e, 1) v85[e] = tc0_;  // spec: 510:59
-    const int v86 = pid0 * 4;
+    const int v86 = pid0 * 2;
     const int v87 = v86 + k_2;
     const int v88 = v87 * 64;
     int v89[1]; KG_FOR(e, 1) v89[e] = v88 + v85[e];
@@ -220,145 +220,109 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_ddt(const kg::bf16* __restrict__ t
       }
       KG_FOR(e, 1) v94[e] = kg::cvt<float>(p_[e]);
     }
-    float v95;  // spec: 518:29
-    {
-      float r95[1]; KG_FOR(e, 1) r95[e] = 0.0f;
-      KG_FOR(e, 1) {
-        const float a_ = r95[0], b_ = (float)(v91[e]);
-        r95[0] = a_ + b_;
-      }
-      KG_FOR(e, 1) { const float a_ = r95[e], b_ = kg::shfl_xor(a_, 1); r95[e] = a_ + b_; }
-      KG_FOR(e, 1) { const float a_ = r95[e], b_ = kg::shfl_xor(a_, 2); r95[e] = a_ + b_; }
-      KG_FOR(e, 1) { const float a_ = r95[e], b_ = kg::shfl_xor(a_, 4); r95[e] = a_ + b_; }
-      KG_FOR(e, 1) { const float a_ = r95[e], b_ = kg::shfl_xor(a_, 8); r95[e] = a_ + b_; }
-      KG_FOR(e, 1) { const float a_ = r95[e], b_ = kg::shfl_xor(a_, 16); r95[e] = a_ + b_; }
-      float* scratch_ = reinterpret_cast<float*>(smem + 0);
-      kg::sync();
-      KG_FOR(e, 1) scratch_[(warp & 1) * 1 + 0] = r95[e];
-      kg::sync();
-      {
-        float a_ = scratch_[lane & 1];
-        { const float b_ = kg::shfl_xor(a_, 1); a_ = a_ + b_; }
-        r95[0] = a_;
-      }
-      v95 = kg::cvt<float>(r95[0]);
-    }
-    float v96;  // spec: 519:41
-    {
-      float r96[1]; KG_FOR(e, 1) r96[e] = 0.0f;
-      KG_FOR(e, 1) {
-        const float a_ = r96[0], b_ = (float)(p[e]);
-        r96[0] = a_ + b_;
-      }
-      KG_FOR(e, 1) { const float a_ = r96[e], b_ = kg::shfl_xor(a_, 1); r96[e] = a_ + b_; }
-      KG_FOR(e, 1) { const float a_ = r96[e], b_ = kg::shfl_xor(a_, 2); r96[e] = a_ + b_; }
-      KG_FOR(e, 1) { const float a_ = r96[e], b_ = kg::shfl_xor(a_, 4); r96[e] = a_ + b_; }
-      KG_FOR(e, 1) { const float a_ = r96[e], b_ = kg::shfl_xor(a_, 8); r96[e] = a_ + b_; }
-      KG_FOR(e, 1) { const float a_ = r96[e], b_ = kg::shfl_xor(a_, 16); r96[e] = a_ + b_; }
-      float* scratch_ = reinterpret_cast<float*>(smem + 0);
-      kg::sync();
-      KG_FOR(e, 1) scratch_[(warp & 1) * 1 + 0] = r96[e];
-      kg::sync();
-      {
-        float a_ = scratch_[lane & 1];
-        { const float b_ = kg::shfl_xor(a_, 1); a_ = a_ + b_; }
-        r96[0] = a_;
-      }
-      v96 = kg::cvt<float>(r96[0]);
-    }
-    float v97[1];  // spec: 520:31
+    float v95[1];  // spec: 520:31
     {
       const float* p_ = t_dt_eff + ((int64_t)b * stride_dt_eff_0 + (int64_t)h * stride_dt_eff_1 + (int64_t)pid0 * stride_dt_eff_2);
       const int t0_ = k_2 * 64 + tc0_;
       KG_FOR_STEP(e, 1, 1) {
         const int i0_ = t0_;
         const int64_t off_ = (int64_t)i0_;
-        v97[e] = (i0_ + 1 <= (256)) ? p_[off_] : 0.0f;
+        v95[e] = (i0_ + 1 <= (128)) ? p_[off_] : 0.0f;
       }
     }
-    const float v98 = total_4 - before_2;  // spec: 517:17
-    float v99[1]; KG_FOR(e, 1) v99[e] = v98 - v92[e];
-    float v100[1]; KG_FOR(e, 1) v100[e] = v99[e] + v91[e];
-    float v101[1]; KG_FOR(e, 1) v101[e] = v100[e] + state_before_2;
-    float v102[1]; KG_FOR(e, 1) v102[e] = v101[e] + v94[e];
-    float dda[1]; KG_FOR(e, 1) dda[e] = v102[e] - p[e];
-    float v104[1]; KG_FOR(e, 1) v104[e] = v97[e] * dda[e];  // spec: 520:31
-    float v105;
-    {
-      float r105[1]; KG_FOR(e, 1) r105[e] = 0.0f;
-      KG_FOR(e, 1) {
-        const float a_ = r105[0], b_ = (float)(v104[e]);
-        r105[0] = a_ + b_;
-      }
-      KG_FOR(e, 1) { const float a_ = r105[e], b_ = kg::shfl_xor(a_, 1); r105[e] = a_ + b_; }
-      KG_FOR(e, 1) { const float a_ = r105[e], b_ = kg::shfl_xor(a_, 2); r105[e] = a_ + b_; }
-      KG_FOR(e, 1) { const float a_ = r105[e], b_ = kg::shfl_xor(a_, 4); r105[e] = a_ + b_; }
-      KG_FOR(e, 1) { const float a_ = r105[e], b_ = kg::shfl_xor(a_, 8); r105[e] = a_ + b_; }
-      KG_FOR(e, 1) { const float a_ = r105[e], b_ = kg::shfl_xor(a_, 16); r105[e] = a_ + b_; }
-      float* scratch_ = reinterpret_cast<float*>(smem + 0);
-      kg::sync();
-      KG_FOR(e, 1) scratch_[(warp & 1) * 1 + 0] = r105[e];
-      kg::sync();
-      {
-        float a_ = scratch_[lane & 1];
-        { const float b_ = kg::shfl_xor(a_, 1); a_ = a_ + b_; }
-        r105[0] = a_;
-      }
-      v105 = kg::cvt<float>(r105[0]);
-    }
-    kg::bf16 v106[1];  // spec: 523:15
+    const float v96 = total_4 - before_2;  // spec: 517:17
+    float v97[1]; KG_FOR(e, 1) v97[e] = v96 - v92[e];
+    float v98[1]; KG_FOR(e, 1) v98[e] = v97[e] + v91[e];
+    float v99[1]; KG_FOR(e, 1) v99[e] = v98[e] + state_before_2;
+    float v100[1]; KG_FOR(e, 1) v100[e] = v99[e] + v94[e];
+    float dda[1]; KG_FOR(e, 1) dda[e] = v100[e] - p[e];
+    float v102[1]; KG_FOR(e, 1) v102[e] = v95[e] * dda[e];  // spec: 520:31
+    kg::bf16 v103[1];  // spec: 523:15
     {
       const kg::bf16* p_ = t_dt + ((int64_t)b * stride_dt_0 + (int64_t)h);
       const int t0_ = v87 * 64 + tc0_;
       KG_FOR_STEP(e, 1, 1) {
         const int i0_ = t0_;
         const int64_t off_ = (int64_t)i0_ * stride_dt_1;
-        v106[e] = (i0_ < (size_seqlen)) ? p_[off_] : kg::cvt<kg::bf16>(0.0f);
+        v103[e] = (i0_ < (size_seqlen)) ? p_[off_] : kg::cvt<kg::bf16>(0.0f);
       }
     }
-    float v107[1];  // spec: 527:29
+    float v104[1];  // spec: 527:29
     {
       const float* p_ = t_dt_src_grad + ((int64_t)b * stride_dt_src_grad_0 + (int64_t)h * stride_dt_src_grad_1 + (int64_t)pid0 * stride_dt_src_grad_2);
       const int t0_ = k_2 * 64 + tc0_;
       KG_FOR_STEP(e, 1, 1) {
         const int i0_ = t0_;
         const int64_t off_ = (int64_t)i0_;
-        v107[e] = (i0_ + 1 <= (256)) ? p_[off_] : 0.0f;
+        v104[e] = (i0_ + 1 <= (128)) ? p_[off_] : 0.0f;
       }
     }
-    float v108[1]; KG_FOR(e, 1) v108[e] = a * dda[e];
-    float v109[1]; KG_FOR(e, 1) v109[e] = v107[e] + v108[e];
-    float v112[1]; KG_FOR(e, 1) v112[e] = kg::cvt<float>(kg::f32(v106[e]));  // spec: 523:15
-    float v113[1]; KG_FOR(e, 1) v113[e] = v112[e] + bias;
-    float v114[1]; KG_FOR(e, 1) v114[e] = v113[e] * -1.0f;  // spec: 524:63
-    float v115[1]; KG_FOR(e, 1) v115[e] = kg::exp_(v114[e]);
-    float v116[1]; KG_FOR(e, 1) v116[e] = 1.0f + v115[e];
-    float v117[1]; KG_FOR(e, 1) v117[e] = 1.0f / v116[e];
-    bool v118[1]; KG_FOR(e, 1) v118[e] = v113[e] <= softplus_below;
-    float slope[1]; KG_FOR(e, 1) slope[e] = v118[e] ? v117[e] : 1.0f;
-    float v120[1]; KG_FOR(e, 1) v120[e] = v109[e] * slope[e];  // spec: 527:28
-    float v121[1]; KG_FOR(e, 1) v121[e] = kg::exp_(v113[e]);  // spec: 525:52
-    float v122[1]; KG_FOR(e, 1) v122[e] = 1.0f + v121[e];
-    float v123[1]; KG_FOR(e, 1) v123[e] = kg::log_(v122[e]);
-    bool v124[1]; KG_FOR(e, 1) v124[e] = v113[e] <= softplus_below;
-    float v125[1]; KG_FOR(e, 1) v125[e] = v124[e] ? v123[e] : v113[e];
-    bool v126[1]; KG_FOR(e, 1) v126[e] = v125[e] >= dt_min;  // spec: 526:29
-    bool v127[1]; KG_FOR(e, 1) v127[e] = inside_2[e] && v126[e];
-    bool v128[1]; KG_FOR(e, 1) v128[e] = v125[e] <= dt_max;
-    bool keep[1]; KG_FOR(e, 1) keep[e] = v127[e] && v128[e];
-    float gd[1]; KG_FOR(e, 1) gd[e] = keep[e] ? v120[e] : 0.0f;  // spec: 527:16
-    kg::bf16 v131[1]; KG_FOR(e, 1) v131[e] = kg::cvt<kg::bf16>(gd[e]);  // spec: 528:33
+    float v105[1]; KG_FOR(e, 1) v105[e] = a * dda[e];
+    float v106[1]; KG_FOR(e, 1) v106[e] = v104[e] + v105[e];
+    float v109[1]; KG_FOR(e, 1) v109[e] = kg::cvt<float>(kg::f32(v103[e]));  // spec: 523:15
+    float v110[1]; KG_FOR(e, 1) v110[e] = v109[e] + bias;
+    float v111[1]; KG_FOR(e, 1) v111[e] = v110[e] * -1.0f;  // spec: 524:63
+    float v112[1]; KG_FOR(e, 1) v112[e] = kg::exp_(v111[e]);
+    float v113[1]; KG_FOR(e, 1) v113[e] = 1.0f + v112[e];
+    float v114[1]; KG_FOR(e, 1) v114[e] = 1.0f / v113[e];
+    bool v115[1]; KG_FOR(e, 1) v115[e] = v110[e] <= softplus_below;
+    float slope[1]; KG_FOR(e, 1) slope[e] = v115[e] ? v114[e] : 1.0f;
+    float v117[1]; KG_FOR(e, 1) v117[e] = v106[e] * slope[e];  // spec: 527:28
+    float v118[1]; KG_FOR(e, 1) v118[e] = kg::exp_(v110[e]);  // spec: 525:52
+    float v119[1]; KG_FOR(e, 1) v119[e] = 1.0f + v118[e];
+    float v120[1]; KG_FOR(e, 1) v120[e] = kg::log_(v119[e]);
+    bool v121[1]; KG_FOR(e, 1) v121[e] = v110[e] <= softplus_below;
+    float v122[1]; KG_FOR(e, 1) v122[e] = v121[e] ? v120[e] : v110[e];
+    bool v123[1]; KG_FOR(e, 1) v123[e] = v122[e] >= dt_min;  // spec: 526:29
+    bool v124[1]; KG_FOR(e, 1) v124[e] = inside_2[e] && v123[e];
+    bool v125[1]; KG_FOR(e, 1) v125[e] = v122[e] <= dt_max;
+    bool keep[1]; KG_FOR(e, 1) keep[e] = v124[e] && v125[e];
+    float gd[1]; KG_FOR(e, 1) gd[e] = keep[e] ? v117[e] : 0.0f;  // spec: 527:16
+    kg::bf16 v128[1]; KG_FOR(e, 1) v128[e] = kg::cvt<kg::bf16>(gd[e]);  // spec: 528:33
     if ((warp & 2) == 0) {
       kg::bf16* p_ = t_ddt + ((int64_t)b * stride_ddt_0 + (int64_t)h);
       const int t0_ = v87 * 64 + tc0_;
       KG_FOR_STEP(e, 1, 1) {
         const int i0_ = t0_;
         const int64_t off_ = (int64_t)i0_ * stride_ddt_1;
-        if (i0_ < (size_seqlen)) p_[off_] = v131[e];
+        if (i0_ < (size_seqlen)) p_[off_] = v128[e];
       }
     }
+    float v129;  // spec: 518:29
+    float v130;  // spec: 519:41
+    float v131;  // spec: 520:27
     float v132;  // spec: 529:33
     {
+      float r129[1]; KG_FOR(e, 1) r129[e] = 0.0f;
+      KG_FOR(e, 1) {
+        const float a_ = r129[0], b_ = (float)(v91[e]);
+        r129[0] = a_ + b_;
+      }
+      KG_FOR(e, 1) { const float a_ = r129[e], b_ = kg::shfl_xor(a_, 1); r129[e] = a_ + b_; }
+      KG_FOR(e, 1) { const float a_ = r129[e], b_ = kg::shfl_xor(a_, 2); r129[e] = a_ + b_; }
+      KG_FOR(e, 1) { const float a_ = r129[e], b_ = kg::shfl_xor(a_, 4); r129[e] = a_ + b_; }
+      KG_FOR(e, 1) { const float a_ = r129[e], b_ = kg::shfl_xor(a_, 8); r129[e] = a_ + b_; }
+      KG_FOR(e, 1) { const float a_ = r129[e], b_ = kg::shfl_xor(a_, 16); r129[e] = a_ + b_; }
+      float r130[1]; KG_FOR(e, 1) r130[e] = 0.0f;
+      KG_FOR(e, 1) {
+        const float a_ = r130[0], b_ = (float)(p[e]);
+        r130[0] = a_ + b_;
+      }
+      KG_FOR(e, 1) { const float a_ = r130[e], b_ = kg::shfl_xor(a_, 1); r130[e] = a_ + b_; }
+      KG_FOR(e, 1) { const float a_ = r130[e], b_ = kg::shfl_xor(a_, 2); r130[e] = a_ + b_; }
+      KG_FOR(e, 1) { const float a_ = r130[e], b_ = kg::shfl_xor(a_, 4); r130[e] = a_ + b_; }
+      KG_FOR(e, 1) { const float a_ = r130[e], b_ = kg::shfl_xor(a_, 8); r130[e] = a_ + b_; }
+      KG_FOR(e, 1) { const float a_ = r130[e], b_ = kg::shfl_xor(a_, 16); r130[e] = a_ + b_; }
+      float r131[1]; KG_FOR(e, 1) r131[e] = 0.0f;
+      KG_FOR(e, 1) {
+        const float a_ = r131[0], b_ = (float)(v102[e]);
+        r131[0] = a_ + b_;
+      }
+      KG_FOR(e, 1) { const float a_ = r131[e], b_ = kg::shfl_xor(a_, 1); r131[e] = a_ + b_; }
+      KG_FOR(e, 1) { const float a_ = r131[e], b_ = kg::shfl_xor(a_, 2); r131[e] = a_ + b_; }
+      KG_FOR(e, 1) { const float a_ = r131[e], b_ = kg::shfl_xor(a_, 4); r131[e] = a_ + b_; }
+      KG_FOR(e, 1) { const float a_ = r131[e], b_ = kg::shfl_xor(a_, 8); r131[e] = a_ + b_; }
+      KG_FOR(e, 1) { const float a_ = r131[e], b_ = kg::shfl_xor(a_, 16); r131[e] = a_ + b_; }
       float r132[1]; KG_FOR(e, 1) r132[e] = 0.0f;
       KG_FOR(e, 1) {
         const float a_ = r132[0], b_ = (float)(gd[e]);
@@ -369,21 +333,45 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_ddt(const kg::bf16* __restrict__ t
       KG_FOR(e, 1) { const float a_ = r132[e], b_ = kg::shfl_xor(a_, 4); r132[e] = a_ + b_; }
       KG_FOR(e, 1) { const float a_ = r132[e], b_ = kg::shfl_xor(a_, 8); r132[e] = a_ + b_; }
       KG_FOR(e, 1) { const float a_ = r132[e], b_ = kg::shfl_xor(a_, 16); r132[e] = a_ + b_; }
-      float* scratch_ = reinterpret_cast<float*>(smem + 0);
+      float* scratch0_ = reinterpret_cast<float*>(smem + 0);
+      float* scratch1_ = reinterpret_cast<float*>(smem + 16);
+      float* scratch2_ = reinterpret_cast<float*>(smem + 32);
+      float* scratch3_ = reinterpret_cast<float*>(smem + 48);
       kg::sync();
-      KG_FOR(e, 1) scratch_[(warp & 1) * 1 + 0] = r132[e];
+      KG_FOR(e, 1) scratch0_[(warp & 1) * 1 + 0] = r129[e];
+      KG_FOR(e, 1) scratch1_[(warp & 1) * 1 + 0] = r130[e];
+      KG_FOR(e, 1) scratch2_[(warp & 1) * 1 + 0] = r131[e];
+      KG_FOR(e, 1) scratch3_[(warp & 1) * 1 + 0] = r132[e];
       kg::sync();
       {
-        float a_ = scratch_[lane & 1];
+        float a_ = scratch0_[lane & 1];
+        { const float b_ = kg::shfl_xor(a_, 1); a_ = a_ + b_; }
+        r129[0] = a_;
+      }
+      {
+        float a_ = scratch1_[lane & 1];
+        { const float b_ = kg::shfl_xor(a_, 1); a_ = a_ + b_; }
+        r130[0] = a_;
+      }
+      {
+        float a_ = scratch2_[lane & 1];
+        { const float b_ = kg::shfl_xor(a_, 1); a_ = a_ + b_; }
+        r131[0] = a_;
+      }
+      {
+        float a_ = scratch3_[lane & 1];
         { const float b_ = kg::shfl_xor(a_, 1); a_ = a_ + b_; }
         r132[0] = a_;
       }
+      v129 = kg::cvt<float>(r129[0]);
+      v130 = kg::cvt<float>(r130[0]);
+      v131 = kg::cvt<float>(r131[0]);
       v132 = kg::cvt<float>(r132[0]);
     }
-    const float bias_acc_3 = bias_acc_2 + v132;
-    const float a_acc_3 = a_acc_2 + v105;  // spec: 520:19
-    const float state_before_3 = state_before_2 + v96;  // spec: 519:26
-    const float before_3 = before_2 + v95;  // spec: 518:20
+    const float bias_acc_3 = bias_acc_2 + v132;  // spec: 529:22
+    const float a_acc_3 = a_acc_2 + v131;  // spec: 520:19
+    const float state_before_3 = state_before_2 + v130;  // spec: 519:26
+    const float before_3 = before_2 + v129;  // spec: 518:20
     const float y0_ = before_3;  // spec: 529:22
     const float y1_ = state_before_3;
     const float y2_ = a_acc_3;

@@ -23,7 +23,7 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_ddt(const kg::bf16* __restrict__ t
   const float bias = *(t_dt_bias + (int64_t)h);  // spec: 491:14
   const int b = kg::floordiv(pid1, nheads);  // spec: 487:11
   float total = 0.0f;  // spec: 495:7
-  for (int r = 0; r < 2; r += 1) {
+  for (int r = 0; r < 4; r += 1) {
     float& total_2 = total;
     
     const float v18 = *(t_cs_last_grad + (int64_t)b * stride_cs_last_grad_0 + (int64_t)h * stride_cs_last_grad_1 + (int64_t)pid0 * stride_cs_last_grad_2 + (int64_t)r);  // spec: 496:27
@@ -220,145 +220,109 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_ddt(const kg::bf16* __restrict__ t
       }
       KG_FOR(e, 1) v92[e] = kg::cvt<float>(p_[e]);
     }
-    float v93;  // spec: 518:29
-    {
-      float r93[1]; KG_FOR(e, 1) r93[e] = 0.0f;
-      KG_FOR(e, 1) {
-        const float a_ = r93[0], b_ = (float)(v89[e]);
-        r93[0] = a_ + b_;
-      }
-      KG_FOR(e, 1) { const float a_ = r93[e], b_ = kg::shfl_xor(a_, 1); r93[e] = a_ + b_; }
-      KG_FOR(e, 1) { const float a_ = r93[e], b_ = kg::shfl_xor(a_, 2); r93[e] = a_ + b_; }
-      KG_FOR(e, 1) { const float a_ = r93[e], b_ = kg::shfl_xor(a_, 4); r93[e] = a_ + b_; }
-      KG_FOR(e, 1) { const float a_ = r93[e], b_ = kg::shfl_xor(a_, 8); r93[e] = a_ + b_; }
-      KG_FOR(e, 1) { const float a_ = r93[e], b_ = kg::shfl_xor(a_, 16); r93[e] = a_ + b_; }
-      float* scratch_ = reinterpret_cast<float*>(smem + 0);
-      kg::sync();
-      KG_FOR(e, 1) scratch_[(warp & 1) * 1 + 0] = r93[e];
-      kg::sync();
-      {
-        float a_ = scratch_[lane & 1];
-        { const float b_ = kg::shfl_xor(a_, 1); a_ = a_ + b_; }
-        r93[0] = a_;
-      }
-      v93 = kg::cvt<float>(r93[0]);
-    }
-    float v94;  // spec: 519:41
-    {
-      float r94[1]; KG_FOR(e, 1) r94[e] = 0.0f;
-      KG_FOR(e, 1) {
-        const float a_ = r94[0], b_ = (float)(p[e]);
-        r94[0] = a_ + b_;
-      }
-      KG_FOR(e, 1) { const float a_ = r94[e], b_ = kg::shfl_xor(a_, 1); r94[e] = a_ + b_; }
-      KG_FOR(e, 1) { const float a_ = r94[e], b_ = kg::shfl_xor(a_, 2); r94[e] = a_ + b_; }
-      KG_FOR(e, 1) { const float a_ = r94[e], b_ = kg::shfl_xor(a_, 4); r94[e] = a_ + b_; }
-      KG_FOR(e, 1) { const float a_ = r94[e], b_ = kg::shfl_xor(a_, 8); r94[e] = a_ + b_; }
-      KG_FOR(e, 1) { const float a_ = r94[e], b_ = kg::shfl_xor(a_, 16); r94[e] = a_ + b_; }
-      float* scratch_ = reinterpret_cast<float*>(smem + 0);
-      kg::sync();
-      KG_FOR(e, 1) scratch_[(warp & 1) * 1 + 0] = r94[e];
-      kg::sync();
-      {
-        float a_ = scratch_[lane & 1];
-        { const float b_ = kg::shfl_xor(a_, 1); a_ = a_ + b_; }
-        r94[0] = a_;
-      }
-      v94 = kg::cvt<float>(r94[0]);
-    }
-    float v95[1];  // spec: 520:31
+    float v93[1];  // spec: 520:31
     {
       const float* p_ = t_dt_eff + ((int64_t)b * stride_dt_eff_0 + (int64_t)h * stride_dt_eff_1 + (int64_t)pid0 * stride_dt_eff_2);
       const int t0_ = k_2 * 64 + tc0_;
       KG_FOR_STEP(e, 1, 1) {
         const int i0_ = t0_;
         const int64_t off_ = (int64_t)i0_;
-        v95[e] = (i0_ + 1 <= (64)) ? p_[off_] : 0.0f;
+        v93[e] = (i0_ + 1 <= (64)) ? p_[off_] : 0.0f;
       }
     }
-    const float v96 = total_4 - before_2;  // spec: 517:17
-    float v97[1]; KG_FOR(e, 1) v97[e] = v96 - v90[e];
-    float v98[1]; KG_FOR(e, 1) v98[e] = v97[e] + v89[e];
-    float v99[1]; KG_FOR(e, 1) v99[e] = v98[e] + state_before_2;
-    float v100[1]; KG_FOR(e, 1) v100[e] = v99[e] + v92[e];
-    float dda[1]; KG_FOR(e, 1) dda[e] = v100[e] - p[e];
-    float v102[1]; KG_FOR(e, 1) v102[e] = v95[e] * dda[e];  // spec: 520:31
-    float v103;
-    {
-      float r103[1]; KG_FOR(e, 1) r103[e] = 0.0f;
-      KG_FOR(e, 1) {
-        const float a_ = r103[0], b_ = (float)(v102[e]);
-        r103[0] = a_ + b_;
-      }
-      KG_FOR(e, 1) { const float a_ = r103[e], b_ = kg::shfl_xor(a_, 1); r103[e] = a_ + b_; }
-      KG_FOR(e, 1) { const float a_ = r103[e], b_ = kg::shfl_xor(a_, 2); r103[e] = a_ + b_; }
-      KG_FOR(e, 1) { const float a_ = r103[e], b_ = kg::shfl_xor(a_, 4); r103[e] = a_ + b_; }
-      KG_FOR(e, 1) { const float a_ = r103[e], b_ = kg::shfl_xor(a_, 8); r103[e] = a_ + b_; }
-      KG_FOR(e, 1) { const float a_ = r103[e], b_ = kg::shfl_xor(a_, 16); r103[e] = a_ + b_; }
-      float* scratch_ = reinterpret_cast<float*>(smem + 0);
-      kg::sync();
-      KG_FOR(e, 1) scratch_[(warp & 1) * 1 + 0] = r103[e];
-      kg::sync();
-      {
-        float a_ = scratch_[lane & 1];
-        { const float b_ = kg::shfl_xor(a_, 1); a_ = a_ + b_; }
-        r103[0] = a_;
-      }
-      v103 = kg::cvt<float>(r103[0]);
-    }
-    kg::bf16 v104[1];  // spec: 523:15
+    const float v94 = total_4 - before_2;  // spec: 517:17
+    float v95[1]; KG_FOR(e, 1) v95[e] = v94 - v90[e];
+    float v96[1]; KG_FOR(e, 1) v96[e] = v95[e] + v89[e];
+    float v97[1]; KG_FOR(e, 1) v97[e] = v96[e] + state_before_2;
+    float v98[1]; KG_FOR(e, 1) v98[e] = v97[e] + v92[e];
+    float dda[1]; KG_FOR(e, 1) dda[e] = v98[e] - p[e];
+    float v100[1]; KG_FOR(e, 1) v100[e] = v93[e] * dda[e];  // spec: 520:31
+    kg::bf16 v101[1];  // spec: 523:15
     {
       const kg::bf16* p_ = t_dt + ((int64_t)b * stride_dt_0 + (int64_t)h);
       const int t0_ = v85 * 64 + tc0_;
       KG_FOR_STEP(e, 1, 1) {
         const int i0_ = t0_;
         const int64_t off_ = (int64_t)i0_ * stride_dt_1;
-        v104[e] = (i0_ < (size_seqlen)) ? p_[off_] : kg::cvt<kg::bf16>(0.0f);
+        v101[e] = (i0_ < (size_seqlen)) ? p_[off_] : kg::cvt<kg::bf16>(0.0f);
       }
     }
-    float v105[1];  // spec: 527:29
+    float v102[1];  // spec: 527:29
     {
       const float* p_ = t_dt_src_grad + ((int64_t)b * stride_dt_src_grad_0 + (int64_t)h * stride_dt_src_grad_1 + (int64_t)pid0 * stride_dt_src_grad_2);
       const int t0_ = k_2 * 64 + tc0_;
       KG_FOR_STEP(e, 1, 1) {
         const int i0_ = t0_;
         const int64_t off_ = (int64_t)i0_;
-        v105[e] = (i0_ + 1 <= (64)) ? p_[off_] : 0.0f;
+        v102[e] = (i0_ + 1 <= (64)) ? p_[off_] : 0.0f;
       }
     }
-    float v106[1]; KG_FOR(e, 1) v106[e] = a * dda[e];
-    float v107[1]; KG_FOR(e, 1) v107[e] = v105[e] + v106[e];
-    float v110[1]; KG_FOR(e, 1) v110[e] = kg::cvt<float>(kg::f32(v104[e]));  // spec: 523:15
-    float v111[1]; KG_FOR(e, 1) v111[e] = v110[e] + bias;
-    float v112[1]; KG_FOR(e, 1) v112[e] = v111[e] * -1.0f;  // spec: 524:63
-    float v113[1]; KG_FOR(e, 1) v113[e] = kg::exp_(v112[e]);
-    float v114[1]; KG_FOR(e, 1) v114[e] = 1.0f + v113[e];
-    float v115[1]; KG_FOR(e, 1) v115[e] = 1.0f / v114[e];
-    bool v116[1]; KG_FOR(e, 1) v116[e] = v111[e] <= softplus_below;
-    float slope[1]; KG_FOR(e, 1) slope[e] = v116[e] ? v115[e] : 1.0f;
-    float v118[1]; KG_FOR(e, 1) v118[e] = v107[e] * slope[e];  // spec: 527:28
-    float v119[1]; KG_FOR(e, 1) v119[e] = kg::exp_(v111[e]);  // spec: 525:52
-    float v120[1]; KG_FOR(e, 1) v120[e] = 1.0f + v119[e];
-    float v121[1]; KG_FOR(e, 1) v121[e] = kg::log_(v120[e]);
-    bool v122[1]; KG_FOR(e, 1) v122[e] = v111[e] <= softplus_below;
-    float v123[1]; KG_FOR(e, 1) v123[e] = v122[e] ? v121[e] : v111[e];
-    bool v124[1]; KG_FOR(e, 1) v124[e] = v123[e] >= dt_min;  // spec: 526:29
-    bool v125[1]; KG_FOR(e, 1) v125[e] = inside_2[e] && v124[e];
-    bool v126[1]; KG_FOR(e, 1) v126[e] = v123[e] <= dt_max;
-    bool keep[1]; KG_FOR(e, 1) keep[e] = v125[e] && v126[e];
-    float gd[1]; KG_FOR(e, 1) gd[e] = keep[e] ? v118[e] : 0.0f;  // spec: 527:16
-    kg::bf16 v129[1]; KG_FOR(e, 1) v129[e] = kg::cvt<kg::bf16>(gd[e]);  // spec: 528:33
+    float v103[1]; KG_FOR(e, 1) v103[e] = a * dda[e];
+    float v104[1]; KG_FOR(e, 1) v104[e] = v102[e] + v103[e];
+    float v107[1]; KG_FOR(e, 1) v107[e] = kg::cvt<float>(kg::f32(v101[e]));  // spec: 523:15
+    float v108[1]; KG_FOR(e, 1) v108[e] = v107[e] + bias;
+    float v109[1]; KG_FOR(e, 1) v109[e] = v108[e] * -1.0f;  // spec: 524:63
+    float v110[1]; KG_FOR(e, 1) v110[e] = kg::exp_(v109[e]);
+    float v111[1]; KG_FOR(e, 1) v111[e] = 1.0f + v110[e];
+    float v112[1]; KG_FOR(e, 1) v112[e] = 1.0f / v111[e];
+    bool v113[1]; KG_FOR(e, 1) v113[e] = v108[e] <= softplus_below;
+    float slope[1]; KG_FOR(e, 1) slope[e] = v113[e] ? v112[e] : 1.0f;
+    float v115[1]; KG_FOR(e, 1) v115[e] = v104[e] * slope[e];  // spec: 527:28
+    float v116[1]; KG_FOR(e, 1) v116[e] = kg::exp_(v108[e]);  // spec: 525:52
+    float v117[1]; KG_FOR(e, 1) v117[e] = 1.0f + v116[e];
+    float v118[1]; KG_FOR(e, 1) v118[e] = kg::log_(v117[e]);
+    bool v119[1]; KG_FOR(e, 1) v119[e] = v108[e] <= softplus_below;
+    float v120[1]; KG_FOR(e, 1) v120[e] = v119[e] ? v118[e] : v108[e];
+    bool v121[1]; KG_FOR(e, 1) v121[e] = v120[e] >= dt_min;  // spec: 526:29
+    bool v122[1]; KG_FOR(e, 1) v122[e] = inside_2[e] && v121[e];
+    bool v123[1]; KG_FOR(e, 1) v123[e] = v120[e] <= dt_max;
+    bool keep[1]; KG_FOR(e, 1) keep[e] = v122[e] && v123[e];
+    float gd[1]; KG_FOR(e, 1) gd[e] = keep[e] ? v115[e] : 0.0f;  // spec: 527:16
+    kg::bf16 v126[1]; KG_FOR(e, 1) v126[e] = kg::cvt<kg::bf16>(gd[e]);  // spec: 528:33
     if ((warp & 2) == 0) {
       kg::bf16* p_ = t_ddt + ((int64_t)b * stride_ddt_0 + (int64_t)h);
       const int t0_ = v85 * 64 + tc0_;
       KG_FOR_STEP(e, 1, 1) {
         const int i0_ = t0_;
         const int64_t off_ = (int64_t)i0_ * stride_ddt_1;
-        if (i0_ < (size_seqlen)) p_[off_] = v129[e];
+        if (i0_ < (size_seqlen)) p_[off_] = v126[e];
       }
     }
+    float v127;  // spec: 518:29
+    float v128;  // spec: 519:41
+    float v129;  // spec: 520:27
     float v130;  // spec: 529:33
     {
+      float r127[1]; KG_FOR(e, 1) r127[e] = 0.0f;
+      KG_FOR(e, 1) {
+        const float a_ = r127[0], b_ = (float)(v89[e]);
+        r127[0] = a_ + b_;
+      }
+      KG_FOR(e, 1) { const float a_ = r127[e], b_ = kg::shfl_xor(a_, 1); r127[e] = a_ + b_; }
+      KG_FOR(e, 1) { const float a_ = r127[e], b_ = kg::shfl_xor(a_, 2); r127[e] = a_ + b_; }
+      KG_FOR(e, 1) { const float a_ = r127[e], b_ = kg::shfl_xor(a_, 4); r127[e] = a_ + b_; }
+      KG_FOR(e, 1) { const float a_ = r127[e], b_ = kg::shfl_xor(a_, 8); r127[e] = a_ + b_; }
+      KG_FOR(e, 1) { const float a_ = r127[e], b_ = kg::shfl_xor(a_, 16); r127[e] = a_ + b_; }
+      float r128[1]; KG_FOR(e, 1) r128[e] = 0.0f;
+      KG_FOR(e, 1) {
+        const float a_ = r128[0], b_ = (float)(p[e]);
+        r128[0] = a_ + b_;
+      }
+      KG_FOR(e, 1) { const float a_ = r128[e], b_ = kg::shfl_xor(a_, 1); r128[e] = a_ + b_; }
+      KG_FOR(e, 1) { const float a_ = r128[e], b_ = kg::shfl_xor(a_, 2); r128[e] = a_ + b_; }
+      KG_FOR(e, 1) { const float a_ = r128[e], b_ = kg::shfl_xor(a_, 4); r128[e] = a_ + b_; }
+      KG_FOR(e, 1) { const float a_ = r128[e], b_ = kg::shfl_xor(a_, 8); r128[e] = a_ + b_; }
+      KG_FOR(e, 1) { const float a_ = r128[e], b_ = kg::shfl_xor(a_, 16); r128[e] = a_ + b_; }
+      float r129[1]; KG_FOR(e, 1) r129[e] = 0.0f;
+      KG_FOR(e, 1) {
+        const float a_ = r129[0], b_ = (float)(v100[e]);
+        r129[0] = a_ + b_;
+      }
+      KG_FOR(e, 1) { const float a_ = r129[e], b_ = kg::shfl_xor(a_, 1); r129[e] = a_ + b_; }
+      KG_FOR(e, 1) { const float a_ = r129[e], b_ = kg::shfl_xor(a_, 2); r129[e] = a_ + b_; }
+      KG_FOR(e, 1) { const float a_ = r129[e], b_ = kg::shfl_xor(a_, 4); r129[e] = a_ + b_; }
+      KG_FOR(e, 1) { const float a_ = r129[e], b_ = kg::shfl_xor(a_, 8); r129[e] = a_ + b_; }
+      KG_FOR(e, 1) { const float a_ = r129[e], b_ = kg::shfl_xor(a_, 16); r129[e] = a_ + b_; }
       float r130[1]; KG_FOR(e, 1) r130[e] = 0.0f;
       KG_FOR(e, 1) {
         const float a_ = r130[0], b_ = (float)(gd[e]);
@@ -369,21 +333,45 @@ KG_KERNEL void __launch_bounds__(128) ssd_bwd_ddt(const kg::bf16* __restrict__ t
       KG_FOR(e, 1) { const float a_ = r130[e], b_ = kg::shfl_xor(a_, 4); r130[e] = a_ + b_; }
       KG_FOR(e, 1) { const float a_ = r130[e], b_ = kg::shfl_xor(a_, 8); r130[e] = a_ + b_; }
       KG_FOR(e, 1) { const float a_ = r130[e], b_ = kg::shfl_xor(a_, 16); r130[e] = a_ + b_; }
-      float* scratch_ = reinterpret_cast<float*>(smem + 0);
+      float* scratch0_ = reinterpret_cast<float*>(smem + 0);
+      float* scratch1_ = reinterpret_cast<float*>(smem + 16);
+      float* scratch2_ = reinterpret_cast<float*>(smem + 32);
+      float* scratch3_ = reinterpret_cast<float*>(smem + 48);
       kg::sync();
-      KG_FOR(e, 1) scratch_[(warp & 1) * 1 + 0] = r130[e];
+      KG_FOR(e, 1) scratch0_[(warp & 1) * 1 + 0] = r127[e];
+      KG_FOR(e, 1) scratch1_[(warp & 1) * 1 + 0] = r128[e];
+      KG_FOR(e, 1) scratch2_[(warp & 1) * 1 + 0] = r129[e];
+      KG_FOR(e, 1) scratch3_[(warp & 1) * 1 + 0] = r130[e];
       kg::sync();
       {
-        float a_ = scratch_[lane & 1];
+        float a_ = scratch0_[lane & 1];
+        { const float b_ = kg::shfl_xor(a_, 1); a_ = a_ + b_; }
+        r127[0] = a_;
+      }
+      {
+        float a_ = scratch1_[lane & 1];
+        { const float b_ = kg::shfl_xor(a_, 1); a_ = a_ + b_; }
+        r128[0] = a_;
+      }
+      {
+        float a_ = scratch2_[lane & 1];
+        { const float b_ = kg::shfl_xor(a_, 1); a_ = a_ + b_; }
+        r129[0] = a_;
+      }
+      {
+        float a_ = scratch3_[lane & 1];
         { const float b_ = kg::shfl_xor(a_, 1); a_ = a_ + b_; }
         r130[0] = a_;
       }
+      v127 = kg::cvt<float>(r127[0]);
+      v128 = kg::cvt<float>(r128[0]);
+      v129 = kg::cvt<float>(r129[0]);
       v130 = kg::cvt<float>(r130[0]);
     }
-    const float bias_acc_3 = bias_acc_2 + v130;
-    const float a_acc_3 = a_acc_2 + v103;  // spec: 520:19
-    const float state_before_3 = state_before_2 + v94;  // spec: 519:26
-    const float before_3 = before_2 + v93;  // spec: 518:20
+    const float bias_acc_3 = bias_acc_2 + v130;  // spec: 529:22
+    const float a_acc_3 = a_acc_2 + v129;  // spec: 520:19
+    const float state_before_3 = state_before_2 + v128;  // spec: 519:26
+    const float before_3 = before_2 + v127;  // spec: 518:20
     const float y0_ = before_3;  // spec: 529:22
     const float y1_ = state_before_3;
     const float y2_ = a_acc_3;

@@ -6,7 +6,7 @@
 #define rc0_(e) (e & 1) + ((e >> 1) & 1) * 2 + ((e >> 2) & 1) * 4
 
 KG_KERNEL __attribute__((amdgpu_flat_work_group_size(1024, 1024))) void layernorm_bwd_rows(const kg_half* __restrict__ t_x, KG_STRIDES1(x), const kg_half* __restrict__ t_w, const float* __restrict__ t_mean, const float* __restrict__ t_rstd, const kg_half* __restrict__ t_dy, KG_STRIDES1(dy), kg_half* __restrict__ t_dx, KG_STRIDES1(dx), float* __restrict__ t_dw_part, KG_STRIDES1(dw_part), float* __restrict__ t_db_part, KG_STRIDES1(db_part), int size_M, int size_N) {
-  KG_SHARED __attribute__((aligned(16))) char smem[64];
+  KG_SHARED __attribute__((aligned(16))) char smem[128];
   const int lane = kg::thread_id() % kg::WAVE;
   const int warp = __builtin_amdgcn_readfirstlane(kg::thread_id() / kg::WAVE);
   
@@ -110,6 +110,7 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(1024, 1024))) void layernor
       KG_FOR(e, 8) a2_2[e] = y1_[e];
     }
     float c1[1];  // spec: 64:20
+    float v41[1];  // spec: 65:20
     {
       float r40[1]; KG_FOR(e, 1) r40[e] = 0.0f;
       KG_FOR(e, 8) {
@@ -122,22 +123,6 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(1024, 1024))) void layernor
       KG_FOR(e, 1) { const float a_ = r40[e], b_ = kg::shfl_xor(a_, 8); r40[e] = a_ + b_; }
       KG_FOR(e, 1) { const float a_ = r40[e], b_ = kg::shfl_xor(a_, 16); r40[e] = a_ + b_; }
       KG_FOR(e, 1) { const float a_ = r40[e], b_ = kg::shfl_xor(a_, 32); r40[e] = a_ + b_; }
-      float* scratch_ = reinterpret_cast<float*>(smem + 0);
-      kg::sync();
-      KG_FOR(e, 1) scratch_[(warp & 15) * 1 + 0] = r40[e];
-      kg::sync();
-      {
-        float a_ = scratch_[lane & 15];
-        { const float b_ = kg::shfl_xor(a_, 1); a_ = a_ + b_; }
-        { const float b_ = kg::shfl_xor(a_, 2); a_ = a_ + b_; }
-        { const float b_ = kg::shfl_xor(a_, 4); a_ = a_ + b_; }
-        { const float b_ = kg::shfl_xor(a_, 8); a_ = a_ + b_; }
-        r40[0] = a_;
-      }
-      KG_FOR(e, 1) c1[e] = kg::cvt<float>(r40[e]);
-    }
-    float v41[1];  // spec: 65:20
-    {
       float r41[1]; KG_FOR(e, 1) r41[e] = 0.0f;
       KG_FOR(e, 8) {
         const float a_ = r41[0], b_ = (float)(a2_2[e]);
@@ -149,18 +134,29 @@ KG_KERNEL __attribute__((amdgpu_flat_work_group_size(1024, 1024))) void layernor
       KG_FOR(e, 1) { const float a_ = r41[e], b_ = kg::shfl_xor(a_, 8); r41[e] = a_ + b_; }
       KG_FOR(e, 1) { const float a_ = r41[e], b_ = kg::shfl_xor(a_, 16); r41[e] = a_ + b_; }
       KG_FOR(e, 1) { const float a_ = r41[e], b_ = kg::shfl_xor(a_, 32); r41[e] = a_ + b_; }
-      float* scratch_ = reinterpret_cast<float*>(smem + 0);
+      float* scratch0_ = reinterpret_cast<float*>(smem + 0);
+      float* scratch1_ = reinterpret_cast<float*>(smem + 64);
       kg::sync();
-      KG_FOR(e, 1) scratch_[(warp & 15) * 1 + 0] = r41[e];
+      KG_FOR(e, 1) scratch0_[(warp & 15) * 1 + 0] = r40[e];
+      KG_FOR(e, 1) scratch1_[(warp & 15) * 1 + 0] = r41[e];
       kg::sync();
       {
-        float a_ = scratch_[lane & 15];
+        float a_ = scratch0_[lane & 15];
+        { const float b_ = kg::shfl_xor(a_, 1); a_ = a_ + b_; }
+        { const float b_ = kg::shfl_xor(a_, 2); a_ = a_ + b_; }
+        { const float b_ = kg::shfl_xor(a_, 4); a_ = a_ + b_; }
+        { const float b_ = kg::shfl_xor(a_, 8); a_ = a_ + b_; }
+        r40[0] = a_;
+      }
+      {
+        float a_ = scratch1_[lane & 15];
         { const float b_ = kg::shfl_xor(a_, 1); a_ = a_ + b_; }
         { const float b_ = kg::shfl_xor(a_, 2); a_ = a_ + b_; }
         { const float b_ = kg::shfl_xor(a_, 4); a_ = a_ + b_; }
         { const float b_ = kg::shfl_xor(a_, 8); a_ = a_ + b_; }
         r41[0] = a_;
       }
+      KG_FOR(e, 1) c1[e] = kg::cvt<float>(r40[e]);
       KG_FOR(e, 1) v41[e] = kg::cvt<float>(r41[e]);
     }
     kg_half gy[8];  // spec: 66:16

@@ -91,42 +91,28 @@ KG_KERNEL void __launch_bounds__(256) layernorm_bwd_rows(const kg_half* __restri
     float v21[16]; KG_FOR(e, 16) v21[e] = kg::cvt<float>(kg::f32(v20[e]));
     float v23[16]; KG_FOR(e, 16) v23[e] = kg::cvt<float>(kg::f32(gy[e]));
     float v24[16]; KG_FOR(e, 16) v24[e] = v23[e] * v21[e];
+    float v26[16]; KG_FOR(e, 16) v26[e] = r[0];  // spec: 67:16
+    float v28[16]; KG_FOR(e, 16) v28[e] = mu[0];
+    float v29[16]; KG_FOR(e, 16) v29[e] = kg::cvt<float>(kg::f32(v19[e]));
+    float v30[16]; KG_FOR(e, 16) v30[e] = v29[e] - v28[e];
+    float xh[16]; KG_FOR(e, 16) xh[e] = v30[e] * v26[e];
+    float v32[16]; KG_FOR(e, 16) v32[e] = v24[e] * xh[e];  // spec: 77:24
     float c1[1];  // spec: 76:20
+    float c2[1];  // spec: 77:20
     {
-      float r25[1]; KG_FOR(e, 1) r25[e] = 0.0f;
+      float r33[1]; KG_FOR(e, 1) r33[e] = 0.0f;
       KG_FOR(e, 16) {
-        const float a_ = r25[0], b_ = (float)(v24[e]);
-        r25[0] = a_ + b_;
+        const float a_ = r33[0], b_ = (float)(v24[e]);
+        r33[0] = a_ + b_;
       }
-      KG_FOR(e, 1) { const float a_ = r25[e], b_ = kg::shfl_xor(a_, 1); r25[e] = a_ + b_; }
-      KG_FOR(e, 1) { const float a_ = r25[e], b_ = kg::shfl_xor(a_, 2); r25[e] = a_ + b_; }
-      KG_FOR(e, 1) { const float a_ = r25[e], b_ = kg::shfl_xor(a_, 4); r25[e] = a_ + b_; }
-      KG_FOR(e, 1) { const float a_ = r25[e], b_ = kg::shfl_xor(a_, 8); r25[e] = a_ + b_; }
-      KG_FOR(e, 1) { const float a_ = r25[e], b_ = kg::shfl_xor(a_, 16); r25[e] = a_ + b_; }
-      float* scratch_ = reinterpret_cast<float*>(smem + 0);
-      kg::sync();
-      KG_FOR(e, 1) scratch_[(warp & 7) * 1 + 0] = r25[e];
-      kg::sync();
-      {
-        float a_ = scratch_[lane & 7];
-        { const float b_ = kg::shfl_xor(a_, 1); a_ = a_ + b_; }
-        { const float b_ = kg::shfl_xor(a_, 2); a_ = a_ + b_; }
-        { const float b_ = kg::shfl_xor(a_, 4); a_ = a_ + b_; }
-        r25[0] = a_;
-      }
-      KG_FOR(e, 1) c1[e] = kg::cvt<float>(r25[e]);
-    }
-    float v27[16]; KG_FOR(e, 16) v27[e] = r[0];  // spec: 67:16
-    float v29[16]; KG_FOR(e, 16) v29[e] = mu[0];
-    float v30[16]; KG_FOR(e, 16) v30[e] = kg::cvt<float>(kg::f32(v19[e]));
-    float v31[16]; KG_FOR(e, 16) v31[e] = v30[e] - v29[e];
-    float xh[16]; KG_FOR(e, 16) xh[e] = v31[e] * v27[e];
-    float v33[16]; KG_FOR(e, 16) v33[e] = v24[e] * xh[e];  // spec: 77:24
-    float c2[1];
-    {
+      KG_FOR(e, 1) { const float a_ = r33[e], b_ = kg::shfl_xor(a_, 1); r33[e] = a_ + b_; }
+      KG_FOR(e, 1) { const float a_ = r33[e], b_ = kg::shfl_xor(a_, 2); r33[e] = a_ + b_; }
+      KG_FOR(e, 1) { const float a_ = r33[e], b_ = kg::shfl_xor(a_, 4); r33[e] = a_ + b_; }
+      KG_FOR(e, 1) { const float a_ = r33[e], b_ = kg::shfl_xor(a_, 8); r33[e] = a_ + b_; }
+      KG_FOR(e, 1) { const float a_ = r33[e], b_ = kg::shfl_xor(a_, 16); r33[e] = a_ + b_; }
       float r34[1]; KG_FOR(e, 1) r34[e] = 0.0f;
       KG_FOR(e, 16) {
-        const float a_ = r34[0], b_ = (float)(v33[e]);
+        const float a_ = r34[0], b_ = (float)(v32[e]);
         r34[0] = a_ + b_;
       }
       KG_FOR(e, 1) { const float a_ = r34[e], b_ = kg::shfl_xor(a_, 1); r34[e] = a_ + b_; }
@@ -134,17 +120,27 @@ KG_KERNEL void __launch_bounds__(256) layernorm_bwd_rows(const kg_half* __restri
       KG_FOR(e, 1) { const float a_ = r34[e], b_ = kg::shfl_xor(a_, 4); r34[e] = a_ + b_; }
       KG_FOR(e, 1) { const float a_ = r34[e], b_ = kg::shfl_xor(a_, 8); r34[e] = a_ + b_; }
       KG_FOR(e, 1) { const float a_ = r34[e], b_ = kg::shfl_xor(a_, 16); r34[e] = a_ + b_; }
-      float* scratch_ = reinterpret_cast<float*>(smem + 0);
+      float* scratch0_ = reinterpret_cast<float*>(smem + 0);
+      float* scratch1_ = reinterpret_cast<float*>(smem + 32);
       kg::sync();
-      KG_FOR(e, 1) scratch_[(warp & 7) * 1 + 0] = r34[e];
+      KG_FOR(e, 1) scratch0_[(warp & 7) * 1 + 0] = r33[e];
+      KG_FOR(e, 1) scratch1_[(warp & 7) * 1 + 0] = r34[e];
       kg::sync();
       {
-        float a_ = scratch_[lane & 7];
+        float a_ = scratch0_[lane & 7];
+        { const float b_ = kg::shfl_xor(a_, 1); a_ = a_ + b_; }
+        { const float b_ = kg::shfl_xor(a_, 2); a_ = a_ + b_; }
+        { const float b_ = kg::shfl_xor(a_, 4); a_ = a_ + b_; }
+        r33[0] = a_;
+      }
+      {
+        float a_ = scratch1_[lane & 7];
         { const float b_ = kg::shfl_xor(a_, 1); a_ = a_ + b_; }
         { const float b_ = kg::shfl_xor(a_, 2); a_ = a_ + b_; }
         { const float b_ = kg::shfl_xor(a_, 4); a_ = a_ + b_; }
         r34[0] = a_;
       }
+      KG_FOR(e, 1) c1[e] = kg::cvt<float>(r33[e]);
       KG_FOR(e, 1) c2[e] = kg::cvt<float>(r34[e]);
     }
     float v36[16]; KG_FOR(e, 16) v36[e] = r[0];  // spec: 80:34

@@ -111,6 +111,7 @@ KG_KERNEL void __launch_bounds__(512) layernorm_bwd_rows(const kg_half* __restri
       KG_FOR(e, 16) a2_2[e] = y1_[e];
     }
     float c1[1];  // spec: 64:20
+    float v41[1];  // spec: 65:20
     {
       float r40[1]; KG_FOR(e, 1) r40[e] = 0.0f;
       KG_FOR(e, 16) {
@@ -122,22 +123,6 @@ KG_KERNEL void __launch_bounds__(512) layernorm_bwd_rows(const kg_half* __restri
       KG_FOR(e, 1) { const float a_ = r40[e], b_ = kg::shfl_xor(a_, 4); r40[e] = a_ + b_; }
       KG_FOR(e, 1) { const float a_ = r40[e], b_ = kg::shfl_xor(a_, 8); r40[e] = a_ + b_; }
       KG_FOR(e, 1) { const float a_ = r40[e], b_ = kg::shfl_xor(a_, 16); r40[e] = a_ + b_; }
-      float* scratch_ = reinterpret_cast<float*>(smem + 0);
-      kg::sync();
-      KG_FOR(e, 1) scratch_[(warp & 15) * 1 + 0] = r40[e];
-      kg::sync();
-      {
-        float a_ = scratch_[lane & 15];
-        { const float b_ = kg::shfl_xor(a_, 1); a_ = a_ + b_; }
-        { const float b_ = kg::shfl_xor(a_, 2); a_ = a_ + b_; }
-        { const float b_ = kg::shfl_xor(a_, 4); a_ = a_ + b_; }
-        { const float b_ = kg::shfl_xor(a_, 8); a_ = a_ + b_; }
-        r40[0] = a_;
-      }
-      KG_FOR(e, 1) c1[e] = kg::cvt<float>(r40[e]);
-    }
-    float v41[1];  // spec: 65:20
-    {
       float r41[1]; KG_FOR(e, 1) r41[e] = 0.0f;
       KG_FOR(e, 16) {
         const float a_ = r41[0], b_ = (float)(a2_2[e]);
@@ -148,18 +133,29 @@ KG_KERNEL void __launch_bounds__(512) layernorm_bwd_rows(const kg_half* __restri
       KG_FOR(e, 1) { const float a_ = r41[e], b_ = kg::shfl_xor(a_, 4); r41[e] = a_ + b_; }
       KG_FOR(e, 1) { const float a_ = r41[e], b_ = kg::shfl_xor(a_, 8); r41[e] = a_ + b_; }
       KG_FOR(e, 1) { const float a_ = r41[e], b_ = kg::shfl_xor(a_, 16); r41[e] = a_ + b_; }
-      float* scratch_ = reinterpret_cast<float*>(smem + 0);
+      float* scratch0_ = reinterpret_cast<float*>(smem + 0);
+      float* scratch1_ = reinterpret_cast<float*>(smem + 64);
       kg::sync();
-      KG_FOR(e, 1) scratch_[(warp & 15) * 1 + 0] = r41[e];
+      KG_FOR(e, 1) scratch0_[(warp & 15) * 1 + 0] = r40[e];
+      KG_FOR(e, 1) scratch1_[(warp & 15) * 1 + 0] = r41[e];
       kg::sync();
       {
-        float a_ = scratch_[lane & 15];
+        float a_ = scratch0_[lane & 15];
+        { const float b_ = kg::shfl_xor(a_, 1); a_ = a_ + b_; }
+        { const float b_ = kg::shfl_xor(a_, 2); a_ = a_ + b_; }
+        { const float b_ = kg::shfl_xor(a_, 4); a_ = a_ + b_; }
+        { const float b_ = kg::shfl_xor(a_, 8); a_ = a_ + b_; }
+        r40[0] = a_;
+      }
+      {
+        float a_ = scratch1_[lane & 15];
         { const float b_ = kg::shfl_xor(a_, 1); a_ = a_ + b_; }
         { const float b_ = kg::shfl_xor(a_, 2); a_ = a_ + b_; }
         { const float b_ = kg::shfl_xor(a_, 4); a_ = a_ + b_; }
         { const float b_ = kg::shfl_xor(a_, 8); a_ = a_ + b_; }
         r41[0] = a_;
       }
+      KG_FOR(e, 1) c1[e] = kg::cvt<float>(r40[e]);
       KG_FOR(e, 1) v41[e] = kg::cvt<float>(r41[e]);
     }
     kg_half gy[16];  // spec: 66:16
