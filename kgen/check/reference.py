@@ -4,13 +4,14 @@ backward spec made consistent with its forward."""
 from __future__ import annotations
 
 import math
+import traceback
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ..errors import KgenError
+from ..errors import KgenError, SourceLoc, SpecError
 from ..ir import philox
 from ..spec.load import LoadedSpec, load_spec
 from ..spec.model import Spec
@@ -73,9 +74,16 @@ def reference(loaded_spec: LoadedSpec | Spec, inputs: dict[str, Any], *, exact: 
     # tensor, a new tensor made without a dtype)
     default = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64 if exact else default)
+    name = f"<{s.name} reference>"
     try:
         with torch.no_grad():
-            exec(compile(s.reference, f"<{s.name} reference>", "exec"), ns)
+            exec(compile(s.reference, name, "exec"), ns)
+    except KgenError:
+        raise
+    except Exception as e:  # the spec's own code: one sentence at its line, not a traceback
+        sizes = ", ".join(f"{k}={ns[k]}" for k in s.sizes if isinstance(ns.get(k), int))
+        raise SpecError(f"the reference raised {type(e).__name__} at sizes {sizes or '(none)'}: {e}",
+                        _reference_line(loaded_spec, e, name)) from None
     finally:
         torch.set_default_dtype(default)
     out = {}
@@ -84,6 +92,19 @@ def reference(loaded_spec: LoadedSpec | Spec, inputs: dict[str, Any], *, exact: 
             raise ValueError(f"{s.name}: the reference does not assign the output '{name}'")
         out[name] = ns[name].detach().double()
     return out
+
+
+def _reference_line(loaded_spec: LoadedSpec | Spec, e: BaseException, name: str) -> SourceLoc | None:
+    """Where in the spec file the reference code raised `e`: the line of its frame in the code
+    (or of a syntax error) from the block's first line; None without the file's positions."""
+    if not isinstance(loaded_spec, LoadedSpec):
+        return None
+    line = e.lineno if isinstance(e, SyntaxError) and e.filename == name else None
+    for frame, lineno in traceback.walk_tb(e.__traceback__):
+        if frame.f_code.co_filename == name:
+            line = lineno
+    first, col = loaded_spec.yaml.block_origin(("reference",))
+    return SourceLoc(str(loaded_spec.path), first + (line or 1) - 1, col + 1)
 
 
 def forward_of(ls: LoadedSpec) -> LoadedSpec | None:

@@ -143,16 +143,29 @@ class KernelSpec(Strict):
     @field_validator("grid", mode="before")
     @classmethod
     def _grid(cls, v):
-        # `grid: cdiv(M, BM), H` is one YAML string; a flow list [cdiv(M, BM)] would split at the comma
+        # `grid: cdiv(M, BM), H` is one YAML string; a flow list [T, cdiv(H, BH)] is split by YAML
+        # at every comma, inside the call too: items with unbalanced parentheses are joined again
+        if (isinstance(v, list) and len(v) > 1 and all(isinstance(x, (str, int)) for x in v)
+                and any(isinstance(x, str) and x.count("(") != x.count(")") for x in v)):
+            joined = ", ".join(str(x) for x in v)
+            if _expressions(joined) is not None:
+                v = joined
         if isinstance(v, str):
-            import ast
-
-            try:
-                node = ast.parse(f"({v},)", mode="eval").body
-            except SyntaxError:
-                raise ValueError(f"'{v}' is not a comma-separated list of expressions") from None
-            return [ast.unparse(e) for e in node.elts]
+            items = _expressions(v)
+            if items is None:
+                raise ValueError(f"'{v}' is not a comma-separated list of expressions")
+            return items
         return v
+
+
+def _expressions(text: str) -> list[str] | None:
+    """The comma-separated Python expressions of `text`, each unparsed; None if it does not parse."""
+    import ast
+
+    try:
+        return [ast.unparse(e) for e in ast.parse(f"({text},)", mode="eval").body.elts]
+    except SyntaxError:
+        return None
 
 
 class HookSpec(Strict):

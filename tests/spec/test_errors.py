@@ -164,6 +164,15 @@ def test_grid_entry_is_checked_at_load(tmp_path, grid, line_col, message):
     assert str(e) == f"{p}:{line_col}: kernels.0.grid.{entry}: {message}"
 
 
+def test_a_flow_list_grid_that_yaml_split_inside_a_call_is_joined_again(tmp_path):
+    """`grid: [M, cdiv(N, BLOCK_N)]` is three YAML items (YAML splits at every comma); the items
+    parse as two expressions when joined, which the user meant. An item that stays unbalanced
+    keeps its own error (test_grid_entry_is_checked_at_load's syntax case)."""
+    path = tmp_path / "demo.yaml"
+    path.write_text(BASE.replace('grid: ["cdiv(M, BLOCK_M)"]', "grid: [cdiv(M, BLOCK_M), cdiv(N, BLOCK_N)]"))
+    assert load_spec(path).spec.kernels[0].grid == ["cdiv(M, BLOCK_M)", "cdiv(N, BLOCK_N)"]
+
+
 def test_output_shape_expression_is_checked_at_load(tmp_path):
     p, e = error_of(tmp_path, BASE.replace("y: {shape: [M, N]", 'y: {shape: ["cdiv(M, BLOCK)", N]'))
     assert str(e) == (f"{p}:9:15: tensors.y.shape.0: 'cdiv(M, BLOCK)' uses 'BLOCK', which is not a size, tunable "
