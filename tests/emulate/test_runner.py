@@ -192,8 +192,13 @@ def test_column_sums_of_rows_split_over_warps_take_a_slice_per_row_position():
     k = compile_kernel(ls, 0, variant, tiles, target_of("gfx942"))
     column_sums = [op for op in walk(k.body) if op.kind == "reduce" and op.attrs["axis"] == 0 and scratch_bytes(op)]
     assert len(column_sums) == 2 and all(scratch_bytes(op) == 4 * 1024 * 2 for op in column_sums)
-    torch.manual_seed(6)
-    m, n = 37, 1000  # ragged: 3 programs, the last one part full; 1000 in the 1024-wide bucket
+    _layernorm_bwd_matches(ls, variant, tiles, 37, seed=6)  # 37 rows: 3 programs, the last one part full
+
+
+def _layernorm_bwd_matches(ls, variant, tiles, m, seed):
+    """layernorm_bwd on m ragged rows of 1000 (in the 1024-wide bucket) in emulation against its reference."""
+    torch.manual_seed(seed)
+    n = 1000
     x = torch.randn(m, n)
     mean, rstd = x.mean(dim=1), torch.rsqrt(x.var(dim=1, unbiased=False) + 1e-5)
     ins = {"x": x.to(torch.bfloat16), "w": (1 + 0.1 * torch.randn(n)).to(torch.bfloat16), "mean": mean, "rstd": rstd,
@@ -243,13 +248,4 @@ def test_sums_that_share_a_barrier_match(tiles):
     variant = {"dtype": "bf16", "ROW": 1024}
     k = compile_kernel(ls, 0, variant, tiles, load_target("gfx942"))
     assert any(op.attrs.get("joins_next") for op in walk(k.body) if op.kind == "reduce" and scratch_bytes(op))
-    torch.manual_seed(11)
-    m, n = 13, 1000  # ragged: the last program part full; 1000 in the 1024-wide bucket
-    x = torch.randn(m, n)
-    mean, rstd = x.mean(dim=1), torch.rsqrt(x.var(dim=1, unbiased=False) + 1e-5)
-    ins = {"x": x.to(torch.bfloat16), "w": (1 + 0.1 * torch.randn(n)).to(torch.bfloat16), "mean": mean, "rstd": rstd,
-           "dy": torch.randn(m, n).to(torch.bfloat16)}
-    out = _run_spec(ls, variant, {"M": m, "N": n}, ins, tiles)
-    ref, ref_lowp = helpers.reference(ls, ins), helpers.reference(ls, ins, exact=False)
-    for o in ls.spec.outputs():
-        helpers.check_close(o, out[o], ref[o], ref_lowp[o])
+    _layernorm_bwd_matches(ls, variant, tiles, 13, seed=11)  # 13 rows: the last program part full
