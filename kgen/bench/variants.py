@@ -129,7 +129,12 @@ def _kgen(kw: dict, causal: bool):
 def _flex(mask_mod, score_mod, s: int):
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
+    import torch._functorch.config
+
     torch._dynamo.config.cache_size_limit = 256
+    # the backward is timed again and again on one graph (retain_graph), which a compiled
+    # backward refuses while it donates its saved buffers
+    torch._functorch.config.donated_buffer = False
     compiled = torch.compile(flex_attention, dynamic=False)
     block_mask = create_block_mask(mask_mod, None, None, s, s)
     return lambda q, k, v: compiled(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), score_mod=score_mod,

@@ -20,8 +20,7 @@ on there being a next iteration, the group committed either way so that counts s
 The wait at the original place then only waits for that buffer: `pending` counts the groups
 committed after it in the loop's cyclic order.
 
-Where shared memory allows (the descriptor's per-block limit, counting every buffer as live),
-the buffer gets two slots instead (`slot` views: iteration n reads slot n % 2). The next
+Where shared memory allows, the buffer gets two slots instead (`slot` views: iteration n reads slot n % 2). The next
 iteration's copy then goes into the other slot right after this iteration's wait, a whole
 iteration ahead of its use, and needs no barrier of its own: the slot it overwrites was last
 read in the previous iteration, before the barrier that ends this iteration's wait. With one
@@ -31,6 +30,16 @@ cp.async copies gets S where they fit: iteration n copies for iteration n + S - 
 (n - 1) % S, read last in iteration n - 1 as with two, and the prologue copies iterations 0 to
 S - 2, so that S - 1 iterations' copies are in flight while one computes (the bytes in flight a
 multiprocessor needs to reach its share of the bandwidth grow with it, Little's law).
+
+Whether the slots fit is asked of the planner's live ranges (kgen/ir/placement.py): loops one
+after another (the phases of a masked key loop: masked, whole, masked) reuse the same bytes, so
+each may take two slots where the sum of every buffer in the kernel would allow only the first
+to. That estimate runs before the later passes add their scratch, so where it grants more slots
+than the sum would, the whole kernel is planned after the pass (`planned_shared_bytes`) and
+must fit the block's limit and the programs a multiprocessor the kernel asks for (its
+`occupancy`); otherwise the pass runs again with the sum, which is an upper bound. A kernel that
+asks for a producer warpgroup (passes/specialize.py) keeps the sum: its rings live for the whole
+kernel, so its loops' buffers do not reuse each other's bytes.
 
 On a target whose descriptor lists `tma` (sm_90), a copy into the 128-byte swizzle whose tile is
 a box of its tensor (scalar indices, one block or whole dim of rows, the whole static last dim,
@@ -45,11 +54,15 @@ phase, then the same block barrier as a cp.async wait (a slot's next copy relies
 """
 from __future__ import annotations
 
+import copy as copying
+
 from ...hw.descriptor import Target
 from ...options import CompileOptions
 from ..analysis import buffer_bytes, index_chain, read_only, recompute_chain, views_of
 from ..core import ELEM_BYTES, Block, Kernel, Op, Value, blocks, number_tma_barriers, slot_view, use_counts, walk
 from ..attrs import attr
+from ..placement import place_shared, with_barriers
+from .specialize import asks_producer
 
 CHUNK_BYTES = 16  # cp.async.cg moves 16 bytes per instruction (PTX ISA, "cp.async")
 # a tensor copy's box: at most 256 elements along each dim, at most 5 dims (CUDA driver API,
@@ -62,17 +75,35 @@ SLOTS = 2
 def use_async_copies(k: Kernel, target: Target, options: CompileOptions) -> Kernel:
     if "cp.async" not in target.async_copy:
         return k
+    if asks_producer(k, target, options):
+        _copy_and_pipeline(k, target, None)
+        return k
+    budget = min(target.lds_bytes_per_block, target.lds_bytes_per_cu // max(1, k.occupancy))
+    trial = copying.deepcopy(k)
+    if not _copy_and_pipeline(trial, target, budget):
+        return trial  # no loop took more slots than the sum of its buffers allows
+    from ..pipeline import planned_shared_bytes  # the pass list imports this pass
+    if planned_shared_bytes(trial, target, options, "pipeline_staged_loads") <= budget:
+        return trial
+    _copy_and_pipeline(k, target, None)
+    return k
+
+
+def _copy_and_pipeline(k: Kernel, target: Target, budget: int | None) -> bool:
+    """The pass on `k` in place; slots by live ranges within `budget`, or (None) by the sum of
+    every buffer within the block's limit. Whether any loop took more slots than the sum allows."""
     defs = {id(r): (op, block) for block in blocks(k.body) for op in block.ops for r in op.results}
     uses = use_counts(k.body)
     for block in list(blocks(k.body)):
         for st in [op for op in block.ops if op.kind == "stage"]:
             _convert(st, block, defs, uses, "tma" in target.async_copy, k)
+    beyond = False
     for loop, parent in [(op, b) for b in list(blocks(k.body)) for op in b.ops if op.kind == "for"]:
-        _pipeline(loop, parent, k, target)
+        beyond |= _pipeline(loop, parent, k, target, budget)
     _untensor_uncounted(k)
     count_pending(k.body)
     number_tma_barriers(k)
-    return k
+    return beyond
 
 
 def _convert(st: Op, block: Block, defs, uses, tma: bool, k: Kernel) -> None:
@@ -149,7 +180,23 @@ def _shift(index, by: int):
     return tuple((e[0], e[1] + by) + tuple(e[2:]) if e[0] in ("at", "block") else e for e in index)
 
 
-def _pipeline(loop: Op, parent: Block, k: Kernel, target: Target) -> None:
+def _slots_fit(k: Kernel, allocs: list[Op], n: int, target: Target, budget: int | None) -> bool:
+    """Whether `allocs` in n slots fit: the block's limit against every buffer as if all were
+    live at once (budget None), or `budget` against the planner's placement of live ranges."""
+    if budget is None:
+        return buffer_bytes(k.body) + sum(a.attrs["bytes"] * (n - 1) for a in allocs) <= target.lds_bytes_per_block
+    one = [a.attrs["bytes"] for a in allocs]
+    for a in allocs:
+        a.attrs["bytes"] *= n
+    try:
+        return with_barriers(k, place_shared(k)[2])[1] <= budget
+    finally:
+        for a, b in zip(allocs, one):
+            a.attrs["bytes"] = b
+
+
+def _pipeline(loop: Op, parent: Block, k: Kernel, target: Target, budget: int | None) -> bool:
+    """Pipeline one loop's copies; whether it took more slots than the sum of buffers allows."""
     body = loop.body
     iv = body.args[0]
     start, stop, step = loop.operands[:3]
@@ -167,16 +214,16 @@ def _pipeline(loop: Op, parent: Block, k: Kernel, target: Target) -> None:
         wait = next(i for i, op in enumerate(body.ops) if op.kind == "wait_async" and op.operands[0] is buf)
         plans.append((copy, last, wait))
     if not plans:
-        return
+        return False
     allocs = {id(copy): next(op for op in body.ops if op.kind == "alloc_shared" and op.result is copy.operands[0])
               for copy, _, _ in plans}
     asked = max((attr(a, "slots_asked") or SLOTS for a in allocs.values()), default=SLOTS)
     if any(attr(copy, "tma") for copy, _, _ in plans):
         asked = SLOTS  # a tensor copy's barrier phases count uses of two slots (kgen/codegen/tma.py)
     # the most slots that fit, of those asked, then two, then one
-    slots = next((n for n in dict.fromkeys((asked, SLOTS))
-                  if buffer_bytes(k.body) + sum(a.attrs["bytes"] * (n - 1) for a in allocs.values())
-                  <= target.lds_bytes_per_block), 1)
+    summed = next((n for n in dict.fromkeys((asked, SLOTS)) if _slots_fit(k, list(allocs.values()), n, target, None)), 1)
+    slots = summed if budget is None else max(summed, next(
+        (n for n in dict.fromkeys((asked, SLOTS)) if _slots_fit(k, list(allocs.values()), n, target, budget)), 1))
     slotted = slots > 1
     # the copy follows its wait (two slots) or the last read of its buffer (one)
     anchors = {id(copy): body.ops[wait if slotted else last] for copy, last, wait in plans}
@@ -260,6 +307,7 @@ def _pipeline(loop: Op, parent: Block, k: Kernel, target: Target) -> None:
         new_ops.append(op)
         new_ops.extend(after.get(id(op), []))
     body.ops[:] = new_ops
+    return slots > summed
 
 
 def _copy_at(copy: Op, chain: list[Op], iv: Value, at: Value, pred: Value, dst: Value | None = None) -> list[Op]:

@@ -50,8 +50,14 @@ PRODUCER_WARPS = 4  # setmaxnreg acts on a whole warpgroup (4 warps)
 RECOMPUTABLE = ("const", "size", "scalar_arg", "program_id", "binary", "unary", "cast", "where", "cdiv")
 
 
+def asks_producer(k: Kernel, target: Target, options: CompileOptions) -> bool:
+    """Whether this pass will look for rings in `k` (the kernel, the options and the target allow
+    a producer warpgroup)."""
+    return bool(k.warp_specialize and options.warp_specialize and target.register_reallocation and "tma" in target.async_copy)
+
+
 def specialize_warps(k: Kernel, target: Target, options: CompileOptions) -> Kernel:
-    if not (k.warp_specialize and options.warp_specialize and target.register_reallocation and "tma" in target.async_copy):
+    if not asks_producer(k, target, options):
         return k
     if not _fits(k, target):
         return k
