@@ -49,7 +49,10 @@ class Interval:
 
 ALL = Interval(None, None)
 EMPTY = Interval(ast.Constant(1), ast.Constant(0))
-_NEG, _POS = -(1 << 30), 1 << 30  # stand-ins for infinite ends inside a run-time choice
+# stand-ins for infinite ends inside a run-time choice; the ends are computed in int32, and an
+# interval's length (union_within) takes the difference of two, so the stand-ins stay below 2^29:
+# their difference, 2^30, plus any position below 2^29 stays within int32
+_NEG, _POS = -(1 << 29), 1 << 29
 
 
 def _is_empty(i: Interval) -> bool:

@@ -6,6 +6,7 @@ the covered blocks are exactly the visible ones."""
 from __future__ import annotations
 
 import ast
+import copy
 import itertools
 import random
 
@@ -33,10 +34,24 @@ SEGMENTS = {"doc": ("runs", ("B", "N1")), "qdoc": ("qruns", ("B", "N1")), "other
 LISTS = {"start": START, "end": END, "doc": DOC, "runs": RUNS, "qdoc": QDOC, "qruns": QRUNS, "other": OTHER, "oruns": ORUNS}
 
 
+def _int32(v):
+    """The value of one arithmetic step: the generated code computes the ends in int32, where a
+    step past its range is undefined (C++) and wraps in practice (CUDA, HIP)."""
+    assert not isinstance(v, int) or -2 ** 31 <= v < 2 ** 31, f"an end's arithmetic leaves int32: {v}"
+    return v
+
+
+class _Checked(ast.NodeTransformer):
+    def visit_BinOp(self, node):
+        self.generic_visit(node)
+        return ast.Call(func=ast.Name(id="_int32", ctx=ast.Load()), args=[node], keywords=[])
+
+
 def _eval(e: ast.expr | None, env: dict) -> int:
     fns = {"minimum": min, "maximum": max, "where": lambda c, a, b: a if c else b, "cdiv": lambda a, b: -(-a // b),
-           "load": lambda x: x, **LISTS}
-    return eval(compile(ast.Expression(ast.fix_missing_locations(e)), "<bound>", "eval"), fns, dict(env))
+           "load": lambda x: x, "_int32": _int32, **LISTS}
+    checked = _Checked().visit(copy.deepcopy(e))
+    return eval(compile(ast.Expression(ast.fix_missing_locations(checked)), "<bound>", "eval"), fns, dict(env))
 
 
 def _static(e: ast.expr):
