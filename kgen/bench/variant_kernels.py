@@ -63,6 +63,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("kgen.bench.variant_kernels times kernels on a CUDA GPU, and torch sees none")
     d, s = args.head_dim, args.seqlen
     b, h = 16384 // s, 2048 // d
     gen = torch.Generator(device="cuda").manual_seed(0)

@@ -23,3 +23,12 @@ def test_each_kernel_of_the_causal_backward_is_timed():
     for kernel in ("fa2_fwd", "fa2_bwd_dkdv", "fa2_bwd_dq", "fa2_bwd_delta"):
         assert kernel in names
     assert all(ms > 0 for ms in times.values())
+
+
+@pytest.mark.skipif(helpers.no_gpu_reason() is None, reason="a GPU is visible")
+def test_without_a_gpu_it_says_so_in_one_sentence(monkeypatch):
+    from kgen.bench import variant_kernels
+
+    monkeypatch.setattr("sys.argv", ["variant_kernels"])
+    with pytest.raises(SystemExit, match=r"^kgen.bench.variant_kernels times kernels on a CUDA GPU, and torch sees none$"):
+        variant_kernels.main()
