@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import networkx as nx
 
+from ..hw.descriptor import Target
 from .analysis import scratch_bytes, views_of
 from .core import Block, Kernel, Op, Value, walk
 from .passes.operands import SWIZZLE_ATOM_BYTES
@@ -69,6 +70,18 @@ def with_barriers(k: Kernel, end: int) -> tuple[int | None, int]:
         return None, end
     at = align(end, 8)
     return at, at + 8 * (k.tma_barriers + k.release_barriers)
+
+
+def planned_bytes(k: Kernel) -> int:
+    """The block's shared bytes as the planner would place the kernel now, mbarriers included (a
+    pass that weighs adding shared memory asks this of a trial)."""
+    return with_barriers(k, place_shared(k)[2])[1]
+
+
+def shared_budget(k: Kernel, target: Target) -> int:
+    """The most shared bytes a pass may plan for: the block's limit, and the share of a
+    multiprocessor that still holds the programs the kernel asks for (its `occupancy`)."""
+    return min(target.lds_bytes_per_block, target.lds_bytes_per_cu // max(1, k.occupancy))
 
 
 def _joined(i: int, ops: list[Op]) -> int:

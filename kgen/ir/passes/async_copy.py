@@ -20,11 +20,12 @@ on there being a next iteration, the group committed either way so that counts s
 The wait at the original place then only waits for that buffer: `pending` counts the groups
 committed after it in the loop's cyclic order.
 
-Where shared memory allows, the buffer gets two slots instead (`slot` views: iteration n reads slot n % 2). The next
-iteration's copy then goes into the other slot right after this iteration's wait, a whole
-iteration ahead of its use, and needs no barrier of its own: the slot it overwrites was last
-read in the previous iteration, before the barrier that ends this iteration's wait. With one
-slot the copy must wait for the last read, behind a barrier, and has half an iteration to land.
+Where shared memory allows, the buffer gets two slots instead (`slot` views: iteration n reads
+slot n % 2). The next iteration's copy then goes into the other slot right after this
+iteration's wait, a whole iteration ahead of its use, and needs no barrier of its own: the slot
+it overwrites was last read in the previous iteration, before the barrier that ends this
+iteration's wait. With one slot the copy must wait for the last read, behind a barrier, and has
+half an iteration to land.
 A loop whose copies ask for S > 2 slots (`slots_asked`, passes/row_loads.py) and are all
 cp.async copies gets S where they fit: iteration n copies for iteration n + S - 1 into slot
 (n - 1) % S, read last in iteration n - 1 as with two, and the prologue copies iterations 0 to
@@ -61,7 +62,7 @@ from ...options import CompileOptions
 from ..analysis import buffer_bytes, index_chain, read_only, recompute_chain, views_of
 from ..core import ELEM_BYTES, Block, Kernel, Op, Value, blocks, number_tma_barriers, slot_view, use_counts, walk
 from ..attrs import attr
-from ..placement import place_shared, with_barriers
+from ..placement import planned_bytes, shared_budget
 from .specialize import asks_producer
 
 CHUNK_BYTES = 16  # cp.async.cg moves 16 bytes per instruction (PTX ISA, "cp.async")
@@ -78,7 +79,7 @@ def use_async_copies(k: Kernel, target: Target, options: CompileOptions) -> Kern
     if asks_producer(k, target, options):
         _copy_and_pipeline(k, target, None)
         return k
-    budget = min(target.lds_bytes_per_block, target.lds_bytes_per_cu // max(1, k.occupancy))
+    budget = shared_budget(k, target)
     trial = copying.deepcopy(k)
     if not _copy_and_pipeline(trial, target, budget):
         return trial  # no loop took more slots than the sum of its buffers allows
@@ -189,7 +190,7 @@ def _slots_fit(k: Kernel, allocs: list[Op], n: int, target: Target, budget: int 
     for a in allocs:
         a.attrs["bytes"] *= n
     try:
-        return with_barriers(k, place_shared(k)[2])[1] <= budget
+        return planned_bytes(k) <= budget
     finally:
         for a, b in zip(allocs, one):
             a.attrs["bytes"] = b

@@ -45,7 +45,7 @@ from ...hw.descriptor import Target
 from ...options import CompileOptions
 from ..analysis import index_chain, read_only, recompute_chain
 from ..core import WRITES, Block, Kernel, Op, Value, blocks, predicated_load, slot_view, use_counts, walk
-from ..placement import place_shared, with_barriers
+from ..placement import planned_bytes
 
 SLOTS = 2
 
@@ -54,22 +54,18 @@ def pipeline_staged_loads(k: Kernel, target: Target, options: CompileOptions) ->
     if not options.register_pipeline:
         return k
     written = {op.attrs["tensor"] for op in walk(k.body) if op.kind in WRITES}
-    blocks_now = _blocks_per_cu(_shared_bytes(k), target)
+    blocks_now = _blocks_per_cu(planned_bytes(k), target)
     chosen: list[tuple[int, int]] = []  # (the stage's position in walk order, slots)
     for at in _candidates(k, written):
         for slots in (SLOTS, 1):
             trial = copy.deepcopy(k)
             _apply(trial, chosen + [(at, slots)])
-            need = _shared_bytes(trial)
+            need = planned_bytes(trial)
             if need <= target.lds_bytes_per_block and _blocks_per_cu(need, target) >= blocks_now:
                 chosen.append((at, slots))
                 break
     _apply(k, chosen)
     return k
-
-
-def _shared_bytes(k: Kernel) -> int:
-    return with_barriers(k, place_shared(k)[2])[1]
 
 
 def _blocks_per_cu(shared: int, target: Target) -> int:

@@ -25,7 +25,7 @@ from ...options import CompileOptions
 from ..analysis import scratch_bytes
 from ..attrs import attr
 from ..core import Block, Kernel, Op
-from ..placement import place_shared, with_barriers
+from ..placement import planned_bytes, shared_budget
 from .sink import MOVABLE
 
 # what a group may add to the kernel's shared memory: a row sum's slices (a float per warp along
@@ -37,8 +37,8 @@ CROSSABLE = MOVABLE + ("load", "store", "gather", "size", "scalar_arg", "program
 
 
 def group_warp_sums(k: Kernel, target: Target, options: CompileOptions) -> Kernel:
-    budget = min(target.lds_bytes_per_block, target.lds_bytes_per_cu // max(1, k.occupancy))
-    base = _planned_bytes(k)
+    budget = shared_budget(k, target)
+    base = planned_bytes(k)
     limit = min(budget, base + GROUP_GROWTH_BYTES)
     _group_block(k, k.body, limit)
     return k
@@ -46,10 +46,6 @@ def group_warp_sums(k: Kernel, target: Target, options: CompileOptions) -> Kerne
 
 def is_warp_sum(op: Op) -> bool:
     return op.kind == "reduce" and scratch_bytes(op) > 0
-
-
-def _planned_bytes(k: Kernel) -> int:
-    return with_barriers(k, place_shared(k)[2])[1]
 
 
 def _crossable(op: Op) -> bool:
@@ -82,7 +78,7 @@ def _group_block(k: Kernel, block: Block, limit: int) -> None:
                 at = ops.index(op)
                 ops[at:at] = group
                 group[-1].attrs["joins_next"] = True
-                if _planned_bytes(k) > limit:  # undo: op does not join, the group stays where it was
+                if planned_bytes(k) > limit:  # undo: op does not join, the group stays where it was
                     group[-1].attrs.pop("joins_next")
                     del ops[at:at + len(group)]
                     ops[start:start] = group
