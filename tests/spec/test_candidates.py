@@ -32,10 +32,12 @@ def test_the_left_out_tunable_takes_the_first_agreeing_candidate():
     assert first == next(c for c in tunable_candidates(ls, _variant(False)) if c["RECOMPUTE_DQ"] == 0)
 
 
-def test_variants_that_rewrite_scores_or_probabilities_keep_the_atomic_form_first():
-    # the preference asks is_identity of score_mod and prob_mod in each derived backward
+def test_variants_with_transcendental_scores_or_rewritten_probabilities_keep_the_atomic_form_first():
+    # the preference asks, of each derived backward, how many transcendental functions score_mod
+    # calls (softcap's tanh: one; ALiBi's linear bias: none) and whether prob_mod is the identity
     root = FA2_BWD.parent
-    for spec, recomputed in (("fa2_fwd.yaml", 1), ("variants/document.yaml", 1), ("variants/softcap.yaml", 0),
+    for spec, recomputed in (("fa2_fwd.yaml", 1), ("variants/document.yaml", 1), ("variants/alibi.yaml", 1),
+                             ("variants/softcap.yaml", 0), ("variants/window_softcap.yaml", 0),
                              ("variants/dropout.yaml", 0)):
         ls = backward_spec(load_spec(root / spec))
         variant = {axis: values[0] for axis, values in ls.spec.variants.items()}

@@ -95,12 +95,33 @@ def test_a_preference_may_ask_whether_a_hook_is_the_identity(spec_file):
     assert [c["BLOCK"] for c in tunable_candidates(load_spec(spec_file), {"chunk": 128})] == [128, 64]
 
 
+def test_a_preference_may_count_the_transcendental_calls_of_a_hook(spec_file):
+    ask = 'prefer: ["BLOCK == 64 and transcendentals(scale) == 0"]\ntunables:'
+    order = lambda body: [c["BLOCK"] for c in tunable_candidates(load_spec(_hooked(spec_file, ask, body)), {"chunk": 128})]
+    assert order("v * 2.0 + abs(v)") == [64, 128]  # arithmetic, abs: the FMA pipes
+    assert order("2.0 * tanh(v / 2.0)") == [128, 64]
+    # a body of statements, and the calls of another hook it makes, count as well
+    assert order("|\n      w = exp2(v)\n      return w") == [128, 64]
+    two = 'prefer: ["BLOCK == 64 and transcendentals(scale) == 2"]\ntunables:'
+    text = HOOKED.replace("tunables:", two).replace("body: v", "body: sigmoid(v) * half(v)").replace(
+        "hooks:\n", "hooks:\n  half:\n    args: [x]\n    body: exp(x)\n")
+    spec_file.write_text(text)
+    assert [c["BLOCK"] for c in tunable_candidates(load_spec(spec_file), {"chunk": 128})] == [64, 128]
+
+
+def _hooked(spec_file, ask, body):
+    spec_file.write_text(HOOKED.replace("tunables:", ask).replace("body: v", f"body: {body}"))
+    return spec_file
+
+
 @pytest.mark.parametrize("ask, message", [
+    ("transcendentals(scale, 0) == 0", r"transcendentals\(\) takes one hook, as transcendentals\(score_mod\)"),
+    ("transcendentals(shift) == 0", "'shift' is not a hook of the spec; hooks: scale"),
     ("is_identity(shift, 0)", "'shift' is not a hook of the spec; hooks: scale"),
     ("is_identity(scale, 2)", r"scale takes \(v, i\); name one of them or its index"),
     ("is_identity(scale)", r"is_identity\(\) takes a hook and the index or name of one of its arguments"),
 ])
-def test_is_identity_names_a_hook_and_one_of_its_arguments(spec_file, ask, message):
+def test_hook_questions_name_a_hook_and_what_they_take(spec_file, ask, message):
     spec_file.write_text(HOOKED.replace("tunables:", f'prefer: ["BLOCK == 64 and {ask}"]\ntunables:'))
     with pytest.raises(SpecError, match=r"chunked.yaml:\d+:\d+: prefer.0: .*" + message):
         load_spec(spec_file)
