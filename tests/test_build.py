@@ -1,10 +1,14 @@
 """kgen.build against the checked-in generated/: it must be what `kgen build` makes today, and
-every shipped kernel must compile to code that fits the target without spills.
+every shipped kernel must fit the target without spills (as compiled here, or as generated/
+records its compile by the same compiler).
 
 Each (spec, target) is built once per session, as `kgen build` builds it (compiling when the
 backend's compiler is installed: the compile takes part in choosing tunables), in a forked worker
 so that two builds share the two cores; the staleness tests and the resource tests read that one
 build. Variants share kernels, and a build compiles each distinct source once (kgen.codeobjects).
+A source that generated/ records byte for byte, for the same compiler, is answered from its
+manifest's record, except a sample per kernel name that is compiled and compared with the record
+(tests/recorded_compiles.py): a change to what kgen generates is compiled whole.
 Under pytest-xdist every test of this file runs on one worker (`--dist loadfile` in
 pyproject.toml), so each build is made once.
 """
@@ -14,9 +18,9 @@ import dataclasses
 import json
 import multiprocessing
 import os
-import shutil
+import sys
 import traceback
-from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,8 +39,11 @@ from kgen.paths import templates_dir
 from kgen.spec.load import load_spec
 from kgen.errors import SpecError
 from kgen.backends import available
-from kgen.toolchain.cuda import compile_cuda_ptx
 from kgen.toolchain.resources import parse_resource_remarks
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/, for recorded_compiles
+from golden_diff import first_line_difference, manifest_problem  # noqa: E402
+from recorded_compiles import RecordedCompiles  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 GENERATED = REPO / "generated"
@@ -44,9 +51,14 @@ TARGETS = ("sm_90", "gfx942")
 # generated/ is made from the checkout's specs/ (the folder shipped_specs_dir() names in a
 # checkout), by path relative to the repository root: that path is written into every file.
 SPEC_FILES = sorted(p.name for p in (REPO / "specs").glob("*.yaml"))
-# Depend on the compiler installation, not on kgen: compared loosely.
-COMPILER_FIELDS = ("compiler", "resources")
 AMD_LDS_BYTES = 65536  # what one gfx942 workgroup can address, whatever the descriptor says
+# What a source asks for (a call in it or the bodies it includes) -> the PTX instruction that
+# must survive into its PTX: fragment loads, async copies, warpgroup instructions.
+PTX_ASKED = (("kg::ldmatrix_", "ldmatrix.sync.aligned.m8n8"), ("kg::cp_async<", "cp.async.cg.shared.global"),
+             ("kg::wgmma_m64n", "wgmma.mma_async.sync.aligned.m64n"), ("kg::fence_proxy_async", "fence.proxy.async"),
+             ("kg::tma_load_", "cp.async.bulk.tensor"), ("kg::mbar_wait", "mbarrier.try_wait.parity"),
+             ("kg::mbar_expect_tx", "mbarrier.arrive.expect_tx"))
+PTX_DOTS = ("mma.sync.aligned.m16n8k16", "wgmma.mma_async.sync.aligned.m64n")
 
 
 def regenerate_command(spec_file: str, target: str) -> str:
@@ -64,7 +76,13 @@ class Build:
     manifest: dict
     compiled: bool
     logs: dict[str, str] = field(default_factory=dict)  # source text -> compiler output
+    # source text -> which of PTX_ASKED's instructions its kept PTX holds (CUDA without a SASS
+    # disassembler: compile_cuda keeps the PTX; the whole text stays in the worker)
+    ptx_holds: dict[str, frozenset[str]] = field(default_factory=dict)
     has_dot: dict[str, bool] = field(default_factory=dict)  # source file -> its IR has a dot
+    replayed: set[str] = field(default_factory=set)  # files answered from generated/'s records
+    checked: list[str] = field(default_factory=list)  # recorded files compiled and compared
+    mismatches: list[str] = field(default_factory=list)  # where those differ from the record
 
 
 def _cores() -> int:
@@ -73,10 +91,12 @@ def _cores() -> int:
 
 def _build(spec_file: str, target_name: str) -> Build:
     """What `kgen build specs/<spec_file> --target <target_name>` computes, kept in memory, with
-    the IR of each tunable choice (to know which kernels have a dot) and the compiler output of
-    each compile (the AMD spill counts are only there)."""
+    the IR of each tunable choice (to know which kernels have a dot), the compiler output of
+    each compile (the AMD spill counts are only there) and what its kept PTX holds. Sources that
+    generated/ records are answered from the record, but a sample (tests/recorded_compiles.py)."""
     irs: dict[str, list] = {}
     logs: dict[str, str] = {}
+    ptx_holds: dict[str, frozenset[str]] = {}
     real_lower = kgen.build.lower_variant
 
     def lower(ls, variant, *args, **kwargs):
@@ -88,21 +108,28 @@ def _build(spec_file: str, target_name: str) -> Build:
         def run(source, *args, **kwargs):
             result = compile_fn(source, *args, **kwargs)
             # keyed by text: a tunable choice that spilled compiled under the same file name
-            logs[Path(source).read_text()] = result.log
+            text = Path(source).read_text()
+            logs[text] = result.log
+            if getattr(result, "ptx", None) is not None:
+                ptx_holds[text] = frozenset(i for _, i in PTX_ASKED if i in result.ptx)
             return result
         return run
 
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(REPO)  # generated files name the spec relative to the working directory
         mp.setattr(kgen.build, "lower_variant", lower)
-        for name, be in list(kgen.backends.BACKENDS.items()):
-            mp.setitem(kgen.backends.BACKENDS, name, dataclasses.replace(be, compile=logged(be.compile)))
         ls = load_spec(Path("specs") / spec_file)
         target = load_target(target_name)
         compiled = available(target.backend)
+        recorded = RecordedCompiles(GENERATED / ls.spec.name / target_name, target.backend) if compiled else None
+        for name, be in list(kgen.backends.BACKENDS.items()):
+            compile_fn = recorded.wrap(be.compile) if recorded is not None and name == target.backend else be.compile
+            mp.setitem(kgen.backends.BACKENDS, name, dataclasses.replace(be, compile=logged(compile_fn)))
         variants = build_spec(ls, target, ls.select_variant({}), compile=compiled)
         doc = manifest(ls, target, variants)
-    build = Build(ls.spec.name, target, variants, doc, compiled, logs)
+    build = Build(ls.spec.name, target, variants, doc, compiled, logs, ptx_holds=ptx_holds)
+    if recorded is not None:
+        build.replayed, build.checked, build.mismatches = recorded.replayed, recorded.checked, recorded.mismatches
     for bv in variants:
         kernels = {k.name: k for k in irs[json.dumps([bv.variant, bv.tunables], sort_keys=True)]}
         for bk in bv.kernels:
@@ -169,62 +196,6 @@ def require_compiler(backend: str) -> None:
     pytest.skip(f"no {backend} compiler found ({hint})")
 
 
-def _masked(doc: dict, fields: tuple[str, ...], compiled: bool) -> dict:
-    """The manifest less what depends on the compiler installation (its version, the resources it
-    reports) and, for a build that compiled nothing, the commands it would have run."""
-    doc = json.loads(json.dumps(doc))
-    for k in doc.get("kernels", {}).values():
-        for f in fields:
-            k.pop(f, None)
-    if compiled and doc.get("compile"):
-        doc["compile"].pop("compiler", None)
-    else:
-        doc.pop("compile", None)
-    return doc
-
-
-def _first_difference(old, new, path: str = "") -> str:
-    """Where two JSON values first differ, as a path like variants[0].kernels[1].command."""
-    if isinstance(old, dict) and isinstance(new, dict):
-        for key in list(old) + [k for k in new if k not in old]:
-            if key not in old or key not in new:
-                missing = "missing in checked-in" if key not in old else "not produced"
-                return f"{path}.{key} ({missing})".lstrip(".")
-            if old[key] != new[key]:
-                return _first_difference(old[key], new[key], f"{path}.{key}")
-    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
-        for i, (a, b) in enumerate(zip(old, new)):
-            if a != b:
-                return _first_difference(a, b, f"{path}[{i}]")
-    return f"{path.lstrip('.')}: checked-in {json.dumps(old)[:200]}, built {json.dumps(new)[:200]}"
-
-
-def _first_line_difference(old: str, new: str) -> str:
-    for i, (a, b) in enumerate(zip(old.splitlines(), new.splitlines()), 1):
-        if a != b:  # show the lines from a little before the first differing character
-            col = next((c for c, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-            start = max(0, col - 40)
-            dots = "..." if start else ""
-            return (f"line {i} col {col + 1}: checked-in {dots}{a[start:col + 60]!r}, "
-                    f"built {dots}{b[start:col + 60]!r}")
-    return f"lengths differ: {len(old.splitlines())} vs {len(new.splitlines())} lines"
-
-
-def _manifest_problem(checked_in: dict, build: Build) -> str | None:
-    # Without a compiler here the build records no commands: compare what it does record.
-    masked = COMPILER_FIELDS + (() if build.compiled else ("command",))
-    old, new = _masked(checked_in, masked, build.compiled), _masked(build.manifest, masked, build.compiled)
-    if old != new:
-        return f"differs at {_first_difference(old, new)}"
-    if build.compiled:
-        if not (checked_in.get("compile") or {}).get("compiler"):
-            return "the manifest records no compiler"
-        for file, k in checked_in["kernels"].items():
-            if not k.get("resources"):
-                return f"kernel {file} records no resources"
-    return None
-
-
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("spec_file", SPEC_FILES)
 def test_generated_matches_build(built, spec_file, target):
@@ -243,12 +214,12 @@ def test_generated_matches_build(built, spec_file, target):
         if not path.is_file():
             problems.append(f"{where / name} is missing")
         elif path.read_bytes() != content:
-            diff = _first_line_difference(path.read_text(errors="replace"), content.decode())
+            diff = first_line_difference(path.read_text(errors="replace"), content.decode())
             problems.append(f"{where / name} differs from the build ({diff})")
     manifest_path = folder / "manifest.json"
     if not manifest_path.is_file():
         problems.append(f"{where / 'manifest.json'} is missing")
-    elif (problem := _manifest_problem(json.loads(manifest_path.read_text()), b)) is not None:
+    elif (problem := manifest_problem(json.loads(manifest_path.read_text()), b)) is not None:
         problems.append(f"{where / 'manifest.json'} {problem}")
     produced = set(expected) | {"manifest.json"}
     on_disk = (str(p.relative_to(folder)) for p in folder.rglob("*"))  # hidden ones too
@@ -290,8 +261,10 @@ def test_gfx942_kernels_fit(built, spec_file, target):
     problems = []
     for label, k in _kernels(b):
         r = k.resources
-        remarks = parse_resource_remarks(b.logs.get(k.source, "")).get(k.name, {})
-        if r is None or not remarks:
+        # a kernel answered from its record has no compiler output, only the recorded resources
+        replayed = k.file in b.replayed
+        remarks = {} if replayed else parse_resource_remarks(b.logs.get(k.source, "")).get(k.name, {})
+        if r is None or not (remarks or replayed):
             problems.append(f"{label}: the compiler reported no resources for the kernel")
             continue
         if r["shared_bytes"] > min(AMD_LDS_BYTES, limit):
@@ -302,7 +275,7 @@ def test_gfx942_kernels_fit(built, spec_file, target):
         # (v_writelane/v_readlane), which costs instructions but no memory; kernels with many
         # tensors (attention's backward has eleven, each a 64-bit pointer and strides) do that.
         # A VGPR spill or any scratch goes to memory, and is what must be zero.
-        for key in ("VGPRs Spill", "ScratchSize [bytes/lane]"):
+        for key in ("VGPRs Spill", "ScratchSize [bytes/lane]") if remarks else ():
             if remarks.get(key) != "0":
                 problems.append(f"{label}: {key} is {remarks.get(key)}, expected 0")
         if b.has_dot[k.file] and not any(i.startswith("v_mfma") for i in r["matrix_instrs"]):
@@ -326,13 +299,11 @@ def test_gfx942_builds_need_no_compile(built, spec_file, target):
 
 @pytest.mark.parametrize("target", ["sm_90"])
 @pytest.mark.parametrize("spec_file", SPEC_FILES)
-def test_sm90_kernels_fit(built, spec_file, target, tmp_path):
+def test_sm90_kernels_fit(built, spec_file, target):
     require_compiler("cuda")
     b = built(spec_file, target)
     limit = b.target.lds_bytes_per_block
-    for h in kgen.backends.CUDA.headers:
-        shutil.copy(templates_dir() / h, tmp_path / Path(h).name)
-    problems, need_ptx, included = [], [], {}
+    problems = []
     for label, k in _kernels(b):
         r = k.resources
         if r is None:
@@ -349,40 +320,31 @@ def test_sm90_kernels_fit(built, spec_file, target, tmp_path):
                             "stack, expected 0")
         if r.get("mma_notes"):  # ptxas serialised wgmma or injected waits into a dot
             problems.append(f"{label}: ptxas wgmma performance notes {r['mma_notes']}, expected none")
-        if not b.has_dot[k.file]:
-            continue
-        if r["disasm_tool"] is not None:
-            if not any(i.split(".")[0] in ("HMMA", "HGMMA") for i in r["matrix_instrs"]):
-                problems.append(f"{label}: has a dot but no HMMA/HGMMA in the SASS "
-                                f"({r['matrix_instrs']})")
-        else:  # no cuobjdump / nvdisasm here: the PTX still shows the instruction chosen
-            (tmp_path / k.file).write_text(k.source)
-            for name, body in k.includes:
-                (tmp_path / name).write_text(body)
-            included[k.file] = [tmp_path / name for name, _ in k.includes]
-            need_ptx.append((label, tmp_path / k.file))
-    # compile_cuda_ptx leaves the working directory alone, so threads can run nvcc side by side;
-    # one compile per distinct source (variants share kernel files)
-    first_of = {}
-    for _, src in need_ptx:
-        first_of.setdefault(src.name, src)
-    with ThreadPoolExecutor(_cores()) as pool:
-        ptx_of = dict(zip(first_of, pool.map(lambda src: compile_cuda_ptx(src, b.target.compiler_arch), first_of.values())))
-    ptxs = [ptx_of[src.name] for _, src in need_ptx]
-    problems += [f"{label}: has a dot but neither mma.sync.aligned.m16n8k16 nor wgmma.mma_async in its PTX"
-                 for (label, _), ptx in zip(need_ptx, ptxs)
-                 if "mma.sync.aligned.m16n8k16" not in ptx and "wgmma.mma_async.sync.aligned.m64n" not in ptx]
-    # the fragment loads, async copies and warpgroup instructions the source asks for survive
-    # into the PTX
-    for (label, src), ptx in zip(need_ptx, ptxs):
-        text = "\n".join(f.read_text() for f in [src, *included[src.name]])  # the source and its body
-        for asked, instr in (("kg::ldmatrix_", "ldmatrix.sync.aligned.m8n8"), ("kg::cp_async<", "cp.async.cg.shared.global"),
-                             ("kg::wgmma_m64n", "wgmma.mma_async.sync.aligned.m64n"), ("kg::fence_proxy_async", "fence.proxy.async"),
-                             ("kg::tma_load_", "cp.async.bulk.tensor"), ("kg::mbar_wait", "mbarrier.try_wait.parity"),
-                             ("kg::mbar_expect_tx", "mbarrier.arrive.expect_tx")):
-            if asked in text and instr not in ptx:
-                problems.append(f"{label}: the source calls {asked}... but its PTX has no {instr}")
+        if r["disasm_tool"] == "ptx":  # no cuobjdump / nvdisasm: the kept PTX shows the choices
+            if k.file not in b.replayed:  # compiled here (a recorded kernel kept no PTX)
+                holds = b.ptx_holds[k.source]
+                text = "\n".join([k.source, *(body for _, body in k.includes)])  # the source and its body
+                problems += [f"{label}: the source calls {asked}... but its PTX has no {instr}"
+                             for asked, instr in PTX_ASKED if asked in text and instr not in holds]
+            if b.has_dot[k.file] and not any(i.startswith(PTX_DOTS) for i in r["matrix_instrs"]):
+                problems.append(f"{label}: has a dot but neither mma.sync.aligned.m16n8k16 nor "
+                                f"wgmma.mma_async in its PTX ({r['matrix_instrs']})")
+        elif b.has_dot[k.file] and not any(i.split(".")[0] in ("HMMA", "HGMMA") for i in r["matrix_instrs"]):
+            problems.append(f"{label}: has a dot but no HMMA/HGMMA in the SASS ({r['matrix_instrs']})")
     assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("spec_file", SPEC_FILES)
+def test_recorded_compiles_are_the_compilers(built, spec_file, target):
+    """The build answers sources generated/ records from the record; the sample it compiles
+    anyway (tests/recorded_compiles.py) must get what the record says."""
+    require_compiler(load_target(target).backend)
+    b = built(spec_file, target)
+    checked, replayed, mismatches = len(b.checked), len(b.replayed), b.mismatches
+    assert checked or not replayed, "sources were answered from records none of which was checked"
+    assert not mismatches, ("generated/'s records differ from what the compiler gives:\n  "
+                            + "\n  ".join(mismatches) + f"\nregenerate with: {regenerate_command(spec_file, target)}")
 
 
 @pytest.mark.parametrize("target", TARGETS)

@@ -1,6 +1,6 @@
-"""nvcc: generated CUDA source -> cubin, with ptxas's resource report and the SASS tensor-core
-opcodes (when cuobjdump or nvdisasm is installed; the pip/conda nvcc often comes without them).
-compile_cuda_ptx gives the PTX text instead, to check instruction selection without them.
+"""nvcc: generated CUDA source -> cubin, with ptxas's resource report and the tensor-core
+opcodes: from the SASS when cuobjdump or nvdisasm is installed (the pip/conda nvcc often comes
+without them), else from the PTX nvcc made on the way, which the result then carries.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from kgen.errors import TargetError, ToolchainError
 from kgen.knobs import knobs
 from kgen.toolchain.resources import (
     CompileResult, KernelResources, build_dir, compile_error, first_error, is_executable,
-    parse_ptxas_info, parse_sass, run_tool, source_arg, version_line)
+    parse_ptx_matrix, parse_ptxas_info, parse_sass, run_tool, source_arg, version_line)
 
 _DEFAULT_NVCC = Path("/usr/local/cuda/bin/nvcc")
 
@@ -108,11 +108,8 @@ def _ptxas_error_source_line(argv: list[str], ptx_line: int, cwd: Path) -> tuple
     return ptx_line_to_source(ptx.read_text(errors="replace"), ptx_line)
 
 
-def _with_matrix_instrs(resources: dict[str, KernelResources], nvcc: Path, cubin: Path,
-                        cwd: Path) -> tuple[dict[str, KernelResources], str]:
-    tool = find_disassembler(nvcc)
-    if tool is None:
-        return resources, "\n[kgen] no cuobjdump or nvdisasm found: matrix_instrs left empty\n"
+def _with_sass_instrs(resources: dict[str, KernelResources], tool: list[str], cubin: Path,
+                      cwd: Path) -> tuple[dict[str, KernelResources], str]:
     rc, text = run_tool([*tool, str(cubin)], cwd)
     if rc != 0:
         return resources, f"\n[kgen] {' '.join(tool)} failed, matrix_instrs left empty:\n{text}"
@@ -120,6 +117,14 @@ def _with_matrix_instrs(resources: dict[str, KernelResources], nvcc: Path, cubin
     name = Path(tool[0]).name
     return {k: dataclasses.replace(r, matrix_instrs=found.get(k, ()), disasm_tool=name)
             for k, r in resources.items()}, ""
+
+
+def _with_ptx_instrs(resources: dict[str, KernelResources], ptx: str | None) -> tuple[dict[str, KernelResources], str]:
+    if ptx is None:
+        return resources, "\n[kgen] no cuobjdump or nvdisasm found and no PTX kept: matrix_instrs left empty\n"
+    found = parse_ptx_matrix(ptx)
+    return {k: dataclasses.replace(r, matrix_instrs=found.get(k, ()), disasm_tool="ptx")
+            for k, r in resources.items()}, "\n[kgen] no cuobjdump or nvdisasm found: matrix_instrs from the PTX\n"
 
 
 def _prepare(source: Path, arch: str, include_dirs, extra_flags):
@@ -138,11 +143,16 @@ def compile_cuda(source: Path, arch: str, include_dirs: list[Path] = (),
                  extra_flags: list[str] = ()) -> CompileResult:
     """Compile one generated .cu to a cubin for `arch` (sm_80, sm_90a, ...)."""
     source, nvcc, flags, cwd = _prepare(source, arch, include_dirs, extra_flags)
+    disassembler = find_disassembler(nvcc)
     started = time.monotonic()
     with build_dir("kgen-cuda-") as tmp:
         out = tmp / "kernel.cubin"
         argv = _nvcc_argv(*flags, out)
-        rc, log = run_tool(argv, cwd)
+        # Without a SASS disassembler the PTX shows which instructions the front end chose: nvcc
+        # keeps what it makes on the way (--keep), so nothing is compiled twice. The flags change
+        # no output, so the recorded command leaves them out.
+        keep = [] if disassembler else ["--keep", f"--keep-dir={tmp}"]
+        rc, log = run_tool(argv[:-2] + keep + argv[-2:], cwd)
         if rc != 0 or not out.is_file():
             err = first_error(log)
             mapped = None
@@ -150,26 +160,14 @@ def compile_cuda(source: Path, arch: str, include_dirs: list[Path] = (),
                 ptx_argv = _nvcc_argv(*flags, tmp / "kernel.ptx", output_kind="-ptx")
                 mapped = _ptxas_error_source_line(ptx_argv, err.line, cwd)
             raise compile_error(log, source, cwd, source_line=mapped)
-        resources, note = _with_matrix_instrs(parse_ptxas_info(log), nvcc, out, cwd)
+        ptx = None
+        if disassembler:
+            resources, note = _with_sass_instrs(parse_ptxas_info(log), disassembler, out, cwd)
+        else:
+            kept = tmp / f"{source.stem}.ptx"
+            ptx = kept.read_text(errors="replace") if kept.is_file() else None
+            resources, note = _with_ptx_instrs(parse_ptxas_info(log), ptx)
         binary = out.read_bytes()
     return CompileResult(binary=binary, binary_suffix=".cubin", resources=resources,
                          command=argv, compiler=str(nvcc), compiler_version=version_line(nvcc),
-                         log=log + note, seconds=time.monotonic() - started)
-
-
-def compile_cuda_ptx(source: Path, arch: str, include_dirs: list[Path] = (),
-                     extra_flags: list[str] = ()) -> str:
-    """The PTX nvcc makes of one generated .cu for `arch`, with compile_cuda's flags (less the
-    ptxas report).
-
-    Where no SASS disassembler is installed, the PTX is what still shows which instructions
-    (mma.sync, ...) the front end chose.
-    """
-    source, _, flags, cwd = _prepare(source, arch, include_dirs, extra_flags)
-    with build_dir("kgen-ptx-") as tmp:
-        out = tmp / "kernel.ptx"
-        argv = _nvcc_argv(*flags, out, output_kind="-ptx")
-        rc, log = run_tool(argv, cwd)
-        if rc != 0 or not out.is_file():
-            raise compile_error(log, source, cwd)
-        return out.read_text(errors="replace")
+                         log=log + note, seconds=time.monotonic() - started, ptx=ptx)

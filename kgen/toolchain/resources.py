@@ -33,8 +33,9 @@ class KernelResources:
     spill_bytes: int = 0  # NVIDIA spill stores + loads; AMD private_segment_fixed_size (scratch)
     stack_bytes: int = 0  # NVIDIA stack frame per thread (AMD's stack is inside the scratch)
     occupancy: int | None = None  # AMD waves/SIMD from the resource-usage remark; NVIDIA None
-    matrix_instrs: tuple[str, ...] = ()  # sorted distinct v_mfma_*/HMMA.*/HGMMA.* opcodes
-    disasm_tool: str | None = None  # what produced matrix_instrs; None: none found, so empty
+    # sorted distinct v_mfma_*/HMMA.*/HGMMA.* opcodes, or the PTX's mma.sync.*/wgmma.mma_async.*
+    matrix_instrs: tuple[str, ...] = ()
+    disasm_tool: str | None = None  # what produced matrix_instrs ("ptx": the PTX); None: empty
     wavefront_size: int | None = None  # AMD .wavefront_size; NVIDIA None (always 32)
     max_workgroup_size: int | None = None  # AMD .max_flat_workgroup_size; NVIDIA None
     # NVIDIA: ptxas's wgmma performance notes for this kernel (C7514/C7515: the instructions are
@@ -60,6 +61,7 @@ class CompileResult:
     compiler_version: str
     log: str  # everything the compiler printed: warnings, ptxas info, remarks
     seconds: float = 0.0  # wall time of the compile, disassembly included
+    ptx: str | None = None  # CUDA: the PTX on the way, kept where no SASS disassembler is found
 
 
 # ---------------------------------------------------------------------------------------------
@@ -191,6 +193,27 @@ def parse_amdgpu_disasm(text: str) -> dict[str, tuple[str, ...]]:
             current = m.group(1)
             found.setdefault(current, set())
         elif current and (m := _AMD_MATRIX.match(line)):
+            found[current].add(m.group(1))
+    return {k: tuple(sorted(v)) for k, v in found.items()}
+
+
+# PTX names entries ".visible .entry NAME(" and device functions ".func ... NAME(";
+# the matrix instructions are mma.sync.aligned.* (HMMA once assembled) and wgmma.mma_async.*
+# (HGMMA), optionally predicated ("@%p1 mma.sync...").
+_PTX_FUNC = re.compile(r"^\s*(?:\.visible\s+|\.weak\s+)?(?:\.entry|\.func)\s+(?:\([^)]*\)\s*)?(\w+)")
+_PTX_MATRIX = re.compile(r"^\s*(?:@!?%\w+\s+)?((?:mma\.sync\.aligned|wgmma\.mma_async)(?:\.\w+)*)")
+
+
+def parse_ptx_matrix(text: str) -> dict[str, tuple[str, ...]]:
+    """The distinct matrix-instruction opcodes of each function of a PTX text: where no SASS
+    disassembler is installed, what shows which tensor-core instructions the front end chose."""
+    found: dict[str, set[str]] = {}
+    current = None
+    for line in text.splitlines():
+        if m := _PTX_FUNC.match(line):
+            current = m.group(1)
+            found.setdefault(current, set())
+        elif current and (m := _PTX_MATRIX.match(line)):
             found[current].add(m.group(1))
     return {k: tuple(sorted(v)) for k, v in found.items()}
 

@@ -11,7 +11,7 @@ from kgen.toolchain.cuda import ptx_line_to_source
 from kgen.toolchain.hip import amd_kernel_resources
 from kgen.toolchain.resources import (
     compile_error, first_error, parse_amdgpu_disasm, parse_amdgpu_metadata, parse_ptxas_info,
-    parse_resource_remarks, parse_sass)
+    parse_ptx_matrix, parse_resource_remarks, parse_sass)
 
 # nvcc -cubin -Xptxas -v --resource-usage, sm_80: a __constant__, a kernel with a local array, a
 # __noinline__ device function (no "entry"), a template kernel (mangled), plus a spilling kernel
@@ -239,6 +239,40 @@ def test_sass():
     assert parse_sass(CUOBJDUMP) == {"mma_tile": ("HMMA.16816.F32.BF16",),
                                      "wgmma_tile": ("HGMMA.64x128x16.F32.BF16",)}
     assert parse_sass(NVDISASM) == {"mma_tile": ("HMMA.16816.F32.BF16",)}
+
+
+PTX_ENTRIES = """\
+.version 9.0
+.target sm_90a
+.visible .entry mma_tile(
+	.param .u64 mma_tile_param_0
+)
+{
+	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1, %f2, %f3, %f4}, {%r1, %r2, %r3, %r4}, {%r5, %r6}, {%f5, %f6, %f7, %f8};
+	@%p1 mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1, %f2, %f3, %f4}, {%r1, %r2, %r3, %r4}, {%r5, %r6}, {%f5, %f6, %f7, %f8};
+}
+.visible .entry wgmma_tile(
+	.param .u64 wgmma_tile_param_0
+)
+{
+	wgmma.fence.sync.aligned;
+	wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%f1}, %rd1, %rd2, p, 1, 1, 0, 1;
+	wgmma.commit_group.sync.aligned;
+}
+.visible .entry copy(
+)
+{
+	ld.global.f32 %f1, [%rd1];
+}
+"""
+
+
+def test_ptx_matrix_instructions():
+    """The matrix instructions of each entry of a PTX text, fences and waits left out."""
+    assert parse_ptx_matrix(PTX_ENTRIES) == {
+        "mma_tile": ("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",),
+        "wgmma_tile": ("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16",),
+        "copy": ()}
 
 
 def test_as_dict_is_json():
