@@ -185,16 +185,23 @@ _OBJDUMP_FUNC = re.compile(r"^[0-9a-f]+ <([^>]+)>:\s*$")
 _AMD_MATRIX = re.compile(r"^\s+(v_(?:mfma|smfmac)_\w+)")
 
 
-def parse_amdgpu_disasm(text: str) -> dict[str, tuple[str, ...]]:
+def _opcodes_per_function(text: str, function: re.Pattern, instr: re.Pattern,
+                          keep=lambda opcode: True) -> dict[str, tuple[str, ...]]:
+    """The distinct opcodes `instr` matches (its first group), kept by `keep`, under each
+    function header `function` matches (its first group that matched), sorted."""
     found: dict[str, set[str]] = {}
     current = None
     for line in text.splitlines():
-        if m := _OBJDUMP_FUNC.match(line):
-            current = m.group(1)
+        if m := function.match(line):
+            current = next(g for g in m.groups() if g)
             found.setdefault(current, set())
-        elif current and (m := _AMD_MATRIX.match(line)):
+        elif current and (m := instr.match(line)) and keep(m.group(1)):
             found[current].add(m.group(1))
     return {k: tuple(sorted(v)) for k, v in found.items()}
+
+
+def parse_amdgpu_disasm(text: str) -> dict[str, tuple[str, ...]]:
+    return _opcodes_per_function(text, _OBJDUMP_FUNC, _AMD_MATRIX)
 
 
 # PTX names entries ".visible .entry NAME(" and device functions ".func ... NAME(";
@@ -207,15 +214,7 @@ _PTX_MATRIX = re.compile(r"^\s*(?:@!?%\w+\s+)?((?:mma\.sync\.aligned|wgmma\.mma_
 def parse_ptx_matrix(text: str) -> dict[str, tuple[str, ...]]:
     """The distinct matrix-instruction opcodes of each function of a PTX text: where no SASS
     disassembler is installed, what shows which tensor-core instructions the front end chose."""
-    found: dict[str, set[str]] = {}
-    current = None
-    for line in text.splitlines():
-        if m := _PTX_FUNC.match(line):
-            current = m.group(1)
-            found.setdefault(current, set())
-        elif current and (m := _PTX_MATRIX.match(line)):
-            found[current].add(m.group(1))
-    return {k: tuple(sorted(v)) for k, v in found.items()}
+    return _opcodes_per_function(text, _PTX_FUNC, _PTX_MATRIX)
 
 
 # cuobjdump -sass names functions with "Function : NAME"; nvdisasm with ".text.NAME:" sections.
@@ -229,17 +228,8 @@ _SASS_MATRIX = {"HMMA", "HGMMA", "IMMA", "IGMMA", "QGMMA", "DMMA", "BMMA", "BGMM
 
 
 def parse_sass(text: str) -> dict[str, tuple[str, ...]]:
-    found: dict[str, set[str]] = {}
-    current = None
-    for line in text.splitlines():
-        if m := _SASS_FUNC.match(line):
-            current = m.group(1) or m.group(2)
-            found.setdefault(current, set())
-        elif current and (m := _SASS_INSTR.match(line)):
-            opcode = m.group(1)
-            if opcode.split(".")[0] in _SASS_MATRIX:
-                found[current].add(opcode)
-    return {k: tuple(sorted(v)) for k, v in found.items()}
+    return _opcodes_per_function(text, _SASS_FUNC, _SASS_INSTR,
+                                 keep=lambda opcode: opcode.split(".")[0] in _SASS_MATRIX)
 
 
 # ---------------------------------------------------------------------------------------------
