@@ -107,9 +107,9 @@ def _site(p: _Parser, node: ast.Call) -> _Site:
     return _Site(name, hook, call, free[0], spans[0], block, node.args[2], {k.arg: k.value for k in node.keywords})
 
 
-def _analysed(p: _Parser, site: _Site, node: ast.Call, bounded: bool) -> tuple[dict[str, Any], bool, bool]:
+def _analysed(p: _Parser, site: _Site, node: ast.Call, bounded: bool) -> tuple[dict[str, Any], bool]:
     """The site's block ends as parsed values (first, end, and full_first / full_end where the
-    analysis has them), whether the mask is true everywhere, and whether a term met no rule."""
+    analysis has them), and whether a term met no rule."""
     span = site.call.args[site.span]
     env = {mask_bounds.FIXED_LO: p.expr(span.args[0]), mask_bounds.FIXED_HI: p.expr(span.args[1])}
     bound: dict[str, ast.expr] = {}
@@ -135,7 +135,7 @@ def _analysed(p: _Parser, site: _Site, node: ast.Call, bounded: bool) -> tuple[d
             v["full_end"] = v["end"]  # the same value: no phase after the whole blocks
     finally:
         p.env, p.origin = saved
-    return v, possible == mask_bounds.ALL and sure == mask_bounds.ALL, unknown
+    return v, unknown
 
 
 class BlockAt:
@@ -179,8 +179,9 @@ def block_phases(p: _Parser, node: ast.Call) -> tuple:
     argument runs over [lo, hi], as phases (masked, start, stop, at) to loop over in order,
     positions i in range(start, stop) of block at(i): blocks visible whole and below N in an
     unmasked phase, the others that may see something in masked phases before and after it
-    (kgen/lang/mask_bounds.py). A mask that is true everywhere gives one masked phase over
-    every block (only N masks); whole=False merges the phases into one masked phase;
+    (kgen/lang/mask_bounds.py). A mask that is true everywhere has only N to mask: the blocks
+    below N form the unmasked phase and the partial last one a masked phase after it (with
+    bounded=False, one unmasked phase); whole=False merges the phases into one masked phase;
     bounded=False lets a whole block pass N (for a program that tests N in every phase
     itself). Where a term of the mask meets no rule of the analysis, the program first
     measures the blocks within the analysis's bounds at run time (_measured_ends), or, with
@@ -191,7 +192,7 @@ def block_phases(p: _Parser, node: ast.Call) -> tuple:
     whole, bounded = flags.get("whole", True), flags.get("bounded", True)
     if not isinstance(whole, bool) or not isinstance(bounded, bool):
         raise p.fail(node, "block_phases(..., whole=, bounded=) take bools known at compile time")
-    v, everything, unknown = _analysed(p, site, node, bounded)
+    v, unknown = _analysed(p, site, node, bounded)
     if unknown:
         table = site.keywords.get("table")
         if table is not None and _lists(p, table):  # lists measured by an earlier kernel's block_table
@@ -207,7 +208,7 @@ def block_phases(p: _Parser, node: ast.Call) -> tuple:
         if not whole:
             return ((True, first, end, IDENTITY),)
         return ((True, first, full_first, IDENTITY), (False, full_first, full_end, IDENTITY), (True, full_end, end, IDENTITY))
-    if everything or not whole or "full_end" not in v:
+    if not whole or "full_end" not in v:
         return ((True, v["first"], v["end"], IDENTITY),)
     phases = [] if "full_first" not in v else [(True, v["first"], v["full_first"], IDENTITY)]
     start = v.get("full_first", v["first"])
@@ -233,7 +234,7 @@ def block_table(p: _Parser, node: ast.Call) -> None:
         raise p.fail(node, f"block_table() is written {usage}")
     site = _site(p, ast.copy_location(ast.Call(func=node.func, args=node.args[1:], keywords=[]), node))
     _table_row(p, node.args[0])
-    v, _, unknown = _analysed(p, site, node, True)
+    v, unknown = _analysed(p, site, node, True)
     if not unknown:
         return
     when = next((k.value for k in node.keywords), None)
