@@ -30,8 +30,8 @@ def _rewrite(edit):
     return mutate
 
 
-def _check(spec: str, variant: dict, mutate) -> list:
-    rows = check_variant(load_spec(SPECS / f"{spec}.yaml"), variant, load_target("gfx942"), mutate=mutate)
+def _check(spec: str, variant: dict, mutate, sizes: dict | None = None) -> list:
+    rows = check_variant(load_spec(SPECS / f"{spec}.yaml"), variant, load_target("gfx942"), sizes=sizes, mutate=mutate)
     return [r for r in rows if not r.ok]
 
 
@@ -96,5 +96,7 @@ def test_a_tile_written_ahead_into_the_slot_being_read():
         # `next = count + 1;` then the ahead slot `buf + next % 2 * ...`: make it `count % 2`
         return re.sub(r"(const int (v\d+) = (v\d+) \+ 1;[^\n]*\n\s*kg_half\* v\d+ = v\d+ \+ )\2 % 2",
                       r"\1\3 % 2", text)
-    bad = _check("fa2_fwd", {"dtype": "bf16", "head_dim": 64, "causal": False}, _rewrite(same_slot))
+    # three key blocks below SK, so that the loop over them writes ahead (the check's own sizes
+    # give it one, and the last partial block a loop of its own)
+    bad = _check("fa2_fwd", {"dtype": "bf16", "head_dim": 64, "causal": False}, _rewrite(same_slot), {"SK": 3 * 64 + 33})
     assert bad and all(r.verdict in ("error", "mismatch") for r in bad), bad

@@ -43,8 +43,11 @@ def test_small_accumulators_are_accumulated_in_place(target, head_dim, folded):
     registers per thread (folded), 128 is 64 (left alone: measured slower folded, see
     accumulate.py). wgmma (sm_90) always accumulates in place."""
     k = lower("specs/fa2_fwd.yaml", "fwd", {"dtype": "bf16", "head_dim": head_dim, "causal": False}, FWD, target)
-    pv = ops(k, "dot")[1:]  # p @ v: the loop's second dot, and the last block's after the loop
-    assert len(pv) == 2 and all(d.result.shape == (128, head_dim) for d in pv)
+    # p @ v: the second dot of each loop (dense: the key blocks below SK, then the last partial
+    # one), and the last block's after the loops
+    dots = ops(k, "dot")
+    pv = [d for d in dots if d.loc.line != dots[0].loc.line]
+    assert len(dots) == 5 and len(pv) == 3 and all(d.result.shape == (128, head_dim) for d in pv)
     for d in pv:
         acc = d.operands[2]
         from_zero = any(op.kind == "full" and op.result is acc for op in walk(k.body))
@@ -58,13 +61,15 @@ def test_the_forward_reads_p_from_registers_on_mma_and_wgmma_and_stages_it_on_mf
     hopper = lower("specs/fa2_fwd.yaml", "fwd", variant, FWD, "sm_90")
     ampere = lower("specs/fa2_fwd.yaml", "fwd", variant, FWD, "sm_80")
     amd = lower("specs/fa2_fwd.yaml", "fwd", variant, {"BLOCK_M": 64, "BLOCK_N": 64, "WARPS": 4}, "gfx942")
-    # q k^T and p v in the loop, and the last block's p v after it
-    assert [d.attrs["instr"] for d in ops(hopper, "dot")] == ["wgmma_m64n64k16_bf16"] * 3
-    assert [(d.attrs["a_load"], d.attrs["b_load"]) for d in ops(hopper, "dot")] == [("desc", "desc")] + [("reg", "desc")] * 2
+    # q k^T and p v in each loop (dense: the key blocks below SK, then the last partial one), and
+    # the last block's p v after them
+    assert [d.attrs["instr"] for d in ops(hopper, "dot")] == ["wgmma_m64n64k16_bf16"] * 5
+    qk_pv = [("desc", "desc"), ("reg", "desc")]
+    assert [(d.attrs["a_load"], d.attrs["b_load"]) for d in ops(hopper, "dot")] == qk_pv * 2 + [("reg", "desc")]
     # q and k are read K-major; v, K x N with N contiguous, through the transpose bit
-    assert [(d.attrs.get("a_major"), d.attrs["b_major"]) for d in ops(hopper, "dot")] == [("k", "k")] + [(None, "mn")] * 2
-    assert [(d.attrs["a_load"], d.attrs["b_load"]) for d in ops(ampere, "dot")] == [("matrix", "matrix")] + [("reg", "matrix_trans")] * 2
-    assert [(d.attrs["a_load"], d.attrs["b_load"]) for d in ops(amd, "dot")] == [("vec", "vec")] * 3
+    assert [(d.attrs.get("a_major"), d.attrs["b_major"]) for d in ops(hopper, "dot")] == [("k", "k"), (None, "mn")] * 2 + [(None, "mn")]
+    assert [(d.attrs["a_load"], d.attrs["b_load"]) for d in ops(ampere, "dot")] == [("matrix", "matrix"), ("reg", "matrix_trans")] * 2 + [("reg", "matrix_trans")]
+    assert [(d.attrs["a_load"], d.attrs["b_load"]) for d in ops(amd, "dot")] == [("vec", "vec")] * 5
 
 
 @pytest.mark.parametrize("target", ["sm_80", "sm_90"])
