@@ -9,8 +9,7 @@ real:
 - every source not recorded: whatever a change to kgen, a template or a spec rewrote, and every
   form a build gives up for spilling (never recorded);
 - a sample of the recorded sources, whose real resources must equal the record (`mismatches`):
-  per kernel name the longest source (with the bodies it includes), and every kernel compiled
-  with extra flags.
+  per kernel name and set of extra flags the longest source (with the bodies it includes).
 So an edited or stale record, or a compiler that answers otherwise, fails the golden tests, and
 a change to what kgen generates is compiled whole.
 """
@@ -59,14 +58,13 @@ class RecordedCompiles:
         self.compile_record = compile_record
         self.records = {f: e for f, e in doc.get("kernels", {}).items()
                         if e.get("resources") and "compiler" not in e and (self.folder / f).is_file()}
-        longest: dict[str, tuple[int, str]] = {}
+        longest: dict[tuple[str, tuple[str, ...]], tuple[int, str]] = {}
         for f, e in sorted(self.records.items()):
-            if e.get("flags"):
-                self.sample.add(f)
+            form = (e["name"], tuple(e.get("flags", ())))
             size = len(self._text_with_bodies(f))
-            if size > longest.get(e["name"], (-1, ""))[0]:
-                longest[e["name"]] = (size, f)
-        self.sample |= {f for _, f in longest.values()}
+            if size > longest.get(form, (-1, ""))[0]:
+                longest[form] = (size, f)
+        self.sample = {f for _, f in longest.values()}
 
     def _text_with_bodies(self, file: str) -> str:
         text = (self.folder / file).read_text()

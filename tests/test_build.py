@@ -7,7 +7,7 @@ backend's compiler is installed: the compile takes part in choosing tunables), i
 so that two builds share the two cores; the staleness tests and the resource tests read that one
 build. Variants share kernels, and a build compiles each distinct source once (kgen.codeobjects).
 A source that generated/ records byte for byte, for the same compiler, is answered from its
-manifest's record, except a sample per kernel name that is compiled and compared with the record
+manifest's record, except a sample per kernel name and flags that is compiled and compared with the record
 (tests/recorded_compiles.py): a change to what kgen generates is compiled whole.
 Under pytest-xdist every test of this file runs on one worker (`--dist loadfile` in
 pyproject.toml), so each build is made once.

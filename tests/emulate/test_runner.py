@@ -187,7 +187,7 @@ def test_column_sums_of_rows_split_over_warps_take_a_slice_per_row_position():
     from kgen.driver import compile_kernel
 
     ls = _spec("layernorm_bwd")
-    tiles = {"SA": 1, "BLOCK_M": 2, "WARPS": 8, "ROWS": 16, "SPLIT": 1, "BLOCK_C": 256}
+    tiles = {"RL": 0, "SA": 1, "BLOCK_M": 2, "WARPS": 8, "ROWS": 16, "SPLIT": 1, "BLOCK_C": 256}
     variant = {"dtype": "bf16", "ROW": 1024}
     k = compile_kernel(ls, 0, variant, tiles, target_of("gfx942"))
     column_sums = [op for op in walk(k.body) if op.kind == "reduce" and op.attrs["axis"] == 0 and scratch_bytes(op)]
@@ -233,8 +233,8 @@ def test_a_row_sum_across_warps_is_added_by_the_lanes(warps):
 
 
 @pytest.mark.parametrize("tiles", [
-    {"SA": 0, "BLOCK_M": 1, "WARPS": 4, "ROWS": 4, "SPLIT": 1, "BLOCK_C": 256},  # one row over 4 waves: lanes add
-    {"SA": 0, "BLOCK_M": 2, "WARPS": 8, "ROWS": 4, "SPLIT": 1, "BLOCK_C": 256},  # two rows of 4 waves: slices read
+    {"RL": 0, "SA": 0, "BLOCK_M": 1, "WARPS": 4, "ROWS": 4, "SPLIT": 1, "BLOCK_C": 256},  # one row over 4 waves: lanes add
+    {"RL": 0, "SA": 0, "BLOCK_M": 2, "WARPS": 8, "ROWS": 4, "SPLIT": 1, "BLOCK_C": 256},  # two rows of 4 waves: slices read
 ])
 def test_sums_that_share_a_barrier_match(tiles):
     """layernorm_bwd's two row sums (of g and of g * xhat) grouped (kgen/ir/passes/sum_groups.py):

@@ -18,7 +18,7 @@ from kgen.spec.load import load_spec
 ROOT = Path(__file__).resolve().parents[2]
 
 LN_BWD = ROOT / "specs/layernorm_bwd.yaml"
-ONE_ROW = {"SA": 0, "BLOCK_M": 1, "WARPS": 8, "ROWS": 16, "SPLIT": 1, "BLOCK_C": 256}
+ONE_ROW = {"RL": 0, "SA": 0, "BLOCK_M": 1, "WARPS": 8, "ROWS": 16, "SPLIT": 1, "BLOCK_C": 256}
 
 
 def warp_sums(k):
@@ -62,7 +62,7 @@ def test_a_sum_that_reads_the_sum_before_it_stays_alone():
 def test_a_group_that_would_grow_shared_memory_past_the_bound_stays_apart():
     """Two rows a program: dw's and db's column sums across the rows' warps take 2 x 4096 floats
     each, far above the bound; the row sums beside them still share their barrier."""
-    tiles = {"SA": 1, "BLOCK_M": 2, "WARPS": 8, "ROWS": 16, "SPLIT": 1, "BLOCK_C": 256}
+    tiles = {"RL": 0, "SA": 1, "BLOCK_M": 2, "WARPS": 8, "ROWS": 16, "SPLIT": 1, "BLOCK_C": 256}
     k = compile_kernel(load_spec(LN_BWD), "rows", {"dtype": "bf16", "ROW": 4096}, tiles, load_target("sm_90"))
     columns = [op for op in warp_sums(k) if op.attrs["axis"] == 0]
     rows = [op for op in warp_sums(k) if op.attrs["axis"] == 1]
