@@ -193,7 +193,22 @@ class Emitter:
         coord = [add(self.coords.thread(lay, d), self.coords.reg(lay, d)) for d in range(len(out.shape))]
         row, col = (lit(0), coord[0]) if len(coord) == 1 else coord
         return {"out": self.decl(out), "src": name(buf),
-                "slot": str(shared_slot(st.attrs, row, col, ELEM_BYTES[out.dtype])), "vec": 1}
+                "slot": str(shared_slot(st.attrs, row, col, ELEM_BYTES[out.dtype])), "vec": self._row_vector(out, st)}
+
+    def _row_vector(self, v: Value, st: Op) -> int:
+        """Registers read as one vector of up to 16 bytes from a `rows` buffer: consecutive
+        registers along the row (layout.vector_width) whose first column, and every other
+        register's, lane's and warp's, is a multiple of the vector, in rows a whole number of
+        16-byte chunks apart (the row loads' buffers: passes/row_loads.py). Element by element,
+        the compiler keeps each 16-bit element in a register of its own."""
+        if attr(st, "smem_layout") not in (None, "rows"):
+            return 1
+        lay, last = v.layout, len(v.shape) - 1
+        vec = vector_width(lay, last, 16 // ELEM_BYTES[v.dtype])
+        others = lay.reg[vec.bit_length() - 1:] + lay.lane + lay.warp
+        if vec == 1 or any(b[last] % vec for b in others) or (st.attrs["ld"] * ELEM_BYTES[v.dtype]) % 16:
+            return 1
+        return vec
 
     def _thread_vector(self, v: Value) -> int:
         """Registers of one 16-byte vector in a buffer laid out by thread (passes/shared_sums.py)."""

@@ -371,10 +371,17 @@ class ProgramSim(WarpgroupSim, AsyncCopySim, TensorCopySim, RingSim):
     def op_read_shared(self, c):
         """Each lane's registers read from where c["slot"] says; a slot no copy or stage wrote
         (NaN) read into a register fails."""
-        n, name = c["out"]["n"], c["out"]["name"]
-        self.note(f"KG_FOR(e, {n}) {name}[e] = {c['src']}[{c['slot']}];")
+        n, name, vec = c["out"]["n"], c["out"]["name"], c["vec"]
         buf = self.smem[c["src"]]
-        slot = self.grid_shape(self.ev(c["slot"], e=np.arange(n).reshape(1, 1, n)), n)
+        if vec > 1:  # one vector of `vec` registers from its first register's slot on
+            self.note(f"KG_FOR_STEP(e, {n}, {vec}) kg::copy_vec<{vec}>(&{name}[e], &{c['src']}[{c['slot']}]);")
+            first = self.grid_shape(self.ev(c["slot"], e=np.arange(0, n, vec).reshape(1, 1, n // vec)), n // vec)
+            if (first % vec).any():
+                raise SimError(f"read of {c['src']}: a {vec}-element vector starts at a slot that is not a multiple of {vec}")
+            slot = (first[..., :, None] + np.arange(vec)).reshape(*first.shape[:-1], n)
+        else:
+            self.note(f"KG_FOR(e, {n}) {name}[e] = {c['src']}[{c['slot']}];")
+            slot = self.grid_shape(self.ev(c["slot"], e=np.arange(n).reshape(1, 1, n)), n)
         self._check_range(f"read of {c['src']}", slot, buf.size)
         if np.isnan(buf[slot]).any():
             raise SimError(f"read_shared of {c['src']} reads a slot nothing wrote")

@@ -141,6 +141,41 @@ def test_rows_asked_for_in_more_slots_are_copied_that_many_iterations_ahead(slot
     assert k.shared_bytes >= slots * 1024 * 2
 
 
+def test_copied_rows_are_read_back_in_16_byte_vectors():
+    """A thread's registers of a copied row that are 8 consecutive bf16 columns, at a column
+    that is a multiple of 8, are read with one 16-byte shared load (kgen/codegen/emit.py
+    `_row_vector`), as the global load they replace read them."""
+    from kgen.driver import build_kernel
+
+    ls = load_spec(ROOT / "tests/codegen/specs/row_walk.yaml")
+    built = build_kernel(ls, 0, {"dtype": "bf16", "ROW": 1024}, {"ROWS": 4, "STAGE": 1, "SLOTS": 2}, load_target("sm_90"))
+    text = built.source + "".join(t for _, t in built.includes)
+    buffers = {op.attrs["tensor"] for op in walk(compile_kernel(ls, 0, {"dtype": "bf16", "ROW": 1024},
+                                                               {"ROWS": 4, "STAGE": 1, "SLOTS": 2}, load_target("sm_90")).body)
+               if op.kind == "copy_async"}
+    assert buffers == {"x"}
+    reads = [line for line in text.splitlines() if "kg::copy_vec<8>(&" in line and "[tc0_" in line]
+    assert len(reads) == 1 and "KG_FOR_STEP(e, " in reads[0]
+
+
+def test_a_16384_wide_row_copied_with_its_sums_in_shared_memory_fits_the_registers():
+    """rmsnorm_bwd's rows kernel at 16384-wide rows over 16 warps with x and dy copied through
+    shared memory (RL 1) and dw in shared memory (SA 1): read back element by element, each
+    16-bit element took a register of its own and the kernel spilled (nvcc 13.0: 128 registers,
+    128 bytes of spill); read in vectors it fits in 128 without spilling."""
+    sys.path.insert(0, str(ROOT / "tests" / "codegen"))
+    from test_occupancy import _need
+
+    from kgen.codeobjects import CodeObjects
+    from kgen.driver import build_kernel
+
+    _need("cuda")
+    ls = load_spec(ROOT / "specs/rmsnorm_bwd.yaml")
+    tiles = {"RL": 1, "SA": 1, "BLOCK_M": 1, "WARPS": 16, "OCC": 1, "ROWS": 64, "SPLIT": 1, "BLOCK_C": 256}
+    res = build_kernel(ls, 0, {"dtype": "bf16", "ROW": 16384}, tiles, load_target("sm_90"), objects=CodeObjects()).resources
+    assert res["spill_bytes"] == 0 and res["stack_bytes"] == 0 and res["registers"] <= 128
+
+
 def test_row_load_slots_outside_two_to_four_is_an_error_at_its_place(tmp_path):
     text = (ROOT / "tests/codegen/specs/row_walk.yaml").read_text().replace("SLOTS: [2, 3, 4]", "SLOTS: [2, 5]")
     (tmp_path / "bad.yaml").write_text(text)
