@@ -85,7 +85,9 @@ SCHEMA: dict[str, dict[str, Attr]] = {
                    "smem_offset": Attr((int,), None)},
     "for": {},
     "yield": {},
-    "stage": {**_BUFFER, "sync_before": Attr((bool,), True), "sync_after": Attr((bool,), True)},
+    # `private` (a copied row, passes/row_loads.py): each thread copies what it alone reads back
+    "stage": {**_BUFFER, "sync_before": Attr((bool,), True), "sync_after": Attr((bool,), True),
+              "private": Attr((bool,), False)},
     # registers -> a slot of a buffer allocated before its loop (passes/staged_loads.py); `ahead`:
     # the slot the next iteration reads, which no read of this iteration touches; `private`: each
     # thread writes only what it alone reads back (passes/shared_sums.py), no barrier either side
@@ -103,9 +105,9 @@ SCHEMA: dict[str, dict[str, Attr]] = {
     "copy_async": {"tensor": Attr((str,)), "index": _INDEX, "shape": Attr((tuple,)), "ld": Attr((int,)),
                    "rows": Attr((int,)), "smem_layout": Attr((str,), "rows", _LAYOUTS), "pred": Attr((bool,), False),
                    "sync_before": Attr((bool,), True), "tma": Attr((bool,), False),
-                   "stepped": Attr((bool,), False), "slot_steps": Attr((bool,), False)},
+                   "stepped": Attr((bool,), False), "slot_steps": Attr((bool,), False), "private": Attr((bool,), False)},
     "wait_async": {"pending": Attr((int,)), "barrier": Attr((bool,), True), "tma": Attr((bool,), False),
-                   "ring": Attr((bool,), False)},
+                   "ring": Attr((bool,), False), "private": Attr((bool,), False)},
     "tma_reset": {},
     # warp specialization (passes/specialize.py): the producer warpgroup's program, and the ring's
     # two sides: a slot taken by the producer, given back by the consumers

@@ -1,8 +1,10 @@
 """copy_row_loads (kgen/ir/passes/row_loads.py): loop loads too large to prefetch in registers
 copied an iteration ahead into shared memory and read from there; and the barriers
-(passes/barriers.py) that copies into the next slot and tensor-copy waits no longer need. What
+(passes/barriers.py) that copies into the next slot, tensor-copy waits and rows each thread
+copies for itself (checked on the emitted expressions) no longer need. What
 the kernels compute is checked lane by lane (tests/codegen/test_dot_fragments.py, two_starts)
 and on the GPU by the attention tests."""
+import copy
 import sys
 from pathlib import Path
 
@@ -174,6 +176,96 @@ def test_a_16384_wide_row_copied_with_its_sums_in_shared_memory_fits_the_registe
     tiles = {"RL": 1, "SA": 1, "BLOCK_M": 1, "WARPS": 16, "OCC": 1, "ROWS": 64, "SPLIT": 1, "BLOCK_C": 256}
     res = build_kernel(ls, 0, {"dtype": "bf16", "ROW": 16384}, tiles, load_target("sm_90"), objects=CodeObjects()).resources
     assert res["spill_bytes"] == 0 and res["stack_bytes"] == 0 and res["registers"] <= 128
+
+
+def _contexts(ctxs, macro):
+    for c in ctxs:
+        if c.get("macro") == macro:
+            yield c
+        yield from _contexts(c.get("body") or [], macro)
+
+
+def _slots_per_thread(k, target):
+    """Per thread (warp, lane): the buffer slots its copies write and those its reads of the
+    copied rows read, from the emitted expressions (lane_sim evaluates them as C)."""
+    import numpy as np
+
+    sys.path.insert(0, str(ROOT / "tests" / "codegen"))
+    from lane_sim import ProgramSim
+
+    from kgen.codegen.emit import Emitter
+    from kgen.codegen.render import name_values, tensor_dims
+
+    name_values(k)
+    emitter = Emitter(k, target, tensor_dims(k))
+    ctxs = emitter.ops(k.body)
+    sim = ProgramSim(k, target, {}, {}, macros=emitter.macros())
+    sim.scalars, sim.regs, sim.block = {}, {}, (0, 0, 0)
+    written, read = [], []
+    for c in _contexts(ctxs, "copy_async"):
+        slots = [set() for _ in range(sim.W * sim.L)]
+        for i in range(c["iters"]):
+            ch = sim.grid_shape(sim.ev(c["chunk"], i=i), 1)[..., 0]
+            r, col = sim.ev(c["row"], c_=ch), sim.ev(c["col"], c_=ch)
+            slot = np.asarray(sim.ev(c["slot"], r_=r, k_=col, i=i, c_=ch))
+            slot = np.broadcast_to(slot[..., 0] if slot.ndim == 3 else slot, (sim.W, sim.L))
+            for t, (s0, ok) in enumerate(zip(slot.reshape(-1), (ch < c["chunks"]).reshape(-1))):
+                if ok:
+                    slots[t] |= set(range(int(s0), int(s0) + c["vec"]))
+        written.append(slots)
+    # the reads of copied rows (not those of a buffer of sums, passes/shared_sums.py)
+    from kgen.codegen.emit import name as c_name
+
+    root = {id(op.result): op.operands[0] for op in walk(k.body) if op.kind == "slot"}
+    copied = {id(op.operands[0]) for op in walk(k.body) if op.kind == "copy_async"}
+    copied |= {id(root.get(i)) for i in list(copied) if i in root}
+    rows = {c_name(op.result) for op in walk(k.body) if op.kind == "read_shared"
+            and (id(op.operands[0]) in copied or id(root.get(id(op.operands[0]))) in copied)}
+    for c in _contexts(ctxs, "read_shared"):
+        if c["out"]["name"] not in rows:
+            continue
+        n, vec = c["out"]["n"], c["vec"]
+        first = sim.grid_shape(sim.ev(c["slot"], e=np.arange(0, n, vec).reshape(1, 1, -1)), n // vec)
+        every = (first[..., :, None] + np.arange(vec)).reshape(sim.W * sim.L, n)
+        read.append([set(map(int, row)) for row in every])
+    return written, read
+
+
+@pytest.mark.parametrize("spec, variant, tiles", [
+    ("tests/codegen/specs/row_walk.yaml", {"dtype": "bf16", "ROW": 1024}, {"ROWS": 4, "STAGE": 1, "SLOTS": 2}),
+    ("specs/rmsnorm_bwd.yaml", {"dtype": "bf16", "ROW": 16384},
+     {"RL": 1, "SA": 1, "BLOCK_M": 1, "WARPS": 16, "OCC": 1, "ROWS": 64, "SPLIT": 1, "BLOCK_C": 256}),
+    ("specs/layernorm_bwd.yaml", {"dtype": "bf16", "ROW": 4096},
+     {"RL": 1, "SA": 0, "BLOCK_M": 1, "WARPS": 8, "ROWS": 64, "SPLIT": 1, "BLOCK_C": 256}),
+])
+def test_a_row_each_thread_copies_and_alone_reads_back_has_no_barrier_after_its_wait(spec, variant, tiles):
+    """Where every element a thread reads of a copied row lies in a chunk it copies itself
+    (passes/row_loads.py `_copied_by_its_reader`), the copy, its wait and its read are
+    `private`: the wait is no block barrier, nor is there one before the next copy. Checked on
+    the emitted expressions: each thread reads only slots its own copies write."""
+    target = load_target("sm_90")
+    ls = load_spec(ROOT / spec)
+    k = compile_kernel(ls, 0, variant, tiles, target)
+    copies = [op for op in walk(k.body) if op.kind == "copy_async"]
+    waits = [op for op in walk(k.body) if op.kind == "wait_async"]
+    assert copies and all(op.attrs["private"] and not op.attrs["sync_before"] for op in copies)
+    assert waits and all(op.attrs["private"] and not op.attrs["barrier"] for op in waits)
+    written, read = _slots_per_thread(copy.deepcopy(k), target)
+    assert written and read
+    for mine in read:
+        for t, slots in enumerate(mine):
+            assert any(slots <= w[t] for w in written), f"thread {t} reads slots no copy of its own writes"
+
+
+def test_rows_other_threads_copy_keep_the_barrier_after_the_wait():
+    """The backward's lse and delta rows, read in a wgmma accumulator's column layout (the
+    lanes of a row group hold the same columns), are read by other threads than copied them
+    (the emitted expressions say so): nothing is private, the waits keep their barriers."""
+    k = dkdv()
+    ops = [op for op in walk(k.body) if op.kind in ("copy_async", "wait_async", "read_shared")]
+    assert ops and not any(op.attrs.get("private") for op in ops)
+    written, read = _slots_per_thread(copy.deepcopy(k), load_target("sm_90"))
+    assert read and any(not any(s <= w[t] for w in written) for mine in read for t, s in enumerate(mine))
 
 
 def test_row_load_slots_outside_two_to_four_is_an_error_at_its_place(tmp_path):

@@ -124,12 +124,12 @@ def _convert(st: Op, block: Block, defs, uses, tma: bool, k: Kernel) -> None:
             or (shape[1] * elem) % CHUNK_BYTES or (st.attrs["ld"] * elem) % CHUNK_BYTES):
         return
     buf = st.result
-    alloc = Op("alloc_shared", [], [buf], dict(st.attrs), loc=st.loc)
+    alloc = Op("alloc_shared", [], [buf], {a: v for a, v in st.attrs.items() if a != "private"}, loc=st.loc)
     copy = Op("copy_async", [buf] + list(load.operands), [],
               {"tensor": load.attrs["tensor"], "index": _shift(index, 1), "shape": shape,
                "ld": st.attrs["ld"], "rows": attr(st, "rows"), "smem_layout": attr(st, "smem_layout"),
-               "pred": False}, loc=load.loc)
-    wait = Op("wait_async", [buf], [], {"pending": 0}, loc=st.loc)
+               "pred": False, "private": attr(st, "private")}, loc=load.loc)
+    wait = Op("wait_async", [buf], [], {"pending": 0, "private": attr(st, "private")}, loc=st.loc)
     if tma and _is_box(index, shape, st.attrs) and _spans_last_dim(load, defs, k):
         copy.attrs["tma"] = alloc.attrs["tma"] = wait.attrs["tma"] = True
     i = block.ops.index(st)

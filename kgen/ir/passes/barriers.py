@@ -73,11 +73,15 @@ def _place(block: Block, producer: dict, reads_since_sync: bool = True, in_loop:
             continue
         if op.body is not None:
             _place(op.body, producer)
-        if op.kind in ("stage_into", "read_shared") and attr(op, "private"):
-            # a thread's own elements of a buffer live across the loop (passes/shared_sums.py):
-            # no other thread reads or writes them
+        if op.kind in ("stage_into", "read_shared", "copy_async", "wait_async") and attr(op, "private"):
+            # a thread's own elements of a buffer (passes/shared_sums.py), or a row each thread
+            # copies and alone reads back (passes/row_loads.py): no other thread reads or writes them
             if op.kind == "stage_into":
                 op.attrs["sync_before"], op.attrs["sync_after"] = False, False
+            elif op.kind == "copy_async":
+                op.attrs["sync_before"] = False
+            elif op.kind == "wait_async":
+                op.attrs["barrier"] = False
         elif op.kind == "stage_into" and attr(op, "ahead"):
             # into the slot the next iteration reads: its last reads were the previous
             # iteration's, before the barrier after that iteration's last write

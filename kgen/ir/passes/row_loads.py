@@ -16,6 +16,12 @@ load's place: use_async_copies then makes the stage an asynchronous copy, pipeli
 iteration ahead into two slots as it does for dot operands (or `row_load_slots` - 1 iterations
 ahead into that many), and the read costs one shared load per element instead of a global one.
 The registers are live exactly as before; the buffer costs its slots of the row's bytes.
+Where every element a thread holds lies in a 16-byte chunk the same thread copies (a row op's
+blocked layout: 8 consecutive bf16 columns a thread, threads along the row), the copy, its wait
+and its read are `private`: a thread's cp.async.wait_group makes its own copies visible to it,
+so no block barrier follows the wait or precedes the copy that reuses the slot
+(passes/barriers.py). A row read by other threads than copied it (attention's lse in a wgmma
+accumulator's column layout) keeps them.
 
 A load qualifies when it is not staged for a dot already (use_async_copies copies those), when
 prefetch_loads would not take it (more registers per thread than its
@@ -62,11 +68,11 @@ def copy_row_loads(k: Kernel, target: Target, options: CompileOptions) -> Kernel
     chosen: list[int] = []
     for at in candidates:
         trial = copy.deepcopy(k)
-        _apply(trial, chosen + [at])
+        _apply(trial, chosen + [at], target.wave_size)
         need = _shared_after_copies(trial, target, options)
         if need <= target.lds_bytes_per_block and (asked or target.lds_bytes_per_cu // need >= blocks_now):
             chosen.append(at)
-    _apply(k, chosen)
+    _apply(k, chosen, target.wave_size)
     return k
 
 
@@ -102,11 +108,11 @@ def _varies(load: Op, chain: list[Op], iv: Value) -> bool:
     return any(v is iv for op in (load, *chain) for v in op.operands)
 
 
-def _apply(k: Kernel, positions: list[int]) -> None:
+def _apply(k: Kernel, positions: list[int], wave: int) -> None:
     ops = list(walk(k.body))
     where = {id(op): loop.body for loop in ops if loop.kind == "for" for op in loop.body.ops}
     for load in [ops[at] for at in positions]:
-        _through_shared(load, where[id(load)], k.row_load_slots)
+        _through_shared(load, where[id(load)], k.row_load_slots, _copied_by_its_reader(load.result, k, wave))
         k.notes.setdefault("row_loads", []).append(
             f"{load.attrs['tensor']} {'x'.join(map(str, load.result.shape))}: copied an iteration ahead into shared memory")
 
@@ -123,17 +129,49 @@ def _qualifies(load: Op, written: set[str], tile_budget: int) -> bool:
             and (v.shape[-1] * ELEM_BYTES[v.dtype]) % CHUNK_BYTES == 0)
 
 
-def _through_shared(load: Op, body, slots: int) -> None:
+def _copied_by_its_reader(v: Value, k: Kernel, wave: int) -> bool:
+    """Whether every element of tile `v` that a thread holds lies in a 16-byte chunk the same
+    thread copies: the copy gives thread t chunks t, t + threads, ... of the row-major tile
+    (kgen/codegen/emit.py op_copy_async). Then no thread reads what another copied, and a thread
+    sees its own copies once its wait_group returns (PTX ISA, cp.async.wait_group): the copy
+    needs no block barrier after its wait, nor before the copy that reuses the slot (its last
+    reads were the same thread's, an iteration earlier)."""
+    lay = v.layout
+    threads = k.num_warps * wave
+    if lay.nlanes != wave or lay.nwarps != k.num_warps:
+        return False
+    vec = CHUNK_BYTES // ELEM_BYTES[v.dtype]
+    per_row = v.shape[-1] // vec
+
+    def span(bases) -> list[tuple[int, ...]]:  # entry i: the coordinate of index i (bit b: basis b)
+        out = [(0,) * len(v.shape)]
+        for b in bases:
+            out += [tuple(x ^ y for x, y in zip(o, b)) for o in out]
+        return out
+    regs, lanes, warps = span(lay.reg), span(lay.lane), span(lay.warp)
+    for w, wc in enumerate(warps):
+        for lane, lc in enumerate(lanes):
+            base = tuple(x ^ y for x, y in zip(wc, lc))
+            for rc in regs:
+                c = tuple(x ^ y for x, y in zip(base, rc))
+                row, col = (0, c[0]) if len(c) == 1 else c
+                if (row * per_row + col // vec) % threads != lane + w * wave:
+                    return False
+    return True
+
+
+def _through_shared(load: Op, body, slots: int, private: bool) -> None:
     """load -> stage(load) and read_shared, the readers reading the read's value; the buffer
-    asks use_async_copies for `slots` slots (the kernel's row_load_slots)."""
+    asks use_async_copies for `slots` slots (the kernel's row_load_slots). `private`: each
+    thread reads back only what it copied (_copied_by_its_reader)."""
     v = load.result
     rows, cols = (1, v.shape[0]) if len(v.shape) == 1 else v.shape
     buf = Value(v.shape, v.dtype, place="shared")
     stage = Op("stage", [v], [buf], {"role": "row", "inner": 1, "rows": rows, "ld": cols,
                                      "bytes": rows * cols * ELEM_BYTES[v.dtype], "smem_layout": "rows",
-                                     "slots_asked": slots}, loc=load.loc)
+                                     "slots_asked": slots, "private": private}, loc=load.loc)
     out = Value(v.shape, v.dtype, place="reg", layout=v.layout)
-    read = Op("read_shared", [buf], [out], {}, loc=load.loc)
+    read = Op("read_shared", [buf], [out], {"private": private}, loc=load.loc)
     for op in walk(body):
         op.operands = [out if x is v else x for x in op.operands]
     at = body.ops.index(load)
