@@ -226,6 +226,7 @@ def _slots_per_thread(k, target):
             continue
         n, vec = c["out"]["n"], c["vec"]
         first = sim.grid_shape(sim.ev(c["slot"], e=np.arange(0, n, vec).reshape(1, 1, -1)), n // vec)
+        assert not (first % vec).any(), f"a {vec}-element read of {c['src']} starts off a {vec}-element boundary"
         every = (first[..., :, None] + np.arange(vec)).reshape(sim.W * sim.L, n)
         read.append([set(map(int, row)) for row in every])
     return written, read
