@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from itertools import product
 
 Coord = tuple[int, ...]
 
@@ -59,10 +58,19 @@ class Layout:
         return tuple(out)
 
     def owners(self) -> dict[Coord, list[tuple[int, int, int]]]:
-        """Every (reg, lane, warp) holding each coordinate."""
+        """Every (reg, lane, warp) holding each coordinate (in warp, lane, reg order)."""
+        def span(bases: tuple[Coord, ...]) -> list[Coord]:  # entry i: the XOR of the bases of i's bits
+            out = [(0,) * len(self.shape)]
+            for b in bases:
+                out += [tuple(x ^ y for x, y in zip(o, b)) for o in out]
+            return out
+        regs, lanes = span(self.reg), span(self.lane)
         table: dict[Coord, list[tuple[int, int, int]]] = {}
-        for w, l, r in product(range(self.nwarps), range(self.nlanes), range(self.nregs)):
-            table.setdefault(self.coord(r, l, w), []).append((r, l, w))
+        for w, wc in enumerate(span(self.warp)):
+            for l, lc in enumerate(lanes):
+                base = tuple(x ^ y for x, y in zip(wc, lc))
+                for r, rc in enumerate(regs):
+                    table.setdefault(tuple(x ^ y for x, y in zip(base, rc)), []).append((r, l, w))
         return table
 
     def covers_tile(self) -> bool:

@@ -142,21 +142,10 @@ def _copied_by_its_reader(v: Value, k: Kernel, wave: int) -> bool:
         return False
     vec = CHUNK_BYTES // ELEM_BYTES[v.dtype]
     per_row = v.shape[-1] // vec
-
-    def span(bases) -> list[tuple[int, ...]]:  # entry i: the coordinate of index i (bit b: basis b)
-        out = [(0,) * len(v.shape)]
-        for b in bases:
-            out += [tuple(x ^ y for x, y in zip(o, b)) for o in out]
-        return out
-    regs, lanes, warps = span(lay.reg), span(lay.lane), span(lay.warp)
-    for w, wc in enumerate(warps):
-        for lane, lc in enumerate(lanes):
-            base = tuple(x ^ y for x, y in zip(wc, lc))
-            for rc in regs:
-                c = tuple(x ^ y for x, y in zip(base, rc))
-                row, col = (0, c[0]) if len(c) == 1 else c
-                if (row * per_row + col // vec) % threads != lane + w * wave:
-                    return False
+    for c, held in lay.owners().items():
+        row, col = (0, c[0]) if len(c) == 1 else c
+        if any((row * per_row + col // vec) % threads != lane + w * wave for _, lane, w in held):
+            return False
     return True
 
 
