@@ -127,6 +127,11 @@ def _parser() -> _Parser:
     p.add_argument("--scalar", "-S", type=_scalar_pair, action="append", default=[],
                    help="NAME=VALUE for a run-time scalar the calls take (default: a small fixed value); repeat")
     p.add_argument("--runs", type=_positive_int, default=20, help="timed calls per candidate (median; default 20)")
+    p.add_argument("--where", action="append", default=[], metavar="EXPR",
+                   help="time only the candidates for which EXPR (of the tunables and variant axes, e.g. 'WARPS >= 8') "
+                   "holds; repeat to require several")
+    p.add_argument("--jobs", "-j", type=_positive_int, default=None,
+                   help="candidates built in parallel before the timing (default: one per CPU core)")
     p.add_argument("--show", action="store_true", help="list the database's entries instead (every spec, or SPEC's)")
     p.add_argument("--backward", action="store_true", help="tune the spec's backward (autograd.backward, or the backward "
                    "a variant derives from its base's) instead of the spec")
@@ -440,12 +445,16 @@ def cmd_tune(a: argparse.Namespace) -> int:
     variants = [v for v in variants if all(v[axis] == value for axis, value in buckets.items())]
     if not variants:
         raise UsageError(f"no selected variant of {ls.spec.name} is in the buckets of these sizes ({', '.join(f'{x}={y}' for x, y in buckets.items())})")
+    from .spec.load import variant_id
+    from .tune import chosen_candidates
+
+    chosen = [chosen_candidates(ls, v, a.where) for v in variants]
     import torch
 
     if not torch.cuda.is_available():
         raise UsageError("kgen tune times kernels on this machine's GPU, and none was found (torch.cuda.is_available() is False)")
     from .runtime.op import device_target, load
-    from .tune import cuda_timer, l2_flush, store, tune_variant
+    from .tune import cuda_timer, l2_flush, prebuild, store, tune_variant
 
     target = device_target(torch.device("cuda"))
     _check_compiler(target, "kgen tune compiles each candidate; install the compiler first")
@@ -454,8 +463,10 @@ def cmd_tune(a: argparse.Namespace) -> int:
         op = op.backward_op
     console = _console()
     timer = cuda_timer(a.runs, l2_flush())
-    for variant in variants:
-        tuned = tune_variant(op, variant, target, sizes, "cuda", timer, scalars)
+    for variant, cands in zip(variants, chosen):
+        with console.status(f"building {len(cands)} candidates of {variant_id(variant)}"):
+            prebuild(spec, a.backward, variant, target, cands, a.jobs or os.cpu_count() or 1)
+        tuned = tune_variant(op, variant, target, sizes, "cuda", timer, scalars, cands)
         entry = store(ls, target, tuned)
         console.print(tune_tables([], tuned=tuned, entry=entry))
     return 0

@@ -15,18 +15,20 @@ import statistics
 from time import perf_counter
 from dataclasses import dataclass, field
 from datetime import date
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any, Callable, Sequence
 
 import torch
 
 from .spec.candidates import tunable_candidates
 from .check.emulated import INT_SCALAR, SCALAR
 from .check.samples import derive_sizes, random_inputs
-from .errors import LaunchError
+from .errors import KgenError, LaunchError, UsageError
 from .hw.descriptor import Target
 from .runtime.binding import bind
 from .runtime.tuning import entries, record, size_bucket, tuning_key
-from .spec.load import LoadedSpec, variant_id
+from .spec.expr import eval_expr
+from .spec.load import LoadedSpec, backward_spec, load_spec, variant_id
 
 
 @dataclass
@@ -104,10 +106,55 @@ def cuda_timer(runs: int, flush: Callable[[], Any] | None = None) -> Callable[[l
     return time
 
 
+def chosen_candidates(ls: LoadedSpec, variant: dict[str, Any], where: Sequence[str] = ()) -> list[dict[str, int]]:
+    """The variant's tunable candidates, in order, for which every expression of `where` (of its
+    tunables and variant axes) holds: a tune of part of a large space, as Triton's
+    prune_configs_by, where building every candidate would take longer than the tune is worth."""
+    out = []
+    for cand in tunable_candidates(ls, variant):
+        env = {**variant, **cand}
+        holds = True
+        for expr in where:
+            try:
+                holds = holds and bool(eval_expr(expr, env))
+            except Exception as e:  # an unknown name or a malformed expression
+                raise UsageError(f"--where '{expr}' could not be evaluated ({e}); it may name {ls.spec.name}'s "
+                                 f"tunables and variant axes: {', '.join([*cand, *variant])}") from None
+        if holds:
+            out.append(cand)
+    if not out:
+        raise UsageError(f"no tunable candidate of {ls.spec.name} ({variant_id(variant)}) meets --where "
+                         f"{' and '.join(where)}; its tunables: {ls.spec.tunables}")
+    return out
+
+
+def prebuild(spec: Path, backward: bool, variant: dict[str, Any], target: Target, cands: list[dict[str, int]],
+             workers: int, on_done: Callable[[int, Any], None] | None = None) -> None:
+    """Build every candidate into the cache in `workers` processes, as `kgen warm` builds
+    variants: the tune's own builds, one after another in this process, then find them there.
+    A candidate that cannot be built is left for the tune, which reports it."""
+    from .runtime.pool import run_in_workers
+
+    run_in_workers(_build_candidate, [(str(spec), backward, variant, target.name, c) for c in cands], workers, on_done=on_done)
+
+
+def _build_candidate(spec: str, backward: bool, variant: dict[str, Any], target_name: str, cand: dict[str, int]) -> str:
+    from .hw.descriptor import load_target
+    from .runtime.compiled import _entry
+
+    ls = load_spec(spec)
+    try:
+        return str(_entry(backward_spec(ls) if backward else ls, variant, load_target(target_name), cand))
+    except KgenError as e:
+        return str(e)
+
+
 def tune_variant(op, variant: dict[str, Any], target: Target, sizes: dict[str, int], device: str,
-                 time: Callable[[list[Callable[[], Any]]], list[float]], scalars: dict[str, Any] | None = None) -> Tuned:
-    """Time every candidate of `variant` through `op` (a KgenOp of the spec) on one draw of
-    inputs: each built and run once, then those that fit timed together (`time`: interleaved)."""
+                 time: Callable[[list[Callable[[], Any]]], list[float]], scalars: dict[str, Any] | None = None,
+                 candidates: list[dict[str, int]] | None = None) -> Tuned:
+    """Time every candidate of `variant` (or those given) through `op` (a KgenOp of the spec) on
+    one draw of inputs: each built and run once, then those that fit timed together (`time`:
+    interleaved)."""
     ls: LoadedSpec = op.ls
     env = derive_sizes(ls, sizes, variant)
     inputs = {n: t.to(device) for n, t in random_inputs(ls, variant, {**variant, **env}).items()}
@@ -117,7 +164,7 @@ def tune_variant(op, variant: dict[str, Any], target: Target, sizes: dict[str, i
                           if n in ls.spec.sizes})
     results: list[tuple[dict[str, int], float | None, str]] = []
     runnable: list[int] = []
-    for cand in tunable_candidates(ls, variant):
+    for cand in tunable_candidates(ls, variant) if candidates is None else candidates:
         op.force_tunables(cand)
         try:
             op.run(*args)

@@ -158,11 +158,39 @@ def test_the_op_still_computes_with_a_forced_candidate(spec):
      "--scalar prefix=2.5: prefix is an int32 scalar of fa2_prefix_lm_bwd; give a whole number from -2147483648 to 2147483647"),
     (["tune", "{root}/specs/variants/prefix_lm.yaml", *"-s B=1 -s SQ=64 -s SK=64 -s H=2 -s HKV=2 -S prefix=4e9".split()],
      "--scalar prefix=4e+09: prefix is an int32 scalar of fa2_prefix_lm; give a whole number from -2147483648 to 2147483647"),
+    (["tune", "{spec}", "-s", "M=4", "-s", "N=8", "--where", "WARP == 2"],
+     "--where 'WARP == 2' could not be evaluated ('WARP == 2' uses 'WARP', which is not a size, variant axis or tunable); "
+     "it may name scaled_rows's tunables and variant axes: BLOCK, WARPS, dtype"),
+    (["tune", "{spec}", "-s", "M=4", "-s", "N=8", "--where", "WARPS > 2", "--where", "BLOCK == 32"],
+     "no tunable candidate of scaled_rows (dtype-fp32) meets --where WARPS > 2 and BLOCK == 32; "
+     "its tunables: {{'BLOCK': [64, 128, 256], 'WARPS': [4, 2]}}"),
 ])
 def test_usage_errors_are_one_sentence(spec, argv, message):
     with pytest.raises(UsageError) as e:
         run([a.format(spec=spec, root=ROOT) for a in argv])
     assert str(e.value) == message.format(spec=spec)
+
+
+def test_where_chooses_candidates_that_prebuild_builds_as_the_tune_finds_them(spec):
+    """--where keeps the candidates its expressions hold for, in order; prebuild builds them in
+    worker processes under the keys the tune's own calls look up (no build after it)."""
+    from kgen.runtime.cache import Cache
+    from kgen.runtime.compiled import _entry
+    from kgen.tune import chosen_candidates, prebuild
+
+    ls, target, variant = load_spec(spec), load_target("sm_90"), {"dtype": "fp32"}
+    cands = chosen_candidates(ls, variant, ["WARPS == 2", "BLOCK < 256"])
+    assert cands == [{"BLOCK": 64, "WARPS": 2}, {"BLOCK": 128, "WARPS": 2}]
+    done = []
+    prebuild(spec, False, variant, target, cands, 2, on_done=lambda i, _: done.append(i))
+    assert sorted(done) == [0, 1]
+    def entries():
+        return sorted(p.name for p in Cache().root.glob("entries/??/*"))
+
+    built = entries()  # the variants' entries and their kernels' code objects
+    found = {_entry(ls, variant, target, c).name for c in cands}
+    assert len(found) == 2 and found <= set(built)
+    assert entries() == built
 
 
 def test_without_a_gpu_tune_says_so(spec):

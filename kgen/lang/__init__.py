@@ -47,12 +47,13 @@ def kernel_ir(ls: LoadedSpec, kernel_index: int | str, variant: dict[str, Any], 
     bulk, specialize, row_loads, sums = (_per_variant(ls, kernel_index, field, constants) for field in
                                          ("bulk_reductions", "warp_specialize", "shared_row_loads", "shared_accumulators"))
     occupancy = _occupancy(ls, kernel_index, constants)
+    prefetch = _prefetch_budget(ls, kernel_index, constants)
     slots = _evaluated(ls, kernel_index, "row_load_slots", constants, f"an integer from 2 to {ROW_LOAD_SLOTS_MAX}")
     if isinstance(slots, bool) or not isinstance(slots, int) or not 2 <= slots <= ROW_LOAD_SLOTS_MAX:
         raise SpecError(f"row_load_slots must be an integer from 2 to {ROW_LOAD_SLOTS_MAX} (slots of each buffer "
                         f"a row is copied into), got {slots!r}", ls.where("kernels", kernel_index, "row_load_slots"))
     return Kernel(name=f"{spec.name}_{ks.name}", body=body, tensors=dict(spec.tensors), sizes=list(spec.sizes),
-                  scalars=list(spec.scalars), num_warps=warps, constants=constants, prefetch_loads=ks.prefetch_loads,
+                  scalars=list(spec.scalars), num_warps=warps, constants=constants, prefetch_loads=prefetch,
                   bulk_reductions=bulk, warp_specialize=specialize, shared_row_loads=row_loads, occupancy=occupancy,
                   shared_accumulators=bool(sums), row_load_slots=slots)
 
@@ -86,6 +87,19 @@ def _per_variant(ls: LoadedSpec, kernel_index: int, field: str, constants: dict[
     tunables, evaluated for this variant; None where the spec leaves it to kgen."""
     value = _evaluated(ls, kernel_index, field, constants, "true, false")
     return None if value is None else bool(value)
+
+
+def _prefetch_budget(ls: LoadedSpec, kernel_index: int, constants: dict[str, Any]) -> bool | int:
+    """prefetch_loads for this variant: false (or 0), true, or a budget of 1 to 64 elements per
+    thread; an expression (of a tunable, so that kgen tune times both) is evaluated first."""
+    accepted = "true, false or an integer from 0 to 64"
+    value = _evaluated(ls, kernel_index, "prefetch_loads", constants, accepted)
+    if isinstance(value, bool):
+        return value
+    if not isinstance(value, int) or not 0 <= value <= 64:
+        raise SpecError(f"prefetch_loads must be {accepted} (elements per thread one loop may prefetch), got "
+                        f"{value!r} for {constants}", ls.where("kernels", kernel_index, "prefetch_loads"))
+    return value if value else False
 
 
 def _evaluated(ls: LoadedSpec, kernel_index: int, field: str, constants: dict[str, Any], accepted: str) -> Any:

@@ -101,15 +101,17 @@ class KernelSpec(Strict):
     grid: list[str | int] = Field(min_length=1, max_length=3, description="programs per grid axis: 'cdiv(M, BLOCK_M), B * H' or a list")
     warps: int | str = Field(4, description="warps (NVIDIA) or waves (AMD) per program, or a tunable's name")
     program: str = Field(min_length=1, description="the tile program")
-    prefetch_loads: bool | int = Field(False, description="issue the program's small register loads in loops one "
-                                       "iteration ahead (kgen/ir/passes/prefetch.py); per kernel, as it speeds some loops "
-                                       "and slows others. true: tiles of at most 8 elements per thread, 16 per loop; an "
-                                       "integer N (1 to 64): tiles and loops of at most N")
+    prefetch_loads: bool | int | str = Field(False, description="issue the program's small register loads in loops one "
+                                             "iteration ahead (kgen/ir/passes/prefetch.py); per kernel, as it speeds some "
+                                             "loops and slows others. true: tiles of at most 8 elements per thread, 16 per "
+                                             "loop; an integer N (1 to 64): tiles and loops of at most N; 0 or false: off; or "
+                                             "an expression of the variant axes and tunables giving one of these (a tunable "
+                                             "lets kgen tune time it)")
 
     @field_validator("prefetch_loads")
     @classmethod
     def _prefetch_budget(cls, v):
-        if not isinstance(v, bool) and not 1 <= v <= 64:
+        if isinstance(v, int) and not isinstance(v, bool) and not 1 <= v <= 64:
             raise ValueError(f"prefetch_loads {v} is out of range; accepted: true, false or an integer from 1 to 64 "
                              "(elements per thread one loop may prefetch)")
         return v

@@ -80,37 +80,6 @@ def test_sums_larger_than_the_shared_memory_do_not_fit():
         rows(target="gfx942")
 
 
-def _check_row_backward(op, spec: str, tiles: dict, m: int, n: int, device: str) -> None:
-    """Run `op` (the spec's op, the form forced) on fresh bf16 inputs of m x n: dx, dw (and db)
-    against float64 within twice the error of the same computation in bf16."""
-    op.force_tunables(tiles)
-    g = torch.Generator().manual_seed(7)
-    x = (torch.randn(m, n, generator=g) * 2 + 0.5).to(torch.bfloat16)
-    w = (torch.rand(n, generator=g) + 0.5).to(torch.bfloat16)
-    dy = torch.randn(m, n, generator=g).to(torch.bfloat16)
-    xd, wd, dyd = x.double(), w.double(), dy.double()
-    layer = spec == "layernorm_bwd"
-    rstd = torch.rsqrt(xd.var(-1, unbiased=False) + 1e-5) if layer else torch.rsqrt((xd * xd).mean(-1) + 1e-6)
-    mean = xd.mean(-1)
-
-    def reference(x, w, dy, mean, rstd):
-        gw = dy * w
-        if not layer:
-            dx = rstd[:, None] * (gw - x * rstd[:, None] ** 2 * (gw * x).mean(-1, keepdim=True))
-            return dx, (dy * x * rstd[:, None]).sum(0)
-        xh = (x - mean[:, None]) * rstd[:, None]
-        dx = rstd[:, None] * (gw - gw.mean(-1, keepdim=True) - xh * (gw * xh).mean(-1, keepdim=True))
-        return dx, (dy * xh).sum(0), dy.sum(0)
-
-    args = (x, w, mean.float(), rstd.float(), dy) if layer else (x, w, rstd.float(), dy)
-    got = op(*(a.to(device) for a in args))
-    assert op.last_tunables == {**tiles, "BLOCK_C": 256}
-    ref = reference(xd, wd, dyd, mean, rstd)
-    low = reference(x, w, dy, mean.to(torch.bfloat16), rstd.to(torch.bfloat16))
-    for name, a, r, lo in zip(("dx", "dw", "db"), got, ref, low):
-        helpers.check_close(name, a.cpu(), r, lo)
-
-
 @pytest.mark.parametrize("spec, tiles", [
     ("layernorm_bwd", {"RL": 0, "SA": 1, "BLOCK_M": 2, "WARPS": 4, "ROWS": 16, "SPLIT": 1}),
     ("rmsnorm_bwd", {"RL": 0, "SA": 1, "OCC": 1, "BLOCK_M": 1, "WARPS": 4, "ROWS": 16, "SPLIT": 1}),
@@ -127,7 +96,7 @@ def test_the_row_backwards_with_shared_sums_match_float64_in_emulation(spec, til
             pytest.fail("CI=true but no hip compiler was found")
         pytest.skip("no hip compiler found")
     op = kgen.load(ROOT / "specs" / f"{spec}.yaml", target="gfx942", emulate=True)
-    _check_row_backward(op, spec, tiles, 37, 1000, "cpu")
+    helpers.check_row_backward(op, spec, tiles, 37, 1000, "cpu")
 
 
 @pytest.mark.gpu
@@ -141,4 +110,4 @@ def test_the_shipped_whole_row_forms_match_float64_on_the_gpu(spec, tiles):
     128 or 64 KB of shared memory): 300 rows (the last program's past M), 9000 columns."""
     import kgen
 
-    _check_row_backward(kgen.load(ROOT / "specs" / f"{spec}.yaml"), spec, tiles, 300, 9000, "cuda")
+    helpers.check_row_backward(kgen.load(ROOT / "specs" / f"{spec}.yaml"), spec, tiles, 300, 9000, "cuda")

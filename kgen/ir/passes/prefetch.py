@@ -9,14 +9,17 @@ arithmetic of those (async_copy.index_chain), the load for the next iteration is
 this iteration's was, into a loop-carried value, and this iteration reads the value the previous
 one loaded (the first iteration's is loaded before the loop). The loaded value then has a
 whole iteration to arrive, as cp.async copies do for staged tiles (use_async_copies), at the
-price of a second copy of its registers.
+price of a second copy of its registers. A load whose index does not depend on the induction
+variable (a row's weights, the same block every iteration) is loaded once before the loop
+instead: one copy of its registers, no load in the body.
 
 Each such load carries a predicate: the next iteration's load is skipped when there is none
 (and the first when the loop runs zero times), since a scalar index computed for an iteration
 that does not exist may lie outside its tensor (only block indices are bounds-tested). A skipped
 load gives `other` and touches no memory.
 
-It runs only in kernels whose spec asks for it (`prefetch_loads: true`). On the H200 (ninth
+It runs only in kernels whose spec asks for it (`prefetch_loads`: true, a budget, or an expression
+of the tunables giving one, so that `kgen tune` times it). On the H200 (ninth
 session, per-kernel profile of the chunked scan at g=1, b=4, S=4k) it took chunk_scan from 0.566
 to 0.524 ms and chunk_state from 0.339 to 0.31, but dc from 0.70 to 0.96, db from 0.61 to 0.90
 and dx from 1.16 to 1.31: in those (255 and 140 registers, 8 warps, one program per
@@ -87,6 +90,13 @@ def _prefetch(loop: Op, parent: Block, written: set[str], tile: int, budget: int
         ops, operands = recompute_chain(chain, iv, start, load.operands)
         prologue += ops + [predicated_load(load, operands, go)]
         init = prologue[-1].result
+        if all(v is not iv for op in [*chain, load] for v in op.operands):
+            # the same block every iteration: loaded once before the loop, one copy of its
+            # registers instead of the two a value carried around the loop takes
+            for op in walk(body):
+                op.operands = [init if v is load.result else v for v in op.operands]
+            body.ops.remove(load)
+            continue
         cur = _like(load.result)
         body.args.append(cur)
         loop.operands.append(init)
