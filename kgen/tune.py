@@ -113,14 +113,14 @@ def chosen_candidates(ls: LoadedSpec, variant: dict[str, Any], where: Sequence[s
     out = []
     for cand in tunable_candidates(ls, variant):
         env = {**variant, **cand}
-        holds = True
-        for expr in where:
+        holds = []
+        for expr in where:  # every one evaluated, so that a mistaken one fails whatever the others say
             try:
-                holds = holds and bool(eval_expr(expr, env))
+                holds.append(bool(eval_expr(expr, env)))
             except Exception as e:  # an unknown name or a malformed expression
                 raise UsageError(f"--where '{expr}' could not be evaluated ({e}); it may name {ls.spec.name}'s "
                                  f"tunables and variant axes: {', '.join([*cand, *variant])}") from None
-        if holds:
+        if all(holds):
             out.append(cand)
     if not out:
         raise UsageError(f"no tunable candidate of {ls.spec.name} ({variant_id(variant)}) meets --where "

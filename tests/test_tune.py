@@ -158,7 +158,7 @@ def test_the_op_still_computes_with_a_forced_candidate(spec):
      "--scalar prefix=2.5: prefix is an int32 scalar of fa2_prefix_lm_bwd; give a whole number from -2147483648 to 2147483647"),
     (["tune", "{root}/specs/variants/prefix_lm.yaml", *"-s B=1 -s SQ=64 -s SK=64 -s H=2 -s HKV=2 -S prefix=4e9".split()],
      "--scalar prefix=4e+09: prefix is an int32 scalar of fa2_prefix_lm; give a whole number from -2147483648 to 2147483647"),
-    (["tune", "{spec}", "-s", "M=4", "-s", "N=8", "--where", "WARP == 2"],
+    (["tune", "{spec}", "-s", "M=4", "-s", "N=8", "--where", "WARPS > 9", "--where", "WARP == 2"],
      "--where 'WARP == 2' could not be evaluated ('WARP == 2' uses 'WARP', which is not a size, variant axis or tunable); "
      "it may name scaled_rows's tunables and variant axes: BLOCK, WARPS, dtype"),
     (["tune", "{spec}", "-s", "M=4", "-s", "N=8", "--where", "WARPS > 2", "--where", "BLOCK == 32"],
